@@ -1,0 +1,586 @@
+/*
+ * optree.h - lazy tensors in the op-tree style, in C11.
+ *
+ * The one public header of optree. Tensor arithmetic builds immutable op-tree
+ * nodes; nothing is computed until a tree is assigned into an output tensor.
+ *
+ * A worked example (the neon backend guide, in C):
+ *
+ *     ot_backend *be = ot_backend_new("ref", NULL);
+ *     ot_tensor *x0 = ot_array(be, OT_SHAPE(2, 2), OT_F32, (float[]){1, 2, 3, 4});
+ *     ot_tensor *x1 = ot_full(be, OT_SHAPE(2, 2), OT_F32, 0.5);
+ *     ot_tensor *y  = ot_empty(be, OT_SHAPE(2, 2), OT_F32);
+ *     ot_tensor_set_name(x0, "x0");
+ *     ot_tensor_set_name(x1, "x1");
+ *
+ *     ot_pool *pool = ot_pool_push();
+ *     ot_node *f = ot_add(x0, x1);                  // builds, computes nothing
+ *     ot_print(f, stdout);    // ({'shape': (2, 2), 'op': 'add'}, x0, x1)
+ *     if (ot_assign(y, ot_div(1.0f, ot_add(1.0f, ot_exp(ot_neg(f))))) != 0)
+ *         fprintf(stderr, "%s\n", ot_errmsg());     // y[:] = sigmoid(x0 + x1)
+ *     ot_pool_pop(pool);                            // the tree's nodes die here
+ *
+ *     ot_tensor_free(x0); ot_tensor_free(x1); ot_tensor_free(y);
+ *     ot_backend_free(be);
+ *
+ * Ownership.
+ *   - Tensors belong to whoever created them (ot_empty, ot_slice, ...) and are
+ *     released with ot_tensor_free. A view shares its buffer; the buffer lives
+ *     while any view of it does. A tree that uses a tensor keeps it alive too,
+ *     so freeing a tensor that a live tree reads is safe.
+ *   - Nodes are refcounted. Every builder returns a node owned by the calling
+ *     thread's innermost pool (ot_pool_push/ot_pool_pop); with no pool pushed
+ *     they go to the thread's default pool, emptied by ot_pool_drain. A parent
+ *     retains its children. ot_retain keeps a tree beyond its pool; balance it
+ *     with ot_release.
+ *   - Strings returned by the library (ot_errmsg, ot_op_name, ot_tensor_name)
+ *     are borrowed: they stay valid until the next call that changes them.
+ *
+ * Errors.
+ *   Nothing aborts on bad input. A builder given bad operands returns NULL and
+ *   records an error (code, message naming the op, the shapes and dtypes, and
+ *   the file:line of the call) in a thread-local slot. A builder given a NULL
+ *   operand returns NULL and keeps the first message, so a whole expression
+ *   can be checked once, at ot_assign. Functions that do work return 0 or a
+ *   negative OT_E* code; when they are handed a NULL tree they return the code
+ *   already in the slot, otherwise they clear the slot before working.
+ *   ot_errcode() and ot_errmsg() read the slot; ot_set_error_handler() lets
+ *   an application log or abort on every recorded error.
+ *
+ * Threads. Backends and tensors may be shared between threads for reading;
+ * builders, pools and the error slot are per thread.
+ */
+#ifndef OPTREE_H
+#define OPTREE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define OT_VERSION "0.1.0"
+/* The most dimensions a tensor or node may have. */
+#define OT_MAX_DIMS 8
+
+/* ------------------------------------------------------------------------ */
+/* Status codes                                                              */
+/* ------------------------------------------------------------------------ */
+
+/* 0 is success; every error is negative. ot_strerror names each one. */
+typedef enum ot_status {
+    OT_OK = 0,
+    OT_EINVAL = -1,       /* a bad argument: axis, index, dims, option */
+    OT_ESHAPE = -2,       /* shapes that do not broadcast or do not match */
+    OT_EDTYPE = -3,       /* a dtype the op or the output cannot take */
+    OT_ENOMEM = -4,       /* an allocation failed; every object stays valid */
+    OT_EALIAS = -5,       /* an output that overlaps itself or another output */
+    OT_EBACKEND = -6,     /* an unknown or unavailable backend */
+    OT_EUNSUPPORTED = -7, /* a valid request this build cannot carry out */
+    OT_ENULL = -8,        /* a NULL argument */
+    OT_EOVERFLOW = -9,    /* a size or offset that overflows */
+    OT_EEMPTY = -10,      /* a reduction with no identity over zero elements */
+    OT_ESTATE = -11,      /* a call out of order (popping a pool not pushed) */
+    OT_EIO = -12          /* writing to a FILE failed */
+} ot_status;
+
+/* The code of the first error recorded since the slot was last cleared. */
+int ot_errcode(void);
+/* Its message ("file:line: op: text"), or "" when the slot is clear. */
+const char *ot_errmsg(void);
+/* Clears this thread's error slot. */
+void ot_clear_error(void);
+/* A short static description of a status code. */
+const char *ot_strerror(int code);
+/* Called (on the recording thread) with every error recorded on this thread;
+ * NULL removes it. The handler may log or abort; it must not call builders. */
+typedef void (*ot_error_handler)(int code, const char *msg, void *user);
+void ot_set_error_handler(ot_error_handler fn, void *user);
+
+/* ------------------------------------------------------------------------ */
+/* Dtypes and shapes                                                         */
+/* ------------------------------------------------------------------------ */
+
+/* 0 (OT_DTYPE_DEFAULT) asks for a default: the backend's for tensors. */
+typedef enum ot_dtype { OT_DTYPE_DEFAULT = 0, OT_F32 = 1, OT_F64 = 2, OT_I32 = 3 } ot_dtype;
+
+/* Bytes per element (0 for an unknown dtype) and the NumPy name. */
+size_t ot_dtype_size(ot_dtype dtype);
+const char *ot_dtype_name(ot_dtype dtype);
+
+/* A shape: ndim dims, row-major. A plain value type. */
+typedef struct ot_shape {
+    int ndim;
+    int64_t dims[OT_MAX_DIMS];
+} ot_shape;
+
+/* ot_shape_make(n, dims): a shape from an array. More than OT_MAX_DIMS dims
+ * keeps n in ndim (and the first 8 dims) so that users of the shape can
+ * report "too many dimensions" instead of truncating silently. */
+static inline ot_shape ot_shape_make(int ndim, const int64_t *dims)
+{
+    ot_shape s;
+    s.ndim = ndim;
+    for (int i = 0; i < OT_MAX_DIMS; i++)
+        s.dims[i] = i < ndim ? dims[i] : 0;
+    return s;
+}
+/* OT_SHAPE(3, 4) is a 3x4 shape; OT_SHAPE() is the 0-d (scalar) shape. */
+#define OT_SHAPE(...)                                                         \
+    ot_shape_make((int)(sizeof((int64_t[]){0, __VA_ARGS__}) / sizeof(int64_t)) - 1, \
+                  (const int64_t[]){0, __VA_ARGS__} + 1)
+
+/* ------------------------------------------------------------------------ */
+/* Backends                                                                  */
+/* ------------------------------------------------------------------------ */
+
+typedef struct ot_backend ot_backend;
+
+enum { OT_ULP10 = 0, OT_ULP35 = 1 };                  /* accuracy */
+enum { OT_FUSION_DEFAULT = 0, OT_FUSION_ON = 1, OT_FUSION_OFF = 2 };
+
+/* Zero-initialised options are the defaults. */
+typedef struct ot_backend_opts {
+    int threads;       /* 0: all cores */
+    uint64_t seed;     /* the seed of every ot_rand draw */
+    ot_dtype dtype;    /* tensors created with OT_DTYPE_DEFAULT; 0: OT_F32 */
+    int accuracy;      /* OT_ULP10 (default) or OT_ULP35 */
+    int plan_cache;    /* plan-cache entries; 0: the default */
+    int fusion;        /* OT_FUSION_*; OT_FUSION_OFF materialises every node */
+} ot_backend_opts;
+
+/* Creates a backend: "ref" (node at a time, in double; the test oracle) or
+ * "cpu" (the fused backend). The environment variable OT_BACKEND, when set,
+ * replaces the name, so one program runs on either backend unchanged. NULL
+ * opts means the defaults. Returns NULL with OT_EBACKEND for an unknown or
+ * unavailable name, OT_EINVAL for bad options. */
+ot_backend *ot_backend_new(const char *name, const ot_backend_opts *opts);
+/* Frees a backend. Tensors created on it must be freed first. NULL is a no-op. */
+void ot_backend_free(ot_backend *be);
+/* "ref" or "cpu". */
+const char *ot_backend_name(const ot_backend *be);
+/* The options in force (defaults filled in). */
+ot_backend_opts ot_backend_options(const ot_backend *be);
+
+/* Counters kept by a backend since it was created. */
+typedef struct ot_stats {
+    uint64_t assigns;      /* ot_assign/ot_assign_many/ot_eval calls that ran */
+    uint64_t nodes;        /* op nodes evaluated */
+    uint64_t compiles;     /* plans compiled (cpu backend) */
+    uint64_t cache_hits;   /* plan-cache hits (cpu backend) */
+    uint64_t kernels;      /* kernels run */
+    uint64_t bytes_moved;  /* bytes read from leaves plus bytes written */
+} ot_stats;
+int ot_stats_get(const ot_backend *be, ot_stats *out);
+#define ot_stats(be, out) ot_stats_get((be), (out))
+
+/* ------------------------------------------------------------------------ */
+/* Tensors                                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef struct ot_tensor ot_tensor;
+
+/* Creation. dtype OT_DTYPE_DEFAULT takes the backend's default. A shape may
+ * be 0-d and may have zero-size dims; negative dims, more than OT_MAX_DIMS
+ * dims and sizes that overflow are errors. */
+ot_tensor *ot_empty(ot_backend *be, ot_shape shape, ot_dtype dtype);
+ot_tensor *ot_zeros(ot_backend *be, ot_shape shape, ot_dtype dtype);
+ot_tensor *ot_ones(ot_backend *be, ot_shape shape, ot_dtype dtype);
+ot_tensor *ot_full(ot_backend *be, ot_shape shape, ot_dtype dtype, double value);
+/* Copies numel elements of dtype, row-major, from host memory. */
+ot_tensor *ot_array(ot_backend *be, ot_shape shape, ot_dtype dtype, const void *data);
+ot_tensor *ot_zeros_like(const ot_tensor *t);
+/* A new contiguous tensor with t's values (t may be any view). */
+ot_tensor *ot_copy(const ot_tensor *t);
+/* Releases the creator's reference. The tensor itself lives on while a tree
+ * uses it; its buffer while any view of it does. NULL is a no-op. */
+void ot_tensor_free(ot_tensor *t);
+
+/* Data. Host memory is row-major and contiguous in the tensor's dtype; the
+ * tensor may be any view. Float values written into OT_I32 truncate toward
+ * zero (NaN gives 0, out-of-range values saturate). */
+int ot_fill(ot_tensor *t, double value);
+int ot_get(const ot_tensor *t, void *host);
+int ot_set(ot_tensor *t, const void *host);
+/* Prints the values, NumPy style. */
+int ot_tensor_print(const ot_tensor *t, FILE *f);
+
+/* Views: new tensors sharing t's buffer (the caller frees them). */
+typedef struct ot_index {
+    int kind;             /* OT_INDEX_ALL, OT_INDEX_RANGE or OT_INDEX_ONE */
+    int64_t start, stop, step;
+} ot_index;
+enum { OT_INDEX_ALL = 0, OT_INDEX_RANGE = 1, OT_INDEX_ONE = 2 };
+/* An omitted range bound: OT_RANGE(OT_NONE, OT_NONE, -1) is NumPy's [::-1]. */
+#define OT_NONE INT64_MIN
+#define OT_END OT_NONE
+#define OT_ALL ((ot_index){OT_INDEX_ALL, 0, 0, 1})
+#define OT_IDX(i) ((ot_index){OT_INDEX_ONE, (i), 0, 1})
+#define OT__RANGE2(a, b) ((ot_index){OT_INDEX_RANGE, (a), (b), 1})
+#define OT__RANGE3(a, b, s) ((ot_index){OT_INDEX_RANGE, (a), (b), (s)})
+#define OT__PICK3(_1, _2, _3, name, ...) name
+/* OT_RANGE(start, stop[, step]): NumPy's start:stop:step, negative indices and
+ * negative steps included; out-of-range bounds are clipped as in NumPy. */
+#define OT_RANGE(...) OT__PICK3(__VA_ARGS__, OT__RANGE3, OT__RANGE2, none)(__VA_ARGS__)
+/* ot_slice(t, OT_ALL, OT_RANGE(3, 10), OT_IDX(1), ...): NumPy basic indexing.
+ * OT_IDX drops its dim; missing trailing indices mean OT_ALL. */
+ot_tensor *ot_slice_n(const ot_tensor *t, int n, const ot_index *idx);
+#define ot_slice(t, ...)                                                      \
+    ot_slice_n((t), (int)(sizeof((ot_index[]){__VA_ARGS__}) / sizeof(ot_index)), \
+               (ot_index[]){__VA_ARGS__})
+/* A view with a new shape (one dim may be -1) when the strides allow it;
+ * otherwise OT_EINVAL, saying that a copy is needed (use ot_copy first). */
+ot_tensor *ot_reshape(const ot_tensor *t, ot_shape shape);
+/* Permutes dims: perm[i] is the source dim of dim i; NULL reverses them. */
+ot_tensor *ot_transpose(const ot_tensor *t, const int *perm);
+/* A read-only broadcast view (stride 0 on broadcast dims), NumPy rules.
+ * Such a view cannot be written: ot_assign into it fails with OT_EALIAS. */
+ot_tensor *ot_broadcast_to(const ot_tensor *t, ot_shape shape);
+
+/* Accessors. */
+ot_dtype ot_tensor_dtype(const ot_tensor *t);
+int ot_tensor_ndim(const ot_tensor *t);
+ot_shape ot_tensor_shape(const ot_tensor *t);
+int64_t ot_tensor_dim(const ot_tensor *t, int axis);       /* negative axis ok */
+int64_t ot_tensor_stride(const ot_tensor *t, int axis);    /* in elements */
+int64_t ot_tensor_offset(const ot_tensor *t);              /* in elements */
+int64_t ot_tensor_numel(const ot_tensor *t);
+/* The address of element (0, ..., 0) of the view. */
+void *ot_tensor_data(const ot_tensor *t);
+ot_backend *ot_tensor_backend(const ot_tensor *t);
+bool ot_tensor_is_contiguous(const ot_tensor *t);
+/* The name used when printing trees; NULL when unnamed. set_name copies. */
+const char *ot_tensor_name(const ot_tensor *t);
+int ot_tensor_set_name(ot_tensor *t, const char *name);
+
+/* ------------------------------------------------------------------------ */
+/* The op table                                                              */
+/* ------------------------------------------------------------------------ */
+
+/* Op kinds. */
+enum {
+    OT_KIND_UNARY = 1,    /* elementwise, one operand */
+    OT_KIND_BINARY,       /* elementwise, two operands, NumPy broadcasting */
+    OT_KIND_REDUCE,       /* along .axis (or all), .keepdims */
+    OT_KIND_DOT,          /* matrix product */
+    OT_KIND_SHAPE,        /* transpose of an expression */
+    OT_KIND_SPECIAL,      /* cast, onehot, rand */
+    OT_KIND_COMPOSITE     /* expands into other ops, tagged with its name */
+};
+
+/* Op flags. */
+#define OT_FLAG_FLOAT 1u    /* integer operands give an OT_F64 result */
+#define OT_FLAG_COMPARE 2u  /* result is 1 or 0 in the operands' dtype */
+#define OT_FLAG_INDEX 4u    /* result is OT_I32 (argmax, argmin) */
+#define OT_FLAG_NODIFF 8u   /* gradient is zero (not differentiable) */
+
+/* The single source of truth for ops: X(ENUM, name, arity, kind, symbol,
+ * flags, ref), where symbol is the infix form used by ot_pp (or NULL) and
+ * ref names the scalar reference implementation in src/ref.c (none for
+ * ops the reference backend evaluates structurally). */
+#define OT_OP_LIST(X)                                                          \
+    X(FINITE, "finite", 1, OT_KIND_UNARY, NULL, OT_FLAG_COMPARE | OT_FLAG_NODIFF, finite) \
+    X(NEG, "neg", 1, OT_KIND_UNARY, NULL, 0, neg)                              \
+    X(ABS, "abs", 1, OT_KIND_UNARY, NULL, 0, abs)                              \
+    X(SGN, "sgn", 1, OT_KIND_UNARY, NULL, OT_FLAG_NODIFF, sgn)                 \
+    X(SQRT, "sqrt", 1, OT_KIND_UNARY, NULL, OT_FLAG_FLOAT, sqrt)               \
+    X(SQR, "sqr", 1, OT_KIND_UNARY, NULL, 0, sqr)                              \
+    X(EXP, "exp", 1, OT_KIND_UNARY, NULL, OT_FLAG_FLOAT, exp)                  \
+    X(EXP2, "exp2", 1, OT_KIND_UNARY, NULL, OT_FLAG_FLOAT, exp2)               \
+    X(LOG, "log", 1, OT_KIND_UNARY, NULL, OT_FLAG_FLOAT, log)                  \
+    X(LOG2, "log2", 1, OT_KIND_UNARY, NULL, OT_FLAG_FLOAT, log2)               \
+    X(SAFELOG, "safelog", 1, OT_KIND_UNARY, NULL, OT_FLAG_FLOAT, safelog)      \
+    X(SIG, "sig", 1, OT_KIND_UNARY, NULL, OT_FLAG_FLOAT, sig)                  \
+    X(SIG2, "sig2", 1, OT_KIND_UNARY, NULL, OT_FLAG_FLOAT, sig2)               \
+    X(TANH, "tanh", 1, OT_KIND_UNARY, NULL, OT_FLAG_FLOAT, tanh)               \
+    X(TANH2, "tanh2", 1, OT_KIND_UNARY, NULL, OT_FLAG_FLOAT, tanh2)            \
+    X(RINT, "rint", 1, OT_KIND_UNARY, NULL, OT_FLAG_NODIFF, rint)              \
+    X(RSQRT, "rsqrt", 1, OT_KIND_UNARY, NULL, OT_FLAG_FLOAT, rsqrt)            \
+    X(RECIP, "recip", 1, OT_KIND_UNARY, NULL, OT_FLAG_FLOAT, recip)            \
+    X(RELU, "relu", 1, OT_KIND_UNARY, NULL, 0, relu)                           \
+    X(SIN, "sin", 1, OT_KIND_UNARY, NULL, OT_FLAG_FLOAT, sin)                  \
+    X(COS, "cos", 1, OT_KIND_UNARY, NULL, OT_FLAG_FLOAT, cos)                  \
+    X(ADD, "add", 2, OT_KIND_BINARY, "+", 0, add)                              \
+    X(SUB, "sub", 2, OT_KIND_BINARY, "-", 0, sub)                              \
+    X(MUL, "mul", 2, OT_KIND_BINARY, "*", 0, mul)                              \
+    X(DIV, "div", 2, OT_KIND_BINARY, "/", OT_FLAG_FLOAT, div)                  \
+    X(POW, "pow", 2, OT_KIND_BINARY, "**", 0, pow)                             \
+    X(EQ, "eq", 2, OT_KIND_BINARY, NULL, OT_FLAG_COMPARE | OT_FLAG_NODIFF, eq) \
+    X(NE, "ne", 2, OT_KIND_BINARY, NULL, OT_FLAG_COMPARE | OT_FLAG_NODIFF, ne) \
+    X(LT, "lt", 2, OT_KIND_BINARY, NULL, OT_FLAG_COMPARE | OT_FLAG_NODIFF, lt) \
+    X(LE, "le", 2, OT_KIND_BINARY, NULL, OT_FLAG_COMPARE | OT_FLAG_NODIFF, le) \
+    X(GT, "gt", 2, OT_KIND_BINARY, NULL, OT_FLAG_COMPARE | OT_FLAG_NODIFF, gt) \
+    X(GE, "ge", 2, OT_KIND_BINARY, NULL, OT_FLAG_COMPARE | OT_FLAG_NODIFF, ge) \
+    X(MINIMUM, "minimum", 2, OT_KIND_BINARY, NULL, 0, minimum)                 \
+    X(MAXIMUM, "maximum", 2, OT_KIND_BINARY, NULL, 0, maximum)                 \
+    X(DOT, "dot", 2, OT_KIND_DOT, NULL, 0, none)                               \
+    X(SUM, "sum", 1, OT_KIND_REDUCE, NULL, 0, none)                            \
+    X(MAX, "max", 1, OT_KIND_REDUCE, NULL, 0, none)                            \
+    X(MIN, "min", 1, OT_KIND_REDUCE, NULL, 0, none)                            \
+    X(MEAN, "mean", 1, OT_KIND_REDUCE, NULL, OT_FLAG_FLOAT, none)              \
+    X(ARGMAX, "argmax", 1, OT_KIND_REDUCE, NULL, OT_FLAG_INDEX | OT_FLAG_NODIFF, none) \
+    X(ARGMIN, "argmin", 1, OT_KIND_REDUCE, NULL, OT_FLAG_INDEX | OT_FLAG_NODIFF, none) \
+    X(TRANSPOSE, "transpose", 1, OT_KIND_SHAPE, NULL, 0, none)                 \
+    X(CAST, "cast", 1, OT_KIND_SPECIAL, NULL, 0, none)                         \
+    X(ONEHOT, "onehot", 1, OT_KIND_SPECIAL, NULL, OT_FLAG_NODIFF, none)        \
+    X(RAND, "rand", 0, OT_KIND_SPECIAL, NULL, OT_FLAG_NODIFF, none)            \
+    X(VAR, "var", 1, OT_KIND_COMPOSITE, NULL, OT_FLAG_FLOAT, none)             \
+    X(STD, "std", 1, OT_KIND_COMPOSITE, NULL, OT_FLAG_FLOAT, none)             \
+    X(CLIP, "clip", 1, OT_KIND_COMPOSITE, NULL, 0, none)                       \
+    X(SOFTMAX, "softmax", 1, OT_KIND_COMPOSITE, NULL, OT_FLAG_FLOAT, none)     \
+    X(LOGSOFTMAX, "logsoftmax", 1, OT_KIND_COMPOSITE, NULL, OT_FLAG_FLOAT, none) \
+    X(CROSS_ENTROPY, "cross_entropy", 2, OT_KIND_COMPOSITE, NULL, OT_FLAG_FLOAT, none) \
+    X(SQUARED_L2, "squared_l2", 1, OT_KIND_COMPOSITE, NULL, 0, none)
+
+typedef enum ot_op {
+    OT_OP_NONE = -1,
+#define OT__OP_ENUM(e, name, arity, kind, sym, flags, ref) OT_OP_##e,
+    OT_OP_LIST(OT__OP_ENUM)
+#undef OT__OP_ENUM
+    OT_OP_COUNT
+} ot_op;
+
+/* Name <-> op, for bindings: ot_op_lookup("tanh") == OT_OP_TANH; an unknown
+ * name gives OT_OP_NONE. ot_op_name of an unknown op gives NULL. */
+ot_op ot_op_lookup(const char *name);
+const char *ot_op_name(ot_op op);
+int ot_op_arity(ot_op op);
+int ot_op_kind(ot_op op);
+unsigned ot_op_flags(ot_op op);
+
+/* ------------------------------------------------------------------------ */
+/* Nodes and building trees                                                  */
+/* ------------------------------------------------------------------------ */
+
+typedef struct ot_node ot_node;
+
+/* The axis value meaning "every axis" (a reduction to a scalar). */
+#define OT_AXIS_ALL (-1000)
+
+/* Op attributes. Builders take them as designated options:
+ *     ot_sum(x, .axis = 1, .keepdims = true)
+ * A reduction without .axis reduces every axis (NumPy's axis=None). */
+typedef struct ot_args {
+    const char *spec_;    /* set by the option macros; leave NULL in code */
+    int axis;             /* reductions, softmax, onehot; negative counts back */
+    bool keepdims;        /* reductions: keep reduced dims with size 1 */
+    ot_dtype dtype;       /* cast target; onehot/rand result (default OT_F32) */
+    int64_t depth;        /* onehot: number of classes */
+    uint64_t seed;        /* rand: the stream, mixed with the backend seed */
+    int ddof;             /* var, std: delta degrees of freedom */
+    double lo, hi;        /* clip bounds */
+    int perm[OT_MAX_DIMS];/* transpose: all zero reverses the dims */
+    ot_shape shape;       /* rand */
+} ot_args;
+
+/* The one builder: type and shape checks (NumPy broadcasting, dtype
+ * promotion, axis range), then a new node owned by the current pool. args
+ * may be NULL for ops that take none; bindings pass axis = OT_AXIS_ALL
+ * explicitly. file and line are recorded for messages (NULL and 0 are ok). */
+ot_node *ot_build_at(ot_op op, ot_node *a, ot_node *b, const ot_args *args,
+                     const char *file, int line);
+#define ot_build(op, a, b, args) ot_build_at((op), (a), (b), (args), __FILE__, __LINE__)
+
+/* Operands. A tensor is its own leaf node (no allocation). Constants are
+ * weakly typed: x * 0.5 stays f32 when x is f32. */
+ot_node *ot_tensor_node(ot_tensor *t);
+ot_node *ot_const(double value);   /* weak f64 */
+ot_node *ot_constf(float value);   /* weak f32 */
+ot_node *ot_consti(int value);     /* weak i32 */
+static inline ot_node *ot__node_id(ot_node *n) { return n; }
+#define OT__NODE(x)                                                           \
+    _Generic((x), ot_tensor *: ot_tensor_node, ot_node *: ot__node_id,        \
+             float: ot_constf, double: ot_const, int: ot_consti,              \
+             long: ot_const, long long: ot_const, unsigned: ot_const)(x)
+
+#define OT__UN(op, x) ot_build_at((op), OT__NODE(x), NULL, NULL, __FILE__, __LINE__)
+#define OT__BIN(op, x, y)                                                     \
+    ot_build_at((op), OT__NODE(x), OT__NODE(y), NULL, __FILE__, __LINE__)
+#define OT__OPTS(op, x, y, ...)                                               \
+    ot_build_at((op), (x), (y), &(ot_args){.spec_ = #__VA_ARGS__, __VA_ARGS__}, \
+                __FILE__, __LINE__)
+
+/* Unary elementwise. */
+#define ot_finite(x) OT__UN(OT_OP_FINITE, x)   /* 1 where finite, else 0 */
+#define ot_neg(x) OT__UN(OT_OP_NEG, x)
+#define ot_abs(x) OT__UN(OT_OP_ABS, x)
+#define ot_sgn(x) OT__UN(OT_OP_SGN, x)         /* -1, 0, 1; NaN stays NaN */
+#define ot_sqrt(x) OT__UN(OT_OP_SQRT, x)
+#define ot_sqr(x) OT__UN(OT_OP_SQR, x)
+#define ot_exp(x) OT__UN(OT_OP_EXP, x)
+#define ot_exp2(x) OT__UN(OT_OP_EXP2, x)
+#define ot_log(x) OT__UN(OT_OP_LOG, x)
+#define ot_log2(x) OT__UN(OT_OP_LOG2, x)
+#define ot_safelog(x) OT__UN(OT_OP_SAFELOG, x) /* log(maximum(x, exp(-50))) */
+#define ot_sig(x) OT__UN(OT_OP_SIG, x)         /* 1 / (1 + exp(-x)) */
+#define ot_sig2(x) OT__UN(OT_OP_SIG2, x)       /* 1 / (1 + exp2(-x)) */
+#define ot_tanh(x) OT__UN(OT_OP_TANH, x)
+#define ot_tanh2(x) OT__UN(OT_OP_TANH2, x)     /* (exp2(2x)-1)/(exp2(2x)+1) */
+#define ot_rint(x) OT__UN(OT_OP_RINT, x)       /* round half to even */
+#define ot_rsqrt(x) OT__UN(OT_OP_RSQRT, x)
+#define ot_recip(x) OT__UN(OT_OP_RECIP, x)
+#define ot_relu(x) OT__UN(OT_OP_RELU, x)       /* maximum(x, 0) */
+#define ot_sin(x) OT__UN(OT_OP_SIN, x)
+#define ot_cos(x) OT__UN(OT_OP_COS, x)
+
+/* Binary elementwise, NumPy broadcasting. Compares give 1 or 0. minimum and
+ * maximum propagate NaN. */
+#define ot_add(x, y) OT__BIN(OT_OP_ADD, x, y)
+#define ot_sub(x, y) OT__BIN(OT_OP_SUB, x, y)
+#define ot_mul(x, y) OT__BIN(OT_OP_MUL, x, y)
+#define ot_div(x, y) OT__BIN(OT_OP_DIV, x, y)
+#define ot_pow(x, y) OT__BIN(OT_OP_POW, x, y)
+#define ot_eq(x, y) OT__BIN(OT_OP_EQ, x, y)
+#define ot_ne(x, y) OT__BIN(OT_OP_NE, x, y)
+#define ot_lt(x, y) OT__BIN(OT_OP_LT, x, y)
+#define ot_le(x, y) OT__BIN(OT_OP_LE, x, y)
+#define ot_gt(x, y) OT__BIN(OT_OP_GT, x, y)
+#define ot_ge(x, y) OT__BIN(OT_OP_GE, x, y)
+#define ot_minimum(x, y) OT__BIN(OT_OP_MINIMUM, x, y)
+#define ot_maximum(x, y) OT__BIN(OT_OP_MAXIMUM, x, y)
+/* NumPy dot for 1-D and 2-D operands: inner dims must agree. */
+#define ot_dot(x, y) OT__BIN(OT_OP_DOT, x, y)
+
+/* Reductions: .axis (default: all axes) and .keepdims. max, min, argmax and
+ * argmin over zero elements are OT_EEMPTY; argmax/argmin give OT_I32 flat
+ * indices (first occurrence; a NaN wins, as in NumPy). */
+#define ot_sum(x, ...) OT__OPTS(OT_OP_SUM, OT__NODE(x), NULL, __VA_ARGS__)
+#define ot_max(x, ...) OT__OPTS(OT_OP_MAX, OT__NODE(x), NULL, __VA_ARGS__)
+#define ot_min(x, ...) OT__OPTS(OT_OP_MIN, OT__NODE(x), NULL, __VA_ARGS__)
+#define ot_mean(x, ...) OT__OPTS(OT_OP_MEAN, OT__NODE(x), NULL, __VA_ARGS__)
+#define ot_argmax(x, ...) OT__OPTS(OT_OP_ARGMAX, OT__NODE(x), NULL, __VA_ARGS__)
+#define ot_argmin(x, ...) OT__OPTS(OT_OP_ARGMIN, OT__NODE(x), NULL, __VA_ARGS__)
+
+/* Transpose of an expression: reverses the dims, or .perm = {1, 0, 2}. */
+#define ot_T(x, ...) OT__OPTS(OT_OP_TRANSPOSE, OT__NODE(x), NULL, __VA_ARGS__)
+/* Conversion: ot_cast(x, .dtype = OT_F64). Into OT_I32: truncation toward
+ * zero, NaN gives 0, out-of-range values saturate. */
+#define ot_cast(x, ...) OT__OPTS(OT_OP_CAST, OT__NODE(x), NULL, __VA_ARGS__)
+/* One-hot: ot_onehot(idx, .depth = 10[, .axis = 0][, .dtype]). The result
+ * has a new dim of size depth at .axis (default: last); element k along it
+ * is 1 where idx == k. Indices outside [0, depth) give a row of zeros. */
+#define ot_onehot(x, ...) OT__OPTS(OT_OP_ONEHOT, OT__NODE(x), NULL, __VA_ARGS__)
+/* Uniform [0, 1) of a shape: ot_rand(OT_SHAPE(3, 4)[, .seed = k][, .dtype]).
+ * Counter-based (Philox-2x32-10 on the backend seed, .seed and the element's
+ * row-major index), so every backend draws the same values, and a rand node
+ * draws the same values each time it is evaluated: vary .seed for new ones. */
+#define ot_rand(shp, ...)                                                     \
+    ot_build_at(OT_OP_RAND, NULL, NULL,                                       \
+                &(ot_args){.spec_ = #__VA_ARGS__, .shape = (shp), __VA_ARGS__},   \
+                __FILE__, __LINE__)
+
+/* Composites: expansions into the ops above, whose root carries a tag (the
+ * composite's op) that autodiff and rewrites recognise. */
+/* Mean of squared deviations over .axis; .ddof as in NumPy. */
+#define ot_var(x, ...) OT__OPTS(OT_OP_VAR, OT__NODE(x), NULL, __VA_ARGS__)
+#define ot_std(x, ...) OT__OPTS(OT_OP_STD, OT__NODE(x), NULL, __VA_ARGS__)
+/* minimum(maximum(x, lo), hi). */
+#define ot_clip(x, low, high)                                                 \
+    ot_build_at(OT_OP_CLIP, OT__NODE(x), NULL, &(ot_args){.axis = OT_AXIS_ALL, \
+                .lo = (low), .hi = (high)}, __FILE__, __LINE__)
+/* exp(x - max) / sum(exp(x - max)) over .axis (default: all), stable. */
+#define ot_softmax(x, ...) OT__OPTS(OT_OP_SOFTMAX, OT__NODE(x), NULL, __VA_ARGS__)
+/* (x - max) - log(sum(exp(x - max))) over .axis; never log of a softmax. */
+#define ot_logsoftmax(x, ...) OT__OPTS(OT_OP_LOGSOFTMAX, OT__NODE(x), NULL, __VA_ARGS__)
+/* -sum(t * safelog(p)) over .axis (default: all): p probabilities, t targets. */
+#define ot_cross_entropy(p, t, ...)                                           \
+    OT__OPTS(OT_OP_CROSS_ENTROPY, OT__NODE(p), OT__NODE(t), __VA_ARGS__)
+/* sum(x * x) over .axis (default: all). */
+#define ot_squared_l2(x, ...) OT__OPTS(OT_OP_SQUARED_L2, OT__NODE(x), NULL, __VA_ARGS__)
+
+/* Refcounts. ot_retain returns n, so `keep = ot_retain(tree)` reads well. */
+ot_node *ot_retain(ot_node *n);
+void ot_release(ot_node *n);
+
+/* Node accessors. */
+enum { OT_NODE_LEAF = 1, OT_NODE_CONST = 2, OT_NODE_OP = 3 };
+int ot_node_kind(const ot_node *n);
+ot_op ot_node_op(const ot_node *n);            /* OT_OP_NONE for leaf/const */
+ot_op ot_node_tag(const ot_node *n);           /* composite tag or OT_OP_NONE */
+ot_shape ot_node_shape(const ot_node *n);
+ot_dtype ot_node_dtype(const ot_node *n);
+ot_node *ot_node_child(const ot_node *n, int i);   /* i = 0 or 1; may be NULL */
+ot_tensor *ot_node_tensor(const ot_node *n);       /* the leaf's tensor */
+double ot_node_value(const ot_node *n);            /* a constant's value */
+ot_args ot_node_args(const ot_node *n);             /* attributes in force */
+const char *ot_node_file(const ot_node *n);
+int ot_node_line(const ot_node *n);
+
+/* ------------------------------------------------------------------------ */
+/* Pools                                                                     */
+/* ------------------------------------------------------------------------ */
+
+typedef struct ot_pool ot_pool;
+/* Pushes a new innermost pool on this thread. NULL (OT_ENOMEM) on failure. */
+ot_pool *ot_pool_push(void);
+/* Releases every node of p, and of any pool pushed after it, and pops them.
+ * OT_ESTATE when p is not on this thread's stack. */
+int ot_pool_pop(ot_pool *p);
+/* Releases every node of this thread's default pool. */
+void ot_pool_drain(void);
+
+/* ------------------------------------------------------------------------ */
+/* Printing                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* neon's tuple form: ({'shape': (2, 2), 'op': 'add'}, x0, x1). Unnamed
+ * tensors print as tensor-0x<address>, constants as their value. */
+int ot_print(const ot_node *tree, FILE *f);
+/* Infix: (x0 + x1), (exp x), (sum x axis=1 keepdims), (minimum a b). */
+int ot_pp(const ot_node *tree, FILE *f);
+/* A DOT graph of the tree (shared subtrees once). */
+int ot_graphviz(const ot_node *tree, FILE *f);
+
+/* ------------------------------------------------------------------------ */
+/* The post-order stack                                                      */
+/* ------------------------------------------------------------------------ */
+
+/* The items of a tree in postfix order, operands before their op, with
+ * shared subtrees listed once: identical nodes, and structurally equal
+ * subtrees (same op, attributes and operands; leaves over the same memory
+ * with the same view; equal constants of one dtype). */
+typedef struct ot_stack ot_stack;
+typedef struct ot_stack_item {
+    int kind;             /* OT_NODE_LEAF, OT_NODE_CONST or OT_NODE_OP */
+    ot_op op;             /* for OT_NODE_OP */
+    const ot_node *node;  /* the first node seen for this item (borrowed) */
+    ot_tensor *tensor;    /* for OT_NODE_LEAF (borrowed) */
+    double value;         /* for OT_NODE_CONST */
+    int a, b;             /* operand item indices, or -1 */
+    int uses;             /* how many items (and the root) read this one */
+} ot_stack_item;
+ot_stack *ot_stack_new(const ot_node *tree);
+void ot_stack_free(ot_stack *s);
+int ot_stack_len(const ot_stack *s);
+const ot_stack_item *ot_stack_at(const ot_stack *s, int i);
+/* One line per item: index, kind, op and attributes, operand indices. */
+int ot_stack_print(const ot_stack *s, FILE *f);
+
+/* A new tree equal to tree with every leaf over old replaced by new_t. new_t
+ * must have old's shape; dtypes are promoted afresh. tree is unchanged. */
+ot_node *ot_substitute(ot_node *tree, ot_tensor *old, ot_tensor *new_t);
+
+/* ------------------------------------------------------------------------ */
+/* Execution                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* out[...] = tree, on out's backend. The tree's shape must broadcast to
+ * out's; out may be any writable view and may alias the tree's leaves (the
+ * result is as if the tree were evaluated before out is written). A float
+ * tree cannot be written into an OT_I32 out (OT_EDTYPE) unless cast first. */
+int ot_assign_node(ot_tensor *out, ot_node *tree);
+#define ot_assign(out, x) ot_assign_node((out), OT__NODE(x))
+/* Several outputs at once: every tree is evaluated before any output is
+ * written; shared subtrees are computed once. Outputs must not overlap. */
+int ot_assign_many(int n, ot_tensor *const outs[], ot_node *const trees[]);
+/* A new tensor of the tree's shape and dtype, on the backend of its first
+ * leaf, holding its value. NULL on error. */
+ot_tensor *ot_eval(ot_node *tree);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* OPTREE_H */

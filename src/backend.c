@@ -1,0 +1,175 @@
+/*
+ * backend.c - backend objects (options, OT_BACKEND override, stats) and the
+ * public entry points of execution: ot_assign, ot_assign_many and ot_eval.
+ * The checks every backend relies on (NULLs, shapes, dtypes, writable and
+ * disjoint outputs) are made here once; backends only evaluate.
+ */
+#include "internal.h"
+
+#include <stdio.h>
+
+#define DEFAULT_PLAN_CACHE 256
+
+typedef struct backend_entry {
+    const char *name;
+    const ot_backend_vt *vt;   /* NULL: known but not built yet */
+} backend_entry;
+
+static const backend_entry backends[] = {
+    {"ref", &ot__ref_vt},
+    {"cpu", NULL},
+};
+
+static int check_opts(const ot_backend_opts *o)
+{
+    const char *bad = NULL;
+    if (o->threads < 0) bad = "threads must be >= 0";
+    else if (o->dtype != OT_DTYPE_DEFAULT && o->dtype != OT_F32 && o->dtype != OT_F64)
+        bad = "dtype must be OT_F32 or OT_F64";
+    else if (o->accuracy != OT_ULP10 && o->accuracy != OT_ULP35)
+        bad = "accuracy must be OT_ULP10 or OT_ULP35";
+    else if (o->plan_cache < 0) bad = "plan_cache must be >= 0";
+    else if (o->fusion < OT_FUSION_DEFAULT || o->fusion > OT_FUSION_OFF)
+        bad = "fusion must be OT_FUSION_DEFAULT, OT_FUSION_ON or OT_FUSION_OFF";
+    return bad ? ot__err_set(OT_EINVAL, NULL, 0, "backend_new", "%s", bad) : 0;
+}
+
+ot_backend *ot_backend_new(const char *name, const ot_backend_opts *opts)
+{
+    const char *env = getenv("OT_BACKEND");
+    if (env && *env) name = env;
+    if (!name) name = "ref";
+    ot_backend_opts o = opts ? *opts : (ot_backend_opts){0};
+    if (check_opts(&o)) return NULL;
+    const backend_entry *e = NULL;
+    for (size_t i = 0; i < sizeof backends / sizeof backends[0]; i++)
+        if (strcmp(backends[i].name, name) == 0) e = &backends[i];
+    if (!e) {
+        ot__err_set(OT_EBACKEND, NULL, 0, "backend_new",
+                    "unknown backend \"%s\" (known: ref, cpu)", name);
+        return NULL;
+    }
+    if (!e->vt) {
+        ot__err_set(OT_EBACKEND, NULL, 0, "backend_new",
+                    "the fused \"%s\" backend is not built yet; use \"ref\"", name);
+        return NULL;
+    }
+    ot_backend *be = calloc(1, sizeof *be);
+    if (!be) {
+        ot__err_set(OT_ENOMEM, NULL, 0, "backend_new", "out of memory");
+        return NULL;
+    }
+    if (!o.dtype) o.dtype = OT_F32;
+    if (!o.plan_cache) o.plan_cache = DEFAULT_PLAN_CACHE;
+    if (!o.fusion) o.fusion = OT_FUSION_ON;
+    be->vt = e->vt;
+    be->opts = o;
+    return be;
+}
+
+void ot_backend_free(ot_backend *be)
+{
+    if (!be) return;
+    if (be->vt->destroy) be->vt->destroy(be);
+    free(be);
+}
+
+const char *ot_backend_name(const ot_backend *be) { return be ? be->vt->name : NULL; }
+
+ot_backend_opts ot_backend_options(const ot_backend *be)
+{
+    ot_backend_opts o = {0};
+    return be ? be->opts : o;
+}
+
+int ot_stats_get(const ot_backend *be, ot_stats *out)
+{
+    if (!be) return ot__err_null("stats", "backend");
+    if (!out) return ot__err_null("stats", "output");
+    const ot_stat_counters *c = &be->stats;
+    out->assigns = atomic_load(&c->assigns);
+    out->nodes = atomic_load(&c->nodes);
+    out->compiles = atomic_load(&c->compiles);
+    out->cache_hits = atomic_load(&c->cache_hits);
+    out->kernels = atomic_load(&c->kernels);
+    out->bytes_moved = atomic_load(&c->bytes_moved);
+    return 0;
+}
+
+/* ---- execution entry points ---------------------------------------------- */
+
+static int check_output(const char *fn, int i, const ot_tensor *out, const ot_node *tree)
+{
+    char so[OT__SHAPE_STRLEN], st[OT__SHAPE_STRLEN];
+    int dim = 0;
+    ot_shape b;
+    if (!ot__broadcast(&tree->shape, &out->leaf.shape, &b, NULL) ||
+        !ot__shape_eq(&b, &out->leaf.shape))
+        return ot__err_set(OT_ESHAPE, NULL, 0, fn,
+                           "tree %d of shape %s cannot be written into an output of shape %s",
+                           i, ot__shape_str(&tree->shape, st), ot__shape_str(&out->leaf.shape, so));
+    if (out->leaf.dtype == OT_I32 && tree->dtype != OT_I32 && !tree->weak)
+        return ot__err_set(OT_EDTYPE, NULL, 0, fn,
+                           "cannot write a %s tree into an int32 output; ot_cast it first",
+                           ot_dtype_name(tree->dtype));
+    if (out->readonly || ot__internal_overlap(out, &dim))
+        return ot__err_set(OT_EALIAS, NULL, 0, fn,
+                           "written-to tensor has overlapping elements (stride %lld at dim %d)",
+                           (long long)out->strides[dim], dim);
+    return 0;
+}
+
+static int assign_checked(const char *fn, int n, ot_tensor *const outs[], ot_node *const trees[])
+{
+    if (n < 0) return ot__err_set(OT_EINVAL, NULL, 0, fn, "negative count %d", n);
+    if (n > 0 && (!outs || !trees)) return ot__err_null(fn, outs ? "trees" : "outs");
+    for (int i = 0; i < n; i++) {
+        if (!trees[i]) return ot__err_null(fn, "tree");
+        if (!outs[i]) return ot__err_null(fn, "output tensor");
+    }
+    ot_clear_error();
+    if (n == 0) return 0;
+    ot_backend *be = outs[0]->leaf.be;
+    for (int i = 0; i < n; i++) {
+        int rc = check_output(fn, i, outs[i], trees[i]);
+        if (rc) return rc;
+        if (outs[i]->leaf.be != be)
+            return ot__err_set(OT_EBACKEND, NULL, 0, fn, "outputs 0 and %d are on different backends", i);
+        for (int j = 0; j < i; j++)
+            if (ot__overlap(outs[i], outs[j]) != OT_OVERLAP_NONE)
+                return ot__err_set(OT_EALIAS, NULL, 0, fn, "outputs %d and %d overlap", j, i);
+    }
+    return be->vt->assign_many(be, n, outs, trees);
+}
+
+int ot_assign_node(ot_tensor *out, ot_node *tree)
+{
+    if (!tree) return ot__err_null("assign", "tree");
+    if (!out) return ot__err_null("assign", "output tensor");
+    return assign_checked("assign", 1, &out, &tree);
+}
+
+int ot_assign_many(int n, ot_tensor *const outs[], ot_node *const trees[])
+{
+    return assign_checked("assign_many", n, outs, trees);
+}
+
+ot_tensor *ot_eval(ot_node *tree)
+{
+    if (!tree) {
+        ot__err_null("eval", "tree");
+        return NULL;
+    }
+    if (!tree->be) {
+        ot__err_set(OT_EBACKEND, NULL, 0, "eval",
+                    "the tree has no tensor leaf to take a backend from");
+        return NULL;
+    }
+    ot_tensor *t = ot_empty(tree->be, tree->shape, (ot_dtype)tree->dtype);
+    if (!t) return NULL;
+    if (ot_assign_node(t, tree) != 0) {
+        ot_tensor_free(t);
+        return NULL;
+    }
+    return t;
+}

@@ -1,0 +1,102 @@
+/*
+ * error.c - the thread-local error slot, status strings and the handler.
+ *
+ * Builders keep the first error of an expression (so a NULL that flows up a
+ * tree still reports its root cause); functions that do work replace it.
+ */
+#include "internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+#define OT__MSG_MAX 512
+
+typedef struct err_slot {
+    int code;
+    char msg[OT__MSG_MAX];
+    ot_error_handler handler;
+    void *user;
+} err_slot;
+
+static _Thread_local err_slot slot;
+
+static const char *const status_text[] = {
+    [0] = "success",
+    [-OT_EINVAL] = "invalid argument",
+    [-OT_ESHAPE] = "shape mismatch",
+    [-OT_EDTYPE] = "unsupported or mismatched dtype",
+    [-OT_ENOMEM] = "out of memory",
+    [-OT_EALIAS] = "output overlaps itself or another output",
+    [-OT_EBACKEND] = "unknown or unavailable backend",
+    [-OT_EUNSUPPORTED] = "not supported",
+    [-OT_ENULL] = "NULL argument",
+    [-OT_EOVERFLOW] = "size overflow",
+    [-OT_EEMPTY] = "zero-size reduction without identity",
+    [-OT_ESTATE] = "call out of order",
+    [-OT_EIO] = "write failed",
+};
+
+const char *ot_strerror(int code)
+{
+    if (code > 0 || -code >= (int)(sizeof status_text / sizeof status_text[0]))
+        return "unknown status";
+    return status_text[-code];
+}
+
+int ot_errcode(void) { return slot.code; }
+const char *ot_errmsg(void) { return slot.msg; }
+
+void ot_clear_error(void)
+{
+    slot.code = 0;
+    slot.msg[0] = '\0';
+}
+
+void ot_set_error_handler(ot_error_handler fn, void *user)
+{
+    slot.handler = fn;
+    slot.user = user;
+}
+
+static int record(int code, const char *file, int line, const char *op,
+                  const char *fmt, va_list ap)
+{
+    size_t n = 0;
+    if (file)
+        n += (size_t)snprintf(slot.msg, sizeof slot.msg, "%s:%d: ", file, line);
+    if (op && n < sizeof slot.msg)
+        n += (size_t)snprintf(slot.msg + n, sizeof slot.msg - n, "%s: ", op);
+    if (n < sizeof slot.msg)
+        vsnprintf(slot.msg + n, sizeof slot.msg - n, fmt, ap);
+    slot.code = code;
+    if (slot.handler)
+        slot.handler(code, slot.msg, slot.user);
+    return code;
+}
+
+int ot__err(int code, const char *file, int line, const char *op, const char *fmt, ...)
+{
+    if (slot.code != 0)
+        return code;
+    va_list ap;
+    va_start(ap, fmt);
+    record(code, file, line, op, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+int ot__err_set(int code, const char *file, int line, const char *op, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    record(code, file, line, op, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+int ot__err_null(const char *fn, const char *what)
+{
+    if (slot.code != 0)
+        return slot.code;
+    return ot__err_set(OT_ENULL, NULL, 0, fn, "%s is NULL", what);
+}

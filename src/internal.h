@@ -1,0 +1,204 @@
+/*
+ * internal.h - private structures and helpers shared by the files of src/.
+ * Never installed. Non-static internal functions are named ot__*.
+ */
+#ifndef OT_INTERNAL_H
+#define OT_INTERNAL_H
+
+#include "optree.h"
+
+#include <assert.h>
+#include <limits.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static_assert(OT_MAX_DIMS == 8, "shape code assumes 8 dims");
+static_assert(OT_OP_COUNT == 52, "update hand-written op switches");
+
+/* Internal invariant checks: on in debug builds only. User input is never
+ * checked with this; it gets a status. */
+#ifdef OT_DEBUG
+#define OT_ASSERT(x) assert(x)
+#else
+#define OT_ASSERT(x) ((void)0)
+#endif
+
+/* ---- nodes --------------------------------------------------------------- */
+
+struct ot_node {
+    atomic_long refs;
+    uint8_t kind;         /* OT_NODE_LEAF / CONST / OP */
+    uint8_t dtype;        /* ot_dtype */
+    bool weak;            /* dtype came only from constants */
+    int8_t op;            /* ot_op for OT_NODE_OP, else OT_OP_NONE */
+    int8_t tag;           /* composite op that this node is the root of */
+    int line;
+    const char *file;
+    ot_backend *be;       /* backend of the first leaf below, or NULL */
+    ot_shape shape;
+    ot_node *a, *b;       /* operands (retained), NULL when absent */
+    ot_node *tag_a, *tag_b; /* a composite's own operands (retained) */
+    double value;         /* OT_NODE_CONST */
+    ot_args args;         /* attributes in force, spec_ NULL, axis normalised
+                             (0..ndim-1 of the operand, or OT_AXIS_ALL) */
+    ot_node *next_dead;   /* worklist link while being destroyed */
+};
+
+/* Adds a new node (holding one reference, the creator's) to the innermost
+ * pool of this thread, which takes that reference over. On allocation
+ * failure the node is released and OT_ENOMEM recorded; returns n or NULL. */
+ot_node *ot__pool_adopt(ot_node *n);
+/* A zeroed node with refs = 1, kind/op/tag set to "none" values. */
+ot_node *ot__node_alloc(void);
+
+/* ---- tensors ------------------------------------------------------------- */
+
+typedef struct ot_buffer {
+    atomic_long refs;
+    size_t nbytes;
+    void *data;           /* 64-byte aligned */
+} ot_buffer;
+
+struct ot_tensor {
+    ot_node leaf;         /* first member: a tensor is its own leaf node.
+                             leaf.refs counts the creator plus every parent
+                             node; dtype, shape and be live here. */
+    ot_buffer *buf;
+    int64_t strides[OT_MAX_DIMS];  /* in elements; may be 0 or negative */
+    int64_t offset;                /* in elements, from buf->data */
+    char *name;
+    bool readonly;                 /* a broadcast view */
+};
+
+static inline ot_tensor *ot__leaf_tensor(const ot_node *n)
+{
+    return (ot_tensor *)n;    /* valid only for kind == OT_NODE_LEAF */
+}
+/* Called by ot_release when a leaf's refcount reaches zero. */
+void ot__tensor_destroy(ot_tensor *t);
+
+/* Memory overlap of two views, after ATen's MemoryOverlap: zero-size views
+ * never overlap; same buffer, offset, shape and strides is FULL; disjoint
+ * byte ranges are NONE; anything else is PARTIAL (conservative). */
+enum { OT_OVERLAP_NONE = 0, OT_OVERLAP_FULL = 1, OT_OVERLAP_PARTIAL = 2 };
+int ot__overlap(const ot_tensor *a, const ot_tensor *b);
+/* True when two distinct indices of t address one element (stride 0 on a
+ * dim of size > 1, or overlapping strides); *dim gets the culprit dim. */
+bool ot__internal_overlap(const ot_tensor *t, int *dim);
+
+/* Element load/store in a dtype. Stores into OT_I32 truncate toward zero,
+ * map NaN to 0 and saturate out-of-range values (never undefined). */
+static inline double ot__load(const void *p, ot_dtype dt)
+{
+    switch (dt) {
+    case OT_F32: return *(const float *)p;
+    case OT_F64: return *(const double *)p;
+    default: return *(const int32_t *)p;
+    }
+}
+static inline int32_t ot__to_i32(double v)
+{
+    if (v != v) return 0;
+    if (v >= 2147483647.0) return INT32_MAX;
+    if (v <= -2147483648.0) return INT32_MIN;
+    return (int32_t)v;
+}
+static inline void ot__store(void *p, ot_dtype dt, double v)
+{
+    switch (dt) {
+    case OT_F32: *(float *)p = (float)v; break;
+    case OT_F64: *(double *)p = v; break;
+    default: *(int32_t *)p = ot__to_i32(v); break;
+    }
+}
+
+/* ---- sizes and shapes ---------------------------------------------------- */
+
+/* Checked size arithmetic: false on overflow. Every size goes through here. */
+static inline bool ot__mul_size(size_t *r, size_t a, size_t b)
+{
+    return !__builtin_mul_overflow(a, b, r);
+}
+static inline bool ot__add_size(size_t *r, size_t a, size_t b)
+{
+    return !__builtin_add_overflow(a, b, r);
+}
+/* Validates a shape for a tensor or node of dtype (or 0 to skip the byte
+ * size): ndim in [0, 8], dims >= 0, numel * itemsize fits in PTRDIFF_MAX.
+ * On failure records the error for op at file:line and returns the code. */
+int ot__shape_check(const ot_shape *s, ot_dtype dtype, const char *op,
+                    const char *file, int line);
+/* Product of dims (the shape must have passed ot__shape_check). */
+int64_t ot__numel(const ot_shape *s);
+bool ot__shape_eq(const ot_shape *a, const ot_shape *b);
+/* NumPy broadcasting of a and b into *out. On failure returns false and sets
+ * *bad_dim to the offending dim of the result (counted from the left). */
+bool ot__broadcast(const ot_shape *a, const ot_shape *b, ot_shape *out, int *bad_dim);
+/* "(3,4)", "(3,)", "()" into buf, which must hold OT__SHAPE_STRLEN chars. */
+#define OT__SHAPE_STRLEN 192
+const char *ot__shape_str(const ot_shape *s, char *buf);
+
+/* ---- errors -------------------------------------------------------------- */
+
+/* Records an error for a builder: kept only when the slot is empty (the first
+ * error of an expression wins). Message: "file:line: op: <fmt>" (file and op
+ * parts omitted when NULL). Calls the handler. Returns code. */
+int ot__err(int code, const char *file, int line, const char *op, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+/* The same, but replaces whatever the slot held (for functions that work). */
+int ot__err_set(int code, const char *file, int line, const char *op, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+/* For a function that does work and was handed a NULL tree or tensor:
+ * returns the code already in the slot, or records OT_ENULL naming what. */
+int ot__err_null(const char *fn, const char *what);
+
+/* ---- backends ------------------------------------------------------------ */
+
+typedef struct ot_backend_vt {
+    const char *name;
+    /* Evaluates every tree before writing any output. Called after the
+     * common checks of backend.c: no NULLs, every tree broadcasts to its
+     * output, dtypes allowed, outputs writable and mutually disjoint. */
+    int (*assign_many)(ot_backend *be, int n, ot_tensor *const outs[],
+                       ot_node *const trees[]);
+    void (*destroy)(ot_backend *be);   /* frees impl; may be NULL */
+} ot_backend_vt;
+
+typedef struct ot_stat_counters {
+    atomic_uint_fast64_t assigns, nodes, compiles, cache_hits, kernels, bytes_moved;
+} ot_stat_counters;
+
+struct ot_backend {
+    const ot_backend_vt *vt;
+    ot_backend_opts opts;     /* defaults filled in */
+    ot_stat_counters stats;
+    void *impl;
+};
+
+extern const ot_backend_vt ot__ref_vt;
+
+/* ---- post-order stacks --------------------------------------------------- */
+
+/* A stack over several roots at once (for ot_assign_many): shared subtrees,
+ * also between roots, appear once. roots_out[i] receives the item index of
+ * roots[i]. The public ot_stack_new is this with n = 1. */
+ot_stack *ot__stack_new_many(int n, const ot_node *const roots[], int roots_out[]);
+
+/* ---- random numbers ------------------------------------------------------ */
+
+/* The uniform [0, 1) draw of element idx of a rand node with attribute seed,
+ * on a backend with seed be_seed: Philox-2x32-10 keyed by both seeds. OT_F32
+ * draws have 24 random bits and OT_F64 draws 53, so each is exact in its
+ * dtype and never rounds up to 1. */
+double ot__rand_uniform(uint64_t be_seed, uint64_t seed, uint64_t idx, ot_dtype dt);
+
+/* ---- small shared helpers ------------------------------------------------ */
+
+/* Shortest text that reads back as v (Python's repr: 1.0, 0.1, inf, nan). */
+void ot__fmt_double(char *buf, size_t n, double v);
+
+#endif /* OT_INTERNAL_H */

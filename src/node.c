@@ -1,0 +1,632 @@
+/*
+ * node.c - op-tree nodes: the builder (shape, broadcast, dtype and axis
+ * checks), composite expansion, refcounts and the per-thread pools.
+ *
+ * Nothing here knows about execution. Every check that can be made from
+ * shapes and dtypes is made here, when the node is built, so that an error
+ * points at the user's line rather than at a later ot_assign.
+ */
+#include "internal.h"
+
+#include <stdio.h>
+
+/* ---- shapes -------------------------------------------------------------- */
+
+const char *ot__shape_str(const ot_shape *s, char *buf)
+{
+    size_t n = 0;
+    int nd = s->ndim < 0 ? 0 : (s->ndim > OT_MAX_DIMS ? OT_MAX_DIMS : s->ndim);
+    buf[n++] = '(';
+    for (int i = 0; i < nd; i++)
+        n += (size_t)snprintf(buf + n, OT__SHAPE_STRLEN - n, i ? ",%lld" : "%lld",
+                              (long long)s->dims[i]);
+    if (nd == 1) buf[n++] = ',';
+    buf[n++] = ')';
+    buf[n] = '\0';
+    return buf;
+}
+
+int ot__shape_check(const ot_shape *s, ot_dtype dtype, const char *op,
+                    const char *file, int line)
+{
+    if (s->ndim < 0 || s->ndim > OT_MAX_DIMS)
+        return ot__err_set(OT_EINVAL, file, line, op,
+                           "%d dimensions requested, at most %d are supported",
+                           s->ndim, OT_MAX_DIMS);
+    size_t n = dtype ? ot_dtype_size(dtype) : 1;
+    for (int i = 0; i < s->ndim; i++) {
+        if (s->dims[i] < 0)
+            return ot__err_set(OT_EINVAL, file, line, op,
+                               "negative dimension %lld at axis %d",
+                               (long long)s->dims[i], i);
+    }
+    for (int i = 0; i < s->ndim; i++) {
+        if (!ot__mul_size(&n, n, (size_t)s->dims[i]) || n > (size_t)PTRDIFF_MAX) {
+            char b[OT__SHAPE_STRLEN];
+            return ot__err_set(OT_EOVERFLOW, file, line, op,
+                               "tensor too big: shape %s of %s overflows the address space",
+                               ot__shape_str(s, b), dtype ? ot_dtype_name(dtype) : "elements");
+        }
+    }
+    return 0;
+}
+
+int64_t ot__numel(const ot_shape *s)
+{
+    int64_t n = 1;
+    for (int i = 0; i < s->ndim; i++) n *= s->dims[i];
+    return n;
+}
+
+bool ot__shape_eq(const ot_shape *a, const ot_shape *b)
+{
+    if (a->ndim != b->ndim) return false;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->dims[i] != b->dims[i]) return false;
+    return true;
+}
+
+bool ot__broadcast(const ot_shape *a, const ot_shape *b, ot_shape *out, int *bad_dim)
+{
+    int nd = a->ndim > b->ndim ? a->ndim : b->ndim;
+    ot_shape r = {.ndim = nd};
+    for (int i = 0; i < nd; i++) {
+        int ia = i - (nd - a->ndim), ib = i - (nd - b->ndim);
+        int64_t da = ia >= 0 ? a->dims[ia] : 1, db = ib >= 0 ? b->dims[ib] : 1;
+        if (da != db && da != 1 && db != 1) {
+            if (bad_dim) *bad_dim = i;
+            return false;
+        }
+        r.dims[i] = da == 1 ? db : da;
+    }
+    *out = r;
+    return true;
+}
+
+/* ---- refcounts ----------------------------------------------------------- */
+
+ot_node *ot__node_alloc(void)
+{
+    ot_node *n = calloc(1, sizeof *n);
+    if (!n) return NULL;
+    atomic_init(&n->refs, 1);
+    n->op = OT_OP_NONE;
+    n->tag = OT_OP_NONE;
+    return n;
+}
+
+ot_node *ot_retain(ot_node *n)
+{
+    if (n) atomic_fetch_add_explicit(&n->refs, 1, memory_order_relaxed);
+    return n;
+}
+
+/* Queues n for destruction when this drops its last reference. */
+static void drop(ot_node *n, ot_node **dead)
+{
+    if (n && atomic_fetch_sub_explicit(&n->refs, 1, memory_order_acq_rel) == 1) {
+        n->next_dead = *dead;
+        *dead = n;
+    }
+}
+
+/* Iterative: releasing the root of a 100,000-deep tree must not recurse. */
+void ot_release(ot_node *n)
+{
+    ot_node *dead = NULL;
+    drop(n, &dead);
+    while (dead) {
+        ot_node *d = dead;
+        dead = d->next_dead;
+        if (d->kind == OT_NODE_LEAF) {
+            ot__tensor_destroy(ot__leaf_tensor(d));
+            continue;
+        }
+        drop(d->a, &dead);
+        drop(d->b, &dead);
+        drop(d->tag_a, &dead);
+        drop(d->tag_b, &dead);
+        free(d);
+    }
+}
+
+/* ---- pools --------------------------------------------------------------- */
+
+struct ot_pool {
+    ot_pool *parent;
+    ot_node **items;
+    size_t n, cap;
+};
+
+static _Thread_local ot_pool *pool_top;
+static _Thread_local ot_pool default_pool;
+
+static void pool_release_all(ot_pool *p)
+{
+    for (size_t i = p->n; i-- > 0;)
+        ot_release(p->items[i]);
+    free(p->items);
+    p->items = NULL;
+    p->n = p->cap = 0;
+}
+
+ot_pool *ot_pool_push(void)
+{
+    ot_pool *p = calloc(1, sizeof *p);
+    if (!p) {
+        ot__err_set(OT_ENOMEM, NULL, 0, "pool_push", "out of memory");
+        return NULL;
+    }
+    p->parent = pool_top;
+    pool_top = p;
+    return p;
+}
+
+int ot_pool_pop(ot_pool *p)
+{
+    if (!p) return ot__err_null("pool_pop", "pool");
+    ot_pool *q = pool_top;
+    while (q && q != p) q = q->parent;
+    if (!q)
+        return ot__err_set(OT_ESTATE, NULL, 0, "pool_pop",
+                           "pool %p is not on this thread's pool stack", (void *)p);
+    ot_pool *stop = p->parent;
+    while (pool_top != stop) {
+        ot_pool *top = pool_top;
+        pool_top = top->parent;
+        pool_release_all(top);
+        free(top);
+    }
+    return 0;
+}
+
+void ot_pool_drain(void) { pool_release_all(&default_pool); }
+
+ot_node *ot__pool_adopt(ot_node *n)
+{
+    ot_pool *p = pool_top ? pool_top : &default_pool;
+    if (p->n == p->cap) {
+        size_t cap = p->cap ? p->cap * 2 : 64, bytes;
+        ot_node **items = NULL;
+        if (ot__mul_size(&bytes, cap, sizeof *items)) items = realloc(p->items, bytes);
+        if (!items) {
+            ot_release(n);
+            ot__err(OT_ENOMEM, NULL, 0, NULL, "out of memory adding a node to its pool");
+            return NULL;
+        }
+        p->items = items;
+        p->cap = cap;
+    }
+    p->items[p->n++] = n;
+    return n;
+}
+
+/* ---- constants ----------------------------------------------------------- */
+
+static ot_node *new_const(double v, ot_dtype dt)
+{
+    ot_node *n = ot__node_alloc();
+    if (!n) {
+        ot__err(OT_ENOMEM, NULL, 0, "const", "out of memory");
+        return NULL;
+    }
+    n->kind = OT_NODE_CONST;
+    n->dtype = (uint8_t)dt;
+    n->weak = true;
+    n->value = v;
+    return ot__pool_adopt(n);
+}
+
+ot_node *ot_const(double value) { return new_const(value, OT_F64); }
+ot_node *ot_constf(float value) { return new_const(value, OT_F32); }
+ot_node *ot_consti(int value) { return new_const(value, OT_I32); }
+
+/* ---- dtype promotion ------------------------------------------------------ */
+
+static bool is_float(ot_dtype d) { return d == OT_F32 || d == OT_F64; }
+static bool valid_dtype(int d) { return d == OT_F32 || d == OT_F64 || d == OT_I32; }
+
+/* Tensors: f32 with f64 gives f64; i32 with a float gives the float. */
+static ot_dtype promote_strong(ot_dtype a, ot_dtype b)
+{
+    if (a == b) return a;
+    if (a == OT_F64 || b == OT_F64) return OT_F64;
+    return OT_F32;
+}
+
+/* A weak (constant-only) operand keeps the strong one's dtype, except that a
+ * float constant lifts an integer tensor to f64, as NumPy does. */
+static ot_dtype promote_weak(ot_dtype strong, ot_dtype weak)
+{
+    if (is_float(strong) || !is_float(weak)) return strong;
+    return OT_F64;
+}
+
+static ot_dtype promote(const ot_node *a, const ot_node *b, bool *weak)
+{
+    *weak = a->weak && b->weak;
+    if (a->weak == b->weak) return promote_strong(a->dtype, b->dtype);
+    return a->weak ? promote_weak(b->dtype, a->dtype) : promote_weak(a->dtype, b->dtype);
+}
+
+static ot_dtype apply_flags(ot_op op, ot_dtype d)
+{
+    unsigned f = ot_op_flags(op);
+    if (f & OT_FLAG_INDEX) return OT_I32;
+    if ((f & OT_FLAG_FLOAT) && d == OT_I32) return OT_F64;
+    return d;
+}
+
+/* ---- the builder --------------------------------------------------------- */
+
+/* What a node will be, worked out before it is allocated. */
+typedef struct proto {
+    ot_shape shape;
+    ot_dtype dtype;
+    bool weak;
+    ot_args args;
+} proto;
+
+typedef struct site {
+    ot_op op;
+    const char *file;
+    int line;
+} site;
+
+#define FAIL(st, code, ...) ot__err((code), (st)->file, (st)->line, ot_op_name((st)->op), __VA_ARGS__)
+
+/* True when the designators the option macro saw include ".axis =". */
+static bool spec_names_axis(const char *spec)
+{
+    for (const char *p = strchr(spec, '.'); p; p = strchr(p + 1, '.')) {
+        const char *q = p + 1;
+        while (*q == ' ') q++;
+        if (strncmp(q, "axis", 4) != 0) continue;
+        q += 4;
+        while (*q == ' ') q++;
+        if (*q == '=') return true;
+    }
+    return false;
+}
+
+static ot_args normalise_args(const ot_args *args)
+{
+    ot_args a = {.axis = OT_AXIS_ALL};
+    if (args) {
+        a = *args;
+        if (a.spec_ && !spec_names_axis(a.spec_)) a.axis = OT_AXIS_ALL;
+        a.spec_ = NULL;
+    }
+    return a;
+}
+
+/* Maps a possibly negative axis into [0, ndim); OT_AXIS_ALL passes. */
+static int norm_axis(const site *st, int axis, int ndim, int *out)
+{
+    if (axis == OT_AXIS_ALL) {
+        *out = OT_AXIS_ALL;
+        return 0;
+    }
+    if (axis < -ndim || axis >= ndim)
+        return FAIL(st, OT_EINVAL, "axis %d is out of bounds for tensor of dimension %d",
+                    axis, ndim);
+    *out = axis < 0 ? axis + ndim : axis;
+    return 0;
+}
+
+static int infer_elementwise(const site *st, ot_node *a, ot_node *b, proto *p)
+{
+    if (!b) {
+        p->shape = a->shape;
+        p->dtype = apply_flags(st->op, a->dtype);
+        p->weak = a->weak;
+        return 0;
+    }
+    int bad = 0;
+    if (!ot__broadcast(&a->shape, &b->shape, &p->shape, &bad)) {
+        char sa[OT__SHAPE_STRLEN], sb[OT__SHAPE_STRLEN];
+        int nd = a->shape.ndim > b->shape.ndim ? a->shape.ndim : b->shape.ndim;
+        int ia = bad - (nd - a->shape.ndim), ib = bad - (nd - b->shape.ndim);
+        return FAIL(st, OT_ESHAPE, "shapes %s and %s cannot be broadcast (dim %d: %lld vs %lld)",
+                    ot__shape_str(&a->shape, sa), ot__shape_str(&b->shape, sb), bad,
+                    (long long)a->shape.dims[ia], (long long)b->shape.dims[ib]);
+    }
+    p->dtype = apply_flags(st->op, promote(a, b, &p->weak));
+    return 0;
+}
+
+static int infer_reduce(const site *st, ot_node *a, proto *p)
+{
+    int axis;
+    int rc = norm_axis(st, p->args.axis, a->shape.ndim, &axis);
+    if (rc) return rc;
+    p->args.axis = axis;
+    int64_t extent = axis == OT_AXIS_ALL ? ot__numel(&a->shape) : a->shape.dims[axis];
+    bool needs_identity = st->op == OT_OP_MAX || st->op == OT_OP_MIN ||
+                          st->op == OT_OP_ARGMAX || st->op == OT_OP_ARGMIN;
+    if (needs_identity && extent == 0) {
+        char s[OT__SHAPE_STRLEN];
+        return FAIL(st, OT_EEMPTY, "zero-size reduction over %s of shape %s has no identity",
+                    axis == OT_AXIS_ALL ? "all axes" : "an axis", ot__shape_str(&a->shape, s));
+    }
+    ot_shape r = {.ndim = 0};
+    for (int i = 0; i < a->shape.ndim; i++) {
+        bool reduced = axis == OT_AXIS_ALL || axis == i;
+        if (!reduced) r.dims[r.ndim++] = a->shape.dims[i];
+        else if (p->args.keepdims) r.dims[r.ndim++] = 1;
+    }
+    p->shape = r;
+    p->dtype = apply_flags(st->op, a->dtype);
+    p->weak = a->weak;
+    return 0;
+}
+
+static int infer_dot(const site *st, ot_node *a, ot_node *b, proto *p)
+{
+    char sa[OT__SHAPE_STRLEN], sb[OT__SHAPE_STRLEN];
+    int ra = a->shape.ndim, rb = b->shape.ndim;
+    if (ra < 1 || ra > 2 || rb < 1 || rb > 2)
+        return FAIL(st, OT_EINVAL, "operands must be 1-D or 2-D, got shapes %s and %s",
+                    ot__shape_str(&a->shape, sa), ot__shape_str(&b->shape, sb));
+    int ka = ra - 1, kb = 0;  /* contract a's last dim with b's first */
+    if (a->shape.dims[ka] != b->shape.dims[kb])
+        return FAIL(st, OT_ESHAPE, "shapes %s and %s not aligned: %lld (dim %d) != %lld (dim %d)",
+                    ot__shape_str(&a->shape, sa), ot__shape_str(&b->shape, sb),
+                    (long long)a->shape.dims[ka], ka, (long long)b->shape.dims[kb], kb);
+    p->dtype = promote(a, b, &p->weak);
+    if (p->dtype == OT_I32)
+        return FAIL(st, OT_EDTYPE, "int32 operands are not supported (BLAS has no integer "
+                    "product); cast them to a float dtype");
+    p->shape.ndim = 0;
+    if (ra == 2) p->shape.dims[p->shape.ndim++] = a->shape.dims[0];
+    if (rb == 2) p->shape.dims[p->shape.ndim++] = b->shape.dims[1];
+    return 0;
+}
+
+static int infer_transpose(const site *st, ot_node *a, proto *p)
+{
+    int nd = a->shape.ndim;
+    bool all_zero = true;
+    for (int i = 0; i < OT_MAX_DIMS; i++)
+        if (p->args.perm[i]) all_zero = false;
+    bool seen[OT_MAX_DIMS] = {false};
+    for (int i = 0; i < nd; i++) {
+        int src = all_zero ? nd - 1 - i : p->args.perm[i];
+        if (src < 0 || src >= nd || seen[src])
+            return FAIL(st, OT_EINVAL, "perm is not a permutation of %d dims (entry %d is %d)",
+                        nd, i, src);
+        seen[src] = true;
+        p->args.perm[i] = src;
+        p->shape.dims[i] = a->shape.dims[src];
+    }
+    for (int i = nd; i < OT_MAX_DIMS; i++)
+        if (p->args.perm[i])
+            return FAIL(st, OT_EINVAL, "perm has entries beyond the %d dims", nd);
+    p->shape.ndim = nd;
+    p->dtype = a->dtype;
+    p->weak = a->weak;
+    return 0;
+}
+
+static int infer_onehot(const site *st, ot_node *a, proto *p)
+{
+    if (p->args.depth <= 0)
+        return FAIL(st, OT_EINVAL, "depth must be positive, got %lld", (long long)p->args.depth);
+    int nd = a->shape.ndim + 1;
+    if (nd > OT_MAX_DIMS)
+        return FAIL(st, OT_EINVAL, "the result would have %d dimensions, at most %d are supported",
+                    nd, OT_MAX_DIMS);
+    int axis = p->args.axis == OT_AXIS_ALL ? nd - 1 : p->args.axis;
+    int rc = norm_axis(st, axis, nd, &axis);
+    if (rc) return rc;
+    p->args.axis = axis;
+    p->shape.ndim = nd;
+    for (int i = 0, j = 0; i < nd; i++)
+        p->shape.dims[i] = i == axis ? p->args.depth : a->shape.dims[j++];
+    if (p->args.dtype && !valid_dtype(p->args.dtype))
+        return FAIL(st, OT_EDTYPE, "unknown dtype %d", (int)p->args.dtype);
+    p->dtype = p->args.dtype ? p->args.dtype : OT_F32;
+    p->args.dtype = p->dtype;
+    return ot__shape_check(&p->shape, p->dtype, ot_op_name(st->op), st->file, st->line);
+}
+
+static int infer_special(const site *st, ot_node *a, proto *p)
+{
+    switch (st->op) {
+    case OT_OP_CAST:
+        if (!valid_dtype(p->args.dtype))
+            return FAIL(st, OT_EDTYPE, "cannot cast to unknown dtype %d", (int)p->args.dtype);
+        p->shape = a->shape;
+        p->dtype = p->args.dtype;
+        return 0;
+    case OT_OP_ONEHOT:
+        return infer_onehot(st, a, p);
+    default: /* OT_OP_RAND */
+        if (p->args.dtype == OT_I32 || (p->args.dtype && !valid_dtype(p->args.dtype)))
+            return FAIL(st, OT_EDTYPE, "draws are float32 or float64, not %s",
+                        ot_dtype_name(p->args.dtype) ? ot_dtype_name(p->args.dtype) : "unknown");
+        p->dtype = p->args.dtype ? p->args.dtype : OT_F32;
+        p->args.dtype = p->dtype;
+        p->shape = p->args.shape;
+        return ot__shape_check(&p->shape, p->dtype, ot_op_name(st->op), st->file, st->line);
+    }
+}
+
+static ot_node *make_node(const site *st, ot_node *a, ot_node *b, const proto *p)
+{
+    ot_node *n = ot__node_alloc();
+    if (!n) {
+        FAIL(st, OT_ENOMEM, "out of memory");
+        return NULL;
+    }
+    n->kind = OT_NODE_OP;
+    n->op = (int8_t)st->op;
+    n->dtype = (uint8_t)p->dtype;
+    n->weak = p->weak;
+    n->shape = p->shape;
+    n->args = p->args;
+    n->file = st->file;
+    n->line = st->line;
+    n->a = ot_retain(a);
+    n->b = ot_retain(b);
+    n->be = a && a->be ? a->be : (b ? b->be : NULL);
+    return ot__pool_adopt(n);
+}
+
+static ot_node *build_composite(const site *st, ot_node *a, ot_node *b, const ot_args *args);
+
+static int check_operands(const site *st, ot_node *a, ot_node *b)
+{
+    int arity = ot_op_arity(st->op);
+    if (arity >= 1 && !a) return FAIL(st, OT_ENULL, "operand 1 is NULL");
+    if (arity == 2 && !b) return FAIL(st, OT_ENULL, "operand 2 is NULL");
+    if ((arity < 2 && b) || (arity < 1 && a))
+        return FAIL(st, OT_EINVAL, "takes %d operand%s", arity, arity == 1 ? "" : "s");
+    return 0;
+}
+
+ot_node *ot_build_at(ot_op op, ot_node *a, ot_node *b, const ot_args *args,
+                     const char *file, int line)
+{
+    site st = {op, file, line};
+    if (op < 0 || op >= OT_OP_COUNT) {
+        ot__err(OT_EINVAL, file, line, "build", "unknown op %d", (int)op);
+        return NULL;
+    }
+    if (check_operands(&st, a, b)) return NULL;
+    proto p = {.args = normalise_args(args)};
+    int rc = 0;
+    switch (ot_op_kind(op)) {
+    case OT_KIND_UNARY:
+    case OT_KIND_BINARY: rc = infer_elementwise(&st, a, b, &p); break;
+    case OT_KIND_REDUCE: rc = infer_reduce(&st, a, &p); break;
+    case OT_KIND_DOT: rc = infer_dot(&st, a, b, &p); break;
+    case OT_KIND_SHAPE: rc = infer_transpose(&st, a, &p); break;
+    case OT_KIND_SPECIAL: rc = infer_special(&st, a, &p); break;
+    default: return build_composite(&st, a, b, &p.args);
+    }
+    return rc ? NULL : make_node(&st, a, b, &p);
+}
+
+/* ---- composites ---------------------------------------------------------- */
+
+/* Builder shorthands that carry the composite's call site, so an error inside
+ * an expansion still points at the user's line. */
+static ot_node *B(const site *st, ot_op op, ot_node *a, ot_node *b)
+{
+    return ot_build_at(op, a, b, NULL, st->file, st->line);
+}
+static ot_node *R(const site *st, ot_op op, ot_node *a, int axis, bool keepdims)
+{
+    ot_args r = {.axis = axis, .keepdims = keepdims};
+    return ot_build_at(op, a, NULL, &r, st->file, st->line);
+}
+
+static int64_t reduced_count(const ot_node *x, int axis)
+{
+    return axis == OT_AXIS_ALL ? ot__numel(&x->shape) : x->shape.dims[axis];
+}
+
+static ot_node *expand_var(const site *st, ot_node *x, const ot_args *g)
+{
+    ot_node *m = R(st, OT_OP_MEAN, x, g->axis, true);
+    ot_node *ss = R(st, OT_OP_SUM, B(st, OT_OP_SQR, B(st, OT_OP_SUB, x, m), NULL), g->axis,
+                    g->keepdims);
+    if (!ss) return NULL;
+    return B(st, OT_OP_DIV, ss, ot_const((double)(reduced_count(x, g->axis) - g->ddof)));
+}
+
+static ot_node *expand_softmax(const site *st, ot_node *x, const ot_args *g, bool log_form)
+{
+    ot_node *shifted = B(st, OT_OP_SUB, x, R(st, OT_OP_MAX, x, g->axis, true));
+    if (!shifted) return NULL;
+    if (log_form) {
+        ot_node *lse = B(st, OT_OP_LOG, R(st, OT_OP_SUM, B(st, OT_OP_EXP, shifted, NULL),
+                                           g->axis, true), NULL);
+        return B(st, OT_OP_SUB, shifted, lse);
+    }
+    ot_node *e = B(st, OT_OP_EXP, shifted, NULL);
+    return B(st, OT_OP_DIV, e, R(st, OT_OP_SUM, e, g->axis, true));
+}
+
+static ot_node *expand(const site *st, ot_node *a, ot_node *b, const ot_args *g)
+{
+    switch (st->op) {
+    case OT_OP_VAR: return expand_var(st, a, g);
+    case OT_OP_STD: return B(st, OT_OP_SQRT, expand_var(st, a, g), NULL);
+    case OT_OP_CLIP:
+        return B(st, OT_OP_MINIMUM, B(st, OT_OP_MAXIMUM, a, ot_const(g->lo)), ot_const(g->hi));
+    case OT_OP_SOFTMAX: return expand_softmax(st, a, g, false);
+    case OT_OP_LOGSOFTMAX: return expand_softmax(st, a, g, true);
+    case OT_OP_CROSS_ENTROPY:
+        return B(st, OT_OP_NEG, R(st, OT_OP_SUM, B(st, OT_OP_MUL, b, B(st, OT_OP_SAFELOG, a, NULL)),
+                                  g->axis, g->keepdims), NULL);
+    default: /* OT_OP_SQUARED_L2 */
+        return R(st, OT_OP_SUM, B(st, OT_OP_SQR, a, NULL), g->axis, g->keepdims);
+    }
+}
+
+/* Expands a composite into ordinary ops and tags the root, which also keeps
+ * the composite's own operands and attributes for autodiff and printing. */
+static ot_node *build_composite(const site *st, ot_node *a, ot_node *b, const ot_args *args)
+{
+    ot_args g = *args;
+    if (st->op != OT_OP_CLIP) {
+        int ndim = a->shape.ndim;
+        if (st->op == OT_OP_CROSS_ENTROPY) {
+            ot_shape s;
+            if (!ot__broadcast(&a->shape, &b->shape, &s, NULL)) {
+                char sa[OT__SHAPE_STRLEN], sb[OT__SHAPE_STRLEN];
+                FAIL(st, OT_ESHAPE, "shapes %s and %s cannot be broadcast",
+                     ot__shape_str(&a->shape, sa), ot__shape_str(&b->shape, sb));
+                return NULL;
+            }
+            ndim = s.ndim;
+        }
+        if (norm_axis(st, g.axis, ndim, &g.axis)) return NULL;
+    }
+    ot_node *root = expand(st, a, b, &g);
+    if (!root) return NULL;
+    /* The root is new and not yet visible to anyone else, so it may still be
+     * annotated; a root shared with another tree would be a bug. */
+    OT_ASSERT(atomic_load(&root->refs) == 1);
+    root->tag = (int8_t)st->op;
+    root->tag_a = ot_retain(a);
+    root->tag_b = ot_retain(b);
+    if (ot_op_kind(root->op) != OT_KIND_REDUCE) root->args = g;
+    else root->args.ddof = g.ddof;
+    return root;
+}
+
+/* ---- accessors ----------------------------------------------------------- */
+
+int ot_node_kind(const ot_node *n) { return n ? n->kind : 0; }
+ot_op ot_node_op(const ot_node *n) { return n ? (ot_op)n->op : OT_OP_NONE; }
+ot_op ot_node_tag(const ot_node *n) { return n ? (ot_op)n->tag : OT_OP_NONE; }
+ot_dtype ot_node_dtype(const ot_node *n) { return n ? (ot_dtype)n->dtype : OT_DTYPE_DEFAULT; }
+double ot_node_value(const ot_node *n) { return n ? n->value : 0.0; }
+const char *ot_node_file(const ot_node *n) { return n ? n->file : NULL; }
+int ot_node_line(const ot_node *n) { return n ? n->line : 0; }
+
+ot_shape ot_node_shape(const ot_node *n)
+{
+    ot_shape s = {0};
+    return n ? n->shape : s;
+}
+
+ot_node *ot_node_child(const ot_node *n, int i)
+{
+    if (!n) return NULL;
+    return i == 0 ? n->a : i == 1 ? n->b : NULL;
+}
+
+ot_tensor *ot_node_tensor(const ot_node *n)
+{
+    return n && n->kind == OT_NODE_LEAF ? ot__leaf_tensor(n) : NULL;
+}
+
+ot_args ot_node_args(const ot_node *n)
+{
+    ot_args a = {.axis = OT_AXIS_ALL};
+    return n ? n->args : a;
+}

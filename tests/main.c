@@ -1,0 +1,120 @@
+/*
+ * main.c - the test runner: runs every registered case in a child process
+ * (a crash or hang fails that case only), then prints "N passed, N failed".
+ * Arguments are substrings that select cases; OT_TEST_NOFORK=1 runs them in
+ * process (for a debugger).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "test.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MAX_TESTS 2048
+#define TIMEOUT_S 120
+
+typedef struct test_case { const char *name, *file; test_fn fn; } test_case;
+static test_case cases[MAX_TESTS];
+static int ncases;
+static int failures;
+
+void test__register(const char *name, const char *file, test_fn fn)
+{
+    if (ncases < MAX_TESTS)
+        cases[ncases++] = (test_case){name, file, fn};
+}
+
+void test__fail(const char *file, int line, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "  %s:%d: ", file, line);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    failures++;
+}
+
+int test__close(double a, double b, double tol)
+{
+    if (isnan(a) || isnan(b)) return isnan(a) && isnan(b);
+    if (isinf(a) || isinf(b)) return a == b;
+    double m = fmax(1.0, fmax(fabs(a), fabs(b)));
+    return fabs(a - b) <= tol * m;
+}
+
+void test__check_err(const char *file, int line, int code, const char *const subs[])
+{
+    if (ot_errcode() != code) {
+        test__fail(file, line, "error code %d (%s), expected %d (%s); message \"%s\"",
+                   ot_errcode(), ot_strerror(ot_errcode()), code, ot_strerror(code),
+                   ot_errmsg());
+    }
+    for (int i = 0; subs[i]; i++)
+        if (!strstr(ot_errmsg(), subs[i]))
+            test__fail(file, line, "message \"%s\" lacks \"%s\"", ot_errmsg(), subs[i]);
+    ot_clear_error();
+}
+
+char *test__capture(int (*fn)(const ot_node *, FILE *), const ot_node *n)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return NULL;
+    fn(n, f);
+    fclose(f);
+    return buf;
+}
+
+static int selected(const test_case *c, int argc, char **argv)
+{
+    if (argc < 2) return 1;
+    for (int i = 1; i < argc; i++)
+        if (strstr(c->name, argv[i]) || strstr(c->file, argv[i])) return 1;
+    return 0;
+}
+
+static int run_in_process(const test_case *c)
+{
+    failures = 0;
+    c->fn();
+    ot_pool_drain();
+    ot_clear_error();
+    return failures == 0;
+}
+
+static int run_forked(const test_case *c)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) return run_in_process(c);
+    if (pid == 0) {
+        alarm(TIMEOUT_S);
+        _exit(run_in_process(c) ? 0 : 1);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (WIFSIGNALED(status))
+        fprintf(stderr, "  killed by signal %d%s\n", WTERMSIG(status),
+                WTERMSIG(status) == SIGALRM ? " (timeout)" : "");
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+int main(int argc, char **argv)
+{
+    int nofork = getenv("OT_TEST_NOFORK") && atoi(getenv("OT_TEST_NOFORK"));
+    int passed = 0, failed = 0;
+    for (int i = 0; i < ncases; i++) {
+        const test_case *c = &cases[i];
+        if (!selected(c, argc, argv)) continue;
+        int ok = nofork ? run_in_process(c) : run_forked(c);
+        printf("%s %s (%s)\n", ok ? "[ OK ]" : "[FAIL]", c->name, c->file);
+        if (ok) passed++; else failed++;
+    }
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}

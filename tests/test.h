@@ -1,0 +1,64 @@
+/*
+ * test.h - the unit-test harness: TEST() registers a case, CHECK*() record
+ * failures without stopping the case. tests/main.c runs every case in its own
+ * child process with a timeout and prints "N passed, N failed".
+ */
+#ifndef OT_TEST_H
+#define OT_TEST_H
+
+#include "optree.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef void (*test_fn)(void);
+void test__register(const char *name, const char *file, test_fn fn);
+void test__fail(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Relative-or-absolute closeness: |a - b| <= tol * max(1, |a|, |b|); NaN
+ * equals NaN and infinities must match exactly. */
+int test__close(double a, double b, double tol);
+
+#define TEST(name)                                                            \
+    static void test_##name(void);                                            \
+    __attribute__((constructor)) static void test__reg_##name(void)           \
+    {                                                                         \
+        test__register(#name, __FILE__, test_##name);                         \
+    }                                                                         \
+    static void test_##name(void)
+
+#define CHECK(cond)                                                           \
+    do {                                                                      \
+        if (!(cond)) test__fail(__FILE__, __LINE__, "CHECK(%s)", #cond);       \
+    } while (0)
+#define CHECK_INT(a, b)                                                       \
+    do {                                                                      \
+        long long a_ = (long long)(a), b_ = (long long)(b);                   \
+        if (a_ != b_)                                                         \
+            test__fail(__FILE__, __LINE__, "%s == %lld, expected %s == %lld", \
+                       #a, a_, #b, b_);                                       \
+    } while (0)
+#define CHECK_NEAR(a, b, tol)                                                 \
+    do {                                                                      \
+        double a_ = (double)(a), b_ = (double)(b);                            \
+        if (!test__close(a_, b_, (tol)))                                      \
+            test__fail(__FILE__, __LINE__, "%s == %.17g, expected %.17g (tol %g)", \
+                       #a, a_, b_, (double)(tol));                            \
+    } while (0)
+#define CHECK_STR(a, b)                                                       \
+    do {                                                                      \
+        const char *a_ = (a), *b_ = (b);                                      \
+        if (!a_ || !b_ || strcmp(a_, b_) != 0)                                \
+            test__fail(__FILE__, __LINE__, "%s == \"%s\", expected \"%s\"",   \
+                       #a, a_ ? a_ : "(null)", b_ ? b_ : "(null)");           \
+    } while (0)
+/* The error slot holds code and a message containing every given substring. */
+#define CHECK_ERR(code, ...)                                                  \
+    test__check_err(__FILE__, __LINE__, (code), (const char *[]){__VA_ARGS__, NULL})
+void test__check_err(const char *file, int line, int code, const char *const subs[]);
+
+/* Captures what fn writes to a FILE* into a malloc'd string (caller frees). */
+char *test__capture(int (*fn)(const ot_node *, FILE *), const ot_node *n);
+
+#endif

@@ -112,10 +112,13 @@ static int check_output(const char *fn, int i, const ot_tensor *out, const ot_no
         return ot__err_set(OT_EDTYPE, NULL, 0, fn,
                            "cannot write a %s tree into an int32 output; ot_cast it first",
                            ot_dtype_name(tree->dtype));
-    if (out->readonly || ot__internal_overlap(out, &dim))
+    if (ot__internal_overlap(out, &dim))
         return ot__err_set(OT_EALIAS, NULL, 0, fn,
                            "written-to tensor has overlapping elements (stride %lld at dim %d)",
                            (long long)out->strides[dim], dim);
+    if (out->readonly)
+        return ot__err_set(OT_EALIAS, NULL, 0, fn,
+                           "written-to tensor is a read-only broadcast view");
     return 0;
 }
 
@@ -125,7 +128,7 @@ static int assign_checked(const char *fn, int n, ot_tensor *const outs[], ot_nod
     if (n > 0 && (!outs || !trees)) return ot__err_null(fn, outs ? "trees" : "outs");
     for (int i = 0; i < n; i++) {
         if (!trees[i]) return ot__err_null(fn, "tree");
-        if (!outs[i]) return ot__err_null(fn, "output tensor");
+        if (!outs[i]) return ot__err_set(OT_ENULL, NULL, 0, fn, "output tensor %d is NULL", i);
     }
     ot_clear_error();
     if (n == 0) return 0;
@@ -145,7 +148,7 @@ static int assign_checked(const char *fn, int n, ot_tensor *const outs[], ot_nod
 int ot_assign_node(ot_tensor *out, ot_node *tree)
 {
     if (!tree) return ot__err_null("assign", "tree");
-    if (!out) return ot__err_null("assign", "output tensor");
+    if (!out) return ot__err_set(OT_ENULL, NULL, 0, "assign", "output tensor is NULL");
     return assign_checked("assign", 1, &out, &tree);
 }
 

@@ -26,29 +26,51 @@ const char *ot__shape_str(const ot_shape *s, char *buf)
     return buf;
 }
 
+/* Describes what is wrong with a shape into msg; returns the code or 0. */
+static int shape_problem(const ot_shape *s, ot_dtype dtype, char *msg, size_t len)
+{
+    if (s->ndim < 0 || s->ndim > OT_MAX_DIMS) {
+        snprintf(msg, len, "%d dimensions requested, at most %d are supported", s->ndim,
+                 OT_MAX_DIMS);
+        return OT_EINVAL;
+    }
+    for (int i = 0; i < s->ndim; i++) {
+        if (s->dims[i] < 0) {
+            snprintf(msg, len, "negative dimension %lld at axis %d", (long long)s->dims[i], i);
+            return OT_EINVAL;
+        }
+    }
+    /* Zero dims are skipped so that (0, 2^40, 2^40) still counts as too big. */
+    size_t n = dtype ? ot_dtype_size(dtype) : 1;
+    bool over = false;
+    for (int i = 0; i < s->ndim; i++) {
+        if (s->dims[i] != 0 && (!ot__mul_size(&n, n, (size_t)s->dims[i]) || n > (size_t)PTRDIFF_MAX))
+            over = true;
+    }
+        if (over) {
+        char b[OT__SHAPE_STRLEN];
+        snprintf(msg, len, "tensor too big: shape %s of %s overflows the address space",
+                 ot__shape_str(s, b), dtype ? ot_dtype_name(dtype) : "elements");
+        return OT_EOVERFLOW;
+    }
+    return 0;
+}
+
 int ot__shape_check(const ot_shape *s, ot_dtype dtype, const char *op,
                     const char *file, int line)
 {
-    if (s->ndim < 0 || s->ndim > OT_MAX_DIMS)
-        return ot__err_set(OT_EINVAL, file, line, op,
-                           "%d dimensions requested, at most %d are supported",
-                           s->ndim, OT_MAX_DIMS);
-    size_t n = dtype ? ot_dtype_size(dtype) : 1;
-    for (int i = 0; i < s->ndim; i++) {
-        if (s->dims[i] < 0)
-            return ot__err_set(OT_EINVAL, file, line, op,
-                               "negative dimension %lld at axis %d",
-                               (long long)s->dims[i], i);
-    }
-    for (int i = 0; i < s->ndim; i++) {
-        if (!ot__mul_size(&n, n, (size_t)s->dims[i]) || n > (size_t)PTRDIFF_MAX) {
-            char b[OT__SHAPE_STRLEN];
-            return ot__err_set(OT_EOVERFLOW, file, line, op,
-                               "tensor too big: shape %s of %s overflows the address space",
-                               ot__shape_str(s, b), dtype ? ot_dtype_name(dtype) : "elements");
-        }
-    }
-    return 0;
+    char msg[256];
+    int code = shape_problem(s, dtype, msg, sizeof msg);
+    return code ? ot__err_set(code, file, line, op, "%s", msg) : 0;
+}
+
+/* The builders' form: the first error of an expression is kept. */
+static int shape_check_keep(const ot_shape *s, ot_dtype dtype, const char *op,
+                            const char *file, int line)
+{
+    char msg[256];
+    int code = shape_problem(s, dtype, msg, sizeof msg);
+    return code ? ot__err(code, file, line, op, "%s", msg) : 0;
 }
 
 int64_t ot__numel(const ot_shape *s)
@@ -263,6 +285,7 @@ static ot_dtype apply_flags(ot_op op, ot_dtype d)
 typedef struct proto {
     ot_shape shape;
     ot_dtype dtype;
+    ot_dtype common;      /* binary ops: the operands' promoted dtype */
     bool weak;
     ot_args args;
 } proto;
@@ -331,7 +354,8 @@ static int infer_elementwise(const site *st, ot_node *a, ot_node *b, proto *p)
                     ot__shape_str(&a->shape, sa), ot__shape_str(&b->shape, sb), bad,
                     (long long)a->shape.dims[ia], (long long)b->shape.dims[ib]);
     }
-    p->dtype = apply_flags(st->op, promote(a, b, &p->weak));
+    p->common = promote(a, b, &p->weak);
+    p->dtype = apply_flags(st->op, p->common);
     return 0;
 }
 
@@ -427,7 +451,7 @@ static int infer_onehot(const site *st, ot_node *a, proto *p)
         return FAIL(st, OT_EDTYPE, "unknown dtype %d", (int)p->args.dtype);
     p->dtype = p->args.dtype ? p->args.dtype : OT_F32;
     p->args.dtype = p->dtype;
-    return ot__shape_check(&p->shape, p->dtype, ot_op_name(st->op), st->file, st->line);
+    return shape_check_keep(&p->shape, p->dtype, ot_op_name(st->op), st->file, st->line);
 }
 
 static int infer_special(const site *st, ot_node *a, proto *p)
@@ -448,8 +472,23 @@ static int infer_special(const site *st, ot_node *a, proto *p)
         p->dtype = p->args.dtype ? p->args.dtype : OT_F32;
         p->args.dtype = p->dtype;
         p->shape = p->args.shape;
-        return ot__shape_check(&p->shape, p->dtype, ot_op_name(st->op), st->file, st->line);
+        return shape_check_keep(&p->shape, p->dtype, ot_op_name(st->op), st->file, st->line);
     }
+}
+
+/* NumPy (NEP 50): a Python scalar meeting an array takes the array's dtype
+ * before the op, so x_f32 == 0.1 compares with float32(0.1). A constant is
+ * rounded here; a weak expression of constants gets a cast. */
+static ot_node *coerce_weak(const site *st, ot_node *w, ot_dtype dt)
+{
+    if (w->dtype == dt) return w;
+    if (w->kind == OT_NODE_CONST) {
+        union { float f; double d; int32_t i; } v;
+        ot__store(&v, dt, w->value);
+        return new_const(ot__load(&v, dt), dt);
+    }
+    ot_args c = {.axis = OT_AXIS_ALL, .dtype = dt};
+    return ot_build_at(OT_OP_CAST, w, NULL, &c, st->file, st->line);
 }
 
 static ot_node *make_node(const site *st, ot_node *a, ot_node *b, const proto *p)
@@ -497,8 +536,14 @@ ot_node *ot_build_at(ot_op op, ot_node *a, ot_node *b, const ot_args *args,
     proto p = {.args = normalise_args(args)};
     int rc = 0;
     switch (ot_op_kind(op)) {
-    case OT_KIND_UNARY:
-    case OT_KIND_BINARY: rc = infer_elementwise(&st, a, b, &p); break;
+    case OT_KIND_UNARY: rc = infer_elementwise(&st, a, NULL, &p); break;
+    case OT_KIND_BINARY:
+        rc = infer_elementwise(&st, a, b, &p);
+        if (!rc && a->weak != b->weak) {
+            ot_node **w = a->weak ? &a : &b;
+            if (!(*w = coerce_weak(&st, *w, p.common))) return NULL;
+        }
+        break;
     case OT_KIND_REDUCE: rc = infer_reduce(&st, a, &p); break;
     case OT_KIND_DOT: rc = infer_dot(&st, a, b, &p); break;
     case OT_KIND_SHAPE: rc = infer_transpose(&st, a, &p); break;
@@ -533,7 +578,8 @@ static ot_node *expand_var(const site *st, ot_node *x, const ot_args *g)
     ot_node *ss = R(st, OT_OP_SUM, B(st, OT_OP_SQR, B(st, OT_OP_SUB, x, m), NULL), g->axis,
                     g->keepdims);
     if (!ss) return NULL;
-    return B(st, OT_OP_DIV, ss, ot_const((double)(reduced_count(x, g->axis) - g->ddof)));
+    int64_t dof = reduced_count(x, g->axis) - g->ddof;  /* NumPy: max(n - ddof, 0) */
+    return B(st, OT_OP_DIV, ss, ot_const((double)(dof > 0 ? dof : 0)));
 }
 
 static ot_node *expand_softmax(const site *st, ot_node *x, const ot_args *g, bool log_form)

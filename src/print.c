@@ -1,0 +1,516 @@
+/*
+ * print.c - the text forms of a tree: neon's tuple form (ot_print), infix
+ * (ot_pp), Graphviz DOT (ot_graphviz), and the float repr they share
+ * (ot__fmt_double).
+ *
+ * Trees may be 100,000 nodes deep, so every walk keeps its stack on the heap
+ * instead of recursing. ot_print and ot_pp write no trailing newline (like
+ * Python's repr, the caller ends the line); ot_graphviz writes a whole file
+ * and ends with one. All three return 0, OT_ENULL for a NULL FILE (a NULL
+ * tree returns the code already in the error slot, as every function that
+ * does work), OT_ENOMEM, or OT_EIO when a write to f fails.
+ */
+#include "internal.h"
+
+#include <float.h>
+#include <inttypes.h>
+
+/* ---- numbers ------------------------------------------------------------- */
+
+static bool reads_back(const char *text, double v, bool f32)
+{
+    return f32 ? strtof(text, NULL) == (float)v : strtod(text, NULL) == v;
+}
+
+/* Python's repr: the fewest significant digits that read back as v (as a
+ * float when f32, so 0.1f prints 0.1), laid out positionally for decimal
+ * exponents -4..15 and as d.ddde+XX otherwise. */
+static void fmt_repr(char *buf, size_t n, double v, bool f32)
+{
+    if (isnan(v) || isinf(v)) {
+        snprintf(buf, n, "%s", isnan(v) ? "nan" : v < 0 ? "-inf" : "inf");
+        return;
+    }
+    char e[40];
+    for (int p = 1; p <= (f32 ? 9 : 17); p++) {
+        snprintf(e, sizeof e, "%.*e", p - 1, v);
+        if (reads_back(e, v, f32)) break;
+    }
+    /* e is [-]d[.ddd]e(+|-)XX; the shortest digits never end in 0 (except
+     * for zero itself), because dropping that 0 reads back the same. */
+    const char *s = e + (e[0] == '-');
+    char digits[24];
+    int nd = 0;
+    for (; *s != 'e'; s++)
+        if (*s != '.') digits[nd++] = *s;
+    int x = atoi(s + 1);
+
+    char out[64];
+    int k = 0;
+    if (e[0] == '-') out[k++] = '-';
+    if (x < -4 || x >= 16) {
+        out[k++] = digits[0];
+        if (nd > 1) {
+            out[k++] = '.';
+            for (int i = 1; i < nd; i++) out[k++] = digits[i];
+        }
+        snprintf(out + k, sizeof out - (size_t)k, "e%c%02d", x < 0 ? '-' : '+', abs(x));
+    } else if (x < 0) {
+        out[k++] = '0';
+        out[k++] = '.';
+        for (int i = 0; i < -x - 1; i++) out[k++] = '0';
+        for (int i = 0; i < nd; i++) out[k++] = digits[i];
+        out[k] = '\0';
+    } else {
+        for (int i = 0; i <= x; i++) out[k++] = i < nd ? digits[i] : '0';
+        out[k++] = '.';
+        if (nd <= x + 1) out[k++] = '0';
+        for (int i = x + 1; i < nd; i++) out[k++] = digits[i];
+        out[k] = '\0';
+    }
+    snprintf(buf, n, "%s", out);
+}
+
+void ot__fmt_double(char *buf, size_t n, double v)
+{
+    fmt_repr(buf, n, v, false);
+}
+
+/* A constant's text: an integer for OT_I32; for OT_F32 (ot_constf) the
+ * shortest float repr, since its value was a float literal. */
+static void const_text(const ot_node *n, char *buf, size_t len)
+{
+    double v = n->value;
+    if (n->dtype == OT_I32) {
+        snprintf(buf, len, "%lld", (long long)v);
+        return;
+    }
+    bool exact_f32 = n->dtype == OT_F32 && isfinite(v) && fabs(v) <= FLT_MAX &&
+                     (double)(float)v == v;
+    fmt_repr(buf, len, v, exact_f32);
+}
+
+/* ---- pieces shared by the forms ------------------------------------------ */
+
+static const char *const op_symbol[OT_OP_COUNT] = {
+#define OT__OP_SYM(e, name, arity, kind, sym, flags, ref) [OT_OP_##e] = sym,
+    OT_OP_LIST(OT__OP_SYM)
+#undef OT__OP_SYM
+};
+
+static const char *op_name(int op) { return ot_op_name((ot_op)op); }
+static bool is_tagged(const ot_node *n) { return n->tag != OT_OP_NONE; }
+
+/* A leaf's name, or tensor-0x<address> when it has none. */
+static void leaf_text(const ot_node *n, char *buf, size_t len)
+{
+    const ot_tensor *t = ot__leaf_tensor(n);
+    if (t->name) snprintf(buf, len, "%s", t->name);
+    else snprintf(buf, len, "tensor-0x%" PRIxPTR, (uintptr_t)t);
+}
+
+static void print_atom(FILE *f, const ot_node *n)
+{
+    char buf[64];
+    if (n->kind == OT_NODE_LEAF && ot__leaf_tensor(n)->name) {
+        fputs(ot__leaf_tensor(n)->name, f);   /* names may be long */
+        return;
+    }
+    if (n->kind == OT_NODE_LEAF) leaf_text(n, buf, sizeof buf);
+    else const_text(n, buf, sizeof buf);
+    fputs(buf, f);
+}
+
+/* A Python tuple: (2, 2), (3,), (). */
+static void print_py_tuple(FILE *f, const int64_t *v, int n)
+{
+    fputc('(', f);
+    for (int i = 0; i < n; i++) fprintf(f, i ? ", %lld" : "%lld", (long long)v[i]);
+    fputs(n == 1 ? ",)" : ")", f);
+}
+
+/* The compact form of ot_pp: (3,4), (3,), (). */
+static void print_dims(FILE *f, const int64_t *v, int n)
+{
+    char buf[OT__SHAPE_STRLEN];
+    ot_shape s = ot_shape_make(n, v);
+    fputs(ot__shape_str(&s, buf), f);
+}
+
+static int64_t *perm_dims(const ot_node *n, int64_t out[OT_MAX_DIMS])
+{
+    for (int i = 0; i < n->shape.ndim; i++) out[i] = n->args.perm[i];
+    return out;
+}
+
+/* ---- the iterative walk -------------------------------------------------- */
+
+/* How a form writes an op node: open, then before each operand sep(k), the
+ * operand itself, then close. operands() fills ops and returns their count;
+ * a NULL operand prints as missing ("None" in the tuple form). */
+typedef struct form {
+    const char *fn;
+    int (*operands)(const ot_node *n, const ot_node *ops[2]);
+    void (*open)(FILE *f, const ot_node *n);
+    void (*sep)(FILE *f, const ot_node *n, int k);
+    void (*close)(FILE *f, const ot_node *n);
+    const char *missing;
+} form;
+
+typedef struct frame {
+    const ot_node *n;
+    int next;            /* the operand to write next */
+} frame;
+
+typedef struct frames {
+    frame *v;
+    size_t len, cap;
+} frames;
+
+static bool frames_push(frames *s, const ot_node *n)
+{
+    if (s->len == s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 64;
+        frame *v = realloc(s->v, cap * sizeof *v);
+        if (!v) return false;
+        s->v = v;
+        s->cap = cap;
+    }
+    s->v[s->len++] = (frame){n, 0};
+    return true;
+}
+
+/* Checks the arguments of a printing function and clears the error slot. */
+static int print_begin(const char *fn, const ot_node *tree, FILE *f)
+{
+    if (!tree) return ot__err_null(fn, "tree");
+    if (!f) return ot__err_set(OT_ENULL, NULL, 0, fn, "FILE is NULL");
+    ot_clear_error();
+    return 0;
+}
+
+static int print_end(const char *fn, FILE *f)
+{
+    return ferror(f) ? ot__err_set(OT_EIO, NULL, 0, fn, "write failed") : 0;
+}
+
+static int out_of_memory(const char *fn)
+{
+    return ot__err_set(OT_ENOMEM, NULL, 0, fn, "out of memory");
+}
+
+/* Writes a tree in a form, depth first, with the stack on the heap. A
+ * shared subtree is written at each of its uses, as in neon. */
+static int walk(const form *fm, const ot_node *tree, FILE *f)
+{
+    int rc = print_begin(fm->fn, tree, f);
+    if (rc) return rc;
+    frames st = {0};
+    if (!frames_push(&st, tree)) return out_of_memory(fm->fn);
+    while (st.len > 0 && !ferror(f)) {
+        frame *top = &st.v[st.len - 1];
+        const ot_node *n = top->n;
+        if (!n || n->kind != OT_NODE_OP) {
+            if (n) print_atom(f, n);
+            else fputs(fm->missing, f);
+            st.len--;
+            continue;
+        }
+        const ot_node *ops[2];
+        int nops = fm->operands(n, ops);
+        if (top->next == 0) fm->open(f, n);
+        if (top->next == nops) {
+            fm->close(f, n);
+            st.len--;
+            continue;
+        }
+        fm->sep(f, n, top->next);
+        if (!frames_push(&st, ops[top->next++])) {
+            free(st.v);
+            return out_of_memory(fm->fn);
+        }
+    }
+    free(st.v);
+    return print_end(fm->fn, f);
+}
+
+/* ---- ot_print: neon's tuple form ----------------------------------------- */
+
+static int tuple_operands(const ot_node *n, const ot_node *ops[2])
+{
+    ops[0] = n->a;
+    ops[1] = n->b;
+    return 2;
+}
+
+/* The attributes of n's own op as dict entries after 'op'. */
+static void tuple_attrs(FILE *f, const ot_node *n)
+{
+    const ot_args *g = &n->args;
+    int64_t perm[OT_MAX_DIMS];
+    switch (ot_op_kind((ot_op)n->op)) {
+    case OT_KIND_REDUCE:
+        if (g->axis == OT_AXIS_ALL) fputs(", 'axis': None", f);
+        else fprintf(f, ", 'axis': %d", g->axis);
+        if (g->keepdims) fputs(", 'keepdims': True", f);
+        break;
+    case OT_KIND_SHAPE:
+        fputs(", 'perm': ", f);
+        print_py_tuple(f, perm_dims(n, perm), n->shape.ndim);
+        break;
+    case OT_KIND_SPECIAL:
+        if (n->op == OT_OP_CAST) fprintf(f, ", 'dtype': '%s'", ot_dtype_name(g->dtype));
+        else if (n->op == OT_OP_ONEHOT)
+            fprintf(f, ", 'depth': %lld, 'axis': %d", (long long)g->depth, g->axis);
+        else fprintf(f, ", 'seed': %llu", (unsigned long long)g->seed);
+        break;
+    default:
+        break;
+    }
+}
+
+static void tuple_open(FILE *f, const ot_node *n)
+{
+    fputs("({'shape': ", f);
+    print_py_tuple(f, n->shape.dims, n->shape.ndim);
+    fprintf(f, ", 'op': '%s'", op_name(n->op));
+    tuple_attrs(f, n);
+    fputc('}', f);
+}
+
+static void tuple_sep(FILE *f, const ot_node *n, int k)
+{
+    (void)n;
+    (void)k;
+    fputs(", ", f);
+}
+
+static void tuple_close(FILE *f, const ot_node *n)
+{
+    (void)n;
+    fputc(')', f);
+}
+
+static const form tuple_form = {"ot_print", tuple_operands, tuple_open, tuple_sep,
+                                tuple_close, "None"};
+
+int ot_print(const ot_node *tree, FILE *f)
+{
+    return walk(&tuple_form, tree, f);
+}
+
+/* ---- ot_pp: infix -------------------------------------------------------- */
+
+/* A composite root prints as the composite, over its own operands. */
+static int pp_op(const ot_node *n) { return is_tagged(n) ? n->tag : n->op; }
+
+static int pp_operands(const ot_node *n, const ot_node *ops[2])
+{
+    const ot_node *a = is_tagged(n) ? n->tag_a : n->a;
+    const ot_node *b = is_tagged(n) ? n->tag_b : n->b;
+    int k = 0;
+    if (a) ops[k++] = a;
+    if (b) ops[k++] = b;
+    return k;
+}
+
+static void pp_open(FILE *f, const ot_node *n)
+{
+    fputc('(', f);
+    if (!op_symbol[pp_op(n)]) fputs(op_name(pp_op(n)), f);
+}
+
+static void pp_sep(FILE *f, const ot_node *n, int k)
+{
+    const char *sym = op_symbol[pp_op(n)];
+    if (!sym) fputc(' ', f);
+    else if (k > 0) fprintf(f, " %s ", sym);
+}
+
+static void pp_reduce_attrs(FILE *f, const ot_args *g)
+{
+    if (g->axis != OT_AXIS_ALL) fprintf(f, " axis=%d", g->axis);
+    if (g->keepdims) fputs(" keepdims", f);
+}
+
+static void pp_composite_attrs(FILE *f, const ot_node *n)
+{
+    const ot_args *g = &n->args;
+    if (n->tag == OT_OP_CLIP) {
+        char lo[40], hi[40];
+        ot__fmt_double(lo, sizeof lo, g->lo);
+        ot__fmt_double(hi, sizeof hi, g->hi);
+        fprintf(f, " lo=%s hi=%s", lo, hi);
+        return;
+    }
+    pp_reduce_attrs(f, g);
+    if (g->ddof) fprintf(f, " ddof=%d", g->ddof);
+}
+
+static void pp_attrs(FILE *f, const ot_node *n)
+{
+    const ot_args *g = &n->args;
+    int64_t perm[OT_MAX_DIMS];
+    switch (ot_op_kind((ot_op)n->op)) {
+    case OT_KIND_REDUCE:
+        pp_reduce_attrs(f, g);
+        break;
+    case OT_KIND_SHAPE:
+        fputs(" perm=", f);
+        print_dims(f, perm_dims(n, perm), n->shape.ndim);
+        break;
+    case OT_KIND_SPECIAL:
+        if (n->op == OT_OP_CAST) fprintf(f, " dtype=%s", ot_dtype_name(g->dtype));
+        else if (n->op == OT_OP_ONEHOT)
+            fprintf(f, " depth=%lld axis=%d", (long long)g->depth, g->axis);
+        else {
+            fputs(" shape=", f);
+            print_dims(f, n->shape.dims, n->shape.ndim);
+            fprintf(f, " seed=%llu", (unsigned long long)g->seed);
+        }
+        break;
+    default:
+        break;
+    }
+}
+
+static void pp_close(FILE *f, const ot_node *n)
+{
+    if (is_tagged(n)) pp_composite_attrs(f, n);
+    else pp_attrs(f, n);
+    fputc(')', f);
+}
+
+static const form pp_form = {"ot_pp", pp_operands, pp_open, pp_sep, pp_close, ""};
+
+int ot_pp(const ot_node *tree, FILE *f)
+{
+    return walk(&pp_form, tree, f);
+}
+
+/* ---- ot_graphviz --------------------------------------------------------- */
+
+/* Node pointer -> DOT id (dense from 0), by open addressing, so that a
+ * shared subtree is written once and a DAG costs linear time. */
+typedef struct idmap {
+    const ot_node **keys;
+    int *ids;
+    size_t cap, len;
+} idmap;
+
+static size_t ptr_hash(const void *p)
+{
+    uint64_t x = (uint64_t)(uintptr_t)p;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    return (size_t)x;
+}
+
+static int idmap_get(const idmap *m, const ot_node *key)
+{
+    if (!m->cap) return -1;
+    for (size_t i = ptr_hash(key) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+        if (m->keys[i] == key) return m->ids[i];
+        if (!m->keys[i]) return -1;
+    }
+}
+
+static void idmap_insert(idmap *m, const ot_node *key, int id)
+{
+    size_t i = ptr_hash(key) & (m->cap - 1);
+    while (m->keys[i]) i = (i + 1) & (m->cap - 1);
+    m->keys[i] = key;
+    m->ids[i] = id;
+    m->len++;
+}
+
+/* Gives key the next id; key must be absent. False when out of memory. */
+static bool idmap_add(idmap *m, const ot_node *key)
+{
+    if (2 * (m->len + 1) > m->cap) {
+        idmap g = {calloc(m->cap ? 2 * m->cap : 64, sizeof *g.keys), NULL,
+                   m->cap ? 2 * m->cap : 64, 0};
+        g.ids = malloc(g.cap * sizeof *g.ids);
+        if (!g.keys || !g.ids) {
+            free(g.keys);
+            free(g.ids);
+            return false;
+        }
+        for (size_t i = 0; i < m->cap; i++)
+            if (m->keys[i]) idmap_insert(&g, m->keys[i], m->ids[i]);
+        free(m->keys);
+        free(m->ids);
+        *m = g;
+    }
+    idmap_insert(m, key, (int)m->len);
+    return true;
+}
+
+/* Writes s inside a DOT string, escaping what DOT would read as syntax. */
+static void dot_escaped(FILE *f, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') fputc('\\', f);
+        fputc(*s, f);
+    }
+}
+
+/* One DOT node: what it is (leaf name, constant value, or op with its
+ * attributes and composite tag), then its shape and dtype. */
+static void dot_node(FILE *f, const ot_node *n, int id)
+{
+    static const char *const box[] = {[OT_NODE_LEAF] = "box", [OT_NODE_CONST] = "plaintext",
+                                       [OT_NODE_OP] = "ellipse"};
+    fprintf(f, "  n%d [shape=%s, label=\"", id, box[n->kind]);
+    if (n->kind == OT_NODE_LEAF && ot__leaf_tensor(n)->name) {
+        dot_escaped(f, ot__leaf_tensor(n)->name);
+    } else if (n->kind != OT_NODE_OP) {
+        print_atom(f, n);
+    } else {
+        fputs(op_name(n->op), f);
+        pp_attrs(f, n);
+        if (is_tagged(n)) fprintf(f, " [%s]", op_name(n->tag));
+    }
+    fputs("\\n", f);
+    print_py_tuple(f, n->shape.dims, n->shape.ndim);
+    fprintf(f, " %s\"];\n", ot_dtype_name((ot_dtype)n->dtype));
+}
+
+/* Writes n and the edges from its operands, which already have ids. */
+static bool dot_emit(FILE *f, idmap *ids, const ot_node *n)
+{
+    int id = (int)ids->len;
+    if (!idmap_add(ids, n)) return false;
+    dot_node(f, n, id);
+    if (n->kind != OT_NODE_OP) return true;
+    if (n->a) fprintf(f, "  n%d -> n%d;\n", idmap_get(ids, n->a), id);
+    if (n->b) fprintf(f, "  n%d -> n%d;\n", idmap_get(ids, n->b), id);
+    return true;
+}
+
+int ot_graphviz(const ot_node *tree, FILE *f)
+{
+    int rc = print_begin("ot_graphviz", tree, f);
+    if (rc) return rc;
+    frames st = {0};
+    idmap ids = {0};
+    bool ok = frames_push(&st, tree);
+    fputs("digraph optree {\n", f);
+    while (ok && st.len > 0 && !ferror(f)) {
+        frame *top = &st.v[st.len - 1];
+        const ot_node *n = top->n;
+        if (n->kind == OT_NODE_OP && top->next < 2) {
+            const ot_node *child = top->next++ == 0 ? n->a : n->b;
+            if (child && idmap_get(&ids, child) < 0) ok = frames_push(&st, child);
+            continue;
+        }
+        st.len--;
+        ok = dot_emit(f, &ids, n);
+    }
+    fputs("}\n", f);
+    free(st.v);
+    free(ids.keys);
+    free(ids.ids);
+    return ok ? print_end("ot_graphviz", f) : out_of_memory("ot_graphviz");
+}

@@ -1,0 +1,663 @@
+/*
+ * ref.c - the reference backend ("ref"): evaluates op trees node at a time,
+ * in double precision, and rounds only when storing into an output. It is
+ * the oracle every faster backend is tested against, so it favours plain,
+ * obviously correct loops over speed. Also owns ot__rand_uniform, the
+ * counter-based generator behind ot_rand that every backend shares.
+ *
+ * Evaluation: the trees are linearised into one post-order stack (shared
+ * subtrees once, also across the roots of ot_assign_many). Each item gets a
+ * private contiguous row-major buffer of doubles of its node's shape; a
+ * buffer is freed as soon as its last reader has run, so a chain of 10^5
+ * ops needs two buffers at a time. Roots are kept until every item has run,
+ * and only then are outputs written, which makes any aliasing between an
+ * output and the leaves harmless. Nothing here recurses.
+ *
+ * Integers: a node of dtype OT_I32 holds integers. Its arithmetic (add, sub,
+ * mul, neg, abs, sqr, pow, sum) is done exactly in 64-bit unsigned
+ * arithmetic and wrapped modulo 2^32, as NumPy does for int32. Every other
+ * op is exact in double for int32 operands.
+ */
+#include "internal.h"
+
+/* ln 2; M_LN2 is not part of C11. */
+#define REF_LN2 0.693147180559945309417232121458176568
+
+/* ------------------------------------------------------------------------ */
+/* Scalar reference functions, named by the last column of OT_OP_LIST       */
+/* ------------------------------------------------------------------------ */
+
+static double ref_finite(double x) { return isfinite(x) ? 1.0 : 0.0; }
+static double ref_neg(double x) { return -x; }
+static double ref_abs(double x) { return fabs(x); }
+/* Zeros keep their sign and NaN stays NaN, as np.sign does. */
+static double ref_sgn(double x) { return x > 0 ? 1.0 : x < 0 ? -1.0 : x; }
+static double ref_sqrt(double x) { return sqrt(x); }
+static double ref_sqr(double x) { return x * x; }
+static double ref_exp(double x) { return exp(x); }
+static double ref_exp2(double x) { return exp2(x); }
+static double ref_log(double x) { return log(x); }
+static double ref_log2(double x) { return log2(x); }
+/* fmax would turn a NaN into exp(-50); NaN must stay NaN. */
+static double ref_safelog(double x) { return isnan(x) ? x : log(fmax(x, exp(-50.0))); }
+static double ref_sig(double x) { return 1.0 / (1.0 + exp(-x)); }
+static double ref_sig2(double x) { return 1.0 / (1.0 + exp2(-x)); }
+static double ref_tanh(double x) { return tanh(x); }
+/* Equal to (exp2(2x) - 1) / (exp2(2x) + 1), without inf / inf for large x. */
+static double ref_tanh2(double x) { return tanh(x * REF_LN2); }
+/* nearbyint rounds half to even in the default mode, like np.rint. */
+static double ref_rint(double x) { return nearbyint(x); }
+static double ref_rsqrt(double x) { return 1.0 / sqrt(x); }
+static double ref_recip(double x) { return 1.0 / x; }
+static double ref_sin(double x) { return sin(x); }
+static double ref_cos(double x) { return cos(x); }
+
+static double ref_add(double a, double b) { return a + b; }
+static double ref_sub(double a, double b) { return a - b; }
+static double ref_mul(double a, double b) { return a * b; }
+static double ref_div(double a, double b) { return a / b; }
+static double ref_pow(double a, double b) { return pow(a, b); }
+/* Compares give 1 or 0; a NaN compares false except under ne. */
+static double ref_eq(double a, double b) { return a == b ? 1.0 : 0.0; }
+static double ref_ne(double a, double b) { return a != b ? 1.0 : 0.0; }
+static double ref_lt(double a, double b) { return a < b ? 1.0 : 0.0; }
+static double ref_le(double a, double b) { return a <= b ? 1.0 : 0.0; }
+static double ref_gt(double a, double b) { return a > b ? 1.0 : 0.0; }
+static double ref_ge(double a, double b) { return a >= b ? 1.0 : 0.0; }
+/* NumPy's minimum/maximum: a NaN in either operand wins. */
+static double ref_minimum(double a, double b) { return (a <= b || isnan(a)) ? a : b; }
+static double ref_maximum(double a, double b) { return (a >= b || isnan(a)) ? a : b; }
+static double ref_relu(double x) { return ref_maximum(x, 0.0); }
+
+/* Dispatch tables generated from the op table: only OT_KIND_UNARY rows go
+ * into ref_unary and only OT_KIND_BINARY rows into ref_binary (selected by
+ * pasting the kind onto a macro name); every other row expands to nothing. */
+#define REF__UN_OT_KIND_UNARY(e, ref) [OT_OP_##e] = ref_##ref,
+#define REF__UN_OT_KIND_BINARY(e, ref)
+#define REF__UN_OT_KIND_REDUCE(e, ref)
+#define REF__UN_OT_KIND_DOT(e, ref)
+#define REF__UN_OT_KIND_SHAPE(e, ref)
+#define REF__UN_OT_KIND_SPECIAL(e, ref)
+#define REF__UN_OT_KIND_COMPOSITE(e, ref)
+#define REF__BIN_OT_KIND_UNARY(e, ref)
+#define REF__BIN_OT_KIND_BINARY(e, ref) [OT_OP_##e] = ref_##ref,
+#define REF__BIN_OT_KIND_REDUCE(e, ref)
+#define REF__BIN_OT_KIND_DOT(e, ref)
+#define REF__BIN_OT_KIND_SHAPE(e, ref)
+#define REF__BIN_OT_KIND_SPECIAL(e, ref)
+#define REF__BIN_OT_KIND_COMPOSITE(e, ref)
+#define REF__UN_ROW(e, name, arity, kind, sym, flags, ref) REF__UN_##kind(e, ref)
+#define REF__BIN_ROW(e, name, arity, kind, sym, flags, ref) REF__BIN_##kind(e, ref)
+
+static double (*const ref_unary[OT_OP_COUNT])(double) = {OT_OP_LIST(REF__UN_ROW)};
+static double (*const ref_binary[OT_OP_COUNT])(double, double) = {OT_OP_LIST(REF__BIN_ROW)};
+
+/* ------------------------------------------------------------------------ */
+/* Integer arithmetic for OT_I32 nodes                                      */
+/* ------------------------------------------------------------------------ */
+
+/* An operand of an integer op as an integer (int32 values are exact; any
+ * stray float saturates and truncates as a store into OT_I32 would). */
+static uint64_t int_of(double v) { return (uint64_t)(int64_t)ot__to_i32(v); }
+
+/* The low 32 bits of v as an int32 value: NumPy's int32 wrap-around. */
+static double wrap32(uint64_t v)
+{
+    uint32_t u = (uint32_t)v;
+    return u <= INT32_MAX ? (double)u : (double)u - 4294967296.0;
+}
+
+/* b ** e by squaring, modulo 2^32. NumPy rejects negative integer powers;
+ * we give the integer part of the true value instead: 1 ** e = 1,
+ * (-1) ** e = +-1 by parity, and 0 for every other base (0 included). */
+static double int_pow(double base, double exp_)
+{
+    int64_t b = (int64_t)ot__to_i32(base), e = (int64_t)ot__to_i32(exp_);
+    if (e < 0)
+        return b == 1 ? 1.0 : b == -1 ? ((e & 1) ? -1.0 : 1.0) : 0.0;
+    uint64_t r = 1, sq = (uint64_t)b;
+    for (; e; e >>= 1, sq *= sq)
+        if (e & 1) r *= sq;
+    return wrap32(r);
+}
+
+/* Unary op of an OT_I32 node; ops that are exact in double fall through. */
+static double int_unary(ot_op op, double x)
+{
+    uint64_t v = int_of(x);
+    switch (op) {
+    case OT_OP_NEG: return wrap32(0 - v);
+    case OT_OP_ABS: return wrap32(x < 0 ? 0 - v : v);
+    case OT_OP_SQR: return wrap32(v * v);
+    default: return ref_unary[op](x);
+    }
+}
+
+/* Binary op of an OT_I32 node; ops that are exact in double fall through. */
+static double int_binary(ot_op op, double a, double b)
+{
+    switch (op) {
+    case OT_OP_ADD: return wrap32(int_of(a) + int_of(b));
+    case OT_OP_SUB: return wrap32(int_of(a) - int_of(b));
+    case OT_OP_MUL: return wrap32(int_of(a) * int_of(b));
+    case OT_OP_POW: return int_pow(a, b);
+    default: return ref_binary[op](a, b);
+    }
+}
+
+/* v converted to dtype dt and back, as an explicit cast (or a constant of
+ * that dtype) sees it. */
+static double cast_value(ot_dtype dt, double v)
+{
+    switch (dt) {
+    case OT_F32: return (double)(float)v;
+    case OT_I32: return (double)ot__to_i32(v);
+    default: return v;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Compensated summation                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* Neumaier's variant of Kahan summation: the running error c also catches
+ * the low bits of terms larger than the partial sum. */
+typedef struct ref_sum { double s, c; } ref_sum;
+
+static void sum_add(ref_sum *acc, double x)
+{
+    double t = acc->s + x;
+    if (fabs(acc->s) >= fabs(x))
+        acc->c += (acc->s - t) + x;
+    else
+        acc->c += (x - t) + acc->s;
+    acc->s = t;
+}
+
+/* Once the plain sum is inf or NaN the correction term is NaN (inf - inf);
+ * the plain sum is then the right answer, as in NumPy. */
+static double sum_value(const ref_sum *acc)
+{
+    return isfinite(acc->s) ? acc->s + acc->c : acc->s;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Strided walks                                                            */
+/* ------------------------------------------------------------------------ */
+
+/* A row-major walk over a shape carrying two element offsets, each with its
+ * own strides (in elements); it stands in for a recursion over dims. The
+ * last dim is left to the caller as rows of len elements, stepped by in[0]
+ * and in[1], which keeps the per-element work a plain strided loop:
+ *
+ *     for (r = 0; r < w.rows; r++, walk_next_row(&w))
+ *         for (j = 0; j < w.len; j++) ... w.off[k] + j * w.in[k] ...
+ *
+ * A 0-d shape is one row of one element; a zero-size shape has no rows. */
+typedef struct ref_walk {
+    int nd;                               /* the outer dims: ndim - 1 */
+    int64_t rows, len, in[2], off[2];
+    int64_t dims[OT_MAX_DIMS], idx[OT_MAX_DIMS], st[2][OT_MAX_DIMS];
+} ref_walk;
+
+/* st0 and st1 are strides over shape's dims; NULL means all zero. */
+static void walk_init(ref_walk *w, const ot_shape *shape, const int64_t *st0,
+                      const int64_t *st1, int64_t off0)
+{
+    memset(w, 0, sizeof *w);
+    int last = shape->ndim - 1;
+    w->nd = last > 0 ? last : 0;
+    w->len = last >= 0 ? shape->dims[last] : 1;
+    w->rows = w->len > 0;
+    for (int d = 0; d < w->nd; d++) {
+        w->dims[d] = shape->dims[d];
+        w->rows *= shape->dims[d];
+        w->st[0][d] = st0 ? st0[d] : 0;
+        w->st[1][d] = st1 ? st1[d] : 0;
+    }
+    if (last >= 0) {
+        w->in[0] = st0 ? st0[last] : 0;
+        w->in[1] = st1 ? st1[last] : 0;
+    }
+    w->off[0] = off0;
+}
+
+static void walk_next_row(ref_walk *w)
+{
+    for (int d = w->nd - 1; d >= 0; d--) {
+        w->off[0] += w->st[0][d];
+        w->off[1] += w->st[1][d];
+        if (++w->idx[d] < w->dims[d]) return;
+        w->off[0] -= w->st[0][d] * w->dims[d];
+        w->off[1] -= w->st[1][d] * w->dims[d];
+        w->idx[d] = 0;
+    }
+}
+
+/* Row-major strides of a contiguous array of shape s. */
+static void contig_strides(const ot_shape *s, int64_t st[OT_MAX_DIMS])
+{
+    int64_t step = 1;
+    for (int d = s->ndim - 1; d >= 0; d--) {
+        st[d] = step;
+        step *= s->dims[d];
+    }
+}
+
+/* Strides that read a contiguous array of shape src as if broadcast to dst
+ * (NumPy rules, right-aligned): 0 on dims that src lacks or has as 1. */
+static void bcast_strides(const ot_shape *src, const ot_shape *dst, int64_t st[OT_MAX_DIMS])
+{
+    int64_t cs[OT_MAX_DIMS];
+    contig_strides(src, cs);
+    int lead = dst->ndim - src->ndim;
+    for (int d = 0; d < dst->ndim; d++) {
+        int sd = d - lead;
+        st[d] = (sd < 0 || src->dims[sd] == 1) ? 0 : cs[sd];
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* One evaluation                                                           */
+/* ------------------------------------------------------------------------ */
+
+/* The state of one ref_assign_many call: a buffer per stack item (NULL once
+ * freed or before it is computed), how many op operands still have to read
+ * each item, and which items are roots (kept until outputs are written). */
+typedef struct ref_run {
+    ot_backend *be;
+    const ot_stack *stack;
+    int len;
+    double **vals;
+    int *left;
+    bool *root;
+    uint64_t ops, bytes;
+} ref_run;
+
+/* A new buffer for numel doubles (at least one, so that malloc(0) never
+ * looks like a failure). NULL with OT_ENOMEM recorded on failure; a buffer
+ * over PTRDIFF_MAX bytes could not be indexed, so it is refused unasked. */
+static double *buf_new(int64_t numel, const char *what)
+{
+    size_t bytes;
+    if (!ot__mul_size(&bytes, numel > 0 ? (size_t)numel : 1, sizeof(double)) ||
+        bytes > PTRDIFF_MAX) {
+        ot__err_set(OT_ENOMEM, NULL, 0, what, "%lld temporaries of 8 bytes overflow the "
+                    "address space", (long long)numel);
+        return NULL;
+    }
+    double *p = malloc(bytes);
+    if (!p)
+        ot__err_set(OT_ENOMEM, NULL, 0, what, "out of memory for %zu bytes", bytes);
+    return p;
+}
+
+/* Gathers a leaf tensor (any strides) into out, row-major. */
+static void eval_leaf(const ot_tensor *t, double *out)
+{
+    ot_dtype dt = (ot_dtype)t->leaf.dtype;
+    size_t isz = ot_dtype_size(dt);
+    const char *base = (const char *)t->buf->data;
+    ref_walk w;
+    walk_init(&w, &t->leaf.shape, t->strides, NULL, t->offset);
+    for (int64_t r = 0; r < w.rows; r++, walk_next_row(&w))
+        for (int64_t j = 0; j < w.len; j++)
+            *out++ = ot__load(base + (w.off[0] + j * w.in[0]) * (int64_t)isz, dt);
+}
+
+static void eval_unary(const ot_node *node, ot_op op, const double *x, double *out)
+{
+    int64_t n = ot__numel(&node->shape);
+    if (node->dtype == OT_I32) {
+        for (int64_t i = 0; i < n; i++) out[i] = int_unary(op, x[i]);
+        return;
+    }
+    double (*f)(double) = ref_unary[op];
+    for (int64_t i = 0; i < n; i++) out[i] = f(x[i]);
+}
+
+static void eval_binary(const ot_node *node, ot_op op, const double *x, const double *y,
+                        double *out)
+{
+    int64_t sa[OT_MAX_DIMS], sb[OT_MAX_DIMS];
+    bcast_strides(&node->a->shape, &node->shape, sa);
+    bcast_strides(&node->b->shape, &node->shape, sb);
+    bool ints = node->dtype == OT_I32;
+    double (*f)(double, double) = ref_binary[op];
+    ref_walk w;
+    walk_init(&w, &node->shape, sa, sb, 0);
+    for (int64_t r = 0; r < w.rows; r++, walk_next_row(&w)) {
+        const double *a = x + w.off[0], *b = y + w.off[1];
+        for (int64_t j = 0; j < w.len; j++) {
+            double u = a[j * w.in[0]], v = b[j * w.in[1]];
+            *out++ = ints ? int_binary(op, u, v) : f(u, v);
+        }
+    }
+}
+
+/* A reduction's operand seen as outer x len x inner, reducing len: one axis
+ * of the operand, or every axis (outer = inner = 1). The flat layout of the
+ * result is outer x inner with or without keepdims. */
+typedef struct ref_red { int64_t outer, len, inner; } ref_red;
+
+static ref_red red_geometry(const ot_node *node)
+{
+    const ot_shape *s = &node->a->shape;
+    ref_red r = {1, 1, 1};
+    int axis = node->args.axis;
+    for (int d = 0; d < s->ndim; d++) {
+        if (axis == OT_AXIS_ALL || d == axis)
+            r.len *= s->dims[d];
+        else if (d < axis)
+            r.outer *= s->dims[d];
+        else
+            r.inner *= s->dims[d];
+    }
+    return r;
+}
+
+/* The sum of len elements x[0], x[step], ...: wrapped int32 arithmetic for
+ * an OT_I32 sum, compensated summation otherwise. */
+static double sum_line(bool ints, const double *x, int64_t len, int64_t step)
+{
+    if (ints) {
+        uint64_t isum = 0;
+        for (int64_t k = 0; k < len; k++) isum += int_of(x[k * step]);
+        return wrap32(isum);
+    }
+    ref_sum acc = {0, 0};
+    for (int64_t k = 0; k < len; k++) sum_add(&acc, x[k * step]);
+    return sum_value(&acc);
+}
+
+/* max, min, argmax or argmin of len elements x[0], x[step], ...: the first
+ * extreme wins ties, and the first NaN beats everything (NumPy). The index
+ * ops give its position, the others its value. The builder rejects empty
+ * lines for these ops; should one come, max/min give NaN, the index ops 0. */
+static double pick_line(ot_op op, const double *x, int64_t len, int64_t step)
+{
+    bool index = op == OT_OP_ARGMAX || op == OT_OP_ARGMIN;
+    if (len == 0) return index ? 0.0 : NAN;
+    bool want_max = op == OT_OP_MAX || op == OT_OP_ARGMAX;
+    int64_t best = 0;
+    for (int64_t k = 1; k < len && !isnan(x[best * step]); k++) {
+        double v = x[k * step], b = x[best * step];
+        if (isnan(v) || (want_max ? v > b : v < b)) best = k;
+    }
+    return index ? (double)best : x[best * step];
+}
+
+static void eval_reduce(const ot_node *node, ot_op op, const double *x, double *out)
+{
+    ref_red r = red_geometry(node);
+    bool ints = node->dtype == OT_I32;
+    for (int64_t o = 0; o < r.outer; o++) {
+        for (int64_t i = 0; i < r.inner; i++) {
+            const double *line = x + o * r.len * r.inner + i;
+            double v;
+            if (op == OT_OP_SUM)
+                v = sum_line(ints, line, r.len, r.inner);
+            else if (op == OT_OP_MEAN)    /* 0 / 0 = NaN for no elements */
+                v = sum_line(false, line, r.len, r.inner) / (double)r.len;
+            else
+                v = pick_line(op, line, r.len, r.inner);
+            out[o * r.inner + i] = v;
+        }
+    }
+}
+
+/* NumPy dot for 1-D and 2-D operands: a is M x K (M = 1 when 1-D) and b is
+ * K x N (N = 1 when 1-D); the result's flat layout is M x N in every case.
+ * K = 0 gives zeros. The builder rejects OT_I32 operands, so this is float
+ * arithmetic only. */
+static void eval_dot(const ot_node *node, const double *x, const double *y, double *out)
+{
+    const ot_shape *sa = &node->a->shape, *sb = &node->b->shape;
+    int64_t k_len = sa->dims[sa->ndim - 1];
+    int64_t m = sa->ndim == 2 ? sa->dims[0] : 1;
+    int64_t n = sb->ndim == 2 ? sb->dims[1] : 1;
+    for (int64_t i = 0; i < m; i++) {
+        for (int64_t j = 0; j < n; j++) {
+            ref_sum acc = {0, 0};
+            for (int64_t k = 0; k < k_len; k++) sum_add(&acc, x[i * k_len + k] * y[k * n + j]);
+            out[i * n + j] = sum_value(&acc);
+        }
+    }
+}
+
+/* Dim d of the result is dim perm[d] of the operand. */
+static void eval_transpose(const ot_node *node, const double *x, double *out)
+{
+    int64_t cs[OT_MAX_DIMS], st[OT_MAX_DIMS];
+    contig_strides(&node->a->shape, cs);
+    for (int d = 0; d < node->shape.ndim; d++) st[d] = cs[node->args.perm[d]];
+    ref_walk w;
+    walk_init(&w, &node->shape, st, NULL, 0);
+    for (int64_t r = 0; r < w.rows; r++, walk_next_row(&w))
+        for (int64_t j = 0; j < w.len; j++) *out++ = x[w.off[0] + j * w.in[0]];
+}
+
+static void eval_cast(const ot_node *node, const double *x, double *out)
+{
+    int64_t n = ot__numel(&node->shape);
+    for (int64_t i = 0; i < n; i++) out[i] = cast_value((ot_dtype)node->dtype, x[i]);
+}
+
+/* The result has a new dim of size depth at args.axis; element k along it
+ * is 1 where the input equals k. Comparing with the integer k also rejects
+ * non-integral inputs and those outside [0, depth). */
+static void eval_onehot(const ot_node *node, const double *x, double *out)
+{
+    const ot_shape *s = &node->shape;
+    int axis = node->args.axis;
+    int64_t outer = 1, inner = 1, depth = s->dims[axis];
+    for (int d = 0; d < s->ndim; d++) {
+        if (d < axis) outer *= s->dims[d];
+        if (d > axis) inner *= s->dims[d];
+    }
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t k = 0; k < depth; k++)
+            for (int64_t i = 0; i < inner; i++)
+                out[(o * depth + k) * inner + i] = x[o * inner + i] == (double)k ? 1.0 : 0.0;
+}
+
+static void eval_rand(const ot_backend *be, const ot_node *node, double *out)
+{
+    int64_t n = ot__numel(&node->shape);
+    for (int64_t i = 0; i < n; i++)
+        out[i] = ot__rand_uniform(be->opts.seed, node->args.seed, (uint64_t)i,
+                                  (ot_dtype)node->dtype);
+}
+
+/* Computes op item it into out from its operands' buffers. */
+static int eval_op(ref_run *run, const ot_stack_item *it, double *out)
+{
+    const ot_node *node = it->node;
+    const double *x = it->a >= 0 ? run->vals[it->a] : NULL;
+    const double *y = it->b >= 0 ? run->vals[it->b] : NULL;
+    switch (ot_op_kind(it->op)) {
+    case OT_KIND_UNARY: eval_unary(node, it->op, x, out); return OT_OK;
+    case OT_KIND_BINARY: eval_binary(node, it->op, x, y, out); return OT_OK;
+    case OT_KIND_REDUCE: eval_reduce(node, it->op, x, out); return OT_OK;
+    case OT_KIND_DOT: eval_dot(node, x, y, out); return OT_OK;
+    case OT_KIND_SHAPE: eval_transpose(node, x, out); return OT_OK;
+    default: break;
+    }
+    switch (it->op) {
+    case OT_OP_CAST: eval_cast(node, x, out); return OT_OK;
+    case OT_OP_ONEHOT: eval_onehot(node, x, out); return OT_OK;
+    case OT_OP_RAND: eval_rand(run->be, node, out); return OT_OK;
+    default:
+        return ot__err_set(OT_EUNSUPPORTED, node->file, node->line, ot_op_name(it->op),
+                           "the ref backend cannot evaluate this op");
+    }
+}
+
+/* Drops one pending read of item i and frees its buffer after the last. */
+static void release_operand(ref_run *run, int i)
+{
+    if (i >= 0 && --run->left[i] == 0 && !run->root[i]) {
+        free(run->vals[i]);
+        run->vals[i] = NULL;
+    }
+}
+
+/* Computes item i into a new buffer. */
+static int eval_item(ref_run *run, int i)
+{
+    const ot_stack_item *it = ot_stack_at(run->stack, i);
+    const ot_node *node = it->node;
+    double *out = buf_new(ot__numel(&node->shape), it->kind == OT_NODE_OP
+                          ? ot_op_name(it->op) : "assign");
+    if (!out) return OT_ENOMEM;
+    run->vals[i] = out;
+    if (it->kind == OT_NODE_LEAF) {
+        eval_leaf(it->tensor, out);
+        run->bytes += (uint64_t)ot__numel(&node->shape) * ot_dtype_size(it->tensor->leaf.dtype);
+        return OT_OK;
+    }
+    if (it->kind == OT_NODE_CONST) {
+        out[0] = cast_value((ot_dtype)node->dtype, it->value);
+        return OT_OK;
+    }
+    int rc = eval_op(run, it, out);
+    if (rc) return rc;
+    run->ops++;
+    release_operand(run, it->a);
+    release_operand(run, it->b);
+    return OT_OK;
+}
+
+/* Writes a root's buffer into out (any strides), broadcasting the root's
+ * shape to out's and rounding to out's dtype. */
+static void write_output(ot_tensor *out, const ot_shape *src_shape, const double *src)
+{
+    ot_dtype dt = (ot_dtype)out->leaf.dtype;
+    size_t isz = ot_dtype_size(dt);
+    char *base = (char *)out->buf->data;
+    int64_t sst[OT_MAX_DIMS];
+    bcast_strides(src_shape, &out->leaf.shape, sst);
+    ref_walk w;
+    walk_init(&w, &out->leaf.shape, out->strides, sst, out->offset);
+    for (int64_t r = 0; r < w.rows; r++, walk_next_row(&w))
+        for (int64_t j = 0; j < w.len; j++)
+            ot__store(base + (w.off[0] + j * w.in[0]) * (int64_t)isz, dt,
+                      src[w.off[1] + j * w.in[1]]);
+}
+
+/* Counts the op operands that read each item and marks the roots. */
+static void count_readers(ref_run *run, int n, const int roots[])
+{
+    for (int i = 0; i < run->len; i++) {
+        const ot_stack_item *it = ot_stack_at(run->stack, i);
+        if (it->a >= 0) run->left[it->a]++;
+        if (it->b >= 0) run->left[it->b]++;
+    }
+    for (int r = 0; r < n; r++) run->root[roots[r]] = true;
+}
+
+/* Evaluates every item, then writes every output. */
+static int run_all(ref_run *run, int n, ot_tensor *const outs[], const int roots[])
+{
+    count_readers(run, n, roots);
+    for (int i = 0; i < run->len; i++) {
+        int rc = eval_item(run, i);
+        if (rc) return rc;
+    }
+    for (int r = 0; r < n; r++) {
+        const ot_stack_item *it = ot_stack_at(run->stack, roots[r]);
+        write_output(outs[r], &it->node->shape, run->vals[roots[r]]);
+        run->bytes += (uint64_t)ot__numel(&outs[r]->leaf.shape) *
+                      ot_dtype_size(outs[r]->leaf.dtype);
+    }
+    return OT_OK;
+}
+
+static void run_free(ref_run *run)
+{
+    if (run->vals)
+        for (int i = 0; i < run->len; i++) free(run->vals[i]);
+    free(run->vals);
+    free(run->left);
+    free(run->root);
+}
+
+/* The ref backend's entry point (see ot_backend_vt): backend.c has already
+ * checked the arguments, so only allocation can fail here. */
+static int ref_assign_many(ot_backend *be, int n, ot_tensor *const outs[],
+                           ot_node *const trees[])
+{
+    ref_run run = {.be = be};
+    int *roots = malloc((n > 0 ? (size_t)n : 1) * sizeof *roots);
+    if (!roots)
+        return ot__err_set(OT_ENOMEM, NULL, 0, "assign", "out of memory");
+    ot_stack *s = ot__stack_new_many(n, (const ot_node *const *)trees, roots);
+    if (!s) {
+        free(roots);
+        int code = ot_errcode();
+        return code ? code : ot__err_set(OT_ENOMEM, NULL, 0, "assign", "out of memory");
+    }
+    run.stack = s;
+    run.len = ot_stack_len(s);
+    run.vals = calloc((size_t)run.len + 1, sizeof *run.vals);
+    run.left = calloc((size_t)run.len + 1, sizeof *run.left);
+    run.root = calloc((size_t)run.len + 1, sizeof *run.root);
+    int rc = (run.vals && run.left && run.root)
+                 ? run_all(&run, n, outs, roots)
+                 : ot__err_set(OT_ENOMEM, NULL, 0, "assign", "out of memory");
+    if (rc == OT_OK) {
+        atomic_fetch_add(&be->stats.assigns, 1);
+        atomic_fetch_add(&be->stats.nodes, run.ops);
+        atomic_fetch_add(&be->stats.kernels, run.ops);
+        atomic_fetch_add(&be->stats.bytes_moved, run.bytes);
+    }
+    run_free(&run);
+    ot_stack_free(s);
+    free(roots);
+    return rc;
+}
+
+const ot_backend_vt ot__ref_vt = {"ref", ref_assign_many, NULL};
+
+/* ------------------------------------------------------------------------ */
+/* Random numbers: Philox-2x32-10                                           */
+/* ------------------------------------------------------------------------ */
+
+/* The splitmix64 finaliser: a bijective 64-bit mix with full avalanche. */
+static uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
+    return z ^ (z >> 31);
+}
+
+/* Philox-2x32 with 10 rounds (Salmon et al., SC'11): each round multiplies
+ * the first word into a 64-bit product, whose high half is mixed with the
+ * key and the second word; the key advances by the golden-ratio Weyl
+ * constant after every round. */
+static void philox2x32_10(uint32_t key, uint32_t ctr[2])
+{
+    uint32_t x0 = ctr[0], x1 = ctr[1];
+    for (int r = 0; r < 10; r++) {
+        uint64_t prod = (uint64_t)0xD256D193u * x0;
+        uint32_t hi = (uint32_t)(prod >> 32), lo = (uint32_t)prod;
+        x0 = hi ^ key ^ x1;
+        x1 = lo;
+        key += 0x9E3779B9u;
+    }
+    ctr[0] = x0;
+    ctr[1] = x1;
+}
+
+double ot__rand_uniform(uint64_t be_seed, uint64_t seed, uint64_t idx, ot_dtype dt)
+{
+    /* Golden-ratio offset so that seed 0 does not mix to 0. */
+    uint64_t k = mix64(be_seed ^ mix64(seed + 0x9E3779B97F4A7C15u));
+    uint32_t ctr[2] = {(uint32_t)idx, (uint32_t)(idx >> 32)};
+    philox2x32_10((uint32_t)(k ^ (k >> 32)), ctr);
+    if (dt == OT_F32)                      /* 24 bits: exact in float, < 1 */
+        return (double)(ctr[0] >> 8) * 0x1p-24;
+    /* 53 bits: 32 from the first word on top, 21 from the second below. */
+    uint64_t bits = ((uint64_t)ctr[0] << 21) ^ (ctr[1] >> 11);
+    return (double)bits * 0x1p-53;
+}

@@ -1,0 +1,963 @@
+/*
+ * tensor.c - tensors: refcounted 64-byte-aligned buffers, creation, host
+ * copies in and out for any strides, views (slice, reshape, transpose,
+ * broadcast_to), accessors, value printing, and the memory-overlap tests
+ * that assignment uses to detect aliasing.
+ *
+ * Every loop over elements is an iterative row-major counter: strides may
+ * be negative or zero, and no walk recurses.
+ */
+#include "internal.h"
+
+#include <stdio.h>
+
+/* ---- dtypes -------------------------------------------------------------- */
+
+size_t ot_dtype_size(ot_dtype dtype)
+{
+    switch (dtype) {
+    case OT_F32: return sizeof(float);
+    case OT_F64: return sizeof(double);
+    case OT_I32: return sizeof(int32_t);
+    default: return 0;
+    }
+}
+
+const char *ot_dtype_name(ot_dtype dtype)
+{
+    switch (dtype) {
+    case OT_F32: return "float32";
+    case OT_F64: return "float64";
+    case OT_I32: return "int32";
+    default: return "unknown";
+    }
+}
+
+/* ---- small helpers ------------------------------------------------------- */
+
+static size_t itemsize(const ot_tensor *t)
+{
+    return ot_dtype_size((ot_dtype)t->leaf.dtype);
+}
+
+static char *base_ptr(const ot_tensor *t)
+{
+    return (char *)t->buf->data;
+}
+
+/* Address of the element at element offset off (which addresses an element
+ * of the view, so it is never negative). */
+static char *elem_ptr(const ot_tensor *t, int64_t off)
+{
+    return base_ptr(t) + (size_t)off * itemsize(t);
+}
+
+static int null_arg(const char *fn, const char *what)
+{
+    return ot__err_set(OT_ENULL, NULL, 0, fn, "%s is NULL", what);
+}
+
+/* Formats n int64 values as a tuple, reusing the shape formatter so that
+ * strides and perms read like shapes in messages. */
+static const char *ints_str(int n, const int64_t *v, char *buf)
+{
+    ot_shape s = ot_shape_make(n, v);
+    return ot__shape_str(&s, buf);
+}
+
+/* Advances a row-major counter over nd dims, keeping *off (in elements) in
+ * step. Returns how many trailing dims wrapped back to 0: nd means the walk
+ * is over (and the counter is back at the start). */
+static int counter_next(int nd, const int64_t *dims, const int64_t *strides,
+                        int64_t *idx, int64_t *off)
+{
+    int d = nd - 1;
+    for (; d >= 0; d--) {
+        *off += strides[d];
+        if (++idx[d] < dims[d])
+            break;
+        *off -= strides[d] * dims[d];
+        idx[d] = 0;
+    }
+    return nd - 1 - d;
+}
+
+/* A walk over the rows (innermost dim) of a view, so that copies can move a
+ * whole row at once when its stride is 1. */
+typedef struct rows {
+    int outer;                    /* dims walked by the counter */
+    const int64_t *dims, *strides;
+    int64_t idx[OT_MAX_DIMS];
+    int64_t off;                  /* element offset of the current row */
+    int64_t len, step;            /* elements per row and their stride */
+    int64_t left;                 /* rows still to visit */
+} rows;
+
+static void rows_init(rows *r, const ot_tensor *t)
+{
+    const ot_shape *s = &t->leaf.shape;
+    int64_t n = ot__numel(s);
+    memset(r, 0, sizeof *r);
+    r->outer = s->ndim > 0 ? s->ndim - 1 : 0;
+    r->dims = s->dims;
+    r->strides = t->strides;
+    r->off = t->offset;
+    r->len = s->ndim > 0 ? s->dims[s->ndim - 1] : 1;
+    r->step = s->ndim > 0 ? t->strides[s->ndim - 1] : 0;
+    r->left = n == 0 ? 0 : n / r->len;
+}
+
+static void rows_next(rows *r)
+{
+    r->left--;
+    counter_next(r->outer, r->dims, r->strides, r->idx, &r->off);
+}
+
+/* ---- buffers and tensor structs ------------------------------------------ */
+
+static ot_buffer *buffer_new(size_t nbytes)
+{
+    size_t cap;
+    if (!ot__add_size(&cap, nbytes, 63))
+        return NULL;
+    cap &= ~(size_t)63;
+    if (cap == 0)
+        cap = 64;     /* zero-size tensors still get a valid pointer */
+    ot_buffer *b = malloc(sizeof *b);
+    if (!b)
+        return NULL;
+    b->data = aligned_alloc(64, cap);
+    if (!b->data) {
+        free(b);
+        return NULL;
+    }
+    atomic_init(&b->refs, 1);
+    b->nbytes = nbytes;
+    return b;
+}
+
+static void buffer_release(ot_buffer *b)
+{
+    if (b && atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) == 1) {
+        free(b->data);
+        free(b);
+    }
+}
+
+/* A tensor struct over buf (whose reference it takes over), its leaf node
+ * holding the creator's reference. Strides and offset are left zero. */
+static ot_tensor *tensor_alloc(ot_backend *be, const ot_shape *shape, ot_dtype dt,
+                               ot_buffer *buf)
+{
+    ot_tensor *t = calloc(1, sizeof *t);
+    if (!t)
+        return NULL;
+    atomic_init(&t->leaf.refs, 1);
+    t->leaf.kind = OT_NODE_LEAF;
+    t->leaf.op = OT_OP_NONE;
+    t->leaf.tag = OT_OP_NONE;
+    t->leaf.dtype = (uint8_t)dt;
+    t->leaf.shape = *shape;
+    t->leaf.be = be;
+    t->buf = buf;
+    return t;
+}
+
+void ot__tensor_destroy(ot_tensor *t)
+{
+    if (!t)
+        return;
+    buffer_release(t->buf);
+    free(t->name);
+    free(t);
+}
+
+/* Row-major strides (in elements) of a new tensor of shape s. Zero-size
+ * shapes are checked too: their other dims still multiply into strides. */
+static bool contiguous_strides(const ot_shape *s, size_t isz, int64_t *strides)
+{
+    size_t step = 1, bytes;
+    memset(strides, 0, OT_MAX_DIMS * sizeof *strides);
+    for (int d = s->ndim - 1; d >= 0; d--) {
+        strides[d] = (int64_t)step;
+        if (s->dims[d] > 1 && !ot__mul_size(&step, step, (size_t)s->dims[d]))
+            return false;
+    }
+    return ot__mul_size(&bytes, step, isz) && bytes <= PTRDIFF_MAX;
+}
+
+static ot_tensor *tensor_new(ot_backend *be, ot_shape shape, ot_dtype dt, const char *fn)
+{
+    char sbuf[OT__SHAPE_STRLEN];
+    int64_t strides[OT_MAX_DIMS];
+    size_t nbytes;
+    if (!be) {
+        ot__err_null(fn, "backend");
+        return NULL;
+    }
+    if (dt == OT_DTYPE_DEFAULT)
+        dt = be->opts.dtype ? be->opts.dtype : OT_F32;
+    if (ot_dtype_size(dt) == 0) {
+        ot__err_set(OT_EDTYPE, NULL, 0, fn, "unknown dtype %d", (int)dt);
+        return NULL;
+    }
+    if (ot__shape_check(&shape, dt, fn, NULL, 0) != 0)
+        return NULL;
+    if (!contiguous_strides(&shape, ot_dtype_size(dt), strides) ||
+        !ot__mul_size(&nbytes, (size_t)ot__numel(&shape), ot_dtype_size(dt))) {
+        ot__err_set(OT_EOVERFLOW, NULL, 0, fn, "shape %s of %s is too big",
+                    ot__shape_str(&shape, sbuf), ot_dtype_name(dt));
+        return NULL;
+    }
+    ot_buffer *buf = buffer_new(nbytes);
+    ot_tensor *t = buf ? tensor_alloc(be, &shape, dt, buf) : NULL;
+    if (!t) {
+        buffer_release(buf);
+        ot__err_set(OT_ENOMEM, NULL, 0, fn, "cannot allocate %zu bytes for shape %s",
+                    nbytes, ot__shape_str(&shape, sbuf));
+        return NULL;
+    }
+    memcpy(t->strides, strides, sizeof strides);
+    return t;
+}
+
+/* A view of t's buffer; shape and strides beyond ndim must be zero so that
+ * views compare equal field by field. Read-only-ness is inherited. */
+static ot_tensor *view_new(const ot_tensor *t, const ot_shape *shape,
+                           const int64_t *strides, int64_t offset, const char *fn)
+{
+    ot_tensor *v = tensor_alloc(t->leaf.be, shape, (ot_dtype)t->leaf.dtype, t->buf);
+    if (!v) {
+        ot__err_set(OT_ENOMEM, NULL, 0, fn, "cannot allocate a view");
+        return NULL;
+    }
+    atomic_fetch_add_explicit(&t->buf->refs, 1, memory_order_relaxed);
+    memcpy(v->strides, strides, sizeof v->strides);
+    /* No elements are addressed by a zero-size view, so keep an offset that
+     * is known to lie inside the buffer. */
+    v->offset = ot__numel(shape) == 0 ? t->offset : offset;
+    v->readonly = t->readonly;
+    return v;
+}
+
+/* ---- element copies ------------------------------------------------------ */
+
+static void copy_out(const ot_tensor *t, void *host)
+{
+    size_t isz = itemsize(t);
+    char *dst = host;
+    if (ot_tensor_is_contiguous(t)) {
+        memcpy(dst, elem_ptr(t, t->offset), (size_t)ot__numel(&t->leaf.shape) * isz);
+        return;
+    }
+    rows r;
+    for (rows_init(&r, t); r.left > 0; rows_next(&r)) {
+        if (r.step == 1) {
+            memcpy(dst, elem_ptr(t, r.off), (size_t)r.len * isz);
+            dst += (size_t)r.len * isz;
+            continue;
+        }
+        for (int64_t i = 0; i < r.len; i++, dst += isz)
+            memcpy(dst, elem_ptr(t, r.off + i * r.step), isz);
+    }
+}
+
+/* t must be free of internal overlap, so every element is written once. */
+static void copy_in(ot_tensor *t, const void *host)
+{
+    size_t isz = itemsize(t);
+    const char *src = host;
+    if (ot_tensor_is_contiguous(t)) {
+        memcpy(elem_ptr(t, t->offset), src, (size_t)ot__numel(&t->leaf.shape) * isz);
+        return;
+    }
+    rows r;
+    for (rows_init(&r, t); r.left > 0; rows_next(&r)) {
+        if (r.step == 1) {
+            memcpy(elem_ptr(t, r.off), src, (size_t)r.len * isz);
+            src += (size_t)r.len * isz;
+            continue;
+        }
+        for (int64_t i = 0; i < r.len; i++, src += isz)
+            memcpy(elem_ptr(t, r.off + i * r.step), src, isz);
+    }
+}
+
+static void fill_elems(ot_tensor *t, double value)
+{
+    union { float f; double d; int32_t i; } v;
+    size_t isz = itemsize(t);
+    ot__store(&v, (ot_dtype)t->leaf.dtype, value);
+    rows r;
+    for (rows_init(&r, t); r.left > 0; rows_next(&r))
+        for (int64_t i = 0; i < r.len; i++)
+            memcpy(elem_ptr(t, r.off + i * r.step), &v, isz);
+}
+
+/* Writes through t would hit one element twice, or t is a broadcast view. */
+static int check_writable(const ot_tensor *t, const char *fn)
+{
+    int dim;
+    if (ot__internal_overlap(t, &dim))
+        return ot__err_set(OT_EALIAS, NULL, 0, fn,
+                           "written-to tensor has overlapping elements (stride %lld at dim %d)",
+                           (long long)t->strides[dim], dim);
+    if (t->readonly)
+        return ot__err_set(OT_EALIAS, NULL, 0, fn,
+                           "written-to tensor is a read-only broadcast view");
+    return 0;
+}
+
+/* ---- creation ------------------------------------------------------------ */
+
+ot_tensor *ot_empty(ot_backend *be, ot_shape shape, ot_dtype dtype)
+{
+    return tensor_new(be, shape, dtype, "empty");
+}
+
+static ot_tensor *full_named(ot_backend *be, ot_shape shape, ot_dtype dtype,
+                             double value, const char *fn)
+{
+    ot_tensor *t = tensor_new(be, shape, dtype, fn);
+    if (t)
+        fill_elems(t, value);
+    return t;
+}
+
+ot_tensor *ot_zeros(ot_backend *be, ot_shape shape, ot_dtype dtype)
+{
+    return full_named(be, shape, dtype, 0.0, "zeros");
+}
+
+ot_tensor *ot_ones(ot_backend *be, ot_shape shape, ot_dtype dtype)
+{
+    return full_named(be, shape, dtype, 1.0, "ones");
+}
+
+ot_tensor *ot_full(ot_backend *be, ot_shape shape, ot_dtype dtype, double value)
+{
+    return full_named(be, shape, dtype, value, "full");
+}
+
+ot_tensor *ot_array(ot_backend *be, ot_shape shape, ot_dtype dtype, const void *data)
+{
+    if (be && !data) {
+        null_arg("array", "data");
+        return NULL;
+    }
+    ot_tensor *t = tensor_new(be, shape, dtype, "array");
+    if (t)
+        copy_in(t, data);
+    return t;
+}
+
+ot_tensor *ot_zeros_like(const ot_tensor *t)
+{
+    if (!t) {
+        ot__err_null("zeros_like", "tensor");
+        return NULL;
+    }
+    return full_named(t->leaf.be, t->leaf.shape, (ot_dtype)t->leaf.dtype, 0.0,
+                      "zeros_like");
+}
+
+ot_tensor *ot_copy(const ot_tensor *t)
+{
+    if (!t) {
+        ot__err_null("copy", "tensor");
+        return NULL;
+    }
+    ot_tensor *c = tensor_new(t->leaf.be, t->leaf.shape, (ot_dtype)t->leaf.dtype, "copy");
+    if (c)
+        copy_out(t, base_ptr(c));
+    return c;
+}
+
+void ot_tensor_free(ot_tensor *t)
+{
+    if (t)
+        ot_release(&t->leaf);
+}
+
+ot_node *ot_tensor_node(ot_tensor *t)
+{
+    return t ? &t->leaf : NULL;
+}
+
+/* ---- data ---------------------------------------------------------------- */
+
+int ot_fill(ot_tensor *t, double value)
+{
+    if (!t)
+        return ot__err_null("fill", "tensor");
+    ot_clear_error();
+    int rc = check_writable(t, "fill");
+    if (rc == 0)
+        fill_elems(t, value);
+    return rc;
+}
+
+int ot_get(const ot_tensor *t, void *host)
+{
+    if (!t)
+        return ot__err_null("get", "tensor");
+    ot_clear_error();
+    if (!host)
+        return null_arg("get", "host");
+    copy_out(t, host);
+    return 0;
+}
+
+int ot_set(ot_tensor *t, const void *host)
+{
+    if (!t)
+        return ot__err_null("set", "tensor");
+    ot_clear_error();
+    if (!host)
+        return null_arg("set", "host");
+    int rc = check_writable(t, "set");
+    if (rc == 0)
+        copy_in(t, host);
+    return rc;
+}
+
+/* ---- printing ------------------------------------------------------------ */
+
+#define ELEM_STRLEN 32
+
+static int elem_str(char *buf, double v, ot_dtype dt)
+{
+    if (dt == OT_I32)
+        return snprintf(buf, ELEM_STRLEN, "%d", (int)v);
+    if (isnan(v))
+        return snprintf(buf, ELEM_STRLEN, "nan");
+    if (isinf(v))
+        return snprintf(buf, ELEM_STRLEN, "%s", v < 0 ? "-inf" : "inf");
+    int n = snprintf(buf, ELEM_STRLEN, "%.8g", v);
+    /* NumPy marks whole floats with a trailing point: "1." rather than "1" */
+    if (!strpbrk(buf, ".e")) {
+        buf[n++] = '.';
+        buf[n] = '\0';
+    }
+    return n;
+}
+
+static bool put_n(FILE *f, char c, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (fputc(c, f) == EOF)
+            return false;
+    return true;
+}
+
+/* The widest element, so that columns line up as in NumPy. */
+static int max_width(const ot_tensor *t)
+{
+    const ot_shape *s = &t->leaf.shape;
+    int64_t idx[OT_MAX_DIMS] = {0}, off = t->offset;
+    char buf[ELEM_STRLEN];
+    int width = 0;
+    do {
+        int n = elem_str(buf, ot__load(elem_ptr(t, off), (ot_dtype)t->leaf.dtype),
+                         (ot_dtype)t->leaf.dtype);
+        width = n > width ? n : width;
+    } while (counter_next(s->ndim, s->dims, t->strides, idx, &off) < s->ndim);
+    return width;
+}
+
+/* Brackets come from the counter: when k trailing dims wrap, k rows close,
+ * k newlines separate the blocks (blank lines between matrices), and k rows
+ * open, indented by the dims that did not wrap. */
+static bool print_values(const ot_tensor *t, FILE *f)
+{
+    const ot_shape *s = &t->leaf.shape;
+    int nd = s->ndim, width = max_width(t);
+    int64_t idx[OT_MAX_DIMS] = {0}, off = t->offset;
+    char buf[ELEM_STRLEN];
+    bool ok = put_n(f, '[', nd);
+    for (;;) {
+        elem_str(buf, ot__load(elem_ptr(t, off), (ot_dtype)t->leaf.dtype),
+                 (ot_dtype)t->leaf.dtype);
+        ok = ok && fprintf(f, "%*s", width, buf) >= 0;
+        int k = counter_next(nd, s->dims, t->strides, idx, &off);
+        if (k == nd)
+            break;
+        if (k == 0)
+            ok = ok && put_n(f, ' ', 1);
+        else
+            ok = ok && put_n(f, ']', k) && put_n(f, '\n', k) && put_n(f, ' ', nd - k) &&
+                 put_n(f, '[', k);
+    }
+    return ok && put_n(f, ']', nd) && put_n(f, '\n', 1);
+}
+
+int ot_tensor_print(const ot_tensor *t, FILE *f)
+{
+    if (!t)
+        return ot__err_null("tensor_print", "tensor");
+    ot_clear_error();
+    if (!f)
+        return null_arg("tensor_print", "f");
+    bool ok = ot__numel(&t->leaf.shape) == 0 ? fputs("[]\n", f) != EOF : print_values(t, f);
+    if (!ok)
+        return ot__err_set(OT_EIO, NULL, 0, "tensor_print", "write failed");
+    return 0;
+}
+
+/* ---- slicing ------------------------------------------------------------- */
+
+/* Python's slice.indices(): clips start and stop into the dim, and gives the
+ * first index, the count and the step. An omitted step means 1. */
+static void range_indices(ot_index ix, int64_t dim, int64_t *first, int64_t *count,
+                          int64_t *step)
+{
+    int64_t st = ix.step == OT_NONE ? 1 : ix.step;
+    int64_t lower = st > 0 ? 0 : -1, upper = st > 0 ? dim : dim - 1;
+    int64_t b[2] = {ix.start, ix.stop};
+    int64_t omitted[2] = {st > 0 ? lower : upper, st > 0 ? upper : lower};
+    for (int i = 0; i < 2; i++) {
+        if (b[i] == OT_NONE) {
+            b[i] = omitted[i];
+            continue;
+        }
+        if (b[i] < 0)
+            b[i] += dim;
+        b[i] = b[i] < lower ? lower : b[i] > upper ? upper : b[i];
+    }
+    if (st > 0)
+        *count = b[1] > b[0] ? (b[1] - b[0] - 1) / st + 1 : 0;
+    else
+        *count = b[0] > b[1] ? (b[0] - b[1] - 1) / -st + 1 : 0;
+    *first = b[0];
+    *step = st;
+}
+
+/* Applies one index to dim d of t: adds to *off and, unless the dim is
+ * dropped, appends a dim to out. */
+static int apply_index(const ot_tensor *t, int d, ot_index ix, ot_shape *out,
+                       int64_t *strides, int64_t *off)
+{
+    int64_t dim = t->leaf.shape.dims[d], stride = t->strides[d];
+    int64_t first, count, step;
+    switch (ix.kind) {
+    case OT_INDEX_ALL:
+        first = 0, count = dim, step = 1;
+        break;
+    case OT_INDEX_RANGE:
+        if (ix.step == 0)
+            return ot__err_set(OT_EINVAL, NULL, 0, "slice", "slice step cannot be zero");
+        range_indices(ix, dim, &first, &count, &step);
+        break;
+    case OT_INDEX_ONE:
+        first = ix.start < 0 ? ix.start + dim : ix.start;
+        if (first < 0 || first >= dim)
+            return ot__err_set(OT_EINVAL, NULL, 0, "slice",
+                               "index %lld is out of bounds for axis %d with size %lld",
+                               (long long)ix.start, d, (long long)dim);
+        *off += first * stride;
+        return 0;
+    default:
+        return ot__err_set(OT_EINVAL, NULL, 0, "slice", "index %d has unknown kind %d",
+                           d, ix.kind);
+    }
+    *off += first * stride;
+    strides[out->ndim] = stride * step;
+    out->dims[out->ndim++] = count;
+    return 0;
+}
+
+ot_tensor *ot_slice_n(const ot_tensor *t, int n, const ot_index *idx)
+{
+    if (!t) {
+        ot__err_null("slice", "tensor");
+        return NULL;
+    }
+    int nd = t->leaf.shape.ndim;
+    if (n < 0 || (n > 0 && !idx)) {
+        if (n < 0)
+            ot__err_set(OT_EINVAL, NULL, 0, "slice", "negative index count %d", n);
+        else
+            null_arg("slice", "idx");
+        return NULL;
+    }
+    if (n > nd) {
+        ot__err_set(OT_EINVAL, NULL, 0, "slice",
+                    "too many indices: tensor is %d-dimensional, but %d were indexed", nd, n);
+        return NULL;
+    }
+    ot_shape out = ot_shape_make(0, NULL);
+    int64_t strides[OT_MAX_DIMS] = {0}, off = t->offset;
+    for (int d = 0; d < nd; d++)
+        if (apply_index(t, d, d < n ? idx[d] : OT_ALL, &out, strides, &off) != 0)
+            return NULL;
+    return view_new(t, &out, strides, off, "slice");
+}
+
+/* ---- reshape ------------------------------------------------------------- */
+
+/* Replaces a -1 in s by the size that makes its numel equal numel. */
+static int infer_dim(ot_shape *s, int64_t numel)
+{
+    char sbuf[OT__SHAPE_STRLEN];
+    int unknown = -1;
+    size_t known = 1;
+    for (int d = 0; d < s->ndim; d++) {
+        if (s->dims[d] != -1) {
+            /* an overflowing product cannot divide numel; negative dims are
+             * left for the shape check to report */
+            if (s->dims[d] >= 0 && !ot__mul_size(&known, known, (size_t)s->dims[d]))
+                known = SIZE_MAX;
+            continue;
+        }
+        if (unknown >= 0)
+            return ot__err_set(OT_EINVAL, NULL, 0, "reshape",
+                               "can only specify one unknown dimension in shape %s",
+                               ot__shape_str(s, sbuf));
+        unknown = d;
+    }
+    if (unknown < 0)
+        return 0;
+    if (known == 0 || (size_t)numel % known != 0)
+        return ot__err_set(OT_ESHAPE, NULL, 0, "reshape",
+                           "cannot reshape tensor of size %lld into shape %s",
+                           (long long)numel, ot__shape_str(s, sbuf));
+    s->dims[unknown] = (int64_t)((size_t)numel / known);
+    return 0;
+}
+
+/* Strides that let t (numel > 0) be read in shape ns without a copy. The
+ * old dims are cut into maximal chunks that are each one arithmetic run in
+ * memory (size-1 dims never constrain); ns must split every chunk exactly,
+ * its dims inside a chunk taking strides from the chunk's innermost one.
+ * Returns false when some new dim would straddle two chunks. */
+static bool view_strides(const ot_tensor *t, const ot_shape *ns, int64_t *out)
+{
+    const ot_shape *os = &t->leaf.shape;
+    int i = os->ndim - 1, j = ns->ndim - 1;
+    while (i >= 0) {
+        if (os->dims[i] == 1) {
+            i--;
+            continue;
+        }
+        int64_t inner = t->strides[i], size = os->dims[i];
+        for (i--; i >= 0; i--) {
+            if (os->dims[i] == 1)
+                continue;
+            if (t->strides[i] != inner * size)
+                break;
+            size *= os->dims[i];
+        }
+        int64_t acc = 1;
+        for (; j >= 0 && acc < size; j--) {
+            out[j] = inner * acc;
+            acc *= ns->dims[j];
+        }
+        if (acc != size)
+            return false;
+    }
+    /* what is left are size-1 dims (the numels agree): give them the stride
+     * they would have in a contiguous layout */
+    for (; j >= 0; j--)
+        out[j] = j + 1 < ns->ndim ? out[j + 1] * ns->dims[j + 1] : 1;
+    return true;
+}
+
+ot_tensor *ot_reshape(const ot_tensor *t, ot_shape shape)
+{
+    char sbuf[OT__SHAPE_STRLEN], tbuf[OT__SHAPE_STRLEN], ubuf[OT__SHAPE_STRLEN];
+    if (!t) {
+        ot__err_null("reshape", "tensor");
+        return NULL;
+    }
+    const ot_shape *os = &t->leaf.shape;
+    ot_dtype dt = (ot_dtype)t->leaf.dtype;
+    int64_t numel = ot__numel(os), strides[OT_MAX_DIMS] = {0};
+    if (shape.ndim >= 0 && shape.ndim <= OT_MAX_DIMS && infer_dim(&shape, numel) != 0)
+        return NULL;
+    if (ot__shape_check(&shape, dt, "reshape", NULL, 0) != 0)
+        return NULL;
+    if (ot__numel(&shape) != numel) {
+        ot__err_set(OT_ESHAPE, NULL, 0, "reshape", "cannot reshape tensor of size %lld into shape %s",
+                    (long long)numel, ot__shape_str(&shape, sbuf));
+        return NULL;
+    }
+    if (numel == 0 && !contiguous_strides(&shape, ot_dtype_size(dt), strides)) {
+        ot__err_set(OT_EOVERFLOW, NULL, 0, "reshape", "shape %s of %s is too big",
+                    ot__shape_str(&shape, sbuf), ot_dtype_name(dt));
+        return NULL;
+    }
+    if (numel > 0 && !view_strides(t, &shape, strides)) {
+        ot__err_set(OT_EINVAL, NULL, 0, "reshape",
+                    "a view of shape %s with strides %s cannot be reshaped to %s "
+                    "without a copy; ot_copy it first",
+                    ot__shape_str(os, tbuf), ints_str(os->ndim, t->strides, ubuf),
+                    ot__shape_str(&shape, sbuf));
+        return NULL;
+    }
+    return view_new(t, &shape, strides, t->offset, "reshape");
+}
+
+/* ---- transpose and broadcast --------------------------------------------- */
+
+static bool is_permutation(const int *perm, int nd)
+{
+    bool seen[OT_MAX_DIMS] = {false};
+    for (int i = 0; i < nd; i++) {
+        if (perm[i] < 0 || perm[i] >= nd || seen[perm[i]])
+            return false;
+        seen[perm[i]] = true;
+    }
+    return true;
+}
+
+ot_tensor *ot_transpose(const ot_tensor *t, const int *perm)
+{
+    char pbuf[OT__SHAPE_STRLEN];
+    if (!t) {
+        ot__err_null("transpose", "tensor");
+        return NULL;
+    }
+    int nd = t->leaf.shape.ndim;
+    int p[OT_MAX_DIMS];
+    for (int i = 0; i < nd; i++)
+        p[i] = perm ? perm[i] : nd - 1 - i;
+    if (!is_permutation(p, nd)) {
+        int64_t wide[OT_MAX_DIMS];
+        for (int i = 0; i < nd; i++)
+            wide[i] = p[i];
+        ot__err_set(OT_EINVAL, NULL, 0, "transpose", "perm %s is not a permutation of %d dims",
+                    ints_str(nd, wide, pbuf), nd);
+        return NULL;
+    }
+    ot_shape out = ot_shape_make(0, NULL);
+    int64_t strides[OT_MAX_DIMS] = {0};
+    out.ndim = nd;
+    for (int i = 0; i < nd; i++) {
+        out.dims[i] = t->leaf.shape.dims[p[i]];
+        strides[i] = t->strides[p[i]];
+    }
+    return view_new(t, &out, strides, t->offset, "transpose");
+}
+
+ot_tensor *ot_broadcast_to(const ot_tensor *t, ot_shape shape)
+{
+    char sbuf[OT__SHAPE_STRLEN], tbuf[OT__SHAPE_STRLEN];
+    if (!t) {
+        ot__err_null("broadcast_to", "tensor");
+        return NULL;
+    }
+    const ot_shape *src = &t->leaf.shape;
+    if (ot__shape_check(&shape, (ot_dtype)t->leaf.dtype, "broadcast_to", NULL, 0) != 0)
+        return NULL;
+    if (shape.ndim < src->ndim) {
+        ot__err_set(OT_ESHAPE, NULL, 0, "broadcast_to",
+                    "cannot broadcast shape %s to %s: the target has fewer dims",
+                    ot__shape_str(src, tbuf), ot__shape_str(&shape, sbuf));
+        return NULL;
+    }
+    int64_t strides[OT_MAX_DIMS] = {0};
+    int lead = shape.ndim - src->ndim;
+    for (int d = lead; d < shape.ndim; d++) {
+        int64_t have = src->dims[d - lead];
+        if (have == shape.dims[d])
+            strides[d] = t->strides[d - lead];
+        else if (have != 1) {
+            ot__err_set(OT_ESHAPE, NULL, 0, "broadcast_to",
+                        "cannot broadcast shape %s to %s (dim %d: %lld vs %lld)",
+                        ot__shape_str(src, tbuf), ot__shape_str(&shape, sbuf), d,
+                        (long long)have, (long long)shape.dims[d]);
+            return NULL;
+        }
+    }
+    ot_tensor *v = view_new(t, &shape, strides, t->offset, "broadcast_to");
+    if (v)
+        v->readonly = true;
+    return v;
+}
+
+/* ---- accessors ----------------------------------------------------------- */
+
+ot_dtype ot_tensor_dtype(const ot_tensor *t)
+{
+    return t ? (ot_dtype)t->leaf.dtype : OT_DTYPE_DEFAULT;
+}
+
+int ot_tensor_ndim(const ot_tensor *t)
+{
+    return t ? t->leaf.shape.ndim : 0;
+}
+
+ot_shape ot_tensor_shape(const ot_tensor *t)
+{
+    return t ? t->leaf.shape : ot_shape_make(0, NULL);
+}
+
+/* A negative axis counts from the end; -1 (with OT_EINVAL) when out of range. */
+static int norm_axis(const ot_tensor *t, int axis, const char *fn)
+{
+    int nd = t->leaf.shape.ndim;
+    int a = axis < 0 ? axis + nd : axis;
+    if (a < 0 || a >= nd) {
+        ot__err_set(OT_EINVAL, NULL, 0, fn,
+                    "axis %d is out of bounds for tensor of dimension %d", axis, nd);
+        return -1;
+    }
+    return a;
+}
+
+int64_t ot_tensor_dim(const ot_tensor *t, int axis)
+{
+    if (!t)
+        return 0;
+    int a = norm_axis(t, axis, "tensor_dim");
+    return a < 0 ? -1 : t->leaf.shape.dims[a];
+}
+
+int64_t ot_tensor_stride(const ot_tensor *t, int axis)
+{
+    if (!t)
+        return 0;
+    int a = norm_axis(t, axis, "tensor_stride");
+    return a < 0 ? -1 : t->strides[a];
+}
+
+int64_t ot_tensor_offset(const ot_tensor *t)
+{
+    return t ? t->offset : 0;
+}
+
+int64_t ot_tensor_numel(const ot_tensor *t)
+{
+    return t ? ot__numel(&t->leaf.shape) : 0;
+}
+
+void *ot_tensor_data(const ot_tensor *t)
+{
+    return t ? elem_ptr(t, t->offset) : NULL;
+}
+
+ot_backend *ot_tensor_backend(const ot_tensor *t)
+{
+    return t ? t->leaf.be : NULL;
+}
+
+/* C order; strides of size-1 dims never matter, and empty views are
+ * contiguous (as in NumPy). */
+bool ot_tensor_is_contiguous(const ot_tensor *t)
+{
+    if (!t)
+        return false;
+    const ot_shape *s = &t->leaf.shape;
+    if (ot__numel(s) == 0)
+        return true;
+    int64_t expect = 1;
+    for (int d = s->ndim - 1; d >= 0; d--) {
+        if (s->dims[d] != 1 && t->strides[d] != expect)
+            return false;
+        expect *= s->dims[d];
+    }
+    return true;
+}
+
+const char *ot_tensor_name(const ot_tensor *t)
+{
+    return t ? t->name : NULL;
+}
+
+int ot_tensor_set_name(ot_tensor *t, const char *name)
+{
+    if (!t)
+        return ot__err_null("tensor_set_name", "tensor");
+    ot_clear_error();
+    char *copy = NULL;
+    if (name) {
+        size_t n = strlen(name) + 1;
+        copy = malloc(n);
+        if (!copy)
+            return ot__err_set(OT_ENOMEM, NULL, 0, "tensor_set_name",
+                               "cannot allocate %zu bytes for a name", n);
+        memcpy(copy, name, n);
+    }
+    free(t->name);
+    t->name = copy;
+    return 0;
+}
+
+/* ---- memory overlap ------------------------------------------------------ */
+
+/* The lowest and highest element offsets that a non-empty view touches. */
+static void elem_range(const ot_tensor *t, int64_t *lo, int64_t *hi)
+{
+    *lo = *hi = t->offset;
+    for (int d = 0; d < t->leaf.shape.ndim; d++) {
+        int64_t reach = t->strides[d] * (t->leaf.shape.dims[d] - 1);
+        if (reach < 0)
+            *lo += reach;
+        else
+            *hi += reach;
+    }
+}
+
+/* Same elements in the same order: strides of size-1 dims do not count. */
+static bool same_view(const ot_tensor *a, const ot_tensor *b)
+{
+    if (a->offset != b->offset || a->leaf.dtype != b->leaf.dtype ||
+        !ot__shape_eq(&a->leaf.shape, &b->leaf.shape))
+        return false;
+    for (int d = 0; d < a->leaf.shape.ndim; d++)
+        if (a->leaf.shape.dims[d] != 1 && a->strides[d] != b->strides[d])
+            return false;
+    return true;
+}
+
+int ot__overlap(const ot_tensor *a, const ot_tensor *b)
+{
+    if (!a || !b || a->buf != b->buf || ot__numel(&a->leaf.shape) == 0 ||
+        ot__numel(&b->leaf.shape) == 0)
+        return OT_OVERLAP_NONE;
+    if (same_view(a, b))
+        return OT_OVERLAP_FULL;
+    int64_t alo, ahi, blo, bhi;
+    elem_range(a, &alo, &ahi);
+    elem_range(b, &blo, &bhi);
+    /* compare bytes: the two views may differ in item size */
+    int64_t ia = (int64_t)itemsize(a), ib = (int64_t)itemsize(b);
+    if ((ahi + 1) * ia <= blo * ib || (bhi + 1) * ib <= alo * ia)
+        return OT_OVERLAP_NONE;
+    return OT_OVERLAP_PARTIAL;
+}
+
+/* Sufficient test for distinct addresses: visiting dims by growing |stride|,
+ * each stride must step past everything the smaller ones can reach. A
+ * failure may be a false alarm (e.g. interleaved strides), which is the
+ * safe side for a written-to view. */
+bool ot__internal_overlap(const ot_tensor *t, int *dim)
+{
+    const ot_shape *s = &t->leaf.shape;
+    int order[OT_MAX_DIMS], n = 0;
+    if (ot__numel(s) == 0)
+        return false;
+    for (int d = 0; d < s->ndim; d++) {
+        if (s->dims[d] <= 1)
+            continue;
+        if (t->strides[d] == 0) {
+            *dim = d;
+            return true;
+        }
+        int k = n++;
+        for (; k > 0 && llabs(t->strides[order[k - 1]]) > llabs(t->strides[d]); k--)
+            order[k] = order[k - 1];
+        order[k] = d;
+    }
+    int64_t reach = 1;      /* element slots covered by the dims visited */
+    for (int k = 0; k < n; k++) {
+        int d = order[k];
+        int64_t st = llabs(t->strides[d]);
+        if (st < reach) {
+            *dim = d;
+            return true;
+        }
+        reach += st * (s->dims[d] - 1);
+    }
+    return false;
+}

@@ -1,0 +1,1374 @@
+#!/usr/bin/python3
+"""diff_numpy.py - differential tests of optree's ref backend against NumPy.
+
+    /usr/bin/python3 tests/diff_numpy.py build/liboptree.so [--seed N] [--only OPS] [-v]
+
+Loads the shared library with ctypes, builds one op tree per trial through the
+binding entry point ot_build_at, assigns it into an output tensor on the
+"ref" backend (OT_BACKEND in the environment may name another backend) and
+compares the result with NumPy computed in float64 from the same input values.
+
+Layout: the ctypes bindings; value, shape and view generators; the op table
+(OPS: name, kind, NumPy reference, dtypes, input domain); one trial generator
+per op kind; the generic trial runner and comparison; main. A case is one
+(op, dtype, scenario); it runs several trials and fails when any trial does.
+Every failing case prints one line with the details of its first failures;
+the output ends with exactly one line "N passed, M failed" (exit 1 if M > 0).
+
+Tolerances. The ref backend computes every node in double and rounds once,
+when storing into the output. So the expected value of any tree is the
+float64 NumPy computation on the (f32, f64 or i32) input values, cast once to
+the output dtype:
+  - f64 outputs: |got - ref| <= 1e-12 * max(|ref|, scale), where scale is
+    sum|terms| for sums, means, dots and the composites built on them (the
+    usual backward-error bound) and |ref| otherwise; an absolute slack of
+    four subnormal ulps (2e-323) covers results in the subnormal range, where
+    a relative bound means nothing and libm and NumPy may differ by an ulp.
+  - f32 outputs: within 1 ulp of float32(ref) (the double computations of
+    optree and NumPy may differ in their last bits, which can flip the one
+    rounding to float32); for sums, |got - ref| <= 1e-12 * scale + 1 ulp
+    covers cancellation.
+  - compares, finite, argmax/argmin, onehot, max/min, transpose, cast and
+    every i32 output: exact.
+  - NaN must match NaN, and +-inf must match exactly, everywhere. The one
+    exception: when the |terms| of a sum overflow double (only possible with
+    +-DBL_MAX-sized f64 inputs), IEEE summation is order-dependent and any
+    result is accepted for that element.
+Integers. Float values stored into i32 outputs (cast, onehot) truncate
+toward zero, NaN gives 0, out-of-range values saturate. int32 arithmetic
+(add sub mul neg abs sqr, and sum) wraps modulo 2^32 as NumPy's int32 does;
+the reference computes it exactly in int64 and wraps.
+
+Dtypes follow DESIGN.md section 3: f32 with f64 gives f64; i32 with a float
+tensor gives the float; an ot_const is weak and takes the tensor's dtype,
+except that a float constant lifts an i32 tensor to f64; OT_FLAG_FLOAT ops
+give f64 for i32 operands. Every trial checks the node's shape and dtype.
+A weak constant also takes the tensor's dtype in value, as in NumPy: an f32
+tensor minus 0.1 subtracts float32(0.1). Scenario 'const' uses constants
+exact in float32; scenario 'const_weak' (f32 only) checks this rounding.
+
+Scenarios: random (shapes 0-d to 4-d, broadcasting, every axis with and
+without keepdims), views (transposed, stepped with steps 2, -1 and -2,
+single columns), empty (zero-size; OT_EEMPTY at build where NumPy has no
+identity), special (NaN, +-inf, -0.0, denormals, +-FLT_MAX/DBL_MAX, +-1 mixed
+into the data, and every special value or pair of them once), outview
+(results written into strided views of a sentinel-filled base, which must
+stay untouched elsewhere; into an output the tree broadcasts to; and, for
+elementwise ops, in place into operand 0 or its transpose), const, mixed
+(binary ops on two dtypes), offset (var/std of data with a large mean),
+large (softmax of inputs whose exp overflows), repro (rand).
+"""
+
+import argparse
+import ctypes as C
+import math
+import sys
+import traceback
+import warnings
+import zlib
+
+import numpy as np
+
+# --------------------------------------------------------------------------
+# Bindings (mirror include/optree.h exactly)
+# --------------------------------------------------------------------------
+
+MAX_DIMS = 8
+F32, F64, I32 = 1, 2, 3
+NP_DT = {F32: np.float32, F64: np.float64, I32: np.int32}
+DT_NAME = {0: 'default', F32: 'f32', F64: 'f64', I32: 'i32'}
+AXIS_ALL = -1000
+OT_NONE = -(2 ** 63)
+INDEX_ALL, INDEX_RANGE, INDEX_ONE = 0, 1, 2
+OT_EEMPTY = -10
+
+
+class OtShape(C.Structure):
+    _fields_ = [('ndim', C.c_int), ('dims', C.c_int64 * MAX_DIMS)]
+
+
+class OtArgs(C.Structure):
+    _fields_ = [('spec_', C.c_char_p), ('axis', C.c_int), ('keepdims', C.c_bool),
+                ('dtype', C.c_int), ('depth', C.c_int64), ('seed', C.c_uint64),
+                ('ddof', C.c_int), ('lo', C.c_double), ('hi', C.c_double),
+                ('perm', C.c_int * MAX_DIMS), ('shape', OtShape)]
+
+
+class OtIndex(C.Structure):
+    _fields_ = [('kind', C.c_int), ('start', C.c_int64), ('stop', C.c_int64),
+                ('step', C.c_int64)]
+
+
+class OtBackendOpts(C.Structure):
+    _fields_ = [('threads', C.c_int), ('seed', C.c_uint64), ('dtype', C.c_int),
+                ('accuracy', C.c_int), ('plan_cache', C.c_int), ('fusion', C.c_int)]
+
+
+def load(path):
+    lib = C.CDLL(path)
+    P, I, D = C.c_void_p, C.c_int, C.c_double
+    sigs = {
+        'ot_backend_new': (P, [C.c_char_p, P]),
+        'ot_backend_free': (None, [P]),
+        'ot_backend_name': (C.c_char_p, [P]),
+        'ot_empty': (P, [P, OtShape, I]),
+        'ot_array': (P, [P, OtShape, I, P]),
+        'ot_slice_n': (P, [P, I, P]),
+        'ot_transpose': (P, [P, P]),
+        'ot_tensor_free': (None, [P]),
+        'ot_get': (I, [P, P]),
+        'ot_build_at': (P, [I, P, P, P, C.c_char_p, I]),
+        'ot_tensor_node': (P, [P]),
+        'ot_const': (P, [D]),
+        'ot_node_shape': (OtShape, [P]),
+        'ot_node_dtype': (I, [P]),
+        'ot_assign_node': (I, [P, P]),
+        'ot_pool_push': (P, []),
+        'ot_pool_pop': (I, [P]),
+        'ot_errcode': (I, []),
+        'ot_errmsg': (C.c_char_p, []),
+        'ot_clear_error': (None, []),
+        'ot_op_lookup': (I, [C.c_char_p]),
+    }
+    for name, (res, args) in sigs.items():
+        fn = getattr(lib, name)
+        fn.restype = res
+        fn.argtypes = args
+    return lib
+
+
+def mkshape(shape):
+    s = OtShape()
+    s.ndim = len(shape)
+    for i, d in enumerate(shape):
+        s.dims[i] = int(d)
+    return s
+
+
+def shape_tuple(s):
+    return tuple(int(s.dims[i]) for i in range(s.ndim))
+
+
+def mkargs(axis=None, keepdims=False, dtype=0, depth=0, seed=0, ddof=0, lo=0.0, hi=0.0,
+           perm=None, shape=None):
+    a = OtArgs()
+    a.spec_ = None
+    a.axis = AXIS_ALL if axis is None else int(axis)
+    a.keepdims = bool(keepdims)
+    a.dtype = dtype
+    a.depth = depth
+    a.seed = seed
+    a.ddof = ddof
+    a.lo = lo
+    a.hi = hi
+    for i, p in enumerate(perm or ()):
+        a.perm[i] = int(p)
+    if shape is not None:
+        a.shape = mkshape(shape)
+    return a
+
+
+class Lib:
+    """The library, one ref backend and the op ids, looked up by name."""
+
+    def __init__(self, path):
+        self.c = load(path)
+        self.be = self.c.ot_backend_new(b'ref', None)
+        if not self.be:
+            raise SystemExit('ot_backend_new("ref") failed: %s' % self.errmsg())
+        self.ids = {}
+
+    def op(self, name):
+        if name not in self.ids:
+            self.ids[name] = self.c.ot_op_lookup(name.encode())
+        return self.ids[name]
+
+    def errmsg(self):
+        m = self.c.ot_errmsg()
+        return m.decode(errors='replace') if m else ''
+
+    def build(self, name, a, b=None, args=None):
+        args = args if args is not None else mkargs()
+        return self.c.ot_build_at(self.op(name), a, b, C.byref(args), None, 0)
+
+    def array(self, arr, dt):
+        arr = np.array(arr, dtype=NP_DT[dt], order='C')   # keeps 0-d arrays 0-d
+        return self.c.ot_array(self.be, mkshape(arr.shape), dt, arr.ctypes.data)
+
+    def get(self, t, shape, dt):
+        host = np.zeros(shape, dtype=NP_DT[dt])
+        rc = self.c.ot_get(t, host.ctypes.data)
+        return rc, host
+
+
+# --------------------------------------------------------------------------
+# Values, shapes and views
+# --------------------------------------------------------------------------
+
+FLT_MAX = float(np.finfo(np.float32).max)
+DBL_MAX = float(np.finfo(np.float64).max)
+SPECIALS = {
+    F32: [math.nan, math.inf, -math.inf, -0.0, 0.0, 1e-45, -1e-45, 1.1754944e-38,
+          FLT_MAX, -FLT_MAX, 1.0, -1.0],
+    F64: [math.nan, math.inf, -math.inf, -0.0, 0.0, 5e-324, -5e-324, 2.2250738585072014e-308,
+          DBL_MAX, -DBL_MAX, FLT_MAX, 1.0, -1.0],
+    I32: [0, 1, -1, 2, 2147483647, -2147483648, -2147483647, 65536, -65536],
+}
+SENTINEL = {F32: 12345.5, F64: 12345.5, I32: 12345}
+OUT_SENTINEL = {F32: -7777.25, F64: -7777.25, I32: -7777}
+
+
+def values(rng, shape, dt, dom):
+    """Random values of a domain, in dtype dt."""
+    if dt == I32:
+        if dom in ('pos', 'nonzero'):
+            v = rng.integers(1, 21, shape)
+        elif dom == 'cmp':
+            v = rng.integers(-3, 4, shape)
+        else:
+            v = rng.integers(-20, 21, shape)
+        return np.asarray(v, dtype=np.int32)
+    if dom == 'real':
+        v = rng.standard_normal(shape) * 3
+    elif dom == 'pos':
+        v = np.exp(rng.uniform(-5, 5, shape))
+    elif dom == 'exp':
+        v = rng.uniform(-30, 30, shape)
+    elif dom == 'trig':
+        v = rng.uniform(-20, 20, shape)
+    elif dom == 'nonzero':
+        v = rng.standard_normal(shape) * 3
+        v = np.where(np.abs(v) < 1e-3, 1.0, v)
+    elif dom == 'cmp':                  # small set: equal pairs are frequent
+        v = rng.integers(-3, 4, shape) / 2.0
+    elif dom == 'rint':                 # many exact ties
+        v = np.where(rng.random(shape) < 0.5, rng.integers(-10, 11, shape) / 2.0,
+                     rng.standard_normal(shape) * 4)
+    elif dom == 'safelog':              # around the exp(-50) floor, and below 0
+        v = rng.choice([0.0, 1e-30, -1.0, np.exp(-50), 2e-22, 1e-21], shape)
+        v = np.where(rng.random(shape) < 0.5, np.exp(rng.uniform(-60, 5, shape)), v)
+    elif dom == 'prob':
+        v = rng.uniform(0.001, 1.0, shape)
+    elif dom == 'unit':
+        v = rng.uniform(0.0, 1.0, shape)
+    elif dom == 'pow_exp':
+        v = np.where(rng.random(shape) < 0.3, rng.integers(-3, 4, shape) * 1.0,
+                     rng.standard_normal(shape) * 2)
+    else:
+        raise ValueError(dom)
+    return np.asarray(v, dtype=NP_DT[dt])
+
+
+def inject(rng, arr, dt, frac=0.4):
+    """Replaces about frac of the elements with special values."""
+    arr = np.array(arr, dtype=NP_DT[dt])
+    if arr.size:
+        mask = rng.random(arr.shape) < frac
+        sp = np.array(SPECIALS[dt], dtype=NP_DT[dt])
+        arr[mask] = rng.choice(sp, int(mask.sum()))
+    return arr
+
+
+def rand_shape(rng, nd=None, zero=False, lo=1, hi=5):
+    nd = int(rng.integers(0, 5)) if nd is None else nd
+    dims = [int(d) for d in rng.integers(lo, hi + 1, nd)]
+    if zero and nd:
+        dims[int(rng.integers(nd))] = 0
+    return tuple(dims)
+
+
+def bcast_operand(rng, shape, keep_dim=None):
+    """A shape that broadcasts to shape: some leading dims dropped, some 1s."""
+    nd = len(shape)
+    drop = int(rng.integers(0, nd + 1)) if rng.random() < 0.4 else 0
+    if keep_dim is not None and keep_dim < drop:
+        drop = keep_dim
+    dims = list(shape[drop:])
+    for i in range(len(dims)):
+        if i + drop != keep_dim and rng.random() < 0.3:
+            dims[i] = 1
+    return tuple(dims)
+
+
+class View:
+    """How a logical array of shape `shape` is laid out as a view of a larger
+    base: np_view(base) is the NumPy view, ot_view(lib, t) makes the optree
+    view of a base tensor t, base_shape is the base's shape."""
+
+    def __init__(self, rng, shape, kind):
+        self.kind = kind
+        self.shape = tuple(shape)
+        nd = len(shape)
+        if kind == 'contig':
+            self.base_shape = self.shape
+            self.desc = 'contig'
+        elif kind == 'T':
+            if nd < 2 or rng.random() < 0.5:
+                self.perm = None
+                p = list(range(nd))[::-1]
+            else:
+                p = [int(i) for i in rng.permutation(nd)]
+                self.perm = p
+            self.p = p
+            base = [0] * nd
+            for i in range(nd):
+                base[p[i]] = shape[i]
+            self.base_shape = tuple(base)
+            self.desc = 'T%s' % ('' if self.perm is None else str(tuple(p)))
+        elif kind == 'step':
+            choices = []
+            for i in range(nd):
+                choices.append(['all', 's2', 'r1', 'r2'][int(rng.integers(0, 4))])
+            if nd and all(c == 'all' for c in choices):
+                choices[int(rng.integers(nd))] = 'r2'
+            self.choices = choices
+            base, self.np_idx, self.ot_idx = [], [], []
+            for d, c in zip(shape, choices):
+                if c == 'all':
+                    base.append(d)
+                    self.np_idx.append(slice(None))
+                    self.ot_idx.append((INDEX_ALL, 0, 0, 1))
+                elif c == 's2':
+                    base.append(2 * d + 1)
+                    self.np_idx.append(slice(1, None, 2))
+                    self.ot_idx.append((INDEX_RANGE, 1, OT_NONE, 2))
+                elif c == 'r1':
+                    base.append(d)
+                    self.np_idx.append(slice(None, None, -1))
+                    self.ot_idx.append((INDEX_RANGE, OT_NONE, OT_NONE, -1))
+                else:
+                    base.append(2 * d)
+                    self.np_idx.append(slice(-1, None, -2))
+                    self.ot_idx.append((INDEX_RANGE, -1, OT_NONE, -2))
+            self.base_shape = tuple(base)
+            names = {'all': ':', 's2': '1::2', 'r1': '::-1', 'r2': '-1::-2'}
+            self.desc = '[%s]' % ','.join(names[c] for c in choices)
+        elif kind == 'col':
+            k = int(rng.integers(1, 4))
+            self.j = int(rng.integers(0, k))
+            self.base_shape = self.shape + (k,)
+            self.np_idx = [slice(None)] * nd + [self.j]
+            self.ot_idx = [(INDEX_ALL, 0, 0, 1)] * nd + [(INDEX_ONE, self.j, 0, 1)]
+            self.desc = '[%s%d]' % (':,' * nd, self.j)
+        else:
+            raise ValueError(kind)
+
+    def np_view(self, base):
+        if self.kind == 'contig':
+            return base
+        if self.kind == 'T':
+            return np.transpose(base, self.p)
+        return base[tuple(self.np_idx) + (Ellipsis,)]     # a view, even when 0-d
+
+    def ot_view(self, lib, t):
+        if self.kind == 'contig':
+            return None
+        if self.kind == 'T':
+            if self.perm is None:
+                return lib.c.ot_transpose(t, None)
+            perm = (C.c_int * MAX_DIMS)(*self.perm)
+            return lib.c.ot_transpose(t, C.cast(perm, C.c_void_p))
+        idx = (OtIndex * len(self.ot_idx))(*[OtIndex(*x) for x in self.ot_idx])
+        return lib.c.ot_slice_n(t, len(self.ot_idx), C.cast(idx, C.c_void_p))
+
+
+def make_input(lib, rng, arr, dt, kind, owned):
+    """An optree tensor holding arr (logical values), laid out as view kind.
+    Everything created is appended to owned (freed by the caller)."""
+    if kind == 'step' and not arr.shape:
+        kind = 'col'                 # a 0-d operand has no dim to step over
+    v = View(rng, arr.shape, kind)
+    if kind == 'contig':
+        t = lib.array(arr, dt)
+        if not t:
+            raise TrialError('ot_array%s failed: %s' % (arr.shape, lib.errmsg()))
+        owned.append(t)
+        return t, v.desc
+    base = np.full(v.base_shape, SENTINEL[dt], dtype=NP_DT[dt])
+    v.np_view(base)[...] = arr
+    t = lib.array(base, dt)
+    if not t:
+        raise TrialError('ot_array%s failed: %s' % (base.shape, lib.errmsg()))
+    owned.append(t)
+    tv = v.ot_view(lib, t)
+    if not tv:
+        raise TrialError('view %s of %s failed: %s' % (v.desc, base.shape, lib.errmsg()))
+    owned.append(tv)
+    return tv, v.desc
+
+
+class TrialError(Exception):
+    pass
+
+
+# --------------------------------------------------------------------------
+# NumPy references (float64 in, float64 out)
+# --------------------------------------------------------------------------
+
+LN2 = math.log(2.0)
+SAFELOG_FLOOR = math.exp(-50.0)
+
+
+class Empty(Exception):
+    """The reference has no value: a reduction without identity over zero
+    elements (NumPy raises ValueError); optree must fail with OT_EEMPTY."""
+
+
+def np_call(fn, *a, **kw):
+    try:
+        return fn(*a, **kw)
+    except ValueError as e:
+        if 'zero-size' in str(e) or 'empty' in str(e):
+            raise Empty() from None
+        raise
+
+
+def safelog(x):
+    return np.log(np.maximum(x, SAFELOG_FLOOR))     # maximum keeps NaN
+
+
+def finite_abs(x):
+    return np.where(np.isfinite(x), np.abs(x), 0.0)
+
+
+def overflowed(scale):
+    """Elements whose finite |terms| sum overflows: order-dependent in IEEE."""
+    return ~np.isfinite(np.asarray(scale, dtype=np.float64))
+
+
+def to_i32(v):
+    v = np.asarray(v, dtype=np.float64)
+    with np.errstate(invalid='ignore'):
+        r = np.where(np.isnan(v), 0.0, np.clip(np.trunc(v), -2147483648.0, 2147483647.0))
+    return r.astype(np.int32)
+
+
+def red_sum(x, axis, kd):
+    scale = np.sum(finite_abs(x), axis=axis, keepdims=kd)
+    return np.sum(x, axis=axis, keepdims=kd), scale, overflowed(scale)
+
+
+def red_mean(x, axis, kd):
+    n = x.size if axis is None else x.shape[axis]
+    scale = np.sum(finite_abs(x), axis=axis, keepdims=kd)
+    return np.mean(x, axis=axis, keepdims=kd), scale / max(n, 1), overflowed(scale)
+
+
+def red_var(x, axis, kd, ddof, root):
+    s = np.sum(finite_abs(x), axis=axis, keepdims=kd)
+    fn = np.std if root else np.var
+    r = fn(x, axis=axis, keepdims=kd, ddof=ddof)
+    return r, np.abs(r), overflowed(s)
+
+
+def ref_softmax(x, axis, log):
+    m = np_call(np.max, x, axis=axis, keepdims=True)
+    s = x - m
+    tot = np.sum(np.exp(s), axis=axis, keepdims=True)
+    if log:
+        lse = np.log(tot)
+        # tot >= 1 carries a relative rounding error of a few eps, which log
+        # turns into an absolute error of a few eps: hence the + 1
+        return s - lse, np.abs(s) + np.abs(lse) + 1.0, None
+    r = np.exp(s) / tot
+    return r, np.abs(r), None
+
+
+def ref_xent(p, t, axis, kd):
+    terms = t * safelog(p)
+    scale = np.sum(finite_abs(terms), axis=axis, keepdims=kd)
+    return -np.sum(terms, axis=axis, keepdims=kd), scale, overflowed(scale)
+
+
+def ref_dot(a, b):
+    a2 = a if a.ndim == 2 else a[None, :]
+    b2 = b if b.ndim == 2 else b[:, None]
+    # explicit products and sums: IEEE-faithful (no BLAS shortcuts for 0*inf)
+    prod = a2[:, :, None] * b2[None, :, :]
+    r = prod.sum(axis=1)
+    scale = (finite_abs(a2)[:, :, None] * finite_abs(b2)[None, :, :]).sum(axis=1)
+    amb = overflowed(scale)
+    if a.ndim == 1:
+        r, scale, amb = r[0], scale[0], amb[0]
+    if b.ndim == 1:
+        r, scale, amb = r[..., 0], scale[..., 0], amb[..., 0]
+    return r, scale, amb
+
+
+def ref_onehot(idx, depth, axis):
+    r = (idx[..., None] == np.arange(depth, dtype=np.float64)).astype(np.float64)
+    return np.moveaxis(r, -1, axis)
+
+
+def ref_cast(x, dt):
+    if dt == I32:
+        return to_i32(x).astype(np.float64)
+    return x.astype(NP_DT[dt]).astype(np.float64)
+
+
+# --------------------------------------------------------------------------
+# The op table
+# --------------------------------------------------------------------------
+
+FD = (F32, F64)
+FDI = (F32, F64, I32)
+
+
+class Op:
+    """name: optree's name; kind: which trial generator drives it; ref: the
+    NumPy reference; dtypes: input dtypes tested; dom: input domain of the
+    random trials (a pair for binary ops); res: result dtype rule ('same',
+    'float': i32 gives f64, 'index': i32); exact: compare exactly; wrap: on
+    i32 operands the op is int32 arithmetic modulo 2^32, as in NumPy."""
+
+    def __init__(self, name, kind, ref=None, dtypes=FD, dom='real', res='same', exact=False,
+                 wrap=False):
+        self.name, self.kind, self.ref, self.dtypes = name, kind, ref, dtypes
+        self.dom, self.res, self.exact, self.wrap = dom, res, exact, wrap
+
+
+def f2(fn):
+    return lambda x: fn(x).astype(np.float64)
+
+
+OPS = [
+    # unary elementwise
+    Op('finite', 'unary', f2(np.isfinite), FDI, 'real', exact=True),
+    Op('neg', 'unary', np.negative, FDI, wrap=True),
+    Op('abs', 'unary', np.abs, FDI, wrap=True),
+    Op('sgn', 'unary', np.sign, FDI, exact=True),
+    Op('sqrt', 'unary', np.sqrt, FD, 'pos', 'float'),
+    Op('sqr', 'unary', lambda x: x * x, FDI, wrap=True),
+    Op('exp', 'unary', np.exp, FDI, 'exp', 'float'),
+    Op('exp2', 'unary', np.exp2, FD, 'exp', 'float'),
+    Op('log', 'unary', np.log, FD, 'pos', 'float'),
+    Op('log2', 'unary', np.log2, FD, 'pos', 'float'),
+    Op('safelog', 'unary', safelog, FD, 'safelog', 'float'),
+    Op('sig', 'unary', lambda x: 1.0 / (1.0 + np.exp(-x)), FD, 'real', 'float'),
+    Op('sig2', 'unary', lambda x: 1.0 / (1.0 + np.exp2(-x)), FD, 'real', 'float'),
+    Op('tanh', 'unary', np.tanh, FD, 'real', 'float'),
+    Op('tanh2', 'unary', lambda x: np.tanh(x * LN2), FD, 'real', 'float'),
+    Op('rint', 'unary', np.rint, FD, 'rint', exact=True),
+    Op('rsqrt', 'unary', lambda x: 1.0 / np.sqrt(x), FD, 'pos', 'float'),
+    Op('recip', 'unary', lambda x: 1.0 / x, FD, 'nonzero', 'float'),
+    Op('relu', 'unary', lambda x: np.maximum(x, 0.0), FDI),
+    Op('sin', 'unary', np.sin, FD, 'trig', 'float'),
+    Op('cos', 'unary', np.cos, FD, 'trig', 'float'),
+    # binary elementwise, broadcasting
+    Op('add', 'binary', np.add, FDI, ('real', 'real'), wrap=True),
+    Op('sub', 'binary', np.subtract, FDI, ('real', 'real'), wrap=True),
+    Op('mul', 'binary', np.multiply, FDI, ('real', 'real'), wrap=True),
+    Op('div', 'binary', np.divide, FD, ('real', 'nonzero'), 'float'),
+    Op('pow', 'binary', np.power, FD, ('pos', 'pow_exp')),
+    Op('eq', 'binary', lambda a, b: (a == b) * 1.0, FDI, ('cmp', 'cmp'), exact=True),
+    Op('ne', 'binary', lambda a, b: (a != b) * 1.0, FDI, ('cmp', 'cmp'), exact=True),
+    Op('lt', 'binary', lambda a, b: (a < b) * 1.0, FDI, ('cmp', 'cmp'), exact=True),
+    Op('le', 'binary', lambda a, b: (a <= b) * 1.0, FDI, ('cmp', 'cmp'), exact=True),
+    Op('gt', 'binary', lambda a, b: (a > b) * 1.0, FDI, ('cmp', 'cmp'), exact=True),
+    Op('ge', 'binary', lambda a, b: (a >= b) * 1.0, FDI, ('cmp', 'cmp'), exact=True),
+    Op('minimum', 'binary', np.minimum, FDI, ('cmp', 'real'), exact=True),
+    Op('maximum', 'binary', np.maximum, FDI, ('cmp', 'real'), exact=True),
+    Op('dot', 'dot', ref_dot, FD),
+    # reductions: ref(x, axis, keepdims) -> value or (value, scale, ambiguous)
+    Op('sum', 'reduce', red_sum, FDI, wrap=True),
+    Op('max', 'reduce', lambda x, ax, kd: np_call(np.max, x, axis=ax, keepdims=kd), FDI,
+       exact=True),
+    Op('min', 'reduce', lambda x, ax, kd: np_call(np.min, x, axis=ax, keepdims=kd), FDI,
+       exact=True),
+    Op('mean', 'reduce', red_mean, FDI, res='float'),
+    Op('argmax', 'reduce', lambda x, ax, kd: np_call(np.argmax, x, axis=ax, keepdims=kd) * 1.0,
+       FDI, 'cmp', 'index', exact=True),
+    Op('argmin', 'reduce', lambda x, ax, kd: np_call(np.argmin, x, axis=ax, keepdims=kd) * 1.0,
+       FDI, 'cmp', 'index', exact=True),
+    # others
+    Op('transpose', 'transpose', None, FDI, exact=True),
+    Op('cast', 'cast', ref_cast, FDI, exact=True),
+    Op('onehot', 'onehot', ref_onehot, FDI, exact=True),
+    Op('rand', 'rand', None, FD),
+    # composites
+    Op('var', 'var', lambda x, ax, kd, dd: red_var(x, ax, kd, dd, False), FD, res='float'),
+    Op('std', 'var', lambda x, ax, kd, dd: red_var(x, ax, kd, dd, True), FD, res='float'),
+    Op('clip', 'clip', lambda x, lo, hi: np.minimum(np.maximum(x, lo), hi), FD),
+    Op('softmax', 'softmax', lambda x, ax: ref_softmax(x, ax, False), FD, res='float'),
+    Op('logsoftmax', 'softmax', lambda x, ax: ref_softmax(x, ax, True), FD, res='float'),
+    Op('cross_entropy', 'xent', ref_xent, FD, ('prob', 'unit'), 'float'),
+    Op('squared_l2', 'reduce',
+       lambda x, ax, kd: (np.sum(x * x, axis=ax, keepdims=kd),) * 2 + (None,), FD),
+]
+
+SCENARIOS = {
+    'unary': ['random', 'views', 'empty', 'special', 'outview'],
+    'binary': ['random', 'views', 'empty', 'special', 'outview', 'const', 'const_weak'],
+    'reduce': ['random', 'views', 'empty', 'special', 'outview'],
+    'dot': ['random', 'views', 'empty', 'special', 'outview'],
+    'transpose': ['random', 'views', 'empty', 'special', 'outview'],
+    'cast': ['random', 'views', 'empty', 'special', 'outview'],
+    'onehot': ['random', 'views', 'empty', 'special', 'outview'],
+    'rand': ['random', 'repro', 'empty', 'outview'],
+    'var': ['random', 'views', 'empty', 'special', 'outview', 'offset'],
+    'clip': ['random', 'views', 'empty', 'special', 'outview'],
+    'softmax': ['random', 'views', 'empty', 'special', 'outview', 'large'],
+    'xent': ['random', 'views', 'empty', 'special', 'outview'],
+}
+# Scenarios that only make sense for some dtypes.
+SCENARIO_DTYPES = {'const_weak': (F32,)}
+# Binary ops also get one 'mixed' case: operands of different dtypes.
+MIXED_PAIRS = [(F32, F64), (F64, F32), (I32, F32), (F32, I32), (I32, F64)]
+
+
+def promote(*dts):
+    dts = set(dts)
+    if len(dts) == 1:
+        return dts.pop()
+    return F64 if F64 in dts else F32
+
+
+def result_dtype(op, dt):
+    if op.res == 'index':
+        return I32
+    if op.res == 'float' and dt == I32:
+        return F64
+    return dt
+
+
+# --------------------------------------------------------------------------
+# Trials
+# --------------------------------------------------------------------------
+
+class Trial:
+    """One tree to build and check. operands: ('t', array, view kind) or
+    ('c', value); inner: an op applied to operand 0 first (ref must include
+    it); ref(*float64 operands) gives the value or (value, scale, ambiguous)
+    and raises Empty when optree must refuse with OT_EEMPTY."""
+
+    def __init__(self, desc, operands, ref, dtype, args=None, exact=False, out='contig',
+                 inner=None):
+        self.desc, self.operands, self.ref, self.dtype = desc, operands, ref, dtype
+        self.args = args if args is not None else mkargs()
+        self.exact, self.out, self.inner = exact, out, inner
+
+
+VIEW_KINDS = ['T', 'step', 'col']
+# Output kinds: a view of a sentinel-filled base (T, step, col); an output
+# with an extra leading dim of 2 that the tree broadcasts to (bcast); and,
+# for elementwise ops, operand 0's own tensor (alias, in place) or its
+# transpose (aliasT, square 2-D): every input is read before out is written.
+OUT_KINDS = ['T', 'step', 'col', 'bcast']
+EW_OUT_KINDS = ['T', 'step', 'col', 'bcast', 'alias', 'aliasT']
+
+
+def shapes_for(rng, scen, count=6):
+    """Shapes for a scenario: 0-d to 4-d, zero-size ones for 'empty'."""
+    if scen == 'empty':
+        fixed = [(0,), (0, 3), (3, 0), (1, 0, 5), (2, 0, 0), (3, 0, 1, 0), (0, 2, 3, 1)]
+        return fixed + [rand_shape(rng, int(rng.integers(1, 5)), zero=True)
+                        for _ in range(max(0, count - len(fixed)))]
+    if scen in ('views', 'outview'):
+        return [rand_shape(rng, nd) for nd in (1, 2, 2, 3, 4)] + \
+               [rand_shape(rng, int(rng.integers(1, 5))) for _ in range(max(0, count - 5))]
+    return [rand_shape(rng, nd) for nd in range(5)] + \
+           [rand_shape(rng, int(rng.integers(0, 5)), lo=1, hi=7) for _ in range(max(0, count - 5))]
+
+
+def in_values(rng, shape, dt, dom, scen):
+    v = values(rng, shape, dt, dom)
+    return inject(rng, v, dt) if scen == 'special' else v
+
+
+def ew_out(i, scen, same_dtype):
+    """The output kind of trial i of an elementwise op."""
+    if scen != 'outview':
+        return 'contig'
+    kind = EW_OUT_KINDS[i % len(EW_OUT_KINDS)]
+    if kind.startswith('alias') and not same_dtype:
+        kind = 'bcast'                  # operand 0 cannot hold the result
+    return kind
+
+
+def gen_unary(op, dt, scen, rng):
+    out_dt = result_dtype(op, dt)
+    ref = op.ref
+    trials = []
+    for i, shape in enumerate(shapes_for(rng, scen)):
+        out = ew_out(i, scen, out_dt == dt)
+        if out == 'aliasT':
+            shape = (shape[0], shape[0])
+        x = in_values(rng, shape, dt, op.dom, scen)
+        view = VIEW_KINDS[i % 3] if scen == 'views' else 'contig'
+        trials.append(Trial('', [('t', x, view)], ref, out_dt, exact=op.exact, out=out))
+    if scen == 'special':            # every special value at least once
+        x = np.array(SPECIALS[dt], dtype=NP_DT[dt])
+        trials.append(Trial('', [('t', x, 'contig')], ref, out_dt, exact=op.exact))
+        trials.append(Trial('', [('t', x[::-1].copy(), 'step')], ref, out_dt, exact=op.exact))
+    return trials
+
+
+def gen_binary(op, dt, scen, rng):
+    da, db = op.dom
+    trials = []
+    if scen == 'mixed':
+        for ta, tb in MIXED_PAIRS:
+            shape = rand_shape(rng, int(rng.integers(1, 4)))
+            a = values(rng, bcast_operand(rng, shape), ta, da)
+            b = values(rng, bcast_operand(rng, shape), tb, db)
+            out_dt = result_dtype(op, promote(ta, tb))
+            trials.append(Trial('', [('t', a, 'contig'), ('t', b, 'contig')], op.ref, out_dt,
+                                exact=op.exact))
+        return trials
+    out_dt = result_dtype(op, dt)
+    if scen == 'const':
+        consts = [0.5, -2.0, 3.0, 0.0, 1.25, -0.75]
+        if op.name == 'pow':
+            consts = [0.5, 2.0, -1.0, 3.0, 0.0, -0.5]
+        # a float constant lifts an i32 tensor to f64 (node.c's promote_weak)
+        cdt = result_dtype(op, F64 if dt == I32 else dt)
+        for i, c in enumerate(consts):
+            x = values(rng, rand_shape(rng), dt, da if i % 2 == 0 else db)
+            ops = [('t', x, 'contig'), ('c', c)] if i % 2 == 0 else [('c', c), ('t', x, 'contig')]
+            trials.append(Trial('const %r' % c, ops, op.ref, cdt, exact=op.exact))
+        return trials
+    if scen == 'const_weak':
+        # A weak constant that float32 cannot hold exactly, with an f32 tensor:
+        # NumPy (value-based casting in 1.24, NEP 50 in 2.x) rounds the
+        # constant to float32 first, so f32(0.1) - 0.1 == 0 and
+        # f32(0.1) == 0.1 holds. The reference does the same.
+        for i, c in enumerate([0.1, 1.0 / 3.0, -0.7, 1e-3, 2.2]):
+            c32 = float(np.float32(c))
+            x = values(rng, (7,), dt, da if i % 2 == 0 else db)
+            x[:3] = [c32, -c32, np.nextafter(np.float32(c32), np.float32(np.inf))]
+            ops = [('t', x, 'contig'), ('c', c, c32)] if i % 2 == 0 else \
+                  [('c', c, c32), ('t', x, 'contig')]
+            trials.append(Trial('weak const %r' % c, ops, op.ref, out_dt, exact=op.exact))
+        return trials
+    for i, shape in enumerate(shapes_for(rng, scen, 8)):
+        out = ew_out(i, scen, out_dt == dt)
+        keep = None
+        if scen == 'empty':
+            keep = shape.index(0)
+        if out == 'aliasT':
+            shape = (shape[0], shape[0])
+        sa = bcast_operand(rng, shape, keep)
+        sb = bcast_operand(rng, shape)
+        if i % 2:
+            sa, sb = sb, sa
+        if out.startswith('alias'):
+            sa = shape                  # operand 0 has the result's shape
+        a = in_values(rng, sa, dt, da, scen)
+        b = in_values(rng, sb, dt, db, scen)
+        va = vb = 'contig'
+        if scen == 'views':
+            va = VIEW_KINDS[i % 3]
+            vb = ['contig', 'T', 'step', 'col'][int(rng.integers(0, 4))]
+        trials.append(Trial('', [('t', a, va), ('t', b, vb)], op.ref, out_dt, exact=op.exact,
+                            out=out))
+    if scen == 'special':            # every pair of special values
+        sp = np.array(SPECIALS[dt], dtype=NP_DT[dt])
+        trials.append(Trial('all pairs', [('t', sp[:, None], 'contig'), ('t', sp[None, :], 'contig')],
+                            op.ref, out_dt, exact=op.exact))
+        trials.append(Trial('all pairs', [('t', sp[:, None], 'step'), ('t', sp, 'T')],
+                            op.ref, out_dt, exact=op.exact))
+    return trials
+
+
+def axis_choices(nd):
+    return [None] + list(range(-nd, nd))
+
+
+def gen_reduce(op, dt, scen, rng):
+    out_dt = result_dtype(op, dt)
+    trials = []
+    shapes = shapes_for(rng, scen, 6)
+    if scen == 'special':
+        shapes.append((len(SPECIALS[dt]),))
+    for i, shape in enumerate(shapes):
+        x = in_values(rng, shape, dt, op.dom, scen)
+        if scen == 'special' and i == len(shapes) - 1:
+            x = np.array(SPECIALS[dt], dtype=NP_DT[dt])
+        view = VIEW_KINDS[i % 3] if scen == 'views' else 'contig'
+        for axis in axis_choices(len(shape)):
+            for kd in (False, True):
+                out = OUT_KINDS[(i + (axis or 0)) % len(OUT_KINDS)] if scen == 'outview' else 'contig'
+                ref = (lambda x, axis=axis, kd=kd: op.ref(x, axis, kd))
+                trials.append(Trial('axis=%s keepdims=%s' % (axis, kd), [('t', x, view)], ref,
+                                    out_dt, mkargs(axis=axis, keepdims=kd), op.exact, out))
+    return trials
+
+
+def gen_var(op, dt, scen, rng):
+    out_dt = result_dtype(op, dt)
+    trials = []
+    for i, shape in enumerate(shapes_for(rng, scen, 5)):
+        x = in_values(rng, shape, dt, 'real', scen)
+        if scen == 'offset':         # a large mean: needs the two-pass form
+            x = np.asarray(1e4 + x.astype(np.float64), dtype=NP_DT[dt])
+        view = VIEW_KINDS[i % 3] if scen == 'views' else 'contig'
+        for axis in axis_choices(len(shape)):
+            for kd in (False, True):
+                for ddof in (0, 1):
+                    out = OUT_KINDS[(i + ddof) % len(OUT_KINDS)] if scen == 'outview' else 'contig'
+                    ref = (lambda x, axis=axis, kd=kd, ddof=ddof: op.ref(x, axis, kd, ddof))
+                    trials.append(Trial('axis=%s keepdims=%s ddof=%d' % (axis, kd, ddof),
+                                        [('t', x, view)], ref, out_dt,
+                                        mkargs(axis=axis, keepdims=kd, ddof=ddof), out=out))
+    return trials
+
+
+def gen_softmax(op, dt, scen, rng):
+    out_dt = result_dtype(op, dt)
+    trials = []
+    for i, shape in enumerate(shapes_for(rng, scen, 5)):
+        x = in_values(rng, shape, dt, 'real', 'special' if scen == 'special' else 'random')
+        if scen == 'large':          # exp overflows without the max shift
+            x = np.asarray(x.astype(np.float64) * 300 + 800, dtype=NP_DT[dt])
+        view = VIEW_KINDS[i % 3] if scen == 'views' else 'contig'
+        for axis in axis_choices(len(shape)):
+            out = OUT_KINDS[(i + (axis or 0)) % len(OUT_KINDS)] if scen == 'outview' else 'contig'
+            ref = (lambda x, axis=axis: op.ref(x, axis))
+            trials.append(Trial('axis=%s' % axis, [('t', x, view)], ref, out_dt,
+                                mkargs(axis=axis), out=out))
+    return trials
+
+
+def gen_xent(op, dt, scen, rng):
+    out_dt = result_dtype(op, dt)
+    trials = []
+    for i, shape in enumerate(shapes_for(rng, scen, 5)):
+        keep = shape.index(0) if scen == 'empty' else None
+        sp, st = shape, (bcast_operand(rng, shape, keep) if i % 2 else shape)
+        if i % 4 == 3:
+            sp, st = st, sp
+        p = in_values(rng, sp, dt, 'prob', scen)
+        t = in_values(rng, st, dt, 'unit', scen)
+        vp = vt = 'contig'
+        if scen == 'views':
+            vp, vt = VIEW_KINDS[i % 3], VIEW_KINDS[(i + 1) % 3]
+        nd = len(np.broadcast_shapes(sp, st))
+        for axis in axis_choices(nd):
+            for kd in (False, True):
+                out = OUT_KINDS[(i + kd) % len(OUT_KINDS)] if scen == 'outview' else 'contig'
+                ref = (lambda p, t, axis=axis, kd=kd: op.ref(p, t, axis, kd))
+                trials.append(Trial('axis=%s keepdims=%s' % (axis, kd), [('t', p, vp), ('t', t, vt)],
+                                    ref, out_dt, mkargs(axis=axis, keepdims=kd), out=out))
+    return trials
+
+
+def gen_dot(op, dt, scen, rng):
+    trials = []
+    combos = [(1, 1), (2, 1), (1, 2), (2, 2)]
+    for i in range(8):
+        ra, rb = combos[i % 4]
+        m, k, n = (int(v) for v in rng.integers(1, 7, 3))
+        if scen == 'empty':
+            m, k, n = [(m, 0, n), (0, k, n), (m, k, 0), (0, 0, 0)][i % 4]
+        sa = (m, k) if ra == 2 else (k,)
+        sb = (k, n) if rb == 2 else (k,)
+        a = in_values(rng, sa, dt, 'real', scen)
+        b = in_values(rng, sb, dt, 'real', scen)
+        va = vb = 'contig'
+        if scen == 'views':
+            va = VIEW_KINDS[i % 3]
+            vb = VIEW_KINDS[(i // 3) % 3]
+        out = OUT_KINDS[i % len(OUT_KINDS)] if scen == 'outview' else 'contig'
+        trials.append(Trial('', [('t', a, va), ('t', b, vb)], op.ref, dt, out=out))
+    if scen == 'random':             # f32 with f64 promotes to f64
+        a = values(rng, (3, 4), F32, 'real')
+        b = values(rng, (4,), F64, 'real')
+        trials.append(Trial('mixed f32.f64', [('t', a, 'contig'), ('t', b, 'contig')], op.ref, F64))
+    return trials
+
+
+def gen_transpose(op, dt, scen, rng):
+    trials = []
+    for i, shape in enumerate(shapes_for(rng, scen, 8)):
+        nd = len(shape)
+        x = in_values(rng, shape, dt, 'real', scen)
+        if i % 2 == 0 or nd < 2:
+            perm, p = None, list(range(nd))[::-1]
+        else:
+            p = [int(v) for v in rng.permutation(nd)]
+            perm = p
+        inner = 'neg' if i % 3 == 1 else None
+        view = VIEW_KINDS[i % 3] if scen == 'views' else 'contig'
+        out = OUT_KINDS[i % len(OUT_KINDS)] if scen == 'outview' else 'contig'
+        if inner:
+            ref = (lambda x, p=p: np.transpose(-x, p))
+        else:
+            ref = (lambda x, p=p: np.transpose(x, p))
+        trials.append(Trial('perm=%s%s' % ('reverse' if perm is None else tuple(p),
+                                           ' of neg' if inner else ''),
+                            [('t', x, view)], ref, dt, mkargs(perm=perm), True, out, inner))
+    return trials
+
+
+def gen_cast(op, dt, scen, rng):
+    trials = []
+    for i, shape in enumerate(shapes_for(rng, scen, 6)):
+        if dt == I32:
+            x = in_values(rng, shape, dt, 'real', scen)
+        else:
+            x = values(rng, shape, F64, 'real') * 10 ** rng.uniform(0, 10, shape)
+            x = np.asarray(x, dtype=NP_DT[dt])
+            if scen == 'special':
+                x = inject(rng, x, dt)
+                extra = [3e9, -3e9, 2147483647.0, -2147483648.0, 2147483647.5, -2147483649.0,
+                         0.5, -0.5, 1.5, -1.99999, 1e-300, 3.4e38]
+                mask = rng.random(shape) < 0.2
+                x[mask] = rng.choice(np.array(extra, dtype=NP_DT[dt]), int(mask.sum()))
+        view = VIEW_KINDS[i % 3] if scen == 'views' else 'contig'
+        for target in (F32, F64, I32):
+            out = OUT_KINDS[(i + target) % len(OUT_KINDS)] if scen == 'outview' else 'contig'
+            ref = (lambda x, target=target: ref_cast(x, target))
+            trials.append(Trial('to %s' % DT_NAME[target], [('t', x, view)], ref, target,
+                                mkargs(dtype=target), True, out))
+    return trials
+
+
+def gen_onehot(op, dt, scen, rng):
+    trials = []
+    for i, shape in enumerate(shapes_for(rng, scen, 6)):
+        if len(shape) > 3:
+            shape = shape[:3]
+        depth = int(rng.integers(1, 6))
+        x = rng.integers(-2, depth + 2, shape).astype(np.float64)
+        if dt != I32:
+            x = np.where(rng.random(shape) < 0.15, x + 0.5, x)
+            if scen == 'special':
+                x = inject(rng, x, dt, 0.3)
+        elif scen == 'special':
+            x = inject(rng, x.astype(np.int32), dt, 0.3)
+        x = np.asarray(x, dtype=NP_DT[dt])
+        view = VIEW_KINDS[i % 3] if scen == 'views' else 'contig'
+        nd = len(shape) + 1
+        for j, axis in enumerate([None] + list(range(-nd, nd))):
+            odt = [0, F32, F64, I32][(i + j) % 4]
+            out = OUT_KINDS[j % len(OUT_KINDS)] if scen == 'outview' else 'contig'
+            pos = -1 if axis is None else axis
+            ref = (lambda x, depth=depth, pos=pos: ref_onehot(x, depth, pos))
+            trials.append(Trial('depth=%d axis=%s dtype=%s' % (depth, axis, DT_NAME[odt]),
+                                [('t', x, view)], ref, odt or F32,
+                                mkargs(axis=axis, depth=depth, dtype=odt), True, out))
+    return trials
+
+
+def gen_clip(op, dt, scen, rng):
+    trials = []
+    bounds = [(-1.0, 1.0), (0.0, math.inf), (-math.inf, 0.5), (0.25, 0.25), (2.0, -2.0),
+              (-3.5, 7.125)]
+    for i, shape in enumerate(shapes_for(rng, scen, 6)):
+        out = ew_out(i, scen, True)
+        if out == 'aliasT':
+            shape = (shape[0], shape[0])
+        x = in_values(rng, shape, dt, 'real', scen)
+        lo, hi = bounds[i % len(bounds)]
+        view = VIEW_KINDS[i % 3] if scen == 'views' else 'contig'
+        ref = (lambda x, lo=lo, hi=hi: op.ref(x, lo, hi))
+        trials.append(Trial('lo=%r hi=%r' % (lo, hi), [('t', x, view)], ref, dt,
+                            mkargs(lo=lo, hi=hi), out=out))
+    return trials
+
+
+GENERATORS = {
+    'unary': gen_unary, 'binary': gen_binary, 'reduce': gen_reduce, 'dot': gen_dot,
+    'transpose': gen_transpose, 'cast': gen_cast, 'onehot': gen_onehot, 'var': gen_var,
+    'clip': gen_clip, 'softmax': gen_softmax, 'xent': gen_xent,
+}
+
+
+# --------------------------------------------------------------------------
+# Comparison
+# --------------------------------------------------------------------------
+
+def ulp_dist32(a, b):
+    def ordered(x):
+        i = np.array(x, dtype=np.float32, order='C').view(np.int32).astype(np.int64)
+        return np.where(i < 0, -(i & 0x7fffffff), i)
+    return np.abs(ordered(a) - ordered(b))
+
+
+def mismatches(got, ref, dt, scale, amb, exact):
+    """Boolean mask of the elements of got (dtype dt) that do not match the
+    float64 reference ref."""
+    ref = np.asarray(ref, dtype=np.float64)
+    if dt == I32:
+        bad = got != to_i32(ref)
+    else:
+        g = got.astype(np.float64)
+        e = ref.astype(NP_DT[dt]).astype(np.float64)     # rounded once
+        nan_e, nan_g = np.isnan(e), np.isnan(g)
+        bad = nan_e != nan_g
+        both = ~nan_e & ~nan_g
+        if exact:
+            bad |= both & (g != e)
+        else:
+            inf = both & (np.isinf(e) | np.isinf(g))
+            bad |= inf & (g != e)
+            fin = both & ~inf
+            with np.errstate(all='ignore'):
+                diff = np.abs(g - ref)
+                sc = np.abs(ref) if scale is None else np.maximum(np.abs(ref), np.abs(scale))
+                if dt == F64:
+                    ok = diff <= 1e-12 * sc + 2e-323
+                else:
+                    ok = ulp_dist32(got, e) <= 1
+                    if scale is not None:
+                        sp = np.spacing(np.abs(got.astype(np.float32))).astype(np.float64)
+                        ok |= diff <= 1e-12 * np.abs(scale) + sp
+            bad |= fin & ~ok
+    if amb is not None:
+        bad &= ~np.broadcast_to(np.asarray(amb, dtype=bool), bad.shape)
+    return bad
+
+
+def fmt(v):
+    v = np.asarray(v)
+    if v.size > 24:
+        return 'array%s' % (v.shape,)
+    if v.ndim == 0:
+        return repr(v.item())
+    return repr(v.tolist())
+
+
+# --------------------------------------------------------------------------
+# The generic trial runner
+# --------------------------------------------------------------------------
+
+def make_output(lib, rng, shape, dt, kind, owned):
+    """The output tensor (a view of kind over a sentinel-filled base) and a
+    function that checks that nothing outside the view was written."""
+    if kind == 'step' and not shape:
+        kind = 'col'                 # a 0-d output has no dim to step over
+    if kind == 'contig':
+        t = lib.c.ot_empty(lib.be, mkshape(shape), dt)
+        if not t:
+            raise TrialError('ot_empty%s failed: %s' % (shape, lib.errmsg()))
+        owned.append(t)
+        return t, (lambda: None)
+    v = View(rng, shape, kind)
+    base = np.full(v.base_shape, OUT_SENTINEL[dt], dtype=NP_DT[dt])
+    t = lib.array(base, dt)
+    if not t:
+        raise TrialError('ot_array%s failed: %s' % (base.shape, lib.errmsg()))
+    owned.append(t)
+    tv = v.ot_view(lib, t)
+    if not tv:
+        raise TrialError('output view %s failed: %s' % (v.desc, lib.errmsg()))
+    owned.append(tv)
+    mask = np.ones(v.base_shape, dtype=bool)
+    v.np_view(mask)[...] = False
+
+    def check_outside():
+        rc, got = lib.get(t, v.base_shape, dt)
+        if rc != 0:
+            return 'ot_get of the output base failed (%d)' % rc
+        if not np.all(got[mask] == base[mask]):
+            return 'assign into output view %s of base %s wrote outside the view' % (
+                v.desc, v.base_shape)
+        return None
+    return tv, check_outside
+
+
+def run_trial(lib, rng, op, t):
+    """Builds, assigns and checks one trial; returns None or a failure text."""
+    owned = []
+    descs = []
+    try:
+        nodes, vals, tens = [], [], []
+        for o in t.operands:
+            if o[0] == 'c':             # ('c', value[, value the reference uses])
+                tens.append(None)
+                nodes.append(lib.c.ot_const(o[1]))
+                vals.append(np.float64(o[-1]))
+                descs.append('const %r' % o[1])
+            else:
+                arr, view = o[1], o[2]
+                odt = {np.float32: F32, np.float64: F64, np.int32: I32}[arr.dtype.type]
+                tp, vd = make_input(lib, rng, arr, odt, view, owned)
+                tens.append(tp)
+                nodes.append(lib.c.ot_tensor_node(tp))
+                vals.append(arr.astype(np.float64))
+                descs.append('%s%s %s=%s' % (DT_NAME[odt], arr.shape, vd, fmt(arr)))
+        a = nodes[0] if nodes else None
+        b = nodes[1] if len(nodes) > 1 else None
+        if t.inner:
+            a = lib.build(t.inner, a)
+        where = '%s%s%s' % (t.desc + ': ' if t.desc else '', ', '.join(descs),
+                            '' if t.out == 'contig' else ' out=%s' % t.out)
+        # int32 arithmetic wraps modulo 2^32 (NumPy's int32; ref.c does the
+        # same), so it is computed exactly in int64 and wrapped; everything
+        # else on i32 operands is exact in float64
+        wrap = t.dtype == I32 and (op.wrap or t.inner == 'neg') and \
+            all(o[0] == 't' and o[1].dtype == np.int32 for o in t.operands)
+        if wrap:
+            vals = [v.astype(np.int64) for v in vals]
+        try:
+            res = t.ref(*vals)
+            empty = False
+        except Empty:
+            empty = True
+        lib.c.ot_clear_error()
+        node = lib.build(op.name, a, b, t.args)
+        if empty:
+            if node:
+                return '%s: expected OT_EEMPTY at build, the build succeeded' % where
+            if lib.c.ot_errcode() != OT_EEMPTY:
+                return '%s: expected OT_EEMPTY, got %d (%s)' % (where, lib.c.ot_errcode(),
+                                                                 lib.errmsg())
+            return None
+        if not node:
+            return '%s: build failed: %d %s' % (where, lib.c.ot_errcode(), lib.errmsg())
+        scale = amb = None
+        if isinstance(res, tuple):
+            res, scale, amb = res
+        if wrap:
+            res = (np.asarray(res, dtype=np.int64) + 2 ** 31) % 2 ** 32 - 2 ** 31
+        res = np.asarray(res, dtype=np.float64)
+        shape = shape_tuple(lib.c.ot_node_shape(node))
+        if shape != res.shape:
+            return '%s: node shape %s, expected %s' % (where, shape, res.shape)
+        ndt = lib.c.ot_node_dtype(node)
+        if ndt != t.dtype:
+            return '%s: node dtype %s, expected %s' % (where, DT_NAME.get(ndt, ndt),
+                                                       DT_NAME[t.dtype])
+        oshape = (2,) + shape if t.out == 'bcast' else shape
+        if t.out == 'alias':
+            out, check_outside = tens[0], (lambda: None)
+        elif t.out == 'aliasT':
+            out, check_outside = lib.c.ot_transpose(tens[0], None), (lambda: None)
+            if not out:
+                return '%s: ot_transpose of operand 0 failed: %s' % (where, lib.errmsg())
+            owned.append(out)
+        else:
+            out, check_outside = make_output(lib, rng, oshape, t.dtype,
+                                             'contig' if t.out == 'bcast' else t.out, owned)
+        rc = lib.c.ot_assign_node(out, node)
+        if rc != 0:
+            return '%s: assign failed: %d %s' % (where, rc, lib.errmsg())
+        rc, got = lib.get(out, oshape, t.dtype)
+        if rc != 0:
+            return '%s: ot_get failed: %d' % (where, rc)
+        if oshape != shape:
+            res = np.broadcast_to(res, oshape)
+            if scale is not None:
+                scale = np.broadcast_to(scale, oshape)
+        bad = mismatches(got, res, t.dtype, scale, amb, t.exact)
+        if bad.any():
+            idx = np.argwhere(bad)[:3]
+            parts = []
+            for ix in idx:
+                ix = tuple(int(i) for i in ix)
+                item = 'at %s: expected %r got %r' % (ix, float(res[ix]), got[ix].item())
+                if op.kind in ('unary', 'binary', 'clip') and len(vals) and \
+                        all(np.ndim(v) <= len(oshape) for v in vals):
+                    ins = [float(np.broadcast_to(v, oshape)[ix]) for v in vals]
+                    item += ' (inputs %s)' % ', '.join(repr(x) for x in ins)
+                parts.append(item)
+            return '%s: %d of %d wrong, %s' % (where, int(bad.sum()), bad.size, '; '.join(parts))
+        return check_outside()
+    except TrialError as e:
+        return '%s: %s' % (', '.join(descs), e)
+    except Exception:                   # a bug in this script: say where
+        tb = traceback.format_exc(limit=-2).strip().replace('\n', ' / ')
+        return 'internal error in %s: %s' % (', '.join(descs), tb)
+    finally:
+        for p in reversed(owned):
+            lib.c.ot_tensor_free(p)
+
+
+# --------------------------------------------------------------------------
+# rand: no NumPy counterpart; range, reproducibility and independence
+# --------------------------------------------------------------------------
+
+def draw(lib, shape, dt, seed, out='contig', rng=None, be=None):
+    """Assigns rand(shape, seed, dtype dt) into a fresh output; returns
+    (values or None, failure text or None)."""
+    owned = []
+    try:
+        args = mkargs(dtype=dt, seed=seed, shape=shape)
+        node = lib.c.ot_build_at(lib.op('rand'), None, None, C.byref(args), None, 0)
+        if not node:
+            return None, 'rand%s build failed: %s' % (shape, lib.errmsg())
+        if shape_tuple(lib.c.ot_node_shape(node)) != tuple(shape):
+            return None, 'rand%s node shape %s' % (shape, shape_tuple(lib.c.ot_node_shape(node)))
+        if lib.c.ot_node_dtype(node) != dt:
+            return None, 'rand%s node dtype %d, expected %d' % (shape, lib.c.ot_node_dtype(node), dt)
+        saved = lib.be
+        if be is not None:
+            lib.be = be
+        try:
+            o, check_outside = make_output(lib, rng, tuple(shape), dt, out, owned)
+        finally:
+            lib.be = saved
+        rc = lib.c.ot_assign_node(o, node)
+        if rc:
+            return None, 'rand%s assign failed: %d %s' % (shape, rc, lib.errmsg())
+        rc, got = lib.get(o, tuple(shape), dt)
+        if rc:
+            return None, 'rand%s ot_get failed: %d' % (shape, rc)
+        bad = check_outside()
+        if bad:
+            return None, bad
+        return got, None
+    except TrialError as e:
+        return None, str(e)
+    finally:
+        for p in reversed(owned):
+            lib.c.ot_tensor_free(p)
+
+
+def run_rand_case(lib, dt, scen, rng):
+    fails = []
+
+    def check_range(v, what):
+        if v is None:
+            return
+        if v.size and not (np.all(np.isfinite(v)) and v.min() >= 0.0 and v.max() < 1.0):
+            fails.append('%s: values outside [0, 1): min %r max %r' % (what, float(np.nanmin(v)),
+                                                                         float(np.nanmax(v))))
+
+    if scen == 'random':
+        for nd in range(5):
+            shape = rand_shape(rng, nd)
+            v, err = draw(lib, shape, dt, int(rng.integers(0, 1000)), rng=rng)
+            if err:
+                fails.append(err)
+            check_range(v, 'rand%s' % (shape,))
+        v, err = draw(lib, (200, 100), dt, 7, rng=rng)
+        if err:
+            fails.append(err)
+        elif v is not None:
+            check_range(v, 'rand(200, 100)')
+            m, var = float(v.mean()), float(v.var())
+            hist = np.histogram(v, bins=10, range=(0.0, 1.0))[0]
+            if abs(m - 0.5) > 0.01 or abs(var - 1 / 12) > 0.005 or hist.min() < 1800:
+                fails.append('rand(200, 100): not uniform: mean %.4f var %.4f bins %s' % (
+                    m, var, hist.tolist()))
+            if len(np.unique(v)) < v.size * 0.99:
+                fails.append('rand(200, 100): only %d distinct values' % len(np.unique(v)))
+    elif scen == 'repro':
+        a, e1 = draw(lib, (4, 5), dt, 3, rng=rng)
+        b, e2 = draw(lib, (4, 5), dt, 3, rng=rng)
+        c, e3 = draw(lib, (4, 5), dt, 4, rng=rng)
+        flat, e4 = draw(lib, (20,), dt, 3, rng=rng)
+        longer, e5 = draw(lib, (30,), dt, 3, rng=rng)
+        fails += [e for e in (e1, e2, e3, e4, e5) if e]
+        if not fails:
+            if not np.array_equal(a, b):
+                fails.append('rand(4, 5) seed 3 drawn twice differs')
+            if np.sum(a == c) > 2:
+                fails.append('rand(4, 5) seeds 3 and 4 agree on %d of 20 values' % np.sum(a == c))
+            if not np.array_equal(a.reshape(-1), flat):
+                fails.append('rand(4, 5) and rand(20,) with one seed differ (counter is the '
+                             'row-major index)')
+            if not np.array_equal(longer[:20], flat):
+                fails.append('rand(20,) is not a prefix of rand(30,) with one seed')
+        # another backend seed draws other values
+        opts = OtBackendOpts()
+        opts.seed = 12345
+        be2 = lib.c.ot_backend_new(b'ref', C.cast(C.pointer(opts), C.c_void_p))
+        if not be2:
+            fails.append('ot_backend_new(ref, seed=12345) failed: %s' % lib.errmsg())
+        else:
+            d, err = draw(lib, (4, 5), dt, 3, rng=rng, be=be2)
+            if err:
+                fails.append(err)
+            elif a is not None and np.sum(a == d) > 2:
+                fails.append('backend seeds 0 and 12345 agree on %d of 20 values' % np.sum(a == d))
+            check_range(d, 'rand on seeded backend')
+            lib.c.ot_backend_free(be2)
+    elif scen == 'empty':
+        for shape in [(0,), (3, 0), (0, 2, 5)]:
+            v, err = draw(lib, shape, dt, 1, rng=rng)
+            if err:
+                fails.append(err)
+            elif v.size:
+                fails.append('rand%s gave %d values' % (shape, v.size))
+    elif scen == 'outview':
+        for i, kind in enumerate(['T', 'step', 'col'] * 2):
+            shape = rand_shape(rng, 2 + i % 3)
+            ref, e1 = draw(lib, shape, dt, 11 + i, rng=rng)
+            got, e2 = draw(lib, shape, dt, 11 + i, out=kind, rng=rng)
+            if e1 or e2:
+                fails.append(e1 or e2)
+            elif not np.array_equal(ref, got):
+                fails.append('rand%s into a %s output view differs from a contiguous output'
+                             % (shape, kind))
+    return fails
+
+
+# --------------------------------------------------------------------------
+# Main
+# --------------------------------------------------------------------------
+
+def case_rng(seed, *key):
+    return np.random.default_rng([seed, zlib.crc32('/'.join(map(str, key)).encode())])
+
+
+def run_case(lib, seed, op, dtlabel, dt, scen):
+    rng = case_rng(seed, op.name, dtlabel, scen)
+    pool = lib.c.ot_pool_push()
+    try:
+        if op.kind == 'rand':
+            return run_rand_case(lib, dt, scen, rng), 1
+        trials = GENERATORS[op.kind](op, dt, scen, rng)
+        fails = []
+        for t in trials:
+            f = run_trial(lib, rng, op, t)
+            if f:
+                fails.append(f)
+        return fails, len(trials)
+    finally:
+        if pool:
+            lib.c.ot_pool_pop(pool)
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    ap.add_argument('lib', nargs='?', default='build/liboptree.so')
+    ap.add_argument('--seed', type=int, default=20240601)
+    ap.add_argument('--only', default='', help='comma-separated op names')
+    ap.add_argument('--max-fails', type=int, default=3, help='failures shown per case')
+    ap.add_argument('-v', '--verbose', action='store_true', help='print every case')
+    opt = ap.parse_args(argv)
+
+    warnings.simplefilter('ignore')
+    np.seterr(all='ignore')
+    lib = Lib(opt.lib)
+    only = set(s for s in opt.only.split(',') if s)
+    passed = failed = 0
+    for op in OPS:
+        if only and op.name not in only:
+            continue
+        cases = [(DT_NAME[dt], dt, scen) for dt in op.dtypes for scen in SCENARIOS[op.kind]
+                 if dt in SCENARIO_DTYPES.get(scen, (dt,))]
+        if op.kind == 'binary':
+            cases.append(('mixed', None, 'mixed'))
+        if lib.op(op.name) < 0:
+            for c in cases:
+                print('FAIL %s %s %s: ot_op_lookup("%s") is OT_OP_NONE' % (op.name, c[0], c[2],
+                                                                           op.name))
+            failed += len(cases)
+            continue
+        for dtlabel, dt, scen in cases:
+            try:
+                fails, ntrials = run_case(lib, opt.seed, op, dtlabel, dt, scen)
+            except Exception as e:         # a bug in this script: report, go on
+                fails, ntrials = ['internal error: %r' % e], 0
+            if fails:
+                failed += 1
+                shown = fails[:opt.max_fails]
+                more = '' if len(fails) <= len(shown) else ' [and %d more trials]' % (
+                    len(fails) - len(shown))
+                print('FAIL %s %s %s: %d of %d trials: %s%s' % (
+                    op.name, dtlabel, scen, len(fails), ntrials, ' | '.join(shown), more))
+            else:
+                passed += 1
+                if opt.verbose:
+                    print('ok   %s %s %s (%d trials)' % (op.name, dtlabel, scen, ntrials))
+            sys.stdout.flush()
+    lib.c.ot_backend_free(lib.be)
+    print('%d passed, %d failed' % (passed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,52 @@
+#!/bin/sh
+# deps.sh - installs what optree needs on Debian/Ubuntu, only when missing.
+#
+# Run by `make deps` (and so by `make demo` and `make test`). Checks each
+# package with dpkg-query and installs the missing ones through apt-get: as
+# root directly, otherwise through sudo when it is available. Prints nothing
+# when every package is present. On a system without dpkg it prints a note
+# and succeeds, leaving the packages to the user.
+set -u
+
+# libc6-dev comes with gcc unless gcc was installed without its recommends;
+# without it nothing compiles, so it is checked too.
+PKGS="libopenblas-dev libsleef-dev python3-numpy valgrind libc6-dev"
+
+if ! command -v dpkg-query >/dev/null 2>&1; then
+    echo "deps: no dpkg here (not Debian?); install OpenBLAS, SLEEF, NumPy and valgrind yourself: $PKGS"
+    exit 0
+fi
+
+missing=""
+for p in $PKGS; do
+    st=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+    if [ "$st" != "install ok installed" ]; then
+        missing="$missing $p"
+    fi
+done
+missing=${missing# }
+[ -z "$missing" ] && exit 0
+
+if [ "$(id -u)" -eq 0 ]; then
+    SUDO=""
+elif command -v sudo >/dev/null 2>&1; then
+    SUDO="sudo"
+else
+    echo "deps: missing packages: $missing" >&2
+    echo "deps: run as root: apt-get update && apt-get install -y $missing" >&2
+    exit 1
+fi
+echo "deps: installing $missing${SUDO:+ (through sudo)}"
+
+# shellcheck disable=SC2086 # word splitting of $SUDO and $missing is wanted
+$SUDO apt-get update -q || {
+    echo "deps: apt-get update failed; install these yourself: $missing" >&2
+    exit 1
+}
+# shellcheck disable=SC2086
+if ! $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+        --no-install-recommends $missing; then
+    echo "deps: apt-get install failed; install these yourself: $missing" >&2
+    exit 1
+fi
+exit 0

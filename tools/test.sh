@@ -1,0 +1,186 @@
+#!/bin/sh
+# test.sh - the whole optree test suite, run by `make test`.
+#
+# Phases, in order:
+#   build       make all (library, unit tests, examples); a failure stops here
+#   unit        ./$BUILD/test_optree
+#   numpy       tests/diff_numpy.py against $BUILD/liboptree.so (skipped while
+#               the script does not exist)
+#   sanitizers  the unit tests rebuilt in $BUILD/san with ASan + UBSan
+#   valgrind    every example in $BUILD/examples under valgrind
+# Each phase prints a header and a summary line; the suite ends with exactly
+# one line "N passed, M failed" (summed over the phases) and exits non-zero
+# when M > 0. A phase that crashes, exits non-zero or prints no count line
+# counts one extra failure. Full output of each phase is kept in
+# $BUILD/test-logs/.
+#
+# The $TMO, $TMO_EX and $NOASLR prefixes below are split on purpose.
+# shellcheck disable=SC2086
+#
+# Environment: BUILD (default build, as in the Makefile), JOBS (default 2),
+# PYTHON (default /usr/bin/python3).
+set -u
+
+cd "$(dirname "$0")/.." || exit 1
+
+B=${BUILD:-build}
+JOBS=${JOBS:-2}
+PY=${PYTHON:-/usr/bin/python3}
+SAN='-fsanitize=address,undefined -fno-sanitize-recover=all'
+LOGS=$B/test-logs
+SUMMARY=""
+TOTAL_P=0
+TOTAL_F=0
+
+# A wall-clock limit on each run (10 minutes for a phase, 8 for an example)
+# where coreutils' timeout exists; expanded unquoted as a command prefix.
+if command -v timeout >/dev/null 2>&1; then
+    TMO="timeout -k 10 600"
+    TMO_EX="timeout -k 10 480"
+else
+    TMO=""
+    TMO_EX=""
+fi
+
+header() {
+    echo
+    echo "==== $1"
+}
+
+# record PHASE PASSED FAILED [NOTE]: adds to the totals and the summary.
+record() {
+    TOTAL_P=$((TOTAL_P + $2))
+    TOTAL_F=$((TOTAL_F + $3))
+    _line="$1: $2 passed, $3 failed${4:+ ($4)}"
+    echo "---- $_line"
+    SUMMARY="$SUMMARY
+  $_line"
+}
+
+finish() {
+    echo
+    echo "==== summary$SUMMARY"
+    echo "$TOTAL_P passed, $TOTAL_F failed"
+    [ "$TOTAL_F" -eq 0 ]
+    exit $?
+}
+
+# Shows a phase's log without the passing cases, at most 200 lines.
+show() {
+    grep -v -E '^(\[ OK \]|ok |PASS)' "$1" | head -n 200
+}
+
+# count_phase PHASE LOG RC: parses the last "N passed, M failed" line of LOG
+# and records it; a missing line or a non-zero exit status that the count
+# does not explain adds one failure.
+count_phase() {
+    _phase=$1 _log=$2 _rc=$3
+    _counts=$(sed -n 's/^\([0-9][0-9]*\) passed, \([0-9][0-9]*\) failed$/\1 \2/p' "$_log" | tail -n 1)
+    if [ -z "$_counts" ]; then
+        echo "$_phase: no 'N passed, M failed' line (exit status $_rc: a crash, a"
+        echo "  timeout, or a sanitizer report at exit, which loses buffered output); see $_log"
+        record "$_phase" 0 1 "no count line, exit status $_rc"
+        return
+    fi
+    set -- $_counts
+    _p=$1 _f=$2
+    if [ "$_rc" -ne 0 ] && [ "$_f" -eq 0 ]; then
+        echo "$_phase: exit status $_rc although no case failed (crash or leak at exit?); see $_log"
+        record "$_phase" "$_p" 1 "exit status $_rc"
+        return
+    fi
+    if [ "$_rc" -eq 0 ] && [ "$_f" -ne 0 ]; then
+        record "$_phase" "$_p" "$_f" "but exit status 0"
+        return
+    fi
+    record "$_phase" "$_p" "$_f"
+}
+
+# ---------------------------------------------------------------- build
+header "build: make all (-j$JOBS)"
+if ! make -s -j"$JOBS" all; then
+    echo "build: FAILED"
+    record build 0 1 "make all failed"
+    finish
+fi
+mkdir -p "$LOGS"
+echo "build: ok"
+SUMMARY="$SUMMARY
+  build: ok"
+
+# ---------------------------------------------------------------- unit
+header "unit: ./$B/test_optree"
+log=$LOGS/unit.log
+$TMO "./$B/test_optree" >"$log" 2>&1
+rc=$?
+show "$log"
+count_phase unit "$log" "$rc"
+
+# ---------------------------------------------------------------- numpy
+header "numpy: $PY tests/diff_numpy.py $B/liboptree.so"
+if [ ! -f tests/diff_numpy.py ]; then
+    echo "numpy: tests/diff_numpy.py does not exist yet; skipped"
+    SUMMARY="$SUMMARY
+  numpy: skipped (no tests/diff_numpy.py)"
+elif [ ! -x "$PY" ]; then
+    echo "numpy: $PY not found (make deps installs python3-numpy)"
+    record numpy 0 1 "no $PY"
+else
+    log=$LOGS/numpy.log
+    $TMO "$PY" tests/diff_numpy.py "$B/liboptree.so" >"$log" 2>&1
+    rc=$?
+    show "$log"
+    count_phase numpy "$log" "$rc"
+fi
+
+# ---------------------------------------------------------------- sanitizers
+header "sanitizers: ASan + UBSan build in $B/san"
+# GCC 12's ASan can fail at start-up where the kernel randomises mmap with
+# more than 28 bits; run without ASLR there when the kernel lets us.
+NOASLR=""
+rnd=$(cat /proc/sys/vm/mmap_rnd_bits 2>/dev/null || echo 0)
+if [ "$rnd" -gt 28 ] 2>/dev/null && command -v setarch >/dev/null 2>&1 &&
+    setarch "$(uname -m)" -R true >/dev/null 2>&1; then
+    NOASLR="setarch $(uname -m) -R"
+fi
+if ! make -s -j"$JOBS" BUILD="$B/san" SANFLAGS="$SAN" tests; then
+    echo "sanitizers: build FAILED"
+    record sanitizers 0 1 "sanitizer build failed"
+else
+    log=$LOGS/sanitizers.log
+    $TMO env ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+        $NOASLR "./$B/san/test_optree" >"$log" 2>&1
+    rc=$?
+    show "$log"
+    count_phase sanitizers "$log" "$rc"
+fi
+
+# ---------------------------------------------------------------- valgrind
+header "valgrind: $B/examples/* (OT_ISA=sse2 OT_EXAMPLE_SMALL=1)"
+vp=0 vf=0
+if ! command -v valgrind >/dev/null 2>&1; then
+    echo "valgrind: not installed (make deps installs it)"
+    vf=1
+else
+    for ex in "$B"/examples/*; do
+        if [ ! -f "$ex" ] || [ ! -x "$ex" ]; then continue; fi
+        name=$(basename "$ex")
+        log=$LOGS/valgrind-$name.log
+        $TMO_EX env OT_ISA=sse2 OT_EXAMPLE_SMALL=1 valgrind -q --error-exitcode=1 \
+            --leak-check=full --errors-for-leak-kinds=definite,indirect,possible \
+            "./$ex" >"$log" 2>&1
+        rc=$?
+        if [ "$rc" -eq 0 ]; then
+            echo "[ OK ] $name"
+            vp=$((vp + 1))
+        else
+            echo "[FAIL] $name (exit status $rc; log $log), last lines:"
+            tail -n 30 "$log" | sed 's/^/    /'
+            vf=$((vf + 1))
+        fi
+    done
+fi
+echo "$vp passed, $vf failed"
+record valgrind "$vp" "$vf"
+
+finish

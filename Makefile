@@ -13,6 +13,7 @@ CFLAGS   += -std=c11 $(OPT) -g -Wall -Wextra -Werror -fPIC -ffp-contract=off \
 LDLIBS   += -lsleef -lopenblas -lm -lpthread
 LDFLAGS  += $(SANFLAGS)
 PYTHON   ?= /usr/bin/python3
+RUN      := $(if $(filter /%,$(BUILD)),$(BUILD),./$(BUILD))
 
 SRCS  := $(wildcard src/*.c)
 OBJS  := $(SRCS:src/%.c=$(BUILD)/obj/%.o)
@@ -56,7 +57,7 @@ deps:
 
 demo: deps
 	@$(MAKE) --no-print-directory $(BUILD)/examples/tour
-	./$(BUILD)/examples/tour
+	$(RUN)/examples/tour
 
 # Everything: unit tests, NumPy differential tests, the sanitizer pass and
 # the examples under valgrind; ends with one "N passed, N failed" line.
@@ -65,7 +66,7 @@ test: deps
 
 # The unit tests alone, in this build.
 check: tests
-	./$(BUILD)/test_optree
+	$(RUN)/test_optree
 
 install: lib
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig

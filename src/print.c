@@ -101,24 +101,19 @@ static const char *const op_symbol[OT_OP_COUNT] = {
 static const char *op_name(int op) { return ot_op_name((ot_op)op); }
 static bool is_tagged(const ot_node *n) { return n->tag != OT_OP_NONE; }
 
-/* A leaf's name, or tensor-0x<address> when it has none. */
-static void leaf_text(const ot_node *n, char *buf, size_t len)
-{
-    const ot_tensor *t = ot__leaf_tensor(n);
-    if (t->name) snprintf(buf, len, "%s", t->name);
-    else snprintf(buf, len, "tensor-0x%" PRIxPTR, (uintptr_t)t);
-}
-
+/* A leaf's name (tensor-0x<address> when it has none) or a constant's value. */
 static void print_atom(FILE *f, const ot_node *n)
 {
-    char buf[64];
-    if (n->kind == OT_NODE_LEAF && ot__leaf_tensor(n)->name) {
-        fputs(ot__leaf_tensor(n)->name, f);   /* names may be long */
-        return;
+    const ot_tensor *t = ot__leaf_tensor(n);
+    if (n->kind == OT_NODE_CONST) {
+        char buf[64];
+        const_text(n, buf, sizeof buf);
+        fputs(buf, f);
+    } else if (t->name) {
+        fputs(t->name, f);
+    } else {
+        fprintf(f, "tensor-0x%" PRIxPTR, (uintptr_t)t);
     }
-    if (n->kind == OT_NODE_LEAF) leaf_text(n, buf, sizeof buf);
-    else const_text(n, buf, sizeof buf);
-    fputs(buf, f);
 }
 
 /* A Python tuple: (2, 2), (3,), (). */
@@ -137,6 +132,7 @@ static void print_dims(FILE *f, const int64_t *v, int n)
     fputs(ot__shape_str(&s, buf), f);
 }
 
+/* A transpose's perm widened to dims, for the tuple writers above. */
 static int64_t *perm_dims(const ot_node *n, int64_t out[OT_MAX_DIMS])
 {
     for (int i = 0; i < n->shape.ndim; i++) out[i] = n->args.perm[i];

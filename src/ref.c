@@ -419,7 +419,8 @@ static void eval_dot(const ot_node *node, const double *x, const double *y, doub
     for (int64_t i = 0; i < m; i++) {
         for (int64_t j = 0; j < n; j++) {
             ref_sum acc = {0, 0};
-            for (int64_t k = 0; k < k_len; k++) sum_add(&acc, x[i * k_len + k] * y[k * n + j]);
+            for (int64_t k = 0; k < k_len; k++)
+                sum_add(&acc, x[i * k_len + k] * y[k * n + j]);
             out[i * n + j] = sum_value(&acc);
         }
     }
@@ -458,7 +459,8 @@ static void eval_onehot(const ot_node *node, const double *x, double *out)
     for (int64_t o = 0; o < outer; o++)
         for (int64_t k = 0; k < depth; k++)
             for (int64_t i = 0; i < inner; i++)
-                out[(o * depth + k) * inner + i] = x[o * inner + i] == (double)k ? 1.0 : 0.0;
+                out[(o * depth + k) * inner + i] =
+                    x[o * inner + i] == (double)k ? 1.0 : 0.0;
 }
 
 static void eval_rand(const ot_backend *be, const ot_node *node, double *out)
@@ -513,7 +515,8 @@ static int eval_item(ref_run *run, int i)
     run->vals[i] = out;
     if (it->kind == OT_NODE_LEAF) {
         eval_leaf(it->tensor, out);
-        run->bytes += (uint64_t)ot__numel(&node->shape) * ot_dtype_size(it->tensor->leaf.dtype);
+        run->bytes += (uint64_t)ot__numel(&node->shape) *
+                      ot_dtype_size(it->tensor->leaf.dtype);
         return OT_OK;
     }
     if (it->kind == OT_NODE_CONST) {

@@ -111,8 +111,11 @@ TEST(stack_listing_attributes)
                                              "1: onehot depth=10 axis=1 (4, 10) float32 <- 0\n");
     CHECK_LISTING(ot_rand(OT_SHAPE(3), .seed = 9), "0: rand seed=9 (3,) float32\n");
     CHECK_LISTING(ot_add(x, 2), "0: leaf x (2, 3) float32\n"
-                                "1: const 2 int32\n"
+                                "1: const 2.0 float32\n"
                                 "2: add (2, 3) float32 <- 0 1\n");
+    CHECK_LISTING(ot_add(i, 2), "0: leaf i (4,) int32\n"
+                                "1: const 2 int32\n"
+                                "2: add (4,) int32 <- 0 1\n");
     ot_tensor_free(x);
     ot_tensor_free(i);
     ot_backend_free(be);
@@ -151,8 +154,11 @@ TEST(stack_dedupe_structural)
     CHECK_INT(len_of(ot_add(ot_mul(x, 0.5), ot_mul(x, 0.5))), 4);
     CHECK_INT(len_of(ot_add(ot_mul(x, NAN), ot_mul(x, NAN))), 4);
     CHECK_INT(len_of(ot_add(ot_mul(x, 0.0), ot_mul(x, -0.0))), 6);
-    /* Constants of another dtype differ: x*0.5 and x*0.5f are two. */
-    CHECK_INT(len_of(ot_add(ot_mul(x, 0.5), ot_mul(x, 0.5f))), 6);
+    /* x*0.5 and x*0.5f are one: both constants become float32 0.5. */
+    CHECK_INT(len_of(ot_add(ot_mul(x, 0.5), ot_mul(x, 0.5f))), 4);
+    /* Constants of different dtypes differ. */
+    CHECK_INT(len_of(ot_add(ot_const(0.5), ot_constf(0.5f))), 3);
+    CHECK_INT(len_of(ot_add(ot_const(0.5), ot_const(0.5))), 2);
     /* Attributes matter: sums over different axes differ. */
     CHECK_INT(len_of(ot_add(ot_sum(x, .axis = 1), ot_sum(x, .axis = 1))), 3);
     CHECK_INT(len_of(ot_add(ot_sum(x, .axis = 0), ot_sum(x, .axis = 1))), 4);

@@ -28,6 +28,11 @@ JOBS=${JOBS:-2}
 PY=${PYTHON:-/usr/bin/python3}
 SAN='-fsanitize=address,undefined -fno-sanitize-recover=all'
 LOGS=$B/test-logs
+# The build directory as a path to run programs from.
+case $B in
+/*) RB=$B ;;
+*) RB=./$B ;;
+esac
 SUMMARY=""
 TOTAL_P=0
 TOTAL_F=0
@@ -42,16 +47,18 @@ else
     TMO_EX=""
 fi
 
+START=$(date +%s)
 header() {
     echo
     echo "==== $1"
+    T0=$(date +%s)
 }
 
 # record PHASE PASSED FAILED [NOTE]: adds to the totals and the summary.
 record() {
     TOTAL_P=$((TOTAL_P + $2))
     TOTAL_F=$((TOTAL_F + $3))
-    _line="$1: $2 passed, $3 failed${4:+ ($4)}"
+    _line="$1: $2 passed, $3 failed${4:+ ($4)}, $(($(date +%s) - T0)) s"
     echo "---- $_line"
     SUMMARY="$SUMMARY
   $_line"
@@ -59,7 +66,7 @@ record() {
 
 finish() {
     echo
-    echo "==== summary$SUMMARY"
+    echo "==== summary ($(($(date +%s) - START)) s)$SUMMARY"
     echo "$TOTAL_P passed, $TOTAL_F failed"
     [ "$TOTAL_F" -eq 0 ]
     exit $?
@@ -106,12 +113,12 @@ fi
 mkdir -p "$LOGS"
 echo "build: ok"
 SUMMARY="$SUMMARY
-  build: ok"
+  build: ok, $(($(date +%s) - T0)) s"
 
 # ---------------------------------------------------------------- unit
-header "unit: ./$B/test_optree"
+header "unit: $RB/test_optree"
 log=$LOGS/unit.log
-$TMO "./$B/test_optree" >"$log" 2>&1
+$TMO "$RB/test_optree" >"$log" 2>&1
 rc=$?
 show "$log"
 count_phase unit "$log" "$rc"
@@ -149,7 +156,7 @@ if ! make -s -j"$JOBS" BUILD="$B/san" SANFLAGS="$SAN" tests; then
 else
     log=$LOGS/sanitizers.log
     $TMO env ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-        $NOASLR "./$B/san/test_optree" >"$log" 2>&1
+        $NOASLR "$RB/san/test_optree" >"$log" 2>&1
     rc=$?
     show "$log"
     count_phase sanitizers "$log" "$rc"
@@ -162,13 +169,13 @@ if ! command -v valgrind >/dev/null 2>&1; then
     echo "valgrind: not installed (make deps installs it)"
     vf=1
 else
-    for ex in "$B"/examples/*; do
+    for ex in "$RB"/examples/*; do
         if [ ! -f "$ex" ] || [ ! -x "$ex" ]; then continue; fi
         name=$(basename "$ex")
         log=$LOGS/valgrind-$name.log
         $TMO_EX env OT_ISA=sse2 OT_EXAMPLE_SMALL=1 valgrind -q --error-exitcode=1 \
             --leak-check=full --errors-for-leak-kinds=definite,indirect,possible \
-            "./$ex" >"$log" 2>&1
+            "$ex" >"$log" 2>&1
         rc=$?
         if [ "$rc" -eq 0 ]; then
             echo "[ OK ] $name"

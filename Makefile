@@ -20,6 +20,19 @@ OBJS  := $(SRCS:src/%.c=$(BUILD)/obj/%.o)
 TSRCS := $(wildcard tests/*.c)
 TOBJS := $(TSRCS:tests/%.c=$(BUILD)/tobj/%.o)
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
+# Tile kernels (src/kernels/): tile.inc compiled once per ISA by k_<isa>.c,
+# each with its own flags (only these objects get -m flags), -O3 after
+# CFLAGS. Off x86 only the scalar table and the dispatcher are built.
+KX86  := $(if $(filter x86_64-% i386-% i486-% i586-% i686-%,$(shell $(CC) -dumpmachine)),1)
+KSRCS := src/kernels/dispatch.c src/kernels/k_scalar.c \
+         $(if $(KX86),src/kernels/k_sse2.c src/kernels/k_avx2.c src/kernels/k_avx512.c)
+KOBJS := $(KSRCS:src/%.c=$(BUILD)/obj/%.o)
+KDEPS := $(wildcard src/kernels/*.h src/kernels/*.inc)
+KFLAGS_scalar :=
+KFLAGS_sse2   :=
+KFLAGS_avx2   := -mavx2 -mfma
+KFLAGS_avx512 := -mavx512f -mavx2 -mfma
+OBJS  += $(KOBJS)
 LIBA  := $(BUILD)/liboptree.a
 LIBSO := $(BUILD)/liboptree.so
 
@@ -31,6 +44,12 @@ lib: $(LIBA) $(LIBSO)
 $(BUILD)/obj/%.o: src/%.c include/optree.h src/internal.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/kernels/k_%.o: src/kernels/k_%.c $(KDEPS) include/optree.h src/internal.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -O3 $(KFLAGS_$*) -c $< -o $@
+
+$(BUILD)/obj/kernels/dispatch.o: $(KDEPS)
 
 $(LIBA): $(OBJS)
 	@rm -f $@
@@ -78,3 +97,22 @@ install: lib
 
 clean:
 	rm -rf build
+
+# The benchmark of BENCH.md (bench/), never part of `make test`: builds
+# $(BUILD)/bench/bench and runs it (make bench BENCH_ARGS="--only W1 --quick").
+# Only the reference loops get -mavx2 -mfma: the driver checks the CPU at run
+# time before it calls them. Tables go to stdout, bench/results.{csv,md}.
+BENCH_SRCS := $(wildcard bench/*.c)
+BENCH_OBJS := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%.o)
+BENCH_ARGS ?=
+
+$(BUILD)/bench/ref_avx2.o: CFLAGS += -mavx2 -mfma
+$(BUILD)/bench/%.o: bench/%.c bench/bench.h include/optree.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -O2 -c $< -o $@
+
+$(BUILD)/bench/bench: $(BENCH_OBJS) $(LIBA)
+	$(CC) $(LDFLAGS) -o $@ $(BENCH_OBJS) $(LIBA) $(LDLIBS)
+
+bench: $(BUILD)/bench/bench
+	$(RUN)/bench/bench $(BENCH_ARGS)

@@ -149,11 +149,13 @@ typedef struct ot_backend_opts {
     ot_dtype dtype;    /* tensors created with OT_DTYPE_DEFAULT; 0: OT_F32 */
     int accuracy;      /* OT_ULP10 (default) or OT_ULP35 */
     int plan_cache;    /* plan-cache entries; 0: the default */
-    int fusion;        /* OT_FUSION_*; OT_FUSION_OFF materialises every node */
+    int fusion;        /* OT_FUSION_*; OT_FUSION_OFF materialises every node
+                          (the environment variable OT_FUSION=0 forces it) */
 } ot_backend_opts;
 
 /* Creates a backend: "ref" (node at a time, in double; the test oracle) or
- * "cpu" (the fused backend). The environment variable OT_BACKEND, when set,
+ * "cpu" (the fused backend; OT_ISA=scalar|sse2|avx2|avx512 forces its SIMD
+ * kernels, OT_EUNSUPPORTED when the CPU lacks the one named). The environment variable OT_BACKEND, when set,
  * replaces the name, so one program runs on either backend unchanged. NULL
  * opts means the defaults. Returns NULL with OT_EBACKEND for an unknown or
  * unavailable name, OT_EINVAL for bad options. */
@@ -579,6 +581,10 @@ int ot_assign_many(int n, ot_tensor *const outs[], ot_node *const trees[]);
 /* A new tensor of the tree's shape and dtype, on the backend of its first
  * leaf, holding its value. NULL on error. */
 ot_tensor *ot_eval(ot_node *tree);
+/* Prints how the backend of the tree's first leaf would run ot_eval(tree):
+ * for the cpu backend its kernels, the nodes each one fuses, temporaries,
+ * and the bytes read and written; for the ref backend, one line per node. */
+int ot_explain(ot_node *tree, FILE *f);
 
 #ifdef __cplusplus
 }

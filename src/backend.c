@@ -17,7 +17,7 @@ typedef struct backend_entry {
 
 static const backend_entry backends[] = {
     {"ref", &ot__ref_vt},
-    {"cpu", NULL},
+    {"cpu", &ot__cpu_vt},
 };
 
 static int check_opts(const ot_backend_opts *o)
@@ -61,9 +61,15 @@ ot_backend *ot_backend_new(const char *name, const ot_backend_opts *opts)
     }
     if (!o.dtype) o.dtype = OT_F32;
     if (!o.plan_cache) o.plan_cache = DEFAULT_PLAN_CACHE;
+    const char *fusion = getenv("OT_FUSION");
+    if (fusion && strcmp(fusion, "0") == 0) o.fusion = OT_FUSION_OFF;
     if (!o.fusion) o.fusion = OT_FUSION_ON;
     be->vt = e->vt;
     be->opts = o;
+    if (be->vt->init && be->vt->init(be) != 0) {
+        free(be);
+        return NULL;
+    }
     return be;
 }
 
@@ -175,4 +181,33 @@ ot_tensor *ot_eval(ot_node *tree)
         return NULL;
     }
     return t;
+}
+
+int ot_explain(ot_node *tree, FILE *f)
+{
+    if (!tree) return ot__err_null("explain", "tree");
+    if (!f) return ot__err_set(OT_ENULL, NULL, 0, "explain", "FILE is NULL");
+    ot_backend *be = tree->be;
+    if (!be)
+        return ot__err_set(OT_EBACKEND, NULL, 0, "explain",
+                           "the tree has no tensor leaf to take a backend from");
+    ot_clear_error();
+    if (be->vt != &ot__cpu_vt) {
+        ot_stack *s = ot_stack_new(tree);
+        if (!s) return ot_errcode();
+        fprintf(f, "ref backend: %d items, evaluated one node at a time in double\n",
+                ot_stack_len(s));
+        int rc = ot_stack_print(s, f);
+        ot_stack_free(s);
+        return rc;
+    }
+    ot_plan *plan;
+    ot_walk *walk;
+    ot_binding bind;
+    int rc = ot__plan_get(be, 1, NULL, &tree, &plan, &walk, &bind);
+    if (rc) return rc;
+    rc = ot__plan_explain(plan, f);
+    ot__plan_release(plan);
+    ot__walk_free(walk);
+    return rc;
 }

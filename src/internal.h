@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 static_assert(OT_MAX_DIMS == 8, "shape code assumes 8 dims");
@@ -160,6 +161,7 @@ int ot__err_null(const char *fn, const char *what);
 
 typedef struct ot_backend_vt {
     const char *name;
+    int (*init)(ot_backend *be);       /* sets up impl; may be NULL */
     /* Evaluates every tree before writing any output. Called after the
      * common checks of backend.c: no NULLs, every tree broadcasts to its
      * output, dtypes allowed, outputs writable and mutually disjoint. */
@@ -188,6 +190,24 @@ extern const ot_backend_vt ot__ref_vt;
  * roots[i]. The public ot_stack_new is this with n = 1. */
 ot_stack *ot__stack_new_many(int n, const ot_node *const roots[], int roots_out[]);
 
+/* ---- node pointer -> int map (stack.c) ----------------------------------- */
+
+/* What lets a walk over a DAG memoise per node, so heavy sharing costs time
+ * linear in distinct nodes: open addressing with linear probing, at most half
+ * full. A zeroed map is empty; keys are borrowed, not retained. */
+typedef struct ot__ptrmap {
+    const ot_node **keys;
+    int *vals;
+    size_t cap, len;      /* len counts the keys */
+} ot__ptrmap;
+/* The value of key, or -1 when absent. */
+int ot__ptrmap_get(const ot__ptrmap *m, const ot_node *key);
+/* Adds key, which must be absent, with val (>= 0, so that get can answer
+ * -1 for absent). False when out of memory; the map is then unchanged. */
+bool ot__ptrmap_put(ot__ptrmap *m, const ot_node *key, int val);
+/* Frees the map's arrays; zero it again before reusing it. */
+void ot__ptrmap_free(ot__ptrmap *m);
+
 /* ---- random numbers ------------------------------------------------------ */
 
 /* The uniform [0, 1) draw of element idx of a rand node with attribute seed,
@@ -195,6 +215,160 @@ ot_stack *ot__stack_new_many(int n, const ot_node *const roots[], int roots_out[
  * draws have 24 random bits and OT_F64 draws 53, so each is exact in its
  * dtype and never rounds up to 1. */
 double ot__rand_uniform(uint64_t be_seed, uint64_t seed, uint64_t idx, ot_dtype dt);
+
+/* ---- tile kernels (src/kernels/) ------------------------------------------ */
+
+/* Kernel dtype index: tables are indexed by it, not by ot_dtype. */
+enum { OT_KD_F32 = 0, OT_KD_F64 = 1, OT_KD_I32 = 2, OT_KD_COUNT = 3 };
+static inline int ot__kd(ot_dtype d) { return d == OT_F32 ? 0 : d == OT_F64 ? 1 : 2; }
+static inline ot_dtype ot__kd_dtype(int kd) { return kd == 0 ? OT_F32 : kd == 1 ? OT_F64 : OT_I32; }
+
+/* Tile kernels run one op over n elements. Array operands are contiguous and
+ * may be unaligned; dst may be the same array as an operand (never a partial
+ * overlap). A "scalar" operand is a pointer to one element broadcast over all
+ * n. Results are exactly those of the scalar definitions in ref.c rounded to
+ * the dtype, except transcendentals (SLEEF u10 or u35) and fma (one rounding). */
+typedef void (*ot_k1)(void *dst, const void *a, size_t n);
+typedef void (*ot_k2)(void *dst, const void *a, const void *b, size_t n);
+typedef void (*ot_k3)(void *dst, const void *a, const void *b, const void *c, size_t n);
+
+/* Operand forms: bit i set means operand i is a scalar. */
+enum { OT_FORM_VV = 0, OT_FORM_SV = 1, OT_FORM_VS = 2 };
+
+typedef struct ot_kernels {
+    const char *isa;                     /* "scalar", "sse2", "avx2", "avx512" */
+    /* unary[acc][op][kd]: acc 0 = u10 (default), 1 = u35; NULL where the op
+     * does not exist for that dtype (float-only ops on i32). Only ops of
+     * OT_KIND_UNARY have entries. */
+    ot_k1 unary[2][OT_OP_COUNT][OT_KD_COUNT];
+    /* binary[op][kd][form], form in OT_FORM_VV/SV/VS; OT_KIND_BINARY ops. */
+    ot_k2 binary[OT_OP_COUNT][OT_KD_COUNT][3];
+    /* fma[kd][form]: dst = a*b + c rounded once; form bits 1/2/4 mark a/b/c
+     * as scalars (0..6; 7 unused). f32 and f64 only. */
+    ot_k3 fma[2][7];
+    /* cast[from][to]: float -> i32 truncates, NaN -> 0, saturates (ot__to_i32). */
+    ot_k1 cast[OT_KD_COUNT][OT_KD_COUNT];
+    /* Tile reductions, f32 and f64: the sum of n elements accumulated in
+     * vector lanes and combined in a fixed order, returned in double; max and
+     * min propagate NaN (any NaN gives NaN); n may be 0 (sum 0, max -inf,
+     * min +inf). */
+    double (*sum[2])(const void *a, size_t n);
+    double (*max[2])(const void *a, size_t n);
+    double (*min[2])(const void *a, size_t n);
+    /* Column accumulation: acc[i] += a[i] for i < n, acc in double. */
+    void (*acc_sum[2])(double *acc, const void *a, size_t n);
+} ot_kernels;
+
+/* The kernel table for an ISA name ("scalar", "sse2", "avx2", "avx512"), or
+ * NULL when this CPU cannot run it or it was not built. */
+const ot_kernels *ot__kernels_for(const char *isa);
+/* The best table this CPU runs, or the one OT_ISA names; NULL and an
+ * OT_EUNSUPPORTED error when OT_ISA names an ISA this CPU lacks. */
+const ot_kernels *ot__kernels_select(void);
+
+/* ---- cpu plans (compile.c builds them, exec.c runs them) ----------------- */
+
+/* Where a kernel operand lives: a leaf tensor bound at run time, a temporary
+ * of the plan's arena, or an output tensor. */
+enum { OT_SPACE_LEAF = 0, OT_SPACE_TEMP = 1, OT_SPACE_OUT = 2 };
+
+typedef struct ot_view {
+    uint8_t space;                  /* OT_SPACE_* */
+    uint8_t dtype;                  /* ot_dtype */
+    int32_t index;                  /* leaf slot, temp or output index */
+    int64_t strides[OT_MAX_DIMS];   /* elements, over the kernel's dims */
+} ot_view;
+
+/* Register-program instructions. Registers are SSA values mapped onto tile
+ * buffers; a "scalar" register holds one element for the whole tile. */
+enum { OT_I_LOAD, OT_I_PARAM, OT_I_UNARY, OT_I_BINARY, OT_I_FMA, OT_I_CAST };
+
+typedef struct ot_insn {
+    uint8_t code;                   /* OT_I_* */
+    uint8_t op;                     /* ot_op for UNARY/BINARY */
+    uint8_t kd;                     /* result kernel dtype (OT_KD_*) */
+    uint8_t kd_from;                /* CAST: source kernel dtype */
+    int16_t dst, a, b, c;           /* buffers; -1 when unused */
+    uint8_t scalar;                 /* bits: 1 a, 2 b, 4 c, 8 dst scalar */
+    int32_t arg;                    /* LOAD: load index; PARAM: param index */
+} ot_insn;
+
+enum { OT_KER_EW, OT_KER_REDUCE, OT_KER_DOT, OT_KER_RAND, OT_KER_ONEHOT };
+
+typedef struct ot_kernel {
+    int kind;                       /* OT_KER_* */
+    int ndim;                       /* the coalesced iteration space */
+    int64_t dims[OT_MAX_DIMS];
+    int nload;
+    ot_view *loads;
+    int ninsn;
+    ot_insn *insns;
+    int nbuf;                       /* tile buffers the program needs */
+    int result;                     /* buffer holding what is stored/reduced */
+    bool result_scalar;             /* one value per tile */
+    uint8_t result_kd;              /* its kernel dtype */
+    bool direct_store;              /* the last insn writes the output in place */
+    ot_view store;                  /* EW/REDUCE: where results go; reduced
+                                       dims have stride 0 */
+    int red_op;                     /* REDUCE: OT_OP_SUM/MAX/MIN/MEAN/ARG* */
+    int red_axis;                   /* REDUCE: iteration dim, or -1 for all */
+    int64_t red_count;              /* REDUCE: elements per result (mean) */
+    bool col_blocked;               /* EW: walk column blocks (transposed
+                                       inputs stay in cache) */
+    /* DOT: C[m,n] = A[m,k] B[k,n] with loads[0] = A and loads[1] = B as
+     * 2-D views (1-D operands get a unit dim), into store (contiguous). */
+    int64_t m, n, k;
+    /* RAND: seed; ONEHOT: depth and the new axis; the op's result shape. */
+    uint64_t seed;
+    int64_t depth;
+    int axis;
+    ot_shape shape;
+    char *desc;                     /* for ot_explain: the nodes it fuses */
+} ot_kernel;
+
+typedef struct ot_plan {
+    atomic_int refs;                /* the cache's reference plus runs' */
+    int nkernels;
+    ot_kernel *kernels;
+    int ntemps;
+    size_t *temp_offset;            /* bytes into the arena, 64-aligned */
+    size_t arena_bytes;
+    int nleaves, nparams, nout;
+    uint64_t bytes_read, bytes_written;  /* per run, for stats/explain */
+} ot_plan;
+
+/* What a run binds: leaf base pointers (element 0 of each leaf view),
+ * constant values, output tensors. */
+typedef struct ot_binding {
+    char **leaf;
+    const double *param;
+    ot_tensor *const *outs;
+} ot_binding;
+
+/* compile.c: the plan for n trees into n outputs (NULL outputs: fresh
+ * contiguous tensors, as for ot_eval/ot_explain), through the backend's plan
+ * cache. Fills *bind (arrays owned by *scratch, freed with ot__walk_free). */
+typedef struct ot_walk ot_walk;
+int ot__plan_get(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[],
+                 ot_plan **plan, ot_walk **walk, ot_binding *bind);
+void ot__walk_free(ot_walk *w);
+/* Drops a reference; the last one frees the plan. */
+void ot__plan_release(ot_plan *p);
+int ot__plan_explain(const ot_plan *p, FILE *f);
+/* exec.c */
+int ot__plan_run(ot_backend *be, const ot_plan *p, const ot_binding *bind);
+
+/* The cpu backend's private state (be->impl). */
+typedef struct ot_plan_cache ot_plan_cache;
+typedef struct ot_threads ot_threads;
+typedef struct ot_cpu {
+    const ot_kernels *k;
+    ot_plan_cache *cache;           /* compile.c */
+    ot_threads *threads;            /* exec.c */
+} ot_cpu;
+ot_plan_cache *ot__plan_cache_new(int capacity);
+void ot__plan_cache_free(ot_plan_cache *c);
+extern const ot_backend_vt ot__cpu_vt;
 
 /* ---- small shared helpers ------------------------------------------------ */
 

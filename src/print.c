@@ -1,14 +1,15 @@
 /*
- * print.c - the text forms of a tree: neon's tuple form (ot_print), infix
- * (ot_pp), Graphviz DOT (ot_graphviz), and the float repr they share
- * (ot__fmt_double).
+ * print.c - every text form: of a tree, neon's tuple form (ot_print), infix
+ * (ot_pp) and Graphviz DOT (ot_graphviz); of a post-order stack, the listing
+ * of ot_stack_print (stack.c builds the stack, this only reads its items);
+ * and the float repr they share (ot__fmt_double).
  *
  * Trees may be 100,000 nodes deep, so every walk keeps its stack on the heap
  * instead of recursing. ot_print and ot_pp write no trailing newline (like
- * Python's repr, the caller ends the line); ot_graphviz writes a whole file
- * and ends with one. All three return 0, OT_ENULL for a NULL FILE (a NULL
- * tree returns the code already in the error slot, as every function that
- * does work), OT_ENOMEM, or OT_EIO when a write to f fails.
+ * Python's repr, the caller ends the line); ot_graphviz and ot_stack_print
+ * write whole lines. All four return 0, OT_ENULL for a NULL FILE (a NULL
+ * tree or stack returns the code already in the error slot, as every
+ * function that does work), OT_ENOMEM, or OT_EIO when a write to f fails.
  */
 #include "internal.h"
 
@@ -176,10 +177,11 @@ static bool frames_push(frames *s, const ot_node *n)
     return true;
 }
 
-/* Checks the arguments of a printing function and clears the error slot. */
-static int print_begin(const char *fn, const ot_node *tree, FILE *f)
+/* Checks the arguments of a printing function, whose subject (a tree or a
+ * stack) is named what, and clears the error slot. */
+static int print_begin(const char *fn, const void *subject, const char *what, FILE *f)
 {
-    if (!tree) return ot__err_null(fn, "tree");
+    if (!subject) return ot__err_null(fn, what);
     if (!f) return ot__err_set(OT_ENULL, NULL, 0, fn, "FILE is NULL");
     ot_clear_error();
     return 0;
@@ -199,7 +201,7 @@ static int out_of_memory(const char *fn)
  * shared subtree is written at each of its uses, as in neon. */
 static int walk(const form *fm, const ot_node *tree, FILE *f)
 {
-    int rc = print_begin(fm->fn, tree, f);
+    int rc = print_begin(fm->fn, tree, "tree", f);
     if (rc) return rc;
     frames st = {0};
     if (!frames_push(&st, tree)) return out_of_memory(fm->fn);
@@ -343,7 +345,15 @@ static void pp_composite_attrs(FILE *f, const ot_node *n)
     if (g->ddof) fprintf(f, " ddof=%d", g->ddof);
 }
 
-static void pp_attrs(FILE *f, const ot_node *n)
+/* The two ways op attributes are written. ATTRS_PP is ot_pp's (and the
+ * labels of ot_graphviz): compact dims, and rand shows its shape, since the
+ * infix form shows no shapes otherwise. ATTRS_LISTING is ot_stack_print's:
+ * its line goes on with the item's shape as a Python tuple, so perm is such
+ * a tuple too and rand leaves its shape to that. */
+typedef enum attr_style { ATTRS_PP, ATTRS_LISTING } attr_style;
+
+/* The attributes of n's own op: " axis=1 keepdims", " perm=(1,0)". */
+static void op_attrs(FILE *f, const ot_node *n, attr_style style)
 {
     const ot_args *g = &n->args;
     int64_t perm[OT_MAX_DIMS];
@@ -353,15 +363,18 @@ static void pp_attrs(FILE *f, const ot_node *n)
         break;
     case OT_KIND_SHAPE:
         fputs(" perm=", f);
-        print_dims(f, perm_dims(n, perm), n->shape.ndim);
+        if (style == ATTRS_PP) print_dims(f, perm_dims(n, perm), n->shape.ndim);
+        else print_py_tuple(f, perm_dims(n, perm), n->shape.ndim);
         break;
     case OT_KIND_SPECIAL:
         if (n->op == OT_OP_CAST) fprintf(f, " dtype=%s", ot_dtype_name(g->dtype));
         else if (n->op == OT_OP_ONEHOT)
             fprintf(f, " depth=%lld axis=%d", (long long)g->depth, g->axis);
         else {
-            fputs(" shape=", f);
-            print_dims(f, n->shape.dims, n->shape.ndim);
+            if (style == ATTRS_PP) {
+                fputs(" shape=", f);
+                print_dims(f, n->shape.dims, n->shape.ndim);
+            }
             fprintf(f, " seed=%llu", (unsigned long long)g->seed);
         }
         break;
@@ -373,7 +386,7 @@ static void pp_attrs(FILE *f, const ot_node *n)
 static void pp_close(FILE *f, const ot_node *n)
 {
     if (is_tagged(n)) pp_composite_attrs(f, n);
-    else pp_attrs(f, n);
+    else op_attrs(f, n, ATTRS_PP);
     fputc(')', f);
 }
 
@@ -385,63 +398,6 @@ int ot_pp(const ot_node *tree, FILE *f)
 }
 
 /* ---- ot_graphviz --------------------------------------------------------- */
-
-/* Node pointer -> DOT id (dense from 0), by open addressing, so that a
- * shared subtree is written once and a DAG costs linear time. */
-typedef struct idmap {
-    const ot_node **keys;
-    int *ids;
-    size_t cap, len;
-} idmap;
-
-static size_t ptr_hash(const void *p)
-{
-    uint64_t x = (uint64_t)(uintptr_t)p;
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    return (size_t)x;
-}
-
-static int idmap_get(const idmap *m, const ot_node *key)
-{
-    if (!m->cap) return -1;
-    for (size_t i = ptr_hash(key) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
-        if (m->keys[i] == key) return m->ids[i];
-        if (!m->keys[i]) return -1;
-    }
-}
-
-static void idmap_insert(idmap *m, const ot_node *key, int id)
-{
-    size_t i = ptr_hash(key) & (m->cap - 1);
-    while (m->keys[i]) i = (i + 1) & (m->cap - 1);
-    m->keys[i] = key;
-    m->ids[i] = id;
-    m->len++;
-}
-
-/* Gives key the next id; key must be absent. False when out of memory. */
-static bool idmap_add(idmap *m, const ot_node *key)
-{
-    if (2 * (m->len + 1) > m->cap) {
-        idmap g = {calloc(m->cap ? 2 * m->cap : 64, sizeof *g.keys), NULL,
-                   m->cap ? 2 * m->cap : 64, 0};
-        g.ids = malloc(g.cap * sizeof *g.ids);
-        if (!g.keys || !g.ids) {
-            free(g.keys);
-            free(g.ids);
-            return false;
-        }
-        for (size_t i = 0; i < m->cap; i++)
-            if (m->keys[i]) idmap_insert(&g, m->keys[i], m->ids[i]);
-        free(m->keys);
-        free(m->ids);
-        *m = g;
-    }
-    idmap_insert(m, key, (int)m->len);
-    return true;
-}
 
 /* Writes s inside a DOT string, escaping what DOT would read as syntax. */
 static void dot_escaped(FILE *f, const char *s)
@@ -465,7 +421,7 @@ static void dot_node(FILE *f, const ot_node *n, int id)
         print_atom(f, n);
     } else {
         fputs(op_name(n->op), f);
-        pp_attrs(f, n);
+        op_attrs(f, n, ATTRS_PP);
         if (is_tagged(n)) fprintf(f, " [%s]", op_name(n->tag));
     }
     fputs("\\n", f);
@@ -473,24 +429,26 @@ static void dot_node(FILE *f, const ot_node *n, int id)
     fprintf(f, " %s\"];\n", ot_dtype_name((ot_dtype)n->dtype));
 }
 
-/* Writes n and the edges from its operands, which already have ids. */
-static bool dot_emit(FILE *f, idmap *ids, const ot_node *n)
+/* Gives n the next DOT id (dense from 0; a shared subtree is written once,
+ * so a DAG costs linear time) and writes it and the edges from its
+ * operands, which already have ids. */
+static bool dot_emit(FILE *f, ot__ptrmap *ids, const ot_node *n)
 {
     int id = (int)ids->len;
-    if (!idmap_add(ids, n)) return false;
+    if (!ot__ptrmap_put(ids, n, id)) return false;
     dot_node(f, n, id);
     if (n->kind != OT_NODE_OP) return true;
-    if (n->a) fprintf(f, "  n%d -> n%d;\n", idmap_get(ids, n->a), id);
-    if (n->b) fprintf(f, "  n%d -> n%d;\n", idmap_get(ids, n->b), id);
+    if (n->a) fprintf(f, "  n%d -> n%d;\n", ot__ptrmap_get(ids, n->a), id);
+    if (n->b) fprintf(f, "  n%d -> n%d;\n", ot__ptrmap_get(ids, n->b), id);
     return true;
 }
 
 int ot_graphviz(const ot_node *tree, FILE *f)
 {
-    int rc = print_begin("ot_graphviz", tree, f);
+    int rc = print_begin("ot_graphviz", tree, "tree", f);
     if (rc) return rc;
     frames st = {0};
-    idmap ids = {0};
+    ot__ptrmap ids = {0};
     bool ok = frames_push(&st, tree);
     fputs("digraph optree {\n", f);
     while (ok && st.len > 0 && !ferror(f)) {
@@ -498,7 +456,7 @@ int ot_graphviz(const ot_node *tree, FILE *f)
         const ot_node *n = top->n;
         if (n->kind == OT_NODE_OP && top->next < 2) {
             const ot_node *child = top->next++ == 0 ? n->a : n->b;
-            if (child && idmap_get(&ids, child) < 0) ok = frames_push(&st, child);
+            if (child && ot__ptrmap_get(&ids, child) < 0) ok = frames_push(&st, child);
             continue;
         }
         st.len--;
@@ -506,7 +464,40 @@ int ot_graphviz(const ot_node *tree, FILE *f)
     }
     fputs("}\n", f);
     free(st.v);
-    free(ids.keys);
-    free(ids.ids);
+    ot__ptrmap_free(&ids);
     return ok ? print_end("ot_graphviz", f) : out_of_memory("ot_graphviz");
+}
+
+/* ---- ot_stack_print ------------------------------------------------------ */
+
+/* Item i on one line: "0: leaf x0 (2, 2) float32", "1: const 0.5 float32",
+ * "2: add (2, 2) float32 <- 0 1", "3: sum axis=1 (2,) float32 <- 2". */
+static void stack_line(FILE *f, int i, const ot_stack_item *it)
+{
+    const ot_node *n = it->node;
+    fprintf(f, "%d: ", i);
+    if (it->kind == OT_NODE_OP) {
+        fputs(op_name(it->op), f);
+        op_attrs(f, n, ATTRS_LISTING);
+    } else {
+        fputs(it->kind == OT_NODE_LEAF ? "leaf " : "const ", f);
+        print_atom(f, n);
+    }
+    if (it->kind != OT_NODE_CONST) {
+        fputc(' ', f);
+        print_py_tuple(f, n->shape.dims, n->shape.ndim);
+    }
+    fprintf(f, " %s", ot_dtype_name((ot_dtype)n->dtype));
+    if (it->a >= 0) fprintf(f, " <- %d", it->a);
+    if (it->b >= 0) fprintf(f, " %d", it->b);
+    fputc('\n', f);
+}
+
+int ot_stack_print(const ot_stack *s, FILE *f)
+{
+    int rc = print_begin("ot_stack_print", s, "stack", f);
+    if (rc) return rc;
+    for (int i = 0; i < ot_stack_len(s) && !ferror(f); i++)
+        stack_line(f, i, ot_stack_at(s, i));
+    return print_end("ot_stack_print", f);
 }

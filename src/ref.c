@@ -620,7 +620,7 @@ static int ref_assign_many(ot_backend *be, int n, ot_tensor *const outs[],
     return rc;
 }
 
-const ot_backend_vt ot__ref_vt = {"ref", ref_assign_many, NULL};
+const ot_backend_vt ot__ref_vt = {"ref", NULL, ref_assign_many, NULL};
 
 /* ------------------------------------------------------------------------ */
 /* Random numbers: Philox-2x32-10                                           */

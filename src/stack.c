@@ -1,6 +1,8 @@
 /*
  * stack.c - the post-order stack of a tree (ot_stack), through which the
- * compiler reads trees, and leaf substitution (ot_substitute).
+ * compiler reads trees, leaf substitution (ot_substitute), and the node
+ * pointer -> int map (ot__ptrmap) that their walks and ot_graphviz memoise
+ * with. Writing a stack as text (ot_stack_print) is print.c's.
  *
  * A stack lists each distinct subtree once, operands before their op. Distinct
  * means by pointer and, through hash-consing, by structure, so x*y built twice
@@ -17,13 +19,6 @@ struct ot_stack {
 
 /* ---- node pointer -> int ------------------------------------------------- */
 
-/* Open addressing with linear probing, at most half full. */
-typedef struct ptrmap {
-    const ot_node **keys;
-    int *vals;
-    size_t cap, len;
-} ptrmap;
-
 static size_t ptr_hash(const void *p)
 {
     uint64_t x = (uint64_t)(uintptr_t)p;
@@ -33,8 +28,7 @@ static size_t ptr_hash(const void *p)
     return (size_t)x;
 }
 
-/* The value of key, or -1 when absent. */
-static int ptrmap_get(const ptrmap *m, const ot_node *key)
+int ot__ptrmap_get(const ot__ptrmap *m, const ot_node *key)
 {
     if (!m->cap) return -1;
     for (size_t i = ptr_hash(key) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
@@ -43,7 +37,7 @@ static int ptrmap_get(const ptrmap *m, const ot_node *key)
     }
 }
 
-static void ptrmap_insert(ptrmap *m, const ot_node *key, int val)
+static void ptrmap_insert(ot__ptrmap *m, const ot_node *key, int val)
 {
     size_t i = ptr_hash(key) & (m->cap - 1);
     while (m->keys[i]) i = (i + 1) & (m->cap - 1);
@@ -52,12 +46,11 @@ static void ptrmap_insert(ptrmap *m, const ot_node *key, int val)
     m->len++;
 }
 
-/* Adds an absent key. False when out of memory (the map is unchanged). */
-static bool ptrmap_put(ptrmap *m, const ot_node *key, int val)
+bool ot__ptrmap_put(ot__ptrmap *m, const ot_node *key, int val)
 {
     if (2 * (m->len + 1) > m->cap) {
         size_t cap = m->cap ? 2 * m->cap : 64;
-        ptrmap g = {calloc(cap, sizeof *g.keys), malloc(cap * sizeof *g.vals), cap, 0};
+        ot__ptrmap g = {calloc(cap, sizeof *g.keys), malloc(cap * sizeof *g.vals), cap, 0};
         if (!g.keys || !g.vals) {
             free(g.keys);
             free(g.vals);
@@ -73,7 +66,7 @@ static bool ptrmap_put(ptrmap *m, const ot_node *key, int val)
     return true;
 }
 
-static void ptrmap_free(ptrmap *m)
+void ot__ptrmap_free(ot__ptrmap *m)
 {
     free(m->keys);
     free(m->vals);
@@ -103,7 +96,7 @@ typedef struct frame {
  * composites set, a tagged root's operands are the composite's own (tag_a,
  * tag_b) rather than those of its expansion. */
 typedef struct walker {
-    ptrmap done;
+    ot__ptrmap done;
     frame *stack;
     size_t len, cap;
     bool composites;
@@ -122,7 +115,7 @@ static const ot_node *operand(const walker *w, const ot_node *n, int k)
 static int operand_value(const walker *w, const ot_node *n, int k)
 {
     const ot_node *c = operand(w, n, k);
-    return c ? ptrmap_get(&w->done, c) : -1;
+    return c ? ot__ptrmap_get(&w->done, c) : -1;
 }
 
 static bool walker_push(walker *w, const ot_node *n)
@@ -138,28 +131,28 @@ static bool walker_push(walker *w, const ot_node *n)
  * subtree before b's. Returns root's value or a negative status. */
 static int walk(walker *w, const ot_node *root)
 {
-    int v = ptrmap_get(&w->done, root);
+    int v = ot__ptrmap_get(&w->done, root);
     if (v >= 0) return v;
     if (!walker_push(w, root)) return OT_ENOMEM;
     while (w->len > 0) {
         frame *top = &w->stack[w->len - 1];
         if (top->next < 2) {
             const ot_node *c = operand(w, top->n, top->next++);
-            if (c && ptrmap_get(&w->done, c) < 0 && !walker_push(w, c)) return OT_ENOMEM;
+            if (c && ot__ptrmap_get(&w->done, c) < 0 && !walker_push(w, c)) return OT_ENOMEM;
             continue;
         }
         const ot_node *n = top->n;
         w->len--;
         v = w->visit(w, n);
         if (v < 0) return v;
-        if (!ptrmap_put(&w->done, n, v)) return OT_ENOMEM;
+        if (!ot__ptrmap_put(&w->done, n, v)) return OT_ENOMEM;
     }
     return v;
 }
 
 static void walker_free(walker *w)
 {
-    ptrmap_free(&w->done);
+    ot__ptrmap_free(&w->done);
     free(w->stack);
 }
 
@@ -386,72 +379,6 @@ int ot_stack_len(const ot_stack *s) { return s ? s->len : 0; }
 const ot_stack_item *ot_stack_at(const ot_stack *s, int i)
 {
     return s && i >= 0 && i < s->len ? &s->items[i] : NULL;
-}
-
-/* ---- printing a stack ---------------------------------------------------- */
-
-static void print_tuple(FILE *f, const int64_t *v, int n)
-{
-    fputc('(', f);
-    for (int i = 0; i < n; i++) fprintf(f, i ? ", %lld" : "%lld", (long long)v[i]);
-    fputs(n == 1 ? ",)" : ")", f);
-}
-
-/* The attributes of an op item, as ot_pp writes them. */
-static void print_attrs(FILE *f, const ot_node *n)
-{
-    const ot_args *g = &n->args;
-    int64_t perm[OT_MAX_DIMS];
-    switch (ot_op_kind((ot_op)n->op)) {
-    case OT_KIND_REDUCE:
-        if (g->axis != OT_AXIS_ALL) fprintf(f, " axis=%d", g->axis);
-        if (g->keepdims) fputs(" keepdims", f);
-        break;
-    case OT_KIND_SHAPE:
-        for (int i = 0; i < n->shape.ndim; i++) perm[i] = g->perm[i];
-        fputs(" perm=", f);
-        print_tuple(f, perm, n->shape.ndim);
-        break;
-    case OT_KIND_SPECIAL:
-        if (n->op == OT_OP_CAST) fprintf(f, " dtype=%s", ot_dtype_name(g->dtype));
-        else if (n->op == OT_OP_ONEHOT)
-            fprintf(f, " depth=%lld axis=%d", (long long)g->depth, g->axis);
-        else fprintf(f, " seed=%llu", (unsigned long long)g->seed);
-        break;
-    default:
-        break;
-    }
-}
-
-/* One line per item: "0: leaf x0 (2, 2) float32", "1: const 0.5 float32",
- * "2: add (2, 2) float32 <- 0 1", "3: sum axis=1 (2,) float32 <- 2". */
-int ot_stack_print(const ot_stack *s, FILE *f)
-{
-    if (!s) return ot__err_null("ot_stack_print", "stack");
-    if (!f) return ot__err_set(OT_ENULL, NULL, 0, "ot_stack_print", "FILE is NULL");
-    ot_clear_error();
-    for (int i = 0; i < s->len && !ferror(f); i++) {
-        const ot_stack_item *it = &s->items[i];
-        const ot_node *n = it->node;
-        fprintf(f, "%d: ", i);
-        if (it->kind == OT_NODE_OP) {
-            fputs(ot_op_name(it->op), f);
-            print_attrs(f, n);
-        } else {
-            /* ot_pp of a leaf or constant is its name or value. */
-            fputs(it->kind == OT_NODE_LEAF ? "leaf " : "const ", f);
-            ot_pp(n, f);
-        }
-        if (it->kind != OT_NODE_CONST) {
-            fputc(' ', f);
-            print_tuple(f, n->shape.dims, n->shape.ndim);
-        }
-        fprintf(f, " %s", ot_dtype_name((ot_dtype)n->dtype));
-        if (it->a >= 0) fprintf(f, " <- %d", it->a);
-        if (it->b >= 0) fprintf(f, " %d", it->b);
-        fputc('\n', f);
-    }
-    return ferror(f) ? ot__err_set(OT_EIO, NULL, 0, "ot_stack_print", "write failed") : 0;
 }
 
 /* ---- substitution -------------------------------------------------------- */

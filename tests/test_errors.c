@@ -695,9 +695,15 @@ TEST(errors_backend_name)
     CHECK(be == NULL);
     CHECK_ERR(OT_EBACKEND, "nope");
 
+    /* The fused backend exists; an ISA this CPU lacks is refused by name. */
     be = ot_backend_new("cpu", NULL);
-    CHECK(be == NULL);
-    CHECK_ERR(OT_EBACKEND, "cpu", "not");
+    CHECK(be != NULL);
+    CHECK_STR(ot_backend_name(be), "cpu");
+    ot_backend_free(be);
+    setenv("OT_ISA", "no-such-isa", 1);
+    CHECK(ot_backend_new("cpu", NULL) == NULL);
+    CHECK_ERR(OT_EINVAL, "no-such-isa");
+    unsetenv("OT_ISA");
 
     /* OT_BACKEND replaces the name, also a bad one. */
     setenv("OT_BACKEND", "ref", 1);

@@ -1,0 +1,421 @@
+/*
+ * bench.c - the benchmark driver (`make bench`): runs the cases of
+ * workloads.c as BENCH.md prescribes and writes the table, bench/results.csv
+ * and bench/results.md.
+ *
+ *     build/bench/bench [--quick] [--only W1,W5] [--runs N] [--backend ref|cpu]
+ *                       [--out DIR]
+ *
+ * Each case is timed in four variants: optree fused (threads 1), optree with
+ * fusion off (threads 1), the reference loop (one thread) and optree fused
+ * with threads 2. After one warm-up run of each, the variants are timed in
+ * turn, run after run, so that drift on a shared machine hits them alike;
+ * each figure is the median. Every optree result is checked against the
+ * reference loop's output.
+ */
+#include "bench.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Beyond this relative error a result is wrong, not merely rounded
+ * differently: u10 chains and reordered f32 sums stay far below it. */
+#define MAX_REL_ERR 1e-4
+
+enum { V_FUSED, V_UNFUSED, V_FUSED2, V_COUNT };
+
+typedef struct options {
+    bool quick;
+    const char *only;
+    int runs;
+    const char *backend;
+    const char *out_dir;
+} options;
+
+typedef struct variant {
+    ot_backend *be;
+    ot_tensor *in[BENCH_MAX_IN];
+    ot_tensor *out;
+} variant;
+
+static void die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("bench: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    exit(2);
+}
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n);
+    if (!p) die("out of memory (%zu bytes)", n);
+    return p;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* ---- options and machine ------------------------------------------------- */
+
+static void usage(void)
+{
+    die("usage: bench [--quick] [--only W1,W5] [--runs N] [--backend ref|cpu] [--out DIR]");
+}
+
+static options parse_args(int argc, char **argv)
+{
+    options o = {false, NULL, 9, "cpu", "bench"};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool has_val = i + 1 < argc;
+        if (strcmp(a, "--quick") == 0) o.quick = true;
+        else if (strcmp(a, "--only") == 0 && has_val) o.only = argv[++i];
+        else if (strcmp(a, "--runs") == 0 && has_val) o.runs = atoi(argv[++i]);
+        else if (strcmp(a, "--backend") == 0 && has_val) o.backend = argv[++i];
+        else if (strcmp(a, "--out") == 0 && has_val) o.out_dir = argv[++i];
+        else usage();
+    }
+    if (o.runs < 1) usage();
+    if (o.runs < 7) fprintf(stderr, "bench: note: BENCH.md asks for at least 7 runs\n");
+    return o;
+}
+
+/* Whether id is in the comma-separated list (no list selects all). */
+static bool selected(const char *only, const char *id)
+{
+    if (!only) return true;
+    size_t n = strlen(id);
+    for (const char *p = only; *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && strncmp(p, id, n) == 0) return true;
+        p += len + (e != NULL);
+    }
+    return false;
+}
+
+static void cpu_model(char *buf, size_t size)
+{
+    snprintf(buf, size, "unknown CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[256];
+    while (fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (strncmp(line, "model name", 10) == 0 && colon) {
+            snprintf(buf, size, "%s", colon + 2);
+            buf[strcspn(buf, "\n")] = '\0';
+            break;
+        }
+    }
+    fclose(f);
+}
+
+static bench_machine machine(const options *o, bool have_avx2)
+{
+    bench_machine m = {.backend = o->backend, .runs = o->runs, .quick = o->quick};
+    cpu_model(m.cpu, sizeof m.cpu);
+    const char *isa = getenv("OT_ISA");
+    if (isa && *isa)
+        snprintf(m.isa, sizeof m.isa, "OT_ISA=%s", isa);
+    else
+        snprintf(m.isa, sizeof m.isa, "auto (CPU: avx2+fma %s, avx512f %s)",
+                 have_avx2 ? "yes" : "no", __builtin_cpu_supports("avx512f") ? "yes" : "no");
+    time_t t = time(NULL);
+    strftime(m.date, sizeof m.date, "%Y-%m-%d %H:%M UTC", gmtime(&t));
+    return m;
+}
+
+/* ---- backends and data --------------------------------------------------- */
+
+static ot_backend *backend(const char *name, int threads, int fusion)
+{
+    ot_backend_opts opts = {.threads = threads, .fusion = fusion};
+    ot_backend *be = ot_backend_new(name, &opts);
+    if (!be) die("ot_backend_new(\"%s\"): %s", name, ot_errmsg());
+    return be;
+}
+
+static size_t numel(ot_shape s)
+{
+    size_t n = 1;
+    for (int i = 0; i < s.ndim; i++)
+        n *= (size_t)s.dims[i];
+    return n;
+}
+
+/* splitmix64: a small, seedable generator; quality is ample for test data. */
+static uint64_t next_rand(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9E3779B97F4A7C15u);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [0.5, 2.0): never zero, so a/b and log stay finite. */
+static void fill_uniform(float *p, size_t n, uint64_t seed)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = 0.5f + 1.5f * (float)(next_rand(&seed) >> 40) * 0x1p-24f;
+}
+
+static void data_new(bench_data *d, const bench_case *c, bool quick, int case_index)
+{
+    *d = (bench_data){0};
+    c->shapes(d, quick);
+    for (int i = 0; i < d->n_in; i++) {
+        size_t n = numel(d->in_shape[i]);
+        d->in[i] = xmalloc(n * sizeof(float));
+        fill_uniform(d->in[i], n, 1000u * (uint64_t)case_index + (uint64_t)i + 1);
+    }
+    d->out_numel = numel(d->out_shape);
+}
+
+static void data_free(bench_data *d)
+{
+    for (int i = 0; i < d->n_in; i++)
+        free(d->in[i]);
+}
+
+static void variant_new(variant *v, ot_backend *be, const bench_case *c, const bench_data *d)
+{
+    v->be = be;
+    for (int i = 0; i < d->n_in; i++) {
+        v->in[i] = ot_array(be, d->in_shape[i], OT_F32, d->in[i]);
+        if (!v->in[i]) die("%s: ot_array: %s", c->id, ot_errmsg());
+    }
+    if (c->transpose_in0) {
+        ot_tensor *t = ot_transpose(v->in[0], NULL);
+        if (!t) die("%s: ot_transpose: %s", c->id, ot_errmsg());
+        ot_tensor_free(v->in[0]);
+        v->in[0] = t;
+    }
+    v->out = ot_empty(be, d->out_shape, OT_F32);
+    if (!v->out) die("%s: ot_empty: %s", c->id, ot_errmsg());
+}
+
+static void variant_free(variant *v, int n_in)
+{
+    for (int i = 0; i < n_in; i++)
+        ot_tensor_free(v->in[i]);
+    ot_tensor_free(v->out);
+}
+
+/* ---- timing -------------------------------------------------------------- */
+
+/* Seconds per assignment, each one a complete user call: push a pool, build
+ * the tree, assign it, pop the pool. */
+static double time_optree(const bench_case *c, const variant *v, long calls)
+{
+    double t0 = now_s();
+    for (long k = 0; k < calls; k++) {
+        ot_pool *pool = ot_pool_push();
+        if (!pool) die("%s: ot_pool_push: %s", c->id, ot_errmsg());
+        if (ot_assign(v->out, c->tree(v->in)) != 0)
+            die("%s: ot_assign on %s: %s", c->id, ot_backend_name(v->be), ot_errmsg());
+        ot_pool_pop(pool);
+    }
+    return (now_s() - t0) / (double)calls;
+}
+
+static double time_ref(const bench_case *c, const bench_data *d, float *out)
+{
+    double t0 = now_s();
+    c->ref(d, out);
+    return now_s() - t0;
+}
+
+/* ---- checking ------------------------------------------------------------ */
+
+static double max_rel_err(const float *got, const float *want, size_t n)
+{
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double w = fabs((double)want[i]);
+        double rel = fabs((double)got[i] - want[i]) / (w > 1e-30 ? w : 1e-30);
+        if (!(rel <= worst)) worst = rel;   /* a NaN counts as the worst */
+    }
+    return worst;
+}
+
+/* The largest error of the optree variants against the reference output. */
+static double check_variants(const bench_case *c, const variant vs[], const float *want,
+                             size_t n)
+{
+    static const char *const names[V_COUNT] = {"fused", "unfused", "fused 2T"};
+    float *got = xmalloc(n * sizeof *got);
+    double worst = 0;
+    for (int k = 0; k < V_COUNT; k++) {
+        if (ot_get(vs[k].out, got) != 0) die("%s: ot_get: %s", c->id, ot_errmsg());
+        double e = max_rel_err(got, want, n);
+        if (!(e <= MAX_REL_ERR))
+            fprintf(stderr, "bench: %s (%s) WRONG: max relative error %.3g vs the reference\n",
+                    c->id, names[k], e);
+        if (!(e <= worst)) worst = e;
+    }
+    free(got);
+    return worst;
+}
+
+/* ---- one case ------------------------------------------------------------ */
+
+static void size_text(char *buf, size_t size, ot_shape s)
+{
+    int64_t n = s.dims[0];
+    if (s.ndim == 2)
+        snprintf(buf, size, "%lldx%lld", (long long)n, (long long)s.dims[1]);
+    else if (n > 1 && (n & (n - 1)) == 0 && n >= 1024)
+        snprintf(buf, size, "2^%d", __builtin_ctzll((unsigned long long)n));
+    else
+        snprintf(buf, size, "%lld", (long long)n);
+}
+
+/* Medians in seconds per assignment: t[V_*] for the optree variants,
+ * t[V_COUNT] for the reference loop (-1 when it is not timed). */
+typedef struct medians {
+    double t[V_COUNT + 1];
+} medians;
+
+/* One warm-up of every variant, then `runs` rounds of all of them. */
+static medians time_case(const bench_case *c, const bench_data *d, const variant vs[],
+                         float *ref_out, long calls, int runs, bool time_the_ref)
+{
+    double *t[V_COUNT + 1];
+    for (int k = 0; k <= V_COUNT; k++)
+        t[k] = xmalloc((size_t)runs * sizeof(double));
+    for (int r = -1; r < runs; r++) {
+        for (int k = 0; k < V_COUNT; k++) {
+            double s = time_optree(c, &vs[k], calls);
+            if (r >= 0) t[k][r] = s;
+        }
+        if (time_the_ref) {
+            double s = time_ref(c, d, ref_out);
+            if (r >= 0) t[V_COUNT][r] = s;
+        }
+    }
+    medians m;
+    for (int k = 0; k <= V_COUNT; k++) {
+        m.t[k] = k < V_COUNT || time_the_ref ? median(t[k], runs) : -1;
+        free(t[k]);
+    }
+    return m;
+}
+
+static bench_row run_case(const bench_case *c, int index, ot_backend *const bes[V_COUNT],
+                          const options *o, bool have_ref)
+{
+    bench_data d;
+    data_new(&d, c, o->quick, index);
+    variant vs[V_COUNT];
+    for (int k = 0; k < V_COUNT; k++)
+        variant_new(&vs[k], bes[k], c, &d);
+    float *ref_out = xmalloc(d.out_numel * sizeof *ref_out);
+    long calls = o->quick ? c->quick_calls : c->calls;
+    bool time_the_ref = have_ref && c->kind == TARGET_RATIO;
+    medians m = time_case(c, &d, vs, ref_out, calls > 0 ? calls : 1, o->runs, time_the_ref);
+
+    double unit = c->kind == TARGET_US ? 1e6 : 1e3;
+    bench_row row = {.c = c, .err = -1};
+    size_text(row.size, sizeof row.size, d.out_shape);
+    row.fused = unit * m.t[V_FUSED];
+    row.unfused = unit * m.t[V_UNFUSED];
+    row.fused2 = unit * m.t[V_FUSED2];
+    row.ref = time_the_ref ? unit * m.t[V_COUNT] : -1;
+    if (have_ref) {
+        if (!time_the_ref) c->ref(&d, ref_out);
+        row.err = check_variants(c, vs, ref_out, d.out_numel);
+        row.wrong = !(row.err <= MAX_REL_ERR);
+    }
+
+    free(ref_out);
+    for (int k = 0; k < V_COUNT; k++)
+        variant_free(&vs[k], d.n_in);
+    data_free(&d);
+    return row;
+}
+
+/* ---- main ---------------------------------------------------------------- */
+
+static FILE *open_out(const char *dir, const char *name)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    if (!f) die("cannot write %s", path);
+    return f;
+}
+
+static void write_reports(const options *o, const bench_machine *m, const bench_row *rows,
+                          int n)
+{
+    FILE *csv = open_out(o->out_dir, "results.csv");
+    report_csv(csv, rows, n);
+    FILE *md = open_out(o->out_dir, "results.md");
+    report_md(md, m, rows, n);
+    if (fclose(csv) != 0 || fclose(md) != 0) die("writing the results in %s failed", o->out_dir);
+    printf("\nMarkdown for README.md (also in %s/results.md):\n\n", o->out_dir);
+    report_md(stdout, m, rows, n);
+}
+
+int main(int argc, char **argv)
+{
+    options o = parse_args(argc, argv);
+    const char *forced = getenv("OT_FUSION");
+    if (forced && strcmp(forced, "0") == 0)
+        fprintf(stderr, "bench: warning: OT_FUSION=0 is set: the fused column is unfused too\n");
+    bool have_ref = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (!have_ref)
+        fprintf(stderr, "bench: note: this CPU lacks AVX2+FMA: no reference loops, "
+                        "results unchecked\n");
+
+    ot_backend *bes[V_COUNT] = {
+        [V_FUSED] = backend(o.backend, 1, OT_FUSION_DEFAULT),
+        [V_UNFUSED] = backend(o.backend, 1, OT_FUSION_OFF),
+        [V_FUSED2] = backend(o.backend, 2, OT_FUSION_DEFAULT),
+    };
+    bench_machine m = machine(&o, have_ref);
+    bench_row *rows = xmalloc((size_t)bench_ncases * sizeof *rows);
+    int n = 0;
+    for (int i = 0; i < bench_ncases; i++) {
+        if (!selected(o.only, bench_cases[i].id)) continue;
+        fprintf(stderr, "bench: %s %s ...\n", bench_cases[i].id, bench_cases[i].label);
+        rows[n++] = run_case(&bench_cases[i], i, bes, &o, have_ref);
+    }
+    if (n == 0) die("--only %s selects no case", o.only);
+
+    report_text(stdout, &m, rows, n);
+    write_reports(&o, &m, rows, n);
+    bool wrong = false;
+    for (int i = 0; i < n; i++)
+        wrong |= rows[i].wrong;
+    free(rows);
+    for (int k = 0; k < V_COUNT; k++)
+        ot_backend_free(bes[k]);
+    if (wrong) fprintf(stderr, "bench: FAILED: some results disagree with the reference\n");
+    return wrong ? 1 : 0;
+}

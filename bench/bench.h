@@ -1,0 +1,95 @@
+/*
+ * bench.h - declarations shared by the files of the benchmark (bench/): the
+ * table of cases (workloads.c), the hand-written reference loops
+ * (ref_avx2.c) and the report writers (report.c). The suite, its method and
+ * its targets are those of BENCH.md.
+ */
+#ifndef BENCH_H
+#define BENCH_H
+
+#include <optree.h>
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#define BENCH_MAX_IN 3
+
+/* The host side of one case: its float32 inputs and output shape. */
+typedef struct bench_data {
+    int n_in;
+    ot_shape in_shape[BENCH_MAX_IN];
+    float *in[BENCH_MAX_IN];
+    ot_shape out_shape;
+    size_t out_numel;
+} bench_data;
+
+/* How a case is judged: fused/reference against a ratio, or the fused time
+ * per call against an absolute number of microseconds (W8). */
+typedef enum { TARGET_RATIO, TARGET_US } target_kind;
+
+/* One row of the suite. Several rows may share a BENCH.md id (an extra tree
+ * or an extra reference for the same workload); --only selects by id. */
+typedef struct bench_case {
+    const char *id;
+    const char *label;
+    const char *ref_label;      /* what the reference loop is */
+    target_kind kind;
+    double target;
+    /* Fills n_in, in_shape and out_shape; quick picks smoke-test sizes. */
+    void (*shapes)(bench_data *d, bool quick);
+    /* The tree reads input 0 through ot_transpose(in0, NULL), a view. */
+    bool transpose_in0;
+    /* Builds the tree in the current pool from the leaf tensors. */
+    ot_node *(*tree)(ot_tensor *const in[]);
+    /* The reference loop: writes out_numel floats. It is timed for
+     * TARGET_RATIO cases and used only to check results for TARGET_US. */
+    void (*ref)(const bench_data *d, float *out);
+    /* Assignments per timed run (W8 times many small ones); 0 means 1. */
+    long calls, quick_calls;
+} bench_case;
+
+extern const bench_case bench_cases[];
+extern const int bench_ncases;
+
+/* ---- reference loops (ref_avx2.c: AVX2+FMA, SLEEF u10, one thread) ------- */
+
+void ref_w1(float *o, const float *a, const float *b, const float *c, size_t n);
+void ref_w2(float *o, const float *a, size_t n);
+void ref_w3(float *o, const float *a, const float *b, size_t n);
+void ref_w4(float *o, const float *a, const float *b, const float *c, size_t n);
+void ref_w5(float *o, const float *x, size_t rows, size_t cols);
+/* o (n x n) = transpose(x) * col[:, None] + row[None, :]. */
+void ref_w9_scalar(float *o, const float *x, const float *col, const float *row, size_t n);
+void ref_w9_avx2(float *o, const float *x, const float *col, const float *row, size_t n);
+
+/* ---- results and reports (report.c) -------------------------------------- */
+
+/* One measured row. Times are medians: ms per assignment for TARGET_RATIO
+ * cases, µs per assignment for TARGET_US ones; negative means not measured.
+ * err is the largest relative error of any optree variant against the
+ * reference output, negative when unchecked. */
+typedef struct bench_row {
+    const bench_case *c;
+    char size[32];
+    double fused, unfused, ref, fused2;
+    double err;
+    bool wrong;                 /* err beyond the tolerance */
+} bench_row;
+
+typedef struct bench_machine {
+    char cpu[128];
+    char isa[96];
+    char date[40];
+    const char *backend;
+    int runs;
+    bool quick;
+} bench_machine;
+
+/* "PASS", "MISS", "WRONG" (results off) or "n/a" (no reference). */
+const char *bench_verdict(const bench_row *r);
+void report_text(FILE *f, const bench_machine *m, const bench_row *rows, int n);
+void report_csv(FILE *f, const bench_row *rows, int n);
+void report_md(FILE *f, const bench_machine *m, const bench_row *rows, int n);
+
+#endif /* BENCH_H */

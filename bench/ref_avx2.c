@@ -1,0 +1,259 @@
+/*
+ * ref_avx2.c - the hand-written reference loops of the benchmark: one pass
+ * over the data, AVX2+FMA intrinsics, SLEEF u10 vector functions, one thread.
+ * This file alone is compiled with -mavx2 -mfma; bench.c calls it only after
+ * checking the CPU at run time. Tails use masked loads and stores, so any
+ * length works.
+ */
+#include "bench.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <sleef.h>
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+/* The first r (< 8) lanes on. */
+ALWAYS_INLINE __m256i tail_mask(size_t r)
+{
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)r),
+                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+ALWAYS_INLINE float hsum8(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+ALWAYS_INLINE float hmax8(__m256 v)
+{
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
+}
+
+/* ---- W1-W4: elementwise maps --------------------------------------------- */
+
+/* The per-vector bodies. The map drivers below are always inlined with a
+ * constant body, so each reference is one straight loop with no calls but
+ * SLEEF's. */
+typedef __m256 (*vec3_fn)(__m256 a, __m256 b, __m256 c);
+
+ALWAYS_INLINE void map3(float *o, const float *a, const float *b, const float *c,
+                        size_t n, vec3_fn f)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(o + i, f(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i),
+                                  _mm256_loadu_ps(c + i)));
+    if (i < n) {
+        __m256i m = tail_mask(n - i);
+        _mm256_maskstore_ps(o + i, m, f(_mm256_maskload_ps(a + i, m),
+                                        _mm256_maskload_ps(b + i, m),
+                                        _mm256_maskload_ps(c + i, m)));
+    }
+}
+
+ALWAYS_INLINE __m256 w1_vec(__m256 a, __m256 b, __m256 c)
+{
+    return _mm256_fmadd_ps(a, b, c);
+}
+
+ALWAYS_INLINE __m256 w2_vec(__m256 a, __m256 b, __m256 c)
+{
+    (void)b, (void)c;
+    const __m256 one = _mm256_set1_ps(1.0f);
+    __m256 e = Sleef_expf8_u10avx2(_mm256_sub_ps(_mm256_setzero_ps(), a));
+    return _mm256_div_ps(one, _mm256_add_ps(one, e));
+}
+
+ALWAYS_INLINE __m256 w3_vec(__m256 a, __m256 b, __m256 c)
+{
+    (void)c;
+    return Sleef_tanhf8_u10avx2(_mm256_fmadd_ps(a, b, _mm256_div_ps(a, b)));
+}
+
+ALWAYS_INLINE __m256 w4_vec(__m256 a, __m256 b, __m256 c)
+{
+    const __m256 one = _mm256_set1_ps(1.0f), half = _mm256_set1_ps(0.5f);
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 s = _mm256_sqrt_ps(_mm256_andnot_ps(sign, a));
+    __m256 l = Sleef_logf8_u10avx2(_mm256_fmadd_ps(b, b, one));
+    __m256 e = Sleef_expf8_u10avx2(_mm256_xor_ps(sign, c));
+    return _mm256_fmadd_ps(e, half, _mm256_mul_ps(s, l));
+}
+
+/* Unused operands are passed as a: the loads are merged by the compiler. */
+void ref_w1(float *o, const float *a, const float *b, const float *c, size_t n)
+{
+    map3(o, a, b, c, n, w1_vec);
+}
+
+void ref_w2(float *o, const float *a, size_t n) { map3(o, a, a, a, n, w2_vec); }
+
+void ref_w3(float *o, const float *a, const float *b, size_t n)
+{
+    map3(o, a, b, a, n, w3_vec);
+}
+
+void ref_w4(float *o, const float *a, const float *b, const float *c, size_t n)
+{
+    map3(o, a, b, c, n, w4_vec);
+}
+
+/* ---- W5: row softmax ----------------------------------------------------- */
+
+/* Four accumulators: max has a latency of several cycles, and one chain
+ * would make this pass latency-bound. */
+static float row_max(const float *x, size_t n)
+{
+    const __m256 ninf = _mm256_set1_ps(-INFINITY);
+    __m256 m0 = ninf, m1 = ninf, m2 = ninf, m3 = ninf;
+    size_t j = 0;
+    for (; j + 32 <= n; j += 32) {
+        m0 = _mm256_max_ps(m0, _mm256_loadu_ps(x + j));
+        m1 = _mm256_max_ps(m1, _mm256_loadu_ps(x + j + 8));
+        m2 = _mm256_max_ps(m2, _mm256_loadu_ps(x + j + 16));
+        m3 = _mm256_max_ps(m3, _mm256_loadu_ps(x + j + 24));
+    }
+    for (; j + 8 <= n; j += 8)
+        m0 = _mm256_max_ps(m0, _mm256_loadu_ps(x + j));
+    if (j < n) {
+        __m256i m = tail_mask(n - j);
+        __m256 v = _mm256_blendv_ps(ninf, _mm256_maskload_ps(x + j, m), _mm256_castsi256_ps(m));
+        m1 = _mm256_max_ps(m1, v);
+    }
+    return hmax8(_mm256_max_ps(_mm256_max_ps(m0, m1), _mm256_max_ps(m2, m3)));
+}
+
+/* o = exp(x - mx), returning the sum of o; exp is computed once per element. */
+static float row_exp_sum(float *o, const float *x, size_t n, float mx)
+{
+    const __m256 vm = _mm256_set1_ps(mx);
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    size_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        __m256 e0 = Sleef_expf8_u10avx2(_mm256_sub_ps(_mm256_loadu_ps(x + j), vm));
+        __m256 e1 = Sleef_expf8_u10avx2(_mm256_sub_ps(_mm256_loadu_ps(x + j + 8), vm));
+        _mm256_storeu_ps(o + j, e0);
+        _mm256_storeu_ps(o + j + 8, e1);
+        s0 = _mm256_add_ps(s0, e0);
+        s1 = _mm256_add_ps(s1, e1);
+    }
+    for (; j + 8 <= n; j += 8) {
+        __m256 e = Sleef_expf8_u10avx2(_mm256_sub_ps(_mm256_loadu_ps(x + j), vm));
+        _mm256_storeu_ps(o + j, e);
+        s0 = _mm256_add_ps(s0, e);
+    }
+    if (j < n) {
+        __m256i m = tail_mask(n - j);
+        __m256 e = Sleef_expf8_u10avx2(_mm256_sub_ps(_mm256_maskload_ps(x + j, m), vm));
+        e = _mm256_and_ps(e, _mm256_castsi256_ps(m));
+        _mm256_maskstore_ps(o + j, m, e);
+        s1 = _mm256_add_ps(s1, e);
+    }
+    return hsum8(_mm256_add_ps(s0, s1));
+}
+
+/* o /= s. A division, not a multiplication by 1/s: the workload is e / sum,
+ * and a correctly rounded quotient is what optree must produce too. */
+static void row_scale(float *o, size_t n, float s)
+{
+    const __m256 vs = _mm256_set1_ps(s);
+    size_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        _mm256_storeu_ps(o + j, _mm256_div_ps(_mm256_loadu_ps(o + j), vs));
+    if (j < n) {
+        __m256i m = tail_mask(n - j);
+        _mm256_maskstore_ps(o + j, m, _mm256_div_ps(_mm256_maskload_ps(o + j, m), vs));
+    }
+}
+
+void ref_w5(float *o, const float *x, size_t rows, size_t cols)
+{
+    for (size_t r = 0; r < rows; r++) {
+        const float *xr = x + r * cols;
+        float *orow = o + r * cols;
+        float s = row_exp_sum(orow, xr, cols, row_max(xr, cols));
+        row_scale(orow, cols, s);
+    }
+}
+
+/* ---- W9: transpose(X) * col + row ---------------------------------------- */
+
+#define W9_BLOCK 32
+
+/* The scalar body over out rows [i0, i1) and columns [j0, j1). */
+static void w9_scalar_tile(float *o, const float *x, const float *col, const float *row,
+                           size_t n, size_t i0, size_t i1, size_t j0, size_t j1)
+{
+    for (size_t i = i0; i < i1; i++) {
+        float c = col[i];
+        for (size_t j = j0; j < j1; j++)
+            o[i * n + j] = x[j * n + i] * c + row[j];
+    }
+}
+
+static size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
+
+/* 32x32 blocks, so that the column walk over x touches a few cache lines
+ * per block and uses them whole (BENCH.md's reference, scalar). */
+void ref_w9_scalar(float *o, const float *x, const float *col, const float *row, size_t n)
+{
+    for (size_t ib = 0; ib < n; ib += W9_BLOCK)
+        for (size_t jb = 0; jb < n; jb += W9_BLOCK)
+            w9_scalar_tile(o, x, col, row, n, ib, min_sz(ib + W9_BLOCK, n), jb,
+                           min_sz(jb + W9_BLOCK, n));
+}
+
+/* In-register transpose of an 8x8 tile of rows r[0..7]. */
+ALWAYS_INLINE void transpose8(__m256 r[8])
+{
+    __m256 t[8], u[8];
+    for (int k = 0; k < 4; k++) {
+        t[2 * k] = _mm256_unpacklo_ps(r[2 * k], r[2 * k + 1]);
+        t[2 * k + 1] = _mm256_unpackhi_ps(r[2 * k], r[2 * k + 1]);
+    }
+    for (int k = 0; k < 2; k++) {
+        __m256 lo = t[4 * k], hi = t[4 * k + 1], lo2 = t[4 * k + 2], hi2 = t[4 * k + 3];
+        u[4 * k] = _mm256_shuffle_ps(lo, lo2, _MM_SHUFFLE(1, 0, 1, 0));
+        u[4 * k + 1] = _mm256_shuffle_ps(lo, lo2, _MM_SHUFFLE(3, 2, 3, 2));
+        u[4 * k + 2] = _mm256_shuffle_ps(hi, hi2, _MM_SHUFFLE(1, 0, 1, 0));
+        u[4 * k + 3] = _mm256_shuffle_ps(hi, hi2, _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int k = 0; k < 4; k++) {
+        r[k] = _mm256_permute2f128_ps(u[k], u[k + 4], 0x20);
+        r[k + 4] = _mm256_permute2f128_ps(u[k], u[k + 4], 0x31);
+    }
+}
+
+/* Out rows [i0, i0+8), columns [j0, j0+8): read as 8 rows of x, transposed
+ * in registers, then one FMA per out row. */
+ALWAYS_INLINE void w9_tile8(float *o, const float *x, const float *col, const float *row,
+                            size_t n, size_t i0, size_t j0)
+{
+    __m256 r[8];
+    for (int k = 0; k < 8; k++)
+        r[k] = _mm256_loadu_ps(x + (j0 + k) * n + i0);
+    transpose8(r);
+    __m256 rw = _mm256_loadu_ps(row + j0);
+    for (int c = 0; c < 8; c++)
+        _mm256_storeu_ps(o + (i0 + c) * n + j0,
+                         _mm256_fmadd_ps(r[c], _mm256_broadcast_ss(col + i0 + c), rw));
+}
+
+/* The same 32x32 blocks, made of 8x8 register-transposed tiles; the edges
+ * left when n is not a multiple of 8 go through the scalar body. */
+void ref_w9_avx2(float *o, const float *x, const float *col, const float *row, size_t n)
+{
+    size_t n8 = n & ~(size_t)7;
+    for (size_t ib = 0; ib < n8; ib += W9_BLOCK)
+        for (size_t jb = 0; jb < n8; jb += W9_BLOCK)
+            for (size_t i = ib; i < min_sz(ib + W9_BLOCK, n8); i += 8)
+                for (size_t j = jb; j < min_sz(jb + W9_BLOCK, n8); j += 8)
+                    w9_tile8(o, x, col, row, n, i, j);
+    w9_scalar_tile(o, x, col, row, n, 0, n8, n8, n);
+    w9_scalar_tile(o, x, col, row, n, n8, n, 0, n);
+}

@@ -1,0 +1,151 @@
+/*
+ * workloads.c - the cases of the benchmark, in BENCH.md's order: for each,
+ * its sizes, the optree tree and the reference loop it is measured against.
+ * W6, W7 and W10 come in later issues: each is one more entry in the table
+ * (W6 will call OpenBLAS in its reference, single-threaded).
+ */
+#include "bench.h"
+
+/* ---- sizes --------------------------------------------------------------- */
+
+/* N = 2^24 elements (2^14 for a smoke test) in each of n_in inputs. */
+static void flat_shapes(bench_data *d, int n_in, bool quick)
+{
+    int64_t n = quick ? (int64_t)1 << 14 : (int64_t)1 << 24;
+    d->n_in = n_in;
+    for (int i = 0; i < n_in; i++)
+        d->in_shape[i] = OT_SHAPE(n);
+    d->out_shape = OT_SHAPE(n);
+}
+
+static void shapes_1in(bench_data *d, bool quick) { flat_shapes(d, 1, quick); }
+static void shapes_2in(bench_data *d, bool quick) { flat_shapes(d, 2, quick); }
+static void shapes_3in(bench_data *d, bool quick) { flat_shapes(d, 3, quick); }
+
+/* W8 is a small call by definition: 64 elements in either mode. */
+static void shapes_w8(bench_data *d, bool quick)
+{
+    (void)quick;
+    d->n_in = 2;
+    d->in_shape[0] = d->in_shape[1] = d->out_shape = OT_SHAPE(64);
+}
+
+static int64_t square_side(bool quick) { return quick ? 128 : 4096; }
+
+static void shapes_w5(bench_data *d, bool quick)
+{
+    int64_t n = square_side(quick);
+    d->n_in = 1;
+    d->in_shape[0] = d->out_shape = OT_SHAPE(n, n);
+}
+
+/* X (n, n), col (n, 1), row (n,). */
+static void shapes_w9(bench_data *d, bool quick)
+{
+    int64_t n = square_side(quick);
+    d->n_in = 3;
+    d->in_shape[0] = OT_SHAPE(n, n);
+    d->in_shape[1] = OT_SHAPE(n, 1);
+    d->in_shape[2] = OT_SHAPE(n);
+    d->out_shape = OT_SHAPE(n, n);
+}
+
+/* ---- trees --------------------------------------------------------------- */
+
+static ot_node *w1_tree(ot_tensor *const in[]) { return ot_add(ot_mul(in[0], in[1]), in[2]); }
+
+/* Literally as BENCH.md writes it, not ot_sig: the fusion has to find it. */
+static ot_node *w2_tree(ot_tensor *const in[])
+{
+    return ot_div(1.0f, ot_add(1.0f, ot_exp(ot_neg(in[0]))));
+}
+
+static ot_node *w3_tree(ot_tensor *const in[])
+{
+    return ot_tanh(ot_add(ot_mul(in[0], in[1]), ot_div(in[0], in[1])));
+}
+
+static ot_node *w4_tree(ot_tensor *const in[])
+{
+    ot_node *s = ot_sqrt(ot_abs(in[0]));
+    ot_node *l = ot_log(ot_add(ot_mul(in[1], in[1]), 1.0f));
+    return ot_add(ot_mul(s, l), ot_mul(ot_exp(ot_neg(in[2])), 0.5f));
+}
+
+/* The row max is built twice, as a user writes it: merging the two copies
+ * is the compiler's job. */
+static ot_node *w5_shifted_exp(ot_tensor *x)
+{
+    return ot_exp(ot_sub(x, ot_max(x, .axis = 1, .keepdims = true)));
+}
+
+static ot_node *w5_tree(ot_tensor *const in[])
+{
+    ot_node *den = ot_sum(w5_shifted_exp(in[0]), .axis = 1, .keepdims = true);
+    return ot_div(w5_shifted_exp(in[0]), den);
+}
+
+static ot_node *w5_softmax_tree(ot_tensor *const in[]) { return ot_softmax(in[0], .axis = 1); }
+
+/* in[0] is already the transposed view of X. */
+static ot_node *w9_tree(ot_tensor *const in[]) { return ot_add(ot_mul(in[0], in[1]), in[2]); }
+
+/* ---- reference adapters -------------------------------------------------- */
+
+static void w1_ref(const bench_data *d, float *o)
+{
+    ref_w1(o, d->in[0], d->in[1], d->in[2], d->out_numel);
+}
+static void w2_ref(const bench_data *d, float *o) { ref_w2(o, d->in[0], d->out_numel); }
+static void w3_ref(const bench_data *d, float *o) { ref_w3(o, d->in[0], d->in[1], d->out_numel); }
+static void w4_ref(const bench_data *d, float *o)
+{
+    ref_w4(o, d->in[0], d->in[1], d->in[2], d->out_numel);
+}
+
+static void w5_ref(const bench_data *d, float *o)
+{
+    ref_w5(o, d->in[0], (size_t)d->in_shape[0].dims[0], (size_t)d->in_shape[0].dims[1]);
+}
+
+static void w9_ref_scalar(const bench_data *d, float *o)
+{
+    ref_w9_scalar(o, d->in[0], d->in[1], d->in[2], (size_t)d->out_shape.dims[0]);
+}
+
+static void w9_ref_avx2(const bench_data *d, float *o)
+{
+    ref_w9_avx2(o, d->in[0], d->in[1], d->in[2], (size_t)d->out_shape.dims[0]);
+}
+
+/* ---- the table ----------------------------------------------------------- */
+
+#define ELEMWISE "one pass, AVX2+FMA, SLEEF u10"
+#define SOFTMAX_REF "per row: max, exp+sum, divide (AVX2, SLEEF u10)"
+
+const bench_case bench_cases[] = {
+    {.id = "W1", .label = "a*b + c", .ref_label = ELEMWISE, .kind = TARGET_RATIO,
+     .target = 1.10, .shapes = shapes_3in, .tree = w1_tree, .ref = w1_ref},
+    {.id = "W2", .label = "1/(1 + exp(-a))", .ref_label = ELEMWISE, .kind = TARGET_RATIO,
+     .target = 1.10, .shapes = shapes_1in, .tree = w2_tree, .ref = w2_ref},
+    {.id = "W3", .label = "tanh(a*b + a/b)", .ref_label = ELEMWISE, .kind = TARGET_RATIO,
+     .target = 1.10, .shapes = shapes_2in, .tree = w3_tree, .ref = w3_ref},
+    {.id = "W4", .label = "sqrt(abs(a))*log(b*b + 1) + exp(-c)*0.5", .ref_label = ELEMWISE,
+     .kind = TARGET_RATIO, .target = 1.10, .shapes = shapes_3in, .tree = w4_tree, .ref = w4_ref},
+    {.id = "W5", .label = "row softmax: max, sub, exp, sum, div tree", .ref_label = SOFTMAX_REF,
+     .kind = TARGET_RATIO, .target = 1.25, .shapes = shapes_w5, .tree = w5_tree, .ref = w5_ref},
+    {.id = "W5", .label = "row softmax: ot_softmax(x, axis=1)", .ref_label = SOFTMAX_REF,
+     .kind = TARGET_RATIO, .target = 1.25, .shapes = shapes_w5, .tree = w5_softmax_tree,
+     .ref = w5_ref},
+    {.id = "W8", .label = "W3 on 64 elements: push, build, assign, pop",
+     .ref_label = "none (absolute target)", .kind = TARGET_US, .target = 1.0,
+     .shapes = shapes_w8, .tree = w3_tree, .ref = w3_ref, .calls = 100000, .quick_calls = 2000},
+    {.id = "W9", .label = "transpose(X)*col + row vs scalar ref",
+     .ref_label = "32x32 blocked, scalar (BENCH.md's)", .kind = TARGET_RATIO, .target = 1.15,
+     .shapes = shapes_w9, .transpose_in0 = true, .tree = w9_tree, .ref = w9_ref_scalar},
+    {.id = "W9", .label = "transpose(X)*col + row vs AVX2 ref",
+     .ref_label = "32x32 blocked, 8x8 AVX2 transposes", .kind = TARGET_RATIO, .target = 1.15,
+     .shapes = shapes_w9, .transpose_in0 = true, .tree = w9_tree, .ref = w9_ref_avx2},
+};
+
+const int bench_ncases = (int)(sizeof bench_cases / sizeof bench_cases[0]);

@@ -1,0 +1,1461 @@
+/*
+ * compile.c - the cpu backend's compiler: trees -> a cached plan of kernels.
+ *
+ * Every call walks its trees once, iteratively and memoised by node pointer,
+ * into a post-order list of entries. That walk yields three things at once:
+ * the plan-cache key (structure only: ops, attributes, dtypes, leaf shapes
+ * and strides, output layouts and their overlap with the leaves), the leaf
+ * pointers and the constant values to bind. Leaves are numbered by the memory
+ * they view and constants by occurrence, so everything the compiler merges
+ * (common subexpressions) is a function of the key, and a cached plan never
+ * merges two operands that happen to be equal in one call but not the next.
+ *
+ * On a miss the entries are compiled: common subexpressions are merged, the
+ * nodes that must be materialised are chosen (dots, reductions read by more
+ * work, transposes of computed values, rand/onehot, and cuts that bound a
+ * kernel's size), and each kernel becomes a register program over tile
+ * buffers with a mul+add -> fma peephole.
+ */
+#include "internal.h"
+
+#include <pthread.h>
+
+#define MAX_REGION_INSNS 512   /* cut an elementwise region beyond this */
+#define MAX_REGION_NEED 12     /* or when it would need more live buffers */
+
+/* ---- the walk ------------------------------------------------------------ */
+
+typedef struct ent {
+    uint8_t kind;              /* OT_NODE_* */
+    int8_t op;
+    uint8_t dtype;
+    int32_t a, b;              /* operand entries, -1 when absent */
+    int32_t slot;              /* leaf slot or param index */
+    const ot_node *node;
+} ent;
+
+#define SMALL_MEMO 32   /* walks this small memoise without hashing */
+
+struct ot_walk {
+    ent *e;
+    int n, cap;
+    const ot_node *small[SMALL_MEMO];  /* node of entry i, while n <= SMALL_MEMO */
+    ot__ptrmap memo;                   /* every node, once n > SMALL_MEMO */
+    const ot_tensor **leaf;    /* one per slot: the first view seen */
+    char **leafptr;
+    int nleaf, leafcap;
+    double *param;
+    int nparam, paramcap;
+    uint8_t *key;
+    size_t klen, kcap;
+    int *root;                 /* entry of each tree */
+    uint64_t hash;
+};
+
+/* The entry of node n, or -1. */
+static int memo_get(const ot_walk *w, const ot_node *n)
+{
+    if (w->n > SMALL_MEMO) return ot__ptrmap_get(&w->memo, n);
+    for (int i = w->n - 1; i >= 0; i--)
+        if (w->small[i] == n) return i;
+    return -1;
+}
+
+/* Records node n as entry w->n (the next one); moves to the hash map when
+ * the walk outgrows the inline array. */
+static bool memo_put(ot_walk *w, const ot_node *n)
+{
+    if (w->n < SMALL_MEMO) {
+        w->small[w->n] = n;
+        return true;
+    }
+    if (w->n == SMALL_MEMO)
+        for (int i = 0; i < SMALL_MEMO; i++)
+            if (!ot__ptrmap_put(&w->memo, w->small[i], i)) return false;
+    return ot__ptrmap_put(&w->memo, n, w->n);
+}
+
+static bool grow(void **p, int *cap, int need, size_t elem)
+{
+    if (need <= *cap) return true;
+    int c = *cap ? *cap : 16;
+    while (c < need) c *= 2;
+    size_t bytes;
+    if (!ot__mul_size(&bytes, (size_t)c, elem)) return false;
+    void *q = realloc(*p, bytes);
+    if (!q) return false;
+    *p = q;
+    *cap = c;
+    return true;
+}
+
+static bool key_put(ot_walk *w, const void *data, size_t len)
+{
+    if (w->klen + len > w->kcap) {
+        size_t cap = w->kcap ? w->kcap : 256;
+        while (cap < w->klen + len) cap *= 2;
+        uint8_t *k = realloc(w->key, cap);
+        if (!k) return false;
+        w->key = k;
+        w->kcap = cap;
+    }
+    memcpy(w->key + w->klen, data, len);
+    w->klen += len;
+    return true;
+}
+
+#define KEY(w, v) key_put((w), &(v), sizeof(v))
+
+static bool same_view(const ot_tensor *x, const ot_tensor *y)
+{
+    if (x->buf != y->buf || x->offset != y->offset || x->leaf.dtype != y->leaf.dtype ||
+        !ot__shape_eq(&x->leaf.shape, &y->leaf.shape))
+        return false;
+    for (int i = 0; i < x->leaf.shape.ndim; i++)
+        if (x->strides[i] != y->strides[i]) return false;
+    return true;
+}
+
+/* The slot of a leaf; a view seen for the first time adds its layout to the
+ * key. The scan is linear in the distinct leaves, which are few in practice. */
+static int leaf_slot(ot_walk *w, const ot_tensor *t, bool *ok)
+{
+    for (int i = 0; i < w->nleaf; i++)
+        if (w->leaf[i] == t || same_view(w->leaf[i], t)) return i;
+    if (!grow((void **)&w->leaf, &w->leafcap, w->nleaf + 1, sizeof *w->leaf)) {
+        *ok = false;
+        return -1;
+    }
+    w->leaf[w->nleaf] = t;
+    const ot_shape *s = &t->leaf.shape;
+    *ok = KEY(w, s->ndim) && key_put(w, s->dims, sizeof(int64_t) * (size_t)s->ndim) &&
+          key_put(w, t->strides, sizeof(int64_t) * (size_t)s->ndim);
+    return w->nleaf++;
+}
+
+/* The attributes that change what an op computes, in a fixed layout. */
+static bool key_args(ot_walk *w, const ot_node *n)
+{
+    const ot_args *g = &n->args;
+    switch (ot_op_kind((ot_op)n->op)) {
+    case OT_KIND_REDUCE: {
+        int32_t v[2] = {g->axis, g->keepdims};
+        return KEY(w, v);
+    }
+    case OT_KIND_SHAPE: return key_put(w, g->perm, sizeof g->perm);
+    case OT_KIND_SPECIAL: {
+        int64_t v[3] = {g->depth, (int64_t)g->seed, g->axis};
+        return KEY(w, v) && KEY(w, n->shape.ndim) &&
+               key_put(w, n->shape.dims, sizeof(int64_t) * (size_t)n->shape.ndim);
+    }
+    default: return true;
+    }
+}
+
+static bool add_entry(ot_walk *w, const ot_node *n)
+{
+    if (!grow((void **)&w->e, &w->cap, w->n + 1, sizeof *w->e)) return false;
+    ent *e = &w->e[w->n];
+    *e = (ent){n->kind, n->op, n->dtype, -1, -1, -1, n};
+    uint8_t head[3] = {n->kind, (uint8_t)n->op, n->dtype};
+    bool ok = KEY(w, head);
+    if (n->kind == OT_NODE_LEAF) {
+        e->slot = leaf_slot(w, ot__leaf_tensor(n), &ok);
+        ok = ok && KEY(w, e->slot);
+    } else if (n->kind == OT_NODE_CONST) {
+        if (!grow((void **)&w->param, &w->paramcap, w->nparam + 1, sizeof *w->param))
+            return false;
+        e->slot = w->nparam;
+        w->param[w->nparam++] = n->value;
+    } else {
+        e->a = n->a ? memo_get(w, n->a) : -1;
+        e->b = n->b ? memo_get(w, n->b) : -1;
+        ok = ok && KEY(w, e->a) && KEY(w, e->b) && key_args(w, n);
+    }
+    ok = ok && memo_put(w, n);
+    w->n++;
+    return ok;
+}
+
+/* Iterative post-order over one tree, operand a before b, each node once. */
+static bool walk_tree(ot_walk *w, const ot_node *root, int *root_entry)
+{
+    typedef struct frame { const ot_node *n; bool expanded; } frame;
+    frame *st = NULL;
+    int sn = 0, scap = 0;
+    bool ok = grow((void **)&st, &scap, 1, sizeof *st);
+    if (ok) st[sn++] = (frame){root, false};
+    while (ok && sn > 0) {
+        frame *f = &st[sn - 1];
+        if (memo_get(w, f->n) >= 0) {
+            sn--;
+            continue;
+        }
+        if (f->expanded || f->n->kind != OT_NODE_OP) {
+            ok = add_entry(w, f->n);
+            sn--;
+            continue;
+        }
+        f->expanded = true;
+        const ot_node *a = f->n->a, *b = f->n->b;
+        if (!grow((void **)&st, &scap, sn + 2, sizeof *st)) {
+            ok = false;
+            break;
+        }
+        if (b) st[sn++] = (frame){b, false};
+        if (a) st[sn++] = (frame){a, false};
+    }
+    free(st);
+    if (ok) *root_entry = memo_get(w, root);
+    return ok;
+}
+
+/* Each output's layout and how it overlaps each leaf: aliasing changes the
+ * plan, so it is part of the key. */
+static bool key_outputs(ot_walk *w, int n, ot_tensor *const outs[], ot_node *const trees[])
+{
+    bool ok = KEY(w, n);
+    for (int i = 0; i < n && ok; i++) {
+        if (!outs) {
+            ok = KEY(w, trees[i]->dtype);
+            continue;
+        }
+        const ot_tensor *o = outs[i];
+        ok = KEY(w, o->leaf.dtype) && KEY(w, o->leaf.shape.ndim) &&
+             key_put(w, o->leaf.shape.dims, sizeof(int64_t) * (size_t)o->leaf.shape.ndim) &&
+             key_put(w, o->strides, sizeof(int64_t) * (size_t)o->leaf.shape.ndim);
+        for (int j = 0; j < w->nleaf && ok; j++) {
+            uint8_t ov = (uint8_t)ot__overlap(o, w->leaf[j]);
+            ok = KEY(w, ov);
+        }
+    }
+    return ok;
+}
+
+static uint64_t hash_bytes(const uint8_t *p, size_t n)
+{
+    uint64_t h = 0x9e3779b97f4a7c15ULL ^ n, w;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        memcpy(&w, p + i, 8);
+        h = (h ^ w) * 0xff51afd7ed558ccdULL;
+        h ^= h >> 32;
+    }
+    for (; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ULL;
+    return h ^ (h >> 29);
+}
+
+void ot__walk_free(ot_walk *w)
+{
+    if (!w) return;
+    free(w->e);
+    ot__ptrmap_free(&w->memo);
+    free(w->leaf);
+    free(w->leafptr);
+    free(w->param);
+    free(w->key);
+    free(w->root);
+    free(w);
+}
+
+static ot_walk *walk_trees(int n, ot_tensor *const outs[], ot_node *const trees[])
+{
+    ot_walk *w = calloc(1, sizeof *w);
+    bool ok = w && (w->root = calloc((size_t)n, sizeof *w->root));
+    for (int i = 0; i < n && ok; i++) ok = walk_tree(w, trees[i], &w->root[i]);
+    ok = ok && key_put(w, w->root, sizeof(int) * (size_t)n) && key_outputs(w, n, outs, trees);
+    ok = ok && (w->leafptr = malloc(sizeof(char *) * (size_t)(w->nleaf ? w->nleaf : 1)));
+    if (!ok) {
+        ot__walk_free(w);
+        return NULL;
+    }
+    for (int i = 0; i < w->nleaf; i++) {
+        const ot_tensor *t = w->leaf[i];
+        w->leafptr[i] = (char *)t->buf->data + t->offset * (int64_t)ot_dtype_size(t->leaf.dtype);
+    }
+    w->hash = hash_bytes(w->key, w->klen);
+    return w;
+}
+
+/* ---- the plan cache: a bounded LRU ---------------------------------------- */
+
+typedef struct cache_entry {
+    uint64_t hash;
+    uint8_t *key;
+    size_t klen;
+    ot_plan *plan;
+    struct cache_entry *prev, *next;   /* most recent first */
+} cache_entry;
+
+struct ot_plan_cache {
+    pthread_mutex_t lock;
+    cache_entry *head, *tail;
+    int len, cap;
+};
+
+ot_plan_cache *ot__plan_cache_new(int capacity)
+{
+    ot_plan_cache *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    pthread_mutex_init(&c->lock, NULL);
+    c->cap = capacity;
+    return c;
+}
+
+static void entry_free(cache_entry *e)
+{
+    ot__plan_release(e->plan);
+    free(e->key);
+    free(e);
+}
+
+void ot__plan_cache_free(ot_plan_cache *c)
+{
+    if (!c) return;
+    for (cache_entry *e = c->head, *nx; e; e = nx) {
+        nx = e->next;
+        entry_free(e);
+    }
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+}
+
+static void unlink_entry(ot_plan_cache *c, cache_entry *e)
+{
+    if (e->prev) e->prev->next = e->next;
+    else c->head = e->next;
+    if (e->next) e->next->prev = e->prev;
+    else c->tail = e->prev;
+    e->prev = e->next = NULL;
+}
+
+static void push_front(ot_plan_cache *c, cache_entry *e)
+{
+    e->next = c->head;
+    if (c->head) c->head->prev = e;
+    c->head = e;
+    if (!c->tail) c->tail = e;
+}
+
+/* A found plan gains a reference (under the cache lock) that its run drops,
+ * so eviction by another thread never frees a plan in use. */
+static ot_plan *cache_find(ot_plan_cache *c, const ot_walk *w)
+{
+    for (cache_entry *e = c->head; e; e = e->next) {
+        if (e->hash == w->hash && e->klen == w->klen && memcmp(e->key, w->key, w->klen) == 0) {
+            unlink_entry(c, e);
+            push_front(c, e);
+            atomic_fetch_add(&e->plan->refs, 1);
+            return e->plan;
+        }
+    }
+    return NULL;
+}
+
+static bool cache_add(ot_plan_cache *c, ot_walk *w, ot_plan *plan)
+{
+    cache_entry *e = calloc(1, sizeof *e);
+    if (!e) return false;
+    e->hash = w->hash;
+    e->klen = w->klen;
+    e->key = malloc(w->klen ? w->klen : 1);
+    if (!e->key) {
+        free(e);
+        return false;
+    }
+    memcpy(e->key, w->key, w->klen);
+    e->plan = plan;
+    push_front(c, e);
+    if (++c->len > c->cap) {
+        cache_entry *old = c->tail;
+        unlink_entry(c, old);
+        entry_free(old);
+        c->len--;
+    }
+    return true;
+}
+
+/* ---- compiling: storage and materialisation ------------------------------- */
+
+/* Where a materialised entry's values live, as a strided view. */
+typedef struct storage {
+    bool has;
+    uint8_t space;
+    int32_t index;
+    uint8_t dtype;
+    ot_shape shape;
+    int64_t strides[OT_MAX_DIMS];
+} storage;
+
+typedef struct cinfo {
+    int canon;                 /* the entry this one merged into */
+    int uses;                  /* readers among canonical entries and roots */
+    bool mat;                  /* materialised: computed by its own kernel */
+    int need, size;            /* register need and region size estimates */
+    storage st;
+} cinfo;
+
+typedef struct compiler {
+    ot_backend *be;
+    const ot_kernels *k;
+    const ot_walk *w;
+    ot_tensor *const *outs;
+    ot_node *const *trees;
+    int nout;
+    cinfo *ci;
+    ot_plan *plan;
+    int kcap, tcap;
+    bool fused;
+    bool oom;
+} compiler;
+
+static const ot_node *node_of(const compiler *c, int e) { return c->w->e[e].node; }
+static int kind_of(const compiler *c, int e) { return ot_op_kind((ot_op)c->w->e[e].op); }
+static bool is_op(const compiler *c, int e) { return c->w->e[e].kind == OT_NODE_OP; }
+static bool is_ew(const compiler *c, int e)
+{
+    if (!is_op(c, e)) return false;
+    int k = kind_of(c, e);
+    return k == OT_KIND_UNARY || k == OT_KIND_BINARY || c->w->e[e].op == OT_OP_CAST;
+}
+
+/* Hash-consing of op entries by (op, dtype, attributes, canonical operands). */
+static bool same_op(const compiler *c, int x, int y)
+{
+    const ent *ex = &c->w->e[x], *ey = &c->w->e[y];
+    if (ex->op != ey->op || ex->dtype != ey->dtype || c->ci[ex->a >= 0 ? ex->a : x].canon !=
+        c->ci[ey->a >= 0 ? ey->a : y].canon)
+        return false;
+    if ((ex->b >= 0) != (ey->b >= 0)) return false;
+    if (ex->b >= 0 && c->ci[ex->b].canon != c->ci[ey->b].canon) return false;
+    if (ex->a < 0) return false;   /* rand: distinct nodes stay distinct */
+    const ot_args *ga = &ex->node->args, *gb = &ey->node->args;
+    return ga->axis == gb->axis && ga->keepdims == gb->keepdims && ga->depth == gb->depth &&
+           ga->seed == gb->seed && memcmp(ga->perm, gb->perm, sizeof ga->perm) == 0 &&
+           ot__shape_eq(&ex->node->shape, &ey->node->shape);
+}
+
+static bool merge_common(compiler *c)
+{
+    int n = c->w->n;
+    size_t cap = 64;
+    while (cap < 2 * (size_t)n) cap *= 2;
+    int *table = malloc(cap * sizeof *table);
+    int *leaf_canon = malloc(sizeof(int) * (size_t)(c->w->nleaf ? c->w->nleaf : 1));
+    if (!table || !leaf_canon) {
+        free(table);
+        free(leaf_canon);
+        return false;
+    }
+    memset(table, -1, cap * sizeof *table);
+    for (int i = 0; i < c->w->nleaf; i++) leaf_canon[i] = -1;
+    for (int i = 0; i < n; i++) {
+        const ent *e = &c->w->e[i];
+        c->ci[i].canon = i;
+        if (e->kind == OT_NODE_LEAF) {
+            if (leaf_canon[e->slot] < 0) leaf_canon[e->slot] = i;
+            c->ci[i].canon = leaf_canon[e->slot];
+            continue;
+        }
+        if (e->kind != OT_NODE_OP) continue;
+        uint64_t h = (uint64_t)e->op * 31 + (uint64_t)(e->a >= 0 ? c->ci[e->a].canon : -1) * 1000003u +
+                     (uint64_t)(e->b >= 0 ? c->ci[e->b].canon : -1) * 7919u;
+        for (size_t j = (h * 0x9e3779b97f4a7c15ULL) >> 7 & (cap - 1);; j = (j + 1) & (cap - 1)) {
+            if (table[j] < 0) {
+                table[j] = i;
+                break;
+            }
+            if (same_op(c, table[j], i)) {
+                c->ci[i].canon = table[j];
+                break;
+            }
+        }
+    }
+    free(table);
+    free(leaf_canon);
+    return true;
+}
+
+static int canon_operand(const compiler *c, int e, int which)
+{
+    int o = which == 0 ? c->w->e[e].a : c->w->e[e].b;
+    return o >= 0 ? c->ci[o].canon : -1;
+}
+
+static void count_uses(compiler *c)
+{
+    for (int i = 0; i < c->w->n; i++) {
+        if (c->ci[i].canon != i || !is_op(c, i)) continue;
+        for (int k = 0; k < 2; k++) {
+            int o = canon_operand(c, i, k);
+            if (o >= 0) c->ci[o].uses++;
+        }
+    }
+    for (int r = 0; r < c->nout; r++) c->ci[c->ci[c->w->root[r]].canon].uses++;
+}
+
+/* Decides which op entries get their own kernel and storage. */
+static void choose_materialised(compiler *c)
+{
+    for (int i = 0; i < c->w->n; i++) {
+        cinfo *ci = &c->ci[i];
+        if (ci->canon != i || !is_op(c, i)) continue;
+        int op = c->w->e[i].op, kind = kind_of(c, i);
+        if (!is_ew(c, i) || !c->fused) ci->mat = kind != OT_KIND_SHAPE;
+        /* Operands that must exist in memory: a dot's (BLAS reads arrays), a
+         * transpose's (it is a strided view of them), onehot's input. */
+        if (kind == OT_KIND_DOT || kind == OT_KIND_SHAPE || op == OT_OP_ONEHOT)
+            for (int k = 0; k < 2; k++) {
+                int o = canon_operand(c, i, k);
+                if (o >= 0 && is_op(c, o) && kind_of(c, o) != OT_KIND_SHAPE) c->ci[o].mat = true;
+            }
+        if (!is_ew(c, i)) continue;
+        /* Sethi-Ullman style estimates bound a region's live buffers and
+         * size; past the bound the node is cut into its own kernel. */
+        int na = 0, nb = 0, sa = 0, sb = 0;
+        int a = canon_operand(c, i, 0), b = canon_operand(c, i, 1);
+        if (a >= 0 && is_ew(c, a) && !c->ci[a].mat) { na = c->ci[a].need; sa = c->ci[a].size; }
+        if (b >= 0 && is_ew(c, b) && !c->ci[b].mat) { nb = c->ci[b].need; sb = c->ci[b].size; }
+        ci->need = na == nb ? na + 1 : (na > nb ? na : nb);
+        if (ci->need < 1) ci->need = 1;
+        ci->size = sa + sb + 1;
+        if (ci->need > MAX_REGION_NEED || ci->size > MAX_REGION_INSNS) {
+            ci->mat = true;
+            ci->need = 1;
+            ci->size = 1;
+        }
+    }
+}
+
+/* ---- storage -------------------------------------------------------------- */
+
+static void contiguous(storage *s)
+{
+    int64_t st = 1;
+    for (int i = s->shape.ndim - 1; i >= 0; i--) {
+        s->strides[i] = st;
+        st *= s->shape.dims[i] ? s->shape.dims[i] : 1;
+    }
+}
+
+/* Temporaries get their size here and their arena offset once every kernel
+ * is built (layout_arena), so that dead ones can share memory. */
+static int new_temp(compiler *c, const ot_shape *shape, ot_dtype dt)
+{
+    ot_plan *p = c->plan;
+    if (!grow((void **)&p->temp_offset, &c->tcap, p->ntemps + 1, sizeof *p->temp_offset)) {
+        c->oom = true;
+        return -1;
+    }
+    size_t bytes = (size_t)ot__numel(shape) * ot_dtype_size(dt);
+    p->temp_offset[p->ntemps] = (bytes + 63) & ~(size_t)63;   /* the size, until laid out */
+    return p->ntemps++;
+}
+
+static void temp_storage(compiler *c, storage *s, const ot_shape *shape, ot_dtype dt)
+{
+    *s = (storage){.has = true, .space = OT_SPACE_TEMP, .dtype = (uint8_t)dt, .shape = *shape};
+    s->index = new_temp(c, shape, dt);
+    contiguous(s);
+}
+
+static void assign_storage(compiler *c)
+{
+    for (int i = 0; i < c->w->n && !c->oom; i++) {
+        cinfo *ci = &c->ci[i];
+        if (ci->canon != i) continue;
+        const ent *e = &c->w->e[i];
+        if (e->kind == OT_NODE_LEAF) {
+            const ot_tensor *t = c->w->leaf[e->slot];
+            ci->st = (storage){.has = true, .space = OT_SPACE_LEAF, .index = e->slot,
+                               .dtype = e->dtype, .shape = t->leaf.shape};
+            memcpy(ci->st.strides, t->strides, sizeof ci->st.strides);
+        } else if (e->kind == OT_NODE_OP && kind_of(c, i) == OT_KIND_SHAPE) {
+            const storage *src = &c->ci[canon_operand(c, i, 0)].st;
+            if (!src->has) continue;   /* transpose of a constant: a scalar */
+            ci->st = *src;
+            ci->st.shape = e->node->shape;
+            for (int d = 0; d < e->node->shape.ndim; d++)
+                ci->st.strides[d] = src->strides[e->node->args.perm[d]];
+        } else if (ci->mat) {
+            temp_storage(c, &ci->st, &e->node->shape, (ot_dtype)e->dtype);
+        }
+    }
+}
+
+/* ---- kernels -------------------------------------------------------------- */
+
+static ot_kernel *new_kernel(compiler *c, int kind)
+{
+    ot_plan *p = c->plan;
+    if (p->nkernels == c->kcap) {
+        int cap = c->kcap ? 2 * c->kcap : 8;
+        ot_kernel *k = realloc(p->kernels, sizeof *k * (size_t)cap);
+        if (!k) {
+            c->oom = true;
+            return NULL;
+        }
+        p->kernels = k;
+        c->kcap = cap;
+    }
+    ot_kernel *k = &p->kernels[p->nkernels++];
+    *k = (ot_kernel){.kind = kind, .result = -1, .red_axis = -1};
+    return k;
+}
+
+/* A storage seen from an iteration space (right-aligned broadcast). */
+static ot_view view_of(const storage *s, int ndim, const int64_t *dims)
+{
+    ot_view v = {.space = s->space, .dtype = s->dtype, .index = s->index};
+    int off = ndim - s->shape.ndim;
+    for (int i = 0; i < ndim; i++) {
+        int j = i - off;
+        v.strides[i] = j >= 0 && !(s->shape.dims[j] == 1 && dims[i] != 1) ? s->strides[j] : 0;
+    }
+    return v;
+}
+
+static ot_view output_view(const compiler *c, int i, int ndim, const int64_t *dims)
+{
+    storage s = {.has = true, .space = OT_SPACE_OUT, .index = i};
+    const ot_tensor *o = c->outs ? c->outs[i] : NULL;
+    if (o) {
+        s.dtype = o->leaf.dtype;
+        s.shape = o->leaf.shape;
+        memcpy(s.strides, o->strides, sizeof s.strides);
+    } else {
+        s.dtype = c->trees[i]->dtype;
+        s.shape = c->trees[i]->shape;
+        contiguous(&s);
+    }
+    return view_of(&s, ndim, dims);
+}
+
+/* Builds one register program: values are SSA, then mapped onto buffers. */
+typedef struct value {
+    uint8_t kd;
+    bool scalar;
+    int last_use;              /* insn index, or INT_MAX for the result */
+    int buf;
+} value;
+
+typedef struct prog {
+    compiler *c;
+    ot_kernel *k;
+    int *val;                  /* entry -> value, -1 when not yet emitted */
+    int *stamp;                /* entry -> kernel id that marked it */
+    int id;
+    value *v;
+    int nv, vcap;
+    ot_insn *ins;
+    int nins, icap;
+    int *fused;                /* entry -> id of the kernel folding it into an fma */
+    int *region;               /* the entries of the current region, sorted */
+    int nregion, regioncap;
+    int *dfs;                  /* the marking walk's stack */
+    int dfscap;
+} prog;
+
+static int emit(prog *g, ot_insn in, uint8_t kd, bool scalar)
+{
+    if (!grow((void **)&g->ins, &g->icap, g->nins + 1, sizeof *g->ins) ||
+        !grow((void **)&g->v, &g->vcap, g->nv + 1, sizeof *g->v)) {
+        g->c->oom = true;
+        return -1;
+    }
+    in.dst = (int16_t)g->nv;
+    in.kd = kd;
+    if (scalar) in.scalar |= 8;
+    g->ins[g->nins++] = in;
+    g->v[g->nv] = (value){kd, scalar, -1, -1};
+    return g->nv++;
+}
+
+static int use(prog *g, int v) { if (v >= 0) g->v[v].last_use = g->nins; return v; }
+
+static int cast_to(prog *g, int v, uint8_t kd)
+{
+    if (v < 0 || g->v[v].kd == kd) return v;
+    ot_insn in = {.code = OT_I_CAST, .kd_from = g->v[v].kd, .a = (int16_t)use(g, v), .b = -1, .c = -1};
+    bool s = g->v[v].scalar;
+    in.scalar = s ? 1 : 0;
+    return emit(g, in, kd, s);
+}
+
+static bool is_mul_for_fma(const prog *g, int e, uint8_t kd)
+{
+    const compiler *c = g->c;
+    return e >= 0 && c->w->e[e].op == OT_OP_MUL && is_op(c, e) && !c->ci[e].mat &&
+           c->ci[e].uses == 1 && ot__kd((ot_dtype)c->w->e[e].dtype) == kd && kd != OT_KD_I32 &&
+           (strcmp(c->k->isa, "avx2") == 0 || strcmp(c->k->isa, "avx512") == 0);
+}
+
+static int operand_value(prog *g, int e, uint8_t kd) { return cast_to(g, g->val[e], kd); }
+
+static int fma_mul_of(const prog *g, int e);
+static bool coalesce(ot_kernel *k, int *pinned);
+
+static int emit_op(prog *g, int e)
+{
+    compiler *c = g->c;
+    const ent *x = &c->w->e[e];
+    uint8_t kd = (uint8_t)ot__kd((ot_dtype)x->dtype);
+    int a = canon_operand(c, e, 0), b = canon_operand(c, e, 1);
+    if (x->op == OT_OP_CAST) {
+        int va = use(g, g->val[a]);
+        ot_insn in = {.code = OT_I_CAST, .kd_from = g->v[va].kd, .a = (int16_t)va, .b = -1, .c = -1,
+                      .scalar = g->v[va].scalar ? 1 : 0};
+        return emit(g, in, kd, g->v[va].scalar);
+    }
+    if (b < 0) {
+        int va = use(g, operand_value(g, a, kd));
+        ot_insn in = {.code = OT_I_UNARY, .op = (uint8_t)x->op, .a = (int16_t)va, .b = -1, .c = -1,
+                      .scalar = g->v[va].scalar ? 1 : 0};
+        return emit(g, in, kd, g->v[va].scalar);
+    }
+    int m = fma_mul_of(g, e);
+    if (m >= 0) {
+        int z = m == a ? b : a;
+        int vx = operand_value(g, canon_operand(c, m, 0), kd);
+        int vy = operand_value(g, canon_operand(c, m, 1), kd);
+        int vz = operand_value(g, z, kd);
+        use(g, vx), use(g, vy), use(g, vz);
+        bool sx = g->v[vx].scalar, sy = g->v[vy].scalar, sz = g->v[vz].scalar;
+        ot_insn in = {.code = OT_I_FMA, .a = (int16_t)vx, .b = (int16_t)vy, .c = (int16_t)vz,
+                      .scalar = (uint8_t)((sx ? 1 : 0) | (sy ? 2 : 0) | (sz ? 4 : 0))};
+        return emit(g, in, kd, sx && sy && sz);
+    }
+    int va = operand_value(g, a, kd), vb = operand_value(g, b, kd);
+    use(g, va), use(g, vb);
+    bool sa = g->v[va].scalar, sb = g->v[vb].scalar;
+    ot_insn in = {.code = OT_I_BINARY, .op = (uint8_t)x->op, .a = (int16_t)va, .b = (int16_t)vb,
+                  .c = -1, .scalar = (uint8_t)((sa ? 1 : 0) | (sb ? 2 : 0))};
+    return emit(g, in, kd, sa && sb);
+}
+
+/* An entry the region reads rather than computes. The root is computed
+ * unless root_computed is false (a reduction over a stored value). */
+static bool region_input(const compiler *c, int e, int root, bool root_computed)
+{
+    if (e == root) return !root_computed;
+    return !is_ew(c, e) || c->ci[e].mat;
+}
+
+static int cmp_int(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+/* Marks the region of root with g->id and lists its entries in entry order
+ * (a topological order), so that work per kernel is linear in its region,
+ * not in the whole tree. Returns false when out of memory. */
+static bool mark_region(prog *g, int root, bool root_computed)
+{
+    compiler *c = g->c;
+    int sn = 0;
+    g->nregion = 0;
+    if (!grow((void **)&g->dfs, &g->dfscap, 1, sizeof *g->dfs)) return false;
+    g->dfs[sn++] = root;
+    while (sn > 0) {
+        int e = g->dfs[--sn];
+        if (g->stamp[e] == g->id) continue;
+        g->stamp[e] = g->id;
+        g->val[e] = -1;
+        if (!grow((void **)&g->region, &g->regioncap, g->nregion + 1, sizeof *g->region))
+            return false;
+        g->region[g->nregion++] = e;
+        bool scalar_view = is_op(c, e) && kind_of(c, e) == OT_KIND_SHAPE && !c->ci[e].st.has;
+        if (region_input(c, e, root, root_computed) && !scalar_view) continue;
+        if (!grow((void **)&g->dfs, &g->dfscap, sn + 2, sizeof *g->dfs)) return false;
+        for (int k = 0; k < 2; k++) {
+            int o = canon_operand(c, e, k);
+            if (o >= 0 && g->stamp[o] != g->id) g->dfs[sn++] = o;
+        }
+    }
+    qsort(g->region, (size_t)g->nregion, sizeof *g->region, cmp_int);
+    return true;
+}
+
+static bool reads_storage(const compiler *c, int e, int root, bool root_computed)
+{
+    return c->ci[e].st.has &&
+           (region_input(c, e, root, root_computed) || c->w->e[e].kind == OT_NODE_LEAF);
+}
+
+/* Adds a load per stored input of the region (before coalescing, so every
+ * view takes part in it). */
+static bool add_loads(prog *g, int root, bool root_computed)
+{
+    compiler *c = g->c;
+    ot_kernel *k = g->k;
+    for (int r = 0; r < g->nregion; r++) {
+        int e = g->region[r];
+        if (c->ci[e].canon != e || !reads_storage(c, e, root, root_computed)) continue;
+        ot_view *lv = realloc(k->loads, sizeof *lv * (size_t)(k->nload + 1));
+        if (!lv) return false;
+        k->loads = lv;
+        lv[k->nload] = view_of(&c->ci[e].st, k->ndim, k->dims);
+        g->val[e] = -2 - k->nload++;   /* a pending load, emitted below */
+    }
+    return true;
+}
+
+/* The multiply an add folds into an fma; the same choice emit_op makes. */
+static int fma_mul_of(const prog *g, int e)
+{
+    const compiler *c = g->c;
+    if (c->w->e[e].op != OT_OP_ADD || !is_op(c, e)) return -1;
+    uint8_t kd = (uint8_t)ot__kd((ot_dtype)c->w->e[e].dtype);
+    int a = canon_operand(c, e, 0), b = canon_operand(c, e, 1);
+    if (is_mul_for_fma(g, a, kd) && g->stamp[a] == g->id) return a;
+    if (is_mul_for_fma(g, b, kd) && g->stamp[b] == g->id) return b;
+    return -1;
+}
+
+static void mark_fma_muls(prog *g, int root, bool root_computed)
+{
+    for (int r = 0; r < g->nregion; r++) {
+        int e = g->region[r];
+        if (g->c->ci[e].canon != e || region_input(g->c, e, root, root_computed)) continue;
+        int m = fma_mul_of(g, e);
+        if (m >= 0) g->fused[m] = g->id;
+    }
+}
+
+static int emit_load(prog *g, int load)
+{
+    const ot_kernel *k = g->k;
+    bool scalar = k->ndim == 0 || k->loads[load].strides[k->ndim - 1] == 0;
+    ot_insn in = {.code = OT_I_LOAD, .arg = load, .a = -1, .b = -1, .c = -1};
+    return emit(g, in, (uint8_t)ot__kd((ot_dtype)k->loads[load].dtype), scalar);
+}
+
+/* Emits the region of root in entry order (a topological order) after the
+ * loads are coalesced. Returns root's value. */
+static int emit_region(prog *g, int root, bool root_computed, int *pinned)
+{
+    compiler *c = g->c;
+    g->id++;
+    if (!mark_region(g, root, root_computed) || !add_loads(g, root, root_computed) ||
+        !coalesce(g->k, pinned)) {
+        c->oom = true;
+        return -1;
+    }
+    mark_fma_muls(g, root, root_computed);
+    for (int r = 0; r < g->nregion && !c->oom; r++) {
+        int e = g->region[r];
+        if (c->ci[e].canon != e || g->fused[e] == g->id) continue;
+        const ent *x = &c->w->e[e];
+        if (g->val[e] <= -2) {
+            g->val[e] = emit_load(g, -2 - g->val[e]);
+        } else if (x->kind == OT_NODE_CONST) {
+            ot_insn in = {.code = OT_I_PARAM, .arg = x->slot, .a = -1, .b = -1, .c = -1};
+            g->val[e] = emit(g, in, (uint8_t)ot__kd((ot_dtype)x->dtype), true);
+        } else if (kind_of(c, e) == OT_KIND_SHAPE) {
+            g->val[e] = g->val[canon_operand(c, e, 0)];   /* transposed scalar */
+        } else {
+            g->val[e] = emit_op(g, e);
+        }
+    }
+    return g->val[root];
+}
+
+/* Linear scan: a value's buffer is free after its last use, so an insn may
+ * write over an operand that dies there (kernels allow dst == operand). The
+ * result gets a buffer of its own, written only by the last insn. */
+static void allocate_buffers(prog *g, int result)
+{
+    int *free_list = malloc(sizeof(int) * (size_t)(g->nv + 1));
+    if (!free_list) {
+        g->c->oom = true;
+        return;
+    }
+    int nfree = 0, nbuf = 0;
+    g->v[result].last_use = INT_MAX;
+    for (int i = 0; i < g->nins; i++) {
+        ot_insn *in = &g->ins[i];
+        int16_t *ops[3] = {&in->a, &in->b, &in->c};
+        int dying[3], ndying = 0;
+        for (int k = 0; k < 3; k++) {
+            int v = *ops[k];
+            if (v < 0) continue;
+            *ops[k] = (int16_t)g->v[v].buf;
+            bool dup = (k > 0 && *ops[0] == *ops[k]) || (k > 1 && *ops[1] == *ops[k]);
+            if (g->v[v].last_use == i && !dup) dying[ndying++] = g->v[v].buf;
+        }
+        /* A cast that changes the element size cannot write over its operand. */
+        bool resizes = in->code == OT_I_CAST &&
+                       ot_dtype_size(ot__kd_dtype(in->kd)) != ot_dtype_size(ot__kd_dtype(in->kd_from));
+        if (!resizes)
+            for (int k = 0; k < ndying; k++) free_list[nfree++] = dying[k];
+        int d = in->dst;
+        int buf = d == result || nfree == 0 ? nbuf++ : free_list[--nfree];
+        g->v[d].buf = buf;
+        in->dst = (int16_t)buf;
+        if (resizes)
+            for (int k = 0; k < ndying; k++) free_list[nfree++] = dying[k];
+        if (g->v[d].last_use < 0 && d != result) free_list[nfree++] = buf;   /* dead value */
+    }
+    g->k->nbuf = nbuf;
+    g->k->result = g->v[result].buf;
+    g->k->result_scalar = g->v[result].scalar;
+    g->k->result_kd = g->v[result].kd;
+    free(free_list);
+}
+
+/* Drops dims of size 1 and merges neighbours that every view walks as one,
+ * never touching the pinned (reduced) dim, whose new index is returned
+ * through *pinned. */
+static bool coalesce(ot_kernel *k, int *pinned)
+{
+    int nv = k->nload + 1, pin = pinned ? *pinned : -1, newpin = -1, nd = 0;
+    ot_view **views = malloc(sizeof *views * (size_t)nv);
+    if (!views) return false;
+    for (int i = 0; i < k->nload; i++) views[i] = &k->loads[i];
+    views[k->nload] = &k->store;
+    bool prev_pinned = false;
+    for (int i = 0; i < k->ndim; i++) {
+        bool is_pin = i == pin;
+        if (k->dims[i] == 1 && !is_pin) continue;
+        bool merge = nd > 0 && !is_pin && !prev_pinned;
+        for (int v = 0; v < nv && merge; v++)
+            merge = views[v]->strides[nd - 1] == views[v]->strides[i] * k->dims[i];
+        if (merge) {
+            k->dims[nd - 1] *= k->dims[i];
+            for (int v = 0; v < nv; v++) views[v]->strides[nd - 1] = views[v]->strides[i];
+            continue;
+        }
+        k->dims[nd] = k->dims[i];
+        for (int v = 0; v < nv; v++) views[v]->strides[nd] = views[v]->strides[i];
+        if (is_pin) newpin = nd;
+        prev_pinned = is_pin;
+        nd++;
+    }
+    k->ndim = nd;
+    if (pinned) *pinned = newpin;
+    free(views);
+    return true;
+}
+
+/* ---- kernel builders ------------------------------------------------------ */
+
+static bool finish_program(prog *g, int result)
+{
+    ot_kernel *k = g->k;
+    if (g->c->oom || result < 0) return false;
+    allocate_buffers(g, result);
+    if (g->c->oom) return false;
+    k->insns = malloc(sizeof *k->insns * (size_t)(g->nins ? g->nins : 1));
+    if (!k->insns) return false;
+    memcpy(k->insns, g->ins, sizeof *k->insns * (size_t)g->nins);
+    k->ninsn = g->nins;
+    return true;
+}
+
+static void reset_prog(prog *g, ot_kernel *k)
+{
+    g->k = k;
+    g->nv = g->nins = 0;
+}
+
+/* The value to store, as a freshly computed buffer in the store's dtype. */
+static int store_value(prog *g, int v)
+{
+    if (v < 0) return v;
+    v = cast_to(g, v, (uint8_t)ot__kd((ot_dtype)g->k->store.dtype));
+    uint8_t code = g->ins[g->nins - 1].code;
+    if (g->nins > 0 && g->ins[g->nins - 1].dst == v && code != OT_I_LOAD && code != OT_I_PARAM)
+        return v;
+    ot_insn in = {.code = OT_I_CAST, .kd_from = g->v[v].kd, .a = (int16_t)use(g, v), .b = -1,
+                  .c = -1, .scalar = g->v[v].scalar ? 1 : 0};
+    return emit(g, in, g->v[v].kd, g->v[v].scalar);
+}
+
+static void set_space(ot_kernel *k, const int64_t *dims, int ndim)
+{
+    k->ndim = ndim;
+    memcpy(k->dims, dims, sizeof(int64_t) * (size_t)ndim);
+}
+
+static void mark_layout(ot_kernel *k)
+{
+    int nd = k->ndim;
+    k->direct_store = !k->result_scalar && nd > 0 && k->store.strides[nd - 1] == 1;
+    for (int i = 0; i < k->nload && nd >= 2; i++) {
+        int64_t s = k->loads[i].strides[nd - 1];
+        if (s > 1 || s < -1) k->col_blocked = true;
+    }
+}
+
+/* An elementwise kernel computing entry root (or copying a stored value)
+ * over dims into the view store. */
+static bool ew_kernel(compiler *c, prog *g, int root, bool computed, const ot_shape *space,
+                      ot_view store)
+{
+    ot_kernel *k = new_kernel(c, OT_KER_EW);
+    if (!k) return false;
+    reset_prog(g, k);
+    set_space(k, space->dims, space->ndim);
+    k->store = store;
+    int v = store_value(g, emit_region(g, root, computed, NULL));
+    if (!finish_program(g, v)) return false;
+    mark_layout(k);
+    return true;
+}
+
+/* The destination of a reduction seen over its input's dims: the reduced
+ * dims get stride 0. */
+static ot_view reduce_store(const storage *dst, const ot_node *r, const ot_shape *in)
+{
+    ot_view v = {.space = dst->space, .dtype = dst->dtype, .index = dst->index};
+    int axis = r->args.axis;
+    for (int i = 0, j = 0; i < in->ndim; i++) {
+        bool reduced = axis == OT_AXIS_ALL || axis == i;
+        if (reduced && !r->args.keepdims) continue;
+        v.strides[i] = reduced ? 0 : dst->strides[j];
+        j++;
+    }
+    return v;
+}
+
+static bool reduce_kernel(compiler *c, prog *g, int e, const storage *dst)
+{
+    const ot_node *r = node_of(c, e);
+    int x = canon_operand(c, e, 0);
+    const ot_shape *in = &node_of(c, x)->shape;
+    ot_kernel *k = new_kernel(c, OT_KER_REDUCE);
+    if (!k) return false;
+    reset_prog(g, k);
+    set_space(k, in->dims, in->ndim);
+    k->store = reduce_store(dst, r, in);
+    k->red_op = r->op;
+    k->red_count = r->args.axis == OT_AXIS_ALL ? ot__numel(in) : in->dims[r->args.axis];
+    int pin = r->args.axis == OT_AXIS_ALL ? -1 : r->args.axis;
+    bool computed = is_ew(c, x) && !c->ci[x].mat;
+    int v = emit_region(g, x, computed, r->args.axis == OT_AXIS_ALL ? NULL : &pin);
+    k->red_axis = r->args.axis == OT_AXIS_ALL ? -1 : pin;
+    if (!finish_program(g, v)) return false;
+    return true;
+}
+
+/* A stored operand of a dot as a 2-D view: 1-D a is a row, 1-D b a column. */
+static ot_view dot_operand(const storage *s, bool is_a)
+{
+    ot_view v = {.space = s->space, .dtype = s->dtype, .index = s->index};
+    if (s->shape.ndim == 2) {
+        v.strides[0] = s->strides[0];
+        v.strides[1] = s->strides[1];
+    } else if (is_a) {
+        v.strides[1] = s->strides[0];
+    } else {
+        v.strides[0] = s->strides[0];
+    }
+    return v;
+}
+
+static bool dot_kernel(compiler *c, int e, const storage *dst)
+{
+    int a = canon_operand(c, e, 0), b = canon_operand(c, e, 1);
+    const storage *sa = &c->ci[a].st, *sb = &c->ci[b].st;
+    ot_kernel *k = new_kernel(c, OT_KER_DOT);
+    if (!k || !(k->loads = malloc(2 * sizeof *k->loads))) return false;
+    k->nload = 2;
+    k->loads[0] = dot_operand(sa, true);
+    k->loads[1] = dot_operand(sb, false);
+    k->m = sa->shape.ndim == 2 ? sa->shape.dims[0] : 1;
+    k->k = sa->shape.dims[sa->shape.ndim - 1];
+    k->n = sb->shape.ndim == 2 ? sb->shape.dims[1] : 1;
+    k->store = (ot_view){.space = dst->space, .dtype = dst->dtype, .index = dst->index};
+    k->store.strides[0] = k->n;
+    k->store.strides[1] = 1;
+    k->shape = node_of(c, e)->shape;
+    return true;
+}
+
+static bool special_kernel(compiler *c, int e, const storage *dst)
+{
+    const ot_node *n = node_of(c, e);
+    bool rand = n->op == OT_OP_RAND;
+    ot_kernel *k = new_kernel(c, rand ? OT_KER_RAND : OT_KER_ONEHOT);
+    if (!k) return false;
+    k->store = (ot_view){.space = dst->space, .dtype = dst->dtype, .index = dst->index};
+    k->shape = n->shape;
+    k->seed = n->args.seed;
+    k->depth = n->args.depth;
+    k->axis = n->args.axis;
+    if (rand) return true;
+    const storage *in = &c->ci[canon_operand(c, e, 0)].st;
+    if (!(k->loads = malloc(sizeof *k->loads))) return false;
+    k->nload = 1;
+    k->loads[0] = (ot_view){.space = in->space, .dtype = in->dtype, .index = in->index};
+    memcpy(k->loads[0].strides, in->strides, sizeof in->strides);
+    k->ndim = in->shape.ndim;
+    memcpy(k->dims, in->shape.dims, sizeof in->shape.dims);
+    return true;
+}
+
+static bool entry_kernel(compiler *c, prog *g, int e, const storage *dst)
+{
+    switch (kind_of(c, e)) {
+    case OT_KIND_REDUCE: return reduce_kernel(c, g, e, dst);
+    case OT_KIND_DOT: return dot_kernel(c, e, dst);
+    case OT_KIND_SPECIAL:
+        if (c->w->e[e].op != OT_OP_CAST) return special_kernel(c, e, dst);
+        break;   /* a cast is elementwise */
+    default: break;
+    }
+    {
+        ot_shape sh = node_of(c, e)->shape;
+        return ew_kernel(c, g, e, true, &sh, view_of(dst, sh.ndim, sh.dims));
+    }
+}
+
+/* ---- outputs and aliasing ------------------------------------------------- */
+
+static bool same_strides(const ot_view *a, const ot_view *b, int nd)
+{
+    for (int i = 0; i < nd; i++)
+        if (a->strides[i] != b->strides[i]) return false;
+    return true;
+}
+
+/* Whether the last kernel, which writes output i, could read data it has
+ * already overwritten. Only an elementwise kernel reading a leaf through
+ * exactly the output's view may run in place; with several outputs, any
+ * overlap goes through a temporary (every tree reads the old values). */
+static bool needs_temp(const compiler *c, int i, const ot_kernel *k)
+{
+    if (!c->outs) return false;
+    for (int j = 0; j < c->w->nleaf; j++) {
+        int ov = ot__overlap(c->outs[i], c->w->leaf[j]);
+        if (ov == OT_OVERLAP_NONE) continue;
+        if (ov == OT_OVERLAP_PARTIAL || c->nout > 1 || k->kind != OT_KER_EW) return true;
+        for (int l = 0; l < k->nload; l++) {
+            const ot_view *v = &k->loads[l];
+            if (v->space == OT_SPACE_LEAF && v->index == j && !same_strides(v, &k->store, k->ndim))
+                return true;
+        }
+    }
+    return false;
+}
+
+static void drop_last_kernel(compiler *c)
+{
+    ot_kernel *k = &c->plan->kernels[--c->plan->nkernels];
+    free(k->loads);
+    free(k->insns);
+    free(k->desc);
+}
+
+static ot_shape out_shape(const compiler *c, int i)
+{
+    return c->outs ? c->outs[i]->leaf.shape : c->trees[i]->shape;
+}
+
+/* Writes root r (canonical entry) into output i: computed in place by its
+ * own kernel when it may be, else into a temporary copied out at the end. */
+static bool root_kernel(compiler *c, prog *g, int i, int r, int *via_temp)
+{
+    ot_shape osh = out_shape(c, i);
+    storage out = {.has = true, .space = OT_SPACE_OUT, .index = i};
+    ot_view ov = output_view(c, i, osh.ndim, osh.dims);
+    out.dtype = ov.dtype;
+    out.shape = osh;
+    memcpy(out.strides, c->outs ? c->outs[i]->strides : ov.strides, sizeof out.strides);
+    bool reduce_direct = is_op(c, r) && kind_of(c, r) == OT_KIND_REDUCE && c->ci[r].uses == 1 &&
+                         ot__shape_eq(&node_of(c, r)->shape, &osh);
+    for (int attempt = 0; attempt < 2; attempt++) {
+        storage dst = out;
+        if (attempt == 1) {
+            temp_storage(c, &dst, &osh, (ot_dtype)out.dtype);
+            *via_temp = dst.index;
+        }
+        bool ok;
+        if (reduce_direct) ok = reduce_kernel(c, g, r, &dst);
+        else if (is_ew(c, r) && !c->ci[r].mat)
+            ok = ew_kernel(c, g, r, true, &osh, view_of(&dst, osh.ndim, osh.dims));
+        else
+            ok = ew_kernel(c, g, r, false, &osh, view_of(&dst, osh.ndim, osh.dims));
+        if (!ok) return false;
+        if (attempt == 1 || !needs_temp(c, i, &c->plan->kernels[c->plan->nkernels - 1])) return true;
+        drop_last_kernel(c);
+    }
+    return true;
+}
+
+static bool copy_out(compiler *c, prog *g, int i, int temp)
+{
+    ot_shape osh = out_shape(c, i);
+    ot_view dst = output_view(c, i, osh.ndim, osh.dims);
+    storage src = {.has = true, .space = OT_SPACE_TEMP, .index = temp, .dtype = dst.dtype,
+                   .shape = osh};
+    contiguous(&src);
+    ot_kernel *k = new_kernel(c, OT_KER_EW);
+    if (!k || !(k->loads = malloc(sizeof *k->loads))) return false;
+    reset_prog(g, k);
+    set_space(k, osh.dims, osh.ndim);
+    k->nload = 1;
+    k->loads[0] = view_of(&src, osh.ndim, osh.dims);
+    k->store = dst;
+    if (!coalesce(k, NULL)) return false;
+    int v = store_value(g, emit_load(g, 0));
+    if (!finish_program(g, v)) return false;
+    mark_layout(k);
+    return true;
+}
+
+/* ---- the plan ------------------------------------------------------------- */
+
+static uint64_t view_bytes(const ot_kernel *k, const ot_view *v)
+{
+    uint64_t n = ot_dtype_size((ot_dtype)v->dtype);
+    for (int i = 0; i < k->ndim; i++)
+        if (v->strides[i]) n *= (uint64_t)k->dims[i];
+    return n;
+}
+
+static void count_bytes(ot_plan *p, const ot_kernel *k)
+{
+    if (k->kind == OT_KER_DOT) {
+        size_t es = ot_dtype_size((ot_dtype)k->store.dtype);
+        p->bytes_read += (uint64_t)(k->m * k->k + k->k * k->n) * es;
+        p->bytes_written += (uint64_t)(k->m * k->n) * es;
+        return;
+    }
+    for (int i = 0; i < k->nload; i++)
+        if (k->loads[i].space == OT_SPACE_LEAF) p->bytes_read += view_bytes(k, &k->loads[i]);
+    if (k->store.space == OT_SPACE_OUT) {
+        uint64_t n = ot_dtype_size((ot_dtype)k->store.dtype);
+        for (int i = 0; i < k->ndim; i++)
+            if (k->store.strides[i]) n *= (uint64_t)k->dims[i];
+        p->bytes_written += n;
+    }
+}
+
+static const char *space_name(int s) { return s == OT_SPACE_LEAF ? "leaf" : s == OT_SPACE_TEMP ? "t" : "out"; }
+
+/* A one-line summary of what a kernel fuses, for ot_explain. */
+static char *describe(const ot_kernel *k)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return NULL;
+    static const char *kinds[] = {"elementwise", "reduce", "dot", "rand", "onehot"};
+    fprintf(f, "%s", kinds[k->kind]);
+    if (k->kind == OT_KER_REDUCE)
+        fprintf(f, " %s over %s", ot_op_name((ot_op)k->red_op),
+                k->red_axis < 0 ? "all" : "one axis");
+    fprintf(f, " [");
+    for (int i = 0; i < k->ndim; i++) fprintf(f, i ? "x%lld" : "%lld", (long long)k->dims[i]);
+    fprintf(f, "]:");
+    for (int i = 0; i < k->ninsn; i++) {
+        const ot_insn *in = &k->insns[i];
+        if (in->code == OT_I_UNARY || in->code == OT_I_BINARY)
+            fprintf(f, " %s", ot_op_name((ot_op)in->op));
+        else if (in->code == OT_I_FMA) fprintf(f, " fma");
+        else if (in->code == OT_I_CAST && in->kd != in->kd_from) fprintf(f, " cast");
+    }
+    fprintf(f, " <-");
+    for (int i = 0; i < k->nload; i++)
+        fprintf(f, " %s%d", space_name(k->loads[i].space), k->loads[i].index);
+    fprintf(f, " -> %s%d%s%s", space_name(k->store.space), k->store.index,
+            k->direct_store ? " (direct)" : "", k->col_blocked ? " (column blocks)" : "");
+    fclose(f);
+    return buf;
+}
+
+void ot__plan_release(ot_plan *p)
+{
+    if (!p || atomic_fetch_sub(&p->refs, 1) != 1) return;
+    for (int i = 0; i < p->nkernels; i++) {
+        free(p->kernels[i].loads);
+        free(p->kernels[i].insns);
+        free(p->kernels[i].desc);
+    }
+    free(p->kernels);
+    free(p->temp_offset);
+    free(p);
+}
+
+int ot__plan_explain(const ot_plan *p, FILE *f)
+{
+    fprintf(f, "plan: %d kernel%s, %d temporar%s (%zu bytes), reads %llu bytes, writes %llu bytes\n",
+            p->nkernels, p->nkernels == 1 ? "" : "s", p->ntemps, p->ntemps == 1 ? "y" : "ies",
+            p->arena_bytes, (unsigned long long)p->bytes_read,
+            (unsigned long long)p->bytes_written);
+    for (int i = 0; i < p->nkernels; i++)
+        fprintf(f, "  kernel %d: %s\n", i, p->kernels[i].desc ? p->kernels[i].desc : "?");
+    return ferror(f) ? OT_EIO : 0;
+}
+
+typedef struct block { size_t off, size; } block;
+
+/* First fit over free blocks, else the end of the arena. */
+static size_t arena_take(block *free_blocks, int *nfree, size_t size, size_t *end)
+{
+    for (int i = 0; i < *nfree; i++) {
+        if (free_blocks[i].size < size) continue;
+        size_t off = free_blocks[i].off;
+        free_blocks[i].off += size;
+        free_blocks[i].size -= size;
+        if (free_blocks[i].size == 0) free_blocks[i] = free_blocks[--*nfree];
+        return off;
+    }
+    size_t off = *end;
+    *end += size;
+    return off;
+}
+
+/* Gives each temporary an arena offset: it lives from the kernel that
+ * writes it to the last kernel that reads it, and its memory is reused
+ * afterwards, so a long unfused chain needs a few buffers, not one per node. */
+static bool layout_arena(ot_plan *p)
+{
+    int nt = p->ntemps, nk = p->nkernels;
+    if (nt == 0) return true;
+    /* Per temp: its size, the kernel defining it, the last kernel reading
+     * it; per kernel: lists of the temps born and dying there. */
+    int *def = malloc(sizeof(int) * (size_t)nt * 4), *last = def + nt;
+    int *next_born = def + 2 * (size_t)nt, *next_dead = def + 3 * (size_t)nt;
+    int *born = malloc(sizeof(int) * (size_t)(nk + 1) * 2), *dead = born + nk + 1;
+    size_t *size = malloc(sizeof(size_t) * (size_t)nt);
+    block *fb = malloc(sizeof *fb * (size_t)nt);
+    bool ok = def && born && size && fb;
+    for (int t = 0; ok && t < nt; t++) {
+        def[t] = last[t] = -1;
+        size[t] = p->temp_offset[t];
+    }
+    for (int k = 0; ok && k <= nk; k++) born[k] = dead[k] = -1;
+    for (int k = 0; ok && k < nk; k++) {
+        const ot_kernel *kk = &p->kernels[k];
+        if (kk->store.space == OT_SPACE_TEMP && def[kk->store.index] < 0) def[kk->store.index] = k;
+        for (int l = 0; l < kk->nload; l++)
+            if (kk->loads[l].space == OT_SPACE_TEMP) last[kk->loads[l].index] = k;
+    }
+    for (int t = 0; ok && t < nt; t++) {
+        int b = def[t] < 0 ? 0 : def[t], d = last[t] < b ? b : last[t];
+        next_born[t] = born[b];
+        born[b] = t;
+        next_dead[t] = dead[d];
+        dead[d] = t;
+    }
+    int nfree = 0;
+    size_t end = 0;
+    for (int k = 0; ok && k < nk; k++) {
+        for (int t = born[k]; t >= 0; t = next_born[t])
+            p->temp_offset[t] = arena_take(fb, &nfree, size[t], &end);
+        for (int t = dead[k]; t >= 0; t = next_dead[t]) fb[nfree++] = (block){p->temp_offset[t], size[t]};
+    }
+    if (ok) p->arena_bytes = end;
+    free(def);
+    free(born);
+    free(size);
+    free(fb);
+    return ok;
+}
+
+static bool build_kernels(compiler *c)
+{
+    prog g = {.c = c};
+    int n = c->w->n;
+    g.val = malloc(sizeof(int) * (size_t)n);
+    g.stamp = calloc((size_t)n, sizeof(int));
+    g.fused = calloc((size_t)n, sizeof(int));
+    int *via = malloc(sizeof(int) * (size_t)c->nout);
+    bool ok = g.val && g.stamp && g.fused && via;
+    for (int i = 0; i < n && ok; i++) {
+        if (c->ci[i].canon == i && c->ci[i].mat && is_op(c, i) && kind_of(c, i) != OT_KIND_SHAPE)
+            ok = entry_kernel(c, &g, i, &c->ci[i].st);
+    }
+    for (int i = 0; i < c->nout && ok; i++) {
+        via[i] = -1;
+        ok = root_kernel(c, &g, i, c->ci[c->w->root[i]].canon, &via[i]);
+    }
+    for (int i = 0; i < c->nout && ok; i++)
+        if (via[i] >= 0) ok = copy_out(c, &g, i, via[i]);
+    for (int i = 0; i < c->plan->nkernels && ok; i++) {
+        ot_kernel *k = &c->plan->kernels[i];
+        count_bytes(c->plan, k);
+        k->desc = describe(k);
+    }
+    free(g.val);
+    free(g.stamp);
+    free(g.fused);
+    free(g.v);
+    free(g.ins);
+    free(g.region);
+    free(g.dfs);
+    free(via);
+    return ok && !c->oom;
+}
+
+/* Reductions written straight into their output need no temporary. */
+static void mark_direct_roots(compiler *c)
+{
+    for (int i = 0; i < c->nout; i++) {
+        int r = c->ci[c->w->root[i]].canon;
+        ot_shape osh = out_shape(c, i);
+        if (is_op(c, r) && kind_of(c, r) == OT_KIND_REDUCE && c->ci[r].uses == 1 &&
+            ot__shape_eq(&node_of(c, r)->shape, &osh))
+            c->ci[r].mat = false;
+    }
+}
+
+static ot_plan *compile(ot_backend *be, const ot_walk *w, int n, ot_tensor *const outs[],
+                        ot_node *const trees[])
+{
+    ot_cpu *cpu = be->impl;
+    compiler c = {.be = be, .k = cpu->k, .w = w, .outs = outs, .trees = trees, .nout = n,
+                  .fused = be->opts.fusion != OT_FUSION_OFF};
+    c.ci = calloc((size_t)w->n, sizeof *c.ci);
+    c.plan = calloc(1, sizeof *c.plan);
+    bool ok = c.ci && c.plan && merge_common(&c);
+    if (ok) {
+        atomic_init(&c.plan->refs, 1);
+        c.plan->nleaves = w->nleaf;
+        c.plan->nparams = w->nparam;
+        c.plan->nout = n;
+        count_uses(&c);
+        choose_materialised(&c);
+        mark_direct_roots(&c);
+        assign_storage(&c);
+        ok = !c.oom && build_kernels(&c) && layout_arena(c.plan);
+    }
+    free(c.ci);
+    if (!ok) {
+        ot__plan_release(c.plan);
+        return NULL;
+    }
+    return c.plan;
+}
+
+int ot__plan_get(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[],
+                 ot_plan **plan, ot_walk **walk, ot_binding *bind)
+{
+    ot_cpu *cpu = be->impl;
+    ot_walk *w = walk_trees(n, outs, trees);
+    if (!w) return ot__err_set(OT_ENOMEM, NULL, 0, "assign", "out of memory walking the tree");
+    pthread_mutex_lock(&cpu->cache->lock);
+    ot_plan *p = cache_find(cpu->cache, w);
+    pthread_mutex_unlock(&cpu->cache->lock);
+    if (p) {
+        atomic_fetch_add(&be->stats.cache_hits, 1);
+    } else {
+        p = compile(be, w, n, outs, trees);
+        if (!p) {
+            ot__walk_free(w);
+            return ot__err_set(OT_ENOMEM, NULL, 0, "assign", "out of memory compiling the tree");
+        }
+        atomic_fetch_add(&be->stats.compiles, 1);
+        pthread_mutex_lock(&cpu->cache->lock);
+        atomic_fetch_add(&p->refs, 1);   /* the caller's, beside the cache's */
+        if (!cache_add(cpu->cache, w, p)) atomic_fetch_sub(&p->refs, 1);
+        pthread_mutex_unlock(&cpu->cache->lock);
+    }
+    *plan = p;
+    *walk = w;
+    *bind = (ot_binding){.leaf = w->leafptr, .param = w->param, .outs = outs};
+    return 0;
+}

@@ -1,0 +1,726 @@
+/*
+ * exec.c - the cpu backend: plan execution over tiles, threads, reductions,
+ * and the backend object itself (kernel table, plan cache, thread pool).
+ *
+ * A kernel's iteration space is walked in tiles along its innermost dim;
+ * each instruction of its register program runs as one SIMD loop over the
+ * tile. Work is cut into chunks whose boundaries depend only on the plan,
+ * never on the thread count, and partial results are combined in chunk
+ * order, so every result is bitwise identical for any number of threads.
+ */
+#include "internal.h"
+
+#include <cblas.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#define TILE 1024              /* elements per tile (row-major walks) */
+#define TILE_COLUMN 64         /* elements per tile (column-block walks) */
+#define TILES_PER_CHUNK 16
+#define ROWS_PER_CHUNK 4
+#define PARALLEL_MIN 32768     /* elements below which a kernel runs serially */
+
+/* ---- the thread pool ------------------------------------------------------ */
+
+typedef void (*chunk_fn)(void *ctx, int64_t chunk);
+
+struct ot_threads {
+    int n;                     /* workers, besides the calling thread */
+    pthread_t *tid;
+    pthread_mutex_t mu, run;
+    pthread_cond_t go, done;
+    uint64_t gen;
+    int busy;
+    bool quit;
+    chunk_fn fn;
+    void *ctx;
+    int64_t nchunks;
+    atomic_llong next;
+};
+
+static void run_chunks(ot_threads *t)
+{
+    for (int64_t c; (c = atomic_fetch_add(&t->next, 1)) < t->nchunks;) t->fn(t->ctx, c);
+}
+
+static void *worker(void *arg)
+{
+    ot_threads *t = arg;
+    uint64_t seen = 0;
+    for (;;) {
+        pthread_mutex_lock(&t->mu);
+        while (t->gen == seen && !t->quit) pthread_cond_wait(&t->go, &t->mu);
+        if (t->quit) {
+            pthread_mutex_unlock(&t->mu);
+            return NULL;
+        }
+        seen = t->gen;
+        pthread_mutex_unlock(&t->mu);
+        run_chunks(t);
+        pthread_mutex_lock(&t->mu);
+        if (--t->busy == 0) pthread_cond_signal(&t->done);
+        pthread_mutex_unlock(&t->mu);
+    }
+}
+
+static void threads_free(ot_threads *t)
+{
+    if (!t) return;
+    pthread_mutex_lock(&t->mu);
+    t->quit = true;
+    pthread_cond_broadcast(&t->go);
+    pthread_mutex_unlock(&t->mu);
+    for (int i = 0; i < t->n; i++) pthread_join(t->tid[i], NULL);
+    pthread_mutex_destroy(&t->mu);
+    pthread_mutex_destroy(&t->run);
+    pthread_cond_destroy(&t->go);
+    pthread_cond_destroy(&t->done);
+    free(t->tid);
+    free(t);
+}
+
+static ot_threads *threads_new(int workers)
+{
+    ot_threads *t = calloc(1, sizeof *t);
+    if (!t || !(t->tid = calloc((size_t)workers, sizeof *t->tid))) {
+        free(t);
+        return NULL;
+    }
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_mutex_init(&t->run, NULL);
+    pthread_cond_init(&t->go, NULL);
+    pthread_cond_init(&t->done, NULL);
+    for (int i = 0; i < workers; i++) {
+        if (pthread_create(&t->tid[i], NULL, worker, t) != 0) break;
+        t->n++;
+    }
+    return t;
+}
+
+/* Runs fn over chunks 0..n-1 on the pool (the caller works too); serially
+ * when there is no pool, little work, or another run holds the pool. */
+static void parallel(ot_threads *t, int64_t n, int64_t elements, chunk_fn fn, void *ctx)
+{
+    if (!t || t->n == 0 || n < 2 || elements < PARALLEL_MIN || pthread_mutex_trylock(&t->run)) {
+        for (int64_t c = 0; c < n; c++) fn(ctx, c);
+        return;
+    }
+    pthread_mutex_lock(&t->mu);
+    t->fn = fn;
+    t->ctx = ctx;
+    t->nchunks = n;
+    atomic_store(&t->next, 0);
+    t->busy = t->n;
+    t->gen++;
+    pthread_cond_broadcast(&t->go);
+    pthread_mutex_unlock(&t->mu);
+    run_chunks(t);
+    pthread_mutex_lock(&t->mu);
+    while (t->busy > 0) pthread_cond_wait(&t->done, &t->mu);
+    pthread_mutex_unlock(&t->mu);
+    pthread_mutex_unlock(&t->run);
+}
+
+/* ---- running a tile ------------------------------------------------------- */
+
+/* What every tile of a kernel shares. */
+typedef struct run_ctx {
+    const ot_kernel *k;
+    const ot_kernels *kt;
+    int acc;                   /* 0 = u10, 1 = u35 */
+    char **base;               /* per load: the address of element 0 */
+    char *store;
+    const double *param;
+    int64_t tile, inner, nouter, tiles_per_row;
+    int64_t rest;              /* column reductions: results per tile column */
+    double *partial;           /* REDUCE over all: one per chunk */
+    int64_t *partial_index;
+    bool oom;
+} run_ctx;
+
+/* Scratch of one chunk: a buffer per register plus reduction space. */
+typedef struct scratch {
+    void **ptr, **own;
+    char *mem;
+    double *acc;
+    int64_t *acc_index;
+} scratch;
+
+static bool scratch_new(scratch *s, const ot_kernel *k, int64_t tile)
+{
+    int nb = k->nbuf ? k->nbuf : 1;
+    size_t per = (size_t)tile * 8 + 64;
+    s->ptr = calloc((size_t)nb * 2, sizeof *s->ptr);
+    s->mem = malloc(per * (size_t)nb + (size_t)tile * (sizeof(double) + sizeof(int64_t)) + 64);
+    if (!s->ptr || !s->mem) {
+        free(s->ptr);
+        free(s->mem);
+        return false;
+    }
+    s->own = s->ptr + nb;
+    for (int i = 0; i < nb; i++) s->own[i] = s->mem + per * (size_t)i;
+    s->acc = (double *)(s->mem + per * (size_t)nb);
+    s->acc_index = (int64_t *)(s->acc + tile);
+    return true;
+}
+
+static void scratch_free(scratch *s)
+{
+    free(s->ptr);
+    free(s->mem);
+}
+
+/* The element offset of a view at outer index o (over dims[0..nd-2]) and
+ * inner position j. */
+static int64_t view_offset(const ot_kernel *k, const ot_view *v, int64_t o, int64_t j)
+{
+    int nd = k->ndim;
+    if (nd == 0) return 0;
+    int64_t off = j * v->strides[nd - 1];
+    for (int d = nd - 2; d >= 0; d--) {
+        off += (o % k->dims[d]) * v->strides[d];
+        o /= k->dims[d];
+    }
+    return off;
+}
+
+static int64_t inner_stride(const ot_kernel *k, const ot_view *v)
+{
+    return k->ndim ? v->strides[k->ndim - 1] : 0;
+}
+
+static void gather(void *dst, const char *src, int64_t stride, int64_t n, size_t es)
+{
+    if (es == 4) {
+        uint32_t *d = dst;
+        for (int64_t i = 0; i < n; i++) memcpy(&d[i], src + i * stride * 4, 4);
+    } else {
+        uint64_t *d = dst;
+        for (int64_t i = 0; i < n; i++) memcpy(&d[i], src + i * stride * 8, 8);
+    }
+}
+
+static void scatter(char *dst, const void *src, int64_t stride, int64_t n, size_t es, bool fill)
+{
+    const char *s = src;
+    for (int64_t i = 0; i < n; i++) memcpy(dst + i * stride * (int64_t)es, fill ? s : s + i * (int64_t)es, es);
+}
+
+static int form2(uint8_t sc) { return (sc & 3) == 1 ? OT_FORM_SV : (sc & 3) == 2 ? OT_FORM_VS : OT_FORM_VV; }
+
+/* Runs the register program over n elements at outer index o, inner j. */
+static void run_program(const run_ctx *c, scratch *s, int64_t o, int64_t j, int64_t n, char *direct)
+{
+    const ot_kernel *k = c->k;
+    const ot_kernels *kt = c->kt;
+    for (int i = 0; i < k->ninsn; i++) {
+        const ot_insn *in = &k->insns[i];
+        bool scalar = in->scalar & 8;
+        int64_t nn = scalar ? 1 : n;
+        void *d = in->dst == k->result && direct ? direct : s->own[in->dst];
+        switch (in->code) {
+        case OT_I_LOAD: {
+            const ot_view *v = &k->loads[in->arg];
+            size_t es = ot_dtype_size((ot_dtype)v->dtype);
+            char *p = c->base[in->arg] + view_offset(k, v, o, j) * (int64_t)es;
+            int64_t st = inner_stride(k, v);
+            if (scalar || st == 1) {
+                s->ptr[in->dst] = p;
+                continue;
+            }
+            gather(s->own[in->dst], p, st, n, es);
+            d = s->own[in->dst];
+            break;
+        }
+        case OT_I_PARAM:
+            ot__store(d, ot__kd_dtype(in->kd), c->param[in->arg]);
+            break;
+        case OT_I_UNARY:
+            kt->unary[c->acc][in->op][in->kd](d, s->ptr[in->a], (size_t)nn);
+            break;
+        case OT_I_BINARY: {
+            int f = scalar ? OT_FORM_VV : form2(in->scalar);
+            kt->binary[in->op][in->kd][f](d, s->ptr[in->a], s->ptr[in->b], (size_t)nn);
+            break;
+        }
+        case OT_I_FMA:
+            kt->fma[in->kd][scalar ? 0 : in->scalar & 7](d, s->ptr[in->a], s->ptr[in->b],
+                                                          s->ptr[in->c], (size_t)nn);
+            break;
+        default: /* OT_I_CAST */
+            kt->cast[in->kd_from][in->kd](d, s->ptr[in->a], (size_t)nn);
+            break;
+        }
+        s->ptr[in->dst] = d;
+    }
+}
+
+/* ---- elementwise kernels -------------------------------------------------- */
+
+static void ew_tile(const run_ctx *c, scratch *s, int64_t t)
+{
+    const ot_kernel *k = c->k;
+    int64_t o, jt;
+    if (k->col_blocked) {
+        jt = t / c->nouter;
+        o = t % c->nouter;
+    } else {
+        o = t / c->tiles_per_row;
+        jt = t % c->tiles_per_row;
+    }
+    int64_t j = jt * c->tile, n = c->inner - j < c->tile ? c->inner - j : c->tile;
+    size_t es = ot_dtype_size((ot_dtype)k->store.dtype);
+    char *dst = c->store + view_offset(k, &k->store, o, j) * (int64_t)es;
+    run_program(c, s, o, j, n, k->direct_store ? dst : NULL);
+    if (!k->direct_store)
+        scatter(dst, s->ptr[k->result], inner_stride(k, &k->store), n, es, k->result_scalar);
+}
+
+static void ew_chunk(void *arg, int64_t chunk)
+{
+    run_ctx *c = arg;
+    scratch s;
+    if (!scratch_new(&s, c->k, c->tile)) {
+        c->oom = true;
+        return;
+    }
+    int64_t total = c->nouter * c->tiles_per_row;
+    for (int64_t t = chunk * TILES_PER_CHUNK; t < total && t < (chunk + 1) * TILES_PER_CHUNK; t++)
+        ew_tile(c, &s, t);
+    scratch_free(&s);
+}
+
+/* ---- reductions ----------------------------------------------------------- */
+
+typedef struct racc {
+    double v;
+    int64_t index;
+    int64_t isum;              /* i32 sums wrap like NumPy's int32 */
+} racc;
+
+static bool is_arg(int op) { return op == OT_OP_ARGMAX || op == OT_OP_ARGMIN; }
+static bool wants_max(int op) { return op == OT_OP_MAX || op == OT_OP_ARGMAX; }
+
+static racc racc_identity(int op)
+{
+    racc a = {0, 0, 0};
+    if (op == OT_OP_MAX || op == OT_OP_ARGMAX) a.v = -INFINITY;
+    if (op == OT_OP_MIN || op == OT_OP_ARGMIN) a.v = INFINITY;
+    a.index = -1;
+    return a;
+}
+
+/* Folds value x at index i into a: NaN wins (first NaN for arg*); ties keep
+ * the first index. */
+static void racc_fold(racc *a, int op, double x, int64_t i)
+{
+    if (op == OT_OP_SUM || op == OT_OP_MEAN) {
+        a->v += x;
+        return;
+    }
+    if (a->index >= 0 && a->v != a->v) return;
+    bool better = x != x || a->index < 0 || (wants_max(op) ? x > a->v : x < a->v);
+    if (better) {
+        a->v = x;
+        a->index = i;
+    }
+}
+
+/* Folds n tile values (or one scalar repeated n times) starting at index i0. */
+static void racc_tile(const run_ctx *c, racc *a, const void *vals, bool scalar, int64_t n, int64_t i0)
+{
+    const ot_kernel *k = c->k;
+    int kd = k->result_kd, op = k->red_op;
+    if (n <= 0) return;
+    if (kd == OT_KD_I32 && (op == OT_OP_SUM)) {
+        for (int64_t i = 0; i < n; i++) a->isum += ((const int32_t *)vals)[scalar ? 0 : i];
+        return;
+    }
+    if (kd != OT_KD_I32 && !is_arg(op)) {
+        if (scalar) {
+            double x = ot__load(vals, ot__kd_dtype(kd));
+            racc_fold(a, op, op == OT_OP_SUM || op == OT_OP_MEAN ? x * (double)n : x, i0);
+            return;
+        }
+        double x = op == OT_OP_MAX ? c->kt->max[kd](vals, (size_t)n)
+                 : op == OT_OP_MIN ? c->kt->min[kd](vals, (size_t)n)
+                                   : c->kt->sum[kd](vals, (size_t)n);
+        racc_fold(a, op, x, i0);
+        return;
+    }
+    size_t es = ot_dtype_size(ot__kd_dtype(kd));
+    for (int64_t i = 0; i < n; i++)
+        racc_fold(a, op, ot__load((const char *)vals + (scalar ? 0 : i * (int64_t)es), ot__kd_dtype(kd)),
+                  i0 + i);
+}
+
+static void racc_store(const run_ctx *c, const racc *a, char *dst)
+{
+    const ot_kernel *k = c->k;
+    int kd = k->result_kd, op = k->red_op;
+    double v = a->v;
+    if (kd == OT_KD_I32 && op == OT_OP_SUM) v = (double)(int32_t)(uint32_t)(uint64_t)a->isum;
+    if (op == OT_OP_MEAN) v = a->v / (double)k->red_count;
+    if (is_arg(op)) v = (double)(a->index < 0 ? 0 : a->index);
+    ot__store(dst, (ot_dtype)k->store.dtype, v);
+}
+
+/* Runs the program for a tile and folds it; i0 is the index of its first
+ * element along what is reduced. */
+static void reduce_tile(const run_ctx *c, scratch *s, racc *a, int64_t o, int64_t j, int64_t n,
+                        int64_t i0)
+{
+    run_program(c, s, o, j, n, NULL);
+    const ot_kernel *k = c->k;
+    racc_tile(c, a, s->ptr[k->result], k->result_scalar, n, i0);
+}
+
+/* The innermost dim is reduced: each row is one result. */
+static void row_chunk(void *arg, int64_t chunk)
+{
+    run_ctx *c = arg;
+    scratch s;
+    if (!scratch_new(&s, c->k, c->tile)) {
+        c->oom = true;
+        return;
+    }
+    size_t es = ot_dtype_size((ot_dtype)c->k->store.dtype);
+    for (int64_t o = chunk * ROWS_PER_CHUNK; o < c->nouter && o < (chunk + 1) * ROWS_PER_CHUNK; o++) {
+        racc a = racc_identity(c->k->red_op);
+        for (int64_t j = 0; j < c->inner; j += c->tile)
+            reduce_tile(c, &s, &a, o, j, c->inner - j < c->tile ? c->inner - j : c->tile, j);
+        racc_store(c, &a, c->store + view_offset(c->k, &c->k->store, o, 0) * (int64_t)es);
+    }
+    scratch_free(&s);
+}
+
+/* Everything is reduced: fixed chunks of tiles give partials combined in
+ * chunk order. */
+static void all_chunk(void *arg, int64_t chunk)
+{
+    run_ctx *c = arg;
+    scratch s;
+    if (!scratch_new(&s, c->k, c->tile)) {
+        c->oom = true;
+        return;
+    }
+    racc a = racc_identity(c->k->red_op);
+    int64_t total = c->nouter * c->tiles_per_row;
+    for (int64_t t = chunk * TILES_PER_CHUNK; t < total && t < (chunk + 1) * TILES_PER_CHUNK; t++) {
+        int64_t o = t / c->tiles_per_row, j = (t % c->tiles_per_row) * c->tile;
+        reduce_tile(c, &s, &a, o, j, c->inner - j < c->tile ? c->inner - j : c->tile, o * c->inner + j);
+    }
+    c->partial[chunk * 2] = a.v;
+    c->partial[chunk * 2 + 1] = (double)a.isum;
+    c->partial_index[chunk] = a.index;
+    scratch_free(&s);
+}
+
+/* A dim other than the innermost is reduced: a tile of accumulators walks
+ * down the reduced dim. Outer index o counts the dims other than the
+ * reduced and the innermost one. */
+static void column_chunk(void *arg, int64_t chunk)
+{
+    run_ctx *c = arg;
+    const ot_kernel *k = c->k;
+    scratch s;
+    if (!scratch_new(&s, k, c->tile)) {
+        c->oom = true;
+        return;
+    }
+    int ax = k->red_axis;
+    int64_t red = k->dims[ax], total = c->rest * c->tiles_per_row;
+    size_t es = ot_dtype_size((ot_dtype)k->store.dtype);
+    racc *acc = malloc(sizeof *acc * (size_t)c->tile);
+    for (int64_t t = chunk * TILES_PER_CHUNK; acc && t < total && t < (chunk + 1) * TILES_PER_CHUNK; t++) {
+        int64_t q = t / c->tiles_per_row, j = (t % c->tiles_per_row) * c->tile;
+        int64_t n = c->inner - j < c->tile ? c->inner - j : c->tile;
+        /* Outer index with the reduced dim's position at 0: split q around it. */
+        int64_t after = 1;
+        for (int d = ax + 1; d < k->ndim - 1; d++) after *= k->dims[d];
+        int64_t hi = q / after, lo = q % after;
+        for (int64_t i = 0; i < n; i++) acc[i] = racc_identity(k->red_op);
+        for (int64_t r = 0; r < red; r++) {
+            int64_t o = (hi * red + r) * after + lo;
+            run_program(c, &s, o, j, n, NULL);
+            size_t ves = k->result_scalar ? 0 : ot_dtype_size(ot__kd_dtype(k->result_kd));
+            for (int64_t i = 0; i < n; i++)
+                racc_tile(c, &acc[i], (const char *)s.ptr[k->result] + i * (int64_t)ves, true, 1, r);
+        }
+        int64_t o0 = hi * red * after + lo;
+        for (int64_t i = 0; i < n; i++)
+            racc_store(c, &acc[i], c->store + view_offset(k, &k->store, o0, j + i) * (int64_t)es);
+    }
+    if (!acc) c->oom = true;
+    free(acc);
+    scratch_free(&s);
+}
+
+/* ---- kernels as a whole --------------------------------------------------- */
+
+static int64_t tile_for(const ot_kernel *k)
+{
+    return k->col_blocked ? TILE_COLUMN : (k->nbuf > 6 ? TILE / 2 : TILE);
+}
+
+static void set_space(run_ctx *c, const ot_kernel *k)
+{
+    c->tile = tile_for(k);
+    c->inner = k->ndim ? k->dims[k->ndim - 1] : 1;
+    if (c->inner < c->tile) c->tile = c->inner > 0 ? c->inner : 1;   /* small scratch */
+    c->nouter = 1;
+    for (int d = 0; d + 1 < k->ndim; d++) c->nouter *= k->dims[d];
+    c->tiles_per_row = (c->inner + c->tile - 1) / c->tile;
+}
+
+static int run_reduce(ot_threads *th, run_ctx *c)
+{
+    const ot_kernel *k = c->k;
+    int64_t elements = c->nouter * c->inner;
+    if (k->red_axis == k->ndim - 1 && k->ndim > 0) {
+        parallel(th, (c->nouter + ROWS_PER_CHUNK - 1) / ROWS_PER_CHUNK, elements, row_chunk, c);
+    } else if (k->red_axis >= 0) {
+        /* An empty reduced dim still yields results: the identity (or NaN
+         * for mean), so the work is counted without it. */
+        c->rest = 1;
+        for (int d = 0; d + 1 < k->ndim; d++)
+            if (d != k->red_axis) c->rest *= k->dims[d];
+        parallel(th, (c->rest * c->tiles_per_row + TILES_PER_CHUNK - 1) / TILES_PER_CHUNK, elements,
+                 column_chunk, c);
+    } else {
+        int64_t nchunks = (c->nouter * c->tiles_per_row + TILES_PER_CHUNK - 1) / TILES_PER_CHUNK;
+        c->partial = malloc(sizeof(double) * (size_t)(2 * nchunks + 2));
+        c->partial_index = malloc(sizeof(int64_t) * (size_t)(nchunks + 1));
+        if (!c->partial || !c->partial_index) return OT_ENOMEM;
+        parallel(th, nchunks, elements, all_chunk, c);
+        racc a = racc_identity(k->red_op);
+        for (int64_t i = 0; i < nchunks; i++) {
+            a.isum += (int64_t)c->partial[2 * i + 1];
+            if (k->red_op == OT_OP_SUM || k->red_op == OT_OP_MEAN) a.v += c->partial[2 * i];
+            else if (c->partial_index[i] >= 0) racc_fold(&a, k->red_op, c->partial[2 * i], c->partial_index[i]);
+        }
+        racc_store(c, &a, c->store);
+    }
+    return c->oom ? OT_ENOMEM : 0;
+}
+
+static int run_ew(ot_threads *th, run_ctx *c)
+{
+    int64_t tiles = c->nouter * c->tiles_per_row;
+    parallel(th, (tiles + TILES_PER_CHUNK - 1) / TILES_PER_CHUNK, c->nouter * c->inner, ew_chunk, c);
+    return c->oom ? OT_ENOMEM : 0;
+}
+
+/* ---- dot through BLAS ----------------------------------------------------- */
+
+/* A 2-D operand BLAS can read as it is: its transpose flag and leading dim. */
+static bool blas_layout(int64_t rows, int64_t cols, const int64_t *st, bool *trans, int64_t *ld)
+{
+    int64_t r = rows > 1 ? st[0] : 0, c = cols > 1 ? st[1] : 0;
+    if ((cols <= 1 || c == 1) && (rows <= 1 || r >= (cols > 1 ? cols : 1))) {
+        *trans = false;
+        *ld = rows > 1 ? r : (cols > 1 ? cols : 1);
+        return true;
+    }
+    if ((rows <= 1 || r == 1) && (cols <= 1 || c >= (rows > 1 ? rows : 1))) {
+        *trans = true;
+        *ld = cols > 1 ? c : (rows > 1 ? rows : 1);
+        return true;
+    }
+    return false;
+}
+
+/* Copies a strided 2-D operand into a contiguous array of dtype dt. */
+static void *pack(const char *src, ot_dtype from, int64_t rows, int64_t cols, const int64_t *st,
+                  ot_dtype dt)
+{
+    size_t es = ot_dtype_size(dt), fs = ot_dtype_size(from), bytes;
+    if (!ot__mul_size(&bytes, (size_t)(rows * cols), es)) return NULL;
+    char *dst = malloc(bytes ? bytes : 1);
+    if (!dst) return NULL;
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++)
+            ot__store(dst + (i * cols + j) * (int64_t)es, dt,
+                      ot__load(src + (i * st[0] + j * st[1]) * (int64_t)fs, from));
+    return dst;
+}
+
+typedef struct operand {
+    const void *p;
+    void *owned;
+    bool trans;
+    int64_t ld;
+} operand;
+
+static bool blas_operand(operand *o, const char *base, const ot_view *v, int64_t rows, int64_t cols,
+                         ot_dtype dt)
+{
+    *o = (operand){base, NULL, false, cols > 1 ? cols : 1};
+    if (v->dtype == dt && blas_layout(rows, cols, v->strides, &o->trans, &o->ld)) return true;
+    o->owned = pack(base, (ot_dtype)v->dtype, rows, cols, v->strides, dt);
+    o->p = o->owned;
+    o->trans = false;
+    o->ld = cols > 1 ? cols : 1;
+    return o->owned != NULL;
+}
+
+static int run_dot(ot_backend *be, const ot_kernel *k, char *const base[2], char *dst)
+{
+    ot_dtype dt = (ot_dtype)k->store.dtype;
+    size_t es = ot_dtype_size(dt);
+    if (k->m == 0 || k->n == 0) return 0;
+    if (k->k == 0) {
+        memset(dst, 0, (size_t)(k->m * k->n) * es);
+        return 0;
+    }
+    operand a, b;
+    bool ok = blas_operand(&a, base[0], &k->loads[0], k->m, k->k, dt);
+    ok = blas_operand(&b, base[1], &k->loads[1], k->k, k->n, dt) && ok;
+    if (ok) {
+        openblas_set_num_threads(be->opts.threads);
+        enum CBLAS_TRANSPOSE ta = a.trans ? CblasTrans : CblasNoTrans;
+        enum CBLAS_TRANSPOSE tb = b.trans ? CblasTrans : CblasNoTrans;
+        blasint m = (blasint)k->m, n = (blasint)k->n, kk = (blasint)k->k;
+        blasint ldc = (blasint)(k->n > 1 ? k->n : 1);
+        if (dt == OT_F32)
+            cblas_sgemm(CblasRowMajor, ta, tb, m, n, kk, 1.0f, a.p, (blasint)a.ld, b.p,
+                        (blasint)b.ld, 0.0f, (float *)dst, ldc);
+        else
+            cblas_dgemm(CblasRowMajor, ta, tb, m, n, kk, 1.0, a.p, (blasint)a.ld, b.p,
+                        (blasint)b.ld, 0.0, (double *)dst, ldc);
+    }
+    free(a.owned);
+    free(b.owned);
+    return ok ? 0 : OT_ENOMEM;
+}
+
+/* ---- rand and onehot ------------------------------------------------------ */
+
+static void run_rand(const ot_backend *be, const ot_kernel *k, char *dst)
+{
+    ot_dtype dt = (ot_dtype)k->store.dtype;
+    size_t es = ot_dtype_size(dt);
+    int64_t n = ot__numel(&k->shape);
+    for (int64_t i = 0; i < n; i++)
+        ot__store(dst + i * (int64_t)es, dt, ot__rand_uniform(be->opts.seed, k->seed, (uint64_t)i, dt));
+}
+
+/* Walks the result in row-major order; the input index is the result's with
+ * the new axis left out. */
+static void run_onehot(const ot_kernel *k, const char *src, char *dst)
+{
+    ot_dtype dt = (ot_dtype)k->store.dtype, it = (ot_dtype)k->loads[0].dtype;
+    size_t es = ot_dtype_size(dt), is = ot_dtype_size(it);
+    int nd = k->shape.ndim;
+    int64_t idx[OT_MAX_DIMS] = {0}, n = ot__numel(&k->shape);
+    for (int64_t e = 0; e < n; e++) {
+        int64_t off = 0;
+        for (int d = 0, j = 0; d < nd; d++)
+            if (d != k->axis) off += idx[d] * k->loads[0].strides[j++];
+        double v = ot__load(src + off * (int64_t)is, it);
+        bool hot = v == floor(v) && v >= 0 && v < (double)k->depth && v == (double)idx[k->axis];
+        ot__store(dst + e * (int64_t)es, dt, hot ? 1.0 : 0.0);
+        for (int d = nd - 1; d >= 0 && ++idx[d] == k->shape.dims[d]; d--) idx[d] = 0;
+    }
+}
+
+/* ---- plans ---------------------------------------------------------------- */
+
+static char *view_base(const ot_plan *p, const ot_binding *bind, char *arena, const ot_view *v)
+{
+    switch (v->space) {
+    case OT_SPACE_LEAF: return bind->leaf[v->index];
+    case OT_SPACE_TEMP: return arena + p->temp_offset[v->index];
+    default: return ot_tensor_data(bind->outs[v->index]);
+    }
+}
+
+static int run_kernel(ot_backend *be, const ot_plan *p, const ot_binding *bind, char *arena,
+                      const ot_kernel *k)
+{
+    ot_cpu *cpu = be->impl;
+    char *bases[2] = {NULL, NULL};
+    char *dst = view_base(p, bind, arena, &k->store);
+    for (int i = 0; i < k->nload && i < 2; i++) bases[i] = view_base(p, bind, arena, &k->loads[i]);
+    switch (k->kind) {
+    case OT_KER_DOT: return run_dot(be, k, bases, dst);
+    case OT_KER_RAND: run_rand(be, k, dst); return 0;
+    case OT_KER_ONEHOT: run_onehot(k, bases[0], dst); return 0;
+    default: break;
+    }
+    char **base = malloc(sizeof *base * (size_t)(k->nload ? k->nload : 1));
+    if (!base) return OT_ENOMEM;
+    for (int i = 0; i < k->nload; i++) base[i] = view_base(p, bind, arena, &k->loads[i]);
+    run_ctx c = {.k = k, .kt = cpu->k, .acc = be->opts.accuracy == OT_ULP35, .base = base,
+                 .store = dst, .param = bind->param};
+    set_space(&c, k);
+    int rc = k->kind == OT_KER_EW ? run_ew(cpu->threads, &c) : run_reduce(cpu->threads, &c);
+    free(c.partial);
+    free(c.partial_index);
+    free(base);
+    return rc;
+}
+
+int ot__plan_run(ot_backend *be, const ot_plan *p, const ot_binding *bind)
+{
+    char *arena = NULL;
+    if (p->arena_bytes && !(arena = aligned_alloc(64, p->arena_bytes)))
+        return ot__err_set(OT_ENOMEM, NULL, 0, "assign", "out of memory for %zu bytes of temporaries",
+                           p->arena_bytes);
+    int rc = 0;
+    for (int i = 0; i < p->nkernels && rc == 0; i++) rc = run_kernel(be, p, bind, arena, &p->kernels[i]);
+    free(arena);
+    if (rc) return ot__err_set(rc, NULL, 0, "assign", "out of memory running a kernel");
+    atomic_fetch_add(&be->stats.kernels, (uint64_t)p->nkernels);
+    atomic_fetch_add(&be->stats.bytes_moved, p->bytes_read + p->bytes_written);
+    return 0;
+}
+
+/* ---- the backend ---------------------------------------------------------- */
+
+static int cpu_assign_many(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[])
+{
+    ot_plan *plan;
+    ot_walk *walk;
+    ot_binding bind;
+    int rc = ot__plan_get(be, n, outs, trees, &plan, &walk, &bind);
+    if (rc) return rc;
+    rc = ot__plan_run(be, plan, &bind);
+    ot__plan_release(plan);
+    ot__walk_free(walk);
+    if (rc == 0) atomic_fetch_add(&be->stats.assigns, 1);
+    return rc;
+}
+
+static void cpu_destroy(ot_backend *be)
+{
+    ot_cpu *cpu = be->impl;
+    if (!cpu) return;
+    threads_free(cpu->threads);
+    ot__plan_cache_free(cpu->cache);
+    free(cpu);
+}
+
+static int cpu_init(ot_backend *be)
+{
+    const ot_kernels *k = ot__kernels_select();
+    if (!k) return ot_errcode();
+    ot_cpu *cpu = calloc(1, sizeof *cpu);
+    if (!cpu) return ot__err_set(OT_ENOMEM, NULL, 0, "backend_new", "out of memory");
+    be->impl = cpu;
+    cpu->k = k;
+    cpu->cache = ot__plan_cache_new(be->opts.plan_cache);
+    if (!be->opts.threads) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        be->opts.threads = n > 0 ? (int)n : 1;
+    }
+    if (be->opts.threads > 1) cpu->threads = threads_new(be->opts.threads - 1);
+    if (!cpu->cache || (be->opts.threads > 1 && !cpu->threads)) {
+        cpu_destroy(be);
+        be->impl = NULL;
+        return ot__err_set(OT_ENOMEM, NULL, 0, "backend_new", "out of memory");
+    }
+    return 0;
+}
+
+const ot_backend_vt ot__cpu_vt = {"cpu", cpu_init, cpu_assign_many, cpu_destroy};

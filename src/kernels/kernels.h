@@ -1,0 +1,25 @@
+/*
+ * kernels.h - the per-ISA kernel tables of src/kernels/ (private to that
+ * directory and its tests). Each table is tile.inc compiled by one
+ * k_<isa>.c with that ISA's flags; dispatch.c picks one at run time. The
+ * x86 tables exist only in x86 builds.
+ */
+#ifndef OT_KERNELS_H
+#define OT_KERNELS_H
+
+#include "internal.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#define OT_KERNELS_X86 1
+#else
+#define OT_KERNELS_X86 0
+#endif
+
+extern const ot_kernels ot__kernels_scalar;
+#if OT_KERNELS_X86
+extern const ot_kernels ot__kernels_sse2;
+extern const ot_kernels ot__kernels_avx2;
+extern const ot_kernels ot__kernels_avx512;
+#endif
+
+#endif /* OT_KERNELS_H */

@@ -1,0 +1,964 @@
+/*
+ * test_kernels.c - the tile kernels of src/kernels/, table by table, for
+ * every table this CPU runs (ot__kernels_for): every op, dtype and operand
+ * form, sizes 0..33 and 1029, element 0 at an aligned and at an unaligned
+ * address, inputs in exactly sized heap buffers (so that ASan and valgrind
+ * see any read past n) and outputs with guard elements on both sides.
+ *
+ * Oracles, all computed here from the formulas of ref.c:
+ *   - exact ops (everything but SLEEF): bitwise equal to ref.c's double
+ *     evaluation rounded to the dtype, NaN matching any NaN;
+ *   - SLEEF ops: the error in ULPs of the dtype against a long double
+ *     evaluation (ULP below the smallest normal is the denormal spacing;
+ *     overflow counts as the power of two past the largest finite value).
+ *     Bounds: 1 ULP for u10 exp, exp2, log, log2, safelog, sin, cos, pow;
+ *     2 ULP for u10 tanh and tanh2 (tanh2 is tanh of x*ln2 rounded to the
+ *     dtype; the oracle uses the same rounded argument); 4 ULP for every
+ *     u35 function (exp has no u35: 1 ULP in both slots). sig and sig2 are
+ *     one SLEEF call, an add and a divide: bounds of 3 ULP (u10) and 5 ULP
+ *     (u35) cover 1 (or 3.5) + 0.5 + 0.5 ULP plus the growth of the exp
+ *     error through 1 + e. Where long double is no wider than double (under
+ *     valgrind) the oracle is double and f64 bounds get 1 more ULP. Besides
+ *     the fixed data, kernels_ulp_sweep runs 4096 values per function over
+ *     its domain (overflow and denormal ranges, huge sin/cos arguments).
+ *   - fma: fmaf / fma exactly; casts: (float), (double), ot__to_i32 exactly;
+ *   - sum: within k * eps * sum|x| of a long double sum (k the float
+ *     additions a lane can see) and bitwise equal at other alignments;
+ *     max/min: ref.c's pick (first NaN, first of equal zeros) exactly.
+ * OT_KTEST_VERBOSE=1 prints the largest ULP error seen per op and table.
+ */
+#include "test.h"
+#include "internal.h"
+
+#include <float.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NMAX 1029
+#define LN2 0.693147180559945309417232121458176568
+
+/* ---- the tables under test ------------------------------------------------ */
+
+static const char *const isas[] = {"scalar", "sse2", "avx2", "avx512"};
+enum { NISA = 4 };
+
+/* ---- element access ----------------------------------------------------------- */
+
+static const char *const kdname[] = {"f32", "f64", "i32"};
+static size_t ksz(int kd) { return kd == OT_KD_F64 ? 8 : 4; }
+static double kget(const void *p, int kd, size_t i)
+{
+    if (kd == OT_KD_F32) return ((const float *)p)[i];
+    if (kd == OT_KD_F64) return ((const double *)p)[i];
+    return ((const int32_t *)p)[i];
+}
+/* v must already be a value of the dtype. */
+static void kset(void *p, int kd, size_t i, double v)
+{
+    if (kd == OT_KD_F32) ((float *)p)[i] = (float)v;
+    else if (kd == OT_KD_F64) ((double *)p)[i] = v;
+    else ((int32_t *)p)[i] = (int32_t)v;
+}
+/* Bitwise equal, or both NaN. */
+static bool ksame(const void *x, const void *y, int kd, size_t i)
+{
+    const char *a = (const char *)x + i * ksz(kd), *b = (const char *)y + i * ksz(kd);
+    if (kd != OT_KD_I32 && isnan(kget(x, kd, i)) && isnan(kget(y, kd, i))) return true;
+    return memcmp(a, b, ksz(kd)) == 0;
+}
+/* v rounded to the dtype, as ot__store would store it. */
+static double kround(int kd, double v)
+{
+    if (kd == OT_KD_F32) return (double)(float)v;
+    if (kd == OT_KD_I32) return ot__to_i32(v);
+    return v;
+}
+
+/* ---- deterministic data ----------------------------------------------------------- */
+
+static uint64_t rng_state;
+static uint64_t rng(void)
+{
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15u);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
+    return z ^ (z >> 31);
+}
+static double unif(double lo, double hi) { return lo + (hi - lo) * (double)(rng() >> 11) * 0x1p-53; }
+
+static const double fspecial[] = {
+    0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 1.5, -1.5, 2.5, -2.5, 3.5, INFINITY, -INFINITY, NAN,
+    -NAN, FLT_MAX, -FLT_MAX, FLT_MIN, -FLT_MIN, 0x1p-149, -0x1p-149, 0x1p-130, 3.0e-39,
+    DBL_MAX, -DBL_MAX, DBL_MIN, 0x1p-1074, -0x1p-1074, 0x1p-1030, 3.14159, -3.14159,
+    1e20, -1e20, 88.7, -88.7, 89.0, -95.0, -104.0, 709.7, -720.0, -745.0, 0x1p23 + 1, 0x1p23 - 0.5,
+    0x1p52 + 1, 2147483647.0, 2147483647.5, 2147483648.0, -2147483648.0, -2147483648.5,
+    -2147483649.0, 4294967296.0, 1e-7, 7.0, -9.0,
+};
+static const int32_t ispecial[] = {0, 1, -1, 2, -2, 3, INT32_MAX, INT32_MIN, INT32_MAX - 1,
+                                   INT32_MIN + 1, 65536, -65536, 46341, -46341, 31, 32, 7};
+
+/* One input array of NMAX elements: the special values first (in a
+ * rotated order per seed), then a mix of moderate values, values over a
+ * wide exponent range and random bit patterns. */
+static void fill(void *p, int kd, uint64_t seed, double lo, double hi)
+{
+    rng_state = seed * 7919 + 1;
+    size_t ns = kd == OT_KD_I32 ? sizeof ispecial / sizeof *ispecial
+                                : sizeof fspecial / sizeof *fspecial;
+    for (size_t i = 0; i < NMAX; i++) {
+        double v;
+        uint64_t r = rng();
+        if (i < ns) {
+            size_t j = (i + seed) % ns;
+            v = kd == OT_KD_I32 ? ispecial[j] : fspecial[j];
+        } else if (kd == OT_KD_I32) {
+            v = (r & 3) == 0 ? (double)(int32_t)(uint32_t)(r >> 32)
+                             : (double)((int64_t)(r >> 40) % 41 - 20);
+        } else if (r % 8 < 5) {
+            v = unif(lo, hi);
+        } else if (r % 8 < 7) {
+            v = ldexp(unif(0.5, 1.0), (int)((r >> 20) % 200) - 100);
+            if (r & 0x100) v = -v;
+        } else if (kd == OT_KD_F32) {
+            uint32_t b = (uint32_t)(r >> 32);
+            float f;
+            memcpy(&f, &b, 4);
+            v = f;
+        } else {
+            uint64_t b = rng();
+            memcpy(&v, &b, 8);
+        }
+        kset(p, kd, i, kround(kd, v));
+    }
+}
+
+/* ---- running kernels in exactly sized buffers ------------------------------------ */
+
+static unsigned char *guarded(size_t n, size_t off, size_t sz)
+{
+    unsigned char *o = malloc((off + n + 1) * sz);
+    memset(o, 0xA5, (off + n + 1) * sz);
+    return o;
+}
+static bool guards_ok(const unsigned char *o, size_t n, size_t off, size_t sz)
+{
+    for (size_t i = 0; i < off * sz; i++)
+        if (o[i] != 0xA5) return false;
+    for (size_t i = (off + n) * sz; i < (off + n + 1) * sz; i++)
+        if (o[i] != 0xA5) return false;
+    return true;
+}
+/* A heap copy of elements [0, n) of src at element offset off. */
+static unsigned char *placed(const void *src, size_t n, size_t off, size_t sz)
+{
+    unsigned char *p = malloc((off + n) * sz + 1);
+    memcpy(p + off * sz, src, n * sz);
+    return p;
+}
+
+/* Runs a unary-shaped kernel on master[0..n) into out[0..n). */
+static void run1(ot_k1 f, int kin, int kout, const void *master, size_t n, size_t off,
+                 void *out)
+{
+    unsigned char *in = placed(master, n, off, ksz(kin));
+    unsigned char *o = guarded(n, off, ksz(kout));
+    f(o + off * ksz(kout), in + off * ksz(kin), n);
+    CHECK(guards_ok(o, n, off, ksz(kout)));
+    memcpy(out, o + off * ksz(kout), n * ksz(kout));
+    free(in);
+    free(o);
+}
+
+/* Runs a binary kernel; an operand whose form bit is set is one element
+ * (sa / sb), else master[0..n). */
+static void run2(ot_k2 f, int kd, int form, const void *ma, const void *mb, size_t n,
+                 size_t off, void *out)
+{
+    size_t sz = ksz(kd);
+    unsigned char *a = (form & 1) ? placed(ma, 1, 0, sz) : placed(ma, n, off, sz);
+    unsigned char *b = (form & 2) ? placed(mb, 1, 0, sz) : placed(mb, n, off, sz);
+    unsigned char *o = guarded(n, off, sz);
+    f(o + off * sz, (form & 1) ? a : a + off * sz, (form & 2) ? b : b + off * sz, n);
+    CHECK(guards_ok(o, n, off, sz));
+    memcpy(out, o + off * sz, n * sz);
+    free(a);
+    free(b);
+    free(o);
+}
+
+static void run3(ot_k3 f, int kd, int form, const void *m[3], size_t n, size_t off, void *out)
+{
+    size_t sz = ksz(kd);
+    unsigned char *p[3];
+    for (int k = 0; k < 3; k++)
+        p[k] = ((form >> k) & 1) ? placed(m[k], 1, 0, sz) : placed(m[k], n, off, sz);
+    unsigned char *o = guarded(n, off, sz);
+    size_t po[3];
+    for (int k = 0; k < 3; k++) po[k] = ((form >> k) & 1) ? 0 : off * sz;
+    f(o + off * sz, p[0] + po[0], p[1] + po[1], p[2] + po[2], n);
+    CHECK(guards_ok(o, n, off, sz));
+    memcpy(out, o + off * sz, n * sz);
+    for (int k = 0; k < 3; k++) free(p[k]);
+    free(o);
+}
+
+/* The sizes every kernel runs at: 0..33 and NMAX, each at offset 0 and 1. */
+#define FOR_SIZES(n, off)                                                      \
+    for (size_t off = 0; off < 2; off++)                                       \
+        for (size_t n##_i = 0, n = 0; n##_i < 35; n##_i++, n = n##_i < 34 ? n##_i : NMAX)
+
+/* ---- ref.c's formulas ------------------------------------------------------------------ */
+
+static double ref_unary(ot_op op, double x)
+{
+    switch (op) {
+    case OT_OP_FINITE: return isfinite(x) ? 1.0 : 0.0;
+    case OT_OP_NEG: return -x;
+    case OT_OP_ABS: return fabs(x);
+    case OT_OP_SGN: return x > 0 ? 1.0 : x < 0 ? -1.0 : x;
+    case OT_OP_SQRT: return sqrt(x);
+    case OT_OP_SQR: return x * x;
+    case OT_OP_RINT: return nearbyint(x);
+    case OT_OP_RSQRT: return 1.0 / sqrt(x);
+    case OT_OP_RECIP: return 1.0 / x;
+    case OT_OP_RELU: return (x >= 0 || isnan(x)) ? x : 0.0;
+    default: return NAN;
+    }
+}
+static double ref_binary(ot_op op, double a, double b)
+{
+    switch (op) {
+    case OT_OP_ADD: return a + b;
+    case OT_OP_SUB: return a - b;
+    case OT_OP_MUL: return a * b;
+    case OT_OP_DIV: return a / b;
+    case OT_OP_EQ: return a == b;
+    case OT_OP_NE: return a != b;
+    case OT_OP_LT: return a < b;
+    case OT_OP_LE: return a <= b;
+    case OT_OP_GT: return a > b;
+    case OT_OP_GE: return a >= b;
+    case OT_OP_MINIMUM: return (a <= b || isnan(a)) ? a : b;
+    case OT_OP_MAXIMUM: return (a >= b || isnan(a)) ? a : b;
+    default: return NAN;
+    }
+}
+static double wrap32(uint64_t v)
+{
+    uint32_t u = (uint32_t)v;
+    return u <= INT32_MAX ? (double)u : (double)u - 4294967296.0;
+}
+static double int_pow(double base, double exp_)
+{
+    int64_t b = (int64_t)base, e = (int64_t)exp_;
+    if (e < 0) return b == 1 ? 1.0 : b == -1 ? ((e & 1) ? -1.0 : 1.0) : 0.0;
+    uint64_t r = 1, sq = (uint64_t)b;
+    for (; e; e >>= 1, sq *= sq)
+        if (e & 1) r *= sq;
+    return wrap32(r);
+}
+static double ref_int_unary(ot_op op, double x)
+{
+    uint64_t v = (uint64_t)(int64_t)x;
+    switch (op) {
+    case OT_OP_NEG: return wrap32(0 - v);
+    case OT_OP_ABS: return wrap32(x < 0 ? 0 - v : v);
+    case OT_OP_SQR: return wrap32(v * v);
+    default: return ref_unary(op, x);
+    }
+}
+static double ref_int_binary(ot_op op, double a, double b)
+{
+    uint64_t u = (uint64_t)(int64_t)a, v = (uint64_t)(int64_t)b;
+    switch (op) {
+    case OT_OP_ADD: return wrap32(u + v);
+    case OT_OP_SUB: return wrap32(u - v);
+    case OT_OP_MUL: return wrap32(u * v);
+    case OT_OP_POW: return int_pow(a, b);
+    default: return ref_binary(op, a, b);
+    }
+}
+
+/* Whether long double has more precision than double at run time. Under
+ * valgrind it does not (x87 arithmetic is emulated in double), and the
+ * long double functions give wrong results there; the oracles then fall
+ * back to double and the f64 bounds get one more ULP for the oracle's own
+ * error. */
+static bool ld_ok(void)
+{
+    volatile long double one = 1, eps = LDBL_EPSILON;
+    return LDBL_MANT_DIG > DBL_MANT_DIG && one + eps != one;
+}
+
+/* The SLEEF ops in long double (or double, see ld_ok); kd says how tanh2's
+ * argument and safelog's constant are rounded. */
+#define LD(f, x) (ld ? f##l(x) : (long double)f((double)(x)))
+static long double ref_trans(ot_op op, int kd, long double x)
+{
+    bool ld = ld_ok();
+    switch (op) {
+    case OT_OP_EXP: return LD(exp, x);
+    case OT_OP_EXP2: return LD(exp2, x);
+    case OT_OP_LOG: return LD(log, x);
+    case OT_OP_LOG2: return LD(log2, x);
+    case OT_OP_SAFELOG: {
+        long double c = kround(kd, exp(-50.0));
+        return isnan(x) ? x : LD(log, x < c ? c : x);
+    }
+    /* 1 / (1 + e^-x), written so that e never overflows the oracle. */
+    case OT_OP_SIG: {
+        long double e = LD(exp, -fabsl(x));
+        return (x < 0 ? e : 1.0L) / (1.0L + e);
+    }
+    case OT_OP_SIG2: {
+        long double e = LD(exp2, -fabsl(x));
+        return (x < 0 ? e : 1.0L) / (1.0L + e);
+    }
+    case OT_OP_TANH: return LD(tanh, x);
+    case OT_OP_TANH2:
+        if (kd == OT_KD_F32) return LD(tanh, (float)x * (float)LN2);
+        return LD(tanh, (double)x * (double)LN2);
+    case OT_OP_SIN: return LD(sin, x);
+    case OT_OP_COS: return LD(cos, x);
+    default: return NAN;
+    }
+}
+static long double ref_pow(double a, double b)
+{
+    return ld_ok() ? powl(a, b) : (long double)pow(a, b);
+}
+
+static bool is_exact_unary(ot_op op)
+{
+    switch (op) {
+    case OT_OP_FINITE: case OT_OP_NEG: case OT_OP_ABS: case OT_OP_SGN: case OT_OP_SQRT:
+    case OT_OP_SQR: case OT_OP_RINT: case OT_OP_RSQRT: case OT_OP_RECIP: case OT_OP_RELU:
+        return true;
+    default: return false;
+    }
+}
+static bool i32_unary(ot_op op)
+{
+    switch (op) {
+    case OT_OP_FINITE: case OT_OP_NEG: case OT_OP_ABS: case OT_OP_SGN: case OT_OP_SQR:
+    case OT_OP_RELU: case OT_OP_RINT:
+        return true;
+    default: return false;
+    }
+}
+
+/* The ULP bound of a SLEEF op at accuracy acc (0 = u10, 1 = u35). */
+static double ulp_bound(ot_op op, int kd, int acc)
+{
+    double slack = kd == OT_KD_F64 && !ld_ok() ? 1.0 : 0.0;
+    if (op == OT_OP_SIG || op == OT_OP_SIG2) return slack + (acc ? 5.0 : 3.0);
+    if (op == OT_OP_EXP && acc) return slack + 1.0;    /* u10 in both slots */
+    if (acc) return slack + 4.0;
+    if (op == OT_OP_TANH || op == OT_OP_TANH2) return slack + 2.0;
+    return slack + 1.0;
+}
+
+/* The spacing of dtype kd's values around r, denormal spacing below the
+ * smallest normal. */
+static long double ulp_of(int kd, long double r)
+{
+    int p = kd == OT_KD_F32 ? FLT_MANT_DIG : DBL_MANT_DIG;
+    int emin = kd == OT_KD_F32 ? FLT_MIN_EXP : DBL_MIN_EXP;
+    int e = emin;
+    if (r != 0) frexpl(r, &e);
+    if (e < emin) e = emin;
+    return ldexpl(1.0L, e - p);
+}
+
+/* got's error against ref in ULPs of dtype kd. An infinity against a
+ * finite value of the same sign counts as the power of two past the
+ * largest finite value (so inf for a true value above it is fine). */
+static double ulp_err(int kd, double got, long double ref)
+{
+    if (isnan(ref) || isnan(got)) return isnan(ref) && isnan(got) ? 0.0 : INFINITY;
+    if (got == ref) return 0.0;
+    if (isinf(got) || isinf(ref)) {
+        long double fin = isinf(got) ? ref : (long double)got;
+        bool neg = isinf(got) ? got < 0 : ref < 0;
+        if (isinf(fin) || (fin < 0) != neg) return INFINITY;
+        long double maxf = kd == OT_KD_F32 ? FLT_MAX : DBL_MAX;
+        return (double)((maxf - fabsl(fin)) / ulp_of(kd, maxf) + 1.0L);
+    }
+    return (double)(fabsl((long double)got - ref) / ulp_of(kd, ref));
+}
+
+/* ---- checks with bounded output -------------------------------------------------------- */
+
+/* Reports the first 3 mismatches of one kernel, then one line for the rest. */
+typedef struct report { int left; } report;
+#define MISMATCH(rep, ...)                                                     \
+    do {                                                                       \
+        if ((rep)->left > 0)                                                   \
+            test__fail(__FILE__, __LINE__, __VA_ARGS__);                       \
+        else if ((rep)->left == 0)                                             \
+            test__fail(__FILE__, __LINE__, "(further mismatches not shown)");  \
+        (rep)->left--;                                                         \
+    } while (0)
+
+static bool verbose(void)
+{
+    const char *v = getenv("OT_KTEST_VERBOSE");
+    return v && *v && *v != '0';
+}
+
+/* ---- unary ------------------------------------------------------------------------------- */
+
+static void check_unary_table(const ot_kernels *k)
+{
+    static unsigned char in[3][NMAX * 8], want[3][NMAX * 8], got[NMAX * 8];
+    static long double tref[NMAX];
+    for (int kd = 0; kd < 3; kd++) fill(in[kd], kd, 11 + kd, -30, 30);
+    for (int op = 0; op < OT_OP_COUNT; op++) {
+        if (ot_op_kind((ot_op)op) != OT_KIND_UNARY) continue;
+        for (int kd = 0; kd < 3; kd++) {
+            bool exact = is_exact_unary((ot_op)op) || kd == OT_KD_I32;
+            bool exists = kd != OT_KD_I32 || i32_unary((ot_op)op);
+            for (int acc = 0; acc < 2; acc++) {
+                ot_k1 f = k->unary[acc][op][kd];
+                if (!exists) {
+                    CHECK(f == NULL);
+                    continue;
+                }
+                if (!f) {
+                    test__fail(__FILE__, __LINE__, "%s: no %s %s kernel", k->isa,
+                               ot_op_name((ot_op)op), kdname[kd]);
+                    continue;
+                }
+                if (exact && acc == 1) {
+                    CHECK(f == k->unary[0][op][kd]);
+                    continue;
+                }
+                for (size_t i = 0; i < NMAX; i++) {
+                    double x = kget(in[kd], kd, i);
+                    if (kd == OT_KD_I32)
+                        kset(want[kd], kd, i, ref_int_unary((ot_op)op, x));
+                    else if (exact)
+                        kset(want[kd], kd, i, kround(kd, ref_unary((ot_op)op, x)));
+                    else
+                        tref[i] = ref_trans((ot_op)op, kd, x);
+                }
+                double worst = 0, bound = exact ? 0 : ulp_bound((ot_op)op, kd, acc);
+                report rep = {3};
+                FOR_SIZES(n, off) {
+                    run1(f, kd, kd, in[kd], n, off, got);
+                    for (size_t i = 0; i < n; i++) {
+                        double x = kget(in[kd], kd, i);
+                        if (exact) {
+                            if (!ksame(got, want[kd], kd, i))
+                                MISMATCH(&rep, "%s %s %s(%.9g) = %.17g, want %.17g (n %zu, off %zu)",
+                                         k->isa, kdname[kd], ot_op_name((ot_op)op), x,
+                                         kget(got, kd, i), kget(want[kd], kd, i), n, off);
+                            continue;
+                        }
+                        double e = ulp_err(kd, kget(got, kd, i), tref[i]);
+                        if (e > worst) worst = e;
+                        if (!(e <= bound))
+                            MISMATCH(&rep, "%s %s %s u%d(%.9g) = %.17g, want %.17Lg: %g ULP > %g",
+                                     k->isa, kdname[kd], ot_op_name((ot_op)op), acc ? 35 : 10,
+                                     x, kget(got, kd, i), tref[i], e, bound);
+                    }
+                }
+                /* In place: dst is the operand. */
+                unsigned char *p = placed(in[kd], NMAX, 1, ksz(kd));
+                f(p + ksz(kd), p + ksz(kd), NMAX);
+                run1(f, kd, kd, in[kd], NMAX, 1, got);
+                CHECK(memcmp(p + ksz(kd), got, NMAX * ksz(kd)) == 0);
+                free(p);
+                if (verbose() && !exact)
+                    fprintf(stderr, "    %-6s %-8s %s u%d: max %.3f ULP\n", k->isa,
+                            ot_op_name((ot_op)op), kdname[kd], acc ? 35 : 10, worst);
+            }
+        }
+    }
+}
+
+/* ---- binary ------------------------------------------------------------------------------- */
+
+static const double fscalars[] = {0.0, -0.0, 1.0, -1.5, 2.0, 0.5, NAN, INFINITY, -INFINITY, 3.0};
+static const int32_t iscalars[] = {0, 1, -1, 2, 3, -7, INT32_MAX, INT32_MIN, 31, -2};
+
+static void check_binary_table(const ot_kernels *k)
+{
+    static unsigned char in_a[3][NMAX * 8], in_b[3][NMAX * 8], got[NMAX * 8];
+    for (int kd = 0; kd < 3; kd++) {
+        fill(in_a[kd], kd, 21 + kd, -8, 8);
+        fill(in_b[kd], kd, 31 + kd, -8, 8);
+        for (size_t i = 0; i < NMAX; i += 5)   /* equal pairs for the compares */
+            memcpy(in_b[kd] + i * ksz(kd), in_a[kd] + i * ksz(kd), ksz(kd));
+    }
+    for (int op = 0; op < OT_OP_COUNT; op++) {
+        if (ot_op_kind((ot_op)op) != OT_KIND_BINARY) continue;
+        for (int kd = 0; kd < 3; kd++) {
+            size_t sz = ksz(kd);
+            bool exists = !(kd == OT_KD_I32 && op == OT_OP_DIV);
+            bool ulp = op == OT_OP_POW && kd != OT_KD_I32;
+            double worst = 0;
+            for (int form = 0; form < 3; form++) {
+                ot_k2 f = k->binary[op][kd][form];
+                if (!exists) {
+                    CHECK(f == NULL);
+                    continue;
+                }
+                if (!f) {
+                    test__fail(__FILE__, __LINE__, "%s: no %s %s form %d kernel", k->isa,
+                               ot_op_name((ot_op)op), kdname[kd], form);
+                    continue;
+                }
+                report rep = {3};
+                /* Scalar operands: each value of a short list; vectors: the
+                 * master arrays. */
+                int nscal = form == OT_FORM_VV ? 1 : 10;
+                for (int s = 0; s < nscal; s++) {
+                    unsigned char sv[8];
+                    kset(sv, kd, 0, kd == OT_KD_I32 ? iscalars[s] : kround(kd, fscalars[s]));
+                    const void *ma = form == OT_FORM_SV ? (const void *)sv : in_a[kd];
+                    const void *mb = form == OT_FORM_VS ? (const void *)sv : in_b[kd];
+                    FOR_SIZES(n, off) {
+                        if (form != OT_FORM_VV && n > 9 && n != 33 && n != NMAX) continue;
+                        run2(f, kd, form, ma, mb, n, off, got);
+                        for (size_t i = 0; i < n; i++) {
+                            double a = kget(ma, kd, form == OT_FORM_SV ? 0 : i);
+                            double b = kget(mb, kd, form == OT_FORM_VS ? 0 : i);
+                            if (ulp) {
+                                double e = ulp_err(kd, kget(got, kd, i), ref_pow(a, b));
+                                if (e > worst) worst = e;
+                                if (!(e <= ulp_bound(OT_OP_EXP, kd, 0)))
+                                    MISMATCH(&rep, "%s %s pow(%.9g, %.9g) = %.17g: %g ULP",
+                                             k->isa, kdname[kd], a, b, kget(got, kd, i), e);
+                                continue;
+                            }
+                            unsigned char w[8];
+                            kset(w, kd, 0, kd == OT_KD_I32 ? ref_int_binary((ot_op)op, a, b)
+                                                         : kround(kd, ref_binary((ot_op)op, a, b)));
+                            if (!ksame(got + i * sz, w, kd, 0))
+                                MISMATCH(&rep, "%s %s %s(%.9g, %.9g) form %d = %.17g, want %.17g"
+                                         " (n %zu, off %zu)", k->isa, kdname[kd],
+                                         ot_op_name((ot_op)op), a, b, form, kget(got, kd, i),
+                                         kget(w, kd, 0), n, off);
+                        }
+                    }
+                }
+                /* In place on either operand (vector-vector form). */
+                if (form == OT_FORM_VV) {
+                    unsigned char *a = placed(in_a[kd], NMAX, 1, sz);
+                    unsigned char *b = placed(in_b[kd], NMAX, 1, sz);
+                    run2(f, kd, form, in_a[kd], in_b[kd], NMAX, 1, got);
+                    f(a + sz, a + sz, b + sz, NMAX);
+                    CHECK(memcmp(a + sz, got, NMAX * sz) == 0);
+                    memcpy(a + sz, in_a[kd], NMAX * sz);
+                    f(b + sz, a + sz, b + sz, NMAX);
+                    CHECK(memcmp(b + sz, got, NMAX * sz) == 0);
+                    free(a);
+                    free(b);
+                }
+            }
+            if (verbose() && ulp)
+                fprintf(stderr, "    %-6s pow      %s u10: max %.3f ULP\n", k->isa, kdname[kd],
+                        worst);
+        }
+    }
+}
+
+/* ---- fma ----------------------------------------------------------------------------------- */
+
+static void check_fma_table(const ot_kernels *k)
+{
+    static unsigned char in[3][2][NMAX * 8], got[NMAX * 8];
+    for (int kd = 0; kd < 2; kd++) {
+        for (int j = 0; j < 3; j++) fill(in[j][kd], kd, 41 + 3 * kd + j, -4, 4);
+        /* c = -(a*b) rounded: the fused result is the product's rounding error. */
+        for (size_t i = 0; i < NMAX; i += 3) {
+            double a = kget(in[0][kd], kd, i), b = kget(in[1][kd], kd, i);
+            kset(in[2][kd], kd, i, kd == OT_KD_F32 ? (double)-((float)a * (float)b) : -(a * b));
+        }
+    }
+    for (int kd = 0; kd < 2; kd++) {
+        for (int form = 0; form < 7; form++) {
+            ot_k3 f = k->fma[kd][form];
+            if (!f) {
+                test__fail(__FILE__, __LINE__, "%s: no fma %s form %d", k->isa, kdname[kd], form);
+                continue;
+            }
+            report rep = {3};
+            for (int s = 0; s < (form ? 4 : 1); s++) {
+                unsigned char sv[8];
+                kset(sv, kd, 0, kround(kd, fscalars[s * 2 + 1]));
+                const void *m[3];
+                for (int j = 0; j < 3; j++) m[j] = ((form >> j) & 1) ? sv : in[j][kd];
+                FOR_SIZES(n, off) {
+                    run3(f, kd, form, m, n, off, got);
+                    for (size_t i = 0; i < n; i++) {
+                        double v[3];
+                        for (int j = 0; j < 3; j++)
+                            v[j] = kget(m[j], kd, ((form >> j) & 1) ? 0 : i);
+                        unsigned char w[8];
+                        if (kd == OT_KD_F32)
+                            kset(w, kd, 0, fmaf((float)v[0], (float)v[1], (float)v[2]));
+                        else
+                            kset(w, kd, 0, fma(v[0], v[1], v[2]));
+                        if (!ksame(got + i * ksz(kd), w, kd, 0))
+                            MISMATCH(&rep, "%s fma %s form %d (%.9g, %.9g, %.9g) = %.17g, want %.17g",
+                                     k->isa, kdname[kd], form, v[0], v[1], v[2],
+                                     kget(got, kd, i), kget(w, kd, 0));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* ---- casts ---------------------------------------------------------------------------------- */
+
+static void check_cast_table(const ot_kernels *k)
+{
+    static unsigned char in[3][NMAX * 8], got[NMAX * 8], want[NMAX * 8];
+    for (int kd = 0; kd < 3; kd++) fill(in[kd], kd, 51 + kd, -3e9, 3e9);
+    for (int from = 0; from < 3; from++) {
+        for (int to = 0; to < 3; to++) {
+            ot_k1 f = k->cast[from][to];
+            if (!f) {
+                test__fail(__FILE__, __LINE__, "%s: no cast %s -> %s", k->isa, kdname[from],
+                           kdname[to]);
+                continue;
+            }
+            for (size_t i = 0; i < NMAX; i++)
+                kset(want, to, i, kround(to, kget(in[from], from, i)));
+            report rep = {3};
+            FOR_SIZES(n, off) {
+                run1(f, from, to, in[from], n, off, got);
+                for (size_t i = 0; i < n; i++)
+                    if (!ksame(got, want, to, i))
+                        MISMATCH(&rep, "%s cast %s -> %s of %.17g = %.17g, want %.17g (n %zu)",
+                                 k->isa, kdname[from], kdname[to], kget(in[from], from, i),
+                                 kget(got, to, i), kget(want, to, i), n);
+            }
+            if (ksz(from) == ksz(to)) {       /* in place */
+                unsigned char *p = placed(in[from], NMAX, 1, ksz(from));
+                f(p + ksz(from), p + ksz(from), NMAX);
+                for (size_t i = 0; i < NMAX; i++)
+                    if (!ksame(p + ksz(from), want, to, i))
+                        MISMATCH(&rep, "%s cast %s -> %s in place, elem %zu", k->isa,
+                                 kdname[from], kdname[to], i);
+                free(p);
+            }
+        }
+    }
+}
+
+/* ---- reductions ------------------------------------------------------------------------------ */
+
+/* ref.c's pick_line for max (want_max) or min; -inf / +inf when empty. */
+static double ref_pick(const void *p, int kd, size_t n, bool want_max)
+{
+    if (n == 0) return want_max ? -INFINITY : INFINITY;
+    size_t best = 0;
+    for (size_t k = 1; k < n && !isnan(kget(p, kd, best)); k++) {
+        double v = kget(p, kd, k), b = kget(p, kd, best);
+        if (isnan(v) || (want_max ? v > b : v < b)) best = k;
+    }
+    return kget(p, kd, best);
+}
+
+static bool same_double(double a, double b)
+{
+    return (isnan(a) && isnan(b)) || memcmp(&a, &b, sizeof a) == 0;
+}
+
+/* Checks sum, max, min and acc_sum of kd over data[0..n) at offsets 0..3. */
+static void check_reduce_data(const ot_kernels *k, int kd, const void *data, size_t n,
+                              report *rep)
+{
+    size_t sz = ksz(kd);
+    long double exact = 0, mag = 0;
+    for (size_t i = 0; i < n; i++) {
+        exact += kget(data, kd, i);
+        mag += fabsl((long double)kget(data, kd, i));
+    }
+    size_t m = n < 1024 ? n : 1024;
+    double eps = kd == OT_KD_F32 ? 0x1p-24 : 0x1p-53;
+    double bound = (double)(mag * (long double)(eps * (double)(m / 4 + 2) + 0x1p-50));
+    double s0 = 0, mx0 = 0, mn0 = 0;
+    for (size_t off = 0; off < 4; off++) {
+        unsigned char *p = placed(data, n, off, sz);
+        double s = k->sum[kd](p + off * sz, n);
+        double mx = k->max[kd](p + off * sz, n), mn = k->min[kd](p + off * sz, n);
+        if (off == 0) {
+            s0 = s, mx0 = mx, mn0 = mn;
+            bool finite = isfinite((double)exact) && isfinite((double)mag);
+            if (finite ? !(fabsl(s - exact) <= bound) : !same_double(s, (double)exact))
+                MISMATCH(rep, "%s sum %s n %zu = %.17g, want %.17Lg (bound %g)", k->isa,
+                         kdname[kd], n, s, exact, bound);
+            double wmx = ref_pick(data, kd, n, true), wmn = ref_pick(data, kd, n, false);
+            if (!same_double(mx, wmx))
+                MISMATCH(rep, "%s max %s n %zu = %.17g, want %.17g", k->isa, kdname[kd], n,
+                         mx, wmx);
+            if (!same_double(mn, wmn))
+                MISMATCH(rep, "%s min %s n %zu = %.17g, want %.17g", k->isa, kdname[kd], n,
+                         mn, wmn);
+        } else if (!same_double(s, s0) || !same_double(mx, mx0) || !same_double(mn, mn0)) {
+            MISMATCH(rep, "%s %s n %zu: reductions differ at offset %zu", k->isa, kdname[kd],
+                     n, off);
+        }
+        /* acc_sum into an accumulator at an odd offset. */
+        double *acc = malloc((n + 1) * sizeof *acc);
+        for (size_t i = 0; i <= n; i++) acc[i] = 0.25 * (double)i;
+        k->acc_sum[kd](acc + 1, p + off * sz, n);
+        CHECK(acc[0] == 0);
+        for (size_t i = 0; i < n; i++)
+            if (!same_double(acc[i + 1], 0.25 * (double)(i + 1) + kget(data, kd, i)))
+                MISMATCH(rep, "%s acc_sum %s n %zu elem %zu", k->isa, kdname[kd], n, i);
+        free(acc);
+        free(p);
+    }
+}
+
+static void check_reduce_table(const ot_kernels *k)
+{
+    static unsigned char buf[NMAX * 8];
+    for (int kd = 0; kd < 2; kd++) {
+        report rep = {3};
+        /* Moderate values, no specials. */
+        rng_state = 61 + kd;
+        for (size_t i = 0; i < NMAX; i++) kset(buf, kd, i, kround(kd, unif(-2, 3)));
+        for (size_t n = 0; n <= 33; n++) check_reduce_data(k, kd, buf, n, &rep);
+        check_reduce_data(k, kd, buf, NMAX, &rep);
+        /* All non-positive with zeros of both signs: max is a zero. */
+        for (size_t i = 0; i < NMAX; i++)
+            kset(buf, kd, i, i % 7 == 3 ? 0.0 : i % 7 == 5 ? -0.0 : -(double)(i % 5) - 1);
+        for (size_t n = 0; n <= 33; n += 3) check_reduce_data(k, kd, buf, n, &rep);
+        check_reduce_data(k, kd, buf, NMAX, &rep);
+        /* A NaN (of either sign) or an infinity at one position. */
+        const double odd[] = {NAN, -NAN, INFINITY, -INFINITY};
+        for (int j = 0; j < 4; j++) {
+            for (size_t pos = 0; pos < 40; pos += 13) {
+                rng_state = 71 + kd;
+                for (size_t i = 0; i < NMAX; i++) kset(buf, kd, i, kround(kd, unif(-2, 3)));
+                kset(buf, kd, pos, odd[j]);
+                check_reduce_data(k, kd, buf, pos + 1, &rep);
+                check_reduce_data(k, kd, buf, pos + 17, &rep);
+                check_reduce_data(k, kd, buf, NMAX, &rep);
+            }
+        }
+        /* inf - inf in the sum is NaN. */
+        kset(buf, kd, 2, INFINITY);
+        kset(buf, kd, 9, -INFINITY);
+        CHECK(isnan(k->sum[kd](buf, 20)));
+        /* Empty: sum 0, max -inf, min +inf. */
+        CHECK(k->sum[kd](buf, 0) == 0);
+        CHECK(k->max[kd](buf, 0) == -INFINITY);
+        CHECK(k->min[kd](buf, 0) == INFINITY);
+    }
+}
+
+/* The issue's accuracy bound in one tile call: f32 sum of 2^20 uniform
+ * [0, 1) values, relative error <= 1e-6 against the double sum. */
+static void check_sum_accuracy(const ot_kernels *k)
+{
+    size_t n = (size_t)1 << 20;
+    float *x = malloc(n * sizeof *x);
+    rng_state = 99;
+    double exact = 0;
+    for (size_t i = 0; i < n; i++) {
+        x[i] = (float)((rng() >> 40) * 0x1p-24);
+        exact += x[i];
+    }
+    double s = k->sum[OT_KD_F32](x, n);
+    CHECK(fabs(s - exact) <= 1e-6 * exact);
+    if (verbose())
+        fprintf(stderr, "    %-6s sum f32 of 2^20 uniform: rel err %.3g\n", k->isa,
+                fabs(s - exact) / exact);
+    /* Unaligned start: bitwise the same sum of the same values. */
+    float *y = malloc((n + 1) * sizeof *y);
+    memcpy(y + 1, x, n * sizeof *x);
+    double s1 = k->sum[OT_KD_F32](y + 1, n);
+    CHECK(same_double(s, s1));
+    free(x);
+    free(y);
+}
+
+/* ---- ULP sweeps over each function's domain ------------------------------------------ */
+
+/* A random value of dtype kd where op's interesting range lies. */
+static double sweep_value(ot_op op, int kd)
+{
+    bool f = kd == OT_KD_F32;
+    uint64_t r = rng();
+    double v;
+    switch (op) {
+    case OT_OP_EXP: v = f ? unif(-104, 89) : unif(-746, 710); break;
+    case OT_OP_EXP2: v = f ? unif(-150, 128) : unif(-1075, 1024); break;
+    case OT_OP_LOG: case OT_OP_LOG2: case OT_OP_SAFELOG:
+        v = f ? ldexp(unif(1, 2), (int)(r % 278) - 150) : ldexp(unif(1, 2), (int)(r % 2100) - 1075);
+        break;
+    case OT_OP_SIG: v = f ? unif(-110, 110) : unif(-760, 760); break;
+    case OT_OP_SIG2: v = f ? unif(-160, 160) : unif(-1100, 1100); break;
+    case OT_OP_TANH: case OT_OP_TANH2: v = unif(-20, 20); break;
+    default:    /* sin, cos: moderate, large and huge arguments */
+        v = r % 4 < 2 ? unif(-10, 10) : r % 4 == 2 ? unif(-1e4, 1e4)
+                                                   : ldexp(unif(-1, 1), (int)(r % (f ? 127 : 1000)));
+        break;
+    }
+    return kround(kd, v);
+}
+
+static void check_ulp_sweep(const ot_kernels *k)
+{
+    enum { NS = 4096 };
+    static unsigned char in[NS * 8], in2[NS * 8], got[NS * 8];
+    static long double want[NS];
+    for (int op = 0; op < OT_OP_COUNT; op++) {
+        if (ot_op_kind((ot_op)op) != OT_KIND_UNARY || is_exact_unary((ot_op)op)) continue;
+        for (int kd = 0; kd < 2; kd++) {
+            rng_state = 1000 + 10 * (uint64_t)op + (uint64_t)kd;
+            for (size_t i = 0; i < NS; i++) {
+                kset(in, kd, i, sweep_value((ot_op)op, kd));
+                want[i] = ref_trans((ot_op)op, kd, kget(in, kd, i));
+            }
+            for (int acc = 0; acc < 2; acc++) {
+                double bound = ulp_bound((ot_op)op, kd, acc), worst = 0;
+                report rep = {3};
+                k->unary[acc][op][kd](got, in, NS);
+                for (size_t i = 0; i < NS; i++) {
+                    double e = ulp_err(kd, kget(got, kd, i), want[i]);
+                    if (e > worst) worst = e;
+                    if (!(e <= bound))
+                        MISMATCH(&rep, "%s %s %s u%d(%.17g) = %.17g, want %.17Lg: %g ULP > %g",
+                                 k->isa, kdname[kd], ot_op_name((ot_op)op), acc ? 35 : 10,
+                                 kget(in, kd, i), kget(got, kd, i), want[i], e, bound);
+                }
+                if (verbose())
+                    fprintf(stderr, "    sweep %-6s %-8s %s u%d: max %.3f ULP\n", k->isa,
+                            ot_op_name((ot_op)op), kdname[kd], acc ? 35 : 10, worst);
+            }
+        }
+    }
+    /* pow: positive bases over a wide range with real exponents, negative
+     * bases with integral exponents. */
+    for (int kd = 0; kd < 2; kd++) {
+        rng_state = 2000 + (uint64_t)kd;
+        for (size_t i = 0; i < NS; i++) {
+            uint64_t r = rng();
+            double a = ldexp(unif(1, 2), (int)(r % 41) - 20), b = unif(-30, 30);
+            if (r & 0x10000) a = -a, b = nearbyint(b);
+            kset(in, kd, i, kround(kd, a));
+            kset(in2, kd, i, kround(kd, b));
+            want[i] = ref_pow(kget(in, kd, i), kget(in2, kd, i));
+        }
+        k->binary[OT_OP_POW][kd][OT_FORM_VV](got, in, in2, NS);
+        double bound = ulp_bound(OT_OP_EXP, kd, 0), worst = 0;
+        report rep = {3};
+        for (size_t i = 0; i < NS; i++) {
+            double e = ulp_err(kd, kget(got, kd, i), want[i]);
+            if (e > worst) worst = e;
+            if (!(e <= bound))
+                MISMATCH(&rep, "%s %s pow(%.17g, %.17g) = %.17g: %g ULP", k->isa, kdname[kd],
+                         kget(in, kd, i), kget(in2, kd, i), kget(got, kd, i), e);
+        }
+        if (verbose())
+            fprintf(stderr, "    sweep %-6s pow      %s u10: max %.3f ULP\n", k->isa, kdname[kd],
+                    worst);
+    }
+}
+
+/* ---- the cases --------------------------------------------------------------------------------- */
+
+/* Runs fn on every table this CPU has; the scalar table always exists. */
+static void each_table(void (*fn)(const ot_kernels *))
+{
+    int ran = 0;
+    for (int i = 0; i < NISA; i++) {
+        const ot_kernels *k = ot__kernels_for(isas[i]);
+        if (!k) continue;
+        CHECK_STR(k->isa, isas[i]);
+        fn(k);
+        ran++;
+    }
+    CHECK(ran >= 1);
+}
+
+TEST(kernels_unary) { each_table(check_unary_table); }
+TEST(kernels_ulp_sweep) { each_table(check_ulp_sweep); }
+TEST(kernels_binary) { each_table(check_binary_table); }
+TEST(kernels_fma) { each_table(check_fma_table); }
+TEST(kernels_cast) { each_table(check_cast_table); }
+TEST(kernels_reduce)
+{
+    each_table(check_reduce_table);
+    each_table(check_sum_accuracy);
+}
+
+/* Entries that must be NULL: non-unary ops in unary[], non-binary ops in
+ * binary[]. */
+static void check_table_shape(const ot_kernels *k)
+{
+    for (int op = 0; op < OT_OP_COUNT; op++) {
+        for (int kd = 0; kd < 3; kd++) {
+            if (ot_op_kind((ot_op)op) != OT_KIND_UNARY) {
+                CHECK(k->unary[0][op][kd] == NULL);
+                CHECK(k->unary[1][op][kd] == NULL);
+            }
+            if (ot_op_kind((ot_op)op) != OT_KIND_BINARY)
+                for (int form = 0; form < 3; form++) CHECK(k->binary[op][kd][form] == NULL);
+        }
+    }
+    for (int kd = 0; kd < 2; kd++) {
+        CHECK(k->sum[kd] && k->max[kd] && k->min[kd] && k->acc_sum[kd]);
+    }
+}
+TEST(kernels_table) { each_table(check_table_shape); }
+
+/* OT_ISA forces a table; an ISA this CPU lacks is OT_EUNSUPPORTED and an
+ * unknown name OT_EINVAL, both with NULL. */
+TEST(kernels_select)
+{
+    const char *old = getenv("OT_ISA");
+    char *saved = old ? strdup(old) : NULL;
+    unsetenv("OT_ISA");
+    const ot_kernels *best = ot__kernels_select();
+    CHECK(best != NULL);
+    if (best) {
+        /* The default prefers avx2, then avx512, sse2, scalar. */
+        const char *want = ot__kernels_for("avx2") ? "avx2"
+                           : ot__kernels_for("avx512") ? "avx512"
+                           : ot__kernels_for("sse2") ? "sse2" : "scalar";
+        CHECK_STR(best->isa, want);
+    }
+    for (int i = 0; i < NISA; i++) {
+        setenv("OT_ISA", isas[i], 1);
+        ot_clear_error();
+        const ot_kernels *k = ot__kernels_select();
+        const ot_kernels *have = ot__kernels_for(isas[i]);
+        CHECK(k == have);
+        if (k) {
+            CHECK_STR(k->isa, isas[i]);
+            CHECK_INT(ot_errcode(), OT_OK);
+        } else {
+            CHECK_ERR(OT_EUNSUPPORTED, "OT_ISA=", isas[i]);
+        }
+    }
+    CHECK(ot__kernels_for("scalar") != NULL);
+#if defined(__x86_64__) || defined(__i386__)
+    if (!__builtin_cpu_supports("avx512f")) {
+        setenv("OT_ISA", "avx512", 1);
+        CHECK(ot__kernels_select() == NULL);
+        CHECK_ERR(OT_EUNSUPPORTED, "OT_ISA=avx512 but this CPU lacks avx512f");
+    }
+#endif
+    setenv("OT_ISA", "bogus", 1);
+    CHECK(ot__kernels_select() == NULL);
+    CHECK_ERR(OT_EINVAL, "OT_ISA=bogus");
+    CHECK(ot__kernels_for("bogus") == NULL);
+    CHECK(ot__kernels_for(NULL) == NULL);
+    if (saved) {
+        setenv("OT_ISA", saved, 1);
+        free(saved);
+    } else {
+        unsetenv("OT_ISA");
+    }
+}

@@ -208,6 +208,6 @@ int ot_explain(ot_node *tree, FILE *f)
     if (rc) return rc;
     rc = ot__plan_explain(plan, f);
     ot__plan_release(plan);
-    ot__walk_free(walk);
+    ot__walk_done(be, walk);
     return rc;
 }

@@ -49,8 +49,18 @@ struct ot_walk {
     uint8_t *key;
     size_t klen, kcap;
     int *root;                 /* entry of each tree */
+    int rootcap, leafptrcap;
+    struct frame *frames;      /* the walk's explicit stack */
+    int framecap;
     uint64_t hash;
 };
+
+typedef struct frame {
+    const ot_node *n;
+    bool expanded;
+} frame;
+
+#define SPARE_KEY_MAX 65536   /* walks bigger than this are not kept */
 
 /* The entry of node n, or -1. */
 static int memo_get(const ot_walk *w, const ot_node *n)
@@ -180,13 +190,11 @@ static bool add_entry(ot_walk *w, const ot_node *n)
 /* Iterative post-order over one tree, operand a before b, each node once. */
 static bool walk_tree(ot_walk *w, const ot_node *root, int *root_entry)
 {
-    typedef struct frame { const ot_node *n; bool expanded; } frame;
-    frame *st = NULL;
-    int sn = 0, scap = 0;
-    bool ok = grow((void **)&st, &scap, 1, sizeof *st);
-    if (ok) st[sn++] = (frame){root, false};
+    int sn = 0;
+    bool ok = grow((void **)&w->frames, &w->framecap, 1, sizeof *w->frames);
+    if (ok) w->frames[sn++] = (frame){root, false};
     while (ok && sn > 0) {
-        frame *f = &st[sn - 1];
+        frame *f = &w->frames[sn - 1];
         if (memo_get(w, f->n) >= 0) {
             sn--;
             continue;
@@ -198,14 +206,10 @@ static bool walk_tree(ot_walk *w, const ot_node *root, int *root_entry)
         }
         f->expanded = true;
         const ot_node *a = f->n->a, *b = f->n->b;
-        if (!grow((void **)&st, &scap, sn + 2, sizeof *st)) {
-            ok = false;
-            break;
-        }
-        if (b) st[sn++] = (frame){b, false};
-        if (a) st[sn++] = (frame){a, false};
+        if (!grow((void **)&w->frames, &w->framecap, sn + 2, sizeof *w->frames)) return false;
+        if (b) w->frames[sn++] = (frame){b, false};
+        if (a) w->frames[sn++] = (frame){a, false};
     }
-    free(st);
     if (ok) *root_entry = memo_get(w, root);
     return ok;
 }
@@ -255,16 +259,38 @@ void ot__walk_free(ot_walk *w)
     free(w->param);
     free(w->key);
     free(w->root);
+    free(w->frames);
     free(w);
 }
 
-static ot_walk *walk_trees(int n, ot_tensor *const outs[], ot_node *const trees[])
+void ot__walk_done(ot_backend *be, ot_walk *w)
 {
-    ot_walk *w = calloc(1, sizeof *w);
-    bool ok = w && (w->root = calloc((size_t)n, sizeof *w->root));
+    ot_cpu *cpu = be->impl;
+    ot_walk *none = NULL;
+    if (!w) return;
+    if (w->kcap > SPARE_KEY_MAX || !atomic_compare_exchange_strong(&cpu->spare, &none, w))
+        ot__walk_free(w);
+}
+
+/* The backend's spare walk emptied for reuse, or a new one. */
+static ot_walk *walk_start(ot_cpu *cpu)
+{
+    ot_walk *w = atomic_exchange(&cpu->spare, NULL);
+    if (!w) return calloc(1, sizeof *w);
+    ot__ptrmap_free(&w->memo);
+    memset(&w->memo, 0, sizeof w->memo);
+    w->n = w->nleaf = w->nparam = 0;
+    w->klen = 0;
+    return w;
+}
+
+static ot_walk *walk_trees(ot_cpu *cpu, int n, ot_tensor *const outs[], ot_node *const trees[])
+{
+    ot_walk *w = walk_start(cpu);
+    bool ok = w && grow((void **)&w->root, &w->rootcap, n, sizeof *w->root);
     for (int i = 0; i < n && ok; i++) ok = walk_tree(w, trees[i], &w->root[i]);
     ok = ok && key_put(w, w->root, sizeof(int) * (size_t)n) && key_outputs(w, n, outs, trees);
-    ok = ok && (w->leafptr = malloc(sizeof(char *) * (size_t)(w->nleaf ? w->nleaf : 1)));
+    ok = ok && grow((void **)&w->leafptr, &w->leafptrcap, w->nleaf ? w->nleaf : 1, sizeof(char *));
     if (!ok) {
         ot__walk_free(w);
         return NULL;
@@ -1435,7 +1461,7 @@ int ot__plan_get(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const 
                  ot_plan **plan, ot_walk **walk, ot_binding *bind)
 {
     ot_cpu *cpu = be->impl;
-    ot_walk *w = walk_trees(n, outs, trees);
+    ot_walk *w = walk_trees(cpu, n, outs, trees);
     if (!w) return ot__err_set(OT_ENOMEM, NULL, 0, "assign", "out of memory walking the tree");
     pthread_mutex_lock(&cpu->cache->lock);
     ot_plan *p = cache_find(cpu->cache, w);
@@ -1445,7 +1471,7 @@ int ot__plan_get(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const 
     } else {
         p = compile(be, w, n, outs, trees);
         if (!p) {
-            ot__walk_free(w);
+            ot__walk_done(be, w);
             return ot__err_set(OT_ENOMEM, NULL, 0, "assign", "out of memory compiling the tree");
         }
         atomic_fetch_add(&be->stats.compiles, 1);

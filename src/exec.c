@@ -144,17 +144,37 @@ typedef struct scratch {
     char *mem;
     double *acc;
     int64_t *acc_index;
+    bool heap;
 } scratch;
 
-static bool scratch_new(scratch *s, const ot_kernel *k, int64_t tile)
+#define STACK_SCRATCH 8192   /* bytes of tile scratch kept on the stack */
+#define STACK_BUFS 16
+
+/* Small kernels (short rows, few buffers) use the caller's stack memory, so
+ * a small assignment allocates nothing here. */
+typedef struct scratch_stack {
+    void *ptr[2 * STACK_BUFS];
+    _Alignas(64) char mem[STACK_SCRATCH];
+} scratch_stack;
+
+static void scratch_free(scratch *s)
+{
+    if (!s->heap) return;
+    free(s->ptr);
+    free(s->mem);
+}
+
+static bool scratch_new(scratch *s, const ot_kernel *k, int64_t tile, scratch_stack *st)
 {
     int nb = k->nbuf ? k->nbuf : 1;
-    size_t per = (size_t)tile * 8 + 64;
-    s->ptr = calloc((size_t)nb * 2, sizeof *s->ptr);
-    s->mem = malloc(per * (size_t)nb + (size_t)tile * (sizeof(double) + sizeof(int64_t)) + 64);
+    size_t per = ((size_t)tile * 8 + 63) & ~(size_t)63;
+    size_t bytes = per * (size_t)nb + (size_t)tile * (sizeof(double) + sizeof(int64_t));
+    bool small = nb <= STACK_BUFS && bytes <= STACK_SCRATCH;
+    s->heap = !small;
+    s->ptr = small ? st->ptr : calloc((size_t)nb * 2, sizeof *s->ptr);
+    s->mem = small ? st->mem : malloc(bytes);
     if (!s->ptr || !s->mem) {
-        free(s->ptr);
-        free(s->mem);
+        scratch_free(s);
         return false;
     }
     s->own = s->ptr + nb;
@@ -162,12 +182,6 @@ static bool scratch_new(scratch *s, const ot_kernel *k, int64_t tile)
     s->acc = (double *)(s->mem + per * (size_t)nb);
     s->acc_index = (int64_t *)(s->acc + tile);
     return true;
-}
-
-static void scratch_free(scratch *s)
-{
-    free(s->ptr);
-    free(s->mem);
 }
 
 /* The element offset of a view at outer index o (over dims[0..nd-2]) and
@@ -280,7 +294,8 @@ static void ew_chunk(void *arg, int64_t chunk)
 {
     run_ctx *c = arg;
     scratch s;
-    if (!scratch_new(&s, c->k, c->tile)) {
+    scratch_stack st;
+    if (!scratch_new(&s, c->k, c->tile, &st)) {
         c->oom = true;
         return;
     }
@@ -380,7 +395,8 @@ static void row_chunk(void *arg, int64_t chunk)
 {
     run_ctx *c = arg;
     scratch s;
-    if (!scratch_new(&s, c->k, c->tile)) {
+    scratch_stack st;
+    if (!scratch_new(&s, c->k, c->tile, &st)) {
         c->oom = true;
         return;
     }
@@ -400,7 +416,8 @@ static void all_chunk(void *arg, int64_t chunk)
 {
     run_ctx *c = arg;
     scratch s;
-    if (!scratch_new(&s, c->k, c->tile)) {
+    scratch_stack st;
+    if (!scratch_new(&s, c->k, c->tile, &st)) {
         c->oom = true;
         return;
     }
@@ -424,7 +441,8 @@ static void column_chunk(void *arg, int64_t chunk)
     run_ctx *c = arg;
     const ot_kernel *k = c->k;
     scratch s;
-    if (!scratch_new(&s, k, c->tile)) {
+    scratch_stack st;
+    if (!scratch_new(&s, k, c->tile, &st)) {
         c->oom = true;
         return;
     }
@@ -648,7 +666,8 @@ static int run_kernel(ot_backend *be, const ot_plan *p, const ot_binding *bind, 
     case OT_KER_ONEHOT: run_onehot(k, bases[0], dst); return 0;
     default: break;
     }
-    char **base = malloc(sizeof *base * (size_t)(k->nload ? k->nload : 1));
+    char *stack_base[16];
+    char **base = k->nload <= 16 ? stack_base : malloc(sizeof *base * (size_t)k->nload);
     if (!base) return OT_ENOMEM;
     for (int i = 0; i < k->nload; i++) base[i] = view_base(p, bind, arena, &k->loads[i]);
     run_ctx c = {.k = k, .kt = cpu->k, .acc = be->opts.accuracy == OT_ULP35, .base = base,
@@ -657,7 +676,7 @@ static int run_kernel(ot_backend *be, const ot_plan *p, const ot_binding *bind, 
     int rc = k->kind == OT_KER_EW ? run_ew(cpu->threads, &c) : run_reduce(cpu->threads, &c);
     free(c.partial);
     free(c.partial_index);
-    free(base);
+    if (base != stack_base) free(base);
     return rc;
 }
 
@@ -687,7 +706,7 @@ static int cpu_assign_many(ot_backend *be, int n, ot_tensor *const outs[], ot_no
     if (rc) return rc;
     rc = ot__plan_run(be, plan, &bind);
     ot__plan_release(plan);
-    ot__walk_free(walk);
+    ot__walk_done(be, walk);
     if (rc == 0) atomic_fetch_add(&be->stats.assigns, 1);
     return rc;
 }
@@ -698,6 +717,7 @@ static void cpu_destroy(ot_backend *be)
     if (!cpu) return;
     threads_free(cpu->threads);
     ot__plan_cache_free(cpu->cache);
+    ot__walk_free(atomic_load(&cpu->spare));
     free(cpu);
 }
 

@@ -347,10 +347,12 @@ typedef struct ot_binding {
 
 /* compile.c: the plan for n trees into n outputs (NULL outputs: fresh
  * contiguous tensors, as for ot_eval/ot_explain), through the backend's plan
- * cache. Fills *bind (arrays owned by *scratch, freed with ot__walk_free). */
+ * cache. Fills *bind (arrays owned by *walk, handed back with ot__walk_done). */
 typedef struct ot_walk ot_walk;
 int ot__plan_get(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[],
                  ot_plan **plan, ot_walk **walk, ot_binding *bind);
+/* Hands a walk back: kept for the backend's next call, or freed. */
+void ot__walk_done(ot_backend *be, ot_walk *w);
 void ot__walk_free(ot_walk *w);
 /* Drops a reference; the last one frees the plan. */
 void ot__plan_release(ot_plan *p);
@@ -365,6 +367,8 @@ typedef struct ot_cpu {
     const ot_kernels *k;
     ot_plan_cache *cache;           /* compile.c */
     ot_threads *threads;            /* exec.c */
+    _Atomic(ot_walk *) spare;       /* a finished walk whose arrays the next
+                                       call reuses (saves its allocations) */
 } ot_cpu;
 ot_plan_cache *ot__plan_cache_new(int capacity);
 void ot__plan_cache_free(ot_plan_cache *c);

@@ -584,7 +584,7 @@ ot_tensor *ot_eval(ot_node *tree);
 /* Prints how the backend of the tree's first leaf would run ot_eval(tree):
  * for the cpu backend its kernels, the nodes each one fuses, temporaries,
  * and the bytes read and written; for the ref backend, one line per node. */
-int ot_explain(ot_node *tree, FILE *f);
+int ot_explain(const ot_node *tree, FILE *f);
 
 #ifdef __cplusplus
 }

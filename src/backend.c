@@ -183,7 +183,7 @@ ot_tensor *ot_eval(ot_node *tree)
     return t;
 }
 
-int ot_explain(ot_node *tree, FILE *f)
+int ot_explain(const ot_node *tree, FILE *f)
 {
     if (!tree) return ot__err_null("explain", "tree");
     if (!f) return ot__err_set(OT_ENULL, NULL, 0, "explain", "FILE is NULL");
@@ -204,7 +204,8 @@ int ot_explain(ot_node *tree, FILE *f)
     ot_plan *plan;
     ot_walk *walk;
     ot_binding bind;
-    int rc = ot__plan_get(be, 1, NULL, &tree, &plan, &walk, &bind);
+    ot_node *root = (ot_node *)tree;   /* plans only read the tree */
+    int rc = ot__plan_get(be, 1, NULL, &root, &plan, &walk, &bind);
     if (rc) return rc;
     rc = ot__plan_explain(plan, f);
     ot__plan_release(plan);

@@ -31,6 +31,7 @@ typedef struct ent {
     uint8_t dtype;
     int32_t a, b;              /* operand entries, -1 when absent */
     int32_t slot;              /* leaf slot or param index */
+    bool one;                  /* a constant equal to 1 */
     const ot_node *node;
 } ent;
 
@@ -166,7 +167,7 @@ static bool add_entry(ot_walk *w, const ot_node *n)
 {
     if (!grow((void **)&w->e, &w->cap, w->n + 1, sizeof *w->e)) return false;
     ent *e = &w->e[w->n];
-    *e = (ent){n->kind, n->op, n->dtype, -1, -1, -1, n};
+    *e = (ent){n->kind, n->op, n->dtype, -1, -1, -1, false, n};
     uint8_t head[3] = {n->kind, (uint8_t)n->op, n->dtype};
     bool ok = KEY(w, head);
     if (n->kind == OT_NODE_LEAF) {
@@ -177,6 +178,10 @@ static bool add_entry(ot_walk *w, const ot_node *n)
             return false;
         e->slot = w->nparam;
         w->param[w->nparam++] = n->value;
+        /* Whether the value is 1 is structure, not data: patterns such as
+         * 1/(1 + exp(-x)) depend on it. */
+        e->one = n->value == 1.0;
+        ok = ok && KEY(w, e->one);
     } else {
         e->a = n->a ? memo_get(w, n->a) : -1;
         e->b = n->b ? memo_get(w, n->b) : -1;
@@ -719,6 +724,7 @@ static bool is_mul_for_fma(const prog *g, int e, uint8_t kd)
 static int operand_value(prog *g, int e, uint8_t kd) { return cast_to(g, g->val[e], kd); }
 
 static int fma_mul_of(const prog *g, int e);
+static int sigmoid_of(const prog *g, int e, int fold[3]);
 static bool coalesce(ot_kernel *k, int *pinned);
 
 static int emit_op(prog *g, int e)
@@ -732,6 +738,13 @@ static int emit_op(prog *g, int e)
         ot_insn in = {.code = OT_I_CAST, .kd_from = g->v[va].kd, .a = (int16_t)va, .b = -1, .c = -1,
                       .scalar = g->v[va].scalar ? 1 : 0};
         return emit(g, in, kd, g->v[va].scalar);
+    }
+    int fold[3], arg = sigmoid_of(g, e, fold);
+    if (arg >= 0) {
+        int vx = use(g, operand_value(g, arg, kd));
+        ot_insn in = {.code = OT_I_UNARY, .op = OT_OP_SIG, .a = (int16_t)vx, .b = -1, .c = -1,
+                      .scalar = g->v[vx].scalar ? 1 : 0};
+        return emit(g, in, kd, g->v[vx].scalar);
     }
     if (b < 0) {
         int va = use(g, operand_value(g, a, kd));
@@ -839,13 +852,53 @@ static int fma_mul_of(const prog *g, int e)
     return -1;
 }
 
-static void mark_fma_muls(prog *g, int root, bool root_computed)
+/* An op entry of this region that only e reads, so e may absorb it. */
+static bool absorbable(const prog *g, int e, int op)
+{
+    const compiler *c = g->c;
+    return e >= 0 && is_op(c, e) && c->w->e[e].op == op && !c->ci[e].mat &&
+           c->ci[e].uses == 1 && g->stamp[e] == g->id;
+}
+
+static bool is_one(const compiler *c, int e)
+{
+    return e >= 0 && c->w->e[e].kind == OT_NODE_CONST && c->w->e[e].one;
+}
+
+/* 1 / (1 + exp(-x)) is sig(x), computed in one pass by the sig kernel (and
+ * more accurately, without the overflow of exp for large -x). Returns x, and
+ * the entries folded in through fold[0..2]. */
+static int sigmoid_of(const prog *g, int e, int fold[3])
+{
+    const compiler *c = g->c;
+    if (!is_op(c, e) || c->w->e[e].op != OT_OP_DIV || !is_one(c, canon_operand(c, e, 0)))
+        return -1;
+    int add = canon_operand(c, e, 1);
+    if (!absorbable(g, add, OT_OP_ADD)) return -1;
+    int ex = canon_operand(c, add, 1);
+    if (!is_one(c, canon_operand(c, add, 0))) {
+        if (!is_one(c, ex)) return -1;
+        ex = canon_operand(c, add, 0);
+    }
+    int neg = canon_operand(c, ex, 0);
+    if (!absorbable(g, ex, OT_OP_EXP) || !absorbable(g, neg, OT_OP_NEG)) return -1;
+    int x = canon_operand(c, neg, 0);
+    if (c->w->e[x].dtype != c->w->e[e].dtype) return -1;
+    fold[0] = add;
+    fold[1] = ex;
+    fold[2] = neg;
+    return x;
+}
+
+static void mark_fused(prog *g, int root, bool root_computed)
 {
     for (int r = 0; r < g->nregion; r++) {
         int e = g->region[r];
         if (g->c->ci[e].canon != e || region_input(g->c, e, root, root_computed)) continue;
-        int m = fma_mul_of(g, e);
+        int m = fma_mul_of(g, e), fold[3];
         if (m >= 0) g->fused[m] = g->id;
+        if (sigmoid_of(g, e, fold) >= 0)
+            for (int k = 0; k < 3; k++) g->fused[fold[k]] = g->id;
     }
 }
 
@@ -868,7 +921,7 @@ static int emit_region(prog *g, int root, bool root_computed, int *pinned)
         c->oom = true;
         return -1;
     }
-    mark_fma_muls(g, root, root_computed);
+    mark_fused(g, root, root_computed);
     for (int r = 0; r < g->nregion && !c->oom; r++) {
         int e = g->region[r];
         if (c->ci[e].canon != e || g->fused[e] == g->id) continue;

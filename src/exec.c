@@ -271,18 +271,26 @@ static void run_program(const run_ctx *c, scratch *s, int64_t o, int64_t j, int6
 
 /* ---- elementwise kernels -------------------------------------------------- */
 
+/* The outer index, inner start and length of tile t. */
+static void tile_at(const run_ctx *c, int64_t t, int64_t *o, int64_t *j, int64_t *n)
+{
+    int64_t jt;
+    if (c->k->col_blocked) {
+        jt = t / c->nouter;
+        *o = t % c->nouter;
+    } else {
+        *o = t / c->tiles_per_row;
+        jt = t % c->tiles_per_row;
+    }
+    *j = jt * c->tile;
+    *n = c->inner - *j < c->tile ? c->inner - *j : c->tile;
+}
+
 static void ew_tile(const run_ctx *c, scratch *s, int64_t t)
 {
     const ot_kernel *k = c->k;
-    int64_t o, jt;
-    if (k->col_blocked) {
-        jt = t / c->nouter;
-        o = t % c->nouter;
-    } else {
-        o = t / c->tiles_per_row;
-        jt = t % c->tiles_per_row;
-    }
-    int64_t j = jt * c->tile, n = c->inner - j < c->tile ? c->inner - j : c->tile;
+    int64_t o, j, n;
+    tile_at(c, t, &o, &j, &n);
     size_t es = ot_dtype_size((ot_dtype)k->store.dtype);
     char *dst = c->store + view_offset(k, &k->store, o, j) * (int64_t)es;
     run_program(c, s, o, j, n, k->direct_store ? dst : NULL);

@@ -2498,3 +2498,32 @@ TEST(cpu_isa_env)
     ot_backend_free(be);
     ot_clear_error();
 }
+
+/* 1/(1 + exp(-x)) runs as one sig instruction; the same shape of tree with
+ * another numerator must neither fold nor hit that plan in the cache. */
+TEST(cpu_sigmoid_pattern)
+{
+    ot_backend *cpu = ot_backend_new("cpu", &(ot_backend_opts){.threads = 1});
+    ot_backend *ref = ot_backend_new("ref", NULL);
+    float xs[5] = {-100.0f, -2.0f, 0.0f, 3.0f, 90.0f};
+    ot_tensor *xc = ot_array(cpu, OT_SHAPE(5), OT_F32, xs), *xr = ot_array(ref, OT_SHAPE(5), OT_F32, xs);
+    ot_pool *p = ot_pool_push();
+    char *plan = test__capture(ot_explain, ot_div(1.0f, ot_add(1.0f, ot_exp(ot_neg(xc)))));
+    CHECK(plan && strstr(plan, ": sig <-") != NULL);
+    free(plan);
+    for (int num = 1; num <= 2; num++) {
+        ot_tensor *yc = ot_eval(ot_div((float)num, ot_add(1.0f, ot_exp(ot_neg(xc)))));
+        ot_tensor *yr = ot_eval(ot_div((float)num, ot_add(1.0f, ot_exp(ot_neg(xr)))));
+        float c[5], r[5];
+        ot_get(yc, c);
+        ot_get(yr, r);
+        for (int i = 0; i < 5; i++) CHECK_NEAR(c[i], r[i], 4e-7);
+        ot_tensor_free(yc);
+        ot_tensor_free(yr);
+    }
+    ot_pool_pop(p);
+    ot_tensor_free(xc);
+    ot_tensor_free(xr);
+    ot_backend_free(cpu);
+    ot_backend_free(ref);
+}

@@ -22,7 +22,8 @@
 
 /* ---- the thread pool ------------------------------------------------------ */
 
-typedef void (*chunk_fn)(void *ctx, int64_t chunk);
+/* Runs chunks [first, last); scratch is set up once per call. */
+typedef void (*chunk_fn)(void *ctx, int64_t first, int64_t last);
 
 struct ot_threads {
     int n;                     /* workers, besides the calling thread */
@@ -40,7 +41,7 @@ struct ot_threads {
 
 static void run_chunks(ot_threads *t)
 {
-    for (int64_t c; (c = atomic_fetch_add(&t->next, 1)) < t->nchunks;) t->fn(t->ctx, c);
+    for (int64_t c; (c = atomic_fetch_add(&t->next, 1)) < t->nchunks;) t->fn(t->ctx, c, c + 1);
 }
 
 static void *worker(void *arg)
@@ -102,7 +103,7 @@ static ot_threads *threads_new(int workers)
 static void parallel(ot_threads *t, int64_t n, int64_t elements, chunk_fn fn, void *ctx)
 {
     if (!t || t->n == 0 || n < 2 || elements < PARALLEL_MIN || pthread_mutex_trylock(&t->run)) {
-        for (int64_t c = 0; c < n; c++) fn(ctx, c);
+        if (n > 0) fn(ctx, 0, n);
         return;
     }
     pthread_mutex_lock(&t->mu);
@@ -298,7 +299,7 @@ static void ew_tile(const run_ctx *c, scratch *s, int64_t t)
         scatter(dst, s->ptr[k->result], inner_stride(k, &k->store), n, es, k->result_scalar);
 }
 
-static void ew_chunk(void *arg, int64_t chunk)
+static void ew_chunk(void *arg, int64_t first, int64_t last)
 {
     run_ctx *c = arg;
     scratch s;
@@ -308,7 +309,7 @@ static void ew_chunk(void *arg, int64_t chunk)
         return;
     }
     int64_t total = c->nouter * c->tiles_per_row;
-    for (int64_t t = chunk * TILES_PER_CHUNK; t < total && t < (chunk + 1) * TILES_PER_CHUNK; t++)
+    for (int64_t t = first * TILES_PER_CHUNK; t < total && t < last * TILES_PER_CHUNK; t++)
         ew_tile(c, &s, t);
     scratch_free(&s);
 }
@@ -399,7 +400,7 @@ static void reduce_tile(const run_ctx *c, scratch *s, racc *a, int64_t o, int64_
 }
 
 /* The innermost dim is reduced: each row is one result. */
-static void row_chunk(void *arg, int64_t chunk)
+static void row_chunk(void *arg, int64_t first, int64_t last)
 {
     run_ctx *c = arg;
     scratch s;
@@ -409,7 +410,7 @@ static void row_chunk(void *arg, int64_t chunk)
         return;
     }
     size_t es = ot_dtype_size((ot_dtype)c->k->store.dtype);
-    for (int64_t o = chunk * ROWS_PER_CHUNK; o < c->nouter && o < (chunk + 1) * ROWS_PER_CHUNK; o++) {
+    for (int64_t o = first * ROWS_PER_CHUNK; o < c->nouter && o < last * ROWS_PER_CHUNK; o++) {
         racc a = racc_identity(c->k->red_op);
         for (int64_t j = 0; j < c->inner; j += c->tile)
             reduce_tile(c, &s, &a, o, j, c->inner - j < c->tile ? c->inner - j : c->tile, j);
@@ -420,7 +421,7 @@ static void row_chunk(void *arg, int64_t chunk)
 
 /* Everything is reduced: fixed chunks of tiles give partials combined in
  * chunk order. */
-static void all_chunk(void *arg, int64_t chunk)
+static void all_chunk(void *arg, int64_t first, int64_t last)
 {
     run_ctx *c = arg;
     scratch s;
@@ -429,22 +430,25 @@ static void all_chunk(void *arg, int64_t chunk)
         c->oom = true;
         return;
     }
-    racc a = racc_identity(c->k->red_op);
     int64_t total = c->nouter * c->tiles_per_row;
-    for (int64_t t = chunk * TILES_PER_CHUNK; t < total && t < (chunk + 1) * TILES_PER_CHUNK; t++) {
-        int64_t o = t / c->tiles_per_row, j = (t % c->tiles_per_row) * c->tile;
-        reduce_tile(c, &s, &a, o, j, c->inner - j < c->tile ? c->inner - j : c->tile, o * c->inner + j);
+    for (int64_t chunk = first; chunk < last; chunk++) {
+        racc a = racc_identity(c->k->red_op);
+        for (int64_t t = chunk * TILES_PER_CHUNK; t < total && t < (chunk + 1) * TILES_PER_CHUNK; t++) {
+            int64_t o = t / c->tiles_per_row, j = (t % c->tiles_per_row) * c->tile;
+            reduce_tile(c, &s, &a, o, j, c->inner - j < c->tile ? c->inner - j : c->tile,
+                        o * c->inner + j);
+        }
+        c->partial[chunk * 2] = a.v;
+        c->partial[chunk * 2 + 1] = (double)a.isum;
+        c->partial_index[chunk] = a.index;
     }
-    c->partial[chunk * 2] = a.v;
-    c->partial[chunk * 2 + 1] = (double)a.isum;
-    c->partial_index[chunk] = a.index;
     scratch_free(&s);
 }
 
 /* A dim other than the innermost is reduced: a tile of accumulators walks
  * down the reduced dim. Outer index o counts the dims other than the
  * reduced and the innermost one. */
-static void column_chunk(void *arg, int64_t chunk)
+static void column_chunk(void *arg, int64_t first, int64_t last)
 {
     run_ctx *c = arg;
     const ot_kernel *k = c->k;
@@ -458,7 +462,7 @@ static void column_chunk(void *arg, int64_t chunk)
     int64_t red = k->dims[ax], total = c->rest * c->tiles_per_row;
     size_t es = ot_dtype_size((ot_dtype)k->store.dtype);
     racc *acc = malloc(sizeof *acc * (size_t)c->tile);
-    for (int64_t t = chunk * TILES_PER_CHUNK; acc && t < total && t < (chunk + 1) * TILES_PER_CHUNK; t++) {
+    for (int64_t t = first * TILES_PER_CHUNK; acc && t < total && t < last * TILES_PER_CHUNK; t++) {
         int64_t q = t / c->tiles_per_row, j = (t % c->tiles_per_row) * c->tile;
         int64_t n = c->inner - j < c->tile ? c->inner - j : c->tile;
         /* Outer index with the reduced dim's position at 0: split q around it. */

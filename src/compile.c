@@ -525,6 +525,18 @@ static void count_uses(compiler *c)
     for (int r = 0; r < c->nout; r++) c->ci[c->ci[c->w->root[r]].canon].uses++;
 }
 
+static bool is_costly(int op)
+{
+    switch (op) {
+    case OT_OP_EXP: case OT_OP_EXP2: case OT_OP_LOG: case OT_OP_LOG2: case OT_OP_SAFELOG:
+    case OT_OP_SIG: case OT_OP_SIG2: case OT_OP_TANH: case OT_OP_TANH2: case OT_OP_SIN:
+    case OT_OP_COS: case OT_OP_POW:
+        return true;
+    default:
+        return false;
+    }
+}
+
 /* Decides which op entries get their own kernel and storage. */
 static void choose_materialised(compiler *c)
 {
@@ -540,6 +552,12 @@ static void choose_materialised(compiler *c)
                 int o = canon_operand(c, i, k);
                 if (o >= 0 && is_op(c, o) && kind_of(c, o) != OT_KIND_SHAPE) c->ci[o].mat = true;
             }
+        /* A costly value that a reduction and other work both read (softmax's
+         * exp(x - max)) is stored once rather than computed in each kernel. */
+        if (kind == OT_KIND_REDUCE && c->fused) {
+            int o = canon_operand(c, i, 0);
+            if (is_ew(c, o) && c->ci[o].uses >= 2 && is_costly(c->w->e[o].op)) c->ci[o].mat = true;
+        }
         if (!is_ew(c, i)) continue;
         /* Sethi-Ullman style estimates bound a region's live buffers and
          * size; past the bound the node is cut into its own kernel. */
@@ -1355,6 +1373,7 @@ void ot__plan_release(ot_plan *p)
     }
     free(p->kernels);
     free(p->temp_offset);
+    free(atomic_load(&p->arena));
     free(p);
 }
 

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #define TILE 1024              /* elements per tile (row-major walks) */
-#define TILE_COLUMN 64         /* elements per tile (column-block walks) */
+#define TILE_COLUMN 256         /* elements per tile (column-block walks) */
 #define TILES_PER_CHUNK 16
 #define ROWS_PER_CHUNK 4
 #define PARALLEL_MIN 32768     /* elements below which a kernel runs serially */
@@ -236,7 +236,7 @@ static void run_program(const run_ctx *c, scratch *s, int64_t o, int64_t j, int6
         switch (in->code) {
         case OT_I_LOAD: {
             const ot_view *v = &k->loads[in->arg];
-            size_t es = ot_dtype_size((ot_dtype)v->dtype);
+            size_t es = ot__esize((ot_dtype)v->dtype);
             char *p = c->base[in->arg] + view_offset(k, v, o, j) * (int64_t)es;
             int64_t st = inner_stride(k, v);
             if (scalar || st == 1) {
@@ -292,7 +292,7 @@ static void ew_tile(const run_ctx *c, scratch *s, int64_t t)
     const ot_kernel *k = c->k;
     int64_t o, j, n;
     tile_at(c, t, &o, &j, &n);
-    size_t es = ot_dtype_size((ot_dtype)k->store.dtype);
+    size_t es = ot__esize((ot_dtype)k->store.dtype);
     char *dst = c->store + view_offset(k, &k->store, o, j) * (int64_t)es;
     run_program(c, s, o, j, n, k->direct_store ? dst : NULL);
     if (!k->direct_store)
@@ -372,7 +372,7 @@ static void racc_tile(const run_ctx *c, racc *a, const void *vals, bool scalar, 
         racc_fold(a, op, x, i0);
         return;
     }
-    size_t es = ot_dtype_size(ot__kd_dtype(kd));
+    size_t es = ot__esize(ot__kd_dtype(kd));
     for (int64_t i = 0; i < n; i++)
         racc_fold(a, op, ot__load((const char *)vals + (scalar ? 0 : i * (int64_t)es), ot__kd_dtype(kd)),
                   i0 + i);
@@ -409,7 +409,7 @@ static void row_chunk(void *arg, int64_t first, int64_t last)
         c->oom = true;
         return;
     }
-    size_t es = ot_dtype_size((ot_dtype)c->k->store.dtype);
+    size_t es = ot__esize((ot_dtype)c->k->store.dtype);
     for (int64_t o = first * ROWS_PER_CHUNK; o < c->nouter && o < last * ROWS_PER_CHUNK; o++) {
         racc a = racc_identity(c->k->red_op);
         for (int64_t j = 0; j < c->inner; j += c->tile)
@@ -460,7 +460,7 @@ static void column_chunk(void *arg, int64_t first, int64_t last)
     }
     int ax = k->red_axis;
     int64_t red = k->dims[ax], total = c->rest * c->tiles_per_row;
-    size_t es = ot_dtype_size((ot_dtype)k->store.dtype);
+    size_t es = ot__esize((ot_dtype)k->store.dtype);
     racc *acc = malloc(sizeof *acc * (size_t)c->tile);
     for (int64_t t = first * TILES_PER_CHUNK; acc && t < total && t < last * TILES_PER_CHUNK; t++) {
         int64_t q = t / c->tiles_per_row, j = (t % c->tiles_per_row) * c->tile;
@@ -473,7 +473,7 @@ static void column_chunk(void *arg, int64_t first, int64_t last)
         for (int64_t r = 0; r < red; r++) {
             int64_t o = (hi * red + r) * after + lo;
             run_program(c, &s, o, j, n, NULL);
-            size_t ves = k->result_scalar ? 0 : ot_dtype_size(ot__kd_dtype(k->result_kd));
+            size_t ves = k->result_scalar ? 0 : ot__esize(ot__kd_dtype(k->result_kd));
             for (int64_t i = 0; i < n; i++)
                 racc_tile(c, &acc[i], (const char *)s.ptr[k->result] + i * (int64_t)ves, true, 1, r);
         }
@@ -564,7 +564,7 @@ static bool blas_layout(int64_t rows, int64_t cols, const int64_t *st, bool *tra
 static void *pack(const char *src, ot_dtype from, int64_t rows, int64_t cols, const int64_t *st,
                   ot_dtype dt)
 {
-    size_t es = ot_dtype_size(dt), fs = ot_dtype_size(from), bytes;
+    size_t es = ot__esize(dt), fs = ot__esize(from), bytes;
     if (!ot__mul_size(&bytes, (size_t)(rows * cols), es)) return NULL;
     char *dst = malloc(bytes ? bytes : 1);
     if (!dst) return NULL;
@@ -597,7 +597,7 @@ static bool blas_operand(operand *o, const char *base, const ot_view *v, int64_t
 static int run_dot(ot_backend *be, const ot_kernel *k, char *const base[2], char *dst)
 {
     ot_dtype dt = (ot_dtype)k->store.dtype;
-    size_t es = ot_dtype_size(dt);
+    size_t es = ot__esize(dt);
     if (k->m == 0 || k->n == 0) return 0;
     if (k->k == 0) {
         memset(dst, 0, (size_t)(k->m * k->n) * es);
@@ -629,7 +629,7 @@ static int run_dot(ot_backend *be, const ot_kernel *k, char *const base[2], char
 static void run_rand(const ot_backend *be, const ot_kernel *k, char *dst)
 {
     ot_dtype dt = (ot_dtype)k->store.dtype;
-    size_t es = ot_dtype_size(dt);
+    size_t es = ot__esize(dt);
     int64_t n = ot__numel(&k->shape);
     for (int64_t i = 0; i < n; i++)
         ot__store(dst + i * (int64_t)es, dt, ot__rand_uniform(be->opts.seed, k->seed, (uint64_t)i, dt));
@@ -640,7 +640,7 @@ static void run_rand(const ot_backend *be, const ot_kernel *k, char *dst)
 static void run_onehot(const ot_kernel *k, const char *src, char *dst)
 {
     ot_dtype dt = (ot_dtype)k->store.dtype, it = (ot_dtype)k->loads[0].dtype;
-    size_t es = ot_dtype_size(dt), is = ot_dtype_size(it);
+    size_t es = ot__esize(dt), is = ot__esize(it);
     int nd = k->shape.ndim;
     int64_t idx[OT_MAX_DIMS] = {0}, n = ot__numel(&k->shape);
     for (int64_t e = 0; e < n; e++) {
@@ -692,15 +692,29 @@ static int run_kernel(ot_backend *be, const ot_plan *p, const ot_binding *bind, 
     return rc;
 }
 
-int ot__plan_run(ot_backend *be, const ot_plan *p, const ot_binding *bind)
+/* The plan's arena when no other run holds it: fresh pages for large
+ * temporaries would cost a page fault per 4 KiB on every call. */
+static char *arena_take(ot_plan *p)
+{
+    char *a = atomic_exchange(&p->arena, NULL);
+    return a ? a : aligned_alloc(64, (p->arena_bytes + 63) & ~(size_t)63);
+}
+
+static void arena_give(ot_plan *p, char *a)
+{
+    char *none = NULL;
+    if (!atomic_compare_exchange_strong(&p->arena, &none, a)) free(a);
+}
+
+int ot__plan_run(ot_backend *be, ot_plan *p, const ot_binding *bind)
 {
     char *arena = NULL;
-    if (p->arena_bytes && !(arena = aligned_alloc(64, p->arena_bytes)))
+    if (p->arena_bytes && !(arena = arena_take(p)))
         return ot__err_set(OT_ENOMEM, NULL, 0, "assign", "out of memory for %zu bytes of temporaries",
                            p->arena_bytes);
     int rc = 0;
     for (int i = 0; i < p->nkernels && rc == 0; i++) rc = run_kernel(be, p, bind, arena, &p->kernels[i]);
-    free(arena);
+    if (arena) arena_give(p, arena);
     if (rc) return ot__err_set(rc, NULL, 0, "assign", "out of memory running a kernel");
     atomic_fetch_add(&be->stats.kernels, (uint64_t)p->nkernels);
     atomic_fetch_add(&be->stats.bytes_moved, p->bytes_read + p->bytes_written);

@@ -222,6 +222,8 @@ double ot__rand_uniform(uint64_t be_seed, uint64_t seed, uint64_t idx, ot_dtype 
 enum { OT_KD_F32 = 0, OT_KD_F64 = 1, OT_KD_I32 = 2, OT_KD_COUNT = 3 };
 static inline int ot__kd(ot_dtype d) { return d == OT_F32 ? 0 : d == OT_F64 ? 1 : 2; }
 static inline ot_dtype ot__kd_dtype(int kd) { return kd == 0 ? OT_F32 : kd == 1 ? OT_F64 : OT_I32; }
+/* ot_dtype_size for the three valid dtypes, inline for hot loops. */
+static inline size_t ot__esize(int dt) { return dt == OT_F64 ? 8 : 4; }
 
 /* Tile kernels run one op over n elements. Array operands are contiguous and
  * may be unaligned; dst may be the same array as an operand (never a partial
@@ -328,6 +330,8 @@ typedef struct ot_kernel {
 
 typedef struct ot_plan {
     atomic_int refs;                /* the cache's reference plus runs' */
+    _Atomic(char *) arena;          /* temporaries' memory, kept between runs
+                                       (a concurrent run allocates its own) */
     int nkernels;
     ot_kernel *kernels;
     int ntemps;
@@ -358,7 +362,7 @@ void ot__walk_free(ot_walk *w);
 void ot__plan_release(ot_plan *p);
 int ot__plan_explain(const ot_plan *p, FILE *f);
 /* exec.c */
-int ot__plan_run(ot_backend *be, const ot_plan *p, const ot_binding *bind);
+int ot__plan_run(ot_backend *be, ot_plan *p, const ot_binding *bind);
 
 /* The cpu backend's private state (be->impl). */
 typedef struct ot_plan_cache ot_plan_cache;

@@ -1383,6 +1383,8 @@ int ot__plan_explain(const ot_plan *p, FILE *f)
             p->nkernels, p->nkernels == 1 ? "" : "s", p->ntemps, p->ntemps == 1 ? "y" : "ies",
             p->arena_bytes, (unsigned long long)p->bytes_read,
             (unsigned long long)p->bytes_written);
+    if (p->row_block > 0)
+        fprintf(f, "  all kernels run per block of %lld rows\n", (long long)p->row_block);
     for (int i = 0; i < p->nkernels; i++)
         fprintf(f, "  kernel %d: %s\n", i, p->kernels[i].desc ? p->kernels[i].desc : "?");
     return ferror(f) ? OT_EIO : 0;
@@ -1489,6 +1491,49 @@ static bool build_kernels(compiler *c)
     return ok && !c->oom;
 }
 
+#define ROW_BLOCK_BYTES 65536   /* a block's rows stay in L2 between kernels */
+
+/* Whether a kernel walks rows (dim 0) the way a row-blocked plan needs. */
+static bool walks_rows(const ot_kernel *k, int64_t rows)
+{
+    if (k->ndim < 2 || k->dims[0] != rows) return false;
+    if (k->kind == OT_KER_EW) return true;
+    return k->kind == OT_KER_REDUCE && k->red_axis >= 1;
+}
+
+/* Row blocking is safe when every kernel walks the same rows, each
+ * temporary is read at the rows its writer wrote, and no output overlaps a
+ * leaf (a later block would read what an earlier one wrote). */
+static void choose_row_blocks(compiler *c)
+{
+    ot_plan *p = c->plan;
+    if (p->nkernels < 2 || !c->fused) return;
+    int64_t rows = p->kernels[0].dims[0], row_bytes = 0;
+    int *writer = malloc(sizeof(int) * (size_t)(p->ntemps ? p->ntemps : 1));
+    if (!writer) return;
+    for (int t = 0; t < p->ntemps; t++) writer[t] = -1;
+    bool ok = rows > 1;
+    for (int i = 0; i < p->nkernels && ok; i++) {
+        const ot_kernel *k = &p->kernels[i];
+        ok = walks_rows(k, rows);
+        for (int l = 0; l < k->nload && ok; l++) {
+            const ot_view *v = &k->loads[l];
+            if (v->space == OT_SPACE_TEMP)
+                ok = writer[v->index] >= 0 &&
+                     p->kernels[writer[v->index]].store.strides[0] == v->strides[0];
+        }
+        if (ok && k->store.space == OT_SPACE_TEMP) writer[k->store.index] = i;
+        int64_t b = 8;
+        for (int d = 1; d < k->ndim; d++) b *= k->dims[d];
+        if (b > row_bytes) row_bytes = b;
+    }
+    for (int i = 0; ok && c->outs && i < c->nout; i++)
+        for (int j = 0; j < c->w->nleaf && ok; j++)
+            ok = ot__overlap(c->outs[i], c->w->leaf[j]) == OT_OVERLAP_NONE;
+    free(writer);
+    if (ok) p->row_block = row_bytes >= ROW_BLOCK_BYTES ? 1 : ROW_BLOCK_BYTES / row_bytes;
+}
+
 /* Reductions written straight into their output need no temporary. */
 static void mark_direct_roots(compiler *c)
 {
@@ -1520,6 +1565,7 @@ static ot_plan *compile(ot_backend *be, const ot_walk *w, int n, ot_tensor *cons
         mark_direct_roots(&c);
         assign_storage(&c);
         ok = !c.oom && build_kernels(&c) && layout_arena(c.plan);
+        if (ok) choose_row_blocks(&c);
     }
     free(c.ci);
     if (!ok) {

@@ -665,31 +665,90 @@ static char *view_base(const ot_plan *p, const ot_binding *bind, char *arena, co
     }
 }
 
+/* The rows of a row-blocked run: [r0, r0 + n), or every row when n < 0. */
+typedef struct rows {
+    int64_t r0, n;
+} rows;
+
+static char *row_base(char *base, const ot_view *v, rows r)
+{
+    return r.n < 0 ? base : base + r.r0 * v->strides[0] * (int64_t)ot__esize(v->dtype);
+}
+
+/* Runs one kernel, over a block of rows (serially: the blocks are what run
+ * in parallel) or over everything on the pool. */
 static int run_kernel(ot_backend *be, const ot_plan *p, const ot_binding *bind, char *arena,
-                      const ot_kernel *k)
+                      const ot_kernel *whole, rows r)
 {
     ot_cpu *cpu = be->impl;
+    ot_kernel k = *whole;
+    if (r.n >= 0) k.dims[0] = r.n;
     char *bases[2] = {NULL, NULL};
-    char *dst = view_base(p, bind, arena, &k->store);
-    for (int i = 0; i < k->nload && i < 2; i++) bases[i] = view_base(p, bind, arena, &k->loads[i]);
-    switch (k->kind) {
-    case OT_KER_DOT: return run_dot(be, k, bases, dst);
-    case OT_KER_RAND: run_rand(be, k, dst); return 0;
-    case OT_KER_ONEHOT: run_onehot(k, bases[0], dst); return 0;
+    char *dst = row_base(view_base(p, bind, arena, &k.store), &k.store, r);
+    for (int i = 0; i < k.nload && i < 2; i++) bases[i] = view_base(p, bind, arena, &k.loads[i]);
+    switch (k.kind) {
+    case OT_KER_DOT: return run_dot(be, &k, bases, dst);
+    case OT_KER_RAND: run_rand(be, &k, dst); return 0;
+    case OT_KER_ONEHOT: run_onehot(&k, bases[0], dst); return 0;
     default: break;
     }
     char *stack_base[16];
-    char **base = k->nload <= 16 ? stack_base : malloc(sizeof *base * (size_t)k->nload);
+    char **base = k.nload <= 16 ? stack_base : malloc(sizeof *base * (size_t)k.nload);
     if (!base) return OT_ENOMEM;
-    for (int i = 0; i < k->nload; i++) base[i] = view_base(p, bind, arena, &k->loads[i]);
-    run_ctx c = {.k = k, .kt = cpu->k, .acc = be->opts.accuracy == OT_ULP35, .base = base,
+    for (int i = 0; i < k.nload; i++)
+        base[i] = row_base(view_base(p, bind, arena, &k.loads[i]), &k.loads[i], r);
+    run_ctx c = {.k = &k, .kt = cpu->k, .acc = be->opts.accuracy == OT_ULP35, .base = base,
                  .store = dst, .param = bind->param};
-    set_space(&c, k);
-    int rc = k->kind == OT_KER_EW ? run_ew(cpu->threads, &c) : run_reduce(cpu->threads, &c);
+    set_space(&c, &k);
+    ot_threads *th = r.n < 0 ? cpu->threads : NULL;
+    int rc = k.kind == OT_KER_EW ? run_ew(th, &c) : run_reduce(th, &c);
     free(c.partial);
     free(c.partial_index);
     if (base != stack_base) free(base);
     return rc;
+}
+
+/* A row-blocked run: each chunk runs every kernel over its blocks of rows,
+ * so a block's temporaries are still in cache for the kernels that read
+ * them. Rows are independent, so the result does not depend on blocking. */
+typedef struct block_ctx {
+    ot_backend *be;
+    const ot_plan *p;
+    const ot_binding *bind;
+    char *arena;
+    atomic_int rc;
+} block_ctx;
+
+static void block_chunk(void *arg, int64_t first, int64_t last)
+{
+    block_ctx *b = arg;
+    const ot_plan *p = b->p;
+    int64_t nrows = p->kernels[0].dims[0];
+    for (int64_t blk = first; blk < last; blk++) {
+        rows r = {blk * p->row_block, 0};
+        r.n = nrows - r.r0 < p->row_block ? nrows - r.r0 : p->row_block;
+        for (int i = 0; i < p->nkernels; i++) {
+            int rc = run_kernel(b->be, p, b->bind, b->arena, &p->kernels[i], r);
+            if (rc) atomic_store(&b->rc, rc);
+        }
+    }
+}
+
+static int run_kernels(ot_backend *be, const ot_plan *p, const ot_binding *bind, char *arena)
+{
+    if (p->row_block <= 0) {
+        int rc = 0;
+        for (int i = 0; i < p->nkernels && rc == 0; i++)
+            rc = run_kernel(be, p, bind, arena, &p->kernels[i], (rows){0, -1});
+        return rc;
+    }
+    ot_cpu *cpu = be->impl;
+    const ot_kernel *k0 = &p->kernels[0];
+    int64_t nrows = k0->dims[0], elements = 1;
+    for (int d = 0; d < k0->ndim; d++) elements *= k0->dims[d];
+    block_ctx b = {be, p, bind, arena, 0};
+    parallel(cpu->threads, (nrows + p->row_block - 1) / p->row_block, elements, block_chunk, &b);
+    return atomic_load(&b.rc);
 }
 
 /* The plan's arena when no other run holds it: fresh pages for large
@@ -712,8 +771,7 @@ int ot__plan_run(ot_backend *be, ot_plan *p, const ot_binding *bind)
     if (p->arena_bytes && !(arena = arena_take(p)))
         return ot__err_set(OT_ENOMEM, NULL, 0, "assign", "out of memory for %zu bytes of temporaries",
                            p->arena_bytes);
-    int rc = 0;
-    for (int i = 0; i < p->nkernels && rc == 0; i++) rc = run_kernel(be, p, bind, arena, &p->kernels[i]);
+    int rc = run_kernels(be, p, bind, arena);
     if (arena) arena_give(p, arena);
     if (rc) return ot__err_set(rc, NULL, 0, "assign", "out of memory running a kernel");
     atomic_fetch_add(&be->stats.kernels, (uint64_t)p->nkernels);

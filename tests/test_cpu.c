@@ -2527,3 +2527,40 @@ TEST(cpu_sigmoid_pattern)
     ot_backend_free(cpu);
     ot_backend_free(ref);
 }
+
+/* Row softmax runs all its kernels per block of rows; the result is the same
+ * bits for any thread count and matches the ref backend. */
+TEST(cpu_row_blocked_softmax)
+{
+    enum { R = 67, C = 1031 };
+    static float xs[R * C];
+    for (int i = 0; i < R * C; i++) xs[i] = (float)((i * 7919) % 2003) / 100.0f - 10.0f;
+    ot_backend *ref = ot_backend_new("ref", NULL);
+    ot_tensor *xr = ot_array(ref, OT_SHAPE(R, C), OT_F32, xs);
+    ot_pool *p = ot_pool_push();
+    ot_tensor *want = ot_eval(ot_softmax(xr, .axis = 1));
+    static float w[R * C], first[R * C], got[R * C];
+    ot_get(want, w);
+    for (int threads = 1; threads <= 4; threads++) {
+        ot_backend *cpu = ot_backend_new("cpu", &(ot_backend_opts){.threads = threads});
+        ot_tensor *x = ot_array(cpu, OT_SHAPE(R, C), OT_F32, xs);
+        ot_node *sm = ot_softmax(x, .axis = 1);
+        char *plan = test__capture(ot_explain, sm);
+        CHECK(plan && strstr(plan, "per block of") != NULL);
+        free(plan);
+        ot_tensor *y = ot_eval(sm);
+        ot_get(y, got);
+        if (threads == 1) memcpy(first, got, sizeof got);
+        CHECK(memcmp(first, got, sizeof got) == 0);
+        int bad = 0;
+        for (int i = 0; i < R * C; i++) bad += !test__close(got[i], w[i], 1e-6);
+        CHECK_INT(bad, 0);
+        ot_tensor_free(y);
+        ot_tensor_free(x);
+        ot_backend_free(cpu);
+    }
+    ot_tensor_free(want);
+    ot_pool_pop(p);
+    ot_tensor_free(xr);
+    ot_backend_free(ref);
+}

@@ -218,6 +218,10 @@ static void gather(void *dst, const char *src, int64_t stride, int64_t n, size_t
 static void scatter(char *dst, const void *src, int64_t stride, int64_t n, size_t es, bool fill)
 {
     const char *s = src;
+    if (!fill && stride == 1) {
+        memcpy(dst, s, (size_t)n * es);
+        return;
+    }
     for (int64_t i = 0; i < n; i++) memcpy(dst + i * stride * (int64_t)es, fill ? s : s + i * (int64_t)es, es);
 }
 

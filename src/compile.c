@@ -1322,12 +1322,7 @@ static void count_bytes(ot_plan *p, const ot_kernel *k)
     }
     for (int i = 0; i < k->nload; i++)
         if (k->loads[i].space == OT_SPACE_LEAF) p->bytes_read += view_bytes(k, &k->loads[i]);
-    if (k->store.space == OT_SPACE_OUT) {
-        uint64_t n = ot_dtype_size((ot_dtype)k->store.dtype);
-        for (int i = 0; i < k->ndim; i++)
-            if (k->store.strides[i]) n *= (uint64_t)k->dims[i];
-        p->bytes_written += n;
-    }
+    if (k->store.space == OT_SPACE_OUT) p->bytes_written += view_bytes(k, &k->store);
 }
 
 static const char *space_name(int s) { return s == OT_SPACE_LEAF ? "leaf" : s == OT_SPACE_TEMP ? "t" : "out"; }
@@ -1561,6 +1556,7 @@ static ot_plan *compile(ot_backend *be, const ot_walk *w, int n, ot_tensor *cons
         c.plan->nparams = w->nparam;
         c.plan->nout = n;
         count_uses(&c);
+        for (int i = 0; i < w->n; i++) c.plan->nodes += c.ci[i].canon == i && w->e[i].kind == OT_NODE_OP;
         choose_materialised(&c);
         mark_direct_roots(&c);
         assign_storage(&c);

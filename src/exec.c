@@ -779,6 +779,7 @@ int ot__plan_run(ot_backend *be, ot_plan *p, const ot_binding *bind)
     if (arena) arena_give(p, arena);
     if (rc) return ot__err_set(rc, NULL, 0, "assign", "out of memory running a kernel");
     atomic_fetch_add(&be->stats.kernels, (uint64_t)p->nkernels);
+    atomic_fetch_add(&be->stats.nodes, p->nodes);
     atomic_fetch_add(&be->stats.bytes_moved, p->bytes_read + p->bytes_written);
     return 0;
 }

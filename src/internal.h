@@ -339,6 +339,7 @@ typedef struct ot_plan {
     size_t arena_bytes;
     int nleaves, nparams, nout;
     uint64_t bytes_read, bytes_written;  /* per run, for stats/explain */
+    uint64_t nodes;                 /* distinct op nodes a run evaluates */
     int64_t row_block;              /* > 0: every kernel walks the same rows
                                        (dim 0), so all kernels run for a block
                                        of this many rows before the next */

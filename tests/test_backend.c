@@ -115,3 +115,35 @@ TEST(shape_make_and_macro)
     ot_shape big = OT_SHAPE(1, 1, 1, 1, 1, 1, 1, 1, 1);
     CHECK_INT(big.ndim, 9);
 }
+
+TEST(explain_on_both_backends)
+{
+    ot_backend *ref = ot_backend_new("ref", NULL), *cpu = ot_backend_new("cpu", NULL);
+    ot_tensor *xr = ot_ones(ref, OT_SHAPE(3, 4), OT_F32), *xc = ot_ones(cpu, OT_SHAPE(3, 4), OT_F32);
+    ot_pool *p = ot_pool_push();
+    char *r = test__capture(ot_explain, ot_exp(ot_add(xr, 1.0f)));
+    CHECK(r && strstr(r, "ref backend") && strstr(r, "exp"));
+    free(r);
+    char *c = test__capture(ot_explain, ot_sum(ot_exp(ot_add(xc, 1.0f)), .axis = 1));
+    CHECK(c && strstr(c, "plan: 1 kernel") && strstr(c, "reduce sum") && strstr(c, "add exp"));
+    free(c);
+    CHECK_INT(ot_explain(NULL, stdout), OT_ENULL);
+    CHECK_ERR(OT_ENULL, "explain");
+    CHECK_INT(ot_explain(ot_exp(xc), NULL), OT_ENULL);
+    CHECK_ERR(OT_ENULL, "FILE");
+    CHECK_INT(ot_explain(ot_exp(ot_const(1.0)), stdout), OT_EBACKEND);
+    CHECK_ERR(OT_EBACKEND, "leaf");
+    /* The cpu backend counts the distinct op nodes it evaluates. */
+    ot_stats s0, s1;
+    ot_stats(cpu, &s0);
+    ot_tensor *y = ot_empty(cpu, OT_SHAPE(3, 4), OT_F32);
+    CHECK_INT(ot_assign(y, ot_exp(ot_add(xc, 1.0f))), 0);
+    ot_stats(cpu, &s1);
+    CHECK_INT(s1.nodes - s0.nodes, 2);
+    ot_tensor_free(y);
+    ot_pool_pop(p);
+    ot_tensor_free(xr);
+    ot_tensor_free(xc);
+    ot_backend_free(ref);
+    ot_backend_free(cpu);
+}

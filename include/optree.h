@@ -48,7 +48,8 @@
  *   an application log or abort on every recorded error.
  *
  * Threads. Backends and tensors may be shared between threads for reading;
- * builders, pools and the error slot are per thread.
+ * builders, pools, the error slot and the memory pools keep for reuse are
+ * per thread (thread-locals; ot_pool_drain returns that memory).
  */
 #ifndef OPTREE_H
 #define OPTREE_H
@@ -521,7 +522,10 @@ ot_pool *ot_pool_push(void);
 /* Releases every node of p, and of any pool pushed after it, and pops them.
  * OT_ESTATE when p is not on this thread's stack. */
 int ot_pool_pop(ot_pool *p);
-/* Releases every node of this thread's default pool. */
+/* Releases every node of this thread's default pool, and returns the memory
+ * this thread keeps for reuse (a spare pool and up to 256 released nodes,
+ * which make a pool and a small tree per assignment allocation-free). Call
+ * it before a thread that built trees exits. */
 void ot_pool_drain(void);
 
 /* ------------------------------------------------------------------------ */

@@ -107,9 +107,38 @@ bool ot__broadcast(const ot_shape *a, const ot_shape *b, ot_shape *out, int *bad
 
 /* ---- refcounts ----------------------------------------------------------- */
 
+/* Released nodes kept for the next builds on this thread (a tree per
+ * assignment is the common pattern). Off under AddressSanitizer, so that it
+ * still sees every use of a released node. */
+#if defined(__SANITIZE_ADDRESS__)
+#define NODE_CACHE 0
+#else
+#define NODE_CACHE 256
+#endif
+static _Thread_local ot_node *node_cache;
+static _Thread_local int node_cached;
+
+static void node_free(ot_node *n)
+{
+    if (node_cached >= NODE_CACHE) {
+        free(n);
+        return;
+    }
+    n->next_dead = node_cache;
+    node_cache = n;
+    node_cached++;
+}
+
 ot_node *ot__node_alloc(void)
 {
-    ot_node *n = calloc(1, sizeof *n);
+    ot_node *n = node_cache;
+    if (n) {
+        node_cache = n->next_dead;
+        node_cached--;
+        memset(n, 0, sizeof *n);
+    } else {
+        n = calloc(1, sizeof *n);
+    }
     if (!n) return NULL;
     atomic_init(&n->refs, 1);
     n->op = OT_OP_NONE;
@@ -148,7 +177,7 @@ void ot_release(ot_node *n)
         drop(d->b, &dead);
         drop(d->tag_a, &dead);
         drop(d->tag_b, &dead);
-        free(d);
+        node_free(d);
     }
 }
 
@@ -162,19 +191,24 @@ struct ot_pool {
 
 static _Thread_local ot_pool *pool_top;
 static _Thread_local ot_pool default_pool;
+/* The last popped pool, kept with its item array for the next push: a pool
+ * per assignment is the common pattern, and this makes it allocation-free.
+ * ot_pool_drain frees it. */
+static _Thread_local ot_pool *spare_pool;
 
-static void pool_release_all(ot_pool *p)
+/* Releases every node of p, keeping its item array. */
+static void pool_empty(ot_pool *p)
 {
     for (size_t i = p->n; i-- > 0;)
         ot_release(p->items[i]);
-    free(p->items);
-    p->items = NULL;
-    p->n = p->cap = 0;
+    p->n = 0;
 }
 
 ot_pool *ot_pool_push(void)
 {
-    ot_pool *p = calloc(1, sizeof *p);
+    ot_pool *p = spare_pool;
+    spare_pool = NULL;
+    if (!p) p = calloc(1, sizeof *p);
     if (!p) {
         ot__err_set(OT_ENOMEM, NULL, 0, "pool_push", "out of memory");
         return NULL;
@@ -196,13 +230,34 @@ int ot_pool_pop(ot_pool *p)
     while (pool_top != stop) {
         ot_pool *top = pool_top;
         pool_top = top->parent;
-        pool_release_all(top);
+        pool_empty(top);
+        if (!spare_pool) {
+            spare_pool = top;
+            continue;
+        }
+        free(top->items);
         free(top);
     }
     return 0;
 }
 
-void ot_pool_drain(void) { pool_release_all(&default_pool); }
+void ot_pool_drain(void)
+{
+    pool_empty(&default_pool);
+    free(default_pool.items);
+    default_pool = (ot_pool){0};
+    if (spare_pool) {
+        free(spare_pool->items);
+        free(spare_pool);
+        spare_pool = NULL;
+    }
+    while (node_cache) {
+        ot_node *n = node_cache;
+        node_cache = n->next_dead;
+        free(n);
+    }
+    node_cached = 0;
+}
 
 ot_node *ot__pool_adopt(ot_node *n)
 {

@@ -100,16 +100,22 @@ static bool grow(void **p, int *cap, int need, size_t elem)
     return true;
 }
 
-static bool key_put(ot_walk *w, const void *data, size_t len)
+static bool key_grow(ot_walk *w, size_t len)
 {
-    if (w->klen + len > w->kcap) {
-        size_t cap = w->kcap ? w->kcap : 256;
-        while (cap < w->klen + len) cap *= 2;
-        uint8_t *k = realloc(w->key, cap);
-        if (!k) return false;
-        w->key = k;
-        w->kcap = cap;
-    }
+    size_t cap = w->kcap ? w->kcap : 256;
+    while (cap < w->klen + len) cap *= 2;
+    uint8_t *k = realloc(w->key, cap);
+    if (!k) return false;
+    w->key = k;
+    w->kcap = cap;
+    return true;
+}
+
+/* Inlined so that the fixed-size fields of the key become plain moves: this
+ * runs for every node of every assignment. */
+static inline __attribute__((always_inline)) bool key_put(ot_walk *w, const void *data, size_t len)
+{
+    if (w->klen + len > w->kcap && !key_grow(w, len)) return false;
     memcpy(w->key + w->klen, data, len);
     w->klen += len;
     return true;

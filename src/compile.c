@@ -456,16 +456,16 @@ static bool is_ew(const compiler *c, int e)
     return k == OT_KIND_UNARY || k == OT_KIND_BINARY || c->w->e[e].op == OT_OP_CAST;
 }
 
-/* Hash-consing of op entries by (op, dtype, attributes, canonical operands). */
+static int canon_of(const compiler *c, int e) { return e >= 0 ? c->ci[e].canon : -1; }
+
+/* Hash-consing of op entries by (op, dtype, attributes, canonical operands).
+ * Nullary ops (rand) are never merged: two rand nodes are two draws. */
 static bool same_op(const compiler *c, int x, int y)
 {
     const ent *ex = &c->w->e[x], *ey = &c->w->e[y];
-    if (ex->op != ey->op || ex->dtype != ey->dtype || c->ci[ex->a >= 0 ? ex->a : x].canon !=
-        c->ci[ey->a >= 0 ? ey->a : y].canon)
+    if (ex->a < 0 || ex->op != ey->op || ex->dtype != ey->dtype ||
+        canon_of(c, ex->a) != canon_of(c, ey->a) || canon_of(c, ex->b) != canon_of(c, ey->b))
         return false;
-    if ((ex->b >= 0) != (ey->b >= 0)) return false;
-    if (ex->b >= 0 && c->ci[ex->b].canon != c->ci[ey->b].canon) return false;
-    if (ex->a < 0) return false;   /* rand: distinct nodes stay distinct */
     const ot_args *ga = &ex->node->args, *gb = &ey->node->args;
     return ga->axis == gb->axis && ga->keepdims == gb->keepdims && ga->depth == gb->depth &&
            ga->seed == gb->seed && memcmp(ga->perm, gb->perm, sizeof ga->perm) == 0 &&
@@ -495,8 +495,8 @@ static bool merge_common(compiler *c)
             continue;
         }
         if (e->kind != OT_NODE_OP) continue;
-        uint64_t h = (uint64_t)e->op * 31 + (uint64_t)(e->a >= 0 ? c->ci[e->a].canon : -1) * 1000003u +
-                     (uint64_t)(e->b >= 0 ? c->ci[e->b].canon : -1) * 7919u;
+        uint64_t h = (uint64_t)e->op * 31 + (uint64_t)canon_of(c, e->a) * 1000003u +
+                     (uint64_t)canon_of(c, e->b) * 7919u;
         for (size_t j = (h * 0x9e3779b97f4a7c15ULL) >> 7 & (cap - 1);; j = (j + 1) & (cap - 1)) {
             if (table[j] < 0) {
                 table[j] = i;
@@ -515,8 +515,7 @@ static bool merge_common(compiler *c)
 
 static int canon_operand(const compiler *c, int e, int which)
 {
-    int o = which == 0 ? c->w->e[e].a : c->w->e[e].b;
-    return o >= 0 ? c->ci[o].canon : -1;
+    return canon_of(c, which == 0 ? c->w->e[e].a : c->w->e[e].b);
 }
 
 static void count_uses(compiler *c)

@@ -143,8 +143,6 @@ typedef struct run_ctx {
 typedef struct scratch {
     void **ptr, **own;
     char *mem;
-    double *acc;
-    int64_t *acc_index;
     bool heap;
 } scratch;
 
@@ -169,7 +167,7 @@ static bool scratch_new(scratch *s, const ot_kernel *k, int64_t tile, scratch_st
 {
     int nb = k->nbuf ? k->nbuf : 1;
     size_t per = ((size_t)tile * 8 + 63) & ~(size_t)63;
-    size_t bytes = per * (size_t)nb + (size_t)tile * (sizeof(double) + sizeof(int64_t));
+    size_t bytes = per * (size_t)nb;
     bool small = nb <= STACK_BUFS && bytes <= STACK_SCRATCH;
     s->heap = !small;
     s->ptr = small ? st->ptr : calloc((size_t)nb * 2, sizeof *s->ptr);
@@ -180,8 +178,6 @@ static bool scratch_new(scratch *s, const ot_kernel *k, int64_t tile, scratch_st
     }
     s->own = s->ptr + nb;
     for (int i = 0; i < nb; i++) s->own[i] = s->mem + per * (size_t)i;
-    s->acc = (double *)(s->mem + per * (size_t)nb);
-    s->acc_index = (int64_t *)(s->acc + tile);
     return true;
 }
 
@@ -303,19 +299,11 @@ static void ew_tile(const run_ctx *c, scratch *s, int64_t t)
         scatter(dst, s->ptr[k->result], inner_stride(k, &k->store), n, es, k->result_scalar);
 }
 
-static void ew_chunk(void *arg, int64_t first, int64_t last)
+static void ew_body(run_ctx *c, scratch *s, int64_t first, int64_t last)
 {
-    run_ctx *c = arg;
-    scratch s;
-    scratch_stack st;
-    if (!scratch_new(&s, c->k, c->tile, &st)) {
-        c->oom = true;
-        return;
-    }
     int64_t total = c->nouter * c->tiles_per_row;
     for (int64_t t = first * TILES_PER_CHUNK; t < total && t < last * TILES_PER_CHUNK; t++)
-        ew_tile(c, &s, t);
-    scratch_free(&s);
+        ew_tile(c, s, t);
 }
 
 /* ---- reductions ----------------------------------------------------------- */
@@ -404,82 +392,60 @@ static void reduce_tile(const run_ctx *c, scratch *s, racc *a, int64_t o, int64_
 }
 
 /* The innermost dim is reduced: each row is one result. */
-static void row_chunk(void *arg, int64_t first, int64_t last)
+static void row_body(run_ctx *c, scratch *s, int64_t first, int64_t last)
 {
-    run_ctx *c = arg;
-    scratch s;
-    scratch_stack st;
-    if (!scratch_new(&s, c->k, c->tile, &st)) {
-        c->oom = true;
-        return;
-    }
     size_t es = ot__esize((ot_dtype)c->k->store.dtype);
     for (int64_t o = first * ROWS_PER_CHUNK; o < c->nouter && o < last * ROWS_PER_CHUNK; o++) {
         racc a = racc_identity(c->k->red_op);
         for (int64_t j = 0; j < c->inner; j += c->tile)
-            reduce_tile(c, &s, &a, o, j, c->inner - j < c->tile ? c->inner - j : c->tile, j);
+            reduce_tile(c, s, &a, o, j, c->inner - j < c->tile ? c->inner - j : c->tile, j);
         racc_store(c, &a, c->store + view_offset(c->k, &c->k->store, o, 0) * (int64_t)es);
     }
-    scratch_free(&s);
 }
 
 /* Everything is reduced: fixed chunks of tiles give partials combined in
  * chunk order. */
-static void all_chunk(void *arg, int64_t first, int64_t last)
+static void all_body(run_ctx *c, scratch *s, int64_t first, int64_t last)
 {
-    run_ctx *c = arg;
-    scratch s;
-    scratch_stack st;
-    if (!scratch_new(&s, c->k, c->tile, &st)) {
-        c->oom = true;
-        return;
-    }
     int64_t total = c->nouter * c->tiles_per_row;
     for (int64_t chunk = first; chunk < last; chunk++) {
         racc a = racc_identity(c->k->red_op);
         for (int64_t t = chunk * TILES_PER_CHUNK; t < total && t < (chunk + 1) * TILES_PER_CHUNK; t++) {
             int64_t o = t / c->tiles_per_row, j = (t % c->tiles_per_row) * c->tile;
-            reduce_tile(c, &s, &a, o, j, c->inner - j < c->tile ? c->inner - j : c->tile,
+            reduce_tile(c, s, &a, o, j, c->inner - j < c->tile ? c->inner - j : c->tile,
                         o * c->inner + j);
         }
         c->partial[chunk * 2] = a.v;
         c->partial[chunk * 2 + 1] = (double)a.isum;
         c->partial_index[chunk] = a.index;
     }
-    scratch_free(&s);
 }
 
 /* A dim other than the innermost is reduced: a tile of accumulators walks
  * down the reduced dim. Outer index o counts the dims other than the
  * reduced and the innermost one. */
-static void column_chunk(void *arg, int64_t first, int64_t last)
+static void column_body(run_ctx *c, scratch *s, int64_t first, int64_t last)
 {
-    run_ctx *c = arg;
     const ot_kernel *k = c->k;
-    scratch s;
-    scratch_stack st;
-    if (!scratch_new(&s, k, c->tile, &st)) {
-        c->oom = true;
-        return;
-    }
     int ax = k->red_axis;
     int64_t red = k->dims[ax], total = c->rest * c->tiles_per_row;
     size_t es = ot__esize((ot_dtype)k->store.dtype);
+    size_t ves = k->result_scalar ? 0 : ot__esize(ot__kd_dtype(k->result_kd));
+    /* Outer indices count the dims other than the innermost; a tile's
+     * position q splits around the reduced dim into (hi, lo). */
+    int64_t after = 1;
+    for (int d = ax + 1; d < k->ndim - 1; d++) after *= k->dims[d];
     racc *acc = malloc(sizeof *acc * (size_t)c->tile);
     for (int64_t t = first * TILES_PER_CHUNK; acc && t < total && t < last * TILES_PER_CHUNK; t++) {
         int64_t q = t / c->tiles_per_row, j = (t % c->tiles_per_row) * c->tile;
         int64_t n = c->inner - j < c->tile ? c->inner - j : c->tile;
-        /* Outer index with the reduced dim's position at 0: split q around it. */
-        int64_t after = 1;
-        for (int d = ax + 1; d < k->ndim - 1; d++) after *= k->dims[d];
         int64_t hi = q / after, lo = q % after;
         for (int64_t i = 0; i < n; i++) acc[i] = racc_identity(k->red_op);
         for (int64_t r = 0; r < red; r++) {
             int64_t o = (hi * red + r) * after + lo;
-            run_program(c, &s, o, j, n, NULL);
-            size_t ves = k->result_scalar ? 0 : ot__esize(ot__kd_dtype(k->result_kd));
+            run_program(c, s, o, j, n, NULL);
             for (int64_t i = 0; i < n; i++)
-                racc_tile(c, &acc[i], (const char *)s.ptr[k->result] + i * (int64_t)ves, true, 1, r);
+                racc_tile(c, &acc[i], (const char *)s->ptr[k->result] + i * (int64_t)ves, true, 1, r);
         }
         int64_t o0 = hi * red * after + lo;
         for (int64_t i = 0; i < n; i++)
@@ -487,7 +453,29 @@ static void column_chunk(void *arg, int64_t first, int64_t last)
     }
     if (!acc) c->oom = true;
     free(acc);
+}
+
+/* Every chunk sets up tile scratch once, then runs its kind's body. */
+typedef void (*chunk_body)(run_ctx *c, scratch *s, int64_t first, int64_t last);
+
+static void run_chunk(run_ctx *c, chunk_body body, int64_t first, int64_t last)
+{
+    scratch s;
+    scratch_stack st;
+    if (!scratch_new(&s, c->k, c->tile, &st)) {
+        c->oom = true;
+        return;
+    }
+    body(c, &s, first, last);
     scratch_free(&s);
+}
+
+static void ew_chunk(void *c, int64_t first, int64_t last) { run_chunk(c, ew_body, first, last); }
+static void row_chunk(void *c, int64_t first, int64_t last) { run_chunk(c, row_body, first, last); }
+static void all_chunk(void *c, int64_t first, int64_t last) { run_chunk(c, all_body, first, last); }
+static void column_chunk(void *c, int64_t first, int64_t last)
+{
+    run_chunk(c, column_body, first, last);
 }
 
 /* ---- kernels as a whole --------------------------------------------------- */
@@ -687,20 +675,18 @@ static int run_kernel(ot_backend *be, const ot_plan *p, const ot_binding *bind, 
     ot_cpu *cpu = be->impl;
     ot_kernel k = *whole;
     if (r.n >= 0) k.dims[0] = r.n;
-    char *bases[2] = {NULL, NULL};
     char *dst = row_base(view_base(p, bind, arena, &k.store), &k.store, r);
-    for (int i = 0; i < k.nload && i < 2; i++) bases[i] = view_base(p, bind, arena, &k.loads[i]);
-    switch (k.kind) {
-    case OT_KER_DOT: return run_dot(be, &k, bases, dst);
-    case OT_KER_RAND: run_rand(be, &k, dst); return 0;
-    case OT_KER_ONEHOT: run_onehot(&k, bases[0], dst); return 0;
-    default: break;
-    }
     char *stack_base[16];
     char **base = k.nload <= 16 ? stack_base : malloc(sizeof *base * (size_t)k.nload);
     if (!base) return OT_ENOMEM;
     for (int i = 0; i < k.nload; i++)
         base[i] = row_base(view_base(p, bind, arena, &k.loads[i]), &k.loads[i], r);
+    switch (k.kind) {   /* dot, rand and onehot are never row-blocked */
+    case OT_KER_DOT: return run_dot(be, &k, base, dst);
+    case OT_KER_RAND: run_rand(be, &k, dst); return 0;
+    case OT_KER_ONEHOT: run_onehot(&k, base[0], dst); return 0;
+    default: break;
+    }
     run_ctx c = {.k = &k, .kt = cpu->k, .acc = be->opts.accuracy == OT_ULP35, .base = base,
                  .store = dst, .param = bind->param};
     set_space(&c, &k);

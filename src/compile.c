@@ -708,6 +708,7 @@ typedef struct prog {
     int nregion, regioncap;
     int *dfs;                  /* the marking walk's stack */
     int dfscap;
+    int xval[OT_MAX_XSTORES];  /* the values of the kernel's further outputs */
 } prog;
 
 static int emit(prog *g, ot_insn in, uint8_t kd, bool scalar)
@@ -812,13 +813,13 @@ static int cmp_int(const void *a, const void *b)
 /* Marks the region of root with g->id and lists its entries in entry order
  * (a topological order), so that work per kernel is linear in its region,
  * not in the whole tree. Returns false when out of memory. */
-static bool mark_region(prog *g, int root, bool root_computed)
+static bool mark_region(prog *g, const int *roots, int nroots, int root, bool root_computed)
 {
     compiler *c = g->c;
     int sn = 0;
     g->nregion = 0;
-    if (!grow((void **)&g->dfs, &g->dfscap, 1, sizeof *g->dfs)) return false;
-    g->dfs[sn++] = root;
+    if (!grow((void **)&g->dfs, &g->dfscap, nroots, sizeof *g->dfs)) return false;
+    for (int i = 0; i < nroots; i++) g->dfs[sn++] = roots[i];
     while (sn > 0) {
         int e = g->dfs[--sn];
         if (g->stamp[e] == g->id) continue;
@@ -933,16 +934,19 @@ static int emit_load(prog *g, int load)
     return emit(g, in, (uint8_t)ot__kd((ot_dtype)k->loads[load].dtype), scalar);
 }
 
-/* Emits the region of root in entry order (a topological order) after the
- * loads are coalesced. Returns root's value. */
-static int emit_region(prog *g, int root, bool root_computed, int *pinned)
+/* Emits the region of roots in entry order (a topological order) after the
+ * loads are coalesced: a value shared by several roots is computed once.
+ * root is the one root that may be stored rather than computed (!root_computed),
+ * or -1. */
+static void emit_roots(prog *g, const int *roots, int nroots, int root, bool root_computed,
+                       int *pinned)
 {
     compiler *c = g->c;
     g->id++;
-    if (!mark_region(g, root, root_computed) || !add_loads(g, root, root_computed) ||
+    if (!mark_region(g, roots, nroots, root, root_computed) || !add_loads(g, root, root_computed) ||
         !coalesce(g->k, pinned)) {
         c->oom = true;
-        return -1;
+        return;
     }
     mark_fused(g, root, root_computed);
     for (int r = 0; r < g->nregion && !c->oom; r++) {
@@ -960,12 +964,26 @@ static int emit_region(prog *g, int root, bool root_computed, int *pinned)
             g->val[e] = emit_op(g, e);
         }
     }
-    return g->val[root];
+}
+
+/* Emits the region of one root; returns its value. */
+static int emit_region(prog *g, int root, bool root_computed, int *pinned)
+{
+    emit_roots(g, &root, 1, root, root_computed, pinned);
+    return g->c->oom ? -1 : g->val[root];
+}
+
+static bool is_xresult(const prog *g, int v)
+{
+    for (int x = 0; x < g->k->nxstore; x++)
+        if (g->xval[x] == v) return true;
+    return false;
 }
 
 /* Linear scan: a value's buffer is free after its last use, so an insn may
  * write over an operand that dies there (kernels allow dst == operand). The
- * result gets a buffer of its own, written only by the last insn. */
+ * result, and each further output's value, gets a buffer of its own that
+ * only its defining insn writes. */
 static void allocate_buffers(prog *g, int result)
 {
     int *free_list = malloc(sizeof(int) * (size_t)(g->nv + 1));
@@ -975,6 +993,7 @@ static void allocate_buffers(prog *g, int result)
     }
     int nfree = 0, nbuf = 0;
     g->v[result].last_use = INT_MAX;
+    for (int x = 0; x < g->k->nxstore; x++) g->v[g->xval[x]].last_use = INT_MAX;
     for (int i = 0; i < g->nins; i++) {
         ot_insn *in = &g->ins[i];
         int16_t *ops[3] = {&in->a, &in->b, &in->c};
@@ -992,12 +1011,17 @@ static void allocate_buffers(prog *g, int result)
         if (!resizes)
             for (int k = 0; k < ndying; k++) free_list[nfree++] = dying[k];
         int d = in->dst;
-        int buf = d == result || nfree == 0 ? nbuf++ : free_list[--nfree];
+        bool own = d == result || is_xresult(g, d);
+        int buf = own || nfree == 0 ? nbuf++ : free_list[--nfree];
         g->v[d].buf = buf;
         in->dst = (int16_t)buf;
         if (resizes)
             for (int k = 0; k < ndying; k++) free_list[nfree++] = dying[k];
-        if (g->v[d].last_use < 0 && d != result) free_list[nfree++] = buf;   /* dead value */
+        if (g->v[d].last_use < 0 && !own) free_list[nfree++] = buf;   /* dead value */
+    }
+    for (int x = 0; x < g->k->nxstore; x++) {
+        g->k->xstores[x].result = g->v[g->xval[x]].buf;
+        g->k->xstores[x].scalar = g->v[g->xval[x]].scalar;
     }
     g->k->nbuf = nbuf;
     g->k->result = g->v[result].buf;
@@ -1011,11 +1035,12 @@ static void allocate_buffers(prog *g, int result)
  * through *pinned. */
 static bool coalesce(ot_kernel *k, int *pinned)
 {
-    int nv = k->nload + 1, pin = pinned ? *pinned : -1, newpin = -1, nd = 0;
+    int nv = k->nload + 1 + k->nxstore, pin = pinned ? *pinned : -1, newpin = -1, nd = 0;
     ot_view **views = malloc(sizeof *views * (size_t)nv);
     if (!views) return false;
     for (int i = 0; i < k->nload; i++) views[i] = &k->loads[i];
     views[k->nload] = &k->store;
+    for (int x = 0; x < k->nxstore; x++) views[k->nload + 1 + x] = &k->xstores[x].view;
     bool prev_pinned = false;
     for (int i = 0; i < k->ndim; i++) {
         bool is_pin = i == pin;
@@ -1084,6 +1109,8 @@ static void mark_layout(ot_kernel *k)
 {
     int nd = k->ndim;
     k->direct_store = !k->result_scalar && nd > 0 && k->store.strides[nd - 1] == 1;
+    for (int x = 0; x < k->nxstore; x++)
+        k->xstores[x].direct = !k->xstores[x].scalar && nd > 0 && k->xstores[x].view.strides[nd - 1] == 1;
     for (int i = 0; i < k->nload && nd >= 2; i++) {
         int64_t s = k->loads[i].strides[nd - 1];
         if (s > 1 || s < -1) k->col_blocked = true;
@@ -1246,6 +1273,7 @@ static void drop_last_kernel(compiler *c)
 {
     ot_kernel *k = &c->plan->kernels[--c->plan->nkernels];
     free(k->loads);
+    free(k->xstores);
     free(k->insns);
     free(k->desc);
 }
@@ -1284,6 +1312,84 @@ static bool root_kernel(compiler *c, prog *g, int i, int r, int *via_temp)
         drop_last_kernel(c);
     }
     return true;
+}
+
+/* Whether output i may share one elementwise kernel with other outputs (an
+ * ot_assign_many): its tree is computed elementwise and the output overlaps
+ * no leaf, so no store can change what any tree reads. Outputs never overlap
+ * each other (the assignment checks it). */
+static bool groupable(const compiler *c, int i)
+{
+    if (!c->outs || !c->fused || c->nout < 2) return false;
+    int r = c->ci[c->w->root[i]].canon;
+    if (!is_ew(c, r) || c->ci[r].mat) return false;
+    for (int j = 0; j < c->w->nleaf; j++)
+        if (ot__overlap(c->outs[i], c->w->leaf[j]) != OT_OVERLAP_NONE) return false;
+    return true;
+}
+
+/* The value output x of a group stores: a value of its own that a
+ * computing insn defines, since results get buffers (or output memory) of
+ * their own; copied when it is a load, a constant or an earlier output's. */
+static int own_value(prog *g, int v, const ot_view *view, const int *taken, int ntaken)
+{
+    v = cast_to(g, v, (uint8_t)ot__kd((ot_dtype)view->dtype));
+    if (v < 0) return v;
+    uint8_t code = g->ins[v].code;
+    bool shared = false;
+    for (int y = 0; y < ntaken; y++) shared = shared || taken[y] == v;
+    if (code != OT_I_LOAD && code != OT_I_PARAM && !shared) return v;
+    ot_insn in = {.code = OT_I_CAST, .kd_from = g->v[v].kd, .a = (int16_t)use(g, v), .b = -1,
+                  .c = -1, .scalar = g->v[v].scalar ? 1 : 0};
+    return emit(g, in, g->v[v].kd, g->v[v].scalar);
+}
+
+/* One kernel computing the trees of outputs idx[0..n-1] (same shape) in one
+ * pass: shared subtrees are computed once and every input is read once. */
+static bool group_kernel(compiler *c, prog *g, const int *idx, int n)
+{
+    ot_shape osh = out_shape(c, idx[0]);
+    ot_kernel *k = new_kernel(c, OT_KER_EW);
+    if (!k || !(k->xstores = calloc((size_t)(n - 1), sizeof *k->xstores))) return false;
+    reset_prog(g, k);
+    set_space(k, osh.dims, osh.ndim);
+    k->store = output_view(c, idx[0], osh.ndim, osh.dims);
+    k->nxstore = n - 1;
+    int roots[1 + OT_MAX_XSTORES];
+    for (int x = 0; x < n; x++) {
+        roots[x] = c->ci[c->w->root[idx[x]]].canon;
+        if (x > 0) k->xstores[x - 1].view = output_view(c, idx[x], osh.ndim, osh.dims);
+    }
+    emit_roots(g, roots, n, -1, true, NULL);
+    int vals[1 + OT_MAX_XSTORES];
+    for (int x = 0; x < n && !c->oom; x++) {
+        const ot_view *view = x ? &k->xstores[x - 1].view : &k->store;
+        vals[x] = own_value(g, g->val[roots[x]], view, vals, x);
+        if (vals[x] < 0) return false;
+        if (x) g->xval[x - 1] = vals[x];
+    }
+    if (c->oom || !finish_program(g, vals[0])) return false;
+    mark_layout(k);
+    return true;
+}
+
+/* Cuts the groupable outputs into groups of one shape (at most
+ * 1 + OT_MAX_XSTORES each); lead[i] is output i's group leader, or -1. */
+static void choose_groups(const compiler *c, int *lead)
+{
+    for (int i = 0; i < c->nout; i++) {
+        lead[i] = -1;
+        if (!groupable(c, i)) continue;
+        ot_shape si = out_shape(c, i);
+        for (int j = 0; j < i && lead[i] < 0; j++) {
+            if (lead[j] != j) continue;
+            ot_shape sj = out_shape(c, j);
+            int members = 0;
+            for (int m = 0; m < i; m++) members += lead[m] == j;
+            if (ot__shape_eq(&si, &sj) && members <= OT_MAX_XSTORES) lead[i] = j;
+        }
+        if (lead[i] < 0) lead[i] = i;
+    }
 }
 
 static bool copy_out(compiler *c, prog *g, int i, int temp)
@@ -1328,6 +1434,7 @@ static void count_bytes(ot_plan *p, const ot_kernel *k)
     for (int i = 0; i < k->nload; i++)
         if (k->loads[i].space == OT_SPACE_LEAF) p->bytes_read += view_bytes(k, &k->loads[i]);
     if (k->store.space == OT_SPACE_OUT) p->bytes_written += view_bytes(k, &k->store);
+    for (int x = 0; x < k->nxstore; x++) p->bytes_written += view_bytes(k, &k->xstores[x].view);
 }
 
 static const char *space_name(int s) { return s == OT_SPACE_LEAF ? "leaf" : s == OT_SPACE_TEMP ? "t" : "out"; }
@@ -1357,8 +1464,12 @@ static char *describe(const ot_kernel *k)
     fprintf(f, " <-");
     for (int i = 0; i < k->nload; i++)
         fprintf(f, " %s%d", space_name(k->loads[i].space), k->loads[i].index);
-    fprintf(f, " -> %s%d%s%s", space_name(k->store.space), k->store.index,
-            k->direct_store ? " (direct)" : "", k->col_blocked ? " (column blocks)" : "");
+    fprintf(f, " -> %s%d%s", space_name(k->store.space), k->store.index,
+            k->direct_store ? " (direct)" : "");
+    for (int x = 0; x < k->nxstore; x++)
+        fprintf(f, ", %s%d%s", space_name(k->xstores[x].view.space), k->xstores[x].view.index,
+                k->xstores[x].direct ? " (direct)" : "");
+    fprintf(f, "%s", k->col_blocked ? " (column blocks)" : "");
     fclose(f);
     return buf;
 }
@@ -1368,6 +1479,7 @@ void ot__plan_release(ot_plan *p)
     if (!p || atomic_fetch_sub(&p->refs, 1) != 1) return;
     for (int i = 0; i < p->nkernels; i++) {
         free(p->kernels[i].loads);
+        free(p->kernels[i].xstores);
         free(p->kernels[i].insns);
         free(p->kernels[i].desc);
     }
@@ -1464,14 +1576,24 @@ static bool build_kernels(compiler *c)
     g.stamp = calloc((size_t)n, sizeof(int));
     g.fused = calloc((size_t)n, sizeof(int));
     int *via = malloc(sizeof(int) * (size_t)c->nout);
-    bool ok = g.val && g.stamp && g.fused && via;
+    int *lead = malloc(sizeof(int) * (size_t)c->nout);
+    bool ok = g.val && g.stamp && g.fused && via && lead;
+    if (ok) choose_groups(c, lead);
     for (int i = 0; i < n && ok; i++) {
         if (c->ci[i].canon == i && c->ci[i].mat && is_op(c, i) && kind_of(c, i) != OT_KIND_SHAPE)
             ok = entry_kernel(c, &g, i, &c->ci[i].st);
     }
     for (int i = 0; i < c->nout && ok; i++) {
         via[i] = -1;
-        ok = root_kernel(c, &g, i, c->ci[c->w->root[i]].canon, &via[i]);
+        if (lead[i] < 0) {
+            ok = root_kernel(c, &g, i, c->ci[c->w->root[i]].canon, &via[i]);
+        } else if (lead[i] == i) {
+            int idx[1 + OT_MAX_XSTORES], n = 0;
+            for (int j = i; j < c->nout; j++)
+                if (lead[j] == i) idx[n++] = j;
+            ok = n > 1 ? group_kernel(c, &g, idx, n)
+                       : root_kernel(c, &g, i, c->ci[c->w->root[i]].canon, &via[i]);
+        }
     }
     for (int i = 0; i < c->nout && ok; i++)
         if (via[i] >= 0) ok = copy_out(c, &g, i, via[i]);
@@ -1488,6 +1610,7 @@ static bool build_kernels(compiler *c)
     free(g.region);
     free(g.dfs);
     free(via);
+    free(lead);
     return ok && !c->oom;
 }
 

@@ -16,6 +16,7 @@
 
 #define TILE 1024              /* elements per tile (row-major walks) */
 #define TILE_COLUMN 256         /* elements per tile (column-block walks) */
+#define TILE_STREAM 16384       /* elements per tile of a kernel with no scratch */
 #define TILES_PER_CHUNK 16
 #define ROWS_PER_CHUNK 4
 #define PARALLEL_MIN 32768     /* elements below which a kernel runs serially */
@@ -131,6 +132,7 @@ typedef struct run_ctx {
     int acc;                   /* 0 = u10, 1 = u35 */
     char **base;               /* per load: the address of element 0 */
     char *store;
+    char *xstore[OT_MAX_XSTORES];  /* a multi-output kernel's further outputs */
     const double *param;
     int64_t tile, inner, nouter, tiles_per_row;
     int64_t rest;              /* column reductions: results per tile column */
@@ -223,8 +225,21 @@ static void scatter(char *dst, const void *src, int64_t stride, int64_t n, size_
 
 static int form2(uint8_t sc) { return (sc & 3) == 1 ? OT_FORM_SV : (sc & 3) == 2 ? OT_FORM_VS : OT_FORM_VV; }
 
+/* Where an insn writing buffer buf puts its result: straight into an
+ * output (direct[0] for the kernel's result, direct[1 + x] for further
+ * output x, NULL where not in place) or its own tile buffer. */
+static void *dest(const ot_kernel *k, char *const *direct, int buf, void *own)
+{
+    if (!direct) return own;
+    if (buf == k->result) return direct[0] ? direct[0] : own;
+    for (int x = 0; x < k->nxstore; x++)
+        if (buf == k->xstores[x].result) return direct[x + 1] ? direct[x + 1] : own;
+    return own;
+}
+
 /* Runs the register program over n elements at outer index o, inner j. */
-static void run_program(const run_ctx *c, scratch *s, int64_t o, int64_t j, int64_t n, char *direct)
+static void run_program(const run_ctx *c, scratch *s, int64_t o, int64_t j, int64_t n,
+                        char *const *direct)
 {
     const ot_kernel *k = c->k;
     const ot_kernels *kt = c->kt;
@@ -232,7 +247,7 @@ static void run_program(const run_ctx *c, scratch *s, int64_t o, int64_t j, int6
         const ot_insn *in = &k->insns[i];
         bool scalar = in->scalar & 8;
         int64_t nn = scalar ? 1 : n;
-        void *d = in->dst == k->result && direct ? direct : s->own[in->dst];
+        void *d = dest(k, direct, in->dst, s->own[in->dst]);
         switch (in->code) {
         case OT_I_LOAD: {
             const ot_view *v = &k->loads[in->arg];
@@ -294,9 +309,22 @@ static void ew_tile(const run_ctx *c, scratch *s, int64_t t)
     tile_at(c, t, &o, &j, &n);
     size_t es = ot__esize((ot_dtype)k->store.dtype);
     char *dst = c->store + view_offset(k, &k->store, o, j) * (int64_t)es;
-    run_program(c, s, o, j, n, k->direct_store ? dst : NULL);
+    char *xdst[OT_MAX_XSTORES], *direct[1 + OT_MAX_XSTORES];
+    direct[0] = k->direct_store ? dst : NULL;
+    for (int x = 0; x < k->nxstore; x++) {
+        const ot_xstore *xs = &k->xstores[x];
+        xdst[x] = c->xstore[x] + view_offset(k, &xs->view, o, j) * (int64_t)ot__esize(xs->view.dtype);
+        direct[x + 1] = xs->direct ? xdst[x] : NULL;
+    }
+    run_program(c, s, o, j, n, direct);
     if (!k->direct_store)
         scatter(dst, s->ptr[k->result], inner_stride(k, &k->store), n, es, k->result_scalar);
+    for (int x = 0; x < k->nxstore; x++) {
+        const ot_xstore *xs = &k->xstores[x];
+        if (!xs->direct)
+            scatter(xdst[x], s->ptr[xs->result], inner_stride(k, &xs->view), n,
+                    ot__esize(xs->view.dtype), xs->scalar);
+    }
 }
 
 static void ew_body(run_ctx *c, scratch *s, int64_t first, int64_t last)
@@ -480,8 +508,30 @@ static void column_chunk(void *c, int64_t first, int64_t last)
 
 /* ---- kernels as a whole --------------------------------------------------- */
 
+/* Whether an elementwise kernel's tiles touch no scratch: every load is read
+ * in place and the one vector instruction writes the output directly. */
+static bool streams(const ot_kernel *k)
+{
+    if (k->kind != OT_KER_EW || !k->direct_store || k->col_blocked) return false;
+    int computed = 0;
+    for (int i = 0; i < k->ninsn; i++) {
+        const ot_insn *in = &k->insns[i];
+        if (in->code == OT_I_PARAM || (in->scalar & 8)) continue;
+        if (in->code == OT_I_LOAD) {
+            int64_t st = k->ndim ? k->loads[in->arg].strides[k->ndim - 1] : 0;
+            if (st != 0 && st != 1) return false;
+            continue;
+        }
+        computed++;
+    }
+    return computed == 1;
+}
+
+/* Tiles keep a kernel's scratch in L1; a kernel with no scratch gets long
+ * tiles, since the per-tile bookkeeping is then its only overhead. */
 static int64_t tile_for(const ot_kernel *k)
 {
+    if (streams(k)) return TILE_STREAM;
     return k->col_blocked ? TILE_COLUMN : (k->nbuf > 6 ? TILE / 2 : TILE);
 }
 
@@ -689,6 +739,8 @@ static int run_kernel(ot_backend *be, const ot_plan *p, const ot_binding *bind, 
     }
     run_ctx c = {.k = &k, .kt = cpu->k, .acc = be->opts.accuracy == OT_ULP35, .base = base,
                  .store = dst, .param = bind->param};
+    for (int x = 0; x < k.nxstore; x++)
+        c.xstore[x] = row_base(view_base(p, bind, arena, &k.xstores[x].view), &k.xstores[x].view, r);
     set_space(&c, &k);
     ot_threads *th = r.n < 0 ? cpu->threads : NULL;
     int rc = k.kind == OT_KER_EW ? run_ew(th, &c) : run_reduce(th, &c);

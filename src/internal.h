@@ -297,6 +297,17 @@ typedef struct ot_insn {
 
 enum { OT_KER_EW, OT_KER_REDUCE, OT_KER_DOT, OT_KER_RAND, OT_KER_ONEHOT };
 
+#define OT_MAX_XSTORES 7            /* further outputs of one elementwise kernel */
+
+/* A further output of a multi-output elementwise kernel (ot_assign_many of
+ * trees over one space): its own view, buffer and store mode. */
+typedef struct ot_xstore {
+    ot_view view;
+    int result;                     /* buffer holding it, written once */
+    bool scalar;                    /* one value per tile */
+    bool direct;                    /* its insn writes the output in place */
+} ot_xstore;
+
 typedef struct ot_kernel {
     int kind;                       /* OT_KER_* */
     int ndim;                       /* the coalesced iteration space */
@@ -312,6 +323,8 @@ typedef struct ot_kernel {
     bool direct_store;              /* the last insn writes the output in place */
     ot_view store;                  /* EW/REDUCE: where results go; reduced
                                        dims have stride 0 */
+    int nxstore;                    /* EW: further outputs, same space */
+    ot_xstore *xstores;
     int red_op;                     /* REDUCE: OT_OP_SUM/MAX/MIN/MEAN/ARG* */
     int red_axis;                   /* REDUCE: iteration dim, or -1 for all */
     int64_t red_count;              /* REDUCE: elements per result (mean) */

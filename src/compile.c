@@ -778,13 +778,14 @@ static int emit_op(prog *g, int e)
     }
     int m = fma_mul_of(g, e);
     if (m >= 0) {
-        int z = m == a ? b : a;
+        int z = x->op == OT_OP_SUB || m != a ? a : b;
         int vx = operand_value(g, canon_operand(c, m, 0), kd);
         int vy = operand_value(g, canon_operand(c, m, 1), kd);
         int vz = operand_value(g, z, kd);
         use(g, vx), use(g, vy), use(g, vz);
         bool sx = g->v[vx].scalar, sy = g->v[vy].scalar, sz = g->v[vz].scalar;
-        ot_insn in = {.code = OT_I_FMA, .a = (int16_t)vx, .b = (int16_t)vy, .c = (int16_t)vz,
+        ot_insn in = {.code = OT_I_FMA, .op = (uint8_t)x->op, .a = (int16_t)vx, .b = (int16_t)vy,
+                      .c = (int16_t)vz,
                       .scalar = (uint8_t)((sx ? 1 : 0) | (sy ? 2 : 0) | (sz ? 4 : 0))};
         return emit(g, in, kd, sx && sy && sz);
     }
@@ -864,14 +865,16 @@ static bool add_loads(prog *g, int root, bool root_computed)
     return true;
 }
 
-/* The multiply an add folds into an fma; the same choice emit_op makes. */
+/* The multiply an add (either operand) or a subtraction (the subtrahend:
+ * c - a*b, an fnma) folds into; the same choice emit_op makes. */
 static int fma_mul_of(const prog *g, int e)
 {
     const compiler *c = g->c;
-    if (c->w->e[e].op != OT_OP_ADD || !is_op(c, e)) return -1;
+    int op = c->w->e[e].op;
+    if ((op != OT_OP_ADD && op != OT_OP_SUB) || !is_op(c, e)) return -1;
     uint8_t kd = (uint8_t)ot__kd((ot_dtype)c->w->e[e].dtype);
     int a = canon_operand(c, e, 0), b = canon_operand(c, e, 1);
-    if (is_mul_for_fma(g, a, kd) && g->stamp[a] == g->id) return a;
+    if (op == OT_OP_ADD && is_mul_for_fma(g, a, kd) && g->stamp[a] == g->id) return a;
     if (is_mul_for_fma(g, b, kd) && g->stamp[b] == g->id) return b;
     return -1;
 }
@@ -1458,7 +1461,7 @@ static char *describe(const ot_kernel *k)
         const ot_insn *in = &k->insns[i];
         if (in->code == OT_I_UNARY || in->code == OT_I_BINARY)
             fprintf(f, " %s", ot_op_name((ot_op)in->op));
-        else if (in->code == OT_I_FMA) fprintf(f, " fma");
+        else if (in->code == OT_I_FMA) fprintf(f, in->op == OT_OP_SUB ? " fnma" : " fma");
         else if (in->code == OT_I_CAST && in->kd != in->kd_from) fprintf(f, " cast");
     }
     fprintf(f, " <-");

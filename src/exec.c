@@ -273,10 +273,11 @@ static void run_program(const run_ctx *c, scratch *s, int64_t o, int64_t j, int6
             kt->binary[in->op][in->kd][f](d, s->ptr[in->a], s->ptr[in->b], (size_t)nn);
             break;
         }
-        case OT_I_FMA:
-            kt->fma[in->kd][scalar ? 0 : in->scalar & 7](d, s->ptr[in->a], s->ptr[in->b],
-                                                          s->ptr[in->c], (size_t)nn);
+        case OT_I_FMA: {
+            ot_k3 f = (in->op == OT_OP_SUB ? kt->fnma : kt->fma)[in->kd][scalar ? 0 : in->scalar & 7];
+            f(d, s->ptr[in->a], s->ptr[in->b], s->ptr[in->c], (size_t)nn);
             break;
+        }
         default: /* OT_I_CAST */
             kt->cast[in->kd_from][in->kd](d, s->ptr[in->a], (size_t)nn);
             break;

@@ -248,6 +248,8 @@ typedef struct ot_kernels {
     /* fma[kd][form]: dst = a*b + c rounded once; form bits 1/2/4 mark a/b/c
      * as scalars (0..6; 7 unused). f32 and f64 only. */
     ot_k3 fma[2][7];
+    /* fnma[kd][form]: dst = c - a*b rounded once; forms as for fma. */
+    ot_k3 fnma[2][7];
     /* cast[from][to]: float -> i32 truncates, NaN -> 0, saturates (ot__to_i32). */
     ot_k1 cast[OT_KD_COUNT][OT_KD_COUNT];
     /* Tile reductions, f32 and f64: the sum of n elements accumulated in
@@ -287,7 +289,8 @@ enum { OT_I_LOAD, OT_I_PARAM, OT_I_UNARY, OT_I_BINARY, OT_I_FMA, OT_I_CAST };
 
 typedef struct ot_insn {
     uint8_t code;                   /* OT_I_* */
-    uint8_t op;                     /* ot_op for UNARY/BINARY */
+    uint8_t op;                     /* ot_op for UNARY/BINARY; FMA: OT_OP_SUB
+                                       for c - a*b, else a*b + c */
     uint8_t kd;                     /* result kernel dtype (OT_KD_*) */
     uint8_t kd_from;                /* CAST: source kernel dtype */
     int16_t dst, a, b, c;           /* buffers; -1 when unused */

@@ -567,7 +567,8 @@ static void check_binary_table(const ot_kernels *k)
 
 /* ---- fma ----------------------------------------------------------------------------------- */
 
-static void check_fma_table(const ot_kernels *k)
+/* fma (a*b + c) or, with neg, fnma (c - a*b): both against libm's fma. */
+static void check_fma_kind(const ot_kernels *k, bool neg)
 {
     static unsigned char in[3][2][NMAX * 8], got[NMAX * 8];
     for (int kd = 0; kd < 2; kd++) {
@@ -580,9 +581,10 @@ static void check_fma_table(const ot_kernels *k)
     }
     for (int kd = 0; kd < 2; kd++) {
         for (int form = 0; form < 7; form++) {
-            ot_k3 f = k->fma[kd][form];
+            ot_k3 f = (neg ? k->fnma : k->fma)[kd][form];
+            const char *name = neg ? "fnma" : "fma";
             if (!f) {
-                test__fail(__FILE__, __LINE__, "%s: no fma %s form %d", k->isa, kdname[kd], form);
+                test__fail(__FILE__, __LINE__, "%s: no %s %s form %d", k->isa, name, kdname[kd], form);
                 continue;
             }
             report rep = {3};
@@ -598,19 +600,26 @@ static void check_fma_table(const ot_kernels *k)
                         for (int j = 0; j < 3; j++)
                             v[j] = kget(m[j], kd, ((form >> j) & 1) ? 0 : i);
                         unsigned char w[8];
+                        double a0 = neg ? -v[0] : v[0];
                         if (kd == OT_KD_F32)
-                            kset(w, kd, 0, fmaf((float)v[0], (float)v[1], (float)v[2]));
+                            kset(w, kd, 0, fmaf((float)a0, (float)v[1], (float)v[2]));
                         else
-                            kset(w, kd, 0, fma(v[0], v[1], v[2]));
+                            kset(w, kd, 0, fma(a0, v[1], v[2]));
                         if (!ksame(got + i * ksz(kd), w, kd, 0))
-                            MISMATCH(&rep, "%s fma %s form %d (%.9g, %.9g, %.9g) = %.17g, want %.17g",
-                                     k->isa, kdname[kd], form, v[0], v[1], v[2],
+                            MISMATCH(&rep, "%s %s %s form %d (%.9g, %.9g, %.9g) = %.17g, want %.17g",
+                                     k->isa, name, kdname[kd], form, v[0], v[1], v[2],
                                      kget(got, kd, i), kget(w, kd, 0));
                     }
                 }
             }
         }
     }
+}
+
+static void check_fma_table(const ot_kernels *k)
+{
+    check_fma_kind(k, false);
+    check_fma_kind(k, true);
 }
 
 /* ---- casts ---------------------------------------------------------------------------------- */

@@ -42,9 +42,17 @@ typedef struct bench_case {
     bool transpose_in0;
     /* Builds the tree in the current pool from the leaf tensors. */
     ot_node *(*tree)(ot_tensor *const in[]);
+    /* When set, what a timed call runs instead of ot_assign(out, tree(in)),
+     * in the current pool: for cases with several outputs, which it writes
+     * into views of out (W7: the two gradients as the rows of out). */
+    int (*assign)(ot_tensor *out, ot_tensor *const in[]);
     /* The reference loop: writes out_numel floats. It is timed for
      * TARGET_RATIO cases and used only to check results for TARGET_US. */
     void (*ref)(const bench_data *d, float *out);
+    /* Results are compared relative to max(|reference|, err_floor); 0 means
+     * relative everywhere. Where the math cancels (W7's 1 - tanh^2 and
+     * a - a/b^2), values near zero carry absolute rounding error only. */
+    double err_floor;
     /* Assignments per timed run (W8 times many small ones); 0 means 1. */
     long calls, quick_calls;
 } bench_case;
@@ -59,6 +67,8 @@ void ref_w2(float *o, const float *a, size_t n);
 void ref_w3(float *o, const float *a, const float *b, size_t n);
 void ref_w4(float *o, const float *a, const float *b, const float *c, size_t n);
 void ref_w5(float *o, const float *x, size_t rows, size_t cols);
+/* The gradients of tanh(a*b + a/b) w.r.t. a into ga and w.r.t. b into gb. */
+void ref_w7(float *ga, float *gb, const float *a, const float *b, size_t n);
 /* o (n x n) = transpose(x) * col[:, None] + row[None, :]. */
 void ref_w9_scalar(float *o, const float *x, const float *col, const float *row, size_t n);
 void ref_w9_avx2(float *o, const float *x, const float *col, const float *row, size_t n);

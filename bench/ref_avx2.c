@@ -103,6 +103,40 @@ void ref_w4(float *o, const float *a, const float *b, const float *c, size_t n)
     map3(o, a, b, c, n, w4_vec);
 }
 
+/* ---- W7: both gradients of W3 in one pass ------------------------------- */
+
+/* u = a*b + a/b, t = tanh(u), d = 1 - t*t; d/da = d (b + 1/b) and
+ * d/db = d (a - (a/b)/b). One division (r = 1/b) serves all three
+ * quotients; a and b are read once and both gradients written. */
+ALWAYS_INLINE void w7_vec(__m256 a, __m256 b, __m256 *ga, __m256 *gb)
+{
+    const __m256 one = _mm256_set1_ps(1.0f);
+    __m256 r = _mm256_div_ps(one, b);
+    __m256 q = _mm256_mul_ps(a, r);
+    __m256 t = Sleef_tanhf8_u10avx2(_mm256_fmadd_ps(a, b, q));
+    __m256 d = _mm256_fnmadd_ps(t, t, one);
+    *ga = _mm256_mul_ps(d, _mm256_add_ps(b, r));
+    *gb = _mm256_mul_ps(d, _mm256_fnmadd_ps(q, r, a));
+}
+
+void ref_w7(float *ga, float *gb, const float *a, const float *b, size_t n)
+{
+    size_t i = 0;
+    __m256 x, y;
+    for (; i + 8 <= n; i += 8) {
+        w7_vec(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), &x, &y);
+        _mm256_storeu_ps(ga + i, x);
+        _mm256_storeu_ps(gb + i, y);
+    }
+    if (i < n) {
+        __m256i m = tail_mask(n - i);
+        /* Masked-off lanes of b load as 0: harmless, they are never stored. */
+        w7_vec(_mm256_maskload_ps(a + i, m), _mm256_maskload_ps(b + i, m), &x, &y);
+        _mm256_maskstore_ps(ga + i, m, x);
+        _mm256_maskstore_ps(gb + i, m, y);
+    }
+}
+
 /* ---- W5: row softmax ----------------------------------------------------- */
 
 /* Four accumulators: max has a latency of several cycles, and one chain

@@ -1,7 +1,7 @@
 /*
  * workloads.c - the cases of the benchmark, in BENCH.md's order: for each,
  * its sizes, the optree tree and the reference loop it is measured against.
- * W6, W7 and W10 come in later issues: each is one more entry in the table
+ * W6 and W10 come in later issues: each is one more entry in the table
  * (W6 will call OpenBLAS in its reference, single-threaded).
  */
 #include "bench.h"
@@ -21,6 +21,14 @@ static void flat_shapes(bench_data *d, int n_in, bool quick)
 static void shapes_1in(bench_data *d, bool quick) { flat_shapes(d, 1, quick); }
 static void shapes_2in(bench_data *d, bool quick) { flat_shapes(d, 2, quick); }
 static void shapes_3in(bench_data *d, bool quick) { flat_shapes(d, 3, quick); }
+
+/* W7: a and b of N elements; the two gradients are the rows of a (2, N)
+ * output. */
+static void shapes_w7(bench_data *d, bool quick)
+{
+    flat_shapes(d, 2, quick);
+    d->out_shape = OT_SHAPE(2, d->in_shape[0].dims[0]);
+}
 
 /* W8 is a small call by definition: 64 elements in either mode. */
 static void shapes_w8(bench_data *d, bool quick)
@@ -72,6 +80,19 @@ static ot_node *w4_tree(ot_tensor *const in[])
     return ot_add(ot_mul(s, l), ot_mul(ot_exp(ot_neg(in[2])), 0.5f));
 }
 
+/* W7 as a user writes it: differentiate W3 (next_error = ones) and write
+ * both gradients with one backprop, into the rows of out. */
+static int w7_assign(ot_tensor *out, ot_tensor *const in[])
+{
+    ot_tensor *ga = ot_slice(out, OT_IDX(0)), *gb = ot_slice(out, OT_IDX(1));
+    ot_autodiff *ad = ga && gb ? ot_autodiff_new(w3_tree(in), NULL) : NULL;
+    int rc = ad ? ot_autodiff_backprop(ad, 2, in, (ot_tensor *[]){ga, gb}) : ot_errcode();
+    ot_autodiff_free(ad);
+    ot_tensor_free(ga);
+    ot_tensor_free(gb);
+    return rc;
+}
+
 /* The row max is built twice, as a user writes it: merging the two copies
  * is the compiler's job. */
 static ot_node *w5_shifted_exp(ot_tensor *x)
@@ -101,6 +122,12 @@ static void w3_ref(const bench_data *d, float *o) { ref_w3(o, d->in[0], d->in[1]
 static void w4_ref(const bench_data *d, float *o)
 {
     ref_w4(o, d->in[0], d->in[1], d->in[2], d->out_numel);
+}
+
+static void w7_ref(const bench_data *d, float *o)
+{
+    size_t n = d->out_numel / 2;
+    ref_w7(o, o + n, d->in[0], d->in[1], n);
 }
 
 static void w5_ref(const bench_data *d, float *o)
@@ -137,6 +164,10 @@ const bench_case bench_cases[] = {
     {.id = "W5", .label = "row softmax: ot_softmax(x, axis=1)", .ref_label = SOFTMAX_REF,
      .kind = TARGET_RATIO, .target = 1.25, .shapes = shapes_w5, .tree = w5_softmax_tree,
      .ref = w5_ref},
+    {.id = "W7", .label = "d/da, d/db of tanh(a*b + a/b): one backprop",
+     .ref_label = "one pass, both gradients, AVX2+FMA, SLEEF u10", .kind = TARGET_RATIO,
+     .target = 1.30, .shapes = shapes_w7, .tree = w3_tree, .assign = w7_assign,
+     .ref = w7_ref, .err_floor = 1e-2},
     {.id = "W8", .label = "W3 on 64 elements: push, build, assign, pop",
      .ref_label = "none (absolute target)", .kind = TARGET_US, .target = 1.0,
      .shapes = shapes_w8, .tree = w3_tree, .ref = w3_ref, .calls = 100000, .quick_calls = 2000},

@@ -590,6 +590,75 @@ ot_tensor *ot_eval(ot_node *tree);
  * and the bytes read and written; for the ref backend, one line per node. */
 int ot_explain(const ot_node *tree, FILE *f);
 
+/* ------------------------------------------------------------------------ */
+/* Autodiff                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* Reverse-mode gradients of a tree, as op-trees (neon's Autodiff):
+ *
+ *     ot_autodiff *ad = ot_autodiff_new(f, NULL);   // NULL: next_error = ones
+ *     ot_node *g0 = ot_autodiff_grad(ad, x0);       // a tree; computes nothing
+ *     ot_autodiff_backprop(ad, 2, (ot_tensor *[]){x0, x1},
+ *                          (ot_tensor *[]){g0buf, g1buf});  // one evaluation
+ *     ot_autodiff_free(ad);
+ *
+ * Gradient trees are ordinary trees built from the forward tree's nodes:
+ * they print, explain, fuse, and can be differentiated again (a Hessian-
+ * vector product is the gradient of sum(grad * v)). A gradient has the shape
+ * and dtype of its tensor; broadcast operands are summed back to their shape.
+ *
+ * Rules. Every op of the table has one. Composites use their stable form:
+ * the gradient of cross_entropy(softmax(x), t) w.r.t. x is built as
+ * softmax(x) - t (targets that sum to 1 along the axis, as in neon), and
+ * logsoftmax's goes through exp of its own stable value. Ties of max, min,
+ * maximum and minimum share the gradient equally among the tied elements;
+ * clip passes it on the closed interval [lo, hi]. Non-differentiable ops
+ * (compares, sgn, finite, rint, argmax, argmin, onehot, rand), integer
+ * values and constants contribute zero; an integer tensor's gradient is
+ * zeros. An op without a rule is OT_EUNSUPPORTED, naming the op and the
+ * file:line where its node was built.
+ *
+ * Views. A gradient belongs to the memory a tensor views. The gradient
+ * w.r.t. t sums the gradients of every leaf that reads exactly t's elements
+ * - t itself, an equal view, or a transposed view of t - each brought back
+ * into t's layout (so for x0t = ot_transpose(x0), the gradient of x0t * x1
+ * w.r.t. x0 is x1 transposed, and w.r.t. x0t it is x1). Leaves over disjoint
+ * parts of one buffer are independent variables. A leaf that reads some of
+ * t's elements but not as a transpose of t (a slice of t next to t itself)
+ * would need a scatter the op set lacks: asking for t's gradient is then
+ * OT_EUNSUPPORTED; ask for the gradient w.r.t. each view instead.
+ *
+ * Ownership. Objects are refcounted and memoised per (tree, next_error) on
+ * the backend of the tree's first leaf: a second ot_autodiff_new of the same
+ * tree and next_error returns the same object. Each ot_autodiff_new is
+ * balanced by an ot_autodiff_free. The memo keeps a reference to its objects
+ * (and through them to their trees) for the last 64 keys, and drops them
+ * when the backend is freed; free your own before the backend, as tensors.
+ */
+typedef struct ot_autodiff ot_autodiff;
+
+/* Differentiates tree (building gradient trees, computing nothing) with
+ * next_error as the gradient of the tree's value; NULL means ones. A
+ * non-NULL next_error must have the tree's shape (OT_ESHAPE otherwise). NULL
+ * on error: OT_EBACKEND for a tree without a tensor leaf, OT_EUNSUPPORTED
+ * for an op without a rule. Not a builder: it clears the error slot. */
+ot_autodiff *ot_autodiff_new(ot_node *tree, ot_node *next_error);
+/* Drops a reference. NULL is a no-op. */
+void ot_autodiff_free(ot_autodiff *ad);
+/* The gradient of the tree w.r.t. wrt, a tree of wrt's shape and dtype owned
+ * by the current pool; zeros when the tree does not read wrt. A builder:
+ * NULL on error, keeping the first one. */
+ot_node *ot_autodiff_grad(ot_autodiff *ad, ot_tensor *wrt);
+/* grads[i][...] = the gradient w.r.t. wrt[i], for i < n, in one evaluation
+ * (ot_assign_many): subtrees the gradients share are computed once. */
+int ot_autodiff_backprop(ot_autodiff *ad, int n, ot_tensor *const wrt[],
+                         ot_tensor *const grads[]);
+/* The gradient w.r.t. wrt as a new contiguous tensor (the caller frees it),
+ * or NULL on error. */
+ot_tensor *ot_autodiff_grad_tensor(ot_autodiff *ad, ot_tensor *wrt);
+/* Copies the gradient w.r.t. wrt to host memory: row-major, in wrt's dtype. */
+int ot_autodiff_grad_host(ot_autodiff *ad, ot_tensor *wrt, void *host);
+
 #ifdef __cplusplus
 }
 #endif

@@ -76,6 +76,7 @@ ot_backend *ot_backend_new(const char *name, const ot_backend_opts *opts)
 void ot_backend_free(ot_backend *be)
 {
     if (!be) return;
+    ot__autodiff_memo_free(be);
     if (be->vt->destroy) be->vt->destroy(be);
     free(be);
 }

@@ -179,7 +179,10 @@ struct ot_backend {
     ot_backend_opts opts;     /* defaults filled in */
     ot_stat_counters stats;
     void *impl;
+    _Atomic(struct ot_ad_memo *) ad_memo;  /* autodiff.c: memoised objects */
 };
+/* Releases the autodiff objects memoised on be (autodiff.c). */
+void ot__autodiff_memo_free(ot_backend *be);
 
 extern const ot_backend_vt ot__ref_vt;
 

@@ -221,3 +221,32 @@ TEST(multi_mixed_shapes_and_dtypes)
     ot_tensor_free(o4base);
     ot_backend_free(be);
 }
+
+/* Backprop of tanh(a*b + a/b): both gradients come out of one kernel that
+ * reads a and b once (issue: one pass over shared inputs). */
+TEST(multi_backprop_one_pass)
+{
+    side cpu, ref;
+    side_new(&cpu, "cpu", OT_F64, 1);
+    side_new(&ref, "ref", OT_F64, 1);
+    side *s[2] = {&cpu, &ref};
+    for (int k = 0; k < 2; k++) {
+        ot_pool *p = ot_pool_push();
+        ot_node *f = ot_tanh(ot_add(ot_mul(s[k]->a, s[k]->b), ot_div(s[k]->a, s[k]->b)));
+        ot_autodiff *ad = ot_autodiff_new(f, NULL);
+        CHECK(ad != NULL);
+        ot_stats s0, s1;
+        ot_stats(s[k]->be, &s0);
+        CHECK_INT(ot_autodiff_backprop(ad, 2, (ot_tensor *[]){s[k]->a, s[k]->b}, s[k]->o), 0);
+        ot_stats(s[k]->be, &s1);
+        if (k == 0) {
+            CHECK_INT(s1.kernels - s0.kernels, 1);
+            CHECK_INT(s1.bytes_moved - s0.bytes_moved, 4 * N * 8);
+        }
+        ot_autodiff_free(ad);
+        ot_pool_pop(p);
+    }
+    outs_close(&cpu, &ref, 2, 1e-12);
+    side_free(&cpu);
+    side_free(&ref);
+}

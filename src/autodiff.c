@@ -1,0 +1,866 @@
+/*
+ * autodiff.c - reverse-mode autodiff over op-trees: the gradient rule of
+ * every op, and the autodiff object (ot_autodiff_*), memoised per backend.
+ *
+ * A gradient is an ordinary op-tree built with the public builders from the
+ * forward tree's own nodes, so it prints, explains, fuses, and can be
+ * differentiated again. Nothing is computed here.
+ *
+ * The sweep lists the distinct nodes of the tree in post-order (an explicit
+ * stack, so a tree 100,000 deep is fine; a node map, so a DAG costs time
+ * linear in its distinct nodes), then walks that list backwards: each node's
+ * gradient is complete before it is pushed to its operands, and contributions
+ * to a shared node are added in that order. A composite's tagged root is
+ * differentiated by the composite's own rule, straight to the composite's
+ * operands, which is what gives the stable forms (softmax - y for a softmax
+ * cross-entropy; logsoftmax through exp, never the log of a softmax).
+ *
+ * Conventions of the rules:
+ *   - An incoming gradient may have any shape that broadcasts to its node's
+ *     (the implicit next_error of ones is the constant 1). A contribution is
+ *     summed back to its operand's shape before it is added.
+ *   - Ties of max, min, maximum and minimum share the gradient equally among
+ *     the tied elements. clip passes the gradient on the closed interval
+ *     [lo, hi]: its bounds are constants, so there is no tie to share.
+ *   - Non-differentiable ops (OT_FLAG_NODIFF), integer values and constants
+ *     receive nothing: a leaf reached by no gradient gets zeros.
+ */
+#include "internal.h"
+
+#include <pthread.h>
+
+/* Objects a backend keeps for reuse: bounded so that a loop building a new
+ * tree per step keeps a fixed number alive. */
+#define MEMO_CAP 64
+#define LN2 0.693147180559945309417232121458176568
+/* safelog's floor, exp(-50), as ref.c computes it. */
+#define SAFELOG_FLOOR 1.9287498479639178e-22
+
+struct ot_autodiff {
+    atomic_long refs;         /* the memo's and every ot_autodiff_new's */
+    ot_backend *be;
+    ot_node *tree;            /* retained: the memo key stays unique */
+    ot_node *next_error;      /* retained; NULL means ones */
+    int nleaves;
+    ot_tensor **leaf;         /* leaves reached by a gradient (tree keeps them) */
+    ot_node **grad;           /* their gradients, in their shapes (retained) */
+    uint64_t used;            /* the memo's clock at the last lookup */
+};
+
+typedef struct ot_ad_memo {
+    pthread_mutex_t lock;
+    uint64_t clock;
+    int n;
+    ot_autodiff *slot[MEMO_CAP];
+} ot_ad_memo;
+
+/* ---- builder shorthands -------------------------------------------------- */
+
+/* Gradient nodes carry the call site of the forward node they differentiate,
+ * so an error inside a gradient points at the user's line. */
+typedef struct ctx {
+    const char *file;
+    int line;
+    ot_backend *be;
+} ctx;
+
+static ot_node *B(const ctx *c, ot_op op, ot_node *a, ot_node *b)
+{
+    return ot_build_at(op, a, b, NULL, c->file, c->line);
+}
+
+static ot_node *reduce(const ctx *c, ot_op op, ot_node *x, int axis, bool keepdims)
+{
+    ot_args r = {.axis = axis, .keepdims = keepdims};
+    return ot_build_at(op, x, NULL, &r, c->file, c->line);
+}
+
+static ot_node *K(double v) { return ot_const(v); }
+
+static bool is_one(const ot_node *n)
+{
+    return n && n->kind == OT_NODE_CONST && n->value == 1.0;
+}
+
+/* a * b, where the implicit ones gradient multiplies away. */
+static ot_node *mul(const ctx *c, ot_node *a, ot_node *b)
+{
+    if (is_one(a) && b) return b;
+    if (is_one(b) && a) return a;
+    return B(c, OT_OP_MUL, a, b);
+}
+
+/* A read-only zeros view of shape and dtype (stride 0 everywhere, one
+ * element of memory), owned by the current pool. Adding it broadcasts a
+ * smaller gradient up to a full shape without reading anything real. */
+static ot_node *zeros_node(ot_backend *be, ot_shape shape, ot_dtype dt)
+{
+    ot_tensor *one = ot_zeros(be, OT_SHAPE(), dt);
+    ot_tensor *v = one ? ot_broadcast_to(one, shape) : NULL;
+    ot_tensor_free(one);
+    if (!v) return NULL;
+    ot_tensor_set_name(v, "zeros");
+    return ot__pool_adopt(&v->leaf);
+}
+
+/* g brought up to exactly shape (g must broadcast to it). */
+static ot_node *full(const ctx *c, ot_node *g, ot_shape shape, ot_dtype dt)
+{
+    if (!g || ot__shape_eq(&g->shape, &shape)) return g;
+    return B(c, OT_OP_ADD, g, zeros_node(c->be, shape, dt));
+}
+
+static ot_node *transpose(const ctx *c, ot_node *x, const int *perm)
+{
+    ot_args t = {.axis = OT_AXIS_ALL};
+    if (perm) memcpy(t.perm, perm, sizeof t.perm);
+    return ot_build_at(OT_OP_TRANSPOSE, x, NULL, &t, c->file, c->line);
+}
+
+/* g (broadcastable to shape) with a new dim of size 1 inserted at axis:
+ * broadcasting against zeros of (1, shape...) adds it in front, and a
+ * transpose moves it into place. */
+static ot_node *insert_axis(const ctx *c, ot_node *g, ot_shape shape, int axis, ot_dtype dt)
+{
+    ot_shape s = {.ndim = shape.ndim + 1, .dims = {1}};
+    for (int i = 0; i < shape.ndim; i++) s.dims[i + 1] = shape.dims[i];
+    ot_node *h = B(c, OT_OP_ADD, g, zeros_node(c->be, s, dt));
+    if (axis == 0 || !h) return h;
+    int perm[OT_MAX_DIMS] = {0};
+    for (int i = 0; i < s.ndim; i++) perm[i] = i < axis ? i + 1 : i == axis ? 0 : i;
+    return transpose(c, h, perm);
+}
+
+/* The gradient g of a reduction's result (shape out), made to broadcast
+ * against the reduced operand again. */
+static ot_node *expand_back(const ctx *c, ot_node *g, const ot_node *n)
+{
+    int axis = n->args.axis;
+    if (!g || axis == OT_AXIS_ALL || n->args.keepdims || g->shape.ndim == 0) return g;
+    return insert_axis(c, g, n->shape, axis, (ot_dtype)n->dtype);
+}
+
+/* A contribution g summed back to shape t (which broadcasts to g's shape):
+ * every dim t lacks or has as 1 where g does not is summed away. */
+static ot_node *sum_to(const ctx *c, ot_node *g, const ot_shape *t)
+{
+    if (!g) return NULL;
+    ot_shape s = g->shape;
+    int lead = s.ndim - t->ndim;
+    bool need = lead > 0;
+    for (int i = lead > 0 ? lead : 0; i < s.ndim; i++)
+        if (s.dims[i] != t->dims[i - lead]) need = true;
+    if (!need) return g;
+    if (ot__numel(t) == 1) return reduce(c, OT_OP_SUM, g, OT_AXIS_ALL, false);
+    /* From the last axis down, so that dropping a leading axis leaves the
+     * indices still to visit unchanged. */
+    for (int i = s.ndim - 1; i >= 0 && g; i--) {
+        int ti = i - lead;
+        if (ti < 0) g = reduce(c, OT_OP_SUM, g, i, false);
+        else if (t->dims[ti] == 1 && s.dims[i] != 1) g = reduce(c, OT_OP_SUM, g, i, true);
+    }
+    return g;
+}
+
+/* ---- the sweep ----------------------------------------------------------- */
+
+typedef struct sweep {
+    ot__ptrmap seen;          /* node -> discovery number */
+    int *post;                /* discovery number -> post-order position */
+    ot_node **order;          /* post-order */
+    ot_node **grad;           /* per position; nodes owned by the sweep's pool */
+    bool *live;               /* a float leaf is below and gradients reach it */
+    int len, cap;
+} sweep;
+
+/* The operands a gradient flows to: a composite's own operands for its
+ * tagged root (its rule skips the expansion), else the node's. */
+static int kids(const ot_node *n, ot_node *k[2])
+{
+    bool composite = n->kind == OT_NODE_OP && n->tag != OT_OP_NONE;
+    k[0] = composite ? n->tag_a : n->a;
+    k[1] = composite ? n->tag_b : n->b;
+    return n->kind == OT_NODE_OP ? 2 : 0;
+}
+
+/* Room for discovery number id in post and order. */
+static bool grow(sweep *s, int id)
+{
+    if (id < s->cap) return true;
+    int cap = s->cap ? 2 * s->cap : 256;
+    ot_node **o = realloc(s->order, (size_t)cap * sizeof *o);
+    if (o) s->order = o;
+    int *p = realloc(s->post, (size_t)cap * sizeof *p);
+    if (p) s->post = p;
+    if (!o || !p) return false;
+    s->cap = cap;
+    return true;
+}
+
+typedef struct frame {
+    ot_node *n;
+    int next;                 /* the next operand to visit */
+} frame;
+
+/* Discovers n: numbers it and pushes it on the walk stack. */
+static bool discover(sweep *s, frame **st, int *top, int *stcap, ot_node *n)
+{
+    int id = (int)s->seen.len;
+    if (!grow(s, id) || !ot__ptrmap_put(&s->seen, n, id)) return false;
+    if (*top == *stcap) {
+        int cap = *stcap ? 2 * *stcap : 256;
+        frame *f = realloc(*st, (size_t)cap * sizeof *f);
+        if (!f) return false;
+        *st = f;
+        *stcap = cap;
+    }
+    (*st)[(*top)++] = (frame){n, 0};
+    return true;
+}
+
+/* Lists the distinct nodes of tree in post-order, iteratively. */
+static int walk(sweep *s, ot_node *tree)
+{
+    frame *st = NULL;
+    int top = 0, stcap = 0;
+    bool ok = discover(s, &st, &top, &stcap, tree);
+    while (ok && top > 0) {
+        frame *f = &st[top - 1];
+        ot_node *k[2];
+        int nk = kids(f->n, k);
+        if (f->next < nk) {
+            ot_node *c = k[f->next++];
+            if (c && ot__ptrmap_get(&s->seen, c) < 0) ok = discover(s, &st, &top, &stcap, c);
+            continue;
+        }
+        s->post[ot__ptrmap_get(&s->seen, f->n)] = s->len;
+        s->order[s->len++] = f->n;
+        top--;
+    }
+    free(st);
+    return ok ? 0 : ot__err_set(OT_ENOMEM, NULL, 0, "autodiff_new", "out of memory");
+}
+
+static int pos(const sweep *s, const ot_node *n)
+{
+    return s->post[ot__ptrmap_get(&s->seen, n)];
+}
+
+/* Whether gradients reach n: a float leaf, or an op that is differentiable
+ * with a live operand. Integer values never carry a gradient. */
+static void mark_live(sweep *s)
+{
+    for (int i = 0; i < s->len; i++) {
+        ot_node *n = s->order[i], *k[2];
+        bool live = false;
+        if (n->dtype == OT_I32) live = false;
+        else if (n->kind == OT_NODE_LEAF) live = true;
+        else if (n->kind == OT_NODE_OP && !(ot_op_flags((ot_op)n->op) & OT_FLAG_NODIFF)) {
+            kids(n, k);
+            live = (k[0] && s->live[pos(s, k[0])]) || (k[1] && s->live[pos(s, k[1])]);
+        }
+        s->live[i] = live;
+    }
+}
+
+static bool want(const sweep *s, const ot_node *n)
+{
+    return n && s->live[pos(s, n)];
+}
+
+static bool is_neg(const ot_node *n)
+{
+    return n->kind == OT_NODE_OP && n->op == OT_OP_NEG && n->tag == OT_OP_NONE;
+}
+
+/* p + g, where a negated term becomes a subtraction (exact, one op fewer,
+ * and c - a*b fuses into one instruction on the cpu backend). */
+static ot_node *accumulate(const ctx *c, ot_node *p, ot_node *g)
+{
+    if (!p) return g;
+    if (is_neg(g)) return B(c, OT_OP_SUB, p, g->a);
+    if (is_neg(p)) return B(c, OT_OP_SUB, g, p->a);
+    return B(c, OT_OP_ADD, p, g);
+}
+
+/* Adds contribution g (summed back to n's shape) to n's gradient. */
+static void push(const ctx *c, sweep *s, ot_node *n, ot_node *g)
+{
+    g = sum_to(c, g, &n->shape);
+    if (!g) return;
+    int i = pos(s, n);
+    s->grad[i] = accumulate(c, s->grad[i], g);
+}
+
+/* ---- rules: elementwise -------------------------------------------------- */
+
+/* The contribution of g through unary op n = op(x). */
+static ot_node *unary_rule(const ctx *c, ot_node *n, ot_node *g)
+{
+    ot_node *x = n->a;
+    switch ((ot_op)n->op) {
+    case OT_OP_NEG: return B(c, OT_OP_NEG, g, NULL);
+    case OT_OP_ABS: return mul(c, g, B(c, OT_OP_SGN, x, NULL));
+    case OT_OP_SQRT: return B(c, OT_OP_DIV, mul(c, g, K(0.5)), n);
+    case OT_OP_SQR: return mul(c, g, B(c, OT_OP_MUL, x, K(2.0)));
+    case OT_OP_EXP: return mul(c, g, n);
+    case OT_OP_EXP2: return mul(c, g, B(c, OT_OP_MUL, n, K(LN2)));
+    case OT_OP_LOG: return B(c, OT_OP_DIV, g, x);
+    case OT_OP_LOG2: return B(c, OT_OP_DIV, g, B(c, OT_OP_MUL, x, K(LN2)));
+    case OT_OP_SAFELOG:
+        /* Flat below the floor, 1/x above it. */
+        return mul(c, g, B(c, OT_OP_DIV, B(c, OT_OP_GT, x, K(SAFELOG_FLOOR)),
+                           B(c, OT_OP_MAXIMUM, x, K(SAFELOG_FLOOR))));
+    case OT_OP_SIG: return mul(c, g, B(c, OT_OP_MUL, n, B(c, OT_OP_SUB, K(1.0), n)));
+    case OT_OP_SIG2:
+        return mul(c, g, B(c, OT_OP_MUL, B(c, OT_OP_MUL, n, B(c, OT_OP_SUB, K(1.0), n)), K(LN2)));
+    case OT_OP_TANH: return mul(c, g, B(c, OT_OP_SUB, K(1.0), B(c, OT_OP_MUL, n, n)));
+    case OT_OP_TANH2: /* tanh(x ln 2) */
+        return mul(c, g, B(c, OT_OP_MUL, B(c, OT_OP_SUB, K(1.0), B(c, OT_OP_MUL, n, n)), K(LN2)));
+    case OT_OP_RSQRT: /* -x^(-3/2) / 2 */
+        return mul(c, g, B(c, OT_OP_MUL, B(c, OT_OP_MUL, n, B(c, OT_OP_MUL, n, n)), K(-0.5)));
+    case OT_OP_RECIP: return B(c, OT_OP_NEG, mul(c, g, B(c, OT_OP_MUL, n, n)), NULL);
+    case OT_OP_RELU: return mul(c, g, B(c, OT_OP_GT, x, K(0.0)));
+    case OT_OP_SIN: return mul(c, g, B(c, OT_OP_COS, x, NULL));
+    default: /* OT_OP_COS; the other unary ops are OT_FLAG_NODIFF */
+        return B(c, OT_OP_NEG, mul(c, g, B(c, OT_OP_SIN, x, NULL)), NULL);
+    }
+}
+
+/* maximum and minimum: the winner takes g, a tie gives each half. w is a's
+ * share: (a > b) + (a >= b) halved. */
+static void extremum_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
+{
+    bool mx = n->op == OT_OP_MAXIMUM;
+    ot_node *a = n->a, *b = n->b;
+    ot_node *w = B(c, OT_OP_MUL, B(c, OT_OP_ADD, B(c, mx ? OT_OP_GT : OT_OP_LT, a, b),
+                                    B(c, mx ? OT_OP_GE : OT_OP_LE, a, b)), K(0.5));
+    if (want(s, a)) push(c, s, a, mul(c, g, w));
+    if (want(s, b)) push(c, s, b, mul(c, g, B(c, OT_OP_SUB, K(1.0), w)));
+}
+
+/* pow: d/da = b a^(b-1), d/db = a^b log a. A constant exponent is folded. */
+static void pow_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
+{
+    ot_node *a = n->a, *b = n->b;
+    if (want(s, a)) {
+        ot_node *bm1 = b->kind == OT_NODE_CONST ? K(b->value - 1.0) : B(c, OT_OP_SUB, b, K(1.0));
+        push(c, s, a, mul(c, g, B(c, OT_OP_MUL, b, B(c, OT_OP_POW, a, bm1))));
+    }
+    if (want(s, b)) push(c, s, b, mul(c, g, B(c, OT_OP_MUL, n, B(c, OT_OP_LOG, a, NULL))));
+}
+
+static void binary_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
+{
+    ot_node *a = n->a, *b = n->b;
+    switch ((ot_op)n->op) {
+    case OT_OP_ADD:
+    case OT_OP_SUB:
+        if (want(s, a)) push(c, s, a, g);
+        if (want(s, b)) push(c, s, b, n->op == OT_OP_ADD ? g : B(c, OT_OP_NEG, g, NULL));
+        return;
+    case OT_OP_MUL:
+        if (want(s, a)) push(c, s, a, mul(c, g, b));
+        if (want(s, b)) push(c, s, b, mul(c, g, a));
+        return;
+    case OT_OP_DIV: { /* h = g/b is d/da; d/db = -h (a/b) reuses h and the quotient */
+        ot_node *h = B(c, OT_OP_DIV, g, b);
+        if (want(s, a)) push(c, s, a, h);
+        if (want(s, b)) push(c, s, b, B(c, OT_OP_NEG, B(c, OT_OP_MUL, h, n), NULL));
+        return;
+    }
+    case OT_OP_POW: pow_rule(c, s, n, g); return;
+    default: extremum_rule(c, s, n, g); return;   /* MAXIMUM, MINIMUM */
+    }
+}
+
+/* ---- rules: reductions, dot, transpose, cast ----------------------------- */
+
+static void reduce_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
+{
+    ot_node *x = n->a;
+    int axis = n->args.axis;
+    ot_node *ge = expand_back(c, g, n);
+    if (n->op == OT_OP_SUM) {
+        push(c, s, x, ge);
+    } else if (n->op == OT_OP_MEAN) {
+        int64_t count = axis == OT_AXIS_ALL ? ot__numel(&x->shape) : x->shape.dims[axis];
+        push(c, s, x, B(c, OT_OP_DIV, ge, K((double)count)));
+    } else { /* MAX, MIN: shared equally among the elements equal to it */
+        ot_node *mask = B(c, OT_OP_EQ, x, expand_back(c, n, n));
+        ot_node *ties = reduce(c, OT_OP_SUM, mask, axis, true);
+        push(c, s, x, mul(c, ge, B(c, OT_OP_DIV, mask, ties)));
+    }
+}
+
+/* dot for 1-D and 2-D operands: the products with the other operand
+ * transposed; a 1-D operand against a 2-D one gives an outer product. */
+static void dot_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
+{
+    ot_node *a = n->a, *b = n->b;
+    int ra = a->shape.ndim, rb = b->shape.ndim;
+    ot_dtype dt = (ot_dtype)n->dtype;
+    if (ra == 1 && rb == 1) {
+        if (want(s, a)) push(c, s, a, mul(c, g, b));
+        if (want(s, b)) push(c, s, b, mul(c, g, a));
+        return;
+    }
+    ot_node *gf = full(c, g, n->shape, dt);
+    if (!gf) return;
+    if (want(s, a)) {
+        ot_node *ga = rb == 1 ? B(c, OT_OP_MUL, insert_axis(c, gf, gf->shape, 1, dt), b)
+                    : ra == 1 ? B(c, OT_OP_DOT, b, gf)
+                              : B(c, OT_OP_DOT, gf, transpose(c, b, NULL));
+        push(c, s, a, ga);
+    }
+    if (want(s, b)) {
+        ot_node *gb = ra == 1 ? B(c, OT_OP_MUL, insert_axis(c, a, a->shape, 1, dt), gf)
+                              : B(c, OT_OP_DOT, transpose(c, a, NULL), gf);
+        push(c, s, b, gb);
+    }
+}
+
+static void transpose_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
+{
+    int inv[OT_MAX_DIMS] = {0};
+    for (int i = 0; i < n->shape.ndim; i++) inv[n->args.perm[i]] = i;
+    if (g->shape.ndim == 0) push(c, s, n->a, g);
+    else push(c, s, n->a, transpose(c, full(c, g, n->shape, (ot_dtype)n->dtype), inv));
+}
+
+static void cast_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
+{
+    ot_args to = {.axis = OT_AXIS_ALL, .dtype = (ot_dtype)n->a->dtype};
+    if (g->dtype != to.dtype || g->weak)
+        g = ot_build_at(OT_OP_CAST, g, NULL, &to, c->file, c->line);
+    push(c, s, n->a, g);
+}
+
+/* ---- rules: composites --------------------------------------------------- */
+
+/* x - mean(x) along the composite's axis, and its number of degrees of
+ * freedom: var's root divides by it as a constant. */
+static ot_node *centered(const ctx *c, ot_node *x, int axis)
+{
+    return B(c, OT_OP_SUB, x, reduce(c, OT_OP_MEAN, x, axis, true));
+}
+
+static void var_std_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
+{
+    bool is_std = n->tag == OT_OP_STD;
+    const ot_node *var = is_std ? n->a : n;
+    double dof = var->b->value;
+    ot_node *x = n->tag_a, *ge = expand_back(c, g, n);
+    ot_node *d = centered(c, x, n->args.axis);
+    if (is_std) /* g (x - mean) / (dof std) */
+        push(c, s, x, B(c, OT_OP_DIV, mul(c, ge, d),
+                        B(c, OT_OP_MUL, expand_back(c, n, n), K(dof))));
+    else /* 2 g (x - mean) / dof */
+        push(c, s, x, mul(c, ge, B(c, OT_OP_DIV, B(c, OT_OP_MUL, d, K(2.0)), K(dof))));
+}
+
+static void softmax_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
+{
+    ot_node *x = n->tag_a;
+    int axis = n->args.axis;
+    if (n->tag == OT_OP_SOFTMAX) { /* s (g - sum(g s)) */
+        ot_node *gs = reduce(c, OT_OP_SUM, mul(c, g, n), axis, true);
+        push(c, s, x, B(c, OT_OP_MUL, n, B(c, OT_OP_SUB, g, gs)));
+        return;
+    }
+    /* logsoftmax l: g - exp(l) sum(g); exp(l) is the softmax, and l itself
+     * was computed stably, so no log of a softmax appears. A scalar g (the
+     * implicit ones) sums to g times the count. */
+    int64_t count = axis == OT_AXIS_ALL ? ot__numel(&n->shape) : n->shape.dims[axis];
+    ot_node *gsum = g->shape.ndim == 0 ? mul(c, g, K((double)count))
+                  : reduce(c, OT_OP_SUM, full(c, g, n->shape, (ot_dtype)n->dtype), axis, true);
+    push(c, s, x, B(c, OT_OP_SUB, g, B(c, OT_OP_MUL, B(c, OT_OP_EXP, n, NULL), gsum)));
+}
+
+/* cross_entropy(p, t) = -sum(t safelog(p)). When p is a softmax over the
+ * same axis, the gradient goes straight to the softmax's operand as
+ * softmax - t (targets summing to 1 along the axis, as neon assumes). */
+static void cross_entropy_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
+{
+    ot_node *p = n->tag_a, *t = n->tag_b, *ge = expand_back(c, g, n);
+    bool stable = p->kind == OT_NODE_OP && p->tag == OT_OP_SOFTMAX &&
+                  p->args.axis == n->args.axis && p->shape.ndim == t->shape.ndim;
+    if (stable && want(s, p->tag_a)) {
+        push(c, s, p->tag_a, mul(c, ge, B(c, OT_OP_SUB, p, t)));
+    } else if (!stable && want(s, p)) {
+        ot_node *dlog = B(c, OT_OP_DIV, B(c, OT_OP_GT, p, K(SAFELOG_FLOOR)),
+                          B(c, OT_OP_MAXIMUM, p, K(SAFELOG_FLOOR)));
+        push(c, s, p, B(c, OT_OP_NEG, mul(c, ge, B(c, OT_OP_MUL, t, dlog)), NULL));
+    }
+    if (want(s, t)) push(c, s, t, B(c, OT_OP_NEG, mul(c, ge, B(c, OT_OP_SAFELOG, p, NULL)), NULL));
+}
+
+static void composite_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
+{
+    ot_node *x = n->tag_a;
+    switch ((ot_op)n->tag) {
+    case OT_OP_VAR:
+    case OT_OP_STD: var_std_rule(c, s, n, g); return;
+    case OT_OP_CLIP:
+        push(c, s, x, mul(c, g, B(c, OT_OP_MUL, B(c, OT_OP_GE, x, K(n->args.lo)),
+                                  B(c, OT_OP_LE, x, K(n->args.hi)))));
+        return;
+    case OT_OP_SOFTMAX:
+    case OT_OP_LOGSOFTMAX: softmax_rule(c, s, n, g); return;
+    case OT_OP_CROSS_ENTROPY: cross_entropy_rule(c, s, n, g); return;
+    default: /* OT_OP_SQUARED_L2 */
+        push(c, s, x, mul(c, expand_back(c, g, n), B(c, OT_OP_MUL, x, K(2.0))));
+        return;
+    }
+}
+
+/* Pushes node n's gradient g to its operands; OT_EUNSUPPORTED for an op
+ * without a rule. */
+static int apply(sweep *s, ot_backend *be, ot_node *n, ot_node *g)
+{
+    ctx c = {n->file, n->line, be};
+    if (n->tag != OT_OP_NONE) {
+        composite_rule(&c, s, n, g);
+        return 0;
+    }
+    switch (ot_op_kind((ot_op)n->op)) {
+    case OT_KIND_UNARY: push(&c, s, n->a, unary_rule(&c, n, g)); return 0;
+    case OT_KIND_BINARY: binary_rule(&c, s, n, g); return 0;
+    case OT_KIND_REDUCE: reduce_rule(&c, s, n, g); return 0;
+    case OT_KIND_DOT: dot_rule(&c, s, n, g); return 0;
+    case OT_KIND_SHAPE: transpose_rule(&c, s, n, g); return 0;
+    default:
+        if (n->op == OT_OP_CAST) {
+            cast_rule(&c, s, n, g);
+            return 0;
+        }
+        if (ot_op_name((ot_op)n->op))
+            return ot__err_set(OT_EUNSUPPORTED, n->file, n->line, "autodiff",
+                               "no gradient rule for op %s", ot_op_name((ot_op)n->op));
+        return ot__err_set(OT_EUNSUPPORTED, n->file, n->line, "autodiff",
+                           "no gradient rule for op %d", n->op);
+    }
+}
+
+/* Walks the tree backwards from its root's gradient g0. */
+static int backward(sweep *s, ot_backend *be, ot_node *g0)
+{
+    s->grad[s->len - 1] = g0;
+    for (int i = s->len - 1; i >= 0; i--) {
+        if (!s->grad[i] || !s->live[i] || s->order[i]->kind != OT_NODE_OP) continue;
+        int rc = apply(s, be, s->order[i], s->grad[i]);
+        if (!rc) rc = ot_errcode();
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* Keeps the gradient of every live leaf in ad. */
+static int keep_leaves(ot_autodiff *ad, const sweep *s)
+{
+    int n = 0;
+    for (int i = 0; i < s->len; i++)
+        n += s->order[i]->kind == OT_NODE_LEAF && s->live[i] && s->grad[i];
+    ad->leaf = calloc((size_t)(n ? n : 1), sizeof *ad->leaf);
+    ad->grad = calloc((size_t)(n ? n : 1), sizeof *ad->grad);
+    if (!ad->leaf || !ad->grad)
+        return ot__err_set(OT_ENOMEM, NULL, 0, "autodiff_new", "out of memory");
+    for (int i = 0; i < s->len; i++) {
+        if (s->order[i]->kind != OT_NODE_LEAF || !s->live[i] || !s->grad[i]) continue;
+        ad->leaf[ad->nleaves] = ot__leaf_tensor(s->order[i]);
+        ad->grad[ad->nleaves++] = ot_retain(s->grad[i]);
+    }
+    return 0;
+}
+
+/* The sweep, in a pool of its own: what the object keeps is retained, the
+ * rest dies with the pool. */
+static int differentiate(ot_autodiff *ad)
+{
+    sweep s = {0};
+    ot_pool *pool = ot_pool_push();
+    if (!pool) return ot_errcode();
+    int rc = walk(&s, ad->tree);
+    if (!rc) {
+        s.grad = calloc((size_t)s.len, sizeof *s.grad);
+        s.live = calloc((size_t)s.len, sizeof *s.live);
+        if (!s.grad || !s.live) rc = ot__err_set(OT_ENOMEM, NULL, 0, "autodiff_new", "out of memory");
+    }
+    if (!rc) {
+        mark_live(&s);
+        rc = backward(&s, ad->be, ad->next_error ? ad->next_error : K(1.0));
+    }
+    if (!rc) rc = keep_leaves(ad, &s);
+    ot_pool_pop(pool);
+    ot__ptrmap_free(&s.seen);
+    free(s.post);
+    free(s.order);
+    free(s.grad);
+    free(s.live);
+    return rc;
+}
+
+/* ---- the object and its memo --------------------------------------------- */
+
+void ot_autodiff_free(ot_autodiff *ad)
+{
+    if (!ad || atomic_fetch_sub_explicit(&ad->refs, 1, memory_order_acq_rel) != 1) return;
+    for (int i = 0; i < ad->nleaves; i++) ot_release(ad->grad[i]);
+    ot_release(ad->tree);
+    ot_release(ad->next_error);
+    free(ad->leaf);
+    free(ad->grad);
+    free(ad);
+}
+
+/* The backend's memo, created on first use (a race loses to the first). */
+static ot_ad_memo *memo_of(ot_backend *be)
+{
+    ot_ad_memo *m = atomic_load(&be->ad_memo);
+    if (m) return m;
+    m = calloc(1, sizeof *m);
+    if (!m || pthread_mutex_init(&m->lock, NULL) != 0) {
+        free(m);
+        return NULL;
+    }
+    ot_ad_memo *expected = NULL;
+    if (atomic_compare_exchange_strong(&be->ad_memo, &expected, m)) return m;
+    pthread_mutex_destroy(&m->lock);
+    free(m);
+    return expected;
+}
+
+/* The object memoised for (tree, next_error), given a new reference, or
+ * NULL. Called with the lock held. */
+static ot_autodiff *memo_take(ot_ad_memo *m, const ot_node *tree, const ot_node *ne)
+{
+    for (int i = 0; i < m->n; i++) {
+        ot_autodiff *a = m->slot[i];
+        if (a->tree != tree || a->next_error != ne) continue;
+        a->used = ++m->clock;
+        atomic_fetch_add(&a->refs, 1);
+        return a;
+    }
+    return NULL;
+}
+
+static ot_autodiff *memo_find(ot_ad_memo *m, const ot_node *tree, const ot_node *ne)
+{
+    pthread_mutex_lock(&m->lock);
+    ot_autodiff *a = memo_take(m, tree, ne);
+    pthread_mutex_unlock(&m->lock);
+    return a;
+}
+
+/* Adds ad (giving the memo a reference), evicting the least recently used
+ * object when full. Returns the object to hand out: ad, or the one another
+ * thread memoised for the same key meanwhile (ad is then dropped). */
+static ot_autodiff *memo_add(ot_ad_memo *m, ot_autodiff *ad)
+{
+    ot_autodiff *evicted = NULL;
+    pthread_mutex_lock(&m->lock);
+    ot_autodiff *old = memo_take(m, ad->tree, ad->next_error);
+    if (!old) {
+        int at = m->n;
+        if (m->n == MEMO_CAP) {
+            at = 0;
+            for (int i = 1; i < m->n; i++)
+                if (m->slot[i]->used < m->slot[at]->used) at = i;
+            evicted = m->slot[at];
+        } else {
+            m->n++;
+        }
+        ad->used = ++m->clock;
+        atomic_fetch_add(&ad->refs, 1);
+        m->slot[at] = ad;
+    }
+    pthread_mutex_unlock(&m->lock);
+    ot_autodiff_free(old ? ad : evicted);
+    return old ? old : ad;
+}
+
+void ot__autodiff_memo_free(ot_backend *be)
+{
+    ot_ad_memo *m = atomic_load(&be->ad_memo);
+    if (!m) return;
+    for (int i = 0; i < m->n; i++) ot_autodiff_free(m->slot[i]);
+    pthread_mutex_destroy(&m->lock);
+    free(m);
+    atomic_store(&be->ad_memo, NULL);
+}
+
+static int check_new(const ot_node *tree, const ot_node *ne)
+{
+    char st[OT__SHAPE_STRLEN], se[OT__SHAPE_STRLEN];
+    if (ne && !ot__shape_eq(&ne->shape, &tree->shape))
+        return ot__err_set(OT_ESHAPE, NULL, 0, "autodiff_new",
+                           "next_error has shape %s, the tree has shape %s",
+                           ot__shape_str(&ne->shape, se), ot__shape_str(&tree->shape, st));
+    if (!tree->be)
+        return ot__err_set(OT_EBACKEND, NULL, 0, "autodiff_new",
+                           "the tree has no tensor leaf to take a backend from");
+    return 0;
+}
+
+ot_autodiff *ot_autodiff_new(ot_node *tree, ot_node *next_error)
+{
+    if (!tree) {
+        ot__err_null("autodiff_new", "tree");
+        return NULL;
+    }
+    ot_clear_error();
+    if (check_new(tree, next_error)) return NULL;
+    ot_ad_memo *m = memo_of(tree->be);
+    if (!m) {
+        ot__err_set(OT_ENOMEM, NULL, 0, "autodiff_new", "out of memory");
+        return NULL;
+    }
+    ot_autodiff *ad = memo_find(m, tree, next_error);
+    if (ad) return ad;
+    ad = calloc(1, sizeof *ad);
+    if (!ad) {
+        ot__err_set(OT_ENOMEM, NULL, 0, "autodiff_new", "out of memory");
+        return NULL;
+    }
+    atomic_init(&ad->refs, 1);
+    ad->be = tree->be;
+    ad->tree = ot_retain(tree);
+    ad->next_error = ot_retain(next_error);
+    if (differentiate(ad) != 0) {
+        ot_autodiff_free(ad);
+        return NULL;
+    }
+    return memo_add(m, ad);
+}
+
+/* ---- gradients w.r.t. a tensor ------------------------------------------- */
+
+/* How leaf l relates to wrt: 0 when they share no memory, 1 when l reads
+ * exactly wrt's elements laid out as wrt's dims permuted (perm[i] is the dim
+ * of wrt that dim i of l walks), -1 for any other overlap. */
+static int relation(const ot_tensor *l, const ot_tensor *wrt, int perm[OT_MAX_DIMS])
+{
+    if (l == wrt) {
+        for (int i = 0; i < OT_MAX_DIMS; i++) perm[i] = i;
+        return 1;
+    }
+    if (ot__overlap(l, wrt) == OT_OVERLAP_NONE) return 0;
+    const ot_shape *ls = &l->leaf.shape, *ws = &wrt->leaf.shape;
+    if (l->buf != wrt->buf || l->offset != wrt->offset || ls->ndim != ws->ndim) return -1;
+    bool used[OT_MAX_DIMS] = {false};
+    for (int i = 0; i < ls->ndim; i++) {
+        perm[i] = -1;
+        for (int j = 0; j < ws->ndim && perm[i] < 0; j++) {
+            bool stride_ok = ls->dims[i] == 1 || l->strides[i] == wrt->strides[j];
+            if (!used[j] && ls->dims[i] == ws->dims[j] && stride_ok) perm[i] = j;
+        }
+        if (perm[i] < 0) return -1;
+        used[perm[i]] = true;
+    }
+    return 1;
+}
+
+static bool identity(const int *perm, int ndim)
+{
+    for (int i = 0; i < ndim; i++)
+        if (perm[i] != i) return false;
+    return true;
+}
+
+/* Leaf i's gradient in wrt's layout (perm as relation() gives it). */
+static ot_node *to_layout(const ctx *c, const ot_autodiff *ad, int i, const int *perm)
+{
+    ot_node *g = ad->grad[i];
+    const ot_node *l = &ad->leaf[i]->leaf;
+    if (identity(perm, l->shape.ndim)) return g;
+    int inv[OT_MAX_DIMS] = {0};
+    for (int d = 0; d < l->shape.ndim; d++) inv[perm[d]] = d;
+    return transpose(c, full(c, g, l->shape, (ot_dtype)l->dtype), inv);
+}
+
+/* g as wrt's shape and dtype: zeros where nothing reached it. */
+static ot_node *fit(const ctx *c, ot_node *g, const ot_tensor *wrt)
+{
+    ot_dtype dt = (ot_dtype)wrt->leaf.dtype;
+    if (!g) return zeros_node(c->be, wrt->leaf.shape, dt);
+    if (g->dtype != dt || g->weak) {
+        ot_args to = {.axis = OT_AXIS_ALL, .dtype = dt};
+        g = ot_build_at(OT_OP_CAST, g, NULL, &to, c->file, c->line);
+    }
+    return full(c, g, wrt->leaf.shape, dt);
+}
+
+ot_node *ot_autodiff_grad(ot_autodiff *ad, ot_tensor *wrt)
+{
+    if (!ad || !wrt) {
+        ot__err(OT_ENULL, NULL, 0, "autodiff_grad", "%s is NULL", ad ? "wrt" : "autodiff object");
+        return NULL;
+    }
+    ctx c = {ad->tree->file, ad->tree->line, wrt->leaf.be};
+    ot_node *sum = NULL;
+    for (int i = 0; i < ad->nleaves; i++) {
+        int perm[OT_MAX_DIMS];
+        int rel = relation(ad->leaf[i], wrt, perm);
+        if (rel < 0) {
+            ot__err(OT_EUNSUPPORTED, NULL, 0, "autodiff_grad",
+                    "the tree reads %s through another view of its buffer that is neither it "
+                    "nor a transpose of it; ask for the gradient with respect to that view",
+                    wrt->name ? wrt->name : "the tensor");
+            return NULL;
+        }
+        if (rel == 0) continue;
+        ot_node *g = to_layout(&c, ad, i, perm);
+        sum = sum ? B(&c, OT_OP_ADD, sum, g) : g;
+    }
+    /* The pool gets a reference of its own: the gradient may be a node the
+     * object holds, and must outlive the object like any built node. */
+    ot_node *g = fit(&c, sum, wrt);
+    return g ? ot__pool_adopt(ot_retain(g)) : NULL;
+}
+
+int ot_autodiff_backprop(ot_autodiff *ad, int n, ot_tensor *const wrt[], ot_tensor *const grads[])
+{
+    if (!ad) return ot__err_null("autodiff_backprop", "autodiff object");
+    if (n < 0) return ot__err_set(OT_EINVAL, NULL, 0, "autodiff_backprop", "negative count %d", n);
+    if (n > 0 && (!wrt || !grads)) return ot__err_null("autodiff_backprop", wrt ? "grads" : "wrt");
+    ot_clear_error();
+    ot_node **trees = calloc((size_t)(n ? n : 1), sizeof *trees);
+    ot_pool *pool = trees ? ot_pool_push() : NULL;
+    if (!pool) {
+        free(trees);
+        return ot__err_set(OT_ENOMEM, NULL, 0, "autodiff_backprop", "out of memory");
+    }
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++)
+        if (!(trees[i] = ot_autodiff_grad(ad, wrt[i]))) rc = ot_errcode();
+    /* One evaluation of every gradient: shared subtrees once. */
+    if (!rc) rc = ot_assign_many(n, grads, trees);
+    ot_pool_pop(pool);
+    free(trees);
+    return rc;
+}
+
+ot_tensor *ot_autodiff_grad_tensor(ot_autodiff *ad, ot_tensor *wrt)
+{
+    if (!ad || !wrt) {
+        ot__err_null("autodiff_grad_tensor", ad ? "wrt" : "autodiff object");
+        return NULL;
+    }
+    ot_clear_error();
+    ot_pool *pool = ot_pool_push();
+    if (!pool) return NULL;
+    ot_node *g = ot_autodiff_grad(ad, wrt);
+    ot_tensor *t = g ? ot_eval(g) : NULL;
+    ot_pool_pop(pool);
+    return t;
+}
+
+int ot_autodiff_grad_host(ot_autodiff *ad, ot_tensor *wrt, void *host)
+{
+    if (!host) return ot__err_set(OT_ENULL, NULL, 0, "autodiff_grad_host", "host is NULL");
+    ot_tensor *t = ot_autodiff_grad_tensor(ad, wrt);
+    if (!t) return ot_errcode();
+    int rc = ot_get(t, host);
+    ot_tensor_free(t);
+    return rc;
+}

@@ -320,6 +320,7 @@ enum {
     X(MINIMUM, "minimum", 2, OT_KIND_BINARY, NULL, 0, minimum)                 \
     X(MAXIMUM, "maximum", 2, OT_KIND_BINARY, NULL, 0, maximum)                 \
     X(DOT, "dot", 2, OT_KIND_DOT, NULL, 0, none)                               \
+    X(BATCHED_DOT, "batched_dot", 2, OT_KIND_DOT, NULL, 0, none)               \
     X(SUM, "sum", 1, OT_KIND_REDUCE, NULL, 0, none)                            \
     X(MAX, "max", 1, OT_KIND_REDUCE, NULL, 0, none)                            \
     X(MIN, "min", 1, OT_KIND_REDUCE, NULL, 0, none)                            \
@@ -446,6 +447,10 @@ static inline ot_node *ot__node_id(ot_node *n) { return n; }
 #define ot_maximum(x, y) OT__BIN(OT_OP_MAXIMUM, x, y)
 /* NumPy dot for 1-D and 2-D operands: inner dims must agree. */
 #define ot_dot(x, y) OT__BIN(OT_OP_DOT, x, y)
+/* neon's batched_dot: 3-D (B, M, K) . (B, K, N) -> (B, M, N), one matrix
+ * product per batch index. A batch dim of 1 on either side is shared by
+ * every batch (a weight used at every step). */
+#define ot_batched_dot(x, y) OT__BIN(OT_OP_BATCHED_DOT, x, y)
 
 /* Reductions: .axis (default: all axes) and .keepdims. max, min, argmax and
  * argmin over zero elements are OT_EEMPTY; argmax/argmin give OT_I32 flat
@@ -658,6 +663,56 @@ int ot_autodiff_backprop(ot_autodiff *ad, int n, ot_tensor *const wrt[],
 ot_tensor *ot_autodiff_grad_tensor(ot_autodiff *ad, ot_tensor *wrt);
 /* Copies the gradient w.r.t. wrt to host memory: row-major, in wrt's dtype. */
 int ot_autodiff_grad_host(ot_autodiff *ad, ot_tensor *wrt, void *host);
+
+/* ------------------------------------------------------------------------ */
+/* Optimizers (src/optim.c)                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* A step updates every parameter and its state in one ot_assign_many: each
+ * new value is an op-tree of the old ones, all evaluated before any is
+ * written, so the cpu backend runs a parameter's whole update as one pass
+ * that reads w, its gradient and its state once and writes w and the state
+ * once. Gradients are trees (an ot_autodiff_grad, or a tensor through
+ * ot_tensor_node), so computing a gradient can fuse into its update. Every
+ * w[i], g[i] and state tensor of one i has w[i]'s shape; constants are
+ * weak, so f32 parameters stay f32. src/optim.c is short on purpose: read it
+ * as an example of writing your own. */
+
+/* SGD with momentum and weight decay (neon's GradientDescentMomentum):
+ *     d = grad_scale*g + weight_decay*w
+ *     v = momentum*v - lr*d
+ *     w = w + v
+ * With momentum 0, vel may be NULL (then w = w - lr*d). grad_scale 0 means 1
+ * (a clipping scale from ot_clip_global_norm goes there). */
+typedef struct ot_sgd {
+    double lr, momentum, weight_decay, grad_scale;
+} ot_sgd;
+int ot_sgd_step(const ot_sgd *o, int n, ot_tensor *const w[], ot_node *const g[],
+                ot_tensor *const vel[]);
+
+/* Adam (Kingma and Ba, 2015), t = 1 for the first step (the caller counts):
+ *     d = grad_scale*g
+ *     m = beta1*m + (1 - beta1)*d
+ *     v = beta2*v + (1 - beta2)*d*d
+ *     w = w - lr*sqrt(1 - beta2^t)/(1 - beta1^t) * m/(sqrt(v) + eps)
+ * grad_scale 0 means 1. ot_adam_default gives the paper's constants. */
+typedef struct ot_adam {
+    double lr, beta1, beta2, eps, grad_scale;
+    int64_t t;
+} ot_adam;
+static inline ot_adam ot_adam_default(double lr)
+{
+    return (ot_adam){.lr = lr, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .grad_scale = 1, .t = 1};
+}
+int ot_adam_step(const ot_adam *o, int n, ot_tensor *const w[], ot_node *const g[],
+                 ot_tensor *const m[], ot_tensor *const v[]);
+
+/* Clipping by global norm: norm = sqrt(sum over i of sum(g[i]^2)), summed
+ * in double; *scale = min(1, max_norm/norm), and 1 for a zero norm. Pass
+ * *scale as the step's grad_scale. norm may be NULL. A NaN norm gives a NaN
+ * scale (the step then poisons w, which is how the caller sees it). */
+int ot_clip_global_norm(int n, ot_node *const g[], double max_norm, double *scale,
+                        double *norm);
 
 #ifdef __cplusplus
 }

@@ -395,8 +395,26 @@ static void reduce_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
 
 /* dot for 1-D and 2-D operands: the products with the other operand
  * transposed; a 1-D operand against a 2-D one gives an outer product. */
+/* batched_dot: per batch index, the 2-D rule; a shared batch of 1 sums the
+ * batches' gradients. */
+static void batched_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
+{
+    static const int swap_last[OT_MAX_DIMS] = {0, 2, 1};
+    ot_node *a = n->a, *b = n->b;
+    ot_node *gf = full(c, g, n->shape, (ot_dtype)n->dtype);
+    if (!gf) return;
+    if (want(s, a))
+        push(c, s, a, sum_to(c, B(c, OT_OP_BATCHED_DOT, gf, transpose(c, b, swap_last)), &a->shape));
+    if (want(s, b))
+        push(c, s, b, sum_to(c, B(c, OT_OP_BATCHED_DOT, transpose(c, a, swap_last), gf), &b->shape));
+}
+
 static void dot_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
 {
+    if (n->op == OT_OP_BATCHED_DOT) {
+        batched_rule(c, s, n, g);
+        return;
+    }
     ot_node *a = n->a, *b = n->b;
     int ra = a->shape.ndim, rb = b->shape.ndim;
     ot_dtype dt = (ot_dtype)n->dtype;

@@ -32,6 +32,7 @@ typedef struct ent {
     int32_t a, b;              /* operand entries, -1 when absent */
     int32_t slot;              /* leaf slot or param index */
     bool one;                  /* a constant equal to 1 */
+    bool zero;                 /* a constant equal to 0 */
     const ot_node *node;
 } ent;
 
@@ -173,7 +174,7 @@ static bool add_entry(ot_walk *w, const ot_node *n)
 {
     if (!grow((void **)&w->e, &w->cap, w->n + 1, sizeof *w->e)) return false;
     ent *e = &w->e[w->n];
-    *e = (ent){n->kind, n->op, n->dtype, -1, -1, -1, false, n};
+    *e = (ent){n->kind, n->op, n->dtype, -1, -1, -1, false, false, n};
     uint8_t head[3] = {n->kind, (uint8_t)n->op, n->dtype};
     bool ok = KEY(w, head);
     if (n->kind == OT_NODE_LEAF) {
@@ -184,10 +185,13 @@ static bool add_entry(ot_walk *w, const ot_node *n)
             return false;
         e->slot = w->nparam;
         w->param[w->nparam++] = n->value;
-        /* Whether the value is 1 is structure, not data: patterns such as
-         * 1/(1 + exp(-x)) depend on it. */
+        /* Whether the value is 1 or 0 is structure, not data: patterns such
+         * as 1/(1 + exp(-x)) depend on it, and a GEMM's beta must not drop
+         * the NaN that 0*out keeps. */
         e->one = n->value == 1.0;
-        ok = ok && KEY(w, e->one);
+        e->zero = n->value == 0.0;
+        uint8_t cls = (uint8_t)(e->one | e->zero << 1);
+        ok = ok && KEY(w, cls);
     } else {
         e->a = n->a ? memo_get(w, n->a) : -1;
         e->b = n->b ? memo_get(w, n->b) : -1;
@@ -444,7 +448,16 @@ typedef struct compiler {
     int kcap, tcap;
     bool fused;
     bool oom;
+    struct gemm_root *groot;   /* per output: written by one BLAS call? */
 } compiler;
+
+/* Output i is dot * alpha + out * beta, computed by one BLAS call writing
+ * the output (neon's compound_dot); beta NONE for a plain dot. */
+typedef struct gemm_root {
+    int dot;                   /* the dot's entry, or -1 */
+    ot_scale alpha, beta;
+} gemm_root;
+
 
 static const ot_node *node_of(const compiler *c, int e) { return c->w->e[e].node; }
 static int kind_of(const compiler *c, int e) { return ot_op_kind((ot_op)c->w->e[e].op); }
@@ -638,6 +651,8 @@ static void assign_storage(compiler *c)
 }
 
 /* ---- kernels -------------------------------------------------------------- */
+
+static const ot_scale ONE = {-1, 1}, NONE = {-1, 0};
 
 static ot_kernel *new_kernel(compiler *c, int kind)
 {
@@ -1171,23 +1186,69 @@ static bool reduce_kernel(compiler *c, prog *g, int e, const storage *dst)
     return true;
 }
 
-/* A stored operand of a dot as a 2-D view: 1-D a is a row, 1-D b a column. */
+/* A stored operand of a dot as a 2-D view plus a batch stride: 1-D a is a
+ * row, 1-D b a column; a batch of 1 is shared (stride 0). */
 static ot_view dot_operand(const storage *s, bool is_a)
 {
     ot_view v = {.space = s->space, .dtype = s->dtype, .index = s->index};
-    if (s->shape.ndim == 2) {
-        v.strides[0] = s->strides[0];
-        v.strides[1] = s->strides[1];
-    } else if (is_a) {
-        v.strides[1] = s->strides[0];
-    } else {
-        v.strides[0] = s->strides[0];
+    const int64_t *st = s->strides;
+    switch (s->shape.ndim) {
+    case 3:
+        v.strides[0] = st[1];
+        v.strides[1] = st[2];
+        v.strides[2] = s->shape.dims[0] == 1 ? 0 : st[0];
+        break;
+    case 2:
+        v.strides[0] = st[0];
+        v.strides[1] = st[1];
+        break;
+    default:
+        v.strides[is_a ? 1 : 0] = st[0];
+        break;
     }
     return v;
 }
 
-static bool dot_kernel(compiler *c, int e, const storage *dst)
+/* The result of a dot (m x n per batch) in storage dst, as C's view. */
+static ot_view dot_result(const storage *dst, const ot_node *d, int64_t m, int64_t n)
 {
+    ot_view v = {.space = dst->space, .dtype = dst->dtype, .index = dst->index};
+    const int64_t *st = dst->strides;
+    int nd = d->shape.ndim;
+    if (d->op == OT_OP_BATCHED_DOT) {
+        v.strides[0] = st[1];
+        v.strides[1] = st[2];
+        v.strides[2] = st[0];
+    } else if (nd == 2) {
+        v.strides[0] = st[0];
+        v.strides[1] = st[1];
+    } else if (nd == 1) {
+        v.strides[m > 1 ? 0 : 1] = st[0];
+    }
+    if (m <= 1) v.strides[0] = n > 1 ? n : 1;   /* BLAS wants ldc >= n even then */
+    if (n <= 1) v.strides[1] = 1;
+    return v;
+}
+
+/* Whether BLAS can write a dot's result straight into storage dst. */
+static bool blas_writable(const storage *dst, const ot_node *d)
+{
+    const ot_shape *s = &d->shape;
+    int nd = s->ndim;
+    if (nd == 0 || ot__numel(s) == 0) return true;
+    int64_t n = s->dims[nd - 1], m = nd >= 2 ? s->dims[nd - 2] : 1;
+    if (d->op == OT_OP_DOT && nd == 1) {   /* a column (m) or a row (n) */
+        bool col = d->a->shape.ndim == 2;
+        return col ? dst->strides[0] > 0 || s->dims[0] <= 1 : dst->strides[0] == 1 || s->dims[0] <= 1;
+    }
+    bool ok = (n <= 1 || dst->strides[nd - 1] == 1) && (m <= 1 || dst->strides[nd - 2] >= n);
+    if (nd == 3 && s->dims[0] > 1) ok = ok && dst->strides[0] >= (m - 1) * dst->strides[1] + n;
+    return ok;
+}
+
+static bool dot_kernel(compiler *c, int e, const storage *dst, ot_scale alpha, ot_scale beta)
+{
+    const ot_node *d = node_of(c, e);
     int a = canon_operand(c, e, 0), b = canon_operand(c, e, 1);
     const storage *sa = &c->ci[a].st, *sb = &c->ci[b].st;
     ot_kernel *k = new_kernel(c, OT_KER_DOT);
@@ -1195,13 +1256,15 @@ static bool dot_kernel(compiler *c, int e, const storage *dst)
     k->nload = 2;
     k->loads[0] = dot_operand(sa, true);
     k->loads[1] = dot_operand(sb, false);
-    k->m = sa->shape.ndim == 2 ? sa->shape.dims[0] : 1;
-    k->k = sa->shape.dims[sa->shape.ndim - 1];
-    k->n = sb->shape.ndim == 2 ? sb->shape.dims[1] : 1;
-    k->store = (ot_view){.space = dst->space, .dtype = dst->dtype, .index = dst->index};
-    k->store.strides[0] = k->n;
-    k->store.strides[1] = 1;
-    k->shape = node_of(c, e)->shape;
+    int ra = sa->shape.ndim, rb = sb->shape.ndim;
+    k->batch = d->op == OT_OP_BATCHED_DOT ? d->shape.dims[0] : 1;
+    k->m = ra >= 2 ? sa->shape.dims[ra - 2] : 1;
+    k->k = sa->shape.dims[ra - 1];
+    k->n = rb >= 2 ? sb->shape.dims[rb - 1] : 1;
+    k->alpha = alpha;
+    k->beta = beta;
+    k->store = dot_result(dst, d, k->m, k->n);
+    k->shape = d->shape;
     return true;
 }
 
@@ -1231,7 +1294,7 @@ static bool entry_kernel(compiler *c, prog *g, int e, const storage *dst)
 {
     switch (kind_of(c, e)) {
     case OT_KIND_REDUCE: return reduce_kernel(c, g, e, dst);
-    case OT_KIND_DOT: return dot_kernel(c, e, dst);
+    case OT_KIND_DOT: return dot_kernel(c, e, dst, ONE, NONE);
     case OT_KIND_SPECIAL:
         if (c->w->e[e].op != OT_OP_CAST) return special_kernel(c, e, dst);
         break;   /* a cast is elementwise */
@@ -1288,7 +1351,7 @@ static ot_shape out_shape(const compiler *c, int i)
 
 /* Writes root r (canonical entry) into output i: computed in place by its
  * own kernel when it may be, else into a temporary copied out at the end. */
-static bool root_kernel(compiler *c, prog *g, int i, int r, int *via_temp)
+static storage out_storage(const compiler *c, int i)
 {
     ot_shape osh = out_shape(c, i);
     storage out = {.has = true, .space = OT_SPACE_OUT, .index = i};
@@ -1296,6 +1359,15 @@ static bool root_kernel(compiler *c, prog *g, int i, int r, int *via_temp)
     out.dtype = ov.dtype;
     out.shape = osh;
     memcpy(out.strides, c->outs ? c->outs[i]->strides : ov.strides, sizeof out.strides);
+    return out;
+}
+
+static bool root_kernel(compiler *c, prog *g, int i, int r, int *via_temp)
+{
+    ot_shape osh = out_shape(c, i);
+    storage out = out_storage(c, i);
+    const gemm_root *gr = &c->groot[i];
+    if (gr->dot >= 0) return dot_kernel(c, gr->dot, &out, gr->alpha, gr->beta);
     bool reduce_direct = is_op(c, r) && kind_of(c, r) == OT_KIND_REDUCE && c->ci[r].uses == 1 &&
                          ot__shape_eq(&node_of(c, r)->shape, &osh);
     for (int attempt = 0; attempt < 2; attempt++) {
@@ -1321,13 +1393,97 @@ static bool root_kernel(compiler *c, prog *g, int i, int r, int *via_temp)
  * ot_assign_many): its tree is computed elementwise and the output overlaps
  * no leaf, so no store can change what any tree reads. Outputs never overlap
  * each other (the assignment checks it). */
+static bool transposed_leaf(const compiler *c, int j);
+
 static bool groupable(const compiler *c, int i)
 {
     if (!c->outs || !c->fused || c->nout < 2) return false;
     int r = c->ci[c->w->root[i]].canon;
     if (!is_ew(c, r) || c->ci[r].mat) return false;
-    for (int j = 0; j < c->w->nleaf; j++)
-        if (ot__overlap(c->outs[i], c->w->leaf[j]) != OT_OVERLAP_NONE) return false;
+    for (int j = 0; j < c->w->nleaf; j++) {
+        int ov = ot__overlap(c->outs[i], c->w->leaf[j]);
+        if (ov == OT_OVERLAP_PARTIAL || (ov == OT_OVERLAP_FULL && transposed_leaf(c, j)))
+            return false;
+    }
+    return true;
+}
+
+/* Whether a transpose entry views leaf j (its loads would not walk j the
+ * way an in-place store does). */
+static bool transposed_leaf(const compiler *c, int j)
+{
+    for (int e = 0; e < c->w->n; e++) {
+        const storage *st = &c->ci[e].st;
+        if (c->ci[e].canon == e && is_op(c, e) && kind_of(c, e) == OT_KIND_SHAPE && st->has &&
+            st->space == OT_SPACE_LEAF && st->index == j)
+            return true;
+    }
+    return false;
+}
+
+/* Whether output q's kernel reads leaf j itself: its root's elementwise
+ * region (values not stored by kernels of their own) reaches the leaf. */
+static bool region_reads(const compiler *c, int q, int j, int *stack)
+{
+    int n = 0, r = c->ci[c->w->root[q]].canon;
+    stack[n++] = r;
+    bool found = false;
+    while (n > 0 && !found) {
+        int e = stack[--n];
+        const ent *x = &c->w->e[e];
+        if (x->kind == OT_NODE_LEAF) found = x->slot == j;
+        if (x->kind != OT_NODE_OP || (e != r && c->ci[e].mat) || kind_of(c, e) == OT_KIND_SHAPE)
+            continue;
+        for (int k = 0; k < 2; k++)
+            if (canon_operand(c, e, k) >= 0) stack[n++] = canon_operand(c, e, k);
+    }
+    return found;
+}
+
+/* An output written in place over a leaf (w = w - lr*g) may share a kernel
+ * only with every output whose kernel reads that leaf: a later kernel would
+ * read the new values. Such groups are broken up (their outputs then go
+ * through temporaries). */
+static void check_inplace_groups(const compiler *c, int *lead)
+{
+    int *stack = malloc(sizeof(int) * (size_t)(2 * c->w->n + 1));
+    if (!stack) {
+        for (int i = 0; i < c->nout; i++) lead[i] = -1;
+        return;
+    }
+    for (int i = 0; i < c->nout; i++) {
+        if (lead[i] < 0) continue;
+        for (int j = 0; j < c->w->nleaf; j++) {
+            if (ot__overlap(c->outs[i], c->w->leaf[j]) != OT_OVERLAP_FULL) continue;
+            bool ok = true;
+            for (int q = 0; q < c->nout && ok; q++)
+                ok = (lead[q] == lead[i] && lead[q] >= 0) || !region_reads(c, q, j, stack);
+            if (ok) continue;
+            int g = lead[i];
+            for (int q = 0; q < c->nout; q++)
+                if (lead[q] == g) lead[q] = -1;
+            break;
+        }
+    }
+    free(stack);
+}
+
+/* A store of a group may go straight into its output unless the output is
+ * a leaf some instruction after it still reads: then the store waits for
+ * the end of the tile. */
+static bool store_in_place(const prog *g, int v, const ot_view *out)
+{
+    const compiler *c = g->c;
+    for (int j = 0; j < c->w->nleaf; j++) {
+        if (out->space != OT_SPACE_OUT || ot__overlap(c->outs[out->index], c->w->leaf[j]) == OT_OVERLAP_NONE)
+            continue;
+        for (int l = 0; l < g->nv; l++) {
+            const ot_insn *in = &g->ins[l];
+            const ot_view *lv = in->code == OT_I_LOAD ? &g->k->loads[in->arg] : NULL;
+            if (lv && lv->space == OT_SPACE_LEAF && lv->index == j && g->v[l].last_use > v)
+                return false;
+        }
+    }
     return true;
 }
 
@@ -1371,8 +1527,13 @@ static bool group_kernel(compiler *c, prog *g, const int *idx, int n)
         if (vals[x] < 0) return false;
         if (x) g->xval[x - 1] = vals[x];
     }
+    bool in_place[1 + OT_MAX_XSTORES];
+    for (int x = 0; x < n && !c->oom; x++)
+        in_place[x] = store_in_place(g, vals[x], x ? &k->xstores[x - 1].view : &k->store);
     if (c->oom || !finish_program(g, vals[0])) return false;
     mark_layout(k);
+    k->direct_store = k->direct_store && in_place[0];
+    for (int x = 1; x < n; x++) k->xstores[x - 1].direct = k->xstores[x - 1].direct && in_place[x];
     return true;
 }
 
@@ -1393,6 +1554,7 @@ static void choose_groups(const compiler *c, int *lead)
         }
         if (lead[i] < 0) lead[i] = i;
     }
+    check_inplace_groups(c, lead);
 }
 
 static bool copy_out(compiler *c, prog *g, int i, int temp)
@@ -1451,6 +1613,18 @@ static char *describe(const ot_kernel *k)
     if (!f) return NULL;
     static const char *kinds[] = {"elementwise", "reduce", "dot", "rand", "onehot"};
     fprintf(f, "%s", kinds[k->kind]);
+    if (k->kind == OT_KER_DOT) {
+        const char *blas = k->n == 1 || k->m == 1 ? "gemv" : "gemm";
+        if (k->batch != 1) fprintf(f, " %lld x", (long long)k->batch);
+        fprintf(f, " %lldx%lld . %lldx%lld (%s%s%s) <- %s%d %s%d -> %s%d", (long long)k->m,
+                (long long)k->k, (long long)k->k, (long long)k->n, blas,
+                k->alpha.param >= 0 || k->alpha.mul != 1 ? ", alpha" : "",
+                k->beta.mul != 0 ? ", beta: accumulates" : "", space_name(k->loads[0].space),
+                k->loads[0].index, space_name(k->loads[1].space), k->loads[1].index,
+                space_name(k->store.space), k->store.index);
+        fclose(f);
+        return buf;
+    }
     if (k->kind == OT_KER_REDUCE)
         fprintf(f, " %s over %s", ot_op_name((ot_op)k->red_op),
                 k->red_axis < 0 ? "all" : "one axis");
@@ -1492,16 +1666,37 @@ void ot__plan_release(ot_plan *p)
     free(p);
 }
 
+/* The dot kernel whose result kernel i reads, or -1. */
+static int dot_read(const ot_plan *p, int i)
+{
+    const ot_kernel *k = &p->kernels[i];
+    for (int l = 0; l < k->nload && k->kind != OT_KER_DOT; l++)
+        for (int w = 0; w < i; w++) {
+            const ot_kernel *d = &p->kernels[w];
+            if (d->kind == OT_KER_DOT && d->store.space == OT_SPACE_TEMP &&
+                k->loads[l].space == OT_SPACE_TEMP && k->loads[l].index == d->store.index)
+                return w;
+        }
+    return -1;
+}
+
 int ot__plan_explain(const ot_plan *p, FILE *f)
 {
     fprintf(f, "plan: %d kernel%s, %d temporar%s (%zu bytes), reads %llu bytes, writes %llu bytes\n",
             p->nkernels, p->nkernels == 1 ? "" : "s", p->ntemps, p->ntemps == 1 ? "y" : "ies",
             p->arena_bytes, (unsigned long long)p->bytes_read,
             (unsigned long long)p->bytes_written);
-    if (p->row_block > 0)
+    if (p->row_serial)
+        fprintf(f, "  dot epilogues: all kernels run per block of %lld of %lld rows, in order\n",
+                (long long)p->row_block, (long long)p->rows);
+    else if (p->row_block > 0)
         fprintf(f, "  all kernels run per block of %lld rows\n", (long long)p->row_block);
-    for (int i = 0; i < p->nkernels; i++)
-        fprintf(f, "  kernel %d: %s\n", i, p->kernels[i].desc ? p->kernels[i].desc : "?");
+    for (int i = 0; i < p->nkernels; i++) {
+        int from = p->row_serial ? dot_read(p, i) : -1;
+        fprintf(f, "  kernel %d: %s", i, p->kernels[i].desc ? p->kernels[i].desc : "?");
+        if (from >= 0) fprintf(f, " (epilogue of kernel %d, on its rows in cache)", from);
+        fputc('\n', f);
+    }
     return ferror(f) ? OT_EIO : 0;
 }
 
@@ -1618,54 +1813,177 @@ static bool build_kernels(compiler *c)
 }
 
 #define ROW_BLOCK_BYTES 65536   /* a block's rows stay in L2 between kernels */
+#define GEMM_BLOCK_BYTES (1 << 20) /* a GEMM block's result stays in cache */
+#define GEMM_BLOCK_ROWS 256     /* fewer rows per GEMM call repack B too often */
 
-/* Whether a kernel walks rows (dim 0) the way a row-blocked plan needs. */
-static bool walks_rows(const ot_kernel *k, int64_t rows)
+/* The rows a kernel walks (dim 0, a dot's rows), or -1. */
+static int64_t kernel_rows(const ot_kernel *k)
 {
-    if (k->ndim < 2 || k->dims[0] != rows) return false;
+    if (k->kind == OT_KER_DOT) return k->batch == 1 ? k->m : -1;
+    return k->ndim >= 1 ? k->dims[0] : -1;
+}
+
+/* Whether a kernel walks the plan's rows the way a row-blocked plan needs:
+ * dim 0 is the rows or, for an elementwise kernel coalesced to one dim,
+ * whole rows of elements. A dot's B must be whole before the first block. */
+static bool walks_rows(const ot_kernel *k, int64_t rows, bool dots)
+{
+    int64_t kr = kernel_rows(k);
+    if (k->kind == OT_KER_DOT) return kr == rows && k->loads[1].space != OT_SPACE_TEMP;
+    if (k->kind == OT_KER_EW && dots && k->ndim == 1) return kr > 0 && kr % rows == 0;
+    if (k->ndim < 2 || kr != rows) return false;
     if (k->kind == OT_KER_EW) return true;
     return k->kind == OT_KER_REDUCE && k->red_axis >= 1;
 }
 
+/* A view's step from one plan row to the next. */
+static int64_t row_step(const ot_kernel *k, const ot_view *v, int64_t rows)
+{
+    return v->strides[0] * (kernel_rows(k) / rows);
+}
+
 /* Row blocking is safe when every kernel walks the same rows, each
  * temporary is read at the rows its writer wrote, and no output overlaps a
- * leaf (a later block would read what an earlier one wrote). */
+ * leaf (a later block would read what an earlier one wrote). Plans with a
+ * dot run their blocks in order, each kernel on every thread: the dot's
+ * elementwise readers are then epilogues on its rows while they are in
+ * cache. */
 static void choose_row_blocks(compiler *c)
 {
     ot_plan *p = c->plan;
     if (p->nkernels < 2 || !c->fused) return;
-    int64_t rows = p->kernels[0].dims[0], row_bytes = 0;
+    bool dots = false;
+    for (int i = 0; i < p->nkernels; i++) dots |= p->kernels[i].kind == OT_KER_DOT;
+    int64_t rows = kernel_rows(&p->kernels[0]), row_bytes = 0;
     int *writer = malloc(sizeof(int) * (size_t)(p->ntemps ? p->ntemps : 1));
     if (!writer) return;
     for (int t = 0; t < p->ntemps; t++) writer[t] = -1;
     bool ok = rows > 1;
     for (int i = 0; i < p->nkernels && ok; i++) {
         const ot_kernel *k = &p->kernels[i];
-        ok = walks_rows(k, rows);
+        ok = walks_rows(k, rows, dots);
         for (int l = 0; l < k->nload && ok; l++) {
             const ot_view *v = &k->loads[l];
-            if (v->space == OT_SPACE_TEMP)
-                ok = writer[v->index] >= 0 &&
-                     p->kernels[writer[v->index]].store.strides[0] == v->strides[0];
+            if (v->space != OT_SPACE_TEMP || (k->kind == OT_KER_DOT && l == 1)) continue;
+            const ot_kernel *w = writer[v->index] >= 0 ? &p->kernels[writer[v->index]] : NULL;
+            ok = w && row_step(w, &w->store, rows) == row_step(k, v, rows);
         }
         if (ok && k->store.space == OT_SPACE_TEMP) writer[k->store.index] = i;
-        int64_t b = 8;
+        int64_t b = k->kind == OT_KER_DOT ? k->n * 8 : 8;
         for (int d = 1; d < k->ndim; d++) b *= k->dims[d];
+        if (k->kind != OT_KER_DOT) b *= kernel_rows(k) / rows;
         if (b > row_bytes) row_bytes = b;
     }
     for (int i = 0; ok && c->outs && i < c->nout; i++)
         for (int j = 0; j < c->w->nleaf && ok; j++)
             ok = ot__overlap(c->outs[i], c->w->leaf[j]) == OT_OVERLAP_NONE;
     free(writer);
-    if (ok) p->row_block = row_bytes >= ROW_BLOCK_BYTES ? 1 : ROW_BLOCK_BYTES / row_bytes;
+    if (!ok || row_bytes <= 0) return;
+    p->rows = rows;
+    if (!dots) {
+        p->row_block = row_bytes >= ROW_BLOCK_BYTES ? 1 : ROW_BLOCK_BYTES / row_bytes;
+        return;
+    }
+    int64_t blk = GEMM_BLOCK_BYTES / row_bytes;
+    if (blk < GEMM_BLOCK_ROWS) blk = GEMM_BLOCK_ROWS;
+    p->row_block = rows <= 2 * blk ? rows : blk;
+    p->row_serial = true;
 }
 
-/* Reductions written straight into their output need no temporary. */
+/* ---- dots written by BLAS into their output ------------------------------ */
+
+/* e as x * scale: a product with a nonzero constant, a negation, or x. */
+static int scaled(const compiler *c, int e, ot_scale *scale)
+{
+    *scale = ONE;
+    const ent *x = &c->w->e[e];
+    if (x->kind != OT_NODE_OP) return e;
+    if (x->op == OT_OP_NEG) {
+        scale->mul = -1;
+        return canon_operand(c, e, 0);
+    }
+    if (x->op != OT_OP_MUL) return e;
+    for (int side = 0; side < 2; side++) {
+        const ent *k = &c->w->e[canon_operand(c, e, side)];
+        if (k->kind == OT_NODE_CONST && !k->zero) {
+            scale->param = k->slot;
+            return canon_operand(c, e, 1 - side);
+        }
+    }
+    return e;
+}
+
+/* A dot only output i reads, with the output's shape and dtype. */
+static bool dot_for(const compiler *c, int i, int e)
+{
+    ot_shape osh = out_shape(c, i);
+    const ot_node *d = node_of(c, e);
+    return is_op(c, e) && kind_of(c, e) == OT_KIND_DOT && c->ci[e].uses == 1 &&
+           ot__shape_eq(&d->shape, &osh) && d->dtype == c->outs[i]->leaf.dtype;
+}
+
+/* The output itself, read as a leaf (the same view). */
+static bool is_out_leaf(const compiler *c, int i, int e)
+{
+    const ent *x = &c->w->e[e];
+    return x->kind == OT_NODE_LEAF && c->ci[e].uses == 1 &&
+           ot__overlap(c->outs[i], c->w->leaf[x->slot]) == OT_OVERLAP_FULL;
+}
+
+/* Whether output i overlaps no leaf but, optionally, the leaf `own`. */
+static bool out_alone(const compiler *c, int i, int own)
+{
+    for (int j = 0; j < c->w->nleaf; j++)
+        if (j != own && ot__overlap(c->outs[i], c->w->leaf[j]) != OT_OVERLAP_NONE) return false;
+    return true;
+}
+
+static bool match_compound(const compiler *c, int i, int r, gemm_root *g)
+{
+    const ent *x = &c->w->e[r];
+    if (c->nout != 1 || x->kind != OT_NODE_OP || (x->op != OT_OP_ADD && x->op != OT_OP_SUB) ||
+        node_of(c, r)->dtype != c->outs[i]->leaf.dtype)
+        return false;
+    ot_scale s[2];
+    int t[2] = {scaled(c, canon_operand(c, r, 0), &s[0]), scaled(c, canon_operand(c, r, 1), &s[1])};
+    if (x->op == OT_OP_SUB) s[1].mul = -s[1].mul;
+    for (int d = 0; d < 2; d++) {
+        if (!dot_for(c, i, t[d]) || !is_out_leaf(c, i, t[1 - d])) continue;
+        if (!out_alone(c, i, c->w->e[t[1 - d]].slot)) return false;
+        *g = (gemm_root){t[d], s[d], s[1 - d]};
+        return true;
+    }
+    return false;
+}
+
+static bool match_gemm_root(const compiler *c, int i, gemm_root *g)
+{
+    int r = c->ci[c->w->root[i]].canon;
+    *g = (gemm_root){-1, ONE, NONE};
+    if (!c->outs || !c->fused) return false;
+    if (match_compound(c, i, r, g)) return true;
+    ot_scale alpha;
+    int d = scaled(c, r, &alpha);
+    if (!dot_for(c, i, d) || !out_alone(c, i, -1)) return false;
+    *g = (gemm_root){d, alpha, NONE};
+    return true;
+}
+
+/* Reductions and dots written straight into their output need no
+ * temporary. */
 static void mark_direct_roots(compiler *c)
 {
     for (int i = 0; i < c->nout; i++) {
         int r = c->ci[c->w->root[i]].canon;
         ot_shape osh = out_shape(c, i);
+        gemm_root g;
+        storage out = out_storage(c, i);
+        c->groot[i] = (gemm_root){-1, ONE, NONE};
+        if (match_gemm_root(c, i, &g) && blas_writable(&out, node_of(c, g.dot))) {
+            c->groot[i] = g;
+            c->ci[g.dot].mat = false;
+            continue;
+        }
         if (is_op(c, r) && kind_of(c, r) == OT_KIND_REDUCE && c->ci[r].uses == 1 &&
             ot__shape_eq(&node_of(c, r)->shape, &osh))
             c->ci[r].mat = false;
@@ -1680,7 +1998,8 @@ static ot_plan *compile(ot_backend *be, const ot_walk *w, int n, ot_tensor *cons
                   .fused = be->opts.fusion != OT_FUSION_OFF};
     c.ci = calloc((size_t)w->n, sizeof *c.ci);
     c.plan = calloc(1, sizeof *c.plan);
-    bool ok = c.ci && c.plan && merge_common(&c);
+    c.groot = calloc((size_t)n, sizeof *c.groot);
+    bool ok = c.ci && c.plan && c.groot && merge_common(&c);
     if (ok) {
         atomic_init(&c.plan->refs, 1);
         c.plan->nleaves = w->nleaf;
@@ -1695,6 +2014,7 @@ static ot_plan *compile(ot_backend *be, const ot_walk *w, int n, ot_tensor *cons
         if (ok) choose_row_blocks(&c);
     }
     free(c.ci);
+    free(c.groot);
     if (!ok) {
         ot__plan_release(c.plan);
         return NULL;

@@ -10,7 +10,6 @@
  */
 #include "internal.h"
 
-#include <cblas.h>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -584,89 +583,6 @@ static int run_ew(ot_threads *th, run_ctx *c)
     return c->oom ? OT_ENOMEM : 0;
 }
 
-/* ---- dot through BLAS ----------------------------------------------------- */
-
-/* A 2-D operand BLAS can read as it is: its transpose flag and leading dim. */
-static bool blas_layout(int64_t rows, int64_t cols, const int64_t *st, bool *trans, int64_t *ld)
-{
-    int64_t r = rows > 1 ? st[0] : 0, c = cols > 1 ? st[1] : 0;
-    if ((cols <= 1 || c == 1) && (rows <= 1 || r >= (cols > 1 ? cols : 1))) {
-        *trans = false;
-        *ld = rows > 1 ? r : (cols > 1 ? cols : 1);
-        return true;
-    }
-    if ((rows <= 1 || r == 1) && (cols <= 1 || c >= (rows > 1 ? rows : 1))) {
-        *trans = true;
-        *ld = cols > 1 ? c : (rows > 1 ? rows : 1);
-        return true;
-    }
-    return false;
-}
-
-/* Copies a strided 2-D operand into a contiguous array of dtype dt. */
-static void *pack(const char *src, ot_dtype from, int64_t rows, int64_t cols, const int64_t *st,
-                  ot_dtype dt)
-{
-    size_t es = ot__esize(dt), fs = ot__esize(from), bytes;
-    if (!ot__mul_size(&bytes, (size_t)(rows * cols), es)) return NULL;
-    char *dst = malloc(bytes ? bytes : 1);
-    if (!dst) return NULL;
-    for (int64_t i = 0; i < rows; i++)
-        for (int64_t j = 0; j < cols; j++)
-            ot__store(dst + (i * cols + j) * (int64_t)es, dt,
-                      ot__load(src + (i * st[0] + j * st[1]) * (int64_t)fs, from));
-    return dst;
-}
-
-typedef struct operand {
-    const void *p;
-    void *owned;
-    bool trans;
-    int64_t ld;
-} operand;
-
-static bool blas_operand(operand *o, const char *base, const ot_view *v, int64_t rows, int64_t cols,
-                         ot_dtype dt)
-{
-    *o = (operand){base, NULL, false, cols > 1 ? cols : 1};
-    if (v->dtype == dt && blas_layout(rows, cols, v->strides, &o->trans, &o->ld)) return true;
-    o->owned = pack(base, (ot_dtype)v->dtype, rows, cols, v->strides, dt);
-    o->p = o->owned;
-    o->trans = false;
-    o->ld = cols > 1 ? cols : 1;
-    return o->owned != NULL;
-}
-
-static int run_dot(ot_backend *be, const ot_kernel *k, char *const base[2], char *dst)
-{
-    ot_dtype dt = (ot_dtype)k->store.dtype;
-    size_t es = ot__esize(dt);
-    if (k->m == 0 || k->n == 0) return 0;
-    if (k->k == 0) {
-        memset(dst, 0, (size_t)(k->m * k->n) * es);
-        return 0;
-    }
-    operand a, b;
-    bool ok = blas_operand(&a, base[0], &k->loads[0], k->m, k->k, dt);
-    ok = blas_operand(&b, base[1], &k->loads[1], k->k, k->n, dt) && ok;
-    if (ok) {
-        openblas_set_num_threads(be->opts.threads);
-        enum CBLAS_TRANSPOSE ta = a.trans ? CblasTrans : CblasNoTrans;
-        enum CBLAS_TRANSPOSE tb = b.trans ? CblasTrans : CblasNoTrans;
-        blasint m = (blasint)k->m, n = (blasint)k->n, kk = (blasint)k->k;
-        blasint ldc = (blasint)(k->n > 1 ? k->n : 1);
-        if (dt == OT_F32)
-            cblas_sgemm(CblasRowMajor, ta, tb, m, n, kk, 1.0f, a.p, (blasint)a.ld, b.p,
-                        (blasint)b.ld, 0.0f, (float *)dst, ldc);
-        else
-            cblas_dgemm(CblasRowMajor, ta, tb, m, n, kk, 1.0, a.p, (blasint)a.ld, b.p,
-                        (blasint)b.ld, 0.0, (double *)dst, ldc);
-    }
-    free(a.owned);
-    free(b.owned);
-    return ok ? 0 : OT_ENOMEM;
-}
-
 /* ---- rand and onehot ------------------------------------------------------ */
 
 static void run_rand(const ot_backend *be, const ot_kernel *k, char *dst)
@@ -718,22 +634,30 @@ static char *row_base(char *base, const ot_view *v, rows r)
     return r.n < 0 ? base : base + r.r0 * v->strides[0] * (int64_t)ot__esize(v->dtype);
 }
 
-/* Runs one kernel, over a block of rows (serially: the blocks are what run
- * in parallel) or over everything on the pool. */
+/* Runs one kernel, over a block of the plan's rows or over everything (r.n
+ * < 0), on the pool th (NULL: serially, when blocks run in parallel). */
 static int run_kernel(ot_backend *be, const ot_plan *p, const ot_binding *bind, char *arena,
-                      const ot_kernel *whole, rows r)
+                      const ot_kernel *whole, rows r, ot_threads *th)
 {
     ot_cpu *cpu = be->impl;
     ot_kernel k = *whole;
-    if (r.n >= 0) k.dims[0] = r.n;
+    if (r.n >= 0) {   /* a kernel coalesced to one dim walks whole rows of elements */
+        int64_t per_row = k.kind == OT_KER_DOT ? 1 : k.dims[0] / p->rows;
+        r = (rows){r.r0 * per_row, r.n * per_row};
+        if (k.kind == OT_KER_DOT) k.m = r.n;
+        else k.dims[0] = r.n;
+    }
     char *dst = row_base(view_base(p, bind, arena, &k.store), &k.store, r);
     char *stack_base[16];
     char **base = k.nload <= 16 ? stack_base : malloc(sizeof *base * (size_t)k.nload);
     if (!base) return OT_ENOMEM;
-    for (int i = 0; i < k.nload; i++)
-        base[i] = row_base(view_base(p, bind, arena, &k.loads[i]), &k.loads[i], r);
-    switch (k.kind) {   /* dot, rand and onehot are never row-blocked */
-    case OT_KER_DOT: return run_dot(be, &k, base, dst);
+    for (int i = 0; i < k.nload; i++) {
+        bool whole_b = k.kind == OT_KER_DOT && i == 1;   /* every block reads all of B */
+        base[i] = row_base(view_base(p, bind, arena, &k.loads[i]), &k.loads[i],
+                           whole_b ? (rows){0, -1} : r);
+    }
+    switch (k.kind) {   /* rand and onehot are never row-blocked */
+    case OT_KER_DOT: return ot__run_dot(be, &k, base, dst, bind->param);
     case OT_KER_RAND: run_rand(be, &k, dst); return 0;
     case OT_KER_ONEHOT: run_onehot(&k, base[0], dst); return 0;
     default: break;
@@ -743,7 +667,6 @@ static int run_kernel(ot_backend *be, const ot_plan *p, const ot_binding *bind, 
     for (int x = 0; x < k.nxstore; x++)
         c.xstore[x] = row_base(view_base(p, bind, arena, &k.xstores[x].view), &k.xstores[x].view, r);
     set_space(&c, &k);
-    ot_threads *th = r.n < 0 ? cpu->threads : NULL;
     int rc = k.kind == OT_KER_EW ? run_ew(th, &c) : run_reduce(th, &c);
     free(c.partial);
     free(c.partial_index);
@@ -766,12 +689,12 @@ static void block_chunk(void *arg, int64_t first, int64_t last)
 {
     block_ctx *b = arg;
     const ot_plan *p = b->p;
-    int64_t nrows = p->kernels[0].dims[0];
+    int64_t nrows = p->rows;
     for (int64_t blk = first; blk < last; blk++) {
         rows r = {blk * p->row_block, 0};
         r.n = nrows - r.r0 < p->row_block ? nrows - r.r0 : p->row_block;
         for (int i = 0; i < p->nkernels; i++) {
-            int rc = run_kernel(b->be, p, b->bind, b->arena, &p->kernels[i], r);
+            int rc = run_kernel(b->be, p, b->bind, b->arena, &p->kernels[i], r, NULL);
             if (rc) atomic_store(&b->rc, rc);
         }
     }
@@ -779,15 +702,23 @@ static void block_chunk(void *arg, int64_t first, int64_t last)
 
 static int run_kernels(ot_backend *be, const ot_plan *p, const ot_binding *bind, char *arena)
 {
+    ot_cpu *cpu = be->impl;
+    int rc = 0;
     if (p->row_block <= 0) {
-        int rc = 0;
         for (int i = 0; i < p->nkernels && rc == 0; i++)
-            rc = run_kernel(be, p, bind, arena, &p->kernels[i], (rows){0, -1});
+            rc = run_kernel(be, p, bind, arena, &p->kernels[i], (rows){0, -1}, cpu->threads);
         return rc;
     }
-    ot_cpu *cpu = be->impl;
+    if (p->row_serial) {
+        for (int64_t r0 = 0; r0 < p->rows && rc == 0; r0 += p->row_block) {
+            rows r = {r0, p->rows - r0 < p->row_block ? p->rows - r0 : p->row_block};
+            for (int i = 0; i < p->nkernels && rc == 0; i++)
+                rc = run_kernel(be, p, bind, arena, &p->kernels[i], r, cpu->threads);
+        }
+        return rc;
+    }
     const ot_kernel *k0 = &p->kernels[0];
-    int64_t nrows = k0->dims[0], elements = 1;
+    int64_t nrows = p->rows, elements = 1;
     for (int d = 0; d < k0->ndim; d++) elements *= k0->dims[d];
     block_ctx b = {be, p, bind, arena, 0};
     parallel(cpu->threads, (nrows + p->row_block - 1) / p->row_block, elements, block_chunk, &b);

@@ -18,7 +18,7 @@
 #include <string.h>
 
 static_assert(OT_MAX_DIMS == 8, "shape code assumes 8 dims");
-static_assert(OT_OP_COUNT == 52, "update hand-written op switches");
+static_assert(OT_OP_COUNT == 53, "update hand-written op switches");
 
 /* Internal invariant checks: on in debug builds only. User input is never
  * checked with this; it gets a status. */
@@ -303,6 +303,12 @@ typedef struct ot_insn {
 
 enum { OT_KER_EW, OT_KER_REDUCE, OT_KER_DOT, OT_KER_RAND, OT_KER_ONEHOT };
 
+/* A run-time scale: mul * param[param], or mul alone when param < 0. */
+typedef struct ot_scale {
+    int param;
+    double mul;
+} ot_scale;
+
 #define OT_MAX_XSTORES 7            /* further outputs of one elementwise kernel */
 
 /* A further output of a multi-output elementwise kernel (ot_assign_many of
@@ -336,9 +342,12 @@ typedef struct ot_kernel {
     int64_t red_count;              /* REDUCE: elements per result (mean) */
     bool col_blocked;               /* EW: walk column blocks (transposed
                                        inputs stay in cache) */
-    /* DOT: C[m,n] = A[m,k] B[k,n] with loads[0] = A and loads[1] = B as
-     * 2-D views (1-D operands get a unit dim), into store (contiguous). */
-    int64_t m, n, k;
+    /* DOT (src/blas.c): per batch index, C[m,n] = alpha*A[m,k] B[k,n] +
+     * beta*C, with loads[0] = A, loads[1] = B and store = C as views whose
+     * strides are [0] rows, [1] cols, [2] batch (0: shared by every batch);
+     * 1-D operands get a unit dim. C's column stride is 1. */
+    int64_t m, n, k, batch;
+    ot_scale alpha, beta;
     /* RAND: seed; ONEHOT: depth and the new axis; the op's result shape. */
     uint64_t seed;
     int64_t depth;
@@ -362,6 +371,10 @@ typedef struct ot_plan {
     int64_t row_block;              /* > 0: every kernel walks the same rows
                                        (dim 0), so all kernels run for a block
                                        of this many rows before the next */
+    int64_t rows;                   /* the rows then (a kernel coalesced to
+                                       one dim walks a multiple of them) */
+    bool row_serial;                /* blocks in order, kernels threaded (a
+                                       dot's rows and their epilogues) */
 } ot_plan;
 
 /* What a run binds: leaf base pointers (element 0 of each leaf view),
@@ -384,6 +397,10 @@ void ot__walk_free(ot_walk *w);
 /* Drops a reference; the last one frees the plan. */
 void ot__plan_release(ot_plan *p);
 int ot__plan_explain(const ot_plan *p, FILE *f);
+/* blas.c: runs a DOT kernel (k->m may be a row block's) from the bases of
+ * its operands into dst. 0 or OT_ENOMEM. */
+int ot__run_dot(ot_backend *be, const ot_kernel *k, char *const base[2], char *dst,
+                const double *param);
 /* exec.c */
 int ot__plan_run(ot_backend *be, ot_plan *p, const ot_binding *bind);
 

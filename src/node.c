@@ -444,7 +444,28 @@ static int infer_reduce(const site *st, ot_node *a, proto *p)
     return 0;
 }
 
-static int infer_dot(const site *st, ot_node *a, ot_node *b, proto *p)
+/* batched_dot: (B, M, K) . (B, K, N) -> (B, M, N); a batch of 1 is shared. */
+static int infer_batched(const site *st, ot_node *a, ot_node *b, proto *p)
+{
+    char sa[OT__SHAPE_STRLEN], sb[OT__SHAPE_STRLEN];
+    const int64_t *da = a->shape.dims, *db = b->shape.dims;
+    if (a->shape.ndim != 3 || b->shape.ndim != 3)
+        return FAIL(st, OT_EINVAL, "operands must be 3-D (batch, rows, cols), got shapes %s and %s",
+                    ot__shape_str(&a->shape, sa), ot__shape_str(&b->shape, sb));
+    if (da[0] != db[0] && da[0] != 1 && db[0] != 1)
+        return FAIL(st, OT_ESHAPE, "batch dims of %s and %s differ: %lld != %lld (nor is one 1)",
+                    ot__shape_str(&a->shape, sa), ot__shape_str(&b->shape, sb),
+                    (long long)da[0], (long long)db[0]);
+    if (da[2] != db[1])
+        return FAIL(st, OT_ESHAPE, "shapes %s and %s not aligned: %lld (dim 2) != %lld (dim 1)",
+                    ot__shape_str(&a->shape, sa), ot__shape_str(&b->shape, sb),
+                    (long long)da[2], (long long)db[1]);
+    p->shape = (ot_shape){.ndim = 3, .dims = {da[0] == 1 ? db[0] : da[0], da[1], db[2]}};
+    return 0;
+}
+
+/* dot: NumPy's, for 1-D and 2-D operands. */
+static int infer_matrix(const site *st, ot_node *a, ot_node *b, proto *p)
 {
     char sa[OT__SHAPE_STRLEN], sb[OT__SHAPE_STRLEN];
     int ra = a->shape.ndim, rb = b->shape.ndim;
@@ -456,13 +477,20 @@ static int infer_dot(const site *st, ot_node *a, ot_node *b, proto *p)
         return FAIL(st, OT_ESHAPE, "shapes %s and %s not aligned: %lld (dim %d) != %lld (dim %d)",
                     ot__shape_str(&a->shape, sa), ot__shape_str(&b->shape, sb),
                     (long long)a->shape.dims[ka], ka, (long long)b->shape.dims[kb], kb);
+    p->shape.ndim = 0;
+    if (ra == 2) p->shape.dims[p->shape.ndim++] = a->shape.dims[0];
+    if (rb == 2) p->shape.dims[p->shape.ndim++] = b->shape.dims[1];
+    return 0;
+}
+
+static int infer_dot(const site *st, ot_node *a, ot_node *b, proto *p)
+{
+    int rc = st->op == OT_OP_BATCHED_DOT ? infer_batched(st, a, b, p) : infer_matrix(st, a, b, p);
+    if (rc) return rc;
     p->dtype = promote(a, b, &p->weak);
     if (p->dtype == OT_I32)
         return FAIL(st, OT_EDTYPE, "int32 operands are not supported (BLAS has no integer "
                     "product); cast them to a float dtype");
-    p->shape.ndim = 0;
-    if (ra == 2) p->shape.dims[p->shape.ndim++] = a->shape.dims[0];
-    if (rb == 2) p->shape.dims[p->shape.ndim++] = b->shape.dims[1];
     return 0;
 }
 

@@ -406,16 +406,10 @@ static void eval_reduce(const ot_node *node, ot_op op, const double *x, double *
     }
 }
 
-/* NumPy dot for 1-D and 2-D operands: a is M x K (M = 1 when 1-D) and b is
- * K x N (N = 1 when 1-D); the result's flat layout is M x N in every case.
- * K = 0 gives zeros. The builder rejects OT_I32 operands, so this is float
- * arithmetic only. */
-static void eval_dot(const ot_node *node, const double *x, const double *y, double *out)
+/* One matrix product: a is M x K and b is K x N, both row-major. */
+static void matmul(const double *x, const double *y, int64_t m, int64_t k_len, int64_t n,
+                   double *out)
 {
-    const ot_shape *sa = &node->a->shape, *sb = &node->b->shape;
-    int64_t k_len = sa->dims[sa->ndim - 1];
-    int64_t m = sa->ndim == 2 ? sa->dims[0] : 1;
-    int64_t n = sb->ndim == 2 ? sb->dims[1] : 1;
     for (int64_t i = 0; i < m; i++) {
         for (int64_t j = 0; j < n; j++) {
             ref_sum acc = {0, 0};
@@ -424,6 +418,26 @@ static void eval_dot(const ot_node *node, const double *x, const double *y, doub
             out[i * n + j] = sum_value(&acc);
         }
     }
+}
+
+/* NumPy dot for 1-D and 2-D operands: a is M x K (M = 1 when 1-D) and b is
+ * K x N (N = 1 when 1-D); the result's flat layout is M x N in every case.
+ * batched_dot is one such product per batch index, a batch of 1 shared.
+ * K = 0 gives zeros. The builder rejects OT_I32 operands, so this is float
+ * arithmetic only. */
+static void eval_dot(const ot_node *node, const double *x, const double *y, double *out)
+{
+    const ot_shape *sa = &node->a->shape, *sb = &node->b->shape;
+    if (node->op == OT_OP_BATCHED_DOT) {
+        int64_t m = sa->dims[1], k = sa->dims[2], n = sb->dims[2];
+        for (int64_t i = 0; i < node->shape.dims[0]; i++)
+            matmul(x + (sa->dims[0] == 1 ? 0 : i) * m * k, y + (sb->dims[0] == 1 ? 0 : i) * k * n,
+                   m, k, n, out + i * m * n);
+        return;
+    }
+    int64_t m = sa->ndim == 2 ? sa->dims[0] : 1;
+    int64_t n = sb->ndim == 2 ? sb->dims[1] : 1;
+    matmul(x, y, m, sa->dims[sa->ndim - 1], n, out);
 }
 
 /* Dim d of the result is dim perm[d] of the operand. */

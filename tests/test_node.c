@@ -742,8 +742,9 @@ TEST(node_build_at_binding)
     ot_tensor *y = ot_ones(be, OT_SHAPE(3), OT_F32);
     ot_tensor *idx = ot_zeros(be, OT_SHAPE(3), OT_I32);
     ot_tensor *out = ot_zeros(be, OT_SHAPE(), OT_F64);
+    ot_tensor *z = ot_ones(be, OT_SHAPE(2, 3, 3), OT_F32);
     ot_pool *p = ot_pool_push();
-    ot_node *X = ot_tensor_node(x), *Y = ot_tensor_node(y);
+    ot_node *X = ot_tensor_node(x), *Y = ot_tensor_node(y), *Z = ot_tensor_node(z);
 
     ot_args a = {0};
     a.axis = OT_AXIS_ALL;
@@ -814,6 +815,7 @@ TEST(node_build_at_binding)
         ot_node *l = ops[k].op == OT_OP_ONEHOT ? ot_tensor_node(idx) : Y;
         ot_node *r = ops[k].arity == 2 ? Y : NULL;
         if (ops[k].op == OT_OP_RAND) l = NULL;
+        if (ops[k].op == OT_OP_BATCHED_DOT) l = r = Z;
         ot_node *m = ot_build_at(op, l, r, &a, "bind.py", k + 1);
         if (!m) {
             test__fail(__FILE__, __LINE__, "%s: NULL (%s)", ops[k].name, ot_errmsg());
@@ -827,6 +829,7 @@ TEST(node_build_at_binding)
     CHECK_INT(ot_errcode(), 0);
 
     ot_pool_pop(p);
+    ot_tensor_free(z);
     ot_tensor_free(x); ot_tensor_free(y); ot_tensor_free(idx); ot_tensor_free(out);
     ot_backend_free(be);
 }

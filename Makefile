@@ -74,9 +74,11 @@ $(BUILD)/examples/%: examples/%.c include/optree.h $(LIBA)
 deps:
 	@sh tools/deps.sh
 
+# The guided tour, then a real training run (examples/mlp.c).
 demo: deps
-	@$(MAKE) --no-print-directory $(BUILD)/examples/tour
+	@$(MAKE) --no-print-directory $(BUILD)/examples/tour $(BUILD)/examples/mlp
 	$(RUN)/examples/tour
+	$(RUN)/examples/mlp
 
 # Everything: unit tests, NumPy differential tests, the sanitizer pass and
 # the examples under valgrind; ends with one "N passed, N failed" line.

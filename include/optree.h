@@ -678,6 +678,12 @@ int ot_autodiff_grad_host(ot_autodiff *ad, ot_tensor *wrt, void *host);
  * weak, so f32 parameters stay f32. src/optim.c is short on purpose: read it
  * as an example of writing your own. */
 
+/* Both steps check every argument before writing anything: OT_ENULL for a
+ * NULL array or entry, OT_EINVAL for n < 0, a negative or NaN lr, momentum
+ * or weight_decay, a negative grad_scale, betas outside [0, 1), eps <= 0 or
+ * t < 1, OT_EDTYPE for an integer parameter or state, OT_ESHAPE for a
+ * gradient or state whose shape is not exactly w's. */
+
 /* SGD with momentum and weight decay (neon's GradientDescentMomentum):
  *     d = grad_scale*g + weight_decay*w
  *     v = momentum*v - lr*d
@@ -709,8 +715,9 @@ int ot_adam_step(const ot_adam *o, int n, ot_tensor *const w[], ot_node *const g
 
 /* Clipping by global norm: norm = sqrt(sum over i of sum(g[i]^2)), summed
  * in double; *scale = min(1, max_norm/norm), and 1 for a zero norm. Pass
- * *scale as the step's grad_scale. norm may be NULL. A NaN norm gives a NaN
- * scale (the step then poisons w, which is how the caller sees it). */
+ * *scale as the step's grad_scale. norm may be NULL. A NaN or infinite norm
+ * gives a NaN scale (the step then poisons w, which is how the caller sees
+ * it). max_norm must be > 0. */
 int ot_clip_global_norm(int n, ot_node *const g[], double max_norm, double *scale,
                         double *norm);
 

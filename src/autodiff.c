@@ -356,6 +356,10 @@ static void binary_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
     switch ((ot_op)n->op) {
     case OT_OP_ADD:
     case OT_OP_SUB:
+        /* A broadcast operand sums g over the node's shape, so g must have
+         * it (the seed of ones, or a full reduction's g, is smaller). */
+        if (!ot__shape_eq(&a->shape, &n->shape) || !ot__shape_eq(&b->shape, &n->shape))
+            g = full(c, g, n->shape, (ot_dtype)n->dtype);
         if (want(s, a)) push(c, s, a, g);
         if (want(s, b)) push(c, s, b, n->op == OT_OP_ADD ? g : B(c, OT_OP_NEG, g, NULL));
         return;
@@ -393,8 +397,6 @@ static void reduce_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
     }
 }
 
-/* dot for 1-D and 2-D operands: the products with the other operand
- * transposed; a 1-D operand against a 2-D one gives an outer product. */
 /* batched_dot: per batch index, the 2-D rule; a shared batch of 1 sums the
  * batches' gradients. */
 static void batched_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
@@ -409,6 +411,8 @@ static void batched_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
         push(c, s, b, sum_to(c, B(c, OT_OP_BATCHED_DOT, transpose(c, a, swap_last), gf), &b->shape));
 }
 
+/* dot for 1-D and 2-D operands: the products with the other operand
+ * transposed; a 1-D operand against a 2-D one gives an outer product. */
 static void dot_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
 {
     if (n->op == OT_OP_BATCHED_DOT) {

@@ -1,0 +1,307 @@
+/*
+ * optim.c - the optimizers: SGD with momentum and weight decay
+ * (ot_sgd_step), Adam (ot_adam_step) and clipping by global norm
+ * (ot_clip_global_norm).
+ *
+ * A step is written the way you would write your own optimizer with the
+ * public API: build every new parameter and state value as an op-tree of
+ * the old ones, then write them all with one ot_assign_many. Each tree is
+ * evaluated before any output is written, so the state trees and the
+ * parameter tree may read the tensors they replace. The parameter's tree
+ * reuses the very nodes of its state trees (w + vnew, not w + a rebuilt
+ * momentum*v - lr*d), so the cpu backend computes them once and runs a
+ * parameter's whole update as one multi-output kernel. Hyperparameters are
+ * folded into constants on the host, and terms that are zero are left out
+ * of the tree rather than multiplied by 0. Only error reporting needs the
+ * library's internals.
+ */
+#include "internal.h"
+
+#include <math.h>
+#include <stdio.h>
+
+/* ---- checks ---------------------------------------------------------------- */
+
+static bool same_shape(ot_shape a, ot_shape b)
+{
+    if (a.ndim != b.ndim) return false;
+    for (int d = 0; d < a.ndim; d++)
+        if (a.dims[d] != b.dims[d]) return false;
+    return true;
+}
+
+static bool is_float(ot_dtype dt) { return dt == OT_F32 || dt == OT_F64; }
+
+/* NULL trees are checked before the slot is cleared, keeping an earlier
+ * error: a gradient built from bad operands is NULL, and its builder already
+ * said why. Then the slot is cleared, as by every function that does work. */
+static int check_grads(const char *fn, int n, ot_node *const g[])
+{
+    if (n > 0 && !g) return ot__err_set(OT_ENULL, NULL, 0, fn, "g is NULL");
+    for (int i = 0; i < n; i++) {
+        if (g[i]) continue;
+        char what[32];
+        snprintf(what, sizeof what, "g[%d]", i);
+        return ot__err_null(fn, what);
+    }
+    ot_clear_error();
+    return 0;
+}
+
+static int check_arrays(const char *fn, int n, ot_tensor *const w[], ot_node *const g[])
+{
+    if (n < 0) return ot__err_set(OT_EINVAL, NULL, 0, fn, "negative count %d", n);
+    if (n > 0 && !w) return ot__err_set(OT_ENULL, NULL, 0, fn, "w is NULL");
+    return check_grads(fn, n, g);
+}
+
+/* Parameter i is a float tensor and its gradient has exactly its shape (one
+ * that would merely broadcast is a mistake the step should not hide). */
+static int check_param(const char *fn, int i, const ot_tensor *w, const ot_node *g)
+{
+    char s1[OT__SHAPE_STRLEN], s2[OT__SHAPE_STRLEN];
+    if (!w) return ot__err_set(OT_ENULL, NULL, 0, fn, "w[%d] is NULL", i);
+    if (!is_float(ot_tensor_dtype(w)))
+        return ot__err_set(OT_EDTYPE, NULL, 0, fn, "w[%d] is %s; parameters must be float32 or float64",
+                           i, ot_dtype_name(ot_tensor_dtype(w)));
+    ot_shape ws = ot_tensor_shape(w), gs = ot_node_shape(g);
+    if (!same_shape(ws, gs))
+        return ot__err_set(OT_ESHAPE, NULL, 0, fn, "g[%d] has shape %s but w[%d] has shape %s",
+                           i, ot__shape_str(&gs, s1), i, ot__shape_str(&ws, s2));
+    return 0;
+}
+
+/* A state tensor (velocity, moment) of its parameter's shape, in a float
+ * dtype, as the step writes a float tree into it. */
+static int check_state(const char *fn, const char *name, int i, const ot_tensor *t,
+                       const ot_tensor *w)
+{
+    char s1[OT__SHAPE_STRLEN], s2[OT__SHAPE_STRLEN];
+    if (!t) return ot__err_set(OT_ENULL, NULL, 0, fn, "%s[%d] is NULL", name, i);
+    if (!is_float(ot_tensor_dtype(t)))
+        return ot__err_set(OT_EDTYPE, NULL, 0, fn, "%s[%d] is %s; state must be float32 or float64",
+                           name, i, ot_dtype_name(ot_tensor_dtype(t)));
+    ot_shape ts = ot_tensor_shape(t), ws = ot_tensor_shape(w);
+    if (!same_shape(ts, ws))
+        return ot__err_set(OT_ESHAPE, NULL, 0, fn, "%s[%d] has shape %s but w[%d] has shape %s",
+                           name, i, ot__shape_str(&ts, s1), i, ot__shape_str(&ws, s2));
+    return 0;
+}
+
+/* Hyperparameters are numbers >= 0 (a NaN fails the test, as it should). */
+static int check_nonneg(const char *fn, const char *name, double x)
+{
+    if (x >= 0) return 0;
+    return ot__err_set(OT_EINVAL, NULL, 0, fn, "%s must be >= 0, not %g", name, x);
+}
+
+/* grad_scale 0 means 1. A NaN passes: it is what ot_clip_global_norm gives
+ * for a NaN gradient, and the step then poisons w so that the caller sees it. */
+static int check_grad_scale(const char *fn, double s)
+{
+    if (!(s < 0)) return 0;
+    return ot__err_set(OT_EINVAL, NULL, 0, fn, "grad_scale must be >= 0 (0 means 1), not %g", s);
+}
+
+/* ---- building and writing a step -------------------------------------------- */
+
+/* The outputs of one step and the trees written into them. */
+typedef struct step {
+    int n;
+    ot_tensor **outs;
+    ot_node **trees;
+    ot_pool *pool;   /* owns every node built for the step */
+} step;
+
+static int step_begin(step *s, const char *fn, size_t cap)
+{
+    s->n = 0;
+    s->outs = calloc(cap ? cap : 1, sizeof *s->outs);
+    s->trees = calloc(cap ? cap : 1, sizeof *s->trees);
+    s->pool = s->outs && s->trees ? ot_pool_push() : NULL;
+    if (s->pool) return 0;
+    free(s->outs);
+    free(s->trees);
+    return ot__err_set(OT_ENOMEM, NULL, 0, fn, "out of memory");
+}
+
+static void step_put(step *s, ot_tensor *out, ot_node *tree)
+{
+    s->outs[s->n] = out;
+    s->trees[s->n++] = tree;
+}
+
+/* One evaluation of every tree. A builder that failed left a NULL tree and
+ * its error in the slot, which ot_assign_many returns; nothing is written. */
+static int step_end(step *s)
+{
+    int rc = ot_assign_many(s->n, s->outs, s->trees);
+    ot_pool_pop(s->pool);
+    free(s->outs);
+    free(s->trees);
+    return rc;
+}
+
+/* grad_scale*g, with no node when the scale is 1 (or 0, which means 1). */
+static ot_node *scaled(ot_node *g, double grad_scale)
+{
+    return grad_scale == 0 || grad_scale == 1 ? g : ot_mul(grad_scale, g);
+}
+
+/* ---- SGD ------------------------------------------------------------------- */
+
+static int sgd_check(const ot_sgd *o, int n, ot_tensor *const w[], ot_node *const g[],
+                     ot_tensor *const vel[])
+{
+    const char *fn = "sgd_step";
+    if (!o) return ot__err_set(OT_ENULL, NULL, 0, fn, "options are NULL");
+    int rc = check_arrays(fn, n, w, g);
+    if (!rc) rc = check_nonneg(fn, "lr", o->lr);
+    if (!rc) rc = check_nonneg(fn, "momentum", o->momentum);
+    if (!rc) rc = check_nonneg(fn, "weight_decay", o->weight_decay);
+    if (!rc) rc = check_grad_scale(fn, o->grad_scale);
+    if (!rc && n > 0 && !vel && o->momentum != 0)
+        rc = ot__err_set(OT_EINVAL, NULL, 0, fn, "vel is NULL but momentum is %g; "
+                         "only plain SGD (momentum 0) runs without velocities", o->momentum);
+    for (int i = 0; i < n && !rc; i++) {
+        rc = check_param(fn, i, w[i], g[i]);
+        if (!rc && vel) rc = check_state(fn, "vel", i, vel[i], w[i]);
+    }
+    return rc;
+}
+
+/* One parameter: v = momentum*v - lr*d, w = w + v, d = grad_scale*g +
+ * weight_decay*w. Without a velocity, w = w - lr*d. */
+static void sgd_param(const ot_sgd *o, ot_tensor *w, ot_node *g, ot_tensor *vel, step *s)
+{
+    ot_node *d = scaled(g, o->grad_scale);
+    if (o->weight_decay != 0) d = ot_add(d, ot_mul(o->weight_decay, w));
+    if (!vel) {
+        step_put(s, w, ot_sub(w, ot_mul(o->lr, d)));
+        return;
+    }
+    ot_node *vnew = o->momentum == 0 ? ot_mul(-o->lr, d)
+                                     : ot_sub(ot_mul(o->momentum, vel), ot_mul(o->lr, d));
+    step_put(s, w, ot_add(w, vnew));   /* the same vnew node: computed once */
+    step_put(s, vel, vnew);
+}
+
+int ot_sgd_step(const ot_sgd *o, int n, ot_tensor *const w[], ot_node *const g[],
+                ot_tensor *const vel[])
+{
+    int rc = sgd_check(o, n, w, g, vel);
+    step s;
+    if (!rc) rc = step_begin(&s, "sgd_step", (size_t)n * (vel ? 2 : 1));
+    if (rc) return rc;
+    for (int i = 0; i < n; i++) sgd_param(o, w[i], g[i], vel ? vel[i] : NULL, &s);
+    return step_end(&s);
+}
+
+/* ---- Adam ------------------------------------------------------------------ */
+
+static int check_beta(const char *fn, const char *name, double beta)
+{
+    if (beta >= 0 && beta < 1) return 0;
+    return ot__err_set(OT_EINVAL, NULL, 0, fn, "%s must be in [0, 1), not %g", name, beta);
+}
+
+static int adam_check(const ot_adam *o, int n, ot_tensor *const w[], ot_node *const g[],
+                      ot_tensor *const m[], ot_tensor *const v[])
+{
+    const char *fn = "adam_step";
+    if (!o) return ot__err_set(OT_ENULL, NULL, 0, fn, "options are NULL");
+    int rc = check_arrays(fn, n, w, g);
+    if (!rc && n > 0 && (!m || !v))
+        rc = ot__err_set(OT_ENULL, NULL, 0, fn, "%s is NULL", m ? "v" : "m");
+    if (!rc) rc = check_nonneg(fn, "lr", o->lr);
+    if (!rc) rc = check_beta(fn, "beta1", o->beta1);
+    if (!rc) rc = check_beta(fn, "beta2", o->beta2);
+    if (!rc && !(o->eps > 0))
+        rc = ot__err_set(OT_EINVAL, NULL, 0, fn, "eps must be > 0, not %g", o->eps);
+    if (!rc) rc = check_grad_scale(fn, o->grad_scale);
+    if (!rc && o->t < 1)
+        rc = ot__err_set(OT_EINVAL, NULL, 0, fn, "step count t must be >= 1 (1 for the first "
+                         "step), not %lld", (long long)o->t);
+    for (int i = 0; i < n && !rc; i++) {
+        rc = check_param(fn, i, w[i], g[i]);
+        if (!rc) rc = check_state(fn, "m", i, m[i], w[i]);
+        if (!rc) rc = check_state(fn, "v", i, v[i], w[i]);
+    }
+    return rc;
+}
+
+/* One parameter; alpha = lr*sqrt(1 - beta2^t)/(1 - beta1^t), folded on the
+ * host. w's tree reads the new moments through the nodes written to m and v. */
+static void adam_param(const ot_adam *o, double alpha, ot_tensor *w, ot_node *g,
+                       ot_tensor *m, ot_tensor *v, step *s)
+{
+    ot_node *d = scaled(g, o->grad_scale);
+    ot_node *mnew = ot_add(ot_mul(o->beta1, m), ot_mul(1 - o->beta1, d));
+    ot_node *vnew = ot_add(ot_mul(o->beta2, v), ot_mul(ot_mul(1 - o->beta2, d), d));
+    step_put(s, w, ot_sub(w, ot_div(ot_mul(alpha, mnew), ot_add(ot_sqrt(vnew), o->eps))));
+    step_put(s, m, mnew);
+    step_put(s, v, vnew);
+}
+
+int ot_adam_step(const ot_adam *o, int n, ot_tensor *const w[], ot_node *const g[],
+                 ot_tensor *const m[], ot_tensor *const v[])
+{
+    int rc = adam_check(o, n, w, g, m, v);
+    step s;
+    if (!rc) rc = step_begin(&s, "adam_step", (size_t)n * 3);
+    if (rc) return rc;
+    double t = (double)o->t;
+    double alpha = o->lr * sqrt(1 - pow(o->beta2, t)) / (1 - pow(o->beta1, t));
+    for (int i = 0; i < n; i++) adam_param(o, alpha, w[i], g[i], m[i], v[i], &s);
+    return step_end(&s);
+}
+
+/* ---- clipping ---------------------------------------------------------------- */
+
+/* sum(g*g) on g's backend, squared and summed in float64 (an f32 sum would
+ * lose digits, and f32 squares overflow past 1.8e19). */
+static int sum_squares(ot_node *g, double *out)
+{
+    ot_node *g64 = ot_node_dtype(g) == OT_F64 ? g : ot_cast(g, .dtype = OT_F64);
+    ot_tensor *t = ot_eval(ot_sum(ot_mul(g64, g64)));
+    if (!t) return ot_errcode();
+    int rc = ot_get(t, out);
+    ot_tensor_free(t);
+    return rc;
+}
+
+/* min(1, max_norm/norm): 1 for a zero norm, and NaN for a NaN or infinite
+ * norm. fmin would drop the NaN, and min(1, max_norm/inf) = 0 is what a step
+ * reads as "no scale": either would run the step unclipped instead of
+ * poisoning w, which is how the caller sees a gradient that blew up. */
+static double clip_scale(double norm, double max_norm)
+{
+    if (isnan(norm) || isinf(norm)) return NAN;
+    return norm > max_norm ? max_norm / norm : 1;
+}
+
+int ot_clip_global_norm(int n, ot_node *const g[], double max_norm, double *scale,
+                        double *norm)
+{
+    const char *fn = "clip_global_norm";
+    if (n < 0) return ot__err_set(OT_EINVAL, NULL, 0, fn, "negative count %d", n);
+    if (!scale) return ot__err_set(OT_ENULL, NULL, 0, fn, "scale is NULL");
+    int rc = check_grads(fn, n, g);
+    if (rc) return rc;
+    /* max_norm 0 would give scale 0, which a step reads as 1: no clipping. */
+    if (!(max_norm > 0))
+        return ot__err_set(OT_EINVAL, NULL, 0, fn, "max_norm must be > 0, not %g", max_norm);
+    ot_pool *pool = ot_pool_push();
+    if (!pool) return ot_errcode();
+    double total = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        double ss = 0;
+        rc = sum_squares(g[i], &ss);
+        total += ss;
+    }
+    ot_pool_pop(pool);
+    if (rc) return rc;
+    *scale = clip_scale(sqrt(total), max_norm);
+    if (norm) *norm = sqrt(total);
+    return 0;
+}

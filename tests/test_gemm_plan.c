@@ -1,0 +1,311 @@
+/*
+ * test_gemm_plan.c - how the cpu backend plans dots and in-place updates:
+ * compound_dot as one GEMM call with beta and no temporary, a dot written
+ * straight into its output, elementwise readers of a dot as epilogues on its
+ * row blocks, and ot_assign_many updates written over their own leaves in
+ * one kernel. Each case checks the values against the ref backend and the
+ * plan through ot_stats and ot_explain.
+ */
+#include "test.h"
+
+#include <stdlib.h>
+
+typedef struct pair {
+    ot_backend *be[2];   /* ref, cpu */
+} pair;
+
+static void pair_open(pair *p)
+{
+    p->be[0] = ot_backend_new("ref", NULL);
+    p->be[1] = ot_backend_new("cpu", &(ot_backend_opts){.threads = 1});
+    CHECK(p->be[0] && p->be[1]);
+}
+
+static void pair_close(pair *p)
+{
+    ot_backend_free(p->be[0]);
+    ot_backend_free(p->be[1]);
+}
+
+/* A tensor of shape (r, c) with reproducible values in [-1, 1). */
+static ot_tensor *mat(ot_backend *be, int64_t r, int64_t c, ot_dtype dt, unsigned seed)
+{
+    int64_t len = r * c;
+    double *h = malloc(sizeof(double) * (size_t)(len > 0 ? len : 1));
+    for (int64_t i = 0; i < r * c; i++) {
+        seed = seed * 1103515245u + 12345u;
+        h[i] = (double)(seed >> 8 & 0xffff) / 32768.0 - 1.0;
+    }
+    ot_tensor *t64 = ot_array(be, OT_SHAPE(r, c), OT_F64, h);
+    ot_tensor *t = ot_empty(be, OT_SHAPE(r, c), dt);
+    CHECK_INT(ot_assign(t, ot_cast(t64, .dtype = dt)), 0);
+    ot_tensor_free(t64);
+    free(h);
+    return t;
+}
+
+static uint64_t kernels_of(ot_backend *be, uint64_t *compiles)
+{
+    ot_stats s;
+    ot_stats(be, &s);
+    if (compiles) *compiles = s.compiles;
+    return s.kernels;
+}
+
+static void check_same(ot_tensor *x, ot_tensor *y, double tol)
+{
+    ot_shape sh = ot_tensor_shape(x);
+    int64_t n = 1;
+    for (int d = 0; d < sh.ndim; d++) n *= sh.dims[d];
+    double *hx = malloc(sizeof(double) * (size_t)n), *hy = malloc(sizeof(double) * (size_t)n);
+    ot_tensor *cx = ot_empty(ot_tensor_backend(x), ot_tensor_shape(x), OT_F64);
+    ot_tensor *cy = ot_empty(ot_tensor_backend(y), ot_tensor_shape(y), OT_F64);
+    ot_assign(cx, ot_cast(x, .dtype = OT_F64));
+    ot_assign(cy, ot_cast(y, .dtype = OT_F64));
+    ot_get(cx, hx);
+    ot_get(cy, hy);
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (!test__close(hx[i], hy[i], tol) && bad++ < 3)
+            test__fail(__FILE__, __LINE__, "[%lld] %.17g vs %.17g", (long long)i, hx[i], hy[i]);
+    ot_tensor_free(cx);
+    ot_tensor_free(cy);
+    free(hx);
+    free(hy);
+}
+
+typedef ot_node *(*gemm_tree)(ot_tensor *a, ot_tensor *b, ot_tensor *c);
+static ot_node *t_compound(ot_tensor *a, ot_tensor *b, ot_tensor *c)
+{
+    return ot_add(ot_mul(ot_dot(a, b), 0.7), ot_mul(c, 1.3));
+}
+static ot_node *t_compound_rev(ot_tensor *a, ot_tensor *b, ot_tensor *c)
+{
+    return ot_add(ot_mul(1.3, c), ot_mul(0.7, ot_dot(a, b)));
+}
+static ot_node *t_sgd(ot_tensor *a, ot_tensor *b, ot_tensor *c)
+{
+    return ot_sub(c, ot_mul(ot_dot(a, b), 0.01));
+}
+static ot_node *t_accumulate(ot_tensor *a, ot_tensor *b, ot_tensor *c)
+{
+    return ot_add(ot_dot(a, b), c);
+}
+static ot_node *t_scaled(ot_tensor *a, ot_tensor *b, ot_tensor *c)
+{
+    (void)c;
+    return ot_neg(ot_dot(ot_T(a), ot_T(b)));
+}
+
+/* alpha*dot + beta*out into out (and its spellings) is one GEMM call: one
+ * kernel, no temporary, nothing compiled the second time. */
+TEST(gemm_compound_is_one_call)
+{
+    static const gemm_tree trees[] = {t_compound, t_compound_rev, t_sgd, t_accumulate, t_scaled};
+    pair p;
+    pair_open(&p);
+    for (int dt = OT_F32; dt <= OT_F64; dt++) {
+        for (size_t t = 0; t < sizeof trees / sizeof *trees; t++) {
+            ot_tensor *c[2];
+            for (int s = 0; s < 2; s++) {
+                bool tr = trees[t] == t_scaled;
+                ot_tensor *a = mat(p.be[s], tr ? 9 : 13, tr ? 13 : 9, dt, 1);
+                ot_tensor *b = mat(p.be[s], tr ? 11 : 9, tr ? 9 : 11, dt, 2);
+                c[s] = mat(p.be[s], 13, 11, dt, 3);
+                uint64_t k0 = kernels_of(p.be[s], NULL), c0, c1;
+                for (int rep = 0; rep < 2; rep++) {
+                    ot_pool *pool = ot_pool_push();
+                    kernels_of(p.be[s], rep ? &c0 : NULL);
+                    CHECK_INT(ot_assign(c[s], trees[t](a, b, c[s])), 0);
+                    kernels_of(p.be[s], rep ? &c1 : NULL);
+                    ot_pool_pop(pool);
+                }
+                if (s == 1) {
+                    CHECK_INT(kernels_of(p.be[s], NULL) - k0, 2);
+                    CHECK_INT(c1 - c0, 0);
+                }
+                ot_tensor_free(a);
+                ot_tensor_free(b);
+            }
+            check_same(c[0], c[1], dt == OT_F32 ? 1e-5 : 1e-13);
+            ot_tensor_free(c[0]);
+            ot_tensor_free(c[1]);
+        }
+    }
+    pair_close(&p);
+}
+
+/* A zero beta is not BLAS's beta = 0: 0*NaN in out stays NaN, as on ref. */
+TEST(gemm_zero_beta_keeps_nan)
+{
+    pair p;
+    pair_open(&p);
+    double res[2];
+    for (int s = 0; s < 2; s++) {
+        ot_tensor *a = mat(p.be[s], 4, 3, OT_F64, 1), *b = mat(p.be[s], 3, 5, OT_F64, 2);
+        ot_tensor *c = ot_full(p.be[s], OT_SHAPE(4, 5), OT_F64, NAN);
+        ot_pool *pool = ot_pool_push();
+        CHECK_INT(ot_assign(c, ot_add(ot_dot(a, b), ot_mul(c, 0.0))), 0);
+        ot_pool_pop(pool);
+        double h[20];
+        ot_get(c, h);
+        res[s] = h[7];
+        ot_tensor_free(a);
+        ot_tensor_free(b);
+        ot_tensor_free(c);
+    }
+    CHECK(isnan(res[0]) && isnan(res[1]));
+    pair_close(&p);
+}
+
+/* Output layouts BLAS cannot write (a transposed view) and outputs that an
+ * operand overlaps go through a temporary, with the ref backend's values. */
+TEST(gemm_unwritable_outputs)
+{
+    pair p;
+    pair_open(&p);
+    ot_tensor *r[2][2];
+    for (int s = 0; s < 2; s++) {
+        ot_tensor *a = mat(p.be[s], 6, 6, OT_F32, 4), *b = mat(p.be[s], 6, 6, OT_F32, 5);
+        ot_tensor *c = mat(p.be[s], 6, 6, OT_F32, 6);
+        ot_tensor *ct = ot_transpose(c, NULL);
+        ot_pool *pool = ot_pool_push();
+        CHECK_INT(ot_assign(ct, ot_add(ot_dot(a, b), ct)), 0);
+        CHECK_INT(ot_assign(a, ot_add(ot_mul(ot_dot(a, b), 0.5), a)), 0);
+        ot_pool_pop(pool);
+        r[s][0] = c;
+        r[s][1] = a;
+        ot_tensor_free(ct);
+        ot_tensor_free(b);
+    }
+    for (int i = 0; i < 2; i++) {
+        check_same(r[0][i], r[1][i], 1e-5);
+        ot_tensor_free(r[0][i]);
+        ot_tensor_free(r[1][i]);
+    }
+    pair_close(&p);
+}
+
+/* relu(dot + bias) runs its elementwise part as an epilogue on the dot's
+ * rows, per block of rows once the result is large; explain says so. */
+TEST(gemm_epilogue_blocks)
+{
+    pair p;
+    pair_open(&p);
+    static const int64_t rows[] = {40, 1100};
+    for (int i = 0; i < 2; i++) {
+        ot_tensor *o[2];
+        for (int s = 0; s < 2; s++) {
+            ot_tensor *a = mat(p.be[s], rows[i], 33, OT_F32, 7), *w = mat(p.be[s], 33, 1030, OT_F32, 8);
+            ot_tensor *bias = mat(p.be[s], 1, 1030, OT_F32, 9);
+            o[s] = ot_empty(p.be[s], OT_SHAPE(rows[i], 1030), OT_F32);
+            ot_pool *pool = ot_pool_push();
+            ot_node *t = ot_relu(ot_add(ot_dot(a, w), bias));
+            if (s == 1) {
+                char *txt = test__capture(ot_explain, t);
+                CHECK(txt && strstr(txt, "epilogue of kernel 0"));
+                CHECK(txt && strstr(txt, i ? "per block of 256 of 1100 rows" : "of 40 rows"));
+                free(txt);
+            }
+            CHECK_INT(ot_assign(o[s], t), 0);
+            ot_pool_pop(pool);
+            ot_tensor_free(a);
+            ot_tensor_free(w);
+            ot_tensor_free(bias);
+        }
+        check_same(o[0], o[1], 1e-5);
+        ot_tensor_free(o[0]);
+        ot_tensor_free(o[1]);
+    }
+    pair_close(&p);
+}
+
+/* An optimizer-style update written over its own leaves (w and v) is one
+ * kernel reading w, v, g once and writing w and v once, as on ref. */
+TEST(inplace_group_one_pass)
+{
+    pair p;
+    pair_open(&p);
+    enum { R = 37, C = 29 };
+    ot_tensor *res[2][2];
+    uint64_t bytes = 0;
+    for (int s = 0; s < 2; s++) {
+        ot_tensor *w = mat(p.be[s], R, C, OT_F32, 1), *v = mat(p.be[s], R, C, OT_F32, 2);
+        ot_tensor *g = mat(p.be[s], R, C, OT_F32, 3);
+        ot_pool *pool = ot_pool_push();
+        ot_node *vn = ot_sub(ot_mul(v, 0.9), ot_mul(ot_add(g, ot_mul(w, 1e-4)), 0.1));
+        ot_stats s0, s1;
+        ot_stats(p.be[s], &s0);
+        CHECK_INT(ot_assign_many(2, (ot_tensor *[]){w, v}, (ot_node *[]){ot_add(w, vn), vn}), 0);
+        ot_stats(p.be[s], &s1);
+        if (s == 1) {
+            CHECK_INT(s1.kernels - s0.kernels, 1);
+            bytes = s1.bytes_moved - s0.bytes_moved;
+        }
+        ot_pool_pop(pool);
+        res[s][0] = w;
+        res[s][1] = v;
+        ot_tensor_free(g);
+    }
+    CHECK_INT(bytes, 5 * R * C * 4);
+    for (int i = 0; i < 2; i++) {
+        check_same(res[0][i], res[1][i], 1e-6);
+        ot_tensor_free(res[0][i]);
+        ot_tensor_free(res[1][i]);
+    }
+    pair_close(&p);
+}
+
+/* When another output's kernel reads a leaf that a grouped output
+ * overwrites, the group is broken up and every tree still sees the old
+ * values. */
+TEST(inplace_group_other_reader)
+{
+    pair p;
+    pair_open(&p);
+    ot_tensor *res[2][3];
+    for (int s = 0; s < 2; s++) {
+        ot_tensor *w = mat(p.be[s], 8, 9, OT_F64, 1), *v = mat(p.be[s], 8, 9, OT_F64, 2);
+        ot_tensor *u = mat(p.be[s], 1, 9, OT_F64, 3);
+        ot_pool *pool = ot_pool_push();
+        ot_node *t[3] = {ot_mul(w, 2.0), ot_add(v, w), ot_sum(ot_mul(w, v), .axis = 0, .keepdims = true)};
+        CHECK_INT(ot_assign_many(3, (ot_tensor *[]){w, v, u}, t), 0);
+        ot_pool_pop(pool);
+        res[s][0] = w;
+        res[s][1] = v;
+        res[s][2] = u;
+    }
+    for (int i = 0; i < 3; i++) {
+        check_same(res[0][i], res[1][i], 1e-13);
+        ot_tensor_free(res[0][i]);
+        ot_tensor_free(res[1][i]);
+    }
+    pair_close(&p);
+}
+
+/* batched_dot with a shared batch of 1 on either side, against ref. */
+TEST(gemm_batched_shared)
+{
+    pair p;
+    pair_open(&p);
+    ot_tensor *res[2][2];
+    for (int s = 0; s < 2; s++) {
+        ot_tensor *a = mat(p.be[s], 3 * 4, 5, OT_F64, 1), *b = mat(p.be[s], 5, 6, OT_F64, 2);
+        ot_tensor *a3 = ot_reshape(a, OT_SHAPE(3, 4, 5)), *b3 = ot_reshape(b, OT_SHAPE(1, 5, 6));
+        ot_pool *pool = ot_pool_push();
+        res[s][0] = ot_eval(ot_batched_dot(a3, b3));
+        res[s][1] = ot_eval(ot_batched_dot(ot_T(b3, .perm = {0, 2, 1}), ot_T(a3, .perm = {0, 2, 1})));
+        ot_pool_pop(pool);
+        CHECK(res[s][0] && res[s][1]);
+        ot_tensor_free(a);
+        ot_tensor_free(b);
+        ot_tensor_free(a3);
+        ot_tensor_free(b3);
+    }
+    for (int i = 0; i < 2; i++) {
+        check_same(res[0][i], res[1][i], 1e-13);
+        ot_tensor_free(res[0][i]);
+        ot_tensor_free(res[1][i]);
+    }
+    pair_close(&p);
+}

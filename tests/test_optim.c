@@ -1,0 +1,670 @@
+/*
+ * test_optim.c - unit tests of the optimizers (src/optim.c): SGD (with
+ * momentum and weight decay, and plain) and Adam against step-by-step
+ * references computed on the host in double from the header's formulas,
+ * on the ref and the cpu backend; several parameters of different shapes
+ * with gradients given as trees; one fused kernel per parameter on the cpu
+ * backend; f32 parameters; clipping by global norm; and every error path.
+ */
+#include "test.h"
+
+#include <stdlib.h>
+
+enum { STEPS = 10 };
+
+static const char *const backends[] = {"ref", "cpu"};
+
+/* A backend of exactly this name: OT_BACKEND would override it, and these
+ * cases compare the two backends and count the cpu backend's kernels. */
+static ot_backend *backend(const char *name, int threads)
+{
+    unsetenv("OT_BACKEND");
+    ot_backend *be = ot_backend_new(name, &(ot_backend_opts){.threads = threads});
+    CHECK(be != NULL);
+    return be;
+}
+
+/* ---- host helpers ---------------------------------------------------------- */
+
+/* splitmix64, uniform in [lo, hi). */
+static double urand(uint64_t *state, double lo, double hi)
+{
+    uint64_t z = (*state += 0x9E3779B97F4A7C15u);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
+    return lo + (hi - lo) * ((double)((z ^ (z >> 31)) >> 11) * 0x1p-53);
+}
+
+static void fill_rand(double *h, int64_t n, uint64_t *state)
+{
+    for (int64_t i = 0; i < n; i++) h[i] = urand(state, -1, 1);
+}
+
+/* A tensor of dtype dt holding host values (rounded to f32 for OT_F32). */
+static ot_tensor *make(ot_backend *be, ot_shape shape, ot_dtype dt, const double *h)
+{
+    int64_t n = 1;
+    for (int d = 0; d < shape.ndim; d++) n *= shape.dims[d];
+    if (dt == OT_F64) return ot_array(be, shape, dt, h);
+    float *f = malloc(sizeof *f * (size_t)(n ? n : 1));
+    for (int64_t i = 0; i < n; i++) f[i] = (float)h[i];
+    ot_tensor *t = ot_array(be, shape, dt, f);
+    free(f);
+    return t;
+}
+
+/* Every element of t within tol of the host values (CHECK_NEAR's
+ * relative-or-absolute closeness); reports the first one that is not. */
+static void check_values(const ot_tensor *t, const double *want, double tol)
+{
+    int64_t n = ot_tensor_numel(t);
+    double *got = malloc(sizeof *got * (size_t)(n ? n : 1));
+    if (ot_tensor_dtype(t) == OT_F64) {
+        CHECK_INT(ot_get(t, got), 0);
+    } else {
+        float *f = malloc(sizeof *f * (size_t)(n ? n : 1));
+        CHECK_INT(ot_get(t, f), 0);
+        for (int64_t i = 0; i < n; i++) got[i] = f[i];
+        free(f);
+    }
+    for (int64_t i = 0; i < n; i++)
+        if (!test__close(got[i], want[i], tol)) {
+            CHECK_NEAR(got[i], want[i], tol);
+            break;
+        }
+    free(got);
+}
+
+/* ---- references, in double, literally the header's formulas ------------------ */
+
+static void sgd_ref(const ot_sgd *o, int64_t n, double *w, const double *g, double *v)
+{
+    double gs = o->grad_scale == 0 ? 1 : o->grad_scale;
+    for (int64_t i = 0; i < n; i++) {
+        double d = gs * g[i] + o->weight_decay * w[i];
+        if (v) {
+            v[i] = o->momentum * v[i] - o->lr * d;
+            w[i] = w[i] + v[i];
+        } else {
+            w[i] = w[i] - o->lr * d;
+        }
+    }
+}
+
+static void adam_ref(const ot_adam *o, int64_t n, double *w, const double *g, double *m, double *v)
+{
+    double gs = o->grad_scale == 0 ? 1 : o->grad_scale;
+    double t = (double)o->t;
+    for (int64_t i = 0; i < n; i++) {
+        double d = gs * g[i];
+        m[i] = o->beta1 * m[i] + (1 - o->beta1) * d;
+        v[i] = o->beta2 * v[i] + (1 - o->beta2) * d * d;
+        w[i] = w[i] - o->lr * sqrt(1 - pow(o->beta2, t)) / (1 - pow(o->beta1, t)) * m[i] /
+                          (sqrt(v[i]) + o->eps);
+    }
+}
+
+/* ---- one parameter with its state, on a backend and on the host -------------- */
+
+typedef struct param {
+    ot_shape shape;
+    int64_t n;
+    ot_tensor *w, *s[2];     /* s: vel, or m and v; NULL when unused */
+    double *hw, *hs[2], *hg;
+} param;
+
+static void param_new(param *p, ot_backend *be, ot_shape shape, ot_dtype dt, int nstate,
+                      uint64_t *rng)
+{
+    memset(p, 0, sizeof *p);
+    p->shape = shape;
+    p->n = 1;
+    for (int d = 0; d < shape.ndim; d++) p->n *= shape.dims[d];
+    size_t bytes = sizeof(double) * (size_t)p->n;
+    p->hw = malloc(bytes);
+    p->hg = malloc(bytes);
+    fill_rand(p->hw, p->n, rng);
+    p->w = make(be, shape, dt, p->hw);
+    /* The host reference starts from the values the tensor really holds. */
+    check_values(p->w, p->hw, dt == OT_F64 ? 0 : 1e-7);
+    if (dt == OT_F32)
+        for (int64_t i = 0; i < p->n; i++) p->hw[i] = (float)p->hw[i];
+    for (int k = 0; k < nstate; k++) {
+        p->hs[k] = calloc((size_t)p->n, sizeof(double));
+        p->s[k] = ot_zeros(be, shape, dt);
+    }
+}
+
+static void param_free(param *p)
+{
+    ot_tensor_free(p->w);
+    for (int k = 0; k < 2; k++) {
+        ot_tensor_free(p->s[k]);
+        free(p->hs[k]);
+    }
+    free(p->hw);
+    free(p->hg);
+}
+
+/* A fresh random gradient for the step: host values and a tensor of them. */
+static ot_tensor *param_grad(param *p, ot_dtype dt, uint64_t *rng)
+{
+    fill_rand(p->hg, p->n, rng);
+    ot_tensor *g = make(ot_tensor_backend(p->w), p->shape, dt, p->hg);
+    if (dt == OT_F32)
+        for (int64_t i = 0; i < p->n; i++) p->hg[i] = (float)p->hg[i];
+    return g;
+}
+
+static void param_check(const param *p, double tol)
+{
+    check_values(p->w, p->hw, tol);
+    for (int k = 0; k < 2; k++)
+        if (p->s[k]) check_values(p->s[k], p->hs[k], tol);
+}
+
+/* ---- SGD and Adam against the references ---------------------------------- */
+
+/* STEPS steps of one f64 parameter on each backend, large enough for the
+ * cpu backend to split it into tiles and threads. */
+static void run_sgd(const ot_sgd *o, bool with_vel)
+{
+    for (int b = 0; b < 2; b++) {
+        ot_backend *be = backend(backends[b], 0);
+        uint64_t rng = 7;
+        param p;
+        param_new(&p, be, OT_SHAPE(257, 129), OT_F64, with_vel, &rng);
+        for (int s = 0; s < STEPS; s++) {
+            ot_tensor *g = param_grad(&p, OT_F64, &rng);
+            CHECK_INT(ot_sgd_step(o, 1, &p.w, (ot_node *[]){ot_tensor_node(g)},
+                                  with_vel ? &p.s[0] : NULL), 0);
+            sgd_ref(o, p.n, p.hw, p.hg, p.hs[0]);
+            ot_tensor_free(g);
+        }
+        param_check(&p, 1e-12);
+        param_free(&p);
+        ot_backend_free(be);
+    }
+}
+
+TEST(optim_sgd_momentum_weight_decay)
+{
+    run_sgd(&(ot_sgd){.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01}, true);
+    run_sgd(&(ot_sgd){.lr = 0.05, .momentum = 0.5, .grad_scale = 0.25}, true);
+}
+
+TEST(optim_sgd_plain)
+{
+    run_sgd(&(ot_sgd){.lr = 0.1}, false);
+    run_sgd(&(ot_sgd){.lr = 0.1, .weight_decay = 0.001, .grad_scale = 2}, false);
+    /* Momentum 0 with velocities: v = -lr*d is still written. */
+    run_sgd(&(ot_sgd){.lr = 0.1, .weight_decay = 0.001}, true);
+}
+
+static void run_adam(ot_adam o)
+{
+    for (int b = 0; b < 2; b++) {
+        ot_backend *be = backend(backends[b], 0);
+        uint64_t rng = 11;
+        param p;
+        param_new(&p, be, OT_SHAPE(257, 129), OT_F64, 2, &rng);
+        for (o.t = 1; o.t <= STEPS; o.t++) {
+            ot_tensor *g = param_grad(&p, OT_F64, &rng);
+            CHECK_INT(ot_adam_step(&o, 1, &p.w, (ot_node *[]){ot_tensor_node(g)}, &p.s[0],
+                                   &p.s[1]), 0);
+            adam_ref(&o, p.n, p.hw, p.hg, p.hs[0], p.hs[1]);
+            ot_tensor_free(g);
+        }
+        param_check(&p, 1e-12);
+        param_free(&p);
+        ot_backend_free(be);
+    }
+}
+
+TEST(optim_adam)
+{
+    run_adam(ot_adam_default(1e-2));
+    run_adam((ot_adam){.lr = 0.1, .beta1 = 0.5, .beta2 = 0.75, .eps = 1e-3, .grad_scale = 3});
+    run_adam((ot_adam){.lr = 0.1, .beta1 = 0, .beta2 = 0, .eps = 1e-6});
+}
+
+/* A 2-D weight and a 1-D bias in one call, the bias's gradient a tree
+ * (2*g), for SGD with momentum and for Adam. */
+TEST(optim_several_params)
+{
+    ot_sgd sgd = {.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01};
+    ot_adam adam = ot_adam_default(1e-2);
+    for (int b = 0; b < 2; b++) {
+        for (int use_adam = 0; use_adam < 2; use_adam++) {
+            ot_backend *be = backend(backends[b], 0);
+            uint64_t rng = 5;
+            param p[2];
+            param_new(&p[0], be, OT_SHAPE(4, 5), OT_F64, 1 + use_adam, &rng);
+            param_new(&p[1], be, OT_SHAPE(5), OT_F64, 1 + use_adam, &rng);
+            for (int s = 1; s <= STEPS; s++) {
+                ot_pool *pool = ot_pool_push();
+                ot_tensor *g0 = param_grad(&p[0], OT_F64, &rng), *g1 = param_grad(&p[1], OT_F64, &rng);
+                for (int64_t i = 0; i < p[1].n; i++) p[1].hg[i] *= 2;
+                ot_node *g[2] = {ot_tensor_node(g0), ot_mul(g1, 2.0)};
+                ot_tensor *w[2] = {p[0].w, p[1].w};
+                if (use_adam) {
+                    adam.t = s;
+                    CHECK_INT(ot_adam_step(&adam, 2, w, g, (ot_tensor *[]){p[0].s[0], p[1].s[0]},
+                                           (ot_tensor *[]){p[0].s[1], p[1].s[1]}), 0);
+                    for (int k = 0; k < 2; k++)
+                        adam_ref(&adam, p[k].n, p[k].hw, p[k].hg, p[k].hs[0], p[k].hs[1]);
+                } else {
+                    CHECK_INT(ot_sgd_step(&sgd, 2, w, g, (ot_tensor *[]){p[0].s[0], p[1].s[0]}), 0);
+                    for (int k = 0; k < 2; k++) sgd_ref(&sgd, p[k].n, p[k].hw, p[k].hg, p[k].hs[0]);
+                }
+                ot_pool_pop(pool);
+                ot_tensor_free(g0);
+                ot_tensor_free(g1);
+            }
+            for (int k = 0; k < 2; k++) {
+                param_check(&p[k], 1e-12);
+                param_free(&p[k]);
+            }
+            ot_backend_free(be);
+        }
+    }
+}
+
+/* A gradient tree from autodiff that reads w itself (the loss sum(w*w)/2,
+ * whose gradient is w): the step's trees read w while it is written. */
+TEST(optim_autodiff_gradient)
+{
+    ot_sgd sgd = {.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01};
+    for (int b = 0; b < 2; b++) {
+        ot_backend *be = backend(backends[b], 0);
+        uint64_t rng = 19;
+        param p;
+        param_new(&p, be, OT_SHAPE(6, 7), OT_F64, 1, &rng);
+        for (int s = 0; s < STEPS; s++) {
+            ot_pool *pool = ot_pool_push();
+            ot_autodiff *ad = ot_autodiff_new(ot_mul(ot_sum(ot_mul(p.w, p.w)), 0.5), NULL);
+            ot_node *g = ot_autodiff_grad(ad, p.w);
+            CHECK_INT(ot_sgd_step(&sgd, 1, &p.w, &g, &p.s[0]), 0);
+            memcpy(p.hg, p.hw, sizeof(double) * (size_t)p.n);
+            sgd_ref(&sgd, p.n, p.hw, p.hg, p.hs[0]);
+            ot_autodiff_free(ad);
+            ot_pool_pop(pool);
+        }
+        param_check(&p, 1e-12);
+        param_free(&p);
+        ot_backend_free(be);
+    }
+}
+
+/* f32 parameters, state and gradients stay f32 and follow the f64
+ * reference to f32 precision. */
+TEST(optim_f32_stays_f32)
+{
+    for (int b = 0; b < 2; b++) {
+        for (int use_adam = 0; use_adam < 2; use_adam++) {
+            ot_backend *be = backend(backends[b], 0);
+            uint64_t rng = 3;
+            param p;
+            param_new(&p, be, OT_SHAPE(33), OT_F32, 1 + use_adam, &rng);
+            ot_sgd sgd = {.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01};
+            ot_adam adam = ot_adam_default(1e-2);
+            for (int s = 1; s <= STEPS; s++) {
+                ot_tensor *g = param_grad(&p, OT_F32, &rng);
+                ot_node *gn = ot_tensor_node(g);
+                if (use_adam) {
+                    adam.t = s;
+                    CHECK_INT(ot_adam_step(&adam, 1, &p.w, &gn, &p.s[0], &p.s[1]), 0);
+                    adam_ref(&adam, p.n, p.hw, p.hg, p.hs[0], p.hs[1]);
+                } else {
+                    CHECK_INT(ot_sgd_step(&sgd, 1, &p.w, &gn, &p.s[0]), 0);
+                    sgd_ref(&sgd, p.n, p.hw, p.hg, p.hs[0]);
+                }
+                ot_tensor_free(g);
+            }
+            CHECK_INT(ot_tensor_dtype(p.w), OT_F32);
+            CHECK_INT(ot_tensor_dtype(p.s[0]), OT_F32);
+            param_check(&p, 1e-5);
+            param_free(&p);
+            ot_backend_free(be);
+        }
+    }
+}
+
+/* ---- fusion on the cpu backend --------------------------------------------- */
+
+enum { N = 1037 };   /* not a multiple of any vector width */
+
+/* Kernels run and bytes moved by one step of a single (N,) parameter with
+ * nstate state tensors (SGD without them, SGD with momentum, Adam). */
+static void fused_step(ot_dtype dt, int nstate, uint64_t *kernels, uint64_t *bytes)
+{
+    ot_backend *be = backend("cpu", 1);
+    uint64_t rng = 9;
+    param p;
+    param_new(&p, be, OT_SHAPE(N), dt, nstate, &rng);
+    ot_tensor *g = param_grad(&p, dt, &rng);
+    ot_node *gn = ot_tensor_node(g);
+    ot_stats s0, s1;
+    ot_stats(be, &s0);
+    if (nstate == 2) {
+        ot_adam o = ot_adam_default(1e-3);
+        CHECK_INT(ot_adam_step(&o, 1, &p.w, &gn, &p.s[0], &p.s[1]), 0);
+    } else {
+        ot_sgd o = {.lr = 0.1, .momentum = nstate ? 0.9 : 0, .weight_decay = 0.01};
+        CHECK_INT(ot_sgd_step(&o, 1, &p.w, &gn, nstate ? &p.s[0] : NULL), 0);
+    }
+    ot_stats(be, &s1);
+    *kernels = s1.kernels - s0.kernels;
+    *bytes = s1.bytes_moved - s0.bytes_moved;
+    ot_tensor_free(g);
+    param_free(&p);
+    ot_backend_free(be);
+}
+
+/* Each step reads w, g and the state once and writes w and the state once,
+ * in one kernel: the w tree shares its nodes with the state trees. */
+TEST(optim_fused_one_kernel)
+{
+    for (int dt = OT_F32; dt <= OT_F64; dt++) {
+        uint64_t es = ot_dtype_size((ot_dtype)dt), kernels, bytes;
+        fused_step((ot_dtype)dt, 0, &kernels, &bytes);   /* plain SGD */
+        CHECK_INT(kernels, 1);
+        CHECK_INT(bytes, (2 + 1) * N * es);
+        fused_step((ot_dtype)dt, 1, &kernels, &bytes);   /* SGD with momentum */
+        CHECK_INT(kernels, 1);
+        CHECK_INT(bytes, (3 + 2) * N * es);
+        fused_step((ot_dtype)dt, 2, &kernels, &bytes);   /* Adam */
+        CHECK_INT(kernels, 1);
+        CHECK_INT(bytes, (4 + 3) * N * es);
+    }
+}
+
+/* ---- clipping -------------------------------------------------------------- */
+
+TEST(optim_clip_global_norm)
+{
+    for (int b = 0; b < 2; b++) {
+        ot_backend *be = backend(backends[b], 0);
+        uint64_t rng = 13;
+        double h0[12], h1[5];
+        fill_rand(h0, 12, &rng);
+        fill_rand(h1, 5, &rng);
+        double want = 0;
+        for (int i = 0; i < 12; i++) want += h0[i] * h0[i];
+        for (int i = 0; i < 5; i++) want += 4 * h1[i] * h1[i];
+        want = sqrt(want);
+        ot_tensor *g0 = ot_array(be, OT_SHAPE(3, 4), OT_F64, h0);
+        ot_tensor *g1 = ot_array(be, OT_SHAPE(5), OT_F64, h1);
+        ot_pool *pool = ot_pool_push();
+        ot_node *g[2] = {ot_tensor_node(g0), ot_mul(g1, 2.0)};
+        double scale, norm;
+        CHECK_INT(ot_clip_global_norm(2, g, want / 4, &scale, &norm), 0);
+        CHECK_NEAR(norm, want, 1e-14);
+        CHECK_NEAR(scale, 0.25, 1e-14);
+        CHECK_INT(ot_clip_global_norm(2, g, want * 2, &scale, NULL), 0);
+        CHECK(scale == 1);
+        CHECK_INT(ot_clip_global_norm(0, NULL, 1, &scale, &norm), 0);
+        CHECK(scale == 1 && norm == 0);
+        ot_pool_pop(pool);
+        ot_tensor_free(g0);
+        ot_tensor_free(g1);
+        ot_backend_free(be);
+    }
+}
+
+/* Zero gradients give scale 1; a NaN or an inf gives a NaN scale; f32
+ * gradients are squared in f64, so 1e20 does not overflow. */
+TEST(optim_clip_special_values)
+{
+    for (int b = 0; b < 2; b++) {
+        ot_backend *be = backend(backends[b], 0);
+        ot_tensor *z = ot_zeros(be, OT_SHAPE(6), OT_F32);
+        ot_tensor *nan = ot_array(be, OT_SHAPE(3), OT_F64, (double[]){1, NAN, 2});
+        ot_tensor *inf = ot_array(be, OT_SHAPE(2), OT_F64, (double[]){1, -INFINITY});
+        ot_tensor *big = ot_full(be, OT_SHAPE(4), OT_F32, 1e20);
+        double scale, norm;
+        CHECK_INT(ot_clip_global_norm(1, (ot_node *[]){ot_tensor_node(z)}, 1, &scale, &norm), 0);
+        CHECK(scale == 1 && norm == 0);
+        CHECK_INT(ot_clip_global_norm(2, (ot_node *[]){ot_tensor_node(z), ot_tensor_node(nan)}, 1,
+                                      &scale, &norm), 0);
+        CHECK(isnan(scale) && isnan(norm));
+        CHECK_INT(ot_clip_global_norm(1, (ot_node *[]){ot_tensor_node(inf)}, 1, &scale, &norm), 0);
+        CHECK(isnan(scale) && isinf(norm));
+        CHECK_INT(ot_clip_global_norm(1, (ot_node *[]){ot_tensor_node(big)}, 1, &scale, &norm), 0);
+        CHECK_NEAR(norm, 2e20, 1e-7);
+        CHECK_NEAR(scale, 5e-21, 1e-7);
+        ot_tensor_free(z);
+        ot_tensor_free(nan);
+        ot_tensor_free(inf);
+        ot_tensor_free(big);
+        ot_backend_free(be);
+    }
+}
+
+/* A clipped step: the scale goes to grad_scale. A NaN scale poisons w. */
+TEST(optim_clipped_sgd_step)
+{
+    for (int b = 0; b < 2; b++) {
+        ot_backend *be = backend(backends[b], 0);
+        uint64_t rng = 17;
+        param p;
+        param_new(&p, be, OT_SHAPE(4, 6), OT_F64, 1, &rng);
+        ot_tensor *g = param_grad(&p, OT_F64, &rng);
+        ot_node *gn = ot_tensor_node(g);
+        double scale, norm;
+        CHECK_INT(ot_clip_global_norm(1, &gn, 0.5, &scale, &norm), 0);
+        CHECK(scale < 1);
+        ot_sgd o = {.lr = 0.1, .momentum = 0.9, .grad_scale = scale};
+        CHECK_INT(ot_sgd_step(&o, 1, &p.w, &gn, &p.s[0]), 0);
+        sgd_ref(&o, p.n, p.hw, p.hg, p.hs[0]);
+        param_check(&p, 1e-12);
+        o.grad_scale = NAN;
+        CHECK_INT(ot_sgd_step(&o, 1, &p.w, &gn, &p.s[0]), 0);
+        for (int64_t i = 0; i < p.n; i++) p.hw[i] = p.hs[0][i] = NAN;
+        param_check(&p, 0);
+        ot_tensor_free(g);
+        param_free(&p);
+        ot_backend_free(be);
+    }
+}
+
+/* ---- errors ---------------------------------------------------------------- */
+
+typedef struct errfx {
+    ot_backend *be;
+    ot_tensor *w, *b, *gw, *gb, *vw, *vb, *mw, *mb, *wi, *gshort;
+    ot_tensor *W[2], *V[2], *M[2];
+    ot_node *G[2];
+    ot_pool *pool;
+} errfx;
+
+static void errfx_new(errfx *f)
+{
+    f->be = backend("cpu", 0);
+    f->w = ot_full(f->be, OT_SHAPE(3, 4), OT_F64, 1);
+    f->b = ot_full(f->be, OT_SHAPE(4), OT_F64, 2);
+    f->gw = ot_full(f->be, OT_SHAPE(3, 4), OT_F64, 0.5);
+    f->gb = ot_full(f->be, OT_SHAPE(4), OT_F64, 0.5);
+    f->vw = ot_zeros(f->be, OT_SHAPE(3, 4), OT_F64);
+    f->vb = ot_zeros(f->be, OT_SHAPE(4), OT_F64);
+    f->mw = ot_zeros(f->be, OT_SHAPE(3, 4), OT_F64);
+    f->mb = ot_zeros(f->be, OT_SHAPE(4), OT_F64);
+    f->wi = ot_zeros(f->be, OT_SHAPE(4), OT_I32);
+    f->gshort = ot_zeros(f->be, OT_SHAPE(3), OT_F64);
+    f->W[0] = f->w, f->W[1] = f->b;
+    f->V[0] = f->vw, f->V[1] = f->vb;
+    f->M[0] = f->mw, f->M[1] = f->mb;
+    f->G[0] = ot_tensor_node(f->gw), f->G[1] = ot_tensor_node(f->gb);
+    f->pool = ot_pool_push();
+}
+
+/* Nothing was written: the first parameter and its state are unchanged. */
+static void errfx_unchanged(const errfx *f)
+{
+    double w[12], v[12], m[12], ones[12], zeros[12] = {0};
+    for (int i = 0; i < 12; i++) ones[i] = 1;
+    CHECK_INT(ot_get(f->w, w), 0);
+    CHECK_INT(ot_get(f->vw, v), 0);
+    CHECK_INT(ot_get(f->mw, m), 0);
+    CHECK(memcmp(w, ones, sizeof w) == 0);
+    CHECK(memcmp(v, zeros, sizeof v) == 0);
+    CHECK(memcmp(m, zeros, sizeof m) == 0);
+}
+
+static void errfx_free(errfx *f)
+{
+    errfx_unchanged(f);
+    ot_pool_pop(f->pool);
+    ot_tensor *all[] = {f->w, f->b, f->gw, f->gb, f->vw, f->vb, f->mw, f->mb, f->wi, f->gshort};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) ot_tensor_free(all[i]);
+    ot_backend_free(f->be);
+}
+
+TEST(optim_sgd_errors)
+{
+    errfx f;
+    errfx_new(&f);
+    ot_sgd o = {.lr = 0.1, .momentum = 0.9};
+    CHECK_INT(ot_sgd_step(NULL, 2, f.W, f.G, f.V), OT_ENULL);
+    CHECK_ERR(OT_ENULL, "sgd_step", "options are NULL");
+    CHECK_INT(ot_sgd_step(&o, -1, f.W, f.G, f.V), OT_EINVAL);
+    CHECK_ERR(OT_EINVAL, "sgd_step", "negative count -1");
+    CHECK_INT(ot_sgd_step(&o, 2, NULL, f.G, f.V), OT_ENULL);
+    CHECK_ERR(OT_ENULL, "w is NULL");
+    CHECK_INT(ot_sgd_step(&o, 2, f.W, NULL, f.V), OT_ENULL);
+    CHECK_ERR(OT_ENULL, "g is NULL");
+    CHECK_INT(ot_sgd_step(&o, 2, f.W, (ot_node *[]){f.G[0], NULL}, f.V), OT_ENULL);
+    CHECK_ERR(OT_ENULL, "sgd_step", "g[1] is NULL");
+    /* A gradient whose builder failed: its error is kept. */
+    ot_node *bad = ot_add(f.gw, f.gshort);
+    CHECK(bad == NULL);
+    CHECK_INT(ot_sgd_step(&o, 2, f.W, (ot_node *[]){f.G[0], bad}, f.V), OT_ESHAPE);
+    CHECK_ERR(OT_ESHAPE, "add", "(3,4)", "(3,)");
+    CHECK_INT(ot_sgd_step(&o, 2, (ot_tensor *[]){f.w, NULL}, f.G, f.V), OT_ENULL);
+    CHECK_ERR(OT_ENULL, "w[1] is NULL");
+    CHECK_INT(ot_sgd_step(&o, 2, f.W, f.G, (ot_tensor *[]){f.vw, NULL}), OT_ENULL);
+    CHECK_ERR(OT_ENULL, "vel[1] is NULL");
+    CHECK_INT(ot_sgd_step(&o, 2, f.W, f.G, NULL), OT_EINVAL);
+    CHECK_ERR(OT_EINVAL, "vel is NULL but momentum is 0.9");
+    const struct { ot_sgd o; const char *msg; } bad_opts[] = {
+        {{.lr = -0.1}, "lr must be >= 0, not -0.1"},
+        {{.lr = NAN}, "lr must be >= 0, not nan"},
+        {{.lr = 0.1, .momentum = -0.5}, "momentum must be >= 0"},
+        {{.lr = 0.1, .weight_decay = -1}, "weight_decay must be >= 0"},
+        {{.lr = 0.1, .grad_scale = -2}, "grad_scale must be >= 0 (0 means 1), not -2"},
+    };
+    for (size_t i = 0; i < sizeof bad_opts / sizeof bad_opts[0]; i++) {
+        CHECK_INT(ot_sgd_step(&bad_opts[i].o, 2, f.W, f.G, f.V), OT_EINVAL);
+        CHECK_ERR(OT_EINVAL, "sgd_step", bad_opts[i].msg);
+    }
+    CHECK_INT(ot_sgd_step(&o, 2, (ot_tensor *[]){f.w, f.wi}, f.G, f.V), OT_EDTYPE);
+    CHECK_ERR(OT_EDTYPE, "w[1] is int32");
+    CHECK_INT(ot_sgd_step(&o, 2, f.W, f.G, (ot_tensor *[]){f.vw, f.wi}), OT_EDTYPE);
+    CHECK_ERR(OT_EDTYPE, "vel[1] is int32");
+    CHECK_INT(ot_sgd_step(&o, 2, f.W, (ot_node *[]){f.G[0], ot_tensor_node(f.gshort)}, f.V),
+              OT_ESHAPE);
+    CHECK_ERR(OT_ESHAPE, "g[1] has shape (3,) but w[1] has shape (4,)");
+    /* A gradient that would broadcast is still an error: shapes must match. */
+    CHECK_INT(ot_sgd_step(&o, 2, f.W, (ot_node *[]){ot_tensor_node(f.gb), f.G[1]}, f.V), OT_ESHAPE);
+    CHECK_ERR(OT_ESHAPE, "g[0] has shape (4,) but w[0] has shape (3,4)");
+    CHECK_INT(ot_sgd_step(&o, 2, f.W, f.G, (ot_tensor *[]){f.vw, f.gshort}), OT_ESHAPE);
+    CHECK_ERR(OT_ESHAPE, "vel[1] has shape (3,) but w[1] has shape (4,)");
+    /* Outputs that overlap: found by ot_assign_many before any write. */
+    CHECK_INT(ot_sgd_step(&o, 2, f.W, f.G, (ot_tensor *[]){f.vw, f.b}), OT_EALIAS);
+    CHECK_ERR(OT_EALIAS, "overlap");
+    CHECK_INT(ot_sgd_step(&o, 2, (ot_tensor *[]){f.w, f.w}, (ot_node *[]){f.G[0], f.G[0]},
+                          (ot_tensor *[]){f.vw, f.mw}), OT_EALIAS);
+    CHECK_ERR(OT_EALIAS, "overlap");
+    /* Nothing to do is fine, even without arrays. */
+    CHECK_INT(ot_sgd_step(&o, 0, NULL, NULL, NULL), 0);
+    CHECK_ERR(0, "");
+    errfx_free(&f);
+}
+
+TEST(optim_adam_errors)
+{
+    errfx f;
+    errfx_new(&f);
+    ot_adam o = ot_adam_default(1e-3);
+    CHECK_INT(ot_adam_step(NULL, 2, f.W, f.G, f.M, f.V), OT_ENULL);
+    CHECK_ERR(OT_ENULL, "adam_step", "options are NULL");
+    CHECK_INT(ot_adam_step(&o, -2, f.W, f.G, f.M, f.V), OT_EINVAL);
+    CHECK_ERR(OT_EINVAL, "adam_step", "negative count -2");
+    CHECK_INT(ot_adam_step(&o, 2, NULL, f.G, f.M, f.V), OT_ENULL);
+    CHECK_ERR(OT_ENULL, "w is NULL");
+    CHECK_INT(ot_adam_step(&o, 2, f.W, NULL, f.M, f.V), OT_ENULL);
+    CHECK_ERR(OT_ENULL, "g is NULL");
+    CHECK_INT(ot_adam_step(&o, 2, f.W, (ot_node *[]){NULL, f.G[1]}, f.M, f.V), OT_ENULL);
+    CHECK_ERR(OT_ENULL, "g[0] is NULL");
+    CHECK_INT(ot_adam_step(&o, 2, f.W, f.G, NULL, f.V), OT_ENULL);
+    CHECK_ERR(OT_ENULL, "adam_step", "m is NULL");
+    CHECK_INT(ot_adam_step(&o, 2, f.W, f.G, f.M, NULL), OT_ENULL);
+    CHECK_ERR(OT_ENULL, "adam_step", "v is NULL");
+    CHECK_INT(ot_adam_step(&o, 2, f.W, f.G, (ot_tensor *[]){f.mw, NULL}, f.V), OT_ENULL);
+    CHECK_ERR(OT_ENULL, "m[1] is NULL");
+    CHECK_INT(ot_adam_step(&o, 2, f.W, f.G, f.M, (ot_tensor *[]){NULL, f.vb}), OT_ENULL);
+    CHECK_ERR(OT_ENULL, "v[0] is NULL");
+    const struct { size_t field; double value; const char *msg; } bad_opts[] = {
+        {offsetof(ot_adam, lr), -1, "lr must be >= 0, not -1"},
+        {offsetof(ot_adam, beta1), 1, "beta1 must be in [0, 1), not 1"},
+        {offsetof(ot_adam, beta1), -0.1, "beta1 must be in [0, 1), not -0.1"},
+        {offsetof(ot_adam, beta2), 1.5, "beta2 must be in [0, 1), not 1.5"},
+        {offsetof(ot_adam, beta2), NAN, "beta2 must be in [0, 1), not nan"},
+        {offsetof(ot_adam, eps), 0, "eps must be > 0, not 0"},
+        {offsetof(ot_adam, eps), -1e-8, "eps must be > 0"},
+        {offsetof(ot_adam, grad_scale), -1, "grad_scale must be >= 0"},
+    };
+    for (size_t i = 0; i < sizeof bad_opts / sizeof bad_opts[0]; i++) {
+        ot_adam b = o;
+        *(double *)((char *)&b + bad_opts[i].field) = bad_opts[i].value;
+        CHECK_INT(ot_adam_step(&b, 2, f.W, f.G, f.M, f.V), OT_EINVAL);
+        CHECK_ERR(OT_EINVAL, "adam_step", bad_opts[i].msg);
+    }
+    o.t = 0;
+    CHECK_INT(ot_adam_step(&o, 2, f.W, f.G, f.M, f.V), OT_EINVAL);
+    CHECK_ERR(OT_EINVAL, "adam_step", "step count t must be >= 1", "not 0");
+    o.t = 1;
+    CHECK_INT(ot_adam_step(&o, 2, (ot_tensor *[]){f.w, f.wi}, f.G, f.M, f.V), OT_EDTYPE);
+    CHECK_ERR(OT_EDTYPE, "w[1] is int32", "parameters must be float32 or float64");
+    CHECK_INT(ot_adam_step(&o, 2, f.W, f.G, (ot_tensor *[]){f.mw, f.wi}, f.V), OT_EDTYPE);
+    CHECK_ERR(OT_EDTYPE, "m[1] is int32");
+    CHECK_INT(ot_adam_step(&o, 2, f.W, (ot_node *[]){f.G[0], ot_tensor_node(f.gshort)}, f.M, f.V),
+              OT_ESHAPE);
+    CHECK_ERR(OT_ESHAPE, "g[1] has shape (3,) but w[1] has shape (4,)");
+    CHECK_INT(ot_adam_step(&o, 2, f.W, f.G, f.M, (ot_tensor *[]){f.vw, f.gshort}), OT_ESHAPE);
+    CHECK_ERR(OT_ESHAPE, "v[1] has shape (3,) but w[1] has shape (4,)");
+    CHECK_INT(ot_adam_step(&o, 2, f.W, f.G, f.M, (ot_tensor *[]){f.mw, f.vb}), OT_EALIAS);
+    CHECK_ERR(OT_EALIAS, "overlap");
+    CHECK_INT(ot_adam_step(&o, 0, NULL, NULL, NULL, NULL), 0);
+    CHECK_ERR(0, "");
+    errfx_free(&f);
+}
+
+TEST(optim_clip_errors)
+{
+    errfx f;
+    errfx_new(&f);
+    double scale = 7, norm = 7;
+    CHECK_INT(ot_clip_global_norm(-1, f.G, 1, &scale, &norm), OT_EINVAL);
+    CHECK_ERR(OT_EINVAL, "clip_global_norm", "negative count -1");
+    CHECK_INT(ot_clip_global_norm(2, f.G, 1, NULL, &norm), OT_ENULL);
+    CHECK_ERR(OT_ENULL, "scale is NULL");
+    CHECK_INT(ot_clip_global_norm(2, NULL, 1, &scale, &norm), OT_ENULL);
+    CHECK_ERR(OT_ENULL, "g is NULL");
+    CHECK_INT(ot_clip_global_norm(2, (ot_node *[]){f.G[0], NULL}, 1, &scale, &norm), OT_ENULL);
+    CHECK_ERR(OT_ENULL, "g[1] is NULL");
+    ot_node *bad = ot_mul(f.gw, f.gshort);
+    CHECK_INT(ot_clip_global_norm(2, (ot_node *[]){f.G[0], bad}, 1, &scale, &norm), OT_ESHAPE);
+    CHECK_ERR(OT_ESHAPE, "mul");
+    const double bad_max[] = {0, -1, NAN};
+    for (int i = 0; i < 3; i++) {
+        CHECK_INT(ot_clip_global_norm(2, f.G, bad_max[i], &scale, &norm), OT_EINVAL);
+        CHECK_ERR(OT_EINVAL, "max_norm must be > 0");
+    }
+    /* A gradient with no tensor leaf has no backend to be evaluated on. */
+    CHECK_INT(ot_clip_global_norm(2, (ot_node *[]){f.G[0], ot_const(1.0)}, 1, &scale, &norm),
+              OT_EBACKEND);
+    CHECK_ERR(OT_EBACKEND, "eval");
+    CHECK(scale == 7 && norm == 7);
+    errfx_free(&f);
+}

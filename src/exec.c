@@ -452,6 +452,25 @@ static void all_body(run_ctx *c, scratch *s, int64_t first, int64_t last)
 /* A dim other than the innermost is reduced: a tile of accumulators walks
  * down the reduced dim. Outer index o counts the dims other than the
  * reduced and the innermost one. */
+/* A float sum of a row into per-column accumulators, as racc_fold would
+ * add each value (the same double additions in the same order), without a
+ * call per element. False for the other reductions. */
+static bool column_sum(const ot_kernel *k, racc *acc, const void *vals, int64_t n)
+{
+    if ((k->red_op != OT_OP_SUM && k->red_op != OT_OP_MEAN) || k->result_scalar) return false;
+    if (k->result_kd == OT_KD_F32) {
+        const float *x = vals;
+        for (int64_t i = 0; i < n; i++) acc[i].v += (double)x[i];
+        return true;
+    }
+    if (k->result_kd == OT_KD_F64) {
+        const double *x = vals;
+        for (int64_t i = 0; i < n; i++) acc[i].v += x[i];
+        return true;
+    }
+    return false;
+}
+
 static void column_body(run_ctx *c, scratch *s, int64_t first, int64_t last)
 {
     const ot_kernel *k = c->k;
@@ -472,8 +491,10 @@ static void column_body(run_ctx *c, scratch *s, int64_t first, int64_t last)
         for (int64_t r = 0; r < red; r++) {
             int64_t o = (hi * red + r) * after + lo;
             run_program(c, s, o, j, n, NULL);
+            const void *vals = s->ptr[k->result];
+            if (column_sum(k, acc, vals, n)) continue;
             for (int64_t i = 0; i < n; i++)
-                racc_tile(c, &acc[i], (const char *)s->ptr[k->result] + i * (int64_t)ves, true, 1, r);
+                racc_tile(c, &acc[i], (const char *)vals + i * (int64_t)ves, true, 1, r);
         }
         int64_t o0 = hi * red * after + lo;
         for (int64_t i = 0; i < n; i++)

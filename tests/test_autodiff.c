@@ -610,6 +610,29 @@ TEST(autodiff_guide_x0x0_plus_x0x1)
     }
 }
 
+/* A broadcast operand of add/sub gets the gradient summed over the
+ * broadcast even when the incoming gradient is smaller than the node: the
+ * seed of ones, or what a sum or mean over all axes passes down. */
+TEST(autodiff_broadcast_add_small_gradient)
+{
+    for (int bi = 0; bi < 2; bi++) {
+        fx_begin(backends[bi]);
+        ot_tensor *a = ARR(OT_SHAPE(2, 3), OT_F64, 1, 2, 3, 4, 5, 6);
+        ot_tensor *b = ARR(OT_SHAPE(3), OT_F64, 0.5, -1, 2);
+        ot_autodiff *ad = ot_autodiff_new(ot_add(a, b), NULL);
+        CHECK_GRAD(ad, b, 1e-12, 2, 2, 2);
+        ot_autodiff_free(ad);
+        ad = ot_autodiff_new(ot_sum(ot_sub(a, b)), NULL);
+        CHECK_GRAD(ad, b, 1e-12, -2, -2, -2);
+        CHECK_GRAD(ad, a, 1e-12, 1, 1, 1, 1, 1, 1);
+        ot_autodiff_free(ad);
+        ad = ot_autodiff_new(ot_mean(ot_add(b, a)), NULL);
+        CHECK_GRAD(ad, b, 1e-12, 1.0 / 3, 1.0 / 3, 1.0 / 3);
+        ot_autodiff_free(ad);
+        fx_end();
+    }
+}
+
 TEST(autodiff_guide_tanh)
 {
     for (int bi = 0; bi < 2; bi++) {

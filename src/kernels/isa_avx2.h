@@ -54,6 +54,9 @@ OT_KV mf mf_or(mf a, mf b) { return _mm256_or_ps(a, b); }
 OT_KV int mf_any(mf m) { return _mm256_movemask_ps(m) != 0; }
 /* m ? a : b, lane by lane. */
 OT_KV vf vf_sel(mf m, vf a, vf b) { return _mm256_blendv_ps(b, a, m); }
+/* -|a|, and "a's sign bit set ? x : y" (blendv reads the sign bit itself). */
+OT_KV vf vf_nabs(vf a) { return _mm256_or_ps(a, _mm256_set1_ps(-0.0f)); }
+OT_KV vf vf_signsel(vf a, vf x, vf y) { return _mm256_blendv_ps(y, x, a); }
 /* m ? 1 : 0. */
 OT_KV vf vf_one_if(mf m) { return _mm256_and_ps(m, _mm256_set1_ps(1.0f)); }
 OT_KV vf vf_cvt_i32(vi a) { return _mm256_cvtepi32_ps(a); }
@@ -83,6 +86,8 @@ OT_KV md vd_unord(vd a, vd b) { return _mm256_cmp_pd(a, b, _CMP_UNORD_Q); }
 OT_KV md md_or(md a, md b) { return _mm256_or_pd(a, b); }
 OT_KV int md_any(md m) { return _mm256_movemask_pd(m) != 0; }
 OT_KV vd vd_sel(md m, vd a, vd b) { return _mm256_blendv_pd(b, a, m); }
+OT_KV vd vd_nabs(vd a) { return _mm256_or_pd(a, _mm256_set1_pd(-0.0)); }
+OT_KV vd vd_signsel(vd a, vd x, vd y) { return _mm256_blendv_pd(y, x, a); }
 OT_KV vd vd_one_if(md m) { return _mm256_and_pd(m, _mm256_set1_pd(1.0)); }
 /* VD_N floats or int32 widened to doubles, and back (rounding to nearest;
  * the i32 store truncates and expects values already in range). */

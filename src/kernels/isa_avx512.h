@@ -56,6 +56,15 @@ OT_KV mf vf_unord(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q); }
 OT_KV mf mf_or(mf a, mf b) { return (mf)(a | b); }
 OT_KV int mf_any(mf m) { return m != 0; }
 OT_KV vf vf_sel(mf m, vf a, vf b) { return _mm512_mask_blend_ps(m, b, a); }
+/* -|a|, and "a's sign bit set ? x : y" (an integer compare: no DQ needed). */
+OT_KV vf vf_nabs(vf a)
+{
+    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(a), _mm512_set1_epi32(INT32_MIN)));
+}
+OT_KV vf vf_signsel(vf a, vf x, vf y)
+{
+    return _mm512_mask_blend_ps(_mm512_cmplt_epi32_mask(_mm512_castps_si512(a), _mm512_setzero_si512()), y, x);
+}
 OT_KV vf vf_one_if(mf m) { return _mm512_maskz_mov_ps(m, _mm512_set1_ps(1.0f)); }
 OT_KV vf vf_cvt_i32(vi a) { return _mm512_cvtepi32_ps(a); }
 
@@ -88,6 +97,14 @@ OT_KV md vd_unord(vd a, vd b) { return _mm512_cmp_pd_mask(a, b, _CMP_UNORD_Q); }
 OT_KV md md_or(md a, md b) { return (md)(a | b); }
 OT_KV int md_any(md m) { return m != 0; }
 OT_KV vd vd_sel(md m, vd a, vd b) { return _mm512_mask_blend_pd(m, b, a); }
+OT_KV vd vd_nabs(vd a)
+{
+    return _mm512_castsi512_pd(_mm512_or_si512(_mm512_castpd_si512(a), _mm512_set1_epi64(INT64_MIN)));
+}
+OT_KV vd vd_signsel(vd a, vd x, vd y)
+{
+    return _mm512_mask_blend_pd(_mm512_cmplt_epi64_mask(_mm512_castpd_si512(a), _mm512_setzero_si512()), y, x);
+}
 OT_KV vd vd_one_if(md m) { return _mm512_maskz_mov_pd(m, _mm512_set1_pd(1.0)); }
 OT_KV vd vd_load_f32(const float *p) { return _mm512_cvtps_pd(_mm256_loadu_ps(p)); }
 OT_KV void vd_store_f32(float *p, vd x) { _mm256_storeu_ps(p, _mm512_cvtpd_ps(x)); }

@@ -50,6 +50,9 @@ OT_KV mf vf_unord(vf a, vf b) { return isnan(a) || isnan(b); }
 OT_KV mf mf_or(mf a, mf b) { return a | b; }
 OT_KV int mf_any(mf m) { return m; }
 OT_KV vf vf_sel(mf m, vf a, vf b) { return m ? a : b; }
+/* -|a|, and "a's sign bit set ? x : y". */
+OT_KV vf vf_nabs(vf a) { return -fabsf(a); }
+OT_KV vf vf_signsel(vf a, vf x, vf y) { return signbit(a) ? x : y; }
 OT_KV vf vf_one_if(mf m) { return m ? 1.0f : 0.0f; }
 OT_KV vf vf_cvt_i32(vi a) { return (float)a; }
 
@@ -77,6 +80,8 @@ OT_KV md vd_unord(vd a, vd b) { return isnan(a) || isnan(b); }
 OT_KV md md_or(md a, md b) { return a | b; }
 OT_KV int md_any(md m) { return m; }
 OT_KV vd vd_sel(md m, vd a, vd b) { return m ? a : b; }
+OT_KV vd vd_nabs(vd a) { return -fabs(a); }
+OT_KV vd vd_signsel(vd a, vd x, vd y) { return signbit(a) ? x : y; }
 OT_KV vd vd_one_if(md m) { return m ? 1.0 : 0.0; }
 OT_KV vd vd_load_f32(const float *p) { return *p; }
 OT_KV void vd_store_f32(float *p, vd x) { *p = (float)x; }

@@ -51,6 +51,10 @@ OT_KV mf vf_unord(vf a, vf b) { return _mm_cmpunord_ps(a, b); }
 OT_KV mf mf_or(mf a, mf b) { return _mm_or_ps(a, b); }
 OT_KV int mf_any(mf m) { return _mm_movemask_ps(m) != 0; }
 OT_KV vf vf_sel(mf m, vf a, vf b) { return _mm_or_ps(_mm_and_ps(m, a), _mm_andnot_ps(m, b)); }
+/* -|a|, and "a < 0 ? x : y" (differs from a sign-bit select only at -0
+ * and NaN, where sig gives the same either way). */
+OT_KV vf vf_nabs(vf a) { return _mm_or_ps(a, _mm_set1_ps(-0.0f)); }
+OT_KV vf vf_signsel(vf a, vf x, vf y) { return vf_sel(_mm_cmplt_ps(a, _mm_setzero_ps()), x, y); }
 OT_KV vf vf_one_if(mf m) { return _mm_and_ps(m, _mm_set1_ps(1.0f)); }
 OT_KV vf vf_cvt_i32(vi a) { return _mm_cvtepi32_ps(a); }
 /* Round half to even without SSE4.1: below 2^23 in magnitude, adding and
@@ -89,6 +93,8 @@ OT_KV md vd_unord(vd a, vd b) { return _mm_cmpunord_pd(a, b); }
 OT_KV md md_or(md a, md b) { return _mm_or_pd(a, b); }
 OT_KV int md_any(md m) { return _mm_movemask_pd(m) != 0; }
 OT_KV vd vd_sel(md m, vd a, vd b) { return _mm_or_pd(_mm_and_pd(m, a), _mm_andnot_pd(m, b)); }
+OT_KV vd vd_nabs(vd a) { return _mm_or_pd(a, _mm_set1_pd(-0.0)); }
+OT_KV vd vd_signsel(vd a, vd x, vd y) { return vd_sel(_mm_cmplt_pd(a, _mm_setzero_pd()), x, y); }
 OT_KV vd vd_one_if(md m) { return _mm_and_pd(m, _mm_set1_pd(1.0)); }
 OT_KV vd vd_rint(vd a)
 {

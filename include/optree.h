@@ -493,7 +493,10 @@ static inline ot_node *ot__node_id(ot_node *n) { return n; }
 #define ot_softmax(x, ...) OT__OPTS(OT_OP_SOFTMAX, OT__NODE(x), NULL, __VA_ARGS__)
 /* (x - max) - log(sum(exp(x - max))) over .axis; never log of a softmax. */
 #define ot_logsoftmax(x, ...) OT__OPTS(OT_OP_LOGSOFTMAX, OT__NODE(x), NULL, __VA_ARGS__)
-/* -sum(t * safelog(p)) over .axis (default: all): p probabilities, t targets. */
+/* -sum(t * safelog(p)) over .axis (default: all): p probabilities, t
+ * targets. When p is an ot_softmax(x), log p is taken as logsoftmax(x) (with
+ * a floor of -FLT_MAX), so the loss is exact for logits of +-1000 rather
+ * than capped at 50 by safelog. */
 #define ot_cross_entropy(p, t, ...)                                           \
     OT__OPTS(OT_OP_CROSS_ENTROPY, OT__NODE(p), OT__NODE(t), __VA_ARGS__)
 /* sum(x * x) over .axis (default: all). */

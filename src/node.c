@@ -8,6 +8,8 @@
  */
 #include "internal.h"
 
+#include <float.h>
+
 #include <stdio.h>
 
 /* ---- shapes -------------------------------------------------------------- */
@@ -682,6 +684,16 @@ static ot_node *expand_softmax(const site *st, ot_node *x, const ot_args *g, boo
     return B(st, OT_OP_DIV, e, R(st, OT_OP_SUM, e, g->axis, true));
 }
 
+/* log p for cross_entropy: of a softmax, its stable log form, exact for
+ * logits of +-1000 (safelog would cap the loss at 50); floored at -FLT_MAX
+ * so that a target of 0 times the log of a zero probability stays 0. Any
+ * other p goes through safelog. */
+static ot_node *log_probs(const site *st, ot_node *p)
+{
+    if (p->tag != OT_OP_SOFTMAX) return B(st, OT_OP_SAFELOG, p, NULL);
+    return B(st, OT_OP_MAXIMUM, expand_softmax(st, p->tag_a, &p->args, true), ot_const(-FLT_MAX));
+}
+
 static ot_node *expand(const site *st, ot_node *a, ot_node *b, const ot_args *g)
 {
     switch (st->op) {
@@ -692,8 +704,8 @@ static ot_node *expand(const site *st, ot_node *a, ot_node *b, const ot_args *g)
     case OT_OP_SOFTMAX: return expand_softmax(st, a, g, false);
     case OT_OP_LOGSOFTMAX: return expand_softmax(st, a, g, true);
     case OT_OP_CROSS_ENTROPY:
-        return B(st, OT_OP_NEG, R(st, OT_OP_SUM, B(st, OT_OP_MUL, b, B(st, OT_OP_SAFELOG, a, NULL)),
-                                  g->axis, g->keepdims), NULL);
+        return B(st, OT_OP_NEG, R(st, OT_OP_SUM, B(st, OT_OP_MUL, b, log_probs(st, a)), g->axis,
+                                  g->keepdims), NULL);
     default: /* OT_OP_SQUARED_L2 */
         return R(st, OT_OP_SUM, B(st, OT_OP_SQR, a, NULL), g->axis, g->keepdims);
     }

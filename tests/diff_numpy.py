@@ -56,7 +56,11 @@ into the data, and every special value or pair of them once), outview
 stay untouched elsewhere; into an output the tree broadcasts to; and, for
 elementwise ops, in place into operand 0 or its transpose), const, mixed
 (binary ops on two dtypes), offset (var/std of data with a large mean),
-large (softmax of inputs whose exp overflows), repro (rand).
+large (softmax of inputs whose exp overflows), repro (rand), transposed (dot
+and batched_dot, f64: every rank combination with transposed inputs - views
+with the last two axes swapped and ot_T of a leaf - some with special values)
+and blas (the same on shapes up to 70, around BLAS blocking edges). batched_dot
+is compared with np.matmul (explicit IEEE products where a value is not finite).
 """
 
 import argparse
@@ -302,8 +306,14 @@ class View:
         if kind == 'contig':
             self.base_shape = self.shape
             self.desc = 'contig'
-        elif kind == 'T':
-            if nd < 2 or rng.random() < 0.5:
+        elif kind == 'T' or kind == 'Tlast':
+            if kind == 'Tlast':          # the last two axes swapped
+                self.kind = kind = 'T'
+                p = list(range(nd))
+                if nd >= 2:
+                    p[-2], p[-1] = p[-1], p[-2]
+                self.perm = p
+            elif nd < 2 or rng.random() < 0.5:
                 self.perm = None
                 p = list(range(nd))[::-1]
             else:
@@ -495,6 +505,18 @@ def ref_dot(a, b):
     return r, scale, amb
 
 
+def ref_batched_dot(a, b):
+    """neon's batched_dot, (B, M, K) . (B, K, N), a batch of 1 shared: the
+    value is np.matmul's; where a product or sum is not finite, the explicit
+    IEEE products and sums decide (NaN, +-inf), as in ref_dot."""
+    prod = a[:, :, :, None] * b[:, None, :, :]          # (B, M, K, N), broadcast B
+    explicit = prod.sum(axis=2)
+    mm = np.matmul(a, b)
+    r = np.where(np.isfinite(explicit), mm, explicit)
+    scale = (finite_abs(a)[:, :, :, None] * finite_abs(b)[:, None, :, :]).sum(axis=2)
+    return r, scale, overflowed(scale)
+
+
 def ref_onehot(idx, depth, axis):
     r = (idx[..., None] == np.arange(depth, dtype=np.float64)).astype(np.float64)
     return np.moveaxis(r, -1, axis)
@@ -569,6 +591,7 @@ OPS = [
     Op('minimum', 'binary', np.minimum, FDI, ('cmp', 'real'), exact=True),
     Op('maximum', 'binary', np.maximum, FDI, ('cmp', 'real'), exact=True),
     Op('dot', 'dot', ref_dot, FD),
+    Op('batched_dot', 'batched_dot', ref_batched_dot, FD),
     # reductions: ref(x, axis, keepdims) -> value or (value, scale, ambiguous)
     Op('sum', 'reduce', red_sum, FDI, wrap=True),
     Op('max', 'reduce', lambda x, ax, kd: np_call(np.max, x, axis=ax, keepdims=kd), FDI,
@@ -600,7 +623,8 @@ SCENARIOS = {
     'unary': ['random', 'views', 'empty', 'special', 'outview'],
     'binary': ['random', 'views', 'empty', 'special', 'outview', 'const', 'const_weak'],
     'reduce': ['random', 'views', 'empty', 'special', 'outview'],
-    'dot': ['random', 'views', 'empty', 'special', 'outview'],
+    'dot': ['random', 'views', 'empty', 'special', 'outview', 'transposed', 'blas'],
+    'batched_dot': ['random', 'views', 'empty', 'special', 'outview', 'transposed', 'blas'],
     'transpose': ['random', 'views', 'empty', 'special', 'outview'],
     'cast': ['random', 'views', 'empty', 'special', 'outview'],
     'onehot': ['random', 'views', 'empty', 'special', 'outview'],
@@ -611,7 +635,7 @@ SCENARIOS = {
     'xent': ['random', 'views', 'empty', 'special', 'outview'],
 }
 # Scenarios that only make sense for some dtypes.
-SCENARIO_DTYPES = {'const_weak': (F32,)}
+SCENARIO_DTYPES = {'const_weak': (F32,), 'transposed': (F64,), 'blas': (F64,)}
 # Binary ops also get one 'mixed' case: operands of different dtypes.
 MIXED_PAIRS = [(F32, F64), (F64, F32), (I32, F32), (F32, I32), (I32, F64)]
 
@@ -852,7 +876,90 @@ def gen_xent(op, dt, scen, rng):
     return trials
 
 
+def dot_sizes(rng, scen):
+    """(m, k, n) for a dot trial: 1..6, or for 'blas' around BLAS blocking
+    edges (1..3, 7, 31, 63..65) and random up to 70."""
+    if scen != 'blas':
+        return tuple(int(v) for v in rng.integers(1, 7, 3))
+    edges = [1, 2, 3, 7, 31, 63, 64, 65]
+    return tuple(int(rng.choice(edges)) if rng.random() < 0.6 else int(rng.integers(1, 71))
+                 for _ in range(3))
+
+
+def gen_dot_transposed(op, dt, scen, rng):
+    """dot: every rank combination with transposed inputs (views of the
+    swapped base, and ot_T of a leaf as operand 0), stepped and reversed
+    vectors, random shapes ('blas': larger), special values in some."""
+    trials = []
+    combos = [(1, 1), (2, 1), (1, 2), (2, 2)]
+    for i in range(16):
+        ra, rb = combos[i % 4]
+        m, k, n = dot_sizes(rng, scen)
+        sa = (m, k) if ra == 2 else (k,)
+        sb = (k, n) if rb == 2 else (k,)
+        a = values(rng, sa, dt, 'real')
+        b = values(rng, sb, dt, 'real')
+        if i % 5 == 4:                 # NaN, +-inf, 0, denormals, huge values
+            a, b = inject(rng, a, dt, 0.1), inject(rng, b, dt, 0.1)
+        va = ['Tlast', 'contig', 'Tlast', 'step'][(i // 4) % 4] if ra == 2 else \
+            ['step', 'contig', 'col'][i % 3]
+        vb = ['Tlast', 'Tlast', 'contig', 'col'][(i // 4) % 4] if rb == 2 else \
+            ['contig', 'step', 'col'][i % 3]
+        trials.append(Trial('%dD.%dD' % (ra, rb), [('t', a, va), ('t', b, vb)], op.ref, dt))
+        if ra == 2 and (i // 4) % 2 == 0:  # operand 0 as ot_T of a leaf of the swapped shape
+            at = np.ascontiguousarray(a.T)
+            trials.append(Trial('T(leaf) %dD.%dD' % (ra, rb), [('t', at, 'contig'), ('t', b, vb)],
+                                lambda x, y: ref_dot(x.T, y), dt, inner='transpose'))
+    return trials
+
+
+def gen_batched_dot(op, dt, scen, rng):
+    """batched_dot: batches (B, B), (1, B), (B, 1), (1, 1) with B in 2..4,
+    every view kind, last two axes transposed, zero sizes, specials."""
+    if scen == 'mixed':
+        return []
+    trials = []
+    bats = [(3, 3), (1, 3), (3, 1), (1, 1), (2, 2), (1, 4), (4, 1), (2, 2)]
+    for i in range(8 if scen != 'transposed' else 12):
+        ba, bb = bats[i % len(bats)]
+        m, k, n = dot_sizes(rng, scen)
+        if scen == 'empty':
+            m, k, n = [(m, 0, n), (0, k, n), (m, k, 0), (0, 0, 0)][i % 4]
+            if i >= 4:                 # an empty batch, the other side shared
+                ba, bb = [(0, 1), (1, 0), (0, 0), (0, 1)][i % 4]
+                m, k, n = (int(v) for v in rng.integers(1, 5, 3))
+        sa, sb = (ba, m, k), (bb, k, n)
+        a = in_values(rng, sa, dt, 'real', scen)
+        b = in_values(rng, sb, dt, 'real', scen)
+        va = vb = 'contig'
+        if scen == 'views':
+            va = VIEW_KINDS[i % 3]
+            vb = ['contig', 'T', 'step', 'col'][int(rng.integers(0, 4))]
+        elif scen in ('transposed', 'blas'):
+            va = ['Tlast', 'contig', 'Tlast', 'step'][i % 4]
+            vb = ['contig', 'Tlast', 'Tlast', 'col'][(i // 2) % 4]
+            if scen == 'transposed' and i % 3 == 2:
+                a, b = inject(rng, a, dt, 0.1), inject(rng, b, dt, 0.1)
+        out = OUT_KINDS[i % len(OUT_KINDS)] if scen == 'outview' else 'contig'
+        trials.append(Trial('batches (%d, %d)' % (ba, bb), [('t', a, va), ('t', b, vb)], op.ref,
+                            dt, out=out))
+    if scen == 'random':             # f32 with f64 promotes to f64
+        a = values(rng, (2, 3, 4), F32, 'real')
+        b = values(rng, (1, 4, 5), F64, 'real')
+        trials.append(Trial('mixed f32.f64', [('t', a, 'contig'), ('t', b, 'contig')], op.ref, F64))
+    if scen == 'special':            # every special value against every other
+        sp = np.array(SPECIALS[dt], dtype=NP_DT[dt])
+        trials.append(Trial('all pairs', [('t', sp[None, :, None], 'contig'),
+                                          ('t', sp[None, None, :], 'contig')], op.ref, dt))
+        trials.append(Trial('row . column', [('t', sp[None, None, :], 'step'),
+                                             ('t', sp[::-1][None, :, None].copy(), 'T')],
+                            op.ref, dt))
+    return trials
+
+
 def gen_dot(op, dt, scen, rng):
+    if scen in ('transposed', 'blas'):
+        return gen_dot_transposed(op, dt, scen, rng)
     trials = []
     combos = [(1, 1), (2, 1), (1, 2), (2, 2)]
     for i in range(8):
@@ -969,6 +1076,7 @@ def gen_clip(op, dt, scen, rng):
 
 GENERATORS = {
     'unary': gen_unary, 'binary': gen_binary, 'reduce': gen_reduce, 'dot': gen_dot,
+    'batched_dot': gen_batched_dot,
     'transpose': gen_transpose, 'cast': gen_cast, 'onehot': gen_onehot, 'var': gen_var,
     'clip': gen_clip, 'softmax': gen_softmax, 'xent': gen_xent,
 }

@@ -4,14 +4,16 @@
  * and bench/results.md.
  *
  *     build/bench/bench [--quick] [--only W1,W5] [--runs N] [--backend ref|cpu]
- *                       [--out DIR]
+ *                       [--out DIR] [--explain]
  *
  * Each case is timed in four variants: optree fused (threads 1), optree with
  * fusion off (threads 1), the reference loop (one thread) and optree fused
  * with threads 2. After one warm-up run of each, the variants are timed in
  * turn, run after run, so that drift on a shared machine hits them alike;
  * each figure is the median. Every optree result is checked against the
- * reference loop's output.
+ * reference loop's output (or the case's check_ref), and one more call of
+ * each optree variant counts the kernels it runs. --explain prints the plan
+ * of one call of each case to stderr.
  */
 #include "bench.h"
 
@@ -34,6 +36,7 @@ typedef struct options {
     int runs;
     const char *backend;
     const char *out_dir;
+    bool explain;
 } options;
 
 typedef struct variant {
@@ -42,7 +45,7 @@ typedef struct variant {
     ot_tensor *out;
 } variant;
 
-static void die(const char *fmt, ...)
+void bench_die(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -52,6 +55,8 @@ static void die(const char *fmt, ...)
     fputc('\n', stderr);
     exit(2);
 }
+
+#define die bench_die
 
 static void *xmalloc(size_t n)
 {
@@ -83,12 +88,13 @@ static double median(double *v, int n)
 
 static void usage(void)
 {
-    die("usage: bench [--quick] [--only W1,W5] [--runs N] [--backend ref|cpu] [--out DIR]");
+    die("usage: bench [--quick] [--only W1,W5] [--runs N] [--backend ref|cpu] [--out DIR] "
+        "[--explain]");
 }
 
 static options parse_args(int argc, char **argv)
 {
-    options o = {false, NULL, 9, "cpu", "bench"};
+    options o = {false, NULL, 9, "cpu", "bench", false};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool has_val = i + 1 < argc;
@@ -97,6 +103,7 @@ static options parse_args(int argc, char **argv)
         else if (strcmp(a, "--runs") == 0 && has_val) o.runs = atoi(argv[++i]);
         else if (strcmp(a, "--backend") == 0 && has_val) o.backend = argv[++i];
         else if (strcmp(a, "--out") == 0 && has_val) o.out_dir = argv[++i];
+        else if (strcmp(a, "--explain") == 0) o.explain = true;
         else usage();
     }
     if (o.runs < 1) usage();
@@ -168,8 +175,7 @@ static size_t numel(ot_shape s)
     return n;
 }
 
-/* splitmix64: a small, seedable generator; quality is ample for test data. */
-static uint64_t next_rand(uint64_t *state)
+uint64_t bench_rand(uint64_t *state)
 {
     uint64_t z = (*state += 0x9E3779B97F4A7C15u);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
@@ -177,22 +183,25 @@ static uint64_t next_rand(uint64_t *state)
     return z ^ (z >> 31);
 }
 
-/* Uniform in [0.5, 2.0): never zero, so a/b and log stay finite. */
-static void fill_uniform(float *p, size_t n, uint64_t seed)
+void bench_fill_uniform(float *p, size_t n, float lo, float hi, uint64_t *state)
 {
     for (size_t i = 0; i < n; i++)
-        p[i] = 0.5f + 1.5f * (float)(next_rand(&seed) >> 40) * 0x1p-24f;
+        p[i] = lo + (hi - lo) * (float)(bench_rand(state) >> 40) * 0x1p-24f;
 }
 
 static void data_new(bench_data *d, const bench_case *c, bool quick, int case_index)
 {
     *d = (bench_data){0};
     c->shapes(d, quick);
+    uint64_t seed = 1000u * (uint64_t)case_index;
     for (int i = 0; i < d->n_in; i++) {
         size_t n = numel(d->in_shape[i]);
-        d->in[i] = xmalloc(n * sizeof(float));
-        fill_uniform(d->in[i], n, 1000u * (uint64_t)case_index + (uint64_t)i + 1);
+        d->in[i] = xmalloc((n ? n : 1) * sizeof(float));
+        /* Uniform in [0.5, 2.0): never zero, so a/b and log stay finite. */
+        uint64_t s = seed + (uint64_t)i + 1;
+        if (!c->fill) bench_fill_uniform(d->in[i], n, 0.5f, 2.0f, &s);
     }
+    if (c->fill) c->fill(d, seed);
     d->out_numel = numel(d->out_shape);
 }
 
@@ -200,6 +209,7 @@ static void data_free(bench_data *d)
 {
     for (int i = 0; i < d->n_in; i++)
         free(d->in[i]);
+    free(d->scratch);
 }
 
 static void variant_new(variant *v, ot_backend *be, const bench_case *c, const bench_data *d)
@@ -244,11 +254,12 @@ static double time_optree(const bench_case *c, const variant *v, long calls)
     return (now_s() - t0) / (double)calls;
 }
 
-static double time_ref(const bench_case *c, const bench_data *d, float *out)
+static double time_ref(const bench_case *c, const bench_data *d, float *out, long calls)
 {
     double t0 = now_s();
-    c->ref(d, out);
-    return now_s() - t0;
+    for (long k = 0; k < calls; k++)
+        c->ref(d, out);
+    return (now_s() - t0) / (double)calls;
 }
 
 /* ---- checking ------------------------------------------------------------ */
@@ -263,6 +274,28 @@ static double max_rel_err(const float *got, const float *want, size_t n, double 
         if (!(rel <= worst)) worst = rel;   /* a NaN counts as the worst */
     }
     return worst;
+}
+
+/* One more call of a variant, as the last timed ones ran, returning how
+ * many kernels it ran (-1 when the backend does not count them). A stateful
+ * case's inputs are first restored from the host data, and what the call
+ * updated is collected into out, so that every variant is checked on one
+ * step from the same state. */
+static long counted_call(const bench_case *c, const bench_data *d, const variant *v)
+{
+    if (c->collect)
+        for (int i = 0; i < d->n_in; i++)
+            if (ot_set(v->in[i], d->in[i]) != 0) die("%s: ot_set: %s", c->id, ot_errmsg());
+    ot_stats s0, s1;
+    bool counted = ot_stats(v->be, &s0) == 0;
+    time_optree(c, v, 1);
+    counted = ot_stats(v->be, &s1) == 0 && counted;
+    if (c->collect) {
+        ot_pool *pool = ot_pool_push();
+        if (!pool || c->collect(v->out, v->in) != 0) die("%s: collect: %s", c->id, ot_errmsg());
+        ot_pool_pop(pool);
+    }
+    return counted ? (long)(s1.kernels - s0.kernels) : -1;
 }
 
 /* The largest error of the optree variants against the reference output. */
@@ -316,7 +349,7 @@ static medians time_case(const bench_case *c, const bench_data *d, const variant
             if (r >= 0) t[k][r] = s;
         }
         if (time_the_ref) {
-            double s = time_ref(c, d, ref_out);
+            double s = time_ref(c, d, ref_out, calls);
             if (r >= 0) t[V_COUNT][r] = s;
         }
     }
@@ -337,19 +370,34 @@ static bench_row run_case(const bench_case *c, int index, ot_backend *const bes[
     for (int k = 0; k < V_COUNT; k++)
         variant_new(&vs[k], bes[k], c, &d);
     float *ref_out = xmalloc(d.out_numel * sizeof *ref_out);
+    if (o->explain) {
+        fprintf(stderr, "bench: %s: the plan of one call (fused backend):\n", c->id);
+        ot_pool *pool = ot_pool_push();
+        int rc = c->explain ? (c->explain(stderr, vs[V_FUSED].in), 0)
+                            : ot_explain(c->tree(vs[V_FUSED].in), stderr);
+        if (!pool || rc != 0) die("%s: ot_explain: %s", c->id, ot_errmsg());
+        ot_pool_pop(pool);
+    }
     long calls = o->quick ? c->quick_calls : c->calls;
     bool time_the_ref = have_ref && c->kind == TARGET_RATIO;
     medians m = time_case(c, &d, vs, ref_out, calls > 0 ? calls : 1, o->runs, time_the_ref);
 
     double unit = c->kind == TARGET_US ? 1e6 : 1e3;
     bench_row row = {.c = c, .err = -1};
-    size_text(row.size, sizeof row.size, d.out_shape);
+    if (c->size) snprintf(row.size, sizeof row.size, "%s", c->size);
+    else size_text(row.size, sizeof row.size, d.out_shape);
     row.fused = unit * m.t[V_FUSED];
     row.unfused = unit * m.t[V_UNFUSED];
     row.fused2 = unit * m.t[V_FUSED2];
     row.ref = time_the_ref ? unit * m.t[V_COUNT] : -1;
+    long kernels[V_COUNT];
+    for (int k = 0; k < V_COUNT; k++)
+        kernels[k] = counted_call(c, &d, &vs[k]);
+    row.kernels = kernels[V_FUSED];
+    row.kernels_unfused = kernels[V_UNFUSED];
     if (have_ref) {
-        if (!time_the_ref) c->ref(&d, ref_out);
+        if (c->check_ref) c->check_ref(&d, ref_out);
+        else if (!time_the_ref) c->ref(&d, ref_out);
         row.err = check_variants(c, vs, ref_out, d.out_numel);
         row.wrong = !(row.err <= MAX_REL_ERR);
     }

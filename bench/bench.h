@@ -13,7 +13,9 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#define BENCH_MAX_IN 3
+#include <stdint.h>
+
+#define BENCH_MAX_IN 10
 
 /* The host side of one case: its float32 inputs and output shape. */
 typedef struct bench_data {
@@ -22,6 +24,9 @@ typedef struct bench_data {
     float *in[BENCH_MAX_IN];
     ot_shape out_shape;
     size_t out_numel;
+    /* A case's own working memory (one malloc block, set by its fill hook,
+     * freed with the data): W10's GEMM-floor buffers. */
+    void *scratch;
 } bench_data;
 
 /* How a case is judged: fused/reference against a ratio, or the fused time
@@ -53,8 +58,28 @@ typedef struct bench_case {
      * relative everywhere. Where the math cancels (W7's 1 - tanh^2 and
      * a - a/b^2), values near zero carry absolute rounding error only. */
     double err_floor;
-    /* Assignments per timed run (W8 times many small ones); 0 means 1. */
+    /* Assignments per timed run (W8 times many small ones); 0 means 1. The
+     * reference is run as many times per timed run. */
     long calls, quick_calls;
+
+    /* ---- optional hooks, for cases beyond one stateless tree (W6, W10) ---- */
+    /* Fills the inputs (allocated by the driver from in_shape) with the case's
+     * own data, drawing from the seed; NULL: uniform in [0.5, 2.0). */
+    void (*fill)(bench_data *d, uint64_t seed);
+    /* Set for stateful cases, whose assign updates its inputs in place (W10:
+     * a training step moves the weights and velocities). Results are then
+     * checked by restoring every input from the host data, running assign
+     * once and writing what it updated into out with collect. */
+    int (*collect)(ot_tensor *out, ot_tensor *const in[]);
+    /* The expected output, when the timed reference computes something else
+     * (W10 times the step's GEMM calls alone; this runs the whole step). */
+    void (*check_ref)(const bench_data *d, float *out);
+    /* --explain: prints the plan of one call to f; NULL: ot_explain of tree. */
+    void (*explain)(FILE *f, ot_tensor *const in[]);
+    /* The size column, when out_shape does not describe the case. */
+    const char *size;
+    /* The verdict also needs unfused/fused > 1 (W10). */
+    bool beat_unfused;
 } bench_case;
 
 extern const bench_case bench_cases[];
@@ -72,6 +97,28 @@ void ref_w7(float *ga, float *gb, const float *a, const float *b, size_t n);
 /* o (n x n) = transpose(x) * col[:, None] + row[None, :]. */
 void ref_w9_scalar(float *o, const float *x, const float *col, const float *row, size_t n);
 void ref_w9_avx2(float *o, const float *x, const float *col, const float *row, size_t n);
+/* o (rows x cols) = max(o + bias[None, :], 0) in place: the epilogue pass
+ * after an sgemm. */
+void ref_bias_relu(float *o, const float *bias, size_t rows, size_t cols);
+
+/* ---- shared helpers (bench.c) -------------------------------------------- */
+
+/* splitmix64 on *state: a small seedable generator, ample for test data. */
+uint64_t bench_rand(uint64_t *state);
+/* n floats uniform in [lo, hi). */
+void bench_fill_uniform(float *p, size_t n, float lo, float hi, uint64_t *state);
+/* Exits with a message (for setup failures: OOM, a library error). */
+void bench_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+/* ---- W10: one training step of an MLP (w_train.c) ------------------------- */
+
+void w10_shapes(bench_data *d, bool quick);
+void w10_fill(bench_data *d, uint64_t seed);
+int w10_step(ot_tensor *out, ot_tensor *const in[]);
+int w10_collect(ot_tensor *out, ot_tensor *const in[]);
+void w10_gemm_floor(const bench_data *d, float *out);
+void w10_ref_step(const bench_data *d, float *out);
+void w10_explain(FILE *f, ot_tensor *const in[]);
 
 /* ---- results and reports (report.c) -------------------------------------- */
 
@@ -85,6 +132,9 @@ typedef struct bench_row {
     double fused, unfused, ref, fused2;
     double err;
     bool wrong;                 /* err beyond the tolerance */
+    /* Kernels one call runs (the backend's stats): fused, unfused; -1 when
+     * not counted. */
+    long kernels, kernels_unfused;
 } bench_row;
 
 typedef struct bench_machine {

@@ -291,3 +291,26 @@ void ref_w9_avx2(float *o, const float *x, const float *col, const float *row, s
     w9_scalar_tile(o, x, col, row, n, 0, n8, n8, n);
     w9_scalar_tile(o, x, col, row, n, n8, n, 0, n);
 }
+
+/* ---- W6: the epilogue after sgemm ---------------------------------------- */
+
+/* o = max(o + bias, 0), row by row, in place: one read and one write of the
+ * GEMM's output, as the pass after cblas_sgemm in a hand-written layer. */
+void ref_bias_relu(float *o, const float *bias, size_t rows, size_t cols)
+{
+    const __m256 zero = _mm256_setzero_ps();
+    for (size_t r = 0; r < rows; r++) {
+        float *orow = o + r * cols;
+        size_t j = 0;
+        for (; j + 8 <= cols; j += 8)
+            _mm256_storeu_ps(orow + j, _mm256_max_ps(_mm256_add_ps(_mm256_loadu_ps(orow + j),
+                                                                   _mm256_loadu_ps(bias + j)),
+                                                     zero));
+        if (j < cols) {
+            __m256i m = tail_mask(cols - j);
+            __m256 v = _mm256_add_ps(_mm256_maskload_ps(orow + j, m),
+                                     _mm256_maskload_ps(bias + j, m));
+            _mm256_maskstore_ps(orow + j, m, _mm256_max_ps(v, zero));
+        }
+    }
+}

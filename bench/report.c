@@ -12,6 +12,7 @@ const char *bench_verdict(const bench_row *r)
     if (r->wrong) return "WRONG";
     if (r->c->kind == TARGET_US) return r->fused <= r->c->target ? "PASS" : "MISS";
     if (r->ref <= 0) return "n/a";
+    if (r->c->beat_unfused && !(r->unfused > r->fused)) return "MISS";
     return r->fused / r->ref <= r->c->target ? "PASS" : "MISS";
 }
 
@@ -37,7 +38,8 @@ static const char *fmt_target(char *buf, size_t size, const bench_row *r)
     if (r->c->kind == TARGET_US)
         snprintf(buf, size, "<= %.1f us", r->c->target);
     else
-        snprintf(buf, size, "<= %.2fx ref", r->c->target);
+        snprintf(buf, size, "<= %.2fx ref%s", r->c->target,
+                 r->c->beat_unfused ? ", < unf" : "");
     return buf;
 }
 
@@ -48,10 +50,19 @@ static const char *fmt_err(char *buf, size_t size, double err)
     return buf;
 }
 
+/* "fused/unfused" kernels per call, or "-". */
+static const char *fmt_kernels(char *buf, size_t size, const bench_row *r)
+{
+    if (r->kernels < 0 || r->kernels_unfused < 0) return "-";
+    snprintf(buf, size, "%ld/%ld", r->kernels, r->kernels_unfused);
+    return buf;
+}
+
 /* The cells of one row, shared by the three writers. */
 typedef struct cells {
-    char fused[24], unfused[24], ref[24], ratio[24], gain[24], fused2[24], target[24], err[24];
-    const char *pf, *pu, *pr, *pq, *pg, *p2, *pt, *pe;
+    char fused[24], unfused[24], ref[24], ratio[24], gain[24], fused2[24], target[32], err[24];
+    char kern[48];
+    const char *pf, *pu, *pr, *pq, *pg, *p2, *pt, *pe, *pk;
 } cells;
 
 static void row_cells(cells *x, const bench_row *r)
@@ -64,6 +75,7 @@ static void row_cells(cells *x, const bench_row *r)
     x->p2 = fmt_time(x->fused2, sizeof x->fused2, r, r->fused2);
     x->pt = fmt_target(x->target, sizeof x->target, r);
     x->pe = fmt_err(x->err, sizeof x->err, r->err);
+    x->pk = fmt_kernels(x->kern, sizeof x->kern, r);
 }
 
 static void machine_lines(FILE *f, const bench_machine *m, const char *prefix)
@@ -79,16 +91,16 @@ void report_text(FILE *f, const bench_machine *m, const bench_row *rows, int n)
 {
     fputc('\n', f);
     machine_lines(f, m, "");
-    fprintf(f, "\n%-3s %-44s %-9s %-4s %9s %9s %9s %9s %9s %9s %-13s %-6s %s\n", "id",
+    fprintf(f, "\n%-3s %-44s %-9s %-4s %9s %9s %9s %9s %9s %9s %-19s %-6s %-11s %s\n", "id",
             "workload", "size", "unit", "fused", "unfused", "ref", "fused/ref", "unf/fused",
-            "fused 2T", "target", "result", "max rel err");
+            "fused 2T", "target", "result", "max rel err", "kernels f/u");
     for (int i = 0; i < n; i++) {
         const bench_row *r = &rows[i];
         cells x;
         row_cells(&x, r);
-        fprintf(f, "%-3s %-44.44s %-9s %-4s %9s %9s %9s %9s %9s %9s %-13s %-6s %s\n", r->c->id,
-                r->c->label, r->size, unit(r), x.pf, x.pu, x.pr, x.pq, x.pg, x.p2, x.pt,
-                bench_verdict(r), x.pe);
+        fprintf(f, "%-3s %-44.44s %-9s %-4s %9s %9s %9s %9s %9s %9s %-19s %-6s %-11s %s\n",
+                r->c->id, r->c->label, r->size, unit(r), x.pf, x.pu, x.pr, x.pq, x.pg, x.p2,
+                x.pt, bench_verdict(r), x.pe, x.pk);
     }
     fputs("\nreference loops:\n", f);
     for (int i = 0; i < n; i++)
@@ -98,15 +110,15 @@ void report_text(FILE *f, const bench_machine *m, const bench_row *rows, int n)
 void report_csv(FILE *f, const bench_row *rows, int n)
 {
     fputs("id,workload,size,unit,fused,unfused,ref,fused_over_ref,unfused_over_fused,"
-          "fused_2t,target,result,max_rel_err,reference\n",
+          "fused_2t,target,result,max_rel_err,reference,kernels_fused,kernels_unfused\n",
           f);
     for (int i = 0; i < n; i++) {
         const bench_row *r = &rows[i];
         cells x;
         row_cells(&x, r);
-        fprintf(f, "%s,\"%s\",%s,%s,%s,%s,%s,%s,%s,%s,\"%s\",%s,%s,\"%s\"\n", r->c->id,
-                r->c->label, r->size, unit(r), x.pf, x.pu, x.pr, x.pq, x.pg, x.p2, x.pt,
-                bench_verdict(r), x.pe, r->c->ref_label);
+        fprintf(f, "%s,\"%s\",%s,%s,%s,%s,%s,%s,%s,%s,\"%s\",%s,%s,\"%s\",%ld,%ld\n",
+                r->c->id, r->c->label, r->size, unit(r), x.pf, x.pu, x.pr, x.pq, x.pg, x.p2,
+                x.pt, bench_verdict(r), x.pe, r->c->ref_label, r->kernels, r->kernels_unfused);
     }
 }
 
@@ -122,7 +134,8 @@ static void md_text(FILE *f, const char *s)
 /* "W1, W2: text" lines, one per run of rows that share a reference. */
 static void md_references(FILE *f, const bench_row *rows, int n)
 {
-    fputs("\nReference loops (1 thread, C with AVX2+FMA intrinsics, in bench/):\n", f);
+    fputs("\nReference loops (1 thread, in bench/: C with AVX2+FMA intrinsics, OpenBLAS "
+          "where named):\n", f);
     for (int i = 0; i < n;) {
         int j = i;
         fprintf(f, "- %s", rows[i].c->id);
@@ -139,9 +152,9 @@ void report_md(FILE *f, const bench_machine *m, const bench_row *rows, int n)
 {
     machine_lines(f, m, "");
     fputs("\n| id | workload | size | unit | fused | unfused | reference | fused/ref "
-          "| unfused/fused | fused, 2 threads | target | result |\n"
+          "| unfused/fused | fused, 2 threads | target | result | kernels fused/unfused |\n"
           "|----|----------|------|------|------:|--------:|----------:|----------:"
-          "|--------------:|-----------------:|--------|--------|\n",
+          "|--------------:|-----------------:|--------|--------|------:|\n",
           f);
     for (int i = 0; i < n; i++) {
         const bench_row *r = &rows[i];
@@ -152,7 +165,7 @@ void report_md(FILE *f, const bench_machine *m, const bench_row *rows, int n)
         fprintf(f, " | %s | %s | %s | %s | %s | %s | %s | %s | ", r->size, unit(r), x.pf, x.pu,
                 x.pr, x.pq, x.pg, x.p2);
         md_text(f, x.pt);
-        fprintf(f, " | %s |\n", bench_verdict(r));
+        fprintf(f, " | %s | %s |\n", bench_verdict(r), x.pk);
     }
     md_references(f, rows, n);
 }

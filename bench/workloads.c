@@ -1,10 +1,13 @@
 /*
  * workloads.c - the cases of the benchmark, in BENCH.md's order: for each,
  * its sizes, the optree tree and the reference loop it is measured against.
- * W6 and W10 come in later issues: each is one more entry in the table
- * (W6 will call OpenBLAS in its reference, single-threaded).
+ * W6 and W10 call OpenBLAS in their references, on one thread; W10 (a
+ * training step) lives in w_train.c.
  */
 #include "bench.h"
+
+#include <cblas.h>
+#include <math.h>
 
 /* ---- sizes --------------------------------------------------------------- */
 
@@ -58,6 +61,31 @@ static void shapes_w9(bench_data *d, bool quick)
     d->out_shape = OT_SHAPE(n, n);
 }
 
+/* W6: A (m, k), W (k, n), bias (n): a dense layer of 512 rows, 1024 -> 1024
+ * (64 rows, 128 -> 128 for a smoke test). */
+static void shapes_w6(bench_data *d, bool quick)
+{
+    int64_t m = quick ? 64 : 512, k = quick ? 128 : 1024, n = k;
+    d->n_in = 3;
+    d->in_shape[0] = OT_SHAPE(m, k);
+    d->in_shape[1] = OT_SHAPE(k, n);
+    d->in_shape[2] = OT_SHAPE(n);
+    d->out_shape = OT_SHAPE(m, n);
+}
+
+/* A layer's data: activations uniform in [-1, 1), weights and bias uniform
+ * in +-1/sqrt(fan_in) (PyTorch's nn.Linear init), so that about half of the
+ * outputs are negative and relu has work to do. */
+static void fill_w6(bench_data *d, uint64_t seed)
+{
+    float s = 1.0f / sqrtf((float)d->in_shape[0].dims[1]);
+    bench_fill_uniform(d->in[0], (size_t)(d->in_shape[0].dims[0] * d->in_shape[0].dims[1]), -1, 1,
+                       &seed);
+    bench_fill_uniform(d->in[1], (size_t)(d->in_shape[1].dims[0] * d->in_shape[1].dims[1]), -s, s,
+                       &seed);
+    bench_fill_uniform(d->in[2], (size_t)d->in_shape[2].dims[0], -s, s, &seed);
+}
+
 /* ---- trees --------------------------------------------------------------- */
 
 static ot_node *w1_tree(ot_tensor *const in[]) { return ot_add(ot_mul(in[0], in[1]), in[2]); }
@@ -93,6 +121,20 @@ static int w7_assign(ot_tensor *out, ot_tensor *const in[])
     return rc;
 }
 
+/* --explain for W7: the plan of each gradient tree (the backprop runs both
+ * as one ot_assign_many, whose kernels the driver counts). */
+static void w7_explain(FILE *f, ot_tensor *const in[])
+{
+    ot_autodiff *ad = ot_autodiff_new(w3_tree(in), NULL);
+    for (int i = 0; ad && i < 2; i++) {
+        fprintf(f, "-- the gradient w.r.t. %s:\n", i ? "b" : "a");
+        ot_node *g = ot_autodiff_grad(ad, in[i]);
+        if (!g || ot_explain(g, f) != 0) break;
+    }
+    if (ot_errcode()) bench_die("W7: explain: %s", ot_errmsg());
+    ot_autodiff_free(ad);
+}
+
 /* The row max is built twice, as a user writes it: merging the two copies
  * is the compiler's job. */
 static ot_node *w5_shifted_exp(ot_tensor *x)
@@ -110,6 +152,11 @@ static ot_node *w5_softmax_tree(ot_tensor *const in[]) { return ot_softmax(in[0]
 
 /* in[0] is already the transposed view of X. */
 static ot_node *w9_tree(ot_tensor *const in[]) { return ot_add(ot_mul(in[0], in[1]), in[2]); }
+
+static ot_node *w6_tree(ot_tensor *const in[])
+{
+    return ot_relu(ot_add(ot_dot(in[0], in[1]), in[2]));
+}
 
 /* ---- reference adapters -------------------------------------------------- */
 
@@ -145,6 +192,17 @@ static void w9_ref_avx2(const bench_data *d, float *o)
     ref_w9_avx2(o, d->in[0], d->in[1], d->in[2], (size_t)d->out_shape.dims[0]);
 }
 
+/* cblas_sgemm on one thread, then one pass of bias + relu over the output. */
+static void w6_ref(const bench_data *d, float *o)
+{
+    int m = (int)d->in_shape[0].dims[0], k = (int)d->in_shape[0].dims[1];
+    int n = (int)d->in_shape[1].dims[1];
+    openblas_set_num_threads(1);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, d->in[0], k, d->in[1],
+                n, 0.0f, o, n);
+    ref_bias_relu(o, d->in[2], (size_t)m, (size_t)n);
+}
+
 /* ---- the table ----------------------------------------------------------- */
 
 #define ELEMWISE "one pass, AVX2+FMA, SLEEF u10"
@@ -164,10 +222,14 @@ const bench_case bench_cases[] = {
     {.id = "W5", .label = "row softmax: ot_softmax(x, axis=1)", .ref_label = SOFTMAX_REF,
      .kind = TARGET_RATIO, .target = 1.25, .shapes = shapes_w5, .tree = w5_softmax_tree,
      .ref = w5_ref},
+    {.id = "W6", .label = "relu(dot(A, W) + bias)",
+     .ref_label = "OpenBLAS cblas_sgemm (1 thread) + one bias+relu pass (AVX2)",
+     .kind = TARGET_RATIO, .target = 1.05, .shapes = shapes_w6, .fill = fill_w6, .tree = w6_tree,
+     .ref = w6_ref, .err_floor = 0.1},
     {.id = "W7", .label = "d/da, d/db of tanh(a*b + a/b): one backprop",
      .ref_label = "one pass, both gradients, AVX2+FMA, SLEEF u10", .kind = TARGET_RATIO,
      .target = 1.30, .shapes = shapes_w7, .tree = w3_tree, .assign = w7_assign,
-     .ref = w7_ref, .err_floor = 1e-2},
+     .ref = w7_ref, .explain = w7_explain, .err_floor = 1e-2},
     {.id = "W8", .label = "W3 on 64 elements: push, build, assign, pop",
      .ref_label = "none (absolute target)", .kind = TARGET_US, .target = 1.0,
      .shapes = shapes_w8, .tree = w3_tree, .ref = w3_ref, .calls = 100000, .quick_calls = 2000},
@@ -177,6 +239,12 @@ const bench_case bench_cases[] = {
     {.id = "W9", .label = "transpose(X)*col + row vs AVX2 ref",
      .ref_label = "32x32 blocked, 8x8 AVX2 transposes", .kind = TARGET_RATIO, .target = 1.15,
      .shapes = shapes_w9, .transpose_in0 = true, .tree = w9_tree, .ref = w9_ref_avx2},
+    {.id = "W10", .label = "MLP 784-512-10 step: fwd, CE, backprop, SGD",
+     .ref_label = "GEMM floor: the step's 5 cblas_sgemm calls alone (1 thread)",
+     .kind = TARGET_RATIO, .target = 1.15, .beat_unfused = true, .size = "b128",
+     .shapes = w10_shapes, .fill = w10_fill, .assign = w10_step, .collect = w10_collect,
+     .ref = w10_gemm_floor, .check_ref = w10_ref_step, .explain = w10_explain,
+     .err_floor = 1e-3, .calls = 10, .quick_calls = 2},
 };
 
 const int bench_ncases = (int)(sizeof bench_cases / sizeof bench_cases[0]);

@@ -597,6 +597,10 @@ ot_tensor *ot_eval(ot_node *tree);
  * for the cpu backend its kernels, the nodes each one fuses, temporaries,
  * and the bytes read and written; for the ref backend, one line per node. */
 int ot_explain(const ot_node *tree, FILE *f);
+/* Prints how ot_assign_many(n, outs, trees) would run: the same plan,
+ * in-place writes, compound dots and epilogues included (ot_explain plans
+ * for a fresh output). The same checks as ot_assign_many; writes nothing. */
+int ot_explain_many(int n, ot_tensor *const outs[], ot_node *const trees[], FILE *f);
 
 /* ------------------------------------------------------------------------ */
 /* Autodiff                                                                  */

@@ -129,8 +129,12 @@ static int check_output(const char *fn, int i, const ot_tensor *out, const ot_no
     return 0;
 }
 
-static int assign_checked(const char *fn, int n, ot_tensor *const outs[], ot_node *const trees[])
+/* Checks an assignment of n trees into outs; *be is the outputs' backend
+ * (NULL for n = 0). */
+static int check_assign(const char *fn, int n, ot_tensor *const outs[], ot_node *const trees[],
+                        ot_backend **be_out)
 {
+    *be_out = NULL;
     if (n < 0) return ot__err_set(OT_EINVAL, NULL, 0, fn, "negative count %d", n);
     if (n > 0 && (!outs || !trees)) return ot__err_null(fn, outs ? "trees" : "outs");
     for (int i = 0; i < n; i++) {
@@ -149,7 +153,15 @@ static int assign_checked(const char *fn, int n, ot_tensor *const outs[], ot_nod
             if (ot__overlap(outs[i], outs[j]) != OT_OVERLAP_NONE)
                 return ot__err_set(OT_EALIAS, NULL, 0, fn, "outputs %d and %d overlap", j, i);
     }
-    return be->vt->assign_many(be, n, outs, trees);
+    *be_out = be;
+    return 0;
+}
+
+static int assign_checked(const char *fn, int n, ot_tensor *const outs[], ot_node *const trees[])
+{
+    ot_backend *be;
+    int rc = check_assign(fn, n, outs, trees, &be);
+    return rc || !be ? rc : be->vt->assign_many(be, n, outs, trees);
 }
 
 int ot_assign_node(ot_tensor *out, ot_node *tree)
@@ -184,6 +196,42 @@ ot_tensor *ot_eval(ot_node *tree)
     return t;
 }
 
+/* The plan the cpu backend runs for n trees into outs (NULL: fresh
+ * outputs), or the ref backend's node-at-a-time stack of each tree. */
+static int explain_plan(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[],
+                        FILE *f)
+{
+    if (be->vt != &ot__cpu_vt) {
+        int rc = 0;
+        for (int i = 0; i < n && rc == 0; i++) {
+            ot_stack *s = ot_stack_new(trees[i]);
+            if (!s) return ot_errcode();
+            fprintf(f, "ref backend: %d items, evaluated one node at a time in double\n",
+                    ot_stack_len(s));
+            rc = ot_stack_print(s, f);
+            ot_stack_free(s);
+        }
+        return rc;
+    }
+    ot_plan *plan;
+    ot_walk *walk;
+    ot_binding bind;
+    int rc = ot__plan_get(be, n, outs, trees, &plan, &walk, &bind);
+    if (rc) return rc;
+    rc = ot__plan_explain(plan, f);
+    ot__plan_release(plan);
+    ot__walk_done(be, walk);
+    return rc;
+}
+
+int ot_explain_many(int n, ot_tensor *const outs[], ot_node *const trees[], FILE *f)
+{
+    if (!f) return ot__err_set(OT_ENULL, NULL, 0, "explain_many", "FILE is NULL");
+    ot_backend *be;
+    int rc = check_assign("explain_many", n, outs, trees, &be);
+    return rc || !be ? rc : explain_plan(be, n, outs, trees, f);
+}
+
 int ot_explain(const ot_node *tree, FILE *f)
 {
     if (!tree) return ot__err_null("explain", "tree");
@@ -193,23 +241,6 @@ int ot_explain(const ot_node *tree, FILE *f)
         return ot__err_set(OT_EBACKEND, NULL, 0, "explain",
                            "the tree has no tensor leaf to take a backend from");
     ot_clear_error();
-    if (be->vt != &ot__cpu_vt) {
-        ot_stack *s = ot_stack_new(tree);
-        if (!s) return ot_errcode();
-        fprintf(f, "ref backend: %d items, evaluated one node at a time in double\n",
-                ot_stack_len(s));
-        int rc = ot_stack_print(s, f);
-        ot_stack_free(s);
-        return rc;
-    }
-    ot_plan *plan;
-    ot_walk *walk;
-    ot_binding bind;
     ot_node *root = (ot_node *)tree;   /* plans only read the tree */
-    int rc = ot__plan_get(be, 1, NULL, &root, &plan, &walk, &bind);
-    if (rc) return rc;
-    rc = ot__plan_explain(plan, f);
-    ot__plan_release(plan);
-    ot__walk_done(be, walk);
-    return rc;
+    return explain_plan(be, 1, NULL, &root, f);
 }

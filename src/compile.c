@@ -1661,9 +1661,17 @@ void ot__plan_release(ot_plan *p)
         free(p->kernels[i].desc);
     }
     free(p->kernels);
+    free(p->segs);
     free(p->temp_offset);
     free(atomic_load(&p->arena));
     free(p);
+}
+
+static bool in_segment(const ot_plan *p, int i)
+{
+    for (int s = 0; p->row_block <= 0 && s < p->nseg; s++)
+        if (i > p->segs[s].first && i < p->segs[s].first + p->segs[s].count) return true;
+    return false;
 }
 
 /* The dot kernel whose result kernel i reads, or -1. */
@@ -1691,8 +1699,12 @@ int ot__plan_explain(const ot_plan *p, FILE *f)
                 (long long)p->row_block, (long long)p->rows);
     else if (p->row_block > 0)
         fprintf(f, "  all kernels run per block of %lld rows\n", (long long)p->row_block);
+    for (int s = 0; p->row_block <= 0 && s < p->nseg; s++)
+        fprintf(f, "  dot epilogue: kernels %d-%d run per block of %lld of %lld rows, in order\n",
+                p->segs[s].first, p->segs[s].first + p->segs[s].count - 1,
+                (long long)p->segs[s].row_block, (long long)p->segs[s].rows);
     for (int i = 0; i < p->nkernels; i++) {
-        int from = p->row_serial ? dot_read(p, i) : -1;
+        int from = p->row_serial || in_segment(p, i) ? dot_read(p, i) : -1;
         fprintf(f, "  kernel %d: %s", i, p->kernels[i].desc ? p->kernels[i].desc : "?");
         if (from >= 0) fprintf(f, " (epilogue of kernel %d, on its rows in cache)", from);
         fputc('\n', f);
@@ -1816,6 +1828,15 @@ static bool build_kernels(compiler *c)
 #define GEMM_BLOCK_BYTES (1 << 20) /* a GEMM block's result stays in cache */
 #define GEMM_BLOCK_ROWS 256     /* fewer rows per GEMM call repack B too often */
 
+/* Rows per GEMM block: the result block stays in cache, but each call
+ * repacks B, so not fewer than GEMM_BLOCK_ROWS; one block when two would do. */
+static int64_t gemm_block(int64_t rows, int64_t row_bytes)
+{
+    int64_t blk = row_bytes > 0 ? GEMM_BLOCK_BYTES / row_bytes : rows;
+    if (blk < GEMM_BLOCK_ROWS) blk = GEMM_BLOCK_ROWS;
+    return rows <= 2 * blk ? rows : blk;
+}
+
 /* The rows a kernel walks (dim 0, a dot's rows), or -1. */
 static int64_t kernel_rows(const ot_kernel *k)
 {
@@ -1884,10 +1905,104 @@ static void choose_row_blocks(compiler *c)
         p->row_block = row_bytes >= ROW_BLOCK_BYTES ? 1 : ROW_BLOCK_BYTES / row_bytes;
         return;
     }
-    int64_t blk = GEMM_BLOCK_BYTES / row_bytes;
-    if (blk < GEMM_BLOCK_ROWS) blk = GEMM_BLOCK_ROWS;
-    p->row_block = rows <= 2 * blk ? rows : blk;
+    p->row_block = gemm_block(rows, row_bytes);
     p->row_serial = true;
+}
+
+/* ---- dot epilogues in plans that are not row-blocked as a whole ----------- */
+
+/* The only kernel reading temp t, or -1 (none, or more than one). */
+static int sole_reader(const ot_plan *p, int t)
+{
+    int reader = -1;
+    for (int i = 0; i < p->nkernels; i++)
+        for (int l = 0; l < p->kernels[i].nload; l++) {
+            const ot_view *v = &p->kernels[i].loads[l];
+            if (v->space != OT_SPACE_TEMP || v->index != t) continue;
+            if (reader >= 0 && reader != i) return -1;
+            reader = i;
+        }
+    return reader;
+}
+
+/* Whether view v (a load) may see what kernel k writes to outputs. */
+static bool reads_written(const compiler *c, const ot_view *v, const ot_kernel *k)
+{
+    if (!c->outs || v->space != OT_SPACE_LEAF) return false;
+    const ot_tensor *leaf = c->w->leaf[v->index];
+    for (int x = -1; x < k->nxstore; x++) {
+        const ot_view *o = x < 0 ? &k->store : &k->xstores[x].view;
+        if (o->space == OT_SPACE_OUT && ot__overlap(c->outs[o->index], leaf) != OT_OVERLAP_NONE)
+            return true;
+    }
+    return false;
+}
+
+static bool kernels_conflict(const compiler *c, const ot_kernel *reader, const ot_kernel *writer)
+{
+    for (int l = 0; l < reader->nload; l++)
+        if (reads_written(c, &reader->loads[l], writer)) return true;
+    return false;
+}
+
+/* Whether kernel e, the only reader of dot d's result, may run right after
+ * d, per block of d's rows: it walks those rows, its other inputs exist
+ * before d, and moving it past the kernels between them changes nothing
+ * they read or write. */
+static bool epilogue_fits(const compiler *c, int d, int e)
+{
+    const ot_plan *p = c->plan;
+    const ot_kernel *dk = &p->kernels[d], *ek = &p->kernels[e];
+    if (ek->kind != OT_KER_EW || !walks_rows(ek, dk->m, true)) return false;
+    if (kernels_conflict(c, dk, ek)) return false;
+    for (int l = 0; l < ek->nload; l++) {
+        const ot_view *v = &ek->loads[l];
+        if (v->space != OT_SPACE_TEMP) continue;
+        if (v->index == dk->store.index) {
+            if (row_step(ek, v, dk->m) != dk->store.strides[0]) return false;
+            continue;
+        }
+        for (int k = d; k < e; k++)
+            if (p->kernels[k].store.space == OT_SPACE_TEMP && p->kernels[k].store.index == v->index)
+                return false;
+    }
+    for (int k = d + 1; k < e; k++)
+        if (kernels_conflict(c, &p->kernels[k], ek) || kernels_conflict(c, ek, &p->kernels[k]))
+            return false;
+    return true;
+}
+
+static bool add_segment(compiler *c, int first, int64_t rows, int64_t row_bytes)
+{
+    ot_plan *p = c->plan;
+    ot_segment *s = realloc(p->segs, sizeof *s * (size_t)(p->nseg + 1));
+    if (!s) return false;
+    p->segs = s;
+    s[p->nseg++] = (ot_segment){first, 2, rows, gemm_block(rows, row_bytes)};
+    return true;
+}
+
+/* Pairs each dot with the elementwise kernel that alone reads its result
+ * (moved right after it), so that kernel runs as an epilogue on blocks of
+ * the dot's rows. Runs before the arena is laid out: it reorders kernels. */
+static bool choose_dot_segments(compiler *c)
+{
+    ot_plan *p = c->plan;
+    for (int d = 0; c->fused && d + 1 < p->nkernels; d++) {
+        const ot_kernel *dk = &p->kernels[d];
+        if (dk->kind != OT_KER_DOT || dk->batch != 1 || dk->m < 2 || dk->store.space != OT_SPACE_TEMP)
+            continue;
+        int e = sole_reader(p, dk->store.index);
+        if (e <= d || !epilogue_fits(c, d, e)) continue;
+        ot_kernel moved = p->kernels[e];
+        memmove(&p->kernels[d + 2], &p->kernels[d + 1], sizeof moved * (size_t)(e - d - 1));
+        p->kernels[d + 1] = moved;
+        int64_t row_bytes = 8 * dk->n;
+        for (int i = 1; i < moved.ndim; i++) row_bytes = row_bytes > 8 * moved.dims[i] ? row_bytes : 8 * moved.dims[i];
+        if (!add_segment(c, d, dk->m, row_bytes)) return false;
+        d++;
+    }
+    return true;
 }
 
 /* ---- dots written by BLAS into their output ------------------------------ */
@@ -2010,7 +2125,7 @@ static ot_plan *compile(ot_backend *be, const ot_walk *w, int n, ot_tensor *cons
         choose_materialised(&c);
         mark_direct_roots(&c);
         assign_storage(&c);
-        ok = !c.oom && build_kernels(&c) && layout_arena(c.plan);
+        ok = !c.oom && build_kernels(&c) && choose_dot_segments(&c) && layout_arena(c.plan);
         if (ok) choose_row_blocks(&c);
     }
     free(c.ci);

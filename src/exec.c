@@ -658,12 +658,12 @@ static char *row_base(char *base, const ot_view *v, rows r)
 /* Runs one kernel, over a block of the plan's rows or over everything (r.n
  * < 0), on the pool th (NULL: serially, when blocks run in parallel). */
 static int run_kernel(ot_backend *be, const ot_plan *p, const ot_binding *bind, char *arena,
-                      const ot_kernel *whole, rows r, ot_threads *th)
+                      const ot_kernel *whole, rows r, int64_t nrows, ot_threads *th)
 {
     ot_cpu *cpu = be->impl;
     ot_kernel k = *whole;
     if (r.n >= 0) {   /* a kernel coalesced to one dim walks whole rows of elements */
-        int64_t per_row = k.kind == OT_KER_DOT ? 1 : k.dims[0] / p->rows;
+        int64_t per_row = k.kind == OT_KER_DOT ? 1 : k.dims[0] / nrows;
         r = (rows){r.r0 * per_row, r.n * per_row};
         if (k.kind == OT_KER_DOT) k.m = r.n;
         else k.dims[0] = r.n;
@@ -715,26 +715,43 @@ static void block_chunk(void *arg, int64_t first, int64_t last)
         rows r = {blk * p->row_block, 0};
         r.n = nrows - r.r0 < p->row_block ? nrows - r.r0 : p->row_block;
         for (int i = 0; i < p->nkernels; i++) {
-            int rc = run_kernel(b->be, p, b->bind, b->arena, &p->kernels[i], r, NULL);
+            int rc = run_kernel(b->be, p, b->bind, b->arena, &p->kernels[i], r, p->rows, NULL);
             if (rc) atomic_store(&b->rc, rc);
         }
     }
 }
 
-static int run_kernels(ot_backend *be, const ot_plan *p, const ot_binding *bind, char *arena)
+/* Kernels that run per block of rows, blocks in order, each kernel on every
+ * thread: a dot's rows and the epilogue that reads them while in cache. */
+static int run_segment(ot_backend *be, const ot_plan *p, const ot_binding *bind, char *arena,
+                       const ot_segment *sg)
 {
     ot_cpu *cpu = be->impl;
     int rc = 0;
-    if (p->row_block <= 0) {
-        for (int i = 0; i < p->nkernels && rc == 0; i++)
-            rc = run_kernel(be, p, bind, arena, &p->kernels[i], (rows){0, -1}, cpu->threads);
-        return rc;
+    for (int64_t r0 = 0; r0 < sg->rows && rc == 0; r0 += sg->row_block) {
+        rows r = {r0, sg->rows - r0 < sg->row_block ? sg->rows - r0 : sg->row_block};
+        for (int i = sg->first; i < sg->first + sg->count && rc == 0; i++)
+            rc = run_kernel(be, p, bind, arena, &p->kernels[i], r, sg->rows, cpu->threads);
     }
+    return rc;
+}
+
+static int run_kernels(ot_backend *be, const ot_plan *p, const ot_binding *bind, char *arena)
+{
+    ot_cpu *cpu = be->impl;
     if (p->row_serial) {
-        for (int64_t r0 = 0; r0 < p->rows && rc == 0; r0 += p->row_block) {
-            rows r = {r0, p->rows - r0 < p->row_block ? p->rows - r0 : p->row_block};
-            for (int i = 0; i < p->nkernels && rc == 0; i++)
-                rc = run_kernel(be, p, bind, arena, &p->kernels[i], r, cpu->threads);
+        ot_segment all = {0, p->nkernels, p->rows, p->row_block};
+        return run_segment(be, p, bind, arena, &all);
+    }
+    if (p->row_block <= 0) {
+        int rc = 0, s = 0;
+        for (int i = 0; i < p->nkernels && rc == 0; i++) {
+            if (s < p->nseg && p->segs[s].first == i) {
+                rc = run_segment(be, p, bind, arena, &p->segs[s]);
+                i += p->segs[s++].count - 1;
+            } else {
+                rc = run_kernel(be, p, bind, arena, &p->kernels[i], (rows){0, -1}, 0, cpu->threads);
+            }
         }
         return rc;
     }

@@ -356,6 +356,11 @@ typedef struct ot_kernel {
     char *desc;                     /* for ot_explain: the nodes it fuses */
 } ot_kernel;
 
+typedef struct ot_segment {
+    int first, count;               /* kernels [first, first + count) */
+    int64_t rows, row_block;
+} ot_segment;
+
 typedef struct ot_plan {
     atomic_int refs;                /* the cache's reference plus runs' */
     _Atomic(char *) arena;          /* temporaries' memory, kept between runs
@@ -375,6 +380,10 @@ typedef struct ot_plan {
                                        one dim walks a multiple of them) */
     bool row_serial;                /* blocks in order, kernels threaded (a
                                        dot's rows and their epilogues) */
+    int nseg;                       /* without row_block: runs of kernels, a
+                                       dot and its epilogue, that run per
+                                       block of the dot's rows, in order */
+    ot_segment *segs;
 } ot_plan;
 
 /* What a run binds: leaf base pointers (element 0 of each leaf view),

@@ -8,6 +8,7 @@
  */
 #include "test.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 typedef struct pair {
@@ -308,4 +309,72 @@ TEST(gemm_batched_shared)
         ot_tensor_free(res[1][i]);
     }
     pair_close(&p);
+}
+
+/* An SGD-with-momentum step whose gradient is a dot, written in place: the
+ * dot and the update run as one segment, per block of the dot's rows (the
+ * update as its epilogue), and ot_explain_many shows that plan. */
+TEST(gemm_epilogue_inplace_update)
+{
+    pair p;
+    pair_open(&p);
+    enum { B = 16, R = 1100, C = 300 };
+    ot_tensor *res[2][2];
+    for (int s = 0; s < 2; s++) {
+        ot_tensor *w = mat(p.be[s], R, C, OT_F32, 1), *v = mat(p.be[s], R, C, OT_F32, 2);
+        ot_tensor *x = mat(p.be[s], B, R, OT_F32, 3), *d = mat(p.be[s], B, C, OT_F32, 4);
+        ot_pool *pool = ot_pool_push();
+        ot_node *g = ot_add(ot_dot(ot_T(x), d), ot_mul(w, 1e-4));
+        ot_node *vn = ot_sub(ot_mul(v, 0.9), ot_mul(g, 0.1));
+        ot_tensor *outs[2] = {w, v};
+        ot_node *trees[2] = {ot_add(w, vn), vn};
+        if (s == 1) {
+            char *buf = NULL;
+            size_t len = 0;
+            FILE *f = open_memstream(&buf, &len);
+            CHECK_INT(ot_explain_many(2, outs, trees, f), 0);
+            fclose(f);
+            CHECK(buf && strstr(buf, "dot epilogue: kernels 0-1 run per block of 436 of 1100 rows"));
+            CHECK(buf && strstr(buf, "epilogue of kernel 0"));
+            free(buf);
+        }
+        ot_stats s0, s1;
+        ot_stats(p.be[s], &s0);
+        CHECK_INT(ot_assign_many(2, outs, trees), 0);
+        ot_stats(p.be[s], &s1);
+        if (s == 1) CHECK_INT(s1.kernels - s0.kernels, 2);
+        ot_pool_pop(pool);
+        res[s][0] = w;
+        res[s][1] = v;
+        ot_tensor_free(x);
+        ot_tensor_free(d);
+    }
+    for (int i = 0; i < 2; i++) {
+        check_same(res[0][i], res[1][i], 1e-5);
+        ot_tensor_free(res[0][i]);
+        ot_tensor_free(res[1][i]);
+    }
+    pair_close(&p);
+}
+
+/* ot_explain_many makes ot_assign_many's checks and writes nothing. */
+TEST(explain_many_errors)
+{
+    ot_backend *be = ot_backend_new("cpu", NULL);
+    ot_tensor *a = ot_zeros(be, OT_SHAPE(3), OT_F32), *b = ot_zeros(be, OT_SHAPE(4), OT_F32);
+    ot_pool *pool = ot_pool_push();
+    ot_node *t = ot_add(a, 1.0f);
+    CHECK_INT(ot_explain_many(1, (ot_tensor *[]){a}, (ot_node *[]){t}, NULL), OT_ENULL);
+    CHECK_ERR(OT_ENULL, "FILE");
+    CHECK_INT(ot_explain_many(1, (ot_tensor *[]){b}, (ot_node *[]){t}, stderr), OT_ESHAPE);
+    CHECK_ERR(OT_ESHAPE, "explain_many", "(3,)", "(4,)");
+    CHECK_INT(ot_explain_many(-1, NULL, NULL, stderr), OT_EINVAL);
+    CHECK_ERR(OT_EINVAL, "negative");
+    float h[3];
+    ot_get(a, h);
+    CHECK(h[0] == 0 && h[2] == 0);
+    ot_pool_pop(pool);
+    ot_tensor_free(a);
+    ot_tensor_free(b);
+    ot_backend_free(be);
 }

@@ -144,6 +144,22 @@ void w10_explain(FILE *f, ot_tensor *const in[])
         ot_node *g = ot_autodiff_grad(ad, in[IN_W1 + i]);
         if (!g || ot_explain(g, f) != 0) bench_die("W10: grad %s: %s", names[i], ot_errmsg());
     }
+    /* The step itself: the trees ot_sgd_step builds, in its ot_assign_many. */
+    ot_tensor *outs[2 * W10_NPARAM];
+    ot_node *trees[2 * W10_NPARAM];
+    const ot_sgd *o = &W10_SGD;
+    for (int i = 0; i < W10_NPARAM; i++) {
+        ot_tensor *w = in[IN_W1 + i], *v = in[IN_V1 + i];
+        ot_node *d = ot_add(ot_autodiff_grad(ad, w), ot_mul(w, o->weight_decay));
+        ot_node *vn = ot_sub(ot_mul(v, o->momentum), ot_mul(d, o->lr));
+        outs[2 * i] = w;
+        outs[2 * i + 1] = v;
+        trees[2 * i] = ot_add(w, vn);
+        trees[2 * i + 1] = vn;
+    }
+    fputs("-- the whole step (ot_sgd_step's ot_assign_many):\n", f);
+    if (ot_explain_many(2 * W10_NPARAM, outs, trees, f) != 0)
+        bench_die("W10: ot_explain_many: %s", ot_errmsg());
     ot_autodiff_free(ad);
 }
 

@@ -1834,7 +1834,9 @@ static int64_t gemm_block(int64_t rows, int64_t row_bytes)
 {
     int64_t blk = row_bytes > 0 ? GEMM_BLOCK_BYTES / row_bytes : rows;
     if (blk < GEMM_BLOCK_ROWS) blk = GEMM_BLOCK_ROWS;
-    return rows <= 2 * blk ? rows : blk;
+    if (rows <= 2 * blk) return rows;
+    int64_t nblocks = (rows + blk - 1) / blk;   /* equal blocks: no thin last call */
+    return (rows + nblocks - 1) / nblocks;
 }
 
 /* The rows a kernel walks (dim 0, a dot's rows), or -1. */

@@ -205,7 +205,7 @@ TEST(gemm_epilogue_blocks)
             if (s == 1) {
                 char *txt = test__capture(ot_explain, t);
                 CHECK(txt && strstr(txt, "epilogue of kernel 0"));
-                CHECK(txt && strstr(txt, i ? "per block of 256 of 1100 rows" : "of 40 rows"));
+                CHECK(txt && strstr(txt, i ? "per block of 220 of 1100 rows" : "of 40 rows"));
                 free(txt);
             }
             CHECK_INT(ot_assign(o[s], t), 0);
@@ -334,7 +334,7 @@ TEST(gemm_epilogue_inplace_update)
             FILE *f = open_memstream(&buf, &len);
             CHECK_INT(ot_explain_many(2, outs, trees, f), 0);
             fclose(f);
-            CHECK(buf && strstr(buf, "dot epilogue: kernels 0-1 run per block of 436 of 1100 rows"));
+            CHECK(buf && strstr(buf, "dot epilogue: kernels 0-1 run per block of 367 of 1100 rows"));
             CHECK(buf && strstr(buf, "epilogue of kernel 0"));
             free(buf);
         }

@@ -1974,13 +1974,24 @@ static bool epilogue_fits(const compiler *c, int d, int e)
     return true;
 }
 
+/* A segment of dot `first` and its epilogue. With several blocks, the dot's
+ * result shrinks to one block that every block reuses (still in cache when
+ * the next block's GEMM writes it); its size is set before the arena's
+ * layout. */
 static bool add_segment(compiler *c, int first, int64_t rows, int64_t row_bytes)
 {
     ot_plan *p = c->plan;
     ot_segment *s = realloc(p->segs, sizeof *s * (size_t)(p->nseg + 1));
     if (!s) return false;
     p->segs = s;
-    s[p->nseg++] = (ot_segment){first, 2, rows, gemm_block(rows, row_bytes)};
+    const ot_kernel *d = &p->kernels[first];
+    int64_t blk = gemm_block(rows, row_bytes);
+    int t = blk < rows ? d->store.index : -1;
+    if (t >= 0) {
+        size_t bytes = (size_t)(blk * d->store.strides[0]) * ot_dtype_size((ot_dtype)d->store.dtype);
+        p->temp_offset[t] = (bytes + 63) & ~(size_t)63;
+    }
+    s[p->nseg++] = (ot_segment){first, 2, rows, blk, t};
     return true;
 }
 
@@ -2128,7 +2139,7 @@ static ot_plan *compile(ot_backend *be, const ot_walk *w, int n, ot_tensor *cons
         mark_direct_roots(&c);
         assign_storage(&c);
         ok = !c.oom && build_kernels(&c) && choose_dot_segments(&c) && layout_arena(c.plan);
-        if (ok) choose_row_blocks(&c);
+        if (ok && c.plan->nseg == 0) choose_row_blocks(&c);
     }
     free(c.ci);
     free(c.groot);

@@ -650,15 +650,16 @@ typedef struct rows {
     int64_t r0, n;
 } rows;
 
-static char *row_base(char *base, const ot_view *v, rows r)
+static char *row_base(char *base, const ot_view *v, rows r, int block_temp)
 {
-    return r.n < 0 ? base : base + r.r0 * v->strides[0] * (int64_t)ot__esize(v->dtype);
+    if (r.n < 0 || (v->space == OT_SPACE_TEMP && v->index == block_temp)) return base;
+    return base + r.r0 * v->strides[0] * (int64_t)ot__esize(v->dtype);
 }
 
 /* Runs one kernel, over a block of the plan's rows or over everything (r.n
  * < 0), on the pool th (NULL: serially, when blocks run in parallel). */
 static int run_kernel(ot_backend *be, const ot_plan *p, const ot_binding *bind, char *arena,
-                      const ot_kernel *whole, rows r, int64_t nrows, ot_threads *th)
+                      const ot_kernel *whole, rows r, int64_t nrows, int block_temp, ot_threads *th)
 {
     ot_cpu *cpu = be->impl;
     ot_kernel k = *whole;
@@ -668,14 +669,14 @@ static int run_kernel(ot_backend *be, const ot_plan *p, const ot_binding *bind, 
         if (k.kind == OT_KER_DOT) k.m = r.n;
         else k.dims[0] = r.n;
     }
-    char *dst = row_base(view_base(p, bind, arena, &k.store), &k.store, r);
+    char *dst = row_base(view_base(p, bind, arena, &k.store), &k.store, r, block_temp);
     char *stack_base[16];
     char **base = k.nload <= 16 ? stack_base : malloc(sizeof *base * (size_t)k.nload);
     if (!base) return OT_ENOMEM;
     for (int i = 0; i < k.nload; i++) {
         bool whole_b = k.kind == OT_KER_DOT && i == 1;   /* every block reads all of B */
         base[i] = row_base(view_base(p, bind, arena, &k.loads[i]), &k.loads[i],
-                           whole_b ? (rows){0, -1} : r);
+                           whole_b ? (rows){0, -1} : r, block_temp);
     }
     switch (k.kind) {   /* rand and onehot are never row-blocked */
     case OT_KER_DOT: return ot__run_dot(be, &k, base, dst, bind->param);
@@ -686,7 +687,8 @@ static int run_kernel(ot_backend *be, const ot_plan *p, const ot_binding *bind, 
     run_ctx c = {.k = &k, .kt = cpu->k, .acc = be->opts.accuracy == OT_ULP35, .base = base,
                  .store = dst, .param = bind->param};
     for (int x = 0; x < k.nxstore; x++)
-        c.xstore[x] = row_base(view_base(p, bind, arena, &k.xstores[x].view), &k.xstores[x].view, r);
+        c.xstore[x] = row_base(view_base(p, bind, arena, &k.xstores[x].view), &k.xstores[x].view,
+                               r, -1);
     set_space(&c, &k);
     int rc = k.kind == OT_KER_EW ? run_ew(th, &c) : run_reduce(th, &c);
     free(c.partial);
@@ -715,7 +717,7 @@ static void block_chunk(void *arg, int64_t first, int64_t last)
         rows r = {blk * p->row_block, 0};
         r.n = nrows - r.r0 < p->row_block ? nrows - r.r0 : p->row_block;
         for (int i = 0; i < p->nkernels; i++) {
-            int rc = run_kernel(b->be, p, b->bind, b->arena, &p->kernels[i], r, p->rows, NULL);
+            int rc = run_kernel(b->be, p, b->bind, b->arena, &p->kernels[i], r, p->rows, -1, NULL);
             if (rc) atomic_store(&b->rc, rc);
         }
     }
@@ -731,7 +733,8 @@ static int run_segment(ot_backend *be, const ot_plan *p, const ot_binding *bind,
     for (int64_t r0 = 0; r0 < sg->rows && rc == 0; r0 += sg->row_block) {
         rows r = {r0, sg->rows - r0 < sg->row_block ? sg->rows - r0 : sg->row_block};
         for (int i = sg->first; i < sg->first + sg->count && rc == 0; i++)
-            rc = run_kernel(be, p, bind, arena, &p->kernels[i], r, sg->rows, cpu->threads);
+            rc = run_kernel(be, p, bind, arena, &p->kernels[i], r, sg->rows, sg->block_temp,
+                            cpu->threads);
     }
     return rc;
 }
@@ -740,7 +743,7 @@ static int run_kernels(ot_backend *be, const ot_plan *p, const ot_binding *bind,
 {
     ot_cpu *cpu = be->impl;
     if (p->row_serial) {
-        ot_segment all = {0, p->nkernels, p->rows, p->row_block};
+        ot_segment all = {0, p->nkernels, p->rows, p->row_block, -1};
         return run_segment(be, p, bind, arena, &all);
     }
     if (p->row_block <= 0) {
@@ -750,7 +753,8 @@ static int run_kernels(ot_backend *be, const ot_plan *p, const ot_binding *bind,
                 rc = run_segment(be, p, bind, arena, &p->segs[s]);
                 i += p->segs[s++].count - 1;
             } else {
-                rc = run_kernel(be, p, bind, arena, &p->kernels[i], (rows){0, -1}, 0, cpu->threads);
+                rc = run_kernel(be, p, bind, arena, &p->kernels[i], (rows){0, -1}, 0, -1,
+                                cpu->threads);
             }
         }
         return rc;

@@ -359,6 +359,9 @@ typedef struct ot_kernel {
 typedef struct ot_segment {
     int first, count;               /* kernels [first, first + count) */
     int64_t rows, row_block;
+    int block_temp;                 /* a temp holding one block of rows (the
+                                       dot's result, reused by every block,
+                                       so it stays in cache), or -1 */
 } ot_segment;
 
 typedef struct ot_plan {

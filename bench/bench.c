@@ -336,7 +336,18 @@ typedef struct medians {
     double t[V_COUNT + 1];
 } medians;
 
-/* One warm-up of every variant, then `runs` rounds of all of them. */
+/* Lets threads that spin after multi-threaded work (OpenBLAS's workers
+ * poll with sched_yield for a while) go to sleep: on 2 vCPUs sharing one
+ * core, a spinning worker takes half of the core from the next timing. */
+static void settle(void)
+{
+    struct timespec ts = {0, 300 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+}
+
+/* One warm-up of every variant, then `runs` rounds of the single-thread
+ * variants and the reference, interleaved (their ratios are the claims),
+ * then the multi-threaded variant's runs on their own. */
 static medians time_case(const bench_case *c, const bench_data *d, const variant vs[],
                          float *ref_out, long calls, int runs, bool time_the_ref)
 {
@@ -345,6 +356,7 @@ static medians time_case(const bench_case *c, const bench_data *d, const variant
         t[k] = xmalloc((size_t)runs * sizeof(double));
     for (int r = -1; r < runs; r++) {
         for (int k = 0; k < V_COUNT; k++) {
+            if (k == V_FUSED2) continue;
             double s = time_optree(c, &vs[k], calls);
             if (r >= 0) t[k][r] = s;
         }
@@ -353,6 +365,11 @@ static medians time_case(const bench_case *c, const bench_data *d, const variant
             if (r >= 0) t[V_COUNT][r] = s;
         }
     }
+    for (int r = -1; r < runs; r++) {
+        double s = time_optree(c, &vs[V_FUSED2], calls);
+        if (r >= 0) t[V_FUSED2][r] = s;
+    }
+    settle();
     medians m;
     for (int k = 0; k <= V_COUNT; k++) {
         m.t[k] = k < V_COUNT || time_the_ref ? median(t[k], runs) : -1;

@@ -1667,11 +1667,14 @@ void ot__plan_release(ot_plan *p)
     free(p);
 }
 
-static bool in_segment(const ot_plan *p, int i)
+/* Kernel i's place in a segment: 1 the epilogue, 2 a reduction joining it,
+ * 0 neither. */
+static int segment_role(const ot_plan *p, int i)
 {
     for (int s = 0; p->row_block <= 0 && s < p->nseg; s++)
-        if (i > p->segs[s].first && i < p->segs[s].first + p->segs[s].count) return true;
-    return false;
+        if (i > p->segs[s].first && i < p->segs[s].first + p->segs[s].count)
+            return i - p->segs[s].first;
+    return 0;
 }
 
 /* The dot kernel whose result kernel i reads, or -1. */
@@ -1704,9 +1707,11 @@ int ot__plan_explain(const ot_plan *p, FILE *f)
                 p->segs[s].first, p->segs[s].first + p->segs[s].count - 1,
                 (long long)p->segs[s].row_block, (long long)p->segs[s].rows);
     for (int i = 0; i < p->nkernels; i++) {
-        int from = p->row_serial || in_segment(p, i) ? dot_read(p, i) : -1;
+        int role = segment_role(p, i);
+        int from = p->row_serial || role == 1 ? dot_read(p, i) : -1;
         fprintf(f, "  kernel %d: %s", i, p->kernels[i].desc ? p->kernels[i].desc : "?");
         if (from >= 0) fprintf(f, " (epilogue of kernel %d, on its rows in cache)", from);
+        if (role == 2) fprintf(f, " (bsum of kernel %d's result, in cache)", i - 1);
         fputc('\n', f);
     }
     return ferror(f) ? OT_EIO : 0;
@@ -1995,6 +2000,50 @@ static bool add_segment(compiler *c, int first, int64_t rows, int64_t row_bytes)
     return true;
 }
 
+/* Moves kernel `from` to position `to` (< from), shifting the ones between. */
+static void move_kernel(ot_plan *p, int from, int to)
+{
+    ot_kernel moved = p->kernels[from];
+    memmove(&p->kernels[to + 1], &p->kernels[to], sizeof moved * (size_t)(from - to));
+    p->kernels[to] = moved;
+}
+
+static int temp_writer(const ot_plan *p, int t)
+{
+    for (int k = 0; k < p->nkernels; k++)
+        if (p->kernels[k].store.space == OT_SPACE_TEMP && p->kernels[k].store.index == t) return k;
+    return -1;
+}
+
+/* A reduction of the epilogue's result that may join segment sg right after
+ * it, while that result is in cache (neon's bsum: a bias gradient's sum over
+ * the rows): its other inputs exist before the dot, moving it earlier
+ * changes nothing the kernels it passes read or write, and it either walks
+ * the rows or the segment is one block (a sum down the rows needs every
+ * row). The first such kernel, or -1. */
+static int bsum_of(const compiler *c, const ot_segment *sg)
+{
+    const ot_plan *p = c->plan;
+    int d = sg->first;
+    const ot_kernel *ek = &p->kernels[d + 1];
+    if (ek->store.space != OT_SPACE_TEMP) return -1;
+    for (int r = d + 2; r < p->nkernels; r++) {
+        const ot_kernel *rk = &p->kernels[r];
+        bool reads = false, ok = rk->kind == OT_KER_REDUCE &&
+                                 (sg->row_block == sg->rows || walks_rows(rk, sg->rows, true));
+        for (int l = 0; l < rk->nload && ok; l++) {
+            const ot_view *v = &rk->loads[l];
+            if (v->space != OT_SPACE_TEMP) continue;
+            if (v->index == ek->store.index) reads = true;
+            else ok = temp_writer(p, v->index) < d;
+        }
+        for (int k = d + 2; k < r && ok && reads; k++)
+            ok = !kernels_conflict(c, &p->kernels[k], rk) && !kernels_conflict(c, rk, &p->kernels[k]);
+        if (ok && reads) return r;
+    }
+    return -1;
+}
+
 /* Pairs each dot with the elementwise kernel that alone reads its result
  * (moved right after it), so that kernel runs as an epilogue on blocks of
  * the dot's rows. Runs before the arena is laid out: it reorders kernels. */
@@ -2007,13 +2056,18 @@ static bool choose_dot_segments(compiler *c)
             continue;
         int e = sole_reader(p, dk->store.index);
         if (e <= d || !epilogue_fits(c, d, e)) continue;
-        ot_kernel moved = p->kernels[e];
-        memmove(&p->kernels[d + 2], &p->kernels[d + 1], sizeof moved * (size_t)(e - d - 1));
-        p->kernels[d + 1] = moved;
+        move_kernel(p, e, d + 1);
+        const ot_kernel *ek = &p->kernels[d + 1];
         int64_t row_bytes = 8 * dk->n;
-        for (int i = 1; i < moved.ndim; i++) row_bytes = row_bytes > 8 * moved.dims[i] ? row_bytes : 8 * moved.dims[i];
+        for (int i = 1; i < ek->ndim; i++) row_bytes = row_bytes > 8 * ek->dims[i] ? row_bytes : 8 * ek->dims[i];
         if (!add_segment(c, d, dk->m, row_bytes)) return false;
-        d++;
+        ot_segment *sg = &p->segs[p->nseg - 1];
+        int r = bsum_of(c, sg);
+        if (r >= 0) {
+            move_kernel(p, r, d + 2);
+            sg->count = 3;
+        }
+        d += sg->count - 1;
     }
     return true;
 }

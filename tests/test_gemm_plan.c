@@ -378,3 +378,45 @@ TEST(explain_many_errors)
     ot_tensor_free(b);
     ot_backend_free(be);
 }
+
+/* A sum over the rows of a dot's epilogue (neon's bsum, a bias gradient)
+ * joins the segment right after the epilogue; values as on ref. */
+TEST(gemm_bsum_joins_epilogue)
+{
+    pair p;
+    pair_open(&p);
+    ot_tensor *res[2][2];
+    for (int s = 0; s < 2; s++) {
+        ot_tensor *a = mat(p.be[s], 128, 64, OT_F64, 1), *b = mat(p.be[s], 64, 300, OT_F64, 2);
+        ot_tensor *bias = mat(p.be[s], 1, 300, OT_F64, 3), *x = mat(p.be[s], 128, 50, OT_F64, 4);
+        ot_tensor *outs[2] = {ot_empty(p.be[s], OT_SHAPE(50, 300), OT_F64),
+                              ot_empty(p.be[s], OT_SHAPE(1, 300), OT_F64)};
+        ot_pool *pool = ot_pool_push();
+        ot_node *e = ot_relu(ot_add(ot_dot(a, b), bias));
+        ot_node *trees[2] = {ot_dot(ot_T(x), e), ot_sum(e, .axis = 0, .keepdims = true)};
+        if (s == 1) {
+            char *buf = NULL;
+            size_t len = 0;
+            FILE *f = open_memstream(&buf, &len);
+            CHECK_INT(ot_explain_many(2, outs, trees, f), 0);
+            fclose(f);
+            CHECK(buf && strstr(buf, "dot epilogue: kernels 0-2"));
+            CHECK(buf && strstr(buf, "(bsum of kernel 1's result, in cache)"));
+            free(buf);
+        }
+        CHECK_INT(ot_assign_many(2, outs, trees), 0);
+        ot_pool_pop(pool);
+        res[s][0] = outs[0];
+        res[s][1] = outs[1];
+        ot_tensor_free(a);
+        ot_tensor_free(b);
+        ot_tensor_free(bias);
+        ot_tensor_free(x);
+    }
+    for (int i = 0; i < 2; i++) {
+        check_same(res[0][i], res[1][i], 1e-12);
+        ot_tensor_free(res[0][i]);
+        ot_tensor_free(res[1][i]);
+    }
+    pair_close(&p);
+}

@@ -1166,6 +1166,28 @@ static ot_view reduce_store(const storage *dst, const ot_node *r, const ot_shape
     return v;
 }
 
+/* The reduction that computes stored value x itself and writes it out as a
+ * further output (softmax's exp(x - max): stored once, summed in the same
+ * pass), or -1. x must be an elementwise value stored for several readers,
+ * not an output, read by exactly one reduction (built by reduce_kernel), and
+ * by nothing else built before that reduction. */
+static int absorbing_reduce(const compiler *c, int x)
+{
+    if (!c->fused || !is_ew(c, x) || !c->ci[x].mat || c->ci[x].canon != x) return -1;
+    for (int i = 0; i < c->nout; i++)
+        if (c->ci[c->w->root[i]].canon == x) return -1;
+    int red = -1;
+    for (int e = x + 1; e < c->w->n; e++) {
+        if (c->ci[e].canon != e || !is_op(c, e)) continue;
+        bool reads = canon_operand(c, e, 0) == x || canon_operand(c, e, 1) == x;
+        if (!reads) continue;
+        if (red >= 0) continue;   /* later readers load what the reduction stored */
+        if (kind_of(c, e) != OT_KIND_REDUCE || !c->ci[e].mat || canon_operand(c, e, 0) != x) return -1;
+        red = e;
+    }
+    return red;
+}
+
 static bool reduce_kernel(compiler *c, prog *g, int e, const storage *dst)
 {
     const ot_node *r = node_of(c, e);
@@ -1179,10 +1201,21 @@ static bool reduce_kernel(compiler *c, prog *g, int e, const storage *dst)
     k->red_op = r->op;
     k->red_count = r->args.axis == OT_AXIS_ALL ? ot__numel(in) : in->dims[r->args.axis];
     int pin = r->args.axis == OT_AXIS_ALL ? -1 : r->args.axis;
-    bool computed = is_ew(c, x) && !c->ci[x].mat;
+    bool absorbs = absorbing_reduce(c, x) == e;
+    if (absorbs) {
+        if (!(k->xstores = calloc(1, sizeof *k->xstores))) return false;
+        k->nxstore = 1;
+        k->xstores[0].view = view_of(&c->ci[x].st, in->ndim, in->dims);
+    }
+    bool computed = (is_ew(c, x) && !c->ci[x].mat) || absorbs;
     int v = emit_region(g, x, computed, r->args.axis == OT_AXIS_ALL ? NULL : &pin);
     k->red_axis = r->args.axis == OT_AXIS_ALL ? -1 : pin;
+    if (absorbs) g->xval[0] = v;
     if (!finish_program(g, v)) return false;
+    if (absorbs) {
+        int nd = k->ndim;
+        k->xstores[0].direct = !k->xstores[0].scalar && nd > 0 && k->xstores[0].view.strides[nd - 1] == 1;
+    }
     return true;
 }
 
@@ -1758,6 +1791,10 @@ static bool layout_arena(ot_plan *p)
     for (int k = 0; ok && k < nk; k++) {
         const ot_kernel *kk = &p->kernels[k];
         if (kk->store.space == OT_SPACE_TEMP && def[kk->store.index] < 0) def[kk->store.index] = k;
+        for (int x = 0; x < kk->nxstore; x++) {
+            const ot_view *xv = &kk->xstores[x].view;
+            if (xv->space == OT_SPACE_TEMP && def[xv->index] < 0) def[xv->index] = k;
+        }
         for (int l = 0; l < kk->nload; l++)
             if (kk->loads[l].space == OT_SPACE_TEMP) last[kk->loads[l].index] = k;
     }
@@ -1795,7 +1832,8 @@ static bool build_kernels(compiler *c)
     bool ok = g.val && g.stamp && g.fused && via && lead;
     if (ok) choose_groups(c, lead);
     for (int i = 0; i < n && ok; i++) {
-        if (c->ci[i].canon == i && c->ci[i].mat && is_op(c, i) && kind_of(c, i) != OT_KIND_SHAPE)
+        if (c->ci[i].canon == i && c->ci[i].mat && is_op(c, i) && kind_of(c, i) != OT_KIND_SHAPE &&
+            absorbing_reduce(c, i) < 0)
             ok = entry_kernel(c, &g, i, &c->ci[i].st);
     }
     for (int i = 0; i < c->nout && ok; i++) {
@@ -1883,9 +1921,9 @@ static void choose_row_blocks(compiler *c)
     bool dots = false;
     for (int i = 0; i < p->nkernels; i++) dots |= p->kernels[i].kind == OT_KER_DOT;
     int64_t rows = kernel_rows(&p->kernels[0]), row_bytes = 0;
-    int *writer = malloc(sizeof(int) * (size_t)(p->ntemps ? p->ntemps : 1));
-    if (!writer) return;
-    for (int t = 0; t < p->ntemps; t++) writer[t] = -1;
+    /* Per temp: its row step as written (0: not written yet). */
+    int64_t *written = calloc((size_t)(p->ntemps ? p->ntemps : 1), sizeof *written);
+    if (!written) return;
     bool ok = rows > 1;
     for (int i = 0; i < p->nkernels && ok; i++) {
         const ot_kernel *k = &p->kernels[i];
@@ -1893,10 +1931,13 @@ static void choose_row_blocks(compiler *c)
         for (int l = 0; l < k->nload && ok; l++) {
             const ot_view *v = &k->loads[l];
             if (v->space != OT_SPACE_TEMP || (k->kind == OT_KER_DOT && l == 1)) continue;
-            const ot_kernel *w = writer[v->index] >= 0 ? &p->kernels[writer[v->index]] : NULL;
-            ok = w && row_step(w, &w->store, rows) == row_step(k, v, rows);
+            ok = written[v->index] != 0 && written[v->index] == row_step(k, v, rows);
         }
-        if (ok && k->store.space == OT_SPACE_TEMP) writer[k->store.index] = i;
+        for (int x = -1; ok && x < k->nxstore; x++) {
+            const ot_view *o = x < 0 ? &k->store : &k->xstores[x].view;
+            int64_t step = row_step(k, o, rows);
+            if (o->space == OT_SPACE_TEMP) written[o->index] = step ? step : -1;
+        }
         int64_t b = k->kind == OT_KER_DOT ? k->n * 8 : 8;
         for (int d = 1; d < k->ndim; d++) b *= k->dims[d];
         if (k->kind != OT_KER_DOT) b *= kernel_rows(k) / rows;
@@ -1905,7 +1946,7 @@ static void choose_row_blocks(compiler *c)
     for (int i = 0; ok && c->outs && i < c->nout; i++)
         for (int j = 0; j < c->w->nleaf && ok; j++)
             ok = ot__overlap(c->outs[i], c->w->leaf[j]) == OT_OVERLAP_NONE;
-    free(writer);
+    free(written);
     if (!ok || row_bytes <= 0) return;
     p->rows = rows;
     if (!dots) {

@@ -230,9 +230,9 @@ static int form2(uint8_t sc) { return (sc & 3) == 1 ? OT_FORM_SV : (sc & 3) == 2
 static void *dest(const ot_kernel *k, char *const *direct, int buf, void *own)
 {
     if (!direct) return own;
-    if (buf == k->result) return direct[0] ? direct[0] : own;
-    for (int x = 0; x < k->nxstore; x++)
-        if (buf == k->xstores[x].result) return direct[x + 1] ? direct[x + 1] : own;
+    for (int x = 0; x < k->nxstore; x++)   /* a reduction's extra output is its result */
+        if (buf == k->xstores[x].result && direct[x + 1]) return direct[x + 1];
+    if (buf == k->result && direct[0]) return direct[0];
     return own;
 }
 
@@ -302,6 +302,29 @@ static void tile_at(const run_ctx *c, int64_t t, int64_t *o, int64_t *j, int64_t
     *n = c->inner - *j < c->tile ? c->inner - *j : c->tile;
 }
 
+/* Runs the program for a tile, writing the kernel's further outputs
+ * (directly where their insn may, else copied after); direct0 is where the
+ * result goes in place, or NULL. */
+static void run_with_extras(const run_ctx *c, scratch *s, int64_t o, int64_t j, int64_t n,
+                            char *direct0)
+{
+    const ot_kernel *k = c->k;
+    char *xdst[OT_MAX_XSTORES], *direct[1 + OT_MAX_XSTORES];
+    direct[0] = direct0;
+    for (int x = 0; x < k->nxstore; x++) {
+        const ot_xstore *xs = &k->xstores[x];
+        xdst[x] = c->xstore[x] + view_offset(k, &xs->view, o, j) * (int64_t)ot__esize(xs->view.dtype);
+        direct[x + 1] = xs->direct ? xdst[x] : NULL;
+    }
+    run_program(c, s, o, j, n, k->nxstore || direct0 ? direct : NULL);
+    for (int x = 0; x < k->nxstore; x++) {
+        const ot_xstore *xs = &k->xstores[x];
+        if (!xs->direct)
+            scatter(xdst[x], s->ptr[xs->result], inner_stride(k, &xs->view), n,
+                    ot__esize(xs->view.dtype), xs->scalar);
+    }
+}
+
 static void ew_tile(const run_ctx *c, scratch *s, int64_t t)
 {
     const ot_kernel *k = c->k;
@@ -309,22 +332,9 @@ static void ew_tile(const run_ctx *c, scratch *s, int64_t t)
     tile_at(c, t, &o, &j, &n);
     size_t es = ot__esize((ot_dtype)k->store.dtype);
     char *dst = c->store + view_offset(k, &k->store, o, j) * (int64_t)es;
-    char *xdst[OT_MAX_XSTORES], *direct[1 + OT_MAX_XSTORES];
-    direct[0] = k->direct_store ? dst : NULL;
-    for (int x = 0; x < k->nxstore; x++) {
-        const ot_xstore *xs = &k->xstores[x];
-        xdst[x] = c->xstore[x] + view_offset(k, &xs->view, o, j) * (int64_t)ot__esize(xs->view.dtype);
-        direct[x + 1] = xs->direct ? xdst[x] : NULL;
-    }
-    run_program(c, s, o, j, n, direct);
+    run_with_extras(c, s, o, j, n, k->direct_store ? dst : NULL);
     if (!k->direct_store)
         scatter(dst, s->ptr[k->result], inner_stride(k, &k->store), n, es, k->result_scalar);
-    for (int x = 0; x < k->nxstore; x++) {
-        const ot_xstore *xs = &k->xstores[x];
-        if (!xs->direct)
-            scatter(xdst[x], s->ptr[xs->result], inner_stride(k, &xs->view), n,
-                    ot__esize(xs->view.dtype), xs->scalar);
-    }
 }
 
 static void ew_body(run_ctx *c, scratch *s, int64_t first, int64_t last)
@@ -414,7 +424,7 @@ static void racc_store(const run_ctx *c, const racc *a, char *dst)
 static void reduce_tile(const run_ctx *c, scratch *s, racc *a, int64_t o, int64_t j, int64_t n,
                         int64_t i0)
 {
-    run_program(c, s, o, j, n, NULL);
+    run_with_extras(c, s, o, j, n, NULL);
     const ot_kernel *k = c->k;
     racc_tile(c, a, s->ptr[k->result], k->result_scalar, n, i0);
 }
@@ -490,7 +500,7 @@ static void column_body(run_ctx *c, scratch *s, int64_t first, int64_t last)
         for (int64_t i = 0; i < n; i++) acc[i] = racc_identity(k->red_op);
         for (int64_t r = 0; r < red; r++) {
             int64_t o = (hi * red + r) * after + lo;
-            run_program(c, s, o, j, n, NULL);
+            run_with_extras(c, s, o, j, n, NULL);
             const void *vals = s->ptr[k->result];
             if (column_sum(k, acc, vals, n)) continue;
             for (int64_t i = 0; i < n; i++)

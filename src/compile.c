@@ -2049,10 +2049,16 @@ static void move_kernel(ot_plan *p, int from, int to)
     p->kernels[to] = moved;
 }
 
+/* The kernel writing temp t (as its result or a further output), or -1. */
 static int temp_writer(const ot_plan *p, int t)
 {
-    for (int k = 0; k < p->nkernels; k++)
-        if (p->kernels[k].store.space == OT_SPACE_TEMP && p->kernels[k].store.index == t) return k;
+    for (int k = 0; k < p->nkernels; k++) {
+        const ot_kernel *kk = &p->kernels[k];
+        for (int x = -1; x < kk->nxstore; x++) {
+            const ot_view *o = x < 0 ? &kk->store : &kk->xstores[x].view;
+            if (o->space == OT_SPACE_TEMP && o->index == t) return k;
+        }
+    }
     return -1;
 }
 
@@ -2111,6 +2117,73 @@ static bool choose_dot_segments(compiler *c)
         d += sg->count - 1;
     }
     return true;
+}
+
+/* ---- temporaries kept in the output ---------------------------------------- */
+
+static bool out_alone(const compiler *c, int i, int own);
+static char *describe(const ot_kernel *k);
+
+/* Whether a view's strides are the contiguous ones of shape (dims, nd). */
+static bool contiguous_view(const int64_t *strides, const ot_shape *sh)
+{
+    int64_t st = 1;
+    for (int d = sh->ndim - 1; d >= 0; d--) {
+        if (sh->dims[d] != 1 && strides[d] != st) return false;
+        st *= sh->dims[d];
+    }
+    return true;
+}
+
+/* Every view of temp t becomes output i's (same layout: both contiguous). */
+static void retarget_temp(ot_plan *p, int t, int i)
+{
+    for (int k = 0; k < p->nkernels; k++) {
+        ot_kernel *kk = &p->kernels[k];
+        for (int v = -1 - kk->nxstore; v < kk->nload; v++) {
+            ot_view *w = v >= 0 ? &kk->loads[v] : v == -1 ? &kk->store : &kk->xstores[-2 - v].view;
+            if (w->space == OT_SPACE_TEMP && w->index == t) {
+                w->space = OT_SPACE_OUT;
+                w->index = i;
+                free(kk->desc);
+                kk->desc = describe(kk);
+            }
+        }
+    }
+    p->temp_offset[t] = 0;   /* no arena bytes */
+}
+
+/* A temporary that only the kernel writing output i reads, element for
+ * element, is kept in the output itself (as a hand-written softmax keeps
+ * exp in its output and divides in place): one buffer fewer to stream
+ * through memory. Both must be contiguous, of one shape and dtype, and the
+ * output must overlap no leaf. */
+static void temps_into_outputs(compiler *c)
+{
+    ot_plan *p = c->plan;
+    if (!c->fused) return;
+    for (int k = 0; k < p->nkernels; k++) {
+        const ot_kernel *kk = &p->kernels[k];
+        if (kk->kind != OT_KER_EW || kk->store.space != OT_SPACE_OUT || kk->nxstore) continue;
+        int i = kk->store.index;
+        ot_shape osh = out_shape(c, i);
+        if (c->outs && (!contiguous_view(c->outs[i]->strides, &osh) || !out_alone(c, i, -1))) continue;
+        for (int l = 0; l < kk->nload; l++) {
+            const ot_view *v = &kk->loads[l];
+            if (v->space != OT_SPACE_TEMP || !same_strides(v, &kk->store, kk->ndim) ||
+                v->dtype != kk->store.dtype || sole_reader(p, v->index) != k)
+                continue;
+            int w = temp_writer(p, v->index);
+            const ot_kernel *wk = w >= 0 ? &p->kernels[w] : NULL;
+            bool by_xstore = wk && wk->store.index != v->index;
+            size_t bytes = (size_t)ot__numel(&osh) * ot_dtype_size((ot_dtype)v->dtype);
+            if (!wk || wk->kind == OT_KER_DOT || (!by_xstore && wk->store.space != OT_SPACE_TEMP) ||
+                p->temp_offset[v->index] != ((bytes + 63) & ~(size_t)63))
+                continue;
+            retarget_temp(p, v->index, i);
+            break;
+        }
+    }
 }
 
 /* ---- dots written by BLAS into their output ------------------------------ */
@@ -2233,7 +2306,9 @@ static ot_plan *compile(ot_backend *be, const ot_walk *w, int n, ot_tensor *cons
         choose_materialised(&c);
         mark_direct_roots(&c);
         assign_storage(&c);
-        ok = !c.oom && build_kernels(&c) && choose_dot_segments(&c) && layout_arena(c.plan);
+        ok = !c.oom && build_kernels(&c) && choose_dot_segments(&c);
+        if (ok) temps_into_outputs(&c);
+        ok = ok && layout_arena(c.plan);
         if (ok && c.plan->nseg == 0) choose_row_blocks(&c);
     }
     free(c.ci);

@@ -141,10 +141,20 @@ typedef struct run_ctx {
 } run_ctx;
 
 /* Scratch of one chunk: a buffer per register plus reduction space. */
+/* Rows of a transposed input gathered together, 8 at a time (see
+ * transposed_row). */
+#define TCACHE_LOADS 2
+typedef struct tcache {
+    int load;                  /* the load it holds, or -1 */
+    int64_t o0, j;             /* its first outer index and inner start */
+    char *buf;                 /* 8 rows of one tile */
+} tcache;
+
 typedef struct scratch {
     void **ptr, **own;
     char *mem;
     bool heap;
+    tcache tc[TCACHE_LOADS];
 } scratch;
 
 #define STACK_SCRATCH 8192   /* bytes of tile scratch kept on the stack */
@@ -159,6 +169,7 @@ typedef struct scratch_stack {
 
 static void scratch_free(scratch *s)
 {
+    for (int i = 0; i < TCACHE_LOADS; i++) free(s->tc[i].buf);
     if (!s->heap) return;
     free(s->ptr);
     free(s->mem);
@@ -170,6 +181,7 @@ static bool scratch_new(scratch *s, const ot_kernel *k, int64_t tile, scratch_st
     size_t per = ((size_t)tile * 8 + 63) & ~(size_t)63;
     size_t bytes = per * (size_t)nb;
     bool small = nb <= STACK_BUFS && bytes <= STACK_SCRATCH;
+    for (int i = 0; i < TCACHE_LOADS; i++) s->tc[i] = (tcache){.load = -1};
     s->heap = !small;
     s->ptr = small ? st->ptr : calloc((size_t)nb * 2, sizeof *s->ptr);
     s->mem = small ? st->mem : malloc(bytes);
@@ -236,6 +248,34 @@ static void *dest(const ot_kernel *k, char *const *direct, int buf, void *own)
     return own;
 }
 
+/* A column-blocked kernel reading a transposed input (unit stride along
+ * the outer dim, 4-byte elements) gathers 8 tiles' rows at once: one
+ * contiguous read of 8 elements serves 8 tiles, and with AVX2 each 8x8 block
+ * is transposed in registers. The tile's row, or NULL where this does not
+ * apply (the caller gathers one element at a time). */
+static const void *transposed_row(const run_ctx *c, scratch *s, int load, int64_t o, int64_t j,
+                                  int64_t n)
+{
+    const ot_kernel *k = c->k;
+    int nd = k->ndim;
+    const ot_view *v = &k->loads[load];
+    if (!k->col_blocked || nd < 2 || v->strides[nd - 2] != 1 || ot__esize(v->dtype) != 4)
+        return NULL;
+    int64_t oi = o % k->dims[nd - 2], r = oi & 7, o0 = o - r;
+    int rows = (int)(k->dims[nd - 2] - (oi - r) < 8 ? k->dims[nd - 2] - (oi - r) : 8);
+    tcache *e = NULL;
+    for (int i = 0; i < TCACHE_LOADS && !e; i++)
+        if (s->tc[i].load == load || s->tc[i].load < 0) e = &s->tc[i];
+    if (!e) return NULL;
+    if (!e->buf && !(e->buf = malloc((size_t)c->tile * 8 * 4))) return NULL;
+    if (e->load != load || e->o0 != o0 || e->j != j) {
+        const char *src = c->base[load] + view_offset(k, v, o0, j) * 4;
+        c->kt->tgather_b4(e->buf, c->tile, src, inner_stride(k, v), n, rows);
+        *e = (tcache){load, o0, j, e->buf};
+    }
+    return e->buf + r * c->tile * 4;
+}
+
 /* Runs the register program over n elements at outer index o, inner j. */
 static void run_program(const run_ctx *c, scratch *s, int64_t o, int64_t j, int64_t n,
                         char *const *direct)
@@ -255,6 +295,11 @@ static void run_program(const run_ctx *c, scratch *s, int64_t o, int64_t j, int6
             int64_t st = inner_stride(k, v);
             if (scalar || st == 1) {
                 s->ptr[in->dst] = p;
+                continue;
+            }
+            const void *row = transposed_row(c, s, in->arg, o, j, n);
+            if (row) {
+                s->ptr[in->dst] = (void *)row;
                 continue;
             }
             gather(s->own[in->dst], p, st, n, es);

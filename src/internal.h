@@ -264,6 +264,9 @@ typedef struct ot_kernels {
     double (*min[2])(const void *a, size_t n);
     /* Column accumulation: acc[i] += a[i] for i < n, acc in double. */
     void (*acc_sum[2])(double *acc, const void *a, size_t n);
+    /* Transposed gather of 4-byte elements: dst[r*ds + i] = src[i*ss + r]
+     * for r < rows (at most 8) and i < n (strides in elements). */
+    void (*tgather_b4)(void *dst, int64_t ds, const void *src, int64_t ss, int64_t n, int rows);
 } ot_kernels;
 
 /* The kernel table for an ISA name ("scalar", "sse2", "avx2", "avx512"), or

@@ -75,6 +75,17 @@ static void check_same(ot_tensor *x, ot_tensor *y, double tol)
     free(hy);
 }
 
+/* Checks each cpu result against its ref twin, then frees both: ref[i] and
+ * cpu[i] for i < n. */
+static void check_pairs(ot_tensor **ref, ot_tensor **cpu, int n, double tol)
+{
+    for (int i = 0; i < n; i++) {
+        check_same(ref[i], cpu[i], tol);
+        ot_tensor_free(ref[i]);
+        ot_tensor_free(cpu[i]);
+    }
+}
+
 typedef ot_node *(*gemm_tree)(ot_tensor *a, ot_tensor *b, ot_tensor *c);
 static ot_node *t_compound(ot_tensor *a, ot_tensor *b, ot_tensor *c)
 {
@@ -179,11 +190,7 @@ TEST(gemm_unwritable_outputs)
         ot_tensor_free(ct);
         ot_tensor_free(b);
     }
-    for (int i = 0; i < 2; i++) {
-        check_same(r[0][i], r[1][i], 1e-5);
-        ot_tensor_free(r[0][i]);
-        ot_tensor_free(r[1][i]);
-    }
+    check_pairs(r[0], r[1], 2, 1e-5);
     pair_close(&p);
 }
 
@@ -249,11 +256,7 @@ TEST(inplace_group_one_pass)
         ot_tensor_free(g);
     }
     CHECK_INT(bytes, 5 * R * C * 4);
-    for (int i = 0; i < 2; i++) {
-        check_same(res[0][i], res[1][i], 1e-6);
-        ot_tensor_free(res[0][i]);
-        ot_tensor_free(res[1][i]);
-    }
+    check_pairs(res[0], res[1], 2, 1e-6);
     pair_close(&p);
 }
 
@@ -276,11 +279,7 @@ TEST(inplace_group_other_reader)
         res[s][1] = v;
         res[s][2] = u;
     }
-    for (int i = 0; i < 3; i++) {
-        check_same(res[0][i], res[1][i], 1e-13);
-        ot_tensor_free(res[0][i]);
-        ot_tensor_free(res[1][i]);
-    }
+    check_pairs(res[0], res[1], 3, 1e-13);
     pair_close(&p);
 }
 
@@ -303,11 +302,7 @@ TEST(gemm_batched_shared)
         ot_tensor_free(a3);
         ot_tensor_free(b3);
     }
-    for (int i = 0; i < 2; i++) {
-        check_same(res[0][i], res[1][i], 1e-13);
-        ot_tensor_free(res[0][i]);
-        ot_tensor_free(res[1][i]);
-    }
+    check_pairs(res[0], res[1], 2, 1e-13);
     pair_close(&p);
 }
 
@@ -349,11 +344,7 @@ TEST(gemm_epilogue_inplace_update)
         ot_tensor_free(x);
         ot_tensor_free(d);
     }
-    for (int i = 0; i < 2; i++) {
-        check_same(res[0][i], res[1][i], 1e-5);
-        ot_tensor_free(res[0][i]);
-        ot_tensor_free(res[1][i]);
-    }
+    check_pairs(res[0], res[1], 2, 1e-5);
     pair_close(&p);
 }
 
@@ -413,10 +404,6 @@ TEST(gemm_bsum_joins_epilogue)
         ot_tensor_free(bias);
         ot_tensor_free(x);
     }
-    for (int i = 0; i < 2; i++) {
-        check_same(res[0][i], res[1][i], 1e-12);
-        ot_tensor_free(res[0][i]);
-        ot_tensor_free(res[1][i]);
-    }
+    check_pairs(res[0], res[1], 2, 1e-12);
     pair_close(&p);
 }

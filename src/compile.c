@@ -1426,36 +1426,19 @@ static bool root_kernel(compiler *c, prog *g, int i, int r, int *via_temp)
  * ot_assign_many): its tree is computed elementwise and the output overlaps
  * no leaf, so no store can change what any tree reads. Outputs never overlap
  * each other (the assignment checks it). */
-static bool transposed_leaf(const compiler *c, int j);
-
 static bool groupable(const compiler *c, int i)
 {
     if (!c->outs || !c->fused || c->nout < 2) return false;
     int r = c->ci[c->w->root[i]].canon;
     if (!is_ew(c, r) || c->ci[r].mat) return false;
-    for (int j = 0; j < c->w->nleaf; j++) {
-        int ov = ot__overlap(c->outs[i], c->w->leaf[j]);
-        if (ov == OT_OVERLAP_PARTIAL || (ov == OT_OVERLAP_FULL && transposed_leaf(c, j)))
-            return false;
-    }
+    for (int j = 0; j < c->w->nleaf; j++)
+        if (ot__overlap(c->outs[i], c->w->leaf[j]) == OT_OVERLAP_PARTIAL) return false;
     return true;
 }
 
-/* Whether a transpose entry views leaf j (its loads would not walk j the
- * way an in-place store does). */
-static bool transposed_leaf(const compiler *c, int j)
-{
-    for (int e = 0; e < c->w->n; e++) {
-        const storage *st = &c->ci[e].st;
-        if (c->ci[e].canon == e && is_op(c, e) && kind_of(c, e) == OT_KIND_SHAPE && st->has &&
-            st->space == OT_SPACE_LEAF && st->index == j)
-            return true;
-    }
-    return false;
-}
-
 /* Whether output q's kernel reads leaf j itself: its root's elementwise
- * region (values not stored by kernels of their own) reaches the leaf. */
+ * region (values not stored by kernels of their own, transposes of leaves
+ * included) reaches the leaf. */
 static bool region_reads(const compiler *c, int q, int j, int *stack)
 {
     int n = 0, r = c->ci[c->w->root[q]].canon;
@@ -1465,8 +1448,7 @@ static bool region_reads(const compiler *c, int q, int j, int *stack)
         int e = stack[--n];
         const ent *x = &c->w->e[e];
         if (x->kind == OT_NODE_LEAF) found = x->slot == j;
-        if (x->kind != OT_NODE_OP || (e != r && c->ci[e].mat) || kind_of(c, e) == OT_KIND_SHAPE)
-            continue;
+        if (x->kind != OT_NODE_OP || (e != r && c->ci[e].mat)) continue;   /* a transpose is a view: go on */
         for (int k = 0; k < 2; k++)
             if (canon_operand(c, e, k) >= 0) stack[n++] = canon_operand(c, e, k);
     }
@@ -1538,7 +1520,28 @@ static int own_value(prog *g, int v, const ot_view *view, const int *taken, int 
 
 /* One kernel computing the trees of outputs idx[0..n-1] (same shape) in one
  * pass: shared subtrees are computed once and every input is read once. */
-static bool group_kernel(compiler *c, prog *g, const int *idx, int n)
+/* Whether every load of a leaf that an output of kernel k overwrites walks
+ * it as that output's store does (element for element): a transposed read
+ * would see elements another tile already wrote. */
+static bool loads_walk_outputs(const compiler *c, const ot_kernel *k)
+{
+    for (int x = -1; x < k->nxstore; x++) {
+        const ot_view *o = x < 0 ? &k->store : &k->xstores[x].view;
+        for (int l = 0; l < k->nload; l++) {
+            const ot_view *v = &k->loads[l];
+            if (v->space == OT_SPACE_LEAF &&
+                ot__overlap(c->outs[o->index], c->w->leaf[v->index]) != OT_OVERLAP_NONE &&
+                !same_strides(v, o, k->ndim))
+                return false;
+        }
+    }
+    return true;
+}
+
+/* One kernel computing the trees of outputs idx[0..n-1]; *split is set
+ * (and nothing built) when it could not run in place, and the caller
+ * writes each output on its own. */
+static bool group_kernel(compiler *c, prog *g, const int *idx, int n, bool *split)
 {
     ot_shape osh = out_shape(c, idx[0]);
     ot_kernel *k = new_kernel(c, OT_KER_EW);
@@ -1567,6 +1570,8 @@ static bool group_kernel(compiler *c, prog *g, const int *idx, int n)
     mark_layout(k);
     k->direct_store = k->direct_store && in_place[0];
     for (int x = 1; x < n; x++) k->xstores[x - 1].direct = k->xstores[x - 1].direct && in_place[x];
+    *split = !loads_walk_outputs(c, k);
+    if (*split) drop_last_kernel(c);
     return true;
 }
 
@@ -1836,16 +1841,18 @@ static bool build_kernels(compiler *c)
             absorbing_reduce(c, i) < 0)
             ok = entry_kernel(c, &g, i, &c->ci[i].st);
     }
+    for (int i = 0; i < c->nout && ok; i++) via[i] = -1;
     for (int i = 0; i < c->nout && ok; i++) {
-        via[i] = -1;
         if (lead[i] < 0) {
             ok = root_kernel(c, &g, i, c->ci[c->w->root[i]].canon, &via[i]);
         } else if (lead[i] == i) {
             int idx[1 + OT_MAX_XSTORES], n = 0;
             for (int j = i; j < c->nout; j++)
                 if (lead[j] == i) idx[n++] = j;
-            ok = n > 1 ? group_kernel(c, &g, idx, n)
-                       : root_kernel(c, &g, i, c->ci[c->w->root[i]].canon, &via[i]);
+            bool split = n == 1;
+            if (n > 1) ok = group_kernel(c, &g, idx, n, &split);
+            for (int m = 0; m < n && ok && split; m++)
+                ok = root_kernel(c, &g, idx[m], c->ci[c->w->root[idx[m]]].canon, &via[idx[m]]);
         }
     }
     for (int i = 0; i < c->nout && ok; i++)

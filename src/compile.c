@@ -1706,12 +1706,14 @@ void ot__plan_release(ot_plan *p)
 }
 
 /* Kernel i's place in a segment: 1 the epilogue, 2 a reduction joining it,
- * 0 neither. */
-static int segment_role(const ot_plan *p, int i)
+ * 0 neither; *dot is the segment's dot. */
+static int segment_role(const ot_plan *p, int i, int *dot)
 {
     for (int s = 0; p->row_block <= 0 && s < p->nseg; s++)
-        if (i > p->segs[s].first && i < p->segs[s].first + p->segs[s].count)
+        if (i > p->segs[s].first && i < p->segs[s].first + p->segs[s].count) {
+            *dot = p->segs[s].first;
             return i - p->segs[s].first;
+        }
     return 0;
 }
 
@@ -1745,8 +1747,8 @@ int ot__plan_explain(const ot_plan *p, FILE *f)
                 p->segs[s].first, p->segs[s].first + p->segs[s].count - 1,
                 (long long)p->segs[s].row_block, (long long)p->segs[s].rows);
     for (int i = 0; i < p->nkernels; i++) {
-        int role = segment_role(p, i);
-        int from = p->row_serial || role == 1 ? dot_read(p, i) : -1;
+        int seg_dot = -1, role = segment_role(p, i, &seg_dot);
+        int from = role == 1 ? seg_dot : p->row_serial ? dot_read(p, i) : -1;
         fprintf(f, "  kernel %d: %s", i, p->kernels[i].desc ? p->kernels[i].desc : "?");
         if (from >= 0) fprintf(f, " (epilogue of kernel %d, on its rows in cache)", from);
         if (role == 2) fprintf(f, " (bsum of kernel %d's result, in cache)", i - 1);

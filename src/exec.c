@@ -507,23 +507,12 @@ static void all_body(run_ctx *c, scratch *s, int64_t first, int64_t last)
 /* A dim other than the innermost is reduced: a tile of accumulators walks
  * down the reduced dim. Outer index o counts the dims other than the
  * reduced and the innermost one. */
-/* A float sum of a row into per-column accumulators, as racc_fold would
- * add each value (the same double additions in the same order), without a
- * call per element. False for the other reductions. */
-static bool column_sum(const ot_kernel *k, racc *acc, const void *vals, int64_t n)
+/* Whether a column reduction adds rows with the acc_sum kernel: a float
+ * sum, the same double additions in the same order as racc_fold's. */
+static bool column_sums(const ot_kernel *k)
 {
-    if ((k->red_op != OT_OP_SUM && k->red_op != OT_OP_MEAN) || k->result_scalar) return false;
-    if (k->result_kd == OT_KD_F32) {
-        const float *x = vals;
-        for (int64_t i = 0; i < n; i++) acc[i].v += (double)x[i];
-        return true;
-    }
-    if (k->result_kd == OT_KD_F64) {
-        const double *x = vals;
-        for (int64_t i = 0; i < n; i++) acc[i].v += x[i];
-        return true;
-    }
-    return false;
+    return (k->red_op == OT_OP_SUM || k->red_op == OT_OP_MEAN) && !k->result_scalar &&
+           k->result_kd != OT_KD_I32;
 }
 
 static void column_body(run_ctx *c, scratch *s, int64_t first, int64_t last)
@@ -537,26 +526,36 @@ static void column_body(run_ctx *c, scratch *s, int64_t first, int64_t last)
      * position q splits around the reduced dim into (hi, lo). */
     int64_t after = 1;
     for (int d = ax + 1; d < k->ndim - 1; d++) after *= k->dims[d];
+    bool sums = column_sums(k);
     racc *acc = malloc(sizeof *acc * (size_t)c->tile);
-    for (int64_t t = first * TILES_PER_CHUNK; acc && t < total && t < last * TILES_PER_CHUNK; t++) {
+    double *sum = sums ? malloc(sizeof *sum * (size_t)c->tile) : NULL;
+    bool ok = acc && (sum || !sums);
+    for (int64_t t = first * TILES_PER_CHUNK; ok && t < total && t < last * TILES_PER_CHUNK; t++) {
         int64_t q = t / c->tiles_per_row, j = (t % c->tiles_per_row) * c->tile;
         int64_t n = c->inner - j < c->tile ? c->inner - j : c->tile;
         int64_t hi = q / after, lo = q % after;
         for (int64_t i = 0; i < n; i++) acc[i] = racc_identity(k->red_op);
+        if (sums) memset(sum, 0, sizeof *sum * (size_t)n);
         for (int64_t r = 0; r < red; r++) {
             int64_t o = (hi * red + r) * after + lo;
             run_with_extras(c, s, o, j, n, NULL);
             const void *vals = s->ptr[k->result];
-            if (column_sum(k, acc, vals, n)) continue;
+            if (sums) {
+                c->kt->acc_sum[k->result_kd](sum, vals, (size_t)n);
+                continue;
+            }
             for (int64_t i = 0; i < n; i++)
                 racc_tile(c, &acc[i], (const char *)vals + i * (int64_t)ves, true, 1, r);
         }
         int64_t o0 = hi * red * after + lo;
-        for (int64_t i = 0; i < n; i++)
+        for (int64_t i = 0; i < n; i++) {
+            if (sums) acc[i].v = sum[i];
             racc_store(c, &acc[i], c->store + view_offset(k, &k->store, o0, j + i) * (int64_t)es);
+        }
     }
-    if (!acc) c->oom = true;
+    if (!ok) c->oom = true;
     free(acc);
+    free(sum);
 }
 
 /* Every chunk sets up tile scratch once, then runs its kind's body. */
@@ -733,21 +732,23 @@ static int run_kernel(ot_backend *be, const ot_plan *p, const ot_binding *bind, 
         base[i] = row_base(view_base(p, bind, arena, &k.loads[i]), &k.loads[i],
                            whole_b ? (rows){0, -1} : r, block_temp);
     }
+    int rc = 0;
     switch (k.kind) {   /* rand and onehot are never row-blocked */
-    case OT_KER_DOT: return ot__run_dot(be, &k, base, dst, bind->param);
-    case OT_KER_RAND: run_rand(be, &k, dst); return 0;
-    case OT_KER_ONEHOT: run_onehot(&k, base[0], dst); return 0;
-    default: break;
+    case OT_KER_DOT: rc = ot__run_dot(be, &k, base, dst, bind->param); break;
+    case OT_KER_RAND: run_rand(be, &k, dst); break;
+    case OT_KER_ONEHOT: run_onehot(&k, base[0], dst); break;
+    default: {
+        run_ctx c = {.k = &k, .kt = cpu->k, .acc = be->opts.accuracy == OT_ULP35, .base = base,
+                     .store = dst, .param = bind->param};
+        for (int x = 0; x < k.nxstore; x++)
+            c.xstore[x] = row_base(view_base(p, bind, arena, &k.xstores[x].view),
+                                   &k.xstores[x].view, r, -1);
+        set_space(&c, &k);
+        rc = k.kind == OT_KER_EW ? run_ew(th, &c) : run_reduce(th, &c);
+        free(c.partial);
+        free(c.partial_index);
     }
-    run_ctx c = {.k = &k, .kt = cpu->k, .acc = be->opts.accuracy == OT_ULP35, .base = base,
-                 .store = dst, .param = bind->param};
-    for (int x = 0; x < k.nxstore; x++)
-        c.xstore[x] = row_base(view_base(p, bind, arena, &k.xstores[x].view), &k.xstores[x].view,
-                               r, -1);
-    set_space(&c, &k);
-    int rc = k.kind == OT_KER_EW ? run_ew(th, &c) : run_reduce(th, &c);
-    free(c.partial);
-    free(c.partial_index);
+    }
     if (base != stack_base) free(base);
     return rc;
 }

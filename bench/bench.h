@@ -114,11 +114,14 @@ void bench_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noretu
 
 void w10_shapes(bench_data *d, bool quick);
 void w10_fill(bench_data *d, uint64_t seed);
-int w10_step(ot_tensor *out, ot_tensor *const in[]);
+int w10_step(ot_tensor *out, ot_tensor *const in[]);      /* plain SGD */
+int w10m_step(ot_tensor *out, ot_tensor *const in[]);     /* momentum, decay */
 int w10_collect(ot_tensor *out, ot_tensor *const in[]);
 void w10_gemm_floor(const bench_data *d, float *out);
 void w10_ref_step(const bench_data *d, float *out);
+void w10m_ref_step(const bench_data *d, float *out);
 void w10_explain(FILE *f, ot_tensor *const in[]);
+void w10m_explain(FILE *f, ot_tensor *const in[]);
 
 /* ---- results and reports (report.c) -------------------------------------- */
 

@@ -2,9 +2,12 @@
  * w_train.c - W10 of BENCH.md: one training step of an MLP 784-512-10 on a
  * batch of 128, as a user writes it with optree: the forward tree
  * (dot, bias, relu, dot, bias), the mean softmax cross-entropy against
- * one-hot labels, ot_autodiff on the loss, and ot_sgd_step with momentum
- * fed the gradient trees themselves, so that the update can fuse with the
- * backward pass. Its reference is the "GEMM floor": the five cblas_sgemm
+ * one-hot labels, ot_autodiff on the loss, and ot_sgd_step fed the
+ * gradient trees themselves, so that the update can fuse with the backward
+ * pass. W10 is BENCH.md's step, plain SGD (w -= lr g: neon's compound_dot
+ * folds the weight updates into the gradients' GEMMs); W10m is the same
+ * step with momentum and weight decay, whose velocities add a pass over
+ * every weight. Their reference is the "GEMM floor": the five cblas_sgemm
  * calls a step needs, with the same shapes and transposes, on one thread.
  * The results are checked against the same step written in plain C.
  */
@@ -23,8 +26,13 @@ enum { W10_B = 128, W10_I = 784, W10_H = 512, W10_C = 10 };
 enum { IN_X, IN_Y, IN_W1, IN_B1, IN_W2, IN_B2, IN_V1, IN_VB1, IN_V2, IN_VB2, IN_COUNT };
 #define W10_NPARAM 4
 
-/* neon's GradientDescentMomentum with a small weight decay. */
-static const ot_sgd W10_SGD = {.lr = 0.01, .momentum = 0.9, .weight_decay = 1e-4, .grad_scale = 1};
+/* W10: plain SGD, no velocities. W10m: neon's GradientDescentMomentum with
+ * a small weight decay. */
+static const ot_sgd W10_SGD = {.lr = 0.01, .grad_scale = 1};
+static const ot_sgd W10M_SGD = {.lr = 0.01, .momentum = 0.9, .weight_decay = 1e-4, .grad_scale = 1};
+
+/* Whether an optimizer keeps velocities. */
+static bool has_vel(const ot_sgd *o) { return o->momentum != 0; }
 
 static size_t numel_of(ot_shape s)
 {
@@ -90,26 +98,38 @@ static ot_node *w10_loss(ot_tensor *const in[])
 }
 
 /* One step, in the current pool: the gradient trees of the loss go straight
- * into the update, which writes the parameters and velocities in place. out
- * is not written (collect reads the step's results). */
-int w10_step(ot_tensor *out, ot_tensor *const in[])
+ * into the update, which writes the parameters (and velocities) in place.
+ * out is not written (collect reads the step's results). */
+static int step_with(const ot_sgd *o, ot_tensor *const in[])
 {
-    (void)out;
     ot_autodiff *ad = ot_autodiff_new(w10_loss(in), NULL);
     if (!ad) return ot_errcode();
     ot_node *g[W10_NPARAM];
     bool ok = true;
     for (int i = 0; i < W10_NPARAM; i++)
         ok = (g[i] = ot_autodiff_grad(ad, in[IN_W1 + i])) != NULL && ok;
-    int rc = ok ? ot_sgd_step(&W10_SGD, W10_NPARAM, in + IN_W1, g, in + IN_V1) : ot_errcode();
+    ot_tensor *const *vel = has_vel(o) ? in + IN_V1 : NULL;
+    int rc = ok ? ot_sgd_step(o, W10_NPARAM, in + IN_W1, g, vel) : ot_errcode();
     ot_autodiff_free(ad);
     return rc;
+}
+
+int w10_step(ot_tensor *out, ot_tensor *const in[])
+{
+    (void)out;
+    return step_with(&W10_SGD, in);
+}
+
+int w10m_step(ot_tensor *out, ot_tensor *const in[])
+{
+    (void)out;
+    return step_with(&W10M_SGD, in);
 }
 
 /* Writes the parameters, then the velocities as -v/lr, flat into out. A
  * first step from v = 0 makes -v/lr = g + weight_decay w, the descent
  * direction: a velocity itself (about 1e-5) would hide its errors below
- * the check's floor. */
+ * the check's floor. Without velocities they stay 0. */
 int w10_collect(ot_tensor *out, ot_tensor *const in[])
 {
     int64_t off = 0;
@@ -117,7 +137,7 @@ int w10_collect(ot_tensor *out, ot_tensor *const in[])
         int64_t n = ot_tensor_numel(in[i]);
         ot_tensor *flat = ot_slice(out, OT_RANGE(off, off + n));
         ot_tensor *view = flat ? ot_reshape(flat, ot_tensor_shape(in[i])) : NULL;
-        ot_node *val = i < IN_V1 ? ot_tensor_node(in[i]) : ot_div(in[i], -W10_SGD.lr);
+        ot_node *val = i < IN_V1 ? ot_tensor_node(in[i]) : ot_div(in[i], -W10M_SGD.lr);
         int rc = view ? ot_assign(view, val) : ot_errcode();
         ot_tensor_free(view);
         ot_tensor_free(flat);
@@ -127,11 +147,9 @@ int w10_collect(ot_tensor *out, ot_tensor *const in[])
     return 0;
 }
 
-/* The forward tree, and each gradient tree, as ot_explain shows them. The
- * step itself runs the four gradients and the update as one
- * ot_assign_many, which ot_explain cannot show: the driver counts the
- * kernels that runs. */
-void w10_explain(FILE *f, ot_tensor *const in[])
+/* The forward tree, each gradient tree, and the whole step (the trees
+ * ot_sgd_step builds, as one ot_assign_many) as ot_explain shows them. */
+static void explain_with(const ot_sgd *o, FILE *f, ot_tensor *const in[])
 {
     static const char *const names[W10_NPARAM] = {"W1", "b1", "W2", "b2"};
     ot_node *loss = w10_loss(in);
@@ -144,24 +162,31 @@ void w10_explain(FILE *f, ot_tensor *const in[])
         ot_node *g = ot_autodiff_grad(ad, in[IN_W1 + i]);
         if (!g || ot_explain(g, f) != 0) bench_die("W10: grad %s: %s", names[i], ot_errmsg());
     }
-    /* The step itself: the trees ot_sgd_step builds, in its ot_assign_many. */
     ot_tensor *outs[2 * W10_NPARAM];
     ot_node *trees[2 * W10_NPARAM];
-    const ot_sgd *o = &W10_SGD;
+    int n = 0;
     for (int i = 0; i < W10_NPARAM; i++) {
         ot_tensor *w = in[IN_W1 + i], *v = in[IN_V1 + i];
-        ot_node *d = ot_add(ot_autodiff_grad(ad, w), ot_mul(w, o->weight_decay));
+        ot_node *g = ot_autodiff_grad(ad, w);
+        if (!has_vel(o)) {
+            outs[n] = w;
+            trees[n++] = ot_sub(w, ot_mul(g, o->lr));
+            continue;
+        }
+        ot_node *d = ot_add(g, ot_mul(w, o->weight_decay));
         ot_node *vn = ot_sub(ot_mul(v, o->momentum), ot_mul(d, o->lr));
-        outs[2 * i] = w;
-        outs[2 * i + 1] = v;
-        trees[2 * i] = ot_add(w, vn);
-        trees[2 * i + 1] = vn;
+        outs[n] = w;
+        trees[n++] = ot_add(w, vn);
+        outs[n] = v;
+        trees[n++] = vn;
     }
     fputs("-- the whole step (ot_sgd_step's ot_assign_many):\n", f);
-    if (ot_explain_many(2 * W10_NPARAM, outs, trees, f) != 0)
-        bench_die("W10: ot_explain_many: %s", ot_errmsg());
+    if (ot_explain_many(n, outs, trees, f) != 0) bench_die("W10: ot_explain_many: %s", ot_errmsg());
     ot_autodiff_free(ad);
 }
+
+void w10_explain(FILE *f, ot_tensor *const in[]) { explain_with(&W10_SGD, f, in); }
+void w10m_explain(FILE *f, ot_tensor *const in[]) { explain_with(&W10M_SGD, f, in); }
 
 /* ---- the references ------------------------------------------------------ */
 
@@ -189,13 +214,13 @@ void w10_gemm_floor(const bench_data *d, float *out)
 
 /* v = momentum v - lr (g + weight_decay w); w = w + v, into the out slots
  * of the parameter (wo) and its velocity (vo), which holds -v/lr as
- * w10_collect writes it. */
-static void sgd_ref(float *wo, float *vo, const float *w, const float *g, const float *v, size_t n)
+ * w10_collect writes it; without velocities v stays as it is. */
+static void sgd_ref(const ot_sgd *o, float *wo, float *vo, const float *w, const float *g,
+                    const float *v, size_t n)
 {
-    const ot_sgd *o = &W10_SGD;
     for (size_t i = 0; i < n; i++) {
         double vn = o->momentum * v[i] - o->lr * (o->grad_scale * g[i] + o->weight_decay * w[i]);
-        vo[i] = (float)(-vn / o->lr);
+        vo[i] = (float)(-(has_vel(o) ? vn : v[i]) / o->lr);
         wo[i] = w[i] + (float)vn;
     }
 }
@@ -203,7 +228,7 @@ static void sgd_ref(float *wo, float *vo, const float *w, const float *g, const 
 /* The whole step in plain C (OpenBLAS for the products, sums in double),
  * writing what w10_collect writes: the new parameters, then the new
  * velocities. Not timed: it checks every variant's first step. */
-void w10_ref_step(const bench_data *d, float *out)
+static void ref_step_with(const ot_sgd *o, const bench_data *d, float *out)
 {
     float *const *in = d->in;
     const float *x = in[IN_X], *y = in[IN_Y];
@@ -261,9 +286,12 @@ void w10_ref_step(const bench_data *d, float *out)
     for (int i = 0; i < W10_NPARAM; i++)
         total += n[i] = numel_of(d->in_shape[IN_W1 + i]);
     for (size_t i = 0, off = 0; i < W10_NPARAM; off += n[i], i++)
-        sgd_ref(out + off, out + total + off, in[IN_W1 + i], grads[i], in[IN_V1 + i], n[i]);
+        sgd_ref(o, out + off, out + total + off, in[IN_W1 + i], grads[i], in[IN_V1 + i], n[i]);
     free(h);
     free(d2);
     free(d1);
     free(dw1);
 }
+
+void w10_ref_step(const bench_data *d, float *out) { ref_step_with(&W10_SGD, d, out); }
+void w10m_ref_step(const bench_data *d, float *out) { ref_step_with(&W10M_SGD, d, out); }

@@ -245,6 +245,12 @@ const bench_case bench_cases[] = {
      .shapes = w10_shapes, .fill = w10_fill, .assign = w10_step, .collect = w10_collect,
      .ref = w10_gemm_floor, .check_ref = w10_ref_step, .explain = w10_explain,
      .err_floor = 1e-3, .calls = 10, .quick_calls = 2},
+    {.id = "W10m", .label = "W10 with momentum 0.9 and weight decay",
+     .ref_label = "GEMM floor: the step's 5 cblas_sgemm calls alone (1 thread)",
+     .kind = TARGET_RATIO, .target = 1.15, .beat_unfused = true, .size = "b128",
+     .shapes = w10_shapes, .fill = w10_fill, .assign = w10m_step, .collect = w10_collect,
+     .ref = w10_gemm_floor, .check_ref = w10m_ref_step, .explain = w10m_explain,
+     .err_floor = 1e-3, .calls = 10, .quick_calls = 2},
 };
 
 const int bench_ncases = (int)(sizeof bench_cases / sizeof bench_cases[0]);

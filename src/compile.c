@@ -1545,7 +1545,7 @@ static bool group_kernel(compiler *c, prog *g, const int *idx, int n, bool *spli
 {
     ot_shape osh = out_shape(c, idx[0]);
     ot_kernel *k = new_kernel(c, OT_KER_EW);
-    if (!k || !(k->xstores = calloc((size_t)(n - 1), sizeof *k->xstores))) return false;
+    if (!k || !(k->xstores = calloc((size_t)(n > 1 ? n - 1 : 1), sizeof *k->xstores))) return false;
     reset_prog(g, k);
     set_space(k, osh.dims, osh.ndim);
     k->store = output_view(c, idx[0], osh.ndim, osh.dims);
@@ -1851,8 +1851,8 @@ static bool build_kernels(compiler *c)
             int idx[1 + OT_MAX_XSTORES], n = 0;
             for (int j = i; j < c->nout; j++)
                 if (lead[j] == i) idx[n++] = j;
-            bool split = n == 1;
-            if (n > 1) ok = group_kernel(c, &g, idx, n, &split);
+            bool split = false;
+            ok = group_kernel(c, &g, idx, n, &split);
             for (int m = 0; m < n && ok && split; m++)
                 ok = root_kernel(c, &g, idx[m], c->ci[c->w->root[idx[m]]].canon, &via[idx[m]]);
         }

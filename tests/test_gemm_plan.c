@@ -283,6 +283,44 @@ TEST(inplace_group_other_reader)
     pair_close(&p);
 }
 
+/* Plain SGD on a linear layer: each parameter is the only output of its
+ * shape, a group of one, and is still written in place (no temporary and
+ * copy) because the kernels that read it (the forward dot) run first. */
+TEST(inplace_single_outputs)
+{
+    pair p;
+    pair_open(&p);
+    enum { B = 16, R = 40, C = 24 };
+    ot_tensor *res[2][2];
+    for (int s = 0; s < 2; s++) {
+        ot_tensor *w = mat(p.be[s], R, C, OT_F32, 1), *b = mat(p.be[s], 1, C, OT_F32, 2);
+        ot_tensor *x = mat(p.be[s], B, R, OT_F32, 3), *y = mat(p.be[s], B, C, OT_F32, 4);
+        ot_pool *pool = ot_pool_push();
+        ot_node *delta = ot_sub(ot_add(ot_dot(x, w), b), y);
+        ot_node *gw = ot_dot(ot_T(x), delta), *gb = ot_sum(delta, .axis = 0, .keepdims = true);
+        ot_tensor *outs[2] = {w, b};
+        ot_node *trees[2] = {ot_sub(w, ot_mul(gw, 0.1)), ot_sub(b, ot_mul(gb, 0.1))};
+        if (s == 1) {
+            char *buf = NULL;
+            size_t len = 0;
+            FILE *f = open_memstream(&buf, &len);
+            CHECK_INT(ot_explain_many(2, outs, trees, f), 0);
+            fclose(f);
+            CHECK(buf && strstr(buf, "-> out0 (direct)") && strstr(buf, "-> out1 (direct)"));
+            CHECK(buf && strstr(buf, "elementwise [960]: <-") == NULL);   /* no copy-out */
+            free(buf);
+        }
+        CHECK_INT(ot_assign_many(2, outs, trees), 0);
+        ot_pool_pop(pool);
+        res[s][0] = w;
+        res[s][1] = b;
+        ot_tensor_free(x);
+        ot_tensor_free(y);
+    }
+    check_pairs(res[0], res[1], 2, 1e-5);
+    pair_close(&p);
+}
+
 /* batched_dot with a shared batch of 1 on either side, against ref. */
 TEST(gemm_batched_shared)
 {

@@ -53,6 +53,20 @@ static uint64_t kernels_of(ot_backend *be, uint64_t *compiles)
     return s.kernels;
 }
 
+/* ot_explain_many's text for n outputs (free it), or NULL on an error. */
+static char *explain_many_text(int n, ot_tensor *const outs[], ot_node *const trees[])
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return NULL;
+    int rc = ot_explain_many(n, outs, trees, f);
+    fclose(f);
+    if (rc == 0) return buf;
+    free(buf);
+    return NULL;
+}
+
 static void check_same(ot_tensor *x, ot_tensor *y, double tol)
 {
     ot_shape sh = ot_tensor_shape(x);
@@ -301,11 +315,8 @@ TEST(inplace_single_outputs)
         ot_tensor *outs[2] = {w, b};
         ot_node *trees[2] = {ot_sub(w, ot_mul(gw, 0.1)), ot_sub(b, ot_mul(gb, 0.1))};
         if (s == 1) {
-            char *buf = NULL;
-            size_t len = 0;
-            FILE *f = open_memstream(&buf, &len);
-            CHECK_INT(ot_explain_many(2, outs, trees, f), 0);
-            fclose(f);
+            char *buf = explain_many_text(2, outs, trees);
+            CHECK(buf != NULL);
             CHECK(buf && strstr(buf, "-> out0 (direct)") && strstr(buf, "-> out1 (direct)"));
             CHECK(buf && strstr(buf, "elementwise [960]: <-") == NULL);   /* no copy-out */
             free(buf);
@@ -362,11 +373,8 @@ TEST(gemm_epilogue_inplace_update)
         ot_tensor *outs[2] = {w, v};
         ot_node *trees[2] = {ot_add(w, vn), vn};
         if (s == 1) {
-            char *buf = NULL;
-            size_t len = 0;
-            FILE *f = open_memstream(&buf, &len);
-            CHECK_INT(ot_explain_many(2, outs, trees, f), 0);
-            fclose(f);
+            char *buf = explain_many_text(2, outs, trees);
+            CHECK(buf != NULL);
             CHECK(buf && strstr(buf, "dot epilogue: kernels 0-1 run per block of 367 of 1100 rows"));
             CHECK(buf && strstr(buf, "epilogue of kernel 0"));
             free(buf);
@@ -424,11 +432,8 @@ TEST(gemm_bsum_joins_epilogue)
         ot_node *e = ot_relu(ot_add(ot_dot(a, b), bias));
         ot_node *trees[2] = {ot_dot(ot_T(x), e), ot_sum(e, .axis = 0, .keepdims = true)};
         if (s == 1) {
-            char *buf = NULL;
-            size_t len = 0;
-            FILE *f = open_memstream(&buf, &len);
-            CHECK_INT(ot_explain_many(2, outs, trees, f), 0);
-            fclose(f);
+            char *buf = explain_many_text(2, outs, trees);
+            CHECK(buf != NULL);
             CHECK(buf && strstr(buf, "dot epilogue: kernels 0-2"));
             CHECK(buf && strstr(buf, "(bsum of kernel 1's result, in cache)"));
             free(buf);

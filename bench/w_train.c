@@ -4,10 +4,10 @@
  * (dot, bias, relu, dot, bias), the mean softmax cross-entropy against
  * one-hot labels, ot_autodiff on the loss, and ot_sgd_step fed the
  * gradient trees themselves, so that the update can fuse with the backward
- * pass. W10 is BENCH.md's step, plain SGD (w -= lr g: neon's compound_dot
- * folds the weight updates into the gradients' GEMMs); W10m is the same
- * step with momentum and weight decay, whose velocities add a pass over
- * every weight. Their reference is the "GEMM floor": the five cblas_sgemm
+ * pass. W10 is BENCH.md's step, plain SGD (w -= lr g: each weight's
+ * update runs as the epilogue of its gradient's GEMM, over w in place);
+ * W10m is the same step with momentum and weight decay, whose velocities
+ * add a read and a write of every weight. Their reference is the "GEMM floor": the five cblas_sgemm
  * calls a step needs, with the same shapes and transposes, on one thread.
  * The results are checked against the same step written in plain C.
  */
@@ -28,8 +28,9 @@ enum { IN_X, IN_Y, IN_W1, IN_B1, IN_W2, IN_B2, IN_V1, IN_VB1, IN_V2, IN_VB2, IN_
 
 /* W10: plain SGD, no velocities. W10m: neon's GradientDescentMomentum with
  * a small weight decay. */
-static const ot_sgd W10_SGD = {.lr = 0.01, .grad_scale = 1};
-static const ot_sgd W10M_SGD = {.lr = 0.01, .momentum = 0.9, .weight_decay = 1e-4, .grad_scale = 1};
+#define W10_LR 0.01
+static const ot_sgd W10_SGD = {.lr = W10_LR, .grad_scale = 1};
+static const ot_sgd W10M_SGD = {.lr = W10_LR, .momentum = 0.9, .weight_decay = 1e-4, .grad_scale = 1};
 
 /* Whether an optimizer keeps velocities. */
 static bool has_vel(const ot_sgd *o) { return o->momentum != 0; }
@@ -137,7 +138,7 @@ int w10_collect(ot_tensor *out, ot_tensor *const in[])
         int64_t n = ot_tensor_numel(in[i]);
         ot_tensor *flat = ot_slice(out, OT_RANGE(off, off + n));
         ot_tensor *view = flat ? ot_reshape(flat, ot_tensor_shape(in[i])) : NULL;
-        ot_node *val = i < IN_V1 ? ot_tensor_node(in[i]) : ot_div(in[i], -W10M_SGD.lr);
+        ot_node *val = i < IN_V1 ? ot_tensor_node(in[i]) : ot_div(in[i], -W10_LR);
         int rc = view ? ot_assign(view, val) : ot_errcode();
         ot_tensor_free(view);
         ot_tensor_free(flat);
@@ -170,7 +171,7 @@ static void explain_with(const ot_sgd *o, FILE *f, ot_tensor *const in[])
         ot_node *g = ot_autodiff_grad(ad, w);
         if (!has_vel(o)) {
             outs[n] = w;
-            trees[n++] = ot_sub(w, ot_mul(g, o->lr));
+            trees[n++] = ot_sub(w, ot_mul(o->lr, g));
             continue;
         }
         ot_node *d = ot_add(g, ot_mul(w, o->weight_decay));

@@ -1422,10 +1422,12 @@ static bool root_kernel(compiler *c, prog *g, int i, int r, int *via_temp)
     return true;
 }
 
-/* Whether output i may share one elementwise kernel with other outputs (an
- * ot_assign_many): its tree is computed elementwise and the output overlaps
- * no leaf, so no store can change what any tree reads. Outputs never overlap
- * each other (the assignment checks it). */
+/* Whether output i of an ot_assign_many may be written by a group kernel
+ * (alone, or sharing it with outputs of its shape): its tree is computed
+ * elementwise and the output overlaps no leaf but fully, so no store can
+ * change what any tree reads; check_inplace_groups then breaks up groups
+ * whose leaves other outputs read. Outputs never overlap each other (the
+ * assignment checks it). */
 static bool groupable(const compiler *c, int i)
 {
     if (!c->outs || !c->fused || c->nout < 2) return false;
@@ -1545,7 +1547,7 @@ static bool group_kernel(compiler *c, prog *g, const int *idx, int n, bool *spli
 {
     ot_shape osh = out_shape(c, idx[0]);
     ot_kernel *k = new_kernel(c, OT_KER_EW);
-    if (!k || !(k->xstores = calloc((size_t)(n > 1 ? n - 1 : 1), sizeof *k->xstores))) return false;
+    if (!k || (n > 1 && !(k->xstores = calloc((size_t)(n - 1), sizeof *k->xstores)))) return false;
     reset_prog(g, k);
     set_space(k, osh.dims, osh.ndim);
     k->store = output_view(c, idx[0], osh.ndim, osh.dims);

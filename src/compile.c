@@ -1699,6 +1699,7 @@ void ot__plan_release(ot_plan *p)
         free(p->kernels[i].xstores);
         free(p->kernels[i].insns);
         free(p->kernels[i].desc);
+        ot__jit_free(p->kernels[i].jit);
     }
     free(p->kernels);
     free(p->segs);
@@ -2321,6 +2322,9 @@ static ot_plan *compile(ot_backend *be, const ot_walk *w, int n, ot_tensor *cons
         if (ok) temps_into_outputs(&c);
         ok = ok && layout_arena(c.plan);
         if (ok && c.plan->nseg == 0) choose_row_blocks(&c);
+        for (int i = 0; ok && cpu->jit && i < c.plan->nkernels; i++)
+            c.plan->kernels[i].jit = ot__jit_build(&c.plan->kernels[i], cpu->k,
+                                                   be->opts.accuracy == OT_ULP35);
     }
     free(c.ci);
     free(c.groot);

@@ -276,54 +276,127 @@ static const void *transposed_row(const run_ctx *c, scratch *s, int load, int64_
     return e->buf + r * c->tile * 4;
 }
 
+/* Where a LOAD insn's values are for the tile at (o, j): in place when
+ * contiguous or scalar, else gathered (into its own buffer or 8 rows at a
+ * time). */
+static void *load_tile(const run_ctx *c, scratch *s, const ot_insn *in, int64_t o, int64_t j,
+                       int64_t n)
+{
+    const ot_kernel *k = c->k;
+    const ot_view *v = &k->loads[in->arg];
+    size_t es = ot__esize((ot_dtype)v->dtype);
+    char *p = c->base[in->arg] + view_offset(k, v, o, j) * (int64_t)es;
+    int64_t st = inner_stride(k, v);
+    if ((in->scalar & 8) || st == 1) return p;
+    const void *row = transposed_row(c, s, in->arg, o, j, n);
+    if (row) return (void *)row;
+    gather(s->own[in->dst], p, st, n, es);
+    return s->own[in->dst];
+}
+
+/* One arithmetic insn over nn elements, operands at a, b, cc. */
+static void run_op(const run_ctx *c, const ot_insn *in, void *d, const void *a, const void *b,
+                   const void *cc, int64_t nn)
+{
+    const ot_kernels *kt = c->kt;
+    bool scalar = in->scalar & 8;
+    switch (in->code) {
+    case OT_I_UNARY:
+        kt->unary[c->acc][in->op][in->kd](d, a, (size_t)nn);
+        break;
+    case OT_I_BINARY:
+        kt->binary[in->op][in->kd][scalar ? OT_FORM_VV : form2(in->scalar)](d, a, b, (size_t)nn);
+        break;
+    case OT_I_FMA:
+        (in->op == OT_OP_SUB ? kt->fnma : kt->fma)[in->kd][scalar ? 0 : in->scalar & 7](d, a, b, cc, (size_t)nn);
+        break;
+    default: /* OT_I_CAST */
+        kt->cast[in->kd_from][in->kd](d, a, (size_t)nn);
+        break;
+    }
+}
+
+/* Runs a kernel's generated code (see ot_jit) over n elements: the prelude
+ * here, one element per scalar value, then the code over whole vectors and
+ * once more over a zero-padded copy of the tail, as the tile kernels treat
+ * theirs. Output buffers end up in s->ptr as run_program leaves them. */
+static void run_jit(const run_ctx *c, scratch *s, int64_t o, int64_t j, int64_t n,
+                    char *const *direct)
+{
+    const ot_kernel *k = c->k;
+    const ot_jit *jt = k->jit;
+    char *val[OT_JIT_MAX_INSN], *out[1 + OT_MAX_XSTORES];
+    double one[OT_JIT_MAX_INSN];
+    for (int i = 0; i < k->ninsn; i++) {
+        const ot_insn *in = &k->insns[i];
+        const int16_t *arg = jt->arg[i];
+        if (jt->body[i]) continue;
+        val[i] = (char *)&one[i];
+        if (in->code == OT_I_LOAD) val[i] = load_tile(c, s, in, o, j, n);
+        else if (in->code == OT_I_PARAM) ot__store(val[i], ot__kd_dtype(in->kd), c->param[in->arg]);
+        else run_op(c, in, val[i], val[arg[0]], arg[1] < 0 ? NULL : val[arg[1]],
+                    arg[2] < 0 ? NULL : val[arg[2]], 1);
+    }
+    for (int q = 0; q < jt->nout; q++) {
+        int buf = q ? k->xstores[q - 1].result : k->result;
+        out[q] = jt->out_vector[q] ? dest(k, direct, buf, s->own[buf]) : NULL;
+    }
+    size_t es = jt->kd == OT_KD_F64 ? 8 : 4;
+    int64_t lanes = 32 / (int64_t)es, body = n / lanes * lanes, tail = n - body;
+    jt->fn(val, out, (size_t)body * es);
+    if (tail) {
+        _Alignas(32) char pad[OT_JIT_MAX_INSN + 1 + OT_MAX_XSTORES][32];
+        char *tin[OT_JIT_MAX_INSN], *tout[1 + OT_MAX_XSTORES];
+        for (int i = 0; i < k->ninsn; i++) {
+            if (jt->body[i]) continue;
+            tin[i] = val[i];
+            if (k->insns[i].code != OT_I_LOAD || (k->insns[i].scalar & 8)) continue;
+            memset(pad[i], 0, 32);
+            memcpy(pad[i], val[i] + body * (int64_t)es, (size_t)tail * es);
+            tin[i] = pad[i];
+        }
+        for (int q = 0; q < jt->nout; q++) {   /* one address, one pad (the code stores once) */
+            tout[q] = pad[OT_JIT_MAX_INSN + q];
+            for (int p = 0; p < q; p++)
+                if (out[p] == out[q]) tout[q] = tout[p];
+        }
+        jt->fn(tin, tout, 32);
+        for (int q = 0; q < jt->nout; q++)
+            if (jt->out_vector[q]) memcpy(out[q] + body * (int64_t)es, tout[q], (size_t)tail * es);
+    }
+    for (int q = 0; q < jt->nout; q++) {
+        int buf = q ? k->xstores[q - 1].result : k->result;
+        if (!jt->out_vector[q]) {
+            out[q] = s->own[buf];
+            memcpy(out[q], val[jt->out_val[q]], ot__esize(ot__kd_dtype(k->insns[jt->out_val[q]].kd)));
+        }
+        s->ptr[buf] = out[q];
+    }
+}
+
 /* Runs the register program over n elements at outer index o, inner j. */
 static void run_program(const run_ctx *c, scratch *s, int64_t o, int64_t j, int64_t n,
                         char *const *direct)
 {
     const ot_kernel *k = c->k;
-    const ot_kernels *kt = c->kt;
+    if (k->jit) {
+        run_jit(c, s, o, j, n, direct);
+        return;
+    }
     for (int i = 0; i < k->ninsn; i++) {
         const ot_insn *in = &k->insns[i];
-        bool scalar = in->scalar & 8;
-        int64_t nn = scalar ? 1 : n;
+        int64_t nn = (in->scalar & 8) ? 1 : n;
         void *d = dest(k, direct, in->dst, s->own[in->dst]);
         switch (in->code) {
-        case OT_I_LOAD: {
-            const ot_view *v = &k->loads[in->arg];
-            size_t es = ot__esize((ot_dtype)v->dtype);
-            char *p = c->base[in->arg] + view_offset(k, v, o, j) * (int64_t)es;
-            int64_t st = inner_stride(k, v);
-            if (scalar || st == 1) {
-                s->ptr[in->dst] = p;
-                continue;
-            }
-            const void *row = transposed_row(c, s, in->arg, o, j, n);
-            if (row) {
-                s->ptr[in->dst] = (void *)row;
-                continue;
-            }
-            gather(s->own[in->dst], p, st, n, es);
-            d = s->own[in->dst];
+        case OT_I_LOAD:
+            d = load_tile(c, s, in, o, j, n);
             break;
-        }
         case OT_I_PARAM:
             ot__store(d, ot__kd_dtype(in->kd), c->param[in->arg]);
             break;
-        case OT_I_UNARY:
-            kt->unary[c->acc][in->op][in->kd](d, s->ptr[in->a], (size_t)nn);
-            break;
-        case OT_I_BINARY: {
-            int f = scalar ? OT_FORM_VV : form2(in->scalar);
-            kt->binary[in->op][in->kd][f](d, s->ptr[in->a], s->ptr[in->b], (size_t)nn);
-            break;
-        }
-        case OT_I_FMA: {
-            ot_k3 f = (in->op == OT_OP_SUB ? kt->fnma : kt->fma)[in->kd][scalar ? 0 : in->scalar & 7];
-            f(d, s->ptr[in->a], s->ptr[in->b], s->ptr[in->c], (size_t)nn);
-            break;
-        }
-        default: /* OT_I_CAST */
-            kt->cast[in->kd_from][in->kd](d, s->ptr[in->a], (size_t)nn);
+        default:
+            run_op(c, in, d, s->ptr[in->a], in->b < 0 ? NULL : s->ptr[in->b],
+                   in->c < 0 ? NULL : s->ptr[in->c], nn);
             break;
         }
         s->ptr[in->dst] = d;
@@ -886,6 +959,8 @@ static int cpu_init(ot_backend *be)
     if (!cpu) return ot__err_set(OT_ENOMEM, NULL, 0, "backend_new", "out of memory");
     be->impl = cpu;
     cpu->k = k;
+    const char *jit = getenv("OT_JIT");
+    cpu->jit = !jit || strcmp(jit, "0") != 0;
     cpu->cache = ot__plan_cache_new(be->opts.plan_cache);
     if (!be->opts.threads) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);

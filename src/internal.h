@@ -267,6 +267,12 @@ typedef struct ot_kernels {
     /* Transposed gather of 4-byte elements: dst[r*ds + i] = src[i*ss + r]
      * for r < rows (at most 8) and i < n (strides in elements). */
     void (*tgather_b4)(void *dst, int64_t ds, const void *src, int64_t ss, int64_t n, int rows);
+    /* The element functions again, one vector per call in the vector
+     * calling convention (operands in ymm0, ymm1; result in ymm0), for the
+     * code src/jit.c generates: vfn1[acc][op][kd] and vfn2[op][kd], f32 and
+     * f64. Only the AVX2 table has them; NULL where an op has none. */
+    const void *vfn1[2][OT_OP_COUNT][2];
+    const void *vfn2[OT_OP_COUNT][2];
 } ot_kernels;
 
 /* The kernel table for an ISA name ("scalar", "sse2", "avx2", "avx512"), or
@@ -323,6 +329,24 @@ typedef struct ot_xstore {
     bool direct;                    /* its insn writes the output in place */
 } ot_xstore;
 
+/* Generated code for a kernel's register program (src/jit.c). fn(in, out,
+ * nbytes) runs the body over nbytes / 32 vectors: in[v] points at value v
+ * of the prelude (a vector load at byte offset 0, else one element that is
+ * broadcast), out[q] is where output q goes (0: the result, 1 + x: further
+ * output x) when out_vector[q]. */
+#define OT_JIT_MAX_INSN 128
+typedef struct ot_jit {
+    void (*fn)(char *const *in, char *const *out, size_t nbytes);
+    void *map;
+    size_t map_bytes;
+    const ot_kernels *kt;
+    int ninsn, nout, kd;            /* kd: the body's kernel dtype */
+    int16_t (*arg)[3];              /* per insn: the values operands a, b, c read */
+    bool *body;                     /* per insn: run by the code (else prelude) */
+    int16_t out_val[1 + OT_MAX_XSTORES];
+    bool out_vector[1 + OT_MAX_XSTORES];
+} ot_jit;
+
 typedef struct ot_kernel {
     int kind;                       /* OT_KER_* */
     int ndim;                       /* the coalesced iteration space */
@@ -357,7 +381,14 @@ typedef struct ot_kernel {
     int axis;
     ot_shape shape;
     char *desc;                     /* for ot_explain: the nodes it fuses */
+    ot_jit *jit;                    /* EW/REDUCE: generated code, or NULL */
 } ot_kernel;
+
+/* jit.c: code for k's program, or NULL where k has ops it does not cover,
+ * the table has no vector functions (only AVX2's has), or the platform is
+ * not x86-64 Linux. acc: 1 for OT_ULP35. */
+ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc);
+void ot__jit_free(ot_jit *j);
 
 typedef struct ot_segment {
     int first, count;               /* kernels [first, first + count) */
@@ -428,6 +459,7 @@ typedef struct ot_cpu {
     ot_threads *threads;            /* exec.c */
     _Atomic(ot_walk *) spare;       /* a finished walk whose arrays the next
                                        call reuses (saves its allocations) */
+    bool jit;                       /* generate code for kernels (OT_JIT=0: no) */
 } ot_cpu;
 ot_plan_cache *ot__plan_cache_new(int capacity);
 void ot__plan_cache_free(ot_plan_cache *c);

@@ -1,0 +1,629 @@
+/*
+ * jit.c - generated code for elementwise register programs: each kernel
+ * whose vector part is f32 or f64 arithmetic becomes one x86-64 AVX2 loop
+ * over vectors that keeps every value in a ymm register, so a chain of
+ * cheap ops costs no pass over tile buffers (the interpreter in exec.c
+ * reads and writes a buffer per op). add, sub, mul, div, fma, sqrt, sqr,
+ * neg and abs are emitted inline; every other op calls the AVX2 table's
+ * vector function (vfn1/vfn2, the tile kernels' own element functions), so
+ * results are bitwise those of the interpreter.
+ *
+ * The program's "prelude" (loads, parameters and scalar instructions) stays
+ * with exec.c, which passes a pointer per value: a vector input is read at
+ * the loop offset, a scalar one is broadcast. Outputs are stored at the end
+ * of each iteration, after every load of it, so an output may be an input.
+ * Registers are assigned in one pass with the farthest-last-use value
+ * evicted; calls clobber every ymm register, so live values are spilled to
+ * stack slots around them. Code lives in its own mapping, written and then
+ * made executable (never both). Elsewhere than x86-64 Linux nothing is built.
+ */
+#define _DEFAULT_SOURCE   /* MAP_ANONYMOUS */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__linux__)
+#include <sys/mman.h>
+
+#define NREG 16
+#define RAX 0
+#define RSP 4
+#define RBX 3
+#define RBP 5
+#define R12 12
+#define R13 13
+#define R14 14
+#define R15 15
+#define NO_INDEX (-1)
+#define SLOT(v) (64 + 32 * (int32_t)(v))   /* stack slot of value v */
+
+typedef struct code {
+    uint8_t *b;
+    size_t n, cap;
+    bool oom;
+} code;
+
+/* What the register pass knows while it walks the body once. */
+typedef struct regs {
+    code *c;
+    const ot_jit *j;
+    const ot_insn *insns;
+    int pp;                     /* VEX pp: 0 packed single, 1 packed double */
+    int w;                      /* VEX.W for FMA: 0 single, 1 double */
+    int val_of[NREG];           /* value in each register, or -1 */
+    int16_t *reg_of;            /* register of each value, or -1 */
+    bool *spilled;              /* body values with a current stack copy */
+    int16_t *last;              /* last body position reading each value */
+} regs;
+
+static void put(code *c, const void *p, size_t n)
+{
+    if (c->oom) return;
+    if (c->n + n > c->cap) {
+        size_t cap = c->cap ? 2 * c->cap : 4096;
+        while (cap < c->n + n) cap *= 2;
+        uint8_t *b = realloc(c->b, cap);
+        if (!b) {
+            c->oom = true;
+            return;
+        }
+        c->b = b;
+        c->cap = cap;
+    }
+    memcpy(c->b + c->n, p, n);
+    c->n += n;
+}
+
+static void put1(code *c, uint8_t x) { put(c, &x, 1); }
+
+static void put4(code *c, int32_t x)
+{
+    uint8_t b[4] = {(uint8_t)x, (uint8_t)(x >> 8), (uint8_t)(x >> 16), (uint8_t)(x >> 24)};
+    put(c, b, 4);
+}
+
+/* ---- encodings ------------------------------------------------------------ */
+
+/* Three-byte VEX prefix and opcode; map 1 = 0F, 2 = 0F38. L = 1 (256 bits). */
+static void vex(code *c, int map, int pp, int w, int reg, int vvvv, int x, int b, uint8_t op)
+{
+    put1(c, 0xC4);
+    put1(c, (uint8_t)((!(reg & 8)) << 7 | (!(x & 8)) << 6 | (!(b & 8)) << 5 | map));
+    put1(c, (uint8_t)(w << 7 | (~vvvv & 15) << 3 | 1 << 2 | pp));
+    put1(c, op);
+}
+
+/* op ymm reg, ymm vvvv, ymm rm. */
+static void vrr(code *c, int map, int pp, int w, uint8_t op, int reg, int vvvv, int rm)
+{
+    vex(c, map, pp, w, reg, vvvv, 0, rm, op);
+    put1(c, (uint8_t)(0xC0 | (reg & 7) << 3 | (rm & 7)));
+}
+
+/* op ymm reg, ymm vvvv, [base + index + disp]: always SIB and disp32, which
+ * encodes every base (rsp, rbp, r12 and r13 included). */
+static void vrm(code *c, int map, int pp, int w, uint8_t op, int reg, int vvvv, int base,
+                int index, int32_t disp)
+{
+    int x = index == NO_INDEX ? 0 : index;
+    vex(c, map, pp, w, reg, vvvv, x, base, op);
+    put1(c, (uint8_t)(0x80 | (reg & 7) << 3 | 4));
+    put1(c, (uint8_t)((index == NO_INDEX ? 4 : (index & 7)) << 3 | (base & 7)));
+    put4(c, disp);
+}
+
+/* mov rax, [base + disp]: a pointer out of the in or out array. */
+static void load_ptr(code *c, int base, int32_t disp)
+{
+    put1(c, (uint8_t)(0x48 | (base >> 3)));
+    put1(c, 0x8B);
+    put1(c, (uint8_t)(0x80 | (RAX << 3) | 4));
+    put1(c, (uint8_t)(4 << 3 | (base & 7)));
+    put4(c, disp);
+}
+
+static void push(code *c, int r)
+{
+    if (r >= 8) put1(c, 0x41);
+    put1(c, (uint8_t)(0x50 + (r & 7)));
+}
+
+static void pop(code *c, int r)
+{
+    if (r >= 8) put1(c, 0x41);
+    put1(c, (uint8_t)(0x58 + (r & 7)));
+}
+
+/* mov dst, src (64-bit registers). */
+static void mov_rr(code *c, int dst, int src)
+{
+    put1(c, (uint8_t)(0x48 | (src >> 3) << 2 | (dst >> 3)));
+    put1(c, 0x89);
+    put1(c, (uint8_t)(0xC0 | (src & 7) << 3 | (dst & 7)));
+}
+
+static void call_abs(code *c, const void *fn)
+{
+    uint64_t a = (uint64_t)(uintptr_t)fn;
+    put1(c, 0x48);
+    put1(c, 0xB8);                       /* mov rax, imm64 */
+    for (int i = 0; i < 8; i++) put1(c, (uint8_t)(a >> (8 * i)));
+    put1(c, 0xFF);
+    put1(c, 0xD0);                       /* call rax */
+}
+
+static void vmov_load(regs *r, int reg, int base, int index, int32_t disp)
+{
+    vrm(r->c, 1, r->pp, 0, 0x10, reg, 0, base, index, disp);
+}
+
+static void vmov_store(regs *r, int reg, int base, int index, int32_t disp)
+{
+    vrm(r->c, 1, r->pp, 0, 0x11, reg, 0, base, index, disp);
+}
+
+/* vbroadcastss / vbroadcastsd reg, [base + disp]. */
+static void vbroadcast(regs *r, int reg, int base, int32_t disp)
+{
+    vrm(r->c, 2, 1, 0, r->pp ? 0x19 : 0x18, reg, 0, base, NO_INDEX, disp);
+}
+
+/* reg = -0.0 in every lane: all ones shifted left by 31 (or 63). */
+static void sign_mask(regs *r, int reg)
+{
+    vrr(r->c, 1, 1, 0, 0x76, reg, reg, reg);                  /* vpcmpeqd */
+    vrr(r->c, 1, 1, 0, r->pp ? 0x73 : 0x72, 6, reg, reg);     /* vpsllq / vpslld */
+    put1(r->c, r->pp ? 63 : 31);
+}
+
+/* ---- registers ------------------------------------------------------------ */
+
+static bool is_vector_load(const regs *r, int v)
+{
+    const ot_insn *in = &r->insns[v];
+    return in->code == OT_I_LOAD && !(in->scalar & 8);
+}
+
+static bool in_body(const regs *r, int v) { return r->j->body[v]; }
+
+/* Brings value v into register reg: a stack slot for body values, the
+ * input at the loop offset or a broadcast for prelude values. */
+static void fetch(regs *r, int v, int reg)
+{
+    if (in_body(r, v)) {
+        vmov_load(r, reg, RSP, NO_INDEX, SLOT(v));
+        return;
+    }
+    load_ptr(r->c, R12, 8 * v);
+    if (is_vector_load(r, v)) vmov_load(r, reg, RAX, RBX, 0);
+    else vbroadcast(r, reg, RAX, 0);
+}
+
+static void bind(regs *r, int v, int reg)
+{
+    r->val_of[reg] = v;
+    r->reg_of[v] = (int16_t)reg;
+}
+
+static void release(regs *r, int reg)
+{
+    if (r->val_of[reg] >= 0) r->reg_of[r->val_of[reg]] = -1;
+    r->val_of[reg] = -1;
+}
+
+/* Makes sure a body value in reg survives losing it. */
+static void save(regs *r, int reg)
+{
+    int v = r->val_of[reg];
+    if (v >= 0 && in_body(r, v) && !r->spilled[v]) {
+        vmov_store(r, reg, RSP, NO_INDEX, SLOT(v));
+        r->spilled[v] = true;
+    }
+}
+
+/* A free register, else the one whose value is read last; keep is a mask of
+ * registers the current instruction already uses. */
+static int take(regs *r, unsigned keep)
+{
+    int best = -1;
+    for (int g = 0; g < NREG; g++) {
+        if (keep >> g & 1) continue;
+        if (r->val_of[g] < 0) return g;
+        if (best < 0 || r->last[r->val_of[g]] > r->last[r->val_of[best]]) best = g;
+    }
+    save(r, best);
+    release(r, best);
+    return best;
+}
+
+static int use(regs *r, int v, unsigned keep)
+{
+    if (r->reg_of[v] >= 0) return r->reg_of[v];
+    int g = take(r, keep);
+    fetch(r, v, g);
+    bind(r, v, g);
+    return g;
+}
+
+/* Frees the registers of values whose last reader is position pos. */
+static void retire(regs *r, int pos)
+{
+    for (int g = 0; g < NREG; g++)
+        if (r->val_of[g] >= 0 && r->last[r->val_of[g]] <= pos) release(r, g);
+}
+
+/* ---- instructions ----------------------------------------------------------- */
+
+static bool inline_unary(int op)
+{
+    return op == OT_OP_NEG || op == OT_OP_ABS || op == OT_OP_SQRT || op == OT_OP_SQR;
+}
+
+static bool inline_binary(int op)
+{
+    return op == OT_OP_ADD || op == OT_OP_SUB || op == OT_OP_MUL || op == OT_OP_DIV;
+}
+
+/* Puts value v into register reg for a call, saving v first when it is
+ * still read after position pos. */
+static void place(regs *r, int pos, int v, int reg)
+{
+    int g = r->reg_of[v];
+    if (g < 0) {
+        fetch(r, v, reg);
+        return;
+    }
+    if (r->last[v] > pos) save(r, g);
+    if (g != reg) vrr(r->c, 1, 0, 0, 0x28, reg, 0, g);                   /* vmovaps */
+}
+
+/* A call: the callee clobbers every ymm register, so values read later
+ * are saved; the operands go to ymm0 and ymm1, the result comes back in
+ * ymm0. */
+static void emit_call(regs *r, int pos, const void *fn, int a, int b)
+{
+    for (int g = 0; g < NREG; g++) {
+        int v = r->val_of[g];
+        if (v >= 0 && v != a && v != b && r->last[v] > pos) save(r, g);
+    }
+    if (b >= 0 && r->reg_of[b] == 0) {   /* b sits where a goes: via the stack */
+        save(r, 0);
+        release(r, 0);
+    }
+    place(r, pos, a, 0);
+    if (b >= 0) place(r, pos, b, 1);
+    for (int g = 0; g < NREG; g++) release(r, g);
+    call_abs(r->c, fn);
+    bind(r, pos, 0);
+}
+
+/* reg = 1.0 in every lane: all ones shifted right, then left, to the
+ * exponent bits of one (0x3F800000 or 0x3FF0000000000000). */
+static void one_const(regs *r, int reg)
+{
+    vrr(r->c, 1, 1, 0, 0x76, reg, reg, reg);                  /* vpcmpeqd */
+    vrr(r->c, 1, 1, 0, r->pp ? 0x73 : 0x72, 2, reg, reg);     /* vpsrlq / vpsrld */
+    put1(r->c, r->pp ? 54 : 25);
+    vrr(r->c, 1, 1, 0, r->pp ? 0x73 : 0x72, 6, reg, reg);     /* vpsllq / vpslld */
+    put1(r->c, r->pp ? 52 : 23);
+}
+
+/* sig and sig2 as the tile kernels compute them: e = exp(-|x|) by a call,
+ * then (x < 0 ? e : 1) / (1 + e) inline, x's sign choosing. */
+static void emit_sig(regs *r, int pos, const void *exp_fn, int x)
+{
+    int rx = use(r, x, 0);
+    int mask = take(r, 1u << rx);
+    sign_mask(r, mask);
+    vrr(r->c, 1, r->pp, 0, 0x56, mask, rx, mask);                       /* vorp: -|x| */
+    for (int g = 0; g < NREG; g++) {
+        int v = r->val_of[g];
+        if (v >= 0 && (v == x || r->last[v] > pos)) save(r, g);
+    }
+    if (mask != 0) vrr(r->c, 1, 0, 0, 0x28, 0, 0, mask);
+    for (int g = 0; g < NREG; g++) release(r, g);
+    call_abs(r->c, exp_fn);
+    fetch(r, x, 1);
+    one_const(r, 2);
+    vrr(r->c, 1, r->pp, 0, 0x58, 3, 2, 0);                              /* 1 + e */
+    vrr(r->c, 3, 1, 0, r->pp ? 0x4B : 0x4A, 0, 2, 0);                   /* vblendvp */
+    put1(r->c, 1 << 4);                                                 /* mask: ymm1 */
+    vrr(r->c, 1, r->pp, 0, 0x5E, 0, 0, 3);
+    bind(r, pos, 0);
+}
+
+static void emit_unary(regs *r, int pos, int op, int a)
+{
+    int ra = use(r, a, 0);
+    unsigned keep = 1u << ra;
+    int mask = -1;
+    if (op == OT_OP_NEG || op == OT_OP_ABS) {
+        mask = take(r, keep);
+        sign_mask(r, mask);
+        keep |= 1u << mask;
+    }
+    retire(r, pos);
+    int d = r->val_of[ra] < 0 ? ra : take(r, keep);
+    switch (op) {
+    case OT_OP_NEG: vrr(r->c, 1, r->pp, 0, 0x57, d, ra, mask); break;    /* vxorp */
+    case OT_OP_ABS: vrr(r->c, 1, r->pp, 0, 0x55, d, mask, ra); break;    /* vandnp */
+    case OT_OP_SQRT: vrr(r->c, 1, r->pp, 0, 0x51, d, 0, ra); break;
+    default: vrr(r->c, 1, r->pp, 0, 0x59, d, ra, ra); break;             /* sqr */
+    }
+    bind(r, pos, d);
+}
+
+static void emit_binary(regs *r, int pos, int op, int a, int b)
+{
+    int ra = use(r, a, 0);
+    int rb = use(r, b, 1u << ra);
+    retire(r, pos);
+    int d = r->val_of[ra] < 0 ? ra : r->val_of[rb] < 0 ? rb : take(r, 1u << ra | 1u << rb);
+    static const uint8_t opc[] = {[OT_OP_ADD] = 0x58, [OT_OP_MUL] = 0x59, [OT_OP_SUB] = 0x5C,
+                                  [OT_OP_DIV] = 0x5E};
+    vrr(r->c, 1, r->pp, 0, opc[op], d, ra, rb);
+    bind(r, pos, d);
+}
+
+/* a*b + c (vfmadd231) or c - a*b (vfnmadd231) into a register holding c. */
+static void emit_fma(regs *r, int pos, bool sub, int a, int b, int cv)
+{
+    int ra = use(r, a, 0);
+    int rb = use(r, b, 1u << ra);
+    int rc = use(r, cv, 1u << ra | 1u << rb);
+    unsigned keep = 1u << ra | 1u << rb | 1u << rc;
+    retire(r, pos);
+    int d = rc;
+    if (r->val_of[rc] >= 0) {
+        d = take(r, keep);
+        vrr(r->c, 1, 0, 0, 0x28, d, 0, rc);                            /* vmovaps */
+    }
+    vrr(r->c, 2, 1, r->w, sub ? 0xBC : 0xB8, d, ra, rb);
+    bind(r, pos, d);
+}
+
+static void emit_insn(regs *r, int pos, int acc)
+{
+    const ot_insn *in = &r->insns[pos];
+    const int16_t *arg = r->j->arg[pos];
+    int kd = in->kd;
+    if (in->code == OT_I_UNARY && (in->op == OT_OP_SIG || in->op == OT_OP_SIG2))
+        emit_sig(r, pos, r->j->kt->vfn1[acc][in->op == OT_OP_SIG ? OT_OP_EXP : OT_OP_EXP2][kd],
+                 arg[0]);
+    else if (in->code == OT_I_UNARY && !inline_unary(in->op))
+        emit_call(r, pos, r->j->kt->vfn1[acc][in->op][kd], arg[0], -1);
+    else if (in->code == OT_I_UNARY)
+        emit_unary(r, pos, in->op, arg[0]);
+    else if (in->code == OT_I_BINARY && !inline_binary(in->op))
+        emit_call(r, pos, r->j->kt->vfn2[in->op][kd], arg[0], arg[1]);
+    else if (in->code == OT_I_BINARY)
+        emit_binary(r, pos, in->op, arg[0], arg[1]);
+    else
+        emit_fma(r, pos, in->op == OT_OP_SUB, arg[0], arg[1], arg[2]);
+}
+
+/* ---- the function ----------------------------------------------------------- */
+
+/* fn(in, out, nbytes): rbx walks the byte offset 0, 32, ... < nbytes; r12
+ * holds in, r13 out, r14 nbytes; the frame below rbp is 32-aligned. */
+static void emit_function(regs *r, int acc, int frame)
+{
+    code *c = r->c;
+    const ot_jit *j = r->j;
+    push(c, RBP);
+    mov_rr(c, RBP, RSP);
+    push(c, RBX);
+    push(c, R12);
+    push(c, R13);
+    push(c, R14);
+    push(c, R15);
+    put(c, (const uint8_t[]){0x48, 0x81, 0xEC}, 3);            /* sub rsp, frame */
+    put4(c, frame);
+    put(c, (const uint8_t[]){0x48, 0x83, 0xE4, 0xE0}, 4);      /* and rsp, -32 */
+    mov_rr(c, R12, 7);                                         /* rdi */
+    mov_rr(c, R13, 6);                                         /* rsi */
+    mov_rr(c, R14, 2);                                         /* rdx */
+    put(c, (const uint8_t[]){0x31, 0xDB}, 2);                  /* xor ebx, ebx */
+    put(c, (const uint8_t[]){0x4D, 0x85, 0xF6}, 3);            /* test r14, r14 */
+    put(c, (const uint8_t[]){0x0F, 0x84}, 2);                  /* jz done */
+    size_t jz_at = c->n;
+    put4(c, 0);
+    size_t loop = c->n;
+    for (int g = 0; g < NREG; g++) r->val_of[g] = -1;
+    for (int v = 0; v < j->ninsn; v++) {
+        r->reg_of[v] = -1;
+        r->spilled[v] = false;
+    }
+    for (int pos = 0; pos < j->ninsn; pos++)
+        if (j->body[pos]) emit_insn(r, pos, acc);
+    for (int q = 0; q < j->nout; q++) {
+        if (j->out_val[q] < 0 || !j->out_vector[q]) continue;
+        bool again = false;   /* one value is one buffer: exec passes one address */
+        for (int p = 0; p < q; p++) again |= j->out_vector[p] && j->out_val[p] == j->out_val[q];
+        if (again) continue;
+        int g = use(r, j->out_val[q], 0);
+        load_ptr(c, R13, 8 * q);
+        vmov_store(r, g, RAX, RBX, 0);
+    }
+    put(c, (const uint8_t[]){0x48, 0x83, 0xC3, 0x20}, 4);      /* add rbx, 32 */
+    put(c, (const uint8_t[]){0x4C, 0x39, 0xF3}, 3);            /* cmp rbx, r14 */
+    put(c, (const uint8_t[]){0x0F, 0x82}, 2);                  /* jb loop */
+    put4(c, (int32_t)((int64_t)loop - (int64_t)(c->n + 4)));
+    if (!c->oom) {
+        int32_t rel = (int32_t)(c->n - (jz_at + 4));
+        memcpy(c->b + jz_at, &rel, 4);
+    }
+    put(c, (const uint8_t[]){0xC5, 0xF8, 0x77}, 3);            /* vzeroupper */
+    put(c, (const uint8_t[]){0x48, 0x8D, 0x65, 0xD8}, 4);      /* lea rsp, [rbp - 40] */
+    pop(c, R15);
+    pop(c, R14);
+    pop(c, R13);
+    pop(c, R12);
+    pop(c, RBX);
+    pop(c, RBP);
+    put1(c, 0xC3);
+}
+
+/* ---- which kernels ------------------------------------------------------------ */
+
+/* Fills j's value map: arg (the value each operand reads: buffers are
+ * reused, values are instruction indices), body and the outputs. False
+ * where the program has something generated code does not do. */
+static bool map_values(ot_jit *j, const ot_kernel *k, int acc)
+{
+    int *writer = malloc(sizeof *writer * (size_t)(k->nbuf > 0 ? k->nbuf : 1));
+    int *writes = calloc((size_t)(k->nbuf > 0 ? k->nbuf : 1), sizeof *writes);
+    bool ok = writer && writes;
+    int kd = -1;
+    for (int b = 0; ok && b < k->nbuf; b++) writer[b] = -1;
+    for (int i = 0; ok && i < k->ninsn; i++) {
+        const ot_insn *in = &k->insns[i];
+        const int16_t ops[3] = {in->a, in->b, in->c};
+        for (int o = 0; o < 3; o++) {
+            j->arg[i][o] = -1;
+            if (ops[o] < 0) continue;
+            if (ops[o] >= k->nbuf || writer[ops[o]] < 0) ok = false;
+            else j->arg[i][o] = (int16_t)writer[ops[o]];
+        }
+        bool body = in->code != OT_I_LOAD && in->code != OT_I_PARAM && !(in->scalar & 8);
+        j->body[i] = body;
+        if (body) {
+            if (kd < 0) kd = in->kd;
+            ok = ok && in->kd == kd && kd != OT_KD_I32 && in->code != OT_I_CAST;
+            if (in->code == OT_I_UNARY && !inline_unary(in->op))
+                ok = ok && j->kt->vfn1[acc][in->op][in->kd];
+            if (in->code == OT_I_BINARY && !inline_binary(in->op))
+                ok = ok && j->kt->vfn2[in->op][in->kd];
+        }
+        if (in->code == OT_I_LOAD && !(in->scalar & 8)) {
+            const ot_view *v = &k->loads[in->arg];
+            if (kd < 0) kd = ot__kd(v->dtype);
+            ok = ok && ot__kd(v->dtype) == kd && v->dtype != OT_I32;
+        }
+        if (ok && in->dst >= 0 && in->dst < k->nbuf) {
+            writer[in->dst] = i;
+            writes[in->dst]++;
+        } else {
+            ok = false;
+        }
+    }
+    /* Scalar operands are broadcast in the body's dtype. */
+    for (int i = 0; ok && i < k->ninsn; i++)
+        for (int o = 0; o < 3 && j->body[i]; o++) {
+            int v = j->arg[i][o];
+            const ot_insn *src = &k->insns[v >= 0 ? v : 0];
+            int vkd = src->code == OT_I_LOAD ? ot__kd(k->loads[src->arg].dtype) : src->kd;
+            if (v >= 0 && !j->body[v] && vkd != kd) ok = false;
+        }
+    /* A gathered load fills its own tile buffer before the loop runs: no
+     * other instruction may write that buffer. */
+    for (int i = 0; ok && i < k->ninsn; i++) {
+        const ot_insn *in = &k->insns[i];
+        if (in->code != OT_I_LOAD || (in->scalar & 8)) continue;
+        bool strided = k->ndim > 0 && k->loads[in->arg].strides[k->ndim - 1] != 1;
+        if (strided && writes[in->dst] > 1) ok = false;
+    }
+    j->nout = 1 + k->nxstore;
+    for (int q = 0; ok && q < j->nout; q++) {
+        int buf = q == 0 ? k->result : k->xstores[q - 1].result;
+        bool scalar = q == 0 ? k->result_scalar : k->xstores[q - 1].scalar;
+        j->out_val[q] = buf >= 0 && buf < k->nbuf ? (int16_t)writer[buf] : -1;
+        ok = j->out_val[q] >= 0;
+        j->out_vector[q] = ok && !scalar && (j->body[j->out_val[q]] ||
+                                             !(k->insns[j->out_val[q]].scalar & 8));
+    }
+    /* One op is already one pass in the tile kernels: nothing to gain. */
+    int nbody = 0;
+    for (int i = 0; i < k->ninsn; i++) nbody += j->body[i];
+    ok = ok && nbody >= 2;
+    j->kd = kd < 0 ? OT_KD_F32 : kd;
+    free(writer);
+    free(writes);
+    return ok;
+}
+
+/* The last body position reading each value; outputs live to the end. */
+static void last_uses(const ot_jit *j, int16_t *last)
+{
+    for (int v = 0; v < j->ninsn; v++) last[v] = -1;
+    for (int i = 0; i < j->ninsn; i++)
+        for (int o = 0; o < 3 && j->body[i]; o++)
+            if (j->arg[i][o] >= 0) last[j->arg[i][o]] = (int16_t)i;
+    for (int q = 0; q < j->nout; q++)
+        if (j->out_val[q] >= 0) last[j->out_val[q]] = (int16_t)j->ninsn;
+}
+
+static bool install(ot_jit *j, const code *c)
+{
+    size_t page = 4096, size = (c->n + page - 1) / page * page;
+    void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return false;
+    memcpy(m, c->b, c->n);
+    if (mprotect(m, size, PROT_READ | PROT_EXEC) != 0) {
+        munmap(m, size);
+        return false;
+    }
+    j->map = m;
+    j->map_bytes = size;
+    memcpy(&j->fn, &m, sizeof m);   /* object to function pointer, bit for bit */
+    return true;
+}
+
+ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc)
+{
+    if ((k->kind != OT_KER_EW && k->kind != OT_KER_REDUCE) || k->ninsn < 1 ||
+        k->ninsn > OT_JIT_MAX_INSN || !kt->vfn2[OT_OP_ADD][0])
+        return NULL;
+    ot_jit *j = calloc(1, sizeof *j);
+    code c = {0};
+    regs r = {.c = &c, .j = j, .insns = k->insns};
+    bool ok = j != NULL;
+    if (ok) {
+        j->kt = kt;
+        j->ninsn = k->ninsn;
+        j->arg = malloc(sizeof *j->arg * (size_t)k->ninsn);
+        j->body = malloc((size_t)k->ninsn);
+        r.reg_of = malloc(sizeof *r.reg_of * (size_t)k->ninsn);
+        r.spilled = malloc((size_t)k->ninsn);
+        r.last = malloc(sizeof *r.last * (size_t)k->ninsn);
+        ok = j->arg && j->body && r.reg_of && r.spilled && r.last && map_values(j, k, acc);
+    }
+    if (ok) {
+        r.pp = j->kd == OT_KD_F64;
+        r.w = r.pp;
+        last_uses(j, r.last);
+        emit_function(&r, acc, SLOT(k->ninsn) + 32);
+        ok = !c.oom && install(j, &c);
+    }
+    free(c.b);
+    free(r.reg_of);
+    free(r.spilled);
+    free(r.last);
+    if (!ok) {
+        ot__jit_free(j);
+        return NULL;
+    }
+    return j;
+}
+
+void ot__jit_free(ot_jit *j)
+{
+    if (!j) return;
+    if (j->map) munmap(j->map, j->map_bytes);
+    free(j->arg);
+    free(j->body);
+    free(j);
+}
+
+#else /* no generated code on this platform */
+
+ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc)
+{
+    (void)k, (void)kt, (void)acc;
+    return NULL;
+}
+
+void ot__jit_free(ot_jit *j) { (void)j; }
+
+#endif

@@ -1,0 +1,334 @@
+/*
+ * test_jit.c - the generated code of src/jit.c against the tile kernels it
+ * stands in for. The oracle is the interpreter itself: every result must be
+ * bitwise that of the same program run op by op through the AVX2 table
+ * (NaN matching NaN), since both use the same instructions and the same
+ * SLEEF functions. Two levels:
+ *   - hand-built kernels (one op of every kind, f32 and f64, vector and
+ *     broadcast operands, special values) run through ot__jit_build's
+ *     function directly;
+ *   - whole assignments through the public API on a backend with generated
+ *     code and one with OT_JIT=0: tails, views, multi-output, reductions,
+ *     in-place updates and programs with more live values than registers.
+ * Where the CPU has no AVX2 (or the build is not x86-64 Linux) there is no
+ * generated code, and the API level still checks that both agree.
+ */
+#include "test.h"
+#include "internal.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NV 64   /* elements per hand-built run: whole vectors for both dtypes */
+
+static const ot_kernels *avx2(void) { return ot__kernels_for("avx2"); }
+
+static bool has_jit(void)
+{
+#if defined(__x86_64__) && defined(__linux__)
+    return avx2() != NULL;
+#else
+    return false;
+#endif
+}
+
+/* Inputs with the special values first: NaN, +-inf, -0, denormals, huge
+ * and tiny, then a spread of ordinary values of both signs. */
+static void fill(double *x, int n, int salt)
+{
+    static const double special[] = {NAN, INFINITY, -INFINITY, -0.0, 0.0, 1e-310, -1e-40,
+                                     3e38, -3e38, 1e300, 0.5, -1.0, 1.0, 89.0, -104.0, 710.0};
+    int ns = (int)(sizeof special / sizeof special[0]);
+    for (int i = 0; i < n; i++) {
+        int k = (i + 5 * salt) % (ns + 24);
+        x[i] = k < ns ? special[k] : (k - ns - 11.5) * 0.37 * (1 + salt);
+    }
+}
+
+static bool same_bits(const void *a, const void *b, int kd, int n)
+{
+    size_t es = kd == OT_KD_F64 ? 8 : 4;
+    for (int i = 0; i < n; i++) {
+        const char *x = (const char *)a + i * es, *y = (const char *)b + i * es;
+        if (memcmp(x, y, es) == 0) continue;
+        double u = kd == OT_KD_F64 ? *(const double *)x : *(const float *)x;
+        double v = kd == OT_KD_F64 ? *(const double *)y : *(const float *)y;
+        if (!(u != u && v != v)) return false;
+    }
+    return true;
+}
+
+/* A kernel of: LOAD a, LOAD b, LOAD c (vector or scalar), the op under
+ * test, then neg of its result (two body ops: one alone is not compiled). */
+typedef struct hand {
+    ot_kernel k;
+    ot_view loads[3];
+    ot_insn insns[5];
+} hand;
+
+static void hand_init(hand *h, int kd, ot_insn op, unsigned scalar_ops)
+{
+    memset(h, 0, sizeof *h);
+    ot_dtype dt = ot__kd_dtype(kd);
+    for (int i = 0; i < 3; i++) {
+        h->loads[i] = (ot_view){.space = OT_SPACE_LEAF, .dtype = (uint8_t)dt, .index = i};
+        h->loads[i].strides[0] = (scalar_ops >> i & 1) ? 0 : 1;
+        h->insns[i] = (ot_insn){.code = OT_I_LOAD, .kd = (uint8_t)kd, .dst = (int16_t)i, .a = -1,
+                                .b = -1, .c = -1, .arg = i,
+                                .scalar = (uint8_t)((scalar_ops >> i & 1) ? 8 : 0)};
+    }
+    op.kd = (uint8_t)kd;
+    op.dst = 3;
+    op.scalar = (uint8_t)(scalar_ops & 7);
+    h->insns[3] = op;
+    h->insns[4] = (ot_insn){.code = OT_I_UNARY, .op = OT_OP_NEG, .kd = (uint8_t)kd, .dst = 4,
+                            .a = 3, .b = -1, .c = -1};
+    h->k = (ot_kernel){.kind = OT_KER_EW, .ndim = 1, .dims = {NV}, .nload = 3, .loads = h->loads,
+                       .ninsn = 5, .insns = h->insns, .nbuf = 5, .result = 4, .result_kd = (uint8_t)kd,
+                       .store = h->loads[0]};
+}
+
+/* The same program through the tile kernels. */
+static void interpret(const ot_kernels *kt, int acc, const ot_insn *op, int kd, void *const in[3],
+                      void *tmp, void *out, unsigned scalar_ops)
+{
+    int form2 = (scalar_ops & 3) == 1 ? OT_FORM_SV : (scalar_ops & 3) == 2 ? OT_FORM_VS : OT_FORM_VV;
+    const void *a = in[op->a], *b = op->b < 0 ? NULL : in[op->b], *c = op->c < 0 ? NULL : in[op->c];
+    if (op->code == OT_I_UNARY) kt->unary[acc][op->op][kd](tmp, a, NV);
+    else if (op->code == OT_I_BINARY) kt->binary[op->op][kd][form2](tmp, a, b, NV);
+    else (op->op == OT_OP_SUB ? kt->fnma : kt->fma)[kd][scalar_ops & 7](tmp, a, b, c, NV);
+    kt->unary[acc][OT_OP_NEG][kd](out, tmp, NV);
+}
+
+/* Builds and runs one op; returns false (and reports) on a mismatch. */
+static bool check_op(ot_insn op, int kd, int acc, unsigned scalar_ops, const char *what)
+{
+    const ot_kernels *kt = avx2();
+    hand h;
+    hand_init(&h, kd, op, scalar_ops);
+    ot_jit *j = ot__jit_build(&h.k, kt, acc);
+    if (!j) {
+        test__fail(__FILE__, __LINE__, "%s (%s, scalars %u): no code generated", what,
+                   kd ? "f64" : "f32", scalar_ops);
+        return false;
+    }
+    size_t es = kd == OT_KD_F64 ? 8 : 4;
+    _Alignas(64) char in[3][NV * 8], tmp[NV * 8], want[NV * 8], got[NV * 8 + 64];
+    double x[NV];
+    for (int i = 0; i < 3; i++) {
+        fill(x, NV, i);
+        for (int e = 0; e < NV; e++) {
+            if (kd == OT_KD_F64) ((double *)in[i])[e] = x[e];
+            else ((float *)in[i])[e] = (float)x[e];
+        }
+    }
+    void *ins[3] = {in[0], in[1], in[2]};
+    interpret(kt, acc, &op, kd, ins, tmp, want, scalar_ops);
+    char *val[5] = {in[0], in[1], in[2], NULL, NULL};
+    char *out[1] = {got + 32};   /* unaligned by 32 of 64 */
+    memset(got, 0x5a, sizeof got);
+    j->fn(val, out, NV * es);
+    bool ok = same_bits(got + 32, want, kd, NV);
+    unsigned char guard[32];
+    memset(guard, 0x5a, 32);
+    ok = ok && memcmp(got, guard, 32) == 0 && memcmp(got + 32 + NV * es, guard, 32) == 0;
+    if (!ok)
+        test__fail(__FILE__, __LINE__, "%s (%s, acc %d, scalars %u): generated code differs",
+                   what, kd ? "f64" : "f32", acc, scalar_ops);
+    ot__jit_free(j);
+    return ok;
+}
+
+TEST(jit_each_op_bitwise)
+{
+    if (!has_jit()) return;
+    static const int unary[] = {OT_OP_FINITE, OT_OP_NEG, OT_OP_ABS, OT_OP_SGN, OT_OP_SQRT,
+                                OT_OP_SQR, OT_OP_EXP, OT_OP_EXP2, OT_OP_LOG, OT_OP_LOG2,
+                                OT_OP_SAFELOG, OT_OP_SIG, OT_OP_SIG2, OT_OP_TANH, OT_OP_TANH2,
+                                OT_OP_RINT, OT_OP_RECIP, OT_OP_RELU, OT_OP_SIN, OT_OP_COS};
+    static const int binary[] = {OT_OP_ADD, OT_OP_SUB, OT_OP_MUL, OT_OP_DIV, OT_OP_POW,
+                                 OT_OP_EQ, OT_OP_NE, OT_OP_LT, OT_OP_LE, OT_OP_GT, OT_OP_GE,
+                                 OT_OP_MINIMUM, OT_OP_MAXIMUM};
+    for (int kd = 0; kd < 2; kd++)
+        for (int acc = 0; acc < 2; acc++) {
+            for (size_t i = 0; i < sizeof unary / sizeof *unary; i++)
+                check_op((ot_insn){.code = OT_I_UNARY, .op = (uint8_t)unary[i], .a = 0, .b = -1,
+                                   .c = -1},
+                         kd, acc, 0, ot_op_name(unary[i]));
+            for (size_t i = 0; i < sizeof binary / sizeof *binary; i++)
+                for (unsigned sc = 0; sc < 3; sc++)
+                    check_op((ot_insn){.code = OT_I_BINARY, .op = (uint8_t)binary[i], .a = 0,
+                                       .b = 1, .c = -1},
+                             kd, acc, sc, ot_op_name(binary[i]));
+            for (unsigned sc = 0; sc < 7; sc++) {
+                check_op((ot_insn){.code = OT_I_FMA, .op = OT_OP_ADD, .a = 0, .b = 1, .c = 2}, kd,
+                         acc, sc, "fma");
+                check_op((ot_insn){.code = OT_I_FMA, .op = OT_OP_SUB, .a = 0, .b = 1, .c = 2}, kd,
+                         acc, sc, "fnma");
+            }
+        }
+    /* One operand read twice, in every position. */
+    check_op((ot_insn){.code = OT_I_BINARY, .op = OT_OP_POW, .a = 0, .b = 0, .c = -1}, 0, 0, 0,
+             "pow(x, x)");
+    check_op((ot_insn){.code = OT_I_FMA, .op = OT_OP_ADD, .a = 1, .b = 0, .c = 1}, 1, 0, 0,
+             "fma(y, x, y)");
+}
+
+/* What the generator refuses: i32, casts, a single body op. */
+TEST(jit_declines_what_it_does_not_cover)
+{
+    if (!has_jit()) return;
+    hand h;
+    hand_init(&h, OT_KD_I32, (ot_insn){.code = OT_I_BINARY, .op = OT_OP_ADD, .a = 0, .b = 1, .c = -1}, 0);
+    CHECK(ot__jit_build(&h.k, avx2(), 0) == NULL);
+    hand_init(&h, OT_KD_F32, (ot_insn){.code = OT_I_UNARY, .op = OT_OP_EXP, .a = 0, .b = -1, .c = -1}, 0);
+    h.k.ninsn = 4;
+    h.k.result = 3;
+    CHECK(ot__jit_build(&h.k, avx2(), 0) == NULL);
+    hand_init(&h, OT_KD_F32, (ot_insn){.code = OT_I_CAST, .kd_from = OT_KD_F64, .a = 0, .b = -1, .c = -1}, 0);
+    CHECK(ot__jit_build(&h.k, avx2(), 0) == NULL);
+    CHECK(ot__jit_build(&h.k, ot__kernels_for("scalar"), 0) == NULL);
+}
+
+/* ---- whole assignments: generated code against OT_JIT=0 ------------------ */
+
+static ot_backend *backend(bool jit, int threads)
+{
+    if (!jit) setenv("OT_JIT", "0", 1);
+    ot_backend *be = ot_backend_new("cpu", &(ot_backend_opts){.threads = threads, .seed = 3});
+    unsetenv("OT_JIT");
+    if (!be) test__fail(__FILE__, __LINE__, "backend: %s", ot_errmsg());
+    return be;
+}
+
+typedef ot_node *(*tree_fn)(ot_tensor *const *x);
+
+/* Runs tree(x) on both backends into outputs of shape out, with inputs of
+ * shape in (x[3] a column, x[4] a 0-d), and compares bitwise. */
+static void compare(const char *what, ot_dtype dt, ot_shape in, ot_shape out, tree_fn tree)
+{
+    ot_backend *be[2] = {backend(true, 1), backend(false, 1)};
+    void *res[2] = {NULL, NULL};
+    int64_t n = 1;
+    for (int d = 0; d < out.ndim; d++) n *= out.dims[d];
+    for (int b = 0; b < 2 && be[0] && be[1]; b++) {
+        ot_tensor *x[5];
+        ot_shape col = in;
+        if (col.ndim > 0) col.dims[col.ndim - 1] = 1;
+        for (int i = 0; i < 5; i++) {
+            ot_shape s = i == 3 ? col : i == 4 ? (ot_shape){0} : in;
+            int64_t m = 1;
+            for (int d = 0; d < s.ndim; d++) m *= s.dims[d];
+            double *h = malloc(sizeof *h * (size_t)(m ? m : 1));
+            fill(h, (int)m, i);
+            for (int64_t e = 0; e < m; e++) h[e] = i == 1 ? 0.25 + (double)(e % 97) * 0.031 : h[e];
+            ot_tensor *t = ot_array(be[b], s, OT_F64, h);
+            x[i] = dt == OT_F64 ? t : ot_empty(be[b], s, dt);
+            if (dt != OT_F64) {
+                ot_assign(x[i], ot_cast(t, .dtype = dt));
+                ot_tensor_free(t);
+            }
+            free(h);
+        }
+        ot_tensor *o = ot_empty(be[b], out, dt);
+        ot_pool *p = ot_pool_push();
+        int rc = ot_assign(o, tree(x));
+        ot_pool_pop(p);
+        if (rc) test__fail(__FILE__, __LINE__, "%s: assign: %s", what, ot_errmsg());
+        res[b] = malloc(ot_dtype_size(dt) * (size_t)(n ? n : 1));
+        ot_get(o, res[b]);
+        ot_tensor_free(o);
+        for (int i = 0; i < 5; i++) ot_tensor_free(x[i]);
+    }
+    if (res[0] && res[1] && !same_bits(res[0], res[1], ot__kd(dt), (int)n))
+        test__fail(__FILE__, __LINE__, "%s (%s, %lldx%lld): generated code and interpreter differ",
+                   what, ot_dtype_name(dt), (long long)in.dims[0], (long long)in.dims[1]);
+    free(res[0]);
+    free(res[1]);
+    ot_backend_free(be[0]);
+    ot_backend_free(be[1]);
+}
+
+static ot_node *t_w4(ot_tensor *const *x)
+{
+    return ot_add(ot_mul(ot_sqrt(ot_abs(x[0])), ot_log(ot_add(ot_mul(x[1], x[1]), 1.0))),
+                  ot_mul(ot_exp(ot_neg(x[2])), 0.5));
+}
+static ot_node *t_bcast(ot_tensor *const *x)
+{
+    return ot_tanh(ot_add(ot_mul(x[0], x[3]), ot_div(x[4], ot_add(x[1], 1.0))));
+}
+static ot_node *t_view(ot_tensor *const *x)
+{
+    return ot_sig(ot_sub(ot_T(x[0]), ot_mul(ot_T(x[1]), 2.0)));
+}
+static ot_node *t_reduce(ot_tensor *const *x)
+{
+    return ot_sum(ot_exp(ot_sub(x[0], x[3])), .axis = 1, .keepdims = true);
+}
+static ot_node *t_softmax(ot_tensor *const *x) { return ot_softmax(x[0], .axis = 1); }
+/* More live values than ymm registers, with calls among them. */
+static ot_node *t_pressure(ot_tensor *const *x)
+{
+    ot_node *v[24], *acc = NULL;
+    for (int i = 0; i < 24; i++)
+        v[i] = i % 3 == 0 ? ot_exp(ot_mul(x[i % 3], 0.01 * i))
+                          : ot_add(ot_mul(x[i % 3], (double)i), ot_sqr(x[1]));
+    for (int i = 0; i < 24; i++) acc = acc ? ot_add(acc, ot_mul(v[i], v[23 - i])) : v[i];
+    return ot_maximum(acc, ot_pow(x[1], x[4]));
+}
+
+TEST(jit_assignments_match_interpreter)
+{
+    static const int64_t rows[] = {1, 3, 7};
+    static const int64_t cols[] = {1, 7, 8, 9, 15, 16, 33, 1029};
+    for (int d = 0; d < 2; d++) {
+        ot_dtype dt = d ? OT_F64 : OT_F32;
+        for (size_t r = 0; r < sizeof rows / sizeof *rows; r++)
+            for (size_t c = 0; c < sizeof cols / sizeof *cols; c++) {
+                ot_shape s = {.ndim = 2, .dims = {rows[r], cols[c]}};
+                ot_shape st = {.ndim = 2, .dims = {cols[c], rows[r]}};
+                ot_shape col = {.ndim = 2, .dims = {rows[r], 1}};
+                compare("W4", dt, s, s, t_w4);
+                compare("broadcasts", dt, s, s, t_bcast);
+                compare("transposed views", dt, s, st, t_view);
+                compare("row reduction", dt, s, col, t_reduce);
+                compare("softmax", dt, s, s, t_softmax);
+                compare("register pressure", dt, s, s, t_pressure);
+            }
+    }
+}
+
+/* In-place updates of several outputs by one kernel, each reading all. */
+TEST(jit_in_place_multi_output)
+{
+    for (int jit = 0; jit < 2; jit++) {
+        ot_backend *be = backend(jit, 1);
+        if (!be) return;
+        double h[3][203];
+        for (int i = 0; i < 3; i++) fill(h[i], 203, i + 1);
+        ot_tensor *w = ot_array(be, OT_SHAPE(203), OT_F64, h[0]);
+        ot_tensor *u = ot_array(be, OT_SHAPE(203), OT_F64, h[1]);
+        ot_tensor *g = ot_array(be, OT_SHAPE(203), OT_F64, h[2]);
+        ot_pool *p = ot_pool_push();
+        ot_tensor *outs[2] = {w, u};
+        ot_node *trees[2] = {ot_sub(w, ot_mul(ot_tanh(g), ot_add(u, 1.0))),
+                             ot_add(ot_mul(u, 0.9), ot_exp(ot_mul(w, 0.01)))};
+        CHECK_INT(ot_assign_many(2, outs, trees), 0);
+        ot_pool_pop(p);
+        double got[2][203];
+        ot_get(w, got[0]);
+        ot_get(u, got[1]);
+        for (int i = 0; i < 203; i++) {
+            double x = h[0][i], y = h[1][i], z = h[2][i];
+            double nw = x - tanh(z) * (y + 1.0), nu = y * 0.9 + exp(x * 0.01);
+            CHECK(test__close(got[0][i], nw, 1e-12) || (isnan(nw) && isnan(got[0][i])));
+            CHECK(test__close(got[1][i], nu, 1e-12) || (isnan(nu) && isnan(got[1][i])));
+        }
+        ot_tensor_free(w);
+        ot_tensor_free(u);
+        ot_tensor_free(g);
+        ot_backend_free(be);
+    }
+}

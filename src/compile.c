@@ -1701,6 +1701,7 @@ void ot__plan_release(ot_plan *p)
         free(p->kernels[i].desc);
         ot__jit_free(p->kernels[i].jit);
     }
+    ot__jit_unmap(&p->jit);
     free(p->kernels);
     free(p->segs);
     free(p->temp_offset);
@@ -2298,6 +2299,21 @@ static void mark_direct_roots(compiler *c)
     }
 }
 
+/* Generated code for the kernels that have it (see jit.c); where there is
+ * no room for it the plan runs on the interpreter, as it would anyway. */
+static void generate_code(ot_plan *p, const ot_kernels *kt, int acc)
+{
+    ot_jit **jits = malloc(sizeof *jits * (size_t)(p->nkernels ? p->nkernels : 1));
+    if (!jits) return;
+    for (int i = 0; i < p->nkernels; i++) jits[i] = ot__jit_build(&p->kernels[i], kt, acc);
+    bool installed = ot__jit_install(jits, p->nkernels, &p->jit);
+    for (int i = 0; i < p->nkernels; i++) {
+        if (installed) p->kernels[i].jit = jits[i];
+        else ot__jit_free(jits[i]);
+    }
+    free(jits);
+}
+
 static ot_plan *compile(ot_backend *be, const ot_walk *w, int n, ot_tensor *const outs[],
                         ot_node *const trees[])
 {
@@ -2322,9 +2338,7 @@ static ot_plan *compile(ot_backend *be, const ot_walk *w, int n, ot_tensor *cons
         if (ok) temps_into_outputs(&c);
         ok = ok && layout_arena(c.plan);
         if (ok && c.plan->nseg == 0) choose_row_blocks(&c);
-        for (int i = 0; ok && cpu->jit && i < c.plan->nkernels; i++)
-            c.plan->kernels[i].jit = ot__jit_build(&c.plan->kernels[i], cpu->k,
-                                                   be->opts.accuracy == OT_ULP35);
+        if (ok && cpu->jit) generate_code(c.plan, cpu->k, be->opts.accuracy == OT_ULP35);
     }
     free(c.ci);
     free(c.groot);

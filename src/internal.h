@@ -337,8 +337,8 @@ typedef struct ot_xstore {
 #define OT_JIT_MAX_INSN 128
 typedef struct ot_jit {
     void (*fn)(char *const *in, char *const *out, size_t nbytes);
-    void *map;
-    size_t map_bytes;
+    uint8_t *code;                  /* the machine code until installed */
+    size_t code_len;
     const ot_kernels *kt;
     int ninsn, nout, kd;            /* kd: the body's kernel dtype */
     int16_t (*arg)[3];              /* per insn: the values operands a, b, c read */
@@ -386,8 +386,16 @@ typedef struct ot_kernel {
 
 /* jit.c: code for k's program, or NULL where k has ops it does not cover,
  * the table has no vector functions (only AVX2's has), or the platform is
- * not x86-64 Linux. acc: 1 for OT_ULP35. */
+ * not x86-64 Linux. acc: 1 for OT_ULP35. fn is set by ot__jit_install, which
+ * puts the code of n kernels (NULL entries skipped) into one executable
+ * mapping; false (nothing installed) when the mapping fails. */
+typedef struct ot_jit_map {
+    void *base;
+    size_t bytes;
+} ot_jit_map;
 ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc);
+bool ot__jit_install(ot_jit *const *jits, int n, ot_jit_map *map);
+void ot__jit_unmap(ot_jit_map *map);
 void ot__jit_free(ot_jit *j);
 
 typedef struct ot_segment {
@@ -417,6 +425,7 @@ typedef struct ot_plan {
                                        one dim walks a multiple of them) */
     bool row_serial;                /* blocks in order, kernels threaded (a
                                        dot's rows and their epilogues) */
+    ot_jit_map jit;                 /* the kernels' generated code */
     int nseg;                       /* without row_block: runs of kernels, a
                                        dot and its epilogue, that run per
                                        block of the dot's rows, in order */

@@ -535,7 +535,7 @@ static bool map_values(ot_jit *j, const ot_kernel *k, int acc)
     }
     /* One op is already one pass in the tile kernels: nothing to gain. */
     int nbody = 0;
-    for (int i = 0; i < k->ninsn; i++) nbody += j->body[i];
+    for (int i = 0; ok && i < k->ninsn; i++) nbody += j->body[i];
     ok = ok && nbody >= 2;
     j->kd = kd < 0 ? OT_KD_F32 : kd;
     free(writer);
@@ -554,20 +554,47 @@ static void last_uses(const ot_jit *j, int16_t *last)
         if (j->out_val[q] >= 0) last[j->out_val[q]] = (int16_t)j->ninsn;
 }
 
-static bool install(ot_jit *j, const code *c)
+/* Code goes into one mapping per plan, written and then made executable,
+ * so that a plan of thousands of kernels costs one mapping, not thousands. */
+#define CODE_ALIGN 64
+
+bool ot__jit_install(ot_jit *const *jits, int n, ot_jit_map *map)
 {
-    size_t page = 4096, size = (c->n + page - 1) / page * page;
-    void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    size_t total = 0, page = 4096;
+    for (int i = 0; i < n; i++)
+        if (jits[i]) total += (jits[i]->code_len + CODE_ALIGN - 1) / CODE_ALIGN * CODE_ALIGN;
+    *map = (ot_jit_map){NULL, 0};
+    if (total == 0) return true;
+    size_t size = (total + page - 1) / page * page;
+    char *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED) return false;
-    memcpy(m, c->b, c->n);
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        if (!jits[i]) continue;
+        memcpy(m + at, jits[i]->code, jits[i]->code_len);
+        at += (jits[i]->code_len + CODE_ALIGN - 1) / CODE_ALIGN * CODE_ALIGN;
+    }
     if (mprotect(m, size, PROT_READ | PROT_EXEC) != 0) {
         munmap(m, size);
         return false;
     }
-    j->map = m;
-    j->map_bytes = size;
-    memcpy(&j->fn, &m, sizeof m);   /* object to function pointer, bit for bit */
+    at = 0;
+    for (int i = 0; i < n; i++) {
+        if (!jits[i]) continue;
+        void *entry = m + at;
+        memcpy(&jits[i]->fn, &entry, sizeof entry);   /* object to function pointer */
+        at += (jits[i]->code_len + CODE_ALIGN - 1) / CODE_ALIGN * CODE_ALIGN;
+        free(jits[i]->code);
+        jits[i]->code = NULL;
+    }
+    *map = (ot_jit_map){m, size};
     return true;
+}
+
+void ot__jit_unmap(ot_jit_map *map)
+{
+    if (map->base) munmap(map->base, map->bytes);
+    *map = (ot_jit_map){NULL, 0};
 }
 
 ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc)
@@ -583,7 +610,7 @@ ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc)
         j->kt = kt;
         j->ninsn = k->ninsn;
         j->arg = malloc(sizeof *j->arg * (size_t)k->ninsn);
-        j->body = malloc((size_t)k->ninsn);
+        j->body = calloc((size_t)k->ninsn, sizeof *j->body);
         r.reg_of = malloc(sizeof *r.reg_of * (size_t)k->ninsn);
         r.spilled = malloc((size_t)k->ninsn);
         r.last = malloc(sizeof *r.last * (size_t)k->ninsn);
@@ -594,9 +621,14 @@ ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc)
         r.w = r.pp;
         last_uses(j, r.last);
         emit_function(&r, acc, SLOT(k->ninsn) + 32);
-        ok = !c.oom && install(j, &c);
+        ok = !c.oom;
     }
-    free(c.b);
+    if (ok) {
+        j->code = c.b;
+        j->code_len = c.n;
+    } else {
+        free(c.b);
+    }
     free(r.reg_of);
     free(r.spilled);
     free(r.last);
@@ -610,7 +642,7 @@ ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc)
 void ot__jit_free(ot_jit *j)
 {
     if (!j) return;
-    if (j->map) munmap(j->map, j->map_bytes);
+    free(j->code);
     free(j->arg);
     free(j->body);
     free(j);
@@ -625,5 +657,14 @@ ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc)
 }
 
 void ot__jit_free(ot_jit *j) { (void)j; }
+
+bool ot__jit_install(ot_jit *const *jits, int n, ot_jit_map *map)
+{
+    (void)jits, (void)n;
+    *map = (ot_jit_map){NULL, 0};
+    return true;
+}
+
+void ot__jit_unmap(ot_jit_map *map) { (void)map; }
 
 #endif

@@ -108,6 +108,11 @@ static bool check_op(ot_insn op, int kd, int acc, unsigned scalar_ops, const cha
     hand h;
     hand_init(&h, kd, op, scalar_ops);
     ot_jit *j = ot__jit_build(&h.k, kt, acc);
+    ot_jit_map map = {NULL, 0};
+    if (j && !ot__jit_install(&j, 1, &map)) {
+        ot__jit_free(j);
+        j = NULL;
+    }
     if (!j) {
         test__fail(__FILE__, __LINE__, "%s (%s, scalars %u): no code generated", what,
                    kd ? "f64" : "f32", scalar_ops);
@@ -137,6 +142,7 @@ static bool check_op(ot_insn op, int kd, int acc, unsigned scalar_ops, const cha
         test__fail(__FILE__, __LINE__, "%s (%s, acc %d, scalars %u): generated code differs",
                    what, kd ? "f64" : "f32", acc, scalar_ops);
     ot__jit_free(j);
+    ot__jit_unmap(&map);
     return ok;
 }
 
@@ -182,6 +188,8 @@ TEST(jit_declines_what_it_does_not_cover)
     hand h;
     hand_init(&h, OT_KD_I32, (ot_insn){.code = OT_I_BINARY, .op = OT_OP_ADD, .a = 0, .b = 1, .c = -1}, 0);
     CHECK(ot__jit_build(&h.k, avx2(), 0) == NULL);
+    ot_jit_map map;
+    CHECK(ot__jit_install(NULL, 0, &map) && map.base == NULL);
     hand_init(&h, OT_KD_F32, (ot_insn){.code = OT_I_UNARY, .op = OT_OP_EXP, .a = 0, .b = -1, .c = -1}, 0);
     h.k.ninsn = 4;
     h.k.result = 3;

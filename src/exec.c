@@ -16,6 +16,8 @@
 #define TILE 1024              /* elements per tile (row-major walks) */
 #define TILE_COLUMN 256         /* elements per tile (column-block walks) */
 #define TILE_STREAM 16384       /* elements per tile of a kernel with no scratch */
+#define TILE_JIT 4096           /* elements per tile of generated code (no buffer
+                                   per op, so only the per-tile setup counts) */
 #define TILES_PER_CHUNK 16
 #define ROWS_PER_CHUNK 4
 #define PARALLEL_MIN 32768     /* elements below which a kernel runs serially */
@@ -680,6 +682,7 @@ static bool streams(const ot_kernel *k)
 static int64_t tile_for(const ot_kernel *k)
 {
     if (streams(k)) return TILE_STREAM;
+    if (k->jit && !k->col_blocked) return TILE_JIT;
     return k->col_blocked ? TILE_COLUMN : (k->nbuf > 6 ? TILE / 2 : TILE);
 }
 

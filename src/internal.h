@@ -381,7 +381,7 @@ typedef struct ot_kernel {
     int axis;
     ot_shape shape;
     char *desc;                     /* for ot_explain: the nodes it fuses */
-    ot_jit *jit;                    /* EW/REDUCE: generated code, or NULL */
+    ot_jit *jit;                    /* EW: generated code, or NULL */
 } ot_kernel;
 
 /* jit.c: code for k's program, or NULL where k has ops it does not cover,

@@ -373,15 +373,17 @@ static bool spec_names_axis(const char *spec)
     return false;
 }
 
-static ot_args normalise_args(const ot_args *args)
+/* Into a zeroed a: filled in place, since ot_args is large and every node
+ * build passes here. */
+static void normalise_args(ot_args *a, const ot_args *args)
 {
-    ot_args a = {.axis = OT_AXIS_ALL};
-    if (args) {
-        a = *args;
-        if (a.spec_ && !spec_names_axis(a.spec_)) a.axis = OT_AXIS_ALL;
-        a.spec_ = NULL;
+    if (!args) {
+        a->axis = OT_AXIS_ALL;
+        return;
     }
-    return a;
+    *a = *args;
+    if (a->spec_ && !spec_names_axis(a->spec_)) a->axis = OT_AXIS_ALL;
+    a->spec_ = NULL;
 }
 
 /* Maps a possibly negative axis into [0, ndim); OT_AXIS_ALL passes. */
@@ -622,7 +624,8 @@ ot_node *ot_build_at(ot_op op, ot_node *a, ot_node *b, const ot_args *args,
         return NULL;
     }
     if (check_operands(&st, a, b)) return NULL;
-    proto p = {.args = normalise_args(args)};
+    proto p = {0};
+    normalise_args(&p.args, args);
     int rc = 0;
     switch (ot_op_kind(op)) {
     case OT_KIND_UNARY: rc = infer_elementwise(&st, a, NULL, &p); break;

@@ -210,7 +210,9 @@ static bool walk_tree(ot_walk *w, const ot_node *root, int *root_entry)
     if (ok) w->frames[sn++] = (frame){root, false};
     while (ok && sn > 0) {
         frame *f = &w->frames[sn - 1];
-        if (memo_get(w, f->n) >= 0) {
+        /* An expanded frame was not in the memo when first seen, and a node
+         * cannot be its own descendant: only new frames need the lookup. */
+        if (!f->expanded && memo_get(w, f->n) >= 0) {
             sn--;
             continue;
         }

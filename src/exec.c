@@ -792,35 +792,44 @@ static int run_kernel(ot_backend *be, const ot_plan *p, const ot_binding *bind, 
                       const ot_kernel *whole, rows r, int64_t nrows, int block_temp, ot_threads *th)
 {
     ot_cpu *cpu = be->impl;
-    ot_kernel k = *whole;
+    ot_kernel block;   /* a row block's copy; a whole run reads the plan's */
+    const ot_kernel *kp = whole;
     if (r.n >= 0) {   /* a kernel coalesced to one dim walks whole rows of elements */
-        int64_t per_row = k.kind == OT_KER_DOT ? 1 : k.dims[0] / nrows;
+        block = *whole;
+        int64_t per_row = block.kind == OT_KER_DOT ? 1 : block.dims[0] / nrows;
         r = (rows){r.r0 * per_row, r.n * per_row};
-        if (k.kind == OT_KER_DOT) k.m = r.n;
-        else k.dims[0] = r.n;
+        if (block.kind == OT_KER_DOT) block.m = r.n;
+        else block.dims[0] = r.n;
+        kp = &block;
     }
-    char *dst = row_base(view_base(p, bind, arena, &k.store), &k.store, r, block_temp);
+    char *dst = row_base(view_base(p, bind, arena, &kp->store), &kp->store, r, block_temp);
     char *stack_base[16];
-    char **base = k.nload <= 16 ? stack_base : malloc(sizeof *base * (size_t)k.nload);
+    char **base = kp->nload <= 16 ? stack_base : malloc(sizeof *base * (size_t)kp->nload);
     if (!base) return OT_ENOMEM;
-    for (int i = 0; i < k.nload; i++) {
-        bool whole_b = k.kind == OT_KER_DOT && i == 1;   /* every block reads all of B */
-        base[i] = row_base(view_base(p, bind, arena, &k.loads[i]), &k.loads[i],
+    for (int i = 0; i < kp->nload; i++) {
+        bool whole_b = kp->kind == OT_KER_DOT && i == 1;   /* every block reads all of B */
+        base[i] = row_base(view_base(p, bind, arena, &kp->loads[i]), &kp->loads[i],
                            whole_b ? (rows){0, -1} : r, block_temp);
     }
     int rc = 0;
-    switch (k.kind) {   /* rand and onehot are never row-blocked */
-    case OT_KER_DOT: rc = ot__run_dot(be, &k, base, dst, bind->param); break;
-    case OT_KER_RAND: run_rand(be, &k, dst); break;
-    case OT_KER_ONEHOT: run_onehot(&k, base[0], dst); break;
+    switch (kp->kind) {   /* rand and onehot are never row-blocked */
+    case OT_KER_DOT: rc = ot__run_dot(be, kp, base, dst, bind->param); break;
+    case OT_KER_RAND: run_rand(be, kp, dst); break;
+    case OT_KER_ONEHOT: run_onehot(kp, base[0], dst); break;
     default: {
-        run_ctx c = {.k = &k, .kt = cpu->k, .acc = be->opts.accuracy == OT_ULP35, .base = base,
-                     .store = dst, .param = bind->param};
-        for (int x = 0; x < k.nxstore; x++)
-            c.xstore[x] = row_base(view_base(p, bind, arena, &k.xstores[x].view),
-                                   &k.xstores[x].view, r, -1);
-        set_space(&c, &k);
-        rc = k.kind == OT_KER_EW ? run_ew(th, &c) : run_reduce(th, &c);
+        run_ctx c;
+        ot__clear(&c, sizeof c);
+        c.k = kp;
+        c.kt = cpu->k;
+        c.acc = be->opts.accuracy == OT_ULP35;
+        c.base = base;
+        c.store = dst;
+        c.param = bind->param;
+        for (int x = 0; x < kp->nxstore; x++)
+            c.xstore[x] = row_base(view_base(p, bind, arena, &kp->xstores[x].view),
+                                   &kp->xstores[x].view, r, -1);
+        set_space(&c, kp);
+        rc = kp->kind == OT_KER_EW ? run_ew(th, &c) : run_reduce(th, &c);
         free(c.partial);
         free(c.partial_index);
     }

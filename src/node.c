@@ -141,7 +141,7 @@ ot_node *ot__node_alloc(void)
     if (n) {
         node_cache = n->next_dead;
         node_cached--;
-        memset(n, 0, sizeof *n);
+        ot__clear(n, sizeof *n);
     } else {
         n = calloc(1, sizeof *n);
     }
@@ -624,7 +624,8 @@ ot_node *ot_build_at(ot_op op, ot_node *a, ot_node *b, const ot_args *args,
         return NULL;
     }
     if (check_operands(&st, a, b)) return NULL;
-    proto p = {0};
+    proto p;
+    ot__clear(&p, sizeof p);
     normalise_args(&p.args, args);
     int rc = 0;
     switch (ot_op_kind(op)) {

@@ -366,7 +366,9 @@ static void emit_binary(regs *r, int pos, int op, int a, int b)
     bind(r, pos, d);
 }
 
-/* a*b + c (vfmadd231) or c - a*b (vfnmadd231) into a register holding c. */
+/* a*b + c, or c - a*b as (-a)*b + c: the tile kernels' own instructions
+ * (vfnmadd231 is the same function, but emulators such as valgrind give
+ * its exact zeros the other sign), into a register holding c. */
 static void emit_fma(regs *r, int pos, bool sub, int a, int b, int cv)
 {
     int ra = use(r, a, 0);
@@ -379,7 +381,13 @@ static void emit_fma(regs *r, int pos, bool sub, int a, int b, int cv)
         d = take(r, keep);
         vrr(r->c, 1, 0, 0, 0x28, d, 0, rc);                            /* vmovaps */
     }
-    vrr(r->c, 2, 1, r->w, sub ? 0xBC : 0xB8, d, ra, rb);
+    int fa = ra;
+    if (sub) {
+        fa = take(r, keep | 1u << d);
+        sign_mask(r, fa);
+        vrr(r->c, 1, r->pp, 0, 0x57, fa, ra, fa);                       /* vxorp: -a */
+    }
+    vrr(r->c, 2, 1, r->w, 0xB8, d, fa, rb);                             /* vfmadd231 */
     bind(r, pos, d);
 }
 

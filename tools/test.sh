@@ -164,38 +164,13 @@ fi
 
 # ---------------------------------------------------------------- valgrind
 # Every example runs on both backends; the cpu one with its SSE2 kernels,
-# which valgrind can run everywhere (it has no AVX-512).
+# which valgrind can run everywhere (it has no AVX-512). Generated code
+# (src/jit.c) exists only for AVX2: where the CPU has it, the cpu examples
+# and the generated-code unit tests run once more with it, so that memcheck
+# sees its loads and stores too (ASan does not see inside generated code).
 header "valgrind: $B/examples/* on ref and on cpu (OT_ISA=sse2, and avx2 where the CPU has it; OT_EXAMPLE_SMALL=1)"
 vp=0 vf=0
-if ! command -v valgrind >/dev/null 2>&1; then
-    echo "valgrind: not installed (make deps installs it)"
-    vf=1
-else
-    for ex in "$RB"/examples/*; do
-        if [ ! -f "$ex" ] || [ ! -x "$ex" ]; then continue; fi
-        name=$(basename "$ex")
-        for backend in ref cpu; do
-            log=$LOGS/valgrind-$name-$backend.log
-            $TMO_EX env OT_BACKEND=$backend OT_ISA=sse2 OT_EXAMPLE_SMALL=1 valgrind -q \
-                --error-exitcode=1 --leak-check=full \
-                --errors-for-leak-kinds=definite,indirect,possible "$ex" >"$log" 2>&1
-            rc=$?
-            if [ "$rc" -eq 0 ]; then
-                echo "[ OK ] $name ($backend)"
-                vp=$((vp + 1))
-            else
-                echo "[FAIL] $name ($backend) (exit status $rc; log $log), last lines:"
-                tail -n 30 "$log" | sed 's/^/    /'
-                vf=$((vf + 1))
-            fi
-        done
-    done
-fi
-# Generated code (src/jit.c) exists only for AVX2: where the CPU has it, the
-# cpu examples and the generated-code unit tests run once more under
-# memcheck with it, so that its loads and stores are checked too (ASan
-# does not see inside generated code).
-vg_avx2() {   # name, log, command...
+vg_case() {   # name, log, command...
     _name=$1 _log=$2
     shift 2
     $TMO_EX valgrind -q --error-exitcode=1 --leak-check=full \
@@ -210,15 +185,28 @@ vg_avx2() {   # name, log, command...
         vf=$((vf + 1))
     fi
 }
-if command -v valgrind >/dev/null 2>&1 && grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
+if ! command -v valgrind >/dev/null 2>&1; then
+    echo "valgrind: not installed (make deps installs it)"
+    vf=1
+else
+    avx2=0
+    if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then avx2=1; fi
     for ex in "$RB"/examples/*; do
         if [ ! -f "$ex" ] || [ ! -x "$ex" ]; then continue; fi
         name=$(basename "$ex")
-        vg_avx2 "$name (cpu, OT_ISA=avx2: generated code)" "$LOGS/valgrind-$name-avx2.log" \
-            env OT_BACKEND=cpu OT_ISA=avx2 OT_EXAMPLE_SMALL=1 "$ex"
+        for backend in ref cpu; do
+            vg_case "$name ($backend)" "$LOGS/valgrind-$name-$backend.log" \
+                env OT_BACKEND=$backend OT_ISA=sse2 OT_EXAMPLE_SMALL=1 "$ex"
+        done
+        if [ "$avx2" -eq 1 ]; then
+            vg_case "$name (cpu, OT_ISA=avx2: generated code)" "$LOGS/valgrind-$name-avx2.log" \
+                env OT_BACKEND=cpu OT_ISA=avx2 OT_EXAMPLE_SMALL=1 "$ex"
+        fi
     done
-    vg_avx2 "unit tests jit_* (OT_ISA=avx2)" "$LOGS/valgrind-jit-tests.log" \
-        env OT_ISA=avx2 OT_TEST_NOFORK=1 "$RB/test_optree" jit
+    if [ "$avx2" -eq 1 ]; then
+        vg_case "unit tests jit_* (OT_ISA=avx2)" "$LOGS/valgrind-jit-tests.log" \
+            env OT_ISA=avx2 OT_TEST_NOFORK=1 "$RB/test_optree" jit
+    fi
 fi
 echo "$vp passed, $vf failed"
 record valgrind "$vp" "$vf"

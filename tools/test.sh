@@ -170,10 +170,13 @@ fi
 # sees its loads and stores too (ASan does not see inside generated code).
 header "valgrind: $B/examples/* on ref and on cpu (OT_ISA=sse2, and avx2 where the CPU has it; OT_EXAMPLE_SMALL=1)"
 vp=0 vf=0
-vg_case() {   # name, log, command...
-    _name=$1 _log=$2
-    shift 2
-    $TMO_EX valgrind -q --error-exitcode=1 --leak-check=full \
+# The environment goes before valgrind: "valgrind env ... prog" would check
+# env and run the program natively.
+vg_case() {   # name, log, environment (VAR=value ...), command...
+    _name=$1 _log=$2 _env=$3
+    shift 3
+    # shellcheck disable=SC2086  # _env is a list of assignments
+    $TMO_EX env $_env valgrind -q --error-exitcode=1 --leak-check=full \
         --errors-for-leak-kinds=definite,indirect,possible "$@" >"$_log" 2>&1
     _rc=$?
     if [ "$_rc" -eq 0 ]; then
@@ -196,16 +199,16 @@ else
         name=$(basename "$ex")
         for backend in ref cpu; do
             vg_case "$name ($backend)" "$LOGS/valgrind-$name-$backend.log" \
-                env OT_BACKEND=$backend OT_ISA=sse2 OT_EXAMPLE_SMALL=1 "$ex"
+                "OT_BACKEND=$backend OT_ISA=sse2 OT_EXAMPLE_SMALL=1" "$ex"
         done
         if [ "$avx2" -eq 1 ]; then
             vg_case "$name (cpu, OT_ISA=avx2: generated code)" "$LOGS/valgrind-$name-avx2.log" \
-                env OT_BACKEND=cpu OT_ISA=avx2 OT_EXAMPLE_SMALL=1 "$ex"
+                "OT_BACKEND=cpu OT_ISA=avx2 OT_EXAMPLE_SMALL=1" "$ex"
         fi
     done
     if [ "$avx2" -eq 1 ]; then
         vg_case "unit tests jit_* (OT_ISA=avx2)" "$LOGS/valgrind-jit-tests.log" \
-            env OT_ISA=avx2 OT_TEST_NOFORK=1 "$RB/test_optree" jit
+            "OT_ISA=avx2 OT_TEST_NOFORK=1" "$RB/test_optree" jit
     fi
 fi
 echo "$vp passed, $vf failed"

@@ -3,10 +3,11 @@
  * whose vector part is f32 or f64 arithmetic becomes one x86-64 AVX2 loop
  * over vectors that keeps every value in a ymm register, so a chain of
  * cheap ops costs no pass over tile buffers (the interpreter in exec.c
- * reads and writes a buffer per op). add, sub, mul, div, fma, sqrt, sqr,
- * neg and abs are emitted inline; every other op calls the AVX2 table's
- * vector function (vfn1/vfn2, the tile kernels' own element functions), so
- * results are bitwise those of the interpreter.
+ * reads and writes a buffer per op). add, sub, mul, div, fma, fnma, sqrt,
+ * sqr, neg and abs are emitted inline, sig and sig2 as an exp call with the
+ * blend and divide inline; every other op calls the AVX2 table's vector
+ * function (vfn1/vfn2: SLEEF itself, or the tile kernels' own element
+ * functions), so results are bitwise those of the interpreter.
  *
  * The program's "prelude" (loads, parameters and scalar instructions) stays
  * with exec.c, which passes a pointer per value: a vector input is read at
@@ -14,8 +15,9 @@
  * of each iteration, after every load of it, so an output may be an input.
  * Registers are assigned in one pass with the farthest-last-use value
  * evicted; calls clobber every ymm register, so live values are spilled to
- * stack slots around them. Code lives in its own mapping, written and then
- * made executable (never both). Elsewhere than x86-64 Linux nothing is built.
+ * stack slots around them. A plan's code lives in one mapping of its own,
+ * written and then made executable (never both). Elsewhere than x86-64
+ * Linux nothing is generated.
  */
 #define _DEFAULT_SOURCE   /* MAP_ANONYMOUS */
 #include "internal.h"

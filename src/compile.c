@@ -1758,6 +1758,7 @@ int ot__plan_explain(const ot_plan *p, FILE *f)
         fprintf(f, "  kernel %d: %s", i, p->kernels[i].desc ? p->kernels[i].desc : "?");
         if (from >= 0) fprintf(f, " (epilogue of kernel %d, on its rows in cache)", from);
         if (role == 2) fprintf(f, " (bsum of kernel %d's result, in cache)", i - 1);
+        if (p->kernels[i].jit) fputs(" (generated code)", f);
         fputc('\n', f);
     }
     return ferror(f) ? OT_EIO : 0;

@@ -24,6 +24,8 @@
 
 static const ot_kernels *avx2(void) { return ot__kernels_for("avx2"); }
 
+/* Whether code can be generated here (the hand-built cases use the AVX2
+ * table whatever the backend would pick). */
 static bool has_jit(void)
 {
 #if defined(__x86_64__) && defined(__linux__)
@@ -31,6 +33,14 @@ static bool has_jit(void)
 #else
     return false;
 #endif
+}
+
+/* Whether a cpu backend made now generates code: the table it selects
+ * (OT_ISA or the best of this CPU) must be the AVX2 one. */
+static bool backend_jits(void)
+{
+    const ot_kernels *k = ot__kernels_select();
+    return has_jit() && k && k->vfn2[OT_OP_ADD][0];
 }
 
 /* Inputs with the special values first: NaN, +-inf, -0, denormals, huge
@@ -337,6 +347,30 @@ TEST(jit_in_place_multi_output)
         ot_tensor_free(w);
         ot_tensor_free(u);
         ot_tensor_free(g);
+        ot_backend_free(be);
+    }
+}
+
+/* ot_explain says which kernels run as generated code, and only those. */
+TEST(jit_explain_marks_generated_code)
+{
+    for (int jit = 0; jit < 2; jit++) {
+        ot_backend *be = backend(jit, 1);
+        if (!be) return;
+        ot_tensor *x = ot_empty(be, OT_SHAPE(40), OT_F32), *y = ot_empty(be, OT_SHAPE(40), OT_F32);
+        ot_pool *p = ot_pool_push();
+        char *chain = test__capture(ot_explain, ot_tanh(ot_add(ot_mul(x, y), ot_div(x, y))));
+        char *single = test__capture(ot_explain, ot_exp(x));
+        CHECK(chain && single);
+        if (chain && single) {
+            CHECK((strstr(chain, "(generated code)") != NULL) == (jit && backend_jits()));
+            CHECK(strstr(single, "(generated code)") == NULL);
+        }
+        free(chain);
+        free(single);
+        ot_pool_pop(p);
+        ot_tensor_free(x);
+        ot_tensor_free(y);
         ot_backend_free(be);
     }
 }

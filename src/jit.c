@@ -393,24 +393,37 @@ static void emit_fma(regs *r, int pos, bool sub, int a, int b, int cv)
     bind(r, pos, d);
 }
 
+static bool is_sig(const ot_insn *in)
+{
+    return in->code == OT_I_UNARY && (in->op == OT_OP_SIG || in->op == OT_OP_SIG2);
+}
+
+/* Whether a body insn calls a function (else it is all inline). */
+static bool needs_call(const ot_insn *in)
+{
+    return is_sig(in) || (in->code == OT_I_UNARY && !inline_unary(in->op)) ||
+           (in->code == OT_I_BINARY && !inline_binary(in->op));
+}
+
+/* The function a body insn calls (sig and sig2: their exp), NULL where it
+ * calls none or the table has none. */
+static const void *callee(const ot_kernels *kt, int acc, const ot_insn *in)
+{
+    if (!needs_call(in)) return NULL;
+    if (is_sig(in)) return kt->vfn1[acc][in->op == OT_OP_SIG ? OT_OP_EXP : OT_OP_EXP2][in->kd];
+    return in->code == OT_I_UNARY ? kt->vfn1[acc][in->op][in->kd] : kt->vfn2[in->op][in->kd];
+}
+
 static void emit_insn(regs *r, int pos, int acc)
 {
     const ot_insn *in = &r->insns[pos];
     const int16_t *arg = r->j->arg[pos];
-    int kd = in->kd;
-    if (in->code == OT_I_UNARY && (in->op == OT_OP_SIG || in->op == OT_OP_SIG2))
-        emit_sig(r, pos, r->j->kt->vfn1[acc][in->op == OT_OP_SIG ? OT_OP_EXP : OT_OP_EXP2][kd],
-                 arg[0]);
-    else if (in->code == OT_I_UNARY && !inline_unary(in->op))
-        emit_call(r, pos, r->j->kt->vfn1[acc][in->op][kd], arg[0], -1);
-    else if (in->code == OT_I_UNARY)
-        emit_unary(r, pos, in->op, arg[0]);
-    else if (in->code == OT_I_BINARY && !inline_binary(in->op))
-        emit_call(r, pos, r->j->kt->vfn2[in->op][kd], arg[0], arg[1]);
-    else if (in->code == OT_I_BINARY)
-        emit_binary(r, pos, in->op, arg[0], arg[1]);
-    else
-        emit_fma(r, pos, in->op == OT_OP_SUB, arg[0], arg[1], arg[2]);
+    const void *fn = callee(r->j->kt, acc, in);
+    if (is_sig(in)) emit_sig(r, pos, fn, arg[0]);
+    else if (fn) emit_call(r, pos, fn, arg[0], in->code == OT_I_BINARY ? arg[1] : -1);
+    else if (in->code == OT_I_UNARY) emit_unary(r, pos, in->op, arg[0]);
+    else if (in->code == OT_I_BINARY) emit_binary(r, pos, in->op, arg[0], arg[1]);
+    else emit_fma(r, pos, in->op == OT_OP_SUB, arg[0], arg[1], arg[2]);
 }
 
 /* ---- the function ----------------------------------------------------------- */
@@ -501,10 +514,7 @@ static bool map_values(ot_jit *j, const ot_kernel *k, int acc)
         if (body) {
             if (kd < 0) kd = in->kd;
             ok = ok && in->kd == kd && kd != OT_KD_I32 && in->code != OT_I_CAST;
-            if (in->code == OT_I_UNARY && !inline_unary(in->op))
-                ok = ok && j->kt->vfn1[acc][in->op][in->kd];
-            if (in->code == OT_I_BINARY && !inline_binary(in->op))
-                ok = ok && j->kt->vfn2[in->op][in->kd];
+            ok = ok && (!needs_call(in) || callee(j->kt, acc, in));
         }
         if (in->code == OT_I_LOAD && !(in->scalar & 8)) {
             const ot_view *v = &k->loads[in->arg];
@@ -612,7 +622,7 @@ ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc)
     /* Reductions stay with the interpreter: softmax's sum(exp(x - m)) ran
      * 2-7% slower as generated code (measured), elementwise kernels faster. */
     if (k->kind != OT_KER_EW || k->ninsn < 1 ||
-        k->ninsn > OT_JIT_MAX_INSN || !kt->vfn2[OT_OP_ADD][0])
+        k->ninsn > OT_JIT_MAX_INSN || !kt->vfn1[0][OT_OP_EXP][0])
         return NULL;
     ot_jit *j = calloc(1, sizeof *j);
     code c = {0};

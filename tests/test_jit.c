@@ -40,7 +40,7 @@ static bool has_jit(void)
 static bool backend_jits(void)
 {
     const ot_kernels *k = ot__kernels_select();
-    return has_jit() && k && k->vfn2[OT_OP_ADD][0];
+    return has_jit() && k && k->vfn1[0][OT_OP_EXP][0];
 }
 
 /* Inputs with the special values first: NaN, +-inf, -0, denormals, huge

@@ -343,17 +343,17 @@ static void run_jit(const run_ctx *c, scratch *s, int64_t o, int64_t j, int64_t 
         int buf = q ? k->xstores[q - 1].result : k->result;
         out[q] = jt->out_vector[q] ? dest(k, direct, buf, s->own[buf]) : NULL;
     }
-    size_t es = jt->kd == OT_KD_F64 ? 8 : 4;
-    int64_t lanes = 32 / (int64_t)es, body = n / lanes * lanes, tail = n - body;
+    size_t es = jt->kd == OT_KD_F64 ? 8 : 4, vb = (size_t)jt->kt->vbytes;
+    int64_t lanes = (int64_t)(vb / es), body = n / lanes * lanes, tail = n - body;
     jt->fn(val, out, (size_t)body * es);
     if (tail) {
-        _Alignas(32) char pad[OT_JIT_MAX_INSN + 1 + OT_MAX_XSTORES][32];
+        _Alignas(64) char pad[OT_JIT_MAX_INSN + 1 + OT_MAX_XSTORES][64];
         char *tin[OT_JIT_MAX_INSN], *tout[1 + OT_MAX_XSTORES];
         for (int i = 0; i < k->ninsn; i++) {
             if (jt->body[i]) continue;
             tin[i] = val[i];
             if (k->insns[i].code != OT_I_LOAD || (k->insns[i].scalar & 8)) continue;
-            memset(pad[i], 0, 32);
+            memset(pad[i], 0, vb);
             memcpy(pad[i], val[i] + body * (int64_t)es, (size_t)tail * es);
             tin[i] = pad[i];
         }
@@ -362,7 +362,7 @@ static void run_jit(const run_ctx *c, scratch *s, int64_t o, int64_t j, int64_t 
             for (int p = 0; p < q; p++)
                 if (out[p] == out[q]) tout[q] = tout[p];
         }
-        jt->fn(tin, tout, 32);
+        jt->fn(tin, tout, vb);
         for (int q = 0; q < jt->nout; q++)
             if (jt->out_vector[q]) memcpy(out[q] + body * (int64_t)es, tout[q], (size_t)tail * es);
     }

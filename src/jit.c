@@ -1,20 +1,21 @@
 /*
  * jit.c - generated code for elementwise register programs: each kernel
- * whose vector part is f32 or f64 arithmetic becomes one x86-64 AVX2 loop
- * over vectors that keeps every value in a ymm register, so a chain of
- * cheap ops costs no pass over tile buffers (the interpreter in exec.c
- * reads and writes a buffer per op). add, sub, mul, div, fma, fnma, sqrt,
- * sqr, neg and abs are emitted inline, sig and sig2 as an exp call with the
- * blend and divide inline; every other op calls the AVX2 table's vector
- * function (vfn1/vfn2: SLEEF itself, or the tile kernels' own element
- * functions), so results are bitwise those of the interpreter.
+ * whose vector part is f32 or f64 arithmetic becomes one x86-64 loop over
+ * vectors that keeps every value in a register (ymm, VEX-encoded, for the
+ * AVX2 table; zmm, EVEX-encoded, for the AVX-512 one), so a chain of cheap
+ * ops costs no pass over tile buffers (the interpreter in exec.c reads and
+ * writes a buffer per op). add, sub, mul, div, fma, fnma, sqrt, sqr, neg
+ * and abs are emitted inline, sig and sig2 as an exp call with the select
+ * and divide inline; every other op calls the table's vector function
+ * (vfn1/vfn2: SLEEF itself, or the tile kernels' own element functions),
+ * so results are bitwise those of the interpreter of the same table.
  *
  * The program's "prelude" (loads, parameters and scalar instructions) stays
  * with exec.c, which passes a pointer per value: a vector input is read at
  * the loop offset, a scalar one is broadcast. Outputs are stored at the end
  * of each iteration, after every load of it, so an output may be an input.
  * Registers are assigned in one pass with the farthest-last-use value
- * evicted; calls clobber every ymm register, so live values are spilled to
+ * evicted; calls clobber every vector register, so live values are spilled to
  * stack slots around them. A plan's code lives in one mapping of its own,
  * written and then made executable (never both). Elsewhere than x86-64
  * Linux nothing is generated.
@@ -38,12 +39,12 @@
 #define R14 14
 #define R15 15
 #define NO_INDEX (-1)
-#define SLOT(v) (64 + 32 * (int32_t)(v))   /* stack slot of value v */
 
 typedef struct code {
     uint8_t *b;
     size_t n, cap;
     bool oom;
+    bool evex;                  /* 512-bit EVEX encodings, else 256-bit VEX */
 } code;
 
 /* What the register pass knows while it walks the body once. */
@@ -52,7 +53,8 @@ typedef struct regs {
     const ot_jit *j;
     const ot_insn *insns;
     int pp;                     /* VEX pp: 0 packed single, 1 packed double */
-    int w;                      /* VEX.W for FMA: 0 single, 1 double */
+    int w;                      /* W: 0 single, 1 double (FMA; EVEX packed ops) */
+    int vbytes;                 /* bytes per vector register: 32 or 64 */
     int val_of[NREG];           /* value in each register, or -1 */
     int16_t *reg_of;            /* register of each value, or -1 */
     bool *spilled;              /* body values with a current stack copy */
@@ -87,24 +89,37 @@ static void put4(code *c, int32_t x)
 
 /* ---- encodings ------------------------------------------------------------ */
 
-/* Three-byte VEX prefix and opcode; map 1 = 0F, 2 = 0F38. L = 1 (256 bits). */
+/* The prefix and opcode: three-byte VEX with L = 1 (256 bits), or EVEX with
+ * L'L = 2 (512 bits), no mask and no broadcast. map 1 = 0F, 2 = 0F38,
+ * 3 = 0F3A. Registers 0-15 only (EVEX's R' and V' stay clear). Packed
+ * double ops take W = 1 under EVEX, where VEX ignores it, so callers pass
+ * r->w for every op that has a double form. */
 static void vex(code *c, int map, int pp, int w, int reg, int vvvv, int x, int b, uint8_t op)
 {
-    put1(c, 0xC4);
-    put1(c, (uint8_t)((!(reg & 8)) << 7 | (!(x & 8)) << 6 | (!(b & 8)) << 5 | map));
-    put1(c, (uint8_t)(w << 7 | (~vvvv & 15) << 3 | 1 << 2 | pp));
+    uint8_t rxb = (uint8_t)((!(reg & 8)) << 7 | (!(x & 8)) << 6 | (!(b & 8)) << 5);
+    if (c->evex) {
+        put1(c, 0x62);
+        put1(c, (uint8_t)(rxb | 1 << 4 | map));
+        put1(c, (uint8_t)(w << 7 | (~vvvv & 15) << 3 | 1 << 2 | pp));
+        put1(c, 0x48);
+    } else {
+        put1(c, 0xC4);
+        put1(c, (uint8_t)(rxb | map));
+        put1(c, (uint8_t)(w << 7 | (~vvvv & 15) << 3 | 1 << 2 | pp));
+    }
     put1(c, op);
 }
 
-/* op ymm reg, ymm vvvv, ymm rm. */
+/* op reg, vvvv, rm (vector registers). */
 static void vrr(code *c, int map, int pp, int w, uint8_t op, int reg, int vvvv, int rm)
 {
     vex(c, map, pp, w, reg, vvvv, 0, rm, op);
     put1(c, (uint8_t)(0xC0 | (reg & 7) << 3 | (rm & 7)));
 }
 
-/* op ymm reg, ymm vvvv, [base + index + disp]: always SIB and disp32, which
- * encodes every base (rsp, rbp, r12 and r13 included). */
+/* op reg, vvvv, [base + index + disp]: always SIB and disp32, which
+ * encodes every base (rsp, rbp, r12 and r13 included) and is never scaled
+ * by EVEX (only its disp8 is). */
 static void vrm(code *c, int map, int pp, int w, uint8_t op, int reg, int vvvv, int base,
                 int index, int32_t disp)
 {
@@ -155,28 +170,63 @@ static void call_abs(code *c, const void *fn)
     put1(c, 0xD0);                       /* call rax */
 }
 
+/* The stack slot of body value v. */
+static int32_t slot(const regs *r, int v) { return 64 + r->vbytes * (int32_t)v; }
+
 static void vmov_load(regs *r, int reg, int base, int index, int32_t disp)
 {
-    vrm(r->c, 1, r->pp, 0, 0x10, reg, 0, base, index, disp);
+    vrm(r->c, 1, r->pp, r->w, 0x10, reg, 0, base, index, disp);
 }
 
 static void vmov_store(regs *r, int reg, int base, int index, int32_t disp)
 {
-    vrm(r->c, 1, r->pp, 0, 0x11, reg, 0, base, index, disp);
+    vrm(r->c, 1, r->pp, r->w, 0x11, reg, 0, base, index, disp);
 }
 
-/* vbroadcastss / vbroadcastsd reg, [base + disp]. */
+/* vbroadcastss / vbroadcastsd reg, [base + disp] (the double form is W0
+ * under VEX, W1 under EVEX). */
 static void vbroadcast(regs *r, int reg, int base, int32_t disp)
 {
-    vrm(r->c, 2, 1, 0, r->pp ? 0x19 : 0x18, reg, 0, base, NO_INDEX, disp);
+    vrm(r->c, 2, 1, r->c->evex ? r->w : 0, r->pp ? 0x19 : 0x18, reg, 0, base, NO_INDEX, disp);
+}
+
+static void vmovaps(regs *r, int dst, int src) { vrr(r->c, 1, 0, 0, 0x28, dst, 0, src); }
+
+/* Bitwise d = a ^ b, ~a & b or a | b: the FP forms under VEX, the
+ * AVX-512F integer forms under EVEX (the FP ones need AVX-512DQ). */
+enum { BIT_XOR, BIT_ANDN, BIT_OR };
+static void bitwise(regs *r, int kind, int d, int a, int b)
+{
+    static const uint8_t fp[] = {0x57, 0x55, 0x56}, integer[] = {0xEF, 0xDF, 0xEB};
+    if (r->c->evex) vrr(r->c, 1, 1, 0, integer[kind], d, a, b);
+    else vrr(r->c, 1, r->pp, 0, fp[kind], d, a, b);
+}
+
+/* Every bit of reg set: vpcmpeqd reg, reg, reg (VEX), vpternlogd with
+ * table 0xFF (EVEX, where compares write mask registers). */
+static void all_ones(regs *r, int reg)
+{
+    if (r->c->evex) {
+        vrr(r->c, 3, 1, 0, 0x25, reg, reg, reg);
+        put1(r->c, 0xFF);
+    } else {
+        vrr(r->c, 1, 1, 0, 0x76, reg, reg, reg);
+    }
+}
+
+/* Shifts every lane of reg in place by imm: ext 6 left, 2 right logical,
+ * 4 right arithmetic; dwords for single, qwords for double. */
+static void shift(regs *r, int ext, int reg, int imm)
+{
+    vrr(r->c, 1, 1, r->w, r->pp && ext != 4 ? 0x73 : 0x72, ext, reg, reg);
+    put1(r->c, (uint8_t)imm);
 }
 
 /* reg = -0.0 in every lane: all ones shifted left by 31 (or 63). */
 static void sign_mask(regs *r, int reg)
 {
-    vrr(r->c, 1, 1, 0, 0x76, reg, reg, reg);                  /* vpcmpeqd */
-    vrr(r->c, 1, 1, 0, r->pp ? 0x73 : 0x72, 6, reg, reg);     /* vpsllq / vpslld */
-    put1(r->c, r->pp ? 63 : 31);
+    all_ones(r, reg);
+    shift(r, 6, reg, r->pp ? 63 : 31);
 }
 
 /* ---- registers ------------------------------------------------------------ */
@@ -194,7 +244,7 @@ static bool in_body(const regs *r, int v) { return r->j->body[v]; }
 static void fetch(regs *r, int v, int reg)
 {
     if (in_body(r, v)) {
-        vmov_load(r, reg, RSP, NO_INDEX, SLOT(v));
+        vmov_load(r, reg, RSP, NO_INDEX, slot(r, v));
         return;
     }
     load_ptr(r->c, R12, 8 * v);
@@ -219,7 +269,7 @@ static void save(regs *r, int reg)
 {
     int v = r->val_of[reg];
     if (v >= 0 && in_body(r, v) && !r->spilled[v]) {
-        vmov_store(r, reg, RSP, NO_INDEX, SLOT(v));
+        vmov_store(r, reg, RSP, NO_INDEX, slot(r, v));
         r->spilled[v] = true;
     }
 }
@@ -277,10 +327,10 @@ static void place(regs *r, int pos, int v, int reg)
         return;
     }
     if (r->last[v] > pos) save(r, g);
-    if (g != reg) vrr(r->c, 1, 0, 0, 0x28, reg, 0, g);                   /* vmovaps */
+    if (g != reg) vmovaps(r, reg, g);
 }
 
-/* A call: the callee clobbers every ymm register, so values read later
+/* A call: the callee clobbers every vector register, so values read later
  * are saved; the operands go to ymm0 and ymm1, the result comes back in
  * ymm0. */
 static void emit_call(regs *r, int pos, const void *fn, int a, int b)
@@ -304,34 +354,41 @@ static void emit_call(regs *r, int pos, const void *fn, int a, int b)
  * exponent bits of one (0x3F800000 or 0x3FF0000000000000). */
 static void one_const(regs *r, int reg)
 {
-    vrr(r->c, 1, 1, 0, 0x76, reg, reg, reg);                  /* vpcmpeqd */
-    vrr(r->c, 1, 1, 0, r->pp ? 0x73 : 0x72, 2, reg, reg);     /* vpsrlq / vpsrld */
-    put1(r->c, r->pp ? 54 : 25);
-    vrr(r->c, 1, 1, 0, r->pp ? 0x73 : 0x72, 6, reg, reg);     /* vpsllq / vpslld */
-    put1(r->c, r->pp ? 52 : 23);
+    all_ones(r, reg);
+    shift(r, 2, reg, r->pp ? 54 : 25);
+    shift(r, 6, reg, r->pp ? 52 : 23);
 }
 
 /* sig and sig2 as the tile kernels compute them: e = exp(-|x|) by a call,
- * then (x < 0 ? e : 1) / (1 + e) inline, x's sign choosing. */
+ * then (x < 0 ? e : 1) / (1 + e) inline, x's sign bit choosing: vblendvp
+ * under VEX; under EVEX the sign spread over the lane by an arithmetic
+ * shift, then vpternlogd's bit select (table 0xCA: a ? b : c). */
 static void emit_sig(regs *r, int pos, const void *exp_fn, int x)
 {
     int rx = use(r, x, 0);
     int mask = take(r, 1u << rx);
     sign_mask(r, mask);
-    vrr(r->c, 1, r->pp, 0, 0x56, mask, rx, mask);                       /* vorp: -|x| */
+    bitwise(r, BIT_OR, mask, rx, mask);                                 /* -|x| */
     for (int g = 0; g < NREG; g++) {
         int v = r->val_of[g];
         if (v >= 0 && (v == x || r->last[v] > pos)) save(r, g);
     }
-    if (mask != 0) vrr(r->c, 1, 0, 0, 0x28, 0, 0, mask);
+    if (mask != 0) vmovaps(r, 0, mask);
     for (int g = 0; g < NREG; g++) release(r, g);
     call_abs(r->c, exp_fn);
     fetch(r, x, 1);
     one_const(r, 2);
-    vrr(r->c, 1, r->pp, 0, 0x58, 3, 2, 0);                              /* 1 + e */
-    vrr(r->c, 3, 1, 0, r->pp ? 0x4B : 0x4A, 0, 2, 0);                   /* vblendvp */
-    put1(r->c, 1 << 4);                                                 /* mask: ymm1 */
-    vrr(r->c, 1, r->pp, 0, 0x5E, 0, 0, 3);
+    vrr(r->c, 1, r->pp, r->w, 0x58, 3, 2, 0);                           /* 1 + e */
+    if (r->c->evex) {
+        shift(r, 4, 1, r->pp ? 63 : 31);
+        vrr(r->c, 3, 1, 0, 0x25, 1, 0, 2);                              /* vpternlogd */
+        put1(r->c, 0xCA);
+        vrr(r->c, 1, r->pp, r->w, 0x5E, 0, 1, 3);
+    } else {
+        vrr(r->c, 3, 1, 0, r->pp ? 0x4B : 0x4A, 0, 2, 0);               /* vblendvp */
+        put1(r->c, 1 << 4);                                             /* mask: ymm1 */
+        vrr(r->c, 1, r->pp, r->w, 0x5E, 0, 0, 3);
+    }
     bind(r, pos, 0);
 }
 
@@ -348,10 +405,10 @@ static void emit_unary(regs *r, int pos, int op, int a)
     retire(r, pos);
     int d = r->val_of[ra] < 0 ? ra : take(r, keep);
     switch (op) {
-    case OT_OP_NEG: vrr(r->c, 1, r->pp, 0, 0x57, d, ra, mask); break;    /* vxorp */
-    case OT_OP_ABS: vrr(r->c, 1, r->pp, 0, 0x55, d, mask, ra); break;    /* vandnp */
-    case OT_OP_SQRT: vrr(r->c, 1, r->pp, 0, 0x51, d, 0, ra); break;
-    default: vrr(r->c, 1, r->pp, 0, 0x59, d, ra, ra); break;             /* sqr */
+    case OT_OP_NEG: bitwise(r, BIT_XOR, d, ra, mask); break;
+    case OT_OP_ABS: bitwise(r, BIT_ANDN, d, mask, ra); break;
+    case OT_OP_SQRT: vrr(r->c, 1, r->pp, r->w, 0x51, d, 0, ra); break;
+    default: vrr(r->c, 1, r->pp, r->w, 0x59, d, ra, ra); break;          /* sqr */
     }
     bind(r, pos, d);
 }
@@ -364,7 +421,7 @@ static void emit_binary(regs *r, int pos, int op, int a, int b)
     int d = r->val_of[ra] < 0 ? ra : r->val_of[rb] < 0 ? rb : take(r, 1u << ra | 1u << rb);
     static const uint8_t opc[] = {[OT_OP_ADD] = 0x58, [OT_OP_MUL] = 0x59, [OT_OP_SUB] = 0x5C,
                                   [OT_OP_DIV] = 0x5E};
-    vrr(r->c, 1, r->pp, 0, opc[op], d, ra, rb);
+    vrr(r->c, 1, r->pp, r->w, opc[op], d, ra, rb);
     bind(r, pos, d);
 }
 
@@ -381,13 +438,13 @@ static void emit_fma(regs *r, int pos, bool sub, int a, int b, int cv)
     int d = rc;
     if (r->val_of[rc] >= 0) {
         d = take(r, keep);
-        vrr(r->c, 1, 0, 0, 0x28, d, 0, rc);                            /* vmovaps */
+        vmovaps(r, d, rc);
     }
     int fa = ra;
     if (sub) {
         fa = take(r, keep | 1u << d);
         sign_mask(r, fa);
-        vrr(r->c, 1, r->pp, 0, 0x57, fa, ra, fa);                       /* vxorp: -a */
+        bitwise(r, BIT_XOR, fa, ra, fa);                                /* -a */
     }
     vrr(r->c, 2, 1, r->w, 0xB8, d, fa, rb);                             /* vfmadd231 */
     bind(r, pos, d);
@@ -428,8 +485,9 @@ static void emit_insn(regs *r, int pos, int acc)
 
 /* ---- the function ----------------------------------------------------------- */
 
-/* fn(in, out, nbytes): rbx walks the byte offset 0, 32, ... < nbytes; r12
- * holds in, r13 out, r14 nbytes; the frame below rbp is 32-aligned. */
+/* fn(in, out, nbytes): rbx walks the byte offset 0, V, 2V, ... < nbytes (V
+ * the vector's bytes); r12 holds in, r13 out, r14 nbytes; the frame below
+ * rbp is V-aligned. */
 static void emit_function(regs *r, int acc, int frame)
 {
     code *c = r->c;
@@ -443,7 +501,7 @@ static void emit_function(regs *r, int acc, int frame)
     push(c, R15);
     put(c, (const uint8_t[]){0x48, 0x81, 0xEC}, 3);            /* sub rsp, frame */
     put4(c, frame);
-    put(c, (const uint8_t[]){0x48, 0x83, 0xE4, 0xE0}, 4);      /* and rsp, -32 */
+    put(c, (const uint8_t[]){0x48, 0x83, 0xE4, (uint8_t)-r->vbytes}, 4);    /* and rsp, -V */
     mov_rr(c, R12, 7);                                         /* rdi */
     mov_rr(c, R13, 6);                                         /* rsi */
     mov_rr(c, R14, 2);                                         /* rdx */
@@ -469,7 +527,7 @@ static void emit_function(regs *r, int acc, int frame)
         load_ptr(c, R13, 8 * q);
         vmov_store(r, g, RAX, RBX, 0);
     }
-    put(c, (const uint8_t[]){0x48, 0x83, 0xC3, 0x20}, 4);      /* add rbx, 32 */
+    put(c, (const uint8_t[]){0x48, 0x83, 0xC3, (uint8_t)r->vbytes}, 4);     /* add rbx, V */
     put(c, (const uint8_t[]){0x4C, 0x39, 0xF3}, 3);            /* cmp rbx, r14 */
     put(c, (const uint8_t[]){0x0F, 0x82}, 2);                  /* jb loop */
     put4(c, (int32_t)((int64_t)loop - (int64_t)(c->n + 4)));
@@ -621,8 +679,8 @@ ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc)
 {
     /* Reductions stay with the interpreter: softmax's sum(exp(x - m)) ran
      * 2-7% slower as generated code (measured), elementwise kernels faster. */
-    if (k->kind != OT_KER_EW || k->ninsn < 1 ||
-        k->ninsn > OT_JIT_MAX_INSN || !kt->vfn1[0][OT_OP_EXP][0])
+    if (k->kind != OT_KER_EW || k->ninsn < 1 || k->ninsn > OT_JIT_MAX_INSN ||
+        !kt->vfn1[0][OT_OP_EXP][0] || (kt->vbytes != 32 && kt->vbytes != 64))
         return NULL;
     ot_jit *j = calloc(1, sizeof *j);
     code c = {0};
@@ -641,8 +699,10 @@ ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc)
     if (ok) {
         r.pp = j->kd == OT_KD_F64;
         r.w = r.pp;
+        r.vbytes = kt->vbytes;
+        c.evex = kt->vbytes == 64;
         last_uses(j, r.last);
-        emit_function(&r, acc, SLOT(k->ninsn) + 32);
+        emit_function(&r, acc, slot(&r, k->ninsn) + r.vbytes);
         ok = !c.oom;
     }
     if (ok) {

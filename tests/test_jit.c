@@ -1,16 +1,18 @@
 /*
  * test_jit.c - the generated code of src/jit.c against the tile kernels it
  * stands in for. The oracle is the interpreter itself: every result must be
- * bitwise that of the same program run op by op through the AVX2 table
+ * bitwise that of the same program run op by op through the same table
  * (NaN matching NaN), since both use the same instructions and the same
- * SLEEF functions. Two levels:
+ * SLEEF functions. Each level runs for every table with generated code
+ * that this CPU runs (AVX2: VEX-encoded ymm code; AVX-512: EVEX-encoded zmm
+ * code):
  *   - hand-built kernels (one op of every kind, f32 and f64, vector and
  *     broadcast operands, special values) run through ot__jit_build's
  *     function directly;
  *   - whole assignments through the public API on a backend with generated
  *     code and one with OT_JIT=0: tails, views, multi-output, reductions,
  *     in-place updates and programs with more live values than registers.
- * Where the CPU has no AVX2 (or the build is not x86-64 Linux) there is no
+ * Where the CPU has neither (or the build is not x86-64 Linux) there is no
  * generated code, and the API level still checks that both agree.
  */
 #include "test.h"
@@ -22,25 +24,30 @@
 
 #define NV 64   /* elements per hand-built run: whole vectors for both dtypes */
 
-static const ot_kernels *avx2(void) { return ot__kernels_for("avx2"); }
+/* The ISAs whose tables have generated code. */
+static const char *const jit_isas[] = {"avx2", "avx512"};
+#define NJIT_ISA 2
 
-/* Whether code can be generated here (the hand-built cases use the AVX2
- * table whatever the backend would pick). */
-static bool has_jit(void)
+/* The table of jit_isas[i] where code can be generated for it here (the
+ * CPU runs it, x86-64 Linux), else NULL. */
+static const ot_kernels *jit_table(int i)
 {
 #if defined(__x86_64__) && defined(__linux__)
-    return avx2() != NULL;
+    return ot__kernels_for(jit_isas[i]);
 #else
-    return false;
+    (void)i;
+    return NULL;
 #endif
 }
 
 /* Whether a cpu backend made now generates code: the table it selects
- * (OT_ISA or the best of this CPU) must be the AVX2 one. */
+ * (OT_ISA or the best of this CPU) must have vector functions. */
 static bool backend_jits(void)
 {
     const ot_kernels *k = ot__kernels_select();
-    return has_jit() && k && k->vfn1[0][OT_OP_EXP][0];
+    bool any = false;
+    for (int i = 0; i < NJIT_ISA; i++) any |= jit_table(i) == k && k;
+    return any && k->vfn1[0][OT_OP_EXP][0];
 }
 
 /* Inputs with the special values first: NaN, +-inf, -0, denormals, huge
@@ -112,9 +119,9 @@ static void interpret(const ot_kernels *kt, int acc, const ot_insn *op, int kd, 
 }
 
 /* Builds and runs one op; returns false (and reports) on a mismatch. */
-static bool check_op(ot_insn op, int kd, int acc, unsigned scalar_ops, const char *what)
+static bool check_op(const ot_kernels *kt, ot_insn op, int kd, int acc, unsigned scalar_ops,
+                     const char *what)
 {
-    const ot_kernels *kt = avx2();
     hand h;
     hand_init(&h, kd, op, scalar_ops);
     ot_jit *j = ot__jit_build(&h.k, kt, acc);
@@ -124,8 +131,8 @@ static bool check_op(ot_insn op, int kd, int acc, unsigned scalar_ops, const cha
         j = NULL;
     }
     if (!j) {
-        test__fail(__FILE__, __LINE__, "%s (%s, scalars %u): no code generated", what,
-                   kd ? "f64" : "f32", scalar_ops);
+        test__fail(__FILE__, __LINE__, "%s (%s, %s, scalars %u): no code generated", kt->isa,
+                   what, kd ? "f64" : "f32", scalar_ops);
         return false;
     }
     size_t es = kd == OT_KD_F64 ? 8 : 4;
@@ -149,16 +156,16 @@ static bool check_op(ot_insn op, int kd, int acc, unsigned scalar_ops, const cha
     memset(guard, 0x5a, 32);
     ok = ok && memcmp(got, guard, 32) == 0 && memcmp(got + 32 + NV * es, guard, 32) == 0;
     if (!ok)
-        test__fail(__FILE__, __LINE__, "%s (%s, acc %d, scalars %u): generated code differs",
-                   what, kd ? "f64" : "f32", acc, scalar_ops);
+        test__fail(__FILE__, __LINE__, "%s: %s (%s, acc %d, scalars %u): generated code differs",
+                   kt->isa, what, kd ? "f64" : "f32", acc, scalar_ops);
     ot__jit_free(j);
     ot__jit_unmap(&map);
     return ok;
 }
 
-TEST(jit_each_op_bitwise)
+/* Every op of one table's generated code against its tile kernels. */
+static void each_op(const ot_kernels *kt)
 {
-    if (!has_jit()) return;
     static const int unary[] = {OT_OP_FINITE, OT_OP_NEG, OT_OP_ABS, OT_OP_SGN, OT_OP_SQRT,
                                 OT_OP_SQR, OT_OP_EXP, OT_OP_EXP2, OT_OP_LOG, OT_OP_LOG2,
                                 OT_OP_SAFELOG, OT_OP_SIG, OT_OP_SIG2, OT_OP_TANH, OT_OP_TANH2,
@@ -169,54 +176,85 @@ TEST(jit_each_op_bitwise)
     for (int kd = 0; kd < 2; kd++)
         for (int acc = 0; acc < 2; acc++) {
             for (size_t i = 0; i < sizeof unary / sizeof *unary; i++)
-                check_op((ot_insn){.code = OT_I_UNARY, .op = (uint8_t)unary[i], .a = 0, .b = -1,
+                check_op(kt, (ot_insn){.code = OT_I_UNARY, .op = (uint8_t)unary[i], .a = 0, .b = -1,
                                    .c = -1},
                          kd, acc, 0, ot_op_name(unary[i]));
             for (size_t i = 0; i < sizeof binary / sizeof *binary; i++)
                 for (unsigned sc = 0; sc < 3; sc++)
-                    check_op((ot_insn){.code = OT_I_BINARY, .op = (uint8_t)binary[i], .a = 0,
+                    check_op(kt, (ot_insn){.code = OT_I_BINARY, .op = (uint8_t)binary[i], .a = 0,
                                        .b = 1, .c = -1},
                              kd, acc, sc, ot_op_name(binary[i]));
             for (unsigned sc = 0; sc < 7; sc++) {
-                check_op((ot_insn){.code = OT_I_FMA, .op = OT_OP_ADD, .a = 0, .b = 1, .c = 2}, kd,
+                check_op(kt, (ot_insn){.code = OT_I_FMA, .op = OT_OP_ADD, .a = 0, .b = 1, .c = 2}, kd,
                          acc, sc, "fma");
-                check_op((ot_insn){.code = OT_I_FMA, .op = OT_OP_SUB, .a = 0, .b = 1, .c = 2}, kd,
+                check_op(kt, (ot_insn){.code = OT_I_FMA, .op = OT_OP_SUB, .a = 0, .b = 1, .c = 2}, kd,
                          acc, sc, "fnma");
             }
         }
     /* One operand read twice, in every position. */
-    check_op((ot_insn){.code = OT_I_BINARY, .op = OT_OP_POW, .a = 0, .b = 0, .c = -1}, 0, 0, 0,
-             "pow(x, x)");
-    check_op((ot_insn){.code = OT_I_FMA, .op = OT_OP_ADD, .a = 1, .b = 0, .c = 1}, 1, 0, 0,
+    check_op(kt, (ot_insn){.code = OT_I_BINARY, .op = OT_OP_POW, .a = 0, .b = 0, .c = -1}, 0, 0,
+             0, "pow(x, x)");
+    check_op(kt, (ot_insn){.code = OT_I_FMA, .op = OT_OP_ADD, .a = 1, .b = 0, .c = 1}, 1, 0, 0,
              "fma(y, x, y)");
+}
+
+TEST(jit_each_op_bitwise)
+{
+    for (int i = 0; i < NJIT_ISA; i++)
+        if (jit_table(i)) each_op(jit_table(i));
 }
 
 /* What the generator refuses: i32, casts, a single body op. */
 TEST(jit_declines_what_it_does_not_cover)
 {
-    if (!has_jit()) return;
-    hand h;
-    hand_init(&h, OT_KD_I32, (ot_insn){.code = OT_I_BINARY, .op = OT_OP_ADD, .a = 0, .b = 1, .c = -1}, 0);
-    CHECK(ot__jit_build(&h.k, avx2(), 0) == NULL);
     ot_jit_map map;
     CHECK(ot__jit_install(NULL, 0, &map) && map.base == NULL);
+    hand h;
+    for (int i = 0; i < NJIT_ISA; i++) {
+        const ot_kernels *kt = jit_table(i);
+        if (!kt) continue;
+        hand_init(&h, OT_KD_I32, (ot_insn){.code = OT_I_BINARY, .op = OT_OP_ADD, .a = 0, .b = 1, .c = -1}, 0);
+        CHECK(ot__jit_build(&h.k, kt, 0) == NULL);
+        hand_init(&h, OT_KD_F32, (ot_insn){.code = OT_I_UNARY, .op = OT_OP_EXP, .a = 0, .b = -1, .c = -1}, 0);
+        h.k.ninsn = 4;
+        h.k.result = 3;
+        CHECK(ot__jit_build(&h.k, kt, 0) == NULL);
+        hand_init(&h, OT_KD_F32, (ot_insn){.code = OT_I_CAST, .kd_from = OT_KD_F64, .a = 0, .b = -1, .c = -1}, 0);
+        CHECK(ot__jit_build(&h.k, kt, 0) == NULL);
+    }
     hand_init(&h, OT_KD_F32, (ot_insn){.code = OT_I_UNARY, .op = OT_OP_EXP, .a = 0, .b = -1, .c = -1}, 0);
-    h.k.ninsn = 4;
-    h.k.result = 3;
-    CHECK(ot__jit_build(&h.k, avx2(), 0) == NULL);
-    hand_init(&h, OT_KD_F32, (ot_insn){.code = OT_I_CAST, .kd_from = OT_KD_F64, .a = 0, .b = -1, .c = -1}, 0);
-    CHECK(ot__jit_build(&h.k, avx2(), 0) == NULL);
     CHECK(ot__jit_build(&h.k, ot__kernels_for("scalar"), 0) == NULL);
+    if (ot__kernels_for("sse2")) CHECK(ot__jit_build(&h.k, ot__kernels_for("sse2"), 0) == NULL);
 }
 
 /* ---- whole assignments: generated code against OT_JIT=0 ------------------ */
 
-static ot_backend *backend(bool jit, int threads)
+/* The ISAs the whole-assignment cases run under: each one with generated
+ * code that this CPU runs, or just the environment's choice (NULL) where
+ * there is none. Returns how many. */
+static int assignment_isas(const char *isa[NJIT_ISA])
 {
+    int n = 0;
+    for (int i = 0; i < NJIT_ISA; i++)
+        if (jit_table(i)) isa[n++] = jit_isas[i];
+    if (n == 0) isa[n++] = NULL;
+    return n;
+}
+
+/* A cpu backend with or without generated code, under OT_ISA=isa (NULL:
+ * whatever the environment says). */
+static ot_backend *backend(const char *isa, bool jit, int threads)
+{
+    const char *env = getenv("OT_ISA");
+    char *saved = env ? strdup(env) : NULL;
+    if (isa) setenv("OT_ISA", isa, 1);
     if (!jit) setenv("OT_JIT", "0", 1);
     ot_backend *be = ot_backend_new("cpu", &(ot_backend_opts){.threads = threads, .seed = 3});
     unsetenv("OT_JIT");
-    if (!be) test__fail(__FILE__, __LINE__, "backend: %s", ot_errmsg());
+    if (saved) setenv("OT_ISA", saved, 1);
+    else unsetenv("OT_ISA");
+    free(saved);
+    if (!be) test__fail(__FILE__, __LINE__, "backend (OT_ISA=%s): %s", isa ? isa : "-", ot_errmsg());
     return be;
 }
 
@@ -224,9 +262,10 @@ typedef ot_node *(*tree_fn)(ot_tensor *const *x);
 
 /* Runs tree(x) on both backends into outputs of shape out, with inputs of
  * shape in (x[3] a column, x[4] a 0-d), and compares bitwise. */
-static void compare(const char *what, ot_dtype dt, ot_shape in, ot_shape out, tree_fn tree)
+static void compare(const char *isa, const char *what, ot_dtype dt, ot_shape in, ot_shape out,
+                    tree_fn tree)
 {
-    ot_backend *be[2] = {backend(true, 1), backend(false, 1)};
+    ot_backend *be[2] = {backend(isa, true, 1), backend(isa, false, 1)};
     void *res[2] = {NULL, NULL};
     int64_t n = 1;
     for (int d = 0; d < out.ndim; d++) n *= out.dims[d];
@@ -260,8 +299,8 @@ static void compare(const char *what, ot_dtype dt, ot_shape in, ot_shape out, tr
         for (int i = 0; i < 5; i++) ot_tensor_free(x[i]);
     }
     if (res[0] && res[1] && !same_bits(res[0], res[1], ot__kd(dt), (int)n))
-        test__fail(__FILE__, __LINE__, "%s (%s, %lldx%lld): generated code and interpreter differ",
-                   what, ot_dtype_name(dt), (long long)in.dims[0], (long long)in.dims[1]);
+        test__fail(__FILE__, __LINE__, "OT_ISA=%s: %s (%s, %lldx%lld): generated code and interpreter differ",
+                   isa ? isa : "-", what, ot_dtype_name(dt), (long long)in.dims[0], (long long)in.dims[1]);
     free(res[0]);
     free(res[1]);
     ot_backend_free(be[0]);
@@ -297,7 +336,7 @@ static ot_node *t_pressure(ot_tensor *const *x)
     return ot_maximum(acc, ot_pow(x[1], x[4]));
 }
 
-TEST(jit_assignments_match_interpreter)
+static void assignments(const char *isa)
 {
     static const int64_t rows[] = {1, 3, 7};
     static const int64_t cols[] = {1, 7, 8, 9, 15, 16, 33, 1029};
@@ -308,21 +347,30 @@ TEST(jit_assignments_match_interpreter)
                 ot_shape s = {.ndim = 2, .dims = {rows[r], cols[c]}};
                 ot_shape st = {.ndim = 2, .dims = {cols[c], rows[r]}};
                 ot_shape col = {.ndim = 2, .dims = {rows[r], 1}};
-                compare("W4", dt, s, s, t_w4);
-                compare("broadcasts", dt, s, s, t_bcast);
-                compare("transposed views", dt, s, st, t_view);
-                compare("row reduction", dt, s, col, t_reduce);
-                compare("softmax", dt, s, s, t_softmax);
-                compare("register pressure", dt, s, s, t_pressure);
+                compare(isa, "W4", dt, s, s, t_w4);
+                compare(isa, "broadcasts", dt, s, s, t_bcast);
+                compare(isa, "transposed views", dt, s, st, t_view);
+                compare(isa, "row reduction", dt, s, col, t_reduce);
+                compare(isa, "softmax", dt, s, s, t_softmax);
+                compare(isa, "register pressure", dt, s, s, t_pressure);
             }
     }
+}
+
+TEST(jit_assignments_match_interpreter)
+{
+    const char *isa[NJIT_ISA];
+    for (int i = 0, n = assignment_isas(isa); i < n; i++) assignments(isa[i]);
 }
 
 /* In-place updates of several outputs by one kernel, each reading all. */
 TEST(jit_in_place_multi_output)
 {
-    for (int jit = 0; jit < 2; jit++) {
-        ot_backend *be = backend(jit, 1);
+    const char *isa[NJIT_ISA];
+    int nisa = assignment_isas(isa);
+    for (int run = 0; run < 2 * nisa; run++) {
+        bool jit = run % 2;
+        ot_backend *be = backend(isa[run / 2], jit, 1);
         if (!be) return;
         double h[3][203];
         for (int i = 0; i < 3; i++) fill(h[i], 203, i + 1);
@@ -354,8 +402,11 @@ TEST(jit_in_place_multi_output)
 /* ot_explain says which kernels run as generated code, and only those. */
 TEST(jit_explain_marks_generated_code)
 {
-    for (int jit = 0; jit < 2; jit++) {
-        ot_backend *be = backend(jit, 1);
+    const char *isa[NJIT_ISA];
+    int nisa = assignment_isas(isa);
+    for (int run = 0; run < 2 * nisa; run++) {
+        bool jit = run % 2;
+        ot_backend *be = backend(isa[run / 2], jit, 1);
         if (!be) return;
         ot_tensor *x = ot_empty(be, OT_SHAPE(40), OT_F32), *y = ot_empty(be, OT_SHAPE(40), OT_F32);
         ot_pool *p = ot_pool_push();
@@ -363,7 +414,7 @@ TEST(jit_explain_marks_generated_code)
         char *single = test__capture(ot_explain, ot_exp(x));
         CHECK(chain && single);
         if (chain && single) {
-            CHECK((strstr(chain, "(generated code)") != NULL) == (jit && backend_jits()));
+            CHECK((strstr(chain, "(generated code)") != NULL) == (jit && (isa[run / 2] || backend_jits())));
             CHECK(strstr(single, "(generated code)") == NULL);
         }
         free(chain);

@@ -957,9 +957,9 @@ TEST(kernels_select)
     const ot_kernels *best = ot__kernels_select();
     CHECK(best != NULL);
     if (best) {
-        /* The default prefers avx2, then avx512, sse2, scalar. */
-        const char *want = ot__kernels_for("avx2") ? "avx2"
-                           : ot__kernels_for("avx512") ? "avx512"
+        /* The default prefers avx512, then avx2, sse2, scalar. */
+        const char *want = ot__kernels_for("avx512") ? "avx512"
+                           : ot__kernels_for("avx2") ? "avx2"
                            : ot__kernels_for("sse2") ? "sse2" : "scalar";
         CHECK_STR(best->isa, want);
     }

@@ -53,7 +53,9 @@ typedef struct regs {
     const ot_jit *j;
     const ot_insn *insns;
     int pp;                     /* VEX pp: 0 packed single, 1 packed double */
-    int w;                      /* W: 0 single, 1 double (FMA; EVEX packed ops) */
+    int w;                      /* W for FMA: 0 single, 1 double */
+    int wig;                    /* W for ops VEX ignores it on: EVEX wants w,
+                                   VEX (and valgrind's decoder) 0 */
     int vbytes;                 /* bytes per vector register: 32 or 64 */
     int val_of[NREG];           /* value in each register, or -1 */
     int16_t *reg_of;            /* register of each value, or -1 */
@@ -92,8 +94,8 @@ static void put4(code *c, int32_t x)
 /* The prefix and opcode: three-byte VEX with L = 1 (256 bits), or EVEX with
  * L'L = 2 (512 bits), no mask and no broadcast. map 1 = 0F, 2 = 0F38,
  * 3 = 0F3A. Registers 0-15 only (EVEX's R' and V' stay clear). Packed
- * double ops take W = 1 under EVEX, where VEX ignores it, so callers pass
- * r->w for every op that has a double form. */
+ * double ops take W = 1 under EVEX, where VEX ignores W, so callers pass
+ * r->wig for those. */
 static void vex(code *c, int map, int pp, int w, int reg, int vvvv, int x, int b, uint8_t op)
 {
     uint8_t rxb = (uint8_t)((!(reg & 8)) << 7 | (!(x & 8)) << 6 | (!(b & 8)) << 5);
@@ -175,19 +177,19 @@ static int32_t slot(const regs *r, int v) { return 64 + r->vbytes * (int32_t)v; 
 
 static void vmov_load(regs *r, int reg, int base, int index, int32_t disp)
 {
-    vrm(r->c, 1, r->pp, r->w, 0x10, reg, 0, base, index, disp);
+    vrm(r->c, 1, r->pp, r->wig, 0x10, reg, 0, base, index, disp);
 }
 
 static void vmov_store(regs *r, int reg, int base, int index, int32_t disp)
 {
-    vrm(r->c, 1, r->pp, r->w, 0x11, reg, 0, base, index, disp);
+    vrm(r->c, 1, r->pp, r->wig, 0x11, reg, 0, base, index, disp);
 }
 
 /* vbroadcastss / vbroadcastsd reg, [base + disp] (the double form is W0
  * under VEX, W1 under EVEX). */
 static void vbroadcast(regs *r, int reg, int base, int32_t disp)
 {
-    vrm(r->c, 2, 1, r->c->evex ? r->w : 0, r->pp ? 0x19 : 0x18, reg, 0, base, NO_INDEX, disp);
+    vrm(r->c, 2, 1, r->wig, r->pp ? 0x19 : 0x18, reg, 0, base, NO_INDEX, disp);
 }
 
 static void vmovaps(regs *r, int dst, int src) { vrr(r->c, 1, 0, 0, 0x28, dst, 0, src); }
@@ -218,7 +220,7 @@ static void all_ones(regs *r, int reg)
  * 4 right arithmetic; dwords for single, qwords for double. */
 static void shift(regs *r, int ext, int reg, int imm)
 {
-    vrr(r->c, 1, 1, r->w, r->pp && ext != 4 ? 0x73 : 0x72, ext, reg, reg);
+    vrr(r->c, 1, 1, r->wig, r->pp && ext != 4 ? 0x73 : 0x72, ext, reg, reg);
     put1(r->c, (uint8_t)imm);
 }
 
@@ -378,16 +380,16 @@ static void emit_sig(regs *r, int pos, const void *exp_fn, int x)
     call_abs(r->c, exp_fn);
     fetch(r, x, 1);
     one_const(r, 2);
-    vrr(r->c, 1, r->pp, r->w, 0x58, 3, 2, 0);                           /* 1 + e */
+    vrr(r->c, 1, r->pp, r->wig, 0x58, 3, 2, 0);                           /* 1 + e */
     if (r->c->evex) {
         shift(r, 4, 1, r->pp ? 63 : 31);
         vrr(r->c, 3, 1, 0, 0x25, 1, 0, 2);                              /* vpternlogd */
         put1(r->c, 0xCA);
-        vrr(r->c, 1, r->pp, r->w, 0x5E, 0, 1, 3);
+        vrr(r->c, 1, r->pp, r->wig, 0x5E, 0, 1, 3);
     } else {
         vrr(r->c, 3, 1, 0, r->pp ? 0x4B : 0x4A, 0, 2, 0);               /* vblendvp */
         put1(r->c, 1 << 4);                                             /* mask: ymm1 */
-        vrr(r->c, 1, r->pp, r->w, 0x5E, 0, 0, 3);
+        vrr(r->c, 1, r->pp, r->wig, 0x5E, 0, 0, 3);
     }
     bind(r, pos, 0);
 }
@@ -407,8 +409,8 @@ static void emit_unary(regs *r, int pos, int op, int a)
     switch (op) {
     case OT_OP_NEG: bitwise(r, BIT_XOR, d, ra, mask); break;
     case OT_OP_ABS: bitwise(r, BIT_ANDN, d, mask, ra); break;
-    case OT_OP_SQRT: vrr(r->c, 1, r->pp, r->w, 0x51, d, 0, ra); break;
-    default: vrr(r->c, 1, r->pp, r->w, 0x59, d, ra, ra); break;          /* sqr */
+    case OT_OP_SQRT: vrr(r->c, 1, r->pp, r->wig, 0x51, d, 0, ra); break;
+    default: vrr(r->c, 1, r->pp, r->wig, 0x59, d, ra, ra); break;          /* sqr */
     }
     bind(r, pos, d);
 }
@@ -421,7 +423,7 @@ static void emit_binary(regs *r, int pos, int op, int a, int b)
     int d = r->val_of[ra] < 0 ? ra : r->val_of[rb] < 0 ? rb : take(r, 1u << ra | 1u << rb);
     static const uint8_t opc[] = {[OT_OP_ADD] = 0x58, [OT_OP_MUL] = 0x59, [OT_OP_SUB] = 0x5C,
                                   [OT_OP_DIV] = 0x5E};
-    vrr(r->c, 1, r->pp, r->w, opc[op], d, ra, rb);
+    vrr(r->c, 1, r->pp, r->wig, opc[op], d, ra, rb);
     bind(r, pos, d);
 }
 
@@ -701,6 +703,7 @@ ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc)
         r.w = r.pp;
         r.vbytes = kt->vbytes;
         c.evex = kt->vbytes == 64;
+        r.wig = c.evex ? r.w : 0;
         last_uses(j, r.last);
         emit_function(&r, acc, slot(&r, k->ninsn) + r.vbytes);
         ok = !c.oom;

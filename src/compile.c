@@ -1758,7 +1758,9 @@ int ot__plan_explain(const ot_plan *p, FILE *f)
         fprintf(f, "  kernel %d: %s", i, p->kernels[i].desc ? p->kernels[i].desc : "?");
         if (from >= 0) fprintf(f, " (epilogue of kernel %d, on its rows in cache)", from);
         if (role == 2) fprintf(f, " (bsum of kernel %d's result, in cache)", i - 1);
-        if (p->kernels[i].jit) fputs(" (generated code)", f);
+        if (p->kernels[i].jit)
+            fputs(p->kernels[i].jit->fn_stream ? " (generated code, streaming stores)"
+                                               : " (generated code)", f);
         fputc('\n', f);
     }
     return ferror(f) ? OT_EIO : 0;
@@ -2304,11 +2306,12 @@ static void mark_direct_roots(compiler *c)
 
 /* Generated code for the kernels that have it (see jit.c); where there is
  * no room for it the plan runs on the interpreter, as it would anyway. */
-static void generate_code(ot_plan *p, const ot_kernels *kt, int acc)
+static void generate_code(ot_plan *p, const ot_kernels *kt, int acc, size_t stream_bytes)
 {
     ot_jit **jits = malloc(sizeof *jits * (size_t)(p->nkernels ? p->nkernels : 1));
     if (!jits) return;
-    for (int i = 0; i < p->nkernels; i++) jits[i] = ot__jit_build(&p->kernels[i], kt, acc);
+    for (int i = 0; i < p->nkernels; i++)
+        jits[i] = ot__jit_build(&p->kernels[i], kt, acc, stream_bytes);
     bool installed = ot__jit_install(jits, p->nkernels, &p->jit);
     for (int i = 0; i < p->nkernels; i++) {
         if (installed) p->kernels[i].jit = jits[i];
@@ -2341,7 +2344,8 @@ static ot_plan *compile(ot_backend *be, const ot_walk *w, int n, ot_tensor *cons
         if (ok) temps_into_outputs(&c);
         ok = ok && layout_arena(c.plan);
         if (ok && c.plan->nseg == 0) choose_row_blocks(&c);
-        if (ok && cpu->jit) generate_code(c.plan, cpu->k, be->opts.accuracy == OT_ULP35);
+        if (ok && cpu->jit)
+            generate_code(c.plan, cpu->k, be->opts.accuracy == OT_ULP35, cpu->stream_bytes);
     }
     free(c.ci);
     free(c.groot);

@@ -339,8 +339,13 @@ typedef struct ot_xstore {
 #define OT_JIT_MAX_INSN 128
 typedef struct ot_jit {
     void (*fn)(char *const *in, char *const *out, size_t nbytes);
+    /* The same with streaming (non-temporal) stores, fenced before it
+     * returns; every vector output must be aligned to the vector. NULL
+     * where the kernel's output is below the backend's stream_bytes. */
+    void (*fn_stream)(char *const *in, char *const *out, size_t nbytes);
     uint8_t *code;                  /* the machine code until installed */
     size_t code_len;
+    size_t stream_at;               /* fn_stream's offset in code, or 0 */
     const ot_kernels *kt;
     int ninsn, nout, kd;            /* kd: the body's kernel dtype */
     int16_t (*arg)[3];              /* per insn: the values operands a, b, c read */
@@ -387,15 +392,18 @@ typedef struct ot_kernel {
 } ot_kernel;
 
 /* jit.c: code for k's program, or NULL where k has ops it does not cover,
- * the table has no vector functions (only AVX2's and AVX-512's have), or the platform is
- * not x86-64 Linux. acc: 1 for OT_ULP35. fn is set by ot__jit_install, which
- * puts the code of n kernels (NULL entries skipped) into one executable
- * mapping; false (nothing installed) when the mapping fails. */
+ * the table has no vector functions (only AVX2's and AVX-512's have), k
+ * has a single op and writes less than stream_bytes, or the platform is
+ * not x86-64 Linux. From stream_bytes of output on (0: never) fn_stream
+ * is built too. acc: 1 for OT_ULP35. fn and fn_stream are set by
+ * ot__jit_install, which puts the code of n kernels (NULL entries
+ * skipped) into one executable mapping; false (nothing installed) when
+ * the mapping fails. */
 typedef struct ot_jit_map {
     void *base;
     size_t bytes;
 } ot_jit_map;
-ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc);
+ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc, size_t stream_bytes);
 bool ot__jit_install(ot_jit *const *jits, int n, ot_jit_map *map);
 void ot__jit_unmap(ot_jit_map *map);
 void ot__jit_free(ot_jit *j);
@@ -471,6 +479,8 @@ typedef struct ot_cpu {
     _Atomic(ot_walk *) spare;       /* a finished walk whose arrays the next
                                        call reuses (saves its allocations) */
     bool jit;                       /* generate code for kernels (OT_JIT=0: no) */
+    size_t stream_bytes;            /* outputs this large are written with
+                                       streaming stores (exec.c) */
 } ot_cpu;
 ot_plan_cache *ot__plan_cache_new(int capacity);
 void ot__plan_cache_free(ot_plan_cache *c);

@@ -172,8 +172,12 @@ static void call_abs(code *c, const void *fn)
     put1(c, 0xD0);                       /* call rax */
 }
 
-/* The stack slot of body value v. */
-static int32_t slot(const regs *r, int v) { return 64 + r->vbytes * (int32_t)v; }
+/* The frame: the constants the body reads from memory (written once per
+ * call, so that the loop spends no instructions making them), then a slot
+ * per body value. */
+enum { K_SIGN, K_ABS, K_ONE, NCONST };   /* -0.0, ~-0.0, 1.0 in every lane */
+static int32_t konst(const regs *r, int k) { return r->vbytes * k; }
+static int32_t slot(const regs *r, int v) { return r->vbytes * (NCONST + (int32_t)v); }
 
 static void vmov_load(regs *r, int reg, int base, int index, int32_t disp)
 {
@@ -185,6 +189,13 @@ static void vmov_store(regs *r, int reg, int base, int index, int32_t disp)
     vrm(r->c, 1, r->pp, r->wig, 0x11, reg, 0, base, index, disp);
 }
 
+/* vmovntps / vmovntpd [base + index + disp], reg: a store that bypasses
+ * the caches (the address must be aligned to the vector). */
+static void vmov_stream(regs *r, int reg, int base, int index, int32_t disp)
+{
+    vrm(r->c, 1, r->pp, r->wig, 0x2B, reg, 0, base, index, disp);
+}
+
 /* vbroadcastss / vbroadcastsd reg, [base + disp] (the double form is W0
  * under VEX, W1 under EVEX). */
 static void vbroadcast(regs *r, int reg, int base, int32_t disp)
@@ -194,21 +205,26 @@ static void vbroadcast(regs *r, int reg, int base, int32_t disp)
 
 static void vmovaps(regs *r, int dst, int src) { vrr(r->c, 1, 0, 0, 0x28, dst, 0, src); }
 
-/* Bitwise d = a ^ b, ~a & b or a | b: the FP forms under VEX, the
- * AVX-512F integer forms under EVEX (the FP ones need AVX-512DQ). */
-enum { BIT_XOR, BIT_ANDN, BIT_OR };
-static void bitwise(regs *r, int kind, int d, int a, int b)
+/* Bitwise d = a & k, a ^ k or a | k with constant k of the frame: the FP
+ * forms under VEX, the AVX-512F integer forms under EVEX (the FP ones need
+ * AVX-512DQ). */
+enum { BIT_AND, BIT_XOR, BIT_OR };
+static void bitwise_const(regs *r, int kind, int d, int a, int k)
 {
-    static const uint8_t fp[] = {0x57, 0x55, 0x56}, integer[] = {0xEF, 0xDF, 0xEB};
-    if (r->c->evex) vrr(r->c, 1, 1, 0, integer[kind], d, a, b);
-    else vrr(r->c, 1, r->pp, 0, fp[kind], d, a, b);
+    static const uint8_t fp[] = {0x54, 0x57, 0x56}, integer[] = {0xDB, 0xEF, 0xEB};
+    if (r->c->evex) vrm(r->c, 1, 1, 0, integer[kind], d, a, RSP, NO_INDEX, konst(r, k));
+    else vrm(r->c, 1, r->pp, 0, fp[kind], d, a, RSP, NO_INDEX, konst(r, k));
 }
 
 /* Every bit of reg set: vpcmpeqd reg, reg, reg (VEX), vpternlogd with
- * table 0xFF (EVEX, where compares write mask registers). */
+ * table 0xFF (EVEX, where compares write mask registers). The CPU knows
+ * vpcmpeqd's result does not depend on reg, but not vpternlogd's: reg is
+ * zeroed by vpxord first, or the constant would wait for reg's last
+ * writer. */
 static void all_ones(regs *r, int reg)
 {
     if (r->c->evex) {
+        vrr(r->c, 1, 1, 0, 0xEF, reg, reg, reg);
         vrr(r->c, 3, 1, 0, 0x25, reg, reg, reg);
         put1(r->c, 0xFF);
     } else {
@@ -224,11 +240,22 @@ static void shift(regs *r, int ext, int reg, int imm)
     put1(r->c, (uint8_t)imm);
 }
 
-/* reg = -0.0 in every lane: all ones shifted left by 31 (or 63). */
-static void sign_mask(regs *r, int reg)
+/* Fills the frame's constants, through registers 0-2: -0.0 is all ones
+ * shifted left by 31 (or 63), its complement all ones shifted right by 1,
+ * and 1.0 all ones shifted right, then left, to the exponent bits of one
+ * (0x3F800000 or 0x3FF0000000000000). */
+static void emit_constants(regs *r)
 {
-    all_ones(r, reg);
-    shift(r, 6, reg, r->pp ? 63 : 31);
+    all_ones(r, 0);
+    shift(r, 6, 0, r->pp ? 63 : 31);
+    vmov_store(r, 0, RSP, NO_INDEX, konst(r, K_SIGN));
+    all_ones(r, 1);
+    shift(r, 2, 1, 1);
+    vmov_store(r, 1, RSP, NO_INDEX, konst(r, K_ABS));
+    all_ones(r, 2);
+    shift(r, 2, 2, r->pp ? 54 : 25);
+    shift(r, 6, 2, r->pp ? 52 : 23);
+    vmov_store(r, 2, RSP, NO_INDEX, konst(r, K_ONE));
 }
 
 /* ---- registers ------------------------------------------------------------ */
@@ -352,15 +379,6 @@ static void emit_call(regs *r, int pos, const void *fn, int a, int b)
     bind(r, pos, 0);
 }
 
-/* reg = 1.0 in every lane: all ones shifted right, then left, to the
- * exponent bits of one (0x3F800000 or 0x3FF0000000000000). */
-static void one_const(regs *r, int reg)
-{
-    all_ones(r, reg);
-    shift(r, 2, reg, r->pp ? 54 : 25);
-    shift(r, 6, reg, r->pp ? 52 : 23);
-}
-
 /* sig and sig2 as the tile kernels compute them: e = exp(-|x|) by a call,
  * then (x < 0 ? e : 1) / (1 + e) inline, x's sign bit choosing: vblendvp
  * under VEX; under EVEX the sign spread over the lane by an arithmetic
@@ -368,18 +386,17 @@ static void one_const(regs *r, int reg)
 static void emit_sig(regs *r, int pos, const void *exp_fn, int x)
 {
     int rx = use(r, x, 0);
-    int mask = take(r, 1u << rx);
-    sign_mask(r, mask);
-    bitwise(r, BIT_OR, mask, rx, mask);                                 /* -|x| */
+    int nabs = take(r, 1u << rx);
+    bitwise_const(r, BIT_OR, nabs, rx, K_SIGN);                         /* -|x| */
     for (int g = 0; g < NREG; g++) {
         int v = r->val_of[g];
         if (v >= 0 && (v == x || r->last[v] > pos)) save(r, g);
     }
-    if (mask != 0) vmovaps(r, 0, mask);
+    if (nabs != 0) vmovaps(r, 0, nabs);
     for (int g = 0; g < NREG; g++) release(r, g);
     call_abs(r->c, exp_fn);
     fetch(r, x, 1);
-    one_const(r, 2);
+    vmov_load(r, 2, RSP, NO_INDEX, konst(r, K_ONE));
     vrr(r->c, 1, r->pp, r->wig, 0x58, 3, 2, 0);                           /* 1 + e */
     if (r->c->evex) {
         shift(r, 4, 1, r->pp ? 63 : 31);
@@ -397,18 +414,11 @@ static void emit_sig(regs *r, int pos, const void *exp_fn, int x)
 static void emit_unary(regs *r, int pos, int op, int a)
 {
     int ra = use(r, a, 0);
-    unsigned keep = 1u << ra;
-    int mask = -1;
-    if (op == OT_OP_NEG || op == OT_OP_ABS) {
-        mask = take(r, keep);
-        sign_mask(r, mask);
-        keep |= 1u << mask;
-    }
     retire(r, pos);
-    int d = r->val_of[ra] < 0 ? ra : take(r, keep);
+    int d = r->val_of[ra] < 0 ? ra : take(r, 1u << ra);
     switch (op) {
-    case OT_OP_NEG: bitwise(r, BIT_XOR, d, ra, mask); break;
-    case OT_OP_ABS: bitwise(r, BIT_ANDN, d, mask, ra); break;
+    case OT_OP_NEG: bitwise_const(r, BIT_XOR, d, ra, K_SIGN); break;
+    case OT_OP_ABS: bitwise_const(r, BIT_AND, d, ra, K_ABS); break;
     case OT_OP_SQRT: vrr(r->c, 1, r->pp, r->wig, 0x51, d, 0, ra); break;
     default: vrr(r->c, 1, r->pp, r->wig, 0x59, d, ra, ra); break;          /* sqr */
     }
@@ -445,8 +455,7 @@ static void emit_fma(regs *r, int pos, bool sub, int a, int b, int cv)
     int fa = ra;
     if (sub) {
         fa = take(r, keep | 1u << d);
-        sign_mask(r, fa);
-        bitwise(r, BIT_XOR, fa, ra, fa);                                /* -a */
+        bitwise_const(r, BIT_XOR, fa, ra, K_SIGN);                      /* -a */
     }
     vrr(r->c, 2, 1, r->w, 0xB8, d, fa, rb);                             /* vfmadd231 */
     bind(r, pos, d);
@@ -489,8 +498,10 @@ static void emit_insn(regs *r, int pos, int acc)
 
 /* fn(in, out, nbytes): rbx walks the byte offset 0, V, 2V, ... < nbytes (V
  * the vector's bytes); r12 holds in, r13 out, r14 nbytes; the frame below
- * rbp is V-aligned. */
-static void emit_function(regs *r, int acc, int frame)
+ * rbp is V-aligned. With stream, outputs are written by non-temporal
+ * stores, fenced before the return so that they are ordered before
+ * whatever the caller does next (another thread reading them included). */
+static void emit_function(regs *r, int acc, int frame, bool stream)
 {
     code *c = r->c;
     const ot_jit *j = r->j;
@@ -507,6 +518,7 @@ static void emit_function(regs *r, int acc, int frame)
     mov_rr(c, R12, 7);                                         /* rdi */
     mov_rr(c, R13, 6);                                         /* rsi */
     mov_rr(c, R14, 2);                                         /* rdx */
+    emit_constants(r);
     put(c, (const uint8_t[]){0x31, 0xDB}, 2);                  /* xor ebx, ebx */
     put(c, (const uint8_t[]){0x4D, 0x85, 0xF6}, 3);            /* test r14, r14 */
     put(c, (const uint8_t[]){0x0F, 0x84}, 2);                  /* jz done */
@@ -527,7 +539,8 @@ static void emit_function(regs *r, int acc, int frame)
         if (again) continue;
         int g = use(r, j->out_val[q], 0);
         load_ptr(c, R13, 8 * q);
-        vmov_store(r, g, RAX, RBX, 0);
+        if (stream) vmov_stream(r, g, RAX, RBX, 0);
+        else vmov_store(r, g, RAX, RBX, 0);
     }
     put(c, (const uint8_t[]){0x48, 0x83, 0xC3, (uint8_t)r->vbytes}, 4);     /* add rbx, V */
     put(c, (const uint8_t[]){0x4C, 0x39, 0xF3}, 3);            /* cmp rbx, r14 */
@@ -537,6 +550,7 @@ static void emit_function(regs *r, int acc, int frame)
         int32_t rel = (int32_t)(c->n - (jz_at + 4));
         memcpy(c->b + jz_at, &rel, 4);
     }
+    if (stream) put(c, (const uint8_t[]){0x0F, 0xAE, 0xF8}, 3);  /* sfence */
     put(c, (const uint8_t[]){0xC5, 0xF8, 0x77}, 3);            /* vzeroupper */
     put(c, (const uint8_t[]){0x48, 0x8D, 0x65, 0xD8}, 4);      /* lea rsp, [rbp - 40] */
     pop(c, R15);
@@ -613,10 +627,6 @@ static bool map_values(ot_jit *j, const ot_kernel *k, int acc)
         j->out_vector[q] = ok && !scalar && (j->body[j->out_val[q]] ||
                                              !(k->insns[j->out_val[q]].scalar & 8));
     }
-    /* One op is already one pass in the tile kernels: nothing to gain. */
-    int nbody = 0;
-    for (int i = 0; ok && i < k->ninsn; i++) nbody += j->body[i];
-    ok = ok && nbody >= 2;
     j->kd = kd < 0 ? OT_KD_F32 : kd;
     free(writer);
     free(writes);
@@ -663,6 +673,10 @@ bool ot__jit_install(ot_jit *const *jits, int n, ot_jit_map *map)
         if (!jits[i]) continue;
         void *entry = m + at;
         memcpy(&jits[i]->fn, &entry, sizeof entry);   /* object to function pointer */
+        if (jits[i]->stream_at) {
+            entry = m + at + jits[i]->stream_at;
+            memcpy(&jits[i]->fn_stream, &entry, sizeof entry);
+        }
         at += (jits[i]->code_len + CODE_ALIGN - 1) / CODE_ALIGN * CODE_ALIGN;
         free(jits[i]->code);
         jits[i]->code = NULL;
@@ -677,7 +691,32 @@ void ot__jit_unmap(ot_jit_map *map)
     *map = (ot_jit_map){NULL, 0};
 }
 
-ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc)
+/* Whether k writes at least stream_bytes (0: never) of output, so that its
+ * stores should bypass the caches: its output cannot stay in them anyway,
+ * and a streaming store saves reading each line before writing it. */
+static bool streams_out(const ot_kernel *k, size_t stream_bytes)
+{
+    if (!stream_bytes || k->col_blocked) return false;
+    size_t n = k->result_kd == OT_KD_F64 ? 8 : 4;
+    for (int d = 0; d < k->ndim; d++) n *= (size_t)k->dims[d];
+    return n >= stream_bytes;
+}
+
+/* One op alone is already one pass in the tile kernels: generated code
+ * gains there only by streaming the output of an op that is bound by
+ * memory, not by a call (sig alone measured 5-10% slower as code). */
+static bool worth_it(const ot_jit *j, const ot_kernel *k, bool stream)
+{
+    int nbody = 0;
+    bool calls = false;
+    for (int i = 0; i < k->ninsn; i++) {
+        nbody += j->body[i];
+        calls |= j->body[i] && needs_call(&k->insns[i]);
+    }
+    return nbody >= 2 || (nbody == 1 && stream && !calls);
+}
+
+ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc, size_t stream_bytes)
 {
     /* Reductions stay with the interpreter: softmax's sum(exp(x - m)) ran
      * 2-7% slower as generated code (measured), elementwise kernels faster. */
@@ -687,7 +726,7 @@ ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc)
     ot_jit *j = calloc(1, sizeof *j);
     code c = {0};
     regs r = {.c = &c, .j = j, .insns = k->insns};
-    bool ok = j != NULL;
+    bool ok = j != NULL, stream = streams_out(k, stream_bytes);
     if (ok) {
         j->kt = kt;
         j->ninsn = k->ninsn;
@@ -696,7 +735,8 @@ ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc)
         r.reg_of = malloc(sizeof *r.reg_of * (size_t)k->ninsn);
         r.spilled = malloc((size_t)k->ninsn);
         r.last = malloc(sizeof *r.last * (size_t)k->ninsn);
-        ok = j->arg && j->body && r.reg_of && r.spilled && r.last && map_values(j, k, acc);
+        ok = j->arg && j->body && r.reg_of && r.spilled && r.last && map_values(j, k, acc) &&
+             worth_it(j, k, stream);
     }
     if (ok) {
         r.pp = j->kd == OT_KD_F64;
@@ -705,7 +745,12 @@ ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc)
         c.evex = kt->vbytes == 64;
         r.wig = c.evex ? r.w : 0;
         last_uses(j, r.last);
-        emit_function(&r, acc, slot(&r, k->ninsn) + r.vbytes);
+        emit_function(&r, acc, slot(&r, k->ninsn) + r.vbytes, false);
+        if (stream) {
+            while (c.n % 16) put1(&c, 0xCC);               /* int3 padding */
+            j->stream_at = c.n;
+            emit_function(&r, acc, slot(&r, k->ninsn) + r.vbytes, true);
+        }
         ok = !c.oom;
     }
     if (ok) {
@@ -735,9 +780,9 @@ void ot__jit_free(ot_jit *j)
 
 #else /* no generated code on this platform */
 
-ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc)
+ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc, size_t stream_bytes)
 {
-    (void)k, (void)kt, (void)acc;
+    (void)k, (void)kt, (void)acc, (void)stream_bytes;
     return NULL;
 }
 

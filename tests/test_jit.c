@@ -118,13 +118,30 @@ static void interpret(const ot_kernels *kt, int acc, const ot_insn *op, int kd, 
     kt->unary[acc][OT_OP_NEG][kd](out, tmp, NV);
 }
 
-/* Builds and runs one op; returns false (and reports) on a mismatch. */
+/* Runs fn into out = got + at (guard bytes all around) and compares with
+ * want; false on a difference or a guard byte touched. */
+static bool run_guarded(void (*fn)(char *const *, char *const *, size_t), char *const *val,
+                        char *got, size_t size, int at, const void *want, int kd)
+{
+    size_t es = kd == OT_KD_F64 ? 8 : 4;
+    char *out[1] = {got + at};
+    memset(got, 0x5a, size);
+    fn(val, out, NV * es);
+    bool ok = same_bits(got + at, want, kd, NV);
+    for (size_t i = 0; i < size; i++)
+        ok = ok && (((unsigned char)got[i] == 0x5a) || (i >= (size_t)at && i < at + NV * es));
+    return ok;
+}
+
+/* Builds and runs one op, through the plain code with its output
+ * unaligned and the streaming-store code with it aligned; returns false
+ * (and reports) on a mismatch. */
 static bool check_op(const ot_kernels *kt, ot_insn op, int kd, int acc, unsigned scalar_ops,
                      const char *what)
 {
     hand h;
     hand_init(&h, kd, op, scalar_ops);
-    ot_jit *j = ot__jit_build(&h.k, kt, acc);
+    ot_jit *j = ot__jit_build(&h.k, kt, acc, 1);
     ot_jit_map map = {NULL, 0};
     if (j && !ot__jit_install(&j, 1, &map)) {
         ot__jit_free(j);
@@ -135,8 +152,7 @@ static bool check_op(const ot_kernels *kt, ot_insn op, int kd, int acc, unsigned
                    what, kd ? "f64" : "f32", scalar_ops);
         return false;
     }
-    size_t es = kd == OT_KD_F64 ? 8 : 4;
-    _Alignas(64) char in[3][NV * 8], tmp[NV * 8], want[NV * 8], got[NV * 8 + 64];
+    _Alignas(64) char in[3][NV * 8], tmp[NV * 8], want[NV * 8], got[NV * 8 + 128];
     double x[NV];
     for (int i = 0; i < 3; i++) {
         fill(x, NV, i);
@@ -148,13 +164,8 @@ static bool check_op(const ot_kernels *kt, ot_insn op, int kd, int acc, unsigned
     void *ins[3] = {in[0], in[1], in[2]};
     interpret(kt, acc, &op, kd, ins, tmp, want, scalar_ops);
     char *val[5] = {in[0], in[1], in[2], NULL, NULL};
-    char *out[1] = {got + 32};   /* unaligned by 32 of 64 */
-    memset(got, 0x5a, sizeof got);
-    j->fn(val, out, NV * es);
-    bool ok = same_bits(got + 32, want, kd, NV);
-    unsigned char guard[32];
-    memset(guard, 0x5a, 32);
-    ok = ok && memcmp(got, guard, 32) == 0 && memcmp(got + 32 + NV * es, guard, 32) == 0;
+    bool ok = run_guarded(j->fn, val, got, sizeof got, 32, want, kd) &&   /* unaligned */
+              j->fn_stream && run_guarded(j->fn_stream, val, got, sizeof got, 64, want, kd);
     if (!ok)
         test__fail(__FILE__, __LINE__, "%s: %s (%s, acc %d, scalars %u): generated code differs",
                    kt->isa, what, kd ? "f64" : "f32", acc, scalar_ops);
@@ -214,17 +225,28 @@ TEST(jit_declines_what_it_does_not_cover)
         const ot_kernels *kt = jit_table(i);
         if (!kt) continue;
         hand_init(&h, OT_KD_I32, (ot_insn){.code = OT_I_BINARY, .op = OT_OP_ADD, .a = 0, .b = 1, .c = -1}, 0);
-        CHECK(ot__jit_build(&h.k, kt, 0) == NULL);
+        CHECK(ot__jit_build(&h.k, kt, 0, 0) == NULL);
+        /* One op alone: only a memory-bound one whose output streams. */
         hand_init(&h, OT_KD_F32, (ot_insn){.code = OT_I_UNARY, .op = OT_OP_EXP, .a = 0, .b = -1, .c = -1}, 0);
         h.k.ninsn = 4;
         h.k.result = 3;
-        CHECK(ot__jit_build(&h.k, kt, 0) == NULL);
+        CHECK(ot__jit_build(&h.k, kt, 0, 0) == NULL);
+        CHECK(ot__jit_build(&h.k, kt, 0, 1) == NULL);
+        CHECK(ot__jit_build(&h.k, kt, 0, NV * 4 + 1) == NULL);
+        hand_init(&h, OT_KD_F32, (ot_insn){.code = OT_I_FMA, .op = OT_OP_ADD, .a = 0, .b = 1, .c = 2}, 0);
+        h.k.ninsn = 4;
+        h.k.result = 3;
+        CHECK(ot__jit_build(&h.k, kt, 0, 0) == NULL);
+        CHECK(ot__jit_build(&h.k, kt, 0, NV * 4 + 1) == NULL);   /* NV floats: too small */
+        ot_jit *j = ot__jit_build(&h.k, kt, 0, NV * 4);
+        CHECK(j && j->stream_at > 0);
+        ot__jit_free(j);
         hand_init(&h, OT_KD_F32, (ot_insn){.code = OT_I_CAST, .kd_from = OT_KD_F64, .a = 0, .b = -1, .c = -1}, 0);
-        CHECK(ot__jit_build(&h.k, kt, 0) == NULL);
+        CHECK(ot__jit_build(&h.k, kt, 0, 0) == NULL);
     }
     hand_init(&h, OT_KD_F32, (ot_insn){.code = OT_I_UNARY, .op = OT_OP_EXP, .a = 0, .b = -1, .c = -1}, 0);
-    CHECK(ot__jit_build(&h.k, ot__kernels_for("scalar"), 0) == NULL);
-    if (ot__kernels_for("sse2")) CHECK(ot__jit_build(&h.k, ot__kernels_for("sse2"), 0) == NULL);
+    CHECK(ot__jit_build(&h.k, ot__kernels_for("scalar"), 0, 0) == NULL);
+    if (ot__kernels_for("sse2")) CHECK(ot__jit_build(&h.k, ot__kernels_for("sse2"), 0, 0) == NULL);
 }
 
 /* ---- whole assignments: generated code against OT_JIT=0 ------------------ */
@@ -241,16 +263,23 @@ static int assignment_isas(const char *isa[NJIT_ISA])
     return n;
 }
 
-/* A cpu backend with or without generated code, under OT_ISA=isa (NULL:
- * whatever the environment says). */
-static ot_backend *backend(const char *isa, bool jit, int threads)
+/* How a backend runs elementwise kernels: the tile interpreter alone
+ * (OT_JIT=0), generated code, or generated code whose every output
+ * streams (OT_STREAM_BYTES=1). */
+enum { INTERP, JIT, STREAM };
+
+/* A cpu backend in one of those modes, under OT_ISA=isa (NULL: whatever
+ * the environment says). */
+static ot_backend *backend(const char *isa, int mode, int threads)
 {
     const char *env = getenv("OT_ISA");
     char *saved = env ? strdup(env) : NULL;
     if (isa) setenv("OT_ISA", isa, 1);
-    if (!jit) setenv("OT_JIT", "0", 1);
+    if (mode == INTERP) setenv("OT_JIT", "0", 1);
+    if (mode == STREAM) setenv("OT_STREAM_BYTES", "1", 1);
     ot_backend *be = ot_backend_new("cpu", &(ot_backend_opts){.threads = threads, .seed = 3});
     unsetenv("OT_JIT");
+    unsetenv("OT_STREAM_BYTES");
     if (saved) setenv("OT_ISA", saved, 1);
     else unsetenv("OT_ISA");
     free(saved);
@@ -260,16 +289,16 @@ static ot_backend *backend(const char *isa, bool jit, int threads)
 
 typedef ot_node *(*tree_fn)(ot_tensor *const *x);
 
-/* Runs tree(x) on both backends into outputs of shape out, with inputs of
- * shape in (x[3] a column, x[4] a 0-d), and compares bitwise. */
+/* Runs tree(x) on a backend of each mode into outputs of shape out, with
+ * inputs of shape in (x[3] a column, x[4] a 0-d), and compares bitwise. */
 static void compare(const char *isa, const char *what, ot_dtype dt, ot_shape in, ot_shape out,
                     tree_fn tree)
 {
-    ot_backend *be[2] = {backend(isa, true, 1), backend(isa, false, 1)};
-    void *res[2] = {NULL, NULL};
+    ot_backend *be[3] = {backend(isa, INTERP, 1), backend(isa, JIT, 1), backend(isa, STREAM, 1)};
+    void *res[3] = {NULL, NULL, NULL};
     int64_t n = 1;
     for (int d = 0; d < out.ndim; d++) n *= out.dims[d];
-    for (int b = 0; b < 2 && be[0] && be[1]; b++) {
+    for (int b = 0; b < 3 && be[0] && be[1] && be[2]; b++) {
         ot_tensor *x[5];
         ot_shape col = in;
         if (col.ndim > 0) col.dims[col.ndim - 1] = 1;
@@ -298,13 +327,16 @@ static void compare(const char *isa, const char *what, ot_dtype dt, ot_shape in,
         ot_tensor_free(o);
         for (int i = 0; i < 5; i++) ot_tensor_free(x[i]);
     }
-    if (res[0] && res[1] && !same_bits(res[0], res[1], ot__kd(dt), (int)n))
-        test__fail(__FILE__, __LINE__, "OT_ISA=%s: %s (%s, %lldx%lld): generated code and interpreter differ",
-                   isa ? isa : "-", what, ot_dtype_name(dt), (long long)in.dims[0], (long long)in.dims[1]);
-    free(res[0]);
-    free(res[1]);
-    ot_backend_free(be[0]);
-    ot_backend_free(be[1]);
+    for (int b = 1; b < 3; b++)
+        if (res[0] && res[b] && !same_bits(res[0], res[b], ot__kd(dt), (int)n))
+            test__fail(__FILE__, __LINE__,
+                       "OT_ISA=%s: %s (%s, %lldx%lld): %s and interpreter differ",
+                       isa ? isa : "-", what, ot_dtype_name(dt), (long long)in.dims[0],
+                       (long long)in.dims[1], b == 1 ? "generated code" : "streaming stores");
+    for (int b = 0; b < 3; b++) {
+        free(res[b]);
+        ot_backend_free(be[b]);
+    }
 }
 
 static ot_node *t_w4(ot_tensor *const *x)
@@ -368,9 +400,8 @@ TEST(jit_in_place_multi_output)
 {
     const char *isa[NJIT_ISA];
     int nisa = assignment_isas(isa);
-    for (int run = 0; run < 2 * nisa; run++) {
-        bool jit = run % 2;
-        ot_backend *be = backend(isa[run / 2], jit, 1);
+    for (int run = 0; run < 3 * nisa; run++) {
+        ot_backend *be = backend(isa[run / 3], run % 3, 1);
         if (!be) return;
         double h[3][203];
         for (int i = 0; i < 3; i++) fill(h[i], 203, i + 1);
@@ -399,29 +430,98 @@ TEST(jit_in_place_multi_output)
     }
 }
 
-/* ot_explain says which kernels run as generated code, and only those. */
+/* ot_explain says which kernels run as generated code, and only those, and
+ * which of them stream their output. */
 TEST(jit_explain_marks_generated_code)
 {
     const char *isa[NJIT_ISA];
     int nisa = assignment_isas(isa);
-    for (int run = 0; run < 2 * nisa; run++) {
-        bool jit = run % 2;
-        ot_backend *be = backend(isa[run / 2], jit, 1);
+    for (int run = 0; run < 3 * nisa; run++) {
+        int mode = run % 3;
+        ot_backend *be = backend(isa[run / 3], mode, 1);
         if (!be) return;
+        bool code = mode != INTERP && (isa[run / 3] || backend_jits());
         ot_tensor *x = ot_empty(be, OT_SHAPE(40), OT_F32), *y = ot_empty(be, OT_SHAPE(40), OT_F32);
         ot_pool *p = ot_pool_push();
         char *chain = test__capture(ot_explain, ot_tanh(ot_add(ot_mul(x, y), ot_div(x, y))));
-        char *single = test__capture(ot_explain, ot_exp(x));
-        CHECK(chain && single);
-        if (chain && single) {
-            CHECK((strstr(chain, "(generated code)") != NULL) == (jit && (isa[run / 2] || backend_jits())));
-            CHECK(strstr(single, "(generated code)") == NULL);
+        char *call = test__capture(ot_explain, ot_exp(x));
+        char *add = test__capture(ot_explain, ot_add(x, y));
+        CHECK(chain && call && add);
+        if (chain && call && add) {
+            const char *mark = mode == STREAM ? "(generated code, streaming stores)" : "(generated code)";
+            CHECK((strstr(chain, mark) != NULL) == code);
+            CHECK(strstr(call, "(generated code") == NULL);
+            CHECK((strstr(add, "(generated code") != NULL) == (code && mode == STREAM));
         }
         free(chain);
-        free(single);
+        free(call);
+        free(add);
         ot_pool_pop(p);
         ot_tensor_free(x);
         ot_tensor_free(y);
         ot_backend_free(be);
+    }
+}
+
+/* Streaming stores (OT_STREAM_BYTES=1) across 3 threads, against the
+ * interpreter bitwise: a lone fma (the one-op code that exists only to
+ * stream), a chain, an output view one element off the vector alignment
+ * (plain stores), and an in-place update, with a tail. */
+static void streaming(const char *isa, ot_dtype dt)
+{
+    enum { N = 100003 };
+    ot_backend *be[2] = {backend(isa, INTERP, 3), backend(isa, STREAM, 3)};
+    size_t es = ot_dtype_size(dt);
+    char *res[2][4] = {{NULL}};
+    double *h = malloc(sizeof *h * (N + 1));
+    for (int b = 0; b < 2 && be[0] && be[1] && h; b++) {
+        ot_tensor *x[3], *o = ot_empty(be[b], OT_SHAPE(N), dt);
+        ot_tensor *wide = ot_zeros(be[b], OT_SHAPE(N + 1), dt);
+        ot_tensor *off = ot_slice(wide, OT_RANGE(1, N + 1));
+        for (int i = 0; i < 3; i++) {
+            fill(h, N, i + 2);
+            for (int e = 0; e < N; e++) h[e] = i == 1 ? 0.5 + (e % 89) * 0.02 : h[e];
+            ot_tensor *t = ot_array(be[b], OT_SHAPE(N), OT_F64, h);
+            x[i] = ot_empty(be[b], OT_SHAPE(N), dt);
+            ot_assign(x[i], ot_cast(t, .dtype = dt));
+            ot_tensor_free(t);
+        }
+        ot_pool *p = ot_pool_push();
+        CHECK_INT(ot_assign(o, ot_add(ot_mul(x[0], x[1]), x[2])), 0);
+        res[b][0] = malloc(N * es);
+        ot_get(o, res[b][0]);
+        CHECK_INT(ot_assign(o, ot_tanh(ot_add(ot_mul(x[0], x[1]), ot_div(x[0], x[1])))), 0);
+        res[b][1] = malloc(N * es);
+        ot_get(o, res[b][1]);
+        CHECK_INT(ot_assign(off, ot_sub(ot_mul(x[2], x[1]), x[0])), 0);
+        res[b][2] = malloc(N * es);
+        ot_get(off, res[b][2]);
+        CHECK_INT(ot_assign(x[0], ot_add(ot_mul(x[0], 0.5), x[1])), 0);
+        res[b][3] = malloc(N * es);
+        ot_get(x[0], res[b][3]);
+        ot_pool_pop(p);
+        for (int i = 0; i < 3; i++) ot_tensor_free(x[i]);
+        ot_tensor_free(off);
+        ot_tensor_free(wide);
+        ot_tensor_free(o);
+    }
+    for (int t = 0; t < 4; t++) {
+        if (res[0][t] && res[1][t] && !same_bits(res[0][t], res[1][t], ot__kd(dt), N))
+            test__fail(__FILE__, __LINE__, "OT_ISA=%s, %s, tree %d: streaming stores differ",
+                       isa ? isa : "-", ot_dtype_name(dt), t);
+        free(res[0][t]);
+        free(res[1][t]);
+    }
+    free(h);
+    ot_backend_free(be[0]);
+    ot_backend_free(be[1]);
+}
+
+TEST(jit_streaming_stores_threads_views)
+{
+    const char *isa[NJIT_ISA];
+    for (int i = 0, n = assignment_isas(isa); i < n; i++) {
+        streaming(isa[i], OT_F32);
+        streaming(isa[i], OT_F64);
     }
 }

@@ -10,7 +10,9 @@
  */
 #include "internal.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <unistd.h>
 
 #define TILE 1024              /* elements per tile (row-major walks) */
@@ -1026,29 +1028,37 @@ static size_t last_level_cache(void)
  * kernel's output larger than the last-level cache cannot stay there for
  * its reader anyway, and streaming saves reading each line before it is
  * written (a fifth of W1's memory traffic). OT_STREAM_BYTES overrides it
- * (0: never). */
-static size_t stream_bytes(void)
+ * (0: never); anything but a decimal count is an OT_EINVAL error. */
+static int stream_bytes(size_t *bytes)
 {
     const char *env = getenv("OT_STREAM_BYTES");
-    if (env && *env) {
-        char *end;
-        unsigned long long v = strtoull(env, &end, 10);
-        if (*end == 0) return (size_t)v;
+    if (!env || !*env) {
+        *bytes = last_level_cache();
+        return 0;
     }
-    return last_level_cache();
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(env, &end, 10);
+    if (*end || errno || env[0] == '-' || v > SIZE_MAX)
+        return ot__err_set(OT_EINVAL, NULL, 0, "backend_new",
+                           "OT_STREAM_BYTES=%s is not a byte count", env);
+    *bytes = (size_t)v;
+    return 0;
 }
 
 static int cpu_init(ot_backend *be)
 {
     const ot_kernels *k = ot__kernels_select();
     if (!k) return ot_errcode();
+    size_t stream = 0;
+    if (stream_bytes(&stream) != 0) return ot_errcode();
     ot_cpu *cpu = calloc(1, sizeof *cpu);
     if (!cpu) return ot__err_set(OT_ENOMEM, NULL, 0, "backend_new", "out of memory");
     be->impl = cpu;
     cpu->k = k;
     const char *jit = getenv("OT_JIT");
     cpu->jit = !jit || strcmp(jit, "0") != 0;
-    cpu->stream_bytes = stream_bytes();
+    cpu->stream_bytes = stream;
     cpu->cache = ot__plan_cache_new(be->opts.plan_cache);
     if (!be->opts.threads) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);

@@ -332,10 +332,10 @@ typedef struct ot_xstore {
 } ot_xstore;
 
 /* Generated code for a kernel's register program (src/jit.c). fn(in, out,
- * nbytes) runs the body over nbytes / kt->vbytes vectors: in[v] points at value v
- * of the prelude (a vector load at byte offset 0, else one element that is
- * broadcast), out[q] is where output q goes (0: the result, 1 + x: further
- * output x) when out_vector[q]. */
+ * nbytes) runs the body over nbytes / kt->vbytes vectors: in[v] points at
+ * value v of the prelude (a vector load at byte offset 0, else one element
+ * that is broadcast), out[q] is where output q goes (0: the result, 1 + x:
+ * further output x) when out_vector[q]. */
 #define OT_JIT_MAX_INSN 128
 typedef struct ot_jit {
     void (*fn)(char *const *in, char *const *out, size_t nbytes);

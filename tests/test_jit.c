@@ -525,3 +525,30 @@ TEST(jit_streaming_stores_threads_views)
         streaming(isa[i], OT_F64);
     }
 }
+
+/* OT_STREAM_BYTES: a decimal byte count; 0 turns streaming off; anything
+ * else fails ot_backend_new with OT_EINVAL. */
+TEST(jit_stream_bytes_env)
+{
+    static const char *const bad[] = {"abc", "-5", "12k", "99999999999999999999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        setenv("OT_STREAM_BYTES", bad[i], 1);
+        ot_backend *be = ot_backend_new("cpu", NULL);
+        CHECK(be == NULL);
+        CHECK_ERR(OT_EINVAL, "OT_STREAM_BYTES=", bad[i], " is not a byte count");
+        ot_backend_free(be);
+    }
+    setenv("OT_STREAM_BYTES", "0", 1);
+    ot_backend *be = ot_backend_new("cpu", NULL);
+    unsetenv("OT_STREAM_BYTES");
+    CHECK(be != NULL);
+    if (!be) return;
+    ot_tensor *x = ot_empty(be, OT_SHAPE(4096), OT_F32);
+    ot_pool *p = ot_pool_push();
+    char *text = test__capture(ot_explain, ot_tanh(ot_add(ot_mul(x, x), 1.0)));
+    CHECK(text && !strstr(text, "streaming"));
+    free(text);
+    ot_pool_pop(p);
+    ot_tensor_free(x);
+    ot_backend_free(be);
+}

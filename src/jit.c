@@ -360,8 +360,8 @@ static void place(regs *r, int pos, int v, int reg)
 }
 
 /* A call: the callee clobbers every vector register, so values read later
- * are saved; the operands go to ymm0 and ymm1, the result comes back in
- * ymm0. */
+ * are saved; the operands go to registers 0 and 1 (ymm or zmm), the result
+ * comes back in register 0. */
 static void emit_call(regs *r, int pos, const void *fn, int a, int b)
 {
     for (int g = 0; g < NREG; g++) {

@@ -188,9 +188,9 @@ static bool grow(sweep *s, int id)
 {
     if (id < s->cap) return true;
     int cap = s->cap ? 2 * s->cap : 256;
-    ot_node **o = realloc(s->order, (size_t)cap * sizeof *o);
+    ot_node **o = ot__realloc(s->order, (size_t)cap * sizeof *o);
     if (o) s->order = o;
-    int *p = realloc(s->post, (size_t)cap * sizeof *p);
+    int *p = ot__realloc(s->post, (size_t)cap * sizeof *p);
     if (p) s->post = p;
     if (!o || !p) return false;
     s->cap = cap;
@@ -209,7 +209,7 @@ static bool discover(sweep *s, frame **st, int *top, int *stcap, ot_node *n)
     if (!grow(s, id) || !ot__ptrmap_put(&s->seen, n, id)) return false;
     if (*top == *stcap) {
         int cap = *stcap ? 2 * *stcap : 256;
-        frame *f = realloc(*st, (size_t)cap * sizeof *f);
+        frame *f = ot__realloc(*st, (size_t)cap * sizeof *f);
         if (!f) return false;
         *st = f;
         *stcap = cap;
@@ -583,8 +583,8 @@ static int keep_leaves(ot_autodiff *ad, const sweep *s)
     int n = 0;
     for (int i = 0; i < s->len; i++)
         n += s->order[i]->kind == OT_NODE_LEAF && s->live[i] && s->grad[i];
-    ad->leaf = calloc((size_t)(n ? n : 1), sizeof *ad->leaf);
-    ad->grad = calloc((size_t)(n ? n : 1), sizeof *ad->grad);
+    ad->leaf = ot__calloc((size_t)(n ? n : 1), sizeof *ad->leaf);
+    ad->grad = ot__calloc((size_t)(n ? n : 1), sizeof *ad->grad);
     if (!ad->leaf || !ad->grad)
         return ot__err_set(OT_ENOMEM, NULL, 0, "autodiff_new", "out of memory");
     for (int i = 0; i < s->len; i++) {
@@ -604,8 +604,8 @@ static int differentiate(ot_autodiff *ad)
     if (!pool) return ot_errcode();
     int rc = walk(&s, ad->tree);
     if (!rc) {
-        s.grad = calloc((size_t)s.len, sizeof *s.grad);
-        s.live = calloc((size_t)s.len, sizeof *s.live);
+        s.grad = ot__calloc((size_t)s.len, sizeof *s.grad);
+        s.live = ot__calloc((size_t)s.len, sizeof *s.live);
         if (!s.grad || !s.live) rc = ot__err_set(OT_ENOMEM, NULL, 0, "autodiff_new", "out of memory");
     }
     if (!rc) {
@@ -640,7 +640,7 @@ static ot_ad_memo *memo_of(ot_backend *be)
 {
     ot_ad_memo *m = atomic_load(&be->ad_memo);
     if (m) return m;
-    m = calloc(1, sizeof *m);
+    m = ot__calloc(1, sizeof *m);
     if (!m || pthread_mutex_init(&m->lock, NULL) != 0) {
         free(m);
         return NULL;
@@ -739,7 +739,7 @@ ot_autodiff *ot_autodiff_new(ot_node *tree, ot_node *next_error)
     }
     ot_autodiff *ad = memo_find(m, tree, next_error);
     if (ad) return ad;
-    ad = calloc(1, sizeof *ad);
+    ad = ot__calloc(1, sizeof *ad);
     if (!ad) {
         ot__err_set(OT_ENOMEM, NULL, 0, "autodiff_new", "out of memory");
         return NULL;
@@ -846,7 +846,7 @@ int ot_autodiff_backprop(ot_autodiff *ad, int n, ot_tensor *const wrt[], ot_tens
     if (n < 0) return ot__err_set(OT_EINVAL, NULL, 0, "autodiff_backprop", "negative count %d", n);
     if (n > 0 && (!wrt || !grads)) return ot__err_null("autodiff_backprop", wrt ? "grads" : "wrt");
     ot_clear_error();
-    ot_node **trees = calloc((size_t)(n ? n : 1), sizeof *trees);
+    ot_node **trees = ot__calloc((size_t)(n ? n : 1), sizeof *trees);
     ot_pool *pool = trees ? ot_pool_push() : NULL;
     if (!pool) {
         free(trees);

@@ -54,7 +54,7 @@ ot_backend *ot_backend_new(const char *name, const ot_backend_opts *opts)
                     "the fused \"%s\" backend is not built yet; use \"ref\"", name);
         return NULL;
     }
-    ot_backend *be = calloc(1, sizeof *be);
+    ot_backend *be = ot__calloc(1, sizeof *be);
     if (!be) {
         ot__err_set(OT_ENOMEM, NULL, 0, "backend_new", "out of memory");
         return NULL;

@@ -67,7 +67,7 @@ static bool side_at(side *s, int64_t b, ot_dtype dt, operand *o)
     if (!s->scratch) {
         size_t bytes;
         if (!ot__mul_size(&bytes, (size_t)(s->rows * s->cols), ot__esize(dt)) ||
-            !(s->scratch = malloc(bytes ? bytes : 1)))
+            !(s->scratch = ot__malloc(bytes ? bytes : 1)))
             return false;
     }
     if (s->packed_from != p) pack(s->scratch, p, (ot_dtype)s->v->dtype, s->rows, s->cols, s->v->strides, dt);

@@ -94,7 +94,7 @@ static bool grow(void **p, int *cap, int need, size_t elem)
     while (c < need) c *= 2;
     size_t bytes;
     if (!ot__mul_size(&bytes, (size_t)c, elem)) return false;
-    void *q = realloc(*p, bytes);
+    void *q = ot__realloc(*p, bytes);
     if (!q) return false;
     *p = q;
     *cap = c;
@@ -105,7 +105,7 @@ static bool key_grow(ot_walk *w, size_t len)
 {
     size_t cap = w->kcap ? w->kcap : 256;
     while (cap < w->klen + len) cap *= 2;
-    uint8_t *k = realloc(w->key, cap);
+    uint8_t *k = ot__realloc(w->key, cap);
     if (!k) return false;
     w->key = k;
     w->kcap = cap;
@@ -293,7 +293,7 @@ void ot__walk_done(ot_backend *be, ot_walk *w)
 static ot_walk *walk_start(ot_cpu *cpu)
 {
     ot_walk *w = atomic_exchange(&cpu->spare, NULL);
-    if (!w) return calloc(1, sizeof *w);
+    if (!w) return ot__calloc(1, sizeof *w);
     ot__ptrmap_free(&w->memo);
     memset(&w->memo, 0, sizeof w->memo);
     w->n = w->nleaf = w->nparam = 0;
@@ -338,7 +338,7 @@ struct ot_plan_cache {
 
 ot_plan_cache *ot__plan_cache_new(int capacity)
 {
-    ot_plan_cache *c = calloc(1, sizeof *c);
+    ot_plan_cache *c = ot__calloc(1, sizeof *c);
     if (!c) return NULL;
     pthread_mutex_init(&c->lock, NULL);
     c->cap = capacity;
@@ -397,11 +397,11 @@ static ot_plan *cache_find(ot_plan_cache *c, const ot_walk *w)
 
 static bool cache_add(ot_plan_cache *c, ot_walk *w, ot_plan *plan)
 {
-    cache_entry *e = calloc(1, sizeof *e);
+    cache_entry *e = ot__calloc(1, sizeof *e);
     if (!e) return false;
     e->hash = w->hash;
     e->klen = w->klen;
-    e->key = malloc(w->klen ? w->klen : 1);
+    e->key = ot__malloc(w->klen ? w->klen : 1);
     if (!e->key) {
         free(e);
         return false;
@@ -492,8 +492,8 @@ static bool merge_common(compiler *c)
     int n = c->w->n;
     size_t cap = 64;
     while (cap < 2 * (size_t)n) cap *= 2;
-    int *table = malloc(cap * sizeof *table);
-    int *leaf_canon = malloc(sizeof(int) * (size_t)(c->w->nleaf ? c->w->nleaf : 1));
+    int *table = ot__malloc(cap * sizeof *table);
+    int *leaf_canon = ot__malloc(sizeof(int) * (size_t)(c->w->nleaf ? c->w->nleaf : 1));
     if (!table || !leaf_canon) {
         free(table);
         free(leaf_canon);
@@ -661,7 +661,7 @@ static ot_kernel *new_kernel(compiler *c, int kind)
     ot_plan *p = c->plan;
     if (p->nkernels == c->kcap) {
         int cap = c->kcap ? 2 * c->kcap : 8;
-        ot_kernel *k = realloc(p->kernels, sizeof *k * (size_t)cap);
+        ot_kernel *k = ot__realloc(p->kernels, sizeof *k * (size_t)cap);
         if (!k) {
             c->oom = true;
             return NULL;
@@ -873,7 +873,7 @@ static bool add_loads(prog *g, int root, bool root_computed)
     for (int r = 0; r < g->nregion; r++) {
         int e = g->region[r];
         if (c->ci[e].canon != e || !reads_storage(c, e, root, root_computed)) continue;
-        ot_view *lv = realloc(k->loads, sizeof *lv * (size_t)(k->nload + 1));
+        ot_view *lv = ot__realloc(k->loads, sizeof *lv * (size_t)(k->nload + 1));
         if (!lv) return false;
         k->loads = lv;
         lv[k->nload] = view_of(&c->ci[e].st, k->ndim, k->dims);
@@ -1006,7 +1006,7 @@ static bool is_xresult(const prog *g, int v)
  * only its defining insn writes. */
 static void allocate_buffers(prog *g, int result)
 {
-    int *free_list = malloc(sizeof(int) * (size_t)(g->nv + 1));
+    int *free_list = ot__malloc(sizeof(int) * (size_t)(g->nv + 1));
     if (!free_list) {
         g->c->oom = true;
         return;
@@ -1056,7 +1056,7 @@ static void allocate_buffers(prog *g, int result)
 static bool coalesce(ot_kernel *k, int *pinned)
 {
     int nv = k->nload + 1 + k->nxstore, pin = pinned ? *pinned : -1, newpin = -1, nd = 0;
-    ot_view **views = malloc(sizeof *views * (size_t)nv);
+    ot_view **views = ot__malloc(sizeof *views * (size_t)nv);
     if (!views) return false;
     for (int i = 0; i < k->nload; i++) views[i] = &k->loads[i];
     views[k->nload] = &k->store;
@@ -1093,7 +1093,7 @@ static bool finish_program(prog *g, int result)
     if (g->c->oom || result < 0) return false;
     allocate_buffers(g, result);
     if (g->c->oom) return false;
-    k->insns = malloc(sizeof *k->insns * (size_t)(g->nins ? g->nins : 1));
+    k->insns = ot__malloc(sizeof *k->insns * (size_t)(g->nins ? g->nins : 1));
     if (!k->insns) return false;
     memcpy(k->insns, g->ins, sizeof *k->insns * (size_t)g->nins);
     k->ninsn = g->nins;
@@ -1205,7 +1205,7 @@ static bool reduce_kernel(compiler *c, prog *g, int e, const storage *dst)
     int pin = r->args.axis == OT_AXIS_ALL ? -1 : r->args.axis;
     bool absorbs = absorbing_reduce(c, x) == e;
     if (absorbs) {
-        if (!(k->xstores = calloc(1, sizeof *k->xstores))) return false;
+        if (!(k->xstores = ot__calloc(1, sizeof *k->xstores))) return false;
         k->nxstore = 1;
         k->xstores[0].view = view_of(&c->ci[x].st, in->ndim, in->dims);
     }
@@ -1287,7 +1287,7 @@ static bool dot_kernel(compiler *c, int e, const storage *dst, ot_scale alpha, o
     int a = canon_operand(c, e, 0), b = canon_operand(c, e, 1);
     const storage *sa = &c->ci[a].st, *sb = &c->ci[b].st;
     ot_kernel *k = new_kernel(c, OT_KER_DOT);
-    if (!k || !(k->loads = malloc(2 * sizeof *k->loads))) return false;
+    if (!k || !(k->loads = ot__malloc(2 * sizeof *k->loads))) return false;
     k->nload = 2;
     k->loads[0] = dot_operand(sa, true);
     k->loads[1] = dot_operand(sb, false);
@@ -1316,7 +1316,7 @@ static bool special_kernel(compiler *c, int e, const storage *dst)
     k->axis = n->args.axis;
     if (rand) return true;
     const storage *in = &c->ci[canon_operand(c, e, 0)].st;
-    if (!(k->loads = malloc(sizeof *k->loads))) return false;
+    if (!(k->loads = ot__malloc(sizeof *k->loads))) return false;
     k->nload = 1;
     k->loads[0] = (ot_view){.space = in->space, .dtype = in->dtype, .index = in->index};
     memcpy(k->loads[0].strides, in->strides, sizeof in->strides);
@@ -1465,7 +1465,7 @@ static bool region_reads(const compiler *c, int q, int j, int *stack)
  * through temporaries). */
 static void check_inplace_groups(const compiler *c, int *lead)
 {
-    int *stack = malloc(sizeof(int) * (size_t)(2 * c->w->n + 1));
+    int *stack = ot__malloc(sizeof(int) * (size_t)(2 * c->w->n + 1));
     if (!stack) {
         for (int i = 0; i < c->nout; i++) lead[i] = -1;
         return;
@@ -1549,7 +1549,7 @@ static bool group_kernel(compiler *c, prog *g, const int *idx, int n, bool *spli
 {
     ot_shape osh = out_shape(c, idx[0]);
     ot_kernel *k = new_kernel(c, OT_KER_EW);
-    if (!k || (n > 1 && !(k->xstores = calloc((size_t)(n - 1), sizeof *k->xstores)))) return false;
+    if (!k || (n > 1 && !(k->xstores = ot__calloc((size_t)(n - 1), sizeof *k->xstores)))) return false;
     reset_prog(g, k);
     set_space(k, osh.dims, osh.ndim);
     k->store = output_view(c, idx[0], osh.ndim, osh.dims);
@@ -1607,7 +1607,7 @@ static bool copy_out(compiler *c, prog *g, int i, int temp)
                    .shape = osh};
     contiguous(&src);
     ot_kernel *k = new_kernel(c, OT_KER_EW);
-    if (!k || !(k->loads = malloc(sizeof *k->loads))) return false;
+    if (!k || !(k->loads = ot__malloc(sizeof *k->loads))) return false;
     reset_prog(g, k);
     set_space(k, osh.dims, osh.ndim);
     k->nload = 1;
@@ -1793,11 +1793,11 @@ static bool layout_arena(ot_plan *p)
     if (nt == 0) return true;
     /* Per temp: its size, the kernel defining it, the last kernel reading
      * it; per kernel: lists of the temps born and dying there. */
-    int *def = malloc(sizeof(int) * (size_t)nt * 4), *last = def + nt;
+    int *def = ot__malloc(sizeof(int) * (size_t)nt * 4), *last = def + nt;
     int *next_born = def + 2 * (size_t)nt, *next_dead = def + 3 * (size_t)nt;
-    int *born = malloc(sizeof(int) * (size_t)(nk + 1) * 2), *dead = born + nk + 1;
-    size_t *size = malloc(sizeof(size_t) * (size_t)nt);
-    block *fb = malloc(sizeof *fb * (size_t)nt);
+    int *born = ot__malloc(sizeof(int) * (size_t)(nk + 1) * 2), *dead = born + nk + 1;
+    size_t *size = ot__malloc(sizeof(size_t) * (size_t)nt);
+    block *fb = ot__malloc(sizeof *fb * (size_t)nt);
     bool ok = def && born && size && fb;
     for (int t = 0; ok && t < nt; t++) {
         def[t] = last[t] = -1;
@@ -1840,11 +1840,11 @@ static bool build_kernels(compiler *c)
 {
     prog g = {.c = c};
     int n = c->w->n;
-    g.val = malloc(sizeof(int) * (size_t)n);
-    g.stamp = calloc((size_t)n, sizeof(int));
-    g.fused = calloc((size_t)n, sizeof(int));
-    int *via = malloc(sizeof(int) * (size_t)c->nout);
-    int *lead = malloc(sizeof(int) * (size_t)c->nout);
+    g.val = ot__malloc(sizeof(int) * (size_t)n);
+    g.stamp = ot__calloc((size_t)n, sizeof(int));
+    g.fused = ot__calloc((size_t)n, sizeof(int));
+    int *via = ot__malloc(sizeof(int) * (size_t)c->nout);
+    int *lead = ot__malloc(sizeof(int) * (size_t)c->nout);
     bool ok = g.val && g.stamp && g.fused && via && lead;
     if (ok) choose_groups(c, lead);
     for (int i = 0; i < n && ok; i++) {
@@ -1857,7 +1857,7 @@ static bool build_kernels(compiler *c)
         if (lead[i] < 0) {
             ok = root_kernel(c, &g, i, c->ci[c->w->root[i]].canon, &via[i]);
         } else if (lead[i] == i) {
-            int idx[1 + OT_MAX_XSTORES], n = 0;
+            int idx[1 + OT_MAX_XSTORES] = {0}, n = 0;
             for (int j = i; j < c->nout; j++)
                 if (lead[j] == i) idx[n++] = j;
             bool split = false;
@@ -1940,7 +1940,7 @@ static void choose_row_blocks(compiler *c)
     for (int i = 0; i < p->nkernels; i++) dots |= p->kernels[i].kind == OT_KER_DOT;
     int64_t rows = kernel_rows(&p->kernels[0]), row_bytes = 0;
     /* Per temp: its row step as written (0: not written yet). */
-    int64_t *written = calloc((size_t)(p->ntemps ? p->ntemps : 1), sizeof *written);
+    int64_t *written = ot__calloc((size_t)(p->ntemps ? p->ntemps : 1), sizeof *written);
     if (!written) return;
     bool ok = rows > 1;
     for (int i = 0; i < p->nkernels && ok; i++) {
@@ -2045,7 +2045,7 @@ static bool epilogue_fits(const compiler *c, int d, int e)
 static bool add_segment(compiler *c, int first, int64_t rows, int64_t row_bytes)
 {
     ot_plan *p = c->plan;
-    ot_segment *s = realloc(p->segs, sizeof *s * (size_t)(p->nseg + 1));
+    ot_segment *s = ot__realloc(p->segs, sizeof *s * (size_t)(p->nseg + 1));
     if (!s) return false;
     p->segs = s;
     const ot_kernel *d = &p->kernels[first];
@@ -2308,7 +2308,7 @@ static void mark_direct_roots(compiler *c)
  * no room for it the plan runs on the interpreter, as it would anyway. */
 static void generate_code(ot_plan *p, const ot_kernels *kt, int acc, size_t stream_bytes)
 {
-    ot_jit **jits = malloc(sizeof *jits * (size_t)(p->nkernels ? p->nkernels : 1));
+    ot_jit **jits = ot__malloc(sizeof *jits * (size_t)(p->nkernels ? p->nkernels : 1));
     if (!jits) return;
     for (int i = 0; i < p->nkernels; i++)
         jits[i] = ot__jit_build(&p->kernels[i], kt, acc, stream_bytes);
@@ -2326,9 +2326,9 @@ static ot_plan *compile(ot_backend *be, const ot_walk *w, int n, ot_tensor *cons
     ot_cpu *cpu = be->impl;
     compiler c = {.be = be, .k = cpu->k, .w = w, .outs = outs, .trees = trees, .nout = n,
                   .fused = be->opts.fusion != OT_FUSION_OFF};
-    c.ci = calloc((size_t)w->n, sizeof *c.ci);
-    c.plan = calloc(1, sizeof *c.plan);
-    c.groot = calloc((size_t)n, sizeof *c.groot);
+    c.ci = ot__calloc((size_t)w->n, sizeof *c.ci);
+    c.plan = ot__calloc(1, sizeof *c.plan);
+    c.groot = ot__calloc((size_t)n, sizeof *c.groot);
     bool ok = c.ci && c.plan && c.groot && merge_common(&c);
     if (ok) {
         atomic_init(&c.plan->refs, 1);

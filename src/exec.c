@@ -87,8 +87,8 @@ static void threads_free(ot_threads *t)
 
 static ot_threads *threads_new(int workers)
 {
-    ot_threads *t = calloc(1, sizeof *t);
-    if (!t || !(t->tid = calloc((size_t)workers, sizeof *t->tid))) {
+    ot_threads *t = ot__calloc(1, sizeof *t);
+    if (!t || !(t->tid = ot__calloc((size_t)workers, sizeof *t->tid))) {
         free(t);
         return NULL;
     }
@@ -188,8 +188,8 @@ static bool scratch_new(scratch *s, const ot_kernel *k, int64_t tile, scratch_st
     bool small = nb <= STACK_BUFS && bytes <= STACK_SCRATCH;
     for (int i = 0; i < TCACHE_LOADS; i++) s->tc[i] = (tcache){.load = -1};
     s->heap = !small;
-    s->ptr = small ? st->ptr : calloc((size_t)nb * 2, sizeof *s->ptr);
-    s->mem = small ? st->mem : malloc(bytes);
+    s->ptr = small ? st->ptr : ot__calloc((size_t)nb * 2, sizeof *s->ptr);
+    s->mem = small ? st->mem : ot__malloc(bytes);
     if (!s->ptr || !s->mem) {
         scratch_free(s);
         return false;
@@ -272,7 +272,7 @@ static const void *transposed_row(const run_ctx *c, scratch *s, int load, int64_
     for (int i = 0; i < TCACHE_LOADS && !e; i++)
         if (s->tc[i].load == load || s->tc[i].load < 0) e = &s->tc[i];
     if (!e) return NULL;
-    if (!e->buf && !(e->buf = malloc((size_t)c->tile * 8 * 4))) return NULL;
+    if (!e->buf && !(e->buf = ot__malloc((size_t)c->tile * 8 * 4))) return NULL;
     if (e->load != load || e->o0 != o0 || e->j != j) {
         const char *src = c->base[load] + view_offset(k, v, o0, j) * 4;
         c->kt->tgather_b4(e->buf, c->tile, src, inner_stride(k, v), n, rows);
@@ -634,8 +634,8 @@ static void column_body(run_ctx *c, scratch *s, int64_t first, int64_t last)
     int64_t after = 1;
     for (int d = ax + 1; d < k->ndim - 1; d++) after *= k->dims[d];
     bool sums = column_sums(k);
-    racc *acc = malloc(sizeof *acc * (size_t)c->tile);
-    double *sum = sums ? malloc(sizeof *sum * (size_t)c->tile) : NULL;
+    racc *acc = ot__malloc(sizeof *acc * (size_t)c->tile);
+    double *sum = sums ? ot__malloc(sizeof *sum * (size_t)c->tile) : NULL;
     bool ok = acc && (sum || !sums);
     for (int64_t t = first * TILES_PER_CHUNK; ok && t < total && t < last * TILES_PER_CHUNK; t++) {
         int64_t q = t / c->tiles_per_row, j = (t % c->tiles_per_row) * c->tile;
@@ -744,8 +744,8 @@ static int run_reduce(ot_threads *th, run_ctx *c)
                  column_chunk, c);
     } else {
         int64_t nchunks = (c->nouter * c->tiles_per_row + TILES_PER_CHUNK - 1) / TILES_PER_CHUNK;
-        c->partial = malloc(sizeof(double) * (size_t)(2 * nchunks + 2));
-        c->partial_index = malloc(sizeof(int64_t) * (size_t)(nchunks + 1));
+        c->partial = ot__malloc(sizeof(double) * (size_t)(2 * nchunks + 2));
+        c->partial_index = ot__malloc(sizeof(int64_t) * (size_t)(nchunks + 1));
         if (!c->partial || !c->partial_index) return OT_ENOMEM;
         parallel(th, nchunks, elements, all_chunk, c);
         racc a = racc_identity(k->red_op);
@@ -836,7 +836,7 @@ static int run_kernel(ot_backend *be, const ot_plan *p, const ot_binding *bind, 
     }
     char *dst = row_base(view_base(p, bind, arena, &kp->store), &kp->store, r, block_temp);
     char *stack_base[16];
-    char **base = kp->nload <= 16 ? stack_base : malloc(sizeof *base * (size_t)kp->nload);
+    char **base = kp->nload <= 16 ? stack_base : ot__malloc(sizeof *base * (size_t)kp->nload);
     if (!base) return OT_ENOMEM;
     for (int i = 0; i < kp->nload; i++) {
         bool whole_b = kp->kind == OT_KER_DOT && i == 1;   /* every block reads all of B */
@@ -945,7 +945,7 @@ static int run_kernels(ot_backend *be, const ot_plan *p, const ot_binding *bind,
 static char *arena_take(ot_plan *p)
 {
     char *a = atomic_exchange(&p->arena, NULL);
-    return a ? a : aligned_alloc(64, (p->arena_bytes + 63) & ~(size_t)63);
+    return a ? a : ot__aligned_alloc(64, (p->arena_bytes + 63) & ~(size_t)63);
 }
 
 static void arena_give(ot_plan *p, char *a)
@@ -1053,7 +1053,7 @@ static int cpu_init(ot_backend *be)
     if (!k) return ot_errcode();
     size_t stream = 0;
     if (stream_bytes(&stream) != 0) return ot_errcode();
-    ot_cpu *cpu = calloc(1, sizeof *cpu);
+    ot_cpu *cpu = ot__calloc(1, sizeof *cpu);
     if (!cpu) return ot__err_set(OT_ENOMEM, NULL, 0, "backend_new", "out of memory");
     be->impl = cpu;
     cpu->k = k;

@@ -28,6 +28,20 @@ static_assert(OT_OP_COUNT == 53, "update hand-written op switches");
 #define OT_ASSERT(x) ((void)0)
 #endif
 
+/* ---- allocation (alloc.c) ------------------------------------------------ */
+
+/* Every allocation of the library goes through these (free stays free), so
+ * that a test can fail the Nth one: ot__alloc_fail_at(n) arms a countdown on
+ * the calling thread (0 disarms it), ot__alloc_count() counts this thread's
+ * allocations since then. The jit's mmap asks ot__alloc_should_fail too. */
+void *ot__malloc(size_t n);
+void *ot__calloc(size_t n, size_t size);
+void *ot__realloc(void *p, size_t n);
+void *ot__aligned_alloc(size_t align, size_t n);
+bool ot__alloc_should_fail(void);
+void ot__alloc_fail_at(long n);
+long ot__alloc_count(void);
+
 /* ---- nodes --------------------------------------------------------------- */
 
 struct ot_node {

@@ -69,7 +69,7 @@ static void put(code *c, const void *p, size_t n)
     if (c->n + n > c->cap) {
         size_t cap = c->cap ? 2 * c->cap : 4096;
         while (cap < c->n + n) cap *= 2;
-        uint8_t *b = realloc(c->b, cap);
+        uint8_t *b = ot__realloc(c->b, cap);
         if (!b) {
             c->oom = true;
             return;
@@ -569,8 +569,8 @@ static void emit_function(regs *r, int acc, int frame, bool stream)
  * where the program has something generated code does not do. */
 static bool map_values(ot_jit *j, const ot_kernel *k, int acc)
 {
-    int *writer = malloc(sizeof *writer * (size_t)(k->nbuf > 0 ? k->nbuf : 1));
-    int *writes = calloc((size_t)(k->nbuf > 0 ? k->nbuf : 1), sizeof *writes);
+    int *writer = ot__malloc(sizeof *writer * (size_t)(k->nbuf > 0 ? k->nbuf : 1));
+    int *writes = ot__calloc((size_t)(k->nbuf > 0 ? k->nbuf : 1), sizeof *writes);
     bool ok = writer && writes;
     int kd = -1;
     for (int b = 0; ok && b < k->nbuf; b++) writer[b] = -1;
@@ -656,6 +656,7 @@ bool ot__jit_install(ot_jit *const *jits, int n, ot_jit_map *map)
     *map = (ot_jit_map){NULL, 0};
     if (total == 0) return true;
     size_t size = (total + page - 1) / page * page;
+    if (ot__alloc_should_fail()) return false;
     char *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED) return false;
     size_t at = 0;
@@ -723,18 +724,18 @@ ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc, size_t 
     if (k->kind != OT_KER_EW || k->ninsn < 1 || k->ninsn > OT_JIT_MAX_INSN ||
         !kt->vfn1[0][OT_OP_EXP][0] || (kt->vbytes != 32 && kt->vbytes != 64))
         return NULL;
-    ot_jit *j = calloc(1, sizeof *j);
+    ot_jit *j = ot__calloc(1, sizeof *j);
     code c = {0};
     regs r = {.c = &c, .j = j, .insns = k->insns};
     bool ok = j != NULL, stream = streams_out(k, stream_bytes);
     if (ok) {
         j->kt = kt;
         j->ninsn = k->ninsn;
-        j->arg = malloc(sizeof *j->arg * (size_t)k->ninsn);
-        j->body = calloc((size_t)k->ninsn, sizeof *j->body);
-        r.reg_of = malloc(sizeof *r.reg_of * (size_t)k->ninsn);
-        r.spilled = malloc((size_t)k->ninsn);
-        r.last = malloc(sizeof *r.last * (size_t)k->ninsn);
+        j->arg = ot__malloc(sizeof *j->arg * (size_t)k->ninsn);
+        j->body = ot__calloc((size_t)k->ninsn, sizeof *j->body);
+        r.reg_of = ot__malloc(sizeof *r.reg_of * (size_t)k->ninsn);
+        r.spilled = ot__malloc((size_t)k->ninsn);
+        r.last = ot__malloc(sizeof *r.last * (size_t)k->ninsn);
         ok = j->arg && j->body && r.reg_of && r.spilled && r.last && map_values(j, k, acc) &&
              worth_it(j, k, stream);
     }

@@ -143,7 +143,7 @@ ot_node *ot__node_alloc(void)
         node_cached--;
         ot__clear(n, sizeof *n);
     } else {
-        n = calloc(1, sizeof *n);
+        n = ot__calloc(1, sizeof *n);
     }
     if (!n) return NULL;
     atomic_init(&n->refs, 1);
@@ -214,7 +214,7 @@ ot_pool *ot_pool_push(void)
 {
     ot_pool *p = spare_pool;
     spare_pool = NULL;
-    if (!p) p = calloc(1, sizeof *p);
+    if (!p) p = ot__calloc(1, sizeof *p);
     if (!p) {
         ot__err_set(OT_ENOMEM, NULL, 0, "pool_push", "out of memory");
         return NULL;
@@ -271,7 +271,7 @@ ot_node *ot__pool_adopt(ot_node *n)
     if (p->n == p->cap) {
         size_t cap = p->cap ? p->cap * 2 : 64, bytes;
         ot_node **items = NULL;
-        if (ot__mul_size(&bytes, cap, sizeof *items)) items = realloc(p->items, bytes);
+        if (ot__mul_size(&bytes, cap, sizeof *items)) items = ot__realloc(p->items, bytes);
         if (!items) {
             ot_release(n);
             ot__err(OT_ENOMEM, NULL, 0, NULL, "out of memory adding a node to its pool");

@@ -116,8 +116,8 @@ typedef struct step {
 static int step_begin(step *s, const char *fn, size_t cap)
 {
     s->n = 0;
-    s->outs = calloc(cap ? cap : 1, sizeof *s->outs);
-    s->trees = calloc(cap ? cap : 1, sizeof *s->trees);
+    s->outs = ot__calloc(cap ? cap : 1, sizeof *s->outs);
+    s->trees = ot__calloc(cap ? cap : 1, sizeof *s->trees);
     s->pool = s->outs && s->trees ? ot_pool_push() : NULL;
     if (s->pool) return 0;
     free(s->outs);

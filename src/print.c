@@ -168,7 +168,7 @@ static bool frames_push(frames *s, const ot_node *n)
 {
     if (s->len == s->cap) {
         size_t cap = s->cap ? 2 * s->cap : 64;
-        frame *v = realloc(s->v, cap * sizeof *v);
+        frame *v = ot__realloc(s->v, cap * sizeof *v);
         if (!v) return false;
         s->v = v;
         s->cap = cap;

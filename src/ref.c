@@ -274,7 +274,7 @@ typedef struct ref_run {
     uint64_t ops, bytes;
 } ref_run;
 
-/* A new buffer for numel doubles (at least one, so that malloc(0) never
+/* A new buffer for numel doubles (at least one, so that ot__malloc(0) never
  * looks like a failure). NULL with OT_ENOMEM recorded on failure; a buffer
  * over PTRDIFF_MAX bytes could not be indexed, so it is refused unasked. */
 static double *buf_new(int64_t numel, const char *what)
@@ -286,7 +286,7 @@ static double *buf_new(int64_t numel, const char *what)
                     "address space", (long long)numel);
         return NULL;
     }
-    double *p = malloc(bytes);
+    double *p = ot__malloc(bytes);
     if (!p)
         ot__err_set(OT_ENOMEM, NULL, 0, what, "out of memory for %zu bytes", bytes);
     return p;
@@ -605,7 +605,7 @@ static int ref_assign_many(ot_backend *be, int n, ot_tensor *const outs[],
                            ot_node *const trees[])
 {
     ref_run run = {.be = be};
-    int *roots = malloc((n > 0 ? (size_t)n : 1) * sizeof *roots);
+    int *roots = ot__malloc((n > 0 ? (size_t)n : 1) * sizeof *roots);
     if (!roots)
         return ot__err_set(OT_ENOMEM, NULL, 0, "assign", "out of memory");
     ot_stack *s = ot__stack_new_many(n, (const ot_node *const *)trees, roots);
@@ -616,9 +616,9 @@ static int ref_assign_many(ot_backend *be, int n, ot_tensor *const outs[],
     }
     run.stack = s;
     run.len = ot_stack_len(s);
-    run.vals = calloc((size_t)run.len + 1, sizeof *run.vals);
-    run.left = calloc((size_t)run.len + 1, sizeof *run.left);
-    run.root = calloc((size_t)run.len + 1, sizeof *run.root);
+    run.vals = ot__calloc((size_t)run.len + 1, sizeof *run.vals);
+    run.left = ot__calloc((size_t)run.len + 1, sizeof *run.left);
+    run.root = ot__calloc((size_t)run.len + 1, sizeof *run.root);
     int rc = (run.vals && run.left && run.root)
                  ? run_all(&run, n, outs, roots)
                  : ot__err_set(OT_ENOMEM, NULL, 0, "assign", "out of memory");

@@ -50,7 +50,7 @@ bool ot__ptrmap_put(ot__ptrmap *m, const ot_node *key, int val)
 {
     if (2 * (m->len + 1) > m->cap) {
         size_t cap = m->cap ? 2 * m->cap : 64;
-        ot__ptrmap g = {calloc(cap, sizeof *g.keys), malloc(cap * sizeof *g.vals), cap, 0};
+        ot__ptrmap g = {ot__calloc(cap, sizeof *g.keys), ot__malloc(cap * sizeof *g.vals), cap, 0};
         if (!g.keys || !g.vals) {
             free(g.keys);
             free(g.vals);
@@ -79,7 +79,7 @@ static void *reserve(void *v, size_t *cap, size_t need, size_t elem)
     if (need <= *cap) return v;
     size_t n = *cap ? 2 * *cap : 64, bytes;
     while (n < need) n *= 2;
-    void *p = ot__mul_size(&bytes, n, elem) ? realloc(v, bytes) : NULL;
+    void *p = ot__mul_size(&bytes, n, elem) ? ot__realloc(v, bytes) : NULL;
     if (p) *cap = n;
     return p;
 }
@@ -258,7 +258,7 @@ typedef struct builder {
 static bool grow_slots(builder *bd)
 {
     size_t n = bd->nslots ? 2 * bd->nslots : 64;
-    int *slots = malloc(n * sizeof *slots);
+    int *slots = ot__malloc(n * sizeof *slots);
     if (!slots) return false;
     memset(slots, 0xff, n * sizeof *slots);   /* every slot -1 */
     for (int k = 0; k < bd->s->len; k++) {
@@ -336,7 +336,7 @@ ot_stack *ot__stack_new_many(int n, const ot_node *const roots[], int roots_out[
             return NULL;
         }
     }
-    ot_stack *s = calloc(1, sizeof *s);
+    ot_stack *s = ot__calloc(1, sizeof *s);
     builder bd = {.s = s};
     walker w = {.visit = stack_visit, .ctx = &bd};
     int rc = s ? 0 : OT_ENOMEM;

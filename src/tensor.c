@@ -123,10 +123,10 @@ static ot_buffer *buffer_new(size_t nbytes)
     cap &= ~(size_t)63;
     if (cap == 0)
         cap = 64;     /* zero-size tensors still get a valid pointer */
-    ot_buffer *b = malloc(sizeof *b);
+    ot_buffer *b = ot__malloc(sizeof *b);
     if (!b)
         return NULL;
-    b->data = aligned_alloc(64, cap);
+    b->data = ot__aligned_alloc(64, cap);
     if (!b->data) {
         free(b);
         return NULL;
@@ -149,7 +149,7 @@ static void buffer_release(ot_buffer *b)
 static ot_tensor *tensor_alloc(ot_backend *be, const ot_shape *shape, ot_dtype dt,
                                ot_buffer *buf)
 {
-    ot_tensor *t = calloc(1, sizeof *t);
+    ot_tensor *t = ot__calloc(1, sizeof *t);
     if (!t)
         return NULL;
     atomic_init(&t->leaf.refs, 1);
@@ -872,7 +872,7 @@ int ot_tensor_set_name(ot_tensor *t, const char *name)
     char *copy = NULL;
     if (name) {
         size_t n = strlen(name) + 1;
-        copy = malloc(n);
+        copy = ot__malloc(n);
         if (!copy)
             return ot__err_set(OT_ENOMEM, NULL, 0, "tensor_set_name",
                                "cannot allocate %zu bytes for a name", n);

@@ -1,0 +1,43 @@
+/*
+ * alloc.c - the one seam every allocation of the library goes through, so
+ * that tests can make the Nth allocation fail (the fault-injection loop of
+ * tests/test_oom.c) and check that every path recovers: an OT_ENOMEM error,
+ * no leak, outputs untouched.
+ *
+ * The countdown is a thread-local: a test arms it on its own thread, and
+ * the allocations it counts are that thread's (worker threads of the cpu
+ * backend allocate nothing).
+ */
+#include "internal.h"
+
+static _Thread_local long fail_countdown;   /* 0: off; 1: the next one fails */
+static _Thread_local long alloc_count;
+
+void ot__alloc_fail_at(long n)
+{
+    fail_countdown = n > 0 ? n : 0;
+    alloc_count = 0;
+}
+
+long ot__alloc_count(void) { return alloc_count; }
+
+bool ot__alloc_should_fail(void)
+{
+    alloc_count++;
+    if (fail_countdown == 0) return false;
+    return --fail_countdown == 0;
+}
+
+void *ot__malloc(size_t n) { return ot__alloc_should_fail() ? NULL : malloc(n); }
+
+void *ot__calloc(size_t n, size_t size)
+{
+    return ot__alloc_should_fail() ? NULL : calloc(n, size);
+}
+
+void *ot__realloc(void *p, size_t n) { return ot__alloc_should_fail() ? NULL : realloc(p, n); }
+
+void *ot__aligned_alloc(size_t align, size_t n)
+{
+    return ot__alloc_should_fail() ? NULL : aligned_alloc(align, n);
+}

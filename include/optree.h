@@ -176,6 +176,8 @@ typedef struct ot_stats {
     uint64_t cache_hits;   /* plan-cache hits (cpu backend) */
     uint64_t kernels;      /* kernels run */
     uint64_t bytes_moved;  /* bytes read from leaves plus bytes written */
+    uint64_t elem_ops;     /* arithmetic done: each op of a kernel counts once
+                              per element it computes (cpu backend) */
 } ot_stats;
 int ot_stats_get(const ot_backend *be, ot_stats *out);
 #define ot_stats(be, out) ot_stats_get((be), (out))

@@ -100,6 +100,7 @@ int ot_stats_get(const ot_backend *be, ot_stats *out)
     out->cache_hits = atomic_load(&c->cache_hits);
     out->kernels = atomic_load(&c->kernels);
     out->bytes_moved = atomic_load(&c->bytes_moved);
+    out->elem_ops = atomic_load(&c->elem_ops);
     return 0;
 }
 

@@ -185,7 +185,7 @@ typedef struct ot_backend_vt {
 } ot_backend_vt;
 
 typedef struct ot_stat_counters {
-    atomic_uint_fast64_t assigns, nodes, compiles, cache_hits, kernels, bytes_moved;
+    atomic_uint_fast64_t assigns, nodes, compiles, cache_hits, kernels, bytes_moved, elem_ops;
 } ot_stat_counters;
 
 struct ot_backend {

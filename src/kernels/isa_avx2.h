@@ -29,16 +29,36 @@ typedef __m256i mi;
 
 #define OT_KV static inline __attribute__((always_inline))
 
+/* add, mul and fma in a fixed operand order: where two operands are NaN,
+ * the result is the first source's NaN, and the compiler swaps the
+ * operands of the intrinsics at will, so which NaN (its sign included)
+ * came out of a tile kernel depended on register allocation. Pinned, a
+ * is the first source of vadd/vmul and a*b + c is vfmadd231 with c as its
+ * destination, as src/jit.c emits them, so that generated code gives the
+ * very same NaN. */
+#define OT_KPIN2(insn, a, b)                                                       \
+    __extension__({                                                                \
+        __typeof__(a) r_;                                                          \
+        __asm__(insn " %2, %1, %0" : "=v"(r_) : "v"(a), "vm"(b));                  \
+        r_;                                                                        \
+    })
+#define OT_KPIN3(insn, a, b, c)                                                    \
+    __extension__({                                                                \
+        __typeof__(c) r_ = (c);                                                    \
+        __asm__(insn " %2, %1, %0" : "+v"(r_) : "v"(a), "vm"(b));                  \
+        r_;                                                                        \
+    })
+
 /* ---- f32 ---- */
 OT_KV vf vf_loadu(const float *p) { return _mm256_loadu_ps(p); }
 OT_KV void vf_storeu(float *p, vf x) { _mm256_storeu_ps(p, x); }
 OT_KV vf vf_set1(float x) { return _mm256_set1_ps(x); }
-OT_KV vf vf_add(vf a, vf b) { return _mm256_add_ps(a, b); }
+OT_KV vf vf_add(vf a, vf b) { return OT_KPIN2("vaddps", a, b); }
 OT_KV vf vf_sub(vf a, vf b) { return _mm256_sub_ps(a, b); }
-OT_KV vf vf_mul(vf a, vf b) { return _mm256_mul_ps(a, b); }
+OT_KV vf vf_mul(vf a, vf b) { return OT_KPIN2("vmulps", a, b); }
 OT_KV vf vf_div(vf a, vf b) { return _mm256_div_ps(a, b); }
 OT_KV vf vf_sqrt(vf a) { return _mm256_sqrt_ps(a); }
-OT_KV vf vf_fma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
+OT_KV vf vf_fma(vf a, vf b, vf c) { return OT_KPIN3("vfmadd231ps", a, b, c); }
 OT_KV vf vf_neg(vf a) { return _mm256_xor_ps(a, _mm256_set1_ps(-0.0f)); }
 OT_KV vf vf_abs(vf a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a); }
 OT_KV vf vf_rint(vf a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
@@ -68,12 +88,12 @@ OT_KV vf vf_cvt_i32(vi a) { return _mm256_cvtepi32_ps(a); }
 OT_KV vd vd_loadu(const double *p) { return _mm256_loadu_pd(p); }
 OT_KV void vd_storeu(double *p, vd x) { _mm256_storeu_pd(p, x); }
 OT_KV vd vd_set1(double x) { return _mm256_set1_pd(x); }
-OT_KV vd vd_add(vd a, vd b) { return _mm256_add_pd(a, b); }
+OT_KV vd vd_add(vd a, vd b) { return OT_KPIN2("vaddpd", a, b); }
 OT_KV vd vd_sub(vd a, vd b) { return _mm256_sub_pd(a, b); }
-OT_KV vd vd_mul(vd a, vd b) { return _mm256_mul_pd(a, b); }
+OT_KV vd vd_mul(vd a, vd b) { return OT_KPIN2("vmulpd", a, b); }
 OT_KV vd vd_div(vd a, vd b) { return _mm256_div_pd(a, b); }
 OT_KV vd vd_sqrt(vd a) { return _mm256_sqrt_pd(a); }
-OT_KV vd vd_fma(vd a, vd b, vd c) { return _mm256_fmadd_pd(a, b, c); }
+OT_KV vd vd_fma(vd a, vd b, vd c) { return OT_KPIN3("vfmadd231pd", a, b, c); }
 OT_KV vd vd_neg(vd a) { return _mm256_xor_pd(a, _mm256_set1_pd(-0.0)); }
 OT_KV vd vd_abs(vd a) { return _mm256_andnot_pd(_mm256_set1_pd(-0.0), a); }
 OT_KV vd vd_rint(vd a) { return _mm256_round_pd(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }

@@ -552,3 +552,206 @@ TEST(jit_stream_bytes_env)
     ot_tensor_free(x);
     ot_backend_free(be);
 }
+
+/* ---- random trees: generated code against OT_JIT=0, bitwise ----------------- */
+
+/* Random elementwise trees over every unary and binary op of the table,
+ * with constants, broadcasts (a column, a row, a 0-d), transposed views
+ * and sometimes a reduction at the root, in f32 and f64, on inputs full of
+ * special values, at sizes across every tail. Each tree runs on cpu
+ * backends with OT_JIT=0 and OT_JIT=1 of each ISA with generated code, and
+ * the results must be bitwise equal, NaNs included: which NaN an add, mul
+ * or fma of two NaN operands returns (sign included) depends on the
+ * operand order, which the tile kernels pin to the generated code's (see
+ * isa_avx2.h). OT_JIT_FUZZ_TREES sets how many trees (default 2500, under
+ * a second, 100 under valgrind; 100,000 found nothing offline), OT_JIT_FUZZ_SEED the first
+ * seed, OT_JIT_FUZZ_SHOW=1 prints each differing tree, its inputs and the
+ * differing elements. */
+
+typedef struct fuzz_rng {
+    uint64_t s;
+} fuzz_rng;
+
+static uint64_t fuzz_next(fuzz_rng *r)
+{
+    uint64_t z = (r->s += 0x9E3779B97F4A7C15u);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
+    return z ^ (z >> 31);
+}
+
+static int fuzz_int(fuzz_rng *r, int n) { return (int)(fuzz_next(r) % (uint64_t)n); }
+
+/* A value: often special (NaN, +-inf, zeros, denormals of both dtypes,
+ * huge, the edges of exp and sig), else ordinary of a random scale. */
+static double fuzz_value(fuzz_rng *r)
+{
+    static const double special[] = {NAN, -NAN, INFINITY, -INFINITY, 0.0, -0.0, 1e-310,
+                                     -5e-324, 1e-40, -3e-39, 1e-45, 3e38, -3.4e38, 1e300,
+                                     -1e308, 1.0, -1.0, 0.5, 2.0, 88.72, -103.9, 709.8,
+                                     -745.2, 1e-30, 16777217.0, 0.49999997, 2.5, -2.5};
+    int ns = (int)(sizeof special / sizeof special[0]);
+    if (fuzz_int(r, 4) == 0) return special[fuzz_int(r, ns)];
+    static const double scale[] = {1.0, 1.0, 10.0, 1e-3, 100.0, 1e6};
+    double u = (double)(fuzz_next(r) >> 11) / 9007199254740992.0;
+    return (2 * u - 1) * scale[fuzz_int(r, (int)(sizeof scale / sizeof scale[0]))];
+}
+
+enum { FZ_NX = 7 };   /* x0-x2 (r, c), x3 (r, 1), x4 0-d, x5 (c), x6 (c, r) read transposed */
+
+typedef struct fuzz_ops {
+    int un[OT_OP_COUNT], bin[OT_OP_COUNT], nun, nbin;
+    bool f32;   /* constants as f32 (else weak f64, folded in double) */
+} fuzz_ops;
+
+/* A tree draws from a few ops of the table, so that most trees stay within
+ * what generated code covers (one op it does not cover, such as f32 rsqrt,
+ * sends the whole kernel to the interpreter). */
+static fuzz_ops fuzz_subset(fuzz_rng *r, const fuzz_ops *all)
+{
+    fuzz_ops s = {.nun = 1 + fuzz_int(r, 5), .nbin = 1 + fuzz_int(r, 4)};
+    for (int i = 0; i < s.nun; i++) s.un[i] = all->un[fuzz_int(r, all->nun)];
+    for (int i = 0; i < s.nbin; i++) s.bin[i] = all->bin[fuzz_int(r, all->nbin)];
+    return s;
+}
+
+/* A tree of at most depth levels; the leftmost leaf is full-shaped so that
+ * the tree has the output's shape. Recursion is bounded by depth. */
+static ot_node *fuzz_tree(fuzz_rng *r, const fuzz_ops *ops, ot_tensor *const *x, int depth,
+                          bool full)
+{
+    int pick = fuzz_int(r, 10);
+    if (depth == 0 || pick < 2) {
+        if (full || fuzz_int(r, 3)) {
+            int k = full ? (int[]){0, 1, 2, 6}[fuzz_int(r, 4)] : fuzz_int(r, FZ_NX);
+            return k == 6 ? ot_T(x[6]) : ot_tensor_node(x[k]);
+        }
+        return ops->f32 ? ot_constf((float)fuzz_value(r)) : ot_const(fuzz_value(r));
+    }
+    if (pick < 5)
+        return ot_build(ops->un[fuzz_int(r, ops->nun)], fuzz_tree(r, ops, x, depth - 1, full),
+                        NULL, NULL);
+    int op = ops->bin[fuzz_int(r, ops->nbin)];
+    bool swap = fuzz_int(r, 2);
+    ot_node *a = fuzz_tree(r, ops, x, depth - 1, full && !swap);
+    ot_node *b = fuzz_tree(r, ops, x, depth - 1, full && swap);
+    return ot_build(op, a, b, NULL);
+}
+
+/* The root: the tree, or a reduction of it. */
+static ot_node *fuzz_root(fuzz_rng *r, const fuzz_ops *ops, ot_tensor *const *x)
+{
+    ot_node *t = fuzz_tree(r, ops, x, 1 + fuzz_int(r, 6), true);
+    switch (fuzz_int(r, 10)) {
+    case 0: return ot_sum(t, .axis = 1, .keepdims = true);
+    case 1: return ot_max(t, .axis = 1);
+    case 2: return ot_min(t);
+    default: return t;
+    }
+}
+
+/* Runs tree number seed on be; returns the result (malloc'd) and its size
+ * in bytes, or NULL with *bytes the error code. With show, prints the tree
+ * and its inputs there. */
+static void *fuzz_run(ot_backend *be, const fuzz_ops *ops, uint64_t seed, size_t *bytes,
+                      int *kd, FILE *show)
+{
+    static const int64_t cols[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17,
+                                   18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32,
+                                   33, 1029, 4097};
+    fuzz_rng r = {seed};
+    ot_dtype dt = fuzz_int(&r, 2) ? OT_F64 : OT_F32;
+    int64_t rows = 1 + fuzz_int(&r, 3);
+    int ncols = (int)(sizeof cols / sizeof cols[0]);
+    int64_t c = cols[fuzz_int(&r, 6) ? fuzz_int(&r, ncols - 2) : ncols - 2 + fuzz_int(&r, 2)];
+    if (c > 1000) rows = 1;
+    ot_shape shapes[FZ_NX] = {{2, {rows, c}}, {2, {rows, c}}, {2, {rows, c}}, {2, {rows, 1}},
+                              {0, {0}},       {1, {c}},       {2, {c, rows}}};
+    ot_tensor *x[FZ_NX];
+    for (int i = 0; i < FZ_NX; i++) {
+        int64_t m = 1;
+        for (int d = 0; d < shapes[i].ndim; d++) m *= shapes[i].dims[d];
+        double *h = malloc(sizeof *h * (size_t)m);
+        float *hf = malloc(sizeof *hf * (size_t)m);
+        for (int64_t e = 0; e < m; e++) hf[e] = (float)(h[e] = fuzz_value(&r));
+        x[i] = ot_array(be, shapes[i], dt, dt == OT_F64 ? (void *)h : (void *)hf);
+        free(h);
+        free(hf);
+    }
+    fuzz_ops sub = fuzz_subset(&r, ops);
+    sub.f32 = dt == OT_F32 && fuzz_int(&r, 4);
+    ot_pool *p = ot_pool_push();
+    ot_node *tree = fuzz_root(&r, &sub, x);
+    if (show) {
+        ot_print(tree, show);
+        for (int i = 0; i < FZ_NX; i++) {
+            fprintf(show, "x%d = tensor-%p:\n", i, (void *)x[i]);
+            ot_tensor_print(x[i], show);
+        }
+    }
+    ot_tensor *o = ot_eval(tree);
+    ot_pool_pop(p);
+    void *res = NULL;
+    *kd = ot__kd(dt);
+    if (o) {
+        *kd = ot__kd(ot_tensor_dtype(o));
+        *bytes = (size_t)ot_tensor_numel(o) * ot_dtype_size(ot_tensor_dtype(o));
+        res = malloc(*bytes ? *bytes : 1);
+        ot_get(o, res);
+    } else {
+        *bytes = (size_t)-ot_errcode();
+    }
+    ot_tensor_free(o);
+    for (int i = 0; i < FZ_NX; i++) ot_tensor_free(x[i]);
+    return res;
+}
+
+TEST(defect07_jit_random_trees_bitwise)
+{
+    const char *isa[NJIT_ISA];
+    int nisa = assignment_isas(isa);
+    const char *env = getenv("OT_JIT_FUZZ_TREES"), *senv = getenv("OT_JIT_FUZZ_SEED");
+    /* Under valgrind (its libraries in LD_PRELOAD) a tree costs some 40
+     * times more, and the jit_* valgrind run matches this file. */
+    const char *pre = getenv("LD_PRELOAD");
+    long ntrees = env ? strtol(env, NULL, 10) : pre && strstr(pre, "vgpreload") ? 100 : 2500;
+    uint64_t seed0 = senv ? strtoull(senv, NULL, 10) : 1;
+    fuzz_ops ops = {.nun = 0};
+    for (int op = 0; op < OT_OP_COUNT; op++) {
+        if (ot_op_kind(op) == OT_KIND_UNARY) ops.un[ops.nun++] = op;
+        if (ot_op_kind(op) == OT_KIND_BINARY) ops.bin[ops.nbin++] = op;
+    }
+    int fails = 0;
+    for (int i = 0; i < nisa; i++) {
+        ot_backend *be[2] = {backend(isa[i], INTERP, 1), backend(isa[i], JIT, 1)};
+        for (long t = 0; t < ntrees && be[0] && be[1] && fails < 20; t++) {
+            uint64_t seed = seed0 + (uint64_t)t;
+            size_t bytes[2];
+            int kd[2];
+            void *res[2];
+            for (int b = 0; b < 2; b++)
+                res[b] = fuzz_run(be[b], &ops, seed, &bytes[b], &kd[b], NULL);
+            bool same = bytes[0] == bytes[1] && !res[0] == !res[1] && kd[0] == kd[1];
+            if (same && res[0]) same = memcmp(res[0], res[1], bytes[0]) == 0;
+            if (!same) {
+                fails++;
+                test__fail(__FILE__, __LINE__, "OT_ISA=%s: random tree, seed %llu: generated code "
+                           "and interpreter differ", isa[i] ? isa[i] : "-",
+                           (unsigned long long)seed);
+                if (getenv("OT_JIT_FUZZ_SHOW")) {
+                    free(fuzz_run(be[0], &ops, seed, &bytes[0], &kd[0], stderr));
+                    size_t es = kd[1] == OT_KD_F64 ? 8 : 4;
+                    for (size_t e = 0; res[0] && res[1] && e < bytes[1] / es; e++)
+                        if (memcmp((char *)res[0] + e * es, (char *)res[1] + e * es, es))
+                            fprintf(stderr, "[%zu] interpreter %.17g, generated %.17g\n", e,
+                                    es == 8 ? ((double *)res[0])[e] : ((float *)res[0])[e],
+                                    es == 8 ? ((double *)res[1])[e] : ((float *)res[1])[e]);
+                }
+            }
+            free(res[0]);
+            free(res[1]);
+        }
+        ot_backend_free(be[0]);
+        ot_backend_free(be[1]);
+    }
+}

@@ -8,7 +8,9 @@
  * and abs are emitted inline, sig and sig2 as an exp call with the select
  * and divide inline; every other op calls the table's vector function
  * (vfn1/vfn2: SLEEF itself, or the tile kernels' own element functions),
- * so results are bitwise those of the interpreter of the same table.
+ * so results are bitwise those of the interpreter of the same table, NaNs
+ * included: add, mul and fma keep the operand order that the tile
+ * kernels pin (isa_avx2.h), a first, and c - a*b is (-a)*b + c there too.
  *
  * The program's "prelude" (loads, parameters and scalar instructions) stays
  * with exec.c, which passes a pointer per value: a vector input is read at

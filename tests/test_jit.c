@@ -2,8 +2,8 @@
  * test_jit.c - the generated code of src/jit.c against the tile kernels it
  * stands in for. The oracle is the interpreter itself: every result must be
  * bitwise that of the same program run op by op through the same table
- * (NaN matching NaN), since both use the same instructions and the same
- * SLEEF functions. Each level runs for every table with generated code
+ * (NaN matching NaN; the random trees compare NaNs bit for bit too), since
+ * both use the same instructions and the same SLEEF functions. Each level runs for every table with generated code
  * that this CPU runs (AVX2: VEX-encoded ymm code; AVX-512: EVEX-encoded zmm
  * code):
  *   - hand-built kernels (one op of every kind, f32 and f64, vector and

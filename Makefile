@@ -55,8 +55,9 @@ $(LIBA): $(OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(LIBSO): $(OBJS)
-	$(CC) -shared $(LDFLAGS) -o $@ $^ $(LDLIBS)
+# Only the public ot_* names are exported (tools/optree.map).
+$(LIBSO): $(OBJS) tools/optree.map
+	$(CC) -shared $(LDFLAGS) -Wl,--version-script=tools/optree.map -o $@ $(OBJS) $(LDLIBS)
 
 $(BUILD)/tobj/%.o: tests/%.c tests/test.h include/optree.h src/internal.h
 	@mkdir -p $(dir $@)

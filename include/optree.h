@@ -545,7 +545,9 @@ void ot_pool_drain(void);
 /* neon's tuple form: ({'shape': (2, 2), 'op': 'add'}, x0, x1). Unnamed
  * tensors print as tensor-0x<address>, constants as their value. */
 int ot_print(const ot_node *tree, FILE *f);
-/* Infix: (x0 + x1), (exp x), (sum x axis=1 keepdims), (minimum a b). */
+/* Infix: (x0 + x1), (exp x), (sum x axis=1 keepdims), (minimum a b).
+ * Both forms write an op node used more than once once, as a line
+ * "%1 = (x + x)", and as %1 at its uses: "%1 = (x + x)\n(%1 * %1)". */
 int ot_pp(const ot_node *tree, FILE *f);
 /* A DOT graph of the tree (shared subtrees once). */
 int ot_graphviz(const ot_node *tree, FILE *f);

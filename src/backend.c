@@ -22,9 +22,12 @@ static const backend_entry backends[] = {
 
 static int check_opts(const ot_backend_opts *o)
 {
+    if (o->threads < 0 || o->threads > OT_MAX_THREADS)
+        return ot__err_set(OT_EINVAL, NULL, 0, "backend_new",
+                           "threads must be in 0..%d (OT_MAX_THREADS), not %d", OT_MAX_THREADS,
+                           o->threads);
     const char *bad = NULL;
-    if (o->threads < 0) bad = "threads must be >= 0";
-    else if (o->dtype != OT_DTYPE_DEFAULT && o->dtype != OT_F32 && o->dtype != OT_F64)
+    if (o->dtype != OT_DTYPE_DEFAULT && o->dtype != OT_F32 && o->dtype != OT_F64)
         bad = "dtype must be OT_F32 or OT_F64";
     else if (o->accuracy != OT_ULP10 && o->accuracy != OT_ULP35)
         bad = "accuracy must be OT_ULP10 or OT_ULP35";

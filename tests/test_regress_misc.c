@@ -7,7 +7,10 @@
 #include "test.h"
 #include "internal.h"
 
+#include <stdint.h>
 #include <stdlib.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 static ot_backend *ref(void)
 {
@@ -115,4 +118,69 @@ TEST(defect10_deep_shared_chain)
     ot_pool_pop(pool);
     ot_tensor_free(x);
     ot_backend_free(be);
+}
+
+/* ---- defect 11 ------------------------------------------------------------ */
+
+TEST(defect11_threads_bounded)
+{
+    unsetenv("OT_BACKEND");
+    const char *names[] = {"ref", "cpu"};
+    int bad[] = {1 << 30, OT_MAX_THREADS + 1, -1, INT32_MAX};
+    for (int i = 0; i < 2; i++)
+        for (int k = 0; k < 4; k++) {
+            ot_backend_opts o = {.threads = bad[k]};
+            CHECK(ot_backend_new(names[i], &o) == NULL);
+            CHECK_ERR(OT_EINVAL, "threads", "OT_MAX_THREADS");
+        }
+    ot_backend_opts o = {.threads = 4};
+    ot_backend *be = ot_backend_new("cpu", &o);
+    CHECK(be != NULL);
+    CHECK_INT(ot_backend_options(be).threads, 4);
+    ot_backend_free(be);
+    /* All cores is capped too. */
+    be = ot_backend_new("cpu", NULL);
+    CHECK(be != NULL);
+    CHECK(ot_backend_options(be).threads >= 1 &&
+          ot_backend_options(be).threads <= OT_MAX_THREADS);
+    ot_backend_free(be);
+}
+
+TEST(defect11_thread_pool_failures_clean)
+{
+    unsetenv("OT_BACKEND");
+    ot_backend_opts o = {.threads = 8};
+    /* Every allocation of the start-up failing in turn: OT_ENOMEM, no leak. */
+    int failed = 0;
+    for (long n = 1; n < 64; n++) {
+        ot__alloc_fail_at(n);
+        ot_backend *be = ot_backend_new("cpu", &o);
+        ot__alloc_fail_at(0);
+        if (be) {
+            ot_backend_free(be);
+            break;
+        }
+        failed++;
+        CHECK_ERR(OT_ENOMEM, "out of memory");
+    }
+    CHECK(failed > 0);
+#if !defined(__SANITIZE_ADDRESS__)
+    /* Threads that cannot be started (no address space for their stacks):
+     * the started ones are joined and the backend is refused. */
+    FILE *sm = fopen("/proc/self/statm", "r");
+    long pages = 0;
+    CHECK(sm && fscanf(sm, "%ld", &pages) == 1);
+    if (sm) fclose(sm);
+    struct rlimit old, lim;
+    CHECK_INT(getrlimit(RLIMIT_AS, &old), 0);
+    lim = old;
+    lim.rlim_cur = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + ((rlim_t)64 << 20);
+    CHECK_INT(setrlimit(RLIMIT_AS, &lim), 0);
+    o.threads = OT_MAX_THREADS;
+    ot_backend *be = ot_backend_new("cpu", &o);
+    setrlimit(RLIMIT_AS, &old);
+    CHECK(be == NULL);
+    CHECK_ERR(OT_EUNSUPPORTED, "worker threads", "started");
+    ot_backend_free(be);
+#endif
 }

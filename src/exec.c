@@ -1038,7 +1038,8 @@ static size_t last_level_cache(void)
  * kernel's output larger than the last-level cache cannot stay there for
  * its reader anyway, and streaming saves reading each line before it is
  * written (a fifth of W1's memory traffic). OT_STREAM_BYTES overrides it
- * (0: never); anything but a decimal count is an OT_EINVAL error. */
+ * (0: never); anything but a decimal count, digits only (strtoull alone
+ * would take " 12" and "+12"), is an OT_EINVAL error. */
 static int stream_bytes(size_t *bytes)
 {
     const char *env = getenv("OT_STREAM_BYTES");
@@ -1049,7 +1050,7 @@ static int stream_bytes(size_t *bytes)
     char *end;
     errno = 0;
     unsigned long long v = strtoull(env, &end, 10);
-    if (*end || errno || env[0] == '-' || v > SIZE_MAX)
+    if (env[0] < '0' || env[0] > '9' || *end || errno || v > SIZE_MAX)
         return ot__err_set(OT_EINVAL, NULL, 0, "backend_new",
                            "OT_STREAM_BYTES=%s is not a byte count", env);
     *bytes = (size_t)v;

@@ -143,9 +143,12 @@ typedef struct ot_backend ot_backend;
 enum { OT_ULP10 = 0, OT_ULP35 = 1 };                  /* accuracy */
 enum { OT_FUSION_DEFAULT = 0, OT_FUSION_ON = 1, OT_FUSION_OFF = 2 };
 
+/* The most threads a backend runs (more: OT_EINVAL; all cores: capped). */
+#define OT_MAX_THREADS 256
+
 /* Zero-initialised options are the defaults. */
 typedef struct ot_backend_opts {
-    int threads;       /* 0: all cores */
+    int threads;       /* 0: all cores; at most OT_MAX_THREADS */
     uint64_t seed;     /* the seed of every ot_rand draw */
     ot_dtype dtype;    /* tensors created with OT_DTYPE_DEFAULT; 0: OT_F32 */
     int accuracy;      /* OT_ULP10 (default) or OT_ULP35 */
@@ -545,7 +548,9 @@ void ot_pool_drain(void);
 /* neon's tuple form: ({'shape': (2, 2), 'op': 'add'}, x0, x1). Unnamed
  * tensors print as tensor-0x<address>, constants as their value. */
 int ot_print(const ot_node *tree, FILE *f);
-/* Infix: (x0 + x1), (exp x), (sum x axis=1 keepdims), (minimum a b). */
+/* Infix: (x0 + x1), (exp x), (sum x axis=1 keepdims), (minimum a b).
+ * Both forms write an op node used more than once once, as a line
+ * "%1 = (x + x)", and as %1 at its uses: "%1 = (x + x)\n(%1 * %1)". */
 int ot_pp(const ot_node *tree, FILE *f);
 /* A DOT graph of the tree (shared subtrees once). */
 int ot_graphviz(const ot_node *tree, FILE *f);

@@ -22,9 +22,12 @@ static const backend_entry backends[] = {
 
 static int check_opts(const ot_backend_opts *o)
 {
+    if (o->threads < 0 || o->threads > OT_MAX_THREADS)
+        return ot__err_set(OT_EINVAL, NULL, 0, "backend_new",
+                           "threads must be in 0..%d (OT_MAX_THREADS), not %d", OT_MAX_THREADS,
+                           o->threads);
     const char *bad = NULL;
-    if (o->threads < 0) bad = "threads must be >= 0";
-    else if (o->dtype != OT_DTYPE_DEFAULT && o->dtype != OT_F32 && o->dtype != OT_F64)
+    if (o->dtype != OT_DTYPE_DEFAULT && o->dtype != OT_F32 && o->dtype != OT_F64)
         bad = "dtype must be OT_F32 or OT_F64";
     else if (o->accuracy != OT_ULP10 && o->accuracy != OT_ULP35)
         bad = "accuracy must be OT_ULP10 or OT_ULP35";
@@ -225,12 +228,24 @@ static int explain_plan(ot_backend *be, int n, ot_tensor *const outs[], ot_node 
     return rc;
 }
 
+/* The plan's text has reached f only once flushed (a full disk fails
+ * there), and a failed write is reported as fn's, whichever writer below
+ * noticed it. */
+static int explain_end(const char *fn, FILE *f, int rc)
+{
+    if (rc && rc != OT_EIO) return rc;
+    if (fflush(f) == EOF || ferror(f) || rc)
+        return ot__err_set(OT_EIO, NULL, 0, fn, "write failed");
+    return 0;
+}
+
 int ot_explain_many(int n, ot_tensor *const outs[], ot_node *const trees[], FILE *f)
 {
     if (!f) return ot__err_set(OT_ENULL, NULL, 0, "explain_many", "FILE is NULL");
     ot_backend *be;
     int rc = check_assign("explain_many", n, outs, trees, &be);
-    return rc || !be ? rc : explain_plan(be, n, outs, trees, f);
+    if (rc || !be) return rc;
+    return explain_end("explain_many", f, explain_plan(be, n, outs, trees, f));
 }
 
 int ot_explain(const ot_node *tree, FILE *f)
@@ -243,5 +258,5 @@ int ot_explain(const ot_node *tree, FILE *f)
                            "the tree has no tensor leaf to take a backend from");
     ot_clear_error();
     ot_node *root = (ot_node *)tree;   /* plans only read the tree */
-    return explain_plan(be, 1, NULL, &root, f);
+    return explain_end("explain", f, explain_plan(be, 1, NULL, &root, f));
 }

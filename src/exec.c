@@ -85,20 +85,29 @@ static void threads_free(ot_threads *t)
     free(t);
 }
 
+/* A pool of `workers` threads, or NULL with the error set. All of them or
+ * none: a pool short of threads would quietly run slower than asked. */
 static ot_threads *threads_new(int workers)
 {
     ot_threads *t = ot__calloc(1, sizeof *t);
     if (!t || !(t->tid = ot__calloc((size_t)workers, sizeof *t->tid))) {
         free(t);
+        ot__err_set(OT_ENOMEM, NULL, 0, "backend_new", "out of memory");
         return NULL;
     }
     pthread_mutex_init(&t->mu, NULL);
     pthread_mutex_init(&t->run, NULL);
     pthread_cond_init(&t->go, NULL);
     pthread_cond_init(&t->done, NULL);
-    for (int i = 0; i < workers; i++) {
-        if (pthread_create(&t->tid[i], NULL, worker, t) != 0) break;
-        t->n++;
+    int err = 0;
+    while (t->n < workers && (err = pthread_create(&t->tid[t->n], NULL, worker, t)) == 0) t->n++;
+    if (err) {
+        int started = t->n;
+        threads_free(t);
+        ot__err_set(OT_EUNSUPPORTED, NULL, 0, "backend_new",
+                    "cannot start %d worker threads (%d started: %s); ask for fewer threads",
+                    workers, started, strerror(err));
+        return NULL;
     }
     return t;
 }
@@ -1029,7 +1038,8 @@ static size_t last_level_cache(void)
  * kernel's output larger than the last-level cache cannot stay there for
  * its reader anyway, and streaming saves reading each line before it is
  * written (a fifth of W1's memory traffic). OT_STREAM_BYTES overrides it
- * (0: never); anything but a decimal count is an OT_EINVAL error. */
+ * (0: never); anything but a decimal count, digits only (strtoull alone
+ * would take " 12" and "+12"), is an OT_EINVAL error. */
 static int stream_bytes(size_t *bytes)
 {
     const char *env = getenv("OT_STREAM_BYTES");
@@ -1040,7 +1050,7 @@ static int stream_bytes(size_t *bytes)
     char *end;
     errno = 0;
     unsigned long long v = strtoull(env, &end, 10);
-    if (*end || errno || env[0] == '-' || v > SIZE_MAX)
+    if (env[0] < '0' || env[0] > '9' || *end || errno || v > SIZE_MAX)
         return ot__err_set(OT_EINVAL, NULL, 0, "backend_new",
                            "OT_STREAM_BYTES=%s is not a byte count", env);
     *bytes = (size_t)v;
@@ -1063,15 +1073,16 @@ static int cpu_init(ot_backend *be)
     cpu->cache = ot__plan_cache_new(be->opts.plan_cache);
     if (!be->opts.threads) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
-        be->opts.threads = n > 0 ? (int)n : 1;
+        be->opts.threads = n > OT_MAX_THREADS ? OT_MAX_THREADS : n > 0 ? (int)n : 1;
     }
-    if (be->opts.threads > 1) cpu->threads = threads_new(be->opts.threads - 1);
-    if (!cpu->cache || (be->opts.threads > 1 && !cpu->threads)) {
+    int rc = cpu->cache ? 0 : ot__err_set(OT_ENOMEM, NULL, 0, "backend_new", "out of memory");
+    if (!rc && be->opts.threads > 1 && !(cpu->threads = threads_new(be->opts.threads - 1)))
+        rc = ot_errcode();
+    if (rc) {
         cpu_destroy(be);
         be->impl = NULL;
-        return ot__err_set(OT_ENOMEM, NULL, 0, "backend_new", "out of memory");
     }
-    return 0;
+    return rc;
 }
 
 const ot_backend_vt ot__cpu_vt = {"cpu", cpu_init, cpu_assign_many, cpu_destroy};

@@ -98,7 +98,9 @@ void ot__tensor_destroy(ot_tensor *t);
 
 /* Memory overlap of two views, after ATen's MemoryOverlap: zero-size views
  * never overlap; same buffer, offset, shape and strides is FULL; disjoint
- * byte ranges are NONE; anything else is PARTIAL (conservative). */
+ * byte ranges, or views no index pair of which meets (interleaved
+ * x[0::2], x[1::2]; a bounded exact search), are NONE; anything else is
+ * PARTIAL (conservative). */
 enum { OT_OVERLAP_NONE = 0, OT_OVERLAP_FULL = 1, OT_OVERLAP_PARTIAL = 2 };
 int ot__overlap(const ot_tensor *a, const ot_tensor *b);
 /* True when two distinct indices of t address one element (stride 0 on a

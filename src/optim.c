@@ -161,7 +161,7 @@ static int sgd_check(const ot_sgd *o, int n, ot_tensor *const w[], ot_node *cons
     if (!rc) rc = check_nonneg(fn, "weight_decay", o->weight_decay);
     if (!rc) rc = check_grad_scale(fn, o->grad_scale);
     if (!rc && n > 0 && !vel && o->momentum != 0)
-        rc = ot__err_set(OT_EINVAL, NULL, 0, fn, "vel is NULL but momentum is %g; "
+        rc = ot__err_set(OT_ENULL, NULL, 0, fn, "vel is NULL but momentum is %g; "
                          "only plain SGD (momentum 0) runs without velocities", o->momentum);
     for (int i = 0; i < n && !rc; i++) {
         rc = check_param(fn, i, w[i], g[i]);

@@ -5,11 +5,15 @@
  * and the float repr they share (ot__fmt_double).
  *
  * Trees may be 100,000 nodes deep, so every walk keeps its stack on the heap
- * instead of recursing. ot_print and ot_pp write no trailing newline (like
- * Python's repr, the caller ends the line); ot_graphviz and ot_stack_print
- * write whole lines. All four return 0, OT_ENULL for a NULL FILE (a NULL
- * tree or stack returns the code already in the error slot, as every
- * function that does work), OT_ENOMEM, or OT_EIO when a write to f fails.
+ * instead of recursing. Trees are DAGs: ot_print and ot_pp write an op node
+ * used more than once a single time, as a line "%1 = <expr>" ahead of the
+ * expression that uses it as %1 (leaves and constants repeat), so the output
+ * stays linear in the distinct nodes; an unshared tree is one expression.
+ * ot_print and ot_pp write no trailing newline (like Python's repr, the
+ * caller ends the line); ot_graphviz and ot_stack_print write whole lines.
+ * All four return 0, OT_ENULL for a NULL FILE (a NULL tree or stack returns
+ * the code already in the error slot, as every function that does work),
+ * OT_ENOMEM, or OT_EIO when a write to f or its flush fails.
  */
 #include "internal.h"
 
@@ -187,9 +191,13 @@ static int print_begin(const char *fn, const void *subject, const char *what, FI
     return 0;
 }
 
+/* Buffered writes fail only at the flush (a full disk, /dev/full), so a
+ * printer has succeeded only once its output is flushed. */
 static int print_end(const char *fn, FILE *f)
 {
-    return ferror(f) ? ot__err_set(OT_EIO, NULL, 0, fn, "write failed") : 0;
+    if (fflush(f) == EOF || ferror(f))
+        return ot__err_set(OT_EIO, NULL, 0, fn, "write failed");
+    return 0;
 }
 
 static int out_of_memory(const char *fn)
@@ -197,21 +205,97 @@ static int out_of_memory(const char *fn)
     return ot__err_set(OT_ENOMEM, NULL, 0, fn, "out of memory");
 }
 
-/* Writes a tree in a form, depth first, with the stack on the heap. A
- * shared subtree is written at each of its uses, as in neon. */
-static int walk(const form *fm, const ot_node *tree, FILE *f)
+/* The op nodes of a tree as a form reaches them: each gets a dense index
+ * when first met, a count of its uses, and a name (%1, %2, ...) when used
+ * more than once, so that it is written once and referred to afterwards. */
+typedef struct dag {
+    ot__ptrmap idx;
+    const ot_node **node;  /* by index */
+    int *uses, *name;      /* by index; name 0: written in place */
+    int *post;             /* indices in post-order, operands first */
+    size_t len, cap, npost;
+} dag;
+
+static void dag_free(dag *d)
 {
-    int rc = print_begin(fm->fn, tree, "tree", f);
-    if (rc) return rc;
-    frames st = {0};
-    if (!frames_push(&st, tree)) return out_of_memory(fm->fn);
-    while (st.len > 0 && !ferror(f)) {
-        frame *top = &st.v[st.len - 1];
+    ot__ptrmap_free(&d->idx);
+    free(d->node);
+    free(d->uses);
+    free(d->name);
+    free(d->post);
+}
+
+static bool dag_add(dag *d, const ot_node *n)
+{
+    if (d->len == d->cap) {
+        size_t cap = d->cap ? 2 * d->cap : 64;
+        const ot_node **node = ot__realloc(d->node, cap * sizeof *node);
+        if (node) d->node = node;
+        int *uses = node ? ot__realloc(d->uses, cap * sizeof *uses) : NULL;
+        if (uses) d->uses = uses;
+        int *name = uses ? ot__realloc(d->name, cap * sizeof *name) : NULL;
+        if (name) d->name = name;
+        int *post = name ? ot__realloc(d->post, cap * sizeof *post) : NULL;
+        if (!post) return false;
+        d->post = post;
+        d->cap = cap;
+    }
+    if (!ot__ptrmap_put(&d->idx, n, (int)d->len)) return false;
+    d->node[d->len] = n;
+    d->uses[d->len] = 1;
+    d->name[d->len] = 0;
+    d->len++;
+    return true;
+}
+
+static bool is_op(const ot_node *n) { return n && n->kind == OT_NODE_OP; }
+
+/* Counts the uses of every op node under tree, following the form's
+ * operands, each distinct node visited once. */
+static bool dag_build(dag *d, frames *st, const form *fm, const ot_node *tree)
+{
+    if (!is_op(tree)) return true;
+    if (!dag_add(d, tree) || !frames_push(st, tree)) return false;
+    while (st->len > 0) {
+        frame *top = &st->v[st->len - 1];
+        const ot_node *ops[2];
+        int nops = fm->operands(top->n, ops);
+        if (top->next == nops) {
+            d->post[d->npost++] = ot__ptrmap_get(&d->idx, top->n);
+            st->len--;
+            continue;
+        }
+        const ot_node *c = ops[top->next++];
+        if (!is_op(c)) continue;
+        int k = ot__ptrmap_get(&d->idx, c);
+        if (k >= 0) d->uses[k]++;
+        else if (!dag_add(d, c) || !frames_push(st, c)) return false;
+    }
+    return true;
+}
+
+/* The name of n when it is a shared op node, else 0. */
+static int dag_name(const dag *d, const ot_node *n)
+{
+    int k = is_op(n) ? ot__ptrmap_get(&d->idx, n) : -1;
+    return k < 0 ? 0 : d->name[k];
+}
+
+/* Writes one expression, depth first with the stack on the heap; an
+ * operand that is a named node is written as its name. */
+static bool write_expr(const form *fm, const dag *d, frames *st, const ot_node *expr, FILE *f)
+{
+    st->len = 0;
+    if (!frames_push(st, expr)) return false;
+    while (st->len > 0 && !ferror(f)) {
+        frame *top = &st->v[st->len - 1];
         const ot_node *n = top->n;
-        if (!n || n->kind != OT_NODE_OP) {
-            if (n) print_atom(f, n);
+        int name = st->len > 1 ? dag_name(d, n) : 0;
+        if (!is_op(n) || name) {
+            if (name) fprintf(f, "%%%d", name);
+            else if (n) print_atom(f, n);
             else fputs(fm->missing, f);
-            st.len--;
+            st->len--;
             continue;
         }
         const ot_node *ops[2];
@@ -219,17 +303,39 @@ static int walk(const form *fm, const ot_node *tree, FILE *f)
         if (top->next == 0) fm->open(f, n);
         if (top->next == nops) {
             fm->close(f, n);
-            st.len--;
+            st->len--;
             continue;
         }
         fm->sep(f, n, top->next);
-        if (!frames_push(&st, ops[top->next++])) {
-            free(st.v);
-            return out_of_memory(fm->fn);
-        }
+        if (!frames_push(st, ops[top->next++])) return false;
     }
+    return true;
+}
+
+/* Writes a tree in a form. An op node used more than once is written once,
+ * on its own line "%k = <expr>" before its first use (operands first), and
+ * as %k wherever it is used, so output is linear in the distinct nodes; a
+ * tree without shared op nodes prints as one expression. */
+static int walk(const form *fm, const ot_node *tree, FILE *f)
+{
+    int rc = print_begin(fm->fn, tree, "tree", f);
+    if (rc) return rc;
+    frames st = {0};
+    dag d = {0};
+    bool ok = dag_build(&d, &st, fm, tree);
+    int names = 0;
+    for (size_t i = 0; ok && i < d.npost && !ferror(f); i++) {
+        int k = d.post[i];
+        if (d.uses[k] < 2) continue;
+        fprintf(f, "%%%d = ", ++names);
+        ok = write_expr(fm, &d, &st, d.node[k], f);
+        fputc('\n', f);
+        d.name[k] = names;
+    }
+    ok = ok && write_expr(fm, &d, &st, tree, f);
     free(st.v);
-    return print_end(fm->fn, f);
+    dag_free(&d);
+    return ok ? print_end(fm->fn, f) : out_of_memory(fm->fn);
 }
 
 /* ---- ot_print: neon's tuple form ----------------------------------------- */

@@ -499,7 +499,7 @@ int ot_tensor_print(const ot_tensor *t, FILE *f)
     if (!f)
         return null_arg("tensor_print", "f");
     bool ok = ot__numel(&t->leaf.shape) == 0 ? fputs("[]\n", f) != EOF : print_values(t, f);
-    if (!ok)
+    if (!ok || fflush(f) == EOF || ferror(f))
         return ot__err_set(OT_EIO, NULL, 0, "tensor_print", "write failed");
     return 0;
 }
@@ -910,6 +910,84 @@ static bool same_view(const ot_tensor *a, const ot_tensor *b)
     return true;
 }
 
+/* One term s*m of a sum, s > 0 and lo <= m <= hi. */
+typedef struct lattice_term {
+    int64_t s, lo, hi;
+} lattice_term;
+
+static int64_t floor_div(int64_t x, int64_t s) { return x / s - (x % s < 0); }
+static int64_t ceil_div(int64_t x, int64_t s) { return x / s + (x % s > 0); }
+
+/* Whether a and b (same item size) share an element: whether the offset
+ * between them is a sum of their strides times index differences within
+ * their dims. A bounded exact search over the terms by falling stride,
+ * pruned by what the smaller strides can still reach; answers "maybe"
+ * (true) when the budget runs out, which is the safe side. */
+static bool lattice_meets(const ot_tensor *a, const ot_tensor *b)
+{
+    lattice_term t[2 * OT_MAX_DIMS];
+    int n = 0;
+    for (int v = 0; v < 2; v++) {
+        const ot_tensor *x = v ? b : a;
+        for (int d = 0; d < x->leaf.shape.ndim; d++) {
+            int64_t st = x->strides[d], span = x->leaf.shape.dims[d] - 1;
+            if (st == 0 || span == 0)
+                continue;
+            /* a's indices add, b's subtract; a negative stride flips the range */
+            bool up = (st > 0) == (v == 0);
+            lattice_term add = {llabs(st), up ? 0 : -span, up ? span : 0};
+            int k = 0;
+            while (k < n && t[k].s > add.s)
+                k++;
+            if (k < n && t[k].s == add.s) {
+                t[k].lo += add.lo;
+                t[k].hi += add.hi;
+                continue;
+            }
+            memmove(&t[k + 1], &t[k], (size_t)(n - k) * sizeof *t);
+            t[k] = add;
+            n++;
+        }
+    }
+    int64_t restlo[2 * OT_MAX_DIMS + 1], resthi[2 * OT_MAX_DIMS + 1];
+    restlo[n] = resthi[n] = 0;
+    for (int k = n - 1; k >= 0; k--) {
+        restlo[k] = restlo[k + 1] + t[k].s * t[k].lo;
+        resthi[k] = resthi[k + 1] + t[k].s * t[k].hi;
+    }
+    int64_t r[2 * OT_MAX_DIMS + 1], m[2 * OT_MAX_DIMS], last[2 * OT_MAX_DIMS];
+    r[0] = b->offset - a->offset;
+    if (r[0] < restlo[0] || r[0] > resthi[0])
+        return false;
+    long budget = 4096;
+    int k = 0;
+    bool fresh = true;
+    for (;;) {
+        if (k == n)
+            return true;   /* the bounds left exactly r[n] == 0 */
+        if (fresh) {
+            int64_t lo = ceil_div(r[k] - resthi[k + 1], t[k].s);
+            int64_t hi = floor_div(r[k] - restlo[k + 1], t[k].s);
+            m[k] = lo > t[k].lo ? lo : t[k].lo;
+            last[k] = hi < t[k].hi ? hi : t[k].hi;
+        } else {
+            m[k]++;
+        }
+        if (m[k] > last[k]) {
+            if (k == 0)
+                return false;
+            k--;
+            fresh = false;
+            continue;
+        }
+        if (--budget == 0)
+            return true;
+        r[k + 1] = r[k] - t[k].s * m[k];
+        k++;
+        fresh = true;
+    }
+}
+
 int ot__overlap(const ot_tensor *a, const ot_tensor *b)
 {
     if (!a || !b || a->buf != b->buf || ot__numel(&a->leaf.shape) == 0 ||
@@ -923,6 +1001,9 @@ int ot__overlap(const ot_tensor *a, const ot_tensor *b)
     /* compare bytes: the two views may differ in item size */
     int64_t ia = (int64_t)itemsize(a), ib = (int64_t)itemsize(b);
     if ((ahi + 1) * ia <= blo * ib || (bhi + 1) * ib <= alo * ia)
+        return OT_OVERLAP_NONE;
+    /* interleaved views (x[0::2], x[1::2]) share a range but no element */
+    if (ia == ib && !lattice_meets(a, b))
         return OT_OVERLAP_NONE;
     return OT_OVERLAP_PARTIAL;
 }

@@ -160,12 +160,12 @@ static void check_huber(ot_backend *be)
     printf("Huber loss, delta = %.1f, %d residuals\n", h.delta, N);
     ot_pool *pool = ot_pool_push();
     ot_node *cost = huber_cost(pred, &h);
-    printf("  cost = ");
+    printf("  cost (shared subtrees as %%k lines):\n");
     ot_pp(cost, stdout);
     printf("\n  value %.12f\n", value(cost));
 
     ot_autodiff *ad = ot_autodiff_new(cost, NULL);
-    printf("  d cost / d pred = ");
+    printf("  d cost / d pred:\n");
     ot_pp(ad ? ot_autodiff_grad(ad, pred) : NULL, stdout);
     printf("\n");
     ot_tensor *grad = ad ? ot_autodiff_grad_tensor(ad, pred) : NULL;

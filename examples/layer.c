@@ -245,7 +245,7 @@ static void check_fd(model *m, ot_tensor *x, ot_tensor *z)
     printf("2. gradients of a 2 -> 16 (GELU) -> 1 network vs central differences (f64)\n");
     ot_pool *pool = ot_pool_push();
     ot_node *cost = mse(model_fprop(m, x), z);
-    printf("  cost = ");
+    printf("  cost (shared subtrees as %%k lines):\n");
     ot_pp(cost, stdout);
     printf("\n");
     int rc = model_bprop(m, cost);

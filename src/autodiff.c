@@ -809,6 +809,10 @@ static ot_node *fit(const ctx *c, ot_node *g, const ot_tensor *wrt)
         ot_args to = {.axis = OT_AXIS_ALL, .dtype = dt};
         g = ot_build_at(OT_OP_CAST, g, NULL, &to, c->file, c->line);
     }
+    /* A gradient that reads no tensor (f = x, f = 3 x: a constant) has no
+     * backend to evaluate on; adding zeros of wrt's shape gives it wrt's,
+     * even where the shapes already agree (0-d). */
+    if (g && !g->be) return B(c, OT_OP_ADD, g, zeros_node(c->be, wrt->leaf.shape, dt));
     return full(c, g, wrt->leaf.shape, dt);
 }
 

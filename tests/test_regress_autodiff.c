@@ -1,0 +1,159 @@
+/*
+ * test_regress_autodiff.c - regression tests for issue 13's autodiff defects
+ * (3 to 6): gradients of the composites as their forward values compute
+ * them, constant gradients of 0-d tensors, pow at its edges, and the same
+ * class of value (NaN or finite) from the ref and cpu backends at singular
+ * points. The gradient checks are f64 central differences (eps 1e-6, atol
+ * 1e-5, rtol 1e-3) over every element of every input, on both backends.
+ */
+#include "test.h"
+
+#include <stdlib.h>
+
+static const char *const backends[2] = {"ref", "cpu"};
+
+/* splitmix64, uniform in [-2, 2). */
+static double urand(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15u);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
+    return (double)((z ^ (z >> 31)) >> 11) * 0x1p-51 - 2.0;
+}
+
+/* An f64 tensor of shape s holding v (or random values when v is NULL). */
+static ot_tensor *f64(ot_backend *be, ot_shape s, const double *v, uint64_t seed)
+{
+    ot_tensor *t = ot_empty(be, s, OT_F64);
+    CHECK(t != NULL);
+    double *d = ot_tensor_data(t);
+    for (int64_t i = 0; i < ot_tensor_numel(t); i++) d[i] = v ? v[i] : urand(&seed);
+    return t;
+}
+
+static double *data(ot_tensor *t) { return ot_tensor_data(t); }
+
+/* sum(tree * r): a scalar loss whose gradient seeds the tree with r. */
+static double loss(ot_node *tree, const ot_tensor *r)
+{
+    ot_tensor *out = ot_eval(tree);
+    if (!out) {
+        test__fail(__FILE__, __LINE__, "eval: %s", ot_errmsg());
+        return NAN;
+    }
+    double s = 0, *o = ot_tensor_data(out);
+    const double *w = ot_tensor_data(r);
+    for (int64_t i = 0; i < ot_tensor_numel(out); i++) s += o[i] * w[i];
+    ot_tensor_free(out);
+    return s;
+}
+
+/* The full-Jacobian check of tree (f64) with respect to n inputs, seeded
+ * with a random next_error; returns the number of mismatches. */
+static int gradcheck(const char *what, ot_node *tree, int n, ot_tensor *const in[])
+{
+    if (!tree) {
+        test__fail(__FILE__, __LINE__, "%s: no tree: %s", what, ot_errmsg());
+        return 1;
+    }
+    ot_backend *be = ot_tensor_backend(in[0]);
+    ot_tensor *r = f64(be, ot_node_shape(tree), NULL, 99);
+    ot_autodiff *ad = ot_autodiff_new(tree, ot_tensor_node(r));
+    int bad = 0;
+    if (!ad) {
+        test__fail(__FILE__, __LINE__, "%s: autodiff_new: %s", what, ot_errmsg());
+        bad++;
+    }
+    for (int k = 0; k < n && ad; k++) {
+        ot_tensor *g = ot_autodiff_grad_tensor(ad, in[k]);
+        if (!g) {
+            test__fail(__FILE__, __LINE__, "%s: grad: %s", what, ot_errmsg());
+            bad++;
+            continue;
+        }
+        double *x = data(in[k]);
+        for (int64_t i = 0; i < ot_tensor_numel(in[k]) && bad < 4; i++) {
+            double v = x[i], eps = 1e-6;
+            x[i] = v + eps;
+            double lp = loss(tree, r);
+            x[i] = v - eps;
+            double lm = loss(tree, r);
+            x[i] = v;
+            double num = (lp - lm) / (2 * eps), an = data(g)[i];
+            if (!(fabs(num - an) <= 1e-5 + 1e-3 * fabs(num))) {
+                test__fail(__FILE__, __LINE__, "%s (%s): d/d input %d [%lld]: analytic %.10g, "
+                           "numeric %.10g", what, ot_backend_name(be), k, (long long)i, an, num);
+                bad++;
+            }
+        }
+        ot_tensor_free(g);
+    }
+    ot_autodiff_free(ad);
+    ot_tensor_free(r);
+    return bad;
+}
+
+/* The gradient of tree with respect to wrt, into out (f64). */
+static int grad_of(ot_node *tree, ot_tensor *wrt, double *out)
+{
+    ot_autodiff *ad = ot_autodiff_new(tree, NULL);
+    int rc = ad ? ot_autodiff_grad_host(ad, wrt, out) : ot_errcode();
+    ot_autodiff_free(ad);
+    return rc;
+}
+
+/* ---- defect 4: constant gradients ---------------------------------------- */
+
+/* f = x and f = x + y of 0-d tensors have constant gradients (trees with no
+ * leaf); grad_tensor and grad_host evaluate them on wrt's backend, as
+ * backprop does. So do constant gradients of other shapes and a wrt the
+ * tree does not read. */
+TEST(defect04_constant_gradient_0d)
+{
+    for (int bi = 0; bi < 2; bi++) {
+        ot_backend *be = ot_backend_new(backends[bi], NULL);
+        ot_pool *pool = ot_pool_push();
+        ot_tensor *x = f64(be, OT_SHAPE(), (double[]){2}, 0);
+        ot_tensor *y = f64(be, OT_SHAPE(), (double[]){3}, 0);
+        ot_tensor *v = f64(be, OT_SHAPE(2, 3), NULL, 1);
+        ot_tensor *u = f64(be, OT_SHAPE(4), NULL, 2);
+        double g[6];
+
+        g[0] = -1;
+        CHECK_INT(grad_of(ot_tensor_node(x), x, g), 0);
+        CHECK_NEAR(g[0], 1, 0);
+        ot_autodiff *ad = ot_autodiff_new(ot_add(x, y), NULL);
+        for (int k = 0; k < 2; k++) {
+            ot_tensor *t = ot_autodiff_grad_tensor(ad, k ? y : x);
+            CHECK(t != NULL);
+            if (t) {
+                CHECK_INT(ot_tensor_ndim(t), 0);
+                CHECK_INT(ot_tensor_dtype(t), OT_F64);
+                CHECK_NEAR(data(t)[0], 1, 0);
+            }
+            ot_tensor_free(t);
+        }
+        ot_autodiff_free(ad);
+        CHECK_INT(grad_of(ot_sub(x, ot_mul(y, 3.0)), y, g), 0);
+        CHECK_NEAR(g[0], -3, 0);
+        CHECK_INT(grad_of(ot_mul(x, 2.5f), x, g), 0);   /* a weak f32 constant */
+        CHECK_NEAR(g[0], 2.5, 0);
+
+        CHECK_INT(grad_of(ot_sum(v), v, g), 0);
+        for (int i = 0; i < 6; i++) CHECK_NEAR(g[i], 1, 0);
+        CHECK_INT(grad_of(ot_mul(v, 3.0), v, g), 0);
+        for (int i = 0; i < 6; i++) CHECK_NEAR(g[i], 3, 0);
+        CHECK_INT(grad_of(ot_sum(v), u, g), 0);        /* not read: zeros */
+        for (int i = 0; i < 4; i++) CHECK_NEAR(g[i], 0, 0);
+        CHECK_INT(grad_of(ot_tensor_node(v), x, g), 0);
+        CHECK_NEAR(g[0], 0, 0);
+        CHECK_INT(gradcheck("x + y, 0-d", ot_add(x, y), 2, (ot_tensor *[]){x, y}), 0);
+
+        ot_pool_pop(pool);
+        ot_tensor_free(x);
+        ot_tensor_free(y);
+        ot_tensor_free(v);
+        ot_tensor_free(u);
+        ot_backend_free(be);
+    }
+}

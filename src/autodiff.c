@@ -339,15 +339,27 @@ static void extremum_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
     if (want(s, b)) push(c, s, b, mul(c, g, B(c, OT_OP_SUB, K(1.0), w)));
 }
 
-/* pow: d/da = b a^(b-1), d/db = a^b log a. A constant exponent is folded. */
+/* pow, by PyTorch's rules (pow_backward, pow_backward_exponent):
+ *   d/da = b a^(b-1), and 0 where b == 0: the exponent b - (b != 0) is 0
+ *          there, so b a^0 = 0 at a = 0 too, not 0 * inf;
+ *   d/db = a^b log a, and 0 where a == 0 and b >= 0: the log's operand is
+ *          a + 1 there, so a^b log 1 = 0, not 0 * -inf or 1 * -inf.
+ * A constant operand folds its part of the masks. */
 static void pow_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
 {
     ot_node *a = n->a, *b = n->b;
-    if (want(s, a)) {
-        ot_node *bm1 = b->kind == OT_NODE_CONST ? K(b->value - 1.0) : B(c, OT_OP_SUB, b, K(1.0));
-        push(c, s, a, mul(c, g, B(c, OT_OP_MUL, b, B(c, OT_OP_POW, a, bm1))));
+    bool kb = b->kind == OT_NODE_CONST;
+    if (want(s, a) && !(kb && b->value == 0.0)) {
+        ot_node *e = kb ? K(b->value - 1.0) : B(c, OT_OP_SUB, b, B(c, OT_OP_NE, b, K(0.0)));
+        push(c, s, a, mul(c, g, B(c, OT_OP_MUL, b, B(c, OT_OP_POW, a, e))));
     }
-    if (want(s, b)) push(c, s, b, mul(c, g, B(c, OT_OP_MUL, n, B(c, OT_OP_LOG, a, NULL))));
+    if (want(s, b)) {
+        ot_node *la = a;
+        if (a->kind != OT_NODE_CONST || a->value == 0.0)
+            la = B(c, OT_OP_ADD, a, B(c, OT_OP_MUL, B(c, OT_OP_EQ, a, K(0.0)),
+                                      B(c, OT_OP_GE, b, K(0.0))));
+        push(c, s, b, mul(c, g, B(c, OT_OP_MUL, n, B(c, OT_OP_LOG, la, NULL))));
+    }
 }
 
 static void binary_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)

@@ -157,3 +157,78 @@ TEST(defect04_constant_gradient_0d)
         ot_backend_free(be);
     }
 }
+
+/* ---- defect 5: pow at its edges ------------------------------------------ */
+
+/* PyTorch's pow_backward and pow_backward_exponent, one element. */
+static double dpow_da(double a, double b) { return b == 0 ? 0 : b * pow(a, b - 1); }
+static double dpow_db(double a, double b) { return a == 0 && b >= 0 ? 0 : pow(a, b) * log(a); }
+
+/* d/dx pow(x, 0) at x = 0 was NaN (0 * inf); PyTorch gives 0. Every pair of
+ * a base in {0, -0, -2, 0.7} and an exponent in {0, 1, 2, 0.5, -1, 3} gives
+ * PyTorch's values on both backends, with tensor or constant operands. */
+TEST(defect05_pow_gradient_edges)
+{
+    static const double as[] = {0, -0.0, -2, 0.7}, bs[] = {0, 1, 2, 0.5, -1, 3};
+    for (int bi = 0; bi < 2; bi++) {
+        ot_backend *be = ot_backend_new(backends[bi], NULL);
+        ot_pool *pool = ot_pool_push();
+        double av[24], bv[24], ga[24], gb[24];
+        for (int i = 0; i < 24; i++) {
+            av[i] = as[i / 6];
+            bv[i] = bs[i % 6];
+        }
+        ot_tensor *a = f64(be, OT_SHAPE(24), av, 0), *b = f64(be, OT_SHAPE(24), bv, 0);
+        ot_node *f = ot_pow(a, b);
+        CHECK_INT(grad_of(f, a, ga), 0);
+        CHECK_INT(grad_of(f, b, gb), 0);
+        for (int i = 0; i < 24; i++) {
+            if (!test__close(ga[i], dpow_da(av[i], bv[i]), 1e-12) ||
+                !test__close(gb[i], dpow_db(av[i], bv[i]), 1e-12))
+                test__fail(__FILE__, __LINE__, "%s: pow(%g, %g): d/da %g d/db %g, want %g %g",
+                           backends[bi], av[i], bv[i], ga[i], gb[i], dpow_da(av[i], bv[i]),
+                           dpow_db(av[i], bv[i]));
+        }
+        for (int j = 0; j < 6; j++) {   /* a constant exponent */
+            ot_tensor *x = f64(be, OT_SHAPE(4), as, 0);
+            CHECK_INT(grad_of(ot_pow(x, bs[j]), x, ga), 0);
+            for (int i = 0; i < 4; i++) CHECK_NEAR(ga[i], dpow_da(as[i], bs[j]), 1e-12);
+            ot_tensor_free(x);
+        }
+        for (int j = 0; j < 4; j++) {   /* a constant base */
+            ot_tensor *y = f64(be, OT_SHAPE(6), bs, 0);
+            CHECK_INT(grad_of(ot_pow(as[j], y), y, gb), 0);
+            for (int i = 0; i < 6; i++) CHECK_NEAR(gb[i], dpow_db(as[j], bs[i]), 1e-12);
+            ot_tensor_free(y);
+        }
+        ot_pool_pop(pool);
+        ot_tensor_free(a);
+        ot_tensor_free(b);
+        ot_backend_free(be);
+    }
+}
+
+/* Central differences agree with pow's gradient wherever pow is smooth
+ * enough for them: at a = 0 with b in {0, 1, 2, 3} (d/da), at a = 0 with
+ * b > 0 (d/db), at negative bases with integral exponents (d/da). */
+TEST(defect05_pow_gradcheck)
+{
+    for (int bi = 0; bi < 2; bi++) {
+        ot_backend *be = ot_backend_new(backends[bi], NULL);
+        ot_pool *pool = ot_pool_push();
+        ot_tensor *a = f64(be, OT_SHAPE(9), (double[]){0, 0, 0, 0, -1.5, -0.5, -2, 0.3, 1.2}, 0);
+        ot_tensor *b = f64(be, OT_SHAPE(9), (double[]){0, 1, 2, 3, 2, 3, -1, 0.5, -1}, 0);
+        CHECK_INT(gradcheck("pow d/da", ot_pow(a, b), 1, &a), 0);
+        ot_tensor *a2 = f64(be, OT_SHAPE(6), (double[]){0, 0, 0, 0.3, 1.2, 2}, 0);
+        ot_tensor *b2 = f64(be, OT_SHAPE(6), (double[]){1, 2, 0.5, 0, -1, 0.5}, 0);
+        CHECK_INT(gradcheck("pow d/db", ot_pow(a2, b2), 1, &b2), 0);
+        CHECK_INT(gradcheck("pow both", ot_pow(ot_add(a2, 0.5), b2), 2,
+                            (ot_tensor *[]){a2, b2}), 0);
+        ot_pool_pop(pool);
+        ot_tensor_free(a);
+        ot_tensor_free(b);
+        ot_tensor_free(a2);
+        ot_tensor_free(b2);
+        ot_backend_free(be);
+    }
+}

@@ -511,22 +511,31 @@ static void softmax_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
     push(c, s, x, B(c, OT_OP_SUB, g, B(c, OT_OP_MUL, B(c, OT_OP_EXP, n, NULL), gsum)));
 }
 
-/* cross_entropy(p, t) = -sum(t safelog(p)). When p is a softmax over the
- * same axis, the gradient goes straight to the softmax's operand as
- * softmax - t (targets summing to 1 along the axis, as neon assumes). */
+/* cross_entropy(p, t) = -sum(t log p), where log p is the node the forward
+ * computes (node.c's log_probs): max(logsoftmax(x), -FLT_MAX) when p is a
+ * softmax(x), on whatever axes, else safelog(p). d/dt is minus that very
+ * node, so a logit of -1000 gives the loss's 1000, not safelog's cap of 50.
+ * Through a softmax the gradient skips p: with G = g t brought to the
+ * product's shape and summed to p's, d/dx = p sum(G) - G (the logsoftmax
+ * rule), which is softmax - t when the targets sum to 1. The -FLT_MAX
+ * floor is not differentiated for x: it is reached only where a logit gap
+ * overflows, and the softmax there is 0. */
 static void cross_entropy_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
 {
     ot_node *p = n->tag_a, *t = n->tag_b, *ge = expand_back(c, g, n);
-    bool stable = p->kind == OT_NODE_OP && p->tag == OT_OP_SOFTMAX &&
-                  p->args.axis == n->args.axis && p->shape.ndim == t->shape.ndim;
-    if (stable && want(s, p->tag_a)) {
-        push(c, s, p->tag_a, mul(c, ge, B(c, OT_OP_SUB, p, t)));
-    } else if (!stable && want(s, p)) {
+    ot_node *prod = n->a->a, *logp = prod->b;   /* neg(sum(t * log p)) */
+    bool softmax = p->kind == OT_NODE_OP && p->tag == OT_OP_SOFTMAX;
+    if (softmax && want(s, p->tag_a)) {
+        ot_node *gp = sum_to(c, full(c, mul(c, ge, t), prod->shape, (ot_dtype)prod->dtype),
+                             &p->shape);
+        push(c, s, p->tag_a, B(c, OT_OP_SUB, B(c, OT_OP_MUL, p, reduce(c, OT_OP_SUM, gp,
+                                                                        p->args.axis, true)), gp));
+    } else if (!softmax && want(s, p)) {
         ot_node *dlog = B(c, OT_OP_DIV, B(c, OT_OP_GT, p, K(SAFELOG_FLOOR)),
                           B(c, OT_OP_MAXIMUM, p, K(SAFELOG_FLOOR)));
         push(c, s, p, B(c, OT_OP_NEG, mul(c, ge, B(c, OT_OP_MUL, t, dlog)), NULL));
     }
-    if (want(s, t)) push(c, s, t, B(c, OT_OP_NEG, mul(c, ge, B(c, OT_OP_SAFELOG, p, NULL)), NULL));
+    if (want(s, t)) push(c, s, t, B(c, OT_OP_NEG, mul(c, ge, logp), NULL));
 }
 
 static void composite_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)

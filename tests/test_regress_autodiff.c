@@ -49,12 +49,12 @@ static double loss(ot_node *tree, const ot_tensor *r)
 }
 
 /* The full-Jacobian check of tree (f64) with respect to n inputs, seeded
- * with a random next_error; returns the number of mismatches. */
-static int gradcheck(const char *what, ot_node *tree, int n, ot_tensor *const in[])
+ * with a random next_error; each mismatch is a failure. */
+static void gradcheck(const char *what, ot_node *tree, int n, ot_tensor *const in[])
 {
     if (!tree) {
         test__fail(__FILE__, __LINE__, "%s: no tree: %s", what, ot_errmsg());
-        return 1;
+        return;
     }
     ot_backend *be = ot_tensor_backend(in[0]);
     ot_tensor *r = f64(be, ot_node_shape(tree), NULL, 99);
@@ -90,7 +90,6 @@ static int gradcheck(const char *what, ot_node *tree, int n, ot_tensor *const in
     }
     ot_autodiff_free(ad);
     ot_tensor_free(r);
-    return bad;
 }
 
 /* The gradient of tree with respect to wrt, into out (f64). */
@@ -147,7 +146,7 @@ TEST(defect04_constant_gradient_0d)
         for (int i = 0; i < 4; i++) CHECK_NEAR(g[i], 0, 0);
         CHECK_INT(grad_of(ot_tensor_node(v), x, g), 0);
         CHECK_NEAR(g[0], 0, 0);
-        CHECK_INT(gradcheck("x + y, 0-d", ot_add(x, y), 2, (ot_tensor *[]){x, y}), 0);
+        gradcheck("x + y, 0-d", ot_add(x, y), 2, (ot_tensor *[]){x, y});
 
         ot_pool_pop(pool);
         ot_tensor_free(x);
@@ -218,17 +217,130 @@ TEST(defect05_pow_gradcheck)
         ot_pool *pool = ot_pool_push();
         ot_tensor *a = f64(be, OT_SHAPE(9), (double[]){0, 0, 0, 0, -1.5, -0.5, -2, 0.3, 1.2}, 0);
         ot_tensor *b = f64(be, OT_SHAPE(9), (double[]){0, 1, 2, 3, 2, 3, -1, 0.5, -1}, 0);
-        CHECK_INT(gradcheck("pow d/da", ot_pow(a, b), 1, &a), 0);
+        gradcheck("pow d/da", ot_pow(a, b), 1, &a);
         ot_tensor *a2 = f64(be, OT_SHAPE(6), (double[]){0, 0, 0, 0.3, 1.2, 2}, 0);
         ot_tensor *b2 = f64(be, OT_SHAPE(6), (double[]){1, 2, 0.5, 0, -1, 0.5}, 0);
-        CHECK_INT(gradcheck("pow d/db", ot_pow(a2, b2), 1, &b2), 0);
-        CHECK_INT(gradcheck("pow both", ot_pow(ot_add(a2, 0.5), b2), 2,
-                            (ot_tensor *[]){a2, b2}), 0);
+        gradcheck("pow d/db", ot_pow(a2, b2), 1, &b2);
+        gradcheck("pow both", ot_pow(ot_add(a2, 0.5), b2), 2,
+                            (ot_tensor *[]){a2, b2});
         ot_pool_pop(pool);
         ot_tensor_free(a);
         ot_tensor_free(b);
         ot_tensor_free(a2);
         ot_tensor_free(b2);
+        ot_backend_free(be);
+    }
+}
+
+/* ---- defect 3: composites differentiate their forward values ------------- */
+
+/* d/dt cross_entropy(softmax(x), t) was -safelog(p), capped at 50, while
+ * the loss takes logsoftmax: a logit of -1000 gave a loss of 1000 and a
+ * gradient of 50. It is now minus the forward's own log p; d/dx is
+ * p sum(t) - t, exact for targets that do not sum to 1. */
+TEST(defect03_cross_entropy_target_gradient)
+{
+    for (int bi = 0; bi < 2; bi++) {
+        ot_backend *be = ot_backend_new(backends[bi], NULL);
+        ot_pool *pool = ot_pool_push();
+        ot_tensor *x = f64(be, OT_SHAPE(2, 3), (double[]){0, -1000, 3, 1, 2, -1e4}, 0);
+        ot_tensor *t = f64(be, OT_SHAPE(2, 3), (double[]){0.2, 0.5, 0.3, 0.4, 0.1, 0.7}, 0);
+        ot_node *sm = ot_softmax(x, .axis = 1);
+        ot_node *ce = ot_cross_entropy(sm, t, .axis = 1);
+        ot_tensor *l = ot_eval(ot_logsoftmax(x, .axis = 1));
+        ot_tensor *p = ot_eval(sm);
+        ot_tensor *v = ot_eval(ce);
+        double gt[6], gx[6];
+        CHECK_INT(grad_of(ce, t, gt), 0);
+        CHECK_INT(grad_of(ce, x, gx), 0);
+        CHECK(data(v)[0] > 1000 * 0.5);
+        for (int r = 0; r < 2; r++) {
+            double st = 0;
+            for (int j = 0; j < 3; j++) st += data(t)[3 * r + j];
+            for (int j = 0; j < 3; j++) {
+                int i = 3 * r + j;
+                CHECK_NEAR(gt[i], -data(l)[i], 1e-12);
+                CHECK_NEAR(gx[i], data(p)[i] * st - data(t)[i], 1e-12);
+            }
+        }
+        CHECK_NEAR(gt[1], 1003.0 + log1p(exp(-3.0) + exp(-1003.0)), 1e-12);
+        gradcheck("ce(softmax) at -1000", ce, 2, (ot_tensor *[]){x, t});
+        ot_tensor_free(l);
+        ot_tensor_free(p);
+        ot_tensor_free(v);
+        ot_pool_pop(pool);
+        ot_tensor_free(x);
+        ot_tensor_free(t);
+        ot_backend_free(be);
+    }
+}
+
+/* Positive values in [0.1, 2.1): probabilities and targets. */
+static ot_tensor *pos(ot_backend *be, ot_shape s, uint64_t seed)
+{
+    ot_tensor *t = f64(be, s, NULL, seed);
+    for (int64_t i = 0; i < ot_tensor_numel(t); i++) data(t)[i] = 0.1 + fabs(data(t)[i]) / 2;
+    return t;
+}
+
+/* Every composite along every axis of a 3 x 4 operand, negative axes and
+ * keepdims included, checked against central differences on both backends:
+ * var, std (ddof 0 and 1), clip (also with lo > hi), softmax, logsoftmax,
+ * cross_entropy over a softmax (same and other axis, broadcast targets or
+ * probabilities, targets not summing to 1) and over plain probabilities,
+ * squared_l2. */
+TEST(defect03_composite_gradcheck)
+{
+    for (int bi = 0; bi < 2; bi++) {
+        ot_backend *be = ot_backend_new(backends[bi], NULL);
+        ot_pool *pool = ot_pool_push();
+        ot_tensor *x = f64(be, OT_SHAPE(3, 4), NULL, 7);
+        ot_tensor *x1 = f64(be, OT_SHAPE(1, 4), NULL, 8);
+        ot_tensor *t = pos(be, OT_SHAPE(3, 4), 9), *t1 = pos(be, OT_SHAPE(1, 4), 10);
+        ot_tensor *p = pos(be, OT_SHAPE(3, 4), 11);
+        ot_tensor *xt[2] = {x, t}, *pt[2] = {p, t};
+        static const int axes[] = {0, 1, -1, -2};
+        for (int k = 0; k < 4; k++) {
+            int ax = axes[k];
+            bool kd = k & 1;
+            char w[64];
+#define GC(name, tree, n, in)                                                 \
+    do {                                                                      \
+        snprintf(w, sizeof w, "%s axis %d keepdims %d", name, ax, kd);        \
+        gradcheck(w, tree, n, in);                                            \
+    } while (0)
+            GC("var", ot_var(x, .axis = ax, .keepdims = kd), 1, &x);
+            GC("var ddof 1", ot_var(x, .axis = ax, .ddof = 1, .keepdims = !kd), 1, &x);
+            GC("std", ot_std(x, .axis = ax, .keepdims = kd), 1, &x);
+            GC("std ddof 1", ot_std(x, .axis = ax, .ddof = 1, .keepdims = !kd), 1, &x);
+            GC("softmax", ot_softmax(x, .axis = ax), 1, &x);
+            GC("logsoftmax", ot_logsoftmax(x, .axis = ax), 1, &x);
+            GC("squared_l2", ot_squared_l2(x, .axis = ax, .keepdims = kd), 1, &x);
+            GC("ce(softmax)", ot_cross_entropy(ot_softmax(x, .axis = ax), t, .axis = ax,
+                                               .keepdims = kd), 2, xt);
+            GC("ce(softmax, other axis)", ot_cross_entropy(ot_softmax(x, .axis = ax), t,
+                                                           .axis = ax == 0 ? 1 : 0), 2, xt);
+            GC("ce(softmax, broadcast t)", ot_cross_entropy(ot_softmax(x, .axis = ax), t1,
+                                                            .axis = ax, .keepdims = kd),
+               2, ((ot_tensor *[]){x, t1}));
+            GC("ce(broadcast softmax)", ot_cross_entropy(ot_softmax(x1, .axis = ax), t,
+                                                         .axis = ax, .keepdims = kd),
+               2, ((ot_tensor *[]){x1, t}));
+            GC("ce(p)", ot_cross_entropy(p, t, .axis = ax, .keepdims = kd), 2, pt);
+#undef GC
+        }
+        gradcheck("var all", ot_var(x), 1, &x);
+        gradcheck("std all keepdims", ot_std(x, .keepdims = true), 1, &x);
+        gradcheck("squared_l2 all", ot_squared_l2(x), 1, &x);
+        gradcheck("ce(softmax) all", ot_cross_entropy(ot_softmax(x), t), 2, xt);
+        gradcheck("clip", ot_clip(x, -1.0, 1.0), 1, &x);
+        gradcheck("clip lo > hi", ot_clip(x, 0.5, -0.5), 1, &x);
+        ot_pool_pop(pool);
+        ot_tensor_free(x);
+        ot_tensor_free(x1);
+        ot_tensor_free(t);
+        ot_tensor_free(t1);
+        ot_tensor_free(p);
         ot_backend_free(be);
     }
 }

@@ -24,6 +24,29 @@
  *     [lo, hi]: its bounds are constants, so there is no tie to share.
  *   - Non-differentiable ops (OT_FLAG_NODIFF), integer values and constants
  *     receive nothing: a leaf reached by no gradient gets zeros.
+ *   - A composite's gradient is the derivative of the value its expansion
+ *     (node.c) computes, on the axes it used: cross_entropy's d/dt is minus
+ *     the very log p node of the forward.
+ *
+ * Singular points: PyTorch's convention per op, as the plain formula gives
+ * it unless listed; both backends evaluate the same gradient tree, so they
+ * give the same class of value (NaN, +-inf, finite) wherever their forward
+ * values have the same class.
+ *   sqrt    g / (2 sqrt x): +inf at +0, -inf at -0, NaN below 0.
+ *   rsqrt   -g rsqrt(x)^3 / 2: -inf at +0, +inf at -0.
+ *   log     g / x: +inf at +0, -inf at -0; log2 likewise over ln 2.
+ *   recip   -g recip(x)^2, and a / b: d/db = -(g / b)(a / b); -inf at 0.
+ *   safelog flat (0) at and below its floor exp(-50), 1/x above.
+ *   pow     d/da = b a^(b-1), 0 where b == 0 (also at a = 0 or NaN);
+ *           d/db = a^b log a, 0 where a == 0 and b >= 0; NaN for a < 0.
+ *   abs     g sgn(x): 0 at 0. relu: 0 at 0. clip: g on [lo, hi], closed.
+ *   max/min ties share g equally (PyTorch's amax rule; torch.max picks one).
+ *   std     g (x - mean) / (dof std), and 0 where std == 0 (constant data:
+ *           PyTorch's std_backward); var: 2 g (x - mean) / dof. With
+ *           dof <= 0 both divide by 0 and give inf or NaN, as PyTorch.
+ * Known difference: ref keeps double between f32 ops and cpu rounds each to
+ * f32, so an f32 intermediate that under- or overflows only on cpu (sqrt of
+ * sqr(1e-30) is 0 there, not 1e-30) gives cpu inf where ref is finite.
  */
 #include "internal.h"
 
@@ -486,10 +509,12 @@ static void var_std_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
     double dof = var->b->value;
     ot_node *x = n->tag_a, *ge = expand_back(c, g, n);
     ot_node *d = centered(c, x, n->args.axis);
-    if (is_std) /* g (x - mean) / (dof std) */
-        push(c, s, x, B(c, OT_OP_DIV, mul(c, ge, d),
-                        B(c, OT_OP_MUL, expand_back(c, n, n), K(dof))));
-    else /* 2 g (x - mean) / dof */
+    if (is_std) { /* g (x - mean) / (dof std), and 0 where std == 0 (PyTorch) */
+        ot_node *sd = expand_back(c, n, n);
+        ot_node *w = B(c, OT_OP_DIV, B(c, OT_OP_NE, sd, K(0.0)),
+                       B(c, OT_OP_ADD, B(c, OT_OP_MUL, sd, K(dof)), B(c, OT_OP_EQ, sd, K(0.0))));
+        push(c, s, x, mul(c, mul(c, ge, d), w));
+    } else /* 2 g (x - mean) / dof */
         push(c, s, x, mul(c, ge, B(c, OT_OP_DIV, B(c, OT_OP_MUL, d, K(2.0)), K(dof))));
 }
 

@@ -344,3 +344,144 @@ TEST(defect03_composite_gradcheck)
         ot_backend_free(be);
     }
 }
+
+/* ---- defect 6: one convention per singular point, on both backends ------- */
+
+/* NaN, +-inf, or finite. */
+static int cls(double v) { return isnan(v) ? 0 : isinf(v) ? (v > 0 ? 1 : -1) : 2; }
+
+/* The forward values (f, nf of them) and the gradient w.r.t. x (gx) of
+ * tree, read back as doubles whatever the dtype. */
+static void values(ot_node *tree, ot_tensor *x, double *f, int64_t *nf, double *gx)
+{
+    ot_tensor *v = ot_eval(tree);
+    ot_autodiff *ad = ot_autodiff_new(tree, NULL);
+    ot_tensor *g = ad ? ot_autodiff_grad_tensor(ad, x) : NULL;
+    CHECK(v && g);
+    ot_tensor *vv = v ? ot_eval(ot_cast(v, .dtype = OT_F64)) : NULL;
+    ot_tensor *gg = g ? ot_eval(ot_cast(g, .dtype = OT_F64)) : NULL;
+    *nf = vv ? ot_tensor_numel(vv) : 0;
+    if (vv) memcpy(f, data(vv), (size_t)*nf * sizeof *f);
+    if (gg) memcpy(gx, data(gg), (size_t)ot_tensor_numel(gg) * sizeof *gx);
+    ot_tensor_free(vv);
+    ot_tensor_free(gg);
+    ot_tensor_free(v);
+    ot_tensor_free(g);
+    ot_autodiff_free(ad);
+}
+
+/* std of constant data (reached through eq or not) had gradient 0/0 = NaN
+ * on ref, where its mean is exact and std is 0, and a finite value on cpu,
+ * whose mean is off by a rounding and std is tiny. The gradient is 0 where
+ * std == 0 (PyTorch's std_backward), so both are finite; var's too. */
+TEST(defect06_std_constant_data)
+{
+    static const double cs[] = {0.7, 0, 0.1, 3.3};
+    static const int ns[] = {3, 100, 1000};
+    static double f[2][2000], g[2][2000];
+    for (int dti = 0; dti < 2; dti++) {
+        ot_dtype dt = dti ? OT_F32 : OT_F64;
+        for (int ci = 0; ci < 4; ci++) {
+            for (int ni = 0; ni < 3; ni++) {
+                for (int op = 0; op < 5; op++) {
+                    int64_t nf[2] = {0, 0};
+                    for (int bi = 0; bi < 2; bi++) {
+                        ot_backend *be = ot_backend_new(backends[bi], NULL);
+                        ot_pool *pool = ot_pool_push();
+                        ot_tensor *x = ot_full(be, OT_SHAPE(2, ns[ni]), dt, cs[ci]);
+                        ot_node *tree = op == 0 ? ot_std(x, .axis = -1)
+                                      : op == 1 ? ot_std(ot_mul(x, ot_eq(x, x)), .axis = 1)
+                                      : op == 2 ? ot_std(ot_mul(ot_eq(x, x), x))
+                                      : op == 3 ? ot_std(x, .axis = -1, .ddof = 1, .keepdims = true)
+                                                : ot_var(x, .axis = 1);
+                        values(tree, x, f[bi], &nf[bi], g[bi]);
+                        ot_pool_pop(pool);
+                        ot_tensor_free(x);
+                        ot_backend_free(be);
+                    }
+                    for (int64_t i = 0; i < 2 * ns[ni]; i++) {
+                        if (cls(g[0][i]) == 2 && cls(g[1][i]) == 2) continue;
+                        test__fail(__FILE__, __LINE__, "%s op %d of %g x %d: d/dx[%lld] ref %g cpu %g",
+                                   dti ? "f32" : "f64", op, cs[ci], ns[ni], (long long)i,
+                                   g[0][i], g[1][i]);
+                        break;
+                    }
+                    for (int64_t i = 0; i < nf[0]; i++) {
+                        CHECK_INT(cls(f[0][i]), 2);
+                        CHECK_INT(cls(f[1][i]), 2);
+                        if (f[0][i] == 0)   /* ref: exact mean; the group's first element */
+                            CHECK_NEAR(g[0][i * (2 * ns[ni] / nf[0])], 0, 0);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* The elementwise ops at +0 and -0 (and the other special values): forward
+ * values and gradients of the same class on both backends, in f64 and f32,
+ * and the values PyTorch gives at 0: sqrt(-0) = -0, d sqrt at +-0 = +-inf,
+ * d rsqrt at +-0 = -+inf, d log at +-0 = +-inf, d recip at +-0 = -inf,
+ * d/db a/b at b = 0 = -inf for a = 1. */
+TEST(defect06_singular_points_agree)
+{
+    enum { N = 9 };
+    static const double xs[N] = {0, -0.0, 1, -1, 0.5, INFINITY, -INFINITY, NAN, 1e-30};
+    static double f[2][N], g[2][N];
+    for (int dti = 0; dti < 2; dti++) {
+        ot_dtype dt = dti ? OT_F32 : OT_F64;
+        for (int op = 0; op < 10; op++) {
+            int64_t nf[2];
+            for (int bi = 0; bi < 2; bi++) {
+                ot_backend *be = ot_backend_new(backends[bi], NULL);
+                ot_pool *pool = ot_pool_push();
+                ot_tensor *x64 = f64(be, OT_SHAPE(N), xs, 0);
+                ot_tensor *x = ot_eval(ot_cast(x64, .dtype = dt));
+                ot_node *tree = op == 0 ? ot_sqrt(x) : op == 1 ? ot_rsqrt(x) : op == 2 ? ot_log(x)
+                              : op == 3 ? ot_recip(x) : op == 4 ? ot_div(1.0, x)
+                              : op == 5 ? ot_div(x, x) : op == 6 ? ot_pow(x, 0.0)
+                              : op == 7 ? ot_pow(x, 0.5) : op == 8 ? ot_log2(x) : ot_safelog(x);
+                values(tree, x, f[bi], &nf[bi], g[bi]);
+                ot_pool_pop(pool);
+                ot_tensor_free(x);
+                ot_tensor_free(x64);
+                ot_backend_free(be);
+            }
+            for (int i = 0; i < N; i++) {
+                if (cls(f[0][i]) != cls(f[1][i]) || cls(g[0][i]) != cls(g[1][i]) ||
+                    (!isnan(f[0][i]) && signbit(f[0][i]) != signbit(f[1][i])))
+                    test__fail(__FILE__, __LINE__, "%s op %d at %g: ref %g d %g, cpu %g d %g",
+                               dti ? "f32" : "f64", op, xs[i], f[0][i], g[0][i], f[1][i], g[1][i]);
+            }
+            double *gr = g[0], *fr = f[0];
+            switch (op) {
+            case 0:
+                CHECK(fr[1] == 0 && signbit(fr[1]));
+                CHECK_NEAR(gr[0], INFINITY, 0);
+                CHECK_NEAR(gr[1], -INFINITY, 0);
+                break;
+            case 1:
+                CHECK_NEAR(gr[0], -INFINITY, 0);
+                CHECK_NEAR(gr[1], INFINITY, 0);
+                break;
+            case 2:
+                CHECK_NEAR(gr[0], INFINITY, 0);
+                CHECK_NEAR(gr[1], -INFINITY, 0);
+                break;
+            case 3:
+            case 4:
+                CHECK_NEAR(gr[0], -INFINITY, 0);
+                CHECK_NEAR(gr[1], -INFINITY, 0);
+                break;
+            case 6:
+                for (int i = 0; i < N; i++) CHECK_NEAR(gr[i], 0, 0);
+                break;
+            case 7:
+                CHECK_NEAR(gr[0], INFINITY, 0);
+                break;
+            default:
+                break;
+            }
+        }
+    }
+}

@@ -29,9 +29,10 @@
  *     the very log p node of the forward.
  *
  * Singular points: PyTorch's convention per op, as the plain formula gives
- * it unless listed; both backends evaluate the same gradient tree, so they
- * give the same class of value (NaN, +-inf, finite) wherever their forward
- * values have the same class.
+ * it unless listed. Both backends evaluate the same gradient tree, and at
+ * +-0, +-inf, NaN, denormals and constant data they give the same class of
+ * value (NaN, +-inf, finite) in every case tests/test_regress_autodiff.c
+ * probes.
  *   sqrt    g / (2 sqrt x): +inf at +0, -inf at -0, NaN below 0.
  *   rsqrt   -g rsqrt(x)^3 / 2: -inf at +0, +inf at -0.
  *   log     g / x: +inf at +0, -inf at -0; log2 likewise over ln 2.

@@ -401,7 +401,8 @@ TEST(defect06_std_constant_data)
                     }
                     for (int64_t i = 0; i < 2 * ns[ni]; i++) {
                         if (cls(g[0][i]) == 2 && cls(g[1][i]) == 2) continue;
-                        test__fail(__FILE__, __LINE__, "%s op %d of %g x %d: d/dx[%lld] ref %g cpu %g",
+                        test__fail(__FILE__, __LINE__,
+                                   "%s op %d of %g x %d: d/dx[%lld] ref %g cpu %g",
                                    dti ? "f32" : "f64", op, cs[ci], ns[ni], (long long)i,
                                    g[0][i], g[1][i]);
                         break;

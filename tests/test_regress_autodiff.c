@@ -330,6 +330,8 @@ TEST(defect03_composite_gradcheck)
 #undef GC
         }
         gradcheck("var all", ot_var(x), 1, &x);
+        gradcheck("softmax all", ot_softmax(x), 1, &x);
+        gradcheck("logsoftmax all", ot_logsoftmax(x), 1, &x);
         gradcheck("std all keepdims", ot_std(x, .keepdims = true), 1, &x);
         gradcheck("squared_l2 all", ot_squared_l2(x), 1, &x);
         gradcheck("ce(softmax) all", ot_cross_entropy(ot_softmax(x), t), 2, xt);

@@ -628,7 +628,8 @@ int ot_explain_many(int n, ot_tensor *const outs[], ot_node *const trees[], FILE
  *
  * Rules. Every op of the table has one. Composites use their stable form:
  * the gradient of cross_entropy(softmax(x), t) w.r.t. x is built as
- * softmax(x) - t (targets that sum to 1 along the axis, as in neon), and
+ * softmax(x) sum(t) - t (softmax(x) - t for targets that sum to 1 along the
+ * axis, as in neon), w.r.t. t as minus the loss's own log p, and
  * logsoftmax's goes through exp of its own stable value. Ties of max, min,
  * maximum and minimum share the gradient equally among the tied elements;
  * clip passes it on the closed interval [lo, hi]. Non-differentiable ops

@@ -24,6 +24,30 @@
  *     [lo, hi]: its bounds are constants, so there is no tie to share.
  *   - Non-differentiable ops (OT_FLAG_NODIFF), integer values and constants
  *     receive nothing: a leaf reached by no gradient gets zeros.
+ *   - A composite's gradient is the derivative of the value its expansion
+ *     (node.c) computes, on the axes it used: cross_entropy's d/dt is minus
+ *     the very log p node of the forward.
+ *
+ * Singular points: PyTorch's convention per op, as the plain formula gives
+ * it unless listed. Both backends evaluate the same gradient tree, and at
+ * +-0, +-inf, NaN, denormals and constant data they give the same class of
+ * value (NaN, +-inf, finite) in every case tests/test_regress_autodiff.c
+ * probes.
+ *   sqrt    g / (2 sqrt x): +inf at +0, -inf at -0, NaN below 0.
+ *   rsqrt   -g rsqrt(x)^3 / 2: -inf at +0, +inf at -0.
+ *   log     g / x: +inf at +0, -inf at -0; log2 likewise over ln 2.
+ *   recip   -g recip(x)^2, and a / b: d/db = -(g / b)(a / b); -inf at 0.
+ *   safelog flat (0) at and below its floor exp(-50), 1/x above.
+ *   pow     d/da = b a^(b-1), 0 where b == 0 (also at a = 0 or NaN);
+ *           d/db = a^b log a, 0 where a == 0 and b >= 0; NaN for a < 0.
+ *   abs     g sgn(x): 0 at 0. relu: 0 at 0. clip: g on [lo, hi], closed.
+ *   max/min ties share g equally (PyTorch's amax rule; torch.max picks one).
+ *   std     g (x - mean) / (dof std), and 0 where std == 0 (constant data:
+ *           PyTorch's std_backward); var: 2 g (x - mean) / dof. With
+ *           dof <= 0 both divide by 0 and give inf or NaN, as PyTorch.
+ * Known difference: ref keeps double between f32 ops and cpu rounds each to
+ * f32, so an f32 intermediate that under- or overflows only on cpu (sqrt of
+ * sqr(1e-30) is 0 there, not 1e-30) gives cpu inf where ref is finite.
  */
 #include "internal.h"
 
@@ -339,15 +363,27 @@ static void extremum_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
     if (want(s, b)) push(c, s, b, mul(c, g, B(c, OT_OP_SUB, K(1.0), w)));
 }
 
-/* pow: d/da = b a^(b-1), d/db = a^b log a. A constant exponent is folded. */
+/* pow, by PyTorch's rules (pow_backward, pow_backward_exponent):
+ *   d/da = b a^(b-1), and 0 where b == 0: the exponent b - (b != 0) is 0
+ *          there, so b a^0 = 0 at a = 0 too, not 0 * inf;
+ *   d/db = a^b log a, and 0 where a == 0 and b >= 0: the log's operand is
+ *          a + 1 there, so a^b log 1 = 0, not 0 * -inf or 1 * -inf.
+ * A constant operand folds its part of the masks. */
 static void pow_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
 {
     ot_node *a = n->a, *b = n->b;
-    if (want(s, a)) {
-        ot_node *bm1 = b->kind == OT_NODE_CONST ? K(b->value - 1.0) : B(c, OT_OP_SUB, b, K(1.0));
-        push(c, s, a, mul(c, g, B(c, OT_OP_MUL, b, B(c, OT_OP_POW, a, bm1))));
+    bool kb = b->kind == OT_NODE_CONST;
+    if (want(s, a) && !(kb && b->value == 0.0)) {
+        ot_node *e = kb ? K(b->value - 1.0) : B(c, OT_OP_SUB, b, B(c, OT_OP_NE, b, K(0.0)));
+        push(c, s, a, mul(c, g, B(c, OT_OP_MUL, b, B(c, OT_OP_POW, a, e))));
     }
-    if (want(s, b)) push(c, s, b, mul(c, g, B(c, OT_OP_MUL, n, B(c, OT_OP_LOG, a, NULL))));
+    if (want(s, b)) {
+        ot_node *la = a;
+        if (a->kind != OT_NODE_CONST || a->value == 0.0)
+            la = B(c, OT_OP_ADD, a, B(c, OT_OP_MUL, B(c, OT_OP_EQ, a, K(0.0)),
+                                      B(c, OT_OP_GE, b, K(0.0))));
+        push(c, s, b, mul(c, g, B(c, OT_OP_MUL, n, B(c, OT_OP_LOG, la, NULL))));
+    }
 }
 
 static void binary_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
@@ -474,10 +510,12 @@ static void var_std_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
     double dof = var->b->value;
     ot_node *x = n->tag_a, *ge = expand_back(c, g, n);
     ot_node *d = centered(c, x, n->args.axis);
-    if (is_std) /* g (x - mean) / (dof std) */
-        push(c, s, x, B(c, OT_OP_DIV, mul(c, ge, d),
-                        B(c, OT_OP_MUL, expand_back(c, n, n), K(dof))));
-    else /* 2 g (x - mean) / dof */
+    if (is_std) { /* g (x - mean) / (dof std), and 0 where std == 0 (PyTorch) */
+        ot_node *sd = expand_back(c, n, n);
+        ot_node *w = B(c, OT_OP_DIV, B(c, OT_OP_NE, sd, K(0.0)),
+                       B(c, OT_OP_ADD, B(c, OT_OP_MUL, sd, K(dof)), B(c, OT_OP_EQ, sd, K(0.0))));
+        push(c, s, x, mul(c, mul(c, ge, d), w));
+    } else /* 2 g (x - mean) / dof */
         push(c, s, x, mul(c, ge, B(c, OT_OP_DIV, B(c, OT_OP_MUL, d, K(2.0)), K(dof))));
 }
 
@@ -499,22 +537,31 @@ static void softmax_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
     push(c, s, x, B(c, OT_OP_SUB, g, B(c, OT_OP_MUL, B(c, OT_OP_EXP, n, NULL), gsum)));
 }
 
-/* cross_entropy(p, t) = -sum(t safelog(p)). When p is a softmax over the
- * same axis, the gradient goes straight to the softmax's operand as
- * softmax - t (targets summing to 1 along the axis, as neon assumes). */
+/* cross_entropy(p, t) = -sum(t log p), where log p is the node the forward
+ * computes (node.c's log_probs): max(logsoftmax(x), -FLT_MAX) when p is a
+ * softmax(x), on whatever axes, else safelog(p). d/dt is minus that very
+ * node, so a logit of -1000 gives the loss's 1000, not safelog's cap of 50.
+ * Through a softmax the gradient skips p: with G = g t brought to the
+ * product's shape and summed to p's, d/dx = p sum(G) - G (the logsoftmax
+ * rule), which is softmax - t when the targets sum to 1. The -FLT_MAX
+ * floor is not differentiated for x: it is reached only where a logit gap
+ * overflows, and the softmax there is 0. */
 static void cross_entropy_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
 {
     ot_node *p = n->tag_a, *t = n->tag_b, *ge = expand_back(c, g, n);
-    bool stable = p->kind == OT_NODE_OP && p->tag == OT_OP_SOFTMAX &&
-                  p->args.axis == n->args.axis && p->shape.ndim == t->shape.ndim;
-    if (stable && want(s, p->tag_a)) {
-        push(c, s, p->tag_a, mul(c, ge, B(c, OT_OP_SUB, p, t)));
-    } else if (!stable && want(s, p)) {
+    ot_node *prod = n->a->a, *logp = prod->b;   /* neg(sum(t * log p)) */
+    bool softmax = p->kind == OT_NODE_OP && p->tag == OT_OP_SOFTMAX;
+    if (softmax && want(s, p->tag_a)) {
+        ot_node *gp = sum_to(c, full(c, mul(c, ge, t), prod->shape, (ot_dtype)prod->dtype),
+                             &p->shape);
+        push(c, s, p->tag_a, B(c, OT_OP_SUB, B(c, OT_OP_MUL, p, reduce(c, OT_OP_SUM, gp,
+                                                                        p->args.axis, true)), gp));
+    } else if (!softmax && want(s, p)) {
         ot_node *dlog = B(c, OT_OP_DIV, B(c, OT_OP_GT, p, K(SAFELOG_FLOOR)),
                           B(c, OT_OP_MAXIMUM, p, K(SAFELOG_FLOOR)));
         push(c, s, p, B(c, OT_OP_NEG, mul(c, ge, B(c, OT_OP_MUL, t, dlog)), NULL));
     }
-    if (want(s, t)) push(c, s, t, B(c, OT_OP_NEG, mul(c, ge, B(c, OT_OP_SAFELOG, p, NULL)), NULL));
+    if (want(s, t)) push(c, s, t, B(c, OT_OP_NEG, mul(c, ge, logp), NULL));
 }
 
 static void composite_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
@@ -809,6 +856,10 @@ static ot_node *fit(const ctx *c, ot_node *g, const ot_tensor *wrt)
         ot_args to = {.axis = OT_AXIS_ALL, .dtype = dt};
         g = ot_build_at(OT_OP_CAST, g, NULL, &to, c->file, c->line);
     }
+    /* A gradient that reads no tensor (f = x, f = 3 x: a constant) has no
+     * backend to evaluate on; adding zeros of wrt's shape gives it wrt's,
+     * even where the shapes already agree (0-d). */
+    if (g && !g->be) return B(c, OT_OP_ADD, g, zeros_node(c->be, wrt->leaf.shape, dt));
     return full(c, g, wrt->leaf.shape, dt);
 }
 

@@ -13,6 +13,16 @@
  * and only then are outputs written, which makes any aliasing between an
  * output and the leaves harmless. Nothing here recurses.
  *
+ * Singular points are IEEE 754 / C99 Annex F as libm gives them, and the
+ * cpu backend gives the same class of value (NaN, +-inf, +-0, finite) at
+ * each: sqrt(-0) = -0, sqrt and log of a negative are NaN, log(+-0) = -inf,
+ * rsqrt(+-0) = +-inf, recip(+-0) = +-inf, 0/0 = NaN, pow(x, 0) = 1 for
+ * every x (NaN too), pow(+-0, -1) = +-inf, pow of a negative base to a
+ * non-integer is NaN, safelog floors at exp(-50) and keeps NaN. What may
+ * differ is an f32 intermediate: this backend keeps double until the store
+ * (test_ref's ref_f32_not_rounded_between_ops), so one that under- or
+ * overflows in f32 on cpu stays finite here.
+ *
  * Integers: a node of dtype OT_I32 holds integers. Its arithmetic (add, sub,
  * mul, neg, abs, sqr, pow, sum) is done exactly in 64-bit unsigned
  * arithmetic and wrapped modulo 2^32, as NumPy does for int32. Every other

@@ -30,8 +30,8 @@
 static double ref_finite(double x) { return isfinite(x) ? 1.0 : 0.0; }
 static double ref_neg(double x) { return -x; }
 static double ref_abs(double x) { return fabs(x); }
-/* Zeros keep their sign and NaN stays NaN, as np.sign does. */
-static double ref_sgn(double x) { return x > 0 ? 1.0 : x < 0 ? -1.0 : x; }
+/* As np.sign: NaN stays NaN and both zeros give +0 (x + 0.0 is +0 for -0). */
+static double ref_sgn(double x) { return x > 0 ? 1.0 : x < 0 ? -1.0 : x + 0.0; }
 static double ref_sqrt(double x) { return sqrt(x); }
 static double ref_sqr(double x) { return x * x; }
 static double ref_exp(double x) { return exp(x); }

@@ -1443,9 +1443,9 @@ def run_rand_case(lib, dt, scen, rng):
 SV_NAN_NEG = -math.nan                  # a NaN with the sign bit set
 SV_BASE = [math.nan, SV_NAN_NEG, math.inf, -math.inf, 0.0, -0.0, 1.4e-45, -1.4e-45, 1e-40,
            -1e-40, 88.7, -88.7, 88.8, -88.8, 709.8, -709.8, 1000.0, -1000.0, 1.0, -1.0,
-           1e30, -1e30, math.pi, 0.5, 2.0, -3.0]
+           1e30, -1e30, math.pi, 0.5, 2.0, -3.0, 128.5, -149.5]       # (exp2's f32 edges)
 SV_VALUES = {F32: SV_BASE,
-             F64: SV_BASE + [5e-324, -5e-324, 1e-310, -1e-310, 1e300, -1e300]}
+             F64: SV_BASE + [5e-324, -5e-324, 1e-310, -1e-310, 1e300, -1e300, 1024.5, -1074.5]}
 SV_COLS = 19                            # a 16-lane vector and a tail of 3
 
 SV_EXCEPTIONS = {
@@ -1629,6 +1629,9 @@ def sv_eval(lib, be, op, arrays, args=None, inner=None):
     try:
         nodes = []
         for arr in arrays:
+            if isinstance(arr, float):      # a weak constant
+                nodes.append(lib.c.ot_const(arr))
+                continue
             dt = {np.float32: F32, np.float64: F64}[arr.dtype.type]
             arr = np.ascontiguousarray(arr)
             t = lib.c.ot_array(be, mkshape(arr.shape), dt, arr.ctypes.data)
@@ -1739,6 +1742,9 @@ def sv_trials(lib, op, dt):
         n = len(v)
         out.append(('all pairs, broadcast', [v[:, None], v[None, :]], None, None, ref, None))
         out.append(('all pairs, flat', [np.repeat(v, n), np.tile(v, n)], None, None, ref, None))
+        for c in v:                     # a constant operand: generated code embeds it
+            out.append(('x op const %r' % c, [v, float(c)], None, None, ref, None))
+            out.append(('const %r op x' % c, [float(c), v], None, None, ref, None))
     elif op.name == 'clip' or (op.kind == OT_KIND_COMPOSITE and op.arity == 1 and
                                op.name not in SV_TOL and op.name not in ('max', 'min')):
         for lo, hi in [(-1.0, 1.0), (0.0, math.inf), (-math.inf, 0.5), (-1000.0, 88.7)]:
@@ -1757,6 +1763,7 @@ def sv_trials(lib, op, dt):
         out.append(('rows transposed, axis=0', [np.ascontiguousarray(x.T)], mkargs(axis=0),
                     None, f, t))
         f, t = mk(None)
+        out.append(('rows, axis=None', [x], mkargs(), None, f, t))
         for label, r in rows:
             out.append(('row %s, axis=None' % label, [np.array(r, dtype=npd)], mkargs(), None,
                         f, t))
@@ -1839,7 +1846,8 @@ def sv_run(lib, ops, only, max_fails, verbose):
 
 def sv_trial(lib, be, op, dt, is_ref, desc, arrays, args, inner, ref, tol):
     try:
-        vals = [a.astype(np.float64) for a in arrays]
+        vals = [np.float64(a) if isinstance(a, float) else a.astype(np.float64)
+                for a in arrays]
         exp = np.asarray(ref(*vals), dtype=np.float64)
         got, err = sv_eval(lib, be, op, arrays, args, inner)
         if err:
@@ -1867,7 +1875,7 @@ def sv_trial(lib, be, op, dt, is_ref, desc, arrays, args, inner, ref, tol):
             # a backend computing f32 in f32 may overflow or underflow in
             # intermediates (squares of 1e30, of denormals) exactly where
             # NumPy's own float32 computation of the formula does
-            native = np.asarray(ref(*arrays), dtype=np.float64)
+            native = np.asarray(ref(*arrays), dtype=np.float64)   # arrays: no consts
             bad &= sv_bad(got, native, odt, ulps, scale, 1.0, zsign)
         if not bad.any():
             return None

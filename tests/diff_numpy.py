@@ -1604,6 +1604,23 @@ def sv_rows(dt):
     return rows
 
 
+SV_LONG = 70001       # > 16 tiles of 4096: several chunks of partial results
+
+
+def sv_long_rows(dt):
+    """Rows long enough that the cpu backend reduces them in several tiles
+    and chunks, combined afterwards: a NaN in a late chunk must still win
+    (the first one for argmax/argmin), and so must a late +inf."""
+    rng = np.random.default_rng(7)
+    npd = NP_DT[dt]
+    base = rng.choice(np.array([1000.0, -1000.0, 88.7, -88.8, 1.0, -0.0, 0.5], dtype=npd), SV_LONG)
+    nan = base.copy()
+    nan[40000], nan[SV_LONG - 3], nan[SV_LONG - 1] = math.nan, SV_NAN_NEG, math.nan
+    inf = np.full(SV_LONG, -math.inf, dtype=npd)
+    inf[SV_LONG - 1] = math.inf
+    return [('logits', base), ('NaN late', nan), ('-inf, +inf last', inf)]
+
+
 class SvOp:
     """An op of the library's table: id, name, kind, arity, flags."""
 
@@ -1764,6 +1781,8 @@ def sv_trials(lib, op, dt):
                     None, f, t))
         f, t = mk(None)
         out.append(('rows, axis=None', [x], mkargs(), None, f, t))
+        for label, r in sv_long_rows(dt):
+            out.append(('long row %s, axis=None' % label, [r], mkargs(), None, f, t))
         for label, r in rows:
             out.append(('row %s, axis=None' % label, [np.array(r, dtype=npd)], mkargs(), None,
                         f, t))

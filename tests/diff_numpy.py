@@ -1526,15 +1526,19 @@ SV_SUMS = {'sum', 'mean', 'var', 'std', 'squared_l2', 'softmax', 'logsoftmax',
 
 
 def sv_configs():
-    """(label, backend name, environment) for ref and each cpu ISA x JIT."""
-    out = [('ref', b'ref', {})]
+    """(label, backend name, environment, threads) for ref, each cpu ISA x
+    JIT on one thread, and the default cpu backend on every core, with and
+    without fusion (OT_FUSION=0 materialises every node of a composite)."""
+    out = [('ref', b'ref', {}, 1)]
     for isa in ('scalar', 'sse2', 'avx2', 'avx512'):
         for jit in ('0', '1'):
-            out.append(('cpu/%s/jit%s' % (isa, jit), b'cpu', {'OT_ISA': isa, 'OT_JIT': jit}))
+            out.append(('cpu/%s/jit%s' % (isa, jit), b'cpu', {'OT_ISA': isa, 'OT_JIT': jit}, 1))
+    out.append(('cpu/threads', b'cpu', {}, 0))
+    out.append(('cpu/threads/fusion0', b'cpu', {'OT_FUSION': '0'}, 0))
     return out
 
 
-def sv_backend(lib, name, env):
+def sv_backend(lib, name, env, threads=1):
     """A backend made under env (OT_BACKEND cleared); None when the CPU lacks
     the ISA; raises on any other failure."""
     saved = {k: os.environ.get(k) for k in list(env) + ['OT_BACKEND']}
@@ -1542,7 +1546,7 @@ def sv_backend(lib, name, env):
     os.environ.update(env)
     try:
         opts = OtBackendOpts()
-        opts.threads = 1
+        opts.threads = threads
         be = lib.c.ot_backend_new(name, C.cast(C.pointer(opts), C.c_void_p))
     finally:
         for k, v in saved.items():
@@ -1831,8 +1835,8 @@ def sv_run(lib, ops, only, max_fails, verbose):
     todo = [op for op in ops if op.kind in SV_KINDS and op.name in SV_REF and
             (not only or op.name in only)]
     trials = {(op.name, dt): sv_trials(lib, op, dt) for op in todo for dt in FD}
-    for label, name, env in sv_configs():
-        be = sv_backend(lib, name, env)
+    for label, name, env, threads in sv_configs():
+        be = sv_backend(lib, name, env, threads)
         if be is None:
             if verbose:
                 print('skip special@%s: the CPU lacks it' % label)

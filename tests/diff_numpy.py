@@ -1512,6 +1512,8 @@ SV_REF = {
     'logsoftmax': lambda x, ax: ref_softmax(x, ax, True)[0],
     'clip': lambda x, lo, hi: np.minimum(np.maximum(x, lo), hi),
     'cross_entropy': lambda p, t, ax: -np.sum(t * safelog(p), axis=ax),
+    'dot': lambda a, b: ref_dot(a, b)[0],
+    'batched_dot': lambda a, b: ref_batched_dot(a, b)[0],
 }
 # Elementwise ops computed exactly (no rounding budget).
 SV_EXACT = {'finite', 'neg', 'abs', 'sgn', 'sqr', 'rint', 'relu', 'add', 'sub', 'mul', 'div',
@@ -1742,6 +1744,8 @@ SV_TOL = {
     'softmax': sv_softmax_tol,
     'logsoftmax': sv_logsoftmax_tol,
     'cross_entropy': lambda p, t, ax, en: en * np.sum(finite_abs(t * safelog(p)), axis=ax),
+    'dot': lambda a, b, en: en * ref_dot(a, b)[1],
+    'batched_dot': lambda a, b, en: en * ref_batched_dot(a, b)[1],
 }
 
 
@@ -1766,6 +1770,15 @@ def sv_trials(lib, op, dt):
         for c in v:                     # a constant operand: generated code embeds it
             out.append(('x op const %r' % c, [v, float(c)], None, None, ref, None))
             out.append(('const %r op x' % c, [float(c), v], None, None, ref, None))
+    elif op.kind == OT_KIND_DOT:         # products of every row with every row
+        x = np.array([r for _, r in sv_rows(dt)], dtype=npd)
+        xt = np.ascontiguousarray(x.T)
+        if op.name == 'batched_dot':
+            x, xt = x[None], xt[None]
+        out.append(('rows . rows^T', [x, xt], None, None, ref, tol))
+        if op.name == 'dot':
+            out.append(('row . row', [x[10], x[11]], None, None, ref, tol))
+            out.append(('rows . row', [x, x[12]], None, None, ref, tol))
     elif op.name == 'clip' or (op.kind == OT_KIND_COMPOSITE and op.arity == 1 and
                                op.name not in SV_TOL and op.name not in ('max', 'min')):
         for lo, hi in [(-1.0, 1.0), (0.0, math.inf), (-math.inf, 0.5), (-1000.0, 88.7)]:
@@ -1825,8 +1838,8 @@ def sv_check_table(lib, ops):
     return lines
 
 
-OT_KIND_UNARY, OT_KIND_BINARY, OT_KIND_REDUCE, OT_KIND_COMPOSITE = 1, 2, 3, 7
-SV_KINDS = (OT_KIND_UNARY, OT_KIND_BINARY, OT_KIND_REDUCE, OT_KIND_COMPOSITE)
+OT_KIND_UNARY, OT_KIND_BINARY, OT_KIND_REDUCE, OT_KIND_DOT, OT_KIND_COMPOSITE = 1, 2, 3, 4, 7
+SV_KINDS = (OT_KIND_UNARY, OT_KIND_BINARY, OT_KIND_REDUCE, OT_KIND_DOT, OT_KIND_COMPOSITE)
 
 
 def sv_run(lib, ops, only, max_fails, verbose):
@@ -1888,12 +1901,15 @@ def sv_trial(lib, be, op, dt, is_ref, desc, arrays, args, inner, ref, tol):
         scale = None
         if tol is not None:
             shp = arrays[0].shape
-            n = int(np.prod(shp)) if args is None or args.axis == AXIS_ALL else shp[args.axis]
+            if op.kind == OT_KIND_DOT:
+                n = shp[-1]
+            else:
+                n = int(np.prod(shp)) if args is None or args.axis == AXIS_ALL else shp[args.axis]
             eps = 2.0 ** -52 if is_ref or dt == F64 else 2.0 ** -23
             scale = tol(*vals, 4.0 * n * eps)
         zsign = op.name not in SV_NO_ZERO_SIGN and op.kind in (OT_KIND_UNARY, OT_KIND_BINARY)
         bad = sv_bad(got, exp, odt, ulps, scale, 1.0, zsign)
-        if bad.any() and not is_ref and dt == F32 and op.kind in (OT_KIND_REDUCE,
+        if bad.any() and not is_ref and dt == F32 and op.kind in (OT_KIND_REDUCE, OT_KIND_DOT,
                                                                  OT_KIND_COMPOSITE):
             # a backend computing f32 in f32 may overflow or underflow in
             # intermediates (squares of 1e30, of denormals) exactly where

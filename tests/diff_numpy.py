@@ -1445,7 +1445,8 @@ SV_BASE = [math.nan, SV_NAN_NEG, math.inf, -math.inf, 0.0, -0.0, 1.4e-45, -1.4e-
            -1e-40, 88.7, -88.7, 88.8, -88.8, 709.8, -709.8, 1000.0, -1000.0, 1.0, -1.0,
            1e30, -1e30, math.pi, 0.5, 2.0, -3.0, 128.5, -149.5]       # (exp2's f32 edges)
 SV_VALUES = {F32: SV_BASE,
-             F64: SV_BASE + [5e-324, -5e-324, 1e-310, -1e-310, 1e300, -1e300, 1024.5, -1074.5]}
+             F64: SV_BASE + [5e-324, -5e-324, 1e-310, -1e-310, 1e300, -1e300, 1024.5, -1074.5],
+             I32: SPECIALS[I32] + [46341, -46341, 3]}     # 46341**2 wraps
 SV_COLS = 19                            # a 16-lane vector and a tail of 3
 
 SV_EXCEPTIONS = {
@@ -1519,6 +1520,8 @@ SV_REF = {
 SV_EXACT = {'finite', 'neg', 'abs', 'sgn', 'sqr', 'rint', 'relu', 'add', 'sub', 'mul', 'div',
             'eq', 'ne', 'lt', 'le', 'gt', 'ge', 'minimum', 'maximum', 'max', 'min', 'argmax',
             'argmin', 'clip', 'sqrt'}
+# int32 arithmetic that wraps modulo 2^32 (computed exactly in int64).
+SV_WRAP = {'neg', 'abs', 'sqr', 'add', 'sub', 'mul', 'sum'}
 # Formulas of several NumPy calls, each rounded: the reference itself is off
 # by up to about 2 ulp in f64, which the f64 budget adds.
 SV_FORMULA = {'sig', 'sig2', 'tanh2', 'rsqrt', 'pow'}
@@ -1577,6 +1580,14 @@ def sv_ulps(a, b, dt):
 def sv_rows(dt):
     """(label, row) pairs of SV_COLS values for reductions and row composites."""
     n = SV_COLS
+    if dt == I32:
+        iv = SV_VALUES[I32]
+        lo, hi = -2147483648, 2147483647
+        return [('ints', [iv[i % len(iv)] for i in range(n)]),
+                ('ints+4', [iv[(i + 4) % len(iv)] for i in range(n)]),
+                ('ties', [(1, 3, 3, 2, 0, hi, lo, hi, lo)[i % 9] for i in range(n)]),
+                ('all min', [lo] * n), ('all max', [hi] * n),
+                ('max last', [lo] * (n - 1) + [hi]), ('min last', [hi] * (n - 1) + [lo])]
     vals = SV_VALUES[dt]
     fin = [v for v in vals if math.isfinite(v)]
     logit = [1000.0, -1000.0, 88.7, -88.8, 1.0, -1.0, 0.5, math.pi, -0.0, 0.0, 2.0, -3.0]
@@ -1619,6 +1630,10 @@ def sv_long_rows(dt):
     (the first one for argmax/argmin), and so must a late +inf."""
     rng = np.random.default_rng(7)
     npd = NP_DT[dt]
+    if dt == I32:
+        r = rng.integers(-100000, 100000, SV_LONG).astype(npd)
+        r[40000], r[SV_LONG - 1] = 2147483647, -2147483648
+        return [('ints, extremes late', r)]
     base = rng.choice(np.array([1000.0, -1000.0, 88.7, -88.8, 1.0, -0.0, 0.5], dtype=npd), SV_LONG)
     nan = base.copy()
     nan[40000], nan[SV_LONG - 3], nan[SV_LONG - 1] = math.nan, SV_NAN_NEG, math.nan
@@ -1655,7 +1670,7 @@ def sv_eval(lib, be, op, arrays, args=None, inner=None):
             if isinstance(arr, float):      # a weak constant
                 nodes.append(lib.c.ot_const(arr))
                 continue
-            dt = {np.float32: F32, np.float64: F64}[arr.dtype.type]
+            dt = {np.float32: F32, np.float64: F64, np.int32: I32}[arr.dtype.type]
             arr = np.ascontiguousarray(arr)
             t = lib.c.ot_array(be, mkshape(arr.shape), dt, arr.ctypes.data)
             if not t:
@@ -1767,7 +1782,7 @@ def sv_trials(lib, op, dt):
         n = len(v)
         out.append(('all pairs, broadcast', [v[:, None], v[None, :]], None, None, ref, None))
         out.append(('all pairs, flat', [np.repeat(v, n), np.tile(v, n)], None, None, ref, None))
-        for c in v:                     # a constant operand: generated code embeds it
+        for c in (v if dt != I32 else ()):  # a constant operand: generated code embeds it
             out.append(('x op const %r' % c, [v, float(c)], None, None, ref, None))
             out.append(('const %r op x' % c, [float(c), v], None, None, ref, None))
     elif op.kind == OT_KIND_DOT:         # products of every row with every row
@@ -1846,8 +1861,11 @@ def sv_run(lib, ops, only, max_fails, verbose):
     """Runs the special-value cases; returns (passed, failed)."""
     passed = failed = 0
     todo = [op for op in ops if op.kind in SV_KINDS and op.name in SV_REF and
-            (not only or op.name in only)]
-    trials = {(op.name, dt): sv_trials(lib, op, dt) for op in todo for dt in FD}
+            (not only or op.name in only) and op.name in {o.name for o in OPS}]
+    table = {o.name: o for o in OPS}
+    dtypes = {op.name: [dt for dt in FDI if dt in table[op.name].dtypes and
+                        (dt != I32 or op.kind != OT_KIND_COMPOSITE)] for op in todo}
+    trials = {(op.name, dt): sv_trials(lib, op, dt) for op in todo for dt in dtypes[op.name]}
     for label, name, env, threads in sv_configs():
         be = sv_backend(lib, name, env, threads)
         if be is None:
@@ -1857,7 +1875,7 @@ def sv_run(lib, ops, only, max_fails, verbose):
         is_ref = name == b'ref'
         try:
             for op in todo:
-                for dt in FD:
+                for dt in dtypes[op.name]:
                     fails = []
                     for desc, arrays, args, inner, ref, tol in trials[(op.name, dt)]:
                         f = sv_trial(lib, be, op, dt, is_ref, desc, arrays, args, inner, ref, tol)
@@ -1882,9 +1900,12 @@ def sv_run(lib, ops, only, max_fails, verbose):
 
 def sv_trial(lib, be, op, dt, is_ref, desc, arrays, args, inner, ref, tol):
     try:
-        vals = [np.float64(a) if isinstance(a, float) else a.astype(np.float64)
-                for a in arrays]
-        exp = np.asarray(ref(*vals), dtype=np.float64)
+        vals = [np.float64(a) if isinstance(a, float) else
+                a.astype(np.int64 if dt == I32 else np.float64) for a in arrays]
+        exp = ref(*vals)
+        if dt == I32 and op.name in SV_WRAP:     # int32 arithmetic wraps, as NumPy's
+            exp = (np.asarray(exp, dtype=np.int64) + 2 ** 31) % 2 ** 32 - 2 ** 31
+        exp = np.asarray(exp, dtype=np.float64)
         got, err = sv_eval(lib, be, op, arrays, args, inner)
         if err:
             return '%s: %s' % (desc, err)

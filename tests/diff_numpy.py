@@ -1857,6 +1857,58 @@ OT_KIND_UNARY, OT_KIND_BINARY, OT_KIND_REDUCE, OT_KIND_DOT, OT_KIND_COMPOSITE = 
 SV_KINDS = (OT_KIND_UNARY, OT_KIND_BINARY, OT_KIND_REDUCE, OT_KIND_DOT, OT_KIND_COMPOSITE)
 
 
+NAN, INF = math.nan, math.inf
+# Facts the issue names, checked against literal values on every backend
+# (independent of SV_REF): (op, dtype, operands, args, expected), where an
+# expected -0.0 or +0.0 must have that sign and NaN must be NaN.
+SV_LANDMARKS = [
+    ('sig', F32, [[-1000.0, 1000.0, -88.8]], None, [0.0, 1.0, 2.7205e-39]),
+    ('sig', F64, [[-1000.0, 1000.0]], None, [0.0, 1.0]),
+    ('exp', F32, [[88.8, -1000.0, 88.7]], None, [INF, 0.0, 3.3260e38]),
+    ('exp', F64, [[709.8, -1000.0, -745.2]], None, [INF, 0.0, 0.0]),
+    ('log', F32, [[0.0, -0.0, -1.0, INF]], None, [-INF, -INF, NAN, INF]),
+    ('log', F64, [[0.0, -1.0]], None, [-INF, NAN]),
+    ('sqrt', F32, [[-0.0, -1.0]], None, [-0.0, NAN]),
+    ('sqrt', F64, [[-0.0]], None, [-0.0]),
+    ('add', F32, [[-0.0, -0.0, 0.0], [0.0, -0.0, -0.0]], None, [0.0, -0.0, 0.0]),
+    ('mul', F64, [[-0.0, INF], [1.0, 0.0]], None, [-0.0, NAN]),
+    ('div', F32, [[1.0, -1.0, 0.0], [-0.0, 0.0, 0.0]], None, [-INF, -INF, NAN]),
+    ('sgn', F32, [[-0.0, NAN]], None, [0.0, NAN]),
+    ('maximum', F32, [[NAN, 1.0, -INF, NAN], [1.0, NAN, NAN, -INF]], None, [NAN] * 4),
+    ('minimum', F64, [[NAN, 1.0, INF, NAN], [1.0, NAN, NAN, INF]], None, [NAN] * 4),
+    ('max', F32, [[1.0, NAN, INF, 2.0]], mkargs(), NAN),
+    ('min', F64, [[-INF, 2.0, 3.0, NAN]], mkargs(), NAN),
+    ('argmax', F32, [[1.0, INF, NAN, -NAN, 5.0]], mkargs(), 2),
+    ('argmin', F64, [[1.0, -INF, 5.0, NAN]], mkargs(), 3),
+    ('softmax', F32, [[[1000.0, -1000.0], [-1000.0, -1000.0]]], mkargs(axis=-1),
+     [[1.0, 0.0], [0.5, 0.5]]),
+    ('logsoftmax', F64, [[[1000.0, -1000.0]]], mkargs(axis=-1), [[0.0, -2000.0]]),
+]
+
+
+def sv_landmarks(lib, be, ops):
+    """Failure texts of the SV_LANDMARKS on backend be."""
+    byname = {o.name: o for o in ops}
+    fails = []
+    for name, dt, operands, args, want in SV_LANDMARKS:
+        if name not in byname:
+            fails.append('%s: not in the op table' % name)
+            continue
+        arrays = [np.array(o, dtype=NP_DT[dt]) for o in operands]
+        got, err = sv_eval(lib, be, byname[name], arrays, args)
+        want = np.array(want, dtype=np.float64)
+        if err:
+            fails.append('%s%s: %s' % (name, operands, err))
+            continue
+        g = got.astype(np.float64)
+        close = np.isclose(g, want, rtol=1e-4, atol=0) | (np.isnan(g) & np.isnan(want))
+        close &= (np.signbit(g) == np.signbit(want)) | np.isnan(want)
+        if g.shape != want.shape or not close.all():
+            fails.append('%s %s%s: got %s, expected %s' % (name, DT_NAME[dt], operands,
+                                                          g.tolist(), want.tolist()))
+    return fails
+
+
 def sv_run(lib, ops, only, max_fails, verbose):
     """Runs the special-value cases; returns (passed, failed)."""
     passed = failed = 0
@@ -1874,6 +1926,13 @@ def sv_run(lib, ops, only, max_fails, verbose):
             continue
         is_ref = name == b'ref'
         try:
+            if not only:
+                fails = sv_landmarks(lib, be, ops)
+                if fails:
+                    failed += 1
+                    print('FAIL landmarks@%s: %s' % (label, ' | '.join(fails)))
+                else:
+                    passed += 1
             for op in todo:
                 for dt in dtypes[op.name]:
                     fails = []

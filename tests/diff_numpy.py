@@ -1531,19 +1531,22 @@ SV_SUMS = {'sum', 'mean', 'var', 'std', 'squared_l2', 'softmax', 'logsoftmax',
 
 
 def sv_configs():
-    """(label, backend name, environment, threads) for ref, each cpu ISA x
-    JIT on one thread, and the default cpu backend on every core, with and
-    without fusion (OT_FUSION=0 materialises every node of a composite)."""
-    out = [('ref', b'ref', {}, 1)]
+    """(label, backend name, environment, threads, accuracy) for ref, each
+    cpu ISA x JIT on one thread, and the default cpu backend on every core,
+    with and without fusion (OT_FUSION=0 materialises every node of a
+    composite), and at OT_ULP35."""
+    out = [('ref', b'ref', {}, 1, 0)]
     for isa in ('scalar', 'sse2', 'avx2', 'avx512'):
         for jit in ('0', '1'):
-            out.append(('cpu/%s/jit%s' % (isa, jit), b'cpu', {'OT_ISA': isa, 'OT_JIT': jit}, 1))
-    out.append(('cpu/threads', b'cpu', {}, 0))
-    out.append(('cpu/threads/fusion0', b'cpu', {'OT_FUSION': '0'}, 0))
+            out.append(('cpu/%s/jit%s' % (isa, jit), b'cpu', {'OT_ISA': isa, 'OT_JIT': jit}, 1,
+                        0))
+    out.append(('cpu/threads', b'cpu', {}, 0, 0))
+    out.append(('cpu/threads/fusion0', b'cpu', {'OT_FUSION': '0'}, 0, 0))
+    out.append(('cpu/ulp35', b'cpu', {}, 1, 1))
     return out
 
 
-def sv_backend(lib, name, env, threads=1):
+def sv_backend(lib, name, env, threads=1, accuracy=0):
     """A backend made under env (OT_BACKEND cleared); None when the CPU lacks
     the ISA; raises on any other failure."""
     saved = {k: os.environ.get(k) for k in list(env) + ['OT_BACKEND']}
@@ -1552,6 +1555,7 @@ def sv_backend(lib, name, env, threads=1):
     try:
         opts = OtBackendOpts()
         opts.threads = threads
+        opts.accuracy = accuracy
         be = lib.c.ot_backend_new(name, C.cast(C.pointer(opts), C.c_void_p))
     finally:
         for k, v in saved.items():
@@ -1918,8 +1922,8 @@ def sv_run(lib, ops, only, max_fails, verbose):
     dtypes = {op.name: [dt for dt in FDI if dt in table[op.name].dtypes and
                         (dt != I32 or op.kind != OT_KIND_COMPOSITE)] for op in todo}
     trials = {(op.name, dt): sv_trials(lib, op, dt) for op in todo for dt in dtypes[op.name]}
-    for label, name, env, threads in sv_configs():
-        be = sv_backend(lib, name, env, threads)
+    for label, name, env, threads, accuracy in sv_configs():
+        be = sv_backend(lib, name, env, threads, accuracy)
         if be is None:
             if verbose:
                 print('skip special@%s: the CPU lacks it' % label)
@@ -1937,7 +1941,8 @@ def sv_run(lib, ops, only, max_fails, verbose):
                 for dt in dtypes[op.name]:
                     fails = []
                     for desc, arrays, args, inner, ref, tol in trials[(op.name, dt)]:
-                        f = sv_trial(lib, be, op, dt, is_ref, desc, arrays, args, inner, ref, tol)
+                        f = sv_trial(lib, be, op, dt, is_ref, accuracy, desc, arrays, args,
+                                     inner, ref, tol)
                         if f:
                             fails.append(f)
                     if fails:
@@ -1957,7 +1962,7 @@ def sv_run(lib, ops, only, max_fails, verbose):
     return passed, failed
 
 
-def sv_trial(lib, be, op, dt, is_ref, desc, arrays, args, inner, ref, tol):
+def sv_trial(lib, be, op, dt, is_ref, accuracy, desc, arrays, args, inner, ref, tol):
     try:
         vals = [np.float64(a) if isinstance(a, float) else
                 a.astype(np.int64 if dt == I32 else np.float64) for a in arrays]
@@ -1974,6 +1979,8 @@ def sv_trial(lib, be, op, dt, is_ref, desc, arrays, args, inner, ref, tol):
         exact = op.name in SV_EXACT
         if exact:
             ulps = None
+        elif accuracy:              # OT_ULP35: SLEEF's u35 functions
+            ulps = 6 + 2 * (op.name in SV_FORMULA)
         elif odt == F32:
             ulps = 1 if is_ref else 4
         else:

@@ -1,7 +1,19 @@
 #!/usr/bin/python3
-"""diff_numpy.py - differential tests of optree's ref backend against NumPy.
+"""diff_numpy.py - differential tests of optree's backends against NumPy.
 
     /usr/bin/python3 tests/diff_numpy.py build/liboptree.so [--seed N] [--only OPS] [-v]
+
+Two phases. The first (most of this file) runs random, view, empty and
+special-value trees on the ref backend, as described below. The second,
+"special values through every backend" (the SV_ section near the end),
+takes the op list from the library itself (ot_op_name/kind/arity/flags), so
+that an op without a NumPy reference fails the run by name, and runs a
+table of special values (NaN, -NaN, +-inf, +-0, denormals, exp's and exp2's
+edges, +-1000 logits, huge values, int32 extremes) through ref and the cpu
+backend under every ISA the CPU has, OT_JIT=0 and 1, threads, OT_FUSION=0
+and OT_ULP35, with classes compared exactly and values in ulp budgets; its
+cases are named "op dtype special@backend", and "landmarks@backend" checks
+the facts issue 13 names against literal values.
 
 Loads the shared library with ctypes, builds one op tree per trial through the
 binding entry point ot_build_at, assigns it into an output tensor on the

@@ -1658,6 +1658,19 @@ def sv_long_rows(dt):
     return [('logits', base), ('NaN late', nan), ('-inf, +inf last', inf)]
 
 
+SV_DT = {np.float32: F32, np.float64: F64, np.int32: I32}
+
+
+class SvView:
+    """An operand laid out as a View of kind ('step', 'col') with seed."""
+
+    def __init__(self, arr, kind, seed):
+        self.arr, self.kind, self.seed = arr, kind, seed
+
+    def astype(self, t):
+        return self.arr.astype(t)
+
+
 class SvOp:
     """An op of the library's table: id, name, kind, arity, flags."""
 
@@ -1685,6 +1698,17 @@ def sv_eval(lib, be, op, arrays, args=None, inner=None):
         for arr in arrays:
             if isinstance(arr, float):      # a weak constant
                 nodes.append(lib.c.ot_const(arr))
+                continue
+            if isinstance(arr, SvView):     # a strided view of a larger base
+                saved, lib.be = lib.be, be
+                try:
+                    tv, _ = make_input(lib, np.random.default_rng(arr.seed), arr.arr,
+                                       SV_DT[arr.arr.dtype.type], arr.kind, owned)
+                except TrialError as e:
+                    return None, str(e)
+                finally:
+                    lib.be = saved
+                nodes.append(lib.c.ot_tensor_node(tv))
                 continue
             dt = {np.float32: F32, np.float64: F64, np.int32: I32}[arr.dtype.type]
             arr = np.ascontiguousarray(arr)
@@ -1794,10 +1818,16 @@ def sv_trials(lib, op, dt):
     if op.kind == OT_KIND_UNARY:
         out.append(('table', [v], None, None, ref, None))
         out.append(('table reversed', [v[::-1].copy()], None, None, ref, None))
+        for k, kind in enumerate(('step', 'step', 'col')):
+            out.append(('table as a %s view' % kind, [SvView(v, kind, k)], None, None, ref, None))
     elif op.kind == OT_KIND_BINARY:
         n = len(v)
         out.append(('all pairs, broadcast', [v[:, None], v[None, :]], None, None, ref, None))
         out.append(('all pairs, flat', [np.repeat(v, n), np.tile(v, n)], None, None, ref, None))
+        for k, kind in enumerate(('step', 'col')):
+            out.append(('all pairs, %s views' % kind, [SvView(np.repeat(v, n), kind, k),
+                                                       SvView(np.tile(v, n), 'step', k + 1)],
+                        None, None, ref, None))
         for c in (v if dt != I32 else ()):  # a constant operand: generated code embeds it
             out.append(('x op const %r' % c, [v, float(c)], None, None, ref, None))
             out.append(('const %r op x' % c, [float(c), v], None, None, ref, None))

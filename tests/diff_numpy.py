@@ -1824,6 +1824,12 @@ def sv_trials(lib, op, dt):
         n = len(v)
         out.append(('all pairs, broadcast', [v[:, None], v[None, :]], None, None, ref, None))
         out.append(('all pairs, flat', [np.repeat(v, n), np.tile(v, n)], None, None, ref, None))
+        if dt == F64:                   # f32 with f64 gives f64: the f32 side is widened
+            v32 = v.astype(np.float32)
+            out.append(('all pairs, f32 . f64', [np.repeat(v32, n), np.tile(v, n)], None, None,
+                        ref, None))
+            out.append(('all pairs, f64 . f32', [np.repeat(v, n), np.tile(v32, n)], None, None,
+                        ref, None))
         for k, kind in enumerate(('step', 'col')):
             out.append(('all pairs, %s views' % kind, [SvView(np.repeat(v, n), kind, k),
                                                        SvView(np.tile(v, n), 'step', k + 1)],

@@ -1427,30 +1427,40 @@ def run_rand_case(lib, dt, scen, rng):
 #
 # The ops come from the library (ot_op_name(i) for i = 0.. until NULL, with
 # ot_op_kind, ot_op_arity and ot_op_flags), not from OPS: every op must have
-# a case in OPS and, when it is elementwise, a reduction or a composite, an
-# entry in SV_REF below, or the run fails naming it. Each such op runs on a
-# table of special values (NaN, -NaN, +-inf, +-0.0, denormals, exp's edges
-# +-88.7 and +-88.8, +-709.8, +-1000 logits, +-1, huge values, pi), in f32
-# and f64, through the ref backend and the cpu backend under every ISA this
-# CPU runs with generated code off and on (OT_ISA, OT_JIT). Elementwise ops
-# see the table (and all its pairs, in both orders, as a broadcast grid and
-# as two flat vectors so that SIMD lanes and tails see every pair);
-# reductions and the row composites see rows (+-1000, +-inf, all -inf, NaN
-# in every position, denormals, ties) along the last axis, along axis 0 of
-# the transpose, and whole rows with axis=None.
+# a case in OPS and, when it is elementwise, a reduction, a product or a
+# composite, an entry in SV_REF below, or the run fails naming it. Each such
+# op runs on a table of special values (NaN, -NaN, +-inf, +-0.0, denormals,
+# exp's edges +-88.7 and +-88.8, +-709.8, exp2's edges, +-1000 logits, +-1,
+# huge values, pi; int32 extremes for the ops that take i32) in every dtype
+# it takes, through the ref backend and the cpu backend under every ISA this
+# CPU runs with generated code off and on (OT_ISA, OT_JIT), on every core
+# with and without fusion, and at OT_ULP35 (sv_configs). Elementwise ops see
+# the table contiguous, reversed and as strided views; binary ops see all its
+# pairs, in both orders, as a broadcast grid, as two flat vectors (so that
+# SIMD lanes and tails see every pair), as strided views, with one side an
+# ot_const, and f32 against f64. Reductions, products and the row composites
+# see rows (+-1000, +-inf, all -inf, NaN in every position, denormals, ties)
+# along the last axis, along axis 0 of the transpose, whole (axis=None), and
+# rows of SV_LONG elements that span several tiles and chunks.
 #
-# Comparison: the reference is NumPy in float64 on the same input values,
-# rounded once to the output dtype. The class must match exactly: NaN,
-# +inf, -inf or finite; the sign of a zero result where NumPy defines it
-# (elementwise ops, except where SV_NO_ZERO_SIGN names why not). Finite
-# values: ref backend 1 ulp (it rounds a double once); cpu backend, a
-# SLEEF-u10-like budget of 4 ulp in f32 and 2 ulp in f64; reductions and
-# composites built on sums, k * n * eps * sum|terms| on top (summation
-# order is the backend's). Results NumPy gives in the subnormal range get an
-# absolute slack of 4 subnormal ulps.
+# Comparison: the reference is NumPy in float64 (int64 for i32, wrapped
+# where int32 arithmetic wraps) on the same input values, rounded once to
+# the output dtype. The class must match exactly: NaN, +inf, -inf or
+# finite; the sign of a zero result where NumPy defines it (elementwise ops,
+# except where SV_NO_ZERO_SIGN says why not). Finite values: exact for the
+# ops in SV_EXACT; otherwise within 1 ulp (ref) or 4 ulp (cpu, SLEEF u10) in
+# f32, 2 ulp in f64 (NumPy itself is not correctly rounded), 2 more for
+# SV_FORMULA references and 6 at OT_ULP35; ulps in the subnormal range are
+# subnormal ulps. Sums, products and the composites built on them may also
+# differ by 4 * n * eps * sum|terms| (SV_TOL; summation order is the
+# backend's). A cpu backend computing f32 in f32 may also give NumPy's own
+# float32 result where intermediates overflow or underflow (squares of 1e30
+# or of denormals in var/std). SV_LANDMARKS checks the facts issue 13 names
+# against written-out values.
 #
 # Where optree's documented semantics differ from plain NumPy, the reference
-# follows the header and SV_EXCEPTIONS says why.
+# follows the header and SV_EXCEPTIONS says why (sv_check_table fails on an
+# entry that names no op).
 
 SV_NAN_NEG = -math.nan                  # a NaN with the sign bit set
 SV_BASE = [math.nan, SV_NAN_NEG, math.inf, -math.inf, 0.0, -0.0, 1.4e-45, -1.4e-45, 1e-40,
@@ -1537,9 +1547,6 @@ SV_WRAP = {'neg', 'abs', 'sqr', 'add', 'sub', 'mul', 'sum'}
 # Formulas of several NumPy calls, each rounded: the reference itself is off
 # by up to about 2 ulp in f64, which the f64 budget adds.
 SV_FORMULA = {'sig', 'sig2', 'tanh2', 'rsqrt', 'pow'}
-# Reductions and composites whose error grows with the row (sums).
-SV_SUMS = {'sum', 'mean', 'var', 'std', 'squared_l2', 'softmax', 'logsoftmax',
-           'cross_entropy'}
 
 
 def sv_configs():
@@ -1902,6 +1909,10 @@ def sv_check_table(lib, ops):
         if op.kind in SV_KINDS and op.name not in SV_REF:
             lines.append('FAIL %s special: op %d (kind %d) has no NumPy reference in SV_REF '
                          '(diff_numpy.py)' % (op.name, op.id, op.kind))
+    names = {op.name for op in ops}
+    for name in sorted(set(SV_EXCEPTIONS) - names):
+        lines.append('FAIL %s special: SV_EXCEPTIONS names an op the library does not have'
+                     % name)
     return lines
 
 

@@ -1870,6 +1870,11 @@ def sv_trials(lib, op, dt):
         f, t = mk(0)
         out.append(('rows transposed, axis=0', [np.ascontiguousarray(x.T)], mkargs(axis=0),
                     None, f, t))
+        # the middle axis of (2, n, rows): a reduced dim between two kept ones
+        x3 = np.ascontiguousarray(np.stack([x.T, x.T[:, ::-1]]))
+        f, t = mk(1)
+        out.append(('rows in the middle axis of (2, n, rows), axis=1', [x3], mkargs(axis=1),
+                    None, f, t))
         f, t = mk(None)
         out.append(('rows, axis=None', [x], mkargs(), None, f, t))
         for label, r in sv_long_rows(dt):

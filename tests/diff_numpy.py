@@ -1724,11 +1724,14 @@ def sv_eval(lib, be, op, arrays, args=None, inner=None):
                 return None, 'ot_array failed: %s' % lib.errmsg()
             owned.append(t)
             nodes.append(lib.c.ot_tensor_node(t))
-        a = nodes[0]
-        if inner:
-            a = lib.c.ot_build_at(lib.op(inner[0]), a, None, C.byref(inner[1]), None, 0)
-        b = nodes[1] if len(nodes) > 1 else None
-        node = lib.c.ot_build_at(op.id, a, b, C.byref(args or mkargs()), None, 0)
+        if callable(op):                # a tree of several ops: op(nodes)
+            node = op(nodes)
+        else:
+            a = nodes[0]
+            if inner:
+                a = lib.c.ot_build_at(lib.op(inner[0]), a, None, C.byref(inner[1]), None, 0)
+            b = nodes[1] if len(nodes) > 1 else None
+            node = lib.c.ot_build_at(op.id, a, b, C.byref(args or mkargs()), None, 0)
         if not node:
             return None, 'build failed: %s' % lib.errmsg()
         shape = shape_tuple(lib.c.ot_node_shape(node))
@@ -1977,6 +1980,42 @@ def sv_landmarks(lib, be, ops):
     return fails
 
 
+def sv_fma(lib, be, dt, is_ref):
+    """Failure texts of a*b + c and c - a*b over every triple of special
+    values. The cpu backend fuses mul+add into one fma (README: 'mul+add
+    becomes fma'), which rounds a*b once with c: 1e30f * 1e30f + -inf is -inf
+    fused and NaN unfused, as NumPy computes it. Either is accepted, and
+    nothing else: the unfused value is NumPy's in the dtype, the fused one
+    NumPy's in a wider type (float64 for f32, long double for f64)."""
+    npd = NP_DT[dt]
+    v = np.array(SV_VALUES[dt], dtype=npd)
+    a, b, c = (g.reshape(-1).copy() for g in np.meshgrid(v, v, v, indexing='ij'))
+    wide = np.float64 if dt == F32 else np.longdouble
+    mul, add, sub = lib.op('mul'), lib.op('add'), lib.op('sub')
+    fails = []
+    for name, op, plain, fused in [
+            ('a*b + c', add, a * b + c, a.astype(wide) * b + c),
+            ('c - a*b', sub, c - a * b, c - a.astype(wide) * b)]:
+        def tree(n, op=op):
+            m = lib.c.ot_build_at(mul, n[0], n[1], None, None, 0)
+            x, y = (m, n[2]) if op == add else (n[2], m)
+            return lib.c.ot_build_at(op, x, y, None, None, 0)
+        got, err = sv_eval(lib, be, tree, [a, b, c])
+        if err:
+            fails.append('%s: %s' % (name, err))
+            continue
+        ulps = 1 if is_ref else 2
+        bad = sv_bad(got, plain.astype(np.float64), dt, ulps) & \
+            sv_bad(got, fused.astype(npd).astype(np.float64), dt, ulps)
+        if bad.any():
+            ix = np.argwhere(bad)[:3].ravel()
+            fails.append('%s: %d of %d wrong, %s' % (name, int(bad.sum()), bad.size, '; '.join(
+                'a, b, c = %r, %r, %r: got %r, expected %r or %r' % (
+                    float(a[i]), float(b[i]), float(c[i]), got[i].item(), float(plain[i]),
+                    float(fused[i].astype(npd))) for i in ix)))
+    return fails
+
+
 def sv_run(lib, ops, only, max_fails, verbose):
     """Runs the special-value cases; returns (passed, failed)."""
     passed = failed = 0
@@ -2001,6 +2040,14 @@ def sv_run(lib, ops, only, max_fails, verbose):
                     print('FAIL landmarks@%s: %s' % (label, ' | '.join(fails)))
                 else:
                     passed += 1
+                for dt in FD:
+                    fails = sv_fma(lib, be, dt, is_ref)
+                    if fails:
+                        failed += 1
+                        print('FAIL fma %s special@%s: %s' % (DT_NAME[dt], label,
+                                                            ' | '.join(fails)))
+                    else:
+                        passed += 1
             for op in todo:
                 for dt in dtypes[op.name]:
                     fails = []

@@ -2016,6 +2016,42 @@ def sv_fma(lib, be, dt, is_ref):
     return fails
 
 
+def sv_sigmoid_tree(lib, be, dt, is_ref):
+    """Failure texts of 1 / (1 + exp(-x)) written out as a tree, in both
+    orders of the add. The cpu backend folds it into its sigmoid (README:
+    '1/(1+exp(-x)) becomes one sigmoid pass'), which has no exp overflow:
+    for x = -88.8 in f32 it gives 2.7e-39 where NumPy's float32 formula gives
+    1 / inf = 0. Either is accepted (and the ref backend's double formula)."""
+    npd = NP_DT[dt]
+    x = np.array(SV_VALUES[dt], dtype=npd)
+    x64 = x.astype(np.float64)
+    want = [1.0 / (1.0 + np.exp(-x)), 1.0 / (1.0 + np.exp(-x64)), sv_sig(x64, np.exp)]
+    ids = {n: lib.op(n) for n in ('div', 'add', 'exp', 'neg')}
+    ulps = 4 if dt == F64 or not is_ref else 1       # f64: a formula (SV_FORMULA)
+    fails = []
+    for swap in (False, True):
+        def tree(n, swap=swap):
+            e = lib.c.ot_build_at(ids['exp'], lib.c.ot_build_at(ids['neg'], n[0], None, None,
+                                                                None, 0), None, None, None, 0)
+            one = lib.c.ot_const(1.0)
+            s = lib.c.ot_build_at(ids['add'], *((e, one) if swap else (one, e)), None, None, 0)
+            return lib.c.ot_build_at(ids['div'], lib.c.ot_const(1.0), s, None, None, 0)
+        got, err = sv_eval(lib, be, tree, [x])
+        name = '1 / (%s)' % ('exp(-x) + 1' if swap else '1 + exp(-x)')
+        if err:
+            fails.append('%s: %s' % (name, err))
+            continue
+        bad = np.ones(x.shape, dtype=bool)
+        for w in want:
+            bad &= sv_bad(got, np.asarray(w, dtype=np.float64), dt, ulps)
+        if bad.any():
+            fails.append('%s: %s' % (name, '; '.join(
+                'x = %r: got %r, expected one of %s' % (float(x[i]), got[i].item(), [
+                    float(np.asarray(w[i], dtype=npd)) for w in want])
+                for i in np.argwhere(bad)[:3].ravel())))
+    return fails
+
+
 def sv_run(lib, ops, only, max_fails, verbose):
     """Runs the special-value cases; returns (passed, failed)."""
     passed = failed = 0
@@ -2041,13 +2077,14 @@ def sv_run(lib, ops, only, max_fails, verbose):
                 else:
                     passed += 1
                 for dt in FD:
-                    fails = sv_fma(lib, be, dt, is_ref)
-                    if fails:
-                        failed += 1
-                        print('FAIL fma %s special@%s: %s' % (DT_NAME[dt], label,
-                                                            ' | '.join(fails)))
-                    else:
-                        passed += 1
+                    for what, fn in (('fma', sv_fma), ('sigmoid tree', sv_sigmoid_tree)):
+                        fails = fn(lib, be, dt, is_ref)
+                        if fails:
+                            failed += 1
+                            print('FAIL %s %s special@%s: %s' % (what, DT_NAME[dt], label,
+                                                               ' | '.join(fails)))
+                        else:
+                            passed += 1
             for op in todo:
                 for dt in dtypes[op.name]:
                     fails = []

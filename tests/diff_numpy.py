@@ -1591,13 +1591,19 @@ def sv_backend(lib, name, env, threads=1, accuracy=0):
 
 def sv_ulps(a, b, dt):
     """Distance in units in the last place between arrays of dtype dt (+-0
-    are 0 apart, the largest finite value and inf 1); exact integers."""
+    are 0 apart, the largest finite value and inf 1), as float64: exact
+    below 2^53, and only ever compared with small budgets."""
     it, mask = (np.int32, 0x7fffffff) if dt == F32 else (np.int64, 0x7fffffffffffffff)
 
     def ordered(x):
-        i = np.array(x, dtype=NP_DT[dt], order='C').reshape(-1).view(it).astype(object)
+        i = np.array(x, dtype=NP_DT[dt], order='C').view(it).astype(np.int64)
         return np.where(i < 0, -(i & mask), i)
-    return np.abs(ordered(a) - ordered(b)).astype(np.float64).reshape(np.shape(a))
+    oa, ob = ordered(a), ordered(b)
+    same = (oa < 0) == (ob < 0)                 # no overflow in oa - ob
+    with np.errstate(over='ignore'):
+        near = np.abs(np.where(same, oa - ob, 0)).astype(np.float64)
+    far = np.abs(oa).astype(np.float64) + np.abs(ob).astype(np.float64)
+    return np.where(same, near, far)
 
 
 def sv_rows(dt):

@@ -40,8 +40,8 @@
 static double ref_finite(double x) { return isfinite(x) ? 1.0 : 0.0; }
 static double ref_neg(double x) { return -x; }
 static double ref_abs(double x) { return fabs(x); }
-/* Zeros keep their sign and NaN stays NaN, as np.sign does. */
-static double ref_sgn(double x) { return x > 0 ? 1.0 : x < 0 ? -1.0 : x; }
+/* As np.sign: NaN stays NaN and both zeros give +0 (x + 0.0 is +0 for -0). */
+static double ref_sgn(double x) { return x > 0 ? 1.0 : x < 0 ? -1.0 : x + 0.0; }
 static double ref_sqrt(double x) { return sqrt(x); }
 static double ref_sqr(double x) { return x * x; }
 static double ref_exp(double x) { return exp(x); }
@@ -50,8 +50,19 @@ static double ref_log(double x) { return log(x); }
 static double ref_log2(double x) { return log2(x); }
 /* fmax would turn a NaN into exp(-50); NaN must stay NaN. */
 static double ref_safelog(double x) { return isnan(x) ? x : log(fmax(x, exp(-50.0))); }
-static double ref_sig(double x) { return 1.0 / (1.0 + exp(-x)); }
-static double ref_sig2(double x) { return 1.0 / (1.0 + exp2(-x)); }
+/* 1 / (1 + exp(-x)) as (x < 0 ? e : 1) / (1 + e), e = exp(-|x|), as the
+ * kernels do: exp(-x) overflows for x < -709.78, and 1 / inf = 0 would lose
+ * sig(-709.8) = 5.5e-309 (and sig2's like values), which f64 holds. */
+static double ref_sig(double x)
+{
+    double e = exp(-fabs(x));
+    return (x < 0 ? e : 1.0) / (1.0 + e);
+}
+static double ref_sig2(double x)
+{
+    double e = exp2(-fabs(x));
+    return (x < 0 ? e : 1.0) / (1.0 + e);
+}
 static double ref_tanh(double x) { return tanh(x); }
 /* Equal to (exp2(2x) - 1) / (exp2(2x) + 1), without inf / inf for large x. */
 static double ref_tanh2(double x) { return tanh(x * REF_LN2); }

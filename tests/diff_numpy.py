@@ -1,7 +1,19 @@
 #!/usr/bin/python3
-"""diff_numpy.py - differential tests of optree's ref backend against NumPy.
+"""diff_numpy.py - differential tests of optree's backends against NumPy.
 
     /usr/bin/python3 tests/diff_numpy.py build/liboptree.so [--seed N] [--only OPS] [-v]
+
+Two phases. The first (most of this file) runs random, view, empty and
+special-value trees on the ref backend, as described below. The second,
+"special values through every backend" (the SV_ section near the end),
+takes the op list from the library itself (ot_op_name/kind/arity/flags), so
+that an op without a NumPy reference fails the run by name, and runs a
+table of special values (NaN, -NaN, +-inf, +-0, denormals, exp's and exp2's
+edges, +-1000 logits, huge values, int32 extremes) through ref and the cpu
+backend under every ISA the CPU has, OT_JIT=0 and 1, threads, OT_FUSION=0
+and OT_ULP35, with classes compared exactly and values in ulp budgets; its
+cases are named "op dtype special@backend", and "landmarks@backend" checks
+the facts issue 13 names against literal values.
 
 Loads the shared library with ctypes, builds one op tree per trial through the
 binding entry point ot_build_at, assigns it into an output tensor on the
@@ -66,6 +78,7 @@ is compared with np.matmul (explicit IEEE products where a value is not finite).
 import argparse
 import ctypes as C
 import math
+import os
 import sys
 import traceback
 import warnings
@@ -85,6 +98,7 @@ AXIS_ALL = -1000
 OT_NONE = -(2 ** 63)
 INDEX_ALL, INDEX_RANGE, INDEX_ONE = 0, 1, 2
 OT_EEMPTY = -10
+OT_EUNSUPPORTED = -7
 
 
 class OtShape(C.Structure):
@@ -133,6 +147,10 @@ def load(path):
         'ot_errmsg': (C.c_char_p, []),
         'ot_clear_error': (None, []),
         'ot_op_lookup': (I, [C.c_char_p]),
+        'ot_op_name': (C.c_char_p, [I]),
+        'ot_op_kind': (I, [I]),
+        'ot_op_arity': (I, [I]),
+        'ot_op_flags': (C.c_uint, [I]),
     }
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name)
@@ -1404,6 +1422,758 @@ def run_rand_case(lib, dt, scen, rng):
 
 
 # --------------------------------------------------------------------------
+# Special values through every backend, driven by the op table
+# --------------------------------------------------------------------------
+#
+# The ops come from the library (ot_op_name(i) for i = 0.. until NULL, with
+# ot_op_kind, ot_op_arity and ot_op_flags), not from OPS: every op must have
+# a case in OPS and, when it is elementwise, a reduction, a product or a
+# composite, an entry in SV_REF below, or the run fails naming it. Each such
+# op runs on a table of special values (NaN, -NaN, +-inf, +-0.0, denormals,
+# exp's edges +-88.7 and +-88.8, +-709.8, exp2's edges, +-1000 logits, +-1,
+# huge values, pi; int32 extremes for the ops that take i32) in every dtype
+# it takes, through the ref backend and the cpu backend under every ISA this
+# CPU runs with generated code off and on (OT_ISA, OT_JIT), on every core
+# with and without fusion, and at OT_ULP35 (sv_configs). Elementwise ops see
+# the table contiguous, reversed and as strided views; binary ops see all its
+# pairs, in both orders, as a broadcast grid, as two flat vectors (so that
+# SIMD lanes and tails see every pair), as strided views, with one side an
+# ot_const, and f32 against f64. Reductions, products and the row composites
+# see rows (+-1000, +-inf, all -inf, NaN in every position, denormals, ties)
+# along the last axis, along axis 0 of the transpose, whole (axis=None), and
+# rows of SV_LONG elements that span several tiles and chunks.
+#
+# Comparison: the reference is NumPy in float64 (int64 for i32, wrapped
+# where int32 arithmetic wraps) on the same input values, rounded once to
+# the output dtype. The class must match exactly: NaN, +inf, -inf or
+# finite; the sign of a zero result where NumPy defines it (elementwise ops,
+# except where SV_NO_ZERO_SIGN says why not). Finite values: exact for the
+# ops in SV_EXACT; otherwise within 1 ulp (ref) or 4 ulp (cpu, SLEEF u10) in
+# f32, 2 ulp in f64 (NumPy itself is not correctly rounded), 2 more for
+# SV_FORMULA references and 6 at OT_ULP35; ulps in the subnormal range are
+# subnormal ulps. Sums, products and the composites built on them may also
+# differ by 4 * n * eps * sum|terms| (SV_TOL; summation order is the
+# backend's). A cpu backend computing f32 in f32 may also give NumPy's own
+# float32 result where intermediates overflow or underflow (squares of 1e30
+# or of denormals in var/std). SV_LANDMARKS checks the facts issue 13 names
+# against written-out values.
+#
+# Where optree's documented semantics differ from plain NumPy, the reference
+# follows the header and SV_EXCEPTIONS says why (sv_check_table fails on an
+# entry that names no op).
+
+SV_NAN_NEG = -math.nan                  # a NaN with the sign bit set
+SV_BASE = [math.nan, SV_NAN_NEG, math.inf, -math.inf, 0.0, -0.0, 1.4e-45, -1.4e-45, 1e-40,
+           -1e-40, 88.7, -88.7, 88.8, -88.8, 709.8, -709.8, 1000.0, -1000.0, 1.0, -1.0,
+           1e30, -1e30, math.pi, 0.5, 2.0, -3.0, 128.5, -149.5]       # (exp2's f32 edges)
+SV_VALUES = {F32: SV_BASE,
+             F64: SV_BASE + [5e-324, -5e-324, 1e-310, -1e-310, 1e300, -1e300, 1024.5, -1074.5],
+             I32: SPECIALS[I32] + [46341, -46341, 3]}     # 46341**2 wraps
+SV_COLS = 19                            # a 16-lane vector and a tail of 3
+
+SV_EXCEPTIONS = {
+    'safelog': 'log(maximum(x, exp(-50))): the header floors the argument at exp(-50), '
+               'so safelog(0) = safelog(-1) = -50 where np.log gives -inf / NaN',
+    'sig': 'NumPy has no sigmoid; the header defines 1 / (1 + exp(-x)), computed '
+           'without overflow (sig(-1000) = 0, sig(-709.8) = 5.5e-309 in f64)',
+    'sig2': 'NumPy has no sig2; the header defines 1 / (1 + exp2(-x)), as sig',
+    'tanh2': 'NumPy has no tanh2; the header defines (exp2(2x)-1)/(exp2(2x)+1) = tanh(x ln 2)',
+    'rsqrt': 'NumPy has no rsqrt; 1 / sqrt(x)',
+    'recip': 'NumPy has no recip; 1 / x',
+    'relu': 'NumPy has no relu; the header defines maximum(x, 0) (NaN stays NaN)',
+    'cross_entropy': '-sum(t * safelog(p)); of a softmax(x), log p is logsoftmax(x) floored '
+                     'at -FLT_MAX (header), so a -inf logit with target 0 adds 0, not NaN',
+}
+# Ops whose zero results may have either sign: NumPy itself does not define
+# it (np.maximum(-0.0, 0.0) is 0.0 and np.maximum(0.0, -0.0) is -0.0 in its
+# SIMD loops), so optree need not match it.
+SV_NO_ZERO_SIGN = {'minimum', 'maximum', 'relu', 'clip'}
+
+FLT_MAX_F = float(np.finfo(np.float32).max)
+
+
+def sv_sig(x, ex):
+    """1 / (1 + ex(-x)), written so that ex never overflows: the plain form
+    gives 1 / inf = 0 for sig(-709.8) in double, whose value is 5.5e-309."""
+    e = ex(-np.abs(x))
+    return np.where(x < 0, e, 1.0) / (1.0 + e)
+
+
+def sv_xent_sm(x, t, axis):
+    ls = ref_softmax(x, axis, True)[0]
+    return -np.sum(t * np.maximum(ls, -FLT_MAX_F), axis=axis)
+
+
+# name -> NumPy reference in float64. Elementwise: f(x) or f(a, b);
+# reductions and row composites: f(x, axis).
+SV_REF = {
+    'finite': lambda x: np.isfinite(x) * 1.0,
+    'neg': np.negative, 'abs': np.abs, 'sgn': np.sign, 'sqrt': np.sqrt,
+    'sqr': lambda x: x * x, 'exp': np.exp, 'exp2': np.exp2, 'log': np.log, 'log2': np.log2,
+    'safelog': safelog,
+    'sig': lambda x: sv_sig(x, np.exp),
+    'sig2': lambda x: sv_sig(x, np.exp2),
+    'tanh': np.tanh, 'tanh2': lambda x: np.tanh(x * LN2), 'rint': np.rint,
+    'rsqrt': lambda x: 1.0 / np.sqrt(x), 'recip': lambda x: 1.0 / x,
+    'relu': lambda x: np.maximum(x, 0.0), 'sin': np.sin, 'cos': np.cos,
+    'add': np.add, 'sub': np.subtract, 'mul': np.multiply, 'div': np.divide,
+    'pow': np.power,
+    'eq': lambda a, b: (a == b) * 1.0, 'ne': lambda a, b: (a != b) * 1.0,
+    'lt': lambda a, b: (a < b) * 1.0, 'le': lambda a, b: (a <= b) * 1.0,
+    'gt': lambda a, b: (a > b) * 1.0, 'ge': lambda a, b: (a >= b) * 1.0,
+    'minimum': np.minimum, 'maximum': np.maximum,
+    'sum': lambda x, ax: np.sum(x, axis=ax),
+    'max': lambda x, ax: np.max(x, axis=ax),
+    'min': lambda x, ax: np.min(x, axis=ax),
+    'mean': lambda x, ax: np.mean(x, axis=ax),
+    'argmax': lambda x, ax: np.argmax(x, axis=ax) * 1.0,
+    'argmin': lambda x, ax: np.argmin(x, axis=ax) * 1.0,
+    'var': lambda x, ax: np.var(x, axis=ax),
+    'std': lambda x, ax: np.std(x, axis=ax),
+    'squared_l2': lambda x, ax: np.sum(x * x, axis=ax),
+    'softmax': lambda x, ax: ref_softmax(x, ax, False)[0],
+    'logsoftmax': lambda x, ax: ref_softmax(x, ax, True)[0],
+    'clip': lambda x, lo, hi: np.minimum(np.maximum(x, lo), hi),
+    'cross_entropy': lambda p, t, ax: -np.sum(t * safelog(p), axis=ax),
+    'dot': lambda a, b: ref_dot(a, b)[0],
+    'batched_dot': lambda a, b: ref_batched_dot(a, b)[0],
+}
+# Elementwise ops computed exactly (no rounding budget).
+SV_EXACT = {'finite', 'neg', 'abs', 'sgn', 'sqr', 'rint', 'relu', 'add', 'sub', 'mul', 'div',
+            'eq', 'ne', 'lt', 'le', 'gt', 'ge', 'minimum', 'maximum', 'max', 'min', 'argmax',
+            'argmin', 'clip', 'sqrt'}
+# int32 arithmetic that wraps modulo 2^32 (computed exactly in int64).
+SV_WRAP = {'neg', 'abs', 'sqr', 'add', 'sub', 'mul', 'sum'}
+# Formulas of several NumPy calls, each rounded: the reference itself is off
+# by up to about 2 ulp in f64, which the f64 budget adds.
+SV_FORMULA = {'sig', 'sig2', 'tanh2', 'rsqrt', 'pow'}
+
+
+def sv_configs():
+    """(label, backend name, environment, threads, accuracy) for ref, each
+    cpu ISA x JIT on one thread, and the default cpu backend on every core,
+    with and without fusion (OT_FUSION=0 materialises every node of a
+    composite), and at OT_ULP35."""
+    out = [('ref', b'ref', {}, 1, 0)]
+    for isa in ('scalar', 'sse2', 'avx2', 'avx512'):
+        for jit in ('0', '1'):
+            out.append(('cpu/%s/jit%s' % (isa, jit), b'cpu', {'OT_ISA': isa, 'OT_JIT': jit}, 1,
+                        0))
+    out.append(('cpu/threads', b'cpu', {}, 0, 0))
+    out.append(('cpu/threads/fusion0', b'cpu', {'OT_FUSION': '0'}, 0, 0))
+    out.append(('cpu/ulp35', b'cpu', {}, 1, 1))
+    return out
+
+
+def sv_backend(lib, name, env, threads=1, accuracy=0):
+    """A backend made under env (OT_BACKEND cleared); None when the CPU lacks
+    the ISA; raises on any other failure."""
+    saved = {k: os.environ.get(k) for k in list(env) + ['OT_BACKEND']}
+    os.environ.pop('OT_BACKEND', None)
+    os.environ.update(env)
+    try:
+        opts = OtBackendOpts()
+        opts.threads = threads
+        opts.accuracy = accuracy
+        be = lib.c.ot_backend_new(name, C.cast(C.pointer(opts), C.c_void_p))
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    if not be and lib.c.ot_errcode() == OT_EUNSUPPORTED:
+        return None
+    if not be:
+        raise SystemExit('ot_backend_new(%s, %s) failed: %s' % (name, env, lib.errmsg()))
+    return be
+
+
+def sv_ulps(a, b, dt):
+    """Distance in units in the last place between arrays of dtype dt (+-0
+    are 0 apart, the largest finite value and inf 1), as float64: exact
+    below 2^53, and only ever compared with small budgets."""
+    it, mask = (np.int32, 0x7fffffff) if dt == F32 else (np.int64, 0x7fffffffffffffff)
+
+    def ordered(x):
+        i = np.array(x, dtype=NP_DT[dt], order='C').view(it).astype(np.int64)
+        return np.where(i < 0, -(i & mask), i)
+    oa, ob = ordered(a), ordered(b)
+    same = (oa < 0) == (ob < 0)                 # no overflow in oa - ob
+    with np.errstate(over='ignore'):
+        near = np.abs(np.where(same, oa - ob, 0)).astype(np.float64)
+    far = np.abs(oa).astype(np.float64) + np.abs(ob).astype(np.float64)
+    return np.where(same, near, far)
+
+
+def sv_rows(dt):
+    """(label, row) pairs of SV_COLS values for reductions and row composites."""
+    n = SV_COLS
+    if dt == I32:
+        iv = SV_VALUES[I32]
+        lo, hi = -2147483648, 2147483647
+        return [('ints', [iv[i % len(iv)] for i in range(n)]),
+                ('ints+4', [iv[(i + 4) % len(iv)] for i in range(n)]),
+                ('ties', [(1, 3, 3, 2, 0, hi, lo, hi, lo)[i % 9] for i in range(n)]),
+                ('all min', [lo] * n), ('all max', [hi] * n),
+                ('max last', [lo] * (n - 1) + [hi]), ('min last', [hi] * (n - 1) + [lo])]
+    vals = SV_VALUES[dt]
+    fin = [v for v in vals if math.isfinite(v)]
+    logit = [1000.0, -1000.0, 88.7, -88.8, 1.0, -1.0, 0.5, math.pi, -0.0, 0.0, 2.0, -3.0]
+    denorm = [v for v in fin if v != 0 and abs(v) < 1e-37]
+
+    def cyc(src, k=0):
+        return [src[(i + k) % len(src)] for i in range(n)]
+
+    def put(row, pos, v):
+        row = list(row)
+        row[pos] = v
+        return row
+    base = cyc(logit)
+    rows = [('finite', cyc(fin)), ('logits', base), ('logits+3', cyc(logit, 3)),
+            ('+1000', [1000.0] * n), ('-1000', [-1000.0] * n),
+            ('+-1000', [1000.0 * (-1) ** i for i in range(n)]),
+            ('all -inf', [-math.inf] * n), ('all +inf', [math.inf] * n),
+            ('+inf,-inf', put(put(base, 2, math.inf), n - 2, -math.inf)),
+            ('all nan', [math.nan] * n), ('nan,+inf', put(put(base, 5, math.inf), 9, math.nan)),
+            ('-nan,nan', put(put(base, 3, SV_NAN_NEG), 7, math.nan)),
+            ('denormals', cyc(denorm)), ('-0.0', [-0.0] * n),
+            ('+-0', [(-0.0, 0.0)[i % 2] for i in range(n)]),
+            ('ties', cyc([1.0, 3.0, 3.0, 2.0, -0.0, 0.0])),
+            ('-inf ties', [-math.inf] * (n - 1) + [-1e30])]
+    for j in (0, n // 2, n - 1):
+        rows.append(('+inf at %d' % j, put(base, j, math.inf)))
+        rows.append(('-inf at %d' % j, put(base, j, -math.inf)))
+        rows.append(('-nan at %d' % j, put(base, j, SV_NAN_NEG)))
+    for j in range(n):
+        rows.append(('nan at %d' % j, put(base, j, math.nan)))
+    return rows
+
+
+SV_LONG = 70001       # > 16 tiles of 4096: several chunks of partial results
+
+
+def sv_long_rows(dt):
+    """Rows long enough that the cpu backend reduces them in several tiles
+    and chunks, combined afterwards: a NaN in a late chunk must still win
+    (the first one for argmax/argmin), and so must a late +inf."""
+    rng = np.random.default_rng(7)
+    npd = NP_DT[dt]
+    if dt == I32:
+        r = rng.integers(-100000, 100000, SV_LONG).astype(npd)
+        r[40000], r[SV_LONG - 1] = 2147483647, -2147483648
+        return [('ints, extremes late', r)]
+    base = rng.choice(np.array([1000.0, -1000.0, 88.7, -88.8, 1.0, -0.0, 0.5], dtype=npd), SV_LONG)
+    nan = base.copy()
+    nan[40000], nan[SV_LONG - 3], nan[SV_LONG - 1] = math.nan, SV_NAN_NEG, math.nan
+    inf = np.full(SV_LONG, -math.inf, dtype=npd)
+    inf[SV_LONG - 1] = math.inf
+    return [('logits', base), ('NaN late', nan), ('-inf, +inf last', inf)]
+
+
+SV_DT = {np.float32: F32, np.float64: F64, np.int32: I32}
+
+
+class SvView:
+    """An operand laid out as a View of kind ('step', 'col') with seed."""
+
+    def __init__(self, arr, kind, seed):
+        self.arr, self.kind, self.seed = arr, kind, seed
+
+    def astype(self, t):
+        return self.arr.astype(t)
+
+
+class SvOp:
+    """An op of the library's table: id, name, kind, arity, flags."""
+
+    def __init__(self, lib, i):
+        self.id = i
+        self.name = lib.c.ot_op_name(i).decode()
+        self.kind, self.arity = lib.c.ot_op_kind(i), lib.c.ot_op_arity(i)
+        self.flags = lib.c.ot_op_flags(i)
+
+
+def sv_ops(lib):
+    ops, i = [], 0
+    while lib.c.ot_op_name(i) is not None:
+        ops.append(SvOp(lib, i))
+        i += 1
+    return ops
+
+
+def sv_eval(lib, be, op, arrays, args=None, inner=None):
+    """op(arrays...) on backend be ((inner_op, args) is applied to operand 0
+    first); returns (values, None) or (None, failure text)."""
+    owned = []
+    try:
+        nodes = []
+        for arr in arrays:
+            if isinstance(arr, float):      # a weak constant
+                nodes.append(lib.c.ot_const(arr))
+                continue
+            if isinstance(arr, SvView):     # a strided view of a larger base
+                saved, lib.be = lib.be, be
+                try:
+                    tv, _ = make_input(lib, np.random.default_rng(arr.seed), arr.arr,
+                                       SV_DT[arr.arr.dtype.type], arr.kind, owned)
+                except TrialError as e:
+                    return None, str(e)
+                finally:
+                    lib.be = saved
+                nodes.append(lib.c.ot_tensor_node(tv))
+                continue
+            dt = {np.float32: F32, np.float64: F64, np.int32: I32}[arr.dtype.type]
+            arr = np.ascontiguousarray(arr)
+            t = lib.c.ot_array(be, mkshape(arr.shape), dt, arr.ctypes.data)
+            if not t:
+                return None, 'ot_array failed: %s' % lib.errmsg()
+            owned.append(t)
+            nodes.append(lib.c.ot_tensor_node(t))
+        if callable(op):                # a tree of several ops: op(nodes)
+            node = op(nodes)
+        else:
+            a = nodes[0]
+            if inner:
+                a = lib.c.ot_build_at(lib.op(inner[0]), a, None, C.byref(inner[1]), None, 0)
+            b = nodes[1] if len(nodes) > 1 else None
+            node = lib.c.ot_build_at(op.id, a, b, C.byref(args or mkargs()), None, 0)
+        if not node:
+            return None, 'build failed: %s' % lib.errmsg()
+        shape = shape_tuple(lib.c.ot_node_shape(node))
+        dt = lib.c.ot_node_dtype(node)
+        out = lib.c.ot_empty(be, mkshape(shape), dt)
+        if not out:
+            return None, 'ot_empty failed: %s' % lib.errmsg()
+        owned.append(out)
+        rc = lib.c.ot_assign_node(out, node)
+        if rc:
+            return None, 'assign failed: %d %s' % (rc, lib.errmsg())
+        host = np.zeros(shape, dtype=NP_DT[dt])
+        rc = lib.c.ot_get(out, host.ctypes.data)
+        if rc:
+            return None, 'ot_get failed: %d' % rc
+        return host, None
+    finally:
+        for p in reversed(owned):
+            lib.c.ot_tensor_free(p)
+
+
+def sv_bad(got, ref, dt, ulps, scale=None, tol=0.0, zero_sign=True):
+    """Mask of elements of got (dtype dt) that do not match the float64
+    reference: class (NaN, +-inf, finite, the sign of zero when zero_sign),
+    then within ulps of the once-rounded reference, or within tol * scale."""
+    ref = np.asarray(ref, dtype=np.float64)
+    if dt == I32:
+        return got != ref
+    e = ref.astype(NP_DT[dt])
+    g = got.astype(NP_DT[dt])
+    bad = np.isnan(e) != np.isnan(g)
+    both = ~np.isnan(e) & ~np.isnan(g)
+    inf = both & (np.isinf(e) | np.isinf(g))
+    bad |= inf & (e != g)
+    fin = both & ~inf
+    if zero_sign:
+        zero = fin & (e == 0) & (g == 0)
+        bad |= zero & (np.signbit(e) != np.signbit(g))
+    if ulps is None:
+        return bad | (fin & (e != g))
+    far = sv_ulps(np.where(fin, g, 0), np.where(fin, e, 0), dt) > ulps
+    if scale is not None:
+        with np.errstate(all='ignore'):
+            far &= ~(np.abs(g.astype(np.float64) - ref) <= tol * np.abs(scale))
+    return bad | (fin & far)
+
+
+def sv_softmax_tol(x, ax, en):
+    m = np.max(x, axis=ax, keepdims=True)
+    s = x - m
+    r = np.exp(s) / np.sum(np.exp(s), axis=ax, keepdims=True)
+    return en * finite_abs(r) * (1.0 + finite_abs(s))
+
+
+def sv_logsoftmax_tol(x, ax, en):
+    m = np.max(x, axis=ax, keepdims=True)
+    s = x - m
+    lse = np.log(np.sum(np.exp(s), axis=ax, keepdims=True))
+    return en * (finite_abs(s) + finite_abs(lse) + 1.0)
+
+
+def sv_var_scale(x, ax):
+    mu = np.mean(finite_abs(x), axis=ax, keepdims=True)
+    return np.mean((finite_abs(x) + mu) ** 2, axis=ax)
+
+
+# Allowed absolute error of the reductions and composites built on sums, for
+# en = 4 * n * eps (n terms, eps of the dtype the backend computes in).
+SV_TOL = {
+    'sum': lambda x, ax, en: en * np.sum(finite_abs(x), axis=ax),
+    'mean': lambda x, ax, en: en * np.mean(finite_abs(x), axis=ax),
+    'squared_l2': lambda x, ax, en: en * np.sum(finite_abs(x) ** 2, axis=ax),
+    'var': lambda x, ax, en: en * sv_var_scale(x, ax),
+    'std': lambda x, ax, en: np.sqrt(en * sv_var_scale(x, ax)),
+    'softmax': sv_softmax_tol,
+    'logsoftmax': sv_logsoftmax_tol,
+    'cross_entropy': lambda p, t, ax, en: en * np.sum(finite_abs(t * safelog(p)), axis=ax),
+    'dot': lambda a, b, en: en * ref_dot(a, b)[1],
+    'batched_dot': lambda a, b, en: en * ref_batched_dot(a, b)[1],
+}
+
+
+def sv_xent_sm_tol(x, t, ax, en):
+    return np.sum(finite_abs(t) * sv_logsoftmax_tol(x, ax, en), axis=ax)
+
+
+def sv_trials(lib, op, dt):
+    """(description, arrays, args, inner, reference, tolerance) for op in dt;
+    reference and tolerance take the float64 arrays (tolerance also en)."""
+    npd = NP_DT[dt]
+    v = np.array(SV_VALUES[dt], dtype=npd)
+    ref, tol = SV_REF[op.name], SV_TOL.get(op.name)
+    out = []
+    if op.kind == OT_KIND_UNARY:
+        out.append(('table', [v], None, None, ref, None))
+        out.append(('table reversed', [v[::-1].copy()], None, None, ref, None))
+        for k, kind in enumerate(('step', 'step', 'col')):
+            out.append(('table as a %s view' % kind, [SvView(v, kind, k)], None, None, ref, None))
+    elif op.kind == OT_KIND_BINARY:
+        n = len(v)
+        out.append(('all pairs, broadcast', [v[:, None], v[None, :]], None, None, ref, None))
+        out.append(('all pairs, flat', [np.repeat(v, n), np.tile(v, n)], None, None, ref, None))
+        if dt == F64:                   # f32 with f64 gives f64: the f32 side is widened
+            v32 = v.astype(np.float32)
+            out.append(('all pairs, f32 . f64', [np.repeat(v32, n), np.tile(v, n)], None, None,
+                        ref, None))
+            out.append(('all pairs, f64 . f32', [np.repeat(v, n), np.tile(v32, n)], None, None,
+                        ref, None))
+        for k, kind in enumerate(('step', 'col')):
+            out.append(('all pairs, %s views' % kind, [SvView(np.repeat(v, n), kind, k),
+                                                       SvView(np.tile(v, n), 'step', k + 1)],
+                        None, None, ref, None))
+        for c in (v if dt != I32 else ()):  # a constant operand: generated code embeds it
+            out.append(('x op const %r' % c, [v, float(c)], None, None, ref, None))
+            out.append(('const %r op x' % c, [float(c), v], None, None, ref, None))
+    elif op.kind == OT_KIND_DOT:         # products of every row with every row
+        x = np.array([r for _, r in sv_rows(dt)], dtype=npd)
+        xt = np.ascontiguousarray(x.T)
+        if op.name == 'batched_dot':
+            x, xt = x[None], xt[None]
+        out.append(('rows . rows^T', [x, xt], None, None, ref, tol))
+        if op.name == 'dot':
+            out.append(('row . row', [x[10], x[11]], None, None, ref, tol))
+            out.append(('rows . row', [x, x[12]], None, None, ref, tol))
+    elif op.name == 'clip' or (op.kind == OT_KIND_COMPOSITE and op.arity == 1 and
+                               op.name not in SV_TOL and op.name not in ('max', 'min')):
+        for lo, hi in [(-1.0, 1.0), (0.0, math.inf), (-math.inf, 0.5), (-1000.0, 88.7)]:
+            out.append(('lo=%r hi=%r' % (lo, hi), [v], mkargs(lo=lo, hi=hi), None,
+                        lambda x, lo=lo, hi=hi: ref(x, lo, hi), None))
+    elif op.arity == 1:                 # reductions and row composites
+        rows = sv_rows(dt)
+        x = np.array([r for _, r in rows], dtype=npd)
+
+        def mk(ax):
+            return (lambda x: ref(x, ax)), (None if tol is None else
+                                            (lambda x, en: tol(x, ax, en)))
+        f, t = mk(-1)
+        out.append(('rows, axis=-1', [x], mkargs(axis=-1), None, f, t))
+        f, t = mk(0)
+        out.append(('rows transposed, axis=0', [np.ascontiguousarray(x.T)], mkargs(axis=0),
+                    None, f, t))
+        # the middle axis of (2, n, rows): a reduced dim between two kept ones
+        x3 = np.ascontiguousarray(np.stack([x.T, x.T[:, ::-1]]))
+        f, t = mk(1)
+        out.append(('rows in the middle axis of (2, n, rows), axis=1', [x3], mkargs(axis=1),
+                    None, f, t))
+        f, t = mk(None)
+        out.append(('rows, axis=None', [x], mkargs(), None, f, t))
+        for label, r in sv_long_rows(dt):
+            out.append(('long row %s, axis=None' % label, [r], mkargs(), None, f, t))
+        for label, r in rows:
+            out.append(('row %s, axis=None' % label, [np.array(r, dtype=npd)], mkargs(), None,
+                        f, t))
+    else:                               # (p, t) rows: cross_entropy
+        rows = sv_rows(dt)
+        x = np.array([r for _, r in rows], dtype=npd)
+        tg = np.resize(np.array([1.0, 0.0, 0.5, 0.25, 0.0, 0.125], dtype=npd), x.shape)
+        half = np.full(x.shape, 0.5, dtype=npd)
+        for ax in (-1, 0):
+            tp = (lambda a: a) if ax == -1 else (lambda a: np.ascontiguousarray(a.T))
+            what = 'rows, axis=-1' if ax == -1 else 'rows transposed, axis=0'
+            out.append(('p=%s' % what, [tp(x), tp(tg)], mkargs(axis=ax), None,
+                        lambda p, t, ax=ax: ref(p, t, ax),
+                        lambda p, t, en, ax=ax: tol(p, t, ax, en)))
+            out.append(('t=%s' % what, [tp(half), tp(x)], mkargs(axis=ax), None,
+                        lambda p, t, ax=ax: ref(p, t, ax),
+                        lambda p, t, en, ax=ax: tol(p, t, ax, en)))
+            out.append(('p=softmax(%s)' % what, [tp(x), tp(tg)], mkargs(axis=ax),
+                        ('softmax', mkargs(axis=ax)),
+                        lambda x, t, ax=ax: sv_xent_sm(x, t, ax),
+                        lambda x, t, en, ax=ax: sv_xent_sm_tol(x, t, ax, en)))
+    return out
+
+
+def sv_check_table(lib, ops):
+    """Failure lines for library ops that no test covers."""
+    known = {o.name for o in OPS}
+    lines = []
+    for op in ops:
+        if op.name not in known:
+            lines.append('FAIL %s: op %d of the library has no case in OPS (diff_numpy.py)'
+                         % (op.name, op.id))
+        if op.kind in SV_KINDS and op.name not in SV_REF:
+            lines.append('FAIL %s special: op %d (kind %d) has no NumPy reference in SV_REF '
+                         '(diff_numpy.py)' % (op.name, op.id, op.kind))
+    names = {op.name for op in ops}
+    for name in sorted(set(SV_EXCEPTIONS) - names):
+        lines.append('FAIL %s special: SV_EXCEPTIONS names an op the library does not have'
+                     % name)
+    return lines
+
+
+OT_KIND_UNARY, OT_KIND_BINARY, OT_KIND_REDUCE, OT_KIND_DOT, OT_KIND_COMPOSITE = 1, 2, 3, 4, 7
+SV_KINDS = (OT_KIND_UNARY, OT_KIND_BINARY, OT_KIND_REDUCE, OT_KIND_DOT, OT_KIND_COMPOSITE)
+
+
+NAN, INF = math.nan, math.inf
+# Facts the issue names, checked against literal values on every backend
+# (independent of SV_REF): (op, dtype, operands, args, expected), where an
+# expected -0.0 or +0.0 must have that sign and NaN must be NaN.
+SV_LANDMARKS = [
+    ('sig', F32, [[-1000.0, 1000.0, -88.8]], None, [0.0, 1.0, 2.7205e-39]),
+    ('sig', F64, [[-1000.0, 1000.0]], None, [0.0, 1.0]),
+    ('exp', F32, [[88.8, -1000.0, 88.7]], None, [INF, 0.0, 3.3260e38]),
+    ('exp', F64, [[709.8, -1000.0, -745.2]], None, [INF, 0.0, 0.0]),
+    ('log', F32, [[0.0, -0.0, -1.0, INF]], None, [-INF, -INF, NAN, INF]),
+    ('log', F64, [[0.0, -1.0]], None, [-INF, NAN]),
+    ('sqrt', F32, [[-0.0, -1.0]], None, [-0.0, NAN]),
+    ('sqrt', F64, [[-0.0]], None, [-0.0]),
+    ('add', F32, [[-0.0, -0.0, 0.0], [0.0, -0.0, -0.0]], None, [0.0, -0.0, 0.0]),
+    ('mul', F64, [[-0.0, INF], [1.0, 0.0]], None, [-0.0, NAN]),
+    ('div', F32, [[1.0, -1.0, 0.0], [-0.0, 0.0, 0.0]], None, [-INF, -INF, NAN]),
+    ('sgn', F32, [[-0.0, NAN]], None, [0.0, NAN]),
+    ('maximum', F32, [[NAN, 1.0, -INF, NAN], [1.0, NAN, NAN, -INF]], None, [NAN] * 4),
+    ('minimum', F64, [[NAN, 1.0, INF, NAN], [1.0, NAN, NAN, INF]], None, [NAN] * 4),
+    ('max', F32, [[1.0, NAN, INF, 2.0]], mkargs(), NAN),
+    ('min', F64, [[-INF, 2.0, 3.0, NAN]], mkargs(), NAN),
+    ('argmax', F32, [[1.0, INF, NAN, -NAN, 5.0]], mkargs(), 2),
+    ('argmin', F64, [[1.0, -INF, 5.0, NAN]], mkargs(), 3),
+    ('softmax', F32, [[[1000.0, -1000.0], [-1000.0, -1000.0]]], mkargs(axis=-1),
+     [[1.0, 0.0], [0.5, 0.5]]),
+    ('logsoftmax', F64, [[[1000.0, -1000.0]]], mkargs(axis=-1), [[0.0, -2000.0]]),
+]
+
+
+def sv_landmarks(lib, be, ops):
+    """Failure texts of the SV_LANDMARKS on backend be."""
+    byname = {o.name: o for o in ops}
+    fails = []
+    for name, dt, operands, args, want in SV_LANDMARKS:
+        if name not in byname:
+            fails.append('%s: not in the op table' % name)
+            continue
+        arrays = [np.array(o, dtype=NP_DT[dt]) for o in operands]
+        got, err = sv_eval(lib, be, byname[name], arrays, args)
+        want = np.array(want, dtype=np.float64)
+        if err:
+            fails.append('%s%s: %s' % (name, operands, err))
+            continue
+        g = got.astype(np.float64)
+        close = np.isclose(g, want, rtol=1e-4, atol=0) | (np.isnan(g) & np.isnan(want))
+        close &= (np.signbit(g) == np.signbit(want)) | np.isnan(want)
+        if g.shape != want.shape or not close.all():
+            fails.append('%s %s%s: got %s, expected %s' % (name, DT_NAME[dt], operands,
+                                                          g.tolist(), want.tolist()))
+    return fails
+
+
+def sv_fma(lib, be, dt, is_ref):
+    """Failure texts of a*b + c and c - a*b over every triple of special
+    values. The cpu backend fuses mul+add into one fma (README: 'mul+add
+    becomes fma'), which rounds a*b once with c: 1e30f * 1e30f + -inf is -inf
+    fused and NaN unfused, as NumPy computes it. Either is accepted, and
+    nothing else: the unfused value is NumPy's in the dtype, the fused one
+    NumPy's in a wider type (float64 for f32, long double for f64)."""
+    npd = NP_DT[dt]
+    v = np.array(SV_VALUES[dt], dtype=npd)
+    a, b, c = (g.reshape(-1).copy() for g in np.meshgrid(v, v, v, indexing='ij'))
+    wide = np.float64 if dt == F32 else np.longdouble
+    mul, add, sub = lib.op('mul'), lib.op('add'), lib.op('sub')
+    fails = []
+    for name, op, plain, fused in [
+            ('a*b + c', add, a * b + c, a.astype(wide) * b + c),
+            ('c - a*b', sub, c - a * b, c - a.astype(wide) * b)]:
+        def tree(n, op=op):
+            m = lib.c.ot_build_at(mul, n[0], n[1], None, None, 0)
+            x, y = (m, n[2]) if op == add else (n[2], m)
+            return lib.c.ot_build_at(op, x, y, None, None, 0)
+        got, err = sv_eval(lib, be, tree, [a, b, c])
+        if err:
+            fails.append('%s: %s' % (name, err))
+            continue
+        ulps = 1 if is_ref else 2
+        bad = sv_bad(got, plain.astype(np.float64), dt, ulps) & \
+            sv_bad(got, fused.astype(npd).astype(np.float64), dt, ulps)
+        if bad.any():
+            ix = np.argwhere(bad)[:3].ravel()
+            fails.append('%s: %d of %d wrong, %s' % (name, int(bad.sum()), bad.size, '; '.join(
+                'a, b, c = %r, %r, %r: got %r, expected %r or %r' % (
+                    float(a[i]), float(b[i]), float(c[i]), got[i].item(), float(plain[i]),
+                    float(fused[i].astype(npd))) for i in ix)))
+    return fails
+
+
+def sv_sigmoid_tree(lib, be, dt, is_ref):
+    """Failure texts of 1 / (1 + exp(-x)) written out as a tree, in both
+    orders of the add. The cpu backend folds it into its sigmoid (README:
+    '1/(1+exp(-x)) becomes one sigmoid pass'), which has no exp overflow:
+    for x = -88.8 in f32 it gives 2.7e-39 where NumPy's float32 formula gives
+    1 / inf = 0. Either is accepted (and the ref backend's double formula)."""
+    npd = NP_DT[dt]
+    x = np.array(SV_VALUES[dt], dtype=npd)
+    x64 = x.astype(np.float64)
+    want = [1.0 / (1.0 + np.exp(-x)), 1.0 / (1.0 + np.exp(-x64)), sv_sig(x64, np.exp)]
+    ids = {n: lib.op(n) for n in ('div', 'add', 'exp', 'neg')}
+    ulps = 4 if dt == F64 or not is_ref else 1       # f64: a formula (SV_FORMULA)
+    fails = []
+    for swap in (False, True):
+        def tree(n, swap=swap):
+            e = lib.c.ot_build_at(ids['exp'], lib.c.ot_build_at(ids['neg'], n[0], None, None,
+                                                                None, 0), None, None, None, 0)
+            one = lib.c.ot_const(1.0)
+            s = lib.c.ot_build_at(ids['add'], *((e, one) if swap else (one, e)), None, None, 0)
+            return lib.c.ot_build_at(ids['div'], lib.c.ot_const(1.0), s, None, None, 0)
+        got, err = sv_eval(lib, be, tree, [x])
+        name = '1 / (%s)' % ('exp(-x) + 1' if swap else '1 + exp(-x)')
+        if err:
+            fails.append('%s: %s' % (name, err))
+            continue
+        bad = np.ones(x.shape, dtype=bool)
+        for w in want:
+            bad &= sv_bad(got, np.asarray(w, dtype=np.float64), dt, ulps)
+        if bad.any():
+            fails.append('%s: %s' % (name, '; '.join(
+                'x = %r: got %r, expected one of %s' % (float(x[i]), got[i].item(), [
+                    float(np.asarray(w[i], dtype=npd)) for w in want])
+                for i in np.argwhere(bad)[:3].ravel())))
+    return fails
+
+
+def sv_run(lib, ops, only, max_fails, verbose):
+    """Runs the special-value cases; returns (passed, failed)."""
+    passed = failed = 0
+    todo = [op for op in ops if op.kind in SV_KINDS and op.name in SV_REF and
+            (not only or op.name in only) and op.name in {o.name for o in OPS}]
+    table = {o.name: o for o in OPS}
+    dtypes = {op.name: [dt for dt in FDI if dt in table[op.name].dtypes and
+                        (dt != I32 or op.kind != OT_KIND_COMPOSITE)] for op in todo}
+    trials = {(op.name, dt): sv_trials(lib, op, dt) for op in todo for dt in dtypes[op.name]}
+    for label, name, env, threads, accuracy in sv_configs():
+        be = sv_backend(lib, name, env, threads, accuracy)
+        if be is None:
+            if verbose:
+                print('skip special@%s: the CPU lacks it' % label)
+            continue
+        is_ref = name == b'ref'
+        try:
+            if not only:
+                fails = sv_landmarks(lib, be, ops)
+                if fails:
+                    failed += 1
+                    print('FAIL landmarks@%s: %s' % (label, ' | '.join(fails)))
+                else:
+                    passed += 1
+                for dt in FD:
+                    for what, fn in (('fma', sv_fma), ('sigmoid tree', sv_sigmoid_tree)):
+                        fails = fn(lib, be, dt, is_ref)
+                        if fails:
+                            failed += 1
+                            print('FAIL %s %s special@%s: %s' % (what, DT_NAME[dt], label,
+                                                               ' | '.join(fails)))
+                        else:
+                            passed += 1
+            for op in todo:
+                for dt in dtypes[op.name]:
+                    fails = []
+                    for desc, arrays, args, inner, ref, tol in trials[(op.name, dt)]:
+                        f = sv_trial(lib, be, op, dt, is_ref, accuracy, desc, arrays, args,
+                                     inner, ref, tol)
+                        if f:
+                            fails.append(f)
+                    if fails:
+                        failed += 1
+                        more = '' if len(fails) <= max_fails else \
+                            ' [and %d more trials]' % (len(fails) - max_fails)
+                        print('FAIL %s %s special@%s: %d of %d trials: %s%s' % (
+                            op.name, DT_NAME[dt], label, len(fails), len(trials[(op.name, dt)]),
+                            ' | '.join(fails[:max_fails]), more))
+                    else:
+                        passed += 1
+                        if verbose:
+                            print('ok   %s %s special@%s' % (op.name, DT_NAME[dt], label))
+                    sys.stdout.flush()
+        finally:
+            lib.c.ot_backend_free(be)
+    return passed, failed
+
+
+def sv_trial(lib, be, op, dt, is_ref, accuracy, desc, arrays, args, inner, ref, tol):
+    try:
+        vals = [np.float64(a) if isinstance(a, float) else
+                a.astype(np.int64 if dt == I32 else np.float64) for a in arrays]
+        exp = ref(*vals)
+        if dt == I32 and op.name in SV_WRAP:     # int32 arithmetic wraps, as NumPy's
+            exp = (np.asarray(exp, dtype=np.int64) + 2 ** 31) % 2 ** 32 - 2 ** 31
+        exp = np.asarray(exp, dtype=np.float64)
+        got, err = sv_eval(lib, be, op, arrays, args, inner)
+        if err:
+            return '%s: %s' % (desc, err)
+        if got.shape != exp.shape:
+            return '%s: shape %s, expected %s' % (desc, got.shape, exp.shape)
+        odt = {np.float32: F32, np.float64: F64, np.int32: I32}[got.dtype.type]
+        exact = op.name in SV_EXACT
+        if exact:
+            ulps = None
+        elif accuracy:              # OT_ULP35: SLEEF's u35 functions
+            ulps = 6 + 2 * (op.name in SV_FORMULA)
+        elif odt == F32:
+            ulps = 1 if is_ref else 4
+        else:
+            ulps = 2 + 2 * (op.name in SV_FORMULA)
+        scale = None
+        if tol is not None:
+            shp = arrays[0].shape
+            if op.kind == OT_KIND_DOT:
+                n = shp[-1]
+            else:
+                n = int(np.prod(shp)) if args is None or args.axis == AXIS_ALL else shp[args.axis]
+            eps = 2.0 ** -52 if is_ref or dt == F64 else 2.0 ** -23
+            scale = tol(*vals, 4.0 * n * eps)
+        zsign = op.name not in SV_NO_ZERO_SIGN and op.kind in (OT_KIND_UNARY, OT_KIND_BINARY)
+        bad = sv_bad(got, exp, odt, ulps, scale, 1.0, zsign)
+        if bad.any() and not is_ref and dt == F32 and op.kind in (OT_KIND_REDUCE, OT_KIND_DOT,
+                                                                 OT_KIND_COMPOSITE):
+            # a backend computing f32 in f32 may overflow or underflow in
+            # intermediates (squares of 1e30, of denormals) exactly where
+            # NumPy's own float32 computation of the formula does
+            native = np.asarray(ref(*arrays), dtype=np.float64)   # arrays: no consts
+            bad &= sv_bad(got, native, odt, ulps, scale, 1.0, zsign)
+        if not bad.any():
+            return None
+        parts = []
+        for ix in np.argwhere(bad)[:3]:
+            ix = tuple(int(i) for i in ix)
+            item = 'at %s: expected %r got %r' % (ix, float(exp[ix]), got[ix].item())
+            if op.kind in (OT_KIND_UNARY, OT_KIND_BINARY) or op.name == 'clip':
+                ins = [float(np.broadcast_to(v, exp.shape)[ix]) for v in vals]
+                item += ' (inputs %s)' % ', '.join(repr(x) for x in ins)
+            parts.append(item)
+        return '%s: %d of %d wrong, %s' % (desc, int(bad.sum()), bad.size, '; '.join(parts))
+    except Exception:                   # a bug in this script: say where
+        tb = traceback.format_exc(limit=-2).strip().replace('\n', ' / ')
+        return 'internal error in %s: %s' % (desc, tb)
+
+
+# --------------------------------------------------------------------------
 # Main
 # --------------------------------------------------------------------------
 
@@ -1473,6 +2243,12 @@ def main(argv):
                 if opt.verbose:
                     print('ok   %s %s %s (%d trials)' % (op.name, dtlabel, scen, ntrials))
             sys.stdout.flush()
+    ops = sv_ops(lib)
+    for line in sv_check_table(lib, ops):
+        print(line)
+        failed += 1
+    p, f = sv_run(lib, ops, only, opt.max_fails, opt.verbose)
+    passed, failed = passed + p, failed + f
     lib.c.ot_backend_free(lib.be)
     print('%d passed, %d failed' % (passed, failed))
     return 1 if failed else 0

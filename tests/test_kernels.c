@@ -216,7 +216,7 @@ static double ref_unary(ot_op op, double x)
     case OT_OP_FINITE: return isfinite(x) ? 1.0 : 0.0;
     case OT_OP_NEG: return -x;
     case OT_OP_ABS: return fabs(x);
-    case OT_OP_SGN: return x > 0 ? 1.0 : x < 0 ? -1.0 : x;
+    case OT_OP_SGN: return x > 0 ? 1.0 : x < 0 ? -1.0 : x + 0.0;   /* np.sign(-0.0) is +0 */
     case OT_OP_SQRT: return sqrt(x);
     case OT_OP_SQR: return x * x;
     case OT_OP_RINT: return nearbyint(x);

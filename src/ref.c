@@ -18,10 +18,12 @@
  * each: sqrt(-0) = -0, sqrt and log of a negative are NaN, log(+-0) = -inf,
  * rsqrt(+-0) = +-inf, recip(+-0) = +-inf, 0/0 = NaN, pow(x, 0) = 1 for
  * every x (NaN too), pow(+-0, -1) = +-inf, pow of a negative base to a
- * non-integer is NaN, safelog floors at exp(-50) and keeps NaN. What may
- * differ is an f32 intermediate: this backend keeps double until the store
- * (test_ref's ref_f32_not_rounded_between_ops), so one that under- or
- * overflows in f32 on cpu stays finite here.
+ * non-integer is NaN, safelog floors at exp(-50) and keeps NaN.
+ *
+ * f32: every op of dtype f32 rounds its result to float, as NumPy's float32
+ * arithmetic and the cpu backend do, so an f32 intermediate that under- or
+ * overflows does so here too (the class of every value agrees with cpu; an
+ * op computes in double, so its own result is correctly rounded or close).
  *
  * Integers: a node of dtype OT_I32 holds integers. Its arithmetic (add, sub,
  * mul, neg, abs, sqr, pow, sum) is done exactly in 64-bit unsigned
@@ -506,8 +508,8 @@ static void eval_rand(const ot_backend *be, const ot_node *node, double *out)
                                   (ot_dtype)node->dtype);
 }
 
-/* Computes op item it into out from its operands' buffers. */
-static int eval_op(ref_run *run, const ot_stack_item *it, double *out)
+/* Computes op item it into out from its operands' buffers, in double. */
+static int eval_op_double(ref_run *run, const ot_stack_item *it, double *out)
 {
     const ot_node *node = it->node;
     const double *x = it->a >= 0 ? run->vals[it->a] : NULL;
@@ -528,6 +530,17 @@ static int eval_op(ref_run *run, const ot_stack_item *it, double *out)
         return ot__err_set(OT_EUNSUPPORTED, node->file, node->line, ot_op_name(it->op),
                            "the ref backend cannot evaluate this op");
     }
+}
+
+/* Computes op item it into out, rounded to its dtype when that is f32. */
+static int eval_op(ref_run *run, const ot_stack_item *it, double *out)
+{
+    int rc = eval_op_double(run, it, out);
+    if (rc == OT_OK && it->node->dtype == OT_F32) {
+        int64_t n = ot__numel(&it->node->shape);
+        for (int64_t i = 0; i < n; i++) out[i] = (double)(float)out[i];
+    }
+    return rc;
 }
 
 /* Drops one pending read of item i and frees its buffer after the last. */

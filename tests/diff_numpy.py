@@ -27,10 +27,12 @@ per op kind; the generic trial runner and comparison; main. A case is one
 Every failing case prints one line with the details of its first failures;
 the output ends with exactly one line "N passed, M failed" (exit 1 if M > 0).
 
-Tolerances. The ref backend computes every node in double and rounds once,
-when storing into the output. So the expected value of any tree is the
-float64 NumPy computation on the (f32, f64 or i32) input values, cast once to
-the output dtype:
+Tolerances. The ref backend computes every node in double and rounds it to
+the node's dtype (f32 ops round, as NumPy's float32 does). So the expected
+value of a one-op tree is the float64 NumPy computation on the (f32, f64 or
+i32) input values, cast once to the output dtype; an f32 composite (var, std,
+softmax, logsoftmax, cross_entropy) may also differ by its ops' roundings,
+2^-18 (var, std) or 2^-20 of max(|ref|, scale, 1):
   - f64 outputs: |got - ref| <= 1e-12 * max(|ref|, scale), where scale is
     sum|terms| for sums, means, dots and the composites built on them (the
     usual backward-error bound) and |ref| otherwise; an absolute slack of
@@ -1111,9 +1113,11 @@ def ulp_dist32(a, b):
     return np.abs(ordered(a) - ordered(b))
 
 
-def mismatches(got, ref, dt, scale, amb, exact):
+def mismatches(got, ref, dt, scale, amb, exact, several_ops=None):
     """Boolean mask of the elements of got (dtype dt) that do not match the
-    float64 reference ref."""
+    float64 reference ref. several_ops: for a composite, whose f32 ops each
+    round (as NumPy's float32 does), the relative error their roundings may
+    add up to (var and std of data far from 0 lose the most)."""
     ref = np.asarray(ref, dtype=np.float64)
     if dt == I32:
         bad = got != to_i32(ref)
@@ -1139,6 +1143,8 @@ def mismatches(got, ref, dt, scale, amb, exact):
                     if scale is not None:
                         sp = np.spacing(np.abs(got.astype(np.float32))).astype(np.float64)
                         ok |= diff <= 1e-12 * np.abs(scale) + sp
+                    if several_ops:
+                        ok |= diff <= several_ops * np.maximum(sc, 1.0)
             bad |= fin & ~ok
     if amb is not None:
         bad &= ~np.broadcast_to(np.asarray(amb, dtype=bool), bad.shape)
@@ -1276,7 +1282,9 @@ def run_trial(lib, rng, op, t):
             res = np.broadcast_to(res, oshape)
             if scale is not None:
                 scale = np.broadcast_to(scale, oshape)
-        bad = mismatches(got, res, t.dtype, scale, amb, t.exact)
+        bad = mismatches(got, res, t.dtype, scale, amb, t.exact,
+                         {'var': 2.0 ** -18, 'softmax': 2.0 ** -20,
+                          'xent': 2.0 ** -20}.get(op.kind))
         if bad.any():
             idx = np.argwhere(bad)[:3]
             parts = []
@@ -2146,13 +2154,13 @@ def sv_trial(lib, be, op, dt, is_ref, accuracy, desc, arrays, args, inner, ref, 
                 n = shp[-1]
             else:
                 n = int(np.prod(shp)) if args is None or args.axis == AXIS_ALL else shp[args.axis]
-            eps = 2.0 ** -52 if is_ref or dt == F64 else 2.0 ** -23
+            eps = 2.0 ** -52 if dt == F64 else 2.0 ** -23
             scale = tol(*vals, 4.0 * n * eps)
         zsign = op.name not in SV_NO_ZERO_SIGN and op.kind in (OT_KIND_UNARY, OT_KIND_BINARY)
         bad = sv_bad(got, exp, odt, ulps, scale, 1.0, zsign)
-        if bad.any() and not is_ref and dt == F32 and op.kind in (OT_KIND_REDUCE, OT_KIND_DOT,
+        if bad.any() and dt == F32 and op.kind in (OT_KIND_REDUCE, OT_KIND_DOT,
                                                                  OT_KIND_COMPOSITE):
-            # a backend computing f32 in f32 may overflow or underflow in
+            # every backend computes f32 in f32, so it may overflow or underflow in
             # intermediates (squares of 1e30, of denormals) exactly where
             # NumPy's own float32 computation of the formula does
             native = np.asarray(ref(*arrays), dtype=np.float64)   # arrays: no consts

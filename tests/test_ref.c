@@ -616,15 +616,20 @@ TEST(ref_cast)
     fx_end();
 }
 
-TEST(ref_f32_not_rounded_between_ops)
+TEST(ref_f32_rounded_between_ops)
 {
     fx_begin(NULL);
-    /* In f32 arithmetic (1 + 1e-10) - 1 is 0; the reference keeps double
-     * until the store, so an f64 output sees about 1e-10. */
-    ot_tensor *x = ARR(OT_F32, OT_SHAPE(1), 1);
+    /* In f32 arithmetic (1 + 1e-10) - 1 is 0, as NumPy's float32 and the cpu
+     * backend give it: every f32 op rounds, even into an f64 output. */
+    ot_tensor *x = ARR(OT_F32, OT_SHAPE(2), 1, 1e20);
     ot_tensor *out = RUN_AS(ot_sub(ot_add(x, 1e-10), 1.0), OT_F64);
     double *v = vals(out);
-    CHECK(v[0] > 0.5e-10 && v[0] < 2e-10);
+    CHECK(v[0] == 0.0);
+    free(v);
+    /* (1e20)^2 overflows f32: inf, not 1e40 */
+    out = RUN_AS(ot_sqr(x), OT_F64);
+    v = vals(out);
+    CHECK(v[0] == 1.0 && isinf(v[1]));
     free(v);
     fx_end();
 }

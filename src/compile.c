@@ -2084,23 +2084,31 @@ static int temp_writer(const ot_plan *p, int t)
  * it, while that result is in cache (neon's bsum: a bias gradient's sum over
  * the rows): its other inputs exist before the dot, moving it earlier
  * changes nothing the kernels it passes read or write, and it either walks
- * the rows or the segment is one block (a sum down the rows needs every
- * row). The first such kernel, or -1. */
+ * the rows the epilogue wrote or the segment is one block (a sum down the
+ * rows needs every row; exec.c runs a one-block segment unsliced). The
+ * first such kernel, or -1. */
 static int bsum_of(const compiler *c, const ot_segment *sg)
 {
     const ot_plan *p = c->plan;
     int d = sg->first;
     const ot_kernel *ek = &p->kernels[d + 1];
     if (ek->store.space != OT_SPACE_TEMP) return -1;
+    bool one_block = sg->row_block >= sg->rows;
     for (int r = d + 2; r < p->nkernels; r++) {
         const ot_kernel *rk = &p->kernels[r];
         bool reads = false, ok = rk->kind == OT_KER_REDUCE &&
-                                 (sg->row_block == sg->rows || walks_rows(rk, sg->rows, true));
+                                 (one_block || walks_rows(rk, sg->rows, true));
         for (int l = 0; l < rk->nload && ok; l++) {
             const ot_view *v = &rk->loads[l];
             if (v->space != OT_SPACE_TEMP) continue;
-            if (v->index == ek->store.index) reads = true;
-            else ok = temp_writer(p, v->index) < d;
+            /* Per block it must read the rows the epilogue wrote, not the
+             * same count of rows of a transpose (a square result). */
+            if (v->index == ek->store.index) {
+                reads = true;
+                ok = one_block || row_step(rk, v, sg->rows) == row_step(ek, &ek->store, sg->rows);
+            } else {
+                ok = temp_writer(p, v->index) < d;
+            }
         }
         for (int k = d + 2; k < r && ok && reads; k++)
             ok = !kernels_conflict(c, &p->kernels[k], rk) && !kernels_conflict(c, rk, &p->kernels[k]);

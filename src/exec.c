@@ -903,8 +903,13 @@ static int run_segment(ot_backend *be, const ot_plan *p, const ot_binding *bind,
 {
     ot_cpu *cpu = be->impl;
     int rc = 0;
+    /* One block is the whole run: kernels then run unsliced, since a
+     * reduction joining the segment need not walk the dot's rows (a sum
+     * over a transpose of the epilogue's result) when there is one block. */
+    bool whole = sg->row_block >= sg->rows;
     for (int64_t r0 = 0; r0 < sg->rows && rc == 0; r0 += sg->row_block) {
         rows r = {r0, sg->rows - r0 < sg->row_block ? sg->rows - r0 : sg->row_block};
+        if (whole) r = (rows){0, -1};
         for (int i = sg->first; i < sg->first + sg->count && rc == 0; i++)
             rc = run_kernel(be, p, bind, arena, &p->kernels[i], r, sg->rows, sg->block_temp,
                             cpu->threads);

@@ -1,0 +1,177 @@
+/*
+ * test_regress_compile.c - regressions of issue 13 in the cpu compiler and
+ * executor: plans mixing dots, transposes and reductions (defects 1 and 2)
+ * and the bound on recomputation (defect 9). Every case compares the cpu
+ * backend (fused, and unfused where cheap) with the ref backend.
+ */
+#include "test.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <time.h>
+
+#define MAXL 4
+
+/* The leaves of a case: shapes, and a permutation per leaf that makes it a
+ * transposed view (NULL: contiguous). */
+typedef struct leafspec {
+    ot_shape shape;
+    const int *perm;
+} leafspec;
+
+typedef void (*build_fn)(ot_tensor *const *x, ot_node **trees, int *ntrees);
+
+static double value_at(int leaf, int64_t i)
+{
+    uint64_t h = (uint64_t)(leaf + 1) * 0x9e3779b97f4a7c15ULL ^ (uint64_t)i * 0xbf58476d1ce4e5b9ULL;
+    h ^= h >> 31;
+    return (double)(h % 2001) / 1000.0 - 1.0;
+}
+
+/* A leaf on be: perm gives a transposed view of a buffer in the permuted
+ * layout, so that the view has the shape asked for. */
+static ot_tensor *make_leaf(ot_backend *be, int li, const leafspec *ls)
+{
+    ot_shape sh = ls->shape;
+    if (ls->perm) {
+        ot_shape base = sh;
+        int inv[OT_MAX_DIMS];
+        for (int d = 0; d < sh.ndim; d++) inv[ls->perm[d]] = d;
+        for (int d = 0; d < sh.ndim; d++) base.dims[d] = sh.dims[inv[d]];
+        ot_tensor *b = make_leaf(be, li, &(leafspec){base, NULL});
+        ot_tensor *t = ot_transpose(b, inv);
+        ot_tensor_free(b);
+        return t;
+    }
+    int64_t n = 1;
+    for (int d = 0; d < sh.ndim; d++) n *= sh.dims[d];
+    double *h = malloc(sizeof *h * (size_t)(n ? n : 1));
+    for (int64_t i = 0; i < n; i++) h[i] = value_at(li, i);
+    ot_tensor *t = ot_array(be, sh, OT_F64, h);
+    free(h);
+    return t;
+}
+
+/* Evaluates the trees on be (or their gradients w.r.t. every leaf, with
+ * grad) into host arrays res[k]. */
+static int run_case(const char *name, const ot_backend_opts *o, int nl, const leafspec *ls,
+                    build_fn build, bool grad, double **res, int64_t *len, int *nres)
+{
+    ot_backend *be = ot_backend_new(name, o);
+    ot_tensor *x[MAXL], *outs[MAXL] = {0};
+    for (int i = 0; i < nl; i++) x[i] = make_leaf(be, i, &ls[i]);
+    ot_pool *pool = ot_pool_push();
+    ot_node *trees[MAXL];
+    int nt = 0, rc;
+    build(x, trees, &nt);
+    ot_autodiff *ad = NULL;
+    if (grad) {
+        ad = ot_autodiff_new(trees[0], NULL);
+        for (int i = 0; i < nl; i++) outs[i] = ot_zeros_like(x[i]);
+        rc = ot_autodiff_backprop(ad, nl, x, outs);
+        nt = nl;
+    } else {
+        for (int i = 0; i < nt; i++) outs[i] = ot_empty(be, ot_node_shape(trees[i]), OT_F64);
+        rc = ot_assign_many(nt, outs, trees);
+    }
+    *nres = nt;
+    for (int i = 0; i < nt; i++) {
+        len[i] = ot_tensor_numel(outs[i]);
+        res[i] = malloc(sizeof(double) * (size_t)(len[i] ? len[i] : 1));
+        if (rc == 0) ot_get(outs[i], res[i]);
+        ot_tensor_free(outs[i]);
+    }
+    ot_autodiff_free(ad);
+    ot_pool_pop(pool);
+    for (int i = 0; i < nl; i++) ot_tensor_free(x[i]);
+    ot_backend_free(be);
+    return rc;
+}
+
+/* The case on the cpu backend, fused and unfused, against ref. */
+static void compare(int nl, const leafspec *ls, build_fn build, bool grad, const char *what)
+{
+    double *ref[MAXL], *got[MAXL];
+    int64_t rlen[MAXL], glen[MAXL];
+    int nr = 0, ng = 0;
+    CHECK_INT(run_case("ref", NULL, nl, ls, build, grad, ref, rlen, &nr), 0);
+    for (int fusion = 0; fusion < 2; fusion++) {
+        ot_backend_opts o = {.fusion = fusion ? OT_FUSION_OFF : OT_FUSION_DEFAULT};
+        int rc = run_case("cpu", &o, nl, ls, build, grad, got, glen, &ng);
+        CHECK_INT(rc, 0);
+        int bad = 0;
+        for (int t = 0; t < ng && rc == 0; t++)
+            for (int64_t i = 0; i < glen[t] && bad < 3; i++)
+                if (!test__close(got[t][i], ref[t][i], 1e-10)) {
+                    test__fail(__FILE__, __LINE__, "%s (fusion %s): result %d [%lld] = %.17g, ref %.17g",
+                               what, fusion ? "off" : "on", t, (long long)i, got[t][i], ref[t][i]);
+                    bad++;
+                }
+        for (int t = 0; t < ng; t++) free(got[t]);
+    }
+    for (int t = 0; t < nr; t++) free(ref[t]);
+}
+
+static const int P10[] = {1, 0}, P021[] = {0, 2, 1};
+
+/* ---- defect 1: reductions over transposes of dot results ------------------ */
+
+static void b_sum_t_sub(ot_tensor *const *x, ot_node **t, int *n)
+{
+    t[(*n)++] = ot_sum(ot_T(ot_sub(x[2], ot_dot(x[0], x[1]))), .axis = 0);
+}
+static void b_sum_t_add_ax1(ot_tensor *const *x, ot_node **t, int *n)
+{
+    t[(*n)++] = ot_sum(ot_T(ot_add(ot_dot(x[0], x[1]), x[2])), .axis = 1);
+}
+static void b_max_t_keep(ot_tensor *const *x, ot_node **t, int *n)
+{
+    t[(*n)++] = ot_max(ot_T(ot_mul(x[2], ot_dot(x[0], x[1]))), .axis = 0, .keepdims = true);
+}
+static void b_mean_t_tanh(ot_tensor *const *x, ot_node **t, int *n)
+{
+    t[(*n)++] = ot_mean(ot_T(ot_tanh(ot_sub(x[2], ot_dot(x[0], x[1])))), .axis = 1, .keepdims = true);
+}
+static void b_sum_all_t(ot_tensor *const *x, ot_node **t, int *n)
+{
+    t[(*n)++] = ot_sum(ot_T(ot_sub(x[2], ot_dot(x[0], x[1]))));
+}
+static void b_t_of_sum(ot_tensor *const *x, ot_node **t, int *n)
+{
+    t[(*n)++] = ot_T(ot_sum(ot_sub(x[2], ot_dot(x[0], x[1])), .axis = 0, .keepdims = true));
+}
+static void b_sum_dot_in(ot_tensor *const *x, ot_node **t, int *n)
+{
+    t[(*n)++] = ot_sum(ot_add(ot_T(ot_dot(x[0], x[1])), 1.0), .axis = 0);
+}
+static void b_two_outs(ot_tensor *const *x, ot_node **t, int *n)
+{
+    ot_node *e = ot_sub(x[2], ot_dot(x[0], x[1]));
+    t[(*n)++] = ot_sum(ot_T(e), .axis = 0);
+    t[(*n)++] = ot_sum(e, .axis = 0);
+}
+
+TEST(defect01_sum_transpose_dot_broadcast)
+{
+    leafspec ls[] = {{OT_SHAPE(33, 33), NULL}, {OT_SHAPE(33, 16), NULL}, {OT_SHAPE(1), NULL}};
+    compare(3, ls, b_sum_t_sub, false, "sum(T(b - dot(A,B)), axis=0)");
+}
+
+TEST(defect01_neighbours)
+{
+    static const struct { int64_t m, k, n, bn; } sz[] = {
+        {33, 33, 16, 1}, {33, 33, 16, 16}, {5, 7, 5, 1}, {300, 20, 300, 300}, {600, 8, 600, 600},
+        {600, 8, 40, 1}};
+    static const build_fn fns[] = {b_sum_t_sub, b_sum_t_add_ax1, b_max_t_keep, b_mean_t_tanh,
+                                   b_sum_all_t, b_t_of_sum, b_sum_dot_in, b_two_outs};
+    for (size_t s = 0; s < sizeof sz / sizeof *sz; s++)
+        for (size_t f = 0; f < sizeof fns / sizeof *fns; f++)
+            for (int tr = 0; tr < 2; tr++) {
+                leafspec ls[] = {{OT_SHAPE(sz[s].m, sz[s].k), tr ? P10 : NULL},
+                                 {OT_SHAPE(sz[s].k, sz[s].n), NULL},
+                                 {OT_SHAPE(sz[s].bn), NULL}};
+                char what[96];
+                snprintf(what, sizeof what, "size %zu builder %zu transposed %d", s, f, tr);
+                compare(3, ls, fns[f], false, what);
+            }
+}

@@ -1426,13 +1426,14 @@ static bool root_kernel(compiler *c, prog *g, int i, int r, int *via_temp)
 
 /* Whether output i of an ot_assign_many may be written by a group kernel
  * (alone, or sharing it with outputs of its shape): its tree is computed
- * elementwise and the output overlaps no leaf but fully, so no store can
+ * elementwise (not by a BLAS call writing the output: that dot then has no
+ * storage a kernel could load) and the output overlaps no leaf but fully, so no store can
  * change what any tree reads; check_inplace_groups then breaks up groups
  * whose leaves other outputs read. Outputs never overlap each other (the
  * assignment checks it). */
 static bool groupable(const compiler *c, int i)
 {
-    if (!c->outs || !c->fused || c->nout < 2) return false;
+    if (!c->outs || !c->fused || c->nout < 2 || c->groot[i].dot >= 0) return false;
     int r = c->ci[c->w->root[i]].canon;
     if (!is_ew(c, r) || c->ci[r].mat) return false;
     for (int j = 0; j < c->w->nleaf; j++)

@@ -175,3 +175,55 @@ TEST(defect01_neighbours)
                 compare(3, ls, fns[f], false, what);
             }
 }
+
+/* ---- defect 2: gradients through batched_dot ------------------------------ */
+
+static void b_bd_half(ot_tensor *const *x, ot_node **t, int *n)
+{
+    t[(*n)++] = ot_sum(ot_batched_dot(ot_mul(0.5, x[0]), x[1]));
+}
+static void b_bd_plain(ot_tensor *const *x, ot_node **t, int *n)
+{
+    t[(*n)++] = ot_sum(ot_batched_dot(x[0], x[1]));
+}
+static void b_bd_neg_tanh(ot_tensor *const *x, ot_node **t, int *n)
+{
+    t[(*n)++] = ot_sum(ot_tanh(ot_batched_dot(ot_neg(x[0]), ot_mul(x[1], 2.0))), .axis = 1);
+}
+static void b_dot_half(ot_tensor *const *x, ot_node **t, int *n)
+{
+    t[(*n)++] = ot_sum(ot_dot(ot_mul(0.5, x[0]), x[1]));
+}
+static void b_dot_in_sum(ot_tensor *const *x, ot_node **t, int *n)
+{
+    t[(*n)++] = ot_sum(ot_T(ot_dot(ot_mul(x[0], 3.0), x[1])), .axis = 0);
+}
+
+TEST(defect02_backprop_batched_dot_scaled)
+{
+    leafspec ls[] = {{OT_SHAPE(5, 17, 9), NULL}, {OT_SHAPE(5, 9, 8), NULL}};
+    compare(2, ls, b_bd_half, true, "backprop sum(batched_dot(0.5*A, B))");
+}
+
+TEST(defect02_neighbours)
+{
+    static const build_fn bfns[] = {b_bd_half, b_bd_plain, b_bd_neg_tanh};
+    static const int64_t ba[][2] = {{5, 5}, {1, 5}, {5, 1}};
+    for (size_t f = 0; f < sizeof bfns / sizeof *bfns; f++)
+        for (size_t b = 0; b < 3; b++)
+            for (int tr = 0; tr < 4; tr++) {
+                leafspec ls[] = {{OT_SHAPE(ba[b][0], 17, 9), tr & 1 ? P021 : NULL},
+                                 {OT_SHAPE(ba[b][1], 9, 8), tr & 2 ? P021 : NULL}};
+                char what[96];
+                snprintf(what, sizeof what, "batched builder %zu batch %zu transposed %d", f, b, tr);
+                compare(2, ls, bfns[f], true, what);
+            }
+    static const build_fn dfns[] = {b_dot_half, b_dot_in_sum};
+    for (size_t f = 0; f < sizeof dfns / sizeof *dfns; f++)
+        for (int tr = 0; tr < 4; tr++) {
+            leafspec ls[] = {{OT_SHAPE(17, 9), tr & 1 ? P10 : NULL}, {OT_SHAPE(9, 8), tr & 2 ? P10 : NULL}};
+            char what[96];
+            snprintf(what, sizeof what, "dot builder %zu transposed %d", f, tr);
+            compare(2, ls, dfns[f], true, what);
+        }
+}

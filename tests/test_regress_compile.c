@@ -227,3 +227,27 @@ TEST(defect02_neighbours)
             compare(2, ls, dfns[f], true, what);
         }
 }
+
+/* Several outputs where some are written by BLAS (scaled dots) and the
+ * others by elementwise kernels of the same shape. */
+static void b_many_gemm(ot_tensor *const *x, ot_node **t, int *n)
+{
+    t[(*n)++] = ot_mul(ot_dot(x[0], x[1]), 0.5);
+    t[(*n)++] = ot_add(x[2], 1.0);
+    t[(*n)++] = ot_neg(ot_dot(x[0], x[1]));
+    t[(*n)++] = ot_tanh(x[2]);
+}
+static void b_many_bgemm(ot_tensor *const *x, ot_node **t, int *n)
+{
+    t[(*n)++] = ot_batched_dot(ot_T(x[0], .perm = {0, 2, 1}), x[1]);
+    t[(*n)++] = ot_mul(ot_batched_dot(ot_T(x[0], .perm = {0, 2, 1}), x[1]), x[2]);
+    t[(*n)++] = ot_mul(x[2], 3.0);
+}
+
+TEST(defect02_many_outputs_with_gemm_roots)
+{
+    leafspec ls[] = {{OT_SHAPE(12, 7), NULL}, {OT_SHAPE(7, 5), NULL}, {OT_SHAPE(12, 5), NULL}};
+    compare(3, ls, b_many_gemm, false, "dots and elementwise outputs");
+    leafspec lb[] = {{OT_SHAPE(3, 7, 12), NULL}, {OT_SHAPE(1, 7, 5), NULL}, {OT_SHAPE(3, 12, 5), NULL}};
+    compare(3, lb, b_many_bgemm, false, "batched dots and elementwise outputs");
+}

@@ -1631,8 +1631,30 @@ static uint64_t view_bytes(const ot_kernel *k, const ot_view *v)
     return n;
 }
 
-static void count_bytes(ot_plan *p, const ot_kernel *k)
+/* The arithmetic of one run of k, the same way fused or not: an op counts
+ * once per element it computes (a scalar insn once), an fma as the mul and
+ * add it replaces, a reduction one step per element reduced, a GEMM
+ * 2*M*N*K. So a plan's count against the unfused plan's bounds what fusion
+ * recomputes. */
+static uint64_t count_ops(const ot_kernel *k)
 {
+    if (k->kind == OT_KER_DOT) return 2 * (uint64_t)k->m * (uint64_t)k->n * (uint64_t)k->k * (uint64_t)k->batch;
+    if (k->kind == OT_KER_RAND || k->kind == OT_KER_ONEHOT) return (uint64_t)ot__numel(&k->shape);
+    uint64_t elems = 1, ops = 0;
+    for (int i = 0; i < k->ndim; i++) elems *= (uint64_t)k->dims[i];
+    for (int i = 0; i < k->ninsn; i++) {
+        const ot_insn *in = &k->insns[i];
+        uint64_t n = (in->scalar & 8) ? 1 : elems;
+        if (in->code == OT_I_UNARY || in->code == OT_I_BINARY) ops += n;
+        else if (in->code == OT_I_FMA) ops += 2 * n;
+        else if (in->code == OT_I_CAST && in->kd != in->kd_from) ops += n;
+    }
+    return k->kind == OT_KER_REDUCE ? ops + elems : ops;
+}
+
+static void count_work(ot_plan *p, const ot_kernel *k)
+{
+    p->elem_ops += count_ops(k);
     if (k->kind == OT_KER_DOT) {
         size_t es = ot_dtype_size((ot_dtype)k->store.dtype);
         p->bytes_read += (uint64_t)(k->m * k->k + k->k * k->n) * es;
@@ -1871,7 +1893,7 @@ static bool build_kernels(compiler *c)
         if (via[i] >= 0) ok = copy_out(c, &g, i, via[i]);
     for (int i = 0; i < c->plan->nkernels && ok; i++) {
         ot_kernel *k = &c->plan->kernels[i];
-        count_bytes(c->plan, k);
+        count_work(c->plan, k);
         k->desc = describe(k);
     }
     free(g.val);

@@ -971,6 +971,7 @@ int ot__plan_run(ot_backend *be, ot_plan *p, const ot_binding *bind)
     atomic_fetch_add(&be->stats.kernels, (uint64_t)p->nkernels);
     atomic_fetch_add(&be->stats.nodes, p->nodes);
     atomic_fetch_add(&be->stats.bytes_moved, p->bytes_read + p->bytes_written);
+    atomic_fetch_add(&be->stats.elem_ops, p->elem_ops);
     return 0;
 }
 

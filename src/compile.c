@@ -15,6 +15,16 @@
  * work, transposes of computed values, rand/onehot, and cuts that bound a
  * kernel's size), and each kernel becomes a register program over tile
  * buffers with a mul+add -> fma peephole.
+ *
+ * Recomputation is bounded by a cost model (bound_recompute): fusion
+ * inlines an elementwise value into every kernel that reads it, so a value
+ * read by k kernels (k counted per distinct kernel, outputs of one group
+ * as one) is stored once when (k - 1) * cost > 2 + k, cost being what
+ * computing it inline takes in units of an add (transcendentals 8,
+ * division and roots 3, the rest 1, summed over the inlined ops below it)
+ * and 2 + k the write and the k reads. Single-use chains and values shared
+ * inside one kernel stay fused. The cpu backend counts elem_ops the same
+ * way fused and unfused (count_ops), so tests bound fusion's arithmetic.
  */
 #include "internal.h"
 
@@ -594,6 +604,126 @@ static void choose_materialised(compiler *c)
             ci->size = 1;
         }
     }
+}
+
+static ot_shape out_shape(const compiler *c, int i);
+
+/* ---- the recomputation cost model ----------------------------------------- */
+
+#define COST_CAP (1 << 20)   /* estimates saturate here */
+#define COST_STORE 2         /* writing a value once, in op units */
+#define COST_LOAD 1          /* a kernel reading it back */
+#define READERS_KEPT 4       /* kernel ids kept per value; beyond, counted */
+
+/* What computing one element of op costs, in units of an add: SLEEF's
+ * transcendentals are tens of instructions, a division or root a few. */
+static int op_cost(int op)
+{
+    if (is_costly(op)) return 8;
+    switch (op) {
+    case OT_OP_DIV: case OT_OP_SQRT: case OT_OP_RSQRT: case OT_OP_RECIP: return 3;
+    default: return 1;
+    }
+}
+
+/* The kernels an inlined value is computed in: a few ids, and a count that
+ * goes on past them (distinct as far as the ids tell). */
+typedef struct readers {
+    int id[READERS_KEPT];
+    int n;
+} readers;
+
+static void readers_add(readers *r, int id)
+{
+    int kept = r->n < READERS_KEPT ? r->n : READERS_KEPT;
+    for (int i = 0; i < kept; i++)
+        if (r->id[i] == id) return;
+    if (r->n < READERS_KEPT) r->id[r->n] = id;
+    if (r->n < INT_MAX) r->n++;
+}
+
+static void readers_merge(readers *to, const readers *from)
+{
+    int kept = from->n < READERS_KEPT ? from->n : READERS_KEPT;
+    for (int i = 0; i < kept; i++) readers_add(to, from->id[i]);
+    for (int i = kept; i < from->n && to->n < INT_MAX; i++) to->n++;
+}
+
+/* The kernel computing output root r: outputs of one shape share a group
+ * kernel (choose_groups), so they count as one. */
+static int root_kernel_id(const compiler *c, int r)
+{
+    for (int i = 0; i < c->nout; i++) {
+        if (c->ci[c->w->root[i]].canon != r) continue;
+        if (!c->outs || c->nout < 2) return r;
+        ot_shape si = out_shape(c, i);
+        for (int j = 0; j < c->nout; j++) {
+            int rj = c->ci[c->w->root[j]].canon;
+            ot_shape sj = out_shape(c, j);
+            if (is_ew(c, rj) && !c->ci[rj].mat && ot__shape_eq(&si, &sj)) return c->w->n + j;
+        }
+        return r;
+    }
+    return -1;
+}
+
+/* Fusion inlines an elementwise value into every kernel that reads it, so
+ * a value shared by several kernels is computed in each (a recurrence whose
+ * every step is also reduced would be computed T^2/2 times). A value read
+ * by k kernels is stored once instead when (k - 1) * cost > store + k *
+ * load: the cost of computing it inline (its op and the inlined ops below
+ * it) against writing it once and reading it back. Single-use chains and
+ * values shared within one kernel stay fused. Walks users before operands,
+ * so each value's readers are known when it is decided. */
+static bool bound_recompute(compiler *c)
+{
+    int n = c->w->n;
+    int *cost = ot__malloc(sizeof(int) * (size_t)(n ? n : 1));
+    readers *rd = ot__calloc((size_t)(n ? n : 1), sizeof *rd);
+    bool *is_root = ot__calloc((size_t)(n ? n : 1), sizeof *is_root);
+    if (!cost || !rd || !is_root) {
+        free(cost);
+        free(rd);
+        free(is_root);
+        return false;
+    }
+    for (int i = 0; i < c->nout; i++) is_root[c->ci[c->w->root[i]].canon] = true;
+    for (int i = 0; i < n; i++) {
+        cost[i] = 0;
+        if (c->ci[i].canon != i || !is_ew(c, i)) continue;
+        int64_t sum = op_cost(c->w->e[i].op);
+        for (int k = 0; k < 2; k++) {
+            int o = canon_operand(c, i, k);
+            if (o >= 0 && is_ew(c, o) && !c->ci[o].mat) sum += cost[o];
+        }
+        cost[i] = sum > COST_CAP ? COST_CAP : (int)sum;
+    }
+    for (int u = n - 1; u >= 0; u--) {
+        cinfo *cu = &c->ci[u];
+        if (cu->canon != u || !is_op(c, u)) continue;
+        readers here = {{0}, 0};
+        if (!is_ew(c, u) || cu->mat) {
+            readers_add(&here, u);
+        } else {
+            if (is_root[u]) readers_add(&rd[u], root_kernel_id(c, u));
+            int k = rd[u].n;
+            if (k >= 2 && (int64_t)(k - 1) * cost[u] > COST_STORE + (int64_t)k * COST_LOAD) {
+                cu->mat = true;
+                readers_add(&here, u);
+            } else {
+                here = rd[u];
+            }
+        }
+        if (kind_of(c, u) == OT_KIND_SHAPE) continue;
+        for (int k = 0; k < 2; k++) {
+            int o = canon_operand(c, u, k);
+            if (o >= 0 && is_ew(c, o) && !c->ci[o].mat) readers_merge(&rd[o], &here);
+        }
+    }
+    free(cost);
+    free(rd);
+    free(is_root);
+    return true;
 }
 
 /* ---- storage -------------------------------------------------------------- */
@@ -2369,6 +2499,7 @@ static ot_plan *compile(ot_backend *be, const ot_walk *w, int n, ot_tensor *cons
         count_uses(&c);
         for (int i = 0; i < w->n; i++) c.plan->nodes += c.ci[i].canon == i && w->e[i].kind == OT_NODE_OP;
         choose_materialised(&c);
+        if (c.fused && !bound_recompute(&c)) c.oom = true;
         mark_direct_roots(&c);
         assign_storage(&c);
         ok = !c.oom && build_kernels(&c) && choose_dot_segments(&c);

@@ -200,15 +200,18 @@ static bool scratch_new(scratch *s, const ot_kernel *k, int64_t tile, scratch_st
 }
 
 /* The element offset of a view at outer index o (over dims[0..nd-2]) and
- * inner position j. */
+ * inner position j. A dim of size 0 is walked as one of size 1: only a
+ * reduction's emptied dim is (its results are the identity), and every
+ * view it stores through has stride 0 there. */
 static int64_t view_offset(const ot_kernel *k, const ot_view *v, int64_t o, int64_t j)
 {
     int nd = k->ndim;
     if (nd == 0) return 0;
     int64_t off = j * v->strides[nd - 1];
     for (int d = nd - 2; d >= 0; d--) {
-        off += (o % k->dims[d]) * v->strides[d];
-        o /= k->dims[d];
+        int64_t n = k->dims[d] ? k->dims[d] : 1;
+        off += (o % n) * v->strides[d];
+        o /= n;
     }
     return off;
 }
@@ -654,7 +657,7 @@ static void column_body(run_ctx *c, scratch *s, int64_t first, int64_t last)
             for (int64_t i = 0; i < n; i++)
                 racc_tile(c, &acc[i], (const char *)vals + i * (int64_t)ves, true, 1, r);
         }
-        int64_t o0 = hi * red * after + lo;
+        int64_t o0 = hi * (red ? red : 1) * after + lo;
         for (int64_t i = 0; i < n; i++) {
             if (sums) acc[i].v = sum[i];
             racc_store(c, &acc[i], c->store + view_offset(k, &k->store, o0, j + i) * (int64_t)es);

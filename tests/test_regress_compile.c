@@ -341,3 +341,33 @@ TEST(defect09_recurrence_timing)
     fflush(stdout);
     CHECK_NEAR(fu.loss, un.loss, 1e-10);
 }
+
+/* ---- fuzz findings: reductions over empty dims (SIGFPE in view_offset) ---- */
+
+static int zs_axis;
+static void b_zs_sum(ot_tensor *const *x, ot_node **t, int *n)
+{
+    t[(*n)++] = ot_sum(x[0], .axis = zs_axis);
+    t[(*n)++] = ot_mean(ot_exp(x[0]), .axis = zs_axis, .keepdims = true);
+}
+static void b_zs_t(ot_tensor *const *x, ot_node **t, int *n)
+{
+    t[(*n)++] = ot_sum(ot_T(ot_add(x[0], 1.0)), .axis = zs_axis);
+}
+
+TEST(fuzz_reduce_empty_dims)
+{
+    static const int64_t shapes[][3] = {{0, 2, 1}, {2, 0, 1}, {3, 0, 4}, {0, 3, 4}, {3, 4, 0}, {0, 0, 2}};
+    for (int s = 0; s < 6; s++)
+        for (int ax = 0; ax < 3; ax++) {
+            zs_axis = ax;
+            leafspec ls[] = {{OT_SHAPE(shapes[s][0], shapes[s][1], shapes[s][2]), NULL}};
+            char what[64];
+            snprintf(what, sizeof what, "shape %d axis %d", s, ax);
+            compare(1, ls, b_zs_sum, false, what);
+            if (ax < 2) {
+                leafspec l2[] = {{OT_SHAPE(shapes[s][0], shapes[s][1]), NULL}};
+                compare(1, l2, b_zs_t, false, what);
+            }
+        }
+}

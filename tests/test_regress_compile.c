@@ -371,3 +371,39 @@ TEST(fuzz_reduce_empty_dims)
             }
         }
 }
+
+/* More of defect 1's class: plans whose kernels read transposes of
+ * computed values and of reduction results (row-blocked ones included). */
+static void b_rb_t_red(ot_tensor *const *x, ot_node **t, int *n)
+{
+    ot_node *e = ot_tanh(ot_add(x[0], x[1]));
+    t[(*n)++] = ot_sum(ot_T(e), .axis = 1);
+    t[(*n)++] = ot_mul(ot_T(ot_sum(e, .axis = 0, .keepdims = true)), ot_T(x[0]));
+}
+static void b_rb_t_mean(ot_tensor *const *x, ot_node **t, int *n)
+{
+    ot_node *m = ot_mean(ot_mul(x[0], x[1]), .axis = 0, .keepdims = true);
+    t[(*n)++] = ot_sub(x[0], ot_T(ot_T(m)));
+    t[(*n)++] = ot_max(ot_T(ot_sub(x[0], m)), .axis = 0);
+}
+static void b_dot_of_t_sum(ot_tensor *const *x, ot_node **t, int *n)
+{
+    ot_node *s = ot_sum(ot_exp(x[0]), .axis = 0, .keepdims = true);
+    t[(*n)++] = ot_dot(ot_T(ot_add(x[0], s)), x[0]);
+    t[(*n)++] = ot_sum(ot_T(ot_dot(ot_T(x[0]), ot_mul(x[0], x[1]))), .axis = 1, .keepdims = true);
+}
+
+TEST(defect01_row_blocked_transposes)
+{
+    static const int64_t sz[][2] = {{600, 600}, {1000, 40}, {40, 1000}, {3, 2}};
+    static const build_fn fns[] = {b_rb_t_red, b_rb_t_mean, b_dot_of_t_sum};
+    for (int s = 0; s < 4; s++)
+        for (size_t f = 0; f < sizeof fns / sizeof *fns; f++)
+            for (int b = 0; b < 2; b++) {
+                leafspec ls[] = {{OT_SHAPE(sz[s][0], sz[s][1]), NULL},
+                                 {b ? OT_SHAPE(sz[s][1]) : OT_SHAPE(sz[s][0], sz[s][1]), NULL}};
+                char what[64];
+                snprintf(what, sizeof what, "size %d builder %zu broadcast %d", s, f, b);
+                compare(2, ls, fns[f], false, what);
+            }
+}

@@ -17,13 +17,14 @@
  * buffers with a mul+add -> fma peephole.
  *
  * Recomputation is bounded by a cost model (bound_recompute): fusion
- * inlines an elementwise value into every kernel that reads it, so a value
- * read by k kernels (k counted per distinct kernel, outputs of one group
- * as one) is stored once when (k - 1) * cost > 2 + k, cost being what
- * computing it inline takes in units of an add (transcendentals 8,
- * division and roots 3, the rest 1, summed over the inlined ops below it)
- * and 2 + k the write and the k reads. Single-use chains and values shared
- * inside one kernel stay fused. The cpu backend counts elem_ops the same
+ * inlines an elementwise value into every kernel that reads it and into
+ * every element of a broadcast, so a value computed E times per element
+ * (k distinct kernels, outputs of one group counting as one, times the
+ * rows a broadcast repeats it over) is stored once when (E - 1) * cost >
+ * 2 + E, cost being what computing it inline takes in units of an add
+ * (transcendentals 8, division and roots 3, the rest 1, summed over the
+ * inlined ops below it) and 2 + E the write and the reads. Single-use
+ * chains and values shared inside one kernel stay fused. The cpu backend counts elem_ops the same
  * way fused and unfused (count_ops), so tests bound fusion's arithmetic.
  */
 #include "internal.h"
@@ -667,22 +668,39 @@ static int root_kernel_id(const compiler *c, int r)
     return -1;
 }
 
-/* Fusion inlines an elementwise value into every kernel that reads it, so
- * a value shared by several kernels is computed in each (a recurrence whose
- * every step is also reduced would be computed T^2/2 times). A value read
- * by k kernels is stored once instead when (k - 1) * cost > store + k *
- * load: the cost of computing it inline (its op and the inlined ops below
- * it) against writing it once and reading it back. Single-use chains and
- * values shared within one kernel stay fused. Walks users before operands,
- * so each value's readers are known when it is decided. */
+/* How many times a reader of shape `to` computes each element of an
+ * inlined value of shape `from`: broadcasting along the rows repeats it
+ * per row. A value broadcast along the innermost dim is a scalar per tile,
+ * computed once, so that counts as 1. */
+static double bcast_factor(const ot_shape *to, const ot_shape *from)
+{
+    int64_t nf = ot__numel(from), nt = ot__numel(to);
+    if (from->ndim == 0 || nf == 0 || nt <= nf) return 1;
+    int64_t lf = from->dims[from->ndim - 1], lt = to->ndim ? to->dims[to->ndim - 1] : 1;
+    return lf == lt && lf > 1 ? (double)nt / (double)nf : 1;
+}
+
+/* Fusion inlines an elementwise value into every kernel that reads it, and
+ * into every element of a broadcast, so a value shared by several kernels
+ * is computed in each (a recurrence whose every step is also reduced would
+ * be computed T^2/2 times), and a row broadcast once per row. A value
+ * computed E times per element that way (k kernels, times the broadcast)
+ * is stored once instead when (E - 1) * cost > store + E * load: the cost
+ * of computing it inline (its op and the inlined ops below it) against
+ * writing it once and reading it back. Single-use chains and values shared
+ * within one kernel stay fused. Walks users before operands, so each
+ * value's readers are known when it is decided. */
 static bool bound_recompute(compiler *c)
 {
     int n = c->w->n;
-    int *cost = ot__malloc(sizeof(int) * (size_t)(n ? n : 1));
-    readers *rd = ot__calloc((size_t)(n ? n : 1), sizeof *rd);
-    bool *is_root = ot__calloc((size_t)(n ? n : 1), sizeof *is_root);
-    if (!cost || !rd || !is_root) {
+    size_t cnt = (size_t)(n ? n : 1);
+    int *cost = ot__malloc(sizeof(int) * cnt);
+    double *fac = ot__calloc(cnt, sizeof *fac);   /* evaluations per element per kernel */
+    readers *rd = ot__calloc(cnt, sizeof *rd);
+    bool *is_root = ot__calloc(cnt, sizeof *is_root);
+    if (!cost || !fac || !rd || !is_root) {
         free(cost);
+        free(fac);
         free(rd);
         free(is_root);
         return false;
@@ -702,25 +720,35 @@ static bool bound_recompute(compiler *c)
         cinfo *cu = &c->ci[u];
         if (cu->canon != u || !is_op(c, u)) continue;
         readers here = {{0}, 0};
+        double f = 1;
         if (!is_ew(c, u) || cu->mat) {
             readers_add(&here, u);
         } else {
-            if (is_root[u]) readers_add(&rd[u], root_kernel_id(c, u));
-            int k = rd[u].n;
-            if (k >= 2 && (int64_t)(k - 1) * cost[u] > COST_STORE + (int64_t)k * COST_LOAD) {
+            if (is_root[u]) {
+                readers_add(&rd[u], root_kernel_id(c, u));
+                if (fac[u] < 1) fac[u] = 1;
+            }
+            double e = (double)rd[u].n * fac[u];
+            if (e > 1 && (e - 1) * cost[u] > COST_STORE + e * COST_LOAD) {
                 cu->mat = true;
                 readers_add(&here, u);
             } else {
                 here = rd[u];
+                f = fac[u];
             }
         }
         if (kind_of(c, u) == OT_KIND_SHAPE) continue;
+        const ot_shape *us = &node_of(c, u)->shape;
         for (int k = 0; k < 2; k++) {
             int o = canon_operand(c, u, k);
-            if (o >= 0 && is_ew(c, o) && !c->ci[o].mat) readers_merge(&rd[o], &here);
+            if (o < 0 || !is_ew(c, o) || c->ci[o].mat) continue;
+            readers_merge(&rd[o], &here);
+            double fo = is_ew(c, u) ? f * bcast_factor(us, &node_of(c, o)->shape) : 1;
+            if (fo > fac[o]) fac[o] = fo;
         }
     }
     free(cost);
+    free(fac);
     free(rd);
     free(is_root);
     return true;

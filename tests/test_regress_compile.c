@@ -330,6 +330,60 @@ TEST(defect09_recurrence_recomputation_bounded)
     }
 }
 
+/* Fusion computes an inlined value once per element of the kernel it lands
+ * in, so a costly value broadcast along the rows was computed per row. */
+static uint64_t ops_of(int fusion, int nl, const leafspec *ls, build_fn build)
+{
+    ot_backend_opts o = {.fusion = fusion};
+    ot_backend *be = ot_backend_new("cpu", &o);
+    ot_tensor *x[MAXL], *outs[MAXL];
+    for (int i = 0; i < nl; i++) x[i] = make_leaf(be, i, &ls[i]);
+    ot_pool *pool = ot_pool_push();
+    ot_node *trees[MAXL];
+    int nt = 0;
+    build(x, trees, &nt);
+    for (int i = 0; i < nt; i++) outs[i] = ot_empty(be, ot_node_shape(trees[i]), OT_F64);
+    ot_stats s0, s1;
+    ot_stats_get(be, &s0);
+    CHECK_INT(ot_assign_many(nt, outs, trees), 0);
+    ot_stats_get(be, &s1);
+    for (int i = 0; i < nt; i++) ot_tensor_free(outs[i]);
+    ot_pool_pop(pool);
+    for (int i = 0; i < nl; i++) ot_tensor_free(x[i]);
+    ot_backend_free(be);
+    return s1.elem_ops - s0.elem_ops;
+}
+
+static void b_bc_row(ot_tensor *const *x, ot_node **t, int *n)
+{
+    t[(*n)++] = ot_add(ot_exp(ot_tanh(ot_sin(x[0]))), x[1]);
+}
+static void b_bc_reduce(ot_tensor *const *x, ot_node **t, int *n)
+{
+    t[(*n)++] = ot_sum(ot_mul(ot_exp(ot_add(ot_mul(x[0], 2.0), 1.0)), x[1]), .axis = 0);
+}
+static void b_bc_shared(ot_tensor *const *x, ot_node **t, int *n)
+{
+    ot_node *e = ot_add(ot_mul(x[0], x[0]), 1.0);
+    t[(*n)++] = ot_sum(ot_mul(e, x[1]), .axis = 1);
+    t[(*n)++] = ot_max(ot_add(e, x[1]), .axis = 0);
+    t[(*n)++] = ot_mul(ot_sum(ot_sub(x[1], e)), e);
+}
+
+TEST(defect09_broadcast_and_shared_values_bounded)
+{
+    static const build_fn fns[] = {b_bc_row, b_bc_reduce, b_bc_shared};
+    leafspec ls[] = {{OT_SHAPE(1, 256), NULL}, {OT_SHAPE(64, 256), NULL}};
+    for (size_t f = 0; f < sizeof fns / sizeof *fns; f++) {
+        uint64_t fu = ops_of(OT_FUSION_DEFAULT, 2, ls, fns[f]), un = ops_of(OT_FUSION_OFF, 2, ls, fns[f]);
+        CHECK(un > 0);
+        if (fu > 2 * un + 1024)
+            test__fail(__FILE__, __LINE__, "builder %zu: fused elem_ops %llu > 2 x unfused %llu", f,
+                       (unsigned long long)fu, (unsigned long long)un);
+        compare(2, ls, fns[f], false, "broadcast and shared values");
+    }
+}
+
 /* Not a check (timings on a shared machine are noise): prints the T = 40
  * recurrence's time fused and unfused, for the record. */
 TEST(defect09_recurrence_timing)

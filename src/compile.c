@@ -650,22 +650,19 @@ static void readers_merge(readers *to, const readers *from)
     for (int i = kept; i < from->n && to->n < INT_MAX; i++) to->n++;
 }
 
-/* The kernel computing output root r: outputs of one shape share a group
- * kernel (choose_groups), so they count as one. */
-static int root_kernel_id(const compiler *c, int r)
+/* The kernel computing output i's root: outputs of one shape share a
+ * group kernel (choose_groups), so they count as one. */
+static int root_kernel_id(const compiler *c, int i)
 {
-    for (int i = 0; i < c->nout; i++) {
-        if (c->ci[c->w->root[i]].canon != r) continue;
-        if (!c->outs || c->nout < 2) return r;
-        ot_shape si = out_shape(c, i);
-        for (int j = 0; j < c->nout; j++) {
-            int rj = c->ci[c->w->root[j]].canon;
-            ot_shape sj = out_shape(c, j);
-            if (is_ew(c, rj) && !c->ci[rj].mat && ot__shape_eq(&si, &sj)) return c->w->n + j;
-        }
-        return r;
+    int r = c->ci[c->w->root[i]].canon;
+    if (!c->outs || c->nout < 2) return r;
+    ot_shape si = out_shape(c, i);
+    for (int j = 0; j < i; j++) {
+        int rj = c->ci[c->w->root[j]].canon;
+        ot_shape sj = out_shape(c, j);
+        if (is_ew(c, rj) && !c->ci[rj].mat && ot__shape_eq(&si, &sj)) return c->w->n + j;
     }
-    return -1;
+    return is_ew(c, r) && !c->ci[r].mat ? c->w->n + i : r;
 }
 
 /* How many times a reader of shape `to` computes each element of an
@@ -697,15 +694,19 @@ static bool bound_recompute(compiler *c)
     int *cost = ot__malloc(sizeof(int) * cnt);
     double *fac = ot__calloc(cnt, sizeof *fac);   /* evaluations per element per kernel */
     readers *rd = ot__calloc(cnt, sizeof *rd);
-    bool *is_root = ot__calloc(cnt, sizeof *is_root);
-    if (!cost || !fac || !rd || !is_root) {
+    int *root_id = ot__malloc(sizeof(int) * cnt);   /* an output root's kernel, or -1 */
+    if (!cost || !fac || !rd || !root_id) {
         free(cost);
         free(fac);
         free(rd);
-        free(is_root);
+        free(root_id);
         return false;
     }
-    for (int i = 0; i < c->nout; i++) is_root[c->ci[c->w->root[i]].canon] = true;
+    for (int i = 0; i < n; i++) root_id[i] = -1;
+    for (int i = 0; i < c->nout; i++) {
+        int r = c->ci[c->w->root[i]].canon;
+        if (root_id[r] < 0) root_id[r] = root_kernel_id(c, i);
+    }
     for (int i = 0; i < n; i++) {
         cost[i] = 0;
         if (c->ci[i].canon != i || !is_ew(c, i)) continue;
@@ -724,8 +725,8 @@ static bool bound_recompute(compiler *c)
         if (!is_ew(c, u) || cu->mat) {
             readers_add(&here, u);
         } else {
-            if (is_root[u]) {
-                readers_add(&rd[u], root_kernel_id(c, u));
+            if (root_id[u] >= 0) {
+                readers_add(&rd[u], root_id[u]);
                 if (fac[u] < 1) fac[u] = 1;
             }
             double e = (double)rd[u].n * fac[u];
@@ -750,7 +751,7 @@ static bool bound_recompute(compiler *c)
     free(cost);
     free(fac);
     free(rd);
-    free(is_root);
+    free(root_id);
     return true;
 }
 

@@ -23,7 +23,8 @@
  * rows a broadcast repeats it over) is stored once when (E - 1) * cost >
  * 2 + E, cost being what computing it inline takes in units of an add
  * (transcendentals 8, division and roots 3, the rest 1, summed over the
- * inlined ops below it) and 2 + E the write and the reads. Single-use
+ * inlined ops below it, plus 1 per stored value they read) and 2 + E the
+ * write and the reads. Single-use
  * chains and values shared inside one kernel stay fused. The cpu backend counts elem_ops the same
  * way fused and unfused (count_ops), so tests bound fusion's arithmetic.
  */
@@ -683,8 +684,8 @@ static double bcast_factor(const ot_shape *to, const ot_shape *from)
  * be computed T^2/2 times), and a row broadcast once per row. A value
  * computed E times per element that way (k kernels, times the broadcast)
  * is stored once instead when (E - 1) * cost > store + E * load: the cost
- * of computing it inline (its op and the inlined ops below it) against
- * writing it once and reading it back. Single-use chains and values shared
+ * of computing it inline (its op, the inlined ops below it and the stored
+ * values they read) against writing it once and reading it back. Single-use chains and values shared
  * within one kernel stay fused. Walks users before operands, so each
  * value's readers are known when it is decided. */
 static bool bound_recompute(compiler *c)
@@ -706,6 +707,9 @@ static bool bound_recompute(compiler *c)
     for (int i = 0; i < c->nout; i++) {
         int r = c->ci[c->w->root[i]].canon;
         if (root_id[r] < 0) root_id[r] = root_kernel_id(c, i);
+        ot_shape osh = out_shape(c, i);   /* a tree broadcast into a bigger output */
+        double f = bcast_factor(&osh, &node_of(c, r)->shape);
+        if (f > fac[r]) fac[r] = f;
     }
     for (int i = 0; i < n; i++) {
         cost[i] = 0;
@@ -713,7 +717,8 @@ static bool bound_recompute(compiler *c)
         int64_t sum = op_cost(c->w->e[i].op);
         for (int k = 0; k < 2; k++) {
             int o = canon_operand(c, i, k);
-            if (o >= 0 && is_ew(c, o) && !c->ci[o].mat) sum += cost[o];
+            if (o < 0 || c->w->e[o].kind == OT_NODE_CONST) continue;
+            sum += is_ew(c, o) && !c->ci[o].mat ? cost[o] : COST_LOAD;   /* inlined, or read */
         }
         cost[i] = sum > COST_CAP ? COST_CAP : (int)sum;
     }
@@ -725,10 +730,7 @@ static bool bound_recompute(compiler *c)
         if (!is_ew(c, u) || cu->mat) {
             readers_add(&here, u);
         } else {
-            if (root_id[u] >= 0) {
-                readers_add(&rd[u], root_id[u]);
-                if (fac[u] < 1) fac[u] = 1;
-            }
+            if (root_id[u] >= 0) readers_add(&rd[u], root_id[u]);
             double e = (double)rd[u].n * fac[u];
             if (e > 1 && (e - 1) * cost[u] > COST_STORE + e * COST_LOAD) {
                 cu->mat = true;

@@ -384,6 +384,38 @@ TEST(defect09_broadcast_and_shared_values_bounded)
     }
 }
 
+/* A tree broadcast into a bigger output: the value is stored once, not
+ * computed per row of the output. */
+TEST(defect09_broadcast_into_output_bounded)
+{
+    uint64_t ops[2];
+    double got[2][4];
+    for (int u = 0; u < 2; u++) {
+        ot_backend_opts o = {.fusion = u ? OT_FUSION_OFF : OT_FUSION_DEFAULT};
+        ot_backend *be = ot_backend_new("cpu", &o);
+        leafspec l = {OT_SHAPE(256), NULL};
+        ot_tensor *a = make_leaf(be, 0, &l), *b = make_leaf(be, 1, &l);
+        ot_tensor *out = ot_empty(be, OT_SHAPE(64, 256), OT_F64);
+        ot_stats s0, s1;
+        ot_stats_get(be, &s0);
+        CHECK_INT(ot_assign(out, ot_mul(ot_add(a, b), 0.5)), 0);
+        ot_stats_get(be, &s1);
+        ops[u] = s1.elem_ops - s0.elem_ops;
+        ot_tensor *row = ot_slice(out, OT_IDX(63), OT_RANGE(0, 4));
+        ot_get(row, got[u]);
+        ot_tensor_free(row);
+        ot_tensor_free(out);
+        ot_tensor_free(a);
+        ot_tensor_free(b);
+        ot_backend_free(be);
+    }
+    for (int i = 0; i < 4; i++) CHECK_NEAR(got[0][i], (value_at(0, i) + value_at(1, i)) * 0.5, 1e-15);
+    CHECK(ops[1] > 0);
+    if (ops[0] > 2 * ops[1] + 1024)
+        test__fail(__FILE__, __LINE__, "fused elem_ops %llu > 2 x unfused %llu", (unsigned long long)ops[0],
+                   (unsigned long long)ops[1]);
+}
+
 /* Not a check (timings on a shared machine are noise): prints the T = 40
  * recurrence's time fused and unfused, for the record. */
 TEST(defect09_recurrence_timing)

@@ -15,6 +15,18 @@
  * work, transposes of computed values, rand/onehot, and cuts that bound a
  * kernel's size), and each kernel becomes a register program over tile
  * buffers with a mul+add -> fma peephole.
+ *
+ * Recomputation is bounded by a cost model (bound_recompute): fusion
+ * inlines an elementwise value into every kernel that reads it and into
+ * every element of a broadcast, so a value computed E times per element
+ * (k distinct kernels, outputs of one group counting as one, times the
+ * rows a broadcast repeats it over) is stored once when (E - 1) * cost >
+ * 2 + E, cost being what computing it inline takes in units of an add
+ * (transcendentals 8, division and roots 3, the rest 1, summed over the
+ * inlined ops below it, plus 1 per stored value they read) and 2 + E the
+ * write and the reads. Single-use
+ * chains and values shared inside one kernel stay fused. The cpu backend counts elem_ops the same
+ * way fused and unfused (count_ops), so tests bound fusion's arithmetic.
  */
 #include "internal.h"
 
@@ -594,6 +606,155 @@ static void choose_materialised(compiler *c)
             ci->size = 1;
         }
     }
+}
+
+static ot_shape out_shape(const compiler *c, int i);
+
+/* ---- the recomputation cost model ----------------------------------------- */
+
+#define COST_CAP (1 << 20)   /* estimates saturate here */
+#define COST_STORE 2         /* writing a value once, in op units */
+#define COST_LOAD 1          /* a kernel reading it back */
+#define READERS_KEPT 4       /* kernel ids kept per value; beyond, counted */
+
+/* What computing one element of op costs, in units of an add: SLEEF's
+ * transcendentals are tens of instructions, a division or root a few. */
+static int op_cost(int op)
+{
+    if (is_costly(op)) return 8;
+    switch (op) {
+    case OT_OP_DIV: case OT_OP_SQRT: case OT_OP_RSQRT: case OT_OP_RECIP: return 3;
+    default: return 1;
+    }
+}
+
+/* The kernels an inlined value is computed in: a few ids, and a count that
+ * goes on past them (distinct as far as the ids tell). */
+typedef struct readers {
+    int id[READERS_KEPT];
+    int n;
+} readers;
+
+static void readers_add(readers *r, int id)
+{
+    int kept = r->n < READERS_KEPT ? r->n : READERS_KEPT;
+    for (int i = 0; i < kept; i++)
+        if (r->id[i] == id) return;
+    if (r->n < READERS_KEPT) r->id[r->n] = id;
+    if (r->n < INT_MAX) r->n++;
+}
+
+static void readers_merge(readers *to, const readers *from)
+{
+    int kept = from->n < READERS_KEPT ? from->n : READERS_KEPT;
+    for (int i = 0; i < kept; i++) readers_add(to, from->id[i]);
+    for (int i = kept; i < from->n && to->n < INT_MAX; i++) to->n++;
+}
+
+/* The kernel computing output i's root: outputs of one shape share a
+ * group kernel (choose_groups), so they count as one. */
+static int root_kernel_id(const compiler *c, int i)
+{
+    int r = c->ci[c->w->root[i]].canon;
+    if (!c->outs || c->nout < 2) return r;
+    ot_shape si = out_shape(c, i);
+    for (int j = 0; j < i; j++) {
+        int rj = c->ci[c->w->root[j]].canon;
+        ot_shape sj = out_shape(c, j);
+        if (is_ew(c, rj) && !c->ci[rj].mat && ot__shape_eq(&si, &sj)) return c->w->n + j;
+    }
+    return is_ew(c, r) && !c->ci[r].mat ? c->w->n + i : r;
+}
+
+/* How many times a reader of shape `to` computes each element of an
+ * inlined value of shape `from`: broadcasting along the rows repeats it
+ * per row. A value broadcast along the innermost dim is a scalar per tile,
+ * computed once, so that counts as 1. */
+static double bcast_factor(const ot_shape *to, const ot_shape *from)
+{
+    int64_t nf = ot__numel(from), nt = ot__numel(to);
+    if (from->ndim == 0 || nf == 0 || nt <= nf) return 1;
+    int64_t lf = from->dims[from->ndim - 1], lt = to->ndim ? to->dims[to->ndim - 1] : 1;
+    return lf == lt && lf > 1 ? (double)nt / (double)nf : 1;
+}
+
+/* Fusion inlines an elementwise value into every kernel that reads it, and
+ * into every element of a broadcast, so a value shared by several kernels
+ * is computed in each (a recurrence whose every step is also reduced would
+ * be computed T^2/2 times), and a row broadcast once per row. A value
+ * computed E times per element that way (k kernels, times the broadcast)
+ * is stored once instead when (E - 1) * cost > store + E * load: the cost
+ * of computing it inline (its op, the inlined ops below it and the stored
+ * values they read) against writing it once and reading it back. Single-use chains and values shared
+ * within one kernel stay fused. Walks users before operands, so each
+ * value's readers are known when it is decided. */
+static bool bound_recompute(compiler *c)
+{
+    int n = c->w->n;
+    size_t cnt = (size_t)(n ? n : 1);
+    int *cost = ot__malloc(sizeof(int) * cnt);
+    double *fac = ot__calloc(cnt, sizeof *fac);   /* evaluations per element per kernel */
+    readers *rd = ot__calloc(cnt, sizeof *rd);
+    int *root_id = ot__malloc(sizeof(int) * cnt);   /* an output root's kernel, or -1 */
+    if (!cost || !fac || !rd || !root_id) {
+        free(cost);
+        free(fac);
+        free(rd);
+        free(root_id);
+        return false;
+    }
+    for (int i = 0; i < n; i++) root_id[i] = -1;
+    for (int i = 0; i < c->nout; i++) {
+        int r = c->ci[c->w->root[i]].canon;
+        if (root_id[r] < 0) root_id[r] = root_kernel_id(c, i);
+        ot_shape osh = out_shape(c, i);   /* a tree broadcast into a bigger output */
+        double f = bcast_factor(&osh, &node_of(c, r)->shape);
+        if (f > fac[r]) fac[r] = f;
+    }
+    for (int i = 0; i < n; i++) {
+        cost[i] = 0;
+        if (c->ci[i].canon != i || !is_ew(c, i)) continue;
+        int64_t sum = op_cost(c->w->e[i].op);
+        for (int k = 0; k < 2; k++) {
+            int o = canon_operand(c, i, k);
+            if (o < 0 || c->w->e[o].kind == OT_NODE_CONST) continue;
+            sum += is_ew(c, o) && !c->ci[o].mat ? cost[o] : COST_LOAD;   /* inlined, or read */
+        }
+        cost[i] = sum > COST_CAP ? COST_CAP : (int)sum;
+    }
+    for (int u = n - 1; u >= 0; u--) {
+        cinfo *cu = &c->ci[u];
+        if (cu->canon != u || !is_op(c, u)) continue;
+        readers here = {{0}, 0};
+        double f = 1;
+        if (!is_ew(c, u) || cu->mat) {
+            readers_add(&here, u);
+        } else {
+            if (root_id[u] >= 0) readers_add(&rd[u], root_id[u]);
+            double e = (double)rd[u].n * fac[u];
+            if (e > 1 && (e - 1) * cost[u] > COST_STORE + e * COST_LOAD) {
+                cu->mat = true;
+                readers_add(&here, u);
+            } else {
+                here = rd[u];
+                f = fac[u];
+            }
+        }
+        if (kind_of(c, u) == OT_KIND_SHAPE) continue;
+        const ot_shape *us = &node_of(c, u)->shape;
+        for (int k = 0; k < 2; k++) {
+            int o = canon_operand(c, u, k);
+            if (o < 0 || !is_ew(c, o) || c->ci[o].mat) continue;
+            readers_merge(&rd[o], &here);
+            double fo = is_ew(c, u) ? f * bcast_factor(us, &node_of(c, o)->shape) : 1;
+            if (fo > fac[o]) fac[o] = fo;
+        }
+    }
+    free(cost);
+    free(fac);
+    free(rd);
+    free(root_id);
+    return true;
 }
 
 /* ---- storage -------------------------------------------------------------- */
@@ -1426,13 +1587,14 @@ static bool root_kernel(compiler *c, prog *g, int i, int r, int *via_temp)
 
 /* Whether output i of an ot_assign_many may be written by a group kernel
  * (alone, or sharing it with outputs of its shape): its tree is computed
- * elementwise and the output overlaps no leaf but fully, so no store can
+ * elementwise (not by a BLAS call writing the output: that dot then has no
+ * storage a kernel could load) and the output overlaps no leaf but fully, so no store can
  * change what any tree reads; check_inplace_groups then breaks up groups
  * whose leaves other outputs read. Outputs never overlap each other (the
  * assignment checks it). */
 static bool groupable(const compiler *c, int i)
 {
-    if (!c->outs || !c->fused || c->nout < 2) return false;
+    if (!c->outs || !c->fused || c->nout < 2 || c->groot[i].dot >= 0) return false;
     int r = c->ci[c->w->root[i]].canon;
     if (!is_ew(c, r) || c->ci[r].mat) return false;
     for (int j = 0; j < c->w->nleaf; j++)
@@ -1630,8 +1792,30 @@ static uint64_t view_bytes(const ot_kernel *k, const ot_view *v)
     return n;
 }
 
-static void count_bytes(ot_plan *p, const ot_kernel *k)
+/* The arithmetic of one run of k, the same way fused or not: an op counts
+ * once per element it computes (a scalar insn once), an fma as the mul and
+ * add it replaces, a reduction one step per element reduced, a GEMM
+ * 2*M*N*K. So a plan's count against the unfused plan's bounds what fusion
+ * recomputes. */
+static uint64_t count_ops(const ot_kernel *k)
 {
+    if (k->kind == OT_KER_DOT) return 2 * (uint64_t)k->m * (uint64_t)k->n * (uint64_t)k->k * (uint64_t)k->batch;
+    if (k->kind == OT_KER_RAND || k->kind == OT_KER_ONEHOT) return (uint64_t)ot__numel(&k->shape);
+    uint64_t elems = 1, ops = 0;
+    for (int i = 0; i < k->ndim; i++) elems *= (uint64_t)k->dims[i];
+    for (int i = 0; i < k->ninsn; i++) {
+        const ot_insn *in = &k->insns[i];
+        uint64_t n = (in->scalar & 8) ? 1 : elems;
+        if (in->code == OT_I_UNARY || in->code == OT_I_BINARY) ops += n;
+        else if (in->code == OT_I_FMA) ops += 2 * n;
+        else if (in->code == OT_I_CAST && in->kd != in->kd_from) ops += n;
+    }
+    return k->kind == OT_KER_REDUCE ? ops + elems : ops;
+}
+
+static void count_work(ot_plan *p, const ot_kernel *k)
+{
+    p->elem_ops += count_ops(k);
     if (k->kind == OT_KER_DOT) {
         size_t es = ot_dtype_size((ot_dtype)k->store.dtype);
         p->bytes_read += (uint64_t)(k->m * k->k + k->k * k->n) * es;
@@ -1870,7 +2054,7 @@ static bool build_kernels(compiler *c)
         if (via[i] >= 0) ok = copy_out(c, &g, i, via[i]);
     for (int i = 0; i < c->plan->nkernels && ok; i++) {
         ot_kernel *k = &c->plan->kernels[i];
-        count_bytes(c->plan, k);
+        count_work(c->plan, k);
         k->desc = describe(k);
     }
     free(g.val);
@@ -2084,23 +2268,31 @@ static int temp_writer(const ot_plan *p, int t)
  * it, while that result is in cache (neon's bsum: a bias gradient's sum over
  * the rows): its other inputs exist before the dot, moving it earlier
  * changes nothing the kernels it passes read or write, and it either walks
- * the rows or the segment is one block (a sum down the rows needs every
- * row). The first such kernel, or -1. */
+ * the rows the epilogue wrote or the segment is one block (a sum down the
+ * rows needs every row; exec.c runs a one-block segment unsliced). The
+ * first such kernel, or -1. */
 static int bsum_of(const compiler *c, const ot_segment *sg)
 {
     const ot_plan *p = c->plan;
     int d = sg->first;
     const ot_kernel *ek = &p->kernels[d + 1];
     if (ek->store.space != OT_SPACE_TEMP) return -1;
+    bool one_block = sg->row_block >= sg->rows;
     for (int r = d + 2; r < p->nkernels; r++) {
         const ot_kernel *rk = &p->kernels[r];
         bool reads = false, ok = rk->kind == OT_KER_REDUCE &&
-                                 (sg->row_block == sg->rows || walks_rows(rk, sg->rows, true));
+                                 (one_block || walks_rows(rk, sg->rows, true));
         for (int l = 0; l < rk->nload && ok; l++) {
             const ot_view *v = &rk->loads[l];
             if (v->space != OT_SPACE_TEMP) continue;
-            if (v->index == ek->store.index) reads = true;
-            else ok = temp_writer(p, v->index) < d;
+            /* Per block it must read the rows the epilogue wrote, not the
+             * same count of rows of a transpose (a square result). */
+            if (v->index == ek->store.index) {
+                reads = true;
+                ok = one_block || row_step(rk, v, sg->rows) == row_step(ek, &ek->store, sg->rows);
+            } else {
+                ok = temp_writer(p, v->index) < d;
+            }
         }
         for (int k = d + 2; k < r && ok && reads; k++)
             ok = !kernels_conflict(c, &p->kernels[k], rk) && !kernels_conflict(c, rk, &p->kernels[k]);
@@ -2338,6 +2530,7 @@ static ot_plan *compile(ot_backend *be, const ot_walk *w, int n, ot_tensor *cons
         count_uses(&c);
         for (int i = 0; i < w->n; i++) c.plan->nodes += c.ci[i].canon == i && w->e[i].kind == OT_NODE_OP;
         choose_materialised(&c);
+        if (c.fused && !bound_recompute(&c)) c.oom = true;
         mark_direct_roots(&c);
         assign_storage(&c);
         ok = !c.oom && build_kernels(&c) && choose_dot_segments(&c);

@@ -209,15 +209,18 @@ static bool scratch_new(scratch *s, const ot_kernel *k, int64_t tile, scratch_st
 }
 
 /* The element offset of a view at outer index o (over dims[0..nd-2]) and
- * inner position j. */
+ * inner position j. A dim of size 0 is walked as one of size 1: only a
+ * reduction's emptied dim is (its results are the identity), and every
+ * view it stores through has stride 0 there. */
 static int64_t view_offset(const ot_kernel *k, const ot_view *v, int64_t o, int64_t j)
 {
     int nd = k->ndim;
     if (nd == 0) return 0;
     int64_t off = j * v->strides[nd - 1];
     for (int d = nd - 2; d >= 0; d--) {
-        off += (o % k->dims[d]) * v->strides[d];
-        o /= k->dims[d];
+        int64_t n = k->dims[d] ? k->dims[d] : 1;
+        off += (o % n) * v->strides[d];
+        o /= n;
     }
     return off;
 }
@@ -663,7 +666,7 @@ static void column_body(run_ctx *c, scratch *s, int64_t first, int64_t last)
             for (int64_t i = 0; i < n; i++)
                 racc_tile(c, &acc[i], (const char *)vals + i * (int64_t)ves, true, 1, r);
         }
-        int64_t o0 = hi * red * after + lo;
+        int64_t o0 = hi * (red ? red : 1) * after + lo;
         for (int64_t i = 0; i < n; i++) {
             if (sums) acc[i].v = sum[i];
             racc_store(c, &acc[i], c->store + view_offset(k, &k->store, o0, j + i) * (int64_t)es);
@@ -912,8 +915,13 @@ static int run_segment(ot_backend *be, const ot_plan *p, const ot_binding *bind,
 {
     ot_cpu *cpu = be->impl;
     int rc = 0;
+    /* One block is the whole run: kernels then run unsliced, since a
+     * reduction joining the segment need not walk the dot's rows (a sum
+     * over a transpose of the epilogue's result) when there is one block. */
+    bool whole = sg->row_block >= sg->rows;
     for (int64_t r0 = 0; r0 < sg->rows && rc == 0; r0 += sg->row_block) {
         rows r = {r0, sg->rows - r0 < sg->row_block ? sg->rows - r0 : sg->row_block};
+        if (whole) r = (rows){0, -1};
         for (int i = sg->first; i < sg->first + sg->count && rc == 0; i++)
             rc = run_kernel(be, p, bind, arena, &p->kernels[i], r, sg->rows, sg->block_temp,
                             cpu->threads);
@@ -975,6 +983,7 @@ int ot__plan_run(ot_backend *be, ot_plan *p, const ot_binding *bind)
     atomic_fetch_add(&be->stats.kernels, (uint64_t)p->nkernels);
     atomic_fetch_add(&be->stats.nodes, p->nodes);
     atomic_fetch_add(&be->stats.bytes_moved, p->bytes_read + p->bytes_written);
+    atomic_fetch_add(&be->stats.elem_ops, p->elem_ops);
     return 0;
 }
 

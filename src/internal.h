@@ -444,6 +444,8 @@ typedef struct ot_plan {
     int nleaves, nparams, nout;
     uint64_t bytes_read, bytes_written;  /* per run, for stats/explain */
     uint64_t nodes;                 /* distinct op nodes a run evaluates */
+    uint64_t elem_ops;              /* per run: op insns times the elements
+                                       they compute, 2*M*N*K per GEMM */
     int64_t row_block;              /* > 0: every kernel walks the same rows
                                        (dim 0), so all kernels run for a block
                                        of this many rows before the next */

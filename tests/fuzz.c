@@ -262,6 +262,8 @@ static ot_node *node_build(const fz_ir *ir, fz_inst *in, int k)
  * ones legitimately part: tanh(12.25) is 1 in f32, so log of it is 0 and
  * not a tiny negative number whose sqrt is NaN). */
 static int round32;
+/* Nonzero while building a noisy variant of ref (see inst_build). */
+static int noise_seed;
 
 /* Every leaf and node of ir on be (pert: leaf data to use instead, or NULL).
  * 0, or the first error code. */
@@ -282,6 +284,27 @@ static int inst_build(ot_backend *be, const fz_ir *ir, double *const *pert, fz_i
             ot_args c = {.axis = OT_AXIS_ALL, .dtype = OT_F64};
             ot_node *w = ot_build_at(OT_OP_CAST, in->node[k], NULL, &c, NULL, 0);
             c.dtype = OT_F32;
+            w = ot_build_at(OT_OP_CAST, w, NULL, &c, NULL, 0);
+            if (w) in->node[k] = w;
+            ot_clear_error();
+        }
+        ot_dtype dt = ot_node_dtype(in->node[k]);
+        if (noise_seed && ir->n[k].op >= 0 && ir->n[k].op != OT_OP_SOFTMAX &&
+            (dt == OT_F32 || dt == OT_F64)) {
+            /* a few ulps of relative noise on every float node: how much the
+             * tree amplifies its own rounding errors */
+            ot_args c = {.axis = OT_AXIS_ALL, .dtype = OT_F64};
+            ot_args ra = {.axis = OT_AXIS_ALL, .dtype = OT_F64, .shape = ot_node_shape(in->node[k]),
+                          .seed = (uint64_t)noise_seed * 1000 + (uint64_t)k};
+            ot_node *u = ot_build_at(OT_OP_RAND, NULL, NULL, &ra, NULL, 0);
+            u = ot_build_at(OT_OP_SUB, ot_build_at(OT_OP_MUL, u, ot_const(2), NULL, NULL, 0),
+                            ot_const(1), NULL, NULL, 0);
+            u = ot_build_at(OT_OP_ADD, ot_const(1),
+                            ot_build_at(OT_OP_MUL, u, ot_const(dt == OT_F32 ? 0x1p-21 : 0x1p-50),
+                                        NULL, NULL, 0), NULL, NULL, 0);
+            ot_node *w = ot_build_at(OT_OP_CAST, in->node[k], NULL, &c, NULL, 0);
+            w = ot_build_at(OT_OP_MUL, w, u, NULL, NULL, 0);
+            c.dtype = dt;
             w = ot_build_at(OT_OP_CAST, w, NULL, &c, NULL, 0);
             if (w) in->node[k] = w;
             ot_clear_error();
@@ -861,7 +884,7 @@ static int f32_range_ok(const fz_ir *ir)
     return ok;
 }
 
-static int64_t compare(const fz_res *r, const fz_res *p1, const fz_res *p2, const fz_res *alt,
+static int64_t compare(const fz_res *r, const fz_res *const *pert, int npert, const fz_res *alt,
                        const fz_res *c, int lowp, int *which, double *tol_out)
 {
     for (int k = 0; k < r->nv; k++) {
@@ -876,18 +899,19 @@ static int64_t compare(const fz_res *r, const fz_res *p1, const fz_res *p2, cons
             double z = alt && alt->nv > k && alt->n[k] == r->n[k] ? alt->v[k][i] : NAN;
             if (alt && (x == z || (isnan(x) && isnan(z)) || fabs(x - z) <= 1e-4 * fmax(1, fabs(z))))
                 continue;
-            double q1 = p1 && p1->nv > k && p1->n[k] == r->n[k] ? p1->v[k][i] : y;
-            double q2 = p2 && p2->nv > k && p2->n[k] == r->n[k] ? p2->v[k][i] : y;
-            int stable = (isnan(q1) == isnan(y)) && (isnan(q2) == isnan(y)) &&
-                         (isinf(q1) == isinf(y)) && (isinf(q2) == isinf(y));
+            int stable = 1;
+            double sens = 0;
+            for (int j = 0; j < npert; j++) {
+                const fz_res *p = pert[j];
+                double q = p->nv > k && p->n[k] == r->n[k] ? p->v[k][i] : y;
+                stable &= isnan(q) == isnan(y) && isinf(q) == isinf(y) && (!isinf(y) || q == y);
+                if (isfinite(q) && isfinite(y)) sens = fmax(sens, fabs(q - y));
+            }
             if (isnan(x) || isnan(y) || isinf(x) || isinf(y)) {
                 if (!stable) continue;
                 if (isnan(x) != isnan(y) || (!isnan(x) && x != y)) goto bad;
                 continue;
             }
-            double sens = 0;
-            if (isfinite(q1)) sens = fmax(sens, fabs(q1 - y));
-            if (isfinite(q2)) sens = fmax(sens, fabs(q2 - y));
             if (!stable) continue;
             double tol = atol + rtol * fabs(y) + 8 * sens;
             *tol_out = tol;
@@ -914,17 +938,66 @@ static int bitwise_equal(const fz_res *a, const fz_res *b, int *which, int64_t *
     return 1;
 }
 
+/* ref's answer and what it takes to judge another backend's against it:
+ * ref on perturbed inputs, and (made on the first disagreement) ref with
+ * noise on every node and ref rounding every f32 node. */
+typedef void (*runner)(ot_backend *, const fz_ir *, double *const *, fz_res *);
+typedef struct oracle {
+    runner run;
+    fz_res r, p[4], rr;
+    int have_more;
+} oracle;
+
+static void oracle_init(oracle *o, runner run, const fz_ir *ir)
+{
+    memset(o, 0, sizeof *o);
+    o->run = run;
+    rng pr = {0x5eed};
+    run(ref_be, ir, NULL, &o->r);
+    for (int j = 0; j < 2; j++) {
+        double **q = perturbed(ir, &pr);
+        run(ref_be, ir, q, &o->p[j]);
+        pert_free(q);
+    }
+}
+
+static void oracle_free(oracle *o)
+{
+    res_free(&o->r);
+    for (int j = 0; j < 4; j++) res_free(&o->p[j]);
+    res_free(&o->rr);
+}
+
+/* The first element of c that ref does not explain, or -1. */
+static int64_t judge(oracle *o, const fz_ir *ir, const fz_res *c, int *which, double *tol)
+{
+    int lowp = low_precision(ir);
+    const fz_res *pp[4] = {&o->p[0], &o->p[1], &o->p[2], &o->p[3]};
+    int64_t at = compare(&o->r, pp, 2, NULL, c, lowp, which, tol);
+    if (at < 0) return at;
+    if (!o->have_more) {
+        o->have_more = 1;
+        for (int j = 0; j < 2; j++) {
+            noise_seed = j + 1;
+            o->run(ref_be, ir, NULL, &o->p[2 + j]);
+        }
+        noise_seed = 0;
+        round32 = lowp;
+        if (lowp) o->run(ref_be, ir, NULL, &o->rr);
+        round32 = 0;
+    }
+    at = compare(&o->r, pp, 4, lowp ? &o->rr : NULL, c, lowp, which, tol);
+    if (at >= 0 && lowp && !f32_range_ok(ir)) at = -1;
+    return at;
+}
+
 static void check_forward(const fz_ir *ir, fz_fail *f)
 {
-    rng pr = {0x5eed};
-    fz_res r, p1, p2, rr, cr[NCFG];
-    int have[NCFG] = {0}, have_rr = 0;
-    run_forward_on(ref_be, ir, NULL, &r);
-    double **q1 = perturbed(ir, &pr), **q2 = perturbed(ir, &pr);
-    run_forward_on(ref_be, ir, q1, &p1);
-    run_forward_on(ref_be, ir, q2, &p2);
-    pert_free(q1);
-    pert_free(q2);
+    oracle o;
+    oracle_init(&o, run_forward_on, ir);
+    fz_res cr[NCFG];
+    const fz_res *r = &o.r;
+    int have[NCFG] = {0};
     char nm[96];
     for (int j = 0; j < ir->ncfg; j++) {
         int c = ir->cfg[j];
@@ -933,28 +1006,18 @@ static void check_forward(const fz_ir *ir, fz_fail *f)
         run_forward_on(be, ir, NULL, &cr[c]);
         have[c] = 1;
         cfg_name(c, nm, sizeof nm);
-        if (cr[c].rc != r.rc) {
+        if (cr[c].rc != r->rc) {
             fail_set(f, FK_RC, c, -1, "%s returns %d (%s), ref %d (%s)", nm, cr[c].rc,
-                     ot_strerror(cr[c].rc), r.rc, ot_strerror(r.rc));
+                     ot_strerror(cr[c].rc), r->rc, ot_strerror(r->rc));
             continue;
         }
-        if (r.rc) continue;
+        if (r->rc) continue;
         int which = 0;
         double tol = 0;
-        int64_t at = compare(&r, &p1, &p2, NULL, &cr[c], low_precision(ir), &which, &tol);
-        if (at >= 0 && low_precision(ir)) {
-            if (!have_rr) {
-                round32 = 1;
-                run_forward_on(ref_be, ir, NULL, &rr);
-                round32 = 0;
-                have_rr = 1;
-            }
-            at = compare(&r, &p1, &p2, &rr, &cr[c], 1, &which, &tol);
-            if (at >= 0 && !f32_range_ok(ir)) at = -1;
-        }
+        int64_t at = judge(&o, ir, &cr[c], &which, &tol);
         if (at >= 0)
             fail_set(f, FK_VALUE, c, -1, "%s: output %d element %" PRId64 " is %.17g, ref %.17g (tol %.3g)",
-                     nm, which, at, cr[c].v[which][at], r.v[which][at], tol);
+                     nm, which, at, cr[c].v[which][at], r->v[which][at], tol);
     }
     for (int c = 0; c < 16; c++) {
         if (!have[c] || cr[c].rc) continue;
@@ -980,10 +1043,7 @@ static void check_forward(const fz_ir *ir, fz_fail *f)
     }
     for (int c = 0; c < NCFG; c++)
         if (have[c]) res_free(&cr[c]);
-    if (have_rr) res_free(&rr);
-    res_free(&r);
-    res_free(&p1);
-    res_free(&p2);
+    oracle_free(&o);
 }
 
 /* The IR with every f32 in f64: for central differences. */
@@ -1027,6 +1087,11 @@ static void check_fd(const fz_ir *ir0, fz_fail *f)
         ot_clear_error();
         return;
     }
+    /* an integer-valued node makes the tree a step function: its gradient is
+     * zero by definition, while differences of dense steps are not */
+    int steps = 0;
+    for (int k = 0; k < ir.nn; k++)
+        steps |= ir.n[k].op >= 0 && ot_node_dtype(in.node[k]) == OT_I32;
     ot_node *root = in.node[ir.roots[0]];
     ot_tensor *out = ot_empty(ref_be, ot_node_shape(root), OT_F64);
     double *ne = NULL;
@@ -1035,7 +1100,7 @@ static void check_fd(const fz_ir *ir0, fz_fail *f)
     double mag = 0;
     objective(&in, &ir, out, ne, &mag);
     int gi = 0, probes = 0;
-    for (int li = 0; li < ir.nl && !f->kind; li++) {
+    for (int li = 0; li < ir.nl && !f->kind && !steps; li++) {
         if (li == ir.ne) continue;
         int k = gi++;
         if (ir.l[li].dtype != OT_F64 || ir.l[li].view == V_BCAST || k >= g.nv) continue;
@@ -1056,7 +1121,7 @@ static void check_fd(const fz_ir *ir0, fz_fail *f)
             int64_t bi = (int64_t)map[e];
             double x = data[bi], est[2];
             for (int s = 0; s < 2; s++) {
-                double h = (s ? 1e-7 : 1e-6) * fmax(1, fabs(x));
+                double h = (s ? 1e-7 : 1e-6) * fmin(fmax(1, fabs(x)), 100);
                 data[bi] = x + h;
                 ot_set(in.base[li], data);
                 double lp = objective(&in, &ir, out, ne, NULL);
@@ -1089,14 +1154,10 @@ static void check_fd(const fz_ir *ir0, fz_fail *f)
 
 static void check_grad(const fz_ir *ir, fz_fail *f)
 {
-    rng pr = {0x5eed};
-    fz_res r, p1, p2, c;
-    run_grad_on(ref_be, ir, NULL, &r);
-    double **q1 = perturbed(ir, &pr), **q2 = perturbed(ir, &pr);
-    run_grad_on(ref_be, ir, q1, &p1);
-    run_grad_on(ref_be, ir, q2, &p2);
-    pert_free(q1);
-    pert_free(q2);
+    oracle o;
+    oracle_init(&o, run_grad_on, ir);
+    const fz_res *r = &o.r;
+    fz_res c;
     char nm[96];
     for (int j = 0; j < ir->ncfg && !f->kind; j++) {
         int cf = ir->cfg[j];
@@ -1104,31 +1165,20 @@ static void check_grad(const fz_ir *ir, fz_fail *f)
         if (!be) continue;
         run_grad_on(be, ir, NULL, &c);
         cfg_name(cf, nm, sizeof nm);
-        if (c.rc != r.rc) {
+        if (c.rc != r->rc) {
             fail_set(f, FK_GRAD_RC, cf, -1, "backprop on %s returns %d (%s), ref %d (%s)", nm, c.rc,
-                     ot_strerror(c.rc), r.rc, ot_strerror(r.rc));
-        } else if (!r.rc) {
+                     ot_strerror(c.rc), r->rc, ot_strerror(r->rc));
+        } else if (!r->rc) {
             int which = 0;
             double tol = 0;
-            int64_t at = compare(&r, &p1, &p2, NULL, &c, low_precision(ir), &which, &tol);
-            if (at >= 0 && low_precision(ir)) {
-                fz_res rr;
-                round32 = 1;
-                run_grad_on(ref_be, ir, NULL, &rr);
-                round32 = 0;
-                at = compare(&r, &p1, &p2, &rr, &c, 1, &which, &tol);
-                res_free(&rr);
-                if (at >= 0 && !f32_range_ok(ir)) at = -1;
-            }
+            int64_t at = judge(&o, ir, &c, &which, &tol);
             if (at >= 0)
                 fail_set(f, FK_GRAD, cf, -1, "%s: gradient %d element %" PRId64 " is %.17g, ref %.17g (tol %.3g)",
-                         nm, which, at, c.v[which][at], r.v[which][at], tol);
+                         nm, which, at, c.v[which][at], r->v[which][at], tol);
         }
         res_free(&c);
     }
-    res_free(&r);
-    res_free(&p1);
-    res_free(&p2);
+    oracle_free(&o);
     if (!f->kind) check_fd(ir, f);
 }
 
@@ -1706,8 +1756,42 @@ static void put_snippet(FILE *o, const fz_ir *ir, const fz_fail *f, uint64_t see
     fputs("    return 0;\n}\n", o);
 }
 
+/* What a shrunk failure is about: its kind and the ops left, sorted, so one
+ * bug found many times is written out a few times only. */
+static void signature(const fz_ir *ir, const fz_fail *f, char *buf, size_t n)
+{
+    int count[OT_OP_COUNT] = {0};
+    for (int k = 0; k < ir->nn; k++)
+        if (ir->n[k].op >= 0) count[ir->n[k].op]++;
+    size_t len = (size_t)snprintf(buf, n, "%s%s", fail_names[f->kind],
+                                  f->kind == FK_CRASH ? strchr(f->msg, '(') ? strchr(f->msg, '(') : "" : "");
+    for (int op = 0; op < OT_OP_COUNT && len < n; op++)
+        if (count[op]) len += (size_t)snprintf(buf + len, n - len, " %s", ot_op_name((ot_op)op));
+}
+
+static int seen_before(const char *dir, const char *sig)
+{
+    char path[1024], line[4096];
+    snprintf(path, sizeof path, "%s/INDEX.txt", dir);
+    FILE *fp = fopen(path, "r");
+    int seen = 0;
+    while (fp && fgets(line, sizeof line, fp)) {
+        char *tab = strrchr(line, '\t');
+        if (tab && !strncmp(tab + 1, sig, strlen(sig)) && tab[1 + strlen(sig)] == '\n') seen++;
+    }
+    if (fp) fclose(fp);
+    return seen;
+}
+
 static void report(const fuzz_opts *o, const fz_ir *ir, const fz_fail *f, int64_t idx)
 {
+    char sig[512];
+    signature(ir, f, sig, sizeof sig);
+    if (o->findings && seen_before(o->findings, sig) >= 2) {
+        fprintf(stderr, "fuzz: seed %llu tree %lld: seen before: %s\n", (unsigned long long)o->seed,
+                (long long)idx, sig);
+        return;
+    }
     put_snippet(stderr, ir, f, o->seed, idx);
     if (!o->findings) return;
     mkdir(o->findings, 0777);
@@ -1722,8 +1806,8 @@ static void report(const fuzz_opts *o, const fz_ir *ir, const fz_fail *f, int64_
     snprintf(path, sizeof path, "%s/INDEX.txt", o->findings);
     fp = fopen(path, "a");
     if (fp) {
-        fprintf(fp, "%llu-%lld.c\t%s\t%s\t%d nodes\t%s\n", (unsigned long long)o->seed,
-                (long long)idx, fail_area[f->kind], fail_names[f->kind], ir->nn, f->msg);
+        fprintf(fp, "%llu-%lld.c\t%s\t%s\t%d nodes\t%s\t%s\n", (unsigned long long)o->seed,
+                (long long)idx, fail_area[f->kind], fail_names[f->kind], ir->nn, f->msg, sig);
         fclose(fp);
     }
 }

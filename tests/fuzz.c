@@ -265,6 +265,62 @@ static int round32;
 /* Nonzero while building a noisy variant of ref (see inst_build). */
 static int noise_seed;
 
+/* n, rounded to f32 (round32) and with noise (noise_seed) as asked. */
+static ot_node *wrap(ot_node *n, int idx)
+{
+    ot_dtype dt = ot_node_dtype(n);
+    if (dt != OT_F32 && dt != OT_F64) return n;
+    ot_args c = {.axis = OT_AXIS_ALL, .dtype = OT_F64};
+    ot_node *w = ot_build_at(OT_OP_CAST, n, NULL, &c, NULL, 0);
+    if (noise_seed) {
+        /* a few ulps of relative noise: how much the tree amplifies its own
+         * rounding errors */
+        ot_args ra = {.axis = OT_AXIS_ALL, .dtype = OT_F64, .shape = ot_node_shape(n),
+                      .seed = (uint64_t)noise_seed * 100000 + (uint64_t)idx};
+        ot_node *u = ot_build_at(OT_OP_RAND, NULL, NULL, &ra, NULL, 0);
+        u = ot_build_at(OT_OP_SUB, ot_build_at(OT_OP_MUL, u, ot_const(2), NULL, NULL, 0),
+                        ot_const(1), NULL, NULL, 0);
+        u = ot_build_at(OT_OP_ADD, ot_const(1),
+                        ot_build_at(OT_OP_MUL, u, ot_const(dt == OT_F32 ? 0x1p-21 : 0x1p-50),
+                                    NULL, NULL, 0), NULL, NULL, 0);
+        w = ot_build_at(OT_OP_MUL, w, u, NULL, NULL, 0);
+    }
+    c.dtype = round32 ? dt : OT_F64;
+    w = ot_build_at(OT_OP_CAST, w, NULL, &c, NULL, 0);
+    ot_clear_error();
+    return w ? w : n;
+}
+
+/* The tree rebuilt op by op from its expansion (composites included, so
+ * their inner nodes are rounded too), each op node passed through wrap. */
+static ot_node *transform(ot_node *root)
+{
+    ot_stack *st = ot_stack_new(root);
+    if (!st) {
+        ot_clear_error();
+        return root;
+    }
+    int len = ot_stack_len(st);
+    ot_node **m = calloc((size_t)len, sizeof *m), *r = root;
+    for (int i = 0; i < len; i++) {
+        const ot_stack_item *it = ot_stack_at(st, i);
+        if (it->kind != OT_NODE_OP) {
+            m[i] = (ot_node *)it->node;
+            continue;
+        }
+        ot_args a = ot_node_args(it->node);
+        m[i] = ot_build_at(it->op, it->a >= 0 ? m[it->a] : NULL, it->b >= 0 ? m[it->b] : NULL, &a,
+                           NULL, 0);
+        if (!m[i]) break;
+        m[i] = wrap(m[i], i);
+    }
+    if (len > 0 && m[len - 1]) r = m[len - 1];
+    free(m);
+    ot_stack_free(st);
+    ot_clear_error();
+    return r;
+}
+
 /* Every leaf and node of ir on be (pert: leaf data to use instead, or NULL).
  * 0, or the first error code. */
 static int inst_build(ot_backend *be, const fz_ir *ir, double *const *pert, fz_inst *in)
@@ -278,38 +334,9 @@ static int inst_build(ot_backend *be, const fz_ir *ir, double *const *pert, fz_i
     for (int k = 0; k < ir->nn; k++) {
         in->node[k] = node_build(ir, in, k);
         if (!in->node[k]) return ot_errcode() ? ot_errcode() : OT_EINVAL;
-        if (round32 && ir->n[k].op >= 0 && ir->n[k].op != OT_OP_SOFTMAX &&
-            ot_node_dtype(in->node[k]) == OT_F32) {
-            /* ref rounds only at casts and outputs: this rounds every f32 node */
-            ot_args c = {.axis = OT_AXIS_ALL, .dtype = OT_F64};
-            ot_node *w = ot_build_at(OT_OP_CAST, in->node[k], NULL, &c, NULL, 0);
-            c.dtype = OT_F32;
-            w = ot_build_at(OT_OP_CAST, w, NULL, &c, NULL, 0);
-            if (w) in->node[k] = w;
-            ot_clear_error();
-        }
-        ot_dtype dt = ot_node_dtype(in->node[k]);
-        if (noise_seed && ir->n[k].op >= 0 && ir->n[k].op != OT_OP_SOFTMAX &&
-            (dt == OT_F32 || dt == OT_F64)) {
-            /* a few ulps of relative noise on every float node: how much the
-             * tree amplifies its own rounding errors */
-            ot_args c = {.axis = OT_AXIS_ALL, .dtype = OT_F64};
-            ot_args ra = {.axis = OT_AXIS_ALL, .dtype = OT_F64, .shape = ot_node_shape(in->node[k]),
-                          .seed = (uint64_t)noise_seed * 1000 + (uint64_t)k};
-            ot_node *u = ot_build_at(OT_OP_RAND, NULL, NULL, &ra, NULL, 0);
-            u = ot_build_at(OT_OP_SUB, ot_build_at(OT_OP_MUL, u, ot_const(2), NULL, NULL, 0),
-                            ot_const(1), NULL, NULL, 0);
-            u = ot_build_at(OT_OP_ADD, ot_const(1),
-                            ot_build_at(OT_OP_MUL, u, ot_const(dt == OT_F32 ? 0x1p-21 : 0x1p-50),
-                                        NULL, NULL, 0), NULL, NULL, 0);
-            ot_node *w = ot_build_at(OT_OP_CAST, in->node[k], NULL, &c, NULL, 0);
-            w = ot_build_at(OT_OP_MUL, w, u, NULL, NULL, 0);
-            c.dtype = dt;
-            w = ot_build_at(OT_OP_CAST, w, NULL, &c, NULL, 0);
-            if (w) in->node[k] = w;
-            ot_clear_error();
-        }
     }
+    for (int i = 0; (round32 || noise_seed) && i < ir->nroots; i++)
+        in->node[ir->roots[i]] = transform(in->node[ir->roots[i]]);
     return 0;
 }
 

@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #define FZ_MAXN 48
+#define NCFG 33          /* cpu configurations, see cfg_name */
 #define FZ_MAXL 16
 #define FZ_LEAF (-2)
 #define FZ_CONST (-3)
@@ -84,7 +85,7 @@ typedef struct fz_ir {
     ot_dtype out_dtype[3];
     int ne;                 /* grad: next_error leaf, or -1 for ones */
     int ncfg;
-    int cfg[20];            /* cpu configurations to run */
+    int cfg[NCFG];          /* cpu configurations to run */
 } fz_ir;
 
 /* ---- random numbers ------------------------------------------------------ */
@@ -103,8 +104,14 @@ static int chance(rng *r, int pct) { return rnd(r, 100) < pct; }
 
 /* ---- configurations ------------------------------------------------------ */
 
-/* cpu configuration c < 16: isa c/4, jit (c/2)%2, threads 1 or 3; 16 is fusion off. */
-#define NCFG 17
+/* cpu configuration c < 32: isa (c/4)%4, jit (c/2)%2, threads 1 or 3 (c%2),
+ * and from 16 on accuracy OT_ULP35 with streaming stores for every output;
+ * FUSION_OFF (32) is the unfused plan. */
+#define FUSION_OFF 32
+#define CFG_ISA(c) isas[((c) / 4) % 4]
+#define CFG_JIT(c) (((c) / 2) % 2)
+#define CFG_THREADS(c) ((c) % 2 ? 3 : 1)
+#define CFG_FAST(c) ((c) >= 16)
 static const char *const isas[4] = {"scalar", "sse2", "avx2", "avx512"};
 static ot_backend *cfg_be[NCFG];
 static int cfg_state[NCFG];  /* 0 untried, 1 ok, -1 unavailable */
@@ -112,25 +119,28 @@ static ot_backend *ref_be;
 
 static void cfg_name(int c, char *buf, size_t n)
 {
-    if (c == 16) snprintf(buf, n, "cpu fusion=off");
-    else snprintf(buf, n, "cpu OT_ISA=%s OT_JIT=%d threads=%d", isas[c / 4], (c / 2) % 2,
-                  c % 2 ? 3 : 1);
+    if (c == FUSION_OFF) snprintf(buf, n, "cpu fusion=off");
+    else snprintf(buf, n, "cpu OT_ISA=%s OT_JIT=%d threads=%d%s", CFG_ISA(c), CFG_JIT(c),
+                  CFG_THREADS(c), CFG_FAST(c) ? " accuracy=ULP35 OT_STREAM_BYTES=64" : "");
 }
 
 static ot_backend *cfg_backend(int c)
 {
     if (cfg_state[c]) return cfg_be[c];
     ot_backend_opts o = {.threads = 1};
-    if (c == 16) {
+    if (c == FUSION_OFF) {
         o.fusion = OT_FUSION_OFF;
     } else {
-        setenv("OT_ISA", isas[c / 4], 1);
-        setenv("OT_JIT", (c / 2) % 2 ? "1" : "0", 1);
-        o.threads = c % 2 ? 3 : 1;
+        setenv("OT_ISA", CFG_ISA(c), 1);
+        setenv("OT_JIT", CFG_JIT(c) ? "1" : "0", 1);
+        if (CFG_FAST(c)) setenv("OT_STREAM_BYTES", "64", 1);
+        o.threads = CFG_THREADS(c);
+        o.accuracy = CFG_FAST(c) ? OT_ULP35 : OT_ULP10;
     }
     cfg_be[c] = ot_backend_new("cpu", &o);
     unsetenv("OT_ISA");
     unsetenv("OT_JIT");
+    unsetenv("OT_STREAM_BYTES");
     ot_clear_error();
     cfg_state[c] = cfg_be[c] ? 1 : -1;
     return cfg_be[c];
@@ -1046,7 +1056,7 @@ static void check_forward(const fz_ir *ir, fz_fail *f)
             fail_set(f, FK_VALUE, c, -1, "%s: output %d element %" PRId64 " is %.17g, ref %.17g (tol %.3g)",
                      nm, which, at, cr[c].v[which][at], r->v[which][at], tol);
     }
-    for (int c = 0; c < 16; c++) {
+    for (int c = 0; c < FUSION_OFF; c++) {
         if (!have[c] || cr[c].rc) continue;
         int which = 0;
         int64_t at = 0;
@@ -1061,11 +1071,12 @@ static void check_forward(const fz_ir *ir, fz_fail *f)
             fail_set(f, FK_JIT, c, jt, "%s vs OT_JIT=0: output %d element %" PRId64 ": %a vs %a",
                      nm, which, at, cr[jt].v[which][at], cr[c].v[which][at]);
         }
-        if (have[16] && !cr[16].rc && cr[16].elem_ops &&
-            cr[c].elem_ops > 3 * cr[16].elem_ops + 64 * (uint64_t)cr[c].out_numel) {
+        const fz_res *u = &cr[FUSION_OFF];
+        if (have[FUSION_OFF] && !u->rc && u->elem_ops &&
+            cr[c].elem_ops > 3 * u->elem_ops + 64 * (uint64_t)cr[c].out_numel) {
             cfg_name(c, nm, sizeof nm);
-            fail_set(f, FK_ELEMOPS, c, 16, "%s does %" PRIu64 " elem_ops, fusion off %" PRIu64,
-                     nm, cr[c].elem_ops, cr[16].elem_ops);
+            fail_set(f, FK_ELEMOPS, c, FUSION_OFF, "%s does %" PRIu64 " elem_ops, fusion off %" PRIu64,
+                     nm, cr[c].elem_ops, u->elem_ops);
         }
     }
     for (int c = 0; c < NCFG; c++)
@@ -1277,12 +1288,12 @@ static void draw_tree(uint64_t seed, int64_t i, int modes, int all_configs, fz_i
     if (all_configs) {
         for (int c = 0; c < NCFG; c++) ir->cfg[ir->ncfg++] = c;
     } else if (mode == FUZZ_GRAD) {
-        ir->cfg[ir->ncfg++] = rnd(&r, 16);
-        ir->cfg[ir->ncfg++] = 16;
+        ir->cfg[ir->ncfg++] = rnd(&r, 32);
+        ir->cfg[ir->ncfg++] = FUSION_OFF;
     } else {
-        int isa = rnd(&r, 4);
-        for (int c = 0; c < 4; c++) ir->cfg[ir->ncfg++] = isa * 4 + c;
-        ir->cfg[ir->ncfg++] = 16;
+        int base = rnd(&r, 8) * 4;  /* an ISA and accuracy: JIT x threads */
+        for (int c = 0; c < 4; c++) ir->cfg[ir->ncfg++] = base + c;
+        ir->cfg[ir->ncfg++] = FUSION_OFF;
     }
 }
 
@@ -1771,12 +1782,15 @@ static void put_snippet(FILE *o, const fz_ir *ir, const fz_fail *f, uint64_t see
     for (int j = 0; j < ir->ncfg; j++) {
         int c = ir->cfg[j];
         cfg_name(c, nm, sizeof nm);
-        if (c == 16) {
+        if (c == FUSION_OFF) {
             fputs("    run(ot_backend_new(\"cpu\", &(ot_backend_opts){.threads = 1, .fusion = OT_FUSION_OFF}),", o);
         } else {
             fprintf(o, "    setenv(\"OT_ISA\", \"%s\", 1);\n    setenv(\"OT_JIT\", \"%d\", 1);\n",
-                    isas[c / 4], (c / 2) % 2);
-            fprintf(o, "    run(ot_backend_new(\"cpu\", &(ot_backend_opts){.threads = %d}),", c % 2 ? 3 : 1);
+                    CFG_ISA(c), CFG_JIT(c));
+            if (CFG_FAST(c)) fputs("    setenv(\"OT_STREAM_BYTES\", \"64\", 1);\n", o);
+            else fputs("    unsetenv(\"OT_STREAM_BYTES\");\n", o);
+            fprintf(o, "    run(ot_backend_new(\"cpu\", &(ot_backend_opts){.threads = %d%s}),",
+                    CFG_THREADS(c), CFG_FAST(c) ? ", .accuracy = OT_ULP35" : "");
         }
         fprintf(o, " \"%s\");\n", nm);
     }

@@ -1110,6 +1110,22 @@ static double objective(fz_inst *in, const fz_ir *ir, ot_tensor *out, const doub
     return s;
 }
 
+/* Whether normalising along axis a and along axis b of shape s is the same
+ * (OT_AXIS_ALL is axis k when every other dim is 1). */
+static int same_axis(ot_shape s, int a, int b)
+{
+    if (a >= 0 && a != OT_AXIS_ALL) a = a < s.ndim ? a : a - s.ndim;
+    if (b >= 0 && b != OT_AXIS_ALL) b = b < s.ndim ? b : b - s.ndim;
+    if (a < 0 && a != OT_AXIS_ALL) a += s.ndim;
+    if (b < 0 && b != OT_AXIS_ALL) b += s.ndim;
+    if (a == b) return 1;
+    int k = a == OT_AXIS_ALL ? b : b == OT_AXIS_ALL ? a : -1;
+    if (k < 0) return 0;
+    for (int i = 0; i < s.ndim; i++)
+        if (i != k && s.dims[i] != 1) return 0;
+    return 1;
+}
+
 static void check_fd(const fz_ir *ir0, fz_fail *f)
 {
     fz_ir ir;
@@ -1126,10 +1142,18 @@ static void check_fd(const fz_ir *ir0, fz_fail *f)
         return;
     }
     /* an integer-valued node makes the tree a step function: its gradient is
-     * zero by definition, while differences of dense steps are not */
+     * zero by definition, while differences of dense steps are not; and the
+     * gradient of cross_entropy(softmax(x), t) is documented for targets
+     * that sum to 1 (a shrunk tree may lose the softmax that made them) */
     int steps = 0;
-    for (int k = 0; k < ir.nn; k++)
-        steps |= ir.n[k].op >= 0 && ot_node_dtype(in.node[k]) == OT_I32;
+    for (int k = 0; k < ir.nn; k++) {
+        const fz_node *n = &ir.n[k];
+        steps |= n->op >= 0 && ot_node_dtype(in.node[k]) == OT_I32;
+        if (n->op == OT_OP_CROSS_ENTROPY && ir.n[n->a].op == OT_OP_SOFTMAX)
+            steps |= ir.n[n->b].op != OT_OP_SOFTMAX ||
+                     !same_axis(ot_node_shape(in.node[n->b]), ot_node_args(in.node[n->b]).axis,
+                                ot_node_args(in.node[k]).axis);
+    }
     ot_node *root = in.node[ir.roots[0]];
     ot_tensor *out = ot_empty(ref_be, ot_node_shape(root), OT_F64);
     double *ne = NULL;

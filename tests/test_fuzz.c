@@ -9,7 +9,7 @@
 #include "fuzz.h"
 
 #if defined(__SANITIZE_ADDRESS__)
-#define FUZZ_TREES(n) ((n) / 10)
+#define FUZZ_TREES(n) ((n) / 4)
 #else
 #define FUZZ_TREES(n) (n)
 #endif

@@ -40,7 +40,7 @@
 #define FZ_CONST (-3)
 
 enum { V_NONE, V_SLICE, V_T, V_BCAST, V_RESHAPE };
-enum { OUT_FRESH, OUT_STRIDED, OUT_BCAST, OUT_LEAF };
+enum { OUT_FRESH, OUT_STRIDED, OUT_BCAST, OUT_LEAF, OUT_SAME };
 
 /* What went wrong; a shrink keeps a candidate only when it fails the same way. */
 enum {
@@ -692,6 +692,7 @@ static void generate(fz_ir *ir, rng *r, int mode)
         int p = rnd(r, 100);
         ir->out_kind[i] = mode == FUZZ_GRAD || p < 55 ? OUT_FRESH : p < 75 ? OUT_STRIDED
                         : p < 85 ? OUT_BCAST : OUT_LEAF;
+        if (i > 0 && chance(r, 4)) ir->out_kind[i] = OUT_SAME;
         if (ir->out_kind[i] == OUT_LEAF) {
             ir->out_kind[i] = OUT_FRESH;
             ot_shape rs = ot_node_shape(root);
@@ -799,6 +800,9 @@ static void run_forward_on(ot_backend *be, const fz_ir *ir, double *const *pert,
         case OUT_LEAF:
             outs[i] = in.view[ir->out_leaf[i]];
             break;
+        case OUT_SAME:  /* overlapping outputs: OT_EALIAS everywhere */
+            outs[i] = outs[0];
+            break;
         default:
             outs[i] = obase[i] = ot_full(be, rs, ir->out_dtype[i], SENTINEL);
         }
@@ -814,13 +818,16 @@ static void run_forward_on(ot_backend *be, const fz_ir *ir, double *const *pert,
     }
     for (int i = 0; i < ir->nroots; i++) {
         if (!o->rc) {
-            ot_tensor *whole = ir->out_kind[i] == OUT_LEAF ? in.base[ir->out_leaf[i]] : obase[i];
+            int j = ir->out_kind[i] == OUT_SAME ? 0 : i;
+            ot_tensor *whole = ir->out_kind[j] == OUT_LEAF ? in.base[ir->out_leaf[j]] : obase[j];
             o->v[o->nv] = get_values(whole, &o->n[o->nv]);
             o->dt[o->nv] = ot_tensor_dtype(whole);
             o->out_numel += o->n[o->nv];
             o->nv++;
         }
-        if (outs[i] && outs[i] != obase[i] && ir->out_kind[i] != OUT_LEAF) ot_tensor_free(outs[i]);
+        if (outs[i] && outs[i] != obase[i] && ir->out_kind[i] != OUT_LEAF &&
+            ir->out_kind[i] != OUT_SAME)
+            ot_tensor_free(outs[i]);
         ot_tensor_free(obase[i]);
     }
     inst_free(&in, ir->nl);
@@ -1724,6 +1731,9 @@ static void put_body(FILE *o, const fz_ir *ir)
             case OUT_LEAF:
                 fprintf(o, "    outs[%d] = t%d; whole[%d] = b%d;  /* in place */\n", i,
                         ir->out_leaf[i], i, ir->out_leaf[i]);
+                break;
+            case OUT_SAME:
+                fprintf(o, "    outs[%d] = outs[0]; whole[%d] = whole[0];  /* overlapping outputs */\n", i, i);
                 break;
             case OUT_STRIDED:
                 fprintf(o, "    {   /* a strided view of a larger buffer (dims 2d+1, odd dims [1::2], even [-2::-2]) */\n"

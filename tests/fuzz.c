@@ -997,7 +997,7 @@ static int bitwise_equal(const fz_res *a, const fz_res *b, int *which, int64_t *
 typedef void (*runner)(ot_backend *, const fz_ir *, double *const *, fz_res *);
 typedef struct oracle {
     runner run;
-    fz_res r, p[4], rr;
+    fz_res r, p[6], rr;
     int have_more;
 } oracle;
 
@@ -1017,7 +1017,7 @@ static void oracle_init(oracle *o, runner run, const fz_ir *ir)
 static void oracle_free(oracle *o)
 {
     res_free(&o->r);
-    for (int j = 0; j < 4; j++) res_free(&o->p[j]);
+    for (int j = 0; j < 6; j++) res_free(&o->p[j]);
     res_free(&o->rr);
 }
 
@@ -1025,12 +1025,12 @@ static void oracle_free(oracle *o)
 static int64_t judge(oracle *o, const fz_ir *ir, const fz_res *c, int *which, double *tol)
 {
     int lowp = low_precision(ir);
-    const fz_res *pp[4] = {&o->p[0], &o->p[1], &o->p[2], &o->p[3]};
+    const fz_res *pp[6] = {&o->p[0], &o->p[1], &o->p[2], &o->p[3], &o->p[4], &o->p[5]};
     int64_t at = compare(&o->r, pp, 2, NULL, c, lowp, which, tol);
     if (at < 0) return at;
     if (!o->have_more) {
         o->have_more = 1;
-        for (int j = 0; j < 2; j++) {
+        for (int j = 0; j < 4; j++) {  /* four draws: a flip of a compare shows in one */
             noise_seed = j + 1;
             o->run(ref_be, ir, NULL, &o->p[2 + j]);
         }
@@ -1039,7 +1039,7 @@ static int64_t judge(oracle *o, const fz_ir *ir, const fz_res *c, int *which, do
         if (lowp) o->run(ref_be, ir, NULL, &o->rr);
         round32 = 0;
     }
-    at = compare(&o->r, pp, 4, lowp ? &o->rr : NULL, c, lowp, which, tol);
+    at = compare(&o->r, pp, 6, lowp ? &o->rr : NULL, c, lowp, which, tol);
     if (at >= 0 && lowp && !f32_range_ok(ir)) at = -1;
     return at;
 }
@@ -1714,8 +1714,9 @@ static void put_body(FILE *o, const fz_ir *ir)
             fprintf(o, "ot_build(%s, ", name);
             if (n->a >= 0) fprintf(o, "n%d, ", n->a); else fputs("NULL, ", o);
             if (n->b >= 0) fprintf(o, "n%d, ", n->b); else fputs("NULL, ", o);
+            fputc('(', o);  /* the braces of .perm hold commas the macro would split */
             put_args(o, &n->args);
-            fputs(");\n", o);
+            fputs("));\n", o);
         }
     }
     fprintf(o, "    if (!n%d) { printf(\"build: %%s\\n\", ot_errmsg()); return; }\n", ir->roots[0]);

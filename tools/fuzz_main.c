@@ -1,7 +1,7 @@
 /*
  * fuzz_main.c - the `make fuzz` driver: runs N trees of the differential
  * fuzzer (tests/fuzz.c) from SEED, each in a forked child, optionally in
- * JOBS parallel processes (tree i goes to job i mod JOBS), shrinks and
+ * JOBS parallel processes (each a contiguous range of trees), shrinks and
  * reports failures, and ends with "N passed, M failed".
  *
  *     fuzz [--seed S] [--first I] [-n N] [--jobs J] [--findings DIR]
@@ -27,7 +27,7 @@ static int usage(void)
 int main(int argc, char **argv)
 {
     fuzz_opts o = {.seed = 1, .n = 1000, .modes = FUZZ_ALL, .fork = 1, .shrink = 1,
-                   .verbose = 1, .max_report = 50};
+                   .verbose = 1, .max_report = 1000000};
     int jobs = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;

@@ -825,6 +825,8 @@ static void run_forward_on(ot_backend *be, const fz_ir *ir, double *const *pert,
             o->out_numel += o->n[o->nv];
             o->nv++;
         }
+    }
+    for (int i = 0; i < ir->nroots; i++) {  /* after every read: outputs may be shared */
         if (outs[i] && outs[i] != obase[i] && ir->out_kind[i] != OUT_LEAF &&
             ir->out_kind[i] != OUT_SAME)
             ot_tensor_free(outs[i]);

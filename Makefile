@@ -36,7 +36,7 @@ OBJS  += $(KOBJS)
 LIBA  := $(BUILD)/liboptree.a
 LIBSO := $(BUILD)/liboptree.so
 
-.PHONY: all lib tests examples demo test check deps install clean bench
+.PHONY: all lib tests examples demo test check deps install clean bench fuzz
 all: lib tests examples
 
 lib: $(LIBA) $(LIBSO)
@@ -119,3 +119,19 @@ $(BUILD)/bench/bench: $(BENCH_OBJS) $(LIBA)
 
 bench: $(BUILD)/bench/bench
 	$(RUN)/bench/bench $(BENCH_ARGS)
+
+# The differential fuzzer (tests/fuzz.c) run as long as asked, never part of
+# `make test` (which runs a fixed budget of it): make fuzz SEED=1 N=100000
+# JOBS=2 FINDINGS=dir. Failures are shrunk and written to FINDINGS as C files.
+SEED     ?= 1
+N        ?= 10000
+FIRST    ?= 0
+JOBS     ?= 1
+FINDINGS ?= $(BUILD)/fuzz-findings
+FUZZ_ARGS ?=
+$(BUILD)/fuzz: tools/fuzz_main.c tests/fuzz.c tests/fuzz.h include/optree.h $(LIBA)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -Itests $(CFLAGS) -o $@ tools/fuzz_main.c tests/fuzz.c $(LIBA) $(LDFLAGS) $(LDLIBS)
+
+fuzz: $(BUILD)/fuzz
+	$(RUN)/fuzz --seed $(SEED) --first $(FIRST) -n $(N) --jobs $(JOBS) --findings "$(FINDINGS)" $(FUZZ_ARGS)

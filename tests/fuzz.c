@@ -1,0 +1,1968 @@
+/*
+ * fuzz.c - the property-based differential fuzzer (see fuzz.h).
+ *
+ * A tree is a small IR (fz_ir): leaves (host data plus a view recipe),
+ * constants and op nodes, children before parents. Generation is driven by
+ * the op table alone: any op in 0..OT_OP_COUNT-1 with generic attributes,
+ * kept when ot_build_at accepts it, so an op added later is fuzzed as is.
+ * The IR is instantiated on each backend (fz_inst) and the results compared:
+ * ref is the oracle, cpu configurations must agree within a tolerance that
+ * grows with the tree's sensitivity (ref re-run on inputs perturbed by a few
+ * ulps), and bitwise where the README promises it (thread counts, generated
+ * code vs the interpreter). Gradients are checked against ref and against
+ * central differences in f64. Each tree runs in a forked child when asked,
+ * so a crash of the library is a finding, not the end of the run.
+ */
+#define _DEFAULT_SOURCE
+#include "fuzz.h"
+
+#include "optree.h"
+
+#include <errno.h>
+#include <float.h>
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define FZ_MAXN 48
+#define NCFG 33          /* cpu configurations, see cfg_name */
+#define FZ_MAXL 16
+#define FZ_LEAF (-2)
+#define FZ_CONST (-3)
+
+enum { V_NONE, V_SLICE, V_T, V_BCAST, V_RESHAPE };
+enum { OUT_FRESH, OUT_STRIDED, OUT_BCAST, OUT_LEAF, OUT_SAME };
+
+/* What went wrong; a shrink keeps a candidate only when it fails the same way. */
+enum {
+    FK_OK, FK_CRASH, FK_RC, FK_VALUE, FK_THREADS, FK_JIT, FK_ELEMOPS, FK_GRAD_RC, FK_GRAD, FK_FD,
+    FK_COUNT
+};
+static const char *const fail_names[FK_COUNT] = {
+    "ok", "crash", "error-code mismatch", "forward value", "threads bitwise",
+    "jit bitwise", "elem_ops", "grad error-code mismatch", "grad value", "finite difference"};
+static const char *const fail_area[FK_COUNT] = {
+    "-", "compile/exec", "compile/exec", "kernels", "compile/exec", "jit", "compile/exec",
+    "autodiff", "autodiff", "autodiff"};
+
+typedef struct fz_leaf {
+    ot_dtype dtype;
+    ot_shape base;
+    double *data;           /* numel(base) values */
+    int view;
+    int nidx;
+    ot_index idx[OT_MAX_DIMS];
+    int perm[OT_MAX_DIMS];
+    ot_shape to;
+} fz_leaf;
+
+typedef struct fz_node {
+    int op;                 /* ot_op, FZ_LEAF or FZ_CONST */
+    int a, b;
+    ot_args args;
+    int leaf;
+    double cval;
+    int ckind;              /* 0 ot_const, 1 ot_constf, 2 ot_consti */
+} fz_node;
+
+typedef struct fz_ir {
+    int nn, nl;
+    fz_node n[FZ_MAXN];
+    fz_leaf l[FZ_MAXL];
+    int mode;               /* FUZZ_FORWARD, FUZZ_GRAD or FUZZ_MANY */
+    int nroots;
+    int roots[3];
+    int out_kind[3], out_leaf[3];
+    ot_dtype out_dtype[3];
+    int ne;                 /* grad: next_error leaf, or -1 for ones */
+    int ncfg;
+    int cfg[NCFG];          /* cpu configurations to run */
+} fz_ir;
+
+/* ---- random numbers ------------------------------------------------------ */
+
+typedef struct rng { uint64_t s; } rng;
+static uint64_t next_u64(rng *r)
+{
+    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static int rnd(rng *r, int n) { return n <= 0 ? 0 : (int)(next_u64(r) % (uint64_t)n); }
+static double unif(rng *r) { return (double)(next_u64(r) >> 11) * 0x1.0p-53; }
+static int chance(rng *r, int pct) { return rnd(r, 100) < pct; }
+
+/* ---- configurations ------------------------------------------------------ */
+
+/* cpu configuration c < 32: isa (c/4)%4, jit (c/2)%2, threads 1 or 3 (c%2),
+ * and from 16 on accuracy OT_ULP35 with streaming stores for every output;
+ * FUSION_OFF (32) is the unfused plan. */
+#define FUSION_OFF 32
+#define CFG_ISA(c) isas[((c) / 4) % 4]
+#define CFG_JIT(c) (((c) / 2) % 2)
+#define CFG_THREADS(c) ((c) % 2 ? 3 : 1)
+#define CFG_FAST(c) ((c) >= 16)
+static const char *const isas[4] = {"scalar", "sse2", "avx2", "avx512"};
+static ot_backend *cfg_be[NCFG];
+static int cfg_state[NCFG];  /* 0 untried, 1 ok, -1 unavailable */
+static ot_backend *ref_be;
+
+static void cfg_name(int c, char *buf, size_t n)
+{
+    if (c == FUSION_OFF) snprintf(buf, n, "cpu fusion=off");
+    else snprintf(buf, n, "cpu OT_ISA=%s OT_JIT=%d threads=%d%s", CFG_ISA(c), CFG_JIT(c),
+                  CFG_THREADS(c), CFG_FAST(c) ? " accuracy=ULP35 OT_STREAM_BYTES=64" : "");
+}
+
+static ot_backend *cfg_backend(int c)
+{
+    if (cfg_state[c]) return cfg_be[c];
+    ot_backend_opts o = {.threads = 1};
+    if (c == FUSION_OFF) {
+        o.fusion = OT_FUSION_OFF;
+    } else {
+        setenv("OT_ISA", CFG_ISA(c), 1);
+        setenv("OT_JIT", CFG_JIT(c) ? "1" : "0", 1);
+        if (CFG_FAST(c)) setenv("OT_STREAM_BYTES", "64", 1);
+        o.threads = CFG_THREADS(c);
+        o.accuracy = CFG_FAST(c) ? OT_ULP35 : OT_ULP10;
+    }
+    cfg_be[c] = ot_backend_new("cpu", &o);
+    unsetenv("OT_ISA");
+    unsetenv("OT_JIT");
+    unsetenv("OT_STREAM_BYTES");
+    ot_clear_error();
+    cfg_state[c] = cfg_be[c] ? 1 : -1;
+    return cfg_be[c];
+}
+
+static void backends_free(void)
+{
+    for (int c = 0; c < NCFG; c++) {
+        ot_backend_free(cfg_be[c]);
+        cfg_be[c] = NULL;
+        cfg_state[c] = 0;
+    }
+    ot_backend_free(ref_be);
+    ref_be = NULL;
+}
+
+/* ---- the IR -------------------------------------------------------------- */
+
+static int64_t numel(const ot_shape *s)
+{
+    int64_t n = 1;
+    for (int i = 0; i < s->ndim; i++) n *= s->dims[i];
+    return n;
+}
+
+static void ir_free(fz_ir *ir)
+{
+    for (int i = 0; i < ir->nl; i++) free(ir->l[i].data);
+    ir->nl = 0;
+}
+
+static void ir_copy(fz_ir *dst, const fz_ir *src)
+{
+    *dst = *src;
+    for (int i = 0; i < src->nl; i++) {
+        size_t bytes = (size_t)numel(&src->l[i].base) * sizeof(double);
+        dst->l[i].data = malloc(bytes ? bytes : 1);
+        memcpy(dst->l[i].data, src->l[i].data, bytes);
+    }
+}
+
+/* An instance of the IR on one backend. */
+typedef struct fz_inst {
+    ot_tensor *base[FZ_MAXL], *view[FZ_MAXL];
+    ot_node *node[FZ_MAXN];
+    ot_pool *pool;
+} fz_inst;
+
+static void *to_host(const double *d, int64_t n, ot_dtype dt)
+{
+    size_t es = ot_dtype_size(dt);
+    char *h = malloc((size_t)(n ? n : 1) * es);
+    for (int64_t i = 0; i < n; i++) {
+        if (dt == OT_F32) ((float *)h)[i] = (float)d[i];
+        else if (dt == OT_F64) ((double *)h)[i] = d[i];
+        else ((int32_t *)h)[i] = (int32_t)d[i];
+    }
+    return h;
+}
+
+/* The values of t, row-major, as doubles (malloc'd); NULL on error. */
+static double *get_values(const ot_tensor *t, int64_t *n)
+{
+    *n = ot_tensor_numel(t);
+    ot_dtype dt = ot_tensor_dtype(t);
+    void *h = malloc((size_t)(*n ? *n : 1) * 8);
+    double *d = malloc((size_t)(*n ? *n : 1) * sizeof(double));
+    if (ot_get(t, h) != 0) {
+        free(h);
+        free(d);
+        return NULL;
+    }
+    for (int64_t i = 0; i < *n; i++)
+        d[i] = dt == OT_F32 ? ((float *)h)[i] : dt == OT_F64 ? ((double *)h)[i] : ((int32_t *)h)[i];
+    free(h);
+    return d;
+}
+
+static ot_tensor *make_view(ot_tensor *b, const fz_leaf *l)
+{
+    switch (l->view) {
+    case V_SLICE: return ot_slice_n(b, l->nidx, l->idx);
+    case V_T: return ot_transpose(b, l->perm);
+    case V_BCAST: return ot_broadcast_to(b, l->to);
+    case V_RESHAPE: return ot_reshape(b, l->to);
+    default: return NULL;
+    }
+}
+
+static int leaf_inst(ot_backend *be, const fz_leaf *l, const double *data, fz_inst *in, int i)
+{
+    void *h = to_host(data ? data : l->data, numel(&l->base), l->dtype);
+    in->base[i] = ot_array(be, l->base, l->dtype, h);
+    free(h);
+    if (!in->base[i]) return ot_errcode();
+    in->view[i] = l->view == V_NONE ? in->base[i] : make_view(in->base[i], l);
+    return in->view[i] ? 0 : ot_errcode();
+}
+
+static void inst_free(fz_inst *in, int nl)
+{
+    if (in->pool) ot_pool_pop(in->pool);
+    in->pool = NULL;
+    for (int i = 0; i < nl; i++) {
+        if (in->view[i] && in->view[i] != in->base[i]) ot_tensor_free(in->view[i]);
+        ot_tensor_free(in->base[i]);
+        in->view[i] = in->base[i] = NULL;
+    }
+}
+
+static ot_node *const_node(const fz_node *n)
+{
+    return n->ckind == 1 ? ot_constf((float)n->cval)
+         : n->ckind == 2 ? ot_consti((int)n->cval) : ot_const(n->cval);
+}
+
+/* Builds node k of the IR from its (already built) children. */
+static ot_node *node_build(const fz_ir *ir, fz_inst *in, int k)
+{
+    const fz_node *n = &ir->n[k];
+    if (n->op == FZ_LEAF) return ot_tensor_node(in->view[n->leaf]);
+    if (n->op == FZ_CONST) return const_node(n);
+    return ot_build_at((ot_op)n->op, n->a >= 0 ? in->node[n->a] : NULL,
+                       n->b >= 0 ? in->node[n->b] : NULL, &n->args, "fuzz", k);
+}
+
+/* Set while building the f32-rounding variant of ref (an alternative oracle
+ * for f32 trees, where ref's double intermediates and the cpu backend's f32
+ * ones legitimately part: tanh(12.25) is 1 in f32, so log of it is 0 and
+ * not a tiny negative number whose sqrt is NaN). */
+static int round32;
+/* Nonzero while building a noisy variant of ref (see inst_build). */
+static int noise_seed;
+
+/* n, rounded to f32 (round32) and with noise (noise_seed) as asked. */
+static ot_node *wrap(ot_node *n, int idx)
+{
+    ot_dtype dt = ot_node_dtype(n);
+    if (dt != OT_F32 && dt != OT_F64) return n;
+    ot_args c = {.axis = OT_AXIS_ALL, .dtype = OT_F64};
+    ot_node *w = ot_build_at(OT_OP_CAST, n, NULL, &c, NULL, 0);
+    if (noise_seed) {
+        /* a few ulps of relative noise: how much the tree amplifies its own
+         * rounding errors */
+        ot_args ra = {.axis = OT_AXIS_ALL, .dtype = OT_F64, .shape = ot_node_shape(n),
+                      .seed = (uint64_t)noise_seed * 100000 + (uint64_t)idx};
+        ot_node *u = ot_build_at(OT_OP_RAND, NULL, NULL, &ra, NULL, 0);
+        u = ot_build_at(OT_OP_SUB, ot_build_at(OT_OP_MUL, u, ot_const(2), NULL, NULL, 0),
+                        ot_const(1), NULL, NULL, 0);
+        u = ot_build_at(OT_OP_ADD, ot_const(1),
+                        ot_build_at(OT_OP_MUL, u, ot_const(dt == OT_F32 ? 0x1p-21 : 0x1p-50),
+                                    NULL, NULL, 0), NULL, NULL, 0);
+        w = ot_build_at(OT_OP_MUL, w, u, NULL, NULL, 0);
+    }
+    c.dtype = round32 ? dt : OT_F64;
+    w = ot_build_at(OT_OP_CAST, w, NULL, &c, NULL, 0);
+    ot_clear_error();
+    return w ? w : n;
+}
+
+/* The tree rebuilt op by op from its expansion (composites included, so
+ * their inner nodes are rounded too), each op node passed through wrap. */
+static ot_node *transform(ot_node *root)
+{
+    ot_stack *st = ot_stack_new(root);
+    if (!st) {
+        ot_clear_error();
+        return root;
+    }
+    int len = ot_stack_len(st);
+    ot_node **m = calloc((size_t)len, sizeof *m), *r = root;
+    for (int i = 0; i < len; i++) {
+        const ot_stack_item *it = ot_stack_at(st, i);
+        if (it->kind != OT_NODE_OP) {
+            m[i] = (ot_node *)it->node;
+            continue;
+        }
+        ot_args a = ot_node_args(it->node);
+        m[i] = ot_build_at(it->op, it->a >= 0 ? m[it->a] : NULL, it->b >= 0 ? m[it->b] : NULL, &a,
+                           NULL, 0);
+        if (!m[i]) break;
+        m[i] = wrap(m[i], i);
+    }
+    if (len > 0 && m[len - 1]) r = m[len - 1];
+    free(m);
+    ot_stack_free(st);
+    ot_clear_error();
+    return r;
+}
+
+/* Every leaf and node of ir on be (pert: leaf data to use instead, or NULL).
+ * 0, or the first error code. */
+static int inst_build(ot_backend *be, const fz_ir *ir, double *const *pert, fz_inst *in)
+{
+    memset(in, 0, sizeof *in);
+    for (int i = 0; i < ir->nl; i++) {
+        int rc = leaf_inst(be, &ir->l[i], pert ? pert[i] : NULL, in, i);
+        if (rc) return rc;
+    }
+    in->pool = ot_pool_push();
+    for (int k = 0; k < ir->nn; k++) {
+        in->node[k] = node_build(ir, in, k);
+        if (!in->node[k]) return ot_errcode() ? ot_errcode() : OT_EINVAL;
+    }
+    for (int i = 0; (round32 || noise_seed) && i < ir->nroots; i++)
+        in->node[ir->roots[i]] = transform(in->node[ir->roots[i]]);
+    return 0;
+}
+
+/* ---- generation ---------------------------------------------------------- */
+
+static int64_t draw_dim(rng *r, int big)
+{
+    static const int64_t odd[] = {17, 33, 65, 9, 31};
+    if (big) return chance(r, 50) ? 65 : 600 + rnd(r, 200);
+    int p = rnd(r, 100);
+    if (p < 3) return 0;
+    if (p < 10) return odd[rnd(r, 5)];
+    return 1 + rnd(r, 5);
+}
+
+static ot_shape draw_shape(rng *r, int big)
+{
+    ot_shape s = {.ndim = big ? 2 : rnd(r, 100) < 10 ? 0 : 1 + rnd(r, rnd(r, 100) < 10 ? 4 : 3)};
+    int64_t total = 1;
+    for (int i = 0; i < s.ndim; i++) {
+        s.dims[i] = big ? (i == 0 ? 65 : 520 + rnd(r, 100)) : draw_dim(r, 0);
+        if (total * s.dims[i] > 4096) s.dims[i] = 1 + rnd(r, 3);
+        total *= s.dims[i] ? s.dims[i] : 1;
+    }
+    return s;
+}
+
+static double draw_value(rng *r, ot_dtype dt, int smooth)
+{
+    if (smooth) return (unif(r) * 4 - 2) * (dt == OT_I32 ? 2 : 1);
+    int p = rnd(r, 100);
+    double v;
+    if (p < 35) v = rnd(r, 7) - 3;
+    else if (p < 85) v = unif(r) * 4 - 2;
+    else if (p < 92) v = unif(r) * 0.01;
+    else if (p < 96) v = (unif(r) - 0.5) * 200;
+    else if (p < 98) v = (unif(r) - 0.5) * 2e4;
+    else v = rnd(r, 3) == 0 ? NAN : rnd(r, 2) ? INFINITY : -INFINITY;
+    if (dt == OT_I32) v = isfinite(v) ? trunc(fmax(fmin(v, 1e6), -1e6)) : 0;
+    return v;
+}
+
+static ot_dtype draw_dtype(rng *r)
+{
+    int p = rnd(r, 100);
+    return p < 55 ? OT_F32 : p < 85 ? OT_F64 : OT_I32;
+}
+
+/* A leaf whose view has shape s: the base and the view recipe drawn to fit. */
+static int add_leaf(fz_ir *ir, rng *r, ot_shape s, ot_dtype dt, int smooth, int big)
+{
+    if (ir->nl >= FZ_MAXL) return -1;
+    fz_leaf *l = &ir->l[ir->nl];
+    memset(l, 0, sizeof *l);
+    l->dtype = dt;
+    l->base = s;
+    int p = big ? 100 : rnd(r, 100);
+    if (p < 45 || s.ndim == 0) {
+        l->view = V_NONE;
+    } else if (p < 65) {
+        l->view = V_SLICE;
+        l->nidx = s.ndim;
+        for (int i = 0; i < s.ndim; i++) {
+            int64_t d = s.dims[i];
+            int q = rnd(r, 4);
+            if (q == 0) {
+                l->idx[i] = OT_ALL;
+            } else if (q == 1) {  /* reversed */
+                l->idx[i] = (ot_index){OT_INDEX_RANGE, OT_NONE, OT_NONE, -1};
+            } else {              /* a step over a larger base */
+                int64_t step = 1 + rnd(r, 3), off = rnd(r, 3);
+                l->base.dims[i] = off + d * step + rnd(r, 2);
+                if (q == 3 && d > 0) {
+                    int64_t start = off + (d - 1) * step;
+                    l->idx[i] = (ot_index){OT_INDEX_RANGE, start, start - d * step < 0 ? OT_NONE
+                                           : start - d * step, -step};
+                } else {
+                    l->idx[i] = (ot_index){OT_INDEX_RANGE, off, off + d * step, step};
+                }
+            }
+        }
+        if (chance(r, 25) && l->base.ndim < OT_MAX_DIMS) {  /* an integer index drops a dim */
+            for (int i = l->base.ndim; i > 0; i--) l->base.dims[i] = l->base.dims[i - 1];
+            for (int i = l->nidx; i > 0; i--) l->idx[i] = l->idx[i - 1];
+            l->base.dims[0] = 2 + rnd(r, 2);
+            l->base.ndim++;
+            l->nidx++;
+            l->idx[0] = OT_IDX(rnd(r, 2) ? -1 : 1);
+        }
+    } else if (p < 80) {
+        l->view = V_T;
+        for (int i = 0; i < s.ndim; i++) l->perm[i] = i;
+        for (int i = s.ndim - 1; i > 0; i--) {
+            int j = rnd(r, i + 1), t = l->perm[i];
+            l->perm[i] = l->perm[j];
+            l->perm[j] = t;
+        }
+        /* view dim i is base dim perm[i] */
+        for (int i = 0; i < s.ndim; i++) l->base.dims[l->perm[i]] = s.dims[i];
+    } else if (p < 90) {
+        l->view = V_BCAST;
+        l->to = s;
+        int drop = rnd(r, s.ndim + 1);
+        l->base.ndim = s.ndim - drop;
+        for (int i = 0; i < l->base.ndim; i++) {
+            l->base.dims[i] = s.dims[i + drop];
+            if (chance(r, 40)) l->base.dims[i] = 1;
+        }
+    } else {
+        l->view = V_RESHAPE;
+        l->to = s;
+        int64_t n = numel(&s);
+        if (n > 0 && n % 2 == 0 && chance(r, 50)) l->base = (ot_shape){.ndim = 2, .dims = {2, n / 2}};
+        else l->base = (ot_shape){.ndim = 1, .dims = {n}};
+    }
+    int64_t n = numel(&l->base);
+    l->data = malloc((size_t)(n ? n : 1) * sizeof(double));
+    for (int64_t i = 0; i < n; i++) l->data[i] = draw_value(r, dt, smooth);
+    if (!smooth && chance(r, 20)) /* positive, for log and sqrt */
+        for (int64_t i = 0; i < n; i++) l->data[i] = fabs(l->data[i]);
+    return ir->nl++;
+}
+
+static int add_node(fz_ir *ir, int op, int a, int b, const ot_args *args)
+{
+    if (ir->nn >= FZ_MAXN) return -1;
+    fz_node *n = &ir->n[ir->nn];
+    memset(n, 0, sizeof *n);
+    n->op = op;
+    n->a = a;
+    n->b = b;
+    if (args) n->args = *args;
+    n->leaf = -1;
+    return ir->nn++;
+}
+
+static int add_leaf_node(fz_ir *ir, rng *r, ot_shape s, ot_dtype dt, int smooth, int big)
+{
+    if (ir->nn >= FZ_MAXN) return -1;
+    int l = add_leaf(ir, r, s, dt, smooth, big);
+    if (l < 0) return -1;
+    int k = add_node(ir, FZ_LEAF, -1, -1, NULL);
+    ir->n[k].leaf = l;
+    return k;
+}
+
+static int add_const(fz_ir *ir, rng *r, int smooth)
+{
+    int k = add_node(ir, FZ_CONST, -1, -1, NULL);
+    if (k < 0) return -1;
+    ir->n[k].ckind = rnd(r, 3);
+    ir->n[k].cval = ir->n[k].ckind == 2 ? rnd(r, 5) - 2 : smooth ? unif(r) * 2 - 1
+                  : (rnd(r, 9) - 4) * 0.5;
+    return k;
+}
+
+static void draw_args(rng *r, int nd, ot_args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->axis = chance(r, 25) ? OT_AXIS_ALL : rnd(r, 2 * nd + 3) - nd - 1;
+    a->keepdims = rnd(r, 2);
+    a->ddof = rnd(r, 3);
+    static const double bounds[] = {-1, 0, 0.5, 1, 2, -0.25};
+    a->lo = bounds[rnd(r, 6)];
+    a->hi = chance(r, 85) ? a->lo + bounds[rnd(r, 6)] + 1.5 : bounds[rnd(r, 6)];
+    a->dtype = (ot_dtype)(1 + rnd(r, 3));
+    a->depth = 1 + rnd(r, 5);
+    a->seed = (uint64_t)rnd(r, 1000);
+    if (chance(r, 60) && nd > 0) {
+        for (int i = 0; i < nd; i++) a->perm[i] = i;
+        for (int i = nd - 1; i > 0; i--) {
+            int j = rnd(r, i + 1), t = a->perm[i];
+            a->perm[i] = a->perm[j];
+            a->perm[j] = t;
+        }
+    }
+    a->shape = draw_shape(r, 0);
+}
+
+/* A shape that broadcasts against s. */
+static ot_shape bcast_partner(rng *r, ot_shape s)
+{
+    ot_shape t = s;
+    int p = rnd(r, 4);
+    if (p == 0 && s.ndim > 0) {  /* a suffix */
+        int drop = 1 + rnd(r, s.ndim);
+        t.ndim = s.ndim - drop;
+        for (int i = 0; i < t.ndim; i++) t.dims[i] = s.dims[i + drop];
+    } else if (p == 1) {
+        for (int i = 0; i < t.ndim; i++)
+            if (chance(r, 50)) t.dims[i] = 1;
+    } else if (p == 2 && s.ndim < 4) {  /* one more leading dim */
+        for (int i = t.ndim; i > 0; i--) t.dims[i] = t.dims[i - 1];
+        t.dims[0] = 1 + rnd(r, 3);
+        t.ndim++;
+    }
+    return t;
+}
+
+static int is_float(ot_dtype d) { return d == OT_F32 || d == OT_F64; }
+
+/* Draws a tree into ir (empty), checking each node with the builder on ref. */
+static void generate(fz_ir *ir, rng *r, int mode)
+{
+    memset(ir, 0, sizeof *ir);
+    ir->mode = mode;
+    ir->ne = -1;
+    int smooth = mode == FUZZ_GRAD;
+    int big = !smooth && chance(r, 3);
+    fz_inst in;
+    memset(&in, 0, sizeof in);
+    in.pool = ot_pool_push();
+    int avail[FZ_MAXN], navail = 0;
+    int nleaves = 1 + rnd(r, 3);
+    for (int i = 0; i < nleaves; i++) {
+        ot_dtype dt = smooth ? (chance(r, 60) ? OT_F64 : OT_F32) : draw_dtype(r);
+        int k = add_leaf_node(ir, r, draw_shape(r, big), dt, smooth, big);
+        int li = ir->n[k].leaf;
+        if (leaf_inst(ref_be, &ir->l[li], NULL, &in, li) == 0) in.node[k] = node_build(ir, &in, k);
+        avail[navail++] = k;
+    }
+    int target = 1 + rnd(r, 12);
+    for (int tries = 0, ops = 0; ops < target && tries < 300 && ir->nn < FZ_MAXN - 4; tries++) {
+        int op = rnd(r, OT_OP_COUNT);
+        int arity = ot_op_arity((ot_op)op), kind = ot_op_kind((ot_op)op);
+        if (smooth && (ot_op_flags((ot_op)op) & OT_FLAG_NODIFF) && chance(r, 70)) continue;
+        int save_nn = ir->nn, save_nl = ir->nl;
+        for (int j = save_nn; j < FZ_MAXN; j++) in.node[j] = NULL;
+        int a = -1, b = -1, ce_axis = -12345;
+        if (arity >= 1) a = avail[chance(r, 60) ? navail - 1 : rnd(r, navail)];
+        ot_shape sa = a >= 0 && in.node[a] ? ot_node_shape(in.node[a]) : (ot_shape){0};
+        ot_dtype da = a >= 0 && in.node[a] ? ot_node_dtype(in.node[a]) : OT_F32;
+        if (!is_float(da) && !chance(r, 30)) da = smooth ? OT_F64 : OT_F32;
+        if (kind == OT_KIND_DOT) {
+            int batched = op == OT_OP_BATCHED_DOT;
+            int want = batched ? 3 : 1 + rnd(r, 2);
+            if (sa.ndim != want || (batched ? false : sa.ndim > 2) || !is_float(da) || chance(r, 20)) {
+                ot_shape s = {.ndim = want};
+                for (int i = 0; i < want; i++) s.dims[i] = draw_dim(r, 0) % 9;
+                a = add_leaf_node(ir, r, s, is_float(da) ? da : OT_F32, smooth, 0);
+                sa = s;
+            }
+            ot_shape sb;
+            if (batched) {
+                sb = (ot_shape){.ndim = 3, .dims = {chance(r, 20) ? 1 : sa.dims[0], sa.dims[2],
+                                                   1 + rnd(r, 5)}};
+                if (chance(r, 15)) sb.dims[0] = 1;
+            } else {
+                sb.ndim = 1 + rnd(r, 2);
+                sb.dims[0] = sa.dims[sa.ndim - 1];
+                sb.dims[1] = chance(r, 10) ? 17 : 1 + rnd(r, 5);
+            }
+            b = add_leaf_node(ir, r, sb, chance(r, 70) ? da : (chance(r, 50) ? OT_F32 : OT_F64),
+                              smooth, 0);
+            if (chance(r, 50) && navail > 1) {  /* a computed operand on the right instead */
+                int c = avail[rnd(r, navail)];
+                if (in.node[c]) {
+                    ot_shape sc = ot_node_shape(in.node[c]);
+                    if (!batched && sc.ndim >= 1 && sc.ndim <= 2) {
+                        ot_shape s = {.ndim = 1 + rnd(r, 2)};
+                        s.dims[s.ndim - 1] = sc.dims[0];
+                        if (s.ndim == 2) s.dims[0] = 1 + rnd(r, 4);
+                        for (int li = save_nl; li < ir->nl; li++) free(ir->l[li].data);
+                        ir->nn = save_nn;
+                        ir->nl = save_nl;
+                        a = add_leaf_node(ir, r, s, is_float(da) ? da : OT_F32, smooth, 0);
+                        b = c;
+                    }
+                }
+            }
+        } else if (arity == 2) {
+            int p = rnd(r, 100);
+            if (p < 20) b = add_const(ir, r, smooth);
+            else if (p < 55 || navail < 2)
+                b = add_leaf_node(ir, r, bcast_partner(r, sa),
+                                  smooth ? (chance(r, 60) ? OT_F64 : OT_F32) : draw_dtype(r), smooth, big);
+            else b = avail[rnd(r, navail)];
+            if (chance(r, 50)) { int t = a; a = b; b = t; }
+            if (op == OT_OP_CROSS_ENTROPY && chance(r, 50) && a >= 0 && in.node[a] && ir->nn < FZ_MAXN - 4) {
+                /* cross_entropy(softmax(x), t): its gradient assumes targets that
+                 * sum to 1 along the axis (documented), so t is a softmax too */
+                ot_shape ps = ot_node_shape(in.node[a]);
+                ot_args sm;
+                draw_args(r, ps.ndim, &sm);
+                a = add_node(ir, OT_OP_SOFTMAX, a, -1, &sm);
+                int tl = add_leaf_node(ir, r, ps, chance(r, 50) ? OT_F32 : OT_F64, smooth, big);
+                b = tl >= 0 ? add_node(ir, OT_OP_SOFTMAX, tl, -1, &sm) : -1;
+                ce_axis = sm.axis;
+            }
+        }
+        if (a < 0 && arity >= 1) {
+            for (int li = save_nl; li < ir->nl; li++) free(ir->l[li].data);
+            ir->nn = save_nn;
+            ir->nl = save_nl;
+            continue;
+        }
+        ot_args args;
+        draw_args(r, a >= 0 && in.node[a] ? ot_node_shape(in.node[a]).ndim : 0, &args);
+        if (ce_axis != -12345) args.axis = ce_axis;
+        if (op == OT_OP_ONEHOT && chance(r, 60) && a >= 0)
+            a = add_node(ir, OT_OP_CAST, a, -1, &(ot_args){.axis = OT_AXIS_ALL, .dtype = OT_I32});
+        if (op == OT_OP_RAND && smooth) args.dtype = OT_F64;
+        int k = a >= 0 || b >= 0 || arity == 0 ? add_node(ir, op, a, b, &args) : -1;
+        int ok = k >= 0;
+        for (int j = save_nn; ok && j < ir->nn; j++) {
+            if (ir->n[j].op == FZ_LEAF) {
+                int li = ir->n[j].leaf;
+                if (leaf_inst(ref_be, &ir->l[li], NULL, &in, li) != 0) { ok = 0; break; }
+            }
+            in.node[j] = node_build(ir, &in, j);
+            if (!in.node[j]) ok = 0;
+        }
+        /* a tree whose ref evaluation fails at run time is kept for the error check */
+        if (!ok) {
+            ot_clear_error();
+            for (int li = save_nl; li < ir->nl; li++) {
+                if (in.view[li] != in.base[li]) ot_tensor_free(in.view[li]);
+                ot_tensor_free(in.base[li]);
+                in.view[li] = in.base[li] = NULL;
+                free(ir->l[li].data);
+            }
+            ir->nn = save_nn;
+            ir->nl = save_nl;
+            continue;
+        }
+        if (smooth && !is_float(ot_node_dtype(in.node[k]))) {
+            /* a float tree for gradients: cast integer results back */
+            int c = add_node(ir, OT_OP_CAST, k, -1, &(ot_args){.axis = OT_AXIS_ALL, .dtype = OT_F64});
+            if (c >= 0) { in.node[c] = node_build(ir, &in, c); k = c; }
+        }
+        avail[navail++] = k;
+        ops++;
+    }
+    ir->nroots = 1;
+    ir->roots[0] = avail[navail - 1];
+    if (mode == FUZZ_MANY && navail > 1) {
+        ir->nroots = 2 + rnd(r, 2);
+        for (int i = 1; i < ir->nroots; i++) ir->roots[i] = avail[rnd(r, navail - 1)];
+    }
+    for (int i = 0; i < ir->nroots; i++) {
+        ot_node *root = in.node[ir->roots[i]];
+        ir->out_dtype[i] = chance(r, 85) ? ot_node_dtype(root) : draw_dtype(r);
+        int p = rnd(r, 100);
+        ir->out_kind[i] = mode == FUZZ_GRAD || p < 55 ? OUT_FRESH : p < 75 ? OUT_STRIDED
+                        : p < 85 ? OUT_BCAST : OUT_LEAF;
+        if (i > 0 && chance(r, 4)) ir->out_kind[i] = OUT_SAME;
+        if (ir->out_kind[i] == OUT_LEAF) {
+            ir->out_kind[i] = OUT_FRESH;
+            ot_shape rs = ot_node_shape(root);
+            for (int li = 0; li < ir->nl; li++) {
+                ot_shape ls = ir->l[li].view == V_NONE ? ir->l[li].base
+                            : in.view[li] ? ot_tensor_shape(in.view[li]) : (ot_shape){.ndim = -1};
+                if (ir->l[li].view == V_BCAST || ls.ndim != rs.ndim) continue;
+                if (memcmp(ls.dims, rs.dims, sizeof ls.dims) != 0) continue;
+                int used = 0;
+                for (int j = 0; j < i; j++) used |= ir->out_kind[j] == OUT_LEAF && ir->out_leaf[j] == li;
+                if (used) continue;
+                ir->out_kind[i] = OUT_LEAF;
+                ir->out_leaf[i] = li;
+                ir->out_dtype[i] = ir->l[li].dtype;
+                break;
+            }
+        }
+    }
+    if (mode == FUZZ_GRAD && chance(r, 50)) {
+        ot_node *root = in.node[ir->roots[0]];
+        ir->ne = add_leaf(ir, r, ot_node_shape(root), ot_node_dtype(root), 1, 0);
+    }
+    for (int li = 0; li < FZ_MAXL; li++) {
+        if (in.view[li] && in.view[li] != in.base[li]) ot_tensor_free(in.view[li]);
+        ot_tensor_free(in.base[li]);
+    }
+    ot_pool_pop(in.pool);
+    ot_clear_error();
+}
+
+/* ---- running and comparing ----------------------------------------------- */
+
+/* What one backend produced for the tree: outputs (whole output buffers, so
+ * elements a strided output must not touch are compared too) or gradients. */
+typedef struct fz_res {
+    int rc;
+    int nv;
+    double *v[FZ_MAXL];
+    int64_t n[FZ_MAXL];
+    ot_dtype dt[FZ_MAXL];
+    uint64_t elem_ops;
+    int64_t out_numel;
+} fz_res;
+
+static void res_free(fz_res *o)
+{
+    for (int i = 0; i < o->nv; i++) free(o->v[i]);
+    memset(o, 0, sizeof *o);
+}
+
+/* Failure report filled by the checks (in the child when forked). */
+typedef struct fz_fail {
+    int kind;
+    int cfg[2];
+    char msg[1024];
+} fz_fail;
+
+static void fail_set(fz_fail *f, int kind, int c0, int c1, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static void fail_set(fz_fail *f, int kind, int c0, int c1, const char *fmt, ...)
+{
+    if (f->kind) return;
+    f->kind = kind;
+    f->cfg[0] = c0;
+    f->cfg[1] = c1;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(f->msg, sizeof f->msg, fmt, ap);
+    va_end(ap);
+}
+
+static const double SENTINEL = 7777.25;
+
+static void run_forward_on(ot_backend *be, const fz_ir *ir, double *const *pert, fz_res *o)
+{
+    memset(o, 0, sizeof *o);
+    fz_inst in;
+    o->rc = inst_build(be, ir, pert, &in);
+    ot_tensor *outs[3] = {0}, *obase[3] = {0};
+    ot_node *trees[3];
+    for (int i = 0; !o->rc && i < ir->nroots; i++) {
+        ot_node *root = in.node[ir->roots[i]];
+        ot_shape rs = ot_node_shape(root), bs = rs;
+        trees[i] = root;
+        switch (ir->out_kind[i]) {
+        case OUT_STRIDED: {
+            ot_index idx[OT_MAX_DIMS];
+            for (int d = 0; d < rs.ndim; d++) {
+                bs.dims[d] = rs.dims[d] * 2 + 1;
+                idx[d] = d % 2 ? (ot_index){OT_INDEX_RANGE, 1, OT_NONE, 2}
+                               : (ot_index){OT_INDEX_RANGE, -2, OT_NONE, -2};
+            }
+            obase[i] = ot_full(be, bs, ir->out_dtype[i], SENTINEL);
+            outs[i] = obase[i] ? ot_slice_n(obase[i], rs.ndim, idx) : NULL;
+            break;
+        }
+        case OUT_BCAST:
+            if (bs.ndim < OT_MAX_DIMS) {
+                for (int d = bs.ndim; d > 0; d--) bs.dims[d] = bs.dims[d - 1];
+                bs.dims[0] = 2;
+                bs.ndim++;
+            }
+            outs[i] = obase[i] = ot_full(be, bs, ir->out_dtype[i], SENTINEL);
+            break;
+        case OUT_LEAF:
+            outs[i] = in.view[ir->out_leaf[i]];
+            break;
+        case OUT_SAME:  /* overlapping outputs: OT_EALIAS everywhere */
+            outs[i] = outs[0];
+            break;
+        default:
+            outs[i] = obase[i] = ot_full(be, rs, ir->out_dtype[i], SENTINEL);
+        }
+        if (!outs[i]) o->rc = ot_errcode() ? ot_errcode() : OT_EINVAL;
+    }
+    if (!o->rc) {
+        ot_stats s0, s1;
+        ot_stats_get(be, &s0);
+        o->rc = ir->mode == FUZZ_MANY ? ot_assign_many(ir->nroots, outs, trees)
+                                      : ot_assign_node(outs[0], trees[0]);
+        ot_stats_get(be, &s1);
+        o->elem_ops = s1.elem_ops - s0.elem_ops;
+    }
+    for (int i = 0; i < ir->nroots; i++) {
+        if (!o->rc) {
+            int j = ir->out_kind[i] == OUT_SAME ? 0 : i;
+            ot_tensor *whole = ir->out_kind[j] == OUT_LEAF ? in.base[ir->out_leaf[j]] : obase[j];
+            o->v[o->nv] = get_values(whole, &o->n[o->nv]);
+            o->dt[o->nv] = ot_tensor_dtype(whole);
+            o->out_numel += o->n[o->nv];
+            o->nv++;
+        }
+    }
+    for (int i = 0; i < ir->nroots; i++) {  /* after every read: outputs may be shared */
+        if (outs[i] && outs[i] != obase[i] && ir->out_kind[i] != OUT_LEAF &&
+            ir->out_kind[i] != OUT_SAME)
+            ot_tensor_free(outs[i]);
+        ot_tensor_free(obase[i]);
+    }
+    inst_free(&in, ir->nl);
+    ot_clear_error();
+}
+
+static void run_grad_on(ot_backend *be, const fz_ir *ir, double *const *pert, fz_res *o)
+{
+    memset(o, 0, sizeof *o);
+    fz_inst in;
+    /* the variants of ref round or perturb the gradient trees themselves */
+    int r32 = round32, ns = noise_seed;
+    round32 = noise_seed = 0;
+    o->rc = inst_build(be, ir, pert, &in);
+    round32 = r32;
+    noise_seed = ns;
+    ot_autodiff *ad = NULL;
+    if (!o->rc) {
+        ot_node *ne = ir->ne >= 0 ? ot_tensor_node(in.view[ir->ne]) : NULL;
+        ad = ot_autodiff_new(in.node[ir->roots[0]], ne);
+        if (!ad) o->rc = ot_errcode() ? ot_errcode() : OT_EINVAL;
+    }
+    ot_tensor *wrt[FZ_MAXL], *g[FZ_MAXL];
+    int nw = 0;
+    for (int i = 0; !o->rc && i < ir->nl; i++) {
+        if (i == ir->ne) continue;
+        wrt[nw] = in.view[i];
+        g[nw] = ot_full(be, ot_tensor_shape(in.view[i]), ot_tensor_dtype(in.view[i]), SENTINEL);
+        nw++;
+    }
+    if (!o->rc && !r32 && !ns) o->rc = ot_autodiff_backprop(ad, nw, wrt, g);
+    for (int i = 0; !o->rc && (r32 || ns) && i < nw; i++) {
+        ot_node *gt = ot_autodiff_grad(ad, wrt[i]);
+        o->rc = gt ? ot_assign_node(g[i], transform(gt)) : ot_errcode();
+    }
+    for (int i = 0; i < nw; i++) {
+        if (!o->rc) {
+            o->v[o->nv] = get_values(g[i], &o->n[o->nv]);
+            o->dt[o->nv] = ot_tensor_dtype(g[i]);
+            o->nv++;
+        }
+        ot_tensor_free(g[i]);
+    }
+    ot_autodiff_free(ad);
+    inst_free(&in, ir->nl);
+    ot_clear_error();
+}
+
+/* Leaf data with every float element scaled by (1 + u delta), u in [-1, 1]:
+ * ref on it shows how much the tree amplifies rounding-sized changes. */
+static double **perturbed(const fz_ir *ir, rng *r)
+{
+    double **p = calloc(FZ_MAXL, sizeof *p);
+    for (int i = 0; i < ir->nl; i++) {
+        int64_t n = numel(&ir->l[i].base);
+        p[i] = malloc((size_t)(n ? n : 1) * sizeof(double));
+        double delta = ir->l[i].dtype == OT_F32 ? 1e-6 : ir->l[i].dtype == OT_F64 ? 1e-13 : 0;
+        for (int64_t j = 0; j < n; j++)
+            p[i][j] = ir->l[i].data[j] * (1 + delta * (2 * unif(r) - 1));
+    }
+    return p;
+}
+
+static void pert_free(double **p)
+{
+    for (int i = 0; i < FZ_MAXL; i++) free(p[i]);
+    free(p);
+}
+
+/* Index of the first element of c that is not close to ref r (p1, p2: ref
+ * on perturbed inputs), or -1. */
+/* True when some of the tree is computed in f32: ref computes in double and
+ * rounds only at the output, so f32 trees get f32 tolerances throughout. */
+static int low_precision(const fz_ir *ir)
+{
+    for (int i = 0; i < ir->nl; i++)
+        if (ir->l[i].dtype == OT_F32) return 1;
+    for (int k = 0; k < ir->nn; k++)
+        if ((ir->n[k].op >= 0 && ir->n[k].args.dtype == OT_F32) ||
+            (ir->n[k].op == FZ_CONST && ir->n[k].ckind == 1))
+            return 1;
+    return 0;
+}
+
+/* False when a node of an f32 tree leaves f32's normal range in ref's
+ * double arithmetic (exp(100), exp(-100)): ref rounds only at the output, so
+ * there the cpu backend's f32 overflow or underflow is not an error. */
+static int f32_range_ok(const fz_ir *ir)
+{
+    fz_inst in;
+    int ok = 1;
+    if (inst_build(ref_be, ir, NULL, &in) == 0) {
+        for (int k = 0; ok && k < ir->nn; k++) {
+            if (ir->n[k].op < 0 || ot_node_dtype(in.node[k]) != OT_F32) continue;
+            ot_tensor *t = ot_eval(ot_build_at(OT_OP_CAST, in.node[k], NULL,
+                                            &(ot_args){.axis = OT_AXIS_ALL, .dtype = OT_F64}, NULL, 0));
+            int64_t n = 0;
+            double *v = t ? get_values(t, &n) : NULL;
+            for (int64_t i = 0; v && i < n; i++)
+                if (isfinite(v[i]) && (fabs(v[i]) > FLT_MAX || (v[i] != 0 && fabs(v[i]) < FLT_MIN))) ok = 0;
+            free(v);
+            ot_tensor_free(t);
+        }
+    }
+    inst_free(&in, ir->nl);
+    ot_clear_error();
+    return ok;
+}
+
+static int64_t compare(const fz_res *r, const fz_res *const *pert, int npert, const fz_res *alt,
+                       const fz_res *c, int lowp, int *which, double *tol_out)
+{
+    for (int k = 0; k < r->nv; k++) {
+        if (c->n[k] != r->n[k]) { *which = k; return 0; }
+        double scale = 1;
+        for (int64_t i = 0; i < r->n[k]; i++)
+            if (isfinite(r->v[k][i]) && r->v[k][i] != SENTINEL) scale = fmax(scale, fabs(r->v[k][i]));
+        int f32 = lowp || r->dt[k] == OT_F32;
+        double rtol = f32 ? 1e-4 : 1e-9, atol = (f32 ? 1e-5 : 1e-11) * scale;
+        for (int64_t i = 0; i < r->n[k]; i++) {
+            double x = c->v[k][i], y = r->v[k][i];
+            double z = alt && alt->nv > k && alt->n[k] == r->n[k] ? alt->v[k][i] : NAN;
+            if (alt && (x == z || (isnan(x) && isnan(z)) || fabs(x - z) <= 1e-4 * fmax(1, fabs(z))))
+                continue;
+            int stable = 1;
+            double sens = 0;
+            for (int j = 0; j < npert; j++) {
+                const fz_res *p = pert[j];
+                double q = p->nv > k && p->n[k] == r->n[k] ? p->v[k][i] : y;
+                stable &= isnan(q) == isnan(y) && isinf(q) == isinf(y) && (!isinf(y) || q == y);
+                if (isfinite(q) && isfinite(y)) sens = fmax(sens, fabs(q - y));
+            }
+            if (isnan(x) || isnan(y) || isinf(x) || isinf(y)) {
+                if (!stable) continue;
+                if (isnan(x) != isnan(y) || (!isnan(x) && x != y)) goto bad;
+                continue;
+            }
+            if (!stable) continue;
+            double tol = atol + rtol * fabs(y) + 8 * sens;
+            *tol_out = tol;
+            if (fabs(x - y) <= tol) continue;
+        bad:
+            *which = k;
+            return i;
+        }
+    }
+    return -1;
+}
+
+static int bitwise_equal(const fz_res *a, const fz_res *b, int *which, int64_t *at)
+{
+    for (int k = 0; k < a->nv && k < b->nv; k++)
+        for (int64_t i = 0; i < a->n[k] && i < b->n[k]; i++) {
+            double x = a->v[k][i], y = b->v[k][i];
+            if (memcmp(&x, &y, sizeof x) != 0 && !(isnan(x) && isnan(y))) {
+                *which = k;
+                *at = i;
+                return 0;
+            }
+        }
+    return 1;
+}
+
+/* ref's answer and what it takes to judge another backend's against it:
+ * ref on perturbed inputs, and (made on the first disagreement) ref with
+ * noise on every node and ref rounding every f32 node. */
+typedef void (*runner)(ot_backend *, const fz_ir *, double *const *, fz_res *);
+typedef struct oracle {
+    runner run;
+    fz_res r, p[6], rr;
+    int have_more;
+} oracle;
+
+static void oracle_init(oracle *o, runner run, const fz_ir *ir)
+{
+    memset(o, 0, sizeof *o);
+    o->run = run;
+    rng pr = {0x5eed};
+    run(ref_be, ir, NULL, &o->r);
+    for (int j = 0; j < 2; j++) {
+        double **q = perturbed(ir, &pr);
+        run(ref_be, ir, q, &o->p[j]);
+        pert_free(q);
+    }
+}
+
+static void oracle_free(oracle *o)
+{
+    res_free(&o->r);
+    for (int j = 0; j < 6; j++) res_free(&o->p[j]);
+    res_free(&o->rr);
+}
+
+/* The first element of c that ref does not explain, or -1. */
+static int64_t judge(oracle *o, const fz_ir *ir, const fz_res *c, int *which, double *tol)
+{
+    int lowp = low_precision(ir);
+    const fz_res *pp[6] = {&o->p[0], &o->p[1], &o->p[2], &o->p[3], &o->p[4], &o->p[5]};
+    int64_t at = compare(&o->r, pp, 2, NULL, c, lowp, which, tol);
+    if (at < 0) return at;
+    if (!o->have_more) {
+        o->have_more = 1;
+        for (int j = 0; j < 4; j++) {  /* four draws: a flip of a compare shows in one */
+            noise_seed = j + 1;
+            o->run(ref_be, ir, NULL, &o->p[2 + j]);
+        }
+        noise_seed = 0;
+        round32 = lowp;
+        if (lowp) o->run(ref_be, ir, NULL, &o->rr);
+        round32 = 0;
+    }
+    at = compare(&o->r, pp, 6, lowp ? &o->rr : NULL, c, lowp, which, tol);
+    if (at >= 0 && lowp && !f32_range_ok(ir)) at = -1;
+    return at;
+}
+
+static void check_forward(const fz_ir *ir, fz_fail *f)
+{
+    oracle o;
+    oracle_init(&o, run_forward_on, ir);
+    fz_res cr[NCFG];
+    const fz_res *r = &o.r;
+    int have[NCFG] = {0};
+    char nm[96];
+    for (int j = 0; j < ir->ncfg; j++) {
+        int c = ir->cfg[j];
+        ot_backend *be = cfg_backend(c);
+        if (!be || have[c]) continue;
+        run_forward_on(be, ir, NULL, &cr[c]);
+        have[c] = 1;
+        cfg_name(c, nm, sizeof nm);
+        if (cr[c].rc != r->rc) {
+            fail_set(f, FK_RC, c, -1, "%s returns %d (%s), ref %d (%s)", nm, cr[c].rc,
+                     ot_strerror(cr[c].rc), r->rc, ot_strerror(r->rc));
+            continue;
+        }
+        if (r->rc) continue;
+        int which = 0;
+        double tol = 0;
+        int64_t at = judge(&o, ir, &cr[c], &which, &tol);
+        if (at >= 0)
+            fail_set(f, FK_VALUE, c, -1, "%s: output %d element %" PRId64 " is %.17g, ref %.17g (tol %.3g)",
+                     nm, which, at, cr[c].v[which][at], r->v[which][at], tol);
+    }
+    for (int c = 0; c < FUSION_OFF; c++) {
+        if (!have[c] || cr[c].rc) continue;
+        int which = 0;
+        int64_t at = 0;
+        int t = c ^ 1, jt = c ^ 2;
+        if ((c & 1) == 0 && have[t] && !cr[t].rc && !bitwise_equal(&cr[c], &cr[t], &which, &at)) {
+            cfg_name(t, nm, sizeof nm);
+            fail_set(f, FK_THREADS, c, t, "%s vs threads=1: output %d element %" PRId64 ": %a vs %a",
+                     nm, which, at, cr[t].v[which][at], cr[c].v[which][at]);
+        }
+        if ((c & 2) == 0 && have[jt] && !cr[jt].rc && !bitwise_equal(&cr[c], &cr[jt], &which, &at)) {
+            cfg_name(jt, nm, sizeof nm);
+            fail_set(f, FK_JIT, c, jt, "%s vs OT_JIT=0: output %d element %" PRId64 ": %a vs %a",
+                     nm, which, at, cr[jt].v[which][at], cr[c].v[which][at]);
+        }
+        const fz_res *u = &cr[FUSION_OFF];
+        if (have[FUSION_OFF] && !u->rc && u->elem_ops &&
+            cr[c].elem_ops > 3 * u->elem_ops + 64 * (uint64_t)cr[c].out_numel) {
+            cfg_name(c, nm, sizeof nm);
+            fail_set(f, FK_ELEMOPS, c, FUSION_OFF, "%s does %" PRIu64 " elem_ops, fusion off %" PRIu64,
+                     nm, cr[c].elem_ops, u->elem_ops);
+        }
+    }
+    for (int c = 0; c < NCFG; c++)
+        if (have[c]) res_free(&cr[c]);
+    oracle_free(&o);
+}
+
+/* The IR with every f32 in f64: for central differences. */
+static void to_f64(fz_ir *ir)
+{
+    for (int i = 0; i < ir->nl; i++)
+        if (ir->l[i].dtype == OT_F32) ir->l[i].dtype = OT_F64;
+    for (int k = 0; k < ir->nn; k++) {
+        if (ir->n[k].args.dtype == OT_F32) ir->n[k].args.dtype = OT_F64;
+        if (ir->n[k].op == FZ_CONST && ir->n[k].ckind == 1) ir->n[k].ckind = 0;
+    }
+}
+
+static double objective(fz_inst *in, const fz_ir *ir, ot_tensor *out, const double *ne, double *mag)
+{
+    if (ot_assign_node(out, in->node[ir->roots[0]]) != 0) return NAN;
+    int64_t n;
+    double *v = get_values(out, &n), s = 0, m = 0;
+    if (!v) return NAN;
+    for (int64_t i = 0; i < n; i++) {
+        s += v[i] * (ne ? ne[i] : 1);
+        m += fabs(v[i] * (ne ? ne[i] : 1));
+    }
+    free(v);
+    if (mag) *mag = m;
+    return s;
+}
+
+/* Whether normalising along axis a and along axis b of shape s is the same
+ * (OT_AXIS_ALL is axis k when every other dim is 1). */
+static int same_axis(ot_shape s, int a, int b)
+{
+    if (a >= 0 && a != OT_AXIS_ALL) a = a < s.ndim ? a : a - s.ndim;
+    if (b >= 0 && b != OT_AXIS_ALL) b = b < s.ndim ? b : b - s.ndim;
+    if (a < 0 && a != OT_AXIS_ALL) a += s.ndim;
+    if (b < 0 && b != OT_AXIS_ALL) b += s.ndim;
+    if (a == b) return 1;
+    int k = a == OT_AXIS_ALL ? b : b == OT_AXIS_ALL ? a : -1;
+    if (k < 0) return 0;
+    for (int i = 0; i < s.ndim; i++)
+        if (i != k && s.dims[i] != 1) return 0;
+    return 1;
+}
+
+static void check_fd(const fz_ir *ir0, fz_fail *f)
+{
+    fz_ir ir;
+    ir_copy(&ir, ir0);
+    to_f64(&ir);
+    fz_res g;
+    run_grad_on(ref_be, &ir, NULL, &g);
+    fz_inst in;
+    if (g.rc || inst_build(ref_be, &ir, NULL, &in) != 0) {
+        if (!g.rc) inst_free(&in, ir.nl);
+        res_free(&g);
+        ir_free(&ir);
+        ot_clear_error();
+        return;
+    }
+    /* an integer-valued node or a non-differentiable op (rint, compares)
+     * makes the tree a step function: its gradient is zero by definition,
+     * while differences of dense steps are not; and the
+     * gradient of cross_entropy(softmax(x), t) is documented for targets
+     * that sum to 1 (a shrunk tree may lose the softmax that made them) */
+    int steps = 0;
+    for (int k = 0; k < ir.nn; k++) {
+        const fz_node *n = &ir.n[k];
+        steps |= n->op >= 0 && (ot_node_dtype(in.node[k]) == OT_I32 ||
+                                (ot_op_flags((ot_op)n->op) & OT_FLAG_NODIFF));
+        if (n->op == OT_OP_CROSS_ENTROPY && ir.n[n->a].op == OT_OP_SOFTMAX)
+            steps |= ir.n[n->b].op != OT_OP_SOFTMAX ||
+                     !same_axis(ot_node_shape(in.node[n->b]), ot_node_args(in.node[n->b]).axis,
+                                ot_node_args(in.node[k]).axis);
+    }
+    ot_node *root = in.node[ir.roots[0]];
+    ot_tensor *out = ot_empty(ref_be, ot_node_shape(root), OT_F64);
+    double *ne = NULL;
+    int64_t nne = 0;
+    if (ir.ne >= 0) ne = get_values(in.view[ir.ne], &nne);
+    double mag = 0;
+    objective(&in, &ir, out, ne, &mag);
+    int gi = 0, probes = 0;
+    for (int li = 0; li < ir.nl && !f->kind && !steps; li++) {
+        if (li == ir.ne) continue;
+        int k = gi++;
+        if (ir.l[li].dtype != OT_F64 || ir.l[li].view == V_BCAST || k >= g.nv) continue;
+        /* which base element each view element is */
+        int64_t nb = numel(&ir.l[li].base), nv;
+        double *ids = malloc((size_t)(nb ? nb : 1) * sizeof(double));
+        for (int64_t j = 0; j < nb; j++) ids[j] = (double)j;
+        fz_leaf idl = ir.l[li];
+        idl.data = ids;
+        fz_inst tmp;
+        memset(&tmp, 0, sizeof tmp);
+        double *map = NULL;
+        if (leaf_inst(ref_be, &idl, NULL, &tmp, 0) == 0) map = get_values(tmp.view[0], &nv);
+        inst_free(&tmp, 1);
+        double *data = malloc((size_t)(nb ? nb : 1) * sizeof(double));
+        memcpy(data, ir.l[li].data, (size_t)nb * sizeof(double));
+        for (int64_t e = 0; map && e < nv && e < g.n[k] && probes < 150 && !f->kind; e++, probes++) {
+            int64_t bi = (int64_t)map[e];
+            double x = data[bi], est[2];
+            for (int s = 0; s < 2; s++) {
+                double h = (s ? 1e-7 : 1e-6) * fmax(1, fabs(x));
+                data[bi] = x + h;
+                ot_set(in.base[li], data);
+                double lp = objective(&in, &ir, out, ne, NULL);
+                data[bi] = x - h;
+                ot_set(in.base[li], data);
+                double lm = objective(&in, &ir, out, ne, NULL);
+                est[s] = (lp - lm) / (2 * h);
+            }
+            data[bi] = x;
+            ot_set(in.base[li], data);
+            double gv = g.v[k][e];
+            if (!isfinite(est[0]) || !isfinite(est[1]) || !isfinite(gv)) continue;
+            if (fabs(est[0] - est[1]) > 1e-4 * (1 + fabs(est[0]))) continue;  /* not smooth here */
+            double tol = 1e-5 + 1e-3 * fmax(fabs(gv), fabs(est[0])) + 1e-8 * mag / fmax(1, fabs(x));
+            if (fabs(gv - est[0]) > tol)
+                fail_set(f, FK_FD, -1, -1, "gradient w.r.t. leaf %d element %" PRId64
+                         " is %.10g, central difference %.10g (ref, f64)", li, e, gv, est[0]);
+        }
+        free(data);
+        free(map);
+        free(ids);
+    }
+    free(ne);
+    ot_tensor_free(out);
+    inst_free(&in, ir.nl);
+    res_free(&g);
+    ir_free(&ir);
+    ot_clear_error();
+}
+
+static void check_grad(const fz_ir *ir, fz_fail *f)
+{
+    oracle o;
+    oracle_init(&o, run_grad_on, ir);
+    const fz_res *r = &o.r;
+    fz_res c;
+    char nm[96];
+    for (int j = 0; j < ir->ncfg && !f->kind; j++) {
+        int cf = ir->cfg[j];
+        ot_backend *be = cfg_backend(cf);
+        if (!be) continue;
+        run_grad_on(be, ir, NULL, &c);
+        cfg_name(cf, nm, sizeof nm);
+        if (c.rc != r->rc) {
+            fail_set(f, FK_GRAD_RC, cf, -1, "backprop on %s returns %d (%s), ref %d (%s)", nm, c.rc,
+                     ot_strerror(c.rc), r->rc, ot_strerror(r->rc));
+        } else if (!r->rc) {
+            int which = 0;
+            double tol = 0;
+            int64_t at = judge(&o, ir, &c, &which, &tol);
+            if (at >= 0)
+                fail_set(f, FK_GRAD, cf, -1, "%s: gradient %d element %" PRId64 " is %.17g, ref %.17g (tol %.3g)",
+                         nm, which, at, c.v[which][at], r->v[which][at], tol);
+        }
+        res_free(&c);
+    }
+    oracle_free(&o);
+    if (!f->kind) check_fd(ir, f);
+}
+
+static void check_tree(const fz_ir *ir, fz_fail *f)
+{
+    if (!ref_be) ref_be = ot_backend_new("ref", NULL);
+    if (ir->mode == FUZZ_GRAD) check_grad(ir, f);
+    else check_forward(ir, f);
+    ot_pool_drain();
+}
+
+/* ---- isolation ----------------------------------------------------------- */
+
+/* Checks ir, in a forked child when asked (a crash or a hang is a failure). */
+static void run_isolated(const fz_ir *ir, fz_fail *f, int do_fork, int quiet)
+{
+    memset(f, 0, sizeof *f);
+    if (!do_fork) {
+        check_tree(ir, f);
+        return;
+    }
+    fz_fail *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (sh == MAP_FAILED) {
+        check_tree(ir, f);
+        return;
+    }
+    memset(sh, 0, sizeof *sh);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (quiet) {
+            FILE *devnull = freopen("/dev/null", "w", stderr);
+            (void)devnull;
+        }
+        alarm(60);
+        check_tree(ir, sh);
+        _exit(0);
+    }
+    int st = 0;
+    if (pid < 0) check_tree(ir, sh);
+    else while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+    *f = *sh;
+    munmap(sh, sizeof *sh);
+    if (pid > 0 && !f->kind && !(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
+        f->kind = FK_CRASH;
+        f->cfg[0] = f->cfg[1] = -1;
+        if (WIFSIGNALED(st))
+            snprintf(f->msg, sizeof f->msg, "killed by signal %d (%s)%s", WTERMSIG(st),
+                     strsignal(WTERMSIG(st)), WTERMSIG(st) == SIGALRM ? ": a hang (60 s)" : "");
+        else
+            snprintf(f->msg, sizeof f->msg, "exit status %d (a sanitizer report?)", WEXITSTATUS(st));
+    }
+}
+
+/* ---- drawing a tree ------------------------------------------------------ */
+
+static void draw_tree(uint64_t seed, int64_t i, int modes, int all_configs, fz_ir *ir)
+{
+    rng r = {seed * 0x9e3779b97f4a7c15ull ^ ((uint64_t)i * 0xd1b54a32d192ed03ull)};
+    next_u64(&r);
+    int mode;
+    do {
+        int p = rnd(&r, 100);
+        mode = p < 60 ? FUZZ_FORWARD : p < 85 ? FUZZ_GRAD : FUZZ_MANY;
+    } while (!(modes & mode));
+    generate(ir, &r, mode);
+    ir->ncfg = 0;
+    if (all_configs) {
+        for (int c = 0; c < NCFG; c++) ir->cfg[ir->ncfg++] = c;
+    } else if (mode == FUZZ_GRAD) {
+        ir->cfg[ir->ncfg++] = rnd(&r, 32);
+        ir->cfg[ir->ncfg++] = FUSION_OFF;
+    } else {
+        int base = rnd(&r, 8) * 4;  /* an ISA and accuracy: JIT x threads */
+        for (int c = 0; c < 4; c++) ir->cfg[ir->ncfg++] = base + c;
+        ir->cfg[ir->ncfg++] = FUSION_OFF;
+    }
+}
+
+/* ---- shrinking ----------------------------------------------------------- */
+
+/* Drops nodes and leaves the roots do not reach, renumbering the rest. */
+static void ir_gc(fz_ir *ir)
+{
+    int keep[FZ_MAXN] = {0}, lkeep[FZ_MAXL] = {0}, nmap[FZ_MAXN], lmap[FZ_MAXL];
+    for (int i = 0; i < ir->nroots; i++) keep[ir->roots[i]] = 1;
+    for (int k = ir->nn - 1; k >= 0; k--) {
+        if (!keep[k]) continue;
+        if (ir->n[k].a >= 0) keep[ir->n[k].a] = 1;
+        if (ir->n[k].b >= 0) keep[ir->n[k].b] = 1;
+        if (ir->n[k].op == FZ_LEAF) lkeep[ir->n[k].leaf] = 1;
+    }
+    if (ir->ne >= 0) lkeep[ir->ne] = 1;
+    for (int i = 0; i < ir->nroots; i++)
+        if (ir->out_kind[i] == OUT_LEAF) lkeep[ir->out_leaf[i]] = 1;
+    int nl = 0;
+    for (int i = 0; i < ir->nl; i++) {
+        if (!lkeep[i]) {
+            free(ir->l[i].data);
+            continue;
+        }
+        lmap[i] = nl;
+        ir->l[nl++] = ir->l[i];
+    }
+    ir->nl = nl;
+    int nn = 0;
+    for (int k = 0; k < ir->nn; k++) {
+        if (!keep[k]) continue;
+        nmap[k] = nn;
+        fz_node n = ir->n[k];
+        if (n.a >= 0) n.a = nmap[n.a];
+        if (n.b >= 0) n.b = nmap[n.b];
+        if (n.op == FZ_LEAF) n.leaf = lmap[n.leaf];
+        ir->n[nn++] = n;
+    }
+    ir->nn = nn;
+    for (int i = 0; i < ir->nroots; i++) {
+        ir->roots[i] = nmap[ir->roots[i]];
+        if (ir->out_kind[i] == OUT_LEAF) ir->out_leaf[i] = lmap[ir->out_leaf[i]];
+    }
+    if (ir->ne >= 0) ir->ne = lmap[ir->ne];
+}
+
+typedef struct shrinker {
+    int kind, fork, budget;
+    fz_ir *ir;
+} shrinker;
+
+/* Keeps cand (consumed) when it still fails the same way. */
+static int try_cand(shrinker *s, fz_ir *cand)
+{
+    if (s->budget-- <= 0) {
+        ir_free(cand);
+        return 0;
+    }
+    ir_gc(cand);
+    fz_fail f;
+    run_isolated(cand, &f, s->fork, 1);
+    if (f.kind == s->kind) {
+        ir_free(s->ir);
+        *s->ir = *cand;
+        return 1;
+    }
+    ir_free(cand);
+    return 0;
+}
+
+/* Node k's value on ref, as a plain leaf in cand. */
+static int value_leaf(fz_ir *cand, int k)
+{
+    if (cand->nl >= FZ_MAXL) return 0;
+    fz_inst in;
+    int ok = 0;
+    if (inst_build(ref_be, cand, NULL, &in) == 0) {
+        ot_tensor *t = ot_eval(in.node[k]);
+        int64_t n;
+        double *v = t ? get_values(t, &n) : NULL;
+        if (v) {
+            fz_leaf *l = &cand->l[cand->nl];
+            memset(l, 0, sizeof *l);
+            l->dtype = ot_tensor_dtype(t);
+            l->base = ot_tensor_shape(t);
+            l->data = v;
+            cand->n[k] = (fz_node){.op = FZ_LEAF, .a = -1, .b = -1, .leaf = cand->nl++};
+            ok = 1;
+        }
+        ot_tensor_free(t);
+    }
+    inst_free(&in, cand->nl - ok);
+    ot_clear_error();
+    return ok;
+}
+
+/* Keeps elements start .. start+len-1 along dim d of a plain leaf. */
+static void sub_block(fz_leaf *l, int d, int64_t start, int64_t len)
+{
+    int64_t outer = 1, inner = 1, D = l->base.dims[d];
+    for (int i = 0; i < d; i++) outer *= l->base.dims[i];
+    for (int i = d + 1; i < l->base.ndim; i++) inner *= l->base.dims[i];
+    int64_t n = outer * len * inner;
+    double *v = malloc((size_t)(n > 0 ? n : 1) * sizeof(double));
+    for (int64_t o = 0; o < outer; o++)
+        memcpy(v + o * len * inner, l->data + (o * D + start) * inner, (size_t)(len * inner) * sizeof(double));
+    free(l->data);
+    l->data = v;
+    l->base.dims[d] = len;
+}
+
+static void shrink(fz_ir *ir, int kind, int do_fork, int budget)
+{
+    shrinker s = {kind, do_fork, budget, ir};
+    fz_ir c;
+    for (int progress = 1; progress && s.budget > 0;) {
+        progress = 0;
+        for (int j = ir->ncfg - 1; j >= 0 && ir->ncfg > 1; j--) {
+            ir_copy(&c, ir);
+            memmove(&c.cfg[j], &c.cfg[j + 1], (size_t)(c.ncfg - j - 1) * sizeof c.cfg[0]);
+            c.ncfg--;
+            progress |= try_cand(&s, &c);
+        }
+        for (int i = ir->nroots - 1; i >= 1; i--) {
+            ir_copy(&c, ir);
+            memmove(&c.roots[i], &c.roots[i + 1], (size_t)(c.nroots - i - 1) * sizeof(int));
+            memmove(&c.out_kind[i], &c.out_kind[i + 1], (size_t)(c.nroots - i - 1) * sizeof(int));
+            memmove(&c.out_leaf[i], &c.out_leaf[i + 1], (size_t)(c.nroots - i - 1) * sizeof(int));
+            memmove(&c.out_dtype[i], &c.out_dtype[i + 1], (size_t)(c.nroots - i - 1) * sizeof(ot_dtype));
+            c.nroots--;
+            progress |= try_cand(&s, &c);
+        }
+        for (int k = ir->nn - 1; k >= 0; k--) {
+            if (k >= ir->nn || ir->n[k].op < 0) continue;
+            for (int side = 0; side < 2; side++) {
+                int ch = side ? ir->n[k].b : ir->n[k].a;
+                if (ch < 0) continue;
+                ir_copy(&c, ir);
+                c.n[k] = c.n[ch];
+                if (try_cand(&s, &c)) { progress = 1; break; }
+            }
+            if (k >= ir->nn || ir->n[k].op < 0) continue;
+            ir_copy(&c, ir);
+            if (value_leaf(&c, k)) progress |= try_cand(&s, &c);
+            else ir_free(&c);
+        }
+        for (int i = 0; i < ir->nroots; i++) {
+            if (ir->out_kind[i] == OUT_FRESH && ir->out_dtype[i] == OT_DTYPE_DEFAULT) continue;
+            if (ir->out_kind[i] != OUT_FRESH) {
+                ir_copy(&c, ir);
+                c.out_kind[i] = OUT_FRESH;
+                progress |= try_cand(&s, &c);
+            }
+        }
+        if (ir->ne >= 0) {
+            ir_copy(&c, ir);
+            c.ne = -1;
+            progress |= try_cand(&s, &c);
+        }
+        for (int li = 0; li < ir->nl; li++) {
+            if (ir->l[li].view != V_NONE) {  /* the view's values in a plain leaf */
+                ir_copy(&c, ir);
+                fz_inst tmp;
+                memset(&tmp, 0, sizeof tmp);
+                int64_t n;
+                double *v = NULL;
+                if (leaf_inst(ref_be, &c.l[li], NULL, &tmp, 0) == 0) v = get_values(tmp.view[0], &n);
+                ot_shape vs = tmp.view[0] ? ot_tensor_shape(tmp.view[0]) : (ot_shape){0};
+                inst_free(&tmp, 1);
+                if (v) {
+                    free(c.l[li].data);
+                    c.l[li].data = v;
+                    c.l[li].base = vs;
+                    c.l[li].view = V_NONE;
+                    progress |= try_cand(&s, &c);
+                } else {
+                    ir_free(&c);
+                }
+            }
+            int64_t n = numel(&ir->l[li].base);
+            static const double simple[] = {0, 1, -1, 2};
+            for (int form = 0; form < 3; form++) {  /* every element simpler at once */
+                ir_copy(&c, ir);
+                int changed = 0;
+                for (int64_t e = 0; e < n; e++) {
+                    double x = c.l[li].data[e], y = form == 0 ? 0 : form == 1 ? 1 : round(x * 4) / 4;
+                    changed |= x != y && !(isnan(x) && isnan(y));
+                    c.l[li].data[e] = y;
+                }
+                if (changed && try_cand(&s, &c)) { progress = 1; break; }
+                if (!changed) ir_free(&c);
+            }
+            for (int64_t e = 0; e < n && n <= 64; e++) {
+                for (int q = 0; q < 4; q++) {
+                    double x = ir->l[li].data[e];
+                    if (x == simple[q] || (q > 0 && fabs(x) < 2 && x == round(x))) break;
+                    ir_copy(&c, ir);
+                    c.l[li].data[e] = simple[q];
+                    if (try_cand(&s, &c)) { progress = 1; break; }
+                }
+            }
+        }
+        for (int k = 0; k < ir->nn; k++) {  /* attributes the op does not need */
+            if (ir->n[k].op < 0) continue;
+            for (int field = 0; field < 9; field++) {
+                ir_copy(&c, ir);
+                ot_args *a = &c.n[k].args, z;
+                memset(&z, 0, sizeof z);
+                int changed = 1;
+                switch (field) {
+                case 0: changed = a->keepdims; a->keepdims = 0; break;
+                case 1: changed = a->dtype != 0; a->dtype = 0; break;
+                case 2: changed = a->depth != 0; a->depth = 0; break;
+                case 3: changed = a->seed != 0; a->seed = 0; break;
+                case 4: changed = a->ddof != 0; a->ddof = 0; break;
+                case 5: changed = a->lo != 0 || a->hi != 0; a->lo = a->hi = 0; break;
+                case 6: changed = memcmp(a->perm, z.perm, sizeof z.perm) != 0;
+                        memset(a->perm, 0, sizeof a->perm); break;
+                case 7: changed = a->shape.ndim != 0; a->shape = z.shape; break;
+                default: changed = a->axis != OT_AXIS_ALL; a->axis = OT_AXIS_ALL; break;
+                }
+                if (changed) progress |= try_cand(&s, &c);
+                else ir_free(&c);
+            }
+        }
+        for (int li = 0; li < ir->nl; li++) {  /* smaller leaves: one dim halved, in every plain leaf */
+            if (ir->l[li].view != V_NONE) continue;
+            for (int d = 0; d < ir->l[li].base.ndim; d++) {
+                int64_t D = ir->l[li].base.dims[d];
+                if (D < 2) continue;
+                for (int half = 0; half < 3; half++) {
+                    ir_copy(&c, ir);
+                    for (int lj = 0; lj < c.nl; lj++) {
+                        fz_leaf *l = &c.l[lj];
+                        if (l->view != V_NONE || l->base.ndim <= d || l->base.dims[d] != D) continue;
+                        int64_t len = half == 2 ? 1 : D / 2, start = half == 1 ? D - len : 0;
+                        sub_block(l, d, start, len);
+                    }
+                    if (try_cand(&s, &c)) { progress = 1; break; }
+                }
+                if (d >= ir->l[li].base.ndim || ir->l[li].view != V_NONE) break;
+            }
+        }
+        for (int k = 0; k < ir->nn; k++) {
+            if (ir->n[k].op != FZ_CONST || ir->n[k].cval == 0 || ir->n[k].cval == 1) continue;
+            ir_copy(&c, ir);
+            c.n[k].cval = 1;
+            progress |= try_cand(&s, &c);
+        }
+    }
+}
+
+/* ---- reporting ----------------------------------------------------------- */
+
+static const char *dt_enum(ot_dtype d)
+{
+    return d == OT_F32 ? "OT_F32" : d == OT_F64 ? "OT_F64" : d == OT_I32 ? "OT_I32" : "OT_DTYPE_DEFAULT";
+}
+static const char *dt_ctype(ot_dtype d) { return d == OT_F32 ? "float" : d == OT_F64 ? "double" : "int32_t"; }
+
+static void put_shape(FILE *o, ot_shape s)
+{
+    fputs("OT_SHAPE(", o);
+    for (int i = 0; i < s.ndim; i++) fprintf(o, "%s%lld", i ? ", " : "", (long long)s.dims[i]);
+    fputc(')', o);
+}
+
+static void put_num(FILE *o, double v, ot_dtype dt)
+{
+    if (isnan(v)) fputs("NAN", o);
+    else if (isinf(v)) fputs(v > 0 ? "INFINITY" : "-INFINITY", o);
+    else if (dt == OT_I32) fprintf(o, "%d", (int)v);
+    else if (dt == OT_F32) {
+        char b[48];
+        snprintf(b, sizeof b, "%.9g", (float)v);
+        fprintf(o, "%s%sf", b, strpbrk(b, ".e") ? "" : ".0");
+    }
+    else fprintf(o, "%.17g", v);
+}
+
+static void put_idx(FILE *o, int64_t v)
+{
+    if (v == OT_NONE) fputs("OT_NONE", o);
+    else fprintf(o, "%lld", (long long)v);
+}
+
+static void put_args(FILE *o, const ot_args *a)
+{
+    fprintf(o, "&(ot_args){.axis = ");
+    if (a->axis == OT_AXIS_ALL) fputs("OT_AXIS_ALL", o);
+    else fprintf(o, "%d", a->axis);
+    if (a->keepdims) fputs(", .keepdims = true", o);
+    if (a->dtype) fprintf(o, ", .dtype = %s", dt_enum(a->dtype));
+    if (a->depth) fprintf(o, ", .depth = %lld", (long long)a->depth);
+    if (a->seed) fprintf(o, ", .seed = %llu", (unsigned long long)a->seed);
+    if (a->ddof) fprintf(o, ", .ddof = %d", a->ddof);
+    if (a->lo != 0) fprintf(o, ", .lo = %.17g", a->lo);
+    if (a->hi != 0) fprintf(o, ", .hi = %.17g", a->hi);
+    int any = 0;
+    for (int i = 0; i < OT_MAX_DIMS; i++) any |= a->perm[i];
+    if (any) {
+        fputs(", .perm = {", o);
+        for (int i = 0; i < OT_MAX_DIMS; i++) fprintf(o, "%s%d", i ? ", " : "", a->perm[i]);
+        fputc('}', o);
+    }
+    if (a->shape.ndim) {
+        fputs(", .shape = ", o);
+        put_shape(o, a->shape);
+    }
+    fputc('}', o);
+}
+
+static void op_enum(char *buf, size_t n, int op)
+{
+    snprintf(buf, n, "OT_OP_%s", ot_op_name((ot_op)op));
+    for (char *p = buf; *p; p++)
+        if (*p >= 'a' && *p <= 'z') *p = (char)(*p - 'a' + 'A');
+}
+
+/* The body of run(): builds the tree on be, assigns or backprops, prints. */
+static void put_body(FILE *o, const fz_ir *ir)
+{
+    for (int i = 0; i < ir->nl; i++) {
+        const fz_leaf *l = &ir->l[i];
+        int64_t n = numel(&l->base);
+        fprintf(o, "    ot_tensor *b%d = ot_array(be, ", i);
+        put_shape(o, l->base);
+        fprintf(o, ", %s, (%s[]){", dt_enum(l->dtype), dt_ctype(l->dtype));
+        for (int64_t e = 0; e < n; e++) {
+            if (e) fputs(e % 8 ? ", " : ",\n        ", o);
+            put_num(o, l->data[e], l->dtype);
+        }
+        if (!n) fputc('0', o);
+        fputs("});\n", o);
+        fprintf(o, "    ot_tensor *t%d = ", i);
+        switch (l->view) {
+        case V_SLICE:
+            fprintf(o, "ot_slice_n(b%d, %d, (ot_index[]){", i, l->nidx);
+            for (int d = 0; d < l->nidx; d++) {
+                fprintf(o, "%s{%d, ", d ? ", " : "", l->idx[d].kind);
+                put_idx(o, l->idx[d].start);
+                fputs(", ", o);
+                put_idx(o, l->idx[d].stop);
+                fprintf(o, ", %lld}", (long long)l->idx[d].step);
+            }
+            fputs("});\n", o);
+            break;
+        case V_T:
+            fprintf(o, "ot_transpose(b%d, (int[]){", i);
+            for (int d = 0; d < l->base.ndim; d++) fprintf(o, "%s%d", d ? ", " : "", l->perm[d]);
+            fputs("});\n", o);
+            break;
+        case V_BCAST:
+        case V_RESHAPE:
+            fprintf(o, "%s(b%d, ", l->view == V_BCAST ? "ot_broadcast_to" : "ot_reshape", i);
+            put_shape(o, l->to);
+            fputs(");\n", o);
+            break;
+        default: fprintf(o, "b%d;\n", i);
+        }
+        fprintf(o, "    ot_tensor_set_name(t%d, \"t%d\");\n", i, i);
+    }
+    char name[64];
+    for (int k = 0; k < ir->nn; k++) {
+        const fz_node *n = &ir->n[k];
+        fprintf(o, "    ot_node *n%d = ", k);
+        if (n->op == FZ_LEAF) {
+            fprintf(o, "ot_tensor_node(t%d);\n", n->leaf);
+        } else if (n->op == FZ_CONST) {
+            fprintf(o, "%s(", n->ckind == 1 ? "ot_constf" : n->ckind == 2 ? "ot_consti" : "ot_const");
+            put_num(o, n->cval, n->ckind == 1 ? OT_F32 : n->ckind == 2 ? OT_I32 : OT_F64);
+            fputs(");\n", o);
+        } else {
+            op_enum(name, sizeof name, n->op);
+            fprintf(o, "ot_build(%s, ", name);
+            if (n->a >= 0) fprintf(o, "n%d, ", n->a); else fputs("NULL, ", o);
+            if (n->b >= 0) fprintf(o, "n%d, ", n->b); else fputs("NULL, ", o);
+            fputc('(', o);  /* the braces of .perm hold commas the macro would split */
+            put_args(o, &n->args);
+            fputs("));\n", o);
+        }
+    }
+    fprintf(o, "    if (!n%d) { printf(\"build: %%s\\n\", ot_errmsg()); return; }\n", ir->roots[0]);
+    if (ir->mode == FUZZ_GRAD) {
+        int nw = 0;
+        fprintf(o, "    ot_autodiff *ad = ot_autodiff_new(n%d, ", ir->roots[0]);
+        if (ir->ne >= 0) fprintf(o, "ot_tensor_node(t%d));\n", ir->ne); else fputs("NULL);\n", o);
+        fputs("    if (!ad) { printf(\"autodiff: %s\\n\", ot_errmsg()); return; }\n", o);
+        fputs("    ot_tensor *wrt[] = {", o);
+        for (int i = 0; i < ir->nl; i++)
+            if (i != ir->ne) fprintf(o, "%st%d", nw++ ? ", " : "", i);
+        fputs("};\n    ot_tensor *g[] = {", o);
+        for (int i = 0, j = 0; i < ir->nl; i++)
+            if (i != ir->ne) fprintf(o, "%sot_zeros_like(t%d)", j++ ? ", " : "", i);
+        fprintf(o, "};\n    int rc = ot_autodiff_backprop(ad, %d, wrt, g);\n", nw);
+        fputs("    printf(\"backprop: %d %s\\n\", rc, ot_errmsg());\n", o);
+        fprintf(o, "    for (int i = 0; !rc && i < %d; i++) show(\"grad\", g[i]);\n", nw);
+        fputs("    ot_autodiff_free(ad);\n", o);
+    } else {
+        fputs("    ot_tensor *outs[3], *whole[3];\n    ot_node *trees[3];\n", o);
+        for (int i = 0; i < ir->nroots; i++) {
+            fprintf(o, "    trees[%d] = n%d;\n", i, ir->roots[i]);
+            switch (ir->out_kind[i]) {
+            case OUT_LEAF:
+                fprintf(o, "    outs[%d] = t%d; whole[%d] = b%d;  /* in place */\n", i,
+                        ir->out_leaf[i], i, ir->out_leaf[i]);
+                break;
+            case OUT_SAME:
+                fprintf(o, "    outs[%d] = outs[0]; whole[%d] = whole[0];  /* overlapping outputs */\n", i, i);
+                break;
+            case OUT_STRIDED:
+                fprintf(o, "    {   /* a strided view of a larger buffer (dims 2d+1, odd dims [1::2], even [-2::-2]) */\n"
+                           "        ot_shape s = ot_node_shape(n%d), bs = s;\n"
+                           "        ot_index idx[OT_MAX_DIMS];\n"
+                           "        for (int d = 0; d < s.ndim; d++) {\n"
+                           "            bs.dims[d] = 2 * s.dims[d] + 1;\n"
+                           "            idx[d] = d %% 2 ? (ot_index){OT_INDEX_RANGE, 1, OT_NONE, 2}\n"
+                           "                           : (ot_index){OT_INDEX_RANGE, -2, OT_NONE, -2};\n"
+                           "        }\n"
+                           "        whole[%d] = ot_full(be, bs, %s, 7777.25);\n"
+                           "        outs[%d] = ot_slice_n(whole[%d], s.ndim, idx);\n    }\n",
+                        ir->roots[i], i, dt_enum(ir->out_dtype[i]), i, i);
+                break;
+            case OUT_BCAST:
+                fprintf(o, "    {   /* the tree broadcast along a new leading dim of 2 */\n"
+                           "        ot_shape s = ot_node_shape(n%d), bs = s;\n"
+                           "        bs.ndim++;\n        bs.dims[0] = 2;\n"
+                           "        for (int d = 0; d < s.ndim; d++) bs.dims[d + 1] = s.dims[d];\n"
+                           "        outs[%d] = whole[%d] = ot_full(be, bs, %s, 7777.25);\n    }\n",
+                        ir->roots[i], i, i, dt_enum(ir->out_dtype[i]));
+                break;
+            default:
+                fprintf(o, "    outs[%d] = whole[%d] = ot_full(be, ot_node_shape(n%d), %s, 7777.25);\n",
+                        i, i, ir->roots[i], dt_enum(ir->out_dtype[i]));
+            }
+        }
+        if (ir->mode == FUZZ_MANY)
+            fprintf(o, "    int rc = ot_assign_many(%d, outs, trees);\n", ir->nroots);
+        else
+            fputs("    int rc = ot_assign_node(outs[0], trees[0]);\n", o);
+        fputs("    printf(\"assign: %d %s\\n\", rc, ot_errmsg());\n", o);
+        fprintf(o, "    for (int i = 0; !rc && i < %d; i++) show(\"out\", whole[i]);\n", ir->nroots);
+    }
+}
+
+static void put_snippet(FILE *o, const fz_ir *ir, const fz_fail *f, uint64_t seed, int64_t idx)
+{
+    fprintf(o, "/* optree fuzz finding: seed %llu tree %lld (make fuzz SEED=%llu FIRST=%lld N=1)\n"
+               " * %s: %s\n * area guess: %s\n",
+            (unsigned long long)seed, (long long)idx, (unsigned long long)seed, (long long)idx,
+            fail_names[f->kind], f->msg, fail_area[f->kind]);
+    fz_inst in;
+    if (inst_build(ref_be, ir, NULL, &in) == 0) {
+        for (int i = 0; i < ir->nl; i++) {
+            char nm[16];
+            snprintf(nm, sizeof nm, "t%d", i);
+            ot_tensor_set_name(in.view[i], nm);
+        }
+        for (int i = 0; i < ir->nroots; i++) {
+            fputs(" * tree: ", o);
+            ot_pp(in.node[ir->roots[i]], o);
+            fputc('\n', o);
+        }
+    }
+    inst_free(&in, ir->nl);
+    ot_clear_error();
+    fputs(" * Expected: every backend below prints the same values as ref (within rounding;\n"
+          " * bitwise between thread counts and between OT_JIT=0 and 1) and the same return codes.\n"
+          " * cc -std=c11 -Iinclude this.c build/liboptree.a -lsleef -lopenblas -lm -lpthread\n */\n"
+          "#define _POSIX_C_SOURCE 200809L\n#include \"optree.h\"\n\n"
+          "#include <math.h>\n#include <stdbool.h>\n#include <stdint.h>\n#include <stdio.h>\n#include <stdlib.h>\n\n"
+          "static void show(const char *what, const ot_tensor *t)\n{\n"
+          "    int64_t n = ot_tensor_numel(t);\n"
+          "    ot_tensor *d = ot_copy(t);\n"
+          "    double *v = malloc((size_t)(n ? n : 1) * sizeof *v);\n"
+          "    ot_tensor *w = ot_empty(ot_tensor_backend(t), ot_tensor_shape(t), OT_F64);\n"
+          "    ot_assign(w, ot_cast(d, .dtype = OT_F64));\n"
+          "    ot_get(w, v);\n"
+          "    printf(\"%s:\", what);\n"
+          "    for (int64_t i = 0; i < n; i++) printf(\" %.17g\", v[i]);\n"
+          "    printf(\"\\n\");\n"
+          "    free(v);\n    ot_tensor_free(w);\n    ot_tensor_free(d);\n}\n\n"
+          "static void run(ot_backend *be, const char *name)\n{\n"
+          "    printf(\"== %s\\n\", name);\n", o);
+    put_body(o, ir);
+    fputs("}\n\nint main(void)\n{\n    setvbuf(stdout, NULL, _IONBF, 0);\n    ot_pool_push();\n"
+          "    run(ot_backend_new(\"ref\", NULL), \"ref\");\n", o);
+    char nm[96];
+    for (int j = 0; j < ir->ncfg; j++) {
+        int c = ir->cfg[j];
+        cfg_name(c, nm, sizeof nm);
+        if (c == FUSION_OFF) {
+            fputs("    run(ot_backend_new(\"cpu\", &(ot_backend_opts){.threads = 1, .fusion = OT_FUSION_OFF}),", o);
+        } else {
+            fprintf(o, "    setenv(\"OT_ISA\", \"%s\", 1);\n    setenv(\"OT_JIT\", \"%d\", 1);\n",
+                    CFG_ISA(c), CFG_JIT(c));
+            if (CFG_FAST(c)) fputs("    setenv(\"OT_STREAM_BYTES\", \"64\", 1);\n", o);
+            else fputs("    unsetenv(\"OT_STREAM_BYTES\");\n", o);
+            fprintf(o, "    run(ot_backend_new(\"cpu\", &(ot_backend_opts){.threads = %d%s}),",
+                    CFG_THREADS(c), CFG_FAST(c) ? ", .accuracy = OT_ULP35" : "");
+        }
+        fprintf(o, " \"%s\");\n", nm);
+    }
+    fputs("    return 0;\n}\n", o);
+}
+
+/* What a shrunk failure is about: its kind and the ops left, sorted, so one
+ * bug found many times is written out a few times only. */
+static void signature(const fz_ir *ir, const fz_fail *f, char *buf, size_t n)
+{
+    int count[OT_OP_COUNT] = {0};
+    for (int k = 0; k < ir->nn; k++)
+        if (ir->n[k].op >= 0) count[ir->n[k].op]++;
+    size_t len = (size_t)snprintf(buf, n, "%s%s", fail_names[f->kind],
+                                  f->kind == FK_CRASH ? strchr(f->msg, '(') ? strchr(f->msg, '(') : "" : "");
+    for (int op = 0; op < OT_OP_COUNT && len < n; op++)
+        if (count[op]) len += (size_t)snprintf(buf + len, n - len, " %s", ot_op_name((ot_op)op));
+}
+
+static int seen_before(const char *dir, const char *sig)
+{
+    char path[1024], line[4096];
+    snprintf(path, sizeof path, "%s/INDEX.txt", dir);
+    FILE *fp = fopen(path, "r");
+    int seen = 0;
+    while (fp && fgets(line, sizeof line, fp)) {
+        char *tab = strrchr(line, '\t');
+        if (tab && !strncmp(tab + 1, sig, strlen(sig)) && tab[1 + strlen(sig)] == '\n') seen++;
+    }
+    if (fp) fclose(fp);
+    return seen;
+}
+
+static void report(const fuzz_opts *o, const fz_ir *ir, const fz_fail *f, int64_t idx)
+{
+    char sig[512];
+    signature(ir, f, sig, sizeof sig);
+    if (o->findings && seen_before(o->findings, sig) >= 2) {
+        fprintf(stderr, "fuzz: seed %llu tree %lld: seen before: %s\n", (unsigned long long)o->seed,
+                (long long)idx, sig);
+        return;
+    }
+    put_snippet(stderr, ir, f, o->seed, idx);
+    if (!o->findings) return;
+    mkdir(o->findings, 0777);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%llu-%lld.c", o->findings, (unsigned long long)o->seed,
+             (long long)idx);
+    FILE *fp = fopen(path, "w");
+    if (fp) {
+        put_snippet(fp, ir, f, o->seed, idx);
+        fclose(fp);
+    }
+    snprintf(path, sizeof path, "%s/INDEX.txt", o->findings);
+    fp = fopen(path, "a");
+    if (fp) {
+        fprintf(fp, "%llu-%lld.c\t%s\t%s\t%d nodes\t%s\t%s\n", (unsigned long long)o->seed,
+                (long long)idx, fail_area[f->kind], fail_names[f->kind], ir->nn, f->msg, sig);
+        fclose(fp);
+    }
+}
+
+static void print_tree(const fz_ir *ir, int64_t idx)
+{
+    fz_inst in;
+    fprintf(stderr, "tree %lld (%s, %d nodes, %d leaves):", (long long)idx,
+            ir->mode == FUZZ_GRAD ? "grad" : ir->mode == FUZZ_MANY ? "many" : "forward", ir->nn, ir->nl);
+    if (inst_build(ref_be, ir, NULL, &in) == 0)
+        for (int i = 0; i < ir->nroots; i++) {
+            fputc(' ', stderr);
+            ot_pp(in.node[ir->roots[i]], stderr);
+        }
+    fputc('\n', stderr);
+    inst_free(&in, ir->nl);
+    ot_clear_error();
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int fuzz_run(const fuzz_opts *o, fuzz_result *res)
+{
+    memset(res, 0, sizeof *res);
+    ref_be = ot_backend_new("ref", NULL);
+    if (!ref_be) return -1;
+    int reported = 0, max_report = o->max_report ? o->max_report : 10;
+    double t0 = now_s(), last = t0;
+    for (int64_t i = o->first; i < o->first + o->n; i++) {
+        fz_ir ir;
+        draw_tree(o->seed, i, o->modes ? o->modes : FUZZ_ALL, o->all_configs, &ir);
+        if (o->verbose > 1) print_tree(&ir, i);
+        fz_fail f;
+        run_isolated(&ir, &f, o->fork, 0);
+        if (!f.kind) {
+            res->passed++;
+        } else {
+            res->failed++;
+            fprintf(stderr, "fuzz: seed %llu tree %lld: %s: %s\n", (unsigned long long)o->seed,
+                    (long long)i, fail_names[f.kind], f.msg);
+            if (reported++ < max_report) {
+                int kind = f.kind;
+                if (o->shrink) shrink(&ir, kind, o->fork, o->fork ? 400 : 150);
+                run_isolated(&ir, &f, o->fork, 1);
+                if (f.kind != kind) {  /* flaky: report what the first run saw */
+                    f.kind = kind;
+                    snprintf(f.msg, sizeof f.msg, "(did not reproduce after shrinking)");
+                }
+                report(o, &ir, &f, i);
+            }
+        }
+        ir_free(&ir);
+        double t = now_s();
+        if (o->verbose && t - last > 10) {
+            last = t;
+            fprintf(stderr, "fuzz: %lld trees, %lld failed, %.1f trees/s\n",
+                    (long long)(res->passed + res->failed), (long long)res->failed,
+                    (double)(res->passed + res->failed) / (t - t0));
+        }
+    }
+    backends_free();
+    ot_pool_drain();
+    return 0;
+}

@@ -1,0 +1,36 @@
+/*
+ * fuzz.h - the property-based differential fuzzer (tests/fuzz.c): random
+ * op-trees drawn from the op table, run on the ref backend (the oracle) and
+ * on cpu backends under every ISA table, JIT on/off, 1 and 3 threads and
+ * fusion off; gradients against ref and central differences. A failure is
+ * shrunk and printed as a C snippet. Used by tests/test_fuzz.c (a fixed
+ * budget in the unit suite) and tools/fuzz_main.c (`make fuzz`).
+ */
+#ifndef OT_FUZZ_H
+#define OT_FUZZ_H
+
+#include <stdint.h>
+
+/* What a tree is checked for; FUZZ_ALL draws one per tree. */
+enum { FUZZ_FORWARD = 1, FUZZ_GRAD = 2, FUZZ_MANY = 4, FUZZ_ALL = 7 };
+
+typedef struct fuzz_opts {
+    uint64_t seed;        /* tree i draws from (seed, i) alone */
+    int64_t first, n;     /* trees first .. first+n-1 */
+    int modes;            /* FUZZ_* bits */
+    int all_configs;      /* every ISA x JIT x threads per tree, not a draw */
+    int fork;             /* run trees in forked children: a crash is a failure */
+    int shrink;           /* shrink failures before reporting them */
+    const char *findings; /* directory for <seed>-<i>.c and INDEX.txt, or NULL */
+    int verbose;          /* progress lines on stderr */
+    int max_report;       /* stop shrinking/reporting after this many (0: 10) */
+} fuzz_opts;
+
+typedef struct fuzz_result {
+    int64_t passed, failed, skipped;
+} fuzz_result;
+
+/* Runs opts->n trees; 0, or -1 when no backend could be created. */
+int fuzz_run(const fuzz_opts *opts, fuzz_result *res);
+
+#endif

@@ -1,0 +1,32 @@
+/*
+ * test_fuzz.c - the fuzzer's fixed budget in the unit suite: about 5000
+ * trees from fixed seeds (forward, gradients, assign_many), split over cases
+ * that each stay far inside the case timeout. A failure prints the shrunk
+ * tree as a C program. `make fuzz` runs as many trees as asked.
+ */
+#include "test.h"
+
+#include "fuzz.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define FUZZ_TREES(n) ((n) / 4)
+#else
+#define FUZZ_TREES(n) (n)
+#endif
+
+static void fuzz_case(uint64_t seed, int modes, int64_t n)
+{
+    fuzz_opts o = {.seed = seed, .n = FUZZ_TREES(n), .modes = modes, .fork = 1, .shrink = 1,
+                   .max_report = 3};
+    fuzz_result r;
+    CHECK_INT(fuzz_run(&o, &r), 0);
+    CHECK_INT(r.failed, 0);
+    CHECK_INT(r.passed, o.n);
+}
+
+TEST(fuzz_forward_a) { fuzz_case(1, FUZZ_FORWARD, 1000); }
+TEST(fuzz_forward_b) { fuzz_case(2, FUZZ_FORWARD, 1000); }
+TEST(fuzz_forward_c) { fuzz_case(5, FUZZ_FORWARD, 1000); }
+TEST(fuzz_grad_a) { fuzz_case(3, FUZZ_GRAD, 700); }
+TEST(fuzz_grad_b) { fuzz_case(6, FUZZ_GRAD, 700); }
+TEST(fuzz_many) { fuzz_case(4, FUZZ_MANY, 800); }

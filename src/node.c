@@ -608,6 +608,14 @@ static ot_node *build_composite(const site *st, ot_node *a, ot_node *b, const ot
 static int check_operands(const site *st, ot_node *a, ot_node *b)
 {
     int arity = ot_op_arity(st->op);
+    /* Naming the good operand's shape tells which call of several is meant. */
+    char sh[OT__SHAPE_STRLEN];
+    if (arity == 2 && !a && b)
+        return FAIL(st, OT_ENULL, "operand 1 is NULL (operand 2 is %s %s)",
+                    ot__shape_str(&b->shape, sh), ot_dtype_name((ot_dtype)b->dtype));
+    if (arity == 2 && a && !b)
+        return FAIL(st, OT_ENULL, "operand 2 is NULL (operand 1 is %s %s)",
+                    ot__shape_str(&a->shape, sh), ot_dtype_name((ot_dtype)a->dtype));
     if (arity >= 1 && !a) return FAIL(st, OT_ENULL, "operand 1 is NULL");
     if (arity == 2 && !b) return FAIL(st, OT_ENULL, "operand 2 is NULL");
     if ((arity < 2 && b) || (arity < 1 && a))

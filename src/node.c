@@ -66,15 +66,6 @@ int ot__shape_check(const ot_shape *s, ot_dtype dtype, const char *op,
     return code ? ot__err_set(code, file, line, op, "%s", msg) : 0;
 }
 
-/* The builders' form: the first error of an expression is kept. */
-static int shape_check_keep(const ot_shape *s, ot_dtype dtype, const char *op,
-                            const char *file, int line)
-{
-    char msg[256];
-    int code = shape_problem(s, dtype, msg, sizeof msg);
-    return code ? ot__err(code, file, line, op, "%s", msg) : 0;
-}
-
 int64_t ot__numel(const ot_shape *s)
 {
     int64_t n = 1;
@@ -542,7 +533,7 @@ static int infer_onehot(const site *st, ot_node *a, proto *p)
         return FAIL(st, OT_EDTYPE, "unknown dtype %d", (int)p->args.dtype);
     p->dtype = p->args.dtype ? p->args.dtype : OT_F32;
     p->args.dtype = p->dtype;
-    return shape_check_keep(&p->shape, p->dtype, ot_op_name(st->op), st->file, st->line);
+    return 0;
 }
 
 static int infer_special(const site *st, ot_node *a, proto *p)
@@ -563,7 +554,7 @@ static int infer_special(const site *st, ot_node *a, proto *p)
         p->dtype = p->args.dtype ? p->args.dtype : OT_F32;
         p->args.dtype = p->dtype;
         p->shape = p->args.shape;
-        return shape_check_keep(&p->shape, p->dtype, ot_op_name(st->op), st->file, st->line);
+        return 0;
     }
 }
 
@@ -623,6 +614,20 @@ static int check_operands(const site *st, ot_node *a, ot_node *b)
     return 0;
 }
 
+/* Every result shape passes the checks of a created tensor: operands that
+ * are fine alone can broadcast or multiply into a result too big to
+ * address, and rand and onehot take their dims from arguments. */
+static int check_result(const site *st, const ot_node *a, const ot_node *b, const proto *p)
+{
+    char msg[256], sa[OT__SHAPE_STRLEN], sb[OT__SHAPE_STRLEN];
+    int code = shape_problem(&p->shape, p->dtype, msg, sizeof msg);
+    if (!code) return 0;
+    if (!a) return FAIL(st, code, "%s", msg);
+    if (!b) return FAIL(st, code, "%s (operand %s)", msg, ot__shape_str(&a->shape, sa));
+    return FAIL(st, code, "%s (operands %s and %s)", msg, ot__shape_str(&a->shape, sa),
+                ot__shape_str(&b->shape, sb));
+}
+
 ot_node *ot_build_at(ot_op op, ot_node *a, ot_node *b, const ot_args *args,
                      const char *file, int line)
 {
@@ -651,6 +656,7 @@ ot_node *ot_build_at(ot_op op, ot_node *a, ot_node *b, const ot_args *args,
     case OT_KIND_SPECIAL: rc = infer_special(&st, a, &p); break;
     default: return build_composite(&st, a, b, &p.args);
     }
+    if (!rc) rc = check_result(&st, a, b, &p);
     return rc ? NULL : make_node(&st, a, b, &p);
 }
 

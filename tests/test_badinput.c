@@ -709,31 +709,125 @@ TEST(badinput_assign_many)
     ot_backend_free(be);
 }
 
-/* Two backends in one tree: the output's backend cannot read the other's
- * tensors as its own, so the assignment is refused, not run. */
+/* Two backends in one tree: both keep host memory, so a tree runs on the
+ * output's backend reading the other's tensors; outputs of one
+ * ot_assign_many must share a backend. */
 TEST(badinput_mixed_backends)
 {
     ot_backend *r = backend("ref");
     ot_backend *c = backend("cpu");
     ot_tensor *a = ot_ones(r, OT_SHAPE(3), OT_F32);
     ot_tensor *b = ot_ones(c, OT_SHAPE(3), OT_F32);
-    ot_tensor *o = ot_empty(c, OT_SHAPE(3), OT_F32);
+    ot_tensor *oc = ot_empty(c, OT_SHAPE(3), OT_F32);
+    ot_tensor *orf = ot_empty(r, OT_SHAPE(3), OT_F32);
     ot_pool *p = ot_pool_push();
     ot_clear_error();
-    ot_node *n = ot_add(a, b); int l1 = __LINE__;
-    if (n) {
-        int rc = ot_assign(o, n);
-        if (rc != 0) CHECK_ERR(OT_EBACKEND, "backend");
-        else CHECK_INT(rc, 0);
-    } else {
-        CHECK_ERR(OT_EBACKEND, "add", at(l1));
-    }
+    ot_node *n = ot_add(a, b);
+    CHECK(n != NULL);
+    float v[3];
+    CHECK_INT(ot_assign(oc, n), 0);
+    CHECK_INT(ot_get(oc, v), 0);
+    CHECK_NEAR(v[2], 2, 0);
+    CHECK_INT(ot_assign(orf, ot_mul(n, b)), 0);
+    CHECK_INT(ot_get(orf, v), 0);
+    CHECK_NEAR(v[2], 2, 0);
+    CHECK_INT(ot_assign_many(2, (ot_tensor *[]){oc, orf}, (ot_node *[]){ot_neg(a), ot_neg(b)}),
+              OT_EBACKEND);
+    CHECK_ERR(OT_EBACKEND, "assign_many", "backends");
+    ot_autodiff *ad = ot_autodiff_new(ot_sum(ot_mul(a, b)), NULL);
+    CHECK(ad != NULL);
+    CHECK_INT(ot_autodiff_grad_host(ad, b, v), 0);
+    CHECK_NEAR(v[0], 1, 0);
+    ot_autodiff_free(ad);
     ot_pool_pop(p);
     ot_tensor_free(a);
     ot_tensor_free(b);
-    ot_tensor_free(o);
+    ot_tensor_free(oc);
+    ot_tensor_free(orf);
     ot_backend_free(r);
     ot_backend_free(c);
+}
+
+/* Every op on an integer operand, and on mixed dtypes: it builds (and then
+ * evaluates on both backends) or is refused with OT_EDTYPE naming the op,
+ * the dtype and the call. Never a crash. */
+TEST(badinput_integer_operands_every_op)
+{
+    const char *names[] = {"ref", "cpu"};
+    for (int bi = 0; bi < 2; bi++) {
+        ot_backend *be = backend(names[bi]);
+        ot_tensor *xi = ot_array(be, OT_SHAPE(3, 3), OT_I32, (int32_t[]){0, 1, 2, 2, 1, 0, -1, 5, 7});
+        ot_tensor *xf = ot_ones(be, OT_SHAPE(3, 3), OT_F64);
+        ot_tensor *b3i = ot_reshape(xi, OT_SHAPE(1, 3, 3));
+        ot_tensor *b3f = ot_reshape(xf, OT_SHAPE(1, 3, 3));
+        for (int i = 0; i < NOPS; i++) {
+            if (ops[i].arity == 0) continue;
+            for (int mix = 0; mix < 3; mix++) {
+                if (mix && ops[i].arity == 1) break;
+                ot_pool *p = ot_pool_push();
+                ot_args a = good_args(ops[i].op);
+                a.dtype = OT_DTYPE_DEFAULT;
+                if (ops[i].op == OT_OP_CAST) a.dtype = OT_I32;
+                ot_tensor *lhs = mix == 2 ? xf : xi, *rhs = mix == 1 ? xf : xi;
+                if (ops[i].op == OT_OP_BATCHED_DOT) {
+                    lhs = mix == 2 ? b3f : b3i;
+                    rhs = mix == 1 ? b3f : b3i;
+                }
+                ot_node *x = ot_tensor_node(lhs);
+                ot_node *y = ops[i].arity == 2 ? ot_tensor_node(rhs) : NULL;
+                ot_clear_error();
+                ot_node *n = ot_build_at(ops[i].op, x, y, &a, __FILE__, __LINE__); int l1 = __LINE__;
+                if (!n) {
+                    CHECK_ERR(OT_EDTYPE, ops[i].name, "int32", at(l1));
+                } else {
+                    ot_tensor *t = ot_eval(n);
+                    if (!t)
+                        test__fail(__FILE__, __LINE__, "%s on %s: %s", ops[i].name, names[bi], ot_errmsg());
+                    ot_tensor_free(t);
+                }
+                ot_pool_pop(p);
+            }
+        }
+        ot_tensor_free(b3i);
+        ot_tensor_free(b3f);
+        ot_tensor_free(xi);
+        ot_tensor_free(xf);
+        ot_backend_free(be);
+    }
+}
+
+/* Shapes that are each fine but whose result is too big to address. */
+TEST(badinput_result_overflow)
+{
+    ot_backend *be = backend("cpu");
+    ot_pool *p = ot_pool_push();
+    ot_clear_error();
+    ot_node *col = ot_rand(OT_SHAPE(1LL << 31, 1));
+    ot_node *row = ot_rand(OT_SHAPE(1, 1LL << 31));
+    CHECK(col != NULL && row != NULL);
+    CHECK(ot_add(col, row) == NULL); int l1 = __LINE__;
+    CHECK_ERR(OT_EOVERFLOW, "add", "(2147483648,1)", "(1,2147483648)", at(l1));
+    ot_node *b1 = ot_rand(OT_SHAPE(1LL << 21, 1LL << 21, 1));
+    ot_node *b2 = ot_rand(OT_SHAPE(1LL << 21, 1, 1LL << 21));
+    CHECK(b1 != NULL && b2 != NULL);
+    CHECK(ot_batched_dot(b1, b2) == NULL); int l2 = __LINE__;
+    CHECK_ERR(OT_EOVERFLOW, "batched_dot", "(2097152,2097152,1)", "(2097152,1,2097152)", at(l2));
+    ot_tensor *one = ot_ones(be, OT_SHAPE(1), OT_I32);
+    ot_tensor *wide = ot_broadcast_to(one, OT_SHAPE(1LL << 40));
+    CHECK(wide != NULL);
+    CHECK(ot_onehot(wide, .depth = 1LL << 40) == NULL); int l3 = __LINE__;
+    CHECK_ERR(OT_EOVERFLOW, "onehot", at(l3));
+    CHECK(ot_broadcast_to(one, OT_SHAPE(1LL << 62, 1LL << 62)) == NULL);
+    CHECK_ERR(OT_EOVERFLOW, "broadcast_to");
+#if !defined(__SANITIZE_ADDRESS__)
+    /* Addressable in principle, but far beyond memory: OT_ENOMEM. */
+    CHECK(ot_eval(ot_mul(ot_rand(OT_SHAPE(1LL << 30, 1LL << 30)), one)) == NULL);
+    CHECK_ERR(OT_ENOMEM, "");
+#endif
+    ot_pool_pop(p);
+    ot_tensor_free(wide);
+    ot_tensor_free(one);
+    ot_backend_free(be);
 }
 
 /* ---- pools -------------------------------------------------------------- */
@@ -891,7 +985,26 @@ TEST(badinput_autodiff)
     /* Gradient into the same tensor twice: overlapping outputs. */
     CHECK_INT(ot_autodiff_backprop(ad, 2, (ot_tensor *[]){x, z}, (ot_tensor *[]){g, g}), OT_EALIAS);
     CHECK_ERR(OT_EALIAS, "");
+    /* A gradient buffer of the wrong dtype. */
+    CHECK_INT(ot_autodiff_backprop(ad, 1, (ot_tensor *[]){x}, (ot_tensor *[]){xi}), OT_EDTYPE);
+    CHECK_ERR(OT_EDTYPE, "float32", "int32");
+    /* A read-only broadcast view as a gradient buffer. */
+    ot_tensor *row = ot_slice(g, OT_IDX(0));
+    ot_tensor *bg = ot_broadcast_to(row, OT_SHAPE(3, 4));
+    CHECK_INT(ot_autodiff_backprop(ad, 1, (ot_tensor *[]){x}, (ot_tensor *[]){bg}), OT_EALIAS);
+    CHECK_ERR(OT_EALIAS, "stride 0");
+    ot_tensor_free(bg);
+    ot_tensor_free(row);
     ot_autodiff_free(ad);
+    /* next_error of another dtype. */
+    ot_autodiff *adn = ot_autodiff_new(f, ot_tensor_node(xi));
+    if (adn) {
+        CHECK_INT(ot_autodiff_grad_host(adn, x, host), 0);
+        CHECK_NEAR(host[0], 2, 0);
+        ot_autodiff_free(adn);
+    } else {
+        CHECK_ERR(OT_EDTYPE, "autodiff", "int32");
+    }
 
     /* An integer tree: its gradient is zeros, of the integer dtype. */
     ot_autodiff *adi = ot_autodiff_new(ot_mul(xi, xi), NULL);
@@ -966,6 +1079,15 @@ TEST(badinput_optimizers)
     CHECK_ERR(OT_EINVAL, "clip_global_norm");
     CHECK_INT(ot_clip_global_norm(1, &g, NAN, &scale, NULL), OT_EINVAL);
     CHECK_ERR(OT_EINVAL, "clip_global_norm");
+    /* A state tensor that is also the parameter: overlapping outputs. */
+    CHECK_INT(ot_sgd_step(&sgd, 1, &w, &g, &w), OT_EALIAS);
+    CHECK_ERR(OT_EALIAS, "");
+    CHECK_INT(ot_adam_step(&adam, 1, &w, &g, &m, &m), OT_EALIAS);
+    CHECK_ERR(OT_EALIAS, "");
+    CHECK_INT(ot_adam_step(&adam, 1, &w, &g, &m, (ot_tensor *[]){wi}), OT_EDTYPE);
+    CHECK_ERR(OT_EDTYPE, "adam");
+    CHECK_INT(ot_clip_global_norm(2, (ot_node *[]){g, NULL}, 1.0, &scale, NULL), OT_ENULL);
+    CHECK_ERR(OT_ENULL, "clip_global_norm", "g[1]");
     /* Nothing was written. */
     float h[12];
     ot_get(w, h);

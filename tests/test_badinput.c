@@ -1153,3 +1153,107 @@ TEST(badinput_env_overrides)
         unsetenv(rows[i].var);
     }
 }
+
+/* Every function that does work and returns a status clears the slot when
+ * it succeeds (the header's rule), so an old error never leaks into a later
+ * check. */
+static void stale_error(void)
+{
+    ot_clear_error();
+    (void)ot_build_at(OT_OP_ADD, NULL, NULL, NULL, "stale.c", 1);
+}
+#define CLEARS(call)                                                          \
+    do {                                                                      \
+        stale_error();                                                        \
+        int rc_ = (call);                                                     \
+        if (rc_ != 0 || ot_errcode() != 0)                                    \
+            test__fail(__FILE__, __LINE__, "%s: rc %d, slot %d \"%s\"", #call, \
+                       rc_, ot_errcode(), ot_errmsg());                       \
+    } while (0)
+
+TEST(badinput_work_functions_clear_slot)
+{
+    ot_backend *be = backend("cpu");
+    ot_tensor *x = ot_ones(be, OT_SHAPE(3), OT_F32);
+    ot_tensor *y = ot_ones(be, OT_SHAPE(3), OT_F32);
+    ot_tensor *m = ot_zeros(be, OT_SHAPE(3), OT_F32);
+    ot_tensor *v = ot_zeros(be, OT_SHAPE(3), OT_F32);
+    FILE *null = fopen("/dev/null", "w");
+    CHECK(null != NULL);
+    if (!null) return;
+    float host[3];
+    ot_pool *p = ot_pool_push();
+    ot_node *f = ot_sum(ot_mul(x, y));
+    ot_node *gx = ot_tensor_node(y);
+    CLEARS(ot_fill(x, 1));
+    CLEARS(ot_get(x, host));
+    CLEARS(ot_set(x, host));
+    CLEARS(ot_tensor_print(x, null));
+    CLEARS(ot_tensor_set_name(x, "x"));
+    CLEARS(ot_assign(y, ot_neg(x)));
+    CLEARS(ot_assign_many(1, (ot_tensor *[]){y}, (ot_node *[]){ot_neg(x)}));
+    CLEARS(ot_assign_many(0, NULL, NULL));
+    CLEARS(ot_explain(f, null));
+    CLEARS(ot_explain_many(1, (ot_tensor *[]){y}, (ot_node *[]){ot_neg(x)}, null));
+    CLEARS(ot_print(f, null));
+    CLEARS(ot_pp(f, null));
+    CLEARS(ot_graphviz(f, null));
+    ot_stack *s = ot_stack_new(f);
+    CLEARS(ot_stack_print(s, null));
+    ot_stack_free(s);
+    /* Reading counters and popping pools are housekeeping: they keep the
+     * slot, so an expression's error survives the pop of its pool. */
+    ot_stats st;
+    stale_error();
+    CHECK_INT(ot_stats_get(be, &st), 0);
+    CHECK_ERR(OT_ENULL, "stale.c:1:", "add");
+    ot_pool *inner = ot_pool_push();
+    stale_error();
+    CHECK_INT(ot_pool_pop(inner), 0);
+    CHECK_ERR(OT_ENULL, "stale.c:1:", "add");
+    stale_error();
+    ot_autodiff *ad = ot_autodiff_new(f, NULL);
+    CHECK(ad != NULL);
+    CHECK_INT(ot_errcode(), 0);
+    CLEARS(ot_autodiff_backprop(ad, 1, (ot_tensor *[]){x}, (ot_tensor *[]){m}));
+    CLEARS(ot_autodiff_grad_host(ad, x, host));
+    ot_autodiff_free(ad);
+    CLEARS(ot_sgd_step(&(ot_sgd){.lr = 0.1}, 1, &x, &gx, NULL));
+    ot_adam adam = ot_adam_default(0.1);
+    CLEARS(ot_adam_step(&adam, 1, &x, &gx, &m, &v));
+    double scale;
+    CLEARS(ot_clip_global_norm(1, &gx, 1.0, &scale, NULL));
+    ot_pool_pop(p);
+    fclose(null);
+    ot_tensor *all[] = {x, y, m, v};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) ot_tensor_free(all[i]);
+    ot_backend_free(be);
+}
+
+/* Ops that add a dim, and operands at OT_MAX_DIMS. */
+TEST(badinput_max_dims)
+{
+    ot_backend *be = backend("ref");
+    ot_tensor *x = ot_ones(be, OT_SHAPE(1, 1, 1, 1, 1, 1, 1, 2), OT_I32);
+    ot_tensor *ro = ot_ones(be, OT_SHAPE(3), OT_F32);
+    ot_tensor *bro = ot_broadcast_to(ro, OT_SHAPE(2, 3));
+    ot_pool *p = ot_pool_push();
+    ot_clear_error();
+    CHECK(ot_onehot(x, .depth = 2) == NULL); int l1 = __LINE__;
+    CHECK_ERR(OT_EINVAL, "onehot", "9", at(l1));
+    CHECK(ot_sum(x, .axis = 8) == NULL); int l2 = __LINE__;
+    CHECK_ERR(OT_EINVAL, "sum", "axis 8", at(l2));
+    CHECK(ot_sum(x, .axis = -9) == NULL); int l3 = __LINE__;
+    CHECK_ERR(OT_EINVAL, "sum", "axis -9", at(l3));
+    CHECK(ot_sum(x, .axis = -8) != NULL);
+    CHECK_INT(ot_errcode(), 0);
+    /* A broadcast view as an optimizer's parameter is read-only too. */
+    ot_node *g = ot_tensor_node(bro);
+    CHECK_INT(ot_sgd_step(&(ot_sgd){.lr = 0.1}, 1, &bro, &g, NULL), OT_EALIAS);
+    CHECK_ERR(OT_EALIAS, "stride 0");
+    ot_pool_pop(p);
+    ot_tensor_free(bro);
+    ot_tensor_free(ro);
+    ot_tensor_free(x);
+    ot_backend_free(be);
+}

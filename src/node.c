@@ -377,16 +377,19 @@ static void normalise_args(ot_args *a, const ot_args *args)
     a->spec_ = NULL;
 }
 
-/* Maps a possibly negative axis into [0, ndim); OT_AXIS_ALL passes. */
-static int norm_axis(const site *st, int axis, int ndim, int *out)
+/* Maps a possibly negative axis into [0, ndim); OT_AXIS_ALL passes. The
+ * message names the operand's shape, of, since ndim alone rarely tells
+ * which operand of a line was meant. */
+static int norm_axis(const site *st, int axis, int ndim, const ot_shape *of, int *out)
 {
     if (axis == OT_AXIS_ALL) {
         *out = OT_AXIS_ALL;
         return 0;
     }
+    char sh[OT__SHAPE_STRLEN];
     if (axis < -ndim || axis >= ndim)
-        return FAIL(st, OT_EINVAL, "axis %d is out of bounds for tensor of dimension %d",
-                    axis, ndim);
+        return FAIL(st, OT_EINVAL, "axis %d is out of bounds for tensor of dimension %d "
+                    "(operand shape %s)", axis, ndim, ot__shape_str(of, sh));
     *out = axis < 0 ? axis + ndim : axis;
     return 0;
 }
@@ -416,7 +419,7 @@ static int infer_elementwise(const site *st, ot_node *a, ot_node *b, proto *p)
 static int infer_reduce(const site *st, ot_node *a, proto *p)
 {
     int axis;
-    int rc = norm_axis(st, p->args.axis, a->shape.ndim, &axis);
+    int rc = norm_axis(st, p->args.axis, a->shape.ndim, &a->shape, &axis);
     if (rc) return rc;
     p->args.axis = axis;
     int64_t extent = axis == OT_AXIS_ALL ? ot__numel(&a->shape) : a->shape.dims[axis];
@@ -483,14 +486,17 @@ static int infer_dot(const site *st, ot_node *a, ot_node *b, proto *p)
     int rc = st->op == OT_OP_BATCHED_DOT ? infer_batched(st, a, b, p) : infer_matrix(st, a, b, p);
     if (rc) return rc;
     p->dtype = promote(a, b, &p->weak);
+    char sa[OT__SHAPE_STRLEN], sb[OT__SHAPE_STRLEN];
     if (p->dtype == OT_I32)
-        return FAIL(st, OT_EDTYPE, "int32 operands are not supported (BLAS has no integer "
-                    "product); cast them to a float dtype");
+        return FAIL(st, OT_EDTYPE, "int32 operands %s and %s are not supported (BLAS has no "
+                    "integer product); cast them to a float dtype",
+                    ot__shape_str(&a->shape, sa), ot__shape_str(&b->shape, sb));
     return 0;
 }
 
 static int infer_transpose(const site *st, ot_node *a, proto *p)
 {
+    char sh[OT__SHAPE_STRLEN];
     int nd = a->shape.ndim;
     bool all_zero = true;
     for (int i = 0; i < OT_MAX_DIMS; i++)
@@ -499,15 +505,16 @@ static int infer_transpose(const site *st, ot_node *a, proto *p)
     for (int i = 0; i < nd; i++) {
         int src = all_zero ? nd - 1 - i : p->args.perm[i];
         if (src < 0 || src >= nd || seen[src])
-            return FAIL(st, OT_EINVAL, "perm is not a permutation of %d dims (entry %d is %d)",
-                        nd, i, src);
+            return FAIL(st, OT_EINVAL, "perm is not a permutation of the %d dims of %s "
+                        "(entry %d is %d)", nd, ot__shape_str(&a->shape, sh), i, src);
         seen[src] = true;
         p->args.perm[i] = src;
         p->shape.dims[i] = a->shape.dims[src];
     }
     for (int i = nd; i < OT_MAX_DIMS; i++)
         if (p->args.perm[i])
-            return FAIL(st, OT_EINVAL, "perm has entries beyond the %d dims", nd);
+            return FAIL(st, OT_EINVAL, "perm has entries beyond the %d dims of %s", nd,
+                        ot__shape_str(&a->shape, sh));
     p->shape.ndim = nd;
     p->dtype = a->dtype;
     p->weak = a->weak;
@@ -516,14 +523,16 @@ static int infer_transpose(const site *st, ot_node *a, proto *p)
 
 static int infer_onehot(const site *st, ot_node *a, proto *p)
 {
+    char sh[OT__SHAPE_STRLEN];
     if (p->args.depth <= 0)
-        return FAIL(st, OT_EINVAL, "depth must be positive, got %lld", (long long)p->args.depth);
+        return FAIL(st, OT_EINVAL, "depth must be positive, got %lld (operand shape %s)",
+                    (long long)p->args.depth, ot__shape_str(&a->shape, sh));
     int nd = a->shape.ndim + 1;
     if (nd > OT_MAX_DIMS)
-        return FAIL(st, OT_EINVAL, "the result would have %d dimensions, at most %d are supported",
-                    nd, OT_MAX_DIMS);
+        return FAIL(st, OT_EINVAL, "the result would have %d dimensions, at most %d are supported "
+                    "(operand shape %s)", nd, OT_MAX_DIMS, ot__shape_str(&a->shape, sh));
     int axis = p->args.axis == OT_AXIS_ALL ? nd - 1 : p->args.axis;
-    int rc = norm_axis(st, axis, nd, &axis);
+    int rc = norm_axis(st, axis, nd, &a->shape, &axis);
     if (rc) return rc;
     p->args.axis = axis;
     p->shape.ndim = nd;
@@ -746,7 +755,7 @@ static ot_node *build_composite(const site *st, ot_node *a, ot_node *b, const ot
             }
             ndim = s.ndim;
         }
-        if (norm_axis(st, g.axis, ndim, &g.axis)) return NULL;
+        if (norm_axis(st, g.axis, ndim, &a->shape, &g.axis)) return NULL;
     }
     ot_node *root = expand(st, a, b, &g);
     if (!root) return NULL;

@@ -1257,3 +1257,58 @@ TEST(badinput_max_dims)
     ot_tensor_free(x);
     ot_backend_free(be);
 }
+
+/* The plain builder with the wrong number of operands, and with NULL args
+ * (bindings may pass either): an error or a node, never a crash. */
+static int handler_calls;
+static void count_handler(int code, const char *msg, void *user)
+{
+    (void)code;
+    (void)msg;
+    (void)user;
+    handler_calls++;
+}
+
+TEST(badinput_builder_arity_and_args)
+{
+    ot_backend *be = backend("ref");
+    ot_tensor *x = ot_ones(be, OT_SHAPE(3, 4), OT_F32);
+    ot_node *xn = ot_tensor_node(x);
+    ot_pool *p = ot_pool_push();
+    for (int i = 0; i < NOPS; i++) {
+        ot_clear_error();
+        ot_args a = good_args(ops[i].op);
+        if (ops[i].arity < 2) {
+            CHECK(ot_build_at(ops[i].op, xn, xn, &a, "b.c", 7) == NULL);
+            CHECK_ERR(OT_EINVAL, "b.c:7:", ops[i].name, "operand");
+        }
+        if (ops[i].arity == 0) {
+            CHECK(ot_build_at(ops[i].op, xn, NULL, &a, "b.c", 8) == NULL);
+            CHECK_ERR(OT_EINVAL, "b.c:8:", ops[i].name, "operand");
+        }
+        ot_node *n = ot_build_at(ops[i].op, ops[i].arity ? xn : NULL,
+                                 ops[i].arity == 2 ? xn : NULL, NULL, "b.c", 9);
+        if (!n) {
+            CHECK(ot_errcode() < 0);
+            CHECK(strstr(ot_errmsg(), "b.c:9:") != NULL);
+            CHECK(strstr(ot_errmsg(), ops[i].name) != NULL);
+        }
+    }
+    /* The handler sees each recorded error once; NULL removes it. */
+    ot_clear_error();
+    handler_calls = 0;
+    ot_set_error_handler(count_handler, NULL);
+    ot_node *nn = NULL;
+    CHECK(ot_neg(ot_exp(ot_add(x, nn))) == NULL);
+    CHECK_INT(handler_calls, 1);
+    ot_clear_error();
+    CHECK_INT(ot_fill(NULL, 0), OT_ENULL);
+    CHECK_INT(handler_calls, 2);
+    ot_set_error_handler(NULL, NULL);
+    CHECK_INT(ot_fill(NULL, 0), OT_ENULL);
+    CHECK_INT(handler_calls, 2);
+    ot_clear_error();
+    ot_pool_pop(p);
+    ot_tensor_free(x);
+    ot_backend_free(be);
+}

@@ -1012,6 +1012,18 @@ TEST(badinput_autodiff)
         CHECK_ERR(OT_EDTYPE, "autodiff", "int32");
     }
 
+    /* A slice of x next to x itself needs a scatter the op set lacks. */
+    ot_tensor *x0 = ot_slice(x, OT_IDX(0));
+    ot_autodiff *ads = ot_autodiff_new(ot_sum(ot_mul(x, x0)), NULL);
+    CHECK(ads != NULL);
+    CHECK(ot_autodiff_grad(ads, x) == NULL);
+    CHECK_ERR(OT_EUNSUPPORTED, "autodiff_grad", "another view");
+    /* and for the slice too: x reads its elements but is not its transpose */
+    CHECK_INT(ot_autodiff_grad_host(ads, x0, host), OT_EUNSUPPORTED);
+    CHECK_ERR(OT_EUNSUPPORTED, "another view");
+    ot_autodiff_free(ads);
+    ot_tensor_free(x0);
+
     /* An integer tree: its gradient is zeros, of the integer dtype. */
     ot_autodiff *adi = ot_autodiff_new(ot_mul(xi, xi), NULL);
     CHECK(adi != NULL);

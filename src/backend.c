@@ -37,6 +37,19 @@ static int check_opts(const ot_backend_opts *o)
     return bad ? ot__err_set(OT_EINVAL, NULL, 0, "backend_new", "%s", bad) : 0;
 }
 
+/* An on/off environment switch: *on is -1 when unset or empty, else 0 or 1.
+ * Any other value is OT_EINVAL: a typo must not silently run the default. */
+static int env_switch(const char *var, int *on)
+{
+    const char *v = getenv(var);
+    *on = -1;
+    if (!v || !*v) return 0;
+    if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
+        return ot__err_set(OT_EINVAL, NULL, 0, "backend_new", "%s=%s is not 0 or 1", var, v);
+    *on = v[0] == '1';
+    return 0;
+}
+
 ot_backend *ot_backend_new(const char *name, const ot_backend_opts *opts)
 {
     const char *env = getenv("OT_BACKEND");
@@ -44,6 +57,9 @@ ot_backend *ot_backend_new(const char *name, const ot_backend_opts *opts)
     if (!name) name = "ref";
     ot_backend_opts o = opts ? *opts : (ot_backend_opts){0};
     if (check_opts(&o)) return NULL;
+    /* OT_JIT is read by the cpu backend; checked here with its sibling. */
+    int fusion, jit;
+    if (env_switch("OT_FUSION", &fusion) || env_switch("OT_JIT", &jit)) return NULL;
     const backend_entry *e = NULL;
     for (size_t i = 0; i < sizeof backends / sizeof backends[0]; i++)
         if (strcmp(backends[i].name, name) == 0) e = &backends[i];
@@ -64,8 +80,7 @@ ot_backend *ot_backend_new(const char *name, const ot_backend_opts *opts)
     }
     if (!o.dtype) o.dtype = OT_F32;
     if (!o.plan_cache) o.plan_cache = DEFAULT_PLAN_CACHE;
-    const char *fusion = getenv("OT_FUSION");
-    if (fusion && strcmp(fusion, "0") == 0) o.fusion = OT_FUSION_OFF;
+    if (fusion == 0) o.fusion = OT_FUSION_OFF;
     if (!o.fusion) o.fusion = OT_FUSION_ON;
     be->vt = e->vt;
     be->opts = o;
@@ -225,6 +240,8 @@ static int explain_plan(ot_backend *be, int n, ot_tensor *const outs[], ot_node 
     rc = ot__plan_explain(plan, f);
     ot__plan_release(plan);
     ot__walk_done(be, walk);
+    /* ot__plan_explain reports a failed write by its code alone */
+    if (rc == OT_EIO) rc = ot__err_set(OT_EIO, NULL, 0, "explain", "write failed");
     return rc;
 }
 

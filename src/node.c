@@ -66,15 +66,6 @@ int ot__shape_check(const ot_shape *s, ot_dtype dtype, const char *op,
     return code ? ot__err_set(code, file, line, op, "%s", msg) : 0;
 }
 
-/* The builders' form: the first error of an expression is kept. */
-static int shape_check_keep(const ot_shape *s, ot_dtype dtype, const char *op,
-                            const char *file, int line)
-{
-    char msg[256];
-    int code = shape_problem(s, dtype, msg, sizeof msg);
-    return code ? ot__err(code, file, line, op, "%s", msg) : 0;
-}
-
 int64_t ot__numel(const ot_shape *s)
 {
     int64_t n = 1;
@@ -386,16 +377,19 @@ static void normalise_args(ot_args *a, const ot_args *args)
     a->spec_ = NULL;
 }
 
-/* Maps a possibly negative axis into [0, ndim); OT_AXIS_ALL passes. */
-static int norm_axis(const site *st, int axis, int ndim, int *out)
+/* Maps a possibly negative axis into [0, ndim); OT_AXIS_ALL passes. The
+ * message names the operand's shape, of, since ndim alone rarely tells
+ * which operand of a line was meant. */
+static int norm_axis(const site *st, int axis, int ndim, const ot_shape *of, int *out)
 {
     if (axis == OT_AXIS_ALL) {
         *out = OT_AXIS_ALL;
         return 0;
     }
+    char sh[OT__SHAPE_STRLEN];
     if (axis < -ndim || axis >= ndim)
-        return FAIL(st, OT_EINVAL, "axis %d is out of bounds for tensor of dimension %d",
-                    axis, ndim);
+        return FAIL(st, OT_EINVAL, "axis %d is out of bounds for tensor of dimension %d "
+                    "(operand shape %s)", axis, ndim, ot__shape_str(of, sh));
     *out = axis < 0 ? axis + ndim : axis;
     return 0;
 }
@@ -425,7 +419,7 @@ static int infer_elementwise(const site *st, ot_node *a, ot_node *b, proto *p)
 static int infer_reduce(const site *st, ot_node *a, proto *p)
 {
     int axis;
-    int rc = norm_axis(st, p->args.axis, a->shape.ndim, &axis);
+    int rc = norm_axis(st, p->args.axis, a->shape.ndim, &a->shape, &axis);
     if (rc) return rc;
     p->args.axis = axis;
     int64_t extent = axis == OT_AXIS_ALL ? ot__numel(&a->shape) : a->shape.dims[axis];
@@ -492,14 +486,17 @@ static int infer_dot(const site *st, ot_node *a, ot_node *b, proto *p)
     int rc = st->op == OT_OP_BATCHED_DOT ? infer_batched(st, a, b, p) : infer_matrix(st, a, b, p);
     if (rc) return rc;
     p->dtype = promote(a, b, &p->weak);
+    char sa[OT__SHAPE_STRLEN], sb[OT__SHAPE_STRLEN];
     if (p->dtype == OT_I32)
-        return FAIL(st, OT_EDTYPE, "int32 operands are not supported (BLAS has no integer "
-                    "product); cast them to a float dtype");
+        return FAIL(st, OT_EDTYPE, "int32 operands %s and %s are not supported (BLAS has no "
+                    "integer product); cast them to a float dtype",
+                    ot__shape_str(&a->shape, sa), ot__shape_str(&b->shape, sb));
     return 0;
 }
 
 static int infer_transpose(const site *st, ot_node *a, proto *p)
 {
+    char sh[OT__SHAPE_STRLEN];
     int nd = a->shape.ndim;
     bool all_zero = true;
     for (int i = 0; i < OT_MAX_DIMS; i++)
@@ -508,15 +505,16 @@ static int infer_transpose(const site *st, ot_node *a, proto *p)
     for (int i = 0; i < nd; i++) {
         int src = all_zero ? nd - 1 - i : p->args.perm[i];
         if (src < 0 || src >= nd || seen[src])
-            return FAIL(st, OT_EINVAL, "perm is not a permutation of %d dims (entry %d is %d)",
-                        nd, i, src);
+            return FAIL(st, OT_EINVAL, "perm is not a permutation of the %d dims of %s "
+                        "(entry %d is %d)", nd, ot__shape_str(&a->shape, sh), i, src);
         seen[src] = true;
         p->args.perm[i] = src;
         p->shape.dims[i] = a->shape.dims[src];
     }
     for (int i = nd; i < OT_MAX_DIMS; i++)
         if (p->args.perm[i])
-            return FAIL(st, OT_EINVAL, "perm has entries beyond the %d dims", nd);
+            return FAIL(st, OT_EINVAL, "perm has entries beyond the %d dims of %s", nd,
+                        ot__shape_str(&a->shape, sh));
     p->shape.ndim = nd;
     p->dtype = a->dtype;
     p->weak = a->weak;
@@ -525,14 +523,16 @@ static int infer_transpose(const site *st, ot_node *a, proto *p)
 
 static int infer_onehot(const site *st, ot_node *a, proto *p)
 {
+    char sh[OT__SHAPE_STRLEN];
     if (p->args.depth <= 0)
-        return FAIL(st, OT_EINVAL, "depth must be positive, got %lld", (long long)p->args.depth);
+        return FAIL(st, OT_EINVAL, "depth must be positive, got %lld (operand shape %s)",
+                    (long long)p->args.depth, ot__shape_str(&a->shape, sh));
     int nd = a->shape.ndim + 1;
     if (nd > OT_MAX_DIMS)
-        return FAIL(st, OT_EINVAL, "the result would have %d dimensions, at most %d are supported",
-                    nd, OT_MAX_DIMS);
+        return FAIL(st, OT_EINVAL, "the result would have %d dimensions, at most %d are supported "
+                    "(operand shape %s)", nd, OT_MAX_DIMS, ot__shape_str(&a->shape, sh));
     int axis = p->args.axis == OT_AXIS_ALL ? nd - 1 : p->args.axis;
-    int rc = norm_axis(st, axis, nd, &axis);
+    int rc = norm_axis(st, axis, nd, &a->shape, &axis);
     if (rc) return rc;
     p->args.axis = axis;
     p->shape.ndim = nd;
@@ -542,7 +542,7 @@ static int infer_onehot(const site *st, ot_node *a, proto *p)
         return FAIL(st, OT_EDTYPE, "unknown dtype %d", (int)p->args.dtype);
     p->dtype = p->args.dtype ? p->args.dtype : OT_F32;
     p->args.dtype = p->dtype;
-    return shape_check_keep(&p->shape, p->dtype, ot_op_name(st->op), st->file, st->line);
+    return 0;
 }
 
 static int infer_special(const site *st, ot_node *a, proto *p)
@@ -563,7 +563,7 @@ static int infer_special(const site *st, ot_node *a, proto *p)
         p->dtype = p->args.dtype ? p->args.dtype : OT_F32;
         p->args.dtype = p->dtype;
         p->shape = p->args.shape;
-        return shape_check_keep(&p->shape, p->dtype, ot_op_name(st->op), st->file, st->line);
+        return 0;
     }
 }
 
@@ -608,11 +608,33 @@ static ot_node *build_composite(const site *st, ot_node *a, ot_node *b, const ot
 static int check_operands(const site *st, ot_node *a, ot_node *b)
 {
     int arity = ot_op_arity(st->op);
+    /* Naming the good operand's shape tells which call of several is meant. */
+    char sh[OT__SHAPE_STRLEN];
+    if (arity == 2 && !a && b)
+        return FAIL(st, OT_ENULL, "operand 1 is NULL (operand 2 is %s %s)",
+                    ot__shape_str(&b->shape, sh), ot_dtype_name((ot_dtype)b->dtype));
+    if (arity == 2 && a && !b)
+        return FAIL(st, OT_ENULL, "operand 2 is NULL (operand 1 is %s %s)",
+                    ot__shape_str(&a->shape, sh), ot_dtype_name((ot_dtype)a->dtype));
     if (arity >= 1 && !a) return FAIL(st, OT_ENULL, "operand 1 is NULL");
     if (arity == 2 && !b) return FAIL(st, OT_ENULL, "operand 2 is NULL");
     if ((arity < 2 && b) || (arity < 1 && a))
         return FAIL(st, OT_EINVAL, "takes %d operand%s", arity, arity == 1 ? "" : "s");
     return 0;
+}
+
+/* Every result shape passes the checks of a created tensor: operands that
+ * are fine alone can broadcast or multiply into a result too big to
+ * address, and rand and onehot take their dims from arguments. */
+static int check_result(const site *st, const ot_node *a, const ot_node *b, const proto *p)
+{
+    char msg[256], sa[OT__SHAPE_STRLEN], sb[OT__SHAPE_STRLEN];
+    int code = shape_problem(&p->shape, p->dtype, msg, sizeof msg);
+    if (!code) return 0;
+    if (!a) return FAIL(st, code, "%s", msg);
+    if (!b) return FAIL(st, code, "%s (operand %s)", msg, ot__shape_str(&a->shape, sa));
+    return FAIL(st, code, "%s (operands %s and %s)", msg, ot__shape_str(&a->shape, sa),
+                ot__shape_str(&b->shape, sb));
 }
 
 ot_node *ot_build_at(ot_op op, ot_node *a, ot_node *b, const ot_args *args,
@@ -643,6 +665,7 @@ ot_node *ot_build_at(ot_op op, ot_node *a, ot_node *b, const ot_args *args,
     case OT_KIND_SPECIAL: rc = infer_special(&st, a, &p); break;
     default: return build_composite(&st, a, b, &p.args);
     }
+    if (!rc) rc = check_result(&st, a, b, &p);
     return rc ? NULL : make_node(&st, a, b, &p);
 }
 
@@ -732,7 +755,7 @@ static ot_node *build_composite(const site *st, ot_node *a, ot_node *b, const ot
             }
             ndim = s.ndim;
         }
-        if (norm_axis(st, g.axis, ndim, &g.axis)) return NULL;
+        if (norm_axis(st, g.axis, ndim, &a->shape, &g.axis)) return NULL;
     }
     ot_node *root = expand(st, a, b, &g);
     if (!root) return NULL;

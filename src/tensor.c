@@ -561,7 +561,9 @@ static int apply_index(const ot_tensor *t, int d, ot_index ix, ot_shape *out,
                            d, ix.kind);
     }
     *off += first * stride;
-    strides[out->ndim] = stride * step;
+    /* A step only matters between two elements; with fewer it may be as big
+     * as INT64_MAX, and stride * step would overflow. */
+    strides[out->ndim] = count > 1 ? stride * step : stride;
     out->dims[out->ndim++] = count;
     return 0;
 }

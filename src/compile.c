@@ -1805,7 +1805,7 @@ static uint64_t count_ops(const ot_kernel *k)
     for (int i = 0; i < k->ndim; i++) elems *= (uint64_t)k->dims[i];
     for (int i = 0; i < k->ninsn; i++) {
         const ot_insn *in = &k->insns[i];
-        uint64_t n = (in->scalar & 8) ? 1 : elems;
+        uint64_t n = (in->scalar & 8) ? (elems != 0) : elems;   /* once, if it runs at all */
         if (in->code == OT_I_UNARY || in->code == OT_I_BINARY) ops += n;
         else if (in->code == OT_I_FMA) ops += 2 * n;
         else if (in->code == OT_I_CAST && in->kd != in->kd_from) ops += n;

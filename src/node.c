@@ -359,16 +359,72 @@ typedef struct site {
 
 #define FAIL(st, code, ...) ot__err((code), (st)->file, (st)->line, ot_op_name((st)->op), __VA_ARGS__)
 
-/* True when the designators the option macro saw include ".axis =". */
-static bool spec_names_axis(const char *spec)
+/* The end of the initializer that starts at p: the next comma (or the end)
+ * outside brackets and literals. */
+static const char *initializer_end(const char *p)
 {
-    for (const char *p = strchr(spec, '.'); p; p = strchr(p + 1, '.')) {
-        const char *q = p + 1;
-        while (*q == ' ') q++;
-        if (strncmp(q, "axis", 4) != 0) continue;
-        q += 4;
-        while (*q == ' ') q++;
-        if (*q == '=') return true;
+    int depth = 0;
+    for (; *p; p++) {
+        if (*p == '"' || *p == '\'') {
+            char quote = *p;
+            for (p++; *p && *p != quote; p++)
+                if (*p == '\\' && p[1]) p++;
+            if (!*p) return p;
+        } else if (*p == '(' || *p == '[' || *p == '{') {
+            depth++;
+        } else if (*p == ')' || *p == ']' || *p == '}') {
+            depth--;
+        } else if (*p == ',' && depth == 0) {
+            return p;
+        }
+    }
+    return p;
+}
+
+static bool ident_char(char c)
+{
+    return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+
+/* Position of the name [p, p + n) in the comma-separated list, or -1. */
+static int member_index(const char *members, const char *p, size_t n)
+{
+    int i = 0;
+    for (const char *m = members; *m; i++) {
+        const char *e = strchr(m, ',');
+        size_t len = e ? (size_t)(e - m) : strlen(m);
+        if (len == n && strncmp(m, p, n) == 0) return i;
+        if (!e) break;
+        m = e + 1;
+    }
+    return -1;
+}
+
+/* Aggregate members (perm, shape) come last in every options struct, so
+ * counting whole members decides exactly whether a scalar member was set. */
+bool ot__spec_sets(const char *spec, const char *members, const char *member)
+{
+    if (!spec || !members || !member) return false;
+    int want = member_index(members, member, strlen(member));
+    if (want < 0) return false;
+    int cur = -1;   /* spec_ (not in members), which the macro designates first */
+    for (const char *p = spec; *p;) {
+        while (*p == ' ' || *p == '\t' || *p == '\n') p++;
+        const char *end = initializer_end(p);
+        if (p == end) {   /* a trailing comma */
+            if (!*end) break;
+            p = end + 1;
+            continue;
+        }
+        if (p[0] == '.' && ident_char(p[1]) && !(p[1] >= '0' && p[1] <= '9')) {
+            const char *q = p + 1;
+            while (ident_char(*q)) q++;
+            cur = member_index(members, p + 1, (size_t)(q - p - 1));
+        } else {
+            cur++;
+        }
+        if (cur == want) return true;
+        p = *end ? end + 1 : end;
     }
     return false;
 }
@@ -382,7 +438,7 @@ static void normalise_args(ot_args *a, const ot_args *args)
         return;
     }
     *a = *args;
-    if (a->spec_ && !spec_names_axis(a->spec_)) a->axis = OT_AXIS_ALL;
+    if (a->spec_ && !ot__spec_sets(a->spec_, OT__ARGS_MEMBERS, "axis")) a->axis = OT_AXIS_ALL;
     a->spec_ = NULL;
 }
 

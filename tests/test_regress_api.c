@@ -1,0 +1,270 @@
+/*
+ * test_regress_api.c - regression tests for issue 13's API defects: the
+ * option macros (positional options work as NumPy's or do not compile),
+ * i32 index ranges of argmax/argmin/onehot, checked stride arithmetic in
+ * views, and the messages of builders given bad input.
+ */
+#include "test.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+
+static const char *const BACKENDS[] = {"cpu", "ref"};
+
+/* The values of a tree, as doubles, and its shape. */
+typedef struct res {
+    ot_shape shape;
+    double v[512];
+    int64_t n;
+    bool ok;
+} res;
+
+static res eval(ot_node *n)
+{
+    res r = {.ok = false};
+    ot_tensor *t = n ? ot_eval(n) : NULL;
+    if (!t) {
+        test__fail(__FILE__, __LINE__, "eval failed: %s", ot_errmsg());
+        return r;
+    }
+    r.shape = ot_tensor_shape(t);
+    r.n = ot_tensor_numel(t);
+    ot_tensor *d = ot_eval(ot_cast(t, OT_F64));
+    double *all = malloc((size_t)(r.n ? r.n : 1) * sizeof *all);
+    if (d && all) {
+        r.ok = ot_get(d, all) == 0;
+        if (r.n > 512) r.n = 512;
+        memcpy(r.v, all, (size_t)r.n * sizeof *all);
+    }
+    free(all);
+    ot_tensor_free(d);
+    ot_tensor_free(t);
+    return r;
+}
+
+static bool same_res(res a, res b)
+{
+    if (!a.ok || !b.ok || a.n != b.n || a.shape.ndim != b.shape.ndim) return false;
+    for (int i = 0; i < a.shape.ndim; i++)
+        if (a.shape.dims[i] != b.shape.dims[i]) return false;
+    for (int64_t i = 0; i < a.n; i++)
+        if (!(a.v[i] == b.v[i] || (a.v[i] != a.v[i] && b.v[i] != b.v[i]))) return false;
+    return true;
+}
+
+#define SAME(pos, des)                                                        \
+    do {                                                                      \
+        res rp_ = eval(pos), rd_ = eval(des);                                 \
+        if (!same_res(rp_, rd_))                                              \
+            test__fail(__FILE__, __LINE__, "%s: %s differs from %s", name, #pos, #des); \
+    } while (0)
+
+static ot_tensor *ramp(ot_backend *be, ot_shape s, ot_dtype dt)
+{
+    double v[512];
+    int64_t n = 1;
+    for (int i = 0; i < s.ndim; i++) n *= s.dims[i];
+    for (int64_t i = 0; i < n; i++) v[i] = (double)((i * 7) % 11) / 4.0 - 1.0;
+    ot_tensor *f = ot_array(be, s, OT_F64, v);
+    ot_tensor *t = ot_eval(ot_cast(f, dt));
+    ot_tensor_free(f);
+    return t;
+}
+
+static void check_shape(res r, int ndim, int64_t d0, int64_t d1, int line)
+{
+    if (r.shape.ndim != ndim || (ndim > 0 && r.shape.dims[0] != d0) ||
+        (ndim > 1 && r.shape.dims[1] != d1))
+        test__fail(__FILE__, line, "shape has %d dims (%lld, %lld), expected %d (%lld, %lld)",
+                   r.shape.ndim, (long long)r.shape.dims[0], (long long)r.shape.dims[1], ndim,
+                   (long long)d0, (long long)d1);
+}
+
+/* The issue's report: ot_sum(x, 1) of a (32, 128) tensor of ones reduced
+ * every axis and broadcast 4096 into the (32,) output with rc 0. */
+TEST(defect08_positional_axis_is_numpys)
+{
+    for (int b = 0; b < 2; b++) {
+        ot_backend *be = ot_backend_new(BACKENDS[b], NULL);
+        ot_pool *pool = ot_pool_push();
+        ot_tensor *x = ot_ones(be, OT_SHAPE(32, 128), OT_F32);
+        ot_tensor *y = ot_empty(be, OT_SHAPE(32), OT_F32);
+        CHECK_INT(ot_assign(y, ot_sum(x, 1)), 0);
+        float out[32];
+        CHECK_INT(ot_get(y, out), 0);
+        for (int i = 0; i < 32; i++) CHECK_NEAR(out[i], 128.0, 0);
+
+        res r = eval(ot_sum(x, 1));
+        check_shape(r, 1, 32, 0, __LINE__);
+        r = eval(ot_sum(x, 1, true));
+        check_shape(r, 2, 32, 1, __LINE__);
+        r = eval(ot_sum(x, .keepdims = true));  /* no axis: every axis */
+        check_shape(r, 2, 1, 1, __LINE__);
+        CHECK_NEAR(r.v[0], 4096.0, 0);
+        r = eval(ot_sum(x, .axis = OT_AXIS_ALL));
+        check_shape(r, 0, 0, 0, __LINE__);
+        r = eval(ot_sum(x));
+        check_shape(r, 0, 0, 0, __LINE__);
+        r = eval(ot_sum(x, 0));                 /* axis 0 is an axis, not "none" */
+        check_shape(r, 1, 128, 0, __LINE__);
+        CHECK_NEAR(r.v[0], 32.0, 0);
+
+        r = eval(ot_softmax(x, 1));
+        double row = 0;
+        for (int i = 0; i < 128 && r.ok; i++) row += r.v[i];
+        CHECK_NEAR(row, 1.0, 1e-5);
+
+        r = eval(ot_cast(x, OT_F64));
+        CHECK(r.ok);
+        int idx_v[4] = {3, 0, 9, 1};
+        ot_tensor *idx = ot_array(be, OT_SHAPE(4), OT_I32, idx_v);
+        r = eval(ot_onehot(idx, 10));
+        check_shape(r, 2, 4, 10, __LINE__);
+        CHECK_NEAR(r.v[3], 1.0, 0);
+        CHECK_NEAR(r.v[10 + 0], 1.0, 0);
+        ot_tensor_free(idx);
+        ot_tensor_free(y);
+        ot_tensor_free(x);
+        ot_pool_pop(pool);
+        ot_backend_free(be);
+    }
+}
+
+/* Every family: the positional form equals the designated one. */
+TEST(defect08_positional_equals_designated_every_family)
+{
+    for (int b = 0; b < 2; b++) {
+        const char *name = BACKENDS[b];
+        ot_backend *be = ot_backend_new(name, NULL);
+        ot_pool *pool = ot_pool_push();
+        ot_tensor *x = ramp(be, OT_SHAPE(4, 6), OT_F32);
+        ot_tensor *x3 = ramp(be, OT_SHAPE(2, 3, 4), OT_F64);
+        ot_tensor *p = ot_eval(ot_softmax(x, .axis = 1));
+        ot_tensor *t = ot_eval(ot_onehot(ot_argmax(x, .axis = 1), .depth = 6));
+
+        for (int axis = -2; axis < 2; axis++) {
+            SAME(ot_sum(x, axis), ot_sum(x, .axis = axis));
+            SAME(ot_sum(x, axis, true), ot_sum(x, .axis = axis, .keepdims = true));
+            SAME(ot_max(x, axis), ot_max(x, .axis = axis));
+            SAME(ot_min(x, axis, true), ot_min(x, .axis = axis, .keepdims = true));
+            SAME(ot_mean(x, axis), ot_mean(x, .axis = axis));
+            SAME(ot_argmax(x, axis), ot_argmax(x, .axis = axis));
+            SAME(ot_argmin(x, axis, true), ot_argmin(x, .axis = axis, .keepdims = true));
+            SAME(ot_var(x, axis), ot_var(x, .axis = axis));
+            SAME(ot_var(x, axis, 1), ot_var(x, .axis = axis, .ddof = 1));
+            SAME(ot_std(x, axis, 1, true), ot_std(x, .axis = axis, .ddof = 1, .keepdims = true));
+            SAME(ot_softmax(x, axis), ot_softmax(x, .axis = axis));
+            SAME(ot_logsoftmax(x, axis), ot_logsoftmax(x, .axis = axis));
+            SAME(ot_cross_entropy(p, t, axis), ot_cross_entropy(p, t, .axis = axis));
+            SAME(ot_cross_entropy(p, t, axis, true),
+                 ot_cross_entropy(p, t, .axis = axis, .keepdims = true));
+            SAME(ot_squared_l2(x, axis), ot_squared_l2(x, .axis = axis));
+            SAME(ot_squared_l2(x, axis, true), ot_squared_l2(x, .axis = axis, .keepdims = true));
+        }
+        /* A designator, then a positional: the member after it. */
+        SAME(ot_var(x, .axis = 1, 1), ot_var(x, .axis = 1, .ddof = 1));
+        SAME(ot_onehot(ot_argmax(x, 1), .depth = 6, 0, OT_F64),
+             ot_onehot(ot_argmax(x, 1), .depth = 6, .axis = 0, .dtype = OT_F64));
+        /* Without an axis: every axis, as NumPy's None. */
+        SAME(ot_sum(x, .keepdims = true), ot_sum(x, .axis = OT_AXIS_ALL, .keepdims = true));
+        SAME(ot_var(x, .ddof = 1), ot_var(x, .axis = OT_AXIS_ALL, .ddof = 1));
+        SAME(ot_softmax(x), ot_softmax(x, .axis = OT_AXIS_ALL));
+
+        SAME(ot_cast(x, OT_F64), ot_cast(x, .dtype = OT_F64));
+        SAME(ot_cast(x, OT_I32), ot_cast(x, .dtype = OT_I32));
+        ot_node *am = ot_argmax(x3, 2);
+        SAME(ot_onehot(am, 5), ot_onehot(am, .depth = 5));
+        SAME(ot_onehot(am, 5, 0), ot_onehot(am, .depth = 5, .axis = 0));
+        SAME(ot_onehot(am, 5, 1, OT_F64), ot_onehot(am, .depth = 5, .axis = 1, .dtype = OT_F64));
+        /* rand has no leaf to take a backend from: add a zero tensor */
+        ot_tensor *z = ot_zeros(be, OT_SHAPE(3, 4), OT_F64);
+        SAME(ot_add(z, ot_rand(OT_SHAPE(3, 4), 7)), ot_add(z, ot_rand(OT_SHAPE(3, 4), .seed = 7)));
+        SAME(ot_add(z, ot_rand(OT_SHAPE(3, 4), 7, OT_F64)),
+             ot_add(z, ot_rand(OT_SHAPE(3, 4), .seed = 7, .dtype = OT_F64)));
+        res r = eval(ot_add(z, ot_rand(OT_SHAPE(3, 4), 7)));
+        res r2 = eval(ot_add(z, ot_rand(OT_SHAPE(3, 4), 8)));
+        CHECK(r.ok && r2.ok && r.v[0] != r2.v[0]);   /* the seed did arrive */
+        ot_tensor_free(z);
+        SAME(ot_T(x3, {1, 0, 2}), ot_T(x3, .perm = {1, 0, 2}));
+        SAME(ot_T(x3), ot_T(x3, .perm = {2, 1, 0}));
+
+        r = eval(ot_onehot(am, 5, 1, OT_F64));
+        CHECK_INT(r.shape.ndim, 3);
+        CHECK_INT(r.shape.dims[1], 5);
+        ot_tensor_free(t);
+        ot_tensor_free(p);
+        ot_tensor_free(x3);
+        ot_tensor_free(x);
+        ot_pool_pop(pool);
+        ot_backend_free(be);
+    }
+}
+
+/* C's rule, member by member, including the odd spellings. */
+TEST(defect08_spec_follows_c_initializer_rule)
+{
+    const char *m = "axis,keepdims";
+    CHECK(ot__spec_sets("1", m, "axis"));
+    CHECK(ot__spec_sets("1, true", m, "keepdims"));
+    CHECK(ot__spec_sets(".axis = 1", m, "axis"));
+    CHECK(ot__spec_sets(".axis=1", m, "axis"));
+    CHECK(!ot__spec_sets(".keepdims = true", m, "axis"));
+    CHECK(!ot__spec_sets("", m, "axis"));
+    CHECK(!ot__spec_sets(NULL, m, "axis"));
+    CHECK(ot__spec_sets(".keepdims = 1, .axis = 0", m, "axis"));
+    CHECK(ot__spec_sets(".5", "lo,hi", "lo"));                /* a float, not a designator */
+    CHECK(ot__spec_sets("f(1, 2), g(\",\")", m, "keepdims"));   /* commas inside */
+    CHECK(!ot__spec_sets("f(1, 2)", m, "keepdims"));
+    CHECK(ot__spec_sets("10, 0", "depth,axis,dtype", "axis"));
+    CHECK(!ot__spec_sets("10", "depth,axis,dtype", "axis"));
+    CHECK(ot__spec_sets(".depth = 3, 1", "depth,axis,dtype", "axis"));
+    CHECK(ot__spec_sets("'{', 1", m, "keepdims"));
+    /* ot_args itself, as bindings or tests spell it with spec_ set */
+    ot_args a = {.spec_ = ".keepdims = true", .axis = 0, .keepdims = true};
+    ot_pool *pool = ot_pool_push();
+    ot_backend *be = ot_backend_new("ref", NULL);
+    ot_tensor *x = ot_ones(be, OT_SHAPE(2, 3), OT_F32);
+    ot_node *n = ot_build(OT_OP_SUM, ot_tensor_node(x), NULL, &a);
+    CHECK(n && ot_node_shape(n).ndim == 2 && ot_node_shape(n).dims[1] == 1);
+    a = (ot_args){.spec_ = "1", 1};
+    n = ot_build(OT_OP_SUM, ot_tensor_node(x), NULL, &a);
+    CHECK(n && ot_node_shape(n).ndim == 1 && ot_node_shape(n).dims[0] == 2);
+    ot_tensor_free(x);
+    ot_pool_pop(pool);
+    ot_backend_free(be);
+}
+
+/* A designator of another family must not compile. Needs a C compiler;
+ * skipped (with a note) when there is none. */
+TEST(defect08_foreign_designator_does_not_compile)
+{
+    if (system("cc --version >/dev/null 2>&1") != 0) {
+        fprintf(stderr, "  (no cc: skipped)\n");
+        return;
+    }
+    const char *inc = "include";
+    static const char *const bad[] = {
+        "ot_sum(x, .depth = 3)", "ot_cast(x, .axis = 1)", "ot_softmax(x, .keepdims = true)",
+        "ot_onehot(x, .seed = 1)", "ot_T(x, .axis = 0)", "ot_var(x, .dtype = OT_F64)",
+    };
+    static const char *const good[] = {"ot_sum(x, 1, true)", "ot_onehot(x, 10, -1, OT_F64)"};
+    for (int k = 0; k < 8; k++) {
+        bool expect_ok = k >= 6;
+        const char *expr = expect_ok ? good[k - 6] : bad[k];
+        char path[] = "/tmp/ot_optsXXXXXX";
+        int fd = mkstemp(path);
+        CHECK(fd >= 0);
+        if (fd < 0) return;
+        FILE *f = fdopen(fd, "w");
+        fprintf(f, "#include \"optree.h\"\not_node *f(ot_tensor *x) { return %s; }\n", expr);
+        fclose(f);
+        char cmd[512];
+        snprintf(cmd, sizeof cmd, "cc -std=c11 -Wall -Wextra -Werror -fsyntax-only -x c -I%s %s "
+                 ">/dev/null 2>&1", inc, path);
+        int rc = system(cmd);
+        remove(path);
+        if ((rc == 0) != expect_ok)
+            test__fail(__FILE__, __LINE__, "%s %s", expr,
+                       expect_ok ? "does not compile" : "compiles");
+    }
+}

@@ -492,6 +492,15 @@ static int infer_reduce(const site *st, ot_node *a, proto *p)
         return FAIL(st, OT_EEMPTY, "zero-size reduction over %s of shape %s has no identity",
                     axis == OT_AXIS_ALL ? "all axes" : "an axis", ot__shape_str(&a->shape, s));
     }
+    /* The result is OT_I32: an index that does not fit would be saturated
+     * into a wrong answer that looks right, so refuse to build it. */
+    if ((ot_op_flags(st->op) & OT_FLAG_INDEX) && extent > (int64_t)INT32_MAX + 1) {
+        char s[OT__SHAPE_STRLEN];
+        return FAIL(st, OT_EOVERFLOW, "%lld elements along %s of shape %s: indices beyond "
+                    "%d do not fit the int32 result; reduce along a smaller axis",
+                    (long long)extent, axis == OT_AXIS_ALL ? "all axes" : "the axis",
+                    ot__shape_str(&a->shape, s), INT32_MAX);
+    }
     ot_shape r = {.ndim = 0};
     for (int i = 0; i < a->shape.ndim; i++) {
         bool reduced = axis == OT_AXIS_ALL || axis == i;
@@ -583,6 +592,10 @@ static int infer_onehot(const site *st, ot_node *a, proto *p)
 {
     if (p->args.depth <= 0)
         return FAIL(st, OT_EINVAL, "depth must be positive, got %lld", (long long)p->args.depth);
+    /* Class indices are int32 (argmax's results, or i32 tensors). */
+    if (p->args.depth > INT32_MAX)
+        return FAIL(st, OT_EOVERFLOW, "depth %lld exceeds the int32 index range (at most %d)",
+                    (long long)p->args.depth, INT32_MAX);
     int nd = a->shape.ndim + 1;
     if (nd > OT_MAX_DIMS)
         return FAIL(st, OT_EINVAL, "the result would have %d dimensions, at most %d are supported",
@@ -598,7 +611,7 @@ static int infer_onehot(const site *st, ot_node *a, proto *p)
         return FAIL(st, OT_EDTYPE, "unknown dtype %d", (int)p->args.dtype);
     p->dtype = p->args.dtype ? p->args.dtype : OT_F32;
     p->args.dtype = p->dtype;
-    return shape_check_keep(&p->shape, p->dtype, ot_op_name(st->op), st->file, st->line);
+    return 0;
 }
 
 static int infer_special(const site *st, ot_node *a, proto *p)
@@ -619,7 +632,7 @@ static int infer_special(const site *st, ot_node *a, proto *p)
         p->dtype = p->args.dtype ? p->args.dtype : OT_F32;
         p->args.dtype = p->dtype;
         p->shape = p->args.shape;
-        return shape_check_keep(&p->shape, p->dtype, ot_op_name(st->op), st->file, st->line);
+        return 0;
     }
 }
 
@@ -699,6 +712,10 @@ ot_node *ot_build_at(ot_op op, ot_node *a, ot_node *b, const ot_args *args,
     case OT_KIND_SPECIAL: rc = infer_special(&st, a, &p); break;
     default: return build_composite(&st, a, b, &p.args);
     }
+    /* Broadcasting, products and one-hot grow shapes: a result whose size
+     * overflows is refused here, so later numel and offset arithmetic on
+     * node shapes cannot overflow. */
+    if (!rc) rc = shape_check_keep(&p.shape, p.dtype, ot_op_name(op), file, line);
     return rc ? NULL : make_node(&st, a, b, &p);
 }
 

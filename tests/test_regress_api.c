@@ -268,3 +268,59 @@ TEST(defect08_foreign_designator_does_not_compile)
                        expect_ok ? "does not compile" : "compiles");
     }
 }
+
+/* The issue's report: argmax over 2^31 + 64 elements gave 2147483647 (the
+ * saturated i32) with code 0. A broadcast view has the shape without the
+ * memory (stride 0). */
+TEST(defect13_argmax_index_range_beyond_int32_is_an_error)
+{
+    ot_backend *be = ot_backend_new("cpu", NULL);
+    ot_pool *pool = ot_pool_push();
+    ot_tensor *one = ot_ones(be, OT_SHAPE(1), OT_F32);
+    int64_t big = (1LL << 31) + 64;
+    ot_tensor *v = ot_broadcast_to(one, OT_SHAPE(big));
+    CHECK(v != NULL);
+    ot_clear_error();
+    CHECK(ot_argmax(v) == NULL);
+    CHECK_ERR(OT_EOVERFLOW, "argmax", "2147483712", "(2147483712,)", "test_regress_api.c:");
+    ot_clear_error();
+    CHECK(ot_argmin(v, 0) == NULL);
+    CHECK_ERR(OT_EOVERFLOW, "argmin", "2147483712");
+    ot_clear_error();
+    CHECK(ot_argmax(ot_neg(v), .axis = -1, .keepdims = true) == NULL);
+    CHECK_ERR(OT_EOVERFLOW, "argmax");
+
+    /* 2-D: the flat range of all axes is too big, one axis is fine. */
+    ot_tensor *one2 = ot_ones(be, OT_SHAPE(1, 1), OT_F32);
+    ot_tensor *w = ot_broadcast_to(one2, OT_SHAPE(4, (1LL << 30) + 1));
+    ot_clear_error();
+    CHECK(ot_argmax(w) == NULL);
+    CHECK_ERR(OT_EOVERFLOW, "argmax", "(4,1073741825)");
+    ot_clear_error();
+    CHECK(ot_argmax(w, 1) != NULL);
+    CHECK(ot_argmin(w, 0) != NULL);
+    /* exactly 2^31 elements: the largest index is INT32_MAX */
+    ot_tensor *edge = ot_broadcast_to(one, OT_SHAPE(1LL << 31));
+    CHECK(ot_argmax(edge) != NULL);
+    CHECK_INT(ot_errcode(), 0);
+
+    /* onehot compares int32 class indices with k < depth */
+    int iv[2] = {0, 1};
+    ot_tensor *idx = ot_array(be, OT_SHAPE(2), OT_I32, iv);
+    ot_clear_error();
+    CHECK(ot_onehot(idx, (int64_t)INT32_MAX + 1) == NULL);
+    CHECK_ERR(OT_EOVERFLOW, "onehot", "depth 2147483648");
+    ot_clear_error();
+    CHECK(ot_onehot(idx, INT32_MAX) != NULL);
+    CHECK(ot_onehot(idx, INT64_MAX) == NULL);
+    CHECK_ERR(OT_EOVERFLOW, "onehot");
+
+    ot_tensor_free(idx);
+    ot_tensor_free(edge);
+    ot_tensor_free(w);
+    ot_tensor_free(one2);
+    ot_tensor_free(v);
+    ot_tensor_free(one);
+    ot_pool_pop(pool);
+    ot_backend_free(be);
+}

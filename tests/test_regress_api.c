@@ -324,3 +324,140 @@ TEST(defect13_argmax_index_range_beyond_int32_is_an_error)
     ot_pool_pop(pool);
     ot_backend_free(be);
 }
+
+static void check_view(ot_tensor *v, int ndim, int64_t d0, int line)
+{
+    if (!v) {
+        test__fail(__FILE__, line, "view failed: %s", ot_errmsg());
+        return;
+    }
+    if (ot_tensor_ndim(v) != ndim || (ndim > 0 && ot_tensor_dim(v, 0) != d0))
+        test__fail(__FILE__, line, "view has %d dims, first %lld; expected %d, %lld",
+                   ot_tensor_ndim(v), (long long)ot_tensor_dim(v, 0), ndim, (long long)d0);
+    ot_tensor_free(v);
+}
+
+/* The issue's report: ot_slice(4x4, OT_RANGE(1, INT64_MAX, INT64_MAX))
+ * computed stride 4 * INT64_MAX (signed overflow) and gave stride -4. As in
+ * Python, that slice is the one row 1. */
+TEST(defect14_slice_extreme_bounds_and_steps)
+{
+    ot_backend *be = ot_backend_new("ref", NULL);
+    float v[16];
+    for (int i = 0; i < 16; i++) v[i] = (float)i;
+    ot_tensor *x = ot_array(be, OT_SHAPE(4, 4), OT_F32, v);
+    ot_tensor *s = ot_slice(x, OT_RANGE(1, INT64_MAX, INT64_MAX));
+    CHECK(s != NULL);
+    if (s) {
+        CHECK_INT(ot_tensor_dim(s, 0), 1);
+        CHECK(ot_tensor_stride(s, 0) > 0);
+        float row[4];
+        CHECK_INT(ot_get(s, row), 0);
+        CHECK_NEAR(row[0], 4.0, 0);
+        ot_tensor_free(s);
+    }
+    const int64_t M = INT64_MAX, m = INT64_MIN + 1;   /* INT64_MIN is OT_NONE */
+    /* Python: len(range(4)[a:b:c]) for each of these */
+    struct { int64_t a, b, c, n; } cs[] = {
+        {1, M, M, 1},        {0, M, 1, 4},         {m, M, 1, 4},       {M, m, -1, 4},
+        {M, m, m, 1},        {-1, m, m, 1},        {m, M, M, 1},       {M, M, 1, 0},
+        {m, m, -1, 0},       {OT_NONE, OT_NONE, M, 1}, {OT_NONE, OT_NONE, m, 1},
+        {3, OT_NONE, m, 1},  {0, 4, M - 1, 1},     {M, OT_NONE, -2, 2}, {2, 1, M, 0},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        check_view(ot_slice(x, OT_ALL, OT_RANGE(cs[i].a, cs[i].b, cs[i].c)), 2, 4, __LINE__);
+        ot_tensor *r = ot_slice(x, OT_RANGE(cs[i].a, cs[i].b, cs[i].c));
+        if (!r || ot_tensor_dim(r, 0) != cs[i].n)
+            test__fail(__FILE__, __LINE__, "case %zu: %s", i, r ? "wrong count" : ot_errmsg());
+        if (r && cs[i].n > 0) {
+            float tmp[16];
+            CHECK_INT(ot_get(r, tmp), 0);   /* every element is inside x */
+        }
+        ot_tensor_free(r);
+    }
+    ot_clear_error();
+    CHECK(ot_slice(x, OT_IDX(INT64_MAX)) == NULL);
+    CHECK_ERR(OT_EINVAL, "slice", "out of bounds");
+    CHECK(ot_slice(x, OT_IDX(INT64_MIN)) == NULL);
+    CHECK_ERR(OT_EINVAL, "slice", "out of bounds");
+    check_view(ot_slice(x, OT_IDX(-4)), 1, 4, __LINE__);
+
+    /* Slices of a huge broadcast view (stride 0) and of a negative-step view */
+    ot_tensor *one = ot_ones(be, OT_SHAPE(1, 1), OT_F32);
+    ot_tensor *big = ot_broadcast_to(one, OT_SHAPE(1LL << 40, 1LL << 20));
+    check_view(ot_slice(big, OT_RANGE(OT_NONE, OT_NONE, M), OT_RANGE(m, M, 3)), 2, 1, __LINE__);
+    check_view(ot_slice(big, OT_RANGE(M, m, -(1LL << 39))), 2, 2, __LINE__);
+    ot_tensor *rev = ot_slice(x, OT_RANGE(OT_NONE, OT_NONE, -1));
+    check_view(ot_slice(rev, OT_RANGE(M, m, m)), 2, 1, __LINE__);
+    check_view(ot_slice(rev, OT_RANGE(1, M, M)), 2, 1, __LINE__);
+    ot_tensor_free(rev);
+    ot_tensor_free(big);
+    ot_tensor_free(one);
+    ot_tensor_free(x);
+    ot_backend_free(be);
+}
+
+/* Huge shapes: creation, reshape, broadcast_to and builders refuse sizes
+ * that overflow, with OT_EOVERFLOW, and never compute an overflowing
+ * stride or numel. */
+TEST(defect14_huge_shapes_overflow_is_an_error)
+{
+    ot_backend *be = ot_backend_new("cpu", NULL);
+    ot_pool *pool = ot_pool_push();
+    ot_clear_error();
+    CHECK(ot_empty(be, OT_SHAPE(1LL << 62, 4), OT_F32) == NULL);
+    CHECK_ERR(OT_EOVERFLOW, "empty");
+    CHECK(ot_zeros(be, OT_SHAPE(INT64_MAX, INT64_MAX), OT_F64) == NULL);
+    CHECK_ERR(OT_EOVERFLOW, "zeros");
+    CHECK(ot_empty(be, OT_SHAPE(0, INT64_MAX, INT64_MAX), OT_F32) == NULL);
+    CHECK_ERR(OT_EOVERFLOW, "empty");
+
+    ot_tensor *one = ot_ones(be, OT_SHAPE(1, 1), OT_F32);
+    CHECK(ot_broadcast_to(one, OT_SHAPE(1LL << 62, 1LL << 2)) == NULL);
+    CHECK_ERR(OT_EOVERFLOW, "broadcast_to");
+    CHECK(ot_broadcast_to(one, OT_SHAPE(INT64_MAX, 1)) == NULL);
+    CHECK_ERR(OT_EOVERFLOW, "broadcast_to");
+    ot_tensor *a = ot_broadcast_to(one, OT_SHAPE(1LL << 40, 1));
+    ot_tensor *b = ot_broadcast_to(one, OT_SHAPE(1, 1LL << 40));
+    CHECK(a && b);
+
+    check_view(ot_reshape(a, OT_SHAPE(1LL << 20, 1LL << 20)), 2, 1LL << 20, __LINE__);
+    CHECK(ot_reshape(a, OT_SHAPE(1LL << 62, 1LL << 62, -1)) == NULL);
+    CHECK_ERR(OT_ESHAPE, "reshape", "size 1099511627776");
+    CHECK(ot_reshape(a, OT_SHAPE(-1, INT64_MAX)) == NULL);
+    CHECK_INT(ot_errcode() == OT_ESHAPE || ot_errcode() == OT_EOVERFLOW, 1);
+    ot_tensor *e = ot_empty(be, OT_SHAPE(0), OT_F32);
+    CHECK(ot_reshape(e, OT_SHAPE(0, 1LL << 62, 1LL << 62)) == NULL);
+    CHECK_ERR(OT_EOVERFLOW, "reshape");
+    check_view(ot_reshape(e, OT_SHAPE(0, 1LL << 40)), 2, 0, __LINE__);
+    check_view(ot_transpose(a, NULL), 2, 1, __LINE__);
+
+    /* node shape inference: broadcasting and products that overflow */
+    ot_clear_error();
+    CHECK(ot_add(a, b) == NULL);
+    CHECK_ERR(OT_EOVERFLOW, "add", "(1099511627776,1099511627776)", "test_regress_api.c:");
+    ot_clear_error();
+    CHECK(ot_dot(a, b) == NULL);
+    CHECK_ERR(OT_EOVERFLOW, "dot", "test_regress_api.c:");
+    ot_clear_error();
+    CHECK(ot_mul(ot_neg(a), ot_T(a)) == NULL);
+    CHECK_ERR(OT_EOVERFLOW, "mul");
+    ot_clear_error();
+    CHECK(ot_rand(OT_SHAPE(1LL << 62, 8)) == NULL);
+    CHECK_ERR(OT_EOVERFLOW, "rand");
+    ot_clear_error();
+    int iv[1] = {0};
+    ot_tensor *idx = ot_array(be, OT_SHAPE(1), OT_I32, iv);
+    ot_tensor *wide = ot_broadcast_to(idx, OT_SHAPE(1LL << 40));
+    CHECK(ot_onehot(wide, 1 << 30) == NULL);
+    CHECK_ERR(OT_EOVERFLOW, "onehot");
+
+    ot_tensor_free(wide);
+    ot_tensor_free(idx);
+    ot_tensor_free(e);
+    ot_tensor_free(b);
+    ot_tensor_free(a);
+    ot_tensor_free(one);
+    ot_pool_pop(pool);
+    ot_backend_free(be);
+}

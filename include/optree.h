@@ -380,7 +380,8 @@ typedef struct ot_args {
     uint64_t seed;        /* rand: the stream, mixed with the backend seed */
     int ddof;             /* var, std: delta degrees of freedom */
     double lo, hi;        /* clip bounds */
-    int perm[OT_MAX_DIMS];/* transpose: all zero reverses the dims */
+    int perm[OT_MAX_DIMS];/* transpose: all zero reverses the dims (unless
+                             spec_ says the perm was written) */
     ot_shape shape;       /* rand */
 } ot_args;
 /* ot_args's members after spec_, in order (see ot__spec_sets). */
@@ -456,7 +457,7 @@ typedef struct ot_rand_opts {
 } ot_rand_opts;
 typedef struct ot_transpose_opts {
     const char *spec_;
-    int perm[OT_MAX_DIMS];/* all zero (the default) reverses the dims */
+    int perm[OT_MAX_DIMS];/* not given: reverses the dims */
 } ot_transpose_opts;
 
 static inline int ot__opt_axis(const char *spec, const char *members, int axis)
@@ -504,7 +505,10 @@ static inline ot_node *ot__build_rand(ot_shape shape, ot_rand_opts o, const char
 static inline ot_node *ot__build_transpose(ot_node *x, ot_transpose_opts o, const char *file,
                                            int line)
 {
-    ot_args a = {.axis = OT_AXIS_ALL};
+    /* A perm as written is taken literally, so {0, 0} is an error rather
+     * than ot_args's all-zero "reverse". */
+    ot_args a = {.spec_ = ot__spec_sets(o.spec_, "perm", "perm") ? ".perm = given" : NULL,
+                 .axis = OT_AXIS_ALL};
     for (int i = 0; i < OT_MAX_DIMS; i++) a.perm[i] = o.perm[i];
     return ot_build_at(OT_OP_TRANSPOSE, x, NULL, &a, file, line);
 }
@@ -573,7 +577,8 @@ static inline ot_node *ot__build_transpose(ot_node *x, ot_transpose_opts o, cons
     ot__build_reduce((op), (x), (y), OT__OPT(ot_reduce_opts, __VA_ARGS__), __FILE__, __LINE__)
 
 /* Transpose of an expression. Options: (perm), so ot_T(x) reverses the dims
- * and ot_T(x, {1, 0, 2}) or ot_T(x, .perm = {1, 0, 2}) permutes them. */
+ * and ot_T(x, {1, 0, 2}) or ot_T(x, .perm = {1, 0, 2}) permutes them; a
+ * written perm must be a permutation (ot_T(x, {0, 0}) is OT_EINVAL). */
 #define ot_T(x, ...)                                                          \
     ot__build_transpose(OT__NODE(x), OT__OPT(ot_transpose_opts, __VA_ARGS__), __FILE__, __LINE__)
 /* Conversion. Options: (dtype): ot_cast(x, OT_F64) or ot_cast(x, .dtype =

@@ -348,6 +348,7 @@ typedef struct proto {
     ot_dtype dtype;
     ot_dtype common;      /* binary ops: the operands' promoted dtype */
     bool weak;
+    bool perm_given;      /* args.perm as written, even all zero */
     ot_args args;
 } proto;
 
@@ -429,29 +430,36 @@ bool ot__spec_sets(const char *spec, const char *members, const char *member)
     return false;
 }
 
-/* Into a zeroed a: filled in place, since ot_args is large and every node
+/* Into a zeroed p: filled in place, since ot_args is large and every node
  * build passes here. */
-static void normalise_args(ot_args *a, const ot_args *args)
+static void normalise_args(proto *p, const ot_args *args)
 {
+    ot_args *a = &p->args;
     if (!args) {
         a->axis = OT_AXIS_ALL;
         return;
     }
     *a = *args;
-    if (a->spec_ && !ot__spec_sets(a->spec_, OT__ARGS_MEMBERS, "axis")) a->axis = OT_AXIS_ALL;
+    if (a->spec_) {
+        if (!ot__spec_sets(a->spec_, OT__ARGS_MEMBERS, "axis")) a->axis = OT_AXIS_ALL;
+        p->perm_given = ot__spec_sets(a->spec_, OT__ARGS_MEMBERS, "perm");
+    }
     a->spec_ = NULL;
 }
 
-/* Maps a possibly negative axis into [0, ndim); OT_AXIS_ALL passes. */
-static int norm_axis(const site *st, int axis, int ndim, int *out)
+/* Maps a possibly negative axis into [0, ndim); OT_AXIS_ALL passes. shape
+ * is the operand's, for the message. */
+static int norm_axis(const site *st, int axis, int ndim, const ot_shape *shape, int *out)
 {
     if (axis == OT_AXIS_ALL) {
         *out = OT_AXIS_ALL;
         return 0;
     }
-    if (axis < -ndim || axis >= ndim)
-        return FAIL(st, OT_EINVAL, "axis %d is out of bounds for tensor of dimension %d",
-                    axis, ndim);
+    if (axis < -ndim || axis >= ndim) {
+        char s[OT__SHAPE_STRLEN];
+        return FAIL(st, OT_EINVAL, "axis %d is out of bounds for tensor of dimension %d "
+                    "(operand shape %s)", axis, ndim, ot__shape_str(shape, s));
+    }
     *out = axis < 0 ? axis + ndim : axis;
     return 0;
 }
@@ -481,7 +489,7 @@ static int infer_elementwise(const site *st, ot_node *a, ot_node *b, proto *p)
 static int infer_reduce(const site *st, ot_node *a, proto *p)
 {
     int axis;
-    int rc = norm_axis(st, p->args.axis, a->shape.ndim, &axis);
+    int rc = norm_axis(st, p->args.axis, a->shape.ndim, &a->shape, &axis);
     if (rc) return rc;
     p->args.axis = axis;
     int64_t extent = axis == OT_AXIS_ALL ? ot__numel(&a->shape) : a->shape.dims[axis];
@@ -557,31 +565,35 @@ static int infer_dot(const site *st, ot_node *a, ot_node *b, proto *p)
     int rc = st->op == OT_OP_BATCHED_DOT ? infer_batched(st, a, b, p) : infer_matrix(st, a, b, p);
     if (rc) return rc;
     p->dtype = promote(a, b, &p->weak);
+    char sa[OT__SHAPE_STRLEN], sb[OT__SHAPE_STRLEN];
     if (p->dtype == OT_I32)
-        return FAIL(st, OT_EDTYPE, "int32 operands are not supported (BLAS has no integer "
-                    "product); cast them to a float dtype");
+        return FAIL(st, OT_EDTYPE, "int32 operands of shapes %s and %s are not supported (BLAS "
+                    "has no integer product); cast them to a float dtype",
+                    ot__shape_str(&a->shape, sa), ot__shape_str(&b->shape, sb));
     return 0;
 }
 
 static int infer_transpose(const site *st, ot_node *a, proto *p)
 {
+    char sa[OT__SHAPE_STRLEN];
     int nd = a->shape.ndim;
-    bool all_zero = true;
+    bool all_zero = !p->perm_given;
     for (int i = 0; i < OT_MAX_DIMS; i++)
         if (p->args.perm[i]) all_zero = false;
     bool seen[OT_MAX_DIMS] = {false};
     for (int i = 0; i < nd; i++) {
         int src = all_zero ? nd - 1 - i : p->args.perm[i];
         if (src < 0 || src >= nd || seen[src])
-            return FAIL(st, OT_EINVAL, "perm is not a permutation of %d dims (entry %d is %d)",
-                        nd, i, src);
+            return FAIL(st, OT_EINVAL, "perm is not a permutation of %d dims (entry %d is %d; "
+                        "operand shape %s)", nd, i, src, ot__shape_str(&a->shape, sa));
         seen[src] = true;
         p->args.perm[i] = src;
         p->shape.dims[i] = a->shape.dims[src];
     }
     for (int i = nd; i < OT_MAX_DIMS; i++)
         if (p->args.perm[i])
-            return FAIL(st, OT_EINVAL, "perm has entries beyond the %d dims", nd);
+            return FAIL(st, OT_EINVAL, "perm has entries beyond the %d dims of operand shape %s",
+                        nd, ot__shape_str(&a->shape, sa));
     p->shape.ndim = nd;
     p->dtype = a->dtype;
     p->weak = a->weak;
@@ -590,25 +602,30 @@ static int infer_transpose(const site *st, ot_node *a, proto *p)
 
 static int infer_onehot(const site *st, ot_node *a, proto *p)
 {
+    char sa[OT__SHAPE_STRLEN];
     if (p->args.depth <= 0)
-        return FAIL(st, OT_EINVAL, "depth must be positive, got %lld", (long long)p->args.depth);
+        return FAIL(st, OT_EINVAL, "depth must be positive, got %lld (indices of shape %s)",
+                    (long long)p->args.depth, ot__shape_str(&a->shape, sa));
     /* Class indices are int32 (argmax's results, or i32 tensors). */
     if (p->args.depth > INT32_MAX)
-        return FAIL(st, OT_EOVERFLOW, "depth %lld exceeds the int32 index range (at most %d)",
-                    (long long)p->args.depth, INT32_MAX);
+        return FAIL(st, OT_EOVERFLOW, "depth %lld exceeds the int32 index range (at most %d; "
+                    "indices of shape %s)", (long long)p->args.depth, INT32_MAX,
+                    ot__shape_str(&a->shape, sa));
     int nd = a->shape.ndim + 1;
     if (nd > OT_MAX_DIMS)
-        return FAIL(st, OT_EINVAL, "the result would have %d dimensions, at most %d are supported",
-                    nd, OT_MAX_DIMS);
+        return FAIL(st, OT_EINVAL, "the result would have %d dimensions, at most %d are "
+                    "supported (indices of shape %s)", nd, OT_MAX_DIMS,
+                    ot__shape_str(&a->shape, sa));
     int axis = p->args.axis == OT_AXIS_ALL ? nd - 1 : p->args.axis;
-    int rc = norm_axis(st, axis, nd, &axis);
+    int rc = norm_axis(st, axis, nd, &a->shape, &axis);
     if (rc) return rc;
     p->args.axis = axis;
     p->shape.ndim = nd;
     for (int i = 0, j = 0; i < nd; i++)
         p->shape.dims[i] = i == axis ? p->args.depth : a->shape.dims[j++];
     if (p->args.dtype && !valid_dtype(p->args.dtype))
-        return FAIL(st, OT_EDTYPE, "unknown dtype %d", (int)p->args.dtype);
+        return FAIL(st, OT_EDTYPE, "unknown dtype %d (indices of shape %s)", (int)p->args.dtype,
+                    ot__shape_str(&a->shape, sa));
     p->dtype = p->args.dtype ? p->args.dtype : OT_F32;
     p->args.dtype = p->dtype;
     return 0;
@@ -616,10 +633,12 @@ static int infer_onehot(const site *st, ot_node *a, proto *p)
 
 static int infer_special(const site *st, ot_node *a, proto *p)
 {
+    char sa[OT__SHAPE_STRLEN];
     switch (st->op) {
     case OT_OP_CAST:
         if (!valid_dtype(p->args.dtype))
-            return FAIL(st, OT_EDTYPE, "cannot cast to unknown dtype %d", (int)p->args.dtype);
+            return FAIL(st, OT_EDTYPE, "cannot cast to unknown dtype %d (operand shape %s)",
+                        (int)p->args.dtype, ot__shape_str(&a->shape, sa));
         p->shape = a->shape;
         p->dtype = p->args.dtype;
         return 0;
@@ -695,7 +714,7 @@ ot_node *ot_build_at(ot_op op, ot_node *a, ot_node *b, const ot_args *args,
     if (check_operands(&st, a, b)) return NULL;
     proto p;
     ot__clear(&p, sizeof p);
-    normalise_args(&p.args, args);
+    normalise_args(&p, args);
     int rc = 0;
     switch (ot_op_kind(op)) {
     case OT_KIND_UNARY: rc = infer_elementwise(&st, a, NULL, &p); break;
@@ -795,6 +814,7 @@ static ot_node *build_composite(const site *st, ot_node *a, ot_node *b, const ot
     ot_args g = *args;
     if (st->op != OT_OP_CLIP) {
         int ndim = a->shape.ndim;
+        ot_shape shape = a->shape;
         if (st->op == OT_OP_CROSS_ENTROPY) {
             ot_shape s;
             if (!ot__broadcast(&a->shape, &b->shape, &s, NULL)) {
@@ -804,8 +824,9 @@ static ot_node *build_composite(const site *st, ot_node *a, ot_node *b, const ot
                 return NULL;
             }
             ndim = s.ndim;
+            shape = s;
         }
-        if (norm_axis(st, g.axis, ndim, &g.axis)) return NULL;
+        if (norm_axis(st, g.axis, ndim, &shape, &g.axis)) return NULL;
     }
     ot_node *root = expand(st, a, b, &g);
     if (!root) return NULL;

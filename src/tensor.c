@@ -573,8 +573,12 @@ static int apply_index(const ot_tensor *t, int d, ot_index ix, ot_shape *out,
         first = 0, count = dim, step = 1;
         break;
     case OT_INDEX_RANGE:
-        if (ix.step == 0)
-            return ot__err_set(OT_EINVAL, NULL, 0, "slice", "slice step cannot be zero");
+        if (ix.step == 0) {
+            char sbuf[OT__SHAPE_STRLEN];
+            return ot__err_set(OT_EINVAL, NULL, 0, "slice",
+                               "slice step cannot be zero (axis %d of shape %s)", d,
+                               ot__shape_str(&t->leaf.shape, sbuf));
+        }
         range_indices(ix, dim, &first, &count, &step);
         break;
     case OT_INDEX_ONE:
@@ -766,7 +770,7 @@ static bool is_permutation(const int *perm, int nd)
 
 ot_tensor *ot_transpose(const ot_tensor *t, const int *perm)
 {
-    char pbuf[OT__SHAPE_STRLEN];
+    char pbuf[OT__SHAPE_STRLEN], sbuf[OT__SHAPE_STRLEN];
     if (!t) {
         ot__err_null("transpose", "tensor");
         return NULL;
@@ -779,8 +783,9 @@ ot_tensor *ot_transpose(const ot_tensor *t, const int *perm)
         int64_t wide[OT_MAX_DIMS];
         for (int i = 0; i < nd; i++)
             wide[i] = p[i];
-        ot__err_set(OT_EINVAL, NULL, 0, "transpose", "perm %s is not a permutation of %d dims",
-                    ints_str(nd, wide, pbuf), nd);
+        ot__err_set(OT_EINVAL, NULL, 0, "transpose",
+                    "perm %s is not a permutation of %d dims (shape %s)",
+                    ints_str(nd, wide, pbuf), nd, ot__shape_str(&t->leaf.shape, sbuf));
         return NULL;
     }
     ot_shape out = ot_shape_make(0, NULL);

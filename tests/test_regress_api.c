@@ -461,3 +461,80 @@ TEST(defect14_huge_shapes_overflow_is_an_error)
     ot_pool_pop(pool);
     ot_backend_free(be);
 }
+
+/* Bad input to any builder: NULL with a message naming the op, the
+ * operand shape(s) and the caller's file:line; never a crash. */
+TEST(api_builders_bad_input_messages)
+{
+    ot_backend *be = ot_backend_new("cpu", NULL);
+    ot_pool *pool = ot_pool_push();
+    ot_tensor *x = ot_ones(be, OT_SHAPE(2, 3), OT_F32);
+    ot_tensor *y = ot_ones(be, OT_SHAPE(4, 5), OT_F32);
+    ot_tensor *i = ot_ones(be, OT_SHAPE(2), OT_I32);
+    ot_tensor *x8 = ot_ones(be, OT_SHAPE(1, 1, 1, 1, 1, 1, 1, 2), OT_F32);
+    ot_node *nn = NULL;
+#define BAD(expr, code, ...)                                                  \
+    do {                                                                      \
+        ot_clear_error();                                                     \
+        CHECK((expr) == NULL);                                                \
+        CHECK_ERR(code, "test_regress_api.c:", __VA_ARGS__);                  \
+    } while (0)
+    BAD(ot_sum(x, 2), OT_EINVAL, "sum: axis 2 is out of bounds", "(2,3)");
+    BAD(ot_max(x, -3, true), OT_EINVAL, "max: axis -3", "(2,3)");
+    BAD(ot_argmin(x, 9), OT_EINVAL, "argmin", "(2,3)");
+    BAD(ot_softmax(x, 3), OT_EINVAL, "softmax", "(2,3)");
+    BAD(ot_logsoftmax(x, -5), OT_EINVAL, "logsoftmax", "(2,3)");
+    BAD(ot_var(x, 4, 1), OT_EINVAL, "var", "(2,3)");
+    BAD(ot_std(x, -4), OT_EINVAL, "std", "(2,3)");
+    BAD(ot_cross_entropy(x, y), OT_ESHAPE, "cross_entropy", "(2,3)", "(4,5)");
+    BAD(ot_cross_entropy(x, x, 4), OT_EINVAL, "cross_entropy", "(2,3)");
+    BAD(ot_squared_l2(x, 3), OT_EINVAL, "squared_l2", "(2,3)");
+    BAD(ot_T(x, {0, 0}), OT_EINVAL, "transpose", "not a permutation", "(2,3)");
+    BAD(ot_T(x, .perm = {1, 1}), OT_EINVAL, "transpose", "(2,3)");
+    BAD(ot_T(x, {0, 1, 2}), OT_EINVAL, "transpose", "(2,3)");
+    BAD(ot_T(x, {-1, 0}), OT_EINVAL, "transpose", "(2,3)");
+    BAD(ot_cast(x, (ot_dtype)9), OT_EDTYPE, "cast", "dtype 9", "(2,3)");
+    BAD(ot_cast(x), OT_EDTYPE, "cast", "(2,3)");
+    BAD(ot_onehot(i, 0), OT_EINVAL, "onehot: depth", "(2,)");
+    BAD(ot_onehot(i, -3), OT_EINVAL, "onehot", "(2,)");
+    BAD(ot_onehot(i, 4, 5), OT_EINVAL, "onehot: axis 5", "(2,)");
+    BAD(ot_onehot(i, 4, 0, (ot_dtype)7), OT_EDTYPE, "onehot", "dtype 7", "(2,)");
+    BAD(ot_onehot(x8, 3), OT_EINVAL, "onehot", "(1,1,1,1,1,1,1,2)");
+    BAD(ot_rand(OT_SHAPE(2), 0, OT_I32), OT_EDTYPE, "rand", "int32");
+    BAD(ot_rand(OT_SHAPE(-2, 3)), OT_EINVAL, "rand", "-2");
+    BAD(ot_rand(ot_shape_make(9, (int64_t[]){1, 1, 1, 1, 1, 1, 1, 1, 1})), OT_EINVAL, "rand", "9");
+    BAD(ot_add(x, y), OT_ESHAPE, "add", "(2,3)", "(4,5)");
+    BAD(ot_dot(x, y), OT_ESHAPE, "dot", "(2,3)", "(4,5)");
+    BAD(ot_dot(x8, x), OT_EINVAL, "dot", "(1,1,1,1,1,1,1,2)");
+    BAD(ot_batched_dot(x, y), OT_EINVAL, "batched_dot", "(4,5)");
+    BAD(ot_dot(i, i), OT_EDTYPE, "dot", "(2,) and (2,)");
+    BAD(ot_add(x, nn), OT_ENULL, "add: operand 2");
+    BAD(ot_neg(nn), OT_ENULL, "neg");
+    BAD(ot_sum(nn, 1), OT_ENULL, "sum");
+    BAD(ot_onehot(nn, 3), OT_ENULL, "onehot");
+    BAD(ot_cross_entropy(x, nn), OT_ENULL, "cross_entropy");
+    BAD(ot_T(nn, {1, 0}), OT_ENULL, "transpose");
+    BAD(ot_clip(nn, 0, 1), OT_ENULL, "clip");
+#undef BAD
+    /* A perm not written still reverses; a written identity is kept. */
+    ot_node *r = ot_T(x);
+    CHECK(r && ot_node_shape(r).dims[0] == 3);
+    r = ot_T(x, {0, 1});
+    CHECK(r && ot_node_shape(r).dims[0] == 2);
+    ot_tensor *v = ot_ones(be, OT_SHAPE(5), OT_F32);
+    CHECK(ot_T(v, {0}) != NULL);
+
+    /* tensor views: op and shape in the message */
+    ot_clear_error();
+    CHECK(ot_slice(x, OT_ALL, OT_RANGE(0, 2, 0)) == NULL);
+    CHECK_ERR(OT_EINVAL, "slice", "zero", "axis 1", "(2,3)");
+    CHECK(ot_transpose(x, (int[]){1, 1}) == NULL);
+    CHECK_ERR(OT_EINVAL, "transpose", "(1,1)", "(2,3)");
+    ot_tensor_free(v);
+    ot_tensor_free(x8);
+    ot_tensor_free(i);
+    ot_tensor_free(y);
+    ot_tensor_free(x);
+    ot_pool_pop(pool);
+    ot_backend_free(be);
+}

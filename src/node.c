@@ -417,10 +417,12 @@ bool ot__spec_sets(const char *spec, const char *members, const char *member)
             p = end + 1;
             continue;
         }
-        if (p[0] == '.' && ident_char(p[1]) && !(p[1] >= '0' && p[1] <= '9')) {
-            const char *q = p + 1;
+        const char *name = p + 1;   /* C allows ". axis = 1" */
+        while (*name == ' ' || *name == '\t' || *name == '\n') name++;
+        if (p[0] == '.' && ident_char(*name) && !(*name >= '0' && *name <= '9')) {
+            const char *q = name;
             while (ident_char(*q)) q++;
-            cur = member_index(members, p + 1, (size_t)(q - p - 1));
+            cur = member_index(members, name, (size_t)(q - name));
         } else {
             cur++;
         }

@@ -167,6 +167,7 @@ TEST(defect08_positional_equals_designated_every_family)
              ot_onehot(ot_argmax(x, 1), .depth = 6, .axis = 0, .dtype = OT_F64));
         /* Without an axis: every axis, as NumPy's None. */
         SAME(ot_sum(x, .keepdims = true), ot_sum(x, .axis = OT_AXIS_ALL, .keepdims = true));
+        SAME(ot_sum(x, . axis = 1), ot_sum(x, 1));
         SAME(ot_var(x, .ddof = 1), ot_var(x, .axis = OT_AXIS_ALL, .ddof = 1));
         SAME(ot_softmax(x), ot_softmax(x, .axis = OT_AXIS_ALL));
 
@@ -208,6 +209,8 @@ TEST(defect08_spec_follows_c_initializer_rule)
     CHECK(ot__spec_sets("1, true", m, "keepdims"));
     CHECK(ot__spec_sets(".axis = 1", m, "axis"));
     CHECK(ot__spec_sets(".axis=1", m, "axis"));
+    CHECK(ot__spec_sets(". axis = 1", m, "axis"));
+    CHECK(!ot__spec_sets(". keepdims = 1", m, "axis"));
     CHECK(!ot__spec_sets(".keepdims = true", m, "axis"));
     CHECK(!ot__spec_sets("", m, "axis"));
     CHECK(!ot__spec_sets(NULL, m, "axis"));

@@ -421,7 +421,9 @@ bool ot__spec_sets(const char *spec, const char *members, const char *member);
 
 /* Option structs, one per op family. Their member order is the family's
  * positional order, so ot_sum(x, 1, true) is NumPy's x.sum(1, keepdims=True);
- * a designator of another family's option does not compile. */
+ * a designator of another family's option does not compile, and more
+ * positional options than the family has is the compiler's "excess
+ * elements" warning (an error under -Werror). */
 typedef struct ot_reduce_opts {
     const char *spec_;
     int axis;             /* default: every axis */

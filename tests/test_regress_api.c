@@ -249,11 +249,13 @@ TEST(defect08_foreign_designator_does_not_compile)
     static const char *const bad[] = {
         "ot_sum(x, .depth = 3)", "ot_cast(x, .axis = 1)", "ot_softmax(x, .keepdims = true)",
         "ot_onehot(x, .seed = 1)", "ot_T(x, .axis = 0)", "ot_var(x, .dtype = OT_F64)",
+        "ot_sum(x, 1, true, 3)",   /* excess elements: a warning, -Werror here */
     };
     static const char *const good[] = {"ot_sum(x, 1, true)", "ot_onehot(x, 10, -1, OT_F64)"};
-    for (int k = 0; k < 8; k++) {
-        bool expect_ok = k >= 6;
-        const char *expr = expect_ok ? good[k - 6] : bad[k];
+    int nbad = (int)(sizeof bad / sizeof bad[0]), ngood = (int)(sizeof good / sizeof good[0]);
+    for (int k = 0; k < nbad + ngood; k++) {
+        bool expect_ok = k >= nbad;
+        const char *expr = expect_ok ? good[k - nbad] : bad[k];
         char path[] = "/tmp/ot_optsXXXXXX";
         int fd = mkstemp(path);
         CHECK(fd >= 0);

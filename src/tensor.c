@@ -595,14 +595,13 @@ static int apply_index(const ot_tensor *t, int d, ot_index ix, ot_shape *out,
     int rc = advance(t, d, first, off);
     if (rc != 0)
         return rc;
-    /* The stride of a dim of at most one element is never used, so a step
-     * as large as INT64_MAX (NumPy's a[1::sys.maxsize]) is fine there. */
-    int64_t st;
-    if (!mul_i64(&st, stride, step)) {
-        if (count > 1)
-            return slice_overflow(t, d, "stride", stride, "step", step);
-        st = stride;
-    }
+    /* The stride of a dim of at most one element is never used: it keeps
+     * the dim's own, so a step as large as INT64_MAX (Python's
+     * a[1::sys.maxsize]) neither overflows here nor leaves a stride that
+     * would overflow byte arithmetic elsewhere. */
+    int64_t st = stride;
+    if (count > 1 && !mul_i64(&st, stride, step))
+        return slice_overflow(t, d, "stride", stride, "step", step);
     strides[out->ndim] = st;
     out->dims[out->ndim++] = count;
     return 0;

@@ -369,11 +369,13 @@ typedef struct ot_node ot_node;
 /* The axis value meaning "every axis" (a reduction to a scalar). */
 #define OT_AXIS_ALL (-1000)
 
-/* Op attributes. Builders take them as designated options:
- *     ot_sum(x, .axis = 1, .keepdims = true)
- * A reduction without .axis reduces every axis (NumPy's axis=None). */
+/* Op attributes, as the one builder (and bindings) take them. The option
+ * macros below take a smaller struct per op family instead, positionally or
+ * designated, and convert it to this. Here, with spec_ NULL, axis is taken
+ * as given: pass OT_AXIS_ALL for every axis. */
 typedef struct ot_args {
-    const char *spec_;    /* set by the option macros; leave NULL in code */
+    const char *spec_;    /* the options as written, when a macro built this
+                             (then an axis not set means every axis) */
     int axis;             /* reductions, softmax, onehot; negative counts back */
     bool keepdims;        /* reductions: keep reduced dims with size 1 */
     ot_dtype dtype;       /* cast target; onehot/rand result (default OT_F32) */
@@ -381,9 +383,12 @@ typedef struct ot_args {
     uint64_t seed;        /* rand: the stream, mixed with the backend seed */
     int ddof;             /* var, std: delta degrees of freedom */
     double lo, hi;        /* clip bounds */
-    int perm[OT_MAX_DIMS];/* transpose: all zero reverses the dims */
+    int perm[OT_MAX_DIMS];/* transpose: all zero reverses the dims (unless
+                             spec_ says the perm was written) */
     ot_shape shape;       /* rand */
 } ot_args;
+/* ot_args's members after spec_, in order (see ot__spec_sets). */
+#define OT__ARGS_MEMBERS "axis,keepdims,dtype,depth,seed,ddof,lo,hi,perm,shape"
 
 /* The one builder: type and shape checks (NumPy broadcasting, dtype
  * promotion, axis range), then a new node owned by the current pool. args
@@ -408,9 +413,112 @@ static inline ot_node *ot__node_id(ot_node *n) { return n; }
 #define OT__UN(op, x) ot_build_at((op), OT__NODE(x), NULL, NULL, __FILE__, __LINE__)
 #define OT__BIN(op, x, y)                                                     \
     ot_build_at((op), OT__NODE(x), OT__NODE(y), NULL, __FILE__, __LINE__)
-#define OT__OPTS(op, x, y, ...)                                               \
-    ot_build_at((op), (x), (y), &(ot_args){.spec_ = #__VA_ARGS__, __VA_ARGS__}, \
-                __FILE__, __LINE__)
+
+/* Whether the options spec (the stringified initializers an option macro
+ * saw) set member, members being the struct's members after spec_ in order,
+ * comma-separated. C's rule: a designator sets its member, a positional
+ * initializer the member after the one set before (the first: the first
+ * member). So ot_sum(x, 1) and ot_sum(x, .axis = 1) set the axis, and
+ * ot_sum(x, .keepdims = true) does not (every axis, as NumPy's None). */
+bool ot__spec_sets(const char *spec, const char *members, const char *member);
+
+/* Option structs, one per op family. Their member order is the family's
+ * positional order, so ot_sum(x, 1, true) is NumPy's x.sum(1, keepdims=True);
+ * a designator of another family's option does not compile, and more
+ * positional options than the family has is the compiler's "excess
+ * elements" warning (an error under -Werror). */
+typedef struct ot_reduce_opts {
+    const char *spec_;
+    int axis;             /* default: every axis */
+    bool keepdims;
+} ot_reduce_opts;
+#define OT__REDUCE_MEMBERS "axis,keepdims"
+typedef struct ot_var_opts {
+    const char *spec_;
+    int axis;             /* default: every axis */
+    int ddof;
+    bool keepdims;
+} ot_var_opts;
+#define OT__VAR_MEMBERS "axis,ddof,keepdims"
+typedef struct ot_softmax_opts {
+    const char *spec_;
+    int axis;             /* default: every axis */
+} ot_softmax_opts;
+typedef struct ot_cast_opts {
+    const char *spec_;
+    ot_dtype dtype;
+} ot_cast_opts;
+typedef struct ot_onehot_opts {
+    const char *spec_;
+    int64_t depth;
+    int axis;             /* of the new dim; default: last */
+    ot_dtype dtype;       /* default: OT_F32 */
+} ot_onehot_opts;
+#define OT__ONEHOT_MEMBERS "depth,axis,dtype"
+typedef struct ot_rand_opts {
+    const char *spec_;
+    uint64_t seed;
+    ot_dtype dtype;       /* default: OT_F32 */
+} ot_rand_opts;
+typedef struct ot_transpose_opts {
+    const char *spec_;
+    int perm[OT_MAX_DIMS];/* not given: reverses the dims */
+} ot_transpose_opts;
+
+static inline int ot__opt_axis(const char *spec, const char *members, int axis)
+{
+    return ot__spec_sets(spec, members, "axis") ? axis : OT_AXIS_ALL;
+}
+static inline ot_node *ot__build_reduce(ot_op op, ot_node *x, ot_node *y, ot_reduce_opts o,
+                                        const char *file, int line)
+{
+    ot_args a = {.axis = ot__opt_axis(o.spec_, OT__REDUCE_MEMBERS, o.axis),
+                 .keepdims = o.keepdims};
+    return ot_build_at(op, x, y, &a, file, line);
+}
+static inline ot_node *ot__build_var(ot_op op, ot_node *x, ot_var_opts o,
+                                     const char *file, int line)
+{
+    ot_args a = {.axis = ot__opt_axis(o.spec_, OT__VAR_MEMBERS, o.axis),
+                 .ddof = o.ddof, .keepdims = o.keepdims};
+    return ot_build_at(op, x, NULL, &a, file, line);
+}
+static inline ot_node *ot__build_softmax(ot_op op, ot_node *x, ot_softmax_opts o,
+                                         const char *file, int line)
+{
+    ot_args a = {.axis = ot__opt_axis(o.spec_, "axis", o.axis)};
+    return ot_build_at(op, x, NULL, &a, file, line);
+}
+static inline ot_node *ot__build_cast(ot_node *x, ot_cast_opts o, const char *file, int line)
+{
+    ot_args a = {.axis = OT_AXIS_ALL, .dtype = o.dtype};
+    return ot_build_at(OT_OP_CAST, x, NULL, &a, file, line);
+}
+static inline ot_node *ot__build_onehot(ot_node *x, ot_onehot_opts o, const char *file,
+                                        int line)
+{
+    ot_args a = {.axis = ot__opt_axis(o.spec_, OT__ONEHOT_MEMBERS, o.axis),
+                 .depth = o.depth, .dtype = o.dtype};
+    return ot_build_at(OT_OP_ONEHOT, x, NULL, &a, file, line);
+}
+static inline ot_node *ot__build_rand(ot_shape shape, ot_rand_opts o, const char *file,
+                                      int line)
+{
+    ot_args a = {.axis = OT_AXIS_ALL, .seed = o.seed, .dtype = o.dtype, .shape = shape};
+    return ot_build_at(OT_OP_RAND, NULL, NULL, &a, file, line);
+}
+static inline ot_node *ot__build_transpose(ot_node *x, ot_transpose_opts o, const char *file,
+                                           int line)
+{
+    /* A perm as written is taken literally, so {0, 0} is an error rather
+     * than ot_args's all-zero "reverse". */
+    ot_args a = {.spec_ = ot__spec_sets(o.spec_, "perm", "perm") ? ".perm = given" : NULL,
+                 .axis = OT_AXIS_ALL};
+    for (int i = 0; i < OT_MAX_DIMS; i++) a.perm[i] = o.perm[i];
+    return ot_build_at(OT_OP_TRANSPOSE, x, NULL, &a, file, line);
+}
+/* The options as a compound literal of the family's struct. */
+#define OT__OPT(type, ...) ((type){.spec_ = #__VA_ARGS__, __VA_ARGS__})
 
 /* Unary elementwise. */
 #define ot_finite(x) OT__UN(OT_OP_FINITE, x)   /* 1 where finite, else 0 */
@@ -457,55 +565,79 @@ static inline ot_node *ot__node_id(ot_node *n) { return n; }
  * every batch (a weight used at every step). */
 #define ot_batched_dot(x, y) OT__BIN(OT_OP_BATCHED_DOT, x, y)
 
-/* Reductions: .axis (default: all axes) and .keepdims. max, min, argmax and
- * argmin over zero elements are OT_EEMPTY; argmax/argmin give OT_I32 flat
- * indices (first occurrence; a NaN wins, as in NumPy). */
-#define ot_sum(x, ...) OT__OPTS(OT_OP_SUM, OT__NODE(x), NULL, __VA_ARGS__)
-#define ot_max(x, ...) OT__OPTS(OT_OP_MAX, OT__NODE(x), NULL, __VA_ARGS__)
-#define ot_min(x, ...) OT__OPTS(OT_OP_MIN, OT__NODE(x), NULL, __VA_ARGS__)
-#define ot_mean(x, ...) OT__OPTS(OT_OP_MEAN, OT__NODE(x), NULL, __VA_ARGS__)
-#define ot_argmax(x, ...) OT__OPTS(OT_OP_ARGMAX, OT__NODE(x), NULL, __VA_ARGS__)
-#define ot_argmin(x, ...) OT__OPTS(OT_OP_ARGMIN, OT__NODE(x), NULL, __VA_ARGS__)
+/* Reductions. Options, in positional order: (axis, keepdims), so
+ * ot_sum(x, 1), ot_sum(x, 1, true), ot_sum(x, .axis = 1, .keepdims = true);
+ * with no axis (ot_sum(x) or ot_sum(x, .keepdims = true)) every axis is
+ * reduced, as NumPy's axis=None. max, min, argmax and argmin over zero
+ * elements are OT_EEMPTY; argmax/argmin give OT_I32 flat indices (first
+ * occurrence; a NaN wins, as in NumPy), and an index range beyond INT32_MAX
+ * is OT_EOVERFLOW. */
+#define ot_sum(x, ...) OT__REDUCE(OT_OP_SUM, OT__NODE(x), NULL, __VA_ARGS__)
+#define ot_max(x, ...) OT__REDUCE(OT_OP_MAX, OT__NODE(x), NULL, __VA_ARGS__)
+#define ot_min(x, ...) OT__REDUCE(OT_OP_MIN, OT__NODE(x), NULL, __VA_ARGS__)
+#define ot_mean(x, ...) OT__REDUCE(OT_OP_MEAN, OT__NODE(x), NULL, __VA_ARGS__)
+#define ot_argmax(x, ...) OT__REDUCE(OT_OP_ARGMAX, OT__NODE(x), NULL, __VA_ARGS__)
+#define ot_argmin(x, ...) OT__REDUCE(OT_OP_ARGMIN, OT__NODE(x), NULL, __VA_ARGS__)
+#define OT__REDUCE(op, x, y, ...)                                             \
+    ot__build_reduce((op), (x), (y), OT__OPT(ot_reduce_opts, __VA_ARGS__), __FILE__, __LINE__)
 
-/* Transpose of an expression: reverses the dims, or .perm = {1, 0, 2}. */
-#define ot_T(x, ...) OT__OPTS(OT_OP_TRANSPOSE, OT__NODE(x), NULL, __VA_ARGS__)
-/* Conversion: ot_cast(x, .dtype = OT_F64). Into OT_I32: truncation toward
- * zero, NaN gives 0, out-of-range values saturate. */
-#define ot_cast(x, ...) OT__OPTS(OT_OP_CAST, OT__NODE(x), NULL, __VA_ARGS__)
-/* One-hot: ot_onehot(idx, .depth = 10[, .axis = 0][, .dtype]). The result
- * has a new dim of size depth at .axis (default: last); element k along it
- * is 1 where idx == k. Indices outside [0, depth) give a row of zeros. */
-#define ot_onehot(x, ...) OT__OPTS(OT_OP_ONEHOT, OT__NODE(x), NULL, __VA_ARGS__)
-/* Uniform [0, 1) of a shape: ot_rand(OT_SHAPE(3, 4)[, .seed = k][, .dtype]).
- * Counter-based (Philox-2x32-10 on the backend seed, .seed and the element's
- * row-major index), so every backend draws the same values, and a rand node
- * draws the same values each time it is evaluated: vary .seed for new ones. */
+/* Transpose of an expression. Options: (perm), so ot_T(x) reverses the dims
+ * and ot_T(x, {1, 0, 2}) or ot_T(x, .perm = {1, 0, 2}) permutes them; a
+ * written perm must be a permutation (ot_T(x, {0, 0}) is OT_EINVAL). */
+#define ot_T(x, ...)                                                          \
+    ot__build_transpose(OT__NODE(x), OT__OPT(ot_transpose_opts, __VA_ARGS__), __FILE__, __LINE__)
+/* Conversion. Options: (dtype): ot_cast(x, OT_F64) or ot_cast(x, .dtype =
+ * OT_F64). Into OT_I32: truncation toward zero, NaN gives 0, out-of-range
+ * values saturate. */
+#define ot_cast(x, ...)                                                       \
+    ot__build_cast(OT__NODE(x), OT__OPT(ot_cast_opts, __VA_ARGS__), __FILE__, __LINE__)
+/* One-hot. Options: (depth, axis, dtype): ot_onehot(idx, 10), ot_onehot(idx,
+ * 10, 0, OT_F64), ot_onehot(idx, .depth = 10, .dtype = OT_F64). The result
+ * has a new dim of size depth at axis (default: last); element k along it
+ * is 1 where idx == k. Indices outside [0, depth) give a row of zeros. depth
+ * must be in [1, INT32_MAX]. */
+#define ot_onehot(x, ...)                                                     \
+    ot__build_onehot(OT__NODE(x), OT__OPT(ot_onehot_opts, __VA_ARGS__), __FILE__, __LINE__)
+/* Uniform [0, 1) of a shape. Options: (seed, dtype): ot_rand(OT_SHAPE(3, 4)),
+ * ot_rand(OT_SHAPE(3, 4), 7, OT_F64), ot_rand(shape, .seed = k).
+ * Counter-based (Philox-2x32-10 on the backend seed, the seed and the
+ * element's row-major index), so every backend draws the same values, and a
+ * rand node draws the same values each time it is evaluated: vary the seed
+ * for new ones. */
 #define ot_rand(shp, ...)                                                     \
-    ot_build_at(OT_OP_RAND, NULL, NULL,                                       \
-                &(ot_args){.spec_ = #__VA_ARGS__, .shape = (shp), __VA_ARGS__},   \
-                __FILE__, __LINE__)
+    ot__build_rand((shp), OT__OPT(ot_rand_opts, __VA_ARGS__), __FILE__, __LINE__)
 
 /* Composites: expansions into the ops above, whose root carries a tag (the
  * composite's op) that autodiff and rewrites recognise. */
-/* Mean of squared deviations over .axis; .ddof as in NumPy. */
-#define ot_var(x, ...) OT__OPTS(OT_OP_VAR, OT__NODE(x), NULL, __VA_ARGS__)
-#define ot_std(x, ...) OT__OPTS(OT_OP_STD, OT__NODE(x), NULL, __VA_ARGS__)
+/* Mean of squared deviations. Options: (axis, ddof, keepdims), ddof as in
+ * NumPy: ot_var(x, 0, 1) or ot_var(x, .axis = 0, .ddof = 1). */
+#define ot_var(x, ...)                                                        \
+    ot__build_var(OT_OP_VAR, OT__NODE(x), OT__OPT(ot_var_opts, __VA_ARGS__), __FILE__, __LINE__)
+#define ot_std(x, ...)                                                        \
+    ot__build_var(OT_OP_STD, OT__NODE(x), OT__OPT(ot_var_opts, __VA_ARGS__), __FILE__, __LINE__)
 /* minimum(maximum(x, lo), hi). */
 #define ot_clip(x, low, high)                                                 \
     ot_build_at(OT_OP_CLIP, OT__NODE(x), NULL, &(ot_args){.axis = OT_AXIS_ALL, \
                 .lo = (low), .hi = (high)}, __FILE__, __LINE__)
-/* exp(x - max) / sum(exp(x - max)) over .axis (default: all), stable. */
-#define ot_softmax(x, ...) OT__OPTS(OT_OP_SOFTMAX, OT__NODE(x), NULL, __VA_ARGS__)
-/* (x - max) - log(sum(exp(x - max))) over .axis; never log of a softmax. */
-#define ot_logsoftmax(x, ...) OT__OPTS(OT_OP_LOGSOFTMAX, OT__NODE(x), NULL, __VA_ARGS__)
-/* -sum(t * safelog(p)) over .axis (default: all): p probabilities, t
- * targets. When p is an ot_softmax(x), log p is taken as logsoftmax(x) (with
- * a floor of -FLT_MAX), so the loss is exact for logits of +-1000 rather
- * than capped at 50 by safelog. */
+/* exp(x - max) / sum(exp(x - max)), stable. Options: (axis), default every
+ * axis: ot_softmax(x, 1) or ot_softmax(x, .axis = 1). */
+#define ot_softmax(x, ...)                                                    \
+    ot__build_softmax(OT_OP_SOFTMAX, OT__NODE(x), OT__OPT(ot_softmax_opts, __VA_ARGS__), \
+                      __FILE__, __LINE__)
+/* (x - max) - log(sum(exp(x - max))); never log of a softmax. Options as
+ * ot_softmax's. */
+#define ot_logsoftmax(x, ...)                                                 \
+    ot__build_softmax(OT_OP_LOGSOFTMAX, OT__NODE(x), OT__OPT(ot_softmax_opts, __VA_ARGS__), \
+                      __FILE__, __LINE__)
+/* -sum(t * safelog(p)): p probabilities, t targets. Options as a
+ * reduction's: (axis, keepdims), default every axis. When p is an
+ * ot_softmax(x), log p is taken as logsoftmax(x) (with a floor of -FLT_MAX),
+ * so the loss is exact for logits of +-1000 rather than capped at 50 by
+ * safelog. */
 #define ot_cross_entropy(p, t, ...)                                           \
-    OT__OPTS(OT_OP_CROSS_ENTROPY, OT__NODE(p), OT__NODE(t), __VA_ARGS__)
-/* sum(x * x) over .axis (default: all). */
-#define ot_squared_l2(x, ...) OT__OPTS(OT_OP_SQUARED_L2, OT__NODE(x), NULL, __VA_ARGS__)
+    OT__REDUCE(OT_OP_CROSS_ENTROPY, OT__NODE(p), OT__NODE(t), __VA_ARGS__)
+/* sum(x * x). Options as a reduction's: (axis, keepdims). */
+#define ot_squared_l2(x, ...) OT__REDUCE(OT_OP_SQUARED_L2, OT__NODE(x), NULL, __VA_ARGS__)
 
 /* Refcounts. ot_retain returns n, so `keep = ot_retain(tree)` reads well. */
 ot_node *ot_retain(ot_node *n);

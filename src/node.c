@@ -339,6 +339,7 @@ typedef struct proto {
     ot_dtype dtype;
     ot_dtype common;      /* binary ops: the operands' promoted dtype */
     bool weak;
+    bool perm_given;      /* args.perm as written, even all zero */
     ot_args args;
 } proto;
 
@@ -350,46 +351,108 @@ typedef struct site {
 
 #define FAIL(st, code, ...) ot__err((code), (st)->file, (st)->line, ot_op_name((st)->op), __VA_ARGS__)
 
-/* True when the designators the option macro saw include ".axis =". */
-static bool spec_names_axis(const char *spec)
+/* The end of the initializer that starts at p: the next comma (or the end)
+ * outside brackets and literals. */
+static const char *initializer_end(const char *p)
 {
-    for (const char *p = strchr(spec, '.'); p; p = strchr(p + 1, '.')) {
-        const char *q = p + 1;
-        while (*q == ' ') q++;
-        if (strncmp(q, "axis", 4) != 0) continue;
-        q += 4;
-        while (*q == ' ') q++;
-        if (*q == '=') return true;
+    int depth = 0;
+    for (; *p; p++) {
+        if (*p == '"' || *p == '\'') {
+            char quote = *p;
+            for (p++; *p && *p != quote; p++)
+                if (*p == '\\' && p[1]) p++;
+            if (!*p) return p;
+        } else if (*p == '(' || *p == '[' || *p == '{') {
+            depth++;
+        } else if (*p == ')' || *p == ']' || *p == '}') {
+            depth--;
+        } else if (*p == ',' && depth == 0) {
+            return p;
+        }
+    }
+    return p;
+}
+
+static bool ident_char(char c)
+{
+    return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+
+/* Position of the name [p, p + n) in the comma-separated list, or -1. */
+static int member_index(const char *members, const char *p, size_t n)
+{
+    int i = 0;
+    for (const char *m = members; *m; i++) {
+        const char *e = strchr(m, ',');
+        size_t len = e ? (size_t)(e - m) : strlen(m);
+        if (len == n && strncmp(m, p, n) == 0) return i;
+        if (!e) break;
+        m = e + 1;
+    }
+    return -1;
+}
+
+/* Aggregate members (perm, shape) come last in every options struct, so
+ * counting whole members decides exactly whether a scalar member was set. */
+bool ot__spec_sets(const char *spec, const char *members, const char *member)
+{
+    if (!spec || !members || !member) return false;
+    int want = member_index(members, member, strlen(member));
+    if (want < 0) return false;
+    int cur = -1;   /* spec_ (not in members), which the macro designates first */
+    for (const char *p = spec; *p;) {
+        while (*p == ' ' || *p == '\t' || *p == '\n') p++;
+        const char *end = initializer_end(p);
+        if (p == end) {   /* a trailing comma */
+            if (!*end) break;
+            p = end + 1;
+            continue;
+        }
+        const char *name = p + 1;   /* C allows ". axis = 1" */
+        while (*name == ' ' || *name == '\t' || *name == '\n') name++;
+        if (p[0] == '.' && ident_char(*name) && !(*name >= '0' && *name <= '9')) {
+            const char *q = name;
+            while (ident_char(*q)) q++;
+            cur = member_index(members, name, (size_t)(q - name));
+        } else {
+            cur++;
+        }
+        if (cur == want) return true;
+        p = *end ? end + 1 : end;
     }
     return false;
 }
 
-/* Into a zeroed a: filled in place, since ot_args is large and every node
+/* Into a zeroed p: filled in place, since ot_args is large and every node
  * build passes here. */
-static void normalise_args(ot_args *a, const ot_args *args)
+static void normalise_args(proto *p, const ot_args *args)
 {
+    ot_args *a = &p->args;
     if (!args) {
         a->axis = OT_AXIS_ALL;
         return;
     }
     *a = *args;
-    if (a->spec_ && !spec_names_axis(a->spec_)) a->axis = OT_AXIS_ALL;
+    if (a->spec_) {
+        if (!ot__spec_sets(a->spec_, OT__ARGS_MEMBERS, "axis")) a->axis = OT_AXIS_ALL;
+        p->perm_given = ot__spec_sets(a->spec_, OT__ARGS_MEMBERS, "perm");
+    }
     a->spec_ = NULL;
 }
 
-/* Maps a possibly negative axis into [0, ndim); OT_AXIS_ALL passes. The
- * message names the operand's shape, of, since ndim alone rarely tells
- * which operand of a line was meant. */
-static int norm_axis(const site *st, int axis, int ndim, const ot_shape *of, int *out)
+/* Maps a possibly negative axis into [0, ndim); OT_AXIS_ALL passes. shape
+ * is the operand's, for the message. */
+static int norm_axis(const site *st, int axis, int ndim, const ot_shape *shape, int *out)
 {
     if (axis == OT_AXIS_ALL) {
         *out = OT_AXIS_ALL;
         return 0;
     }
-    char sh[OT__SHAPE_STRLEN];
-    if (axis < -ndim || axis >= ndim)
+    if (axis < -ndim || axis >= ndim) {
+        char s[OT__SHAPE_STRLEN];
         return FAIL(st, OT_EINVAL, "axis %d is out of bounds for tensor of dimension %d "
-                    "(operand shape %s)", axis, ndim, ot__shape_str(of, sh));
+                    "(operand shape %s)", axis, ndim, ot__shape_str(shape, s));
+    }
     *out = axis < 0 ? axis + ndim : axis;
     return 0;
 }
@@ -429,6 +492,15 @@ static int infer_reduce(const site *st, ot_node *a, proto *p)
         char s[OT__SHAPE_STRLEN];
         return FAIL(st, OT_EEMPTY, "zero-size reduction over %s of shape %s has no identity",
                     axis == OT_AXIS_ALL ? "all axes" : "an axis", ot__shape_str(&a->shape, s));
+    }
+    /* The result is OT_I32: an index that does not fit would be saturated
+     * into a wrong answer that looks right, so refuse to build it. */
+    if ((ot_op_flags(st->op) & OT_FLAG_INDEX) && extent > (int64_t)INT32_MAX + 1) {
+        char s[OT__SHAPE_STRLEN];
+        return FAIL(st, OT_EOVERFLOW, "%lld elements along %s of shape %s: indices beyond "
+                    "%d do not fit the int32 result; reduce along a smaller axis",
+                    (long long)extent, axis == OT_AXIS_ALL ? "all axes" : "the axis",
+                    ot__shape_str(&a->shape, s), INT32_MAX);
     }
     ot_shape r = {.ndim = 0};
     for (int i = 0; i < a->shape.ndim; i++) {
@@ -488,33 +560,33 @@ static int infer_dot(const site *st, ot_node *a, ot_node *b, proto *p)
     p->dtype = promote(a, b, &p->weak);
     char sa[OT__SHAPE_STRLEN], sb[OT__SHAPE_STRLEN];
     if (p->dtype == OT_I32)
-        return FAIL(st, OT_EDTYPE, "int32 operands %s and %s are not supported (BLAS has no "
-                    "integer product); cast them to a float dtype",
+        return FAIL(st, OT_EDTYPE, "int32 operands of shapes %s and %s are not supported (BLAS "
+                    "has no integer product); cast them to a float dtype",
                     ot__shape_str(&a->shape, sa), ot__shape_str(&b->shape, sb));
     return 0;
 }
 
 static int infer_transpose(const site *st, ot_node *a, proto *p)
 {
-    char sh[OT__SHAPE_STRLEN];
+    char sa[OT__SHAPE_STRLEN];
     int nd = a->shape.ndim;
-    bool all_zero = true;
+    bool all_zero = !p->perm_given;
     for (int i = 0; i < OT_MAX_DIMS; i++)
         if (p->args.perm[i]) all_zero = false;
     bool seen[OT_MAX_DIMS] = {false};
     for (int i = 0; i < nd; i++) {
         int src = all_zero ? nd - 1 - i : p->args.perm[i];
         if (src < 0 || src >= nd || seen[src])
-            return FAIL(st, OT_EINVAL, "perm is not a permutation of the %d dims of %s "
-                        "(entry %d is %d)", nd, ot__shape_str(&a->shape, sh), i, src);
+            return FAIL(st, OT_EINVAL, "perm is not a permutation of %d dims (entry %d is %d; "
+                        "operand shape %s)", nd, i, src, ot__shape_str(&a->shape, sa));
         seen[src] = true;
         p->args.perm[i] = src;
         p->shape.dims[i] = a->shape.dims[src];
     }
     for (int i = nd; i < OT_MAX_DIMS; i++)
         if (p->args.perm[i])
-            return FAIL(st, OT_EINVAL, "perm has entries beyond the %d dims of %s", nd,
-                        ot__shape_str(&a->shape, sh));
+            return FAIL(st, OT_EINVAL, "perm has entries beyond the %d dims of operand shape %s",
+                        nd, ot__shape_str(&a->shape, sa));
     p->shape.ndim = nd;
     p->dtype = a->dtype;
     p->weak = a->weak;
@@ -523,14 +595,20 @@ static int infer_transpose(const site *st, ot_node *a, proto *p)
 
 static int infer_onehot(const site *st, ot_node *a, proto *p)
 {
-    char sh[OT__SHAPE_STRLEN];
+    char sa[OT__SHAPE_STRLEN];
     if (p->args.depth <= 0)
-        return FAIL(st, OT_EINVAL, "depth must be positive, got %lld (operand shape %s)",
-                    (long long)p->args.depth, ot__shape_str(&a->shape, sh));
+        return FAIL(st, OT_EINVAL, "depth must be positive, got %lld (indices of shape %s)",
+                    (long long)p->args.depth, ot__shape_str(&a->shape, sa));
+    /* Class indices are int32 (argmax's results, or i32 tensors). */
+    if (p->args.depth > INT32_MAX)
+        return FAIL(st, OT_EOVERFLOW, "depth %lld exceeds the int32 index range (at most %d; "
+                    "indices of shape %s)", (long long)p->args.depth, INT32_MAX,
+                    ot__shape_str(&a->shape, sa));
     int nd = a->shape.ndim + 1;
     if (nd > OT_MAX_DIMS)
-        return FAIL(st, OT_EINVAL, "the result would have %d dimensions, at most %d are supported "
-                    "(operand shape %s)", nd, OT_MAX_DIMS, ot__shape_str(&a->shape, sh));
+        return FAIL(st, OT_EINVAL, "the result would have %d dimensions, at most %d are "
+                    "supported (indices of shape %s)", nd, OT_MAX_DIMS,
+                    ot__shape_str(&a->shape, sa));
     int axis = p->args.axis == OT_AXIS_ALL ? nd - 1 : p->args.axis;
     int rc = norm_axis(st, axis, nd, &a->shape, &axis);
     if (rc) return rc;
@@ -539,7 +617,8 @@ static int infer_onehot(const site *st, ot_node *a, proto *p)
     for (int i = 0, j = 0; i < nd; i++)
         p->shape.dims[i] = i == axis ? p->args.depth : a->shape.dims[j++];
     if (p->args.dtype && !valid_dtype(p->args.dtype))
-        return FAIL(st, OT_EDTYPE, "unknown dtype %d", (int)p->args.dtype);
+        return FAIL(st, OT_EDTYPE, "unknown dtype %d (indices of shape %s)", (int)p->args.dtype,
+                    ot__shape_str(&a->shape, sa));
     p->dtype = p->args.dtype ? p->args.dtype : OT_F32;
     p->args.dtype = p->dtype;
     return 0;
@@ -547,10 +626,12 @@ static int infer_onehot(const site *st, ot_node *a, proto *p)
 
 static int infer_special(const site *st, ot_node *a, proto *p)
 {
+    char sa[OT__SHAPE_STRLEN];
     switch (st->op) {
     case OT_OP_CAST:
         if (!valid_dtype(p->args.dtype))
-            return FAIL(st, OT_EDTYPE, "cannot cast to unknown dtype %d", (int)p->args.dtype);
+            return FAIL(st, OT_EDTYPE, "cannot cast to unknown dtype %d (operand shape %s)",
+                        (int)p->args.dtype, ot__shape_str(&a->shape, sa));
         p->shape = a->shape;
         p->dtype = p->args.dtype;
         return 0;
@@ -648,7 +729,7 @@ ot_node *ot_build_at(ot_op op, ot_node *a, ot_node *b, const ot_args *args,
     if (check_operands(&st, a, b)) return NULL;
     proto p;
     ot__clear(&p, sizeof p);
-    normalise_args(&p.args, args);
+    normalise_args(&p, args);
     int rc = 0;
     switch (ot_op_kind(op)) {
     case OT_KIND_UNARY: rc = infer_elementwise(&st, a, NULL, &p); break;
@@ -745,6 +826,7 @@ static ot_node *build_composite(const site *st, ot_node *a, ot_node *b, const ot
     ot_args g = *args;
     if (st->op != OT_OP_CLIP) {
         int ndim = a->shape.ndim;
+        ot_shape shape = a->shape;
         if (st->op == OT_OP_CROSS_ENTROPY) {
             ot_shape s;
             if (!ot__broadcast(&a->shape, &b->shape, &s, NULL)) {
@@ -754,8 +836,9 @@ static ot_node *build_composite(const site *st, ot_node *a, ot_node *b, const ot
                 return NULL;
             }
             ndim = s.ndim;
+            shape = s;
         }
-        if (norm_axis(st, g.axis, ndim, &a->shape, &g.axis)) return NULL;
+        if (norm_axis(st, g.axis, ndim, &shape, &g.axis)) return NULL;
     }
     ot_node *root = expand(st, a, b, &g);
     if (!root) return NULL;

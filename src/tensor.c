@@ -57,6 +57,16 @@ static int null_arg(const char *fn, const char *what)
     return ot__err_set(OT_ENULL, NULL, 0, fn, "%s is NULL", what);
 }
 
+/* Checked element arithmetic for strides and offsets: false on overflow. */
+static bool mul_i64(int64_t *r, int64_t a, int64_t b)
+{
+    return !__builtin_mul_overflow(a, b, r);
+}
+static bool add_i64(int64_t *r, int64_t a, int64_t b)
+{
+    return !__builtin_add_overflow(a, b, r);
+}
+
 /* Formats n int64 values as a tuple, reusing the shape formatter so that
  * strides and perms read like shapes in messages. */
 static const char *ints_str(int n, const int64_t *v, char *buf)
@@ -532,6 +542,25 @@ static void range_indices(ot_index ix, int64_t dim, int64_t *first, int64_t *cou
     *step = st;
 }
 
+static int slice_overflow(const ot_tensor *t, int d, const char *what, int64_t v,
+                          const char *by, int64_t w)
+{
+    char sbuf[OT__SHAPE_STRLEN];
+    return ot__err_set(OT_EOVERFLOW, NULL, 0, "slice",
+                       "%s %lld times %s %lld overflows int64 at axis %d of shape %s",
+                       what, (long long)v, by, (long long)w, d,
+                       ot__shape_str(&t->leaf.shape, sbuf));
+}
+
+/* Moves *off to index first of dim d. */
+static int advance(const ot_tensor *t, int d, int64_t first, int64_t *off)
+{
+    int64_t delta;
+    if (!mul_i64(&delta, first, t->strides[d]) || !add_i64(off, *off, delta))
+        return slice_overflow(t, d, "index", first, "stride", t->strides[d]);
+    return 0;
+}
+
 /* Applies one index to dim d of t: adds to *off and, unless the dim is
  * dropped, appends a dim to out. */
 static int apply_index(const ot_tensor *t, int d, ot_index ix, ot_shape *out,
@@ -544,8 +573,12 @@ static int apply_index(const ot_tensor *t, int d, ot_index ix, ot_shape *out,
         first = 0, count = dim, step = 1;
         break;
     case OT_INDEX_RANGE:
-        if (ix.step == 0)
-            return ot__err_set(OT_EINVAL, NULL, 0, "slice", "slice step cannot be zero");
+        if (ix.step == 0) {
+            char sbuf[OT__SHAPE_STRLEN];
+            return ot__err_set(OT_EINVAL, NULL, 0, "slice",
+                               "slice step cannot be zero (axis %d of shape %s)", d,
+                               ot__shape_str(&t->leaf.shape, sbuf));
+        }
         range_indices(ix, dim, &first, &count, &step);
         break;
     case OT_INDEX_ONE:
@@ -554,16 +587,22 @@ static int apply_index(const ot_tensor *t, int d, ot_index ix, ot_shape *out,
             return ot__err_set(OT_EINVAL, NULL, 0, "slice",
                                "index %lld is out of bounds for axis %d with size %lld",
                                (long long)ix.start, d, (long long)dim);
-        *off += first * stride;
-        return 0;
+        return advance(t, d, first, off);
     default:
         return ot__err_set(OT_EINVAL, NULL, 0, "slice", "index %d has unknown kind %d",
                            d, ix.kind);
     }
-    *off += first * stride;
-    /* A step only matters between two elements; with fewer it may be as big
-     * as INT64_MAX, and stride * step would overflow. */
-    strides[out->ndim] = count > 1 ? stride * step : stride;
+    int rc = advance(t, d, first, off);
+    if (rc != 0)
+        return rc;
+    /* The stride of a dim of at most one element is never used: it keeps
+     * the dim's own, so a step as large as INT64_MAX (Python's
+     * a[1::sys.maxsize]) neither overflows here nor leaves a stride that
+     * would overflow byte arithmetic elsewhere. */
+    int64_t st = stride;
+    if (count > 1 && !mul_i64(&st, stride, step))
+        return slice_overflow(t, d, "stride", stride, "step", step);
+    strides[out->ndim] = st;
     out->dims[out->ndim++] = count;
     return 0;
 }
@@ -631,8 +670,10 @@ static int infer_dim(ot_shape *s, int64_t numel)
  * old dims are cut into maximal chunks that are each one arithmetic run in
  * memory (size-1 dims never constrain); ns must split every chunk exactly,
  * its dims inside a chunk taking strides from the chunk's innermost one.
- * Returns false when some new dim would straddle two chunks. */
-static bool view_strides(const ot_tensor *t, const ot_shape *ns, int64_t *out)
+ * Returns 0, VIEW_COPY when some new dim would straddle two chunks, or
+ * VIEW_OVERFLOW when a stride product overflows. */
+enum { VIEW_COPY = 1, VIEW_OVERFLOW = 2 };
+static int view_strides(const ot_tensor *t, const ot_shape *ns, int64_t *out)
 {
     const ot_shape *os = &t->leaf.shape;
     int i = os->ndim - 1, j = ns->ndim - 1;
@@ -641,27 +682,33 @@ static bool view_strides(const ot_tensor *t, const ot_shape *ns, int64_t *out)
             i--;
             continue;
         }
-        int64_t inner = t->strides[i], size = os->dims[i];
+        int64_t inner = t->strides[i], size = os->dims[i], run;
         for (i--; i >= 0; i--) {
             if (os->dims[i] == 1)
                 continue;
-            if (t->strides[i] != inner * size)
+            /* a product that overflows matches no stride of a valid view */
+            if (!mul_i64(&run, inner, size) || t->strides[i] != run)
                 break;
-            size *= os->dims[i];
+            if (!mul_i64(&size, size, os->dims[i]))
+                return VIEW_OVERFLOW;
         }
         int64_t acc = 1;
         for (; j >= 0 && acc < size; j--) {
-            out[j] = inner * acc;
-            acc *= ns->dims[j];
+            if (!mul_i64(&out[j], inner, acc) || !mul_i64(&acc, acc, ns->dims[j]))
+                return VIEW_OVERFLOW;
         }
         if (acc != size)
-            return false;
+            return VIEW_COPY;
     }
     /* what is left are size-1 dims (the numels agree): give them the stride
      * they would have in a contiguous layout */
-    for (; j >= 0; j--)
-        out[j] = j + 1 < ns->ndim ? out[j + 1] * ns->dims[j + 1] : 1;
-    return true;
+    for (; j >= 0; j--) {
+        if (j + 1 >= ns->ndim)
+            out[j] = 1;
+        else if (!mul_i64(&out[j], out[j + 1], ns->dims[j + 1]))
+            return VIEW_OVERFLOW;
+    }
+    return 0;
 }
 
 ot_tensor *ot_reshape(const ot_tensor *t, ot_shape shape)
@@ -688,7 +735,15 @@ ot_tensor *ot_reshape(const ot_tensor *t, ot_shape shape)
                     ot__shape_str(&shape, sbuf), ot_dtype_name(dt));
         return NULL;
     }
-    if (numel > 0 && !view_strides(t, &shape, strides)) {
+    int vs = numel > 0 ? view_strides(t, &shape, strides) : 0;
+    if (vs == VIEW_OVERFLOW) {
+        ot__err_set(OT_EOVERFLOW, NULL, 0, "reshape",
+                    "strides of a view of shape %s with strides %s overflow int64 in shape %s",
+                    ot__shape_str(os, tbuf), ints_str(os->ndim, t->strides, ubuf),
+                    ot__shape_str(&shape, sbuf));
+        return NULL;
+    }
+    if (vs == VIEW_COPY) {
         ot__err_set(OT_EINVAL, NULL, 0, "reshape",
                     "a view of shape %s with strides %s cannot be reshaped to %s "
                     "without a copy; ot_copy it first",
@@ -714,7 +769,7 @@ static bool is_permutation(const int *perm, int nd)
 
 ot_tensor *ot_transpose(const ot_tensor *t, const int *perm)
 {
-    char pbuf[OT__SHAPE_STRLEN];
+    char pbuf[OT__SHAPE_STRLEN], sbuf[OT__SHAPE_STRLEN];
     if (!t) {
         ot__err_null("transpose", "tensor");
         return NULL;
@@ -727,8 +782,9 @@ ot_tensor *ot_transpose(const ot_tensor *t, const int *perm)
         int64_t wide[OT_MAX_DIMS];
         for (int i = 0; i < nd; i++)
             wide[i] = p[i];
-        ot__err_set(OT_EINVAL, NULL, 0, "transpose", "perm %s is not a permutation of %d dims",
-                    ints_str(nd, wide, pbuf), nd);
+        ot__err_set(OT_EINVAL, NULL, 0, "transpose",
+                    "perm %s is not a permutation of %d dims (shape %s)",
+                    ints_str(nd, wide, pbuf), nd, ot__shape_str(&t->leaf.shape, sbuf));
         return NULL;
     }
     ot_shape out = ot_shape_make(0, NULL);

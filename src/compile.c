@@ -2329,9 +2329,10 @@ static ot_plan *compile(ot_backend *be, const ot_walk *w, int n, ot_tensor *cons
     c.ci = ot__calloc((size_t)w->n, sizeof *c.ci);
     c.plan = ot__calloc(1, sizeof *c.plan);
     c.groot = ot__calloc((size_t)n, sizeof *c.groot);
+    /* Counted from the start, so that a failure below frees it. */
+    if (c.plan) atomic_init(&c.plan->refs, 1);
     bool ok = c.ci && c.plan && c.groot && merge_common(&c);
     if (ok) {
-        atomic_init(&c.plan->refs, 1);
         c.plan->nleaves = w->nleaf;
         c.plan->nparams = w->nparam;
         c.plan->nout = n;

@@ -7,6 +7,12 @@
 #   numpy       tests/diff_numpy.py against $BUILD/liboptree.so (skipped while
 #               the script does not exist)
 #   sanitizers  the unit tests rebuilt in $BUILD/san with ASan + UBSan
+#   tsan        the unit tests rebuilt in $BUILD/tsan with ThreadSanitizer,
+#               running only the cases about threads (name or file contains
+#               "thread"; about 20 s): a data race ends its case
+#               (halt_on_error) and fails it. OpenBLAS runs single-threaded
+#               there, and tools/tsan.supp silences third-party libraries
+#               only, never optree's own code.
 #   valgrind    every example in $BUILD/examples under valgrind
 # Each phase prints a header and a summary line; the suite ends with exactly
 # one line "N passed, M failed" (summed over the phases) and exits non-zero
@@ -160,6 +166,21 @@ else
     rc=$?
     show "$log"
     count_phase sanitizers "$log" "$rc"
+fi
+
+# ---------------------------------------------------------------- tsan
+header "tsan: ThreadSanitizer build in $B/tsan, the cases with \"thread\" in their name or file"
+if ! make -s -j"$JOBS" BUILD="$B/tsan" SANFLAGS='-fsanitize=thread' tests; then
+    echo "tsan: build FAILED"
+    record tsan 0 1 "tsan build failed"
+else
+    log=$LOGS/tsan.log
+    $TMO env OPENBLAS_NUM_THREADS=1 \
+        TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tools/tsan.supp" \
+        $NOASLR "$RB/tsan/test_optree" thread >"$log" 2>&1
+    rc=$?
+    show "$log"
+    count_phase tsan "$log" "$rc"
 fi
 
 # ---------------------------------------------------------------- valgrind

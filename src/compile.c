@@ -2369,15 +2369,19 @@ int ot__plan_get(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const 
     if (p) {
         atomic_fetch_add(&be->stats.cache_hits, 1);
     } else {
+        unsigned long failed = ot__alloc_failures();
         p = compile(be, w, n, outs, trees);
         if (!p) {
             ot__walk_done(be, w);
             return ot__err_set(OT_ENOMEM, NULL, 0, "assign", "out of memory compiling the tree");
         }
+        /* A plan that fell back from generated code or a fused group for
+         * want of memory runs once; cached, it would stay the slower plan. */
+        bool keep = ot__alloc_failures() == failed;
         atomic_fetch_add(&be->stats.compiles, 1);
         pthread_mutex_lock(&cpu->cache->lock);
         atomic_fetch_add(&p->refs, 1);   /* the caller's, beside the cache's */
-        if (!cache_add(cpu->cache, w, p)) atomic_fetch_sub(&p->refs, 1);
+        if (!keep || !cache_add(cpu->cache, w, p)) atomic_fetch_sub(&p->refs, 1);
         pthread_mutex_unlock(&cpu->cache->lock);
     }
     *plan = p;

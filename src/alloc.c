@@ -5,13 +5,15 @@
  * no leak, outputs untouched.
  *
  * The countdown is a thread-local: a test arms it on its own thread, and
- * the allocations it counts are that thread's (worker threads of the cpu
- * backend allocate nothing).
+ * the allocations it counts are that thread's. The cpu backend's worker
+ * threads allocate tile scratch too; those allocations are not counted on
+ * the armed thread, so they are never made to fail.
  */
 #include "internal.h"
 
 static _Thread_local long fail_countdown;   /* 0: off; 1: the next one fails */
 static _Thread_local long alloc_count;
+static _Thread_local unsigned long failures;
 
 void ot__alloc_fail_at(long n)
 {
@@ -21,23 +23,36 @@ void ot__alloc_fail_at(long n)
 
 long ot__alloc_count(void) { return alloc_count; }
 
+unsigned long ot__alloc_failures(void) { return failures; }
+
 bool ot__alloc_should_fail(void)
 {
     alloc_count++;
-    if (fail_countdown == 0) return false;
-    return --fail_countdown == 0;
+    if (fail_countdown == 0 || --fail_countdown != 0) return false;
+    failures++;
+    return true;
 }
 
-void *ot__malloc(size_t n) { return ot__alloc_should_fail() ? NULL : malloc(n); }
+/* p, counting a real failure (malloc(0) may return NULL, and is none). */
+static void *counted(void *p, size_t n)
+{
+    if (!p && n) failures++;
+    return p;
+}
+
+void *ot__malloc(size_t n) { return ot__alloc_should_fail() ? NULL : counted(malloc(n), n); }
 
 void *ot__calloc(size_t n, size_t size)
 {
-    return ot__alloc_should_fail() ? NULL : calloc(n, size);
+    return ot__alloc_should_fail() ? NULL : counted(calloc(n, size), n * size);
 }
 
-void *ot__realloc(void *p, size_t n) { return ot__alloc_should_fail() ? NULL : realloc(p, n); }
+void *ot__realloc(void *p, size_t n)
+{
+    return ot__alloc_should_fail() ? NULL : counted(realloc(p, n), n);
+}
 
 void *ot__aligned_alloc(size_t align, size_t n)
 {
-    return ot__alloc_should_fail() ? NULL : aligned_alloc(align, n);
+    return ot__alloc_should_fail() ? NULL : counted(aligned_alloc(align, n), n);
 }

@@ -614,6 +614,8 @@ static int apply(sweep *s, ot_backend *be, ot_node *n, ot_node *g)
 /* Walks the tree backwards from its root's gradient g0. */
 static int backward(sweep *s, ot_backend *be, ot_node *g0)
 {
+    /* A NULL seed would leave every gradient unset, which reads as zeros. */
+    if (!g0) return ot_errcode();
     s->grad[s->len - 1] = g0;
     for (int i = s->len - 1; i >= 0; i--) {
         if (!s->grad[i] || !s->live[i] || s->order[i]->kind != OT_NODE_OP) continue;

@@ -2521,9 +2521,10 @@ static ot_plan *compile(ot_backend *be, const ot_walk *w, int n, ot_tensor *cons
     c.ci = ot__calloc((size_t)w->n, sizeof *c.ci);
     c.plan = ot__calloc(1, sizeof *c.plan);
     c.groot = ot__calloc((size_t)n, sizeof *c.groot);
+    /* Counted from the start, so that a failure below frees it. */
+    if (c.plan) atomic_init(&c.plan->refs, 1);
     bool ok = c.ci && c.plan && c.groot && merge_common(&c);
     if (ok) {
-        atomic_init(&c.plan->refs, 1);
         c.plan->nleaves = w->nleaf;
         c.plan->nparams = w->nparam;
         c.plan->nout = n;
@@ -2561,15 +2562,19 @@ int ot__plan_get(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const 
     if (p) {
         atomic_fetch_add(&be->stats.cache_hits, 1);
     } else {
+        unsigned long failed = ot__alloc_failures();
         p = compile(be, w, n, outs, trees);
         if (!p) {
             ot__walk_done(be, w);
             return ot__err_set(OT_ENOMEM, NULL, 0, "assign", "out of memory compiling the tree");
         }
+        /* A plan that fell back from generated code or a fused group for
+         * want of memory runs once; cached, it would stay the slower plan. */
+        bool keep = ot__alloc_failures() == failed;
         atomic_fetch_add(&be->stats.compiles, 1);
         pthread_mutex_lock(&cpu->cache->lock);
         atomic_fetch_add(&p->refs, 1);   /* the caller's, beside the cache's */
-        if (!cache_add(cpu->cache, w, p)) atomic_fetch_sub(&p->refs, 1);
+        if (!keep || !cache_add(cpu->cache, w, p)) atomic_fetch_sub(&p->refs, 1);
         pthread_mutex_unlock(&cpu->cache->lock);
     }
     *plan = p;

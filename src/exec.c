@@ -151,7 +151,7 @@ typedef struct run_ctx {
     int64_t rest;              /* column reductions: results per tile column */
     double *partial;           /* REDUCE over all: one per chunk */
     int64_t *partial_index;
-    bool oom;
+    atomic_bool oom;           /* set by any chunk, on any thread */
 } run_ctx;
 
 /* Scratch of one chunk: a buffer per register plus reduction space. */

@@ -41,6 +41,10 @@ void *ot__aligned_alloc(size_t align, size_t n);
 bool ot__alloc_should_fail(void);
 void ot__alloc_fail_at(long n);
 long ot__alloc_count(void);
+/* Allocations that failed on this thread, injected or real, ever: a result
+ * built while this moved may have fallen back from an optimisation, so it
+ * is not worth keeping (the plan cache compares it before and after). */
+unsigned long ot__alloc_failures(void);
 
 /* ---- nodes --------------------------------------------------------------- */
 

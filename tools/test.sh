@@ -7,6 +7,12 @@
 #   numpy       tests/diff_numpy.py against $BUILD/liboptree.so (skipped while
 #               the script does not exist)
 #   sanitizers  the unit tests rebuilt in $BUILD/san with ASan + UBSan
+#   tsan        the unit tests rebuilt in $BUILD/tsan with ThreadSanitizer,
+#               running only the cases about threads (name or file contains
+#               "thread"; about 20 s): a data race ends its case
+#               (halt_on_error) and fails it. OpenBLAS runs single-threaded
+#               there, and tools/tsan.supp silences third-party libraries
+#               only, never optree's own code.
 #   valgrind    every example in $BUILD/examples under valgrind
 # Each phase prints a header and a summary line; the suite ends with exactly
 # one line "N passed, M failed" (summed over the phases) and exits non-zero
@@ -142,8 +148,9 @@ fi
 
 # ---------------------------------------------------------------- sanitizers
 header "sanitizers: ASan + UBSan build in $B/san"
-# GCC 12's ASan can fail at start-up where the kernel randomises mmap with
-# more than 28 bits; run without ASLR there when the kernel lets us.
+# GCC 12's ASan (and TSan, in the tsan phase) can fail at start-up where the
+# kernel randomises mmap with more than 28 bits; run without ASLR there when
+# the kernel lets us.
 NOASLR=""
 rnd=$(cat /proc/sys/vm/mmap_rnd_bits 2>/dev/null || echo 0)
 if [ "$rnd" -gt 28 ] 2>/dev/null && command -v setarch >/dev/null 2>&1 &&
@@ -160,6 +167,21 @@ else
     rc=$?
     show "$log"
     count_phase sanitizers "$log" "$rc"
+fi
+
+# ---------------------------------------------------------------- tsan
+header "tsan: ThreadSanitizer build in $B/tsan, the cases with \"thread\" in their name or file"
+if ! make -s -j"$JOBS" BUILD="$B/tsan" SANFLAGS='-fsanitize=thread' tests; then
+    echo "tsan: build FAILED"
+    record tsan 0 1 "tsan build failed"
+else
+    log=$LOGS/tsan.log
+    $TMO env OPENBLAS_NUM_THREADS=1 \
+        TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tools/tsan.supp" \
+        $NOASLR "$RB/tsan/test_optree" thread >"$log" 2>&1
+    rc=$?
+    show "$log"
+    count_phase tsan "$log" "$rc"
 fi
 
 # ---------------------------------------------------------------- valgrind

@@ -493,3 +493,77 @@ TEST(defect01_row_blocked_transposes)
                 compare(2, ls, fns[f], false, what);
             }
 }
+
+/* ---- fuzz findings: a scaled dot written by BLAS and read elsewhere ------- */
+
+/* s = scale(dot) is one output (BLAS could write it with alpha) and other
+ * outputs read it: a transpose of it, an elementwise op over it. The
+ * selectors pick the scale, the readers, the order and the dot. */
+static int dr_scale, dr_reader, dr_order, dr_batched;
+
+static ot_node *dr_scaled(ot_tensor *const *x)
+{
+    ot_node *d = dr_batched ? ot_batched_dot(x[0], x[1]) : ot_dot(x[0], x[1]);
+    switch (dr_scale) {
+    case 0: return ot_neg(d);
+    case 1: return ot_mul(0.5, d);
+    case 2: return ot_mul(d, 1.0);
+    case 3: return ot_mul(d, -2.0);
+    case 4: return ot_sub(d, 0.0);
+    default: return d;
+    }
+}
+
+static ot_node *dr_read(ot_node *s, int which, int ndim)
+{
+    switch (which) {
+    case 0: return ndim < 2 ? ot_exp(s) : ndim == 2 ? ot_T(s) : ot_T(s, .perm = {0, 2, 1});
+    case 1: return ot_tanh(s);
+    case 2: return ot_add(ot_sqr(s), s);
+    case 3: return ot_sig(ot_mul(s, 1.0));
+    default: return ot_sum(s, .axis = 0, .keepdims = true);
+    }
+}
+
+static void b_dot_root_read(ot_tensor *const *x, ot_node **t, int *n)
+{
+    ot_node *s = dr_scaled(x);
+    int nd = ot_node_shape(s).ndim;
+    ot_node *r1 = dr_read(s, dr_reader, nd), *r2 = dr_read(s, (dr_reader + 2) % 5, nd);
+    switch (dr_order) {
+    case 0: t[(*n)++] = s; t[(*n)++] = r1; break;
+    case 1: t[(*n)++] = r1; t[(*n)++] = s; break;
+    case 2: t[(*n)++] = r1; t[(*n)++] = s; t[(*n)++] = r2; break;
+    default: t[(*n)++] = s; t[(*n)++] = r2; t[(*n)++] = ot_add(s, ot_sum(r1)); break;
+    }
+}
+
+TEST(fuzz_dot_root_read_elsewhere)
+{
+    leafspec ls[] = {{OT_SHAPE(5, 5), NULL}, {OT_SHAPE(5, 1), NULL}};
+    dr_scale = 0, dr_reader = 0, dr_order = 1, dr_batched = 0;
+    compare(2, ls, b_dot_root_read, false, "{T(-dot), -dot}");
+}
+
+TEST(fuzz_dot_root_read_elsewhere_neighbours)
+{
+    const struct { ot_shape a, b; const int *pa, *pb; int batched; } sh[] = {
+        {OT_SHAPE(5, 5), OT_SHAPE(5, 1), NULL, NULL, 0},
+        {OT_SHAPE(1), OT_SHAPE(1, 1), NULL, NULL, 0},
+        {OT_SHAPE(1, 5), OT_SHAPE(5, 1), NULL, NULL, 0},
+        {OT_SHAPE(7, 4), OT_SHAPE(4, 6), P10, NULL, 0},
+        {OT_SHAPE(7, 4), OT_SHAPE(4, 6), NULL, P10, 0},
+        {OT_SHAPE(4), OT_SHAPE(4, 3), NULL, NULL, 0},
+        {OT_SHAPE(3, 5, 4), OT_SHAPE(3, 4, 2), P021, NULL, 1},
+        {OT_SHAPE(1, 5, 4), OT_SHAPE(3, 4, 2), NULL, P021, 1}};
+    for (size_t s = 0; s < sizeof sh / sizeof *sh; s++)
+        for (int sc = 0; sc < 6; sc++)
+            for (int rd = 0; rd < 5; rd++)
+                for (int ord = 0; ord < 4; ord++) {
+                    dr_scale = sc, dr_reader = rd, dr_order = ord, dr_batched = sh[s].batched;
+                    leafspec ls[] = {{sh[s].a, sh[s].pa}, {sh[s].b, sh[s].pb}};
+                    char what[96];
+                    snprintf(what, sizeof what, "shapes %zu scale %d reader %d order %d", s, sc, rd, ord);
+                    compare(2, ls, b_dot_root_read, false, what);
+                }
+}

@@ -8,7 +8,10 @@
  * zero stride, no unit stride, another dtype) is copied to a contiguous
  * array first, so BLAS never sees an invalid leading dim. A vector operand
  * takes gemv. K = 0 is handled here (BLAS would skip the beta scaling on some
- * builds): C = beta*C, with beta = 0 writing zeros without reading C.
+ * builds): C = alpha*0 + beta*C, with beta = 0 not reading C, so that zeros
+ * get the sign ref gives them. With K > 0 and a negative alpha, a zero may be
+ * +0 where ref's is -0: OpenBLAS adds alpha*A.B to a zeroed C for larger
+ * sizes, and a C of -0 with beta 1 costs a write pass (README, cpu backend).
  */
 #include "internal.h"
 
@@ -81,14 +84,17 @@ static double scale_value(ot_scale s, const double *param)
     return s.param >= 0 ? s.mul * param[s.param] : s.mul;
 }
 
-/* C = beta*C for K = 0; beta = 0 writes zeros without reading C. */
-static void scale_rows(char *c, ot_dtype dt, int64_t m, int64_t n, int64_t ldc, double beta)
+/* C = alpha*0 + beta*C for K = 0, as the tree computes it over a dot of
+ * zeros (the zero's sign, and NaN for an infinite alpha); beta = 0 (no
+ * beta) does not read C. */
+static void scale_rows(char *c, ot_dtype dt, int64_t m, int64_t n, int64_t ldc, double alpha,
+                       double beta)
 {
     int64_t es = (int64_t)ot__esize(dt);
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) {
             char *p = c + (i * ldc + j) * es;
-            ot__store(p, dt, beta == 0 ? 0.0 : beta * ot__load(p, dt));
+            ot__store(p, dt, beta == 0 ? alpha * 0.0 : beta * ot__load(p, dt) + alpha * 0.0);
         }
 }
 
@@ -134,7 +140,7 @@ int ot__run_dot(ot_backend *be, const ot_kernel *k, char *const base[2], char *d
     if (k->m == 0 || k->n == 0 || k->batch == 0) return 0;
     if (k->k == 0) {
         for (int64_t b = 0; b < k->batch; b++)
-            scale_rows(dst + b * k->store.strides[2] * es, dt, k->m, k->n, ldc, beta);
+            scale_rows(dst + b * k->store.strides[2] * es, dt, k->m, k->n, ldc, alpha, beta);
         return 0;
     }
     side sa = {&k->loads[0], base[0], k->m, k->k, NULL, NULL};

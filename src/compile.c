@@ -2419,13 +2419,18 @@ static int scaled(const compiler *c, int e, ot_scale *scale)
     return e;
 }
 
-/* A dot only output i reads, with the output's shape and dtype. */
-static bool dot_for(const compiler *c, int i, int e)
+/* A dot only output i reads, with the output's shape and dtype; s is the
+ * entry scaling it (s == e when none). BLAS writes alpha*dot into the output
+ * and no storage holds the dot or the scaled value, so neither may have
+ * another reader (a transpose, another output's kernel) nor a kernel of its
+ * own: each is read once, by the output. */
+static bool dot_for(const compiler *c, int i, int e, int s)
 {
     ot_shape osh = out_shape(c, i);
     const ot_node *d = node_of(c, e);
     return is_op(c, e) && kind_of(c, e) == OT_KIND_DOT && c->ci[e].uses == 1 &&
-           ot__shape_eq(&d->shape, &osh) && d->dtype == c->outs[i]->leaf.dtype;
+           c->ci[s].uses == 1 && (s == e || !c->ci[s].mat) && ot__shape_eq(&d->shape, &osh) &&
+           d->dtype == c->outs[i]->leaf.dtype;
 }
 
 /* The output itself, read as a leaf (the same view). */
@@ -2451,10 +2456,11 @@ static bool match_compound(const compiler *c, int i, int r, gemm_root *g)
         node_of(c, r)->dtype != c->outs[i]->leaf.dtype)
         return false;
     ot_scale s[2];
-    int t[2] = {scaled(c, canon_operand(c, r, 0), &s[0]), scaled(c, canon_operand(c, r, 1), &s[1])};
+    int o[2] = {canon_operand(c, r, 0), canon_operand(c, r, 1)};
+    int t[2] = {scaled(c, o[0], &s[0]), scaled(c, o[1], &s[1])};
     if (x->op == OT_OP_SUB) s[1].mul = -s[1].mul;
     for (int d = 0; d < 2; d++) {
-        if (!dot_for(c, i, t[d]) || !is_out_leaf(c, i, t[1 - d])) continue;
+        if (!dot_for(c, i, t[d], o[d]) || !is_out_leaf(c, i, t[1 - d])) continue;
         if (!out_alone(c, i, c->w->e[t[1 - d]].slot)) return false;
         *g = (gemm_root){t[d], s[d], s[1 - d]};
         return true;
@@ -2470,7 +2476,7 @@ static bool match_gemm_root(const compiler *c, int i, gemm_root *g)
     if (match_compound(c, i, r, g)) return true;
     ot_scale alpha;
     int d = scaled(c, r, &alpha);
-    if (!dot_for(c, i, d) || !out_alone(c, i, -1)) return false;
+    if (!dot_for(c, i, d, r) || !out_alone(c, i, -1)) return false;
     *g = (gemm_root){d, alpha, NONE};
     return true;
 }

@@ -497,3 +497,175 @@ TEST(defect01_row_blocked_transposes)
                 compare(2, ls, fns[f], false, what);
             }
 }
+
+/* ---- fuzz findings: a scaled dot written by BLAS and read elsewhere ------- */
+
+/* s = scale(dot) is one output (BLAS could write it with alpha) and other
+ * outputs read it: a transpose of it, an elementwise op over it. The
+ * selectors pick the scale, the readers, the order and the dot. */
+static int dr_scale, dr_reader, dr_order, dr_batched;
+
+static ot_node *dr_scaled(ot_tensor *const *x)
+{
+    ot_node *d = dr_batched ? ot_batched_dot(x[0], x[1]) : ot_dot(x[0], x[1]);
+    switch (dr_scale) {
+    case 0: return ot_neg(d);
+    case 1: return ot_mul(0.5, d);
+    case 2: return ot_mul(d, 1.0);
+    case 3: return ot_mul(d, -2.0);
+    case 4: return ot_sub(d, 0.0);
+    default: return d;
+    }
+}
+
+static ot_node *dr_read(ot_node *s, int which, int ndim)
+{
+    switch (which) {
+    case 0: return ndim < 2 ? ot_exp(s) : ndim == 2 ? ot_T(s) : ot_T(s, .perm = {0, 2, 1});
+    case 1: return ot_tanh(s);
+    case 2: return ot_add(ot_sqr(s), s);
+    case 3: return ot_sig(ot_mul(s, 1.0));
+    default: return ot_sum(s, .axis = 0, .keepdims = true);
+    }
+}
+
+static void b_dot_root_read(ot_tensor *const *x, ot_node **t, int *n)
+{
+    ot_node *s = dr_scaled(x);
+    int nd = ot_node_shape(s).ndim;
+    ot_node *r1 = dr_read(s, dr_reader, nd), *r2 = dr_read(s, (dr_reader + 2) % 5, nd);
+    switch (dr_order) {
+    case 0: t[(*n)++] = s; t[(*n)++] = r1; break;
+    case 1: t[(*n)++] = r1; t[(*n)++] = s; break;
+    case 2: t[(*n)++] = r1; t[(*n)++] = s; t[(*n)++] = r2; break;
+    default: t[(*n)++] = s; t[(*n)++] = r2; t[(*n)++] = ot_add(s, ot_sum(r1)); break;
+    }
+}
+
+TEST(fuzz_dot_root_read_elsewhere)
+{
+    leafspec ls[] = {{OT_SHAPE(5, 5), NULL}, {OT_SHAPE(5, 1), NULL}};
+    dr_scale = 0, dr_reader = 0, dr_order = 1, dr_batched = 0;
+    compare(2, ls, b_dot_root_read, false, "{T(-dot), -dot}");
+}
+
+TEST(fuzz_dot_root_read_elsewhere_neighbours)
+{
+    const struct { ot_shape a, b; const int *pa, *pb; int batched; } sh[] = {
+        {OT_SHAPE(5, 5), OT_SHAPE(5, 1), NULL, NULL, 0},
+        {OT_SHAPE(1), OT_SHAPE(1, 1), NULL, NULL, 0},
+        {OT_SHAPE(1, 5), OT_SHAPE(5, 1), NULL, NULL, 0},
+        {OT_SHAPE(7, 4), OT_SHAPE(4, 6), P10, NULL, 0},
+        {OT_SHAPE(7, 4), OT_SHAPE(4, 6), NULL, P10, 0},
+        {OT_SHAPE(4), OT_SHAPE(4, 3), NULL, NULL, 0},
+        {OT_SHAPE(3, 5, 4), OT_SHAPE(3, 4, 2), P021, NULL, 1},
+        {OT_SHAPE(1, 5, 4), OT_SHAPE(3, 4, 2), NULL, P021, 1}};
+    for (size_t s = 0; s < sizeof sh / sizeof *sh; s++)
+        for (int sc = 0; sc < 6; sc++)
+            for (int rd = 0; rd < 5; rd++)
+                for (int ord = 0; ord < 4; ord++) {
+                    dr_scale = sc, dr_reader = rd, dr_order = ord, dr_batched = sh[s].batched;
+                    leafspec ls[] = {{sh[s].a, sh[s].pa}, {sh[s].b, sh[s].pb}};
+                    char what[96];
+                    snprintf(what, sizeof what, "shapes %zu scale %d reader %d order %d", s, sc, rd, ord);
+                    compare(2, ls, b_dot_root_read, false, what);
+                }
+}
+
+/* ---- fuzz findings: the sign of a zero a BLAS call writes ----------------- */
+
+/* Trees over dots of zeros (and of products that cancel): the cpu backend's
+ * results equal ref's, zeros' signs included where the README promises them
+ * (K = 0, a positive scale); with a negative scale (-dot, -2*dot) BLAS may
+ * give +0 for ref's -0. */
+static int zs_tree;
+static void b_zero_sign(ot_tensor *const *x, ot_node **t, int *n)
+{
+    ot_node *d = ot_tensor_shape(x[0]).ndim == 3 ? ot_batched_dot(x[0], x[1]) : ot_dot(x[0], x[1]);
+    switch (zs_tree) {
+    case 0: t[(*n)++] = ot_neg(d); break;
+    case 1: t[(*n)++] = ot_mul(d, -2.0); break;
+    case 2: t[(*n)++] = ot_mul(2.0, d); break;
+    case 3: t[(*n)++] = ot_add(x[0], 1.0); t[(*n)++] = ot_neg(d); break;
+    default: t[(*n)++] = d; break;
+    }
+}
+
+static void zero_sign_case(ot_shape sa, ot_shape sb, int tree, bool cancel)
+{
+    double *res[2][MAXL];
+    int64_t len[2][MAXL];
+    int nr[2];
+    zs_tree = tree;
+    ot_tensor *x[2];
+    for (int c = 0; c < 2; c++) {
+        ot_backend *be = ot_backend_new(c ? "cpu" : "ref", NULL);
+        x[0] = ot_full(be, sa, OT_F64, cancel ? 1.0 : 0.0);
+        x[1] = ot_zeros(be, sb, OT_F64);
+        if (cancel) {   /* a row of A . a column of B: 1*1 + 1*-1 + 0... = +0 */
+            ot_tensor *h = ot_full(be, sb, OT_F64, 0.0);
+            int64_t nb = ot_tensor_numel(h), k = sb.dims[sb.ndim >= 2 ? sb.ndim - 2 : 0];
+            int64_t cols = nb / (k ? k : 1) / (sb.ndim == 3 ? sb.dims[0] : 1);
+            double *v = calloc((size_t)(nb ? nb : 1), sizeof *v);
+            for (int64_t i = 0; i < nb; i++) {
+                int64_t row = i / (cols ? cols : 1) % (k ? k : 1);
+                v[i] = row == 0 ? 1.0 : row == 1 ? -1.0 : 0.0;
+            }
+            ot_set(h, v);
+            free(v);
+            ot_tensor_free(x[1]);
+            x[1] = h;
+        }
+        ot_pool *pool = ot_pool_push();
+        ot_node *trees[MAXL];
+        ot_tensor *outs[MAXL];
+        int nt = 0;
+        b_zero_sign(x, trees, &nt);
+        for (int i = 0; i < nt; i++) outs[i] = ot_empty(be, ot_node_shape(trees[i]), OT_F64);
+        CHECK_INT(ot_assign_many(nt, outs, trees), 0);
+        nr[c] = nt;
+        for (int i = 0; i < nt; i++) {
+            len[c][i] = ot_tensor_numel(outs[i]);
+            res[c][i] = malloc(sizeof(double) * (size_t)(len[c][i] ? len[c][i] : 1));
+            ot_get(outs[i], res[c][i]);
+            ot_tensor_free(outs[i]);
+        }
+        ot_pool_pop(pool);
+        ot_tensor_free(x[0]);
+        ot_tensor_free(x[1]);
+        ot_backend_free(be);
+    }
+    for (int i = 0; i < nr[0]; i++) {
+        int bad = 0;
+        for (int64_t j = 0; j < len[0][i] && bad < 2; j++) {
+            double r = res[0][i][j], g = res[1][i][j];
+            bool sign = sa.dims[sa.ndim - 1] == 0 || tree == 2 || tree == 4;
+            if (r != g || (sign && signbit(r) != signbit(g))) {
+                test__fail(__FILE__, __LINE__, "tree %d cancel %d A %lldx.. output %d [%lld]: cpu %g, ref %g",
+                           tree, cancel, (long long)sa.dims[0], i, (long long)j, g, r);
+                bad++;
+            }
+        }
+        free(res[0][i]);
+        free(res[1][i]);
+    }
+}
+
+TEST(fuzz_neg_dot_zero_sign)
+{
+    zero_sign_case(OT_SHAPE(1, 5), OT_SHAPE(5, 1), 3, false);
+    zero_sign_case(OT_SHAPE(1, 5), OT_SHAPE(5, 1), 0, false);
+}
+
+TEST(fuzz_neg_dot_zero_sign_neighbours)
+{
+    const struct { ot_shape a, b; } sh[] = {
+        {OT_SHAPE(1, 5), OT_SHAPE(5, 1)}, {OT_SHAPE(7, 5), OT_SHAPE(5, 1)},
+        {OT_SHAPE(1, 5), OT_SHAPE(5, 6)}, {OT_SHAPE(5), OT_SHAPE(5, 4)},
+        {OT_SHAPE(7, 5), OT_SHAPE(5, 6)}, {OT_SHAPE(300, 8), OT_SHAPE(8, 300)},
+        {OT_SHAPE(3, 4, 5), OT_SHAPE(3, 5, 2)}, {OT_SHAPE(4, 0), OT_SHAPE(0, 3)}};
+    for (size_t s = 0; s < sizeof sh / sizeof *sh; s++)
+        for (int tree = 0; tree < 5; tree++)
+            for (int cancel = 0; cancel < 2; cancel++)
+                zero_sign_case(sh[s].a, sh[s].b, tree, cancel);
+}

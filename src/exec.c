@@ -406,7 +406,7 @@ static void run_jit(const run_ctx *c, scratch *s, int64_t o, int64_t j, int64_t 
             for (int p = 0; p < q; p++)
                 if (out[p] == out[q]) tout[q] = tout[p];
         }
-        jt->fn(tin, tout, vb);
+        jt->fn_tail(tin, tout, (size_t)tail * es);
         for (int q = 0; q < jt->nout; q++)
             if (jt->out_vector[q]) memcpy(out[q] + body * (int64_t)es, tout[q], (size_t)tail * es);
     }

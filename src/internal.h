@@ -363,9 +363,16 @@ typedef struct ot_jit {
      * returns; every vector output must be aligned to the vector. NULL
      * where the kernel's output is below the backend's stream_bytes. */
     void (*fn_stream)(char *const *in, char *const *out, size_t nbytes);
+    /* For a tail of nbytes < kt->vbytes, one vector over zero-padded
+     * inputs: the lanes past nbytes are zeroed before each call, as the
+     * tile kernels pad every op's tail (SLEEF's sin and cos reduce their
+     * argument one way for the whole vector, so a lane's result hangs on
+     * the others). fn itself where the body calls nothing. */
+    void (*fn_tail)(char *const *in, char *const *out, size_t nbytes);
     uint8_t *code;                  /* the machine code until installed */
     size_t code_len;
     size_t stream_at;               /* fn_stream's offset in code, or 0 */
+    size_t tail_at;                 /* fn_tail's offset in code, or 0 */
     const ot_kernels *kt;
     int ninsn, nout, kd;            /* kd: the body's kernel dtype */
     int16_t (*arg)[3];              /* per insn: the values operands a, b, c read */
@@ -415,7 +422,7 @@ typedef struct ot_kernel {
  * the table has no vector functions (only AVX2's and AVX-512's have), k
  * has a single op and writes less than stream_bytes, or the platform is
  * not x86-64 Linux. From stream_bytes of output on (0: never) fn_stream
- * is built too. acc: 1 for OT_ULP35. fn and fn_stream are set by
+ * is built too. acc: 1 for OT_ULP35. fn, fn_stream and fn_tail are set by
  * ot__jit_install, which puts the code of n kernels (NULL entries
  * skipped) into one executable mapping; false (nothing installed) when
  * the mapping fails. */

@@ -59,6 +59,7 @@ typedef struct regs {
     int wig;                    /* W for ops VEX ignores it on: EVEX wants w,
                                    VEX (and valgrind's decoder) 0 */
     int vbytes;                 /* bytes per vector register: 32 or 64 */
+    bool tail;                  /* fn_tail: zero the lanes past nbytes before calls */
     int val_of[NREG];           /* value in each register, or -1 */
     int16_t *reg_of;            /* register of each value, or -1 */
     bool *spilled;              /* body values with a current stack copy */
@@ -177,7 +178,9 @@ static void call_abs(code *c, const void *fn)
 /* The frame: the constants the body reads from memory (written once per
  * call, so that the loop spends no instructions making them), then a slot
  * per body value. */
-enum { K_SIGN, K_ABS, K_ONE, NCONST };   /* -0.0, ~-0.0, 1.0 in every lane */
+/* -0.0, ~-0.0, 1.0 in every lane; K_LIVE (fn_tail only): all ones in the
+ * lanes below nbytes, zero above. */
+enum { K_SIGN, K_ABS, K_ONE, K_LIVE, NCONST };
 static int32_t konst(const regs *r, int k) { return r->vbytes * k; }
 static int32_t slot(const regs *r, int v) { return r->vbytes * (NCONST + (int32_t)v); }
 
@@ -258,6 +261,22 @@ static void emit_constants(regs *r)
     shift(r, 2, 2, r->pp ? 54 : 25);
     shift(r, 6, 2, r->pp ? 52 : 23);
     vmov_store(r, 2, RSP, NO_INDEX, konst(r, K_ONE));
+}
+
+/* K_LIVE from nbytes (r14), lane by lane: lane i is live when r14 > i * es. */
+static void emit_live_mask(regs *r)
+{
+    int es = r->pp ? 8 : 4;
+    for (int i = 0; i < r->vbytes / es; i++) {
+        put(r->c, (const uint8_t[]){0x31, 0xC0}, 2);               /* xor eax, eax */
+        put(r->c, (const uint8_t[]){0x49, 0x81, 0xFE}, 3);         /* cmp r14, imm32 */
+        put4(r->c, i * es);
+        put(r->c, (const uint8_t[]){0x0F, 0x97, 0xC0}, 3);         /* seta al */
+        put(r->c, (const uint8_t[]){0x48, 0xF7, 0xD8}, 3);         /* neg rax */
+        if (r->pp) put1(r->c, 0x48);
+        put(r->c, (const uint8_t[]){0x89, 0x84, 0x24}, 3);         /* mov [rsp + disp32], */
+        put4(r->c, konst(r, K_LIVE) + i * es);                     /*     eax or rax */
+    }
 }
 
 /* ---- registers ------------------------------------------------------------ */
@@ -361,6 +380,19 @@ static void place(regs *r, int pos, int v, int reg)
     if (g != reg) vmovaps(r, reg, g);
 }
 
+/* In fn_tail, zeroes the lanes past nbytes of reg, which holds value v,
+ * where v is a vector (a broadcast scalar fills the tile kernels' padding
+ * too). */
+static bool zero_dead(const regs *r, int v)
+{
+    return r->tail && (in_body(r, v) || is_vector_load(r, v));
+}
+
+static void dead_lanes_zero(regs *r, int v, int reg)
+{
+    if (zero_dead(r, v)) bitwise_const(r, BIT_AND, reg, reg, K_LIVE);
+}
+
 /* A call: the callee clobbers every vector register, so values read later
  * are saved; the operands go to registers 0 and 1 (ymm or zmm), the result
  * comes back in register 0. */
@@ -377,6 +409,8 @@ static void emit_call(regs *r, int pos, const void *fn, int a, int b)
     place(r, pos, a, 0);
     if (b >= 0) place(r, pos, b, 1);
     for (int g = 0; g < NREG; g++) release(r, g);
+    dead_lanes_zero(r, a, 0);
+    if (b >= 0) dead_lanes_zero(r, b, 1);
     call_abs(r->c, fn);
     bind(r, pos, 0);
 }
@@ -389,7 +423,12 @@ static void emit_sig(regs *r, int pos, const void *exp_fn, int x)
 {
     int rx = use(r, x, 0);
     int nabs = take(r, 1u << rx);
-    bitwise_const(r, BIT_OR, nabs, rx, K_SIGN);                         /* -|x| */
+    int from = rx;
+    if (zero_dead(r, x)) {
+        bitwise_const(r, BIT_AND, nabs, rx, K_LIVE);
+        from = nabs;
+    }
+    bitwise_const(r, BIT_OR, nabs, from, K_SIGN);                       /* -|x| */
     for (int g = 0; g < NREG; g++) {
         int v = r->val_of[g];
         if (v >= 0 && (v == x || r->last[v] > pos)) save(r, g);
@@ -521,6 +560,7 @@ static void emit_function(regs *r, int acc, int frame, bool stream)
     mov_rr(c, R13, 6);                                         /* rsi */
     mov_rr(c, R14, 2);                                         /* rdx */
     emit_constants(r);
+    if (r->tail) emit_live_mask(r);
     put(c, (const uint8_t[]){0x31, 0xDB}, 2);                  /* xor ebx, ebx */
     put(c, (const uint8_t[]){0x4D, 0x85, 0xF6}, 3);            /* test r14, r14 */
     put(c, (const uint8_t[]){0x0F, 0x84}, 2);                  /* jz done */
@@ -680,6 +720,11 @@ bool ot__jit_install(ot_jit *const *jits, int n, ot_jit_map *map)
             entry = m + at + jits[i]->stream_at;
             memcpy(&jits[i]->fn_stream, &entry, sizeof entry);
         }
+        jits[i]->fn_tail = jits[i]->fn;
+        if (jits[i]->tail_at) {
+            entry = m + at + jits[i]->tail_at;
+            memcpy(&jits[i]->fn_tail, &entry, sizeof entry);
+        }
         at += (jits[i]->code_len + CODE_ALIGN - 1) / CODE_ALIGN * CODE_ALIGN;
         free(jits[i]->code);
         jits[i]->code = NULL;
@@ -708,15 +753,18 @@ static bool streams_out(const ot_kernel *k, size_t stream_bytes)
 /* One op alone is already one pass in the tile kernels: generated code
  * gains there only by streaming the output of an op that is bound by
  * memory, not by a call (sig alone measured 5-10% slower as code). */
+static bool calls(const ot_jit *j, const ot_kernel *k)
+{
+    for (int i = 0; i < k->ninsn; i++)
+        if (j->body[i] && needs_call(&k->insns[i])) return true;
+    return false;
+}
+
 static bool worth_it(const ot_jit *j, const ot_kernel *k, bool stream)
 {
     int nbody = 0;
-    bool calls = false;
-    for (int i = 0; i < k->ninsn; i++) {
-        nbody += j->body[i];
-        calls |= j->body[i] && needs_call(&k->insns[i]);
-    }
-    return nbody >= 2 || (nbody == 1 && stream && !calls);
+    for (int i = 0; i < k->ninsn; i++) nbody += j->body[i];
+    return nbody >= 2 || (nbody == 1 && stream && !calls(j, k));
 }
 
 ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc, size_t stream_bytes)
@@ -753,6 +801,12 @@ ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc, size_t 
             while (c.n % 16) put1(&c, 0xCC);               /* int3 padding */
             j->stream_at = c.n;
             emit_function(&r, acc, slot(&r, k->ninsn) + r.vbytes, true);
+        }
+        if (calls(j, k)) {
+            while (c.n % 16) put1(&c, 0xCC);
+            j->tail_at = c.n;
+            r.tail = true;
+            emit_function(&r, acc, slot(&r, k->ninsn) + r.vbytes, false);
         }
         ok = !c.oom;
     }

@@ -313,16 +313,18 @@ static ot_node *noisy(ot_node *w, ot_dtype dt, const ot_shape *shape, int idx)
         u = bin(OT_OP_SUB, bin(OT_OP_MUL, u, ot_const(2)), ot_const(1));
         return bin(OT_OP_MUL, w, bin(OT_OP_ADD, ot_const(1), bin(OT_OP_MUL, u, ot_const(eps))));
     }
-    /* Veltkamp's split: c - (c - w) is w rounded to 53 - k bits, c = w (2^k + 1) */
-    int bits = (dt == OT_F32 ? 24 : 53) + 1 + (int)log2(eps);
+    /* Veltkamp's split: c - (c - w) is w rounded to 53 - k bits, c = w (2^k + 1);
+     * rounded to -log2(eps) bits, w moves by at most eps relative */
+    int bits = -(int)log2(eps);
     ot_node *c = bin(OT_OP_MUL, w, ot_const(ldexp(1, 53 - bits) + 1));
     return bin(OT_OP_SUB, c, bin(OT_OP_SUB, c, w));
 }
 
-/* n, rounded to f32 (round32) and with noise (noise_draw) as asked. */
-static ot_node *wrap(ot_node *n, int idx)
+/* n, rounded to f32 (round32) and with noise (noise_draw) as asked; dt is
+ * the dtype of n in the tree as built, before its inputs were wrapped (ref's
+ * double inputs make n itself f64, but its error bound is in ulps of dt). */
+static ot_node *wrap(ot_node *n, ot_dtype dt, int idx)
 {
-    ot_dtype dt = ot_node_dtype(n);
     if (dt != OT_F32 && dt != OT_F64) return n;
     ot_args c = {.axis = OT_AXIS_ALL, .dtype = OT_F64};
     ot_node *w = ot_build_at(OT_OP_CAST, n, NULL, &c, NULL, 0);
@@ -357,7 +359,7 @@ static ot_node *transform(ot_node *root)
         m[i] = ot_build_at(it->op, it->a >= 0 ? m[it->a] : NULL, it->b >= 0 ? m[it->b] : NULL, &a,
                            NULL, 0);
         if (!m[i]) break;
-        m[i] = wrap(m[i], i);
+        m[i] = wrap(m[i], ot_node_dtype(it->node), i);
     }
     if (len > 0 && m[len - 1]) r = m[len - 1];
     free(m);

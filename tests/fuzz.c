@@ -1247,6 +1247,10 @@ static void check_fd(const fz_ir *ir0, fz_fail *f)
         for (int64_t e = 0; map && e < nv && e < g.n[k] && probes < 150 && !f->kind; e++, probes++) {
             int64_t bi = (int64_t)map[e];
             double x = data[bi], est[2];
+            /* steps of 1 and more average over a period of sin or cos: both
+             * estimates agree on a mean slope that is not f'(x) (sin at
+             * -1.4e185); the cpu-vs-ref gradient check still covers x */
+            if (fabs(x) >= 1e6) continue;
             for (int s = 0; s < 2; s++) {
                 double h = (s ? 1e-7 : 1e-6) * fmax(1, fabs(x));
                 data[bi] = x + h;

@@ -2368,6 +2368,19 @@ static void retarget_temp(ot_plan *p, int t, int i)
  * exp in its output and divides in place): one buffer fewer to stream
  * through memory. Both must be contiguous, of one shape and dtype, and the
  * output must overlap no leaf. */
+/* Whether every load of temp t in kernel k reads it element for element with
+ * k's store: a transposed or broadcast read of a temp kept in the output
+ * would see elements the kernel has already overwritten. */
+static bool reads_aligned(const ot_kernel *k, int t)
+{
+    for (int l = 0; l < k->nload; l++) {
+        const ot_view *v = &k->loads[l];
+        if (v->space == OT_SPACE_TEMP && v->index == t && !same_strides(v, &k->store, k->ndim))
+            return false;
+    }
+    return true;
+}
+
 static void temps_into_outputs(compiler *c)
 {
     ot_plan *p = c->plan;
@@ -2381,7 +2394,8 @@ static void temps_into_outputs(compiler *c)
         for (int l = 0; l < kk->nload; l++) {
             const ot_view *v = &kk->loads[l];
             if (v->space != OT_SPACE_TEMP || !same_strides(v, &kk->store, kk->ndim) ||
-                v->dtype != kk->store.dtype || sole_reader(p, v->index) != k)
+                v->dtype != kk->store.dtype || sole_reader(p, v->index) != k ||
+                !reads_aligned(kk, v->index))
                 continue;
             int w = temp_writer(p, v->index);
             const ot_kernel *wk = w >= 0 ? &p->kernels[w] : NULL;

@@ -669,3 +669,28 @@ TEST(fuzz_neg_dot_zero_sign_neighbours)
             for (int cancel = 0; cancel < 2; cancel++)
                 zero_sign_case(sh[s].a, sh[s].b, tree, cancel);
 }
+
+/* Fuzz finding 2000-34350: a temporary read only by the kernel writing the
+ * output was kept in the output even when that kernel also read it
+ * transposed, so later elements read values the kernel had overwritten. */
+TEST(fuzz_temp_in_output_read_transposed)
+{
+    const char *names[2] = {"ref", "cpu"};
+    float got[2][32];
+    for (int b = 0; b < 2; b++) {
+        ot_backend *be = ot_backend_new(names[b], NULL);
+        float d[32] = {0};
+        d[10] = 2;
+        d[17] = 1.75f;
+        ot_tensor *x = ot_array(be, OT_SHAPE(4, 2, 4, 1), OT_F32, d);
+        ot_node *m = ot_min(x, .axis = -1);
+        ot_tensor *o = ot_full(be, OT_SHAPE(4, 2, 4), OT_F32, 7777.25);
+        CHECK_INT(ot_assign(o, ot_lt(ot_T(m), m)), 0);
+        ot_get(o, got[b]);
+        ot_tensor_free(x);
+        ot_tensor_free(o);
+        ot_pool_drain();
+        ot_backend_free(be);
+    }
+    CHECK(memcmp(got[0], got[1], sizeof got[0]) == 0);
+}

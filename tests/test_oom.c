@@ -56,12 +56,6 @@ typedef struct program {
     int plan_cache;               /* backend option */
     void (*setup)(fx *);          /* unarmed */
     int (*run)(fx *);             /* armed: returns 0 or an OT_E* code */
-    /* The cpu backend allocates while it runs (tile scratch per chunk,
-     * reduction accumulators per kernel), so a failure there can come after
-     * another chunk or kernel wrote its part of an output: src/exec.c
-     * reserves nothing before its first write. Set for the programs that
-     * show it, until that is fixed; the error and the retry are checked. */
-    bool may_write_on_error;
 } program;
 
 /* Deterministic values in about [-1, 1]. */
@@ -559,7 +553,7 @@ static void oom_loop(const program *p)
                     test__fail(__FILE__, __LINE__, "%s on %s/%s, allocation %ld failed: rc %d, "
                                "errcode %d, \"%s\"", p->name, c->backend, isa, n, rc,
                                ot_errcode(), ot_errmsg());
-                if (!p->may_write_on_error && !same(&f, &before, false))
+                if (!same(&f, &before, false))
                     test__fail(__FILE__, __LINE__, "%s on %s/%s, allocation %ld failed: "
                                "outputs written", p->name, c->backend, isa, n);
             } else {
@@ -589,20 +583,20 @@ static void oom_loop(const program *p)
     }
 }
 
-static const program fused = {"fused assign", 0, fused_setup, fused_run, false};
-static const program eval = {"eval", 0, eval_setup, eval_run, false};
-static const program backprop = {"backprop with dot", 0, backprop_setup, backprop_run, false};
-static const program adam = {"adam step", 0, adam_setup, adam_run, false};
-static const program explain = {"explain", 0, explain_setup, explain_run, false};
-static const program print = {"print", 0, explain_setup, print_run, false};
-static const program evict = {"plan-cache eviction", 2, evict_setup, evict_run, false};
-static const program views = {"views", 0, views_setup, views_run, false};
-static const program reduce = {"reductions", 0, reduce_setup, reduce_run, true};
-static const program hvp = {"hessian-vector product", 0, hvp_setup, hvp_run, false};
-static const program sgd = {"sgd step", 0, sgd_setup, sgd_run, false};
-static const program alias = {"explain_many, aliased output", 0, alias_setup, alias_run, false};
-static const program subst = {"substitute", 0, substitute_setup, substitute_run, false};
-static const program jit = {"generated code", 0, jit_setup, jit_run, true};
+static const program fused = {"fused assign", 0, fused_setup, fused_run};
+static const program eval = {"eval", 0, eval_setup, eval_run};
+static const program backprop = {"backprop with dot", 0, backprop_setup, backprop_run};
+static const program adam = {"adam step", 0, adam_setup, adam_run};
+static const program explain = {"explain", 0, explain_setup, explain_run};
+static const program print = {"print", 0, explain_setup, print_run};
+static const program evict = {"plan-cache eviction", 2, evict_setup, evict_run};
+static const program views = {"views", 0, views_setup, views_run};
+static const program reduce = {"reductions", 0, reduce_setup, reduce_run};
+static const program hvp = {"hessian-vector product", 0, hvp_setup, hvp_run};
+static const program sgd = {"sgd step", 0, sgd_setup, sgd_run};
+static const program alias = {"explain_many, aliased output", 0, alias_setup, alias_run};
+static const program subst = {"substitute", 0, substitute_setup, substitute_run};
+static const program jit = {"generated code", 0, jit_setup, jit_run};
 
 TEST(oom_fused_assign) { oom_loop(&fused); }
 TEST(oom_eval) { oom_loop(&eval); }

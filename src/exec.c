@@ -155,8 +155,10 @@ static void parallel(ot_threads *t, int slot, int64_t n, int64_t elements, chunk
 /* Everything a run needs besides its temporaries, reserved with them before
  * its first kernel writes, so that running allocates nothing and an
  * allocation failure leaves every output as it was. Each thread of the run
- * owns a slot (the caller 0, worker i 1 + i), a block of `stride` bytes with
- * a region of each kind at off[], sized for the plan's largest need. */
+ * owns a slot (the caller 0, worker i 1 + i) with a region of each kind at
+ * off[], sized for the plan's largest need. The regions from R_BASE on
+ * serve whoever runs a kernel: only slot 0 has them, unless row blocks run
+ * in parallel (a BLAS operand's packed copy can be large). */
 enum {
     R_PTRS,                    /* tile scratch over the stack's: buffer pointers */
     R_BUFS,                    /* ... and the buffers */
@@ -171,15 +173,16 @@ enum {
 };
 
 typedef struct run_mem {
-    char *slots;               /* NULL when stride is 0 */
-    size_t stride;
+    char *slots;               /* slot 0, then the workers'; NULL when full is 0 */
+    size_t full, worker;       /* bytes of slot 0 and of each worker's */
     size_t off[R_COUNT];
 } run_mem;
 
 /* A region of slot `slot`, or NULL when the run needs no slots. */
 static void *region(const run_mem *m, int slot, int r)
 {
-    return m->stride ? m->slots + m->stride * (size_t)slot + m->off[r] : NULL;
+    if (!m->slots) return NULL;
+    return m->slots + (slot ? m->full + m->worker * (size_t)(slot - 1) : 0) + m->off[r];
 }
 
 typedef struct racc racc;
@@ -1042,7 +1045,8 @@ static bool run_layout(const ot_plan *p, run_mem *m)
         if (sz[r] > SIZE_MAX - 63 - off) return false;
         off += (sz[r] + 63) & ~(size_t)63;
     }
-    m->stride = off;
+    m->full = off;
+    m->worker = p->row_block > 0 && !p->row_serial ? off : m->off[R_BASE];
     return true;
 }
 
@@ -1066,8 +1070,9 @@ int ot__plan_run(ot_backend *be, ot_plan *p, const ot_binding *bind)
     ot_cpu *cpu = be->impl;
     run_mem mem;
     size_t temps = (p->arena_bytes + 63) & ~(size_t)63, slots = 0;
-    size_t nslots = 1 + (size_t)(cpu->threads ? cpu->threads->n : 0);
-    bool ok = run_layout(p, &mem) && ot__mul_size(&slots, mem.stride, nslots) && slots <= SIZE_MAX - temps;
+    size_t workers = (size_t)(cpu->threads ? cpu->threads->n : 0);
+    bool ok = run_layout(p, &mem) && ot__mul_size(&slots, mem.worker, workers) &&
+              slots <= SIZE_MAX - mem.full && (slots += mem.full) <= SIZE_MAX - temps;
     char *arena = NULL;
     if (!ok || (temps + slots && !(arena = arena_take(p, temps + slots))))
         return ot__err_set(OT_ENOMEM, NULL, 0, "assign",

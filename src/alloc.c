@@ -5,9 +5,10 @@
  * no leak, outputs untouched.
  *
  * The countdown is a thread-local: a test arms it on its own thread, and
- * the allocations it counts are that thread's. The cpu backend's worker
- * threads allocate tile scratch too; those allocations are not counted on
- * the armed thread, so they are never made to fail.
+ * the allocations it counts are that thread's. That covers every
+ * allocation of a call: the cpu backend reserves all a run needs (its
+ * worker threads' tile scratch included) on the calling thread before its
+ * first kernel writes, and the workers allocate nothing.
  */
 #include "internal.h"
 

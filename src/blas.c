@@ -51,31 +51,57 @@ static void pack(char *buf, const char *src, ot_dtype from, int64_t rows, int64_
             ot__store(buf + (i * cols + j) * es, dt, ot__load(src + (i * st[0] + j * st[1]) * fs, from));
 }
 
-/* One operand of the product: in place, or packed into *scratch (grown as
- * needed; packed once when every batch shares it). */
+/* One operand of the product: in place, or packed into scratch (packed
+ * once when every batch shares it). */
 typedef struct side {
     const ot_view *v;
     const char *base;
     int64_t rows, cols;
     char *scratch;
-    const char *packed_from;   /* the batch pointer *scratch holds, if any */
+    const char *packed_from;   /* the batch pointer scratch holds, if any */
 } side;
 
-static bool side_at(side *s, int64_t b, ot_dtype dt, operand *o)
+/* Whether v (rows x cols) must be packed to be multiplied as dtype dt; its
+ * layout does not depend on the batch, and a block of fewer rows packs no
+ * more than the whole. */
+static bool needs_pack(const ot_view *v, int64_t rows, int64_t cols, ot_dtype dt)
+{
+    operand o;
+    return v->dtype != dt || !blas_layout(rows, cols, v->strides, &o);
+}
+
+static void side_at(side *s, int64_t b, ot_dtype dt, operand *o)
 {
     int64_t fs = (int64_t)ot__esize(s->v->dtype);
     const char *p = s->base + b * s->v->strides[2] * fs;
     o->p = p;
-    if (s->v->dtype == dt && blas_layout(s->rows, s->cols, s->v->strides, o)) return true;
-    if (!s->scratch) {
-        size_t bytes;
-        if (!ot__mul_size(&bytes, (size_t)(s->rows * s->cols), ot__esize(dt)) ||
-            !(s->scratch = ot__malloc(bytes ? bytes : 1)))
-            return false;
-    }
+    if (s->v->dtype == dt && blas_layout(s->rows, s->cols, s->v->strides, o)) return;
     if (s->packed_from != p) pack(s->scratch, p, (ot_dtype)s->v->dtype, s->rows, s->cols, s->v->strides, dt);
     s->packed_from = p;
     *o = (operand){s->scratch, s->cols > 1 ? s->cols : 1, false};
+}
+
+/* Bytes of v's packed copy, 64-aligned; 0 where BLAS reads it in place. */
+static bool pack_bytes(size_t *bytes, const ot_view *v, int64_t rows, int64_t cols, ot_dtype dt)
+{
+    *bytes = 0;
+    if (!needs_pack(v, rows, cols, dt)) return true;
+    if (!ot__mul_size(bytes, (size_t)(rows * cols), ot__esize(dt)) || *bytes > SIZE_MAX - 63)
+        return false;
+    *bytes = (*bytes + 63) & ~(size_t)63;
+    return true;
+}
+
+bool ot__dot_scratch(const ot_kernel *k, size_t *bytes)
+{
+    ot_dtype dt = (ot_dtype)k->store.dtype;
+    size_t a, b;
+    *bytes = 0;
+    if (k->m == 0 || k->n == 0 || k->batch == 0 || k->k == 0) return true;
+    if (!pack_bytes(&a, &k->loads[0], k->m, k->k, dt) || !pack_bytes(&b, &k->loads[1], k->k, k->n, dt) ||
+        a > SIZE_MAX - b)
+        return false;
+    *bytes = a + b;
     return true;
 }
 
@@ -131,28 +157,27 @@ static void gemm(ot_dtype dt, const operand *a, const operand *b, int64_t m, int
     }
 }
 
-int ot__run_dot(ot_backend *be, const ot_kernel *k, char *const base[2], char *dst,
-                const double *param)
+void ot__run_dot(ot_backend *be, const ot_kernel *k, char *const base[2], char *dst,
+                 const double *param, char *scratch)
 {
     ot_dtype dt = (ot_dtype)k->store.dtype;
     int64_t es = (int64_t)ot__esize(dt), ldc = k->store.strides[0];
     double alpha = scale_value(k->alpha, param), beta = scale_value(k->beta, param);
-    if (k->m == 0 || k->n == 0 || k->batch == 0) return 0;
+    if (k->m == 0 || k->n == 0 || k->batch == 0) return;
     if (k->k == 0) {
         for (int64_t b = 0; b < k->batch; b++)
             scale_rows(dst + b * k->store.strides[2] * es, dt, k->m, k->n, ldc, alpha, beta);
-        return 0;
+        return;
     }
-    side sa = {&k->loads[0], base[0], k->m, k->k, NULL, NULL};
-    side sb = {&k->loads[1], base[1], k->k, k->n, NULL, NULL};
+    size_t a_bytes;
+    pack_bytes(&a_bytes, &k->loads[0], k->m, k->k, dt);
+    side sa = {&k->loads[0], base[0], k->m, k->k, scratch, NULL};
+    side sb = {&k->loads[1], base[1], k->k, k->n, scratch + a_bytes, NULL};
     openblas_set_num_threads(be->opts.threads);
-    bool ok = true;
-    for (int64_t b = 0; b < k->batch && ok; b++) {
+    for (int64_t b = 0; b < k->batch; b++) {
         operand a, bo;
-        ok = side_at(&sa, b, dt, &a) && side_at(&sb, b, dt, &bo);
-        if (ok) gemm(dt, &a, &bo, k->m, k->n, k->k, alpha, beta, dst + b * k->store.strides[2] * es, ldc);
+        side_at(&sa, b, dt, &a);
+        side_at(&sb, b, dt, &bo);
+        gemm(dt, &a, &bo, k->m, k->n, k->k, alpha, beta, dst + b * k->store.strides[2] * es, ldc);
     }
-    free(sa.scratch);
-    free(sb.scratch);
-    return ok ? 0 : OT_ENOMEM;
 }

@@ -27,12 +27,19 @@
 
 /* ---- the thread pool ------------------------------------------------------ */
 
-/* Runs chunks [first, last); scratch is set up once per call. */
-typedef void (*chunk_fn)(void *ctx, int64_t first, int64_t last);
+/* Runs chunks [first, last) on the thread that owns slot `slot` of the
+ * run's memory (run_mem); scratch is set up once per call. */
+typedef void (*chunk_fn)(void *ctx, int slot, int64_t first, int64_t last);
+
+typedef struct worker_arg {
+    struct ot_threads *t;
+    int slot;                  /* 1 + the worker's index; the caller's is 0 */
+} worker_arg;
 
 struct ot_threads {
     int n;                     /* workers, besides the calling thread */
     pthread_t *tid;
+    worker_arg *arg;
     pthread_mutex_t mu, run;
     pthread_cond_t go, done;
     uint64_t gen;
@@ -44,14 +51,15 @@ struct ot_threads {
     atomic_llong next;
 };
 
-static void run_chunks(ot_threads *t)
+static void run_chunks(ot_threads *t, int slot)
 {
-    for (int64_t c; (c = atomic_fetch_add(&t->next, 1)) < t->nchunks;) t->fn(t->ctx, c, c + 1);
+    for (int64_t c; (c = atomic_fetch_add(&t->next, 1)) < t->nchunks;) t->fn(t->ctx, slot, c, c + 1);
 }
 
 static void *worker(void *arg)
 {
-    ot_threads *t = arg;
+    ot_threads *t = ((worker_arg *)arg)->t;
+    int slot = ((worker_arg *)arg)->slot;
     uint64_t seen = 0;
     for (;;) {
         pthread_mutex_lock(&t->mu);
@@ -62,7 +70,7 @@ static void *worker(void *arg)
         }
         seen = t->gen;
         pthread_mutex_unlock(&t->mu);
-        run_chunks(t);
+        run_chunks(t, slot);
         pthread_mutex_lock(&t->mu);
         if (--t->busy == 0) pthread_cond_signal(&t->done);
         pthread_mutex_unlock(&t->mu);
@@ -82,6 +90,7 @@ static void threads_free(ot_threads *t)
     pthread_cond_destroy(&t->go);
     pthread_cond_destroy(&t->done);
     free(t->tid);
+    free(t->arg);
     free(t);
 }
 
@@ -90,7 +99,9 @@ static void threads_free(ot_threads *t)
 static ot_threads *threads_new(int workers)
 {
     ot_threads *t = ot__calloc(1, sizeof *t);
-    if (!t || !(t->tid = ot__calloc((size_t)workers, sizeof *t->tid))) {
+    if (!t || !(t->tid = ot__calloc((size_t)workers, sizeof *t->tid)) ||
+        !(t->arg = ot__calloc((size_t)workers, sizeof *t->arg))) {
+        if (t) free(t->tid);
         free(t);
         ot__err_set(OT_ENOMEM, NULL, 0, "backend_new", "out of memory");
         return NULL;
@@ -100,7 +111,9 @@ static ot_threads *threads_new(int workers)
     pthread_cond_init(&t->go, NULL);
     pthread_cond_init(&t->done, NULL);
     int err = 0;
-    while (t->n < workers && (err = pthread_create(&t->tid[t->n], NULL, worker, t)) == 0) t->n++;
+    for (int i = 0; i < workers; i++) t->arg[i] = (worker_arg){t, 1 + i};
+    while (t->n < workers && (err = pthread_create(&t->tid[t->n], NULL, worker, &t->arg[t->n])) == 0)
+        t->n++;
     if (err) {
         int started = t->n;
         threads_free(t);
@@ -112,12 +125,13 @@ static ot_threads *threads_new(int workers)
     return t;
 }
 
-/* Runs fn over chunks 0..n-1 on the pool (the caller works too); serially
- * when there is no pool, little work, or another run holds the pool. */
-static void parallel(ot_threads *t, int64_t n, int64_t elements, chunk_fn fn, void *ctx)
+/* Runs fn over chunks 0..n-1 on the pool (the caller works too, in slot
+ * 0, the one it owns then); serially in the caller's slot when there is no
+ * pool, little work, or another run holds the pool. */
+static void parallel(ot_threads *t, int slot, int64_t n, int64_t elements, chunk_fn fn, void *ctx)
 {
     if (!t || t->n == 0 || n < 2 || elements < PARALLEL_MIN || pthread_mutex_trylock(&t->run)) {
-        if (n > 0) fn(ctx, 0, n);
+        if (n > 0) fn(ctx, slot, 0, n);
         return;
     }
     pthread_mutex_lock(&t->mu);
@@ -129,7 +143,7 @@ static void parallel(ot_threads *t, int64_t n, int64_t elements, chunk_fn fn, vo
     t->gen++;
     pthread_cond_broadcast(&t->go);
     pthread_mutex_unlock(&t->mu);
-    run_chunks(t);
+    run_chunks(t, slot);
     pthread_mutex_lock(&t->mu);
     while (t->busy > 0) pthread_cond_wait(&t->done, &t->mu);
     pthread_mutex_unlock(&t->mu);
@@ -137,6 +151,41 @@ static void parallel(ot_threads *t, int64_t n, int64_t elements, chunk_fn fn, vo
 }
 
 /* ---- running a tile ------------------------------------------------------- */
+
+/* Everything a run needs besides its temporaries, reserved with them before
+ * its first kernel writes, so that running allocates nothing and an
+ * allocation failure leaves every output as it was. Each thread of the run
+ * owns a slot (the caller 0, worker i 1 + i) with a region of each kind at
+ * off[], sized for the plan's largest need. The regions from R_BASE on
+ * serve whoever runs a kernel: only slot 0 has them, unless row blocks run
+ * in parallel (a BLAS operand's packed copy can be large). */
+enum {
+    R_PTRS,                    /* tile scratch over the stack's: buffer pointers */
+    R_BUFS,                    /* ... and the buffers */
+    R_TCACHE,                  /* gathered rows of transposed inputs */
+    R_ACC,                     /* column reductions: accumulators per tile */
+    R_SUM,                     /* ... and float sums */
+    R_BASE,                    /* load bases of a kernel with more than 16 */
+    R_PARTIAL,                 /* REDUCE over all: value and i32 sum per chunk */
+    R_PINDEX,                  /* ... and index per chunk */
+    R_PACK,                    /* DOT: operands packed for BLAS */
+    R_COUNT
+};
+
+typedef struct run_mem {
+    char *slots;               /* slot 0, then the workers'; NULL when full is 0 */
+    size_t full, worker;       /* bytes of slot 0 and of each worker's */
+    size_t off[R_COUNT];
+} run_mem;
+
+/* A region of slot `slot`, or NULL when the run needs no slots. */
+static void *region(const run_mem *m, int slot, int r)
+{
+    if (!m->slots) return NULL;
+    return m->slots + (slot ? m->full + m->worker * (size_t)(slot - 1) : 0) + m->off[r];
+}
+
+typedef struct racc racc;
 
 /* What every tile of a kernel shares. */
 typedef struct run_ctx {
@@ -147,14 +196,13 @@ typedef struct run_ctx {
     char *store;
     char *xstore[OT_MAX_XSTORES];  /* a multi-output kernel's further outputs */
     const double *param;
+    const run_mem *mem;
     int64_t tile, inner, nouter, tiles_per_row;
     int64_t rest;              /* column reductions: results per tile column */
     double *partial;           /* REDUCE over all: one per chunk */
     int64_t *partial_index;
-    atomic_bool oom;           /* set by any chunk, on any thread */
 } run_ctx;
 
-/* Scratch of one chunk: a buffer per register plus reduction space. */
 /* Rows of a transposed input gathered together, 8 at a time (see
  * transposed_row). */
 #define TCACHE_LOADS 2
@@ -164,11 +212,13 @@ typedef struct tcache {
     char *buf;                 /* 8 rows of one tile */
 } tcache;
 
+/* Scratch of one chunk: a buffer per register plus reduction space. */
 typedef struct scratch {
     void **ptr, **own;
     char *mem;
-    bool heap;
     tcache tc[TCACHE_LOADS];
+    racc *acc;                 /* column reductions */
+    double *sum;
 } scratch;
 
 #define STACK_SCRATCH 8192   /* bytes of tile scratch kept on the stack */
@@ -181,31 +231,26 @@ typedef struct scratch_stack {
     _Alignas(64) char mem[STACK_SCRATCH];
 } scratch_stack;
 
-static void scratch_free(scratch *s)
-{
-    for (int i = 0; i < TCACHE_LOADS; i++) free(s->tc[i].buf);
-    if (!s->heap) return;
-    free(s->ptr);
-    free(s->mem);
-}
+static size_t scratch_per(int64_t tile) { return ((size_t)tile * 8 + 63) & ~(size_t)63; }
 
-static bool scratch_new(scratch *s, const ot_kernel *k, int64_t tile, scratch_stack *st)
+static bool scratch_small(int nb, size_t per) { return nb <= STACK_BUFS && per * (size_t)nb <= STACK_SCRATCH; }
+
+/* Chunk scratch in the stack's memory or the slot's. */
+static void scratch_new(scratch *s, const run_ctx *c, int slot, scratch_stack *st)
 {
-    int nb = k->nbuf ? k->nbuf : 1;
-    size_t per = ((size_t)tile * 8 + 63) & ~(size_t)63;
-    size_t bytes = per * (size_t)nb;
-    bool small = nb <= STACK_BUFS && bytes <= STACK_SCRATCH;
-    for (int i = 0; i < TCACHE_LOADS; i++) s->tc[i] = (tcache){.load = -1};
-    s->heap = !small;
-    s->ptr = small ? st->ptr : ot__calloc((size_t)nb * 2, sizeof *s->ptr);
-    s->mem = small ? st->mem : ot__malloc(bytes);
-    if (!s->ptr || !s->mem) {
-        scratch_free(s);
-        return false;
-    }
+    const run_mem *m = c->mem;
+    int nb = c->k->nbuf ? c->k->nbuf : 1;
+    size_t per = scratch_per(c->tile);
+    bool small = scratch_small(nb, per);
+    char *tc = region(m, slot, R_TCACHE);
+    for (int i = 0; i < TCACHE_LOADS; i++)
+        s->tc[i] = (tcache){.load = -1, .buf = tc ? tc + (size_t)c->tile * 8 * 4 * (size_t)i : NULL};
+    s->ptr = small ? st->ptr : region(m, slot, R_PTRS);
+    s->mem = small ? st->mem : region(m, slot, R_BUFS);
+    s->acc = region(m, slot, R_ACC);
+    s->sum = region(m, slot, R_SUM);
     s->own = s->ptr + nb;
     for (int i = 0; i < nb; i++) s->own[i] = s->mem + per * (size_t)i;
-    return true;
 }
 
 /* The element offset of a view at outer index o (over dims[0..nd-2]) and
@@ -284,7 +329,6 @@ static const void *transposed_row(const run_ctx *c, scratch *s, int load, int64_
     for (int i = 0; i < TCACHE_LOADS && !e; i++)
         if (s->tc[i].load == load || s->tc[i].load < 0) e = &s->tc[i];
     if (!e) return NULL;
-    if (!e->buf && !(e->buf = ot__malloc((size_t)c->tile * 8 * 4))) return NULL;
     if (e->load != load || e->o0 != o0 || e->j != j) {
         const char *src = c->base[load] + view_offset(k, v, o0, j) * 4;
         c->kt->tgather_b4(e->buf, c->tile, src, inner_stride(k, v), n, rows);
@@ -510,11 +554,11 @@ static void ew_body(run_ctx *c, scratch *s, int64_t first, int64_t last)
 
 /* ---- reductions ----------------------------------------------------------- */
 
-typedef struct racc {
+struct racc {
     double v;
     int64_t index;
     int64_t isum;              /* i32 sums wrap like NumPy's int32 */
-} racc;
+};
 
 static bool is_arg(int op) { return op == OT_OP_ARGMAX || op == OT_OP_ARGMIN; }
 static bool wants_max(int op) { return op == OT_OP_MAX || op == OT_OP_ARGMAX; }
@@ -646,10 +690,9 @@ static void column_body(run_ctx *c, scratch *s, int64_t first, int64_t last)
     int64_t after = 1;
     for (int d = ax + 1; d < k->ndim - 1; d++) after *= k->dims[d];
     bool sums = column_sums(k);
-    racc *acc = ot__malloc(sizeof *acc * (size_t)c->tile);
-    double *sum = sums ? ot__malloc(sizeof *sum * (size_t)c->tile) : NULL;
-    bool ok = acc && (sum || !sums);
-    for (int64_t t = first * TILES_PER_CHUNK; ok && t < total && t < last * TILES_PER_CHUNK; t++) {
+    racc *acc = s->acc;
+    double *sum = s->sum;
+    for (int64_t t = first * TILES_PER_CHUNK; t < total && t < last * TILES_PER_CHUNK; t++) {
         int64_t q = t / c->tiles_per_row, j = (t % c->tiles_per_row) * c->tile;
         int64_t n = c->inner - j < c->tile ? c->inner - j : c->tile;
         int64_t hi = q / after, lo = q % after;
@@ -672,32 +715,34 @@ static void column_body(run_ctx *c, scratch *s, int64_t first, int64_t last)
             racc_store(c, &acc[i], c->store + view_offset(k, &k->store, o0, j + i) * (int64_t)es);
         }
     }
-    if (!ok) c->oom = true;
-    free(acc);
-    free(sum);
 }
 
 /* Every chunk sets up tile scratch once, then runs its kind's body. */
 typedef void (*chunk_body)(run_ctx *c, scratch *s, int64_t first, int64_t last);
 
-static void run_chunk(run_ctx *c, chunk_body body, int64_t first, int64_t last)
+static void run_chunk(run_ctx *c, chunk_body body, int slot, int64_t first, int64_t last)
 {
     scratch s;
     scratch_stack st;
-    if (!scratch_new(&s, c->k, c->tile, &st)) {
-        c->oom = true;
-        return;
-    }
+    scratch_new(&s, c, slot, &st);
     body(c, &s, first, last);
-    scratch_free(&s);
 }
 
-static void ew_chunk(void *c, int64_t first, int64_t last) { run_chunk(c, ew_body, first, last); }
-static void row_chunk(void *c, int64_t first, int64_t last) { run_chunk(c, row_body, first, last); }
-static void all_chunk(void *c, int64_t first, int64_t last) { run_chunk(c, all_body, first, last); }
-static void column_chunk(void *c, int64_t first, int64_t last)
+static void ew_chunk(void *c, int slot, int64_t first, int64_t last)
 {
-    run_chunk(c, column_body, first, last);
+    run_chunk(c, ew_body, slot, first, last);
+}
+static void row_chunk(void *c, int slot, int64_t first, int64_t last)
+{
+    run_chunk(c, row_body, slot, first, last);
+}
+static void all_chunk(void *c, int slot, int64_t first, int64_t last)
+{
+    run_chunk(c, all_body, slot, first, last);
+}
+static void column_chunk(void *c, int slot, int64_t first, int64_t last)
+{
+    run_chunk(c, column_body, slot, first, last);
 }
 
 /* ---- kernels as a whole --------------------------------------------------- */
@@ -730,6 +775,12 @@ static int64_t tile_for(const ot_kernel *k)
     return k->col_blocked ? TILE_COLUMN : (k->nbuf > 6 ? TILE / 2 : TILE);
 }
 
+/* A REDUCE over everything: its chunks, each a partial. */
+static int64_t all_chunks(const run_ctx *c)
+{
+    return (c->nouter * c->tiles_per_row + TILES_PER_CHUNK - 1) / TILES_PER_CHUNK;
+}
+
 static void set_space(run_ctx *c, const ot_kernel *k)
 {
     c->tile = tile_for(k);
@@ -740,26 +791,25 @@ static void set_space(run_ctx *c, const ot_kernel *k)
     c->tiles_per_row = (c->inner + c->tile - 1) / c->tile;
 }
 
-static int run_reduce(ot_threads *th, run_ctx *c)
+static void run_reduce(ot_threads *th, int slot, run_ctx *c)
 {
     const ot_kernel *k = c->k;
     int64_t elements = c->nouter * c->inner;
     if (k->red_axis == k->ndim - 1 && k->ndim > 0) {
-        parallel(th, (c->nouter + ROWS_PER_CHUNK - 1) / ROWS_PER_CHUNK, elements, row_chunk, c);
+        parallel(th, slot, (c->nouter + ROWS_PER_CHUNK - 1) / ROWS_PER_CHUNK, elements, row_chunk, c);
     } else if (k->red_axis >= 0) {
         /* An empty reduced dim still yields results: the identity (or NaN
          * for mean), so the work is counted without it. */
         c->rest = 1;
         for (int d = 0; d + 1 < k->ndim; d++)
             if (d != k->red_axis) c->rest *= k->dims[d];
-        parallel(th, (c->rest * c->tiles_per_row + TILES_PER_CHUNK - 1) / TILES_PER_CHUNK, elements,
-                 column_chunk, c);
+        parallel(th, slot, (c->rest * c->tiles_per_row + TILES_PER_CHUNK - 1) / TILES_PER_CHUNK,
+                 elements, column_chunk, c);
     } else {
-        int64_t nchunks = (c->nouter * c->tiles_per_row + TILES_PER_CHUNK - 1) / TILES_PER_CHUNK;
-        c->partial = ot__malloc(sizeof(double) * (size_t)(2 * nchunks + 2));
-        c->partial_index = ot__malloc(sizeof(int64_t) * (size_t)(nchunks + 1));
-        if (!c->partial || !c->partial_index) return OT_ENOMEM;
-        parallel(th, nchunks, elements, all_chunk, c);
+        int64_t nchunks = all_chunks(c);
+        c->partial = region(c->mem, slot, R_PARTIAL);
+        c->partial_index = region(c->mem, slot, R_PINDEX);
+        parallel(th, slot, nchunks, elements, all_chunk, c);
         racc a = racc_identity(k->red_op);
         for (int64_t i = 0; i < nchunks; i++) {
             a.isum += (int64_t)c->partial[2 * i + 1];
@@ -768,14 +818,13 @@ static int run_reduce(ot_threads *th, run_ctx *c)
         }
         racc_store(c, &a, c->store);
     }
-    return c->oom ? OT_ENOMEM : 0;
 }
 
-static int run_ew(ot_threads *th, run_ctx *c)
+static void run_ew(ot_threads *th, int slot, run_ctx *c)
 {
     int64_t tiles = c->nouter * c->tiles_per_row;
-    parallel(th, (tiles + TILES_PER_CHUNK - 1) / TILES_PER_CHUNK, c->nouter * c->inner, ew_chunk, c);
-    return c->oom ? OT_ENOMEM : 0;
+    parallel(th, slot, (tiles + TILES_PER_CHUNK - 1) / TILES_PER_CHUNK, c->nouter * c->inner, ew_chunk,
+             c);
 }
 
 /* ---- rand and onehot ------------------------------------------------------ */
@@ -831,9 +880,11 @@ static char *row_base(char *base, const ot_view *v, rows r, int block_temp)
 }
 
 /* Runs one kernel, over a block of the plan's rows or over everything (r.n
- * < 0), on the pool th (NULL: serially, when blocks run in parallel). */
-static int run_kernel(ot_backend *be, const ot_plan *p, const ot_binding *bind, char *arena,
-                      const ot_kernel *whole, rows r, int64_t nrows, int block_temp, ot_threads *th)
+ * < 0), on the pool th (NULL: serially in `slot`, when blocks run in
+ * parallel; else the caller's slot 0). */
+static void run_kernel(ot_backend *be, const ot_plan *p, const ot_binding *bind, char *arena,
+                       const run_mem *mem, int slot, const ot_kernel *whole, rows r, int64_t nrows,
+                       int block_temp, ot_threads *th)
 {
     ot_cpu *cpu = be->impl;
     ot_kernel block;   /* a row block's copy; a whole run reads the plan's */
@@ -848,16 +899,14 @@ static int run_kernel(ot_backend *be, const ot_plan *p, const ot_binding *bind, 
     }
     char *dst = row_base(view_base(p, bind, arena, &kp->store), &kp->store, r, block_temp);
     char *stack_base[16];
-    char **base = kp->nload <= 16 ? stack_base : ot__malloc(sizeof *base * (size_t)kp->nload);
-    if (!base) return OT_ENOMEM;
+    char **base = kp->nload <= 16 ? stack_base : region(mem, slot, R_BASE);
     for (int i = 0; i < kp->nload; i++) {
         bool whole_b = kp->kind == OT_KER_DOT && i == 1;   /* every block reads all of B */
         base[i] = row_base(view_base(p, bind, arena, &kp->loads[i]), &kp->loads[i],
                            whole_b ? (rows){0, -1} : r, block_temp);
     }
-    int rc = 0;
     switch (kp->kind) {   /* rand and onehot are never row-blocked */
-    case OT_KER_DOT: rc = ot__run_dot(be, kp, base, dst, bind->param); break;
+    case OT_KER_DOT: ot__run_dot(be, kp, base, dst, bind->param, region(mem, slot, R_PACK)); break;
     case OT_KER_RAND: run_rand(be, kp, dst); break;
     case OT_KER_ONEHOT: run_onehot(kp, base[0], dst); break;
     default: {
@@ -869,17 +918,15 @@ static int run_kernel(ot_backend *be, const ot_plan *p, const ot_binding *bind, 
         c.base = base;
         c.store = dst;
         c.param = bind->param;
+        c.mem = mem;
         for (int x = 0; x < kp->nxstore; x++)
             c.xstore[x] = row_base(view_base(p, bind, arena, &kp->xstores[x].view),
                                    &kp->xstores[x].view, r, -1);
         set_space(&c, kp);
-        rc = kp->kind == OT_KER_EW ? run_ew(th, &c) : run_reduce(th, &c);
-        free(c.partial);
-        free(c.partial_index);
+        if (kp->kind == OT_KER_EW) run_ew(th, slot, &c);
+        else run_reduce(th, slot, &c);
     }
     }
-    if (base != stack_base) free(base);
-    return rc;
 }
 
 /* A row-blocked run: each chunk runs every kernel over its blocks of rows,
@@ -890,10 +937,10 @@ typedef struct block_ctx {
     const ot_plan *p;
     const ot_binding *bind;
     char *arena;
-    atomic_int rc;
+    const run_mem *mem;
 } block_ctx;
 
-static void block_chunk(void *arg, int64_t first, int64_t last)
+static void block_chunk(void *arg, int slot, int64_t first, int64_t last)
 {
     block_ctx *b = arg;
     const ot_plan *p = b->p;
@@ -901,68 +948,115 @@ static void block_chunk(void *arg, int64_t first, int64_t last)
     for (int64_t blk = first; blk < last; blk++) {
         rows r = {blk * p->row_block, 0};
         r.n = nrows - r.r0 < p->row_block ? nrows - r.r0 : p->row_block;
-        for (int i = 0; i < p->nkernels; i++) {
-            int rc = run_kernel(b->be, p, b->bind, b->arena, &p->kernels[i], r, p->rows, -1, NULL);
-            if (rc) atomic_store(&b->rc, rc);
-        }
+        for (int i = 0; i < p->nkernels; i++)
+            run_kernel(b->be, p, b->bind, b->arena, b->mem, slot, &p->kernels[i], r, p->rows, -1, NULL);
     }
 }
 
 /* Kernels that run per block of rows, blocks in order, each kernel on every
  * thread: a dot's rows and the epilogue that reads them while in cache. */
-static int run_segment(ot_backend *be, const ot_plan *p, const ot_binding *bind, char *arena,
-                       const ot_segment *sg)
+static void run_segment(ot_backend *be, const ot_plan *p, const ot_binding *bind, char *arena,
+                        const run_mem *mem, const ot_segment *sg)
 {
     ot_cpu *cpu = be->impl;
-    int rc = 0;
     /* One block is the whole run: kernels then run unsliced, since a
      * reduction joining the segment need not walk the dot's rows (a sum
      * over a transpose of the epilogue's result) when there is one block. */
     bool whole = sg->row_block >= sg->rows;
-    for (int64_t r0 = 0; r0 < sg->rows && rc == 0; r0 += sg->row_block) {
+    for (int64_t r0 = 0; r0 < sg->rows; r0 += sg->row_block) {
         rows r = {r0, sg->rows - r0 < sg->row_block ? sg->rows - r0 : sg->row_block};
         if (whole) r = (rows){0, -1};
-        for (int i = sg->first; i < sg->first + sg->count && rc == 0; i++)
-            rc = run_kernel(be, p, bind, arena, &p->kernels[i], r, sg->rows, sg->block_temp,
-                            cpu->threads);
+        for (int i = sg->first; i < sg->first + sg->count; i++)
+            run_kernel(be, p, bind, arena, mem, 0, &p->kernels[i], r, sg->rows, sg->block_temp,
+                       cpu->threads);
     }
-    return rc;
 }
 
-static int run_kernels(ot_backend *be, const ot_plan *p, const ot_binding *bind, char *arena)
+static void run_kernels(ot_backend *be, const ot_plan *p, const ot_binding *bind, char *arena,
+                        const run_mem *mem)
 {
     ot_cpu *cpu = be->impl;
     if (p->row_serial) {
         ot_segment all = {0, p->nkernels, p->rows, p->row_block, -1};
-        return run_segment(be, p, bind, arena, &all);
+        run_segment(be, p, bind, arena, mem, &all);
+        return;
     }
     if (p->row_block <= 0) {
-        int rc = 0, s = 0;
-        for (int i = 0; i < p->nkernels && rc == 0; i++) {
+        for (int i = 0, s = 0; i < p->nkernels; i++) {
             if (s < p->nseg && p->segs[s].first == i) {
-                rc = run_segment(be, p, bind, arena, &p->segs[s]);
+                run_segment(be, p, bind, arena, mem, &p->segs[s]);
                 i += p->segs[s++].count - 1;
             } else {
-                rc = run_kernel(be, p, bind, arena, &p->kernels[i], (rows){0, -1}, 0, -1,
-                                cpu->threads);
+                run_kernel(be, p, bind, arena, mem, 0, &p->kernels[i], (rows){0, -1}, 0, -1,
+                           cpu->threads);
             }
         }
-        return rc;
+        return;
     }
     const ot_kernel *k0 = &p->kernels[0];
     int64_t nrows = p->rows, elements = 1;
     for (int d = 0; d < k0->ndim; d++) elements *= k0->dims[d];
-    block_ctx b = {be, p, bind, arena, 0};
-    parallel(cpu->threads, (nrows + p->row_block - 1) / p->row_block, elements, block_chunk, &b);
-    return atomic_load(&b.rc);
+    block_ctx b = {be, p, bind, arena, mem};
+    parallel(cpu->threads, 0, (nrows + p->row_block - 1) / p->row_block, elements, block_chunk, &b);
 }
 
-/* The plan's arena when no other run holds it: fresh pages for large
- * temporaries would cost a page fault per 4 KiB on every call. */
-static char *arena_take(ot_plan *p)
+static void need(size_t *have, size_t n)
+{
+    if (n > *have) *have = n;
+}
+
+/* m's layout for plan p: each region as large as the largest kernel's need
+ * (a row block of a kernel needs no more than the whole), or false when a
+ * size overflows. */
+static bool run_layout(const ot_plan *p, run_mem *m)
+{
+    size_t sz[R_COUNT] = {0};
+    for (int i = 0; i < p->nkernels; i++) {
+        const ot_kernel *k = &p->kernels[i];
+        if (k->nload > 16) need(&sz[R_BASE], sizeof(char *) * (size_t)k->nload);
+        if (k->kind == OT_KER_DOT) {
+            size_t bytes;
+            if (!ot__dot_scratch(k, &bytes)) return false;
+            need(&sz[R_PACK], bytes);
+        }
+        if (k->kind != OT_KER_EW && k->kind != OT_KER_REDUCE) continue;
+        run_ctx c;
+        set_space(&c, k);
+        int nb = k->nbuf ? k->nbuf : 1;
+        size_t per = scratch_per(c.tile), tile = (size_t)c.tile;
+        if (!scratch_small(nb, per)) {
+            need(&sz[R_PTRS], sizeof(void *) * 2 * (size_t)nb);
+            need(&sz[R_BUFS], per * (size_t)nb);
+        }
+        if (k->col_blocked) need(&sz[R_TCACHE], tile * 8 * 4 * TCACHE_LOADS);
+        if (k->kind != OT_KER_REDUCE || (k->red_axis == k->ndim - 1 && k->ndim > 0)) continue;
+        if (k->red_axis >= 0) {
+            need(&sz[R_ACC], sizeof(racc) * tile);
+            need(&sz[R_SUM], sizeof(double) * tile);
+        } else {
+            size_t n = (size_t)all_chunks(&c);
+            need(&sz[R_PARTIAL], sizeof(double) * (2 * n + 2));
+            need(&sz[R_PINDEX], sizeof(int64_t) * (n + 1));
+        }
+    }
+    size_t off = 0;
+    for (int r = 0; r < R_COUNT; r++) {
+        m->off[r] = off;
+        if (sz[r] > SIZE_MAX - 63 - off) return false;
+        off += (sz[r] + 63) & ~(size_t)63;
+    }
+    m->full = off;
+    m->worker = p->row_block > 0 && !p->row_serial ? off : m->off[R_BASE];
+    return true;
+}
+
+/* The plan's arena (its temporaries, then the run's slots) when no other run
+ * holds it: fresh pages for large temporaries would cost a page fault per
+ * 4 KiB on every call. Every run of a plan needs the same bytes. */
+static char *arena_take(ot_plan *p, size_t bytes)
 {
     char *a = atomic_exchange(&p->arena, NULL);
-    return a ? a : ot__aligned_alloc(64, (p->arena_bytes + 63) & ~(size_t)63);
+    return a ? a : ot__aligned_alloc(64, bytes);
 }
 
 static void arena_give(ot_plan *p, char *a)
@@ -973,13 +1067,20 @@ static void arena_give(ot_plan *p, char *a)
 
 int ot__plan_run(ot_backend *be, ot_plan *p, const ot_binding *bind)
 {
+    ot_cpu *cpu = be->impl;
+    run_mem mem;
+    size_t temps = (p->arena_bytes + 63) & ~(size_t)63, slots = 0;
+    size_t workers = (size_t)(cpu->threads ? cpu->threads->n : 0);
+    bool ok = run_layout(p, &mem) && ot__mul_size(&slots, mem.worker, workers) &&
+              slots <= SIZE_MAX - mem.full && (slots += mem.full) <= SIZE_MAX - temps;
     char *arena = NULL;
-    if (p->arena_bytes && !(arena = arena_take(p)))
-        return ot__err_set(OT_ENOMEM, NULL, 0, "assign", "out of memory for %zu bytes of temporaries",
-                           p->arena_bytes);
-    int rc = run_kernels(be, p, bind, arena);
+    if (!ok || (temps + slots && !(arena = arena_take(p, temps + slots))))
+        return ot__err_set(OT_ENOMEM, NULL, 0, "assign",
+                           "out of memory for %zu bytes of temporaries and %zu of scratch", temps,
+                           slots);
+    mem.slots = slots ? arena + temps : NULL;
+    run_kernels(be, p, bind, arena, &mem);
     if (arena) arena_give(p, arena);
-    if (rc) return ot__err_set(rc, NULL, 0, "assign", "out of memory running a kernel");
     atomic_fetch_add(&be->stats.kernels, (uint64_t)p->nkernels);
     atomic_fetch_add(&be->stats.nodes, p->nodes);
     atomic_fetch_add(&be->stats.bytes_moved, p->bytes_read + p->bytes_written);

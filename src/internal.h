@@ -492,9 +492,12 @@ void ot__walk_free(ot_walk *w);
 void ot__plan_release(ot_plan *p);
 int ot__plan_explain(const ot_plan *p, FILE *f);
 /* blas.c: runs a DOT kernel (k->m may be a row block's) from the bases of
- * its operands into dst. 0 or OT_ENOMEM. */
-int ot__run_dot(ot_backend *be, const ot_kernel *k, char *const base[2], char *dst,
-                const double *param);
+ * its operands into dst, packing operands BLAS cannot read in place into
+ * scratch, of the size ot__dot_scratch gives for the whole kernel (false:
+ * the size overflows). A run allocates nothing once it writes. */
+bool ot__dot_scratch(const ot_kernel *k, size_t *bytes);
+void ot__run_dot(ot_backend *be, const ot_kernel *k, char *const base[2], char *dst,
+                 const double *param, char *scratch);
 /* exec.c */
 int ot__plan_run(ot_backend *be, ot_plan *p, const ot_binding *bind);
 

@@ -500,7 +500,7 @@ static void cast_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
  * freedom: var's root divides by it as a constant. */
 static ot_node *centered(const ctx *c, ot_node *x, int axis)
 {
-    return B(c, OT_OP_SUB, x, reduce(c, OT_OP_MEAN, x, axis, true));
+    return B(c, OT_OP_SUB, x, ot__mean_refined(x, axis, c->file, c->line));
 }
 
 static void var_std_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)

@@ -71,6 +71,9 @@ struct ot_node {
  * pool of this thread, which takes that reference over. On allocation
  * failure the node is released and OT_ENOMEM recorded; returns n or NULL. */
 ot_node *ot__pool_adopt(ot_node *n);
+/* mean(x, axis, keepdims) as var and std expand it (node.c): exact for
+ * constant data on every backend; autodiff's var/std rules use it too. */
+ot_node *ot__mean_refined(ot_node *x, int axis, const char *file, int line);
 /* A zeroed node with refs = 1, kind/op/tag set to "none" values. */
 ot_node *ot__node_alloc(void);
 

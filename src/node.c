@@ -769,9 +769,24 @@ static int64_t reduced_count(const ot_node *x, int axis)
     return axis == OT_AXIS_ALL ? ot__numel(&x->shape) : x->shape.dims[axis];
 }
 
+/* The mean of x along axis (keepdims) as m1 + mean(x - m1), m1 the plain
+ * mean: exact for constant data (x - m1 is exact, its mean's error is of
+ * order n^2 eps^2 and vanishes in the addition), where a plain sum's
+ * rounding leaves var and std of constant data tiny but nonzero on one
+ * backend and 0 on another, and a function singular at std = 0 (log, 1/x)
+ * finite on one and inf or NaN on the other. */
+ot_node *ot__mean_refined(ot_node *x, int axis, const char *file, int line)
+{
+    ot_args r = {.axis = axis, .keepdims = true};
+    ot_node *m1 = ot_build_at(OT_OP_MEAN, x, NULL, &r, file, line);
+    ot_node *dx = ot_build_at(OT_OP_SUB, x, m1, NULL, file, line);
+    return ot_build_at(OT_OP_ADD, m1, ot_build_at(OT_OP_MEAN, dx, NULL, &r, file, line), NULL,
+                       file, line);
+}
+
 static ot_node *expand_var(const site *st, ot_node *x, const ot_args *g)
 {
-    ot_node *m = R(st, OT_OP_MEAN, x, g->axis, true);
+    ot_node *m = ot__mean_refined(x, g->axis, st->file, st->line);
     ot_node *ss = R(st, OT_OP_SUM, B(st, OT_OP_SQR, B(st, OT_OP_SUB, x, m), NULL), g->axis,
                     g->keepdims);
     if (!ss) return NULL;

@@ -1265,6 +1265,11 @@ static void check_fd(const fz_ir *ir0, fz_fail *f)
             ot_set(in.base[li], data);
             double gv = g.v[k][e];
             if (!isfinite(est[0]) || !isfinite(est[1]) || !isfinite(gv)) continue;
+            /* the objective did not move at either step: f64 cannot resolve
+             * the slope here (recip(logsoftmax([0, -34]))[0]: the sum 1 +
+             * e^-34 is 1 + 8 ulp whatever x0 does), so the difference says
+             * nothing; the cpu-vs-ref gradient check still covers it */
+            if (est[0] == 0 && est[1] == 0) continue;
             if (fabs(est[0] - est[1]) > 1e-4 * (1 + fabs(est[0]))) continue;  /* not smooth here */
             double tol = 1e-5 + 1e-3 * fmax(fabs(gv), fabs(est[0])) + 1e-8 * mag / fmax(1, fabs(x));
             if (fabs(gv - est[0]) > tol)

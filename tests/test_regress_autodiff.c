@@ -488,3 +488,37 @@ TEST(defect06_singular_points_agree)
         }
     }
 }
+
+/* Fuzz finding 7-617224: cpu's plain mean of constant data was off by a
+ * rounding, so std of it was tiny rather than 0 and log2(std) had a finite
+ * gradient on cpu where ref's was NaN. var and std now centre on a refined
+ * mean that is exact for constant data, on every backend. */
+TEST(fuzz_std_constant_data_exact_on_every_backend)
+{
+    const char *names[2] = {"ref", "cpu"};
+    double sd[2][2], gr[2][93];
+    for (int b = 0; b < 2; b++) {
+        ot_backend *be = ot_backend_new(names[b], NULL);
+        ot_tensor *x = ot_full(be, OT_SHAPE(3, 31), OT_F64, 1 / 2.718281828459045);
+        ot_tensor *y = ot_full(be, OT_SHAPE(1000), OT_F32, 0.7);
+        ot_tensor *s = ot_empty(be, OT_SHAPE(), OT_F64);
+        CHECK_INT(ot_assign(s, ot_std(x)), 0);
+        ot_get(s, &sd[b][0]);
+        CHECK_INT(ot_assign(s, ot_cast(ot_std(y), .dtype = OT_F64)), 0);
+        ot_get(s, &sd[b][1]);
+        ot_autodiff *ad = ot_autodiff_new(ot_log2(ot_std(x)), NULL);
+        CHECK(ad != NULL);
+        CHECK_INT(ot_autodiff_grad_host(ad, x, gr[b]), 0);
+        ot_autodiff_free(ad);
+        ot_tensor_free(x);
+        ot_tensor_free(y);
+        ot_tensor_free(s);
+        ot_pool_drain();
+        ot_backend_free(be);
+    }
+    for (int b = 0; b < 2; b++) {
+        CHECK(sd[b][0] == 0.0);
+        CHECK(sd[b][1] == 0.0);
+        for (int i = 0; i < 93; i++) CHECK(isnan(gr[b][i]) == isnan(gr[0][i]));
+    }
+}

@@ -345,7 +345,7 @@ static void eval_binary(const ot_node *node, ot_op op, const double *x, const do
     int64_t sa[OT_MAX_DIMS], sb[OT_MAX_DIMS];
     bcast_strides(&node->a->shape, &node->shape, sa);
     bcast_strides(&node->b->shape, &node->shape, sb);
-    bool ints = node->dtype == OT_I32;
+    bool ints = node->dtype == OT_I32, f32 = node->dtype == OT_F32;
     double (*f)(double, double) = ref_binary[op];
     ref_walk w;
     walk_init(&w, &node->shape, sa, sb, 0);
@@ -353,6 +353,12 @@ static void eval_binary(const ot_node *node, ot_op op, const double *x, const do
         const double *a = x + w.off[0], *b = y + w.off[1];
         for (int64_t j = 0; j < w.len; j++) {
             double u = a[j * w.in[0]], v = b[j * w.in[1]];
+            /* an i32 operand of an f32 op is a float first, as on the cpu
+             * backend: 2147483647 is 2^31, so (-2) ** it is +inf, not -inf */
+            if (f32) {
+                u = (float)u;
+                v = (float)v;
+            }
             *out++ = ints ? int_binary(op, u, v) : f(u, v);
         }
     }

@@ -45,7 +45,8 @@ TEST(fuzz_rounding_at_discontinuities)
 {
     static const struct { uint64_t seed; int64_t tree; } t[] = {
         {1000, 1608}, {1000, 52902}, {1000, 85589}, {3000, 3846}, {3000, 3877},
-        {7, 587678}, {7, 617224}, {7, 719858}, {7, 295524}};
+        {7, 587678}, {7, 617224}, {7, 719858}, {7, 295524}, {8, 657305},
+        {8, 228076}, {8, 884350}, {8, 897899}, {8, 325714}, {8, 666893}, {8, 402466}};
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         fuzz_opts o = {.seed = t[i].seed, .first = t[i].tree, .n = 1, .modes = FUZZ_ALL,
                        .fork = 1, .all_configs = 1, .max_report = 1};

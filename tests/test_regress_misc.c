@@ -7,6 +7,7 @@
 #include "test.h"
 #include "internal.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -382,4 +383,26 @@ TEST(defect15_interleaved_views_disjoint)
     ot_tensor_free(g);
     ot_tensor_free(x);
     ot_backend_free(be);
+}
+
+/* Fuzz findings 8-228076 and 8-884350: an i32 operand of an f32 op is a
+ * float before the op on every backend. ref took INT32_MAX exactly (odd), so
+ * (-2) ** it was -inf there and +inf (2^31, even) on cpu. */
+TEST(ref_i32_operand_of_f32_op_is_a_float)
+{
+    ot_backend *bes[] = {ref(), ot_backend_new("cpu", &(ot_backend_opts){.threads = 1})};
+    for (int b = 0; b < 2; b++) {
+        ot_tensor *x = ot_array(bes[b], OT_SHAPE(2), OT_F32, (float[]){-2.0f, -4931.25f});
+        ot_tensor *n = ot_array(bes[b], OT_SHAPE(2), OT_I32, (int32_t[]){INT32_MAX, 1071068025});
+        ot_tensor *y = ot_empty(bes[b], OT_SHAPE(2), OT_F32);
+        CHECK_INT(ot_assign(y, ot_pow(ot_tensor_node(x), ot_tensor_node(n))), 0);
+        const float *p = ot_tensor_data(y);
+        CHECK(isinf(p[0]) && p[0] > 0);
+        CHECK(isinf(p[1]) && p[1] > 0);
+        ot_tensor_free(x);
+        ot_tensor_free(n);
+        ot_tensor_free(y);
+    }
+    ot_backend_free(bes[0]);
+    ot_backend_free(bes[1]);
 }

@@ -283,24 +283,30 @@ static int noise_draw, noise_fast;
  * Draws 0..11 push every node to the edge of its bound, each node up or down
  * by bit (draw / 2) of its index, flipped in odd draws: so a node alone, and
  * any two nodes in opposite directions, reach both edges (a compare of two
- * computed values flips either way). Draws 12..15 are uniform per element
- * (sums of terms of both signs). Draw 16 rounds every node to a grid of twice
- * the bound: a value within the bound of an integer or of another node's
- * value becomes equal to it (onehot, eq of a tanh that the backend rounds to
- * 1 and ref to 1 - 2^-24). Draw 17 rounds only the operands of step-like ops
+ * computed values flips either way). Draws 12..23 are uniform per element
+ * (sums of terms of both signs; and a value chaotic in its input, sin of
+ * 4.7e7 where an ulp is 4, takes a dozen unrelated values, so that an
+ * argmin over it may pick each candidate). Draw 24 rounds every node to a
+ * grid of twice the bound: a value within the bound of an integer or of
+ * another node's value becomes equal to it (onehot, eq of a tanh that the
+ * backend rounds to 1 and ref to 1 - 2^-24). Draw 25 rounds only the operands of step-like ops
  * (compares, rint, sgn, onehot, casts, minimum/maximum, pow's exponent) to
- * that grid: draw 16's rounding of every node upstream can move a value off
+ * that grid: draw 24's rounding of every node upstream can move a value off
  * the integer it lands on exactly (log(exp(1)) is 1 in double, not after
- * exp is rounded to 21 bits). Draws 18 and 19 move only the dots, all up or
+ * exp is rounded to 21 bits). Draws 26 and 27 move only the dots, all up or
  * all down, by their bound relative to the dot of their operands'
  * magnitudes: elsewhere the noise of the operands (log(exp2(y) (1 + e)) +
  * log(exp2(-y) (1 + e)) is 2e, not 0) gives terms that cancel on ref a sign
- * of their own in each element, where BLAS gives them one sign throughout. */
-#define NOISE_DRAWS 20
-#define DRAW_GRID_ALL 16
-#define DRAW_GRID_AT_STEPS 17
-#define DRAW_DOTS_UP 18
-#define DRAW_DOTS_DOWN 19
+ * of their own in each element, where BLAS gives them one sign throughout.
+ * Draw 28 snaps the dots alone to multiples of that bound, so terms that
+ * nearly cancel can cancel exactly (1.9e-22 - 0.5 + 0.5 is 0 with fma
+ * accumulation, and its reciprocal inf). */
+#define NOISE_DRAWS 29
+#define DRAW_GRID_ALL 24
+#define DRAW_GRID_AT_STEPS 25
+#define DRAW_DOTS_UP 26
+#define DRAW_DOTS_DOWN 27
+#define DRAW_DOTS_SNAP 28
 
 static double noise_bound(ot_dtype dt)
 {
@@ -339,6 +345,10 @@ static ot_node *noisy(ot_node *w, ot_node *mag, int at_step, ot_dtype dt, const 
     double eps = noise_bound(dt);
     if (d == DRAW_GRID_ALL || (d == DRAW_GRID_AT_STEPS && at_step)) return grid(w, eps);
     if (d == DRAW_GRID_AT_STEPS || (d >= DRAW_DOTS_UP && !mag)) return w;
+    if (d == DRAW_DOTS_SNAP) {
+        ot_node *q = bin(OT_OP_ADD, bin(OT_OP_MUL, mag, ot_const(eps)), ot_const(1e-300));
+        return bin(OT_OP_MUL, ot_rint(bin(OT_OP_DIV, w, q)), q);
+    }
     ot_node *e;
     if (d >= DRAW_DOTS_UP) e = ot_const(d == DRAW_DOTS_UP ? eps : -eps);
     else if (d < 12) e = ot_const(((idx >> (d / 2)) ^ d) & 1 ? -eps : eps);

@@ -293,20 +293,30 @@ static int noise_draw, noise_fast;
  * (compares, rint, sgn, onehot, casts, minimum/maximum, pow's exponent) to
  * that grid: draw 24's rounding of every node upstream can move a value off
  * the integer it lands on exactly (log(exp(1)) is 1 in double, not after
- * exp is rounded to 21 bits). Draws 26 and 27 move only the dots, all up or
+ * exp is rounded to 21 bits). It rounds each operand as the step-like op
+ * reads it, leaves included (exp2(log2(x)) == x). Draws 26 and 27 move only the dots, all up or
  * all down, by their bound relative to the dot of their operands'
  * magnitudes: elsewhere the noise of the operands (log(exp2(y) (1 + e)) +
  * log(exp2(-y) (1 + e)) is 2e, not 0) gives terms that cancel on ref a sign
  * of their own in each element, where BLAS gives them one sign throughout.
  * Draw 28 snaps the dots alone to multiples of that bound, so terms that
  * nearly cancel can cancel exactly (1.9e-22 - 0.5 + 0.5 is 0 with fma
- * accumulation, and its reciprocal inf). */
-#define NOISE_DRAWS 29
+ * accumulation, and its reciprocal inf). Draw 29 is draw 25 with minimum,
+ * maximum, max and min counted as step-like too (ties); apart, as rounding
+ * maximum(exp(x), 1)'s operands moves safelog of it off the 1 it lands on.
+ * Draws 30 and 31 move every node up (down) except where its operands are
+ * integers: libraries are exact there (exp2(0) is 1, log2(1) is 0) and
+ * inexact elsewhere, so exp2(log2(x)) == x holds for x = 1 and not for
+ * x = 3 in one tensor, which no draw moving every element alike gives. */
+#define NOISE_DRAWS 32
 #define DRAW_GRID_ALL 24
 #define DRAW_GRID_AT_STEPS 25
 #define DRAW_DOTS_UP 26
 #define DRAW_DOTS_DOWN 27
 #define DRAW_DOTS_SNAP 28
+#define DRAW_GRID_AT_TIES 29
+#define DRAW_INEXACT_UP 30
+#define DRAW_INEXACT_DOWN 31
 
 static double noise_bound(ot_dtype dt)
 {
@@ -333,18 +343,23 @@ static ot_node *grid(ot_node *w, double eps)
     return bin(OT_OP_SUB, bin(OT_OP_SUB, c, bin(OT_OP_SUB, c, v)), bin(OT_OP_SUB, v, w));
 }
 
-/* w with the noise of draw noise_draw - 1; at_step: w is an operand of a
- * step-like op. mag: for a dot, the dot of its operands' magnitudes, else
+/* w with the noise of draw noise_draw - 1. inexact: 1 where an operand of
+ * the node is not an integer, else 0 (draws 30 and 31). mag: for a dot, the dot of its operands' magnitudes, else
  * NULL. A dot's error is relative to that, not to its value: terms that
  * cancel to 0 on ref leave a few ulps of a term on BLAS, whose fma keeps a
  * product unrounded (3 * -1.779 + -3 * -1.779 is 0 or -1e-7; log2 of it -inf
  * or NaN). */
-static ot_node *noisy(ot_node *w, ot_node *mag, int at_step, ot_dtype dt, const ot_shape *shape, int idx)
+static ot_node *noisy(ot_node *w, ot_node *inexact, ot_node *mag, ot_dtype dt, const ot_shape *shape,
+                      int idx)
 {
     int d = noise_draw - 1;
     double eps = noise_bound(dt);
-    if (d == DRAW_GRID_ALL || (d == DRAW_GRID_AT_STEPS && at_step)) return grid(w, eps);
-    if (d == DRAW_GRID_AT_STEPS || (d >= DRAW_DOTS_UP && !mag)) return w;
+    if (d == DRAW_GRID_ALL) return grid(w, eps);
+    if (d == DRAW_INEXACT_UP || d == DRAW_INEXACT_DOWN) {
+        ot_node *e = bin(OT_OP_MUL, inexact, ot_const(d == DRAW_INEXACT_UP ? eps : -eps));
+        return bin(OT_OP_MUL, w, bin(OT_OP_ADD, ot_const(1), e));
+    }
+    if (d == DRAW_GRID_AT_STEPS || d == DRAW_GRID_AT_TIES || (d >= DRAW_DOTS_UP && !mag)) return w;
     if (d == DRAW_DOTS_SNAP) {
         ot_node *q = bin(OT_OP_ADD, bin(OT_OP_MUL, mag, ot_const(eps)), ot_const(1e-300));
         return bin(OT_OP_MUL, ot_rint(bin(OT_OP_DIV, w, q)), q);
@@ -366,15 +381,15 @@ static ot_node *noisy(ot_node *w, ot_node *mag, int at_step, ot_dtype dt, const 
 /* n, rounded to f32 (round32) and with noise (noise_draw) as asked; dt is
  * the dtype of n in the tree as built, before its inputs were wrapped (ref's
  * double inputs make n itself f64, but its error bound is in ulps of dt);
- * mag and at_step as for noisy. */
-static ot_node *wrap(ot_node *n, ot_node *mag, int at_step, ot_dtype dt, int idx)
+ * inexact and mag as for noisy. */
+static ot_node *wrap(ot_node *n, ot_node *inexact, ot_node *mag, ot_dtype dt, int idx)
 {
     if (dt != OT_F32 && dt != OT_F64) return n;
     ot_args c = {.axis = OT_AXIS_ALL, .dtype = OT_F64};
     ot_node *w = ot_build_at(OT_OP_CAST, n, NULL, &c, NULL, 0);
     if (noise_draw) {
         ot_shape sh = ot_node_shape(n);
-        w = noisy(w, mag, at_step, dt, &sh, idx);
+        w = noisy(w, inexact, mag, dt, &sh, idx);
     }
     c.dtype = round32 ? dt : OT_F64;
     w = ot_build_at(OT_OP_CAST, w, NULL, &c, NULL, 0);
@@ -390,12 +405,32 @@ static ot_node *magnitude(ot_node *x)
                        NULL, 0);
 }
 
-/* An op whose result jumps where an operand crosses a value: a rounding
- * there decides which side it lands on. */
-static int step_like(int op)
+/* Whether the draw rounds operand k (0 or 1) of op as the op reads it: an
+ * op whose result jumps where that operand crosses a value, so that a
+ * rounding there decides which side it lands on. */
+static int rounds_operand(int op, int k)
 {
-    return (ot_op_flags((ot_op)op) & OT_FLAG_NODIFF) || op == OT_OP_CAST || op == OT_OP_MINIMUM ||
-           op == OT_OP_MAXIMUM || op == OT_OP_MAX || op == OT_OP_MIN;
+    int d = noise_draw - 1;
+    if (d != DRAW_GRID_AT_STEPS && d != DRAW_GRID_AT_TIES) return 0;
+    if (op == OT_OP_POW) return k == 1;
+    int ties = op == OT_OP_MINIMUM || op == OT_OP_MAXIMUM || op == OT_OP_MAX || op == OT_OP_MIN;
+    return (ot_op_flags((ot_op)op) & OT_FLAG_NODIFF) || op == OT_OP_CAST || (ties && d == DRAW_GRID_AT_TIES);
+}
+
+/* 1 where x or y (y may be NULL) is not an integer, else 0: for
+ * elementwise ops, whose operands have the result's shape or broadcast to it. */
+static ot_node *inexact_at(ot_node *x, ot_node *y)
+{
+    ot_node *m = x ? bin(OT_OP_NE, x, ot_rint(x)) : ot_const(1);
+    return y ? bin(OT_OP_MAXIMUM, m, bin(OT_OP_NE, y, ot_rint(y))) : m;
+}
+
+/* Operand x (of dtype dt in the tree as built) rounded to its grid. */
+static ot_node *grid_operand(ot_node *x, ot_dtype dt)
+{
+    if (!x || (dt != OT_F32 && dt != OT_F64)) return x;
+    ot_node *w = ot_build_at(OT_OP_CAST, x, NULL, &(ot_args){.axis = OT_AXIS_ALL, .dtype = OT_F64}, NULL, 0);
+    return w ? grid(w, noise_bound(dt)) : x;
 }
 
 /* The tree rebuilt op by op from its expansion (composites included, so
@@ -409,13 +444,6 @@ static ot_node *transform(ot_node *root)
     }
     int len = ot_stack_len(st);
     ot_node **m = calloc((size_t)len, sizeof *m), *r = root;
-    char *at_step = calloc((size_t)len + 1, 1);
-    for (int i = 0; i < len; i++) {
-        const ot_stack_item *it = ot_stack_at(st, i);
-        if (it->kind != OT_NODE_OP) continue;
-        if (step_like(it->op) && it->a >= 0) at_step[it->a] = 1;
-        if ((step_like(it->op) || it->op == OT_OP_POW) && it->b >= 0) at_step[it->b] = 1;
-    }
     for (int i = 0; i < len; i++) {
         const ot_stack_item *it = ot_stack_at(st, i);
         if (it->kind != OT_NODE_OP) {
@@ -423,16 +451,22 @@ static ot_node *transform(ot_node *root)
             continue;
         }
         ot_args a = ot_node_args(it->node);
-        m[i] = ot_build_at(it->op, it->a >= 0 ? m[it->a] : NULL, it->b >= 0 ? m[it->b] : NULL, &a,
-                           NULL, 0);
+        ot_node *x = it->a >= 0 ? m[it->a] : NULL, *y = it->b >= 0 ? m[it->b] : NULL;
+        if (x && rounds_operand(it->op, 0)) x = grid_operand(x, ot_node_dtype(ot_stack_at(st, it->a)->node));
+        if (y && rounds_operand(it->op, 1)) y = grid_operand(y, ot_node_dtype(ot_stack_at(st, it->b)->node));
+        m[i] = ot_build_at(it->op, x, y, &a, NULL, 0);
         if (!m[i]) break;
         ot_node *mag = NULL;
         if (noise_draw && (it->op == OT_OP_DOT || it->op == OT_OP_BATCHED_DOT))
             mag = ot_build_at(it->op, magnitude(m[it->a]), magnitude(m[it->b]), &a, NULL, 0);
-        m[i] = wrap(m[i], mag, at_step[i], ot_node_dtype(it->node), i);
+        ot_node *inexact = NULL;
+        if (noise_draw - 1 == DRAW_INEXACT_UP || noise_draw - 1 == DRAW_INEXACT_DOWN) {
+            int k = ot_op_kind(it->op);
+            inexact = k == OT_KIND_UNARY || k == OT_KIND_BINARY ? inexact_at(x, y) : ot_const(1);
+        }
+        m[i] = wrap(m[i], inexact, mag, ot_node_dtype(it->node), i);
     }
     if (len > 0 && m[len - 1]) r = m[len - 1];
-    free(at_step);
     free(m);
     ot_stack_free(st);
     ot_clear_error();

@@ -49,14 +49,17 @@ TEST(fuzz_many) { fuzz_case(4, FUZZ_MANY, 800); }
  * - seed 9 (10^6 trees): argmin over sin of a dot of 4.7e7, where one ulp of
  *   the dot changes the sine entirely; recip of a dot whose terms cancel
  *   exactly with fma accumulation (1.9e-22 - 0.5 + 0.5); safelog(cos(x +
- *   exp(x))) at ULP35, cos near 0 (9-123283, 9-698817, 9-215341). */
+ *   exp(x))) at ULP35, cos near 0 (9-123283, 9-698817, 9-215341);
+ * - seed 10 (10^6 trees): onehot(safelog(maximum(exp(x), 1))) at ULP35, and
+ *   argmax over eq(exp2(log2(x)), x), exact at x = 1 and not at x = 3 in
+ *   one tensor (10-441952, 10-449258). */
 TEST(fuzz_rounding_at_discontinuities)
 {
     static const struct { uint64_t seed; int64_t tree; } t[] = {
         {1000, 1608}, {1000, 52902}, {1000, 85589}, {3000, 3846}, {3000, 3877},
         {7, 587678}, {7, 617224}, {7, 719858}, {7, 295524}, {8, 657305},
         {8, 228076}, {8, 884350}, {8, 897899}, {8, 325714}, {8, 666893}, {8, 402466},
-        {9, 123283}, {9, 698817}, {9, 215341}};
+        {9, 123283}, {9, 698817}, {9, 215341}, {10, 441952}, {10, 449258}};
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         fuzz_opts o = {.seed = t[i].seed, .first = t[i].tree, .n = 1, .modes = FUZZ_ALL,
                        .fork = 1, .all_configs = 1, .max_report = 1};

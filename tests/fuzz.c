@@ -294,14 +294,15 @@ static int noise_draw, noise_fast;
  * that grid: draw 24's rounding of every node upstream can move a value off
  * the integer it lands on exactly (log(exp(1)) is 1 in double, not after
  * exp is rounded to 21 bits). It rounds each operand as the step-like op
- * reads it, leaves included (exp2(log2(x)) == x). Draws 26 and 27 move only the dots, all up or
- * all down, by their bound relative to the dot of their operands'
- * magnitudes: elsewhere the noise of the operands (log(exp2(y) (1 + e)) +
- * log(exp2(-y) (1 + e)) is 2e, not 0) gives terms that cancel on ref a sign
- * of their own in each element, where BLAS gives them one sign throughout.
- * Draw 28 snaps the dots alone to multiples of that bound, so terms that
- * nearly cancel can cancel exactly (1.9e-22 - 0.5 + 0.5 is 0 with fma
- * accumulation, and its reciprocal inf). Draw 29 is draw 25 with minimum,
+ * reads it, leaves included (exp2(log2(x)) == x). Draws 26 and 27 move only
+ * the dots and sums, all up or all down, by their bound relative to the dot
+ * or sum of their operands' magnitudes: elsewhere the noise of the
+ * operands (log(exp2(y) (1 + e)) + log(exp2(-y) (1 + e)) is 2e, not 0) gives
+ * terms that cancel on ref a sign of their own in each element, where BLAS
+ * gives them one sign throughout. Draw 28 snaps the dots and sums alone to
+ * multiples of that bound, so terms that nearly cancel can cancel exactly
+ * (1.9e-22 - 0.5 + 0.5 is 0 with fma accumulation, and its reciprocal
+ * inf). Draw 29 is draw 25 with minimum,
  * maximum, max and min counted as step-like too (ties); apart, as rounding
  * maximum(exp(x), 1)'s operands moves safelog of it off the 1 it lands on.
  * Draws 30 and 31 move every node up (down) except where its operands are
@@ -344,7 +345,9 @@ static ot_node *grid(ot_node *w, double eps)
 }
 
 /* w with the noise of draw noise_draw - 1. inexact: 1 where an operand of
- * the node is not an integer, else 0 (draws 30 and 31). mag: for a dot, the dot of its operands' magnitudes, else
+ * the node is not an integer, else 0 (draws 30 and 31). mag: for a dot, the
+ * dot of its operands' magnitudes, for a sum or mean that of its operand's
+ * (-2 log 2 + 3 log 2 - log 2 is 0 or 1e-16 as the sum is ordered), else
  * NULL. A dot's error is relative to that, not to its value: terms that
  * cancel to 0 on ref leave a few ulps of a term on BLAS, whose fma keeps a
  * product unrounded (3 * -1.779 + -3 * -1.779 is 0 or -1e-7; log2 of it -inf
@@ -459,6 +462,8 @@ static ot_node *transform(ot_node *root)
         ot_node *mag = NULL;
         if (noise_draw && (it->op == OT_OP_DOT || it->op == OT_OP_BATCHED_DOT))
             mag = ot_build_at(it->op, magnitude(m[it->a]), magnitude(m[it->b]), &a, NULL, 0);
+        if (noise_draw && (it->op == OT_OP_SUM || it->op == OT_OP_MEAN))
+            mag = ot_build_at(it->op, magnitude(m[it->a]), NULL, &a, NULL, 0);
         ot_node *inexact = NULL;
         if (noise_draw - 1 == DRAW_INEXACT_UP || noise_draw - 1 == DRAW_INEXACT_DOWN) {
             int k = ot_op_kind(it->op);

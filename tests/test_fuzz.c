@@ -52,14 +52,17 @@ TEST(fuzz_many) { fuzz_case(4, FUZZ_MANY, 800); }
  *   exp(x))) at ULP35, cos near 0 (9-123283, 9-698817, 9-215341);
  * - seed 10 (10^6 trees): onehot(safelog(maximum(exp(x), 1))) at ULP35, and
  *   argmax over eq(exp2(log2(x)), x), exact at x = 1 and not at x = 3 in
- *   one tensor (10-441952, 10-449258). */
+ *   one tensor (10-441952, 10-449258);
+ * - seed 11 (10^6 trees): ne(0, cross_entropy(2, t)) with t summing to 0,
+ *   whose sum of t log 2 is 0 or 1e-16 as it is ordered (11-450781). */
 TEST(fuzz_rounding_at_discontinuities)
 {
     static const struct { uint64_t seed; int64_t tree; } t[] = {
         {1000, 1608}, {1000, 52902}, {1000, 85589}, {3000, 3846}, {3000, 3877},
         {7, 587678}, {7, 617224}, {7, 719858}, {7, 295524}, {8, 657305},
         {8, 228076}, {8, 884350}, {8, 897899}, {8, 325714}, {8, 666893}, {8, 402466},
-        {9, 123283}, {9, 698817}, {9, 215341}, {10, 441952}, {10, 449258}};
+        {9, 123283}, {9, 698817}, {9, 215341}, {10, 441952}, {10, 449258},
+        {11, 450781}};
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         fuzz_opts o = {.seed = t[i].seed, .first = t[i].tree, .n = 1, .modes = FUZZ_ALL,
                        .fork = 1, .all_configs = 1, .max_report = 1};

@@ -7,9 +7,17 @@ PREFIX   ?= /usr/local
 BUILD    ?= build
 SANFLAGS ?=
 OPT      ?= -O2
+# Warnings are errors in `make test` and CI (tools/test.sh sets WERROR), not
+# in a user's plain `make`, where a newer compiler's false warning must not
+# break the build.
+WERROR   ?=
 CPPFLAGS += -Iinclude -Isrc -D_POSIX_C_SOURCE=200809L
-CFLAGS   += -std=c11 $(OPT) -g -Wall -Wextra -Werror -fPIC -ffp-contract=off \
+CFLAGS   += -std=c11 $(OPT) -g -Wall -Wextra $(WERROR) -fPIC -ffp-contract=off \
             -fno-math-errno $(SANFLAGS)
+# The version lives in one place, include/optree.h; the shared library's
+# SONAME carries its major number.
+VERSION  := $(shell sed -n 's/^\#define OT_VERSION "\(.*\)"/\1/p' include/optree.h)
+SOMAJOR  := $(firstword $(subst ., ,$(VERSION)))
 LDLIBS   += -lsleef -lopenblas -lm -lpthread
 LDFLAGS  += $(SANFLAGS)
 PYTHON   ?= /usr/bin/python3
@@ -27,7 +35,10 @@ KX86  := $(if $(filter x86_64-% i386-% i486-% i586-% i686-%,$(shell $(CC) -dumpm
 KSRCS := src/kernels/dispatch.c src/kernels/k_scalar.c \
          $(if $(KX86),src/kernels/k_sse2.c src/kernels/k_avx2.c src/kernels/k_avx512.c)
 KOBJS := $(KSRCS:src/%.c=$(BUILD)/obj/%.o)
-KDEPS := $(wildcard src/kernels/*.h src/kernels/*.inc)
+# The kernel objects never take -march/-mtune from OPT: each table gets only
+# its own ISA's flags, since the dispatcher picks tables by CPUID at run time
+# (an SSE2 table built with -march=native would not run on an older CPU).
+KCFLAGS = $(filter-out -march=% -mtune=% -mcpu=%,$(CFLAGS))
 KFLAGS_scalar :=
 KFLAGS_sse2   :=
 KFLAGS_avx2   := -mavx2 -mfma
@@ -36,39 +47,54 @@ OBJS  += $(KOBJS)
 LIBA  := $(BUILD)/liboptree.a
 LIBSO := $(BUILD)/liboptree.so
 
-.PHONY: all lib tests examples demo test check deps install clean bench fuzz
+.PHONY: all lib tests examples demo test check deps install clean bench fuzz FORCE
+FORCE:
 all: lib tests examples
 
 lib: $(LIBA) $(LIBSO)
 
-$(BUILD)/obj/%.o: src/%.c include/optree.h src/internal.h
-	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+# Header dependencies come from the compiler (-MMD); every object also
+# depends on the flags it was built with ($(FLAGS)), so `make test` after
+# a plain `make` rebuilds with -Werror instead of reusing objects.
+DEPFLAGS = -MMD -MP
+FLAGS    := $(BUILD)/.flags
+FLAGS_NOW = $(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS)
+$(FLAGS): FORCE
+	@mkdir -p $(BUILD)
+	@echo '$(FLAGS_NOW)' | cmp -s - $@ || echo '$(FLAGS_NOW)' > $@
 
-$(BUILD)/obj/kernels/k_%.o: src/kernels/k_%.c $(KDEPS) include/optree.h src/internal.h
+$(BUILD)/obj/%.o: src/%.c $(FLAGS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -O3 $(KFLAGS_$*) -c $< -o $@
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(DEPFLAGS) -c $< -o $@
 
-$(BUILD)/obj/kernels/dispatch.o: $(KDEPS)
+$(BUILD)/obj/kernels/dispatch.o: src/kernels/dispatch.c $(FLAGS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(KCFLAGS) $(DEPFLAGS) -c $< -o $@
+
+$(BUILD)/obj/kernels/k_%.o: src/kernels/k_%.c $(FLAGS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(KCFLAGS) -O3 $(KFLAGS_$*) $(DEPFLAGS) -c $< -o $@
 
 $(LIBA): $(OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
-# Only the public ot_* names are exported (tools/optree.map).
+# Only the public ot_* names are exported (tools/optree.map); the SONAME is
+# liboptree.so.$(SOMAJOR).
 $(LIBSO): $(OBJS) tools/optree.map
-	$(CC) -shared $(LDFLAGS) -Wl,--version-script=tools/optree.map -o $@ $(OBJS) $(LDLIBS)
+	$(CC) -shared $(LDFLAGS) -Wl,-soname,liboptree.so.$(SOMAJOR) \
+	    -Wl,--version-script=tools/optree.map -o $@ $(OBJS) $(LDLIBS)
 
-$(BUILD)/tobj/%.o: tests/%.c tests/test.h include/optree.h src/internal.h
+$(BUILD)/tobj/%.o: tests/%.c $(FLAGS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(DEPFLAGS) -c $< -o $@
 
 tests: $(BUILD)/test_optree
 $(BUILD)/test_optree: $(TOBJS) $(LIBA)
 	$(CC) $(LDFLAGS) -o $@ $(TOBJS) $(LIBA) $(LDLIBS)
 
 examples: $(EXAMPLES)
-$(BUILD)/examples/%: examples/%.c include/optree.h $(LIBA)
+$(BUILD)/examples/%: examples/%.c include/optree.h $(LIBA) $(FLAGS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LIBA) $(LDFLAGS) $(LDLIBS)
 
@@ -94,8 +120,10 @@ install: lib
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 644 include/optree.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(LIBA) $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(LIBSO) $(DESTDIR)$(PREFIX)/lib/
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|0.1.0|' tools/optree.pc.in \
+	install -m 755 $(LIBSO) $(DESTDIR)$(PREFIX)/lib/liboptree.so.$(VERSION)
+	ln -sf liboptree.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/liboptree.so.$(SOMAJOR)
+	ln -sf liboptree.so.$(SOMAJOR) $(DESTDIR)$(PREFIX)/lib/liboptree.so
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' tools/optree.pc.in \
 	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/optree.pc
 
 clean:
@@ -110,7 +138,7 @@ BENCH_OBJS := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%.o)
 BENCH_ARGS ?=
 
 $(BUILD)/bench/ref_avx2.o: CFLAGS += -mavx2 -mfma
-$(BUILD)/bench/%.o: bench/%.c bench/bench.h include/optree.h
+$(BUILD)/bench/%.o: bench/%.c bench/bench.h include/optree.h $(FLAGS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -O2 -c $< -o $@
 
@@ -135,3 +163,5 @@ $(BUILD)/fuzz: tools/fuzz_main.c tests/fuzz.c tests/fuzz.h include/optree.h $(LI
 
 fuzz: $(BUILD)/fuzz
 	$(RUN)/fuzz --seed $(SEED) --first $(FIRST) -n $(N) --jobs $(JOBS) --findings "$(FINDINGS)" $(FUZZ_ARGS)
+
+-include $(OBJS:.o=.d) $(TOBJS:.o=.d)

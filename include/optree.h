@@ -63,7 +63,12 @@
 extern "C" {
 #endif
 
+/* The version, in this one place (the Makefile's SONAME and pkg-config file
+ * read it from here). ot_version() is the library's own, at run time: a
+ * program built against one header and run with another liboptree.so can
+ * tell. */
 #define OT_VERSION "0.1.0"
+const char *ot_version(void);
 /* The most dimensions a tensor or node may have. */
 #define OT_MAX_DIMS 8
 

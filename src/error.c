@@ -1,5 +1,6 @@
 /*
- * error.c - the thread-local error slot, status strings and the handler.
+ * error.c - the thread-local error slot, status strings, the handler and
+ * the run-time version.
  *
  * Builders keep the first error of an expression (so a NULL that flows up a
  * tree still reports its root cause); functions that do work replace it.
@@ -35,6 +36,11 @@ static const char *const status_text[] = {
     [-OT_ESTATE] = "call out of order",
     [-OT_EIO] = "write failed",
 };
+
+const char *ot_version(void)
+{
+    return OT_VERSION;
+}
 
 const char *ot_strerror(int code)
 {

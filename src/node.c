@@ -481,7 +481,7 @@ static int infer_elementwise(const site *st, ot_node *a, ot_node *b, proto *p)
 
 static int infer_reduce(const site *st, ot_node *a, proto *p)
 {
-    int axis;
+    int axis = OT_AXIS_ALL;
     int rc = norm_axis(st, p->args.axis, a->shape.ndim, &a->shape, &axis);
     if (rc) return rc;
     p->args.axis = axis;

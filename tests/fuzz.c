@@ -636,7 +636,7 @@ static int add_leaf_node(fz_ir *ir, rng *r, ot_shape s, ot_dtype dt, int smooth,
     int l = add_leaf(ir, r, s, dt, smooth, big);
     if (l < 0) return -1;
     int k = add_node(ir, FZ_LEAF, -1, -1, NULL);
-    ir->n[k].leaf = l;
+    if (k >= 0) ir->n[k].leaf = l;
     return k;
 }
 

@@ -45,6 +45,15 @@ TEST(errors_slot_clear)
     CHECK(ot_strerror(-1000) != NULL);
 }
 
+/* The library's version at run time is the header's (tools/test.sh's
+ * library phase checks that the SONAME carries its major number). */
+TEST(errors_version_matches_header)
+{
+    CHECK_STR(ot_version(), OT_VERSION);
+    int major, minor, patch;
+    CHECK_INT(sscanf(ot_version(), "%d.%d.%d", &major, &minor, &patch), 3);
+}
+
 /* ---- NULL ---------------------------------------------------------------- */
 
 TEST(errors_null_operand)

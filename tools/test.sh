@@ -2,7 +2,9 @@
 # test.sh - the whole optree test suite, run by `make test`.
 #
 # Phases, in order:
-#   build       make all (library, unit tests, examples); a failure stops here
+#   build       make all (library, unit tests, examples) with -Werror; a
+#               failure stops here
+#   library     the shared library's SONAME and that it exports only ot_*
 #   unit        ./$BUILD/test_optree
 #   numpy       tests/diff_numpy.py against $BUILD/liboptree.so (skipped while
 #               the script does not exist)
@@ -111,7 +113,7 @@ count_phase() {
 
 # ---------------------------------------------------------------- build
 header "build: make all (-j$JOBS)"
-if ! make -s -j"$JOBS" all; then
+if ! make -s -j"$JOBS" WERROR=-Werror all; then
     echo "build: FAILED"
     record build 0 1 "make all failed"
     finish
@@ -120,6 +122,32 @@ mkdir -p "$LOGS"
 echo "build: ok"
 SUMMARY="$SUMMARY
   build: ok, $(($(date +%s) - T0)) s"
+
+# ---------------------------------------------------------------- library
+# The shared library as a user installs it: a SONAME with the header's major
+# version, and only the public ot_* API exported (binutils' readelf and nm).
+header "library: SONAME and exported symbols of $B/liboptree.so"
+lib_p=0 lib_f=0
+if command -v readelf >/dev/null 2>&1 && command -v nm >/dev/null 2>&1; then
+    major=$(sed -n 's/^#define OT_VERSION "\([0-9]*\)\..*/\1/p' include/optree.h)
+    if readelf -d "$B/liboptree.so" | grep -q "SONAME.*\[liboptree\.so\.$major\]"; then
+        lib_p=$((lib_p + 1))
+    else
+        echo "library: no SONAME liboptree.so.$major"
+        lib_f=$((lib_f + 1))
+    fi
+    extra=$(nm -D --defined-only "$B/liboptree.so" | awk '{print $3}' | grep -v '^ot_[a-z]')
+    if [ -z "$extra" ]; then
+        lib_p=$((lib_p + 1))
+    else
+        echo "library: exports beyond the public API:"
+        echo "$extra" | head -n 20
+        lib_f=$((lib_f + 1))
+    fi
+else
+    echo "library: readelf or nm not installed; skipped"
+fi
+record library "$lib_p" "$lib_f"
 
 # ---------------------------------------------------------------- unit
 header "unit: $RB/test_optree"
@@ -157,7 +185,7 @@ if [ "$rnd" -gt 28 ] 2>/dev/null && command -v setarch >/dev/null 2>&1 &&
     setarch "$(uname -m)" -R true >/dev/null 2>&1; then
     NOASLR="setarch $(uname -m) -R"
 fi
-if ! make -s -j"$JOBS" BUILD="$B/san" SANFLAGS="$SAN" tests; then
+if ! make -s -j"$JOBS" WERROR=-Werror BUILD="$B/san" SANFLAGS="$SAN" tests; then
     echo "sanitizers: build FAILED"
     record sanitizers 0 1 "sanitizer build failed"
 else
@@ -171,7 +199,7 @@ fi
 
 # ---------------------------------------------------------------- tsan
 header "tsan: ThreadSanitizer build in $B/tsan, the cases with \"thread\" in their name or file"
-if ! make -s -j"$JOBS" BUILD="$B/tsan" SANFLAGS='-fsanitize=thread' tests; then
+if ! make -s -j"$JOBS" WERROR=-Werror BUILD="$B/tsan" SANFLAGS='-fsanitize=thread' tests; then
     echo "tsan: build FAILED"
     record tsan 0 1 "tsan build failed"
 else

@@ -553,6 +553,14 @@ static int infer_matrix(const site *st, ot_node *a, ot_node *b, proto *p)
     return 0;
 }
 
+/* Whether every dim of s fits BLAS's int sizes (a larger one would be cut). */
+static bool dims_fit_int(const ot_shape *s)
+{
+    for (int d = 0; d < s->ndim; d++)
+        if (s->dims[d] > INT32_MAX) return false;
+    return true;
+}
+
 static int infer_dot(const site *st, ot_node *a, ot_node *b, proto *p)
 {
     int rc = st->op == OT_OP_BATCHED_DOT ? infer_batched(st, a, b, p) : infer_matrix(st, a, b, p);
@@ -563,6 +571,10 @@ static int infer_dot(const site *st, ot_node *a, ot_node *b, proto *p)
         return FAIL(st, OT_EDTYPE, "int32 operands of shapes %s and %s are not supported (BLAS "
                     "has no integer product); cast them to a float dtype",
                     ot__shape_str(&a->shape, sa), ot__shape_str(&b->shape, sb));
+    if (!dims_fit_int(&a->shape) || !dims_fit_int(&b->shape))
+        return FAIL(st, OT_EOVERFLOW, "operands of shapes %s and %s have a dim beyond "
+                        "INT32_MAX, the largest size BLAS takes",
+                        ot__shape_str(&a->shape, sa), ot__shape_str(&b->shape, sb));
     return 0;
 }
 

@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -405,4 +406,30 @@ TEST(ref_i32_operand_of_f32_op_is_a_float)
     }
     ot_backend_free(bes[0]);
     ot_backend_free(bes[1]);
+}
+
+/* BLAS takes its sizes as int: a dot whose operands have a dim beyond
+ * INT32_MAX is an error when it is built, on every backend, rather than a
+ * product over a cut size. Broadcast views have such dims without memory. */
+TEST(dot_dims_beyond_blas_int_are_an_error)
+{
+    ot_backend *be = ref();
+    ot_tensor *one = ot_ones(be, OT_SHAPE(1, 1), OT_F32);
+    int64_t big = (int64_t)INT32_MAX + 2;
+    ot_tensor *row = ot_broadcast_to(one, OT_SHAPE(1, big));
+    ot_tensor *col = ot_broadcast_to(one, OT_SHAPE(big, 1));
+    CHECK(row != NULL && col != NULL);
+    CHECK(ot_dot(ot_tensor_node(row), ot_tensor_node(col)) == NULL);
+    CHECK_INT(ot_errcode(), OT_EOVERFLOW);
+    CHECK(strstr(ot_errmsg(), "INT32_MAX") != NULL);
+    ot_clear_error();
+    ot_tensor *r2 = ot_broadcast_to(one, OT_SHAPE(1, 3));
+    ot_tensor *c2 = ot_broadcast_to(one, OT_SHAPE(3, 1));
+    CHECK(ot_dot(ot_tensor_node(r2), ot_tensor_node(c2)) != NULL);
+    ot_tensor_free(r2);
+    ot_tensor_free(c2);
+    ot_tensor_free(row);
+    ot_tensor_free(col);
+    ot_tensor_free(one);
+    ot_backend_free(be);
 }

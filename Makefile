@@ -80,10 +80,11 @@ $(LIBA): $(OBJS)
 	ar rcs $@ $^
 
 # Only the public ot_* names are exported (tools/optree.map); the SONAME is
-# liboptree.so.$(SOMAJOR).
+# liboptree.so.$(SOMAJOR), linked beside it so programs run from $(BUILD).
 $(LIBSO): $(OBJS) tools/optree.map
 	$(CC) -shared $(LDFLAGS) -Wl,-soname,liboptree.so.$(SOMAJOR) \
 	    -Wl,--version-script=tools/optree.map -o $@ $(OBJS) $(LDLIBS)
+	ln -sf liboptree.so $@.$(SOMAJOR)
 
 $(BUILD)/tobj/%.o: tests/%.c $(FLAGS)
 	@mkdir -p $(dir $@)

@@ -4,7 +4,9 @@
 # Phases, in order:
 #   build       make all (library, unit tests, examples) with -Werror; a
 #               failure stops here
-#   library     the shared library's SONAME and that it exports only ot_*
+#   library     the shared library's SONAME, that it exports only ot_* (and
+#               what the header's inline helpers call), and that a program
+#               using the header's macros links against it alone and runs
 #   unit        ./$BUILD/test_optree
 #   numpy       tests/diff_numpy.py against $BUILD/liboptree.so (skipped while
 #               the script does not exist)
@@ -136,7 +138,8 @@ if command -v readelf >/dev/null 2>&1 && command -v nm >/dev/null 2>&1; then
         echo "library: no SONAME liboptree.so.$major"
         lib_f=$((lib_f + 1))
     fi
-    extra=$(nm -D --defined-only "$B/liboptree.so" | awk '{print $3}' | grep -v '^ot_[a-z]')
+    extra=$(nm -D --defined-only "$B/liboptree.so" | awk '{print $3}' |
+        grep -v -e '^ot_[a-z]' -e '^ot__spec_sets$')
     if [ -z "$extra" ]; then
         lib_p=$((lib_p + 1))
     else
@@ -146,6 +149,14 @@ if command -v readelf >/dev/null 2>&1 && command -v nm >/dev/null 2>&1; then
     fi
 else
     echo "library: readelf or nm not installed; skipped"
+fi
+# What the header's macros and inline helpers call must be exported: a
+# program using them links against the shared library alone, and runs.
+if ${CC:-cc} -std=c11 -Iinclude tools/link_check.c -L"$B" -loptree -o "$B/link_check" &&
+    LD_LIBRARY_PATH="$B" "$B/link_check"; then
+    lib_p=$((lib_p + 1))
+else
+    lib_f=$((lib_f + 1))
 fi
 record library "$lib_p" "$lib_f"
 

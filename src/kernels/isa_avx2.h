@@ -29,25 +29,7 @@ typedef __m256i mi;
 
 #define OT_KV static inline __attribute__((always_inline))
 
-/* add, mul and fma in a fixed operand order: where two operands are NaN,
- * the result is the first source's NaN, and the compiler swaps the
- * operands of the intrinsics at will, so which NaN (its sign included)
- * came out of a tile kernel depended on register allocation. Pinned, a
- * is the first source of vadd/vmul and a*b + c is vfmadd231 with c as its
- * destination, as src/jit.c emits them, so that generated code gives the
- * very same NaN. */
-#define OT_KPIN2(insn, a, b)                                                       \
-    __extension__({                                                                \
-        __typeof__(a) r_;                                                          \
-        __asm__(insn " %2, %1, %0" : "=v"(r_) : "v"(a), "vm"(b));                  \
-        r_;                                                                        \
-    })
-#define OT_KPIN3(insn, a, b, c)                                                    \
-    __extension__({                                                                \
-        __typeof__(c) r_ = (c);                                                    \
-        __asm__(insn " %2, %1, %0" : "+v"(r_) : "v"(a), "vm"(b));                  \
-        r_;                                                                        \
-    })
+#include "kpin.h"
 
 /* ---- f32 ---- */
 OT_KV vf vf_loadu(const float *p) { return _mm256_loadu_ps(p); }

@@ -17,6 +17,8 @@
  */
 #include "bench.h"
 
+#include <cblas.h>
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -242,6 +244,9 @@ static void variant_free(variant *v, int n_in)
  * the tree, assign it, pop the pool. */
 static double time_optree(const bench_case *c, const variant *v, long calls)
 {
+    /* OpenBLAS's threads are process-wide, the host program's to set (the
+     * library never changes them): each variant's dots get its threads. */
+    openblas_set_num_threads(ot_backend_options(v->be).threads);
     double t0 = now_s();
     for (long k = 0; k < calls; k++) {
         ot_pool *pool = ot_pool_push();

@@ -147,27 +147,49 @@ typedef struct ot_backend ot_backend;
 
 enum { OT_ULP10 = 0, OT_ULP35 = 1 };                  /* accuracy */
 enum { OT_FUSION_DEFAULT = 0, OT_FUSION_ON = 1, OT_FUSION_OFF = 2 };
+enum { OT_JIT_DEFAULT = 0, OT_JIT_ON = 1, OT_JIT_OFF = 2 };   /* generated code */
+/* ot_backend_opts.stream_bytes: never write with streaming stores. */
+#define OT_STREAM_NEVER INT64_C(-1)
 
 /* The most threads a backend runs (more: OT_EINVAL; all cores: capped). */
 #define OT_MAX_THREADS 256
 
-/* Zero-initialised options are the defaults. */
+/* Zero-initialised options are the defaults. Environment variables, when
+ * set and not empty, override the fields named beside them (so one program
+ * can be run in another configuration unchanged); a value that is not one
+ * the variable takes is OT_EINVAL, never a silent default. ot_backend_options
+ * reports what is in force after both. */
 typedef struct ot_backend_opts {
-    int threads;       /* 0: all cores; at most OT_MAX_THREADS */
+    int threads;       /* 0: all cores; at most OT_MAX_THREADS. optree's own
+                          kernels only: dot runs on OpenBLAS, whose threads
+                          are process-wide and the host program's to set
+                          (OPENBLAS_NUM_THREADS, openblas_set_num_threads) */
     uint64_t seed;     /* the seed of every ot_rand draw */
     ot_dtype dtype;    /* tensors created with OT_DTYPE_DEFAULT; 0: OT_F32 */
     int accuracy;      /* OT_ULP10 (default) or OT_ULP35 */
     int plan_cache;    /* plan-cache entries; 0: the default */
     int fusion;        /* OT_FUSION_*; OT_FUSION_OFF materialises every node
-                          (the environment variable OT_FUSION=0 forces it) */
+                          (OT_FUSION=0|1) */
+    /* The fields below concern the cpu backend; on "ref" they are checked
+     * and reported as not in force (NULL, OT_JIT_OFF, OT_STREAM_NEVER). */
+    const char *isa;   /* "scalar", "sse2", "avx2" or "avx512"; NULL: the
+                          widest this CPU runs (OT_ISA). One the CPU lacks
+                          is OT_EUNSUPPORTED. Reported: the one in force */
+    int jit;           /* OT_JIT_*: elementwise kernels as generated code
+                          where the ISA has it, AVX2 and AVX-512 on x86-64
+                          Linux (OT_JIT=0|1). Reported: ON where it runs */
+    int64_t stream_bytes; /* outputs from this many bytes on are written
+                          with streaming stores; 0: the last-level cache
+                          size; OT_STREAM_NEVER: never (OT_STREAM_BYTES=n,
+                          0 meaning never). Reported: the threshold in force */
 } ot_backend_opts;
 
 /* Creates a backend: "ref" (node at a time, in double; the test oracle) or
- * "cpu" (the fused backend; OT_ISA=scalar|sse2|avx2|avx512 forces its SIMD
- * kernels, OT_EUNSUPPORTED when the CPU lacks the one named). The environment variable OT_BACKEND, when set,
+ * "cpu" (the fused backend). The environment variable OT_BACKEND, when set,
  * replaces the name, so one program runs on either backend unchanged. NULL
  * opts means the defaults. Returns NULL with OT_EBACKEND for an unknown or
- * unavailable name, OT_EINVAL for bad options. */
+ * unavailable name, OT_EINVAL for bad options or environment values,
+ * OT_EUNSUPPORTED for an ISA this CPU lacks. */
 ot_backend *ot_backend_new(const char *name, const ot_backend_opts *opts);
 /* Frees a backend. Tensors created on it must be freed first. NULL is a no-op. */
 void ot_backend_free(ot_backend *be);

@@ -1,5 +1,5 @@
 /*
- * backend.c - backend objects (options, OT_BACKEND override, stats) and the
+ * backend.c - backend objects (made with the options config.c resolves, stats) and the
  * public entry points of execution: ot_assign, ot_assign_many and ot_eval.
  * The checks every backend relies on (NULLs, shapes, dtypes, writable and
  * disjoint outputs) are made here once; backends only evaluate.
@@ -7,8 +7,6 @@
 #include "internal.h"
 
 #include <stdio.h>
-
-#define DEFAULT_PLAN_CACHE 256
 
 typedef struct backend_entry {
     const char *name;
@@ -20,46 +18,11 @@ static const backend_entry backends[] = {
     {"cpu", &ot__cpu_vt},
 };
 
-static int check_opts(const ot_backend_opts *o)
-{
-    if (o->threads < 0 || o->threads > OT_MAX_THREADS)
-        return ot__err_set(OT_EINVAL, NULL, 0, "backend_new",
-                           "threads must be in 0..%d (OT_MAX_THREADS), not %d", OT_MAX_THREADS,
-                           o->threads);
-    const char *bad = NULL;
-    if (o->dtype != OT_DTYPE_DEFAULT && o->dtype != OT_F32 && o->dtype != OT_F64)
-        bad = "dtype must be OT_F32 or OT_F64";
-    else if (o->accuracy != OT_ULP10 && o->accuracy != OT_ULP35)
-        bad = "accuracy must be OT_ULP10 or OT_ULP35";
-    else if (o->plan_cache < 0) bad = "plan_cache must be >= 0";
-    else if (o->fusion < OT_FUSION_DEFAULT || o->fusion > OT_FUSION_OFF)
-        bad = "fusion must be OT_FUSION_DEFAULT, OT_FUSION_ON or OT_FUSION_OFF";
-    return bad ? ot__err_set(OT_EINVAL, NULL, 0, "backend_new", "%s", bad) : 0;
-}
-
-/* An on/off environment switch: *on is -1 when unset or empty, else 0 or 1.
- * Any other value is OT_EINVAL: a typo must not silently run the default. */
-static int env_switch(const char *var, int *on)
-{
-    const char *v = getenv(var);
-    *on = -1;
-    if (!v || !*v) return 0;
-    if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
-        return ot__err_set(OT_EINVAL, NULL, 0, "backend_new", "%s=%s is not 0 or 1", var, v);
-    *on = v[0] == '1';
-    return 0;
-}
-
 ot_backend *ot_backend_new(const char *name, const ot_backend_opts *opts)
 {
-    const char *env = getenv("OT_BACKEND");
-    if (env && *env) name = env;
-    if (!name) name = "ref";
     ot_backend_opts o = opts ? *opts : (ot_backend_opts){0};
-    if (check_opts(&o)) return NULL;
-    /* OT_JIT is read by the cpu backend; checked here with its sibling. */
-    int fusion, jit;
-    if (env_switch("OT_FUSION", &fusion) || env_switch("OT_JIT", &jit)) return NULL;
+    const char *isa_from;
+    if (ot__config_resolve(&name, &o, &isa_from)) return NULL;
     const backend_entry *e = NULL;
     for (size_t i = 0; i < sizeof backends / sizeof backends[0]; i++)
         if (strcmp(backends[i].name, name) == 0) e = &backends[i];
@@ -78,12 +41,10 @@ ot_backend *ot_backend_new(const char *name, const ot_backend_opts *opts)
         ot__err_set(OT_ENOMEM, NULL, 0, "backend_new", "out of memory");
         return NULL;
     }
-    if (!o.dtype) o.dtype = OT_F32;
-    if (!o.plan_cache) o.plan_cache = DEFAULT_PLAN_CACHE;
-    if (fusion == 0) o.fusion = OT_FUSION_OFF;
-    if (!o.fusion) o.fusion = OT_FUSION_ON;
+    if (e->vt != &ot__cpu_vt) ot__config_not_cpu(&o);
     be->vt = e->vt;
     be->opts = o;
+    be->isa_from = isa_from;
     if (be->vt->init && be->vt->init(be) != 0) {
         free(be);
         return NULL;

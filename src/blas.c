@@ -12,6 +12,9 @@
  * get the sign ref gives them. With K > 0 and a negative alpha, a zero may be
  * +0 where ref's is -0: OpenBLAS adds alpha*A.B to a zeroed C for larger
  * sizes, and a C of -0 with beta 1 costs a write pass (README, cpu backend).
+ * OpenBLAS's thread count is process-wide, so it is never set here: a host
+ * program and two backends with different thread counts would fight over
+ * it. It is the host's (OPENBLAS_NUM_THREADS, openblas_set_num_threads).
  */
 #include "internal.h"
 
@@ -157,7 +160,7 @@ static void gemm(ot_dtype dt, const operand *a, const operand *b, int64_t m, int
     }
 }
 
-void ot__run_dot(ot_backend *be, const ot_kernel *k, char *const base[2], char *dst,
+void ot__run_dot(const ot_kernel *k, char *const base[2], char *dst,
                  const double *param, char *scratch)
 {
     ot_dtype dt = (ot_dtype)k->store.dtype;
@@ -173,7 +176,6 @@ void ot__run_dot(ot_backend *be, const ot_kernel *k, char *const base[2], char *
     pack_bytes(&a_bytes, &k->loads[0], k->m, k->k, dt);
     side sa = {&k->loads[0], base[0], k->m, k->k, scratch, NULL};
     side sb = {&k->loads[1], base[1], k->k, k->n, scratch + a_bytes, NULL};
-    openblas_set_num_threads(be->opts.threads);
     for (int64_t b = 0; b < k->batch; b++) {
         operand a, bo;
         side_at(&sa, b, dt, &a);

@@ -1,6 +1,6 @@
 /*
- * exec.c - the cpu backend: plan execution over tiles, threads, reductions,
- * and the backend object itself (kernel table, plan cache, thread pool).
+ * exec.c - the cpu backend's executor: runs a plan's kernels over tiles,
+ * reductions and dots, in chunks on the thread pool (threads.c).
  *
  * A kernel's iteration space is walked in tiles along its innermost dim;
  * each instruction of its register program runs as one SIMD loop over the
@@ -10,11 +10,9 @@
  * order, so every result is bitwise identical for any number of threads.
  */
 #include "internal.h"
+#include "threads.h"
 
-#include <errno.h>
-#include <pthread.h>
 #include <stdint.h>
-#include <unistd.h>
 
 #define TILE 1024              /* elements per tile (row-major walks) */
 #define TILE_COLUMN 256         /* elements per tile (column-block walks) */
@@ -23,132 +21,6 @@
                                    per op, so only the per-tile setup counts) */
 #define TILES_PER_CHUNK 16
 #define ROWS_PER_CHUNK 4
-#define PARALLEL_MIN 32768     /* elements below which a kernel runs serially */
-
-/* ---- the thread pool ------------------------------------------------------ */
-
-/* Runs chunks [first, last) on the thread that owns slot `slot` of the
- * run's memory (run_mem); scratch is set up once per call. */
-typedef void (*chunk_fn)(void *ctx, int slot, int64_t first, int64_t last);
-
-typedef struct worker_arg {
-    struct ot_threads *t;
-    int slot;                  /* 1 + the worker's index; the caller's is 0 */
-} worker_arg;
-
-struct ot_threads {
-    int n;                     /* workers, besides the calling thread */
-    pthread_t *tid;
-    worker_arg *arg;
-    pthread_mutex_t mu, run;
-    pthread_cond_t go, done;
-    uint64_t gen;
-    int busy;
-    bool quit;
-    chunk_fn fn;
-    void *ctx;
-    int64_t nchunks;
-    atomic_llong next;
-};
-
-static void run_chunks(ot_threads *t, int slot)
-{
-    for (int64_t c; (c = atomic_fetch_add(&t->next, 1)) < t->nchunks;) t->fn(t->ctx, slot, c, c + 1);
-}
-
-static void *worker(void *arg)
-{
-    ot_threads *t = ((worker_arg *)arg)->t;
-    int slot = ((worker_arg *)arg)->slot;
-    uint64_t seen = 0;
-    for (;;) {
-        pthread_mutex_lock(&t->mu);
-        while (t->gen == seen && !t->quit) pthread_cond_wait(&t->go, &t->mu);
-        if (t->quit) {
-            pthread_mutex_unlock(&t->mu);
-            return NULL;
-        }
-        seen = t->gen;
-        pthread_mutex_unlock(&t->mu);
-        run_chunks(t, slot);
-        pthread_mutex_lock(&t->mu);
-        if (--t->busy == 0) pthread_cond_signal(&t->done);
-        pthread_mutex_unlock(&t->mu);
-    }
-}
-
-static void threads_free(ot_threads *t)
-{
-    if (!t) return;
-    pthread_mutex_lock(&t->mu);
-    t->quit = true;
-    pthread_cond_broadcast(&t->go);
-    pthread_mutex_unlock(&t->mu);
-    for (int i = 0; i < t->n; i++) pthread_join(t->tid[i], NULL);
-    pthread_mutex_destroy(&t->mu);
-    pthread_mutex_destroy(&t->run);
-    pthread_cond_destroy(&t->go);
-    pthread_cond_destroy(&t->done);
-    free(t->tid);
-    free(t->arg);
-    free(t);
-}
-
-/* A pool of `workers` threads, or NULL with the error set. All of them or
- * none: a pool short of threads would quietly run slower than asked. */
-static ot_threads *threads_new(int workers)
-{
-    ot_threads *t = ot__calloc(1, sizeof *t);
-    if (!t || !(t->tid = ot__calloc((size_t)workers, sizeof *t->tid)) ||
-        !(t->arg = ot__calloc((size_t)workers, sizeof *t->arg))) {
-        if (t) free(t->tid);
-        free(t);
-        ot__err_set(OT_ENOMEM, NULL, 0, "backend_new", "out of memory");
-        return NULL;
-    }
-    pthread_mutex_init(&t->mu, NULL);
-    pthread_mutex_init(&t->run, NULL);
-    pthread_cond_init(&t->go, NULL);
-    pthread_cond_init(&t->done, NULL);
-    int err = 0;
-    for (int i = 0; i < workers; i++) t->arg[i] = (worker_arg){t, 1 + i};
-    while (t->n < workers && (err = pthread_create(&t->tid[t->n], NULL, worker, &t->arg[t->n])) == 0)
-        t->n++;
-    if (err) {
-        int started = t->n;
-        threads_free(t);
-        ot__err_set(OT_EUNSUPPORTED, NULL, 0, "backend_new",
-                    "cannot start %d worker threads (%d started: %s); ask for fewer threads",
-                    workers, started, strerror(err));
-        return NULL;
-    }
-    return t;
-}
-
-/* Runs fn over chunks 0..n-1 on the pool (the caller works too, in slot
- * 0, the one it owns then); serially in the caller's slot when there is no
- * pool, little work, or another run holds the pool. */
-static void parallel(ot_threads *t, int slot, int64_t n, int64_t elements, chunk_fn fn, void *ctx)
-{
-    if (!t || t->n == 0 || n < 2 || elements < PARALLEL_MIN || pthread_mutex_trylock(&t->run)) {
-        if (n > 0) fn(ctx, slot, 0, n);
-        return;
-    }
-    pthread_mutex_lock(&t->mu);
-    t->fn = fn;
-    t->ctx = ctx;
-    t->nchunks = n;
-    atomic_store(&t->next, 0);
-    t->busy = t->n;
-    t->gen++;
-    pthread_cond_broadcast(&t->go);
-    pthread_mutex_unlock(&t->mu);
-    run_chunks(t, slot);
-    pthread_mutex_lock(&t->mu);
-    while (t->busy > 0) pthread_cond_wait(&t->done, &t->mu);
-    pthread_mutex_unlock(&t->mu);
-    pthread_mutex_unlock(&t->run);
-}
 
 /* ---- running a tile ------------------------------------------------------- */
 
@@ -796,20 +668,20 @@ static void run_reduce(ot_threads *th, int slot, run_ctx *c)
     const ot_kernel *k = c->k;
     int64_t elements = c->nouter * c->inner;
     if (k->red_axis == k->ndim - 1 && k->ndim > 0) {
-        parallel(th, slot, (c->nouter + ROWS_PER_CHUNK - 1) / ROWS_PER_CHUNK, elements, row_chunk, c);
+        ot__parallel(th, slot, (c->nouter + ROWS_PER_CHUNK - 1) / ROWS_PER_CHUNK, elements, row_chunk, c);
     } else if (k->red_axis >= 0) {
         /* An empty reduced dim still yields results: the identity (or NaN
          * for mean), so the work is counted without it. */
         c->rest = 1;
         for (int d = 0; d + 1 < k->ndim; d++)
             if (d != k->red_axis) c->rest *= k->dims[d];
-        parallel(th, slot, (c->rest * c->tiles_per_row + TILES_PER_CHUNK - 1) / TILES_PER_CHUNK,
+        ot__parallel(th, slot, (c->rest * c->tiles_per_row + TILES_PER_CHUNK - 1) / TILES_PER_CHUNK,
                  elements, column_chunk, c);
     } else {
         int64_t nchunks = all_chunks(c);
         c->partial = region(c->mem, slot, R_PARTIAL);
         c->partial_index = region(c->mem, slot, R_PINDEX);
-        parallel(th, slot, nchunks, elements, all_chunk, c);
+        ot__parallel(th, slot, nchunks, elements, all_chunk, c);
         racc a = racc_identity(k->red_op);
         for (int64_t i = 0; i < nchunks; i++) {
             a.isum += (int64_t)c->partial[2 * i + 1];
@@ -823,7 +695,7 @@ static void run_reduce(ot_threads *th, int slot, run_ctx *c)
 static void run_ew(ot_threads *th, int slot, run_ctx *c)
 {
     int64_t tiles = c->nouter * c->tiles_per_row;
-    parallel(th, slot, (tiles + TILES_PER_CHUNK - 1) / TILES_PER_CHUNK, c->nouter * c->inner, ew_chunk,
+    ot__parallel(th, slot, (tiles + TILES_PER_CHUNK - 1) / TILES_PER_CHUNK, c->nouter * c->inner, ew_chunk,
              c);
 }
 
@@ -906,7 +778,7 @@ static void run_kernel(ot_backend *be, const ot_plan *p, const ot_binding *bind,
                            whole_b ? (rows){0, -1} : r, block_temp);
     }
     switch (kp->kind) {   /* rand and onehot are never row-blocked */
-    case OT_KER_DOT: ot__run_dot(be, kp, base, dst, bind->param, region(mem, slot, R_PACK)); break;
+    case OT_KER_DOT: ot__run_dot(kp, base, dst, bind->param, region(mem, slot, R_PACK)); break;
     case OT_KER_RAND: run_rand(be, kp, dst); break;
     case OT_KER_ONEHOT: run_onehot(kp, base[0], dst); break;
     default: {
@@ -997,7 +869,7 @@ static void run_kernels(ot_backend *be, const ot_plan *p, const ot_binding *bind
     int64_t nrows = p->rows, elements = 1;
     for (int d = 0; d < k0->ndim; d++) elements *= k0->dims[d];
     block_ctx b = {be, p, bind, arena, mem};
-    parallel(cpu->threads, 0, (nrows + p->row_block - 1) / p->row_block, elements, block_chunk, &b);
+    ot__parallel(cpu->threads, 0, (nrows + p->row_block - 1) / p->row_block, elements, block_chunk, &b);
 }
 
 static void need(size_t *have, size_t n)
@@ -1070,7 +942,7 @@ int ot__plan_run(ot_backend *be, ot_plan *p, const ot_binding *bind)
     ot_cpu *cpu = be->impl;
     run_mem mem;
     size_t temps = (p->arena_bytes + 63) & ~(size_t)63, slots = 0;
-    size_t workers = (size_t)(cpu->threads ? cpu->threads->n : 0);
+    size_t workers = (size_t)ot__threads_workers(cpu->threads);
     bool ok = run_layout(p, &mem) && ot__mul_size(&slots, mem.worker, workers) &&
               slots <= SIZE_MAX - mem.full && (slots += mem.full) <= SIZE_MAX - temps;
     char *arena = NULL;
@@ -1087,112 +959,3 @@ int ot__plan_run(ot_backend *be, ot_plan *p, const ot_binding *bind)
     atomic_fetch_add(&be->stats.elem_ops, p->elem_ops);
     return 0;
 }
-
-/* ---- the backend ---------------------------------------------------------- */
-
-static int cpu_assign_many(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[])
-{
-    ot_plan *plan;
-    ot_walk *walk;
-    ot_binding bind;
-    int rc = ot__plan_get(be, n, outs, trees, &plan, &walk, &bind);
-    if (rc) return rc;
-    rc = ot__plan_run(be, plan, &bind);
-    ot__plan_release(plan);
-    ot__walk_done(be, walk);
-    if (rc == 0) atomic_fetch_add(&be->stats.assigns, 1);
-    return rc;
-}
-
-static void cpu_destroy(ot_backend *be)
-{
-    ot_cpu *cpu = be->impl;
-    if (!cpu) return;
-    threads_free(cpu->threads);
-    ot__plan_cache_free(cpu->cache);
-    ot__walk_free(atomic_load(&cpu->spare));
-    free(cpu);
-}
-
-/* The size of the largest cache the CPU reports (sysfs), or 32 MiB where
- * none is readable. */
-static size_t last_level_cache(void)
-{
-    size_t best = 0;
-    int best_level = 0;
-    for (int i = 0; i < 8; i++) {
-        char path[96];
-        unsigned long size = 0;
-        int level = 0;
-        char unit = 0;
-        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
-        FILE *f = fopen(path, "r");
-        if (!f) break;
-        bool ok = fscanf(f, "%d", &level) == 1;
-        fclose(f);
-        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
-        f = fopen(path, "r");
-        if (!f) continue;
-        ok = ok && fscanf(f, "%lu%c", &size, &unit) >= 1;
-        fclose(f);
-        size *= unit == 'K' ? 1024ul : unit == 'M' ? 1024ul * 1024 : 1;
-        if (ok && level >= best_level) {
-            best_level = level;
-            best = size;
-        }
-    }
-    return best ? best : (size_t)32 << 20;
-}
-
-/* Outputs from this many bytes on are written with streaming stores: a
- * kernel's output larger than the last-level cache cannot stay there for
- * its reader anyway, and streaming saves reading each line before it is
- * written (a fifth of W1's memory traffic). OT_STREAM_BYTES overrides it
- * (0: never); anything but a decimal count, digits only (strtoull alone
- * would take " 12" and "+12"), is an OT_EINVAL error. */
-static int stream_bytes(size_t *bytes)
-{
-    const char *env = getenv("OT_STREAM_BYTES");
-    if (!env || !*env) {
-        *bytes = last_level_cache();
-        return 0;
-    }
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(env, &end, 10);
-    if (env[0] < '0' || env[0] > '9' || *end || errno || v > SIZE_MAX)
-        return ot__err_set(OT_EINVAL, NULL, 0, "backend_new",
-                           "OT_STREAM_BYTES=%s is not a byte count", env);
-    *bytes = (size_t)v;
-    return 0;
-}
-
-static int cpu_init(ot_backend *be)
-{
-    const ot_kernels *k = ot__kernels_select();
-    if (!k) return ot_errcode();
-    size_t stream = 0;
-    if (stream_bytes(&stream) != 0) return ot_errcode();
-    ot_cpu *cpu = ot__calloc(1, sizeof *cpu);
-    if (!cpu) return ot__err_set(OT_ENOMEM, NULL, 0, "backend_new", "out of memory");
-    be->impl = cpu;
-    cpu->k = k;
-    const char *jit = getenv("OT_JIT");
-    cpu->jit = !jit || strcmp(jit, "0") != 0;
-    cpu->stream_bytes = stream;
-    cpu->cache = ot__plan_cache_new(be->opts.plan_cache);
-    if (!be->opts.threads) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        be->opts.threads = n > OT_MAX_THREADS ? OT_MAX_THREADS : n > 0 ? (int)n : 1;
-    }
-    int rc = cpu->cache ? 0 : ot__err_set(OT_ENOMEM, NULL, 0, "backend_new", "out of memory");
-    if (!rc && be->opts.threads > 1 && !(cpu->threads = threads_new(be->opts.threads - 1)))
-        rc = ot_errcode();
-    if (rc) {
-        cpu_destroy(be);
-        be->impl = NULL;
-    }
-    return rc;
-}
-
-const ot_backend_vt ot__cpu_vt = {"cpu", cpu_init, cpu_assign_many, cpu_destroy};

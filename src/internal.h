@@ -101,6 +101,15 @@ static inline ot_tensor *ot__leaf_tensor(const ot_node *n)
     return (ot_tensor *)n;    /* valid only for kind == OT_NODE_LEAF */
 }
 /* Called by ot_release when a leaf's refcount reaches zero. */
+/* A view of t's buffer; shape and strides beyond ndim must be zero so that
+ * views compare equal field by field. Read-only-ness is inherited. NULL
+ * with OT_ENOMEM when the struct cannot be allocated. */
+ot_tensor *ot__view_new(const ot_tensor *t, const ot_shape *shape, const int64_t *strides,
+                        int64_t offset, const char *fn);
+/* Row-major strides (in elements) of a new tensor of shape s; false when
+ * its size in bytes (isz per element) overflows. Zero-size shapes are
+ * checked too: their other dims still multiply into strides. */
+bool ot__contiguous_strides(const ot_shape *s, size_t isz, int64_t *strides);
 void ot__tensor_destroy(ot_tensor *t);
 
 /* Memory overlap of two views, after ATen's MemoryOverlap: zero-size views
@@ -146,6 +155,15 @@ static inline void ot__store(void *p, ot_dtype dt, double v)
 static inline bool ot__mul_size(size_t *r, size_t a, size_t b)
 {
     return !__builtin_mul_overflow(a, b, r);
+}
+/* Checked element arithmetic for strides and offsets: false on overflow. */
+static inline bool ot__mul_i64(int64_t *r, int64_t a, int64_t b)
+{
+    return !__builtin_mul_overflow(a, b, r);
+}
+static inline bool ot__add_i64(int64_t *r, int64_t a, int64_t b)
+{
+    return !__builtin_add_overflow(a, b, r);
 }
 static inline bool ot__add_size(size_t *r, size_t a, size_t b)
 {
@@ -199,11 +217,19 @@ typedef struct ot_stat_counters {
 
 struct ot_backend {
     const ot_backend_vt *vt;
-    ot_backend_opts opts;     /* defaults filled in */
+    ot_backend_opts opts;     /* in force: defaults and overrides filled in */
+    const char *isa_from;     /* where opts.isa was set, for messages:
+                                 "isa" or "OT_ISA" */
     ot_stat_counters stats;
     void *impl;
     _Atomic(struct ot_ad_memo *) ad_memo;  /* autodiff.c: memoised objects */
 };
+/* The backend name and options in force (config.c): opts checked, defaults
+ * and environment overrides applied; -1 with the error set when any is bad.
+ * *isa_from tells where opts->isa came from, for messages. */
+int ot__config_resolve(const char **name, ot_backend_opts *opts, const char **isa_from);
+/* Marks the cpu-only options as not in force, for other backends. */
+void ot__config_not_cpu(ot_backend_opts *opts);
 /* Releases the autodiff objects memoised on be (autodiff.c). */
 void ot__autodiff_memo_free(ot_backend *be);
 
@@ -303,9 +329,10 @@ typedef struct ot_kernels {
 /* The kernel table for an ISA name ("scalar", "sse2", "avx2", "avx512"), or
  * NULL when this CPU cannot run it or it was not built. */
 const ot_kernels *ot__kernels_for(const char *isa);
-/* The best table this CPU runs, or the one OT_ISA names; NULL and an
- * OT_EUNSUPPORTED error when OT_ISA names an ISA this CPU lacks. */
-const ot_kernels *ot__kernels_select(void);
+/* The table for isa (a name config.c checked), or the best this CPU runs
+ * when isa is NULL; NULL and an OT_EUNSUPPORTED error naming the setting
+ * (isa_from: "isa" or "OT_ISA") when this CPU or build lacks it. */
+const ot_kernels *ot__kernels_select(const char *isa, const char *isa_from);
 
 /* ---- cpu plans (compile.c builds them, exec.c runs them) ----------------- */
 
@@ -433,6 +460,8 @@ typedef struct ot_jit_map {
     void *base;
     size_t bytes;
 } ot_jit_map;
+/* Whether code is generated for kt's ISA on this platform at all. */
+bool ot__jit_available(const ot_kernels *kt);
 ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc, size_t stream_bytes);
 bool ot__jit_install(ot_jit *const *jits, int n, ot_jit_map *map);
 void ot__jit_unmap(ot_jit_map *map);
@@ -499,7 +528,7 @@ int ot__plan_explain(const ot_plan *p, FILE *f);
  * scratch, of the size ot__dot_scratch gives for the whole kernel (false:
  * the size overflows). A run allocates nothing once it writes. */
 bool ot__dot_scratch(const ot_kernel *k, size_t *bytes);
-void ot__run_dot(ot_backend *be, const ot_kernel *k, char *const base[2], char *dst,
+void ot__run_dot(const ot_kernel *k, char *const base[2], char *dst,
                  const double *param, char *scratch);
 /* exec.c */
 int ot__plan_run(ot_backend *be, ot_plan *p, const ot_binding *bind);

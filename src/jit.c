@@ -767,12 +767,17 @@ static bool worth_it(const ot_jit *j, const ot_kernel *k, bool stream)
     return nbody >= 2 || (nbody == 1 && stream && !calls(j, k));
 }
 
+bool ot__jit_available(const ot_kernels *kt)
+{
+    return kt->vfn1[0][OT_OP_EXP][0] && (kt->vbytes == 32 || kt->vbytes == 64);
+}
+
 ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc, size_t stream_bytes)
 {
     /* Reductions stay with the interpreter: softmax's sum(exp(x - m)) ran
      * 2-7% slower as generated code (measured), elementwise kernels faster. */
     if (k->kind != OT_KER_EW || k->ninsn < 1 || k->ninsn > OT_JIT_MAX_INSN ||
-        !kt->vfn1[0][OT_OP_EXP][0] || (kt->vbytes != 32 && kt->vbytes != 64))
+        !ot__jit_available(kt))
         return NULL;
     ot_jit *j = ot__calloc(1, sizeof *j);
     code c = {0};
@@ -836,6 +841,12 @@ void ot__jit_free(ot_jit *j)
 }
 
 #else /* no generated code on this platform */
+
+bool ot__jit_available(const ot_kernels *kt)
+{
+    (void)kt;
+    return false;
+}
 
 ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc, size_t stream_bytes)
 {

@@ -1,8 +1,8 @@
 /*
  * tensor.c - tensors: refcounted 64-byte-aligned buffers, creation, host
- * copies in and out for any strides, views (slice, reshape, transpose,
- * broadcast_to), accessors, value printing, and the memory-overlap tests
- * that assignment uses to detect aliasing.
+ * copies in and out for any strides, accessors, value printing, and the
+ * memory-overlap tests that assignment uses to detect aliasing. Views of a
+ * tensor (slice, reshape, transpose, broadcast_to) are made in view.c.
  *
  * Every loop over elements is an iterative row-major counter: strides may
  * be negative or zero, and no walk recurses.
@@ -55,24 +55,6 @@ static char *elem_ptr(const ot_tensor *t, int64_t off)
 static int null_arg(const char *fn, const char *what)
 {
     return ot__err_set(OT_ENULL, NULL, 0, fn, "%s is NULL", what);
-}
-
-/* Checked element arithmetic for strides and offsets: false on overflow. */
-static bool mul_i64(int64_t *r, int64_t a, int64_t b)
-{
-    return !__builtin_mul_overflow(a, b, r);
-}
-static bool add_i64(int64_t *r, int64_t a, int64_t b)
-{
-    return !__builtin_add_overflow(a, b, r);
-}
-
-/* Formats n int64 values as a tuple, reusing the shape formatter so that
- * strides and perms read like shapes in messages. */
-static const char *ints_str(int n, const int64_t *v, char *buf)
-{
-    ot_shape s = ot_shape_make(n, v);
-    return ot__shape_str(&s, buf);
 }
 
 /* Advances a row-major counter over nd dims, keeping *off (in elements) in
@@ -182,9 +164,7 @@ void ot__tensor_destroy(ot_tensor *t)
     free(t);
 }
 
-/* Row-major strides (in elements) of a new tensor of shape s. Zero-size
- * shapes are checked too: their other dims still multiply into strides. */
-static bool contiguous_strides(const ot_shape *s, size_t isz, int64_t *strides)
+bool ot__contiguous_strides(const ot_shape *s, size_t isz, int64_t *strides)
 {
     size_t step = 1, bytes;
     memset(strides, 0, OT_MAX_DIMS * sizeof *strides);
@@ -213,7 +193,7 @@ static ot_tensor *tensor_new(ot_backend *be, ot_shape shape, ot_dtype dt, const 
     }
     if (ot__shape_check(&shape, dt, fn, NULL, 0) != 0)
         return NULL;
-    if (!contiguous_strides(&shape, ot_dtype_size(dt), strides) ||
+    if (!ot__contiguous_strides(&shape, ot_dtype_size(dt), strides) ||
         !ot__mul_size(&nbytes, (size_t)ot__numel(&shape), ot_dtype_size(dt))) {
         ot__err_set(OT_EOVERFLOW, NULL, 0, fn, "shape %s of %s is too big",
                     ot__shape_str(&shape, sbuf), ot_dtype_name(dt));
@@ -231,9 +211,7 @@ static ot_tensor *tensor_new(ot_backend *be, ot_shape shape, ot_dtype dt, const 
     return t;
 }
 
-/* A view of t's buffer; shape and strides beyond ndim must be zero so that
- * views compare equal field by field. Read-only-ness is inherited. */
-static ot_tensor *view_new(const ot_tensor *t, const ot_shape *shape,
+ot_tensor *ot__view_new(const ot_tensor *t, const ot_shape *shape,
                            const int64_t *strides, int64_t offset, const char *fn)
 {
     ot_tensor *v = tensor_alloc(t->leaf.be, shape, (ot_dtype)t->leaf.dtype, t->buf);
@@ -512,325 +490,6 @@ int ot_tensor_print(const ot_tensor *t, FILE *f)
     if (!ok || fflush(f) == EOF || ferror(f))
         return ot__err_set(OT_EIO, NULL, 0, "tensor_print", "write failed");
     return 0;
-}
-
-/* ---- slicing ------------------------------------------------------------- */
-
-/* Python's slice.indices(): clips start and stop into the dim, and gives the
- * first index, the count and the step. An omitted step means 1. */
-static void range_indices(ot_index ix, int64_t dim, int64_t *first, int64_t *count,
-                          int64_t *step)
-{
-    int64_t st = ix.step == OT_NONE ? 1 : ix.step;
-    int64_t lower = st > 0 ? 0 : -1, upper = st > 0 ? dim : dim - 1;
-    int64_t b[2] = {ix.start, ix.stop};
-    int64_t omitted[2] = {st > 0 ? lower : upper, st > 0 ? upper : lower};
-    for (int i = 0; i < 2; i++) {
-        if (b[i] == OT_NONE) {
-            b[i] = omitted[i];
-            continue;
-        }
-        if (b[i] < 0)
-            b[i] += dim;
-        b[i] = b[i] < lower ? lower : b[i] > upper ? upper : b[i];
-    }
-    if (st > 0)
-        *count = b[1] > b[0] ? (b[1] - b[0] - 1) / st + 1 : 0;
-    else
-        *count = b[0] > b[1] ? (b[0] - b[1] - 1) / -st + 1 : 0;
-    *first = b[0];
-    *step = st;
-}
-
-static int slice_overflow(const ot_tensor *t, int d, const char *what, int64_t v,
-                          const char *by, int64_t w)
-{
-    char sbuf[OT__SHAPE_STRLEN];
-    return ot__err_set(OT_EOVERFLOW, NULL, 0, "slice",
-                       "%s %lld times %s %lld overflows int64 at axis %d of shape %s",
-                       what, (long long)v, by, (long long)w, d,
-                       ot__shape_str(&t->leaf.shape, sbuf));
-}
-
-/* Moves *off to index first of dim d. */
-static int advance(const ot_tensor *t, int d, int64_t first, int64_t *off)
-{
-    int64_t delta;
-    if (!mul_i64(&delta, first, t->strides[d]) || !add_i64(off, *off, delta))
-        return slice_overflow(t, d, "index", first, "stride", t->strides[d]);
-    return 0;
-}
-
-/* Applies one index to dim d of t: adds to *off and, unless the dim is
- * dropped, appends a dim to out. */
-static int apply_index(const ot_tensor *t, int d, ot_index ix, ot_shape *out,
-                       int64_t *strides, int64_t *off)
-{
-    int64_t dim = t->leaf.shape.dims[d], stride = t->strides[d];
-    int64_t first, count, step;
-    switch (ix.kind) {
-    case OT_INDEX_ALL:
-        first = 0, count = dim, step = 1;
-        break;
-    case OT_INDEX_RANGE:
-        if (ix.step == 0) {
-            char sbuf[OT__SHAPE_STRLEN];
-            return ot__err_set(OT_EINVAL, NULL, 0, "slice",
-                               "slice step cannot be zero (axis %d of shape %s)", d,
-                               ot__shape_str(&t->leaf.shape, sbuf));
-        }
-        range_indices(ix, dim, &first, &count, &step);
-        break;
-    case OT_INDEX_ONE:
-        first = ix.start < 0 ? ix.start + dim : ix.start;
-        if (first < 0 || first >= dim)
-            return ot__err_set(OT_EINVAL, NULL, 0, "slice",
-                               "index %lld is out of bounds for axis %d with size %lld",
-                               (long long)ix.start, d, (long long)dim);
-        return advance(t, d, first, off);
-    default:
-        return ot__err_set(OT_EINVAL, NULL, 0, "slice", "index %d has unknown kind %d",
-                           d, ix.kind);
-    }
-    int rc = advance(t, d, first, off);
-    if (rc != 0)
-        return rc;
-    /* The stride of a dim of at most one element is never used: it keeps
-     * the dim's own, so a step as large as INT64_MAX (Python's
-     * a[1::sys.maxsize]) neither overflows here nor leaves a stride that
-     * would overflow byte arithmetic elsewhere. */
-    int64_t st = stride;
-    if (count > 1 && !mul_i64(&st, stride, step))
-        return slice_overflow(t, d, "stride", stride, "step", step);
-    strides[out->ndim] = st;
-    out->dims[out->ndim++] = count;
-    return 0;
-}
-
-ot_tensor *ot_slice_n(const ot_tensor *t, int n, const ot_index *idx)
-{
-    if (!t) {
-        ot__err_null("slice", "tensor");
-        return NULL;
-    }
-    int nd = t->leaf.shape.ndim;
-    if (n < 0 || (n > 0 && !idx)) {
-        if (n < 0)
-            ot__err_set(OT_EINVAL, NULL, 0, "slice", "negative index count %d", n);
-        else
-            null_arg("slice", "idx");
-        return NULL;
-    }
-    if (n > nd) {
-        ot__err_set(OT_EINVAL, NULL, 0, "slice",
-                    "too many indices: tensor is %d-dimensional, but %d were indexed", nd, n);
-        return NULL;
-    }
-    ot_shape out = ot_shape_make(0, NULL);
-    int64_t strides[OT_MAX_DIMS] = {0}, off = t->offset;
-    for (int d = 0; d < nd; d++)
-        if (apply_index(t, d, d < n ? idx[d] : OT_ALL, &out, strides, &off) != 0)
-            return NULL;
-    return view_new(t, &out, strides, off, "slice");
-}
-
-/* ---- reshape ------------------------------------------------------------- */
-
-/* Replaces a -1 in s by the size that makes its numel equal numel. */
-static int infer_dim(ot_shape *s, int64_t numel)
-{
-    char sbuf[OT__SHAPE_STRLEN];
-    int unknown = -1;
-    size_t known = 1;
-    for (int d = 0; d < s->ndim; d++) {
-        if (s->dims[d] != -1) {
-            /* an overflowing product cannot divide numel; negative dims are
-             * left for the shape check to report */
-            if (s->dims[d] >= 0 && !ot__mul_size(&known, known, (size_t)s->dims[d]))
-                known = SIZE_MAX;
-            continue;
-        }
-        if (unknown >= 0)
-            return ot__err_set(OT_EINVAL, NULL, 0, "reshape",
-                               "can only specify one unknown dimension in shape %s",
-                               ot__shape_str(s, sbuf));
-        unknown = d;
-    }
-    if (unknown < 0)
-        return 0;
-    if (known == 0 || (size_t)numel % known != 0)
-        return ot__err_set(OT_ESHAPE, NULL, 0, "reshape",
-                           "cannot reshape tensor of size %lld into shape %s",
-                           (long long)numel, ot__shape_str(s, sbuf));
-    s->dims[unknown] = (int64_t)((size_t)numel / known);
-    return 0;
-}
-
-/* Strides that let t (numel > 0) be read in shape ns without a copy. The
- * old dims are cut into maximal chunks that are each one arithmetic run in
- * memory (size-1 dims never constrain); ns must split every chunk exactly,
- * its dims inside a chunk taking strides from the chunk's innermost one.
- * Returns 0, VIEW_COPY when some new dim would straddle two chunks, or
- * VIEW_OVERFLOW when a stride product overflows. */
-enum { VIEW_COPY = 1, VIEW_OVERFLOW = 2 };
-static int view_strides(const ot_tensor *t, const ot_shape *ns, int64_t *out)
-{
-    const ot_shape *os = &t->leaf.shape;
-    int i = os->ndim - 1, j = ns->ndim - 1;
-    while (i >= 0) {
-        if (os->dims[i] == 1) {
-            i--;
-            continue;
-        }
-        int64_t inner = t->strides[i], size = os->dims[i], run;
-        for (i--; i >= 0; i--) {
-            if (os->dims[i] == 1)
-                continue;
-            /* a product that overflows matches no stride of a valid view */
-            if (!mul_i64(&run, inner, size) || t->strides[i] != run)
-                break;
-            if (!mul_i64(&size, size, os->dims[i]))
-                return VIEW_OVERFLOW;
-        }
-        int64_t acc = 1;
-        for (; j >= 0 && acc < size; j--) {
-            if (!mul_i64(&out[j], inner, acc) || !mul_i64(&acc, acc, ns->dims[j]))
-                return VIEW_OVERFLOW;
-        }
-        if (acc != size)
-            return VIEW_COPY;
-    }
-    /* what is left are size-1 dims (the numels agree): give them the stride
-     * they would have in a contiguous layout */
-    for (; j >= 0; j--) {
-        if (j + 1 >= ns->ndim)
-            out[j] = 1;
-        else if (!mul_i64(&out[j], out[j + 1], ns->dims[j + 1]))
-            return VIEW_OVERFLOW;
-    }
-    return 0;
-}
-
-ot_tensor *ot_reshape(const ot_tensor *t, ot_shape shape)
-{
-    char sbuf[OT__SHAPE_STRLEN], tbuf[OT__SHAPE_STRLEN], ubuf[OT__SHAPE_STRLEN];
-    if (!t) {
-        ot__err_null("reshape", "tensor");
-        return NULL;
-    }
-    const ot_shape *os = &t->leaf.shape;
-    ot_dtype dt = (ot_dtype)t->leaf.dtype;
-    int64_t numel = ot__numel(os), strides[OT_MAX_DIMS] = {0};
-    if (shape.ndim >= 0 && shape.ndim <= OT_MAX_DIMS && infer_dim(&shape, numel) != 0)
-        return NULL;
-    if (ot__shape_check(&shape, dt, "reshape", NULL, 0) != 0)
-        return NULL;
-    if (ot__numel(&shape) != numel) {
-        ot__err_set(OT_ESHAPE, NULL, 0, "reshape", "cannot reshape tensor of size %lld into shape %s",
-                    (long long)numel, ot__shape_str(&shape, sbuf));
-        return NULL;
-    }
-    if (numel == 0 && !contiguous_strides(&shape, ot_dtype_size(dt), strides)) {
-        ot__err_set(OT_EOVERFLOW, NULL, 0, "reshape", "shape %s of %s is too big",
-                    ot__shape_str(&shape, sbuf), ot_dtype_name(dt));
-        return NULL;
-    }
-    int vs = numel > 0 ? view_strides(t, &shape, strides) : 0;
-    if (vs == VIEW_OVERFLOW) {
-        ot__err_set(OT_EOVERFLOW, NULL, 0, "reshape",
-                    "strides of a view of shape %s with strides %s overflow int64 in shape %s",
-                    ot__shape_str(os, tbuf), ints_str(os->ndim, t->strides, ubuf),
-                    ot__shape_str(&shape, sbuf));
-        return NULL;
-    }
-    if (vs == VIEW_COPY) {
-        ot__err_set(OT_EINVAL, NULL, 0, "reshape",
-                    "a view of shape %s with strides %s cannot be reshaped to %s "
-                    "without a copy; ot_copy it first",
-                    ot__shape_str(os, tbuf), ints_str(os->ndim, t->strides, ubuf),
-                    ot__shape_str(&shape, sbuf));
-        return NULL;
-    }
-    return view_new(t, &shape, strides, t->offset, "reshape");
-}
-
-/* ---- transpose and broadcast --------------------------------------------- */
-
-static bool is_permutation(const int *perm, int nd)
-{
-    bool seen[OT_MAX_DIMS] = {false};
-    for (int i = 0; i < nd; i++) {
-        if (perm[i] < 0 || perm[i] >= nd || seen[perm[i]])
-            return false;
-        seen[perm[i]] = true;
-    }
-    return true;
-}
-
-ot_tensor *ot_transpose(const ot_tensor *t, const int *perm)
-{
-    char pbuf[OT__SHAPE_STRLEN], sbuf[OT__SHAPE_STRLEN];
-    if (!t) {
-        ot__err_null("transpose", "tensor");
-        return NULL;
-    }
-    int nd = t->leaf.shape.ndim;
-    int p[OT_MAX_DIMS];
-    for (int i = 0; i < nd; i++)
-        p[i] = perm ? perm[i] : nd - 1 - i;
-    if (!is_permutation(p, nd)) {
-        int64_t wide[OT_MAX_DIMS];
-        for (int i = 0; i < nd; i++)
-            wide[i] = p[i];
-        ot__err_set(OT_EINVAL, NULL, 0, "transpose",
-                    "perm %s is not a permutation of %d dims (shape %s)",
-                    ints_str(nd, wide, pbuf), nd, ot__shape_str(&t->leaf.shape, sbuf));
-        return NULL;
-    }
-    ot_shape out = ot_shape_make(0, NULL);
-    int64_t strides[OT_MAX_DIMS] = {0};
-    out.ndim = nd;
-    for (int i = 0; i < nd; i++) {
-        out.dims[i] = t->leaf.shape.dims[p[i]];
-        strides[i] = t->strides[p[i]];
-    }
-    return view_new(t, &out, strides, t->offset, "transpose");
-}
-
-ot_tensor *ot_broadcast_to(const ot_tensor *t, ot_shape shape)
-{
-    char sbuf[OT__SHAPE_STRLEN], tbuf[OT__SHAPE_STRLEN];
-    if (!t) {
-        ot__err_null("broadcast_to", "tensor");
-        return NULL;
-    }
-    const ot_shape *src = &t->leaf.shape;
-    if (ot__shape_check(&shape, (ot_dtype)t->leaf.dtype, "broadcast_to", NULL, 0) != 0)
-        return NULL;
-    if (shape.ndim < src->ndim) {
-        ot__err_set(OT_ESHAPE, NULL, 0, "broadcast_to",
-                    "cannot broadcast shape %s to %s: the target has fewer dims",
-                    ot__shape_str(src, tbuf), ot__shape_str(&shape, sbuf));
-        return NULL;
-    }
-    int64_t strides[OT_MAX_DIMS] = {0};
-    int lead = shape.ndim - src->ndim;
-    for (int d = lead; d < shape.ndim; d++) {
-        int64_t have = src->dims[d - lead];
-        if (have == shape.dims[d])
-            strides[d] = t->strides[d - lead];
-        else if (have != 1) {
-            ot__err_set(OT_ESHAPE, NULL, 0, "broadcast_to",
-                        "cannot broadcast shape %s to %s (dim %d: %lld vs %lld)",
-                        ot__shape_str(src, tbuf), ot__shape_str(&shape, sbuf), d,
-                        (long long)have, (long long)shape.dims[d]);
-            return NULL;
-        }
-    }
-    ot_tensor *v = view_new(t, &shape, strides, t->offset, "broadcast_to");
-    if (v)
-        v->readonly = true;
-    return v;
 }
 
 /* ---- accessors ----------------------------------------------------------- */

@@ -1,6 +1,7 @@
 /*
- * test_backend.c - backend objects: names, options and their defaults, the
- * OT_BACKEND override, stats counters; and the ot_shape_make helper.
+ * test_backend.c - backend objects: names, options, their defaults and what
+ * is in force, the environment overrides, stats counters; and the
+ * ot_shape_make helper.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "test.h"
@@ -52,6 +53,122 @@ TEST(backend_bad_options)
     CHECK_ERR(OT_EINVAL, "fusion");
     CHECK(ot_backend_new("ref", &(ot_backend_opts){.plan_cache = -2}) == NULL);
     CHECK_ERR(OT_EINVAL, "plan_cache");
+    CHECK(ot_backend_new("cpu", &(ot_backend_opts){.jit = 3}) == NULL);
+    CHECK_ERR(OT_EINVAL, "jit");
+    CHECK(ot_backend_new("cpu", &(ot_backend_opts){.stream_bytes = -2}) == NULL);
+    CHECK_ERR(OT_EINVAL, "stream_bytes");
+    CHECK(ot_backend_new("cpu", &(ot_backend_opts){.isa = "AVX2"}) == NULL);
+    CHECK_ERR(OT_EINVAL, "isa must be");
+    /* Checked on ref too, though only cpu uses them: a typo stays a typo. */
+    CHECK(ot_backend_new("ref", &(ot_backend_opts){.isa = "neon2"}) == NULL);
+    CHECK_ERR(OT_EINVAL, "isa must be");
+}
+
+/* The environment variables that override options, saved and cleared so a
+ * case sees only what it sets, then restored. */
+static const char *const config_vars[] = {"OT_BACKEND", "OT_ISA", "OT_JIT", "OT_STREAM_BYTES",
+                                          "OT_FUSION"};
+#define NCONFIG_VARS (int)(sizeof config_vars / sizeof config_vars[0])
+
+static void env_save(char *saved[NCONFIG_VARS])
+{
+    for (int i = 0; i < NCONFIG_VARS; i++) {
+        const char *v = getenv(config_vars[i]);
+        saved[i] = v ? strdup(v) : NULL;
+        unsetenv(config_vars[i]);
+    }
+}
+
+static void env_restore(char *saved[NCONFIG_VARS])
+{
+    for (int i = 0; i < NCONFIG_VARS; i++) {
+        if (saved[i]) setenv(config_vars[i], saved[i], 1);
+        else unsetenv(config_vars[i]);
+        free(saved[i]);
+    }
+}
+
+static ot_backend_opts cpu_options(ot_backend_opts asked)
+{
+    ot_backend *be = ot_backend_new("cpu", &asked);
+    CHECK(be != NULL);
+    ot_backend_opts o = be ? ot_backend_options(be) : (ot_backend_opts){0};
+    ot_backend_free(be);
+    return o;
+}
+
+static bool isa_runs(const char *isa)
+{
+    ot_backend *be = ot_backend_new("cpu", &(ot_backend_opts){.isa = isa});
+    ot_backend_free(be);
+    return be != NULL;
+}
+
+/* ot_backend_options reports the configuration in force: the ISA chosen,
+ * whether code is generated, the streaming threshold. */
+TEST(backend_cpu_options_in_force)
+{
+    char *saved[NCONFIG_VARS];
+    env_save(saved);
+    ot_backend_opts o = cpu_options((ot_backend_opts){0});
+    CHECK(o.isa != NULL);
+    const char *best = isa_runs("avx512") ? "avx512" : isa_runs("avx2") ? "avx2"
+                       : isa_runs("sse2") ? "sse2" : "scalar";
+    if (o.isa) CHECK_STR(o.isa, best);
+    CHECK(o.stream_bytes > 0);
+#if defined(__x86_64__) && defined(__linux__)
+    CHECK_INT(o.jit, strcmp(best, "avx2") == 0 || strcmp(best, "avx512") == 0 ? OT_JIT_ON
+                                                                             : OT_JIT_OFF);
+#endif
+    o = cpu_options((ot_backend_opts){.isa = "scalar", .jit = OT_JIT_ON, .stream_bytes = 4096});
+    if (o.isa) CHECK_STR(o.isa, "scalar");
+    CHECK_INT(o.jit, OT_JIT_OFF);   /* the scalar table has no generated code */
+    CHECK_INT(o.stream_bytes, 4096);
+    o = cpu_options((ot_backend_opts){.jit = OT_JIT_OFF, .stream_bytes = OT_STREAM_NEVER});
+    CHECK_INT(o.jit, OT_JIT_OFF);
+    CHECK_INT(o.stream_bytes, OT_STREAM_NEVER);
+    /* The caller's string is not kept: the reported name is the library's. */
+    char isa[] = "scalar";
+    o = cpu_options((ot_backend_opts){.isa = isa});
+    CHECK(o.isa != isa);
+    ot_backend *ref = ot_backend_new("ref", &(ot_backend_opts){.isa = "sse2", .jit = OT_JIT_ON});
+    o = ot_backend_options(ref);
+    CHECK(o.isa == NULL);
+    CHECK_INT(o.jit, OT_JIT_OFF);
+    CHECK_INT(o.stream_bytes, OT_STREAM_NEVER);
+    ot_backend_free(ref);
+    env_restore(saved);
+}
+
+/* The environment overrides the options, and the report says so. */
+TEST(backend_env_overrides_options)
+{
+    char *saved[NCONFIG_VARS];
+    env_save(saved);
+    ot_backend_opts asked = {.isa = "sse2", .jit = OT_JIT_ON, .stream_bytes = 4096,
+                             .fusion = OT_FUSION_OFF};
+    setenv("OT_ISA", "scalar", 1);
+    setenv("OT_JIT", "0", 1);
+    setenv("OT_STREAM_BYTES", "0", 1);
+    setenv("OT_FUSION", "1", 1);
+    ot_backend_opts o = cpu_options(asked);
+    if (o.isa) CHECK_STR(o.isa, "scalar");
+    CHECK_INT(o.jit, OT_JIT_OFF);
+    CHECK_INT(o.stream_bytes, OT_STREAM_NEVER);
+    CHECK_INT(o.fusion, OT_FUSION_ON);
+    setenv("OT_STREAM_BYTES", "123", 1);
+    setenv("OT_FUSION", "0", 1);
+    o = cpu_options((ot_backend_opts){0});
+    CHECK_INT(o.stream_bytes, 123);
+    CHECK_INT(o.fusion, OT_FUSION_OFF);
+    /* Empty is unset; a bad value is named with its variable. */
+    setenv("OT_STREAM_BYTES", "", 1);
+    o = cpu_options((ot_backend_opts){.stream_bytes = 77});
+    CHECK_INT(o.stream_bytes, 77);
+    setenv("OT_STREAM_BYTES", "1e3", 1);
+    CHECK(ot_backend_new("ref", NULL) == NULL);
+    CHECK_ERR(OT_EINVAL, "OT_STREAM_BYTES=1e3 is not a byte count");
+    env_restore(saved);
 }
 
 TEST(backend_env_override)

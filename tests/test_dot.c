@@ -64,6 +64,8 @@
  */
 #include "test.h"
 
+#include <cblas.h>
+
 #include <float.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -877,6 +879,29 @@ TEST(dot_vector_ranks)
 }
 
 /* f32 . f64 promotes to f64: the f32 operand is converted exactly. */
+/* OpenBLAS's thread count is process-wide and the host program's: dots on
+ * backends of 1 and 2 threads leave what the host set alone. */
+TEST(dot_leaves_blas_threads_alone)
+{
+    int before = openblas_get_num_threads();
+    openblas_set_num_threads(1);
+    for (int threads = 1; threads <= 2; threads++) {
+        ot_backend *be = ot_backend_new("cpu", &(ot_backend_opts){.threads = threads});
+        ot_tensor *a = ot_ones(be, OT_SHAPE(64, 64), OT_F32), *c = ot_empty(be, OT_SHAPE(64, 64), OT_F32);
+        ot_pool *p = ot_pool_push();
+        CHECK_INT(ot_assign(c, ot_dot(a, a)), 0);
+        ot_pool_pop(p);
+        static float v[64 * 64];
+        CHECK_INT(ot_get(c, v), 0);
+        CHECK(v[0] == 64.0f && v[64 * 64 - 1] == 64.0f);
+        CHECK_INT(openblas_get_num_threads(), 1);
+        ot_tensor_free(a);
+        ot_tensor_free(c);
+        ot_backend_free(be);
+    }
+    openblas_set_num_threads(before);
+}
+
 TEST(dot_mixed_dtypes)
 {
     beset s;

@@ -40,14 +40,14 @@ static const ot_kernels *jit_table(int i)
 #endif
 }
 
-/* Whether a cpu backend made now generates code: the table it selects
- * (OT_ISA or the best of this CPU) must have vector functions. */
+/* Whether a cpu backend made now generates code (OT_ISA or the best ISA of
+ * this CPU, OT_JIT), as the backend reports it. */
 static bool backend_jits(void)
 {
-    const ot_kernels *k = ot__kernels_select();
-    bool any = false;
-    for (int i = 0; i < NJIT_ISA; i++) any |= jit_table(i) == k && k;
-    return any && k->vfn1[0][OT_OP_EXP][0];
+    ot_backend *be = ot_backend_new("cpu", NULL);
+    bool on = be && ot_backend_options(be).jit == OT_JIT_ON;
+    ot_backend_free(be);
+    return on;
 }
 
 /* Inputs with the special values first: NaN, +-inf, -0, denormals, huge
@@ -466,6 +466,45 @@ TEST(jit_explain_marks_generated_code)
         ot_tensor_free(x);
         ot_tensor_free(y);
         ot_backend_free(be);
+    }
+}
+
+/* ot_backend_opts.jit and .stream_bytes choose the code as the environment
+ * variables do (with those variables unset). */
+TEST(jit_options_choose_code)
+{
+    const char *vars[] = {"OT_ISA", "OT_JIT", "OT_STREAM_BYTES"};
+    char *saved[3];
+    for (int i = 0; i < 3; i++) {
+        const char *v = getenv(vars[i]);
+        saved[i] = v ? strdup(v) : NULL;
+        unsetenv(vars[i]);
+    }
+    const char *isa[NJIT_ISA];
+    for (int i = 0, n = assignment_isas(isa); i < n && isa[i]; i++)
+        for (int mode = 0; mode < 3; mode++) {
+            ot_backend_opts o = {.isa = isa[i], .jit = mode == INTERP ? OT_JIT_OFF : OT_JIT_ON,
+                                 .stream_bytes = mode == STREAM ? 1 : OT_STREAM_NEVER};
+            ot_backend *be = ot_backend_new("cpu", &o);
+            CHECK(be != NULL);
+            if (!be) continue;
+            ot_tensor *x = ot_empty(be, OT_SHAPE(40), OT_F32), *y = ot_empty(be, OT_SHAPE(40), OT_F32);
+            ot_pool *p = ot_pool_push();
+            char *chain = test__capture(ot_explain, ot_tanh(ot_add(ot_mul(x, y), ot_div(x, y))));
+            CHECK(chain != NULL);
+            if (chain) {
+                CHECK((strstr(chain, "(generated code") != NULL) == (mode != INTERP));
+                CHECK((strstr(chain, "streaming stores") != NULL) == (mode == STREAM));
+            }
+            free(chain);
+            ot_pool_pop(p);
+            ot_tensor_free(x);
+            ot_tensor_free(y);
+            ot_backend_free(be);
+        }
+    for (int i = 0; i < 3; i++) {
+        if (saved[i]) setenv(vars[i], saved[i], 1);
+        free(saved[i]);
     }
 }
 

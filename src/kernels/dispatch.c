@@ -12,7 +12,6 @@
  */
 #include "kernels.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 /* What the CPU must have for each ISA, as __builtin_cpu_supports names. */
@@ -46,26 +45,21 @@ const ot_kernels *ot__kernels_for(const char *isa)
     return k && cpu_runs(isa) ? k : NULL;
 }
 
-const ot_kernels *ot__kernels_select(void)
+const ot_kernels *ot__kernels_select(const char *isa, const char *isa_from)
 {
     static const char *const known[] = {"scalar", "sse2", "avx2", "avx512"};
     static const char *const needs[] = {"nothing", "sse2", "avx2 and fma", "avx512f"};
-    const char *env = getenv("OT_ISA");
-    if (env && *env) {
-        for (int i = 0; i < 4; i++) {
-            if (strcmp(env, known[i]) != 0) continue;
-            const ot_kernels *k = ot__kernels_for(env);
-            if (!k && !table_named(env))
-                ot__err_set(OT_EUNSUPPORTED, NULL, 0, "backend_new",
-                            "OT_ISA=%s but this build has no %s kernels (not x86)", env, env);
-            else if (!k)
-                ot__err_set(OT_EUNSUPPORTED, NULL, 0, "backend_new",
-                            "OT_ISA=%s but this CPU lacks %s", env, needs[i]);
-            return k;
-        }
-        ot__err_set(OT_EINVAL, NULL, 0, "backend_new",
-                    "OT_ISA=%s is not one of scalar, sse2, avx2, avx512", env);
-        return NULL;
+    if (isa) {
+        const ot_kernels *k = ot__kernels_for(isa);
+        int i = 0;
+        while (i < 3 && strcmp(isa, known[i]) != 0) i++;
+        if (!k && !table_named(isa))
+            ot__err_set(OT_EUNSUPPORTED, NULL, 0, "backend_new",
+                        "%s=%s but this build has no %s kernels (not x86)", isa_from, isa, isa);
+        else if (!k)
+            ot__err_set(OT_EUNSUPPORTED, NULL, 0, "backend_new", "%s=%s but this CPU lacks %s",
+                        isa_from, isa, needs[i]);
+        return k;
     }
     static const char *const order[] = {"avx512", "avx2", "sse2", "scalar"};
     for (int i = 0; i < 4; i++) {

@@ -1,0 +1,140 @@
+/*
+ * config.c - the options a backend runs with: ot_backend_opts as the caller
+ * gave them, checked, then the environment's overrides, which are read here
+ * and nowhere else, all by one rule: a variable unset or empty is not set;
+ * otherwise its whole value must be one the variable takes (a word of its
+ * list, or decimal digits alone for a count), else the backend is not made
+ * (OT_EINVAL naming the variable and the value). A typo must not silently
+ * run the default, and " 12", "+12" or "1e3" are not counts.
+ *
+ * The backend fills in what depends on the machine (the ISA, whether code
+ * is generated, the cache size) when it starts, so ot_backend_options can
+ * report what is in force rather than what was asked.
+ */
+#include "internal.h"
+
+#include <errno.h>
+
+#define DEFAULT_PLAN_CACHE 256
+
+static const char *const isa_names[] = {"scalar", "sse2", "avx2", "avx512"};
+#define NISA ((int)(sizeof isa_names / sizeof isa_names[0]))
+static const char *const switch_words[] = {"0", "1"};
+
+static const char *env_value(const char *var)
+{
+    const char *v = getenv(var);
+    return v && *v ? v : NULL;
+}
+
+/* The index in words of var's value; -1 when var is not set. */
+static int env_word(const char *var, const char *const words[], int nwords, const char *want,
+                    int *index)
+{
+    const char *v = env_value(var);
+    *index = -1;
+    if (!v) return 0;
+    for (int i = 0; i < nwords; i++)
+        if (strcmp(v, words[i]) == 0) *index = i;
+    if (*index < 0)
+        return ot__err_set(OT_EINVAL, NULL, 0, "backend_new", "%s=%s is not %s", var, v, want);
+    return 0;
+}
+
+/* A count in decimal digits; *set false when var is not set. */
+static int env_count(const char *var, int64_t *count, bool *set)
+{
+    const char *v = env_value(var);
+    *set = v != NULL;
+    if (!v) return 0;
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(v, &end, 10);
+    if (v[0] < '0' || v[0] > '9' || *end || errno || n > (unsigned long long)INT64_MAX)
+        return ot__err_set(OT_EINVAL, NULL, 0, "backend_new", "%s=%s is not a byte count", var, v);
+    *count = (int64_t)n;
+    return 0;
+}
+
+/* The library's own copy of an ISA name, so that no pointer of the caller's
+ * is kept; NULL for a name that is not one. */
+static const char *isa_named(const char *isa)
+{
+    for (int i = 0; i < NISA; i++)
+        if (strcmp(isa, isa_names[i]) == 0) return isa_names[i];
+    return NULL;
+}
+
+static const char *bad_option(const ot_backend_opts *o)
+{
+    if (o->dtype != OT_DTYPE_DEFAULT && o->dtype != OT_F32 && o->dtype != OT_F64)
+        return "dtype must be OT_F32 or OT_F64";
+    if (o->accuracy != OT_ULP10 && o->accuracy != OT_ULP35)
+        return "accuracy must be OT_ULP10 or OT_ULP35";
+    if (o->plan_cache < 0) return "plan_cache must be >= 0";
+    if (o->fusion < OT_FUSION_DEFAULT || o->fusion > OT_FUSION_OFF)
+        return "fusion must be OT_FUSION_DEFAULT, OT_FUSION_ON or OT_FUSION_OFF";
+    if (o->jit < OT_JIT_DEFAULT || o->jit > OT_JIT_OFF)
+        return "jit must be OT_JIT_DEFAULT, OT_JIT_ON or OT_JIT_OFF";
+    if (o->stream_bytes < OT_STREAM_NEVER)
+        return "stream_bytes must be >= 0 or OT_STREAM_NEVER";
+    if (o->isa && !isa_named(o->isa)) return "isa must be NULL, \"scalar\", \"sse2\", \"avx2\" or \"avx512\"";
+    return NULL;
+}
+
+static int check_opts(const ot_backend_opts *o)
+{
+    if (o->threads < 0 || o->threads > OT_MAX_THREADS)
+        return ot__err_set(OT_EINVAL, NULL, 0, "backend_new",
+                           "threads must be in 0..%d (OT_MAX_THREADS), not %d", OT_MAX_THREADS,
+                           o->threads);
+    const char *bad = bad_option(o);
+    return bad ? ot__err_set(OT_EINVAL, NULL, 0, "backend_new", "%s", bad) : 0;
+}
+
+/* OT_FUSION and OT_JIT: 0 turns off, 1 on; both use the OT_*_ON/OFF values. */
+static int env_switch(const char *var, int *field)
+{
+    int on;
+    if (env_word(var, switch_words, 2, "0 or 1", &on)) return -1;
+    if (on >= 0) *field = on ? OT_FUSION_ON : OT_FUSION_OFF;
+    return 0;
+}
+
+static int env_overrides(ot_backend_opts *o, const char **isa_from)
+{
+    int isa;
+    int64_t stream = 0;
+    bool stream_set;
+    if (env_switch("OT_FUSION", &o->fusion) || env_switch("OT_JIT", &o->jit) ||
+        env_word("OT_ISA", isa_names, NISA, "one of scalar, sse2, avx2, avx512", &isa) ||
+        env_count("OT_STREAM_BYTES", &stream, &stream_set))
+        return -1;
+    if (isa >= 0) {
+        o->isa = isa_names[isa];
+        *isa_from = "OT_ISA";
+    }
+    if (stream_set) o->stream_bytes = stream ? stream : OT_STREAM_NEVER;
+    return 0;
+}
+
+int ot__config_resolve(const char **name, ot_backend_opts *o, const char **isa_from)
+{
+    const char *env = env_value("OT_BACKEND");
+    if (env) *name = env;
+    if (!*name) *name = "ref";
+    *isa_from = "isa";
+    if (check_opts(o) || env_overrides(o, isa_from)) return -1;
+    if (o->isa) o->isa = isa_named(o->isa);
+    if (!o->dtype) o->dtype = OT_F32;
+    if (!o->plan_cache) o->plan_cache = DEFAULT_PLAN_CACHE;
+    if (!o->fusion) o->fusion = OT_FUSION_ON;
+    return 0;
+}
+
+void ot__config_not_cpu(ot_backend_opts *o)
+{
+    o->isa = NULL;
+    o->jit = OT_JIT_OFF;
+    o->stream_bytes = OT_STREAM_NEVER;
+}

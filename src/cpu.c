@@ -1,0 +1,105 @@
+/*
+ * cpu.c - the cpu backend object: its configuration in force (kernel
+ * table, generated code, streaming threshold; config.c resolved what was
+ * asked), the plan cache and thread pool it owns, and its assign entry
+ * point, which gets a plan (compile.c) and runs it (exec.c).
+ */
+#include "internal.h"
+#include "threads.h"
+
+#include <stdio.h>
+#include <unistd.h>
+
+static int cpu_assign_many(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[])
+{
+    ot_plan *plan;
+    ot_walk *walk;
+    ot_binding bind;
+    int rc = ot__plan_get(be, n, outs, trees, &plan, &walk, &bind);
+    if (rc) return rc;
+    rc = ot__plan_run(be, plan, &bind);
+    ot__plan_release(plan);
+    ot__walk_done(be, walk);
+    if (rc == 0) atomic_fetch_add(&be->stats.assigns, 1);
+    return rc;
+}
+
+static void cpu_destroy(ot_backend *be)
+{
+    ot_cpu *cpu = be->impl;
+    if (!cpu) return;
+    ot__threads_free(cpu->threads);
+    ot__plan_cache_free(cpu->cache);
+    ot__walk_free(atomic_load(&cpu->spare));
+    free(cpu);
+}
+
+/* The size of the largest cache the CPU reports (sysfs), or 32 MiB where
+ * none is readable. */
+static size_t last_level_cache(void)
+{
+    size_t best = 0;
+    int best_level = 0;
+    for (int i = 0; i < 8; i++) {
+        char path[96];
+        unsigned long size = 0;
+        int level = 0;
+        char unit = 0;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
+        FILE *f = fopen(path, "r");
+        if (!f) break;
+        bool ok = fscanf(f, "%d", &level) == 1;
+        fclose(f);
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+        f = fopen(path, "r");
+        if (!f) continue;
+        ok = ok && fscanf(f, "%lu%c", &size, &unit) >= 1;
+        fclose(f);
+        size *= unit == 'K' ? 1024ul : unit == 'M' ? 1024ul * 1024 : 1;
+        if (ok && level >= best_level) {
+            best_level = level;
+            best = size;
+        }
+    }
+    return best ? best : (size_t)32 << 20;
+}
+
+/* The streaming-store threshold in force: by default, outputs from the
+ * last-level cache's size on, since such an output cannot stay in the cache
+ * for its reader anyway, and streaming saves reading each line before it is
+ * written (a fifth of W1's memory traffic). 0 means never. */
+static size_t stream_threshold(int64_t asked)
+{
+    if (asked == OT_STREAM_NEVER) return 0;
+    return asked ? (size_t)asked : last_level_cache();
+}
+
+static int cpu_init(ot_backend *be)
+{
+    const ot_kernels *k = ot__kernels_select(be->opts.isa, be->isa_from);
+    if (!k) return ot_errcode();
+    ot_cpu *cpu = ot__calloc(1, sizeof *cpu);
+    if (!cpu) return ot__err_set(OT_ENOMEM, NULL, 0, "backend_new", "out of memory");
+    be->impl = cpu;
+    cpu->k = k;
+    cpu->jit = be->opts.jit != OT_JIT_OFF && ot__jit_available(k);
+    cpu->stream_bytes = stream_threshold(be->opts.stream_bytes);
+    be->opts.isa = k->isa;
+    be->opts.jit = cpu->jit ? OT_JIT_ON : OT_JIT_OFF;
+    be->opts.stream_bytes = cpu->stream_bytes ? (int64_t)cpu->stream_bytes : OT_STREAM_NEVER;
+    cpu->cache = ot__plan_cache_new(be->opts.plan_cache);
+    if (!be->opts.threads) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        be->opts.threads = n > OT_MAX_THREADS ? OT_MAX_THREADS : n > 0 ? (int)n : 1;
+    }
+    int rc = cpu->cache ? 0 : ot__err_set(OT_ENOMEM, NULL, 0, "backend_new", "out of memory");
+    if (!rc && be->opts.threads > 1 && !(cpu->threads = ot__threads_new(be->opts.threads - 1)))
+        rc = ot_errcode();
+    if (rc) {
+        cpu_destroy(be);
+        be->impl = NULL;
+    }
+    return rc;
+}
+
+const ot_backend_vt ot__cpu_vt = {"cpu", cpu_init, cpu_assign_many, cpu_destroy};

@@ -13,7 +13,7 @@
  * +0 where ref's is -0: OpenBLAS adds alpha*A.B to a zeroed C for larger
  * sizes, and a C of -0 with beta 1 costs a write pass (README, cpu backend).
  */
-#include "internal.h"
+#include "cpu.h"
 
 #include <cblas.h>
 

@@ -4,7 +4,7 @@
  * The checks every backend relies on (NULLs, shapes, dtypes, writable and
  * disjoint outputs) are made here once; backends only evaluate.
  */
-#include "internal.h"
+#include "cpu.h"
 
 #include <stdio.h>
 

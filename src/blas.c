@@ -16,7 +16,7 @@
  * program and two backends with different thread counts would fight over
  * it. It is the host's (OPENBLAS_NUM_THREADS, openblas_set_num_threads).
  */
-#include "internal.h"
+#include "cpu.h"
 
 #include <cblas.h>
 

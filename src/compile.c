@@ -28,7 +28,7 @@
  * chains and values shared inside one kernel stay fused. The cpu backend counts elem_ops the same
  * way fused and unfused (count_ops), so tests bound fusion's arithmetic.
  */
-#include "internal.h"
+#include "cpu.h"
 
 #include <pthread.h>
 

@@ -4,7 +4,7 @@
  * asked), the plan cache and thread pool it owns, and its assign entry
  * point, which gets a plan (compile.c) and runs it (exec.c).
  */
-#include "internal.h"
+#include "cpu.h"
 #include "threads.h"
 
 #include <stdio.h>

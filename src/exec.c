@@ -9,7 +9,7 @@
  * never on the thread count, and partial results are combined in chunk
  * order, so every result is bitwise identical for any number of threads.
  */
-#include "internal.h"
+#include "cpu.h"
 #include "threads.h"
 
 #include <stdint.h>

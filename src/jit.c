@@ -23,7 +23,7 @@
  * Linux nothing is generated.
  */
 #define _DEFAULT_SOURCE   /* MAP_ANONYMOUS */
-#include "internal.h"
+#include "cpu.h"
 
 #include <stdlib.h>
 #include <string.h>

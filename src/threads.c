@@ -4,7 +4,7 @@
  * varies; what a chunk computes does not, so results never depend on the
  * number of threads (exec.c cuts the work by the plan alone).
  */
-#include "internal.h"
+#include "cpu.h"
 #include "threads.h"
 
 #include <pthread.h>

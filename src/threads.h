@@ -5,7 +5,7 @@
 #ifndef OT_THREADS_H
 #define OT_THREADS_H
 
-#include "internal.h"
+#include "cpu.h"
 
 /* Runs chunks [first, last) on the thread that owns slot `slot` of the
  * run's memory (exec.c's run_mem); scratch is set up once per call. */

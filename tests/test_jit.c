@@ -16,7 +16,7 @@
  * generated code, and the API level still checks that both agree.
  */
 #include "test.h"
-#include "internal.h"
+#include "cpu.h"
 
 #include <stdint.h>
 #include <stdlib.h>

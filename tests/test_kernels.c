@@ -28,7 +28,7 @@
  * OT_KTEST_VERBOSE=1 prints the largest ULP error seen per op and table.
  */
 #include "test.h"
-#include "internal.h"
+#include "cpu.h"
 
 #include <float.h>
 #include <stdint.h>

@@ -7,7 +7,7 @@
 #ifndef OT_KERNELS_H
 #define OT_KERNELS_H
 
-#include "internal.h"
+#include "cpu.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #define OT_KERNELS_X86 1

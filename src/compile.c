@@ -195,8 +195,8 @@ static void generate_code(ot_plan *p, const ot_kernels *kt, int acc, size_t stre
     free(jits);
 }
 
-ot_plan *ot__plan_compile(ot_backend *be, const ot_walk *w, int n, ot_tensor *const outs[],
-                          ot_node *const trees[])
+int ot__plan_compile(ot_backend *be, const ot_walk *w, int n, ot_tensor *const outs[],
+                     ot_node *const trees[], ot_plan **plan)
 {
     ot_cpu *cpu = be->impl;
     compiler c = {.be = be, .k = cpu->k, .w = w, .outs = outs, .trees = trees, .nout = n,
@@ -206,8 +206,9 @@ ot_plan *ot__plan_compile(ot_backend *be, const ot_walk *w, int n, ot_tensor *co
     c.groot = ot__calloc((size_t)n, sizeof *c.groot);
     /* Counted from the start, so that a failure below frees it. */
     if (c.plan) atomic_init(&c.plan->refs, 1);
-    bool ok = c.ci && c.plan && c.groot && ot__fuse_merge_common(&c);
-    if (ok) {
+    int rc = c.ci && c.plan && c.groot ? OT_VERIFY(ot__verify_walk(w, n)) : OT_ENOMEM;
+    if (!rc && !ot__fuse_merge_common(&c)) rc = OT_ENOMEM;
+    if (!rc) {
         c.plan->nleaves = w->nleaf;
         c.plan->nparams = w->nparam;
         c.plan->nout = n;
@@ -217,18 +218,25 @@ ot_plan *ot__plan_compile(ot_backend *be, const ot_walk *w, int n, ot_tensor *co
         if (c.fused && !ot__fuse_bound_recompute(&c)) c.oom = true;
         ot__fuse_mark_direct_roots(&c);
         ot__fuse_assign_storage(&c);
-        ok = !c.oom && ot__build_kernels(&c) && ot__sched_choose_dot_segments(&c);
-        if (ok) ot__sched_temps_into_outputs(&c);
-        ok = ok && ot__sched_layout_arena(c.plan);
-        if (ok && c.plan->nseg == 0) ot__sched_choose_row_blocks(&c);
-        if (ok && cpu->jit)
+        rc = c.oom ? OT_ENOMEM : OT_VERIFY(ot__verify_fused(&c));
+        if (!rc) rc = ot__build_kernels(&c) ? OT_VERIFY(ot__verify_plan(c.plan, OT_VERIFY_BUILT)) : OT_ENOMEM;
+        if (!rc && !ot__sched_choose_dot_segments(&c)) rc = OT_ENOMEM;
+        if (!rc) {
+            ot__sched_temps_into_outputs(&c);
+            rc = OT_VERIFY(ot__verify_plan(c.plan, OT_VERIFY_SCHEDULED));
+        }
+        if (!rc && !ot__sched_layout_arena(c.plan)) rc = OT_ENOMEM;
+        if (!rc && c.plan->nseg == 0) ot__sched_choose_row_blocks(&c);
+        if (!rc) rc = OT_VERIFY(ot__verify_plan(c.plan, OT_VERIFY_LAID_OUT));
+        if (!rc && cpu->jit)
             generate_code(c.plan, cpu->k, be->opts.accuracy == OT_ULP35, cpu->stream_bytes);
     }
     free(c.ci);
     free(c.groot);
-    if (!ok) {
+    if (rc) {
         ot__plan_release(c.plan);
-        return NULL;
+        c.plan = NULL;
     }
-    return c.plan;
+    *plan = c.plan;
+    return rc;
 }

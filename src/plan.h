@@ -182,10 +182,12 @@ static inline ot_shape out_shape(const compiler *c, int i)
 
 /* ---- entry points of the passes ---------------------------------------------- */
 
-/* compile.c: the plan for a walk (NULL when out of memory); a kernel's
- * ot_explain line; its bytes and arithmetic added to the plan's stats. */
-ot_plan *ot__plan_compile(ot_backend *be, const ot_walk *w, int n, ot_tensor *const outs[],
-                          ot_node *const trees[]);
+/* compile.c: the plan for a walk into *plan, or OT_ENOMEM, or
+ * OT_EINTERNAL (recorded) when the verifier finds a pass broke an
+ * invariant; a kernel's ot_explain line; its bytes and arithmetic added to
+ * the plan's stats. */
+int ot__plan_compile(ot_backend *be, const ot_walk *w, int n, ot_tensor *const outs[],
+                     ot_node *const trees[], ot_plan **plan);
 char *ot__plan_describe(const ot_kernel *k);
 void ot__plan_count_work(ot_plan *p, const ot_kernel *k);
 
@@ -234,5 +236,19 @@ bool ot__sched_choose_dot_segments(compiler *c);
 void ot__sched_temps_into_outputs(compiler *c);
 bool ot__sched_layout_arena(ot_plan *p);
 void ot__sched_choose_row_blocks(compiler *c);
+
+/* plan_verify.c, built with -DOT_VERIFY_PLANS only: each check returns 0,
+ * or records OT_EINTERNAL naming the broken invariant and returns it
+ * (OT_ENOMEM when it cannot allocate). ot__verify_plan checks the kernels
+ * at a stage: as built, scheduled (segments too) or laid out (the arena). */
+enum { OT_VERIFY_BUILT, OT_VERIFY_SCHEDULED, OT_VERIFY_LAID_OUT };
+int ot__verify_walk(const ot_walk *w, int nout);
+int ot__verify_fused(const compiler *c);
+int ot__verify_plan(const ot_plan *p, int stage);
+#ifdef OT_VERIFY_PLANS
+#define OT_VERIFY(check) (check)
+#else
+#define OT_VERIFY(check) 0
+#endif
 
 #endif /* OT_PLAN_H */

@@ -386,10 +386,12 @@ int ot__plan_get(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const 
         atomic_fetch_add(&be->stats.cache_hits, 1);
     } else {
         unsigned long failed = ot__alloc_failures();
-        p = ot__plan_compile(be, w, n, outs, trees);
-        if (!p) {
+        int rc = ot__plan_compile(be, w, n, outs, trees, &p);
+        if (rc) {
             ot__walk_done(be, w);
-            return ot__err_set(OT_ENOMEM, NULL, 0, "assign", "out of memory compiling the tree");
+            /* the verifier recorded what it found */
+            return rc == OT_EINTERNAL ? rc : ot__err_set(OT_ENOMEM, NULL, 0, "assign",
+                                                         "out of memory compiling the tree");
         }
         /* A plan that fell back from generated code or a fused group for
          * want of memory runs once; cached, it would stay the slower plan. */

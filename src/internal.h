@@ -103,6 +103,11 @@ static inline ot_tensor *ot__leaf_tensor(const ot_node *n)
 /* Called by ot_release when a leaf's refcount reaches zero. */
 void ot__tensor_destroy(ot_tensor *t);
 
+/* The one view equality: a and b read the same elements in the same order
+ * (same buffer, offset, dtype and shape; strides equal on every dim of size
+ * > 1, since a size-1 dim's stride addresses nothing). Used by the plan key,
+ * the stack and the overlap test. */
+bool ot__same_view(const ot_tensor *a, const ot_tensor *b);
 /* Memory overlap of two views, after ATen's MemoryOverlap: zero-size views
  * never overlap; same buffer, offset, shape and strides is FULL; disjoint
  * byte ranges, or views no index pair of which meets (interleaved

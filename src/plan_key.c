@@ -77,22 +77,12 @@ static inline __attribute__((always_inline)) bool key_put(ot_walk *w, const void
 
 #define KEY(w, v) key_put((w), &(v), sizeof(v))
 
-static bool same_view(const ot_tensor *x, const ot_tensor *y)
-{
-    if (x->buf != y->buf || x->offset != y->offset || x->leaf.dtype != y->leaf.dtype ||
-        !ot__shape_eq(&x->leaf.shape, &y->leaf.shape))
-        return false;
-    for (int i = 0; i < x->leaf.shape.ndim; i++)
-        if (x->strides[i] != y->strides[i]) return false;
-    return true;
-}
-
 /* The slot of a leaf; a view seen for the first time adds its layout to the
  * key. The scan is linear in the distinct leaves, which are few in practice. */
 static int leaf_slot(ot_walk *w, const ot_tensor *t, bool *ok)
 {
     for (int i = 0; i < w->nleaf; i++)
-        if (w->leaf[i] == t || same_view(w->leaf[i], t)) return i;
+        if (w->leaf[i] == t || ot__same_view(w->leaf[i], t)) return i;
     if (!grow((void **)&w->leaf, &w->leafcap, w->nleaf + 1, sizeof *w->leaf)) {
         *ok = false;
         return -1;

@@ -90,7 +90,9 @@ typedef enum ot_status {
     OT_EOVERFLOW = -9,    /* a size or offset that overflows */
     OT_EEMPTY = -10,      /* a reduction with no identity over zero elements */
     OT_ESTATE = -11,      /* a call out of order (popping a pool not pushed) */
-    OT_EIO = -12          /* writing to a FILE failed */
+    OT_EIO = -12,         /* writing to a FILE failed */
+    OT_EINTERNAL = -13    /* an internal check failed: a bug in optree (builds
+                             with -DOT_VERIFY_PLANS verify every plan) */
 } ot_status;
 
 /* The code of the first error recorded since the slot was last cleared. */

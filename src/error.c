@@ -35,6 +35,7 @@ static const char *const status_text[] = {
     [-OT_EEMPTY] = "zero-size reduction without identity",
     [-OT_ESTATE] = "call out of order",
     [-OT_EIO] = "write failed",
+    [-OT_EINTERNAL] = "internal check failed",
 };
 
 const char *ot_version(void)

@@ -112,6 +112,11 @@ ot_tensor *ot__view_new(const ot_tensor *t, const ot_shape *shape, const int64_t
 bool ot__contiguous_strides(const ot_shape *s, size_t isz, int64_t *strides);
 void ot__tensor_destroy(ot_tensor *t);
 
+/* The one view equality: a and b read the same elements in the same order
+ * (same buffer, offset, dtype and shape; strides equal on every dim of size
+ * > 1, since a size-1 dim's stride addresses nothing). Used by the plan key,
+ * the stack and the overlap test. */
+bool ot__same_view(const ot_tensor *a, const ot_tensor *b);
 /* Memory overlap of two views, after ATen's MemoryOverlap: zero-size views
  * never overlap; same buffer, offset, shape and strides is FULL; disjoint
  * byte ranges, or views no index pair of which meets (interleaved

@@ -220,21 +220,13 @@ static uint64_t item_hash(const ot_node *n, int a, int b)
     return h;
 }
 
-/* Leaves are equal when they read the same elements in the same layout. */
-static bool same_view(const ot_tensor *x, const ot_tensor *y)
-{
-    if (x->buf != y->buf || x->offset != y->offset) return false;
-    for (int i = 0; i < x->leaf.shape.ndim; i++)
-        if (x->strides[i] != y->strides[i]) return false;
-    return true;
-}
-
 static bool same_item(const ot_stack_item *it, const ot_node *n, int a, int b)
 {
     const ot_node *m = it->node;
     if (m->kind != n->kind || m->dtype != n->dtype || !ot__shape_eq(&m->shape, &n->shape))
         return false;
-    if (n->kind == OT_NODE_LEAF) return same_view(ot__leaf_tensor(m), ot__leaf_tensor(n));
+    /* Leaves are equal when they read the same elements in the same layout. */
+    if (n->kind == OT_NODE_LEAF) return ot__same_view(ot__leaf_tensor(m), ot__leaf_tensor(n));
     /* Constants compare by bit pattern, so NaN constants are one item. */
     if (n->kind == OT_NODE_CONST) return m->weak == n->weak && bits_of(m->value) == bits_of(n->value);
     int64_t wm[OT_MAX_DIMS], wn[OT_MAX_DIMS];

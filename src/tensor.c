@@ -615,10 +615,9 @@ static void elem_range(const ot_tensor *t, int64_t *lo, int64_t *hi)
     }
 }
 
-/* Same elements in the same order: strides of size-1 dims do not count. */
-static bool same_view(const ot_tensor *a, const ot_tensor *b)
+bool ot__same_view(const ot_tensor *a, const ot_tensor *b)
 {
-    if (a->offset != b->offset || a->leaf.dtype != b->leaf.dtype ||
+    if (a->buf != b->buf || a->offset != b->offset || a->leaf.dtype != b->leaf.dtype ||
         !ot__shape_eq(&a->leaf.shape, &b->leaf.shape))
         return false;
     for (int d = 0; d < a->leaf.shape.ndim; d++)
@@ -710,7 +709,7 @@ int ot__overlap(const ot_tensor *a, const ot_tensor *b)
     if (!a || !b || a->buf != b->buf || ot__numel(&a->leaf.shape) == 0 ||
         ot__numel(&b->leaf.shape) == 0)
         return OT_OVERLAP_NONE;
-    if (same_view(a, b))
+    if (ot__same_view(a, b))
         return OT_OVERLAP_FULL;
     int64_t alo, ahi, blo, bhi;
     elem_range(a, &alo, &ahi);

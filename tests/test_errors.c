@@ -37,7 +37,7 @@ TEST(errors_slot_clear)
     ot_clear_error();
     CHECK_INT(ot_errcode(), 0);
     CHECK_STR(ot_errmsg(), "");
-    for (int c = OT_EIO; c <= 0; c++) {
+    for (int c = OT_EINTERNAL; c <= 0; c++) {
         CHECK(ot_strerror(c) != NULL);
         CHECK(strlen(ot_strerror(c)) > 0);
     }

@@ -10,7 +10,8 @@
 #   unit        ./$BUILD/test_optree
 #   numpy       tests/diff_numpy.py against $BUILD/liboptree.so (skipped while
 #               the script does not exist)
-#   sanitizers  the unit tests rebuilt in $BUILD/san with ASan + UBSan
+#   sanitizers  the unit tests rebuilt in $BUILD/san with ASan + UBSan and
+#               the plan verifier (-DOT_VERIFY_PLANS)
 #   tsan        the unit tests rebuilt in $BUILD/tsan with ThreadSanitizer,
 #               running only the cases about threads (name or file contains
 #               "thread"; about 20 s): a data race ends its case
@@ -36,7 +37,9 @@ cd "$(dirname "$0")/.." || exit 1
 B=${BUILD:-build}
 JOBS=${JOBS:-2}
 PY=${PYTHON:-/usr/bin/python3}
-SAN='-fsanitize=address,undefined -fno-sanitize-recover=all'
+# The sanitizer build also verifies every plan the compiler makes
+# (src/plan_verify.c): a broken invariant fails the compile, not a run.
+SAN='-fsanitize=address,undefined -fno-sanitize-recover=all -DOT_VERIFY_PLANS'
 LOGS=$B/test-logs
 # The build directory as a path to run programs from.
 case $B in

@@ -1,0 +1,452 @@
+/*
+ * plan_fuse.c - which values get kernels and storage of their own.
+ *
+ * Takes a walk. merge_common merges common subexpressions: canon[i] is the
+ * first entry equal to i (canon[i] <= i, canon[canon[i]] == canon[i]; a
+ * leaf's is the first entry of its slot). count_uses counts each canonical
+ * entry's readers. choose_materialised marks what must exist in memory
+ * (non-elementwise ops, a dot's, transpose's or onehot's operands, a costly
+ * value a reduction and other work both read, and cuts that bound a
+ * region's size); bound_recompute adds the values that fusion would
+ * recompute too often; mark_direct_roots un-marks the dots and reductions
+ * written straight into their output (groot); assign_storage gives every
+ * leaf and materialised entry storage, and a transpose its operand's
+ * storage seen through the permutation.
+ *
+ * Recomputation is bounded by a cost model (bound_recompute): fusion
+ * inlines an elementwise value into every kernel that reads it and into
+ * every element of a broadcast, so a value computed E times per element
+ * (k distinct kernels, outputs of one group counting as one, times the
+ * rows a broadcast repeats it over) is stored once when (E - 1) * cost >
+ * 2 + E, cost being what computing it inline takes in units of an add
+ * (transcendentals 8, division and roots 3, the rest 1, summed over the
+ * inlined ops below it, plus 1 per stored value they read) and 2 + E the
+ * write and the reads. Single-use chains and values shared inside one
+ * kernel stay fused.
+ *
+ * Guarantees to plan_build.c: every canonical leaf and materialised op
+ * entry (transposes aside) has storage; groot[i].dot >= 0 only for a dot
+ * read by output i alone that BLAS can write into it.
+ */
+#include "plan.h"
+
+#define MAX_REGION_INSNS 512   /* cut an elementwise region beyond this */
+#define MAX_REGION_NEED 12     /* or when it would need more live buffers */
+
+/* Hash-consing of op entries by (op, dtype, attributes, canonical operands).
+ * Nullary ops (rand) are never merged: two rand nodes are two draws. */
+static bool same_op(const compiler *c, int x, int y)
+{
+    const ent *ex = &c->w->e[x], *ey = &c->w->e[y];
+    if (ex->a < 0 || ex->op != ey->op || ex->dtype != ey->dtype ||
+        canon_of(c, ex->a) != canon_of(c, ey->a) || canon_of(c, ex->b) != canon_of(c, ey->b))
+        return false;
+    const ot_args *ga = &ex->node->args, *gb = &ey->node->args;
+    return ga->axis == gb->axis && ga->keepdims == gb->keepdims && ga->depth == gb->depth &&
+           ga->seed == gb->seed && memcmp(ga->perm, gb->perm, sizeof ga->perm) == 0 &&
+           ot__shape_eq(&ex->node->shape, &ey->node->shape);
+}
+
+bool ot__fuse_merge_common(compiler *c)
+{
+    int n = c->w->n;
+    size_t cap = 64;
+    while (cap < 2 * (size_t)n) cap *= 2;
+    int *table = ot__malloc(cap * sizeof *table);
+    int *leaf_canon = ot__malloc(sizeof(int) * (size_t)(c->w->nleaf ? c->w->nleaf : 1));
+    if (!table || !leaf_canon) {
+        free(table);
+        free(leaf_canon);
+        return false;
+    }
+    memset(table, -1, cap * sizeof *table);
+    for (int i = 0; i < c->w->nleaf; i++) leaf_canon[i] = -1;
+    for (int i = 0; i < n; i++) {
+        const ent *e = &c->w->e[i];
+        c->ci[i].canon = i;
+        if (e->kind == OT_NODE_LEAF) {
+            if (leaf_canon[e->slot] < 0) leaf_canon[e->slot] = i;
+            c->ci[i].canon = leaf_canon[e->slot];
+            continue;
+        }
+        if (e->kind != OT_NODE_OP) continue;
+        uint64_t h = (uint64_t)e->op * 31 + (uint64_t)canon_of(c, e->a) * 1000003u +
+                     (uint64_t)canon_of(c, e->b) * 7919u;
+        for (size_t j = (h * 0x9e3779b97f4a7c15ULL) >> 7 & (cap - 1);; j = (j + 1) & (cap - 1)) {
+            if (table[j] < 0) {
+                table[j] = i;
+                break;
+            }
+            if (same_op(c, table[j], i)) {
+                c->ci[i].canon = table[j];
+                break;
+            }
+        }
+    }
+    free(table);
+    free(leaf_canon);
+    return true;
+}
+
+void ot__fuse_count_uses(compiler *c)
+{
+    for (int i = 0; i < c->w->n; i++) {
+        if (c->ci[i].canon != i || !is_op(c, i)) continue;
+        for (int k = 0; k < 2; k++) {
+            int o = canon_operand(c, i, k);
+            if (o >= 0) c->ci[o].uses++;
+        }
+    }
+    for (int r = 0; r < c->nout; r++) c->ci[c->ci[c->w->root[r]].canon].uses++;
+}
+
+static bool is_costly(int op)
+{
+    switch (op) {
+    case OT_OP_EXP: case OT_OP_EXP2: case OT_OP_LOG: case OT_OP_LOG2: case OT_OP_SAFELOG:
+    case OT_OP_SIG: case OT_OP_SIG2: case OT_OP_TANH: case OT_OP_TANH2: case OT_OP_SIN:
+    case OT_OP_COS: case OT_OP_POW:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* Decides which op entries get their own kernel and storage. */
+void ot__fuse_choose_materialised(compiler *c)
+{
+    for (int i = 0; i < c->w->n; i++) {
+        cinfo *ci = &c->ci[i];
+        if (ci->canon != i || !is_op(c, i)) continue;
+        int op = c->w->e[i].op, kind = kind_of(c, i);
+        if (!is_ew(c, i) || !c->fused) ci->mat = kind != OT_KIND_SHAPE;
+        /* Operands that must exist in memory: a dot's (BLAS reads arrays), a
+         * transpose's (it is a strided view of them), onehot's input. */
+        if (kind == OT_KIND_DOT || kind == OT_KIND_SHAPE || op == OT_OP_ONEHOT)
+            for (int k = 0; k < 2; k++) {
+                int o = canon_operand(c, i, k);
+                if (o >= 0 && is_op(c, o) && kind_of(c, o) != OT_KIND_SHAPE) c->ci[o].mat = true;
+            }
+        /* A costly value that a reduction and other work both read (softmax's
+         * exp(x - max)) is stored once rather than computed in each kernel. */
+        if (kind == OT_KIND_REDUCE && c->fused) {
+            int o = canon_operand(c, i, 0);
+            if (is_ew(c, o) && c->ci[o].uses >= 2 && is_costly(c->w->e[o].op)) c->ci[o].mat = true;
+        }
+        if (!is_ew(c, i)) continue;
+        /* Sethi-Ullman style estimates bound a region's live buffers and
+         * size; past the bound the node is cut into its own kernel. */
+        int na = 0, nb = 0, sa = 0, sb = 0;
+        int a = canon_operand(c, i, 0), b = canon_operand(c, i, 1);
+        if (a >= 0 && is_ew(c, a) && !c->ci[a].mat) { na = c->ci[a].need; sa = c->ci[a].size; }
+        if (b >= 0 && is_ew(c, b) && !c->ci[b].mat) { nb = c->ci[b].need; sb = c->ci[b].size; }
+        ci->need = na == nb ? na + 1 : (na > nb ? na : nb);
+        if (ci->need < 1) ci->need = 1;
+        ci->size = sa + sb + 1;
+        if (ci->need > MAX_REGION_NEED || ci->size > MAX_REGION_INSNS) {
+            ci->mat = true;
+            ci->need = 1;
+            ci->size = 1;
+        }
+    }
+}
+
+/* ---- the recomputation cost model ----------------------------------------- */
+
+#define COST_CAP (1 << 20)   /* estimates saturate here */
+#define COST_STORE 2         /* writing a value once, in op units */
+#define COST_LOAD 1          /* a kernel reading it back */
+#define READERS_KEPT 4       /* kernel ids kept per value; beyond, counted */
+
+/* What computing one element of op costs, in units of an add: SLEEF's
+ * transcendentals are tens of instructions, a division or root a few. */
+static int op_cost(int op)
+{
+    if (is_costly(op)) return 8;
+    switch (op) {
+    case OT_OP_DIV: case OT_OP_SQRT: case OT_OP_RSQRT: case OT_OP_RECIP: return 3;
+    default: return 1;
+    }
+}
+
+/* The kernels an inlined value is computed in: a few ids, and a count that
+ * goes on past them (distinct as far as the ids tell). */
+typedef struct readers {
+    int id[READERS_KEPT];
+    int n;
+} readers;
+
+static void readers_add(readers *r, int id)
+{
+    int kept = r->n < READERS_KEPT ? r->n : READERS_KEPT;
+    for (int i = 0; i < kept; i++)
+        if (r->id[i] == id) return;
+    if (r->n < READERS_KEPT) r->id[r->n] = id;
+    if (r->n < INT_MAX) r->n++;
+}
+
+static void readers_merge(readers *to, const readers *from)
+{
+    int kept = from->n < READERS_KEPT ? from->n : READERS_KEPT;
+    for (int i = 0; i < kept; i++) readers_add(to, from->id[i]);
+    for (int i = kept; i < from->n && to->n < INT_MAX; i++) to->n++;
+}
+
+/* The kernel computing output i's root: outputs of one shape share a
+ * group kernel (choose_groups), so they count as one. */
+static int root_kernel_id(const compiler *c, int i)
+{
+    int r = c->ci[c->w->root[i]].canon;
+    if (!c->outs || c->nout < 2) return r;
+    ot_shape si = out_shape(c, i);
+    for (int j = 0; j < i; j++) {
+        int rj = c->ci[c->w->root[j]].canon;
+        ot_shape sj = out_shape(c, j);
+        if (is_ew(c, rj) && !c->ci[rj].mat && ot__shape_eq(&si, &sj)) return c->w->n + j;
+    }
+    return is_ew(c, r) && !c->ci[r].mat ? c->w->n + i : r;
+}
+
+/* How many times a reader of shape `to` computes each element of an
+ * inlined value of shape `from`: broadcasting along the rows repeats it
+ * per row. A value broadcast along the innermost dim is a scalar per tile,
+ * computed once, so that counts as 1. */
+static double bcast_factor(const ot_shape *to, const ot_shape *from)
+{
+    int64_t nf = ot__numel(from), nt = ot__numel(to);
+    if (from->ndim == 0 || nf == 0 || nt <= nf) return 1;
+    int64_t lf = from->dims[from->ndim - 1], lt = to->ndim ? to->dims[to->ndim - 1] : 1;
+    return lf == lt && lf > 1 ? (double)nt / (double)nf : 1;
+}
+
+/* Fusion inlines an elementwise value into every kernel that reads it, and
+ * into every element of a broadcast, so a value shared by several kernels
+ * is computed in each (a recurrence whose every step is also reduced would
+ * be computed T^2/2 times), and a row broadcast once per row. A value
+ * computed E times per element that way (k kernels, times the broadcast)
+ * is stored once instead when (E - 1) * cost > store + E * load: the cost
+ * of computing it inline (its op, the inlined ops below it and the stored
+ * values they read) against writing it once and reading it back. Single-use chains and values shared
+ * within one kernel stay fused. Walks users before operands, so each
+ * value's readers are known when it is decided. */
+bool ot__fuse_bound_recompute(compiler *c)
+{
+    int n = c->w->n;
+    size_t cnt = (size_t)(n ? n : 1);
+    int *cost = ot__malloc(sizeof(int) * cnt);
+    double *fac = ot__calloc(cnt, sizeof *fac);   /* evaluations per element per kernel */
+    readers *rd = ot__calloc(cnt, sizeof *rd);
+    int *root_id = ot__malloc(sizeof(int) * cnt);   /* an output root's kernel, or -1 */
+    if (!cost || !fac || !rd || !root_id) {
+        free(cost);
+        free(fac);
+        free(rd);
+        free(root_id);
+        return false;
+    }
+    for (int i = 0; i < n; i++) root_id[i] = -1;
+    for (int i = 0; i < c->nout; i++) {
+        int r = c->ci[c->w->root[i]].canon;
+        if (root_id[r] < 0) root_id[r] = root_kernel_id(c, i);
+        ot_shape osh = out_shape(c, i);   /* a tree broadcast into a bigger output */
+        double f = bcast_factor(&osh, &node_of(c, r)->shape);
+        if (f > fac[r]) fac[r] = f;
+    }
+    for (int i = 0; i < n; i++) {
+        cost[i] = 0;
+        if (c->ci[i].canon != i || !is_ew(c, i)) continue;
+        int64_t sum = op_cost(c->w->e[i].op);
+        for (int k = 0; k < 2; k++) {
+            int o = canon_operand(c, i, k);
+            if (o < 0 || c->w->e[o].kind == OT_NODE_CONST) continue;
+            sum += is_ew(c, o) && !c->ci[o].mat ? cost[o] : COST_LOAD;   /* inlined, or read */
+        }
+        cost[i] = sum > COST_CAP ? COST_CAP : (int)sum;
+    }
+    for (int u = n - 1; u >= 0; u--) {
+        cinfo *cu = &c->ci[u];
+        if (cu->canon != u || !is_op(c, u)) continue;
+        readers here = {{0}, 0};
+        double f = 1;
+        if (!is_ew(c, u) || cu->mat) {
+            readers_add(&here, u);
+        } else {
+            if (root_id[u] >= 0) readers_add(&rd[u], root_id[u]);
+            double e = (double)rd[u].n * fac[u];
+            if (e > 1 && (e - 1) * cost[u] > COST_STORE + e * COST_LOAD) {
+                cu->mat = true;
+                readers_add(&here, u);
+            } else {
+                here = rd[u];
+                f = fac[u];
+            }
+        }
+        if (kind_of(c, u) == OT_KIND_SHAPE) continue;
+        const ot_shape *us = &node_of(c, u)->shape;
+        for (int k = 0; k < 2; k++) {
+            int o = canon_operand(c, u, k);
+            if (o < 0 || !is_ew(c, o) || c->ci[o].mat) continue;
+            readers_merge(&rd[o], &here);
+            double fo = is_ew(c, u) ? f * bcast_factor(us, &node_of(c, o)->shape) : 1;
+            if (fo > fac[o]) fac[o] = fo;
+        }
+    }
+    free(cost);
+    free(fac);
+    free(rd);
+    free(root_id);
+    return true;
+}
+
+/* ---- storage -------------------------------------------------------------- */
+
+/* Temporaries get their size here and their arena offset once every kernel
+ * is built (layout_arena), so that dead ones can share memory. */
+static int new_temp(compiler *c, const ot_shape *shape, ot_dtype dt)
+{
+    ot_plan *p = c->plan;
+    if (!grow((void **)&p->temp_offset, &c->tcap, p->ntemps + 1, sizeof *p->temp_offset)) {
+        c->oom = true;
+        return -1;
+    }
+    size_t bytes = (size_t)ot__numel(shape) * ot_dtype_size(dt);
+    p->temp_offset[p->ntemps] = (bytes + 63) & ~(size_t)63;   /* the size, until laid out */
+    return p->ntemps++;
+}
+
+void ot__fuse_temp_storage(compiler *c, storage *s, const ot_shape *shape, ot_dtype dt)
+{
+    *s = (storage){.has = true, .space = OT_SPACE_TEMP, .dtype = (uint8_t)dt, .shape = *shape};
+    s->index = new_temp(c, shape, dt);
+    contiguous(s);
+}
+
+void ot__fuse_assign_storage(compiler *c)
+{
+    for (int i = 0; i < c->w->n && !c->oom; i++) {
+        cinfo *ci = &c->ci[i];
+        if (ci->canon != i) continue;
+        const ent *e = &c->w->e[i];
+        if (e->kind == OT_NODE_LEAF) {
+            const ot_tensor *t = c->w->leaf[e->slot];
+            ci->st = (storage){.has = true, .space = OT_SPACE_LEAF, .index = e->slot,
+                               .dtype = e->dtype, .shape = t->leaf.shape};
+            memcpy(ci->st.strides, t->strides, sizeof ci->st.strides);
+        } else if (e->kind == OT_NODE_OP && kind_of(c, i) == OT_KIND_SHAPE) {
+            const storage *src = &c->ci[canon_operand(c, i, 0)].st;
+            if (!src->has) continue;   /* transpose of a constant: a scalar */
+            ci->st = *src;
+            ci->st.shape = e->node->shape;
+            for (int d = 0; d < e->node->shape.ndim; d++)
+                ci->st.strides[d] = src->strides[e->node->args.perm[d]];
+        } else if (ci->mat) {
+            ot__fuse_temp_storage(c, &ci->st, &e->node->shape, (ot_dtype)e->dtype);
+        }
+    }
+}
+
+/* ---- dots written by BLAS into their output ------------------------------ */
+
+/* e as x * scale: a product with a nonzero constant, a negation, or x. */
+static int scaled(const compiler *c, int e, ot_scale *scale)
+{
+    *scale = ONE;
+    const ent *x = &c->w->e[e];
+    if (x->kind != OT_NODE_OP) return e;
+    if (x->op == OT_OP_NEG) {
+        scale->mul = -1;
+        return canon_operand(c, e, 0);
+    }
+    if (x->op != OT_OP_MUL) return e;
+    for (int side = 0; side < 2; side++) {
+        const ent *k = &c->w->e[canon_operand(c, e, side)];
+        if (k->kind == OT_NODE_CONST && !k->zero) {
+            scale->param = k->slot;
+            return canon_operand(c, e, 1 - side);
+        }
+    }
+    return e;
+}
+
+/* A dot only output i reads, with the output's shape and dtype; s is the
+ * entry scaling it (s == e when none). BLAS writes alpha*dot into the output
+ * and no storage holds the dot or the scaled value, so neither may have
+ * another reader (a transpose, another output's kernel) nor a kernel of its
+ * own: each is read once, by the output. */
+static bool dot_for(const compiler *c, int i, int e, int s)
+{
+    ot_shape osh = out_shape(c, i);
+    const ot_node *d = node_of(c, e);
+    return is_op(c, e) && kind_of(c, e) == OT_KIND_DOT && c->ci[e].uses == 1 &&
+           c->ci[s].uses == 1 && (s == e || !c->ci[s].mat) && ot__shape_eq(&d->shape, &osh) &&
+           d->dtype == c->outs[i]->leaf.dtype;
+}
+
+/* The output itself, read as a leaf (the same view). */
+static bool is_out_leaf(const compiler *c, int i, int e)
+{
+    const ent *x = &c->w->e[e];
+    return x->kind == OT_NODE_LEAF && c->ci[e].uses == 1 &&
+           ot__overlap(c->outs[i], c->w->leaf[x->slot]) == OT_OVERLAP_FULL;
+}
+
+/* Whether output i overlaps no leaf but, optionally, the leaf `own`. */
+bool ot__fuse_out_alone(const compiler *c, int i, int own)
+{
+    for (int j = 0; j < c->w->nleaf; j++)
+        if (j != own && ot__overlap(c->outs[i], c->w->leaf[j]) != OT_OVERLAP_NONE) return false;
+    return true;
+}
+
+static bool match_compound(const compiler *c, int i, int r, gemm_root *g)
+{
+    const ent *x = &c->w->e[r];
+    if (c->nout != 1 || x->kind != OT_NODE_OP || (x->op != OT_OP_ADD && x->op != OT_OP_SUB) ||
+        node_of(c, r)->dtype != c->outs[i]->leaf.dtype)
+        return false;
+    ot_scale s[2];
+    int o[2] = {canon_operand(c, r, 0), canon_operand(c, r, 1)};
+    int t[2] = {scaled(c, o[0], &s[0]), scaled(c, o[1], &s[1])};
+    if (x->op == OT_OP_SUB) s[1].mul = -s[1].mul;
+    for (int d = 0; d < 2; d++) {
+        if (!dot_for(c, i, t[d], o[d]) || !is_out_leaf(c, i, t[1 - d])) continue;
+        if (!ot__fuse_out_alone(c, i, c->w->e[t[1 - d]].slot)) return false;
+        *g = (gemm_root){t[d], s[d], s[1 - d]};
+        return true;
+    }
+    return false;
+}
+
+static bool match_gemm_root(const compiler *c, int i, gemm_root *g)
+{
+    int r = c->ci[c->w->root[i]].canon;
+    *g = (gemm_root){-1, ONE, NONE};
+    if (!c->outs || !c->fused) return false;
+    if (match_compound(c, i, r, g)) return true;
+    ot_scale alpha;
+    int d = scaled(c, r, &alpha);
+    if (!dot_for(c, i, d, r) || !ot__fuse_out_alone(c, i, -1)) return false;
+    *g = (gemm_root){d, alpha, NONE};
+    return true;
+}
+
+/* Reductions and dots written straight into their output need no
+ * temporary. */
+void ot__fuse_mark_direct_roots(compiler *c)
+{
+    for (int i = 0; i < c->nout; i++) {
+        int r = c->ci[c->w->root[i]].canon;
+        ot_shape osh = out_shape(c, i);
+        gemm_root g;
+        storage out = ot__build_out_storage(c, i);
+        c->groot[i] = (gemm_root){-1, ONE, NONE};
+        if (match_gemm_root(c, i, &g) && ot__build_blas_writable(&out, node_of(c, g.dot))) {
+            c->groot[i] = g;
+            c->ci[g.dot].mat = false;
+            continue;
+        }
+        if (is_op(c, r) && kind_of(c, r) == OT_KIND_REDUCE && c->ci[r].uses == 1 &&
+            ot__shape_eq(&node_of(c, r)->shape, &osh))
+            c->ci[r].mat = false;
+    }
+}

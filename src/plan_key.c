@@ -1,0 +1,399 @@
+/*
+ * plan_key.c - the compiler's front end: trees -> entries, key, cached plan.
+ *
+ * Takes the trees and outputs of one assignment. Every call walks its
+ * trees once, iteratively and memoised by node pointer, into a post-order
+ * list of entries. That walk yields three things at once: the plan-cache
+ * key (structure only: ops, attributes, dtypes, leaf shapes and strides,
+ * output layouts and their overlap with the leaves), the leaf pointers and
+ * the constant values to bind. Leaves are numbered by the memory they view
+ * and constants by occurrence, so everything the compiler merges (common
+ * subexpressions) is a function of the key, and a cached plan never merges
+ * two operands that happen to be equal in one call but not the next.
+ *
+ * Guarantees to the passes (struct ot_walk): each distinct node once, in
+ * post-order, an op's operand entries before it (a, b < its own index, or
+ * -1); leaf slots < nleaf, one per distinct view; param indices < nparam;
+ * root[i] the entry of tree i; and nothing the passes read that is not in
+ * the key. On a miss the walk is compiled (ot__plan_compile) and the plan
+ * kept in the backend's bounded LRU cache.
+ */
+#include "plan.h"
+
+#include <pthread.h>
+
+/* ---- the walk ------------------------------------------------------------ */
+
+typedef struct frame {
+    const ot_node *n;
+    bool expanded;
+} frame;
+
+#define SPARE_KEY_MAX 65536   /* walks bigger than this are not kept */
+
+/* The entry of node n, or -1. */
+static int memo_get(const ot_walk *w, const ot_node *n)
+{
+    if (w->n > SMALL_MEMO) return ot__ptrmap_get(&w->memo, n);
+    for (int i = w->n - 1; i >= 0; i--)
+        if (w->small[i] == n) return i;
+    return -1;
+}
+
+/* Records node n as entry w->n (the next one); moves to the hash map when
+ * the walk outgrows the inline array. */
+static bool memo_put(ot_walk *w, const ot_node *n)
+{
+    if (w->n < SMALL_MEMO) {
+        w->small[w->n] = n;
+        return true;
+    }
+    if (w->n == SMALL_MEMO)
+        for (int i = 0; i < SMALL_MEMO; i++)
+            if (!ot__ptrmap_put(&w->memo, w->small[i], i)) return false;
+    return ot__ptrmap_put(&w->memo, n, w->n);
+}
+
+static bool key_grow(ot_walk *w, size_t len)
+{
+    size_t cap = w->kcap ? w->kcap : 256;
+    while (cap < w->klen + len) cap *= 2;
+    uint8_t *k = ot__realloc(w->key, cap);
+    if (!k) return false;
+    w->key = k;
+    w->kcap = cap;
+    return true;
+}
+
+/* Inlined so that the fixed-size fields of the key become plain moves: this
+ * runs for every node of every assignment. */
+static inline __attribute__((always_inline)) bool key_put(ot_walk *w, const void *data, size_t len)
+{
+    if (w->klen + len > w->kcap && !key_grow(w, len)) return false;
+    memcpy(w->key + w->klen, data, len);
+    w->klen += len;
+    return true;
+}
+
+#define KEY(w, v) key_put((w), &(v), sizeof(v))
+
+/* The slot of a leaf; a view seen for the first time adds its layout to the
+ * key. The scan is linear in the distinct leaves, which are few in practice. */
+static int leaf_slot(ot_walk *w, const ot_tensor *t, bool *ok)
+{
+    for (int i = 0; i < w->nleaf; i++)
+        if (w->leaf[i] == t || ot__same_view(w->leaf[i], t)) return i;
+    if (!grow((void **)&w->leaf, &w->leafcap, w->nleaf + 1, sizeof *w->leaf)) {
+        *ok = false;
+        return -1;
+    }
+    w->leaf[w->nleaf] = t;
+    const ot_shape *s = &t->leaf.shape;
+    *ok = KEY(w, s->ndim) && key_put(w, s->dims, sizeof(int64_t) * (size_t)s->ndim) &&
+          key_put(w, t->strides, sizeof(int64_t) * (size_t)s->ndim);
+    return w->nleaf++;
+}
+
+/* The attributes that change what an op computes, in a fixed layout. */
+static bool key_args(ot_walk *w, const ot_node *n)
+{
+    const ot_args *g = &n->args;
+    switch (ot_op_kind((ot_op)n->op)) {
+    case OT_KIND_REDUCE: {
+        int32_t v[2] = {g->axis, g->keepdims};
+        return KEY(w, v);
+    }
+    case OT_KIND_SHAPE: return key_put(w, g->perm, sizeof g->perm);
+    case OT_KIND_SPECIAL: {
+        int64_t v[3] = {g->depth, (int64_t)g->seed, g->axis};
+        return KEY(w, v) && KEY(w, n->shape.ndim) &&
+               key_put(w, n->shape.dims, sizeof(int64_t) * (size_t)n->shape.ndim);
+    }
+    default: return true;
+    }
+}
+
+static bool add_entry(ot_walk *w, const ot_node *n)
+{
+    if (!grow((void **)&w->e, &w->cap, w->n + 1, sizeof *w->e)) return false;
+    ent *e = &w->e[w->n];
+    *e = (ent){n->kind, n->op, n->dtype, -1, -1, -1, false, false, n};
+    uint8_t head[3] = {n->kind, (uint8_t)n->op, n->dtype};
+    bool ok = KEY(w, head);
+    if (n->kind == OT_NODE_LEAF) {
+        e->slot = leaf_slot(w, ot__leaf_tensor(n), &ok);
+        ok = ok && KEY(w, e->slot);
+    } else if (n->kind == OT_NODE_CONST) {
+        if (!grow((void **)&w->param, &w->paramcap, w->nparam + 1, sizeof *w->param))
+            return false;
+        e->slot = w->nparam;
+        w->param[w->nparam++] = n->value;
+        /* Whether the value is 1 or 0 is structure, not data: patterns such
+         * as 1/(1 + exp(-x)) depend on it, and a GEMM's beta must not drop
+         * the NaN that 0*out keeps. */
+        e->one = n->value == 1.0;
+        e->zero = n->value == 0.0;
+        uint8_t cls = (uint8_t)(e->one | e->zero << 1);
+        ok = ok && KEY(w, cls);
+    } else {
+        e->a = n->a ? memo_get(w, n->a) : -1;
+        e->b = n->b ? memo_get(w, n->b) : -1;
+        ok = ok && KEY(w, e->a) && KEY(w, e->b) && key_args(w, n);
+    }
+    ok = ok && memo_put(w, n);
+    w->n++;
+    return ok;
+}
+
+/* Iterative post-order over one tree, operand a before b, each node once. */
+static bool walk_tree(ot_walk *w, const ot_node *root, int *root_entry)
+{
+    int sn = 0;
+    bool ok = grow((void **)&w->frames, &w->framecap, 1, sizeof *w->frames);
+    if (ok) w->frames[sn++] = (frame){root, false};
+    while (ok && sn > 0) {
+        frame *f = &w->frames[sn - 1];
+        /* An expanded frame was not in the memo when first seen, and a node
+         * cannot be its own descendant: only new frames need the lookup. */
+        if (!f->expanded && memo_get(w, f->n) >= 0) {
+            sn--;
+            continue;
+        }
+        if (f->expanded || f->n->kind != OT_NODE_OP) {
+            ok = add_entry(w, f->n);
+            sn--;
+            continue;
+        }
+        f->expanded = true;
+        const ot_node *a = f->n->a, *b = f->n->b;
+        if (!grow((void **)&w->frames, &w->framecap, sn + 2, sizeof *w->frames)) return false;
+        if (b) w->frames[sn++] = (frame){b, false};
+        if (a) w->frames[sn++] = (frame){a, false};
+    }
+    if (ok) *root_entry = memo_get(w, root);
+    return ok;
+}
+
+/* Each output's layout and how it overlaps each leaf: aliasing changes the
+ * plan, so it is part of the key. */
+static bool key_outputs(ot_walk *w, int n, ot_tensor *const outs[], ot_node *const trees[])
+{
+    bool ok = KEY(w, n);
+    for (int i = 0; i < n && ok; i++) {
+        if (!outs) {
+            ok = KEY(w, trees[i]->dtype);
+            continue;
+        }
+        const ot_tensor *o = outs[i];
+        ok = KEY(w, o->leaf.dtype) && KEY(w, o->leaf.shape.ndim) &&
+             key_put(w, o->leaf.shape.dims, sizeof(int64_t) * (size_t)o->leaf.shape.ndim) &&
+             key_put(w, o->strides, sizeof(int64_t) * (size_t)o->leaf.shape.ndim);
+        for (int j = 0; j < w->nleaf && ok; j++) {
+            uint8_t ov = (uint8_t)ot__overlap(o, w->leaf[j]);
+            ok = KEY(w, ov);
+        }
+    }
+    return ok;
+}
+
+static uint64_t hash_bytes(const uint8_t *p, size_t n)
+{
+    uint64_t h = 0x9e3779b97f4a7c15ULL ^ n, w;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        memcpy(&w, p + i, 8);
+        h = (h ^ w) * 0xff51afd7ed558ccdULL;
+        h ^= h >> 32;
+    }
+    for (; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ULL;
+    return h ^ (h >> 29);
+}
+
+void ot__walk_free(ot_walk *w)
+{
+    if (!w) return;
+    free(w->e);
+    ot__ptrmap_free(&w->memo);
+    free(w->leaf);
+    free(w->leafptr);
+    free(w->param);
+    free(w->key);
+    free(w->root);
+    free(w->frames);
+    free(w);
+}
+
+void ot__walk_done(ot_backend *be, ot_walk *w)
+{
+    ot_cpu *cpu = be->impl;
+    ot_walk *none = NULL;
+    if (!w) return;
+    if (w->kcap > SPARE_KEY_MAX || !atomic_compare_exchange_strong(&cpu->spare, &none, w))
+        ot__walk_free(w);
+}
+
+/* The backend's spare walk emptied for reuse, or a new one. */
+static ot_walk *walk_start(ot_cpu *cpu)
+{
+    ot_walk *w = atomic_exchange(&cpu->spare, NULL);
+    if (!w) return ot__calloc(1, sizeof *w);
+    ot__ptrmap_free(&w->memo);
+    memset(&w->memo, 0, sizeof w->memo);
+    w->n = w->nleaf = w->nparam = 0;
+    w->klen = 0;
+    return w;
+}
+
+static ot_walk *walk_trees(ot_cpu *cpu, int n, ot_tensor *const outs[], ot_node *const trees[])
+{
+    ot_walk *w = walk_start(cpu);
+    bool ok = w && grow((void **)&w->root, &w->rootcap, n, sizeof *w->root);
+    for (int i = 0; i < n && ok; i++) ok = walk_tree(w, trees[i], &w->root[i]);
+    ok = ok && key_put(w, w->root, sizeof(int) * (size_t)n) && key_outputs(w, n, outs, trees);
+    ok = ok && grow((void **)&w->leafptr, &w->leafptrcap, w->nleaf ? w->nleaf : 1, sizeof(char *));
+    if (!ok) {
+        ot__walk_free(w);
+        return NULL;
+    }
+    for (int i = 0; i < w->nleaf; i++) {
+        const ot_tensor *t = w->leaf[i];
+        w->leafptr[i] = (char *)t->buf->data + t->offset * (int64_t)ot_dtype_size(t->leaf.dtype);
+    }
+    w->hash = hash_bytes(w->key, w->klen);
+    return w;
+}
+
+/* ---- the plan cache: a bounded LRU ---------------------------------------- */
+
+typedef struct cache_entry {
+    uint64_t hash;
+    uint8_t *key;
+    size_t klen;
+    ot_plan *plan;
+    struct cache_entry *prev, *next;   /* most recent first */
+} cache_entry;
+
+struct ot_plan_cache {
+    pthread_mutex_t lock;
+    cache_entry *head, *tail;
+    int len, cap;
+};
+
+ot_plan_cache *ot__plan_cache_new(int capacity)
+{
+    ot_plan_cache *c = ot__calloc(1, sizeof *c);
+    if (!c) return NULL;
+    pthread_mutex_init(&c->lock, NULL);
+    c->cap = capacity;
+    return c;
+}
+
+static void entry_free(cache_entry *e)
+{
+    ot__plan_release(e->plan);
+    free(e->key);
+    free(e);
+}
+
+void ot__plan_cache_free(ot_plan_cache *c)
+{
+    if (!c) return;
+    for (cache_entry *e = c->head, *nx; e; e = nx) {
+        nx = e->next;
+        entry_free(e);
+    }
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+}
+
+static void unlink_entry(ot_plan_cache *c, cache_entry *e)
+{
+    if (e->prev) e->prev->next = e->next;
+    else c->head = e->next;
+    if (e->next) e->next->prev = e->prev;
+    else c->tail = e->prev;
+    e->prev = e->next = NULL;
+}
+
+static void push_front(ot_plan_cache *c, cache_entry *e)
+{
+    e->next = c->head;
+    if (c->head) c->head->prev = e;
+    c->head = e;
+    if (!c->tail) c->tail = e;
+}
+
+/* A found plan gains a reference (under the cache lock) that its run drops,
+ * so eviction by another thread never frees a plan in use. */
+static ot_plan *cache_find(ot_plan_cache *c, const ot_walk *w)
+{
+    for (cache_entry *e = c->head; e; e = e->next) {
+        if (e->hash == w->hash && e->klen == w->klen && memcmp(e->key, w->key, w->klen) == 0) {
+            unlink_entry(c, e);
+            push_front(c, e);
+            atomic_fetch_add(&e->plan->refs, 1);
+            return e->plan;
+        }
+    }
+    return NULL;
+}
+
+static bool cache_add(ot_plan_cache *c, ot_walk *w, ot_plan *plan)
+{
+    cache_entry *e = ot__calloc(1, sizeof *e);
+    if (!e) return false;
+    e->hash = w->hash;
+    e->klen = w->klen;
+    e->key = ot__malloc(w->klen ? w->klen : 1);
+    if (!e->key) {
+        free(e);
+        return false;
+    }
+    memcpy(e->key, w->key, w->klen);
+    e->plan = plan;
+    push_front(c, e);
+    if (++c->len > c->cap) {
+        cache_entry *old = c->tail;
+        unlink_entry(c, old);
+        entry_free(old);
+        c->len--;
+    }
+    return true;
+}
+
+/* ---- the entry point ------------------------------------------------------- */
+
+int ot__plan_get(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[],
+                 ot_plan **plan, ot_walk **walk, ot_binding *bind)
+{
+    ot_cpu *cpu = be->impl;
+    ot_walk *w = walk_trees(cpu, n, outs, trees);
+    if (!w) return ot__err_set(OT_ENOMEM, NULL, 0, "assign", "out of memory walking the tree");
+    pthread_mutex_lock(&cpu->cache->lock);
+    ot_plan *p = cache_find(cpu->cache, w);
+    pthread_mutex_unlock(&cpu->cache->lock);
+    if (p) {
+        atomic_fetch_add(&be->stats.cache_hits, 1);
+    } else {
+        unsigned long failed = ot__alloc_failures();
+        int rc = ot__plan_compile(be, w, n, outs, trees, &p);
+        if (rc) {
+            ot__walk_done(be, w);
+            /* the verifier recorded what it found */
+            return rc == OT_EINTERNAL ? rc : ot__err_set(OT_ENOMEM, NULL, 0, "assign",
+                                                         "out of memory compiling the tree");
+        }
+        /* A plan that fell back from generated code or a fused group for
+         * want of memory runs once; cached, it would stay the slower plan. */
+        bool keep = ot__alloc_failures() == failed;
+        atomic_fetch_add(&be->stats.compiles, 1);
+        pthread_mutex_lock(&cpu->cache->lock);
+        atomic_fetch_add(&p->refs, 1);   /* the caller's, beside the cache's */
+        if (!keep || !cache_add(cpu->cache, w, p)) atomic_fetch_sub(&p->refs, 1);
+        pthread_mutex_unlock(&cpu->cache->lock);
+    }
+    *plan = p;
+    *walk = w;
+    *bind = (ot_binding){.leaf = w->leafptr, .param = w->param, .outs = outs};
+    return 0;
+}

@@ -1,0 +1,430 @@
+/*
+ * plan_sched.c - how the kernels run: dot segments, arena, row blocks.
+ *
+ * Takes kernels in a valid order with temporary sizes.
+ * choose_dot_segments moves the elementwise kernel that alone reads a dot's
+ * result (and a reduction of that kernel's result, neon's bsum) right after
+ * the dot, to run per block of the dot's rows while they are in cache;
+ * temps_into_outputs keeps a temporary in the output whose kernel alone
+ * reads it; layout_arena gives each temporary an arena offset, temporaries
+ * whose lives do not overlap sharing memory; choose_row_blocks, in a plan
+ * without segments, runs all kernels per block of rows when they all walk
+ * the same rows.
+ *
+ * Guarantees to exec.c: temporaries are still written before they are read;
+ * segments are disjoint runs of kernels in order; the arena blocks of
+ * temporaries alive at the same time are disjoint and within arena_bytes.
+ */
+#include "plan.h"
+
+/* ---- the arena ------------------------------------------------------------- */
+
+typedef struct block { size_t off, size; } block;
+
+/* First fit over free blocks, else the end of the arena. */
+static size_t arena_take(block *free_blocks, int *nfree, size_t size, size_t *end)
+{
+    for (int i = 0; i < *nfree; i++) {
+        if (free_blocks[i].size < size) continue;
+        size_t off = free_blocks[i].off;
+        free_blocks[i].off += size;
+        free_blocks[i].size -= size;
+        if (free_blocks[i].size == 0) free_blocks[i] = free_blocks[--*nfree];
+        return off;
+    }
+    size_t off = *end;
+    *end += size;
+    return off;
+}
+
+/* Gives each temporary an arena offset: it lives from the kernel that
+ * writes it to the last kernel that reads it, and its memory is reused
+ * afterwards, so a long unfused chain needs a few buffers, not one per node. */
+bool ot__sched_layout_arena(ot_plan *p)
+{
+    int nt = p->ntemps, nk = p->nkernels;
+    if (nt == 0) return true;
+    /* Per temp: its size, the kernel defining it, the last kernel reading
+     * it; per kernel: lists of the temps born and dying there. */
+    int *def = ot__malloc(sizeof(int) * (size_t)nt * 4), *last = def + nt;
+    int *next_born = def + 2 * (size_t)nt, *next_dead = def + 3 * (size_t)nt;
+    int *born = ot__malloc(sizeof(int) * (size_t)(nk + 1) * 2), *dead = born + nk + 1;
+    size_t *size = ot__malloc(sizeof(size_t) * (size_t)nt);
+    block *fb = ot__malloc(sizeof *fb * (size_t)nt);
+    bool ok = def && born && size && fb;
+    for (int t = 0; ok && t < nt; t++) {
+        def[t] = last[t] = -1;
+        size[t] = p->temp_offset[t];
+    }
+    for (int k = 0; ok && k <= nk; k++) born[k] = dead[k] = -1;
+    for (int k = 0; ok && k < nk; k++) {
+        const ot_kernel *kk = &p->kernels[k];
+        if (kk->store.space == OT_SPACE_TEMP && def[kk->store.index] < 0) def[kk->store.index] = k;
+        for (int x = 0; x < kk->nxstore; x++) {
+            const ot_view *xv = &kk->xstores[x].view;
+            if (xv->space == OT_SPACE_TEMP && def[xv->index] < 0) def[xv->index] = k;
+        }
+        for (int l = 0; l < kk->nload; l++)
+            if (kk->loads[l].space == OT_SPACE_TEMP) last[kk->loads[l].index] = k;
+    }
+    for (int t = 0; ok && t < nt; t++) {
+        int b = def[t] < 0 ? 0 : def[t], d = last[t] < b ? b : last[t];
+        next_born[t] = born[b];
+        born[b] = t;
+        next_dead[t] = dead[d];
+        dead[d] = t;
+    }
+    int nfree = 0;
+    size_t end = 0;
+    for (int k = 0; ok && k < nk; k++) {
+        for (int t = born[k]; t >= 0; t = next_born[t])
+            p->temp_offset[t] = arena_take(fb, &nfree, size[t], &end);
+        for (int t = dead[k]; t >= 0; t = next_dead[t]) fb[nfree++] = (block){p->temp_offset[t], size[t]};
+    }
+    if (ok) p->arena_bytes = end;
+    free(def);
+    free(born);
+    free(size);
+    free(fb);
+    return ok;
+}
+
+/* ---- row blocks ------------------------------------------------------------ */
+
+#define ROW_BLOCK_BYTES 65536   /* a block's rows stay in L2 between kernels */
+#define GEMM_BLOCK_BYTES (1 << 20) /* a GEMM block's result stays in cache */
+#define GEMM_BLOCK_ROWS 256     /* fewer rows per GEMM call repack B too often */
+
+/* Rows per GEMM block: the result block stays in cache, but each call
+ * repacks B, so not fewer than GEMM_BLOCK_ROWS; one block when two would do. */
+static int64_t gemm_block(int64_t rows, int64_t row_bytes)
+{
+    int64_t blk = row_bytes > 0 ? GEMM_BLOCK_BYTES / row_bytes : rows;
+    if (blk < GEMM_BLOCK_ROWS) blk = GEMM_BLOCK_ROWS;
+    if (rows <= 2 * blk) return rows;
+    int64_t nblocks = (rows + blk - 1) / blk;   /* equal blocks: no thin last call */
+    return (rows + nblocks - 1) / nblocks;
+}
+
+/* The rows a kernel walks (dim 0, a dot's rows), or -1. */
+static int64_t kernel_rows(const ot_kernel *k)
+{
+    if (k->kind == OT_KER_DOT) return k->batch == 1 ? k->m : -1;
+    return k->ndim >= 1 ? k->dims[0] : -1;
+}
+
+/* Whether a kernel walks the plan's rows the way a row-blocked plan needs:
+ * dim 0 is the rows or, for an elementwise kernel coalesced to one dim,
+ * whole rows of elements. A dot's B must be whole before the first block. */
+static bool walks_rows(const ot_kernel *k, int64_t rows, bool dots)
+{
+    int64_t kr = kernel_rows(k);
+    if (k->kind == OT_KER_DOT) return kr == rows && k->loads[1].space != OT_SPACE_TEMP;
+    if (k->kind == OT_KER_EW && dots && k->ndim == 1) return kr > 0 && kr % rows == 0;
+    if (k->ndim < 2 || kr != rows) return false;
+    if (k->kind == OT_KER_EW) return true;
+    return k->kind == OT_KER_REDUCE && k->red_axis >= 1;
+}
+
+/* A view's step from one plan row to the next. */
+static int64_t row_step(const ot_kernel *k, const ot_view *v, int64_t rows)
+{
+    return v->strides[0] * (kernel_rows(k) / rows);
+}
+
+/* Row blocking is safe when every kernel walks the same rows, each
+ * temporary is read at the rows its writer wrote, and no output overlaps a
+ * leaf (a later block would read what an earlier one wrote). Plans with a
+ * dot run their blocks in order, each kernel on every thread: the dot's
+ * elementwise readers are then epilogues on its rows while they are in
+ * cache. */
+void ot__sched_choose_row_blocks(compiler *c)
+{
+    ot_plan *p = c->plan;
+    if (p->nkernels < 2 || !c->fused) return;
+    bool dots = false;
+    for (int i = 0; i < p->nkernels; i++) dots |= p->kernels[i].kind == OT_KER_DOT;
+    int64_t rows = kernel_rows(&p->kernels[0]), row_bytes = 0;
+    /* Per temp: its row step as written (0: not written yet). */
+    int64_t *written = ot__calloc((size_t)(p->ntemps ? p->ntemps : 1), sizeof *written);
+    if (!written) return;
+    bool ok = rows > 1;
+    for (int i = 0; i < p->nkernels && ok; i++) {
+        const ot_kernel *k = &p->kernels[i];
+        ok = walks_rows(k, rows, dots);
+        for (int l = 0; l < k->nload && ok; l++) {
+            const ot_view *v = &k->loads[l];
+            if (v->space != OT_SPACE_TEMP || (k->kind == OT_KER_DOT && l == 1)) continue;
+            ok = written[v->index] != 0 && written[v->index] == row_step(k, v, rows);
+        }
+        for (int x = -1; ok && x < k->nxstore; x++) {
+            const ot_view *o = x < 0 ? &k->store : &k->xstores[x].view;
+            int64_t step = row_step(k, o, rows);
+            if (o->space == OT_SPACE_TEMP) written[o->index] = step ? step : -1;
+        }
+        int64_t b = k->kind == OT_KER_DOT ? k->n * 8 : 8;
+        for (int d = 1; d < k->ndim; d++) b *= k->dims[d];
+        if (k->kind != OT_KER_DOT) b *= kernel_rows(k) / rows;
+        if (b > row_bytes) row_bytes = b;
+    }
+    for (int i = 0; ok && c->outs && i < c->nout; i++)
+        for (int j = 0; j < c->w->nleaf && ok; j++)
+            ok = ot__overlap(c->outs[i], c->w->leaf[j]) == OT_OVERLAP_NONE;
+    free(written);
+    if (!ok || row_bytes <= 0) return;
+    p->rows = rows;
+    if (!dots) {
+        p->row_block = row_bytes >= ROW_BLOCK_BYTES ? 1 : ROW_BLOCK_BYTES / row_bytes;
+        return;
+    }
+    p->row_block = gemm_block(rows, row_bytes);
+    p->row_serial = true;
+}
+
+/* ---- dot epilogues in plans that are not row-blocked as a whole ----------- */
+
+/* The only kernel reading temp t, or -1 (none, or more than one). */
+static int sole_reader(const ot_plan *p, int t)
+{
+    int reader = -1;
+    for (int i = 0; i < p->nkernels; i++)
+        for (int l = 0; l < p->kernels[i].nload; l++) {
+            const ot_view *v = &p->kernels[i].loads[l];
+            if (v->space != OT_SPACE_TEMP || v->index != t) continue;
+            if (reader >= 0 && reader != i) return -1;
+            reader = i;
+        }
+    return reader;
+}
+
+/* Whether view v (a load) may see what kernel k writes to outputs. */
+static bool reads_written(const compiler *c, const ot_view *v, const ot_kernel *k)
+{
+    if (!c->outs || v->space != OT_SPACE_LEAF) return false;
+    const ot_tensor *leaf = c->w->leaf[v->index];
+    for (int x = -1; x < k->nxstore; x++) {
+        const ot_view *o = x < 0 ? &k->store : &k->xstores[x].view;
+        if (o->space == OT_SPACE_OUT && ot__overlap(c->outs[o->index], leaf) != OT_OVERLAP_NONE)
+            return true;
+    }
+    return false;
+}
+
+static bool kernels_conflict(const compiler *c, const ot_kernel *reader, const ot_kernel *writer)
+{
+    for (int l = 0; l < reader->nload; l++)
+        if (reads_written(c, &reader->loads[l], writer)) return true;
+    return false;
+}
+
+/* Whether kernel e, the only reader of dot d's result, may run right after
+ * d, per block of d's rows: it walks those rows, its other inputs exist
+ * before d, and moving it past the kernels between them changes nothing
+ * they read or write. */
+static bool epilogue_fits(const compiler *c, int d, int e)
+{
+    const ot_plan *p = c->plan;
+    const ot_kernel *dk = &p->kernels[d], *ek = &p->kernels[e];
+    if (ek->kind != OT_KER_EW || !walks_rows(ek, dk->m, true)) return false;
+    if (kernels_conflict(c, dk, ek)) return false;
+    for (int l = 0; l < ek->nload; l++) {
+        const ot_view *v = &ek->loads[l];
+        if (v->space != OT_SPACE_TEMP) continue;
+        if (v->index == dk->store.index) {
+            if (row_step(ek, v, dk->m) != dk->store.strides[0]) return false;
+            continue;
+        }
+        for (int k = d; k < e; k++)
+            if (p->kernels[k].store.space == OT_SPACE_TEMP && p->kernels[k].store.index == v->index)
+                return false;
+    }
+    for (int k = d + 1; k < e; k++)
+        if (kernels_conflict(c, &p->kernels[k], ek) || kernels_conflict(c, ek, &p->kernels[k]))
+            return false;
+    return true;
+}
+
+/* A segment of dot `first` and its epilogue. With several blocks, the dot's
+ * result shrinks to one block that every block reuses (still in cache when
+ * the next block's GEMM writes it); its size is set before the arena's
+ * layout. */
+static bool add_segment(compiler *c, int first, int64_t rows, int64_t row_bytes)
+{
+    ot_plan *p = c->plan;
+    ot_segment *s = ot__realloc(p->segs, sizeof *s * (size_t)(p->nseg + 1));
+    if (!s) return false;
+    p->segs = s;
+    const ot_kernel *d = &p->kernels[first];
+    int64_t blk = gemm_block(rows, row_bytes);
+    int t = blk < rows ? d->store.index : -1;
+    if (t >= 0) {
+        size_t bytes = (size_t)(blk * d->store.strides[0]) * ot_dtype_size((ot_dtype)d->store.dtype);
+        p->temp_offset[t] = (bytes + 63) & ~(size_t)63;
+    }
+    s[p->nseg++] = (ot_segment){first, 2, rows, blk, t};
+    return true;
+}
+
+/* Moves kernel `from` to position `to` (< from), shifting the ones between. */
+static void move_kernel(ot_plan *p, int from, int to)
+{
+    ot_kernel moved = p->kernels[from];
+    memmove(&p->kernels[to + 1], &p->kernels[to], sizeof moved * (size_t)(from - to));
+    p->kernels[to] = moved;
+}
+
+/* The kernel writing temp t (as its result or a further output), or -1. */
+static int temp_writer(const ot_plan *p, int t)
+{
+    for (int k = 0; k < p->nkernels; k++) {
+        const ot_kernel *kk = &p->kernels[k];
+        for (int x = -1; x < kk->nxstore; x++) {
+            const ot_view *o = x < 0 ? &kk->store : &kk->xstores[x].view;
+            if (o->space == OT_SPACE_TEMP && o->index == t) return k;
+        }
+    }
+    return -1;
+}
+
+/* A reduction of the epilogue's result that may join segment sg right after
+ * it, while that result is in cache (neon's bsum: a bias gradient's sum over
+ * the rows): its other inputs exist before the dot, moving it earlier
+ * changes nothing the kernels it passes read or write, and it either walks
+ * the rows the epilogue wrote or the segment is one block (a sum down the
+ * rows needs every row; exec.c runs a one-block segment unsliced). The
+ * first such kernel, or -1. */
+static int bsum_of(const compiler *c, const ot_segment *sg)
+{
+    const ot_plan *p = c->plan;
+    int d = sg->first;
+    const ot_kernel *ek = &p->kernels[d + 1];
+    if (ek->store.space != OT_SPACE_TEMP) return -1;
+    bool one_block = sg->row_block >= sg->rows;
+    for (int r = d + 2; r < p->nkernels; r++) {
+        const ot_kernel *rk = &p->kernels[r];
+        bool reads = false, ok = rk->kind == OT_KER_REDUCE &&
+                                 (one_block || walks_rows(rk, sg->rows, true));
+        for (int l = 0; l < rk->nload && ok; l++) {
+            const ot_view *v = &rk->loads[l];
+            if (v->space != OT_SPACE_TEMP) continue;
+            /* Per block it must read the rows the epilogue wrote, not the
+             * same count of rows of a transpose (a square result). */
+            if (v->index == ek->store.index) {
+                reads = true;
+                ok = one_block || row_step(rk, v, sg->rows) == row_step(ek, &ek->store, sg->rows);
+            } else {
+                ok = temp_writer(p, v->index) < d;
+            }
+        }
+        for (int k = d + 2; k < r && ok && reads; k++)
+            ok = !kernels_conflict(c, &p->kernels[k], rk) && !kernels_conflict(c, rk, &p->kernels[k]);
+        if (ok && reads) return r;
+    }
+    return -1;
+}
+
+/* Pairs each dot with the elementwise kernel that alone reads its result
+ * (moved right after it), so that kernel runs as an epilogue on blocks of
+ * the dot's rows. Runs before the arena is laid out: it reorders kernels. */
+bool ot__sched_choose_dot_segments(compiler *c)
+{
+    ot_plan *p = c->plan;
+    for (int d = 0; c->fused && d + 1 < p->nkernels; d++) {
+        const ot_kernel *dk = &p->kernels[d];
+        if (dk->kind != OT_KER_DOT || dk->batch != 1 || dk->m < 2 || dk->store.space != OT_SPACE_TEMP)
+            continue;
+        int e = sole_reader(p, dk->store.index);
+        if (e <= d || !epilogue_fits(c, d, e)) continue;
+        move_kernel(p, e, d + 1);
+        const ot_kernel *ek = &p->kernels[d + 1];
+        int64_t row_bytes = 8 * dk->n;
+        for (int i = 1; i < ek->ndim; i++) row_bytes = row_bytes > 8 * ek->dims[i] ? row_bytes : 8 * ek->dims[i];
+        if (!add_segment(c, d, dk->m, row_bytes)) return false;
+        ot_segment *sg = &p->segs[p->nseg - 1];
+        int r = bsum_of(c, sg);
+        if (r >= 0) {
+            move_kernel(p, r, d + 2);
+            sg->count = 3;
+        }
+        d += sg->count - 1;
+    }
+    return true;
+}
+
+/* ---- temporaries kept in the output ---------------------------------------- */
+
+/* Whether a view's strides are the contiguous ones of shape (dims, nd). */
+static bool contiguous_view(const int64_t *strides, const ot_shape *sh)
+{
+    int64_t st = 1;
+    for (int d = sh->ndim - 1; d >= 0; d--) {
+        if (sh->dims[d] != 1 && strides[d] != st) return false;
+        st *= sh->dims[d];
+    }
+    return true;
+}
+
+/* Every view of temp t becomes output i's (same layout: both contiguous). */
+static void retarget_temp(ot_plan *p, int t, int i)
+{
+    for (int k = 0; k < p->nkernels; k++) {
+        ot_kernel *kk = &p->kernels[k];
+        for (int v = -1 - kk->nxstore; v < kk->nload; v++) {
+            ot_view *w = v >= 0 ? &kk->loads[v] : v == -1 ? &kk->store : &kk->xstores[-2 - v].view;
+            if (w->space == OT_SPACE_TEMP && w->index == t) {
+                w->space = OT_SPACE_OUT;
+                w->index = i;
+                free(kk->desc);
+                kk->desc = ot__plan_describe(kk);
+            }
+        }
+    }
+    p->temp_offset[t] = 0;   /* no arena bytes */
+}
+
+/* A temporary that only the kernel writing output i reads, element for
+ * element, is kept in the output itself (as a hand-written softmax keeps
+ * exp in its output and divides in place): one buffer fewer to stream
+ * through memory. Both must be contiguous, of one shape and dtype, and the
+ * output must overlap no leaf. */
+/* Whether every load of temp t in kernel k reads it element for element with
+ * k's store: a transposed or broadcast read of a temp kept in the output
+ * would see elements the kernel has already overwritten. */
+static bool reads_aligned(const ot_kernel *k, int t)
+{
+    for (int l = 0; l < k->nload; l++) {
+        const ot_view *v = &k->loads[l];
+        if (v->space == OT_SPACE_TEMP && v->index == t && !same_strides(v, &k->store, k->ndim))
+            return false;
+    }
+    return true;
+}
+
+void ot__sched_temps_into_outputs(compiler *c)
+{
+    ot_plan *p = c->plan;
+    if (!c->fused) return;
+    for (int k = 0; k < p->nkernels; k++) {
+        const ot_kernel *kk = &p->kernels[k];
+        if (kk->kind != OT_KER_EW || kk->store.space != OT_SPACE_OUT || kk->nxstore) continue;
+        int i = kk->store.index;
+        ot_shape osh = out_shape(c, i);
+        if (c->outs && (!contiguous_view(c->outs[i]->strides, &osh) || !ot__fuse_out_alone(c, i, -1))) continue;
+        for (int l = 0; l < kk->nload; l++) {
+            const ot_view *v = &kk->loads[l];
+            if (v->space != OT_SPACE_TEMP || !same_strides(v, &kk->store, kk->ndim) ||
+                v->dtype != kk->store.dtype || sole_reader(p, v->index) != k ||
+                !reads_aligned(kk, v->index))
+                continue;
+            int w = temp_writer(p, v->index);
+            const ot_kernel *wk = w >= 0 ? &p->kernels[w] : NULL;
+            bool by_xstore = wk && wk->store.index != v->index;
+            size_t bytes = (size_t)ot__numel(&osh) * ot_dtype_size((ot_dtype)v->dtype);
+            if (!wk || wk->kind == OT_KER_DOT || (!by_xstore && wk->store.space != OT_SPACE_TEMP) ||
+                p->temp_offset[v->index] != ((bytes + 63) & ~(size_t)63))
+                continue;
+            retarget_temp(p, v->index, i);
+            break;
+        }
+    }
+}

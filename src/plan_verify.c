@@ -1,0 +1,457 @@
+/*
+ * plan_verify.c - the compiler's invariants, checked between passes.
+ *
+ * Built only with -DOT_VERIFY_PLANS (tools/test.sh's sanitizer build); the
+ * calls in compile.c compile to nothing otherwise. Each check returns 0, or
+ * records OT_EINTERNAL naming the broken invariant and returns it: a plan
+ * that breaks one is never run, and nothing aborts.
+ *
+ * After the walk: entries are post-order (an op's operands come before it),
+ * each node once, leaf slots and param indices in range, roots valid.
+ * After fusion: canonical indices are valid and idempotent, an entry's
+ * canon is of its own kind and op, every canonical leaf and materialised
+ * op value has storage, and a GEMM root names an unmaterialised dot.
+ * After the kernels are built, again after scheduling and after the arena:
+ * every view's index is in range for its space, every instruction reads
+ * buffers written earlier in its kernel and its load or param in range,
+ * every temporary is written by an earlier kernel than any reading it, an
+ * output that a BLAS call writes is written by no other kernel, segments
+ * cover runs of kernels in order starting at a dot, and the arena bytes of
+ * temporaries alive at once do not overlap and lie within the arena.
+ */
+#include "plan.h"
+
+#ifdef OT_VERIFY_PLANS
+#include <stdarg.h>
+
+static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static int fail(const char *fmt, ...)
+{
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return ot__err_set(OT_EINTERNAL, NULL, 0, "compile", "plan verifier: %s", msg);
+}
+
+/* ---- the walk and fusion ---------------------------------------------------- */
+
+static int cmp_ptr(const void *a, const void *b)
+{
+    uintptr_t x = (uintptr_t)*(const ot_node *const *)a, y = (uintptr_t)*(const ot_node *const *)b;
+    return (x > y) - (x < y);
+}
+
+/* Each node once: sorted, no two neighbours are equal. */
+static int nodes_distinct(const ot_walk *w)
+{
+    const ot_node **nodes = ot__malloc(sizeof *nodes * (size_t)(w->n ? w->n : 1));
+    if (!nodes) return OT_ENOMEM;
+    for (int i = 0; i < w->n; i++) nodes[i] = w->e[i].node;
+    qsort(nodes, (size_t)w->n, sizeof *nodes, cmp_ptr);
+    int rc = 0;
+    for (int i = 1; i < w->n && !rc; i++)
+        if (nodes[i] == nodes[i - 1]) rc = fail("a node has two entries");
+    free(nodes);
+    return rc;
+}
+
+int ot__verify_walk(const ot_walk *w, int nout)
+{
+    for (int i = 0; i < w->n; i++) {
+        const ent *e = &w->e[i];
+        switch (e->kind) {
+        case OT_NODE_LEAF:
+            if (e->slot < 0 || e->slot >= w->nleaf) return fail("entry %d: leaf slot %d", i, e->slot);
+            break;
+        case OT_NODE_CONST:
+            if (e->slot < 0 || e->slot >= w->nparam) return fail("entry %d: param %d", i, e->slot);
+            break;
+        case OT_NODE_OP:
+            if (e->a >= i || e->b >= i || (e->b >= 0 && e->a < 0))
+                return fail("entry %d: operands %d, %d not before it", i, e->a, e->b);
+            break;
+        default: return fail("entry %d: kind %d", i, e->kind);
+        }
+    }
+    for (int r = 0; r < nout; r++)
+        if (w->root[r] < 0 || w->root[r] >= w->n) return fail("root %d: entry %d", r, w->root[r]);
+    return nodes_distinct(w);
+}
+
+static int check_canon(const compiler *c, int i)
+{
+    const ent *e = &c->w->e[i];
+    int k = c->ci[i].canon;
+    if (k < 0 || k > i || c->ci[k].canon != k) return fail("entry %d: canon %d", i, k);
+    const ent *ek = &c->w->e[k];
+    if (ek->kind != e->kind || ek->op != e->op || ek->dtype != e->dtype ||
+        (e->kind == OT_NODE_LEAF && ek->slot != e->slot))
+        return fail("entry %d merged into a different entry %d", i, k);
+    return 0;
+}
+
+/* A storage's index is in range for its space. */
+static bool storage_ok(const compiler *c, const storage *s)
+{
+    if (!s->has) return false;
+    switch (s->space) {
+    case OT_SPACE_LEAF: return s->index >= 0 && s->index < c->w->nleaf;
+    case OT_SPACE_TEMP: return s->index >= 0 && s->index < c->plan->ntemps;
+    default: return false;
+    }
+}
+
+int ot__verify_fused(const compiler *c)
+{
+    for (int i = 0; i < c->w->n; i++) {
+        int rc = check_canon(c, i);
+        if (rc) return rc;
+        if (c->ci[i].canon != i) continue;
+        bool leaf = c->w->e[i].kind == OT_NODE_LEAF;
+        bool stored = is_op(c, i) && c->ci[i].mat && kind_of(c, i) != OT_KIND_SHAPE;
+        if ((leaf || stored) && !storage_ok(c, &c->ci[i].st))
+            return fail("entry %d is materialised without storage", i);
+    }
+    for (int r = 0; r < c->nout; r++) {
+        int d = c->groot[r].dot;
+        if (d >= 0 && (d >= c->w->n || c->ci[d].canon != d || !is_op(c, d) ||
+                       kind_of(c, d) != OT_KIND_DOT || c->ci[d].mat))
+            return fail("output %d: GEMM root %d is not an unmaterialised dot", r, d);
+    }
+    return 0;
+}
+
+/* ---- kernels ---------------------------------------------------------------- */
+
+static bool view_ok(const ot_plan *p, const ot_view *v)
+{
+    int n = v->space == OT_SPACE_LEAF ? p->nleaves : v->space == OT_SPACE_TEMP ? p->ntemps
+          : v->space == OT_SPACE_OUT ? p->nout : 0;
+    return v->index >= 0 && v->index < n &&
+           (v->dtype == OT_F32 || v->dtype == OT_F64 || v->dtype == OT_I32);
+}
+
+/* Calls f on every view of k: loads (which >= 0), the store (-1) and the
+ * further outputs (-2 - x). */
+#define EACH_VIEW(k, v, which)                                                          \
+    for (int which = -1 - (k)->nxstore; which < (k)->nload; which++)                     \
+        for (const ot_view *v = which >= 0 ? &(k)->loads[which] : which == -1 ? &(k)->store \
+                                                                  : &(k)->xstores[-2 - which].view; \
+             v; v = NULL)
+
+/* A buffer operand: in range and written by an earlier instruction. */
+static bool reads_ok(const ot_kernel *k, const bool *written, int b)
+{
+    return b >= 0 && b < k->nbuf && written[b];
+}
+
+static int check_insn(const ot_plan *p, const ot_kernel *k, int kid, int i, bool *written)
+{
+    const ot_insn *in = &k->insns[i];
+    int nin = in->code == OT_I_FMA ? 3 : in->code == OT_I_BINARY ? 2
+            : in->code == OT_I_UNARY || in->code == OT_I_CAST ? 1 : 0;
+    if (in->code > OT_I_CAST) return fail("kernel %d insn %d: code %d", kid, i, in->code);
+    if (in->code == OT_I_LOAD && (in->arg < 0 || in->arg >= k->nload))
+        return fail("kernel %d insn %d: load %d of %d", kid, i, in->arg, k->nload);
+    if (in->code == OT_I_PARAM && (in->arg < 0 || in->arg >= p->nparams))
+        return fail("kernel %d insn %d: param %d of %d", kid, i, in->arg, p->nparams);
+    const int16_t ops[3] = {in->a, in->b, in->c};
+    for (int o = 0; o < nin; o++)
+        if (!reads_ok(k, written, ops[o]))
+            return fail("kernel %d insn %d reads buffer %d before it is written", kid, i, ops[o]);
+    if (in->dst < 0 || in->dst >= k->nbuf)
+        return fail("kernel %d insn %d: buffer %d of %d", kid, i, in->dst, k->nbuf);
+    written[in->dst] = true;
+    return 0;
+}
+
+static int check_program(const ot_plan *p, const ot_kernel *k, int kid)
+{
+    if (k->nbuf < 0 || k->nxstore < 0 || k->nxstore > OT_MAX_XSTORES)
+        return fail("kernel %d: %d buffers, %d further outputs", kid, k->nbuf, k->nxstore);
+    bool *written = ot__calloc((size_t)(k->nbuf ? k->nbuf : 1), sizeof *written);
+    if (!written) return OT_ENOMEM;
+    int rc = 0;
+    for (int i = 0; i < k->ninsn && !rc; i++) rc = check_insn(p, k, kid, i, written);
+    if (!rc && !reads_ok(k, written, k->result))
+        rc = fail("kernel %d: result buffer %d is never written", kid, k->result);
+    for (int x = 0; x < k->nxstore && !rc; x++)
+        if (!reads_ok(k, written, k->xstores[x].result))
+            rc = fail("kernel %d: output %d's buffer is never written", kid, x + 1);
+    free(written);
+    return rc;
+}
+
+static int check_kernel(const ot_plan *p, const ot_kernel *k, int kid)
+{
+    if (k->kind < OT_KER_EW || k->kind > OT_KER_ONEHOT || k->ndim < 0 || k->ndim > OT_MAX_DIMS)
+        return fail("kernel %d: kind %d over %d dims", kid, k->kind, k->ndim);
+    if (k->nload < 0 || (k->nload > 0 && !k->loads) || (k->nxstore > 0 && !k->xstores))
+        return fail("kernel %d: views missing", kid);
+    EACH_VIEW(k, v, which)
+        if (!view_ok(p, v)) return fail("kernel %d: view %d: space %d index %d", kid, which, v->space, v->index);
+    if (k->kind == OT_KER_REDUCE && (k->red_axis < -1 || k->red_axis >= k->ndim))
+        return fail("kernel %d: reduces dim %d of %d", kid, k->red_axis, k->ndim);
+    return k->kind == OT_KER_EW || k->kind == OT_KER_REDUCE ? check_program(p, k, kid) : 0;
+}
+
+/* Temporaries are written before they are read, in kernel order. */
+static int check_temp_order(const ot_plan *p)
+{
+    bool *written = ot__calloc((size_t)(p->ntemps ? p->ntemps : 1), sizeof *written);
+    if (!written) return OT_ENOMEM;
+    int rc = 0;
+    for (int i = 0; i < p->nkernels && !rc; i++) {
+        const ot_kernel *k = &p->kernels[i];
+        for (int l = 0; l < k->nload && !rc; l++)
+            if (k->loads[l].space == OT_SPACE_TEMP && !written[k->loads[l].index])
+                rc = fail("kernel %d reads temporary %d before any kernel writes it", i, k->loads[l].index);
+        EACH_VIEW(k, v, which)
+            if (which < 0 && v->space == OT_SPACE_TEMP) written[v->index] = true;
+    }
+    free(written);
+    return rc;
+}
+
+/* An output that a BLAS call writes has no other writer: exec.c would run
+ * the two in an order the plan does not fix (a group kernel writing it too
+ * found no storage for the dot to load). */
+static int check_blas_outputs(const ot_plan *p)
+{
+    for (int d = 0; d < p->nkernels; d++) {
+        const ot_kernel *dk = &p->kernels[d];
+        if (dk->kind != OT_KER_DOT || dk->store.space != OT_SPACE_OUT) continue;
+        for (int i = 0; i < p->nkernels; i++) {
+            const ot_kernel *k = &p->kernels[i];
+            EACH_VIEW(k, v, which)
+                if (i != d && which < 0 && v->space == OT_SPACE_OUT && v->index == dk->store.index)
+                    return fail("output %d is written by BLAS (kernel %d) and kernel %d", v->index, d, i);
+        }
+    }
+    return 0;
+}
+
+static int check_segments(const ot_plan *p)
+{
+    int next = 0;
+    for (int s = 0; s < p->nseg; s++) {
+        const ot_segment *sg = &p->segs[s];
+        if (sg->first < next || sg->count < 2 || sg->first + sg->count > p->nkernels)
+            return fail("segment %d: kernels %d+%d out of order or range", s, sg->first, sg->count);
+        const ot_kernel *d = &p->kernels[sg->first];
+        if (d->kind != OT_KER_DOT || (sg->block_temp >= 0 && (d->store.space != OT_SPACE_TEMP ||
+                                                            d->store.index != sg->block_temp)))
+            return fail("segment %d does not start with the dot whose result it blocks", s);
+        if (sg->row_block <= 0 || sg->row_block > sg->rows)
+            return fail("segment %d: blocks of %lld of %lld rows", s, (long long)sg->row_block,
+                        (long long)sg->rows);
+        next = sg->first + sg->count;
+    }
+    if (p->row_block > 0 && p->nseg > 0) return fail("row blocks and segments together");
+    return 0;
+}
+
+/* ---- the arena ---------------------------------------------------------------- */
+
+/* The elements a view reaches from its base over dims: [*lo, *hi]; false
+ * when it reaches none (a dim of 0). */
+static bool reach(const ot_view *v, const int64_t *dims, int nd, int64_t *lo, int64_t *hi)
+{
+    *lo = *hi = 0;
+    for (int d = 0; d < nd; d++) {
+        if (dims[d] == 0) return false;
+        int64_t s = v->strides[d] * (dims[d] - 1);
+        if (s < 0) *lo += s;
+        else *hi += s;
+    }
+    return true;
+}
+
+/* The element range view `which` of kernel k touches. A DOT's views are
+ * rows x cols x batch (A: m x k, B: k x n, C: m x n); RAND and ONEHOT write
+ * their shape contiguously. */
+static bool view_reach(const ot_kernel *k, int which, int64_t *lo, int64_t *hi)
+{
+    const ot_view *v = which >= 0 ? &k->loads[which] : which == -1 ? &k->store
+                     : &k->xstores[-2 - which].view;
+    if (k->kind == OT_KER_DOT) {
+        int64_t dims[3] = {which == 1 ? k->k : k->m, which == 0 ? k->k : k->n, k->batch};
+        return reach(v, dims, 3, lo, hi);
+    }
+    if (which == -1 && (k->kind == OT_KER_RAND || k->kind == OT_KER_ONEHOT)) {
+        int64_t n = ot__numel(&k->shape);
+        *lo = 0;
+        *hi = n - 1;
+        return n > 0;
+    }
+    return reach(v, k->dims, k->ndim, lo, hi);
+}
+
+/* Per temporary: the bytes it spans from its offset, the steps of its life
+ * and, in a row-blocked plan, its bytes per plan row. */
+typedef struct life { int64_t lo, hi, row; int born, dies; } life;
+
+/* The step of each kernel: its own, but a segment of several blocks is one
+ * step (a segment of one block runs its kernels one after the other). */
+static void kernel_steps(const ot_plan *p, int *step)
+{
+    for (int i = 0; i < p->nkernels; i++) step[i] = i;
+    for (int s = 0; s < p->nseg; s++)
+        for (int i = p->segs[s].first; i < p->segs[s].first + p->segs[s].count; i++)
+            if (p->segs[s].row_block < p->segs[s].rows) step[i] = p->segs[s].first;
+}
+
+/* A view's bytes from one plan row to the next (row-blocked plans). */
+static int64_t row_bytes(const ot_plan *p, const ot_kernel *k, const ot_view *v)
+{
+    int64_t rows = k->kind == OT_KER_DOT ? k->m : k->ndim ? k->dims[0] : 1;
+    return v->strides[0] * (rows / p->rows) * (int64_t)ot_dtype_size((ot_dtype)v->dtype);
+}
+
+static void temp_lives(const ot_plan *p, const int *step, life *lf)
+{
+    for (int t = 0; t < p->ntemps; t++) lf[t] = (life){INT64_MAX, INT64_MIN, 0, -1, -1};
+    for (int i = 0; i < p->nkernels; i++) {
+        const ot_kernel *k = &p->kernels[i];
+        EACH_VIEW(k, v, which) {
+            int64_t lo, hi;
+            if (v->space != OT_SPACE_TEMP || !view_reach(k, which, &lo, &hi)) continue;
+            life *l = &lf[v->index];
+            int64_t es = (int64_t)ot_dtype_size((ot_dtype)v->dtype);
+            l->lo = lo * es < l->lo ? lo * es : l->lo;
+            l->hi = (hi + 1) * es > l->hi ? (hi + 1) * es : l->hi;
+            if (l->born < 0) {
+                l->born = step[i];
+                l->row = p->row_block > 0 ? row_bytes(p, k, v) : 0;
+            }
+            l->dies = step[i];
+        }
+    }
+    /* A segment's dot writes one block of rows at a time into its temp. */
+    for (int s = 0; s < p->nseg; s++) {
+        const ot_segment *sg = &p->segs[s];
+        if (sg->block_temp < 0) continue;
+        const ot_view *st = &p->kernels[sg->first].store;
+        lf[sg->block_temp].lo = 0;
+        lf[sg->block_temp].hi = sg->row_block * st->strides[0] * (int64_t)ot_dtype_size((ot_dtype)st->dtype);
+    }
+}
+
+static int64_t first_byte(const ot_plan *p, const life *lf, int t) { return (int64_t)p->temp_offset[t] + lf[t].lo; }
+static int64_t end_byte(const ot_plan *p, const life *lf, int t) { return (int64_t)p->temp_offset[t] + lf[t].hi; }
+
+static int meets(const ot_plan *p, const life *lf, int t, int u)
+{
+    if (first_byte(p, lf, t) >= end_byte(p, lf, u) || first_byte(p, lf, u) >= end_byte(p, lf, t))
+        return 0;
+    return fail("temporaries %d (kernels %d-%d) and %d (kernels %d-%d) are alive together in the "
+                "same arena bytes", u, lf[u].born, lf[u].dies, t, lf[t].born, lf[t].dies);
+}
+
+/* Temporaries alive at one step have disjoint bytes: a sweep over the
+ * steps in which each temporary, when born, is checked against those alive
+ * then. by_birth lists the temporaries in order of birth. */
+static int check_lives(const ot_plan *p, const life *lf, const int *by_birth, int n, int *live)
+{
+    int nlive = 0, rc = 0;
+    for (int j = 0; j < n && !rc; j++) {
+        int t = by_birth[j], kept = 0;
+        for (int i = 0; i < nlive; i++)
+            if (lf[live[i]].dies >= lf[t].born) live[kept++] = live[i];
+        nlive = kept;
+        for (int i = 0; i < nlive && !rc; i++) rc = meets(p, lf, t, live[i]);
+        live[nlive++] = t;
+    }
+    return rc;
+}
+
+/* A row-blocked plan of several blocks runs them on several threads at
+ * once, so two temporaries may share bytes only when a block of one is the
+ * same bytes as that block of the other: same span and bytes per row. */
+typedef struct span { int64_t first, end, row; } span;
+
+static int cmp_span(const void *a, const void *b)
+{
+    const span *x = a, *y = b;
+    if (x->first != y->first) return (x->first > y->first) - (x->first < y->first);
+    if (x->end != y->end) return (x->end > y->end) - (x->end < y->end);
+    return (x->row > y->row) - (x->row < y->row);
+}
+
+static int check_row_blocks(const span *sp, int n)
+{
+    int64_t before = INT64_MIN;   /* the furthest end of the spans sorted before this one's */
+    for (int j = 0; j < n; j++) {
+        bool same = j > 0 && cmp_span(&sp[j - 1], &sp[j]) == 0;
+        if (!same && sp[j].first < before)
+            return fail("row-blocked plan: temporaries share arena bytes with different row layouts");
+        if (j + 1 < n && cmp_span(&sp[j], &sp[j + 1]) == 0) continue;
+        before = sp[j].end > before ? sp[j].end : before;
+    }
+    return 0;
+}
+
+static int check_arena_spans(const ot_plan *p, const life *lf, int *idx, span *sp)
+{
+    int n = 0, rc = 0;
+    /* Counting sort by birth step (steps are kernel indices). */
+    int *count = ot__calloc((size_t)p->nkernels + 1, sizeof *count);
+    if (!count) return OT_ENOMEM;
+    for (int t = 0; t < p->ntemps; t++)
+        if (lf[t].born >= 0) count[lf[t].born + 1]++;
+    for (int s = 0; s < p->nkernels; s++) count[s + 1] += count[s];
+    for (int t = 0; t < p->ntemps; t++)
+        if (lf[t].born >= 0) idx[count[lf[t].born]++] = t;
+    for (int t = 0; t < p->ntemps && !rc; t++) {
+        if (lf[t].born < 0) continue;   /* kept in an output, or unused */
+        sp[n++] = (span){first_byte(p, lf, t), end_byte(p, lf, t), lf[t].row};
+        if (first_byte(p, lf, t) < 0 || end_byte(p, lf, t) > (int64_t)p->arena_bytes)
+            rc = fail("temporary %d spans bytes %lld-%lld of an arena of %zu", t,
+                      (long long)first_byte(p, lf, t), (long long)end_byte(p, lf, t), p->arena_bytes);
+    }
+    free(count);
+    if (!rc) rc = check_lives(p, lf, idx, n, idx + p->ntemps);
+    if (!rc && p->row_block > 0 && p->row_block < p->rows) {
+        qsort(sp, (size_t)n, sizeof *sp, cmp_span);
+        rc = check_row_blocks(sp, n);
+    }
+    return rc;
+}
+
+static int check_arena(const ot_plan *p)
+{
+    size_t nt = (size_t)(p->ntemps ? p->ntemps : 1);
+    life *lf = ot__malloc(sizeof *lf * nt);
+    int *step = ot__malloc(sizeof *step * (size_t)(p->nkernels ? p->nkernels : 1));
+    int *idx = ot__malloc(sizeof *idx * 2 * nt);
+    span *sp = ot__malloc(sizeof *sp * nt);
+    int rc = lf && step && idx && sp ? 0 : OT_ENOMEM;
+    if (!rc) {
+        kernel_steps(p, step);
+        temp_lives(p, step, lf);
+        rc = check_arena_spans(p, lf, idx, sp);
+    }
+    free(lf);
+    free(step);
+    free(idx);
+    free(sp);
+    return rc;
+}
+
+int ot__verify_plan(const ot_plan *p, int stage)
+{
+    for (int i = 0; i < p->nkernels; i++) {
+        int rc = check_kernel(p, &p->kernels[i], i);
+        if (rc) return rc;
+    }
+    int rc = check_temp_order(p);
+    if (!rc) rc = check_blas_outputs(p);
+    if (!rc && stage >= OT_VERIFY_SCHEDULED) rc = check_segments(p);
+    if (!rc && stage >= OT_VERIFY_LAID_OUT) rc = check_arena(p);
+    return rc;
+}
+
+#endif /* OT_VERIFY_PLANS */

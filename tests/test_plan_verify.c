@@ -1,0 +1,122 @@
+/*
+ * test_plan_verify.c - the plan verifier (src/plan_verify.c) catches broken
+ * plans: real plans pass it, and the same plans with one invariant broken
+ * by hand (a buffer read before it is written, a temporary read before any
+ * kernel writes it, two live temporaries in the same arena bytes, a walk
+ * out of post-order) are OT_EINTERNAL, never an abort. The verifier exists
+ * only in builds with -DOT_VERIFY_PLANS (the sanitizer build of make test);
+ * elsewhere these cases check nothing.
+ */
+#include "test.h"
+#include "plan.h"
+
+#ifdef OT_VERIFY_PLANS
+
+/* The plan of tree into a fresh output (as ot_eval compiles it), on be. */
+static ot_plan *plan_of(ot_backend *be, ot_node *tree, ot_walk **walk)
+{
+    ot_plan *p = NULL;
+    ot_binding bind;
+    CHECK_INT(ot__plan_get(be, 1, NULL, &tree, &p, walk, &bind), 0);
+    return p;
+}
+
+static void expect_broken(const ot_plan *p, const char *what)
+{
+    ot_clear_error();
+    CHECK_INT(ot__verify_plan(p, OT_VERIFY_LAID_OUT), OT_EINTERNAL);
+    CHECK_ERR(OT_EINTERNAL, "plan verifier", what);
+}
+
+/* An unfused plan: every op its own kernel, each result a temporary. */
+static ot_backend *unfused(void)
+{
+    return ot_backend_new("cpu", &(ot_backend_opts){.threads = 1, .fusion = OT_FUSION_OFF});
+}
+
+TEST(plan_verify_buffer_read_before_write)
+{
+    ot_pool *pool = ot_pool_push();
+    ot_backend *be = unfused();
+    ot_tensor *x = ot_ones(be, OT_SHAPE(4, 8), OT_F32);
+    ot_walk *w;
+    ot_plan *p = plan_of(be, ot_exp(x), &w);
+    CHECK(p && p->nkernels >= 1);
+    CHECK_INT(ot__verify_plan(p, OT_VERIFY_LAID_OUT), 0);
+    ot_kernel *k = &p->kernels[0];
+    CHECK(k->kind == OT_KER_EW && k->ninsn >= 2 && k->insns[0].code == OT_I_LOAD);
+    ot_insn saved = k->insns[0];
+    k->insns[0].code = OT_I_UNARY;   /* now reads its own, unwritten buffer */
+    k->insns[0].a = k->insns[0].dst;
+    expect_broken(p, "before it is written");
+    k->insns[0] = saved;
+    CHECK_INT(ot__verify_plan(p, OT_VERIFY_LAID_OUT), 0);
+    ot__plan_release(p);
+    ot__walk_done(be, w);
+    ot_tensor_free(x);
+    ot_pool_pop(pool);
+    ot_backend_free(be);
+}
+
+TEST(plan_verify_temp_order_and_arena)
+{
+    ot_pool *pool = ot_pool_push();
+    ot_backend *be = unfused();
+    ot_tensor *x = ot_ones(be, OT_SHAPE(4, 8), OT_F32);
+    ot_walk *w;
+    ot_plan *p = plan_of(be, ot_mul(ot_add(ot_mul(x, 2.0), 1.0), ot_mul(x, 3.0)), &w);
+    CHECK(p && p->nkernels >= 3);
+    CHECK_INT(ot__verify_plan(p, OT_VERIFY_LAID_OUT), 0);
+    /* A kernel multiplies two temporaries, both alive there. */
+    ot_kernel *last = NULL;
+    for (int i = 0; i < p->nkernels && !last; i++)
+        if (p->kernels[i].nload == 2 && p->kernels[i].loads[0].space == OT_SPACE_TEMP &&
+            p->kernels[i].loads[1].space == OT_SPACE_TEMP)
+            last = &p->kernels[i];
+    CHECK(last != NULL);
+    if (!last) return;
+    int t = last->loads[0].index, u = last->loads[1].index;
+    size_t saved = p->temp_offset[u];
+    p->temp_offset[u] = p->temp_offset[t];
+    expect_broken(p, "same arena bytes");
+    p->temp_offset[u] = saved;
+    /* The first kernel reading what only a later kernel writes. */
+    ot_view first = p->kernels[0].loads[0];
+    p->kernels[0].loads[0] = last->loads[0];
+    expect_broken(p, "before any kernel writes it");
+    p->kernels[0].loads[0] = first;
+    CHECK_INT(ot__verify_plan(p, OT_VERIFY_LAID_OUT), 0);
+    ot__plan_release(p);
+    ot__walk_done(be, w);
+    ot_tensor_free(x);
+    ot_pool_pop(pool);
+    ot_backend_free(be);
+}
+
+TEST(plan_verify_walk_order)
+{
+    ot_pool *pool = ot_pool_push();
+    ot_node *x = ot_const(2.0), *y = ot_neg(x);
+    /* y's operand after y: not a post-order. */
+    ent e[2] = {{OT_NODE_OP, OT_OP_NEG, OT_F32, 1, -1, -1, false, false, y},
+                {OT_NODE_CONST, OT_OP_NONE, OT_F32, -1, -1, 0, false, false, x}};
+    int root = 0;
+    ot_walk w = {.e = e, .n = 2, .nparam = 1, .root = &root};
+    ot_clear_error();
+    CHECK_INT(ot__verify_walk(&w, 1), OT_EINTERNAL);
+    CHECK_ERR(OT_EINTERNAL, "plan verifier", "not before it");
+    e[0] = (ent){OT_NODE_CONST, OT_OP_NONE, OT_F32, -1, -1, 0, false, false, x};
+    e[1] = (ent){OT_NODE_OP, OT_OP_NEG, OT_F32, 0, -1, -1, false, false, y};
+    root = 1;
+    CHECK_INT(ot__verify_walk(&w, 1), 0);
+    ot_pool_pop(pool);
+}
+
+#else
+
+TEST(plan_verify_not_built)
+{
+    /* Without -DOT_VERIFY_PLANS the verifier compiles to nothing. */
+}
+
+#endif

@@ -29,6 +29,7 @@
  * way fused and unfused (count_ops), so tests bound fusion's arithmetic.
  */
 #include "internal.h"
+#include "ops.h"
 
 #include <pthread.h>
 
@@ -559,14 +560,7 @@ static void count_uses(compiler *c)
 
 static bool is_costly(int op)
 {
-    switch (op) {
-    case OT_OP_EXP: case OT_OP_EXP2: case OT_OP_LOG: case OT_OP_LOG2: case OT_OP_SAFELOG:
-    case OT_OP_SIG: case OT_OP_SIG2: case OT_OP_TANH: case OT_OP_TANH2: case OT_OP_SIN:
-    case OT_OP_COS: case OT_OP_POW:
-        return true;
-    default:
-        return false;
-    }
+    return ot__op_cost(op) >= OT__COST_TRANS;
 }
 
 /* Decides which op entries get their own kernel and storage. */
@@ -621,11 +615,7 @@ static ot_shape out_shape(const compiler *c, int i);
  * transcendentals are tens of instructions, a division or root a few. */
 static int op_cost(int op)
 {
-    if (is_costly(op)) return 8;
-    switch (op) {
-    case OT_OP_DIV: case OT_OP_SQRT: case OT_OP_RSQRT: case OT_OP_RECIP: return 3;
-    default: return 1;
-    }
+    return ot__op_cost(op);
 }
 
 /* The kernels an inlined value is computed in: a few ids, and a count that

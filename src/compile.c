@@ -2574,6 +2574,11 @@ int ot__plan_get(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const 
     } else {
         unsigned long failed = ot__alloc_failures();
         p = compile(be, w, n, outs, trees);
+        if (p && ot__kernels_check(p, cpu->k, be->opts.accuracy == OT_ULP35)) {
+            ot__plan_release(p);
+            ot__walk_done(be, w);
+            return OT_EUNSUPPORTED;
+        }
         if (!p) {
             ot__walk_done(be, w);
             return ot__err_set(OT_ENOMEM, NULL, 0, "assign", "out of memory compiling the tree");

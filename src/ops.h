@@ -44,6 +44,13 @@ typedef double (*ot__ref1)(double x);
 typedef double (*ot__ref2)(double x, double y);
 ot__ref1 ot__ref_fn1(int op);
 ot__ref2 ot__ref_fn2(int op);
+/* kernels/dispatch.c: 0 when kernel table kt (at accuracy acc: 0 = u10, 1 =
+ * u35) has an entry for every instruction of plan p, else OT_EUNSUPPORTED
+ * naming the op, dtype and ISA, so that the executor never calls NULL. */
+struct ot_plan;
+struct ot_kernels;
+int ot__kernels_check(const struct ot_plan *p, const struct ot_kernels *kt, int acc);
+
 /* autodiff.c: whether op (or a composite tag) has a gradient rule. */
 bool ot__autodiff_has_rule(int op);
 

@@ -826,6 +826,21 @@ static const ot_op BIN_OPS[] = {
 #define NUN ((int)(sizeof UN_OPS / sizeof UN_OPS[0]))
 #define NBIN ((int)(sizeof BIN_OPS / sizeof BIN_OPS[0]))
 
+/* The lists above carry per-op error models (g_un, g_bin), which the op
+ * table cannot give: an elementwise op of the table that they lack fails
+ * here by name instead of going untested. */
+TEST(cpu_every_elementwise_op_has_an_error_model)
+{
+    for (int op = 0; op < OT_OP_COUNT; op++) {
+        int kind = ot_op_kind((ot_op)op), found = 0;
+        for (int i = 0; kind == OT_KIND_UNARY && i < NUN; i++) found |= UN_OPS[i] == op;
+        for (int i = 0; kind == OT_KIND_BINARY && i < NBIN; i++) found |= BIN_OPS[i] == op;
+        if ((kind == OT_KIND_UNARY || kind == OT_KIND_BINARY) && !found)
+            test__fail(__FILE__, __LINE__, "op '%s' is missing from UN_OPS/BIN_OPS (g_un, g_bin)",
+                       ot_op_name((ot_op)op));
+    }
+}
+
 /* Constants exactly representable in f32 and some that are not (the
  * builder rounds those to the tensor dtype on both backends). */
 static const double CONSTS[] = {0.5, 2, -1.5, 3, 0.25, 1, 0.1, -0.7, 1.0 / 3};

@@ -65,7 +65,8 @@
     X(SOFTMAX, "softmax", 1, OT_KIND_COMPOSITE, NULL, OT_FLAG_FLOAT, none) \
     X(LOGSOFTMAX, "logsoftmax", 1, OT_KIND_COMPOSITE, NULL, OT_FLAG_FLOAT, none) \
     X(CROSS_ENTROPY, "cross_entropy", 2, OT_KIND_COMPOSITE, NULL, OT_FLAG_FLOAT, none) \
-    X(SQUARED_L2, "squared_l2", 1, OT_KIND_COMPOSITE, NULL, 0, none)
+    X(SQUARED_L2, "squared_l2", 1, OT_KIND_COMPOSITE, NULL, 0, none) \
+    X(EXPM1, "expm1", 1, OT_KIND_UNARY, NULL, OT_FLAG_FLOAT, expm1)
 
 typedef enum ot_op {
     OT_OP_NONE = -1,
@@ -122,7 +123,8 @@ typedef enum ot_op {
     OT_OP_LOGSOFTMAX = 50,
     OT_OP_CROSS_ENTROPY = 51,
     OT_OP_SQUARED_L2 = 52,
-    OT_OP_COUNT = 53
+    OT_OP_EXPM1 = 53,
+    OT_OP_COUNT = 54
 } ot_op;
 
 /* Unary elementwise. */
@@ -147,6 +149,7 @@ typedef enum ot_op {
 #define ot_relu(x) OT__UN(OT_OP_RELU, x)         /* maximum(x, 0) */
 #define ot_sin(x) OT__UN(OT_OP_SIN, x)
 #define ot_cos(x) OT__UN(OT_OP_COS, x)
+#define ot_expm1(x) OT__UN(OT_OP_EXPM1, x)       /* exp(x) - 1, accurate near 0 */
 
 /* Binary elementwise, NumPy broadcasting. Compares give 1 or 0. minimum and
  * maximum propagate NaN. */

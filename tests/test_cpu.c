@@ -486,6 +486,7 @@ static void un_range(ot_op op, double lo, double hi, double *olo, double *ohi)
     case OT_OP_SQR: *olo = lo > 0 ? lo * lo : hi < 0 ? hi * hi : 0; *ohi = M * M; break;
     case OT_OP_SQRT: *olo = sqrt(fmax(lo, 0)); *ohi = sqrt(fmax(hi, 0)); break;
     case OT_OP_EXP: *olo = exp(lo); *ohi = exp(hi); break;
+    case OT_OP_EXPM1: *olo = expm1(lo); *ohi = expm1(hi); break;
     case OT_OP_EXP2: *olo = exp2(lo); *ohi = exp2(hi); break;
     case OT_OP_LOG: case OT_OP_SAFELOG: *olo = log(lo); *ohi = log(hi); break;
     case OT_OP_LOG2: *olo = log2(lo); *ohi = log2(hi); break;
@@ -531,7 +532,7 @@ static gn g_un(gctx *c, ot_op op, gn x)
         break;
     case OT_OP_SQR: L = 2 * W; k = 1; break;
     case OT_OP_SQRT: L = e > 0 ? 0.5 / sqrt(wl) : 0; k = 1; break;
-    case OT_OP_EXP: L = exp(wh); k = 2; break;
+    case OT_OP_EXP: case OT_OP_EXPM1: L = exp(wh); k = 2; break;
     case OT_OP_EXP2: L = ln2 * exp2(wh); k = 2; break;
     case OT_OP_LOG: case OT_OP_SAFELOG: L = e > 0 ? 1 / wl : 0; k = 2; break;
     case OT_OP_LOG2: L = e > 0 ? 1 / (wl * ln2) : 0; k = 2; break;
@@ -819,6 +820,7 @@ static const ot_op UN_OPS[] = {
     OT_OP_FINITE, OT_OP_NEG, OT_OP_ABS, OT_OP_SGN, OT_OP_SQRT, OT_OP_SQR, OT_OP_EXP,
     OT_OP_EXP2, OT_OP_LOG, OT_OP_LOG2, OT_OP_SAFELOG, OT_OP_SIG, OT_OP_SIG2, OT_OP_TANH,
     OT_OP_TANH2, OT_OP_RINT, OT_OP_RSQRT, OT_OP_RECIP, OT_OP_RELU, OT_OP_SIN, OT_OP_COS,
+    OT_OP_EXPM1,
 };
 static const ot_op BIN_OPS[] = {
     OT_OP_ADD, OT_OP_SUB, OT_OP_MUL, OT_OP_DIV, OT_OP_POW, OT_OP_EQ, OT_OP_NE,
@@ -957,7 +959,7 @@ static gn gen_unary(gctx *c, ot_shape T, int depth, int flags)
         x = gen_leaf(c, T, flags & G_FULL);
     } else {
         x = gen(c, T, depth - 1, (flags & G_FULL) | (un_needs_pos(op) ? G_POS : 0));
-        if (op == OT_OP_EXP) x = fit(c, x, 15);
+        if (op == OT_OP_EXP || op == OT_OP_EXPM1) x = fit(c, x, 15);
         if (op == OT_OP_EXP2) x = fit(c, x, 20);
         if (op == OT_OP_SQR) x = fit(c, x, 100);
         if (op == OT_OP_SIN || op == OT_OP_COS) x = fit(c, x, 100);

@@ -63,6 +63,12 @@ $(FLAGS): FORCE
 	@mkdir -p $(BUILD)
 	@echo '$(FLAGS_NOW)' | cmp -s - $@ || echo '$(FLAGS_NOW)' > $@
 
+# The public op header is generated from the private op table (and
+# committed, so that a build needs no awk); every object includes it.
+include/optree_ops.h: src/ops.def tools/gen_ops.sh
+	sh tools/gen_ops.sh src/ops.def > $@.tmp && mv $@.tmp $@
+$(OBJS) $(TOBJS): include/optree_ops.h
+
 $(BUILD)/obj/%.o: src/%.c $(FLAGS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(DEPFLAGS) -c $< -o $@
@@ -95,7 +101,7 @@ $(BUILD)/test_optree: $(TOBJS) $(LIBA)
 	$(CC) $(LDFLAGS) -o $@ $(TOBJS) $(LIBA) $(LDLIBS)
 
 examples: $(EXAMPLES)
-$(BUILD)/examples/%: examples/%.c include/optree.h $(LIBA) $(FLAGS)
+$(BUILD)/examples/%: examples/%.c include/optree.h include/optree_ops.h $(LIBA) $(FLAGS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LIBA) $(LDFLAGS) $(LDLIBS)
 
@@ -119,7 +125,7 @@ check: tests
 
 install: lib
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
-	install -m 644 include/optree.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 include/optree.h include/optree_ops.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(LIBA) $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(LIBSO) $(DESTDIR)$(PREFIX)/lib/liboptree.so.$(VERSION)
 	ln -sf liboptree.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/liboptree.so.$(SOMAJOR)
@@ -139,7 +145,7 @@ BENCH_OBJS := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%.o)
 BENCH_ARGS ?=
 
 $(BUILD)/bench/ref_avx2.o: CFLAGS += -mavx2 -mfma
-$(BUILD)/bench/%.o: bench/%.c bench/bench.h include/optree.h $(FLAGS)
+$(BUILD)/bench/%.o: bench/%.c bench/bench.h include/optree.h include/optree_ops.h $(FLAGS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -O2 -c $< -o $@
 
@@ -158,7 +164,7 @@ FIRST    ?= 0
 JOBS     ?= 1
 FINDINGS ?= $(BUILD)/fuzz-findings
 FUZZ_ARGS ?=
-$(BUILD)/fuzz: tools/fuzz_main.c tests/fuzz.c tests/fuzz.h include/optree.h $(LIBA)
+$(BUILD)/fuzz: tools/fuzz_main.c tests/fuzz.c tests/fuzz.h include/optree.h include/optree_ops.h $(LIBA)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -Itests $(CFLAGS) -o $@ tools/fuzz_main.c tests/fuzz.c $(LIBA) $(LDFLAGS) $(LDLIBS)
 

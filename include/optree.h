@@ -314,72 +314,11 @@ enum {
 #define OT_FLAG_INDEX 4u    /* result is OT_I32 (argmax, argmin) */
 #define OT_FLAG_NODIFF 8u   /* gradient is zero (not differentiable) */
 
-/* The single source of truth for ops: X(ENUM, name, arity, kind, symbol,
- * flags, ref), where symbol is the infix form used by ot_pp (or NULL) and
- * ref names the scalar reference implementation in src/ref.c (none for
- * ops the reference backend evaluates structurally). */
-#define OT_OP_LIST(X)                                                          \
-    X(FINITE, "finite", 1, OT_KIND_UNARY, NULL, OT_FLAG_COMPARE | OT_FLAG_NODIFF, finite) \
-    X(NEG, "neg", 1, OT_KIND_UNARY, NULL, 0, neg)                              \
-    X(ABS, "abs", 1, OT_KIND_UNARY, NULL, 0, abs)                              \
-    X(SGN, "sgn", 1, OT_KIND_UNARY, NULL, OT_FLAG_NODIFF, sgn)                 \
-    X(SQRT, "sqrt", 1, OT_KIND_UNARY, NULL, OT_FLAG_FLOAT, sqrt)               \
-    X(SQR, "sqr", 1, OT_KIND_UNARY, NULL, 0, sqr)                              \
-    X(EXP, "exp", 1, OT_KIND_UNARY, NULL, OT_FLAG_FLOAT, exp)                  \
-    X(EXP2, "exp2", 1, OT_KIND_UNARY, NULL, OT_FLAG_FLOAT, exp2)               \
-    X(LOG, "log", 1, OT_KIND_UNARY, NULL, OT_FLAG_FLOAT, log)                  \
-    X(LOG2, "log2", 1, OT_KIND_UNARY, NULL, OT_FLAG_FLOAT, log2)               \
-    X(SAFELOG, "safelog", 1, OT_KIND_UNARY, NULL, OT_FLAG_FLOAT, safelog)      \
-    X(SIG, "sig", 1, OT_KIND_UNARY, NULL, OT_FLAG_FLOAT, sig)                  \
-    X(SIG2, "sig2", 1, OT_KIND_UNARY, NULL, OT_FLAG_FLOAT, sig2)               \
-    X(TANH, "tanh", 1, OT_KIND_UNARY, NULL, OT_FLAG_FLOAT, tanh)               \
-    X(TANH2, "tanh2", 1, OT_KIND_UNARY, NULL, OT_FLAG_FLOAT, tanh2)            \
-    X(RINT, "rint", 1, OT_KIND_UNARY, NULL, OT_FLAG_NODIFF, rint)              \
-    X(RSQRT, "rsqrt", 1, OT_KIND_UNARY, NULL, OT_FLAG_FLOAT, rsqrt)            \
-    X(RECIP, "recip", 1, OT_KIND_UNARY, NULL, OT_FLAG_FLOAT, recip)            \
-    X(RELU, "relu", 1, OT_KIND_UNARY, NULL, 0, relu)                           \
-    X(SIN, "sin", 1, OT_KIND_UNARY, NULL, OT_FLAG_FLOAT, sin)                  \
-    X(COS, "cos", 1, OT_KIND_UNARY, NULL, OT_FLAG_FLOAT, cos)                  \
-    X(ADD, "add", 2, OT_KIND_BINARY, "+", 0, add)                              \
-    X(SUB, "sub", 2, OT_KIND_BINARY, "-", 0, sub)                              \
-    X(MUL, "mul", 2, OT_KIND_BINARY, "*", 0, mul)                              \
-    X(DIV, "div", 2, OT_KIND_BINARY, "/", OT_FLAG_FLOAT, div)                  \
-    X(POW, "pow", 2, OT_KIND_BINARY, "**", 0, pow)                             \
-    X(EQ, "eq", 2, OT_KIND_BINARY, NULL, OT_FLAG_COMPARE | OT_FLAG_NODIFF, eq) \
-    X(NE, "ne", 2, OT_KIND_BINARY, NULL, OT_FLAG_COMPARE | OT_FLAG_NODIFF, ne) \
-    X(LT, "lt", 2, OT_KIND_BINARY, NULL, OT_FLAG_COMPARE | OT_FLAG_NODIFF, lt) \
-    X(LE, "le", 2, OT_KIND_BINARY, NULL, OT_FLAG_COMPARE | OT_FLAG_NODIFF, le) \
-    X(GT, "gt", 2, OT_KIND_BINARY, NULL, OT_FLAG_COMPARE | OT_FLAG_NODIFF, gt) \
-    X(GE, "ge", 2, OT_KIND_BINARY, NULL, OT_FLAG_COMPARE | OT_FLAG_NODIFF, ge) \
-    X(MINIMUM, "minimum", 2, OT_KIND_BINARY, NULL, 0, minimum)                 \
-    X(MAXIMUM, "maximum", 2, OT_KIND_BINARY, NULL, 0, maximum)                 \
-    X(DOT, "dot", 2, OT_KIND_DOT, NULL, 0, none)                               \
-    X(BATCHED_DOT, "batched_dot", 2, OT_KIND_DOT, NULL, 0, none)               \
-    X(SUM, "sum", 1, OT_KIND_REDUCE, NULL, 0, none)                            \
-    X(MAX, "max", 1, OT_KIND_REDUCE, NULL, 0, none)                            \
-    X(MIN, "min", 1, OT_KIND_REDUCE, NULL, 0, none)                            \
-    X(MEAN, "mean", 1, OT_KIND_REDUCE, NULL, OT_FLAG_FLOAT, none)              \
-    X(ARGMAX, "argmax", 1, OT_KIND_REDUCE, NULL, OT_FLAG_INDEX | OT_FLAG_NODIFF, none) \
-    X(ARGMIN, "argmin", 1, OT_KIND_REDUCE, NULL, OT_FLAG_INDEX | OT_FLAG_NODIFF, none) \
-    X(TRANSPOSE, "transpose", 1, OT_KIND_SHAPE, NULL, 0, none)                 \
-    X(CAST, "cast", 1, OT_KIND_SPECIAL, NULL, 0, none)                         \
-    X(ONEHOT, "onehot", 1, OT_KIND_SPECIAL, NULL, OT_FLAG_NODIFF, none)        \
-    X(RAND, "rand", 0, OT_KIND_SPECIAL, NULL, OT_FLAG_NODIFF, none)            \
-    X(VAR, "var", 1, OT_KIND_COMPOSITE, NULL, OT_FLAG_FLOAT, none)             \
-    X(STD, "std", 1, OT_KIND_COMPOSITE, NULL, OT_FLAG_FLOAT, none)             \
-    X(CLIP, "clip", 1, OT_KIND_COMPOSITE, NULL, 0, none)                       \
-    X(SOFTMAX, "softmax", 1, OT_KIND_COMPOSITE, NULL, OT_FLAG_FLOAT, none)     \
-    X(LOGSOFTMAX, "logsoftmax", 1, OT_KIND_COMPOSITE, NULL, OT_FLAG_FLOAT, none) \
-    X(CROSS_ENTROPY, "cross_entropy", 2, OT_KIND_COMPOSITE, NULL, OT_FLAG_FLOAT, none) \
-    X(SQUARED_L2, "squared_l2", 1, OT_KIND_COMPOSITE, NULL, 0, none)
-
-typedef enum ot_op {
-    OT_OP_NONE = -1,
-#define OT__OP_ENUM(e, name, arity, kind, sym, flags, ref) OT_OP_##e,
-    OT_OP_LIST(OT__OP_ENUM)
-#undef OT__OP_ENUM
-    OT_OP_COUNT
-} ot_op;
+/* The ops: the ot_op enum (OT_OP_*, OT_OP_COUNT), OT_OP_LIST(X) and the
+ * builders of the elementwise ops (ot_tanh(x), ot_add(x, y), ...) are
+ * generated from the library's op table, src/ops.def. Public op numbers are
+ * append-only: a new op gets the next number, an existing op keeps its own. */
+#include "optree_ops.h"
 
 /* Name <-> op, for bindings: ot_op_lookup("tanh") == OT_OP_TANH; an unknown
  * name gives OT_OP_NONE. ot_op_name of an unknown op gives NULL. */
@@ -549,44 +488,7 @@ static inline ot_node *ot__build_transpose(ot_node *x, ot_transpose_opts o, cons
 /* The options as a compound literal of the family's struct. */
 #define OT__OPT(type, ...) ((type){.spec_ = #__VA_ARGS__, __VA_ARGS__})
 
-/* Unary elementwise. */
-#define ot_finite(x) OT__UN(OT_OP_FINITE, x)   /* 1 where finite, else 0 */
-#define ot_neg(x) OT__UN(OT_OP_NEG, x)
-#define ot_abs(x) OT__UN(OT_OP_ABS, x)
-#define ot_sgn(x) OT__UN(OT_OP_SGN, x)         /* -1, 0, 1; NaN stays NaN */
-#define ot_sqrt(x) OT__UN(OT_OP_SQRT, x)
-#define ot_sqr(x) OT__UN(OT_OP_SQR, x)
-#define ot_exp(x) OT__UN(OT_OP_EXP, x)
-#define ot_exp2(x) OT__UN(OT_OP_EXP2, x)
-#define ot_log(x) OT__UN(OT_OP_LOG, x)
-#define ot_log2(x) OT__UN(OT_OP_LOG2, x)
-#define ot_safelog(x) OT__UN(OT_OP_SAFELOG, x) /* log(maximum(x, exp(-50))) */
-#define ot_sig(x) OT__UN(OT_OP_SIG, x)         /* 1 / (1 + exp(-x)) */
-#define ot_sig2(x) OT__UN(OT_OP_SIG2, x)       /* 1 / (1 + exp2(-x)) */
-#define ot_tanh(x) OT__UN(OT_OP_TANH, x)
-#define ot_tanh2(x) OT__UN(OT_OP_TANH2, x)     /* (exp2(2x)-1)/(exp2(2x)+1) */
-#define ot_rint(x) OT__UN(OT_OP_RINT, x)       /* round half to even */
-#define ot_rsqrt(x) OT__UN(OT_OP_RSQRT, x)
-#define ot_recip(x) OT__UN(OT_OP_RECIP, x)
-#define ot_relu(x) OT__UN(OT_OP_RELU, x)       /* maximum(x, 0) */
-#define ot_sin(x) OT__UN(OT_OP_SIN, x)
-#define ot_cos(x) OT__UN(OT_OP_COS, x)
-
-/* Binary elementwise, NumPy broadcasting. Compares give 1 or 0. minimum and
- * maximum propagate NaN. */
-#define ot_add(x, y) OT__BIN(OT_OP_ADD, x, y)
-#define ot_sub(x, y) OT__BIN(OT_OP_SUB, x, y)
-#define ot_mul(x, y) OT__BIN(OT_OP_MUL, x, y)
-#define ot_div(x, y) OT__BIN(OT_OP_DIV, x, y)
-#define ot_pow(x, y) OT__BIN(OT_OP_POW, x, y)
-#define ot_eq(x, y) OT__BIN(OT_OP_EQ, x, y)
-#define ot_ne(x, y) OT__BIN(OT_OP_NE, x, y)
-#define ot_lt(x, y) OT__BIN(OT_OP_LT, x, y)
-#define ot_le(x, y) OT__BIN(OT_OP_LE, x, y)
-#define ot_gt(x, y) OT__BIN(OT_OP_GT, x, y)
-#define ot_ge(x, y) OT__BIN(OT_OP_GE, x, y)
-#define ot_minimum(x, y) OT__BIN(OT_OP_MINIMUM, x, y)
-#define ot_maximum(x, y) OT__BIN(OT_OP_MAXIMUM, x, y)
+/* The unary and binary elementwise builders are in optree_ops.h. */
 /* NumPy dot for 1-D and 2-D operands: inner dims must agree. */
 #define ot_dot(x, y) OT__BIN(OT_OP_DOT, x, y)
 /* neon's batched_dot: 3-D (B, M, K) . (B, K, N) -> (B, M, N), one matrix

@@ -50,6 +50,7 @@
  * sqr(1e-30) is 0 there, not 1e-30) gives cpu inf where ref is finite.
  */
 #include "internal.h"
+#include "ops.h"
 
 #include <pthread.h>
 
@@ -318,39 +319,6 @@ static void push(const ctx *c, sweep *s, ot_node *n, ot_node *g)
 
 /* ---- rules: elementwise -------------------------------------------------- */
 
-/* The contribution of g through unary op n = op(x). */
-static ot_node *unary_rule(const ctx *c, ot_node *n, ot_node *g)
-{
-    ot_node *x = n->a;
-    switch ((ot_op)n->op) {
-    case OT_OP_NEG: return B(c, OT_OP_NEG, g, NULL);
-    case OT_OP_ABS: return mul(c, g, B(c, OT_OP_SGN, x, NULL));
-    case OT_OP_SQRT: return B(c, OT_OP_DIV, mul(c, g, K(0.5)), n);
-    case OT_OP_SQR: return mul(c, g, B(c, OT_OP_MUL, x, K(2.0)));
-    case OT_OP_EXP: return mul(c, g, n);
-    case OT_OP_EXP2: return mul(c, g, B(c, OT_OP_MUL, n, K(LN2)));
-    case OT_OP_LOG: return B(c, OT_OP_DIV, g, x);
-    case OT_OP_LOG2: return B(c, OT_OP_DIV, g, B(c, OT_OP_MUL, x, K(LN2)));
-    case OT_OP_SAFELOG:
-        /* Flat below the floor, 1/x above it. */
-        return mul(c, g, B(c, OT_OP_DIV, B(c, OT_OP_GT, x, K(SAFELOG_FLOOR)),
-                           B(c, OT_OP_MAXIMUM, x, K(SAFELOG_FLOOR))));
-    case OT_OP_SIG: return mul(c, g, B(c, OT_OP_MUL, n, B(c, OT_OP_SUB, K(1.0), n)));
-    case OT_OP_SIG2:
-        return mul(c, g, B(c, OT_OP_MUL, B(c, OT_OP_MUL, n, B(c, OT_OP_SUB, K(1.0), n)), K(LN2)));
-    case OT_OP_TANH: return mul(c, g, B(c, OT_OP_SUB, K(1.0), B(c, OT_OP_MUL, n, n)));
-    case OT_OP_TANH2: /* tanh(x ln 2) */
-        return mul(c, g, B(c, OT_OP_MUL, B(c, OT_OP_SUB, K(1.0), B(c, OT_OP_MUL, n, n)), K(LN2)));
-    case OT_OP_RSQRT: /* -x^(-3/2) / 2 */
-        return mul(c, g, B(c, OT_OP_MUL, B(c, OT_OP_MUL, n, B(c, OT_OP_MUL, n, n)), K(-0.5)));
-    case OT_OP_RECIP: return B(c, OT_OP_NEG, mul(c, g, B(c, OT_OP_MUL, n, n)), NULL);
-    case OT_OP_RELU: return mul(c, g, B(c, OT_OP_GT, x, K(0.0)));
-    case OT_OP_SIN: return mul(c, g, B(c, OT_OP_COS, x, NULL));
-    default: /* OT_OP_COS; the other unary ops are OT_FLAG_NODIFF */
-        return B(c, OT_OP_NEG, mul(c, g, B(c, OT_OP_SIN, x, NULL)), NULL);
-    }
-}
-
 /* maximum and minimum: the winner takes g, a tie gives each half. w is a's
  * share: (a > b) + (a >= b) halved. */
 static void extremum_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
@@ -386,32 +354,24 @@ static void pow_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
     }
 }
 
-static void binary_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
+/* add and sub: a broadcast operand sums g over the node's shape, so g must
+ * have it (the seed of ones, or a full reduction's g, is smaller). */
+static void add_sub_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
 {
     ot_node *a = n->a, *b = n->b;
-    switch ((ot_op)n->op) {
-    case OT_OP_ADD:
-    case OT_OP_SUB:
-        /* A broadcast operand sums g over the node's shape, so g must have
-         * it (the seed of ones, or a full reduction's g, is smaller). */
-        if (!ot__shape_eq(&a->shape, &n->shape) || !ot__shape_eq(&b->shape, &n->shape))
-            g = full(c, g, n->shape, (ot_dtype)n->dtype);
-        if (want(s, a)) push(c, s, a, g);
-        if (want(s, b)) push(c, s, b, n->op == OT_OP_ADD ? g : B(c, OT_OP_NEG, g, NULL));
-        return;
-    case OT_OP_MUL:
-        if (want(s, a)) push(c, s, a, mul(c, g, b));
-        if (want(s, b)) push(c, s, b, mul(c, g, a));
-        return;
-    case OT_OP_DIV: { /* h = g/b is d/da; d/db = -h (a/b) reuses h and the quotient */
-        ot_node *h = B(c, OT_OP_DIV, g, b);
-        if (want(s, a)) push(c, s, a, h);
-        if (want(s, b)) push(c, s, b, B(c, OT_OP_NEG, B(c, OT_OP_MUL, h, n), NULL));
-        return;
-    }
-    case OT_OP_POW: pow_rule(c, s, n, g); return;
-    default: extremum_rule(c, s, n, g); return;   /* MAXIMUM, MINIMUM */
-    }
+    if (!ot__shape_eq(&a->shape, &n->shape) || !ot__shape_eq(&b->shape, &n->shape))
+        g = full(c, g, n->shape, (ot_dtype)n->dtype);
+    if (want(s, a)) push(c, s, a, g);
+    if (want(s, b)) push(c, s, b, n->op == OT_OP_ADD ? g : B(c, OT_OP_NEG, g, NULL));
+}
+
+/* h = g/b is d/da; d/db = -h (a/b) reuses h and the quotient. */
+static void div_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
+{
+    ot_node *a = n->a, *b = n->b;
+    ot_node *h = B(c, OT_OP_DIV, g, b);
+    if (want(s, a)) push(c, s, a, h);
+    if (want(s, b)) push(c, s, b, B(c, OT_OP_NEG, B(c, OT_OP_MUL, h, n), NULL));
 }
 
 /* ---- rules: reductions, dot, transpose, cast ----------------------------- */
@@ -564,51 +524,88 @@ static void cross_entropy_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
     if (want(s, t)) push(c, s, t, B(c, OT_OP_NEG, mul(c, ge, logp), NULL));
 }
 
-static void composite_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
+static void clip_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
 {
     ot_node *x = n->tag_a;
-    switch ((ot_op)n->tag) {
-    case OT_OP_VAR:
-    case OT_OP_STD: var_std_rule(c, s, n, g); return;
-    case OT_OP_CLIP:
-        push(c, s, x, mul(c, g, B(c, OT_OP_MUL, B(c, OT_OP_GE, x, K(n->args.lo)),
-                                  B(c, OT_OP_LE, x, K(n->args.hi)))));
-        return;
-    case OT_OP_SOFTMAX:
-    case OT_OP_LOGSOFTMAX: softmax_rule(c, s, n, g); return;
-    case OT_OP_CROSS_ENTROPY: cross_entropy_rule(c, s, n, g); return;
-    default: /* OT_OP_SQUARED_L2 */
-        push(c, s, x, mul(c, expand_back(c, g, n), B(c, OT_OP_MUL, x, K(2.0))));
-        return;
-    }
+    push(c, s, x, mul(c, g, B(c, OT_OP_MUL, B(c, OT_OP_GE, x, K(n->args.lo)),
+                              B(c, OT_OP_LE, x, K(n->args.hi)))));
 }
+
+static void squared_l2_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
+{
+    ot_node *x = n->tag_a;
+    push(c, s, x, mul(c, expand_back(c, g, n), B(c, OT_OP_MUL, x, K(2.0))));
+}
+
+/* ---- the rule of each op, from src/ops.def -------------------------------- */
+
+typedef void (*rule_fn)(const ctx *c, sweep *s, ot_node *n, ot_node *g);
+
+/* The vocabulary of the table's dx and dy expressions: x, y (the operands),
+ * out (the node), g (its gradient), k(v), mul(a, b) (the product above,
+ * which drops a factor 1), op1(E, a), op2(E, a, b). */
+#define k(v) K(v)
+#define mul(a, b) mul(c, a, b)
+#define op1(E, a) B(c, OT_OP_##E, a, NULL)
+#define op2(E, a, b) B(c, OT_OP_##E, a, b)
+#define RULE_VARS                                                                  \
+    ot_node *x = n->a, *y = n->b, *out = n;                                        \
+    (void)x, (void)y, (void)out
+/* UN and BIN rows define rule_<E>; FN rows name their function; NONE rows
+ * (OT_FLAG_NODIFF) have none. */
+#define RULE_DEF_NONE(E, dx, dy)
+#define RULE_DEF_FN(E, dx, dy)
+#define RULE_DEF_UN(E, dx, dy)                                                     \
+    static void rule_##E(const ctx *c, sweep *s, ot_node *n, ot_node *g)          \
+    {                                                                              \
+        RULE_VARS;                                                                 \
+        push(c, s, x, dx);                                                         \
+    }
+#define RULE_DEF_BIN(E, dx, dy)                                                    \
+    static void rule_##E(const ctx *c, sweep *s, ot_node *n, ot_node *g)          \
+    {                                                                              \
+        RULE_VARS;                                                                 \
+        if (want(s, x)) push(c, s, x, dx);                                         \
+        if (want(s, y)) push(c, s, y, dy);                                         \
+    }
+#define OT_OP(E, NM, AR, KIND, RULE, REF, COST, VEC, VFN, U10, U35, JIT, GRAD, DX, DY, ...) \
+    RULE_DEF_##GRAD(E, DX, DY)
+#include "ops.def"
+#undef OT_OP
+#undef k
+#undef mul
+#undef op1
+#undef op2
+
+#define RULE_OF_NONE(E, dx)
+#define RULE_OF_FN(E, dx) [OT_OP_##E] = dx,
+#define RULE_OF_UN(E, dx) [OT_OP_##E] = rule_##E,
+#define RULE_OF_BIN(E, dx) [OT_OP_##E] = rule_##E,
+static const rule_fn rules[OT_OP_COUNT] = {
+#define OT_OP(E, NM, AR, KIND, RULE, REF, COST, VEC, VFN, U10, U35, JIT, GRAD, DX, ...) \
+    RULE_OF_##GRAD(E, DX)
+#include "ops.def"
+#undef OT_OP
+};
+
+bool ot__autodiff_has_rule(int op) { return op >= 0 && op < OT_OP_COUNT && rules[op]; }
 
 /* Pushes node n's gradient g to its operands; OT_EUNSUPPORTED for an op
  * without a rule. */
 static int apply(sweep *s, ot_backend *be, ot_node *n, ot_node *g)
 {
     ctx c = {n->file, n->line, be};
-    if (n->tag != OT_OP_NONE) {
-        composite_rule(&c, s, n, g);
+    /* A composite's tagged root is differentiated by the composite's rule. */
+    int op = n->tag != OT_OP_NONE ? n->tag : n->op;
+    if (ot__autodiff_has_rule(op)) {
+        rules[op](&c, s, n, g);
         return 0;
     }
-    switch (ot_op_kind((ot_op)n->op)) {
-    case OT_KIND_UNARY: push(&c, s, n->a, unary_rule(&c, n, g)); return 0;
-    case OT_KIND_BINARY: binary_rule(&c, s, n, g); return 0;
-    case OT_KIND_REDUCE: reduce_rule(&c, s, n, g); return 0;
-    case OT_KIND_DOT: dot_rule(&c, s, n, g); return 0;
-    case OT_KIND_SHAPE: transpose_rule(&c, s, n, g); return 0;
-    default:
-        if (n->op == OT_OP_CAST) {
-            cast_rule(&c, s, n, g);
-            return 0;
-        }
-        if (ot_op_name((ot_op)n->op))
-            return ot__err_set(OT_EUNSUPPORTED, n->file, n->line, "autodiff",
-                               "no gradient rule for op %s", ot_op_name((ot_op)n->op));
+    if (ot_op_name((ot_op)op))
         return ot__err_set(OT_EUNSUPPORTED, n->file, n->line, "autodiff",
-                           "no gradient rule for op %d", n->op);
-    }
+                           "no gradient rule for op %s", ot_op_name((ot_op)op));
+    return ot__err_set(OT_EUNSUPPORTED, n->file, n->line, "autodiff",
+                       "no gradient rule for op %d", op);
 }
 
 /* Walks the tree backwards from its root's gradient g0. */

@@ -246,6 +246,11 @@ typedef struct ot_plan {
     ot_segment *segs;
 } ot_plan;
 
+/* 0 when kernel table kt (at accuracy acc: 0 = u10, 1 = u35) has an entry
+ * for every instruction of plan p, else OT_EUNSUPPORTED naming the op, dtype
+ * and ISA, so that the executor never calls NULL (kernels/dispatch.c). */
+int ot__kernels_check(const ot_plan *p, const ot_kernels *kt, int acc);
+
 /* What a run binds: leaf base pointers (element 0 of each leaf view),
  * constant values, output tensors. */
 typedef struct ot_binding {

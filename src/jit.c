@@ -24,6 +24,7 @@
  */
 #define _DEFAULT_SOURCE   /* MAP_ANONYMOUS */
 #include "cpu.h"
+#include "ops.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -357,14 +358,11 @@ static void retire(regs *r, int pos)
 
 /* ---- instructions ----------------------------------------------------------- */
 
-static bool inline_unary(int op)
+/* The table's jit column (src/ops.def) of an op, OT__JIT_NONE if none. */
+static int lowering(int op)
 {
-    return op == OT_OP_NEG || op == OT_OP_ABS || op == OT_OP_SQRT || op == OT_OP_SQR;
-}
-
-static bool inline_binary(int op)
-{
-    return op == OT_OP_ADD || op == OT_OP_SUB || op == OT_OP_MUL || op == OT_OP_DIV;
+    const ot_opinfo *o = ot__op(op);
+    return o ? o->jit : OT__JIT_NONE;
 }
 
 /* Puts value v into register reg for a call, saving v first when it is
@@ -504,22 +502,22 @@ static void emit_fma(regs *r, int pos, bool sub, int a, int b, int cv)
 
 static bool is_sig(const ot_insn *in)
 {
-    return in->code == OT_I_UNARY && (in->op == OT_OP_SIG || in->op == OT_OP_SIG2);
+    return in->code == OT_I_UNARY && lowering(in->op) == OT__JIT_SIG;
 }
 
 /* Whether a body insn calls a function (else it is all inline). */
 static bool needs_call(const ot_insn *in)
 {
-    return is_sig(in) || (in->code == OT_I_UNARY && !inline_unary(in->op)) ||
-           (in->code == OT_I_BINARY && !inline_binary(in->op));
+    return (in->code == OT_I_UNARY || in->code == OT_I_BINARY) &&
+           lowering(in->op) != OT__JIT_INLINE;
 }
 
-/* The function a body insn calls (sig and sig2: their exp), NULL where it
- * calls none or the table has none. */
+/* The function a body insn calls (sig and sig2: their base, exp or exp2),
+ * NULL where it calls none or the table has none. */
 static const void *callee(const ot_kernels *kt, int acc, const ot_insn *in)
 {
     if (!needs_call(in)) return NULL;
-    if (is_sig(in)) return kt->vfn1[acc][in->op == OT_OP_SIG ? OT_OP_EXP : OT_OP_EXP2][in->kd];
+    if (is_sig(in)) return kt->vfn1[acc][ot__op(in->op)->jit_base][in->kd];
     return in->code == OT_I_UNARY ? kt->vfn1[acc][in->op][in->kd] : kt->vfn2[in->op][in->kd];
 }
 

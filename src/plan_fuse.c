@@ -29,6 +29,7 @@
  * read by output i alone that BLAS can write into it.
  */
 #include "plan.h"
+#include "ops.h"
 
 #define MAX_REGION_INSNS 512   /* cut an elementwise region beyond this */
 #define MAX_REGION_NEED 12     /* or when it would need more live buffers */
@@ -102,14 +103,7 @@ void ot__fuse_count_uses(compiler *c)
 
 static bool is_costly(int op)
 {
-    switch (op) {
-    case OT_OP_EXP: case OT_OP_EXP2: case OT_OP_LOG: case OT_OP_LOG2: case OT_OP_SAFELOG:
-    case OT_OP_SIG: case OT_OP_SIG2: case OT_OP_TANH: case OT_OP_TANH2: case OT_OP_SIN:
-    case OT_OP_COS: case OT_OP_POW:
-        return true;
-    default:
-        return false;
-    }
+    return ot__op_cost(op) >= OT__COST_TRANS;
 }
 
 /* Decides which op entries get their own kernel and storage. */
@@ -162,11 +156,7 @@ void ot__fuse_choose_materialised(compiler *c)
  * transcendentals are tens of instructions, a division or root a few. */
 static int op_cost(int op)
 {
-    if (is_costly(op)) return 8;
-    switch (op) {
-    case OT_OP_DIV: case OT_OP_SQRT: case OT_OP_RSQRT: case OT_OP_RECIP: return 3;
-    default: return 1;
-    }
+    return ot__op_cost(op);
 }
 
 /* The kernels an inlined value is computed in: a few ids, and a count that

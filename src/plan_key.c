@@ -377,6 +377,11 @@ int ot__plan_get(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const 
     } else {
         unsigned long failed = ot__alloc_failures();
         int rc = ot__plan_compile(be, w, n, outs, trees, &p);
+        if (!rc && ot__kernels_check(p, cpu->k, be->opts.accuracy == OT_ULP35)) {
+            ot__plan_release(p);
+            ot__walk_done(be, w);
+            return OT_EUNSUPPORTED;
+        }
         if (rc) {
             ot__walk_done(be, w);
             /* the verifier recorded what it found */

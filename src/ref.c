@@ -31,89 +31,63 @@
  * op is exact in double for int32 operands.
  */
 #include "internal.h"
+#include "ops.h"
 
 /* ln 2; M_LN2 is not part of C11. */
 #define REF_LN2 0.693147180559945309417232121458176568
 
 /* ------------------------------------------------------------------------ */
-/* Scalar reference functions, named by the last column of OT_OP_LIST       */
+/* Scalar reference functions, from the ref column of src/ops.def           */
 /* ------------------------------------------------------------------------ */
 
-static double ref_finite(double x) { return isfinite(x) ? 1.0 : 0.0; }
-static double ref_neg(double x) { return -x; }
-static double ref_abs(double x) { return fabs(x); }
-/* As np.sign: NaN stays NaN and both zeros give +0 (x + 0.0 is +0 for -0). */
-static double ref_sgn(double x) { return x > 0 ? 1.0 : x < 0 ? -1.0 : x + 0.0; }
-static double ref_sqrt(double x) { return sqrt(x); }
-static double ref_sqr(double x) { return x * x; }
-static double ref_exp(double x) { return exp(x); }
-static double ref_exp2(double x) { return exp2(x); }
-static double ref_log(double x) { return log(x); }
-static double ref_log2(double x) { return log2(x); }
-/* fmax would turn a NaN into exp(-50); NaN must stay NaN. */
-static double ref_safelog(double x) { return isnan(x) ? x : log(fmax(x, exp(-50.0))); }
-/* 1 / (1 + exp(-x)) as (x < 0 ? e : 1) / (1 + e), e = exp(-|x|), as the
- * kernels do: exp(-x) overflows for x < -709.78, and 1 / inf = 0 would lose
- * sig(-709.8) = 5.5e-309 (and sig2's like values), which f64 holds. */
-static double ref_sig(double x)
-{
-    double e = exp(-fabs(x));
-    return (x < 0 ? e : 1.0) / (1.0 + e);
-}
-static double ref_sig2(double x)
-{
-    double e = exp2(-fabs(x));
-    return (x < 0 ? e : 1.0) / (1.0 + e);
-}
-static double ref_tanh(double x) { return tanh(x); }
-/* Equal to (exp2(2x) - 1) / (exp2(2x) + 1), without inf / inf for large x. */
-static double ref_tanh2(double x) { return tanh(x * REF_LN2); }
-/* nearbyint rounds half to even in the default mode, like np.rint. */
-static double ref_rint(double x) { return nearbyint(x); }
-static double ref_rsqrt(double x) { return 1.0 / sqrt(x); }
-static double ref_recip(double x) { return 1.0 / x; }
-static double ref_sin(double x) { return sin(x); }
-static double ref_cos(double x) { return cos(x); }
+/* sig and sig2 as (x < 0 ? e : 1) / (1 + e), e = exp(-|x|) or exp2(-|x|),
+ * as the kernels do: exp(-x) overflows for x < -709.78, and 1 / inf = 0
+ * would lose sig(-709.8) = 5.5e-309 (and sig2's like values), which f64
+ * holds. */
+static double ref_sigm(double x, double e) { return (x < 0 ? e : 1.0) / (1.0 + e); }
 
-static double ref_add(double a, double b) { return a + b; }
-static double ref_sub(double a, double b) { return a - b; }
-static double ref_mul(double a, double b) { return a * b; }
-static double ref_div(double a, double b) { return a / b; }
-static double ref_pow(double a, double b) { return pow(a, b); }
-/* Compares give 1 or 0; a NaN compares false except under ne. */
-static double ref_eq(double a, double b) { return a == b ? 1.0 : 0.0; }
-static double ref_ne(double a, double b) { return a != b ? 1.0 : 0.0; }
-static double ref_lt(double a, double b) { return a < b ? 1.0 : 0.0; }
-static double ref_le(double a, double b) { return a <= b ? 1.0 : 0.0; }
-static double ref_gt(double a, double b) { return a > b ? 1.0 : 0.0; }
-static double ref_ge(double a, double b) { return a >= b ? 1.0 : 0.0; }
-/* NumPy's minimum/maximum: a NaN in either operand wins. */
-static double ref_minimum(double a, double b) { return (a <= b || isnan(a)) ? a : b; }
-static double ref_maximum(double a, double b) { return (a >= b || isnan(a)) ? a : b; }
-static double ref_relu(double x) { return ref_maximum(x, 0.0); }
+/* ref_<E>(x) or ref_<E>(x, y) for each elementwise row, and the dispatch
+ * tables: the row's kind, pasted onto a macro name, picks what it expands
+ * to (nothing for ops ref.c evaluates structurally). */
+#define REF_DEF_UNARY(E, f) static double ref_##E(double x) { return f; }
+#define REF_DEF_BINARY(E, f) static double ref_##E(double x, double y) { return f; }
+#define REF_DEF_REDUCE(E, f)
+#define REF_DEF_DOT(E, f)
+#define REF_DEF_SHAPE(E, f)
+#define REF_DEF_SPECIAL(E, f)
+#define REF_DEF_COMPOSITE(E, f)
+#define OT_OP(E, NM, AR, KIND, RULE, REF, ...) REF_DEF_##KIND(E, REF)
+#include "ops.def"
+#undef OT_OP
 
-/* Dispatch tables generated from the op table: only OT_KIND_UNARY rows go
- * into ref_unary and only OT_KIND_BINARY rows into ref_binary (selected by
- * pasting the kind onto a macro name); every other row expands to nothing. */
-#define REF__UN_OT_KIND_UNARY(e, ref) [OT_OP_##e] = ref_##ref,
-#define REF__UN_OT_KIND_BINARY(e, ref)
-#define REF__UN_OT_KIND_REDUCE(e, ref)
-#define REF__UN_OT_KIND_DOT(e, ref)
-#define REF__UN_OT_KIND_SHAPE(e, ref)
-#define REF__UN_OT_KIND_SPECIAL(e, ref)
-#define REF__UN_OT_KIND_COMPOSITE(e, ref)
-#define REF__BIN_OT_KIND_UNARY(e, ref)
-#define REF__BIN_OT_KIND_BINARY(e, ref) [OT_OP_##e] = ref_##ref,
-#define REF__BIN_OT_KIND_REDUCE(e, ref)
-#define REF__BIN_OT_KIND_DOT(e, ref)
-#define REF__BIN_OT_KIND_SHAPE(e, ref)
-#define REF__BIN_OT_KIND_SPECIAL(e, ref)
-#define REF__BIN_OT_KIND_COMPOSITE(e, ref)
-#define REF__UN_ROW(e, name, arity, kind, sym, flags, ref) REF__UN_##kind(e, ref)
-#define REF__BIN_ROW(e, name, arity, kind, sym, flags, ref) REF__BIN_##kind(e, ref)
+#define REF_UN_UNARY(E) [OT_OP_##E] = ref_##E,
+#define REF_UN_BINARY(E)
+#define REF_BIN_UNARY(E)
+#define REF_BIN_BINARY(E) [OT_OP_##E] = ref_##E,
+#define REF_UN_REDUCE(E)
+#define REF_UN_DOT(E)
+#define REF_UN_SHAPE(E)
+#define REF_UN_SPECIAL(E)
+#define REF_UN_COMPOSITE(E)
+#define REF_BIN_REDUCE(E)
+#define REF_BIN_DOT(E)
+#define REF_BIN_SHAPE(E)
+#define REF_BIN_SPECIAL(E)
+#define REF_BIN_COMPOSITE(E)
 
-static double (*const ref_unary[OT_OP_COUNT])(double) = {OT_OP_LIST(REF__UN_ROW)};
-static double (*const ref_binary[OT_OP_COUNT])(double, double) = {OT_OP_LIST(REF__BIN_ROW)};
+static double (*const ref_unary[OT_OP_COUNT])(double) = {
+#define OT_OP(E, NM, AR, KIND, ...) REF_UN_##KIND(E)
+#include "ops.def"
+#undef OT_OP
+};
+static double (*const ref_binary[OT_OP_COUNT])(double, double) = {
+#define OT_OP(E, NM, AR, KIND, ...) REF_BIN_##KIND(E)
+#include "ops.def"
+#undef OT_OP
+};
+
+ot__ref1 ot__ref_fn1(int op) { return op >= 0 && op < OT_OP_COUNT ? ref_unary[op] : NULL; }
+ot__ref2 ot__ref_fn2(int op) { return op >= 0 && op < OT_OP_COUNT ? ref_binary[op] : NULL; }
 
 /* ------------------------------------------------------------------------ */
 /* Integer arithmetic for OT_I32 nodes                                      */

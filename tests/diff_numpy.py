@@ -7,7 +7,9 @@ Two phases. The first (most of this file) runs random, view, empty and
 special-value trees on the ref backend, as described below. The second,
 "special values through every backend" (the SV_ section near the end),
 takes the op list from the library itself (ot_op_name/kind/arity/flags), so
-that an op without a NumPy reference fails the run by name, and runs a
+that an op without a NumPy reference fails the run by name (an elementwise op
+named like a NumPy ufunc, such as log1p, is tested against that ufunc without
+an entry here: add_ufunc_ops), and runs a
 table of special values (NaN, -NaN, +-inf, +-0, denormals, exp's and exp2's
 edges, +-1000 logits, huge values, int32 extremes) through ref and the cpu
 backend under every ISA the CPU has, OT_JIT=0 and 1, threads, OT_FUSION=0
@@ -1692,6 +1694,28 @@ class SvView:
         return self.arr.astype(t)
 
 
+OT_FLAG_FLOAT = 1
+
+
+def add_ufunc_ops(lib):
+    """An elementwise op of the library that OPS does not list is tested
+    against the NumPy ufunc of its name (np.log1p for log1p), in the dtypes
+    its flags allow, so that adding such an op to src/ops.def needs no entry
+    here. An op without a same-named ufunc still fails by name
+    (sv_check_table)."""
+    known = {o.name for o in OPS}
+    for op in sv_ops(lib):
+        uf = getattr(np, op.name, None)
+        if (op.name in known or op.kind not in (OT_KIND_UNARY, OT_KIND_BINARY)
+                or not isinstance(uf, np.ufunc) or uf.nin != op.arity):
+            continue
+        flt = bool(op.flags & OT_FLAG_FLOAT)
+        unary = op.kind == OT_KIND_UNARY
+        OPS.append(Op(op.name, 'unary' if unary else 'binary', uf, FD if flt else FDI,
+                      'real' if unary else ('real', 'real'), 'float' if flt else 'same'))
+        SV_REF.setdefault(op.name, uf)
+
+
 class SvOp:
     """An op of the library's table: id, name, kind, arity, flags."""
 
@@ -2219,6 +2243,7 @@ def main(argv):
     warnings.simplefilter('ignore')
     np.seterr(all='ignore')
     lib = Lib(opt.lib)
+    add_ufunc_ops(lib)
     only = set(s for s in opt.only.split(',') if s)
     passed = failed = 0
     for op in OPS:

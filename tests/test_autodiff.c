@@ -11,6 +11,7 @@
  */
 #include "test.h"
 #include "internal.h"
+#include "ops.h"
 
 #include <stdlib.h>
 
@@ -301,23 +302,23 @@ static void dircheck(const gcase *c)
 
 /* ---- cases from the op table --------------------------------------------- */
 
+/* Operand domains from the op table's dom column (where the op is smooth). */
 static int unary_domain(ot_op op)
 {
-    switch (op) {
-    case OT_OP_SQRT: case OT_OP_LOG: case OT_OP_LOG2: case OT_OP_SAFELOG: case OT_OP_RSQRT:
-        return D_POS;
-    case OT_OP_RECIP: return D_NONZERO;
-    case OT_OP_ABS: case OT_OP_RELU: return D_GRID;
+    switch (ot__op(op)->dom) {
+    case OT__DOM_POS: return D_POS;
+    case OT__DOM_NONZERO: return D_NONZERO;
+    case OT__DOM_KINK: return D_GRID;
     default: return D_ANY;
     }
 }
 
+/* POS constrains x (pow's base), NONZERO y (the divisor), KINK both. */
 static void binary_domains(ot_op op, int dom[2])
 {
-    dom[0] = dom[1] = D_ANY;
-    if (op == OT_OP_POW) dom[0] = D_POS;
-    if (op == OT_OP_DIV) dom[1] = D_NONZERO;
-    if (op == OT_OP_MAXIMUM || op == OT_OP_MINIMUM) dom[0] = dom[1] = D_GRID;
+    int d = ot__op(op)->dom;
+    dom[0] = d == OT__DOM_POS ? D_POS : d == OT__DOM_KINK ? D_GRID : D_ANY;
+    dom[1] = d == OT__DOM_NONZERO ? D_NONZERO : d == OT__DOM_KINK ? D_GRID : D_ANY;
 }
 
 /* A random axis of an ndim operand (negative sometimes), or all. */

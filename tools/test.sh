@@ -2,8 +2,9 @@
 # test.sh - the whole optree test suite, run by `make test`.
 #
 # Phases, in order:
-#   build       make all (library, unit tests, examples) with -Werror; a
-#               failure stops here
+#   build       include/optree_ops.h up to date with src/ops.def, then make
+#               all (library, unit tests, examples) with -Werror; a failure
+#               stops here
 #   library     the shared library's SONAME, that it exports only ot_* (and
 #               what the header's inline helpers call), and that a program
 #               using the header's macros links against it alone and runs
@@ -118,6 +119,13 @@ count_phase() {
 
 # ---------------------------------------------------------------- build
 header "build: make all (-j$JOBS)"
+# The public op header is generated from src/ops.def but committed (users
+# build without awk's help); checked before make would regenerate it.
+if ! sh tools/gen_ops.sh src/ops.def | cmp -s - include/optree_ops.h; then
+    echo "build: include/optree_ops.h is stale: run make (tools/gen_ops.sh) and commit it"
+    record build 0 1 "stale include/optree_ops.h"
+    finish
+fi
 if ! make -s -j"$JOBS" WERROR=-Werror all; then
     echo "build: FAILED"
     record build 0 1 "make all failed"

@@ -9,8 +9,13 @@
  * where the AVX2 table gave 1.08-1.20 (SLEEF's 16-lane functions do the
  * work of two 8-lane calls in far fewer instructions), and W5 at 0.92
  * against 1.20-1.24. OT_ISA=avx2 keeps the AVX2 table.
+ *
+ * Also checks a finished plan against the table it will run on
+ * (ot__kernels_check), so that a table lacking an entry is an error and
+ * never a call of NULL.
  */
 #include "kernels.h"
+#include "ops.h"
 
 #include <string.h>
 
@@ -67,4 +72,52 @@ const ot_kernels *ot__kernels_select(const char *isa, const char *isa_from)
         if (k) return k;
     }
     return &ot__kernels_scalar;
+}
+
+/* ---- the plan against the table -------------------------------------------- */
+
+static const char *const kd_name[OT_KD_COUNT] = {"f32", "f64", "i32"};
+
+/* Whether kt has the entry insn runs on; *what names it for the message. */
+static bool has_entry(const ot_kernels *kt, int acc, const ot_insn *in, const char **what)
+{
+    bool float_kd = in->kd < 2;
+    switch (in->code) {
+    case OT_I_UNARY:
+        *what = ot_op_name((ot_op)in->op);
+        return *what && in->kd < OT_KD_COUNT && kt->unary[acc][in->op][in->kd];
+    case OT_I_BINARY:
+        *what = ot_op_name((ot_op)in->op);
+        if (!*what || in->kd >= OT_KD_COUNT) return false;
+        /* Every form, since which one runs depends on the tile. */
+        for (int f = 0; f < 3; f++)
+            if (!kt->binary[in->op][in->kd][f]) return false;
+        return true;
+    case OT_I_FMA:
+        *what = in->op == OT_OP_SUB ? "fnma" : "fma";
+        for (int f = 0; float_kd && f < 7; f++)
+            if (!(in->op == OT_OP_SUB ? kt->fnma : kt->fma)[in->kd][f]) return false;
+        return float_kd;
+    case OT_I_CAST:
+        *what = "cast";
+        return in->kd < OT_KD_COUNT && in->kd_from < OT_KD_COUNT && kt->cast[in->kd_from][in->kd];
+    default:
+        return true;   /* loads and parameters need no kernel */
+    }
+}
+
+int ot__kernels_check(const ot_plan *p, const ot_kernels *kt, int acc)
+{
+    for (int i = 0; i < p->nkernels; i++) {
+        const ot_kernel *k = &p->kernels[i];
+        for (int j = 0; j < k->ninsn; j++) {
+            const ot_insn *in = &k->insns[j];
+            const char *what = NULL;
+            if (has_entry(kt, acc, in, &what)) continue;
+            return ot__err_set(OT_EUNSUPPORTED, NULL, 0, "assign",
+                               "op '%s' has no %s kernel on isa '%s'", what ? what : "?",
+                               in->kd < OT_KD_COUNT ? kd_name[in->kd] : "?", kt->isa);
+        }
+    }
+    return 0;
 }

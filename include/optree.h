@@ -355,7 +355,7 @@ typedef struct ot_args {
                              spec_ says the perm was written) */
     ot_shape shape;       /* rand */
 } ot_args;
-/* ot_args's members after spec_, in order (see ot__spec_sets). */
+/* ot_args's members after spec_, in order (see ot_spec_sets). */
 #define OT__ARGS_MEMBERS "axis,keepdims,dtype,depth,seed,ddof,lo,hi,perm,shape"
 
 /* The one builder: type and shape checks (NumPy broadcasting, dtype
@@ -388,7 +388,7 @@ static inline ot_node *ot__node_id(ot_node *n) { return n; }
  * initializer the member after the one set before (the first: the first
  * member). So ot_sum(x, 1) and ot_sum(x, .axis = 1) set the axis, and
  * ot_sum(x, .keepdims = true) does not (every axis, as NumPy's None). */
-bool ot__spec_sets(const char *spec, const char *members, const char *member);
+bool ot_spec_sets(const char *spec, const char *members, const char *member);
 
 /* Option structs, one per op family. Their member order is the family's
  * positional order, so ot_sum(x, 1, true) is NumPy's x.sum(1, keepdims=True);
@@ -435,7 +435,7 @@ typedef struct ot_transpose_opts {
 
 static inline int ot__opt_axis(const char *spec, const char *members, int axis)
 {
-    return ot__spec_sets(spec, members, "axis") ? axis : OT_AXIS_ALL;
+    return ot_spec_sets(spec, members, "axis") ? axis : OT_AXIS_ALL;
 }
 static inline ot_node *ot__build_reduce(ot_op op, ot_node *x, ot_node *y, ot_reduce_opts o,
                                         const char *file, int line)
@@ -480,7 +480,7 @@ static inline ot_node *ot__build_transpose(ot_node *x, ot_transpose_opts o, cons
 {
     /* A perm as written is taken literally, so {0, 0} is an error rather
      * than ot_args's all-zero "reverse". */
-    ot_args a = {.spec_ = ot__spec_sets(o.spec_, "perm", "perm") ? ".perm = given" : NULL,
+    ot_args a = {.spec_ = ot_spec_sets(o.spec_, "perm", "perm") ? ".perm = given" : NULL,
                  .axis = OT_AXIS_ALL};
     for (int i = 0; i < OT_MAX_DIMS; i++) a.perm[i] = o.perm[i];
     return ot_build_at(OT_OP_TRANSPOSE, x, NULL, &a, file, line);

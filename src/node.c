@@ -394,7 +394,7 @@ static int member_index(const char *members, const char *p, size_t n)
 
 /* Aggregate members (perm, shape) come last in every options struct, so
  * counting whole members decides exactly whether a scalar member was set. */
-bool ot__spec_sets(const char *spec, const char *members, const char *member)
+bool ot_spec_sets(const char *spec, const char *members, const char *member)
 {
     if (!spec || !members || !member) return false;
     int want = member_index(members, member, strlen(member));
@@ -434,8 +434,8 @@ static void normalise_args(proto *p, const ot_args *args)
     }
     *a = *args;
     if (a->spec_) {
-        if (!ot__spec_sets(a->spec_, OT__ARGS_MEMBERS, "axis")) a->axis = OT_AXIS_ALL;
-        p->perm_given = ot__spec_sets(a->spec_, OT__ARGS_MEMBERS, "perm");
+        if (!ot_spec_sets(a->spec_, OT__ARGS_MEMBERS, "axis")) a->axis = OT_AXIS_ALL;
+        p->perm_given = ot_spec_sets(a->spec_, OT__ARGS_MEMBERS, "perm");
     }
     a->spec_ = NULL;
 }

@@ -83,12 +83,14 @@ static bool key_layout(ot_walk *w, const ot_tensor *t)
            key_put(w, t->strides, sizeof(int64_t) * (size_t)s->ndim);
 }
 
-/* Entry index of node n, whose operands are entries operand[0] and [1]:
+/* Makes node n entry index, its operands being entries operand[0] and [1]:
  * its identity (ot__node_ident) goes into the key, leaves by slot and
  * constants by class, so the key holds the structure and none of the data;
  * a slot's first use adds the view's layout, and a constant's value goes to
- * the params bound per call. */
-static inline __attribute__((always_inline)) int add_entry(ot__walker *wk, const ot_node *n, int index, const int operand[2])
+ * the params bound per call. Inlined into the walk (ot__walker_run_plain):
+ * a call per node was a measurable part of a small ot_assign. */
+static inline __attribute__((always_inline)) int add_entry(ot__walker *wk, const ot_node *n,
+                                                           int index, const int operand[2])
 {
     ot_walk *w = wk->ctx;
     if (!grow((void **)&w->e, &w->cap, index + 1, sizeof *w->e)) return OT_ENOMEM;

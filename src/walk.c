@@ -1,7 +1,7 @@
 /*
  * walk.c - the out-of-line half of walk.h's walker: the node pointer ->
  * index map its memo moves into once a walk outgrows the inline array,
- * stack growth, the walk with hooks (ot__walker_run), reset and free. The
+ * stack growth, the walk calling w->visit (ot__walker_run), reset and free. The
  * walk keeps its stack on the heap (trees may be 100,000 deep) and numbers
  * each distinct node once, so a DAG with heavy sharing costs time linear in
  * its distinct nodes, not in its paths.

@@ -6,9 +6,9 @@
  * forward tree's own nodes, so it prints, explains, fuses, and can be
  * differentiated again. Nothing is computed here.
  *
- * The sweep lists the distinct nodes of the tree in post-order (an explicit
- * stack, so a tree 100,000 deep is fine; a node map, so a DAG costs time
- * linear in its distinct nodes), then walks that list backwards: each node's
+ * The sweep lists the distinct nodes of the tree in post-order (walk.c's
+ * walker: a tree 100,000 deep is fine, and a DAG costs time linear in its
+ * distinct nodes), then walks that list backwards: each node's
  * gradient is complete before it is pushed to its operands, and contributions
  * to a shared node are added in that order. A composite's tagged root is
  * differentiated by the composite's own rule, straight to the composite's
@@ -190,102 +190,58 @@ static ot_node *sum_to(const ctx *c, ot_node *g, const ot_shape *t)
 /* ---- the sweep ----------------------------------------------------------- */
 
 typedef struct sweep {
-    ot__ptrmap seen;          /* node -> discovery number */
-    int *post;                /* discovery number -> post-order position */
+    ot__walker walker;        /* numbers the nodes: index = post-order position */
     ot_node **order;          /* post-order */
     ot_node **grad;           /* per position; nodes owned by the sweep's pool */
     bool *live;               /* a float leaf is below and gradients reach it */
     int len, cap;
 } sweep;
 
-/* The operands a gradient flows to: a composite's own operands for its
- * tagged root (its rule skips the expansion), else the node's. */
-static int kids(const ot_node *n, ot_node *k[2])
+/* Room for position i in order and live. */
+static bool grow(sweep *s, int i)
 {
-    bool composite = n->kind == OT_NODE_OP && n->tag != OT_OP_NONE;
-    k[0] = composite ? n->tag_a : n->a;
-    k[1] = composite ? n->tag_b : n->b;
-    return n->kind == OT_NODE_OP ? 2 : 0;
-}
-
-/* Room for discovery number id in post and order. */
-static bool grow(sweep *s, int id)
-{
-    if (id < s->cap) return true;
+    if (i < s->cap) return true;
     int cap = s->cap ? 2 * s->cap : 256;
     ot_node **o = ot__realloc(s->order, (size_t)cap * sizeof *o);
     if (o) s->order = o;
-    int *p = ot__realloc(s->post, (size_t)cap * sizeof *p);
-    if (p) s->post = p;
-    if (!o || !p) return false;
+    bool *l = ot__realloc(s->live, (size_t)cap * sizeof *l);
+    if (l) s->live = l;
+    if (!o || !l) return false;
     s->cap = cap;
     return true;
 }
 
-typedef struct frame {
-    ot_node *n;
-    int next;                 /* the next operand to visit */
-} frame;
-
-/* Discovers n: numbers it and pushes it on the walk stack. */
-static bool discover(sweep *s, frame **st, int *top, int *stcap, ot_node *n)
+/* Lists node n at its post-order position, and whether gradients reach it:
+ * a float leaf, or an op that is differentiable with a live operand, its
+ * operands being those a gradient flows to (a composite's own for its
+ * tagged root, whose rule skips the expansion). Integer values never carry
+ * a gradient. */
+static int list_node(ot__walker *w, const ot_node *n, int i, const int operand[2])
 {
-    int id = (int)s->seen.len;
-    if (!grow(s, id) || !ot__ptrmap_put(&s->seen, n, id)) return false;
-    if (*top == *stcap) {
-        int cap = *stcap ? 2 * *stcap : 256;
-        frame *f = ot__realloc(*st, (size_t)cap * sizeof *f);
-        if (!f) return false;
-        *st = f;
-        *stcap = cap;
-    }
-    (*st)[(*top)++] = (frame){n, 0};
-    return true;
+    sweep *s = w->ctx;
+    if (!grow(s, i)) return OT_ENOMEM;
+    bool live = false;
+    if (n->dtype == OT_I32) live = false;
+    else if (n->kind == OT_NODE_LEAF) live = true;
+    else if (n->kind == OT_NODE_OP && !(ot_op_flags((ot_op)n->op) & OT_FLAG_NODIFF))
+        live = (operand[0] >= 0 && s->live[operand[0]]) || (operand[1] >= 0 && s->live[operand[1]]);
+    s->order[i] = (ot_node *)n;
+    s->live[i] = live;
+    s->len = i + 1;
+    return 0;
 }
 
-/* Lists the distinct nodes of tree in post-order, iteratively. */
+/* Lists the distinct nodes of tree in post-order. */
 static int walk(sweep *s, ot_node *tree)
 {
-    frame *st = NULL;
-    int top = 0, stcap = 0;
-    bool ok = discover(s, &st, &top, &stcap, tree);
-    while (ok && top > 0) {
-        frame *f = &st[top - 1];
-        ot_node *k[2];
-        int nk = kids(f->n, k);
-        if (f->next < nk) {
-            ot_node *c = k[f->next++];
-            if (c && ot__ptrmap_get(&s->seen, c) < 0) ok = discover(s, &st, &top, &stcap, c);
-            continue;
-        }
-        s->post[ot__ptrmap_get(&s->seen, f->n)] = s->len;
-        s->order[s->len++] = f->n;
-        top--;
-    }
-    free(st);
-    return ok ? 0 : ot__err_set(OT_ENOMEM, NULL, 0, "autodiff_new", "out of memory");
+    s->walker = (ot__walker){.visit = list_node, .ctx = s, .composites = true};
+    int rc = ot__walker_run(&s->walker, tree);
+    return rc >= 0 ? 0 : ot__err_set(OT_ENOMEM, NULL, 0, "autodiff_new", "out of memory");
 }
 
 static int pos(const sweep *s, const ot_node *n)
 {
-    return s->post[ot__ptrmap_get(&s->seen, n)];
-}
-
-/* Whether gradients reach n: a float leaf, or an op that is differentiable
- * with a live operand. Integer values never carry a gradient. */
-static void mark_live(sweep *s)
-{
-    for (int i = 0; i < s->len; i++) {
-        ot_node *n = s->order[i], *k[2];
-        bool live = false;
-        if (n->dtype == OT_I32) live = false;
-        else if (n->kind == OT_NODE_LEAF) live = true;
-        else if (n->kind == OT_NODE_OP && !(ot_op_flags((ot_op)n->op) & OT_FLAG_NODIFF)) {
-            kids(n, k);
-            live = (k[0] && s->live[pos(s, k[0])]) || (k[1] && s->live[pos(s, k[1])]);
-        }
-        s->live[i] = live;
-    }
+    return ot__walker_index(&s->walker, n);
 }
 
 static bool want(const sweep *s, const ot_node *n)
@@ -651,17 +607,12 @@ static int differentiate(ot_autodiff *ad)
     int rc = walk(&s, ad->tree);
     if (!rc) {
         s.grad = ot__calloc((size_t)s.len, sizeof *s.grad);
-        s.live = ot__calloc((size_t)s.len, sizeof *s.live);
-        if (!s.grad || !s.live) rc = ot__err_set(OT_ENOMEM, NULL, 0, "autodiff_new", "out of memory");
+        if (!s.grad) rc = ot__err_set(OT_ENOMEM, NULL, 0, "autodiff_new", "out of memory");
     }
-    if (!rc) {
-        mark_live(&s);
-        rc = backward(&s, ad->be, ad->next_error ? ad->next_error : K(1.0));
-    }
+    if (!rc) rc = backward(&s, ad->be, ad->next_error ? ad->next_error : K(1.0));
     if (!rc) rc = keep_leaves(ad, &s);
     ot_pool_pop(pool);
-    ot__ptrmap_free(&s.seen);
-    free(s.post);
+    ot__walker_free(&s.walker);
     free(s.order);
     free(s.grad);
     free(s.live);

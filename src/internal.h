@@ -116,6 +116,11 @@ void ot__tensor_destroy(ot_tensor *t);
  * > 1, since a size-1 dim's stride addresses nothing). Used by the plan key,
  * the stack and the overlap test. */
 bool ot__same_view(const ot_tensor *a, const ot_tensor *b);
+/* The same rule as words, for hashing views (ot__node_ident's leaves by
+ * view): buffer, offset, shape and the strides of dims of size > 1; with
+ * the dtype, equal exactly when ot__same_view. Returns the count, at most
+ * 2 + 2 * OT_MAX_DIMS. */
+int ot__view_ident(const ot_tensor *t, int64_t *w);
 /* Memory overlap of two views, after ATen's MemoryOverlap: zero-size views
  * never overlap; same buffer, offset, shape and strides is FULL; disjoint
  * byte ranges, or views no index pair of which meets (interleaved
@@ -246,23 +251,10 @@ extern const ot_backend_vt ot__ref_vt;
  * roots[i]. The public ot_stack_new is this with n = 1. */
 ot_stack *ot__stack_new_many(int n, const ot_node *const roots[], int roots_out[]);
 
-/* ---- node pointer -> int map (stack.c) ----------------------------------- */
+/* ---- the post-order walk and node identity ---------------------------- */
 
-/* What lets a walk over a DAG memoise per node, so heavy sharing costs time
- * linear in distinct nodes: open addressing with linear probing, at most half
- * full. A zeroed map is empty; keys are borrowed, not retained. */
-typedef struct ot__ptrmap {
-    const ot_node **keys;
-    int *vals;
-    size_t cap, len;      /* len counts the keys */
-} ot__ptrmap;
-/* The value of key, or -1 when absent. */
-int ot__ptrmap_get(const ot__ptrmap *m, const ot_node *key);
-/* Adds key, which must be absent, with val (>= 0, so that get can answer
- * -1 for absent). False when out of memory; the map is then unchanged. */
-bool ot__ptrmap_put(ot__ptrmap *m, const ot_node *key, int val);
-/* Frees the map's arrays; zero it again before reusing it. */
-void ot__ptrmap_free(ot__ptrmap *m);
+/* walk.h: the one walker over node DAGs (walk.c) and ot__node_ident. */
+#include "walk.h"
 
 /* ---- random numbers ------------------------------------------------------ */
 

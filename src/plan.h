@@ -31,13 +31,10 @@ typedef struct ent {
     const ot_node *node;
 } ent;
 
-#define SMALL_MEMO 32   /* walks this small memoise without hashing */
-
 struct ot_walk {
     ent *e;
     int n, cap;
-    const ot_node *small[SMALL_MEMO];  /* node of entry i, while n <= SMALL_MEMO */
-    ot__ptrmap memo;                   /* every node, once n > SMALL_MEMO */
+    ot__walker walker;         /* numbers nodes: its index is the entry */
     const ot_tensor **leaf;    /* one per slot: the first view seen */
     char **leafptr;
     int nleaf, leafcap;
@@ -47,8 +44,6 @@ struct ot_walk {
     size_t klen, kcap;
     int *root;                 /* entry of each tree */
     int rootcap, leafptrcap;
-    struct frame *frames;      /* the walk's explicit stack */
-    int framecap;
     uint64_t hash;
 };
 

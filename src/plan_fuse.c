@@ -34,18 +34,23 @@
 #define MAX_REGION_INSNS 512   /* cut an elementwise region beyond this */
 #define MAX_REGION_NEED 12     /* or when it would need more live buffers */
 
-/* Hash-consing of op entries by (op, dtype, attributes, canonical operands).
- * Nullary ops (rand) are never merged: two rand nodes are two draws. */
+/* Hash-consing of op entries: two are one when their identities
+ * (ot__node_ident, as the plan key writes them) are equal over canonical
+ * operands, so what CSE merges is a function of the key. Nullary ops
+ * (rand) are never merged: two rand nodes are two draws. */
+static int op_ident(const compiler *c, int x, int64_t w[OT__IDENT_MAX])
+{
+    const ent *e = &c->w->e[x];
+    int canon[2] = {canon_of(c, e->a), canon_of(c, e->b)};
+    return ot__node_ident(e->node, OT__LEAF_BY_NUMBER, OT__CONST_BY_CLASS, canon, w);
+}
+
 static bool same_op(const compiler *c, int x, int y)
 {
-    const ent *ex = &c->w->e[x], *ey = &c->w->e[y];
-    if (ex->a < 0 || ex->op != ey->op || ex->dtype != ey->dtype ||
-        canon_of(c, ex->a) != canon_of(c, ey->a) || canon_of(c, ex->b) != canon_of(c, ey->b))
-        return false;
-    const ot_args *ga = &ex->node->args, *gb = &ey->node->args;
-    return ga->axis == gb->axis && ga->keepdims == gb->keepdims && ga->depth == gb->depth &&
-           ga->seed == gb->seed && memcmp(ga->perm, gb->perm, sizeof ga->perm) == 0 &&
-           ot__shape_eq(&ex->node->shape, &ey->node->shape);
+    if (c->w->e[x].a < 0) return false;
+    int64_t wx[OT__IDENT_MAX], wy[OT__IDENT_MAX];
+    int nx = op_ident(c, x, wx), ny = op_ident(c, y, wy);
+    return nx == ny && memcmp(wx, wy, sizeof *wx * (size_t)nx) == 0;
 }
 
 bool ot__fuse_merge_common(compiler *c)

@@ -2,14 +2,16 @@
  * plan_key.c - the compiler's front end: trees -> entries, key, cached plan.
  *
  * Takes the trees and outputs of one assignment. Every call walks its
- * trees once, iteratively and memoised by node pointer, into a post-order
- * list of entries. That walk yields three things at once: the plan-cache
- * key (structure only: ops, attributes, dtypes, leaf shapes and strides,
- * output layouts and their overlap with the leaves), the leaf pointers and
- * the constant values to bind. Leaves are numbered by the memory they view
- * and constants by occurrence, so everything the compiler merges (common
- * subexpressions) is a function of the key, and a cached plan never merges
- * two operands that happen to be equal in one call but not the next.
+ * trees once with walk.c's walker (iterative, memoised by node pointer)
+ * into a post-order list of entries, entry i being the node the walker
+ * numbered i. That walk yields three things at once: the plan-cache key
+ * (structure only: each entry's identity, ot__node_ident, then leaf shapes
+ * and strides, output layouts and their overlap with the leaves), the leaf
+ * pointers and the constant values to bind. Leaves are numbered by the
+ * memory they view and constants by occurrence, so everything the compiler
+ * merges (common subexpressions, compared by the same identity) is a
+ * function of the key, and a cached plan never merges two operands that
+ * happen to be equal in one call but not the next.
  *
  * Guarantees to the passes (struct ot_walk): each distinct node once, in
  * post-order, an op's operand entries before it (a, b < its own index, or
@@ -24,35 +26,7 @@
 
 /* ---- the walk ------------------------------------------------------------ */
 
-typedef struct frame {
-    const ot_node *n;
-    bool expanded;
-} frame;
-
 #define SPARE_KEY_MAX 65536   /* walks bigger than this are not kept */
-
-/* The entry of node n, or -1. */
-static int memo_get(const ot_walk *w, const ot_node *n)
-{
-    if (w->n > SMALL_MEMO) return ot__ptrmap_get(&w->memo, n);
-    for (int i = w->n - 1; i >= 0; i--)
-        if (w->small[i] == n) return i;
-    return -1;
-}
-
-/* Records node n as entry w->n (the next one); moves to the hash map when
- * the walk outgrows the inline array. */
-static bool memo_put(ot_walk *w, const ot_node *n)
-{
-    if (w->n < SMALL_MEMO) {
-        w->small[w->n] = n;
-        return true;
-    }
-    if (w->n == SMALL_MEMO)
-        for (int i = 0; i < SMALL_MEMO; i++)
-            if (!ot__ptrmap_put(&w->memo, w->small[i], i)) return false;
-    return ot__ptrmap_put(&w->memo, n, w->n);
-}
 
 static bool key_grow(ot_walk *w, size_t len)
 {
@@ -77,101 +51,70 @@ static inline __attribute__((always_inline)) bool key_put(ot_walk *w, const void
 
 #define KEY(w, v) key_put((w), &(v), sizeof(v))
 
-/* The slot of a leaf; a view seen for the first time adds its layout to the
- * key. The scan is linear in the distinct leaves, which are few in practice. */
-static int leaf_slot(ot_walk *w, const ot_tensor *t, bool *ok)
+/* An identity's words into the key: the first two, which is all most nodes
+ * have, as one fixed-size move (room for every word is made first), the
+ * rest one at a time; memcpy of a length known only at run time is a call. */
+static inline bool key_words(ot_walk *w, const int64_t *v, int n)
+{
+    size_t room = sizeof *v * OT__IDENT_MAX;
+    if (w->klen + room > w->kcap && !key_grow(w, room)) return false;
+    memcpy(w->key + w->klen, v, 2 * sizeof *v);
+    for (int i = 2; i < n; i++) memcpy(w->key + w->klen + sizeof *v * (size_t)i, v + i, sizeof *v);
+    w->klen += sizeof *v * (size_t)n;
+    return true;
+}
+
+/* The slot of a leaf: the first leaf seen with the same view. The scan is
+ * linear in the distinct leaves, which are few in practice. */
+static int leaf_slot(ot_walk *w, const ot_tensor *t)
 {
     for (int i = 0; i < w->nleaf; i++)
         if (w->leaf[i] == t || ot__same_view(w->leaf[i], t)) return i;
-    if (!grow((void **)&w->leaf, &w->leafcap, w->nleaf + 1, sizeof *w->leaf)) {
-        *ok = false;
-        return -1;
-    }
+    if (!grow((void **)&w->leaf, &w->leafcap, w->nleaf + 1, sizeof *w->leaf)) return -1;
     w->leaf[w->nleaf] = t;
-    const ot_shape *s = &t->leaf.shape;
-    *ok = KEY(w, s->ndim) && key_put(w, s->dims, sizeof(int64_t) * (size_t)s->ndim) &&
-          key_put(w, t->strides, sizeof(int64_t) * (size_t)s->ndim);
     return w->nleaf++;
 }
 
-/* The attributes that change what an op computes, in a fixed layout. */
-static bool key_args(ot_walk *w, const ot_node *n)
+/* A view's layout, in the key after its slot's first use. */
+static bool key_layout(ot_walk *w, const ot_tensor *t)
 {
-    const ot_args *g = &n->args;
-    switch (ot_op_kind((ot_op)n->op)) {
-    case OT_KIND_REDUCE: {
-        int32_t v[2] = {g->axis, g->keepdims};
-        return KEY(w, v);
-    }
-    case OT_KIND_SHAPE: return key_put(w, g->perm, sizeof g->perm);
-    case OT_KIND_SPECIAL: {
-        int64_t v[3] = {g->depth, (int64_t)g->seed, g->axis};
-        return KEY(w, v) && KEY(w, n->shape.ndim) &&
-               key_put(w, n->shape.dims, sizeof(int64_t) * (size_t)n->shape.ndim);
-    }
-    default: return true;
-    }
+    const ot_shape *s = &t->leaf.shape;
+    return KEY(w, s->ndim) && key_put(w, s->dims, sizeof(int64_t) * (size_t)s->ndim) &&
+           key_put(w, t->strides, sizeof(int64_t) * (size_t)s->ndim);
 }
 
-static bool add_entry(ot_walk *w, const ot_node *n)
+/* Makes node n entry index, its operands being entries operand[0] and [1]:
+ * its identity (ot__node_ident) goes into the key, leaves by slot and
+ * constants by class, so the key holds the structure and none of the data;
+ * a slot's first use adds the view's layout, and a constant's value goes to
+ * the params bound per call. Inlined into the walk (ot__walker_run_plain):
+ * a call per node was a measurable part of a small ot_assign. */
+static inline __attribute__((always_inline)) int add_entry(ot__walker *wk, const ot_node *n,
+                                                           int index, const int operand[2])
 {
-    if (!grow((void **)&w->e, &w->cap, w->n + 1, sizeof *w->e)) return false;
-    ent *e = &w->e[w->n];
-    *e = (ent){n->kind, n->op, n->dtype, -1, -1, -1, false, false, n};
-    uint8_t head[3] = {n->kind, (uint8_t)n->op, n->dtype};
-    bool ok = KEY(w, head);
+    ot_walk *w = wk->ctx;
+    if (!grow((void **)&w->e, &w->cap, index + 1, sizeof *w->e)) return OT_ENOMEM;
+    ent *e = &w->e[index];
+    *e = (ent){n->kind, n->op, n->dtype, operand[0], operand[1], -1, false, false, n};
+    int nleaf = w->nleaf;
     if (n->kind == OT_NODE_LEAF) {
-        e->slot = leaf_slot(w, ot__leaf_tensor(n), &ok);
-        ok = ok && KEY(w, e->slot);
+        e->slot = leaf_slot(w, ot__leaf_tensor(n));
+        if (e->slot < 0) return OT_ENOMEM;
     } else if (n->kind == OT_NODE_CONST) {
         if (!grow((void **)&w->param, &w->paramcap, w->nparam + 1, sizeof *w->param))
-            return false;
+            return OT_ENOMEM;
         e->slot = w->nparam;
         w->param[w->nparam++] = n->value;
-        /* Whether the value is 1 or 0 is structure, not data: patterns such
-         * as 1/(1 + exp(-x)) depend on it, and a GEMM's beta must not drop
-         * the NaN that 0*out keeps. */
         e->one = n->value == 1.0;
         e->zero = n->value == 0.0;
-        uint8_t cls = (uint8_t)(e->one | e->zero << 1);
-        ok = ok && KEY(w, cls);
-    } else {
-        e->a = n->a ? memo_get(w, n->a) : -1;
-        e->b = n->b ? memo_get(w, n->b) : -1;
-        ok = ok && KEY(w, e->a) && KEY(w, e->b) && key_args(w, n);
     }
-    ok = ok && memo_put(w, n);
-    w->n++;
-    return ok;
-}
-
-/* Iterative post-order over one tree, operand a before b, each node once. */
-static bool walk_tree(ot_walk *w, const ot_node *root, int *root_entry)
-{
-    int sn = 0;
-    bool ok = grow((void **)&w->frames, &w->framecap, 1, sizeof *w->frames);
-    if (ok) w->frames[sn++] = (frame){root, false};
-    while (ok && sn > 0) {
-        frame *f = &w->frames[sn - 1];
-        /* An expanded frame was not in the memo when first seen, and a node
-         * cannot be its own descendant: only new frames need the lookup. */
-        if (!f->expanded && memo_get(w, f->n) >= 0) {
-            sn--;
-            continue;
-        }
-        if (f->expanded || f->n->kind != OT_NODE_OP) {
-            ok = add_entry(w, f->n);
-            sn--;
-            continue;
-        }
-        f->expanded = true;
-        const ot_node *a = f->n->a, *b = f->n->b;
-        if (!grow((void **)&w->frames, &w->framecap, sn + 2, sizeof *w->frames)) return false;
-        if (b) w->frames[sn++] = (frame){b, false};
-        if (a) w->frames[sn++] = (frame){a, false};
-    }
-    if (ok) *root_entry = memo_get(w, root);
-    return ok;
+    int64_t id[OT__IDENT_MAX];
+    int nid = ot__node_ident(n, OT__LEAF_BY_NUMBER, OT__CONST_BY_CLASS,
+                             n->kind == OT_NODE_OP ? operand : (const int[2]){e->slot, -1}, id);
+    bool ok = key_words(w, id, nid);
+    if (w->nleaf > nleaf) ok = ok && key_layout(w, ot__leaf_tensor(n));
+    w->n = index + 1;
+    return ok ? 0 : OT_ENOMEM;
 }
 
 /* Each output's layout and how it overlaps each leaf: aliasing changes the
@@ -196,6 +139,17 @@ static bool key_outputs(ot_walk *w, int n, ot_tensor *const outs[], ot_node *con
     return ok;
 }
 
+/* Zeros up to a whole word: hash_bytes reads words, and its byte-at-a-time
+ * tail cost more than the padding's compare. */
+static bool key_pad(ot_walk *w)
+{
+    uint64_t zero = 0;
+    if (w->klen + sizeof zero > w->kcap && !key_grow(w, sizeof zero)) return false;
+    memcpy(w->key + w->klen, &zero, sizeof zero);
+    w->klen += (sizeof zero - w->klen % sizeof zero) % sizeof zero;
+    return true;
+}
+
 static uint64_t hash_bytes(const uint8_t *p, size_t n)
 {
     uint64_t h = 0x9e3779b97f4a7c15ULL ^ n, w;
@@ -213,13 +167,12 @@ void ot__walk_free(ot_walk *w)
 {
     if (!w) return;
     free(w->e);
-    ot__ptrmap_free(&w->memo);
+    ot__walker_free(&w->walker);
     free(w->leaf);
     free(w->leafptr);
     free(w->param);
     free(w->key);
     free(w->root);
-    free(w->frames);
     free(w);
 }
 
@@ -236,9 +189,10 @@ void ot__walk_done(ot_backend *be, ot_walk *w)
 static ot_walk *walk_start(ot_cpu *cpu)
 {
     ot_walk *w = atomic_exchange(&cpu->spare, NULL);
-    if (!w) return ot__calloc(1, sizeof *w);
-    ot__ptrmap_free(&w->memo);
-    memset(&w->memo, 0, sizeof w->memo);
+    if (!w) w = ot__calloc(1, sizeof *w);
+    if (!w) return NULL;
+    ot__walker_reset(&w->walker);
+    w->walker.ctx = w;
     w->n = w->nleaf = w->nparam = 0;
     w->klen = 0;
     return w;
@@ -248,8 +202,12 @@ static ot_walk *walk_trees(ot_cpu *cpu, int n, ot_tensor *const outs[], ot_node 
 {
     ot_walk *w = walk_start(cpu);
     bool ok = w && grow((void **)&w->root, &w->rootcap, n, sizeof *w->root);
-    for (int i = 0; i < n && ok; i++) ok = walk_tree(w, trees[i], &w->root[i]);
-    ok = ok && key_put(w, w->root, sizeof(int) * (size_t)n) && key_outputs(w, n, outs, trees);
+    for (int i = 0; i < n && ok; i++) {
+        w->root[i] = ot__walker_run_plain(&w->walker, trees[i], add_entry);
+        ok = w->root[i] >= 0;
+    }
+    ok = ok && key_put(w, w->root, sizeof(int) * (size_t)n) && key_outputs(w, n, outs, trees) &&
+         key_pad(w);
     ok = ok && grow((void **)&w->leafptr, &w->leafptrcap, w->nleaf ? w->nleaf : 1, sizeof(char *));
     if (!ok) {
         ot__walk_free(w);

@@ -4,8 +4,8 @@
  * of ot_stack_print (stack.c builds the stack, this only reads its items);
  * and the float repr they share (ot__fmt_double).
  *
- * Trees may be 100,000 nodes deep, so every walk keeps its stack on the heap
- * instead of recursing. Trees are DAGs: ot_print and ot_pp write an op node
+ * Trees may be 100,000 nodes deep, so every walk is walk.c's walker, whose
+ * stack is on the heap. Trees are DAGs: ot_print and ot_pp write an op node
  * used more than once a single time, as a line "%1 = <expr>" ahead of the
  * expression that uses it as %1 (leaves and constants repeat), so the output
  * stays linear in the distinct nodes; an unshared tree is one expression.
@@ -144,42 +144,20 @@ static int64_t *perm_dims(const ot_node *n, int64_t out[OT_MAX_DIMS])
     return out;
 }
 
-/* ---- the iterative walk -------------------------------------------------- */
+/* ---- the walks ----------------------------------------------------------- */
 
 /* How a form writes an op node: open, then before each operand sep(k), the
- * operand itself, then close. operands() fills ops and returns their count;
- * a NULL operand prints as missing ("None" in the tuple form). */
+ * operand itself, then close. A NULL operand prints as missing, or not at
+ * all (nor its sep) when missing is NULL. */
 typedef struct form {
     const char *fn;
-    int (*operands)(const ot_node *n, const ot_node *ops[2]);
+    bool composites;     /* a composite root writes as the composite, over its
+                            own operands (walk.c's composites) */
     void (*open)(FILE *f, const ot_node *n);
     void (*sep)(FILE *f, const ot_node *n, int k);
     void (*close)(FILE *f, const ot_node *n);
     const char *missing;
 } form;
-
-typedef struct frame {
-    const ot_node *n;
-    int next;            /* the operand to write next */
-} frame;
-
-typedef struct frames {
-    frame *v;
-    size_t len, cap;
-} frames;
-
-static bool frames_push(frames *s, const ot_node *n)
-{
-    if (s->len == s->cap) {
-        size_t cap = s->cap ? 2 * s->cap : 64;
-        frame *v = ot__realloc(s->v, cap * sizeof *v);
-        if (!v) return false;
-        s->v = v;
-        s->cap = cap;
-    }
-    s->v[s->len++] = (frame){n, 0};
-    return true;
-}
 
 /* Checks the arguments of a printing function, whose subject (a tree or a
  * stack) is named what, and clears the error slot. */
@@ -205,111 +183,113 @@ static int out_of_memory(const char *fn)
     return ot__err_set(OT_ENOMEM, NULL, 0, fn, "out of memory");
 }
 
-/* The op nodes of a tree as a form reaches them: each gets a dense index
- * when first met, a count of its uses, and a name (%1, %2, ...) when used
- * more than once, so that it is written once and referred to afterwards. */
+/* The nodes of a tree as a form reaches them, numbered by the walker: each
+ * op node's count of uses, and a name (%1, %2, ...) when used more than
+ * once, so that it is written once and referred to afterwards. */
 typedef struct dag {
-    ot__ptrmap idx;
+    ot__walker walker;
     const ot_node **node;  /* by index */
     int *uses, *name;      /* by index; name 0: written in place */
-    int *post;             /* indices in post-order, operands first */
-    size_t len, cap, npost;
+    size_t cap;
 } dag;
 
 static void dag_free(dag *d)
 {
-    ot__ptrmap_free(&d->idx);
+    ot__walker_free(&d->walker);
     free(d->node);
     free(d->uses);
     free(d->name);
-    free(d->post);
 }
 
-static bool dag_add(dag *d, const ot_node *n)
+static bool dag_grow(dag *d, size_t need)
 {
-    if (d->len == d->cap) {
-        size_t cap = d->cap ? 2 * d->cap : 64;
-        const ot_node **node = ot__realloc(d->node, cap * sizeof *node);
-        if (node) d->node = node;
-        int *uses = node ? ot__realloc(d->uses, cap * sizeof *uses) : NULL;
-        if (uses) d->uses = uses;
-        int *name = uses ? ot__realloc(d->name, cap * sizeof *name) : NULL;
-        if (name) d->name = name;
-        int *post = name ? ot__realloc(d->post, cap * sizeof *post) : NULL;
-        if (!post) return false;
-        d->post = post;
-        d->cap = cap;
-    }
-    if (!ot__ptrmap_put(&d->idx, n, (int)d->len)) return false;
-    d->node[d->len] = n;
-    d->uses[d->len] = 1;
-    d->name[d->len] = 0;
-    d->len++;
+    if (need <= d->cap) return true;
+    size_t cap = d->cap ? 2 * d->cap : 64;
+    const ot_node **node = ot__realloc(d->node, cap * sizeof *node);
+    if (node) d->node = node;
+    int *uses = node ? ot__realloc(d->uses, cap * sizeof *uses) : NULL;
+    if (uses) d->uses = uses;
+    int *name = uses ? ot__realloc(d->name, cap * sizeof *name) : NULL;
+    if (!name) return false;
+    d->name = name;
+    d->cap = cap;
     return true;
 }
 
 static bool is_op(const ot_node *n) { return n && n->kind == OT_NODE_OP; }
 
-/* Counts the uses of every op node under tree, following the form's
- * operands, each distinct node visited once. */
-static bool dag_build(dag *d, frames *st, const form *fm, const ot_node *tree)
+/* Counts the uses of each op node by the op nodes above it. */
+static int dag_visit(ot__walker *w, const ot_node *n, int index, const int operand[2])
 {
-    if (!is_op(tree)) return true;
-    if (!dag_add(d, tree) || !frames_push(st, tree)) return false;
-    while (st->len > 0) {
-        frame *top = &st->v[st->len - 1];
-        const ot_node *ops[2];
-        int nops = fm->operands(top->n, ops);
-        if (top->next == nops) {
-            d->post[d->npost++] = ot__ptrmap_get(&d->idx, top->n);
-            st->len--;
-            continue;
-        }
-        const ot_node *c = ops[top->next++];
-        if (!is_op(c)) continue;
-        int k = ot__ptrmap_get(&d->idx, c);
-        if (k >= 0) d->uses[k]++;
-        else if (!dag_add(d, c) || !frames_push(st, c)) return false;
-    }
-    return true;
+    dag *d = w->ctx;
+    if (!dag_grow(d, (size_t)index + 1)) return OT_ENOMEM;
+    d->node[index] = n;
+    d->uses[index] = 0;
+    d->name[index] = 0;
+    for (int k = 0; k < 2; k++)
+        if (operand[k] >= 0 && is_op(ot__walker_operand(w, n, k))) d->uses[operand[k]]++;
+    return 0;
 }
 
 /* The name of n when it is a shared op node, else 0. */
 static int dag_name(const dag *d, const ot_node *n)
 {
-    int k = is_op(n) ? ot__ptrmap_get(&d->idx, n) : -1;
+    int k = is_op(n) ? ot__walker_index(&d->walker, n) : -1;
     return k < 0 ? 0 : d->name[k];
 }
 
-/* Writes one expression, depth first with the stack on the heap; an
- * operand that is a named node is written as its name. */
-static bool write_expr(const form *fm, const dag *d, frames *st, const ot_node *expr, FILE *f)
+/* One expression being written: the walker walks every path, and the hooks
+ * cut it at named nodes and atoms, which are written where they are met. */
+typedef struct expr {
+    const form *fm;
+    const dag *d;
+    const ot_node *top;
+    FILE *f;
+} expr;
+
+static int expr_enter(ot__walker *w, const ot_node *n)
 {
-    st->len = 0;
-    if (!frames_push(st, expr)) return false;
-    while (st->len > 0 && !ferror(f)) {
-        frame *top = &st->v[st->len - 1];
-        const ot_node *n = top->n;
-        int name = st->len > 1 ? dag_name(d, n) : 0;
-        if (!is_op(n) || name) {
-            if (name) fprintf(f, "%%%d", name);
-            else if (n) print_atom(f, n);
-            else fputs(fm->missing, f);
-            st->len--;
-            continue;
-        }
-        const ot_node *ops[2];
-        int nops = fm->operands(n, ops);
-        if (top->next == 0) fm->open(f, n);
-        if (top->next == nops) {
-            fm->close(f, n);
-            st->len--;
-            continue;
-        }
-        fm->sep(f, n, top->next);
-        if (!frames_push(st, ops[top->next++])) return false;
+    const expr *x = w->ctx;
+    if (ferror(x->f)) return OT_EIO;
+    int name = n != x->top ? dag_name(x->d, n) : 0;
+    if (name) fprintf(x->f, "%%%d", name);
+    else if (!is_op(n)) print_atom(x->f, n);
+    else x->fm->open(x->f, n);
+    return !name && is_op(n);
+}
+
+static int expr_between(ot__walker *w, const ot_node *n, int k, const ot_node *operand)
+{
+    const expr *x = w->ctx;
+    if (operand || x->fm->missing) x->fm->sep(x->f, n, k);
+    if (!operand && x->fm->missing) fputs(x->fm->missing, x->f);
+    return 0;
+}
+
+static int expr_close(ot__walker *w, const ot_node *n, int index, const int operand[2])
+{
+    (void)index;
+    (void)operand;
+    const expr *x = w->ctx;
+    x->fm->close(x->f, n);
+    return 0;
+}
+
+/* Writes one expression; an operand that is a named node is written as its
+ * name. False when out of memory (a failed write stops it early, for
+ * print_end to report). */
+static bool write_expr(const form *fm, const dag *d, const ot_node *top, FILE *f)
+{
+    if (!is_op(top)) {
+        print_atom(f, top);
+        return true;
     }
-    return true;
+    expr x = {fm, d, top, f};
+    ot__walker w = {.visit = expr_close, .enter = expr_enter, .between = expr_between,
+                    .ctx = &x, .composites = fm->composites, .every_path = true};
+    int rc = ot__walker_run(&w, top);
+    ot__walker_free(&w);
+    return rc != OT_ENOMEM;
 }
 
 /* Writes a tree in a form. An op node used more than once is written once,
@@ -320,32 +300,25 @@ static int walk(const form *fm, const ot_node *tree, FILE *f)
 {
     int rc = print_begin(fm->fn, tree, "tree", f);
     if (rc) return rc;
-    frames st = {0};
-    dag d = {0};
-    bool ok = dag_build(&d, &st, fm, tree);
+    dag d = {.walker = {.visit = dag_visit, .composites = fm->composites}};
+    d.walker.ctx = &d;
+    int root = ot__walker_run(&d.walker, tree);
+    bool ok = root >= 0;
+    if (ok) d.uses[root]++;   /* the caller's */
     int names = 0;
-    for (size_t i = 0; ok && i < d.npost && !ferror(f); i++) {
-        int k = d.post[i];
+    for (int k = 0; ok && k < d.walker.count && !ferror(f); k++) {
         if (d.uses[k] < 2) continue;
         fprintf(f, "%%%d = ", ++names);
-        ok = write_expr(fm, &d, &st, d.node[k], f);
+        ok = write_expr(fm, &d, d.node[k], f);
         fputc('\n', f);
         d.name[k] = names;
     }
-    ok = ok && write_expr(fm, &d, &st, tree, f);
-    free(st.v);
+    ok = ok && write_expr(fm, &d, tree, f);
     dag_free(&d);
     return ok ? print_end(fm->fn, f) : out_of_memory(fm->fn);
 }
 
 /* ---- ot_print: neon's tuple form ----------------------------------------- */
-
-static int tuple_operands(const ot_node *n, const ot_node *ops[2])
-{
-    ops[0] = n->a;
-    ops[1] = n->b;
-    return 2;
-}
 
 /* The attributes of n's own op as dict entries after 'op'. */
 static void tuple_attrs(FILE *f, const ot_node *n)
@@ -395,8 +368,8 @@ static void tuple_close(FILE *f, const ot_node *n)
     fputc(')', f);
 }
 
-static const form tuple_form = {"ot_print", tuple_operands, tuple_open, tuple_sep,
-                                tuple_close, "None"};
+static const form tuple_form = {"ot_print", false, tuple_open, tuple_sep, tuple_close,
+                                "None"};
 
 int ot_print(const ot_node *tree, FILE *f)
 {
@@ -407,16 +380,6 @@ int ot_print(const ot_node *tree, FILE *f)
 
 /* A composite root prints as the composite, over its own operands. */
 static int pp_op(const ot_node *n) { return is_tagged(n) ? n->tag : n->op; }
-
-static int pp_operands(const ot_node *n, const ot_node *ops[2])
-{
-    const ot_node *a = is_tagged(n) ? n->tag_a : n->a;
-    const ot_node *b = is_tagged(n) ? n->tag_b : n->b;
-    int k = 0;
-    if (a) ops[k++] = a;
-    if (b) ops[k++] = b;
-    return k;
-}
 
 static void pp_open(FILE *f, const ot_node *n)
 {
@@ -496,7 +459,7 @@ static void pp_close(FILE *f, const ot_node *n)
     fputc(')', f);
 }
 
-static const form pp_form = {"ot_pp", pp_operands, pp_open, pp_sep, pp_close, ""};
+static const form pp_form = {"ot_pp", true, pp_open, pp_sep, pp_close, NULL};
 
 int ot_pp(const ot_node *tree, FILE *f)
 {
@@ -535,43 +498,29 @@ static void dot_node(FILE *f, const ot_node *n, int id)
     fprintf(f, " %s\"];\n", ot_dtype_name((ot_dtype)n->dtype));
 }
 
-/* Gives n the next DOT id (dense from 0; a shared subtree is written once,
- * so a DAG costs linear time) and writes it and the edges from its
- * operands, which already have ids. */
-static bool dot_emit(FILE *f, ot__ptrmap *ids, const ot_node *n)
+/* Writes n with its walk index as DOT id (dense from 0; a shared subtree is
+ * written once, so a DAG costs linear time) and the edges from its
+ * operands, written before it. */
+static int dot_visit(ot__walker *w, const ot_node *n, int id, const int operand[2])
 {
-    int id = (int)ids->len;
-    if (!ot__ptrmap_put(ids, n, id)) return false;
+    FILE *f = w->ctx;
+    if (ferror(f)) return OT_EIO;
     dot_node(f, n, id);
-    if (n->kind != OT_NODE_OP) return true;
-    if (n->a) fprintf(f, "  n%d -> n%d;\n", ot__ptrmap_get(ids, n->a), id);
-    if (n->b) fprintf(f, "  n%d -> n%d;\n", ot__ptrmap_get(ids, n->b), id);
-    return true;
+    for (int k = 0; k < 2; k++)
+        if (operand[k] >= 0) fprintf(f, "  n%d -> n%d;\n", operand[k], id);
+    return 0;
 }
 
 int ot_graphviz(const ot_node *tree, FILE *f)
 {
     int rc = print_begin("ot_graphviz", tree, "tree", f);
     if (rc) return rc;
-    frames st = {0};
-    ot__ptrmap ids = {0};
-    bool ok = frames_push(&st, tree);
+    ot__walker w = {.visit = dot_visit, .ctx = f};
     fputs("digraph optree {\n", f);
-    while (ok && st.len > 0 && !ferror(f)) {
-        frame *top = &st.v[st.len - 1];
-        const ot_node *n = top->n;
-        if (n->kind == OT_NODE_OP && top->next < 2) {
-            const ot_node *child = top->next++ == 0 ? n->a : n->b;
-            if (child && ot__ptrmap_get(&ids, child) < 0) ok = frames_push(&st, child);
-            continue;
-        }
-        st.len--;
-        ok = dot_emit(f, &ids, n);
-    }
+    rc = ot__walker_run(&w, tree);
     fputs("}\n", f);
-    free(st.v);
-    ot__ptrmap_free(&ids);
-    return ok ? print_end("ot_graphviz", f) : out_of_memory("ot_graphviz");
+    ot__walker_free(&w);
+    return rc == OT_ENOMEM ? out_of_memory("ot_graphviz") : print_end("ot_graphviz", f);
 }
 
 /* ---- ot_stack_print ------------------------------------------------------ */

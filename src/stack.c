@@ -1,14 +1,12 @@
 /*
- * stack.c - the post-order stack of a tree (ot_stack), through which the
- * compiler reads trees, leaf substitution (ot_substitute), and the node
- * pointer -> int map (ot__ptrmap) that their walks and ot_graphviz memoise
- * with. Writing a stack as text (ot_stack_print) is print.c's.
+ * stack.c - the post-order stack of a tree (ot_stack) and leaf substitution
+ * (ot_substitute). Writing a stack as text (ot_stack_print) is print.c's.
  *
  * A stack lists each distinct subtree once, operands before their op. Distinct
- * means by pointer and, through hash-consing, by structure, so x*y built twice
- * is one item. Both walks here keep their stack on the heap (trees may be
- * 100,000 deep) and memoise by node pointer, so a DAG with heavy sharing costs
- * time linear in its distinct nodes, not in its paths.
+ * means by pointer (both walk with walk.c's walker, which visits a shared
+ * node once) and, through hash-consing, by structure, so x*y built twice is
+ * one item: two nodes are one item when their identities (ot__node_ident)
+ * are equal, leaves by view and constants by value.
  */
 #include "internal.h"
 
@@ -16,61 +14,6 @@ struct ot_stack {
     ot_stack_item *items;
     int len;
 };
-
-/* ---- node pointer -> int ------------------------------------------------- */
-
-static size_t ptr_hash(const void *p)
-{
-    uint64_t x = (uint64_t)(uintptr_t)p;
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    return (size_t)x;
-}
-
-int ot__ptrmap_get(const ot__ptrmap *m, const ot_node *key)
-{
-    if (!m->cap) return -1;
-    for (size_t i = ptr_hash(key) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
-        if (m->keys[i] == key) return m->vals[i];
-        if (!m->keys[i]) return -1;
-    }
-}
-
-static void ptrmap_insert(ot__ptrmap *m, const ot_node *key, int val)
-{
-    size_t i = ptr_hash(key) & (m->cap - 1);
-    while (m->keys[i]) i = (i + 1) & (m->cap - 1);
-    m->keys[i] = key;
-    m->vals[i] = val;
-    m->len++;
-}
-
-bool ot__ptrmap_put(ot__ptrmap *m, const ot_node *key, int val)
-{
-    if (2 * (m->len + 1) > m->cap) {
-        size_t cap = m->cap ? 2 * m->cap : 64;
-        ot__ptrmap g = {ot__calloc(cap, sizeof *g.keys), ot__malloc(cap * sizeof *g.vals), cap, 0};
-        if (!g.keys || !g.vals) {
-            free(g.keys);
-            free(g.vals);
-            return false;
-        }
-        for (size_t i = 0; i < m->cap; i++)
-            if (m->keys[i]) ptrmap_insert(&g, m->keys[i], m->vals[i]);
-        free(m->keys);
-        free(m->vals);
-        *m = g;
-    }
-    ptrmap_insert(m, key, val);
-    return true;
-}
-
-void ot__ptrmap_free(ot__ptrmap *m)
-{
-    free(m->keys);
-    free(m->vals);
-}
 
 /* v (an array of *cap elements of size elem) with room for need elements:
  * v itself, or a larger copy (and *cap updated), or NULL with v untouched. */
@@ -84,155 +27,31 @@ static void *reserve(void *v, size_t *cap, size_t need, size_t elem)
     return p;
 }
 
-/* ---- the iterative post-order walk --------------------------------------- */
-
-typedef struct frame {
-    const ot_node *n;
-    int next;                 /* the operand to descend into next */
-} frame;
-
-/* visit() is called once per node, after its operands, and returns the
- * node's value (>= 0, remembered in done) or a negative status. With
- * composites set, a tagged root's operands are the composite's own (tag_a,
- * tag_b) rather than those of its expansion. */
-typedef struct walker {
-    ot__ptrmap done;
-    frame *stack;
-    size_t len, cap;
-    bool composites;
-    int (*visit)(struct walker *w, const ot_node *n);
-    void *ctx;
-} walker;
-
-static const ot_node *operand(const walker *w, const ot_node *n, int k)
-{
-    if (n->kind != OT_NODE_OP) return NULL;
-    if (w->composites && n->tag != OT_OP_NONE) return k ? n->tag_b : n->tag_a;
-    return k ? n->b : n->a;
-}
-
-/* The value of n's operand k (visited already), or -1 when n has none. */
-static int operand_value(const walker *w, const ot_node *n, int k)
-{
-    const ot_node *c = operand(w, n, k);
-    return c ? ot__ptrmap_get(&w->done, c) : -1;
-}
-
-static bool walker_push(walker *w, const ot_node *n)
-{
-    frame *v = reserve(w->stack, &w->cap, w->len + 1, sizeof *v);
-    if (!v) return false;
-    w->stack = v;
-    w->stack[w->len++] = (frame){n, 0};
-    return true;
-}
-
-/* Visits every node under root not visited yet, operands before ops and a's
- * subtree before b's. Returns root's value or a negative status. */
-static int walk(walker *w, const ot_node *root)
-{
-    int v = ot__ptrmap_get(&w->done, root);
-    if (v >= 0) return v;
-    if (!walker_push(w, root)) return OT_ENOMEM;
-    while (w->len > 0) {
-        frame *top = &w->stack[w->len - 1];
-        if (top->next < 2) {
-            const ot_node *c = operand(w, top->n, top->next++);
-            if (c && ot__ptrmap_get(&w->done, c) < 0 && !walker_push(w, c)) return OT_ENOMEM;
-            continue;
-        }
-        const ot_node *n = top->n;
-        w->len--;
-        v = w->visit(w, n);
-        if (v < 0) return v;
-        if (!ot__ptrmap_put(&w->done, n, v)) return OT_ENOMEM;
-    }
-    return v;
-}
-
-static void walker_free(walker *w)
-{
-    ot__ptrmap_free(&w->done);
-    free(w->stack);
-}
-
 /* ---- structural equality (hash-consing) ---------------------------------- */
 
-static uint64_t mix(uint64_t h, uint64_t v)
+/* The stack's identity of node n whose operands are items a and b (-1 when
+ * absent): leaves by the view they read, constants by value (bit pattern, so
+ * NaN constants are one item, and weak flag). */
+static int item_ident(const ot_node *n, int a, int b, int64_t w[OT__IDENT_MAX])
 {
-    h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-    return h * 0xbf58476d1ce4e5b9ULL;
+    return ot__node_ident(n, OT__LEAF_BY_VIEW, OT__CONST_BY_VALUE, (const int[2]){a, b}, w);
 }
 
-/* The attributes that change what an op computes, as words: composite tags
- * and attributes that only annotate (spec_, a composite's ddof on a sum) are
- * left out. Returns the count. */
-static int attr_words(const ot_node *n, int64_t w[OT_MAX_DIMS])
+static uint64_t hash_words(const int64_t *w, int nw)
 {
-    const ot_args *g = &n->args;
-    switch (ot_op_kind((ot_op)n->op)) {
-    case OT_KIND_REDUCE:
-        w[0] = g->axis;
-        w[1] = g->keepdims;
-        return 2;
-    case OT_KIND_SHAPE:
-        for (int i = 0; i < n->shape.ndim; i++) w[i] = g->perm[i];
-        return n->shape.ndim;
-    case OT_KIND_SPECIAL:
-        w[0] = g->dtype;
-        if (n->op == OT_OP_CAST) return 1;
-        if (n->op == OT_OP_RAND) {
-            w[1] = (int64_t)g->seed;
-            return 2;
-        }
-        w[1] = g->depth;
-        w[2] = g->axis;
-        return 3;
-    default:
-        return 0;
-    }
-}
-
-static uint64_t bits_of(double v)
-{
-    uint64_t u;
-    memcpy(&u, &v, sizeof u);
-    return u;
-}
-
-/* A hash consistent with same_item: equal items hash equally. */
-static uint64_t item_hash(const ot_node *n, int a, int b)
-{
-    uint64_t h = mix(mix(n->kind, n->dtype), (uint64_t)n->shape.ndim);
-    for (int i = 0; i < n->shape.ndim; i++) h = mix(h, (uint64_t)n->shape.dims[i]);
-    if (n->kind == OT_NODE_LEAF) {
-        const ot_tensor *t = ot__leaf_tensor(n);
-        h = mix(mix(h, (uint64_t)(uintptr_t)t->buf), (uint64_t)t->offset);
-        for (int i = 0; i < n->shape.ndim; i++) h = mix(h, (uint64_t)t->strides[i]);
-    } else if (n->kind == OT_NODE_CONST) {
-        h = mix(mix(h, n->weak), bits_of(n->value));
-    } else {
-        int64_t w[OT_MAX_DIMS];
-        int nw = attr_words(n, w);
-        h = mix(mix(mix(h, (uint64_t)n->op), (uint64_t)a), (uint64_t)b);
-        for (int i = 0; i < nw; i++) h = mix(h, (uint64_t)w[i]);
+    uint64_t h = (uint64_t)nw;
+    for (int i = 0; i < nw; i++) {
+        h ^= (uint64_t)w[i] + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+        h *= 0xbf58476d1ce4e5b9ULL;
     }
     return h;
 }
 
-static bool same_item(const ot_stack_item *it, const ot_node *n, int a, int b)
+static bool same_item(const ot_stack_item *it, const int64_t *w, int nw)
 {
-    const ot_node *m = it->node;
-    if (m->kind != n->kind || m->dtype != n->dtype || !ot__shape_eq(&m->shape, &n->shape))
-        return false;
-    /* Leaves are equal when they read the same elements in the same layout. */
-    if (n->kind == OT_NODE_LEAF) return ot__same_view(ot__leaf_tensor(m), ot__leaf_tensor(n));
-    /* Constants compare by bit pattern, so NaN constants are one item. */
-    if (n->kind == OT_NODE_CONST) return m->weak == n->weak && bits_of(m->value) == bits_of(n->value);
-    int64_t wm[OT_MAX_DIMS], wn[OT_MAX_DIMS];
-    int nm = attr_words(m, wm), nn = attr_words(n, wn);
-    return m->op == n->op && it->a == a && it->b == b && nm == nn &&
-           memcmp(wm, wn, (size_t)nn * sizeof *wn) == 0;
+    int64_t v[OT__IDENT_MAX];
+    return item_ident(it->node, it->a, it->b, v) == nw &&
+           memcmp(v, w, sizeof *w * (size_t)nw) == 0;
 }
 
 /* ---- building a stack ---------------------------------------------------- */
@@ -242,9 +61,11 @@ static bool same_item(const ot_stack_item *it, const ot_node *n, int a, int b)
 typedef struct builder {
     ot_stack *s;
     size_t cap;               /* of s->items and hash */
-    uint64_t *hash;           /* item_hash of each item */
+    uint64_t *hash;           /* hash_words of each item's identity */
     int *slots;
     size_t nslots;
+    int *item;                /* the item of each node the walk visited */
+    size_t itemcap;
 } builder;
 
 static bool grow_slots(builder *bd)
@@ -286,19 +107,23 @@ static ot_stack_item new_item(const ot_node *n, int a, int b)
     return it;
 }
 
-/* The item of node n whose operands are items a and b (-1 when absent):
- * an existing equal item, or a new one appended. */
-static int stack_visit(walker *w, const ot_node *n)
+/* The item of node n: an existing equal item, or a new one appended. */
+static int stack_visit(ot__walker *w, const ot_node *n, int index, const int operand[2])
 {
     builder *bd = w->ctx;
     ot_stack *s = bd->s;
-    int a = operand_value(w, n, 0), b = operand_value(w, n, 1);
+    int *item = reserve(bd->item, &bd->itemcap, (size_t)index + 1, sizeof *item);
+    if (!item) return OT_ENOMEM;
+    bd->item = item;
+    int a = operand[0] >= 0 ? item[operand[0]] : -1, b = operand[1] >= 0 ? item[operand[1]] : -1;
     if (2 * ((size_t)s->len + 1) > bd->nslots && !grow_slots(bd)) return OT_ENOMEM;
-    uint64_t h = item_hash(n, a, b);
+    int64_t id[OT__IDENT_MAX];
+    int nid = item_ident(n, a, b, id);
+    uint64_t h = hash_words(id, nid);
     size_t i = (size_t)h & (bd->nslots - 1);
     for (; bd->slots[i] >= 0; i = (i + 1) & (bd->nslots - 1)) {
         int k = bd->slots[i];
-        if (bd->hash[k] == h && same_item(&s->items[k], n, a, b)) return k;
+        if (bd->hash[k] == h && same_item(&s->items[k], id, nid)) return item[index] = k;
     }
     if ((size_t)s->len == bd->cap && !grow_items(bd)) return OT_ENOMEM;
     int k = s->len++;
@@ -308,7 +133,7 @@ static int stack_visit(walker *w, const ot_node *n)
     /* uses counts operand slots, so add(x, x) reads x twice. */
     if (a >= 0) s->items[a].uses++;
     if (b >= 0) s->items[b].uses++;
-    return k;
+    return item[index] = k;
 }
 
 ot_stack *ot__stack_new_many(int n, const ot_node *const roots[], int roots_out[])
@@ -330,17 +155,19 @@ ot_stack *ot__stack_new_many(int n, const ot_node *const roots[], int roots_out[
     }
     ot_stack *s = ot__calloc(1, sizeof *s);
     builder bd = {.s = s};
-    walker w = {.visit = stack_visit, .ctx = &bd};
+    ot__walker w = {.visit = stack_visit, .ctx = &bd};
     int rc = s ? 0 : OT_ENOMEM;
     for (int i = 0; i < n && rc >= 0; i++) {
-        rc = walk(&w, roots[i]);
+        rc = ot__walker_run(&w, roots[i]);
         if (rc < 0) break;
-        s->items[rc].uses++;
-        if (roots_out) roots_out[i] = rc;
+        int k = bd.item[rc];
+        s->items[k].uses++;
+        if (roots_out) roots_out[i] = k;
     }
-    walker_free(&w);
+    ot__walker_free(&w);
     free(bd.hash);
     free(bd.slots);
+    free(bd.item);
     if (rc < 0) {
         ot_stack_free(s);
         ot__err_set(OT_ENOMEM, NULL, 0, fn, "out of memory");
@@ -378,41 +205,34 @@ const ot_stack_item *ot_stack_at(const ot_stack *s, int i)
 typedef struct subst {
     const ot_node *old;
     ot_node *new_leaf;
-    ot_node **out;            /* the new node of each visited node */
-    size_t len, cap;
+    ot_node **out;            /* the new node of each visited node, by index */
+    size_t cap;
 } subst;
-
-/* The new node of operand k of n (visited already), or NULL when absent. */
-static ot_node *new_operand(const walker *w, const ot_node *n, int k)
-{
-    const subst *sb = w->ctx;
-    int v = operand_value(w, n, k);
-    return v >= 0 ? sb->out[v] : NULL;
-}
 
 /* A node's replacement: new_leaf for old, the node itself when nothing
  * under it changed (so untouched subtrees stay shared), else a rebuild of
  * its op, or of its composite for a tagged root, over the new operands. */
-static int subst_visit(walker *w, const ot_node *n)
+static int subst_visit(ot__walker *w, const ot_node *n, int index, const int operand[2])
 {
     subst *sb = w->ctx;
     ot_node *r = (ot_node *)n;
     if (n == sb->old) {
         r = sb->new_leaf;
     } else if (n->kind == OT_NODE_OP) {
-        ot_node *a = new_operand(w, n, 0), *b = new_operand(w, n, 1);
-        if (a != operand(w, n, 0) || b != operand(w, n, 1)) {
+        ot_node *a = operand[0] >= 0 ? sb->out[operand[0]] : NULL;
+        ot_node *b = operand[1] >= 0 ? sb->out[operand[1]] : NULL;
+        if (a != ot__walker_operand(w, n, 0) || b != ot__walker_operand(w, n, 1)) {
             ot_op op = (ot_op)(n->tag != OT_OP_NONE ? n->tag : n->op);
             r = ot_build_at(op, a, b, &n->args, n->file, n->line);
             /* The builder has recorded why; any negative value stops the walk. */
             if (!r) return OT_EINVAL;
         }
     }
-    ot_node **out = reserve(sb->out, &sb->cap, sb->len + 1, sizeof *out);
+    ot_node **out = reserve(sb->out, &sb->cap, (size_t)index + 1, sizeof *out);
     if (!out) return OT_ENOMEM;
     sb->out = out;
-    sb->out[sb->len] = r;
-    return (int)sb->len++;
+    sb->out[index] = r;
+    return 0;
 }
 
 ot_node *ot_substitute(ot_node *tree, ot_tensor *old, ot_tensor *new_t)
@@ -429,11 +249,11 @@ ot_node *ot_substitute(ot_node *tree, ot_tensor *old, ot_tensor *new_t)
         return NULL;
     }
     subst sb = {.old = &old->leaf, .new_leaf = &new_t->leaf};
-    walker w = {.composites = true, .visit = subst_visit, .ctx = &sb};
-    int v = walk(&w, tree);
+    ot__walker w = {.composites = true, .visit = subst_visit, .ctx = &sb};
+    int v = ot__walker_run(&w, tree);
     if (v == OT_ENOMEM) ot__err(OT_ENOMEM, NULL, 0, "substitute", "out of memory");
     ot_node *r = v >= 0 ? sb.out[v] : NULL;
-    walker_free(&w);
+    ot__walker_free(&w);
     free(sb.out);
     return r;
 }

@@ -626,6 +626,18 @@ bool ot__same_view(const ot_tensor *a, const ot_tensor *b)
     return true;
 }
 
+int ot__view_ident(const ot_tensor *t, int64_t *w)
+{
+    const ot_shape *s = &t->leaf.shape;
+    w[0] = (int64_t)(uintptr_t)t->buf;
+    w[1] = t->offset;
+    for (int d = 0; d < s->ndim; d++) {
+        w[2 + 2 * d] = s->dims[d];
+        w[3 + 2 * d] = s->dims[d] != 1 ? t->strides[d] : 0;
+    }
+    return 2 + 2 * s->ndim;
+}
+
 /* One term s*m of a sum, s > 0 and lo <= m <= hi. */
 typedef struct lattice_term {
     int64_t s, lo, hi;

@@ -205,6 +205,39 @@ TEST(stack_dedupe_leaf_views)
     ot_backend_free(be);
 }
 
+/* Two views of the same elements that differ only in a size-1 dim's
+ * stride are one leaf (ot__same_view), on the stack as in the plan key;
+ * and the plan computes with either view the same values. */
+TEST(stack_dedupe_size1_stride)
+{
+    ot_backend *be = ref();
+    ot_tensor *x = arr(be, OT_SHAPE(4), (float[]){1, 2, 3, 4}, "x");
+    ot_tensor *a = ot_reshape(x, OT_SHAPE(1, 4)), *b = ot_broadcast_to(x, OT_SHAPE(1, 4));
+    CHECK(a && b);
+    if (!a || !b) return;
+    CHECK(ot_tensor_stride(a, 0) != ot_tensor_stride(b, 0));
+    CHECK_INT(len_of(ot_add(a, b)), 2);
+    ot_backend *cpu = ot_backend_new("cpu", NULL);
+    ot_tensor *xc = ot_array(cpu, OT_SHAPE(4), OT_F32, (float[]){1, 2, 3, 4});
+    ot_tensor *ac = ot_reshape(xc, OT_SHAPE(1, 4)), *bc = ot_broadcast_to(xc, OT_SHAPE(1, 4));
+    ot_tensor *out = ot_empty(cpu, OT_SHAPE(1, 4), OT_F32);
+    ot_pool *p = ot_pool_push();
+    CHECK_INT(ot_assign(out, ot_add(ot_mul(ac, 2.0f), bc)), 0);
+    ot_pool_pop(p);
+    float got[4];
+    CHECK_INT(ot_get(out, got), 0);
+    CHECK(got[0] == 3 && got[1] == 6 && got[2] == 9 && got[3] == 12);
+    ot_tensor_free(ac);
+    ot_tensor_free(bc);
+    ot_tensor_free(xc);
+    ot_tensor_free(out);
+    ot_backend_free(cpu);
+    ot_tensor_free(a);
+    ot_tensor_free(b);
+    ot_tensor_free(x);
+    ot_backend_free(be);
+}
+
 TEST(stack_many_roots)
 {
     ot_backend *be = ref();

@@ -9,6 +9,7 @@
 #include "test.h"
 
 #include <stdlib.h>
+#include <time.h>
 
 #define DEPTH 100000
 
@@ -49,9 +50,22 @@ static void print_all(const ot_node *tree)
 
 /* Checks the post-order stack: its length, and that the root comes last
  * and every operand index points backwards. */
+static double seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Builds tree's stack: linear in its nodes, so 10^5 of them take
+ * milliseconds. The bound (2 s, sanitizers and valgrind included) catches
+ * a hash-consing table that probes in long runs (it took 5 s once). */
 static void check_stack(const ot_node *tree, int want_len)
 {
+    double t0 = seconds();
     ot_stack *s = ot_stack_new(tree);
+    double took = seconds() - t0;
+    if (took > 2.0) test__fail(__FILE__, __LINE__, "ot_stack_new took %.1f s", took);
     CHECK(s != NULL);
     if (!s) return;
     int n = ot_stack_len(s);

@@ -29,6 +29,16 @@ static void expect_broken(const ot_plan *p, const char *what)
 }
 
 /* An unfused plan: every op its own kernel, each result a temporary. */
+/* Frees what a case made: its plan and walk, its input, pool and backend. */
+static void release(ot_plan *p, ot_walk *w, ot_tensor *x, ot_pool *pool, ot_backend *be)
+{
+    ot__plan_release(p);
+    ot__walk_done(be, w);
+    ot_tensor_free(x);
+    ot_pool_pop(pool);
+    ot_backend_free(be);
+}
+
 static ot_backend *unfused(void)
 {
     return ot_backend_new("cpu", &(ot_backend_opts){.threads = 1, .fusion = OT_FUSION_OFF});
@@ -51,11 +61,7 @@ TEST(plan_verify_buffer_read_before_write)
     expect_broken(p, "before it is written");
     k->insns[0] = saved;
     CHECK_INT(ot__verify_plan(p, OT_VERIFY_LAID_OUT), 0);
-    ot__plan_release(p);
-    ot__walk_done(be, w);
-    ot_tensor_free(x);
-    ot_pool_pop(pool);
-    ot_backend_free(be);
+    release(p, w, x, pool, be);
 }
 
 TEST(plan_verify_temp_order_and_arena)
@@ -74,7 +80,10 @@ TEST(plan_verify_temp_order_and_arena)
             p->kernels[i].loads[1].space == OT_SPACE_TEMP)
             last = &p->kernels[i];
     CHECK(last != NULL);
-    if (!last) return;
+    if (!last) {
+        release(p, w, x, pool, be);
+        return;
+    }
     int t = last->loads[0].index, u = last->loads[1].index;
     size_t saved = p->temp_offset[u];
     p->temp_offset[u] = p->temp_offset[t];
@@ -86,11 +95,7 @@ TEST(plan_verify_temp_order_and_arena)
     expect_broken(p, "before any kernel writes it");
     p->kernels[0].loads[0] = first;
     CHECK_INT(ot__verify_plan(p, OT_VERIFY_LAID_OUT), 0);
-    ot__plan_release(p);
-    ot__walk_done(be, w);
-    ot_tensor_free(x);
-    ot_pool_pop(pool);
-    ot_backend_free(be);
+    release(p, w, x, pool, be);
 }
 
 TEST(plan_verify_walk_order)

@@ -41,7 +41,6 @@ ot_backend *ot_backend_new(const char *name, const ot_backend_opts *opts)
         ot__err_set(OT_ENOMEM, NULL, 0, "backend_new", "out of memory");
         return NULL;
     }
-    if (e->vt != &ot__cpu_vt) ot__config_not_cpu(&o);
     be->vt = e->vt;
     be->opts = o;
     be->isa_from = isa_from;

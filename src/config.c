@@ -92,12 +92,12 @@ static int check_opts(const ot_backend_opts *o)
     return bad ? ot__err_set(OT_EINVAL, NULL, 0, "backend_new", "%s", bad) : 0;
 }
 
-/* OT_FUSION and OT_JIT: 0 turns off, 1 on; both use the OT_*_ON/OFF values. */
-static int env_switch(const char *var, int *field)
+/* An on/off variable (OT_FUSION, OT_JIT): 0 sets *field to off, 1 to on. */
+static int env_switch(const char *var, int *field, int on_value, int off_value)
 {
     int on;
     if (env_word(var, switch_words, 2, "0 or 1", &on)) return -1;
-    if (on >= 0) *field = on ? OT_FUSION_ON : OT_FUSION_OFF;
+    if (on >= 0) *field = on ? on_value : off_value;
     return 0;
 }
 
@@ -106,7 +106,8 @@ static int env_overrides(ot_backend_opts *o, const char **isa_from)
     int isa;
     int64_t stream = 0;
     bool stream_set;
-    if (env_switch("OT_FUSION", &o->fusion) || env_switch("OT_JIT", &o->jit) ||
+    if (env_switch("OT_FUSION", &o->fusion, OT_FUSION_ON, OT_FUSION_OFF) ||
+        env_switch("OT_JIT", &o->jit, OT_JIT_ON, OT_JIT_OFF) ||
         env_word("OT_ISA", isa_names, NISA, "one of scalar, sse2, avx2, avx512", &isa) ||
         env_count("OT_STREAM_BYTES", &stream, &stream_set))
         return -1;

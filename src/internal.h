@@ -237,7 +237,8 @@ struct ot_backend {
  * and environment overrides applied; -1 with the error set when any is bad.
  * *isa_from tells where opts->isa came from, for messages. */
 int ot__config_resolve(const char **name, ot_backend_opts *opts, const char **isa_from);
-/* Marks the cpu-only options as not in force, for other backends. */
+/* Marks the cpu-only options as not in force: the init of a backend that
+ * does not use them calls it. */
 void ot__config_not_cpu(ot_backend_opts *opts);
 /* Releases the autodiff objects memoised on be (autodiff.c). */
 void ot__autodiff_memo_free(ot_backend *be);

@@ -648,7 +648,15 @@ static int ref_assign_many(ot_backend *be, int n, ot_tensor *const outs[],
     return rc;
 }
 
-const ot_backend_vt ot__ref_vt = {"ref", NULL, ref_assign_many, NULL};
+/* ref runs no SIMD table, no generated code and no streaming stores: it
+ * reports the cpu backend's settings as not in force. */
+static int ref_init(ot_backend *be)
+{
+    ot__config_not_cpu(&be->opts);
+    return 0;
+}
+
+const ot_backend_vt ot__ref_vt = {"ref", ref_init, ref_assign_many, NULL};
 
 /* ------------------------------------------------------------------------ */
 /* Random numbers: Philox-2x32-10                                           */

@@ -10,6 +10,10 @@
 #include <stdio.h>
 #include <unistd.h>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 static int cpu_assign_many(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[])
 {
     ot_plan *plan;
@@ -34,9 +38,9 @@ static void cpu_destroy(ot_backend *be)
     free(cpu);
 }
 
-/* The size of the largest cache the CPU reports (sysfs), or 32 MiB where
- * none is readable. */
-static size_t last_level_cache(void)
+/* The size of the highest-level cache sysfs lists for cpu0, 0 where sysfs
+ * is absent (containers and some VMs hide it). */
+static size_t llc_sysfs(void)
 {
     size_t best = 0;
     int best_level = 0;
@@ -61,7 +65,46 @@ static size_t last_level_cache(void)
             best = size;
         }
     }
-    return best ? best : (size_t)32 << 20;
+    return best;
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+/* The highest-level data or unified cache of the deterministic cache
+ * leaves: 4 on Intel, 0x8000001D on AMD (same layout: ways, partitions,
+ * line size and sets, each stored minus one). 0 where neither exists. */
+size_t ot__llc_cpuid(void)
+{
+    unsigned a, b, c, d, max_ext = __get_cpuid_max(0x80000000u, NULL);
+    unsigned leaf = max_ext >= 0x8000001Du && __get_cpuid(0x80000001u, &a, &b, &c, &d) &&
+                            (c >> 22 & 1)   /* topology extensions */
+                        ? 0x8000001Du
+                        : __get_cpuid_max(0, NULL) >= 4 ? 4u : 0u;
+    size_t best = 0;
+    unsigned best_level = 0;
+    for (unsigned i = 0; leaf && i < 16; i++) {
+        __cpuid_count(leaf, i, a, b, c, d);
+        unsigned type = a & 31, level = a >> 5 & 7;
+        if (type == 0) break;
+        if (type == 2) continue;   /* instruction cache */
+        size_t size = (size_t)((b >> 22) + 1) * ((b >> 12 & 1023) + 1) * ((b & 4095) + 1) *
+                      ((size_t)c + 1);
+        if (level >= best_level) {
+            best_level = level;
+            best = size;
+        }
+    }
+    return best;
+}
+#else
+size_t ot__llc_cpuid(void) { return 0; }
+#endif
+
+/* The last-level cache's size: sysfs, else CPUID, else 32 MiB. */
+static size_t last_level_cache(void)
+{
+    size_t s = llc_sysfs();
+    if (!s) s = ot__llc_cpuid();
+    return s ? s : (size_t)32 << 20;
 }
 
 /* The streaming-store threshold in force: by default, outputs from the

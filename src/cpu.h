@@ -134,7 +134,8 @@ typedef struct ot_jit {
     void (*fn)(char *const *in, char *const *out, size_t nbytes);
     /* The same with streaming (non-temporal) stores, fenced before it
      * returns; every vector output must be aligned to the vector. NULL
-     * where the kernel's output is below the backend's stream_bytes. */
+     * where the kernel's output is below the backend's stream_bytes or the
+     * kernel is bound by its arithmetic, not by memory (jit.c). */
     void (*fn_stream)(char *const *in, char *const *out, size_t nbytes);
     /* For a tail of nbytes < kt->vbytes, one vector over zero-padded
      * inputs: the lanes past nbytes are zeroed before each call, as the
@@ -193,19 +194,21 @@ typedef struct ot_kernel {
 
 /* jit.c: code for k's program, or NULL where k has ops it does not cover,
  * the table has no vector functions (only AVX2's and AVX-512's have), k
- * has a single op and writes less than stream_bytes, or the platform is
- * not x86-64 Linux. From stream_bytes of output on (0: never) fn_stream
- * is built too. acc: 1 for OT_ULP35. fn, fn_stream and fn_tail are set by
- * ot__jit_install, which puts the code of n kernels (NULL entries
- * skipped) into one executable mapping; false (nothing installed) when
- * the mapping fails. */
+ * has a single op and does not stream, or the platform is not x86-64
+ * Linux. With stream, fn_stream is built too. acc: 1 for OT_ULP35. fn,
+ * fn_stream and fn_tail are set by ot__jit_install, which puts the code of
+ * n kernels (NULL entries skipped) into one executable mapping; false
+ * (nothing installed) when the mapping fails. ot__jit_streams: whether k's
+ * output should be written with streaming stores, i.e. it writes at least
+ * stream_bytes (0: never) and k is bound by memory, not by arithmetic. */
 typedef struct ot_jit_map {
     void *base;
     size_t bytes;
 } ot_jit_map;
 /* Whether code is generated for kt's ISA on this platform at all. */
 bool ot__jit_available(const ot_kernels *kt);
-ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc, size_t stream_bytes);
+bool ot__jit_streams(const ot_kernel *k, size_t stream_bytes);
+ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc, bool stream);
 bool ot__jit_install(ot_jit *const *jits, int n, ot_jit_map *map);
 void ot__jit_unmap(ot_jit_map *map);
 void ot__jit_free(ot_jit *j);
@@ -292,8 +295,12 @@ typedef struct ot_cpu {
                                        call reuses (saves its allocations) */
     bool jit;                       /* generate code for kernels (opts.jit) */
     size_t stream_bytes;            /* outputs this large are written with
-                                       streaming stores; 0: never */
+                                       streaming stores when their kernel is
+                                       bound by memory (jit.c); 0: never */
 } ot_cpu;
+/* The last-level cache's size from CPUID's cache leaves (x86), 0 where
+ * unknown: cpu.c's fallback when sysfs does not say. */
+size_t ot__llc_cpuid(void);
 ot_plan_cache *ot__plan_cache_new(int capacity);
 void ot__plan_cache_free(ot_plan_cache *c);
 extern const ot_backend_vt ot__cpu_vt;

@@ -29,6 +29,39 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* ---- when to stream ---------------------------------------------------------- */
+
+/* Streaming stores pay where a kernel is bound by memory: they save reading
+ * each output line before writing it (a fifth of W1's traffic). Where the
+ * arithmetic is the bound they cost: W3, W4 and W7 by hand ran 7-50%
+ * slower with them on Zen 4 (issue 15), W1 19% faster. A kernel counts as
+ * memory-bound when its work per element, in the op table's cost units
+ * (1 cheap, 3 divide or root, 8 transcendental), is at most
+ * STREAM_WORK_PER_BYTE per byte of vector it reads or writes. */
+#define STREAM_WORK_PER_BYTE 0.5
+
+static bool memory_bound(const ot_kernel *k)
+{
+    int work = 0, vectors = 1 + k->nxstore;
+    for (int i = 0; i < k->ninsn; i++) {
+        const ot_insn *in = &k->insns[i];
+        if (in->scalar & 8) continue;
+        if (in->code == OT_I_LOAD) vectors++;
+        else if (in->code == OT_I_FMA) work += OT__COST_CHEAP;
+        else if (in->code != OT_I_PARAM) work += ot__op_cost(in->op);
+    }
+    size_t es = k->result_kd == OT_KD_F64 ? 8 : 4;
+    return (double)work <= STREAM_WORK_PER_BYTE * (double)(es * (size_t)vectors);
+}
+
+bool ot__jit_streams(const ot_kernel *k, size_t stream_bytes)
+{
+    if (!stream_bytes || k->kind != OT_KER_EW || k->col_blocked) return false;
+    size_t n = k->result_kd == OT_KD_F64 ? 8 : 4;
+    for (int d = 0; d < k->ndim; d++) n *= (size_t)k->dims[d];
+    return n >= stream_bytes && memory_bound(k);
+}
+
 #if defined(__x86_64__) && defined(__linux__)
 #include <sys/mman.h>
 
@@ -737,17 +770,6 @@ void ot__jit_unmap(ot_jit_map *map)
     *map = (ot_jit_map){NULL, 0};
 }
 
-/* Whether k writes at least stream_bytes (0: never) of output, so that its
- * stores should bypass the caches: its output cannot stay in them anyway,
- * and a streaming store saves reading each line before writing it. */
-static bool streams_out(const ot_kernel *k, size_t stream_bytes)
-{
-    if (!stream_bytes || k->col_blocked) return false;
-    size_t n = k->result_kd == OT_KD_F64 ? 8 : 4;
-    for (int d = 0; d < k->ndim; d++) n *= (size_t)k->dims[d];
-    return n >= stream_bytes;
-}
-
 /* One op alone is already one pass in the tile kernels: generated code
  * gains there only by streaming the output of an op that is bound by
  * memory, not by a call (sig alone measured 5-10% slower as code). */
@@ -770,7 +792,7 @@ bool ot__jit_available(const ot_kernels *kt)
     return kt->vfn1[0][OT_OP_EXP][0] && (kt->vbytes == 32 || kt->vbytes == 64);
 }
 
-ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc, size_t stream_bytes)
+ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc, bool stream)
 {
     /* Reductions stay with the interpreter: softmax's sum(exp(x - m)) ran
      * 2-7% slower as generated code (measured), elementwise kernels faster. */
@@ -780,7 +802,7 @@ ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc, size_t 
     ot_jit *j = ot__calloc(1, sizeof *j);
     code c = {0};
     regs r = {.c = &c, .j = j, .insns = k->insns};
-    bool ok = j != NULL, stream = streams_out(k, stream_bytes);
+    bool ok = j != NULL;
     if (ok) {
         j->kt = kt;
         j->ninsn = k->ninsn;
@@ -846,9 +868,9 @@ bool ot__jit_available(const ot_kernels *kt)
     return false;
 }
 
-ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc, size_t stream_bytes)
+ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc, bool stream)
 {
-    (void)k, (void)kt, (void)acc, (void)stream_bytes;
+    (void)k, (void)kt, (void)acc, (void)stream;
     return NULL;
 }
 

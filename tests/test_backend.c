@@ -5,6 +5,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "test.h"
+#include "cpu.h"
 
 #include <stdlib.h>
 
@@ -102,6 +103,22 @@ static bool isa_runs(const char *isa)
     ot_backend *be = ot_backend_new("cpu", &(ot_backend_opts){.isa = isa});
     ot_backend_free(be);
     return be != NULL;
+}
+
+/* The streaming threshold defaults to the last-level cache's size; where
+ * sysfs does not list the caches, CPUID's cache leaves give it, and both
+ * agree where both exist. */
+TEST(backend_llc_from_cpuid)
+{
+    size_t cpuid = ot__llc_cpuid();
+    FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
+    unsigned long kib = 0;
+    bool sysfs = f && fscanf(f, "%luK", &kib) == 1;
+    if (f) fclose(f);
+#if defined(__x86_64__)
+    CHECK(cpuid >= (size_t)256 << 10);
+#endif
+    if (sysfs && cpuid) CHECK_INT((long long)cpuid, (long long)kib << 10);
 }
 
 /* ot_backend_options reports the configuration in force: the ISA chosen,

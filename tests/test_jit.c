@@ -141,7 +141,7 @@ static bool check_op(const ot_kernels *kt, ot_insn op, int kd, int acc, unsigned
 {
     hand h;
     hand_init(&h, kd, op, scalar_ops);
-    ot_jit *j = ot__jit_build(&h.k, kt, acc, 1);
+    ot_jit *j = ot__jit_build(&h.k, kt, acc, true);
     ot_jit_map map = {NULL, 0};
     if (j && !ot__jit_install(&j, 1, &map)) {
         ot__jit_free(j);
@@ -225,28 +225,30 @@ TEST(jit_declines_what_it_does_not_cover)
         const ot_kernels *kt = jit_table(i);
         if (!kt) continue;
         hand_init(&h, OT_KD_I32, (ot_insn){.code = OT_I_BINARY, .op = OT_OP_ADD, .a = 0, .b = 1, .c = -1}, 0);
-        CHECK(ot__jit_build(&h.k, kt, 0, 0) == NULL);
+        CHECK(ot__jit_build(&h.k, kt, 0, false) == NULL);
         /* One op alone: only a memory-bound one whose output streams. */
-        hand_init(&h, OT_KD_F32, (ot_insn){.code = OT_I_UNARY, .op = OT_OP_EXP, .a = 0, .b = -1, .c = -1}, 0);
+        hand_init(&h, OT_KD_F32, (ot_insn){.code = OT_I_UNARY, .op = OT_OP_EXP, .a = 0, .b = -1, .c = -1}, 6);
         h.k.ninsn = 4;
         h.k.result = 3;
-        CHECK(ot__jit_build(&h.k, kt, 0, 0) == NULL);
-        CHECK(ot__jit_build(&h.k, kt, 0, 1) == NULL);
-        CHECK(ot__jit_build(&h.k, kt, 0, NV * 4 + 1) == NULL);
+        CHECK(!ot__jit_streams(&h.k, 1));               /* exp: bound by its arithmetic */
+        CHECK(ot__jit_build(&h.k, kt, 0, false) == NULL);
+        CHECK(ot__jit_build(&h.k, kt, 0, true) == NULL);
         hand_init(&h, OT_KD_F32, (ot_insn){.code = OT_I_FMA, .op = OT_OP_ADD, .a = 0, .b = 1, .c = 2}, 0);
         h.k.ninsn = 4;
         h.k.result = 3;
-        CHECK(ot__jit_build(&h.k, kt, 0, 0) == NULL);
-        CHECK(ot__jit_build(&h.k, kt, 0, NV * 4 + 1) == NULL);   /* NV floats: too small */
-        ot_jit *j = ot__jit_build(&h.k, kt, 0, NV * 4);
+        CHECK(ot__jit_build(&h.k, kt, 0, false) == NULL);
+        CHECK(!ot__jit_streams(&h.k, 0));
+        CHECK(!ot__jit_streams(&h.k, NV * 4 + 1));      /* NV floats: too small */
+        CHECK(ot__jit_streams(&h.k, NV * 4));
+        ot_jit *j = ot__jit_build(&h.k, kt, 0, true);
         CHECK(j && j->stream_at > 0);
         ot__jit_free(j);
         hand_init(&h, OT_KD_F32, (ot_insn){.code = OT_I_CAST, .kd_from = OT_KD_F64, .a = 0, .b = -1, .c = -1}, 0);
-        CHECK(ot__jit_build(&h.k, kt, 0, 0) == NULL);
+        CHECK(ot__jit_build(&h.k, kt, 0, false) == NULL);
     }
     hand_init(&h, OT_KD_F32, (ot_insn){.code = OT_I_UNARY, .op = OT_OP_EXP, .a = 0, .b = -1, .c = -1}, 0);
-    CHECK(ot__jit_build(&h.k, ot__kernels_for("scalar"), 0, 0) == NULL);
-    if (ot__kernels_for("sse2")) CHECK(ot__jit_build(&h.k, ot__kernels_for("sse2"), 0, 0) == NULL);
+    CHECK(ot__jit_build(&h.k, ot__kernels_for("scalar"), 0, false) == NULL);
+    if (ot__kernels_for("sse2")) CHECK(ot__jit_build(&h.k, ot__kernels_for("sse2"), 0, false) == NULL);
 }
 
 /* ---- whole assignments: generated code against OT_JIT=0 ------------------ */
@@ -449,16 +451,21 @@ TEST(jit_explain_marks_generated_code)
         bool code = mode != INTERP && (isa[run / 3] || backend_jits());
         ot_tensor *x = ot_empty(be, OT_SHAPE(40), OT_F32), *y = ot_empty(be, OT_SHAPE(40), OT_F32);
         ot_pool *p = ot_pool_push();
-        char *chain = test__capture(ot_explain, ot_tanh(ot_add(ot_mul(x, y), ot_div(x, y))));
+        char *chain = test__capture(ot_explain, ot_add(ot_mul(x, y), ot_div(x, y)));
+        char *tanh = test__capture(ot_explain, ot_tanh(ot_add(ot_mul(x, y), ot_div(x, y))));
         char *call = test__capture(ot_explain, ot_exp(x));
         char *add = test__capture(ot_explain, ot_add(x, y));
-        CHECK(chain && call && add);
-        if (chain && call && add) {
+        CHECK(chain && tanh && call && add);
+        if (chain && tanh && call && add) {
             const char *mark = mode == STREAM ? "(generated code, streaming stores)" : "(generated code)";
             CHECK((strstr(chain, mark) != NULL) == code);
+            /* Bound by its arithmetic: never streamed. */
+            CHECK((strstr(tanh, "(generated code") != NULL) == code);
+            CHECK(strstr(tanh, "streaming") == NULL);
             CHECK(strstr(call, "(generated code") == NULL);
             CHECK((strstr(add, "(generated code") != NULL) == (code && mode == STREAM));
         }
+        free(tanh);
         free(chain);
         free(call);
         free(add);
@@ -490,7 +497,7 @@ TEST(jit_options_choose_code)
             if (!be) continue;
             ot_tensor *x = ot_empty(be, OT_SHAPE(40), OT_F32), *y = ot_empty(be, OT_SHAPE(40), OT_F32);
             ot_pool *p = ot_pool_push();
-            char *chain = test__capture(ot_explain, ot_tanh(ot_add(ot_mul(x, y), ot_div(x, y))));
+            char *chain = test__capture(ot_explain, ot_add(ot_mul(x, y), ot_div(x, y)));
             CHECK(chain != NULL);
             if (chain) {
                 CHECK((strstr(chain, "(generated code") != NULL) == (mode != INTERP));
@@ -535,7 +542,7 @@ static void streaming(const char *isa, ot_dtype dt)
         CHECK_INT(ot_assign(o, ot_add(ot_mul(x[0], x[1]), x[2])), 0);
         res[b][0] = malloc(N * es);
         ot_get(o, res[b][0]);
-        CHECK_INT(ot_assign(o, ot_tanh(ot_add(ot_mul(x[0], x[1]), ot_div(x[0], x[1])))), 0);
+        CHECK_INT(ot_assign(o, ot_add(ot_mul(x[0], x[1]), ot_div(x[0], x[1]))), 0);
         res[b][1] = malloc(N * es);
         ot_get(o, res[b][1]);
         CHECK_INT(ot_assign(off, ot_sub(ot_mul(x[2], x[1]), x[0])), 0);

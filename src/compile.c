@@ -231,6 +231,7 @@ int ot__plan_compile(ot_backend *be, const ot_walk *w, int n, ot_tensor *const o
         if (!rc) rc = OT_VERIFY(ot__verify_plan(c.plan, OT_VERIFY_LAID_OUT));
         if (!rc && cpu->jit)
             generate_code(c.plan, cpu->k, be->opts.accuracy == OT_ULP35, cpu->stream_bytes);
+        if (!rc) ot__plan_run_prepare(c.plan);
     }
     free(c.ci);
     free(c.groot);

@@ -168,6 +168,8 @@ typedef struct ot_kernel {
     bool result_scalar;             /* one value per tile */
     uint8_t result_kd;              /* its kernel dtype */
     bool direct_store;              /* the last insn writes the output in place */
+    int64_t run_tile;               /* elements per tile (exec.c), set by
+                                       ot__plan_run_prepare */
     ot_view store;                  /* EW/REDUCE: where results go; reduced
                                        dims have stride 0 */
     int nxstore;                    /* EW: further outputs, same space */
@@ -221,6 +223,7 @@ typedef struct ot_segment {
                                        so it stays in cache), or -1 */
 } ot_segment;
 
+#define OT_RUN_REGIONS 9
 typedef struct ot_plan {
     atomic_int refs;                /* the cache's reference plus runs' */
     _Atomic(char *) arena;          /* temporaries' memory, kept between runs
@@ -247,6 +250,10 @@ typedef struct ot_plan {
                                        dot and its epilogue, that run per
                                        block of the dot's rows, in order */
     ot_segment *segs;
+    /* What a run reserves besides temporaries (exec.c's regions), laid out
+     * once by ot__plan_run_prepare; run_ok false when a size overflows. */
+    size_t run_full, run_worker, run_off[OT_RUN_REGIONS];
+    bool run_ok;
 } ot_plan;
 
 /* 0 when kernel table kt (at accuracy acc: 0 = u10, 1 = u35) has an entry
@@ -281,7 +288,9 @@ int ot__plan_explain(const ot_plan *p, FILE *f);
 bool ot__dot_scratch(const ot_kernel *k, size_t *bytes);
 void ot__run_dot(const ot_kernel *k, char *const base[2], char *dst,
                  const double *param, char *scratch);
-/* exec.c */
+/* exec.c: ot__plan_run_prepare lays out a run's scratch once, after the
+ * plan's code is generated (tiles depend on it); ot__plan_run runs it. */
+void ot__plan_run_prepare(ot_plan *p);
 int ot__plan_run(ot_backend *be, ot_plan *p, const ot_binding *bind);
 
 /* The cpu backend's private state (be->impl). */

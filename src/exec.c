@@ -43,6 +43,7 @@ enum {
     R_PACK,                    /* DOT: operands packed for BLAS */
     R_COUNT
 };
+_Static_assert(R_COUNT == OT_RUN_REGIONS, "cpu.h's OT_RUN_REGIONS counts exec.c's regions");
 
 typedef struct run_mem {
     char *slots;               /* slot 0, then the workers'; NULL when full is 0 */
@@ -655,7 +656,7 @@ static int64_t all_chunks(const run_ctx *c)
 
 static void set_space(run_ctx *c, const ot_kernel *k)
 {
-    c->tile = tile_for(k);
+    c->tile = k->run_tile;
     c->inner = k->ndim ? k->dims[k->ndim - 1] : 1;
     if (c->inner < c->tile) c->tile = c->inner > 0 ? c->inner : 1;   /* small scratch */
     c->nouter = 1;
@@ -937,13 +938,24 @@ static void arena_give(ot_plan *p, char *a)
     if (!atomic_compare_exchange_strong(&p->arena, &none, a)) free(a);
 }
 
+void ot__plan_run_prepare(ot_plan *p)
+{
+    run_mem m = {0};
+    for (int i = 0; i < p->nkernels; i++) p->kernels[i].run_tile = tile_for(&p->kernels[i]);
+    p->run_ok = run_layout(p, &m);
+    p->run_full = m.full;
+    p->run_worker = m.worker;
+    memcpy(p->run_off, m.off, sizeof m.off);
+}
+
 int ot__plan_run(ot_backend *be, ot_plan *p, const ot_binding *bind)
 {
     ot_cpu *cpu = be->impl;
-    run_mem mem;
+    run_mem mem = {.full = p->run_full, .worker = p->run_worker};
+    memcpy(mem.off, p->run_off, sizeof mem.off);
     size_t temps = (p->arena_bytes + 63) & ~(size_t)63, slots = 0;
     size_t workers = (size_t)ot__threads_workers(cpu->threads);
-    bool ok = run_layout(p, &mem) && ot__mul_size(&slots, mem.worker, workers) &&
+    bool ok = p->run_ok && ot__mul_size(&slots, mem.worker, workers) &&
               slots <= SIZE_MAX - mem.full && (slots += mem.full) <= SIZE_MAX - temps;
     char *arena = NULL;
     if (!ok || (temps + slots && !(arena = arena_take(p, temps + slots))))

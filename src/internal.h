@@ -47,6 +47,12 @@ unsigned long ot__alloc_failures(void);
 
 /* ---- nodes --------------------------------------------------------------- */
 
+/* What a backend keeps on a tree's root between assignments of that tree
+ * (plan_key.c: the plan and its bindings), dropped with the node. */
+typedef struct ot_memo {
+    void (*drop)(struct ot_memo *m);
+} ot_memo;
+
 struct ot_node {
     atomic_long refs;
     uint8_t kind;         /* OT_NODE_LEAF / CONST / OP */
@@ -64,6 +70,8 @@ struct ot_node {
     ot_args args;         /* attributes in force, spec_ NULL, axis normalised
                              (0..ndim-1 of the operand, or OT_AXIS_ALL) */
     ot_node *next_dead;   /* worklist link while being destroyed */
+    _Atomic(ot_memo *) memo;  /* set once, by the first assignment of this
+                                 root that can be memoised */
 };
 
 /* Adds a new node (holding one reference, the creator's) to the innermost

@@ -174,6 +174,8 @@ void ot_release(ot_node *n)
         drop(d->b, &dead);
         drop(d->tag_a, &dead);
         drop(d->tag_b, &dead);
+        ot_memo *m = atomic_load_explicit(&d->memo, memory_order_acquire);
+        if (m) m->drop(m);
         node_free(d);
     }
 }

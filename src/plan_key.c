@@ -319,12 +319,109 @@ static bool cache_add(ot_plan_cache *c, ot_walk *w, ot_plan *plan)
     return true;
 }
 
+/* ---- the root memo ---------------------------------------------------------- */
+
+/* A tree assigned again and again (built once, run per step) need not be
+ * walked again: its structure, leaves and constants cannot change, so the
+ * plan and bindings found by its first assignment hold for every later one
+ * into an output of the same layout, on the same backend with the same
+ * options. That assignment is memoised on the root (ot_node.memo, set once,
+ * read-only after, dropped with the node). The memo holds a plan reference,
+ * so the plan outlives its eviction from the cache; it compares the
+ * backend by pointer and options, so a backend freed and another made at
+ * the same address gets a plan only if it would compile the same one. */
+typedef struct out_layout {
+    const ot_tensor *t;
+    const void *buf;
+    int64_t offset;
+    int64_t strides[OT_MAX_DIMS];
+    ot_shape shape;
+    int dtype;
+} out_layout;
+
+typedef struct root_memo {
+    ot_memo base;
+    const ot_backend *be;
+    ot_backend_opts opts;
+    out_layout out;
+    ot_plan *plan;
+    char **leaf;                /* the bindings, in this allocation */
+    double *param;
+} root_memo;
+
+/* Zero-filled first, so that layouts compare with memcmp, padding included. */
+static void layout_of(out_layout *l, const ot_tensor *t)
+{
+    ot__clear(l, sizeof *l);
+    l->t = t;
+    l->buf = t->buf;
+    l->offset = t->offset;
+    memcpy(l->strides, t->strides, sizeof l->strides);
+    l->shape = t->leaf.shape;
+    l->dtype = t->leaf.dtype;
+}
+
+static void memo_drop(ot_memo *m)
+{
+    ot__plan_release(((root_memo *)m)->plan);
+    free(m);
+}
+
+static bool memoisable(int n, ot_tensor *const outs[], ot_node *const trees[])
+{
+    return n == 1 && outs && trees[0]->kind == OT_NODE_OP;
+}
+
+/* The memoised plan of trees[0] into outs[0] (a new reference), NULL when
+ * there is none for this output and backend. */
+static ot_plan *memo_find(const ot_backend *be, ot_tensor *out, ot_node *root, ot_binding *bind)
+{
+    root_memo *m = (root_memo *)atomic_load_explicit(&root->memo, memory_order_acquire);
+    if (!m || m->be != be || memcmp(&m->opts, &be->opts, sizeof m->opts) != 0) return NULL;
+    out_layout l;
+    layout_of(&l, out);
+    if (memcmp(&l, &m->out, sizeof l) != 0) return NULL;
+    atomic_fetch_add(&m->plan->refs, 1);
+    *bind = (ot_binding){.leaf = m->leaf, .param = m->param};
+    return m->plan;
+}
+
+/* Memoises plan p and w's bindings on the root, unless one is there. A memo
+ * is only a shortcut: without memory there is none. */
+static void memo_add(const ot_backend *be, ot_tensor *out, ot_node *root, const ot_walk *w,
+                     ot_plan *p)
+{
+    size_t leaves = sizeof(char *) * (size_t)w->nleaf, params = sizeof(double) * (size_t)w->nparam;
+    root_memo *m = ot__malloc(sizeof *m + leaves + params);
+    if (!m) return;
+    ot__clear(m, sizeof *m);
+    m->base.drop = memo_drop;
+    m->be = be;
+    memcpy(&m->opts, &be->opts, sizeof m->opts);
+    layout_of(&m->out, out);
+    m->param = (double *)(m + 1);
+    m->leaf = (char **)((char *)m->param + params);
+    memcpy(m->param, w->param, params);
+    memcpy(m->leaf, w->leafptr, leaves);
+    m->plan = p;
+    atomic_fetch_add(&p->refs, 1);
+    ot_memo *none = NULL;
+    if (!atomic_compare_exchange_strong(&root->memo, &none, &m->base)) memo_drop(&m->base);
+}
+
 /* ---- the entry point ------------------------------------------------------- */
 
 int ot__plan_get(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[],
                  ot_plan **plan, ot_walk **walk, ot_binding *bind)
 {
     ot_cpu *cpu = be->impl;
+    bool memo = memoisable(n, outs, trees);
+    if (memo && (*plan = memo_find(be, outs[0], trees[0], bind))) {
+        atomic_fetch_add(&be->stats.cache_hits, 1);
+        *walk = NULL;
+        bind->outs = outs;
+        return 0;
+    }
     ot_walk *w = walk_trees(cpu, n, outs, trees);
     if (!w) return ot__err_set(OT_ENOMEM, NULL, 0, "assign", "out of memory walking the tree");
     pthread_mutex_lock(&cpu->cache->lock);
@@ -354,7 +451,9 @@ int ot__plan_get(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const 
         atomic_fetch_add(&p->refs, 1);   /* the caller's, beside the cache's */
         if (!keep || !cache_add(cpu->cache, w, p)) atomic_fetch_sub(&p->refs, 1);
         pthread_mutex_unlock(&cpu->cache->lock);
+        memo = memo && keep;
     }
+    if (memo) memo_add(be, outs[0], trees[0], w, p);
     *plan = p;
     *walk = w;
     *bind = (ot_binding){.leaf = w->leafptr, .param = w->param, .outs = outs};

@@ -10,6 +10,7 @@
  * ot_explain text, and its release.
  */
 #include "plan.h"
+#include "ops.h"
 
 /* ---- the plan ------------------------------------------------------------- */
 
@@ -150,6 +151,28 @@ static int dot_read(const ot_plan *p, int i)
     return -1;
 }
 
+/* The accuracy of k's inexact ops, each once: the SLEEF accuracy the
+ * table uses at the plan's setting ("tanh u10"), or the library's own
+ * function's ("sig u35"). Exact ops (correctly rounded, bitwise NumPy's)
+ * are not listed. */
+static void explain_accuracy(const ot_kernel *k, int acc, FILE *f)
+{
+    bool seen[OT_OP_COUNT] = {false}, any = false;
+    for (int i = 0; i < k->ninsn; i++) {
+        const ot_insn *in = &k->insns[i];
+        const ot_opinfo *o = in->code == OT_I_UNARY || in->code == OT_I_BINARY ? ot__op(in->op) : NULL;
+        if (!o || seen[in->op] || (o->vec != OT__VEC_SLEEF && o->vec != OT__VEC_ACC)) continue;
+        seen[in->op] = true;
+        /* Binary SLEEF ops (pow) run at their u10 column at both settings;
+         * sig and sig2 at their base function's. */
+        const ot_opinfo *b = o->jit_base != OT_OP_NONE ? ot__op(o->jit_base) : o;
+        const char *ulp = b->vec == OT__VEC_ACC ? (acc ? "u35" : "u10") : b->ulp[b->arity == 2 ? 0 : acc];
+        fprintf(f, "%s%s %s", any ? ", " : " [accuracy: ", o->name, ulp);
+        any = true;
+    }
+    if (any) fputc(']', f);
+}
+
 int ot__plan_explain(const ot_plan *p, FILE *f)
 {
     fprintf(f, "plan: %d kernel%s, %d temporar%s (%zu bytes), reads %llu bytes, writes %llu bytes\n",
@@ -174,6 +197,7 @@ int ot__plan_explain(const ot_plan *p, FILE *f)
         if (p->kernels[i].jit)
             fputs(p->kernels[i].jit->fn_stream ? " (generated code, streaming stores)"
                                                : " (generated code)", f);
+        explain_accuracy(&p->kernels[i], p->acc, f);
         fputc('\n', f);
     }
     return ferror(f) ? OT_EIO : 0;
@@ -232,6 +256,7 @@ int ot__plan_compile(ot_backend *be, const ot_walk *w, int n, ot_tensor *const o
         if (!rc && cpu->jit)
             generate_code(c.plan, cpu->k, be->opts.accuracy == OT_ULP35, cpu->stream_bytes);
         if (!rc) ot__plan_run_prepare(c.plan);
+        if (!rc) c.plan->acc = be->opts.accuracy == OT_ULP35;
     }
     free(c.ci);
     free(c.groot);

@@ -254,6 +254,7 @@ typedef struct ot_plan {
      * once by ot__plan_run_prepare; run_ok false when a size overflows. */
     size_t run_full, run_worker, run_off[OT_RUN_REGIONS];
     bool run_ok;
+    int acc;                        /* 0: OT_ULP10, 1: OT_ULP35 */
 } ot_plan;
 
 /* 0 when kernel table kt (at accuracy acc: 0 = u10, 1 = u35) has an entry

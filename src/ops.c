@@ -42,7 +42,7 @@ static const ot_opinfo ops[OT_OP_COUNT] = {
               DOC)                                                                           \
     [OT_OP_##E] = {.name = NM, .arity = AR, .kind = OT_KIND_##KIND,                          \
                    .flags = OPS_FLAGS(RULE, GRAD), .cost = OT__COST_##COST,                  \
-                   .vec = OT__VEC_##VEC, .exact = OPS_EXACT_##VEC,                           \
+                   .vec = OT__VEC_##VEC, .exact = OPS_EXACT_##VEC, .ulp = {#U10, #U35},      \
                    .i32 = OPS_I32(KIND, RULE), .jit = OPS_JIT_##JIT, .grad = OPS_GRAD_##GRAD, \
                    .dom = OT__DOM_##DOM, .sym = SYM},
 #include "ops.def"

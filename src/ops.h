@@ -26,6 +26,8 @@ typedef struct ot_opinfo {
     int vec;                 /* OT__VEC_* */
     bool exact;              /* OWN and WIDE: ref's value rounded to the dtype */
     bool i32;                /* elementwise with i32 kernels (rule not FLOAT) */
+    const char *ulp[2];      /* columns u10 and u35: the SLEEF accuracy
+                                used at OT_ULP10 and OT_ULP35, or "-" */
     int jit;                 /* OT__JIT_* */
     int jit_base;            /* SIG: the op whose vector function it calls */
     bool grad;               /* autodiff has a rule (else OT_FLAG_NODIFF) */

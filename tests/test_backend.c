@@ -281,3 +281,31 @@ TEST(explain_on_both_backends)
     ot_backend_free(ref);
     ot_backend_free(cpu);
 }
+
+/* ot_explain says at which accuracy each kernel's inexact ops run: the
+ * setting's SLEEF column (exp has no u35 and stays u10; sig follows exp),
+ * and nothing for exact ops. */
+TEST(backend_explain_accuracy)
+{
+    static const char *const want[2][3] = {
+        {"[accuracy: tanh u10]", "[accuracy: sig u10, log u10]", "[accuracy: exp u10]"},
+        {"[accuracy: tanh u35]", "[accuracy: sig u10, log u35]", "[accuracy: exp u10]"}};
+    for (int acc = 0; acc < 2; acc++) {
+        ot_backend *be = ot_backend_new("cpu", &(ot_backend_opts){.accuracy = acc ? OT_ULP35 : OT_ULP10});
+        ot_tensor *x = ot_empty(be, OT_SHAPE(4, 40), OT_F32);
+        ot_pool *p = ot_pool_push();
+        char *t[4] = {test__capture(ot_explain, ot_tanh(ot_add(ot_mul(x, x), 1.0f))),
+                      test__capture(ot_explain, ot_add(ot_sig(x), ot_log(x))),
+                      test__capture(ot_explain, ot_softmax(x, .axis = 1)),
+                      test__capture(ot_explain, ot_add(ot_div(x, 3.0f), ot_sqrt(x)))};
+        for (int i = 0; i < 3; i++) {
+            CHECK(t[i] && strstr(t[i], want[acc][i]));
+            if (t[i] && !strstr(t[i], want[acc][i])) fprintf(stderr, "%s", t[i]);
+        }
+        CHECK(t[3] && !strstr(t[3], "accuracy"));
+        for (int i = 0; i < 4; i++) free(t[i]);
+        ot_pool_pop(p);
+        ot_tensor_free(x);
+        ot_backend_free(be);
+    }
+}

@@ -198,6 +198,11 @@ void ot__fuse_temp_storage(compiler *c, storage *s, const ot_shape *shape, ot_dt
 /* Whether output i overlaps no leaf but, optionally, the leaf `own`. */
 bool ot__fuse_out_alone(const compiler *c, int i, int own);
 
+/* plan_build.c: whether output q's kernel reads leaf j itself: its root's
+ * elementwise region (values not stored by kernels of their own, transposes
+ * of leaves included) reaches the leaf. stack has room for 2n + 1 entries. */
+bool ot__build_region_reads(const compiler *c, int q, int j, int *stack);
+
 /* plan_emit.c */
 /* A storage seen from an iteration space (right-aligned broadcast). */
 ot_view ot__emit_view_of(const storage *s, int ndim, const int64_t *dims);

@@ -363,10 +363,7 @@ static bool groupable(const compiler *c, int i)
     return true;
 }
 
-/* Whether output q's kernel reads leaf j itself: its root's elementwise
- * region (values not stored by kernels of their own, transposes of leaves
- * included) reaches the leaf. */
-static bool region_reads(const compiler *c, int q, int j, int *stack)
+bool ot__build_region_reads(const compiler *c, int q, int j, int *stack)
 {
     int n = 0, r = c->ci[c->w->root[q]].canon;
     stack[n++] = r;
@@ -399,7 +396,7 @@ static void check_inplace_groups(const compiler *c, int *lead)
             if (ot__overlap(c->outs[i], c->w->leaf[j]) != OT_OVERLAP_FULL) continue;
             bool ok = true;
             for (int q = 0; q < c->nout && ok; q++)
-                ok = (lead[q] == lead[i] && lead[q] >= 0) || !region_reads(c, q, j, stack);
+                ok = (lead[q] == lead[i] && lead[q] >= 0) || !ot__build_region_reads(c, q, j, stack);
             if (ok) continue;
             int g = lead[i];
             for (int q = 0; q < c->nout; q++)

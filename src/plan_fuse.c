@@ -377,12 +377,39 @@ static bool dot_for(const compiler *c, int i, int e, int s)
            d->dtype == c->outs[i]->leaf.dtype;
 }
 
-/* The output itself, read as a leaf (the same view). */
+/* The output itself, read as a leaf (the same view). Other readers of the
+ * leaf are kernels that run before the output's (every materialised value
+ * is computed before any output is written), except the dot's own operands
+ * and the other outputs' kernels, which gemm_over_leaf checks. */
 static bool is_out_leaf(const compiler *c, int i, int e)
 {
     const ent *x = &c->w->e[e];
-    return x->kind == OT_NODE_LEAF && c->ci[e].uses == 1 &&
-           ot__overlap(c->outs[i], c->w->leaf[x->slot]) == OT_OVERLAP_FULL;
+    return x->kind == OT_NODE_LEAF && ot__overlap(c->outs[i], c->w->leaf[x->slot]) == OT_OVERLAP_FULL;
+}
+
+/* The leaf slot an operand reads through views (transposes), or -1 when it
+ * is a computed value, which has storage of its own. */
+static int operand_leaf(const compiler *c, int e)
+{
+    while (e >= 0 && is_op(c, e) && kind_of(c, e) == OT_KIND_SHAPE && !c->ci[e].mat)
+        e = canon_operand(c, e, 0);
+    return e >= 0 && c->w->e[e].kind == OT_NODE_LEAF ? c->w->e[e].slot : -1;
+}
+
+/* Whether BLAS may write dot d over leaf `slot` (output i, C = alpha*A.B +
+ * beta*C): neither A nor B reads that leaf, and no other output's kernel
+ * does (with several outputs, every tree reads the old values; an
+ * optimizer step's w -= lr*dot(x', d) reads w only in kernels that run
+ * before its GEMM). */
+static bool gemm_over_leaf(const compiler *c, int i, int d, int slot, int *stack)
+{
+    for (int k = 0; k < 2; k++) {
+        int l = operand_leaf(c, canon_operand(c, d, k));
+        if (l >= 0 && ot__overlap(c->outs[i], c->w->leaf[l]) != OT_OVERLAP_NONE) return false;
+    }
+    for (int q = 0; q < c->nout; q++)
+        if (q != i && ot__build_region_reads(c, q, slot, stack)) return false;
+    return true;
 }
 
 /* Whether output i overlaps no leaf but, optionally, the leaf `own`. */
@@ -393,10 +420,13 @@ bool ot__fuse_out_alone(const compiler *c, int i, int own)
     return true;
 }
 
-static bool match_compound(const compiler *c, int i, int r, gemm_root *g)
+/* out = s0*dot + s1*out (w - lr*g with g a dot): one BLAS call with beta
+ * s1 over the output in place, saving a pass that reads the dot's result
+ * and the output and writes the output again. */
+static bool match_compound(const compiler *c, int i, int r, gemm_root *g, int *stack)
 {
     const ent *x = &c->w->e[r];
-    if (c->nout != 1 || x->kind != OT_NODE_OP || (x->op != OT_OP_ADD && x->op != OT_OP_SUB) ||
+    if (x->kind != OT_NODE_OP || (x->op != OT_OP_ADD && x->op != OT_OP_SUB) ||
         node_of(c, r)->dtype != c->outs[i]->leaf.dtype)
         return false;
     ot_scale s[2];
@@ -405,19 +435,21 @@ static bool match_compound(const compiler *c, int i, int r, gemm_root *g)
     if (x->op == OT_OP_SUB) s[1].mul = -s[1].mul;
     for (int d = 0; d < 2; d++) {
         if (!dot_for(c, i, t[d], o[d]) || !is_out_leaf(c, i, t[1 - d])) continue;
-        if (!ot__fuse_out_alone(c, i, c->w->e[t[1 - d]].slot)) return false;
+        int slot = c->w->e[t[1 - d]].slot;
+        if (!ot__fuse_out_alone(c, i, slot) || !gemm_over_leaf(c, i, t[d], slot, stack))
+            return false;
         *g = (gemm_root){t[d], s[d], s[1 - d]};
         return true;
     }
     return false;
 }
 
-static bool match_gemm_root(const compiler *c, int i, gemm_root *g)
+static bool match_gemm_root(const compiler *c, int i, gemm_root *g, int *stack)
 {
     int r = c->ci[c->w->root[i]].canon;
     *g = (gemm_root){-1, ONE, NONE};
     if (!c->outs || !c->fused) return false;
-    if (match_compound(c, i, r, g)) return true;
+    if (match_compound(c, i, r, g, stack)) return true;
     ot_scale alpha;
     int d = scaled(c, r, &alpha);
     if (!dot_for(c, i, d, r) || !ot__fuse_out_alone(c, i, -1)) return false;
@@ -429,13 +461,15 @@ static bool match_gemm_root(const compiler *c, int i, gemm_root *g)
  * temporary. */
 void ot__fuse_mark_direct_roots(compiler *c)
 {
+    int *stack = ot__malloc(sizeof(int) * (size_t)(2 * c->w->n + 1));
     for (int i = 0; i < c->nout; i++) {
         int r = c->ci[c->w->root[i]].canon;
         ot_shape osh = out_shape(c, i);
         gemm_root g;
         storage out = ot__build_out_storage(c, i);
         c->groot[i] = (gemm_root){-1, ONE, NONE};
-        if (match_gemm_root(c, i, &g) && ot__build_blas_writable(&out, node_of(c, g.dot))) {
+        if (stack && match_gemm_root(c, i, &g, stack) &&
+            ot__build_blas_writable(&out, node_of(c, g.dot))) {
             c->groot[i] = g;
             c->ci[g.dot].mat = false;
             continue;
@@ -444,4 +478,5 @@ void ot__fuse_mark_direct_roots(compiler *c)
             ot__shape_eq(&node_of(c, r)->shape, &osh))
             c->ci[r].mat = false;
     }
+    free(stack);
 }

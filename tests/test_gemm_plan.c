@@ -298,8 +298,9 @@ TEST(inplace_group_other_reader)
 }
 
 /* Plain SGD on a linear layer: each parameter is the only output of its
- * shape, a group of one, and is still written in place (no temporary and
- * copy) because the kernels that read it (the forward dot) run first. */
+ * shape and is written in place (no temporary and copy) because the kernels
+ * that read it (the forward dot) run first; w -= 0.1*dot(x', delta) is one
+ * GEMM accumulating into w (beta 1), with no pass of its own. */
 TEST(inplace_single_outputs)
 {
     pair p;
@@ -317,7 +318,8 @@ TEST(inplace_single_outputs)
         if (s == 1) {
             char *buf = explain_many_text(2, outs, trees);
             CHECK(buf != NULL);
-            CHECK(buf && strstr(buf, "-> out0 (direct)") && strstr(buf, "-> out1 (direct)"));
+            CHECK(buf && strstr(buf, "(gemm, alpha, beta: accumulates) <- leaf1 t1 -> out0\n") &&
+                  strstr(buf, "-> out1 (direct)"));
             CHECK(buf && strstr(buf, "elementwise [960]: <-") == NULL);   /* no copy-out */
             free(buf);
         }
@@ -484,4 +486,40 @@ TEST(inplace_group_transposed_reads)
     CHECK_INT(kernels, 3);   /* two dots, one update writing W and V */
     check_pairs(res[0], res[1], 4, 1e-12);
     pair_close(&p);
+}
+
+/* w -= 0.1 * dot(a, b) beside other outputs: the GEMM accumulates into w
+ * only when nothing still to run reads w. Here another output reads w
+ * (directly, or transposed), or the dot reads w itself; each must give
+ * the old values to every reader, as the ref backend does. */
+TEST(gemm_over_leaf_hazards)
+{
+    enum { N = 24 };
+    for (int variant = 0; variant < 4; variant++) {
+        pair p;
+        pair_open(&p);
+        ot_tensor *res[2][2];
+        for (int s = 0; s < 2; s++) {
+            ot_tensor *w = mat(p.be[s], N, N, OT_F32, 1), *v = mat(p.be[s], N, N, OT_F32, 2);
+            ot_tensor *x = mat(p.be[s], N, N, OT_F32, 3);
+            ot_pool *pool = ot_pool_push();
+            ot_node *g = variant == 2 ? ot_dot(ot_T(w), x) : variant == 3 ? ot_dot(x, w) : ot_dot(ot_T(x), v);
+            ot_node *other = variant == 0 ? ot_add(v, ot_mul(w, 2.0f))
+                           : variant == 1 ? ot_add(v, ot_T(w)) : ot_mul(v, 0.5f);
+            ot_tensor *outs[2] = {w, v};
+            ot_node *trees[2] = {ot_sub(w, ot_mul(g, 0.1)), other};
+            if (s == 1) {
+                char *buf = explain_many_text(2, outs, trees);
+                CHECK(buf && strstr(buf, "accumulates") == NULL);
+                free(buf);
+            }
+            CHECK_INT(ot_assign_many(2, outs, trees), 0);
+            ot_pool_pop(pool);
+            res[s][0] = w;
+            res[s][1] = v;
+            ot_tensor_free(x);
+        }
+        check_pairs(res[0], res[1], 2, 1e-5);
+        pair_close(&p);
+    }
 }

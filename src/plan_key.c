@@ -372,12 +372,22 @@ static bool memoisable(int n, ot_tensor *const outs[], ot_node *const trees[])
     return n == 1 && outs && trees[0]->kind == OT_NODE_OP;
 }
 
+/* What a root's memo slot holds after its first assignment: a tree built
+ * per call (the common pattern) is assigned once, and the memo's
+ * allocation would be pure cost there, so only a second assignment makes
+ * one. Never dropped: node.c drops what drop says, and this drops nothing. */
+static void seen_drop(ot_memo *m) { (void)m; }
+static ot_memo assigned_once = {seen_drop};
+
 /* The memoised plan of trees[0] into outs[0] (a new reference), NULL when
  * there is none for this output and backend. */
 static ot_plan *memo_find(const ot_backend *be, ot_tensor *out, ot_node *root, ot_binding *bind)
 {
-    root_memo *m = (root_memo *)atomic_load_explicit(&root->memo, memory_order_acquire);
-    if (!m || m->be != be || memcmp(&m->opts, &be->opts, sizeof m->opts) != 0) return NULL;
+    ot_memo *slot = atomic_load_explicit(&root->memo, memory_order_acquire);
+    root_memo *m = (root_memo *)slot;
+    if (!slot || slot == &assigned_once || m->be != be ||
+        memcmp(&m->opts, &be->opts, sizeof m->opts) != 0)
+        return NULL;
     out_layout l;
     layout_of(&l, out);
     if (memcmp(&l, &m->out, sizeof l) != 0) return NULL;
@@ -386,11 +396,15 @@ static ot_plan *memo_find(const ot_backend *be, ot_tensor *out, ot_node *root, o
     return m->plan;
 }
 
-/* Memoises plan p and w's bindings on the root, unless one is there. A memo
- * is only a shortcut: without memory there is none. */
+/* Memoises plan p and w's bindings on the root at its second assignment,
+ * unless a memo is there. A memo is only a shortcut: without memory there
+ * is none. */
 static void memo_add(const ot_backend *be, ot_tensor *out, ot_node *root, const ot_walk *w,
                      ot_plan *p)
 {
+    ot_memo *none = NULL;
+    if (atomic_compare_exchange_strong(&root->memo, &none, &assigned_once)) return;
+    if (none != &assigned_once) return;
     size_t leaves = sizeof(char *) * (size_t)w->nleaf, params = sizeof(double) * (size_t)w->nparam;
     root_memo *m = ot__malloc(sizeof *m + leaves + params);
     if (!m) return;
@@ -405,8 +419,8 @@ static void memo_add(const ot_backend *be, ot_tensor *out, ot_node *root, const 
     memcpy(m->leaf, w->leafptr, leaves);
     m->plan = p;
     atomic_fetch_add(&p->refs, 1);
-    ot_memo *none = NULL;
-    if (!atomic_compare_exchange_strong(&root->memo, &none, &m->base)) memo_drop(&m->base);
+    ot_memo *seen = &assigned_once;
+    if (!atomic_compare_exchange_strong(&root->memo, &seen, &m->base)) memo_drop(&m->base);
 }
 
 /* ---- the entry point ------------------------------------------------------- */

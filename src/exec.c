@@ -5,7 +5,8 @@
  * A kernel's iteration space is walked in tiles along its innermost dim;
  * each instruction of its register program runs as one SIMD loop over the
  * tile, or the whole program as one generated loop (jit.c), which writes
- * outputs beyond the last-level cache with streaming stores. Work is cut into chunks whose boundaries depend only on the plan,
+ * the outputs of memory-bound kernels beyond the last-level cache with
+ * streaming stores. Work is cut into chunks whose boundaries depend only on the plan,
  * never on the thread count, and partial results are combined in chunk
  * order, so every result is bitwise identical for any number of threads.
  */

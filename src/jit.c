@@ -56,7 +56,7 @@ static bool memory_bound(const ot_kernel *k)
 
 bool ot__jit_streams(const ot_kernel *k, size_t stream_bytes)
 {
-    if (!stream_bytes || k->kind != OT_KER_EW || k->col_blocked) return false;
+    if (!stream_bytes || k->kind != OT_KER_EW) return false;
     size_t n = k->result_kd == OT_KD_F64 ? 8 : 4;
     for (int d = 0; d < k->ndim; d++) n *= (size_t)k->dims[d];
     return n >= stream_bytes && memory_bound(k);

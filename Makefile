@@ -138,13 +138,15 @@ clean:
 
 # The benchmark of BENCH.md (bench/), never part of `make test`: builds
 # $(BUILD)/bench/bench and runs it (make bench BENCH_ARGS="--only W1 --quick").
-# Only the reference loops get -mavx2 -mfma: the driver checks the CPU at run
-# time before it calls them. Tables go to stdout, bench/results.{csv,md}.
+# Only the reference loops get ISA flags, each file its own ISA's: the driver
+# checks the CPU at run time before it calls them. Tables go to stdout,
+# bench/results.{csv,md}.
 BENCH_SRCS := $(wildcard bench/*.c)
 BENCH_OBJS := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%.o)
 BENCH_ARGS ?=
 
 $(BUILD)/bench/ref_avx2.o: CFLAGS += -mavx2 -mfma
+$(BUILD)/bench/ref_avx512.o: CFLAGS += -mavx512f -mavx512dq -mavx512vl -mfma -mavx2
 $(BUILD)/bench/%.o: bench/%.c bench/bench.h include/optree.h include/optree_ops.h $(FLAGS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -O2 -c $< -o $@

@@ -6,14 +6,18 @@
  *     build/bench/bench [--quick] [--only W1,W5] [--runs N] [--backend ref|cpu]
  *                       [--out DIR] [--explain]
  *
- * Each case is timed in four variants: optree fused (threads 1), optree with
- * fusion off (threads 1), the reference loop (one thread) and optree fused
- * with threads 2. After one warm-up run of each, the variants are timed in
- * turn, run after run, so that drift on a shared machine hits them alike;
- * each figure is the median. Every optree result is checked against the
- * reference loop's output (or the case's check_ref), and one more call of
- * each optree variant counts the kernels it runs. --explain prints the plan
- * of one call of each case to stderr.
+ * Each case is timed in these variants: optree fused (threads 1), optree
+ * with fusion off (threads 1), the reference loop (one thread; in both store
+ * modes, ordinary and streaming, where it has them) and optree fused with
+ * threads 2. After one warm-up run of each, the variants are timed in turn,
+ * run after run, so that drift on a shared machine hits them alike; each
+ * figure is the median, and the faster store mode's median is the
+ * reference. The reference loops are AVX-512 where the CPU has it, AVX2
+ * where it does not or where OT_ISA=avx2 makes optree use AVX2 (so that the
+ * comparison stays like with like). Every optree result is checked against
+ * the reference loop's output in each store mode (or the case's check_ref),
+ * and one more call of each optree variant counts the kernels it runs.
+ * --explain prints the plan of one call of each case to stderr.
  */
 #include "bench.h"
 
@@ -45,6 +49,7 @@ typedef struct variant {
     ot_backend *be;
     ot_tensor *in[BENCH_MAX_IN];
     ot_tensor *out;
+    ot_node *tree;              /* prebuilt cases: built once, assigned per call */
 } variant;
 
 void bench_die(const char *fmt, ...)
@@ -60,9 +65,11 @@ void bench_die(const char *fmt, ...)
 
 #define die bench_die
 
+/* 64-byte aligned, as optree's buffers are: the hand loops get the same
+ * alignment, and streaming stores whole cache lines from the first vector. */
 static void *xmalloc(size_t n)
 {
-    void *p = malloc(n);
+    void *p = aligned_alloc(64, (n + 63) & ~(size_t)63);
     if (!p) die("out of memory (%zu bytes)", n);
     return p;
 }
@@ -144,9 +151,26 @@ static void cpu_model(char *buf, size_t size)
     fclose(f);
 }
 
-static bench_machine machine(const options *o, bool have_avx2)
+/* The reference loops for this run: AVX-512 (F, DQ, VL) where the CPU has
+ * it, unless OT_ISA names a narrower ISA for optree: then AVX2, since
+ * optree's kernels are then that narrow too (OT_ISA=avx2) and nothing
+ * narrower is written by hand. NULL when the CPU lacks AVX2+FMA. */
+static const ref_loops *pick_refs(void)
 {
-    bench_machine m = {.backend = o->backend, .runs = o->runs, .quick = o->quick};
+    const char *isa = getenv("OT_ISA");
+    bool may512 = !isa || !*isa || strcmp(isa, "avx512") == 0;
+    if (may512 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512vl"))
+        return &ref_loops_avx512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &ref_loops_avx2;
+    return NULL;
+}
+
+static bench_machine machine(const options *o, const ref_loops *refs)
+{
+    bool have_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    bench_machine m = {.backend = o->backend, .runs = o->runs, .quick = o->quick,
+                       .ref_isa = refs ? refs->isa : "none (the CPU lacks AVX2+FMA)"};
     cpu_model(m.cpu, sizeof m.cpu);
     const char *isa = getenv("OT_ISA");
     if (isa && *isa)
@@ -229,6 +253,8 @@ static void variant_new(variant *v, ot_backend *be, const bench_case *c, const b
     }
     v->out = ot_empty(be, d->out_shape, OT_F32);
     if (!v->out) die("%s: ot_empty: %s", c->id, ot_errmsg());
+    v->tree = c->prebuilt ? c->tree(v->in) : NULL;
+    if (c->prebuilt && !v->tree) die("%s: building the tree: %s", c->id, ot_errmsg());
 }
 
 static void variant_free(variant *v, int n_in)
@@ -240,30 +266,37 @@ static void variant_free(variant *v, int n_in)
 
 /* ---- timing -------------------------------------------------------------- */
 
-/* Seconds per assignment, each one a complete user call: push a pool, build
- * the tree, assign it, pop the pool. */
+/* One complete user call: push a pool, build the tree, assign it, pop the
+ * pool; for a prebuilt tree, ot_assign alone. */
+static int one_call(const bench_case *c, const variant *v)
+{
+    if (v->tree) return ot_assign(v->out, v->tree);
+    ot_pool *pool = ot_pool_push();
+    if (!pool) return ot_errcode();
+    int rc = c->assign ? c->assign(v->out, v->in) : ot_assign(v->out, c->tree(v->in));
+    ot_pool_pop(pool);
+    return rc;
+}
+
+/* Seconds per call. */
 static double time_optree(const bench_case *c, const variant *v, long calls)
 {
     /* OpenBLAS's threads are process-wide, the host program's to set (the
      * library never changes them): each variant's dots get its threads. */
     openblas_set_num_threads(ot_backend_options(v->be).threads);
     double t0 = now_s();
-    for (long k = 0; k < calls; k++) {
-        ot_pool *pool = ot_pool_push();
-        if (!pool) die("%s: ot_pool_push: %s", c->id, ot_errmsg());
-        int rc = c->assign ? c->assign(v->out, v->in) : ot_assign(v->out, c->tree(v->in));
-        if (rc != 0)
+    for (long k = 0; k < calls; k++)
+        if (one_call(c, v) != 0)
             die("%s: ot_assign on %s: %s", c->id, ot_backend_name(v->be), ot_errmsg());
-        ot_pool_pop(pool);
-    }
     return (now_s() - t0) / (double)calls;
 }
 
-static double time_ref(const bench_case *c, const bench_data *d, float *out, long calls)
+static double time_ref(const bench_case *c, const ref_loops *L, store_mode sm,
+                       const bench_data *d, float *out, long calls)
 {
     double t0 = now_s();
     for (long k = 0; k < calls; k++)
-        c->ref(d, out);
+        c->ref(L, sm, d, out);
     return (now_s() - t0) / (double)calls;
 }
 
@@ -303,9 +336,10 @@ static long counted_call(const bench_case *c, const bench_data *d, const variant
     return counted ? (long)(s1.kernels - s0.kernels) : -1;
 }
 
-/* The largest error of the optree variants against the reference output. */
+/* The largest error of the optree variants against the reference output
+ * (made by the reference loop named ref). */
 static double check_variants(const bench_case *c, const variant vs[], const float *want,
-                             size_t n)
+                             size_t n, const char *ref)
 {
     static const char *const names[V_COUNT] = {"fused", "unfused", "fused 2T"};
     float *got = xmalloc(n * sizeof *got);
@@ -314,8 +348,8 @@ static double check_variants(const bench_case *c, const variant vs[], const floa
         if (ot_get(vs[k].out, got) != 0) die("%s: ot_get: %s", c->id, ot_errmsg());
         double e = max_rel_err(got, want, n, c->err_floor);
         if (!(e <= MAX_REL_ERR))
-            fprintf(stderr, "bench: %s (%s) WRONG: max relative error %.3g vs the reference\n",
-                    c->id, names[k], e);
+            fprintf(stderr, "bench: %s (%s) WRONG: max relative error %.3g vs the reference%s\n",
+                    c->id, names[k], e, ref);
         if (!(e <= worst)) worst = e;
     }
     free(got);
@@ -336,9 +370,10 @@ static void size_text(char *buf, size_t size, ot_shape s)
 }
 
 /* Medians in seconds per assignment: t[V_*] for the optree variants,
- * t[V_COUNT] for the reference loop (-1 when it is not timed). */
+ * t[V_COUNT + sm] for the reference loop in store mode sm (-1 when it is
+ * not timed). */
 typedef struct medians {
-    double t[V_COUNT + 1];
+    double t[V_COUNT + STORE_MODES];
 } medians;
 
 /* Lets threads that spin after multi-threaded work (OpenBLAS's workers
@@ -350,14 +385,22 @@ static void settle(void)
     nanosleep(&ts, NULL);
 }
 
-/* One warm-up of every variant, then `runs` rounds of the single-thread
- * variants and the reference, interleaved (their ratios are the claims),
- * then the multi-threaded variant's runs on their own. */
-static medians time_case(const bench_case *c, const bench_data *d, const variant vs[],
-                         float *ref_out, long calls, int runs, bool time_the_ref)
+/* How many store modes of a case's reference are timed and checked: none
+ * without reference loops, both where the loop has both. */
+static int ref_modes(const bench_case *c, const ref_loops *L)
 {
-    double *t[V_COUNT + 1];
-    for (int k = 0; k <= V_COUNT; k++)
+    return !L ? 0 : c->both_stores ? STORE_MODES : 1;
+}
+
+/* One warm-up of every variant, then `runs` rounds of the single-thread
+ * variants and the reference's store modes, interleaved (their ratios are
+ * the claims), then the multi-threaded variant's runs on their own. */
+static medians time_case(const bench_case *c, const bench_data *d, const variant vs[],
+                         const ref_loops *L, float *ref_out, long calls, int runs)
+{
+    int nref = ref_modes(c, L);
+    double *t[V_COUNT + STORE_MODES];
+    for (int k = 0; k < V_COUNT + STORE_MODES; k++)
         t[k] = xmalloc((size_t)runs * sizeof(double));
     for (int r = -1; r < runs; r++) {
         for (int k = 0; k < V_COUNT; k++) {
@@ -365,9 +408,9 @@ static medians time_case(const bench_case *c, const bench_data *d, const variant
             double s = time_optree(c, &vs[k], calls);
             if (r >= 0) t[k][r] = s;
         }
-        if (time_the_ref) {
-            double s = time_ref(c, d, ref_out, calls);
-            if (r >= 0) t[V_COUNT][r] = s;
+        for (int sm = 0; sm < nref; sm++) {
+            double s = time_ref(c, L, (store_mode)sm, d, ref_out, calls);
+            if (r >= 0) t[V_COUNT + sm][r] = s;
         }
     }
     for (int r = -1; r < runs; r++) {
@@ -376,18 +419,54 @@ static medians time_case(const bench_case *c, const bench_data *d, const variant
     }
     settle();
     medians m;
-    for (int k = 0; k <= V_COUNT; k++) {
-        m.t[k] = k < V_COUNT || time_the_ref ? median(t[k], runs) : -1;
+    for (int k = 0; k < V_COUNT + STORE_MODES; k++) {
+        m.t[k] = k < V_COUNT + nref ? median(t[k], runs) : -1;
         free(t[k]);
     }
     return m;
 }
 
+/* The reference's figures: the faster store mode's median, which mode that
+ * was and the other's median (for cases with both). */
+static void pick_ref(bench_row *row, const medians *m, int nref, double unit)
+{
+    const double *t = m->t + V_COUNT;
+    if (nref == 0) return;
+    int best = nref == STORE_MODES && t[STORE_STREAM] < t[STORE_ORDINARY];
+    row->ref = unit * t[best];
+    if (nref < STORE_MODES) return;
+    row->ref_store = best;
+    row->ref_other = unit * t[!best];
+}
+
+/* Checks every optree variant against the reference output in each store
+ * mode timed (or the case's check_ref): the modes differ only in how they
+ * store, and a wrong head or tail in either shows here. */
+static void check_case(bench_row *row, const bench_case *c, const bench_data *d,
+                       const variant vs[], const ref_loops *L, float *ref_out)
+{
+    static const char *const mode[STORE_MODES] = {"", " (streaming stores)"};
+    /* A check_ref computes the expected output on its own, once. */
+    int nref = c->check_ref ? 1 : ref_modes(c, L);
+    double worst = 0;
+    for (int sm = 0; sm < nref; sm++) {
+        if (c->check_ref) c->check_ref(d, ref_out);
+        else c->ref(L, (store_mode)sm, d, ref_out);
+        double e = check_variants(c, vs, ref_out, d->out_numel, mode[sm]);
+        if (!(e <= worst)) worst = e;
+    }
+    row->err = worst;
+    row->wrong = !(worst <= MAX_REL_ERR);
+}
+
 static bench_row run_case(const bench_case *c, int index, ot_backend *const bes[V_COUNT],
-                          const options *o, bool have_ref)
+                          const options *o, const ref_loops *L)
 {
     bench_data d;
     data_new(&d, c, o->quick, index);
+    /* Prebuilt trees live in this pool until the case is done. */
+    ot_pool *case_pool = c->prebuilt ? ot_pool_push() : NULL;
+    if (c->prebuilt && !case_pool) die("%s: ot_pool_push: %s", c->id, ot_errmsg());
     variant vs[V_COUNT];
     for (int k = 0; k < V_COUNT; k++)
         variant_new(&vs[k], bes[k], c, &d);
@@ -401,30 +480,25 @@ static bench_row run_case(const bench_case *c, int index, ot_backend *const bes[
         ot_pool_pop(pool);
     }
     long calls = o->quick ? c->quick_calls : c->calls;
-    bool time_the_ref = have_ref && c->kind == TARGET_RATIO;
-    medians m = time_case(c, &d, vs, ref_out, calls > 0 ? calls : 1, o->runs, time_the_ref);
+    medians m = time_case(c, &d, vs, L, ref_out, calls > 0 ? calls : 1, o->runs);
 
-    double unit = c->kind == TARGET_US ? 1e6 : 1e3;
-    bench_row row = {.c = c, .err = -1};
+    double unit = c->us ? 1e6 : 1e3;
+    bench_row row = {.c = c, .ref = -1, .ref_store = -1, .ref_other = -1, .err = -1};
     if (c->size) snprintf(row.size, sizeof row.size, "%s", c->size);
     else size_text(row.size, sizeof row.size, d.out_shape);
     row.fused = unit * m.t[V_FUSED];
     row.unfused = unit * m.t[V_UNFUSED];
     row.fused2 = unit * m.t[V_FUSED2];
-    row.ref = time_the_ref ? unit * m.t[V_COUNT] : -1;
+    pick_ref(&row, &m, ref_modes(c, L), unit);
     long kernels[V_COUNT];
     for (int k = 0; k < V_COUNT; k++)
         kernels[k] = counted_call(c, &d, &vs[k]);
     row.kernels = kernels[V_FUSED];
     row.kernels_unfused = kernels[V_UNFUSED];
-    if (have_ref) {
-        if (c->check_ref) c->check_ref(&d, ref_out);
-        else if (!time_the_ref) c->ref(&d, ref_out);
-        row.err = check_variants(c, vs, ref_out, d.out_numel);
-        row.wrong = !(row.err <= MAX_REL_ERR);
-    }
+    if (L) check_case(&row, c, &d, vs, L, ref_out);
 
     free(ref_out);
+    if (case_pool) ot_pool_pop(case_pool);
     for (int k = 0; k < V_COUNT; k++)
         variant_free(&vs[k], d.n_in);
     data_free(&d);
@@ -460,8 +534,8 @@ int main(int argc, char **argv)
     const char *forced = getenv("OT_FUSION");
     if (forced && strcmp(forced, "0") == 0)
         fprintf(stderr, "bench: warning: OT_FUSION=0 is set: the fused column is unfused too\n");
-    bool have_ref = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    if (!have_ref)
+    const ref_loops *refs = pick_refs();
+    if (!refs)
         fprintf(stderr, "bench: note: this CPU lacks AVX2+FMA: no reference loops, "
                         "results unchecked\n");
 
@@ -470,13 +544,13 @@ int main(int argc, char **argv)
         [V_UNFUSED] = backend(o.backend, 1, OT_FUSION_OFF),
         [V_FUSED2] = backend(o.backend, 2, OT_FUSION_DEFAULT),
     };
-    bench_machine m = machine(&o, have_ref);
+    bench_machine m = machine(&o, refs);
     bench_row *rows = xmalloc((size_t)bench_ncases * sizeof *rows);
     int n = 0;
     for (int i = 0; i < bench_ncases; i++) {
         if (!selected(o.only, bench_cases[i].id)) continue;
         fprintf(stderr, "bench: %s %s ...\n", bench_cases[i].id, bench_cases[i].label);
-        rows[n++] = run_case(&bench_cases[i], i, bes, &o, have_ref);
+        rows[n++] = run_case(&bench_cases[i], i, bes, &o, refs);
     }
     if (n == 0) die("--only %s selects no case", o.only);
 

@@ -1,8 +1,8 @@
 /*
  * bench.h - declarations shared by the files of the benchmark (bench/): the
  * table of cases (workloads.c), the hand-written reference loops
- * (ref_avx2.c) and the report writers (report.c). The suite, its method and
- * its targets are those of BENCH.md.
+ * (ref_avx512.c, ref_avx2.c) and the report writers (report.c). The suite
+ * and its method are those of BENCH.md; the targets are issue 15's.
  */
 #ifndef BENCH_H
 #define BENCH_H
@@ -29,9 +29,65 @@ typedef struct bench_data {
     void *scratch;
 } bench_data;
 
-/* How a case is judged: fused/reference against a ratio, or the fused time
- * per call against an absolute number of microseconds (W8). */
-typedef enum { TARGET_RATIO, TARGET_US } target_kind;
+/* ---- reference loops (ref_avx512.c, ref_avx2.c: one thread) ------------- */
+
+/* How a reference loop writes its output: ordinary stores, or streaming
+ * (non-temporal) stores, which bypass the caches and save the read of each
+ * output line before it is written. Which is faster depends on the loop's
+ * work per byte and on the machine, so the bench times both and compares
+ * optree with the faster. */
+typedef enum { STORE_ORDINARY, STORE_STREAM, STORE_MODES } store_mode;
+
+/* The reference loops of one ISA, as a hand-tuning user writes them: one
+ * pass, the ISA's widest vectors, FMA, SLEEF u10 functions. Loops taking a
+ * store_mode write their output that way. Streaming starts after a head of
+ * ordinary stores up to the first aligned address and is fenced before the
+ * loop returns; W7 and W9 store as usual where their outputs' alignment
+ * rules it out (never with the bench's 64-byte aligned buffers). */
+typedef struct ref_loops {
+    const char *isa;            /* for the reports: "AVX-512 ..." */
+    void (*w1)(float *o, const float *a, const float *b, const float *c, size_t n,
+               store_mode sm);
+    void (*w2)(float *o, const float *a, size_t n, store_mode sm);
+    void (*w3)(float *o, const float *a, const float *b, size_t n, store_mode sm);
+    void (*w4)(float *o, const float *a, const float *b, const float *c, size_t n,
+               store_mode sm);
+    /* Row softmax; sm applies to the final rescale pass. */
+    void (*w5)(float *o, const float *x, size_t rows, size_t cols, store_mode sm);
+    /* The gradients of tanh(a*b + a/b) w.r.t. a into ga and w.r.t. b into gb. */
+    void (*w7)(float *ga, float *gb, const float *a, const float *b, size_t n, store_mode sm);
+    /* W3 on exactly 64 elements (W8): the size is a constant of the loop. */
+    void (*w8)(float *o, const float *a, const float *b);
+    /* o (n x n) = transpose(x) * col[:, None] + row[None, :]. */
+    void (*w9)(float *o, const float *x, const float *col, const float *row, size_t n,
+               store_mode sm);
+    /* o (rows x cols) = max(o + bias[None, :], 0) in place: the epilogue
+     * pass after an sgemm. */
+    void (*bias_relu)(float *o, const float *bias, size_t rows, size_t cols);
+} ref_loops;
+
+extern const ref_loops ref_loops_avx512, ref_loops_avx2;
+
+/* W9 as BENCH.md writes its reference: 32x32 blocks, scalar (ref_avx2.c). */
+void ref_w9_scalar(float *o, const float *x, const float *col, const float *row, size_t n);
+
+/* Runs `loop`, which names its store mode SM, with SM a compile-time
+ * constant, so that each mode is its own straight loop (for the two ref
+ * files, which include immintrin.h). Streaming stores are weakly ordered:
+ * the fence makes them visible before the caller reads the output. */
+#define WITH_STORES(sm, loop)                         \
+    do {                                              \
+        if ((sm) == STORE_STREAM) {                   \
+            const store_mode SM = STORE_STREAM;       \
+            loop;                                     \
+            _mm_sfence();                             \
+        } else {                                      \
+            const store_mode SM = STORE_ORDINARY;     \
+            loop;                                     \
+        }                                             \
+    } while (0)
+
+/* ---- cases (workloads.c) ------------------------------------------------- */
 
 /* One row of the suite. Several rows may share a BENCH.md id (an extra tree
  * or an extra reference for the same workload); --only selects by id. */
@@ -39,8 +95,9 @@ typedef struct bench_case {
     const char *id;
     const char *label;
     const char *ref_label;      /* what the reference loop is */
-    target_kind kind;
-    double target;
+    double target;              /* fused/reference at most */
+    /* Times per call in microseconds, not milliseconds (small calls). */
+    bool us;
     /* Fills n_in, in_shape and out_shape; quick picks smoke-test sizes. */
     void (*shapes)(bench_data *d, bool quick);
     /* The tree reads input 0 through ot_transpose(in0, NULL), a view. */
@@ -51,15 +108,22 @@ typedef struct bench_case {
      * in the current pool: for cases with several outputs, which it writes
      * into views of out (W7: the two gradients as the rows of out). */
     int (*assign)(ot_tensor *out, ot_tensor *const in[]);
-    /* The reference loop: writes out_numel floats. It is timed for
-     * TARGET_RATIO cases and used only to check results for TARGET_US. */
-    void (*ref)(const bench_data *d, float *out);
+    /* The tree is built once per variant, in a pool that lives for the
+     * case, and a timed call is ot_assign alone (W3p: the fixed cost of an
+     * assignment, without building). */
+    bool prebuilt;
+    /* The reference loop, from the ISA's loops L: writes out_numel floats,
+     * in store mode sm where it has one. */
+    void (*ref)(const ref_loops *L, store_mode sm, const bench_data *d, float *out);
+    /* The reference has both store modes: both are timed, and the faster
+     * is the reference. */
+    bool both_stores;
     /* Results are compared relative to max(|reference|, err_floor); 0 means
      * relative everywhere. Where the math cancels (W7's 1 - tanh^2 and
      * a - a/b^2), values near zero carry absolute rounding error only. */
     double err_floor;
-    /* Assignments per timed run (W8 times many small ones); 0 means 1. The
-     * reference is run as many times per timed run. */
+    /* Assignments per timed run (W8 and W3p time many small ones); 0 means
+     * 1. The reference is run as many times per timed run. */
     long calls, quick_calls;
 
     /* ---- optional hooks, for cases beyond one stateless tree (W6, W10) ---- */
@@ -85,22 +149,6 @@ typedef struct bench_case {
 extern const bench_case bench_cases[];
 extern const int bench_ncases;
 
-/* ---- reference loops (ref_avx2.c: AVX2+FMA, SLEEF u10, one thread) ------- */
-
-void ref_w1(float *o, const float *a, const float *b, const float *c, size_t n);
-void ref_w2(float *o, const float *a, size_t n);
-void ref_w3(float *o, const float *a, const float *b, size_t n);
-void ref_w4(float *o, const float *a, const float *b, const float *c, size_t n);
-void ref_w5(float *o, const float *x, size_t rows, size_t cols);
-/* The gradients of tanh(a*b + a/b) w.r.t. a into ga and w.r.t. b into gb. */
-void ref_w7(float *ga, float *gb, const float *a, const float *b, size_t n);
-/* o (n x n) = transpose(x) * col[:, None] + row[None, :]. */
-void ref_w9_scalar(float *o, const float *x, const float *col, const float *row, size_t n);
-void ref_w9_avx2(float *o, const float *x, const float *col, const float *row, size_t n);
-/* o (rows x cols) = max(o + bias[None, :], 0) in place: the epilogue pass
- * after an sgemm. */
-void ref_bias_relu(float *o, const float *bias, size_t rows, size_t cols);
-
 /* ---- shared helpers (bench.c) -------------------------------------------- */
 
 /* splitmix64 on *state: a small seedable generator, ample for test data. */
@@ -125,14 +173,18 @@ void w10m_explain(FILE *f, ot_tensor *const in[]);
 
 /* ---- results and reports (report.c) -------------------------------------- */
 
-/* One measured row. Times are medians: ms per assignment for TARGET_RATIO
- * cases, µs per assignment for TARGET_US ones; negative means not measured.
- * err is the largest relative error of any optree variant against the
- * reference output, negative when unchecked. */
+/* One measured row. Times are medians: ms per assignment, or µs for cases
+ * marked us; negative means not measured. err is the largest relative
+ * error of any optree variant against the reference output (in each store
+ * mode), negative when unchecked. */
 typedef struct bench_row {
     const bench_case *c;
     char size[32];
     double fused, unfused, ref, fused2;
+    /* For both_stores cases: the store_mode that won and the other mode's
+     * time; else -1 and -1. */
+    int ref_store;
+    double ref_other;
     double err;
     bool wrong;                 /* err beyond the tolerance */
     /* Kernels one call runs (the backend's stats): fused, unfused; -1 when
@@ -145,6 +197,7 @@ typedef struct bench_machine {
     char isa[96];
     char date[40];
     const char *backend;
+    const char *ref_isa;        /* the reference loops' ISA */
     int runs;
     bool quick;
 } bench_machine;

@@ -1,15 +1,18 @@
 /*
- * ref_avx2.c - the hand-written reference loops of the benchmark: one pass
- * over the data, AVX2+FMA intrinsics, SLEEF u10 vector functions, one thread.
- * This file alone is compiled with -mavx2 -mfma; bench.c calls it only after
- * checking the CPU at run time. Tails use masked loads and stores, so any
- * length works.
+ * ref_avx2.c - the hand-written reference loops at AVX2: what a user tuning
+ * by hand writes for a CPU without AVX-512 (or to compare with optree's
+ * AVX2 kernels, OT_ISA=avx2). One pass over the data, 8 lanes, FMA, SLEEF's
+ * 8-lane u10 functions, masked heads and tails (any length works), one
+ * thread; every elementwise loop in both store modes. Also BENCH.md's
+ * scalar W9 reference. This file alone is compiled with -mavx2 -mfma;
+ * bench.c calls it only after checking the CPU at run time.
  */
 #include "bench.h"
 
 #include <immintrin.h>
 #include <math.h>
 #include <sleef.h>
+#include <stdint.h>
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
@@ -18,6 +21,22 @@ ALWAYS_INLINE __m256i tail_mask(size_t r)
 {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)r),
                               _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+ALWAYS_INLINE void put(float *p, __m256 v, store_mode sm)
+{
+    if (sm == STORE_STREAM) _mm256_stream_ps(p, v);
+    else _mm256_storeu_ps(p, v);
+}
+
+/* Elements before p reaches a 32-byte boundary, at most n: streaming stores
+ * need aligned addresses, so a streaming loop writes these first with
+ * masked ordinary stores. Ordinary stores need no head. */
+ALWAYS_INLINE size_t head(const float *p, size_t n, store_mode sm)
+{
+    if (sm != STORE_STREAM) return 0;
+    size_t h = (size_t)(-(uintptr_t)p & 31) / sizeof(float);
+    return h < n ? h : n;
 }
 
 ALWAYS_INLINE float hsum8(__m256 v)
@@ -36,47 +55,55 @@ ALWAYS_INLINE float hmax8(__m256 v)
 
 /* ---- W1-W4: elementwise maps --------------------------------------------- */
 
-/* The per-vector bodies. The map drivers below are always inlined with a
- * constant body, so each reference is one straight loop with no calls but
- * SLEEF's. */
-typedef __m256 (*vec3_fn)(__m256 a, __m256 b, __m256 c);
+/* The per-vector bodies; k is a broadcast operand (W5's row sum). The map
+ * driver is always inlined with a constant body and store mode, so each
+ * reference is one straight loop with no calls but SLEEF's. */
+typedef __m256 (*vec_fn)(__m256 a, __m256 b, __m256 c, __m256 k);
 
-ALWAYS_INLINE void map3(float *o, const float *a, const float *b, const float *c,
-                        size_t n, vec3_fn f)
+/* o[0, r) for r < 8: heads and tails. Lanes past r load as 0 and are never
+ * stored. */
+ALWAYS_INLINE void map3_part(float *o, const float *a, const float *b, const float *c, __m256 k,
+                             size_t r, vec_fn f)
 {
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(o + i, f(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i),
-                                  _mm256_loadu_ps(c + i)));
-    if (i < n) {
-        __m256i m = tail_mask(n - i);
-        _mm256_maskstore_ps(o + i, m, f(_mm256_maskload_ps(a + i, m),
-                                        _mm256_maskload_ps(b + i, m),
-                                        _mm256_maskload_ps(c + i, m)));
-    }
+    __m256i m = tail_mask(r);
+    _mm256_maskstore_ps(o, m, f(_mm256_maskload_ps(a, m), _mm256_maskload_ps(b, m),
+                                _mm256_maskload_ps(c, m), k));
 }
 
-ALWAYS_INLINE __m256 w1_vec(__m256 a, __m256 b, __m256 c)
+ALWAYS_INLINE void map3(float *o, const float *a, const float *b, const float *c, __m256 k,
+                        size_t n, vec_fn f, store_mode sm)
 {
+    size_t i = head(o, n, sm);
+    if (i) map3_part(o, a, b, c, k, i, f);
+    for (; i + 8 <= n; i += 8)
+        put(o + i, f(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), _mm256_loadu_ps(c + i), k),
+            sm);
+    if (i < n) map3_part(o + i, a + i, b + i, c + i, k, n - i, f);
+}
+
+ALWAYS_INLINE __m256 w1_vec(__m256 a, __m256 b, __m256 c, __m256 k)
+{
+    (void)k;
     return _mm256_fmadd_ps(a, b, c);
 }
 
-ALWAYS_INLINE __m256 w2_vec(__m256 a, __m256 b, __m256 c)
+ALWAYS_INLINE __m256 w2_vec(__m256 a, __m256 b, __m256 c, __m256 k)
 {
-    (void)b, (void)c;
+    (void)b, (void)c, (void)k;
     const __m256 one = _mm256_set1_ps(1.0f);
     __m256 e = Sleef_expf8_u10avx2(_mm256_sub_ps(_mm256_setzero_ps(), a));
     return _mm256_div_ps(one, _mm256_add_ps(one, e));
 }
 
-ALWAYS_INLINE __m256 w3_vec(__m256 a, __m256 b, __m256 c)
+ALWAYS_INLINE __m256 w3_vec(__m256 a, __m256 b, __m256 c, __m256 k)
 {
-    (void)c;
+    (void)c, (void)k;
     return Sleef_tanhf8_u10avx2(_mm256_fmadd_ps(a, b, _mm256_div_ps(a, b)));
 }
 
-ALWAYS_INLINE __m256 w4_vec(__m256 a, __m256 b, __m256 c)
+ALWAYS_INLINE __m256 w4_vec(__m256 a, __m256 b, __m256 c, __m256 k)
 {
+    (void)k;
     const __m256 one = _mm256_set1_ps(1.0f), half = _mm256_set1_ps(0.5f);
     const __m256 sign = _mm256_set1_ps(-0.0f);
     __m256 s = _mm256_sqrt_ps(_mm256_andnot_ps(sign, a));
@@ -86,21 +113,33 @@ ALWAYS_INLINE __m256 w4_vec(__m256 a, __m256 b, __m256 c)
 }
 
 /* Unused operands are passed as a: the loads are merged by the compiler. */
-void ref_w1(float *o, const float *a, const float *b, const float *c, size_t n)
+static void w1(float *o, const float *a, const float *b, const float *c, size_t n,
+               store_mode sm)
 {
-    map3(o, a, b, c, n, w1_vec);
+    WITH_STORES(sm, map3(o, a, b, c, _mm256_setzero_ps(), n, w1_vec, SM));
 }
 
-void ref_w2(float *o, const float *a, size_t n) { map3(o, a, a, a, n, w2_vec); }
-
-void ref_w3(float *o, const float *a, const float *b, size_t n)
+static void w2(float *o, const float *a, size_t n, store_mode sm)
 {
-    map3(o, a, b, a, n, w3_vec);
+    WITH_STORES(sm, map3(o, a, a, a, _mm256_setzero_ps(), n, w2_vec, SM));
 }
 
-void ref_w4(float *o, const float *a, const float *b, const float *c, size_t n)
+static void w3(float *o, const float *a, const float *b, size_t n, store_mode sm)
 {
-    map3(o, a, b, c, n, w4_vec);
+    WITH_STORES(sm, map3(o, a, b, a, _mm256_setzero_ps(), n, w3_vec, SM));
+}
+
+static void w4(float *o, const float *a, const float *b, const float *c, size_t n,
+               store_mode sm)
+{
+    WITH_STORES(sm, map3(o, a, b, c, _mm256_setzero_ps(), n, w4_vec, SM));
+}
+
+/* W8: 64 elements known at compile time, so the loop is eight straight
+ * vectors with no head or tail. */
+static void w8(float *o, const float *a, const float *b)
+{
+    map3(o, a, b, a, _mm256_setzero_ps(), 64, w3_vec, STORE_ORDINARY);
 }
 
 /* ---- W7: both gradients of W3 in one pass ------------------------------- */
@@ -119,22 +158,36 @@ ALWAYS_INLINE void w7_vec(__m256 a, __m256 b, __m256 *ga, __m256 *gb)
     *gb = _mm256_mul_ps(d, _mm256_fnmadd_ps(q, r, a));
 }
 
-void ref_w7(float *ga, float *gb, const float *a, const float *b, size_t n)
+/* The first r (< 8) elements; masked-off lanes of b load as 0: harmless,
+ * they are never stored. */
+ALWAYS_INLINE void w7_part(float *ga, float *gb, const float *a, const float *b, size_t r)
 {
-    size_t i = 0;
+    __m256i m = tail_mask(r);
+    __m256 x, y;
+    w7_vec(_mm256_maskload_ps(a, m), _mm256_maskload_ps(b, m), &x, &y);
+    _mm256_maskstore_ps(ga, m, x);
+    _mm256_maskstore_ps(gb, m, y);
+}
+
+ALWAYS_INLINE void w7_loop(float *ga, float *gb, const float *a, const float *b, size_t n,
+                           store_mode sm)
+{
+    size_t i = head(ga, n, sm);
+    if (i) w7_part(ga, gb, a, b, i);
     __m256 x, y;
     for (; i + 8 <= n; i += 8) {
         w7_vec(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), &x, &y);
-        _mm256_storeu_ps(ga + i, x);
-        _mm256_storeu_ps(gb + i, y);
+        put(ga + i, x, sm);
+        put(gb + i, y, sm);
     }
-    if (i < n) {
-        __m256i m = tail_mask(n - i);
-        /* Masked-off lanes of b load as 0: harmless, they are never stored. */
-        w7_vec(_mm256_maskload_ps(a + i, m), _mm256_maskload_ps(b + i, m), &x, &y);
-        _mm256_maskstore_ps(ga + i, m, x);
-        _mm256_maskstore_ps(gb + i, m, y);
-    }
+    if (i < n) w7_part(ga + i, gb + i, a + i, b + i, n - i);
+}
+
+static void w7(float *ga, float *gb, const float *a, const float *b, size_t n, store_mode sm)
+{
+    /* One head aligns both outputs only when they are equally misaligned. */
+    if (((uintptr_t)ga ^ (uintptr_t)gb) & 31) sm = STORE_ORDINARY;
+    WITH_STORES(sm, w7_loop(ga, gb, a, b, n, SM));
 }
 
 /* ---- W5: row softmax ----------------------------------------------------- */
@@ -162,7 +215,8 @@ static float row_max(const float *x, size_t n)
     return hmax8(_mm256_max_ps(_mm256_max_ps(m0, m1), _mm256_max_ps(m2, m3)));
 }
 
-/* o = exp(x - mx), returning the sum of o; exp is computed once per element. */
+/* o = exp(x - mx), returning the sum of o; exp is computed once per element,
+ * and o is written with ordinary stores: the rescale reads it from L1. */
 static float row_exp_sum(float *o, const float *x, size_t n, float mx)
 {
     const __m256 vm = _mm256_set1_ps(mx);
@@ -191,28 +245,28 @@ static float row_exp_sum(float *o, const float *x, size_t n, float mx)
     return hsum8(_mm256_add_ps(s0, s1));
 }
 
-/* o /= s. A division, not a multiplication by 1/s: the workload is e / sum,
+/* e / s. A division, not a multiplication by 1/s: the workload is e / sum,
  * and a correctly rounded quotient is what optree must produce too. */
-static void row_scale(float *o, size_t n, float s)
+ALWAYS_INLINE __m256 w5_scale_vec(__m256 a, __m256 b, __m256 c, __m256 k)
 {
-    const __m256 vs = _mm256_set1_ps(s);
-    size_t j = 0;
-    for (; j + 8 <= n; j += 8)
-        _mm256_storeu_ps(o + j, _mm256_div_ps(_mm256_loadu_ps(o + j), vs));
-    if (j < n) {
-        __m256i m = tail_mask(n - j);
-        _mm256_maskstore_ps(o + j, m, _mm256_div_ps(_mm256_maskload_ps(o + j, m), vs));
-    }
+    (void)b, (void)c;
+    return _mm256_div_ps(a, k);
 }
 
-void ref_w5(float *o, const float *x, size_t rows, size_t cols)
+/* Each row is rescaled right after its exp pass, while it is in L1. */
+ALWAYS_INLINE void w5_rows(float *o, const float *x, size_t rows, size_t cols, store_mode sm)
 {
     for (size_t r = 0; r < rows; r++) {
         const float *xr = x + r * cols;
         float *orow = o + r * cols;
         float s = row_exp_sum(orow, xr, cols, row_max(xr, cols));
-        row_scale(orow, cols, s);
+        map3(orow, orow, orow, orow, _mm256_set1_ps(s), cols, w5_scale_vec, sm);
     }
+}
+
+static void w5(float *o, const float *x, size_t rows, size_t cols, store_mode sm)
+{
+    WITH_STORES(sm, w5_rows(o, x, rows, cols, SM));
 }
 
 /* ---- W9: transpose(X) * col + row ---------------------------------------- */
@@ -266,7 +320,7 @@ ALWAYS_INLINE void transpose8(__m256 r[8])
 /* Out rows [i0, i0+8), columns [j0, j0+8): read as 8 rows of x, transposed
  * in registers, then one FMA per out row. */
 ALWAYS_INLINE void w9_tile8(float *o, const float *x, const float *col, const float *row,
-                            size_t n, size_t i0, size_t j0)
+                            size_t n, size_t i0, size_t j0, store_mode sm)
 {
     __m256 r[8];
     for (int k = 0; k < 8; k++)
@@ -274,43 +328,60 @@ ALWAYS_INLINE void w9_tile8(float *o, const float *x, const float *col, const fl
     transpose8(r);
     __m256 rw = _mm256_loadu_ps(row + j0);
     for (int c = 0; c < 8; c++)
-        _mm256_storeu_ps(o + (i0 + c) * n + j0,
-                         _mm256_fmadd_ps(r[c], _mm256_broadcast_ss(col + i0 + c), rw));
+        put(o + (i0 + c) * n + j0, _mm256_fmadd_ps(r[c], _mm256_broadcast_ss(col + i0 + c), rw),
+            sm);
 }
 
-/* The same 32x32 blocks, made of 8x8 register-transposed tiles; the edges
- * left when n is not a multiple of 8 go through the scalar body. */
-void ref_w9_avx2(float *o, const float *x, const float *col, const float *row, size_t n)
+/* Strips of 256 output rows (columns of x), walked 16 rows of x at a time,
+ * as two 8x8 tiles side by side: x is read 1 KiB of a row at a time (16
+ * lines of one page: few TLB misses and prefetch streams), and each output
+ * row of the strip gets one whole 64-byte line per step, which streaming
+ * stores write without reading it first (half lines streamed took twice as
+ * long). Measured on Zen 4 at 4096x4096: 10 ms streaming and 12-13 ms
+ * ordinary, where 32x32 blocks took 15 and 22 ms. The edges left when n is
+ * not a multiple of 8 go through the scalar body. */
+#define W9_STRIP 256
+
+ALWAYS_INLINE void w9_loop(float *o, const float *x, const float *col, const float *row,
+                           size_t n, store_mode sm)
 {
     size_t n8 = n & ~(size_t)7;
-    for (size_t ib = 0; ib < n8; ib += W9_BLOCK)
-        for (size_t jb = 0; jb < n8; jb += W9_BLOCK)
-            for (size_t i = ib; i < min_sz(ib + W9_BLOCK, n8); i += 8)
-                for (size_t j = jb; j < min_sz(jb + W9_BLOCK, n8); j += 8)
-                    w9_tile8(o, x, col, row, n, i, j);
+    for (size_t ib = 0; ib < n8; ib += W9_STRIP)
+        for (size_t jb = 0; jb < n8; jb += 16)
+            for (size_t i = ib; i < min_sz(ib + W9_STRIP, n8); i += 8)
+                for (size_t j = jb; j < min_sz(jb + 16, n8); j += 8)
+                    w9_tile8(o, x, col, row, n, i, j, sm);
     w9_scalar_tile(o, x, col, row, n, 0, n8, n8, n);
     w9_scalar_tile(o, x, col, row, n, n8, n, 0, n);
 }
 
+static void w9(float *o, const float *x, const float *col, const float *row, size_t n,
+               store_mode sm)
+{
+    /* Streaming needs every tile row on a 32-byte boundary. */
+    if (((uintptr_t)o & 31) || n % 8) sm = STORE_ORDINARY;
+    WITH_STORES(sm, w9_loop(o, x, col, row, n, SM));
+}
+
 /* ---- W6: the epilogue after sgemm ---------------------------------------- */
 
-/* o = max(o + bias, 0), row by row, in place: one read and one write of the
- * GEMM's output, as the pass after cblas_sgemm in a hand-written layer. */
-void ref_bias_relu(float *o, const float *bias, size_t rows, size_t cols)
+ALWAYS_INLINE __m256 relu_vec(__m256 a, __m256 b, __m256 c, __m256 k)
 {
-    const __m256 zero = _mm256_setzero_ps();
-    for (size_t r = 0; r < rows; r++) {
-        float *orow = o + r * cols;
-        size_t j = 0;
-        for (; j + 8 <= cols; j += 8)
-            _mm256_storeu_ps(orow + j, _mm256_max_ps(_mm256_add_ps(_mm256_loadu_ps(orow + j),
-                                                                   _mm256_loadu_ps(bias + j)),
-                                                     zero));
-        if (j < cols) {
-            __m256i m = tail_mask(cols - j);
-            __m256 v = _mm256_add_ps(_mm256_maskload_ps(orow + j, m),
-                                     _mm256_maskload_ps(bias + j, m));
-            _mm256_maskstore_ps(orow + j, m, _mm256_max_ps(v, zero));
-        }
-    }
+    (void)c, (void)k;
+    return _mm256_max_ps(_mm256_add_ps(a, b), _mm256_setzero_ps());
 }
+
+/* Row by row, in place: one read and one write of the GEMM's output, as the
+ * pass after cblas_sgemm in a hand-written layer. */
+static void bias_relu(float *o, const float *bias, size_t rows, size_t cols)
+{
+    for (size_t r = 0; r < rows; r++)
+        map3(o + r * cols, o + r * cols, bias, bias, _mm256_setzero_ps(), cols, relu_vec,
+             STORE_ORDINARY);
+}
+
+const ref_loops ref_loops_avx2 = {
+    .isa = "AVX2 + FMA, SLEEF 8-lane u10",
+    .w1 = w1, .w2 = w2, .w3 = w3, .w4 = w4, .w5 = w5, .w7 = w7, .w8 = w8, .w9 = w9,
+    .bias_relu = bias_relu,
+};

@@ -1,7 +1,9 @@
 /*
  * report.c - the benchmark's three outputs: a plain-text table for the
  * terminal, bench/results.csv for tools, and the markdown table that
- * README.md shows (bench/results.md), machine and ISA included.
+ * README.md shows (bench/results.md), machine, ISA and the reference loops'
+ * ISA included. Each reference is named with the store mode that won where
+ * both were timed.
  */
 #include "bench.h"
 
@@ -10,19 +12,29 @@
 const char *bench_verdict(const bench_row *r)
 {
     if (r->wrong) return "WRONG";
-    if (r->c->kind == TARGET_US) return r->fused <= r->c->target ? "PASS" : "MISS";
     if (r->ref <= 0) return "n/a";
     if (r->c->beat_unfused && !(r->unfused > r->fused)) return "MISS";
     return r->fused / r->ref <= r->c->target ? "PASS" : "MISS";
 }
 
-static const char *unit(const bench_row *r) { return r->c->kind == TARGET_US ? "us" : "ms"; }
+static const char *unit(const bench_row *r) { return r->c->us ? "us" : "ms"; }
+
+static const char *const store_names[STORE_MODES] = {"ordinary stores", "streaming"};
+
+/* The reference's label, with the store mode that won where both were
+ * timed. */
+static const char *ref_text(char *buf, size_t size, const bench_row *r)
+{
+    if (r->ref_store < 0) return r->c->ref_label;
+    snprintf(buf, size, "%s (%s)", r->c->ref_label, store_names[r->ref_store]);
+    return buf;
+}
 
 /* A time, or "-" when it was not measured. */
 static const char *fmt_time(char *buf, size_t size, const bench_row *r, double v)
 {
     if (v < 0) return "-";
-    snprintf(buf, size, r->c->kind == TARGET_US || v < 1 ? "%.3f" : "%.2f", v);
+    snprintf(buf, size, r->c->us || v < 1 ? "%.3f" : "%.2f", v);
     return buf;
 }
 
@@ -35,11 +47,7 @@ static const char *fmt_ratio(char *buf, size_t size, double num, double den)
 
 static const char *fmt_target(char *buf, size_t size, const bench_row *r)
 {
-    if (r->c->kind == TARGET_US)
-        snprintf(buf, size, "<= %.1f us", r->c->target);
-    else
-        snprintf(buf, size, "<= %.2fx ref%s", r->c->target,
-                 r->c->beat_unfused ? ", < unf" : "");
+    snprintf(buf, size, "<= %.2fx ref%s", r->c->target, r->c->beat_unfused ? ", < unf" : "");
     return buf;
 }
 
@@ -61,8 +69,8 @@ static const char *fmt_kernels(char *buf, size_t size, const bench_row *r)
 /* The cells of one row, shared by the three writers. */
 typedef struct cells {
     char fused[24], unfused[24], ref[24], ratio[24], gain[24], fused2[24], target[32], err[24];
-    char kern[48];
-    const char *pf, *pu, *pr, *pq, *pg, *p2, *pt, *pe, *pk;
+    char kern[48], rtext[160];
+    const char *pf, *pu, *pr, *pq, *pg, *p2, *pt, *pe, *pk, *prt;
 } cells;
 
 static void row_cells(cells *x, const bench_row *r)
@@ -76,12 +84,13 @@ static void row_cells(cells *x, const bench_row *r)
     x->pt = fmt_target(x->target, sizeof x->target, r);
     x->pe = fmt_err(x->err, sizeof x->err, r->err);
     x->pk = fmt_kernels(x->kern, sizeof x->kern, r);
+    x->prt = ref_text(x->rtext, sizeof x->rtext, r);
 }
 
 static void machine_lines(FILE *f, const bench_machine *m, const char *prefix)
 {
-    fprintf(f, "%smachine: %s; ISA: %s; backend: %s; %s\n", prefix, m->cpu, m->isa, m->backend,
-            m->date);
+    fprintf(f, "%smachine: %s; ISA: %s; reference loops: %s; backend: %s; %s\n", prefix,
+            m->cpu, m->isa, m->ref_isa, m->backend, m->date);
     fprintf(f, "%smedians of %d runs after a warm-up%s; fused, unfused and ref: 1 thread; "
                "fused 2T: threads = 2\n",
             prefix, m->runs, m->quick ? " (--quick sizes: a smoke test, not a measurement)" : "");
@@ -102,9 +111,18 @@ void report_text(FILE *f, const bench_machine *m, const bench_row *rows, int n)
                 r->c->id, r->c->label, r->size, unit(r), x.pf, x.pu, x.pr, x.pq, x.pg, x.p2,
                 x.pt, bench_verdict(r), x.pe, x.pk);
     }
-    fputs("\nreference loops:\n", f);
-    for (int i = 0; i < n; i++)
-        fprintf(f, "  %s %s: %s\n", rows[i].c->id, rows[i].c->label, rows[i].c->ref_label);
+    fprintf(f, "\nreference loops (%s, 1 thread; the faster store mode where both ran):\n",
+            m->ref_isa);
+    for (int i = 0; i < n; i++) {
+        const bench_row *r = &rows[i];
+        cells x;
+        row_cells(&x, r);
+        fprintf(f, "  %s %s: %s", r->c->id, r->c->label, x.prt);
+        if (r->ref_store >= 0)
+            fprintf(f, "; %s: %s %s", store_names[!r->ref_store],
+                    fmt_time(x.ref, sizeof x.ref, r, r->ref_other), unit(r));
+        fputc('\n', f);
+    }
 }
 
 void report_csv(FILE *f, const bench_row *rows, int n)
@@ -118,7 +136,7 @@ void report_csv(FILE *f, const bench_row *rows, int n)
         row_cells(&x, r);
         fprintf(f, "%s,\"%s\",%s,%s,%s,%s,%s,%s,%s,%s,\"%s\",%s,%s,\"%s\",%ld,%ld\n",
                 r->c->id, r->c->label, r->size, unit(r), x.pf, x.pu, x.pr, x.pq, x.pg, x.p2,
-                x.pt, bench_verdict(r), x.pe, r->c->ref_label, r->kernels, r->kernels_unfused);
+                x.pt, bench_verdict(r), x.pe, x.prt, r->kernels, r->kernels_unfused);
     }
 }
 
@@ -131,18 +149,22 @@ static void md_text(FILE *f, const char *s)
     }
 }
 
-/* "W1, W2: text" lines, one per run of rows that share a reference. */
-static void md_references(FILE *f, const bench_row *rows, int n)
+/* "W1, W2: text" lines, one per run of rows that share a reference and the
+ * store mode that won. */
+static void md_references(FILE *f, const bench_machine *m, const bench_row *rows, int n)
 {
-    fputs("\nReference loops (1 thread, in bench/: C with AVX2+FMA intrinsics, OpenBLAS "
-          "where named):\n", f);
+    fprintf(f, "\nReference loops (C in bench/, 1 thread: %s intrinsics, OpenBLAS where named; "
+               "each in the faster of ordinary and streaming stores where both ran):\n",
+            m->ref_isa);
     for (int i = 0; i < n;) {
+        char a[160], b[160];
+        const char *text = ref_text(a, sizeof a, &rows[i]);
         int j = i;
         fprintf(f, "- %s", rows[i].c->id);
-        while (++j < n && strcmp(rows[j].c->ref_label, rows[i].c->ref_label) == 0)
+        while (++j < n && strcmp(ref_text(b, sizeof b, &rows[j]), text) == 0)
             if (strcmp(rows[j].c->id, rows[j - 1].c->id) != 0) fprintf(f, ", %s", rows[j].c->id);
         fputs(": ", f);
-        md_text(f, rows[i].c->ref_label);
+        md_text(f, text);
         fputc('\n', f);
         i = j;
     }
@@ -167,5 +189,5 @@ void report_md(FILE *f, const bench_machine *m, const bench_row *rows, int n)
         md_text(f, x.pt);
         fprintf(f, " | %s | %s |\n", bench_verdict(r), x.pk);
     }
-    md_references(f, rows, n);
+    md_references(f, m, rows, n);
 }

@@ -1,8 +1,9 @@
 /*
  * workloads.c - the cases of the benchmark, in BENCH.md's order: for each,
- * its sizes, the optree tree and the reference loop it is measured against.
- * W6 and W10 call OpenBLAS in their references, on one thread; W10 (a
- * training step) lives in w_train.c.
+ * its sizes, the optree tree, the reference loop it is measured against and
+ * its target (issue 15's: at the hand-written limit, measured against the
+ * widest hand loops the CPU runs). W6 and W10 call OpenBLAS in their
+ * references, on one thread; W10 (a training step) lives in w_train.c.
  */
 #include "bench.h"
 
@@ -33,12 +34,24 @@ static void shapes_w7(bench_data *d, bool quick)
     d->out_shape = OT_SHAPE(2, d->in_shape[0].dims[0]);
 }
 
-/* W8 is a small call by definition: 64 elements in either mode. */
+/* W8 and W3p are small calls by definition: the same size in either mode. */
+static void shapes_small(bench_data *d, int64_t n)
+{
+    d->n_in = 2;
+    d->in_shape[0] = d->in_shape[1] = d->out_shape = OT_SHAPE(n);
+}
+
 static void shapes_w8(bench_data *d, bool quick)
 {
     (void)quick;
-    d->n_in = 2;
-    d->in_shape[0] = d->in_shape[1] = d->out_shape = OT_SHAPE(64);
+    shapes_small(d, 64);
+}
+
+/* W3p: 2^10 elements, where the fixed cost of an assignment shows. */
+static void shapes_w3p(bench_data *d, bool quick)
+{
+    (void)quick;
+    shapes_small(d, 1024);
 }
 
 static int64_t square_side(bool quick) { return quick ? 128 : 4096; }
@@ -158,99 +171,130 @@ static ot_node *w6_tree(ot_tensor *const in[])
     return ot_relu(ot_add(ot_dot(in[0], in[1]), in[2]));
 }
 
-/* ---- reference adapters -------------------------------------------------- */
+/* ---- reference adapters: the ISA's loops L, in store mode sm ------------ */
 
-static void w1_ref(const bench_data *d, float *o)
+static void w1_ref(const ref_loops *L, store_mode sm, const bench_data *d, float *o)
 {
-    ref_w1(o, d->in[0], d->in[1], d->in[2], d->out_numel);
-}
-static void w2_ref(const bench_data *d, float *o) { ref_w2(o, d->in[0], d->out_numel); }
-static void w3_ref(const bench_data *d, float *o) { ref_w3(o, d->in[0], d->in[1], d->out_numel); }
-static void w4_ref(const bench_data *d, float *o)
-{
-    ref_w4(o, d->in[0], d->in[1], d->in[2], d->out_numel);
+    L->w1(o, d->in[0], d->in[1], d->in[2], d->out_numel, sm);
 }
 
-static void w7_ref(const bench_data *d, float *o)
+static void w2_ref(const ref_loops *L, store_mode sm, const bench_data *d, float *o)
+{
+    L->w2(o, d->in[0], d->out_numel, sm);
+}
+
+static void w3_ref(const ref_loops *L, store_mode sm, const bench_data *d, float *o)
+{
+    L->w3(o, d->in[0], d->in[1], d->out_numel, sm);
+}
+
+static void w4_ref(const ref_loops *L, store_mode sm, const bench_data *d, float *o)
+{
+    L->w4(o, d->in[0], d->in[1], d->in[2], d->out_numel, sm);
+}
+
+static void w7_ref(const ref_loops *L, store_mode sm, const bench_data *d, float *o)
 {
     size_t n = d->out_numel / 2;
-    ref_w7(o, o + n, d->in[0], d->in[1], n);
+    L->w7(o, o + n, d->in[0], d->in[1], n, sm);
 }
 
-static void w5_ref(const bench_data *d, float *o)
+static void w8_ref(const ref_loops *L, store_mode sm, const bench_data *d, float *o)
 {
-    ref_w5(o, d->in[0], (size_t)d->in_shape[0].dims[0], (size_t)d->in_shape[0].dims[1]);
+    (void)sm;
+    L->w8(o, d->in[0], d->in[1]);
 }
 
-static void w9_ref_scalar(const bench_data *d, float *o)
+static void w5_ref(const ref_loops *L, store_mode sm, const bench_data *d, float *o)
 {
+    L->w5(o, d->in[0], (size_t)d->in_shape[0].dims[0], (size_t)d->in_shape[0].dims[1], sm);
+}
+
+static void w9_ref(const ref_loops *L, store_mode sm, const bench_data *d, float *o)
+{
+    L->w9(o, d->in[0], d->in[1], d->in[2], (size_t)d->out_shape.dims[0], sm);
+}
+
+static void w9_ref_scalar(const ref_loops *L, store_mode sm, const bench_data *d, float *o)
+{
+    (void)L, (void)sm;
     ref_w9_scalar(o, d->in[0], d->in[1], d->in[2], (size_t)d->out_shape.dims[0]);
 }
 
-static void w9_ref_avx2(const bench_data *d, float *o)
-{
-    ref_w9_avx2(o, d->in[0], d->in[1], d->in[2], (size_t)d->out_shape.dims[0]);
-}
-
 /* cblas_sgemm on one thread, then one pass of bias + relu over the output. */
-static void w6_ref(const bench_data *d, float *o)
+static void w6_ref(const ref_loops *L, store_mode sm, const bench_data *d, float *o)
 {
+    (void)sm;
     int m = (int)d->in_shape[0].dims[0], k = (int)d->in_shape[0].dims[1];
     int n = (int)d->in_shape[1].dims[1];
     openblas_set_num_threads(1);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, d->in[0], k, d->in[1],
                 n, 0.0f, o, n);
-    ref_bias_relu(o, d->in[2], (size_t)m, (size_t)n);
+    L->bias_relu(o, d->in[2], (size_t)m, (size_t)n);
+}
+
+static void w10_ref(const ref_loops *L, store_mode sm, const bench_data *d, float *o)
+{
+    (void)L, (void)sm;
+    w10_gemm_floor(d, o);
 }
 
 /* ---- the table ----------------------------------------------------------- */
 
-#define ELEMWISE "one pass, AVX2+FMA, SLEEF u10"
-#define SOFTMAX_REF "per row: max, exp+sum, divide (AVX2, SLEEF u10)"
+/* The ISA of the loops (AVX-512 or AVX2) is on the machine line; the store
+ * mode that won is appended to these labels in the reports. */
+#define ELEMWISE "one pass, FMA, SLEEF u10"
+#define SOFTMAX_REF "per row: max (4 accumulators), exp+sum, divide while the row is in L1"
+#define GEMM_FLOOR "GEMM floor: the step's 5 cblas_sgemm calls alone (1 thread)"
 
 const bench_case bench_cases[] = {
-    {.id = "W1", .label = "a*b + c", .ref_label = ELEMWISE, .kind = TARGET_RATIO,
-     .target = 1.10, .shapes = shapes_3in, .tree = w1_tree, .ref = w1_ref},
-    {.id = "W2", .label = "1/(1 + exp(-a))", .ref_label = ELEMWISE, .kind = TARGET_RATIO,
-     .target = 1.10, .shapes = shapes_1in, .tree = w2_tree, .ref = w2_ref},
-    {.id = "W3", .label = "tanh(a*b + a/b)", .ref_label = ELEMWISE, .kind = TARGET_RATIO,
-     .target = 1.10, .shapes = shapes_2in, .tree = w3_tree, .ref = w3_ref},
+    {.id = "W1", .label = "a*b + c", .ref_label = ELEMWISE, .target = 1.00,
+     .shapes = shapes_3in, .tree = w1_tree, .ref = w1_ref, .both_stores = true},
+    {.id = "W2", .label = "1/(1 + exp(-a))", .ref_label = ELEMWISE, .target = 1.00,
+     .shapes = shapes_1in, .tree = w2_tree, .ref = w2_ref, .both_stores = true},
+    {.id = "W3", .label = "tanh(a*b + a/b)", .ref_label = ELEMWISE, .target = 1.00,
+     .shapes = shapes_2in, .tree = w3_tree, .ref = w3_ref, .both_stores = true},
+    {.id = "W3p", .label = "W3 at 2^10, tree built once: ot_assign alone",
+     .ref_label = ELEMWISE, .target = 1.10, .us = true, .shapes = shapes_w3p, .tree = w3_tree,
+     .prebuilt = true, .ref = w3_ref, .both_stores = true, .calls = 20000,
+     .quick_calls = 2000},
     {.id = "W4", .label = "sqrt(abs(a))*log(b*b + 1) + exp(-c)*0.5", .ref_label = ELEMWISE,
-     .kind = TARGET_RATIO, .target = 1.10, .shapes = shapes_3in, .tree = w4_tree, .ref = w4_ref},
+     .target = 1.00, .shapes = shapes_3in, .tree = w4_tree, .ref = w4_ref,
+     .both_stores = true},
     {.id = "W5", .label = "row softmax: max, sub, exp, sum, div tree", .ref_label = SOFTMAX_REF,
-     .kind = TARGET_RATIO, .target = 1.25, .shapes = shapes_w5, .tree = w5_tree, .ref = w5_ref},
+     .target = 1.15, .shapes = shapes_w5, .tree = w5_tree, .ref = w5_ref, .both_stores = true},
     {.id = "W5", .label = "row softmax: ot_softmax(x, axis=1)", .ref_label = SOFTMAX_REF,
-     .kind = TARGET_RATIO, .target = 1.25, .shapes = shapes_w5, .tree = w5_softmax_tree,
-     .ref = w5_ref},
+     .target = 1.15, .shapes = shapes_w5, .tree = w5_softmax_tree, .ref = w5_ref,
+     .both_stores = true},
     {.id = "W6", .label = "relu(dot(A, W) + bias)",
-     .ref_label = "OpenBLAS cblas_sgemm (1 thread) + one bias+relu pass (AVX2)",
-     .kind = TARGET_RATIO, .target = 1.05, .shapes = shapes_w6, .fill = fill_w6, .tree = w6_tree,
-     .ref = w6_ref, .err_floor = 0.1},
+     .ref_label = "OpenBLAS cblas_sgemm (1 thread) + one bias+relu pass", .target = 1.05,
+     .shapes = shapes_w6, .fill = fill_w6, .tree = w6_tree, .ref = w6_ref, .err_floor = 0.1},
     {.id = "W7", .label = "d/da, d/db of tanh(a*b + a/b): one backprop",
-     .ref_label = "one pass, both gradients, AVX2+FMA, SLEEF u10", .kind = TARGET_RATIO,
-     .target = 1.30, .shapes = shapes_w7, .tree = w3_tree, .assign = w7_assign,
-     .ref = w7_ref, .explain = w7_explain, .err_floor = 1e-2},
+     .ref_label = "one pass, both gradients, one shared 1/b, SLEEF u10", .target = 1.05,
+     .shapes = shapes_w7, .tree = w3_tree, .assign = w7_assign, .ref = w7_ref,
+     .both_stores = true, .explain = w7_explain, .err_floor = 1e-2},
     {.id = "W8", .label = "W3 on 64 elements: push, build, assign, pop",
-     .ref_label = "none (absolute target)", .kind = TARGET_US, .target = 1.0,
-     .shapes = shapes_w8, .tree = w3_tree, .ref = w3_ref, .calls = 100000, .quick_calls = 2000},
+     .ref_label = "the W3 loop on exactly 64 elements", .target = 3.0, .us = true,
+     .shapes = shapes_w8, .tree = w3_tree, .ref = w8_ref, .calls = 100000,
+     .quick_calls = 2000},
+    /* BENCH.md's own reference, kept at BENCH.md's target. */
     {.id = "W9", .label = "transpose(X)*col + row vs scalar ref",
-     .ref_label = "32x32 blocked, scalar (BENCH.md's)", .kind = TARGET_RATIO, .target = 1.15,
-     .shapes = shapes_w9, .transpose_in0 = true, .tree = w9_tree, .ref = w9_ref_scalar},
-    {.id = "W9", .label = "transpose(X)*col + row vs AVX2 ref",
-     .ref_label = "32x32 blocked, 8x8 AVX2 transposes", .kind = TARGET_RATIO, .target = 1.15,
-     .shapes = shapes_w9, .transpose_in0 = true, .tree = w9_tree, .ref = w9_ref_avx2},
+     .ref_label = "32x32 blocked, scalar (BENCH.md's)", .target = 1.15, .shapes = shapes_w9,
+     .transpose_in0 = true, .tree = w9_tree, .ref = w9_ref_scalar},
+    {.id = "W9", .label = "transpose(X)*col + row vs vector ref",
+     .ref_label = "strips of 256 rows, in-register 16x16 (AVX-512) or 8x8 (AVX2) transposes",
+     .target = 1.10, .shapes = shapes_w9, .transpose_in0 = true, .tree = w9_tree, .ref = w9_ref,
+     .both_stores = true},
     {.id = "W10", .label = "MLP 784-512-10 step: fwd, CE, backprop, SGD",
-     .ref_label = "GEMM floor: the step's 5 cblas_sgemm calls alone (1 thread)",
-     .kind = TARGET_RATIO, .target = 1.15, .beat_unfused = true, .size = "b128",
+     .ref_label = GEMM_FLOOR, .target = 1.05, .beat_unfused = true, .size = "b128",
      .shapes = w10_shapes, .fill = w10_fill, .assign = w10_step, .collect = w10_collect,
-     .ref = w10_gemm_floor, .check_ref = w10_ref_step, .explain = w10_explain,
-     .err_floor = 1e-3, .calls = 10, .quick_calls = 2},
-    {.id = "W10m", .label = "W10 with momentum 0.9 and weight decay",
-     .ref_label = "GEMM floor: the step's 5 cblas_sgemm calls alone (1 thread)",
-     .kind = TARGET_RATIO, .target = 1.15, .beat_unfused = true, .size = "b128",
-     .shapes = w10_shapes, .fill = w10_fill, .assign = w10m_step, .collect = w10_collect,
-     .ref = w10_gemm_floor, .check_ref = w10m_ref_step, .explain = w10m_explain,
-     .err_floor = 1e-3, .calls = 10, .quick_calls = 2},
+     .ref = w10_ref, .check_ref = w10_ref_step, .explain = w10_explain, .err_floor = 1e-3,
+     .calls = 10, .quick_calls = 2},
+    {.id = "W10m", .label = "W10 with momentum 0.9 and weight decay", .ref_label = GEMM_FLOOR,
+     .target = 1.05, .beat_unfused = true, .size = "b128", .shapes = w10_shapes,
+     .fill = w10_fill, .assign = w10m_step, .collect = w10_collect, .ref = w10_ref,
+     .check_ref = w10m_ref_step, .explain = w10m_explain, .err_floor = 1e-3, .calls = 10,
+     .quick_calls = 2},
 };
 
 const int bench_ncases = (int)(sizeof bench_cases / sizeof bench_cases[0]);

@@ -930,7 +930,7 @@ static bool run_layout(const ot_plan *p, run_mem *m)
 static char *arena_take(ot_plan *p, size_t bytes)
 {
     char *a = atomic_exchange(&p->arena, NULL);
-    return a ? a : ot__aligned_alloc(64, bytes);
+    return a ? a : ot__data_alloc(bytes);
 }
 
 static void arena_give(ot_plan *p, char *a)

@@ -37,6 +37,8 @@ void *ot__malloc(size_t n);
 void *ot__calloc(size_t n, size_t size);
 void *ot__realloc(void *p, size_t n);
 void *ot__aligned_alloc(size_t align, size_t n);
+/* Memory for tensor data (64-byte aligned; large buffers in huge pages). */
+void *ot__data_alloc(size_t n);
 bool ot__alloc_should_fail(void);
 void ot__alloc_fail_at(long n);
 long ot__alloc_count(void);

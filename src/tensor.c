@@ -118,7 +118,7 @@ static ot_buffer *buffer_new(size_t nbytes)
     ot_buffer *b = ot__malloc(sizeof *b);
     if (!b)
         return NULL;
-    b->data = ot__aligned_alloc(64, cap);
+    b->data = ot__data_alloc(cap);
     if (!b->data) {
         free(b);
         return NULL;

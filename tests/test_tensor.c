@@ -1087,3 +1087,22 @@ TEST(tensor_internal_overlap)
         ot_tensor_free(all[i]);
     ot_backend_free(be);
 }
+
+/* Data of 4 MiB and more starts on a 2 MiB boundary (whole huge pages,
+ * src/alloc.c); smaller data stays 64-byte aligned. */
+TEST(tensor_large_data_in_huge_pages)
+{
+    ot_backend *be = ot_backend_new("cpu", NULL);
+    ot_tensor *big = ot_empty(be, OT_SHAPE(5, 1 << 18), OT_F32);   /* 5 MiB */
+    ot_tensor *small = ot_zeros(be, OT_SHAPE(3, 7), OT_F64);
+    CHECK(big && small);
+    if (big && small) {
+        CHECK((uintptr_t)ot_tensor_data(big) % ((uintptr_t)2 << 20) == 0);
+        CHECK((uintptr_t)ot_tensor_data(small) % 64 == 0);
+        CHECK_INT(ot_fill(big, 1.5), 0);
+        CHECK(((const float *)ot_tensor_data(big))[5 * (1 << 18) - 1] == 1.5f);
+    }
+    ot_tensor_free(big);
+    ot_tensor_free(small);
+    ot_backend_free(be);
+}

@@ -17,6 +17,9 @@
 
 #define TILE 1024              /* elements per tile (row-major walks) */
 #define TILE_COLUMN 256         /* elements per tile (column-block walks) */
+#define TILE_COLUMN_JIT 1024    /* ... as generated code: its gathered rows
+                                   (8 x 4 KiB) still fit L1, and its per-tile
+                                   setup is then a quarter of W9's time less */
 #define TILE_STREAM 16384       /* elements per tile of a kernel with no scratch */
 #define TILE_JIT 4096           /* elements per tile of generated code (no buffer
                                    per op, so only the per-tile setup counts) */
@@ -645,7 +648,7 @@ static bool streams(const ot_kernel *k)
 static int64_t tile_for(const ot_kernel *k)
 {
     if (streams(k)) return TILE_STREAM;
-    if (k->jit && !k->col_blocked) return TILE_JIT;
+    if (k->jit) return k->col_blocked ? TILE_COLUMN_JIT : TILE_JIT;
     return k->col_blocked ? TILE_COLUMN : (k->nbuf > 6 ? TILE / 2 : TILE);
 }
 

@@ -833,3 +833,37 @@ TEST(node_build_at_binding)
     ot_tensor_free(x); ot_tensor_free(y); ot_tensor_free(idx); ot_tensor_free(out);
     ot_backend_free(be);
 }
+
+/* Elementwise builds without arguments on one shape and dtype take a short
+ * path: its nodes must be the general path's (reached here by passing the
+ * default arguments), dtype rule and errors included. */
+TEST(node_plain_elementwise_same_as_general)
+{
+    ot_backend *be = ot_backend_new("ref", NULL);
+    ot_tensor *f = ot_zeros(be, OT_SHAPE(3, 4), OT_F32), *i = ot_zeros(be, OT_SHAPE(3, 4), OT_I32);
+    ot_args none = {.axis = OT_AXIS_ALL};
+    ot_pool *p = ot_pool_push();
+    const ot_op ops[] = {OT_OP_TANH, OT_OP_ADD, OT_OP_LT, OT_OP_SQRT, OT_OP_MUL};
+    for (int k = 0; k < 5; k++)
+        for (int t = 0; t < 2; t++) {
+            ot_node *x = t ? ot_tensor_node(i) : ot_tensor_node(f);
+            ot_node *y = ot_op_arity(ops[k]) == 2 ? x : NULL;
+            ot_node *fast = ot_build_at(ops[k], x, y, NULL, __FILE__, __LINE__);
+            ot_node *slow = ot_build_at(ops[k], x, y, &none, __FILE__, __LINE__);
+            CHECK(fast && slow);
+            if (!fast || !slow) continue;
+            CHECK_INT(ot_node_dtype(fast), ot_node_dtype(slow));
+            ot_shape a = ot_node_shape(fast), b = ot_node_shape(slow);
+            CHECK(a.ndim == b.ndim && memcmp(a.dims, b.dims, sizeof a.dims) == 0);
+            char *sf = test__capture(ot_print, fast), *ss = test__capture(ot_print, slow);
+            CHECK(sf && ss && strcmp(sf, ss) == 0);
+            free(sf);
+            free(ss);
+        }
+    CHECK_INT(ot_node_dtype(ot_exp(i)), OT_F64);
+    CHECK(ot_add(f, i) != NULL);   /* mixed dtypes: the general path promotes */
+    ot_pool_pop(p);
+    ot_tensor_free(f);
+    ot_tensor_free(i);
+    ot_backend_free(be);
+}

@@ -251,6 +251,11 @@ const bench_case bench_cases[] = {
      .shapes = w10_shapes, .fill = w10_fill, .assign = w10m_step, .collect = w10_collect,
      .ref = w10_gemm_floor, .check_ref = w10m_ref_step, .explain = w10m_explain,
      .err_floor = 1e-3, .calls = 10, .quick_calls = 2},
+    {.id = "W11", .label = "LSTM T20 b32 h128 step: fwd, BPTT, SGD", .ref_label = w11_ref_label,
+     .kind = TARGET_RATIO, .target = 1.0, .beat_unfused = true, .size = "T20b32",
+     .shapes = w11_shapes, .fill = w11_fill, .assign = w11_step, .collect = w11_collect,
+     .ref = w11_ref_step, .explain = w11_explain, .err_floor = 1e-2, .calls = 4,
+     .quick_calls = 1},
 };
 
 const int bench_ncases = (int)(sizeof bench_cases / sizeof bench_cases[0]);

@@ -6,9 +6,12 @@
  * running sum that BLAS accumulates into, not an elementwise kernel reading
  * every term, all of them stored and alive until it runs (which made W11
  * slower fused than unfused). Values are checked against the ref backend
- * and the unfused cpu backend; the plan through ot_explain_many.
+ * and the unfused cpu backend; the plan through ot_explain_many. And a
+ * training loop, which builds a new tree per step, keeps no dead trees in
+ * the autodiff memo.
  */
 #include "test.h"
+#include "internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -353,4 +356,26 @@ TEST(dot_sum_bsum_waits_for_the_sum)
         ot_tensor_free(o[v]);
         ot_backend_free(be[v]);
     }
+}
+
+/* Step after step, the trees of earlier steps die: the autodiff memo keeps
+ * its objects for lookups, but one whose tree nothing else holds can never
+ * be looked up again and lets its tree go at the next ot_autodiff_new. The
+ * parameters' leaves are then read by the newest step's tree alone (they
+ * were read by the last 64 steps' trees, 64 trees in memory). */
+TEST(lstm_steps_keep_no_dead_trees)
+{
+    ot_backend *be = cpu_backend();
+    CHECK(be != NULL);
+    lstm m;
+    lstm_new(&m, be);
+    long refs[4];
+    for (int k = 0; k < 4; k++) {
+        lstm_step(&m, NULL);
+        refs[k] = atomic_load(&m.w[0]->leaf.refs);
+    }
+    CHECK(refs[0] > 1);
+    CHECK_INT(refs[3], refs[1]);
+    lstm_free(&m);
+    ot_backend_free(be);
 }

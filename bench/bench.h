@@ -171,6 +171,17 @@ void w10m_ref_step(const bench_data *d, float *out);
 void w10_explain(FILE *f, ot_tensor *const in[]);
 void w10m_explain(FILE *f, ot_tensor *const in[]);
 
+/* ---- W11: one training step of an LSTM (w_lstm.c) ------------------------ */
+
+/* The row's reference line, with PyTorch's median when it was measured. */
+extern char w11_ref_label[];
+void w11_shapes(bench_data *d, bool quick);
+void w11_fill(bench_data *d, uint64_t seed);
+int w11_step(ot_tensor *out, ot_tensor *const in[]);
+int w11_collect(ot_tensor *out, ot_tensor *const in[]);
+void w11_ref_step(const bench_data *d, float *out);
+void w11_explain(FILE *f, ot_tensor *const in[]);
+
 /* ---- results and reports (report.c) -------------------------------------- */
 
 /* One measured row. Times are medians: ms per assignment, or µs for cases

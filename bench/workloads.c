@@ -239,6 +239,12 @@ static void w10_ref(const ref_loops *L, store_mode sm, const bench_data *d, floa
     w10_gemm_floor(d, o);
 }
 
+static void w11_ref(const ref_loops *L, store_mode sm, const bench_data *d, float *o)
+{
+    (void)L, (void)sm;
+    w11_ref_step(d, o);
+}
+
 /* ---- the table ----------------------------------------------------------- */
 
 /* The ISA of the loops (AVX-512 or AVX2) is on the machine line; the store
@@ -295,6 +301,10 @@ const bench_case bench_cases[] = {
      .fill = w10_fill, .assign = w10m_step, .collect = w10_collect, .ref = w10_ref,
      .check_ref = w10m_ref_step, .explain = w10m_explain, .err_floor = 1e-3, .calls = 10,
      .quick_calls = 2},
+    {.id = "W11", .label = "LSTM T20 b32 h128 step: fwd, BPTT, SGD", .ref_label = w11_ref_label,
+     .target = 1.0, .beat_unfused = true, .size = "T20b32", .shapes = w11_shapes,
+     .fill = w11_fill, .assign = w11_step, .collect = w11_collect, .ref = w11_ref,
+     .explain = w11_explain, .err_floor = 1e-2, .calls = 4, .quick_calls = 1},
 };
 
 const int bench_ncases = (int)(sizeof bench_cases / sizeof bench_cases[0]);

@@ -621,14 +621,38 @@ static int differentiate(ot_autodiff *ad)
 
 /* ---- the object and its memo --------------------------------------------- */
 
+/* What an object holds (its tree, next_error and gradients), taken out of
+ * it: the object is left empty, matching no lookup. */
+typedef struct ad_held {
+    ot_node *tree, *next_error, **grad;
+    ot_tensor **leaf;
+    int nleaves;
+} ad_held;
+
+static ad_held detach(ot_autodiff *ad)
+{
+    ad_held h = {ad->tree, ad->next_error, ad->grad, ad->leaf, ad->nleaves};
+    ad->tree = ad->next_error = NULL;
+    ad->grad = NULL;
+    ad->leaf = NULL;
+    ad->nleaves = 0;
+    return h;
+}
+
+static void release_held(ad_held *h)
+{
+    for (int i = 0; i < h->nleaves; i++) ot_release(h->grad[i]);
+    ot_release(h->tree);
+    ot_release(h->next_error);
+    free(h->leaf);
+    free(h->grad);
+}
+
 void ot_autodiff_free(ot_autodiff *ad)
 {
     if (!ad || atomic_fetch_sub_explicit(&ad->refs, 1, memory_order_acq_rel) != 1) return;
-    for (int i = 0; i < ad->nleaves; i++) ot_release(ad->grad[i]);
-    ot_release(ad->tree);
-    ot_release(ad->next_error);
-    free(ad->leaf);
-    free(ad->grad);
+    ad_held h = detach(ad);
+    release_held(&h);
     free(ad);
 }
 
@@ -671,13 +695,39 @@ static ot_autodiff *memo_find(ot_ad_memo *m, const ot_node *tree, const ot_node 
     return a;
 }
 
+/* Whether nobody can look object a up any more: no caller holds it, and it
+ * alone holds its tree (or its next_error), so no caller has the pointers a
+ * lookup needs. */
+static bool unreachable(ot_autodiff *a)
+{
+    return a->tree && atomic_load(&a->refs) == 1 &&
+           (atomic_load(&a->tree->refs) == 1 ||
+            (a->next_error && atomic_load(&a->next_error->refs) == 1));
+}
+
+/* Empties the objects nobody can look up, into held[] (returning how many)
+ * to be released outside the lock. A training loop builds a new tree per
+ * step: the memo kept the last MEMO_CAP of them alive, and each step's
+ * nodes went to fresh memory (page faults) instead of the last step's. An
+ * emptied object keeps its slot and its place in the LRU order, so which
+ * live objects stay is unchanged. Called with the lock held. */
+static int memo_empty_dead(ot_ad_memo *m, ad_held held[MEMO_CAP])
+{
+    int n = 0;
+    for (int i = 0; i < m->n; i++)
+        if (unreachable(m->slot[i])) held[n++] = detach(m->slot[i]);
+    return n;
+}
+
 /* Adds ad (giving the memo a reference), evicting the least recently used
  * object when full. Returns the object to hand out: ad, or the one another
  * thread memoised for the same key meanwhile (ad is then dropped). */
 static ot_autodiff *memo_add(ot_ad_memo *m, ot_autodiff *ad)
 {
     ot_autodiff *evicted = NULL;
+    ad_held dead[MEMO_CAP];
     pthread_mutex_lock(&m->lock);
+    int ndead = memo_empty_dead(m, dead);
     ot_autodiff *old = memo_take(m, ad->tree, ad->next_error);
     if (!old) {
         int at = m->n;
@@ -694,6 +744,7 @@ static ot_autodiff *memo_add(ot_ad_memo *m, ot_autodiff *ad)
         m->slot[at] = ad;
     }
     pthread_mutex_unlock(&m->lock);
+    for (int i = 0; i < ndead; i++) release_held(&dead[i]);
     ot_autodiff_free(old ? ad : evicted);
     return old ? old : ad;
 }

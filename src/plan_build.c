@@ -1,13 +1,18 @@
 /*
  * plan_build.c - the kernels of a plan, in an order that runs.
  *
- * Takes the fused entries with storage and the GEMM roots. Builds one
- * kernel per materialised entry in entry order (elementwise, reduction,
- * dot, rand, onehot; a reduction may also write the value it reduces),
- * then the outputs': a BLAS call or a reduction writing the output, an
- * elementwise kernel, or one group kernel for outputs of one shape. An
- * output whose kernel could read what it already overwrote is computed
- * into a temporary and copied out at the end.
+ * Takes the fused entries with storage and the GEMM roots. First, with
+ * fusion on, a sum whose terms are dots (a weight's gradient summed over
+ * the time steps of an unrolled recurrence, or over the layers sharing it)
+ * becomes one running sum that BLAS accumulates into (C += A.B, beta 1):
+ * left to fusion, the sum was one elementwise kernel reading every term,
+ * all of them stored and alive until the end. Then builds one kernel per
+ * materialised entry in entry order (elementwise, reduction, dot, an
+ * accumulating dot, rand, onehot; a reduction may also write the value it
+ * reduces), then the outputs': a BLAS call or a reduction writing the
+ * output, an elementwise kernel, or one group kernel for outputs of one
+ * shape. An output whose kernel could read what it already overwrote is
+ * computed into a temporary and copied out at the end.
  *
  * Guarantees to plan_sched.c: every temporary is written by a kernel
  * before the first kernel that reads it; temp_offset holds each
@@ -101,6 +106,95 @@ static ot_view reduce_store(const storage *dst, const ot_node *r, const ot_shape
     return v;
 }
 
+/* ---- sums of dots accumulated by BLAS ------------------------------------ */
+
+/* One step of a running sum: sum' = beta sum + alpha dot, computed by BLAS
+ * into the running sum's storage (a - b is a + (-1) b). */
+typedef struct acc_step {
+    int dot, sum;
+    ot_scale alpha, beta;
+} acc_step;
+
+static const ot_scale MINUS_ONE = {-1, -1};
+
+static bool same_temp(const storage *a, const storage *b)
+{
+    return a->has && b->has && a->space == OT_SPACE_TEMP && b->space == OT_SPACE_TEMP &&
+           a->index == b->index;
+}
+
+/* Add or sub entry e read as its operand `side` (the sum) and the other
+ * operand (the dot), with their signs; false for any other entry. */
+static bool step_operands(const compiler *c, int e, int side, acc_step *s)
+{
+    const ent *x = &c->w->e[e];
+    if (x->kind != OT_NODE_OP || (x->op != OT_OP_ADD && x->op != OT_OP_SUB)) return false;
+    bool sub = x->op == OT_OP_SUB;
+    *s = (acc_step){canon_operand(c, e, 1 - side), canon_operand(c, e, side),
+                    sub && side == 0 ? MINUS_ONE : ONE, sub && side == 1 ? MINUS_ONE : ONE};
+    return is_op(c, s->dot) && kind_of(c, s->dot) == OT_KIND_DOT;
+}
+
+/* Whether materialised entry e is a step of a running sum (fold_dot_sums
+ * made it one: it shares its sum's storage and its dot has none of its
+ * own), filling *s when s is not NULL. */
+static bool accumulates(const compiler *c, int e, acc_step *s)
+{
+    acc_step t;
+    for (int side = 0; side < 2 && c->ci[e].mat; side++)
+        if (step_operands(c, e, side, &t) && !c->ci[t.dot].mat &&
+            same_temp(&c->ci[e].st, &c->ci[t.sum].st)) {
+            if (s) *s = t;
+            return true;
+        }
+    return false;
+}
+
+/* Whether p may be the sum a dot accumulates into, overwriting it: a stored
+ * dot or running sum, with a temporary of its own, read by nothing else. */
+static bool running_sum(const compiler *c, int p)
+{
+    const cinfo *ci = &c->ci[p];
+    return ci->mat && ci->uses == 1 && ci->st.has && ci->st.space == OT_SPACE_TEMP &&
+           ((is_op(c, p) && kind_of(c, p) == OT_KIND_DOT) || accumulates(c, p, NULL));
+}
+
+/* Whether step s of add/sub entry e may run as one BLAS call: its dot is
+ * stored for e alone, and dot, sum and e have one shape and float dtype. */
+static bool foldable(const compiler *c, int e, const acc_step *s)
+{
+    const ot_node *n = node_of(c, e), *d = node_of(c, s->dot), *p = node_of(c, s->sum);
+    const cinfo *di = &c->ci[s->dot];
+    return di->mat && di->uses == 1 && di->st.has && di->st.space == OT_SPACE_TEMP &&
+           running_sum(c, s->sum) && (n->dtype == OT_F32 || n->dtype == OT_F64) &&
+           d->dtype == n->dtype && p->dtype == n->dtype && ot__shape_eq(&d->shape, &n->shape) &&
+           ot__shape_eq(&p->shape, &n->shape) && ot__build_blas_writable(&c->ci[s->sum].st, d);
+}
+
+/* Turns every add or sub of a dot to a stored dot or running sum into a
+ * step of a running sum, in entry order (so chains fold from their first
+ * term): the step shares its sum's temporary, which BLAS accumulates into,
+ * and the dot's own temporary (and the step's, when it had one) is dropped
+ * (no bytes, no writer, no reader). */
+static void fold_dot_sums(compiler *c)
+{
+    for (int e = 0; c->fused && e < c->w->n; e++) {
+        if (c->ci[e].canon != e) continue;
+        acc_step s;
+        for (int side = 0; side < 2; side++) {
+            if (!step_operands(c, e, side, &s) || !foldable(c, e, &s)) continue;
+            cinfo *ei = &c->ci[e];
+            c->plan->temp_offset[c->ci[s.dot].st.index] = 0;
+            if (ei->mat && ei->st.has && ei->st.space == OT_SPACE_TEMP)
+                c->plan->temp_offset[ei->st.index] = 0;
+            c->ci[s.dot].mat = false;
+            ei->mat = true;
+            ei->st = c->ci[s.sum].st;
+            break;
+        }
+    }
+}
+
 /* The reduction that computes stored value x itself and writes it out as a
  * further output (softmax's exp(x - max): stored once, summed in the same
  * pass), or -1. x must be an elementwise value stored for several readers,
@@ -108,7 +202,9 @@ static ot_view reduce_store(const storage *dst, const ot_node *r, const ot_shape
  * by nothing else built before that reduction. */
 static int absorbing_reduce(const compiler *c, int x)
 {
-    if (!c->fused || !is_ew(c, x) || !c->ci[x].mat || c->ci[x].canon != x) return -1;
+    if (!c->fused || !is_ew(c, x) || !c->ci[x].mat || c->ci[x].canon != x ||
+        accumulates(c, x, NULL))
+        return -1;
     for (int i = 0; i < c->nout; i++)
         if (c->ci[c->w->root[i]].canon == x) return -1;
     int red = -1;
@@ -552,11 +648,17 @@ bool ot__build_kernels(compiler *c)
     int *via = ot__malloc(sizeof(int) * (size_t)c->nout);
     int *lead = ot__malloc(sizeof(int) * (size_t)c->nout);
     bool ok = g.val && g.stamp && g.fused && via && lead;
-    if (ok) choose_groups(c, lead);
+    if (ok) {
+        fold_dot_sums(c);
+        choose_groups(c, lead);
+    }
     for (int i = 0; i < n && ok; i++) {
-        if (c->ci[i].canon == i && c->ci[i].mat && is_op(c, i) && kind_of(c, i) != OT_KIND_SHAPE &&
-            absorbing_reduce(c, i) < 0)
-            ok = entry_kernel(c, &g, i, &c->ci[i].st);
+        acc_step s;
+        if (c->ci[i].canon != i || !c->ci[i].mat || !is_op(c, i) ||
+            kind_of(c, i) == OT_KIND_SHAPE || absorbing_reduce(c, i) >= 0)
+            continue;
+        ok = accumulates(c, i, &s) ? dot_kernel(c, s.dot, &c->ci[i].st, s.alpha, s.beta)
+                                   : entry_kernel(c, &g, i, &c->ci[i].st);
     }
     for (int i = 0; i < c->nout && ok; i++) via[i] = -1;
     for (int i = 0; i < c->nout && ok; i++) {

@@ -238,16 +238,20 @@ static bool epilogue_fits(const compiler *c, int d, int e)
             if (p->kernels[k].store.space == OT_SPACE_TEMP && p->kernels[k].store.index == v->index)
                 return false;
     }
-    for (int k = d + 1; k < e; k++)
+    for (int k = d + 1; k < e; k++) {
+        const ot_view *st = &p->kernels[k].store;
+        /* a later dot accumulating into d's result: e must wait for it */
+        if (st->space == OT_SPACE_TEMP && st->index == dk->store.index) return false;
         if (kernels_conflict(c, &p->kernels[k], ek) || kernels_conflict(c, ek, &p->kernels[k]))
             return false;
+    }
     return true;
 }
 
 /* A segment of dot `first` and its epilogue. With several blocks, the dot's
  * result shrinks to one block that every block reuses (still in cache when
- * the next block's GEMM writes it); its size is set before the arena's
- * layout. */
+ * the next block's GEMM writes it), unless the dot accumulates into it;
+ * its size is set before the arena's layout. */
 static bool add_segment(compiler *c, int first, int64_t rows, int64_t row_bytes)
 {
     ot_plan *p = c->plan;
@@ -256,7 +260,9 @@ static bool add_segment(compiler *c, int first, int64_t rows, int64_t row_bytes)
     p->segs = s;
     const ot_kernel *d = &p->kernels[first];
     int64_t blk = gemm_block(rows, row_bytes);
-    int t = blk < rows ? d->store.index : -1;
+    /* A dot accumulating into a running sum (beta != 0) reads the rows it
+     * adds to: they stay where they are. */
+    int t = blk < rows && d->beta.mul == 0 ? d->store.index : -1;
     if (t >= 0) {
         size_t bytes = (size_t)(blk * d->store.strides[0]) * ot_dtype_size((ot_dtype)d->store.dtype);
         p->temp_offset[t] = (bytes + 63) & ~(size_t)63;
@@ -273,10 +279,11 @@ static void move_kernel(ot_plan *p, int from, int to)
     p->kernels[to] = moved;
 }
 
-/* The kernel writing temp t (as its result or a further output), or -1. */
+/* The last kernel writing temp t (as its result or a further output), or
+ * -1: a running sum (plan_build.c) is written by each dot it accumulates. */
 static int temp_writer(const ot_plan *p, int t)
 {
-    for (int k = 0; k < p->nkernels; k++) {
+    for (int k = p->nkernels - 1; k >= 0; k--) {
         const ot_kernel *kk = &p->kernels[k];
         for (int x = -1; x < kk->nxstore; x++) {
             const ot_view *o = x < 0 ? &kk->store : &kk->xstores[x].view;

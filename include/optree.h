@@ -714,9 +714,11 @@ int ot_explain_many(int n, ot_tensor *const outs[], ot_node *const trees[], FILE
  * Ownership. Objects are refcounted and memoised per (tree, next_error) on
  * the backend of the tree's first leaf: a second ot_autodiff_new of the same
  * tree and next_error returns the same object. Each ot_autodiff_new is
- * balanced by an ot_autodiff_free. The memo keeps a reference to its objects
- * (and through them to their trees) for the last 64 keys, and drops them
- * when the backend is freed; free your own before the backend, as tensors.
+ * balanced by an ot_autodiff_free. The memo keeps up to 64 keys, but holds
+ * an object's tree only while something else does (a caller's object, or a
+ * reference to the tree): a training loop that builds a new tree per step
+ * does not keep the old steps' trees alive. It drops everything when the
+ * backend is freed; free your own before the backend, as tensors.
  */
 typedef struct ot_autodiff ot_autodiff;
 

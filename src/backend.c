@@ -198,7 +198,7 @@ static int explain_plan(ot_backend *be, int n, ot_tensor *const outs[], ot_node 
     int rc = ot__plan_get(be, n, outs, trees, &plan, &walk, &bind);
     if (rc) return rc;
     rc = ot__plan_explain(plan, f);
-    ot__plan_release(plan);
+    if (!bind.borrowed) ot__plan_release(plan);
     ot__walk_done(be, walk);
     /* ot__plan_explain reports a failed write by its code alone */
     if (rc == OT_EIO) rc = ot__err_set(OT_EIO, NULL, 0, "explain", "write failed");

@@ -268,11 +268,15 @@ typedef struct ot_binding {
     char **leaf;
     const double *param;
     ot_tensor *const *outs;
+    bool borrowed;                  /* the plan is lent, not referenced: the
+                                       caller does not release it */
 } ot_binding;
 
 /* compile.c: the plan for n trees into n outputs (NULL outputs: fresh
  * contiguous tensors, as for ot_eval/ot_explain), through the backend's plan
- * cache. Fills *bind (arrays owned by *walk, handed back with ot__walk_done). */
+ * cache. Fills *bind (arrays owned by *walk, handed back with ot__walk_done,
+ * or by the root's memo: *walk is then NULL and the plan lent, not
+ * referenced, as bind->borrowed says). */
 typedef struct ot_walk ot_walk;
 int ot__plan_get(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[],
                  ot_plan **plan, ot_walk **walk, ot_binding *bind);

@@ -327,38 +327,45 @@ static bool cache_add(ot_plan_cache *c, ot_walk *w, ot_plan *plan)
  * into an output of the same layout, on the same backend with the same
  * options. That assignment is memoised on the root (ot_node.memo, set once,
  * read-only after, dropped with the node). The memo holds a plan reference,
- * so the plan outlives its eviction from the cache; it compares the
- * backend by pointer and options, so a backend freed and another made at
- * the same address gets a plan only if it would compile the same one. */
-typedef struct out_layout {
-    const ot_tensor *t;
-    const void *buf;
-    int64_t offset;
-    int64_t strides[OT_MAX_DIMS];
-    ot_shape shape;
-    int dtype;
-} out_layout;
-
+ * so the plan outlives its eviction from the cache, and lends it to each
+ * run without touching its count; it compares the backend by pointer and
+ * options, so a backend freed and another made at the same address gets a
+ * plan only if it would compile the same one. */
 typedef struct root_memo {
     ot_memo base;
     const ot_backend *be;
     ot_backend_opts opts;
-    out_layout out;
+    const ot_tensor *out;       /* the output, and its layout */
+    const void *buf;
+    int64_t offset;
+    ot_shape shape;
+    int64_t strides[OT_MAX_DIMS];
+    int dtype;
     ot_plan *plan;
     char **leaf;                /* the bindings, in this allocation */
     double *param;
 } root_memo;
 
-/* Zero-filled first, so that layouts compare with memcmp, padding included. */
-static void layout_of(out_layout *l, const ot_tensor *t)
+/* Whether options a and b compile the same plans (threads and the seed
+ * only matter when a plan runs, and come from the backend then). */
+static bool same_plan_opts(const ot_backend_opts *a, const ot_backend_opts *b)
 {
-    ot__clear(l, sizeof *l);
-    l->t = t;
-    l->buf = t->buf;
-    l->offset = t->offset;
-    memcpy(l->strides, t->strides, sizeof l->strides);
-    l->shape = t->leaf.shape;
-    l->dtype = t->leaf.dtype;
+    return a->dtype == b->dtype && a->accuracy == b->accuracy && a->fusion == b->fusion &&
+           a->isa == b->isa && a->jit == b->jit && a->stream_bytes == b->stream_bytes;
+}
+
+/* Whether t is the memo's output, laid out as it was: the tensor, its
+ * buffer and its view (a tensor freed and another made at the same address
+ * must match all of them to use the plan). */
+static bool same_output(const root_memo *m, const ot_tensor *t)
+{
+    const ot_shape *s = &t->leaf.shape;
+    if (m->out != t || m->buf != t->buf || m->offset != t->offset || m->dtype != t->leaf.dtype ||
+        m->shape.ndim != s->ndim)
+        return false;
+    for (int d = 0; d < s->ndim; d++)
+        if (m->shape.dims[d] != s->dims[d] || m->strides[d] != t->strides[d]) return false;
+    return true;
 }
 
 static void memo_drop(ot_memo *m)
@@ -379,20 +386,17 @@ static bool memoisable(int n, ot_tensor *const outs[], ot_node *const trees[])
 static void seen_drop(ot_memo *m) { (void)m; }
 static ot_memo assigned_once = {seen_drop};
 
-/* The memoised plan of trees[0] into outs[0] (a new reference), NULL when
- * there is none for this output and backend. */
+/* The memoised plan of trees[0] into outs[0], NULL when there is none for
+ * this output and backend. The plan is borrowed (bind->borrowed): the
+ * memo's reference keeps it alive while the caller holds the tree. */
 static ot_plan *memo_find(const ot_backend *be, ot_tensor *out, ot_node *root, ot_binding *bind)
 {
     ot_memo *slot = atomic_load_explicit(&root->memo, memory_order_acquire);
     root_memo *m = (root_memo *)slot;
-    if (!slot || slot == &assigned_once || m->be != be ||
-        memcmp(&m->opts, &be->opts, sizeof m->opts) != 0)
+    if (!slot || slot == &assigned_once || m->be != be || !same_plan_opts(&m->opts, &be->opts) ||
+        !same_output(m, out))
         return NULL;
-    out_layout l;
-    layout_of(&l, out);
-    if (memcmp(&l, &m->out, sizeof l) != 0) return NULL;
-    atomic_fetch_add(&m->plan->refs, 1);
-    *bind = (ot_binding){.leaf = m->leaf, .param = m->param};
+    *bind = (ot_binding){.leaf = m->leaf, .param = m->param, .borrowed = true};
     return m->plan;
 }
 
@@ -411,8 +415,13 @@ static void memo_add(const ot_backend *be, ot_tensor *out, ot_node *root, const 
     ot__clear(m, sizeof *m);
     m->base.drop = memo_drop;
     m->be = be;
-    memcpy(&m->opts, &be->opts, sizeof m->opts);
-    layout_of(&m->out, out);
+    m->opts = be->opts;
+    m->out = out;
+    m->buf = out->buf;
+    m->offset = out->offset;
+    m->shape = out->leaf.shape;
+    memcpy(m->strides, out->strides, sizeof m->strides);
+    m->dtype = out->leaf.dtype;
     m->param = (double *)(m + 1);
     m->leaf = (char **)((char *)m->param + params);
     memcpy(m->param, w->param, params);

@@ -215,7 +215,7 @@ static void mov_rr(code *c, int dst, int src) { gpr_rr(c, 0x89, dst, src); }
 
 /* Jumps: cc a condition (JB, JA, ...) or JMP. A jump forward returns where
  * its rel32 goes, for land() to fill in once the target is reached. */
-enum { JB = 2, JE = 4, JA = 7, JMP = 16 };
+enum { JB = 2, JE = 4, JBE = 6, JA = 7, JMP = 16 };
 
 static void jump_op(code *c, int cc)
 {
@@ -1040,6 +1040,25 @@ static void emit_pointers(regs *r)
     }
 }
 
+/* Compares rbx + bytes with the end of the tile; cc jumps (forward) when
+ * a loop has no room for another turn. */
+static size_t emit_room(regs *r, int32_t bytes, int cc)
+{
+    gpr_mem(r->c, 0x8D, RAX, RBX, bytes);                             /* lea rax, [rbx + bytes] */
+    gpr_mem(r->c, 0x3B, RAX, RSP, misc(r, MISC_END));
+    return jump_fwd(r->c, cc);
+}
+
+/* rbx += bytes, then the room check for the next turn (the loops test at
+ * the bottom: one branch per turn). */
+static void emit_step(regs *r, int32_t bytes)
+{
+    put(r->c, (const uint8_t[]){0x48, 0x81, 0xC3}, 3);                /* add rbx, bytes */
+    put4(r->c, bytes);
+    gpr_mem(r->c, 0x8D, RAX, RBX, bytes);
+    gpr_mem(r->c, 0x3B, RAX, RSP, misc(r, MISC_END));
+}
+
 /* red(in, out, nbytes, tile_bytes, acc): tiles from rbx = 0 while rbx <
  * nbytes, each running groups of four copies, then single copies, then
  * the tail, then the flush. */
@@ -1069,23 +1088,17 @@ static void emit_reduce_function(regs *r, int acc, int frame)
     mem_operand(c, RAX, RSP, NO_INDEX, misc(r, MISC_N));
     gpr_mem(c, 0x89, RAX, RSP, misc(r, MISC_END));
     acc_init(r);
+    size_t to_single = emit_room(r, 4 * v, JA);
     size_t group = c->n;
-    gpr_mem(c, 0x8D, RAX, RBX, 4 * v);                                /* lea rax, [rbx + 4V] */
-    gpr_mem(c, 0x3B, RAX, RSP, misc(r, MISC_END));
-    size_t to_single = jump_fwd(c, JA);
     for (int u = 0; u < 4; u++) emit_copy(r, acc, u, false);
-    put(c, (const uint8_t[]){0x48, 0x81, 0xC3}, 3);                   /* add rbx, 4V */
-    put4(c, 4 * v);
-    jump_back(c, JMP, group);
+    emit_step(r, 4 * v);
+    jump_back(c, JBE, group);
     land(c, to_single);
+    size_t to_tail = emit_room(r, v, JA);
     size_t single = c->n;
-    gpr_mem(c, 0x8D, RAX, RBX, v);
-    gpr_mem(c, 0x3B, RAX, RSP, misc(r, MISC_END));
-    size_t to_tail = jump_fwd(c, JA);
     emit_copy(r, acc, 0, false);
-    put(c, (const uint8_t[]){0x48, 0x81, 0xC3}, 3);                   /* add rbx, V */
-    put4(c, v);
-    jump_back(c, JMP, single);
+    emit_step(r, v);
+    jump_back(c, JBE, single);
     land(c, to_tail);
     gpr_mem(c, 0x8B, RCX, RSP, misc(r, MISC_END));
     gpr_rr(c, 0x29, RCX, RBX);                                        /* sub rcx, rbx */

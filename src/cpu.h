@@ -132,6 +132,20 @@ typedef struct ot_xstore {
 #define OT_JIT_MAX_INSN 128
 typedef struct ot_jit {
     void (*fn)(char *const *in, char *const *out, size_t nbytes);
+    /* A REDUCE kernel's code instead (sum, mean, max or min over the
+     * innermost dim or everything): runs the body over nbytes of one row,
+     * any length, its vector loads and further outputs in place, and folds
+     * the result into *acc tile by tile as exec's interpreter folds each
+     * tile's kt->sum, max or min (tile_bytes: the tile, at most K_BLOCK
+     * elements): sums bitwise the same but for which NaN; max and min give
+     * the extreme and return nonzero where a NaN may have been met (or
+     * +inf and -inf both), exec then running the interpreter for the first
+     * NaN (or the first zero, where the extreme is zero). Where nbytes ends
+     * within a vector, in[ninsn + v] and out[nout + q] are zero-padded
+     * vectors of the last elements of vector input v and output q, which
+     * the code reads and writes instead. */
+    int (*red)(char *const *in, char *const *out, size_t nbytes, size_t tile_bytes, double *acc);
+    bool reduce;                    /* red, not fn, fn_stream or fn_tail */
     /* The same with streaming (non-temporal) stores, fenced before it
      * returns; every vector output must be aligned to the vector. NULL
      * where the kernel's output is below the backend's stream_bytes or the
@@ -191,18 +205,20 @@ typedef struct ot_kernel {
     int axis;
     ot_shape shape;
     char *desc;                     /* for ot_explain: the nodes it fuses */
-    ot_jit *jit;                    /* EW: generated code, or NULL */
+    ot_jit *jit;                    /* EW, REDUCE: generated code, or NULL */
 } ot_kernel;
 
 /* jit.c: code for k's program, or NULL where k has ops it does not cover,
  * the table has no vector functions (only AVX2's and AVX-512's have), k
- * has a single op and does not stream, or the platform is not x86-64
- * Linux. With stream, fn_stream is built too. acc: 1 for OT_ULP35. fn,
- * fn_stream and fn_tail are set by ot__jit_install, which puts the code of
- * n kernels (NULL entries skipped) into one executable mapping; false
- * (nothing installed) when the mapping fails. ot__jit_streams: whether k's
- * output should be written with streaming stores, i.e. it writes at least
- * stream_bytes (0: never) and k is bound by memory, not by arithmetic. */
+ * has a single op and does not stream, k reduces what ot_jit's red does
+ * not (columns, arg*, i32, strided inputs), or the platform is not x86-64
+ * Linux. With stream, fn_stream is built too (never for a reduction). acc:
+ * 1 for OT_ULP35. fn, fn_stream and fn_tail (a reduction's red) are set by
+ * ot__jit_install, which puts the code of n kernels (NULL entries skipped)
+ * into one executable mapping; false (nothing installed) when the mapping
+ * fails. ot__jit_streams: whether k's output should be written with
+ * streaming stores, i.e. it writes at least stream_bytes (0: never) and k
+ * is bound by memory, not by arithmetic. */
 typedef struct ot_jit_map {
     void *base;
     size_t bytes;

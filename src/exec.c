@@ -15,7 +15,9 @@
 
 #include <stdint.h>
 
-#define TILE 1024              /* elements per tile (row-major walks) */
+#define TILE 1024              /* elements per tile (row-major walks); at most
+                                   tile.inc's K_BLOCK, since a generated f32
+                                   sum flushes into double once per tile */
 #define TILE_COLUMN 256         /* elements per tile (column-block walks) */
 #define TILE_COLUMN_JIT 1024    /* ... as generated code: its gathered rows
                                    (8 x 4 KiB) still fit L1, and its per-tile
@@ -133,18 +135,20 @@ static void scratch_new(scratch *s, const run_ctx *c, int slot, scratch_stack *s
 /* The element offset of a view at outer index o (over dims[0..nd-2]) and
  * inner position j. A dim of size 0 is walked as one of size 1: only a
  * reduction's emptied dim is (its results are the identity), and every
- * view it stores through has stride 0 there. */
+ * view it stores through has stride 0 there. What is left of o at dim 0
+ * is below its size, so no division is spent there (a row reduction pays
+ * this per row). */
 static int64_t view_offset(const ot_kernel *k, const ot_view *v, int64_t o, int64_t j)
 {
     int nd = k->ndim;
     if (nd == 0) return 0;
     int64_t off = j * v->strides[nd - 1];
-    for (int d = nd - 2; d >= 0; d--) {
+    for (int d = nd - 2; d > 0; d--) {
         int64_t n = k->dims[d] ? k->dims[d] : 1;
         off += (o % n) * v->strides[d];
         o /= n;
     }
-    return off;
+    return nd > 1 ? off + o * v->strides[0] : off;
 }
 
 static int64_t inner_stride(const ot_kernel *k, const ot_view *v)
@@ -283,6 +287,26 @@ static void (*jit_entry(const ot_kernel *k, char *const *val, char *const *out, 
     return jt->fn_stream;
 }
 
+/* The prelude of a kernel's generated code for n elements at (o, j):
+ * val[i] for each value the code does not compute, a load's elements in
+ * place (or gathered), one element in one[i] for the rest. */
+static void jit_prelude(const run_ctx *c, scratch *s, int64_t o, int64_t j, int64_t n, char **val,
+                        double *one)
+{
+    const ot_kernel *k = c->k;
+    const ot_jit *jt = k->jit;
+    for (int i = 0; i < k->ninsn; i++) {
+        const ot_insn *in = &k->insns[i];
+        const int16_t *arg = jt->arg[i];
+        if (jt->body[i]) continue;
+        val[i] = (char *)&one[i];
+        if (in->code == OT_I_LOAD) val[i] = load_tile(c, s, in, o, j, n);
+        else if (in->code == OT_I_PARAM) ot__store(val[i], ot__kd_dtype(in->kd), c->param[in->arg]);
+        else run_op(c, in, val[i], val[arg[0]], arg[1] < 0 ? NULL : val[arg[1]],
+                    arg[2] < 0 ? NULL : val[arg[2]], 1);
+    }
+}
+
 /* Runs a kernel's generated code (see ot_jit) over n elements: the prelude
  * here, one element per scalar value, then the code over whole vectors and
  * once more over a zero-padded copy of the tail, as the tile kernels treat
@@ -294,16 +318,7 @@ static void run_jit(const run_ctx *c, scratch *s, int64_t o, int64_t j, int64_t 
     const ot_jit *jt = k->jit;
     char *val[OT_JIT_MAX_INSN], *out[1 + OT_MAX_XSTORES];
     double one[OT_JIT_MAX_INSN];
-    for (int i = 0; i < k->ninsn; i++) {
-        const ot_insn *in = &k->insns[i];
-        const int16_t *arg = jt->arg[i];
-        if (jt->body[i]) continue;
-        val[i] = (char *)&one[i];
-        if (in->code == OT_I_LOAD) val[i] = load_tile(c, s, in, o, j, n);
-        else if (in->code == OT_I_PARAM) ot__store(val[i], ot__kd_dtype(in->kd), c->param[in->arg]);
-        else run_op(c, in, val[i], val[arg[0]], arg[1] < 0 ? NULL : val[arg[1]],
-                    arg[2] < 0 ? NULL : val[arg[2]], 1);
-    }
+    jit_prelude(c, s, o, j, n, val, one);
     for (int q = 0; q < jt->nout; q++) {
         int buf = q ? k->xstores[q - 1].result : k->result;
         out[q] = jt->out_vector[q] ? dest(k, direct, buf, s->own[buf]) : NULL;
@@ -346,7 +361,7 @@ static void run_program(const run_ctx *c, scratch *s, int64_t o, int64_t j, int6
                         char *const *direct)
 {
     const ot_kernel *k = c->k;
-    if (k->jit) {
+    if (k->jit && k->kind == OT_KER_EW) {   /* a reduction's code runs whole spans */
         run_jit(c, s, o, j, n, direct);
         return;
     }
@@ -514,29 +529,124 @@ static void reduce_tile(const run_ctx *c, scratch *s, racc *a, int64_t o, int64_
     racc_tile(c, a, s->ptr[k->result], k->result_scalar, n, i0);
 }
 
+/* A reduction's code over a span whose last tail elements fill less than
+ * a vector: its vector inputs' and outputs' tails go through zero-padded
+ * copies (in[ninsn + v], out[nout + q]), the outputs' copied back after.
+ * Not inlined: its 8 KiB of pads would weigh on every row's frame. */
+__attribute__((noinline)) static int red_call_tail(const run_ctx *c, char **val, char **out,
+                                                   int64_t n, int64_t tail, int64_t tile,
+                                                   double *acc)
+{
+    const ot_kernel *k = c->k;
+    const ot_jit *jt = k->jit;
+    int ni = k->ninsn, no = jt->nout;
+    _Alignas(64) char pad[OT_JIT_MAX_INSN + 1 + OT_MAX_XSTORES][64];
+    size_t es = jt->kd == OT_KD_F64 ? 8 : 4;
+    int64_t body = n - tail;
+    for (int i = 0; i < ni; i++) {
+        const ot_insn *in = &k->insns[i];
+        val[ni + i] = NULL;
+        if (jt->body[i] || in->code != OT_I_LOAD || (in->scalar & 8)) continue;
+        memset(pad[i], 0, (size_t)jt->kt->vbytes);
+        memcpy(pad[i], val[i] + body * (int64_t)es, (size_t)tail * es);
+        val[ni + i] = pad[i];
+    }
+    out[no] = NULL;
+    for (int q = 1; q < no; q++) out[no + q] = pad[ni + q];
+    int nan = jt->red(val, out, (size_t)n * es, (size_t)tile * es, acc);
+    for (int q = 1; q < no; q++)
+        memcpy(out[q] + body * (int64_t)es, out[no + q], (size_t)tail * es);
+    return nan;
+}
+
+/* Calls a reduction's code (see ot_jit's red) over n > 0 elements of row
+ * o from j, in tiles of tile elements, folding into *acc; returns its NaN
+ * flag. A row of a few vectors costs about what the interpreter spends
+ * per tile, so this stays lean: no division, the tail apart. */
+static int red_call(const run_ctx *c, scratch *s, int64_t o, int64_t j, int64_t n, int64_t tile,
+                    double *acc)
+{
+    const ot_kernel *k = c->k;
+    const ot_jit *jt = k->jit;
+    char *val[2 * OT_JIT_MAX_INSN], *out[2 * (1 + OT_MAX_XSTORES)];
+    double one[OT_JIT_MAX_INSN];
+    size_t es = jt->kd == OT_KD_F64 ? 8 : 4;
+    int64_t tail = n & (int64_t)((size_t)jt->kt->vbytes / es - 1);   /* lanes: a power of two */
+    jit_prelude(c, s, o, j, n, val, one);
+    out[0] = NULL;   /* the result is folded, not stored */
+    for (int q = 1; q < jt->nout; q++) {   /* further outputs: in place (jit.c's reduce_fits) */
+        const ot_xstore *xs = &k->xstores[q - 1];
+        out[q] = c->xstore[q - 1] + view_offset(k, &xs->view, o, j) * (int64_t)es;
+    }
+    if (tail) return red_call_tail(c, val, out, n, tail, tile, acc);
+    return jt->red(val, out, (size_t)n * es, (size_t)tile * es, acc);
+}
+
+/* Whether generated code computes anything before it reduces. Reducing a
+ * bare load, it gains only the interpreter's cost per tile, and one tile
+ * of a max ran 6-29% slower as code (rows of 64-1024 floats, AVX-512):
+ * spans of one tile stay interpreted there. */
+static bool computes(const ot_jit *jt)
+{
+    for (int i = 0; i < jt->ninsn; i++)
+        if (jt->body[i]) return true;
+    return false;
+}
+
+/* Folds n elements of row o from j (whole tiles, the last one maybe short;
+ * i0: the index of the first along what is reduced) into a, as the
+ * interpreter does tile by tile. Generated code does a sum's very
+ * additions; a max or min whose extreme is NaN or zero is run again
+ * through the interpreter, which returns the first NaN or zero. */
+static void reduce_span(const run_ctx *c, scratch *s, racc *a, int64_t o, int64_t j, int64_t n,
+                        int64_t i0)
+{
+    const ot_kernel *k = c->k;
+    int op = k->red_op;
+    if (k->jit && n > 0 && (n > c->tile || computes(k->jit))) {
+        bool sum = op == OT_OP_SUM || op == OT_OP_MEAN;
+        double x = sum ? a->v : racc_identity(op).v;
+        int nan = red_call(c, s, o, j, n, sum ? c->tile : n, &x);   /* max, min: any order */
+        if (sum) {
+            a->v = x;
+            return;
+        }
+        if (!nan && x != 0) {
+            racc_fold(a, op, x, i0);
+            return;
+        }
+    }
+    for (int64_t t = j; t < j + n; t += c->tile)
+        reduce_tile(c, s, a, o, t, j + n - t < c->tile ? j + n - t : c->tile, i0 + (t - j));
+}
+
 /* The innermost dim is reduced: each row is one result. */
 static void row_body(run_ctx *c, scratch *s, int64_t first, int64_t last)
 {
     size_t es = ot__esize((ot_dtype)c->k->store.dtype);
     for (int64_t o = first * ROWS_PER_CHUNK; o < c->nouter && o < last * ROWS_PER_CHUNK; o++) {
         racc a = racc_identity(c->k->red_op);
-        for (int64_t j = 0; j < c->inner; j += c->tile)
-            reduce_tile(c, s, &a, o, j, c->inner - j < c->tile ? c->inner - j : c->tile, j);
+        reduce_span(c, s, &a, o, 0, c->inner, 0);
         racc_store(c, &a, c->store + view_offset(c->k, &c->k->store, o, 0) * (int64_t)es);
     }
 }
 
 /* Everything is reduced: fixed chunks of tiles give partials combined in
- * chunk order. */
+ * chunk order. A chunk's tiles run as spans, one per row they touch. */
 static void all_body(run_ctx *c, scratch *s, int64_t first, int64_t last)
 {
     int64_t total = c->nouter * c->tiles_per_row;
     for (int64_t chunk = first; chunk < last; chunk++) {
         racc a = racc_identity(c->k->red_op);
-        for (int64_t t = chunk * TILES_PER_CHUNK; t < total && t < (chunk + 1) * TILES_PER_CHUNK; t++) {
-            int64_t o = t / c->tiles_per_row, j = (t % c->tiles_per_row) * c->tile;
-            reduce_tile(c, s, &a, o, j, c->inner - j < c->tile ? c->inner - j : c->tile,
-                        o * c->inner + j);
+        int64_t t = chunk * TILES_PER_CHUNK, end = (chunk + 1) * TILES_PER_CHUNK;
+        if (end > total) end = total;
+        while (t < end) {
+            int64_t o = t / c->tiles_per_row, jt = t % c->tiles_per_row;
+            int64_t tiles = end - t < c->tiles_per_row - jt ? end - t : c->tiles_per_row - jt;
+            int64_t j = jt * c->tile, n = tiles * c->tile;
+            if (n > c->inner - j) n = c->inner - j;
+            reduce_span(c, s, &a, o, j, n, o * c->inner + j);
+            t += tiles;
         }
         c->partial[chunk * 2] = a.v;
         c->partial[chunk * 2 + 1] = (double)a.isum;
@@ -648,7 +758,7 @@ static bool streams(const ot_kernel *k)
 static int64_t tile_for(const ot_kernel *k)
 {
     if (streams(k)) return TILE_STREAM;
-    if (k->jit) return k->col_blocked ? TILE_COLUMN_JIT : TILE_JIT;
+    if (k->jit && k->kind == OT_KER_EW) return k->col_blocked ? TILE_COLUMN_JIT : TILE_JIT;
     return k->col_blocked ? TILE_COLUMN : (k->nbuf > 6 ? TILE / 2 : TILE);
 }
 

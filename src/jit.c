@@ -1,10 +1,12 @@
 /*
- * jit.c - generated code for elementwise register programs: each kernel
+ * jit.c - generated code for register programs: each elementwise kernel
  * whose vector part is f32 or f64 arithmetic becomes one x86-64 loop over
  * vectors that keeps every value in a register (ymm, VEX-encoded, for the
  * AVX2 table; zmm, EVEX-encoded, for the AVX-512 one), so a chain of cheap
  * ops costs no pass over tile buffers (the interpreter in exec.c reads and
- * writes a buffer per op). add, sub, mul, div, fma, fnma, sqrt, sqr, neg
+ * writes a buffer per op). Reductions (sum, mean, max, min over rows or
+ * everything) get a loop that also folds the values into accumulators;
+ * see "reductions" below. add, sub, mul, div, fma, fnma, sqrt, sqr, neg
  * and abs are emitted inline, sig and sig2 as an exp call with the select
  * and divide inline; every other op calls the table's vector function
  * (vfn1/vfn2: SLEEF itself, or the tile kernels' own element functions),
@@ -67,9 +69,11 @@ bool ot__jit_streams(const ot_kernel *k, size_t stream_bytes)
 
 #define NREG 16
 #define RAX 0
+#define RCX 1
 #define RSP 4
 #define RBX 3
 #define RBP 5
+#define R8 8
 #define R12 12
 #define R13 13
 #define R14 14
@@ -94,6 +98,17 @@ typedef struct regs {
                                    VEX (and valgrind's decoder) 0 */
     int vbytes;                 /* bytes per vector register: 32 or 64 */
     bool tail;                  /* fn_tail: zero the lanes past nbytes before calls */
+    int nreg;                   /* the allocator hands out registers below this */
+    int32_t disp;               /* bytes from the loop offset to this copy's vector */
+    bool pad;                   /* this copy reads and writes exec's padded tail */
+    int red;                    /* a reduction's OT_OP_SUM (mean too), OT_OP_MAX or
+                                   OT_OP_MIN; -1 for elementwise code */
+    bool acc_mem;               /* its accumulators live in the frame (the body
+                                   calls, which clobbers every vector register) */
+    int16_t ptr_of[9];          /* what ptr_gpr[i] points at: vector input v, or
+                                   output q as -1 - q */
+    int nptr;
+    bool splat;                 /* broadcast values wait in their slots */
     int val_of[NREG];           /* value in each register, or -1 */
     int16_t *reg_of;            /* register of each value, or -1 */
     bool *spilled;              /* body values with a current stack copy */
@@ -128,15 +143,15 @@ static void put4(code *c, int32_t x)
 
 /* ---- encodings ------------------------------------------------------------ */
 
-/* The prefix and opcode: three-byte VEX with L = 1 (256 bits), or EVEX with
- * L'L = 2 (512 bits), no mask and no broadcast. map 1 = 0F, 2 = 0F38,
- * 3 = 0F3A. Registers 0-15 only (EVEX's R' and V' stay clear). Packed
- * double ops take W = 1 under EVEX, where VEX ignores W, so callers pass
- * r->wig for those. */
-static void vex(code *c, int map, int pp, int w, int reg, int vvvv, int x, int b, uint8_t op)
+/* The prefix and opcode: three-byte VEX with length l (0: 128 bits or
+ * scalar, 1: 256), or EVEX with L'L = 2 (512 bits), no mask and no
+ * broadcast. map 1 = 0F, 2 = 0F38, 3 = 0F3A. Registers 0-15 only (EVEX's
+ * R' and V' stay clear). */
+static void prefix(code *c, bool evex, int l, int map, int pp, int w, int reg, int vvvv, int x,
+                   int b, uint8_t op)
 {
     uint8_t rxb = (uint8_t)((!(reg & 8)) << 7 | (!(x & 8)) << 6 | (!(b & 8)) << 5);
-    if (c->evex) {
+    if (evex) {
         put1(c, 0x62);
         put1(c, (uint8_t)(rxb | 1 << 4 | map));
         put1(c, (uint8_t)(w << 7 | (~vvvv & 15) << 3 | 1 << 2 | pp));
@@ -144,9 +159,27 @@ static void vex(code *c, int map, int pp, int w, int reg, int vvvv, int x, int b
     } else {
         put1(c, 0xC4);
         put1(c, (uint8_t)(rxb | map));
-        put1(c, (uint8_t)(w << 7 | (~vvvv & 15) << 3 | 1 << 2 | pp));
+        put1(c, (uint8_t)(w << 7 | (~vvvv & 15) << 3 | l << 2 | pp));
     }
     put1(c, op);
+}
+
+/* A whole vector: 256-bit VEX or 512-bit EVEX, as the table. Packed
+ * double ops take W = 1 under EVEX, where VEX ignores W, so callers pass
+ * r->wig for those. */
+static void vex(code *c, int map, int pp, int w, int reg, int vvvv, int x, int b, uint8_t op)
+{
+    prefix(c, c->evex, 1, map, pp, w, reg, vvvv, x, b, op);
+}
+
+/* ModRM and SIB for [base + index + disp32]: always SIB and disp32, which
+ * encodes every base (rsp, rbp, r12 and r13 included) and is never scaled
+ * by EVEX (only its disp8 is). */
+static void mem_operand(code *c, int reg, int base, int index, int32_t disp)
+{
+    put1(c, (uint8_t)(0x80 | (reg & 7) << 3 | 4));
+    put1(c, (uint8_t)((index == NO_INDEX ? 4 : (index & 7)) << 3 | (base & 7)));
+    put4(c, disp);
 }
 
 /* op reg, vvvv, rm (vector registers). */
@@ -156,28 +189,47 @@ static void vrr(code *c, int map, int pp, int w, uint8_t op, int reg, int vvvv, 
     put1(c, (uint8_t)(0xC0 | (reg & 7) << 3 | (rm & 7)));
 }
 
-/* op reg, vvvv, [base + index + disp]: always SIB and disp32, which
- * encodes every base (rsp, rbp, r12 and r13 included) and is never scaled
- * by EVEX (only its disp8 is). */
+/* op reg, vvvv, [base + index + disp]. */
 static void vrm(code *c, int map, int pp, int w, uint8_t op, int reg, int vvvv, int base,
                 int index, int32_t disp)
 {
-    int x = index == NO_INDEX ? 0 : index;
-    vex(c, map, pp, w, reg, vvvv, x, base, op);
-    put1(c, (uint8_t)(0x80 | (reg & 7) << 3 | 4));
-    put1(c, (uint8_t)((index == NO_INDEX ? 4 : (index & 7)) << 3 | (base & 7)));
-    put4(c, disp);
+    vex(c, map, pp, w, reg, vvvv, index == NO_INDEX ? 0 : index, base, op);
+    mem_operand(c, reg, base, index, disp);
+}
+
+/* The VEX forms at length l, W0, on either table: a reduction's last steps
+ * work on halves of a vector and on scalars, which EVEX encodes only with
+ * AVX-512VL, and VEX runs on every AVX-512 CPU. Map 0F. */
+static void xrr(code *c, int l, int pp, uint8_t op, int reg, int vvvv, int rm)
+{
+    prefix(c, false, l, 1, pp, 0, reg, vvvv, 0, rm, op);
+    put1(c, (uint8_t)(0xC0 | (reg & 7) << 3 | (rm & 7)));
+}
+
+static void xrm(code *c, int l, int pp, uint8_t op, int reg, int base, int32_t disp)
+{
+    prefix(c, false, l, 1, pp, 0, reg, 0, 0, base, op);
+    mem_operand(c, reg, base, NO_INDEX, disp);
+}
+
+/* op reg, [base + disp] (or op [base + disp], reg) on 64-bit registers. */
+static void gpr_mem(code *c, uint8_t op, int reg, int base, int32_t disp)
+{
+    put1(c, (uint8_t)(0x48 | (reg >> 3) << 2 | (base >> 3)));
+    put1(c, op);
+    mem_operand(c, reg, base, NO_INDEX, disp);
+}
+
+/* op rm, reg on 64-bit registers (mov 0x89, add 0x01, sub 0x29, cmp 0x39). */
+static void gpr_rr(code *c, uint8_t op, int rm, int reg)
+{
+    put1(c, (uint8_t)(0x48 | (reg >> 3) << 2 | (rm >> 3)));
+    put1(c, op);
+    put1(c, (uint8_t)(0xC0 | (reg & 7) << 3 | (rm & 7)));
 }
 
 /* mov rax, [base + disp]: a pointer out of the in or out array. */
-static void load_ptr(code *c, int base, int32_t disp)
-{
-    put1(c, (uint8_t)(0x48 | (base >> 3)));
-    put1(c, 0x8B);
-    put1(c, (uint8_t)(0x80 | (RAX << 3) | 4));
-    put1(c, (uint8_t)(4 << 3 | (base & 7)));
-    put4(c, disp);
-}
+static void load_ptr(code *c, int base, int32_t disp) { gpr_mem(c, 0x8B, RAX, base, disp); }
 
 static void push(code *c, int r)
 {
@@ -192,11 +244,41 @@ static void pop(code *c, int r)
 }
 
 /* mov dst, src (64-bit registers). */
-static void mov_rr(code *c, int dst, int src)
+static void mov_rr(code *c, int dst, int src) { gpr_rr(c, 0x89, dst, src); }
+
+/* Jumps: cc a condition (JB, JA, ...) or JMP. A jump forward returns where
+ * its rel32 goes, for land() to fill in once the target is reached. */
+enum { JB = 2, JE = 4, JBE = 6, JA = 7, JMP = 16 };
+
+static void jump_op(code *c, int cc)
 {
-    put1(c, (uint8_t)(0x48 | (src >> 3) << 2 | (dst >> 3)));
-    put1(c, 0x89);
-    put1(c, (uint8_t)(0xC0 | (src & 7) << 3 | (dst & 7)));
+    if (cc == JMP) {
+        put1(c, 0xE9);
+    } else {
+        put1(c, 0x0F);
+        put1(c, (uint8_t)(0x80 | cc));
+    }
+}
+
+static size_t jump_fwd(code *c, int cc)
+{
+    jump_op(c, cc);
+    size_t at = c->n;
+    put4(c, 0);
+    return at;
+}
+
+static void land(code *c, size_t at)
+{
+    if (c->oom) return;
+    int32_t rel = (int32_t)(c->n - (at + 4));
+    memcpy(c->b + at, &rel, 4);
+}
+
+static void jump_back(code *c, int cc, size_t to)
+{
+    jump_op(c, cc);
+    put4(c, (int32_t)((int64_t)to - (int64_t)(c->n + 4)));
 }
 
 static void call_abs(code *c, const void *fn)
@@ -212,9 +294,13 @@ static void call_abs(code *c, const void *fn)
 /* The frame: the constants the body reads from memory (written once per
  * call, so that the loop spends no instructions making them), then a slot
  * per body value. */
-/* -0.0, ~-0.0, 1.0 in every lane; K_LIVE (fn_tail only): all ones in the
- * lanes below nbytes, zero above. */
-enum { K_SIGN, K_ABS, K_ONE, K_LIVE, NCONST };
+/* -0.0, ~-0.0, 1.0 in every lane; K_LIVE (fn_tail and a reduction's tail):
+ * all ones in the lanes below nbytes, zero above. A reduction's: K_IDENT
+ * its identity (max -inf, min +inf) in every lane and K_DEAD in the lanes
+ * past the tail; when the body calls, four accumulators and four NaN notes
+ * (see note_nan); K_MISC, two vectors of scalars (MISC_*). */
+enum { K_SIGN, K_ABS, K_ONE, K_LIVE, K_IDENT, K_DEAD, K_ACC, K_NAN = K_ACC + 4, K_MISC = K_NAN + 4,
+       NCONST = K_MISC + 2 };
 static int32_t konst(const regs *r, int k) { return r->vbytes * k; }
 static int32_t slot(const regs *r, int v) { return r->vbytes * (NCONST + (int32_t)v); }
 
@@ -244,26 +330,33 @@ static void vbroadcast(regs *r, int reg, int base, int32_t disp)
 
 static void vmovaps(regs *r, int dst, int src) { vrr(r->c, 1, 0, 0, 0x28, dst, 0, src); }
 
-/* Bitwise d = a & k, a ^ k or a | k with constant k of the frame: the FP
- * forms under VEX, the AVX-512F integer forms under EVEX (the FP ones need
- * AVX-512DQ). */
-enum { BIT_AND, BIT_XOR, BIT_OR };
+/* Bitwise d = a & k, a ^ k, a | k or ~a & k with constant k of the frame:
+ * the FP forms under VEX, the AVX-512F integer forms under EVEX (the FP
+ * ones need AVX-512DQ). */
+enum { BIT_AND, BIT_XOR, BIT_OR, BIT_ANDN };
 static void bitwise_const(regs *r, int kind, int d, int a, int k)
 {
-    static const uint8_t fp[] = {0x54, 0x57, 0x56}, integer[] = {0xDB, 0xEF, 0xEB};
+    static const uint8_t fp[] = {0x54, 0x57, 0x56, 0x55}, integer[] = {0xDB, 0xEF, 0xEB, 0xDF};
     if (r->c->evex) vrm(r->c, 1, 1, 0, integer[kind], d, a, RSP, NO_INDEX, konst(r, k));
     else vrm(r->c, 1, r->pp, 0, fp[kind], d, a, RSP, NO_INDEX, konst(r, k));
+}
+
+/* Every bit of reg clear: vxorps (VEX), vpxord (EVEX, whose vxorps needs
+ * AVX-512DQ). The CPU knows the result does not depend on reg. */
+static void zero_reg(regs *r, int reg)
+{
+    if (r->c->evex) vrr(r->c, 1, 1, 0, 0xEF, reg, reg, reg);
+    else vrr(r->c, 1, 0, 0, 0x57, reg, reg, reg);
 }
 
 /* Every bit of reg set: vpcmpeqd reg, reg, reg (VEX), vpternlogd with
  * table 0xFF (EVEX, where compares write mask registers). The CPU knows
  * vpcmpeqd's result does not depend on reg, but not vpternlogd's: reg is
- * zeroed by vpxord first, or the constant would wait for reg's last
- * writer. */
+ * zeroed first, or the constant would wait for reg's last writer. */
 static void all_ones(regs *r, int reg)
 {
     if (r->c->evex) {
-        vrr(r->c, 1, 1, 0, 0xEF, reg, reg, reg);
+        zero_reg(r, reg);
         vrr(r->c, 3, 1, 0, 0x25, reg, reg, reg);
         put1(r->c, 0xFF);
     } else {
@@ -297,13 +390,16 @@ static void emit_constants(regs *r)
     vmov_store(r, 2, RSP, NO_INDEX, konst(r, K_ONE));
 }
 
-/* K_LIVE from nbytes (r14), lane by lane: lane i is live when r14 > i * es. */
-static void emit_live_mask(regs *r)
+/* K_LIVE from the tail's bytes in register n (r14 in fn_tail), lane by
+ * lane: lane i is live when n > i * es. */
+static void emit_live_mask(regs *r, int n)
 {
     int es = r->pp ? 8 : 4;
     for (int i = 0; i < r->vbytes / es; i++) {
         put(r->c, (const uint8_t[]){0x31, 0xC0}, 2);               /* xor eax, eax */
-        put(r->c, (const uint8_t[]){0x49, 0x81, 0xFE}, 3);         /* cmp r14, imm32 */
+        put1(r->c, (uint8_t)(0x48 | (n >> 3)));                    /* cmp n, imm32 */
+        put1(r->c, 0x81);
+        put1(r->c, (uint8_t)(0xF8 | (n & 7)));
         put4(r->c, i * es);
         put(r->c, (const uint8_t[]){0x0F, 0x97, 0xC0}, 3);         /* seta al */
         put(r->c, (const uint8_t[]){0x48, 0xF7, 0xD8}, 3);         /* neg rax */
@@ -323,16 +419,42 @@ static bool is_vector_load(const regs *r, int v)
 
 static bool in_body(const regs *r, int v) { return r->j->body[v]; }
 
+/* Registers a reduction keeps its first vector inputs' and outputs'
+ * pointers in, rather than loading each from in[] or out[] per vector: r14
+ * and r15, which calls preserve (the reduction keeps nbytes and the tile
+ * in its frame), then where the body calls nothing the caller-saved ones
+ * (rax is scratch, rcx the tail's length). */
+static const int ptr_gpr[9] = {R14, R15, 7, 6, 2, 8, 9, 10, 11};   /* ... rdi rsi rdx r8-r11 */
+
+/* The register holding input v's (or output -1 - v's) pointer, or -1. */
+static int ptr_reg(const regs *r, int v)
+{
+    for (int i = 0; i < r->nptr; i++)
+        if (r->ptr_of[i] == v) return ptr_gpr[i];
+    return -1;
+}
+
 /* Brings value v into register reg: a stack slot for body values, the
- * input at the loop offset or a broadcast for prelude values. */
+ * input at this copy's offset (or in exec's padded tail) or a broadcast
+ * for prelude values. */
 static void fetch(regs *r, int v, int reg)
 {
     if (in_body(r, v)) {
         vmov_load(r, reg, RSP, NO_INDEX, slot(r, v));
         return;
     }
-    load_ptr(r->c, R12, 8 * v);
-    if (is_vector_load(r, v)) vmov_load(r, reg, RAX, RBX, 0);
+    bool vec = is_vector_load(r, v);
+    if (!vec && r->splat) {
+        vmov_load(r, reg, RSP, NO_INDEX, slot(r, v));
+        return;
+    }
+    int base = vec && !r->pad ? ptr_reg(r, v) : -1;
+    if (base >= 0) {
+        vmov_load(r, reg, base, RBX, r->disp);
+        return;
+    }
+    load_ptr(r->c, R12, 8 * (vec && r->pad ? r->j->ninsn + v : v));
+    if (vec) vmov_load(r, reg, RAX, r->pad ? NO_INDEX : RBX, r->disp);
     else vbroadcast(r, reg, RAX, 0);
 }
 
@@ -363,7 +485,7 @@ static void save(regs *r, int reg)
 static int take(regs *r, unsigned keep)
 {
     int best = -1;
-    for (int g = 0; g < NREG; g++) {
+    for (int g = 0; g < r->nreg; g++) {
         if (keep >> g & 1) continue;
         if (r->val_of[g] < 0) return g;
         if (best < 0 || r->last[r->val_of[g]] > r->last[r->val_of[best]]) best = g;
@@ -568,15 +690,11 @@ static void emit_insn(regs *r, int pos, int acc)
 
 /* ---- the function ----------------------------------------------------------- */
 
-/* fn(in, out, nbytes): rbx walks the byte offset 0, V, 2V, ... < nbytes (V
- * the vector's bytes); r12 holds in, r13 out, r14 nbytes; the frame below
- * rbp is V-aligned. With stream, outputs are written by non-temporal
- * stores, fenced before the return so that they are ordered before
- * whatever the caller does next (another thread reading them included). */
-static void emit_function(regs *r, int acc, int frame, bool stream)
+/* The frame below rbp is V-aligned; r12 holds in, r13 out, r14 nbytes,
+ * rbx the byte offset that the loop walks. */
+static void emit_prologue(regs *r, int frame)
 {
     code *c = r->c;
-    const ot_jit *j = r->j;
     push(c, RBP);
     mov_rr(c, RBP, RSP);
     push(c, RBX);
@@ -590,40 +708,10 @@ static void emit_function(regs *r, int acc, int frame, bool stream)
     mov_rr(c, R12, 7);                                         /* rdi */
     mov_rr(c, R13, 6);                                         /* rsi */
     mov_rr(c, R14, 2);                                         /* rdx */
-    emit_constants(r);
-    if (r->tail) emit_live_mask(r);
-    put(c, (const uint8_t[]){0x31, 0xDB}, 2);                  /* xor ebx, ebx */
-    put(c, (const uint8_t[]){0x4D, 0x85, 0xF6}, 3);            /* test r14, r14 */
-    put(c, (const uint8_t[]){0x0F, 0x84}, 2);                  /* jz done */
-    size_t jz_at = c->n;
-    put4(c, 0);
-    size_t loop = c->n;
-    for (int g = 0; g < NREG; g++) r->val_of[g] = -1;
-    for (int v = 0; v < j->ninsn; v++) {
-        r->reg_of[v] = -1;
-        r->spilled[v] = false;
-    }
-    for (int pos = 0; pos < j->ninsn; pos++)
-        if (j->body[pos]) emit_insn(r, pos, acc);
-    for (int q = 0; q < j->nout; q++) {
-        if (j->out_val[q] < 0 || !j->out_vector[q]) continue;
-        bool again = false;   /* one value is one buffer: exec passes one address */
-        for (int p = 0; p < q; p++) again |= j->out_vector[p] && j->out_val[p] == j->out_val[q];
-        if (again) continue;
-        int g = use(r, j->out_val[q], 0);
-        load_ptr(c, R13, 8 * q);
-        if (stream) vmov_stream(r, g, RAX, RBX, 0);
-        else vmov_store(r, g, RAX, RBX, 0);
-    }
-    put(c, (const uint8_t[]){0x48, 0x83, 0xC3, (uint8_t)r->vbytes}, 4);     /* add rbx, V */
-    put(c, (const uint8_t[]){0x4C, 0x39, 0xF3}, 3);            /* cmp rbx, r14 */
-    put(c, (const uint8_t[]){0x0F, 0x82}, 2);                  /* jb loop */
-    put4(c, (int32_t)((int64_t)loop - (int64_t)(c->n + 4)));
-    if (!c->oom) {
-        int32_t rel = (int32_t)(c->n - (jz_at + 4));
-        memcpy(c->b + jz_at, &rel, 4);
-    }
-    if (stream) put(c, (const uint8_t[]){0x0F, 0xAE, 0xF8}, 3);  /* sfence */
+}
+
+static void emit_epilogue(code *c)
+{
     put(c, (const uint8_t[]){0xC5, 0xF8, 0x77}, 3);            /* vzeroupper */
     put(c, (const uint8_t[]){0x48, 0x8D, 0x65, 0xD8}, 4);      /* lea rsp, [rbp - 40] */
     pop(c, R15);
@@ -633,6 +721,434 @@ static void emit_function(regs *r, int acc, int frame, bool stream)
     pop(c, RBX);
     pop(c, RBP);
     put1(c, 0xC3);
+}
+
+/* Forgets what the registers held: a new iteration (or copy) of the body. */
+static void reset_regs(regs *r)
+{
+    for (int g = 0; g < NREG; g++) r->val_of[g] = -1;
+    for (int v = 0; v < r->j->ninsn; v++) {
+        r->reg_of[v] = -1;
+        r->spilled[v] = false;
+    }
+}
+
+/* Stores the outputs at this copy's offset (or into the tail's pads), each
+ * value once: exec passes one address per buffer. A reduction's result,
+ * output 0, is folded instead. */
+static void emit_stores(regs *r, bool stream)
+{
+    const ot_jit *j = r->j;
+    int first = r->red >= 0;
+    for (int q = first; q < j->nout; q++) {
+        if (j->out_val[q] < 0 || !j->out_vector[q]) continue;
+        bool again = false;
+        for (int p = first; p < q; p++) again |= j->out_vector[p] && j->out_val[p] == j->out_val[q];
+        if (again) continue;
+        int g = use(r, j->out_val[q], 0);
+        int base = r->pad ? -1 : ptr_reg(r, -1 - q);
+        if (base < 0) load_ptr(r->c, R13, 8 * (r->pad ? j->nout + q : q));
+        int index = r->pad ? NO_INDEX : RBX;
+        if (stream) vmov_stream(r, g, base < 0 ? RAX : base, index, r->disp);
+        else vmov_store(r, g, base < 0 ? RAX : base, index, r->disp);
+    }
+}
+
+/* fn(in, out, nbytes): rbx walks the byte offset 0, V, 2V, ... < nbytes (V
+ * the vector's bytes). With stream, outputs are written by non-temporal
+ * stores, fenced before the return so that they are ordered before
+ * whatever the caller does next (another thread reading them included). */
+static void emit_function(regs *r, int acc, int frame, bool stream)
+{
+    code *c = r->c;
+    const ot_jit *j = r->j;
+    emit_prologue(r, frame);
+    emit_constants(r);
+    if (r->tail) emit_live_mask(r, R14);
+    put(c, (const uint8_t[]){0x31, 0xDB}, 2);                  /* xor ebx, ebx */
+    put(c, (const uint8_t[]){0x4D, 0x85, 0xF6}, 3);            /* test r14, r14 */
+    size_t done = jump_fwd(c, JE);
+    size_t loop = c->n;
+    reset_regs(r);
+    for (int pos = 0; pos < j->ninsn; pos++)
+        if (j->body[pos]) emit_insn(r, pos, acc);
+    emit_stores(r, stream);
+    put(c, (const uint8_t[]){0x48, 0x83, 0xC3, (uint8_t)r->vbytes}, 4);     /* add rbx, V */
+    gpr_rr(c, 0x39, RBX, R14);                                 /* cmp rbx, r14 */
+    jump_back(c, JB, loop);
+    land(c, done);
+    if (stream) put(c, (const uint8_t[]){0x0F, 0xAE, 0xF8}, 3);  /* sfence */
+    emit_epilogue(c);
+}
+
+/* ---- reductions ------------------------------------------------------------- */
+
+/*
+ * A REDUCE kernel's code, red(in, out, nbytes, tile_bytes, acc), runs the
+ * body over nbytes of one row, read and written in place, and folds the
+ * result into *acc tile by tile (a tile is tile_bytes, exec's tile), the
+ * way exec.c's interpreter folds what kt->sum, max or min return per tile.
+ * For a span that ends within a vector, in[ninsn + v] and out[nout + q]
+ * are zero-padded copies of the last part of each vector input and output
+ * (exec copies the outputs' back). It returns nonzero where max or min met
+ * a NaN.
+ *
+ * Sums (and means) do the tile kernels' own arithmetic, so that they round
+ * exactly as interpreted: within a tile four vector accumulators take the
+ * vectors in turn (groups of four, then single vectors and the zero-padded
+ * tail into the first); at the tile's end they are folded in tile.inc's
+ * fixed order and the tile's sum is added to *acc in double. f32 thus
+ * accumulates f32 lanes flushed into double every tile, which is at most
+ * K_BLOCK elements: tile.inc's blocking, as accurate as the interpreter
+ * and the same bits (but for which NaN a sum of two NaNs returns, which
+ * depends on the order the C compiler gave tile.inc's lane additions).
+ * Max and min take their extremes in any order, which changes nothing but
+ * which NaN or which zero comes out; the code notes NaNs (note_nan), and
+ * exec runs the interpreter on a span with a NaN or a zero extreme (ref's
+ * rule: the first NaN, else the first zero).
+ *
+ * When the body calls a function, which clobbers every vector register,
+ * the accumulators live in the frame (one load and store per vector beside
+ * a call); else in registers 12-15, and the NaN notes in 8-11.
+ */
+enum { ACC_REG = 12, NAN_REG = 8 };
+
+/* K_MISC's scalars: the acc pointer, the end of the tile, *acc's value,
+ * nbytes and tile_bytes. */
+enum { MISC_ACCP = 0, MISC_END = 8, MISC_ACC = 16, MISC_N = 24, MISC_TILE = 32 };
+static int32_t misc(const regs *r, int at) { return konst(r, K_MISC) + at; }
+
+/* The opcode of a reduction's step, packed or scalar: add, max or min. */
+static uint8_t red_opcode(int red)
+{
+    return red == OT_OP_MAX ? 0x5F : red == OT_OP_MIN ? 0x5D : 0x58;
+}
+
+/* The upper half of vector s into the lower half of d: vextractf64x4
+ * (EVEX) or vextractf128 (VEX). */
+static void upper_half(code *c, int d, int s)
+{
+    prefix(c, c->evex, 1, 3, 1, c->evex, s, 0, 0, d, c->evex ? 0x1B : 0x19);
+    put1(c, (uint8_t)(0xC0 | (s & 7) << 3 | (d & 7)));
+    put1(c, 1);
+}
+
+/* The upper 128 bits of ymm s into xmm d, on either table. */
+static void upper_128(code *c, int d, int s)
+{
+    prefix(c, false, 1, 3, 1, 0, s, 0, 0, d, 0x19);
+    put1(c, (uint8_t)(0xC0 | (s & 7) << 3 | (d & 7)));
+    put1(c, 1);
+}
+
+/* Folds the lanes of register 0 (doubles where dbl, else floats) into its
+ * lane 0 by halves, register 1 the scratch: lane k takes lane k + half as
+ * its second operand, tile.inc's lanes_sum order. */
+static void fold_lanes(regs *r, uint8_t op, bool dbl)
+{
+    code *c = r->c;
+    int pp = dbl ? 1 : 0;
+    if (r->vbytes == 64) {
+        upper_half(c, 1, 0);
+        xrr(c, 1, pp, op, 0, 0, 1);
+    }
+    upper_128(c, 1, 0);
+    xrr(c, 0, pp, op, 0, 0, 1);
+    if (!dbl) {
+        xrr(c, 0, 0, 0x12, 1, 0, 0);                                  /* vmovhlps */
+        xrr(c, 0, 0, op, 0, 0, 1);
+        xrr(c, 0, 2, 0x16, 1, 0, 0);                                  /* vmovshdup */
+        xrr(c, 0, 2, op, 0, 0, 1);                                    /* ss */
+    } else {
+        xrr(c, 0, 1, 0x15, 1, 0, 0);                                  /* vunpckhpd */
+        xrr(c, 0, 3, op, 0, 0, 1);                                    /* sd */
+    }
+}
+
+/* An f32 tile sum as tile.inc folds it: each accumulator's lanes widened
+ * to double, the lower and the upper half apart, added as (s0 + s1) +
+ * (s2 + s3), then the upper half's sums added to the lower's; a vector of
+ * doubles in register 0. */
+static void widen_sum(regs *r)
+{
+    code *c = r->c;
+    int dw = c->evex;   /* packed double: W1 under EVEX */
+    for (int u = 0; u < 4; u++) {
+        vrr(c, 1, 0, 0, 0x5A, u, 0, ACC_REG + u);                     /* vcvtps2pd */
+        upper_half(c, 4 + u, ACC_REG + u);
+        vrr(c, 1, 0, 0, 0x5A, 4 + u, 0, 4 + u);
+    }
+    for (int h = 0; h < 8; h += 4) {
+        vrr(c, 1, 1, dw, 0x58, h, h, h + 1);
+        vrr(c, 1, 1, dw, 0x58, h + 2, h + 2, h + 3);
+        vrr(c, 1, 1, dw, 0x58, h, h, h + 2);
+    }
+    vrr(c, 1, 1, dw, 0x58, 0, 0, 4);
+}
+
+/* The end of a tile: its accumulators folded into one value, then into
+ * *acc's slot (acc + x, or its max or min). */
+static void emit_flush(regs *r)
+{
+    code *c = r->c;
+    uint8_t op = red_opcode(r->red);
+    for (int u = 0; u < 4 && r->acc_mem; u++)
+        vmov_load(r, ACC_REG + u, RSP, NO_INDEX, konst(r, K_ACC + u));
+    if (r->red == OT_OP_SUM && !r->pp) {
+        widen_sum(r);
+    } else {
+        vrr(c, 1, r->pp, r->wig, op, 0, ACC_REG, ACC_REG + 1);
+        vrr(c, 1, r->pp, r->wig, op, 1, ACC_REG + 2, ACC_REG + 3);
+        vrr(c, 1, r->pp, r->wig, op, 0, 0, 1);
+    }
+    bool dbl = r->pp || r->red == OT_OP_SUM;
+    fold_lanes(r, op, dbl);
+    if (!dbl) xrr(c, 0, 2, 0x5A, 0, 0, 0);                            /* vcvtss2sd */
+    xrm(c, 0, 3, 0x10, 1, RSP, misc(r, MISC_ACC));                    /* vmovsd */
+    xrr(c, 0, 3, op, 1, 1, 0);
+    xrm(c, 0, 3, 0x11, 1, RSP, misc(r, MISC_ACC));
+}
+
+/* Whether the body reads any of K_SIGN, K_ABS and K_ONE (neg, abs, fnma,
+ * sig): a reduction called once per row of a few vectors saves making
+ * them where not. */
+static bool reads_constants(const regs *r)
+{
+    for (int i = 0; i < r->j->ninsn; i++) {
+        const ot_insn *in = &r->insns[i];
+        bool bits = in->code == OT_I_UNARY && (in->op == OT_OP_NEG || in->op == OT_OP_ABS);
+        bool fnma = in->code == OT_I_FMA && in->op == OT_OP_SUB;
+        if (r->j->body[i] && (bits || fnma || is_sig(in))) return true;
+    }
+    return false;
+}
+
+/* Every broadcast value the body reads, broadcast once into its slot: a
+ * vector load per use then, not a pointer load and a broadcast. */
+static void emit_splats(regs *r)
+{
+    for (int v = 0; v < r->j->ninsn; v++) {
+        bool read = false;
+        for (int i = 0; i < r->j->ninsn; i++)
+            for (int o = 0; o < 3 && r->j->body[i]; o++) read |= r->j->arg[i][o] == v;
+        if (!read || in_body(r, v) || is_vector_load(r, v)) continue;
+        fetch(r, v, 0);
+        vmov_store(r, 0, RSP, NO_INDEX, slot(r, v));
+    }
+    r->splat = true;
+}
+
+/* Each tile's accumulators start at the identity: 0, or K_IDENT. */
+static void acc_init(regs *r)
+{
+    int z = r->acc_mem ? 0 : ACC_REG;
+    if (r->red == OT_OP_SUM) zero_reg(r, z);
+    else vmov_load(r, z, RSP, NO_INDEX, konst(r, K_IDENT));
+    for (int u = 0; u < 4; u++) {
+        if (r->acc_mem) vmov_store(r, z, RSP, NO_INDEX, konst(r, K_ACC + u));
+        else if (u) vmovaps(r, ACC_REG + u, z);
+    }
+}
+
+/* Max and min note NaNs by summing what they reduce into note u (one add
+ * per vector, cheaper than a compare and a merge): a note is NaN where a
+ * NaN was met, or where +inf and -inf (or sums overflowing both ways)
+ * met, which only sends a span to the interpreter needlessly. */
+static void note_nan(regs *r, int t, unsigned keep, int u)
+{
+    if (!r->acc_mem) {
+        vrr(r->c, 1, r->pp, r->wig, 0x58, NAN_REG + u, NAN_REG + u, t);
+        return;
+    }
+    int n = take(r, keep);
+    vmov_load(r, n, RSP, NO_INDEX, konst(r, K_NAN + u));
+    vrr(r->c, 1, r->pp, r->wig, 0x58, n, n, t);
+    vmov_store(r, n, RSP, NO_INDEX, konst(r, K_NAN + u));
+}
+
+/* Folds this copy's result into accumulator u; in the tail, the lanes past
+ * nbytes become the identity first (0, or K_DEAD's), as the tile kernels
+ * pad their tails. */
+static void accumulate(regs *r, int u)
+{
+    int g = use(r, r->j->out_val[0], 0);
+    int t = g;
+    if (r->pad) {
+        t = take(r, 1u << g);
+        bitwise_const(r, BIT_AND, t, g, K_LIVE);
+        if (r->red != OT_OP_SUM) bitwise_const(r, BIT_OR, t, t, K_DEAD);
+    }
+    uint8_t op = red_opcode(r->red);
+    if (r->acc_mem) {
+        int a = take(r, 1u << g | 1u << t);
+        vmov_load(r, a, RSP, NO_INDEX, konst(r, K_ACC + u));
+        vrr(r->c, 1, r->pp, r->wig, op, a, a, t);
+        vmov_store(r, a, RSP, NO_INDEX, konst(r, K_ACC + u));
+    } else {
+        vrr(r->c, 1, r->pp, r->wig, op, ACC_REG + u, ACC_REG + u, t);
+    }
+    if (r->red != OT_OP_SUM) note_nan(r, t, 1u << g | 1u << t, u);
+}
+
+/* One copy of the body for the vector u vectors past rbx (pad: exec's
+ * padded tail), its stores, and its fold into accumulator u. */
+static void emit_copy(regs *r, int acc, int u, bool pad)
+{
+    r->disp = pad ? 0 : u * r->vbytes;
+    r->pad = r->tail = pad;
+    reset_regs(r);
+    for (int pos = 0; pos < r->j->ninsn; pos++)
+        if (r->j->body[pos]) emit_insn(r, pos, acc);
+    emit_stores(r, false);
+    accumulate(r, u);
+}
+
+/* Max and min: K_IDENT, and the NaN notes cleared. */
+static void emit_identity(regs *r)
+{
+    all_ones(r, 0);
+    if (r->red == OT_OP_MAX) {
+        shift(r, 6, 0, r->pp ? 52 : 23);                              /* -inf */
+    } else {
+        shift(r, 6, 0, r->pp ? 53 : 24);                              /* +inf */
+        shift(r, 2, 0, 1);
+    }
+    vmov_store(r, 0, RSP, NO_INDEX, konst(r, K_IDENT));
+    zero_reg(r, 1);
+    for (int u = 0; u < 4; u++) {
+        if (r->acc_mem) vmov_store(r, 1, RSP, NO_INDEX, konst(r, K_NAN + u));
+        else vmovaps(r, NAN_REG + u, 1);
+    }
+}
+
+/* eax: nonzero where the NaN notes, added up, have a NaN lane (0 for
+ * sums); the upper half of a zmm folded onto the lower, since VEX's
+ * compare and vmovmskps see 256 bits. */
+static void emit_nan_flag(regs *r)
+{
+    code *c = r->c;
+    if (r->red == OT_OP_SUM) {
+        put(c, (const uint8_t[]){0x31, 0xC0}, 2);                     /* xor eax, eax */
+        return;
+    }
+    for (int u = 0; u < 4 && r->acc_mem; u++)
+        vmov_load(r, NAN_REG + u, RSP, NO_INDEX, konst(r, K_NAN + u));
+    vrr(c, 1, r->pp, r->wig, 0x58, 0, NAN_REG, NAN_REG + 1);
+    vrr(c, 1, r->pp, r->wig, 0x58, 1, NAN_REG + 2, NAN_REG + 3);
+    vrr(c, 1, r->pp, r->wig, 0x58, 0, 0, 1);
+    if (r->vbytes == 64) {
+        upper_half(c, 1, 0);
+        xrr(c, 1, r->pp, 0x58, 0, 0, 1);
+    }
+    xrr(c, 1, r->pp, 0xC2, 0, 0, 0);                                  /* vcmpunordp{s,d} */
+    put1(c, 3);
+    xrr(c, 1, r->pp, 0x50, RAX, 0, 0);                                /* vmovmskp{s,d} eax */
+}
+
+/* The tail: its live lanes from its bytes (rcx), then for max and min the
+ * identity in the others (K_DEAD = ~K_LIVE & K_IDENT). */
+static void emit_tail_masks(regs *r)
+{
+    emit_live_mask(r, RCX);
+    if (r->red == OT_OP_SUM) return;
+    vmov_load(r, 0, RSP, NO_INDEX, konst(r, K_LIVE));
+    bitwise_const(r, BIT_ANDN, 0, 0, K_IDENT);
+    vmov_store(r, 0, RSP, NO_INDEX, konst(r, K_DEAD));
+}
+
+/* Pointers into registers (see ptr_gpr): the vector inputs', then the
+ * outputs'. */
+static void emit_pointers(regs *r)
+{
+    int room = r->acc_mem ? 2 : 9;
+    for (int v = 0; v < r->j->ninsn && r->nptr < room; v++) {
+        if (!is_vector_load(r, v)) continue;
+        gpr_mem(r->c, 0x8B, ptr_gpr[r->nptr], R12, 8 * v);
+        r->ptr_of[r->nptr++] = (int16_t)v;
+    }
+    for (int q = 1; q < r->j->nout && r->nptr < room; q++) {
+        if (!r->j->out_vector[q]) continue;
+        gpr_mem(r->c, 0x8B, ptr_gpr[r->nptr], R13, 8 * q);
+        r->ptr_of[r->nptr++] = (int16_t)(-1 - q);
+    }
+}
+
+/* Compares rbx + bytes with the end of the tile; cc jumps (forward) when
+ * a loop has no room for another turn. */
+static size_t emit_room(regs *r, int32_t bytes, int cc)
+{
+    gpr_mem(r->c, 0x8D, RAX, RBX, bytes);                             /* lea rax, [rbx + bytes] */
+    gpr_mem(r->c, 0x3B, RAX, RSP, misc(r, MISC_END));
+    return jump_fwd(r->c, cc);
+}
+
+/* rbx += bytes, then the room check for the next turn (the loops test at
+ * the bottom: one branch per turn). */
+static void emit_step(regs *r, int32_t bytes)
+{
+    put(r->c, (const uint8_t[]){0x48, 0x81, 0xC3}, 3);                /* add rbx, bytes */
+    put4(r->c, bytes);
+    gpr_mem(r->c, 0x8D, RAX, RBX, bytes);
+    gpr_mem(r->c, 0x3B, RAX, RSP, misc(r, MISC_END));
+}
+
+/* red(in, out, nbytes, tile_bytes, acc): tiles from rbx = 0 while rbx <
+ * nbytes, each running groups of four copies, then single copies, then
+ * the tail, then the flush. */
+static void emit_reduce_function(regs *r, int acc, int frame)
+{
+    code *c = r->c;
+    int32_t v = r->vbytes;
+    emit_prologue(r, frame);
+    gpr_mem(c, 0x89, R14, RSP, misc(r, MISC_N));
+    gpr_mem(c, 0x89, RCX, RSP, misc(r, MISC_TILE));
+    gpr_mem(c, 0x89, R8, RSP, misc(r, MISC_ACCP));
+    xrm(c, 0, 3, 0x10, 0, R8, 0);                                     /* vmovsd xmm0, [r8] */
+    xrm(c, 0, 3, 0x11, 0, RSP, misc(r, MISC_ACC));
+    emit_pointers(r);
+    if (reads_constants(r)) emit_constants(r);
+    if (r->red != OT_OP_SUM) emit_identity(r);
+    emit_splats(r);
+    put(c, (const uint8_t[]){0x31, 0xDB}, 2);                         /* xor ebx, ebx */
+    gpr_mem(c, 0x8B, RAX, RSP, misc(r, MISC_N));
+    put(c, (const uint8_t[]){0x48, 0x85, 0xC0}, 3);                   /* test rax, rax */
+    size_t done = jump_fwd(c, JE);
+    size_t tile = c->n;                                               /* end = min(rbx + tile, n) */
+    mov_rr(c, RAX, RBX);
+    gpr_mem(c, 0x03, RAX, RSP, misc(r, MISC_TILE));
+    gpr_mem(c, 0x3B, RAX, RSP, misc(r, MISC_N));
+    put(c, (const uint8_t[]){0x48, 0x0F, 0x47}, 3);                   /* cmova rax, n */
+    mem_operand(c, RAX, RSP, NO_INDEX, misc(r, MISC_N));
+    gpr_mem(c, 0x89, RAX, RSP, misc(r, MISC_END));
+    acc_init(r);
+    size_t to_single = emit_room(r, 4 * v, JA);
+    size_t group = c->n;
+    for (int u = 0; u < 4; u++) emit_copy(r, acc, u, false);
+    emit_step(r, 4 * v);
+    jump_back(c, JBE, group);
+    land(c, to_single);
+    size_t to_tail = emit_room(r, v, JA);
+    size_t single = c->n;
+    emit_copy(r, acc, 0, false);
+    emit_step(r, v);
+    jump_back(c, JBE, single);
+    land(c, to_tail);
+    gpr_mem(c, 0x8B, RCX, RSP, misc(r, MISC_END));
+    gpr_rr(c, 0x29, RCX, RBX);                                        /* sub rcx, rbx */
+    size_t to_flush = jump_fwd(c, JE);
+    emit_tail_masks(r);
+    emit_copy(r, acc, 0, true);
+    gpr_mem(c, 0x8B, RBX, RSP, misc(r, MISC_END));
+    land(c, to_flush);
+    emit_flush(r);
+    gpr_mem(c, 0x3B, RBX, RSP, misc(r, MISC_N));
+    jump_back(c, JB, tile);
+    land(c, done);
+    gpr_mem(c, 0x8B, RAX, RSP, misc(r, MISC_ACCP));
+    xrm(c, 0, 3, 0x10, 0, RSP, misc(r, MISC_ACC));
+    xrm(c, 0, 3, 0x11, 0, RAX, 0);
+    emit_nan_flag(r);
+    emit_epilogue(c);
 }
 
 /* ---- which kernels ------------------------------------------------------------ */
@@ -746,7 +1262,8 @@ bool ot__jit_install(ot_jit *const *jits, int n, ot_jit_map *map)
     for (int i = 0; i < n; i++) {
         if (!jits[i]) continue;
         void *entry = m + at;
-        memcpy(&jits[i]->fn, &entry, sizeof entry);   /* object to function pointer */
+        if (jits[i]->reduce) memcpy(&jits[i]->red, &entry, sizeof entry);
+        else memcpy(&jits[i]->fn, &entry, sizeof entry);   /* object to function pointer */
         if (jits[i]->stream_at) {
             entry = m + at + jits[i]->stream_at;
             memcpy(&jits[i]->fn_stream, &entry, sizeof entry);
@@ -792,17 +1309,45 @@ bool ot__jit_available(const ot_kernels *kt)
     return kt->vfn1[0][OT_OP_EXP][0] && (kt->vbytes == 32 || kt->vbytes == 64);
 }
 
+/* The reductions generated code does, by kind alone: sum, mean, max and
+ * min of floats over the innermost dim or everything. Columns, arg* and
+ * i32 stay with the interpreter. */
+static bool reduces(const ot_kernel *k)
+{
+    int op = k->red_op;
+    return k->kind == OT_KER_REDUCE && k->ndim > 0 &&
+           (k->red_axis == k->ndim - 1 || k->red_axis == -1) &&
+           (op == OT_OP_SUM || op == OT_OP_MEAN || op == OT_OP_MAX || op == OT_OP_MIN);
+}
+
+/* Whether a reduction's program suits its code, which runs a whole span
+ * of a row in place: a vector result of the body's dtype, every vector
+ * load contiguous along the row, every further output written in place.
+ * Max and min have no further output, since exec runs the interpreter
+ * again on a span with a NaN or a zero extreme (an output written in
+ * place may be one of the inputs). */
+static bool reduce_fits(const ot_jit *j, const ot_kernel *k)
+{
+    bool ok = j->out_vector[0] && j->kd == k->result_kd;
+    for (int i = 0; i < k->ninsn; i++) {
+        const ot_insn *in = &k->insns[i];
+        if (in->code == OT_I_LOAD && !(in->scalar & 8))
+            ok = ok && k->loads[in->arg].strides[k->ndim - 1] == 1;
+    }
+    for (int x = 0; x < k->nxstore; x++) ok = ok && k->xstores[x].direct;
+    return ok && (k->nxstore == 0 || k->red_op == OT_OP_SUM || k->red_op == OT_OP_MEAN);
+}
+
 ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc, bool stream)
 {
-    /* Reductions stay with the interpreter: softmax's sum(exp(x - m)) ran
-     * 2-7% slower as generated code (measured), elementwise kernels faster. */
-    if (k->kind != OT_KER_EW || k->ninsn < 1 || k->ninsn > OT_JIT_MAX_INSN ||
+    if ((k->kind != OT_KER_EW && !reduces(k)) || k->ninsn < 1 || k->ninsn > OT_JIT_MAX_INSN ||
         !ot__jit_available(kt))
         return NULL;
     ot_jit *j = ot__calloc(1, sizeof *j);
     code c = {0};
-    regs r = {.c = &c, .j = j, .insns = k->insns};
-    bool ok = j != NULL;
+    regs r = {.c = &c, .j = j, .insns = k->insns, .nreg = NREG, .red = -1};
+    bool ok = j != NULL, reduce = k->kind == OT_KER_REDUCE;
+    stream = stream && !reduce;
     if (ok) {
         j->kt = kt;
         j->ninsn = k->ninsn;
@@ -812,7 +1357,7 @@ ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc, bool st
         r.spilled = ot__malloc((size_t)k->ninsn);
         r.last = ot__malloc(sizeof *r.last * (size_t)k->ninsn);
         ok = j->arg && j->body && r.reg_of && r.spilled && r.last && map_values(j, k, acc) &&
-             worth_it(j, k, stream);
+             (reduce ? reduce_fits(j, k) : worth_it(j, k, stream));
     }
     if (ok) {
         r.pp = j->kd == OT_KD_F64;
@@ -821,6 +1366,18 @@ ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc, bool st
         c.evex = kt->vbytes == 64;
         r.wig = c.evex ? r.w : 0;
         last_uses(j, r.last);
+    }
+    if (ok && reduce) {
+        /* Reductions gain what the interpreter spends per tile and per op
+         * (measured on softmax's max and sum(exp(x - m))), so every one
+         * that fits gets code, a single load included. */
+        j->reduce = true;
+        r.red = k->red_op == OT_OP_MEAN ? OT_OP_SUM : k->red_op;
+        r.acc_mem = calls(j, k);
+        r.nreg = r.acc_mem ? NREG : r.red == OT_OP_SUM ? ACC_REG : NAN_REG;
+        emit_reduce_function(&r, acc, slot(&r, k->ninsn) + r.vbytes);
+        ok = !c.oom;
+    } else if (ok) {
         emit_function(&r, acc, slot(&r, k->ninsn) + r.vbytes, false);
         if (stream) {
             while (c.n % 16) put1(&c, 0xCC);               /* int3 padding */

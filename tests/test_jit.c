@@ -251,6 +251,68 @@ TEST(jit_declines_what_it_does_not_cover)
     if (ot__kernels_for("sse2")) CHECK(ot__jit_build(&h.k, ot__kernels_for("sse2"), 0, false) == NULL);
 }
 
+/* The hand kernel as a reduction (op over axis of a 2 x NV/2 space, -1:
+ * everything) of its result; loads contiguous along the rows, load
+ * scalar_ops broadcast. */
+static void hand_reduce(hand *h, int kd, int op, int axis, unsigned scalar_ops)
+{
+    hand_init(h, kd, (ot_insn){.code = OT_I_BINARY, .op = OT_OP_MUL, .a = 0, .b = 1, .c = -1},
+              scalar_ops);
+    h->k.kind = OT_KER_REDUCE;
+    h->k.red_op = op;
+    h->k.red_axis = axis;
+    h->k.ndim = 2;
+    h->k.dims[0] = 2;
+    h->k.dims[1] = NV / 2;
+    for (int i = 0; i < 3; i++) {
+        h->loads[i].strides[1] = h->loads[i].strides[0];
+        h->loads[i].strides[0] *= NV / 2;
+    }
+}
+
+/* What reductions get code: sum, mean, max and min of floats over rows or
+ * everything, contiguous loads, further outputs in place and, for max and
+ * min (whose NaN or zero extremes run again interpreted), none at all. */
+TEST(jit_reductions_it_declines)
+{
+    for (int i = 0; i < NJIT_ISA; i++) {
+        const ot_kernels *kt = jit_table(i);
+        if (!kt) continue;
+        hand h;
+        static const int ops[] = {OT_OP_SUM, OT_OP_MEAN, OT_OP_MAX, OT_OP_MIN};
+        for (int o = 0; o < 4; o++)
+            for (int axis = -1; axis <= 1; axis += 2) {
+                hand_reduce(&h, o % 2, ops[o], axis, 2);
+                ot_jit *j = ot__jit_build(&h.k, kt, 0, false);
+                CHECK(j && j->reduce && !j->fn_stream);
+                ot__jit_free(j);
+            }
+        hand_reduce(&h, OT_KD_F32, OT_OP_SUM, 0, 0);             /* a column */
+        CHECK(ot__jit_build(&h.k, kt, 0, false) == NULL);
+        hand_reduce(&h, OT_KD_F32, OT_OP_ARGMAX, 1, 0);
+        CHECK(ot__jit_build(&h.k, kt, 0, false) == NULL);
+        hand_reduce(&h, OT_KD_I32, OT_OP_SUM, 1, 0);
+        CHECK(ot__jit_build(&h.k, kt, 0, false) == NULL);
+        hand_reduce(&h, OT_KD_F32, OT_OP_SUM, 1, 0);
+        h.loads[1].strides[1] = 2;                                /* strided */
+        CHECK(ot__jit_build(&h.k, kt, 0, false) == NULL);
+        ot_xstore xs = {.view = h.loads[2], .result = 4, .direct = true};
+        for (int o = 0; o < 4; o++) {
+            hand_reduce(&h, OT_KD_F64, ops[o], 1, 0);
+            h.k.nxstore = 1;
+            h.k.xstores = &xs;
+            ot_jit *j = ot__jit_build(&h.k, kt, 0, false);
+            CHECK((j != NULL) == (o < 2));
+            ot__jit_free(j);
+        }
+        xs.direct = false;
+        hand_reduce(&h, OT_KD_F64, OT_OP_SUM, 1, 0);
+        h.k.nxstore = 1;
+        h.k.xstores = &xs;
+        CHECK(ot__jit_build(&h.k, kt, 0, false) == NULL);
+    }
+}
+
 /* ---- whole assignments: generated code against OT_JIT=0 ------------------ */
 
 /* The ISAs the whole-assignment cases run under: each one with generated
@@ -605,6 +667,180 @@ TEST(jit_stream_bytes_env)
     ot_backend_free(be);
 }
 
+/* ---- generated reductions: threads, interpreter, ref ------------------------ */
+
+/* Row r, column i of a reduction's input: ordinary values, but for rows of
+ * special cases: a NaN; +inf; both infinities; all -inf; all -0.0; zeros
+ * of both signs among negatives (max: the first zero); all -inf but a NaN
+ * in the last column (a tail's lane); all +inf; zeros of both signs among
+ * positives (min: the first zero); a -NaN before a NaN (the first NaN). */
+static double red_value(int64_t r, int64_t i, int64_t cols)
+{
+    double x = sin(0.7 * (double)(r * cols + i) + 0.3) * (1.0 + (double)(i % 5));
+    switch (r) {
+    case 0: return i == 777 % cols ? NAN : x;
+    case 1: return i == 5 % cols ? INFINITY : x;
+    case 2: return i == 3 % cols ? -INFINITY : i == cols - 1 ? INFINITY : x;
+    case 3: return -INFINITY;
+    case 4: return -0.0;
+    case 5: return i == cols / 2 ? -0.0 : i == cols / 2 + 1 ? 0.0 : -1.0 - fabs(x);
+    case 6: return i == cols - 1 ? NAN : -INFINITY;
+    case 7: return INFINITY;
+    case 8: return i == cols / 3 ? 0.0 : i == cols / 3 + 1 ? -0.0 : 1.0 + fabs(x);
+    case 9: return i == 100 % cols ? -NAN : i == 200 % cols ? NAN : x;
+    default: return x;
+    }
+}
+
+/* op over axis (1, or every axis where axis < 0) of x itself (a bare
+ * load), of an inline body, or of a body that calls exp (whose
+ * accumulators then live in the frame). */
+static ot_node *red_tree(int op, int prefix, int axis, ot_tensor *x)
+{
+    ot_node *v = prefix == 0 ? ot_tensor_node(x)
+               : prefix == 1 ? ot_add(ot_mul(x, 0.5), 0.25)
+                             : ot_exp(ot_mul(x, 0.001));
+    return ot_build(op, v, NULL, &(ot_args){.axis = axis < 0 ? OT_AXIS_ALL : axis});
+}
+
+typedef struct red_case {
+    ot_dtype dt;
+    int64_t rows, cols;
+    int op, prefix, axis;
+} red_case;
+
+/* The case's result on be, widened to double (malloc'd; *n elements), or
+ * NULL; *generated (where not NULL): whether ot_explain says the
+ * reduction runs as generated code. */
+static double *red_run(ot_backend *be, const red_case *rc, int64_t *n, bool *generated)
+{
+    int64_t m = rc->rows * rc->cols;
+    double *h = malloc(sizeof *h * (size_t)(m > rc->rows ? m : rc->rows));   /* also the result */
+    for (int64_t e = 0; e < m; e++) h[e] = red_value(e / rc->cols, e % rc->cols, rc->cols);
+    ot_shape s = OT_SHAPE(rc->rows, rc->cols);
+    ot_tensor *t = ot_array(be, s, OT_F64, h), *x = ot_empty(be, s, rc->dt);
+    ot_pool *p = ot_pool_push();
+    ot_assign(x, ot_cast(t, .dtype = rc->dt));
+    ot_node *tree = red_tree(rc->op, rc->prefix, rc->axis, x);
+    if (generated) {
+        char *text = test__capture(ot_explain, tree);
+        *generated = text && strstr(text, "(generated code)");
+        free(text);
+    }
+    ot_tensor *o = ot_eval(tree);
+    ot_pool_pop(p);
+    double *res = NULL;
+    if (o) {
+        *n = ot_tensor_numel(o);
+        res = malloc(sizeof *res * (size_t)(*n ? *n : 1));
+        ot_get(o, h);
+        for (int64_t e = 0; e < *n; e++) res[e] = rc->dt == OT_F64 ? h[e] : ((float *)h)[e];
+    } else {
+        test__fail(__FILE__, __LINE__, "eval: %s", ot_errmsg());
+    }
+    free(h);
+    ot_tensor_free(o);
+    ot_tensor_free(x);
+    ot_tensor_free(t);
+    return res;
+}
+
+/* Bits of the results: equal, or (for sums, whose NaN is whichever
+ * tile.inc's compiled lane order gives) both NaN. */
+static bool red_same(const double *a, const double *b, int64_t n, bool any_nan)
+{
+    for (int64_t e = 0; e < n; e++)
+        if (memcmp(&a[e], &b[e], sizeof *a) && !(any_nan && isnan(a[e]) && isnan(b[e])))
+            return false;
+    return true;
+}
+
+/* What the special rows must give whatever the backend: NaN propagates,
+ * all -inf stays -inf, an empty row is the identity (mean: NaN). */
+static void red_expect(const red_case *rc, const double *got, int64_t n)
+{
+    if (rc->axis != 1 || rc->prefix != 0 || n != rc->rows || n < 10) return;
+    int op = rc->op;
+    bool ext = op == OT_OP_MAX || op == OT_OP_MIN;
+    if (rc->cols == 0) {   /* sums only: max and min of nothing are errors */
+        for (int64_t r = 0; r < n; r++) CHECK(op == OT_OP_MEAN ? isnan(got[r]) : got[r] == 0);
+        return;
+    }
+    CHECK(isnan(got[0]) && isnan(got[6]) && isnan(got[9]));
+    CHECK(got[3] == -INFINITY);
+    if (ext) CHECK(got[7] == INFINITY && got[4] == 0 && signbit(got[4]));
+    if (op == OT_OP_MAX) CHECK(got[5] == 0 && signbit(got[5]) && got[1] == INFINITY);
+    if (op == OT_OP_MIN) CHECK(got[8] == 0 && !signbit(got[8]) && got[2] == -INFINITY);
+    if (ext && rc->cols > 200) CHECK(signbit(got[9]));   /* the first NaN: -NaN */
+}
+
+/* One case on one ISA: generated code at 1, 2 and 3 threads (bitwise the
+ * same), against the interpreter (bitwise, a sum's NaN aside) and ref
+ * (within rounding). */
+static void red_check(const char *isa, const red_case *rc)
+{
+    bool sum = rc->op == OT_OP_SUM || rc->op == OT_OP_MEAN;
+    ot_backend *be[5] = {backend(isa, JIT, 1), backend(isa, JIT, 2), backend(isa, JIT, 3),
+                         backend(isa, INTERP, 1), ot_backend_new("ref", NULL)};
+    double *res[5] = {NULL};
+    int64_t n[5] = {0};
+    bool generated = false;
+    for (int b = 0; b < 5; b++)
+        if (be[b]) res[b] = red_run(be[b], rc, &n[b], b == 0 ? &generated : NULL);
+    bool all = res[0] && res[1] && res[2] && res[3] && res[4];
+    for (int b = 1; b < 5 && all; b++) all = n[b] == n[0];
+    const char *what = rc->op == OT_OP_SUM ? "sum" : rc->op == OT_OP_MEAN ? "mean"
+                     : rc->op == OT_OP_MAX ? "max" : "min";
+    if (!all)
+        test__fail(__FILE__, __LINE__, "OT_ISA=%s %s: no result", isa ? isa : "-", what);
+    /* Code where the ISA has it: every case here fits (ot_jit's red). */
+    if (isa && rc->cols > 0 && !generated)
+        test__fail(__FILE__, __LINE__, "OT_ISA=%s %s %lldx%lld: not generated code", isa, what,
+                   (long long)rc->rows, (long long)rc->cols);
+    for (int b = 1; b < 3 && all; b++)
+        if (!red_same(res[0], res[b], n[0], false))
+            test__fail(__FILE__, __LINE__, "OT_ISA=%s %s %s %lldx%lld axis %d prefix %d: %d threads "
+                       "differ from 1", isa ? isa : "-", what, ot_dtype_name(rc->dt),
+                       (long long)rc->rows, (long long)rc->cols, rc->axis, rc->prefix, b + 1);
+    if (all && !red_same(res[0], res[3], n[0], sum))
+        test__fail(__FILE__, __LINE__, "OT_ISA=%s %s %s %lldx%lld axis %d prefix %d: generated "
+                   "code and interpreter differ", isa ? isa : "-", what, ot_dtype_name(rc->dt),
+                   (long long)rc->rows, (long long)rc->cols, rc->axis, rc->prefix);
+    double tol = rc->dt == OT_F32 ? 1e-5 : 1e-12;
+    for (int64_t e = 0; all && e < n[0]; e++)
+        if (!test__close(res[0][e], res[4][e], tol))
+            test__fail(__FILE__, __LINE__, "OT_ISA=%s %s %s %lldx%lld axis %d prefix %d [%lld]: "
+                       "%.9g, ref %.9g", isa ? isa : "-", what, ot_dtype_name(rc->dt),
+                       (long long)rc->rows, (long long)rc->cols, rc->axis, rc->prefix,
+                       (long long)e, res[0][e], res[4][e]);
+    if (all) red_expect(rc, res[0], n[0]);
+    for (int b = 0; b < 5; b++) {
+        free(res[b]);
+        ot_backend_free(be[b]);
+    }
+}
+
+/* Sum, mean, max and min over rows and over everything, f32 and f64,
+ * bare, inline and calling bodies: 40 rows of 2500 (several tiles and a
+ * tail, and enough elements for the pool to split rows and chunks), rows
+ * of 7 (chunks of tiles span rows), 1029 and empty rows. */
+TEST(jit_reductions_threads_interpreter_ref)
+{
+    static const int ops[] = {OT_OP_SUM, OT_OP_MEAN, OT_OP_MAX, OT_OP_MIN};
+    static const int64_t shapes[][2] = {{40, 2500}, {40, 7}, {3, 1029}, {12, 0}};
+    const char *isa[NJIT_ISA];
+    for (int i = 0, nisa = assignment_isas(isa); i < nisa; i++)
+        for (int d = 0; d < 2; d++)
+            for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+                for (int op = 0; op < (shapes[s][1] ? 4 : 2); op++)
+                    for (int prefix = 0; prefix < 3; prefix++)
+                        for (int axis = -1; axis <= 1; axis += 2) {
+                            red_case rc = {d ? OT_F64 : OT_F32, shapes[s][0], shapes[s][1],
+                                           ops[op], prefix, axis};
+                            red_check(isa[i], &rc);
+                        }
+}
+
 /* ---- random trees: generated code against OT_JIT=0, bitwise ----------------- */
 
 /* Random elementwise trees over every unary and binary op of the table,
@@ -693,15 +929,17 @@ static ot_node *fuzz_tree(fuzz_rng *r, const fuzz_ops *ops, ot_tensor *const *x,
     return ot_build(op, a, b, NULL);
 }
 
-/* The root: the tree, or a reduction of it. */
-static ot_node *fuzz_root(fuzz_rng *r, const fuzz_ops *ops, ot_tensor *const *x)
+/* The root: the tree, or a reduction of it; *sum says whether a sum. */
+static ot_node *fuzz_root(fuzz_rng *r, const fuzz_ops *ops, ot_tensor *const *x, bool *sum)
 {
     ot_node *t = fuzz_tree(r, ops, x, 1 + fuzz_int(r, 6), true);
     /* sin or cos of the tree, often: SLEEF reduces their arguments one way
      * for a whole vector, so a lane's result hangs on the other lanes, the
      * padding of a tail included (what the tree left there). */
     if (fuzz_int(r, 2) == 0) t = ot_build(fuzz_int(r, 2) ? OT_OP_SIN : OT_OP_COS, t, NULL, NULL);
-    switch (fuzz_int(r, 10)) {
+    int root = fuzz_int(r, 10);
+    *sum = root == 0;
+    switch (root) {
     case 0: return ot_sum(t, .axis = 1, .keepdims = true);
     case 1: return ot_max(t, .axis = 1);
     case 2: return ot_min(t);
@@ -710,10 +948,10 @@ static ot_node *fuzz_root(fuzz_rng *r, const fuzz_ops *ops, ot_tensor *const *x)
 }
 
 /* Runs tree number seed on be; returns the result (malloc'd) and its size
- * in bytes, or NULL with *bytes the error code. With show, prints the tree
- * and its inputs there. */
+ * in bytes, or NULL with *bytes the error code; *sum: whether its root is a
+ * sum. With show, prints the tree and its inputs there. */
 static void *fuzz_run(ot_backend *be, const fuzz_ops *ops, uint64_t seed, size_t *bytes,
-                      int *kd, FILE *show)
+                      int *kd, bool *sum, FILE *show)
 {
     static const int64_t cols[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17,
                                    18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32,
@@ -740,7 +978,7 @@ static void *fuzz_run(ot_backend *be, const fuzz_ops *ops, uint64_t seed, size_t
     fuzz_ops sub = fuzz_subset(&r, ops);
     sub.f32 = dt == OT_F32 && fuzz_int(&r, 4);
     ot_pool *p = ot_pool_push();
-    ot_node *tree = fuzz_root(&r, &sub, x);
+    ot_node *tree = fuzz_root(&r, &sub, x, sum);
     if (show) {
         ot_print(tree, show);
         for (int i = 0; i < FZ_NX; i++) {
@@ -791,18 +1029,23 @@ TEST(defect07_jit_random_trees_bitwise)
             ot_backend *const *be = bes[t & 1];   /* odd trees at OT_ULP35 */
             size_t bytes[2];
             int kd[2];
+            bool sum;
             void *res[2];
             for (int b = 0; b < 2; b++)
-                res[b] = fuzz_run(be[b], &ops, seed, &bytes[b], &kd[b], NULL);
+                res[b] = fuzz_run(be[b], &ops, seed, &bytes[b], &kd[b], &sum, NULL);
             bool same = bytes[0] == bytes[1] && !res[0] == !res[1] && kd[0] == kd[1];
-            if (same && res[0]) same = memcmp(res[0], res[1], bytes[0]) == 0;
+            /* Which NaN a sum of NaNs gives hangs on how the C compiler
+             * ordered tile.inc's lane additions: any NaN matches there. */
+            int n = (int)(bytes[0] / (kd[0] == OT_KD_F64 ? 8 : 4));
+            if (same && res[0] && sum) same = same_bits(res[0], res[1], kd[0], n);
+            else if (same && res[0]) same = memcmp(res[0], res[1], bytes[0]) == 0;
             if (!same) {
                 fails++;
                 test__fail(__FILE__, __LINE__, "OT_ISA=%s%s: random tree, seed %llu: generated "
                            "code and interpreter differ", isa[i] ? isa[i] : "-",
                            t & 1 ? " OT_ULP35" : "", (unsigned long long)seed);
                 if (getenv("OT_JIT_FUZZ_SHOW")) {
-                    free(fuzz_run(be[0], &ops, seed, &bytes[0], &kd[0], stderr));
+                    free(fuzz_run(be[0], &ops, seed, &bytes[0], &kd[0], &sum, stderr));
                     size_t es = kd[1] == OT_KD_F64 ? 8 : 4;
                     for (size_t e = 0; res[0] && res[1] && e < bytes[1] / es; e++)
                         if (memcmp((char *)res[0] + e * es, (char *)res[1] + e * es, es))

@@ -56,9 +56,21 @@ static bool memory_bound(const ot_kernel *k)
     return (double)work <= STREAM_WORK_PER_BYTE * (double)(es * (size_t)vectors);
 }
 
+/* Whether k reads the memory it writes (softmax's divide rescales its
+ * output in place): those lines are in the cache already, and streaming
+ * them out was 30% slower (W5). exec.c checks leaves written in place at
+ * run time. */
+static bool reads_own_output(const ot_kernel *k)
+{
+    for (int l = 0; l < k->nload; l++)
+        if (k->loads[l].space == k->store.space && k->loads[l].index == k->store.index)
+            return true;
+    return false;
+}
+
 bool ot__jit_streams(const ot_kernel *k, size_t stream_bytes)
 {
-    if (!stream_bytes || k->kind != OT_KER_EW) return false;
+    if (!stream_bytes || k->kind != OT_KER_EW || reads_own_output(k)) return false;
     size_t n = k->result_kd == OT_KD_F64 ? 8 : 4;
     for (int d = 0; d < k->ndim; d++) n *= (size_t)k->dims[d];
     return n >= stream_bytes && memory_bound(k);

@@ -237,6 +237,8 @@ TEST(jit_declines_what_it_does_not_cover)
         h.k.ninsn = 4;
         h.k.result = 3;
         CHECK(ot__jit_build(&h.k, kt, 0, false) == NULL);
+        CHECK(!ot__jit_streams(&h.k, NV * 4));          /* reads what it writes */
+        h.k.store.space = OT_SPACE_OUT;
         CHECK(!ot__jit_streams(&h.k, 0));
         CHECK(!ot__jit_streams(&h.k, NV * 4 + 1));      /* NV floats: too small */
         CHECK(ot__jit_streams(&h.k, NV * 4));

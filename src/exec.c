@@ -19,9 +19,10 @@
                                    tile.inc's K_BLOCK, since a generated f32
                                    sum flushes into double once per tile */
 #define TILE_COLUMN 256         /* elements per tile (column-block walks) */
-#define TILE_COLUMN_JIT 1024    /* ... as generated code: its gathered rows
-                                   (8 x 4 KiB) still fit L1, and its per-tile
-                                   setup is then a quarter of W9's time less */
+#define TILE_COLUMN_JIT 1024    /* ... as generated code, whose per-tile setup
+                                   took a quarter of W9's instructions at 256
+                                   (512 measured slower, the gathered rows
+                                   then sit in L2 either way) */
 #define TILE_STREAM 16384       /* elements per tile of a kernel with no scratch */
 #define TILE_JIT 4096           /* elements per tile of generated code (no buffer
                                    per op, so only the per-tile setup counts) */
@@ -82,13 +83,14 @@ typedef struct run_ctx {
     int64_t *partial_index;
 } run_ctx;
 
-/* Rows of a transposed input gathered together, 8 at a time (see
- * transposed_row). */
+/* Rows of a transposed input gathered together, up to TG_MAX_ROWS at a
+ * time (see transposed_row). */
 #define TCACHE_LOADS 2
+#define TG_MAX_ROWS 16
 typedef struct tcache {
     int load;                  /* the load it holds, or -1 */
     int64_t o0, j;             /* its first outer index and inner start */
-    char *buf;                 /* 8 rows of one tile */
+    char *buf;                 /* up to TG_MAX_ROWS rows of one tile */
 } tcache;
 
 /* Scratch of one chunk: a buffer per register plus reduction space. */
@@ -123,7 +125,7 @@ static void scratch_new(scratch *s, const run_ctx *c, int slot, scratch_stack *s
     bool small = scratch_small(nb, per);
     char *tc = region(m, slot, R_TCACHE);
     for (int i = 0; i < TCACHE_LOADS; i++)
-        s->tc[i] = (tcache){.load = -1, .buf = tc ? tc + (size_t)c->tile * 8 * 4 * (size_t)i : NULL};
+        s->tc[i] = (tcache){.load = -1, .buf = tc ? tc + (size_t)c->tile * TG_MAX_ROWS * 4 * (size_t)i : NULL};
     s->ptr = small ? st->ptr : region(m, slot, R_PTRS);
     s->mem = small ? st->mem : region(m, slot, R_BUFS);
     s->acc = region(m, slot, R_ACC);
@@ -192,10 +194,11 @@ static void *dest(const ot_kernel *k, char *const *direct, int buf, void *own)
 }
 
 /* A column-blocked kernel reading a transposed input (unit stride along
- * the outer dim, 4-byte elements) gathers 8 tiles' rows at once: one
- * contiguous read of 8 elements serves 8 tiles, and with AVX2 each 8x8 block
- * is transposed in registers. The tile's row, or NULL where this does not
- * apply (the caller gathers one element at a time). */
+ * the outer dim, 4-byte elements) gathers G tiles' rows at once (G =
+ * kt->tgather_rows): one contiguous read of G elements serves G tiles, and
+ * each GxG block is transposed in registers (16x16 with AVX-512: a whole
+ * cache line per read). The tile's row, or NULL where this does not apply
+ * (the caller gathers one element at a time). */
 static const void *transposed_row(const run_ctx *c, scratch *s, int load, int64_t o, int64_t j,
                                   int64_t n)
 {
@@ -204,8 +207,8 @@ static const void *transposed_row(const run_ctx *c, scratch *s, int load, int64_
     const ot_view *v = &k->loads[load];
     if (!k->col_blocked || nd < 2 || v->strides[nd - 2] != 1 || ot__esize(v->dtype) != 4)
         return NULL;
-    int64_t oi = o % k->dims[nd - 2], r = oi & 7, o0 = o - r;
-    int rows = (int)(k->dims[nd - 2] - (oi - r) < 8 ? k->dims[nd - 2] - (oi - r) : 8);
+    int64_t g = c->kt->tgather_rows, oi = o % k->dims[nd - 2], r = oi % g, o0 = o - r;
+    int rows = (int)(k->dims[nd - 2] - (oi - r) < g ? k->dims[nd - 2] - (oi - r) : g);
     tcache *e = NULL;
     for (int i = 0; i < TCACHE_LOADS && !e; i++)
         if (s->tc[i].load == load || s->tc[i].load < 0) e = &s->tc[i];
@@ -1015,7 +1018,7 @@ static bool run_layout(const ot_plan *p, run_mem *m)
             need(&sz[R_PTRS], sizeof(void *) * 2 * (size_t)nb);
             need(&sz[R_BUFS], per * (size_t)nb);
         }
-        if (k->col_blocked) need(&sz[R_TCACHE], tile * 8 * 4 * TCACHE_LOADS);
+        if (k->col_blocked) need(&sz[R_TCACHE], tile * TG_MAX_ROWS * 4 * TCACHE_LOADS);
         if (k->kind != OT_KER_REDUCE || (k->red_axis == k->ndim - 1 && k->ndim > 0)) continue;
         if (k->red_axis >= 0) {
             need(&sz[R_ACC], sizeof(racc) * tile);

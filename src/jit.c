@@ -770,6 +770,23 @@ static void emit_stores(regs *r, bool stream)
  * the vector's bytes). With stream, outputs are written by non-temporal
  * stores, fenced before the return so that they are ordered before
  * whatever the caller does next (another thread reading them included). */
+static void emit_pointers(regs *r);
+static void emit_splats(regs *r);
+
+/* Before an elementwise loop, the loop's invariants: vector pointers in
+ * registers (r14 holds nbytes here, so from r15 on; r15 alone where the body
+ * calls a function, which may clobber the others) and every broadcast
+ * value in its slot, so that a vector input costs one load per turn, not a
+ * pointer load and a load, and a scalar one load, not two (W9's fma:
+ * 12 instructions a turn -> 7). */
+static void emit_invariants(regs *r)
+{
+    r->ptr_of[0] = INT16_MIN;   /* r14 */
+    r->nptr = 1;
+    emit_pointers(r);
+    emit_splats(r);
+}
+
 static void emit_function(regs *r, int acc, int frame, bool stream)
 {
     code *c = r->c;
@@ -777,6 +794,7 @@ static void emit_function(regs *r, int acc, int frame, bool stream)
     emit_prologue(r, frame);
     emit_constants(r);
     if (r->tail) emit_live_mask(r, R14);
+    emit_invariants(r);
     put(c, (const uint8_t[]){0x31, 0xDB}, 2);                  /* xor ebx, ebx */
     put(c, (const uint8_t[]){0x4D, 0x85, 0xF6}, 3);            /* test r14, r14 */
     size_t done = jump_fwd(c, JE);
@@ -791,6 +809,8 @@ static void emit_function(regs *r, int acc, int frame, bool stream)
     land(c, done);
     if (stream) put(c, (const uint8_t[]){0x0F, 0xAE, 0xF8}, 3);  /* sfence */
     emit_epilogue(c);
+    r->nptr = 0;
+    r->splat = false;
 }
 
 /* ---- reductions ------------------------------------------------------------- */
@@ -1078,7 +1098,7 @@ static void emit_pointers(regs *r)
         gpr_mem(r->c, 0x8B, ptr_gpr[r->nptr], R12, 8 * v);
         r->ptr_of[r->nptr++] = (int16_t)v;
     }
-    for (int q = 1; q < r->j->nout && r->nptr < room; q++) {
+    for (int q = r->red >= 0; q < r->j->nout && r->nptr < room; q++) {
         if (!r->j->out_vector[q]) continue;
         gpr_mem(r->c, 0x8B, ptr_gpr[r->nptr], R13, 8 * q);
         r->ptr_of[r->nptr++] = (int16_t)(-1 - q);
@@ -1390,6 +1410,7 @@ ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc, bool st
         emit_reduce_function(&r, acc, slot(&r, k->ninsn) + r.vbytes);
         ok = !c.oom;
     } else if (ok) {
+        r.acc_mem = calls(j, k);   /* for emit_pointers: which registers survive */
         emit_function(&r, acc, slot(&r, k->ninsn) + r.vbytes, false);
         if (stream) {
             while (c.n % 16) put1(&c, 0xCC);               /* int3 padding */

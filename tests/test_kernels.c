@@ -903,19 +903,21 @@ TEST(kernels_ulp_sweep) { each_table(check_ulp_sweep); }
 TEST(kernels_binary) { each_table(check_binary_table); }
 TEST(kernels_fma) { each_table(check_fma_table); }
 TEST(kernels_cast) { each_table(check_cast_table); }
-/* tgather_b4: dst[r*ds + i] = src[i*ss + r], for every row count and
- * lengths around the 8x8 blocks. */
+/* tgather_b4: dst[r*ds + i] = src[i*ss + r], for every row count up to the
+ * table's tgather_rows (8, or 16 with AVX-512) and lengths around the
+ * register blocks. */
 static void check_tgather_table(const ot_kernels *k)
 {
-    enum { SS = 13, DS = 40 };
-    uint32_t src[40 * SS], dst[8 * DS];
+    enum { SS = 19, DS = 40, MAXR = 16 };
+    uint32_t src[40 * SS], dst[MAXR * DS];
+    CHECK(k->tgather_rows == 8 || k->tgather_rows == 16);
     for (int i = 0; i < 40 * SS; i++) src[i] = 0x10000u + (uint32_t)i;
-    for (int rows = 1; rows <= 8; rows++)
+    for (int rows = 1; rows <= k->tgather_rows && rows <= MAXR; rows++)
         for (int n = 0; n <= 37; n += (n < 18 ? 1 : 19)) {
-            for (int i = 0; i < 8 * DS; i++) dst[i] = 0xdeadbeefu;
+            for (int i = 0; i < MAXR * DS; i++) dst[i] = 0xdeadbeefu;
             k->tgather_b4(dst, DS, src, SS, n, rows);
             int bad = 0;
-            for (int r = 0; r < 8; r++)
+            for (int r = 0; r < MAXR; r++)
                 for (int i = 0; i < DS; i++) {
                     uint32_t want = r < rows && i < n ? src[i * SS + r] : 0xdeadbeefu;
                     bad += dst[r * DS + i] != want;

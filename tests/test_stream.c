@@ -7,6 +7,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "test.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 static ot_backend *backend(const char *isa, int jit, int64_t stream_bytes, int threads)
@@ -16,10 +17,13 @@ static ot_backend *backend(const char *isa, int jit, int64_t stream_bytes, int t
                                                     .stream_bytes = stream_bytes});
 }
 
+/* seq's values, as the host computes them. */
+static float seq_at(int64_t i, int salt) { return (float)((i * 37 + salt) % 101) * 0.03f - 1.2f; }
+
 static ot_tensor *seq(ot_backend *be, int64_t r, int64_t c, int salt)
 {
     float *v = malloc(sizeof *v * (size_t)(r * c));
-    for (int64_t i = 0; i < r * c; i++) v[i] = (float)((i * 37 + salt) % 101) * 0.03f - 1.2f;
+    for (int64_t i = 0; i < r * c; i++) v[i] = seq_at(i, salt);
     ot_tensor *t = ot_array(be, OT_SHAPE(r, c), OT_F32, v);
     free(v);
     return t;
@@ -45,6 +49,16 @@ static float *w9(ot_backend *be, int64_t n, char **plan)
     return got;
 }
 
+/* W9's result, element by element: fma(x[j][i], col[i], row[j]) rounds once,
+ * as the fused kernel does. */
+static bool matches_fma(const float *got, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < n; j++)
+            if (got[i * n + j] != fmaf(seq_at(j * n + i, 1), seq_at(i, 2), seq_at(j, 3))) return false;
+    return true;
+}
+
 TEST(stream_transposed_reads_generated)
 {
     static const char *const isa[] = {"avx2", "avx512"};
@@ -55,6 +69,7 @@ TEST(stream_transposed_reads_generated)
         for (int s = 0; s < 3; s++) {
             int64_t n = sizes[s];
             float *want = w9(interp, n, NULL);
+            CHECK(matches_fma(want, n));
             for (int threads = 1; threads <= 3; threads += 2) {
                 ot_backend *be = backend(isa[i], 1, 1, threads);
                 char *plan = NULL;

@@ -258,18 +258,14 @@ static void pop(code *c, int r)
 /* mov dst, src (64-bit registers). */
 static void mov_rr(code *c, int dst, int src) { gpr_rr(c, 0x89, dst, src); }
 
-/* Jumps: cc a condition (JB, JA, ...) or JMP. A jump forward returns where
- * its rel32 goes, for land() to fill in once the target is reached. */
-enum { JB = 2, JE = 4, JBE = 6, JA = 7, JMP = 16 };
+/* Conditional jumps (jcc rel32), cc the condition. A jump forward returns
+ * where its rel32 goes, for land() to fill in once the target is reached. */
+enum { JB = 2, JE = 4, JBE = 6, JA = 7 };
 
 static void jump_op(code *c, int cc)
 {
-    if (cc == JMP) {
-        put1(c, 0xE9);
-    } else {
-        put1(c, 0x0F);
-        put1(c, (uint8_t)(0x80 | cc));
-    }
+    put1(c, 0x0F);
+    put1(c, (uint8_t)(0x80 | cc));
 }
 
 static size_t jump_fwd(code *c, int cc)
@@ -1105,13 +1101,13 @@ static void emit_pointers(regs *r)
     }
 }
 
-/* Compares rbx + bytes with the end of the tile; cc jumps (forward) when
- * a loop has no room for another turn. */
-static size_t emit_room(regs *r, int32_t bytes, int cc)
+/* Compares rbx + bytes with the end of the tile and jumps (forward) when
+ * a loop has no room for a first turn. */
+static size_t emit_room(regs *r, int32_t bytes)
 {
     gpr_mem(r->c, 0x8D, RAX, RBX, bytes);                             /* lea rax, [rbx + bytes] */
     gpr_mem(r->c, 0x3B, RAX, RSP, misc(r, MISC_END));
-    return jump_fwd(r->c, cc);
+    return jump_fwd(r->c, JA);
 }
 
 /* rbx += bytes, then the room check for the next turn (the loops test at
@@ -1153,13 +1149,13 @@ static void emit_reduce_function(regs *r, int acc, int frame)
     mem_operand(c, RAX, RSP, NO_INDEX, misc(r, MISC_N));
     gpr_mem(c, 0x89, RAX, RSP, misc(r, MISC_END));
     acc_init(r);
-    size_t to_single = emit_room(r, 4 * v, JA);
+    size_t to_single = emit_room(r, 4 * v);
     size_t group = c->n;
     for (int u = 0; u < 4; u++) emit_copy(r, acc, u, false);
     emit_step(r, 4 * v);
     jump_back(c, JBE, group);
     land(c, to_single);
-    size_t to_tail = emit_room(r, v, JA);
+    size_t to_tail = emit_room(r, v);
     size_t single = c->n;
     emit_copy(r, acc, 0, false);
     emit_step(r, v);

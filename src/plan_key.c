@@ -424,8 +424,8 @@ static void memo_add(const ot_backend *be, ot_tensor *out, ot_node *root, const 
     m->dtype = out->leaf.dtype;
     m->param = (double *)(m + 1);
     m->leaf = (char **)((char *)m->param + params);
-    memcpy(m->param, w->param, params);
-    memcpy(m->leaf, w->leafptr, leaves);
+    if (params) memcpy(m->param, w->param, params);   /* a tree without constants has no array */
+    if (leaves) memcpy(m->leaf, w->leafptr, leaves);
     m->plan = p;
     atomic_fetch_add(&p->refs, 1);
     ot_memo *seen = &assigned_once;

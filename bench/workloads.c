@@ -296,8 +296,10 @@ const bench_case bench_cases[] = {
      .shapes = w10_shapes, .fill = w10_fill, .assign = w10_step, .collect = w10_collect,
      .ref = w10_ref, .check_ref = w10_ref_step, .explain = w10_explain, .err_floor = 1e-3,
      .calls = 10, .quick_calls = 2},
+    /* Momentum reads and writes every weight's velocity besides the GEMMs:
+     * BENCH.md's step target (1.15), not issue 15's plain-SGD 1.05. */
     {.id = "W10m", .label = "W10 with momentum 0.9 and weight decay", .ref_label = GEMM_FLOOR,
-     .target = 1.05, .beat_unfused = true, .size = "b128", .shapes = w10_shapes,
+     .target = 1.15, .beat_unfused = true, .size = "b128", .shapes = w10_shapes,
      .fill = w10_fill, .assign = w10m_step, .collect = w10_collect, .ref = w10_ref,
      .check_ref = w10m_ref_step, .explain = w10m_explain, .err_floor = 1e-3, .calls = 10,
      .quick_calls = 2},

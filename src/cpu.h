@@ -148,8 +148,9 @@ typedef struct ot_jit {
      * the code reads and writes instead. */
     int (*red)(char *const *in, char *const *out, size_t nbytes, size_t tile_bytes, double *acc);
     bool reduce;                    /* red, not fn, fn_stream or fn_tail */
-    /* The same with streaming (non-temporal) stores, fenced before it
-     * returns; every vector output must be aligned to the vector. NULL
+    /* The same with streaming (non-temporal) stores, not fenced: the
+     * caller issues an sfence after its last call, before anything may read
+     * the output; every vector output must be aligned to the vector. NULL
      * where the kernel's output is below the backend's stream_bytes or the
      * kernel is bound by its arithmetic, not by memory (jit.c). */
     void (*fn_stream)(char *const *in, char *const *out, size_t nbytes);

@@ -391,6 +391,16 @@ static void run_program(const run_ctx *c, scratch *s, int64_t o, int64_t j, int6
 
 /* ---- elementwise kernels -------------------------------------------------- */
 
+/* Orders a chunk's streaming stores before whatever follows it: the
+ * thread's next chunk, or the pool's hand-back to the caller, after which
+ * anything may read the output. */
+static void store_fence(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __asm__ volatile("sfence" ::: "memory");
+#endif
+}
+
 /* The outer index, inner start and length of tile t. */
 static void tile_at(const run_ctx *c, int64_t t, int64_t *o, int64_t *j, int64_t *n)
 {
@@ -446,6 +456,7 @@ static void ew_body(run_ctx *c, scratch *s, int64_t first, int64_t last)
     int64_t total = c->nouter * c->tiles_per_row;
     for (int64_t t = first * TILES_PER_CHUNK; t < total && t < last * TILES_PER_CHUNK; t++)
         ew_tile(c, s, t);
+    if (c->k->jit && c->k->jit->fn_stream) store_fence();
 }
 
 /* ---- reductions ----------------------------------------------------------- */

@@ -677,7 +677,11 @@ static ot_node *coerce_weak(const site *st, ot_node *w, ot_dtype dt)
     return ot_build_at(OT_OP_CAST, w, NULL, &c, st->file, st->line);
 }
 
-static ot_node *make_node(const site *st, ot_node *a, ot_node *b, const proto *p)
+/* A new op node in the current pool, args NULL meaning the defaults (a
+ * zeroed ot_args with axis OT_AXIS_ALL, which a fresh node already holds
+ * but for the axis). */
+static ot_node *op_node(const site *st, ot_node *a, ot_node *b, const ot_shape *shape,
+                        ot_dtype dtype, bool weak, const ot_args *args)
 {
     ot_node *n = ot__node_alloc();
     if (!n) {
@@ -686,16 +690,22 @@ static ot_node *make_node(const site *st, ot_node *a, ot_node *b, const proto *p
     }
     n->kind = OT_NODE_OP;
     n->op = (int8_t)st->op;
-    n->dtype = (uint8_t)p->dtype;
-    n->weak = p->weak;
-    n->shape = p->shape;
-    n->args = p->args;
+    n->dtype = (uint8_t)dtype;
+    n->weak = weak;
+    n->shape = *shape;
+    if (args) n->args = *args;
+    else n->args.axis = OT_AXIS_ALL;
     n->file = st->file;
     n->line = st->line;
     n->a = ot_retain(a);
     n->b = ot_retain(b);
     n->be = a && a->be ? a->be : (b ? b->be : NULL);
     return ot__pool_adopt(n);
+}
+
+static ot_node *make_node(const site *st, ot_node *a, ot_node *b, const proto *p)
+{
+    return op_node(st, a, b, &p->shape, p->dtype, p->weak, &p->args);
 }
 
 static ot_node *build_composite(const site *st, ot_node *a, ot_node *b, const ot_args *args);
@@ -748,26 +758,6 @@ static bool is_plain(const site *st, int kind, const ot_node *a, const ot_node *
            !shape_problem(&a->shape, *dt, msg, sizeof msg);   /* else the general path reports it */
 }
 
-static ot_node *build_plain(const site *st, ot_dtype dt, ot_node *a, ot_node *b)
-{
-    ot_node *n = ot__node_alloc();
-    if (!n) {
-        FAIL(st, OT_ENOMEM, "out of memory");
-        return NULL;
-    }
-    n->kind = OT_NODE_OP;
-    n->op = (int8_t)st->op;
-    n->dtype = (uint8_t)dt;
-    n->shape = a->shape;
-    n->args.axis = OT_AXIS_ALL;
-    n->file = st->file;
-    n->line = st->line;
-    n->a = ot_retain(a);
-    n->b = ot_retain(b);
-    n->be = a->be ? a->be : b ? b->be : NULL;
-    return ot__pool_adopt(n);
-}
-
 ot_node *ot_build_at(ot_op op, ot_node *a, ot_node *b, const ot_args *args,
                      const char *file, int line)
 {
@@ -779,7 +769,8 @@ ot_node *ot_build_at(ot_op op, ot_node *a, ot_node *b, const ot_args *args,
     if (check_operands(&st, a, b)) return NULL;
     int kind = ot_op_kind(op);
     ot_dtype plain_dt;
-    if (!args && is_plain(&st, kind, a, b, &plain_dt)) return build_plain(&st, plain_dt, a, b);
+    if (!args && is_plain(&st, kind, a, b, &plain_dt))
+        return op_node(&st, a, b, &a->shape, plain_dt, false, NULL);
     proto p;
     ot__clear(&p, sizeof p);
     normalise_args(&p, args);

@@ -19,10 +19,9 @@
                                    tile.inc's K_BLOCK, since a generated f32
                                    sum flushes into double once per tile */
 #define TILE_COLUMN 256         /* elements per tile (column-block walks) */
-#define TILE_COLUMN_JIT 1024    /* ... as generated code, whose per-tile setup
-                                   took a quarter of W9's instructions at 256
-                                   (512 measured slower, the gathered rows
-                                   then sit in L2 either way) */
+#define TILE_COLUMN_JIT 512     /* ... as generated code: 16 gathered rows of
+                                   512 (32 KiB) stay near L1; 1024 ran W9 5-10%
+                                   slower, 256 no faster */
 #define TILE_STREAM 16384       /* elements per tile of a kernel with no scratch */
 #define TILE_JIT 16384          /* elements per tile of generated code (no buffer
                                    per op, so only the per-tile setup counts:

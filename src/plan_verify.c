@@ -198,6 +198,13 @@ static int check_kernel(const ot_plan *p, const ot_kernel *k, int kid)
     return k->kind == OT_KER_EW || k->kind == OT_KER_REDUCE ? check_program(p, k, kid) : 0;
 }
 
+/* A dot with a beta (C = alpha*A.B + beta*C: a running sum of dots, or an
+ * optimizer's update over w) reads the C it writes. */
+static bool accumulates(const ot_kernel *k)
+{
+    return k->kind == OT_KER_DOT && (k->beta.param >= 0 || k->beta.mul != 0);
+}
+
 /* Temporaries are written before they are read, in kernel order. */
 static int check_temp_order(const ot_plan *p)
 {
@@ -209,6 +216,9 @@ static int check_temp_order(const ot_plan *p)
         for (int l = 0; l < k->nload && !rc; l++)
             if (k->loads[l].space == OT_SPACE_TEMP && !written[k->loads[l].index])
                 rc = fail("kernel %d reads temporary %d before any kernel writes it", i, k->loads[l].index);
+        if (!rc && accumulates(k) && k->store.space == OT_SPACE_TEMP && !written[k->store.index])
+            rc = fail("kernel %d accumulates into temporary %d before any kernel writes it", i,
+                      k->store.index);
         EACH_VIEW(k, v, which)
             if (which < 0 && v->space == OT_SPACE_TEMP) written[v->index] = true;
     }

@@ -1,9 +1,10 @@
 /*
  * test_plan_verify.c - the plan verifier (src/plan_verify.c) catches broken
  * plans: real plans pass it, and the same plans with one invariant broken
- * by hand (a buffer read before it is written, a temporary read before any
- * kernel writes it, two live temporaries in the same arena bytes, a walk
- * out of post-order) are OT_EINTERNAL, never an abort. The verifier exists
+ * by hand (a buffer read before it is written, a temporary read or
+ * accumulated into before any kernel writes it, two live temporaries in the
+ * same arena bytes, a walk out of post-order) are OT_EINTERNAL, never an
+ * abort. The verifier exists
  * only in builds with -DOT_VERIFY_PLANS (the sanitizer build of make test);
  * elsewhere these cases check nothing.
  */
@@ -95,6 +96,33 @@ TEST(plan_verify_temp_order_and_arena)
     expect_broken(p, "before any kernel writes it");
     p->kernels[0].loads[0] = first;
     CHECK_INT(ot__verify_plan(p, OT_VERIFY_LAID_OUT), 0);
+    release(p, w, x, pool, be);
+}
+
+/* A running sum of dots: the first GEMM writes the temporary, the next
+ * accumulate into it (beta 1). One that accumulates first is broken. */
+TEST(plan_verify_accumulating_dot)
+{
+    ot_pool *pool = ot_pool_push();
+    ot_backend *be = ot_backend_new("cpu", &(ot_backend_opts){.threads = 1});
+    ot_tensor *x = ot_ones(be, OT_SHAPE(8, 8), OT_F32);
+    ot_walk *w;
+    ot_node *sum = ot_add(ot_add(ot_dot(x, x), ot_dot(ot_T(x), x)), ot_dot(x, ot_T(x)));
+    ot_plan *p = plan_of(be, ot_tanh(sum), &w);
+    CHECK(p != NULL);
+    CHECK_INT(ot__verify_plan(p, OT_VERIFY_LAID_OUT), 0);
+    ot_kernel *first = NULL;
+    for (int i = 0; p && i < p->nkernels && !first; i++)
+        if (p->kernels[i].kind == OT_KER_DOT && p->kernels[i].store.space == OT_SPACE_TEMP)
+            first = &p->kernels[i];
+    CHECK(first != NULL && first->beta.param < 0 && first->beta.mul == 0);
+    if (first) {
+        ot_scale saved = first->beta;
+        first->beta = (ot_scale){-1, 1};
+        expect_broken(p, "accumulates into temporary");
+        first->beta = saved;
+        CHECK_INT(ot__verify_plan(p, OT_VERIFY_LAID_OUT), 0);
+    }
     release(p, w, x, pool, be);
 }
 

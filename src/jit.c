@@ -16,7 +16,8 @@
  *
  * The program's "prelude" (loads, parameters and scalar instructions) stays
  * with exec.c, which passes a pointer per value: a vector input is read at
- * the loop offset, a scalar one is broadcast. Outputs are stored at the end
+ * the loop offset, a scalar one is broadcast once before the loop into a
+ * stack slot, and vector pointers are loaded into registers there too. Outputs are stored at the end
  * of each iteration, after every load of it, so an output may be an input.
  * Registers are assigned in one pass with the farthest-last-use value
  * evicted; calls clobber every vector register, so live values are spilled to
@@ -427,11 +428,12 @@ static bool is_vector_load(const regs *r, int v)
 
 static bool in_body(const regs *r, int v) { return r->j->body[v]; }
 
-/* Registers a reduction keeps its first vector inputs' and outputs'
- * pointers in, rather than loading each from in[] or out[] per vector: r14
- * and r15, which calls preserve (the reduction keeps nbytes and the tile
- * in its frame), then where the body calls nothing the caller-saved ones
- * (rax is scratch, rcx the tail's length). */
+/* Registers a loop keeps its first vector inputs' and outputs' pointers
+ * in, rather than loading each from in[] or out[] per vector: r14 and r15,
+ * which calls preserve (a reduction keeps nbytes and the tile in its frame;
+ * an elementwise loop keeps nbytes in r14 and starts at r15), then where
+ * the body calls nothing the caller-saved ones (rax is scratch, rcx the
+ * tail's length). */
 static const int ptr_gpr[9] = {R14, R15, 7, 6, 2, 8, 9, 10, 11};   /* ... rdi rsi rdx r8-r11 */
 
 /* The register holding input v's (or output -1 - v's) pointer, or -1. */

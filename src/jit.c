@@ -116,8 +116,10 @@ typedef struct regs {
     bool pad;                   /* this copy reads and writes exec's padded tail */
     int red;                    /* a reduction's OT_OP_SUM (mean too), OT_OP_MAX or
                                    OT_OP_MIN; -1 for elementwise code */
-    bool acc_mem;               /* its accumulators live in the frame (the body
-                                   calls, which clobbers every vector register) */
+    bool calls;                 /* the body calls a function, which clobbers every
+                                   vector register and the caller-saved GPRs: a
+                                   reduction's accumulators then live in the
+                                   frame, and only r14 and r15 keep pointers */
     int16_t ptr_of[9];          /* what ptr_gpr[i] points at: vector input v, or
                                    output q as -1 - q */
     int nptr;
@@ -922,7 +924,7 @@ static void emit_flush(regs *r)
 {
     code *c = r->c;
     uint8_t op = red_opcode(r->red);
-    for (int u = 0; u < 4 && r->acc_mem; u++)
+    for (int u = 0; u < 4 && r->calls; u++)
         vmov_load(r, ACC_REG + u, RSP, NO_INDEX, konst(r, K_ACC + u));
     if (r->red == OT_OP_SUM && !r->pp) {
         widen_sum(r);
@@ -971,11 +973,11 @@ static void emit_splats(regs *r)
 /* Each tile's accumulators start at the identity: 0, or K_IDENT. */
 static void acc_init(regs *r)
 {
-    int z = r->acc_mem ? 0 : ACC_REG;
+    int z = r->calls ? 0 : ACC_REG;
     if (r->red == OT_OP_SUM) zero_reg(r, z);
     else vmov_load(r, z, RSP, NO_INDEX, konst(r, K_IDENT));
     for (int u = 0; u < 4; u++) {
-        if (r->acc_mem) vmov_store(r, z, RSP, NO_INDEX, konst(r, K_ACC + u));
+        if (r->calls) vmov_store(r, z, RSP, NO_INDEX, konst(r, K_ACC + u));
         else if (u) vmovaps(r, ACC_REG + u, z);
     }
 }
@@ -986,7 +988,7 @@ static void acc_init(regs *r)
  * met, which only sends a span to the interpreter needlessly. */
 static void note_nan(regs *r, int t, unsigned keep, int u)
 {
-    if (!r->acc_mem) {
+    if (!r->calls) {
         vrr(r->c, 1, r->pp, r->wig, 0x58, NAN_REG + u, NAN_REG + u, t);
         return;
     }
@@ -1009,7 +1011,7 @@ static void accumulate(regs *r, int u)
         if (r->red != OT_OP_SUM) bitwise_const(r, BIT_OR, t, t, K_DEAD);
     }
     uint8_t op = red_opcode(r->red);
-    if (r->acc_mem) {
+    if (r->calls) {
         int a = take(r, 1u << g | 1u << t);
         vmov_load(r, a, RSP, NO_INDEX, konst(r, K_ACC + u));
         vrr(r->c, 1, r->pp, r->wig, op, a, a, t);
@@ -1046,7 +1048,7 @@ static void emit_identity(regs *r)
     vmov_store(r, 0, RSP, NO_INDEX, konst(r, K_IDENT));
     zero_reg(r, 1);
     for (int u = 0; u < 4; u++) {
-        if (r->acc_mem) vmov_store(r, 1, RSP, NO_INDEX, konst(r, K_NAN + u));
+        if (r->calls) vmov_store(r, 1, RSP, NO_INDEX, konst(r, K_NAN + u));
         else vmovaps(r, NAN_REG + u, 1);
     }
 }
@@ -1061,7 +1063,7 @@ static void emit_nan_flag(regs *r)
         put(c, (const uint8_t[]){0x31, 0xC0}, 2);                     /* xor eax, eax */
         return;
     }
-    for (int u = 0; u < 4 && r->acc_mem; u++)
+    for (int u = 0; u < 4 && r->calls; u++)
         vmov_load(r, NAN_REG + u, RSP, NO_INDEX, konst(r, K_NAN + u));
     vrr(c, 1, r->pp, r->wig, 0x58, 0, NAN_REG, NAN_REG + 1);
     vrr(c, 1, r->pp, r->wig, 0x58, 1, NAN_REG + 2, NAN_REG + 3);
@@ -1090,7 +1092,7 @@ static void emit_tail_masks(regs *r)
  * outputs'. */
 static void emit_pointers(regs *r)
 {
-    int room = r->acc_mem ? 2 : 9;
+    int room = r->calls ? 2 : 9;
     for (int v = 0; v < r->j->ninsn && r->nptr < room; v++) {
         if (!is_vector_load(r, v)) continue;
         gpr_mem(r->c, 0x8B, ptr_gpr[r->nptr], R12, 8 * v);
@@ -1395,6 +1397,7 @@ ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc, bool st
         r.vbytes = kt->vbytes;
         c.evex = kt->vbytes == 64;
         r.wig = c.evex ? r.w : 0;
+        r.calls = calls(j, k);
         last_uses(j, r.last);
     }
     if (ok && reduce) {
@@ -1403,19 +1406,17 @@ ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc, bool st
          * that fits gets code, a single load included. */
         j->reduce = true;
         r.red = k->red_op == OT_OP_MEAN ? OT_OP_SUM : k->red_op;
-        r.acc_mem = calls(j, k);
-        r.nreg = r.acc_mem ? NREG : r.red == OT_OP_SUM ? ACC_REG : NAN_REG;
+        r.nreg = r.calls ? NREG : r.red == OT_OP_SUM ? ACC_REG : NAN_REG;
         emit_reduce_function(&r, acc, slot(&r, k->ninsn) + r.vbytes);
         ok = !c.oom;
     } else if (ok) {
-        r.acc_mem = calls(j, k);   /* for emit_pointers: which registers survive */
         emit_function(&r, acc, slot(&r, k->ninsn) + r.vbytes, false);
         if (stream) {
             while (c.n % 16) put1(&c, 0xCC);               /* int3 padding */
             j->stream_at = c.n;
             emit_function(&r, acc, slot(&r, k->ninsn) + r.vbytes, true);
         }
-        if (calls(j, k)) {
+        if (r.calls) {
             while (c.n % 16) put1(&c, 0xCC);
             j->tail_at = c.n;
             r.tail = true;

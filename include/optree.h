@@ -181,7 +181,9 @@ typedef struct ot_backend_opts {
                           where the ISA has it, AVX2 and AVX-512 on x86-64
                           Linux (OT_JIT=0|1). Reported: ON where it runs */
     int64_t stream_bytes; /* outputs from this many bytes on are written
-                          with streaming stores; 0: the last-level cache
+                          with streaming stores, by kernels bound by memory
+                          (little arithmetic per byte: a*b + c streams,
+                          tanh(a*b + a/b) does not); 0: the last-level cache
                           size; OT_STREAM_NEVER: never (OT_STREAM_BYTES=n,
                           0 meaning never). Reported: the threshold in force */
 } ot_backend_opts;
@@ -654,7 +656,10 @@ ot_node *ot_substitute(ot_node *tree, ot_tensor *old, ot_tensor *new_t);
 /* out[...] = tree, on out's backend. The tree's shape must broadcast to
  * out's; out may be any writable view and may alias the tree's leaves (the
  * result is as if the tree were evaluated before out is written). A float
- * tree cannot be written into an OT_I32 out (OT_EDTYPE) unless cast first. */
+ * tree cannot be written into an OT_I32 out (OT_EDTYPE) unless cast first.
+ * A tree built once and assigned again into the same out reuses the plan
+ * of its second assignment without walking the tree (kept on the root node,
+ * freed with it). */
 int ot_assign_node(ot_tensor *out, ot_node *tree);
 #define ot_assign(out, x) ot_assign_node((out), OT__NODE(x))
 /* Several outputs at once: every tree is evaluated before any output is
@@ -665,7 +670,10 @@ int ot_assign_many(int n, ot_tensor *const outs[], ot_node *const trees[]);
 ot_tensor *ot_eval(ot_node *tree);
 /* Prints how the backend of the tree's first leaf would run ot_eval(tree):
  * for the cpu backend its kernels, the nodes each one fuses, temporaries,
- * and the bytes read and written; for the ref backend, one line per node. */
+ * the bytes read and written, which kernels run as "(generated code)" or
+ * "(generated code, streaming stores)", and the accuracy of each kernel's
+ * inexact ops ("[accuracy: tanh u10]"); for the ref backend, one line per
+ * node. */
 int ot_explain(const ot_node *tree, FILE *f);
 /* Prints how ot_assign_many(n, outs, trees) would run: the same plan,
  * in-place writes, compound dots and epilogues included (ot_explain plans

@@ -57,7 +57,8 @@ typedef struct ot_kernels {
     /* Column accumulation: acc[i] += a[i] for i < n, acc in double. */
     void (*acc_sum[2])(double *acc, const void *a, size_t n);
     /* Transposed gather of 4-byte elements: dst[r*ds + i] = src[i*ss + r]
-     * for r < rows (at most tgather_rows: 16 with AVX-512, else 8) and
+     * for r < rows (at most tgather_rows, a power of two no larger than
+     * exec.c's TG_MAX_ROWS: 16 with AVX-512, else 8) and
      * i < n (strides in elements). */
     void (*tgather_b4)(void *dst, int64_t ds, const void *src, int64_t ss, int64_t n, int rows);
     int tgather_rows;

@@ -207,7 +207,7 @@ static const void *transposed_row(const run_ctx *c, scratch *s, int load, int64_
     const ot_view *v = &k->loads[load];
     if (!k->col_blocked || nd < 2 || v->strides[nd - 2] != 1 || ot__esize(v->dtype) != 4)
         return NULL;
-    int64_t g = c->kt->tgather_rows, oi = o % k->dims[nd - 2], r = oi % g, o0 = o - r;
+    int64_t g = c->kt->tgather_rows, oi = o % k->dims[nd - 2], r = oi & (g - 1), o0 = o - r;
     int rows = (int)(k->dims[nd - 2] - (oi - r) < g ? k->dims[nd - 2] - (oi - r) : g);
     tcache *e = NULL;
     for (int i = 0; i < TCACHE_LOADS && !e; i++)

@@ -79,6 +79,19 @@ char *test__capture(int (*fn)(const ot_node *, FILE *), const ot_node *n)
     return buf;
 }
 
+char *test__explain_many(int n, ot_tensor *const outs[], ot_node *const trees[])
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return NULL;
+    int rc = ot_explain_many(n, outs, trees, f);
+    fclose(f);
+    if (rc == 0) return buf;
+    free(buf);
+    return NULL;
+}
+
 static int selected(const test_case *c, int argc, char **argv)
 {
     if (argc < 2) return 1;

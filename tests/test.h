@@ -60,5 +60,7 @@ void test__check_err(const char *file, int line, int code, const char *const sub
 
 /* Captures what fn writes to a FILE* into a malloc'd string (caller frees). */
 char *test__capture(int (*fn)(const ot_node *, FILE *), const ot_node *n);
+/* ot_explain_many's text (caller frees), or NULL on an error. */
+char *test__explain_many(int n, ot_tensor *const outs[], ot_node *const trees[]);
 
 #endif

@@ -53,20 +53,6 @@ static uint64_t kernels_of(ot_backend *be, uint64_t *compiles)
     return s.kernels;
 }
 
-/* ot_explain_many's text for n outputs (free it), or NULL on an error. */
-static char *explain_many_text(int n, ot_tensor *const outs[], ot_node *const trees[])
-{
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    if (!f) return NULL;
-    int rc = ot_explain_many(n, outs, trees, f);
-    fclose(f);
-    if (rc == 0) return buf;
-    free(buf);
-    return NULL;
-}
-
 static void check_same(ot_tensor *x, ot_tensor *y, double tol)
 {
     ot_shape sh = ot_tensor_shape(x);
@@ -316,7 +302,7 @@ TEST(inplace_single_outputs)
         ot_tensor *outs[2] = {w, b};
         ot_node *trees[2] = {ot_sub(w, ot_mul(gw, 0.1)), ot_sub(b, ot_mul(gb, 0.1))};
         if (s == 1) {
-            char *buf = explain_many_text(2, outs, trees);
+            char *buf = test__explain_many(2, outs, trees);
             CHECK(buf != NULL);
             CHECK(buf && strstr(buf, "(gemm, alpha, beta: accumulates) <- leaf1 t1 -> out0\n") &&
                   strstr(buf, "-> out1 (direct)"));
@@ -375,7 +361,7 @@ TEST(gemm_epilogue_inplace_update)
         ot_tensor *outs[2] = {w, v};
         ot_node *trees[2] = {ot_add(w, vn), vn};
         if (s == 1) {
-            char *buf = explain_many_text(2, outs, trees);
+            char *buf = test__explain_many(2, outs, trees);
             CHECK(buf != NULL);
             CHECK(buf && strstr(buf, "dot epilogue: kernels 0-1 run per block of 367 of 1100 rows"));
             CHECK(buf && strstr(buf, "epilogue of kernel 0"));
@@ -434,7 +420,7 @@ TEST(gemm_bsum_joins_epilogue)
         ot_node *e = ot_relu(ot_add(ot_dot(a, b), bias));
         ot_node *trees[2] = {ot_dot(ot_T(x), e), ot_sum(e, .axis = 0, .keepdims = true)};
         if (s == 1) {
-            char *buf = explain_many_text(2, outs, trees);
+            char *buf = test__explain_many(2, outs, trees);
             CHECK(buf != NULL);
             CHECK(buf && strstr(buf, "dot epilogue: kernels 0-2"));
             CHECK(buf && strstr(buf, "(bsum of kernel 1's result, in cache)"));
@@ -509,7 +495,7 @@ TEST(gemm_over_leaf_hazards)
             ot_tensor *outs[2] = {w, v};
             ot_node *trees[2] = {ot_sub(w, ot_mul(g, 0.1)), other};
             if (s == 1) {
-                char *buf = explain_many_text(2, outs, trees);
+                char *buf = test__explain_many(2, outs, trees);
                 CHECK(buf && strstr(buf, "accumulates") == NULL);
                 free(buf);
             }

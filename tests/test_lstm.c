@@ -51,20 +51,6 @@ static void check_same(ot_tensor *x, ot_tensor *y, double tol)
     free(hy);
 }
 
-/* ot_explain_many's text (free it), or NULL on an error. */
-static char *explain_text(int n, ot_tensor *const outs[], ot_node *const trees[])
-{
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    if (!f) return NULL;
-    int rc = ot_explain_many(n, outs, trees, f);
-    fclose(f);
-    if (rc == 0) return buf;
-    free(buf);
-    return NULL;
-}
-
 static int count_of(const char *text, const char *what)
 {
     int n = 0;
@@ -146,7 +132,7 @@ TEST(dot_sum_accumulates_in_blas)
         ot_pool *pool = ot_pool_push();
         ot_node *tree = dot_sum_update(&s[v]);
         if (v > 0) {
-            char *txt = explain_text(1, &s[v].w, &tree);
+            char *txt = test__explain_many(1, &s[v].w, &tree);
             CHECK(txt != NULL);
             CHECK_INT(count_of(txt, "beta: accumulates"), v == 1 ? NTERM - 1 : 0);
             if (v == 1) CHECK_INT(arena_bytes(txt), SM * SN * (long)sizeof(float));
@@ -282,7 +268,7 @@ static void lstm_step(lstm *m, char **explain)
         CHECK(g[i] != NULL);
         trees[i] = ot_sub(m->w[i], ot_mul(LR, g[i]));
     }
-    if (explain) *explain = explain_text(NPARAM, m->w, trees);
+    if (explain) *explain = test__explain_many(NPARAM, m->w, trees);
     CHECK_INT(ot_sgd_step(&(ot_sgd){.lr = LR, .grad_scale = 1}, NPARAM, m->w, g, NULL), 0);
     ot_autodiff_free(ad);
     ot_pool_pop(pool);

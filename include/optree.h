@@ -809,6 +809,85 @@ int ot_adam_step(const ot_adam *o, int n, ot_tensor *const w[], ot_node *const g
 int ot_clip_global_norm(int n, ot_node *const g[], double max_norm, double *scale,
                         double *norm);
 
+/* ------------------------------------------------------------------------ */
+/* Custom ops (src/ops.c, ot_op_register)                                    */
+/* ------------------------------------------------------------------------ */
+
+/* An elementwise op added at run time, without editing the library. It
+ * gets an op number of its own (OT_OP_REGISTERED and up) that ot_op_name,
+ * ot_op_lookup, ot_op_arity, ot_op_kind, ot_op_flags and ot_node_op know;
+ * its nodes fuse into the cpu backend's kernels like a built-in op's (the
+ * vector function is called from inside the fused loop, in generated code
+ * too), print by its name, and differentiate through its gradient builder.
+ *
+ *     static float gelu_f32(float x) { ... }
+ *     static __m256 gelu_avx2(__m256 x) { ... }   // target("avx2,fma")
+ *     ot_op gelu = ot_op_register(&(ot_op_def){
+ *         .name = "gelu", .arity = 1, .f32 = gelu_f32, .f64 = gelu_f64,
+ *         .avx2_f32 = (ot_vfn)gelu_avx2, .grad = gelu_grad});
+ *     ot_assign(out, ot_apply(gelu, ot_mul(x, 2.0f)));
+ *
+ * Shapes and dtypes are those of a built-in elementwise op (NumPy
+ * broadcasting for two operands, dtype promotion; i32 operands give f64).
+ * The scalar function of a dtype is required for that dtype: the ref
+ * backend, the scalar and SSE2 kernels and ISAs without a vector function
+ * call it; using the op on a dtype without one is OT_EUNSUPPORTED at
+ * assignment. The ref backend uses f64 where given (it computes in double),
+ * else f32. Vector functions are optional: with one for the ISA's width
+ * (AVX2: __m256 / __m256d; AVX-512: __m512 / __m512d, by value, as
+ * `__m256 f(__m256 x)` or `__m256 f(__m256 x, __m256 y)`, the System V
+ * vector calling convention) the op runs a vector at a time, and generated
+ * code calls it; without one the kernel runs on the tile interpreter,
+ * calling the scalar function per element. A vector function must be
+ * lane-wise (a lane's result depends on that lane alone) and may be called
+ * on zero-padded lanes past the end of the data; every function must be
+ * pure and callable from any thread. On one ISA, fused, unfused and
+ * interpreted results are bitwise equal.
+ *
+ * The registry lives as long as the process: ops cannot be unregistered,
+ * and registration is thread-safe. */
+typedef void (*ot_vfn)(void);   /* a vector function, cast to this type */
+/* The gradient of a registered op: the contribution to operand `which`
+ * (0: x, 1: y; y is NULL for a unary op), as a tree built from the operand
+ * nodes, the op's own node `out` and its incoming gradient g, with the
+ * ordinary builders. It may have out's shape or any shape that broadcasts
+ * to it; autodiff sums it back to the operand's shape. NULL with an error
+ * set fails the differentiation. */
+typedef ot_node *(*ot_grad_fn)(ot_node *x, ot_node *y, ot_node *out, ot_node *g, int which,
+                               void *user);
+typedef struct ot_op_def {
+    const char *name;               /* copied; [A-Za-z0-9_], < OT_OP_NAME_MAX,
+                                       no built-in's or registered op's name */
+    int arity;                      /* 1 or 2 */
+    float (*f32)(float x);          /* unary ops: at least one of these */
+    double (*f64)(double x);
+    float (*f32_xy)(float x, float y);     /* binary ops: at least one */
+    double (*f64_xy)(double x, double y);
+    ot_vfn avx2_f32, avx2_f64;      /* optional, each only with the scalar */
+    ot_vfn avx512_f32, avx512_f64;  /* function of its dtype */
+    ot_grad_fn grad;                /* NULL: not differentiable (zero gradient,
+                                       OT_FLAG_NODIFF) */
+    void *user;                     /* passed to grad */
+} ot_op_def;
+
+#define OT_FLAG_CUSTOM 16u          /* a registered op, or the table's
+                                       placeholder row of such ops (custom1,
+                                       custom2: built only through them) */
+#define OT_OP_REGISTERED 1024       /* the first registered op's number */
+#define OT_MAX_REGISTERED_OPS 256
+#define OT_OP_NAME_MAX 32
+
+/* Registers def (copied): its op number, or OT_OP_NONE with OT_EINVAL for a
+ * bad definition (no name, a name in use, an arity not 1 or 2, no scalar
+ * function or one of the other arity, a vector function without its
+ * dtype's scalar function, a full registry) and OT_ENULL for a NULL def. */
+ot_op ot_op_register(const ot_op_def *def);
+/* A node of a registered op: ot_apply(op, x) for a unary op, ot_apply2(op,
+ * x, y) for a binary one (ot_build_at takes registered ops too). Operands
+ * as for the built-in builders: nodes, tensors or numbers. */
+#define ot_apply(op, x) OT__UN((op), x)
+#define ot_apply2(op, x, y) OT__BIN((op), x, y)
+
 #ifdef __cplusplus
 }
 #endif

@@ -66,7 +66,9 @@
     X(LOGSOFTMAX, "logsoftmax", 1, OT_KIND_COMPOSITE, NULL, OT_FLAG_FLOAT, none) \
     X(CROSS_ENTROPY, "cross_entropy", 2, OT_KIND_COMPOSITE, NULL, OT_FLAG_FLOAT, none) \
     X(SQUARED_L2, "squared_l2", 1, OT_KIND_COMPOSITE, NULL, 0, none) \
-    X(EXPM1, "expm1", 1, OT_KIND_UNARY, NULL, OT_FLAG_FLOAT, expm1)
+    X(EXPM1, "expm1", 1, OT_KIND_UNARY, NULL, OT_FLAG_FLOAT, expm1) \
+    X(CUSTOM1, "custom1", 1, OT_KIND_UNARY, NULL, OT_FLAG_FLOAT | OT_FLAG_CUSTOM, none) \
+    X(CUSTOM2, "custom2", 2, OT_KIND_BINARY, NULL, OT_FLAG_FLOAT | OT_FLAG_CUSTOM, none)
 
 typedef enum ot_op {
     OT_OP_NONE = -1,
@@ -124,7 +126,9 @@ typedef enum ot_op {
     OT_OP_CROSS_ENTROPY = 51,
     OT_OP_SQUARED_L2 = 52,
     OT_OP_EXPM1 = 53,
-    OT_OP_COUNT = 54
+    OT_OP_CUSTOM1 = 54,
+    OT_OP_CUSTOM2 = 55,
+    OT_OP_COUNT = 56
 } ot_op;
 
 /* Unary elementwise. */

@@ -223,7 +223,7 @@ static int list_node(ot__walker *w, const ot_node *n, int i, const int operand[2
     bool live = false;
     if (n->dtype == OT_I32) live = false;
     else if (n->kind == OT_NODE_LEAF) live = true;
-    else if (n->kind == OT_NODE_OP && !(ot_op_flags((ot_op)n->op) & OT_FLAG_NODIFF))
+    else if (n->kind == OT_NODE_OP && !(ot_op_flags((ot_op)ot__node_op(n)) & OT_FLAG_NODIFF))
         live = (operand[0] >= 0 && s->live[operand[0]]) || (operand[1] >= 0 && s->live[operand[1]]);
     s->order[i] = (ot_node *)n;
     s->live[i] = live;
@@ -491,6 +491,31 @@ static void squared_l2_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
 {
     ot_node *x = n->tag_a;
     push(c, s, x, mul(c, expand_back(c, g, n), B(c, OT_OP_MUL, x, K(2.0))));
+}
+
+/* ---- rules: registered ops ------------------------------------------------ */
+
+/* A registered op (ot_op_register) by its gradient builder, one operand at
+ * a time. The contribution may have any shape that broadcasts to the
+ * node's: it is brought up to it, then summed back to the operand's. g is
+ * brought up first where an operand is broadcast, as add's rule does, so
+ * the builder sees the node's shape. */
+static void custom_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
+{
+    const ot_custom *u = n->custom;
+    ot_node *x = n->a, *y = n->b;
+    if (!ot__shape_eq(&x->shape, &n->shape) || (y && !ot__shape_eq(&y->shape, &n->shape)))
+        g = full(c, g, n->shape, (ot_dtype)n->dtype);
+    for (int k = 0; k < u->def.arity && g; k++) {
+        ot_node *operand = k ? y : x;
+        if (!want(s, operand)) continue;
+        ot_node *d = u->def.grad(x, y, n, g, k, u->def.user);
+        if (!d && !ot_errcode())
+            ot__err(OT_EINVAL, n->file, n->line, "autodiff",
+                    "the gradient builder of op '%s' returned NULL for operand %d", u->name, k);
+        if (!d) return;
+        push(c, s, operand, full(c, d, n->shape, (ot_dtype)n->dtype));
+    }
 }
 
 /* ---- the rule of each op, from src/ops.def -------------------------------- */

@@ -90,7 +90,7 @@ char *ot__plan_describe(const ot_kernel *k)
     for (int i = 0; i < k->ninsn; i++) {
         const ot_insn *in = &k->insns[i];
         if (in->code == OT_I_UNARY || in->code == OT_I_BINARY)
-            fprintf(f, " %s", ot_op_name((ot_op)in->op));
+            fprintf(f, " %s", ot__op_display_name(in->op, in->arg));
         else if (in->code == OT_I_FMA) fprintf(f, in->op == OT_OP_SUB ? " fnma" : " fma");
         else if (in->code == OT_I_CAST && in->kd != in->kd_from) fprintf(f, " cast");
     }

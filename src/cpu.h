@@ -70,6 +70,12 @@ typedef struct ot_kernels {
     const void *vfn1[2][OT_OP_COUNT][2];
     const void *vfn2[OT_OP_COUNT][2];
     int vbytes;                     /* bytes per vector register */
+    /* A registered op (ops.h's ot_custom) over n elements of kernel dtype
+     * kd (f32 or f64; it has that dtype's scalar function): its vector
+     * function for vbytes where it has one, else its scalar function. Form
+     * bits 1 and 2 mark a and b as scalars; b is NULL for a unary op. */
+    void (*user)(const struct ot_custom *u, int kd, void *dst, const void *a, const void *b,
+                 int form, size_t n);
 } ot_kernels;
 
 /* The kernel table for an ISA name ("scalar", "sse2", "avx2", "avx512"), or
@@ -105,7 +111,9 @@ typedef struct ot_insn {
     uint8_t kd_from;                /* CAST: source kernel dtype */
     int16_t dst, a, b, c;           /* buffers; -1 when unused */
     uint8_t scalar;                 /* bits: 1 a, 2 b, 4 c, 8 dst scalar */
-    int32_t arg;                    /* LOAD: load index; PARAM: param index */
+    int32_t arg;                    /* LOAD: load index; PARAM: param index;
+                                       UNARY/BINARY of custom1/custom2: the
+                                       registered op's index (ot__custom) */
 } ot_insn;
 
 enum { OT_KER_EW, OT_KER_REDUCE, OT_KER_DOT, OT_KER_RAND, OT_KER_ONEHOT };
@@ -281,6 +289,9 @@ typedef struct ot_plan {
  * for every instruction of plan p, else OT_EUNSUPPORTED naming the op, dtype
  * and ISA, so that the executor never calls NULL (kernels/dispatch.c). */
 int ot__kernels_check(const ot_plan *p, const ot_kernels *kt, int acc);
+/* The registered op (ops.h) that an instruction of custom1 or custom2
+ * runs, or NULL for any other instruction (kernels/dispatch.c). */
+const struct ot_custom *ot__custom_insn(const ot_insn *in);
 
 /* What a run binds: leaf base pointers (element 0 of each leaf view),
  * constant values, output tensors. */

@@ -11,6 +11,7 @@
  * order, so every result is bitwise identical for any number of threads.
  */
 #include "cpu.h"
+#include "ops.h"
 #include "threads.h"
 
 #include <stdint.h>
@@ -245,6 +246,11 @@ static void run_op(const run_ctx *c, const ot_insn *in, void *d, const void *a, 
 {
     const ot_kernels *kt = c->kt;
     bool scalar = in->scalar & 8;
+    const ot_custom *u = ot__custom_insn(in);
+    if (u) {   /* a registered op (ot_op_register) */
+        kt->user(u, in->kd, d, a, b, scalar ? 0 : in->scalar & 3, (size_t)nn);
+        return;
+    }
     switch (in->code) {
     case OT_I_UNARY:
         kt->unary[c->acc][in->op][in->kd](d, a, (size_t)nn);

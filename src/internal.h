@@ -55,6 +55,8 @@ typedef struct ot_memo {
     void (*drop)(struct ot_memo *m);
 } ot_memo;
 
+struct ot_custom;
+
 struct ot_node {
     atomic_long refs;
     uint8_t kind;         /* OT_NODE_LEAF / CONST / OP */
@@ -68,6 +70,8 @@ struct ot_node {
     ot_shape shape;
     ot_node *a, *b;       /* operands (retained), NULL when absent */
     ot_node *tag_a, *tag_b; /* a composite's own operands (retained) */
+    const struct ot_custom *custom;  /* op custom1/custom2: the registered op
+                                        (ops.h; lives as long as the process) */
     double value;         /* OT_NODE_CONST */
     ot_args args;         /* attributes in force, spec_ NULL, axis normalised
                              (0..ndim-1 of the operand, or OT_AXIS_ALL) */

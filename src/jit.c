@@ -679,11 +679,14 @@ static bool needs_call(const ot_insn *in)
            lowering(in->op) != OT__JIT_INLINE;
 }
 
-/* The function a body insn calls (sig and sig2: their base, exp or exp2),
- * NULL where it calls none or the table has none. */
+/* The function a body insn calls (sig and sig2: their base, exp or exp2;
+ * a registered op: its vector function for the table's width), NULL where
+ * it calls none or there is none. */
 static const void *callee(const ot_kernels *kt, int acc, const ot_insn *in)
 {
     if (!needs_call(in)) return NULL;
+    const ot_custom *u = ot__custom_insn(in);
+    if (u) return (const void *)ot__custom_vfn(u, kt->vbytes, in->kd);   /* NULL: no code */
     if (is_sig(in)) return kt->vfn1[acc][ot__op(in->op)->jit_base][in->kd];
     return in->code == OT_I_UNARY ? kt->vfn1[acc][in->op][in->kd] : kt->vfn2[in->op][in->kd];
 }

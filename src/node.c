@@ -7,6 +7,7 @@
  * points at the user's line rather than at a later ot_assign.
  */
 #include "internal.h"
+#include "ops.h"
 
 #include <float.h>
 
@@ -346,9 +347,10 @@ typedef struct proto {
 } proto;
 
 typedef struct site {
-    ot_op op;
+    ot_op op;                 /* a registered op's own number, for messages */
     const char *file;
     int line;
+    const ot_custom *custom;  /* the registered op, or NULL */
 } site;
 
 #define FAIL(st, code, ...) ot__err((code), (st)->file, (st)->line, ot_op_name((st)->op), __VA_ARGS__)
@@ -689,7 +691,8 @@ static ot_node *op_node(const site *st, ot_node *a, ot_node *b, const ot_shape *
         return NULL;
     }
     n->kind = OT_NODE_OP;
-    n->op = (int8_t)st->op;
+    n->op = (int8_t)(st->custom ? st->custom->row : st->op);
+    n->custom = st->custom;
     n->dtype = (uint8_t)dtype;
     n->weak = weak;
     n->shape = *shape;
@@ -761,15 +764,18 @@ static bool is_plain(const site *st, int kind, const ot_node *a, const ot_node *
 ot_node *ot_build_at(ot_op op, ot_node *a, ot_node *b, const ot_args *args,
                      const char *file, int line)
 {
-    site st = {op, file, line};
-    if (op < 0 || op >= OT_OP_COUNT) {
+    site st = {op, file, line, ot__custom_of_op(op)};
+    if ((op < 0 || op >= OT_OP_COUNT) && !st.custom) {
         ot__err(OT_EINVAL, file, line, "build", "unknown op %d", (int)op);
         return NULL;
     }
     if (check_operands(&st, a, b)) return NULL;
+    /* custom1 and custom2 stand for registered ops, and build nothing:
+     * operands are checked as for any op first. */
+    bool placeholder = !st.custom && (ot_op_flags(op) & OT_FLAG_CUSTOM);
     int kind = ot_op_kind(op);
     ot_dtype plain_dt;
-    if (!args && is_plain(&st, kind, a, b, &plain_dt))
+    if (!args && !placeholder && is_plain(&st, kind, a, b, &plain_dt))
         return op_node(&st, a, b, &a->shape, plain_dt, false, NULL);
     proto p;
     ot__clear(&p, sizeof p);
@@ -791,6 +797,9 @@ ot_node *ot_build_at(ot_op op, ot_node *a, ot_node *b, const ot_args *args,
     default: return build_composite(&st, a, b, &p.args);
     }
     if (!rc) rc = check_result(&st, a, b, &p);
+    if (!rc && placeholder)
+        rc = FAIL(&st, OT_EINVAL, "stands for ops registered with ot_op_register: build with "
+                                  "ot_apply and the op it returned");
     return rc ? NULL : make_node(&st, a, b, &p);
 }
 
@@ -915,7 +924,7 @@ static ot_node *build_composite(const site *st, ot_node *a, ot_node *b, const ot
 /* ---- accessors ----------------------------------------------------------- */
 
 int ot_node_kind(const ot_node *n) { return n ? n->kind : 0; }
-ot_op ot_node_op(const ot_node *n) { return n ? (ot_op)n->op : OT_OP_NONE; }
+ot_op ot_node_op(const ot_node *n) { return n ? (ot_op)ot__node_op(n) : OT_OP_NONE; }
 ot_op ot_node_tag(const ot_node *n) { return n ? (ot_op)n->tag : OT_OP_NONE; }
 ot_dtype ot_node_dtype(const ot_node *n) { return n ? (ot_dtype)n->dtype : OT_DTYPE_DEFAULT; }
 double ot_node_value(const ot_node *n) { return n ? n->value : 0.0; }

@@ -1,10 +1,14 @@
 /*
  * ops.c - the op table (src/ops.def) as data: the public queries (names,
  * arity, kinds and flags) and the private rows of ops.h, each generated
- * from the table's row so that it stays the single source of truth.
+ * from the table's row so that it stays the single source of truth; and
+ * the registry of ops added at run time (ot_op_register), which the same
+ * queries answer for from OT_OP_REGISTERED on.
  */
 #include "internal.h"
 #include "ops.h"
+
+#include <pthread.h>
 
 /* The public flags: the dtype rule's, and OT_FLAG_NODIFF where the op has
  * no gradient rule. */
@@ -16,17 +20,26 @@
 #define OPS_GRAD_UN true
 #define OPS_GRAD_BIN true
 #define OPS_GRAD_FN true
-#define OPS_FLAGS(rule, grad) (OPS_RULE_##rule | (OPS_GRAD_##grad ? 0u : OT_FLAG_NODIFF))
+#define OPS_USER_OWN 0u
+#define OPS_USER_SLEEF 0u
+#define OPS_USER_ACC 0u
+#define OPS_USER_WIDE 0u
+#define OPS_USER_NONE 0u
+#define OPS_USER_USER OT_FLAG_CUSTOM
+#define OPS_FLAGS(rule, grad, vec) \
+    (OPS_RULE_##rule | (OPS_GRAD_##grad ? 0u : OT_FLAG_NODIFF) | OPS_USER_##vec)
 /* jit's SIG(base) names the base op: two initialisers, lowering and base. */
 #define OPS_JIT_NONE OT__JIT_NONE, OT_OP_NONE
 #define OPS_JIT_INLINE OT__JIT_INLINE, OT_OP_NONE
 #define OPS_JIT_CALL OT__JIT_CALL, OT_OP_NONE
+#define OPS_JIT_USER OT__JIT_USER, OT_OP_NONE
 #define OPS_JIT_SIG(base) OT__JIT_SIG, OT_OP_##base
 #define OPS_EXACT_NONE false
 #define OPS_EXACT_OWN true
 #define OPS_EXACT_SLEEF false
 #define OPS_EXACT_ACC false
 #define OPS_EXACT_WIDE true
+#define OPS_EXACT_USER false
 /* Elementwise ops have i32 kernels unless i32 operands give f64. */
 #define OPS_EW_UNARY true
 #define OPS_EW_BINARY true
@@ -41,7 +54,7 @@ static const ot_opinfo ops[OT_OP_COUNT] = {
 #define OT_OP(E, NM, AR, KIND, RULE, REF, COST, VEC, VFN, U10, U35, JIT, GRAD, DX, DY, SYM, DOM, \
               DOC)                                                                           \
     [OT_OP_##E] = {.name = NM, .arity = AR, .kind = OT_KIND_##KIND,                          \
-                   .flags = OPS_FLAGS(RULE, GRAD), .cost = OT__COST_##COST,                  \
+                   .flags = OPS_FLAGS(RULE, GRAD, VEC), .cost = OT__COST_##COST,                  \
                    .vec = OT__VEC_##VEC, .exact = OPS_EXACT_##VEC, .ulp = {#U10, #U35},      \
                    .i32 = OPS_I32(KIND, RULE), .jit = OPS_JIT_##JIT, .grad = OPS_GRAD_##GRAD, \
                    .dom = OT__DOM_##DOM, .sym = SYM},
@@ -54,15 +67,163 @@ static bool known(ot_op op) { return op >= 0 && op < OT_OP_COUNT; }
 const ot_opinfo *ot__op(int op) { return known((ot_op)op) ? &ops[op] : NULL; }
 int ot__op_cost(int op) { return known((ot_op)op) ? ops[op].cost : OT__COST_CHEAP; }
 
+/* ---- the registry --------------------------------------------------------- */
+
+/* The one global mutable state of the library (docs/ARCHITECTURE.md):
+ * append-only. Writers take the lock; an entry is complete before the
+ * count that publishes it is stored (release), so readers, which load the
+ * count (acquire) and read only entries below it, need no lock. Static, so
+ * nothing is allocated and nothing is left to free at exit. */
+static ot_custom registry[OT_MAX_REGISTERED_OPS];
+static atomic_int nregistered;
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+
+const ot_custom *ot__custom(int index)
+{
+    int n = atomic_load_explicit(&nregistered, memory_order_acquire);
+    return index >= 0 && index < n ? &registry[index] : NULL;
+}
+
+const ot_custom *ot__custom_of_op(int op)
+{
+    return op >= OT_OP_REGISTERED ? ot__custom(op - OT_OP_REGISTERED) : NULL;
+}
+
+const char *ot__op_display_name(int op, int custom)
+{
+    const ot_opinfo *o = ot__op(op);
+    const ot_custom *u = o && o->vec == OT__VEC_USER ? ot__custom(custom) : NULL;
+    return u ? u->name : o ? o->name : NULL;
+}
+
+int ot__node_op(const ot_node *n)
+{
+    return n->custom ? OT_OP_REGISTERED + n->custom->index : n->op;
+}
+
+static bool name_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n >= OT_OP_NAME_MAX) return false;
+    for (size_t i = 0; i < n; i++)
+        if (!(s[i] == '_' || (s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'z') ||
+              (s[i] >= 'A' && s[i] <= 'Z')))
+            return false;
+    return true;
+}
+
+#define REG_FAIL(...) ot__err_set(OT_EINVAL, NULL, 0, "op_register", __VA_ARGS__)
+
+/* Whether d's functions fit its arity and each vector function has its
+ * dtype's scalar function; records why not. */
+static bool functions_ok(const ot_op_def *d)
+{
+    bool un = d->arity == 1;
+    bool f32 = un ? d->f32 != NULL : d->f32_xy != NULL, f64 = un ? d->f64 != NULL : d->f64_xy != NULL;
+    if (un ? d->f32_xy || d->f64_xy : d->f32 || d->f64)
+        return REG_FAIL("op '%s' has arity %d but sets %s", d->name, d->arity,
+                        un ? "f32_xy or f64_xy (binary functions)" : "f32 or f64 (unary functions)"),
+               false;
+    if (!f32 && !f64)
+        return REG_FAIL("op '%s' has no scalar function (NULL %s)", d->name,
+                        un ? "f32 and f64" : "f32_xy and f64_xy"),
+               false;
+    if ((d->avx2_f32 || d->avx512_f32) && !f32)
+        return REG_FAIL("op '%s' has an f32 vector function but no f32 scalar function", d->name),
+               false;
+    if ((d->avx2_f64 || d->avx512_f64) && !f64)
+        return REG_FAIL("op '%s' has an f64 vector function but no f64 scalar function", d->name),
+               false;
+    return true;
+}
+
+/* Checks d against the table and the registry (under the lock). */
+static bool def_ok(const ot_op_def *d, int n)
+{
+    if (!d->name || !name_ok(d->name))
+        return REG_FAIL("op name %s%s%s is not 1 to %d characters of [A-Za-z0-9_]",
+                        d->name ? "'" : "", d->name ? d->name : "NULL", d->name ? "'" : "",
+                        OT_OP_NAME_MAX - 1),
+               false;
+    if (d->arity != 1 && d->arity != 2)
+        return REG_FAIL("op '%s' has arity %d; registered ops take 1 or 2 operands", d->name,
+                        d->arity),
+               false;
+    for (int i = 0; i < OT_OP_COUNT; i++)
+        if (strcmp(ops[i].name, d->name) == 0)
+            return REG_FAIL("op name '%s' is a built-in op's", d->name), false;
+    for (int i = 0; i < n; i++)
+        if (strcmp(registry[i].name, d->name) == 0)
+            return REG_FAIL("op name '%s' is registered already (op %d)", d->name,
+                            OT_OP_REGISTERED + i),
+                   false;
+    if (n == OT_MAX_REGISTERED_OPS)
+        return REG_FAIL("cannot register '%s': %d ops are registered, the most there may be",
+                        d->name, n),
+               false;
+    return functions_ok(d);
+}
+
+ot_op ot_op_register(const ot_op_def *def)
+{
+    if (!def) {
+        ot__err_set(OT_ENULL, NULL, 0, "op_register", "def is NULL");
+        return OT_OP_NONE;
+    }
+    pthread_mutex_lock(&registry_lock);
+    int n = atomic_load_explicit(&nregistered, memory_order_relaxed);
+    bool ok = def_ok(def, n);
+    if (ok) {
+        ot_custom *u = &registry[n];
+        u->def = *def;
+        memcpy(u->name, def->name, strlen(def->name) + 1);
+        u->def.name = u->name;
+        u->index = n;
+        u->row = def->arity == 1 ? OT_OP_CUSTOM1 : OT_OP_CUSTOM2;
+        atomic_store_explicit(&nregistered, n + 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&registry_lock);
+    return ok ? (ot_op)(OT_OP_REGISTERED + n) : OT_OP_NONE;
+}
+
+/* ---- the public queries ---------------------------------------------------- */
+
 ot_op ot_op_lookup(const char *name)
 {
     if (!name) return OT_OP_NONE;
     for (int i = 0; i < OT_OP_COUNT; i++)
         if (strcmp(ops[i].name, name) == 0) return (ot_op)i;
+    int n = atomic_load_explicit(&nregistered, memory_order_acquire);
+    for (int i = 0; i < n; i++)
+        if (strcmp(registry[i].name, name) == 0) return (ot_op)(OT_OP_REGISTERED + i);
     return OT_OP_NONE;
 }
 
-const char *ot_op_name(ot_op op) { return known(op) ? ops[op].name : NULL; }
-int ot_op_arity(ot_op op) { return known(op) ? ops[op].arity : -1; }
-int ot_op_kind(ot_op op) { return known(op) ? ops[op].kind : 0; }
-unsigned ot_op_flags(ot_op op) { return known(op) ? ops[op].flags : 0; }
+const char *ot_op_name(ot_op op)
+{
+    if (known(op)) return ops[op].name;
+    const ot_custom *u = ot__custom_of_op(op);
+    return u ? u->name : NULL;
+}
+
+int ot_op_arity(ot_op op)
+{
+    if (known(op)) return ops[op].arity;
+    const ot_custom *u = ot__custom_of_op(op);
+    return u ? u->def.arity : -1;
+}
+
+int ot_op_kind(ot_op op)
+{
+    if (known(op)) return ops[op].kind;
+    const ot_custom *u = ot__custom_of_op(op);
+    return u ? ops[u->row].kind : 0;
+}
+
+unsigned ot_op_flags(ot_op op)
+{
+    if (known(op)) return ops[op].flags;
+    const ot_custom *u = ot__custom_of_op(op);
+    if (!u) return 0;
+    return (ops[u->row].flags & ~OT_FLAG_NODIFF) | (u->def.grad ? 0u : OT_FLAG_NODIFF);
+}

@@ -12,9 +12,9 @@
 /* Column "cost": one element in units of an add. */
 enum { OT__COST_CHEAP = 1, OT__COST_DIVROOT = 3, OT__COST_TRANS = 8 };
 /* Column "vec": how the tile kernels compute the op. */
-enum { OT__VEC_NONE, OT__VEC_OWN, OT__VEC_SLEEF, OT__VEC_ACC, OT__VEC_WIDE };
+enum { OT__VEC_NONE, OT__VEC_OWN, OT__VEC_SLEEF, OT__VEC_ACC, OT__VEC_WIDE, OT__VEC_USER };
 /* Column "jit": how generated code computes it. */
-enum { OT__JIT_NONE, OT__JIT_INLINE, OT__JIT_CALL, OT__JIT_SIG };
+enum { OT__JIT_NONE, OT__JIT_INLINE, OT__JIT_CALL, OT__JIT_SIG, OT__JIT_USER };
 /* Column "dom": where the op is finite and smooth. */
 enum { OT__DOM_ANY, OT__DOM_POS, OT__DOM_NONZERO, OT__DOM_KINK };
 
@@ -39,6 +39,43 @@ typedef struct ot_opinfo {
 const ot_opinfo *ot__op(int op);
 /* The cost column of op (1 for an unknown op). */
 int ot__op_cost(int op);
+
+/* ---- ops registered at run time (ot_op_register) ---------------------- */
+
+/* A registered op, as the registry keeps it: entries are written once,
+ * under the registry's lock, before the count that publishes them, and
+ * never change or go away, so a node, a plan or a kernel may point at one
+ * (or name it by index) for as long as the process lives. */
+typedef struct ot_custom {
+    ot_op_def def;            /* the user's, def.name pointing at name */
+    char name[OT_OP_NAME_MAX];
+    int index;                /* in the registry: op number OT_OP_REGISTERED + index */
+    int row;                  /* its placeholder: OT_OP_CUSTOM1 or OT_OP_CUSTOM2 */
+} ot_custom;
+
+/* The registered op of index, or of public op number op; NULL when none. */
+const ot_custom *ot__custom(int index);
+const ot_custom *ot__custom_of_op(int op);
+/* Its scalar function for kernel dtype kd (0: f32, 1: f64), or NULL. */
+static inline bool ot__custom_has(const ot_custom *u, int kd)
+{
+    if (u->def.arity == 1) return kd == 0 ? u->def.f32 != NULL : u->def.f64 != NULL;
+    return kd == 0 ? u->def.f32_xy != NULL : u->def.f64_xy != NULL;
+}
+/* Its vector function for vbytes-wide registers (32: AVX2, 64: AVX-512)
+ * and kernel dtype kd, or NULL. */
+static inline ot_vfn ot__custom_vfn(const ot_custom *u, int vbytes, int kd)
+{
+    if (vbytes == 32) return kd == 0 ? u->def.avx2_f32 : u->def.avx2_f64;
+    if (vbytes == 64) return kd == 0 ? u->def.avx512_f32 : u->def.avx512_f64;
+    return NULL;
+}
+/* The name of an op as printed: a registered op's (custom: the node's or
+ * instruction's registry index, used for the placeholder rows), else the
+ * table's. */
+const char *ot__op_display_name(int op, int custom);
+/* The public op number of a node: its registered op's, else its own. */
+int ot__node_op(const ot_node *n);
 
 /* ref.c: the reference formula of an elementwise op (unary or binary), in
  * double; NULL for any other op. */

@@ -16,6 +16,7 @@
  * defining instruction writes.
  */
 #include "plan.h"
+#include "ops.h"
 
 /* A storage seen from an iteration space (right-aligned broadcast). */
 ot_view ot__emit_view_of(const storage *s, int ndim, const int64_t *dims)
@@ -68,6 +69,14 @@ static int fma_mul_of(const prog *g, int e);
 static int sigmoid_of(const prog *g, int e, int fold[3]);
 
 
+/* The insn arg of an op entry: its registered op's index for custom1 and
+ * custom2 nodes, else 0. */
+static int32_t op_arg(const compiler *c, int e)
+{
+    const ot_node *n = node_of(c, e);
+    return n->custom ? n->custom->index : 0;
+}
+
 static int emit_op(prog *g, int e)
 {
     compiler *c = g->c;
@@ -90,7 +99,7 @@ static int emit_op(prog *g, int e)
     if (b < 0) {
         int va = ot__emit_use(g, operand_value(g, a, kd));
         ot_insn in = {.code = OT_I_UNARY, .op = (uint8_t)x->op, .a = (int16_t)va, .b = -1, .c = -1,
-                      .scalar = g->v[va].scalar ? 1 : 0};
+                      .scalar = g->v[va].scalar ? 1 : 0, .arg = op_arg(c, e)};
         return ot__emit_insn(g, in, kd, g->v[va].scalar);
     }
     int m = fma_mul_of(g, e);
@@ -110,7 +119,7 @@ static int emit_op(prog *g, int e)
     ot__emit_use(g, va), ot__emit_use(g, vb);
     bool sa = g->v[va].scalar, sb = g->v[vb].scalar;
     ot_insn in = {.code = OT_I_BINARY, .op = (uint8_t)x->op, .a = (int16_t)va, .b = (int16_t)vb,
-                  .c = -1, .scalar = (uint8_t)((sa ? 1 : 0) | (sb ? 2 : 0))};
+                  .c = -1, .scalar = (uint8_t)((sa ? 1 : 0) | (sb ? 2 : 0)), .arg = op_arg(c, e)};
     return ot__emit_insn(g, in, kd, sa && sb);
 }
 

@@ -16,6 +16,7 @@
  * OT_ENOMEM, or OT_EIO when a write to f or its flush fails.
  */
 #include "internal.h"
+#include "ops.h"
 
 #include <float.h>
 #include <inttypes.h>
@@ -104,6 +105,8 @@ static const char *const op_symbol[OT_OP_COUNT] = {
 };
 
 static const char *op_name(int op) { return ot_op_name((ot_op)op); }
+/* An op node's own name: a registered op's (ot_op_register), else its op's. */
+static const char *node_name(const ot_node *n) { return op_name(ot__node_op(n)); }
 static bool is_tagged(const ot_node *n) { return n->tag != OT_OP_NONE; }
 
 /* A leaf's name (tensor-0x<address> when it has none) or a constant's value. */
@@ -350,7 +353,7 @@ static void tuple_open(FILE *f, const ot_node *n)
 {
     fputs("({'shape': ", f);
     print_py_tuple(f, n->shape.dims, n->shape.ndim);
-    fprintf(f, ", 'op': '%s'", op_name(n->op));
+    fprintf(f, ", 'op': '%s'", node_name(n));
     tuple_attrs(f, n);
     fputc('}', f);
 }
@@ -384,7 +387,7 @@ static int pp_op(const ot_node *n) { return is_tagged(n) ? n->tag : n->op; }
 static void pp_open(FILE *f, const ot_node *n)
 {
     fputc('(', f);
-    if (!op_symbol[pp_op(n)]) fputs(op_name(pp_op(n)), f);
+    if (!op_symbol[pp_op(n)]) fputs(is_tagged(n) ? op_name(n->tag) : node_name(n), f);
 }
 
 static void pp_sep(FILE *f, const ot_node *n, int k)
@@ -489,7 +492,7 @@ static void dot_node(FILE *f, const ot_node *n, int id)
     } else if (n->kind != OT_NODE_OP) {
         print_atom(f, n);
     } else {
-        fputs(op_name(n->op), f);
+        fputs(node_name(n), f);
         op_attrs(f, n, ATTRS_PP);
         if (is_tagged(n)) fprintf(f, " [%s]", op_name(n->tag));
     }
@@ -532,7 +535,7 @@ static void stack_line(FILE *f, int i, const ot_stack_item *it)
     const ot_node *n = it->node;
     fprintf(f, "%d: ", i);
     if (it->kind == OT_NODE_OP) {
-        fputs(op_name(it->op), f);
+        fputs(node_name(n), f);
         op_attrs(f, n, ATTRS_LISTING);
     } else {
         fputs(it->kind == OT_NODE_LEAF ? "leaf " : "const ", f);

@@ -56,7 +56,19 @@ static double ref_sigm(double x, double e) { return (x < 0 ? e : 1.0) / (1.0 + e
 #define REF_DEF_SHAPE(E, f)
 #define REF_DEF_SPECIAL(E, f)
 #define REF_DEF_COMPOSITE(E, f)
-#define OT_OP(E, NM, AR, KIND, RULE, REF, ...) REF_DEF_##KIND(E, REF)
+/* Registered ops' placeholder rows (vec USER) have none: their nodes
+ * carry their own functions (eval_custom). */
+#define REF_KIND_OWN(K) K
+#define REF_KIND_SLEEF(K) K
+#define REF_KIND_ACC(K) K
+#define REF_KIND_WIDE(K) K
+#define REF_KIND_NONE(K) K
+#define REF_KIND_USER(K) USER
+#define REF_CAT_(a, b) a##b
+#define REF_CAT(a, b) REF_CAT_(a, b)
+#define REF_DEF_USER(E, f)
+#define OT_OP(E, NM, AR, KIND, RULE, REF, COST, VEC, ...) \
+    REF_CAT(REF_DEF_, REF_KIND_##VEC(KIND))(E, REF)
 #include "ops.def"
 #undef OT_OP
 
@@ -74,14 +86,16 @@ static double ref_sigm(double x, double e) { return (x < 0 ? e : 1.0) / (1.0 + e
 #define REF_BIN_SHAPE(E)
 #define REF_BIN_SPECIAL(E)
 #define REF_BIN_COMPOSITE(E)
+#define REF_UN_USER(E)
+#define REF_BIN_USER(E)
 
 static double (*const ref_unary[OT_OP_COUNT])(double) = {
-#define OT_OP(E, NM, AR, KIND, ...) REF_UN_##KIND(E)
+#define OT_OP(E, NM, AR, KIND, RULE, REF, COST, VEC, ...) REF_CAT(REF_UN_, REF_KIND_##VEC(KIND))(E)
 #include "ops.def"
 #undef OT_OP
 };
 static double (*const ref_binary[OT_OP_COUNT])(double, double) = {
-#define OT_OP(E, NM, AR, KIND, ...) REF_BIN_##KIND(E)
+#define OT_OP(E, NM, AR, KIND, RULE, REF, COST, VEC, ...) REF_CAT(REF_BIN_, REF_KIND_##VEC(KIND))(E)
 #include "ops.def"
 #undef OT_OP
 };
@@ -488,12 +502,43 @@ static void eval_rand(const ot_backend *be, const ot_node *node, double *out)
                                   (ot_dtype)node->dtype);
 }
 
+/* A registered op's function in double: f64 where it has one (ref computes
+ * in double), else f32 on operands rounded to float. */
+static double custom_apply(const ot_custom *u, double x, double y)
+{
+    const ot_op_def *d = &u->def;
+    if (d->arity == 1) return d->f64 ? d->f64(x) : d->f32((float)x);
+    return d->f64_xy ? d->f64_xy(x, y) : d->f32_xy((float)x, (float)y);
+}
+
+/* A node of a registered op (ot_op_register), broadcasting as eval_binary;
+ * OT_EUNSUPPORTED where it has no function for the node's dtype, as on
+ * the cpu backend. */
+static int eval_custom(const ot_node *node, const double *x, const double *y, double *out)
+{
+    const ot_custom *u = node->custom;
+    if (!ot__custom_has(u, node->dtype == OT_F64))
+        return ot__err_set(OT_EUNSUPPORTED, node->file, node->line, u->name,
+                           "registered op '%s' has no %s function", u->name,
+                           node->dtype == OT_F64 ? "f64" : "f32");
+    int64_t sa[OT_MAX_DIMS], sb[OT_MAX_DIMS] = {0};
+    bcast_strides(&node->a->shape, &node->shape, sa);
+    if (y) bcast_strides(&node->b->shape, &node->shape, sb);
+    ref_walk w;
+    walk_init(&w, &node->shape, sa, sb, 0);
+    for (int64_t r = 0; r < w.rows; r++, walk_next_row(&w))
+        for (int64_t j = 0; j < w.len; j++)
+            *out++ = custom_apply(u, x[w.off[0] + j * w.in[0]], y ? y[w.off[1] + j * w.in[1]] : 0.0);
+    return OT_OK;
+}
+
 /* Computes op item it into out from its operands' buffers, in double. */
 static int eval_op_double(ref_run *run, const ot_stack_item *it, double *out)
 {
     const ot_node *node = it->node;
     const double *x = it->a >= 0 ? run->vals[it->a] : NULL;
     const double *y = it->b >= 0 ? run->vals[it->b] : NULL;
+    if (node->custom) return eval_custom(node, x, y, out);
     switch (ot_op_kind(it->op)) {
     case OT_KIND_UNARY: eval_unary(node, it->op, x, out); return OT_OK;
     case OT_KIND_BINARY: eval_binary(node, it->op, x, y, out); return OT_OK;

@@ -191,7 +191,8 @@ OT__WALK_STEP int ot__walker_run_plain(ot__walker *w, const ot_node *root, ot__w
  *   op:    the caller's numbers of its operands (num[0], num[1]; -1 when
  *          absent: entries, canonical entries or stack items), then what
  *          changes the result: a reduction's axis and keepdims, a
- *          transpose's perm, onehot's depth and axis, rand's seed and shape.
+ *          transpose's perm, onehot's depth and axis, rand's seed and shape,
+ *          a registered op's identity (custom1 and custom2 nodes).
  *          Never the composite tag or its annotations (ddof, lo, hi, a
  *          softmax's axis on its root), nor the weak flag: the expansion
  *          below computes the same either way.
@@ -215,6 +216,10 @@ typedef enum ot__const_ident { OT__CONST_BY_CLASS, OT__CONST_BY_VALUE } ot__cons
 static inline int ot__op_ident(const ot_node *n, int64_t *w)
 {
     const ot_args *g = &n->args;
+    if (n->custom) {   /* which registered op: entries live as long as the process */
+        w[0] = (int64_t)(uintptr_t)n->custom;
+        return 1;
+    }
     switch (ot_op_kind((ot_op)n->op)) {
     case OT_KIND_REDUCE:
         w[0] = (int64_t)(uint32_t)g->axis | (int64_t)g->keepdims << 32;

@@ -1696,6 +1696,7 @@ class SvView:
 
 
 OT_FLAG_FLOAT = 1
+OT_FLAG_CUSTOM = 16
 
 
 def add_ufunc_ops(lib):
@@ -1728,9 +1729,13 @@ class SvOp:
 
 
 def sv_ops(lib):
+    """The table's ops, but the placeholders of registered ops (custom1,
+    custom2: OT_FLAG_CUSTOM), which build nothing by themselves."""
     ops, i = [], 0
     while lib.c.ot_op_name(i) is not None:
-        ops.append(SvOp(lib, i))
+        op = SvOp(lib, i)
+        if not op.flags & OT_FLAG_CUSTOM:
+            ops.append(op)
         i += 1
     return ops
 

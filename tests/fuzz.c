@@ -718,6 +718,7 @@ static void generate(fz_ir *ir, rng *r, int mode)
     int target = 1 + rnd(r, 12);
     for (int tries = 0, ops = 0; ops < target && tries < 300 && ir->nn < FZ_MAXN - 4; tries++) {
         int op = rnd(r, OT_OP_COUNT);
+        if ((ot_op_flags((ot_op)op) & OT_FLAG_CUSTOM)) continue;   /* placeholders of registered ops */
         int arity = ot_op_arity((ot_op)op), kind = ot_op_kind((ot_op)op);
         if (smooth && (ot_op_flags((ot_op)op) & OT_FLAG_NODIFF) && chance(r, 70)) continue;
         int save_nn = ir->nn, save_nl = ir->nl;

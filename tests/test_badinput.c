@@ -767,7 +767,8 @@ TEST(badinput_integer_operands_every_op)
         ot_tensor *b3i = ot_reshape(xi, OT_SHAPE(1, 3, 3));
         ot_tensor *b3f = ot_reshape(xf, OT_SHAPE(1, 3, 3));
         for (int i = 0; i < NOPS; i++) {
-            if (ops[i].arity == 0) continue;
+            /* placeholders of registered ops build nothing: test_custom_op.c */
+            if (ops[i].arity == 0 || (ot_op_flags(ops[i].op) & OT_FLAG_CUSTOM)) continue;
             for (int mix = 0; mix < 3; mix++) {
                 if (mix && ops[i].arity == 1) break;
                 ot_pool *p = ot_pool_push();

@@ -838,7 +838,8 @@ TEST(cpu_every_elementwise_op_has_an_error_model)
         int kind = ot_op_kind((ot_op)op), found = 0;
         for (int i = 0; kind == OT_KIND_UNARY && i < NUN; i++) found |= UN_OPS[i] == op;
         for (int i = 0; kind == OT_KIND_BINARY && i < NBIN; i++) found |= BIN_OPS[i] == op;
-        if ((kind == OT_KIND_UNARY || kind == OT_KIND_BINARY) && !found)
+        bool placeholder = ot_op_flags((ot_op)op) & OT_FLAG_CUSTOM;   /* test_custom_op.c */
+        if ((kind == OT_KIND_UNARY || kind == OT_KIND_BINARY) && !found && !placeholder)
             test__fail(__FILE__, __LINE__, "op '%s' is missing from UN_OPS/BIN_OPS (g_un, g_bin)",
                        ot_op_name((ot_op)op));
     }

@@ -25,9 +25,15 @@ static const ot_kernels *const tables[] = {
 #define NTABLES ((int)(sizeof tables / sizeof tables[0]))
 static const char *const kdname[] = {"f32", "f64", "i32"};
 
+/* The placeholder rows of registered ops (vec USER: custom1, custom2) are
+ * elementwise but have no entry of their own in any table: their nodes
+ * carry the functions, which every table's user loop runs. */
+static bool placeholder(const ot_opinfo *o) { return o->vec == OT__VEC_USER; }
+
+/* An elementwise op that the tables compute themselves. */
 static bool elementwise(const ot_opinfo *o)
 {
-    return o->kind == OT_KIND_UNARY || o->kind == OT_KIND_BINARY;
+    return (o->kind == OT_KIND_UNARY || o->kind == OT_KIND_BINARY) && !placeholder(o);
 }
 
 /* A failure naming the op: MISSING("what %s", name, ...), format first. */
@@ -52,8 +58,10 @@ TEST(optable_rows_and_lookup)
         CHECK_INT(ot__op_cost(op), o->cost);
         /* Elementwise rows say how every backend computes them; the others
          * must not (their kernels are structural). */
-        CHECK_INT(elementwise(o), o->vec != OT__VEC_NONE);
-        CHECK_INT(elementwise(o), o->jit != OT__JIT_NONE);
+        CHECK_INT(elementwise(o) || placeholder(o), o->vec != OT__VEC_NONE);
+        CHECK_INT(elementwise(o) || placeholder(o), o->jit != OT__JIT_NONE);
+        CHECK_INT(placeholder(o), o->jit == OT__JIT_USER);
+        CHECK_INT(placeholder(o), (o->flags & OT_FLAG_CUSTOM) != 0);
         if (o->kind == OT_KIND_UNARY) CHECK_INT(o->arity, 1);
         if (o->kind == OT_KIND_BINARY) CHECK_INT(o->arity, 2);
         if (o->sym) CHECK_INT(o->kind, OT_KIND_BINARY);
@@ -66,7 +74,8 @@ TEST(optable_ref_functions)
 {
     for (int op = 0; op < OT_OP_COUNT; op++) {
         const ot_opinfo *o = ot__op(op);
-        bool un = o->kind == OT_KIND_UNARY, bin = o->kind == OT_KIND_BINARY;
+        bool un = elementwise(o) && o->kind == OT_KIND_UNARY;
+        bool bin = elementwise(o) && o->kind == OT_KIND_BINARY;
         if ((ot__ref_fn1(op) != NULL) != un) MISSING("ref.c unary function", o->name);
         if ((ot__ref_fn2(op) != NULL) != bin) MISSING("ref.c binary function", o->name);
     }
@@ -100,8 +109,10 @@ static void check_kernels(const ot_kernels *k, int op, const ot_opinfo *o)
 
 TEST(optable_kernel_tables)
 {
-    for (int t = 0; t < NTABLES; t++)
+    for (int t = 0; t < NTABLES; t++) {
         for (int op = 0; op < OT_OP_COUNT; op++) check_kernels(tables[t], op, ot__op(op));
+        CHECK(tables[t]->user != NULL);
+    }
 }
 
 /* Generated code calls vfn1/vfn2 for CALL rows and the base's function for

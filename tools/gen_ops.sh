@@ -71,6 +71,7 @@ function row(text,    n, flags, ename, nm, kind, rule, ref, grad, doc) {
     n = split_args(text)
     if (n != 18) fail("row " nrow + 1 " has " n " columns, not 18: " text)
     ename = col[1]; nm = col[2]; kind = col[4]; rule = col[5]; ref = col[6]; grad = col[13]
+    user = col[8] == "USER"
     doc = col[18]
     if (kind !~ /^(UNARY|BINARY|REDUCE|DOT|SHAPE|SPECIAL|COMPOSITE)$/) fail(ename ": kind " kind)
     if (rule !~ /^(SAME|FLOAT|COMPARE|INDEX)$/) fail(ename ": rule " rule)
@@ -78,11 +79,14 @@ function row(text,    n, flags, ename, nm, kind, rule, ref, grad, doc) {
     if (seen[ename]++) fail(ename ": twice")
     flags = rule == "SAME" ? "" : "OT_FLAG_" rule
     if (grad == "NONE") flags = flags == "" ? "OT_FLAG_NODIFF" : flags " | OT_FLAG_NODIFF"
+    if (user) flags = flags == "" ? "OT_FLAG_CUSTOM" : flags " | OT_FLAG_CUSTOM"
     if (flags == "") flags = "0"
     if (ref == "-") ref = "none"
     else { ref = nm; gsub(/"/, "", ref) }
     nrow++
     E[nrow] = ename; NAME[nrow] = nm; KIND[nrow] = kind; DOC[nrow] = doc
+    # A placeholder of registered ops has no builder of its own (ot_apply).
+    if (user) KIND[nrow] = "USER"
     LIST[nrow] = "X(" ename ", " nm ", " col[3] ", OT_KIND_" kind ", " col[16] ", " flags ", " ref ")"
 }
 

@@ -78,10 +78,21 @@ const ot_kernels *ot__kernels_select(const char *isa, const char *isa_from)
 
 static const char *const kd_name[OT_KD_COUNT] = {"f32", "f64", "i32"};
 
+const ot_custom *ot__custom_insn(const ot_insn *in)
+{
+    bool un = in->code == OT_I_UNARY && in->op == OT_OP_CUSTOM1;
+    return un || (in->code == OT_I_BINARY && in->op == OT_OP_CUSTOM2) ? ot__custom(in->arg) : NULL;
+}
+
 /* Whether kt has the entry insn runs on; *what names it for the message. */
 static bool has_entry(const ot_kernels *kt, int acc, const ot_insn *in, const char **what)
 {
     bool float_kd = in->kd < 2;
+    const ot_custom *u = ot__custom_insn(in);
+    if (u) {
+        *what = u->name;
+        return float_kd && ot__custom_has(u, in->kd);
+    }
     switch (in->code) {
     case OT_I_UNARY:
         *what = ot_op_name((ot_op)in->op);
@@ -114,6 +125,10 @@ int ot__kernels_check(const ot_plan *p, const ot_kernels *kt, int acc)
             const ot_insn *in = &k->insns[j];
             const char *what = NULL;
             if (has_entry(kt, acc, in, &what)) continue;
+            if (ot__custom_insn(in))
+                return ot__err_set(OT_EUNSUPPORTED, NULL, 0, "assign",
+                                   "registered op '%s' has no %s function", what,
+                                   in->kd < OT_KD_COUNT ? kd_name[in->kd] : "?");
             return ot__err_set(OT_EUNSUPPORTED, NULL, 0, "assign",
                                "op '%s' has no %s kernel on isa '%s'", what ? what : "?",
                                in->kd < OT_KD_COUNT ? kd_name[in->kd] : "?", kt->isa);

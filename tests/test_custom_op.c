@@ -632,3 +632,126 @@ TEST(custom_op_registration_from_threads)
             CHECK_STR(ot_op_name((ot_op)(OT_OP_REGISTERED + op)), name);
         }
 }
+
+/* ---- random trees ---------------------------------------------------------------- */
+
+/* A tree as a recipe, so that each backend builds its own copy: leaves
+ * (shape, transposed or not, seed) then ops over earlier entries. */
+enum { FZ_LEAVES = 3, FZ_OPS = 6 };
+typedef struct fz_tree {
+    ot_dtype dt;
+    ot_shape leaf[FZ_LEAVES];
+    bool transposed[FZ_LEAVES];
+    int op[FZ_OPS], a[FZ_OPS], b[FZ_OPS];
+    double k[FZ_OPS];
+} fz_tree;
+
+static uint32_t fz_rnd(uint32_t *s, uint32_t n)
+{
+    *s = *s * 1664525u + 1013904223u;
+    return (*s >> 8) % n;
+}
+
+static fz_tree fz_draw(uint32_t seed)
+{
+    fz_tree t = {.dt = fz_rnd(&seed, 2) ? OT_F64 : OT_F32};
+    int64_t r = 1 + fz_rnd(&seed, 5), c = 1 + fz_rnd(&seed, 40);
+    for (int i = 0; i < FZ_LEAVES; i++) {
+        int form = (int)fz_rnd(&seed, 4);
+        t.leaf[i] = form == 0 ? OT_SHAPE(r, c) : form == 1 ? OT_SHAPE(c) : form == 2 ? OT_SHAPE(r, 1)
+                                                                          : OT_SHAPE(1, c);
+        t.transposed[i] = form == 0 && fz_rnd(&seed, 2);
+    }
+    t.leaf[0] = OT_SHAPE(r, c);
+    for (int i = 0; i < FZ_OPS; i++) {
+        t.op[i] = (int)fz_rnd(&seed, 6);
+        t.a[i] = (int)fz_rnd(&seed, (uint32_t)(FZ_LEAVES + i));
+        t.b[i] = (int)fz_rnd(&seed, (uint32_t)(FZ_LEAVES + i));
+        t.k[i] = 0.25 * ((int)fz_rnd(&seed, 9) - 4);
+    }
+    return t;
+}
+
+/* The tree on be; tensors made go to made[] (caller frees). */
+static ot_node *fz_build(const fz_tree *t, ot_backend *be, ot_op ops[3], ot_tensor *made[])
+{
+    ot_node *e[FZ_LEAVES + FZ_OPS];
+    int nm = 0;
+    for (int i = 0; i < FZ_LEAVES; i++) {
+        ot_shape s = t->leaf[i];
+        if (t->transposed[i]) {
+            made[nm] = values(be, OT_SHAPE(s.dims[1], s.dims[0]), t->dt, 31 + (uint32_t)i, -3, 3);
+            made[nm + 1] = ot_transpose(made[nm], NULL);
+            e[i] = ot_tensor_node(made[nm + 1]);
+            nm += 2;
+        } else {
+            made[nm] = values(be, s, t->dt, 31 + (uint32_t)i, -3, 3);
+            e[i] = ot_tensor_node(made[nm++]);
+        }
+    }
+    made[nm] = NULL;
+    for (int i = 0; i < FZ_OPS; i++) {
+        ot_node *a = e[t->a[i]], *b = e[t->b[i]];
+        switch (t->op[i]) {
+        case 0: e[FZ_LEAVES + i] = ot_apply(ops[0], a); break;
+        case 1: e[FZ_LEAVES + i] = ot_apply(ops[2], ot_mul(a, t->k[i])); break;
+        case 2: e[FZ_LEAVES + i] = ot_apply2(ops[1], a, b); break;
+        case 3: e[FZ_LEAVES + i] = ot_add(a, b); break;
+        case 4: e[FZ_LEAVES + i] = ot_apply2(ops[1], a, t->k[i]); break;
+        default: e[FZ_LEAVES + i] = ot_tanh(ot_add(a, t->k[i])); break;
+        }
+    }
+    return e[FZ_LEAVES + FZ_OPS - 1];
+}
+
+static double *fz_eval(const fz_tree *t, ot_backend *be, ot_op ops[3], int64_t *n)
+{
+    ot_tensor *made[2 * FZ_LEAVES + 1];
+    ot_pool *p = ot_pool_push();
+    double *v = eval(fz_build(t, be, ops, made), n);
+    for (int i = 0; made[i]; i++) ot_tensor_free(made[i]);
+    ot_pool_pop(p);
+    return v;
+}
+
+/* Random trees of the registered ops among built-in ones, broadcasts and
+ * transposed views: ref against cpu within tolerance; on every ISA,
+ * generated code, the interpreter, fusion off and 3 threads bitwise. */
+TEST(custom_op_random_trees)
+{
+    clear_env();
+    ot_op ops[3] = {reg(gelu_def()), reg(huber_def()), reg(softsign_def())};
+    ot_backend *ref = ot_backend_new("ref", NULL);
+    ot_backend *be[NISA][4];
+    for (int i = 0; i < NISA; i++) {
+        be[i][0] = cpu(isas[i], OT_JIT_ON, OT_FUSION_ON, 1);
+        be[i][1] = cpu(isas[i], OT_JIT_OFF, OT_FUSION_ON, 1);
+        be[i][2] = cpu(isas[i], OT_JIT_ON, OT_FUSION_OFF, 1);
+        be[i][3] = cpu(isas[i], OT_JIT_ON, OT_FUSION_ON, 3);
+    }
+    for (uint32_t seed = 1; seed <= 150; seed++) {
+        fz_tree t = fz_draw(seed);
+        int64_t nr;
+        double *want = fz_eval(&t, ref, ops, &nr);
+        CHECK(want != NULL);
+        for (int i = 0; i < NISA && want; i++) {
+            if (!be[i][0]) continue;
+            double *v[4];
+            int64_t n[4];
+            for (int c = 0; c < 4; c++) v[c] = fz_eval(&t, be[i][c], ops, &n[c]);
+            char msg[96];
+            snprintf(msg, sizeof msg, "tree %u on %s against ref", seed, isas[i]);
+            if (v[0] && n[0] == nr) check_close(v[0], want, nr, t.dt == OT_F32 ? 1e-4 : 1e-10, msg);
+            for (int c = 1; c < 4; c++) {
+                snprintf(msg, sizeof msg, "tree %u on %s, config %d", seed, isas[i], c);
+                CHECK(v[0] && v[c] && n[c] == n[0]);
+                if (v[0] && v[c] && n[c] == n[0]) check_bitwise(v[0], v[c], n[0], msg);
+            }
+            for (int c = 0; c < 4; c++) free(v[c]);
+        }
+        free(want);
+    }
+    for (int i = 0; i < NISA; i++)
+        for (int c = 0; c < 4; c++) ot_backend_free(be[i][c]);
+    ot_backend_free(ref);
+}

@@ -9,6 +9,7 @@
  * are equal, leaves by view and constants by value.
  */
 #include "internal.h"
+#include "ops.h"
 
 struct ot_stack {
     ot_stack_item *items;
@@ -107,7 +108,7 @@ static bool grow_items(builder *bd)
 static ot_stack_item new_item(const ot_node *n, int a, int b)
 {
     ot_stack_item it = {.kind = n->kind, .op = OT_OP_NONE, .node = n, .a = a, .b = b};
-    if (n->kind == OT_NODE_OP) it.op = (ot_op)n->op;
+    if (n->kind == OT_NODE_OP) it.op = (ot_op)ot__node_op(n);   /* a registered op's own */
     if (n->kind == OT_NODE_LEAF) it.tensor = ot__leaf_tensor(n);
     if (n->kind == OT_NODE_CONST) it.value = n->value;
     return it;
@@ -228,7 +229,7 @@ static int subst_visit(ot__walker *w, const ot_node *n, int index, const int ope
         ot_node *a = operand[0] >= 0 ? sb->out[operand[0]] : NULL;
         ot_node *b = operand[1] >= 0 ? sb->out[operand[1]] : NULL;
         if (a != ot__walker_operand(w, n, 0) || b != ot__walker_operand(w, n, 1)) {
-            ot_op op = (ot_op)(n->tag != OT_OP_NONE ? n->tag : n->op);
+            ot_op op = (ot_op)(n->tag != OT_OP_NONE ? n->tag : ot__node_op(n));
             r = ot_build_at(op, a, b, &n->args, n->file, n->line);
             /* The builder has recorded why; any negative value stops the walk. */
             if (!r) return OT_EINVAL;

@@ -458,7 +458,16 @@ TEST(custom_op_names_numbers_and_printing)
     fclose(f);
     CHECK(buf && strstr(buf, "gelu") && strstr(buf, "huber"));
     free(buf);
+    CHECK_INT(ot_stack_at(st, ot_stack_len(st) - 1)->op, huber);
     ot_stack_free(st);
+    /* Substitution rebuilds the registered ops. */
+    ot_tensor *x2 = ot_ones(be, OT_SHAPE(2), OT_F32);
+    ot_tensor_set_name(x2, "x2");
+    ot_node *sub = ot_substitute(n, x, x2);
+    s = sub ? test__capture(ot_pp, sub) : NULL;
+    CHECK_STR(s, "(huber (gelu x2) x2)");
+    free(s);
+    ot_tensor_free(x2);
     /* i32 operands give f64, as the functions are f32 and f64 only. */
     ot_tensor *i = ot_zeros(be, OT_SHAPE(2), OT_I32);
     CHECK_INT(ot_node_dtype(ot_apply(gelu, i)), OT_F64);

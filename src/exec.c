@@ -246,8 +246,10 @@ static void run_op(const run_ctx *c, const ot_insn *in, void *d, const void *a, 
 {
     const ot_kernels *kt = c->kt;
     bool scalar = in->scalar & 8;
-    const ot_custom *u = ot__custom_insn(in);
-    if (u) {   /* a registered op (ot_op_register) */
+    /* A registered op (ot_op_register); the placeholders are the table's
+     * last rows, so the common case is one compare. */
+    const ot_custom *u = in->op >= OT_OP_CUSTOM1 ? ot__custom_insn(in) : NULL;
+    if (u) {
         kt->user(u, in->kd, d, a, b, scalar ? 0 : in->scalar & 3, (size_t)nn);
         return;
     }

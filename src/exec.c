@@ -246,8 +246,9 @@ static void run_op(const run_ctx *c, const ot_insn *in, void *d, const void *a, 
 {
     const ot_kernels *kt = c->kt;
     bool scalar = in->scalar & 8;
-    /* A registered op (ot_op_register); the placeholders are the table's
-     * last rows, so the common case is one compare. */
+    /* A registered op (ot_op_register); the placeholder rows come after
+     * every op that was in the table before them, so most insns stop at
+     * the compare. */
     const ot_custom *u = in->op >= OT_OP_CUSTOM1 ? ot__custom_insn(in) : NULL;
     if (u) {
         kt->user(u, in->kd, d, a, b, scalar ? 0 : in->scalar & 3, (size_t)nn);

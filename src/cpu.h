@@ -317,6 +317,11 @@ void ot__run_dot(const ot_kernel *k, char *const base[2], char *dst,
  * plan's code is generated (tiles depend on it); ot__plan_run runs it. */
 void ot__plan_run_prepare(ot_plan *p);
 int ot__plan_run(ot_backend *be, ot_plan *p, const ot_binding *bind);
+/* The same in two halves, for a caller that keeps its own arena (a program
+ * shares one between its steps): the bytes a run of p needs (false when the
+ * size overflows), and a run in an arena of at least that many bytes. */
+bool ot__plan_run_bytes(const ot_backend *be, const ot_plan *p, size_t *bytes);
+void ot__plan_run_at(ot_backend *be, const ot_plan *p, const ot_binding *bind, char *arena);
 
 /* The cpu backend's private state (be->impl). */
 typedef struct ot_plan_cache ot_plan_cache;

@@ -1076,26 +1076,39 @@ void ot__plan_run_prepare(ot_plan *p)
     memcpy(p->run_off, m.off, sizeof m.off);
 }
 
-int ot__plan_run(ot_backend *be, ot_plan *p, const ot_binding *bind)
+bool ot__plan_run_bytes(const ot_backend *be, const ot_plan *p, size_t *bytes)
 {
-    ot_cpu *cpu = be->impl;
-    run_mem mem = {.full = p->run_full, .worker = p->run_worker};
-    memcpy(mem.off, p->run_off, sizeof mem.off);
+    const ot_cpu *cpu = be->impl;
     size_t temps = (p->arena_bytes + 63) & ~(size_t)63, slots = 0;
     size_t workers = (size_t)ot__threads_workers(cpu->threads);
-    bool ok = p->run_ok && ot__mul_size(&slots, mem.worker, workers) &&
-              slots <= SIZE_MAX - mem.full && (slots += mem.full) <= SIZE_MAX - temps;
-    char *arena = NULL;
-    if (!ok || (temps + slots && !(arena = arena_take(p, temps + slots))))
-        return ot__err_set(OT_ENOMEM, NULL, 0, "assign",
-                           "out of memory for %zu bytes of temporaries and %zu of scratch", temps,
-                           slots);
-    mem.slots = slots ? arena + temps : NULL;
+    bool ok = p->run_ok && ot__mul_size(&slots, p->run_worker, workers) &&
+              slots <= SIZE_MAX - p->run_full && (slots += p->run_full) <= SIZE_MAX - temps;
+    *bytes = temps + slots;
+    return ok;
+}
+
+void ot__plan_run_at(ot_backend *be, const ot_plan *p, const ot_binding *bind, char *arena)
+{
+    run_mem mem = {.full = p->run_full, .worker = p->run_worker};
+    memcpy(mem.off, p->run_off, sizeof mem.off);
+    size_t temps = (p->arena_bytes + 63) & ~(size_t)63;
+    mem.slots = p->run_full || p->run_worker ? arena + temps : NULL;
     run_kernels(be, p, bind, arena, &mem);
-    if (arena) arena_give(p, arena);
     atomic_fetch_add(&be->stats.kernels, (uint64_t)p->nkernels);
     atomic_fetch_add(&be->stats.nodes, p->nodes);
     atomic_fetch_add(&be->stats.bytes_moved, p->bytes_read + p->bytes_written);
     atomic_fetch_add(&be->stats.elem_ops, p->elem_ops);
+}
+
+int ot__plan_run(ot_backend *be, ot_plan *p, const ot_binding *bind)
+{
+    size_t bytes;
+    char *arena = NULL;
+    bool ok = ot__plan_run_bytes(be, p, &bytes);
+    if (!ok || (bytes && !(arena = arena_take(p, bytes))))
+        return ot__err_set(OT_ENOMEM, NULL, 0, "assign",
+                           "out of memory for %zu bytes of temporaries and scratch", bytes);
+    ot__plan_run_at(be, p, bind, arena);
+    if (arena) arena_give(p, arena);
     return 0;
 }

@@ -254,6 +254,11 @@ ot_node *ot_substitute(ot_node *tree, ot_tensor *old, ot_tensor *new_t)
                 ot__shape_str(&old->leaf.shape, so), ot__shape_str(&new_t->leaf.shape, sn));
         return NULL;
     }
+    return ot__substitute(tree, old, new_t);
+}
+
+ot_node *ot__substitute(ot_node *tree, ot_tensor *old, ot_tensor *new_t)
+{
     subst sb = {.old = &old->leaf, .new_leaf = &new_t->leaf};
     ot__walker w = {.composites = true, .visit = subst_visit, .ctx = &sb};
     int v = ot__walker_run(&w, tree);

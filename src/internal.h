@@ -272,9 +272,10 @@ int ot__sgd_trees(const ot_sgd *o, int n, ot_tensor *const w[], ot_node *const g
  * also between roots, appear once. roots_out[i] receives the item index of
  * roots[i]. The public ot_stack_new is this with n = 1. */
 ot_stack *ot__stack_new_many(int n, const ot_node *const roots[], int roots_out[]);
-/* ot_substitute without its shape check: new_t may have another shape, the
- * nodes above it being rebuilt by their builders (which check it). */
-ot_node *ot__substitute(ot_node *tree, ot_tensor *old, ot_tensor *new_t);
+/* ot_substitute of n leaves at once (old[i] by new_t[i]) without its shape
+ * check: new_t[i] may have another shape, the nodes above being rebuilt by
+ * their builders (which check it), after every leaf is replaced. */
+ot_node *ot__substitute(ot_node *tree, int n, ot_tensor *const old[], ot_tensor *const new_t[]);
 
 /* ---- the post-order walk and node identity ---------------------------- */
 

@@ -33,6 +33,7 @@ typedef struct placeholder {
     char *name;
     ot_shape shape;               /* with OT_SYM dims */
     ot_dtype dtype;
+    int64_t esize;                /* bytes per element */
     ot_tensor *t;                 /* at the nominal sizes (owned) */
 } placeholder;
 
@@ -54,6 +55,7 @@ typedef struct cstep {
 typedef struct spec {
     int64_t *sym;                 /* the symbols' sizes */
     ot_tensor **ph;               /* placeholders at those sizes */
+    ot_tensor **nominal;          /* the program's own, for ot__substitute */
     cstep *steps;
     char *arena;
     size_t arena_bytes, separate_bytes;
@@ -74,8 +76,14 @@ struct ot_program {
     /* per run, allocated at compile: bound bases, the binding of each
      * placeholder, the symbols' sizes */
     char **base;
-    int *bound;
+    uint64_t *bound;              /* the run that bound it last */
+    int *bound_by;
+    uint64_t runs;
     int64_t *symrun;
+    /* the buffers steps write, each once, and the first step writing it */
+    const ot_buffer **write;
+    int *write_step;
+    int nwrite;
 };
 
 /* ---- small helpers ------------------------------------------------------- */
@@ -220,7 +228,8 @@ ot_tensor *ot_program_placeholder(ot_program *p, const char *name, ot_shape shap
     if (rc) return NULL;
     ot_tensor *t = ot_empty(p->be, nominal, dtype);
     if (!t) return NULL;
-    placeholder ph = {dup_str(name), shape, (ot_dtype)t->leaf.dtype, t};
+    ot_dtype dt = (ot_dtype)t->leaf.dtype;
+    placeholder ph = {dup_str(name), shape, dt, (int64_t)ot_dtype_size(dt), t};
     if (!ph.name || ot_tensor_set_name(t, name) || !push((void **)&p->ph, &p->nph, sizeof ph, &ph)) {
         free(ph.name);
         ot_tensor_free(t);
@@ -454,6 +463,7 @@ static void spec_free(const ot_program *p, spec *s)
         if (s->ph[k] != p->ph[k].t) ot_tensor_free(s->ph[k]);
     free(s->steps);
     free(s->ph);
+    free(s->nominal);
     free(s->sym);
     free(s->arena);
     free(s);
@@ -478,10 +488,8 @@ static int spec_trees(const ot_program *p, const spec *s, int i, cstep *c)
     ot_node **src = st->kind == STEP_BACKPROP ? &loss : c->trees;
     int nsrc = st->kind == STEP_BACKPROP ? 1 : st->n;
     for (int j = 0; j < nsrc && !rc; j++)
-        for (int k = 0; k < p->nph && src[j]; k++)
-            if (s->ph[k] != p->ph[k].t) src[j] = ot__substitute(src[j], p->ph[k].t, s->ph[k]);
-    for (int j = 0; j < nsrc && !rc; j++)
-        if (!src[j]) rc = ot_errcode() ? ot_errcode() : OT_EINVAL;
+        if (!(src[j] = ot__substitute(src[j], p->nph, s->nominal, s->ph)))
+            rc = ot_errcode() ? ot_errcode() : OT_EINVAL;
     if (!rc && st->kind == STEP_BACKPROP) rc = grad_trees("program_run", loss, st->n, st->wrt, c->trees);
     for (int j = 0; j < st->n && !rc; j++) ot_retain(c->trees[j]);
     if (rc) memset(c->trees, 0, sizeof *c->trees * (size_t)st->n);
@@ -581,8 +589,10 @@ static int spec_new(ot_program *p, const int64_t *sym, spec **out)
     if (!s) return nomem(fn);
     s->sym = ot__calloc((size_t)(p->nsym ? p->nsym : 1), sizeof *s->sym);
     s->ph = ot__calloc((size_t)(p->nph ? p->nph : 1), sizeof *s->ph);
+    s->nominal = ot__calloc((size_t)(p->nph ? p->nph : 1), sizeof *s->nominal);
     s->steps = ot__calloc((size_t)(p->nstep ? p->nstep : 1), sizeof *s->steps);
-    int rc = s->sym && s->ph && s->steps ? 0 : nomem(fn);
+    int rc = s->sym && s->ph && s->nominal && s->steps ? 0 : nomem(fn);
+    for (int k = 0; k < p->nph && !rc; k++) s->nominal[k] = p->ph[k].t;
     if (!rc && p->nsym) memcpy(s->sym, sym, sizeof *sym * (size_t)p->nsym);
     for (int k = 0; k < p->nph && !rc; k++) {
         ot_shape shape = p->ph[k].shape;
@@ -605,6 +615,29 @@ static int spec_new(ot_program *p, const int64_t *sym, spec **out)
     return 0;
 }
 
+/* The buffers that steps write, for the run's alias check. */
+static int find_writes(ot_program *p)
+{
+    free(p->write);
+    free(p->write_step);
+    p->nwrite = 0;
+    size_t cap = 1;
+    for (int i = 0; i < p->nstep; i++) cap += (size_t)p->steps[i].n;
+    p->write = ot__malloc(sizeof *p->write * cap);
+    p->write_step = ot__malloc(sizeof *p->write_step * cap);
+    if (!p->write || !p->write_step) return OT_ENOMEM;
+    for (int i = 0; i < p->nstep; i++)
+        for (int j = 0; j < p->steps[i].n; j++) {
+            const ot_buffer *b = p->steps[i].outs[j]->buf;
+            bool seen = false;
+            for (int w = 0; w < p->nwrite && !seen; w++) seen = p->write[w] == b;
+            if (seen) continue;
+            p->write[p->nwrite] = b;
+            p->write_step[p->nwrite++] = i;
+        }
+    return 0;
+}
+
 int ot_program_compile(ot_program *p)
 {
     int rc = check_open(p, "program_compile");
@@ -613,24 +646,30 @@ int ot_program_compile(ot_program *p)
     size_t nph = (size_t)(p->nph ? p->nph : 1);
     if (!p->base) p->base = ot__calloc(nph, sizeof *p->base);
     if (!p->bound) p->bound = ot__calloc(nph, sizeof *p->bound);
+    if (!p->bound_by) p->bound_by = ot__calloc(nph, sizeof *p->bound_by);
     if (!p->symrun) p->symrun = ot__calloc((size_t)(p->nsym ? p->nsym : 1), sizeof *p->symrun);
-    if (!p->base || !p->bound || !p->symrun) return nomem("program_compile");
+    if (!p->base || !p->bound || !p->bound_by || !p->symrun || find_writes(p)) return nomem("program_compile");
     return spec_new(p, p->symnom, &p->cur);
 }
 
 /* ---- running ------------------------------------------------------------------ */
 
-/* The placeholder named name, or -1. */
-static int ph_index(const ot_program *p, const char *name)
+/* The placeholder named name, or -1; binding i is tried against
+ * placeholder i first (bindings in creation order cost one compare). */
+static int ph_index(const ot_program *p, int i, const char *name)
 {
+    if (i < p->nph && strcmp(p->ph[i].name, name) == 0) return i;
     for (int k = 0; k < p->nph; k++)
         if (strcmp(p->ph[k].name, name) == 0) return k;
     return -1;
 }
 
-/* Checks shape (bound to placeholder k) against its fixed dims, and records
- * its symbols' sizes in p->symrun, which must agree with earlier bindings. */
-static int check_dims(ot_program *p, int k, const ot_shape *shape, uint64_t *symset)
+/* Checks shape (bound to placeholder k) against its fixed dims, records
+ * its symbols' sizes in p->symrun (which must agree with earlier bindings)
+ * and its size in bytes; with strides (a tensor's), that they are
+ * row-major contiguous. One pass: this runs per binding per run. */
+static int check_dims(ot_program *p, int k, const ot_shape *shape, const int64_t *strides,
+                      uint64_t *symset, size_t *nbytes)
 {
     const char *fn = "program_run";
     const placeholder *ph = &p->ph[k];
@@ -638,13 +677,18 @@ static int check_dims(ot_program *p, int k, const ot_shape *shape, uint64_t *sym
     if (shape->ndim != ph->shape.ndim)
         return ot__err_set(OT_ESHAPE, NULL, 0, fn, "placeholder %s has %d dims; bound to shape %s",
                            ph->name, ph->shape.ndim, ot__shape_str(shape, s1));
-    for (int d = 0; d < shape->ndim; d++) {
+    int64_t numel = 1;
+    bool contiguous = true;
+    for (int d = shape->ndim - 1; d >= 0; d--) {
         int64_t want = ph->shape.dims[d], got = shape->dims[d];
         if (got < 0)
             return ot__err_set(OT_ESHAPE, NULL, 0, fn, "placeholder %s: negative dim %d", ph->name, d);
         if (want >= 0 && want != got)
             return ot__err_set(OT_ESHAPE, NULL, 0, fn, "placeholder %s: dim %d is %lld, bound to "
                                "shape %s", ph->name, d, (long long)want, ot__shape_str(shape, s1));
+        contiguous = contiguous && (!strides || got == 1 || strides[d] == numel);
+        if (!ot__mul_i64(&numel, numel, got))
+            return ot__err_set(OT_EOVERFLOW, NULL, 0, fn, "binding %s: size overflows", ph->name);
         if (want >= 0) continue;
         int64_t sy = -1 - want;
         uint64_t bit = (uint64_t)1 << sy;
@@ -655,6 +699,11 @@ static int check_dims(ot_program *p, int k, const ot_shape *shape, uint64_t *sym
         *symset |= bit;
         p->symrun[sy] = got;
     }
+    if (!contiguous && numel)
+        return ot__err_set(OT_EINVAL, NULL, 0, fn, "binding %s: the tensor is not contiguous "
+                           "(ot_copy it)", ph->name);
+    if (!ot__mul_size(nbytes, (size_t)numel, (size_t)ph->esize))
+        return ot__err_set(OT_EOVERFLOW, NULL, 0, fn, "binding %s: size overflows", ph->name);
     return 0;
 }
 
@@ -664,37 +713,31 @@ static int check_bind(ot_program *p, int i, const ot_bind *b, uint64_t *symset, 
 {
     const char *fn = "program_run";
     if (!b->name) return ot__err_set(OT_ENULL, NULL, 0, fn, "binding %d: name is NULL", i);
-    int k = ph_index(p, b->name);
+    int k = ph_index(p, i, b->name);
     if (k < 0) return ot__err_set(OT_EINVAL, NULL, 0, fn, "binding %d: no placeholder named %s", i, b->name);
-    if (p->bound[k] >= 0)
+    if (p->bound[k] == p->runs)
         return ot__err_set(OT_EINVAL, NULL, 0, fn, "placeholder %s bound twice (bindings %d and %d)",
-                           b->name, p->bound[k], i);
+                           b->name, p->bound_by[k], i);
     if (!b->tensor == !b->data)
         return ot__err_set(b->tensor ? OT_EINVAL : OT_ENULL, NULL, 0, fn, "binding %d (%s): "
                            "give a tensor or data, not %s", i, b->name, b->tensor ? "both" : "neither");
     const placeholder *ph = &p->ph[k];
-    ot_shape shape = b->has_shape ? b->shape : p->cur->ph[k]->leaf.shape;
-    if (b->tensor) {
-        const ot_tensor *t = b->tensor;
+    const ot_tensor *t = b->tensor;
+    const ot_shape *shape = b->has_shape ? &b->shape : &p->cur->ph[k]->leaf.shape;
+    if (t) {
         if (t->leaf.be != p->be)
             return ot__err_set(OT_EBACKEND, NULL, 0, fn, "binding %s: the tensor is on another backend",
                                b->name);
         if (t->leaf.dtype != ph->dtype)
             return ot__err_set(OT_EDTYPE, NULL, 0, fn, "binding %s: a %s tensor for a %s placeholder",
                                b->name, ot_dtype_name((ot_dtype)t->leaf.dtype), ot_dtype_name(ph->dtype));
-        if (!ot_tensor_is_contiguous(t))
-            return ot__err_set(OT_EINVAL, NULL, 0, fn, "binding %s: the tensor is not contiguous "
-                               "(ot_copy it)", b->name);
-        shape = t->leaf.shape;
+        shape = &t->leaf.shape;
     }
-    if (shape.ndim < 0 || shape.ndim > OT_MAX_DIMS)
-        return ot__err_set(OT_ESHAPE, NULL, 0, fn, "binding %s: %d dims", b->name, shape.ndim);
-    int rc = check_dims(p, k, &shape, symset);
+    int rc = check_dims(p, k, shape, t ? t->strides : NULL, symset, nbytes);
     if (rc) return rc;
-    if (!ot__mul_size(nbytes, (size_t)ot__numel(&shape), ot_dtype_size(ph->dtype)))
-        return ot__err_set(OT_EOVERFLOW, NULL, 0, fn, "binding %s: size overflows", b->name);
-    p->bound[k] = i;
-    p->base[k] = b->tensor ? ot_tensor_data(b->tensor) : (char *)b->data;
+    p->bound[k] = p->runs;
+    p->bound_by[k] = i;
+    p->base[k] = t ? (char *)t->buf->data + t->offset * ph->esize : (char *)b->data;
     return k;
 }
 
@@ -703,14 +746,12 @@ static int check_bind(ot_program *p, int i, const ot_bind *b, uint64_t *symset, 
 static int check_alias(const ot_program *p, int k, size_t nbytes)
 {
     const char *lo = p->base[k], *hi = lo + nbytes;
-    for (int i = 0; i < p->nstep; i++)
-        for (int j = 0; j < p->steps[i].n; j++) {
-            const ot_buffer *b = p->steps[i].outs[j]->buf;
-            const char *d = b->data;
-            if (nbytes && lo < d + b->nbytes && d < hi)
-                return ot__err_set(OT_EALIAS, NULL, 0, "program_run", "placeholder %s is bound "
-                                   "to memory that step %d writes", p->ph[k].name, i);
-        }
+    for (int i = 0; i < p->nwrite; i++) {
+        const char *d = p->write[i]->data;
+        if (nbytes && lo < d + p->write[i]->nbytes && d < hi)
+            return ot__err_set(OT_EALIAS, NULL, 0, "program_run", "placeholder %s is bound "
+                               "to memory that step %d writes", p->ph[k].name, p->write_step[i]);
+    }
     return 0;
 }
 
@@ -719,7 +760,7 @@ static int check_bindings(ot_program *p, int n, const ot_bind b[])
     const char *fn = "program_run";
     if (n < 0) return ot__err_set(OT_EINVAL, NULL, 0, fn, "negative count %d", n);
     if (n > 0 && !b) return ot__err_set(OT_ENULL, NULL, 0, fn, "bindings is NULL");
-    for (int k = 0; k < p->nph; k++) p->bound[k] = -1;
+    p->runs++;   /* a placeholder is bound in this run when p->bound says so */
     uint64_t symset = 0;
     if (p->nsym) memcpy(p->symrun, p->cur->sym, sizeof *p->symrun * (size_t)p->nsym);
     for (int i = 0; i < n; i++) {
@@ -728,8 +769,8 @@ static int check_bindings(ot_program *p, int n, const ot_bind b[])
         int rc = k < 0 ? k : check_alias(p, k, nbytes);
         if (rc) return rc;
     }
-    for (int k = 0; k < p->nph; k++)
-        if (p->bound[k] < 0)
+    for (int k = 0; n < p->nph && k < p->nph; k++)   /* n distinct names bound */
+        if (p->bound[k] != p->runs)
             return ot__err_set(OT_EINVAL, NULL, 0, fn, "placeholder %s is not bound", p->ph[k].name);
     return 0;
 }
@@ -844,6 +885,9 @@ void ot_program_free(ot_program *p)
     free(p->symnom);
     free(p->base);
     free(p->bound);
+    free(p->bound_by);
     free(p->symrun);
+    free(p->write);
+    free(p->write_step);
     free(p);
 }

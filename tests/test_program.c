@@ -83,6 +83,61 @@ TEST(program_w3_bitwise_plain_assign)
     }
 }
 
+/* Small one-kernel steps (run as one call of their generated code where
+ * they qualify: constants, a 0-d operand, f64, no tail) and ones that do
+ * not (a tail, a strided view), each bitwise a plain assignment's. */
+TEST(program_small_kernels_bitwise)
+{
+    ot_backend *be = backend("cpu");
+    const int64_t sizes[] = {64, 16, 48, 7, 1000};
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+        for (int f64 = 0; f64 < 2; f64++) {
+            int64_t n = sizes[si];
+            ot_dtype dt = f64 ? OT_F64 : OT_F32;
+            ot_program *p = ot_program_new(be);
+            ot_tensor *a = ot_program_placeholder(p, "a", OT_SHAPE(2 * n), dt);
+            ot_tensor *even = ot_slice(a, OT_RANGE(0, OT_END, 2)), *head = ot_slice(a, OT_RANGE(0, n));
+            ot_tensor *s = ot_full(be, OT_SHAPE(), dt, 0.25);
+            ot_tensor *o1 = ot_empty(be, OT_SHAPE(n), dt), *o2 = ot_empty(be, OT_SHAPE(n), dt);
+            ot_tensor *w1 = ot_empty(be, OT_SHAPE(n), dt), *w2 = ot_empty(be, OT_SHAPE(n), dt);
+            ot_pool *pool = ot_pool_push();
+            CHECK_INT(ot_program_assign(p, o1, ot_add(ot_mul(ot_exp(head), 2.5), s)), 0);
+            CHECK_INT(ot_program_assign(p, o2, ot_sqrt(ot_add(ot_mul(even, even), o1))), 0);
+            ot_pool_pop(pool);
+            CHECK_INT(ot_program_compile(p), 0);
+            double *h = malloc(sizeof *h * (size_t)(2 * n));
+            for (int64_t i = 0; i < 2 * n; i++) h[i] = 0.01 * (double)(i % 97) - 0.3;
+            ot_tensor *ta = ot_array(be, OT_SHAPE(2 * n), OT_F64, h);
+            ot_tensor *tc = ot_empty(be, OT_SHAPE(2 * n), dt);
+            CHECK_INT(ot_assign(tc, ta), 0);
+            CHECK_INT(ot_program_run(p, 1, &OT_BIND_TENSOR("a", tc)), 0);
+            ot_tensor *ce = ot_slice(tc, OT_RANGE(0, OT_END, 2)), *ch = ot_slice(tc, OT_RANGE(0, n));
+            pool = ot_pool_push();
+            CHECK_INT(ot_assign(w1, ot_add(ot_mul(ot_exp(ch), 2.5), s)), 0);
+            CHECK_INT(ot_assign(w2, ot_sqrt(ot_add(ot_mul(ce, ce), w1))), 0);
+            ot_pool_pop(pool);
+            double *x = malloc(sizeof *x * (size_t)n), *y = malloc(sizeof *y * (size_t)n);
+            ot_tensor *pairs[2][2] = {{o1, w1}, {o2, w2}};
+            for (int q = 0; q < 2; q++) {
+                ot_tensor *g = ot_empty(be, OT_SHAPE(n), OT_F64), *w = ot_empty(be, OT_SHAPE(n), OT_F64);
+                CHECK_INT(ot_assign(g, pairs[q][0]), 0);
+                CHECK_INT(ot_assign(w, pairs[q][1]), 0);
+                CHECK_INT(ot_get(g, x), 0);
+                CHECK_INT(ot_get(w, y), 0);
+                CHECK(memcmp(x, y, sizeof *x * (size_t)n) == 0);
+                ot_tensor_free(g);
+                ot_tensor_free(w);
+            }
+            free(h);
+            free(x);
+            free(y);
+            ot_tensor *ts[] = {even, head, s, o1, o2, w1, w2, ta, tc, ce, ch};
+            for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) ot_tensor_free(ts[i]);
+            ot_program_free(p);
+        }
+    ot_backend_free(be);
+}
+
 /* A leaf that is a view of a placeholder (a slice with an offset) reads the
  * bound memory at the same offset. */
 TEST(program_placeholder_views)

@@ -8,6 +8,7 @@
  * anything is written.
  */
 #include "test.h"
+#include "internal.h"   /* ot__alloc_fail_at, the allocation seam */
 
 #include <stdlib.h>
 
@@ -575,4 +576,47 @@ TEST(sequential_bad_steps)
     ot_tensor_free(a);
     ot_tensor_free(b);
     ot_backend_free(be);
+}
+
+/* ---- allocation failures ------------------------------------------------------ */
+
+/* Every allocation of building, compiling and running a program (with a
+ * symbol re-specialised) fails in turn: each call returns an error and
+ * leaks nothing (ASan checks), and nothing crashes. */
+static int oom_once(ot_backend *be, ot_tensor *out, long fail_at)
+{
+    ot__alloc_fail_at(fail_at);
+    ot_program *p = ot_program_new(be);
+    int bs = p ? ot_program_symbol(p, "batch", 4) : -1;
+    ot_tensor *x = bs >= 0 ? ot_program_placeholder(p, "x", OT_SHAPE(OT_SYM(bs), 3), OT_F32) : NULL;
+    ot_tensor *w = x ? ot_program_variable(p, "w", OT_SHAPE(3), OT_F32, OT_INIT_UNIFORM(0, 1, 2)) : NULL;
+    ot_pool *pool = w ? ot_pool_push() : NULL;
+    int rc = pool ? 0 : -1;
+    if (pool) {
+        ot_node *l = ot_mean(ot_sqr(ot_sum(ot_mul(x, w), 1)));
+        rc = ot_program_assign(p, out, l);
+        if (!rc) rc = ot_program_backprop(p, l, 1, &w, &out);
+        ot_pool_pop(pool);
+    }
+    float h[18] = {0};
+    if (!rc) rc = ot_program_compile(p);
+    if (!rc) rc = ot_program_run(p, 1, &OT_BIND_DATA("x", h));
+    if (!rc) rc = ot_program_run(p, 1, &OT_BIND_DATA_SHAPE("x", h, OT_SHAPE(6, 3)));
+    ot__alloc_fail_at(0);
+    ot_program_free(p);
+    ot_pool_drain();
+    return rc;
+}
+
+TEST(program_allocation_failures)
+{
+    for (int bi = 0; bi < 2; bi++) {
+        ot_backend *be = backend(backends[bi]);
+        ot_tensor *out = ot_zeros(be, OT_SHAPE(3), OT_F32);
+        long n = 1;
+        while (oom_once(be, out, n) != 0 && n < 100000) n++;
+        CHECK(n > 1 && n < 100000);
+        ot_tensor_free(out);
+        ot_backend_free(be);
+    }
 }

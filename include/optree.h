@@ -944,7 +944,8 @@ typedef struct ot_bind {
  * whose shape has the old size. */
 int ot_program_run(ot_program *p, int n, const ot_bind bindings[]);
 
-/* What a compiled program holds, at the symbols' current sizes. */
+/* What a compiled program holds, at the symbols' current sizes (on the
+ * ref backend, which plans nothing, kernels and the arena read 0). */
 typedef struct ot_program_stats {
     int steps;                    /* steps per run */
     int kernels;                  /* kernels per run, every step's */

@@ -52,7 +52,13 @@ typedef struct variant {
     ot_tensor *in[BENCH_MAX_IN];
     ot_tensor *out;
     ot_node *tree;              /* prebuilt cases: built once, assigned per call */
+    ot_program *prog;           /* program cases: compiled once, run per call */
+    int nbind;
+    ot_bind bind[BENCH_MAX_IN];
 } variant;
+
+const char *const bench_in_names[BENCH_MAX_IN] = {"in0", "in1", "in2", "in3", "in4",
+                                                  "in5", "in6", "in7", "in8", "in9"};
 
 void bench_die(const char *fmt, ...)
 {
@@ -272,10 +278,14 @@ static void variant_new(variant *v, ot_backend *be, const bench_case *c, const b
     if (!v->out) die("%s: ot_empty: %s", c->id, ot_errmsg());
     v->tree = c->prebuilt ? c->tree(v->in) : NULL;
     if (c->prebuilt && !v->tree) die("%s: building the tree: %s", c->id, ot_errmsg());
+    v->prog = c->program ? c->program(be, v->out, v->in, &v->nbind) : NULL;
+    if (c->program && !v->prog) die("%s: building the program: %s", c->id, ot_errmsg());
+    for (int i = 0; i < v->nbind; i++) v->bind[i] = OT_BIND_TENSOR(bench_in_names[i], v->in[i]);
 }
 
 static void variant_free(variant *v, int n_in)
 {
+    ot_program_free(v->prog);
     for (int i = 0; i < n_in; i++)
         ot_tensor_free(v->in[i]);
     ot_tensor_free(v->out);
@@ -288,6 +298,7 @@ static void variant_free(variant *v, int n_in)
 static int one_call(const bench_case *c, const variant *v)
 {
     if (v->tree) return ot_assign(v->out, v->tree);
+    if (v->prog) return ot_program_run(v->prog, v->nbind, v->bind);
     ot_pool *pool = ot_pool_push();
     if (!pool) return ot_errcode();
     int rc = c->assign ? c->assign(v->out, v->in) : ot_assign(v->out, c->tree(v->in));

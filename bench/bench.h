@@ -144,7 +144,14 @@ typedef struct bench_case {
     const char *size;
     /* The verdict also needs unfused/fused > 1 (W10). */
     bool beat_unfused;
+    /* When set, the case runs as a program (W8p, W10p): built and compiled
+     * once per variant over the variant's tensors, with placeholders named
+     * bench_in_names[i] for inputs i < *nbind; a timed call is one
+     * ot_program_run binding those inputs in place. */
+    ot_program *(*program)(ot_backend *be, ot_tensor *out, ot_tensor *const in[], int *nbind);
 } bench_case;
+
+extern const char *const bench_in_names[BENCH_MAX_IN];
 
 extern const bench_case bench_cases[];
 extern const int bench_ncases;
@@ -169,6 +176,8 @@ void w10_gemm_floor(const bench_data *d, float *out);
 void w10_ref_step(const bench_data *d, float *out);
 void w10m_ref_step(const bench_data *d, float *out);
 void w10_explain(FILE *f, ot_tensor *const in[]);
+/* W10p: W10's step (one ot_program_sgd of the gradient trees) as a program. */
+ot_program *w10_program(ot_backend *be, ot_tensor *out, ot_tensor *const in[], int *nbind);
 void w10m_explain(FILE *f, ot_tensor *const in[]);
 
 /* ---- W11: one training step of an LSTM (w_lstm.c) ------------------------ */

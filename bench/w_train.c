@@ -115,6 +115,30 @@ static int step_with(const ot_sgd *o, ot_tensor *const in[])
     return rc;
 }
 
+ot_program *w10_program(ot_backend *be, ot_tensor *out, ot_tensor *const in[], int *nbind)
+{
+    (void)out;
+    ot_program *p = ot_program_new(be);
+    ot_tensor *leaf[IN_COUNT];
+    memcpy(leaf, in, sizeof leaf);
+    for (int i = IN_X; p && i <= IN_Y; i++)
+        leaf[i] = ot_program_placeholder(p, bench_in_names[i], ot_tensor_shape(in[i]), OT_F32);
+    ot_pool *pool = p && leaf[IN_X] && leaf[IN_Y] ? ot_pool_push() : NULL;
+    ot_autodiff *ad = pool ? ot_autodiff_new(w10_loss(leaf), NULL) : NULL;
+    ot_node *g[W10_NPARAM];
+    bool ok = ad != NULL;
+    for (int i = 0; ok && i < W10_NPARAM; i++) ok = (g[i] = ot_autodiff_grad(ad, in[IN_W1 + i])) != NULL;
+    ok = ok && ot_program_sgd(p, &W10_SGD, W10_NPARAM, in + IN_W1, g, NULL) == 0;
+    ot_autodiff_free(ad);
+    if (pool) ot_pool_pop(pool);
+    if (!ok || ot_program_compile(p) != 0) {
+        ot_program_free(p);
+        return NULL;
+    }
+    *nbind = 2;
+    return p;
+}
+
 int w10_step(ot_tensor *out, ot_tensor *const in[])
 {
     (void)out;

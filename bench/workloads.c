@@ -121,6 +121,24 @@ static ot_node *w4_tree(ot_tensor *const in[])
     return ot_add(ot_mul(s, l), ot_mul(ot_exp(ot_neg(in[2])), 0.5f));
 }
 
+/* W8p: W3 over placeholders for a and b, one step into out. */
+static ot_program *w8_program(ot_backend *be, ot_tensor *out, ot_tensor *const in[], int *nbind)
+{
+    ot_program *p = ot_program_new(be);
+    ot_tensor *ph[2];
+    for (int i = 0; p && i < 2; i++)
+        ph[i] = ot_program_placeholder(p, bench_in_names[i], ot_tensor_shape(in[i]), OT_F32);
+    ot_pool *pool = p && ph[0] && ph[1] ? ot_pool_push() : NULL;
+    int rc = pool ? ot_program_assign(p, out, w3_tree(ph)) : -1;
+    if (pool) ot_pool_pop(pool);
+    if (rc || ot_program_compile(p) != 0) {
+        ot_program_free(p);
+        return NULL;
+    }
+    *nbind = 2;
+    return p;
+}
+
 /* W7 as a user writes it: differentiate W3 (next_error = ones) and write
  * both gradients with one backprop, into the rows of out. */
 static int w7_assign(ot_tensor *out, ot_tensor *const in[])
@@ -283,6 +301,10 @@ const bench_case bench_cases[] = {
      .ref_label = "the W3 loop on exactly 64 elements", .target = 3.0, .us = true,
      .shapes = shapes_w8, .tree = w3_tree, .ref = w8_ref, .calls = 100000,
      .quick_calls = 2000},
+    {.id = "W8p", .label = "W8 as a program: ot_program_run binding a and b",
+     .ref_label = "the W3 loop on exactly 64 elements", .target = 2.0, .us = true,
+     .shapes = shapes_w8, .tree = w3_tree, .program = w8_program, .ref = w8_ref,
+     .calls = 100000, .quick_calls = 2000},
     /* BENCH.md's own reference, kept at BENCH.md's target. */
     {.id = "W9", .label = "transpose(X)*col + row vs scalar ref",
      .ref_label = "32x32 blocked, scalar (BENCH.md's)", .target = 1.15, .shapes = shapes_w9,
@@ -296,6 +318,11 @@ const bench_case bench_cases[] = {
      .shapes = w10_shapes, .fill = w10_fill, .assign = w10_step, .collect = w10_collect,
      .ref = w10_ref, .check_ref = w10_ref_step, .explain = w10_explain, .err_floor = 1e-3,
      .calls = 10, .quick_calls = 2},
+    {.id = "W10p", .label = "W10 as a program: ot_program_run binding x and y",
+     .ref_label = GEMM_FLOOR, .target = 1.05, .size = "b128", .shapes = w10_shapes,
+     .fill = w10_fill, .program = w10_program, .collect = w10_collect, .ref = w10_ref,
+     .check_ref = w10_ref_step, .explain = w10_explain, .err_floor = 1e-3, .calls = 10,
+     .quick_calls = 2},
     /* Momentum reads and writes every weight's velocity besides the GEMMs:
      * BENCH.md's step target (1.15), not issue 15's plain-SGD 1.05. */
     {.id = "W10m", .label = "W10 with momentum 0.9 and weight decay", .ref_label = GEMM_FLOOR,

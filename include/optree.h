@@ -888,6 +888,155 @@ ot_op ot_op_register(const ot_op_def *def);
 #define ot_apply(op, x) OT__UN((op), x)
 #define ot_apply2(op, x, y) OT__BIN((op), x, y)
 
+/* ------------------------------------------------------------------------ */
+/* Programs and sequences (src/program.c)                                    */
+/* ------------------------------------------------------------------------ */
+
+/* Several assignments run in order, as one call: each step is evaluated and
+ * written before the next step's trees are evaluated, so a later tree that
+ * reads a tensor an earlier step wrote sees the new values (ngraph's control
+ * dependencies). Trees are lazy until their step runs: building them all
+ * first is what makes this useful. Every step is checked (NULLs, shapes,
+ * dtypes, outputs, one backend) before the first one runs; an error names
+ * the step ("step 2: ..."), and nothing is written then. A step that fails
+ * while running (out of memory) leaves the earlier steps' writes in place. */
+typedef struct ot_step {
+    int n;                        /* outputs, and trees, of this step */
+    ot_tensor *const *outs;
+    ot_node *const *trees;
+} ot_step;
+int ot_sequential(int n, const ot_step steps[]);
+
+/* A program: placeholders (inputs bound per run, without a copy), variables
+ * with initializers, and steps that run in creation order, each once per
+ * run, a step seeing what earlier steps wrote (ngraph's sequential
+ * semantics; there is no other order to sort into). ot_program_compile
+ * checks every step and plans it once, with one arena for the temporaries
+ * of every step (they run one after another); ot_program_run then binds the
+ * placeholders and runs the plans without walking a tree or looking up a
+ * plan. Results are bitwise those of the same steps run as ot_assign_many.
+ *
+ *     ot_program *p = ot_program_new(be);
+ *     int batch = ot_program_symbol(p, "batch", 32);          // nominal 32
+ *     ot_tensor *x = ot_program_placeholder(p, "x", OT_SHAPE(OT_SYM(batch), 784), OT_F32);
+ *     ot_tensor *w = ot_program_variable(p, "w", OT_SHAPE(784, 10), OT_F32,
+ *                                        OT_INIT_UNIFORM(-0.05, 0.05, 1));
+ *     ot_node *loss = ...trees over x and w...;
+ *     ot_program_backprop(p, loss, 1, &w, &gw);                // step 0
+ *     ot_program_sgd(p, &(ot_sgd){.lr = 0.1}, 1, &w, (ot_node *[]){ot_tensor_node(gw)}, NULL);
+ *     ot_program_compile(p);
+ *     for (...) ot_program_run(p, 1, &OT_BIND_DATA("x", host_batch));
+ *     ot_program_free(p);
+ *
+ * Not thread-safe: one run of a program at a time. A program holds its
+ * steps' trees, outputs and placeholders; it is freed before its backend. */
+typedef struct ot_program ot_program;
+
+/* A new empty program on be. NULL (OT_ENULL, OT_ENOMEM) on error. */
+ot_program *ot_program_new(ot_backend *be);
+/* Frees the program, its placeholders and variables. NULL is a no-op. */
+void ot_program_free(ot_program *p);
+
+/* A symbolic dim, for a placeholder's shape: OT_SYM(s) is symbol s (an id
+ * from ot_program_symbol). */
+#define OT_SYM(s) (-1 - (int64_t)(s))
+/* Declares a symbol (a size fixed per run, such as the batch) with its
+ * nominal size, at which trees are built and the program first compiled.
+ * Returns its id (>= 0) or a negative OT_E* code (duplicate name, size < 0). */
+int ot_program_symbol(ot_program *p, const char *name, int64_t nominal);
+/* A placeholder: a tensor the program owns, to build trees from, whose data
+ * is bound at each run. A dim may be OT_SYM(s); the tensor then has the
+ * symbol's nominal size there. Names are unique among placeholders. Never
+ * written by a step, and never freed by the caller. NULL on error. */
+ot_tensor *ot_program_placeholder(ot_program *p, const char *name, ot_shape shape,
+                                  ot_dtype dtype);
+
+/* A variable's initial value, set when the variable is made. */
+typedef struct ot_init {
+    int kind;                     /* OT_INIT_* */
+    double value, lo, hi;         /* CONSTANT: value; UNIFORM: [lo, hi) */
+    uint64_t seed;                /* UNIFORM: the ot_rand seed */
+    const void *data;             /* DATA: row-major, in the variable's dtype */
+} ot_init;
+enum { OT_INIT_ZEROS = 0, OT_INIT_CONSTANT = 1, OT_INIT_UNIFORM = 2, OT_INIT_DATA = 3 };
+#define OT_INIT_ZERO ((ot_init){.kind = OT_INIT_ZEROS})
+#define OT_INIT_CONST(v) ((ot_init){.kind = OT_INIT_CONSTANT, .value = (v)})
+#define OT_INIT_UNIFORM(l, h, s) ((ot_init){.kind = OT_INIT_UNIFORM, .lo = (l), .hi = (h), .seed = (s)})
+#define OT_INIT_HOST(p) ((ot_init){.kind = OT_INIT_DATA, .data = (p)})
+/* A trainable variable (ngraph's Variable with its initializer): a tensor
+ * the program owns, initialised now, listed by ot_program_variables. Its
+ * shape has no symbols. NULL on error. */
+ot_tensor *ot_program_variable(ot_program *p, const char *name, ot_shape shape, ot_dtype dtype,
+                               ot_init init);
+/* The variables in creation order: the first min(n, count) into out
+ * (borrowed); returns the count, or a negative OT_E* code. */
+int ot_program_variables(const ot_program *p, int n, ot_tensor *out[]);
+
+/* Steps, appended in execution order; each returns 0 or a negative OT_E*
+ * code (a NULL tree returns the builder's error). The program keeps its
+ * own references to trees and outputs. After ot_program_compile no step
+ * can be added (OT_ESTATE). */
+int ot_program_assign_node(ot_program *p, ot_tensor *out, ot_node *tree);
+#define ot_program_assign(p, out, x) ot_program_assign_node((p), (out), OT__NODE(x))
+int ot_program_assign_many(ot_program *p, int n, ot_tensor *const outs[], ot_node *const trees[]);
+/* grads[i] = the gradient of loss (next_error ones) w.r.t. wrt[i], as one
+ * multi-assign step (ot_autodiff_backprop's). */
+int ot_program_backprop(ot_program *p, ot_node *loss, int n, ot_tensor *const wrt[],
+                        ot_tensor *const grads[]);
+/* An SGD update (ot_sgd_step's trees and checks) as one step. Adam's bias
+ * correction changes every step, and a program's constants are fixed, so
+ * it has no program step. */
+int ot_program_sgd(ot_program *p, const ot_sgd *o, int n, ot_tensor *const w[],
+                   ot_node *const g[], ot_tensor *const vel[]);
+
+/* Checks every step (as ot_assign_many would, reporting "step i (file:line
+ * of its tree): ..."), plans each once at the symbols' current sizes and
+ * lays out the one arena. Placeholders must not be written by a step. */
+int ot_program_compile(ot_program *p);
+
+/* A binding of one placeholder for a run: either a tensor (contiguous, of
+ * the placeholder's dtype and shape, on the program's backend) or host data
+ * (row-major, contiguous, in the placeholder's dtype), read in place. For
+ * data, shape gives the sizes of symbolic dims when has_shape; else each
+ * symbol keeps its current size. */
+typedef struct ot_bind {
+    const char *name;
+    ot_tensor *tensor;
+    const void *data;
+    bool has_shape;
+    ot_shape shape;
+} ot_bind;
+#define OT_BIND_TENSOR(nm, t) ((ot_bind){.name = (nm), .tensor = (t)})
+#define OT_BIND_DATA(nm, p) ((ot_bind){.name = (nm), .data = (p)})
+#define OT_BIND_DATA_SHAPE(nm, p, s) ((ot_bind){.name = (nm), .data = (p), .has_shape = true, .shape = (s)})
+
+/* Runs a compiled program once with these bindings, which must name every
+ * placeholder once. Checked before anything is written: an unknown or
+ * repeated name, a placeholder left out, a wrong dtype or rank, a fixed dim
+ * that differs, a symbol bound to two sizes, a tensor on another backend
+ * or not contiguous, and memory that overlaps a step's output. A symbol
+ * bound to a size the program was not compiled at re-specialises it: every
+ * step's trees are rebuilt over placeholders of the new shape and planned
+ * again (kept, so a size seen before costs nothing). That fails, naming the
+ * step, where a tree fixes the symbol's size some other way: a view
+ * (slice, reshape) of a symbolic placeholder, an output or another tensor
+ * whose shape has the old size. */
+int ot_program_run(ot_program *p, int n, const ot_bind bindings[]);
+
+/* What a compiled program holds, at the symbols' current sizes (on the
+ * ref backend, which plans nothing, kernels and the arena read 0). */
+typedef struct ot_program_stats {
+    int steps;                    /* steps per run */
+    int kernels;                  /* kernels per run, every step's */
+    int specializations;          /* compiled symbol sizes kept */
+    size_t arena_bytes;           /* the one arena (temporaries and scratch) */
+    size_t separate_bytes;        /* the steps' arenas added up: what running
+                                     each step as its own assignment keeps */
+} ot_program_stats;
+int ot_program_stats_get(const ot_program *p, ot_program_stats *out);
+/* Prints every step's plan (as ot_explain_many) and the arena figures. */
+int ot_program_explain(const ot_program *p, FILE *f);
+
 #ifdef __cplusplus
 }
 #endif

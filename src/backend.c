@@ -108,9 +108,7 @@ static int check_output(const char *fn, int i, const ot_tensor *out, const ot_no
     return 0;
 }
 
-/* Checks an assignment of n trees into outs; *be is the outputs' backend
- * (NULL for n = 0). */
-static int check_assign(const char *fn, int n, ot_tensor *const outs[], ot_node *const trees[],
+int ot__assign_check(const char *fn, int n, ot_tensor *const outs[], ot_node *const trees[],
                         ot_backend **be_out)
 {
     *be_out = NULL;
@@ -139,7 +137,7 @@ static int check_assign(const char *fn, int n, ot_tensor *const outs[], ot_node 
 static int assign_checked(const char *fn, int n, ot_tensor *const outs[], ot_node *const trees[])
 {
     ot_backend *be;
-    int rc = check_assign(fn, n, outs, trees, &be);
+    int rc = ot__assign_check(fn, n, outs, trees, &be);
     return rc || !be ? rc : be->vt->assign_many(be, n, outs, trees);
 }
 
@@ -220,7 +218,7 @@ int ot_explain_many(int n, ot_tensor *const outs[], ot_node *const trees[], FILE
 {
     if (!f) return ot__err_set(OT_ENULL, NULL, 0, "explain_many", "FILE is NULL");
     ot_backend *be;
-    int rc = check_assign("explain_many", n, outs, trees, &be);
+    int rc = ot__assign_check("explain_many", n, outs, trees, &be);
     if (rc || !be) return rc;
     return explain_end("explain_many", f, explain_plan(be, n, outs, trees, f));
 }

@@ -328,6 +328,17 @@ void ot__run_dot(const ot_kernel *k, char *const base[2], char *dst,
  * plan's code is generated (tiles depend on it); ot__plan_run runs it. */
 void ot__plan_run_prepare(ot_plan *p);
 int ot__plan_run(ot_backend *be, ot_plan *p, const ot_binding *bind);
+/* The same in two halves, for a caller that keeps its own arena (a program
+ * shares one between its steps): the bytes a run of p needs (false when the
+ * size overflows), and a run in an arena of at least that many bytes. */
+bool ot__plan_run_bytes(const ot_backend *be, const ot_plan *p, size_t *bytes);
+void ot__plan_run_at(ot_backend *be, const ot_plan *p, const ot_binding *bind, char *arena);
+/* Whether p is one kernel of generated elementwise code over one span whose
+ * loads are read in place and whose result is stored in place, with no
+ * tail: then ot__plan_run_direct runs it as one call of its code, the
+ * same call run_jit makes, without the executor's tile walk. */
+bool ot__plan_direct(const ot_plan *p);
+void ot__plan_run_direct(ot_backend *be, const ot_plan *p, const ot_binding *bind);
 
 /* The cpu backend's private state (be->impl). */
 typedef struct ot_plan_cache ot_plan_cache;

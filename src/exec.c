@@ -1085,26 +1085,86 @@ void ot__plan_run_prepare(ot_plan *p)
     memcpy(p->run_off, m.off, sizeof m.off);
 }
 
-int ot__plan_run(ot_backend *be, ot_plan *p, const ot_binding *bind)
+static void count_run(ot_backend *be, const ot_plan *p);
+
+bool ot__plan_run_bytes(const ot_backend *be, const ot_plan *p, size_t *bytes)
 {
-    ot_cpu *cpu = be->impl;
-    run_mem mem = {.full = p->run_full, .worker = p->run_worker};
-    memcpy(mem.off, p->run_off, sizeof mem.off);
+    const ot_cpu *cpu = be->impl;
     size_t temps = (p->arena_bytes + 63) & ~(size_t)63, slots = 0;
     size_t workers = (size_t)ot__threads_workers(cpu->threads);
-    bool ok = p->run_ok && ot__mul_size(&slots, mem.worker, workers) &&
-              slots <= SIZE_MAX - mem.full && (slots += mem.full) <= SIZE_MAX - temps;
-    char *arena = NULL;
-    if (!ok || (temps + slots && !(arena = arena_take(p, temps + slots))))
-        return ot__err_set(OT_ENOMEM, NULL, 0, "assign",
-                           "out of memory for %zu bytes of temporaries and %zu of scratch", temps,
-                           slots);
-    mem.slots = slots ? arena + temps : NULL;
+    bool ok = p->run_ok && ot__mul_size(&slots, p->run_worker, workers) &&
+              slots <= SIZE_MAX - p->run_full && (slots += p->run_full) <= SIZE_MAX - temps;
+    *bytes = temps + slots;
+    return ok;
+}
+
+void ot__plan_run_at(ot_backend *be, const ot_plan *p, const ot_binding *bind, char *arena)
+{
+    run_mem mem = {.full = p->run_full, .worker = p->run_worker};
+    memcpy(mem.off, p->run_off, sizeof mem.off);
+    size_t temps = (p->arena_bytes + 63) & ~(size_t)63;
+    mem.slots = p->run_full || p->run_worker ? arena + temps : NULL;
     run_kernels(be, p, bind, arena, &mem);
-    if (arena) arena_give(p, arena);
+    count_run(be, p);
+}
+
+static void count_run(ot_backend *be, const ot_plan *p)
+{
     atomic_fetch_add(&be->stats.kernels, (uint64_t)p->nkernels);
     atomic_fetch_add(&be->stats.nodes, p->nodes);
     atomic_fetch_add(&be->stats.bytes_moved, p->bytes_read + p->bytes_written);
     atomic_fetch_add(&be->stats.elem_ops, p->elem_ops);
+}
+
+bool ot__plan_direct(const ot_plan *p)
+{
+    const ot_kernel *k = &p->kernels[0];
+    const ot_jit *jt = p->nkernels == 1 ? k->jit : NULL;
+    if (!jt || p->row_block > 0 || p->row_serial || p->nseg || k->kind != OT_KER_EW ||
+        jt->reduce || jt->fn_stream || k->col_blocked || k->nxstore || !k->direct_store ||
+        k->ndim != 1 || jt->nout != 1 || !jt->out_vector[0] || k->store.strides[0] != 1)
+        return false;
+    int64_t lanes = jt->kt->vbytes / (jt->kd == OT_KD_F64 ? 8 : 4);
+    if (k->dims[0] == 0 || k->dims[0] > k->run_tile || k->dims[0] % lanes) return false;
+    for (int i = 0; i < k->ninsn; i++) {
+        const ot_insn *in = &k->insns[i];
+        bool in_place = in->code == OT_I_LOAD &&
+                        ((in->scalar & 8) || k->loads[in->arg].strides[0] == 1);
+        if (!jt->body[i] && !in_place && in->code != OT_I_PARAM) return false;
+    }
+    return true;
+}
+
+void ot__plan_run_direct(ot_backend *be, const ot_plan *p, const ot_binding *bind)
+{
+    const ot_kernel *k = &p->kernels[0];
+    const ot_jit *jt = k->jit;
+    char *val[OT_JIT_MAX_INSN], *out[1];
+    double one[OT_JIT_MAX_INSN];
+    for (int i = 0; i < k->ninsn; i++) {   /* run_jit's prelude, less what cannot occur */
+        const ot_insn *in = &k->insns[i];
+        if (jt->body[i]) continue;
+        if (in->code == OT_I_LOAD) {
+            val[i] = view_base(p, bind, NULL, &k->loads[in->arg]);
+            continue;
+        }
+        val[i] = (char *)&one[i];
+        ot__store(val[i], ot__kd_dtype(in->kd), bind->param[in->arg]);
+    }
+    out[0] = view_base(p, bind, NULL, &k->store);
+    jt->fn(val, out, (size_t)k->dims[0] * (jt->kd == OT_KD_F64 ? 8 : 4));
+    count_run(be, p);
+}
+
+int ot__plan_run(ot_backend *be, ot_plan *p, const ot_binding *bind)
+{
+    size_t bytes;
+    char *arena = NULL;
+    bool ok = ot__plan_run_bytes(be, p, &bytes);
+    if (!ok || (bytes && !(arena = arena_take(p, bytes))))
+        return ot__err_set(OT_ENOMEM, NULL, 0, "assign",
+                           "out of memory for %zu bytes of temporaries and scratch", bytes);
+    ot__plan_run_at(be, p, bind, arena);
+    if (arena) arena_give(p, arena);
     return 0;
 }

@@ -258,6 +258,17 @@ void ot__config_not_cpu(ot_backend_opts *opts);
 void ot__autodiff_memo_free(ot_backend *be);
 
 extern const ot_backend_vt ot__ref_vt;
+/* The checks of an assignment of n trees into outs that backend.c makes
+ * before any backend runs (NULLs, broadcast, dtypes, writable and disjoint
+ * outputs, one backend); *be gets the outputs' backend (NULL for n = 0).
+ * Clears the slot when the NULL checks pass. */
+int ot__assign_check(const char *fn, int n, ot_tensor *const outs[], ot_node *const trees[],
+                     ot_backend **be);
+/* SGD's update trees (ot_sgd_step's, same checks) into outs and trees, which
+ * hold 2n entries, in the current pool, without running them; *count gets
+ * how many (optim.c). */
+int ot__sgd_trees(const ot_sgd *o, int n, ot_tensor *const w[], ot_node *const g[],
+                  ot_tensor *const vel[], ot_tensor **outs, ot_node **trees, int *count);
 
 /* ---- post-order stacks --------------------------------------------------- */
 
@@ -265,6 +276,10 @@ extern const ot_backend_vt ot__ref_vt;
  * also between roots, appear once. roots_out[i] receives the item index of
  * roots[i]. The public ot_stack_new is this with n = 1. */
 ot_stack *ot__stack_new_many(int n, const ot_node *const roots[], int roots_out[]);
+/* ot_substitute of n leaves at once (old[i] by new_t[i]) without its shape
+ * check: new_t[i] may have another shape, the nodes above being rebuilt by
+ * their builders (which check it), after every leaf is replaced. */
+ot_node *ot__substitute(ot_node *tree, int n, ot_tensor *const old[], ot_tensor *const new_t[]);
 
 /* ---- the post-order walk and node identity ---------------------------- */
 

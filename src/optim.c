@@ -197,6 +197,19 @@ int ot_sgd_step(const ot_sgd *o, int n, ot_tensor *const w[], ot_node *const g[]
     return step_end(&s);
 }
 
+int ot__sgd_trees(const ot_sgd *o, int n, ot_tensor *const w[], ot_node *const g[],
+                  ot_tensor *const vel[], ot_tensor **outs, ot_node **trees, int *count)
+{
+    int rc = sgd_check(o, n, w, g, vel);
+    if (rc) return rc;
+    step s = {.outs = outs, .trees = trees};
+    for (int i = 0; i < n; i++) sgd_param(o, w[i], g[i], vel ? vel[i] : NULL, &s);
+    *count = s.n;
+    for (int i = 0; i < s.n; i++)
+        if (!trees[i]) return ot_errcode();   /* the builder said why */
+    return 0;
+}
+
 /* ---- Adam ------------------------------------------------------------------ */
 
 static int check_beta(const char *fn, const char *name, double beta)

@@ -210,22 +210,23 @@ const ot_stack_item *ot_stack_at(const ot_stack *s, int i)
 /* ---- substitution -------------------------------------------------------- */
 
 typedef struct subst {
-    const ot_node *old;
-    ot_node *new_leaf;
+    int n;
+    ot_tensor *const *old;    /* old[i] becomes new_t[i] */
+    ot_tensor *const *new_t;
     ot_node **out;            /* the new node of each visited node, by index */
     size_t cap;
 } subst;
 
-/* A node's replacement: new_leaf for old, the node itself when nothing
+/* A node's replacement: new_t[i] for old[i], the node itself when nothing
  * under it changed (so untouched subtrees stay shared), else a rebuild of
  * its op, or of its composite for a tagged root, over the new operands. */
 static int subst_visit(ot__walker *w, const ot_node *n, int index, const int operand[2])
 {
     subst *sb = w->ctx;
     ot_node *r = (ot_node *)n;
-    if (n == sb->old) {
-        r = sb->new_leaf;
-    } else if (n->kind == OT_NODE_OP) {
+    for (int i = 0; i < sb->n; i++)
+        if (n == &sb->old[i]->leaf) r = &sb->new_t[i]->leaf;
+    if (n->kind == OT_NODE_OP) {
         ot_node *a = operand[0] >= 0 ? sb->out[operand[0]] : NULL;
         ot_node *b = operand[1] >= 0 ? sb->out[operand[1]] : NULL;
         if (a != ot__walker_operand(w, n, 0) || b != ot__walker_operand(w, n, 1)) {
@@ -255,7 +256,12 @@ ot_node *ot_substitute(ot_node *tree, ot_tensor *old, ot_tensor *new_t)
                 ot__shape_str(&old->leaf.shape, so), ot__shape_str(&new_t->leaf.shape, sn));
         return NULL;
     }
-    subst sb = {.old = &old->leaf, .new_leaf = &new_t->leaf};
+    return ot__substitute(tree, 1, &old, &new_t);
+}
+
+ot_node *ot__substitute(ot_node *tree, int n, ot_tensor *const old[], ot_tensor *const new_t[])
+{
+    subst sb = {.n = n, .old = old, .new_t = new_t};
     ot__walker w = {.composites = true, .visit = subst_visit, .ctx = &sb};
     int v = ot__walker_run(&w, tree);
     if (v == OT_ENOMEM) ot__err(OT_ENOMEM, NULL, 0, "substitute", "out of memory");

@@ -540,7 +540,7 @@ static ot_node *replace(pass *p, const match *mt)
     char why[OT__SHAPE_STRLEN * 2 + 64] = "", sr[OT__SHAPE_STRLEN], sn[OT__SHAPE_STRLEN];
     int code = 0;
     if (!r) {
-        code = OT_EINVAL;
+        code = ot_errcode() ? ot_errcode() : OT_EINVAL;   /* out of memory stays so */
         snprintf(why, sizeof why, "built no replacement%s%s", ot_errcode() ? ": " : "",
                  ot_errmsg());
     } else if (!ot__shape_eq(&r->shape, &root->shape) || r->dtype != root->dtype) {

@@ -885,10 +885,11 @@ typedef struct ot_rule_set {
  * kept. Registrations are permanent (the registry is append-only and
  * thread-safe). OT_ENULL for a NULL set, name, rules, rule name, select or
  * create; OT_EINVAL for an empty name or one with a comma or space, no
- * rules, or a name registered already ("fuse" is the library's: x * sig(x)
- * with its factors in either order and x / (1 + exp(-x)) as one
- * x * sig(x); log(softmax(x, axis)) as logsoftmax(x, axis), finite where
- * the softmax underflows; sum(x * x, axis) as squared_l2(x, axis)). */
+ * rules, or a name registered already ("fuse" is the library's: silu's
+ * spellings sig(x) * x and x / (1 + exp(-x)) as x * sig(x), the form the
+ * kernels run in one pass; log(softmax(x, axis)) as logsoftmax(x, axis),
+ * finite where the softmax underflows; sum(x * x, axis) as
+ * squared_l2(x, axis), the same values, with autodiff's 2 x g). */
 int ot_rule_set_register(const ot_rule_set *set);
 /* tree rewritten by the named rule sets (comma-separated, as the option),
  * as a backend would before planning it: a builder (NULL on error, keeping

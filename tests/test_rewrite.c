@@ -10,6 +10,7 @@
 #include "internal.h"
 
 #include <float.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -509,4 +510,53 @@ TEST(rewrite_out_of_memory)
         ot_tensor_free(x), ot_tensor_free(y);
         ot_backend_free(be);
     }
+}
+
+/* Backends with rule sets shared by threads that assign, while others
+ * register sets and make backends (the tsan phase runs this). */
+typedef struct worker {
+    ot_backend *be;
+    int id, rc;
+} worker;
+
+static void *thread_main(void *arg)
+{
+    worker *w = arg;
+    char name[32];
+    snprintf(name, sizeof name, "thread_set_%d", w->id);
+    static const ot_rewrite_rule rules[] = {{.name = "negneg", .select = inner_neg,
+                                             .select_output = outer_neg, .create = unneg}};
+    w->rc = ot_rule_set_register(&(ot_rule_set){name, 1, rules});
+    ot_backend *own = ot_backend_new("ref", &(ot_backend_opts){.rewrite = name});
+    w->rc = w->rc || !own;
+    ot_tensor *x = ot_full(w->be, OT_SHAPE(8, 4), OT_F32, 0.25), *y = ot_empty(w->be, OT_SHAPE(8, 4), OT_F32);
+    for (int i = 0; i < 50 && !w->rc; i++) {
+        ot_pool *pool = ot_pool_push();
+        w->rc = ot_assign(y, ot_add(ot_log(ot_softmax(x, 1)), ot_sum(ot_mul(x, x), 1, true)));
+        ot_pool_pop(pool);
+    }
+    float v[32];
+    ot_get(y, v);
+    w->rc = w->rc || fabsf(v[0] - (logf(0.25f) + 0.25f)) > 1e-6f;
+    ot_tensor_free(x), ot_tensor_free(y);
+    ot_backend_free(own);
+    ot_pool_drain();
+    return NULL;
+}
+
+TEST(rewrite_threads_share_backends_and_registry)
+{
+    enum { NTH = 4 };
+    ot_backend *be[2] = {backend("cpu", "fuse"), backend("ref", "fuse")};
+    pthread_t th[NTH];
+    worker wk[NTH];
+    for (int t = 0; t < NTH; t++) {
+        wk[t] = (worker){be[t % 2], t, 0};
+        CHECK_INT(pthread_create(&th[t], NULL, thread_main, &wk[t]), 0);
+    }
+    for (int t = 0; t < NTH; t++) {
+        pthread_join(th[t], NULL);
+        CHECK_INT(wk[t].rc, 0);
+    }
+    ot_backend_free(be[0]), ot_backend_free(be[1]);
 }

@@ -172,6 +172,13 @@ typedef struct ot_backend_opts {
     int plan_cache;    /* plan-cache entries; 0: the default */
     int fusion;        /* OT_FUSION_*; OT_FUSION_OFF materialises every node
                           (OT_FUSION=0|1) */
+    const char *rewrite; /* rule sets applied to every tree before it is
+                          planned or evaluated: names, comma-separated
+                          ("fuse" or "fuse,mine"; see "Rewrite rules" below),
+                          each registered; NULL or "": none, and no cost
+                          (OT_REWRITE=name1,name2). An unknown or repeated
+                          name is OT_EINVAL. Reported: the library's copy of
+                          the list in force, or NULL */
     /* The fields below concern the cpu backend; on "ref" they are checked
      * and reported as not in force (NULL, OT_JIT_OFF, OT_STREAM_NEVER). */
     const char *isa;   /* "scalar", "sse2", "avx2" or "avx512"; NULL: the
@@ -1036,6 +1043,93 @@ typedef struct ot_program_stats {
 int ot_program_stats_get(const ot_program *p, ot_program_stats *out);
 /* Prints every step's plan (as ot_explain_many) and the arena figures. */
 int ot_program_explain(const ot_program *p, FILE *f);
+
+/* ------------------------------------------------------------------------ */
+/* Rewrite rules (src/rewrite.c)                                             */
+/* ------------------------------------------------------------------------ */
+
+/* A rule rewrites a pattern of a tree before it is planned, after MXNet's
+ * subgraph API: a selector grows a match from one node (SubgraphSelector's
+ * Select, SelectInput, SelectOutput, Filter) and a builder returns the tree
+ * that replaces it (SubgraphProperty's CreateSubgraphNode). Rules are
+ * grouped into named rule sets; a backend applies the sets its options name
+ * (ot_backend_opts.rewrite, or OT_REWRITE=name1,name2) to every tree it
+ * assigns or explains, and ot_explain prints each firing as
+ * "rewrite: <rule> (set '<set>') at <file>:<line>" (the matched root's).
+ * The user's trees are never changed: rewritten trees are new nodes.
+ *
+ * Matching, one pass per rule (sets in the order listed, rules in the
+ * order registered), over the trees as the previous pass left them:
+ *   - seeds are tried operands first (post-order); a node is in at most
+ *     one match per pass;
+ *   - select(n) starts a match at op node n; select_input(n, in) adds op
+ *     operand in of member n, select_output(n, out) adds a node out that
+ *     reads member n (both optional: NULL adds nothing); leaves and
+ *     constants are never members. A composite (softmax, ...) is one node
+ *     whose operands are its own (ot_rewrite_operand); its expansion is
+ *     not matched;
+ *   - the match must have one root, a member no other member reads (else it
+ *     is dropped), and filter (optional) may reject it;
+ *   - create(m) returns the replacement of the root, a tree of the root's
+ *     shape and dtype built over m->inputs. Members other than the root
+ *     stay where something outside the match reads them.
+ * A create that returns NULL, or a tree of another shape or dtype, makes the
+ * assignment fail (OT_EINVAL, OT_ESHAPE, OT_EDTYPE naming rule, set and the
+ * root's file:line) before anything is written. Callbacks run on the
+ * assigning thread, possibly on several threads at once; they must not
+ * assign. */
+typedef struct ot_rewrite_match {
+    const char *rule, *set;        /* the names */
+    int nnodes;
+    const ot_node *const *nodes;   /* the members, operands first; the root,
+                                      which is replaced, last */
+    int ninputs;
+    ot_node *const *inputs;        /* the values entering the match, in the
+                                      order members read them (each once),
+                                      as earlier passes rewrote them: build
+                                      the replacement over these */
+    const ot_node *const *input_nodes; /* the same values as the members
+                                      read them (ot_rewrite_input maps) */
+} ot_rewrite_match;
+
+typedef struct ot_rewrite_rule {
+    const char *name;              /* for ot_explain; copied */
+    bool (*select)(const ot_node *n, void *user);                    /* required */
+    bool (*select_input)(const ot_node *n, const ot_node *input, void *user);
+    bool (*select_output)(const ot_node *n, const ot_node *output, void *user);
+    bool (*filter)(int nnodes, const ot_node *const nodes[], void *user);
+    ot_node *(*create)(const ot_rewrite_match *m, void *user);      /* required */
+    void *user;                    /* passed to each callback; not copied */
+} ot_rewrite_rule;
+
+typedef struct ot_rule_set {
+    const char *name;              /* no commas, not empty */
+    int nrules;
+    const ot_rewrite_rule *rules;
+} ot_rule_set;
+
+/* Registers a rule set under its name, for every backend made after it.
+ * The set, its name and its rules' names are copied; user pointers are
+ * kept. Registrations are permanent (the registry is append-only and
+ * thread-safe). OT_ENULL for a NULL set, name, rules, rule name, select or
+ * create; OT_EINVAL for an empty name or one with a comma or space, no
+ * rules, or a name registered already ("fuse" is the library's: silu's
+ * spellings sig(x) * x and x / (1 + exp(-x)) as x * sig(x), the form the
+ * kernels run in one pass; log(softmax(x, axis)) as logsoftmax(x, axis),
+ * finite where the softmax underflows; sum(x * x, axis) as
+ * squared_l2(x, axis), the same values, with autodiff's 2 x g). */
+int ot_rule_set_register(const ot_rule_set *set);
+/* tree rewritten by the named rule sets (comma-separated, as the option),
+ * as a backend would before planning it: a builder (NULL on error, keeping
+ * the first), owned by the current pool. tree itself when nothing fires. */
+ot_node *ot_rewrite(ot_node *tree, const char *sets);
+/* In create: the rewritten input for a value a member reads, given as the
+ * member read it (an ot_rewrite_operand of a member); NULL when it is not
+ * one of m's inputs. */
+ot_node *ot_rewrite_input(const ot_rewrite_match *m, const ot_node *read);
+/* Operand i (0 or 1) of n as rewrites see it: a composite's own operand
+ * for a composite's root (softmax(x) reads x), else ot_node_child's. */
+ot_node *ot_rewrite_operand(const ot_node *n, int i);
 
 #ifdef __cplusplus
 }

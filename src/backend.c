@@ -22,29 +22,30 @@ ot_backend *ot_backend_new(const char *name, const ot_backend_opts *opts)
 {
     ot_backend_opts o = opts ? *opts : (ot_backend_opts){0};
     const char *isa_from;
-    if (ot__config_resolve(&name, &o, &isa_from)) return NULL;
+    struct ot__rewrite *rw;
+    if (ot__config_resolve(&name, &o, &isa_from, &rw)) return NULL;
     const backend_entry *e = NULL;
     for (size_t i = 0; i < sizeof backends / sizeof backends[0]; i++)
         if (strcmp(backends[i].name, name) == 0) e = &backends[i];
-    if (!e) {
+    ot_backend *be = NULL;
+    if (!e)
         ot__err_set(OT_EBACKEND, NULL, 0, "backend_new",
                     "unknown backend \"%s\" (known: ref, cpu)", name);
-        return NULL;
-    }
-    if (!e->vt) {
+    else if (!e->vt)
         ot__err_set(OT_EBACKEND, NULL, 0, "backend_new",
                     "the fused \"%s\" backend is not built yet; use \"ref\"", name);
-        return NULL;
-    }
-    ot_backend *be = ot__calloc(1, sizeof *be);
-    if (!be) {
+    else if (!(be = ot__calloc(1, sizeof *be)))
         ot__err_set(OT_ENOMEM, NULL, 0, "backend_new", "out of memory");
+    if (!be) {
+        ot__rewrite_free(rw);
         return NULL;
     }
     be->vt = e->vt;
     be->opts = o;
     be->isa_from = isa_from;
+    be->rewrite = rw;
     if (be->vt->init && be->vt->init(be) != 0) {
+        ot__rewrite_free(rw);
         free(be);
         return NULL;
     }
@@ -56,6 +57,7 @@ void ot_backend_free(ot_backend *be)
     if (!be) return;
     ot__autodiff_memo_free(be);
     if (be->vt->destroy) be->vt->destroy(be);
+    ot__rewrite_free(be->rewrite);
     free(be);
 }
 
@@ -134,11 +136,20 @@ int ot__assign_check(const char *fn, int n, ot_tensor *const outs[], ot_node *co
     return 0;
 }
 
+static int assign_rewritten(ot_backend *be, int n, ot_tensor *const outs[],
+                            ot_node *const trees[], void *ctx)
+{
+    (void)ctx;
+    return be->vt->assign_many(be, n, outs, trees);
+}
+
 static int assign_checked(const char *fn, int n, ot_tensor *const outs[], ot_node *const trees[])
 {
     ot_backend *be;
     int rc = ot__assign_check(fn, n, outs, trees, &be);
-    return rc || !be ? rc : be->vt->assign_many(be, n, outs, trees);
+    if (rc || !be) return rc;
+    if (be->rewrite) return ot__rewrite_then(be, n, outs, trees, NULL, assign_rewritten, NULL);
+    return be->vt->assign_many(be, n, outs, trees);
 }
 
 int ot_assign_node(ot_tensor *out, ot_node *tree)
@@ -175,9 +186,10 @@ ot_tensor *ot_eval(ot_node *tree)
 
 /* The plan the cpu backend runs for n trees into outs (NULL: fresh
  * outputs), or the ref backend's node-at-a-time stack of each tree. */
-static int explain_plan(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[],
-                        FILE *f)
+static int explain_trees(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[],
+                         void *ctx)
 {
+    FILE *f = ctx;
     if (be->vt != &ot__cpu_vt) {
         int rc = 0;
         for (int i = 0; i < n && rc == 0; i++) {
@@ -201,6 +213,14 @@ static int explain_plan(ot_backend *be, int n, ot_tensor *const outs[], ot_node 
     /* ot__plan_explain reports a failed write by its code alone */
     if (rc == OT_EIO) rc = ot__err_set(OT_EIO, NULL, 0, "explain", "write failed");
     return rc;
+}
+
+/* The rewrites that fire, then the plan of the rewritten trees. */
+static int explain_plan(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[],
+                        FILE *f)
+{
+    if (be->rewrite) return ot__rewrite_then(be, n, outs, trees, f, explain_trees, f);
+    return explain_trees(be, n, outs, trees, f);
 }
 
 /* The plan's text has reached f only once flushed (a full disk fails

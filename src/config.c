@@ -9,7 +9,8 @@
  *
  * The backend fills in what depends on the machine (the ISA, whether code
  * is generated, the cache size) when it starts, so ot_backend_options can
- * report what is in force rather than what was asked.
+ * report what is in force rather than what was asked. Rule-set names
+ * (OT_REWRITE) are rewrite.c's to check, against its registry.
  */
 #include "internal.h"
 
@@ -119,13 +120,25 @@ static int env_overrides(ot_backend_opts *o, const char **isa_from)
     return 0;
 }
 
-int ot__config_resolve(const char **name, ot_backend_opts *o, const char **isa_from)
+/* OT_REWRITE replaces the option's list; rewrite.c checks the names. */
+static int rewrite_sets(ot_backend_opts *o, struct ot__rewrite **rewrite)
+{
+    const char *env = env_value("OT_REWRITE");
+    const char *list = env ? env : o->rewrite;
+    if (ot__rewrite_config(list, env ? "OT_REWRITE" : "rewrite", rewrite)) return -1;
+    o->rewrite = ot__rewrite_list(*rewrite);
+    return 0;
+}
+
+int ot__config_resolve(const char **name, ot_backend_opts *o, const char **isa_from,
+                       struct ot__rewrite **rewrite)
 {
     const char *env = env_value("OT_BACKEND");
     if (env) *name = env;
     if (!*name) *name = "ref";
     *isa_from = "isa";
-    if (check_opts(o) || env_overrides(o, isa_from)) return -1;
+    *rewrite = NULL;
+    if (check_opts(o) || env_overrides(o, isa_from) || rewrite_sets(o, rewrite)) return -1;
     if (o->isa) o->isa = isa_named(o->isa);
     if (!o->dtype) o->dtype = OT_F32;
     if (!o->plan_cache) o->plan_cache = DEFAULT_PLAN_CACHE;

@@ -246,14 +246,31 @@ struct ot_backend {
     ot_stat_counters stats;
     void *impl;
     _Atomic(struct ot_ad_memo *) ad_memo;  /* autodiff.c: memoised objects */
+    struct ot__rewrite *rewrite;   /* rewrite.c: the rule sets in force; NULL
+                                      (the default) when none */
 };
 /* The backend name and options in force (config.c): opts checked, defaults
  * and environment overrides applied; -1 with the error set when any is bad.
- * *isa_from tells where opts->isa came from, for messages. */
-int ot__config_resolve(const char **name, ot_backend_opts *opts, const char **isa_from);
+ * *isa_from tells where opts->isa came from, for messages; *rewrite gets
+ * the rule sets in force (NULL: none), opts->rewrite the library's copy. */
+int ot__config_resolve(const char **name, ot_backend_opts *opts, const char **isa_from,
+                       struct ot__rewrite **rewrite);
 /* Marks the cpu-only options as not in force: the init of a backend that
  * does not use them calls it. */
 void ot__config_not_cpu(ot_backend_opts *opts);
+/* The rule sets a list names (rewrite.c): *out NULL for NULL or "";
+ * var names the option or variable the list came from, for messages.
+ * Returns 0 or OT_EINVAL/OT_ENOMEM with the error set. */
+int ot__rewrite_config(const char *list, const char *var, struct ot__rewrite **out);
+const char *ot__rewrite_list(const struct ot__rewrite *rw);   /* the library's copy */
+void ot__rewrite_free(struct ot__rewrite *rw);
+/* then(be, n, outs, rewritten, ctx) with be's rule sets applied to trees
+ * (be->rewrite set); the rewritten trees live in a pool pushed for the call.
+ * Each firing is written to log as ot_explain prints it (log may be NULL). */
+typedef int ot__rewritten_fn(ot_backend *be, int n, ot_tensor *const outs[],
+                             ot_node *const trees[], void *ctx);
+int ot__rewrite_then(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[],
+                     FILE *log, ot__rewritten_fn *then, void *ctx);
 /* Releases the autodiff objects memoised on be (autodiff.c). */
 void ot__autodiff_memo_free(ot_backend *be);
 

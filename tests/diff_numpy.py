@@ -124,7 +124,8 @@ class OtIndex(C.Structure):
 class OtBackendOpts(C.Structure):
     _fields_ = [('threads', C.c_int), ('seed', C.c_uint64), ('dtype', C.c_int),
                 ('accuracy', C.c_int), ('plan_cache', C.c_int), ('fusion', C.c_int),
-                ('isa', C.c_char_p), ('jit', C.c_int), ('stream_bytes', C.c_int64)]
+                ('rewrite', C.c_char_p), ('isa', C.c_char_p), ('jit', C.c_int),
+                ('stream_bytes', C.c_int64)]
 
 
 def load(path):

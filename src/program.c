@@ -515,14 +515,25 @@ static int find_ph(const ot_program *p, const spec *s, const char *ptr, size_t *
     return -1;
 }
 
-/* Plans step i for s: its plan, bindings copied, patches found. */
-static int plan_step(const ot_program *p, const spec *s, int i, cstep *c)
+typedef struct plan_ctx {
+    const ot_program *p;
+    const spec *s;
+    cstep *c;
+} plan_ctx;
+
+/* Plans trees (a step's, rewritten by the backend's rule sets where it has
+ * any) into c: its plan, bindings copied, patches found. */
+static int plan_trees(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[],
+                      void *ctx)
 {
-    const pstep *st = &p->steps[i];
+    const plan_ctx *x = ctx;
+    const ot_program *p = x->p;
+    const spec *s = x->s;
+    cstep *c = x->c;
     ot_plan *plan;
     ot_walk *walk;
     ot_binding bind;
-    int rc = ot__plan_get(p->be, st->n, st->outs, c->trees, &plan, &walk, &bind);
+    int rc = ot__plan_get(be, n, outs, trees, &plan, &walk, &bind);
     if (rc) return rc;
     if (bind.borrowed) atomic_fetch_add(&plan->refs, 1);
     c->plan = plan;
@@ -531,7 +542,7 @@ static int plan_step(const ot_program *p, const spec *s, int i, cstep *c)
     double *param = ot__malloc(sizeof(double) * (np ? np : 1));
     c->bind.param = param;
     c->patches = ot__malloc(sizeof *c->patches * (nl ? nl : 1));
-    c->bind.outs = st->outs;
+    c->bind.outs = outs;
     if (!c->bind.leaf || !param || !c->patches) {
         ot__walk_done(p->be, walk);
         return nomem("program_compile");
@@ -550,6 +561,18 @@ static int plan_step(const ot_program *p, const spec *s, int i, cstep *c)
         if (k >= 0) c->patches[c->npatch++] = (patch){(int)j, k, off};
     }
     return 0;
+}
+
+/* Plans step i for s, with the backend's rule sets applied first, as a
+ * plain assignment of the step would have them (the rewritten trees die
+ * after planning: the plan and the copied bindings do not refer to them). */
+static int plan_step(const ot_program *p, const spec *s, int i, cstep *c)
+{
+    const pstep *st = &p->steps[i];
+    plan_ctx x = {p, s, c};
+    if (p->be->rewrite)
+        return ot__rewrite_then(p->be, st->n, st->outs, c->trees, NULL, plan_trees, &x);
+    return plan_trees(p->be, st->n, st->outs, c->trees, &x);
 }
 
 /* Checks and (cpu) plans step i of s. */
@@ -790,6 +813,20 @@ static int specialise(ot_program *p)
     return spec_new(p, p->symrun, &p->cur);
 }
 
+static int ref_assign(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[],
+                      void *ctx)
+{
+    (void)ctx;
+    return be->vt->assign_many(be, n, outs, trees);
+}
+
+/* One step on the ref backend, rewritten by its rule sets first, if any. */
+static int ref_step(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[])
+{
+    if (be->rewrite) return ot__rewrite_then(be, n, outs, trees, NULL, ref_assign, NULL);
+    return ref_assign(be, n, outs, trees, NULL);
+}
+
 /* The ref backend: each step through its assign, the placeholders' buffers
  * pointing at the bound memory for the run. */
 static int run_ref(ot_program *p)
@@ -804,7 +841,7 @@ static int run_ref(ot_program *p)
         s->ph[k]->buf->data = p->base[k];
     }
     for (int i = 0; i < p->nstep && !rc; i++)
-        rc = p->be->vt->assign_many(p->be, p->steps[i].n, p->steps[i].outs, s->steps[i].trees);
+        rc = ref_step(p->be, p->steps[i].n, p->steps[i].outs, s->steps[i].trees);
     for (int k = 0; k < p->nph; k++) s->ph[k]->buf->data = old[k];
     if (old != keep) free(old);
     return rc;

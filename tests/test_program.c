@@ -620,3 +620,40 @@ TEST(program_allocation_failures)
         ot_backend_free(be);
     }
 }
+
+/* A backend's rule sets apply to a program's steps as to plain assigns:
+ * log(softmax) of logits of +-1000, -inf as written, is finite under the
+ * library's "fuse" set, and bitwise the plain assignment's on that backend. */
+TEST(program_steps_rewritten_by_backend_rule_sets)
+{
+    for (int bi = 0; bi < 2; bi++) {
+        ot_backend *be = ot_backend_new(backends[bi], &(ot_backend_opts){.rewrite = "fuse"});
+        CHECK(be != NULL);
+        if (!be) continue;
+        ot_program *p = ot_program_new(be);
+        ot_tensor *x = ot_program_placeholder(p, "x", OT_SHAPE(4, 16), OT_F32);
+        ot_tensor *out = ot_empty(be, OT_SHAPE(4, 16), OT_F32);
+        ot_tensor *want = ot_empty(be, OT_SHAPE(4, 16), OT_F32);
+        ot_pool *pool = ot_pool_push();
+        CHECK_INT(ot_program_assign(p, out, ot_log(ot_softmax(x, 1))), 0);
+        ot_pool_pop(pool);
+        CHECK_INT(ot_program_compile(p), 0);
+        float hx[64];
+        fill(hx, 64, 5);
+        for (int i = 0; i < 64; i++) hx[i] = (hx[i] - 0.5f) * 2000;
+        CHECK_INT(ot_program_run(p, 1, (ot_bind[]){OT_BIND_DATA("x", hx)}), 0);
+        ot_tensor *tx = ot_array(be, OT_SHAPE(4, 16), OT_F32, hx);
+        pool = ot_pool_push();
+        CHECK_INT(ot_assign(want, ot_log(ot_softmax(tx, 1))), 0);
+        ot_pool_pop(pool);
+        CHECK(same_bits(out, want));
+        float h[64];
+        ot_get(out, h);
+        for (int i = 0; i < 64; i++) CHECK(isfinite(h[i]));
+        ot_tensor_free(tx);
+        ot_program_free(p);
+        ot_tensor_free(out);
+        ot_tensor_free(want);
+        ot_backend_free(be);
+    }
+}

@@ -18,7 +18,9 @@
  *     memory in place (no copy, no tree built, no plan looked up);
  *   - ot_program_stats_get: the one arena shared by every step, against
  *     what the steps would keep each on its own (--explain prints each
- *     step's plan too).
+ *     step's plan too);
+ *   - ot_sequential, the same ordering without a program: the accuracy is
+ *     computed as logits into z, then argmax of z, in one call.
  *
  * It prints the mean loss per epoch and the accuracy at the end, and exits
  * non-zero unless the accuracy is above 90% (OT_EXAMPLE_SMALL=1 trains for
@@ -89,13 +91,22 @@ static int build(ot_program *p, ot_tensor *w[4], ot_tensor *g[4], ot_tensor *vel
     return rc ? rc : ot_program_compile(p);
 }
 
-/* The share of points whose largest logit is their class. */
+/* The share of points whose largest logit is their class, in two steps of
+ * one ot_sequential call: the logits into z, then the argmax of z. Both
+ * trees are built before the call; the second reads z as the first step
+ * wrote it (ngraph's control dependencies, without a program). */
 static double accuracy(ot_backend *be, ot_tensor *const w[4], const float *x, const int *label, int n)
 {
     ot_tensor *tx = ot_array(be, OT_SHAPE(n, IN), OT_F32, x);
+    ot_tensor *z = ot_empty(be, OT_SHAPE(n, CLS), OT_F32);
     ot_tensor *pred = ot_empty(be, OT_SHAPE(n), OT_I32);
     ot_pool *pool = ot_pool_push();
-    int rc = tx && pred ? ot_assign(pred, ot_argmax(logits(tx, w), 1)) : -1;
+    int rc = -1;
+    if (tx && z && pred) {
+        ot_node *zt = logits(tx, w), *pt = ot_argmax(z, 1);
+        ot_step steps[2] = {{1, &z, &zt}, {1, &pred, &pt}};
+        rc = ot_sequential(2, steps);
+    }
     ot_pool_pop(pool);
     int32_t *hp = malloc(sizeof *hp * (size_t)n);
     int right = 0;
@@ -103,6 +114,7 @@ static double accuracy(ot_backend *be, ot_tensor *const w[4], const float *x, co
         for (int i = 0; i < n; i++) right += hp[i] == label[i];
     free(hp);
     ot_tensor_free(tx);
+    ot_tensor_free(z);
     ot_tensor_free(pred);
     return rc ? -1 : (double)right / n;
 }

@@ -166,7 +166,7 @@ FIRST    ?= 0
 JOBS     ?= 1
 FINDINGS ?= $(BUILD)/fuzz-findings
 FUZZ_ARGS ?=
-$(BUILD)/fuzz: tools/fuzz_main.c tests/fuzz.c tests/fuzz.h include/optree.h include/optree_ops.h $(LIBA)
+$(BUILD)/fuzz: tools/fuzz_main.c tests/fuzz.c tests/fuzz.h examples/custom_ops.h include/optree.h include/optree_ops.h $(LIBA)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -Itests $(CFLAGS) -o $@ tools/fuzz_main.c tests/fuzz.c $(LIBA) $(LDFLAGS) $(LDLIBS)
 

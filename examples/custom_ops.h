@@ -8,8 +8,10 @@
  * GELU in its tanh form, 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x +
  * 0.044715 x^3), is computed as x / (1 + exp(-2u)), the same function
  * without tanh. The vector functions carry their own exp (range reduction
- * by ln 2 and a Taylor polynomial), as a user's would; they are lane-wise,
- * as a registered op's vector function must be.
+ * by ln 2 and a Taylor polynomial, +inf past the overflow threshold as
+ * libm's), as a user's would; they are lane-wise, as a registered op's
+ * vector function must be. The fuzzer draws these ops too, against the f64
+ * scalar functions on ref, so they agree on NaN, +-inf and overflow.
  */
 #ifndef OT_CUSTOM_OPS_H
 #define OT_CUSTOM_OPS_H
@@ -21,16 +23,17 @@
 #define GELU_C 0.7978845608028654   /* sqrt(2/pi) */
 #define GELU_A 0.044715
 
+/* GELU(-inf) is its limit, -0 (the quotient would be -inf/inf). */
 static inline float gelu_f32(float x)
 {
     float u = (float)GELU_C * (x + (float)GELU_A * x * x * x);
-    return x / (1.0f + expf(-2.0f * u));
+    return x == -INFINITY ? -0.0f : x / (1.0f + expf(-2.0f * u));
 }
 
 static inline double gelu_f64(double x)
 {
     double u = GELU_C * (x + GELU_A * x * x * x);
-    return x / (1.0 + exp(-2.0 * u));
+    return x == -INFINITY ? -0.0 : x / (1.0 + exp(-2.0 * u));
 }
 
 /* d/dx of x s(2u), s the logistic function: s + x s (1 - s) 2u'. */
@@ -79,6 +82,7 @@ static inline double softsign_f64(double x) { return x / (1.0 + fabs(x)); }
 #define CUSTOM_EXP_F32(P, V, VI)                                                   \
     static inline V P##exp_f32(V x)                                                \
     {                                                                              \
+        V x0 = x;                                                                  \
         x = P##min_ps(P##max_ps(x, P##set1_ps(-87.0f)), P##set1_ps(88.0f));        \
         V k = P##round_ps_(P##mul_ps(x, P##set1_ps(1.44269504f)));                 \
         V r = P##sub_ps(P##sub_ps(x, P##mul_ps(k, P##set1_ps(0.693145751953125f))), \
@@ -87,11 +91,13 @@ static inline double softsign_f64(double x) { return x / (1.0 + fabs(x)); }
         static const float c[] = {1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f}; \
         for (int i = 0; i < 6; i++) p = P##add_ps(P##mul_ps(p, r), P##set1_ps(c[i])); \
         VI e = P##slli_epi32(P##add_epi32(P##cvtps_epi32(k), P##set1_epi32(127)), 23); \
-        return P##mul_ps(p, P##castsi_ps(e));                                      \
+        return P##blend_ps_(P##mul_ps(p, P##castsi_ps(e)), P##set1_ps(INFINITY),          \
+                            P##gt_ps_(x0, P##set1_ps(88.7228391f)));   /* ln FLT_MAX */ \
     }
 #define CUSTOM_EXP_F64(P, V, VI)                                                   \
     static inline V P##exp_f64(V x)                                                \
     {                                                                              \
+        V x0 = x;                                                                  \
         x = P##min_pd(P##max_pd(x, P##set1_pd(-708.0)), P##set1_pd(709.0));        \
         V k = P##round_pd_(P##mul_pd(x, P##set1_pd(1.4426950408889634)));          \
         V r = P##sub_pd(P##sub_pd(x, P##mul_pd(k, P##set1_pd(0.6931471803691238))), \
@@ -103,7 +109,8 @@ static inline double softsign_f64(double x) { return x / (1.0 + fabs(x)); }
             p = P##add_pd(P##mul_pd(p, r), P##set1_pd(1.0 / f));                   \
         }                                                                          \
         VI e = P##slli_epi64(P##add_epi64(P##cvtpd_epi64_(k), P##set1_epi64x(1023)), 52); \
-        return P##mul_pd(p, P##castsi_pd(e));                                      \
+        return P##blend_pd_(P##mul_pd(p, P##castsi_pd(e)), P##set1_pd(INFINITY),          \
+                            P##gt_pd_(x0, P##set1_pd(709.782712893384)));   /* ln DBL_MAX */ \
     }
 
 #define CUSTOM_GELU(P, V, T, S)                                                    \
@@ -113,7 +120,8 @@ static inline double softsign_f64(double x) { return x / (1.0 + fabs(x)); }
                          P##add_##S(x, P##mul_##S(P##set1_##S(GELU_A),             \
                                                   P##mul_##S(x, P##mul_##S(x, x))))); \
         V e = P##exp_##T(P##mul_##S(P##set1_##S(-2.0), u));                        \
-        return P##div_##S(x, P##add_##S(P##set1_##S(1.0), e));                     \
+        V q = P##div_##S(x, P##add_##S(P##set1_##S(1.0), e));                      \
+        return P##blend_##S##_(q, P##set1_##S(-0.0), P##eq_##S##_(x, P##set1_##S(-INFINITY))); \
     }
 #define CUSTOM_HUBER(P, V, T, S)                                                \
     static inline V P##huber_##T(V p, V t)                                                \
@@ -137,6 +145,10 @@ static inline double softsign_f64(double x) { return x / (1.0 + fabs(x)); }
 #define _mm256_blend_pd_(a, b, m) _mm256_blendv_pd((a), (b), (m))
 #define _mm256_le_ps_(a, b) _mm256_cmp_ps((a), (b), _CMP_LE_OQ)
 #define _mm256_le_pd_(a, b) _mm256_cmp_pd((a), (b), _CMP_LE_OQ)
+#define _mm256_gt_ps_(a, b) _mm256_cmp_ps((a), (b), _CMP_GT_OQ)
+#define _mm256_gt_pd_(a, b) _mm256_cmp_pd((a), (b), _CMP_GT_OQ)
+#define _mm256_eq_ps_(a, b) _mm256_cmp_ps((a), (b), _CMP_EQ_OQ)
+#define _mm256_eq_pd_(a, b) _mm256_cmp_pd((a), (b), _CMP_EQ_OQ)
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
@@ -160,6 +172,10 @@ CUSTOM_HUBER(_mm256_, __m256d, f64, pd)
 #define _mm512_blend_pd_(a, b, m) _mm512_mask_blend_pd((m), (a), (b))
 #define _mm512_le_ps_(a, b) _mm512_cmp_ps_mask((a), (b), _CMP_LE_OQ)
 #define _mm512_le_pd_(a, b) _mm512_cmp_pd_mask((a), (b), _CMP_LE_OQ)
+#define _mm512_gt_ps_(a, b) _mm512_cmp_ps_mask((a), (b), _CMP_GT_OQ)
+#define _mm512_gt_pd_(a, b) _mm512_cmp_pd_mask((a), (b), _CMP_GT_OQ)
+#define _mm512_eq_ps_(a, b) _mm512_cmp_ps_mask((a), (b), _CMP_EQ_OQ)
+#define _mm512_eq_pd_(a, b) _mm512_cmp_pd_mask((a), (b), _CMP_EQ_OQ)
 #define _mm512_set1_epi64x _mm512_set1_epi64
 #define _mm512_castsi_ps _mm512_castsi512_ps
 #define _mm512_castsi_pd _mm512_castsi512_pd

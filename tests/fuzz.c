@@ -17,6 +17,7 @@
 #include "fuzz.h"
 
 #include "optree.h"
+#include "../examples/custom_ops.h"
 
 #include <errno.h>
 #include <float.h>
@@ -695,6 +696,38 @@ static ot_shape bcast_partner(rng *r, ot_shape s)
 
 static int is_float(ot_dtype d) { return d == OT_F32 || d == OT_F64; }
 
+/* Registered ops stand in where the table's placeholder rows (custom1,
+ * custom2) are drawn, so that ops added at run time are fuzzed like the
+ * built-ins: the examples' GELU and Huber (vector functions, so generated
+ * code calls them) and softsign (scalar only: the tile interpreter calls
+ * it per element; no gradient). Found by name if registered already. */
+static ot_op fz_user[2][2];
+static int fz_nuser[2];
+
+static void add_user_op(ot_op_def d)
+{
+    ot_op op = ot_op_lookup(d.name);
+    if (op == OT_OP_NONE) op = ot_op_register(&d);
+    ot_clear_error();
+    int k = d.arity - 1;
+    if (op != OT_OP_NONE && fz_nuser[k] < 2) fz_user[k][fz_nuser[k]++] = op;
+}
+
+static void register_user_ops(void)
+{
+    if (fz_nuser[0] + fz_nuser[1]) return;
+    add_user_op(gelu_def());
+    add_user_op(softsign_def());
+    add_user_op(huber_def());
+}
+
+/* A registered op for placeholder row op, or -1 where none is registered. */
+static int user_op(rng *r, int op)
+{
+    int k = ot_op_arity((ot_op)op) - 1;
+    return fz_nuser[k] ? (int)fz_user[k][rnd(r, fz_nuser[k])] : -1;
+}
+
 /* Draws a tree into ir (empty), checking each node with the builder on ref. */
 static void generate(fz_ir *ir, rng *r, int mode)
 {
@@ -718,7 +751,7 @@ static void generate(fz_ir *ir, rng *r, int mode)
     int target = 1 + rnd(r, 12);
     for (int tries = 0, ops = 0; ops < target && tries < 300 && ir->nn < FZ_MAXN - 4; tries++) {
         int op = rnd(r, OT_OP_COUNT);
-        if ((ot_op_flags((ot_op)op) & OT_FLAG_CUSTOM)) continue;   /* placeholders of registered ops */
+        if ((ot_op_flags((ot_op)op) & OT_FLAG_CUSTOM) && (op = user_op(r, op)) < 0) continue;
         int arity = ot_op_arity((ot_op)op), kind = ot_op_kind((ot_op)op);
         if (smooth && (ot_op_flags((ot_op)op) & OT_FLAG_NODIFF) && chance(r, 70)) continue;
         int save_nn = ir->nn, save_nl = ir->nl;
@@ -1839,6 +1872,14 @@ static void put_args(FILE *o, const ot_args *a)
     fputc('}', o);
 }
 
+/* Whether the tree has a registered op (its reproducer registers them). */
+static bool uses_user_ops(const fz_ir *ir)
+{
+    for (int k = 0; k < ir->nn; k++)
+        if (ir->n[k].op >= OT_OP_COUNT) return true;
+    return false;
+}
+
 static void op_enum(char *buf, size_t n, int op)
 {
     snprintf(buf, n, "OT_OP_%s", ot_op_name((ot_op)op));
@@ -1900,7 +1941,10 @@ static void put_body(FILE *o, const fz_ir *ir)
             put_num(o, n->cval, n->ckind == 1 ? OT_F32 : n->ckind == 2 ? OT_I32 : OT_F64);
             fputs(");\n", o);
         } else {
-            op_enum(name, sizeof name, n->op);
+            if (n->op >= OT_OP_COUNT)
+                snprintf(name, sizeof name, "ot_op_lookup(\"%s\")", ot_op_name((ot_op)n->op));
+            else
+                op_enum(name, sizeof name, n->op);
             fprintf(o, "ot_build(%s, ", name);
             if (n->a >= 0) fprintf(o, "n%d, ", n->a); else fputs("NULL, ", o);
             if (n->b >= 0) fprintf(o, "n%d, ", n->b); else fputs("NULL, ", o);
@@ -1995,8 +2039,10 @@ static void put_snippet(FILE *o, const fz_ir *ir, const fz_fail *f, uint64_t see
     ot_clear_error();
     fputs(" * Expected: every backend below prints the same values as ref (within rounding;\n"
           " * bitwise between thread counts and between OT_JIT=0 and 1) and the same return codes.\n"
-          " * cc -std=c11 -Iinclude this.c build/liboptree.a -lsleef -lopenblas -lm -lpthread\n */\n"
-          "#define _POSIX_C_SOURCE 200809L\n#include \"optree.h\"\n\n"
+          " * cc -std=c11 -Iinclude -I. this.c build/liboptree.a -lsleef -lopenblas -lm -lpthread\n */\n"
+          "#define _POSIX_C_SOURCE 200809L\n#include \"optree.h\"\n", o);
+    if (uses_user_ops(ir)) fputs("#include \"examples/custom_ops.h\"\n", o);
+    fputs("\n"
           "#include <math.h>\n#include <stdbool.h>\n#include <stdint.h>\n#include <stdio.h>\n#include <stdlib.h>\n\n"
           "static void show(const char *what, const ot_tensor *t)\n{\n"
           "    int64_t n = ot_tensor_numel(t);\n"
@@ -2012,8 +2058,11 @@ static void put_snippet(FILE *o, const fz_ir *ir, const fz_fail *f, uint64_t see
           "static void run(ot_backend *be, const char *name)\n{\n"
           "    printf(\"== %s\\n\", name);\n", o);
     put_body(o, ir);
-    fputs("}\n\nint main(void)\n{\n    setvbuf(stdout, NULL, _IONBF, 0);\n    ot_pool_push();\n"
-          "    run(ot_backend_new(\"ref\", NULL), \"ref\");\n", o);
+    fputs("}\n\nint main(void)\n{\n    setvbuf(stdout, NULL, _IONBF, 0);\n    ot_pool_push();\n", o);
+    if (uses_user_ops(ir))
+        fputs("    ot_op_def user[3] = {gelu_def(), softsign_def(), huber_def()};\n"
+              "    for (int i = 0; i < 3; i++) ot_op_register(&user[i]);\n", o);
+    fputs("    run(ot_backend_new(\"ref\", NULL), \"ref\");\n", o);
     char nm[96];
     for (int j = 0; j < ir->ncfg; j++) {
         int c = ir->cfg[j];
@@ -2038,8 +2087,11 @@ static void put_snippet(FILE *o, const fz_ir *ir, const fz_fail *f, uint64_t see
 static void signature(const fz_ir *ir, const fz_fail *f, char *buf, size_t n)
 {
     int count[OT_OP_COUNT] = {0};
-    for (int k = 0; k < ir->nn; k++)
-        if (ir->n[k].op >= 0) count[ir->n[k].op]++;
+    for (int k = 0; k < ir->nn; k++) {
+        int op = ir->n[k].op;   /* a registered op counts as its placeholder row */
+        if (op >= OT_OP_COUNT) op = ot_op_arity((ot_op)op) == 1 ? OT_OP_CUSTOM1 : OT_OP_CUSTOM2;
+        if (op >= 0) count[op]++;
+    }
     size_t len = (size_t)snprintf(buf, n, "%s%s", fail_names[f->kind],
                                   f->kind == FK_CRASH ? strchr(f->msg, '(') ? strchr(f->msg, '(') : "" : "");
     for (int op = 0; op < OT_OP_COUNT && len < n; op++)
@@ -2114,6 +2166,7 @@ static double now_s(void)
 int fuzz_run(const fuzz_opts *o, fuzz_result *res)
 {
     memset(res, 0, sizeof *res);
+    register_user_ops();
     ref_be = ot_backend_new("ref", NULL);
     if (!ref_be) return -1;
     int reported = 0, max_report = o->max_report ? o->max_report : 10;

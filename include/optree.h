@@ -1041,8 +1041,15 @@ typedef struct ot_program_stats {
                                      each step as its own assignment keeps */
 } ot_program_stats;
 int ot_program_stats_get(const ot_program *p, ot_program_stats *out);
-/* Prints every step's plan (as ot_explain_many) and the arena figures. */
+/* Prints every step's plan (as ot_explain_many) and the arena figures.
+ * ot_explain(p, f) on a program is this call (C11 _Generic; C++ callers
+ * call ot_program_explain). */
 int ot_program_explain(const ot_program *p, FILE *f);
+#ifndef __cplusplus
+#define ot_explain(x, f)                                                       \
+    _Generic((x), ot_program *: ot_program_explain,                            \
+             const ot_program *: ot_program_explain, default: ot_explain)((x), (f))
+#endif
 
 /* ------------------------------------------------------------------------ */
 /* Rewrite rules (src/rewrite.c)                                             */

@@ -243,7 +243,7 @@ int ot_explain_many(int n, ot_tensor *const outs[], ot_node *const trees[], FILE
     return explain_end("explain_many", f, explain_plan(be, n, outs, trees, f));
 }
 
-int ot_explain(const ot_node *tree, FILE *f)
+int (ot_explain)(const ot_node *tree, FILE *f)
 {
     if (!tree) return ot__err_null("explain", "tree");
     if (!f) return ot__err_set(OT_ENULL, NULL, 0, "explain", "FILE is NULL");

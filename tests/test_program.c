@@ -523,6 +523,12 @@ TEST(program_arena_and_explain)
     CHECK_INT(ot_program_explain(p, f), 0);
     fclose(f);
     CHECK(strstr(text, "step 0") && strstr(text, "step 1") && strstr(text, "one arena of"));
+    char *generic = NULL;   /* ot_explain on a program is ot_program_explain */
+    f = open_memstream(&generic, &len);
+    CHECK_INT(ot_explain(p, f), 0);
+    fclose(f);
+    CHECK_STR(generic, text);
+    free(generic);
     free(text);
     ot_program_free(p);
     ot_tensor_free(s1);

@@ -282,6 +282,8 @@ typedef struct ot_plan {
      * once by ot__plan_run_prepare; run_ok false when a size overflows. */
     size_t run_full, run_worker, run_off[OT_RUN_REGIONS];
     bool run_ok;
+    bool direct;                    /* one call of its code (ot__plan_direct),
+                                       set by ot__plan_run_prepare */
     int acc;                        /* 0: OT_ULP10, 1: OT_ULP35 */
 } ot_plan;
 
@@ -333,11 +335,11 @@ int ot__plan_run(ot_backend *be, ot_plan *p, const ot_binding *bind);
  * size overflows), and a run in an arena of at least that many bytes. */
 bool ot__plan_run_bytes(const ot_backend *be, const ot_plan *p, size_t *bytes);
 void ot__plan_run_at(ot_backend *be, const ot_plan *p, const ot_binding *bind, char *arena);
-/* Whether p is one kernel of generated elementwise code over one span whose
- * loads are read in place and whose result is stored in place, with no
- * tail: then ot__plan_run_direct runs it as one call of its code, the
- * same call run_jit makes, without the executor's tile walk. */
-bool ot__plan_direct(const ot_plan *p);
+/* A plan whose p->direct is set (one kernel of generated elementwise code
+ * over one span, at most a tile, whose loads are read in place and whose
+ * result is stored in place, with no tail) runs as one call of its code,
+ * the same call run_jit makes, without the executor's tile walk: what
+ * ot__plan_run does for it, and a program's run too. */
 void ot__plan_run_direct(ot_backend *be, const ot_plan *p, const ot_binding *bind);
 
 /* The cpu backend's private state (be->impl). */

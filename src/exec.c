@@ -1075,11 +1075,14 @@ static void arena_give(ot_plan *p, char *a)
     if (!atomic_compare_exchange_strong(&p->arena, &none, a)) free(a);
 }
 
+static bool plan_direct(const ot_plan *p);
+
 void ot__plan_run_prepare(ot_plan *p)
 {
     run_mem m = {0};
     for (int i = 0; i < p->nkernels; i++) p->kernels[i].run_tile = tile_for(&p->kernels[i]);
     p->run_ok = run_layout(p, &m);
+    p->direct = p->run_ok && plan_direct(p);
     p->run_full = m.full;
     p->run_worker = m.worker;
     memcpy(p->run_off, m.off, sizeof m.off);
@@ -1116,7 +1119,10 @@ static void count_run(ot_backend *be, const ot_plan *p)
     atomic_fetch_add(&be->stats.elem_ops, p->elem_ops);
 }
 
-bool ot__plan_direct(const ot_plan *p)
+/* Whether p qualifies for ot__plan_run_direct (see cpu.h). A span of at
+ * most a tile is below PARALLEL_MIN, so the executor would have run it on
+ * the calling thread too. */
+static bool plan_direct(const ot_plan *p)
 {
     const ot_kernel *k = &p->kernels[0];
     const ot_jit *jt = p->nkernels == 1 ? k->jit : NULL;
@@ -1158,6 +1164,10 @@ void ot__plan_run_direct(ot_backend *be, const ot_plan *p, const ot_binding *bin
 
 int ot__plan_run(ot_backend *be, ot_plan *p, const ot_binding *bind)
 {
+    if (p->direct) {
+        ot__plan_run_direct(be, p, bind);
+        return 0;
+    }
     size_t bytes;
     char *arena = NULL;
     bool ok = ot__plan_run_bytes(be, p, &bytes);

@@ -50,7 +50,6 @@ typedef struct cstep {
     ot_binding bind;              /* cpu: leaf and param owned here */
     patch *patches;
     int npatch;
-    bool direct;                  /* cpu: ot__plan_direct */
 } cstep;
 
 typedef struct spec {
@@ -547,7 +546,6 @@ static int plan_trees(ot_backend *be, int n, ot_tensor *const outs[], ot_node *c
         ot__walk_done(p->be, walk);
         return nomem("program_compile");
     }
-    c->direct = ot__plan_direct(plan);
     if (nl) memcpy(c->bind.leaf, bind.leaf, sizeof(char *) * nl);
     if (np) memcpy(param, bind.param, sizeof(double) * np);
     ot__walk_done(p->be, walk);
@@ -863,7 +861,7 @@ int ot_program_run(ot_program *p, int n, const ot_bind bindings[])
         cstep *c = &s->steps[i];
         for (int j = 0; j < c->npatch; j++)
             c->bind.leaf[c->patches[j].slot] = p->base[c->patches[j].ph] + c->patches[j].off;
-        if (c->direct) ot__plan_run_direct(p->be, c->plan, &c->bind);
+        if (c->plan->direct) ot__plan_run_direct(p->be, c->plan, &c->bind);
         else ot__plan_run_at(p->be, c->plan, &c->bind, s->arena);
     }
     atomic_fetch_add(&p->be->stats.assigns, (uint64_t)p->nstep);

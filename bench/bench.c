@@ -263,7 +263,7 @@ static void data_free(bench_data *d)
 
 static void variant_new(variant *v, ot_backend *be, const bench_case *c, const bench_data *d)
 {
-    v->be = be;
+    *v = (variant){.be = be};   /* nbind, prog and tree stay 0 where the case has none */
     for (int i = 0; i < d->n_in; i++) {
         v->in[i] = ot_array(be, d->in_shape[i], OT_F32, d->in[i]);
         if (!v->in[i]) die("%s: ot_array: %s", c->id, ot_errmsg());

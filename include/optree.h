@@ -990,11 +990,16 @@ int ot_program_assign_many(ot_program *p, int n, ot_tensor *const outs[], ot_nod
  * multi-assign step (ot_autodiff_backprop's). */
 int ot_program_backprop(ot_program *p, ot_node *loss, int n, ot_tensor *const wrt[],
                         ot_tensor *const grads[]);
-/* An SGD update (ot_sgd_step's trees and checks) as one step. Adam's bias
- * correction changes every step, and a program's constants are fixed, so
- * it has no program step. */
+/* An SGD update (ot_sgd_step's trees and checks) as one step. */
 int ot_program_sgd(ot_program *p, const ot_sgd *o, int n, ot_tensor *const w[],
                    ot_node *const g[], ot_tensor *const vel[]);
+/* An Adam update (ot_adam_step's trees and checks) as two steps: the
+ * program's own step count, o->t on the first run, goes up by one per run,
+ * and the bias correction lr*sqrt(1 - beta2^t)/(1 - beta1^t) is computed
+ * from it on the backend in f64 (ot_adam_step folds it on the host: the
+ * weights agree to within a rounding of that factor to w's dtype). */
+int ot_program_adam(ot_program *p, const ot_adam *o, int n, ot_tensor *const w[],
+                    ot_node *const g[], ot_tensor *const m[], ot_tensor *const v[]);
 
 /* Checks every step (as ot_assign_many would, reporting "step i (file:line
  * of its tree): ..."), plans each once at the symbols' current sizes and

@@ -286,6 +286,12 @@ int ot__assign_check(const char *fn, int n, ot_tensor *const outs[], ot_node *co
  * how many (optim.c). */
 int ot__sgd_trees(const ot_sgd *o, int n, ot_tensor *const w[], ot_node *const g[],
                   ot_tensor *const vel[], ot_tensor **outs, ot_node **trees, int *count);
+/* Adam's update trees (ot_adam_step's checks and trees) with the bias
+ * correction computed on the backend from count, a 0-d f64 tensor holding
+ * the step number t (a program increments it in a step of its own). */
+int ot__adam_trees(const ot_adam *o, ot_tensor *count, int n, ot_tensor *const w[],
+                   ot_node *const g[], ot_tensor *const m[], ot_tensor *const v[],
+                   ot_tensor **outs, ot_node **trees, int *nout);
 
 /* ---- post-order stacks --------------------------------------------------- */
 

@@ -243,9 +243,10 @@ static int adam_check(const ot_adam *o, int n, ot_tensor *const w[], ot_node *co
     return rc;
 }
 
-/* One parameter; alpha = lr*sqrt(1 - beta2^t)/(1 - beta1^t), folded on the
- * host. w's tree reads the new moments through the nodes written to m and v. */
-static void adam_param(const ot_adam *o, double alpha, ot_tensor *w, ot_node *g,
+/* One parameter; alpha = lr*sqrt(1 - beta2^t)/(1 - beta1^t), a constant
+ * folded on the host (ot_adam_step) or a 0-d tree (a program's step).
+ * w's tree reads the new moments through the nodes written to m and v. */
+static void adam_param(const ot_adam *o, ot_node *alpha, ot_tensor *w, ot_node *g,
                        ot_tensor *m, ot_tensor *v, step *s)
 {
     ot_node *d = scaled(g, o->grad_scale);
@@ -265,8 +266,25 @@ int ot_adam_step(const ot_adam *o, int n, ot_tensor *const w[], ot_node *const g
     if (rc) return rc;
     double t = (double)o->t;
     double alpha = o->lr * sqrt(1 - pow(o->beta2, t)) / (1 - pow(o->beta1, t));
-    for (int i = 0; i < n; i++) adam_param(o, alpha, w[i], g[i], m[i], v[i], &s);
+    for (int i = 0; i < n; i++) adam_param(o, ot_const(alpha), w[i], g[i], m[i], v[i], &s);
     return step_end(&s);
+}
+
+int ot__adam_trees(const ot_adam *o, ot_tensor *count, int n, ot_tensor *const w[],
+                   ot_node *const g[], ot_tensor *const m[], ot_tensor *const v[],
+                   ot_tensor **outs, ot_node **trees, int *nout)
+{
+    int rc = adam_check(o, n, w, g, m, v);
+    if (rc) return rc;
+    step s = {.outs = outs, .trees = trees};
+    ot_node *alpha = ot_div(ot_mul(o->lr, ot_sqrt(ot_sub(1.0, ot_pow(o->beta2, count)))),
+                            ot_sub(1.0, ot_pow(o->beta1, count)));
+    for (int i = 0; i < n; i++)
+        adam_param(o, ot_cast(alpha, .dtype = ot_tensor_dtype(w[i])), w[i], g[i], m[i], v[i], &s);
+    *nout = s.n;
+    for (int i = 0; i < s.n; i++)
+        if (!trees[i]) return ot_errcode();   /* the builder said why */
+    return 0;
 }
 
 /* ---- clipping ---------------------------------------------------------------- */

@@ -445,6 +445,36 @@ int ot_program_sgd(ot_program *p, const ot_sgd *o, int n, ot_tensor *const w[], 
     return rc;
 }
 
+/* Two steps: the program's own step count (a 0-d f64 tensor, o->t - 1
+ * before the first run) goes up by one, then Adam's update reads it. */
+int ot_program_adam(ot_program *p, const ot_adam *o, int n, ot_tensor *const w[],
+                    ot_node *const g[], ot_tensor *const m[], ot_tensor *const v[])
+{
+    const char *fn = "program_adam";
+    int rc = check_open(p, fn);
+    if (!rc && !o) rc = ot__err_set(OT_ENULL, NULL, 0, fn, "options are NULL");
+    if (rc) return rc;
+    size_t cap = n > 0 ? 3 * (size_t)n : 1;
+    ot_tensor **outs = ot__calloc(cap, sizeof *outs);
+    ot_node **trees = ot__calloc(cap, sizeof *trees);
+    ot_tensor *count = ot_full(p->be, OT_SHAPE(), OT_F64, (double)o->t - 1);
+    ot_pool *pool = outs && trees && count ? ot_pool_push() : NULL;
+    int nout = 0;
+    if (!pool) rc = ot_errcode() ? ot_errcode() : nomem(fn);
+    if (!rc) rc = ot__adam_trees(o, count, n, w, g, m, v, outs, trees, &nout);
+    if (!rc && nout) {
+        ot_node *next = ot_add(count, 1.0);
+        rc = next ? add_step(p, fn, (pstep){STEP_ASSIGN, 1, &count, &next, NULL, NULL})
+                  : ot_errcode();
+    }
+    if (!rc) rc = add_step(p, fn, (pstep){STEP_ASSIGN, nout, outs, trees, NULL, NULL});
+    if (pool) ot_pool_pop(pool);
+    ot_tensor_free(count);   /* the steps hold it */
+    free(outs);
+    free(trees);
+    return rc;
+}
+
 /* ---- specialisations ------------------------------------------------------- */
 
 static void spec_free(const ot_program *p, spec *s)

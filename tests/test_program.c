@@ -10,6 +10,7 @@
 #include "test.h"
 #include "internal.h"   /* ot__alloc_fail_at, the allocation seam */
 
+#include <math.h>
 #include <stdlib.h>
 
 static const char *const backends[] = {"ref", "cpu"};
@@ -258,6 +259,110 @@ TEST(program_mlp_training_bitwise)
             ot_tensor_free(plain.w[i]);
             ot_tensor_free(plain.g[i]);
             ot_tensor_free(prog.g[i]);
+        }
+        ot_backend_free(be);
+    }
+}
+
+/* Largest |a - b| / max(|b|, 1e-30) over two f32 tensors of one shape. */
+static double max_rel(const ot_tensor *a, const ot_tensor *b)
+{
+    int64_t n = ot_tensor_numel(a);
+    float *ha = malloc(sizeof *ha * (size_t)n), *hb = malloc(sizeof *hb * (size_t)n);
+    ot_get(a, ha);
+    ot_get(b, hb);
+    double worst = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)ha[i] - hb[i]) / fmax(fabs((double)hb[i]), 1e-30);
+        if (!(d <= worst)) worst = d;
+    }
+    free(ha);
+    free(hb);
+    return worst;
+}
+
+/* Adam as a program step: its own step count starts at o->t and goes up
+ * per run, so MLP_RUNS runs track ot_adam_step with t = 2, 3, ...; the bias
+ * correction is computed on the backend instead of the host, which may
+ * round alpha to f32 the other way: weights agree to a few f32 ulps. */
+TEST(program_adam_tracks_ot_adam_step)
+{
+    ot_adam adam = ot_adam_default(0.01);
+    adam.t = 2;
+    for (int bi = 0; bi < 2; bi++) {
+        ot_backend *be = backend(backends[bi]);
+        const ot_shape *sh = mlp_shapes();
+        ot_program *p = ot_program_new(be);
+        ot_tensor *x = ot_program_placeholder(p, "x", OT_SHAPE(MB, MI), OT_F32);
+        ot_tensor *y = ot_program_placeholder(p, "y", OT_SHAPE(MB, MC), OT_F32);
+        ot_tensor *w[2][4], *g[2][4], *m[2][4], *v[2][4];
+        for (int i = 0; i < 4; i++) {
+            int64_t n = 1;
+            for (int d = 0; d < sh[i].ndim; d++) n *= sh[i].dims[d];
+            float *h = malloc(sizeof *h * (size_t)n);
+            mlp_init(h, i, n);
+            char name[8];
+            snprintf(name, sizeof name, "w%d", i);
+            w[0][i] = ot_program_variable(p, name, sh[i], OT_F32, OT_INIT_HOST(h));
+            w[1][i] = ot_array(be, sh[i], OT_F32, h);
+            for (int k = 0; k < 2; k++) {
+                g[k][i] = ot_zeros(be, sh[i], OT_F32);
+                m[k][i] = ot_zeros(be, sh[i], OT_F32);
+                v[k][i] = ot_zeros(be, sh[i], OT_F32);
+            }
+            free(h);
+        }
+        ot_pool *pool = ot_pool_push();
+        CHECK_INT(ot_program_backprop(p, mlp_loss(x, y, w[0]), 4, w[0], g[0]), 0);
+        ot_node *gn[4];
+        for (int i = 0; i < 4; i++) gn[i] = ot_tensor_node(g[0][i]);
+        CHECK_INT(ot_program_adam(p, &adam, 4, w[0], gn, m[0], v[0]), 0);
+        ot_pool_pop(pool);
+        CHECK_INT(ot_program_compile(p), 0);
+        ot_program_stats st;
+        CHECK_INT(ot_program_stats_get(p, &st), 0);
+        CHECK_INT(st.steps, 3);   /* backprop, the step count, the update */
+        float hx[MB * MI], hy[MB * MC];
+        ot_adam plain = adam;
+        for (int run = 0; run < MLP_RUNS; run++, plain.t++) {
+            batch(hx, hy, run);
+            CHECK_INT(ot_program_run(p, 2, (ot_bind[]){OT_BIND_DATA("x", hx), OT_BIND_DATA("y", hy)}), 0);
+            ot_tensor *tx = ot_array(be, OT_SHAPE(MB, MI), OT_F32, hx);
+            ot_tensor *ty = ot_array(be, OT_SHAPE(MB, MC), OT_F32, hy);
+            ot_pool *q = ot_pool_push();
+            ot_autodiff *ad = ot_autodiff_new(mlp_loss(tx, ty, w[1]), NULL);
+            CHECK_INT(ot_autodiff_backprop(ad, 4, w[1], g[1]), 0);
+            ot_autodiff_free(ad);
+            for (int i = 0; i < 4; i++) gn[i] = ot_tensor_node(g[1][i]);
+            CHECK_INT(ot_adam_step(&plain, 4, w[1], gn, m[1], v[1]), 0);
+            ot_pool_pop(q);
+            for (int i = 0; i < 4; i++) {
+                CHECK(max_rel(w[0][i], w[1][i]) < 1e-5);
+                CHECK(max_rel(m[0][i], m[1][i]) < 1e-5);
+            }
+            ot_tensor_free(tx);
+            ot_tensor_free(ty);
+        }
+        /* bad options are the optimizer's own errors, and add no step */
+        ot_program *q = ot_program_new(be);
+        ot_adam bad = adam;
+        bad.beta1 = 1.5;
+        CHECK_INT(ot_program_adam(q, &bad, 4, w[1], gn, m[1], v[1]), OT_EINVAL);
+        CHECK_ERR(OT_EINVAL, "beta1");
+        CHECK_INT(ot_program_adam(q, NULL, 4, w[1], gn, m[1], v[1]), OT_ENULL);
+        CHECK_INT(ot_program_adam(NULL, &adam, 4, w[1], gn, m[1], v[1]), OT_ENULL);
+        CHECK_INT(ot_program_compile(q), 0);
+        CHECK_INT(ot_program_stats_get(q, &st), 0);
+        CHECK_INT(st.steps, 0);
+        ot_program_free(q);
+        ot_program_free(p);
+        for (int i = 0; i < 4; i++) {
+            ot_tensor_free(w[1][i]);
+            for (int k = 0; k < 2; k++) {
+                ot_tensor_free(g[k][i]);
+                ot_tensor_free(m[k][i]);
+                ot_tensor_free(v[k][i]);
+            }
         }
         ot_backend_free(be);
     }

@@ -1143,6 +1143,84 @@ ot_node *ot_rewrite_input(const ot_rewrite_match *m, const ot_node *read);
  * for a composite's root (softmax(x) reads x), else ot_node_child's. */
 ot_node *ot_rewrite_operand(const ot_node *n, int i);
 
+/* ------------------------------------------------------------------------ */
+/* Models: layers, a loss, an optimizer and a training loop (src/model.c)   */
+/* ------------------------------------------------------------------------ */
+
+/* A stack of dense layers, act(x.W + b), trained by ot_model_fit on rows of
+ * f32 inputs x (rows, inputs) against targets y (rows, outputs), after
+ * Serrano's Model and Keras's fit/predict. The model owns its parameters
+ * (He-uniform weights drawn on the backend from the layer's seed, zero
+ * biases). Training runs as a program (ot_program_*): one per batch size,
+ * compiled at the first fit and reused. A bad argument is an error before
+ * any step runs, so the parameters are left as they were.
+ *
+ *     ot_model *m = ot_model_new(be, 2);
+ *     ot_model_linear(m, 64, OT_ACT_RELU, 1);
+ *     ot_model_linear(m, 10, OT_ACT_NONE, 2);          // logits
+ *     ot_model_loss(m, OT_LOSS_SOFTMAX_CE, NULL, NULL);  // y one-hot
+ *     ot_model_adam(m, &(ot_adam){...});                // default: Adam, lr 1e-3
+ *     ot_model_fit(m, x, y, &(ot_fit_opts){.epochs = 10, .batch = 128,
+ *                  .seed = 1, .validation_split = 0.2, .patience = 3}, &result);
+ *     ot_tensor *logits = ot_model_predict(m, x_new);
+ *     ot_model_free(m);
+ */
+typedef struct ot_model ot_model;
+typedef enum { OT_ACT_NONE, OT_ACT_RELU, OT_ACT_TANH, OT_ACT_SIG } ot_activation;
+enum { OT_LOSS_SOFTMAX_CE = 1,   /* mean cross-entropy of softmax(out) and y (rows sum to 1) */
+       OT_LOSS_MSE = 2,          /* mean of (out - y)^2 */
+       OT_LOSS_CUSTOM = 3 };     /* fn(out, y, user): a scalar tree */
+enum { OT_MONITOR_VAL_LOSS = 0, OT_MONITOR_VAL_ACCURACY = 1, OT_MONITOR_LOSS = 2 };
+#define OT_MODEL_MAX_LAYERS 16
+typedef ot_node *(*ot_loss_fn)(ot_node *out, ot_node *target, void *user);
+
+typedef struct ot_fit_opts {
+    int epochs;                /* 0: 1 */
+    int batch;                 /* rows per step; 0: 32. Full batches only:
+                                  the rows left over join other batches in
+                                  later epochs (a new order each epoch) */
+    uint64_t seed;             /* the shuffling's seed */
+    bool no_shuffle;           /* rows in order (default: shuffled) */
+    double validation_split;   /* the last fraction of rows, held out and
+                                  evaluated after each epoch; [0, 1) */
+    int patience;              /* stop after this many epochs without a
+                                  better monitored value; 0: never */
+    int monitor;               /* OT_MONITOR_*; the val ones need a split */
+    bool quiet;                /* no progress line per epoch */
+    FILE *log;                 /* where progress goes; NULL: stdout */
+} ot_fit_opts;
+
+typedef struct ot_fit_result {
+    int epochs_run, best_epoch;
+    double loss, accuracy;          /* the last epoch's training means;
+                                       accuracy NaN with one output */
+    double val_loss, val_accuracy;  /* NaN without a validation split */
+} ot_fit_result;
+
+/* A model of `inputs` input columns on be. NULL with the error set. */
+ot_model *ot_model_new(ot_backend *be, int64_t inputs);
+void ot_model_free(ot_model *m);
+/* Appends a dense layer of `units` outputs and activation act. */
+int ot_model_linear(ot_model *m, int64_t units, ot_activation act, uint64_t seed);
+/* The loss: OT_LOSS_SOFTMAX_CE or OT_LOSS_MSE with fn NULL, or
+ * OT_LOSS_CUSTOM with fn (any scalar cost tree of out and y). */
+int ot_model_loss(ot_model *m, int loss, ot_loss_fn fn, void *user);
+/* The optimizer (the default is Adam, lr 1e-3); SGD's momentum is kept in
+ * the model. */
+int ot_model_sgd(ot_model *m, const ot_sgd *o);
+int ot_model_adam(ot_model *m, const ot_adam *o);
+/* Trains on (x, y); opts NULL: one epoch of batches of 32. Prints one
+ * progress line per epoch (loss, accuracy with two or more outputs,
+ * validation figures, samples/s) unless quiet. result may be NULL. */
+int ot_model_fit(ot_model *m, const ot_tensor *x, const ot_tensor *y, const ot_fit_opts *opts,
+                 ot_fit_result *result);
+/* The model's output for x (rows, inputs), a new tensor the caller frees
+ * (logits for OT_LOSS_SOFTMAX_CE: ot_argmax along axis 1 picks the class). */
+ot_tensor *ot_model_predict(const ot_model *m, const ot_tensor *x);
+/* The parameters, W then b per layer, into out[0..n); returns how many
+ * there are (2 per layer). */
+int ot_model_parameters(const ot_model *m, int n, ot_tensor *out[]);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,547 @@
+/*
+ * model.c - ot_model: layers, a loss and an optimizer driven by a training
+ * loop (Serrano's Model over its ComputationGraph; Keras's fit/predict).
+ *
+ * A model owns its parameters as plain tensors (made when a layer is
+ * added, so predict works before fit). ot_model_fit writes one program
+ * (program.c) per batch size: the loss and the correct count into two
+ * scalars, the gradients, the optimizer's update; each step of an epoch
+ * then binds a batch gathered on the host in the shuffled order and runs
+ * it, with no tree built. Validation and predict are plain assignments of
+ * the forward tree, at any number of rows. Everything fit checks (shapes,
+ * dtypes, options, a loss) is checked before the first step runs, so bad
+ * input leaves the parameters as they were.
+ */
+#include "internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct layer {
+    int64_t units;
+    ot_activation act;
+    ot_tensor *w, *b;             /* (fan_in, units), (units) */
+    ot_tensor *m[2], *v[2];       /* Adam's moments or SGD's velocity (m) */
+} layer;
+
+struct ot_model {
+    ot_backend *be;
+    int64_t inputs;
+    int nlayer;
+    layer layer[OT_MODEL_MAX_LAYERS];
+    int loss;                     /* OT_LOSS_*; 0: none yet */
+    ot_loss_fn loss_fn;
+    void *loss_user;
+    bool adam;
+    ot_sgd sgd;
+    ot_adam adam_opts;
+    ot_program *prog;             /* the training step, for prog_batch rows */
+    int64_t prog_batch;
+    ot_tensor *loss_t, *hits_t;   /* the step's scalars */
+};
+
+static int nomem(const char *fn) { return ot__err_set(OT_ENOMEM, NULL, 0, fn, "out of memory"); }
+
+ot_model *ot_model_new(ot_backend *be, int64_t inputs)
+{
+    const char *fn = "model_new";
+    if (!be) {
+        ot__err_set(OT_ENULL, NULL, 0, fn, "backend is NULL");
+        return NULL;
+    }
+    if (inputs < 1) {
+        ot__err_set(OT_EINVAL, NULL, 0, fn, "inputs must be >= 1, not %lld", (long long)inputs);
+        return NULL;
+    }
+    ot_model *m = ot__calloc(1, sizeof *m);
+    if (!m) {
+        nomem(fn);
+        return NULL;
+    }
+    m->be = be;
+    m->inputs = inputs;
+    m->adam_opts = ot_adam_default(1e-3);
+    m->adam = true;
+    return m;
+}
+
+static void drop_program(ot_model *m)
+{
+    ot_program_free(m->prog);
+    m->prog = NULL;
+    m->prog_batch = 0;
+}
+
+void ot_model_free(ot_model *m)
+{
+    if (!m) return;
+    drop_program(m);
+    for (int i = 0; i < m->nlayer; i++) {
+        layer *l = &m->layer[i];
+        ot_tensor_free(l->w);
+        ot_tensor_free(l->b);
+        for (int k = 0; k < 2; k++) {
+            ot_tensor_free(l->m[k]);
+            ot_tensor_free(l->v[k]);
+        }
+    }
+    ot_tensor_free(m->loss_t);
+    ot_tensor_free(m->hits_t);
+    free(m);
+}
+
+static int64_t fan_in(const ot_model *m, int i) { return i ? m->layer[i - 1].units : m->inputs; }
+
+/* He-uniform weights (limit sqrt(6/fan_in)) drawn on the backend from seed,
+ * zero biases and optimizer state. */
+static int layer_init(ot_model *m, layer *l, int64_t in, uint64_t seed)
+{
+    ot_shape ws = OT_SHAPE(in, l->units), bs = OT_SHAPE(l->units);
+    l->w = ot_empty(m->be, ws, OT_F32);
+    l->b = ot_zeros(m->be, bs, OT_F32);
+    for (int k = 0; k < 2; k++) {
+        l->m[k] = ot_zeros(m->be, k ? bs : ws, OT_F32);
+        l->v[k] = ot_zeros(m->be, k ? bs : ws, OT_F32);
+    }
+    bool made = l->w && l->b && l->m[0] && l->m[1] && l->v[0] && l->v[1];
+    if (!made) return ot_errcode() ? ot_errcode() : nomem("model_linear");
+    ot_pool *pool = ot_pool_push();
+    if (!pool) return ot_errcode();
+    int rc = ot_assign(l->w, ot_mul(ot_sub(ot_mul(ot_rand(ws, .seed = seed), 2.0), 1.0),
+                                    sqrt(6.0 / (double)in)));
+    ot_pool_pop(pool);
+    return rc;
+}
+
+int ot_model_linear(ot_model *m, int64_t units, ot_activation act, uint64_t seed)
+{
+    const char *fn = "model_linear";
+    if (!m) return ot__err_set(OT_ENULL, NULL, 0, fn, "model is NULL");
+    if (units < 1)
+        return ot__err_set(OT_EINVAL, NULL, 0, fn, "units must be >= 1, not %lld", (long long)units);
+    if (act < OT_ACT_NONE || act > OT_ACT_SIG)
+        return ot__err_set(OT_EINVAL, NULL, 0, fn, "unknown activation %d", (int)act);
+    if (m->nlayer == OT_MODEL_MAX_LAYERS)
+        return ot__err_set(OT_EINVAL, NULL, 0, fn, "a model has at most %d layers",
+                           OT_MODEL_MAX_LAYERS);
+    layer *l = &m->layer[m->nlayer];
+    *l = (layer){.units = units, .act = act};
+    int rc = layer_init(m, l, fan_in(m, m->nlayer), seed);
+    if (rc) {
+        ot_tensor_free(l->w);
+        ot_tensor_free(l->b);
+        for (int k = 0; k < 2; k++) {
+            ot_tensor_free(l->m[k]);
+            ot_tensor_free(l->v[k]);
+        }
+        *l = (layer){0};
+        return rc;
+    }
+    m->nlayer++;
+    drop_program(m);
+    return 0;
+}
+
+int ot_model_loss(ot_model *m, int loss, ot_loss_fn fn_, void *user)
+{
+    const char *fn = "model_loss";
+    if (!m) return ot__err_set(OT_ENULL, NULL, 0, fn, "model is NULL");
+    if (loss < OT_LOSS_SOFTMAX_CE || loss > OT_LOSS_CUSTOM)
+        return ot__err_set(OT_EINVAL, NULL, 0, fn, "unknown loss %d", loss);
+    if ((loss == OT_LOSS_CUSTOM) != (fn_ != NULL))
+        return ot__err_set(fn_ ? OT_EINVAL : OT_ENULL, NULL, 0, fn,
+                           fn_ ? "a loss function is given only with OT_LOSS_CUSTOM"
+                               : "OT_LOSS_CUSTOM needs a loss function");
+    m->loss = loss;
+    m->loss_fn = fn_;
+    m->loss_user = user;
+    drop_program(m);
+    return 0;
+}
+
+int ot_model_sgd(ot_model *m, const ot_sgd *o)
+{
+    if (!m || !o) return ot__err_set(OT_ENULL, NULL, 0, "model_sgd", "%s is NULL", m ? "o" : "model");
+    if (!(o->lr >= 0) || !(o->momentum >= 0 && o->momentum < 1))
+        return ot__err_set(OT_EINVAL, NULL, 0, "model_sgd", "lr must be >= 0 and momentum in [0, 1)");
+    m->sgd = *o;
+    m->adam = false;
+    drop_program(m);
+    return 0;
+}
+
+int ot_model_adam(ot_model *m, const ot_adam *o)
+{
+    if (!m || !o) return ot__err_set(OT_ENULL, NULL, 0, "model_adam", "%s is NULL", m ? "o" : "model");
+    if (!(o->lr >= 0) || !(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1) ||
+        !(o->eps > 0) || o->t < 1)
+        return ot__err_set(OT_EINVAL, NULL, 0, "model_adam",
+                           "lr must be >= 0, beta1 and beta2 in [0, 1), eps > 0 and t >= 1");
+    m->adam_opts = *o;
+    m->adam = true;
+    drop_program(m);
+    return 0;
+}
+
+/* ---- trees ------------------------------------------------------------------ */
+
+static ot_node *activate(ot_node *h, ot_activation act)
+{
+    switch (act) {
+    case OT_ACT_RELU: return ot_relu(h);
+    case OT_ACT_TANH: return ot_tanh(h);
+    case OT_ACT_SIG: return ot_sig(h);
+    default: return h;
+    }
+}
+
+/* The model's output for x (rows of inputs): builds, computes nothing. */
+static ot_node *forward(const ot_model *m, ot_node *x)
+{
+    ot_node *h = x;
+    for (int i = 0; i < m->nlayer; i++)
+        h = activate(ot_add(ot_dot(h, m->layer[i].w), m->layer[i].b), m->layer[i].act);
+    return h;
+}
+
+/* The mean loss of out against y (a scalar tree). */
+static ot_node *loss_tree(const ot_model *m, ot_node *out, ot_node *y)
+{
+    switch (m->loss) {
+    case OT_LOSS_SOFTMAX_CE:
+        return ot_mean(ot_cross_entropy(ot_softmax(out, .axis = 1), y, .axis = 1));
+    case OT_LOSS_MSE: return ot_mean(ot_sqr(ot_sub(out, y)));
+    default: return m->loss_fn(out, y, m->loss_user);
+    }
+}
+
+/* Rows whose largest output is where their target is largest (an i32
+ * scalar); with one output column, accuracy is not defined (NULL). */
+static ot_node *hits_tree(const ot_model *m, ot_node *out, ot_node *y)
+{
+    if (m->layer[m->nlayer - 1].units < 2) return NULL;
+    return ot_sum(ot_eq(ot_argmax(out, .axis = 1), ot_argmax(y, .axis = 1)));
+}
+
+/* ---- the training program ---------------------------------------------------- */
+
+static int build_program(ot_model *m, int64_t batch)
+{
+    const char *fn = "model_fit";
+    int64_t outs = m->layer[m->nlayer - 1].units;
+    drop_program(m);
+    ot_program *p = ot_program_new(m->be);
+    if (!p) return ot_errcode();
+    ot_tensor *x = ot_program_placeholder(p, "x", OT_SHAPE(batch, m->inputs), OT_F32);
+    ot_tensor *y = ot_program_placeholder(p, "y", OT_SHAPE(batch, outs), OT_F32);
+    int n = 2 * m->nlayer, rc = x && y ? 0 : ot_errcode();
+    ot_tensor *w[2 * OT_MODEL_MAX_LAYERS], *g[2 * OT_MODEL_MAX_LAYERS] = {0};
+    ot_tensor *mo[2 * OT_MODEL_MAX_LAYERS], *vo[2 * OT_MODEL_MAX_LAYERS];
+    ot_node *gn[2 * OT_MODEL_MAX_LAYERS];
+    for (int i = 0; i < n && !rc; i++) {
+        const layer *l = &m->layer[i / 2];
+        w[i] = i % 2 ? l->b : l->w;
+        mo[i] = l->m[i % 2];
+        vo[i] = l->v[i % 2];
+        g[i] = ot_zeros(m->be, ot_tensor_shape(w[i]), OT_F32);
+        if (!g[i]) rc = ot_errcode();
+        else gn[i] = ot_tensor_node(g[i]);
+    }
+    ot_pool *pool = rc ? NULL : ot_pool_push();
+    if (!rc && !pool) rc = ot_errcode();
+    if (!rc) {
+        ot_node *out = forward(m, ot_tensor_node(x));
+        ot_node *loss = loss_tree(m, out, ot_tensor_node(y));
+        ot_node *hits = hits_tree(m, out, ot_tensor_node(y));
+        if (!loss) rc = ot_errcode() ? ot_errcode() : ot__err_set(OT_EINVAL, NULL, 0, fn,
+                                                                   "the loss function returned NULL");
+        else if (ot_node_shape(loss).ndim != 0)
+            rc = ot__err_set(OT_ESHAPE, NULL, 0, fn, "the loss must be a scalar tree");
+        if (!rc)
+            rc = hits ? ot_program_assign_many(p, 2, (ot_tensor *[]){m->loss_t, m->hits_t},
+                                               (ot_node *[]){loss, hits})
+                      : ot_program_assign(p, m->loss_t, loss);
+        if (!rc) rc = ot_program_backprop(p, loss, n, w, g);
+        if (!rc && m->adam) rc = ot_program_adam(p, &m->adam_opts, n, w, gn, mo, vo);
+        if (!rc && !m->adam)
+            rc = ot_program_sgd(p, &m->sgd, n, w, gn, m->sgd.momentum > 0 ? mo : NULL);
+    }
+    if (pool) ot_pool_pop(pool);
+    for (int i = 0; i < n; i++) ot_tensor_free(g[i]);   /* the steps hold them */
+    if (!rc) rc = ot_program_compile(p);
+    if (rc) {
+        ot_program_free(p);
+        return rc;
+    }
+    m->prog = p;
+    m->prog_batch = batch;
+    return 0;
+}
+
+/* ---- fit -------------------------------------------------------------------- */
+
+static int check_data(const ot_model *m, const ot_tensor *x, const ot_tensor *y, const char *fn)
+{
+    if (!x || !y) return ot__err_set(OT_ENULL, NULL, 0, fn, "%s is NULL", x ? "y" : "x");
+    ot_shape xs = ot_tensor_shape(x), ys = ot_tensor_shape(y);
+    int64_t outs = m->layer[m->nlayer - 1].units;
+    if (ot_tensor_dtype(x) != OT_F32 || ot_tensor_dtype(y) != OT_F32)
+        return ot__err_set(OT_EDTYPE, NULL, 0, fn, "x and y must be f32");
+    if (xs.ndim != 2 || xs.dims[1] != m->inputs)
+        return ot__err_set(OT_ESHAPE, NULL, 0, fn, "x must be (rows, %lld)", (long long)m->inputs);
+    if (ys.ndim != 2 || ys.dims[1] != outs)
+        return ot__err_set(OT_ESHAPE, NULL, 0, fn, "y must be (rows, %lld)", (long long)outs);
+    if (xs.dims[0] != ys.dims[0])
+        return ot__err_set(OT_ESHAPE, NULL, 0, fn, "x has %lld rows and y %lld",
+                           (long long)xs.dims[0], (long long)ys.dims[0]);
+    return 0;
+}
+
+static int check_fit(const ot_model *m, const ot_tensor *x, const ot_tensor *y,
+                     const ot_fit_opts *o)
+{
+    const char *fn = "model_fit";
+    if (!m) return ot__err_set(OT_ENULL, NULL, 0, fn, "model is NULL");
+    if (!m->nlayer) return ot__err_set(OT_ESTATE, NULL, 0, fn, "the model has no layers");
+    if (!m->loss) return ot__err_set(OT_ESTATE, NULL, 0, fn, "the model has no loss");
+    int rc = check_data(m, x, y, fn);
+    if (rc) return rc;
+    if (o->epochs < 1 || o->batch < 1)
+        return ot__err_set(OT_EINVAL, NULL, 0, fn, "epochs and batch must be >= 1");
+    if (!(o->validation_split >= 0 && o->validation_split < 1))
+        return ot__err_set(OT_EINVAL, NULL, 0, fn, "validation_split must be in [0, 1)");
+    if (o->patience < 0 || o->monitor < OT_MONITOR_VAL_LOSS || o->monitor > OT_MONITOR_LOSS)
+        return ot__err_set(OT_EINVAL, NULL, 0, fn, "patience must be >= 0 and monitor an OT_MONITOR_*");
+    int64_t rows = ot_tensor_shape(x).dims[0];
+    int64_t val = (int64_t)floor((double)rows * o->validation_split);
+    if (rows - val < o->batch)
+        return ot__err_set(OT_EINVAL, NULL, 0, fn, "%lld training rows make no batch of %d",
+                           (long long)(rows - val), o->batch);
+    if (o->monitor != OT_MONITOR_LOSS && o->patience > 0 && val == 0)
+        return ot__err_set(OT_EINVAL, NULL, 0, fn, "a validation metric needs validation_split > 0");
+    if (o->monitor == OT_MONITOR_VAL_ACCURACY && m->layer[m->nlayer - 1].units < 2)
+        return ot__err_set(OT_EINVAL, NULL, 0, fn, "accuracy needs two or more outputs");
+    return 0;
+}
+
+static uint64_t splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static void shuffle(int64_t *order, int64_t n, uint64_t *s)
+{
+    for (int64_t i = n - 1; i > 0; i--) {
+        int64_t j = (int64_t)(splitmix(s) % (uint64_t)(i + 1));
+        int64_t t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+}
+
+static void gather(float *dst, const float *src, const int64_t *rows, int64_t n, int64_t width)
+{
+    for (int64_t r = 0; r < n; r++)
+        memcpy(dst + r * width, src + rows[r] * width, sizeof *dst * (size_t)width);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Loss and accuracy (NaN without one) of the model on rows of host data. */
+static int evaluate(const ot_model *m, const float *x, const float *y, int64_t rows, double *loss,
+                    double *acc)
+{
+    int64_t outs = m->layer[m->nlayer - 1].units;
+    ot_tensor *tx = ot_array(m->be, OT_SHAPE(rows, m->inputs), OT_F32, x);
+    ot_tensor *ty = ot_array(m->be, OT_SHAPE(rows, outs), OT_F32, y);
+    ot_pool *pool = tx && ty ? ot_pool_push() : NULL;
+    int rc = pool ? 0 : ot_errcode();
+    float l = NAN;
+    int32_t h = -1;
+    if (!rc) {
+        ot_node *out = forward(m, ot_tensor_node(tx));
+        ot_node *hits = hits_tree(m, out, ot_tensor_node(ty));
+        ot_tensor *lt = ot_eval(loss_tree(m, out, ot_tensor_node(ty)));
+        ot_tensor *ht = hits ? ot_eval(hits) : NULL;
+        rc = lt && (ht || !hits) ? ot_get(lt, &l) : ot_errcode();
+        if (!rc && ht) rc = ot_get(ht, &h);
+        ot_tensor_free(lt);
+        ot_tensor_free(ht);
+    }
+    if (pool) ot_pool_pop(pool);
+    ot_tensor_free(tx);
+    ot_tensor_free(ty);
+    *loss = l;
+    *acc = h >= 0 ? (double)h / (double)rows : NAN;
+    return rc;
+}
+
+typedef struct fit_state {
+    float *x, *y, *xb, *yb;
+    int64_t *order;
+} fit_state;
+
+static void state_free(fit_state *s)
+{
+    free(s->x);
+    free(s->y);
+    free(s->xb);
+    free(s->yb);
+    free(s->order);
+}
+
+/* One epoch over the training rows in a new order: full batches only, so
+ * every step has the program's shape (the rows left over are in other
+ * batches next epoch). */
+static int epoch(ot_model *m, fit_state *s, int64_t train, int batch, bool shuffled,
+                 uint64_t *seed, double *loss, double *acc)
+{
+    int64_t outs = m->layer[m->nlayer - 1].units, steps = train / batch, right = 0;
+    if (shuffled) shuffle(s->order, train, seed);
+    double sum = 0;
+    int rc = 0;
+    for (int64_t k = 0; k < steps && !rc; k++) {
+        gather(s->xb, s->x, s->order + k * batch, batch, m->inputs);
+        gather(s->yb, s->y, s->order + k * batch, batch, outs);
+        rc = ot_program_run(m->prog, 2, (ot_bind[]){OT_BIND_DATA("x", s->xb),
+                                                    OT_BIND_DATA("y", s->yb)});
+        float l = 0;
+        int32_t h = 0;
+        if (!rc) rc = ot_get(m->loss_t, &l);
+        if (!rc && outs > 1) rc = ot_get(m->hits_t, &h);
+        sum += l;
+        right += h;
+    }
+    *loss = sum / (double)steps;
+    *acc = outs > 1 ? (double)right / (double)(steps * batch) : NAN;
+    return rc;
+}
+
+static double monitored(const ot_fit_opts *o, const ot_fit_result *r)
+{
+    if (o->monitor == OT_MONITOR_LOSS) return r->loss;
+    if (o->monitor == OT_MONITOR_VAL_ACCURACY) return -r->val_accuracy;
+    return r->val_loss;
+}
+
+static void progress(FILE *f, int e, const ot_fit_opts *o, const ot_fit_result *r, double rate)
+{
+    fprintf(f, "epoch %d/%d: loss %.4f", e, o->epochs, r->loss);
+    if (!isnan(r->accuracy)) fprintf(f, ", accuracy %.2f%%", 100 * r->accuracy);
+    if (o->validation_split > 0) {
+        fprintf(f, ", val_loss %.4f", r->val_loss);
+        if (!isnan(r->val_accuracy)) fprintf(f, ", val_accuracy %.2f%%", 100 * r->val_accuracy);
+    }
+    fprintf(f, ", %.0f samples/s\n", rate);
+}
+
+static int load_data(const ot_model *m, const ot_tensor *x, const ot_tensor *y, int64_t rows,
+                     int batch, fit_state *s)
+{
+    int64_t outs = m->layer[m->nlayer - 1].units;
+    s->x = malloc(sizeof *s->x * (size_t)(rows * m->inputs));
+    s->y = malloc(sizeof *s->y * (size_t)(rows * outs));
+    s->xb = malloc(sizeof *s->xb * (size_t)(batch * m->inputs));
+    s->yb = malloc(sizeof *s->yb * (size_t)(batch * outs));
+    s->order = malloc(sizeof *s->order * (size_t)rows);
+    if (!s->x || !s->y || !s->xb || !s->yb || !s->order) return nomem("model_fit");
+    for (int64_t i = 0; i < rows; i++) s->order[i] = i;
+    int rc = ot_get(x, s->x);
+    return rc ? rc : ot_get(y, s->y);
+}
+
+int ot_model_fit(ot_model *m, const ot_tensor *x, const ot_tensor *y, const ot_fit_opts *opts,
+                 ot_fit_result *result)
+{
+    ot_fit_opts o = opts ? *opts : (ot_fit_opts){0};
+    if (!o.epochs) o.epochs = 1;
+    if (!o.batch) o.batch = 32;
+    int rc = check_fit(m, x, y, &o);
+    if (rc) return rc;
+    int64_t rows = ot_tensor_shape(x).dims[0];
+    int64_t val = (int64_t)floor((double)rows * o.validation_split), train = rows - val;
+    if (!m->loss_t) m->loss_t = ot_empty(m->be, OT_SHAPE(), OT_F32);
+    if (!m->hits_t) m->hits_t = ot_empty(m->be, OT_SHAPE(), OT_I32);
+    if (!m->loss_t || !m->hits_t) return ot_errcode();
+    fit_state s = {0};
+    rc = load_data(m, x, y, rows, o.batch, &s);
+    if (!rc && (!m->prog || m->prog_batch != o.batch)) rc = build_program(m, o.batch);
+    int64_t outs = m->layer[m->nlayer - 1].units;
+    uint64_t seed = o.seed;
+    ot_fit_result r = {.val_loss = NAN, .val_accuracy = NAN}, best = r;
+    double best_value = INFINITY;
+    int since_best = 0;
+    FILE *log = o.log ? o.log : stdout;
+    for (int e = 1; e <= o.epochs && !rc; e++) {
+        double t0 = now_s();
+        rc = epoch(m, &s, train, o.batch, !o.no_shuffle, &seed, &r.loss, &r.accuracy);
+        double rate = (double)(train / o.batch * o.batch) / (now_s() - t0);
+        if (!rc && val)
+            rc = evaluate(m, s.x + train * m->inputs, s.y + train * outs, val, &r.val_loss,
+                          &r.val_accuracy);
+        if (rc) break;
+        r.epochs_run = e;
+        if (!o.quiet) progress(log, e, &o, &r, rate);
+        double v = monitored(&o, &r);
+        if (v < best_value) {
+            best_value = v;
+            best = r;
+            best.best_epoch = e;
+            since_best = 0;
+        } else if (o.patience && ++since_best >= o.patience) {
+            if (!o.quiet) fprintf(log, "early stop: no better %s for %d epochs (best: epoch %d)\n",
+                                  o.monitor == OT_MONITOR_LOSS ? "loss"
+                                  : o.monitor == OT_MONITOR_VAL_ACCURACY ? "val_accuracy"
+                                                                         : "val_loss",
+                                  o.patience, best.best_epoch);
+            break;
+        }
+    }
+    state_free(&s);
+    if (result) {
+        *result = r;
+        result->best_epoch = best.best_epoch;
+    }
+    return rc;
+}
+
+ot_tensor *ot_model_predict(const ot_model *m, const ot_tensor *x)
+{
+    const char *fn = "model_predict";
+    if (!m || !x) {
+        ot__err_set(OT_ENULL, NULL, 0, fn, "%s is NULL", m ? "x" : "model");
+        return NULL;
+    }
+    if (!m->nlayer) {
+        ot__err_set(OT_ESTATE, NULL, 0, fn, "the model has no layers");
+        return NULL;
+    }
+    ot_shape xs = ot_tensor_shape(x);
+    if (ot_tensor_dtype(x) != OT_F32 || xs.ndim != 2 || xs.dims[1] != m->inputs) {
+        ot__err_set(OT_ESHAPE, NULL, 0, fn, "x must be f32 (rows, %lld)", (long long)m->inputs);
+        return NULL;
+    }
+    ot_pool *pool = ot_pool_push();
+    if (!pool) return NULL;
+    ot_tensor *out = ot_eval(forward(m, ot_tensor_node((ot_tensor *)x)));
+    ot_pool_pop(pool);
+    return out;
+}
+
+int ot_model_parameters(const ot_model *m, int n, ot_tensor *out[])
+{
+    if (!m) return ot__err_set(OT_ENULL, NULL, 0, "model_parameters", "model is NULL");
+    for (int i = 0; i < 2 * m->nlayer && i < n; i++)
+        out[i] = i % 2 ? m->layer[i / 2].b : m->layer[i / 2].w;
+    return 2 * m->nlayer;
+}

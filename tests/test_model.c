@@ -1,0 +1,259 @@
+/*
+ * test_model.c - ot_model (src/model.c): fitting a small classifier on both
+ * backends (accuracy, validation figures, the progress line), regression
+ * under MSE and a custom loss, early stopping, predict against the forward
+ * tree built by hand, and every bad argument an error that leaves the
+ * parameters untouched.
+ */
+#define _POSIX_C_SOURCE 200809L   /* open_memstream */
+#include "test.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { ROWS = 512, CLS = 4 };
+
+static ot_backend *backend(const char *name)
+{
+    unsetenv("OT_BACKEND");
+    ot_backend *be = ot_backend_new(name, NULL);
+    CHECK(be != NULL);
+    return be;
+}
+
+static uint64_t next(uint64_t *s)
+{
+    *s = *s * 6364136223846793005u + 1442695040888963407u;
+    return *s >> 33;
+}
+
+/* Four noisy clusters at the corners of a square, one-hot targets. */
+static void clusters(ot_backend *be, ot_tensor **x, ot_tensor **y)
+{
+    float hx[ROWS * 2], hy[ROWS * CLS] = {0};
+    uint64_t s = 7;
+    for (int r = 0; r < ROWS; r++) {
+        int c = (int)(next(&s) % CLS);
+        hx[2 * r] = (c & 1 ? 1.0f : -1.0f) + 0.3f * ((float)(next(&s) % 1000) / 1000 - 0.5f);
+        hx[2 * r + 1] = (c & 2 ? 1.0f : -1.0f) + 0.3f * ((float)(next(&s) % 1000) / 1000 - 0.5f);
+        hy[r * CLS + c] = 1;
+    }
+    *x = ot_array(be, OT_SHAPE(ROWS, 2), OT_F32, hx);
+    *y = ot_array(be, OT_SHAPE(ROWS, CLS), OT_F32, hy);
+}
+
+static ot_model *classifier(ot_backend *be)
+{
+    ot_model *m = ot_model_new(be, 2);
+    CHECK(m != NULL);
+    CHECK_INT(ot_model_linear(m, 16, OT_ACT_RELU, 1), 0);
+    CHECK_INT(ot_model_linear(m, CLS, OT_ACT_NONE, 2), 0);
+    CHECK_INT(ot_model_loss(m, OT_LOSS_SOFTMAX_CE, NULL, NULL), 0);
+    CHECK_INT(ot_model_adam(m, &(ot_adam){.lr = 0.02, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
+                                          .grad_scale = 1, .t = 1}),
+              0);
+    return m;
+}
+
+TEST(model_fit_classifier_both_backends)
+{
+    static const char *const names[] = {"ref", "cpu"};
+    for (int bi = 0; bi < 2; bi++) {
+        ot_backend *be = backend(names[bi]);
+        ot_tensor *x, *y;
+        clusters(be, &x, &y);
+        ot_model *m = classifier(be);
+        char *text = NULL;
+        size_t len = 0;
+        FILE *log = open_memstream(&text, &len);
+        ot_fit_result r;
+        CHECK_INT(ot_model_fit(m, x, y,
+                               &(ot_fit_opts){.epochs = 15, .batch = 32, .seed = 3,
+                                              .validation_split = 0.25, .log = log},
+                               &r),
+                  0);
+        fclose(log);
+        CHECK_INT(r.epochs_run, 15);
+        CHECK(r.accuracy > 0.95 && r.val_accuracy > 0.95 && r.val_loss < 0.3);
+        CHECK(strstr(text, "epoch 1/15: loss ") && strstr(text, "val_accuracy") &&
+              strstr(text, "samples/s"));
+        free(text);
+        /* predict: the logits, argmax = the class of each training row */
+        ot_tensor *out = ot_model_predict(m, x);
+        CHECK(out != NULL);
+        ot_shape s = ot_tensor_shape(out);
+        CHECK(s.ndim == 2 && s.dims[0] == ROWS && s.dims[1] == CLS);
+        ot_tensor_free(out);
+        ot_model_free(m);
+        ot_tensor_free(x);
+        ot_tensor_free(y);
+        ot_backend_free(be);
+    }
+}
+
+/* predict is the forward tree, act(x.W + b) per layer, bitwise. */
+TEST(model_predict_is_the_forward_tree)
+{
+    ot_backend *be = backend("cpu");
+    ot_tensor *x, *y;
+    clusters(be, &x, &y);
+    ot_model *m = classifier(be);
+    ot_tensor *p[4];
+    CHECK_INT(ot_model_parameters(m, 4, p), 4);
+    ot_tensor *got = ot_model_predict(m, x), *want = ot_empty(be, OT_SHAPE(ROWS, CLS), OT_F32);
+    ot_pool *pool = ot_pool_push();
+    CHECK_INT(ot_assign(want, ot_add(ot_dot(ot_relu(ot_add(ot_dot(x, p[0]), p[1])), p[2]), p[3])), 0);
+    ot_pool_pop(pool);
+    float a[ROWS * CLS], b[ROWS * CLS];
+    ot_get(got, a);
+    ot_get(want, b);
+    CHECK(memcmp(a, b, sizeof a) == 0);
+    ot_tensor_free(got);
+    ot_tensor_free(want);
+    ot_model_free(m);
+    ot_tensor_free(x);
+    ot_tensor_free(y);
+    ot_backend_free(be);
+}
+
+static ot_node *mean_abs(ot_node *out, ot_node *target, void *user)
+{
+    (void)user;
+    return ot_mean(ot_abs(ot_sub(out, target)));
+}
+
+/* y = 2x - 1 under MSE (SGD with momentum) and under a custom L1 loss. */
+TEST(model_regression_mse_and_custom_loss)
+{
+    ot_backend *be = backend("cpu");
+    float hx[256], hy[256];
+    for (int i = 0; i < 256; i++) {
+        hx[i] = (float)i / 128 - 1;
+        hy[i] = 2 * hx[i] - 1;
+    }
+    ot_tensor *x = ot_array(be, OT_SHAPE(256, 1), OT_F32, hx);
+    ot_tensor *y = ot_array(be, OT_SHAPE(256, 1), OT_F32, hy);
+    for (int k = 0; k < 2; k++) {
+        ot_model *m = ot_model_new(be, 1);
+        CHECK_INT(ot_model_linear(m, 1, OT_ACT_NONE, 5), 0);
+        if (k == 0) {
+            CHECK_INT(ot_model_loss(m, OT_LOSS_MSE, NULL, NULL), 0);
+            CHECK_INT(ot_model_sgd(m, &(ot_sgd){.lr = 0.1, .momentum = 0.5}), 0);
+        } else {
+            CHECK_INT(ot_model_loss(m, OT_LOSS_CUSTOM, mean_abs, NULL), 0);
+            CHECK_INT(ot_model_adam(m, &(ot_adam){.lr = 0.05, .beta1 = 0.9, .beta2 = 0.999,
+                                                  .eps = 1e-8, .grad_scale = 1, .t = 1}),
+                      0);
+        }
+        ot_fit_result r;
+        CHECK_INT(ot_model_fit(m, x, y, &(ot_fit_opts){.epochs = 40, .batch = 16, .seed = 1,
+                                                       .quiet = true},
+                               &r),
+                  0);
+        CHECK(r.loss < (k == 0 ? 1e-4 : 0.05));
+        CHECK(isnan(r.accuracy) && isnan(r.val_loss));   /* one output, no split */
+        ot_model_free(m);
+    }
+    ot_tensor_free(x);
+    ot_tensor_free(y);
+    ot_backend_free(be);
+}
+
+/* lr 0 and rows in order: the loss never improves, so patience 2 stops
+ * after epoch 3, the best being epoch 1. */
+TEST(model_early_stopping)
+{
+    ot_backend *be = backend("cpu");
+    ot_tensor *x, *y;
+    clusters(be, &x, &y);
+    ot_model *m = classifier(be);
+    CHECK_INT(ot_model_sgd(m, &(ot_sgd){.lr = 0}), 0);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *log = open_memstream(&text, &len);
+    ot_fit_result r;
+    CHECK_INT(ot_model_fit(m, x, y, &(ot_fit_opts){.epochs = 20, .batch = 64, .no_shuffle = true,
+                                                   .patience = 2, .monitor = OT_MONITOR_LOSS,
+                                                   .log = log},
+                           &r),
+              0);
+    fclose(log);
+    CHECK_INT(r.epochs_run, 3);
+    CHECK_INT(r.best_epoch, 1);
+    CHECK(strstr(text, "early stop") != NULL);
+    free(text);
+    ot_model_free(m);
+    ot_tensor_free(x);
+    ot_tensor_free(y);
+    ot_backend_free(be);
+}
+
+static void params_bits(ot_model *m, float *out)
+{
+    ot_tensor *p[4];
+    ot_model_parameters(m, 4, p);
+    for (int i = 0; i < 4; i++) {
+        ot_get(p[i], out);
+        out += ot_tensor_numel(p[i]);
+    }
+}
+
+/* Every bad argument fails before a step runs: the parameters keep their
+ * bits. */
+TEST(model_bad_input_leaves_parameters)
+{
+    ot_backend *be = backend("cpu");
+    ot_tensor *x, *y;
+    clusters(be, &x, &y);
+    ot_tensor *y3 = ot_zeros(be, OT_SHAPE(ROWS, 3), OT_F32);
+    ot_tensor *yshort = ot_zeros(be, OT_SHAPE(ROWS - 1, CLS), OT_F32);
+    ot_tensor *x64 = ot_zeros(be, OT_SHAPE(ROWS, 2), OT_F64);
+    ot_model *m = classifier(be);
+    float before[2 * 16 + 16 + 16 * CLS + CLS], after[sizeof before / sizeof *before];
+    params_bits(m, before);
+    const ot_fit_opts ok = {.epochs = 1, .batch = 32, .quiet = true};
+    CHECK_INT(ot_model_fit(m, x, y3, &ok, NULL), OT_ESHAPE);
+    CHECK_ERR(OT_ESHAPE, "model_fit", "y must be");
+    CHECK_INT(ot_model_fit(m, x, yshort, &ok, NULL), OT_ESHAPE);
+    CHECK_ERR(OT_ESHAPE, "rows");
+    CHECK_INT(ot_model_fit(m, x64, y, &ok, NULL), OT_EDTYPE);
+    CHECK_INT(ot_model_fit(m, NULL, y, &ok, NULL), OT_ENULL);
+    CHECK_INT(ot_model_fit(m, x, y, &(ot_fit_opts){.epochs = -1}, NULL), OT_EINVAL);
+    CHECK_INT(ot_model_fit(m, x, y, &(ot_fit_opts){.validation_split = 1.0}, NULL), OT_EINVAL);
+    CHECK_INT(ot_model_fit(m, x, y, &(ot_fit_opts){.batch = ROWS + 1}, NULL), OT_EINVAL);
+    CHECK_INT(ot_model_fit(m, x, y, &(ot_fit_opts){.patience = 2, .quiet = true}, NULL), OT_EINVAL);
+    CHECK_ERR(OT_EINVAL, "validation_split > 0");
+    params_bits(m, after);
+    CHECK(memcmp(before, after, sizeof before) == 0);
+    /* a model without a loss, or without layers */
+    ot_model *bare = ot_model_new(be, 2);
+    CHECK_INT(ot_model_fit(bare, x, y, &ok, NULL), OT_ESTATE);
+    CHECK_ERR(OT_ESTATE, "no layers");
+    CHECK_INT(ot_model_linear(bare, CLS, OT_ACT_NONE, 1), 0);
+    CHECK_INT(ot_model_fit(bare, x, y, &ok, NULL), OT_ESTATE);
+    CHECK_ERR(OT_ESTATE, "no loss");
+    CHECK(ot_model_predict(bare, y) == NULL);   /* 4 columns for a 2-input model */
+    CHECK_ERR(OT_ESHAPE, "model_predict");
+    /* bad building */
+    CHECK(ot_model_new(NULL, 2) == NULL);
+    CHECK(ot_model_new(be, 0) == NULL);
+    CHECK_INT(ot_model_linear(bare, 0, OT_ACT_NONE, 1), OT_EINVAL);
+    CHECK_INT(ot_model_linear(bare, 3, (ot_activation)99, 1), OT_EINVAL);
+    CHECK_INT(ot_model_loss(bare, 99, NULL, NULL), OT_EINVAL);
+    CHECK_INT(ot_model_loss(bare, OT_LOSS_CUSTOM, NULL, NULL), OT_ENULL);
+    CHECK_INT(ot_model_loss(bare, OT_LOSS_MSE, mean_abs, NULL), OT_EINVAL);
+    CHECK_INT(ot_model_sgd(bare, &(ot_sgd){.lr = -1}), OT_EINVAL);
+    CHECK_INT(ot_model_adam(bare, &(ot_adam){.lr = 0.1}), OT_EINVAL);   /* eps 0, t 0 */
+    CHECK_INT(ot_model_sgd(NULL, &(ot_sgd){.lr = 1}), OT_ENULL);
+    ot_model_free(bare);
+    ot_model_free(NULL);
+    ot_model_free(m);
+    ot_tensor_free(x);
+    ot_tensor_free(y);
+    ot_tensor_free(y3);
+    ot_tensor_free(yshort);
+    ot_tensor_free(x64);
+    ot_backend_free(be);
+}

@@ -68,7 +68,8 @@
     X(SQUARED_L2, "squared_l2", 1, OT_KIND_COMPOSITE, NULL, 0, none) \
     X(EXPM1, "expm1", 1, OT_KIND_UNARY, NULL, OT_FLAG_FLOAT, expm1) \
     X(CUSTOM1, "custom1", 1, OT_KIND_UNARY, NULL, OT_FLAG_FLOAT | OT_FLAG_CUSTOM, none) \
-    X(CUSTOM2, "custom2", 2, OT_KIND_BINARY, NULL, OT_FLAG_FLOAT | OT_FLAG_CUSTOM, none)
+    X(CUSTOM2, "custom2", 2, OT_KIND_BINARY, NULL, OT_FLAG_FLOAT | OT_FLAG_CUSTOM, none) \
+    X(KEEP, "keep", 1, OT_KIND_SPECIAL, NULL, 0, none)
 
 typedef enum ot_op {
     OT_OP_NONE = -1,
@@ -128,7 +129,8 @@ typedef enum ot_op {
     OT_OP_EXPM1 = 53,
     OT_OP_CUSTOM1 = 54,
     OT_OP_CUSTOM2 = 55,
-    OT_OP_COUNT = 56
+    OT_OP_KEEP = 56,
+    OT_OP_COUNT = 57
 } ot_op;
 
 /* Unary elementwise. */

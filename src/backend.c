@@ -81,6 +81,7 @@ int ot_stats_get(const ot_backend *be, ot_stats *out)
     out->kernels = atomic_load(&c->kernels);
     out->bytes_moved = atomic_load(&c->bytes_moved);
     out->elem_ops = atomic_load(&c->elem_ops);
+    out->default_pool_nodes = ot_pool_default_nodes();
     return 0;
 }
 
@@ -96,6 +97,13 @@ static int check_output(const char *fn, int i, const ot_tensor *out, const ot_no
         return ot__err_set(OT_ESHAPE, NULL, 0, fn,
                            "tree %d of shape %s cannot be written into an output of shape %s",
                            i, ot__shape_str(&tree->shape, st), ot__shape_str(&out->leaf.shape, so));
+    if (tree->be && tree->be != out->leaf.be)
+        return ot__err_set(OT_EBACKEND, tree->file, tree->line, fn,
+                           "tree %d reads tensors of backend '%s' but its output is on %s '%s'", i,
+                           ot_backend_name(tree->be),
+                           strcmp(ot_backend_name(tree->be), ot_backend_name(out->leaf.be))
+                               ? "backend" : "another backend named",
+                           ot_backend_name(out->leaf.be));
     if (out->leaf.dtype == OT_I32 && tree->dtype != OT_I32 && !tree->weak)
         return ot__err_set(OT_EDTYPE, NULL, 0, fn,
                            "cannot write a %s tree into an int32 output; ot_cast it first",

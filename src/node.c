@@ -241,6 +241,8 @@ int ot_pool_pop(ot_pool *p)
     return 0;
 }
 
+size_t ot_pool_default_nodes(void) { return default_pool.n; }
+
 void ot_pool_drain(void)
 {
     pool_empty(&default_pool);
@@ -653,6 +655,11 @@ static int infer_special(const site *st, ot_node *a, proto *p)
         return 0;
     case OT_OP_ONEHOT:
         return infer_onehot(st, a, p);
+    case OT_OP_KEEP:
+        p->shape = a->shape;
+        p->dtype = a->dtype;
+        p->weak = a->weak;
+        return 0;
     default: /* OT_OP_RAND */
         if (p->args.dtype == OT_I32 || (p->args.dtype && !valid_dtype(p->args.dtype)))
             return FAIL(st, OT_EDTYPE, "draws are float32 or float64, not %s",
@@ -713,6 +720,17 @@ static ot_node *make_node(const site *st, ot_node *a, ot_node *b, const proto *p
 
 static ot_node *build_composite(const site *st, ot_node *a, ot_node *b, const ot_args *args);
 
+/* A tree runs on the backend of its leaves (be, the first leaf's); leaves
+ * of two backends would be read as one backend's memory, silently. */
+static int mixed_backends(const site *st, const ot_backend *x, const ot_backend *y)
+{
+    const char *nx = ot_backend_name(x), *ny = ot_backend_name(y);
+    if (strcmp(nx, ny) == 0)
+        return FAIL(st, OT_EBACKEND, "operands read tensors of two different '%s' backends", nx);
+    return FAIL(st, OT_EBACKEND, "operand 1 reads tensors of backend '%s', operand 2 of backend '%s'",
+                nx, ny);
+}
+
 static int check_operands(const site *st, ot_node *a, ot_node *b)
 {
     int arity = ot_op_arity(st->op);
@@ -728,6 +746,7 @@ static int check_operands(const site *st, ot_node *a, ot_node *b)
     if (arity == 2 && !b) return FAIL(st, OT_ENULL, "operand 2 is NULL");
     if ((arity < 2 && b) || (arity < 1 && a))
         return FAIL(st, OT_EINVAL, "takes %d operand%s", arity, arity == 1 ? "" : "s");
+    if (a && b && a->be && b->be && a->be != b->be) return mixed_backends(st, a->be, b->be);
     return 0;
 }
 

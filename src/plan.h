@@ -112,7 +112,8 @@ static inline bool is_ew(const compiler *c, int e)
 {
     if (!is_op(c, e)) return false;
     int k = kind_of(c, e);
-    return k == OT_KIND_UNARY || k == OT_KIND_BINARY || c->w->e[e].op == OT_OP_CAST;
+    int op = c->w->e[e].op;
+    return k == OT_KIND_UNARY || k == OT_KIND_BINARY || op == OT_OP_CAST || op == OT_OP_KEEP;
 }
 
 static inline int canon_of(const compiler *c, int e) { return e >= 0 ? c->ci[e].canon : -1; }

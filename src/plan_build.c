@@ -199,11 +199,13 @@ static void fold_dot_sums(compiler *c)
  * further output (softmax's exp(x - max): stored once, summed in the same
  * pass), or -1. x must be an elementwise value stored for several readers,
  * not an output, read by exactly one reduction (built by reduce_kernel), and
- * by nothing else built before that reduction. */
+ * by nothing else built before that reduction. Never a checkpoint (keep):
+ * the user asked for its own kernel, and its value may be a load, which a
+ * further output cannot store. */
 static int absorbing_reduce(const compiler *c, int x)
 {
     if (!c->fused || !is_ew(c, x) || !c->ci[x].mat || c->ci[x].canon != x ||
-        accumulates(c, x, NULL))
+        c->w->e[x].op == OT_OP_KEEP || accumulates(c, x, NULL))
         return -1;
     for (int i = 0; i < c->nout; i++)
         if (c->ci[c->w->root[i]].canon == x) return -1;
@@ -360,8 +362,9 @@ static bool entry_kernel(compiler *c, prog *g, int e, const storage *dst)
     case OT_KIND_REDUCE: return reduce_kernel(c, g, e, dst);
     case OT_KIND_DOT: return dot_kernel(c, e, dst, ONE, NONE);
     case OT_KIND_SPECIAL:
-        if (c->w->e[e].op != OT_OP_CAST) return special_kernel(c, e, dst);
-        break;   /* a cast is elementwise */
+        if (c->w->e[e].op != OT_OP_CAST && c->w->e[e].op != OT_OP_KEEP)
+            return special_kernel(c, e, dst);
+        break;   /* a cast and a checkpoint are elementwise */
     default: break;
     }
     {

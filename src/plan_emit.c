@@ -83,6 +83,7 @@ static int emit_op(prog *g, int e)
     const ent *x = &c->w->e[e];
     uint8_t kd = (uint8_t)ot__kd((ot_dtype)x->dtype);
     int a = canon_operand(c, e, 0), b = canon_operand(c, e, 1);
+    if (x->op == OT_OP_KEEP) return g->val[a];   /* the identity: no insn */
     if (x->op == OT_OP_CAST) {
         int va = ot__emit_use(g, g->val[a]);
         ot_insn in = {.code = OT_I_CAST, .kd_from = g->v[va].kd, .a = (int16_t)va, .b = -1, .c = -1,

@@ -119,6 +119,8 @@ void ot__fuse_choose_materialised(compiler *c)
         if (ci->canon != i || !is_op(c, i)) continue;
         int op = c->w->e[i].op, kind = kind_of(c, i);
         if (!is_ew(c, i) || !c->fused) ci->mat = kind != OT_KIND_SHAPE;
+        /* A checkpoint is stored whatever fusion would do: the user's cut. */
+        if (op == OT_OP_KEEP) ci->mat = true;
         /* Operands that must exist in memory: a dot's (BLAS reads arrays), a
          * transpose's (it is a strided view of them), onehot's input. */
         if (kind == OT_KIND_DOT || kind == OT_KIND_SHAPE || op == OT_OP_ONEHOT)

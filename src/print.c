@@ -342,7 +342,7 @@ static void tuple_attrs(FILE *f, const ot_node *n)
         if (n->op == OT_OP_CAST) fprintf(f, ", 'dtype': '%s'", ot_dtype_name(g->dtype));
         else if (n->op == OT_OP_ONEHOT)
             fprintf(f, ", 'depth': %lld, 'axis': %d", (long long)g->depth, g->axis);
-        else fprintf(f, ", 'seed': %llu", (unsigned long long)g->seed);
+        else if (n->op == OT_OP_RAND) fprintf(f, ", 'seed': %llu", (unsigned long long)g->seed);
         break;
     default:
         break;
@@ -442,7 +442,7 @@ static void op_attrs(FILE *f, const ot_node *n, attr_style style)
         if (n->op == OT_OP_CAST) fprintf(f, " dtype=%s", ot_dtype_name(g->dtype));
         else if (n->op == OT_OP_ONEHOT)
             fprintf(f, " depth=%lld axis=%d", (long long)g->depth, g->axis);
-        else {
+        else if (n->op == OT_OP_RAND) {
             if (style == ATTRS_PP) {
                 fputs(" shape=", f);
                 print_dims(f, n->shape.dims, n->shape.ndim);

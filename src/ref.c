@@ -548,7 +548,8 @@ static int eval_op_double(ref_run *run, const ot_stack_item *it, double *out)
     default: break;
     }
     switch (it->op) {
-    case OT_OP_CAST: eval_cast(node, x, out); return OT_OK;
+    case OT_OP_CAST: /* fall through: keep is a cast to its own dtype */
+    case OT_OP_KEEP: eval_cast(node, x, out); return OT_OK;
     case OT_OP_ONEHOT: eval_onehot(node, x, out); return OT_OK;
     case OT_OP_RAND: eval_rand(run->be, node, out); return OT_OK;
     default:

@@ -231,7 +231,7 @@ static inline int ot__op_ident(const ot_node *n, int64_t *w)
         return 1;
     }
     case OT_KIND_SPECIAL:
-        if (n->op == OT_OP_CAST) return 0;
+        if (n->op == OT_OP_CAST || n->op == OT_OP_KEEP) return 0;
         if (n->op == OT_OP_ONEHOT) {
             w[0] = g->depth;
             w[1] = g->axis;

@@ -632,6 +632,8 @@ OPS = [
     Op('cast', 'cast', ref_cast, FDI, exact=True),
     Op('onehot', 'onehot', ref_onehot, FDI, exact=True),
     Op('rand', 'rand', None, FD),
+    # a checkpoint: the identity, stored by the cpu backend (driven as a unary op)
+    Op('keep', 'unary', lambda x: x, FDI, exact=True),
     # composites
     Op('var', 'var', lambda x, ax, kd, dd: red_var(x, ax, kd, dd, False), FD, res='float'),
     Op('std', 'var', lambda x, ax, kd, dd: red_var(x, ax, kd, dd, True), FD, res='float'),

@@ -413,6 +413,16 @@ static gcase cast_case(ot_dtype dt)
     return c;
 }
 
+/* keep(x) passes g through: checked inside a product, so x's gradient is
+ * not just the incoming ones. */
+static gcase keep_case(ot_dtype dt)
+{
+    gcase c = {.what = "keep", .n = 1};
+    c.in[0] = operand(rand_shape(0), dt, D_ANY, 0);
+    c.tree = ot_mul(ot_keep(ot_sin(c.in[0])), c.in[0]);
+    return c;
+}
+
 static gcase composite_case(ot_op op, ot_dtype dt)
 {
     gcase c = {.what = ot_op_name(op), .n = 1};
@@ -443,7 +453,8 @@ static gcase op_case(ot_op op, ot_dtype dt)
     case OT_KIND_REDUCE: return reduce_case(op, dt);
     case OT_KIND_DOT: return dot_case(dt);
     case OT_KIND_SHAPE: return transpose_case(dt);
-    case OT_KIND_SPECIAL: return op == OT_OP_CAST ? cast_case(dt) : none;
+    case OT_KIND_SPECIAL:
+        return op == OT_OP_CAST ? cast_case(dt) : op == OT_OP_KEEP ? keep_case(dt) : none;
     default: return composite_case(op, dt);
     }
 }

@@ -1143,6 +1143,33 @@ ot_node *ot_rewrite_input(const ot_rewrite_match *m, const ot_node *read);
  * for a composite's root (softmax(x) reads x), else ot_node_child's. */
 ot_node *ot_rewrite_operand(const ot_node *n, int i);
 
+/* ------------------------------------------------------------------------ */
+/* Trainable variables and gradients through views (src/variables.c,         */
+/* src/autodiff.c)                                                           */
+/* ------------------------------------------------------------------------ */
+
+/* ngraph's variables(): a tensor marked trainable is a variable; the flag
+ * belongs to the memory it views, so every view of it (a reshape, slice,
+ * transpose or broadcast of it) counts as that tensor. One variable per
+ * buffer: marking a second, different view of marked memory is OT_EINVAL
+ * (an optimizer would update the shared memory twice); an integer tensor is
+ * OT_EDTYPE and a read-only broadcast view OT_EINVAL. on = false unmarks
+ * (the marked tensor or an equal view). Program variables
+ * (ot_program_variable) start marked. */
+int ot_tensor_set_trainable(ot_tensor *t, bool on);
+/* Whether t views the memory of a trainable tensor; false for NULL. */
+bool ot_tensor_trainable(const ot_tensor *t);
+/* The trainable tensors tree reads, directly or through views, each once,
+ * in post-order of the first leaf that reads it (operand a before b): the
+ * marked tensors themselves, not the views, so they go straight to
+ * ot_autodiff_grads and the optimizers. Writes at most n into out and
+ * returns how many there are (call with n = 0 to count), or an error code. */
+int ot_variables(const ot_node *tree, int n, ot_tensor *out[]);
+/* g[i] = ot_autodiff_grad(ad, wrt[i]) for i < n (trees owned by the
+ * current pool): with ot_variables, the w[] and g[] of ot_sgd_step and
+ * ot_adam_step. On error no g[i] is kept. */
+int ot_autodiff_grads(ot_autodiff *ad, int n, ot_tensor *const wrt[], ot_node *g[]);
+
 #ifdef __cplusplus
 }
 #endif

@@ -717,14 +717,20 @@ int ot_explain_many(int n, ot_tensor *const outs[], ot_node *const trees[], FILE
  * file:line where its node was built.
  *
  * Views. A gradient belongs to the memory a tensor views. The gradient
- * w.r.t. t sums the gradients of every leaf that reads exactly t's elements
- * - t itself, an equal view, or a transposed view of t - each brought back
- * into t's layout (so for x0t = ot_transpose(x0), the gradient of x0t * x1
- * w.r.t. x0 is x1 transposed, and w.r.t. x0t it is x1). Leaves over disjoint
- * parts of one buffer are independent variables. A leaf that reads some of
- * t's elements but not as a transpose of t (a slice of t next to t itself)
- * would need a scatter the op set lacks: asking for t's gradient is then
- * OT_EUNSUPPORTED; ask for the gradient w.r.t. each view instead.
+ * w.r.t. t sums the gradients of every leaf that reads any of t's elements,
+ * each added back where it reads: t itself, an equal view or a transpose of
+ * t as a tree, in t's layout (for x0t = ot_transpose(x0), the gradient of
+ * x0t * x1 w.r.t. x0 is x1 transposed); a reshape, a slice (steps, negative
+ * steps, overlapping slices) or a broadcast of t's memory by a scatter: each
+ * such leaf's gradient is added, in the tree's order, into zeros through
+ * the leaf's own view (a broadcast dim summed first), and t's view reads
+ * the sums. The op set has no scatter, so that gradient is computed when
+ * asked: a tensor node holding the values of that moment (ask again after
+ * the tensors change; a program's backprop refuses it with OT_EUNSUPPORTED,
+ * since its steps run later). Leaves over parts of the buffer t does not
+ * view add nothing. A t whose own elements alias (a broadcast view) has no
+ * gradient that maps back when the tree reads its memory another way:
+ * OT_EUNSUPPORTED, naming the dim; ask for the tensor it broadcasts.
  *
  * Ownership. Objects are refcounted and memoised per (tree, next_error) on
  * the backend of the tree's first leaf: a second ot_autodiff_new of the same

@@ -299,3 +299,26 @@ TEST(variables_sgd_step_matches_assign)
         ot_backend_free(be);
     }
 }
+
+/* Program variables start trainable; a program's backprop of a variable
+ * read through a reshape is refused (its steps run later). */
+TEST(variables_program_default)
+{
+    ot_backend *be = backend("ref");
+    ot_pool *pool = ot_pool_push();
+    ot_program *p = ot_program_new(be);
+    ot_tensor *w = ot_program_variable(p, "w", OT_SHAPE(2, 3), OT_F32, OT_INIT_UNIFORM(-1, 1, 1));
+    CHECK(w && ot_tensor_trainable(w));
+    ot_tensor *r = ot_reshape(w, OT_SHAPE(3, 2)), *out[1];
+    ot_node *loss = ot_sum(ot_sqr(r));
+    CHECK_INT(ot_variables(loss, 1, out), 1);
+    CHECK(out[0] == w);
+    ot_tensor *gw = ot_zeros(be, OT_SHAPE(2, 3), OT_F32);
+    CHECK_INT(ot_program_backprop(p, loss, 1, &w, &gw), OT_EUNSUPPORTED);
+    CHECK(strstr(ot_errmsg(), "ask for the gradient of that view") != NULL);
+    ot_tensor_free(gw);
+    ot_tensor_free(r);
+    ot_program_free(p);
+    ot_pool_pop(pool);
+    ot_backend_free(be);
+}

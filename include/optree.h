@@ -1156,14 +1156,15 @@ ot_node *ot_rewrite_operand(const ot_node *n, int i);
 
 /* ngraph's variables(): a tensor marked trainable is a variable; the flag
  * belongs to the memory it views, so every view of it (a reshape, slice,
- * transpose or broadcast of it) counts as that tensor. One variable per
+ * transpose or broadcast of it) counts as that tensor; a view of the
+ * buffer that reads none of its elements does not. One variable per
  * buffer: marking a second, different view of marked memory is OT_EINVAL
  * (an optimizer would update the shared memory twice); an integer tensor is
  * OT_EDTYPE and a read-only broadcast view OT_EINVAL. on = false unmarks
  * (the marked tensor or an equal view). Program variables
  * (ot_program_variable) start marked. */
 int ot_tensor_set_trainable(ot_tensor *t, bool on);
-/* Whether t views the memory of a trainable tensor; false for NULL. */
+/* Whether t reads any element of a trainable tensor; false for NULL. */
 bool ot_tensor_trainable(const ot_tensor *t);
 /* The trainable tensors tree reads, directly or through views, each once,
  * in post-order of the first leaf that reads it (operand a before b): the

@@ -32,9 +32,17 @@ int ot_tensor_set_trainable(ot_tensor *t, bool on)
     return 0;
 }
 
+/* The trainable tensor whose elements t reads some of, or NULL: a slice of
+ * the buffer that misses the marked tensor's elements is not it. */
+static ot_tensor *variable_of(const ot_tensor *t)
+{
+    ot_tensor *v = t->buf->var;
+    return v && ot__overlap(t, v) != OT_OVERLAP_NONE ? v : NULL;
+}
+
 bool ot_tensor_trainable(const ot_tensor *t)
 {
-    return t && t->buf->var != NULL;
+    return t && variable_of(t) != NULL;
 }
 
 typedef struct listing {
@@ -57,8 +65,9 @@ static int visit(ot__walker *w, const ot_node *n, int index, const int operand[2
     (void)operand;
     listing *l = w->ctx;
     if (n->kind != OT_NODE_LEAF) return 0;
-    const ot_buffer *b = ot__leaf_tensor(n)->buf;
-    if (!b->var || listed(l, b)) return 0;
+    const ot_tensor *t = ot__leaf_tensor(n);
+    const ot_buffer *b = t->buf;
+    if (!variable_of(t) || listed(l, b)) return 0;
     if (l->count == l->cap) {
         int cap = l->cap ? 2 * l->cap : 16;
         const ot_buffer **s = ot__realloc(l->seen, (size_t)cap * sizeof *s);

@@ -254,6 +254,15 @@ TEST(variables_bad_input)
     CHECK_INT(ot_autodiff_grads(ad, 1, &nul, g), OT_ENULL);
     CHECK(g[0] == NULL);
     ot_autodiff_free(ad);
+    /* a slice of the buffer beside the marked part is not the variable */
+    ot_tensor *big = ot_zeros(be, OT_SHAPE(8), OT_F32);
+    ot_tensor *lo = ot_slice(big, OT_RANGE(0, 4)), *hi = ot_slice(big, OT_RANGE(4, 8));
+    CHECK(ot_tensor_set_trainable(lo, true) == 0);
+    CHECK(ot_tensor_trainable(lo) && !ot_tensor_trainable(hi) && ot_tensor_trainable(big));
+    CHECK_INT(ot_variables(ot_sum(hi), 0, NULL), 0);
+    ot_tensor_free(hi);
+    ot_tensor_free(lo);
+    ot_tensor_free(big);
     ot_tensor_free(s);
     ot_tensor_free(w);
     /* freeing the marked tensor while a view lives unmarks the memory */

@@ -724,14 +724,20 @@ int ot_explain_many(int n, ot_tensor *const outs[], ot_node *const trees[], FILE
  * file:line where its node was built.
  *
  * Views. A gradient belongs to the memory a tensor views. The gradient
- * w.r.t. t sums the gradients of every leaf that reads exactly t's elements
- * - t itself, an equal view, or a transposed view of t - each brought back
- * into t's layout (so for x0t = ot_transpose(x0), the gradient of x0t * x1
- * w.r.t. x0 is x1 transposed, and w.r.t. x0t it is x1). Leaves over disjoint
- * parts of one buffer are independent variables. A leaf that reads some of
- * t's elements but not as a transpose of t (a slice of t next to t itself)
- * would need a scatter the op set lacks: asking for t's gradient is then
- * OT_EUNSUPPORTED; ask for the gradient w.r.t. each view instead.
+ * w.r.t. t sums the gradients of every leaf that reads any of t's elements,
+ * each added back where it reads: t itself, an equal view or a transpose of
+ * t as a tree, in t's layout (for x0t = ot_transpose(x0), the gradient of
+ * x0t * x1 w.r.t. x0 is x1 transposed); a reshape, a slice (steps, negative
+ * steps, overlapping slices) or a broadcast of t's memory by a scatter: each
+ * such leaf's gradient is added, in the tree's order, into zeros through
+ * the leaf's own view (a broadcast dim summed first), and t's view reads
+ * the sums. The op set has no scatter, so that gradient is computed when
+ * asked: a tensor node holding the values of that moment (ask again after
+ * the tensors change; a program's backprop refuses it with OT_EUNSUPPORTED,
+ * since its steps run later). Leaves over parts of the buffer t does not
+ * view add nothing. A t whose own elements alias (a broadcast view) has no
+ * gradient that maps back when the tree reads its memory another way:
+ * OT_EUNSUPPORTED, naming the dim; ask for the tensor it broadcasts.
  *
  * Ownership. Objects are refcounted and memoised per (tree, next_error) on
  * the backend of the tree's first leaf: a second ot_autodiff_new of the same
@@ -1255,6 +1261,34 @@ int ot_model_parameters(const ot_model *m, int n, ot_tensor *out[]);
  * while no pool is pushed); ot_pool_drain empties it. Thread-local, as the
  * pool stack is. */
 size_t ot_pool_default_nodes(void);
+
+/* ------------------------------------------------------------------------ */
+/* Trainable variables and gradients through views (src/variables.c,         */
+/* src/autodiff.c)                                                           */
+/* ------------------------------------------------------------------------ */
+
+/* ngraph's variables(): a tensor marked trainable is a variable; the flag
+ * belongs to the memory it views, so every view of it (a reshape, slice,
+ * transpose or broadcast of it) counts as that tensor; a view of the
+ * buffer that reads none of its elements does not. One variable per
+ * buffer: marking a second, different view of marked memory is OT_EINVAL
+ * (an optimizer would update the shared memory twice); an integer tensor is
+ * OT_EDTYPE and a read-only broadcast view OT_EINVAL. on = false unmarks
+ * (the marked tensor or an equal view). Program variables
+ * (ot_program_variable) start marked. */
+int ot_tensor_set_trainable(ot_tensor *t, bool on);
+/* Whether t reads any element of a trainable tensor; false for NULL. */
+bool ot_tensor_trainable(const ot_tensor *t);
+/* The trainable tensors tree reads, directly or through views, each once,
+ * in post-order of the first leaf that reads it (operand a before b): the
+ * marked tensors themselves, not the views, so they go straight to
+ * ot_autodiff_grads and the optimizers. Writes at most n into out and
+ * returns how many there are (call with n = 0 to count), or an error code. */
+int ot_variables(const ot_node *tree, int n, ot_tensor *out[]);
+/* g[i] = ot_autodiff_grad(ad, wrt[i]) for i < n (trees owned by the
+ * current pool): with ot_variables, the w[] and g[] of ot_sgd_step and
+ * ot_adam_step. On error no g[i] is kept. */
+int ot_autodiff_grads(ot_autodiff *ad, int n, ot_tensor *const wrt[], ot_node *g[]);
 
 #ifdef __cplusplus
 }

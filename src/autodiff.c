@@ -889,7 +889,86 @@ static ot_node *fit(const ctx *c, ot_node *g, const ot_tensor *wrt)
     return full(c, g, wrt->leaf.shape, dt);
 }
 
-ot_node *ot_autodiff_grad(ot_autodiff *ad, ot_tensor *wrt)
+/* ---- gradients through views: the scatter -------------------------------- */
+
+/* The lowest and highest element of the buffer that t addresses. */
+static void extent(const ot_tensor *t, int64_t *lo, int64_t *hi)
+{
+    *lo = *hi = t->offset;
+    for (int d = 0; d < t->leaf.shape.ndim; d++) {
+        int64_t span = t->strides[d] * (t->leaf.shape.dims[d] - 1);
+        if (span < 0) *lo += span;
+        else *hi += span;
+    }
+}
+
+static const char *name_of(const ot_tensor *t)
+{
+    return t->name ? t->name : "the tensor";
+}
+
+/* acc (a copy of the buffer's elements lo and up) += leaf i's gradient,
+ * written through the leaf's own geometry: a broadcast dim (stride 0) is
+ * summed first and written once. */
+static int scatter_leaf(const ctx *c, const ot_autodiff *ad, int i, ot_tensor *acc, int64_t lo)
+{
+    const ot_tensor *l = ad->leaf[i];
+    ot_shape s = l->leaf.shape;
+    for (int d = 0; d < s.ndim; d++)
+        if (l->strides[d] == 0) s.dims[d] = 1;
+    ot_node *g = full(c, ad->grad[i], l->leaf.shape, (ot_dtype)l->leaf.dtype);
+    ot_tensor *v = ot__view_new(acc, &s, l->strides, l->offset - lo, "autodiff_grad");
+    if (!v) return ot_errcode();
+    int dim, rc;
+    if (ot__internal_overlap(v, &dim))
+        rc = ot__err(OT_EUNSUPPORTED, NULL, 0, "autodiff_grad", "the tree reads %s through a "
+                     "view whose dim %d reads its elements more than once, not by broadcasting",
+                     name_of(l), dim);
+    else
+        rc = ot_assign(v, B(c, OT_OP_ADD, &v->leaf, sum_to(c, g, &s)));
+    ot_tensor_free(v);
+    return rc;
+}
+
+/* The gradient w.r.t. wrt where the tree reads its memory through views
+ * that are not wrt laid out again (a reshape, a slice, a broadcast, views
+ * overlapping one another): every such leaf's gradient is added into a
+ * copy of the memory they span through the leaf's own geometry, in the
+ * leaves' order, and wrt's geometry reads the sums back. The op set has no
+ * scatter, so this is computed now: a tensor node, not a tree. */
+static ot_node *through_views(const ctx *c, const ot_autodiff *ad, const ot_tensor *wrt)
+{
+    int dim;
+    if (ot__internal_overlap(wrt, &dim)) {
+        ot__err(OT_EUNSUPPORTED, NULL, 0, "autodiff_grad", "%s reads one element many times "
+                "(dim %d of a broadcast view): its elements are not independent, so the tree's "
+                "gradient cannot be mapped back to it; ask for the tensor it broadcasts",
+                name_of(wrt), dim);
+        return NULL;
+    }
+    int64_t lo, hi, l0, h0;
+    extent(wrt, &lo, &hi);
+    for (int i = 0; i < ad->nleaves; i++) {
+        if (ot__overlap(ad->leaf[i], wrt) == OT_OVERLAP_NONE) continue;
+        extent(ad->leaf[i], &l0, &h0);
+        if (l0 < lo) lo = l0;
+        if (h0 > hi) hi = h0;
+    }
+    ot_tensor *acc = ot_zeros(c->be, OT_SHAPE(hi - lo + 1), (ot_dtype)wrt->leaf.dtype);
+    ot_pool *pool = acc ? ot_pool_push() : NULL;
+    int rc = pool ? 0 : ot_errcode();
+    for (int i = 0; i < ad->nleaves && !rc; i++)
+        if (ot__overlap(ad->leaf[i], wrt) != OT_OVERLAP_NONE) rc = scatter_leaf(c, ad, i, acc, lo);
+    if (pool) ot_pool_pop(pool);
+    ot_tensor *r = rc ? NULL : ot__view_new(acc, &wrt->leaf.shape, wrt->strides,
+                                            wrt->offset - lo, "autodiff_grad");
+    ot_tensor_free(acc);
+    return r ? ot__pool_adopt(&r->leaf) : NULL;
+}
+
+/* The gradient w.r.t. wrt; with trees_only, an error where it cannot be a
+ * tree (through_views), for a caller that evaluates it later. */
+static ot_node *grad_of(ot_autodiff *ad, ot_tensor *wrt, bool trees_only)
 {
     if (!ad || !wrt) {
         ot__err(OT_ENULL, NULL, 0, "autodiff_grad", "%s is NULL", ad ? "wrt" : "autodiff object");
@@ -900,13 +979,15 @@ ot_node *ot_autodiff_grad(ot_autodiff *ad, ot_tensor *wrt)
     for (int i = 0; i < ad->nleaves; i++) {
         int perm[OT_MAX_DIMS];
         int rel = relation(ad->leaf[i], wrt, perm);
-        if (rel < 0) {
+        if (rel < 0 && trees_only) {
             ot__err(OT_EUNSUPPORTED, NULL, 0, "autodiff_grad",
-                    "the tree reads %s through another view of its buffer that is neither it "
-                    "nor a transpose of it; ask for the gradient with respect to that view",
-                    wrt->name ? wrt->name : "the tensor");
+                    "the tree reads %s through a view that is neither it nor a transpose of it; "
+                    "its gradient is then computed when asked (the op set has no scatter), which "
+                    "a step run later cannot use; ask for the gradient of that view",
+                    name_of(wrt));
             return NULL;
         }
+        if (rel < 0) return through_views(&c, ad, wrt);
         if (rel == 0) continue;
         ot_node *g = to_layout(&c, ad, i, perm);
         sum = sum ? B(&c, OT_OP_ADD, sum, g) : g;
@@ -915,6 +996,32 @@ ot_node *ot_autodiff_grad(ot_autodiff *ad, ot_tensor *wrt)
      * object holds, and must outlive the object like any built node. */
     ot_node *g = fit(&c, sum, wrt);
     return g ? ot__pool_adopt(ot_retain(g)) : NULL;
+}
+
+ot_node *ot_autodiff_grad(ot_autodiff *ad, ot_tensor *wrt)
+{
+    return grad_of(ad, wrt, false);
+}
+
+ot_node *ot__autodiff_grad_tree(ot_autodiff *ad, ot_tensor *wrt)
+{
+    return grad_of(ad, wrt, true);
+}
+
+int ot_autodiff_grads(ot_autodiff *ad, int n, ot_tensor *const wrt[], ot_node *g[])
+{
+    if (!ad) return ot__err_set(OT_ENULL, NULL, 0, "autodiff_grads", "autodiff object is NULL");
+    if (n < 0) return ot__err_set(OT_EINVAL, NULL, 0, "autodiff_grads", "negative count %d", n);
+    if (n > 0 && (!wrt || !g))
+        return ot__err_set(OT_ENULL, NULL, 0, "autodiff_grads", "%s is NULL", wrt ? "g" : "wrt");
+    ot_clear_error();
+    for (int i = 0; i < n; i++) {
+        if ((g[i] = ot_autodiff_grad(ad, wrt[i]))) continue;
+        int rc = ot_errcode();
+        for (int j = 0; j <= i; j++) g[j] = NULL;
+        return rc;
+    }
+    return 0;
 }
 
 int ot_autodiff_backprop(ot_autodiff *ad, int n, ot_tensor *const wrt[], ot_tensor *const grads[])

@@ -96,6 +96,8 @@ typedef struct ot_buffer {
     atomic_long refs;
     size_t nbytes;
     void *data;           /* 64-byte aligned */
+    struct ot_tensor *var;  /* the trainable tensor over this memory, or NULL
+                               (variables.c; cleared when it is destroyed) */
 } ot_buffer;
 
 struct ot_tensor {
@@ -171,6 +173,11 @@ static inline void ot__store(void *p, ot_dtype dt, double v)
     default: *(int32_t *)p = ot__to_i32(v); break;
     }
 }
+
+/* ot_autodiff_grad, but an error where the gradient cannot be a tree (a
+ * variable read through a reshape or slice is scattered when asked): for
+ * programs, whose steps evaluate it later. */
+ot_node *ot__autodiff_grad_tree(ot_autodiff *ad, ot_tensor *wrt);
 
 /* ---- sizes and shapes ---------------------------------------------------- */
 

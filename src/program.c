@@ -291,6 +291,7 @@ ot_tensor *ot_program_variable(ot_program *p, const char *name, ot_shape shape, 
     ot_clear_error();
     ot_tensor *t = init_tensor(p->be, shape, dtype, &init);
     if (!t) return NULL;
+    if (dtype != OT_I32) t->buf->var = t;    /* trainable, as ngraph's variables */
     if (ot_tensor_set_name(t, name) || !push((void **)&p->var, &p->nvar, sizeof t, &t)) {
         ot_tensor_free(t);
         nomem(fn);
@@ -393,7 +394,7 @@ static int grad_trees(const char *fn, ot_node *loss, int n, ot_tensor *const wrt
     int rc = 0;
     for (int i = 0; i < n && !rc; i++) {
         if (!wrt[i]) rc = ot__err_set(OT_ENULL, NULL, 0, fn, "wrt[%d] is NULL", i);
-        else if (!(trees[i] = ot_autodiff_grad(ad, wrt[i]))) rc = ot_errcode();
+        else if (!(trees[i] = ot__autodiff_grad_tree(ad, wrt[i]))) rc = ot_errcode();
     }
     ot_autodiff_free(ad);
     return rc;

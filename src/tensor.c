@@ -125,6 +125,7 @@ static ot_buffer *buffer_new(size_t nbytes)
     }
     atomic_init(&b->refs, 1);
     b->nbytes = nbytes;
+    b->var = NULL;
     return b;
 }
 
@@ -159,6 +160,7 @@ void ot__tensor_destroy(ot_tensor *t)
 {
     if (!t)
         return;
+    if (t->buf && t->buf->var == t) t->buf->var = NULL;
     buffer_release(t->buf);
     free(t->name);
     free(t);

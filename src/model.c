@@ -107,6 +107,9 @@ static int layer_init(ot_model *m, layer *l, int64_t in, uint64_t seed)
     }
     bool made = l->w && l->b && l->m[0] && l->m[1] && l->v[0] && l->v[1];
     if (!made) return ot_errcode() ? ot_errcode() : nomem("model_linear");
+    /* ot_variables of a tree over the model lists its parameters */
+    if (ot_tensor_set_trainable(l->w, true) || ot_tensor_set_trainable(l->b, true))
+        return ot_errcode();
     ot_pool *pool = ot_pool_push();
     if (!pool) return ot_errcode();
     int rc = ot_assign(l->w, ot_mul(ot_sub(ot_mul(ot_rand(ws, .seed = seed), 2.0), 1.0),

@@ -110,6 +110,12 @@ TEST(model_predict_is_the_forward_tree)
     ot_get(got, a);
     ot_get(want, b);
     CHECK(memcmp(a, b, sizeof a) == 0);
+    /* the parameters are trainable: ot_variables of that tree lists them */
+    ot_tensor *vars[5] = {0};
+    pool = ot_pool_push();
+    CHECK_INT(ot_variables(ot_add(ot_dot(ot_relu(ot_add(ot_dot(x, p[0]), p[1])), p[2]), p[3]), 5, vars), 4);
+    ot_pool_pop(pool);
+    for (int i = 0; i < 4; i++) CHECK(ot_tensor_trainable(p[i]));
     ot_tensor_free(got);
     ot_tensor_free(want);
     ot_model_free(m);

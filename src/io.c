@@ -15,6 +15,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <sys/stat.h>
 
 /* ---- CRC-32 (the zip checksum: reflected polynomial 0xEDB88320) ---------- */
 
@@ -417,12 +418,15 @@ static int write_npy(writer *w, const ot_tensor *t)
     return rc;
 }
 
-/* Closes f and, when rc says the write failed, removes the partial file. */
+/* Closes f and, when rc says the write failed, removes the partial file if
+ * it is a regular file (never a device such as /dev/full). */
 static int finish_write(FILE *f, int rc, const char *fn, const char *path)
 {
+    struct stat st;
+    bool regular = fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode);
     if (fclose(f) != 0 && rc == 0)
         rc = ot__err_set(OT_EIO, NULL, 0, fn, "'%s': write failed: %s", path, strerror(errno));
-    if (rc != 0)
+    if (rc != 0 && regular)
         remove(path);
     return rc;
 }

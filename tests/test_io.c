@@ -12,6 +12,7 @@
 
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* ---- helpers -------------------------------------------------------------- */
@@ -308,6 +309,8 @@ TEST(io_npy_bad_files)
         ot_tensor *big = ot_zeros(be, OT_SHAPE(1 << 16), OT_F64);
         CHECK_INT(ot_save("/dev/full", big), OT_EIO);
         CHECK_ERR(OT_EIO, "save", "/dev/full");
+        struct stat st;
+        CHECK(stat("/dev/full", &st) == 0 && S_ISCHR(st.st_mode));   /* not removed */
         ot_tensor_free(big);
     }
     ot_tensor_free(t);
@@ -662,7 +665,7 @@ TEST(io_wrap_frees_with_last_view)
 static void wrap_assign_at(ot_backend *be, size_t xoff, size_t yoff)
 {
     enum { N = 1000 };
-    char *xm = aligned_alloc(64, N * 4 + 64), *ym = aligned_alloc(64, N * 4 + 64);
+    char *xm = aligned_alloc(64, 4096 + 64), *ym = aligned_alloc(64, 4096 + 64);
     float *x = (float *)(xm + xoff), *y = (float *)(ym + yoff);
     for (int i = 0; i < N; i++)
         x[i] = (float)(i - 500) / 97.0f;
@@ -831,5 +834,55 @@ TEST(io_print_large_and_precision)
     CHECK_INT(ot_tensor_print_opts(pi, NULL, NULL), OT_ENULL);
     ot_tensor_free(big);
     ot_tensor_free(pi);
+    ot_backend_free(be);
+}
+
+/* ---- allocation failures ------------------------------------------------------ */
+
+/* One of each I/O call, with allocation n failing (0: none); returns the
+ * first failure's code (every tensor it made freed). */
+static int io_calls(ot_backend *be, const ot_tensor *a, long n)
+{
+    ot_tensor *view = ot_transpose(a, NULL), *out[2] = {0}, *t = NULL, *w = NULL;
+    static float host[6];
+    ot_clear_error();
+    ot__alloc_fail_at(n);
+    int rc = view ? ot_save(tmp_path("o.npy"), view) : OT_ENOMEM;
+    if (rc == 0)
+        rc = ot_savez(tmp_path("o.npz"), 2, (const char *[]){"a", "v"},
+                      (const ot_tensor *[]){a, view});
+    if (rc == 0)
+        rc = (t = ot_load(be, tmp_path("o.npy"))) ? 0 : ot_errcode();
+    if (rc == 0)
+        rc = ot_loadz(be, tmp_path("o.npz"), 2, (const char *[]){"v", "a"}, out) == 2
+                 ? 0 : ot_errcode();
+    if (rc == 0)
+        rc = (w = ot_wrap(be, OT_SHAPE(2, 3), OT_F32, host, NULL, NULL, NULL)) ? 0 : ot_errcode();
+    ot__alloc_fail_at(0);
+    if (rc == 0)
+        CHECK(same_bits(t, view) && same_bits(out[0], view) && same_bits(out[1], a));
+    ot_tensor *all[] = {view, out[0], out[1], t, w};
+    for (int i = 0; i < 5; i++)
+        ot_tensor_free(all[i]);
+    return rc;
+}
+
+TEST(io_allocation_failures)
+{
+    ot_backend *be = ot_backend_new("ref", NULL);
+    ot_tensor *a = random_tensor(be, OT_SHAPE(2, 3), OT_F32);
+    CHECK_INT(io_calls(be, a, 0), 0);
+    int failed = 0;
+    for (long n = 1; n < 200; n++) {
+        int rc = io_calls(be, a, n);
+        if (rc == 0)
+            break;
+        failed++;
+        CHECK_INT(rc, OT_ENOMEM);
+        CHECK_INT(ot_errcode(), OT_ENOMEM);
+    }
+    CHECK(failed > 5);
+    ot_tensor_free(a);
+    tmp_clean();
     ot_backend_free(be);
 }

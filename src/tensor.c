@@ -1,6 +1,8 @@
 /*
- * tensor.c - tensors: refcounted 64-byte-aligned buffers, creation, host
- * copies in and out for any strides, accessors, value printing, and the
+ * tensor.c - tensors: refcounted 64-byte-aligned buffers and buffers over
+ * the caller's memory (ot_wrap), creation, host copies in and out for any
+ * strides (ot_get_n/ot_set_n checking the host size), accessors, value
+ * printing (NumPy's summary of large tensors, options per call), and the
  * memory-overlap tests that assignment uses to detect aliasing. Views of a
  * tensor (slice, reshape, transpose, broadcast_to) are made in view.c.
  *

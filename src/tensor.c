@@ -520,7 +520,9 @@ ot_tensor *ot_wrap(ot_backend *be, ot_shape shape, ot_dtype dtype, void *ptr,
         memcpy(st, strides, (size_t)shape.ndim * sizeof *st);
     else
         ot__contiguous_strides(&shape, isz, st);
-    if (!wrap_reach(&shape, st, &lo, &hi) || !ot__mul_size(&nbytes, (size_t)(hi - lo + 1), isz) ||
+    /* hi >= 0 >= lo, so hi - lo is exact in unsigned arithmetic */
+    if (!wrap_reach(&shape, st, &lo, &hi) ||
+        !ot__mul_size(&nbytes, (size_t)((uint64_t)hi - (uint64_t)lo) + 1, isz) ||
         nbytes > PTRDIFF_MAX) {
         ot__err_set(OT_EOVERFLOW, NULL, 0, "wrap", "strides of shape %s reach too far",
                     ot__shape_str(&shape, sbuf));

@@ -659,9 +659,10 @@ TEST(io_wrap_frees_with_last_view)
     ot_backend_free(be);
 }
 
-/* y = tanh(x * 2 + x) on backend be, x and y wrapped at byte offsets from
- * 64-byte aligned memory; y's bits compared with the same tree over ot_array
- * tensors. */
+/* y = tanh(x * 2 + x), then x * 2 + 1, and sum(exp(x)) into a 0-d output,
+ * on backend be, x and the outputs wrapped at byte offsets from 64-byte
+ * aligned memory; the bits compared with the same trees over tensors of
+ * the library's own. */
 static void wrap_assign_at(ot_backend *be, size_t xoff, size_t yoff)
 {
     enum { N = 1000 };
@@ -682,6 +683,12 @@ static void wrap_assign_at(ot_backend *be, size_t xoff, size_t yoff)
     ot_pool_pop(p);
     CHECK(same_bits(ty, ay));
     p = ot_pool_push();
+    /* memory-bound: streams on a backend with a low threshold, if aligned */
+    CHECK_INT(ot_assign(ty, ot_add(ot_mul(tx, 2.0f), 1.0f)), 0);
+    CHECK_INT(ot_assign(ay, ot_add(ot_mul(ax, 2.0f), 1.0f)), 0);
+    ot_pool_pop(p);
+    CHECK(same_bits(ty, ay));
+    p = ot_pool_push();
     CHECK_INT(ot_assign(ts, ot_sum(ot_exp(tx))), 0);
     CHECK_INT(ot_assign(as, ot_sum(ot_exp(ax))), 0);
     ot_pool_pop(p);
@@ -695,13 +702,15 @@ static void wrap_assign_at(ot_backend *be, size_t xoff, size_t yoff)
 
 TEST(io_wrap_assign_aligned_and_unaligned)
 {
-    ot_backend *be[] = {ot_backend_new("cpu", NULL), ot_backend_new("ref", NULL)};
+    /* the third streams every output of 64 bytes on, where aligned */
+    ot_backend *be[] = {ot_backend_new("cpu", NULL), ot_backend_new("ref", NULL),
+                        ot_backend_new("cpu", &(ot_backend_opts){.stream_bytes = 64})};
     const size_t offs[][2] = {{0, 0}, {4, 0}, {0, 4}, {12, 20}, {60, 36}};
-    for (int b = 0; b < 2; b++)
+    for (int b = 0; b < 3; b++)
         for (int k = 0; k < 5; k++)
             wrap_assign_at(be[b], offs[k][0], offs[k][1]);
-    ot_backend_free(be[0]);
-    ot_backend_free(be[1]);
+    for (int b = 0; b < 3; b++)
+        ot_backend_free(be[b]);
 }
 
 /* ---- ot_get_n / ot_set_n ---------------------------------------------------- */

@@ -258,7 +258,8 @@ void ot_tensor_free(ot_tensor *t);
 int ot_fill(ot_tensor *t, double value);
 int ot_get(const ot_tensor *t, void *host);
 int ot_set(ot_tensor *t, const void *host);
-/* Prints the values, NumPy style. */
+/* Prints the values, NumPy style; more than 1000 elements are summarised
+ * with "..." (ot_tensor_print_opts sets the threshold). */
 int ot_tensor_print(const ot_tensor *t, FILE *f);
 
 /* Views: new tensors sharing t's buffer (the caller frees them). */
@@ -1289,6 +1290,71 @@ int ot_variables(const ot_node *tree, int n, ot_tensor *out[]);
  * current pool): with ot_variables, the w[] and g[] of ot_sgd_step and
  * ot_adam_step. On error no g[i] is kept. */
 int ot_autodiff_grads(ot_autodiff *ad, int n, ot_tensor *const wrt[], ot_node *g[]);
+
+/* ------------------------------------------------------------------------ */
+/* Saving, loading and wrapping tensors (src/io.c, src/tensor.c)             */
+/* ------------------------------------------------------------------------ */
+
+/* NumPy's .npy: one tensor per file, format 1.0 as numpy.save writes it
+ * (dtypes '<f4', '<f8', '<i4', C order), so np.load reads the file and
+ * ot_load reads numpy.save's, values bit for bit. A view is saved as its
+ * logical contents. Returns 0, OT_ENULL, OT_EIO (naming the path and errno's
+ * text), OT_ENOMEM. */
+int ot_save(const char *path, const ot_tensor *t);
+/* A new contiguous tensor on be with the file's shape and dtype. Formats
+ * 1.0, 2.0 and 3.0 are read; a Fortran-order array is loaded in C order.
+ * NULL on error, with nothing allocated: OT_EIO (cannot open or read, bad
+ * magic, a malformed header, a file shorter or longer than the shape says),
+ * OT_EUNSUPPORTED (big-endian or another dtype, more than OT_MAX_DIMS dims),
+ * OT_EOVERFLOW, OT_ENOMEM. */
+ot_tensor *ot_load(ot_backend *be, const char *path);
+
+/* NumPy's .npz (numpy.savez): an uncompressed zip of one .npy per tensor,
+ * entry names[i] + ".npy" (np.load(path)[names[i]]). Names are unique, not
+ * empty. Tensors of several backends may be saved together. */
+int ot_savez(const char *path, int n, const char *const names[],
+             const ot_tensor *const tensors[]);
+/* Loads n entries of an .npz: names[i] (without ".npy"), or with names
+ * NULL the first n entries in file order, into out[i] (new tensors the
+ * caller frees). Returns the number of entries in the file (so n = 0 asks
+ * for it), or a negative code with every out[i] NULL: OT_EINVAL for a name
+ * not in the file, OT_EUNSUPPORTED for compressed entries
+ * (numpy.savez_compressed) and zip64 archives, and ot_load's errors (a CRC
+ * that does not match is OT_EIO). */
+int ot_loadz(ot_backend *be, const char *path, int n, const char *const names[],
+             ot_tensor *out[]);
+
+/* A tensor over the caller's memory, without a copy: ptr is the address of
+ * element [0, 0, ...], strides in elements (NULL: row-major contiguous; any
+ * sign, 0 for a read-only broadcast). ptr must be aligned to the element
+ * (4 or 8 bytes; nothing more: the cpu backend's kernels load and store
+ * unaligned vectors and stream only to aligned outputs), else OT_EINVAL.
+ * free_fn(user, ptr), when not NULL, is called once when the tensor and
+ * every view of it are gone; on error it is not called and the memory
+ * stays the caller's. NULL with OT_ENULL, OT_EDTYPE, OT_EINVAL, OT_ESHAPE
+ * (bad shape), OT_EOVERFLOW, OT_ENOMEM. */
+ot_tensor *ot_wrap(ot_backend *be, ot_shape shape, ot_dtype dtype, void *ptr,
+                   const int64_t *strides, void (*free_fn)(void *user, void *ptr),
+                   void *user);
+
+/* ot_get / ot_set that know the host buffer's size: nbytes less than
+ * numel * itemsize is OT_EINVAL (naming both sizes) and nothing is copied. */
+int ot_get_n(const ot_tensor *t, void *host, size_t nbytes);
+int ot_set_n(ot_tensor *t, const void *host, size_t nbytes);
+
+/* How ot_tensor_print_opts prints values, per call (no global state).
+ * Zero fields are the defaults, NumPy's: a tensor of more than threshold
+ * (1000) elements is summarised, each dim longer than 2 * edgeitems (3)
+ * showing its first and last edgeitems with "..." between; a negative
+ * threshold never summarises. precision: significant digits (8), 1..17.
+ * ot_tensor_print(t, f) is ot_tensor_print_opts(t, f, NULL). Lines are not
+ * wrapped at a line width. */
+typedef struct ot_print_options {
+    int64_t threshold;
+    int edgeitems;
+    int precision;
+} ot_print_options;
+int ot_tensor_print_opts(const ot_tensor *t, FILE *f, const ot_print_options *opts);
 
 #ifdef __cplusplus
 }

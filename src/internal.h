@@ -95,9 +95,11 @@ ot_node *ot__node_alloc(void);
 typedef struct ot_buffer {
     atomic_long refs;
     size_t nbytes;
-    void *data;           /* 64-byte aligned */
+    void *data;           /* 64-byte aligned, unless wrapped (ot_wrap) */
     struct ot_tensor *var;  /* the trainable tensor over this memory, or NULL
                                (variables.c; cleared when it is destroyed) */
+    void (*free_fn)(void *user, void *ptr);   /* a wrapped buffer's */
+    void *user, *wrapped;  /* wrapped: the caller's pointer; NULL if ours */
 } ot_buffer;
 
 struct ot_tensor {

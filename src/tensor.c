@@ -1,6 +1,8 @@
 /*
- * tensor.c - tensors: refcounted 64-byte-aligned buffers, creation, host
- * copies in and out for any strides, accessors, value printing, and the
+ * tensor.c - tensors: refcounted 64-byte-aligned buffers and buffers over
+ * the caller's memory (ot_wrap), creation, host copies in and out for any
+ * strides (ot_get_n/ot_set_n checking the host size), accessors, value
+ * printing (NumPy's summary of large tensors, options per call), and the
  * memory-overlap tests that assignment uses to detect aliasing. Views of a
  * tensor (slice, reshape, transpose, broadcast_to) are made in view.c.
  *
@@ -118,6 +120,7 @@ static ot_buffer *buffer_new(size_t nbytes)
     ot_buffer *b = ot__malloc(sizeof *b);
     if (!b)
         return NULL;
+    memset(b, 0, sizeof *b);
     b->data = ot__data_alloc(cap);
     if (!b->data) {
         free(b);
@@ -125,14 +128,16 @@ static ot_buffer *buffer_new(size_t nbytes)
     }
     atomic_init(&b->refs, 1);
     b->nbytes = nbytes;
-    b->var = NULL;
     return b;
 }
 
 static void buffer_release(ot_buffer *b)
 {
     if (b && atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) == 1) {
-        free(b->data);
+        if (!b->wrapped)
+            free(b->data);
+        else if (b->free_fn)
+            b->free_fn(b->user, b->wrapped);
         free(b);
     }
 }
@@ -411,11 +416,136 @@ int ot_set(ot_tensor *t, const void *host)
     return rc;
 }
 
+/* The byte count host memory needs for t's values, checked against what the
+ * caller says it has (ot_get_n, ot_set_n). */
+static int check_host_bytes(const ot_tensor *t, const void *host, size_t nbytes,
+                            const char *fn)
+{
+    char sbuf[OT__SHAPE_STRLEN];
+    size_t need = (size_t)ot__numel(&t->leaf.shape) * itemsize(t);
+    if (!host)
+        return null_arg(fn, "host");
+    if (nbytes < need)
+        return ot__err_set(OT_EINVAL, NULL, 0, fn,
+                           "host buffer of %zu bytes is too small for %s %s (%zu bytes)",
+                           nbytes, ot_dtype_name((ot_dtype)t->leaf.dtype),
+                           ot__shape_str(&t->leaf.shape, sbuf), need);
+    return 0;
+}
+
+int ot_get_n(const ot_tensor *t, void *host, size_t nbytes)
+{
+    if (!t)
+        return ot__err_null("get_n", "tensor");
+    ot_clear_error();
+    int rc = check_host_bytes(t, host, nbytes, "get_n");
+    if (rc == 0)
+        copy_out(t, host);
+    return rc;
+}
+
+int ot_set_n(ot_tensor *t, const void *host, size_t nbytes)
+{
+    if (!t)
+        return ot__err_null("set_n", "tensor");
+    ot_clear_error();
+    int rc = check_host_bytes(t, host, nbytes, "set_n");
+    if (rc == 0)
+        rc = check_writable(t, "set_n");
+    if (rc == 0)
+        copy_in(t, host);
+    return rc;
+}
+
+/* ---- wrapping a caller's memory ------------------------------------------ */
+
+/* The lowest and highest element offsets, from ptr, that shape and strides
+ * reach; false when they overflow. */
+static bool wrap_reach(const ot_shape *s, const int64_t *strides, int64_t *lo, int64_t *hi)
+{
+    *lo = *hi = 0;
+    if (ot__numel(s) == 0)
+        return true;
+    for (int d = 0; d < s->ndim; d++) {
+        int64_t reach;
+        if (__builtin_mul_overflow(strides[d], s->dims[d] - 1, &reach) ||
+            __builtin_add_overflow(reach < 0 ? *lo : *hi, reach, reach < 0 ? lo : hi))
+            return false;
+    }
+    return true;
+}
+
+/* A buffer over the caller's memory: data is the lowest byte the view
+ * reaches, so that offsets stay non-negative for negative strides. */
+static ot_buffer *wrap_buffer(char *ptr, int64_t lo, size_t nbytes,
+                              void (*free_fn)(void *, void *), void *user)
+{
+    ot_buffer *b = ot__calloc(1, sizeof *b);
+    if (!b)
+        return NULL;
+    atomic_init(&b->refs, 1);
+    b->nbytes = nbytes;
+    b->data = ptr + lo;
+    b->wrapped = ptr;
+    b->free_fn = free_fn;
+    b->user = user;
+    return b;
+}
+
+ot_tensor *ot_wrap(ot_backend *be, ot_shape shape, ot_dtype dtype, void *ptr,
+                   const int64_t *strides, void (*free_fn)(void *user, void *ptr),
+                   void *user)
+{
+    char sbuf[OT__SHAPE_STRLEN];
+    int64_t st[OT_MAX_DIMS] = {0}, lo, hi;
+    if (!be || !ptr) {
+        ot__err_null("wrap", be ? "ptr" : "backend");
+        return NULL;
+    }
+    if (dtype == OT_DTYPE_DEFAULT)
+        dtype = be->opts.dtype ? be->opts.dtype : OT_F32;
+    size_t isz = ot_dtype_size(dtype), nbytes;
+    if (isz == 0) {
+        ot__err_set(OT_EDTYPE, NULL, 0, "wrap", "unknown dtype %d", (int)dtype);
+        return NULL;
+    }
+    if (ot__shape_check(&shape, dtype, "wrap", NULL, 0) != 0)
+        return NULL;
+    if ((uintptr_t)ptr % isz) {
+        ot__err_set(OT_EINVAL, NULL, 0, "wrap",
+                    "pointer %p is not aligned to its %zu-byte %s elements", ptr, isz,
+                    ot_dtype_name(dtype));
+        return NULL;
+    }
+    if (strides)
+        memcpy(st, strides, (size_t)shape.ndim * sizeof *st);
+    else
+        ot__contiguous_strides(&shape, isz, st);
+    /* hi >= 0 >= lo, so hi - lo is exact in unsigned arithmetic */
+    if (!wrap_reach(&shape, st, &lo, &hi) ||
+        !ot__mul_size(&nbytes, (size_t)((uint64_t)hi - (uint64_t)lo) + 1, isz) ||
+        nbytes > PTRDIFF_MAX) {
+        ot__err_set(OT_EOVERFLOW, NULL, 0, "wrap", "strides of shape %s reach too far",
+                    ot__shape_str(&shape, sbuf));
+        return NULL;
+    }
+    ot_buffer *buf = wrap_buffer(ptr, lo * (int64_t)isz, nbytes, free_fn, user);
+    ot_tensor *t = buf ? tensor_alloc(be, &shape, dtype, buf) : NULL;
+    if (!t) {
+        free(buf);
+        ot__err_set(OT_ENOMEM, NULL, 0, "wrap", "cannot allocate a tensor");
+        return NULL;
+    }
+    memcpy(t->strides, st, sizeof st);
+    t->offset = -lo;
+    return t;
+}
+
 /* ---- printing ------------------------------------------------------------ */
 
-#define ELEM_STRLEN 32
+#define ELEM_STRLEN 48
 
-static int elem_str(char *buf, double v, ot_dtype dt)
+static int elem_str(char *buf, double v, ot_dtype dt, int precision)
 {
     if (dt == OT_I32)
         return snprintf(buf, ELEM_STRLEN, "%d", (int)v);
@@ -423,7 +553,7 @@ static int elem_str(char *buf, double v, ot_dtype dt)
         return snprintf(buf, ELEM_STRLEN, "nan");
     if (isinf(v))
         return snprintf(buf, ELEM_STRLEN, "%s", v < 0 ? "-inf" : "inf");
-    int n = snprintf(buf, ELEM_STRLEN, "%.8g", v);
+    int n = snprintf(buf, ELEM_STRLEN, "%.*g", precision, v);
     /* NumPy marks whole floats with a trailing point: "1." rather than "1" */
     if (!strpbrk(buf, ".e")) {
         buf[n++] = '.';
@@ -440,58 +570,114 @@ static bool put_n(FILE *f, char c, int n)
     return true;
 }
 
-/* The widest element, so that columns line up as in NumPy. */
-static int max_width(const ot_tensor *t)
+/* What a print shows: per dim, how many indices (2 * edge where that dim is
+ * summarised), and the summarised dims, whose index edge follows a gap. */
+typedef struct shown {
+    int nd, edge, precision;
+    int64_t dims[OT_MAX_DIMS];
+    bool gap[OT_MAX_DIMS];
+} shown;
+
+static void shown_init(shown *sh, const ot_tensor *t, const ot_print_options *o)
 {
     const ot_shape *s = &t->leaf.shape;
-    int64_t idx[OT_MAX_DIMS] = {0}, off = t->offset;
+    int64_t threshold = o && o->threshold ? o->threshold : 1000;
+    bool summarise = threshold > 0 && ot__numel(s) > threshold;
+    sh->nd = s->ndim;
+    sh->edge = o && o->edgeitems > 0 ? o->edgeitems : 3;
+    sh->precision = o && o->precision > 0 ? o->precision : 8;
+    for (int d = 0; d < s->ndim; d++) {
+        sh->gap[d] = summarise && s->dims[d] > 2 * (int64_t)sh->edge;
+        sh->dims[d] = sh->gap[d] ? 2 * sh->edge : s->dims[d];
+    }
+}
+
+/* The text of the element at shown index idx. */
+static int shown_str(const shown *sh, const ot_tensor *t, const int64_t *idx, char *buf)
+{
+    int64_t off = t->offset;
+    for (int d = 0; d < sh->nd; d++) {
+        int64_t i = sh->gap[d] && idx[d] >= sh->edge
+                        ? t->leaf.shape.dims[d] - 2 * sh->edge + idx[d] : idx[d];
+        off += i * t->strides[d];
+    }
+    ot_dtype dt = (ot_dtype)t->leaf.dtype;
+    return elem_str(buf, ot__load(elem_ptr(t, off), dt), dt, sh->precision);
+}
+
+/* Advances the shown index; returns how many trailing dims wrapped. */
+static int shown_next(const shown *sh, int64_t *idx)
+{
+    static const int64_t none[OT_MAX_DIMS];
+    int64_t off = 0;
+    return counter_next(sh->nd, sh->dims, none, idx, &off);
+}
+
+/* The widest element shown, so that columns line up as in NumPy. */
+static int max_width(const shown *sh, const ot_tensor *t)
+{
+    int64_t idx[OT_MAX_DIMS] = {0};
     char buf[ELEM_STRLEN];
     int width = 0;
     do {
-        int n = elem_str(buf, ot__load(elem_ptr(t, off), (ot_dtype)t->leaf.dtype),
-                         (ot_dtype)t->leaf.dtype);
+        int n = shown_str(sh, t, idx, buf);
         width = n > width ? n : width;
-    } while (counter_next(s->ndim, s->dims, t->strides, idx, &off) < s->ndim);
+    } while (shown_next(sh, idx) < sh->nd);
     return width;
 }
 
 /* Brackets come from the counter: when k trailing dims wrap, k rows close,
  * k newlines separate the blocks (blank lines between matrices), and k rows
- * open, indented by the dims that did not wrap. */
-static bool print_values(const ot_tensor *t, FILE *f)
+ * open, indented by the dims that did not wrap. A summarised dim's gap is
+ * "..." in a row, or a line of its own between rows and blocks. */
+static bool print_values(const ot_tensor *t, FILE *f, const ot_print_options *o)
 {
-    const ot_shape *s = &t->leaf.shape;
-    int nd = s->ndim, width = max_width(t);
-    int64_t idx[OT_MAX_DIMS] = {0}, off = t->offset;
+    shown sh;
+    shown_init(&sh, t, o);
+    int nd = sh.nd, width = max_width(&sh, t);
+    int64_t idx[OT_MAX_DIMS] = {0};
     char buf[ELEM_STRLEN];
     bool ok = put_n(f, '[', nd);
     for (;;) {
-        elem_str(buf, ot__load(elem_ptr(t, off), (ot_dtype)t->leaf.dtype),
-                 (ot_dtype)t->leaf.dtype);
+        shown_str(&sh, t, idx, buf);
         ok = ok && fprintf(f, "%*s", width, buf) >= 0;
-        int k = counter_next(nd, s->dims, t->strides, idx, &off);
+        int k = shown_next(&sh, idx);
         if (k == nd)
             break;
-        if (k == 0)
-            ok = ok && put_n(f, ' ', 1);
-        else
-            ok = ok && put_n(f, ']', k) && put_n(f, '\n', k) && put_n(f, ' ', nd - k) &&
-                 put_n(f, '[', k);
+        bool gap = sh.gap[nd - 1 - k] && idx[nd - 1 - k] == sh.edge;
+        if (k == 0) {
+            ok = ok && put_n(f, ' ', 1) && (!gap || fputs("... ", f) != EOF);
+            continue;
+        }
+        ok = ok && put_n(f, ']', k) && put_n(f, '\n', k) && put_n(f, ' ', nd - k);
+        if (gap)
+            ok = ok && fputs("...", f) != EOF && put_n(f, '\n', k) && put_n(f, ' ', nd - k);
+        ok = ok && put_n(f, '[', k);
     }
     return ok && put_n(f, ']', nd) && put_n(f, '\n', 1);
 }
 
-int ot_tensor_print(const ot_tensor *t, FILE *f)
+int ot_tensor_print_opts(const ot_tensor *t, FILE *f, const ot_print_options *opts)
 {
     if (!t)
         return ot__err_null("tensor_print", "tensor");
     ot_clear_error();
     if (!f)
         return null_arg("tensor_print", "f");
-    bool ok = ot__numel(&t->leaf.shape) == 0 ? fputs("[]\n", f) != EOF : print_values(t, f);
+    if (opts && (opts->edgeitems < 0 || opts->edgeitems > (1 << 20) || opts->precision < 0 || opts->precision > 17))
+        return ot__err_set(OT_EINVAL, NULL, 0, "tensor_print",
+                           "bad print options: edgeitems %d (0..2^20), precision %d (0..17)",
+                           opts->edgeitems, opts->precision);
+    bool ok = ot__numel(&t->leaf.shape) == 0 ? fputs("[]\n", f) != EOF
+                                             : print_values(t, f, opts);
     if (!ok || fflush(f) == EOF || ferror(f))
         return ot__err_set(OT_EIO, NULL, 0, "tensor_print", "write failed");
     return 0;
+}
+
+int ot_tensor_print(const ot_tensor *t, FILE *f)
+{
+    return ot_tensor_print_opts(t, f, NULL);
 }
 
 /* ---- accessors ----------------------------------------------------------- */

@@ -1234,6 +1234,13 @@ ot_tensor *ot_model_predict(const ot_model *m, const ot_tensor *x);
 /* The parameters, W then b per layer, into out[0..n); returns how many
  * there are (2 per layer). */
 int ot_model_parameters(const ot_model *m, int n, ot_tensor *out[]);
+/* The parameters to and from a NumPy .npz (ot_savez): entries w0, b0, w1,
+ * b1, ... (np.load(path)["w0"]). Loading reads and checks every entry (count,
+ * names, f32, the model's shapes) before it writes any, so a corrupt or
+ * mismatched file is an error that leaves the parameters as they were.
+ * The optimizer's state is not saved. */
+int ot_model_save(const ot_model *m, const char *path);
+int ot_model_load(ot_model *m, const char *path);
 
 /* ==== Checkpoints, the default pool and mixing rules ======================
  *

@@ -10,7 +10,8 @@
  * it, with no tree built. Validation and predict are plain assignments of
  * the forward tree, at any number of rows. Everything fit checks (shapes,
  * dtypes, options, a loss) is checked before the first step runs, so bad
- * input leaves the parameters as they were.
+ * input leaves the parameters as they were. The parameters go to and from
+ * NumPy's .npz (io.c's ot_savez/ot_loadz).
  */
 #include "internal.h"
 
@@ -547,4 +548,60 @@ int ot_model_parameters(const ot_model *m, int n, ot_tensor *out[])
     for (int i = 0; i < 2 * m->nlayer && i < n; i++)
         out[i] = i % 2 ? m->layer[i / 2].b : m->layer[i / 2].w;
     return 2 * m->nlayer;
+}
+
+/* ---- parameters on disk ------------------------------------------------------- */
+
+/* "w0", "b0", "w1", ...: the .npz entry of parameter i. */
+static void param_name(char *buf, size_t n, int i)
+{
+    snprintf(buf, n, "%c%d", i % 2 ? 'b' : 'w', i / 2);
+}
+
+int ot_model_save(const ot_model *m, const char *path)
+{
+    if (!m || !path)
+        return ot__err_set(OT_ENULL, NULL, 0, "model_save", "%s is NULL", m ? "path" : "model");
+    int n = 2 * m->nlayer;
+    char names[2 * OT_MODEL_MAX_LAYERS][8];
+    const char *np[2 * OT_MODEL_MAX_LAYERS];
+    ot_tensor *p[2 * OT_MODEL_MAX_LAYERS];
+    ot_model_parameters(m, n, p);
+    for (int i = 0; i < n; i++) {
+        param_name(names[i], sizeof names[i], i);
+        np[i] = names[i];
+    }
+    return ot_savez(path, n, np, (const ot_tensor *const *)p);
+}
+
+/* Reads every parameter first and checks it against the model's own; only
+ * then are they copied in, so a bad file leaves the model as it was. */
+int ot_model_load(ot_model *m, const char *path)
+{
+    const char *fn = "model_load";
+    if (!m || !path) return ot__err_set(OT_ENULL, NULL, 0, fn, "%s is NULL", m ? "path" : "model");
+    int n = 2 * m->nlayer;
+    char names[2 * OT_MODEL_MAX_LAYERS][8];
+    const char *np[2 * OT_MODEL_MAX_LAYERS];
+    ot_tensor *p[2 * OT_MODEL_MAX_LAYERS], *got[2 * OT_MODEL_MAX_LAYERS] = {0};
+    ot_model_parameters(m, n, p);
+    for (int i = 0; i < n; i++) {
+        param_name(names[i], sizeof names[i], i);
+        np[i] = names[i];
+    }
+    int count = ot_loadz(m->be, path, n, np, got);
+    if (count < 0) return count;
+    int rc = count == n ? 0 : ot__err_set(OT_EINVAL, NULL, 0, fn, "%s holds %d arrays; the model "
+                                          "has %d parameters", path, count, n);
+    for (int i = 0; i < n && !rc; i++) {
+        ot_shape want = ot_tensor_shape(p[i]), have = ot_tensor_shape(got[i]);
+        bool same = ot_tensor_dtype(got[i]) == OT_F32 && want.ndim == have.ndim;
+        for (int d = 0; same && d < want.ndim; d++) same = want.dims[d] == have.dims[d];
+        if (!same)
+            rc = ot__err_set(OT_ESHAPE, NULL, 0, fn, "%s: '%s' is not f32 of the model's shape",
+                             path, names[i]);
+    }
+    for (int i = 0; i < n && !rc; i++) rc = ot_assign(p[i], got[i]);
+    for (int i = 0; i < n; i++) ot_tensor_free(got[i]);
+    return rc;
 }

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum { ROWS = 512, CLS = 4 };
 
@@ -261,5 +262,62 @@ TEST(model_bad_input_leaves_parameters)
     ot_tensor_free(y3);
     ot_tensor_free(yshort);
     ot_tensor_free(x64);
+    ot_backend_free(be);
+}
+
+/* Saved, then loaded into a fresh model of the same layers: the same
+ * predictions, bit for bit. A truncated file, or one of other shapes, is
+ * an error that leaves the model's parameters as they were. */
+TEST(model_save_load_round_trip_and_bad_files)
+{
+    ot_backend *be = backend("cpu");
+    ot_tensor *x, *y;
+    clusters(be, &x, &y);
+    ot_model *m = classifier(be);
+    CHECK_INT(ot_model_fit(m, x, y, &(ot_fit_opts){.epochs = 2, .batch = 32, .quiet = true}, NULL), 0);
+    char path[] = "/tmp/ot_model_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    CHECK_INT(ot_model_save(m, path), 0);
+    ot_model *fresh = ot_model_new(be, 2);
+    CHECK_INT(ot_model_linear(fresh, 16, OT_ACT_RELU, 9), 0);
+    CHECK_INT(ot_model_linear(fresh, CLS, OT_ACT_NONE, 9), 0);
+    CHECK_INT(ot_model_load(fresh, path), 0);
+    ot_tensor *a = ot_model_predict(m, x), *b = ot_model_predict(fresh, x);
+    float ha[ROWS * CLS], hb[ROWS * CLS];
+    ot_get(a, ha);
+    ot_get(b, hb);
+    CHECK(memcmp(ha, hb, sizeof ha) == 0);
+    ot_tensor_free(a);
+    ot_tensor_free(b);
+    /* another architecture: 8 hidden units */
+    ot_model *other = ot_model_new(be, 2);
+    CHECK_INT(ot_model_linear(other, 8, OT_ACT_RELU, 1), 0);
+    CHECK_INT(ot_model_linear(other, CLS, OT_ACT_NONE, 2), 0);
+    float before[2 * 8 + 8 + 8 * CLS + CLS], after[sizeof before / sizeof *before];
+    ot_tensor *p[4];
+    ot_model_parameters(other, 4, p);
+    for (int i = 0, at = 0; i < 4; at += (int)ot_tensor_numel(p[i]), i++) ot_get(p[i], before + at);
+    CHECK_INT(ot_model_load(other, path), OT_ESHAPE);
+    CHECK_ERR(OT_ESHAPE, "model_load", "'w0'");
+    /* a truncated file */
+    FILE *f = fopen(path, "r+b");
+    CHECK(f != NULL);
+    CHECK_INT(ftruncate(fileno(f), 100), 0);
+    fclose(f);
+    CHECK(ot_model_load(other, path) < 0);
+    CHECK(ot_model_load(fresh, path) < 0);
+    for (int i = 0, at = 0; i < 4; at += (int)ot_tensor_numel(p[i]), i++) ot_get(p[i], after + at);
+    CHECK(memcmp(before, after, sizeof before) == 0);
+    CHECK_INT(ot_model_load(other, "/nonexistent/dir/params.npz"), OT_EIO);
+    CHECK_INT(ot_model_save(NULL, path), OT_ENULL);
+    CHECK_INT(ot_model_load(other, NULL), OT_ENULL);
+    unlink(path);
+    ot_model_free(other);
+    ot_model_free(fresh);
+    ot_model_free(m);
+    ot_tensor_free(x);
+    ot_tensor_free(y);
     ot_backend_free(be);
 }

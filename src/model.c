@@ -563,7 +563,7 @@ int ot_model_save(const ot_model *m, const char *path)
     if (!m || !path)
         return ot__err_set(OT_ENULL, NULL, 0, "model_save", "%s is NULL", m ? "path" : "model");
     int n = 2 * m->nlayer;
-    char names[2 * OT_MODEL_MAX_LAYERS][8];
+    char names[2 * OT_MODEL_MAX_LAYERS][16];   /* "w" or "b" and any int */
     const char *np[2 * OT_MODEL_MAX_LAYERS];
     ot_tensor *p[2 * OT_MODEL_MAX_LAYERS];
     ot_model_parameters(m, n, p);
@@ -581,7 +581,7 @@ int ot_model_load(ot_model *m, const char *path)
     const char *fn = "model_load";
     if (!m || !path) return ot__err_set(OT_ENULL, NULL, 0, fn, "%s is NULL", m ? "path" : "model");
     int n = 2 * m->nlayer;
-    char names[2 * OT_MODEL_MAX_LAYERS][8];
+    char names[2 * OT_MODEL_MAX_LAYERS][16];   /* "w" or "b" and any int */
     const char *np[2 * OT_MODEL_MAX_LAYERS];
     ot_tensor *p[2 * OT_MODEL_MAX_LAYERS], *got[2 * OT_MODEL_MAX_LAYERS] = {0};
     ot_model_parameters(m, n, p);

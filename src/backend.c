@@ -151,13 +151,17 @@ static int assign_rewritten(ot_backend *be, int n, ot_tensor *const outs[],
     return be->vt->assign_many(be, n, outs, trees);
 }
 
+int ot__assign_backend(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[])
+{
+    if (be->rewrite) return ot__rewrite_then(be, n, outs, trees, NULL, assign_rewritten, NULL);
+    return be->vt->assign_many(be, n, outs, trees);
+}
+
 static int assign_checked(const char *fn, int n, ot_tensor *const outs[], ot_node *const trees[])
 {
     ot_backend *be;
     int rc = ot__assign_check(fn, n, outs, trees, &be);
-    if (rc || !be) return rc;
-    if (be->rewrite) return ot__rewrite_then(be, n, outs, trees, NULL, assign_rewritten, NULL);
-    return be->vt->assign_many(be, n, outs, trees);
+    return rc || !be ? rc : ot__assign_backend(be, n, outs, trees);
 }
 
 int ot_assign_node(ot_tensor *out, ot_node *tree)

@@ -280,6 +280,10 @@ typedef int ot__rewritten_fn(ot_backend *be, int n, ot_tensor *const outs[],
                              ot_node *const trees[], void *ctx);
 int ot__rewrite_then(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[],
                      FILE *log, ot__rewritten_fn *then, void *ctx);
+/* Trees already checked (ot__assign_check) assigned on be, rewritten first
+ * by its rule sets if it has any (backend.c): ot_assign_many's last half,
+ * which a program's run on ref calls per step. */
+int ot__assign_backend(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[]);
 /* Releases the autodiff objects memoised on be (autodiff.c). */
 void ot__autodiff_memo_free(ot_backend *be);
 
@@ -290,6 +294,10 @@ extern const ot_backend_vt ot__ref_vt;
  * Clears the slot when the NULL checks pass. */
 int ot__assign_check(const char *fn, int n, ot_tensor *const outs[], ot_node *const trees[],
                      ot_backend **be);
+/* The options of ot_sgd_step and ot_adam_step checked alone (optim.c), the
+ * errors reported as fn's; ot_model checks its optimizer with them. */
+int ot__sgd_opts_check(const char *fn, const ot_sgd *o);
+int ot__adam_opts_check(const char *fn, const ot_adam *o);
 /* SGD's update trees (ot_sgd_step's, same checks) into outs and trees, which
  * hold 2n entries, in the current pool, without running them; *count gets
  * how many (optim.c). */

@@ -168,8 +168,8 @@ int ot_model_loss(ot_model *m, int loss, ot_loss_fn fn_, void *user)
 int ot_model_sgd(ot_model *m, const ot_sgd *o)
 {
     if (!m || !o) return ot__err_set(OT_ENULL, NULL, 0, "model_sgd", "%s is NULL", m ? "o" : "model");
-    if (!(o->lr >= 0) || !(o->momentum >= 0 && o->momentum < 1))
-        return ot__err_set(OT_EINVAL, NULL, 0, "model_sgd", "lr must be >= 0 and momentum in [0, 1)");
+    int rc = ot__sgd_opts_check("model_sgd", o);
+    if (rc) return rc;
     m->sgd = *o;
     m->adam = false;
     drop_program(m);
@@ -179,10 +179,8 @@ int ot_model_sgd(ot_model *m, const ot_sgd *o)
 int ot_model_adam(ot_model *m, const ot_adam *o)
 {
     if (!m || !o) return ot__err_set(OT_ENULL, NULL, 0, "model_adam", "%s is NULL", m ? "o" : "model");
-    if (!(o->lr >= 0) || !(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1) ||
-        !(o->eps > 0) || o->t < 1)
-        return ot__err_set(OT_EINVAL, NULL, 0, "model_adam",
-                           "lr must be >= 0, beta1 and beta2 in [0, 1), eps > 0 and t >= 1");
+    int rc = ot__adam_opts_check("model_adam", o);
+    if (rc) return rc;
     m->adam_opts = *o;
     m->adam = true;
     drop_program(m);
@@ -431,6 +429,8 @@ static int epoch(ot_model *m, fit_state *s, int64_t train, int batch, bool shuff
     return rc;
 }
 
+static const char *const monitor_names[] = {"val_loss", "val_accuracy", "loss"};   /* OT_MONITOR_* */
+
 static double monitored(const ot_fit_opts *o, const ot_fit_result *r)
 {
     if (o->monitor == OT_MONITOR_LOSS) return r->loss;
@@ -503,11 +503,9 @@ int ot_model_fit(ot_model *m, const ot_tensor *x, const ot_tensor *y, const ot_f
             best.best_epoch = e;
             since_best = 0;
         } else if (o.patience && ++since_best >= o.patience) {
-            if (!o.quiet) fprintf(log, "early stop: no better %s for %d epochs (best: epoch %d)\n",
-                                  o.monitor == OT_MONITOR_LOSS ? "loss"
-                                  : o.monitor == OT_MONITOR_VAL_ACCURACY ? "val_accuracy"
-                                                                         : "val_loss",
-                                  o.patience, best.best_epoch);
+            if (!o.quiet)
+                fprintf(log, "early stop: no better %s for %d epochs (best: epoch %d)\n",
+                        monitor_names[o.monitor], o.patience, best.best_epoch);
             break;
         }
     }

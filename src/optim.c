@@ -150,16 +150,21 @@ static ot_node *scaled(ot_node *g, double grad_scale)
 
 /* ---- SGD ------------------------------------------------------------------- */
 
+int ot__sgd_opts_check(const char *fn, const ot_sgd *o)
+{
+    int rc = check_nonneg(fn, "lr", o->lr);
+    if (!rc) rc = check_nonneg(fn, "momentum", o->momentum);
+    if (!rc) rc = check_nonneg(fn, "weight_decay", o->weight_decay);
+    return rc ? rc : check_grad_scale(fn, o->grad_scale);
+}
+
 static int sgd_check(const ot_sgd *o, int n, ot_tensor *const w[], ot_node *const g[],
                      ot_tensor *const vel[])
 {
     const char *fn = "sgd_step";
     if (!o) return ot__err_set(OT_ENULL, NULL, 0, fn, "options are NULL");
     int rc = check_arrays(fn, n, w, g);
-    if (!rc) rc = check_nonneg(fn, "lr", o->lr);
-    if (!rc) rc = check_nonneg(fn, "momentum", o->momentum);
-    if (!rc) rc = check_nonneg(fn, "weight_decay", o->weight_decay);
-    if (!rc) rc = check_grad_scale(fn, o->grad_scale);
+    if (!rc) rc = ot__sgd_opts_check(fn, o);
     if (!rc && n > 0 && !vel && o->momentum != 0)
         rc = ot__err_set(OT_ENULL, NULL, 0, fn, "vel is NULL but momentum is %g; "
                          "only plain SGD (momentum 0) runs without velocities", o->momentum);
@@ -197,6 +202,15 @@ int ot_sgd_step(const ot_sgd *o, int n, ot_tensor *const w[], ot_node *const g[]
     return step_end(&s);
 }
 
+/* The count of trees s built, or the error of a builder that failed. */
+static int trees_built(const step *s, int *count)
+{
+    *count = s->n;
+    for (int i = 0; i < s->n; i++)
+        if (!s->trees[i]) return ot_errcode();   /* the builder said why */
+    return 0;
+}
+
 int ot__sgd_trees(const ot_sgd *o, int n, ot_tensor *const w[], ot_node *const g[],
                   ot_tensor *const vel[], ot_tensor **outs, ot_node **trees, int *count)
 {
@@ -204,10 +218,7 @@ int ot__sgd_trees(const ot_sgd *o, int n, ot_tensor *const w[], ot_node *const g
     if (rc) return rc;
     step s = {.outs = outs, .trees = trees};
     for (int i = 0; i < n; i++) sgd_param(o, w[i], g[i], vel ? vel[i] : NULL, &s);
-    *count = s.n;
-    for (int i = 0; i < s.n; i++)
-        if (!trees[i]) return ot_errcode();   /* the builder said why */
-    return 0;
+    return trees_built(&s, count);
 }
 
 /* ---- Adam ------------------------------------------------------------------ */
@@ -218,15 +229,9 @@ static int check_beta(const char *fn, const char *name, double beta)
     return ot__err_set(OT_EINVAL, NULL, 0, fn, "%s must be in [0, 1), not %g", name, beta);
 }
 
-static int adam_check(const ot_adam *o, int n, ot_tensor *const w[], ot_node *const g[],
-                      ot_tensor *const m[], ot_tensor *const v[])
+int ot__adam_opts_check(const char *fn, const ot_adam *o)
 {
-    const char *fn = "adam_step";
-    if (!o) return ot__err_set(OT_ENULL, NULL, 0, fn, "options are NULL");
-    int rc = check_arrays(fn, n, w, g);
-    if (!rc && n > 0 && (!m || !v))
-        rc = ot__err_set(OT_ENULL, NULL, 0, fn, "%s is NULL", m ? "v" : "m");
-    if (!rc) rc = check_nonneg(fn, "lr", o->lr);
+    int rc = check_nonneg(fn, "lr", o->lr);
     if (!rc) rc = check_beta(fn, "beta1", o->beta1);
     if (!rc) rc = check_beta(fn, "beta2", o->beta2);
     if (!rc && !(o->eps > 0))
@@ -235,6 +240,18 @@ static int adam_check(const ot_adam *o, int n, ot_tensor *const w[], ot_node *co
     if (!rc && o->t < 1)
         rc = ot__err_set(OT_EINVAL, NULL, 0, fn, "step count t must be >= 1 (1 for the first "
                          "step), not %lld", (long long)o->t);
+    return rc;
+}
+
+static int adam_check(const ot_adam *o, int n, ot_tensor *const w[], ot_node *const g[],
+                      ot_tensor *const m[], ot_tensor *const v[])
+{
+    const char *fn = "adam_step";
+    if (!o) return ot__err_set(OT_ENULL, NULL, 0, fn, "options are NULL");
+    int rc = check_arrays(fn, n, w, g);
+    if (!rc && n > 0 && (!m || !v))
+        rc = ot__err_set(OT_ENULL, NULL, 0, fn, "%s is NULL", m ? "v" : "m");
+    if (!rc) rc = ot__adam_opts_check(fn, o);
     for (int i = 0; i < n && !rc; i++) {
         rc = check_param(fn, i, w[i], g[i]);
         if (!rc) rc = check_state(fn, "m", i, m[i], w[i]);
@@ -281,10 +298,7 @@ int ot__adam_trees(const ot_adam *o, ot_tensor *count, int n, ot_tensor *const w
                             ot_sub(1.0, ot_pow(o->beta1, count)));
     for (int i = 0; i < n; i++)
         adam_param(o, ot_cast(alpha, .dtype = ot_tensor_dtype(w[i])), w[i], g[i], m[i], v[i], &s);
-    *nout = s.n;
-    for (int i = 0; i < s.n; i++)
-        if (!trees[i]) return ot_errcode();   /* the builder said why */
-    return 0;
+    return trees_built(&s, nout);
 }
 
 /* ---- clipping ---------------------------------------------------------------- */

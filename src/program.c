@@ -129,8 +129,9 @@ int ot_sequential(int n, const ot_step steps[])
     for (int i = 0; i < n; i++)
         if (ot__assign_check(fn, steps[i].n, steps[i].outs, steps[i].trees, &be))
             return step_error(fn, i, NULL);
-    for (int i = 0; i < n; i++)
-        if (ot_assign_many(steps[i].n, steps[i].outs, steps[i].trees))
+    for (int i = 0; i < n; i++)   /* checked above: a step runs on its first output's backend */
+        if (steps[i].n &&
+            ot__assign_backend(steps[i].outs[0]->leaf.be, steps[i].n, steps[i].outs, steps[i].trees))
             return step_error(fn, i, NULL);
     return 0;
 }
@@ -842,20 +843,6 @@ static int specialise(ot_program *p)
     return spec_new(p, p->symrun, &p->cur);
 }
 
-static int ref_assign(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[],
-                      void *ctx)
-{
-    (void)ctx;
-    return be->vt->assign_many(be, n, outs, trees);
-}
-
-/* One step on the ref backend, rewritten by its rule sets first, if any. */
-static int ref_step(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[])
-{
-    if (be->rewrite) return ot__rewrite_then(be, n, outs, trees, NULL, ref_assign, NULL);
-    return ref_assign(be, n, outs, trees, NULL);
-}
-
 /* The ref backend: each step through its assign, the placeholders' buffers
  * pointing at the bound memory for the run. */
 static int run_ref(ot_program *p)
@@ -870,7 +857,7 @@ static int run_ref(ot_program *p)
         s->ph[k]->buf->data = p->base[k];
     }
     for (int i = 0; i < p->nstep && !rc; i++)
-        rc = ref_step(p->be, p->steps[i].n, p->steps[i].outs, s->steps[i].trees);
+        rc = ot__assign_backend(p->be, p->steps[i].n, p->steps[i].outs, s->steps[i].trees);
     for (int k = 0; k < p->nph; k++) s->ph[k]->buf->data = old[k];
     if (old != keep) free(old);
     return rc;

@@ -790,8 +790,15 @@ int ot_autodiff_grad_host(ot_autodiff *ad, ot_tensor *wrt, void *host);
 /* Both steps check every argument before writing anything: OT_ENULL for a
  * NULL array or entry, OT_EINVAL for n < 0, a negative or NaN lr, momentum
  * or weight_decay, a negative grad_scale, betas outside [0, 1), eps <= 0 or
- * t < 1, OT_EDTYPE for an integer parameter or state, OT_ESHAPE for a
- * gradient or state whose shape is not exactly w's. */
+ * t < 1, OT_EDTYPE for an integer parameter, state or lr_scale, OT_ESHAPE
+ * for a gradient or state whose shape is not exactly w's or an lr_scale
+ * that is not 0-d. */
+
+/* A learning-rate schedule: lr_scale, when not NULL, is a 0-d float tensor
+ * on the parameters' backend whose value multiplies lr each time the step
+ * runs. An eager step can simply pass a new lr; a program's lr is built into
+ * its steps, so ot_set(lr_scale, ...) before each ot_program_run is how a
+ * program (and ot_model_fit's .lr_schedule) decays it. */
 
 /* SGD with momentum and weight decay (neon's GradientDescentMomentum):
  *     d = grad_scale*g + weight_decay*w
@@ -801,6 +808,7 @@ int ot_autodiff_grad_host(ot_autodiff *ad, ot_tensor *wrt, void *host);
  * (a clipping scale from ot_clip_global_norm goes there). */
 typedef struct ot_sgd {
     double lr, momentum, weight_decay, grad_scale;
+    ot_tensor *lr_scale;   /* NULL: none (see above) */
 } ot_sgd;
 int ot_sgd_step(const ot_sgd *o, int n, ot_tensor *const w[], ot_node *const g[],
                 ot_tensor *const vel[]);
@@ -814,6 +822,7 @@ int ot_sgd_step(const ot_sgd *o, int n, ot_tensor *const w[], ot_node *const g[]
 typedef struct ot_adam {
     double lr, beta1, beta2, eps, grad_scale;
     int64_t t;
+    ot_tensor *lr_scale;   /* NULL: none (see above) */
 } ot_adam;
 static inline ot_adam ot_adam_default(double lr)
 {
@@ -1185,6 +1194,11 @@ enum { OT_LOSS_SOFTMAX_CE = 1,   /* mean cross-entropy of softmax(out) and y (ro
        OT_LOSS_MSE = 2,          /* mean of (out - y)^2 */
        OT_LOSS_CUSTOM = 3 };     /* fn(out, y, user): a scalar tree */
 enum { OT_MONITOR_VAL_LOSS = 0, OT_MONITOR_VAL_ACCURACY = 1, OT_MONITOR_LOSS = 2 };
+/* The learning rate over a fit of K steps: the optimizer's lr throughout,
+ * or lr*(1 + cos(pi*k/K))/2 at step k = 0..K-1 (cosine decay towards 0;
+ * an early stop ends it sooner). The optimizer given to the model has no
+ * lr_scale of its own: the model keeps the scale. */
+enum { OT_LR_CONSTANT = 0, OT_LR_COSINE = 1 };
 #define OT_MODEL_MAX_LAYERS 16
 typedef ot_node *(*ot_loss_fn)(ot_node *out, ot_node *target, void *user);
 
@@ -1202,6 +1216,7 @@ typedef struct ot_fit_opts {
     int monitor;               /* OT_MONITOR_*; the val ones need a split */
     bool quiet;                /* no progress line per epoch */
     FILE *log;                 /* where progress goes; NULL: stdout */
+    int lr_schedule;           /* OT_LR_CONSTANT (0) or OT_LR_COSINE */
 } ot_fit_opts;
 
 typedef struct ot_fit_result {

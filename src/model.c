@@ -41,6 +41,7 @@ struct ot_model {
     ot_program *prog;             /* the training step, for prog_batch rows */
     int64_t prog_batch;
     ot_tensor *loss_t, *hits_t;   /* the step's scalars */
+    ot_tensor *lr_scale;          /* 0-d f64: the schedule's factor on lr */
 };
 
 static int nomem(const char *fn) { return ot__err_set(OT_ENOMEM, NULL, 0, fn, "out of memory"); }
@@ -90,6 +91,7 @@ void ot_model_free(ot_model *m)
     }
     ot_tensor_free(m->loss_t);
     ot_tensor_free(m->hits_t);
+    ot_tensor_free(m->lr_scale);
     free(m);
 }
 
@@ -165,10 +167,18 @@ int ot_model_loss(ot_model *m, int loss, ot_loss_fn fn_, void *user)
     return 0;
 }
 
+/* The model's schedule tensor is the one its program reads. */
+static int own_schedule(const char *fn)
+{
+    return ot__err_set(OT_EINVAL, NULL, 0, fn, "the optimizer's lr_scale must be NULL: "
+                       "a model schedules lr itself (ot_fit_opts.lr_schedule)");
+}
+
 int ot_model_sgd(ot_model *m, const ot_sgd *o)
 {
     if (!m || !o) return ot__err_set(OT_ENULL, NULL, 0, "model_sgd", "%s is NULL", m ? "o" : "model");
     int rc = ot__sgd_opts_check("model_sgd", o);
+    if (!rc && o->lr_scale) rc = own_schedule("model_sgd");
     if (rc) return rc;
     m->sgd = *o;
     m->adam = false;
@@ -180,6 +190,7 @@ int ot_model_adam(ot_model *m, const ot_adam *o)
 {
     if (!m || !o) return ot__err_set(OT_ENULL, NULL, 0, "model_adam", "%s is NULL", m ? "o" : "model");
     int rc = ot__adam_opts_check("model_adam", o);
+    if (!rc && o->lr_scale) rc = own_schedule("model_adam");
     if (rc) return rc;
     m->adam_opts = *o;
     m->adam = true;
@@ -266,9 +277,11 @@ static int build_program(ot_model *m, int64_t batch)
                                                (ot_node *[]){loss, hits})
                       : ot_program_assign(p, m->loss_t, loss);
         if (!rc) rc = ot_program_backprop(p, loss, n, w, g);
-        if (!rc && m->adam) rc = ot_program_adam(p, &m->adam_opts, n, w, gn, mo, vo);
-        if (!rc && !m->adam)
-            rc = ot_program_sgd(p, &m->sgd, n, w, gn, m->sgd.momentum > 0 ? mo : NULL);
+        ot_adam adam = m->adam_opts;
+        ot_sgd sgd = m->sgd;
+        adam.lr_scale = sgd.lr_scale = m->lr_scale;
+        if (!rc && m->adam) rc = ot_program_adam(p, &adam, n, w, gn, mo, vo);
+        if (!rc && !m->adam) rc = ot_program_sgd(p, &sgd, n, w, gn, sgd.momentum > 0 ? mo : NULL);
     }
     if (pool) ot_pool_pop(pool);
     for (int i = 0; i < n; i++) ot_tensor_free(g[i]);   /* the steps hold them */
@@ -316,6 +329,9 @@ static int check_fit(const ot_model *m, const ot_tensor *x, const ot_tensor *y,
         return ot__err_set(OT_EINVAL, NULL, 0, fn, "validation_split must be in [0, 1)");
     if (o->patience < 0 || o->monitor < OT_MONITOR_VAL_LOSS || o->monitor > OT_MONITOR_LOSS)
         return ot__err_set(OT_EINVAL, NULL, 0, fn, "patience must be >= 0 and monitor an OT_MONITOR_*");
+    if (o->lr_schedule != OT_LR_CONSTANT && o->lr_schedule != OT_LR_COSINE)
+        return ot__err_set(OT_EINVAL, NULL, 0, fn, "lr_schedule must be OT_LR_CONSTANT or "
+                           "OT_LR_COSINE, not %d", o->lr_schedule);
     int64_t rows = ot_tensor_shape(x).dims[0];
     int64_t val = (int64_t)floor((double)rows * o->validation_split);
     if (rows - val < o->batch)
@@ -391,7 +407,18 @@ static int evaluate(const ot_model *m, const float *x, const float *y, int64_t r
 typedef struct fit_state {
     float *x, *y, *xb, *yb;
     int64_t *order;
+    int schedule;                 /* OT_LR_* */
+    int64_t step, steps;          /* this fit's step count so far, planned */
 } fit_state;
+
+/* The schedule's factor on lr for the next step, into the tensor the
+ * program reads. */
+static int set_lr_scale(const ot_model *m, fit_state *s)
+{
+    double k = (double)s->step++, f = 1;
+    if (s->schedule == OT_LR_COSINE) f = 0.5 * (1 + cos(3.141592653589793 * k / (double)s->steps));
+    return ot_set(m->lr_scale, &f);
+}
 
 static void state_free(fit_state *s)
 {
@@ -415,7 +442,8 @@ static int epoch(ot_model *m, fit_state *s, int64_t train, int batch, bool shuff
     for (int64_t k = 0; k < steps && !rc; k++) {
         gather(s->xb, s->x, s->order + k * batch, batch, m->inputs);
         gather(s->yb, s->y, s->order + k * batch, batch, outs);
-        rc = ot_program_run(m->prog, 2, (ot_bind[]){OT_BIND_DATA("x", s->xb),
+        rc = set_lr_scale(m, s);
+        if (!rc) rc = ot_program_run(m->prog, 2, (ot_bind[]){OT_BIND_DATA("x", s->xb),
                                                     OT_BIND_DATA("y", s->yb)});
         float l = 0;
         int32_t h = 0;
@@ -476,8 +504,9 @@ int ot_model_fit(ot_model *m, const ot_tensor *x, const ot_tensor *y, const ot_f
     int64_t val = (int64_t)floor((double)rows * o.validation_split), train = rows - val;
     if (!m->loss_t) m->loss_t = ot_empty(m->be, OT_SHAPE(), OT_F32);
     if (!m->hits_t) m->hits_t = ot_empty(m->be, OT_SHAPE(), OT_I32);
-    if (!m->loss_t || !m->hits_t) return ot_errcode();
-    fit_state s = {0};
+    if (!m->lr_scale) m->lr_scale = ot_empty(m->be, OT_SHAPE(), OT_F64);
+    if (!m->loss_t || !m->hits_t || !m->lr_scale) return ot_errcode();
+    fit_state s = {.schedule = o.lr_schedule, .steps = (int64_t)o.epochs * (train / o.batch)};
     rc = load_data(m, x, y, rows, o.batch, &s);
     if (!rc && (!m->prog || m->prog_batch != o.batch)) rc = build_program(m, o.batch);
     int64_t outs = m->layer[m->nlayer - 1].units;

@@ -103,6 +103,31 @@ static int check_grad_scale(const char *fn, double s)
     return ot__err_set(OT_EINVAL, NULL, 0, fn, "grad_scale must be >= 0 (0 means 1), not %g", s);
 }
 
+/* lr_scale, when given, is a 0-d float tensor (its backend is checked
+ * where the step's trees are built, as for every tree). */
+static int check_lr_scale(const char *fn, ot_tensor *scale)
+{
+    if (!scale) return 0;
+    if (!is_float(ot_tensor_dtype(scale)))
+        return ot__err_set(OT_EDTYPE, NULL, 0, fn, "lr_scale is %s; it must be float32 or float64",
+                           ot_dtype_name(ot_tensor_dtype(scale)));
+    ot_shape s = ot_tensor_shape(scale);
+    if (s.ndim != 0) {
+        char buf[OT__SHAPE_STRLEN];
+        return ot__err_set(OT_ESHAPE, NULL, 0, fn, "lr_scale has shape %s; it must be 0-d",
+                           ot__shape_str(&s, buf));
+    }
+    return 0;
+}
+
+/* lr times the schedule's scale, if any, as a node of dtype dt; without a
+ * scale the constant alone, so an unscheduled step builds the tree it
+ * always did. */
+static ot_node *scheduled(ot_node *lr, ot_tensor *scale, ot_dtype dt)
+{
+    return scale ? ot_cast(ot_mul(lr, scale), .dtype = dt) : lr;
+}
+
 /* ---- building and writing a step -------------------------------------------- */
 
 /* The outputs of one step and the trees written into them. */
@@ -155,6 +180,7 @@ int ot__sgd_opts_check(const char *fn, const ot_sgd *o)
     int rc = check_nonneg(fn, "lr", o->lr);
     if (!rc) rc = check_nonneg(fn, "momentum", o->momentum);
     if (!rc) rc = check_nonneg(fn, "weight_decay", o->weight_decay);
+    if (!rc) rc = check_lr_scale(fn, o->lr_scale);
     return rc ? rc : check_grad_scale(fn, o->grad_scale);
 }
 
@@ -181,12 +207,15 @@ static void sgd_param(const ot_sgd *o, ot_tensor *w, ot_node *g, ot_tensor *vel,
 {
     ot_node *d = scaled(g, o->grad_scale);
     if (o->weight_decay != 0) d = ot_add(d, ot_mul(o->weight_decay, w));
+    ot_dtype dt = ot_tensor_dtype(w);
     if (!vel) {
-        step_put(s, w, ot_sub(w, ot_mul(o->lr, d)));
+        step_put(s, w, ot_sub(w, ot_mul(scheduled(ot_const(o->lr), o->lr_scale, dt), d)));
         return;
     }
-    ot_node *vnew = o->momentum == 0 ? ot_mul(-o->lr, d)
-                                     : ot_sub(ot_mul(o->momentum, vel), ot_mul(o->lr, d));
+    ot_node *vnew = o->momentum == 0
+                        ? ot_mul(scheduled(ot_const(-o->lr), o->lr_scale, dt), d)
+                        : ot_sub(ot_mul(o->momentum, vel),
+                                 ot_mul(scheduled(ot_const(o->lr), o->lr_scale, dt), d));
     step_put(s, w, ot_add(w, vnew));   /* the same vnew node: computed once */
     step_put(s, vel, vnew);
 }
@@ -237,6 +266,7 @@ int ot__adam_opts_check(const char *fn, const ot_adam *o)
     if (!rc && !(o->eps > 0))
         rc = ot__err_set(OT_EINVAL, NULL, 0, fn, "eps must be > 0, not %g", o->eps);
     if (!rc) rc = check_grad_scale(fn, o->grad_scale);
+    if (!rc) rc = check_lr_scale(fn, o->lr_scale);
     if (!rc && o->t < 1)
         rc = ot__err_set(OT_EINVAL, NULL, 0, fn, "step count t must be >= 1 (1 for the first "
                          "step), not %lld", (long long)o->t);
@@ -283,7 +313,9 @@ int ot_adam_step(const ot_adam *o, int n, ot_tensor *const w[], ot_node *const g
     if (rc) return rc;
     double t = (double)o->t;
     double alpha = o->lr * sqrt(1 - pow(o->beta2, t)) / (1 - pow(o->beta1, t));
-    for (int i = 0; i < n; i++) adam_param(o, ot_const(alpha), w[i], g[i], m[i], v[i], &s);
+    for (int i = 0; i < n; i++)
+        adam_param(o, scheduled(ot_const(alpha), o->lr_scale, ot_tensor_dtype(w[i])), w[i], g[i],
+                   m[i], v[i], &s);
     return step_end(&s);
 }
 
@@ -296,6 +328,7 @@ int ot__adam_trees(const ot_adam *o, ot_tensor *count, int n, ot_tensor *const w
     step s = {.outs = outs, .trees = trees};
     ot_node *alpha = ot_div(ot_mul(o->lr, ot_sqrt(ot_sub(1.0, ot_pow(o->beta2, count)))),
                             ot_sub(1.0, ot_pow(o->beta1, count)));
+    if (o->lr_scale) alpha = ot_mul(alpha, ot_cast(o->lr_scale, .dtype = OT_F64));
     for (int i = 0; i < n; i++)
         adam_param(o, ot_cast(alpha, .dtype = ot_tensor_dtype(w[i])), w[i], g[i], m[i], v[i], &s);
     return trees_built(&s, nout);

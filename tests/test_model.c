@@ -207,6 +207,44 @@ static void params_bits(ot_model *m, float *out)
     }
 }
 
+/* A cosine schedule over two steps (scale 1, then 1/2) trains as two fits
+ * of one step each at lr and lr/2 on the same batches: to rounding, not
+ * bits, since a constant lr may be folded into the GEMM's alpha (the
+ * product then rounds once) and a scheduled one is read at run time. */
+TEST(model_cosine_schedule)
+{
+    ot_backend *be = backend("cpu");
+    ot_tensor *x, *y;
+    clusters(be, &x, &y);
+    ot_model *a = classifier(be), *b = classifier(be);
+    const double lr = 0.05;
+    CHECK_INT(ot_model_sgd(a, &(ot_sgd){.lr = lr}), 0);
+    ot_tensor *x2 = ot_slice(x, OT_RANGE(0, 128)), *y2 = ot_slice(y, OT_RANGE(0, 128));
+    CHECK_INT(ot_model_fit(a, x2, y2, &(ot_fit_opts){.batch = 64, .no_shuffle = true,
+                                                     .quiet = true, .lr_schedule = OT_LR_COSINE},
+                           NULL),
+              0);
+    for (int k = 0; k < 2; k++) {
+        ot_tensor *xk = ot_slice(x, OT_RANGE(64 * k, 64 * k + 64));
+        ot_tensor *yk = ot_slice(y, OT_RANGE(64 * k, 64 * k + 64));
+        CHECK_INT(ot_model_sgd(b, &(ot_sgd){.lr = k ? lr / 2 : lr}), 0);
+        CHECK_INT(ot_model_fit(b, xk, yk, &(ot_fit_opts){.batch = 64, .quiet = true}, NULL), 0);
+        ot_tensor_free(xk);
+        ot_tensor_free(yk);
+    }
+    float pa[2 * 16 + 16 + 16 * CLS + CLS], pb[sizeof pa / sizeof *pa];
+    params_bits(a, pa);
+    params_bits(b, pb);
+    for (size_t i = 0; i < sizeof pa / sizeof *pa; i++) CHECK_NEAR(pa[i], pb[i], 1e-6);
+    ot_tensor_free(x2);
+    ot_tensor_free(y2);
+    ot_model_free(a);
+    ot_model_free(b);
+    ot_tensor_free(x);
+    ot_tensor_free(y);
+    ot_backend_free(be);
+}
+
 /* Every bad argument fails before a step runs: the parameters keep their
  * bits. */
 TEST(model_bad_input_leaves_parameters)
@@ -232,6 +270,9 @@ TEST(model_bad_input_leaves_parameters)
     CHECK_INT(ot_model_fit(m, x, y, &(ot_fit_opts){.batch = ROWS + 1}, NULL), OT_EINVAL);
     CHECK_INT(ot_model_fit(m, x, y, &(ot_fit_opts){.patience = 2, .quiet = true}, NULL), OT_EINVAL);
     CHECK_ERR(OT_EINVAL, "validation_split > 0");
+    CHECK_INT(ot_model_fit(m, x, y, &(ot_fit_opts){.lr_schedule = 7, .quiet = true}, NULL),
+              OT_EINVAL);
+    CHECK_ERR(OT_EINVAL, "lr_schedule must be OT_LR_CONSTANT or OT_LR_COSINE, not 7");
     params_bits(m, after);
     CHECK(memcmp(before, after, sizeof before) == 0);
     /* a model without a loss, or without layers */
@@ -253,6 +294,11 @@ TEST(model_bad_input_leaves_parameters)
     CHECK_INT(ot_model_loss(bare, OT_LOSS_MSE, mean_abs, NULL), OT_EINVAL);
     CHECK_INT(ot_model_sgd(bare, &(ot_sgd){.lr = -1}), OT_EINVAL);
     CHECK_INT(ot_model_adam(bare, &(ot_adam){.lr = 0.1}), OT_EINVAL);   /* eps 0, t 0 */
+    ot_adam scheduled = ot_adam_default(0.1);
+    scheduled.lr_scale = ot_zeros(be, OT_SHAPE(), OT_F64);
+    CHECK_INT(ot_model_adam(bare, &scheduled), OT_EINVAL);
+    ot_tensor_free(scheduled.lr_scale);
+    CHECK_ERR(OT_EINVAL, "model_adam", "lr_scale must be NULL");
     CHECK_INT(ot_model_sgd(NULL, &(ot_sgd){.lr = 1}), OT_ENULL);
     ot_model_free(bare);
     ot_model_free(NULL);

@@ -228,6 +228,60 @@ TEST(optim_adam)
     run_adam((ot_adam){.lr = 0.1, .beta1 = 0, .beta2 = 0, .eps = 1e-6});
 }
 
+/* A schedule through lr_scale: each step reads the tensor's value then, and
+ * matches a step whose lr is lr*scale; a bad scale is an error. */
+TEST(optim_lr_scale)
+{
+    for (int b = 0; b < 2; b++) {
+        ot_backend *be = backend(backends[b], 0);
+        ot_tensor *scale = ot_empty(be, OT_SHAPE(), OT_F64);
+        for (int opt = 0; opt < 3; opt++) {
+            uint64_t rng = 5;
+            param p;
+            param_new(&p, be, OT_SHAPE(33, 17), OT_F64, opt == 2 ? 2 : opt, &rng);
+            ot_sgd sgd = {.lr = 0.1, .momentum = opt ? 0.9 : 0, .lr_scale = scale};
+            ot_adam adam = ot_adam_default(0.05);
+            adam.lr_scale = scale;
+            for (int k = 0; k < STEPS; k++) {
+                double f = 1.0 - 0.09 * k;
+                CHECK_INT(ot_set(scale, &f), 0);
+                ot_tensor *g = param_grad(&p, OT_F64, &rng);
+                ot_node *gn[] = {ot_tensor_node(g)};
+                if (opt < 2) {
+                    CHECK_INT(ot_sgd_step(&sgd, 1, &p.w, gn, opt ? &p.s[0] : NULL), 0);
+                    ot_sgd ref = sgd;
+                    ref.lr *= f;
+                    sgd_ref(&ref, p.n, p.hw, p.hg, p.hs[0]);
+                } else {
+                    adam.t = k + 1;
+                    CHECK_INT(ot_adam_step(&adam, 1, &p.w, gn, &p.s[0], &p.s[1]), 0);
+                    ot_adam ref = adam;
+                    ref.lr *= f;
+                    adam_ref(&ref, p.n, p.hw, p.hg, p.hs[0], p.hs[1]);
+                }
+                ot_tensor_free(g);
+            }
+            param_check(&p, 1e-12);
+            param_free(&p);
+        }
+        ot_tensor *iscale = ot_zeros(be, OT_SHAPE(), OT_I32);
+        ot_tensor *vscale = ot_zeros(be, OT_SHAPE(2), OT_F64);
+        ot_tensor *w = ot_zeros(be, OT_SHAPE(2), OT_F64);
+        ot_node *g[] = {ot_tensor_node(w)};
+        CHECK_INT(ot_sgd_step(&(ot_sgd){.lr = 1, .lr_scale = iscale}, 1, &w, g, NULL), OT_EDTYPE);
+        CHECK_ERR(OT_EDTYPE, "sgd_step", "lr_scale is int32");
+        ot_adam a = ot_adam_default(1);
+        a.lr_scale = vscale;
+        CHECK_INT(ot_adam_step(&a, 1, &w, g, &w, &w), OT_ESHAPE);
+        CHECK_ERR(OT_ESHAPE, "adam_step", "lr_scale has shape (2,); it must be 0-d");
+        ot_tensor_free(iscale);
+        ot_tensor_free(vscale);
+        ot_tensor_free(w);
+        ot_tensor_free(scale);
+        ot_backend_free(be);
+    }
+}
+
 /* A 2-D weight and a 1-D bias in one call, the bias's gradient a tree
  * (2*g), for SGD with momentum and for Adam. */
 TEST(optim_several_params)

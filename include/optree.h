@@ -1378,6 +1378,28 @@ typedef struct ot_print_options {
 } ot_print_options;
 int ot_tensor_print_opts(const ot_tensor *t, FILE *f, const ot_print_options *opts);
 
+/* ==== Parsing expressions (src/parse.c) ====================================
+ *
+ * ot_parse("tanh(a*b + a/b)", 2, (const char *[]){"a", "b"}, (ot_node *[]){a, b})
+ * builds the tree over the named operands (tensors through ot_tensor_node,
+ * or any nodes) in the current pool, as the builders would. The syntax is
+ * Python's for numbers (1, 2.5, 1e-3, inf, nan), names, + - * / ** (right
+ * associative, tighter than a unary minus on its left), unary - and +,
+ * < <= > >= == != (lowest, left associative) and parentheses. Every op of
+ * the table and every registered op is a function by its name, operands
+ * first, then its attributes positionally or by keyword, in the order of
+ * the C builders' options: sum(x, 1), sum(x, axis=1, keepdims=1),
+ * var(x, axis=0, ddof=1), clip(x, 0, 6), cast(x, f64), onehot(y, 10),
+ * transpose(x, perm=(1, 0)), rand(shape=(3, 4), seed=7). An integer literal
+ * is an i32 constant, any other number f64 (both weak, as in C). A minus
+ * written on a literal is part of the constant (-2, not neg(2)).
+ *
+ * Errors (OT_EINVAL, or the builder's code) say where:
+ * "parse: col 6: unknown function 'tanhh'; did you mean 'tanh'?". NULL on
+ * error. Nesting deeper than 200 levels is an error, never a deep
+ * recursion. */
+ot_node *ot_parse(const char *expr, int n, const char *const names[], ot_node *const nodes[]);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,537 @@
+/*
+ * parse.c - ot_parse: an expression string in the usual infix syntax into
+ * an op-tree over named operands. Recursive descent with Python's
+ * precedence; every op of the table (and every registered op) is a
+ * function by its name, with positional and keyword attributes. Errors
+ * name the column. Nesting is bounded, so no input can exhaust the stack.
+ */
+#include "internal.h"
+#include "ops.h"
+
+#include <ctype.h>
+#include <stdarg.h>
+
+/* Deeper nesting than this is an error rather than a deep C recursion:
+ * each level costs a few frames of the descent. */
+enum { MAX_DEPTH = 200, MAX_IDENT = 64, MAX_ARGS = 16 };
+
+typedef struct parser {
+    const char *src, *p;
+    int n;
+    const char *const *names;
+    ot_node *const *nodes;
+    int depth;
+} parser;
+
+static int col(const parser *ps, const char *at) { return (int)(at - ps->src) + 1; }
+
+static ot_node *fail(const parser *ps, const char *at, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static ot_node *fail(const parser *ps, const char *at, const char *fmt, ...)
+{
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    ot__err_set(OT_EINVAL, NULL, 0, "parse", "col %d: %s", col(ps, at), msg);
+    return NULL;
+}
+
+/* A builder's error, kept but placed at the column of its call. */
+static ot_node *fail_build(const parser *ps, const char *at)
+{
+    char msg[512];
+    int code = ot_errcode() ? ot_errcode() : OT_EINVAL;
+    snprintf(msg, sizeof msg, "%s", ot_errmsg());
+    ot__err_set(code, NULL, 0, "parse", "col %d: %s", col(ps, at), msg);
+    return NULL;
+}
+
+/* ---- lexing ------------------------------------------------------------------ */
+
+static void skip_space(parser *ps)
+{
+    while (*ps->p == ' ' || *ps->p == '\t' || *ps->p == '\n' || *ps->p == '\r') ps->p++;
+}
+
+/* Consumes tok (after spaces) when it comes next; "*" never matches "**",
+ * "<" never "<=" and so on. */
+static bool accept(parser *ps, const char *tok)
+{
+    skip_space(ps);
+    size_t n = strlen(tok);
+    if (strncmp(ps->p, tok, n) != 0) return false;
+    char next = ps->p[n];
+    if (n == 1 && ((tok[0] == '*' && next == '*') || (strchr("<>=", tok[0]) && next == '=')))
+        return false;
+    ps->p += n;
+    return true;
+}
+
+static bool ident_start(char c) { return isalpha((unsigned char)c) || c == '_'; }
+static bool ident_char(char c) { return isalnum((unsigned char)c) || c == '_'; }
+
+/* An identifier into buf; false (nothing consumed) when none comes next. */
+static bool ident(parser *ps, char *buf)
+{
+    skip_space(ps);
+    if (!ident_start(*ps->p)) return false;
+    const char *s = ps->p;
+    while (ident_char(*ps->p)) ps->p++;
+    size_t n = (size_t)(ps->p - s);
+    if (n >= MAX_IDENT) n = MAX_IDENT - 1;   /* a longer name matches nothing anyway */
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    return true;
+}
+
+/* A number literal: digits with an optional fraction and exponent, or
+ * inf/nan. *is_int tells whether it was written without '.', 'e' or a
+ * name. Returns false (nothing consumed) when none comes next. */
+static bool number(parser *ps, double *v, bool *is_int)
+{
+    skip_space(ps);
+    const char *s = ps->p, *q = s;
+    if (strncmp(q, "inf", 3) == 0 && !ident_char(q[3])) {
+        ps->p += 3;
+        *v = INFINITY;
+        *is_int = false;
+        return true;
+    }
+    if (strncmp(q, "nan", 3) == 0 && !ident_char(q[3])) {
+        ps->p += 3;
+        *v = NAN;
+        *is_int = false;
+        return true;
+    }
+    while (isdigit((unsigned char)*q)) q++;
+    bool digits = q > s, frac = *q == '.';
+    if (frac) {
+        q++;
+        while (isdigit((unsigned char)*q)) q++;
+        digits = digits || q > s + 1;
+    }
+    if (!digits) return false;
+    bool expo = false;
+    if (*q == 'e' || *q == 'E') {
+        const char *e = q + 1;
+        if (*e == '+' || *e == '-') e++;
+        if (isdigit((unsigned char)*e)) {
+            while (isdigit((unsigned char)*e)) e++;
+            q = e;
+            expo = true;
+        }
+    }
+    char buf[128];
+    size_t n = (size_t)(q - s);
+    if (n >= sizeof buf) n = sizeof buf - 1;
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    *v = strtod(buf, NULL);
+    *is_int = !frac && !expo;
+    ps->p = q;
+    return true;
+}
+
+/* ---- did you mean ------------------------------------------------------------- */
+
+/* Edit distance of two short strings (capped at 9). */
+static int distance(const char *a, const char *b)
+{
+    int la = (int)strlen(a), lb = (int)strlen(b);
+    if (la > MAX_IDENT || lb > MAX_IDENT) return 9;
+    int row[MAX_IDENT + 1];
+    for (int j = 0; j <= lb; j++) row[j] = j;
+    for (int i = 1; i <= la; i++) {
+        int diag = row[0];
+        row[0] = i;
+        for (int j = 1; j <= lb; j++) {
+            int up = row[j];
+            int best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb] < 9 ? row[lb] : 9;
+}
+
+/* custom1/custom2: rows that only a registered op's nodes use. */
+static bool placeholder(ot_op op) { return op < OT_OP_COUNT && (ot_op_flags(op) & OT_FLAG_CUSTOM); }
+
+/* The op name closest to name (within 2 edits), or NULL. */
+static const char *closest_op(const char *name)
+{
+    const char *best = NULL;
+    int bd = 3;
+    for (int op = 0; op < OT_OP_COUNT; op++) {
+        if (placeholder((ot_op)op)) continue;
+        int d = distance(name, ot_op_name((ot_op)op));
+        if (d < bd) {
+            bd = d;
+            best = ot_op_name((ot_op)op);
+        }
+    }
+    for (int op = OT_OP_REGISTERED; ot_op_name((ot_op)op); op++) {
+        int d = distance(name, ot_op_name((ot_op)op));
+        if (d < bd) {
+            bd = d;
+            best = ot_op_name((ot_op)op);
+        }
+    }
+    return best;
+}
+
+static const char *closest_name(const parser *ps, const char *name)
+{
+    const char *best = NULL;
+    int bd = 3;
+    for (int i = 0; i < ps->n; i++) {
+        int d = distance(name, ps->names[i]);
+        if (d < bd) {
+            bd = d;
+            best = ps->names[i];
+        }
+    }
+    return best;
+}
+
+/* ---- attributes --------------------------------------------------------------- */
+
+/* The attributes an op takes, in positional order after its operands. */
+static const char *attr_members(ot_op op)
+{
+    switch (op) {
+    case OT_OP_VAR: case OT_OP_STD: return "axis,ddof,keepdims";
+    case OT_OP_CLIP: return "lo,hi";
+    case OT_OP_SOFTMAX: case OT_OP_LOGSOFTMAX: return "axis";
+    case OT_OP_CAST: return "dtype";
+    case OT_OP_ONEHOT: return "depth,axis,dtype";
+    case OT_OP_RAND: return "shape,seed,dtype";
+    case OT_OP_TRANSPOSE: return "perm";
+    case OT_OP_CROSS_ENTROPY: case OT_OP_SQUARED_L2: return "axis,keepdims";
+    default: return ot_op_kind(op) == OT_KIND_REDUCE ? "axis,keepdims" : "";
+    }
+}
+
+/* The index of member m in the comma-separated list, or -1. */
+static int member_index(const char *list, const char *m)
+{
+    size_t n = strlen(m);
+    for (int i = 0; *list; i++) {
+        const char *end = strchr(list, ',');
+        size_t len = end ? (size_t)(end - list) : strlen(list);
+        if (len == n && strncmp(list, m, n) == 0) return i;
+        if (!end) break;
+        list = end + 1;
+    }
+    return -1;
+}
+
+/* The i-th member of the list into buf. */
+static void member_at(const char *list, int i, char *buf)
+{
+    for (; i > 0 && list; i--) {
+        list = strchr(list, ',');
+        if (list) list++;
+    }
+    size_t len = list ? strcspn(list, ",") : 0;
+    memcpy(buf, list ? list : "", len);
+    buf[len] = '\0';
+}
+
+static bool dtype_named(const char *s, ot_dtype *dt)
+{
+    static const struct { const char *name; ot_dtype dt; } known[] = {
+        {"f32", OT_F32}, {"float32", OT_F32}, {"f64", OT_F64}, {"float64", OT_F64},
+        {"i32", OT_I32}, {"int32", OT_I32},
+    };
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (strcmp(s, known[i].name) == 0) {
+            *dt = known[i].dt;
+            return true;
+        }
+    return false;
+}
+
+/* A signed number literal (an attribute's value). */
+static bool signed_number(parser *ps, double *v)
+{
+    bool neg = accept(ps, "-"), is_int;
+    if (!number(ps, v, &is_int)) return false;
+    if (neg) *v = -*v;
+    return true;
+}
+
+static bool integral(double v, double lo, double hi) { return v == floor(v) && v >= lo && v <= hi; }
+
+/* "(a, b, ...)" of integers into out (at most OT_MAX_DIMS); *n gets the
+ * count. */
+static bool int_tuple(parser *ps, int64_t *out, int *n)
+{
+    *n = 0;
+    if (!accept(ps, "(")) return false;
+    if (accept(ps, ")")) return true;
+    do {
+        double v;
+        if (accept(ps, ")")) return true;   /* (2,) */
+        if (*n >= OT_MAX_DIMS || !signed_number(ps, &v) || !integral(v, -1e15, 1e15)) return false;
+        out[(*n)++] = (int64_t)v;
+    } while (accept(ps, ","));
+    return accept(ps, ")");
+}
+
+/* The value of attribute m (member of ot_args) into a; at points at it. */
+static ot_node *attr_value(parser *ps, const char *m, ot_args *a, const char *at)
+{
+    char name[MAX_IDENT];
+    double v;
+    if (strcmp(m, "dtype") == 0) {
+        if (ident(ps, name) && dtype_named(name, &a->dtype)) return (ot_node *)a;
+        return fail(ps, at, "dtype must be f32, f64 or i32");
+    }
+    if (strcmp(m, "perm") == 0 || strcmp(m, "shape") == 0) {
+        int64_t t[OT_MAX_DIMS];
+        int n;
+        if (!int_tuple(ps, t, &n)) return fail(ps, at, "%s must be a tuple of at most %d integers",
+                                               m, OT_MAX_DIMS);
+        if (m[0] == 'p') {
+            for (int i = 0; i < n; i++) a->perm[i] = (int)t[i];
+            a->spec_ = ".perm = given";
+        } else {
+            a->shape.ndim = n;
+            for (int i = 0; i < n; i++) a->shape.dims[i] = t[i];
+        }
+        return (ot_node *)a;
+    }
+    if (strcmp(m, "keepdims") == 0 && ident(ps, name)) {
+        if (strcmp(name, "True") && strcmp(name, "true") && strcmp(name, "False") &&
+            strcmp(name, "false"))
+            return fail(ps, at, "keepdims must be 0, 1, True or False");
+        a->keepdims = name[0] == 'T' || name[0] == 't';
+        return (ot_node *)a;
+    }
+    if (!signed_number(ps, &v)) return fail(ps, at, "%s must be a number", m);
+    if (strcmp(m, "lo") == 0 || strcmp(m, "hi") == 0) {
+        *(m[0] == 'l' ? &a->lo : &a->hi) = v;
+        return (ot_node *)a;
+    }
+    if (!integral(v, m[0] == 's' ? 0 : INT_MIN, m[0] == 's' ? 0x1p63 : INT_MAX))
+        return fail(ps, at, "%s must be an integer in range", m);
+    if (strcmp(m, "axis") == 0) a->axis = (int)v;
+    else if (strcmp(m, "keepdims") == 0) a->keepdims = v != 0;
+    else if (strcmp(m, "depth") == 0) a->depth = (int64_t)v;
+    else if (strcmp(m, "ddof") == 0) a->ddof = (int)v;
+    else a->seed = (uint64_t)v;
+    return (ot_node *)a;
+}
+
+/* ---- expressions -------------------------------------------------------------- */
+
+static ot_node *expr(parser *ps);
+
+static ot_node *build(parser *ps, ot_op op, ot_node *a, ot_node *b, const ot_args *args,
+                      const char *at)
+{
+    if (!a || (ot_op_arity(op) == 2 && !b)) return NULL;   /* already failed */
+    ot_node *r = ot_build_at(op, a, b, args, NULL, 0);
+    return r ? r : fail_build(ps, at);
+}
+
+/* One attribute of a call: name=value, or the next positional one. */
+static ot_node *call_attr(parser *ps, ot_op op, int *positional, ot_args *a, unsigned *given)
+{
+    const char *members = attr_members(op), *at;
+    char name[MAX_IDENT];
+    skip_space(ps);
+    at = ps->p;
+    const char *save = ps->p;
+    if (ident(ps, name) && accept(ps, "=")) {
+        int i = member_index(members, name);
+        if (i < 0)
+            return fail(ps, at, "%s takes no argument '%s'%s%s", ot_op_name(op), name,
+                        *members ? "; it takes " : "", members);
+        if (*given & (1u << i)) return fail(ps, at, "%s given twice", name);
+        *given |= 1u << i;
+        return attr_value(ps, name, a, at);
+    }
+    ps->p = save;
+    member_at(members, *positional, name);
+    if (!name[0])
+        return fail(ps, at, "%s takes %d operand%s%s%s", ot_op_name(op), ot_op_arity(op),
+                    ot_op_arity(op) == 1 ? "" : "s", *members ? " and then " : "", members);
+    if (*given & (1u << *positional)) return fail(ps, at, "%s given twice", name);
+    *given |= 1u << (*positional)++;
+    return attr_value(ps, name, a, at);
+}
+
+/* name(operands..., attributes...) after the name and "(": the op's
+ * operands first, then its attributes, positional or by keyword. */
+static ot_node *call(parser *ps, const char *fname, const char *at)
+{
+    ot_op op = ot_op_lookup(fname);
+    if (op == OT_OP_NONE || placeholder(op)) {
+        const char *near = closest_op(fname);
+        return near ? fail(ps, at, "unknown function '%s'; did you mean '%s'?", fname, near)
+                    : fail(ps, at, "unknown function '%s'", fname);
+    }
+    int arity = ot_op_arity(op), k = 0, positional = 0;
+    ot_node *operand[2] = {NULL, NULL};
+    ot_args a = {.axis = OT_AXIS_ALL};
+    unsigned given = 0;
+    bool closed = accept(ps, ")");
+    while (!closed) {
+        if (k < arity) {
+            if (!(operand[k] = expr(ps))) return NULL;
+            k++;
+        } else if (!call_attr(ps, op, &positional, &a, &given)) {
+            return NULL;
+        }
+        closed = accept(ps, ")");
+        if (!closed && !accept(ps, ",")) return fail(ps, ps->p, "expected ',' or ')' in %s(...)", fname);
+    }
+    if (k < arity)
+        return fail(ps, at, "%s takes %d operand%s, not %d", fname, arity, arity == 1 ? "" : "s", k);
+    if (arity == 0) {
+        ot_node *r = ot_build_at(op, NULL, NULL, &a, NULL, 0);
+        return r ? r : fail_build(ps, at);
+    }
+    return build(ps, op, operand[0], operand[1], &a, at);
+}
+
+/* A number, a name, a call or a parenthesised expression. */
+static ot_node *primary(parser *ps)
+{
+    skip_space(ps);
+    const char *at = ps->p;
+    double v;
+    bool is_int;
+    if (number(ps, &v, &is_int))
+        return is_int && v <= INT32_MAX ? ot_consti((int)v) : ot_const(v);
+    char name[MAX_IDENT];
+    if (ident(ps, name)) {
+        if (accept(ps, "(")) return call(ps, name, at);
+        for (int i = 0; i < ps->n; i++)
+            if (strcmp(ps->names[i], name) == 0) return ps->nodes[i];
+        ot_op op = ot_op_lookup(name);
+        if (op != OT_OP_NONE && !placeholder(op))
+            return fail(ps, at, "'%s' is a function: write %s(...)", name, name);
+        const char *near = closest_name(ps, name);
+        return near ? fail(ps, at, "unknown name '%s'; did you mean '%s'?", name, near)
+                    : fail(ps, at, "unknown name '%s'", name);
+    }
+    if (accept(ps, "(")) {
+        ot_node *e = expr(ps);
+        if (e && !accept(ps, ")")) return fail(ps, ps->p, "expected ')'");
+        return e;
+    }
+    if (!*ps->p) return fail(ps, at, "unexpected end of expression");
+    return fail(ps, at, "unexpected '%c'", isprint((unsigned char)*at) ? *at : '?');
+}
+
+static ot_node *unary(parser *ps);
+
+/* primary ** unary, right-associative and tighter than a unary minus on
+ * its left (Python: -x**2 is -(x**2)). */
+static ot_node *power(parser *ps)
+{
+    ot_node *x = primary(ps);
+    skip_space(ps);
+    const char *at = ps->p;
+    if (!x || !accept(ps, "**")) return x;
+    return build(ps, OT_OP_POW, x, unary(ps), NULL, at);
+}
+
+/* A minus directly on a number literal is part of the constant (so -2
+ * reads back as ot_pp prints a constant -2); elsewhere it is neg. */
+static ot_node *unary(parser *ps)
+{
+    skip_space(ps);
+    const char *at = ps->p;
+    if (*at != '-' && *at != '+') return power(ps);
+    if (++ps->depth > MAX_DEPTH) return fail(ps, ps->p, "nested deeper than %d", MAX_DEPTH);
+    ot_node *r;
+    if (accept(ps, "-")) {
+        const char *save = ps->p;
+        double v;
+        bool is_int;
+        if (number(ps, &v, &is_int) && !accept(ps, "**")) {
+            r = is_int && v <= (double)INT32_MAX + 1 ? ot_consti((int)-v) : ot_const(-v);
+        } else {
+            ps->p = save;
+            r = build(ps, OT_OP_NEG, unary(ps), NULL, NULL, at);
+        }
+    } else {
+        accept(ps, "+");
+        r = unary(ps);
+    }
+    ps->depth--;
+    return r;
+}
+
+typedef struct binop {
+    const char *tok;
+    ot_op op;
+} binop;
+
+/* A left-associative level: next (tok next)*, the tokens tried in order
+ * (longer before their prefixes). */
+static ot_node *level(parser *ps, ot_node *(*next)(parser *), const binop *ops, int nops)
+{
+    ot_node *x = next(ps);
+    while (x) {
+        skip_space(ps);
+        const char *at = ps->p;
+        int i = 0;
+        while (i < nops && !accept(ps, ops[i].tok)) i++;
+        if (i == nops) break;
+        x = build(ps, ops[i].op, x, next(ps), NULL, at);
+    }
+    return x;
+}
+
+static ot_node *term(parser *ps)
+{
+    static const binop ops[] = {{"*", OT_OP_MUL}, {"/", OT_OP_DIV}};
+    return level(ps, unary, ops, 2);
+}
+
+static ot_node *additive(parser *ps)
+{
+    static const binop ops[] = {{"+", OT_OP_ADD}, {"-", OT_OP_SUB}};
+    return level(ps, term, ops, 2);
+}
+
+static ot_node *expr(parser *ps)
+{
+    static const binop ops[] = {{"<=", OT_OP_LE}, {">=", OT_OP_GE}, {"==", OT_OP_EQ},
+                                {"!=", OT_OP_NE}, {"<", OT_OP_LT},  {">", OT_OP_GT}};
+    if (++ps->depth > MAX_DEPTH) return fail(ps, ps->p, "nested deeper than %d", MAX_DEPTH);
+    ot_node *r = level(ps, additive, ops, 6);
+    ps->depth--;
+    return r;
+}
+
+ot_node *ot_parse(const char *src, int n, const char *const names[], ot_node *const nodes[])
+{
+    if (!src) return (ot__err_set(OT_ENULL, NULL, 0, "parse", "expression is NULL"), NULL);
+    if (n < 0 || (n > 0 && (!names || !nodes))) {
+        ot__err_set(n < 0 ? OT_EINVAL : OT_ENULL, NULL, 0, "parse",
+                    n < 0 ? "negative count %d" : "names or nodes is NULL with count %d", n);
+        return NULL;
+    }
+    for (int i = 0; i < n; i++)
+        if (!names[i] || !nodes[i]) {
+            ot__err_set(OT_ENULL, NULL, 0, "parse", "%s[%d] is NULL", names[i] ? "nodes" : "names", i);
+            return NULL;
+        }
+    ot_clear_error();
+    parser ps = {.src = src, .p = src, .n = n, .names = names, .nodes = nodes};
+    ot_node *r = expr(&ps);
+    skip_space(&ps);
+    if (r && *ps.p) return fail(&ps, ps.p, "unexpected '%c' after the expression",
+                                isprint((unsigned char)*ps.p) ? *ps.p : '?');
+    return r;
+}

@@ -1,0 +1,363 @@
+/*
+ * test_parse.c - ot_parse (src/parse.c): every op of the table and a
+ * registered op parsed by its call form equal to the builder's tree;
+ * operators, precedence and literals; values of a parsed W3 bitwise those
+ * of the built tree; every error with its column; deep and long input; and
+ * a byte fuzz that must never crash.
+ */
+#include "test.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "../examples/custom_ops.h"
+
+typedef struct fx {
+    ot_backend *be;
+    ot_tensor *a, *b, *m, *n, *i;
+    ot_node *nodes[5];
+} fx;
+
+static const char *const names[] = {"a", "b", "m", "n", "i"};
+
+static void fx_new(fx *f)
+{
+    unsetenv("OT_BACKEND");
+    f->be = ot_backend_new("cpu", NULL);
+    CHECK(f->be != NULL);
+    f->a = ot_full(f->be, OT_SHAPE(3, 4), OT_F32, 1.5);
+    f->b = ot_full(f->be, OT_SHAPE(3, 4), OT_F32, 0.5);
+    f->m = ot_full(f->be, OT_SHAPE(4, 2), OT_F32, 2);
+    f->n = ot_full(f->be, OT_SHAPE(2, 4, 2), OT_F32, 1);
+    f->i = ot_zeros(f->be, OT_SHAPE(3), OT_I32);
+    ot_tensor *t[] = {f->a, f->b, f->m, f->n, f->i};
+    for (int k = 0; k < 5; k++) f->nodes[k] = ot_tensor_node(t[k]);
+}
+
+static void fx_free(fx *f)
+{
+    ot_tensor *t[] = {f->a, f->b, f->m, f->n, f->i};
+    for (int k = 0; k < 5; k++) ot_tensor_free(t[k]);
+    ot_backend_free(f->be);
+    ot_pool_drain();
+}
+
+static ot_node *parse(const fx *f, const char *s) { return ot_parse(s, 5, names, f->nodes); }
+
+/* p and q are the same tree: their post-order stack shares every item, so
+ * a node over both has one operand item twice. */
+static bool same_tree(ot_node *p, ot_node *q)
+{
+    if (!p || !q) return false;
+    ot_node *pair = ot_build_at(OT_OP_ADD, ot_cast(p, .dtype = OT_F64), ot_cast(q, .dtype = OT_F64),
+                                NULL, NULL, 0);
+    ot_stack *s = pair ? ot_stack_new(pair) : NULL;
+    bool same = s && ot_stack_at(s, ot_stack_len(s) - 1)->a == ot_stack_at(s, ot_stack_len(s) - 1)->b;
+    ot_stack_free(s);
+    return same;
+}
+
+#define CHECK_PARSE(f, text, tree)                                            \
+    do {                                                                      \
+        ot_node *p_ = parse((f), (text));                                     \
+        if (!same_tree(p_, (tree)))                                           \
+            test__fail(__FILE__, __LINE__, "'%s' does not parse to %s (%s)", (text), #tree, \
+                       p_ ? "another tree" : ot_errmsg());                    \
+    } while (0)
+
+/* Every op of the table by its name: elementwise and reductions from their
+ * rows, the rest with attributes written both ways. */
+TEST(parse_every_op)
+{
+    fx f;
+    fx_new(&f);
+    ot_pool *pool = ot_pool_push();
+    ot_node *a = f.nodes[0], *b = f.nodes[1];
+    char text[128];
+    int tested = 0;
+    for (int op = 0; op < OT_OP_COUNT; op++) {
+        int kind = ot_op_kind((ot_op)op);
+        if (ot_op_flags((ot_op)op) & OT_FLAG_CUSTOM) continue;
+        ot_args all = {.axis = OT_AXIS_ALL}, ax1 = {.axis = 1};
+        if (kind == OT_KIND_UNARY) {
+            snprintf(text, sizeof text, "%s(a)", ot_op_name((ot_op)op));
+            CHECK_PARSE(&f, text, ot_build_at((ot_op)op, a, NULL, NULL, NULL, 0));
+            tested++;
+        } else if (kind == OT_KIND_BINARY) {
+            snprintf(text, sizeof text, "%s(a, b)", ot_op_name((ot_op)op));
+            CHECK_PARSE(&f, text, ot_build_at((ot_op)op, a, b, NULL, NULL, 0));
+            tested++;
+        } else if (kind == OT_KIND_REDUCE) {
+            snprintf(text, sizeof text, "%s(a)", ot_op_name((ot_op)op));
+            CHECK_PARSE(&f, text, ot_build_at((ot_op)op, a, NULL, &all, NULL, 0));
+            snprintf(text, sizeof text, "%s(a, axis=1)", ot_op_name((ot_op)op));
+            CHECK_PARSE(&f, text, ot_build_at((ot_op)op, a, NULL, &ax1, NULL, 0));
+            snprintf(text, sizeof text, "%s(a, -1, True)", ot_op_name((ot_op)op));
+            CHECK_PARSE(&f, text, ot_build_at((ot_op)op, a, NULL, &(ot_args){.axis = -1, .keepdims = true},
+                                              NULL, 0));
+            tested++;
+        }
+    }
+    CHECK(tested > 40);
+    CHECK_PARSE(&f, "dot(a, m)", ot_dot(f.a, f.m));
+    CHECK_PARSE(&f, "batched_dot(n, transpose(n, (0, 2, 1)))",
+                ot_batched_dot(f.n, ot_T(f.n, {0, 2, 1})));
+    CHECK_PARSE(&f, "transpose(a)", ot_T(f.a));
+    CHECK_PARSE(&f, "transpose(a, perm=(1, 0))", ot_T(f.a, {1, 0}));
+    CHECK_PARSE(&f, "cast(a, f64)", ot_cast(f.a, OT_F64));
+    CHECK_PARSE(&f, "cast(a, dtype=int32)", ot_cast(f.a, OT_I32));
+    CHECK_PARSE(&f, "onehot(i, 10)", ot_onehot(f.i, 10));
+    CHECK_PARSE(&f, "onehot(i, depth=5, axis=0, dtype=f64)", ot_onehot(f.i, 5, 0, OT_F64));
+    CHECK_PARSE(&f, "rand(shape=(3, 4), seed=7)", ot_rand(OT_SHAPE(3, 4), 7));
+    CHECK_PARSE(&f, "rand((2,), 1, f64)", ot_rand(OT_SHAPE(2), 1, OT_F64));
+    CHECK_PARSE(&f, "var(a, 0, 1)", ot_var(f.a, 0, 1));
+    CHECK_PARSE(&f, "std(a, axis=1, keepdims=1)", ot_std(f.a, .axis = 1, .keepdims = true));
+    CHECK_PARSE(&f, "clip(a, 0, 6)", ot_clip(f.a, 0, 6));
+    CHECK_PARSE(&f, "clip(a, lo=-1.5, hi=inf)", ot_clip(f.a, -1.5, INFINITY));
+    CHECK_PARSE(&f, "softmax(a, axis=1)", ot_softmax(f.a, .axis = 1));
+    CHECK_PARSE(&f, "logsoftmax(a)", ot_logsoftmax(f.a));
+    CHECK_PARSE(&f, "cross_entropy(softmax(a, 1), b, axis=1)",
+                ot_cross_entropy(ot_softmax(f.a, 1), f.b, .axis = 1));
+    CHECK_PARSE(&f, "squared_l2(a)", ot_squared_l2(f.a));
+    CHECK_PARSE(&f, "keep(a)", ot_keep(f.a));
+    ot_pool_pop(pool);
+    fx_free(&f);
+}
+
+TEST(parse_registered_op)
+{
+    fx f;
+    fx_new(&f);
+    ot_op gelu = ot_op_lookup("gelu");
+    ot_op_def def = gelu_def();
+    if (gelu == OT_OP_NONE) gelu = ot_op_register(&def);
+    CHECK(gelu != OT_OP_NONE);
+    ot_pool *pool = ot_pool_push();
+    CHECK_PARSE(&f, "gelu(a * 2)", ot_apply(gelu, ot_mul(f.a, 2)));
+    CHECK(parse(&f, "custom1(a)") == NULL);
+    CHECK_ERR(OT_EINVAL, "col 1: unknown function 'custom1'");
+    ot_pool_pop(pool);
+    fx_free(&f);
+}
+
+TEST(parse_operators_and_literals)
+{
+    fx f;
+    fx_new(&f);
+    ot_pool *pool = ot_pool_push();
+    ot_tensor *a = f.a, *b = f.b;
+    CHECK_PARSE(&f, "a + b * a", ot_add(a, ot_mul(b, a)));
+    CHECK_PARSE(&f, "(a + b) * a", ot_mul(ot_add(a, b), a));
+    CHECK_PARSE(&f, "a - b - a", ot_sub(ot_sub(a, b), a));
+    CHECK_PARSE(&f, "a / b / a", ot_div(ot_div(a, b), a));
+    CHECK_PARSE(&f, "-a ** 2", ot_neg(ot_pow(a, 2)));
+    CHECK_PARSE(&f, "a ** b ** a", ot_pow(a, ot_pow(b, a)));
+    CHECK_PARSE(&f, "a ** -b", ot_pow(a, ot_neg(b)));
+    CHECK_PARSE(&f, "--a", ot_neg(ot_neg(a)));
+    CHECK_PARSE(&f, "+a", ot_tensor_node(a));
+    CHECK_PARSE(&f, "a * -2", ot_mul(a, -2));
+    CHECK_PARSE(&f, "a * -2.5e-1", ot_mul(a, -0.25));
+    CHECK_PARSE(&f, "a * .5 + 3.", ot_add(ot_mul(a, 0.5), 3.0));
+    CHECK_PARSE(&f, "a < b", ot_lt(a, b));
+    CHECK_PARSE(&f, "a <= b", ot_le(a, b));
+    CHECK_PARSE(&f, "a > b", ot_gt(a, b));
+    CHECK_PARSE(&f, "a >= b", ot_ge(a, b));
+    CHECK_PARSE(&f, "a == b + 1", ot_eq(a, ot_add(b, 1)));
+    CHECK_PARSE(&f, "a != b", ot_ne(a, b));
+    CHECK_PARSE(&f, "a < b == b < a", ot_lt(ot_eq(ot_lt(a, b), b), a));   /* not chained */
+    CHECK_PARSE(&f, " \ttanh( a*b+a/b )\n", ot_tanh(ot_add(ot_mul(a, b), ot_div(a, b))));
+    CHECK_PARSE(&f, "a * inf + nan", ot_add(ot_mul(a, INFINITY), NAN));
+    /* integer literals are i32 constants, others f64: both weak */
+    ot_node *two = parse(&f, "2");
+    CHECK(two && ot_node_dtype(two) == OT_I32);
+    ot_node *big = parse(&f, "3000000000");
+    CHECK(big && ot_node_dtype(big) == OT_F64);
+    ot_node *sum_exp = parse(&f, "sum(exp(a - max(a, axis=1, keepdims=1)), axis=1)");
+    CHECK(same_tree(sum_exp, ot_sum(ot_exp(ot_sub(a, ot_max(a, 1, true))), 1)));
+    ot_pool_pop(pool);
+    fx_free(&f);
+}
+
+/* Parsed and built trees assign the same bits (random data, f32). */
+TEST(parse_values_match_builders)
+{
+    fx f;
+    fx_new(&f);
+    ot_pool *pool = ot_pool_push();
+    ot_tensor *x = ot_empty(f.be, OT_SHAPE(64, 33), OT_F32);
+    ot_tensor *y = ot_empty(f.be, OT_SHAPE(64, 33), OT_F32);
+    CHECK_INT(ot_assign(x, ot_add(ot_rand(OT_SHAPE(64, 33), 1), 0.5)), 0);
+    CHECK_INT(ot_assign(y, ot_add(ot_rand(OT_SHAPE(64, 33), 2), 0.5)), 0);
+    const char *xy[] = {"x", "y"};
+    ot_node *in[] = {ot_tensor_node(x), ot_tensor_node(y)};
+    const struct { const char *text; ot_node *tree; } cases[] = {
+        {"tanh(x*y + x/y)", ot_tanh(ot_add(ot_mul(x, y), ot_div(x, y)))},
+        {"sum(exp(x - max(x, axis=1, keepdims=1)), axis=1)",
+         ot_sum(ot_exp(ot_sub(x, ot_max(x, 1, true))), 1)},
+        {"dot(x, transpose(y)) * 0.5 - 1", ot_sub(ot_mul(ot_dot(x, ot_T(y)), 0.5), 1)},
+        {"mean(sig(x) ** 2, 0)", ot_mean(ot_pow(ot_sig(x), 2), 0)},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        ot_node *p = ot_parse(cases[k].text, 2, xy, in);
+        ot_tensor *vp = p ? ot_eval(p) : NULL, *vb = ot_eval(cases[k].tree);
+        CHECK(vp && vb);
+        if (!vp || !vb) continue;
+        size_t n = (size_t)ot_tensor_numel(vb);
+        float *hp = calloc(n, sizeof *hp), *hb = calloc(n, sizeof *hb);
+        CHECK_INT(ot_get(vp, hp), 0);
+        CHECK_INT(ot_get(vb, hb), 0);
+        CHECK(memcmp(hp, hb, n * sizeof *hp) == 0);
+        free(hp);
+        free(hb);
+        ot_tensor_free(vp);
+        ot_tensor_free(vb);
+    }
+    ot_pool_pop(pool);
+    ot_tensor_free(x);
+    ot_tensor_free(y);
+    fx_free(&f);
+}
+
+TEST(parse_errors_name_the_column)
+{
+    fx f;
+    fx_new(&f);
+    ot_pool *pool = ot_pool_push();
+    const struct { const char *text; int code; const char *msg; } bad[] = {
+        {"tanhh(a)", OT_EINVAL, "col 1: unknown function 'tanhh'; did you mean 'tanh'?"},
+        {"a + tanhh(b)", OT_EINVAL, "col 5: unknown function 'tanhh'"},
+        {"a + zzzzzz(b)", OT_EINVAL, "col 5: unknown function 'zzzzzz'"},
+        {"a + c", OT_EINVAL, "col 5: unknown name 'c'; did you mean 'a'?"},
+        {"a + qqqq", OT_EINVAL, "col 5: unknown name 'qqqq'"},
+        {"a * tanh", OT_EINVAL, "col 5: 'tanh' is a function: write tanh(...)"},
+        {"a +", OT_EINVAL, "col 4: unexpected end of expression"},
+        {"", OT_EINVAL, "col 1: unexpected end of expression"},
+        {"(a + b", OT_EINVAL, "col 7: expected ')'"},
+        {"a b", OT_EINVAL, "col 3: unexpected 'b' after the expression"},
+        {"a $ b", OT_EINVAL, "col 3: unexpected '$'"},
+        {"sum(a, foo=1)", OT_EINVAL, "col 8: sum takes no argument 'foo'; it takes axis,keepdims"},
+        {"sum(a, 1, 1, 1)", OT_EINVAL, "col 14: sum takes 1 operand and then axis,keepdims"},
+        {"sum(a, axis=1, axis=0)", OT_EINVAL, "col 16: axis given twice"},
+        {"sum(a, 1, axis=0)", OT_EINVAL, "axis given twice"},
+        {"sum(a, axis=1.5)", OT_EINVAL, "axis must be an integer"},
+        {"sum(a, axis=b)", OT_EINVAL, "axis must be a number"},
+        {"cast(a, f16)", OT_EINVAL, "dtype must be f32, f64 or i32"},
+        {"transpose(a, (1, 0)", OT_EINVAL, "expected ',' or ')'"},
+        {"transpose(a, perm=1)", OT_EINVAL, "perm must be a tuple"},
+        {"add(a)", OT_EINVAL, "col 1: add takes 2 operands, not 1"},
+        {"exp(a, b)", OT_EINVAL, "exp takes 1 operand"},
+        {"a + m", OT_ESHAPE, "col 3: "},
+        {"sum(a, axis=5)", OT_EINVAL, "col 1: "},
+        {"dot(a, b)", OT_ESHAPE, "col 1: "},
+        {"batched_dot(a, b)", OT_EINVAL, "col 1: batched_dot: operands must be 3-D"},
+        {"a == = b", OT_EINVAL, "col 6: unexpected '='"},
+        {"a ! b", OT_EINVAL, "unexpected '!'"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        ot_clear_error();
+        if (parse(&f, bad[k].text) != NULL)
+            test__fail(__FILE__, __LINE__, "'%s' parsed", bad[k].text);
+        else
+            test__check_err(__FILE__, __LINE__, bad[k].code, (const char *[]){"parse: ", bad[k].msg, NULL});
+    }
+    CHECK(ot_parse(NULL, 0, NULL, NULL) == NULL);
+    CHECK_ERR(OT_ENULL, "expression is NULL");
+    CHECK(ot_parse("a", -1, names, f.nodes) == NULL);
+    CHECK_ERR(OT_EINVAL, "negative count");
+    CHECK(ot_parse("a", 1, NULL, f.nodes) == NULL);
+    CHECK_ERR(OT_ENULL, "names or nodes is NULL");
+    CHECK(ot_parse("a", 1, (const char *[]){NULL}, f.nodes) == NULL);
+    CHECK_ERR(OT_ENULL, "names[0] is NULL");
+    CHECK(ot_parse("a", 1, names, (ot_node *[]){NULL}) == NULL);
+    CHECK_ERR(OT_ENULL, "nodes[0] is NULL");
+    CHECK(ot_parse("1 + 2", 0, NULL, NULL) != NULL);   /* no names needed */
+    ot_pool_pop(pool);
+    fx_free(&f);
+}
+
+/* Deep nesting is an error, never a deep recursion; long flat input parses
+ * (each level of the grammar loops). */
+TEST(parse_deep_and_long)
+{
+    fx f;
+    fx_new(&f);
+    ot_pool *pool = ot_pool_push();
+    enum { N = 100000 };
+    char *s = malloc(2 * N + 4);
+    for (int k = 0; k < N; k++) s[k] = '(';
+    s[N] = 'a';
+    for (int k = 0; k < N; k++) s[N + 1 + k] = ')';
+    s[2 * N + 1] = '\0';
+    CHECK(parse(&f, s) == NULL);
+    CHECK_ERR(OT_EINVAL, "nested deeper than 200");
+    memset(s, '-', N);
+    strcpy(s + N, "a");
+    CHECK(parse(&f, s) == NULL);
+    CHECK_ERR(OT_EINVAL, "nested deeper than 200");
+    for (int k = 0; k < N; k++) memcpy(s + 2 * k, k ? "+a" : " a", 2);
+    s[2 * N] = '\0';
+    ot_node *chain = parse(&f, s);
+    CHECK(chain != NULL);
+    char *nest = malloc(8 * 150 + 8);
+    nest[0] = '\0';
+    for (int k = 0; k < 150; k++) strcat(nest, "exp(");
+    strcat(nest, "a");
+    for (int k = 0; k < 150; k++) strcat(nest, ")");
+    CHECK(parse(&f, nest) != NULL);
+    free(nest);
+    free(s);
+    ot_pool_pop(pool);
+    fx_free(&f);
+}
+
+static uint64_t rng(uint64_t *s)
+{
+    *s = *s * 6364136223846793005u + 1442695040888963407u;
+    return *s >> 33;
+}
+
+/* Random bytes, and valid expressions with random bytes changed, cut or
+ * inserted: a tree or an error, never a crash (the sanitizer build runs
+ * this too). */
+TEST(parse_byte_fuzz)
+{
+    fx f;
+    fx_new(&f);
+    static const char *const seeds[] = {
+        "tanh(a*b + a/b)", "sum(exp(a - max(a, axis=1, keepdims=1)), axis=1)",
+        "transpose(a, perm=(1, 0)) ** -2.5e3", "onehot(i, depth=4, axis=0, dtype=f64) >= 1",
+        "clip(var(a, 0, 1), lo=-inf, hi=nan)", "rand(shape=(3, 4), seed=7) != b",
+    };
+    static const char alphabet[] = "ab()+-*/<=>!,.e0123456789 _=xsumtanhxp\t\"'\\\x01\xff";
+    uint64_t st = 12345;
+    char buf[160];
+    for (int it = 0; it < 20000; it++) {
+        ot_pool *pool = ot_pool_push();
+        size_t len;
+        if (it % 3 == 0) {
+            len = rng(&st) % 60;
+            for (size_t k = 0; k < len; k++) buf[k] = alphabet[rng(&st) % (sizeof alphabet - 1)];
+        } else {
+            const char *seed = seeds[rng(&st) % (sizeof seeds / sizeof *seeds)];
+            len = strlen(seed);
+            memcpy(buf, seed, len);
+            for (int m = 1 + (int)(rng(&st) % 3); m > 0; m--) {
+                size_t at = rng(&st) % (len + 1);
+                int what = (int)(rng(&st) % 3);
+                if (what == 0 && at < len) buf[at] = alphabet[rng(&st) % (sizeof alphabet - 1)];
+                else if (what == 1) len = at;
+                else if (len + 1 < sizeof buf) {
+                    memmove(buf + at + 1, buf + at, len - at);
+                    buf[at] = alphabet[rng(&st) % (sizeof alphabet - 1)];
+                    len++;
+                }
+            }
+        }
+        buf[len] = '\0';
+        ot_clear_error();
+        ot_node *t = parse(&f, buf);
+        CHECK(t != NULL || ot_errcode() != 0);
+        ot_pool_pop(pool);
+    }
+    fx_free(&f);
+}

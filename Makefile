@@ -47,9 +47,9 @@ OBJS  += $(KOBJS)
 LIBA  := $(BUILD)/liboptree.a
 LIBSO := $(BUILD)/liboptree.so
 
-.PHONY: all lib tests examples demo test check deps install clean bench fuzz FORCE
+.PHONY: all lib tests examples cli demo test check deps install clean bench fuzz FORCE
 FORCE:
-all: lib tests examples
+all: lib tests examples cli
 
 lib: $(LIBA) $(LIBSO)
 
@@ -105,6 +105,14 @@ $(BUILD)/examples/%: examples/%.c include/optree.h include/optree_ops.h $(LIBA) 
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LIBA) $(LDFLAGS) $(LDLIBS)
 
+# optree-bench (cli/): microbenchmarks of any expression from the command
+# line; installed with the library.
+CLI_SRCS := $(wildcard cli/*.c)
+CLI      := $(BUILD)/optree-bench
+cli: $(CLI)
+$(CLI): $(CLI_SRCS) cli/cli.h include/optree.h include/optree_ops.h $(LIBA) $(FLAGS)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $(CLI_SRCS) $(LIBA) $(LDFLAGS) $(LDLIBS)
+
 deps:
 	@sh tools/deps.sh
 
@@ -123,8 +131,9 @@ test: deps
 check: tests
 	$(RUN)/test_optree
 
-install: lib
-	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
+install: lib cli
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
+	install -m 755 $(CLI) $(DESTDIR)$(PREFIX)/bin/optree-bench
 	install -m 644 include/optree.h include/optree_ops.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(LIBA) $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(LIBSO) $(DESTDIR)$(PREFIX)/lib/liboptree.so.$(VERSION)

@@ -10,7 +10,7 @@ set -u
 
 # libc6-dev comes with gcc unless gcc was installed without its recommends;
 # without it nothing compiles, so it is checked too.
-PKGS="libopenblas-dev libsleef-dev python3-numpy valgrind libc6-dev"
+PKGS="libopenblas-dev libsleef-dev python3-numpy valgrind libc6-dev gnuplot-nox"
 
 if ! command -v dpkg-query >/dev/null 2>&1; then
     echo "deps: no dpkg here (not Debian?); install OpenBLAS, SLEEF, NumPy and valgrind yourself: $PKGS"

@@ -9,6 +9,9 @@
 #               public ot_* names (no ot__ internals), and that a program
 #               using the header's macros links against it alone and runs
 #   unit        ./$BUILD/test_optree
+#   cli         tests/cli_check.py: optree-bench's outputs and errors, run
+#               as a user runs it (its machine limits cached in a temporary
+#               directory)
 #   numpy       tests/diff_numpy.py against $BUILD/liboptree.so (skipped while
 #               the script does not exist)
 #   sanitizers  the unit tests rebuilt in $BUILD/san with ASan + UBSan and
@@ -178,6 +181,14 @@ $TMO "$RB/test_optree" >"$log" 2>&1
 rc=$?
 show "$log"
 count_phase unit "$log" "$rc"
+
+# ---------------------------------------------------------------- cli
+header "cli: $PY tests/cli_check.py $B/optree-bench"
+log=$LOGS/cli.log
+$TMO "$PY" tests/cli_check.py "$RB/optree-bench" >"$log" 2>&1
+rc=$?
+show "$log"
+count_phase cli "$log" "$rc"
 
 # ---------------------------------------------------------------- numpy
 header "numpy: $PY tests/diff_numpy.py $B/liboptree.so"

@@ -1,0 +1,105 @@
+"""cli_check.py - checks of optree-bench (cli/) as a user runs it: the
+table, CSV, JSON and plot outputs, --compare, --explain, --peers, the
+configuration lists, and clear errors (exit status 2 for bad options, 1 for
+a bad expression, with the column). Small sizes and few repeats: this
+checks behaviour, not speed. Prints one "N passed, M failed" line.
+
+usage: python3 tests/cli_check.py build/optree-bench
+"""
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+BIN = sys.argv[1] if len(sys.argv) > 1 else "build/optree-bench"
+CACHE = tempfile.mkdtemp(prefix="optree-bench-cache-")
+ENV = dict(os.environ, XDG_CACHE_HOME=CACHE)
+passed = failed = 0
+
+
+def run(*args):
+    p = subprocess.run([BIN, *args], capture_output=True, text=True, env=ENV, timeout=300)
+    return p.returncode, p.stdout, p.stderr
+
+
+def case(name, ok, detail=""):
+    global passed, failed
+    if ok:
+        passed += 1
+        print("[ OK ] " + name)
+    else:
+        failed += 1
+        print("[FAIL] " + name + (": " + detail[-2000:] if detail else ""))
+
+
+QUICK = ["--repeat", "3", "--quiet"]
+
+rc, out, err = run("--help")
+case("help", rc == 0 and "--n SIZES" in out and "--plot" in out, out + err)
+
+rc, out, err = run("a*b + c", "--n", "64,1e4", *QUICK)
+case("table", rc == 0 and "at n=64:" in out and "per call" in out and "10000" in out, out + err)
+case("limits cached", os.path.exists(os.path.join(CACHE, "optree", "limits")), err)
+
+rc, out, err = run("a*b + c", "--n", "64,1e4", "--csv", "--fusion", "on,off", *QUICK)
+rows = list(csv.DictReader(io.StringIO(out))) if rc == 0 else []
+case("csv rows", len(rows) == 4 and {r["fusion"] for r in rows} == {"on", "off"}, out + err)
+row64 = [r for r in rows if r["n"] == "64" and r["fusion"] == "on"]
+# a*b + c reads three f32 inputs and writes one output: 16 bytes per element
+case("csv bytes from the plan", bool(row64) and float(row64[0]["bytes"]) == 64 * 16, out)
+case("csv fields", bool(row64) and float(row64[0]["median_s"]) > 0 and float(row64[0]["triad_gb_per_s"]) > 0, out)
+
+rc, out, err = run("tanh(a*b + a/b)", "--n", "1e3..1e4", "--json", "--dtype", "f32,f64", *QUICK)
+try:
+    doc = json.loads(out)
+except ValueError:
+    doc = None
+case("json parses", doc is not None, out + err)
+if doc:
+    sizes = sorted({p["n"] for p in doc["points"]})
+    case("json range 1e3..1e4", sizes == [1000, 2000, 5000, 10000], str(sizes))
+    case("json configs", [c["dtype"] for c in doc["configs"]] == ["f32", "f64"], str(doc["configs"]))
+    case("json flops", all(p["flops"] > 0 for p in doc["points"]), out)
+
+rc, out, err = run("a*b", "--compare", "a+b", "--n", "1e4", *QUICK)
+case("compare", rc == 0 and "'a+b'" in out and "vs 1st" in out, out + err)
+
+rc, out, err = run("exp(x)", "--n", "100", "--explain", *QUICK)
+case("explain", rc == 0 and "plan of 'exp(x)'" in out and "kernel" in out, out + err)
+
+rc, out, err = run("sum(x, axis=1)", "--cols", "16", "--n", "4096", "--backend", "cpu,ref", *QUICK)
+case("cols and backends", rc == 0 and "[ref " in out and "[cpu " in out, out + err)
+
+rc, out, err = run("x + 1", "--n", "1e5", "--threads", "1,2", *QUICK)
+case("threads", rc == 0 and "2 threads" in out, out + err)
+
+svg = os.path.join(CACHE, "plot.svg")
+rc, out, err = run("a*b + c", "--n", "1e3..1e5", "--plot", svg, *QUICK)
+text = open(svg).read() if os.path.exists(svg) else ""
+case("plot svg", rc == 0 and "<svg" in text and "roofline" in text, err)
+
+rc, out, err = run("a*b + c", "--n", "1e3", "--peers", *QUICK)
+case("peers", rc == 0 and "numpy" in out and "optree is faster" in out, out + err)
+
+rc, out, err = run("tanhh(a)", "--n", "10", *QUICK)
+case("bad expression", rc == 1 and "col 1: unknown function 'tanhh'; did you mean 'tanh'?" in err, err)
+rc, out, err = run("a +", "--n", "10", *QUICK)
+case("incomplete expression", rc == 1 and "col 4" in err, err)
+rc, out, err = run("a", "--bogus")
+case("unknown option", rc == 2 and "unknown option '--bogus'" in err, err)
+rc, out, err = run("a", "--n", "1e3..10")
+case("bad sizes", rc == 2 and "bad --n" in err, err)
+rc, out, err = run("a", "--dtype", "f16")
+case("bad dtype", rc == 2, err)
+rc, out, err = run("a", "--isa", "nonesuch", "--n", "10", *QUICK)
+case("bad isa", rc == 1 and "isa" in err, err)
+rc, out, err = run()
+case("no expression", rc == 2 and "no expression" in err, err)
+rc, out, err = run("a", "--plot", os.path.join(CACHE, "x.pdf"), "--n", "10", *QUICK)
+case("plot format", rc == 1 and ".svg or .png" in err, err)
+
+print("%d passed, %d failed" % (passed, failed))
+sys.exit(1 if failed else 0)

@@ -21,6 +21,8 @@ typedef struct parser {
     const char *const *names;
     ot_node *const *nodes;
     int depth;
+    ot_node **defs;       /* ot_pp's shared nodes, %1 = ... */
+    int ndef;
 } parser;
 
 static int col(const parser *ps, const char *at) { return (int)(at - ps->src) + 1; }
@@ -367,6 +369,21 @@ static ot_node *call_attr(parser *ps, ot_op op, int *positional, ot_args *a, uns
     return attr_value(ps, name, a, at);
 }
 
+/* The node of a call with k operands parsed. */
+static ot_node *finish_call(parser *ps, ot_op op, ot_node *const operand[2], int k,
+                            const ot_args *a, const char *at)
+{
+    int arity = ot_op_arity(op);
+    if (k < arity)
+        return fail(ps, at, "%s takes %d operand%s, not %d", ot_op_name(op), arity,
+                    arity == 1 ? "" : "s", k);
+    if (arity == 0) {
+        ot_node *r = ot_build_at(op, NULL, NULL, a, NULL, 0);
+        return r ? r : fail_build(ps, at);
+    }
+    return build(ps, op, operand[0], operand[1], a, at);
+}
+
 /* name(operands..., attributes...) after the name and "(": the op's
  * operands first, then its attributes, positional or by keyword. */
 static ot_node *call(parser *ps, const char *fname, const char *at)
@@ -392,13 +409,70 @@ static ot_node *call(parser *ps, const char *fname, const char *at)
         closed = accept(ps, ")");
         if (!closed && !accept(ps, ",")) return fail(ps, ps->p, "expected ',' or ')' in %s(...)", fname);
     }
-    if (k < arity)
-        return fail(ps, at, "%s takes %d operand%s, not %d", fname, arity, arity == 1 ? "" : "s", k);
-    if (arity == 0) {
-        ot_node *r = ot_build_at(op, NULL, NULL, &a, NULL, 0);
-        return r ? r : fail_build(ps, at);
+    return finish_call(ps, op, operand, k, &a, at);
+}
+
+static ot_node *unary(parser *ps);
+
+/* ot_pp's prefix form, "(exp x)", "(minimum a b)", "(sum x axis=1
+ * keepdims)": after "(", an op's name, then a space and something that is
+ * not a binary operator (a minus written on a number is an operand). */
+static bool prefix_next(parser *ps, ot_op *op)
+{
+    const char *save = ps->p;
+    char name[MAX_IDENT];
+    bool yes = false;
+    if (ident(ps, name) && (*ps->p == ' ' || *ps->p == '\t')) {
+        *op = ot_op_lookup(name);
+        skip_space(ps);
+        char c = *ps->p;
+        yes = *op != OT_OP_NONE && !placeholder(*op) && !strchr(")+*/<>=!,", c) &&
+              (c != '-' || (ps->p[1] != ' ' && ps->p[1] != '\t'));
     }
-    return build(ps, op, operand[0], operand[1], &a, at);
+    ps->p = save;
+    return yes;
+}
+
+/* The prefix form's operands and attributes (name=value, or keepdims
+ * alone) up to ")", after "(" and the name. ot_pp writes every attribute
+ * a node holds, so any of ot_args's members is taken here. */
+static ot_node *prefix(parser *ps, ot_op op, const char *at)
+{
+    char name[MAX_IDENT];
+    ident(ps, name);
+    int arity = ot_op_arity(op), k = 0;
+    ot_node *operand[2] = {NULL, NULL};
+    ot_args a = {.axis = OT_AXIS_ALL};
+    while (!accept(ps, ")")) {
+        skip_space(ps);
+        const char *here = ps->p;
+        if (ident(ps, name)) {
+            int i = member_index(OT__ARGS_MEMBERS, name);
+            if (i >= 0 && accept(ps, "=")) {
+                if (!attr_value(ps, name, &a, here)) return NULL;
+                continue;
+            }
+            if (i >= 0 && strcmp(name, "keepdims") == 0) {
+                a.keepdims = true;
+                continue;
+            }
+            ps->p = here;
+        }
+        if (k >= arity || !*ps->p)
+            return fail(ps, here, "%s: expected ')'", ot_op_name(op));
+        if (!(operand[k++] = unary(ps))) return NULL;
+    }
+    return finish_call(ps, op, operand, k, &a, at);
+}
+
+/* %k, a node ot_pp wrote once on a line "%k = ..." before. */
+static ot_node *def_ref(parser *ps, const char *at)
+{
+    char *end;
+    long k = strtol(ps->p + 1, &end, 10);
+    if (end == ps->p + 1 || k < 1 || k > ps->ndef) return fail(ps, at, "no %%%ld defined", k);
+    ps->p = end;
+    return ps->defs[k - 1];
 }
 
 /* A number, a name, a call or a parenthesised expression. */
@@ -412,7 +486,10 @@ static ot_node *primary(parser *ps)
         return is_int && v <= INT32_MAX ? ot_consti((int)v) : ot_const(v);
     char name[MAX_IDENT];
     if (ident(ps, name)) {
-        if (accept(ps, "(")) return call(ps, name, at);
+        if (*ps->p == '(') {   /* a call: no space before "(", which ot_pp's "(f x (y))" needs */
+            ps->p++;
+            return call(ps, name, at);
+        }
         for (int i = 0; i < ps->n; i++)
             if (strcmp(ps->names[i], name) == 0) return ps->nodes[i];
         ot_op op = ot_op_lookup(name);
@@ -422,7 +499,15 @@ static ot_node *primary(parser *ps)
         return near ? fail(ps, at, "unknown name '%s'; did you mean '%s'?", name, near)
                     : fail(ps, at, "unknown name '%s'", name);
     }
+    if (*ps->p == '%') return def_ref(ps, at);
     if (accept(ps, "(")) {
+        ot_op op;
+        if (prefix_next(ps, &op)) {
+            if (++ps->depth > MAX_DEPTH) return fail(ps, at, "nested deeper than %d", MAX_DEPTH);
+            ot_node *r = prefix(ps, op, at);
+            ps->depth--;
+            return r;
+        }
         ot_node *e = expr(ps);
         if (e && !accept(ps, ")")) return fail(ps, ps->p, "expected ')'");
         return e;
@@ -430,8 +515,6 @@ static ot_node *primary(parser *ps)
     if (!*ps->p) return fail(ps, at, "unexpected end of expression");
     return fail(ps, at, "unexpected '%c'", isprint((unsigned char)*at) ? *at : '?');
 }
-
-static ot_node *unary(parser *ps);
 
 /* primary ** unary, right-associative and tighter than a unary minus on
  * its left (Python: -x**2 is -(x**2)). */
@@ -514,6 +597,30 @@ static ot_node *expr(parser *ps)
     return r;
 }
 
+/* ot_pp's lines "%k = expr" (k = 1, 2, ... in order) before the
+ * expression that uses them; false on an error. */
+static bool definitions(parser *ps)
+{
+    for (;;) {
+        skip_space(ps);
+        const char *at = ps->p;
+        char *end;
+        if (*at != '%') return true;
+        long k = strtol(at + 1, &end, 10);
+        ps->p = end;
+        if (end == at + 1 || !accept(ps, "=")) {
+            ps->p = at;
+            return true;   /* a use, read by primary */
+        }
+        if (k != ps->ndef + 1) return fail(ps, at, "expected %%%d here", ps->ndef + 1) != NULL;
+        ot_node **defs = ot__realloc(ps->defs, (size_t)(k) * sizeof *defs);
+        if (!defs) return ot__err_set(OT_ENOMEM, NULL, 0, "parse", "out of memory") == 0;
+        ps->defs = defs;
+        if (!(defs[ps->ndef] = expr(ps))) return false;
+        ps->ndef++;
+    }
+}
+
 ot_node *ot_parse(const char *src, int n, const char *const names[], ot_node *const nodes[])
 {
     if (!src) return (ot__err_set(OT_ENULL, NULL, 0, "parse", "expression is NULL"), NULL);
@@ -529,9 +636,10 @@ ot_node *ot_parse(const char *src, int n, const char *const names[], ot_node *co
         }
     ot_clear_error();
     parser ps = {.src = src, .p = src, .n = n, .names = names, .nodes = nodes};
-    ot_node *r = expr(&ps);
+    ot_node *r = definitions(&ps) ? expr(&ps) : NULL;
     skip_space(&ps);
-    if (r && *ps.p) return fail(&ps, ps.p, "unexpected '%c' after the expression",
-                                isprint((unsigned char)*ps.p) ? *ps.p : '?');
+    if (r && *ps.p) r = fail(&ps, ps.p, "unexpected '%c' after the expression",
+                             isprint((unsigned char)*ps.p) ? *ps.p : '?');
+    free(ps.defs);
     return r;
 }

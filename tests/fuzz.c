@@ -46,14 +46,15 @@ enum { OUT_FRESH, OUT_STRIDED, OUT_BCAST, OUT_LEAF, OUT_SAME };
 /* What went wrong; a shrink keeps a candidate only when it fails the same way. */
 enum {
     FK_OK, FK_CRASH, FK_RC, FK_VALUE, FK_THREADS, FK_JIT, FK_ELEMOPS, FK_GRAD_RC, FK_GRAD, FK_FD,
-    FK_COUNT
+    FK_PARSE, FK_COUNT
 };
 static const char *const fail_names[FK_COUNT] = {
     "ok", "crash", "error-code mismatch", "forward value", "threads bitwise",
-    "jit bitwise", "elem_ops", "grad error-code mismatch", "grad value", "finite difference"};
+    "jit bitwise", "elem_ops", "grad error-code mismatch", "grad value", "finite difference",
+    "ot_pp/ot_parse round trip"};
 static const char *const fail_area[FK_COUNT] = {
     "-", "compile/exec", "compile/exec", "kernels", "compile/exec", "jit", "compile/exec",
-    "autodiff", "autodiff", "autodiff"};
+    "autodiff", "autodiff", "autodiff", "print/parse"};
 
 typedef struct fz_leaf {
     ot_dtype dtype;
@@ -1485,11 +1486,62 @@ static void check_grad(const fz_ir *ir, fz_fail *f)
     if (!f->kind) check_fd(ir, f);
 }
 
+/* p and q are one tree: the post-order stack of a node over both shares
+ * every item, so that node's operands are one item. */
+static bool same_tree(ot_node *p, ot_node *q)
+{
+    ot_node *pair = p && q ? ot_add(ot_cast(p, .dtype = OT_F64), ot_cast(q, .dtype = OT_F64)) : NULL;
+    ot_stack *s = pair ? ot_stack_new(pair) : NULL;
+    const ot_stack_item *top = s ? ot_stack_at(s, ot_stack_len(s) - 1) : NULL;
+    bool same = top && top->a == top->b;
+    ot_stack_free(s);
+    return same;
+}
+
+/* What ot_pp writes of each root, its leaves named t0, t1, ..., reads
+ * back through ot_parse as the same tree. */
+static void check_parse(const fz_ir *ir, fz_fail *f)
+{
+    fz_inst in;
+    char nm[FZ_MAXL][8];
+    const char *names[FZ_MAXL];
+    ot_node *leaves[FZ_MAXL];
+    if (inst_build(ref_be, ir, NULL, &in) == 0) {
+        for (int i = 0; i < ir->nl; i++) {
+            snprintf(nm[i], sizeof nm[i], "t%d", i);
+            ot_tensor_set_name(in.view[i], nm[i]);
+            names[i] = nm[i];
+            leaves[i] = ot_tensor_node(in.view[i]);
+        }
+        for (int r = 0; r < ir->nroots && !f->kind; r++) {
+            char *text = NULL;
+            size_t len = 0;
+            FILE *m = open_memstream(&text, &len);
+            ot_node *root = in.node[ir->roots[r]];
+            if (m) {
+                ot_pp(root, m);
+                fclose(m);
+            }
+            ot_node *back = text ? ot_parse(text, ir->nl, names, leaves) : NULL;
+            if (text && !same_tree(back, root))
+                fail_set(f, FK_PARSE, -1, -1, "root %d: ot_pp wrote '%.600s', which parses to %s", r,
+                         text, back ? "another tree" : ot_errmsg());
+            free(text);
+        }
+    }
+    inst_free(&in, ir->nl);
+    ot_clear_error();
+}
+
 static void check_tree(const fz_ir *ir, fz_fail *f)
 {
     if (!ref_be) ref_be = ot_backend_new("ref", NULL);
-    if (ir->mode == FUZZ_GRAD) check_grad(ir, f);
-    else check_forward(ir, f);
+    if (ir->mode == FUZZ_GRAD) {
+        check_grad(ir, f);
+    } else {
+        check_forward(ir, f);
+        if (!f->kind) check_parse(ir, f);
+    }
     ot_pool_drain();
 }
 

@@ -248,7 +248,7 @@ const char *ot__qname(const ot_node *n, char buf[OT__QNAME_LEN])
  * three int64 bounds each fits. */
 #define SUFFIX_LEN 640
 
-/* v named base's name followed by suffix; v itself when base is unnamed.
+/* v (a new view of the named base) named base's name followed by suffix.
  * Out of memory, v is freed and NULL returned with OT_ENOMEM for fn. */
 static ot_tensor *view_named(ot_tensor *v, const ot_tensor *base, const char *suffix,
                              const char *fn)

@@ -676,7 +676,9 @@ ot_node *ot_substitute(ot_node *tree, ot_tensor *old, ot_tensor *new_t);
  * of its second assignment without walking the tree (kept on the root node,
  * freed with it). */
 int ot_assign_node(ot_tensor *out, ot_node *tree);
-#define ot_assign(out, x) ot_assign_node((out), OT__NODE(x))
+/* The errors of its checks carry the file:line of this call (ot_assign_at,
+ * in "Names and metadata on nodes" below). */
+#define ot_assign(out, x) ot_assign_at((out), OT__NODE(x), __FILE__, __LINE__)
 /* Several outputs at once: every tree is evaluated before any output is
  * written; shared subtrees are computed once. Outputs must not overlap. */
 int ot_assign_many(int n, ot_tensor *const outs[], ot_node *const trees[]);
@@ -1399,6 +1401,76 @@ int ot_tensor_print_opts(const ot_tensor *t, FILE *f, const ot_print_options *op
  * error. Nesting deeper than 200 levels is an error, never a deep
  * recursion. */
 ot_node *ot_parse(const char *expr, int n, const char *const names[], ot_node *const nodes[]);
+
+/* ------------------------------------------------------------------------ */
+/* Names and metadata on nodes (issue 17)                                    */
+/* ------------------------------------------------------------------------ */
+
+/* Any node may carry a name and a small set of string metadata, key ->
+ * value (ngraph's op names and metadata). They are annotations, not part
+ * of the node's value: the plan key, common subexpressions and the
+ * post-order stack ignore them, so naming a node never compiles anything
+ * again, and two equal trees named differently share one cached plan.
+ * A leaf's name is its tensor's: ot_node_set_name on a leaf is
+ * ot_tensor_set_name. Annotations are freed with the node. Setting them
+ * is not synchronised: annotate a node before other threads read it.
+ *
+ * Where they show:
+ *   ot_pp          a named op node as  h1:(x0 + x1)  (a named constant as
+ *                  lr:0.5); a shared one as "%1 = h1:(x0 + x1)", then %1.
+ *   ot_print       'name': 'h1' and 'meta': {'key': 'value'} in the dict
+ *                  of an op node.
+ *   ot_graphviz    labels "h1: add" (constants "lr: 0.5"), then a line
+ *                  "key=value" per metadata entry of any node.
+ *   ot_stack_print "2: h1: add (2, 2) float32 <- 0 1". Items are shared by
+ *                  structure, so an item shows the first node's name.
+ *   errors         a builder's message ends naming its operands that have
+ *                  a name ("; operand 2 is 'h1'"); ot_assign's checks name
+ *                  the tree and the output ("tree 0 'h1' of shape (3,4)
+ *                  cannot be written into an output 'y' of shape (5,)").
+ * ot_substitute's rebuilt nodes keep the names and metadata of the nodes
+ * they replace; gradient trees (ot_autodiff_grad) are unnamed.
+ *
+ * Views of a named tensor are named after it, as NumPy writes them, and
+ * views of an unnamed one are unnamed: ot_slice "x[2:5]", "x[::-1]",
+ * "x[:, 1]", "x[1]" (the indices given; none at all is "x[...]");
+ * ot_transpose "x.T" (dims reversed) or "x.transpose(1,0,2)"; ot_reshape
+ * "x.reshape(4,16)" (the shape after a -1 is worked out); ot_broadcast_to
+ * "x.broadcast_to(3,4)". Views keep no metadata. */
+#define OT_NAME_MAX 256       /* bytes of a node's name, without the NUL */
+#define OT_META_KEY_MAX 64    /* bytes of a metadata key */
+#define OT_META_MAX 32        /* metadata entries per node */
+
+/* Copies name; NULL or "" removes it. OT_ENULL for a NULL node, OT_EINVAL
+ * for a name longer than OT_NAME_MAX, OT_ENOMEM. */
+int ot_node_set_name(ot_node *n, const char *name);
+/* The name, or NULL (also for a NULL node). Borrowed until it changes. */
+const char *ot_node_name(const ot_node *n);
+/* n named name, for naming inside an expression:
+ * ot_mul(ot_named(ot_add(a, b), "h1"), c). NULL when n is NULL (keeping the
+ * first error, as builders do) or when naming fails. */
+ot_node *ot_named(ot_node *n, const char *name);
+
+/* Sets key to a copy of value, replacing an existing value in place;
+ * value NULL removes key (absent: nothing to do). Keys are 1 to
+ * OT_META_KEY_MAX bytes without control characters, else OT_EINVAL (NULL:
+ * OT_ENULL); a new key beyond OT_META_MAX entries is OT_EINVAL. */
+int ot_node_set_meta(ot_node *n, const char *key, const char *value);
+/* key's value, or NULL. Borrowed until it changes. */
+const char *ot_node_meta(const ot_node *n, const char *key);
+/* Entries are numbered 0 .. count-1 in the order their keys were first
+ * set (a removal moves the later ones down). meta_at gives entry i's key
+ * and value (either out may be NULL); OT_EINVAL when i is out of range. */
+int ot_node_meta_count(const ot_node *n);
+int ot_node_meta_at(const ot_node *n, int i, const char **key, const char **value);
+
+/* ot_assign_node with the call's place: the errors of the checks read
+ * "file.c:88: assign: ...". The ot_assign macro passes __FILE__, __LINE__;
+ * ot_assign_node is this with file NULL. */
+int ot_assign_at(ot_tensor *out, ot_node *tree, const char *file, int line);
+/* ot_eval likewise; the ot_eval macro passes the call's place. */
+ot_tensor *ot_eval_at(ot_node *tree, const char *file, int line);
+#define ot_eval(tree) ot_eval_at((tree), __FILE__, __LINE__)
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,8 @@
 /*
  * backend.c - backend objects (made with the options config.c resolves, stats) and the
- * public entry points of execution: ot_assign, ot_assign_many and ot_eval.
+ * public entry points of execution: ot_assign, ot_assign_many and ot_eval
+ * (ot_assign_at and ot_eval_at, which the macros call, give the call's
+ * file:line to every message of the checks).
  * The checks every backend relies on (NULLs, shapes, dtypes, writable and
  * disjoint outputs) are made here once; backends only evaluate.
  */
@@ -87,61 +89,81 @@ int ot_stats_get(const ot_backend *be, ot_stats *out)
 
 /* ---- execution entry points ---------------------------------------------- */
 
-static int check_output(const char *fn, int i, const ot_tensor *out, const ot_node *tree)
+/* Where an assignment was called (ot_assign_at), for its messages; file
+ * NULL when unknown. */
+typedef struct call_site {
+    const char *file;
+    int line;
+} call_site;
+
+static int check_output(const char *fn, call_site at, int i, const ot_tensor *out,
+                        const ot_node *tree)
 {
-    char so[OT__SHAPE_STRLEN], st[OT__SHAPE_STRLEN];
+    char so[OT__SHAPE_STRLEN], st[OT__SHAPE_STRLEN], qt[OT__QNAME_LEN], qo[OT__QNAME_LEN];
+    const char *tname = ot__qname(tree, qt), *oname = ot__qname(&out->leaf, qo);
     int dim = 0;
     ot_shape b;
     if (!ot__broadcast(&tree->shape, &out->leaf.shape, &b, NULL) ||
         !ot__shape_eq(&b, &out->leaf.shape))
-        return ot__err_set(OT_ESHAPE, NULL, 0, fn,
-                           "tree %d of shape %s cannot be written into an output of shape %s",
-                           i, ot__shape_str(&tree->shape, st), ot__shape_str(&out->leaf.shape, so));
+        return ot__err_set(OT_ESHAPE, at.file, at.line, fn,
+                           "tree %d%s of shape %s cannot be written into an output%s of shape %s",
+                           i, tname, ot__shape_str(&tree->shape, st), oname,
+                           ot__shape_str(&out->leaf.shape, so));
     if (tree->be && tree->be != out->leaf.be)
-        return ot__err_set(OT_EBACKEND, tree->file, tree->line, fn,
-                           "tree %d reads tensors of backend '%s' but its output is on %s '%s'", i,
-                           ot_backend_name(tree->be),
+        return ot__err_set(OT_EBACKEND, at.file ? at.file : tree->file,
+                           at.file ? at.line : tree->line, fn,
+                           "tree %d%s reads tensors of backend '%s' but its output%s is on %s '%s'",
+                           i, tname, ot_backend_name(tree->be), oname,
                            strcmp(ot_backend_name(tree->be), ot_backend_name(out->leaf.be))
                                ? "backend" : "another backend named",
                            ot_backend_name(out->leaf.be));
     if (out->leaf.dtype == OT_I32 && tree->dtype != OT_I32 && !tree->weak)
-        return ot__err_set(OT_EDTYPE, NULL, 0, fn,
-                           "cannot write a %s tree into an int32 output; ot_cast it first",
-                           ot_dtype_name(tree->dtype));
+        return ot__err_set(OT_EDTYPE, at.file, at.line, fn,
+                           "cannot write a %s tree%s into an int32 output%s; ot_cast it first",
+                           ot_dtype_name(tree->dtype), tname, oname);
     if (ot__internal_overlap(out, &dim))
-        return ot__err_set(OT_EALIAS, NULL, 0, fn,
-                           "written-to tensor has overlapping elements (stride %lld at dim %d)",
-                           (long long)out->strides[dim], dim);
+        return ot__err_set(OT_EALIAS, at.file, at.line, fn,
+                           "written-to tensor%s has overlapping elements (stride %lld at dim %d)",
+                           oname, (long long)out->strides[dim], dim);
     if (out->readonly)
-        return ot__err_set(OT_EALIAS, NULL, 0, fn,
-                           "written-to tensor is a read-only broadcast view");
+        return ot__err_set(OT_EALIAS, at.file, at.line, fn,
+                           "written-to tensor%s is a read-only broadcast view", oname);
+    return 0;
+}
+
+static int assign_check_at(const char *fn, call_site at, int n, ot_tensor *const outs[],
+                           ot_node *const trees[], ot_backend **be_out)
+{
+    *be_out = NULL;
+    if (n < 0) return ot__err_set(OT_EINVAL, at.file, at.line, fn, "negative count %d", n);
+    if (n > 0 && (!outs || !trees)) return ot__err_null(fn, outs ? "trees" : "outs");
+    for (int i = 0; i < n; i++) {
+        if (!trees[i]) return ot__err_null(fn, "tree");
+        if (!outs[i])
+            return ot__err_set(OT_ENULL, at.file, at.line, fn, "output tensor %d is NULL", i);
+    }
+    ot_clear_error();
+    if (n == 0) return 0;
+    ot_backend *be = outs[0]->leaf.be;
+    for (int i = 0; i < n; i++) {
+        int rc = check_output(fn, at, i, outs[i], trees[i]);
+        if (rc) return rc;
+        if (outs[i]->leaf.be != be)
+            return ot__err_set(OT_EBACKEND, at.file, at.line, fn,
+                               "outputs 0 and %d are on different backends", i);
+        for (int j = 0; j < i; j++)
+            if (ot__overlap(outs[i], outs[j]) != OT_OVERLAP_NONE)
+                return ot__err_set(OT_EALIAS, at.file, at.line, fn, "outputs %d and %d overlap",
+                                   j, i);
+    }
+    *be_out = be;
     return 0;
 }
 
 int ot__assign_check(const char *fn, int n, ot_tensor *const outs[], ot_node *const trees[],
                         ot_backend **be_out)
 {
-    *be_out = NULL;
-    if (n < 0) return ot__err_set(OT_EINVAL, NULL, 0, fn, "negative count %d", n);
-    if (n > 0 && (!outs || !trees)) return ot__err_null(fn, outs ? "trees" : "outs");
-    for (int i = 0; i < n; i++) {
-        if (!trees[i]) return ot__err_null(fn, "tree");
-        if (!outs[i]) return ot__err_set(OT_ENULL, NULL, 0, fn, "output tensor %d is NULL", i);
-    }
-    ot_clear_error();
-    if (n == 0) return 0;
-    ot_backend *be = outs[0]->leaf.be;
-    for (int i = 0; i < n; i++) {
-        int rc = check_output(fn, i, outs[i], trees[i]);
-        if (rc) return rc;
-        if (outs[i]->leaf.be != be)
-            return ot__err_set(OT_EBACKEND, NULL, 0, fn, "outputs 0 and %d are on different backends", i);
-        for (int j = 0; j < i; j++)
-            if (ot__overlap(outs[i], outs[j]) != OT_OVERLAP_NONE)
-                return ot__err_set(OT_EALIAS, NULL, 0, fn, "outputs %d and %d overlap", j, i);
-    }
-    *be_out = be;
-    return 0;
+    return assign_check_at(fn, (call_site){NULL, 0}, n, outs, trees, be_out);
 }
 
 static int assign_rewritten(ot_backend *be, int n, ot_tensor *const outs[],
@@ -157,43 +179,57 @@ int ot__assign_backend(ot_backend *be, int n, ot_tensor *const outs[], ot_node *
     return be->vt->assign_many(be, n, outs, trees);
 }
 
-static int assign_checked(const char *fn, int n, ot_tensor *const outs[], ot_node *const trees[])
+static int assign_checked(const char *fn, call_site at, int n, ot_tensor *const outs[],
+                          ot_node *const trees[])
 {
     ot_backend *be;
-    int rc = ot__assign_check(fn, n, outs, trees, &be);
+    int rc = assign_check_at(fn, at, n, outs, trees, &be);
     return rc || !be ? rc : ot__assign_backend(be, n, outs, trees);
+}
+
+int ot_assign_at(ot_tensor *out, ot_node *tree, const char *file, int line)
+{
+    if (!tree)
+        return ot_errcode() ? ot_errcode()
+                            : ot__err_set(OT_ENULL, file, line, "assign", "tree is NULL");
+    if (!out) return ot__err_set(OT_ENULL, file, line, "assign", "output tensor is NULL");
+    return assign_checked("assign", (call_site){file, line}, 1, &out, &tree);
 }
 
 int ot_assign_node(ot_tensor *out, ot_node *tree)
 {
-    if (!tree) return ot__err_null("assign", "tree");
-    if (!out) return ot__err_set(OT_ENULL, NULL, 0, "assign", "output tensor is NULL");
-    return assign_checked("assign", 1, &out, &tree);
+    return ot_assign_at(out, tree, NULL, 0);
 }
 
 int ot_assign_many(int n, ot_tensor *const outs[], ot_node *const trees[])
 {
-    return assign_checked("assign_many", n, outs, trees);
+    return assign_checked("assign_many", (call_site){NULL, 0}, n, outs, trees);
 }
 
-ot_tensor *ot_eval(ot_node *tree)
+ot_tensor *ot_eval_at(ot_node *tree, const char *file, int line)
 {
     if (!tree) {
-        ot__err_null("eval", "tree");
+        if (!ot_errcode()) ot__err_set(OT_ENULL, file, line, "eval", "tree is NULL");
         return NULL;
     }
     if (!tree->be) {
-        ot__err_set(OT_EBACKEND, NULL, 0, "eval",
-                    "the tree has no tensor leaf to take a backend from");
+        ot__err_set(OT_EBACKEND, file, line, "eval",
+                    "the tree%s has no tensor leaf to take a backend from",
+                    ot__qname(tree, (char[OT__QNAME_LEN]){0}));
         return NULL;
     }
     ot_tensor *t = ot_empty(tree->be, tree->shape, (ot_dtype)tree->dtype);
     if (!t) return NULL;
-    if (ot_assign_node(t, tree) != 0) {
+    if (ot_assign_at(t, tree, file, line) != 0) {
         ot_tensor_free(t);
         return NULL;
     }
     return t;
+}
+
+ot_tensor *(ot_eval)(ot_node *tree)
+{
+    return ot_eval_at(tree, NULL, 0);
 }
 
 /* The plan the cpu backend runs for n trees into outs (NULL: fresh

@@ -56,6 +56,8 @@ typedef struct ot_memo {
 } ot_memo;
 
 struct ot_custom;
+/* A node's name and metadata (names.c); never part of its identity. */
+typedef struct ot__annot ot__annot;
 
 struct ot_node {
     atomic_long refs;
@@ -78,6 +80,8 @@ struct ot_node {
     ot_node *next_dead;   /* worklist link while being destroyed */
     _Atomic(ot_memo *) memo;  /* set once, by the first assignment of this
                                  root that can be memoised */
+    ot__annot *annot;     /* name and metadata, NULL when none (names.c);
+                             freed with the node */
 };
 
 /* Adds a new node (holding one reference, the creator's) to the innermost
@@ -89,6 +93,27 @@ ot_node *ot__pool_adopt(ot_node *n);
 ot_node *ot__mean_refined(ot_node *x, int axis, const char *file, int line);
 /* A zeroed node with refs = 1, kind/op/tag set to "none" values. */
 ot_node *ot__node_alloc(void);
+
+/* ---- names and metadata (names.c) ---------------------------------------- */
+
+void ot__annot_free(ot__annot *a);
+/* Gives dst (an op or constant) src's name and metadata, for a node
+ * rebuilt in src's place (ot_substitute); 0 or the error recorded. */
+int ot__annot_copy(ot_node *dst, const ot_node *src);
+/* " 'h1'" for a named node (a long name cut, ending "..."), else "": for
+ * messages naming an operand. buf holds OT__QNAME_LEN chars. */
+#define OT__QNAME_LEN 64
+/* Entry i (< ot_node_meta_count) of n's metadata, leaving the error slot
+ * alone (the printers'). */
+void ot__meta_entry(const ot_node *n, int i, const char **key, const char **value);
+const char *ot__qname(const ot_node *n, char buf[OT__QNAME_LEN]);
+/* A new view v of base named after base's name, when it has one: the index
+ * ("x[:, 1]"), the permutation ("x.T", "x.transpose(1,0,2)"), or the
+ * method over v's shape ("x.reshape(4,16)", "x.broadcast_to(3,4)"). v is
+ * returned; out of memory it is freed and NULL returned with OT_ENOMEM. */
+ot_tensor *ot__name_slice(ot_tensor *v, const ot_tensor *base, int n, const ot_index *idx);
+ot_tensor *ot__name_transpose(ot_tensor *v, const ot_tensor *base, const int *perm);
+ot_tensor *ot__name_shaped(ot_tensor *v, const ot_tensor *base, const char *method);
 
 /* ---- tensors ------------------------------------------------------------- */
 

@@ -10,6 +10,7 @@
 #include "ops.h"
 
 #include <float.h>
+#include <stdarg.h>
 
 #include <stdio.h>
 
@@ -177,6 +178,7 @@ void ot_release(ot_node *n)
         drop(d->tag_b, &dead);
         ot_memo *m = atomic_load_explicit(&d->memo, memory_order_acquire);
         if (m) m->drop(m);
+        if (d->annot) ot__annot_free(d->annot);
         node_free(d);
     }
 }
@@ -353,9 +355,32 @@ typedef struct site {
     const char *file;
     int line;
     const ot_custom *custom;  /* the registered op, or NULL */
+    const ot_node *a, *b;     /* the operands as given, named in messages */
 } site;
 
-#define FAIL(st, code, ...) ot__err((code), (st)->file, (st)->line, ot_op_name((st)->op), __VA_ARGS__)
+/* Records a builder's error (the first of an expression wins), followed by
+ * the names of the operands that have one: "...; operand 2 is 'h1'". */
+static int fail(const site *st, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int fail(const site *st, int code, const char *fmt, ...)
+{
+    if (ot_errcode()) return code;
+    char msg[400], qa[OT__QNAME_LEN], qb[OT__QNAME_LEN], names[2 * OT__QNAME_LEN + 40];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    const char *na = st->a ? ot__qname(st->a, qa) : "", *nb = st->b ? ot__qname(st->b, qb) : "";
+    names[0] = '\0';
+    if (ot_op_arity(st->op) < 2 && *na)
+        snprintf(names, sizeof names, "; the operand is%s", na);
+    else if (*na && *nb)
+        snprintf(names, sizeof names, "; operand 1 is%s, operand 2 is%s", na, nb);
+    else if (*na || *nb)
+        snprintf(names, sizeof names, "; operand %d is%s", *na ? 1 : 2, *na ? na : nb);
+    return ot__err(code, st->file, st->line, ot_op_name(st->op), "%s%s", msg, names);
+}
+#define FAIL(st, code, ...) fail((st), (code), __VA_ARGS__)
 
 /* The end of the initializer that starts at p: the next comma (or the end)
  * outside brackets and literals. */
@@ -783,7 +808,7 @@ static bool is_plain(const site *st, int kind, const ot_node *a, const ot_node *
 ot_node *ot_build_at(ot_op op, ot_node *a, ot_node *b, const ot_args *args,
                      const char *file, int line)
 {
-    site st = {op, file, line, ot__custom_of_op(op)};
+    site st = {op, file, line, ot__custom_of_op(op), a, b};
     if ((op < 0 || op >= OT_OP_COUNT) && !st.custom) {
         ot__err(OT_EINVAL, file, line, "build", "unknown op %d", (int)op);
         return NULL;

@@ -124,6 +124,28 @@ static void print_atom(FILE *f, const ot_node *n)
     }
 }
 
+/* "h1" followed by sep, for an op or constant node with a name (a leaf's
+ * name is the atom itself). */
+static void print_label(FILE *f, const ot_node *n, const char *sep)
+{
+    const char *name = n->kind != OT_NODE_LEAF ? ot_node_name(n) : NULL;
+    if (name) fprintf(f, "%s%s", name, sep);
+}
+
+/* A Python str literal: 'h1', quotes, backslashes and control characters
+ * escaped. */
+static void print_py_str(FILE *f, const char *s)
+{
+    fputc('\'', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '\'' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c < 0x20 || c == 0x7f) fprintf(f, "\\x%02x", c);
+        else fputc(c, f);
+    }
+    fputc('\'', f);
+}
+
 /* A Python tuple: (2, 2), (3,), (). */
 static void print_py_tuple(FILE *f, const int64_t *v, int n)
 {
@@ -156,6 +178,7 @@ typedef struct form {
     const char *fn;
     bool composites;     /* a composite root writes as the composite, over its
                             own operands (walk.c's composites) */
+    bool labels;         /* a named constant writes as "lr:0.5" */
     void (*open)(FILE *f, const ot_node *n);
     void (*sep)(FILE *f, const ot_node *n, int k);
     void (*close)(FILE *f, const ot_node *n);
@@ -241,6 +264,13 @@ static int dag_name(const dag *d, const ot_node *n)
     return k < 0 ? 0 : d->name[k];
 }
 
+/* An atom as fm writes it: named constants labelled where fm labels. */
+static void write_atom(const form *fm, const ot_node *n, FILE *f)
+{
+    if (fm->labels && n->kind == OT_NODE_CONST) print_label(f, n, ":");
+    print_atom(f, n);
+}
+
 /* One expression being written: the walker walks every path, and the hooks
  * cut it at named nodes and atoms, which are written where they are met. */
 typedef struct expr {
@@ -256,7 +286,7 @@ static int expr_enter(ot__walker *w, const ot_node *n)
     if (ferror(x->f)) return OT_EIO;
     int name = n != x->top ? dag_name(x->d, n) : 0;
     if (name) fprintf(x->f, "%%%d", name);
-    else if (!is_op(n)) print_atom(x->f, n);
+    else if (!is_op(n)) write_atom(x->fm, n, x->f);
     else x->fm->open(x->f, n);
     return !name && is_op(n);
 }
@@ -284,7 +314,7 @@ static int expr_close(ot__walker *w, const ot_node *n, int index, const int oper
 static bool write_expr(const form *fm, const dag *d, const ot_node *top, FILE *f)
 {
     if (!is_op(top)) {
-        print_atom(f, top);
+        write_atom(fm, top, f);
         return true;
     }
     expr x = {fm, d, top, f};
@@ -349,12 +379,33 @@ static void tuple_attrs(FILE *f, const ot_node *n)
     }
 }
 
+/* A node's name and metadata as dict entries: , 'name': 'h1', 'meta':
+ * {'k': 'v'}. */
+static void tuple_annots(FILE *f, const ot_node *n)
+{
+    const char *name = ot_node_name(n), *key, *value;
+    if (name) {
+        fputs(", 'name': ", f);
+        print_py_str(f, name);
+    }
+    int count = ot_node_meta_count(n);
+    for (int i = 0; i < count; i++) {
+        ot__meta_entry(n, i, &key, &value);
+        fputs(i ? ", " : ", 'meta': {", f);
+        print_py_str(f, key);
+        fputs(": ", f);
+        print_py_str(f, value);
+    }
+    if (count) fputc('}', f);
+}
+
 static void tuple_open(FILE *f, const ot_node *n)
 {
     fputs("({'shape': ", f);
     print_py_tuple(f, n->shape.dims, n->shape.ndim);
     fprintf(f, ", 'op': '%s'", node_name(n));
     tuple_attrs(f, n);
+    tuple_annots(f, n);
     fputc('}', f);
 }
 
@@ -371,7 +422,7 @@ static void tuple_close(FILE *f, const ot_node *n)
     fputc(')', f);
 }
 
-static const form tuple_form = {"ot_print", false, tuple_open, tuple_sep, tuple_close,
+static const form tuple_form = {"ot_print", false, false, tuple_open, tuple_sep, tuple_close,
                                 "None"};
 
 int ot_print(const ot_node *tree, FILE *f)
@@ -386,6 +437,7 @@ static int pp_op(const ot_node *n) { return is_tagged(n) ? n->tag : n->op; }
 
 static void pp_open(FILE *f, const ot_node *n)
 {
+    print_label(f, n, ":");
     fputc('(', f);
     if (!op_symbol[pp_op(n)]) fputs(is_tagged(n) ? op_name(n->tag) : node_name(n), f);
 }
@@ -462,7 +514,7 @@ static void pp_close(FILE *f, const ot_node *n)
     fputc(')', f);
 }
 
-static const form pp_form = {"ot_pp", true, pp_open, pp_sep, pp_close, NULL};
+static const form pp_form = {"ot_pp", true, true, pp_open, pp_sep, pp_close, NULL};
 
 int ot_pp(const ot_node *tree, FILE *f)
 {
@@ -481,24 +533,36 @@ static void dot_escaped(FILE *f, const char *s)
 }
 
 /* One DOT node: what it is (leaf name, constant value, or op with its
- * attributes and composite tag), then its shape and dtype. */
+ * attributes and composite tag, after the name of a named one), then its
+ * shape and dtype, then a line per metadata entry. */
 static void dot_node(FILE *f, const ot_node *n, int id)
 {
     static const char *const box[] = {[OT_NODE_LEAF] = "box", [OT_NODE_CONST] = "plaintext",
                                        [OT_NODE_OP] = "ellipse"};
+    const char *name = ot_node_name(n), *key, *value;
     fprintf(f, "  n%d [shape=%s, label=\"", id, box[n->kind]);
-    if (n->kind == OT_NODE_LEAF && ot__leaf_tensor(n)->name) {
-        dot_escaped(f, ot__leaf_tensor(n)->name);
-    } else if (n->kind != OT_NODE_OP) {
+    if (name) {
+        dot_escaped(f, name);
+        if (n->kind != OT_NODE_LEAF) fputs(": ", f);
+    }
+    if (n->kind == OT_NODE_CONST || (n->kind == OT_NODE_LEAF && !name)) {
         print_atom(f, n);
-    } else {
+    } else if (n->kind == OT_NODE_OP) {
         fputs(node_name(n), f);
         op_attrs(f, n, ATTRS_PP);
         if (is_tagged(n)) fprintf(f, " [%s]", op_name(n->tag));
     }
     fputs("\\n", f);
     print_py_tuple(f, n->shape.dims, n->shape.ndim);
-    fprintf(f, " %s\"];\n", ot_dtype_name((ot_dtype)n->dtype));
+    fprintf(f, " %s", ot_dtype_name((ot_dtype)n->dtype));
+    for (int i = 0; i < ot_node_meta_count(n); i++) {
+        ot__meta_entry(n, i, &key, &value);
+        fputs("\\n", f);
+        dot_escaped(f, key);
+        fputc('=', f);
+        dot_escaped(f, value);
+    }
+    fputs("\"];\n", f);
 }
 
 /* Writes n with its walk index as DOT id (dense from 0; a shared subtree is
@@ -534,6 +598,7 @@ static void stack_line(FILE *f, int i, const ot_stack_item *it)
 {
     const ot_node *n = it->node;
     fprintf(f, "%d: ", i);
+    print_label(f, n, ": ");
     if (it->kind == OT_NODE_OP) {
         fputs(node_name(n), f);
         op_attrs(f, n, ATTRS_LISTING);

@@ -234,6 +234,8 @@ static int subst_visit(ot__walker *w, const ot_node *n, int index, const int ope
             r = ot_build_at(op, a, b, &n->args, n->file, n->line);
             /* The builder has recorded why; any negative value stops the walk. */
             if (!r) return OT_EINVAL;
+            /* The rebuilt node stands for n: it keeps n's name and metadata. */
+            if (n->annot && ot__annot_copy(r, n)) return OT_EINVAL;
         }
     }
     ot_node **out = reserve(sb->out, &sb->cap, (size_t)index + 1, sizeof *out);

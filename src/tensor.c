@@ -168,6 +168,7 @@ void ot__tensor_destroy(ot_tensor *t)
     if (t->buf && t->buf->var == t) t->buf->var = NULL;
     buffer_release(t->buf);
     free(t->name);
+    ot__annot_free(t->leaf.annot);
     free(t);
 }
 

@@ -2,7 +2,8 @@
  * view.c - tensors that view another tensor's memory without copying:
  * slices, reshapes, transposes and broadcasts. Each checks its arguments
  * and the new strides and offset for overflow, and shares the buffer
- * (tensor.c counts its references).
+ * (tensor.c counts its references). A view of a named tensor is named
+ * after it, in NumPy's words (names.c: "x[:, 1]", "x.T").
  */
 #include "internal.h"
 
@@ -131,7 +132,7 @@ ot_tensor *ot_slice_n(const ot_tensor *t, int n, const ot_index *idx)
     for (int d = 0; d < nd; d++)
         if (apply_index(t, d, d < n ? idx[d] : OT_ALL, &out, strides, &off) != 0)
             return NULL;
-    return ot__view_new(t, &out, strides, off, "slice");
+    return ot__name_slice(ot__view_new(t, &out, strides, off, "slice"), t, n, idx);
 }
 
 /* ---- reshape ------------------------------------------------------------- */
@@ -251,7 +252,7 @@ ot_tensor *ot_reshape(const ot_tensor *t, ot_shape shape)
                     ot__shape_str(&shape, sbuf));
         return NULL;
     }
-    return ot__view_new(t, &shape, strides, t->offset, "reshape");
+    return ot__name_shaped(ot__view_new(t, &shape, strides, t->offset, "reshape"), t, "reshape");
 }
 
 /* ---- transpose and broadcast --------------------------------------------- */
@@ -294,7 +295,7 @@ ot_tensor *ot_transpose(const ot_tensor *t, const int *perm)
         out.dims[i] = t->leaf.shape.dims[p[i]];
         strides[i] = t->strides[p[i]];
     }
-    return ot__view_new(t, &out, strides, t->offset, "transpose");
+    return ot__name_transpose(ot__view_new(t, &out, strides, t->offset, "transpose"), t, p);
 }
 
 ot_tensor *ot_broadcast_to(const ot_tensor *t, ot_shape shape)
@@ -330,5 +331,5 @@ ot_tensor *ot_broadcast_to(const ot_tensor *t, ot_shape shape)
     ot_tensor *v = ot__view_new(t, &shape, strides, t->offset, "broadcast_to");
     if (v)
         v->readonly = true;
-    return v;
+    return ot__name_shaped(v, t, "broadcast_to");
 }

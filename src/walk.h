@@ -195,7 +195,8 @@ OT__WALK_STEP int ot__walker_run_plain(ot__walker *w, const ot_node *root, ot__w
  *          a registered op's identity (custom1 and custom2 nodes).
  *          Never the composite tag or its annotations (ddof, lo, hi, a
  *          softmax's axis on its root), nor the weak flag: the expansion
- *          below computes the same either way.
+ *          below computes the same either way. Nor, for any kind, a
+ *          node's name and metadata (names.c): naming never recompiles.
  *   leaf:  by the policy: BY_NUMBER, the caller's number for its view
  *          (num[0]; the plan key numbers views so that its leaf slots are
  *          part of the structure); BY_VIEW, the view itself (equal exactly

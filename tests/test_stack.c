@@ -8,7 +8,6 @@
 #include "test.h"
 #include "internal.h"
 
-#include <inttypes.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -449,9 +448,7 @@ TEST(stack_substitute_sharing_and_identity)
     ot_tensor *v = ot_slice(x, OT_ALL);
     ot_node *h = ot_add(v, x);
     char *s = test__capture(ot_pp, ot_substitute(h, x, y));
-    char want[64];
-    snprintf(want, sizeof want, "(tensor-0x%" PRIxPTR " + y)", (uintptr_t)v);
-    CHECK_STR(s, want);
+    CHECK_STR(s, "(x[:] + y)");   /* the view keeps x's name, not x's place */
     free(s);
     ot_tensor_free(v);
     ot_tensor_free(x);

@@ -630,7 +630,11 @@ void ot_pool_drain(void);
 int ot_print(const ot_node *tree, FILE *f);
 /* Infix: (x0 + x1), (exp x), (sum x axis=1 keepdims), (minimum a b).
  * Both forms write an op node used more than once once, as a line
- * "%1 = (x + x)", and as %1 at its uses: "%1 = (x + x)\n(%1 * %1)". */
+ * "%1 = (x + x)", and as %1 at its uses: "%1 = (x + x)\n(%1 * %1)".
+ * ot_pp writes every attribute a node holds (rand's and onehot's dtype
+ * when not f32) and marks an f32 constant that is the root or sits under
+ * a node of another dtype as 0.1f, so that ot_parse reads its text back
+ * as the same tree when every leaf has a name. */
 int ot_pp(const ot_node *tree, FILE *f);
 /* A DOT graph of the tree (shared subtrees once). */
 int ot_graphviz(const ot_node *tree, FILE *f);

@@ -88,23 +88,30 @@ static bool ident(parser *ps, char *buf)
     return true;
 }
 
+/* The f after a literal (ot_pp's mark of an f32 constant), when it ends
+ * the literal. */
+static bool f32_mark(parser *ps)
+{
+    if (*ps->p != 'f' || ident_char(ps->p[1])) return false;
+    ps->p++;
+    return true;
+}
+
 /* A number literal: digits with an optional fraction and exponent, or
- * inf/nan. *is_int tells whether it was written without '.', 'e' or a
- * name. Returns false (nothing consumed) when none comes next. */
-static bool number(parser *ps, double *v, bool *is_int)
+ * inf/nan, and an optional f. *kind: LIT_INT when written without '.',
+ * 'e', a name or f; LIT_F32 with the f; else LIT_F64. Returns false
+ * (nothing consumed) when none comes next. */
+enum { LIT_INT, LIT_F64, LIT_F32 };
+static bool number(parser *ps, double *v, int *kind)
 {
     skip_space(ps);
     const char *s = ps->p, *q = s;
-    if (strncmp(q, "inf", 3) == 0 && !ident_char(q[3])) {
+    bool nan = strncmp(q, "nan", 3) == 0;
+    if ((nan || strncmp(q, "inf", 3) == 0) &&
+        (!ident_char(q[3]) || (q[3] == 'f' && !ident_char(q[4])))) {
         ps->p += 3;
-        *v = INFINITY;
-        *is_int = false;
-        return true;
-    }
-    if (strncmp(q, "nan", 3) == 0 && !ident_char(q[3])) {
-        ps->p += 3;
-        *v = NAN;
-        *is_int = false;
+        *v = nan ? NAN : INFINITY;
+        *kind = f32_mark(ps) ? LIT_F32 : LIT_F64;
         return true;
     }
     while (isdigit((unsigned char)*q)) q++;
@@ -131,8 +138,8 @@ static bool number(parser *ps, double *v, bool *is_int)
     memcpy(buf, s, n);
     buf[n] = '\0';
     *v = strtod(buf, NULL);
-    *is_int = !frac && !expo;
     ps->p = q;
+    *kind = f32_mark(ps) ? LIT_F32 : !frac && !expo ? LIT_INT : LIT_F64;
     return true;
 }
 
@@ -261,8 +268,9 @@ static bool dtype_named(const char *s, ot_dtype *dt)
 /* A signed number literal (an attribute's value). */
 static bool signed_number(parser *ps, double *v)
 {
-    bool neg = accept(ps, "-"), is_int;
-    if (!number(ps, v, &is_int)) return false;
+    bool neg = accept(ps, "-");
+    int kind;
+    if (!number(ps, v, &kind)) return false;
     if (neg) *v = -*v;
     return true;
 }
@@ -414,6 +422,14 @@ static ot_node *call(parser *ps, const char *fname, const char *at)
 
 static ot_node *unary(parser *ps);
 
+/* A literal's constant: an integer that fits is i32, an f-marked one f32,
+ * anything else f64 (all weak). */
+static ot_node *literal(double v, int kind)
+{
+    if (kind == LIT_INT && v >= INT32_MIN && v <= INT32_MAX) return ot_consti((int)v);
+    return kind == LIT_F32 ? ot_constf((float)v) : ot_const(v);
+}
+
 /* ot_pp's prefix form, "(exp x)", "(minimum a b)", "(sum x axis=1
  * keepdims)": after "(", an op's name, then a space and something that is
  * not a binary operator (a minus written on a number is an operand). */
@@ -475,17 +491,35 @@ static ot_node *def_ref(parser *ps, const char *at)
     return ps->defs[k - 1];
 }
 
+static ot_node *primary(parser *ps);
+
+/* ot_pp's label of a named node, "h1:(x + y)" or "lr:0.5", after the
+ * name: it names what this parse built, never an operand handed in. */
+static ot_node *labelled(parser *ps, const char *name, const char *at)
+{
+    ps->p++;
+    if (++ps->depth > MAX_DEPTH) return fail(ps, at, "nested deeper than %d", MAX_DEPTH);
+    ot_node *n = primary(ps);
+    ps->depth--;
+    for (int i = 0; n && i < ps->n; i++)
+        if (n == ps->nodes[i]) return fail(ps, at, "a label names a node built here, not '%s'", ps->names[i]);
+    for (int i = 0; n && i < ps->ndef; i++)
+        if (n == ps->defs[i]) return fail(ps, at, "a label names a node built here, not %%%d", i + 1);
+    if (n && ot_node_set_name(n, name)) return fail_build(ps, at);
+    return n;
+}
+
 /* A number, a name, a call or a parenthesised expression. */
 static ot_node *primary(parser *ps)
 {
     skip_space(ps);
     const char *at = ps->p;
     double v;
-    bool is_int;
-    if (number(ps, &v, &is_int))
-        return is_int && v <= INT32_MAX ? ot_consti((int)v) : ot_const(v);
+    int kind;
+    if (number(ps, &v, &kind)) return literal(v, kind);
     char name[MAX_IDENT];
     if (ident(ps, name)) {
+        if (*ps->p == ':') return labelled(ps, name, at);
         if (*ps->p == '(') {   /* a call: no space before "(", which ot_pp's "(f x (y))" needs */
             ps->p++;
             return call(ps, name, at);
@@ -539,9 +573,9 @@ static ot_node *unary(parser *ps)
     if (accept(ps, "-")) {
         const char *save = ps->p;
         double v;
-        bool is_int;
-        if (number(ps, &v, &is_int) && !accept(ps, "**")) {
-            r = is_int && v <= (double)INT32_MAX + 1 ? ot_consti((int)-v) : ot_const(-v);
+        int kind;
+        if (number(ps, &v, &kind) && !accept(ps, "**")) {
+            r = literal(-v, kind);
         } else {
             ps->p = save;
             r = build(ps, OT_OP_NEG, unary(ps), NULL, NULL, at);

@@ -179,6 +179,10 @@ typedef struct form {
     bool composites;     /* a composite root writes as the composite, over its
                             own operands (walk.c's composites) */
     bool labels;         /* a named constant writes as "lr:0.5" */
+    bool f32_marks;      /* an f32 constant whose parent is not f32 (or that
+                            is the root) writes as "0.1f", so that ot_parse
+                            reads it back as ot_constf: anywhere else a
+                            literal takes its parent's dtype anyway */
     void (*open)(FILE *f, const ot_node *n);
     void (*sep)(FILE *f, const ot_node *n, int k);
     void (*close)(FILE *f, const ot_node *n);
@@ -264,11 +268,32 @@ static int dag_name(const dag *d, const ot_node *n)
     return k < 0 ? 0 : d->name[k];
 }
 
-/* An atom as fm writes it: named constants labelled where fm labels. */
-static void write_atom(const form *fm, const ot_node *n, FILE *f)
+/* Whether an f32 constant, operand slot of parent (NULL at the root),
+ * must say so: read back as a plain literal it is f64 and weak, which
+ * becomes f32 only beside a strongly f32 operand of a binary op (and a
+ * composite's operands feed ops not shown). */
+static bool f32_unsaid(const ot_node *n, const ot_node *parent, int slot)
 {
+    if (n->kind != OT_NODE_CONST || n->dtype != OT_F32) return false;
+    if (!parent || is_tagged(parent) || ot_op_kind(ot__node_op(parent)) != OT_KIND_BINARY)
+        return true;
+    const ot_node *other = slot ? parent->a : parent->b;
+    return !other || other->dtype != OT_F32 || other->weak;
+}
+
+/* An atom as fm writes it in operand slot of parent (NULL at the root):
+ * named constants labelled where fm labels; for ot_parse's sake, f32
+ * constants marked where f32_unsaid, and a negative base of ** in
+ * parentheses (-1.0 ** x reads as -(1.0 ** x)). */
+static void write_atom(const form *fm, const ot_node *n, const ot_node *parent, int slot, FILE *f)
+{
+    bool wrap = fm->f32_marks && parent && !is_tagged(parent) && parent->op == OT_OP_POW &&
+                slot == 0 && n->kind == OT_NODE_CONST && signbit(n->value);
     if (fm->labels && n->kind == OT_NODE_CONST) print_label(f, n, ":");
+    if (wrap) fputc('(', f);
     print_atom(f, n);
+    if (fm->f32_marks && f32_unsaid(n, parent, slot)) fputc('f', f);
+    if (wrap) fputc(')', f);
 }
 
 /* One expression being written: the walker walks every path, and the hooks
@@ -278,6 +303,8 @@ typedef struct expr {
     const dag *d;
     const ot_node *top;
     FILE *f;
+    const ot_node *parent;   /* of the operand about to be entered */
+    int slot;                /* its operand index */
 } expr;
 
 static int expr_enter(ot__walker *w, const ot_node *n)
@@ -286,14 +313,16 @@ static int expr_enter(ot__walker *w, const ot_node *n)
     if (ferror(x->f)) return OT_EIO;
     int name = n != x->top ? dag_name(x->d, n) : 0;
     if (name) fprintf(x->f, "%%%d", name);
-    else if (!is_op(n)) write_atom(x->fm, n, x->f);
+    else if (!is_op(n)) write_atom(x->fm, n, x->parent, x->slot, x->f);
     else x->fm->open(x->f, n);
     return !name && is_op(n);
 }
 
 static int expr_between(ot__walker *w, const ot_node *n, int k, const ot_node *operand)
 {
-    const expr *x = w->ctx;
+    expr *x = w->ctx;
+    x->parent = n;
+    x->slot = k;
     if (operand || x->fm->missing) x->fm->sep(x->f, n, k);
     if (!operand && x->fm->missing) fputs(x->fm->missing, x->f);
     return 0;
@@ -314,10 +343,10 @@ static int expr_close(ot__walker *w, const ot_node *n, int index, const int oper
 static bool write_expr(const form *fm, const dag *d, const ot_node *top, FILE *f)
 {
     if (!is_op(top)) {
-        write_atom(fm, top, f);
+        write_atom(fm, top, NULL, 0, f);
         return true;
     }
-    expr x = {fm, d, top, f};
+    expr x = {fm, d, top, f, NULL, 0};
     ot__walker w = {.visit = expr_close, .enter = expr_enter, .between = expr_between,
                     .ctx = &x, .composites = fm->composites, .every_path = true};
     int rc = ot__walker_run(&w, top);
@@ -422,7 +451,7 @@ static void tuple_close(FILE *f, const ot_node *n)
     fputc(')', f);
 }
 
-static const form tuple_form = {"ot_print", false, false, tuple_open, tuple_sep, tuple_close,
+static const form tuple_form = {"ot_print", false, false, false, tuple_open, tuple_sep, tuple_close,
                                 "None"};
 
 int ot_print(const ot_node *tree, FILE *f)
@@ -501,6 +530,10 @@ static void op_attrs(FILE *f, const ot_node *n, attr_style style)
             }
             fprintf(f, " seed=%llu", (unsigned long long)g->seed);
         }
+        /* the default, f32, goes unsaid */
+        if (style == ATTRS_PP && (n->op == OT_OP_ONEHOT || n->op == OT_OP_RAND) &&
+            n->dtype != OT_F32)
+            fprintf(f, " dtype=%s", ot_dtype_name((ot_dtype)n->dtype));
         break;
     default:
         break;
@@ -514,7 +547,7 @@ static void pp_close(FILE *f, const ot_node *n)
     fputc(')', f);
 }
 
-static const form pp_form = {"ot_pp", true, true, pp_open, pp_sep, pp_close, NULL};
+static const form pp_form = {"ot_pp", true, true, true, pp_open, pp_sep, pp_close, NULL};
 
 int ot_pp(const ot_node *tree, FILE *f)
 {

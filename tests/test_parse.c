@@ -12,13 +12,13 @@
 
 #include "../examples/custom_ops.h"
 
+static const char *const names[] = {"a", "b", "m", "n", "i"};
+
 typedef struct fx {
     ot_backend *be;
     ot_tensor *a, *b, *m, *n, *i;
     ot_node *nodes[5];
 } fx;
-
-static const char *const names[] = {"a", "b", "m", "n", "i"};
 
 static void fx_new(fx *f)
 {
@@ -31,7 +31,10 @@ static void fx_new(fx *f)
     f->n = ot_full(f->be, OT_SHAPE(2, 4, 2), OT_F32, 1);
     f->i = ot_zeros(f->be, OT_SHAPE(3), OT_I32);
     ot_tensor *t[] = {f->a, f->b, f->m, f->n, f->i};
-    for (int k = 0; k < 5; k++) f->nodes[k] = ot_tensor_node(t[k]);
+    for (int k = 0; k < 5; k++) {
+        ot_tensor_set_name(t[k], names[k]);
+        f->nodes[k] = ot_tensor_node(t[k]);
+    }
 }
 
 static void fx_free(fx *f)
@@ -120,6 +123,72 @@ TEST(parse_every_op)
                 ot_cross_entropy(ot_softmax(f.a, 1), f.b, .axis = 1));
     CHECK_PARSE(&f, "squared_l2(a)", ot_squared_l2(f.a));
     CHECK_PARSE(&f, "keep(a)", ot_keep(f.a));
+    ot_pool_pop(pool);
+    fx_free(&f);
+}
+
+/* What ot_pp writes of t, parsed back, is t. */
+static void check_round_trip(const fx *f, ot_node *t, const char *what)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&text, &len);
+    CHECK_INT(ot_pp(t, m), 0);
+    fclose(m);
+    ot_node *back = ot_parse(text, 5, names, f->nodes);
+    if (!same_tree(back, t))
+        test__fail(__FILE__, __LINE__, "%s: ot_pp wrote '%s', parsed to %s", what, text,
+                   back ? "another tree" : ot_errmsg());
+    free(text);
+}
+
+/* Every op of the table, written by ot_pp and read back: the same tree,
+ * attributes, dtypes of constants and shared nodes included. */
+TEST(parse_reads_ot_pp_back)
+{
+    fx f;
+    fx_new(&f);
+    ot_pool *pool = ot_pool_push();
+    ot_node *a = f.nodes[0], *b = f.nodes[1];
+    char what[64];
+    for (int op = 0; op < OT_OP_COUNT; op++) {
+        int kind = ot_op_kind((ot_op)op);
+        ot_args ax = {.axis = 1, .keepdims = true};
+        ot_node *t = NULL;
+        if (ot_op_flags((ot_op)op) & OT_FLAG_CUSTOM) continue;
+        if (kind == OT_KIND_UNARY) t = ot_build_at((ot_op)op, a, NULL, NULL, NULL, 0);
+        else if (kind == OT_KIND_BINARY) t = ot_build_at((ot_op)op, a, b, NULL, NULL, 0);
+        else if (kind == OT_KIND_REDUCE) t = ot_build_at((ot_op)op, a, NULL, &ax, NULL, 0);
+        if (!t) continue;
+        snprintf(what, sizeof what, "op %s", ot_op_name((ot_op)op));
+        check_round_trip(&f, t, what);
+    }
+    ot_node *x = ot_add(f.a, f.b);
+    ot_node *trees[] = {
+        ot_dot(f.a, f.m), ot_batched_dot(f.n, ot_T(f.n, {0, 2, 1})), ot_T(f.a),
+        ot_cast(f.a, OT_F64), ot_onehot(f.i, 5, 0, OT_F64), ot_rand(OT_SHAPE(3, 4), 7, OT_F64),
+        ot_var(f.a, 0, 1), ot_std(f.a, .axis = 1, .keepdims = true), ot_clip(f.a, -1.5, 6),
+        ot_softmax(f.a, .axis = 1), ot_logsoftmax(f.a),
+        ot_cross_entropy(ot_softmax(f.a, 1), f.b, .axis = 1), ot_squared_l2(f.a), ot_keep(f.a),
+        ot_mul(x, x),                                    /* a shared node: %1 */
+        ot_pow(-2.5, f.a),                               /* a negative base */
+        ot_add(ot_cast(f.a, OT_F64), ot_constf(0.1f)),  /* an f32 constant in f64 */
+        ot_exp(ot_constf(0.1f)), ot_constf(2.5f), ot_consti(-3), ot_mul(f.i, 2),
+        ot_named(ot_mul(ot_named(ot_add(f.a, 1), "h1"), ot_named(ot_const(0.5), "lr")), "out"),
+    };
+    for (size_t k = 0; k < sizeof trees / sizeof *trees; k++) {
+        snprintf(what, sizeof what, "tree %zu", k);
+        CHECK(trees[k] != NULL);
+        if (trees[k]) check_round_trip(&f, trees[k], what);
+    }
+    ot_node *labelled = parse(&f, "h1:(a + b) * lr:0.5");
+    CHECK(labelled && strcmp(ot_node_name(ot_node_child(labelled, 0)), "h1") == 0);
+    CHECK(parse(&f, "h:a") == NULL);
+    CHECK_ERR(OT_EINVAL, "a label names a node built here, not 'a'");
+    CHECK(parse(&f, "%1 = (a + b)\n(%1 * %2)") == NULL);
+    CHECK_ERR(OT_EINVAL, "no %2 defined");
+    CHECK(parse(&f, "%2 = a") == NULL);
+    CHECK_ERR(OT_EINVAL, "expected %1 here");
     ot_pool_pop(pool);
     fx_free(&f);
 }

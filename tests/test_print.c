@@ -146,7 +146,9 @@ TEST(print_constants)
     CHECK_OUT(ot_print, ot_add(i, 2), "({'shape': (2,), 'op': 'add'}, i, 2)");
     CHECK_OUT(ot_pp, ot_mul(ot_const(0.5), ot_const(1e22)), "(0.5 * 1e+22)");
     ot_tensor_free(i);
-    CHECK_OUT(ot_pp, ot_constf(1e-7f), "1e-07");
+    /* An f32 constant not under an f32 node is marked, for ot_parse. */
+    CHECK_OUT(ot_pp, ot_constf(1e-7f), "1e-07f");
+    CHECK_OUT(ot_pp, ot_mul(x, 0.1f), "(x * 0.1)");
     ot_tensor_free(x);
     ot_backend_free(be);
 }

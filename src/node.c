@@ -774,6 +774,7 @@ static bool is_plain(const site *st, int kind, const ot_node *a, const ot_node *
     if (kind != OT_KIND_UNARY && kind != OT_KIND_BINARY) return false;
     if (a->weak || (b && (b->weak || b->dtype != a->dtype || !ot__shape_eq(&a->shape, &b->shape))))
         return false;
+    if (b && a->axes && b->axes && a->axes != b->axes) return false;   /* aligned by name */
     *dt = apply_flags(st->op, (ot_dtype)a->dtype);
     char msg[256];
     return ot_dtype_size(*dt) <= ot_dtype_size((ot_dtype)a->dtype) ||
@@ -794,15 +795,22 @@ ot_node *ot_build_at(ot_op op, ot_node *a, ot_node *b, const ot_args *args,
     bool placeholder = !st.custom && (ot_op_flags(op) & OT_FLAG_CUSTOM);
     int kind = ot_op_kind(op);
     ot_dtype plain_dt;
-    if (!args && !placeholder && is_plain(&st, kind, a, b, &plain_dt))
-        return op_node(&st, a, b, &a->shape, plain_dt, false, NULL);
+    if (!args && !placeholder && is_plain(&st, kind, a, b, &plain_dt)) {
+        ot_node *n = op_node(&st, a, b, &a->shape, plain_dt, false, NULL);
+        if (n && (a->axes || (b && b->axes))) n->axes = a->axes ? a->axes : b->axes;
+        return n;
+    }
     proto p;
     ot__clear(&p, sizeof p);
     normalise_args(&p, args);
     int rc = 0;
+    const ot__axes *named = NULL;   /* the result's names, when aligned by name */
     switch (kind) {
     case OT_KIND_UNARY: rc = infer_elementwise(&st, a, NULL, &p); break;
     case OT_KIND_BINARY:
+        if (a->axes && b->axes && a->axes != b->axes &&
+            ot__axes_align(ot_op_name(op), file, line, &a, &b, &named))
+            return NULL;
         rc = infer_elementwise(&st, a, b, &p);
         if (!rc && a->weak != b->weak) {
             ot_node **w = a->weak ? &a : &b;
@@ -819,7 +827,10 @@ ot_node *ot_build_at(ot_op op, ot_node *a, ot_node *b, const ot_args *args,
     if (!rc && placeholder)
         rc = FAIL(&st, OT_EINVAL, "stands for ops registered with ot_op_register: build with "
                                   "ot_apply and the op it returned");
-    return rc ? NULL : make_node(&st, a, b, &p);
+    ot_node *n = rc ? NULL : make_node(&st, a, b, &p);
+    if (n && named) n->axes = named;
+    else if (n && ((a && a->axes) || (b && b->axes)) && ot__axes_infer(n, file, line)) return NULL;
+    return n;
 }
 
 /* ---- composites ---------------------------------------------------------- */

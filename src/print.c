@@ -122,6 +122,7 @@ static void print_atom(FILE *f, const ot_node *n)
     } else {
         fprintf(f, "tensor-0x%" PRIxPTR, (uintptr_t)t);
     }
+    if (n->kind == OT_NODE_LEAF && n->axes) fprintf(f, "(%s)", n->axes->text);
 }
 
 /* A Python tuple: (2, 2), (3,), (). */
@@ -489,6 +490,7 @@ static void dot_node(FILE *f, const ot_node *n, int id)
     fprintf(f, "  n%d [shape=%s, label=\"", id, box[n->kind]);
     if (n->kind == OT_NODE_LEAF && ot__leaf_tensor(n)->name) {
         dot_escaped(f, ot__leaf_tensor(n)->name);
+        if (n->axes) fprintf(f, "(%s)", n->axes->text);
     } else if (n->kind != OT_NODE_OP) {
         print_atom(f, n);
     } else {

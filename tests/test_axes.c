@@ -414,6 +414,8 @@ static void gradients(const char *bname)
     ot_node *y = ot_tanh(ot_dot_axes(w, x, "C,H,W"));
     ot_node *cost = ot_add(ot_sum(ot_sqr(ot_sub(y, t)), .axes = "K,N"),
                            ot_sum(ot_mean(ot_mul(xb, xb), .axes = "H,W"), .axes = "N,C"));
+    /* an expression aligned by name into the middle: a product with ones */
+    cost = ot_add(cost, ot_sum(ot_mul(ot_tanh(x), ot_exp(b))));
     CHECK(cost != NULL);
     CHECK(fd_worst(cost, w) < 1e-7);
     CHECK(fd_worst(cost, x) < 1e-7);

@@ -101,11 +101,12 @@ static const ot__axes *intern(const names *nm, bool *failed)
     return r;
 }
 
-/* Dim i's name, with its length. */
-static const char *name_at(const ot__axes *ax, int i, int *len)
+/* Dim i's name into s (OT__AXIS_NAME_MAX chars), which it returns. */
+static char *name_of(const ot__axes *ax, int i, char *s)
 {
-    *len = ax->len[i];
-    return ax->text + ax->off[i];
+    memcpy(s, ax->text + ax->off[i], ax->len[i]);
+    s[ax->len[i]] = '\0';
+    return s;
 }
 
 static int find(const ot__axes *ax, const char *s)
@@ -118,10 +119,7 @@ static int find(const ot__axes *ax, const char *s)
 
 static void put(names *nm, const ot__axes *ax, int i)
 {
-    int len;
-    const char *p = name_at(ax, i, &len);
-    memcpy(nm->s[nm->n], p, (size_t)len);
-    nm->s[nm->n++][len] = '\0';
+    name_of(ax, i, nm->s[nm->n++]);
 }
 
 /* The set of the names picked (dim idx[i] of src[i]); none (NULL) when a
@@ -224,7 +222,8 @@ static int infer_dot(ot_node *n)
     const ot__axes *src[3];
     int idx[3], k = 0;
     if (n->op == OT_OP_BATCHED_DOT) {
-        bool clash = a->axes && b->axes && find(b->axes, a->axes->text + a->axes->off[0]) != 0;
+        char s[OT__AXIS_NAME_MAX];
+        bool clash = a->axes && b->axes && find(b->axes, name_of(a->axes, 0, s)) != 0;
         src[k] = clash ? NULL : a->axes ? a->axes : b->axes, idx[k++] = 0;
         src[k] = a->axes, idx[k++] = 1;
         src[k] = b->axes, idx[k++] = 2;
@@ -300,12 +299,8 @@ static ot_node *bring(ot_node *x, const ot__axes *R, const char *file, int line)
     int where[OT_MAX_DIMS], first = R->ndim;   /* where[j]: x's dim named R's j */
     for (int j = 0; j < R->ndim; j++) where[j] = -1;
     for (int i = 0; i < X->ndim; i++) {
-        int len;
-        const char *p = name_at(X, i, &len);
         char s[OT__AXIS_NAME_MAX];
-        memcpy(s, p, (size_t)len);
-        s[len] = '\0';
-        int j = find(R, s);
+        int j = find(R, name_of(X, i, s));
         where[j] = i;
         if (j < first) first = j;
     }
@@ -348,12 +343,8 @@ int ot__axes_align(const char *op, const char *file, int line, ot_node **a, ot_n
     names r = {0};
     for (int i = 0; i < A->ndim; i++) put(&r, A, i);
     for (int j = 0; j < B->ndim; j++) {
-        int len;
-        const char *p = name_at(B, j, &len);
         char s[OT__AXIS_NAME_MAX];
-        memcpy(s, p, (size_t)len);
-        s[len] = '\0';
-        int i = find(A, s);
+        int i = find(A, name_of(B, j, s));
         if (i < 0 && r.n == OT_MAX_DIMS)
             return ot__err(OT_EINVAL, file, line, op, "aligning (%s) with (%s) by name gives more "
                            "than %d axes", A->text, B->text, OT_MAX_DIMS);
@@ -531,14 +522,14 @@ static int contracted(const char *fn, const char *file, int line, const ot_node 
                            (long long)b->shape.dims[kb[i]], b->axes->text);
     }
     for (int i = 0; i < a->axes->ndim; i++) {
-        names one = {0};
-        put(&one, a->axes, i);
+        char one[OT__AXIS_NAME_MAX];
+        name_of(a->axes, i, one);
         bool listed = false;
-        for (int j = 0; j < nm.n; j++) listed |= !strcmp(nm.s[j], one.s[0]);
-        if (!listed && find(b->axes, one.s[0]) >= 0)
+        for (int j = 0; j < nm.n; j++) listed |= !strcmp(nm.s[j], one);
+        if (!listed && find(b->axes, one) >= 0)
             return ot__err(OT_EINVAL, file, line, fn, "axis '%s' is in both operands, (%s) and "
                            "(%s), but not contracted: name it in the axes, or rename one",
-                           one.s[0], a->axes->text, b->axes->text);
+                           one, a->axes->text, b->axes->text);
     }
     /* Memory order of the tensor operand: strides from the largest down. */
     const ot_node *t = a->kind == OT_NODE_LEAF ? a : b->kind == OT_NODE_LEAF ? b : NULL;

@@ -153,10 +153,15 @@ TEST(axes_follow_builders)
     CHECK(ot_node_axes(ot_onehot(ot_argmax(x, 2), 5)) == NULL);
     CHECK(ot_node_axes(ot_add(ot_sum(x, 0), u)) == NULL);   /* rank 3 from unnamed u */
     CHECK(ot_node_axes(ot_exp(u)) == NULL);
+    ot_tensor *m = data(be, OT_SHAPE(2, 3, 4), "B,M,L", 30), *n = data(be, OT_SHAPE(2, 4, 5), "B,L,N", 31);
+    ot_tensor *o = data(be, OT_SHAPE(2, 4, 5), "X,L,N", 32);
+    CHECK_STR(ot_node_axes(ot_batched_dot(m, n)), "B,M,N");
+    CHECK(ot_node_axes(ot_batched_dot(m, o)) == NULL);   /* two batch names */
+    ot_tensor *un = data(be, OT_SHAPE(2, 4, 5), NULL, 33);
+    CHECK(ot_node_axes(ot_batched_dot(m, un)) == NULL);   /* a dim without a name */
     ot_pool_pop(p);
-    ot_tensor_free(x);
-    ot_tensor_free(w);
-    ot_tensor_free(u);
+    ot_tensor *all[] = {x, w, u, m, n, o, un};
+    for (int i = 0; i < 7; i++) ot_tensor_free(all[i]);
     ot_backend_free(be);
 }
 

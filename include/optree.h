@@ -737,8 +737,9 @@ int ot_explain_many(int n, ot_tensor *const outs[], ot_node *const trees[], FILE
  * Views. A gradient belongs to the memory a tensor views. The gradient
  * w.r.t. t sums the gradients of every leaf that reads any of t's elements,
  * each added back where it reads: t itself, an equal view or a transpose of
- * t as a tree, in t's layout (for x0t = ot_transpose(x0), the gradient of
- * x0t * x1 w.r.t. x0 is x1 transposed); a reshape, a slice (steps, negative
+ * t, also with size-1 dims inserted (as alignment by axis name reads t), as
+ * a tree, in t's layout (for x0t = ot_transpose(x0), the gradient of
+ * x0t * x1 w.r.t. x0 is x1 transposed); another reshape, a slice (steps, negative
  * steps, overlapping slices) or a broadcast of t's memory by a scatter: each
  * such leaf's gradient is added, in the tree's order, into zeros through
  * the leaf's own view (a broadcast dim summed first), and t's view reads

@@ -425,6 +425,12 @@ static void gradients(const char *bname)
     CHECK(fd_worst(cost, w) < 1e-7);
     CHECK(fd_worst(cost, x) < 1e-7);
     CHECK(fd_worst(cost, b) < 1e-7);
+    /* b read through a view with size-1 dims inserted: still a tree (a
+     * program's backprop can use it), not the scatter's tensor */
+    ot_autodiff *ad = ot_autodiff_new(cost, NULL);
+    ot_node *gb = ot_autodiff_grad(ad, b);
+    CHECK(gb && ot_node_kind(gb) == OT_NODE_OP);
+    ot_autodiff_free(ad);
     /* softmax by name, and a dot of expressions */
     ot_node *sm = ot_logsoftmax(ot_dot_axes(ot_exp(ot_sum(w, .axes = "H,W")), ot_tanh(t), "K"),
                                 .axes = "C");
@@ -472,5 +478,28 @@ TEST(axes_leave_unnamed_trees_alone)
     ot_pool_pop(p);
     ot_tensor_free(x);
     ot_tensor_free(b);
+    ot_backend_free(be);
+}
+
+/* The gradient w.r.t. a tensor read through views that only permute its
+ * dims and insert size-1 ones (what alignment by name makes) is a tree. */
+TEST(axes_gradient_through_inserted_dims_is_a_tree)
+{
+    ot_backend *be = backend("ref");
+    ot_tensor *w = data(be, OT_SHAPE(3, 4), NULL, 34), *s = data(be, OT_SHAPE(), NULL, 35);
+    ot_tensor *v1 = ot_reshape(w, OT_SHAPE(1, 3, 1, 4)), *wt = ot_transpose(w, NULL);
+    ot_tensor *v2 = ot_reshape(wt, OT_SHAPE(4, 1, 3)), *s2 = ot_reshape(s, OT_SHAPE(1, 1));
+    ot_pool *p = ot_pool_push();
+    ot_node *cost = ot_add(ot_sum(ot_mul(ot_tanh(v1), s2)), ot_sum(ot_sqr(ot_mul(v2, wt))));
+    ot_autodiff *ad = ot_autodiff_new(cost, NULL);
+    ot_node *gw = ot_autodiff_grad(ad, w), *gs = ot_autodiff_grad(ad, s);
+    CHECK(gw && ot_node_kind(gw) == OT_NODE_OP);
+    CHECK(gs && ot_node_kind(gs) == OT_NODE_OP && ot_node_shape(gs).ndim == 0);
+    ot_autodiff_free(ad);
+    CHECK(fd_worst(cost, w) < 1e-7);
+    CHECK(fd_worst(cost, s) < 1e-7);
+    ot_pool_pop(p);
+    ot_tensor *all[] = {w, s, v1, wt, v2, s2};
+    for (int i = 0; i < 6; i++) ot_tensor_free(all[i]);
     ot_backend_free(be);
 }

@@ -234,9 +234,8 @@ static int infer_dot(ot_node *n)
     return pick(k, src, idx, &n->axes);
 }
 
-int ot__axes_infer(ot_node *n, const char *file, int line)
+int ot__axes_infer(ot_node *n)
 {
-    (void)file, (void)line;
     const ot_node *a = n->a, *b = n->b;
     int nd = n->shape.ndim, rc = 0;
     switch (ot_op_kind((ot_op)n->op)) {
@@ -250,6 +249,7 @@ int ot__axes_infer(ot_node *n, const char *file, int line)
         if (n->op == OT_OP_ONEHOT || n->op == OT_OP_RAND) n->axes = NULL;
         else if (a && a->axes && a->axes->ndim == nd) n->axes = a->axes;
         else if (b && b->axes && b->axes->ndim == nd) n->axes = b->axes;
+        else n->axes = NULL;
     }
     return rc;
 }

@@ -336,7 +336,7 @@ typedef struct ot__axes {
 } ot__axes;
 /* The names of n's result from its operands' (a node just built, at least
  * one operand named): set on n. 0, or OT_ENOMEM with the error set. */
-int ot__axes_infer(ot_node *n, const char *file, int line);
+int ot__axes_infer(ot_node *n);
 /* a op b for two operands named differently: each brought by name into the
  * result's layout (a's names, then b's others in b's order), by views of
  * tensors or transposes of expressions; *out gets the result's names. */

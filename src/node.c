@@ -345,6 +345,7 @@ typedef struct proto {
     ot_dtype common;      /* binary ops: the operands' promoted dtype */
     bool weak;
     bool perm_given;      /* args.perm as written, even all zero */
+    const ot__axes *named;   /* the result's names when aligned by name */
     ot_args args;
 } proto;
 
@@ -715,7 +716,11 @@ static ot_node *op_node(const site *st, ot_node *a, ot_node *b, const ot_shape *
 
 static ot_node *make_node(const site *st, ot_node *a, ot_node *b, const proto *p)
 {
-    return op_node(st, a, b, &p->shape, p->dtype, p->weak, &p->args);
+    ot_node *n = op_node(st, a, b, &p->shape, p->dtype, p->weak, &p->args);
+    if (n && p->named) n->axes = p->named;
+    else if (n && ((a && a->axes) || (b && b->axes)) && ot__axes_infer(n))
+        return NULL;
+    return n;
 }
 
 static ot_node *build_composite(const site *st, ot_node *a, ot_node *b, const ot_args *args);
@@ -774,7 +779,7 @@ static bool is_plain(const site *st, int kind, const ot_node *a, const ot_node *
     if (kind != OT_KIND_UNARY && kind != OT_KIND_BINARY) return false;
     if (a->weak || (b && (b->weak || b->dtype != a->dtype || !ot__shape_eq(&a->shape, &b->shape))))
         return false;
-    if (b && a->axes && b->axes && a->axes != b->axes) return false;   /* aligned by name */
+    if (a->axes || (b && b->axes)) return false;   /* names: ot__axes_infer, or align */
     *dt = apply_flags(st->op, (ot_dtype)a->dtype);
     char msg[256];
     return ot_dtype_size(*dt) <= ot_dtype_size((ot_dtype)a->dtype) ||
@@ -795,21 +800,17 @@ ot_node *ot_build_at(ot_op op, ot_node *a, ot_node *b, const ot_args *args,
     bool placeholder = !st.custom && (ot_op_flags(op) & OT_FLAG_CUSTOM);
     int kind = ot_op_kind(op);
     ot_dtype plain_dt;
-    if (!args && !placeholder && is_plain(&st, kind, a, b, &plain_dt)) {
-        ot_node *n = op_node(&st, a, b, &a->shape, plain_dt, false, NULL);
-        if (n && (a->axes || (b && b->axes))) n->axes = a->axes ? a->axes : b->axes;
-        return n;
-    }
+    if (!args && !placeholder && is_plain(&st, kind, a, b, &plain_dt))
+        return op_node(&st, a, b, &a->shape, plain_dt, false, NULL);
     proto p;
     ot__clear(&p, sizeof p);
     normalise_args(&p, args);
     int rc = 0;
-    const ot__axes *named = NULL;   /* the result's names, when aligned by name */
     switch (kind) {
     case OT_KIND_UNARY: rc = infer_elementwise(&st, a, NULL, &p); break;
     case OT_KIND_BINARY:
         if (a->axes && b->axes && a->axes != b->axes &&
-            ot__axes_align(ot_op_name(op), file, line, &a, &b, &named))
+            ot__axes_align(ot_op_name(op), file, line, &a, &b, &p.named))
             return NULL;
         rc = infer_elementwise(&st, a, b, &p);
         if (!rc && a->weak != b->weak) {
@@ -827,10 +828,7 @@ ot_node *ot_build_at(ot_op op, ot_node *a, ot_node *b, const ot_args *args,
     if (!rc && placeholder)
         rc = FAIL(&st, OT_EINVAL, "stands for ops registered with ot_op_register: build with "
                                   "ot_apply and the op it returned");
-    ot_node *n = rc ? NULL : make_node(&st, a, b, &p);
-    if (n && named) n->axes = named;
-    else if (n && ((a && a->axes) || (b && b->axes)) && ot__axes_infer(n, file, line)) return NULL;
-    return n;
+    return rc ? NULL : make_node(&st, a, b, &p);
 }
 
 /* ---- composites ---------------------------------------------------------- */

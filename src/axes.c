@@ -256,14 +256,20 @@ int ot__axes_infer(ot_node *n)
 
 /* ---- alignment by name ----------------------------------------------------- */
 
-/* A leaf view adopted by the current pool, named as the tensor it views
- * so that printed trees still say which tensor they read. */
-static ot_node *adopt_view(ot_tensor *v, const ot_tensor *of)
+/* A view v made for a tree, named (NULL: unnamed) and adopted by the
+ * current pool; NULL with OT_ENOMEM, v freed. Not ot_tensor_set_name, which
+ * clears the error slot: a builder keeps the expression's first error. */
+static ot_node *adopt_view(ot_tensor *v, const char *name)
 {
     if (!v) return NULL;
-    if (of && of->name && ot_tensor_set_name(v, of->name)) {
-        ot_tensor_free(v);
-        return NULL;
+    if (name) {
+        size_t n = strlen(name) + 1;
+        if (!(v->name = ot__malloc(n))) {
+            ot_tensor_free(v);
+            ot__err(OT_ENOMEM, NULL, 0, "axes", "cannot allocate %zu bytes for a name", n);
+            return NULL;
+        }
+        memcpy(v->name, name, n);
     }
     return ot__pool_adopt(&v->leaf);
 }
@@ -275,11 +281,7 @@ static ot_node *ones_view(ot_backend *be, ot_shape shape, ot_dtype dt)
     ot_tensor *one = ot_ones(be, OT_SHAPE(), dt);
     ot_tensor *v = one ? ot_broadcast_to(one, shape) : NULL;
     ot_tensor_free(one);
-    if (v && ot_tensor_set_name(v, "ones")) {
-        ot_tensor_free(v);
-        v = NULL;
-    }
-    return v ? ot__pool_adopt(&v->leaf) : NULL;
+    return adopt_view(v, "ones");
 }
 
 static ot_node *transpose_node(ot_node *x, const int *perm, const char *file, int line)
@@ -322,7 +324,7 @@ static ot_node *bring(ot_node *x, const ot__axes *R, const char *file, int line)
         ot_tensor *t = ot__leaf_tensor(x);
         ot_tensor *v = ot_transpose(t, perm), *r = v && missing ? ot_reshape(v, target) : v;
         if (r != v) ot_tensor_free(v);
-        return adopt_view(r, t);
+        return adopt_view(r, t->name);
     }
     if (!missing) return transpose_node(x, perm, file, line);
     /* x * ones(1, ..., 1, x's dims): the size-1 dims lead, then move */
@@ -477,7 +479,7 @@ static ot_node *as_matrix(const char *fn, const char *file, int line, const side
             ot__err_set(OT_EUNSUPPORTED, file, line, fn, "the axes (%s) of operand %d are not "
                         "one run in memory in the order the other operand gives them; ot_copy "
                         "operand %d first", s->x->axes->text, which, which);
-        return adopt_view(r, t);
+        return adopt_view(r, t->name);
     }
     if (reshaped) {
         ot__err(OT_EUNSUPPORTED, file, line, fn, "operand %d (%s) is an expression: contracting "

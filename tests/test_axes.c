@@ -6,6 +6,7 @@
  * without names printing and planning exactly as before.
  */
 #include "test.h"
+#include "internal.h"   /* the allocation-failure seam */
 
 #include <stdlib.h>
 
@@ -501,5 +502,48 @@ TEST(axes_gradient_through_inserted_dims_is_a_tree)
     ot_pool_pop(p);
     ot_tensor *all[] = {w, s, v1, wt, v2, s2};
     for (int i = 0; i < 6; i++) ot_tensor_free(all[i]);
+    ot_backend_free(be);
+}
+
+/* Every allocation of naming, aligning and building by name failed in
+ * turn: OT_ENOMEM or a right result, never a crash or a leak (ASan). */
+TEST(axes_allocation_failures)
+{
+    ot_backend *be = backend("ref");
+    ot_tensor *x = data(be, OT_SHAPE(2, 3, 4), NULL, 36), *b = data(be, OT_SHAPE(3), NULL, 37);
+    ot_tensor *w = data(be, OT_SHAPE(3, 4, 5), NULL, 38);
+    for (int n = 1; n < 10000; n++) {
+        char xa[64], ba[64], wa[64], la[64];   /* names not interned yet */
+        snprintf(xa, sizeof xa, "N,C%d,L%d", n, n);
+        snprintf(la, sizeof la, "L%d", n);
+        snprintf(ba, sizeof ba, "C%d", n);
+        snprintf(wa, sizeof wa, "C%d,L%d,K", n, n);
+        unsigned long before = ot__alloc_failures();
+        ot_pool *p = ot_pool_push();
+        ot__alloc_fail_at(n);
+        int rc = ot_tensor_set_axes(x, xa);
+        if (!rc) rc = ot_tensor_set_axes(b, ba);
+        if (!rc) rc = ot_tensor_set_axes(w, wa);
+        ot_node *t[4] = {NULL};
+        if (!rc) {
+            t[0] = ot_add(x, b);
+            t[1] = ot_add(ot_exp(b), x);
+            t[2] = ot_dot_axes(w, x, NULL);
+            t[3] = ot_sum(t[1], .axes = la);
+        }
+        ot__alloc_fail_at(0);
+        bool failed = ot__alloc_failures() != before;
+        CHECK(!rc || rc == OT_ENOMEM);
+        for (int i = 0; i < 4 && !rc; i++) {
+            CHECK(t[i] || ot_errcode() == OT_ENOMEM);
+            if (!t[i] && ot_errcode() != OT_ENOMEM) fprintf(stderr, "n=%d t%d: %s\n", n, i, ot_errmsg());
+        }
+        if (!failed) CHECK(!rc && t[0] && t[1] && t[2] && t[3]);
+        ot_pool_pop(p);
+        if (p == NULL || !failed) break;
+    }
+    ot_tensor_free(x);
+    ot_tensor_free(b);
+    ot_tensor_free(w);
     ot_backend_free(be);
 }

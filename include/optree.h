@@ -416,18 +416,21 @@ typedef struct ot_reduce_opts {
     const char *spec_;
     int axis;             /* default: every axis */
     bool keepdims;
+    const char *axes;     /* by name instead: "C,H,W" (see "Named axes") */
 } ot_reduce_opts;
-#define OT__REDUCE_MEMBERS "axis,keepdims"
+#define OT__REDUCE_MEMBERS "axis,keepdims,axes"
 typedef struct ot_var_opts {
     const char *spec_;
     int axis;             /* default: every axis */
     int ddof;
     bool keepdims;
+    const char *axes;     /* by name instead: one name */
 } ot_var_opts;
-#define OT__VAR_MEMBERS "axis,ddof,keepdims"
+#define OT__VAR_MEMBERS "axis,ddof,keepdims,axes"
 typedef struct ot_softmax_opts {
     const char *spec_;
     int axis;             /* default: every axis */
+    const char *axes;     /* by name instead: one name */
 } ot_softmax_opts;
 typedef struct ot_cast_opts {
     const char *spec_;
@@ -454,11 +457,16 @@ static inline int ot__opt_axis(const char *spec, const char *members, int axis)
 {
     return ot_spec_sets(spec, members, "axis") ? axis : OT_AXIS_ALL;
 }
+/* ot_build_at along the axes named (comma-separated) instead of args->axis,
+ * which must be OT_AXIS_ALL (see "Named axes" at the end). */
+ot_node *ot_build_axes_at(ot_op op, ot_node *a, ot_node *b, const ot_args *args,
+                          const char *axes, const char *file, int line);
 static inline ot_node *ot__build_reduce(ot_op op, ot_node *x, ot_node *y, ot_reduce_opts o,
                                         const char *file, int line)
 {
     ot_args a = {.axis = ot__opt_axis(o.spec_, OT__REDUCE_MEMBERS, o.axis),
                  .keepdims = o.keepdims};
+    if (o.axes) return ot_build_axes_at(op, x, y, &a, o.axes, file, line);
     return ot_build_at(op, x, y, &a, file, line);
 }
 static inline ot_node *ot__build_var(ot_op op, ot_node *x, ot_var_opts o,
@@ -466,12 +474,14 @@ static inline ot_node *ot__build_var(ot_op op, ot_node *x, ot_var_opts o,
 {
     ot_args a = {.axis = ot__opt_axis(o.spec_, OT__VAR_MEMBERS, o.axis),
                  .ddof = o.ddof, .keepdims = o.keepdims};
+    if (o.axes) return ot_build_axes_at(op, x, NULL, &a, o.axes, file, line);
     return ot_build_at(op, x, NULL, &a, file, line);
 }
 static inline ot_node *ot__build_softmax(ot_op op, ot_node *x, ot_softmax_opts o,
                                          const char *file, int line)
 {
-    ot_args a = {.axis = ot__opt_axis(o.spec_, "axis", o.axis)};
+    ot_args a = {.axis = ot__opt_axis(o.spec_, "axis,axes", o.axis)};
+    if (o.axes) return ot_build_axes_at(op, x, NULL, &a, o.axes, file, line);
     return ot_build_at(op, x, NULL, &a, file, line);
 }
 static inline ot_node *ot__build_cast(ot_node *x, ot_cast_opts o, const char *file, int line)
@@ -733,8 +743,9 @@ int ot_explain_many(int n, ot_tensor *const outs[], ot_node *const trees[], FILE
  * Views. A gradient belongs to the memory a tensor views. The gradient
  * w.r.t. t sums the gradients of every leaf that reads any of t's elements,
  * each added back where it reads: t itself, an equal view or a transpose of
- * t as a tree, in t's layout (for x0t = ot_transpose(x0), the gradient of
- * x0t * x1 w.r.t. x0 is x1 transposed); a reshape, a slice (steps, negative
+ * t, also with size-1 dims inserted (as alignment by axis name reads t), as
+ * a tree, in t's layout (for x0t = ot_transpose(x0), the gradient of
+ * x0t * x1 w.r.t. x0 is x1 transposed); another reshape, a slice (steps, negative
  * steps, overlapping slices) or a broadcast of t's memory by a scatter: each
  * such leaf's gradient is added, in the tree's order, into zeros through
  * the leaf's own view (a broadcast dim summed first), and t's view reads
@@ -1475,6 +1486,74 @@ int ot_assign_at(ot_tensor *out, ot_node *tree, const char *file, int line);
 /* ot_eval likewise; the ot_eval macro passes the call's place. */
 ot_tensor *ot_eval_at(ot_node *tree, const char *file, int line);
 #define ot_eval(tree) ot_eval_at((tree), __FILE__, __LINE__)
+
+/* ==== Named axes (src/axes.c) =============================================
+ *
+ * After ngraph's make_axis(length, name): the dims of a tensor may carry
+ * names, and reductions, softmax and dot may take names instead of
+ * positions. Names follow the values through every builder:
+ *   - elementwise ops, cast and keep take their operands' names; when both
+ *     operands of a binary op are named (and differently), they are aligned
+ *     by name instead of by position: the result has a's names in a's
+ *     order, then b's other names in b's order; each operand is transposed
+ *     into that order and given size-1 dims for the names it lacks (a
+ *     tensor through views, an expression through a transpose, and, for
+ *     dims it lacks between its own, a product with a broadcast ones view:
+ *     x * 1 is x, bit for bit). A name's lengths in the two operands must
+ *     agree or one be 1. With one operand named or neither, NumPy's
+ *     positional rules apply as before, and the result keeps the named
+ *     operand's names when it has that operand's rank;
+ *   - reductions drop the reduced names (keepdims keeps them, size 1);
+ *     transposes permute them; dot gives a's free name and b's; onehot and
+ *     rand give none;
+ *   - views: ot_transpose permutes them, ot_slice drops the names of dims
+ *     indexed with OT_IDX, ot_reshape keeps them only when the dims are
+ *     unchanged, ot_broadcast_to only when the rank is, ot_copy keeps them.
+ * Names are read when a node is built: renaming a tensor later changes how
+ * it prints, not trees already built. They never change a plan or a
+ * result: a tree without names plans and prints exactly as before.
+ *
+ *     ot_tensor_set_axes(x, "N,C,H,W");
+ *     ot_sum(x, .axes = "C,H,W")          // (N): one sum per axis, last first
+ *     ot_softmax(x, .axes = "C")
+ *     ot_add(x, b)                        // b named "C": as b[None, :, None, None]
+ *     ot_dot_axes(w, x, "C,H,W")          // w (C,H,W,K), x (N,C,H,W) -> (K,N)
+ *
+ * Errors name the axes: "sum: no axis 'Q' in (N,C,H,W)". Interned name sets
+ * live as long as the process (a few hundred bytes per distinct set). */
+
+/* Names t's dims: one name per dim, comma-separated ("N,C,H,W"; spaces
+ * around names are ignored); NULL or "" clears them. OT_EINVAL for a bad
+ * name, a repeated one or a count that is not t's rank; OT_ENULL. */
+int ot_tensor_set_axes(ot_tensor *t, const char *axes);
+/* The names as "N,C,H,W" (the library's string, valid for the process), or
+ * NULL when t or node n has none. */
+const char *ot_tensor_axes(const ot_tensor *t);
+const char *ot_node_axes(const ot_node *n);
+/* The position of the dim named name in n (a tensor or node), or a negative
+ * code with the error set: OT_EINVAL naming the axes n has. */
+int ot_axis_of_node(const ot_node *n, const char *name);
+#define ot_axis_of(x, name) ot_axis_of_node(OT__NODE(x), (name))
+
+/* Reductions, var/std and softmax/logsoftmax take .axes = "C,H,W" in place
+ * of .axis: sum, mean, max and min reduce every axis named (one reduction
+ * per axis, from the last position down, keepdims as given); argmax,
+ * argmin, var, std, softmax, logsoftmax, squared_l2 and cross_entropy take
+ * one name (several is OT_EUNSUPPORTED). An operand without names, an
+ * unknown or repeated name, or .axis given too is OT_EINVAL. */
+
+/* ngraph's dot over named axes: contracts the axes named in axes (NULL:
+ * every name the two share) and gives w's other axes, then x's (ngraph's
+ * order). Built from transposes and a reshape of each operand (views of a
+ * tensor; an expression is only transposed) and the 2-D dot, so the result
+ * is bitwise that dot. OT_EINVAL: an operand without names, an unknown
+ * name, an axis one side lacks, a shared axis not contracted;
+ * OT_ESHAPE: lengths that differ; OT_EUNSUPPORTED: a side with more than
+ * one free axis (the result would need a reshape of an expression), or an
+ * expression operand with several contracted axes. A builder. */
+ot_node *ot_dot_axes_at(ot_node *w, ot_node *x, const char *axes, const char *file, int line);
+#define ot_dot_axes(w, x, axes)                                               \
+    ot_dot_axes_at(OT__NODE(w), OT__NODE(x), (axes), __FILE__, __LINE__)
 
 #ifdef __cplusplus
 }

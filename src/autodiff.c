@@ -831,8 +831,10 @@ ot_autodiff *ot_autodiff_new(ot_node *tree, ot_node *next_error)
 /* ---- gradients w.r.t. a tensor ------------------------------------------- */
 
 /* How leaf l relates to wrt: 0 when they share no memory, 1 when l reads
- * exactly wrt's elements laid out as wrt's dims permuted (perm[i] is the dim
- * of wrt that dim i of l walks), -1 for any other overlap. */
+ * exactly wrt's elements laid out as wrt's dims permuted, with size-1 dims
+ * inserted anywhere (perm[i] is the dim of wrt that dim i of l walks, -1 for
+ * an inserted one: a tensor aligned by axis name is read so), -1 for any
+ * other overlap. */
 static int relation(const ot_tensor *l, const ot_tensor *wrt, int perm[OT_MAX_DIMS])
 {
     if (l == wrt) {
@@ -841,18 +843,19 @@ static int relation(const ot_tensor *l, const ot_tensor *wrt, int perm[OT_MAX_DI
     }
     if (ot__overlap(l, wrt) == OT_OVERLAP_NONE) return 0;
     const ot_shape *ls = &l->leaf.shape, *ws = &wrt->leaf.shape;
-    if (l->buf != wrt->buf || l->offset != wrt->offset || ls->ndim != ws->ndim) return -1;
+    if (l->buf != wrt->buf || l->offset != wrt->offset || ls->ndim < ws->ndim) return -1;
     bool used[OT_MAX_DIMS] = {false};
+    int matched = 0;
     for (int i = 0; i < ls->ndim; i++) {
         perm[i] = -1;
         for (int j = 0; j < ws->ndim && perm[i] < 0; j++) {
             bool stride_ok = ls->dims[i] == 1 || l->strides[i] == wrt->strides[j];
             if (!used[j] && ls->dims[i] == ws->dims[j] && stride_ok) perm[i] = j;
         }
-        if (perm[i] < 0) return -1;
-        used[perm[i]] = true;
+        if (perm[i] >= 0) used[perm[i]] = true, matched++;
+        else if (ls->dims[i] != 1) return -1;
     }
-    return 1;
+    return matched == ws->ndim ? 1 : -1;
 }
 
 static bool identity(const int *perm, int ndim)
@@ -867,10 +870,18 @@ static ot_node *to_layout(const ctx *c, const ot_autodiff *ad, int i, const int 
 {
     ot_node *g = ad->grad[i];
     const ot_node *l = &ad->leaf[i]->leaf;
-    if (identity(perm, l->shape.ndim)) return g;
+    int nd = l->shape.ndim, kept[OT_MAX_DIMS], k = 0;
+    if (identity(perm, nd)) return g;
+    g = full(c, g, l->shape, (ot_dtype)l->dtype);
+    /* inserted size-1 dims summed away (one element each), the last first */
+    for (int d = nd - 1; d >= 0 && g; d--)
+        if (perm[d] < 0) g = reduce(c, OT_OP_SUM, g, d, false);
+    for (int d = 0; d < nd; d++)
+        if (perm[d] >= 0) kept[k++] = perm[d];
+    if (identity(kept, k)) return g;
     int inv[OT_MAX_DIMS] = {0};
-    for (int d = 0; d < l->shape.ndim; d++) inv[perm[d]] = d;
-    return transpose(c, full(c, g, l->shape, (ot_dtype)l->dtype), inv);
+    for (int d = 0; d < k; d++) inv[kept[d]] = d;
+    return transpose(c, g, inv);
 }
 
 /* g as wrt's shape and dtype: zeros where nothing reached it. */

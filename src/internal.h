@@ -82,6 +82,8 @@ struct ot_node {
                                  root that can be memoised */
     ot__annot *annot;     /* name and metadata, NULL when none (names.c);
                              freed with the node */
+    const struct ot__axes *axes;  /* names of the dims (axes.c, interned), or
+                                     NULL: unnamed, the common case */
 };
 
 /* Adds a new node (holding one reference, the creator's) to the innermost
@@ -345,6 +347,29 @@ ot_stack *ot__stack_new_many(int n, const ot_node *const roots[], int roots_out[
  * check: new_t[i] may have another shape, the nodes above being rebuilt by
  * their builders (which check it), after every leaf is replaced. */
 ot_node *ot__substitute(ot_node *tree, int n, ot_tensor *const old[], ot_tensor *const new_t[]);
+
+/* ---- axis names (axes.c) ------------------------------------------------ */
+
+/* The names of a node's dims: one per dim, [A-Za-z_][A-Za-z0-9_]*, at most
+ * OT__AXIS_NAME_MAX - 1 chars, no duplicates. Interned for the life of the
+ * process, so equal sets are one pointer and nodes never own them. */
+#define OT__AXIS_NAME_MAX 32
+typedef struct ot__axes {
+    int ndim;
+    uint8_t off[OT_MAX_DIMS], len[OT_MAX_DIMS];   /* each name within text */
+    char text[OT_MAX_DIMS * OT__AXIS_NAME_MAX];    /* "N,C,H,W" */
+} ot__axes;
+/* The names of n's result from its operands' (a node just built, at least
+ * one operand named): set on n. 0, or OT_ENOMEM with the error set. */
+int ot__axes_infer(ot_node *n);
+/* a op b for two operands named differently: each brought by name into the
+ * result's layout (a's names, then b's others in b's order), by views of
+ * tensors or transposes of expressions; *out gets the result's names. */
+int ot__axes_align(const char *op, const char *file, int line, ot_node **a, ot_node **b,
+                   const ot__axes **out);
+/* A view v of t named from t's: v's dim i is t's dim src[i] (v's rank of
+ * them). Unnamed t: nothing. Returns v, or NULL (v freed) on OT_ENOMEM. */
+ot_tensor *ot__axes_view(ot_tensor *v, const ot_tensor *t, const int *src);
 
 /* ---- the post-order walk and node identity ---------------------------- */
 

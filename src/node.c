@@ -347,6 +347,7 @@ typedef struct proto {
     ot_dtype common;      /* binary ops: the operands' promoted dtype */
     bool weak;
     bool perm_given;      /* args.perm as written, even all zero */
+    const ot__axes *named;   /* the result's names when aligned by name */
     ot_args args;
 } proto;
 
@@ -740,7 +741,11 @@ static ot_node *op_node(const site *st, ot_node *a, ot_node *b, const ot_shape *
 
 static ot_node *make_node(const site *st, ot_node *a, ot_node *b, const proto *p)
 {
-    return op_node(st, a, b, &p->shape, p->dtype, p->weak, &p->args);
+    ot_node *n = op_node(st, a, b, &p->shape, p->dtype, p->weak, &p->args);
+    if (n && p->named) n->axes = p->named;
+    else if (n && ((a && a->axes) || (b && b->axes)) && ot__axes_infer(n))
+        return NULL;
+    return n;
 }
 
 static ot_node *build_composite(const site *st, ot_node *a, ot_node *b, const ot_args *args);
@@ -799,6 +804,7 @@ static bool is_plain(const site *st, int kind, const ot_node *a, const ot_node *
     if (kind != OT_KIND_UNARY && kind != OT_KIND_BINARY) return false;
     if (a->weak || (b && (b->weak || b->dtype != a->dtype || !ot__shape_eq(&a->shape, &b->shape))))
         return false;
+    if (a->axes || (b && b->axes)) return false;   /* names: ot__axes_infer, or align */
     *dt = apply_flags(st->op, (ot_dtype)a->dtype);
     char msg[256];
     return ot_dtype_size(*dt) <= ot_dtype_size((ot_dtype)a->dtype) ||
@@ -828,6 +834,9 @@ ot_node *ot_build_at(ot_op op, ot_node *a, ot_node *b, const ot_args *args,
     switch (kind) {
     case OT_KIND_UNARY: rc = infer_elementwise(&st, a, NULL, &p); break;
     case OT_KIND_BINARY:
+        if (a->axes && b->axes && a->axes != b->axes &&
+            ot__axes_align(ot_op_name(op), file, line, &a, &b, &p.named))
+            return NULL;
         rc = infer_elementwise(&st, a, b, &p);
         if (!rc && a->weak != b->weak) {
             ot_node **w = a->weak ? &a : &b;

@@ -493,6 +493,18 @@ static ot_node *def_ref(parser *ps, const char *at)
 
 static ot_node *primary(parser *ps);
 
+/* After an operand's name, ot_pp's note of its axis names, "x(N,C,H,W)":
+ * skipped when it is exactly the operand's. True when there was one. */
+static bool axes_label(parser *ps, const ot_node *n)
+{
+    const char *axes = ot_node_axes(n);
+    size_t len = axes ? strlen(axes) : 0;
+    if (!axes || ps->p[0] != '(' || strncmp(ps->p + 1, axes, len) != 0 || ps->p[len + 1] != ')')
+        return false;
+    ps->p += len + 2;
+    return true;
+}
+
 /* ot_pp's label of a named node, "h1:(x + y)" or "lr:0.5", after the
  * name: it names what this parse built, never an operand handed in. */
 static ot_node *labelled(parser *ps, const char *name, const char *at)
@@ -520,6 +532,8 @@ static ot_node *primary(parser *ps)
     char name[MAX_IDENT];
     if (ident(ps, name)) {
         if (*ps->p == ':') return labelled(ps, name, at);
+        for (int i = 0; i < ps->n; i++)
+            if (strcmp(ps->names[i], name) == 0 && axes_label(ps, ps->nodes[i])) return ps->nodes[i];
         if (*ps->p == '(') {   /* a call: no space before "(", which ot_pp's "(f x (y))" needs */
             ps->p++;
             return call(ps, name, at);

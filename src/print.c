@@ -122,6 +122,7 @@ static void print_atom(FILE *f, const ot_node *n)
     } else {
         fprintf(f, "tensor-0x%" PRIxPTR, (uintptr_t)t);
     }
+    if (n->kind == OT_NODE_LEAF && n->axes) fprintf(f, "(%s)", n->axes->text);
 }
 
 /* "h1" followed by sep, for an op or constant node with a name (a leaf's
@@ -576,6 +577,7 @@ static void dot_node(FILE *f, const ot_node *n, int id)
     fprintf(f, "  n%d [shape=%s, label=\"", id, box[n->kind]);
     if (name) {
         dot_escaped(f, name);
+        if (n->kind == OT_NODE_LEAF && n->axes) fprintf(f, "(%s)", n->axes->text);
         if (n->kind != OT_NODE_LEAF) fputs(": ", f);
     }
     if (n->kind == OT_NODE_CONST || (n->kind == OT_NODE_LEAF && !name)) {

@@ -364,8 +364,10 @@ ot_tensor *ot_copy(const ot_tensor *t)
         return NULL;
     }
     ot_tensor *c = tensor_new(t->leaf.be, t->leaf.shape, (ot_dtype)t->leaf.dtype, "copy");
-    if (c)
+    if (c) {
         copy_out(t, base_ptr(c));
+        c->leaf.axes = t->leaf.axes;
+    }
     return c;
 }
 

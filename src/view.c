@@ -7,6 +7,9 @@
  */
 #include "internal.h"
 
+/* Dim i of a view is dim i of its tensor (names carried over unchanged). */
+static const int same[OT_MAX_DIMS] = {0, 1, 2, 3, 4, 5, 6, 7};
+
 /* Formats n int64 values as a tuple, reusing the shape formatter so that
  * strides and perms read like shapes in messages. */
 static const char *ints_str(int n, const int64_t *v, char *buf)
@@ -129,10 +132,15 @@ ot_tensor *ot_slice_n(const ot_tensor *t, int n, const ot_index *idx)
     }
     ot_shape out = ot_shape_make(0, NULL);
     int64_t strides[OT_MAX_DIMS] = {0}, off = t->offset;
-    for (int d = 0; d < nd; d++)
+    int kept[OT_MAX_DIMS];   /* the source dim of each dim of the view */
+    for (int d = 0; d < nd; d++) {
+        int before = out.ndim;
         if (apply_index(t, d, d < n ? idx[d] : OT_ALL, &out, strides, &off) != 0)
             return NULL;
-    return ot__name_slice(ot__view_new(t, &out, strides, off, "slice"), t, n, idx);
+        if (out.ndim > before) kept[before] = d;
+    }
+    return ot__axes_view(ot__name_slice(ot__view_new(t, &out, strides, off, "slice"), t, n, idx), t,
+                         kept);
 }
 
 /* ---- reshape ------------------------------------------------------------- */
@@ -252,7 +260,8 @@ ot_tensor *ot_reshape(const ot_tensor *t, ot_shape shape)
                     ot__shape_str(&shape, sbuf));
         return NULL;
     }
-    return ot__name_shaped(ot__view_new(t, &shape, strides, t->offset, "reshape"), t, "reshape");
+    ot_tensor *v = ot__name_shaped(ot__view_new(t, &shape, strides, t->offset, "reshape"), t, "reshape");
+    return ot__shape_eq(&shape, os) ? ot__axes_view(v, t, same) : v;
 }
 
 /* ---- transpose and broadcast --------------------------------------------- */
@@ -295,7 +304,8 @@ ot_tensor *ot_transpose(const ot_tensor *t, const int *perm)
         out.dims[i] = t->leaf.shape.dims[p[i]];
         strides[i] = t->strides[p[i]];
     }
-    return ot__name_transpose(ot__view_new(t, &out, strides, t->offset, "transpose"), t, p);
+    return ot__axes_view(ot__name_transpose(ot__view_new(t, &out, strides, t->offset, "transpose"), t, p),
+                         t, p);
 }
 
 ot_tensor *ot_broadcast_to(const ot_tensor *t, ot_shape shape)
@@ -331,5 +341,6 @@ ot_tensor *ot_broadcast_to(const ot_tensor *t, ot_shape shape)
     ot_tensor *v = ot__view_new(t, &shape, strides, t->offset, "broadcast_to");
     if (v)
         v->readonly = true;
-    return ot__name_shaped(v, t, "broadcast_to");
+    v = ot__name_shaped(v, t, "broadcast_to");
+    return shape.ndim == src->ndim ? ot__axes_view(v, t, same) : v;
 }

@@ -181,6 +181,9 @@ TEST(parse_reads_ot_pp_back)
         CHECK(trees[k] != NULL);
         if (trees[k]) check_round_trip(&f, trees[k], what);
     }
+    CHECK_INT(ot_tensor_set_axes(f.n, "B,R,C"), 0);
+    check_round_trip(&f, ot_sum(f.n, .axes = "R"), "named axes");
+    CHECK_INT(ot_tensor_set_axes(f.n, NULL), 0);
     ot_node *labelled = parse(&f, "h1:(a + b) * lr:0.5");
     CHECK(labelled && strcmp(ot_node_name(ot_node_child(labelled, 0)), "h1") == 0);
     CHECK(parse(&f, "h:a") == NULL);

@@ -132,6 +132,15 @@ static int64_t row_step(const ot_kernel *k, const ot_view *v, int64_t rows)
     return v->strides[0] * (kernel_rows(k) / rows);
 }
 
+/* Whether a view's offset (a slice, a concat's part) stays within its
+ * first row: per block it then reads or writes that block's rows, not a
+ * neighbour's, which a block may not have written yet. */
+static bool offset_in_row(const ot_kernel *k, const ot_view *v, int64_t rows)
+{
+    int64_t step = row_step(k, v, rows);
+    return v->offset == 0 || (v->offset > 0 && v->offset < (step < 0 ? -step : step));
+}
+
 /* Row blocking is safe when every kernel walks the same rows, each
  * temporary is read at the rows its writer wrote, and no output overlaps a
  * leaf (a later block would read what an earlier one wrote). Plans with a
@@ -155,11 +164,13 @@ void ot__sched_choose_row_blocks(compiler *c)
         for (int l = 0; l < k->nload && ok; l++) {
             const ot_view *v = &k->loads[l];
             if (v->space != OT_SPACE_TEMP || (k->kind == OT_KER_DOT && l == 1)) continue;
-            ok = written[v->index] != 0 && written[v->index] == row_step(k, v, rows);
+            ok = written[v->index] != 0 && written[v->index] == row_step(k, v, rows) &&
+                 offset_in_row(k, v, rows);
         }
         for (int x = -1; ok && x < k->nxstore; x++) {
             const ot_view *o = x < 0 ? &k->store : &k->xstores[x].view;
             int64_t step = row_step(k, o, rows);
+            ok = k->kind == OT_KER_DOT || offset_in_row(k, o, rows);
             if (o->space == OT_SPACE_TEMP) written[o->index] = step ? step : -1;
         }
         int64_t b = k->kind == OT_KER_DOT ? k->n * 8 : 8;
@@ -231,7 +242,8 @@ static bool epilogue_fits(const compiler *c, int d, int e)
         const ot_view *v = &ek->loads[l];
         if (v->space != OT_SPACE_TEMP) continue;
         if (v->index == dk->store.index) {
-            if (row_step(ek, v, dk->m) != dk->store.strides[0]) return false;
+            if (row_step(ek, v, dk->m) != dk->store.strides[0] || !offset_in_row(ek, v, dk->m))
+                return false;
             continue;
         }
         for (int k = d; k < e; k++)
@@ -318,7 +330,8 @@ static int bsum_of(const compiler *c, const ot_segment *sg)
              * same count of rows of a transpose (a square result). */
             if (v->index == ek->store.index) {
                 reads = true;
-                ok = one_block || row_step(rk, v, sg->rows) == row_step(ek, &ek->store, sg->rows);
+                ok = one_block || (row_step(rk, v, sg->rows) == row_step(ek, &ek->store, sg->rows) &&
+                                   offset_in_row(rk, v, sg->rows));
             } else {
                 ok = temp_writer(p, v->index) < d;
             }

@@ -100,6 +100,7 @@ static bool storage_ok(const compiler *c, const storage *s)
     switch (s->space) {
     case OT_SPACE_LEAF: return s->index >= 0 && s->index < c->w->nleaf;
     case OT_SPACE_TEMP: return s->index >= 0 && s->index < c->plan->ntemps;
+    case OT_SPACE_OUT: return s->index >= 0 && s->index < c->nout;   /* a concat in place */
     default: return false;
     }
 }
@@ -270,7 +271,7 @@ static int check_segments(const ot_plan *p)
  * when it reaches none (a dim of 0). */
 static bool reach(const ot_view *v, const int64_t *dims, int nd, int64_t *lo, int64_t *hi)
 {
-    *lo = *hi = 0;
+    *lo = *hi = v->offset;
     for (int d = 0; d < nd; d++) {
         if (dims[d] == 0) return false;
         int64_t s = v->strides[d] * (dims[d] - 1);

@@ -420,6 +420,21 @@ static bool reads_aligned(const ot_kernel *k, int t)
     return true;
 }
 
+/* Whether the values stored in temp t (by the entries that own it, views
+ * aside) are n elements: a kernel reading only a slice of t reads it with
+ * the store's strides, yet t is larger than the output. */
+static bool temp_holds(const compiler *c, int t, int64_t n)
+{
+    for (int e = 0; e < c->w->n; e++) {
+        const storage *st = &c->ci[e].st;
+        if (c->ci[e].canon == e && st->has && st->space == OT_SPACE_TEMP && st->index == t &&
+            !(is_op(c, e) && kind_of(c, e) == OT_KIND_SHAPE && !c->ci[e].mat) &&
+            ot__numel(&node_of(c, e)->shape) != n)
+            return false;
+    }
+    return true;
+}
+
 void ot__sched_temps_into_outputs(compiler *c)
 {
     ot_plan *p = c->plan;
@@ -441,7 +456,8 @@ void ot__sched_temps_into_outputs(compiler *c)
             bool by_xstore = wk && wk->store.index != v->index;
             size_t bytes = (size_t)ot__numel(&osh) * ot_dtype_size((ot_dtype)v->dtype);
             if (!wk || wk->kind == OT_KER_DOT || (!by_xstore && wk->store.space != OT_SPACE_TEMP) ||
-                p->temp_offset[v->index] != ((bytes + 63) & ~(size_t)63))
+                p->temp_offset[v->index] != ((bytes + 63) & ~(size_t)63) ||
+                !temp_holds(c, v->index, ot__numel(&osh)))
                 continue;
             retarget_temp(p, v->index, i);
             break;

@@ -282,6 +282,14 @@ TEST(concat_stack_and_split_match_numpy)
     }
 }
 
+/* A builder call that fails with code and a message holding each string. */
+#define REFUSED(call, code, ...)                                              \
+    do {                                                                      \
+        CHECK((call) == NULL);                                                \
+        CHECK_ERR((code), __VA_ARGS__);                                       \
+        ot_clear_error();                                                     \
+    } while (0)
+
 TEST(concat_bad_input)
 {
     ot_backend *be = backend("cpu", OT_FUSION_ON);
@@ -290,70 +298,44 @@ TEST(concat_bad_input)
     ot_pool *p = ot_pool_push();
     ot_node *xy[2] = {ot_tensor_node(x), ot_tensor_node(y)}, *out[3] = {NULL};
     ot_clear_error();
-    CHECK(ot_concat(0, xy, 0) == NULL);
-    CHECK_ERR(OT_EINVAL, "concat", "at least one part", "n = 0");
-    ot_clear_error();
-    CHECK(ot_concat(2, NULL, 0) == NULL);
-    CHECK_ERR(OT_ENULL, "parts is NULL");
-    ot_clear_error();
-    CHECK(ot_concat(2, ((ot_node *[]){ot_tensor_node(x), NULL}), 0) == NULL);
-    CHECK_ERR(OT_ENULL, "part 1 is NULL");
-    ot_clear_error();
-    CHECK(ot_concat(2, xy, 0) == NULL);
-    CHECK_ERR(OT_ESHAPE, "part 1 has shape (2,4)", "part 0 has shape (2,3)", "axis 0");
-    ot_clear_error();
-    CHECK(ot_concat(2, ((ot_node *[]){ot_tensor_node(x), ot_tensor_node(z)}), 0) == NULL);
-    CHECK_ERR(OT_ESHAPE, "part 1 has shape (2,3,1)", "of 3 dimensions");
-    ot_clear_error();
-    CHECK(ot_concat(2, xy, 2) == NULL);
-    CHECK_ERR(OT_EINVAL, "axis 2 is out of bounds");
-    ot_clear_error();
-    CHECK(ot_concat(1, ((ot_node *[]){ot_const(1.0)}), 0) == NULL);
-    CHECK_ERR(OT_ESHAPE, "zero-dimensional");
-    ot_clear_error();
-    CHECK(ot_stack_nodes(2, xy, 0) == NULL);
-    CHECK_ERR(OT_ESHAPE, "stack", "part 1 has shape (2,4)", "one shape");
-    ot_clear_error();
-    CHECK(ot_stack_nodes(2, ((ot_node *[]){ot_tensor_node(x), ot_tensor_node(x)}), 3) == NULL);
-    CHECK_ERR(OT_EINVAL, "axis 3 is out of bounds");
-    ot_clear_error();
-    CHECK(ot_split(x, 1, 2, NULL, out) == OT_ESHAPE);
+    ot_node *xz[2] = {ot_tensor_node(x), ot_tensor_node(z)}, *xx[2] = {xy[0], xy[0]};
+    ot_node *x_null[2] = {xy[0], NULL}, *scalar[1] = {ot_const(1.0)};
+    REFUSED(ot_concat(0, xy, 0), OT_EINVAL, "concat", "at least one part", "n = 0");
+    REFUSED(ot_concat(2, NULL, 0), OT_ENULL, "parts is NULL");
+    REFUSED(ot_concat(2, x_null, 0), OT_ENULL, "part 1 is NULL");
+    REFUSED(ot_concat(2, xy, 0), OT_ESHAPE, "part 1 has shape (2,4)", "part 0 has shape (2,3)",
+            "axis 0");
+    REFUSED(ot_concat(2, xz, 0), OT_ESHAPE, "part 1 has shape (2,3,1)", "of 3 dimensions");
+    REFUSED(ot_concat(2, xy, 2), OT_EINVAL, "axis 2 is out of bounds");
+    REFUSED(ot_concat(1, scalar, 0), OT_ESHAPE, "zero-dimensional");
+    REFUSED(ot_stack_nodes(2, xy, 0), OT_ESHAPE, "stack", "part 1 has shape (2,4)", "one shape");
+    REFUSED(ot_stack_nodes(2, xx, 3), OT_EINVAL, "axis 3 is out of bounds");
+    REFUSED(ot_slice_node(x, OT_IDX(2)), OT_EINVAL, "index 2 is out of bounds for axis 0 with size 2");
+    REFUSED(ot_slice_node(x, OT_ALL, R(0, 3, 0)), OT_EINVAL, "step cannot be zero");
+    REFUSED(ot_slice_node(x, OT_ALL, OT_ALL, OT_ALL), OT_EINVAL, "3 indices for an operand of 2");
+    REFUSED(ot_slice_node((ot_node *)NULL, OT_ALL), OT_ENULL, "operand is NULL");
+    REFUSED(ot_reshape_node(x, OT_SHAPE(4, 2)), OT_ESHAPE, "cannot reshape operand of shape (2,3)",
+            "(4,2)");
+    REFUSED(ot_reshape_node(x, OT_SHAPE(-1, -1)), OT_EINVAL, "second -1");
+    /* bindings through ot_build_at are checked as well */
+    ot_args a = {.axis = OT_AXIS_ALL, .perm = {1, 1}, .shape = {2, {2, 3}}, .start = {1, 0}};
+    REFUSED(ot_build_at(OT_OP_SLICE, xy[0], NULL, &a, __FILE__, __LINE__), OT_EINVAL,
+            "reads outside operand shape (2,3)");
+    /* split returns a code, and every out[i] NULL */
+    CHECK_INT(ot_split(x, 1, 2, NULL, out), OT_ESHAPE);
     CHECK_ERR(OT_ESHAPE, "does not divide into 2 equal parts");
     CHECK(out[0] == NULL && out[1] == NULL);
     ot_clear_error();
-    CHECK(ot_split(x, 1, 2, ((int64_t[]){1, 1}), out) == OT_ESHAPE);
+    CHECK_INT(ot_split(x, 1, 2, ((int64_t[]){1, 1}), out), OT_ESHAPE);
     CHECK_ERR(OT_ESHAPE, "sizes sum to 2", "has 3");
     ot_clear_error();
-    CHECK(ot_split(x, 1, 2, ((int64_t[]){-1, 4}), out) == OT_EINVAL);
+    CHECK_INT(ot_split(x, 1, 2, ((int64_t[]){-1, 4}), out), OT_EINVAL);
     CHECK_ERR(OT_EINVAL, "size 0 is -1");
     ot_clear_error();
-    CHECK(ot_split(x, 5, 1, NULL, out) == OT_EINVAL);
-    CHECK(ot_split(x, 0, 0, NULL, out) == OT_EINVAL);
-    CHECK(ot_split(x, 0, 1, NULL, NULL) == OT_ENULL);
-    CHECK(ot_split((ot_node *)NULL, 0, 1, NULL, out) == OT_ENULL);
-    ot_clear_error();
-    CHECK(ot_slice_node(x, OT_IDX(2)) == NULL);
-    CHECK_ERR(OT_EINVAL, "index 2 is out of bounds for axis 0 with size 2");
-    ot_clear_error();
-    CHECK(ot_slice_node(x, OT_ALL, R(0, 3, 0)) == NULL);
-    CHECK_ERR(OT_EINVAL, "step cannot be zero");
-    ot_clear_error();
-    CHECK(ot_slice_node(x, OT_ALL, OT_ALL, OT_ALL) == NULL);
-    CHECK_ERR(OT_EINVAL, "3 indices for an operand of 2 dimensions");
-    ot_clear_error();
-    CHECK(ot_slice_node((ot_node *)NULL, OT_ALL) == NULL);
-    CHECK_ERR(OT_ENULL, "operand is NULL");
-    ot_clear_error();
-    CHECK(ot_reshape_node(x, OT_SHAPE(4, 2)) == NULL);
-    CHECK_ERR(OT_ESHAPE, "cannot reshape operand of shape (2,3)", "(4,2)");
-    ot_clear_error();
-    CHECK(ot_reshape_node(x, OT_SHAPE(-1, -1)) == NULL);
-    CHECK_ERR(OT_EINVAL, "second -1");
-    ot_clear_error();
-    /* bindings through ot_build_at are checked as well */
-    ot_args a = {.axis = OT_AXIS_ALL, .perm = {1, 1}, .shape = {2, {2, 3}}, .start = {1, 0}};
-    CHECK(ot_build_at(OT_OP_SLICE, ot_tensor_node(x), NULL, &a, __FILE__, __LINE__) == NULL);
-    CHECK_ERR(OT_EINVAL, "reads outside operand shape (2,3)");
+    CHECK_INT(ot_split(x, 5, 1, NULL, out), OT_EINVAL);
+    CHECK_INT(ot_split(x, 0, 0, NULL, out), OT_EINVAL);
+    CHECK_INT(ot_split(x, 0, 1, NULL, NULL), OT_ENULL);
+    CHECK_INT(ot_split((ot_node *)NULL, 0, 1, NULL, out), OT_ENULL);
     ot_clear_error();
     ot_pool_pop(p);
     ot_tensor_free(x);
@@ -568,4 +550,27 @@ TEST(concat_programs_plan_layout_ops)
     ot_tensor_free(out);
     ot_tensor_free(gw);
     ot_backend_free(be);
+}
+
+/* Assignments whose output is a leaf the tree reads through a slice: a
+ * rotation and a reversal in place read the old values, as NumPy's
+ * x[:] = np.concatenate([x[1:], x[:1]]) does. */
+TEST(concat_in_place_over_a_leaf_reads_old_values)
+{
+    for (int b = 0; b < 3; b++) {
+        ot_backend *be = backend(BACKENDS[b], FUSION[b]);
+        ot_tensor *x = ot_array(be, OT_SHAPE(5), OT_F32, (float[]){1, 2, 3, 4, 5});
+        ot_pool *p = ot_pool_push();
+        ot_node *rot[2] = {ot_slice_node(x, R(1, OT_NONE)), ot_slice_node(x, R(0, 1))};
+        CHECK_INT(ot_assign(x, ot_concat(2, rot, 0)), 0);
+        float v[5];
+        CHECK_INT(ot_get(x, v), 0);
+        CHECK(v[0] == 2 && v[1] == 3 && v[2] == 4 && v[3] == 5 && v[4] == 1);
+        CHECK_INT(ot_assign(x, ot_slice_node(x, R(OT_NONE, OT_NONE, -1))), 0);
+        CHECK_INT(ot_get(x, v), 0);
+        CHECK(v[0] == 1 && v[1] == 5 && v[2] == 4 && v[3] == 3 && v[4] == 2);
+        ot_pool_pop(p);
+        ot_tensor_free(x);
+        ot_backend_free(be);
+    }
 }

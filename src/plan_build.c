@@ -406,7 +406,7 @@ static bool concat_kernels(compiler *c, prog *g, int e)
         const ot_shape *sh = &node_of(c, o)->shape;
         storage part = ot__fuse_part_of(&c->ci[e].st, axis, at, sh->dims[axis]);
         at += sh->dims[axis];
-        if (c->ci[o].in_parent || ot__numel(sh) == 0) continue;
+        if (c->ci[o].in_parent) continue;   /* an empty part still writes: readers need a writer */
         bool computed = is_ew(c, o) && !c->ci[o].mat;
         if (!ew_kernel(c, g, o, computed, sh, ot__emit_view_of(&part, sh->ndim, sh->dims)))
             return false;

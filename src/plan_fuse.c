@@ -378,10 +378,22 @@ static void concats_into_outputs(compiler *c)
     }
 }
 
+/* Whether operand o of concat e may be stored straight into its part:
+ * read by e alone, of e's dtype, and a concat (whose parts then write
+ * there) or a dot BLAS can write there. */
+static bool stored_in_part(const compiler *c, int e, int o, const storage *part)
+{
+    const ot_node *on = node_of(c, o);
+    if (c->ci[o].uses != 1 || c->ci[o].st.has || on->dtype != node_of(c, e)->dtype) return false;
+    if (is_concat(c, o)) return true;
+    return is_op(c, o) && kind_of(c, o) == OT_KIND_DOT && c->ci[o].mat &&
+           ot__build_blas_writable(part, on);
+}
+
 /* Concats, readers first: each has storage (its output's, or a new
- * temporary), and an operand that is a concat of its dtype read by it alone
- * is stored in its part of it (in_parent), so a chain of concats writes
- * every part once, where it ends up. */
+ * temporary), and an operand that is a concat or a dot of its dtype read by
+ * it alone is stored in its part of it (in_parent), so a chain of concats
+ * writes every part once, where it ends up, and a GEMM writes its part. */
 static void concat_storage(compiler *c)
 {
     concats_into_outputs(c);
@@ -393,12 +405,11 @@ static void concat_storage(compiler *c)
         int axis = n->args.axis;
         for (int k = 0; k < 2 && c->fused; k++) {
             int o = canon_operand(c, e, k);
-            cinfo *oi = &c->ci[o];
-            if (!is_concat(c, o) || oi->uses != 1 || oi->st.has || node_of(c, o)->dtype != n->dtype)
-                continue;
             int64_t at = k ? n->a->shape.dims[axis] : 0;
-            oi->st = ot__fuse_part_of(&ci->st, axis, at, node_of(c, o)->shape.dims[axis]);
-            oi->in_parent = true;
+            storage part = ot__fuse_part_of(&ci->st, axis, at, node_of(c, o)->shape.dims[axis]);
+            if (!stored_in_part(c, e, o, &part)) continue;
+            c->ci[o].st = part;
+            c->ci[o].in_parent = true;
         }
     }
 }

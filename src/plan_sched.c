@@ -170,7 +170,7 @@ void ot__sched_choose_row_blocks(compiler *c)
         for (int x = -1; ok && x < k->nxstore; x++) {
             const ot_view *o = x < 0 ? &k->store : &k->xstores[x].view;
             int64_t step = row_step(k, o, rows);
-            ok = k->kind == OT_KER_DOT || offset_in_row(k, o, rows);
+            ok = offset_in_row(k, o, rows);
             if (o->space == OT_SPACE_TEMP) written[o->index] = step ? step : -1;
         }
         int64_t b = k->kind == OT_KER_DOT ? k->n * 8 : 8;
@@ -305,6 +305,19 @@ static int temp_writer(const ot_plan *p, int t)
     return -1;
 }
 
+/* Whether dot d alone writes its temporary: not so for a part of a
+ * concat, whose other parts a one-block result would lose. */
+static bool sole_writer(const ot_plan *p, int d)
+{
+    const ot_view *t = &p->kernels[d].store;
+    for (int k = 0; k < p->nkernels; k++)
+        for (int x = -1; k != d && x < p->kernels[k].nxstore; x++) {
+            const ot_view *o = x < 0 ? &p->kernels[k].store : &p->kernels[k].xstores[x].view;
+            if (o->space == t->space && o->index == t->index) return false;
+        }
+    return true;
+}
+
 /* A reduction of the epilogue's result that may join segment sg right after
  * it, while that result is in cache (neon's bsum: a bias gradient's sum over
  * the rows): its other inputs exist before the dot, moving it earlier
@@ -351,7 +364,8 @@ bool ot__sched_choose_dot_segments(compiler *c)
     ot_plan *p = c->plan;
     for (int d = 0; c->fused && d + 1 < p->nkernels; d++) {
         const ot_kernel *dk = &p->kernels[d];
-        if (dk->kind != OT_KER_DOT || dk->batch != 1 || dk->m < 2 || dk->store.space != OT_SPACE_TEMP)
+        if (dk->kind != OT_KER_DOT || dk->batch != 1 || dk->m < 2 || dk->store.space != OT_SPACE_TEMP ||
+            !sole_writer(p, d))
             continue;
         int e = sole_reader(p, dk->store.index);
         if (e <= d || !epilogue_fits(c, d, e)) continue;

@@ -470,6 +470,32 @@ TEST(concat_explain_shows_views_and_in_place_parts)
           strstr(s, "-> out0@8 "));
     if (s && !strstr(s, "0 temporaries")) fprintf(stderr, "%s", s);
     free(s);
+    /* GEMMs write their parts too: a concat of dots is no copy */
+    ot_tensor *w2 = data(be, OT_SHAPE(4, 4), OT_F32, 3), *w3 = data(be, OT_SHAPE(4, 4), OT_F32, 4);
+    ot_node *dots[3] = {ot_dot(x, w2), ot_neg(x), ot_dot(x, w3)};
+    cat = ot_concat(3, dots, 1);
+    s = test__explain_many(1, &out, &cat);
+    CHECK(s && strstr(s, "0 temporaries") && strstr(s, "(gemm) <- leaf0 leaf1 -> out0\n") &&
+          strstr(s, "(gemm) <- leaf0 leaf2 -> out0@8\n"));
+    if (s && !strstr(s, "0 temporaries")) fprintf(stderr, "%s", s);
+    free(s);
+    ot_backend *rb = backend("ref", OT_FUSION_ON);
+    ot_tensor *xr = data(rb, OT_SHAPE(8, 4), OT_F32, 1), *wr = data(rb, OT_SHAPE(4, 4), OT_F32, 3);
+    ot_tensor *wr3 = data(rb, OT_SHAPE(4, 4), OT_F32, 4);
+    ot_node *rparts[3] = {ot_dot(xr, wr), ot_neg(xr), ot_dot(xr, wr3)};
+    ot_tensor *want = ot_eval(ot_concat(3, rparts, 1));
+    CHECK_INT(ot_assign(out, cat), 0);
+    double *got = values(out), *exp = values(want);
+    for (int i = 0; i < 96; i++) CHECK_NEAR(got[i], exp[i], 1e-6);
+    free(got);
+    free(exp);
+    ot_tensor_free(want);
+    ot_tensor_free(xr);
+    ot_tensor_free(wr);
+    ot_tensor_free(wr3);
+    ot_backend_free(rb);
+    ot_tensor_free(w2);
+    ot_tensor_free(w3);
     ot_pool_pop(p);
     ot_tensor_free(x);
     ot_tensor_free(w);

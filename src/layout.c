@@ -9,6 +9,52 @@
 
 #define FAIL(file, line, op, code, ...) ot__err((code), (file), (line), (op), __VA_ARGS__)
 
+#define PUSH_DEPTH 8   /* elementwise levels a slice moves below, at most */
+
+/* Whether slicing x may slice its operands instead: an elementwise op of
+ * the table (a registered op or a composite's root is left whole). */
+static bool pushable(const ot_node *x)
+{
+    int kind = ot_op_kind((ot_op)x->op);
+    return x->kind == OT_NODE_OP && !x->custom && x->tag == OT_OP_NONE &&
+           (kind == OT_KIND_UNARY || kind == OT_KIND_BINARY || x->op == OT_OP_CAST);
+}
+
+/* Slice args a of a node of shape `to` as an operand of shape o sees them,
+ * o broadcasting to `to` (right-aligned): a dim of size 1 that broadcasts
+ * keeps its one element (index 0 where the slice indexes). */
+static ot_args operand_slice(const ot_args *a, const ot_shape *to, const ot_shape *o)
+{
+    ot_args b = {.axis = OT_AXIS_ALL};
+    int off = to->ndim - o->ndim;
+    b.shape.ndim = o->ndim;
+    for (int j = 0; j < o->ndim; j++) {
+        int d = j + off;
+        bool spread = o->dims[j] != to->dims[d];
+        b.start[j] = spread ? 0 : a->start[d];
+        b.perm[j] = spread && a->perm[d] ? 1 : a->perm[d];
+        b.shape.dims[j] = spread && a->perm[d] ? 1 : a->shape.dims[d];
+    }
+    return b;
+}
+
+/* x sliced by args a. A slice of an elementwise op is that op of its
+ * operands' slices (the same values, element for element), so no kernel
+ * computes the elements a slice drops and a split of x + b needs no stored
+ * x + b; a few levels down, then the slice stays (a view of x stored). */
+static ot_node *slice_at(ot_node *x, const ot_args *a, int depth, const char *file, int line)
+{
+    if (depth >= PUSH_DEPTH || !pushable(x))
+        return ot_build_at(OT_OP_SLICE, x, NULL, a, file, line);
+    ot_node *in[2] = {x->a, x->b};
+    for (int k = 0; k < 2 && in[k]; k++) {
+        if (in[k]->shape.ndim == 0) continue;   /* a scalar broadcasts as it is */
+        ot_args b = operand_slice(a, &x->shape, &in[k]->shape);
+        if (!(in[k] = slice_at(in[k], &b, depth + 1, file, line))) return NULL;
+    }
+    return ot_build_at((ot_op)x->op, in[0], in[1], x->op == OT_OP_CAST ? &x->args : NULL, file, line);
+}
+
 ot_node *ot_slice_node_n(ot_node *x, int n, const ot_index *idx, const char *file, int line)
 {
     if (!x) {
@@ -38,7 +84,7 @@ ot_node *ot_slice_node_n(ot_node *x, int n, const ot_index *idx, const char *fil
         a.perm[d] = count < 0 ? 0 : (int)step;
         a.shape.dims[d] = count < 0 ? 0 : count;
     }
-    return ot_build_at(OT_OP_SLICE, x, NULL, &a, file, line);
+    return slice_at(x, &a, 0, file, line);
 }
 
 ot_node *ot_reshape_node_at(ot_node *x, ot_shape shape, const char *file, int line)

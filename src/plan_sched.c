@@ -305,15 +305,19 @@ static int temp_writer(const ot_plan *p, int t)
     return -1;
 }
 
-/* Whether dot d alone writes its temporary: not so for a part of a
- * concat, whose other parts a one-block result would lose. */
+/* Whether dot d's temporary holds its result alone: not so for a part of
+ * a concat, whose other parts a one-block result would lose. The other
+ * dots of a running sum write the same elements (add_segment and
+ * epilogue_fits see to those). */
 static bool sole_writer(const ot_plan *p, int d)
 {
     const ot_view *t = &p->kernels[d].store;
     for (int k = 0; k < p->nkernels; k++)
         for (int x = -1; k != d && x < p->kernels[k].nxstore; x++) {
             const ot_view *o = x < 0 ? &p->kernels[k].store : &p->kernels[k].xstores[x].view;
-            if (o->space == t->space && o->index == t->index) return false;
+            bool same_sum = p->kernels[k].kind == OT_KER_DOT && o->offset == t->offset &&
+                            p->kernels[k].m == p->kernels[d].m && p->kernels[k].n == p->kernels[d].n;
+            if (o->space == t->space && o->index == t->index && !same_sum) return false;
         }
     return true;
 }

@@ -101,9 +101,16 @@ TEST(concat_slice_of_expressions_is_numpy_basic_indexing)
             ot_pool *p = ot_pool_push();
             ot_node *e = ot_add(x, x);
             ot_tensor *ev = ot_eval(e), *xt = ot_transpose(x, (int[]){2, 1, 0});
+            /* slices move below elementwise ops, broadcast operands included */
+            ot_tensor *col = data(be, OT_SHAPE(5, 1), DTYPES[t], 4), *row = data(be, OT_SHAPE(6), DTYPES[t], 5);
+            ot_node *bc = ot_sub(ot_mul(ot_neg(x), col), ot_add(row, 2));
+            ot_tensor *bv = ot_eval(bc);
             for (size_t k = 0; k < sizeof SLICES / sizeof *SLICES; k++) {
                 ot_tensor *v = ot_slice_n(ev, 3, SLICES[k]);
                 check_value("slice of x + x", ot_slice_node_n(e, 3, SLICES[k], __FILE__, __LINE__), v);
+                ot_tensor_free(v);
+                v = ot_slice_n(bv, 3, SLICES[k]);
+                check_value("slice of broadcasts", ot_slice_node_n(bc, 3, SLICES[k], __FILE__, __LINE__), v);
                 ot_tensor_free(v);
                 v = ot_slice_n(x, 3, SLICES[k]);
                 check_value("slice of a leaf", ot_slice_node_n(ot_tensor_node(x), 3, SLICES[k],
@@ -126,6 +133,9 @@ TEST(concat_slice_of_expressions_is_numpy_basic_indexing)
                 ot_tensor_free(dv);
             }
             ot_pool_pop(p);
+            ot_tensor_free(bv);
+            ot_tensor_free(col);
+            ot_tensor_free(row);
             ot_tensor_free(xt);
             ot_tensor_free(ev);
             ot_tensor_free(w);

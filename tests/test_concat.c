@@ -10,14 +10,7 @@
 
 #include <stdlib.h>
 
-static ot_backend *backend(const char *name, int fusion)
-{
-    unsetenv("OT_BACKEND");
-    unsetenv("OT_FUSION");
-    ot_backend *be = ot_backend_new(name, &(ot_backend_opts){.fusion = fusion, .threads = 2});
-    CHECK(be != NULL);
-    return be;
-}
+static ot_backend *backend(const char *name, int fusion) { return test__backend(name, fusion); }
 
 /* A tensor of shape and dtype with small integer-valued data (exact in
  * every dtype), different per seed. */

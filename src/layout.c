@@ -11,12 +11,20 @@
 
 #define PUSH_DEPTH 8   /* elementwise levels a slice moves below, at most */
 
+static bool is_dot(const ot_node *x)
+{
+    return x && x->kind == OT_NODE_OP && ot_op_kind((ot_op)x->op) == OT_KIND_DOT;
+}
+
 /* Whether slicing x may slice its operands instead: an elementwise op of
- * the table (a registered op or a composite's root is left whole). */
+ * the table (a registered op or a composite's root is left whole), but not
+ * a sum of two dots, which the cpu backend runs as one GEMM accumulating
+ * into the other's result (x.W + h.U: one temporary, viewed). */
 static bool pushable(const ot_node *x)
 {
     int kind = ot_op_kind((ot_op)x->op);
-    return x->kind == OT_NODE_OP && !x->custom && x->tag == OT_OP_NONE &&
+    bool dot_sum = (x->op == OT_OP_ADD || x->op == OT_OP_SUB) && is_dot(x->a) && is_dot(x->b);
+    return x->kind == OT_NODE_OP && !x->custom && x->tag == OT_OP_NONE && !dot_sum &&
            (kind == OT_KIND_UNARY || kind == OT_KIND_BINARY || x->op == OT_OP_CAST);
 }
 

@@ -369,11 +369,14 @@ typedef struct ot_args {
     int ddof;             /* var, std: delta degrees of freedom */
     double lo, hi;        /* clip bounds */
     int perm[OT_MAX_DIMS];/* transpose: all zero reverses the dims (unless
-                             spec_ says the perm was written) */
-    ot_shape shape;       /* rand */
+                             spec_ says the perm was written); slice: each
+                             operand dim's step, 0 for an index (dropped) */
+    ot_shape shape;       /* rand, reshape: the result's; slice: each
+                             operand dim's count */
+    int64_t start[OT_MAX_DIMS]; /* slice: each operand dim's first index */
 } ot_args;
 /* ot_args's members after spec_, in order (see ot_spec_sets). */
-#define OT__ARGS_MEMBERS "axis,keepdims,dtype,depth,seed,ddof,lo,hi,perm,shape"
+#define OT__ARGS_MEMBERS "axis,keepdims,dtype,depth,seed,ddof,lo,hi,perm,shape,start"
 
 /* The one builder: type and shape checks (NumPy broadcasting, dtype
  * promotion, axis range), then a new node owned by the current pool. args
@@ -1544,16 +1547,61 @@ int ot_axis_of_node(const ot_node *n, const char *name);
 
 /* ngraph's dot over named axes: contracts the axes named in axes (NULL:
  * every name the two share) and gives w's other axes, then x's (ngraph's
- * order). Built from transposes and a reshape of each operand (views of a
- * tensor; an expression is only transposed) and the 2-D dot, so the result
- * is bitwise that dot. OT_EINVAL: an operand without names, an unknown
- * name, an axis one side lacks, a shared axis not contracted;
- * OT_ESHAPE: lengths that differ; OT_EUNSUPPORTED: a side with more than
- * one free axis (the result would need a reshape of an expression), or an
- * expression operand with several contracted axes. A builder. */
+ * order). Built from a transpose and a reshape of each operand (views of a
+ * tensor where its strides allow; ot_T and ot_reshape_node otherwise) and
+ * the 2-D dot, whose (free w, free x) result is reshaped back to the free
+ * axes when a side keeps several. OT_EINVAL: an operand without names, an
+ * unknown name, an axis one side lacks, a shared axis not contracted;
+ * OT_ESHAPE: lengths that differ. A builder. */
 ot_node *ot_dot_axes_at(ot_node *w, ot_node *x, const char *axes, const char *file, int line);
 #define ot_dot_axes(w, x, axes)                                               \
     ot_dot_axes_at(OT__NODE(w), OT__NODE(x), (axes), __FILE__, __LINE__)
+
+/* ==== Concat, split and slicing of expressions (issue 17 item 6) ==== */
+/* Layout ops of any expression, not only of tensors, with gradients. x is a
+ * tensor or a node (OT__NODE); each builder records its call site and
+ * returns a node of the current pool, or NULL with the error in the slot
+ * (as every builder). On the cpu backend a slice or reshape reads a strided
+ * view of its operand's stored value (a leaf, a dot's result, or the
+ * operand computed once into a temporary): slicing a dot's result copies
+ * nothing. A concat writes each part into its place of the result, in
+ * place in the output when it is the tree assigned. */
+
+/* ot_slice_node(x, OT_ALL, OT_RANGE(a, b[, step]), OT_IDX(i), ...): NumPy
+ * basic indexing of an expression, the rules of ot_slice (negative indices
+ * and steps, clipped bounds, OT_IDX drops its dim, missing trailing indices
+ * mean OT_ALL). OT_EINVAL: too many indices, a zero step, an index out of
+ * bounds. */
+ot_node *ot_slice_node_n(ot_node *x, int n, const ot_index *idx, const char *file, int line);
+#define ot_slice_node(x, ...)                                                  \
+    ot_slice_node_n(OT__NODE(x), (int)(sizeof((ot_index[]){__VA_ARGS__}) / sizeof(ot_index)), \
+                    (ot_index[]){__VA_ARGS__}, __FILE__, __LINE__)
+
+/* x in a new shape, its elements in row-major order as NumPy's reshape;
+ * one dim may be -1. OT_ESHAPE when the sizes differ. */
+ot_node *ot_reshape_node_at(ot_node *x, ot_shape shape, const char *file, int line);
+#define ot_reshape_node(x, shape) ot_reshape_node_at(OT__NODE(x), (shape), __FILE__, __LINE__)
+
+/* NumPy's concatenate of parts[0..n-1] along axis (negative counts back):
+ * one rank (at least 1), the same dims but on the axis; dtypes promote as
+ * a binary op's. Errors name the part, its shape and the axis: OT_EINVAL
+ * (n < 1, axis out of range), OT_ENULL (parts or a part NULL), OT_ESHAPE. */
+ot_node *ot_concat_at(int n, ot_node *const parts[], int axis, const char *file, int line);
+#define ot_concat(n, parts, axis) ot_concat_at((n), (parts), (axis), __FILE__, __LINE__)
+
+/* NumPy's stack: parts of one shape joined along a new dim at axis
+ * (-1 is last, so axis is in [-(ndim + 1), ndim]). */
+ot_node *ot_stack_nodes_at(int n, ot_node *const parts[], int axis, const char *file, int line);
+#define ot_stack_nodes(n, parts, axis) ot_stack_nodes_at((n), (parts), (axis), __FILE__, __LINE__)
+
+/* NumPy's split: out[0..n-1] = x cut along axis into n slices, of equal
+ * size when sizes is NULL (the dim must divide by n, else OT_ESHAPE), else
+ * of sizes[i] (non-negative, summing to the dim). Returns 0, or the error
+ * with every out[i] NULL. */
+int ot_split_at(ot_node *x, int axis, int n, const int64_t *sizes, ot_node *out[],
+                const char *file, int line);
+#define ot_split(x, axis, n, sizes, out)                                       \
+    ot_split_at(OT__NODE(x), (axis), (n), (sizes), (out), __FILE__, __LINE__)
 
 #ifdef __cplusplus
 }

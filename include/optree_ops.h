@@ -69,7 +69,10 @@
     X(EXPM1, "expm1", 1, OT_KIND_UNARY, NULL, OT_FLAG_FLOAT, expm1) \
     X(CUSTOM1, "custom1", 1, OT_KIND_UNARY, NULL, OT_FLAG_FLOAT | OT_FLAG_CUSTOM, none) \
     X(CUSTOM2, "custom2", 2, OT_KIND_BINARY, NULL, OT_FLAG_FLOAT | OT_FLAG_CUSTOM, none) \
-    X(KEEP, "keep", 1, OT_KIND_SPECIAL, NULL, 0, none)
+    X(KEEP, "keep", 1, OT_KIND_SPECIAL, NULL, 0, none) \
+    X(SLICE, "slice", 1, OT_KIND_SHAPE, NULL, 0, none) \
+    X(RESHAPE, "reshape", 1, OT_KIND_SHAPE, NULL, 0, none) \
+    X(CONCAT, "concat", 2, OT_KIND_SPECIAL, NULL, 0, none)
 
 typedef enum ot_op {
     OT_OP_NONE = -1,
@@ -130,7 +133,10 @@ typedef enum ot_op {
     OT_OP_CUSTOM1 = 54,
     OT_OP_CUSTOM2 = 55,
     OT_OP_KEEP = 56,
-    OT_OP_COUNT = 57
+    OT_OP_SLICE = 57,
+    OT_OP_RESHAPE = 58,
+    OT_OP_CONCAT = 59,
+    OT_OP_COUNT = 60
 } ot_op;
 
 /* Unary elementwise. */

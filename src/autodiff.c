@@ -410,6 +410,98 @@ static void cast_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
     push(c, s, n->a, g);
 }
 
+/* ---- rules: layout ops (slice, reshape, concat) ---------------------------- */
+
+static ot_node *reshape_to(const ctx *c, ot_node *x, ot_shape shape)
+{
+    if (!x || ot__shape_eq(&x->shape, &shape)) return x;
+    return ot_reshape_node_at(x, shape, c->file, c->line);
+}
+
+static ot_node *cat(const ctx *c, ot_node *x, ot_node *y, int axis)
+{
+    ot_args a = {.axis = axis};
+    return ot_build_at(OT_OP_CONCAT, x, y, &a, c->file, c->line);
+}
+
+/* x with `before` zeros ahead of it and `after` behind it along axis. */
+static ot_node *pad(const ctx *c, ot_node *x, int axis, int64_t before, int64_t after)
+{
+    for (int side = 0; side < 2 && x; side++) {
+        int64_t len = side ? after : before;
+        if (len == 0) continue;
+        ot_shape z = x->shape;
+        z.dims[axis] = len;
+        ot_node *zeros = zeros_node(c->be, z, (ot_dtype)x->dtype);
+        x = side ? cat(c, x, zeros, axis) : cat(c, zeros, x, axis);
+    }
+    return x;
+}
+
+/* x (count along axis) spread to every |step|-th place of a dim of size
+ * dim from first, zeros between and around: a range of a slice undone. */
+static ot_node *unslice_axis(const ctx *c, ot_node *x, int axis, int64_t first, int64_t step,
+                             int64_t dim)
+{
+    int64_t count = x->shape.dims[axis];
+    if (count == 0) return pad(c, x, axis, dim, 0);
+    ot_index all[OT_MAX_DIMS];
+    for (int d = 0; d < x->shape.ndim; d++) all[d] = OT_ALL;
+    if (step < 0) {   /* reversed: the same elements read forwards */
+        all[axis] = (ot_index){OT_INDEX_RANGE, OT_NONE, OT_NONE, -1};
+        x = ot_slice_node_n(x, x->shape.ndim, all, c->file, c->line);
+        first += (count - 1) * step;
+        step = -step;
+        all[axis] = OT_ALL;
+    }
+    if (x && step > 1) {   /* (.., count, ..) -> (.., count, step, ..), zeros after each */
+        ot_shape s = x->shape, wide;
+        wide.ndim = s.ndim + 1;
+        for (int d = 0, j = 0; d < wide.ndim; d++) wide.dims[d] = d == axis + 1 ? 1 : s.dims[j++];
+        x = pad(c, reshape_to(c, x, wide), axis + 1, 0, step - 1);
+        s.dims[axis] = count * step;
+        x = reshape_to(c, x, s);
+        all[axis] = (ot_index){OT_INDEX_RANGE, 0, (count - 1) * step + 1, 1};
+        if (x) x = ot_slice_node_n(x, x->shape.ndim, all, c->file, c->line);
+    }
+    int64_t len = (count - 1) * step + 1;
+    return x ? pad(c, x, axis, first, dim - first - len) : NULL;
+}
+
+/* The gradient of a slice: g scattered into zeros of the operand's shape,
+ * as dropped dims of size 1 put back, then each range undone. */
+static void slice_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
+{
+    const ot_shape *in = &n->a->shape;
+    const ot_args *a = &n->args;
+    ot_shape kept = *in;
+    for (int d = 0; d < in->ndim; d++) kept.dims[d] = a->perm[d] ? a->shape.dims[d] : 1;
+    ot_node *x = reshape_to(c, full(c, g, n->shape, (ot_dtype)n->dtype), kept);
+    for (int d = 0; d < in->ndim && x; d++) {
+        bool whole = a->perm[d] == 1 && a->start[d] == 0 && a->shape.dims[d] == in->dims[d];
+        if (!whole) x = unslice_axis(c, x, d, a->start[d], a->perm[d] ? a->perm[d] : 1, in->dims[d]);
+    }
+    push(c, s, n->a, x);
+}
+
+static void reshape_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
+{
+    push(c, s, n->a, reshape_to(c, full(c, g, n->shape, (ot_dtype)n->dtype), n->a->shape));
+}
+
+/* Each part's gradient is its slice of g. */
+static void concat_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
+{
+    g = full(c, g, n->shape, (ot_dtype)n->dtype);
+    if (!g) return;
+    int axis = n->args.axis;
+    ot_node *part[2];
+    int64_t sizes[2] = {n->a->shape.dims[axis], n->b->shape.dims[axis]};
+    if (ot_split_at(g, axis, 2, sizes, part, c->file, c->line)) return;
+    if (want(s, n->a)) push(c, s, n->a, part[0]);
+    if (want(s, n->b)) push(c, s, n->b, part[1]);
+}
+
 /* ---- rules: composites --------------------------------------------------- */
 
 /* x - mean(x) along the composite's axis, and its number of degrees of

@@ -459,8 +459,8 @@ static void split(side *s, const int k[], int nk)
 /* s's operand as a matrix (free, contracted) when kfirst is false, else
  * (contracted, free), a free side of no dims giving a vector. k: the
  * contracted dims, in the order both sides use. */
-static ot_node *as_matrix(const char *fn, const char *file, int line, const side *s,
-                          const int k[], int nk, bool kfirst, int which)
+static ot_node *as_matrix(const char *file, int line, const side *s, const int k[], int nk,
+                          bool kfirst)
 {
     int perm[OT_MAX_DIMS] = {0}, p = 0;
     for (int i = 0; i < s->nfree && !kfirst; i++) perm[p++] = s->free[i];
@@ -472,22 +472,16 @@ static ot_node *as_matrix(const char *fn, const char *file, int line, const side
                           : OT_SHAPE(s->pk);
     bool reshaped = m.ndim != s->x->shape.ndim;
     if (s->x->kind == OT_NODE_LEAF) {
+        /* a view when the strides allow one; else the nodes below */
         ot_tensor *t = ot__leaf_tensor(s->x);
         ot_tensor *v = ot_transpose(t, perm), *r = v && reshaped ? ot_reshape(v, m) : v;
         if (r != v) ot_tensor_free(v);
-        if (!r && ot_errcode() == OT_EINVAL)
-            ot__err_set(OT_EUNSUPPORTED, file, line, fn, "the axes (%s) of operand %d are not "
-                        "one run in memory in the order the other operand gives them; ot_copy "
-                        "operand %d first", s->x->axes->text, which, which);
-        return adopt_view(r, t->name);
+        if (r) return adopt_view(r, t->name);
+        if (ot_errcode() != OT_EINVAL) return NULL;
+        ot_clear_error();
     }
-    if (reshaped) {
-        ot__err(OT_EUNSUPPORTED, file, line, fn, "operand %d (%s) is an expression: contracting "
-                "%d of its axes needs a reshape of it, and only tensors reshape (as views)",
-                which, s->x->axes->text, nk);
-        return NULL;
-    }
-    return moved ? transpose_node(s->x, perm, file, line) : s->x;
+    ot_node *y = moved ? transpose_node(s->x, perm, file, line) : s->x;
+    return y && reshaped ? ot_reshape_node_at(y, m, file, line) : y;
 }
 
 /* The checks of a named dot: the names of list (NULL: every shared name)
@@ -564,20 +558,20 @@ ot_node *ot_dot_axes_at(ot_node *w, ot_node *x, const char *axes, const char *fi
     side sw = {.x = w}, sx = {.x = x};
     split(&sw, kw, nk);
     split(&sx, kx, nk);
-    if (sw.nfree > 1 || sx.nfree > 1) {
-        ot__err(OT_EUNSUPPORTED, file, line, fn, "operand %d (%s) keeps %d free axes: the "
-                "product's result would need a reshape of an expression; contract all but one",
-                sw.nfree > 1 ? 1 : 2, (sw.nfree > 1 ? w : x)->axes->text,
-                sw.nfree > 1 ? sw.nfree : sx.nfree);
-        return NULL;
-    }
-    ot_node *mw = as_matrix(fn, file, line, &sw, kw, nk, false, 1);
-    ot_node *mx = mw ? as_matrix(fn, file, line, &sx, kx, nk, true, 2) : NULL;
+    ot_node *mw = as_matrix(file, line, &sw, kw, nk, false);
+    ot_node *mx = mw ? as_matrix(file, line, &sx, kx, nk, true) : NULL;
     ot_node *d = mx ? ot_build_at(OT_OP_DOT, mw, mx, NULL, file, line) : NULL;
     if (!d) return NULL;
-    const ot__axes *src[2] = {w->axes, x->axes};
-    int idx[2], k = 0;
-    if (sw.nfree) idx[k++] = sw.free[0];
-    if (sx.nfree) src[k] = x->axes, idx[k++] = sx.free[0];
+    /* the result's dims: w's free axes, then x's (a (Pw, Px) product
+     * reshaped back to them when either side keeps several) */
+    const ot__axes *src[OT_MAX_DIMS];
+    int idx[OT_MAX_DIMS], k = 0;
+    ot_shape out = {0};
+    for (int i = 0; i < sw.nfree; i++, k++)
+        src[k] = w->axes, idx[k] = sw.free[i], out.dims[k] = w->shape.dims[sw.free[i]];
+    for (int i = 0; i < sx.nfree; i++, k++)
+        src[k] = x->axes, idx[k] = sx.free[i], out.dims[k] = x->shape.dims[sx.free[i]];
+    out.ndim = k;
+    if (k != d->shape.ndim && !(d = ot_reshape_node_at(d, out, file, line))) return NULL;
     return pick(k, src, idx, &d->axes) ? NULL : d;
 }

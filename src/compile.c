@@ -60,6 +60,14 @@ void ot__plan_count_work(ot_plan *p, const ot_kernel *k)
 
 static const char *space_name(int s) { return s == OT_SPACE_LEAF ? "leaf" : s == OT_SPACE_TEMP ? "t" : "out"; }
 
+/* A view as "t0", or "t0@4" when it starts 4 elements in: a slice of a
+ * stored value, or the part of a concat a kernel writes. */
+static void put_view(FILE *f, const char *pre, const ot_view *v)
+{
+    fprintf(f, "%s%s%d", pre, space_name(v->space), v->index);
+    if (v->offset) fprintf(f, "@%lld", (long long)v->offset);
+}
+
 /* A one-line summary of what a kernel fuses, for ot_explain. */
 char *ot__plan_describe(const ot_kernel *k)
 {
@@ -72,12 +80,13 @@ char *ot__plan_describe(const ot_kernel *k)
     if (k->kind == OT_KER_DOT) {
         const char *blas = k->n == 1 || k->m == 1 ? "gemv" : "gemm";
         if (k->batch != 1) fprintf(f, " %lld x", (long long)k->batch);
-        fprintf(f, " %lldx%lld . %lldx%lld (%s%s%s) <- %s%d %s%d -> %s%d", (long long)k->m,
-                (long long)k->k, (long long)k->k, (long long)k->n, blas,
+        fprintf(f, " %lldx%lld . %lldx%lld (%s%s%s)", (long long)k->m, (long long)k->k,
+                (long long)k->k, (long long)k->n, blas,
                 k->alpha.param >= 0 || k->alpha.mul != 1 ? ", alpha" : "",
-                k->beta.mul != 0 ? ", beta: accumulates" : "", space_name(k->loads[0].space),
-                k->loads[0].index, space_name(k->loads[1].space), k->loads[1].index,
-                space_name(k->store.space), k->store.index);
+                k->beta.mul != 0 ? ", beta: accumulates" : "");
+        put_view(f, " <- ", &k->loads[0]);
+        put_view(f, " ", &k->loads[1]);
+        put_view(f, " -> ", &k->store);
         fclose(f);
         return buf;
     }
@@ -95,13 +104,13 @@ char *ot__plan_describe(const ot_kernel *k)
         else if (in->code == OT_I_CAST && in->kd != in->kd_from) fprintf(f, " cast");
     }
     fprintf(f, " <-");
-    for (int i = 0; i < k->nload; i++)
-        fprintf(f, " %s%d", space_name(k->loads[i].space), k->loads[i].index);
-    fprintf(f, " -> %s%d%s", space_name(k->store.space), k->store.index,
-            k->direct_store ? " (direct)" : "");
-    for (int x = 0; x < k->nxstore; x++)
-        fprintf(f, ", %s%d%s", space_name(k->xstores[x].view.space), k->xstores[x].view.index,
-                k->xstores[x].direct ? " (direct)" : "");
+    for (int i = 0; i < k->nload; i++) put_view(f, " ", &k->loads[i]);
+    put_view(f, " -> ", &k->store);
+    fprintf(f, "%s", k->direct_store ? " (direct)" : "");
+    for (int x = 0; x < k->nxstore; x++) {
+        put_view(f, ", ", &k->xstores[x].view);
+        fprintf(f, "%s", k->xstores[x].direct ? " (direct)" : "");
+    }
     fprintf(f, "%s", k->col_blocked ? " (column blocks)" : "");
     fclose(f);
     return buf;

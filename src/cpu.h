@@ -97,6 +97,8 @@ typedef struct ot_view {
     uint8_t dtype;                  /* ot_dtype */
     int32_t index;                  /* leaf slot, temp or output index */
     int64_t strides[OT_MAX_DIMS];   /* elements, over the kernel's dims */
+    int64_t offset;                 /* elements from the base: a slice of a
+                                       stored value, a part of a concat */
 } ot_view;
 
 /* Register-program instructions. Registers are SSA values mapped onto tile

@@ -871,11 +871,13 @@ static void run_onehot(const ot_kernel *k, const char *src, char *dst)
 
 static char *view_base(const ot_plan *p, const ot_binding *bind, char *arena, const ot_view *v)
 {
+    char *base;
     switch (v->space) {
-    case OT_SPACE_LEAF: return bind->leaf[v->index];
-    case OT_SPACE_TEMP: return arena + p->temp_offset[v->index];
-    default: return ot_tensor_data(bind->outs[v->index]);
+    case OT_SPACE_LEAF: base = bind->leaf[v->index]; break;
+    case OT_SPACE_TEMP: base = arena + p->temp_offset[v->index]; break;
+    default: base = ot_tensor_data(bind->outs[v->index]); break;
     }
+    return base + v->offset * (int64_t)ot__esize(v->dtype);
 }
 
 /* The rows of a row-blocked run: [r0, r0 + n), or every row when n < 0. */

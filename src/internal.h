@@ -161,6 +161,18 @@ void ot__tensor_destroy(ot_tensor *t);
  * > 1, since a size-1 dim's stride addresses nothing). Used by the plan key,
  * the stack and the overlap test. */
 bool ot__same_view(const ot_tensor *a, const ot_tensor *b);
+/* One NumPy index of dim d of shape (view.c): the first index, the count
+ * (-1 for an index, its dim dropped) and the step, or an error recorded by
+ * fail (ot__err or ot__err_set) against file:line. ot_slice and
+ * ot_slice_node share it. */
+/* Strides that read a view of shape os and strides ostrides (numel > 0)
+ * in shape ns without a copy (view.c; ot_reshape's rule): 0, or nonzero
+ * when that needs a copy or a stride overflows. */
+int ot__reshape_strides(const ot_shape *os, const int64_t *ostrides, const ot_shape *ns,
+                        int64_t *out);
+typedef int ot__fail_fn(int code, const char *file, int line, const char *op, const char *fmt, ...);
+int ot__index_resolve(ot_index ix, int d, const ot_shape *shape, ot__fail_fn *fail,
+                      const char *file, int line, int64_t *first, int64_t *count, int64_t *step);
 /* The same rule as words, for hashing views (ot__node_ident's leaves by
  * view): buffer, offset, shape and the strides of dims of size > 1; with
  * the dtype, equal exactly when ot__same_view. Returns the count, at most

@@ -356,7 +356,8 @@ typedef struct site {
     const char *file;
     int line;
     const ot_custom *custom;  /* the registered op, or NULL */
-    const ot_node *a, *b;     /* the operands as given, named in messages */
+    ot_node *a, *b;           /* the operands as given: named in messages,
+                                 b read by concat's inference */
 } site;
 
 /* Records a builder's error (the first of an expression wins), followed by
@@ -637,6 +638,90 @@ static int infer_transpose(const site *st, ot_node *a, proto *p)
     return 0;
 }
 
+/* A slice as args (layout.c's ot_slice_node_n writes them from NumPy
+ * indices): per operand dim d, start[d] and perm[d] (the step; 0 for an
+ * index, which drops the dim) and shape.dims[d] (the count). Every element
+ * read must lie inside the operand. */
+static int infer_slice(const site *st, ot_node *a, proto *p)
+{
+    char sa[OT__SHAPE_STRLEN];
+    ot_args *g = &p->args;
+    int nd = a->shape.ndim;
+    p->shape.ndim = 0;
+    for (int d = 0; d < nd; d++) {
+        int64_t dim = a->shape.dims[d], first = g->start[d], step = g->perm[d];
+        int64_t count = step ? g->shape.dims[d] : 1;
+        int64_t span, last = -1;
+        bool fits = count >= 0 && count <= dim && ot__mul_i64(&span, count > 0 ? count - 1 : 0, step) &&
+                    ot__add_i64(&last, first, span);
+        if (!fits || (count > 0 && (first < 0 || first >= dim || last < 0 || last >= dim)))
+            return FAIL(st, OT_EINVAL, "slice of axis %d (start %lld, step %d, count %lld) "
+                        "reads outside operand shape %s", d, (long long)first, (int)step,
+                        (long long)count, ot__shape_str(&a->shape, sa));
+        if (count == 0) g->start[d] = 0;   /* one form for every empty range */
+        if (step && count <= 1) g->perm[d] = 1;
+        if (step) p->shape.dims[p->shape.ndim++] = count;
+        g->shape.dims[d] = step ? count : 0;
+    }
+    for (int d = nd; d < OT_MAX_DIMS; d++) g->start[d] = g->perm[d] = 0, g->shape.dims[d] = 0;
+    g->shape.ndim = nd;
+    p->dtype = a->dtype;
+    p->weak = a->weak;
+    return 0;
+}
+
+/* args.shape in row-major order, one dim -1 standing for what is left. */
+static int infer_reshape(const site *st, ot_node *a, proto *p)
+{
+    char sa[OT__SHAPE_STRLEN], sb[OT__SHAPE_STRLEN];
+    ot_shape s = p->args.shape;
+    if (s.ndim < 0 || s.ndim > OT_MAX_DIMS)
+        return FAIL(st, OT_EINVAL, "shape has %d dims, at most %d are supported (operand shape %s)",
+                    s.ndim, OT_MAX_DIMS, ot__shape_str(&a->shape, sa));
+    int64_t known = 1, numel = ot__numel(&a->shape);
+    int unknown = -1;
+    for (int d = 0; d < s.ndim; d++) {
+        if (s.dims[d] == -1 && unknown < 0) unknown = d;
+        else if (s.dims[d] < 0)
+            return FAIL(st, OT_EINVAL, "shape %s has a negative dim or a second -1 (operand shape %s)",
+                        ot__shape_str(&s, sb), ot__shape_str(&a->shape, sa));
+        else if (!ot__mul_i64(&known, known, s.dims[d])) known = -1;
+    }
+    if (unknown >= 0 && known > 0 && numel % known == 0) s.dims[unknown] = numel / known;
+    if ((unknown >= 0 && s.dims[unknown] < 0) || ot__numel(&s) != numel || known < 0)
+        return FAIL(st, OT_ESHAPE, "cannot reshape operand of shape %s (size %lld) into shape %s",
+                    ot__shape_str(&a->shape, sa), (long long)numel, ot__shape_str(&p->args.shape, sb));
+    p->shape = p->args.shape = s;
+    p->dtype = a->dtype;
+    p->weak = a->weak;
+    return 0;
+}
+
+/* Two parts joined along args.axis: one rank (at least 1), the same dims
+ * but on the axis, dtypes promoted as a binary op's. */
+static int infer_concat(const site *st, ot_node *a, ot_node *b, proto *p)
+{
+    char sa[OT__SHAPE_STRLEN], sb[OT__SHAPE_STRLEN];
+    int nd = a->shape.ndim, axis;
+    if (nd == 0 || b->shape.ndim != nd)
+        return FAIL(st, OT_ESHAPE, "parts of shapes %s and %s: concatenation needs parts of one "
+                    "rank, at least 1", ot__shape_str(&a->shape, sa), ot__shape_str(&b->shape, sb));
+    int rc = norm_axis(st, p->args.axis == OT_AXIS_ALL ? 0 : p->args.axis, nd, &a->shape, &axis);
+    if (rc) return rc;
+    for (int d = 0; d < nd; d++)
+        if (d != axis && a->shape.dims[d] != b->shape.dims[d])
+            return FAIL(st, OT_ESHAPE, "parts of shapes %s and %s differ on axis %d; only the "
+                        "concatenation axis %d may differ", ot__shape_str(&a->shape, sa),
+                        ot__shape_str(&b->shape, sb), d, axis);
+    p->args.axis = axis;
+    p->shape = a->shape;
+    if (!ot__add_i64(&p->shape.dims[axis], a->shape.dims[axis], b->shape.dims[axis]))
+        return FAIL(st, OT_EOVERFLOW, "parts of shapes %s and %s overflow axis %d",
+                    ot__shape_str(&a->shape, sa), ot__shape_str(&b->shape, sb), axis);
+    p->dtype = promote(a, b, &p->weak);
+    return 0;
+}
+
 static int infer_onehot(const site *st, ot_node *a, proto *p)
 {
     char sa[OT__SHAPE_STRLEN];
@@ -686,6 +771,8 @@ static int infer_special(const site *st, ot_node *a, proto *p)
         p->dtype = a->dtype;
         p->weak = a->weak;
         return 0;
+    case OT_OP_CONCAT:
+        return infer_concat(st, a, st->b, p);
     default: /* OT_OP_RAND */
         if (p->args.dtype == OT_I32 || (p->args.dtype && !valid_dtype(p->args.dtype)))
             return FAIL(st, OT_EDTYPE, "draws are float32 or float64, not %s",
@@ -845,7 +932,11 @@ ot_node *ot_build_at(ot_op op, ot_node *a, ot_node *b, const ot_args *args,
         break;
     case OT_KIND_REDUCE: rc = infer_reduce(&st, a, &p); break;
     case OT_KIND_DOT: rc = infer_dot(&st, a, b, &p); break;
-    case OT_KIND_SHAPE: rc = infer_transpose(&st, a, &p); break;
+    case OT_KIND_SHAPE:
+        rc = op == OT_OP_SLICE     ? infer_slice(&st, a, &p)
+             : op == OT_OP_RESHAPE ? infer_reshape(&st, a, &p)
+                                   : infer_transpose(&st, a, &p);
+        break;
     case OT_KIND_SPECIAL: rc = infer_special(&st, a, &p); break;
     default: return build_composite(&st, a, b, &p.args);
     }

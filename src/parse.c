@@ -220,6 +220,8 @@ static const char *attr_members(ot_op op)
     case OT_OP_ONEHOT: return "depth,axis,dtype";
     case OT_OP_RAND: return "shape,seed,dtype";
     case OT_OP_TRANSPOSE: return "perm";
+    case OT_OP_RESHAPE: return "shape";
+    case OT_OP_CONCAT: return "axis";
     case OT_OP_CROSS_ENTROPY: case OT_OP_SQUARED_L2: return "axis,keepdims";
     default: return ot_op_kind(op) == OT_KIND_REDUCE ? "axis,keepdims" : "";
     }
@@ -336,6 +338,87 @@ static ot_node *attr_value(parser *ps, const char *m, ot_args *a, const char *at
     else if (strcmp(m, "ddof") == 0) a->ddof = (int)v;
     else a->seed = (uint64_t)v;
     return (ot_node *)a;
+}
+
+/* One bound of a range item, or OT_NONE when omitted. */
+static bool index_bound(parser *ps, int64_t *v)
+{
+    double d;
+    skip_space(ps);
+    *v = OT_NONE;
+    if (*ps->p == ':' || *ps->p == ',' || *ps->p == ']') return true;
+    if (!signed_number(ps, &d) || !integral(d, -1e15, 1e15)) return false;
+    *v = (int64_t)d;
+    return true;
+}
+
+/* NumPy's basic index, "[1:3, ::-1, 2, :]", after the "[": into idx (at
+ * most OT_MAX_DIMS items); *n gets the count. */
+static ot_node *index_list(parser *ps, ot_index *idx, int *n, const char *at)
+{
+    *n = 0;
+    if (accept(ps, "]")) return (ot_node *)idx;   /* [] of a 0-d operand, as x[()] */
+    do {
+        int64_t a, b = OT_NONE, st = OT_NONE;
+        if (*n >= OT_MAX_DIMS) return fail(ps, ps->p, "more than %d indices", OT_MAX_DIMS);
+        if (!index_bound(ps, &a)) return fail(ps, ps->p, "an index is an integer or a range a:b:step");
+        if (!accept(ps, ":")) {
+            if (a == OT_NONE) return fail(ps, ps->p, "empty index");
+            idx[(*n)++] = OT_IDX(a);
+            continue;
+        }
+        if (!index_bound(ps, &b)) return fail(ps, ps->p, "a range's stop is an integer");
+        if (accept(ps, ":") && !index_bound(ps, &st))
+            return fail(ps, ps->p, "a range's step is an integer");
+        if (st == 0) return fail(ps, ps->p, "a range's step is not 0");
+        idx[(*n)++] = a == OT_NONE && b == OT_NONE && st == OT_NONE
+                          ? OT_ALL
+                          : (ot_index){OT_INDEX_RANGE, a, b, st == OT_NONE ? 1 : st};
+    } while (accept(ps, ","));
+    if (!accept(ps, "]")) return fail(ps, ps->p, "expected ']' to close the index started at col %d",
+                                      col(ps, at));
+    return (ot_node *)idx;
+}
+
+/* x[...]: a slice node of any expression, after the "[". */
+static ot_node *sliced(parser *ps, ot_node *x, const char *at)
+{
+    ot_index idx[OT_MAX_DIMS];
+    int n;
+    if (!x || !index_list(ps, idx, &n, at)) return NULL;
+    ot_node *r = ot_slice_node_n(x, n, idx, NULL, 0);
+    return r ? r : fail_build(ps, at);
+}
+
+/* ot_pp's "(slice x [2, 0:3, ::-1])": the slice node itself, its args
+ * read from the index as ot_pp writes it (an integer drops its dim; a::s
+ * with s < 0 runs to the start), not a NumPy index, which the builder may
+ * move below elementwise ops. */
+static ot_node *pp_slice(parser *ps, ot_node *x, const char *at)
+{
+    ot_index idx[OT_MAX_DIMS];
+    int n;
+    if (!x || !index_list(ps, idx, &n, at)) return NULL;
+    if (n != x->shape.ndim) return fail(ps, at, "slice: %d indices for %d dims", n, x->shape.ndim);
+    ot_args a = {.axis = OT_AXIS_ALL};
+    a.shape.ndim = n;
+    for (int d = 0; d < n; d++) {
+        const ot_index *i = &idx[d];
+        int64_t step = i->kind == OT_INDEX_ONE ? 0 : i->step, count = 0;
+        if (i->kind == OT_INDEX_ALL) count = x->shape.dims[d];
+        else if (i->kind == OT_INDEX_RANGE && i->stop == OT_NONE && step < 0)
+            count = i->start / -step + 1;
+        else if (i->kind == OT_INDEX_RANGE && i->start != OT_NONE && i->stop != OT_NONE)
+            count = (i->stop - i->start) / step;
+        else if (i->kind == OT_INDEX_RANGE)
+            return fail(ps, at, "slice: index %d is not in ot_pp's form", d);
+        if (step < INT_MIN || step > INT_MAX) return fail(ps, at, "slice: step out of range");
+        a.start[d] = i->kind == OT_INDEX_ALL ? 0 : i->start;
+        a.perm[d] = (int)step;
+        a.shape.dims[d] = count;
+    }
+    ot_node *r = ot_build_at(OT_OP_SLICE, x, NULL, &a, NULL, 0);
+    return r ? r : fail_build(ps, at);
 }
 
 /* ---- expressions -------------------------------------------------------------- */
@@ -474,6 +557,10 @@ static ot_node *prefix(parser *ps, ot_op op, const char *at)
             }
             ps->p = here;
         }
+        if (op == OT_OP_SLICE && k == 1 && accept(ps, "[")) {
+            ot_node *r = pp_slice(ps, operand[0], here);
+            return r && !accept(ps, ")") ? fail(ps, ps->p, "slice: expected ')'") : r;
+        }
         if (k >= arity || !*ps->p)
             return fail(ps, here, "%s: expected ')'", ot_op_name(op));
         if (!(operand[k++] = unary(ps))) return NULL;
@@ -569,6 +656,10 @@ static ot_node *primary(parser *ps)
 static ot_node *power(parser *ps)
 {
     ot_node *x = primary(ps);
+    while (x && *ps->p == '[') {   /* x[1:3, ::-1], no space before "[" (ot_pp's form has one) */
+        const char *open = ps->p++;
+        x = sliced(ps, x, open);
+    }
     skip_space(ps);
     const char *at = ps->p;
     if (!x || !accept(ps, "**")) return x;

@@ -73,6 +73,7 @@ typedef struct storage {
     uint8_t dtype;
     ot_shape shape;
     int64_t strides[OT_MAX_DIMS];
+    int64_t offset;            /* elements from the base (views of slices) */
 } storage;
 
 typedef struct cinfo {
@@ -80,6 +81,8 @@ typedef struct cinfo {
     int uses;                  /* readers among canonical entries and roots */
     bool mat;                  /* materialised: computed by its own kernel */
     int need, size;            /* register need and region size estimates */
+    bool in_parent;            /* a concat stored in its one reader's storage
+                                  (a concat), which so copies nothing */
     storage st;
 } cinfo;
 
@@ -166,6 +169,7 @@ inline int ot__emit_use(prog *g, int v) { if (v >= 0) g->v[v].last_use = g->nins
 
 static inline bool same_strides(const ot_view *a, const ot_view *b, int nd)
 {
+    if (a->offset != b->offset) return false;   /* walks of one base, shifted */
     for (int i = 0; i < nd; i++)
         if (a->strides[i] != b->strides[i]) return false;
     return true;
@@ -198,6 +202,8 @@ void ot__fuse_assign_storage(compiler *c);
 void ot__fuse_temp_storage(compiler *c, storage *s, const ot_shape *shape, ot_dtype dt);
 /* Whether output i overlaps no leaf but, optionally, the leaf `own`. */
 bool ot__fuse_out_alone(const compiler *c, int i, int own);
+/* The part of storage s from `at`, len long, along axis (a concat's part). */
+storage ot__fuse_part_of(const storage *s, int axis, int64_t at, int64_t len);
 
 /* plan_build.c: whether output q's kernel reads leaf j itself: its root's
  * elementwise region (values not stored by kernels of their own, transposes

@@ -95,7 +95,7 @@ static bool ew_kernel(compiler *c, prog *g, int root, bool computed, const ot_sh
  * dims get stride 0. */
 static ot_view reduce_store(const storage *dst, const ot_node *r, const ot_shape *in)
 {
-    ot_view v = {.space = dst->space, .dtype = dst->dtype, .index = dst->index};
+    ot_view v = {.space = dst->space, .dtype = dst->dtype, .index = dst->index, .offset = dst->offset};
     int axis = r->args.axis;
     for (int i = 0, j = 0; i < in->ndim; i++) {
         bool reduced = axis == OT_AXIS_ALL || axis == i;
@@ -171,6 +171,19 @@ static bool foldable(const compiler *c, int e, const acc_step *s)
            ot__shape_eq(&p->shape, &n->shape) && ot__build_blas_writable(&c->ci[s->sum].st, d);
 }
 
+/* Views (slices, reshapes, transposes) of entry e read temp `to` where they
+ * read temp `from`: e's storage moved to a running sum's, a temporary of
+ * the same shape and layout. Views come after e in entry order. */
+static void retarget_views(compiler *c, int e, int from, int to)
+{
+    for (int v = e + 1; from >= 0 && v < c->w->n; v++) {
+        storage *st = &c->ci[v].st;
+        if (c->ci[v].canon == v && is_op(c, v) && kind_of(c, v) == OT_KIND_SHAPE && !c->ci[v].mat &&
+            st->has && st->space == OT_SPACE_TEMP && st->index == from)
+            st->index = to;
+    }
+}
+
 /* Turns every add or sub of a dot to a stored dot or running sum into a
  * step of a running sum, in entry order (so chains fold from their first
  * term): the step shares its sum's temporary, which BLAS accumulates into,
@@ -189,7 +202,9 @@ static void fold_dot_sums(compiler *c)
                 c->plan->temp_offset[ei->st.index] = 0;
             c->ci[s.dot].mat = false;
             ei->mat = true;
+            int was = ei->st.has && ei->st.space == OT_SPACE_TEMP ? ei->st.index : -1;
             ei->st = c->ci[s.sum].st;
+            retarget_views(c, e, was, ei->st.index);
             break;
         }
     }
@@ -256,7 +271,7 @@ static bool reduce_kernel(compiler *c, prog *g, int e, const storage *dst)
  * row, 1-D b a column; a batch of 1 is shared (stride 0). */
 static ot_view dot_operand(const storage *s, bool is_a)
 {
-    ot_view v = {.space = s->space, .dtype = s->dtype, .index = s->index};
+    ot_view v = {.space = s->space, .dtype = s->dtype, .index = s->index, .offset = s->offset};
     const int64_t *st = s->strides;
     switch (s->shape.ndim) {
     case 3:
@@ -278,7 +293,7 @@ static ot_view dot_operand(const storage *s, bool is_a)
 /* The result of a dot (m x n per batch) in storage dst, as C's view. */
 static ot_view dot_result(const storage *dst, const ot_node *d, int64_t m, int64_t n)
 {
-    ot_view v = {.space = dst->space, .dtype = dst->dtype, .index = dst->index};
+    ot_view v = {.space = dst->space, .dtype = dst->dtype, .index = dst->index, .offset = dst->offset};
     const int64_t *st = dst->strides;
     int nd = d->shape.ndim;
     if (d->op == OT_OP_BATCHED_DOT) {
@@ -340,7 +355,8 @@ static bool special_kernel(compiler *c, int e, const storage *dst)
     bool rand = n->op == OT_OP_RAND;
     ot_kernel *k = new_kernel(c, rand ? OT_KER_RAND : OT_KER_ONEHOT);
     if (!k) return false;
-    k->store = (ot_view){.space = dst->space, .dtype = dst->dtype, .index = dst->index};
+    k->store = (ot_view){.space = dst->space, .dtype = dst->dtype, .index = dst->index,
+                        .offset = dst->offset};
     k->shape = n->shape;
     k->seed = n->args.seed;
     k->depth = n->args.depth;
@@ -349,7 +365,8 @@ static bool special_kernel(compiler *c, int e, const storage *dst)
     const storage *in = &c->ci[canon_operand(c, e, 0)].st;
     if (!(k->loads = ot__malloc(sizeof *k->loads))) return false;
     k->nload = 1;
-    k->loads[0] = (ot_view){.space = in->space, .dtype = in->dtype, .index = in->index};
+    k->loads[0] = (ot_view){.space = in->space, .dtype = in->dtype, .index = in->index,
+                            .offset = in->offset};
     memcpy(k->loads[0].strides, in->strides, sizeof in->strides);
     k->ndim = in->shape.ndim;
     memcpy(k->dims, in->shape.dims, sizeof in->shape.dims);
@@ -371,6 +388,43 @@ static bool entry_kernel(compiler *c, prog *g, int e, const storage *dst)
         ot_shape sh = node_of(c, e)->shape;
         return ew_kernel(c, g, e, true, &sh, ot__emit_view_of(dst, sh.ndim, sh.dims));
     }
+}
+
+/* ---- layout ops ------------------------------------------------------------ */
+
+/* Concat e's parts, each computed (or copied) by a kernel of its own into
+ * its part of e's storage: an unstored elementwise part is fused into that
+ * kernel, so nothing is stored twice; a part that is a concat stored there
+ * already (in_parent) wrote itself. */
+static bool concat_kernels(compiler *c, prog *g, int e)
+{
+    const ot_node *n = node_of(c, e);
+    int axis = n->args.axis;
+    int64_t at = 0;
+    for (int k = 0; k < 2; k++) {
+        int o = canon_operand(c, e, k);
+        const ot_shape *sh = &node_of(c, o)->shape;
+        storage part = ot__fuse_part_of(&c->ci[e].st, axis, at, sh->dims[axis]);
+        at += sh->dims[axis];
+        if (c->ci[o].in_parent) continue;   /* an empty part still writes: readers need a writer */
+        bool computed = is_ew(c, o) && !c->ci[o].mat;
+        if (!ew_kernel(c, g, o, computed, sh, ot__emit_view_of(&part, sh->ndim, sh->dims)))
+            return false;
+    }
+    return true;
+}
+
+/* A reshape whose operand's layout no strides can reshape (a transpose's,
+ * a strided slice's): the operand copied in its own shape into the
+ * reshape's contiguous temporary, which holds the same row-major order. */
+static bool reshape_copy(compiler *c, prog *g, int e)
+{
+    int o = canon_operand(c, e, 0);
+    const ot_shape *sh = &node_of(c, o)->shape;
+    storage dst = c->ci[e].st;
+    dst.shape = *sh;
+    contiguous(&dst);
+    return ew_kernel(c, g, o, false, sh, ot__emit_view_of(&dst, sh->ndim, sh->dims));
 }
 
 /* ---- outputs and aliasing ------------------------------------------------- */
@@ -424,6 +478,8 @@ static bool root_kernel(compiler *c, prog *g, int i, int r, int *via_temp)
     storage out = ot__build_out_storage(c, i);
     const gemm_root *gr = &c->groot[i];
     if (gr->dot >= 0) return dot_kernel(c, gr->dot, &out, gr->alpha, gr->beta);
+    const storage *rs = &c->ci[r].st;
+    if (rs->has && rs->space == OT_SPACE_OUT && rs->index == i) return true;   /* a concat in place */
     bool reduce_direct = is_op(c, r) && kind_of(c, r) == OT_KIND_REDUCE && c->ci[r].uses == 1 &&
                          ot__shape_eq(&node_of(c, r)->shape, &osh);
     for (int attempt = 0; attempt < 2; attempt++) {
@@ -657,11 +713,12 @@ bool ot__build_kernels(compiler *c)
     }
     for (int i = 0; i < n && ok; i++) {
         acc_step s;
-        if (c->ci[i].canon != i || !c->ci[i].mat || !is_op(c, i) ||
-            kind_of(c, i) == OT_KIND_SHAPE || absorbing_reduce(c, i) >= 0)
+        if (c->ci[i].canon != i || !c->ci[i].mat || !is_op(c, i) || absorbing_reduce(c, i) >= 0)
             continue;
-        ok = accumulates(c, i, &s) ? dot_kernel(c, s.dot, &c->ci[i].st, s.alpha, s.beta)
-                                   : entry_kernel(c, &g, i, &c->ci[i].st);
+        if (kind_of(c, i) == OT_KIND_SHAPE) ok = reshape_copy(c, &g, i);   /* the only stored view */
+        else if (c->w->e[i].op == OT_OP_CONCAT) ok = concat_kernels(c, &g, i);
+        else ok = accumulates(c, i, &s) ? dot_kernel(c, s.dot, &c->ci[i].st, s.alpha, s.beta)
+                                        : entry_kernel(c, &g, i, &c->ci[i].st);
     }
     for (int i = 0; i < c->nout && ok; i++) via[i] = -1;
     for (int i = 0; i < c->nout && ok; i++) {

@@ -21,7 +21,7 @@
 /* A storage seen from an iteration space (right-aligned broadcast). */
 ot_view ot__emit_view_of(const storage *s, int ndim, const int64_t *dims)
 {
-    ot_view v = {.space = s->space, .dtype = s->dtype, .index = s->index};
+    ot_view v = {.space = s->space, .dtype = s->dtype, .index = s->index, .offset = s->offset};
     int off = ndim - s->shape.ndim;
     for (int i = 0; i < ndim; i++) {
         int j = i - off;

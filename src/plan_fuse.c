@@ -10,8 +10,10 @@
  * region's size); bound_recompute adds the values that fusion would
  * recompute too often; mark_direct_roots un-marks the dots and reductions
  * written straight into their output (groot); assign_storage gives every
- * leaf and materialised entry storage, and a transpose its operand's
- * storage seen through the permutation.
+ * leaf and materialised entry storage, a layout op (transpose, slice,
+ * reshape) its operand's storage seen through it, and a concat storage
+ * its parts are written into: the output's when it is an output's whole
+ * tree, its reader's part when its reader is a concat.
  *
  * Recomputation is bounded by a cost model (bound_recompute): fusion
  * inlines an elementwise value into every kernel that reads it and into
@@ -318,8 +320,103 @@ void ot__fuse_temp_storage(compiler *c, storage *s, const ot_shape *shape, ot_dt
     contiguous(s);
 }
 
+storage ot__fuse_part_of(const storage *s, int axis, int64_t at, int64_t len)
+{
+    storage p = *s;
+    p.shape.dims[axis] = len;
+    p.offset += at * s->strides[axis];
+    return p;
+}
+
+/* A layout op's view of its operand's storage src: a transpose permutes the
+ * strides, a slice moves the offset and scales them, a reshape takes
+ * ot_reshape's strides. False when a reshape of src needs a copy. */
+static bool view_storage(const ot_node *n, const storage *src, storage *st)
+{
+    *st = *src;
+    st->shape = n->shape;
+    const ot_args *g = &n->args;
+    switch (n->op) {
+    case OT_OP_SLICE:
+        for (int d = 0, j = 0; d < src->shape.ndim; d++) {
+            st->offset += g->start[d] * src->strides[d];
+            if (g->perm[d]) st->strides[j++] = src->strides[d] * g->perm[d];
+        }
+        return true;
+    case OT_OP_RESHAPE:
+        if (ot__numel(&src->shape) == 0) {
+            contiguous(st);
+            return true;
+        }
+        return ot__reshape_strides(&src->shape, src->strides, &n->shape, st->strides) == 0;
+    default:
+        for (int d = 0; d < n->shape.ndim; d++) st->strides[d] = src->strides[g->perm[d]];
+        return true;
+    }
+}
+
+static bool is_concat(const compiler *c, int e)
+{
+    return e >= 0 && is_op(c, e) && c->w->e[e].op == OT_OP_CONCAT;
+}
+
+/* A concat assigned as the whole tree of output i is stored in the output,
+ * each part written in place: it is read by nothing else, has the
+ * output's shape and dtype (parts are cast once, to it), and the output
+ * overlaps no leaf, so no kernel reads what a part has written. */
+static void concats_into_outputs(compiler *c)
+{
+    for (int i = 0; c->outs && c->fused && i < c->nout; i++) {
+        int r = c->ci[c->w->root[i]].canon;
+        ot_shape osh = out_shape(c, i);
+        const ot_node *n = node_of(c, r);
+        if (!is_concat(c, r) || c->ci[r].uses != 1 || c->ci[r].st.has ||
+            n->dtype != c->outs[i]->leaf.dtype || !ot__shape_eq(&n->shape, &osh) ||
+            !ot__fuse_out_alone(c, i, -1))
+            continue;
+        c->ci[r].st = ot__build_out_storage(c, i);
+    }
+}
+
+/* Whether operand o of concat e may be stored straight into its part:
+ * read by e alone, of e's dtype, and a concat (whose parts then write
+ * there) or a dot BLAS can write there. */
+static bool stored_in_part(const compiler *c, int e, int o, const storage *part)
+{
+    const ot_node *on = node_of(c, o);
+    if (c->ci[o].uses != 1 || c->ci[o].st.has || on->dtype != node_of(c, e)->dtype) return false;
+    if (is_concat(c, o)) return true;
+    return is_op(c, o) && kind_of(c, o) == OT_KIND_DOT && c->ci[o].mat &&
+           ot__build_blas_writable(part, on);
+}
+
+/* Concats, readers first: each has storage (its output's, or a new
+ * temporary), and an operand that is a concat or a dot of its dtype read by
+ * it alone is stored in its part of it (in_parent), so a chain of concats
+ * writes every part once, where it ends up, and a GEMM writes its part. */
+static void concat_storage(compiler *c)
+{
+    concats_into_outputs(c);
+    for (int e = c->w->n - 1; e >= 0 && !c->oom; e--) {
+        cinfo *ci = &c->ci[e];
+        if (ci->canon != e || !is_concat(c, e)) continue;
+        const ot_node *n = node_of(c, e);
+        if (!ci->st.has) ot__fuse_temp_storage(c, &ci->st, &n->shape, (ot_dtype)n->dtype);
+        int axis = n->args.axis;
+        for (int k = 0; k < 2 && c->fused; k++) {
+            int o = canon_operand(c, e, k);
+            int64_t at = k ? n->a->shape.dims[axis] : 0;
+            storage part = ot__fuse_part_of(&ci->st, axis, at, node_of(c, o)->shape.dims[axis]);
+            if (!stored_in_part(c, e, o, &part)) continue;
+            c->ci[o].st = part;
+            c->ci[o].in_parent = true;
+        }
+    }
+}
+
 void ot__fuse_assign_storage(compiler *c)
 {
+    concat_storage(c);
     for (int i = 0; i < c->w->n && !c->oom; i++) {
         cinfo *ci = &c->ci[i];
         if (ci->canon != i) continue;
@@ -331,12 +428,11 @@ void ot__fuse_assign_storage(compiler *c)
             memcpy(ci->st.strides, t->strides, sizeof ci->st.strides);
         } else if (e->kind == OT_NODE_OP && kind_of(c, i) == OT_KIND_SHAPE) {
             const storage *src = &c->ci[canon_operand(c, i, 0)].st;
-            if (!src->has) continue;   /* transpose of a constant: a scalar */
-            ci->st = *src;
-            ci->st.shape = e->node->shape;
-            for (int d = 0; d < e->node->shape.ndim; d++)
-                ci->st.strides[d] = src->strides[e->node->args.perm[d]];
-        } else if (ci->mat) {
+            if (!src->has) continue;   /* a view of a constant: a scalar */
+            if (view_storage(e->node, src, &ci->st)) continue;
+            ci->mat = true;   /* a reshape of a layout no strides give: copied */
+            ot__fuse_temp_storage(c, &ci->st, &e->node->shape, (ot_dtype)e->dtype);
+        } else if (ci->mat && !ci->st.has) {
             ot__fuse_temp_storage(c, &ci->st, &e->node->shape, (ot_dtype)e->dtype);
         }
     }

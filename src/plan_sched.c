@@ -132,6 +132,15 @@ static int64_t row_step(const ot_kernel *k, const ot_view *v, int64_t rows)
     return v->strides[0] * (kernel_rows(k) / rows);
 }
 
+/* Whether a view's offset (a slice, a concat's part) stays within its
+ * first row: per block it then reads or writes that block's rows, not a
+ * neighbour's, which a block may not have written yet. */
+static bool offset_in_row(const ot_kernel *k, const ot_view *v, int64_t rows)
+{
+    int64_t step = row_step(k, v, rows);
+    return v->offset == 0 || (v->offset > 0 && v->offset < (step < 0 ? -step : step));
+}
+
 /* Row blocking is safe when every kernel walks the same rows, each
  * temporary is read at the rows its writer wrote, and no output overlaps a
  * leaf (a later block would read what an earlier one wrote). Plans with a
@@ -155,11 +164,13 @@ void ot__sched_choose_row_blocks(compiler *c)
         for (int l = 0; l < k->nload && ok; l++) {
             const ot_view *v = &k->loads[l];
             if (v->space != OT_SPACE_TEMP || (k->kind == OT_KER_DOT && l == 1)) continue;
-            ok = written[v->index] != 0 && written[v->index] == row_step(k, v, rows);
+            ok = written[v->index] != 0 && written[v->index] == row_step(k, v, rows) &&
+                 offset_in_row(k, v, rows);
         }
         for (int x = -1; ok && x < k->nxstore; x++) {
             const ot_view *o = x < 0 ? &k->store : &k->xstores[x].view;
             int64_t step = row_step(k, o, rows);
+            ok = offset_in_row(k, o, rows);
             if (o->space == OT_SPACE_TEMP) written[o->index] = step ? step : -1;
         }
         int64_t b = k->kind == OT_KER_DOT ? k->n * 8 : 8;
@@ -231,7 +242,8 @@ static bool epilogue_fits(const compiler *c, int d, int e)
         const ot_view *v = &ek->loads[l];
         if (v->space != OT_SPACE_TEMP) continue;
         if (v->index == dk->store.index) {
-            if (row_step(ek, v, dk->m) != dk->store.strides[0]) return false;
+            if (row_step(ek, v, dk->m) != dk->store.strides[0] || !offset_in_row(ek, v, dk->m))
+                return false;
             continue;
         }
         for (int k = d; k < e; k++)
@@ -293,6 +305,23 @@ static int temp_writer(const ot_plan *p, int t)
     return -1;
 }
 
+/* Whether dot d's temporary holds its result alone: not so for a part of
+ * a concat, whose other parts a one-block result would lose. The other
+ * dots of a running sum write the same elements (add_segment and
+ * epilogue_fits see to those). */
+static bool sole_writer(const ot_plan *p, int d)
+{
+    const ot_view *t = &p->kernels[d].store;
+    for (int k = 0; k < p->nkernels; k++)
+        for (int x = -1; k != d && x < p->kernels[k].nxstore; x++) {
+            const ot_view *o = x < 0 ? &p->kernels[k].store : &p->kernels[k].xstores[x].view;
+            bool same_sum = p->kernels[k].kind == OT_KER_DOT && o->offset == t->offset &&
+                            p->kernels[k].m == p->kernels[d].m && p->kernels[k].n == p->kernels[d].n;
+            if (o->space == t->space && o->index == t->index && !same_sum) return false;
+        }
+    return true;
+}
+
 /* A reduction of the epilogue's result that may join segment sg right after
  * it, while that result is in cache (neon's bsum: a bias gradient's sum over
  * the rows): its other inputs exist before the dot, moving it earlier
@@ -318,7 +347,8 @@ static int bsum_of(const compiler *c, const ot_segment *sg)
              * same count of rows of a transpose (a square result). */
             if (v->index == ek->store.index) {
                 reads = true;
-                ok = one_block || row_step(rk, v, sg->rows) == row_step(ek, &ek->store, sg->rows);
+                ok = one_block || (row_step(rk, v, sg->rows) == row_step(ek, &ek->store, sg->rows) &&
+                                   offset_in_row(rk, v, sg->rows));
             } else {
                 ok = temp_writer(p, v->index) < d;
             }
@@ -338,7 +368,8 @@ bool ot__sched_choose_dot_segments(compiler *c)
     ot_plan *p = c->plan;
     for (int d = 0; c->fused && d + 1 < p->nkernels; d++) {
         const ot_kernel *dk = &p->kernels[d];
-        if (dk->kind != OT_KER_DOT || dk->batch != 1 || dk->m < 2 || dk->store.space != OT_SPACE_TEMP)
+        if (dk->kind != OT_KER_DOT || dk->batch != 1 || dk->m < 2 || dk->store.space != OT_SPACE_TEMP ||
+            !sole_writer(p, d))
             continue;
         int e = sole_reader(p, dk->store.index);
         if (e <= d || !epilogue_fits(c, d, e)) continue;
@@ -407,6 +438,21 @@ static bool reads_aligned(const ot_kernel *k, int t)
     return true;
 }
 
+/* Whether the values stored in temp t (by the entries that own it, views
+ * aside) are n elements: a kernel reading only a slice of t reads it with
+ * the store's strides, yet t is larger than the output. */
+static bool temp_holds(const compiler *c, int t, int64_t n)
+{
+    for (int e = 0; e < c->w->n; e++) {
+        const storage *st = &c->ci[e].st;
+        if (c->ci[e].canon == e && st->has && st->space == OT_SPACE_TEMP && st->index == t &&
+            !(is_op(c, e) && kind_of(c, e) == OT_KIND_SHAPE && !c->ci[e].mat) &&
+            ot__numel(&node_of(c, e)->shape) != n)
+            return false;
+    }
+    return true;
+}
+
 void ot__sched_temps_into_outputs(compiler *c)
 {
     ot_plan *p = c->plan;
@@ -428,7 +474,8 @@ void ot__sched_temps_into_outputs(compiler *c)
             bool by_xstore = wk && wk->store.index != v->index;
             size_t bytes = (size_t)ot__numel(&osh) * ot_dtype_size((ot_dtype)v->dtype);
             if (!wk || wk->kind == OT_KER_DOT || (!by_xstore && wk->store.space != OT_SPACE_TEMP) ||
-                p->temp_offset[v->index] != ((bytes + 63) & ~(size_t)63))
+                p->temp_offset[v->index] != ((bytes + 63) & ~(size_t)63) ||
+                !temp_holds(c, v->index, ot__numel(&osh)))
                 continue;
             retarget_temp(p, v->index, i);
             break;

@@ -100,6 +100,7 @@ static bool storage_ok(const compiler *c, const storage *s)
     switch (s->space) {
     case OT_SPACE_LEAF: return s->index >= 0 && s->index < c->w->nleaf;
     case OT_SPACE_TEMP: return s->index >= 0 && s->index < c->plan->ntemps;
+    case OT_SPACE_OUT: return s->index >= 0 && s->index < c->nout;   /* a concat in place */
     default: return false;
     }
 }
@@ -226,9 +227,38 @@ static int check_temp_order(const ot_plan *p)
     return rc;
 }
 
-/* An output that a BLAS call writes has no other writer: exec.c would run
- * the two in an order the plan does not fix (a group kernel writing it too
- * found no storage for the dot to load). */
+static bool view_reach(const ot_kernel *k, int which, int64_t *lo, int64_t *hi);
+
+/* The columns [c[0], c[1]] a view touches within rows of row_stride
+ * elements: false unless its dim 0 steps by whole rows and the rest of it
+ * stays inside one row. */
+static bool row_columns(const ot_kernel *k, int which, int64_t row_stride, int64_t c[2])
+{
+    const ot_view *v = which == -1 ? &k->store : &k->xstores[-2 - which].view;
+    int64_t lo, hi;
+    if (row_stride <= 0 || v->strides[0] != row_stride || !view_reach(k, which, &lo, &hi)) return false;
+    int64_t rows = k->kind == OT_KER_DOT ? k->m : k->dims[0];
+    hi -= (rows - 1) * row_stride;   /* what dims past the first add, from the offset */
+    c[0] = lo - (lo / row_stride) * row_stride;
+    c[1] = c[0] + (hi - lo);
+    return lo >= 0 && c[1] < row_stride && (k->kind != OT_KER_DOT || k->batch == 1);
+}
+
+/* Whether two stores (which < 0) of one base touch no element in common:
+ * their ranges are apart, or they take apart columns of the same rows (the
+ * parts of a concat written in place). */
+static bool stores_apart(const ot_kernel *a, int wa, const ot_kernel *b, int wb)
+{
+    int64_t alo, ahi, blo, bhi, ca[2], cb[2];
+    if (!view_reach(a, wa, &alo, &ahi) || !view_reach(b, wb, &blo, &bhi)) return true;   /* empty */
+    if (ahi < blo || bhi < alo) return true;
+    int64_t s = a->store.strides[0];
+    return row_columns(a, wa, s, ca) && row_columns(b, wb, s, cb) && (ca[1] < cb[0] || cb[1] < ca[0]);
+}
+
+/* An output that a BLAS call writes has no other writer of the same
+ * elements: exec.c would run the two in an order the plan does not fix (a
+ * group kernel writing it too found no storage for the dot to load). */
 static int check_blas_outputs(const ot_plan *p)
 {
     for (int d = 0; d < p->nkernels; d++) {
@@ -237,7 +267,8 @@ static int check_blas_outputs(const ot_plan *p)
         for (int i = 0; i < p->nkernels; i++) {
             const ot_kernel *k = &p->kernels[i];
             EACH_VIEW(k, v, which)
-                if (i != d && which < 0 && v->space == OT_SPACE_OUT && v->index == dk->store.index)
+                if (i != d && which < 0 && v->space == OT_SPACE_OUT && v->index == dk->store.index &&
+                    !stores_apart(dk, -1, k, which))
                     return fail("output %d is written by BLAS (kernel %d) and kernel %d", v->index, d, i);
         }
     }
@@ -270,7 +301,7 @@ static int check_segments(const ot_plan *p)
  * when it reaches none (a dim of 0). */
 static bool reach(const ot_view *v, const int64_t *dims, int nd, int64_t *lo, int64_t *hi)
 {
-    *lo = *hi = 0;
+    *lo = *hi = v->offset;
     for (int d = 0; d < nd; d++) {
         if (dims[d] == 0) return false;
         int64_t s = v->strides[d] * (dims[d] - 1);

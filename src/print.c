@@ -170,6 +170,24 @@ static int64_t *perm_dims(const ot_node *n, int64_t out[OT_MAX_DIMS])
     return out;
 }
 
+/* A slice's indices as NumPy writes them: [1:3, :, 2, ::-1]. */
+static void print_index(FILE *f, const ot_node *n)
+{
+    const ot_args *g = &n->args;
+    fputc('[', f);
+    for (int d = 0; d < n->a->shape.ndim; d++) {
+        int64_t first = g->start[d], step = g->perm[d], count = g->shape.dims[d];
+        int64_t stop = first + count * step;
+        if (d) fputs(", ", f);
+        if (!step) fprintf(f, "%lld", (long long)first);
+        else if (first == 0 && step == 1 && count == n->a->shape.dims[d]) fputc(':', f);
+        else if (stop < 0) fprintf(f, "%lld::%lld", (long long)first, (long long)step);
+        else if (step == 1) fprintf(f, "%lld:%lld", (long long)first, (long long)stop);
+        else fprintf(f, "%lld:%lld:%lld", (long long)first, (long long)stop, (long long)step);
+    }
+    fputc(']', f);
+}
+
 /* ---- the walks ----------------------------------------------------------- */
 
 /* How a form writes an op node: open, then before each operand sep(k), the
@@ -395,11 +413,19 @@ static void tuple_attrs(FILE *f, const ot_node *n)
         if (g->keepdims) fputs(", 'keepdims': True", f);
         break;
     case OT_KIND_SHAPE:
+        if (n->op == OT_OP_RESHAPE) break;   /* its attribute is the shape */
+        if (n->op == OT_OP_SLICE) {
+            fputs(", 'index': '", f);
+            print_index(f, n);
+            fputc('\'', f);
+            break;
+        }
         fputs(", 'perm': ", f);
         print_py_tuple(f, perm_dims(n, perm), n->shape.ndim);
         break;
     case OT_KIND_SPECIAL:
         if (n->op == OT_OP_CAST) fprintf(f, ", 'dtype': '%s'", ot_dtype_name(g->dtype));
+        else if (n->op == OT_OP_CONCAT) fprintf(f, ", 'axis': %d", g->axis);
         else if (n->op == OT_OP_ONEHOT)
             fprintf(f, ", 'depth': %lld, 'axis': %d", (long long)g->depth, g->axis);
         else if (n->op == OT_OP_RAND) fprintf(f, ", 'seed': %llu", (unsigned long long)g->seed);
@@ -516,12 +542,23 @@ static void op_attrs(FILE *f, const ot_node *n, attr_style style)
         pp_reduce_attrs(f, g);
         break;
     case OT_KIND_SHAPE:
-        fputs(" perm=", f);
-        if (style == ATTRS_PP) print_dims(f, perm_dims(n, perm), n->shape.ndim);
-        else print_py_tuple(f, perm_dims(n, perm), n->shape.ndim);
+        if (n->op == OT_OP_SLICE) {
+            fputc(' ', f);
+            print_index(f, n);
+        } else if (n->op == OT_OP_RESHAPE) {
+            if (style == ATTRS_PP) {
+                fputs(" shape=", f);
+                print_dims(f, n->shape.dims, n->shape.ndim);
+            }
+        } else {
+            fputs(" perm=", f);
+            if (style == ATTRS_PP) print_dims(f, perm_dims(n, perm), n->shape.ndim);
+            else print_py_tuple(f, perm_dims(n, perm), n->shape.ndim);
+        }
         break;
     case OT_KIND_SPECIAL:
         if (n->op == OT_OP_CAST) fprintf(f, " dtype=%s", ot_dtype_name(g->dtype));
+        else if (n->op == OT_OP_CONCAT) fprintf(f, " axis=%d", g->axis);
         else if (n->op == OT_OP_ONEHOT)
             fprintf(f, " depth=%lld axis=%d", (long long)g->depth, g->axis);
         else if (n->op == OT_OP_RAND) {

@@ -469,6 +469,41 @@ static void eval_transpose(const ot_node *node, const double *x, double *out)
         for (int64_t j = 0; j < w.len; j++) *out++ = x[w.off[0] + j * w.in[0]];
 }
 
+/* A slice: operand dim d read from start[d] by step perm[d] (0: the one
+ * index start[d], the dim dropped). */
+static void eval_slice(const ot_node *node, const double *x, double *out)
+{
+    int64_t cs[OT_MAX_DIMS], st[OT_MAX_DIMS], off = 0;
+    const ot_args *g = &node->args;
+    contig_strides(&node->a->shape, cs);
+    for (int d = 0, j = 0; d < node->a->shape.ndim; d++) {
+        off += g->start[d] * cs[d];
+        if (g->perm[d]) st[j++] = g->perm[d] * cs[d];
+    }
+    ref_walk w;
+    walk_init(&w, &node->shape, st, NULL, 0);
+    for (int64_t r = 0; r < w.rows; r++, walk_next_row(&w))
+        for (int64_t j = 0; j < w.len; j++) *out++ = x[off + w.off[0] + j * w.in[0]];
+}
+
+/* Rows of the result along axis: a's block of each outer index, then b's. */
+static void eval_concat(const ot_node *node, const double *x, const double *y, double *out)
+{
+    const ot_shape *s = &node->shape;
+    int axis = node->args.axis;
+    int64_t outer = 1, inner = 1;
+    for (int d = 0; d < s->ndim; d++) {
+        if (d < axis) outer *= s->dims[d];
+        if (d > axis) inner *= s->dims[d];
+    }
+    int64_t na = node->a->shape.dims[axis] * inner, nb = node->b->shape.dims[axis] * inner;
+    for (int64_t o = 0; o < outer; o++) {
+        if (na) memcpy(out, x + o * na, sizeof *out * (size_t)na);
+        if (nb) memcpy(out + na, y + o * nb, sizeof *out * (size_t)nb);
+        out += na + nb;
+    }
+}
+
 static void eval_cast(const ot_node *node, const double *x, double *out)
 {
     int64_t n = ot__numel(&node->shape);
@@ -544,13 +579,18 @@ static int eval_op_double(ref_run *run, const ot_stack_item *it, double *out)
     case OT_KIND_BINARY: eval_binary(node, it->op, x, y, out); return OT_OK;
     case OT_KIND_REDUCE: eval_reduce(node, it->op, x, out); return OT_OK;
     case OT_KIND_DOT: eval_dot(node, x, y, out); return OT_OK;
-    case OT_KIND_SHAPE: eval_transpose(node, x, out); return OT_OK;
+    case OT_KIND_SHAPE:
+        if (it->op == OT_OP_SLICE) eval_slice(node, x, out);
+        else if (it->op == OT_OP_RESHAPE) eval_cast(node, x, out);   /* row-major: the same values */
+        else eval_transpose(node, x, out);
+        return OT_OK;
     default: break;
     }
     switch (it->op) {
     case OT_OP_CAST: /* fall through: keep is a cast to its own dtype */
     case OT_OP_KEEP: eval_cast(node, x, out); return OT_OK;
     case OT_OP_ONEHOT: eval_onehot(node, x, out); return OT_OK;
+    case OT_OP_CONCAT: eval_concat(node, x, y, out); return OT_OK;
     case OT_OP_RAND: eval_rand(run->be, node, out); return OT_OK;
     default:
         return ot__err_set(OT_EUNSUPPORTED, node->file, node->line, ot_op_name(it->op),

@@ -65,38 +65,53 @@ static int advance(const ot_tensor *t, int d, int64_t first, int64_t *off)
     return 0;
 }
 
+/* One NumPy index of dim d of shape as the first index, the count and the
+ * step; an index (OT_IDX) gives count -1, its dim being dropped. Errors go
+ * through fail (ot__err_set for views, a builder's ot__err) against
+ * file:line. */
+int ot__index_resolve(ot_index ix, int d, const ot_shape *shape, ot__fail_fn *fail,
+                      const char *file, int line, int64_t *first, int64_t *count, int64_t *step)
+{
+    char sbuf[OT__SHAPE_STRLEN];
+    int64_t dim = shape->dims[d];
+    switch (ix.kind) {
+    case OT_INDEX_ALL:
+        *first = 0, *count = dim, *step = 1;
+        return 0;
+    case OT_INDEX_RANGE:
+        if (ix.step == 0)
+            return fail(OT_EINVAL, file, line, "slice",
+                               "slice step cannot be zero (axis %d of shape %s)", d,
+                               ot__shape_str(shape, sbuf));
+        range_indices(ix, dim, first, count, step);
+        return 0;
+    case OT_INDEX_ONE:
+        *first = ix.start < 0 ? ix.start + dim : ix.start;
+        *count = -1, *step = 1;
+        if (*first < 0 || *first >= dim)
+            return fail(OT_EINVAL, file, line, "slice",
+                               "index %lld is out of bounds for axis %d with size %lld",
+                               (long long)ix.start, d, (long long)dim);
+        return 0;
+    default:
+        return fail(OT_EINVAL, file, line, "slice", "index %d has unknown kind %d", d,
+                           ix.kind);
+    }
+}
+
 /* Applies one index to dim d of t: adds to *off and, unless the dim is
  * dropped, appends a dim to out. */
 static int apply_index(const ot_tensor *t, int d, ot_index ix, ot_shape *out,
                        int64_t *strides, int64_t *off)
 {
-    int64_t dim = t->leaf.shape.dims[d], stride = t->strides[d];
+    int64_t stride = t->strides[d];
     int64_t first, count, step;
-    switch (ix.kind) {
-    case OT_INDEX_ALL:
-        first = 0, count = dim, step = 1;
-        break;
-    case OT_INDEX_RANGE:
-        if (ix.step == 0) {
-            char sbuf[OT__SHAPE_STRLEN];
-            return ot__err_set(OT_EINVAL, NULL, 0, "slice",
-                               "slice step cannot be zero (axis %d of shape %s)", d,
-                               ot__shape_str(&t->leaf.shape, sbuf));
-        }
-        range_indices(ix, dim, &first, &count, &step);
-        break;
-    case OT_INDEX_ONE:
-        first = ix.start < 0 ? ix.start + dim : ix.start;
-        if (first < 0 || first >= dim)
-            return ot__err_set(OT_EINVAL, NULL, 0, "slice",
-                               "index %lld is out of bounds for axis %d with size %lld",
-                               (long long)ix.start, d, (long long)dim);
+    int rc = ot__index_resolve(ix, d, &t->leaf.shape, ot__err_set, NULL, 0, &first, &count, &step);
+    if (rc != 0)
+        return rc;
+    if (count < 0)
         return advance(t, d, first, off);
-    default:
-        return ot__err_set(OT_EINVAL, NULL, 0, "slice", "index %d has unknown kind %d",
-                           d, ix.kind);
-    }
-    int rc = advance(t, d, first, off);
+    rc = advance(t, d, first, off);
     if (rc != 0)
         return rc;
     /* The stride of a dim of at most one element is never used: it keeps
@@ -175,28 +190,29 @@ static int infer_dim(ot_shape *s, int64_t numel)
     return 0;
 }
 
-/* Strides that let t (numel > 0) be read in shape ns without a copy. The
+/* Strides that let a view of shape os (numel > 0) and strides ostrides be
+ * read in shape ns without a copy. The
  * old dims are cut into maximal chunks that are each one arithmetic run in
  * memory (size-1 dims never constrain); ns must split every chunk exactly,
  * its dims inside a chunk taking strides from the chunk's innermost one.
  * Returns 0, VIEW_COPY when some new dim would straddle two chunks, or
  * VIEW_OVERFLOW when a stride product overflows. */
 enum { VIEW_COPY = 1, VIEW_OVERFLOW = 2 };
-static int view_strides(const ot_tensor *t, const ot_shape *ns, int64_t *out)
+int ot__reshape_strides(const ot_shape *os, const int64_t *ostrides, const ot_shape *ns,
+                        int64_t *out)
 {
-    const ot_shape *os = &t->leaf.shape;
     int i = os->ndim - 1, j = ns->ndim - 1;
     while (i >= 0) {
         if (os->dims[i] == 1) {
             i--;
             continue;
         }
-        int64_t inner = t->strides[i], size = os->dims[i], run;
+        int64_t inner = ostrides[i], size = os->dims[i], run;
         for (i--; i >= 0; i--) {
             if (os->dims[i] == 1)
                 continue;
             /* a product that overflows matches no stride of a valid view */
-            if (!ot__mul_i64(&run, inner, size) || t->strides[i] != run)
+            if (!ot__mul_i64(&run, inner, size) || ostrides[i] != run)
                 break;
             if (!ot__mul_i64(&size, size, os->dims[i]))
                 return VIEW_OVERFLOW;
@@ -244,7 +260,7 @@ ot_tensor *ot_reshape(const ot_tensor *t, ot_shape shape)
                     ot__shape_str(&shape, sbuf), ot_dtype_name(dt));
         return NULL;
     }
-    int vs = numel > 0 ? view_strides(t, &shape, strides) : 0;
+    int vs = numel > 0 ? ot__reshape_strides(os, t->strides, &shape, strides) : 0;
     if (vs == VIEW_OVERFLOW) {
         ot__err_set(OT_EOVERFLOW, NULL, 0, "reshape",
                     "strides of a view of shape %s with strides %s overflow int64 in shape %s",

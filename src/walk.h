@@ -191,7 +191,9 @@ OT__WALK_STEP int ot__walker_run_plain(ot__walker *w, const ot_node *root, ot__w
  *   op:    the caller's numbers of its operands (num[0], num[1]; -1 when
  *          absent: entries, canonical entries or stack items), then what
  *          changes the result: a reduction's axis and keepdims, a
- *          transpose's perm, onehot's depth and axis, rand's seed and shape,
+ *          transpose's perm, a slice's start, step and count per dim, a
+ *          reshape's shape, concat's axis, onehot's depth and axis, rand's
+ *          seed and shape,
  *          a registered op's identity (custom1 and custom2 nodes).
  *          Never the composite tag or its annotations (ddof, lo, hi, a
  *          softmax's axis on its root), nor the weak flag: the expansion
@@ -210,7 +212,7 @@ OT__WALK_STEP int ot__walker_run_plain(ot__walker *w, const ot_node *root, ot__w
  * node of every ot_assign, folds its policies away. */
 typedef enum ot__leaf_ident { OT__LEAF_BY_NUMBER, OT__LEAF_BY_VIEW } ot__leaf_ident;
 typedef enum ot__const_ident { OT__CONST_BY_CLASS, OT__CONST_BY_VALUE } ot__const_ident;
-#define OT__IDENT_MAX (3 + 2 * OT_MAX_DIMS)   /* a leaf by view */
+#define OT__IDENT_MAX (3 + 3 * OT_MAX_DIMS)   /* a slice: three words a dim */
 
 /* The op's own attributes after the head and operand words; the count. The
  * dtype attribute of cast, onehot and rand is the node's, in the head. */
@@ -226,6 +228,20 @@ static inline int ot__op_ident(const ot_node *n, int64_t *w)
         w[0] = (int64_t)(uint32_t)g->axis | (int64_t)g->keepdims << 32;
         return 1;
     case OT_KIND_SHAPE: {
+        if (n->op == OT_OP_RESHAPE) {   /* the shape, which operands do not say */
+            w[0] = n->shape.ndim;
+            memcpy(w + 1, n->shape.dims, sizeof(int64_t) * (size_t)n->shape.ndim);
+            return 1 + n->shape.ndim;
+        }
+        if (n->op == OT_OP_SLICE) {   /* start, step and count of each operand dim */
+            int nd = n->a->shape.ndim;
+            for (int i = 0; i < nd; i++) {
+                w[3 * i] = g->start[i];
+                w[3 * i + 1] = g->perm[i];
+                w[3 * i + 2] = g->shape.dims[i];
+            }
+            return 3 * nd;
+        }
         uint64_t p = 0;   /* perm entries are < 8: a byte each */
         for (int i = 0; i < n->shape.ndim; i++) p |= (uint64_t)g->perm[i] << 8 * i;
         w[0] = (int64_t)p;
@@ -233,6 +249,10 @@ static inline int ot__op_ident(const ot_node *n, int64_t *w)
     }
     case OT_KIND_SPECIAL:
         if (n->op == OT_OP_CAST || n->op == OT_OP_KEEP) return 0;
+        if (n->op == OT_OP_CONCAT) {
+            w[0] = g->axis;
+            return 1;
+        }
         if (n->op == OT_OP_ONEHOT) {
             w[0] = g->depth;
             w[1] = g->axis;

@@ -113,7 +113,7 @@ class OtArgs(C.Structure):
     _fields_ = [('spec_', C.c_char_p), ('axis', C.c_int), ('keepdims', C.c_bool),
                 ('dtype', C.c_int), ('depth', C.c_int64), ('seed', C.c_uint64),
                 ('ddof', C.c_int), ('lo', C.c_double), ('hi', C.c_double),
-                ('perm', C.c_int * MAX_DIMS), ('shape', OtShape)]
+                ('perm', C.c_int * MAX_DIMS), ('shape', OtShape), ('start', C.c_int64 * MAX_DIMS)]
 
 
 class OtIndex(C.Structure):
@@ -178,7 +178,7 @@ def shape_tuple(s):
 
 
 def mkargs(axis=None, keepdims=False, dtype=0, depth=0, seed=0, ddof=0, lo=0.0, hi=0.0,
-           perm=None, shape=None):
+           perm=None, shape=None, start=None):
     a = OtArgs()
     a.spec_ = None
     a.axis = AXIS_ALL if axis is None else int(axis)
@@ -193,6 +193,8 @@ def mkargs(axis=None, keepdims=False, dtype=0, depth=0, seed=0, ddof=0, lo=0.0, 
         a.perm[i] = int(p)
     if shape is not None:
         a.shape = mkshape(shape)
+    for i, v in enumerate(start or ()):
+        a.start[i] = int(v)
     return a
 
 
@@ -634,6 +636,10 @@ OPS = [
     Op('rand', 'rand', None, FD),
     # a checkpoint: the identity, stored by the cpu backend (driven as a unary op)
     Op('keep', 'unary', lambda x: x, FDI, exact=True),
+    # layout ops of expressions (as ot_build_at's args: start, step, count)
+    Op('slice', 'slice', None, FDI, exact=True),
+    Op('reshape', 'reshape', None, FDI, exact=True),
+    Op('concat', 'concat', None, FDI, exact=True),
     # composites
     Op('var', 'var', lambda x, ax, kd, dd: red_var(x, ax, kd, dd, False), FD, res='float'),
     Op('std', 'var', lambda x, ax, kd, dd: red_var(x, ax, kd, dd, True), FD, res='float'),
@@ -652,6 +658,9 @@ SCENARIOS = {
     'dot': ['random', 'views', 'empty', 'special', 'outview', 'transposed', 'blas'],
     'batched_dot': ['random', 'views', 'empty', 'special', 'outview', 'transposed', 'blas'],
     'transpose': ['random', 'views', 'empty', 'special', 'outview'],
+    'slice': ['random', 'views', 'empty', 'special', 'outview'],
+    'reshape': ['random', 'views', 'empty', 'special', 'outview'],
+    'concat': ['random', 'views', 'empty', 'special', 'outview'],
     'cast': ['random', 'views', 'empty', 'special', 'outview'],
     'onehot': ['random', 'views', 'empty', 'special', 'outview'],
     'rand': ['random', 'repro', 'empty', 'outview'],
@@ -1033,6 +1042,74 @@ def gen_transpose(op, dt, scen, rng):
     return trials
 
 
+def layout_case(i, scen):
+    """The inner op, input view and output kind of layout trial i."""
+    return ('neg' if i % 3 == 1 else None, VIEW_KINDS[i % 3] if scen == 'views' else 'contig',
+            OUT_KINDS[i % len(OUT_KINDS)] if scen == 'outview' else 'contig')
+
+
+def draw_slice(rng, shape):
+    """NumPy indices of shape and the slice's args: per dim an index or a
+    range (steps 1, 2, -1, -3, empty ranges too)."""
+    starts, steps, counts, idx = [], [], [], []
+    for n in shape:
+        if n > 0 and rng.random() < 0.3:
+            first = int(rng.integers(0, n))
+            starts.append(first), steps.append(0), counts.append(0), idx.append(first)
+            continue
+        step = int(rng.choice([1, 2, -1, -3]))
+        cnt = int(rng.integers(0, n + 1))
+        span = (cnt - 1) * abs(step) if cnt else 0
+        if span >= max(n, 1):
+            cnt, span = min(n, 1), 0
+        lo = int(rng.integers(0, n - span)) if n - span > 0 else 0
+        first = lo if step > 0 else lo + span
+        if cnt <= 1:
+            step = 1
+        stop = first + cnt * step
+        starts.append(first if cnt else 0), steps.append(step), counts.append(cnt)
+        idx.append(slice(first, stop if stop >= 0 else None, step))
+    return tuple(idx), mkargs(perm=steps, shape=counts, start=starts)
+
+
+def gen_slice(op, dt, scen, rng):
+    trials = []
+    for i, shape in enumerate(shapes_for(rng, scen, 8)):
+        x = in_values(rng, shape, dt, 'real', scen)
+        idx, args = draw_slice(rng, shape)
+        inner, view, out = layout_case(i, scen)
+        ref = (lambda x, idx=idx, neg=bool(inner): (-x if neg else x)[idx])
+        trials.append(Trial('x[%s]' % (idx,), [('t', x, view)], ref, dt, args, True, out, inner))
+    return trials
+
+
+def gen_reshape(op, dt, scen, rng):
+    trials = []
+    for i, shape in enumerate(shapes_for(rng, scen, 8)):
+        x = in_values(rng, shape, dt, 'real', scen)
+        new = [(-1,), tuple(shape[::-1]), (1,) + tuple(shape)][i % 3]
+        inner, view, out = layout_case(i, scen)
+        ref = (lambda x, new=new, neg=bool(inner): np.reshape(-x if neg else x, new))
+        trials.append(Trial('reshape %s' % (new,), [('t', x, view)], ref, dt, mkargs(shape=new),
+                            True, out, inner))
+    return trials
+
+
+def gen_concat(op, dt, scen, rng):
+    trials = []
+    for i, shape in enumerate(shapes_for(rng, scen, 8)):
+        shape = tuple(shape) or (1,)
+        ax = int(rng.integers(0, len(shape)))
+        other = shape[:ax] + (int(rng.integers(0, 4)),) + shape[ax + 1:]
+        x = in_values(rng, shape, dt, 'real', scen)
+        y = in_values(rng, other, dt, 'real', scen)
+        inner, view, out = layout_case(i, scen)
+        ref = (lambda x, y, ax=ax, neg=bool(inner): np.concatenate([-x if neg else x, y], ax))
+        trials.append(Trial('axis=%d' % ax, [('t', x, view), ('t', y, 'contig')], ref, dt,
+                            mkargs(axis=ax - len(shape) * (i % 2)), True, out, inner))
+    return trials
+
+
 def gen_cast(op, dt, scen, rng):
     trials = []
     for i, shape in enumerate(shapes_for(rng, scen, 6)):
@@ -1103,7 +1180,8 @@ def gen_clip(op, dt, scen, rng):
 GENERATORS = {
     'unary': gen_unary, 'binary': gen_binary, 'reduce': gen_reduce, 'dot': gen_dot,
     'batched_dot': gen_batched_dot,
-    'transpose': gen_transpose, 'cast': gen_cast, 'onehot': gen_onehot, 'var': gen_var,
+    'transpose': gen_transpose, 'slice': gen_slice, 'reshape': gen_reshape,
+    'concat': gen_concat, 'cast': gen_cast, 'onehot': gen_onehot, 'var': gen_var,
     'clip': gen_clip, 'softmax': gen_softmax, 'xent': gen_xent,
 }
 

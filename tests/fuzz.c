@@ -675,6 +675,48 @@ static void draw_args(rng *r, int nd, ot_args *a)
     a->shape = draw_shape(r, 0);
 }
 
+/* Valid args of a layout op over an operand of shape s: a NumPy slice
+ * (indices, ranges with steps of either sign, empty ranges), or a reshape
+ * (flattened, dims reversed, a 1 put in front, or one dim as -1). */
+static void draw_slice(rng *r, ot_shape s, ot_args *a)
+{
+    for (int d = 0; d < s.ndim; d++) {
+        int64_t dim = s.dims[d];
+        int k = rnd(r, 4);
+        a->shape.dims[d] = 0;
+        if (k == 0 && dim > 0) {   /* an index */
+            a->start[d] = rnd(r, (int)dim);
+            a->perm[d] = 0;
+            continue;
+        }
+        int step = k == 1 ? 1 : (1 + rnd(r, 3)) * (chance(r, 50) ? 1 : -1);
+        int64_t count = dim ? rnd(r, (int)dim + 1) : 0;
+        int64_t span = count ? (count - 1) * (step < 0 ? -step : step) : 0;
+        if (span >= dim) count = 1, span = 0;
+        int64_t lo = dim - span > 0 ? rnd(r, (int)(dim - span)) : 0;
+        a->start[d] = step > 0 ? lo : lo + span;
+        a->perm[d] = step;
+        a->shape.dims[d] = dim ? count : 0;
+    }
+    a->shape.ndim = s.ndim;
+}
+
+static void draw_reshape(rng *r, ot_shape s, ot_args *a)
+{
+    ot_shape t = s;
+    int k = rnd(r, 4);
+    if (k == 0) t = (ot_shape){.ndim = 1, .dims = {numel(&s)}};
+    else if (k == 1)
+        for (int i = 0; i < s.ndim; i++) t.dims[i] = s.dims[s.ndim - 1 - i];
+    else if (k == 2 && s.ndim < 4) {
+        t.ndim = s.ndim + 1;
+        t.dims[0] = 1;
+        for (int i = 0; i < s.ndim; i++) t.dims[i + 1] = s.dims[i];
+    }
+    if (t.ndim > 0 && numel(&t) > 0 && chance(r, 40)) t.dims[rnd(r, t.ndim)] = -1;
+    a->shape = t;
+}
+
 /* A shape that broadcasts against s. */
 static ot_shape bcast_partner(rng *r, ot_shape s)
 {
@@ -757,7 +799,7 @@ static void generate(fz_ir *ir, rng *r, int mode)
         if (smooth && (ot_op_flags((ot_op)op) & OT_FLAG_NODIFF) && chance(r, 70)) continue;
         int save_nn = ir->nn, save_nl = ir->nl;
         for (int j = save_nn; j < FZ_MAXN; j++) in.node[j] = NULL;
-        int a = -1, b = -1, ce_axis = -12345;
+        int a = -1, b = -1, ce_axis = -12345, concat_axis = 0;
         if (arity >= 1) a = avail[chance(r, 60) ? navail - 1 : rnd(r, navail)];
         ot_shape sa = a >= 0 && in.node[a] ? ot_node_shape(in.node[a]) : (ot_shape){0};
         ot_dtype da = a >= 0 && in.node[a] ? ot_node_dtype(in.node[a]) : OT_F32;
@@ -799,6 +841,13 @@ static void generate(fz_ir *ir, rng *r, int mode)
                     }
                 }
             }
+        } else if (op == OT_OP_CONCAT) {   /* a part of s's dims but on the axis */
+            concat_axis = sa.ndim ? rnd(r, sa.ndim) : 0;
+            ot_shape sb = sa;
+            if (sa.ndim) sb.dims[concat_axis] = rnd(r, 4);
+            b = chance(r, 30) ? a : add_leaf_node(ir, r, sb, smooth ? (chance(r, 60) ? OT_F64 : OT_F32)
+                                                                   : draw_dtype(r), smooth, big);
+            if (chance(r, 50)) { int t = a; a = b; b = t; }
         } else if (arity == 2) {
             int p = rnd(r, 100);
             if (p < 20) b = add_const(ir, r, smooth);
@@ -828,6 +877,11 @@ static void generate(fz_ir *ir, rng *r, int mode)
         ot_args args;
         draw_args(r, a >= 0 && in.node[a] ? ot_node_shape(in.node[a]).ndim : 0, &args);
         if (ce_axis != -12345) args.axis = ce_axis;
+        if (op == OT_OP_SLICE && a >= 0 && in.node[a]) draw_slice(r, ot_node_shape(in.node[a]), &args);
+        if (op == OT_OP_RESHAPE && a >= 0 && in.node[a]) draw_reshape(r, ot_node_shape(in.node[a]), &args);
+        if (op == OT_OP_CONCAT)
+            args.axis = chance(r, 50) || a < 0 || !in.node[a] ? concat_axis
+                      : concat_axis - ot_node_shape(in.node[a]).ndim;
         if (op == OT_OP_ONEHOT && chance(r, 60) && a >= 0)
             a = add_node(ir, OT_OP_CAST, a, -1, &(ot_args){.axis = OT_AXIS_ALL, .dtype = OT_I32});
         if (op == OT_OP_RAND && smooth) args.dtype = OT_F64;
@@ -1920,6 +1974,13 @@ static void put_args(FILE *o, const ot_args *a)
     if (a->shape.ndim) {
         fputs(", .shape = ", o);
         put_shape(o, a->shape);
+    }
+    any = 0;
+    for (int i = 0; i < OT_MAX_DIMS; i++) any |= a->start[i] != 0;
+    if (any) {
+        fputs(", .start = {", o);
+        for (int i = 0; i < OT_MAX_DIMS; i++) fprintf(o, "%s%lld", i ? ", " : "", (long long)a->start[i]);
+        fputc('}', o);
     }
     fputc('}', o);
 }

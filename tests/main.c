@@ -92,6 +92,15 @@ char *test__explain_many(int n, ot_tensor *const outs[], ot_node *const trees[])
     return NULL;
 }
 
+ot_backend *test__backend(const char *name, int fusion)
+{
+    unsetenv("OT_BACKEND");
+    unsetenv("OT_FUSION");
+    ot_backend *be = ot_backend_new(name, &(ot_backend_opts){.fusion = fusion, .threads = 2});
+    if (!be) test__fail(__FILE__, __LINE__, "backend %s: %s", name, ot_errmsg());
+    return be;
+}
+
 static int selected(const test_case *c, int argc, char **argv)
 {
     if (argc < 2) return 1;

@@ -62,5 +62,8 @@ void test__check_err(const char *file, int line, int code, const char *const sub
 char *test__capture(int (*fn)(const ot_node *, FILE *), const ot_node *n);
 /* ot_explain_many's text (caller frees), or NULL on an error. */
 char *test__explain_many(int n, ot_tensor *const outs[], ot_node *const trees[]);
+/* A backend by name with this fusion setting and 2 threads, the variables
+ * that would override them unset (a failure is recorded). */
+ot_backend *test__backend(const char *name, int fusion);
 
 #endif

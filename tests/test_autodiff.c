@@ -405,6 +405,46 @@ static gcase transpose_case(ot_dtype dt)
     return c;
 }
 
+/* Layout ops: a random NumPy slice, a reshape to the dims reversed, and a
+ * concat of three parts (one of them twice) along a random axis. */
+static gcase slice_case(ot_dtype dt)
+{
+    gcase c = {.what = "slice", .n = 1};
+    ot_shape s = rand_shape(1);
+    c.in[0] = operand(s, dt, D_ANY, 0);
+    ot_index idx[OT_MAX_DIMS];
+    for (int d = 0; d < s.ndim; d++) {
+        int k = irand(3), step = (1 + irand(2)) * (irand(2) ? 1 : -1);
+        idx[d] = k == 0 ? OT_ALL : k == 1 ? OT_IDX(irand((int)s.dims[d]))
+                                          : OT_RANGE(irand(4) - 2, irand(5) - 1, step);
+    }
+    c.tree = ot_slice_node_n(ot_mul(c.in[0], 1.5), s.ndim, idx, __FILE__, __LINE__);
+    return c;
+}
+
+static gcase reshape_case(ot_dtype dt)
+{
+    gcase c = {.what = "reshape", .n = 1};
+    ot_shape s = rand_shape(0), r = s;
+    c.in[0] = operand(s, dt, D_ANY, 0);
+    for (int i = 0; i < s.ndim; i++) r.dims[i] = s.dims[s.ndim - 1 - i];
+    c.tree = ot_reshape_node(ot_mul(c.in[0], 1.5), r);
+    return c;
+}
+
+static gcase concat_case(ot_dtype dt)
+{
+    gcase c = {.what = "concat", .n = 2};
+    ot_shape s = rand_shape(1), t = s;
+    int axis = irand(s.ndim);
+    t.dims[axis] = irand(3);
+    c.in[0] = operand(s, dt, D_ANY, 0);
+    c.in[1] = operand(t, dt, D_ANY, 1);
+    ot_node *parts[3] = {ot_mul(c.in[0], 1.5), ot_tensor_node(c.in[1]), ot_tensor_node(c.in[0])};
+    c.tree = ot_concat(3, parts, irand(2) ? axis : axis - s.ndim);
+    return c;
+}
+
 static gcase cast_case(ot_dtype dt)
 {
     gcase c = {.what = "cast", .n = 1};
@@ -452,9 +492,12 @@ static gcase op_case(ot_op op, ot_dtype dt)
     case OT_KIND_BINARY: return binary_case(op, dt);
     case OT_KIND_REDUCE: return reduce_case(op, dt);
     case OT_KIND_DOT: return dot_case(dt);
-    case OT_KIND_SHAPE: return transpose_case(dt);
+    case OT_KIND_SHAPE:
+        return op == OT_OP_SLICE ? slice_case(dt) : op == OT_OP_RESHAPE ? reshape_case(dt)
+                                                                        : transpose_case(dt);
     case OT_KIND_SPECIAL:
-        return op == OT_OP_CAST ? cast_case(dt) : op == OT_OP_KEEP ? keep_case(dt) : none;
+        return op == OT_OP_CAST ? cast_case(dt) : op == OT_OP_KEEP ? keep_case(dt)
+             : op == OT_OP_CONCAT ? concat_case(dt) : none;
     default: return composite_case(op, dt);
     }
 }

@@ -46,6 +46,8 @@ static ot_args good_args(ot_op op)
     ot_args a = {.axis = OT_AXIS_ALL, .dtype = OT_F32, .depth = 3, .lo = 0, .hi = 1};
     if (op == OT_OP_ONEHOT) a.axis = -1;
     if (op == OT_OP_RAND) a.shape = OT_SHAPE(3, 4);
+    if (op == OT_OP_RESHAPE) a.shape = OT_SHAPE(-1);
+    if (op == OT_OP_SLICE) a.start[0] = a.start[1] = 1;   /* x[1, 1]: perm 0 is an index */
     return a;
 }
 

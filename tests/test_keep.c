@@ -12,14 +12,7 @@
 
 enum { N = 4099 };   /* more than a tile, with a tail */
 
-static ot_backend *backend(const char *name, int fusion)
-{
-    unsetenv("OT_BACKEND");
-    unsetenv("OT_FUSION");
-    ot_backend *be = ot_backend_new(name, &(ot_backend_opts){.fusion = fusion, .threads = 2});
-    CHECK(be != NULL);
-    return be;
-}
+static ot_backend *backend(const char *name, int fusion) { return test__backend(name, fusion); }
 
 static ot_tensor *ramp(ot_backend *be, ot_dtype dt, double scale)
 {

@@ -164,6 +164,7 @@ TEST(parse_reads_ot_pp_back)
         check_round_trip(&f, t, what);
     }
     ot_node *x = ot_add(f.a, f.b);
+    ot_node *three[] = {f.nodes[0], ot_exp(f.b), f.nodes[0]};
     ot_node *trees[] = {
         ot_dot(f.a, f.m), ot_batched_dot(f.n, ot_T(f.n, {0, 2, 1})), ot_T(f.a),
         ot_cast(f.a, OT_F64), ot_onehot(f.i, 5, 0, OT_F64), ot_rand(OT_SHAPE(3, 4), 7, OT_F64),
@@ -175,6 +176,10 @@ TEST(parse_reads_ot_pp_back)
         ot_add(ot_cast(f.a, OT_F64), ot_constf(0.1f)),  /* an f32 constant in f64 */
         ot_exp(ot_constf(0.1f)), ot_constf(2.5f), ot_consti(-3), ot_mul(f.i, 2),
         ot_named(ot_mul(ot_named(ot_add(f.a, 1), "h1"), ot_named(ot_const(0.5), "lr")), "out"),
+        ot_slice_node(ot_exp(f.a), OT_IDX(2), OT_RANGE(3, OT_NONE, -2)),
+        ot_slice_node(ot_dot(f.a, f.m), OT_RANGE(0, 2), OT_ALL),
+        ot_reshape_node(ot_T(f.a), OT_SHAPE(2, 6)),
+        ot_concat(3, three, 0), ot_stack_nodes(2, three, 1),
     };
     for (size_t k = 0; k < sizeof trees / sizeof *trees; k++) {
         snprintf(what, sizeof what, "tree %zu", k);
@@ -239,6 +244,15 @@ TEST(parse_operators_and_literals)
     CHECK_PARSE(&f, "a < b == b < a", ot_lt(ot_eq(ot_lt(a, b), b), a));   /* not chained */
     CHECK_PARSE(&f, " \ttanh( a*b+a/b )\n", ot_tanh(ot_add(ot_mul(a, b), ot_div(a, b))));
     CHECK_PARSE(&f, "a * inf + nan", ot_add(ot_mul(a, INFINITY), NAN));
+    CHECK_PARSE(&f, "a[1:3]", ot_slice_node(a, OT_RANGE(1, 3)));
+    CHECK_PARSE(&f, "a[:, ::-1]", ot_slice_node(a, OT_ALL, OT_RANGE(OT_NONE, OT_NONE, -1)));
+    CHECK_PARSE(&f, "(a + b)[0, 1:]", ot_slice_node(ot_add(a, b), OT_IDX(0), OT_RANGE(1, OT_END)));
+    CHECK_PARSE(&f, "exp(a)[-1][::2]",
+                ot_slice_node(ot_slice_node(ot_exp(a), OT_IDX(-1)), OT_RANGE(OT_NONE, OT_NONE, 2)));
+    CHECK_PARSE(&f, "reshape(a, shape=(4, 3))", ot_reshape_node(a, OT_SHAPE(4, 3)));
+    CHECK_PARSE(&f, "reshape(a, (2, -1))", ot_reshape_node(a, OT_SHAPE(2, -1)));
+    ot_node *ab[] = {f.nodes[0], f.nodes[1]};
+    CHECK_PARSE(&f, "concat(a, b, axis=1)", ot_concat(2, ab, 1));
     /* integer literals are i32 constants, others f64: both weak */
     ot_node *two = parse(&f, "2");
     CHECK(two && ot_node_dtype(two) == OT_I32);
@@ -324,6 +338,11 @@ TEST(parse_errors_name_the_column)
         {"batched_dot(a, b)", OT_EINVAL, "col 1: batched_dot: operands must be 3-D"},
         {"a == = b", OT_EINVAL, "col 6: unexpected '='"},
         {"a ! b", OT_EINVAL, "unexpected '!'"},
+        {"a[1:2", OT_EINVAL, "col 6: expected ']' to close the index started at col 2"},
+        {"a[x]", OT_EINVAL, "col 3: an index is an integer"},
+        {"a[1:2:0]", OT_EINVAL, "a range's step is not 0"},
+        {"a[5]", OT_EINVAL, "col 2: "},
+        {"a[1,2,3]", OT_EINVAL, "col 2: "},
     };
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         ot_clear_error();

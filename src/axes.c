@@ -256,13 +256,15 @@ int ot__axes_infer(ot_node *n)
 
 /* ---- alignment by name ----------------------------------------------------- */
 
-/* A view v made for a tree, named (NULL: unnamed) and adopted by the
- * current pool; NULL with OT_ENOMEM, v freed. Not ot_tensor_set_name, which
- * clears the error slot: a builder keeps the expression's first error. */
+/* A view v made for a tree, named (NULL: unnamed) unless the view has a
+ * name already (names.c names views of a named tensor, "w.T.reshape(..)"),
+ * and adopted by the current pool; NULL with OT_ENOMEM, v freed. Not
+ * ot_tensor_set_name, which clears the error slot: a builder keeps the
+ * expression's first error. */
 static ot_node *adopt_view(ot_tensor *v, const char *name)
 {
     if (!v) return NULL;
-    if (name) {
+    if (name && !v->name) {
         size_t n = strlen(name) + 1;
         if (!(v->name = ot__malloc(n))) {
             ot_tensor_free(v);

@@ -29,9 +29,10 @@
  *            layer's backprop, so the exchange of layer 3's gradients
  *            overlaps the backprop of layers 2 and 1
  * and the step time (ms, mean over the run after the first step) is
- * printed. --epochs N (default 20), --no-check (skip the single-process
- * run). OT_EXAMPLE_SMALL=1 trains on 2,000 points for 2 epochs without the
- * accuracy requirement (make test runs it so on 2 ranks). Frees everything.
+ * printed. --epochs N (default 20; the accuracy is required of 20 epochs
+ * only), --no-check (skip the single-process run). OT_EXAMPLE_SMALL=1
+ * trains on 2,000 points for 2 epochs without the accuracy requirement
+ * (make test runs it so on 2 ranks). Frees everything.
  */
 #include "optree.h"
 
@@ -346,7 +347,7 @@ static int same_on_all_ranks(const float *mine, int64_t n, int ranks, MPI_Comm c
 /* ---------------------------------------------------------------- main */
 
 typedef struct opts {
-    int mode, epochs, check, small;
+    int mode, epochs, check, small, full;
 } opts;
 
 static int parse(int argc, char **argv, opts *o)
@@ -366,6 +367,7 @@ static int parse(int argc, char **argv, opts *o)
             if (o->mode < 0) return -1;
         } else return -1;
     }
+    o->full = !o->small && o->epochs == 20;
     return o->epochs > 0 ? 0 : -1;
 }
 
@@ -396,7 +398,9 @@ static int demo(const opts *o, int rank, int ranks, MPI_Comm world, ot_backend *
                ranks, ranks > 1 ? "s" : "", MODE_NAME[o->mode], (long long)mr.steps,
                BATCH / ranks, mr.step_ms, mr.comm_ms, 100 * macc,
                same == 1 ? "bitwise identical" : "DIFFERENT");
-    int ok = !rc && same == 1 && (o->small || macc > 0.95);
+    /* The accuracy is required of the full run only (no --epochs, not
+     * small): shorter runs are for timing. */
+    int ok = !rc && same == 1 && (!o->full || macc > 0.95);
     if (o->check && !rc) {
         rc = train(&sr, be, &sn);
         if (!rc) rc = params_get(&sn, sw);
@@ -410,7 +414,7 @@ static int demo(const opts *o, int rank, int ranks, MPI_Comm world, ot_backend *
                    (long long)sr.steps);
         /* One step moves each weight by about lr = 0.01 (Adam); a different
          * rounding of the gradient changes that by far less than 1e-4. */
-        ok = ok && !rc && d1 < 1e-4 && (o->small || (sacc > 0.95 && fabs(macc - sacc) < 0.01));
+        ok = ok && !rc && d1 < 1e-4 && (!o->full || (sacc > 0.95 && fabs(macc - sacc) < 0.01));
         net_free(&sn);
         free(sr.after_one);
         free(sr.after_epoch);

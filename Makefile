@@ -178,8 +178,9 @@ test: deps
 check: tests
 	$(RUN)/test_optree
 
-install: lib cli
+install: lib cli $(if $(HAVE_MPI),$(LIBMPI))
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
+	$(if $(HAVE_MPI),install -m 644 $(LIBMPI) $(DESTDIR)$(PREFIX)/lib/)
 	install -m 755 $(CLI) $(DESTDIR)$(PREFIX)/bin/optree-bench
 	install -m 644 include/optree.h include/optree_ops.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(LIBA) $(DESTDIR)$(PREFIX)/lib/

@@ -1497,7 +1497,7 @@ ot_tensor *ot_eval_at(ot_node *tree, const char *file, int line);
  * on every rank (naming the rank and the tensor), not a hang. Errors:
  * OT_ENULL (comm, tensors or an entry), OT_EINVAL (n < 0, an unknown op, a
  * non-contiguous tensor, MPI not initialised), OT_EALIAS (tensors that
- * overlap), OT_EBACKEND (tensors of different backends), OT_EDTYPE (i32, or
+ * overlap; a read-only broadcast view), OT_EBACKEND (tensors of different backends), OT_EDTYPE (i32, or
  * dtypes that differ across ranks), OT_ESHAPE (shapes that differ across
  * ranks), OT_EOVERFLOW (more than INT_MAX elements of one dtype), OT_ENOMEM,
  * OT_EIO (an MPI call failed, under an error handler that returns). A NULL

@@ -246,44 +246,47 @@ else
 fi
 
 # ---------------------------------------------------------------- mpi
-# ot_allreduce (src/mpi/allreduce.c, in $B/liboptree_mpi.a) on 2 ranks, then
-# examples/mlp_mpi.c small on 2 ranks, checked against one process; only
-# where Open MPI is installed (make deps installs it), reported as skipped
-# otherwise. Not under valgrind or the sanitizers: Open MPI's own start-up
-# is what they would report.
-header "mpi: $B/mpi/test_allreduce and $B/mpi/mlp_mpi under mpirun -np 2"
+# ot_allreduce (src/mpi/allreduce.c, in $B/liboptree_mpi.a) on 2 ranks and
+# on 3 (where the order of a sum shows), then examples/mlp_mpi.c small on 2
+# ranks, checked against one process; only where Open MPI is installed
+# (make deps installs it), reported as skipped otherwise. Not under
+# valgrind or the sanitizers: Open MPI's own start-up is what they report.
+header "mpi: $B/mpi/test_allreduce on 2 and 3 ranks, $B/mpi/mlp_mpi on 2"
 if ! command -v mpicc >/dev/null 2>&1 || ! command -v mpirun >/dev/null 2>&1; then
     echo "mpi: mpicc or mpirun not installed; skipped"
     SUMMARY="$SUMMARY
   mpi: skipped (no mpicc or mpirun)"
 else
-    # Open MPI refuses root unless told; yielding while waiting keeps two
-    # ranks on two shared vCPUs from spinning against each other.
-    MPIRUN="env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 2 --oversubscribe --mca mpi_yield_when_idle 1"
-    log=$LOGS/mpi.log
-    $TMO $MPIRUN "$RB/mpi/test_allreduce" >"$log" 2>&1
-    rc=$?
-    show "$log"
-    log_ex=$LOGS/mpi-mlp.log
-    if $TMO $MPIRUN -x OT_EXAMPLE_SMALL=1 "$RB/mpi/mlp_mpi" >"$log_ex" 2>&1; then
-        echo "[ OK ] mlp_mpi (OT_EXAMPLE_SMALL=1, 2 ranks)"
-        echo "[ OK ] mlp_mpi" >>"$log"
-    else
-        echo "[FAIL] mlp_mpi (OT_EXAMPLE_SMALL=1, 2 ranks; log $log_ex), last lines:"
-        tail -n 30 "$log_ex" | sed 's/^/    /'
-        rc=1
-    fi
-    # One count line: the test program's, plus the example's case.
-    _c=$(sed -n 's/^\([0-9][0-9]*\) passed, \([0-9][0-9]*\) failed$/\1 \2/p' "$log" | tail -n 1)
-    if [ -n "$_c" ]; then
-        set -- $_c
-        if grep -q '^\[ OK \] mlp_mpi$' "$log"; then
-            echo "$(($1 + 1)) passed, $2 failed" >>"$log"
-        else
-            echo "$1 passed, $(($2 + 1)) failed" >>"$log"
+    # Open MPI refuses root unless told; yielding while waiting keeps ranks
+    # on shared vCPUs from spinning against each other.
+    MPIRUN="env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe --mca mpi_yield_when_idle 1"
+    mp=0 mf=0
+    for np in 2 3; do
+        log=$LOGS/mpi-$np.log
+        $TMO $MPIRUN -np $np "$RB/mpi/test_allreduce" >"$log" 2>&1
+        rc=$?
+        show "$log"
+        _c=$(sed -n 's/^\([0-9][0-9]*\) passed, \([0-9][0-9]*\) failed$/\1 \2/p' "$log" | tail -n 1)
+        if [ -z "$_c" ] || [ "$rc" -ne 0 ]; then
+            echo "[FAIL] test_allreduce on $np ranks: exit status $rc; see $log"
+            mf=$((mf + 1))
         fi
+        if [ -n "$_c" ]; then
+            set -- $_c
+            mp=$((mp + $1)) mf=$((mf + $2))
+        fi
+    done
+    log=$LOGS/mpi-mlp.log
+    if $TMO $MPIRUN -np 2 -x OT_EXAMPLE_SMALL=1 "$RB/mpi/mlp_mpi" >"$log" 2>&1; then
+        echo "[ OK ] mlp_mpi (OT_EXAMPLE_SMALL=1, 2 ranks)"
+        mp=$((mp + 1))
+    else
+        echo "[FAIL] mlp_mpi (OT_EXAMPLE_SMALL=1, 2 ranks; log $log), last lines:"
+        tail -n 30 "$log" | sed 's/^/    /'
+        mf=$((mf + 1))
     fi
-    count_phase mpi "$log" "$rc"
+    echo "$mp passed, $mf failed"
+    record mpi "$mp" "$mf"
 fi
 
 # ---------------------------------------------------------------- valgrind

@@ -74,6 +74,9 @@ static int check_local(int n, ot_tensor *const t[], ot_reduce_op op)
         if (dt != OT_F32 && dt != OT_F64)
             return ot__err_set(OT_EDTYPE, NULL, 0, FN, "tensors[%d] is %s, not f32 or f64",
                                i, ot_dtype_name(dt));
+        if (t[i]->readonly)
+            return ot__err_set(OT_EALIAS, NULL, 0, FN, "tensors[%d] is a read-only broadcast "
+                               "view", i);
         if (!ot_tensor_is_contiguous(t[i]))
             return ot__err_set(OT_EINVAL, NULL, 0, FN, "tensors[%d] is not contiguous "
                                "(ot_copy it, reduce the copy, assign it back)", i);
@@ -239,7 +242,7 @@ int ot_allreduce_start(const void *comm, int n, ot_tensor *const tensors[], ot_r
     ot_clear_error();
     int status = req ? check_local(n, tensors, op) : ot__err_null(FN, "req");
     int out = agree_status(c, ranks, status, n);
-    if (!out) out = agree_shapes(c, ranks, n, tensors);
+    if (!out && n > 0) out = agree_shapes(c, ranks, n, tensors);
     if (out) return out;
     ot_allreduce_req *q = req_new(c, ranks, n, tensors, op);
     if (!q) return OT_ENOMEM;

@@ -205,7 +205,9 @@ static void bad_local(void)
     ot_tensor *i32 = ot_zeros(cpu, OT_SHAPE(3), OT_I32);
     ot_tensor *onref = filled(ref, OT_SHAPE(2), OT_F32, rank, 1);
     ot_tensor *part = ot_slice(x, OT_RANGE(0, 2));
-    CHECK(xt && i32 && onref && part);
+    ot_tensor *row = ot_slice(x, OT_RANGE(0, 1));
+    ot_tensor *bc = ot_broadcast_to(row, OT_SHAPE(1, 4));   /* contiguous, read-only */
+    CHECK(xt && i32 && onref && part && bc && ot_tensor_is_contiguous(bc));
     ot_allreduce_req *q = (ot_allreduce_req *)&q;
     CHECK_ERR(ot_allreduce(NULL, 1, &x, OT_REDUCE_SUM), OT_ENULL, "comm");
     CHECK_ERR(ot_allreduce(&world, 1, NULL, OT_REDUCE_SUM), OT_ENULL, "tensors");
@@ -221,12 +223,15 @@ static void bad_local(void)
               "overlap");
     CHECK_ERR(ot_allreduce(&world, 2, (ot_tensor *[]){x, onref}, OT_REDUCE_SUM), OT_EBACKEND,
               "tensors[1] is on backend ref");
+    CHECK_ERR(ot_allreduce(&world, 1, &bc, OT_REDUCE_SUM), OT_EALIAS, "read-only");
     CHECK_ERR(ot_allreduce_start(&world, 1, &x, OT_REDUCE_SUM, NULL), OT_ENULL, "req");
     CHECK_ERR(ot_allreduce_start(&world, 1, &xt, OT_REDUCE_SUM, &q), OT_EINVAL, "contiguous");
     CHECK(q == NULL);
     CHECK_ERR(ot_allreduce_wait(NULL), OT_ENULL, "req");
     check_untouched(x, 0);
     check_untouched(onref, 1);
+    ot_tensor_free(bc);
+    ot_tensor_free(row);
     ot_tensor_free(part);
     ot_tensor_free(xt);
     ot_tensor_free(x);

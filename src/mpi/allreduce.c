@@ -229,6 +229,7 @@ int ot_allreduce_start(const void *comm, int n, ot_tensor *const tensors[], ot_r
                        ot_allreduce_req **req)
 {
     if (req) *req = NULL;
+    ot_clear_error();
     if (!comm) return ot__err_null(FN, "comm");
     int inited = 0, done = 0;
     MPI_Initialized(&inited);
@@ -239,7 +240,6 @@ int ot_allreduce_start(const void *comm, int n, ot_tensor *const tensors[], ot_r
     MPI_Comm c = *(const MPI_Comm *)comm;
     int ranks = 0, rc = MPI_Comm_size(c, &ranks);
     if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Comm_size");
-    ot_clear_error();
     int status = req ? check_local(n, tensors, op) : ot__err_null(FN, "req");
     int out = agree_status(c, ranks, status, n);
     if (!out && n > 0) out = agree_shapes(c, ranks, n, tensors);

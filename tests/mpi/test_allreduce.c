@@ -209,6 +209,8 @@ static void bad_local(void)
     ot_tensor *bc = ot_broadcast_to(row, OT_SHAPE(1, 4));   /* contiguous, read-only */
     CHECK(xt && i32 && onref && part && bc && ot_tensor_is_contiguous(bc));
     ot_allreduce_req *q = (ot_allreduce_req *)&q;
+    ot_tensor_free(ot_reshape(x, OT_SHAPE(5)));   /* an earlier error in the slot */
+    CHECK(ot_errcode() != 0 && ot_errcode() != OT_ENULL);
     CHECK_ERR(ot_allreduce(NULL, 1, &x, OT_REDUCE_SUM), OT_ENULL, "comm");
     CHECK_ERR(ot_allreduce(&world, 1, NULL, OT_REDUCE_SUM), OT_ENULL, "tensors");
     CHECK_ERR(ot_allreduce(&world, 2, (ot_tensor *[]){x, NULL}, OT_REDUCE_SUM), OT_ENULL,

@@ -27,7 +27,7 @@ SRCS  := $(wildcard src/*.c)
 OBJS  := $(SRCS:src/%.c=$(BUILD)/obj/%.o)
 TSRCS := $(wildcard tests/*.c)
 TOBJS := $(TSRCS:tests/%.c=$(BUILD)/tobj/%.o)
-EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
+EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(filter-out examples/mlp_mpi.c,$(wildcard examples/*.c)))
 # Tile kernels (src/kernels/): tile.inc compiled once per ISA by k_<isa>.c,
 # each with its own flags (only these objects get -m flags), -O3 after
 # CFLAGS. Off x86 only the scalar table and the dispatcher are built.
@@ -47,7 +47,7 @@ OBJS  += $(KOBJS)
 LIBA  := $(BUILD)/liboptree.a
 LIBSO := $(BUILD)/liboptree.so
 
-.PHONY: all lib tests examples cli demo test check deps install clean bench fuzz FORCE
+.PHONY: all lib tests examples cli demo test check deps install clean bench fuzz mpi demo-mpi FORCE
 FORCE:
 all: lib tests examples cli
 
@@ -122,6 +122,53 @@ demo: deps
 	$(RUN)/examples/tour
 	$(RUN)/examples/mlp
 
+# Data-parallel training over MPI (src/mpi/): built only where mpicc is
+# found, into its own library, so that liboptree never depends on libmpi.
+# The test program and examples/mlp_mpi.c go to $(BUILD)/mpi/, outside
+# $(BUILD)/examples (which make test runs under valgrind, without mpirun).
+MPICC    ?= mpicc
+MPIRUN   ?= mpirun
+HAVE_MPI := $(shell command -v $(MPICC) >/dev/null 2>&1 && echo 1)
+LIBMPI   := $(BUILD)/liboptree_mpi.a
+MPI_BINS := $(BUILD)/mpi/test_allreduce $(BUILD)/mpi/mlp_mpi
+# Open MPI refuses to run as root unless told that it is meant.
+MPIRUN_ENV := $(if $(filter 0,$(shell id -u)),OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
+# Ranks yield while they wait: on a machine with as many cores as ranks,
+# shared with other work, spinning ranks steal each other's core.
+MPIRUN_OPTS ?= --oversubscribe --mca mpi_yield_when_idle 1
+
+$(BUILD)/obj/mpi/%.o: src/mpi/%.c $(FLAGS)
+	@mkdir -p $(dir $@)
+	$(MPICC) $(CPPFLAGS) $(CFLAGS) $(DEPFLAGS) -c $< -o $@
+$(LIBMPI): $(BUILD)/obj/mpi/allreduce.o
+	@rm -f $@
+	ar rcs $@ $^
+$(BUILD)/mpi/test_allreduce: tests/mpi/test_allreduce.c $(LIBMPI) $(LIBA) $(FLAGS)
+	@mkdir -p $(dir $@)
+	$(MPICC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LIBMPI) $(LIBA) $(LDFLAGS) $(LDLIBS)
+$(BUILD)/mpi/mlp_mpi: examples/mlp_mpi.c $(LIBMPI) $(LIBA) $(FLAGS)
+	@mkdir -p $(dir $@)
+	$(MPICC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LIBMPI) $(LIBA) $(LDFLAGS) $(LDLIBS)
+
+ifeq ($(HAVE_MPI),1)
+all: mpi
+mpi: $(LIBMPI) $(MPI_BINS)
+else
+mpi:
+	@echo "mpi: $(MPICC) not found (make deps installs libopenmpi-dev and openmpi-bin)" >&2
+	@exit 1
+endif
+
+# examples/mlp_mpi.c on 2 ranks (on any machine: --oversubscribe), checked
+# against one process training on the same global batches; then its step
+# time at 1 and 2 ranks, with and without overlapping the allreduces.
+demo-mpi: deps
+	@$(MAKE) --no-print-directory mpi
+	$(MPIRUN_ENV) $(MPIRUN) -np 2 $(MPIRUN_OPTS) $(RUN)/mpi/mlp_mpi
+	@for np in 1 2; do for mode in fused staged overlap; do \
+	    $(MPIRUN_ENV) $(MPIRUN) -np $$np $(MPIRUN_OPTS) $(RUN)/mpi/mlp_mpi \
+	        --mode $$mode --epochs 2 --no-check | grep 'step time' || exit 1; done; done
+
 # Everything: unit tests, NumPy differential tests, the sanitizer pass and
 # the examples under valgrind; ends with one "N passed, N failed" line.
 test: deps
@@ -131,8 +178,9 @@ test: deps
 check: tests
 	$(RUN)/test_optree
 
-install: lib cli
+install: lib cli $(if $(HAVE_MPI),$(LIBMPI))
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
+	$(if $(HAVE_MPI),install -m 644 $(LIBMPI) $(DESTDIR)$(PREFIX)/lib/)
 	install -m 755 $(CLI) $(DESTDIR)$(PREFIX)/bin/optree-bench
 	install -m 644 include/optree.h include/optree_ops.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(LIBA) $(DESTDIR)$(PREFIX)/lib/
@@ -182,4 +230,4 @@ $(BUILD)/fuzz: tools/fuzz_main.c tests/fuzz.c tests/fuzz.h examples/custom_ops.h
 fuzz: $(BUILD)/fuzz
 	$(RUN)/fuzz --seed $(SEED) --first $(FIRST) -n $(N) --jobs $(JOBS) --findings "$(FINDINGS)" $(FUZZ_ARGS)
 
--include $(OBJS:.o=.d) $(TOBJS:.o=.d)
+-include $(OBJS:.o=.d) $(TOBJS:.o=.d) $(BUILD)/obj/mpi/allreduce.d

@@ -245,6 +245,50 @@ else
     count_phase tsan "$log" "$rc"
 fi
 
+# ---------------------------------------------------------------- mpi
+# ot_allreduce (src/mpi/allreduce.c, in $B/liboptree_mpi.a) on 2 ranks and
+# on 3 (where the order of a sum shows), then examples/mlp_mpi.c small on 2
+# ranks, checked against one process; only where Open MPI is installed
+# (make deps installs it), reported as skipped otherwise. Not under
+# valgrind or the sanitizers: Open MPI's own start-up is what they report.
+header "mpi: $B/mpi/test_allreduce on 2 and 3 ranks, $B/mpi/mlp_mpi on 2"
+if ! command -v mpicc >/dev/null 2>&1 || ! command -v mpirun >/dev/null 2>&1; then
+    echo "mpi: mpicc or mpirun not installed; skipped"
+    SUMMARY="$SUMMARY
+  mpi: skipped (no mpicc or mpirun)"
+else
+    # Open MPI refuses root unless told; yielding while waiting keeps ranks
+    # on shared vCPUs from spinning against each other.
+    MPIRUN="env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe --mca mpi_yield_when_idle 1"
+    mp=0 mf=0
+    for np in 2 3; do
+        log=$LOGS/mpi-$np.log
+        $TMO $MPIRUN -np $np "$RB/mpi/test_allreduce" >"$log" 2>&1
+        rc=$?
+        show "$log"
+        _c=$(sed -n 's/^\([0-9][0-9]*\) passed, \([0-9][0-9]*\) failed$/\1 \2/p' "$log" | tail -n 1)
+        if [ -z "$_c" ] || [ "$rc" -ne 0 ]; then
+            echo "[FAIL] test_allreduce on $np ranks: exit status $rc; see $log"
+            mf=$((mf + 1))
+        fi
+        if [ -n "$_c" ]; then
+            set -- $_c
+            mp=$((mp + $1)) mf=$((mf + $2))
+        fi
+    done
+    log=$LOGS/mpi-mlp.log
+    if $TMO $MPIRUN -np 2 -x OT_EXAMPLE_SMALL=1 "$RB/mpi/mlp_mpi" >"$log" 2>&1; then
+        echo "[ OK ] mlp_mpi (OT_EXAMPLE_SMALL=1, 2 ranks)"
+        mp=$((mp + 1))
+    else
+        echo "[FAIL] mlp_mpi (OT_EXAMPLE_SMALL=1, 2 ranks; log $log), last lines:"
+        tail -n 30 "$log" | sed 's/^/    /'
+        mf=$((mf + 1))
+    fi
+    echo "$mp passed, $mf failed"
+    record mpi "$mp" "$mf"
+fi
+
 # ---------------------------------------------------------------- valgrind
 # Every example runs on both backends; the cpu one with its SSE2 kernels,
 # which valgrind can run everywhere. Generated code (src/jit.c) exists for

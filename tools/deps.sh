@@ -20,9 +20,13 @@ if ! command -v dpkg-query >/dev/null 2>&1; then
     exit 0
 fi
 
+# The native architecture's package: with a second architecture added
+# (make test-arm64 adds arm64), a bare name would report both copies.
+arch=$(dpkg --print-architecture 2>/dev/null || true)
 missing=""
 for p in $PKGS; do
-    st=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+    st=$(dpkg-query -W -f='${Status}' "$p:$arch" 2>/dev/null ||
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
     if [ "$st" != "install ok installed" ]; then
         missing="$missing $p"
     fi

@@ -17,24 +17,41 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <semaphore.h>
 #include <stdalign.h>
+#include <unistd.h>
 
 /* Work (elements times their cost in adds, exec.c's kernel_work) below
  * which a run stays on the calling thread, and the work each thread woken
- * must have at least. Handing a run to the pool and back cost 10-40 us on
- * the 2-vCPU build machine (ot__threads_handoff_us measures it), and 2^20
- * adds' worth of work takes 50-100 us on one core there: below that, sum(a*b)
- * of 32768 elements ran 10x slower at 2 threads than at 1. */
+ * must have at least. Handing a run to sleeping workers and back cost 7-100
+ * us on the 2-vCPU build machine (README, "Thread scaling"), and 2^20 adds'
+ * worth of work takes 50-100 us on one core there: below that, sum(a*b) of
+ * 32768 elements ran 4-10x slower at 2 and 4 threads than at 1. */
 #define PARALLEL_MIN ((int64_t)1 << 20)
 #define PER_THREAD ((int64_t)1 << 19)
 /* Polls of the busy count before the caller sleeps: the caller's last chunk
  * usually ends within a chunk's time of the workers', and a short poll
  * saves a futex sleep and wake-up. */
 #define CALLER_SPIN 4000
+/* Polls of a worker's semaphore after a run before it sleeps, where the
+ * pool fits the machine's CPUs: back-to-back runs (a plan's kernels, a
+ * training loop's steps) then find it awake. On the 2-vCPU build machine a
+ * hand-off to one worker took 0.5 us so, 7 us through a futex wake-up; in
+ * a pool larger than the CPUs, spinning workers took the CPU from the
+ * ones with work and a hand-off took 50x longer, so they never spin there. */
+#define WORKER_SPIN 2000
 
-static inline void cpu_relax(void)
+/* One poll's wait. Every 64th gives the CPU away: where the machine is
+ * busier than the pool (other processes), a poller sharing a CPU with the
+ * thread it waits for would otherwise hold it for its whole time slice
+ * (hand-offs of 120-150 us, against 1 us, on the loaded build machine). */
+static void poll_pause(int i)
 {
+    if (i % 64 == 63) {
+        sched_yield();
+        return;
+    }
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #elif defined(__aarch64__)
@@ -57,6 +74,7 @@ struct ot_threads {
     pthread_cond_t done;
     atomic_bool quit;
     atomic_ullong handoffs;    /* runs handed to the pool, ever */
+    int spin;                  /* WORKER_SPIN, or 0 in a pool beyond the CPUs */
     chunk_fn fn;               /* the run's; read by every chunk */
     void *ctx;
     int64_t nchunks;
@@ -74,7 +92,11 @@ static void *worker(void *arg)
     worker_arg *w = arg;
     ot_threads *t = w->t;
     for (;;) {
-        while (sem_wait(&w->go) != 0 && errno == EINTR) continue;
+        int polls = 0;
+        while (polls < t->spin && sem_trywait(&w->go) != 0) {
+            poll_pause(polls++);
+        }
+        while (polls == t->spin && sem_wait(&w->go) != 0 && errno == EINTR) continue;
         if (atomic_load(&t->quit)) return NULL;
         run_chunks(t, w->slot);
         if (atomic_fetch_sub(&t->busy, 1) == 1) {
@@ -113,6 +135,8 @@ ot_threads *ot__threads_new(int workers)
         return NULL;
     }
     t->arg = arg;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    t->spin = cpus > 0 && workers < cpus ? WORKER_SPIN : 0;
     pthread_mutex_init(&t->mu, NULL);
     pthread_mutex_init(&t->run, NULL);
     pthread_cond_init(&t->done, NULL);
@@ -163,7 +187,7 @@ void ot__parallel(ot_threads *t, int slot, int64_t n, int64_t work, chunk_fn fn,
     atomic_store(&t->busy, (int)woken);
     for (int64_t i = 0; i < woken; i++) sem_post(&t->arg[i].go);
     run_chunks(t, slot);
-    for (int i = 0; i < CALLER_SPIN && atomic_load(&t->busy) > 0; i++) cpu_relax();
+    for (int i = 0; i < CALLER_SPIN && atomic_load(&t->busy) > 0; i++) poll_pause(i);
     if (atomic_load(&t->busy) > 0) {
         pthread_mutex_lock(&t->mu);
         while (atomic_load(&t->busy) > 0) pthread_cond_wait(&t->done, &t->mu);

@@ -1,11 +1,12 @@
 /*
- * test_scaling.c - results are bitwise the same for any number of threads
+ * test_threads_scaling.c - results are bitwise the same for any number of threads
  * (1, 2, 3, 4, 8): elementwise kernels, the three kinds of reduction (over
  * everything, along rows, along columns), a dot and its epilogue, and a
  * training step (gradients by autodiff, then an SGD update). Each threaded
  * case also checks that the worker pool really ran (its hand-off counter
  * moved), so that a change of threshold cannot make these tests pass
- * serially; and small work must never wake the pool.
+ * serially; and small work must never wake the pool. Its name has
+ * "thread" in it, so make test runs it under ThreadSanitizer too.
  */
 #include "test.h"
 #include "cpu.h"

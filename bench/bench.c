@@ -4,7 +4,7 @@
  * and bench/results.md.
  *
  *     build/bench/bench [--quick] [--only W1,W5] [--runs N] [--backend ref|cpu]
- *                       [--out DIR] [--explain]
+ *                       [--out DIR] [--explain] [--scaling] [--threads 1,2,4,8,16]
  *
  * Each case is timed in these variants: optree fused (threads 1), optree
  * with fusion off (threads 1), the reference loop (one thread; in both store
@@ -17,7 +17,9 @@
  * comparison stays like with like). Every optree result is checked against
  * the reference loop's output in each store mode (or the case's check_ref),
  * and one more call of each optree variant counts the kernels it runs.
- * --explain prints the plan of one call of each case to stderr.
+ * --explain prints the plan of one call of each case to stderr. A full run
+ * (no --only) ends with the thread-scaling tables of scaling.c, at the
+ * counts of --threads; --scaling runs those tables alone.
  */
 #define _DEFAULT_SOURCE   /* madvise */
 #include "bench.h"
@@ -45,17 +47,9 @@ typedef struct options {
     const char *backend;
     const char *out_dir;
     bool explain;
+    bool scaling_only;
+    scaling_opts scaling;
 } options;
-
-typedef struct variant {
-    ot_backend *be;
-    ot_tensor *in[BENCH_MAX_IN];
-    ot_tensor *out;
-    ot_node *tree;              /* prebuilt cases: built once, assigned per call */
-    ot_program *prog;           /* program cases: compiled once, run per call */
-    int nbind;
-    ot_bind bind[BENCH_MAX_IN];
-} variant;
 
 const char *const bench_in_names[BENCH_MAX_IN] = {"in0", "in1", "in2", "in3", "in4",
                                                   "in5", "in6", "in7", "in8", "in9"};
@@ -75,7 +69,7 @@ void bench_die(const char *fmt, ...)
 
 /* 64-byte aligned, as optree's buffers are: the hand loops get the same
  * alignment, and streaming stores whole cache lines from the first vector. */
-static void *xmalloc(size_t n)
+void *bench_xmalloc(size_t n)
 {
     void *p = aligned_alloc(64, (n + 63) & ~(size_t)63);
     if (!p) die("out of memory (%zu bytes)", n);
@@ -89,7 +83,7 @@ static void *xmalloc(size_t n)
 static void *data_alloc(size_t n)
 {
     const size_t huge = (size_t)2 << 20;
-    if (n < 2 * huge) return xmalloc(n);
+    if (n < 2 * huge) return bench_xmalloc(n);
     size_t cap = (n + huge - 1) & ~(huge - 1);
     void *p = aligned_alloc(huge, cap);
     if (!p) die("out of memory (%zu bytes)", n);
@@ -110,7 +104,7 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static double median(double *v, int n)
+double bench_median(double *v, int n)
 {
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
@@ -121,12 +115,13 @@ static double median(double *v, int n)
 static void usage(void)
 {
     die("usage: bench [--quick] [--only W1,W5] [--runs N] [--backend ref|cpu] [--out DIR] "
-        "[--explain]");
+        "[--explain] [--scaling] [--threads 1,2,4,8,16 (increasing, from 1)]");
 }
 
 static options parse_args(int argc, char **argv)
 {
-    options o = {false, NULL, 9, "cpu", "bench", false};
+    options o = {false, NULL, 9, "cpu", "bench", false, false, {.ncounts = 0}};
+    scaling_parse_counts(&o.scaling, "1,2,4,8,16");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool has_val = i + 1 < argc;
@@ -136,10 +131,18 @@ static options parse_args(int argc, char **argv)
         else if (strcmp(a, "--backend") == 0 && has_val) o.backend = argv[++i];
         else if (strcmp(a, "--out") == 0 && has_val) o.out_dir = argv[++i];
         else if (strcmp(a, "--explain") == 0) o.explain = true;
+        else if (strcmp(a, "--scaling") == 0) o.scaling_only = true;
+        else if (strcmp(a, "--threads") == 0 && has_val) {
+            if (!scaling_parse_counts(&o.scaling, argv[++i])) usage();
+        }
         else usage();
     }
     if (o.runs < 1) usage();
     if (o.runs < 7) fprintf(stderr, "bench: note: BENCH.md asks for at least 7 runs\n");
+    o.scaling.runs = o.runs;
+    o.scaling.quick = o.quick;
+    o.scaling.backend = o.backend;
+    o.scaling.out_dir = o.out_dir;
     return o;
 }
 
@@ -208,7 +211,7 @@ static bench_machine machine(const options *o, const ref_loops *refs)
 
 /* ---- backends and data --------------------------------------------------- */
 
-static ot_backend *backend(const char *name, int threads, int fusion)
+ot_backend *bench_backend(const char *name, int threads, int fusion)
 {
     ot_backend_opts opts = {.threads = threads, .fusion = fusion};
     ot_backend *be = ot_backend_new(name, &opts);
@@ -238,7 +241,7 @@ void bench_fill_uniform(float *p, size_t n, float lo, float hi, uint64_t *state)
         p[i] = lo + (hi - lo) * (float)(bench_rand(state) >> 40) * 0x1p-24f;
 }
 
-static void data_new(bench_data *d, const bench_case *c, bool quick, int case_index)
+void bench_data_new(bench_data *d, const bench_case *c, bool quick, int case_index)
 {
     *d = (bench_data){0};
     c->shapes(d, quick);
@@ -254,14 +257,14 @@ static void data_new(bench_data *d, const bench_case *c, bool quick, int case_in
     d->out_numel = numel(d->out_shape);
 }
 
-static void data_free(bench_data *d)
+void bench_data_free(bench_data *d)
 {
     for (int i = 0; i < d->n_in; i++)
         free(d->in[i]);
     free(d->scratch);
 }
 
-static void variant_new(variant *v, ot_backend *be, const bench_case *c, const bench_data *d)
+void bench_variant_new(variant *v, ot_backend *be, const bench_case *c, const bench_data *d)
 {
     *v = (variant){.be = be};   /* nbind, prog and tree stay 0 where the case has none */
     for (int i = 0; i < d->n_in; i++) {
@@ -283,7 +286,7 @@ static void variant_new(variant *v, ot_backend *be, const bench_case *c, const b
     for (int i = 0; i < v->nbind; i++) v->bind[i] = OT_BIND_TENSOR(bench_in_names[i], v->in[i]);
 }
 
-static void variant_free(variant *v, int n_in)
+void bench_variant_free(variant *v, int n_in)
 {
     ot_program_free(v->prog);
     for (int i = 0; i < n_in; i++)
@@ -306,12 +309,15 @@ static int one_call(const bench_case *c, const variant *v)
     return rc;
 }
 
+int bench_blas_threads;
+
 /* Seconds per call. */
-static double time_optree(const bench_case *c, const variant *v, long calls)
+double bench_time_optree(const bench_case *c, const variant *v, long calls)
 {
     /* OpenBLAS's threads are process-wide, the host program's to set (the
      * library never changes them): each variant's dots get its threads. */
-    openblas_set_num_threads(ot_backend_options(v->be).threads);
+    int blas = bench_blas_threads > 0 ? bench_blas_threads : ot_backend_options(v->be).threads;
+    openblas_set_num_threads(blas);
     double t0 = now_s();
     for (long k = 0; k < calls; k++)
         if (one_call(c, v) != 0)
@@ -347,14 +353,14 @@ static double max_rel_err(const float *got, const float *want, size_t n, double 
  * case's inputs are first restored from the host data, and what the call
  * updated is collected into out, so that every variant is checked on one
  * step from the same state. */
-static long counted_call(const bench_case *c, const bench_data *d, const variant *v)
+long bench_counted_call(const bench_case *c, const bench_data *d, const variant *v)
 {
     if (c->collect)
         for (int i = 0; i < d->n_in; i++)
             if (ot_set(v->in[i], d->in[i]) != 0) die("%s: ot_set: %s", c->id, ot_errmsg());
     ot_stats s0, s1;
     bool counted = ot_stats(v->be, &s0) == 0;
-    time_optree(c, v, 1);
+    bench_time_optree(c, v, 1);
     counted = ot_stats(v->be, &s1) == 0 && counted;
     if (c->collect) {
         ot_pool *pool = ot_pool_push();
@@ -370,7 +376,7 @@ static double check_variants(const bench_case *c, const variant vs[], const floa
                              size_t n, const char *ref)
 {
     static const char *const names[V_COUNT] = {"fused", "unfused", "fused 2T"};
-    float *got = xmalloc(n * sizeof *got);
+    float *got = bench_xmalloc(n * sizeof *got);
     double worst = 0;
     for (int k = 0; k < V_COUNT; k++) {
         if (ot_get(vs[k].out, got) != 0) die("%s: ot_get: %s", c->id, ot_errmsg());
@@ -407,7 +413,7 @@ typedef struct medians {
 /* Lets threads that spin after multi-threaded work (OpenBLAS's workers
  * poll with sched_yield for a while) go to sleep: on 2 vCPUs sharing one
  * core, a spinning worker takes half of the core from the next timing. */
-static void settle(void)
+void bench_settle(void)
 {
     struct timespec ts = {0, 300 * 1000 * 1000};
     nanosleep(&ts, NULL);
@@ -429,11 +435,11 @@ static medians time_case(const bench_case *c, const bench_data *d, const variant
     int nref = ref_modes(c, L);
     double *t[V_COUNT + STORE_MODES];
     for (int k = 0; k < V_COUNT + STORE_MODES; k++)
-        t[k] = xmalloc((size_t)runs * sizeof(double));
+        t[k] = bench_xmalloc((size_t)runs * sizeof(double));
     for (int r = -1; r < runs; r++) {
         for (int k = 0; k < V_COUNT; k++) {
             if (k == V_FUSED2) continue;
-            double s = time_optree(c, &vs[k], calls);
+            double s = bench_time_optree(c, &vs[k], calls);
             if (r >= 0) t[k][r] = s;
         }
         for (int sm = 0; sm < nref; sm++) {
@@ -442,13 +448,13 @@ static medians time_case(const bench_case *c, const bench_data *d, const variant
         }
     }
     for (int r = -1; r < runs; r++) {
-        double s = time_optree(c, &vs[V_FUSED2], calls);
+        double s = bench_time_optree(c, &vs[V_FUSED2], calls);
         if (r >= 0) t[V_FUSED2][r] = s;
     }
-    settle();
+    bench_settle();
     medians m;
     for (int k = 0; k < V_COUNT + STORE_MODES; k++) {
-        m.t[k] = k < V_COUNT + nref ? median(t[k], runs) : -1;
+        m.t[k] = k < V_COUNT + nref ? bench_median(t[k], runs) : -1;
         free(t[k]);
     }
     return m;
@@ -491,13 +497,13 @@ static bench_row run_case(const bench_case *c, int index, ot_backend *const bes[
                           const options *o, const ref_loops *L)
 {
     bench_data d;
-    data_new(&d, c, o->quick, index);
+    bench_data_new(&d, c, o->quick, index);
     /* Prebuilt trees live in this pool until the case is done. */
     ot_pool *case_pool = c->prebuilt ? ot_pool_push() : NULL;
     if (c->prebuilt && !case_pool) die("%s: ot_pool_push: %s", c->id, ot_errmsg());
     variant vs[V_COUNT];
     for (int k = 0; k < V_COUNT; k++)
-        variant_new(&vs[k], bes[k], c, &d);
+        bench_variant_new(&vs[k], bes[k], c, &d);
     float *ref_out = data_alloc(d.out_numel * sizeof *ref_out);
     if (o->explain) {
         fprintf(stderr, "bench: %s: the plan of one call (fused backend):\n", c->id);
@@ -520,7 +526,7 @@ static bench_row run_case(const bench_case *c, int index, ot_backend *const bes[
     pick_ref(&row, &m, ref_modes(c, L), unit);
     long kernels[V_COUNT];
     for (int k = 0; k < V_COUNT; k++)
-        kernels[k] = counted_call(c, &d, &vs[k]);
+        kernels[k] = bench_counted_call(c, &d, &vs[k]);
     row.kernels = kernels[V_FUSED];
     row.kernels_unfused = kernels[V_UNFUSED];
     if (L) check_case(&row, c, &d, vs, L, ref_out);
@@ -528,8 +534,8 @@ static bench_row run_case(const bench_case *c, int index, ot_backend *const bes[
     free(ref_out);
     if (case_pool) ot_pool_pop(case_pool);
     for (int k = 0; k < V_COUNT; k++)
-        variant_free(&vs[k], d.n_in);
-    data_free(&d);
+        bench_variant_free(&vs[k], d.n_in);
+    bench_data_free(&d);
     return row;
 }
 
@@ -562,18 +568,19 @@ int main(int argc, char **argv)
     const char *forced = getenv("OT_FUSION");
     if (forced && strcmp(forced, "0") == 0)
         fprintf(stderr, "bench: warning: OT_FUSION=0 is set: the fused column is unfused too\n");
+    if (o.scaling_only) return scaling_run(&o.scaling) ? 1 : 0;
     const ref_loops *refs = pick_refs();
     if (!refs)
         fprintf(stderr, "bench: note: this CPU lacks AVX2+FMA: no reference loops, "
                         "results unchecked\n");
 
     ot_backend *bes[V_COUNT] = {
-        [V_FUSED] = backend(o.backend, 1, OT_FUSION_DEFAULT),
-        [V_UNFUSED] = backend(o.backend, 1, OT_FUSION_OFF),
-        [V_FUSED2] = backend(o.backend, 2, OT_FUSION_DEFAULT),
+        [V_FUSED] = bench_backend(o.backend, 1, OT_FUSION_DEFAULT),
+        [V_UNFUSED] = bench_backend(o.backend, 1, OT_FUSION_OFF),
+        [V_FUSED2] = bench_backend(o.backend, 2, OT_FUSION_DEFAULT),
     };
     bench_machine m = machine(&o, refs);
-    bench_row *rows = xmalloc((size_t)bench_ncases * sizeof *rows);
+    bench_row *rows = bench_xmalloc((size_t)bench_ncases * sizeof *rows);
     int n = 0;
     for (int i = 0; i < bench_ncases; i++) {
         if (!selected(o.only, bench_cases[i].id)) continue;
@@ -591,5 +598,6 @@ int main(int argc, char **argv)
     for (int k = 0; k < V_COUNT; k++)
         ot_backend_free(bes[k]);
     if (wrong) fprintf(stderr, "bench: FAILED: some results disagree with the reference\n");
-    return wrong ? 1 : 0;
+    bool differ = !o.only && scaling_run(&o.scaling) != 0;
+    return wrong || differ ? 1 : 0;
 }

@@ -191,6 +191,75 @@ int w11_collect(ot_tensor *out, ot_tensor *const in[]);
 void w11_ref_step(const bench_data *d, float *out);
 void w11_explain(FILE *f, ot_tensor *const in[]);
 
+/* ---- the driver's pieces (bench.c), shared with scaling.c ----------------- */
+
+/* One optree configuration of a case: a backend and its tensors. */
+typedef struct variant {
+    ot_backend *be;
+    ot_tensor *in[BENCH_MAX_IN];
+    ot_tensor *out;
+    ot_node *tree;              /* prebuilt cases: built once, assigned per call */
+    ot_program *prog;           /* program cases: compiled once, run per call */
+    int nbind;
+    ot_bind bind[BENCH_MAX_IN];
+} variant;
+
+void *bench_xmalloc(size_t n);
+double bench_median(double *v, int n);
+ot_backend *bench_backend(const char *name, int threads, int fusion);
+void bench_data_new(bench_data *d, const bench_case *c, bool quick, int case_index);
+void bench_data_free(bench_data *d);
+void bench_variant_new(variant *v, ot_backend *be, const bench_case *c, const bench_data *d);
+void bench_variant_free(variant *v, int n_in);
+/* OpenBLAS's threads for every call when > 0; else each variant's own. */
+extern int bench_blas_threads;
+/* Seconds per call of `calls` calls (OpenBLAS set to the backend's threads). */
+double bench_time_optree(const bench_case *c, const variant *v, long calls);
+/* One call from the case's starting state, its result left in v->out;
+ * returns the kernels it ran (-1: not counted). */
+long bench_counted_call(const bench_case *c, const bench_data *d, const variant *v);
+/* Sleeps long enough for spinning BLAS threads to go to sleep. */
+void bench_settle(void);
+
+/* ---- thread scaling (scaling.c) ------------------------------------------ */
+
+#define SCALING_MAX_COUNTS 8
+
+/* The thread counts of a scaling run and what it runs on. */
+typedef struct scaling_opts {
+    int counts[SCALING_MAX_COUNTS], ncounts;
+    int runs;
+    bool quick;
+    const char *backend;
+    const char *out_dir;
+} scaling_opts;
+
+/* Parses "1,2,4" into o's counts (each in 1..OT_MAX_THREADS, increasing);
+ * false when the list is malformed. */
+bool scaling_parse_counts(scaling_opts *o, const char *list);
+/* Times W2-W5, W6 and W10 at each count and the small-work cases at 1, 2
+ * and 4 threads, checks every result's bits against one thread's, prints
+ * the tables and writes them to out_dir/scaling.md; returns the number of
+ * results that differ from one thread's bits. */
+int scaling_run(const scaling_opts *o);
+
+/* One measured (case, thread count): ms per call, and whether its bits
+ * equal one thread's. */
+typedef struct scaling_cell {
+    int threads;
+    double t;
+    bool same_bits;
+    bool blas_only;             /* differs only through OpenBLAS's threads */
+} scaling_cell;
+
+/* Speedup and parallel efficiency of cell x over the 1-thread cell one. */
+double scaling_speedup(const scaling_cell *one, const scaling_cell *x);
+double scaling_efficiency(const scaling_cell *one, const scaling_cell *x);
+/* One markdown row of a case: threads (with " (oversubscribed)" past cpus),
+ * time, speedup, efficiency and the bit check. */
+void scaling_md_row(FILE *f, const char *id, const char *label, const scaling_cell *one,
+                    const scaling_cell *x, int cpus);
+
 /* ---- results and reports (report.c) -------------------------------------- */
 
 /* One measured row. Times are medians: ms per assignment, or µs for cases

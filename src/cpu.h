@@ -198,6 +198,8 @@ typedef struct ot_kernel {
     bool direct_store;              /* the last insn writes the output in place */
     int64_t run_tile;               /* elements per tile (exec.c), set by
                                        ot__plan_run_prepare */
+    int64_t run_cost;               /* one element's work in adds (exec.c's
+                                       kernel_cost), set there too */
     ot_view store;                  /* EW/REDUCE: where results go; reduced
                                        dims have stride 0 */
     int nxstore;                    /* EW: further outputs, same space */

@@ -28,6 +28,10 @@
                                    per op, so only the per-tile setup counts:
                                    at 4096 it was 2-4% of W1's time) */
 #define TILES_PER_CHUNK 16
+#define EW_CHUNK_ELEMENTS 16384 /* an elementwise chunk's size, at least a
+                                   tile: 16 tiles of generated code (2^18
+                                   elements) left a GEMM block's epilogue one
+                                   chunk, on one thread */
 #define ROWS_PER_CHUNK 4
 
 /* ---- running a tile ------------------------------------------------------- */
@@ -79,6 +83,7 @@ typedef struct run_ctx {
     const double *param;
     const run_mem *mem;
     int64_t tile, inner, nouter, tiles_per_row;
+    int64_t ew_per_chunk;      /* EW: tiles per chunk (ew_tiles_per_chunk) */
     int64_t rest;              /* column reductions: results per tile column */
     double *partial;           /* REDUCE over all: one per chunk */
     int64_t *partial_index;
@@ -462,7 +467,7 @@ static void ew_tile(const run_ctx *c, scratch *s, int64_t t)
 static void ew_body(run_ctx *c, scratch *s, int64_t first, int64_t last)
 {
     int64_t total = c->nouter * c->tiles_per_row;
-    for (int64_t t = first * TILES_PER_CHUNK; t < total && t < last * TILES_PER_CHUNK; t++)
+    for (int64_t t = first * c->ew_per_chunk; t < total && t < last * c->ew_per_chunk; t++)
         ew_tile(c, s, t);
     if (c->k->jit && c->k->jit->fn_stream) store_fence();
 }
@@ -804,9 +809,9 @@ static void set_space(run_ctx *c, const ot_kernel *k)
 static void run_reduce(ot_threads *th, int slot, run_ctx *c)
 {
     const ot_kernel *k = c->k;
-    int64_t elements = c->nouter * c->inner;
+    int64_t work = c->nouter * c->inner * k->run_cost;
     if (k->red_axis == k->ndim - 1 && k->ndim > 0) {
-        ot__parallel(th, slot, (c->nouter + ROWS_PER_CHUNK - 1) / ROWS_PER_CHUNK, elements, row_chunk, c);
+        ot__parallel(th, slot, (c->nouter + ROWS_PER_CHUNK - 1) / ROWS_PER_CHUNK, work, row_chunk, c);
     } else if (k->red_axis >= 0) {
         /* An empty reduced dim still yields results: the identity (or NaN
          * for mean), so the work is counted without it. */
@@ -814,12 +819,12 @@ static void run_reduce(ot_threads *th, int slot, run_ctx *c)
         for (int d = 0; d + 1 < k->ndim; d++)
             if (d != k->red_axis) c->rest *= k->dims[d];
         ot__parallel(th, slot, (c->rest * c->tiles_per_row + TILES_PER_CHUNK - 1) / TILES_PER_CHUNK,
-                 elements, column_chunk, c);
+                 work, column_chunk, c);
     } else {
         int64_t nchunks = all_chunks(c);
         c->partial = region(c->mem, slot, R_PARTIAL);
         c->partial_index = region(c->mem, slot, R_PINDEX);
-        ot__parallel(th, slot, nchunks, elements, all_chunk, c);
+        ot__parallel(th, slot, nchunks, work, all_chunk, c);
         racc a = racc_identity(k->red_op);
         for (int64_t i = 0; i < nchunks; i++) {
             a.isum += (int64_t)c->partial[2 * i + 1];
@@ -830,11 +835,20 @@ static void run_reduce(ot_threads *th, int slot, run_ctx *c)
     }
 }
 
+/* An elementwise kernel's tiles are independent, so its chunks' size never
+ * changes a bit: about EW_CHUNK_ELEMENTS, at most TILES_PER_CHUNK tiles. */
+static int64_t ew_tiles_per_chunk(const run_ctx *c)
+{
+    int64_t t = EW_CHUNK_ELEMENTS / c->tile;
+    return t < 1 ? 1 : t > TILES_PER_CHUNK ? TILES_PER_CHUNK : t;
+}
+
 static void run_ew(ot_threads *th, int slot, run_ctx *c)
 {
     int64_t tiles = c->nouter * c->tiles_per_row;
-    ot__parallel(th, slot, (tiles + TILES_PER_CHUNK - 1) / TILES_PER_CHUNK, c->nouter * c->inner, ew_chunk,
-             c);
+    c->ew_per_chunk = ew_tiles_per_chunk(c);
+    ot__parallel(th, slot, (tiles + c->ew_per_chunk - 1) / c->ew_per_chunk,
+                 c->nouter * c->inner * c->k->run_cost, ew_chunk, c);
 }
 
 /* ---- rand and onehot ------------------------------------------------------ */
@@ -984,6 +998,30 @@ static void run_segment(ot_backend *be, const ot_plan *p, const ot_binding *bind
     }
 }
 
+/* One element's work in adds, the measure of ot__parallel's threshold: one
+ * for its loads and store, plus each op's cost (ops.def) where it runs per
+ * element. */
+static int64_t kernel_cost(const ot_kernel *k)
+{
+    int64_t cost = 1;
+    for (int i = 0; i < k->ninsn; i++) {
+        const ot_insn *in = &k->insns[i];
+        if (in->scalar & 8) continue;
+        if (in->code == OT_I_UNARY || in->code == OT_I_BINARY) cost += ot__op_cost(in->op);
+        else if (in->code == OT_I_FMA) cost += 2;
+    }
+    return k->kind == OT_KER_REDUCE ? cost + 1 : cost;   /* a fold per element */
+}
+
+/* A whole run of k, in adds (a dot: its multiply-adds, 2*m*n*k). */
+static int64_t kernel_work(const ot_kernel *k)
+{
+    if (k->kind == OT_KER_DOT) return 2 * k->m * k->n * k->k * k->batch;
+    int64_t elements = 1;
+    for (int d = 0; d < k->ndim; d++) elements *= k->dims[d];
+    return elements * k->run_cost;
+}
+
 static void run_kernels(ot_backend *be, const ot_plan *p, const ot_binding *bind, char *arena,
                         const run_mem *mem)
 {
@@ -1005,11 +1043,10 @@ static void run_kernels(ot_backend *be, const ot_plan *p, const ot_binding *bind
         }
         return;
     }
-    const ot_kernel *k0 = &p->kernels[0];
-    int64_t nrows = p->rows, elements = 1;
-    for (int d = 0; d < k0->ndim; d++) elements *= k0->dims[d];
+    int64_t nrows = p->rows, work = 0;
+    for (int i = 0; i < p->nkernels; i++) work += kernel_work(&p->kernels[i]);
     block_ctx b = {be, p, bind, arena, mem};
-    ot__parallel(cpu->threads, 0, (nrows + p->row_block - 1) / p->row_block, elements, block_chunk, &b);
+    ot__parallel(cpu->threads, 0, (nrows + p->row_block - 1) / p->row_block, work, block_chunk, &b);
 }
 
 static void need(size_t *have, size_t n)
@@ -1082,7 +1119,10 @@ static bool plan_direct(const ot_plan *p);
 void ot__plan_run_prepare(ot_plan *p)
 {
     run_mem m = {0};
-    for (int i = 0; i < p->nkernels; i++) p->kernels[i].run_tile = tile_for(&p->kernels[i]);
+    for (int i = 0; i < p->nkernels; i++) {
+        p->kernels[i].run_tile = tile_for(&p->kernels[i]);
+        p->kernels[i].run_cost = kernel_cost(&p->kernels[i]);
+    }
     p->run_ok = run_layout(p, &m);
     p->direct = p->run_ok && plan_direct(p);
     p->run_full = m.full;
@@ -1122,8 +1162,8 @@ static void count_run(ot_backend *be, const ot_plan *p)
 }
 
 /* Whether p qualifies for ot__plan_run_direct (see cpu.h). A span of at
- * most a tile is below PARALLEL_MIN, so the executor would have run it on
- * the calling thread too. */
+ * most a tile is one chunk, so the executor would have run it on the
+ * calling thread too. */
 static bool plan_direct(const ot_plan *p)
 {
     const ot_kernel *k = &p->kernels[0];

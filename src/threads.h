@@ -19,7 +19,11 @@ void ot__threads_free(ot_threads *t);
 int ot__threads_workers(const ot_threads *t);
 /* Runs fn over chunks 0..n-1 on the pool (the caller works too, in slot
  * 0, the one it owns then); serially in the caller's slot when there is no
- * pool, little work (elements), or another run holds the pool. */
-void ot__parallel(ot_threads *t, int slot, int64_t n, int64_t elements, chunk_fn fn, void *ctx);
+ * pool, little work (elements times their cost in adds), or another run
+ * holds the pool. */
+void ot__parallel(ot_threads *t, int slot, int64_t n, int64_t work, chunk_fn fn, void *ctx);
+/* Runs handed to the pool's workers so far (a run kept on the calling
+ * thread does not count): tests check that small work wakes no one. */
+uint64_t ot__threads_handoffs(const ot_threads *t);
 
 #endif

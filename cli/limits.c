@@ -113,7 +113,7 @@ static double measure_triad(int threads)
     double best = 0;
     if (a && b && c) {
         triad_pass(a, b, c, n, threads, false, true);
-        for (int rep = 0; rep < 5; rep++)
+        for (int rep = 0; rep < 10; rep++)
             for (int stream = 0; stream <= (have_stream() ? 1 : 0); stream++) {
                 double gbs = 12.0 * (double)n / triad_pass(a, b, c, n, threads, stream, false) / 1e9;
                 if (gbs > best) best = gbs;

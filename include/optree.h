@@ -192,8 +192,9 @@ typedef struct ot_backend_opts {
     int jit;           /* OT_JIT_*: elementwise kernels as generated code
                           where the ISA has it, AVX2 and AVX-512 on x86-64
                           Linux (OT_JIT=0|1). Reported: ON where it runs */
-    int64_t stream_bytes; /* outputs from this many bytes on are written
-                          with streaming stores, by kernels bound by memory
+    int64_t stream_bytes; /* kernels that move this many bytes or more
+                          (reads plus writes) write their outputs with
+                          streaming stores, when they are bound by memory
                           (little arithmetic per byte: a*b + c streams,
                           tanh(a*b + a/b) does not); 0: the last-level cache
                           size; OT_STREAM_NEVER: never (OT_STREAM_BYTES=n,

@@ -240,8 +240,9 @@ TEST(jit_declines_what_it_does_not_cover)
         CHECK(!ot__jit_streams(&h.k, NV * 4));          /* reads what it writes */
         h.k.store.space = OT_SPACE_OUT;
         CHECK(!ot__jit_streams(&h.k, 0));
-        CHECK(!ot__jit_streams(&h.k, NV * 4 + 1));      /* NV floats: too small */
-        CHECK(ot__jit_streams(&h.k, NV * 4));
+        /* three loads and a store of NV floats move 16*NV bytes */
+        CHECK(!ot__jit_streams(&h.k, 16 * NV + 1));
+        CHECK(ot__jit_streams(&h.k, 16 * NV));
         ot_jit *j = ot__jit_build(&h.k, kt, 0, true);
         CHECK(j && j->stream_at > 0);
         ot__jit_free(j);

@@ -114,7 +114,12 @@ static int chance(rng *r, int pct) { return rnd(r, 100) < pct; }
 #define CFG_JIT(c) (((c) / 2) % 2)
 #define CFG_THREADS(c) ((c) % 2 ? 3 : 1)
 #define CFG_FAST(c) ((c) >= 16 && (c) < FUSION_OFF)
+/* On aarch64 the second slot is the NEON table (the x86 ones are absent). */
+#if defined(__aarch64__)
+static const char *const isas[4] = {"scalar", "neon", "avx2", "avx512"};
+#else
 static const char *const isas[4] = {"scalar", "sse2", "avx2", "avx512"};
+#endif
 static ot_backend *cfg_be[NCFG];
 static int cfg_state[NCFG];  /* 0 untried, 1 ok, -1 unavailable */
 static ot_backend *ref_be;

@@ -1106,7 +1106,8 @@ TEST(defect07_jit_sin_cos_tail_lanes)
                         }
                         if (!same_bits(res[0], res[1], dt ? OT_KD_F64 : OT_KD_F32, (int)n))
                             test__fail(__FILE__, __LINE__, "OT_ISA=%s acc %d %s, %s of %s, n = %lld: "
-                                       "generated code and interpreter differ", isa[i], acc,
+                                       "generated code and interpreter differ",
+                                       isa[i] ? isa[i] : "default", acc,
                                        dt ? "f64" : "f32", f % 2 ? "sin" : "cos",
                                        ot_op_name(pre[f / 2]), (long long)n);
                         free(res[0]);

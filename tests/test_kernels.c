@@ -41,8 +41,8 @@
 
 /* ---- the tables under test ------------------------------------------------ */
 
-static const char *const isas[] = {"scalar", "sse2", "avx2", "avx512"};
-enum { NISA = 4 };
+static const char *const isas[] = {"scalar", "sse2", "avx2", "avx512", "neon"};
+enum { NISA = 5 };
 
 /* ---- element access ----------------------------------------------------------- */
 
@@ -964,10 +964,11 @@ TEST(kernels_select)
     const ot_kernels *best = ot__kernels_select(NULL, "isa");
     CHECK(best != NULL);
     if (best) {
-        /* The default prefers avx512, then avx2, sse2, scalar. */
+        /* The default prefers avx512, then avx2, sse2, neon, scalar. */
         const char *want = ot__kernels_for("avx512") ? "avx512"
                            : ot__kernels_for("avx2") ? "avx2"
-                           : ot__kernels_for("sse2") ? "sse2" : "scalar";
+                           : ot__kernels_for("sse2") ? "sse2"
+                           : ot__kernels_for("neon") ? "neon" : "scalar";
         CHECK_STR(best->isa, want);
     }
     for (int i = 0; i < NISA; i++) {
@@ -988,6 +989,13 @@ TEST(kernels_select)
         CHECK(ot__kernels_select("avx512", "isa") == NULL);
         CHECK_ERR(OT_EUNSUPPORTED, "isa=avx512 but this CPU lacks avx512f");
     }
+    CHECK(ot__kernels_select("neon", "isa") == NULL);
+    CHECK_ERR(OT_EUNSUPPORTED, "isa=neon but this build has no neon kernels (not aarch64)");
+#endif
+#if defined(__aarch64__)
+    CHECK(ot__kernels_for("neon") != NULL);
+    CHECK(ot__kernels_select("avx2", "isa") == NULL);
+    CHECK_ERR(OT_EUNSUPPORTED, "isa=avx2 but this build has no avx2 kernels (not x86)");
 #endif
     CHECK(ot__kernels_for("bogus") == NULL);
     CHECK(ot__kernels_for(NULL) == NULL);

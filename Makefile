@@ -52,7 +52,7 @@ OBJS  += $(KOBJS)
 LIBA  := $(BUILD)/liboptree.a
 LIBSO := $(BUILD)/liboptree.so
 
-.PHONY: all lib tests examples cli demo test check deps install clean bench fuzz FORCE
+.PHONY: all lib tests examples cli demo test test-arm64 check deps install clean bench fuzz FORCE
 FORCE:
 all: lib tests examples cli
 
@@ -131,6 +131,13 @@ demo: deps
 # the examples under valgrind; ends with one "N passed, N failed" line.
 test: deps
 	@sh tools/test.sh
+
+# The arm64 build (NEON kernels) cross-compiled into build/arm64 and run
+# under qemu-aarch64: unit tests and examples; installs the cross toolchain,
+# qemu-user and the arm64 SLEEF and OpenBLAS when missing. Ends with one
+# "N passed, M failed" line.
+test-arm64:
+	@sh tools/test_arm64.sh
 
 # The unit tests alone, in this build.
 check: tests

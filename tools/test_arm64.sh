@@ -76,63 +76,69 @@ QEMU="qemu-aarch64 -L /"
 # A limit per run where coreutils' timeout exists (a hang fails, not stalls).
 TMO=""
 command -v timeout >/dev/null 2>&1 && TMO="timeout -k 10"
+LOGS=$B/test-logs
+mkdir -p "$LOGS" || exit 1
 START=$(date +%s)
 P=0
 F=0
+
+# ---------------------------------------------------------------- insns
+# Guest instructions per element of a few f32 kernels, scalar and NEON
+# tables, one thread: qemu's exec log in single-step mode (one line per
+# instruction executed) of examples/isa.c evaluating the expression twice,
+# less the same with one evaluation, over N, leaves out start-up, inputs,
+# planning (the second evaluation hits the plan cache). Wall time under
+# emulation says nothing about real hardware; instruction counts say what
+# the code does (not what it costs: a NEON division or SLEEF's table
+# lookups are not one cycle).
+if [ "${1:-}" = insns ]; then
+    make -s -j"$JOBS" WERROR=-Werror CC=$CROSS BUILD="$B" "$B/examples/isa" || exit 1
+    N=${ARM64_N:-65536}
+    count() {
+        QEMU_LOG_FILENAME=/dev/stdout $QEMU -singlestep -d exec,nochain \
+            "$B/examples/isa" "$1" "$N" "$2" "$3" 2>/dev/null | grep -c '^Trace'
+    }
+    echo "instructions per element, f32, N = $N"
+    printf '%-6s %12s %12s %8s\n' kernel scalar neon ratio
+    for e in fma exp tanh; do
+        s=$(($(count scalar $e 2) - $(count scalar $e 1)))
+        v=$(($(count neon $e 2) - $(count neon $e 1)))
+        awk -v e=$e -v s=$s -v v=$v -v n="$N" \
+            'BEGIN { printf "%-6s %12.2f %12.2f %7.2fx\n", e, s / n, v / n, s / v }'
+    done
+    exit 0
+fi
 
 # ---------------------------------------------------------------- build
 echo "==== arm64 build: CC=$CROSS BUILD=$B"
 if [ "${ARM64_QUICK:-0}" = 1 ]; then
     # The library, then a test binary of the kernel-table cases alone.
-    make -s -j"$JOBS" WERROR=-Werror CC=$CROSS BUILD="$B" lib "$B/examples/isa" >"$B.log" 2>&1 &&
+    make -s -j"$JOBS" WERROR=-Werror CC=$CROSS BUILD="$B" lib "$B/examples/isa" >"$LOGS/build.log" 2>&1 &&
         mkdir -p "$B/quick" &&
         $CROSS -Iinclude -Isrc -D_POSIX_C_SOURCE=200809L -std=c11 -O2 -fno-math-errno \
             -ffp-contract=off -o "$B/quick/test_kernels" tests/main.c tests/test_kernels.c \
-            tests/test_optable.c "$B/liboptree.a" -lsleef -lopenblas -lm -lpthread >>"$B.log" 2>&1
+            tests/test_optable.c "$B/liboptree.a" -lsleef -lopenblas -lm -lpthread >>"$LOGS/build.log" 2>&1
 else
-    mkdir -p "$(dirname "$B")"
-    make -s -j"$JOBS" WERROR=-Werror CC=$CROSS BUILD="$B" tests examples >"$B.log" 2>&1
+    make -s -j"$JOBS" WERROR=-Werror CC=$CROSS BUILD="$B" tests examples >"$LOGS/build.log" 2>&1
 fi
 if [ $? -ne 0 ]; then
-    cat "$B.log"
+    cat "$LOGS/build.log"
     echo "arm64: the cross build failed"
     echo "0 passed, 1 failed"
     exit 1
 fi
 
-# ---------------------------------------------------------------- insns
-# Guest instructions per element of a few f32 kernels, scalar and NEON
-# tables: qemu's exec log of one instruction per translation block counts
-# every instruction executed; the count at N minus the count at N/2, over
-# N/2, leaves out start-up and planning. Wall time under emulation says
-# nothing about real hardware; instruction counts say what the code does.
-if [ "${1:-}" = insns ]; then
-    N=${ARM64_N:-65536}
-    count() {
-        QEMU_LOG_FILENAME=/dev/stdout $QEMU -one-insn-per-tb -d exec,nochain \
-            "$B/examples/isa" "$1" "$2" "$3" 2>/dev/null | grep -c '^Trace'
-    }
-    printf '%-6s %12s %12s %8s\n' kernel scalar neon speedup
-    for e in fma exp tanh; do
-        s1=$(count scalar "$N" $e) s0=$(count scalar $((N / 2)) $e)
-        v1=$(count neon "$N" $e) v0=$(count neon $((N / 2)) $e)
-        awk -v e=$e -v s=$((s1 - s0)) -v v=$((v1 - v0)) -v h=$((N / 2)) \
-            'BEGIN { printf "%-6s %12.2f %12.2f %7.2fx\n", e, s / h, v / h, s / v }'
-    done
-    exit 0
-fi
-
 # ---------------------------------------------------------------- unit
 echo "==== arm64 unit tests under $QEMU"
 if [ "${ARM64_QUICK:-0}" = 1 ]; then
-    $TMO 600 $QEMU "$B/quick/test_kernels" >"$B-unit.log" 2>&1
+    $TMO 600 $QEMU "$B/quick/test_kernels" >"$LOGS/unit.log" 2>&1
 else
     # shellcheck disable=SC2086 # the filter is a list of words
-    $TMO 3000 $QEMU "$B/test_optree" ${ARM64_TESTS:-} >"$B-unit.log" 2>&1
+    $TMO 3000 $QEMU "$B/test_optree" ${ARM64_TESTS:-} >"$LOGS/unit.log" 2>&1
 fi
 rc=$?
-grep -v '^\[ OK \]' "$B-unit.log" | head -n 200
-set -- $(sed -n 's/^\([0-9][0-9]*\) passed, \([0-9][0-9]*\) failed$/\1 \2/p' "$B-unit.log" | tail -n 1)
+grep -v '^\[ OK \]' "$LOGS/unit.log" | head -n 200
+set -- $(sed -n 's/^\([0-9][0-9]*\) passed, \([0-9][0-9]*\) failed$/\1 \2/p' "$LOGS/unit.log" | tail -n 1)
 if [ $# -eq 2 ]; then
     P=$((P + $1))
     F=$((F + $2))
@@ -146,13 +152,13 @@ fi
 echo "==== arm64 examples under $QEMU (cpu backend, its default table: neon; OT_EXAMPLE_SMALL=1)"
 if [ "${ARM64_QUICK:-0}" = 1 ]; then EXS="$B/examples/isa"; else EXS="$B/examples/*"; fi
 for ex in $EXS; do
-    if OT_BACKEND=cpu OT_EXAMPLE_SMALL=1 $TMO 600 $QEMU "$ex" >"$B-example.log" 2>&1; then
+    if OT_BACKEND=cpu OT_EXAMPLE_SMALL=1 $TMO 600 $QEMU "$ex" >"$LOGS/example.log" 2>&1; then
         P=$((P + 1))
         echo "[ OK ] $(basename "$ex")"
     else
         F=$((F + 1))
         echo "[FAIL] $(basename "$ex")"
-        tail -n 20 "$B-example.log"
+        tail -n 20 "$LOGS/example.log"
     fi
 done
 

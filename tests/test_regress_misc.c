@@ -178,11 +178,17 @@ TEST(defect11_thread_pool_failures_clean)
     lim = old;
     lim.rlim_cur = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + ((rlim_t)64 << 20);
     CHECK_INT(setrlimit(RLIMIT_AS, &lim), 0);
+    /* qemu-user (tools/test_arm64.sh) accepts the limit but does not
+     * apply it to the emulated program: there, an allocation past it
+     * succeeds and the case has nothing to check. */
+    void *probe = malloc((size_t)128 << 20);
+    bool enforced = probe == NULL;
+    free(probe);
     o.threads = OT_MAX_THREADS;
-    ot_backend *be = ot_backend_new("cpu", &o);
+    ot_backend *be = enforced ? ot_backend_new("cpu", &o) : NULL;
     setrlimit(RLIMIT_AS, &old);
     CHECK(be == NULL);
-    CHECK_ERR(OT_EUNSUPPORTED, "worker threads", "started");
+    if (enforced) CHECK_ERR(OT_EUNSUPPORTED, "worker threads", "started");
     ot_backend_free(be);
 #endif
 }

@@ -1508,7 +1508,7 @@ static bool same_tree(ot_node *p, ot_node *q)
 static void check_parse(const fz_ir *ir, fz_fail *f)
 {
     fz_inst in;
-    char nm[FZ_MAXL][8];
+    char nm[FZ_MAXL][16];   /* room for "t%d" of any int: the sanitizer builds warn */
     const char *names[FZ_MAXL];
     ot_node *leaves[FZ_MAXL];
     if (inst_build(ref_be, ir, NULL, &in) == 0) {

@@ -77,7 +77,10 @@ QEMU="qemu-aarch64 -L /"
 # A limit per run where coreutils' timeout exists (a hang fails, not stalls).
 TMO=""
 command -v timeout >/dev/null 2>&1 && TMO="timeout -k 10"
+# The quick check (a phase of make test) keeps its logs apart, so that it
+# never truncates those of a whole run going on in the same build.
 LOGS=$B/test-logs
+[ "${ARM64_QUICK:-0}" = 1 ] && LOGS=$B/test-logs/quick
 mkdir -p "$LOGS" || exit 1
 START=$(date +%s)
 P=0
@@ -141,7 +144,7 @@ else
     OT_TEST_TIMEOUT=1200 $TMO 5400 $QEMU "$B/test_optree" ${ARM64_TESTS:-} >"$LOGS/unit.log" 2>&1
 fi
 rc=$?
-grep -v '^\[ OK \]' "$LOGS/unit.log" | head -n 200
+grep -a -v '^\[ OK \]' "$LOGS/unit.log" | head -n 200
 # shellcheck disable=SC2046 # two numbers, split on purpose
 set -- $(sed -n 's/^\([0-9][0-9]*\) passed, \([0-9][0-9]*\) failed$/\1 \2/p' "$LOGS/unit.log" | tail -n 1)
 if [ $# -eq 2 ]; then

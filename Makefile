@@ -30,10 +30,14 @@ TOBJS := $(TSRCS:tests/%.c=$(BUILD)/tobj/%.o)
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(filter-out examples/mlp_mpi.c,$(wildcard examples/*.c)))
 # Tile kernels (src/kernels/): tile.inc compiled once per ISA by k_<isa>.c,
 # each with its own flags (only these objects get -m flags), -O3 after
-# CFLAGS. Off x86 only the scalar table and the dispatcher are built.
-KX86  := $(if $(filter x86_64-% i386-% i486-% i586-% i686-%,$(shell $(CC) -dumpmachine)),1)
+# CFLAGS. On aarch64 the NEON table joins the scalar one; elsewhere off x86
+# only the scalar table and the dispatcher are built.
+KMACH := $(shell $(CC) -dumpmachine)
+KX86  := $(if $(filter x86_64-% i386-% i486-% i586-% i686-%,$(KMACH)),1)
+KARM  := $(if $(filter aarch64-%,$(KMACH)),1)
 KSRCS := src/kernels/dispatch.c src/kernels/k_scalar.c \
-         $(if $(KX86),src/kernels/k_sse2.c src/kernels/k_avx2.c src/kernels/k_avx512.c)
+         $(if $(KX86),src/kernels/k_sse2.c src/kernels/k_avx2.c src/kernels/k_avx512.c) \
+         $(if $(KARM),src/kernels/k_neon.c)
 KOBJS := $(KSRCS:src/%.c=$(BUILD)/obj/%.o)
 # The kernel objects never take -march/-mtune from OPT: each table gets only
 # its own ISA's flags, since the dispatcher picks tables by CPUID at run time
@@ -43,11 +47,12 @@ KFLAGS_scalar :=
 KFLAGS_sse2   :=
 KFLAGS_avx2   := -mavx2 -mfma
 KFLAGS_avx512 := -mavx512f -mavx2 -mfma
+KFLAGS_neon   :=
 OBJS  += $(KOBJS)
 LIBA  := $(BUILD)/liboptree.a
 LIBSO := $(BUILD)/liboptree.so
 
-.PHONY: all lib tests examples cli demo test check deps install clean bench fuzz mpi demo-mpi FORCE
+.PHONY: all lib tests examples cli demo test test-arm64 check deps install clean bench fuzz mpi demo-mpi FORCE
 FORCE:
 all: lib tests examples cli
 
@@ -173,6 +178,13 @@ demo-mpi: deps
 # the examples under valgrind; ends with one "N passed, N failed" line.
 test: deps
 	@sh tools/test.sh
+
+# The arm64 build (NEON kernels) cross-compiled into build/arm64 and run
+# under qemu-aarch64: unit tests and examples; installs the cross toolchain,
+# qemu-user and the arm64 SLEEF and OpenBLAS when missing. Ends with one
+# "N passed, M failed" line.
+test-arm64:
+	@sh tools/test_arm64.sh
 
 # The unit tests alone, in this build.
 check: tests

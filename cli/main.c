@@ -27,7 +27,7 @@ static const char usage[] =
     "  --cols K           inputs are (n/K, K) matrices instead of vectors\n"
     "  --dtype LIST       f32,f64 (default f32)\n"
     "  --threads LIST     1,2,4 (default 1)\n"
-    "  --isa LIST         scalar,sse2,avx2,avx512 (default: the widest this CPU runs)\n"
+    "  --isa LIST         scalar,sse2,avx2,avx512,neon (default: the widest this CPU runs)\n"
     "  --backend LIST     cpu,ref (default cpu)\n"
     "  --fusion LIST      on,off (default on)\n"
     "  --accuracy LIST    u10,u35 (default u10)\n"

@@ -186,7 +186,8 @@ typedef struct ot_backend_opts {
                           the list in force, or NULL */
     /* The fields below concern the cpu backend; on "ref" they are checked
      * and reported as not in force (NULL, OT_JIT_OFF, OT_STREAM_NEVER). */
-    const char *isa;   /* "scalar", "sse2", "avx2" or "avx512"; NULL: the
+    const char *isa;   /* "scalar", "sse2", "avx2", "avx512" (x86) or
+                          "neon" (aarch64); NULL: the
                           widest this CPU runs (OT_ISA). One the CPU lacks
                           is OT_EUNSUPPORTED. Reported: the one in force */
     int jit;           /* OT_JIT_*: elementwise kernels as generated code

@@ -18,7 +18,7 @@
 
 #define DEFAULT_PLAN_CACHE 256
 
-static const char *const isa_names[] = {"scalar", "sse2", "avx2", "avx512"};
+static const char *const isa_names[] = {"scalar", "sse2", "avx2", "avx512", "neon"};
 #define NISA ((int)(sizeof isa_names / sizeof isa_names[0]))
 static const char *const switch_words[] = {"0", "1"};
 
@@ -79,7 +79,7 @@ static const char *bad_option(const ot_backend_opts *o)
         return "jit must be OT_JIT_DEFAULT, OT_JIT_ON or OT_JIT_OFF";
     if (o->stream_bytes < OT_STREAM_NEVER)
         return "stream_bytes must be >= 0 or OT_STREAM_NEVER";
-    if (o->isa && !isa_named(o->isa)) return "isa must be NULL, \"scalar\", \"sse2\", \"avx2\" or \"avx512\"";
+    if (o->isa && !isa_named(o->isa)) return "isa must be NULL, \"scalar\", \"sse2\", \"avx2\", \"avx512\" or \"neon\"";
     return NULL;
 }
 
@@ -109,7 +109,7 @@ static int env_overrides(ot_backend_opts *o, const char **isa_from)
     bool stream_set;
     if (env_switch("OT_FUSION", &o->fusion, OT_FUSION_ON, OT_FUSION_OFF) ||
         env_switch("OT_JIT", &o->jit, OT_JIT_ON, OT_JIT_OFF) ||
-        env_word("OT_ISA", isa_names, NISA, "one of scalar, sse2, avx2, avx512", &isa) ||
+        env_word("OT_ISA", isa_names, NISA, "one of scalar, sse2, avx2, avx512, neon", &isa) ||
         env_count("OT_STREAM_BYTES", &stream, &stream_set))
         return -1;
     if (isa >= 0) {

@@ -114,7 +114,12 @@ static int chance(rng *r, int pct) { return rnd(r, 100) < pct; }
 #define CFG_JIT(c) (((c) / 2) % 2)
 #define CFG_THREADS(c) ((c) % 2 ? 3 : 1)
 #define CFG_FAST(c) ((c) >= 16 && (c) < FUSION_OFF)
+/* On aarch64 the second slot is the NEON table (the x86 ones are absent). */
+#if defined(__aarch64__)
+static const char *const isas[4] = {"scalar", "neon", "avx2", "avx512"};
+#else
 static const char *const isas[4] = {"scalar", "sse2", "avx2", "avx512"};
+#endif
 static ot_backend *cfg_be[NCFG];
 static int cfg_state[NCFG];  /* 0 untried, 1 ok, -1 unavailable */
 static ot_backend *ref_be;
@@ -1557,7 +1562,7 @@ static bool same_tree(ot_node *p, ot_node *q)
 static void check_parse(const fz_ir *ir, fz_fail *f)
 {
     fz_inst in;
-    char nm[FZ_MAXL][16];
+    char nm[FZ_MAXL][16];   /* room for "t%d" of any int: the sanitizer builds warn */
     const char *names[FZ_MAXL];
     ot_node *leaves[FZ_MAXL];
     if (inst_build(ref_be, ir, NULL, &in) == 0) {

@@ -2,7 +2,8 @@
  * main.c - the test runner: runs every registered case in a child process
  * (a crash or hang fails that case only), then prints "N passed, N failed".
  * Arguments are substrings that select cases; OT_TEST_NOFORK=1 runs them in
- * process (for a debugger).
+ * process (for a debugger); OT_TEST_TIMEOUT=S replaces the 120 s limit per
+ * case (tools/test_arm64.sh: emulated cases run far slower).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "test.h"
@@ -124,7 +125,8 @@ static int run_forked(const test_case *c)
     pid_t pid = fork();
     if (pid < 0) return run_in_process(c);
     if (pid == 0) {
-        alarm(TIMEOUT_S);
+        const char *t = getenv("OT_TEST_TIMEOUT");
+        alarm(t && atoi(t) > 0 ? (unsigned)atoi(t) : TIMEOUT_S);
         int ok = run_in_process(c);
         _exit(ok && !leaked() ? 0 : 1);
     }

@@ -130,7 +130,7 @@ TEST(backend_cpu_options_in_force)
     ot_backend_opts o = cpu_options((ot_backend_opts){0});
     CHECK(o.isa != NULL);
     const char *best = isa_runs("avx512") ? "avx512" : isa_runs("avx2") ? "avx2"
-                       : isa_runs("sse2") ? "sse2" : "scalar";
+                       : isa_runs("sse2") ? "sse2" : isa_runs("neon") ? "neon" : "scalar";
     if (o.isa) CHECK_STR(o.isa, best);
     CHECK(o.stream_bytes > 0);
 #if defined(__x86_64__) && defined(__linux__)

@@ -21,8 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const isas[] = {"scalar", "sse2", "avx2", "avx512"};
-#define NISA 4
+static const char *const isas[] = {"scalar", "sse2", "avx2", "avx512", "neon"};
+#define NISA 5
 
 /* Options that only this test sets. */
 static void clear_env(void)

@@ -41,8 +41,8 @@
 
 /* ---- the tables under test ------------------------------------------------ */
 
-static const char *const isas[] = {"scalar", "sse2", "avx2", "avx512"};
-enum { NISA = 4 };
+static const char *const isas[] = {"scalar", "sse2", "avx2", "avx512", "neon"};
+enum { NISA = 5 };
 
 /* ---- element access ----------------------------------------------------------- */
 
@@ -964,10 +964,11 @@ TEST(kernels_select)
     const ot_kernels *best = ot__kernels_select(NULL, "isa");
     CHECK(best != NULL);
     if (best) {
-        /* The default prefers avx512, then avx2, sse2, scalar. */
+        /* The default prefers avx512, then avx2, sse2, neon, scalar. */
         const char *want = ot__kernels_for("avx512") ? "avx512"
                            : ot__kernels_for("avx2") ? "avx2"
-                           : ot__kernels_for("sse2") ? "sse2" : "scalar";
+                           : ot__kernels_for("sse2") ? "sse2"
+                           : ot__kernels_for("neon") ? "neon" : "scalar";
         CHECK_STR(best->isa, want);
     }
     for (int i = 0; i < NISA; i++) {
@@ -988,7 +989,93 @@ TEST(kernels_select)
         CHECK(ot__kernels_select("avx512", "isa") == NULL);
         CHECK_ERR(OT_EUNSUPPORTED, "isa=avx512 but this CPU lacks avx512f");
     }
+    CHECK(ot__kernels_select("neon", "isa") == NULL);
+    CHECK_ERR(OT_EUNSUPPORTED, "isa=neon but this build has no neon kernels (not aarch64)");
+#endif
+#if defined(__aarch64__)
+    CHECK(ot__kernels_for("neon") != NULL);
+    CHECK(ot__kernels_select("avx2", "isa") == NULL);
+    CHECK_ERR(OT_EUNSUPPORTED, "isa=avx2 but this build has no avx2 kernels (not x86)");
 #endif
     CHECK(ot__kernels_for("bogus") == NULL);
     CHECK(ot__kernels_for(NULL) == NULL);
 }
+
+/* ---- every vector table against the scalar one ----------------------------------------------- */
+
+/* The table's kernel and the scalar table's on the same special values
+ * (NaN, infinities, signed zeros, denormals, the edges of each function),
+ * each operand pair of fspecial once, at every length 1..35 (every tail of
+ * 4-, 8- and 16-lane vectors) and at the whole array: exact ops and i32
+ * bitwise equal (NaN against any NaN), SLEEF ops within their ULP bound of
+ * each other's result doubled (each is within the bound of the truth). On
+ * aarch64 under qemu this is NEON against scalar; on x86, SSE2, AVX2 and
+ * AVX-512 against scalar. */
+enum { NSPEC = sizeof fspecial / sizeof *fspecial, NPAIR = NSPEC * NSPEC };
+
+/* a[i], b[i] run over every pair of special values of dtype kd. */
+static void special_pairs(unsigned char *a, unsigned char *b, int kd)
+{
+    size_t ni = sizeof ispecial / sizeof *ispecial;
+    for (size_t i = 0; i < NPAIR; i++) {
+        size_t x = i / NSPEC, y = i % NSPEC;
+        kset(a, kd, i, kd == OT_KD_I32 ? ispecial[x % ni] : kround(kd, fspecial[x]));
+        kset(b, kd, i, kd == OT_KD_I32 ? ispecial[y % ni] : kround(kd, fspecial[y]));
+    }
+}
+
+/* Compares got with the scalar table's want over n elements. */
+static void match_scalar(const ot_kernels *k, const char *what, int kd, double bound,
+                         const void *got, const void *want, const void *a, const void *b,
+                         int form, size_t n, report *rep)
+{
+    for (size_t i = 0; i < n; i++) {
+        size_t ia = form == OT_FORM_SV ? 0 : i, ib = form == OT_FORM_VS ? 0 : i;
+        double g = kget(got, kd, i), w = kget(want, kd, i);
+        bool ok = bound == 0 || kd == OT_KD_I32 ? ksame(got, want, kd, i)
+                                                : ulp_err(kd, g, w) <= bound;
+        if (!ok)
+            MISMATCH(rep, "%s %s %s(%.9g, %.9g) = %.17g, scalar %.17g (n %zu)", k->isa,
+                     kdname[kd], what, kget(a, kd, ia), b ? kget(b, kd, ib) : 0.0, g, w, n);
+    }
+}
+
+static void check_vs_scalar(const ot_kernels *k)
+{
+    const ot_kernels *s = ot__kernels_for("scalar");
+    static unsigned char a[NPAIR * 8], b[NPAIR * 8], got[NPAIR * 8], want[NPAIR * 8];
+    if (k == s) return;
+    for (int kd = 0; kd < 3; kd++) {
+        special_pairs(a, b, kd);
+        for (int op = 0; op < OT_OP_COUNT; op++) {
+            const ot_opinfo *o = ot__op(op);
+            bool un = o->kind == OT_KIND_UNARY, bin = o->kind == OT_KIND_BINARY;
+            if (!(un || bin) || o->vec == OT__VEC_USER) continue;
+            for (int v = 0; v < (un ? 2 : 3); v++) {   /* unary: accuracy; binary: form */
+                ot_k1 f1 = un ? k->unary[v][op][kd] : NULL, s1 = un ? s->unary[v][op][kd] : NULL;
+                ot_k2 f2 = bin ? k->binary[op][kd][v] : NULL, s2 = bin ? s->binary[op][kd][v] : NULL;
+                CHECK((f1 == NULL) == (s1 == NULL) && (f2 == NULL) == (s2 == NULL));
+                if (!(f1 && s1) && !(f2 && s2)) continue;
+                double bound = o->exact ? 0 : 2 * ulp_bound(un ? (ot_op)op : OT_OP_EXP, kd, un ? v : 0);
+                /* Scalar operand forms take b[0] or a[0]: a NaN, a zero. */
+                int form = un ? OT_FORM_VV : v;
+                const void *pa = form == OT_FORM_SV ? (const void *)(b + ksz(kd) * 13) : a;
+                const void *pb = form == OT_FORM_VS ? (const void *)(a + ksz(kd)) : b;
+                report rep = {3};
+                for (size_t n = 1; n <= NPAIR; n = n < 35 ? n + 1 : n == 35 ? NPAIR : NPAIR + 1) {
+                    if (f1) {
+                        f1(got, pa, n);
+                        s1(want, pa, n);
+                    } else {
+                        f2(got, pa, pb, n);
+                        s2(want, pa, pb, n);
+                    }
+                    match_scalar(k, ot_op_name((ot_op)op), kd, bound, got, want, pa,
+                                 f2 ? pb : NULL, form, n, &rep);
+                }
+            }
+        }
+    }
+}
+
+TEST(kernels_vector_tables_match_scalar_on_special_values) { each_table(check_vs_scalar); }

@@ -21,6 +21,9 @@ static const ot_kernels *const tables[] = {
 #if OT_KERNELS_X86
     &ot__kernels_sse2, &ot__kernels_avx2, &ot__kernels_avx512,
 #endif
+#if OT_KERNELS_ARM64
+    &ot__kernels_neon,
+#endif
 };
 #define NTABLES ((int)(sizeof tables / sizeof tables[0]))
 static const char *const kdname[] = {"f32", "f64", "i32"};

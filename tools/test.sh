@@ -23,6 +23,13 @@
 #               there, and tools/tsan.supp silences third-party libraries
 #               only, never optree's own code.
 #   valgrind    every example in $BUILD/examples under valgrind
+#   arm64       on x86-64 hosts, the NEON table's quick check:
+#               ARM64_QUICK=1 tools/test_arm64.sh (installs the cross
+#               toolchain and qemu-user when missing, cross-builds the
+#               library into $BUILD/arm64, runs the kernel-table cases and
+#               examples/isa.c under qemu-aarch64; about 1 minute once
+#               installed). OT_TEST_ARM64=0 skips it; `make test-arm64`
+#               runs the whole suite there
 # Each phase prints a header and a summary line; the suite ends with exactly
 # one line "N passed, M failed" (summed over the phases) and exits non-zero
 # when M > 0. A phase that crashes, exits non-zero or prints no count line
@@ -342,5 +349,15 @@ else
 fi
 echo "$vp passed, $vf failed"
 record valgrind "$vp" "$vf"
+
+# ---------------------------------------------------------------- arm64
+if [ "$(uname -m)" = x86_64 ] && [ "${OT_TEST_ARM64:-1}" != 0 ]; then
+    header "arm64: the NEON table under qemu-aarch64 (ARM64_QUICK=1 tools/test_arm64.sh, $B/arm64)"
+    log=$LOGS/arm64.log
+    ARM64_QUICK=1 BUILD_ARM64="$B/arm64" JOBS="$JOBS" $TMO sh tools/test_arm64.sh >"$log" 2>&1
+    rc=$?
+    show "$log"
+    count_phase arm64 "$log" "$rc"
+fi
 
 finish

@@ -10,6 +10,9 @@
  * work of two 8-lane calls in far fewer instructions), and W5 at 0.92
  * against 1.20-1.24. OT_ISA=avx2 keeps the AVX2 table.
  *
+ * On aarch64: neon > scalar. Advanced SIMD is part of every AArch64 CPU
+ * that Linux runs on, so the NEON table needs no check.
+ *
  * Also checks a finished plan against the table it will run on
  * (ot__kernels_check), so that a table lacking an entry is an error and
  * never a call of NULL.
@@ -29,6 +32,9 @@ static bool cpu_runs(const char *isa)
         return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     if (strcmp(isa, "avx512") == 0) return __builtin_cpu_supports("avx512f");
 #endif
+#if OT_KERNELS_ARM64
+    if (strcmp(isa, "neon") == 0) return true;
+#endif
     return strcmp(isa, "scalar") == 0;
 }
 
@@ -39,6 +45,9 @@ static const ot_kernels *table_named(const char *isa)
     if (strcmp(isa, "sse2") == 0) return &ot__kernels_sse2;
     if (strcmp(isa, "avx2") == 0) return &ot__kernels_avx2;
     if (strcmp(isa, "avx512") == 0) return &ot__kernels_avx512;
+#endif
+#if OT_KERNELS_ARM64
+    if (strcmp(isa, "neon") == 0) return &ot__kernels_neon;
 #endif
     return NULL;
 }
@@ -52,22 +61,23 @@ const ot_kernels *ot__kernels_for(const char *isa)
 
 const ot_kernels *ot__kernels_select(const char *isa, const char *isa_from)
 {
-    static const char *const known[] = {"scalar", "sse2", "avx2", "avx512"};
-    static const char *const needs[] = {"nothing", "sse2", "avx2 and fma", "avx512f"};
+    static const char *const known[] = {"scalar", "sse2", "avx2", "avx512", "neon"};
+    static const char *const needs[] = {"nothing", "sse2", "avx2 and fma", "avx512f", "neon"};
     if (isa) {
         const ot_kernels *k = ot__kernels_for(isa);
         int i = 0;
-        while (i < 3 && strcmp(isa, known[i]) != 0) i++;
+        while (i < 4 && strcmp(isa, known[i]) != 0) i++;
         if (!k && !table_named(isa))
             ot__err_set(OT_EUNSUPPORTED, NULL, 0, "backend_new",
-                        "%s=%s but this build has no %s kernels (not x86)", isa_from, isa, isa);
+                        "%s=%s but this build has no %s kernels (not %s)", isa_from, isa, isa,
+                        i == 4 ? "aarch64" : "x86");
         else if (!k)
             ot__err_set(OT_EUNSUPPORTED, NULL, 0, "backend_new", "%s=%s but this CPU lacks %s",
                         isa_from, isa, needs[i]);
         return k;
     }
-    static const char *const order[] = {"avx512", "avx2", "sse2", "scalar"};
-    for (int i = 0; i < 4; i++) {
+    static const char *const order[] = {"avx512", "avx2", "sse2", "neon", "scalar"};
+    for (int i = 0; i < 5; i++) {
         const ot_kernels *k = ot__kernels_for(order[i]);
         if (k) return k;
     }

@@ -336,7 +336,8 @@ static ot_node *attr_value(parser *ps, const char *m, ot_args *a, const char *at
     else if (strcmp(m, "keepdims") == 0) a->keepdims = v != 0;
     else if (strcmp(m, "depth") == 0) a->depth = (int64_t)v;
     else if (strcmp(m, "ddof") == 0) a->ddof = (int)v;
-    else a->seed = (uint64_t)v;
+    else if (strcmp(m, "seed") == 0) a->seed = (uint64_t)v;
+    else return fail(ps, at, "%s is not written as name=value (a slice's start is its index)", m);
     return (ot_node *)a;
 }
 

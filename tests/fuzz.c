@@ -1545,9 +1545,7 @@ static void check_grad(const fz_ir *ir, fz_fail *f)
     if (!f->kind) check_fd(ir, f);
 }
 
-/* p and q are one tree: the post-order stack of a node over both shares
- * every item, so that node's operands are one item. */
-static bool same_tree(ot_node *p, ot_node *q)
+bool fuzz_same_tree(ot_node *p, ot_node *q)
 {
     ot_node *pair = p && q ? ot_add(ot_cast(p, .dtype = OT_F64), ot_cast(q, .dtype = OT_F64)) : NULL;
     ot_stack *s = pair ? ot_stack_new(pair) : NULL;
@@ -1582,7 +1580,7 @@ static void check_parse(const fz_ir *ir, fz_fail *f)
                 fclose(m);
             }
             ot_node *back = text ? ot_parse(text, ir->nl, names, leaves) : NULL;
-            if (text && !same_tree(back, root))
+            if (text && !fuzz_same_tree(back, root))
                 fail_set(f, FK_PARSE, -1, -1, "root %d: ot_pp wrote '%.600s', which parses to %s", r,
                          text, back ? "another tree" : ot_errmsg());
             free(text);

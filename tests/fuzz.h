@@ -9,7 +9,10 @@
 #ifndef OT_FUZZ_H
 #define OT_FUZZ_H
 
+#include <stdbool.h>
 #include <stdint.h>
+
+#include "optree.h"
 
 /* What a tree is checked for; FUZZ_ALL draws one per tree. */
 enum { FUZZ_FORWARD = 1, FUZZ_GRAD = 2, FUZZ_MANY = 4, FUZZ_ALL = 7 };
@@ -29,6 +32,12 @@ typedef struct fuzz_opts {
 typedef struct fuzz_result {
     int64_t passed, failed, skipped;
 } fuzz_result;
+
+/* p and q are one tree (same ops, attributes, leaves and constants): the
+ * post-order stack of a node over both shares every item, so that node's
+ * operands are one item. Used by the print/parse round trip here and in
+ * test_parse.c. */
+bool fuzz_same_tree(ot_node *p, ot_node *q);
 
 /* Runs opts->n trees; 0, or -1 when no backend could be created. */
 int fuzz_run(const fuzz_opts *opts, fuzz_result *res);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 
 #include "../examples/custom_ops.h"
+#include "fuzz.h"
 
 static const char *const names[] = {"a", "b", "m", "n", "i"};
 
@@ -47,23 +48,10 @@ static void fx_free(fx *f)
 
 static ot_node *parse(const fx *f, const char *s) { return ot_parse(s, 5, names, f->nodes); }
 
-/* p and q are the same tree: their post-order stack shares every item, so
- * a node over both has one operand item twice. */
-static bool same_tree(ot_node *p, ot_node *q)
-{
-    if (!p || !q) return false;
-    ot_node *pair = ot_build_at(OT_OP_ADD, ot_cast(p, .dtype = OT_F64), ot_cast(q, .dtype = OT_F64),
-                                NULL, NULL, 0);
-    ot_stack *s = pair ? ot_stack_new(pair) : NULL;
-    bool same = s && ot_stack_at(s, ot_stack_len(s) - 1)->a == ot_stack_at(s, ot_stack_len(s) - 1)->b;
-    ot_stack_free(s);
-    return same;
-}
-
 #define CHECK_PARSE(f, text, tree)                                            \
     do {                                                                      \
         ot_node *p_ = parse((f), (text));                                     \
-        if (!same_tree(p_, (tree)))                                           \
+        if (!fuzz_same_tree(p_, (tree)))                                           \
             test__fail(__FILE__, __LINE__, "'%s' does not parse to %s (%s)", (text), #tree, \
                        p_ ? "another tree" : ot_errmsg());                    \
     } while (0)
@@ -136,7 +124,7 @@ static void check_round_trip(const fx *f, ot_node *t, const char *what)
     CHECK_INT(ot_pp(t, m), 0);
     fclose(m);
     ot_node *back = ot_parse(text, 5, names, f->nodes);
-    if (!same_tree(back, t))
+    if (!fuzz_same_tree(back, t))
         test__fail(__FILE__, __LINE__, "%s: ot_pp wrote '%s', parsed to %s", what, text,
                    back ? "another tree" : ot_errmsg());
     free(text);
@@ -259,7 +247,7 @@ TEST(parse_operators_and_literals)
     ot_node *big = parse(&f, "3000000000");
     CHECK(big && ot_node_dtype(big) == OT_F64);
     ot_node *sum_exp = parse(&f, "sum(exp(a - max(a, axis=1, keepdims=1)), axis=1)");
-    CHECK(same_tree(sum_exp, ot_sum(ot_exp(ot_sub(a, ot_max(a, 1, true))), 1)));
+    CHECK(fuzz_same_tree(sum_exp, ot_sum(ot_exp(ot_sub(a, ot_max(a, 1, true))), 1)));
     ot_pool_pop(pool);
     fx_free(&f);
 }
@@ -338,6 +326,7 @@ TEST(parse_errors_name_the_column)
         {"batched_dot(a, b)", OT_EINVAL, "col 1: batched_dot: operands must be 3-D"},
         {"a == = b", OT_EINVAL, "col 6: unexpected '='"},
         {"a ! b", OT_EINVAL, "unexpected '!'"},
+        {"(sum a start=3)", OT_EINVAL, "start is not written as name=value"},
         {"a[1:2", OT_EINVAL, "col 6: expected ']' to close the index started at col 2"},
         {"a[x]", OT_EINVAL, "col 3: an index is an integer"},
         {"a[1:2:0]", OT_EINVAL, "a range's step is not 0"},

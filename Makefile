@@ -53,8 +53,9 @@ LIBA  := $(BUILD)/liboptree.a
 LIBSO := $(BUILD)/liboptree.so
 
 .PHONY: all lib tests examples cli demo test test-arm64 check deps install clean bench fuzz mpi demo-mpi FORCE
-FORCE:
+# all first: a plain `make` builds everything.
 all: lib tests examples cli
+FORCE:
 
 lib: $(LIBA) $(LIBSO)
 

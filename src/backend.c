@@ -96,38 +96,45 @@ typedef struct call_site {
     int line;
 } call_site;
 
+/* Whether tree i can be written into out, with the error when not; the
+ * names in the messages are worked out only then (they cost more than the
+ * checks on every assignment). */
 static int check_output(const char *fn, call_site at, int i, const ot_tensor *out,
                         const ot_node *tree)
 {
     char so[OT__SHAPE_STRLEN], st[OT__SHAPE_STRLEN], qt[OT__QNAME_LEN], qo[OT__QNAME_LEN];
-    const char *tname = ot__qname(tree, qt), *oname = ot__qname(&out->leaf, qo);
+#define TNAME ot__qname(tree, qt)
+#define ONAME ot__qname(&out->leaf, qo)
     int dim = 0;
     ot_shape b;
-    if (!ot__broadcast(&tree->shape, &out->leaf.shape, &b, NULL) ||
-        !ot__shape_eq(&b, &out->leaf.shape))
+    if (!ot__shape_eq(&tree->shape, &out->leaf.shape) &&
+        (!ot__broadcast(&tree->shape, &out->leaf.shape, &b, NULL) ||
+         !ot__shape_eq(&b, &out->leaf.shape)))
         return ot__err_set(OT_ESHAPE, at.file, at.line, fn,
                            "tree %d%s of shape %s cannot be written into an output%s of shape %s",
-                           i, tname, ot__shape_str(&tree->shape, st), oname,
+                           i, TNAME, ot__shape_str(&tree->shape, st), ONAME,
                            ot__shape_str(&out->leaf.shape, so));
     if (tree->be && tree->be != out->leaf.be)
         return ot__err_set(OT_EBACKEND, at.file ? at.file : tree->file,
                            at.file ? at.line : tree->line, fn,
                            "tree %d%s reads tensors of backend '%s' but its output%s is on %s '%s'",
-                           i, tname, ot_backend_name(tree->be), oname,
+                           i, TNAME, ot_backend_name(tree->be), ONAME,
                            strcmp(ot_backend_name(tree->be), ot_backend_name(out->leaf.be))
                                ? "backend" : "another backend named",
                            ot_backend_name(out->leaf.be));
     if (out->leaf.dtype == OT_I32 && tree->dtype != OT_I32 && !tree->weak)
         return ot__err_set(OT_EDTYPE, at.file, at.line, fn,
                            "cannot write a %s tree%s into an int32 output%s; ot_cast it first",
-                           ot_dtype_name(tree->dtype), tname, oname);
+                           ot_dtype_name(tree->dtype), TNAME, ONAME);
     if (ot__internal_overlap(out, &dim))
         return ot__err_set(OT_EALIAS, at.file, at.line, fn,
                            "written-to tensor%s has overlapping elements (stride %lld at dim %d)",
-                           oname, (long long)out->strides[dim], dim);
+                           ONAME, (long long)out->strides[dim], dim);
     if (out->readonly)
         return ot__err_set(OT_EALIAS, at.file, at.line, fn,
-                           "written-to tensor%s is a read-only broadcast view", oname);
+                           "written-to tensor%s is a read-only broadcast view", ONAME);
+#undef TNAME
+#undef ONAME
     return 0;
 }
 

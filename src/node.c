@@ -332,7 +332,7 @@ static ot_dtype promote(const ot_node *a, const ot_node *b, bool *weak)
 
 static ot_dtype apply_flags(ot_op op, ot_dtype d)
 {
-    unsigned f = ot_op_flags(op);
+    unsigned f = op >= 0 && op < OT_OP_COUNT ? ot__op_table[op].flags : ot_op_flags(op);
     if (f & OT_FLAG_INDEX) return OT_I32;
     if ((f & OT_FLAG_FLOAT) && d == OT_I32) return OT_F64;
     return d;
@@ -850,7 +850,7 @@ static int mixed_backends(const site *st, const ot_backend *x, const ot_backend 
 
 static int check_operands(const site *st, ot_node *a, ot_node *b)
 {
-    int arity = ot_op_arity(st->op);
+    int arity = st->custom ? st->custom->def.arity : ot__op_table[st->op].arity;
     /* Naming the good operand's shape tells which call of several is meant. */
     char sh[OT__SHAPE_STRLEN];
     if (arity == 2 && !a && b)
@@ -893,24 +893,25 @@ static bool is_plain(const site *st, int kind, const ot_node *a, const ot_node *
         return false;
     if (a->axes || (b && b->axes)) return false;   /* names: ot__axes_infer, or align */
     *dt = apply_flags(st->op, (ot_dtype)a->dtype);
-    char msg[256];
-    return ot_dtype_size(*dt) <= ot_dtype_size((ot_dtype)a->dtype) ||
+    char msg[256];   /* only a widening (to f64) can make the size too big */
+    return *dt != OT_F64 || a->dtype == OT_F64 ||
            !shape_problem(&a->shape, *dt, msg, sizeof msg);   /* else the general path reports it */
 }
 
 ot_node *ot_build_at(ot_op op, ot_node *a, ot_node *b, const ot_args *args,
                      const char *file, int line)
 {
-    site st = {op, file, line, ot__custom_of_op(op), a, b};
-    if ((op < 0 || op >= OT_OP_COUNT) && !st.custom) {
+    bool builtin = op >= 0 && op < OT_OP_COUNT;
+    site st = {op, file, line, builtin ? NULL : ot__custom_of_op(op), a, b};
+    if (!builtin && !st.custom) {
         ot__err(OT_EINVAL, file, line, "build", "unknown op %d", (int)op);
         return NULL;
     }
     if (check_operands(&st, a, b)) return NULL;
     /* custom1 and custom2 stand for registered ops, and build nothing:
      * operands are checked as for any op first. */
-    bool placeholder = !st.custom && (ot_op_flags(op) & OT_FLAG_CUSTOM);
-    int kind = ot_op_kind(op);
+    bool placeholder = builtin && (ot__op_table[op].flags & OT_FLAG_CUSTOM);
+    int kind = builtin ? ot__op_table[op].kind : ot_op_kind(op);
     ot_dtype plain_dt;
     if (!args && !placeholder && is_plain(&st, kind, a, b, &plain_dt))
         return op_node(&st, a, b, &a->shape, plain_dt, false, NULL);

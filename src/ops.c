@@ -50,7 +50,7 @@
 #define OPS_EW_COMPOSITE false
 #define OPS_I32(kind, rule) (OPS_EW_##kind && OPS_RULE_##rule != OT_FLAG_FLOAT)
 
-static const ot_opinfo ops[OT_OP_COUNT] = {
+const ot_opinfo ot__op_table[OT_OP_COUNT] = {
 #define OT_OP(E, NM, AR, KIND, RULE, REF, COST, VEC, VFN, U10, U35, JIT, GRAD, DX, DY, SYM, DOM, \
               DOC)                                                                           \
     [OT_OP_##E] = {.name = NM, .arity = AR, .kind = OT_KIND_##KIND,                          \
@@ -64,8 +64,8 @@ static const ot_opinfo ops[OT_OP_COUNT] = {
 
 static bool known(ot_op op) { return op >= 0 && op < OT_OP_COUNT; }
 
-const ot_opinfo *ot__op(int op) { return known((ot_op)op) ? &ops[op] : NULL; }
-int ot__op_cost(int op) { return known((ot_op)op) ? ops[op].cost : OT__COST_CHEAP; }
+const ot_opinfo *ot__op(int op) { return known((ot_op)op) ? &ot__op_table[op] : NULL; }
+int ot__op_cost(int op) { return known((ot_op)op) ? ot__op_table[op].cost : OT__COST_CHEAP; }
 
 /* ---- the registry --------------------------------------------------------- */
 
@@ -150,7 +150,7 @@ static bool def_ok(const ot_op_def *d, int n)
                         d->arity),
                false;
     for (int i = 0; i < OT_OP_COUNT; i++)
-        if (strcmp(ops[i].name, d->name) == 0)
+        if (strcmp(ot__op_table[i].name, d->name) == 0)
             return REG_FAIL("op name '%s' is a built-in op's", d->name), false;
     for (int i = 0; i < n; i++)
         if (strcmp(registry[i].name, d->name) == 0)
@@ -192,7 +192,7 @@ ot_op ot_op_lookup(const char *name)
 {
     if (!name) return OT_OP_NONE;
     for (int i = 0; i < OT_OP_COUNT; i++)
-        if (strcmp(ops[i].name, name) == 0) return (ot_op)i;
+        if (strcmp(ot__op_table[i].name, name) == 0) return (ot_op)i;
     int n = atomic_load_explicit(&nregistered, memory_order_acquire);
     for (int i = 0; i < n; i++)
         if (strcmp(registry[i].name, name) == 0) return (ot_op)(OT_OP_REGISTERED + i);
@@ -201,29 +201,29 @@ ot_op ot_op_lookup(const char *name)
 
 const char *ot_op_name(ot_op op)
 {
-    if (known(op)) return ops[op].name;
+    if (known(op)) return ot__op_table[op].name;
     const ot_custom *u = ot__custom_of_op(op);
     return u ? u->name : NULL;
 }
 
 int ot_op_arity(ot_op op)
 {
-    if (known(op)) return ops[op].arity;
+    if (known(op)) return ot__op_table[op].arity;
     const ot_custom *u = ot__custom_of_op(op);
     return u ? u->def.arity : -1;
 }
 
 int ot_op_kind(ot_op op)
 {
-    if (known(op)) return ops[op].kind;
+    if (known(op)) return ot__op_table[op].kind;
     const ot_custom *u = ot__custom_of_op(op);
-    return u ? ops[u->row].kind : 0;
+    return u ? ot__op_table[u->row].kind : 0;
 }
 
 unsigned ot_op_flags(ot_op op)
 {
-    if (known(op)) return ops[op].flags;
+    if (known(op)) return ot__op_table[op].flags;
     const ot_custom *u = ot__custom_of_op(op);
     if (!u) return 0;
-    return (ops[u->row].flags & ~OT_FLAG_NODIFF) | (u->def.grad ? 0u : OT_FLAG_NODIFF);
+    return (ot__op_table[u->row].flags & ~OT_FLAG_NODIFF) | (u->def.grad ? 0u : OT_FLAG_NODIFF);
 }

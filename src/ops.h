@@ -37,6 +37,9 @@ typedef struct ot_opinfo {
 
 /* The row of op, or NULL when op is not one. */
 const ot_opinfo *ot__op(int op);
+/* The table itself, for callers on every node's path (the builder): the
+ * row of a built-in op, 0 <= op < OT_OP_COUNT, without a call. */
+extern const ot_opinfo ot__op_table[OT_OP_COUNT];
 /* The cost column of op (1 for an unknown op). */
 int ot__op_cost(int op);
 

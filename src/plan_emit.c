@@ -67,7 +67,6 @@ static bool is_mul_for_fma(const prog *g, int e, uint8_t kd)
 static int operand_value(prog *g, int e, uint8_t kd) { return ot__emit_cast_to(g, g->val[e], kd); }
 
 static int fma_mul_of(const prog *g, int e);
-static int sigmoid_of(const prog *g, int e, int fold[3]);
 
 
 /* The insn arg of an op entry: its registered op's index for custom1 and
@@ -90,13 +89,6 @@ static int emit_op(prog *g, int e)
         ot_insn in = {.code = OT_I_CAST, .kd_from = g->v[va].kd, .a = (int16_t)va, .b = -1, .c = -1,
                       .scalar = g->v[va].scalar ? 1 : 0};
         return ot__emit_insn(g, in, kd, g->v[va].scalar);
-    }
-    int fold[3], arg = sigmoid_of(g, e, fold);
-    if (arg >= 0) {
-        int vx = ot__emit_use(g, operand_value(g, arg, kd));
-        ot_insn in = {.code = OT_I_UNARY, .op = OT_OP_SIG, .a = (int16_t)vx, .b = -1, .c = -1,
-                      .scalar = g->v[vx].scalar ? 1 : 0};
-        return ot__emit_insn(g, in, kd, g->v[vx].scalar);
     }
     if (b < 0) {
         int va = ot__emit_use(g, operand_value(g, a, kd));
@@ -207,53 +199,13 @@ static int fma_mul_of(const prog *g, int e)
     return -1;
 }
 
-/* An op entry of this region that only e reads, so e may absorb it. */
-static bool absorbable(const prog *g, int e, int op)
-{
-    const compiler *c = g->c;
-    return e >= 0 && is_op(c, e) && c->w->e[e].op == op && !c->ci[e].mat &&
-           c->ci[e].uses == 1 && g->stamp[e] == g->id;
-}
-
-static bool is_one(const compiler *c, int e)
-{
-    return e >= 0 && c->w->e[e].kind == OT_NODE_CONST && c->w->e[e].one;
-}
-
-/* 1 / (1 + exp(-x)) is sig(x), computed in one pass by the sig kernel (and
- * more accurately, without the overflow of exp for large -x). Returns x, and
- * the entries folded in through fold[0..2]. */
-static int sigmoid_of(const prog *g, int e, int fold[3])
-{
-    const compiler *c = g->c;
-    if (!is_op(c, e) || c->w->e[e].op != OT_OP_DIV || !is_one(c, canon_operand(c, e, 0)))
-        return -1;
-    int add = canon_operand(c, e, 1);
-    if (!absorbable(g, add, OT_OP_ADD)) return -1;
-    int ex = canon_operand(c, add, 1);
-    if (!is_one(c, canon_operand(c, add, 0))) {
-        if (!is_one(c, ex)) return -1;
-        ex = canon_operand(c, add, 0);
-    }
-    int neg = canon_operand(c, ex, 0);
-    if (!absorbable(g, ex, OT_OP_EXP) || !absorbable(g, neg, OT_OP_NEG)) return -1;
-    int x = canon_operand(c, neg, 0);
-    if (c->w->e[x].dtype != c->w->e[e].dtype) return -1;
-    fold[0] = add;
-    fold[1] = ex;
-    fold[2] = neg;
-    return x;
-}
-
 static void mark_fused(prog *g, int root, bool root_computed)
 {
     for (int r = 0; r < g->nregion; r++) {
         int e = g->region[r];
         if (g->c->ci[e].canon != e || region_input(g->c, e, root, root_computed)) continue;
-        int m = fma_mul_of(g, e), fold[3];
+        int m = fma_mul_of(g, e);
         if (m >= 0) g->fused[m] = g->id;
-        if (sigmoid_of(g, e, fold) >= 0)
-            for (int k = 0; k < 3; k++) g->fused[fold[k]] = g->id;
     }
 }
 

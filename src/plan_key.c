@@ -51,15 +51,16 @@ static inline __attribute__((always_inline)) bool key_put(ot_walk *w, const void
 
 #define KEY(w, v) key_put((w), &(v), sizeof(v))
 
-/* An identity's words into the key: the first two, which is all most nodes
- * have, as one fixed-size move (room for every word is made first), the
- * rest one at a time; memcpy of a length known only at run time is a call. */
+/* An identity's words into the key, a word at a time: room for every word
+ * is made first, and each 8-byte copy reads what one 8-byte store of the
+ * identity wrote (a 16-byte copy of two words waited for both stores to
+ * reach the cache, on every node); memcpy of a length known only at run
+ * time would be a call. */
 static inline bool key_words(ot_walk *w, const int64_t *v, int n)
 {
     size_t room = sizeof *v * OT__IDENT_MAX;
     if (w->klen + room > w->kcap && !key_grow(w, room)) return false;
-    memcpy(w->key + w->klen, v, 2 * sizeof *v);
-    for (int i = 2; i < n; i++) memcpy(w->key + w->klen + sizeof *v * (size_t)i, v + i, sizeof *v);
+    for (int i = 0; i < n; i++) memcpy(w->key + w->klen + sizeof *v * (size_t)i, v + i, sizeof *v);
     w->klen += sizeof *v * (size_t)n;
     return true;
 }
@@ -150,17 +151,33 @@ static bool key_pad(ot_walk *w)
     return true;
 }
 
+/* Four independent lanes, each word into the next lane: one lane's chain
+ * of multiply, shift and xor per word bounded a small assignment's key
+ * walk by its latency (a fifth of W8's walk). The padded key is whole
+ * words. */
 static uint64_t hash_bytes(const uint8_t *p, size_t n)
 {
-    uint64_t h = 0x9e3779b97f4a7c15ULL ^ n, w;
+    uint64_t h[4] = {0x9e3779b97f4a7c15ULL ^ n, 0xc2b2ae3d27d4eb4fULL, 0x165667b19e3779f9ULL,
+                     0x27d4eb2f165667c5ULL};
     size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
+    for (; i + 32 <= n; i += 32)
+        for (int k = 0; k < 4; k++) {
+            uint64_t w;
+            memcpy(&w, p + i + 8 * k, 8);
+            h[k] = (h[k] ^ w) * 0xff51afd7ed558ccdULL;
+            h[k] ^= h[k] >> 32;
+        }
+    for (int k = 0; i + 8 <= n; i += 8, k++) {
+        uint64_t w;
         memcpy(&w, p + i, 8);
-        h = (h ^ w) * 0xff51afd7ed558ccdULL;
-        h ^= h >> 32;
+        h[k] = (h[k] ^ w) * 0xff51afd7ed558ccdULL;
+        h[k] ^= h[k] >> 32;
     }
-    for (; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ULL;
-    return h ^ (h >> 29);
+    for (; i < n; i++) h[0] = (h[0] ^ p[i]) * 0x100000001b3ULL;
+    uint64_t x = h[0] ^ (h[1] * 0x9e3779b97f4a7c15ULL) ^ (h[2] * 0xc2b2ae3d27d4eb4fULL) ^
+                 (h[3] * 0x165667b19e3779f9ULL);
+    x ^= x >> 29;
+    return x;
 }
 
 void ot__walk_free(ot_walk *w)
@@ -215,7 +232,7 @@ static ot_walk *walk_trees(ot_cpu *cpu, int n, ot_tensor *const outs[], ot_node 
     }
     for (int i = 0; i < w->nleaf; i++) {
         const ot_tensor *t = w->leaf[i];
-        w->leafptr[i] = (char *)t->buf->data + t->offset * (int64_t)ot_dtype_size(t->leaf.dtype);
+        w->leafptr[i] = (char *)t->buf->data + t->offset * (int64_t)ot__esize(t->leaf.dtype);
     }
     w->hash = hash_bytes(w->key, w->klen);
     return w;

@@ -27,8 +27,21 @@ typedef struct ot__ptrmap {
 typedef struct ot__walk_frame {
     const ot_node *n;     /* an op node */
     int next;             /* the operand to walk next */
-    int operand[2];       /* indices of the operands walked, -1 until then */
+    /* The indices of the operands walked (-1 until then), operand k in
+     * bits 32k..32k+31: one word written whole, so that the visit's read
+     * of both is forwarded from the last store. Two int stores read back
+     * as one 8-byte load stalled the compiler's walk on every node. */
+    uint64_t operands;
 } ot__walk_frame;
+
+#define OT__NO_OPERANDS UINT64_MAX   /* both -1 */
+
+static inline void ot__frame_set_operand(ot__walk_frame *f, int k, int index)
+{
+    uint64_t v = (uint32_t)index;
+    f->operands = k ? (f->operands & UINT32_MAX) | v << 32
+                    : (f->operands & ~(uint64_t)UINT32_MAX) | v;
+}
 
 /* Walks this small memoise in an array scanned from its end, not a hash:
  * most trees the compiler walks are this small. */
@@ -134,7 +147,7 @@ OT__WALK_STEP int ot__walk_reach(ot__walker *w, ot__walk_visit *visit, bool hook
     if (n->kind != OT_NODE_OP)
         return ot__walk_visit_node(w, visit, hooks, n, (const int[2]){-1, -1}, index);
     if (w->len == w->cap && !ot__walker_grow(w)) return OT_ENOMEM;
-    w->stack[w->len++] = (ot__walk_frame){n, 0, {-1, -1}};
+    w->stack[w->len++] = (ot__walk_frame){n, 0, OT__NO_OPERANDS};
     return 0;
 }
 
@@ -162,13 +175,15 @@ OT__WALK_STEP int ot__walk_root(ot__walker *w, ot__walk_visit *visit, bool hooks
             if (i < 0 && (rc = ot__walk_reach(w, visit, hooks, c, &i)) < 0) return rc;
             /* f is stale when c was pushed (the stack may have moved); i is
              * then -1, and c's visit fills the operand in. */
-            if (i >= 0) f->operand[k] = i;
+            if (i >= 0) ot__frame_set_operand(f, k, i);
             continue;
         }
-        if ((rc = ot__walk_visit_node(w, visit, hooks, f->n, f->operand, &index)) < 0) return rc;
+        const int operand[2] = {(int32_t)(uint32_t)f->operands,
+                                (int32_t)(uint32_t)(f->operands >> 32)};
+        if ((rc = ot__walk_visit_node(w, visit, hooks, f->n, operand, &index)) < 0) return rc;
         if (--w->len > 0) {
             ot__walk_frame *parent = &w->stack[w->len - 1];
-            parent->operand[parent->next - 1] = index;
+            ot__frame_set_operand(parent, parent->next - 1, index);
         }
     }
     return index;

@@ -151,33 +151,38 @@ static bool key_pad(ot_walk *w)
     return true;
 }
 
-/* Four independent lanes, each word into the next lane: one lane's chain
- * of multiply, shift and xor per word bounded a small assignment's key
- * walk by its latency (a fifth of W8's walk). The padded key is whole
- * words. */
+/* One lane's step: the word into the lane, multiplied and folded. */
+static inline uint64_t hash_step(uint64_t h, const uint8_t *p)
+{
+    uint64_t w;
+    memcpy(&w, p, 8);
+    h = (h ^ w) * 0xff51afd7ed558ccdULL;
+    return h ^ h >> 32;
+}
+
+/* Four independent lanes in scalar registers, each word into the next
+ * lane: one lane's chain of multiply, shift and xor per word bounded a
+ * small assignment's key walk by its latency (a fifth of W8's walk), and
+ * an array of lanes was vectorised into SSE2 with 64-bit multiplies
+ * emulated. The padded key is whole words. */
 static uint64_t hash_bytes(const uint8_t *p, size_t n)
 {
-    uint64_t h[4] = {0x9e3779b97f4a7c15ULL ^ n, 0xc2b2ae3d27d4eb4fULL, 0x165667b19e3779f9ULL,
-                     0x27d4eb2f165667c5ULL};
+    uint64_t h0 = 0x9e3779b97f4a7c15ULL ^ n, h1 = 0xc2b2ae3d27d4eb4fULL,
+             h2 = 0x165667b19e3779f9ULL, h3 = 0x27d4eb2f165667c5ULL;
     size_t i = 0;
-    for (; i + 32 <= n; i += 32)
-        for (int k = 0; k < 4; k++) {
-            uint64_t w;
-            memcpy(&w, p + i + 8 * k, 8);
-            h[k] = (h[k] ^ w) * 0xff51afd7ed558ccdULL;
-            h[k] ^= h[k] >> 32;
-        }
-    for (int k = 0; i + 8 <= n; i += 8, k++) {
-        uint64_t w;
-        memcpy(&w, p + i, 8);
-        h[k] = (h[k] ^ w) * 0xff51afd7ed558ccdULL;
-        h[k] ^= h[k] >> 32;
+    for (; i + 32 <= n; i += 32) {
+        h0 = hash_step(h0, p + i);
+        h1 = hash_step(h1, p + i + 8);
+        h2 = hash_step(h2, p + i + 16);
+        h3 = hash_step(h3, p + i + 24);
     }
-    for (; i < n; i++) h[0] = (h[0] ^ p[i]) * 0x100000001b3ULL;
-    uint64_t x = h[0] ^ (h[1] * 0x9e3779b97f4a7c15ULL) ^ (h[2] * 0xc2b2ae3d27d4eb4fULL) ^
-                 (h[3] * 0x165667b19e3779f9ULL);
-    x ^= x >> 29;
-    return x;
+    if (i + 8 <= n) h0 = hash_step(h0, p + i), i += 8;
+    if (i + 8 <= n) h1 = hash_step(h1, p + i), i += 8;
+    if (i + 8 <= n) h2 = hash_step(h2, p + i), i += 8;
+    for (; i < n; i++) h3 = (h3 ^ p[i]) * 0x100000001b3ULL;
+    uint64_t x = h0 ^ h1 * 0x9e3779b97f4a7c15ULL ^ h2 * 0xc2b2ae3d27d4eb4fULL ^
+                 h3 * 0x165667b19e3779f9ULL;
+    return x ^ x >> 29;
 }
 
 void ot__walk_free(ot_walk *w)

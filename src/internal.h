@@ -66,6 +66,8 @@ struct ot_node {
     bool weak;            /* dtype came only from constants */
     int8_t op;            /* ot_op for OT_NODE_OP, else OT_OP_NONE */
     int8_t tag;           /* composite op that this node is the root of */
+    bool digest_ok;       /* digest is set: a leaf of a backend, a constant,
+                             or an op node built over nodes with digests */
     int line;
     const char *file;
     ot_backend *be;       /* backend of the first leaf below, or NULL */
@@ -84,6 +86,9 @@ struct ot_node {
                              freed with the node */
     const struct ot__axes *axes;  /* names of the dims (axes.c, interned), or
                                      NULL: unnamed, the common case */
+    uint64_t digest[2];   /* 128 bits of the tree below, set when it is built
+                             (ot__node_digest): equal for trees that compile
+                             to the same plan with the same bindings */
 };
 
 /* Adds a new node (holding one reference, the creator's) to the innermost
@@ -95,6 +100,11 @@ ot_node *ot__pool_adopt(ot_node *n);
 ot_node *ot__mean_refined(ot_node *x, int axis, const char *file, int line);
 /* A zeroed node with refs = 1, kind/op/tag set to "none" values. */
 ot_node *ot__node_alloc(void);
+/* Sets n's digest from what the plan key reads of it (its identity words,
+ * a constant's value, a leaf's serial) and its operands' digests; none when
+ * an operand has none. Called once a node is complete, before it is
+ * shared (node.c, tensor.c). */
+void ot__node_digest(ot_node *n);
 
 /* ---- names and metadata (names.c) ---------------------------------------- */
 
@@ -138,6 +148,8 @@ struct ot_tensor {
     int64_t offset;                /* in elements, from buf->data */
     char *name;
     bool readonly;                 /* a broadcast view */
+    uint64_t serial;               /* unique among its backend's tensors, never
+                                      reused: the digest's name for the view */
 };
 
 static inline ot_tensor *ot__leaf_tensor(const ot_node *n)
@@ -296,6 +308,7 @@ struct ot_backend {
     _Atomic(struct ot_ad_memo *) ad_memo;  /* autodiff.c: memoised objects */
     struct ot__rewrite *rewrite;   /* rewrite.c: the rule sets in force; NULL
                                       (the default) when none */
+    atomic_uint_fast64_t serials;  /* the last tensor serial handed out */
 };
 /* The backend name and options in force (config.c): opts checked, defaults
  * and environment overrides applied; -1 with the error set when any is bad.

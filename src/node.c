@@ -145,6 +145,64 @@ ot_node *ot__node_alloc(void)
     return n;
 }
 
+/* ---- digests ------------------------------------------------------------- */
+
+/* Two 64-bit lanes, each an xor of words multiplied by its own odd
+ * constants, finished by a multiply and shifts: the words are independent
+ * multiplies, not one chain (a chain of a multiply per word cost 13 ns a
+ * node, a sixth of W8). Operands enter through their digests, which are
+ * already mixed, lane by lane, so the lanes stay independent; the plan
+ * cache trusts a match of both (plan_key.c), whose odds for two trees that
+ * differ are near 2^-128 per pair. */
+#define DIGEST_K(i) (0x9e3779b97f4a7c15ULL * (2 * (uint64_t)(i) + 1) | 1)
+
+static inline uint64_t digest_final(uint64_t h)
+{
+    h = (h ^ h >> 32) * 0xff51afd7ed558ccdULL;
+    return h ^ h >> 29;
+}
+
+static inline uint64_t digest_rot(uint64_t x) { return x << 32 | x >> 32; }
+
+void ot__node_digest(ot_node *n)
+{
+    uint64_t head = n->kind | (uint64_t)(uint8_t)n->op << 8 | (uint64_t)n->dtype << 16 |
+                    (uint64_t)n->weak << 24;
+    uint64_t x0 = head * DIGEST_K(0), x1 = head * DIGEST_K(1);
+    n->digest_ok = false;
+    if (n->kind == OT_NODE_LEAF) {
+        uint64_t serial = ot__leaf_tensor(n)->serial;
+        if (!serial) return;
+        x0 ^= serial * DIGEST_K(2);
+        x1 ^= digest_rot(serial) * DIGEST_K(3);
+    } else if (n->kind == OT_NODE_CONST) {
+        uint64_t bits;
+        memcpy(&bits, &n->value, sizeof bits);
+        x0 ^= bits * DIGEST_K(2);
+        x1 ^= digest_rot(bits) * DIGEST_K(3);
+    } else {
+        int kind = ot__op_table[n->op].kind;
+        if (n->custom || (kind != OT_KIND_UNARY && kind != OT_KIND_BINARY)) {
+            int64_t w[OT__IDENT_MAX];
+            int nw = ot__op_ident(n, w);
+            for (int i = 0; i < nw; i++) {
+                x0 = digest_final(x0 ^ (uint64_t)w[i] * DIGEST_K(4));
+                x1 = digest_final(x1 ^ digest_rot((uint64_t)w[i]) * DIGEST_K(5));
+            }
+        }
+        const ot_node *operand[2] = {n->a, n->b};
+        for (int k = 0; k < 2; k++) {
+            const ot_node *o = operand[k];
+            if (o && !o->digest_ok) return;
+            x0 ^= (o ? o->digest[0] : DIGEST_K(6)) * DIGEST_K(7 + 2 * k);
+            x1 ^= (o ? o->digest[1] : DIGEST_K(6)) * DIGEST_K(8 + 2 * k);
+        }
+    }
+    n->digest[0] = digest_final(x0);
+    n->digest[1] = digest_final(x1);
+    n->digest_ok = true;
+}
+
 ot_node *ot_retain(ot_node *n)
 {
     if (n) atomic_fetch_add_explicit(&n->refs, 1, memory_order_relaxed);
@@ -295,6 +353,7 @@ static ot_node *new_const(double v, ot_dtype dt)
     n->dtype = (uint8_t)dt;
     n->weak = true;
     n->value = v;
+    ot__node_digest(n);
     return ot__pool_adopt(n);
 }
 
@@ -823,6 +882,7 @@ static ot_node *op_node(const site *st, ot_node *a, ot_node *b, const ot_shape *
     n->a = ot_retain(a);
     n->b = ot_retain(b);
     n->be = a && a->be ? a->be : (b ? b->be : NULL);
+    ot__node_digest(n);
     return ot__pool_adopt(n);
 }
 
@@ -1063,6 +1123,7 @@ static ot_node *build_composite(const site *st, ot_node *a, ot_node *b, const ot
     root->tag_b = ot_retain(b);
     if (ot_op_kind(root->op) != OT_KIND_REDUCE) root->args = g;
     else root->args.ddof = g.ddof;
+    ot__node_digest(root);   /* its args changed */
     return root;
 }
 

@@ -253,10 +253,15 @@ typedef struct cache_entry {
     struct cache_entry *prev, *next;   /* most recent first */
 } cache_entry;
 
+#define DIGEST_SLOTS 64   /* recent trees remembered by digest, per backend */
+
+struct digest_entry;
+
 struct ot_plan_cache {
     pthread_mutex_t lock;
     cache_entry *head, *tail;
     int len, cap;
+    struct digest_entry *recent[DIGEST_SLOTS];   /* the digest table, below */
 };
 
 ot_plan_cache *ot__plan_cache_new(int capacity)
@@ -275,9 +280,12 @@ static void entry_free(cache_entry *e)
     free(e);
 }
 
+static void digest_entry_free(struct digest_entry *e);
+
 void ot__plan_cache_free(ot_plan_cache *c)
 {
     if (!c) return;
+    for (int i = 0; i < DIGEST_SLOTS; i++) digest_entry_free(c->recent[i]);
     for (cache_entry *e = c->head, *nx; e; e = nx) {
         nx = e->next;
         entry_free(e);
@@ -454,6 +462,103 @@ static void memo_add(const ot_backend *be, ot_tensor *out, ot_node *root, const 
     if (!atomic_compare_exchange_strong(&root->memo, &seen, &m->base)) memo_drop(&m->base);
 }
 
+/* ---- the digest table ------------------------------------------------------ */
+
+/* A tree rebuilt per call (push, build, assign, pop: W8) is a new root
+ * each time, so the root memo never sees it twice, and its walk, key and
+ * lookup were a third of such a call. Every node carries a 128-bit digest
+ * of the tree below it, set when it is built (ot__node_digest): identity
+ * words, constants' values, operands' digests, and leaves by their tensor's
+ * serial, which no other tensor of the backend ever gets (a tensor's view
+ * and memory never change). Two trees of equal digests therefore compile to
+ * the same plan, with the same leaf pointers and constants bound, so the
+ * plan and bindings of a tree's last assignment into an output serve every
+ * tree of its digest into that output: one slot per digest and output, the
+ * latest assignment replacing what was there. A digest match is trusted,
+ * not checked against the tree: checking would be the walk it saves. */
+typedef struct digest_entry {
+    uint64_t digest[2];
+    const ot_tensor *out;
+    uint64_t out_serial;
+    ot_backend_opts opts;
+    ot_plan *plan;              /* a reference */
+    int nleaf, nparam;
+    char **leaf;                /* the bindings, in this allocation */
+    double *param;
+} digest_entry;
+
+static void digest_entry_free(digest_entry *e)
+{
+    if (!e) return;
+    ot__plan_release(e->plan);
+    free(e);
+}
+
+static digest_entry **digest_slot(ot_plan_cache *c, const ot_tensor *out, const ot_node *root)
+{
+    return &c->recent[(root->digest[0] ^ out->serial * 0x9e3779b97f4a7c15ULL) % DIGEST_SLOTS];
+}
+
+static bool digest_match(const digest_entry *e, const ot_backend *be, const ot_tensor *out,
+                         const ot_node *root)
+{
+    return e && e->digest[0] == root->digest[0] && e->digest[1] == root->digest[1] &&
+           e->out == out && e->out_serial == out->serial && same_plan_opts(&e->opts, &be->opts);
+}
+
+/* The plan of a tree whose digest was assigned into out before, with its
+ * bindings copied into a walk (*walk) that the caller gives back; NULL
+ * when none. The plan gains a reference that the run drops. */
+static ot_plan *digest_find(ot_backend *be, ot_tensor *out, const ot_node *root, ot_walk **walk)
+{
+    ot_cpu *cpu = be->impl;
+    ot_walk *w = walk_start(cpu);
+    if (!w) return NULL;
+    ot_plan *p = NULL;
+    pthread_mutex_lock(&cpu->cache->lock);
+    const digest_entry *e = *digest_slot(cpu->cache, out, root);
+    if (digest_match(e, be, out, root) &&
+        grow((void **)&w->leafptr, &w->leafptrcap, e->nleaf + 1, sizeof(char *)) &&
+        grow((void **)&w->param, &w->paramcap, e->nparam + 1, sizeof(double))) {
+        memcpy(w->leafptr, e->leaf, sizeof(char *) * (size_t)e->nleaf);
+        memcpy(w->param, e->param, sizeof(double) * (size_t)e->nparam);
+        w->nleaf = e->nleaf;
+        w->nparam = e->nparam;
+        p = e->plan;
+        atomic_fetch_add(&p->refs, 1);
+    }
+    pthread_mutex_unlock(&cpu->cache->lock);
+    if (!p) {
+        ot__walk_done(be, w);
+        return NULL;
+    }
+    *walk = w;
+    return p;
+}
+
+/* Remembers plan p and w's bindings for root's digest into out. Without
+ * memory nothing is remembered: the table is only a shortcut. */
+static void digest_add(ot_backend *be, ot_tensor *out, const ot_node *root, const ot_walk *w,
+                       ot_plan *p)
+{
+    ot_cpu *cpu = be->impl;
+    size_t leaves = sizeof(char *) * (size_t)w->nleaf, params = sizeof(double) * (size_t)w->nparam;
+    digest_entry *e = ot__malloc(sizeof *e + params + leaves);
+    if (!e) return;
+    *e = (digest_entry){{root->digest[0], root->digest[1]}, out, out->serial, be->opts, p,
+                        w->nleaf, w->nparam, NULL, NULL};
+    e->param = (double *)(e + 1);
+    e->leaf = (char **)((char *)e->param + params);
+    if (params) memcpy(e->param, w->param, params);
+    if (leaves) memcpy(e->leaf, w->leafptr, leaves);
+    atomic_fetch_add(&p->refs, 1);
+    pthread_mutex_lock(&cpu->cache->lock);
+    digest_entry **slot = digest_slot(cpu->cache, out, root), *old = *slot;
+    *slot = e;
+    pthread_mutex_unlock(&cpu->cache->lock);
+    digest_entry_free(old);
+}
+
 /* ---- the entry point ------------------------------------------------------- */
 
 int ot__plan_get(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[],
@@ -467,7 +572,16 @@ int ot__plan_get(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const 
         bind->outs = outs;
         return 0;
     }
-    ot_walk *w = walk_trees(cpu, n, outs, trees);
+    bool digest = memo && trees[0]->digest_ok;
+    ot_walk *w;
+    if (digest && (*plan = digest_find(be, outs[0], trees[0], &w))) {
+        atomic_fetch_add(&be->stats.cache_hits, 1);
+        memo_add(be, outs[0], trees[0], w, *plan);
+        *walk = w;
+        *bind = (ot_binding){.leaf = w->leafptr, .param = w->param, .outs = outs};
+        return 0;
+    }
+    w = walk_trees(cpu, n, outs, trees);
     if (!w) return ot__err_set(OT_ENOMEM, NULL, 0, "assign", "out of memory walking the tree");
     pthread_mutex_lock(&cpu->cache->lock);
     ot_plan *p = cache_find(cpu->cache, w);
@@ -497,8 +611,10 @@ int ot__plan_get(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const 
         if (!keep || !cache_add(cpu->cache, w, p)) atomic_fetch_sub(&p->refs, 1);
         pthread_mutex_unlock(&cpu->cache->lock);
         memo = memo && keep;
+        digest = digest && keep;
     }
     if (memo) memo_add(be, outs[0], trees[0], w, p);
+    if (digest) digest_add(be, outs[0], trees[0], w, p);
     *plan = p;
     *walk = w;
     *bind = (ot_binding){.leaf = w->leafptr, .param = w->param, .outs = outs};

@@ -158,6 +158,8 @@ static ot_tensor *tensor_alloc(ot_backend *be, const ot_shape *shape, ot_dtype d
     t->leaf.shape = *shape;
     t->leaf.be = be;
     t->buf = buf;
+    if (be) t->serial = atomic_fetch_add_explicit(&be->serials, 1, memory_order_relaxed) + 1;
+    ot__node_digest(&t->leaf);
     return t;
 }
 

@@ -46,12 +46,12 @@ enum { OUT_FRESH, OUT_STRIDED, OUT_BCAST, OUT_LEAF, OUT_SAME };
 /* What went wrong; a shrink keeps a candidate only when it fails the same way. */
 enum {
     FK_OK, FK_CRASH, FK_RC, FK_VALUE, FK_THREADS, FK_JIT, FK_ELEMOPS, FK_GRAD_RC, FK_GRAD, FK_FD,
-    FK_PARSE, FK_COUNT
+    FK_PARSE, FK_REBUILD, FK_COUNT
 };
 static const char *const fail_names[FK_COUNT] = {
     "ok", "crash", "error-code mismatch", "forward value", "threads bitwise",
     "jit bitwise", "elem_ops", "grad error-code mismatch", "grad value", "finite difference",
-    "ot_pp/ot_parse round trip"};
+    "ot_pp/ot_parse round trip", "rebuilt tree"};
 static const char *const fail_area[FK_COUNT] = {
     "-", "compile/exec", "compile/exec", "kernels", "compile/exec", "jit", "compile/exec",
     "autodiff", "autodiff", "autodiff", "print/parse"};
@@ -976,6 +976,9 @@ typedef struct fz_res {
     ot_dtype dt[FZ_MAXL];
     uint64_t elem_ops;
     int64_t out_numel;
+    int64_t rebuilt_at;   /* cpu: the first element where the same tree,
+                             built again over the same leaves and assigned
+                             again (a digest-table hit), differs; -1 none */
 } fz_res;
 
 static void res_free(fz_res *o)
@@ -1007,9 +1010,33 @@ static void fail_set(fz_fail *f, int kind, int c0, int c1, const char *fmt, ...)
 
 static const double SENTINEL = 7777.25;
 
+/* Builds the trees again over the same leaves, as a caller rebuilding a
+ * tree per call does, and assigns root 0 again into out: on the cpu
+ * backend the digest table then serves the first assignment's plan and
+ * bindings without a walk. The first element (of whole, out's base) that
+ * differs from the first assignment's values v, or -1. Only where the
+ * first assignment left its inputs unchanged (the output is not a leaf). */
+static int64_t rebuilt_differs(const fz_ir *ir, fz_inst *in, ot_tensor *out, ot_tensor *whole,
+                               const double *v, int64_t n)
+{
+    ot_pool *pool = ot_pool_push();
+    if (!pool) return -1;
+    for (int k = 0; k < ir->nn; k++) in->node[k] = node_build(ir, in, k);
+    int64_t at = -1, m = 0;
+    double *w = NULL;
+    if (ot_assign_node(out, in->node[ir->roots[0]]) != 0) at = 0;
+    else if ((w = get_values(whole, &m)) && m == n)
+        for (int64_t i = 0; i < n && at < 0; i++)
+            if (memcmp(&w[i], &v[i], sizeof *w) != 0 && !(isnan(w[i]) && isnan(v[i]))) at = i;
+    free(w);
+    ot_pool_pop(pool);
+    return at;
+}
+
 static void run_forward_on(ot_backend *be, const fz_ir *ir, double *const *pert, fz_res *o)
 {
     memset(o, 0, sizeof *o);
+    o->rebuilt_at = -1;
     fz_inst in;
     o->rc = inst_build(be, ir, pert, &in);
     ot_tensor *outs[3] = {0}, *obase[3] = {0};
@@ -1067,6 +1094,10 @@ static void run_forward_on(ot_backend *be, const fz_ir *ir, double *const *pert,
             o->nv++;
         }
     }
+    if (!o->rc && o->nv && ir->mode != FUZZ_MANY && ir->out_kind[0] != OUT_LEAF &&
+        ir->out_kind[0] != OUT_SAME && !round32 && !noise_draw &&
+        strcmp(ot_backend_name(be), "cpu") == 0)
+        o->rebuilt_at = rebuilt_differs(ir, &in, outs[0], obase[0], o->v[0], o->n[0]);
     for (int i = 0; i < ir->nroots; i++) {  /* after every read: outputs may be shared */
         if (outs[i] && outs[i] != obase[i] && ir->out_kind[i] != OUT_LEAF &&
             ir->out_kind[i] != OUT_SAME)
@@ -1322,6 +1353,9 @@ static void check_forward(const fz_ir *ir, fz_fail *f)
         if (at >= 0)
             fail_set(f, FK_VALUE, c, -1, "%s: output %d element %" PRId64 " is %.17g, ref %.17g (tol %.3g)",
                      nm, which, at, cr[c].v[which][at], r->v[which][at], tol);
+        if (cr[c].rebuilt_at >= 0)
+            fail_set(f, FK_REBUILD, c, -1, "%s: the tree rebuilt and assigned again differs at "
+                     "element %" PRId64, nm, cr[c].rebuilt_at);
     }
     for (int c = 0; c < FUSION_OFF; c++) {
         if (!have[c] || cr[c].rc) continue;

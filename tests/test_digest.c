@@ -4,7 +4,7 @@
  * the same output without a walk. Each case changes one thing a rebuilt tree
  * could differ in (a constant, a leaf, a view of the same memory, a leaf
  * freed and another made in its place, the output, sharing, a composite's
- * annotation) and checks the values against the ref backend, and that the
+ * annotation, an op's attributes) and checks the values against the ref backend, and that the
  * unchanged rebuild is a hit that compiles nothing.
  */
 #include "test.h"
@@ -226,4 +226,69 @@ TEST(digest_backends)
         ot_tensor_free(a), ot_tensor_free(b), ot_tensor_free(out);
         ot_backend_free(be);
     }
+}
+
+static ot_node *plain_sum(ot_tensor *a, ot_tensor *b, float k)
+{
+    (void)k;
+    return ot_add(ot_tensor_node(a), ot_tensor_node(b));
+}
+
+static ot_node *transposed_sum(ot_tensor *a, ot_tensor *b, float k)
+{
+    (void)k;
+    return ot_add(ot_T(a), ot_tensor_node(b));
+}
+
+static ot_node *rows_sum(ot_tensor *a, ot_tensor *b, float k)
+{
+    (void)k;
+    return ot_mul(ot_sum(a, .axis = 0), ot_sum(b, .axis = 0));
+}
+
+static ot_node *cols_sum(ot_tensor *a, ot_tensor *b, float k)
+{
+    (void)k;
+    return ot_mul(ot_sum(a, .axis = 1), ot_sum(b, .axis = 0));
+}
+
+static ot_node *slice_lo(ot_tensor *a, ot_tensor *b, float k)
+{
+    (void)k;
+    return ot_add(ot_slice_node(ot_tensor_node(a), OT_RANGE(0, 9)),
+                  ot_slice_node(ot_tensor_node(b), OT_RANGE(0, 9)));
+}
+
+static ot_node *slice_hi(ot_tensor *a, ot_tensor *b, float k)
+{
+    (void)k;
+    return ot_add(ot_slice_node(ot_tensor_node(a), OT_RANGE(2, 11)),
+                  ot_slice_node(ot_tensor_node(b), OT_RANGE(0, 9)));
+}
+
+/* Trees alike but for an op's attributes (a transpose's perm, a sum's axis,
+ * a slice's start), over the same leaves into the same output, in turn. */
+TEST(digest_attributes)
+{
+    ot_backend *be = cpu();
+    ot_tensor *a = filled(be, OT_SHAPE(9, 9), 1.0), *b = filled(be, OT_SHAPE(9, 9), -0.7);
+    ot_tensor *sq = ot_empty(be, OT_SHAPE(9, 9), OT_F32), *v = ot_empty(be, OT_SHAPE(9), OT_F32);
+    ot_tensor *c = filled(be, OT_SHAPE(11), 0.4), *d = filled(be, OT_SHAPE(11), 0.9);
+    for (int i = 0; i < 2; i++) {
+        CHECK_INT(assign_rebuilt(sq, plain_sum, a, b, 0), 0);
+        check_against_ref(sq, plain_sum, a, b, 0);
+        CHECK_INT(assign_rebuilt(sq, transposed_sum, a, b, 0), 0);
+        check_against_ref(sq, transposed_sum, a, b, 0);
+        CHECK_INT(assign_rebuilt(v, rows_sum, a, b, 0), 0);
+        check_against_ref(v, rows_sum, a, b, 0);
+        CHECK_INT(assign_rebuilt(v, cols_sum, a, b, 0), 0);
+        check_against_ref(v, cols_sum, a, b, 0);
+        CHECK_INT(assign_rebuilt(v, slice_lo, c, d, 0), 0);
+        check_against_ref(v, slice_lo, c, d, 0);
+        CHECK_INT(assign_rebuilt(v, slice_hi, c, d, 0), 0);
+        check_against_ref(v, slice_hi, c, d, 0);
+    }
+    ot_tensor_free(a), ot_tensor_free(b), ot_tensor_free(c), ot_tensor_free(d);
+    ot_tensor_free(sq), ot_tensor_free(v);
+    ot_backend_free(be);
 }

@@ -9,6 +9,8 @@
  */
 #include "test.h"
 
+#include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 
 enum { N = 77 };
@@ -290,5 +292,52 @@ TEST(digest_attributes)
     }
     ot_tensor_free(a), ot_tensor_free(b), ot_tensor_free(c), ot_tensor_free(d);
     ot_tensor_free(sq), ot_tensor_free(v);
+    ot_backend_free(be);
+}
+
+/* Threads rebuilding trees on one backend at once, each its own leaves and
+ * constants and some sharing one output pattern: the table is read and
+ * replaced under the cache's lock, and each thread's values stay its own. */
+typedef struct digest_job {
+    ot_backend *be;
+    int id;
+    int bad;
+} digest_job;
+
+static void *digest_worker(void *arg)
+{
+    digest_job *job = arg;
+    ot_tensor *a = filled(job->be, OT_SHAPE(N), 1.0 + job->id);
+    ot_tensor *b = filled(job->be, OT_SHAPE(N), -0.5);
+    ot_tensor *out = ot_empty(job->be, OT_SHAPE(N), OT_F32);
+    float ha[N], hb[N], got[N];
+    ot_get(a, ha);
+    ot_get(b, hb);
+    for (int i = 0; i < 200 && !job->bad; i++) {
+        float k = (float)(i % 3 + job->id);
+        if (assign_rebuilt(out, w3k, a, b, k) != 0) job->bad = 1;
+        ot_get(out, got);
+        for (int e = 0; e < N; e++) {
+            float want = tanhf(ha[e] * hb[e] + ha[e] / hb[e] * k);
+            if (fabsf(got[e] - want) > 1e-5f * (1 + fabsf(want))) job->bad = 1;
+        }
+    }
+    ot_tensor_free(a), ot_tensor_free(b), ot_tensor_free(out);
+    return NULL;
+}
+
+TEST(digest_threads_share_a_backend)
+{
+    ot_backend *be = cpu();
+    pthread_t th[4];
+    digest_job jobs[4];
+    for (int i = 0; i < 4; i++) {
+        jobs[i] = (digest_job){be, i, 0};
+        CHECK_INT(pthread_create(&th[i], NULL, digest_worker, &jobs[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        CHECK(!jobs[i].bad);
+    }
     ot_backend_free(be);
 }

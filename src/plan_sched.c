@@ -291,17 +291,22 @@ static void move_kernel(ot_plan *p, int from, int to)
     p->kernels[to] = moved;
 }
 
-/* The last kernel writing temp t (as its result or a further output), or
- * -1: a running sum (plan_build.c) is written by each dot it accumulates. */
+/* Whether kernel k writes temp t, as its result or a further output. */
+static bool writes_temp(const ot_kernel *k, int t)
+{
+    for (int x = -1; x < k->nxstore; x++) {
+        const ot_view *o = x < 0 ? &k->store : &k->xstores[x].view;
+        if (o->space == OT_SPACE_TEMP && o->index == t) return true;
+    }
+    return false;
+}
+
+/* The last kernel writing temp t, or -1: a running sum (plan_build.c) is
+ * written by each dot it accumulates. */
 static int temp_writer(const ot_plan *p, int t)
 {
-    for (int k = p->nkernels - 1; k >= 0; k--) {
-        const ot_kernel *kk = &p->kernels[k];
-        for (int x = -1; x < kk->nxstore; x++) {
-            const ot_view *o = x < 0 ? &kk->store : &kk->xstores[x].view;
-            if (o->space == OT_SPACE_TEMP && o->index == t) return k;
-        }
-    }
+    for (int k = p->nkernels - 1; k >= 0; k--)
+        if (writes_temp(&p->kernels[k], t)) return k;
     return -1;
 }
 
@@ -327,8 +332,8 @@ static bool sole_writer(const ot_plan *p, int d)
  * the rows): its other inputs exist before the dot, moving it earlier
  * changes nothing the kernels it passes read or write, and it either walks
  * the rows the epilogue wrote or the segment is one block (a sum down the
- * rows needs every row; exec.c runs a one-block segment unsliced). The
- * first such kernel, or -1. */
+ * rows needs every row; exec.c runs a one-block segment unsliced), and no
+ * kernel it passes writes what it reads. The first such kernel, or -1. */
 static int bsum_of(const compiler *c, const ot_segment *sg)
 {
     const ot_plan *p = c->plan;
@@ -349,6 +354,9 @@ static int bsum_of(const compiler *c, const ot_segment *sg)
                 reads = true;
                 ok = one_block || (row_step(rk, v, sg->rows) == row_step(ek, &ek->store, sg->rows) &&
                                    offset_in_row(rk, v, sg->rows));
+                /* The epilogue may write only part of it (a concat's): the
+                 * reduction must not pass the kernels writing the rest. */
+                for (int k = d + 2; k < r && ok; k++) ok = !writes_temp(&p->kernels[k], v->index);
             } else {
                 ok = temp_writer(p, v->index) < d;
             }

@@ -206,6 +206,33 @@ static bool accumulates(const ot_kernel *k)
     return k->kind == OT_KER_DOT && (k->beta.param >= 0 || k->beta.mul != 0);
 }
 
+static bool view_reach(const ot_kernel *k, int which, int64_t *lo, int64_t *hi);
+
+/* No kernel writes elements of a temporary that an earlier kernel read:
+ * a temporary written in parts (a concat's) is read only after its last
+ * part, and a kernel moved earlier (a dot's epilogue or bsum) never passes
+ * a writer of what it reads. Element ranges are a view's reach. */
+static int check_late_writers(const ot_plan *p)
+{
+    for (int i = 0; i < p->nkernels; i++) {
+        const ot_kernel *r = &p->kernels[i];
+        for (int l = 0; l < r->nload; l++) {
+            const ot_view *v = &r->loads[l];
+            int64_t lo, hi, wlo, whi;
+            if (v->space != OT_SPACE_TEMP || !view_reach(r, l, &lo, &hi)) continue;
+            for (int j = i + 1; j < p->nkernels; j++) {
+                const ot_kernel *w = &p->kernels[j];
+                EACH_VIEW(w, o, which)
+                    if (which < 0 && o->space == OT_SPACE_TEMP && o->index == v->index &&
+                        view_reach(w, which, &wlo, &whi) && wlo <= hi && lo <= whi)
+                        return fail("kernel %d reads temporary %d before kernel %d writes part of it",
+                                    i, v->index, j);
+            }
+        }
+    }
+    return 0;
+}
+
 /* Temporaries are written before they are read, in kernel order. */
 static int check_temp_order(const ot_plan *p)
 {
@@ -224,10 +251,9 @@ static int check_temp_order(const ot_plan *p)
             if (which < 0 && v->space == OT_SPACE_TEMP) written[v->index] = true;
     }
     free(written);
-    return rc;
+    return rc ? rc : check_late_writers(p);
 }
 
-static bool view_reach(const ot_kernel *k, int which, int64_t *lo, int64_t *hi);
 
 /* The columns [c[0], c[1]] a view touches within rows of row_stride
  * elements: false unless its dim 0 steps by whole rows and the rest of it

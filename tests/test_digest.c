@@ -323,6 +323,7 @@ static void *digest_worker(void *arg)
         }
     }
     ot_tensor_free(a), ot_tensor_free(b), ot_tensor_free(out);
+    ot_pool_drain();   /* this thread's spare pool and nodes */
     return NULL;
 }
 

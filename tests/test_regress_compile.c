@@ -694,3 +694,38 @@ TEST(fuzz_temp_in_output_read_transposed)
     }
     CHECK(memcmp(got[0], got[1], sizeof got[0]) == 0);
 }
+
+/* Fuzz finding 11-90853: mean(concat(sgn(dot(a, b)), c)) moved the mean
+ * into the dot's segment as its bsum, ahead of the kernel writing c's part
+ * of the concat: it summed rows nobody had written yet. A reduction joins a
+ * segment only when no kernel it passes writes what it reads (and the plan
+ * verifier now fails a temporary read before a later kernel writes part of
+ * it). Every ISA, generated code or not, several row counts. */
+TEST(fuzz_bsum_before_concat_part)
+{
+    static const char *const isas[] = {"scalar", "avx2", "avx512"};
+    for (size_t i = 0; i < sizeof isas / sizeof *isas; i++)
+        for (int jit = 0; jit < 2; jit++)
+            for (int64_t m = 3; m <= 300; m *= 10) {
+                ot_backend *be = ot_backend_new(
+                    "cpu", &(ot_backend_opts){.threads = 1, .isa = isas[i],
+                                              .jit = jit ? OT_JIT_ON : OT_JIT_OFF});
+                if (!be) {   /* an ISA this CPU lacks */
+                    ot_clear_error();
+                    continue;
+                }
+                ot_tensor *a = ot_full(be, OT_SHAPE(m, 4), OT_F64, 0.5);
+                ot_tensor *b = ot_full(be, OT_SHAPE(4, 4), OT_F64, -1);
+                ot_tensor *c = ot_full(be, OT_SHAPE(1, 4), OT_F32, 2);
+                ot_pool *p = ot_pool_push();
+                ot_node *parts[2] = {ot_sgn(ot_dot(a, b)), ot_tensor_node(c)};
+                ot_tensor *o = ot_eval(ot_mean(ot_concat(2, parts, 0)));
+                double v = 0;
+                CHECK(o && ot_get(o, &v) == 0);
+                CHECK_NEAR(v, (-4.0 * (double)m + 8.0) / (4.0 * (double)m + 4.0), 1e-12);
+                ot_tensor_free(o);
+                ot_pool_pop(p);
+                ot_tensor_free(a), ot_tensor_free(b), ot_tensor_free(c);
+                ot_backend_free(be);
+            }
+}

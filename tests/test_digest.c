@@ -67,6 +67,13 @@ static int assign_rebuilt(ot_tensor *out, tree_fn *f, ot_tensor *a, ot_tensor *b
     return rc;
 }
 
+/* assign_rebuilt, then its values against ref's. */
+static void rebuild_and_check(ot_tensor *out, tree_fn *f, ot_tensor *a, ot_tensor *b, float k)
+{
+    CHECK_INT(assign_rebuilt(out, f, a, b, k), 0);
+    check_against_ref(out, f, a, b, k);
+}
+
 static uint64_t compiles(ot_backend *be)
 {
     ot_stats s;
@@ -88,10 +95,8 @@ TEST(digest_rebuilt_tree_hits_and_constants_differ)
     for (int i = 0; i < 5; i++) CHECK_INT(assign_rebuilt(out, w3k, a, b, 2.0f), 0);
     CHECK(compiles(be) == c0);
     check_against_ref(out, w3k, a, b, 2.0f);
-    CHECK_INT(assign_rebuilt(out, w3k, a, b, 3.0f), 0);
-    check_against_ref(out, w3k, a, b, 3.0f);
-    CHECK_INT(assign_rebuilt(out, w3k, a, b, 2.0f), 0);
-    check_against_ref(out, w3k, a, b, 2.0f);
+    rebuild_and_check(out, w3k, a, b, 3.0f);
+    rebuild_and_check(out, w3k, a, b, 2.0f);
     CHECK(compiles(be) == c0);   /* one plan: constants are data */
     ot_tensor_free(a), ot_tensor_free(b), ot_tensor_free(out);
     ot_backend_free(be);
@@ -106,17 +111,13 @@ TEST(digest_leaves_by_tensor_not_by_address)
     ot_tensor *c = filled(be, OT_SHAPE(N), 0.25);
     ot_tensor *out = ot_empty(be, OT_SHAPE(N), OT_F32);
     CHECK_INT(assign_rebuilt(out, w3k, a, b, 2.0f), 0);
-    CHECK_INT(assign_rebuilt(out, w3k, a, c, 2.0f), 0);
-    check_against_ref(out, w3k, a, c, 2.0f);
-    CHECK_INT(assign_rebuilt(out, w3k, b, a, 2.0f), 0);
-    check_against_ref(out, w3k, b, a, 2.0f);
-    CHECK_INT(assign_rebuilt(out, w3k, a, a, 2.0f), 0);
-    check_against_ref(out, w3k, a, a, 2.0f);
+    rebuild_and_check(out, w3k, a, c, 2.0f);
+    rebuild_and_check(out, w3k, b, a, 2.0f);
+    rebuild_and_check(out, w3k, a, a, 2.0f);
     for (int round = 0; round < 4; round++) {
         ot_tensor_free(b);
         b = filled(be, OT_SHAPE(N), 0.1 * (round + 2));
-        CHECK_INT(assign_rebuilt(out, w3k, a, b, 2.0f), 0);
-        check_against_ref(out, w3k, a, b, 2.0f);
+        rebuild_and_check(out, w3k, a, b, 2.0f);
     }
     /* a reversed view of a 2N buffer: the same address range, another
      * layout, made where b was */
@@ -125,10 +126,8 @@ TEST(digest_leaves_by_tensor_not_by_address)
     ot_tensor *rev = ot_slice(big, OT_RANGE(N - 1, -(int64_t)2 * N - 1, -1));
     ot_tensor *evens = ot_slice(big, OT_RANGE(0, 2 * N, 2));
     CHECK(rev && evens);
-    CHECK_INT(assign_rebuilt(out, w3k, a, rev, 2.0f), 0);
-    check_against_ref(out, w3k, a, rev, 2.0f);
-    CHECK_INT(assign_rebuilt(out, w3k, a, evens, 2.0f), 0);
-    check_against_ref(out, w3k, a, evens, 2.0f);
+    rebuild_and_check(out, w3k, a, rev, 2.0f);
+    rebuild_and_check(out, w3k, a, evens, 2.0f);
     ot_tensor_free(rev), ot_tensor_free(evens), ot_tensor_free(big);
     ot_tensor_free(a), ot_tensor_free(c), ot_tensor_free(out);
     ot_backend_free(be);
@@ -150,8 +149,7 @@ TEST(digest_outputs)
     ot_tensor_free(o2);
     o2 = ot_empty(be, OT_SHAPE(2, N), OT_F32);
     ot_tensor *row = ot_slice(o2, OT_IDX(1));
-    CHECK_INT(assign_rebuilt(row, w3k, a, b, 2.0f), 0);
-    check_against_ref(row, w3k, a, b, 2.0f);
+    rebuild_and_check(row, w3k, a, b, 2.0f);
     /* in place: out is a; ref gets the values a had */
     ot_tensor *a0 = ot_copy(a);
     CHECK_INT(assign_rebuilt(a, w3k, a, b, 2.0f), 0);
@@ -192,18 +190,14 @@ TEST(digest_sharing_and_composites)
     ot_tensor *a = filled(be, OT_SHAPE(N), 0.2), *b = filled(be, OT_SHAPE(N), 0.3);
     ot_tensor *out = ot_empty(be, OT_SHAPE(N), OT_F32);
     for (int i = 0; i < 2; i++) {
-        CHECK_INT(assign_rebuilt(out, shared, a, b, 0.5f), 0);
-        check_against_ref(out, shared, a, b, 0.5f);
-        CHECK_INT(assign_rebuilt(out, unshared, a, b, 0.5f), 0);
-        check_against_ref(out, unshared, a, b, 0.5f);
+        rebuild_and_check(out, shared, a, b, 0.5f);
+        rebuild_and_check(out, unshared, a, b, 0.5f);
     }
     ot_tensor *m = filled(be, OT_SHAPE(7, 11), 1.0), *n = filled(be, OT_SHAPE(7, 11), -2.0);
     ot_tensor *v = ot_empty(be, OT_SHAPE(7), OT_F32);
     for (int i = 0; i < 2; i++) {
-        CHECK_INT(assign_rebuilt(v, var1, m, n, 0), 0);
-        check_against_ref(v, var1, m, n, 0);
-        CHECK_INT(assign_rebuilt(v, var0, m, n, 0), 0);
-        check_against_ref(v, var0, m, n, 0);
+        rebuild_and_check(v, var1, m, n, 0);
+        rebuild_and_check(v, var0, m, n, 0);
     }
     ot_tensor_free(m), ot_tensor_free(n), ot_tensor_free(v);
     ot_tensor_free(a), ot_tensor_free(b), ot_tensor_free(out);
@@ -277,18 +271,12 @@ TEST(digest_attributes)
     ot_tensor *sq = ot_empty(be, OT_SHAPE(9, 9), OT_F32), *v = ot_empty(be, OT_SHAPE(9), OT_F32);
     ot_tensor *c = filled(be, OT_SHAPE(11), 0.4), *d = filled(be, OT_SHAPE(11), 0.9);
     for (int i = 0; i < 2; i++) {
-        CHECK_INT(assign_rebuilt(sq, plain_sum, a, b, 0), 0);
-        check_against_ref(sq, plain_sum, a, b, 0);
-        CHECK_INT(assign_rebuilt(sq, transposed_sum, a, b, 0), 0);
-        check_against_ref(sq, transposed_sum, a, b, 0);
-        CHECK_INT(assign_rebuilt(v, rows_sum, a, b, 0), 0);
-        check_against_ref(v, rows_sum, a, b, 0);
-        CHECK_INT(assign_rebuilt(v, cols_sum, a, b, 0), 0);
-        check_against_ref(v, cols_sum, a, b, 0);
-        CHECK_INT(assign_rebuilt(v, slice_lo, c, d, 0), 0);
-        check_against_ref(v, slice_lo, c, d, 0);
-        CHECK_INT(assign_rebuilt(v, slice_hi, c, d, 0), 0);
-        check_against_ref(v, slice_hi, c, d, 0);
+        rebuild_and_check(sq, plain_sum, a, b, 0);
+        rebuild_and_check(sq, transposed_sum, a, b, 0);
+        rebuild_and_check(v, rows_sum, a, b, 0);
+        rebuild_and_check(v, cols_sum, a, b, 0);
+        rebuild_and_check(v, slice_lo, c, d, 0);
+        rebuild_and_check(v, slice_hi, c, d, 0);
     }
     ot_tensor_free(a), ot_tensor_free(b), ot_tensor_free(c), ot_tensor_free(d);
     ot_tensor_free(sq), ot_tensor_free(v);

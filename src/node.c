@@ -874,7 +874,10 @@ static ot_node *op_node(const site *st, ot_node *a, ot_node *b, const ot_shape *
     n->custom = st->custom;
     n->dtype = (uint8_t)dtype;
     n->weak = weak;
-    n->shape = *shape;
+    /* The dims in use: the node is zeroed, and a 72-byte copy of an operand
+     * built a moment ago waited on its stores (a third of a plain build). */
+    n->shape.ndim = shape->ndim;
+    for (int d = 0; d < shape->ndim; d++) n->shape.dims[d] = shape->dims[d];
     if (args) n->args = *args;
     else n->args.axis = OT_AXIS_ALL;
     n->file = st->file;

@@ -207,11 +207,18 @@ void ot__walk_done(ot_backend *be, ot_walk *w)
         ot__walk_free(w);
 }
 
+/* The backend's spare walk, or a new one, as it was left: for bindings
+ * alone (the digest table's hits), which set nleaf and nparam. */
+static ot_walk *walk_take(ot_cpu *cpu)
+{
+    ot_walk *w = atomic_exchange(&cpu->spare, NULL);
+    return w ? w : ot__calloc(1, sizeof *w);
+}
+
 /* The backend's spare walk emptied for reuse, or a new one. */
 static ot_walk *walk_start(ot_cpu *cpu)
 {
-    ot_walk *w = atomic_exchange(&cpu->spare, NULL);
-    if (!w) w = ot__calloc(1, sizeof *w);
+    ot_walk *w = walk_take(cpu);
     if (!w) return NULL;
     ot__walker_reset(&w->walker);
     w->walker.ctx = w;
@@ -512,7 +519,7 @@ static bool digest_match(const digest_entry *e, const ot_backend *be, const ot_t
 static ot_plan *digest_find(ot_backend *be, ot_tensor *out, const ot_node *root, ot_walk **walk)
 {
     ot_cpu *cpu = be->impl;
-    ot_walk *w = walk_start(cpu);
+    ot_walk *w = walk_take(cpu);
     if (!w) return NULL;
     ot_plan *p = NULL;
     pthread_mutex_lock(&cpu->cache->lock);

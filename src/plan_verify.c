@@ -255,19 +255,32 @@ static int check_temp_order(const ot_plan *p)
 }
 
 
-/* The columns [c[0], c[1]] a view touches within rows of row_stride
- * elements: false unless its dim 0 steps by whole rows and the rest of it
- * stays inside one row. */
+/* The columns [c[0], c[1]] a store touches within rows of row_stride
+ * elements: false unless every dim but one of unit stride steps by whole
+ * rows (any number of them: a batched dot's batches too) and that one
+ * stays inside a row. An element's column is then its offset mod the row
+ * stride, so two stores of apart columns share no element. */
 static bool row_columns(const ot_kernel *k, int which, int64_t row_stride, int64_t c[2])
 {
     const ot_view *v = which == -1 ? &k->store : &k->xstores[-2 - which].view;
-    int64_t lo, hi;
-    if (row_stride <= 0 || v->strides[0] != row_stride || !view_reach(k, which, &lo, &hi)) return false;
-    int64_t rows = k->kind == OT_KER_DOT ? k->m : k->dims[0];
-    hi -= (rows - 1) * row_stride;   /* what dims past the first add, from the offset */
-    c[0] = lo - (lo / row_stride) * row_stride;
-    c[1] = c[0] + (hi - lo);
-    return lo >= 0 && c[1] < row_stride && (k->kind != OT_KER_DOT || k->batch == 1);
+    int64_t dot_dims[3] = {k->m, k->n, k->batch};
+    const int64_t *dims = k->kind == OT_KER_DOT ? dot_dims : k->dims;
+    int nd = k->kind == OT_KER_DOT ? 3 : k->ndim;
+    int64_t width = 1;
+    bool column = false;
+    if (row_stride <= 0) return false;
+    for (int d = 0; d < nd; d++) {
+        if (dims[d] <= 1) continue;
+        if (v->strides[d] == 1 && !column) {
+            width = dims[d];
+            column = true;
+        } else if (v->strides[d] % row_stride != 0) {
+            return false;
+        }
+    }
+    c[0] = (v->offset % row_stride + row_stride) % row_stride;
+    c[1] = c[0] + width - 1;
+    return c[1] < row_stride;
 }
 
 /* Whether two stores (which < 0) of one base touch no element in common:
@@ -282,9 +295,20 @@ static bool stores_apart(const ot_kernel *a, int wa, const ot_kernel *b, int wb)
     return row_columns(a, wa, s, ca) && row_columns(b, wb, s, cb) && (ca[1] < cb[0] || cb[1] < ca[0]);
 }
 
+/* Whether kernel k reads output o: a later kernel that does updates what
+ * it reads in place (1/x over a concat kept in the output), in kernel
+ * order. */
+static bool reads_output(const ot_kernel *k, int o)
+{
+    for (int l = 0; l < k->nload; l++)
+        if (k->loads[l].space == OT_SPACE_OUT && k->loads[l].index == o) return true;
+    return false;
+}
+
 /* An output that a BLAS call writes has no other writer of the same
- * elements: exec.c would run the two in an order the plan does not fix (a
- * group kernel writing it too found no storage for the dot to load). */
+ * elements, but for a later kernel reading it (an in-place update): exec.c
+ * would run the two in an order the plan does not fix (a group kernel
+ * writing it too found no storage for the dot to load). */
 static int check_blas_outputs(const ot_plan *p)
 {
     for (int d = 0; d < p->nkernels; d++) {
@@ -292,6 +316,7 @@ static int check_blas_outputs(const ot_plan *p)
         if (dk->kind != OT_KER_DOT || dk->store.space != OT_SPACE_OUT) continue;
         for (int i = 0; i < p->nkernels; i++) {
             const ot_kernel *k = &p->kernels[i];
+            if (i > d && reads_output(k, dk->store.index)) continue;
             EACH_VIEW(k, v, which)
                 if (i != d && which < 0 && v->space == OT_SPACE_OUT && v->index == dk->store.index &&
                     !stores_apart(dk, -1, k, which))

@@ -2,9 +2,10 @@
  * test_plan_verify.c - the plan verifier (src/plan_verify.c) catches broken
  * plans: real plans pass it, and the same plans with one invariant broken
  * by hand (a buffer read before it is written, a temporary read or
- * accumulated into before any kernel writes it, two live temporaries in the
- * same arena bytes, a walk out of post-order) are OT_EINTERNAL, never an
- * abort. The verifier exists
+ * accumulated into before any kernel writes it, or before a later kernel
+ * writes part of it, an output BLAS writes written by another kernel too,
+ * two live temporaries in the same arena bytes, a walk out of post-order)
+ * are OT_EINTERNAL, never an abort. The verifier exists
  * only in builds with -DOT_VERIFY_PLANS (the sanitizer build of make test);
  * elsewhere these cases check nothing.
  */
@@ -123,6 +124,80 @@ TEST(plan_verify_accumulating_dot)
         first->beta = saved;
         CHECK_INT(ot__verify_plan(p, OT_VERIFY_LAID_OUT), 0);
     }
+    release(p, w, x, pool, be);
+}
+
+/* mean(concat(sgn(dot(a, b)), c)): the mean reads the concat whole, so it
+ * runs after the kernel writing c's part. Run before it (the bsum move that
+ * fuzz seed 11 tree 90853 found), it reads elements not yet written. */
+TEST(plan_verify_late_writer)
+{
+    ot_pool *pool = ot_pool_push();
+    ot_backend *be = ot_backend_new("cpu", &(ot_backend_opts){.threads = 1});
+    ot_tensor *x = ot_ones(be, OT_SHAPE(3, 4), OT_F64), *y = ot_ones(be, OT_SHAPE(4, 4), OT_F64);
+    ot_tensor *c = ot_ones(be, OT_SHAPE(1, 4), OT_F32);
+    ot_node *parts[2] = {ot_sgn(ot_dot(x, y)), ot_tensor_node(c)};
+    ot_walk *w;
+    ot_plan *p = plan_of(be, ot_mean(ot_concat(2, parts, 0)), &w);
+    CHECK(p != NULL);
+    CHECK_INT(ot__verify_plan(p, OT_VERIFY_LAID_OUT), 0);
+    int red = -1, part = -1;
+    for (int i = 0; p && i < p->nkernels; i++) {
+        const ot_kernel *k = &p->kernels[i];
+        if (k->kind == OT_KER_REDUCE) red = i;
+        if (k->kind == OT_KER_EW && k->store.space == OT_SPACE_TEMP && k->store.offset > 0) part = i;
+    }
+    CHECK(red >= 0 && part >= 0 && part < red);
+    if (red >= 0 && part >= 0 && part < red) {
+        ot_kernel saved = p->kernels[part];
+        p->kernels[part] = p->kernels[red];
+        p->kernels[red] = saved;
+        expect_broken(p, "writes part of it");
+        p->kernels[red] = p->kernels[part];
+        p->kernels[part] = saved;
+        CHECK_INT(ot__verify_plan(p, OT_VERIFY_LAID_OUT), 0);
+    }
+    ot_tensor_free(c);
+    ot_tensor_free(y);
+    release(p, w, x, pool, be);
+}
+
+/* concat(batched_dot(a, b), c, axis=2) into an output: BLAS writes the
+ * first columns of every batch's rows and another kernel c's column; they
+ * are apart (fuzz seed 21 tree 3736 was refused for it). c's kernel writing
+ * the dot's columns instead is not. */
+TEST(plan_verify_blas_output)
+{
+    ot_pool *pool = ot_pool_push();
+    ot_backend *be = ot_backend_new("cpu", &(ot_backend_opts){.threads = 1});
+    ot_tensor *x = ot_ones(be, OT_SHAPE(2, 2, 2), OT_F32), *y = ot_ones(be, OT_SHAPE(1, 2, 2), OT_F32);
+    ot_tensor *c = ot_ones(be, OT_SHAPE(2, 2, 1), OT_F32);
+    ot_tensor *out = ot_empty(be, OT_SHAPE(2, 2, 3), OT_F32);
+    ot_node *parts[2] = {ot_batched_dot(x, y), ot_tensor_node(c)};
+    ot_node *tree = ot_concat(2, parts, 2);
+    ot_plan *p = NULL;
+    ot_walk *w = NULL;
+    ot_binding bind;
+    CHECK_INT(ot__plan_get(be, 1, &out, &tree, &p, &w, &bind), 0);
+    CHECK(p != NULL);
+    CHECK_INT(ot__verify_plan(p, OT_VERIFY_LAID_OUT), 0);
+    int dot = -1, part = -1;
+    for (int i = 0; p && i < p->nkernels; i++) {
+        const ot_kernel *k = &p->kernels[i];
+        if (k->kind == OT_KER_DOT && k->store.space == OT_SPACE_OUT) dot = i;
+        if (k->kind == OT_KER_EW && k->store.space == OT_SPACE_OUT) part = i;
+    }
+    CHECK(dot >= 0 && part >= 0);
+    if (dot >= 0 && part >= 0) {
+        int64_t saved = p->kernels[part].store.offset;
+        p->kernels[part].store.offset = p->kernels[dot].store.offset;
+        expect_broken(p, "written by BLAS");
+        p->kernels[part].store.offset = saved;
+        CHECK_INT(ot__verify_plan(p, OT_VERIFY_LAID_OUT), 0);
+    }
+    ot_tensor_free(c);
+    ot_tensor_free(y);
+    ot_tensor_free(out);
     release(p, w, x, pool, be);
 }
 

@@ -198,6 +198,9 @@ typedef struct ot_kernel {
     bool direct_store;              /* the last insn writes the output in place */
     int64_t run_tile;               /* elements per tile (exec.c), set by
                                        ot__plan_run_prepare */
+    bool run_rows;                  /* generated code reading in place: a
+                                       row's tiles run as one call (exec.c's
+                                       spans_tiles), set there too */
     int64_t run_cost;               /* one element's work in adds (exec.c's
                                        kernel_cost), set there too */
     ot_view store;                  /* EW/REDUCE: where results go; reduced

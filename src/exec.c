@@ -502,7 +502,7 @@ static void ew_body(run_ctx *c, scratch *s, int64_t first, int64_t last)
     int64_t total = c->nouter * c->tiles_per_row;
     int64_t t0 = first * c->ew_per_chunk, t1 = last * c->ew_per_chunk;
     if (t1 > total) t1 = total;
-    if (spans_tiles(c->k)) ew_rows(c, s, t0, t1);
+    if (c->k->run_rows) ew_rows(c, s, t0, t1);
     else
         for (int64_t t = t0; t < t1; t++) ew_tile(c, s, t);
     if (c->k->jit && c->k->jit->fn_stream) store_fence();
@@ -1157,6 +1157,7 @@ void ot__plan_run_prepare(ot_plan *p)
     run_mem m = {0};
     for (int i = 0; i < p->nkernels; i++) {
         p->kernels[i].run_tile = tile_for(&p->kernels[i]);
+        p->kernels[i].run_rows = spans_tiles(&p->kernels[i]);
         p->kernels[i].run_cost = kernel_cost(&p->kernels[i]);
     }
     p->run_ok = run_layout(p, &m);

@@ -391,7 +391,7 @@ static ot_dtype promote(const ot_node *a, const ot_node *b, bool *weak)
 
 static ot_dtype apply_flags(ot_op op, ot_dtype d)
 {
-    unsigned f = op >= 0 && op < OT_OP_COUNT ? ot__op_table[op].flags : ot_op_flags(op);
+    unsigned f = ot__flags_of(op);
     if (f & OT_FLAG_INDEX) return OT_I32;
     if ((f & OT_FLAG_FLOAT) && d == OT_I32) return OT_F64;
     return d;
@@ -913,7 +913,7 @@ static int mixed_backends(const site *st, const ot_backend *x, const ot_backend 
 
 static int check_operands(const site *st, ot_node *a, ot_node *b)
 {
-    int arity = st->custom ? st->custom->def.arity : ot__op_table[st->op].arity;
+    int arity = ot__arity_of(st->op);
     /* Naming the good operand's shape tells which call of several is meant. */
     char sh[OT__SHAPE_STRLEN];
     if (arity == 2 && !a && b)
@@ -973,8 +973,8 @@ ot_node *ot_build_at(ot_op op, ot_node *a, ot_node *b, const ot_args *args,
     if (check_operands(&st, a, b)) return NULL;
     /* custom1 and custom2 stand for registered ops, and build nothing:
      * operands are checked as for any op first. */
-    bool placeholder = builtin && (ot__op_table[op].flags & OT_FLAG_CUSTOM);
-    int kind = builtin ? ot__op_table[op].kind : ot_op_kind(op);
+    bool placeholder = builtin && (ot__flags_of(op) & OT_FLAG_CUSTOM);
+    int kind = ot__kind_of(op);
     ot_dtype plain_dt;
     if (!args && !placeholder && is_plain(&st, kind, a, b, &plain_dt))
         return op_node(&st, a, b, &a->shape, plain_dt, false, NULL);

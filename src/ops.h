@@ -40,6 +40,20 @@ const ot_opinfo *ot__op(int op);
 /* The table itself, for callers on every node's path (the builder): the
  * row of a built-in op, 0 <= op < OT_OP_COUNT, without a call. */
 extern const ot_opinfo ot__op_table[OT_OP_COUNT];
+/* ot_op_kind, ot_op_flags and ot_op_arity, inline for a built-in op (the
+ * builder asks for each on every node); a registered op's through ops.c. */
+static inline int ot__kind_of(int op)
+{
+    return op >= 0 && op < OT_OP_COUNT ? ot__op_table[op].kind : ot_op_kind((ot_op)op);
+}
+static inline unsigned ot__flags_of(int op)
+{
+    return op >= 0 && op < OT_OP_COUNT ? ot__op_table[op].flags : ot_op_flags((ot_op)op);
+}
+static inline int ot__arity_of(int op)
+{
+    return op >= 0 && op < OT_OP_COUNT ? ot__op_table[op].arity : ot_op_arity((ot_op)op);
+}
 /* The cost column of op (1 for an unknown op). */
 int ot__op_cost(int op);
 

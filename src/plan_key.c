@@ -207,30 +207,23 @@ void ot__walk_done(ot_backend *be, ot_walk *w)
         ot__walk_free(w);
 }
 
-/* The backend's spare walk, or a new one, as it was left: for bindings
- * alone (the digest table's hits), which set nleaf and nparam. */
+/* The backend's spare walk, or a new one, as it was left: a digest-table
+ * hit fills only its bindings; walk_trees empties it first. */
 static ot_walk *walk_take(ot_cpu *cpu)
 {
     ot_walk *w = atomic_exchange(&cpu->spare, NULL);
     return w ? w : ot__calloc(1, sizeof *w);
 }
 
-/* The backend's spare walk emptied for reuse, or a new one. */
-static ot_walk *walk_start(ot_cpu *cpu)
+/* Walks the trees into w, emptied first: entries, key, bindings, hash.
+ * False when out of memory. */
+static bool walk_trees(ot_walk *w, int n, ot_tensor *const outs[], ot_node *const trees[])
 {
-    ot_walk *w = walk_take(cpu);
-    if (!w) return NULL;
     ot__walker_reset(&w->walker);
     w->walker.ctx = w;
     w->n = w->nleaf = w->nparam = 0;
     w->klen = 0;
-    return w;
-}
-
-static ot_walk *walk_trees(ot_cpu *cpu, int n, ot_tensor *const outs[], ot_node *const trees[])
-{
-    ot_walk *w = walk_start(cpu);
-    bool ok = w && grow((void **)&w->root, &w->rootcap, n, sizeof *w->root);
+    bool ok = grow((void **)&w->root, &w->rootcap, n, sizeof *w->root);
     for (int i = 0; i < n && ok; i++) {
         w->root[i] = ot__walker_run_plain(&w->walker, trees[i], add_entry);
         ok = w->root[i] >= 0;
@@ -238,16 +231,13 @@ static ot_walk *walk_trees(ot_cpu *cpu, int n, ot_tensor *const outs[], ot_node 
     ok = ok && key_put(w, w->root, sizeof(int) * (size_t)n) && key_outputs(w, n, outs, trees) &&
          key_pad(w);
     ok = ok && grow((void **)&w->leafptr, &w->leafptrcap, w->nleaf ? w->nleaf : 1, sizeof(char *));
-    if (!ok) {
-        ot__walk_free(w);
-        return NULL;
-    }
+    if (!ok) return false;
     for (int i = 0; i < w->nleaf; i++) {
         const ot_tensor *t = w->leaf[i];
         w->leafptr[i] = (char *)t->buf->data + t->offset * (int64_t)ot__esize(t->leaf.dtype);
     }
     w->hash = hash_bytes(w->key, w->klen);
-    return w;
+    return true;
 }
 
 /* ---- the plan cache: a bounded LRU ---------------------------------------- */
@@ -485,8 +475,7 @@ static void memo_add(const ot_backend *be, ot_tensor *out, ot_node *root, const 
  * not checked against the tree: checking would be the walk it saves. */
 typedef struct digest_entry {
     uint64_t digest[2];
-    const ot_tensor *out;
-    uint64_t out_serial;
+    uint64_t out_serial;        /* the output: serials name tensors */
     ot_backend_opts opts;
     ot_plan *plan;              /* a reference */
     int nleaf, nparam;
@@ -510,17 +499,15 @@ static bool digest_match(const digest_entry *e, const ot_backend *be, const ot_t
                          const ot_node *root)
 {
     return e && e->digest[0] == root->digest[0] && e->digest[1] == root->digest[1] &&
-           e->out == out && e->out_serial == out->serial && same_plan_opts(&e->opts, &be->opts);
+           e->out_serial == out->serial && same_plan_opts(&e->opts, &be->opts);
 }
 
 /* The plan of a tree whose digest was assigned into out before, with its
- * bindings copied into a walk (*walk) that the caller gives back; NULL
- * when none. The plan gains a reference that the run drops. */
-static ot_plan *digest_find(ot_backend *be, ot_tensor *out, const ot_node *root, ot_walk **walk)
+ * bindings copied into w; NULL when none. The plan gains a reference that
+ * the run drops. */
+static ot_plan *digest_find(ot_backend *be, ot_tensor *out, const ot_node *root, ot_walk *w)
 {
     ot_cpu *cpu = be->impl;
-    ot_walk *w = walk_take(cpu);
-    if (!w) return NULL;
     ot_plan *p = NULL;
     pthread_mutex_lock(&cpu->cache->lock);
     const digest_entry *e = *digest_slot(cpu->cache, out, root);
@@ -535,11 +522,6 @@ static ot_plan *digest_find(ot_backend *be, ot_tensor *out, const ot_node *root,
         atomic_fetch_add(&p->refs, 1);
     }
     pthread_mutex_unlock(&cpu->cache->lock);
-    if (!p) {
-        ot__walk_done(be, w);
-        return NULL;
-    }
-    *walk = w;
     return p;
 }
 
@@ -552,7 +534,7 @@ static void digest_add(ot_backend *be, ot_tensor *out, const ot_node *root, cons
     size_t leaves = sizeof(char *) * (size_t)w->nleaf, params = sizeof(double) * (size_t)w->nparam;
     digest_entry *e = ot__malloc(sizeof *e + params + leaves);
     if (!e) return;
-    *e = (digest_entry){{root->digest[0], root->digest[1]}, out, out->serial, be->opts, p,
+    *e = (digest_entry){{root->digest[0], root->digest[1]}, out->serial, be->opts, p,
                         w->nleaf, w->nparam, NULL, NULL};
     e->param = (double *)(e + 1);
     e->leaf = (char **)((char *)e->param + params);
@@ -579,17 +561,20 @@ int ot__plan_get(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const 
         bind->outs = outs;
         return 0;
     }
-    bool digest = memo && trees[0]->digest_ok;
-    ot_walk *w;
-    if (digest && (*plan = digest_find(be, outs[0], trees[0], &w))) {
+    bool digest = memo && trees[0]->digest_ok && outs[0]->serial;   /* 0: no backend's */
+    ot_walk *w = walk_take(cpu);
+    if (!w) return ot__err_set(OT_ENOMEM, NULL, 0, "assign", "out of memory walking the tree");
+    if (digest && (*plan = digest_find(be, outs[0], trees[0], w))) {
         atomic_fetch_add(&be->stats.cache_hits, 1);
         memo_add(be, outs[0], trees[0], w, *plan);
         *walk = w;
         *bind = (ot_binding){.leaf = w->leafptr, .param = w->param, .outs = outs};
         return 0;
     }
-    w = walk_trees(cpu, n, outs, trees);
-    if (!w) return ot__err_set(OT_ENOMEM, NULL, 0, "assign", "out of memory walking the tree");
+    if (!walk_trees(w, n, outs, trees)) {
+        ot__walk_free(w);
+        return ot__err_set(OT_ENOMEM, NULL, 0, "assign", "out of memory walking the tree");
+    }
     pthread_mutex_lock(&cpu->cache->lock);
     ot_plan *p = cache_find(cpu->cache, w);
     pthread_mutex_unlock(&cpu->cache->lock);

@@ -69,6 +69,9 @@ typedef struct ot_kernels {
      * them; NULL where an op has none or is emitted inline. */
     const void *vfn1[2][OT_OP_COUNT][2];
     const void *vfn2[OT_OP_COUNT][2];
+    /* The f32 exp of vfn1 (both accuracies, and sig's) is SLEEF 3.5's expf
+     * u10, whose steps jit.c emits inline instead of calling it. */
+    bool inline_expf;
     int vbytes;                     /* bytes per vector register */
     /* A registered op (ops.h's ot_custom) over n elements of kernel dtype
      * kd (f32 or f64; it has that dtype's scalar function): its vector

@@ -215,6 +215,65 @@ TEST(jit_each_op_bitwise)
         if (jit_table(i)) each_op(jit_table(i));
 }
 
+/* exp's inline steps (jit.c emit_exp) against SLEEF's function in the
+ * table, on every f32 bit pattern, each chunk of 2^16 run through the
+ * generated code and through the tile kernels (exp then neg, as
+ * hand_init builds it) and compared byte for byte: NaN payloads too. sig,
+ * whose exp is the same steps, on every step-th chunk. Under ASan the
+ * stride is wider: the compare is instrumented there. */
+#if defined(__SANITIZE_ADDRESS__)
+#define EXP_CHUNK_STEP 61
+#else
+#define EXP_CHUNK_STEP 1
+#endif
+#define EXP_CHUNK (1 << 16)
+
+static bool every_f32(const ot_kernels *kt, int op, uint32_t step)
+{
+    hand h;
+    hand_init(&h, OT_KD_F32, (ot_insn){.code = OT_I_UNARY, .op = (uint8_t)op, .a = 0, .b = -1, .c = -1}, 6);
+    ot_jit *j = ot__jit_build(&h.k, kt, 0, false);
+    ot_jit_map map = {NULL, 0};
+    if (!j || !ot__jit_install(&j, 1, &map)) {
+        ot__jit_free(j);
+        return false;
+    }
+    uint32_t *in = malloc(EXP_CHUNK * 4), *tmp = malloc(EXP_CHUNK * 4);
+    uint32_t *want = malloc(EXP_CHUNK * 4), *got = malloc(EXP_CHUNK * 4);
+    bool ok = in && tmp && want && got;
+    for (uint64_t base = 0; ok && base < ((uint64_t)1 << 32); base += (uint64_t)EXP_CHUNK * step) {
+        for (uint32_t i = 0; i < EXP_CHUNK; i++) in[i] = (uint32_t)base + i;
+        kt->unary[0][op][OT_KD_F32](tmp, in, EXP_CHUNK);
+        kt->unary[0][OT_OP_NEG][OT_KD_F32](want, tmp, EXP_CHUNK);
+        char *val[5] = {(char *)in, (char *)in, (char *)in, NULL, NULL}, *out[1] = {(char *)got};
+        j->fn(val, out, EXP_CHUNK * 4);
+        ok = memcmp(got, want, EXP_CHUNK * 4) == 0;
+        for (uint32_t i = 0; !ok && i < EXP_CHUNK; i++)
+            if (got[i] != want[i]) {
+                test__fail(__FILE__, __LINE__, "%s %s(0x%08x): code 0x%08x, table 0x%08x", kt->isa,
+                           ot_op_name(op), in[i], got[i] ^ 0x80000000u, want[i] ^ 0x80000000u);
+                break;
+            }
+    }
+    free(in);
+    free(tmp);
+    free(want);
+    free(got);
+    ot__jit_free(j);
+    ot__jit_unmap(&map);
+    return ok;
+}
+
+TEST(jit_inline_exp_every_f32)
+{
+    for (int i = 0; i < NJIT_ISA; i++) {
+        const ot_kernels *kt = jit_table(i);
+        if (!kt || !kt->inline_expf) continue;
+        CHECK(every_f32(kt, OT_OP_EXP, EXP_CHUNK_STEP));
+        CHECK(every_f32(kt, OT_OP_SIG, 16 * EXP_CHUNK_STEP + 1));
+    }
+}
+
 /* What the generator refuses: i32, casts, a single body op. */
 TEST(jit_declines_what_it_does_not_cover)
 {
@@ -226,13 +285,22 @@ TEST(jit_declines_what_it_does_not_cover)
         if (!kt) continue;
         hand_init(&h, OT_KD_I32, (ot_insn){.code = OT_I_BINARY, .op = OT_OP_ADD, .a = 0, .b = 1, .c = -1}, 0);
         CHECK(ot__jit_build(&h.k, kt, 0, false) == NULL);
-        /* One op alone: only a memory-bound one whose output streams. */
-        hand_init(&h, OT_KD_F32, (ot_insn){.code = OT_I_UNARY, .op = OT_OP_EXP, .a = 0, .b = -1, .c = -1}, 6);
+        /* One op alone: only a memory-bound one whose output streams, or
+         * an f32 exp emitted inline. */
+        hand_init(&h, OT_KD_F32, (ot_insn){.code = OT_I_UNARY, .op = OT_OP_LOG, .a = 0, .b = -1, .c = -1}, 6);
         h.k.ninsn = 4;
         h.k.result = 3;
-        CHECK(!ot__jit_streams(&h.k, 1));               /* exp: bound by its arithmetic */
+        CHECK(!ot__jit_streams(&h.k, 1));               /* log: bound by its arithmetic */
         CHECK(ot__jit_build(&h.k, kt, 0, false) == NULL);
         CHECK(ot__jit_build(&h.k, kt, 0, true) == NULL);
+        h.insns[3].op = OT_OP_EXP;
+        ot_jit *alone = ot__jit_build(&h.k, kt, 0, false);
+        CHECK((alone != NULL) == kt->inline_expf);
+        ot__jit_free(alone);
+        hand_init(&h, OT_KD_F64, (ot_insn){.code = OT_I_UNARY, .op = OT_OP_EXP, .a = 0, .b = -1, .c = -1}, 6);
+        h.k.ninsn = 4;
+        h.k.result = 3;
+        CHECK(ot__jit_build(&h.k, kt, 0, false) == NULL);   /* f64 exp calls SLEEF */
         hand_init(&h, OT_KD_F32, (ot_insn){.code = OT_I_FMA, .op = OT_OP_ADD, .a = 0, .b = 1, .c = 2}, 0);
         h.k.ninsn = 4;
         h.k.result = 3;
@@ -518,21 +586,26 @@ TEST(jit_explain_marks_generated_code)
         ot_pool *p = ot_pool_push();
         char *chain = test__capture(ot_explain, ot_add(ot_mul(x, y), ot_div(x, y)));
         char *tanh = test__capture(ot_explain, ot_tanh(ot_add(ot_mul(x, y), ot_div(x, y))));
-        char *call = test__capture(ot_explain, ot_exp(x));
+        char *call = test__capture(ot_explain, ot_log(x));
+        char *exp = test__capture(ot_explain, ot_exp(x));
         char *add = test__capture(ot_explain, ot_add(x, y));
-        CHECK(chain && tanh && call && add);
-        if (chain && tanh && call && add) {
+        CHECK(chain && tanh && call && exp && add);
+        if (chain && tanh && call && exp && add) {
             const char *mark = mode == STREAM ? "(generated code, streaming stores)" : "(generated code)";
             CHECK((strstr(chain, mark) != NULL) == code);
             /* Bound by its arithmetic: never streamed. */
             CHECK((strstr(tanh, "(generated code") != NULL) == code);
             CHECK(strstr(tanh, "streaming") == NULL);
             CHECK(strstr(call, "(generated code") == NULL);
+            /* exp alone is inline code, which beats calling SLEEF per vector. */
+            const ot_kernels *kt = isa[run / 3] ? ot__kernels_for(isa[run / 3]) : NULL;
+            if (kt) CHECK((strstr(exp, "(generated code") != NULL) == (code && kt->inline_expf));
             CHECK((strstr(add, "(generated code") != NULL) == (code && mode == STREAM));
         }
         free(tanh);
         free(chain);
         free(call);
+        free(exp);
         free(add);
         ot_pool_pop(p);
         ot_tensor_free(x);

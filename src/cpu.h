@@ -69,9 +69,10 @@ typedef struct ot_kernels {
      * them; NULL where an op has none or is emitted inline. */
     const void *vfn1[2][OT_OP_COUNT][2];
     const void *vfn2[OT_OP_COUNT][2];
-    /* The f32 exp of vfn1 (both accuracies, and sig's) is SLEEF 3.5's expf
-     * u10, whose steps jit.c emits inline instead of calling it. */
-    bool inline_expf;
+    /* vfn1's SLEEF functions are SLEEF 3.5's, whose f32 exp (both
+     * accuracies, and sig's) and log at u10 jit.c emits inline, step for
+     * step, instead of calling them. */
+    bool inline_sleef;
     int vbytes;                     /* bytes per vector register */
     /* A registered op (ops.h's ot_custom) over n elements of kernel dtype
      * kd (f32 or f64; it has that dtype's scalar function): its vector
@@ -179,6 +180,7 @@ typedef struct ot_jit {
     size_t stream_at;               /* fn_stream's offset in code, or 0 */
     size_t tail_at;                 /* fn_tail's offset in code, or 0 */
     const ot_kernels *kt;
+    int acc;                        /* kt's accuracy slot (vfn1[acc]) */
     int ninsn, nout, kd;            /* kd: the body's kernel dtype */
     int16_t (*arg)[3];              /* per insn: the values operands a, b, c read */
     bool *body;                     /* per insn: run by the code (else prelude) */

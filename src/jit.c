@@ -7,8 +7,9 @@
  * writes a buffer per op). Reductions (sum, mean, max, min over rows or
  * everything) get a loop that also folds the values into accumulators;
  * see "reductions" below. add, sub, mul, div, fma, fnma, sqrt, sqr, neg
- * and abs are emitted inline, f32 exp too (SLEEF 3.5's steps, see
- * emit_exp), sig and sig2 as their exp with the select and divide inline;
+ * and abs are emitted inline, f32 exp and log too (SLEEF 3.5's steps,
+ * see exp_steps and log_steps), sig and sig2 as their exp with the select
+ * and divide inline;
  * every other op calls the table's vector function
  * (vfn1/vfn2: SLEEF itself, or the tile kernels' own element functions),
  * so results are bitwise those of the interpreter of the same table, NaNs
@@ -115,6 +116,35 @@ typedef struct code {
     bool evex;                  /* 512-bit EVEX encodings, else 256-bit VEX */
 } code;
 
+/* K_FN: where the body has an inline exp or log, the f32 constants of
+ * SLEEF 3.5's expf and logf u10 (fn_bits); F_ONE names K_ONE among them. */
+enum { E_RLN2, E_L2U, E_L2L, E_C0, E_C1, E_C2, E_C3, E_C4, E_C5, E_LO, E_HI, E_INF,
+       L_4_3, L_128, L_LN2HI, L_LN2LO, L_M1, L_P0, L_P1, L_P2, L_FIX, L_FLTMIN, L_2P64, L_FF,
+       L_BIASD, L_BIASN, L_QNAN, L_NINF, NFNK, F_ONE = NFNK };
+
+/* expf: 1/ln 2; ln 2 in two parts, negated (Cody and Waite); the reduced
+ * argument's polynomial from its highest coefficient to 1/2; the bounds
+ * below which the result is 0 (-104) and above which it is inf (100); inf.
+ * logf: 4/3 (the mantissa's range is [3/4, 3/2)); 128, the exponent of
+ * inf; ln 2 in two parts; -1; the polynomial in the square of (m-1)/(m+1);
+ * vfixupimmps's table for 0, negatives, inf and NaN (AVX-512); for AVX2,
+ * the smallest normal, 2^64 for scaling denormals, the exponent mask, the
+ * exponent biases for both, the NaN and -inf. */
+static const uint32_t fn_bits[NFNK] = {
+    0x3FB8AA3B, 0xBF317200, 0xB5BFBE8E, 0x39502BDA, 0x3AB696C9, 0x3C0888A6, 0x3D2AAA7A,
+    0x3E2AAAAB, 0x3F000000, 0xC2D00000, 0x42C80000, 0x7F800000,
+    0x3FAAAAAB, 0x43000000, 0x3F317218, 0xB102E308, 0xBF800000, 0x3E9AFF5C, 0x3ECC99CA,
+    0x3F2AAADA, 0x02530400, 0x00800000, 0x5F800000, 0x000000FF, 0xFFFFFF41, 0xFFFFFF81,
+    0x7FC00000, 0xFF800000};
+
+/* The constants each inline function reads, in the order that they get
+ * the registers zmm16-31 (the rest are read from the frame). */
+static const int8_t exp_consts[] = {E_C1, E_C2, E_C3, E_C4, E_C5, E_L2L, E_RLN2, E_L2U, E_C0,
+                                    F_ONE, E_LO, E_HI, E_INF};
+static const int8_t log_consts[] = {L_P1, L_P2, L_LN2LO, L_4_3, L_M1, L_LN2HI, L_P0, L_FIX,
+                                    L_128, F_ONE, E_INF};
+#define NCREG 16
+
 /* What the register pass knows while it walks the body once. */
 typedef struct regs {
     code *c;
@@ -131,10 +161,11 @@ typedef struct regs {
     bool pad;                   /* this copy reads and writes exec's padded tail */
     int red;                    /* a reduction's OT_OP_SUM (mean too), OT_OP_MAX or
                                    OT_OP_MIN; -1 for elementwise code */
-    bool exp;                   /* the body has an inline exp (K_EXP is filled) */
-    int creg;                   /* EVEX code that calls nothing: the exp
-                                   constants live in zmm creg + E_*, past
-                                   the allocator's 16; else 0 (memory) */
+    bool exp, log;              /* the body has an inline exp, log (K_FN
+                                   holds their constants) */
+    int8_t creg[NFNK + 1];      /* EVEX code that calls nothing: the zmm
+                                   (16-31, past the allocator's) holding
+                                   each K_FN constant, or 0: the frame */
     bool calls;                 /* the body calls a function, which clobbers every
                                    vector register and the caller-saved GPRs: a
                                    reduction's accumulators then live in the
@@ -358,23 +389,12 @@ static void call_abs(code *c, const void *fn)
  * its identity (max -inf, min +inf) in every lane and K_DEAD in the lanes
  * past the tail; when the body calls, four accumulators and four NaN notes
  * (see note_nan); K_MISC, two vectors of scalars (MISC_*). */
-/* K_EXP: where the body has an inline exp, its constants (exp_bits);
- * E_ONE names K_ONE among them. */
-enum { E_RLN2, E_L2U, E_L2L, E_C0, E_C1, E_C2, E_C3, E_C4, E_C5, E_LO, E_HI, E_INF, NEXPK,
-       E_ONE = NEXPK };
 
-/* SLEEF 3.5's expf u10 as the bits of its f32 constants: 1/ln 2; ln 2 in
- * two parts, negated (Cody and Waite); the reduced argument's polynomial
- * from its highest coefficient to 1/2; the bounds below which the result
- * is 0 (-104) and above which it is inf (100); inf. */
-static const uint32_t exp_bits[NEXPK] = {0x3FB8AA3B, 0xBF317200, 0xB5BFBE8E, 0x39502BDA,
-                                         0x3AB696C9, 0x3C0888A6, 0x3D2AAA7A, 0x3E2AAAAB,
-                                         0x3F000000, 0xC2D00000, 0x42C80000, 0x7F800000};
 enum { K_SIGN, K_ABS, K_ONE, K_LIVE, K_IDENT, K_DEAD, K_ACC, K_NAN = K_ACC + 4, K_MISC = K_NAN + 4,
-       K_EXP = K_MISC + 2, NCONST = K_EXP + NEXPK };
+       K_FN = K_MISC + 2, NCONST = K_FN + NFNK };
 static int32_t konst(const regs *r, int k) { return r->vbytes * k; }
 static int32_t slot(const regs *r, int v) { return r->vbytes * (NCONST + (int32_t)v); }
-static int32_t ek(const regs *r, int e) { return konst(r, K_EXP + e); }
+static int32_t fk(const regs *r, int e) { return e == F_ONE ? konst(r, K_ONE) : konst(r, K_FN + e); }
 
 static void vmov_load(regs *r, int reg, int base, int index, int32_t disp)
 {
@@ -462,16 +482,16 @@ static void emit_constants(regs *r)
     shift(r, 2, 2, r->pp ? 54 : 25);
     shift(r, 6, 2, r->pp ? 52 : 23);
     vmov_store(r, 2, RSP, NO_INDEX, konst(r, K_ONE));
-    for (int e = 0; e < NEXPK && r->exp; e++) {
+    for (int e = 0; e < NFNK && (r->exp || r->log); e++) {
         put(r->c, (const uint8_t[]){0xC7, 0x84, 0x24}, 3);       /* mov dword [rsp + disp32], */
-        put4(r->c, ek(r, e));
-        put4(r->c, (int32_t)exp_bits[e]);                          /*     imm32 */
-        if (r->creg) vbroadcast(r, r->creg + e, RSP, ek(r, e));
+        put4(r->c, fk(r, e));
+        put4(r->c, (int32_t)fn_bits[e]);                           /*     imm32 */
         if (r->c->evex) continue;                                  /* read by broadcast */
-        vbroadcast(r, 0, RSP, ek(r, e));
-        vmov_store(r, 0, RSP, NO_INDEX, ek(r, e));
+        vbroadcast(r, 0, RSP, fk(r, e));
+        vmov_store(r, 0, RSP, NO_INDEX, fk(r, e));
     }
-    if (r->creg) vbroadcast(r, r->creg + E_ONE, RSP, konst(r, K_ONE));
+    for (int e = 0; e <= NFNK; e++)
+        if (r->creg[e]) vbroadcast(r, r->creg[e], RSP, fk(r, e));
 }
 
 /* K_LIVE from the tail's bytes in register n (r14 in fn_tail), lane by
@@ -653,10 +673,10 @@ static void emit_call(regs *r, int pos, const void *fn, int a, int b)
     bind(r, pos, 0);
 }
 
-/* Four registers for an inline sequence's temporaries, none in keep. */
-static void scratch(regs *r, unsigned keep, int t[4])
+/* n registers for an inline sequence's temporaries, none in keep. */
+static void scratch(regs *r, unsigned keep, int t[], int n)
 {
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < n; i++) {
         t[i] = take(r, keep);
         keep |= 1u << t[i];
     }
@@ -670,15 +690,13 @@ static void scratch(regs *r, unsigned keep, int t[4])
  * u 2^(q/2) 2^(q - q/2), then 0 below -104 and inf above 100. Inline, the
  * loop calls nothing: no spills around a call, constants stay in the
  * frame, and W2 ran 9% faster than the same loop calling SLEEF. */
-static int32_t e_disp(const regs *r, int e) { return e == E_ONE ? konst(r, K_ONE) : ek(r, e); }
-
-/* op reg, vvvv, exp constant e in every lane: its register (creg), else
+/* op reg, vvvv, K_FN constant e in every lane: its register (creg), else
  * an embedded broadcast under EVEX, the frame's whole vector under VEX. */
 static void vrc(regs *r, int map, int pp, uint8_t op, int reg, int vvvv, int e)
 {
-    int32_t disp = e_disp(r, e);
-    if (r->creg) {
-        vrr(r->c, map, pp, 0, op, reg, vvvv, r->creg + e);
+    int32_t disp = fk(r, e);
+    if (r->creg[e]) {
+        vrr(r->c, map, pp, 0, op, reg, vvvv, r->creg[e]);
         return;
     }
     if (!r->c->evex) {
@@ -689,11 +707,11 @@ static void vrc(regs *r, int map, int pp, uint8_t op, int reg, int vvvv, int e)
     mem_operand(r->c, reg, RSP, NO_INDEX, disp);
 }
 
-/* reg = exp constant e (vbroadcastss under EVEX), masked by k1 when k. */
+/* reg = K_FN constant e (vbroadcastss under EVEX), masked by k1 when k. */
 static void load_const(regs *r, int reg, int e, bool k)
 {
-    int32_t disp = e_disp(r, e);
-    if (r->creg) vrr_k(r->c, 1, 0, 0x28, reg, 0, r->creg + e, k ? 1 : 0, false);   /* vmovaps */
+    int32_t disp = fk(r, e);
+    if (r->creg[e]) vrr_k(r->c, 1, 0, 0x28, reg, 0, r->creg[e], k ? 1 : 0, false);   /* vmovaps */
     else if (!r->c->evex) vmov_load(r, reg, RSP, NO_INDEX, disp);
     else if (k) vrm_k(r->c, 2, 1, 0x18, reg, RSP, disp, 1, false);
     else vbroadcast(r, reg, RSP, disp);
@@ -713,14 +731,14 @@ static void exp_steps(regs *r, int x, const int t[4])
     for (int e = E_C1; e <= E_C5; e++) vrc(r, 2, 1, 0xA8, f, s, e);   /* s*f + c */
     vrr(c, 1, 0, 0, 0x59, u, s, s);
     vrr(c, 2, 1, 0, 0xA8, u, f, s);                                   /* f*s^2 + s */
-    vrc(r, 1, 0, 0x58, u, u, E_ONE);
+    vrc(r, 1, 0, 0x58, u, u, F_ONE);
     shift_to(r, 4, f, q, 1);                                          /* m = q >> 1 */
     shift_to(r, 6, s, f, 23);
-    vrc(r, 1, 1, 0xFE, s, s, E_ONE);                                  /* 2^m: + 1.0's bits */
+    vrc(r, 1, 1, 0xFE, s, s, F_ONE);                                  /* 2^m: + 1.0's bits */
     vrr(c, 1, 0, 0, 0x59, u, u, s);
     vrr(c, 1, 1, 0, 0xFA, q, q, f);                                   /* q - m */
     shift_to(r, 6, q, q, 23);
-    vrc(r, 1, 1, 0xFE, q, q, E_ONE);
+    vrc(r, 1, 1, 0xFE, q, q, F_ONE);
     if (c->evex) {
         vrc(r, 1, 0, 0xC2, 1, x, E_LO);                               /* k1 = !(x < -104) */
         put1(c, 5);
@@ -744,8 +762,142 @@ static void emit_exp(regs *r, int pos, int a)
 {
     int ra = use(r, a, 0);
     int t[4];
-    scratch(r, 1u << ra, t);
+    scratch(r, 1u << ra, t, 4);
     exp_steps(r, ra, t);
+    retire(r, pos);
+    bind(r, pos, t[0]);
+}
+
+/* dst = a op b for add (0x58), mul (0x59), sub (0x5C), div (0x5E): f32. */
+static void arith(regs *r, uint8_t op, int dst, int a, int b) { vrr(r->c, 1, 0, 0, op, dst, a, b); }
+
+/* FMA forms on f32 registers: 213 dst = vvvv*dst + rm, 231 dst =
+ * vvvv*rm + dst; the opcodes name fmadd, fmsub and fnmadd of each. */
+enum { FMADD213 = 0xA8, FMSUB213 = 0xAA, FNMADD213 = 0xAC, FMADD231 = 0xB8, FNMADD231 = 0xBC };
+static void fma3(regs *r, uint8_t op, int dst, int vvvv, int rm) { vrr(r->c, 2, 1, 0, op, dst, vvvv, rm); }
+
+/* The body both builds share: m in [3/4, 3/2) (or m scaled) and e with
+ * e ln 2 = (hi, lo) given, log = e ln 2 + 2 atanh((m-1)/(m+1)), in
+ * double-float steps. t: m in t[1], hi in t[3], lo in t[2] on entry
+ * (named as SLEEF's AVX-512 build has them); the result in t[0]. */
+static void log_tail(regs *r, const int t[9])
+{
+    enum { ADD = 0x58, MUL = 0x59, SUB = 0x5C, DIV = 0x5E };
+    int z1 = t[0], z2 = t[1], z3 = t[2], z4 = t[3], z5 = t[4], z6 = t[5], z7 = t[6], z8 = t[7],
+        z9 = t[8];
+    load_const(r, z1, L_M1, false);
+    load_const(r, z5, F_ONE, false);
+    arith(r, ADD, z6, z2, z1);                                        /* m - 1 */
+    arith(r, ADD, z7, z6, z5);
+    arith(r, SUB, z8, z6, z7);
+    arith(r, SUB, z8, z1, z8);
+    arith(r, SUB, z7, z2, z7);
+    arith(r, ADD, z7, z7, z8);                                        /* (z6, z7): m - 1 */
+    arith(r, ADD, z8, z2, z5);                                        /* m + 1 */
+    arith(r, ADD, z1, z8, z1);
+    arith(r, SUB, z9, z8, z1);
+    arith(r, SUB, z9, z5, z9);
+    arith(r, SUB, z1, z2, z1);
+    arith(r, ADD, z1, z1, z9);                                        /* (z8, z1): m + 1 */
+    arith(r, DIV, z2, z5, z8);
+    arith(r, MUL, z9, z6, z2);                                        /* x = (m-1)/(m+1) */
+    fma3(r, FMSUB213, z6, z2, z9);
+    fma3(r, FNMADD213, z8, z2, z5);
+    fma3(r, FNMADD231, z8, z2, z1);
+    fma3(r, FMADD231, z6, z2, z7);
+    fma3(r, FMADD231, z6, z9, z8);                                    /* (z9, z6): x */
+    arith(r, MUL, z1, z9, z9);                                        /* x^2 */
+    load_const(r, z2, L_P0, false);
+    vrc(r, 2, 1, FMADD213, z2, z1, L_P1);
+    vrc(r, 2, 1, FMADD213, z2, z1, L_P2);
+    arith(r, ADD, z5, z9, z9);
+    arith(r, ADD, z6, z6, z6);                                        /* (z5, z6): 2x */
+    arith(r, ADD, z7, z4, z5);
+    arith(r, SUB, z4, z4, z7);
+    arith(r, ADD, z4, z5, z4);
+    arith(r, ADD, z3, z3, z4);
+    arith(r, ADD, z3, z6, z3);                                        /* (z7, z3): e ln 2 + 2x */
+    arith(r, MUL, z1, z9, z1);
+    arith(r, MUL, z1, z1, z2);                                        /* x^3 p(x^2) */
+    arith(r, ADD, z2, z7, z1);
+    arith(r, SUB, z4, z7, z2);
+    arith(r, ADD, z1, z1, z4);
+    arith(r, ADD, z1, z3, z1);
+    arith(r, ADD, z1, z2, z1);
+}
+
+/* log of register x into t[0] (x kept, t[1..9] clobbered): SLEEF 3.5's
+ * logf u10 as each build has it. AVX-512 takes e and m by vgetexpps and
+ * vgetmantps (denormals included) and mends 0, negatives, inf and NaN by
+ * vfixupimmps; AVX2 scales denormals by 2^64, takes e and m from the bits
+ * and mends those cases by compares and blends. Calling nothing, as exp. */
+static void log_steps(regs *r, int x, const int t[10])
+{
+    code *c = r->c;
+    int z1 = t[0], z2 = t[1], z3 = t[2], z4 = t[3];
+    if (c->evex) {
+        vrc(r, 1, 0, 0x59, z1, x, L_4_3);
+        vrr(c, 2, 1, 0, 0x42, z1, 0, z1);                             /* vgetexpps: e */
+        vrc(r, 1, 0, 0xC2, 1, z1, E_INF);                             /* k1 = e == inf */
+        put1(c, 0);
+        load_const(r, z1, L_128, true);
+        vrr(c, 3, 1, 0, 0x26, z2, 0, x);                              /* vgetmantps: m */
+        put1(c, 0x0B);
+        load_const(r, z3, L_LN2HI, false);
+        arith(r, 0x59, z4, z1, z3);
+        fma3(r, FMSUB213, z3, z1, z4);
+        vrc(r, 2, 1, FMADD231, z3, z1, L_LN2LO);                      /* (z4, z3): e ln 2 */
+        log_tail(r, t);
+        vrc(r, 3, 1, 0x54, z1, x, L_FIX);                             /* vfixupimmps */
+        put1(c, 0);
+        return;
+    }
+    int d = t[9];
+    vrc(r, 1, 0, 0xC2, t[0], x, L_FLTMIN);                            /* x < FLT_MIN */
+    put1(c, 1);
+    vrc(r, 1, 0, 0x59, t[1], x, L_2P64);
+    vrr(c, 3, 1, 0, 0x4A, d, x, t[1]);                                /* d: x, denormals scaled */
+    put1(c, (uint8_t)(t[0] << 4));
+    vrc(r, 1, 0, 0x59, t[1], d, L_4_3);
+    shift_to(r, 2, t[1], t[1], 23);
+    vrc(r, 1, 1, 0xDB, t[1], t[1], L_FF);                             /* biased exponent */
+    shift_to(r, 6, t[2], t[1], 23);
+    vrr(c, 1, 1, 0, 0xFA, t[2], d, t[2]);
+    load_const(r, t[4], L_BIASD, false);
+    load_const(r, t[5], L_BIASN, false);
+    vrr(c, 3, 1, 0, 0x4A, t[0], t[5], t[4]);                          /* the bias */
+    put1(c, (uint8_t)(t[0] << 4));
+    vrr(c, 1, 1, 0, 0xFE, t[0], t[1], t[0]);                          /* e */
+    vrc(r, 1, 1, 0xFE, t[1], t[2], F_ONE);                            /* m */
+    vrr(c, 1, 0, 0, 0x5B, t[4], 0, t[0]);                             /* vcvtdq2ps */
+    load_const(r, t[5], L_LN2HI, false);
+    arith(r, 0x59, t[3], t[4], t[5]);
+    fma3(r, FMSUB213, t[5], t[4], t[3]);
+    load_const(r, t[2], L_LN2LO, false);
+    fma3(r, FMADD213, t[2], t[4], t[5]);                              /* (t3, t2): e ln 2 */
+    log_tail(r, t);
+    int res = t[0], m = t[1], z = t[2];
+    vrc(r, 1, 0, 0xC2, m, d, E_INF);                                  /* d == inf */
+    put1(c, 0);
+    vrc(r, 3, 1, 0x4A, res, res, E_INF);
+    put1(c, (uint8_t)(m << 4));
+    zero_reg(r, z);
+    vrr(c, 1, 0, 0, 0xC2, m, z, d);                                   /* !(0 <= d): NaN */
+    put1(c, 6);
+    vrc(r, 3, 1, 0x4A, res, res, L_QNAN);
+    put1(c, (uint8_t)(m << 4));
+    vrr(c, 1, 0, 0, 0xC2, m, d, z);                                   /* d == 0: -inf */
+    put1(c, 0);
+    vrc(r, 3, 1, 0x4A, res, res, L_NINF);
+    put1(c, (uint8_t)(m << 4));
+}
+
+static void emit_log(regs *r, int pos, int a)
+{
+    int ra = use(r, a, 0);
+    int t[10];
+    scratch(r, 1u << ra, t, r->c->evex ? 9 : 10);
+    log_steps(r, ra, t);
     retire(r, pos);
     bind(r, pos, t[0]);
 }
@@ -756,10 +908,10 @@ static void emit_sig_inline(regs *r, int pos, int rx, int nabs)
 {
     code *c = r->c;
     int t[4];
-    scratch(r, 1u << rx | 1u << nabs, t);
+    scratch(r, 1u << rx | 1u << nabs, t, 4);
     exp_steps(r, nabs, t);
     int e = t[0], one = t[1], den = t[2], sel = t[3];
-    load_const(r, one, E_ONE, false);
+    load_const(r, one, F_ONE, false);
     vrr(c, 1, 0, 0, 0x58, den, one, e);                               /* 1 + e */
     if (c->evex) {
         shift_to(r, 4, sel, rx, 31);
@@ -871,41 +1023,47 @@ static bool is_sig(const ot_insn *in)
     return in->code == OT_I_UNARY && lowering(in->op) == OT__JIT_SIG;
 }
 
-/* Whether insn in is, or (sig) calls, an f32 exp that kt lets us emit
- * inline (see emit_exp). */
-static bool exp_inline(const ot_kernels *kt, const ot_insn *in)
+/* The SLEEF function insn in is, or (sig) calls, where j's table lets it
+ * be emitted inline: f32 exp, or log at u10 (see exp_steps, log_steps). */
+enum { FN_CALL, FN_EXP, FN_LOG };
+static int inline_fn(const ot_jit *j, const ot_insn *in)
 {
-    if (!kt->inline_expf || in->code != OT_I_UNARY || in->kd != OT_KD_F32) return false;
-    return (is_sig(in) ? ot__op(in->op)->jit_base : in->op) == OT_OP_EXP;
+    if (!j->kt->inline_sleef || in->code != OT_I_UNARY || in->kd != OT_KD_F32) return FN_CALL;
+    if ((is_sig(in) ? ot__op(in->op)->jit_base : in->op) == OT_OP_EXP) return FN_EXP;
+    return in->op == OT_OP_LOG && j->acc == 0 ? FN_LOG : FN_CALL;
 }
 
 /* Whether a body insn calls a function (else it is all inline). */
-static bool needs_call(const ot_kernels *kt, const ot_insn *in)
+static bool needs_call(const ot_jit *j, const ot_insn *in)
 {
     return (in->code == OT_I_UNARY || in->code == OT_I_BINARY) &&
-           lowering(in->op) != OT__JIT_INLINE && !exp_inline(kt, in);
+           lowering(in->op) != OT__JIT_INLINE && inline_fn(j, in) == FN_CALL;
 }
 
 /* The function a body insn calls (sig and sig2: their base, exp or exp2;
  * a registered op: its vector function for the table's width), NULL where
  * it calls none or there is none. */
-static const void *callee(const ot_kernels *kt, int acc, const ot_insn *in)
+static const void *callee(const ot_jit *j, const ot_insn *in)
 {
-    if (!needs_call(kt, in)) return NULL;
+    const ot_kernels *kt = j->kt;
+    int acc = j->acc;
+    if (!needs_call(j, in)) return NULL;
     const ot_custom *u = ot__custom_insn(in);
     if (u) return (const void *)ot__custom_vfn(u, kt->vbytes, in->kd);   /* NULL: no code */
     if (is_sig(in)) return kt->vfn1[acc][ot__op(in->op)->jit_base][in->kd];
     return in->code == OT_I_UNARY ? kt->vfn1[acc][in->op][in->kd] : kt->vfn2[in->op][in->kd];
 }
 
-static void emit_insn(regs *r, int pos, int acc)
+static void emit_insn(regs *r, int pos)
 {
     const ot_insn *in = &r->insns[pos];
     const int16_t *arg = r->j->arg[pos];
-    const void *fn = callee(r->j->kt, acc, in);
+    const void *fn = callee(r->j, in);
+    int inl = inline_fn(r->j, in);
     if (is_sig(in)) emit_sig(r, pos, fn, arg[0]);
     else if (fn) emit_call(r, pos, fn, arg[0], in->code == OT_I_BINARY ? arg[1] : -1);
-    else if (exp_inline(r->j->kt, in)) emit_exp(r, pos, arg[0]);
+    else if (inl == FN_EXP) emit_exp(r, pos, arg[0]);
+    else if (inl == FN_LOG) emit_log(r, pos, arg[0]);
     else if (in->code == OT_I_UNARY) emit_unary(r, pos, in->op, arg[0]);
     else if (in->code == OT_I_BINARY) emit_binary(r, pos, in->op, arg[0], arg[1]);
     else emit_fma(r, pos, in->op == OT_OP_SUB, arg[0], arg[1], arg[2]);
@@ -999,7 +1157,7 @@ static void emit_invariants(regs *r)
     emit_splats(r);
 }
 
-static void emit_function(regs *r, int acc, int frame, bool stream)
+static void emit_function(regs *r, int frame, bool stream)
 {
     code *c = r->c;
     const ot_jit *j = r->j;
@@ -1013,7 +1171,7 @@ static void emit_function(regs *r, int acc, int frame, bool stream)
     size_t loop = c->n;
     reset_regs(r);
     for (int pos = 0; pos < j->ninsn; pos++)
-        if (j->body[pos]) emit_insn(r, pos, acc);
+        if (j->body[pos]) emit_insn(r, pos);
     emit_stores(r, stream);
     put(c, (const uint8_t[]){0x48, 0x83, 0xC3, (uint8_t)r->vbytes}, 4);     /* add rbx, V */
     gpr_rr(c, 0x39, RBX, R14);                                 /* cmp rbx, r14 */
@@ -1163,7 +1321,7 @@ static bool reads_constants(const regs *r)
         bool fnma = in->code == OT_I_FMA && in->op == OT_OP_SUB;
         if (r->j->body[i] && (bits || fnma || is_sig(in))) return true;
     }
-    return r->exp;
+    return r->exp || r->log;
 }
 
 /* Every broadcast value the body reads, broadcast once into its slot: a
@@ -1235,13 +1393,13 @@ static void accumulate(regs *r, int u)
 
 /* One copy of the body for the vector u vectors past rbx (pad: exec's
  * padded tail), its stores, and its fold into accumulator u. */
-static void emit_copy(regs *r, int acc, int u, bool pad)
+static void emit_copy(regs *r, int u, bool pad)
 {
     r->disp = pad ? 0 : u * r->vbytes;
     r->pad = r->tail = pad;
     reset_regs(r);
     for (int pos = 0; pos < r->j->ninsn; pos++)
-        if (r->j->body[pos]) emit_insn(r, pos, acc);
+        if (r->j->body[pos]) emit_insn(r, pos);
     emit_stores(r, false);
     accumulate(r, u);
 }
@@ -1338,7 +1496,7 @@ static void emit_step(regs *r, int32_t bytes)
 /* red(in, out, nbytes, tile_bytes, acc): tiles from rbx = 0 while rbx <
  * nbytes, each running groups of four copies, then single copies, then
  * the tail, then the flush. */
-static void emit_reduce_function(regs *r, int acc, int frame)
+static void emit_reduce_function(regs *r, int frame)
 {
     code *c = r->c;
     int32_t v = r->vbytes;
@@ -1366,13 +1524,13 @@ static void emit_reduce_function(regs *r, int acc, int frame)
     acc_init(r);
     size_t to_single = emit_room(r, 4 * v);
     size_t group = c->n;
-    for (int u = 0; u < 4; u++) emit_copy(r, acc, u, false);
+    for (int u = 0; u < 4; u++) emit_copy(r, u, false);
     emit_step(r, 4 * v);
     jump_back(c, JBE, group);
     land(c, to_single);
     size_t to_tail = emit_room(r, v);
     size_t single = c->n;
-    emit_copy(r, acc, 0, false);
+    emit_copy(r, 0, false);
     emit_step(r, v);
     jump_back(c, JBE, single);
     land(c, to_tail);
@@ -1380,7 +1538,7 @@ static void emit_reduce_function(regs *r, int acc, int frame)
     gpr_rr(c, 0x29, RCX, RBX);                                        /* sub rcx, rbx */
     size_t to_flush = jump_fwd(c, JE);
     emit_tail_masks(r);
-    emit_copy(r, acc, 0, true);
+    emit_copy(r, 0, true);
     gpr_mem(c, 0x8B, RBX, RSP, misc(r, MISC_END));
     land(c, to_flush);
     emit_flush(r);
@@ -1399,7 +1557,7 @@ static void emit_reduce_function(regs *r, int acc, int frame)
 /* Fills j's value map: arg (the value each operand reads: buffers are
  * reused, values are instruction indices), body and the outputs. False
  * where the program has something generated code does not do. */
-static bool map_values(ot_jit *j, const ot_kernel *k, int acc)
+static bool map_values(ot_jit *j, const ot_kernel *k)
 {
     int *writer = ot__malloc(sizeof *writer * (size_t)(k->nbuf > 0 ? k->nbuf : 1));
     int *writes = ot__calloc((size_t)(k->nbuf > 0 ? k->nbuf : 1), sizeof *writes);
@@ -1420,7 +1578,7 @@ static bool map_values(ot_jit *j, const ot_kernel *k, int acc)
         if (body) {
             if (kd < 0) kd = in->kd;
             ok = ok && in->kd == kd && kd != OT_KD_I32 && in->code != OT_I_CAST;
-            ok = ok && (!needs_call(j->kt, in) || callee(j->kt, acc, in));
+            ok = ok && (!needs_call(j, in) || callee(j, in));
         }
         if (in->code == OT_I_LOAD && !(in->scalar & 8)) {
             const ot_view *v = &k->loads[in->arg];
@@ -1537,22 +1695,39 @@ void ot__jit_unmap(ot_jit_map *map)
 static bool calls(const ot_jit *j, const ot_kernel *k)
 {
     for (int i = 0; i < k->ninsn; i++)
-        if (j->body[i] && needs_call(j->kt, &k->insns[i])) return true;
+        if (j->body[i] && needs_call(j, &k->insns[i])) return true;
     return false;
 }
 
-static bool has_inline_exp(const ot_jit *j, const ot_kernel *k)
+static bool has_inline(const ot_jit *j, const ot_kernel *k, int fn)
 {
     for (int i = 0; i < k->ninsn; i++)
-        if (j->body[i] && exp_inline(j->kt, &k->insns[i])) return true;
+        if (j->body[i] && inline_fn(j, &k->insns[i]) == fn) return true;
     return false;
+}
+
+/* Registers zmm16-31 for the constants of the inline functions, in
+ * exp_consts' then log_consts' order, where EVEX code calls nothing (a
+ * call clobbers them): the rest stay in the frame. */
+static void assign_cregs(regs *r)
+{
+    memset(r->creg, 0, sizeof r->creg);
+    if (!r->c->evex || r->calls) return;
+    int next = 16;
+    for (int f = 0; f < 2; f++) {
+        const int8_t *list = f ? log_consts : exp_consts;
+        int n = f ? (int)sizeof log_consts : (int)sizeof exp_consts;
+        if (!(f ? r->log : r->exp)) continue;
+        for (int i = 0; i < n && next < 16 + NCREG; i++)
+            if (!r->creg[list[i]]) r->creg[list[i]] = (int8_t)next++;
+    }
 }
 
 static bool worth_it(const ot_jit *j, const ot_kernel *k, bool stream)
 {
     int nbody = 0;
     for (int i = 0; i < k->ninsn; i++) nbody += j->body[i];
-    return nbody >= 2 || (nbody == 1 && ((stream && !calls(j, k)) || has_inline_exp(j, k)));
+    return nbody >= 2 || (nbody == 1 && ((stream && !calls(j, k)) || has_inline(j, k, FN_EXP)));
 }
 
 bool ot__jit_available(const ot_kernels *kt)
@@ -1601,13 +1776,14 @@ ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc, bool st
     stream = stream && !reduce;
     if (ok) {
         j->kt = kt;
+        j->acc = acc;
         j->ninsn = k->ninsn;
         j->arg = ot__malloc(sizeof *j->arg * (size_t)k->ninsn);
         j->body = ot__calloc((size_t)k->ninsn, sizeof *j->body);
         r.reg_of = ot__malloc(sizeof *r.reg_of * (size_t)k->ninsn);
         r.spilled = ot__malloc((size_t)k->ninsn);
         r.last = ot__malloc(sizeof *r.last * (size_t)k->ninsn);
-        ok = j->arg && j->body && r.reg_of && r.spilled && r.last && map_values(j, k, acc) &&
+        ok = j->arg && j->body && r.reg_of && r.spilled && r.last && map_values(j, k) &&
              (reduce ? reduce_fits(j, k) : worth_it(j, k, stream));
     }
     if (ok) {
@@ -1617,8 +1793,9 @@ ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc, bool st
         c.evex = kt->vbytes == 64;
         r.wig = c.evex ? r.w : 0;
         r.calls = calls(j, k);
-        r.exp = has_inline_exp(j, k);
-        r.creg = r.exp && c.evex && !r.calls ? 16 : 0;
+        r.exp = has_inline(j, k, FN_EXP);
+        r.log = has_inline(j, k, FN_LOG);
+        assign_cregs(&r);
         last_uses(j, r.last);
     }
     if (ok && reduce) {
@@ -1628,20 +1805,20 @@ ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc, bool st
         j->reduce = true;
         r.red = k->red_op == OT_OP_MEAN ? OT_OP_SUM : k->red_op;
         r.nreg = r.calls ? NREG : r.red == OT_OP_SUM ? ACC_REG : NAN_REG;
-        emit_reduce_function(&r, acc, slot(&r, k->ninsn) + r.vbytes);
+        emit_reduce_function(&r, slot(&r, k->ninsn) + r.vbytes);
         ok = !c.oom;
     } else if (ok) {
-        emit_function(&r, acc, slot(&r, k->ninsn) + r.vbytes, false);
+        emit_function(&r, slot(&r, k->ninsn) + r.vbytes, false);
         if (stream) {
             while (c.n % 16) put1(&c, 0xCC);               /* int3 padding */
             j->stream_at = c.n;
-            emit_function(&r, acc, slot(&r, k->ninsn) + r.vbytes, true);
+            emit_function(&r, slot(&r, k->ninsn) + r.vbytes, true);
         }
         if (r.calls) {
             while (c.n % 16) put1(&c, 0xCC);
             j->tail_at = c.n;
             r.tail = true;
-            emit_function(&r, acc, slot(&r, k->ninsn) + r.vbytes, false);
+            emit_function(&r, slot(&r, k->ninsn) + r.vbytes, false);
         }
         ok = !c.oom;
     }

@@ -112,7 +112,7 @@ bool ot__jit_streams(const ot_kernel *k, size_t stream_bytes)
 typedef struct code {
     uint8_t *b;
     size_t n, cap;
-    bool oom;
+    bool oom;                   /* out of memory, or of registers (take): no code */
     bool evex;                  /* 512-bit EVEX encodings, else 256-bit VEX */
 } code;
 
@@ -120,7 +120,8 @@ typedef struct code {
  * SLEEF 3.5's expf and logf u10 (fn_bits); F_ONE names K_ONE among them. */
 enum { E_RLN2, E_L2U, E_L2L, E_C0, E_C1, E_C2, E_C3, E_C4, E_C5, E_LO, E_HI, E_INF,
        L_4_3, L_128, L_LN2HI, L_LN2LO, L_M1, L_P0, L_P1, L_P2, L_FIX, L_FLTMIN, L_2P64, L_FF,
-       L_BIASD, L_BIASN, L_QNAN, L_NINF, NFNK, F_ONE = NFNK };
+       L_BIASD, L_BIASN, L_QNAN, L_NINF, T_P0, T_P1, T_P2, T_P3, T_P4, T_BIG, NFNK,
+       F_ONE = NFNK };
 
 /* expf: 1/ln 2; ln 2 in two parts, negated (Cody and Waite); the reduced
  * argument's polynomial from its highest coefficient to 1/2; the bounds
@@ -129,13 +130,15 @@ enum { E_RLN2, E_L2U, E_L2L, E_C0, E_C1, E_C2, E_C3, E_C4, E_C5, E_LO, E_HI, E_I
  * inf; ln 2 in two parts; -1; the polynomial in the square of (m-1)/(m+1);
  * vfixupimmps's table for 0, negatives, inf and NaN (AVX-512); for AVX2,
  * the smallest normal, 2^64 for scaling denormals, the exponent mask, the
- * exponent biases for both, the NaN and -inf. */
+ * exponent biases for both, the NaN and -inf. tanhf: its exp's polynomial
+ * (with expf's 1/ln 2, ln 2 and 1/2) and the bound past which it is +-1. */
 static const uint32_t fn_bits[NFNK] = {
     0x3FB8AA3B, 0xBF317200, 0xB5BFBE8E, 0x39502BDA, 0x3AB696C9, 0x3C0888A6, 0x3D2AAA7A,
     0x3E2AAAAB, 0x3F000000, 0xC2D00000, 0x42C80000, 0x7F800000,
     0x3FAAAAAB, 0x43000000, 0x3F317218, 0xB102E308, 0xBF800000, 0x3E9AFF5C, 0x3ECC99CA,
     0x3F2AAADA, 0x02530400, 0x00800000, 0x5F800000, 0x000000FF, 0xFFFFFF41, 0xFFFFFF81,
-    0x7FC00000, 0xFF800000};
+    0x7FC00000, 0xFF800000, 0x394FB7FF, 0x3AB6BF7C, 0x3C08890D, 0x3D2AAA5C, 0x3E2AAAAA,
+    0x410AA123};
 
 /* The constants each inline function reads, in the order that they get
  * the registers zmm16-31 (the rest are read from the frame). */
@@ -143,6 +146,8 @@ static const int8_t exp_consts[] = {E_C1, E_C2, E_C3, E_C4, E_C5, E_L2L, E_RLN2,
                                     F_ONE, E_LO, E_HI, E_INF};
 static const int8_t log_consts[] = {L_P1, L_P2, L_LN2LO, L_4_3, L_M1, L_LN2HI, L_P0, L_FIX,
                                     L_128, F_ONE, E_INF};
+static const int8_t tanh_consts[] = {T_P1, T_P2, T_P3, T_P4, E_C5, E_RLN2, E_L2U, E_L2L, T_P0,
+                                     F_ONE, T_BIG};
 #define NCREG 16
 
 /* What the register pass knows while it walks the body once. */
@@ -161,8 +166,8 @@ typedef struct regs {
     bool pad;                   /* this copy reads and writes exec's padded tail */
     int red;                    /* a reduction's OT_OP_SUM (mean too), OT_OP_MAX or
                                    OT_OP_MIN; -1 for elementwise code */
-    bool exp, log;              /* the body has an inline exp, log (K_FN
-                                   holds their constants) */
+    bool exp, log, tanh;        /* the body has an inline exp, log, tanh
+                                   (K_FN holds their constants) */
     int8_t creg[NFNK + 1];      /* EVEX code that calls nothing: the zmm
                                    (16-31, past the allocator's) holding
                                    each K_FN constant, or 0: the frame */
@@ -482,7 +487,7 @@ static void emit_constants(regs *r)
     shift(r, 2, 2, r->pp ? 54 : 25);
     shift(r, 6, 2, r->pp ? 52 : 23);
     vmov_store(r, 2, RSP, NO_INDEX, konst(r, K_ONE));
-    for (int e = 0; e < NFNK && (r->exp || r->log); e++) {
+    for (int e = 0; e < NFNK && (r->exp || r->log || r->tanh); e++) {
         put(r->c, (const uint8_t[]){0xC7, 0x84, 0x24}, 3);       /* mov dword [rsp + disp32], */
         put4(r->c, fk(r, e));
         put4(r->c, (int32_t)fn_bits[e]);                           /*     imm32 */
@@ -594,6 +599,10 @@ static int take(regs *r, unsigned keep)
         if (keep >> g & 1) continue;
         if (r->val_of[g] < 0) return g;
         if (best < 0 || r->last[r->val_of[g]] > r->last[r->val_of[best]]) best = g;
+    }
+    if (best < 0) {             /* every register kept: no code (the interpreter runs) */
+        r->c->oom = true;
+        return 0;
     }
     save(r, best);
     release(r, best);
@@ -902,6 +911,167 @@ static void emit_log(regs *r, int pos, int a)
     bind(r, pos, t[0]);
 }
 
+/* tanh of register x into the returned register of t (x kept, t[0..14]
+ * clobbered): SLEEF 3.5's tanhf u10, (e^|x| - e^-|x|) / (e^|x| + e^-|x|)
+ * in double-float steps (its exp of a double-float argument, then two
+ * double-float divides), 1 past |x| > 8.66 or where that is NaN, x's sign,
+ * NaN for NaN. Every step is the builds' own, in their order (both do the
+ * same arithmetic; only the last selects differ). Its exp's underflow
+ * select (argument below -104) is left out: the argument is |x|. */
+static int tanh_steps(regs *r, int x, const int t[15])
+{
+    enum { ADD = 0x58, MUL = 0x59, SUB = 0x5C, DIV = 0x5E };
+    code *c = r->c;
+    int res = t[11];
+    bitwise_const(r, BIT_AND, t[0], x, K_ABS);
+    zero_reg(r, t[1]);
+    arith(r, ADD, t[2], t[0], t[1]);
+    vrc(r, 1, 0, MUL, t[2], t[2], E_RLN2);
+    vrr(c, 1, 1, 0, 0x5B, t[2], 0, t[2]);
+    vrr(c, 1, 0, 0, 0x5B, t[3], 0, t[2]);
+    vrc(r, 1, 0, MUL, t[4], t[3], E_L2U);
+    arith(r, ADD, t[5], t[4], t[0]);
+    arith(r, SUB, t[6], t[5], t[0]);
+    arith(r, SUB, t[7], t[5], t[6]);
+    arith(r, SUB, t[7], t[0], t[7]);
+    arith(r, SUB, t[4], t[4], t[6]);
+    arith(r, ADD, t[4], t[4], t[7]);
+    arith(r, ADD, t[4], t[4], t[1]);
+    vrc(r, 1, 0, MUL, t[3], t[3], E_L2L);
+    arith(r, ADD, t[6], t[3], t[5]);
+    arith(r, SUB, t[7], t[6], t[5]);
+    arith(r, SUB, t[8], t[6], t[7]);
+    arith(r, SUB, t[5], t[5], t[8]);
+    arith(r, SUB, t[3], t[3], t[7]);
+    arith(r, ADD, t[3], t[3], t[5]);
+    arith(r, ADD, t[3], t[4], t[3]);
+    load_const(r, t[4], T_P0, false);
+    vrc(r, 2, 1, FMADD213, t[4], t[6], T_P1);
+    vrc(r, 2, 1, FMADD213, t[4], t[6], T_P2);
+    vrc(r, 2, 1, FMADD213, t[4], t[6], T_P3);
+    arith(r, MUL, t[5], t[6], t[4]);
+    vmovaps(r, t[7], t[4]);
+    fma3(r, FMSUB213, t[7], t[6], t[5]);
+    fma3(r, FMADD231, t[7], t[3], t[4]);
+    load_const(r, t[4], T_P4, false);
+    arith(r, ADD, t[8], t[5], t[4]);
+    arith(r, SUB, t[9], t[8], t[5]);
+    arith(r, SUB, t[10], t[8], t[9]);
+    arith(r, SUB, t[5], t[5], t[10]);
+    arith(r, SUB, t[4], t[4], t[9]);
+    arith(r, ADD, t[4], t[4], t[5]);
+    arith(r, ADD, t[4], t[7], t[4]);
+    arith(r, MUL, t[5], t[6], t[8]);
+    vmovaps(r, t[7], t[8]);
+    fma3(r, FMSUB213, t[7], t[6], t[5]);
+    fma3(r, FMADD231, t[7], t[3], t[8]);
+    fma3(r, FMADD231, t[7], t[6], t[4]);
+    load_const(r, t[4], E_C5, false);
+    arith(r, ADD, t[8], t[5], t[4]);
+    arith(r, MUL, t[9], t[6], t[6]);
+    arith(r, ADD, t[10], t[6], t[6]);
+    arith(r, MUL, t[11], t[9], t[8]);
+    arith(r, ADD, t[12], t[6], t[11]);
+    arith(r, SUB, t[13], t[12], t[6]);
+    arith(r, SUB, t[14], t[12], t[13]);
+    arith(r, SUB, t[14], t[6], t[14]);
+    fma3(r, FMSUB213, t[6], t[6], t[9]);
+    fma3(r, FMADD231, t[6], t[3], t[10]);
+    vmovaps(r, t[10], t[8]);
+    fma3(r, FMSUB213, t[10], t[9], t[11]);
+    fma3(r, FMADD231, t[10], t[8], t[6]);
+    arith(r, SUB, t[6], t[8], t[5]);
+    arith(r, SUB, t[8], t[8], t[6]);
+    arith(r, SUB, t[5], t[5], t[8]);
+    arith(r, SUB, t[4], t[4], t[6]);
+    arith(r, ADD, t[4], t[4], t[5]);
+    arith(r, ADD, t[4], t[7], t[4]);
+    fma3(r, FMADD231, t[10], t[9], t[4]);
+    arith(r, SUB, t[4], t[11], t[13]);
+    arith(r, ADD, t[4], t[4], t[14]);
+    arith(r, ADD, t[3], t[3], t[10]);
+    load_const(r, t[5], F_ONE, false);
+    arith(r, ADD, t[3], t[4], t[3]);
+    arith(r, ADD, t[4], t[12], t[5]);
+    arith(r, SUB, t[6], t[5], t[4]);
+    arith(r, ADD, t[6], t[12], t[6]);
+    arith(r, ADD, t[3], t[6], t[3]);
+    shift_to(r, 4, t[6], t[2], 1);
+    load_const(r, t[7], F_ONE, false);
+    shift_to(r, 6, t[8], t[6], 23);
+    vrr(c, 1, 1, 0, 0xFE, t[8], t[8], t[7]);
+    arith(r, MUL, t[4], t[4], t[8]);
+    vrr(c, 1, 1, 0, 0xFA, t[2], t[2], t[6]);
+    shift_to(r, 6, t[2], t[2], 23);
+    vrr(c, 1, 1, 0, 0xFE, t[2], t[2], t[7]);
+    arith(r, MUL, t[4], t[4], t[2]);
+    arith(r, MUL, t[3], t[3], t[8]);
+    arith(r, MUL, t[2], t[3], t[2]);
+    arith(r, DIV, t[3], t[5], t[4]);
+    vmovaps(r, t[6], t[3]);
+    fma3(r, FNMADD213, t[6], t[4], t[5]);
+    fma3(r, FNMADD231, t[6], t[2], t[3]);
+    arith(r, MUL, t[6], t[3], t[6]);
+    bitwise_const(r, BIT_XOR, t[8], t[3], K_SIGN);
+    bitwise_const(r, BIT_XOR, t[9], t[6], K_SIGN);
+    arith(r, ADD, t[10], t[4], t[8]);
+    arith(r, SUB, t[11], t[4], t[10]);
+    arith(r, ADD, t[8], t[11], t[8]);
+    arith(r, ADD, t[8], t[2], t[8]);
+    arith(r, ADD, t[8], t[8], t[9]);
+    arith(r, ADD, t[9], t[4], t[3]);
+    arith(r, SUB, t[4], t[4], t[9]);
+    arith(r, ADD, t[3], t[3], t[4]);
+    arith(r, ADD, t[2], t[3], t[2]);
+    arith(r, ADD, t[2], t[2], t[6]);
+    arith(r, DIV, t[3], t[5], t[9]);
+    arith(r, MUL, t[4], t[3], t[10]);
+    fma3(r, FMSUB213, t[10], t[3], t[4]);
+    fma3(r, FNMADD213, t[9], t[3], t[5]);
+    fma3(r, FNMADD231, t[9], t[3], t[2]);
+    fma3(r, FMADD231, t[10], t[3], t[8]);
+    fma3(r, FMADD231, t[10], t[4], t[9]);
+    arith(r, ADD, res, t[4], t[10]);
+    if (c->evex) {
+        vrr(c, 1, 0, 0, 0xC2, 1, res, t[1]);                          /* k1 = isnan(res) */
+        put1(c, 3);
+        load_const(r, res, F_ONE, true);
+        vrc(r, 1, 0, 0xC2, 1, t[0], T_BIG);                           /* k1 = |x| > 8.66 */
+        put1(c, 0x0E);
+        load_const(r, res, F_ONE, true);
+        bitwise_const(r, BIT_AND, t[2], x, K_SIGN);
+        vrr(c, 1, 1, 0, 0xEF, res, res, t[2]);                        /* vpxord: x's sign */
+        vrr(c, 1, 0, 0, 0xC2, 1, x, x);                               /* k1 = isnan(x) */
+        put1(c, 3);
+        all_ones(r, t[3]);
+        vrr_k(c, 1, 0, 0x28, res, 0, t[3], 1, false);
+        return res;
+    }
+    vrc(r, 1, 0, 0xC2, t[2], t[0], T_BIG);                            /* |x| > 8.66 */
+    put1(c, 0x0E);
+    vrr(c, 1, 0, 0, 0xC2, t[3], res, t[1]);                           /* isnan(res) */
+    put1(c, 3);
+    vrr(c, 1, 0, 0, 0x56, t[2], t[2], t[3]);                          /* vorps */
+    vrc(r, 3, 1, 0x4A, res, res, F_ONE);                              /* vblendvps: 1 */
+    put1(c, (uint8_t)(t[2] << 4));
+    bitwise_const(r, BIT_AND, t[3], x, K_SIGN);
+    vrr(c, 1, 0, 0, 0x57, res, res, t[3]);                            /* vxorps: x's sign */
+    vrr(c, 1, 0, 0, 0xC2, t[3], x, x);                                /* isnan(x) */
+    put1(c, 3);
+    vrr(c, 1, 0, 0, 0x56, res, res, t[3]);
+    return res;
+}
+
+static void emit_tanh(regs *r, int pos, int a)
+{
+    int ra = use(r, a, 0);
+    int t[15];
+    scratch(r, 1u << ra, t, 15);
+    int res = tanh_steps(r, ra, t);
+    retire(r, pos);
+    bind(r, pos, res);
+}
+
 /* sig whose exp is inline: e = exp(nabs), nabs = -|x| in register nabs,
  * then emit_sig's blend and divide, in registers the allocator gives. */
 static void emit_sig_inline(regs *r, int pos, int rx, int nabs)
@@ -1024,13 +1194,16 @@ static bool is_sig(const ot_insn *in)
 }
 
 /* The SLEEF function insn in is, or (sig) calls, where j's table lets it
- * be emitted inline: f32 exp, or log at u10 (see exp_steps, log_steps). */
-enum { FN_CALL, FN_EXP, FN_LOG };
+ * be emitted inline: f32 exp; log and tanh at u10 in elementwise code only
+ * (see exp_steps, log_steps, tanh_steps): they take 10 and 15 registers,
+ * and a reduction keeps its accumulators in 4 or 8 of the 16. */
+enum { FN_CALL, FN_EXP, FN_LOG, FN_TANH };
 static int inline_fn(const ot_jit *j, const ot_insn *in)
 {
     if (!j->kt->inline_sleef || in->code != OT_I_UNARY || in->kd != OT_KD_F32) return FN_CALL;
     if ((is_sig(in) ? ot__op(in->op)->jit_base : in->op) == OT_OP_EXP) return FN_EXP;
-    return in->op == OT_OP_LOG && j->acc == 0 ? FN_LOG : FN_CALL;
+    if (j->acc != 0 || j->reduce) return FN_CALL;
+    return in->op == OT_OP_LOG ? FN_LOG : in->op == OT_OP_TANH ? FN_TANH : FN_CALL;
 }
 
 /* Whether a body insn calls a function (else it is all inline). */
@@ -1064,6 +1237,7 @@ static void emit_insn(regs *r, int pos)
     else if (fn) emit_call(r, pos, fn, arg[0], in->code == OT_I_BINARY ? arg[1] : -1);
     else if (inl == FN_EXP) emit_exp(r, pos, arg[0]);
     else if (inl == FN_LOG) emit_log(r, pos, arg[0]);
+    else if (inl == FN_TANH) emit_tanh(r, pos, arg[0]);
     else if (in->code == OT_I_UNARY) emit_unary(r, pos, in->op, arg[0]);
     else if (in->code == OT_I_BINARY) emit_binary(r, pos, in->op, arg[0], arg[1]);
     else emit_fma(r, pos, in->op == OT_OP_SUB, arg[0], arg[1], arg[2]);
@@ -1321,7 +1495,7 @@ static bool reads_constants(const regs *r)
         bool fnma = in->code == OT_I_FMA && in->op == OT_OP_SUB;
         if (r->j->body[i] && (bits || fnma || is_sig(in))) return true;
     }
-    return r->exp || r->log;
+    return r->exp || r->log || r->tanh;
 }
 
 /* Every broadcast value the body reads, broadcast once into its slot: a
@@ -1707,17 +1881,20 @@ static bool has_inline(const ot_jit *j, const ot_kernel *k, int fn)
 }
 
 /* Registers zmm16-31 for the constants of the inline functions, in
- * exp_consts' then log_consts' order, where EVEX code calls nothing (a
- * call clobbers them): the rest stay in the frame. */
+ * exp_consts', log_consts' then tanh_consts' order, where EVEX code calls
+ * nothing (a call clobbers them): the rest stay in the frame. */
 static void assign_cregs(regs *r)
 {
     memset(r->creg, 0, sizeof r->creg);
     if (!r->c->evex || r->calls) return;
     int next = 16;
-    for (int f = 0; f < 2; f++) {
-        const int8_t *list = f ? log_consts : exp_consts;
-        int n = f ? (int)sizeof log_consts : (int)sizeof exp_consts;
-        if (!(f ? r->log : r->exp)) continue;
+    const int8_t *lists[3] = {exp_consts, log_consts, tanh_consts};
+    const int sizes[3] = {sizeof exp_consts, sizeof log_consts, sizeof tanh_consts};
+    const bool used[3] = {r->exp, r->log, r->tanh};
+    for (int f = 0; f < 3; f++) {
+        const int8_t *list = lists[f];
+        int n = sizes[f];
+        if (!used[f]) continue;
         for (int i = 0; i < n && next < 16 + NCREG; i++)
             if (!r->creg[list[i]]) r->creg[list[i]] = (int8_t)next++;
     }
@@ -1777,6 +1954,7 @@ ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc, bool st
     if (ok) {
         j->kt = kt;
         j->acc = acc;
+        j->reduce = reduce;
         j->ninsn = k->ninsn;
         j->arg = ot__malloc(sizeof *j->arg * (size_t)k->ninsn);
         j->body = ot__calloc((size_t)k->ninsn, sizeof *j->body);
@@ -1795,6 +1973,7 @@ ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc, bool st
         r.calls = calls(j, k);
         r.exp = has_inline(j, k, FN_EXP);
         r.log = has_inline(j, k, FN_LOG);
+        r.tanh = has_inline(j, k, FN_TANH);
         assign_cregs(&r);
         last_uses(j, r.last);
     }

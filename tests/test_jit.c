@@ -215,19 +215,19 @@ TEST(jit_each_op_bitwise)
         if (jit_table(i)) each_op(jit_table(i));
 }
 
-/* exp's and log's inline steps (jit.c exp_steps, log_steps) against
- * SLEEF's functions in the table, on every f32 bit pattern, each chunk of
- * 2^16 run through the generated code and through the tile kernels (the
- * op then neg, as hand_init builds it) and compared byte for byte: NaN
- * payloads too: every chunk with OT_TEST_EXHAUSTIVE=1 (28 s), else every
- * third, which still meets every exponent and sign 128 times over (a
- * chunk is the low 16 bits). sig, whose exp is the same steps, on every
- * 17th chunk. Under ASan the stride is wider: the compare is instrumented
- * there. */
+/* exp's, log's and tanh's inline steps (jit.c exp_steps, log_steps,
+ * tanh_steps) against SLEEF's functions in the table, on f32 bit patterns,
+ * each chunk of 2^16 run through the generated code and through the tile
+ * kernels (the op then neg, as hand_init builds it) and compared byte for
+ * byte, NaN payloads too: every chunk with OT_TEST_EXHAUSTIVE=1 (67 s for
+ * both tables), else every fifth, which still meets every sign and
+ * exponent 25 times over (a chunk is the low 16 bits). sig, whose exp is
+ * the same steps, on every 81st chunk. Under ASan the stride is wider: the
+ * compare is instrumented there. */
 #if defined(__SANITIZE_ADDRESS__)
 #define EXP_CHUNK_STEP 61
 #else
-#define EXP_CHUNK_STEP 3
+#define EXP_CHUNK_STEP 5
 #endif
 #define EXP_CHUNK (1 << 16)
 
@@ -267,7 +267,7 @@ static bool every_f32(const ot_kernels *kt, int op, uint32_t step)
     return ok;
 }
 
-TEST(jit_inline_exp_log_every_f32)
+TEST(jit_inline_exp_log_tanh_every_f32)
 {
     for (int i = 0; i < NJIT_ISA; i++) {
         const ot_kernels *kt = jit_table(i);
@@ -276,6 +276,7 @@ TEST(jit_inline_exp_log_every_f32)
         uint32_t step = all && strcmp(all, "1") == 0 ? 1 : EXP_CHUNK_STEP;
         CHECK(every_f32(kt, OT_OP_EXP, step));
         CHECK(every_f32(kt, OT_OP_LOG, step));
+        CHECK(every_f32(kt, OT_OP_TANH, step));
         CHECK(every_f32(kt, OT_OP_SIG, 16 * EXP_CHUNK_STEP + 1));
     }
 }
@@ -293,10 +294,10 @@ TEST(jit_declines_what_it_does_not_cover)
         CHECK(ot__jit_build(&h.k, kt, 0, false) == NULL);
         /* One op alone: only a memory-bound one whose output streams, or
          * an f32 exp emitted inline. */
-        hand_init(&h, OT_KD_F32, (ot_insn){.code = OT_I_UNARY, .op = OT_OP_TANH, .a = 0, .b = -1, .c = -1}, 6);
+        hand_init(&h, OT_KD_F32, (ot_insn){.code = OT_I_UNARY, .op = OT_OP_SIN, .a = 0, .b = -1, .c = -1}, 6);
         h.k.ninsn = 4;
         h.k.result = 3;
-        CHECK(!ot__jit_streams(&h.k, 1));               /* tanh: bound by its arithmetic */
+        CHECK(!ot__jit_streams(&h.k, 1));               /* sin: bound by its arithmetic */
         CHECK(ot__jit_build(&h.k, kt, 0, false) == NULL);
         CHECK(ot__jit_build(&h.k, kt, 0, true) == NULL);
         h.insns[3].op = OT_OP_EXP;
@@ -515,6 +516,25 @@ static ot_node *t_pressure(ot_tensor *const *x)
     return ot_maximum(acc, ot_pow(x[1], x[4]));
 }
 
+/* exp, log and tanh inline with many live values and no call at all (the
+ * constants then sit in zmm16-31), and under row reductions, where log
+ * and tanh are calls. */
+static ot_node *t_inline_pressure(ot_tensor *const *x)
+{
+    ot_node *v[18], *acc = NULL;
+    for (int i = 0; i < 18; i++)
+        v[i] = i % 3 == 0   ? ot_tanh(ot_mul(x[0], 0.1 * i))
+               : i % 3 == 1 ? ot_log(ot_add(ot_sqr(x[1]), (double)i))
+                            : ot_exp(ot_mul(x[2], 0.01 * i));
+    for (int i = 0; i < 18; i++) acc = acc ? ot_add(acc, ot_mul(v[i], v[17 - i])) : v[i];
+    return acc;
+}
+static ot_node *t_inline_reduce(ot_tensor *const *x)
+{
+    return ot_add(ot_max(ot_tanh(ot_mul(x[0], x[3])), .axis = 1, .keepdims = true),
+                  ot_sum(ot_log(ot_sig(x[1])), .axis = 1, .keepdims = true));
+}
+
 static void assignments(const char *isa)
 {
     static const int64_t rows[] = {1, 3, 7};
@@ -532,6 +552,8 @@ static void assignments(const char *isa)
                 compare(isa, "row reduction", dt, s, col, t_reduce);
                 compare(isa, "softmax", dt, s, s, t_softmax);
                 compare(isa, "register pressure", dt, s, s, t_pressure);
+                compare(isa, "inline functions, no call", dt, s, s, t_inline_pressure);
+                compare(isa, "inline functions, reduced", dt, s, col, t_inline_reduce);
             }
     }
 }

@@ -7,10 +7,9 @@
  * writes a buffer per op). Reductions (sum, mean, max, min over rows or
  * everything) get a loop that also folds the values into accumulators;
  * see "reductions" below. add, sub, mul, div, fma, fnma, sqrt, sqr, neg
- * and abs are emitted inline, f32 exp and log too (SLEEF 3.5's steps,
- * see exp_steps and log_steps), sig and sig2 as their exp with the select
- * and divide inline;
- * every other op calls the table's vector function
+ * and abs are emitted inline, f32 exp, log and tanh too (SLEEF 3.5's
+ * steps, see exp_steps), sig and sig2 as their exp with the select and
+ * divide inline; every other op calls the table's vector function
  * (vfn1/vfn2: SLEEF itself, or the tile kernels' own element functions),
  * so results are bitwise those of the interpreter of the same table, NaNs
  * included: add, mul and fma keep the operand order that the tile

@@ -910,18 +910,20 @@ static void emit_log(regs *r, int pos, int a)
     bind(r, pos, t[0]);
 }
 
-/* tanh of register x into the returned register of t (x kept, t[0..14]
- * clobbered): SLEEF 3.5's tanhf u10, (e^|x| - e^-|x|) / (e^|x| + e^-|x|)
- * in double-float steps (its exp of a double-float argument, then two
- * double-float divides), 1 past |x| > 8.66 or where that is NaN, x's sign,
- * NaN for NaN. Every step is the builds' own, in their order (both do the
- * same arithmetic; only the last selects differ). Its exp's underflow
- * select (argument below -104) is left out: the argument is |x|. */
-static int tanh_steps(regs *r, int x, const int t[15])
+/* tanh of register x (x kept, t[0..14] clobbered): SLEEF 3.5's tanhf
+ * u10, (e^|x| - e^-|x|) / (e^|x| + e^-|x|) in double-float steps, each
+ * step the builds' own in their order (both do the same arithmetic; only
+ * the last selects differ), in three parts below. */
+
+/* e = e^|x| as a double-float (t[4], t[2]): |x| in t[0], 0 in t[1] (both
+ * kept); SLEEF's exp of a double-float argument: Cody-Waite reduction by
+ * q = rint(|x| / ln 2), a degree-5 polynomial in double-float, the split
+ * 2^q scaling. Its underflow select (argument below -104) is left out:
+ * the argument is |x|. */
+static void tanh_exp(regs *r, int x, const int t[15])
 {
-    enum { ADD = 0x58, MUL = 0x59, SUB = 0x5C, DIV = 0x5E };
+    enum { ADD = 0x58, MUL = 0x59, SUB = 0x5C };
     code *c = r->c;
-    int res = t[11];
     bitwise_const(r, BIT_AND, t[0], x, K_ABS);
     zero_reg(r, t[1]);
     arith(r, ADD, t[2], t[0], t[1]);
@@ -1006,6 +1008,13 @@ static int tanh_steps(regs *r, int x, const int t[15])
     arith(r, MUL, t[4], t[4], t[2]);
     arith(r, MUL, t[3], t[3], t[8]);
     arith(r, MUL, t[2], t[3], t[2]);
+}
+
+/* (e - 1/e) / (e + 1/e) in double-float: two divides, each refined by
+ * FMA; the sum (hi, lo) in (t[4], t[10]). */
+static void tanh_ratio(regs *r, const int t[15])
+{
+    enum { ADD = 0x58, MUL = 0x59, SUB = 0x5C, DIV = 0x5E };
     arith(r, DIV, t[3], t[5], t[4]);
     vmovaps(r, t[6], t[3]);
     fma3(r, FNMADD213, t[6], t[4], t[5]);
@@ -1030,7 +1039,17 @@ static int tanh_steps(regs *r, int x, const int t[15])
     fma3(r, FNMADD231, t[9], t[3], t[2]);
     fma3(r, FMADD231, t[10], t[3], t[8]);
     fma3(r, FMADD231, t[10], t[4], t[9]);
-    arith(r, ADD, res, t[4], t[10]);
+}
+
+/* The result into the returned register: hi + lo, 1 past |x| > 8.66 or
+ * where that is NaN, x's sign, NaN for NaN. */
+static int tanh_steps(regs *r, int x, const int t[15])
+{
+    code *c = r->c;
+    int res = t[11];
+    tanh_exp(r, x, t);
+    tanh_ratio(r, t);
+    arith(r, 0x58, res, t[4], t[10]);
     if (c->evex) {
         vrr(c, 1, 0, 0, 0xC2, 1, res, t[1]);                          /* k1 = isnan(res) */
         put1(c, 3);

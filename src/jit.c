@@ -910,6 +910,28 @@ static void emit_log(regs *r, int pos, int a)
     bind(r, pos, t[0]);
 }
 
+/* Knuth's two-sum, given s = a + b: b becomes the rounding error of s
+ * (b - (s - a)) + (a - (s - (s - a))); bb and tmp are clobbered (tmp may
+ * be s, when s is no longer needed), a is kept. */
+static void two_sum_err(regs *r, int s, int a, int b, int bb, int tmp)
+{
+    arith(r, 0x5C, bb, s, a);
+    arith(r, 0x5C, tmp, s, bb);
+    arith(r, 0x5C, tmp, a, tmp);
+    arith(r, 0x5C, b, b, bb);
+    arith(r, 0x58, b, b, tmp);
+}
+
+/* (hi, lo) = (xh, xl) * y in double-float: hi rounded, lo its error (by
+ * FMA) plus xl * y. */
+static void df_mul(regs *r, int hi, int lo, int xh, int xl, int y)
+{
+    arith(r, 0x59, hi, xh, y);
+    vmovaps(r, lo, y);
+    fma3(r, FMSUB213, lo, xh, hi);
+    fma3(r, FMADD231, lo, xl, y);
+}
+
 /* tanh of register x (x kept, t[0..14] clobbered): SLEEF 3.5's tanhf
  * u10, (e^|x| - e^-|x|) / (e^|x| + e^-|x|) in double-float steps, each
  * step the builds' own in their order (both do the same arithmetic; only
@@ -932,40 +954,22 @@ static void tanh_exp(regs *r, int x, const int t[15])
     vrr(c, 1, 0, 0, 0x5B, t[3], 0, t[2]);
     vrc(r, 1, 0, MUL, t[4], t[3], E_L2U);
     arith(r, ADD, t[5], t[4], t[0]);
-    arith(r, SUB, t[6], t[5], t[0]);
-    arith(r, SUB, t[7], t[5], t[6]);
-    arith(r, SUB, t[7], t[0], t[7]);
-    arith(r, SUB, t[4], t[4], t[6]);
-    arith(r, ADD, t[4], t[4], t[7]);
+    two_sum_err(r, t[5], t[0], t[4], t[6], t[7]);
     arith(r, ADD, t[4], t[4], t[1]);
     vrc(r, 1, 0, MUL, t[3], t[3], E_L2L);
     arith(r, ADD, t[6], t[3], t[5]);
-    arith(r, SUB, t[7], t[6], t[5]);
-    arith(r, SUB, t[8], t[6], t[7]);
-    arith(r, SUB, t[5], t[5], t[8]);
-    arith(r, SUB, t[3], t[3], t[7]);
-    arith(r, ADD, t[3], t[3], t[5]);
+    two_sum_err(r, t[6], t[5], t[3], t[7], t[8]);
     arith(r, ADD, t[3], t[4], t[3]);
     load_const(r, t[4], T_P0, false);
     vrc(r, 2, 1, FMADD213, t[4], t[6], T_P1);
     vrc(r, 2, 1, FMADD213, t[4], t[6], T_P2);
     vrc(r, 2, 1, FMADD213, t[4], t[6], T_P3);
-    arith(r, MUL, t[5], t[6], t[4]);
-    vmovaps(r, t[7], t[4]);
-    fma3(r, FMSUB213, t[7], t[6], t[5]);
-    fma3(r, FMADD231, t[7], t[3], t[4]);
+    df_mul(r, t[5], t[7], t[6], t[3], t[4]);
     load_const(r, t[4], T_P4, false);
     arith(r, ADD, t[8], t[5], t[4]);
-    arith(r, SUB, t[9], t[8], t[5]);
-    arith(r, SUB, t[10], t[8], t[9]);
-    arith(r, SUB, t[5], t[5], t[10]);
-    arith(r, SUB, t[4], t[4], t[9]);
-    arith(r, ADD, t[4], t[4], t[5]);
+    two_sum_err(r, t[8], t[5], t[4], t[9], t[10]);
     arith(r, ADD, t[4], t[7], t[4]);
-    arith(r, MUL, t[5], t[6], t[8]);
-    vmovaps(r, t[7], t[8]);
-    fma3(r, FMSUB213, t[7], t[6], t[5]);
-    fma3(r, FMADD231, t[7], t[3], t[8]);
+    df_mul(r, t[5], t[7], t[6], t[3], t[8]);
     fma3(r, FMADD231, t[7], t[6], t[4]);
     load_const(r, t[4], E_C5, false);
     arith(r, ADD, t[8], t[5], t[4]);
@@ -981,11 +985,7 @@ static void tanh_exp(regs *r, int x, const int t[15])
     vmovaps(r, t[10], t[8]);
     fma3(r, FMSUB213, t[10], t[9], t[11]);
     fma3(r, FMADD231, t[10], t[8], t[6]);
-    arith(r, SUB, t[6], t[8], t[5]);
-    arith(r, SUB, t[8], t[8], t[6]);
-    arith(r, SUB, t[5], t[5], t[8]);
-    arith(r, SUB, t[4], t[4], t[6]);
-    arith(r, ADD, t[4], t[4], t[5]);
+    two_sum_err(r, t[8], t[5], t[4], t[6], t[8]);
     arith(r, ADD, t[4], t[7], t[4]);
     fma3(r, FMADD231, t[10], t[9], t[4]);
     arith(r, SUB, t[4], t[11], t[13]);

@@ -113,6 +113,14 @@ static bool is_costly(int op)
     return ot__op_cost(op) >= OT__COST_TRANS;
 }
 
+/* Whether e is a chain of layout ops over a constant. */
+static bool views_constant(const compiler *c, int e)
+{
+    while (e >= 0 && is_op(c, e) && kind_of(c, e) == OT_KIND_SHAPE && c->w->e[e].op != OT_OP_CONCAT)
+        e = canon_operand(c, e, 0);
+    return e >= 0 && c->w->e[e].kind == OT_NODE_CONST;
+}
+
 /* Decides which op entries get their own kernel and storage. */
 void ot__fuse_choose_materialised(compiler *c)
 {
@@ -129,6 +137,9 @@ void ot__fuse_choose_materialised(compiler *c)
             for (int k = 0; k < 2; k++) {
                 int o = canon_operand(c, i, k);
                 if (o >= 0 && is_op(c, o) && kind_of(c, o) != OT_KIND_SHAPE) c->ci[o].mat = true;
+                /* a layout op of a constant has no memory to view (a
+                 * gradient's reshape(1.0) into a dot): it is filled */
+                if (kind == OT_KIND_DOT && o >= 0 && views_constant(c, o)) c->ci[o].mat = true;
             }
         /* A costly value that a reduction and other work both read (softmax's
          * exp(x - max)) is stored once rather than computed in each kernel. */
@@ -428,7 +439,11 @@ void ot__fuse_assign_storage(compiler *c)
             memcpy(ci->st.strides, t->strides, sizeof ci->st.strides);
         } else if (e->kind == OT_NODE_OP && kind_of(c, i) == OT_KIND_SHAPE) {
             const storage *src = &c->ci[canon_operand(c, i, 0)].st;
-            if (!src->has) continue;   /* a view of a constant: a scalar */
+            if (!src->has) {           /* a view of a constant: a scalar, */
+                if (ci->mat)           /* or filled where it must be memory */
+                    ot__fuse_temp_storage(c, &ci->st, &e->node->shape, (ot_dtype)e->dtype);
+                continue;
+            }
             if (view_storage(e->node, src, &ci->st)) continue;
             ci->mat = true;   /* a reshape of a layout no strides give: copied */
             ot__fuse_temp_storage(c, &ci->st, &e->node->shape, (ot_dtype)e->dtype);

@@ -729,3 +729,47 @@ TEST(fuzz_bsum_before_concat_part)
                 ot_backend_free(be);
             }
 }
+
+/* Fuzz seed 46 tree 36385: slice(dot(t1, t0))'s gradient w.r.t. t0 is a
+ * dot of t1' with reshape(1.0), a layout op of a constant, which has no
+ * memory: the dot read leaf 0 in its place and the gradient came out 0
+ * (1 on ref). Such an operand is now filled into a temporary first,
+ * transposed or not, on either side. */
+static ot_node *const_view(double v, ot_shape shape)
+{
+    return ot_build(OT_OP_RESHAPE, ot_const(v), NULL, &(ot_args){.shape = shape});
+}
+
+TEST(fuzz_dot_of_a_constant_view)
+{
+    ot_backend *be = ot_backend_new("cpu", &(ot_backend_opts){.threads = 1});
+    ot_tensor *t0 = ot_array(be, OT_SHAPE(1), OT_F64, (double[]){0});
+    ot_tensor *t1 = ot_array(be, OT_SHAPE(1, 1), OT_F64, (double[]){1});
+    ot_tensor *x = ot_array(be, OT_SHAPE(3, 1), OT_F64, (double[]){1, 2, 3});
+    ot_pool *p = ot_pool_push();
+    ot_node *d = ot_dot(t1, t0);
+    ot_autodiff *ad = ot_autodiff_new(ot_build(OT_OP_SLICE, d, NULL, &(ot_args){.axis = OT_AXIS_ALL}), NULL);
+    ot_tensor *g = ot_zeros_like(t0);
+    CHECK(ad && ot_autodiff_backprop(ad, 1, &t0, &g) == 0);
+    double v[3] = {0};
+    CHECK(ot_get(g, v) == 0);
+    CHECK_NEAR(v[0], 1.0, 0.0);
+    ot_autodiff_free(ad);
+    ot_tensor *o = ot_eval(ot_dot(x, const_view(2.0, OT_SHAPE(1))));
+    CHECK(o && ot_get(o, v) == 0);
+    CHECK_NEAR(v[0], 2.0, 0.0);
+    CHECK_NEAR(v[1], 4.0, 0.0);
+    CHECK_NEAR(v[2], 6.0, 0.0);
+    ot_tensor_free(o);
+    /* transposed, and on the left: (1, 1)' . (1, 3) */
+    o = ot_eval(ot_dot(ot_T(const_view(0.5, OT_SHAPE(1, 1))), ot_T(x)));
+    CHECK(o && ot_get(o, v) == 0);
+    CHECK_NEAR(v[0], 0.5, 0.0);
+    CHECK_NEAR(v[1], 1.0, 0.0);
+    CHECK_NEAR(v[2], 1.5, 0.0);
+    ot_tensor_free(o);
+    ot_tensor_free(g);
+    ot_pool_pop(p);
+    ot_tensor_free(t0), ot_tensor_free(t1), ot_tensor_free(x);
+    ot_backend_free(be);
+}

@@ -115,8 +115,8 @@ typedef struct code {
     bool evex;                  /* 512-bit EVEX encodings, else 256-bit VEX */
 } code;
 
-/* K_FN: where the body has an inline exp or log, the f32 constants of
- * SLEEF 3.5's expf and logf u10 (fn_bits); F_ONE names K_ONE among them. */
+/* The f32 constants of SLEEF 3.5's expf, logf and tanhf u10 (fn_bits),
+ * the frame's K_FN vectors; F_ONE names K_ONE among them. */
 enum { E_RLN2, E_L2U, E_L2L, E_C0, E_C1, E_C2, E_C3, E_C4, E_C5, E_LO, E_HI, E_INF,
        L_4_3, L_128, L_LN2HI, L_LN2LO, L_M1, L_P0, L_P1, L_P2, L_FIX, L_FLTMIN, L_2P64, L_FF,
        L_BIASD, L_BIASN, L_QNAN, L_NINF, T_P0, T_P1, T_P2, T_P3, T_P4, T_BIG, NFNK,
@@ -140,11 +140,13 @@ static const uint32_t fn_bits[NFNK] = {
     0x410AA123};
 
 /* The constants each inline function reads, in the order that they get
- * the registers zmm16-31 (the rest are read from the frame). */
+ * the registers zmm16-31 (the rest are read from the frame); AVX2's log
+ * reads log_vex_consts too. */
 static const int8_t exp_consts[] = {E_C1, E_C2, E_C3, E_C4, E_C5, E_L2L, E_RLN2, E_L2U, E_C0,
                                     F_ONE, E_LO, E_HI, E_INF};
 static const int8_t log_consts[] = {L_P1, L_P2, L_LN2LO, L_4_3, L_M1, L_LN2HI, L_P0, L_FIX,
                                     L_128, F_ONE, E_INF};
+static const int8_t log_vex_consts[] = {L_FLTMIN, L_2P64, L_FF, L_BIASD, L_BIASN, L_QNAN, L_NINF};
 static const int8_t tanh_consts[] = {T_P1, T_P2, T_P3, T_P4, E_C5, E_RLN2, E_L2U, E_L2L, T_P0,
                                      F_ONE, T_BIG};
 #define NCREG 16
@@ -167,6 +169,7 @@ typedef struct regs {
                                    OT_OP_MIN; -1 for elementwise code */
     bool exp, log, tanh;        /* the body has an inline exp, log, tanh
                                    (K_FN holds their constants) */
+    uint64_t fn_used;           /* bit e: the body reads K_FN constant e */
     int8_t creg[NFNK + 1];      /* EVEX code that calls nothing: the zmm
                                    (16-31, past the allocator's) holding
                                    each K_FN constant, or 0: the frame */
@@ -392,8 +395,8 @@ static void call_abs(code *c, const void *fn)
  * all ones in the lanes below nbytes, zero above. A reduction's: K_IDENT
  * its identity (max -inf, min +inf) in every lane and K_DEAD in the lanes
  * past the tail; when the body calls, four accumulators and four NaN notes
- * (see note_nan); K_MISC, two vectors of scalars (MISC_*). */
-
+ * (see note_nan); K_MISC, two vectors of scalars (MISC_*); K_FN, the
+ * inline functions' constants (fn_bits), those the body reads. */
 enum { K_SIGN, K_ABS, K_ONE, K_LIVE, K_IDENT, K_DEAD, K_ACC, K_NAN = K_ACC + 4, K_MISC = K_NAN + 4,
        K_FN = K_MISC + 2, NCONST = K_FN + NFNK };
 static int32_t konst(const regs *r, int k) { return r->vbytes * k; }
@@ -486,7 +489,8 @@ static void emit_constants(regs *r)
     shift(r, 2, 2, r->pp ? 54 : 25);
     shift(r, 6, 2, r->pp ? 52 : 23);
     vmov_store(r, 2, RSP, NO_INDEX, konst(r, K_ONE));
-    for (int e = 0; e < NFNK && (r->exp || r->log || r->tanh); e++) {
+    for (int e = 0; e < NFNK; e++) {
+        if (!(r->fn_used >> e & 1)) continue;
         put(r->c, (const uint8_t[]){0xC7, 0x84, 0x24}, 3);       /* mov dword [rsp + disp32], */
         put4(r->c, fk(r, e));
         put4(r->c, (int32_t)fn_bits[e]);                           /*     imm32 */
@@ -690,14 +694,6 @@ static void scratch(regs *r, unsigned keep, int t[], int n)
     }
 }
 
-/* exp of register x into t[0] (x is kept), t[1..3] clobbered: SLEEF 3.5's
- * expf u10 step for step, each rounding and operand order as its AVX-512
- * and AVX2 builds have them, so that the bits are the table's own (NaN
- * payloads included: tests/test_jit.c compares every f32). q = rint(x /
- * ln 2); s = x - q ln 2 in two parts; u = 1 + s + s^2 p(s); the result is
- * u 2^(q/2) 2^(q - q/2), then 0 below -104 and inf above 100. Inline, the
- * loop calls nothing: no spills around a call, constants stay in the
- * frame, and W2 ran 9% faster than the same loop calling SLEEF. */
 /* op reg, vvvv, K_FN constant e in every lane: its register (creg), else
  * an embedded broadcast under EVEX, the frame's whole vector under VEX. */
 static void vrc(regs *r, int map, int pp, uint8_t op, int reg, int vvvv, int e)
@@ -725,6 +721,14 @@ static void load_const(regs *r, int reg, int e, bool k)
     else vbroadcast(r, reg, RSP, disp);
 }
 
+/* exp of register x into t[0] (x is kept), t[1..3] clobbered: SLEEF 3.5's
+ * expf u10 step for step, each rounding and operand order as its AVX-512
+ * and AVX2 builds have them, so that the bits are the table's own (NaN
+ * payloads included: tests/test_jit.c compares every f32). q = rint(x /
+ * ln 2); s = x - q ln 2 in two parts; u = 1 + s + s^2 p(s); the result is
+ * u 2^(q/2) 2^(q - q/2), then 0 below -104 and inf above 100. Inline, the
+ * loop calls nothing: no spills around a call, constants stay in
+ * registers or the frame, and W2 ran 9% faster than the same loop calling SLEEF. */
 static void exp_steps(regs *r, int x, const int t[4])
 {
     code *c = r->c;
@@ -1502,9 +1506,9 @@ static void emit_flush(regs *r)
     xrm(c, 0, 3, 0x11, 1, RSP, misc(r, MISC_ACC));
 }
 
-/* Whether the body reads any of K_SIGN, K_ABS, K_ONE and K_EXP (neg, abs,
- * fnma, sig, exp): a reduction called once per row of a few vectors saves making
- * them where not. */
+/* Whether the body reads any of K_SIGN, K_ABS, K_ONE and K_FN (neg, abs,
+ * fnma, sig, inline functions): a reduction called once per row of a few
+ * vectors saves making them where not. */
 static bool reads_constants(const regs *r)
 {
     for (int i = 0; i < r->j->ninsn; i++) {
@@ -1513,7 +1517,7 @@ static bool reads_constants(const regs *r)
         bool fnma = in->code == OT_I_FMA && in->op == OT_OP_SUB;
         if (r->j->body[i] && (bits || fnma || is_sig(in))) return true;
     }
-    return r->exp || r->log || r->tanh;
+    return r->fn_used != 0;
 }
 
 /* Every broadcast value the body reads, broadcast once into its slot: a
@@ -1898,24 +1902,26 @@ static bool has_inline(const ot_jit *j, const ot_kernel *k, int fn)
     return false;
 }
 
-/* Registers zmm16-31 for the constants of the inline functions, in
- * exp_consts', log_consts' then tanh_consts' order, where EVEX code calls
- * nothing (a call clobbers them): the rest stay in the frame. */
-static void assign_cregs(regs *r)
+/* The constants the inline functions read (fn_used: only those are
+ * written per call), and registers zmm16-31 for them in exp_consts',
+ * log_consts' then tanh_consts' order where EVEX code calls nothing (a
+ * call clobbers them): the rest stay in the frame. */
+static void place_constants(regs *r)
 {
-    memset(r->creg, 0, sizeof r->creg);
-    if (!r->c->evex || r->calls) return;
+    const int8_t *lists[4] = {exp_consts, log_consts, tanh_consts, log_vex_consts};
+    const int sizes[4] = {sizeof exp_consts, sizeof log_consts, sizeof tanh_consts,
+                          sizeof log_vex_consts};
+    const bool used[4] = {r->exp, r->log, r->tanh, r->log && !r->c->evex};
+    bool regs = r->c->evex && !r->calls;
     int next = 16;
-    const int8_t *lists[3] = {exp_consts, log_consts, tanh_consts};
-    const int sizes[3] = {sizeof exp_consts, sizeof log_consts, sizeof tanh_consts};
-    const bool used[3] = {r->exp, r->log, r->tanh};
-    for (int f = 0; f < 3; f++) {
-        const int8_t *list = lists[f];
-        int n = sizes[f];
-        if (!used[f]) continue;
-        for (int i = 0; i < n && next < 16 + NCREG; i++)
-            if (!r->creg[list[i]]) r->creg[list[i]] = (int8_t)next++;
-    }
+    r->fn_used = 0;
+    memset(r->creg, 0, sizeof r->creg);
+    for (int f = 0; f < 4; f++)
+        for (int i = 0; i < sizes[f] && used[f]; i++) {
+            int e = lists[f][i];
+            if (e < NFNK) r->fn_used |= (uint64_t)1 << e;
+            if (regs && !r->creg[e] && next < 16 + NCREG) r->creg[e] = (int8_t)next++;
+        }
 }
 
 static bool worth_it(const ot_jit *j, const ot_kernel *k, bool stream)
@@ -1992,7 +1998,7 @@ ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc, bool st
         r.exp = has_inline(j, k, FN_EXP);
         r.log = has_inline(j, k, FN_LOG);
         r.tanh = has_inline(j, k, FN_TANH);
-        assign_cregs(&r);
+        place_constants(&r);
         last_uses(j, r.last);
     }
     if (ok && reduce) {

@@ -315,8 +315,12 @@ static int noise_draw, noise_fast;
  * Draws 30 and 31 move every node up (down) except where its operands are
  * integers: libraries are exact there (exp2(0) is 1, log2(1) is 0) and
  * inexact elsewhere, so exp2(log2(x)) == x holds for x = 1 and not for
- * x = 3 in one tensor, which no draw moving every element alike gives. */
-#define NOISE_DRAWS 32
+ * x = 3 in one tensor, which no draw moving every element alike gives.
+ * Draw 32 moves a node onto the integer it lies within its bound of and
+ * leaves every other node as ref has it: f32 log(expf(1)) may be exactly 1
+ * (0.51 ulp off), so that a log of it is 0 and an eq against 0 is 1, where
+ * draw 24's rounding of exp first moves log's operand off e. */
+#define NOISE_DRAWS 33
 #define DRAW_GRID_ALL 24
 #define DRAW_GRID_AT_STEPS 25
 #define DRAW_DOTS_UP 26
@@ -325,6 +329,7 @@ static int noise_draw, noise_fast;
 #define DRAW_GRID_AT_TIES 29
 #define DRAW_INEXACT_UP 30
 #define DRAW_INEXACT_DOWN 31
+#define DRAW_SNAP_INTEGERS 32
 
 static double noise_bound(ot_dtype dt)
 {
@@ -351,6 +356,19 @@ static ot_node *grid(ot_node *w, double eps)
     return bin(OT_OP_SUB, bin(OT_OP_SUB, c, bin(OT_OP_SUB, c, v)), bin(OT_OP_SUB, v, w));
 }
 
+/* w moved onto rint(w) where it lies within eps of it relative to w, else w.
+ * Done on w clipped as in grid (rint(inf) - inf is NaN); v - (v - r) is r
+ * exactly there (Sterbenz) and keeps -0, and subtracting v - w puts back
+ * what the clip took. */
+static ot_node *snap_to_integer(ot_node *w, double eps)
+{
+    ot_node *v = ot_build_at(OT_OP_CLIP, w, NULL, &(ot_args){.axis = OT_AXIS_ALL, .lo = -0x1p900, .hi = 0x1p900},
+                             NULL, 0);
+    ot_node *off = bin(OT_OP_SUB, v, ot_rint(v));
+    ot_node *near = bin(OT_OP_LE, ot_abs(off), bin(OT_OP_MUL, ot_abs(v), ot_const(eps)));
+    return bin(OT_OP_SUB, bin(OT_OP_SUB, v, bin(OT_OP_MUL, near, off)), bin(OT_OP_SUB, v, w));
+}
+
 /* w with the noise of draw noise_draw - 1. inexact: 1 where an operand of
  * the node is not an integer, else 0 (draws 30 and 31). mag: for a dot, the
  * dot of its operands' magnitudes, for a sum or mean that of its operand's
@@ -365,6 +383,7 @@ static ot_node *noisy(ot_node *w, ot_node *inexact, ot_node *mag, ot_dtype dt, c
     int d = noise_draw - 1;
     double eps = noise_bound(dt);
     if (d == DRAW_GRID_ALL) return grid(w, eps);
+    if (d == DRAW_SNAP_INTEGERS) return snap_to_integer(w, eps);
     if (d == DRAW_INEXACT_UP || d == DRAW_INEXACT_DOWN) {
         ot_node *e = bin(OT_OP_MUL, inexact, ot_const(d == DRAW_INEXACT_UP ? eps : -eps));
         return bin(OT_OP_MUL, w, bin(OT_OP_ADD, ot_const(1), e));

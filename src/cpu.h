@@ -69,9 +69,9 @@ typedef struct ot_kernels {
      * them; NULL where an op has none or is emitted inline. */
     const void *vfn1[2][OT_OP_COUNT][2];
     const void *vfn2[OT_OP_COUNT][2];
-    /* vfn1's SLEEF functions are SLEEF 3.5's, whose f32 exp (both
-     * accuracies, and sig's), log and tanh at u10 jit.c emits inline, step
-     * for step, instead of calling them. */
+    /* vfn1's SLEEF functions are SLEEF 3.5's, whose f32 exp (and sig's),
+     * log and tanh at both accuracies jit.c emits inline, step for step,
+     * instead of calling them. */
     bool inline_sleef;
     int vbytes;                     /* bytes per vector register */
     /* A registered op (ops.h's ot_custom) over n elements of kernel dtype

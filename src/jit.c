@@ -8,7 +8,7 @@
  * everything) get a loop that also folds the values into accumulators;
  * see "reductions" below. add, sub, mul, div, fma, fnma, sqrt, sqr, neg
  * and abs are emitted inline, f32 exp, log and tanh too (SLEEF 3.5's
- * steps, see exp_steps), sig and sig2 as their exp with the select and
+ * steps at either accuracy, see exp_steps), sig and sig2 as their exp with the select and
  * divide inline; every other op calls the table's vector function
  * (vfn1/vfn2: SLEEF itself, or the tile kernels' own element functions),
  * so results are bitwise those of the interpreter of the same table, NaNs
@@ -115,11 +115,12 @@ typedef struct code {
     bool evex;                  /* 512-bit EVEX encodings, else 256-bit VEX */
 } code;
 
-/* The f32 constants of SLEEF 3.5's expf, logf and tanhf u10 (fn_bits),
+/* The f32 constants of SLEEF 3.5's expf, logf and tanhf u10 and logf and tanhf u35 (fn_bits),
  * the frame's K_FN vectors; F_ONE names K_ONE among them. */
 enum { E_RLN2, E_L2U, E_L2L, E_C0, E_C1, E_C2, E_C3, E_C4, E_C5, E_LO, E_HI, E_INF,
        L_4_3, L_128, L_LN2HI, L_LN2LO, L_M1, L_P0, L_P1, L_P2, L_FIX, L_FLTMIN, L_2P64, L_FF,
-       L_BIASD, L_BIASN, L_QNAN, L_NINF, T_P0, T_P1, T_P2, T_P3, T_P4, T_BIG, NFNK,
+       L_BIASD, L_BIASN, L_QNAN, L_NINF, T_P0, T_P1, T_P2, T_P3, T_P4, T_BIG, T_TWO, M_P0, M_P1, M_P2, M_P3,
+       M_128LN2, M_FIX, NFNK,
        F_ONE = NFNK };
 
 /* expf: 1/ln 2; ln 2 in two parts, negated (Cody and Waite); the reduced
@@ -130,14 +131,18 @@ enum { E_RLN2, E_L2U, E_L2L, E_C0, E_C1, E_C2, E_C3, E_C4, E_C5, E_LO, E_HI, E_I
  * vfixupimmps's table for 0, negatives, inf and NaN (AVX-512); for AVX2,
  * the smallest normal, 2^64 for scaling denormals, the exponent mask, the
  * exponent biases for both, the NaN and -inf. tanhf: its exp's polynomial
- * (with expf's 1/ln 2, ln 2 and 1/2) and the bound past which it is +-1. */
+ * (with expf's 1/ln 2, ln 2 and 1/2) and the bound past which it is +-1;
+ * tanhf u35's 2 (its expm1 takes expf's polynomial, its 1 and -1 logf's).
+ * logf u35: its polynomial in y^2 (then 2), 128 ln 2 (e ln 2 where
+ * vgetexpps gives e = inf) and its vfixupimmps table. */
 static const uint32_t fn_bits[NFNK] = {
     0x3FB8AA3B, 0xBF317200, 0xB5BFBE8E, 0x39502BDA, 0x3AB696C9, 0x3C0888A6, 0x3D2AAA7A,
     0x3E2AAAAB, 0x3F000000, 0xC2D00000, 0x42C80000, 0x7F800000,
     0x3FAAAAAB, 0x43000000, 0x3F317218, 0xB102E308, 0xBF800000, 0x3E9AFF5C, 0x3ECC99CA,
     0x3F2AAADA, 0x02530400, 0x00800000, 0x5F800000, 0x000000FF, 0xFFFFFF41, 0xFFFFFF81,
     0x7FC00000, 0xFF800000, 0x394FB7FF, 0x3AB6BF7C, 0x3C08890D, 0x3D2AAA5C, 0x3E2AAAAA,
-    0x410AA123};
+    0x410AA123, 0x40000000, 0x3E750690, 0x3E920364, 0x3ECCCD92, 0x3F2AAAAB, 0x42B17218,
+    0x00500000};
 
 /* The constants each inline function reads, in the order that they get
  * the registers zmm16-31 (the rest are read from the frame); AVX2's log
@@ -149,6 +154,10 @@ static const int8_t log_consts[] = {L_P1, L_P2, L_LN2LO, L_4_3, L_M1, L_LN2HI, L
 static const int8_t log_vex_consts[] = {L_FLTMIN, L_2P64, L_FF, L_BIASD, L_BIASN, L_QNAN, L_NINF};
 static const int8_t tanh_consts[] = {T_P1, T_P2, T_P3, T_P4, E_C5, E_RLN2, E_L2U, E_L2L, T_P0,
                                      F_ONE, T_BIG};
+static const int8_t log35_consts[] = {M_P1, M_P2, M_P3, T_TWO, L_M1, F_ONE, L_LN2HI, L_4_3,
+                                      M_P0, M_128LN2, M_FIX, E_INF};
+static const int8_t tanh35_consts[] = {E_C1, E_C3, E_C5, E_L2U, E_L2L, E_RLN2, E_C0, E_C2, E_C4,
+                                       F_ONE, L_M1, T_TWO, T_BIG};
 #define NCREG 16
 
 /* What the register pass knows while it walks the body once. */
@@ -167,8 +176,9 @@ typedef struct regs {
     bool pad;                   /* this copy reads and writes exec's padded tail */
     int red;                    /* a reduction's OT_OP_SUM (mean too), OT_OP_MAX or
                                    OT_OP_MIN; -1 for elementwise code */
-    bool exp, log, tanh;        /* the body has an inline exp, log, tanh
-                                   (K_FN holds their constants) */
+    bool exp, log, tanh;        /* the body has an inline exp, log, tanh at
+                                   u10 (K_FN holds their constants) */
+    bool log35, tanh35;         /* ... log, tanh at u35 */
     uint64_t fn_used;           /* bit e: the body reads K_FN constant e */
     int8_t creg[NFNK + 1];      /* EVEX code that calls nothing: the zmm
                                    (16-31, past the allocator's) holding
@@ -729,7 +739,7 @@ static void load_const(regs *r, int reg, int e, bool k)
  * u 2^(q/2) 2^(q - q/2), then 0 below -104 and inf above 100. Inline, the
  * loop calls nothing: no spills around a call, constants stay in
  * registers or the frame, and W2 ran 9% faster than the same loop calling SLEEF. */
-static void exp_steps(regs *r, int x, const int t[4])
+static int exp_steps(regs *r, int x, const int t[4])
 {
     code *c = r->c;
     int q = t[0], f = t[1], s = t[2], u = t[3];
@@ -768,16 +778,7 @@ static void exp_steps(regs *r, int x, const int t[4])
         vrc(r, 3, 1, 0x4A, q, q, E_INF);                              /* vblendvps: inf */
         put1(c, (uint8_t)(f << 4));
     }
-}
-
-static void emit_exp(regs *r, int pos, int a)
-{
-    int ra = use(r, a, 0);
-    int t[4];
-    scratch(r, 1u << ra, t, 4);
-    exp_steps(r, ra, t);
-    retire(r, pos);
-    bind(r, pos, t[0]);
+    return q;
 }
 
 /* dst = a op b for add (0x58), mul (0x59), sub (0x5C), div (0x5E): f32. */
@@ -838,12 +839,57 @@ static void log_tail(regs *r, const int t[9])
     arith(r, ADD, z1, z2, z1);
 }
 
+/* AVX2's logf (u10 and u35 alike) up to e and m: x < FLT_MIN scaled by
+ * 2^64 into d, e (an int, its bias 127 or 127 + 64) in t[0] and m in
+ * [3/4, 3/2) in t[1], both from d's bits; t[2], t[4], t[5] clobbered. */
+static void log_vex_split(regs *r, int x, int d, const int t[6])
+{
+    code *c = r->c;
+    vrc(r, 1, 0, 0xC2, t[0], x, L_FLTMIN);                            /* x < FLT_MIN */
+    put1(c, 1);
+    vrc(r, 1, 0, 0x59, t[1], x, L_2P64);
+    vrr(c, 3, 1, 0, 0x4A, d, x, t[1]);                                /* d: x, denormals scaled */
+    put1(c, (uint8_t)(t[0] << 4));
+    vrc(r, 1, 0, 0x59, t[1], d, L_4_3);
+    shift_to(r, 2, t[1], t[1], 23);
+    vrc(r, 1, 1, 0xDB, t[1], t[1], L_FF);                             /* biased exponent */
+    shift_to(r, 6, t[2], t[1], 23);
+    vrr(c, 1, 1, 0, 0xFA, t[2], d, t[2]);
+    load_const(r, t[4], L_BIASD, false);
+    load_const(r, t[5], L_BIASN, false);
+    vrr(c, 3, 1, 0, 0x4A, t[0], t[5], t[4]);                          /* the bias */
+    put1(c, (uint8_t)(t[0] << 4));
+    vrr(c, 1, 1, 0, 0xFE, t[0], t[1], t[0]);                          /* e */
+    vrc(r, 1, 1, 0xFE, t[1], t[2], F_ONE);                            /* m */
+}
+
+/* AVX2's logf's last selects on res: inf for d = inf, NaN below 0 and for
+ * NaN, -inf for 0 (d: the argument as log_vex_split scaled it; m and z
+ * clobbered). */
+static void log_vex_specials(regs *r, int res, int d, int m, int z)
+{
+    code *c = r->c;
+    vrc(r, 1, 0, 0xC2, m, d, E_INF);                                  /* d == inf */
+    put1(c, 0);
+    vrc(r, 3, 1, 0x4A, res, res, E_INF);
+    put1(c, (uint8_t)(m << 4));
+    zero_reg(r, z);
+    vrr(c, 1, 0, 0, 0xC2, m, z, d);                                   /* !(0 <= d): NaN */
+    put1(c, 6);
+    vrc(r, 3, 1, 0x4A, res, res, L_QNAN);
+    put1(c, (uint8_t)(m << 4));
+    vrr(c, 1, 0, 0, 0xC2, m, d, z);                                   /* d == 0: -inf */
+    put1(c, 0);
+    vrc(r, 3, 1, 0x4A, res, res, L_NINF);
+    put1(c, (uint8_t)(m << 4));
+}
+
 /* log of register x into t[0] (x kept, t[1..9] clobbered): SLEEF 3.5's
  * logf u10 as each build has it. AVX-512 takes e and m by vgetexpps and
  * vgetmantps (denormals included) and mends 0, negatives, inf and NaN by
  * vfixupimmps; AVX2 scales denormals by 2^64, takes e and m from the bits
  * and mends those cases by compares and blends. Calling nothing, as exp. */
-static void log_steps(regs *r, int x, const int t[10])
+static int log_steps(regs *r, int x, const int t[10])
 {
     code *c = r->c;
     int z1 = t[0], z2 = t[1], z3 = t[2], z4 = t[3];
@@ -862,25 +908,10 @@ static void log_steps(regs *r, int x, const int t[10])
         log_tail(r, t);
         vrc(r, 3, 1, 0x54, z1, x, L_FIX);                             /* vfixupimmps */
         put1(c, 0);
-        return;
+        return z1;
     }
     int d = t[9];
-    vrc(r, 1, 0, 0xC2, t[0], x, L_FLTMIN);                            /* x < FLT_MIN */
-    put1(c, 1);
-    vrc(r, 1, 0, 0x59, t[1], x, L_2P64);
-    vrr(c, 3, 1, 0, 0x4A, d, x, t[1]);                                /* d: x, denormals scaled */
-    put1(c, (uint8_t)(t[0] << 4));
-    vrc(r, 1, 0, 0x59, t[1], d, L_4_3);
-    shift_to(r, 2, t[1], t[1], 23);
-    vrc(r, 1, 1, 0xDB, t[1], t[1], L_FF);                             /* biased exponent */
-    shift_to(r, 6, t[2], t[1], 23);
-    vrr(c, 1, 1, 0, 0xFA, t[2], d, t[2]);
-    load_const(r, t[4], L_BIASD, false);
-    load_const(r, t[5], L_BIASN, false);
-    vrr(c, 3, 1, 0, 0x4A, t[0], t[5], t[4]);                          /* the bias */
-    put1(c, (uint8_t)(t[0] << 4));
-    vrr(c, 1, 1, 0, 0xFE, t[0], t[1], t[0]);                          /* e */
-    vrc(r, 1, 1, 0xFE, t[1], t[2], F_ONE);                            /* m */
+    log_vex_split(r, x, d, t);
     vrr(c, 1, 0, 0, 0x5B, t[4], 0, t[0]);                             /* vcvtdq2ps */
     load_const(r, t[5], L_LN2HI, false);
     arith(r, 0x59, t[3], t[4], t[5]);
@@ -888,30 +919,47 @@ static void log_steps(regs *r, int x, const int t[10])
     load_const(r, t[2], L_LN2LO, false);
     fma3(r, FMADD213, t[2], t[4], t[5]);                              /* (t3, t2): e ln 2 */
     log_tail(r, t);
-    int res = t[0], m = t[1], z = t[2];
-    vrc(r, 1, 0, 0xC2, m, d, E_INF);                                  /* d == inf */
-    put1(c, 0);
-    vrc(r, 3, 1, 0x4A, res, res, E_INF);
-    put1(c, (uint8_t)(m << 4));
-    zero_reg(r, z);
-    vrr(c, 1, 0, 0, 0xC2, m, z, d);                                   /* !(0 <= d): NaN */
-    put1(c, 6);
-    vrc(r, 3, 1, 0x4A, res, res, L_QNAN);
-    put1(c, (uint8_t)(m << 4));
-    vrr(c, 1, 0, 0, 0xC2, m, d, z);                                   /* d == 0: -inf */
-    put1(c, 0);
-    vrc(r, 3, 1, 0x4A, res, res, L_NINF);
-    put1(c, (uint8_t)(m << 4));
+    log_vex_specials(r, t[0], d, t[1], t[2]);
+    return t[0];
 }
 
-static void emit_log(regs *r, int pos, int a)
+/* log of register x at u35 into t[0] (x kept, t[1..3] clobbered, and
+ * t[4..6] by AVX2): SLEEF 3.5's logf u35, e ln 2 + y p(y^2) with
+ * y = (m-1)/(m+1) in plain f32, e and m as logf u10 takes them (AVX-512
+ * patches e ln 2 where vgetexpps gives e = inf before it fixes up). */
+static int log35_steps(regs *r, int x, const int t[7])
 {
-    int ra = use(r, a, 0);
-    int t[10];
-    scratch(r, 1u << ra, t, r->c->evex ? 9 : 10);
-    log_steps(r, ra, t);
-    retire(r, pos);
-    bind(r, pos, t[0]);
+    enum { ADD = 0x58, MUL = 0x59, DIV = 0x5E };
+    code *c = r->c;
+    int e = t[0], m = t[1], y = t[2], p = t[3], d = t[6];
+    if (c->evex) {
+        vrc(r, 1, 0, MUL, e, x, L_4_3);
+        vrr(c, 2, 1, 0, 0x42, e, 0, e);                               /* vgetexpps: e */
+        vrc(r, 1, 0, 0xC2, 1, e, E_INF);                              /* k1 = e == inf */
+        put1(c, 0);
+        vrr(c, 3, 1, 0, 0x26, m, 0, x);                               /* vgetmantps: m */
+        put1(c, 0x0B);
+    } else {
+        log_vex_split(r, x, d, t);
+        vrr(c, 1, 0, 0, 0x5B, e, 0, e);                               /* vcvtdq2ps */
+    }
+    vrc(r, 1, 0, ADD, y, m, L_M1);
+    vrc(r, 1, 0, ADD, m, m, F_ONE);
+    arith(r, DIV, y, y, m);                                           /* y */
+    arith(r, MUL, m, y, y);
+    load_const(r, p, M_P0, false);
+    for (int k = M_P1; k <= M_P3; k++) vrc(r, 2, 1, FMADD213, p, m, k);
+    vrc(r, 2, 1, FMADD213, p, m, T_TWO);
+    vrc(r, 1, 0, MUL, e, e, L_LN2HI);                                 /* e ln 2 */
+    if (c->evex) load_const(r, e, M_128LN2, true);
+    fma3(r, FMADD231, e, y, p);
+    if (c->evex) {
+        vrc(r, 3, 1, 0x54, e, x, M_FIX);                              /* vfixupimmps */
+        put1(c, 0);
+        return e;
+    }
+    log_vex_specials(r, e, d, m, y);
+    return e;
 }
 
 /* Knuth's two-sum, given s = a + b: b becomes the rounding error of s
@@ -1045,53 +1093,103 @@ static void tanh_ratio(regs *r, const int t[15])
     fma3(r, FMADD231, t[10], t[4], t[9]);
 }
 
-/* The result into the returned register: hi + lo, 1 past |x| > 8.66 or
- * where that is NaN, x's sign, NaN for NaN. */
-static int tanh_steps(regs *r, int x, const int t[15])
+/* tanhf's last selects (u10 and u35 alike) on res: 1 where ax = |x| >
+ * 8.66 or res is NaN, x's sign, NaN for NaN (m1 and m2 clobbered). */
+static void tanh_finish(regs *r, int res, int x, int ax, int m1, int m2)
 {
     code *c = r->c;
-    int res = t[11];
-    tanh_exp(r, x, t);
-    tanh_ratio(r, t);
-    arith(r, 0x58, res, t[4], t[10]);
     if (c->evex) {
-        vrr(c, 1, 0, 0, 0xC2, 1, res, t[1]);                          /* k1 = isnan(res) */
+        vrr(c, 1, 0, 0, 0xC2, 1, res, res);                           /* k1 = isnan(res) */
         put1(c, 3);
         load_const(r, res, F_ONE, true);
-        vrc(r, 1, 0, 0xC2, 1, t[0], T_BIG);                           /* k1 = |x| > 8.66 */
+        vrc(r, 1, 0, 0xC2, 1, ax, T_BIG);                             /* k1 = |x| > 8.66 */
         put1(c, 0x0E);
         load_const(r, res, F_ONE, true);
-        bitwise_const(r, BIT_AND, t[2], x, K_SIGN);
-        vrr(c, 1, 1, 0, 0xEF, res, res, t[2]);                        /* vpxord: x's sign */
+        bitwise_const(r, BIT_AND, m1, x, K_SIGN);
+        vrr(c, 1, 1, 0, 0xEF, res, res, m1);                          /* vpxord: x's sign */
         vrr(c, 1, 0, 0, 0xC2, 1, x, x);                               /* k1 = isnan(x) */
         put1(c, 3);
-        all_ones(r, t[3]);
-        vrr_k(c, 1, 0, 0x28, res, 0, t[3], 1, false);
-        return res;
+        all_ones(r, m2);
+        vrr_k(c, 1, 0, 0x28, res, 0, m2, 1, false);
+        return;
     }
-    vrc(r, 1, 0, 0xC2, t[2], t[0], T_BIG);                            /* |x| > 8.66 */
+    vrc(r, 1, 0, 0xC2, m1, ax, T_BIG);                                /* |x| > 8.66 */
     put1(c, 0x0E);
-    vrr(c, 1, 0, 0, 0xC2, t[3], res, t[1]);                           /* isnan(res) */
+    vrr(c, 1, 0, 0, 0xC2, m2, res, res);                              /* isnan(res) */
     put1(c, 3);
-    vrr(c, 1, 0, 0, 0x56, t[2], t[2], t[3]);                          /* vorps */
+    vrr(c, 1, 0, 0, 0x56, m1, m1, m2);                                /* vorps */
     vrc(r, 3, 1, 0x4A, res, res, F_ONE);                              /* vblendvps: 1 */
-    put1(c, (uint8_t)(t[2] << 4));
-    bitwise_const(r, BIT_AND, t[3], x, K_SIGN);
-    vrr(c, 1, 0, 0, 0x57, res, res, t[3]);                            /* vxorps: x's sign */
-    vrr(c, 1, 0, 0, 0xC2, t[3], x, x);                                /* isnan(x) */
+    put1(c, (uint8_t)(m1 << 4));
+    bitwise_const(r, BIT_AND, m2, x, K_SIGN);
+    vrr(c, 1, 0, 0, 0x57, res, res, m2);                              /* vxorps: x's sign */
+    vrr(c, 1, 0, 0, 0xC2, m2, x, x);                                  /* isnan(x) */
     put1(c, 3);
-    vrr(c, 1, 0, 0, 0x56, res, res, t[3]);
-    return res;
+    vrr(c, 1, 0, 0, 0x56, res, res, m2);
 }
 
-static void emit_tanh(regs *r, int pos, int a)
+/* The result into the returned register: hi + lo, then tanh_finish. */
+static int tanh_steps(regs *r, int x, const int t[15])
 {
-    int ra = use(r, a, 0);
-    int t[15];
-    scratch(r, 1u << ra, t, 15);
-    int res = tanh_steps(r, ra, t);
-    retire(r, pos);
-    bind(r, pos, res);
+    tanh_exp(r, x, t);
+    tanh_ratio(r, t);
+    arith(r, 0x58, t[11], t[4], t[10]);
+    tanh_finish(r, t[11], x, t[0], t[2], t[3]);
+    return t[11];
+}
+
+/* tanh of register x at u35 into the returned register (x kept, t[0..7]
+ * clobbered): SLEEF 3.5's tanhf u35, d / (d + 2) with d = expm1(2|x|),
+ * each step as its AVX-512 and AVX2 builds order them (they differ only in
+ * the selects). expm1 is expf's reduction and polynomial (Estrin's order
+ * here, not Horner's) scaled by 2^q minus 1, or the polynomial alone where
+ * q = 0; then 1 past |x| > 8.66 or where the ratio is NaN (|x| = inf), x's
+ * sign, NaN for NaN. */
+static int tanh35_steps(regs *r, int x, const int t[8])
+{
+    enum { ADD = 0x58, MUL = 0x59, DIV = 0x5E };
+    code *c = r->c;
+    int ax = t[0], s = t[1], q = t[2], f = t[3], s4 = t[4], p01 = t[5], p23 = t[6], u = t[7];
+    bitwise_const(r, BIT_AND, ax, x, K_ABS);
+    arith(r, ADD, s, ax, ax);                                         /* d = 2|x| */
+    vrc(r, 1, 0, MUL, q, s, E_RLN2);
+    vrr(c, 1, 1, 0, 0x5B, q, 0, q);                                   /* vcvtps2dq */
+    vrr(c, 1, 0, 0, 0x5B, f, 0, q);                                   /* vcvtdq2ps */
+    vrc(r, 2, 1, FMADD231, s, f, E_L2U);                              /* s = d - q ln 2 */
+    vrc(r, 2, 1, FMADD231, s, f, E_L2L);
+    arith(r, MUL, f, s, s);                                           /* s^2 */
+    arith(r, MUL, s4, f, f);
+    load_const(r, p01, E_C0, false);
+    vrc(r, 2, 1, FMADD213, p01, s, E_C1);
+    load_const(r, p23, E_C2, false);
+    vrc(r, 2, 1, FMADD213, p23, s, E_C3);
+    load_const(r, u, E_C4, false);
+    vrc(r, 2, 1, FMADD213, u, s, E_C5);
+    fma3(r, FMADD231, u, f, p23);
+    fma3(r, FMADD231, u, s4, p01);
+    fma3(r, FMADD213, u, f, s);                                       /* u = s + s^2 p(s) */
+    vrc(r, 1, 0, ADD, s, u, F_ONE);
+    shift_to(r, 4, f, q, 1);                                          /* m = q >> 1 */
+    shift_to(r, 6, s4, f, 23);
+    vrc(r, 1, 1, 0xFE, s4, s4, F_ONE);                                /* 2^m */
+    arith(r, MUL, s, s, s4);
+    vrr(c, 1, 1, 0, 0xFA, f, q, f);                                   /* q - m */
+    shift_to(r, 6, f, f, 23);
+    vrc(r, 1, 1, 0xFE, f, f, F_ONE);
+    arith(r, MUL, s, s, f);
+    vrc(r, 1, 0, ADD, s, s, L_M1);                                    /* d = (1 + u) 2^q - 1 */
+    if (c->evex) {
+        vrr(c, 2, 2, 0, 0x27, 1, q, q);                               /* vptestnmd: k1 = q == 0 */
+        vrr_k(c, 1, 0, 0x28, s, 0, u, 1, false);                      /* d = u there */
+    } else {
+        zero_reg(r, s4);
+        vrr(c, 1, 1, 0, 0x76, s4, q, s4);                             /* vpcmpeqd: q == 0 */
+        vrr(c, 3, 1, 0, 0x4A, s, s, u);                               /* vblendvps */
+        put1(c, (uint8_t)(s4 << 4));
+    }
+    vrc(r, 1, 0, ADD, f, s, T_TWO);
+    arith(r, DIV, s, s, f);                                           /* d / (d + 2) */
+    tanh_finish(r, s, x, ax, q, f);
+    return s;
 }
 
 /* sig whose exp is inline: e = exp(nabs), nabs = -|x| in register nabs,
@@ -1216,16 +1314,20 @@ static bool is_sig(const ot_insn *in)
 }
 
 /* The SLEEF function insn in is, or (sig) calls, where j's table lets it
- * be emitted inline: f32 exp; log and tanh at u10 in elementwise code only
- * (see exp_steps, log_steps, tanh_steps): they take 10 and 15 registers,
- * and a reduction keeps its accumulators in 4 or 8 of the 16. */
-enum { FN_CALL, FN_EXP, FN_LOG, FN_TANH };
+ * be emitted inline: f32 exp (one set of steps serves both accuracies);
+ * log and tanh, whose u10 and u35 steps differ, in elementwise code only
+ * (see exp_steps, log_steps, tanh_steps, log35_steps, tanh35_steps): u10's
+ * take 10 and 15 registers, and a reduction keeps its accumulators in 4 or
+ * 8 of the 16. */
+enum { FN_CALL, FN_EXP, FN_LOG, FN_TANH, FN_LOG35, FN_TANH35, NFN };
 static int inline_fn(const ot_jit *j, const ot_insn *in)
 {
     if (!j->kt->inline_sleef || in->code != OT_I_UNARY || in->kd != OT_KD_F32) return FN_CALL;
     if ((is_sig(in) ? ot__op(in->op)->jit_base : in->op) == OT_OP_EXP) return FN_EXP;
-    if (j->acc != 0 || j->reduce) return FN_CALL;
-    return in->op == OT_OP_LOG ? FN_LOG : in->op == OT_OP_TANH ? FN_TANH : FN_CALL;
+    if (j->reduce) return FN_CALL;
+    if (in->op == OT_OP_TANH) return j->acc == 0 ? FN_TANH : FN_TANH35;
+    if (in->op == OT_OP_LOG) return j->acc == 0 ? FN_LOG : FN_LOG35;
+    return FN_CALL;
 }
 
 /* Whether a body insn calls a function (else it is all inline). */
@@ -1249,6 +1351,26 @@ static const void *callee(const ot_jit *j, const ot_insn *in)
     return in->code == OT_I_UNARY ? kt->vfn1[acc][in->op][in->kd] : kt->vfn2[in->op][in->kd];
 }
 
+/* Inline function fn (FN_EXP ...) of value a at body position pos, in
+ * as many scratch registers as its steps take. */
+static void emit_inline_fn(regs *r, int pos, int fn, int a)
+{
+    typedef int (*steps_fn)(regs *r, int x, const int t[]);
+    static const steps_fn steps[NFN] = {[FN_EXP] = exp_steps, [FN_LOG] = log_steps,
+                                        [FN_TANH] = tanh_steps, [FN_LOG35] = log35_steps,
+                                        [FN_TANH35] = tanh35_steps};
+    static const int ntemp[NFN] = {[FN_EXP] = 4, [FN_LOG] = 9, [FN_TANH] = 15, [FN_LOG35] = 4,
+                                   [FN_TANH35] = 8};
+    static const int ntemp_vex[NFN] = {[FN_LOG] = 10, [FN_LOG35] = 7};
+    int ra = use(r, a, 0);
+    int t[15];
+    int n = !r->c->evex && ntemp_vex[fn] ? ntemp_vex[fn] : ntemp[fn];
+    scratch(r, 1u << ra, t, n);
+    int res = steps[fn](r, ra, t);
+    retire(r, pos);
+    bind(r, pos, res);
+}
+
 static void emit_insn(regs *r, int pos)
 {
     const ot_insn *in = &r->insns[pos];
@@ -1257,9 +1379,7 @@ static void emit_insn(regs *r, int pos)
     int inl = inline_fn(r->j, in);
     if (is_sig(in)) emit_sig(r, pos, fn, arg[0]);
     else if (fn) emit_call(r, pos, fn, arg[0], in->code == OT_I_BINARY ? arg[1] : -1);
-    else if (inl == FN_EXP) emit_exp(r, pos, arg[0]);
-    else if (inl == FN_LOG) emit_log(r, pos, arg[0]);
-    else if (inl == FN_TANH) emit_tanh(r, pos, arg[0]);
+    else if (inl != FN_CALL) emit_inline_fn(r, pos, inl, arg[0]);
     else if (in->code == OT_I_UNARY) emit_unary(r, pos, in->op, arg[0]);
     else if (in->code == OT_I_BINARY) emit_binary(r, pos, in->op, arg[0], arg[1]);
     else emit_fma(r, pos, in->op == OT_OP_SUB, arg[0], arg[1], arg[2]);
@@ -1908,15 +2028,17 @@ static bool has_inline(const ot_jit *j, const ot_kernel *k, int fn)
  * call clobbers them): the rest stay in the frame. */
 static void place_constants(regs *r)
 {
-    const int8_t *lists[4] = {exp_consts, log_consts, tanh_consts, log_vex_consts};
-    const int sizes[4] = {sizeof exp_consts, sizeof log_consts, sizeof tanh_consts,
-                          sizeof log_vex_consts};
-    const bool used[4] = {r->exp, r->log, r->tanh, r->log && !r->c->evex};
+    const int8_t *lists[6] = {exp_consts, log_consts, tanh_consts, log35_consts, tanh35_consts,
+                              log_vex_consts};
+    const int sizes[6] = {sizeof exp_consts, sizeof log_consts, sizeof tanh_consts,
+                          sizeof log35_consts, sizeof tanh35_consts, sizeof log_vex_consts};
+    const bool used[6] = {r->exp, r->log, r->tanh, r->log35, r->tanh35,
+                          (r->log || r->log35) && !r->c->evex};
     bool regs = r->c->evex && !r->calls;
     int next = 16;
     r->fn_used = 0;
     memset(r->creg, 0, sizeof r->creg);
-    for (int f = 0; f < 4; f++)
+    for (int f = 0; f < 6; f++)
         for (int i = 0; i < sizes[f] && used[f]; i++) {
             int e = lists[f][i];
             if (e < NFNK) r->fn_used |= (uint64_t)1 << e;
@@ -1998,6 +2120,8 @@ ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc, bool st
         r.exp = has_inline(j, k, FN_EXP);
         r.log = has_inline(j, k, FN_LOG);
         r.tanh = has_inline(j, k, FN_TANH);
+        r.log35 = has_inline(j, k, FN_LOG35);
+        r.tanh35 = has_inline(j, k, FN_TANH35);
         place_constants(&r);
         last_uses(j, r.last);
     }

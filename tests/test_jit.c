@@ -216,7 +216,8 @@ TEST(jit_each_op_bitwise)
 }
 
 /* exp's, log's and tanh's inline steps (jit.c exp_steps, log_steps,
- * tanh_steps) against SLEEF's functions in the table, on f32 bit patterns,
+ * tanh_steps; log35_steps and tanh35_steps at u35) against SLEEF's functions in the table,
+ * on f32 bit patterns,
  * each chunk of 2^16 run through the generated code and through the tile
  * kernels (the op then neg, as hand_init builds it) and compared byte for
  * byte, NaN payloads too: every chunk with OT_TEST_EXHAUSTIVE=1 (67 s for
@@ -241,11 +242,11 @@ static bool under_valgrind(void)
 }
 #define EXP_CHUNK (1 << 16)
 
-static bool every_f32(const ot_kernels *kt, int op, uint32_t step)
+static bool every_f32(const ot_kernels *kt, int op, int acc, uint32_t step)
 {
     hand h;
     hand_init(&h, OT_KD_F32, (ot_insn){.code = OT_I_UNARY, .op = (uint8_t)op, .a = 0, .b = -1, .c = -1}, 6);
-    ot_jit *j = ot__jit_build(&h.k, kt, 0, false);
+    ot_jit *j = ot__jit_build(&h.k, kt, acc, false);
     ot_jit_map map = {NULL, 0};
     if (!j || !ot__jit_install(&j, 1, &map)) {
         ot__jit_free(j);
@@ -256,15 +257,16 @@ static bool every_f32(const ot_kernels *kt, int op, uint32_t step)
     bool ok = in && tmp && want && got;
     for (uint64_t base = 0; ok && base < ((uint64_t)1 << 32); base += (uint64_t)EXP_CHUNK * step) {
         for (uint32_t i = 0; i < EXP_CHUNK; i++) in[i] = (uint32_t)base + i;
-        kt->unary[0][op][OT_KD_F32](tmp, in, EXP_CHUNK);
+        kt->unary[acc][op][OT_KD_F32](tmp, in, EXP_CHUNK);
         kt->unary[0][OT_OP_NEG][OT_KD_F32](want, tmp, EXP_CHUNK);
         char *val[5] = {(char *)in, (char *)in, (char *)in, NULL, NULL}, *out[1] = {(char *)got};
         j->fn(val, out, EXP_CHUNK * 4);
         ok = memcmp(got, want, EXP_CHUNK * 4) == 0;
         for (uint32_t i = 0; !ok && i < EXP_CHUNK; i++)
             if (got[i] != want[i]) {
-                test__fail(__FILE__, __LINE__, "%s %s(0x%08x): code 0x%08x, table 0x%08x", kt->isa,
-                           ot_op_name(op), in[i], got[i] ^ 0x80000000u, want[i] ^ 0x80000000u);
+                test__fail(__FILE__, __LINE__, "%s %s u%s(0x%08x): code 0x%08x, table 0x%08x", kt->isa,
+                           ot_op_name(op), acc ? "35" : "10", in[i], got[i] ^ 0x80000000u,
+                           want[i] ^ 0x80000000u);
                 break;
             }
     }
@@ -284,10 +286,12 @@ TEST(jit_inline_exp_log_tanh_every_f32)
         if (!kt || !kt->inline_sleef) continue;
         const char *all = getenv("OT_TEST_EXHAUSTIVE");
         uint32_t step = all && strcmp(all, "1") == 0 ? 1 : EXP_CHUNK_STEP;
-        CHECK(every_f32(kt, OT_OP_EXP, step));
-        CHECK(every_f32(kt, OT_OP_LOG, step));
-        CHECK(every_f32(kt, OT_OP_TANH, step));
-        CHECK(every_f32(kt, OT_OP_SIG, 16 * EXP_CHUNK_STEP + 1));
+        CHECK(every_f32(kt, OT_OP_EXP, 0, step));
+        CHECK(every_f32(kt, OT_OP_LOG, 0, step));
+        CHECK(every_f32(kt, OT_OP_TANH, 0, step));
+        CHECK(every_f32(kt, OT_OP_LOG, 1, step));
+        CHECK(every_f32(kt, OT_OP_TANH, 1, step));
+        CHECK(every_f32(kt, OT_OP_SIG, 0, 16 * EXP_CHUNK_STEP + 1));
     }
 }
 
@@ -447,12 +451,14 @@ static ot_backend *backend(const char *isa, int mode, int threads)
 
 typedef ot_node *(*tree_fn)(ot_tensor *const *x);
 
-/* Runs tree(x) on a backend of each mode into outputs of shape out, with
- * inputs of shape in (x[3] a column, x[4] a 0-d), and compares bitwise. */
-static void compare(const char *isa, const char *what, ot_dtype dt, ot_shape in, ot_shape out,
-                    tree_fn tree)
+/* Runs tree(x) on a backend of each mode at accuracy acc into outputs of
+ * shape out, with inputs of shape in (x[3] a column, x[4] a 0-d), and
+ * compares bitwise. */
+static void compare_acc(const char *isa, const char *what, ot_dtype dt, ot_shape in, ot_shape out,
+                        tree_fn tree, int acc)
 {
-    ot_backend *be[3] = {backend(isa, INTERP, 1), backend(isa, JIT, 1), backend(isa, STREAM, 1)};
+    ot_backend *be[3] = {backend_acc(isa, INTERP, 1, acc), backend_acc(isa, JIT, 1, acc),
+                         backend_acc(isa, STREAM, 1, acc)};
     void *res[3] = {NULL, NULL, NULL};
     int64_t n = 1;
     for (int d = 0; d < out.ndim; d++) n *= out.dims[d];
@@ -497,6 +503,12 @@ static void compare(const char *isa, const char *what, ot_dtype dt, ot_shape in,
     }
 }
 
+static void compare(const char *isa, const char *what, ot_dtype dt, ot_shape in, ot_shape out,
+                    tree_fn tree)
+{
+    compare_acc(isa, what, dt, in, out, tree, OT_ULP10);
+}
+
 static ot_node *t_w4(ot_tensor *const *x)
 {
     return ot_add(ot_mul(ot_sqrt(ot_abs(x[0])), ot_log(ot_add(ot_mul(x[1], x[1]), 1.0))),
@@ -527,8 +539,8 @@ static ot_node *t_pressure(ot_tensor *const *x)
 }
 
 /* exp, log and tanh inline with many live values and no call at all (the
- * constants then sit in zmm16-31), and under row reductions, where log
- * and tanh are calls. */
+ * constants then sit in zmm16-31; at both accuracies, whose log and tanh
+ * steps differ), and under row reductions, where log and tanh are calls. */
 static ot_node *t_inline_pressure(ot_tensor *const *x)
 {
     ot_node *v[18], *acc = NULL;
@@ -563,6 +575,8 @@ static void assignments(const char *isa)
                 compare(isa, "softmax", dt, s, s, t_softmax);
                 compare(isa, "register pressure", dt, s, s, t_pressure);
                 compare(isa, "inline functions, no call", dt, s, s, t_inline_pressure);
+                compare_acc(isa, "inline functions at u35, no call", dt, s, s, t_inline_pressure,
+                            OT_ULP35);
                 compare(isa, "inline functions, reduced", dt, s, col, t_inline_reduce);
             }
     }

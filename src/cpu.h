@@ -181,6 +181,8 @@ typedef struct ot_jit {
     size_t tail_at;                 /* fn_tail's offset in code, or 0 */
     const ot_kernels *kt;
     int acc;                        /* kt's accuracy slot (vfn1[acc]) */
+    bool calls_log_tanh;            /* a reduction whose inline log or tanh did not
+                                       fit beside its accumulators: it calls them */
     int ninsn, nout, kd;            /* kd: the body's kernel dtype */
     int16_t (*arg)[3];              /* per insn: the values operands a, b, c read */
     bool *body;                     /* per insn: run by the code (else prelude) */

@@ -1314,17 +1314,18 @@ static bool is_sig(const ot_insn *in)
 }
 
 /* The SLEEF function insn in is, or (sig) calls, where j's table lets it
- * be emitted inline: f32 exp (one set of steps serves both accuracies);
- * log and tanh, whose u10 and u35 steps differ, in elementwise code only
- * (see exp_steps, log_steps, tanh_steps, log35_steps, tanh35_steps): u10's
- * take 10 and 15 registers, and a reduction keeps its accumulators in 4 or
- * 8 of the 16. */
+ * be emitted inline: f32 exp (one set of steps serves both accuracies),
+ * log and tanh (their u10 and u35 steps differ; see exp_steps, log_steps,
+ * tanh_steps, log35_steps, tanh35_steps). u10's log and tanh take 10 and
+ * 15 registers, and a reduction keeps its accumulators in 4 or 8 of the
+ * 16: where they do not fit, the reduction is built again calling them
+ * (calls_log_tanh). */
 enum { FN_CALL, FN_EXP, FN_LOG, FN_TANH, FN_LOG35, FN_TANH35, NFN };
 static int inline_fn(const ot_jit *j, const ot_insn *in)
 {
     if (!j->kt->inline_sleef || in->code != OT_I_UNARY || in->kd != OT_KD_F32) return FN_CALL;
     if ((is_sig(in) ? ot__op(in->op)->jit_base : in->op) == OT_OP_EXP) return FN_EXP;
-    if (j->reduce) return FN_CALL;
+    if (j->reduce && j->calls_log_tanh) return FN_CALL;
     if (in->op == OT_OP_TANH) return j->acc == 0 ? FN_TANH : FN_TANH35;
     if (in->op == OT_OP_LOG) return j->acc == 0 ? FN_LOG : FN_LOG35;
     return FN_CALL;
@@ -2087,11 +2088,11 @@ static bool reduce_fits(const ot_jit *j, const ot_kernel *k)
     return ok && (k->nxstore == 0 || k->red_op == OT_OP_SUM || k->red_op == OT_OP_MEAN);
 }
 
-ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc, bool stream)
+/* ot__jit_build's attempt with log and tanh inline or (calls_log_tanh)
+ * called; *retry: a reduction whose inline log or tanh did not fit. */
+static ot_jit *build(const ot_kernel *k, const ot_kernels *kt, int acc, bool stream,
+                     bool calls_log_tanh, bool *retry)
 {
-    if ((k->kind != OT_KER_EW && !reduces(k)) || k->ninsn < 1 || k->ninsn > OT_JIT_MAX_INSN ||
-        !ot__jit_available(kt))
-        return NULL;
     ot_jit *j = ot__calloc(1, sizeof *j);
     code c = {0};
     regs r = {.c = &c, .j = j, .insns = k->insns, .nreg = NREG, .red = -1};
@@ -2101,6 +2102,7 @@ ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc, bool st
         j->kt = kt;
         j->acc = acc;
         j->reduce = reduce;
+        j->calls_log_tanh = calls_log_tanh;
         j->ninsn = k->ninsn;
         j->arg = ot__malloc(sizeof *j->arg * (size_t)k->ninsn);
         j->body = ot__calloc((size_t)k->ninsn, sizeof *j->body);
@@ -2134,6 +2136,7 @@ ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc, bool st
         r.nreg = r.calls ? NREG : r.red == OT_OP_SUM ? ACC_REG : NAN_REG;
         emit_reduce_function(&r, slot(&r, k->ninsn) + r.vbytes);
         ok = !c.oom;
+        *retry = !ok && (r.log || r.tanh || r.log35 || r.tanh35);
     } else if (ok) {
         emit_function(&r, slot(&r, k->ninsn) + r.vbytes, false);
         if (stream) {
@@ -2163,6 +2166,16 @@ ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc, bool st
         return NULL;
     }
     return j;
+}
+
+ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc, bool stream)
+{
+    if ((k->kind != OT_KER_EW && !reduces(k)) || k->ninsn < 1 || k->ninsn > OT_JIT_MAX_INSN ||
+        !ot__jit_available(kt))
+        return NULL;
+    bool retry = false;
+    ot_jit *j = build(k, kt, acc, stream, false, &retry);
+    return j || !retry ? j : build(k, kt, acc, stream, true, &retry);
 }
 
 void ot__jit_free(ot_jit *j)

@@ -6,8 +6,9 @@
  * ops costs no pass over tile buffers (the interpreter in exec.c reads and
  * writes a buffer per op). Reductions (sum, mean, max, min over rows or
  * everything) get a loop that also folds the values into accumulators;
- * see "reductions" below. add, sub, mul, div, fma, fnma, sqrt, sqr, neg
- * and abs are emitted inline, f32 exp, log and tanh too (SLEEF 3.5's
+ * see "reductions" below. add, sub, mul, div, fma, fnma, sqrt, sqr, neg,
+ * abs, the selects and compares (relu, recip, rint, finite, sgn, eq ...
+ * ge, minimum, maximum) are emitted inline, f32 exp, log and tanh too (SLEEF 3.5's
  * steps at either accuracy, see exp_steps), sig and sig2 as their exp with the select and
  * divide inline; every other op calls the table's vector function
  * (vfn1/vfn2: SLEEF itself, or the tile kernels' own element functions),
@@ -287,24 +288,25 @@ static void vrm(code *c, int map, int pp, int w, uint8_t op, int reg, int vvvv, 
 }
 
 /* EVEX forms whose writes are masked by k1-k7: lanes the mask clears
- * become zero (zeroing) or keep the destination's value. W0, 512 bits. */
+ * become zero (zeroing) or keep the destination's value. 512 bits; W1
+ * for the packed-double forms. */
 static uint8_t evex_mask(int k, bool zeroing) { return (uint8_t)((zeroing ? 0x80 : 0) | k); }
 
 /* EVEX's embedded broadcast: a memory operand of one 4-byte element read
  * into every lane (one load where a whole zmm is two on Zen 4). */
 #define EVEX_BCST 0x10
 
-static void vrr_k(code *c, int map, int pp, uint8_t op, int reg, int vvvv, int rm, int k,
+static void vrr_k(code *c, int map, int pp, int w, uint8_t op, int reg, int vvvv, int rm, int k,
                   bool zeroing)
 {
-    prefix_k(c, true, 1, map, pp, 0, reg, vvvv, rm >> 1 & 8, rm, op, evex_mask(k, zeroing));
+    prefix_k(c, true, 1, map, pp, w, reg, vvvv, rm >> 1 & 8, rm, op, evex_mask(k, zeroing));
     put1(c, (uint8_t)(0xC0 | (reg & 7) << 3 | (rm & 7)));
 }
 
-static void vrm_k(code *c, int map, int pp, uint8_t op, int reg, int base, int32_t disp, int k,
-                  bool zeroing)
+static void vrm_k(code *c, int map, int pp, int w, uint8_t op, int reg, int base, int32_t disp,
+                  int k, bool zeroing)
 {
-    prefix_k(c, true, 1, map, pp, 0, reg, 0, 0, base, op, evex_mask(k, zeroing));
+    prefix_k(c, true, 1, map, pp, w, reg, 0, 0, base, op, evex_mask(k, zeroing));
     mem_operand(c, reg, base, NO_INDEX, disp);
 }
 
@@ -725,9 +727,9 @@ static void vrc(regs *r, int map, int pp, uint8_t op, int reg, int vvvv, int e)
 static void load_const(regs *r, int reg, int e, bool k)
 {
     int32_t disp = fk(r, e);
-    if (r->creg[e]) vrr_k(r->c, 1, 0, 0x28, reg, 0, r->creg[e], k ? 1 : 0, false);   /* vmovaps */
+    if (r->creg[e]) vrr_k(r->c, 1, 0, 0, 0x28, reg, 0, r->creg[e], k ? 1 : 0, false);   /* vmovaps */
     else if (!r->c->evex) vmov_load(r, reg, RSP, NO_INDEX, disp);
-    else if (k) vrm_k(r->c, 2, 1, 0x18, reg, RSP, disp, 1, false);
+    else if (k) vrm_k(r->c, 2, 1, 0, 0x18, reg, RSP, disp, 1, false);
     else vbroadcast(r, reg, RSP, disp);
 }
 
@@ -764,7 +766,7 @@ static int exp_steps(regs *r, int x, const int t[4])
     if (c->evex) {
         vrc(r, 1, 0, 0xC2, 1, x, E_LO);                               /* k1 = !(x < -104) */
         put1(c, 5);
-        vrr_k(c, 1, 0, 0x59, q, u, q, 1, true);                       /* u 2^(q-m), else 0 */
+        vrr_k(c, 1, 0, 0, 0x59, q, u, q, 1, true);                    /* u 2^(q-m), else 0 */
         vrc(r, 1, 0, 0xC2, 1, x, E_HI);                               /* k1 = x > 100 */
         put1(c, 0x0E);
         load_const(r, q, E_INF, true);                                /* inf there */
@@ -1110,7 +1112,7 @@ static void tanh_finish(regs *r, int res, int x, int ax, int m1, int m2)
         vrr(c, 1, 0, 0, 0xC2, 1, x, x);                               /* k1 = isnan(x) */
         put1(c, 3);
         all_ones(r, m2);
-        vrr_k(c, 1, 0, 0x28, res, 0, m2, 1, false);
+        vrr_k(c, 1, 0, 0, 0x28, res, 0, m2, 1, false);
         return;
     }
     vrc(r, 1, 0, 0xC2, m1, ax, T_BIG);                                /* |x| > 8.66 */
@@ -1179,7 +1181,7 @@ static int tanh35_steps(regs *r, int x, const int t[8])
     vrc(r, 1, 0, ADD, s, s, L_M1);                                    /* d = (1 + u) 2^q - 1 */
     if (c->evex) {
         vrr(c, 2, 2, 0, 0x27, 1, q, q);                               /* vptestnmd: k1 = q == 0 */
-        vrr_k(c, 1, 0, 0x28, s, 0, u, 1, false);                      /* d = u there */
+        vrr_k(c, 1, 0, 0, 0x28, s, 0, u, 1, false);                   /* d = u there */
     } else {
         zero_reg(r, s4);
         vrr(c, 1, 1, 0, 0x76, s4, q, s4);                             /* vpcmpeqd: q == 0 */
@@ -1258,8 +1260,170 @@ static void emit_sig(regs *r, int pos, const void *exp_fn, int x)
     bind(r, pos, 0);
 }
 
+/* ---- selects and compares ----------------------------------------------------- */
+
+/* relu, recip, rint, finite, sgn, the compares, minimum and maximum as the
+ * tile kernels' element functions compute them (tile.inc's K_FLOAT_OPS over
+ * isa_avx2.h and isa_avx512.h): the same compares, blends and constants, so
+ * the bits are theirs (selects move operand bits, compares give 1 or +0).
+ * Each writes a fresh register of t[] and returns it, the operands kept. A
+ * compare lands in vector register m under VEX and in k1 under EVEX. */
+enum { CMP_EQ = 0x00, CMP_UNORD = 0x03, CMP_NEQ_U = 0x04, CMP_NLT_U = 0x15, CMP_LT = 0x11,
+       CMP_LE = 0x12, CMP_GE = 0x1D, CMP_GT = 0x1E };
+
+static void compare(regs *r, int m, int a, int b, int pred)
+{
+    vrr(r->c, 1, r->pp, r->wig, 0xC2, r->c->evex ? 1 : m, a, b);
+    put1(r->c, (uint8_t)pred);
+}
+
+/* d = 1 where mask m (k1) is set, else +0. */
+static void one_if(regs *r, int d, int m)
+{
+    if (r->c->evex) vrm_k(r->c, 1, r->pp, r->wig, 0x10, d, RSP, konst(r, K_ONE), 1, true);
+    else bitwise_const(r, BIT_AND, d, m, K_ONE);
+}
+
+/* d = mask m (k1) ? a : b. */
+static void blend(regs *r, int d, int b, int a, int m)
+{
+    if (r->c->evex) {
+        vrr_k(r->c, 2, 1, r->wig, 0x65, d, b, a, 1, false);             /* vblendmps/pd */
+        return;
+    }
+    vrr(r->c, 3, 1, 0, r->pp ? 0x4B : 0x4A, d, b, a);                   /* vblendvps/pd */
+    put1(r->c, (uint8_t)(m << 4));
+}
+
+/* x < 0 ? +0 : x (NaN and -0 stay). */
+static int relu_steps(regs *r, int x, const int t[])
+{
+    zero_reg(r, t[0]);
+    if (r->c->evex) {
+        compare(r, 0, x, t[0], CMP_NLT_U);
+        vrr_k(r->c, 1, r->pp, r->wig, 0x28, t[1], 0, x, 1, true);       /* x where !(x < 0) */
+        return t[1];
+    }
+    compare(r, t[0], x, t[0], CMP_LT);
+    vrr(r->c, 1, r->pp, 0, 0x55, t[1], t[0], x);                        /* vandnps */
+    return t[1];
+}
+
+static int recip_steps(regs *r, int x, const int t[])
+{
+    vmov_load(r, t[0], RSP, NO_INDEX, konst(r, K_ONE));
+    vrr(r->c, 1, r->pp, r->wig, 0x5E, t[0], t[0], x);
+    return t[0];
+}
+
+/* vroundps / vrndscaleps to nearest, even on ties (imm 8: no exceptions). */
+static int rint_steps(regs *r, int x, const int t[])
+{
+    vrr(r->c, 3, 1, r->wig, r->pp ? 0x09 : 0x08, t[0], 0, x);
+    put1(r->c, 8);
+    return t[0];
+}
+
+/* 1 where |x| < inf: the same set as x - x == 0 (inf - inf and NaN are
+ * NaN), which needs no constant for inf in either dtype. */
+static int finite_steps(regs *r, int x, const int t[])
+{
+    vrr(r->c, 1, r->pp, r->wig, 0x5C, t[0], x, x);
+    zero_reg(r, t[1]);
+    compare(r, t[0], t[0], t[1], CMP_EQ);
+    one_if(r, t[0], t[0]);
+    return t[0];
+}
+
+/* x > 0 ? 1 : x < 0 ? -1 : x + 0. */
+static int sgn_steps(regs *r, int x, const int t[])
+{
+    int z = t[0], s = t[1], m = t[2], c = t[3];
+    zero_reg(r, z);
+    vrr(r->c, 1, r->pp, r->wig, 0x58, s, x, z);                         /* x + 0 */
+    vmov_load(r, c, RSP, NO_INDEX, konst(r, K_ONE));
+    bitwise_const(r, BIT_OR, c, c, K_SIGN);                             /* -1 */
+    compare(r, m, x, z, CMP_LT);
+    blend(r, s, s, c, m);
+    vmov_load(r, c, RSP, NO_INDEX, konst(r, K_ONE));
+    compare(r, m, x, z, CMP_GT);
+    blend(r, s, s, c, m);
+    return s;
+}
+
+/* 1 or +0 by the ordered compares (ne is unordered: true on NaN). */
+static int compare_steps(regs *r, int op, int a, int b, const int t[])
+{
+    static const uint8_t pred[] = {[OT_OP_EQ] = CMP_EQ, [OT_OP_NE] = CMP_NEQ_U, [OT_OP_LT] = CMP_LT,
+                                   [OT_OP_LE] = CMP_LE, [OT_OP_GT] = CMP_GT, [OT_OP_GE] = CMP_GE};
+    compare(r, t[0], a, b, pred[op]);
+    one_if(r, t[0], t[0]);
+    return t[0];
+}
+
+/* minimum: (a <= b || isnan(a)) ? a : b; maximum the same with >=. */
+static int extremum_steps(regs *r, int op, int a, int b, const int t[])
+{
+    int pred = op == OT_OP_MINIMUM ? CMP_LE : CMP_GE;
+    if (r->c->evex) {
+        compare(r, 0, a, b, pred);
+        blend(r, t[0], b, a, 0);
+        compare(r, 0, a, a, CMP_UNORD);
+        vrr_k(r->c, 1, r->pp, r->wig, 0x28, t[0], 0, a, 1, false);      /* a where NaN */
+        return t[0];
+    }
+    compare(r, t[0], a, b, pred);
+    compare(r, t[1], a, a, CMP_UNORD);
+    vrr(r->c, 1, r->pp, 0, 0x56, t[0], t[0], t[1]);                     /* vorps */
+    blend(r, t[1], b, a, t[0]);
+    return t[1];
+}
+
+typedef int (*unary_steps_fn)(regs *r, int x, const int t[]);
+
+/* The unary ops above: the steps and the scratch registers they take. */
+static bool unary_steps(int op, unary_steps_fn *fn, int *n)
+{
+    switch (op) {
+    case OT_OP_RELU: *fn = relu_steps, *n = 2; return true;
+    case OT_OP_RECIP: *fn = recip_steps, *n = 1; return true;
+    case OT_OP_RINT: *fn = rint_steps, *n = 1; return true;
+    case OT_OP_FINITE: *fn = finite_steps, *n = 2; return true;
+    case OT_OP_SGN: *fn = sgn_steps, *n = 4; return true;
+    default: return false;
+    }
+}
+
+static void emit_unary_steps(regs *r, int pos, int a, unary_steps_fn fn, int n)
+{
+    int ra = use(r, a, 0);
+    int t[4];
+    scratch(r, 1u << ra, t, n);
+    int res = fn(r, ra, t);
+    retire(r, pos);
+    bind(r, pos, res);
+}
+
+static void emit_binary_steps(regs *r, int pos, int op, int a, int b)
+{
+    int ra = use(r, a, 0);
+    int rb = use(r, b, 1u << ra);
+    int t[2];
+    bool ext = op == OT_OP_MINIMUM || op == OT_OP_MAXIMUM;
+    scratch(r, 1u << ra | 1u << rb, t, ext && !r->c->evex ? 2 : 1);
+    int res = ext ? extremum_steps(r, op, ra, rb, t) : compare_steps(r, op, ra, rb, t);
+    retire(r, pos);
+    bind(r, pos, res);
+}
+
 static void emit_unary(regs *r, int pos, int op, int a)
 {
+    unary_steps_fn fn;
+    int n;
+    if (unary_steps(op, &fn, &n)) {
+        emit_unary_steps(r, pos, a, fn, n);
+        return;
+    }
     int ra = use(r, a, 0);
     retire(r, pos);
     int d = r->val_of[ra] < 0 ? ra : take(r, 1u << ra);
@@ -1274,6 +1438,10 @@ static void emit_unary(regs *r, int pos, int op, int a)
 
 static void emit_binary(regs *r, int pos, int op, int a, int b)
 {
+    if (op != OT_OP_ADD && op != OT_OP_SUB && op != OT_OP_MUL && op != OT_OP_DIV) {
+        emit_binary_steps(r, pos, op, a, b);
+        return;
+    }
     int ra = use(r, a, 0);
     int rb = use(r, b, 1u << ra);
     retire(r, pos);
@@ -1627,16 +1795,24 @@ static void emit_flush(regs *r)
     xrm(c, 0, 3, 0x11, 1, RSP, misc(r, MISC_ACC));
 }
 
-/* Whether the body reads any of K_SIGN, K_ABS, K_ONE and K_FN (neg, abs,
- * fnma, sig, inline functions): a reduction called once per row of a few
- * vectors saves making them where not. */
+/* Whether the body may read any of K_SIGN, K_ABS, K_ONE and K_FN: a
+ * reduction called once per row of a few vectors saves making them where
+ * not. The ops known to read none are listed (arithmetic, sqrt, sqr, fma,
+ * relu, rint, minimum, maximum), so that an op left out costs the
+ * constants, not a read of an unwritten frame. */
 static bool reads_constants(const regs *r)
 {
     for (int i = 0; i < r->j->ninsn; i++) {
         const ot_insn *in = &r->insns[i];
-        bool bits = in->code == OT_I_UNARY && (in->op == OT_OP_NEG || in->op == OT_OP_ABS);
-        bool fnma = in->code == OT_I_FMA && in->op == OT_OP_SUB;
-        if (r->j->body[i] && (bits || fnma || is_sig(in))) return true;
+        int op = in->op;
+        bool none = in->code == OT_I_LOAD || in->code == OT_I_PARAM ||
+                    (in->code == OT_I_FMA && op == OT_OP_ADD) ||
+                    (in->code == OT_I_BINARY &&
+                     (op == OT_OP_ADD || op == OT_OP_SUB || op == OT_OP_MUL || op == OT_OP_DIV ||
+                      op == OT_OP_MINIMUM || op == OT_OP_MAXIMUM)) ||
+                    (in->code == OT_I_UNARY &&
+                     (op == OT_OP_SQRT || op == OT_OP_SQR || op == OT_OP_RELU || op == OT_OP_RINT));
+        if (r->j->body[i] && !none) return true;
     }
     return r->fn_used != 0;
 }

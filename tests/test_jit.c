@@ -561,6 +561,30 @@ static ot_node *t_inline_reduce(ot_tensor *const *x)
                   lo);
 }
 
+/* The selects and compares emitted inline (relu, recip, rint, finite, sgn,
+ * eq ... ge, minimum, maximum), scalars among the operands, alone and under
+ * reductions (whose frame constants are made only where the body reads
+ * one). */
+static ot_node *t_selects(ot_tensor *const *x)
+{
+    ot_node *s = ot_add(ot_mul(ot_relu(x[0]), ot_gt(x[1], x[0])), ot_mul(ot_sgn(x[2]), ot_recip(x[1])));
+    ot_node *m = ot_maximum(ot_minimum(x[0], x[1]), ot_rint(ot_mul(x[2], 0.5)));
+    return ot_add(ot_add(s, m), ot_add(ot_finite(x[2]), ot_ne(x[4], x[0])));
+}
+static ot_node *t_selects_reduced(ot_tensor *const *x)
+{
+    ot_args row = {.axis = 1, .keepdims = true};
+    ot_node *r[6] = {ot_sum(ot_add(ot_finite(x[2]), x[0]), row.axis, row.keepdims),
+                     ot_sum(ot_mul(ot_recip(x[1]), x[0]), row.axis, row.keepdims),
+                     ot_min(ot_maximum(ot_rint(x[2]), ot_sgn(x[0])), row.axis, row.keepdims),
+                     ot_sum(ot_ge(x[0], x[1]), row.axis, row.keepdims),
+                     ot_sum(ot_lt(x[0], x[4]), row.axis, row.keepdims),
+                     ot_max(ot_minimum(ot_relu(x[0]), x[1]), row.axis, row.keepdims)};
+    ot_node *t = r[0];
+    for (int i = 1; i < 6; i++) t = ot_add(t, r[i]);
+    return t;
+}
+
 static void assignments(const char *isa)
 {
     static const int64_t rows[] = {1, 3, 7};
@@ -584,6 +608,8 @@ static void assignments(const char *isa)
                 compare(isa, "inline functions, reduced", dt, s, col, t_inline_reduce);
                 compare_acc(isa, "inline functions at u35, reduced", dt, s, col, t_inline_reduce,
                             OT_ULP35);
+                compare(isa, "selects and compares", dt, s, s, t_selects);
+                compare(isa, "selects and compares, reduced", dt, s, col, t_selects_reduced);
             }
     }
 }

@@ -121,7 +121,7 @@ typedef struct code {
 enum { E_RLN2, E_L2U, E_L2L, E_C0, E_C1, E_C2, E_C3, E_C4, E_C5, E_LO, E_HI, E_INF,
        L_4_3, L_128, L_LN2HI, L_LN2LO, L_M1, L_P0, L_P1, L_P2, L_FIX, L_FLTMIN, L_2P64, L_FF,
        L_BIASD, L_BIASN, L_QNAN, L_NINF, T_P0, T_P1, T_P2, T_P3, T_P4, T_BIG, T_TWO, M_P0, M_P1, M_P2, M_P3,
-       M_128LN2, M_FIX, NFNK,
+       M_128LN2, M_FIX, S_FLOOR, NFNK,
        F_ONE = NFNK };
 
 /* expf: 1/ln 2; ln 2 in two parts, negated (Cody and Waite); the reduced
@@ -135,7 +135,8 @@ enum { E_RLN2, E_L2U, E_L2L, E_C0, E_C1, E_C2, E_C3, E_C4, E_C5, E_LO, E_HI, E_I
  * (with expf's 1/ln 2, ln 2 and 1/2) and the bound past which it is +-1;
  * tanhf u35's 2 (its expm1 takes expf's polynomial, its 1 and -1 logf's).
  * logf u35: its polynomial in y^2 (then 2), 128 ln 2 (e ln 2 where
- * vgetexpps gives e = inf) and its vfixupimmps table. */
+ * vgetexpps gives e = inf) and its vfixupimmps table. safelog's floor,
+ * exp(-50) in f32 (tile.inc's K_EXPM50). */
 static const uint32_t fn_bits[NFNK] = {
     0x3FB8AA3B, 0xBF317200, 0xB5BFBE8E, 0x39502BDA, 0x3AB696C9, 0x3C0888A6, 0x3D2AAA7A,
     0x3E2AAAAB, 0x3F000000, 0xC2D00000, 0x42C80000, 0x7F800000,
@@ -143,7 +144,7 @@ static const uint32_t fn_bits[NFNK] = {
     0x3F2AAADA, 0x02530400, 0x00800000, 0x5F800000, 0x000000FF, 0xFFFFFF41, 0xFFFFFF81,
     0x7FC00000, 0xFF800000, 0x394FB7FF, 0x3AB6BF7C, 0x3C08890D, 0x3D2AAA5C, 0x3E2AAAAA,
     0x410AA123, 0x40000000, 0x3E750690, 0x3E920364, 0x3ECCCD92, 0x3F2AAAAB, 0x42B17218,
-    0x00500000};
+    0x00500000, 0x1B692BEB};
 
 /* The constants each inline function reads, in the order that they get
  * the registers zmm16-31 (the rest are read from the frame); AVX2's log
@@ -157,6 +158,7 @@ static const int8_t tanh_consts[] = {T_P1, T_P2, T_P3, T_P4, E_C5, E_RLN2, E_L2U
                                      F_ONE, T_BIG};
 static const int8_t log35_consts[] = {M_P1, M_P2, M_P3, T_TWO, L_M1, F_ONE, L_LN2HI, L_4_3,
                                       M_P0, M_128LN2, M_FIX, E_INF};
+static const int8_t safelog_consts[] = {S_FLOOR};
 static const int8_t tanh35_consts[] = {E_C1, E_C3, E_C5, E_L2U, E_L2L, E_RLN2, E_C0, E_C2, E_C4,
                                        F_ONE, L_M1, T_TWO, T_BIG};
 #define NCREG 16
@@ -180,6 +182,7 @@ typedef struct regs {
     bool exp, log, tanh;        /* the body has an inline exp, log, tanh at
                                    u10 (K_FN holds their constants) */
     bool log35, tanh35;         /* ... log, tanh at u35 */
+    bool floor;                 /* ... safelog (its log counted above) */
     uint64_t fn_used;           /* bit e: the body reads K_FN constant e */
     int8_t creg[NFNK + 1];      /* EVEX code that calls nothing: the zmm
                                    (16-31, past the allocator's) holding
@@ -964,6 +967,38 @@ static int log35_steps(regs *r, int x, const int t[7])
     return e;
 }
 
+/* safelog: log of maximum(x, exp(-50)) as tile.inc's safelog (x below the
+ * floor becomes the floor; NaN fails the compare and stays), the clamped
+ * value in the last of t[] and log's steps (u10 or u35) in the rest. */
+static int safelog_clamp(regs *r, int x, int y, int m)
+{
+    code *c = r->c;
+    if (c->evex) {
+        vrc(r, 1, 0, 0xC2, 1, x, S_FLOOR);                            /* k1 = x < floor */
+        put1(c, 0x11);
+        vmovaps(r, y, x);
+        load_const(r, y, S_FLOOR, true);
+        return y;
+    }
+    vrc(r, 1, 0, 0xC2, m, x, S_FLOOR);
+    put1(c, 0x11);
+    vrc(r, 3, 1, 0x4A, y, x, S_FLOOR);                                /* vblendvps */
+    put1(c, (uint8_t)(m << 4));
+    return y;
+}
+
+static int safelog_steps(regs *r, int x, const int t[])
+{
+    int y = r->c->evex ? t[9] : t[10];
+    return log_steps(r, safelog_clamp(r, x, y, t[0]), t);
+}
+
+static int safelog35_steps(regs *r, int x, const int t[])
+{
+    int y = r->c->evex ? t[4] : t[7];
+    return log35_steps(r, safelog_clamp(r, x, y, t[0]), t);
+}
+
 /* Knuth's two-sum, given s = a + b: b becomes the rounding error of s
  * (b - (s - a)) + (a - (s - (s - a))); bb and tmp are clobbered (tmp may
  * be s, when s is no longer needed), a is kept. */
@@ -1484,11 +1519,12 @@ static bool is_sig(const ot_insn *in)
 /* The SLEEF function insn in is, or (sig) calls, where j's table lets it
  * be emitted inline: f32 exp (one set of steps serves both accuracies),
  * log and tanh (their u10 and u35 steps differ; see exp_steps, log_steps,
- * tanh_steps, log35_steps, tanh35_steps). u10's log and tanh take 10 and
+ * tanh_steps, log35_steps, tanh35_steps) and safelog (log's steps on its
+ * clamped argument). u10's log and tanh take 10 and
  * 15 registers, and a reduction keeps its accumulators in 4 or 8 of the
  * 16: where they do not fit, the reduction is built again calling them
  * (calls_log_tanh). */
-enum { FN_CALL, FN_EXP, FN_LOG, FN_TANH, FN_LOG35, FN_TANH35, NFN };
+enum { FN_CALL, FN_EXP, FN_LOG, FN_TANH, FN_LOG35, FN_TANH35, FN_SAFELOG, FN_SAFELOG35, NFN };
 static int inline_fn(const ot_jit *j, const ot_insn *in)
 {
     if (!j->kt->inline_sleef || in->code != OT_I_UNARY || in->kd != OT_KD_F32) return FN_CALL;
@@ -1496,6 +1532,7 @@ static int inline_fn(const ot_jit *j, const ot_insn *in)
     if (j->reduce && j->calls_log_tanh) return FN_CALL;
     if (in->op == OT_OP_TANH) return j->acc == 0 ? FN_TANH : FN_TANH35;
     if (in->op == OT_OP_LOG) return j->acc == 0 ? FN_LOG : FN_LOG35;
+    if (in->op == OT_OP_SAFELOG) return j->acc == 0 ? FN_SAFELOG : FN_SAFELOG35;
     return FN_CALL;
 }
 
@@ -1527,10 +1564,12 @@ static void emit_inline_fn(regs *r, int pos, int fn, int a)
     typedef int (*steps_fn)(regs *r, int x, const int t[]);
     static const steps_fn steps[NFN] = {[FN_EXP] = exp_steps, [FN_LOG] = log_steps,
                                         [FN_TANH] = tanh_steps, [FN_LOG35] = log35_steps,
-                                        [FN_TANH35] = tanh35_steps};
+                                        [FN_TANH35] = tanh35_steps, [FN_SAFELOG] = safelog_steps,
+                                        [FN_SAFELOG35] = safelog35_steps};
     static const int ntemp[NFN] = {[FN_EXP] = 4, [FN_LOG] = 9, [FN_TANH] = 15, [FN_LOG35] = 4,
-                                   [FN_TANH35] = 8};
-    static const int ntemp_vex[NFN] = {[FN_LOG] = 10, [FN_LOG35] = 7};
+                                   [FN_TANH35] = 8, [FN_SAFELOG] = 10, [FN_SAFELOG35] = 5};
+    static const int ntemp_vex[NFN] = {[FN_LOG] = 10, [FN_LOG35] = 7, [FN_SAFELOG] = 11,
+                                       [FN_SAFELOG35] = 8};
     int ra = use(r, a, 0);
     int t[15];
     int n = !r->c->evex && ntemp_vex[fn] ? ntemp_vex[fn] : ntemp[fn];
@@ -2205,17 +2244,18 @@ static bool has_inline(const ot_jit *j, const ot_kernel *k, int fn)
  * call clobbers them): the rest stay in the frame. */
 static void place_constants(regs *r)
 {
-    const int8_t *lists[6] = {exp_consts, log_consts, tanh_consts, log35_consts, tanh35_consts,
-                              log_vex_consts};
-    const int sizes[6] = {sizeof exp_consts, sizeof log_consts, sizeof tanh_consts,
-                          sizeof log35_consts, sizeof tanh35_consts, sizeof log_vex_consts};
-    const bool used[6] = {r->exp, r->log, r->tanh, r->log35, r->tanh35,
+    const int8_t *lists[7] = {exp_consts, log_consts, tanh_consts, log35_consts, tanh35_consts,
+                              safelog_consts, log_vex_consts};
+    const int sizes[7] = {sizeof exp_consts, sizeof log_consts, sizeof tanh_consts,
+                          sizeof log35_consts, sizeof tanh35_consts, sizeof safelog_consts,
+                          sizeof log_vex_consts};
+    const bool used[7] = {r->exp, r->log, r->tanh, r->log35, r->tanh35, r->floor,
                           (r->log || r->log35) && !r->c->evex};
     bool regs = r->c->evex && !r->calls;
     int next = 16;
     r->fn_used = 0;
     memset(r->creg, 0, sizeof r->creg);
-    for (int f = 0; f < 6; f++)
+    for (int f = 0; f < 7; f++)
         for (int i = 0; i < sizes[f] && used[f]; i++) {
             int e = lists[f][i];
             if (e < NFNK) r->fn_used |= (uint64_t)1 << e;
@@ -2296,9 +2336,10 @@ static ot_jit *build(const ot_kernel *k, const ot_kernels *kt, int acc, bool str
         r.wig = c.evex ? r.w : 0;
         r.calls = calls(j, k);
         r.exp = has_inline(j, k, FN_EXP);
-        r.log = has_inline(j, k, FN_LOG);
+        r.floor = has_inline(j, k, FN_SAFELOG) || has_inline(j, k, FN_SAFELOG35);
+        r.log = has_inline(j, k, FN_LOG) || has_inline(j, k, FN_SAFELOG);
         r.tanh = has_inline(j, k, FN_TANH);
-        r.log35 = has_inline(j, k, FN_LOG35);
+        r.log35 = has_inline(j, k, FN_LOG35) || has_inline(j, k, FN_SAFELOG35);
         r.tanh35 = has_inline(j, k, FN_TANH35);
         place_constants(&r);
         last_uses(j, r.last);

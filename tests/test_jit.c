@@ -216,17 +216,18 @@ TEST(jit_each_op_bitwise)
 }
 
 /* exp's, log's and tanh's inline steps (jit.c exp_steps, log_steps,
- * tanh_steps; log35_steps and tanh35_steps at u35) against SLEEF's functions in the table,
- * on f32 bit patterns,
- * each chunk of 2^16 run through the generated code and through the tile
- * kernels (the op then neg, as hand_init builds it) and compared byte for
- * byte, NaN payloads too: every chunk with OT_TEST_EXHAUSTIVE=1 (67 s for
- * both tables), else every fifth, which still meets every sign and
- * exponent 25 times over (a chunk is the low 16 bits). sig, whose exp is
- * the same steps, on every 81st chunk. Under ASan the stride is wider: the
- * compare is instrumented there. Not under valgrind, whose FP emulation
- * takes some 10 s for one chunk of denormals: there jit_each_op_bitwise
- * runs the same code on its special values. */
+ * tanh_steps; log35_steps and tanh35_steps at u35) against SLEEF's
+ * functions in the table, on f32 bit patterns, each chunk of 2^16 run
+ * through the generated code and through the tile kernels (the op then
+ * neg, as hand_init builds it) and compared byte for byte, NaN payloads
+ * too: every chunk with OT_TEST_EXHAUSTIVE=1 (about 100 s for both
+ * tables), else every fifth, which still meets every sign and exponent 25
+ * times over (a chunk is the low 16 bits). safelog (log's steps on its
+ * clamped argument) on every 21st chunk (every 4 * stride + 1st), sig,
+ * whose exp is the same steps, on every 81st. Under ASan the stride is
+ * wider: the compare is instrumented there. Not under valgrind, whose FP
+ * emulation takes some 10 s for one chunk of denormals: there
+ * jit_each_op_bitwise runs the same code on its special values. */
 #if defined(__SANITIZE_ADDRESS__)
 #define EXP_CHUNK_STEP 61
 #else
@@ -291,6 +292,8 @@ TEST(jit_inline_exp_log_tanh_every_f32)
         CHECK(every_f32(kt, OT_OP_TANH, 0, step));
         CHECK(every_f32(kt, OT_OP_LOG, 1, step));
         CHECK(every_f32(kt, OT_OP_TANH, 1, step));
+        CHECK(every_f32(kt, OT_OP_SAFELOG, 0, 4 * step + 1));
+        CHECK(every_f32(kt, OT_OP_SAFELOG, 1, 4 * step + 1));
         CHECK(every_f32(kt, OT_OP_SIG, 0, 16 * EXP_CHUNK_STEP + 1));
     }
 }

@@ -255,6 +255,17 @@ static int check_temp_order(const ot_plan *p)
 }
 
 
+/* Store which (-1: the store, else an extra store) of k, and its dims in
+ * *dims (a dot's are its m, n and batch, in dot_dims). */
+static const ot_view *store_dims(const ot_kernel *k, int which, int64_t dot_dims[3],
+                                 const int64_t **dims, int *nd)
+{
+    dot_dims[0] = k->m, dot_dims[1] = k->n, dot_dims[2] = k->batch;
+    *dims = k->kind == OT_KER_DOT ? dot_dims : k->dims;
+    *nd = k->kind == OT_KER_DOT ? 3 : k->ndim;
+    return which == -1 ? &k->store : &k->xstores[-2 - which].view;
+}
+
 /* The columns [c[0], c[1]] a store touches within rows of row_stride
  * elements: false unless every dim but one of unit stride steps by whole
  * rows (any number of them: a batched dot's batches too) and that one
@@ -262,10 +273,10 @@ static int check_temp_order(const ot_plan *p)
  * stride, so two stores of apart columns share no element. */
 static bool row_columns(const ot_kernel *k, int which, int64_t row_stride, int64_t c[2])
 {
-    const ot_view *v = which == -1 ? &k->store : &k->xstores[-2 - which].view;
-    int64_t dot_dims[3] = {k->m, k->n, k->batch};
-    const int64_t *dims = k->kind == OT_KER_DOT ? dot_dims : k->dims;
-    int nd = k->kind == OT_KER_DOT ? 3 : k->ndim;
+    int64_t dot_dims[3];
+    const int64_t *dims;
+    int nd;
+    const ot_view *v = store_dims(k, which, dot_dims, &dims, &nd);
     int64_t width = 1;
     bool column = false;
     if (row_stride <= 0) return false;
@@ -283,15 +294,33 @@ static bool row_columns(const ot_kernel *k, int which, int64_t row_stride, int64
     return c[1] < row_stride;
 }
 
+/* The smallest stride other than 1 of a dim of more than one element of
+ * store which, or of *least where smaller; dims of one element have no
+ * meaningful stride (a dot's m of 1: concat(batched_dot(a, b), x) on its
+ * last axis puts the dot's batches a row apart, and its strides[0] is not
+ * the row). */
+static void least_row_stride(const ot_kernel *k, int which, int64_t *least)
+{
+    int64_t dot_dims[3];
+    const int64_t *dims;
+    int nd;
+    const ot_view *v = store_dims(k, which, dot_dims, &dims, &nd);
+    for (int d = 0; d < nd; d++) {
+        int64_t s = v->strides[d] < 0 ? -v->strides[d] : v->strides[d];
+        if (dims[d] > 1 && s > 1 && (*least == 0 || s < *least)) *least = s;
+    }
+}
+
 /* Whether two stores (which < 0) of one base touch no element in common:
  * their ranges are apart, or they take apart columns of the same rows (the
  * parts of a concat written in place). */
 static bool stores_apart(const ot_kernel *a, int wa, const ot_kernel *b, int wb)
 {
-    int64_t alo, ahi, blo, bhi, ca[2], cb[2];
+    int64_t alo, ahi, blo, bhi, ca[2], cb[2], s = 0;
     if (!view_reach(a, wa, &alo, &ahi) || !view_reach(b, wb, &blo, &bhi)) return true;   /* empty */
     if (ahi < blo || bhi < alo) return true;
-    int64_t s = a->store.strides[0];
+    least_row_stride(a, wa, &s);
+    least_row_stride(b, wb, &s);
     return row_columns(a, wa, s, ca) && row_columns(b, wb, s, cb) && (ca[1] < cb[0] || cb[1] < ca[0]);
 }
 

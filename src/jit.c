@@ -8,9 +8,9 @@
  * everything) get a loop that also folds the values into accumulators;
  * see "reductions" below. add, sub, mul, div, fma, fnma, sqrt, sqr, neg,
  * abs, the selects and compares (relu, recip, rint, finite, sgn, eq ...
- * ge, minimum, maximum) are emitted inline, f32 exp, log and tanh too (SLEEF 3.5's
- * steps at either accuracy, see exp_steps), sig and sig2 as their exp with the select and
- * divide inline; every other op calls the table's vector function
+ * ge, minimum, maximum) are emitted inline, f32 exp, log, safelog and tanh
+ * too (SLEEF 3.5's steps at either accuracy, see exp_steps), sig and sig2
+ * as their exp with the select and divide inline; every other op calls the table's vector function
  * (vfn1/vfn2: SLEEF itself, or the tile kernels' own element functions),
  * so results are bitwise those of the interpreter of the same table, NaNs
  * included: add, mul and fma keep the operand order that the tile
@@ -116,12 +116,13 @@ typedef struct code {
     bool evex;                  /* 512-bit EVEX encodings, else 256-bit VEX */
 } code;
 
-/* The f32 constants of SLEEF 3.5's expf, logf and tanhf u10 and logf and tanhf u35 (fn_bits),
- * the frame's K_FN vectors; F_ONE names K_ONE among them. */
+/* The f32 constants of SLEEF 3.5's expf, logf and tanhf u10 and logf and
+ * tanhf u35 (fn_bits), the frame's K_FN vectors; F_ONE names K_ONE among
+ * them. */
 enum { E_RLN2, E_L2U, E_L2L, E_C0, E_C1, E_C2, E_C3, E_C4, E_C5, E_LO, E_HI, E_INF,
        L_4_3, L_128, L_LN2HI, L_LN2LO, L_M1, L_P0, L_P1, L_P2, L_FIX, L_FLTMIN, L_2P64, L_FF,
-       L_BIASD, L_BIASN, L_QNAN, L_NINF, T_P0, T_P1, T_P2, T_P3, T_P4, T_BIG, T_TWO, M_P0, M_P1, M_P2, M_P3,
-       M_128LN2, M_FIX, S_FLOOR, NFNK,
+       L_BIASD, L_BIASN, L_QNAN, L_NINF, T_P0, T_P1, T_P2, T_P3, T_P4, T_BIG, T_TWO,
+       M_P0, M_P1, M_P2, M_P3, M_128LN2, M_FIX, S_FLOOR, NFNK,
        F_ONE = NFNK };
 
 /* expf: 1/ln 2; ln 2 in two parts, negated (Cody and Waite); the reduced
@@ -179,10 +180,8 @@ typedef struct regs {
     bool pad;                   /* this copy reads and writes exec's padded tail */
     int red;                    /* a reduction's OT_OP_SUM (mean too), OT_OP_MAX or
                                    OT_OP_MIN; -1 for elementwise code */
-    bool exp, log, tanh;        /* the body has an inline exp, log, tanh at
-                                   u10 (K_FN holds their constants) */
-    bool log35, tanh35;         /* ... log, tanh at u35 */
-    bool floor;                 /* ... safelog (its log counted above) */
+    unsigned fns;               /* bit f: the body has inline function f (FN_EXP
+                                   ...; K_FN holds their constants) */
     uint64_t fn_used;           /* bit e: the body reads K_FN constant e */
     int8_t creg[NFNK + 1];      /* EVEX code that calls nothing: the zmm
                                    (16-31, past the allocator's) holding
@@ -730,7 +729,7 @@ static void vrc(regs *r, int map, int pp, uint8_t op, int reg, int vvvv, int e)
 static void load_const(regs *r, int reg, int e, bool k)
 {
     int32_t disp = fk(r, e);
-    if (r->creg[e]) vrr_k(r->c, 1, 0, 0, 0x28, reg, 0, r->creg[e], k ? 1 : 0, false);   /* vmovaps */
+    if (r->creg[e]) vrr_k(r->c, 1, 0, 0, 0x28, reg, 0, r->creg[e], k ? 1 : 0, false); /* vmovaps */
     else if (!r->c->evex) vmov_load(r, reg, RSP, NO_INDEX, disp);
     else if (k) vrm_k(r->c, 2, 1, 0, 0x18, reg, RSP, disp, 1, false);
     else vbroadcast(r, reg, RSP, disp);
@@ -967,9 +966,9 @@ static int log35_steps(regs *r, int x, const int t[7])
     return e;
 }
 
-/* safelog: log of maximum(x, exp(-50)) as tile.inc's safelog (x below the
- * floor becomes the floor; NaN fails the compare and stays), the clamped
- * value in the last of t[] and log's steps (u10 or u35) in the rest. */
+/* safelog's argument: maximum(x, exp(-50)) into y as tile.inc's safelog
+ * takes it (x below the floor becomes the floor; NaN fails the compare
+ * and stays); log's steps (u10 or u35) then run on y. m: VEX's mask. */
 static int safelog_clamp(regs *r, int x, int y, int m)
 {
     code *c = r->c;
@@ -985,18 +984,6 @@ static int safelog_clamp(regs *r, int x, int y, int m)
     vrc(r, 3, 1, 0x4A, y, x, S_FLOOR);                                /* vblendvps */
     put1(c, (uint8_t)(m << 4));
     return y;
-}
-
-static int safelog_steps(regs *r, int x, const int t[])
-{
-    int y = r->c->evex ? t[9] : t[10];
-    return log_steps(r, safelog_clamp(r, x, y, t[0]), t);
-}
-
-static int safelog35_steps(regs *r, int x, const int t[])
-{
-    int y = r->c->evex ? t[4] : t[7];
-    return log35_steps(r, safelog_clamp(r, x, y, t[0]), t);
 }
 
 /* Knuth's two-sum, given s = a + b: b becomes the rounding error of s
@@ -1179,8 +1166,7 @@ static int tanh_steps(regs *r, int x, const int t[15])
  * each step as its AVX-512 and AVX2 builds order them (they differ only in
  * the selects). expm1 is expf's reduction and polynomial (Estrin's order
  * here, not Horner's) scaled by 2^q minus 1, or the polynomial alone where
- * q = 0; then 1 past |x| > 8.66 or where the ratio is NaN (|x| = inf), x's
- * sign, NaN for NaN. */
+ * q = 0; then tanh_finish (the ratio is NaN where |x| = inf). */
 static int tanh35_steps(regs *r, int x, const int t[8])
 {
     enum { ADD = 0x58, MUL = 0x59, DIV = 0x5E };
@@ -1303,6 +1289,8 @@ static void emit_sig(regs *r, int pos, const void *exp_fn, int x)
  * the bits are theirs (selects move operand bits, compares give 1 or +0).
  * Each writes a fresh register of t[] and returns it, the operands kept. A
  * compare lands in vector register m under VEX and in k1 under EVEX. */
+typedef int (*unary_steps_fn)(regs *r, int x, const int t[]);
+
 enum { CMP_EQ = 0x00, CMP_UNORD = 0x03, CMP_NEQ_U = 0x04, CMP_NLT_U = 0x15, CMP_LT = 0x11,
        CMP_LE = 0x12, CMP_GE = 0x1D, CMP_GT = 0x1E };
 
@@ -1414,8 +1402,6 @@ static int extremum_steps(regs *r, int op, int a, int b, const int t[])
     return t[1];
 }
 
-typedef int (*unary_steps_fn)(regs *r, int x, const int t[]);
-
 /* The unary ops above: the steps and the scratch registers they take. */
 static bool unary_steps(int op, unary_steps_fn *fn, int *n)
 {
@@ -1429,12 +1415,14 @@ static bool unary_steps(int op, unary_steps_fn *fn, int *n)
     }
 }
 
-static void emit_unary_steps(regs *r, int pos, int a, unary_steps_fn fn, int n)
+/* fn of value a at body position pos, in n scratch registers; with floor,
+ * in one more, fn runs on a clamped to safelog's floor. */
+static void emit_unary_steps(regs *r, int pos, int a, unary_steps_fn fn, int n, bool floor)
 {
     int ra = use(r, a, 0);
-    int t[4];
-    scratch(r, 1u << ra, t, n);
-    int res = fn(r, ra, t);
+    int t[16];
+    scratch(r, 1u << ra, t, n + floor);
+    int res = fn(r, floor ? safelog_clamp(r, ra, t[n], t[0]) : ra, t);
     retire(r, pos);
     bind(r, pos, res);
 }
@@ -1456,7 +1444,7 @@ static void emit_unary(regs *r, int pos, int op, int a)
     unary_steps_fn fn;
     int n;
     if (unary_steps(op, &fn, &n)) {
-        emit_unary_steps(r, pos, a, fn, n);
+        emit_unary_steps(r, pos, a, fn, n, false);
         return;
     }
     int ra = use(r, a, 0);
@@ -1520,10 +1508,9 @@ static bool is_sig(const ot_insn *in)
  * be emitted inline: f32 exp (one set of steps serves both accuracies),
  * log and tanh (their u10 and u35 steps differ; see exp_steps, log_steps,
  * tanh_steps, log35_steps, tanh35_steps) and safelog (log's steps on its
- * clamped argument). u10's log and tanh take 10 and
- * 15 registers, and a reduction keeps its accumulators in 4 or 8 of the
- * 16: where they do not fit, the reduction is built again calling them
- * (calls_log_tanh). */
+ * clamped argument). u10's log and tanh take 10 and 15 registers, and a
+ * reduction keeps its accumulators in 4 or 8 of the 16: where they do not
+ * fit, the reduction is built again calling them (calls_log_tanh). */
 enum { FN_CALL, FN_EXP, FN_LOG, FN_TANH, FN_LOG35, FN_TANH35, FN_SAFELOG, FN_SAFELOG35, NFN };
 static int inline_fn(const ot_jit *j, const ot_insn *in)
 {
@@ -1558,25 +1545,20 @@ static const void *callee(const ot_jit *j, const ot_insn *in)
 }
 
 /* Inline function fn (FN_EXP ...) of value a at body position pos, in
- * as many scratch registers as its steps take. */
+ * as many scratch registers as its steps take (safelog: log's, on its
+ * clamped argument). */
 static void emit_inline_fn(regs *r, int pos, int fn, int a)
 {
-    typedef int (*steps_fn)(regs *r, int x, const int t[]);
-    static const steps_fn steps[NFN] = {[FN_EXP] = exp_steps, [FN_LOG] = log_steps,
-                                        [FN_TANH] = tanh_steps, [FN_LOG35] = log35_steps,
-                                        [FN_TANH35] = tanh35_steps, [FN_SAFELOG] = safelog_steps,
-                                        [FN_SAFELOG35] = safelog35_steps};
+    static const unary_steps_fn steps[NFN] = {[FN_EXP] = exp_steps, [FN_LOG] = log_steps,
+                                              [FN_TANH] = tanh_steps, [FN_LOG35] = log35_steps,
+                                              [FN_TANH35] = tanh35_steps};
     static const int ntemp[NFN] = {[FN_EXP] = 4, [FN_LOG] = 9, [FN_TANH] = 15, [FN_LOG35] = 4,
-                                   [FN_TANH35] = 8, [FN_SAFELOG] = 10, [FN_SAFELOG35] = 5};
-    static const int ntemp_vex[NFN] = {[FN_LOG] = 10, [FN_LOG35] = 7, [FN_SAFELOG] = 11,
-                                       [FN_SAFELOG35] = 8};
-    int ra = use(r, a, 0);
-    int t[15];
-    int n = !r->c->evex && ntemp_vex[fn] ? ntemp_vex[fn] : ntemp[fn];
-    scratch(r, 1u << ra, t, n);
-    int res = steps[fn](r, ra, t);
-    retire(r, pos);
-    bind(r, pos, res);
+                                   [FN_TANH35] = 8};
+    static const int ntemp_vex[NFN] = {[FN_LOG] = 10, [FN_LOG35] = 7};
+    bool floor = fn == FN_SAFELOG || fn == FN_SAFELOG35;
+    int base = fn == FN_SAFELOG ? FN_LOG : fn == FN_SAFELOG35 ? FN_LOG35 : fn;
+    int n = !r->c->evex && ntemp_vex[base] ? ntemp_vex[base] : ntemp[base];
+    emit_unary_steps(r, pos, a, steps[base], n, floor);
 }
 
 static void emit_insn(regs *r, int pos)
@@ -2231,11 +2213,13 @@ static bool calls(const ot_jit *j, const ot_kernel *k)
     return false;
 }
 
-static bool has_inline(const ot_jit *j, const ot_kernel *k, int fn)
+/* Bit f of the inline functions (FN_EXP ...) k's body computes. */
+static unsigned inline_fns(const ot_jit *j, const ot_kernel *k)
 {
+    unsigned fns = 0;
     for (int i = 0; i < k->ninsn; i++)
-        if (j->body[i] && inline_fn(j, &k->insns[i]) == fn) return true;
-    return false;
+        if (j->body[i]) fns |= 1u << inline_fn(j, &k->insns[i]);
+    return fns & ~(1u << FN_CALL);
 }
 
 /* The constants the inline functions read (fn_used: only those are
@@ -2249,8 +2233,12 @@ static void place_constants(regs *r)
     const int sizes[7] = {sizeof exp_consts, sizeof log_consts, sizeof tanh_consts,
                           sizeof log35_consts, sizeof tanh35_consts, sizeof safelog_consts,
                           sizeof log_vex_consts};
-    const bool used[7] = {r->exp, r->log, r->tanh, r->log35, r->tanh35, r->floor,
-                          (r->log || r->log35) && !r->c->evex};
+    unsigned f = r->fns;
+    bool log10 = f & (1u << FN_LOG | 1u << FN_SAFELOG);
+    bool log35 = f & (1u << FN_LOG35 | 1u << FN_SAFELOG35);
+    const bool used[7] = {f >> FN_EXP & 1, log10, f >> FN_TANH & 1, log35, f >> FN_TANH35 & 1,
+                          f & (1u << FN_SAFELOG | 1u << FN_SAFELOG35),
+                          (log10 || log35) && !r->c->evex};
     bool regs = r->c->evex && !r->calls;
     int next = 16;
     r->fn_used = 0;
@@ -2267,7 +2255,8 @@ static bool worth_it(const ot_jit *j, const ot_kernel *k, bool stream)
 {
     int nbody = 0;
     for (int i = 0; i < k->ninsn; i++) nbody += j->body[i];
-    return nbody >= 2 || (nbody == 1 && ((stream && !calls(j, k)) || has_inline(j, k, FN_EXP)));
+    return nbody >= 2 ||
+           (nbody == 1 && ((stream && !calls(j, k)) || (inline_fns(j, k) >> FN_EXP & 1)));
 }
 
 bool ot__jit_available(const ot_kernels *kt)
@@ -2335,12 +2324,7 @@ static ot_jit *build(const ot_kernel *k, const ot_kernels *kt, int acc, bool str
         c.evex = kt->vbytes == 64;
         r.wig = c.evex ? r.w : 0;
         r.calls = calls(j, k);
-        r.exp = has_inline(j, k, FN_EXP);
-        r.floor = has_inline(j, k, FN_SAFELOG) || has_inline(j, k, FN_SAFELOG35);
-        r.log = has_inline(j, k, FN_LOG) || has_inline(j, k, FN_SAFELOG);
-        r.tanh = has_inline(j, k, FN_TANH);
-        r.log35 = has_inline(j, k, FN_LOG35) || has_inline(j, k, FN_SAFELOG35);
-        r.tanh35 = has_inline(j, k, FN_TANH35);
+        r.fns = inline_fns(j, k);
         place_constants(&r);
         last_uses(j, r.last);
     }
@@ -2353,7 +2337,7 @@ static ot_jit *build(const ot_kernel *k, const ot_kernels *kt, int acc, bool str
         r.nreg = r.calls ? NREG : r.red == OT_OP_SUM ? ACC_REG : NAN_REG;
         emit_reduce_function(&r, slot(&r, k->ninsn) + r.vbytes);
         ok = !c.oom;
-        *retry = !ok && (r.log || r.tanh || r.log35 || r.tanh35);
+        *retry = !ok && (r.fns & ~(1u << FN_EXP));
     } else if (ok) {
         emit_function(&r, slot(&r, k->ninsn) + r.vbytes, false);
         if (stream) {

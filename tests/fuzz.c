@@ -342,6 +342,14 @@ static ot_node *bin(int op, ot_node *a, ot_node *b)
     return ot_build_at((ot_op)op, a, b, &(ot_args){.axis = OT_AXIS_ALL}, NULL, 0);
 }
 
+/* w clipped to +-2^900: grid and snap_to_integer work on that, then put
+ * back what the clip took (v - w is +0 where w is finite). */
+static ot_node *clip_huge(ot_node *w)
+{
+    return ot_build_at(OT_OP_CLIP, w, NULL,
+                       &(ot_args){.axis = OT_AXIS_ALL, .lo = -0x1p900, .hi = 0x1p900}, NULL, 0);
+}
+
 /* w rounded to -log2(eps) bits. Veltkamp's split: c - (c - w) is w rounded
  * to 53 - k bits, c = w (2^k + 1), so w moves by at most eps relative. It is
  * done on w clipped to +-2^900 and the clipped part put back: on inf or near
@@ -350,8 +358,7 @@ static ot_node *bin(int op, ot_node *a, ot_node *b)
 static ot_node *grid(ot_node *w, double eps)
 {
     int bits = -(int)log2(eps);
-    ot_node *v = ot_build_at(OT_OP_CLIP, w, NULL, &(ot_args){.axis = OT_AXIS_ALL, .lo = -0x1p900, .hi = 0x1p900},
-                             NULL, 0);
+    ot_node *v = clip_huge(w);
     ot_node *c = bin(OT_OP_MUL, v, ot_const(ldexp(1, 53 - bits) + 1));
     return bin(OT_OP_SUB, bin(OT_OP_SUB, c, bin(OT_OP_SUB, c, v)), bin(OT_OP_SUB, v, w));
 }
@@ -362,8 +369,7 @@ static ot_node *grid(ot_node *w, double eps)
  * what the clip took. */
 static ot_node *snap_to_integer(ot_node *w, double eps)
 {
-    ot_node *v = ot_build_at(OT_OP_CLIP, w, NULL, &(ot_args){.axis = OT_AXIS_ALL, .lo = -0x1p900, .hi = 0x1p900},
-                             NULL, 0);
+    ot_node *v = clip_huge(w);
     ot_node *off = bin(OT_OP_SUB, v, ot_rint(v));
     ot_node *near = bin(OT_OP_LE, ot_abs(off), bin(OT_OP_MUL, ot_abs(v), ot_const(eps)));
     return bin(OT_OP_SUB, bin(OT_OP_SUB, v, bin(OT_OP_MUL, near, off)), bin(OT_OP_SUB, v, w));
@@ -1034,6 +1040,15 @@ static void fail_set(fz_fail *f, int kind, int c0, int c1, const char *fmt, ...)
 
 static const double SENTINEL = 7777.25;
 
+/* The first element where w and v differ in their bits (any NaN matching
+ * any NaN), or -1. */
+static int64_t first_difference(const double *w, const double *v, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (memcmp(&w[i], &v[i], sizeof *w) != 0 && !(isnan(w[i]) && isnan(v[i]))) return i;
+    return -1;
+}
+
 /* Builds the trees again over the same leaves, as a caller rebuilding a
  * tree per call does, and assigns root 0 again into out: on the cpu
  * backend the digest table then serves the first assignment's plan and
@@ -1049,9 +1064,7 @@ static int64_t rebuilt_differs(const fz_ir *ir, fz_inst *in, ot_tensor *out, ot_
     int64_t at = -1, m = 0;
     double *w = NULL;
     if (ot_assign_node(out, in->node[ir->roots[0]]) != 0) at = 0;
-    else if ((w = get_values(whole, &m)) && m == n)
-        for (int64_t i = 0; i < n && at < 0; i++)
-            if (memcmp(&w[i], &v[i], sizeof *w) != 0 && !(isnan(w[i]) && isnan(v[i]))) at = i;
+    else if ((w = get_values(whole, &m)) && m == n) at = first_difference(w, v, n);
     free(w);
     ot_pool_pop(pool);
     return at;
@@ -1081,10 +1094,7 @@ static void program_differs(ot_backend *be, const fz_ir *ir, ot_tensor *const ou
     for (int k = 0; !rc && k < o->nv && o->program_at < 0; k++) {
         int64_t m = 0;
         double *w = get_values(whole[k], &m);
-        if (!w || m != o->n[k]) o->program_at = 0;
-        for (int64_t i = 0; w && m == o->n[k] && i < m && o->program_at < 0; i++)
-            if (memcmp(&w[i], &o->v[k][i], sizeof *w) != 0 && !(isnan(w[i]) && isnan(o->v[k][i])))
-                o->program_at = i;
+        o->program_at = !w || m != o->n[k] ? 0 : first_difference(w, o->v[k], m);
         free(w);
     }
     ot_program_free(p);
@@ -1317,15 +1327,14 @@ static int64_t compare(const fz_res *r, const fz_res *const *pert, int npert, co
 
 static int bitwise_equal(const fz_res *a, const fz_res *b, int *which, int64_t *at)
 {
-    for (int k = 0; k < a->nv && k < b->nv; k++)
-        for (int64_t i = 0; i < a->n[k] && i < b->n[k]; i++) {
-            double x = a->v[k][i], y = b->v[k][i];
-            if (memcmp(&x, &y, sizeof x) != 0 && !(isnan(x) && isnan(y))) {
-                *which = k;
-                *at = i;
-                return 0;
-            }
+    for (int k = 0; k < a->nv && k < b->nv; k++) {
+        int64_t i = first_difference(a->v[k], b->v[k], a->n[k] < b->n[k] ? a->n[k] : b->n[k]);
+        if (i >= 0) {
+            *which = k;
+            *at = i;
+            return 0;
         }
+    }
     return 1;
 }
 
@@ -1424,8 +1433,9 @@ static void check_forward(const fz_ir *ir, fz_fail *f)
             fail_set(f, FK_PROGRAM, c, -1, "%s: the trees run as a program fail: %d (%s)", nm,
                      cr[c].program_rc, ot_strerror(cr[c].program_rc));
         else if (cr[c].program_at >= 0)
-            fail_set(f, FK_PROGRAM, c, -1, "%s: the trees run as a program differ at element %" PRId64,
-                     nm, cr[c].program_at);
+            fail_set(f, FK_PROGRAM, c, -1,
+                     "%s: the trees run as a program differ at element %" PRId64, nm,
+                     cr[c].program_at);
     }
     for (int c = 0; c < FUSION_OFF; c++) {
         if (!have[c] || cr[c].rc) continue;

@@ -265,9 +265,9 @@ static bool every_f32(const ot_kernels *kt, int op, int acc, uint32_t step)
         ok = memcmp(got, want, EXP_CHUNK * 4) == 0;
         for (uint32_t i = 0; !ok && i < EXP_CHUNK; i++)
             if (got[i] != want[i]) {
-                test__fail(__FILE__, __LINE__, "%s %s u%s(0x%08x): code 0x%08x, table 0x%08x", kt->isa,
-                           ot_op_name(op), acc ? "35" : "10", in[i], got[i] ^ 0x80000000u,
-                           want[i] ^ 0x80000000u);
+                test__fail(__FILE__, __LINE__, "%s %s u%s(0x%08x): code 0x%08x, table 0x%08x",
+                           kt->isa, ot_op_name(op), acc ? "35" : "10", in[i],
+                           got[i] ^ 0x80000000u, want[i] ^ 0x80000000u);
                 break;
             }
     }
@@ -570,7 +570,8 @@ static ot_node *t_inline_reduce(ot_tensor *const *x)
  * one). */
 static ot_node *t_selects(ot_tensor *const *x)
 {
-    ot_node *s = ot_add(ot_mul(ot_relu(x[0]), ot_gt(x[1], x[0])), ot_mul(ot_sgn(x[2]), ot_recip(x[1])));
+    ot_node *s = ot_add(ot_mul(ot_relu(x[0]), ot_gt(x[1], x[0])),
+                        ot_mul(ot_sgn(x[2]), ot_recip(x[1])));
     ot_node *m = ot_maximum(ot_minimum(x[0], x[1]), ot_rint(ot_mul(x[2], 0.5)));
     return ot_add(ot_add(s, m), ot_add(ot_finite(x[2]), ot_ne(x[4], x[0])));
 }

@@ -174,7 +174,8 @@ static void blas_output_case(int64_t m)
 {
     ot_pool *pool = ot_pool_push();
     ot_backend *be = ot_backend_new("cpu", &(ot_backend_opts){.threads = 1});
-    ot_tensor *x = ot_ones(be, OT_SHAPE(2, m, 2), OT_F32), *y = ot_ones(be, OT_SHAPE(1, 2, 2), OT_F32);
+    ot_tensor *x = ot_ones(be, OT_SHAPE(2, m, 2), OT_F32);
+    ot_tensor *y = ot_ones(be, OT_SHAPE(1, 2, 2), OT_F32);
     ot_tensor *c = ot_ones(be, OT_SHAPE(2, m, 1), OT_F32);
     ot_tensor *out = ot_empty(be, OT_SHAPE(2, m, 3), OT_F32);
     ot_node *parts[2] = {ot_batched_dot(x, y), ot_tensor_node(c)};

@@ -3,7 +3,8 @@
  * measured point, the machine's limits, and the functions of its files
  * (main.c: options and the timing loop; limits.c: triad bandwidth and FMA
  * peak, measured once and cached; report.c: table, CSV, JSON and plot;
- * peers.c: NumPy and numexpr through Debian's python3).
+ * peers.c: NumPy and numexpr through Debian's python3; spawn.c: helper
+ * programs run with no shell).
  */
 #ifndef OT_CLI_H
 #define OT_CLI_H
@@ -13,6 +14,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 enum { MAX_LIST = 16, MAX_SIZES = 64, MAX_EXPRS = 2 };
 
@@ -73,5 +75,9 @@ const char *cfg_label(const run *r, int cfg, char *buf, size_t n);
 
 /* peers.c */
 int peers_time(run *r);
+
+/* spawn.c */
+FILE *spawn_pipe(char *const argv[], const char *mode, pid_t *pid);
+int spawn_wait(FILE *f, pid_t pid);
 
 #endif

@@ -5,8 +5,8 @@
  * op names bound to NumPy functions (ot_parse's syntax is Python's), and
  * handed to numexpr as written where numexpr knows every name in it. Each
  * is timed as optree is: medians of samples of about 2 ms, inputs in
- * [0.5, 1.5). Sizes, dtype and the expression go through the environment,
- * so nothing is quoted through a shell.
+ * [0.5, 1.5). Sizes, dtype and the expression go through the environment
+ * and python3 runs from an argument vector (spawn.c): no shell is involved.
  */
 #define _GNU_SOURCE
 #include "cli.h"
@@ -82,7 +82,7 @@ static const char *python(void)
 /* The peers' times for expression e in dtype dt into every point of them. */
 static int peers_expr(run *r, const char *file, int e, ot_dtype dt, int threads)
 {
-    char sizes[MAX_SIZES * 14] = "", num[32], cmd[600];
+    char sizes[MAX_SIZES * 14] = "", num[32];
     for (int i = 0; i < r->nsize; i++) {
         snprintf(num, sizeof num, "%s%lld", i ? "," : "", (long long)r->sizes[i]);
         strcat(sizes, num);
@@ -96,8 +96,9 @@ static int peers_expr(run *r, const char *file, int e, ot_dtype dt, int threads)
     setenv("OTB_REPEAT", num, 1);
     snprintf(num, sizeof num, "%d", threads);
     setenv("OTB_THREADS", num, 1);
-    snprintf(cmd, sizeof cmd, "%s %s", python(), file);
-    FILE *p = popen(cmd, "r");
+    char *argv[] = {(char *)python(), (char *)file, NULL};
+    pid_t pid;
+    FILE *p = spawn_pipe(argv, "r", &pid);
     if (!p) return -1;
     long long n;
     double tnp, tne;
@@ -112,7 +113,7 @@ static int peers_expr(run *r, const char *file, int e, ot_dtype dt, int threads)
             }
         }
     }
-    return pclose(p) == 0 && got ? 0 : -1;
+    return spawn_wait(p, pid) == 0 && got ? 0 : -1;
 }
 
 int peers_time(run *r)

@@ -8,9 +8,9 @@
 #include "cli.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 const char *cfg_label(const run *r, int ci, char *buf, size_t n)
 {
@@ -115,6 +115,22 @@ void report_table(const run *r, FILE *f)
     if (r->peers) fprintf(f, "\nnumpy, numexpr: their time over optree's (above 1: optree is faster)\n");
 }
 
+/* A peer's time, or an empty cell where it was not measured (no --peers,
+ * or the peer could not run the expression), as JSON writes null. */
+static void csv_peer(FILE *f, double v, const char *end)
+{
+    if (isfinite(v) && v != 0) fprintf(f, "%.6g", v);
+    fputs(end, f);
+}
+
+/* A CSV field in quotes, a quote in it doubled (RFC 4180). */
+static void csv_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) fputs(*s == '"' ? "\"\"" : (char[]){*s, 0}, f);
+    fputc('"', f);
+}
+
 void report_csv(const run *r, FILE *f)
 {
     fprintf(f, "expr,backend,isa,threads,dtype,fusion,accuracy,n,median_s,p10_s,p90_s,bytes,flops,"
@@ -122,12 +138,15 @@ void report_csv(const run *r, FILE *f)
     for (int i = 0; i < r->npts; i++) {
         const point *p = &r->pts[i];
         const config *c = &r->cfg[p->cfg];
-        fprintf(f, "\"%s\",%s,%s,%d,%s,%s,%s,%lld,%.6g,%.6g,%.6g,%.0f,%.0f,%.6g,%.6g,%.6g,%.4g,%.4g,%.6g,%.6g\n",
-                r->exprs[p->expr], c->backend, c->isa_used, c->threads,
+        csv_str(f, r->exprs[p->expr]);
+        fprintf(f, ",%s,%s,%d,%s,%s,%s,%lld,%.6g,%.6g,%.6g,%.0f,%.0f,%.6g,%.6g,%.6g,%.4g,%.4g,",
+                c->backend, c->isa_used, c->threads,
                 c->dtype == OT_F64 ? "f64" : "f32", c->fusion == OT_FUSION_OFF ? "off" : "on",
                 c->accuracy == OT_ULP35 ? "u35" : "u10", (long long)p->n, p->median_s, p->p10_s,
                 p->p90_s, p->bytes, p->flops, elems_per_s(p), gbs(p), gflops(p),
-                r->lim[p->cfg].triad_gbs, r->lim[p->cfg].fma_gflops, p->numpy_s, p->numexpr_s);
+                r->lim[p->cfg].triad_gbs, r->lim[p->cfg].fma_gflops);
+        csv_peer(f, p->numpy_s, ",");
+        csv_peer(f, p->numexpr_s, "\n");
     }
 }
 
@@ -206,28 +225,47 @@ static double bytes_per_elem(const run *r, int e, int c)
     return b;
 }
 
-static void plot_data(const run *r, FILE *d)
+/* A single-quoted gnuplot string: gnuplot substitutes neither backquotes
+ * nor macros inside single quotes and has no escapes there but '' for a
+ * quote; a control character (which would end the command) becomes a
+ * space. Titles are drawn noenhanced, so no character is markup either. */
+static void gp_str(FILE *g, const char *s)
 {
+    fputc('\'', g);
+    for (; *s; s++)
+        fputs(*s == '\'' ? "''" : (unsigned char)*s < 0x20 ? " " : (char[]){*s, 0}, g);
+    fputc('\'', g);
+}
+
+/* The points as a datablock inside the script, one index per block. */
+static void plot_data(const run *r, FILE *g)
+{
+    fprintf(g, "$data << EOD\n");
     for (int e = 0; e < r->nexpr; e++)
         for (int c = 0; c < r->ncfg; c++) {
             for (int i = 0; i < r->npts; i++)
                 if (r->pts[i].expr == e && r->pts[i].cfg == c)
-                    fprintf(d, "%lld %.6g\n", (long long)r->pts[i].n, elems_per_s(&r->pts[i]));
-            fprintf(d, "\n\n");
+                    fprintf(g, "%lld %.6g\n", (long long)r->pts[i].n, elems_per_s(&r->pts[i]));
+            fprintf(g, "\n\n");
         }
+    fprintf(g, "EOD\n");
 }
 
-static void plot_script(const run *r, FILE *g, const char *path, const char *data)
+/* The script; the output file is the script's first argument (ARG1), so
+ * the name never appears in the script's text. */
+static void plot_script(const run *r, FILE *g, bool png)
 {
     char label[128];
     int64_t cache[4];
     cache_sizes(cache);
     double bpe = bytes_per_elem(r, 0, 0);
-    if (has_suffix(path, ".png")) fprintf(g, "set terminal pngcairo size 960,600 font 'sans,11'\n");
-    else fprintf(g, "set terminal svg size 960,600 font 'sans,12' background '#ffffff'\n");
-    fprintf(g, "set output '%s'\nset logscale xy\nset grid\nset key top left\n"
+    if (png) fprintf(g, "set terminal pngcairo size 960,600 font 'sans,11' noenhanced\n");
+    else fprintf(g, "set terminal svg size 960,600 font 'sans,12' background '#ffffff' noenhanced\n");
+    fprintf(g, "set output ARG1\nset logscale xy\nset grid\nset key top left\n"
                "set xlabel 'elements (n)'\nset ylabel 'elements per second'\n"
-               "set title \"optree-bench: %s\"\n", path, r->exprs[0]);
+               "set title 'optree-bench: '.");
+    gp_str(g, r->exprs[0]);
+    fputc('\n', g);
     for (int lvl = 1; lvl <= 3 && bpe > 0; lvl++) {
         if (cache[lvl] <= 0) continue;
         double n = (double)cache[lvl] / bpe;
@@ -235,43 +273,44 @@ static void plot_script(const run *r, FILE *g, const char *path, const char *dat
         fprintf(g, "set label 'L%d (%lld KiB)' at %g, graph 0.04 left offset 0.5,0 tc rgb '#666666'\n",
                 lvl, (long long)(cache[lvl] / 1024), n);
     }
+    plot_data(r, g);
     fprintf(g, "plot ");
     int k = 0;
     for (int e = 0; e < r->nexpr; e++)
-        for (int c = 0; c < r->ncfg; c++, k++)
-            fprintf(g, "%s'%s' index %d with linespoints lw 2 title \"%s%s\"", k ? ", " : "", data,
-                    k, r->nexpr > 1 ? r->exprs[e] : "", r->nexpr > 1 && r->ncfg == 1 ? "" :
-                    cfg_label(r, c, label, sizeof label));
+        for (int c = 0; c < r->ncfg; c++, k++) {
+            fprintf(g, "%s$data index %d with linespoints lw 2 title ", k ? ", " : "", k);
+            gp_str(g, r->nexpr > 1 ? r->exprs[e] : "");
+            fputc('.', g);
+            gp_str(g, r->nexpr > 1 && r->ncfg == 1 ? "" : cfg_label(r, c, label, sizeof label));
+        }
     if (bpe > 0 && r->lim[0].triad_gbs > 0)
         fprintf(g, ", %g with lines dt 3 lw 2 lc rgb '#cc0000' title 'memory roofline (triad %.1f GB/s / %.0f bytes per element)'",
                 r->lim[0].triad_gbs * 1e9 / bpe, r->lim[0].triad_gbs, bpe);
     fputc('\n', g);
 }
 
+/* gnuplot runs from an argument vector, its script on a pipe and the file
+ * name as the script's argument: no shell and no gnuplot text ever holds
+ * the name, so no character of it is interpreted. */
 int report_plot(const run *r, const char *path)
 {
     if (!has_suffix(path, ".svg") && !has_suffix(path, ".png")) {
         fprintf(stderr, "optree-bench: --plot wants a .svg or .png file, not '%s'\n", path);
         return -1;
     }
-    char data[] = "/tmp/optree-bench-XXXXXX", script[] = "/tmp/optree-bench-gp-XXXXXX";
-    int fd = mkstemp(data), fs = fd >= 0 ? mkstemp(script) : -1;
-    FILE *d = fd >= 0 ? fdopen(fd, "w") : NULL, *g = fs >= 0 ? fdopen(fs, "w") : NULL;
+    char *argv[] = {"gnuplot", "-c", "/dev/stdin", (char *)path, NULL};
+    pid_t pid;
+    /* A gnuplot that dies early must fail the plot, not kill us by SIGPIPE. */
+    struct sigaction ign = {.sa_handler = SIG_IGN}, old;
+    sigaction(SIGPIPE, &ign, &old);
+    FILE *g = spawn_pipe(argv, "w", &pid);
     int rc = -1;
-    if (d && g) {
-        plot_data(r, d);
-        plot_script(r, g, path, data);
-        fclose(d);
-        fclose(g);
-        d = g = NULL;
-        char cmd[256];
-        snprintf(cmd, sizeof cmd, "gnuplot %s", script);
-        rc = system(cmd) == 0 ? 0 : -1;
-        if (rc) fprintf(stderr, "optree-bench: gnuplot failed or is missing (make deps installs gnuplot-nox)\n");
+    if (g) {
+        plot_script(r, g, has_suffix(path, ".png"));
+        bool written = fflush(g) == 0;
+        rc = spawn_wait(g, pid) == 0 && written ? 0 : -1;
     }
-    if (d) fclose(d);
-    if (g) fclose(g);
-    if (fd >= 0) unlink(data);
-    if (fs >= 0) unlink(script);
+    sigaction(SIGPIPE, &old, NULL);
+    if (rc) fprintf(stderr, "optree-bench: gnuplot failed or is missing (make deps installs gnuplot-nox)\n");
     return rc;
 }

@@ -80,6 +80,7 @@ static inline double softsign_f64(double x) { return x / (1.0 + fabs(x)); }
  * the vector type, VI its integer type, T and S the element's names; the
  * names that differ between the widths are given below as macros. */
 #define CUSTOM_EXP_F32(P, V, VI)                                                   \
+    CUSTOM_TARGET                                                                  \
     static inline V P##exp_f32(V x)                                                \
     {                                                                              \
         V x0 = x;                                                                  \
@@ -95,6 +96,7 @@ static inline double softsign_f64(double x) { return x / (1.0 + fabs(x)); }
                             P##gt_ps_(x0, P##set1_ps(88.7228391f)));   /* ln FLT_MAX */ \
     }
 #define CUSTOM_EXP_F64(P, V, VI)                                                   \
+    CUSTOM_TARGET                                                                  \
     static inline V P##exp_f64(V x)                                                \
     {                                                                              \
         V x0 = x;                                                                  \
@@ -114,7 +116,8 @@ static inline double softsign_f64(double x) { return x / (1.0 + fabs(x)); }
     }
 
 #define CUSTOM_GELU(P, V, T, S)                                                    \
-    static inline V P##gelu_##T(V x)                                                      \
+    CUSTOM_TARGET                                                                  \
+    static inline V P##gelu_##T(V x)                                               \
     {                                                                              \
         V u = P##mul_##S(P##set1_##S(GELU_C),                                      \
                          P##add_##S(x, P##mul_##S(P##set1_##S(GELU_A),             \
@@ -124,7 +127,8 @@ static inline double softsign_f64(double x) { return x / (1.0 + fabs(x)); }
         return P##blend_##S##_(q, P##set1_##S(-0.0), P##eq_##S##_(x, P##set1_##S(-INFINITY))); \
     }
 #define CUSTOM_HUBER(P, V, T, S)                                                \
-    static inline V P##huber_##T(V p, V t)                                                \
+    CUSTOM_TARGET                                                                  \
+    static inline V P##huber_##T(V p, V t)                                         \
     {                                                                              \
         V d = P##sub_##S(p, t), a = P##andnot_##S##_(P##set1_##S(-0.0), d);        \
         V q = P##mul_##S(P##set1_##S(0.5), P##mul_##S(d, d));                      \
@@ -150,15 +154,15 @@ static inline double softsign_f64(double x) { return x / (1.0 + fabs(x)); }
 #define _mm256_eq_ps_(a, b) _mm256_cmp_ps((a), (b), _CMP_EQ_OQ)
 #define _mm256_eq_pd_(a, b) _mm256_cmp_pd((a), (b), _CMP_EQ_OQ)
 
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
+/* The ISA as a function attribute, which gcc and clang both honour (clang
+ * ignores #pragma GCC target). */
+#define CUSTOM_TARGET __attribute__((target("avx2,fma")))
 CUSTOM_EXP_F32(_mm256_, __m256, __m256i)
 CUSTOM_EXP_F64(_mm256_, __m256d, __m256i)
 CUSTOM_GELU(_mm256_, __m256, f32, ps)
 CUSTOM_GELU(_mm256_, __m256d, f64, pd)
 CUSTOM_HUBER(_mm256_, __m256, f32, ps)
 CUSTOM_HUBER(_mm256_, __m256d, f64, pd)
-#pragma GCC pop_options
 
 /* AVX-512: masks instead of blends. */
 #define _mm512_round_ps_(x) _mm512_roundscale_ps((x), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
@@ -180,15 +184,15 @@ CUSTOM_HUBER(_mm256_, __m256d, f64, pd)
 #define _mm512_castsi_ps _mm512_castsi512_ps
 #define _mm512_castsi_pd _mm512_castsi512_pd
 
-#pragma GCC push_options
-#pragma GCC target("avx512f")
+#undef CUSTOM_TARGET
+#define CUSTOM_TARGET __attribute__((target("avx512f")))
 CUSTOM_EXP_F32(_mm512_, __m512, __m512i)
 CUSTOM_EXP_F64(_mm512_, __m512d, __m512i)
 CUSTOM_GELU(_mm512_, __m512, f32, ps)
 CUSTOM_GELU(_mm512_, __m512d, f64, pd)
 CUSTOM_HUBER(_mm512_, __m512, f32, ps)
 CUSTOM_HUBER(_mm512_, __m512d, f64, pd)
-#pragma GCC pop_options
+#undef CUSTOM_TARGET
 #define CUSTOM_VFN(f) ((ot_vfn)(f))
 #else
 #define CUSTOM_VFN(f) NULL

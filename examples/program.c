@@ -149,7 +149,7 @@ int main(int argc, char **argv)
                                OT_BIND_DATA_SHAPE("y", y + (size_t)at * CLS, OT_SHAPE(b, CLS))};
             float l;
             if (ot_program_run(p, 2, bind) != 0 || ot_get(loss, &l) != 0) status = fail("run");
-            sum += l;
+            else sum += l;
         }
         if (!status) printf("epoch %d: mean loss %.4f\n", e + 1, sum / batches);
     }

@@ -230,7 +230,7 @@ typedef struct ot_stats {
                                      pool now (ot_pool_default_nodes) */
 } ot_stats;
 int ot_stats_get(const ot_backend *be, ot_stats *out);
-#define ot_stats(be, out) ot_stats_get((be), (out))
+#define ot_stats(be, ...) ot_stats_get((be), __VA_ARGS__)
 
 /* ------------------------------------------------------------------------ */
 /* Tensors                                                                   */
@@ -386,7 +386,8 @@ typedef struct ot_args {
  * explicitly. file and line are recorded for messages (NULL and 0 are ok). */
 ot_node *ot_build_at(ot_op op, ot_node *a, ot_node *b, const ot_args *args,
                      const char *file, int line);
-#define ot_build(op, a, b, args) ot_build_at((op), (a), (b), (args), __FILE__, __LINE__)
+/* args may be a compound literal, commas and all: &(ot_args){.axis = 1, .keepdims = 1}. */
+#define ot_build(op, a, b, ...) ot_build_at((op), (a), (b), __VA_ARGS__, __FILE__, __LINE__)
 
 /* Operands. A tensor is its own leaf node (no allocation). Constants are
  * weakly typed: x * 0.5 stays f32 when x is f32. */
@@ -1567,7 +1568,13 @@ ot_node *ot_dot_axes_at(ot_node *w, ot_node *x, const char *axes, const char *fi
  * view of its operand's stored value (a leaf, a dot's result, or the
  * operand computed once into a temporary): slicing a dot's result copies
  * nothing. A concat writes each part into its place of the result, in
- * place in the output when it is the tree assigned. */
+ * place in the output when it is the tree assigned.
+ *
+ * The macros below (and ot_build, ot_stats) take their arguments after the
+ * first as __VA_ARGS__ and pass them on unchanged: a compound literal such
+ * as (ot_node *[]){a, b} has commas the preprocessor would otherwise split
+ * into separate macro arguments, so ot_concat(2, (ot_node *[]){a, b}, -1)
+ * and ot_split(x, 0, 2, (int64_t[]){1, 3}, out) compile as written. */
 
 /* ot_slice_node(x, OT_ALL, OT_RANGE(a, b[, step]), OT_IDX(i), ...): NumPy
  * basic indexing of an expression, the rules of ot_slice (negative indices
@@ -1582,19 +1589,19 @@ ot_node *ot_slice_node_n(ot_node *x, int n, const ot_index *idx, const char *fil
 /* x in a new shape, its elements in row-major order as NumPy's reshape;
  * one dim may be -1. OT_ESHAPE when the sizes differ. */
 ot_node *ot_reshape_node_at(ot_node *x, ot_shape shape, const char *file, int line);
-#define ot_reshape_node(x, shape) ot_reshape_node_at(OT__NODE(x), (shape), __FILE__, __LINE__)
+#define ot_reshape_node(x, ...) ot_reshape_node_at(OT__NODE(x), __VA_ARGS__, __FILE__, __LINE__)
 
 /* NumPy's concatenate of parts[0..n-1] along axis (negative counts back):
  * one rank (at least 1), the same dims but on the axis; dtypes promote as
  * a binary op's. Errors name the part, its shape and the axis: OT_EINVAL
  * (n < 1, axis out of range), OT_ENULL (parts or a part NULL), OT_ESHAPE. */
 ot_node *ot_concat_at(int n, ot_node *const parts[], int axis, const char *file, int line);
-#define ot_concat(n, parts, axis) ot_concat_at((n), (parts), (axis), __FILE__, __LINE__)
+#define ot_concat(n, ...) ot_concat_at((n), __VA_ARGS__, __FILE__, __LINE__)
 
 /* NumPy's stack: parts of one shape joined along a new dim at axis
  * (-1 is last, so axis is in [-(ndim + 1), ndim]). */
 ot_node *ot_stack_nodes_at(int n, ot_node *const parts[], int axis, const char *file, int line);
-#define ot_stack_nodes(n, parts, axis) ot_stack_nodes_at((n), (parts), (axis), __FILE__, __LINE__)
+#define ot_stack_nodes(n, ...) ot_stack_nodes_at((n), __VA_ARGS__, __FILE__, __LINE__)
 
 /* NumPy's split: out[0..n-1] = x cut along axis into n slices, of equal
  * size when sizes is NULL (the dim must divide by n, else OT_ESHAPE), else
@@ -1602,8 +1609,7 @@ ot_node *ot_stack_nodes_at(int n, ot_node *const parts[], int axis, const char *
  * with every out[i] NULL. */
 int ot_split_at(ot_node *x, int axis, int n, const int64_t *sizes, ot_node *out[],
                 const char *file, int line);
-#define ot_split(x, axis, n, sizes, out)                                       \
-    ot_split_at(OT__NODE(x), (axis), (n), (sizes), (out), __FILE__, __LINE__)
+#define ot_split(x, ...) ot_split_at(OT__NODE(x), __VA_ARGS__, __FILE__, __LINE__)
 
 /* ------------------------------------------------------------------------ */
 /* Data-parallel training over MPI (src/mpi/allreduce.c, build/liboptree_mpi.a) */

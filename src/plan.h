@@ -165,7 +165,14 @@ typedef struct prog {
     int xval[OT_MAX_XSTORES];  /* the values of the kernel's further outputs */
 } prog;
 
-inline int ot__emit_use(prog *g, int v) { if (v >= 0) g->v[v].last_use = g->nins; return v; }
+/* Marks value v as used by the instruction being emitted. Static: a plain
+ * C99 inline has no external definition, so a build that does not inline
+ * every call (gcc -O0, clang -O1) would fail to link. */
+static inline int ot__emit_use(prog *g, int v)
+{
+    if (v >= 0) g->v[v].last_use = g->nins;
+    return v;
+}
 
 static inline bool same_strides(const ot_view *a, const ot_view *b, int nd)
 {

@@ -14,14 +14,14 @@ import subprocess
 import sys
 import tempfile
 
-BIN = sys.argv[1] if len(sys.argv) > 1 else "build/optree-bench"
+BIN = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build/optree-bench")
 CACHE = tempfile.mkdtemp(prefix="optree-bench-cache-")
 ENV = dict(os.environ, XDG_CACHE_HOME=CACHE)
 passed = failed = 0
 
 
-def run(*args):
-    p = subprocess.run([BIN, *args], capture_output=True, text=True, env=ENV, timeout=300)
+def run(*args, cwd=None):
+    p = subprocess.run([BIN, *args], capture_output=True, text=True, env=ENV, timeout=300, cwd=cwd)
     return p.returncode, p.stdout, p.stderr
 
 
@@ -81,8 +81,29 @@ rc, out, err = run("a*b + c", "--n", "1e3..1e5", "--plot", svg, *QUICK)
 text = open(svg).read() if os.path.exists(svg) else ""
 case("plot svg", rc == 0 and "<svg" in text and "roofline" in text, err)
 
+# No character of the file name is interpreted (issue 31 point 6): the
+# issue's payload and names with quotes, backslashes, a newline, $(),
+# backquotes and a leading dash each give exactly that file and nothing else.
+NAMES = ["x.svg'; system('touch PWNED'); set output 'y.svg",
+         'q"u\'o\\te.svg', "new\nline.svg", "$(touch PWNED2).svg", "`touch PWNED3`.svg",
+         "-h.svg", "@ARG1 .png"]
+for name in NAMES:
+    d = tempfile.mkdtemp(dir=CACHE)
+    rc, out, err = run("a*b", "--n", "1e3,1e4", "--plot", name, *QUICK, cwd=d)
+    made = sorted(os.listdir(d))
+    case("plot file name %r taken literally" % name, rc == 0 and made == [name], "%r %s" % (made, err))
+
+rc, out, err = run("a*b + c", "--n", "1e3", "--csv", *QUICK)
+rows = list(csv.DictReader(io.StringIO(out))) if rc == 0 else []
+# Without --peers the peers' cells are empty, as JSON's null (issue 31 point 15).
+case("csv without peers: empty cells", len(rows) == 1 and rows[0]["numpy_s"] == ""
+     and rows[0]["numexpr_s"] == "", out + err)
+
 rc, out, err = run("a*b + c", "--n", "1e3", "--peers", *QUICK)
 case("peers", rc == 0 and "numpy" in out and "optree is faster" in out, out + err)
+rc, out, err = run("a*b + c", "--n", "1e3", "--peers", "--csv", *QUICK)
+rows = list(csv.DictReader(io.StringIO(out))) if rc == 0 else []
+case("csv with peers: numpy's time", len(rows) == 1 and float(rows[0]["numpy_s"] or 0) > 0, out + err)
 
 rc, out, err = run("tanhh(a)", "--n", "10", *QUICK)
 case("bad expression", rc == 1 and "col 1: unknown function 'tanhh'; did you mean 'tanh'?" in err, err)

@@ -52,7 +52,7 @@ OBJS  += $(KOBJS)
 LIBA  := $(BUILD)/liboptree.a
 LIBSO := $(BUILD)/liboptree.so
 
-.PHONY: all lib tests examples cli demo test test-arm64 check deps install clean bench fuzz mpi demo-mpi FORCE
+.PHONY: all lib tests examples cli demo test test-arm64 check doc-check deps install clean bench fuzz mpi demo-mpi FORCE
 # all first: a plain `make` builds everything.
 all: lib tests examples cli
 FORCE:
@@ -175,8 +175,9 @@ demo-mpi: deps
 	    $(MPIRUN_ENV) $(MPIRUN) -np $$np $(MPIRUN_OPTS) $(RUN)/mpi/mlp_mpi \
 	        --mode $$mode --epochs 2 --no-check | grep 'step time' || exit 1; done; done
 
-# Everything: unit tests, NumPy differential tests, the sanitizer pass and
-# the examples under valgrind; ends with one "N passed, N failed" line.
+# Everything: unit tests, NumPy differential tests, the sanitizer passes,
+# clang -O0 and documentation builds, the examples under valgrind, in two
+# lanes side by side (tools/test.sh); ends with one "N passed, N failed" line.
 test: deps
 	@sh tools/test.sh
 
@@ -187,9 +188,16 @@ test: deps
 test-arm64:
 	@sh tools/test_arm64.sh
 
-# The unit tests alone, in this build.
-check: tests
-	$(RUN)/test_optree
+# The developer's quick suite: the build, then the unit tests and the NumPy
+# differential tests side by side (under 90 s on 2 CPUs; README.md,
+# "Testing").
+check:
+	@sh tools/test.sh check
+
+# Every C block of README.md and docs/ compiled (and run, where it is a
+# whole program): tools/doc_check.py, also a phase of make test.
+doc-check: lib
+	$(PYTHON) tools/doc_check.py --build $(BUILD)
 
 install: lib cli $(if $(HAVE_MPI),$(LIBMPI))
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin

@@ -3,11 +3,14 @@
  * (a crash or hang fails that case only), then prints "N passed, N failed".
  * Arguments are substrings that select cases; OT_TEST_NOFORK=1 runs them in
  * process (for a debugger); OT_TEST_TIMEOUT=S replaces the 120 s limit per
- * case (tools/test_arm64.sh: emulated cases run far slower).
+ * case (tools/test_arm64.sh: emulated cases run far slower); OT_TEST_JOBS=N
+ * runs N cases at a time (default: one per online CPU), each case's output
+ * printed whole, with its result line, when it ends.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "test.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <signal.h>
@@ -25,6 +28,7 @@ static int leaked(void) { return 0; }
 
 #define MAX_TESTS 2048
 #define TIMEOUT_S 120
+#define MAX_JOBS 64
 
 typedef struct test_case { const char *name, *file; test_fn fn; } test_case;
 static test_case cases[MAX_TESTS];
@@ -119,35 +123,105 @@ static int run_in_process(const test_case *c)
     return failures == 0;
 }
 
-static int run_forked(const test_case *c)
+static void print_result(const test_case *c, int ok)
 {
+    printf("%s %s (%s)\n", ok ? "[ OK ]" : "[FAIL]", c->name, c->file);
+    fflush(stdout);
+}
+
+/* A case running in a child: its output goes to a private file, copied to
+ * stdout with the case's result line when it ends, so that cases running
+ * side by side never interleave their messages. */
+typedef struct running { pid_t pid; const test_case *c; FILE *out; } running;
+
+static void start_child(const test_case *c, running *r)
+{
+    r->c = c;
+    r->out = tmpfile();
     fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0) return run_in_process(c);
-    if (pid == 0) {
-        const char *t = getenv("OT_TEST_TIMEOUT");
-        alarm(t && atoi(t) > 0 ? (unsigned)atoi(t) : TIMEOUT_S);
-        int ok = run_in_process(c);
-        _exit(ok && !leaked() ? 0 : 1);
+    r->pid = fork();
+    if (r->pid != 0) return;
+    if (r->out) {
+        dup2(fileno(r->out), STDOUT_FILENO);
+        dup2(fileno(r->out), STDERR_FILENO);
     }
-    int status = 0;
-    waitpid(pid, &status, 0);
+    const char *t = getenv("OT_TEST_TIMEOUT");
+    alarm(t && atoi(t) > 0 ? (unsigned)atoi(t) : TIMEOUT_S);
+    int ok = run_in_process(c);
+    fflush(NULL);
+    _exit(ok && !leaked() ? 0 : 1);
+}
+
+/* Prints a finished case's output and result line; returns whether it passed. */
+static int finish_child(running *r, int status)
+{
+    if (r->out) {
+        char buf[4096];
+        size_t n;
+        rewind(r->out);
+        while ((n = fread(buf, 1, sizeof buf, r->out)) > 0) fwrite(buf, 1, n, stdout);
+        fclose(r->out);
+    }
     if (WIFSIGNALED(status))
-        fprintf(stderr, "  killed by signal %d%s\n", WTERMSIG(status),
-                WTERMSIG(status) == SIGALRM ? " (timeout)" : "");
-    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        printf("  killed by signal %d%s\n", WTERMSIG(status),
+               WTERMSIG(status) == SIGALRM ? " (timeout)" : "");
+    int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    print_result(r->c, ok);
+    return ok;
+}
+
+/* Waits for one of the n running children, reports it and drops it from
+ * the list; returns whether it passed. */
+static int reap_one(running *run, int *n)
+{
+    int status = 0;
+    pid_t pid;
+    while ((pid = waitpid(-1, &status, 0)) < 0 && errno == EINTR) continue;
+    for (int i = 0; i < *n; i++)
+        if (run[i].pid == pid) {
+            int ok = finish_child(&run[i], status);
+            run[i] = run[--*n];
+            return ok;
+        }
+    return 0;
+}
+
+/* OT_TEST_JOBS cases at a time (default: one per online CPU). */
+static int jobs(void)
+{
+    const char *j = getenv("OT_TEST_JOBS");
+    long n = j && atoi(j) > 0 ? atoi(j) : sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > MAX_JOBS ? MAX_JOBS : (int)n;
 }
 
 int main(int argc, char **argv)
 {
     int nofork = getenv("OT_TEST_NOFORK") && atoi(getenv("OT_TEST_NOFORK"));
-    int passed = 0, failed = 0;
+    int maxrun = jobs(), nrun = 0, passed = 0, failed = 0;
+    running run[MAX_JOBS];
     for (int i = 0; i < ncases; i++) {
         const test_case *c = &cases[i];
         if (!selected(c, argc, argv)) continue;
-        int ok = nofork ? run_in_process(c) : run_forked(c);
-        printf("%s %s (%s)\n", ok ? "[ OK ]" : "[FAIL]", c->name, c->file);
-        if (ok) passed++; else failed++;
+        if (!nofork) {
+            if (nrun == maxrun) {
+                if (reap_one(run, &nrun)) passed++;
+                else failed++;
+            }
+            start_child(c, &run[nrun]);
+            if (run[nrun].pid > 0) {
+                nrun++;
+                continue;
+            }
+            if (run[nrun].out) fclose(run[nrun].out);   /* no fork: run it here */
+        }
+        int ok = run_in_process(c);
+        print_result(c, ok);
+        if (ok) passed++;
+        else failed++;
+    }
+    while (nrun > 0) {
+        if (reap_one(run, &nrun)) passed++;
+        else failed++;
     }
     printf("%d passed, %d failed\n", passed, failed);
     fflush(stdout);

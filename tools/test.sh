@@ -1,27 +1,38 @@
 #!/bin/sh
 # test.sh - the whole optree test suite, run by `make test`.
 #
-# Phases, in order:
+# Phases (README.md, "Testing", lists what each costs):
 #   build       include/optree_ops.h up to date with src/ops.def, then make
-#               all (library, unit tests, examples) with -Werror; a failure
-#               stops here
+#               all (library, unit tests, examples, optree-bench) with
+#               -Werror; a failure stops here
+# then two lanes run side by side, each one phase at a time (a lane's make
+# and test runner use one job each, so the two lanes keep two CPUs busy):
+#   lane 1:
 #   library     the shared library's SONAME, that it exports only the
 #               public ot_* names (no ot__ internals), and that a program
 #               using the header's macros links against it alone and runs
 #   unit        ./$BUILD/test_optree
+#   sanitizers  the unit tests rebuilt in $BUILD/san with ASan + UBSan and
+#               the plan verifier (-DOT_VERIFY_PLANS)
+#   fuzz        (the libFuzzer harnesses' phase goes here, after sanitizers)
 #   cli         tests/cli_check.py: optree-bench's outputs and errors, run
 #               as a user runs it (its machine limits cached in a temporary
 #               directory)
-#   numpy       tests/diff_numpy.py against $BUILD/liboptree.so (skipped while
-#               the script does not exist)
-#   sanitizers  the unit tests rebuilt in $BUILD/san with ASan + UBSan and
-#               the plan verifier (-DOT_VERIFY_PLANS)
+#   docs        tools/doc_check.py: every C block of README.md and docs/
+#               compiled, and run where it is a whole program
+#   lane 2:
+#   clang-O0    library, unit tests, examples and optree-bench built with
+#               clang at -O0 with -Werror into $BUILD/clang-O0 (a build
+#               that inlines nothing: a C99 inline without an external
+#               definition fails to link there; clang's warnings)
+#   numpy       tests/diff_numpy.py against $BUILD/liboptree.so
 #   tsan        the unit tests rebuilt in $BUILD/tsan with ThreadSanitizer,
 #               running only the cases about threads (name or file contains
 #               "thread"; about 20 s): a data race ends its case
 #               (halt_on_error) and fails it. OpenBLAS runs single-threaded
 #               there, and tools/tsan.supp silences third-party libraries
 #               only, never optree's own code.
+#   mpi         ot_allreduce and examples/mlp_mpi.c on 2 and 3 ranks
 #   valgrind    every example in $BUILD/examples under valgrind
 #   arm64       on x86-64 hosts, the NEON table's quick check:
 #               ARM64_QUICK=1 tools/test_arm64.sh (installs the cross
@@ -30,11 +41,15 @@
 #               examples/isa.c under qemu-aarch64; about 1 minute once
 #               installed). OT_TEST_ARM64=0 skips it; `make test-arm64`
 #               runs the whole suite there
-# Each phase prints a header and a summary line; the suite ends with exactly
-# one line "N passed, M failed" (summed over the phases) and exits non-zero
-# when M > 0. A phase that crashes, exits non-zero or prints no count line
+# Each phase prints its header, its failures and a summary line (with its
+# wall and CPU seconds) when it ends; the suite ends with exactly one line
+# "N passed, M failed" (summed over the phases) and exits non-zero when
+# M > 0. A phase that crashes, exits non-zero or prints no count line
 # counts one extra failure. Full output of each phase is kept in
 # $BUILD/test-logs/.
+#
+# `make check` runs `tools/test.sh check`: the build, then the unit and
+# numpy phases side by side (the unit runner on JOBS - 1 CPUs).
 #
 # The $TMO, $TMO_EX and $NOASLR prefixes below are split on purpose.
 # shellcheck disable=SC2086
@@ -45,6 +60,7 @@ set -u
 
 cd "$(dirname "$0")/.." || exit 1
 
+MODE=${1:-all}
 B=${BUILD:-build}
 JOBS=${JOBS:-2}
 PY=${PYTHON:-/usr/bin/python3}
@@ -57,9 +73,9 @@ case $B in
 /*) RB=$B ;;
 *) RB=./$B ;;
 esac
-SUMMARY=""
-TOTAL_P=0
-TOTAL_F=0
+RECORDS=$LOGS/records
+# Jobs for a lane's make and unit runner: the two lanes share the CPUs.
+LJOBS=$(((JOBS + 1) / 2))
 
 # A wall-clock limit on each run (10 minutes for a phase, 8 for an example)
 # where coreutils' timeout exists; expanded unquoted as a command prefix.
@@ -71,28 +87,44 @@ else
     TMO_EX=""
 fi
 
+# GCC 12's ASan and TSan can fail at start-up where the kernel randomises
+# mmap with more than 28 bits; run without ASLR there when the kernel lets us.
+NOASLR=""
+rnd=$(cat /proc/sys/vm/mmap_rnd_bits 2>/dev/null || echo 0)
+if [ "$rnd" -gt 28 ] 2>/dev/null && command -v setarch >/dev/null 2>&1 &&
+    setarch "$(uname -m)" -R true >/dev/null 2>&1; then
+    NOASLR="setarch $(uname -m) -R"
+fi
+
 START=$(date +%s)
-header() {
-    echo
-    echo "==== $1"
-    T0=$(date +%s)
-}
+T0=$START
 
-# record PHASE PASSED FAILED [NOTE]: adds to the totals and the summary.
+# record PHASE PASSED FAILED [NOTE]: one line of $RECORDS (appended whole,
+# so that the two lanes may record at once), summed by finish.
 record() {
-    TOTAL_P=$((TOTAL_P + $2))
-    TOTAL_F=$((TOTAL_F + $3))
-    _line="$1: $2 passed, $3 failed${4:+ ($4)}, $(($(date +%s) - T0)) s"
-    echo "---- $_line"
-    SUMMARY="$SUMMARY
-  $_line"
+    echo "$1|$2|$3|${4:-}|$(($(date +%s) - T0))" >>"$RECORDS"
 }
 
+# skipped PHASE WHY: a phase that did not run (or the build, WHY "ok"),
+# listed in the summary without counts.
+skipped() {
+    echo "$1|-|-|$2|$(($(date +%s) - T0))" >>"$RECORDS"
+}
+
+# The summary of every recorded phase, in the order they ended, then the
+# one "N passed, M failed" line.
 finish() {
     echo
-    echo "==== summary ($(($(date +%s) - START)) s)$SUMMARY"
-    echo "$TOTAL_P passed, $TOTAL_F failed"
-    [ "$TOTAL_F" -eq 0 ]
+    echo "==== summary ($(($(date +%s) - START)) s)"
+    awk -F'|' -v logs="$LOGS" '
+        { cpu = ""
+          if ((getline c < (logs "/" $1 ".cpu")) > 0) cpu = ", " c " s cpu" }
+        $2 == "-" && $4 == "ok" { printf "  %s: ok, %d s\n", $1, $5; next }
+        $2 == "-" { printf "  %s: skipped (%s)\n", $1, $4; next }
+        { p += $2; f += $3
+          printf "  %s: %d passed, %d failed%s, %d s%s\n", $1, $2, $3,
+                 ($4 != "" ? " (" $4 ")" : ""), $5, cpu }
+        END { printf "%d passed, %d failed\n", p, f; exit (f > 0 ? 1 : 0) }' "$RECORDS"
     exit $?
 }
 
@@ -127,143 +159,141 @@ count_phase() {
     record "$_phase" "$_p" "$_f"
 }
 
-# ---------------------------------------------------------------- build
-header "build: make all (-j$JOBS)"
-# The public op header is generated from src/ops.def but committed (users
-# build without awk's help); checked before make would regenerate it.
-if ! sh tools/gen_ops.sh src/ops.def | cmp -s - include/optree_ops.h; then
-    echo "build: include/optree_ops.h is stale: run make (tools/gen_ops.sh) and commit it"
-    record build 0 1 "stale include/optree_ops.h"
-    finish
-fi
-if ! make -s -j"$JOBS" WERROR=-Werror all; then
-    echo "build: FAILED"
-    record build 0 1 "make all failed"
-    finish
-fi
-mkdir -p "$LOGS"
-echo "build: ok"
-SUMMARY="$SUMMARY
-  build: ok, $(($(date +%s) - T0)) s"
+# run_logged PHASE COMMAND...: runs a test program into $LOGS/PHASE.log,
+# shows its failures and records its count line.
+run_logged() {
+    _ph=$1
+    shift
+    "$@" >"$LOGS/$_ph.log" 2>&1
+    _rc=$?
+    show "$LOGS/$_ph.log"
+    count_phase "$_ph" "$LOGS/$_ph.log" "$_rc"
+}
 
-# ---------------------------------------------------------------- library
+# phase NAME TITLE: runs phase_NAME (a - in NAME is _ there) in a
+# subshell, its report kept in $LOGS/NAME.out and printed whole when it ends
+# (the lanes' reports never interleave), with its wall and CPU seconds
+# (user + system, children included; the CPU ones also in $LOGS/NAME.cpu
+# for the summary).
+phase() {
+    _name=$1 _title=$2
+    (
+        T0=$(date +%s)
+        "phase_$(echo "$_name" | tr - _)"
+        times | awk -v ph="$_name" -v t0="$T0" -v now="$(date +%s)" -v cpu="$LOGS/$_name.cpu" '
+            function s(x) { split(x, a, "m"); return a[1] * 60 + a[2] }
+            NR == 2 { c = s($1) + s($2)
+                      printf "---- %s: %d s wall, %.0f s cpu\n", ph, now - t0, c
+                      printf "%.0f\n", c > cpu }'
+    ) >"$LOGS/$_name.out" 2>&1
+    { echo; echo "==== $_name: $_title"; cat "$LOGS/$_name.out"; }
+}
+
+# ---------------------------------------------------------------- phases
 # The shared library as a user installs it: a SONAME with the header's major
 # version, and only the public ot_* API exported (binutils' readelf and nm).
-header "library: SONAME and exported symbols of $B/liboptree.so"
-lib_p=0 lib_f=0
-if command -v readelf >/dev/null 2>&1 && command -v nm >/dev/null 2>&1; then
-    major=$(sed -n 's/^#define OT_VERSION "\([0-9]*\)\..*/\1/p' include/optree.h)
-    if readelf -d "$B/liboptree.so" | grep -q "SONAME.*\[liboptree\.so\.$major\]"; then
+phase_library() {
+    lib_p=0 lib_f=0
+    if command -v readelf >/dev/null 2>&1 && command -v nm >/dev/null 2>&1; then
+        major=$(sed -n 's/^#define OT_VERSION "\([0-9]*\)\..*/\1/p' include/optree.h)
+        if readelf -d "$B/liboptree.so" | grep -q "SONAME.*\[liboptree\.so\.$major\]"; then
+            lib_p=$((lib_p + 1))
+        else
+            echo "library: no SONAME liboptree.so.$major"
+            lib_f=$((lib_f + 1))
+        fi
+        extra=$(nm -D --defined-only "$B/liboptree.so" | awk '{print $3}' |
+            grep -v '^ot_[a-z]')
+        if [ -z "$extra" ]; then
+            lib_p=$((lib_p + 1))
+        else
+            echo "library: exports beyond the public API:"
+            echo "$extra" | head -n 20
+            lib_f=$((lib_f + 1))
+        fi
+    else
+        echo "library: readelf or nm not installed; skipped"
+    fi
+    # What the header's macros and inline helpers call must be exported: a
+    # program using them links against the shared library alone, and runs.
+    if ${CC:-cc} -std=c11 -Iinclude tools/link_check.c -L"$B" -loptree -o "$B/link_check" &&
+        LD_LIBRARY_PATH="$B" "$B/link_check"; then
         lib_p=$((lib_p + 1))
     else
-        echo "library: no SONAME liboptree.so.$major"
         lib_f=$((lib_f + 1))
     fi
-    extra=$(nm -D --defined-only "$B/liboptree.so" | awk '{print $3}' |
-        grep -v '^ot_[a-z]')
-    if [ -z "$extra" ]; then
-        lib_p=$((lib_p + 1))
+    record library "$lib_p" "$lib_f"
+}
+
+phase_unit() {
+    run_logged unit $TMO env OT_TEST_JOBS="$UNIT_JOBS" "$RB/test_optree"
+}
+
+phase_cli() {
+    run_logged cli $TMO "$PY" tests/cli_check.py "$RB/optree-bench"
+}
+
+phase_docs() {
+    run_logged docs $TMO "$PY" tools/doc_check.py --build "$B" --jobs "$LJOBS"
+}
+
+phase_numpy() {
+    if [ ! -x "$PY" ]; then
+        echo "numpy: $PY not found (make deps installs python3-numpy)"
+        record numpy 0 1 "no $PY"
+        return
+    fi
+    run_logged numpy $TMO "$PY" tests/diff_numpy.py "$B/liboptree.so"
+}
+
+# Everything a user builds, once more with clang at -O0: no call is inlined
+# there, and clang's warnings are not gcc's.
+phase_clang_O0() {
+    if ! command -v clang >/dev/null 2>&1; then
+        echo "clang-O0: clang not installed (make deps installs it)"
+        record clang-O0 0 1 "no clang"
+    elif make -s -j"$LJOBS" CC=clang OPT=-O0 WERROR=-Werror BUILD="$B/clang-O0" \
+        lib tests examples cli >"$LOGS/clang-O0.log" 2>&1; then
+        echo "clang-O0: library, unit tests, examples and optree-bench built"
+        record clang-O0 1 0
     else
-        echo "library: exports beyond the public API:"
-        echo "$extra" | head -n 20
-        lib_f=$((lib_f + 1))
+        show "$LOGS/clang-O0.log"
+        record clang-O0 0 1 "build failed"
     fi
-else
-    echo "library: readelf or nm not installed; skipped"
-fi
-# What the header's macros and inline helpers call must be exported: a
-# program using them links against the shared library alone, and runs.
-if ${CC:-cc} -std=c11 -Iinclude tools/link_check.c -L"$B" -loptree -o "$B/link_check" &&
-    LD_LIBRARY_PATH="$B" "$B/link_check"; then
-    lib_p=$((lib_p + 1))
-else
-    lib_f=$((lib_f + 1))
-fi
-record library "$lib_p" "$lib_f"
+}
 
-# ---------------------------------------------------------------- unit
-header "unit: $RB/test_optree"
-log=$LOGS/unit.log
-$TMO "$RB/test_optree" >"$log" 2>&1
-rc=$?
-show "$log"
-count_phase unit "$log" "$rc"
+phase_sanitizers() {
+    if ! make -s -j"$LJOBS" WERROR=-Werror BUILD="$B/san" SANFLAGS="$SAN" tests; then
+        echo "sanitizers: build FAILED"
+        record sanitizers 0 1 "sanitizer build failed"
+        return
+    fi
+    run_logged sanitizers $TMO env OT_TEST_JOBS="$LJOBS" ASAN_OPTIONS=detect_leaks=1 \
+        UBSAN_OPTIONS=print_stacktrace=1 $NOASLR "$RB/san/test_optree"
+}
 
-# ---------------------------------------------------------------- cli
-header "cli: $PY tests/cli_check.py $B/optree-bench"
-log=$LOGS/cli.log
-$TMO "$PY" tests/cli_check.py "$RB/optree-bench" >"$log" 2>&1
-rc=$?
-show "$log"
-count_phase cli "$log" "$rc"
-
-# ---------------------------------------------------------------- numpy
-header "numpy: $PY tests/diff_numpy.py $B/liboptree.so"
-if [ ! -f tests/diff_numpy.py ]; then
-    echo "numpy: tests/diff_numpy.py does not exist yet; skipped"
-    SUMMARY="$SUMMARY
-  numpy: skipped (no tests/diff_numpy.py)"
-elif [ ! -x "$PY" ]; then
-    echo "numpy: $PY not found (make deps installs python3-numpy)"
-    record numpy 0 1 "no $PY"
-else
-    log=$LOGS/numpy.log
-    $TMO "$PY" tests/diff_numpy.py "$B/liboptree.so" >"$log" 2>&1
-    rc=$?
-    show "$log"
-    count_phase numpy "$log" "$rc"
-fi
-
-# ---------------------------------------------------------------- sanitizers
-header "sanitizers: ASan + UBSan build in $B/san"
-# GCC 12's ASan (and TSan, in the tsan phase) can fail at start-up where the
-# kernel randomises mmap with more than 28 bits; run without ASLR there when
-# the kernel lets us.
-NOASLR=""
-rnd=$(cat /proc/sys/vm/mmap_rnd_bits 2>/dev/null || echo 0)
-if [ "$rnd" -gt 28 ] 2>/dev/null && command -v setarch >/dev/null 2>&1 &&
-    setarch "$(uname -m)" -R true >/dev/null 2>&1; then
-    NOASLR="setarch $(uname -m) -R"
-fi
-if ! make -s -j"$JOBS" WERROR=-Werror BUILD="$B/san" SANFLAGS="$SAN" tests; then
-    echo "sanitizers: build FAILED"
-    record sanitizers 0 1 "sanitizer build failed"
-else
-    log=$LOGS/sanitizers.log
-    $TMO env ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-        $NOASLR "$RB/san/test_optree" >"$log" 2>&1
-    rc=$?
-    show "$log"
-    count_phase sanitizers "$log" "$rc"
-fi
-
-# ---------------------------------------------------------------- tsan
-header "tsan: ThreadSanitizer build in $B/tsan, the cases with \"thread\" in their name or file"
-if ! make -s -j"$JOBS" WERROR=-Werror BUILD="$B/tsan" SANFLAGS='-fsanitize=thread' tests; then
-    echo "tsan: build FAILED"
-    record tsan 0 1 "tsan build failed"
-else
-    log=$LOGS/tsan.log
-    $TMO env OPENBLAS_NUM_THREADS=1 \
+phase_tsan() {
+    if ! make -s -j"$LJOBS" WERROR=-Werror BUILD="$B/tsan" SANFLAGS='-fsanitize=thread' tests; then
+        echo "tsan: build FAILED"
+        record tsan 0 1 "tsan build failed"
+        return
+    fi
+    run_logged tsan $TMO env OT_TEST_JOBS="$LJOBS" OPENBLAS_NUM_THREADS=1 \
         TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tools/tsan.supp" \
-        $NOASLR "$RB/tsan/test_optree" thread >"$log" 2>&1
-    rc=$?
-    show "$log"
-    count_phase tsan "$log" "$rc"
-fi
+        $NOASLR "$RB/tsan/test_optree" thread
+}
 
-# ---------------------------------------------------------------- mpi
 # ot_allreduce (src/mpi/allreduce.c, in $B/liboptree_mpi.a) on 2 ranks and
 # on 3 (where the order of a sum shows), then examples/mlp_mpi.c small on 2
 # ranks, checked against one process; only where Open MPI is installed
 # (make deps installs it), reported as skipped otherwise. Not under
 # valgrind or the sanitizers: Open MPI's own start-up is what they report.
-header "mpi: $B/mpi/test_allreduce on 2 and 3 ranks, $B/mpi/mlp_mpi on 2"
-if ! command -v mpicc >/dev/null 2>&1 || ! command -v mpirun >/dev/null 2>&1; then
-    echo "mpi: mpicc or mpirun not installed; skipped"
-    SUMMARY="$SUMMARY
-  mpi: skipped (no mpicc or mpirun)"
-else
+phase_mpi() {
+    if ! command -v mpicc >/dev/null 2>&1 || ! command -v mpirun >/dev/null 2>&1; then
+        echo "mpi: mpicc or mpirun not installed; skipped"
+        skipped mpi "no mpicc or mpirun"
+        return
+    fi
     # Open MPI refuses root unless told; yielding while waiting keeps ranks
     # on shared vCPUs from spinning against each other.
     MPIRUN="env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe --mca mpi_yield_when_idle 1"
@@ -294,9 +324,8 @@ else
     fi
     echo "$mp passed, $mf failed"
     record mpi "$mp" "$mf"
-fi
+}
 
-# ---------------------------------------------------------------- valgrind
 # Every example runs on both backends; the cpu one with its SSE2 kernels,
 # which valgrind can run everywhere. Generated code (src/jit.c) exists for
 # AVX2 and AVX-512, and valgrind runs only the first: where the CPU has
@@ -304,8 +333,6 @@ fi
 # under OT_ISA=avx2, so that memcheck sees that code's loads and stores too
 # (ASan does not see inside generated code; the AVX-512 code is checked
 # natively, bitwise against the interpreter, by the unit tests).
-header "valgrind: $B/examples/* on ref and on cpu (OT_ISA=sse2, and avx2 where the CPU has it; OT_EXAMPLE_SMALL=1)"
-vp=0 vf=0
 # The environment goes before valgrind: "valgrind env ... prog" would check
 # env and run the program natively.
 vg_case() {   # name, log, environment (VAR=value ...), command...
@@ -324,40 +351,91 @@ vg_case() {   # name, log, environment (VAR=value ...), command...
         vf=$((vf + 1))
     fi
 }
-if ! command -v valgrind >/dev/null 2>&1; then
-    echo "valgrind: not installed (make deps installs it)"
-    vf=1
-else
-    avx2=0
-    if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then avx2=1; fi
-    for ex in "$RB"/examples/*; do
-        if [ ! -f "$ex" ] || [ ! -x "$ex" ]; then continue; fi
-        name=$(basename "$ex")
-        for backend in ref cpu; do
-            vg_case "$name ($backend)" "$LOGS/valgrind-$name-$backend.log" \
-                "OT_BACKEND=$backend OT_ISA=sse2 OT_EXAMPLE_SMALL=1" "$ex"
+
+phase_valgrind() {
+    vp=0 vf=0
+    if ! command -v valgrind >/dev/null 2>&1; then
+        echo "valgrind: not installed (make deps installs it)"
+        vf=1
+    else
+        avx2=0
+        if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then avx2=1; fi
+        for ex in "$RB"/examples/*; do
+            if [ ! -f "$ex" ] || [ ! -x "$ex" ]; then continue; fi
+            name=$(basename "$ex")
+            for backend in ref cpu; do
+                vg_case "$name ($backend)" "$LOGS/valgrind-$name-$backend.log" \
+                    "OT_BACKEND=$backend OT_ISA=sse2 OT_EXAMPLE_SMALL=1" "$ex"
+            done
+            if [ "$avx2" -eq 1 ]; then
+                vg_case "$name (cpu, OT_ISA=avx2: generated code)" "$LOGS/valgrind-$name-avx2.log" \
+                    "OT_BACKEND=cpu OT_ISA=avx2 OT_EXAMPLE_SMALL=1" "$ex"
+            fi
         done
         if [ "$avx2" -eq 1 ]; then
-            vg_case "$name (cpu, OT_ISA=avx2: generated code)" "$LOGS/valgrind-$name-avx2.log" \
-                "OT_BACKEND=cpu OT_ISA=avx2 OT_EXAMPLE_SMALL=1" "$ex"
+            vg_case "unit tests jit_* (OT_ISA=avx2)" "$LOGS/valgrind-jit-tests.log" \
+                "OT_ISA=avx2 OT_TEST_NOFORK=1" "$RB/test_optree" jit
         fi
-    done
-    if [ "$avx2" -eq 1 ]; then
-        vg_case "unit tests jit_* (OT_ISA=avx2)" "$LOGS/valgrind-jit-tests.log" \
-            "OT_ISA=avx2 OT_TEST_NOFORK=1" "$RB/test_optree" jit
     fi
-fi
-echo "$vp passed, $vf failed"
-record valgrind "$vp" "$vf"
+    echo "$vp passed, $vf failed"
+    record valgrind "$vp" "$vf"
+}
 
-# ---------------------------------------------------------------- arm64
-if [ "$(uname -m)" = x86_64 ] && [ "${OT_TEST_ARM64:-1}" != 0 ]; then
-    header "arm64: the NEON table under qemu-aarch64 (ARM64_QUICK=1 tools/test_arm64.sh, $B/arm64)"
-    log=$LOGS/arm64.log
-    ARM64_QUICK=1 BUILD_ARM64="$B/arm64" JOBS="$JOBS" $TMO sh tools/test_arm64.sh >"$log" 2>&1
-    rc=$?
-    show "$log"
-    count_phase arm64 "$log" "$rc"
+phase_arm64() {
+    run_logged arm64 $TMO env ARM64_QUICK=1 BUILD_ARM64="$B/arm64" JOBS="$LJOBS" sh tools/test_arm64.sh
+}
+
+# ---------------------------------------------------------------- build
+mkdir -p "$LOGS"
+: >"$RECORDS"
+rm -f "$LOGS"/*.cpu
+echo "==== build: make all (-j$JOBS)"
+# The public op header is generated from src/ops.def but committed (users
+# build without awk's help); checked before make would regenerate it.
+if ! sh tools/gen_ops.sh src/ops.def | cmp -s - include/optree_ops.h; then
+    echo "build: include/optree_ops.h is stale: run make (tools/gen_ops.sh) and commit it"
+    record build 0 1 "stale include/optree_ops.h"
+    finish
+fi
+if ! make -s -j"$JOBS" WERROR=-Werror all; then
+    echo "build: FAILED"
+    record build 0 1 "make all failed"
+    finish
+fi
+echo "build: ok, $(($(date +%s) - START)) s"
+skipped build ok
+
+# ---------------------------------------------------------------- make check
+if [ "$MODE" = check ]; then
+    # The unit runner on all but one CPU, NumPy's single thread on the last.
+    UNIT_JOBS=$((JOBS > 1 ? JOBS - 1 : 1))
+    phase unit "$RB/test_optree (OT_TEST_JOBS=$UNIT_JOBS)" &
+    phase numpy "$PY tests/diff_numpy.py $B/liboptree.so"
+    wait
+    finish
 fi
 
+# ---------------------------------------------------------------- lanes
+UNIT_JOBS=$LJOBS
+lane1() {
+    phase library "SONAME and exported symbols of $B/liboptree.so"
+    phase unit "$RB/test_optree (OT_TEST_JOBS=$UNIT_JOBS)"
+    phase sanitizers "ASan + UBSan build in $B/san"
+    # The libFuzzer phase (make fuzz-inputs under ASan + UBSan) goes here.
+    phase cli "$PY tests/cli_check.py $B/optree-bench"
+    phase docs "$PY tools/doc_check.py: the C blocks of README.md and docs/"
+}
+lane2() {
+    phase clang-O0 "clang -O0 build of everything in $B/clang-O0"
+    phase numpy "$PY tests/diff_numpy.py $B/liboptree.so"
+    phase tsan "ThreadSanitizer build in $B/tsan, the cases with \"thread\" in their name or file"
+    phase mpi "$B/mpi/test_allreduce on 2 and 3 ranks, $B/mpi/mlp_mpi on 2"
+    phase valgrind "$B/examples/* on ref and on cpu (OT_ISA=sse2, and avx2 where the CPU has it; OT_EXAMPLE_SMALL=1)"
+    if [ "$(uname -m)" = x86_64 ] && [ "${OT_TEST_ARM64:-1}" != 0 ]; then
+        phase arm64 "the NEON table under qemu-aarch64 (ARM64_QUICK=1 tools/test_arm64.sh, $B/arm64)"
+    fi
+}
+lane1 &
+lane2
+wait
 finish

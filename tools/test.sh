@@ -49,7 +49,7 @@
 # $BUILD/test-logs/.
 #
 # `make check` runs `tools/test.sh check`: the build, then the unit and
-# numpy phases side by side (the unit runner on JOBS - 1 CPUs).
+# numpy phases side by side (the unit runner on JOBS CPUs beside NumPy).
 #
 # The $TMO, $TMO_EX and $NOASLR prefixes below are split on purpose.
 # shellcheck disable=SC2086
@@ -180,11 +180,14 @@ phase() {
     (
         T0=$(date +%s)
         "phase_$(echo "$_name" | tr - _)"
-        times | awk -v ph="$_name" -v t0="$T0" -v now="$(date +%s)" -v cpu="$LOGS/$_name.cpu" '
+        # times into a file: in a pipeline it would run in a child of its
+        # own, which has no children to report.
+        times >"$LOGS/$_name.times"
+        awk -v ph="$_name" -v t0="$T0" -v now="$(date +%s)" -v cpu="$LOGS/$_name.cpu" '
             function s(x) { split(x, a, "m"); return a[1] * 60 + a[2] }
             NR == 2 { c = s($1) + s($2)
                       printf "---- %s: %d s wall, %.0f s cpu\n", ph, now - t0, c
-                      printf "%.0f\n", c > cpu }'
+                      printf "%.0f\n", c > cpu }' "$LOGS/$_name.times"
     ) >"$LOGS/$_name.out" 2>&1
     { echo; echo "==== $_name: $_title"; cat "$LOGS/$_name.out"; }
 }
@@ -388,7 +391,7 @@ phase_arm64() {
 # ---------------------------------------------------------------- build
 mkdir -p "$LOGS"
 : >"$RECORDS"
-rm -f "$LOGS"/*.cpu
+rm -f "$LOGS"/*.cpu "$LOGS"/*.times
 echo "==== build: make all (-j$JOBS)"
 # The public op header is generated from src/ops.def but committed (users
 # build without awk's help); checked before make would regenerate it.
@@ -407,8 +410,9 @@ skipped build ok
 
 # ---------------------------------------------------------------- make check
 if [ "$MODE" = check ]; then
-    # The unit runner on all but one CPU, NumPy's single thread on the last.
-    UNIT_JOBS=$((JOBS > 1 ? JOBS - 1 : 1))
+    # The unit runner on every CPU and NumPy's single thread beside it: the
+    # unit phase is the longer, so the CPUs stay busy to the end.
+    UNIT_JOBS=$JOBS
     phase unit "$RB/test_optree (OT_TEST_JOBS=$UNIT_JOBS)" &
     phase numpy "$PY tests/diff_numpy.py $B/liboptree.so"
     wait

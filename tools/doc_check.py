@@ -80,7 +80,7 @@ def split_fragment(code):
     return "\n".join(lines[:n]), "\n".join(lines[n:])
 
 
-def compile_cmd(args, code, mpi):
+def compile_cmd(args, mpi):
     cc = os.environ.get("MPICC", "mpicc") if mpi else args.cc
     return [cc, *CFLAGS]
 
@@ -104,7 +104,7 @@ def check(args, md, line, context, code, tmp):
               "#include <stdlib.h>\n#include <string.h>\n" % where
     if program:
         src = prelude + context + "\n#line %d \"%s\"\n" % (line + 1, md) + code
-        cmd = compile_cmd(args, code, mpi) + ["-o", base, base + ".c",
+        cmd = compile_cmd(args, mpi) + ["-o", base, base + ".c",
                                                os.path.join(args.build, "liboptree.a"), *LIBS]
     else:
         outside, body = split_fragment(code)
@@ -113,7 +113,7 @@ def check(args, md, line, context, code, tmp):
                ("#line %d \"%s\"\n%s\n" % (line + 1, md, outside) if outside else "") +
                "void doc_fragment(void);\nvoid doc_fragment(void)\n{\n" +
                "#line %d \"%s\"\n%s\n}\n" % (line + 1 + nout, md, body))
-        cmd = compile_cmd(args, code, mpi) + FRAGMENT_FLAGS + ["-c", "-o", base + ".o", base + ".c"]
+        cmd = compile_cmd(args, mpi) + FRAGMENT_FLAGS + ["-c", "-o", base + ".o", base + ".c"]
     with open(base + ".c", "w", encoding="utf-8") as f:
         f.write(src)
     p = subprocess.run(cmd, capture_output=True, text=True)

@@ -51,9 +51,11 @@ softmax, logsoftmax, cross_entropy) may also differ by its ops' roundings,
     +-DBL_MAX-sized f64 inputs), IEEE summation is order-dependent and any
     result is accepted for that element.
 Integers. Float values stored into i32 outputs (cast, onehot) truncate
-toward zero, NaN gives 0, out-of-range values saturate. int32 arithmetic
-(add sub mul neg abs sqr, and sum) wraps modulo 2^32 as NumPy's int32 does;
-the reference computes it exactly in int64 and wraps.
+toward zero, NaN gives 0, out-of-range values saturate. int32 elementwise
+arithmetic (add sub mul neg abs sqr) wraps modulo 2^32 as NumPy's int32
+does; the reference computes it exactly in int64 and wraps. An int32 sum is
+exact (NumPy's int64 accumulation); one outside int32's range must fail
+with OT_EOVERFLOW naming the sum (issue 31), where NumPy would wrap it.
 
 Dtypes follow DESIGN.md section 3: f32 with f64 gives f64; i32 with a float
 tensor gives the float; an ot_const is weak and takes the tensor's dtype,
@@ -1283,6 +1285,29 @@ def make_output(lib, rng, shape, dt, kind, owned):
     return tv, check_outside
 
 
+OT_EOVERFLOW = -9
+
+
+def fits_i32(v):
+    v = np.asarray(v, dtype=np.int64)
+    return bool(np.all((v >= -2 ** 31) & (v < 2 ** 31)))
+
+
+def expect_int_overflow(lib, assign, node, dt, where):
+    """An int32 sum outside int32's range: assign(out, node) must fail with
+    OT_EOVERFLOW naming the sum; returns None or a failure text."""
+    shape = shape_tuple(lib.c.ot_node_shape(node))
+    out = lib.c.ot_empty(lib.be, mkshape(shape), dt)
+    try:
+        rc = assign(out, node)
+        if rc != OT_EOVERFLOW or 'sum' not in lib.errmsg():
+            return '%s: int32 sum outside int32: expected OT_EOVERFLOW naming the sum, got %d ' \
+                   '(%s)' % (where, rc, lib.errmsg())
+        return None
+    finally:
+        lib.c.ot_tensor_free(out)
+
+
 def run_trial(lib, rng, op, t):
     """Builds, assigns and checks one trial; returns None or a failure text."""
     owned = []
@@ -1309,11 +1334,14 @@ def run_trial(lib, rng, op, t):
             a = lib.build(t.inner, a)
         where = '%s%s%s' % (t.desc + ': ' if t.desc else '', ', '.join(descs),
                             '' if t.out == 'contig' else ' out=%s' % t.out)
-        # int32 arithmetic wraps modulo 2^32 (NumPy's int32; ref.c does the
-        # same), so it is computed exactly in int64 and wrapped; everything
-        # else on i32 operands is exact in float64
+        # int32 elementwise arithmetic wraps modulo 2^32 (NumPy's int32;
+        # ref.c does the same), so it is computed exactly in int64 and
+        # wrapped; an int32 sum is exact in int64, and one outside int32's
+        # range must be OT_EOVERFLOW (issue 31), not NumPy's wrapped value;
+        # everything else on i32 operands is exact in float64
         wrap = t.dtype == I32 and (op.wrap or t.inner == 'neg') and \
             all(o[0] == 't' and o[1].dtype == np.int32 for o in t.operands)
+        int_sum = wrap and op.kind == 'reduce'
         if wrap:
             vals = [v.astype(np.int64) for v in vals]
         try:
@@ -1335,7 +1363,9 @@ def run_trial(lib, rng, op, t):
         scale = amb = None
         if isinstance(res, tuple):
             res, scale, amb = res
-        if wrap:
+        if int_sum and not fits_i32(res):
+            return expect_int_overflow(lib, lib.c.ot_assign_node, node, t.dtype, where)
+        if wrap and not int_sum:
             res = (np.asarray(res, dtype=np.int64) + 2 ** 31) % 2 ** 32 - 2 ** 31
         res = np.asarray(res, dtype=np.float64)
         shape = shape_tuple(lib.c.ot_node_shape(node))
@@ -1634,7 +1664,8 @@ SV_REF = {
 SV_EXACT = {'finite', 'neg', 'abs', 'sgn', 'sqr', 'rint', 'relu', 'add', 'sub', 'mul', 'div',
             'eq', 'ne', 'lt', 'le', 'gt', 'ge', 'minimum', 'maximum', 'max', 'min', 'argmax',
             'argmin', 'clip', 'sqrt'}
-# int32 arithmetic that wraps modulo 2^32 (computed exactly in int64).
+# int32 arithmetic that wraps modulo 2^32 (computed exactly in int64), and
+# sum, which is exact and OT_EOVERFLOW outside int32's range.
 SV_WRAP = {'neg', 'abs', 'sqr', 'add', 'sub', 'mul', 'sum'}
 # Formulas of several NumPy calls, each rounded: the reference itself is off
 # by up to about 2 ulp in f64, which the f64 budget adds.
@@ -2240,7 +2271,14 @@ def sv_trial(lib, be, op, dt, is_ref, accuracy, desc, arrays, args, inner, ref, 
         vals = [np.float64(a) if isinstance(a, float) else
                 a.astype(np.int64 if dt == I32 else np.float64) for a in arrays]
         exp = ref(*vals)
-        if dt == I32 and op.name in SV_WRAP:     # int32 arithmetic wraps, as NumPy's
+        if dt == I32 and op.name in SV_WRAP and op.kind == OT_KIND_REDUCE:
+            if not fits_i32(exp):       # an exact int32 sum outside int32's range
+                _, err = sv_eval(lib, be, op, arrays, args, inner)
+                if err and err.startswith('assign failed: %d ' % OT_EOVERFLOW) and 'sum' in err:
+                    return None
+                return '%s: int32 sum outside int32: expected OT_EOVERFLOW, got %s' % (
+                    desc, err or 'a result')
+        elif dt == I32 and op.name in SV_WRAP:   # int32 arithmetic wraps, as NumPy's
             exp = (np.asarray(exp, dtype=np.int64) + 2 ** 31) % 2 ** 32 - 2 ** 31
         exp = np.asarray(exp, dtype=np.float64)
         got, err = sv_eval(lib, be, op, arrays, args, inner)

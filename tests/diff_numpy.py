@@ -15,7 +15,10 @@ edges, +-1000 logits, huge values, int32 extremes) through ref and the cpu
 backend under every ISA the CPU has, OT_JIT=0 and 1, threads, OT_FUSION=0
 and OT_ULP35, with classes compared exactly and values in ulp budgets; its
 cases are named "op dtype special@backend", and "landmarks@backend" checks
-the facts issue 13 names against literal values.
+the facts issue 13 names against literal values. "NaN gradients dtype
+special@backend" checks the gradients of abs, relu, maximum, minimum (every
+pair of special values, both operands), clip, max and min against the NaN
+rule (optree.h, autodiff "Rules") written element by element in NumPy.
 
 Loads the shared library with ctypes, builds one op tree per trial through the
 binding entry point ot_build_at, assigns it into an output tensor on the
@@ -159,6 +162,9 @@ def load(path):
         'ot_op_kind': (I, [I]),
         'ot_op_arity': (I, [I]),
         'ot_op_flags': (C.c_uint, [I]),
+        'ot_autodiff_new': (P, [P, P]),
+        'ot_autodiff_grad': (P, [P, P]),
+        'ot_autodiff_free': (None, [P]),
     }
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name)
@@ -2172,6 +2178,108 @@ def sv_fma(lib, be, dt, is_ref):
     return fails
 
 
+def nan_rule_select(a, b, wins):
+    """The gradient share of operand a of maximum (wins: a > b) or minimum
+    (wins: a < b) under the NaN rule (optree.h, autodiff "Rules"): NaN where
+    a is NaN, 0 where b is (the NaN won), else 1, 0.5 at a tie, 0."""
+    with np.errstate(invalid='ignore'):
+        share = np.where(wins, 1.0, np.where(a == b, 0.5, 0.0))
+    return np.where(np.isnan(a), np.nan, np.where(np.isnan(b), 0.0, share))
+
+
+def nan_rule_max_row(x, mx):
+    """d max(x)/dx (mx) or d min(x)/dx of one row: NaN at each NaN and 0
+    elsewhere when the row holds one, else 1/ties at the extremes."""
+    nan = np.isnan(x)
+    if nan.any():
+        return np.where(nan, np.nan, 0.0)
+    ext = (x == (x.max() if mx else x.min())).astype(np.float64)
+    return ext / ext.sum()
+
+
+def sv_grad(lib, be, dt, build, arrays, wrt):
+    """The gradient (next_error ones) of build(nodes) w.r.t. arrays[wrt] on
+    be, as float64 values, or (None, failure text)."""
+    owned = []
+    pool = lib.c.ot_pool_push()
+    ad = None
+    try:
+        tens = []
+        for arr in arrays:
+            arr = np.ascontiguousarray(arr, dtype=NP_DT[dt])
+            t = lib.c.ot_array(be, mkshape(arr.shape), dt, arr.ctypes.data)
+            if not t:
+                return None, 'ot_array failed: %s' % lib.errmsg()
+            owned.append(t)
+            tens.append(t)
+        f = build([lib.c.ot_tensor_node(t) for t in tens])
+        ad = lib.c.ot_autodiff_new(f, None) if f else None
+        g = lib.c.ot_autodiff_grad(ad, tens[wrt]) if ad else None
+        if not g:
+            return None, 'gradient failed: %s' % lib.errmsg()
+        shape = arrays[wrt].shape
+        out = lib.c.ot_empty(be, mkshape(shape), dt)
+        owned.append(out)
+        rc = lib.c.ot_assign_node(out, g)
+        if rc:
+            return None, 'assign failed: %d %s' % (rc, lib.errmsg())
+        rc, host = lib.get(out, shape, dt)
+        return (host.astype(np.float64), None) if rc == 0 else (None, 'ot_get failed')
+    finally:
+        if ad:
+            lib.c.ot_autodiff_free(ad)
+        lib.c.ot_pool_pop(pool)
+        for t in reversed(owned):
+            lib.c.ot_tensor_free(t)
+
+
+def sv_nan_grads(lib, be, dt, is_ref):
+    """Failure texts of the NaN rule for gradients over the special values
+    (every pair for maximum and minimum, both operands): the reference is
+    the rule written element by element in NumPy, compared exactly (NaN
+    matches NaN)."""
+    del is_ref                          # the rule is exact on every backend
+    v = np.array(SV_VALUES[dt], dtype=NP_DT[dt]).astype(np.float64)
+    a, b = np.repeat(v, len(v)), np.tile(v, len(v))
+    rows = np.stack([v, np.where(np.isnan(v), 0.0, v), np.where(np.isnan(v), 1.0, v)])
+    fl = (lambda r: np.asarray(r, dtype=NP_DT[dt]).astype(np.float64))
+    un = (lambda name: lambda n: lib.build(name, n[0]))
+    bi = (lambda name: lambda n: lib.build(name, n[0], n[1]))
+    with np.errstate(invalid='ignore'):
+        cases = [
+            ('abs', un('abs'), [v], 0, np.sign(v)),
+            ('relu', un('relu'), [v], 0, np.where(np.isnan(v), np.nan, (v > 0) * 1.0)),
+            ('maximum da', bi('maximum'), [a, b], 0, nan_rule_select(a, b, a > b)),
+            ('maximum db', bi('maximum'), [a, b], 1, nan_rule_select(b, a, b > a)),
+            ('minimum da', bi('minimum'), [a, b], 0, nan_rule_select(a, b, a < b)),
+            ('minimum db', bi('minimum'), [a, b], 1, nan_rule_select(b, a, b < a)),
+            ('clip(-1, 2)', lambda n: lib.build('clip', n[0], None, mkargs(lo=-1.0, hi=2.0)),
+             [v], 0, np.where(np.isnan(v), np.nan, ((v >= -1) & (v <= 2)) * 1.0)),
+            ('max rows', lambda n: lib.build('max', n[0], None, mkargs(axis=1)), [rows], 0,
+             np.stack([nan_rule_max_row(r, True) for r in fl(rows)])),
+            ('min rows', lambda n: lib.build('min', n[0], None, mkargs(axis=1)), [rows], 0,
+             np.stack([nan_rule_max_row(r, False) for r in fl(rows)])),
+        ]
+    fails = []
+    for name, build, arrays, wrt, want in cases:
+        got, err = sv_grad(lib, be, dt, build, arrays, wrt)
+        if err:
+            fails.append('NaN gradient of %s: %s' % (name, err))
+            continue
+        want = fl(want)
+        bad = ~((np.isnan(got) & np.isnan(want)) | (got == want))
+        if bad.any():
+            ix = np.argwhere(bad)[:3]
+            fails.append('NaN gradient of %s: %d of %d wrong, %s' % (
+                name, int(bad.sum()), bad.size, '; '.join(
+                    'at %s (inputs %s): got %r, the rule says %r' % (
+                        tuple(int(i) for i in k),
+                        ', '.join(repr(float(x[tuple(k)] if x.ndim == len(k) else x[k[-1]]))
+                                  for x in arrays), got[tuple(k)], want[tuple(k)])
+                    for k in ix)))
+    return fails
+
+
 def sv_sigmoid_tree(lib, be, dt, is_ref):
     """Failure texts of 1 / (1 + exp(-x)) written out as a tree, in both
     orders of the add. The cpu backend folds it into its sigmoid (README:
@@ -2233,7 +2341,8 @@ def sv_run(lib, ops, only, max_fails, verbose):
                 else:
                     passed += 1
                 for dt in FD:
-                    for what, fn in (('fma', sv_fma), ('sigmoid tree', sv_sigmoid_tree)):
+                    for what, fn in (('fma', sv_fma), ('sigmoid tree', sv_sigmoid_tree),
+                                     ('NaN gradients', sv_nan_grads)):
                         fails = fn(lib, be, dt, is_ref)
                         if fails:
                             failed += 1

@@ -260,6 +260,12 @@ TEST(ints_mean_exact)
         CHECK_INT(ot_get(o2, g2), 0);
         CHECK(g2[0] == (double)INT32_MAX);
         CHECK(g2[1] == ((double)INT32_MIN * 2 + 7) / 4);
+        /* var and std of int32 are f64 through this mean: exact deviations */
+        ot_tensor *e = ints(be, OT_SHAPE(2), (const int32_t[]){INT32_MAX, INT32_MIN});
+        CHECK_INT(ot_assign(out, ot_var(e)), 0);
+        CHECK_INT(ot_get(out, &got), 0);
+        CHECK_NEAR(got, 2147483647.5 * 2147483647.5, 1e-15);
+        ot_tensor_free(e);
         ot_pool_pop(pool);
         ot_tensor_free(x);
         ot_tensor_free(c);

@@ -383,7 +383,15 @@ typedef struct ot_args {
 /* The one builder: type and shape checks (NumPy broadcasting, dtype
  * promotion, axis range), then a new node owned by the current pool. args
  * may be NULL for ops that take none; bindings pass axis = OT_AXIS_ALL
- * explicitly. file and line are recorded for messages (NULL and 0 are ok). */
+ * explicitly. file and line are recorded for messages (NULL and 0 are ok).
+ * Promotion (README "Dtypes and promotion" has the table): two tensors of
+ * one dtype keep it, f32 with f64 gives f64, i32 with f32 gives f32
+ * (PyTorch's rule; NumPy gives f64), i32 with f64 gives f64. A constant is
+ * weak (NumPy 2's Python scalars): it takes the tensor's dtype, but a float
+ * constant with an i32 tensor gives f64. By op: FLOAT ops (div, exp, sqrt,
+ * mean, var, softmax, ...) give f64 for i32; compares give 1 or 0 in the
+ * promoted dtype; argmax/argmin give i32; the rest keep the promoted
+ * dtype, i32 included (elementwise i32 arithmetic wraps modulo 2^32). */
 ot_node *ot_build_at(ot_op op, ot_node *a, ot_node *b, const ot_args *args,
                      const char *file, int line);
 /* args may be a compound literal, commas and all: &(ot_args){.axis = 1, .keepdims = 1}. */
@@ -535,7 +543,13 @@ static inline ot_node *ot__build_transpose(ot_node *x, ot_transpose_opts o, cons
  * reduced, as NumPy's axis=None. max, min, argmax and argmin over zero
  * elements are OT_EEMPTY; argmax/argmin give OT_I32 flat indices (first
  * occurrence; a NaN wins, as in NumPy), and an index range beyond INT32_MAX
- * is OT_EOVERFLOW. */
+ * is OT_EOVERFLOW. sum of OT_I32 is OT_I32, summed exactly: a result that
+ * does not fit int32 fails the assignment (or ot_eval, or program run)
+ * with OT_EOVERFLOW naming the sum's file:line, the operand's shape and the
+ * axis, never a wrapped value (the ref backend then writes no output; the
+ * cpu backend's outputs hold what the run wrote, that sum saturated).
+ * mean of OT_I32 is OT_F64: the exact sum rounded once, divided by the
+ * count. */
 #define ot_sum(x, ...) OT__REDUCE(OT_OP_SUM, OT__NODE(x), NULL, __VA_ARGS__)
 #define ot_max(x, ...) OT__REDUCE(OT_OP_MAX, OT__NODE(x), NULL, __VA_ARGS__)
 #define ot_min(x, ...) OT__REDUCE(OT_OP_MIN, OT__NODE(x), NULL, __VA_ARGS__)
@@ -740,7 +754,14 @@ int ot_explain_many(int n, ot_tensor *const outs[], ot_node *const trees[], FILE
  * axis, as in neon), w.r.t. t as minus the loss's own log p, and
  * logsoftmax's goes through exp of its own stable value. Ties of max, min,
  * maximum and minimum share the gradient equally among the tied elements;
- * clip passes it on the closed interval [lo, hi]. Non-differentiable ops
+ * clip passes it on the closed interval [lo, hi]. NaN: an operand that is
+ * NaN gets a NaN gradient from every op whose derivative selects by its
+ * value (abs, relu, maximum, minimum, max, min, clip, safelog's floor); one
+ * that is not NaN gets 0 from a selection a NaN won (maximum(NaN, 2): NaN
+ * for the first operand, 0 for the second, in either order; max of a line
+ * holding NaNs: NaN for each NaN, 0 for the rest). Ops whose derivative
+ * does not depend on the operand (add, sub, neg, sum, mean) pass g on, and
+ * formulas give what IEEE arithmetic gives. Non-differentiable ops
  * (compares, sgn, finite, rint, argmax, argmin, onehot, rand), integer
  * values and constants contribute zero; an integer tensor's gradient is
  * zeros. An op without a rule is OT_EUNSUPPORTED, naming the op and the

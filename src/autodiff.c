@@ -275,16 +275,35 @@ static void push(const ctx *c, sweep *s, ot_node *n, ot_node *g)
 
 /* ---- rules: elementwise -------------------------------------------------- */
 
+/* NaN where x is NaN, else 0 (sgn is never infinite): added to the mask of
+ * a selection, it gives a NaN operand a NaN gradient (the NaN rule of
+ * optree.h, "Rules"), where the mask alone would give it 0. */
+static ot_node *nan_mark(const ctx *c, ot_node *x)
+{
+    return B(c, OT_OP_MUL, B(c, OT_OP_SGN, x, NULL), K(0.0));
+}
+
+/* An extremum operand's share w under the NaN rule: 0 where the other
+ * operand is NaN (the NaN won: eq(other, other) is 0 there), NaN where this
+ * one is. A constant other operand that is not NaN never wins so. */
+static ot_node *share(const ctx *c, ot_node *w, ot_node *self, ot_node *other)
+{
+    if (other->kind != OT_NODE_CONST || isnan(other->value))
+        w = B(c, OT_OP_MUL, w, B(c, OT_OP_EQ, other, other));
+    return B(c, OT_OP_ADD, w, nan_mark(c, self));
+}
+
 /* maximum and minimum: the winner takes g, a tie gives each half. w is a's
- * share: (a > b) + (a >= b) halved. */
+ * share: (a > b) + (a >= b) halved; a NaN operand wins (the op returns it)
+ * and gets NaN. */
 static void extremum_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
 {
     bool mx = n->op == OT_OP_MAXIMUM;
     ot_node *a = n->a, *b = n->b;
     ot_node *w = B(c, OT_OP_MUL, B(c, OT_OP_ADD, B(c, mx ? OT_OP_GT : OT_OP_LT, a, b),
                                     B(c, mx ? OT_OP_GE : OT_OP_LE, a, b)), K(0.5));
-    if (want(s, a)) push(c, s, a, mul(c, g, w));
-    if (want(s, b)) push(c, s, b, mul(c, g, B(c, OT_OP_SUB, K(1.0), w)));
+    if (want(s, a)) push(c, s, a, mul(c, g, share(c, w, a, b)));
+    if (want(s, b)) push(c, s, b, mul(c, g, share(c, B(c, OT_OP_SUB, K(1.0), w), b, a)));
 }
 
 /* pow, by PyTorch's rules (pow_backward, pow_backward_exponent):
@@ -342,10 +361,13 @@ static void reduce_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
     } else if (n->op == OT_OP_MEAN) {
         int64_t count = axis == OT_AXIS_ALL ? ot__numel(&x->shape) : x->shape.dims[axis];
         push(c, s, x, B(c, OT_OP_DIV, ge, K((double)count)));
-    } else { /* MAX, MIN: shared equally among the elements equal to it */
+    } else {
+        /* MAX, MIN: shared equally among the elements equal to it. A NaN
+         * extreme equals nothing (mask and ties 0, the ties taken as 1):
+         * the NaN elements get NaN, the others 0 (the NaN rule). */
         ot_node *mask = B(c, OT_OP_EQ, x, expand_back(c, n, n));
-        ot_node *ties = reduce(c, OT_OP_SUM, mask, axis, true);
-        push(c, s, x, mul(c, ge, B(c, OT_OP_DIV, mask, ties)));
+        ot_node *ties = B(c, OT_OP_MAXIMUM, reduce(c, OT_OP_SUM, mask, axis, true), K(1.0));
+        push(c, s, x, mul(c, ge, B(c, OT_OP_ADD, B(c, OT_OP_DIV, mask, ties), nan_mark(c, x))));
     }
 }
 
@@ -572,11 +594,12 @@ static void cross_entropy_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
     if (want(s, t)) push(c, s, t, B(c, OT_OP_NEG, mul(c, ge, logp), NULL));
 }
 
+/* g on [lo, hi], NaN at a NaN x (the NaN rule). */
 static void clip_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
 {
     ot_node *x = n->tag_a;
-    push(c, s, x, mul(c, g, B(c, OT_OP_MUL, B(c, OT_OP_GE, x, K(n->args.lo)),
-                              B(c, OT_OP_LE, x, K(n->args.hi)))));
+    ot_node *in = B(c, OT_OP_MUL, B(c, OT_OP_GE, x, K(n->args.lo)), B(c, OT_OP_LE, x, K(n->args.hi)));
+    push(c, s, x, mul(c, g, B(c, OT_OP_ADD, in, nan_mark(c, x))));
 }
 
 static void squared_l2_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)

@@ -21,7 +21,7 @@ static int cpu_assign_many(ot_backend *be, int n, ot_tensor *const outs[], ot_no
     ot_binding bind;
     int rc = ot__plan_get(be, n, outs, trees, &plan, &walk, &bind);
     if (rc) return rc;
-    rc = ot__plan_run(be, plan, &bind);
+    rc = ot__plan_run(be, plan, &bind, n, trees);
     if (!bind.borrowed) ot__plan_release(plan);
     ot__walk_done(be, walk);
     if (rc == 0) atomic_fetch_add(&be->stats.assigns, 1);

@@ -217,6 +217,8 @@ typedef struct ot_kernel {
     int red_op;                     /* REDUCE: OT_OP_SUM/MAX/MIN/MEAN/ARG* */
     int red_axis;                   /* REDUCE: iteration dim, or -1 for all */
     int64_t red_count;              /* REDUCE: elements per result (mean) */
+    int red_entry;                  /* REDUCE: its node's walk entry, which
+                                       an overflow's message names */
     bool col_blocked;               /* EW: walk column blocks (transposed
                                        inputs stay in cache) */
     /* DOT (src/blas.c): per batch index, C[m,n] = alpha*A[m,k] B[k,n] +
@@ -265,7 +267,7 @@ typedef struct ot_segment {
                                        so it stays in cache), or -1 */
 } ot_segment;
 
-#define OT_RUN_REGIONS 9
+#define OT_RUN_REGIONS 8
 typedef struct ot_plan {
     atomic_int refs;                /* the cache's reference plus runs' */
     _Atomic(char *) arena;          /* temporaries' memory, kept between runs
@@ -341,14 +343,22 @@ bool ot__dot_scratch(const ot_kernel *k, size_t *bytes);
 void ot__run_dot(const ot_kernel *k, char *const base[2], char *dst,
                  const double *param, char *scratch);
 /* exec.c: ot__plan_run_prepare lays out a run's scratch once, after the
- * plan's code is generated (tiles depend on it); ot__plan_run runs it. */
+ * plan's code is generated (tiles depend on it); ot__plan_run runs it for
+ * the n trees it was planned from: an int32 sum that does not fit int32 is
+ * OT_EOVERFLOW naming the sum's node (the outputs then hold what the run
+ * wrote: the other results, and that sum saturated). */
 void ot__plan_run_prepare(ot_plan *p);
-int ot__plan_run(ot_backend *be, ot_plan *p, const ot_binding *bind);
+int ot__plan_run(ot_backend *be, ot_plan *p, const ot_binding *bind, int n,
+                 ot_node *const trees[]);
 /* The same in two halves, for a caller that keeps its own arena (a program
  * shares one between its steps): the bytes a run of p needs (false when the
- * size overflows), and a run in an arena of at least that many bytes. */
+ * size overflows), and a run in an arena of at least that many bytes, which
+ * returns the first kernel whose int32 sum overflowed, or -1; then
+ * ot__plan_overflow records the error for that kernel of p, planned from
+ * trees, and returns OT_EOVERFLOW. */
 bool ot__plan_run_bytes(const ot_backend *be, const ot_plan *p, size_t *bytes);
-void ot__plan_run_at(ot_backend *be, const ot_plan *p, const ot_binding *bind, char *arena);
+int ot__plan_run_at(ot_backend *be, const ot_plan *p, const ot_binding *bind, char *arena);
+int ot__plan_overflow(const ot_plan *p, int kernel, int n, ot_node *const trees[]);
 /* A plan whose p->direct is set (one kernel of generated elementwise code
  * over one span, at most a tile, whose loads are read in place and whose
  * result is stored in place, with no tail) runs as one call of its code,

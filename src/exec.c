@@ -50,8 +50,7 @@ enum {
     R_ACC,                     /* column reductions: accumulators per tile */
     R_SUM,                     /* ... and float sums */
     R_BASE,                    /* load bases of a kernel with more than 16 */
-    R_PARTIAL,                 /* REDUCE over all: value and i32 sum per chunk */
-    R_PINDEX,                  /* ... and index per chunk */
+    R_PARTIAL,                 /* REDUCE over all: an accumulator per chunk */
     R_PACK,                    /* DOT: operands packed for BLAS */
     R_COUNT
 };
@@ -61,6 +60,7 @@ typedef struct run_mem {
     char *slots;               /* slot 0, then the workers'; NULL when full is 0 */
     size_t full, worker;       /* bytes of slot 0 and of each worker's */
     size_t off[R_COUNT];
+    atomic_int *overflow;      /* the first kernel whose int32 sum overflowed */
 } run_mem;
 
 /* A region of slot `slot`, or NULL when the run needs no slots. */
@@ -85,8 +85,8 @@ typedef struct run_ctx {
     int64_t tile, inner, nouter, tiles_per_row;
     int64_t ew_per_chunk;      /* EW: tiles per chunk (ew_tiles_per_chunk) */
     int64_t rest;              /* column reductions: results per tile column */
-    double *partial;           /* REDUCE over all: one per chunk */
-    int64_t *partial_index;
+    racc *partial;             /* REDUCE over all: one per chunk */
+    int kernel;                /* the kernel's index in its plan */
 } run_ctx;
 
 /* Rows of a transposed input gathered together, up to TG_MAX_ROWS at a
@@ -513,7 +513,7 @@ static void ew_body(run_ctx *c, scratch *s, int64_t first, int64_t last)
 struct racc {
     double v;
     int64_t index;
-    int64_t isum;              /* i32 sums wrap like NumPy's int32 */
+    ot__wide isum;             /* int32 sums and means: exact */
 };
 
 static bool is_arg(int op) { return op == OT_OP_ARGMAX || op == OT_OP_ARGMIN; }
@@ -521,7 +521,7 @@ static bool wants_max(int op) { return op == OT_OP_MAX || op == OT_OP_ARGMAX; }
 
 static racc racc_identity(int op)
 {
-    racc a = {0, 0, 0};
+    racc a = {0, 0, {0, 0}};
     if (op == OT_OP_MAX || op == OT_OP_ARGMAX) a.v = -INFINITY;
     if (op == OT_OP_MIN || op == OT_OP_ARGMIN) a.v = INFINITY;
     a.index = -1;
@@ -550,8 +550,11 @@ static void racc_tile(const run_ctx *c, racc *a, const void *vals, bool scalar, 
     const ot_kernel *k = c->k;
     int kd = k->result_kd, op = k->red_op;
     if (n <= 0) return;
-    if (kd == OT_KD_I32 && (op == OT_OP_SUM)) {
-        for (int64_t i = 0; i < n; i++) a->isum += ((const int32_t *)vals)[scalar ? 0 : i];
+    if (kd == OT_KD_I32 && (op == OT_OP_SUM || op == OT_OP_MEAN)) {
+        const int32_t *x = vals;
+        int64_t t = scalar ? (int64_t)x[0] * n : 0;   /* n <= a tile: |t| < 2^62 */
+        for (int64_t i = 0; i < n && !scalar; i++) t += x[i];
+        ot__wide_add(&a->isum, t);
         return;
     }
     if (kd != OT_KD_I32 && !is_arg(op)) {
@@ -572,13 +575,34 @@ static void racc_tile(const run_ctx *c, racc *a, const void *vals, bool scalar, 
                   i0 + i);
 }
 
+/* Notes that kernel c->kernel overflowed, keeping the lowest index of a run
+ * (kernels of row blocks run concurrently). */
+static void note_overflow(const run_ctx *c)
+{
+    int seen = atomic_load(c->mem->overflow);
+    while ((seen < 0 || c->kernel < seen) &&
+           !atomic_compare_exchange_weak(c->mem->overflow, &seen, c->kernel)) {
+    }
+}
+
+/* Stores a's result. An int32 sum that does not fit int32 is noted and
+ * stored saturated: the run then fails with OT_EOVERFLOW. */
 static void racc_store(const run_ctx *c, const racc *a, char *dst)
 {
     const ot_kernel *k = c->k;
     int kd = k->result_kd, op = k->red_op;
     double v = a->v;
-    if (kd == OT_KD_I32 && op == OT_OP_SUM) v = (double)(int32_t)(uint32_t)(uint64_t)a->isum;
-    if (op == OT_OP_MEAN) v = a->v / (double)k->red_count;
+    int32_t i32;
+    if (kd == OT_KD_I32 && op == OT_OP_MEAN) v = ot__wide_double(a->isum) / (double)k->red_count;
+    else if (op == OT_OP_MEAN) v = a->v / (double)k->red_count;
+    if (kd == OT_KD_I32 && op == OT_OP_SUM) {
+        if (ot__wide_int32(a->isum, &i32)) {
+            v = i32;
+        } else {
+            note_overflow(c);
+            v = a->isum.hi < 0 || (a->isum.hi == 0 && a->isum.lo < 0) ? -INFINITY : INFINITY;
+        }
+    }
     if (is_arg(op)) v = (double)(a->index < 0 ? 0 : a->index);
     ot__store(dst, (ot_dtype)k->store.dtype, v);
 }
@@ -712,9 +736,7 @@ static void all_body(run_ctx *c, scratch *s, int64_t first, int64_t last)
             reduce_span(c, s, &a, o, j, n, o * c->inner + j);
             t += tiles;
         }
-        c->partial[chunk * 2] = a.v;
-        c->partial[chunk * 2 + 1] = (double)a.isum;
-        c->partial_index[chunk] = a.index;
+        c->partial[chunk] = a;
     }
 }
 
@@ -859,13 +881,13 @@ static void run_reduce(ot_threads *th, int slot, run_ctx *c)
     } else {
         int64_t nchunks = all_chunks(c);
         c->partial = region(c->mem, slot, R_PARTIAL);
-        c->partial_index = region(c->mem, slot, R_PINDEX);
         ot__parallel(th, slot, nchunks, work, all_chunk, c);
         racc a = racc_identity(k->red_op);
         for (int64_t i = 0; i < nchunks; i++) {
-            a.isum += (int64_t)c->partial[2 * i + 1];
-            if (k->red_op == OT_OP_SUM || k->red_op == OT_OP_MEAN) a.v += c->partial[2 * i];
-            else if (c->partial_index[i] >= 0) racc_fold(&a, k->red_op, c->partial[2 * i], c->partial_index[i]);
+            const racc *pi = &c->partial[i];
+            ot__wide_merge(&a.isum, pi->isum);
+            if (k->red_op == OT_OP_SUM || k->red_op == OT_OP_MEAN) a.v += pi->v;
+            else if (pi->index >= 0) racc_fold(&a, k->red_op, pi->v, pi->index);
         }
         racc_store(c, &a, c->store);
     }
@@ -981,6 +1003,7 @@ static void run_kernel(ot_backend *be, const ot_plan *p, const ot_binding *bind,
         c.store = dst;
         c.param = bind->param;
         c.mem = mem;
+        c.kernel = (int)(whole - p->kernels);
         for (int x = 0; x < kp->nxstore; x++)
             c.xstore[x] = row_base(view_base(p, bind, arena, &kp->xstores[x].view),
                                    &kp->xstores[x].view, r, -1);
@@ -1120,8 +1143,7 @@ static bool run_layout(const ot_plan *p, run_mem *m)
             need(&sz[R_SUM], sizeof(double) * tile);
         } else {
             size_t n = (size_t)all_chunks(&c);
-            need(&sz[R_PARTIAL], sizeof(double) * (2 * n + 2));
-            need(&sz[R_PINDEX], sizeof(int64_t) * (n + 1));
+            need(&sz[R_PARTIAL], sizeof(racc) * (n + 1));
         }
     }
     size_t off = 0;
@@ -1180,14 +1202,52 @@ bool ot__plan_run_bytes(const ot_backend *be, const ot_plan *p, size_t *bytes)
     return ok;
 }
 
-void ot__plan_run_at(ot_backend *be, const ot_plan *p, const ot_binding *bind, char *arena)
+int ot__plan_run_at(ot_backend *be, const ot_plan *p, const ot_binding *bind, char *arena)
 {
-    run_mem mem = {.full = p->run_full, .worker = p->run_worker};
+    atomic_int overflow = -1;
+    run_mem mem = {.full = p->run_full, .worker = p->run_worker, .overflow = &overflow};
     memcpy(mem.off, p->run_off, sizeof mem.off);
     size_t temps = (p->arena_bytes + 63) & ~(size_t)63;
     mem.slots = p->run_full || p->run_worker ? arena + temps : NULL;
     run_kernels(be, p, bind, arena, &mem);
     count_run(be, p);
+    return atomic_load(&overflow);
+}
+
+/* The int32 sum a kernel computes, found again in its trees for the
+ * message: the node of walk entry `entry` (plan_key.c's numbering: walk.c's
+ * post-order over the roots), else the first int32 sum (a program's trees
+ * before its rewrites). */
+typedef struct find_sum {
+    int entry;
+    const ot_node *at, *first;
+} find_sum;
+
+static bool is_int_sum(const ot_node *n)
+{
+    return n->kind == OT_NODE_OP && n->op == OT_OP_SUM && n->dtype == OT_I32;
+}
+
+static int find_visit(ot__walker *w, const ot_node *n, int index, const int operand[2])
+{
+    (void)operand;
+    find_sum *f = w->ctx;
+    if (index == f->entry && is_int_sum(n)) f->at = n;
+    if (!f->first && is_int_sum(n)) f->first = n;
+    return 0;
+}
+
+int ot__plan_overflow(const ot_plan *p, int kernel, int n, ot_node *const trees[])
+{
+    find_sum f = {p->kernels[kernel].red_entry, NULL, NULL};
+    ot__walker w = {.visit = find_visit, .ctx = &f};
+    for (int i = 0; i < n; i++)
+        if (ot__walker_run(&w, trees[i]) < 0) break;
+    ot__walker_free(&w);
+    const ot_node *sum = f.at ? f.at : f.first;
+    if (sum) return ot__int_sum_overflow(sum);
+    return ot__err_set(OT_EOVERFLOW, NULL, 0, "sum", "an int32 sum does not fit int32 (it "
+                       "would wrap); cast the operand to f64 first");
 }
 
 static void count_run(ot_backend *be, const ot_plan *p)
@@ -1241,7 +1301,8 @@ void ot__plan_run_direct(ot_backend *be, const ot_plan *p, const ot_binding *bin
     count_run(be, p);
 }
 
-int ot__plan_run(ot_backend *be, ot_plan *p, const ot_binding *bind)
+int ot__plan_run(ot_backend *be, ot_plan *p, const ot_binding *bind, int n,
+                 ot_node *const trees[])
 {
     if (p->direct) {
         ot__plan_run_direct(be, p, bind);
@@ -1253,7 +1314,7 @@ int ot__plan_run(ot_backend *be, ot_plan *p, const ot_binding *bind)
     if (!ok || (bytes && !(arena = arena_take(p, bytes))))
         return ot__err_set(OT_ENOMEM, NULL, 0, "assign",
                            "out of memory for %zu bytes of temporaries and scratch", bytes);
-    ot__plan_run_at(be, p, bind, arena);
+    int over = ot__plan_run_at(be, p, bind, arena);
     if (arena) arena_give(p, arena);
-    return 0;
+    return over < 0 ? 0 : ot__plan_overflow(p, over, n, trees);
 }

@@ -227,6 +227,57 @@ static inline void ot__store(void *p, ot_dtype dt, double v)
     }
 }
 
+/* An exact sum of integers (int32 sums and means, issue 31): hi * 2^62 + lo
+ * with |lo| < 2^62, so that no sum of int32 values over any tensor wraps
+ * (a plain int64 would after 2^32 elements of 2^31). Terms must be below
+ * 2^62 in magnitude. Both backends add and read it the same way, so an
+ * int32 sum fits or overflows on both alike. */
+typedef struct ot__wide {
+    int64_t hi, lo;
+} ot__wide;
+#define OT__WIDE_UNIT ((int64_t)1 << 62)
+static inline void ot__wide_add(ot__wide *w, int64_t t)
+{
+    w->lo += t;   /* |lo| + |t| < 2^63 */
+    if (w->lo >= OT__WIDE_UNIT) {
+        w->lo -= OT__WIDE_UNIT;
+        w->hi++;
+    } else if (w->lo <= -OT__WIDE_UNIT) {
+        w->lo += OT__WIDE_UNIT;
+        w->hi--;
+    }
+}
+static inline void ot__wide_merge(ot__wide *w, ot__wide x)
+{
+    w->hi += x.hi;
+    ot__wide_add(w, x.lo);
+}
+/* The sum as an int64 when it is one (|hi| <= 1 always fits), else false. */
+static inline bool ot__wide_int64(ot__wide w, int64_t *v)
+{
+    if (w.hi < -1 || w.hi > 1) return false;
+    *v = w.lo + w.hi * OT__WIDE_UNIT;
+    return true;
+}
+/* The sum as an int32 value, or false when it does not fit int32. */
+static inline bool ot__wide_int32(ot__wide w, int32_t *v)
+{
+    int64_t s;
+    if (!ot__wide_int64(w, &s) || s < INT32_MIN || s > INT32_MAX) return false;
+    *v = (int32_t)s;
+    return true;
+}
+/* The sum rounded to double: once, where it fits int64 (any int32 sum of
+ * fewer than 2^32 elements). */
+static inline double ot__wide_double(ot__wide w)
+{
+    int64_t s;
+    return ot__wide_int64(w, &s) ? (double)s : (double)w.hi * (double)OT__WIDE_UNIT + (double)w.lo;
+}
+/* Records "int32 sum ... does not fit" for a sum node n: its operand's
+ * shape, the axis and n's file:line. Returns OT_EOVERFLOW. */
+int ot__int_sum_overflow(const ot_node *n);
+
 /* ot_autodiff_grad, but an error where the gradient cannot be a tree (a
  * variable read through a reshape or slice is scattered when asked): for
  * programs, whose steps evaluate it later. */

@@ -248,6 +248,7 @@ static bool reduce_kernel(compiler *c, prog *g, int e, const storage *dst)
     k->store = reduce_store(dst, r, in);
     k->red_op = r->op;
     k->red_count = r->args.axis == OT_AXIS_ALL ? ot__numel(in) : in->dims[r->args.axis];
+    k->red_entry = e;
     int pin = r->args.axis == OT_AXIS_ALL ? -1 : r->args.axis;
     bool absorbs = absorbing_reduce(c, x) == e;
     if (absorbs) {

@@ -879,8 +879,10 @@ int ot_program_run(ot_program *p, int n, const ot_bind bindings[])
         cstep *c = &s->steps[i];
         for (int j = 0; j < c->npatch; j++)
             c->bind.leaf[c->patches[j].slot] = p->base[c->patches[j].ph] + c->patches[j].off;
+        int over = -1;
         if (c->plan->direct) ot__plan_run_direct(p->be, c->plan, &c->bind);
-        else ot__plan_run_at(p->be, c->plan, &c->bind, s->arena);
+        else over = ot__plan_run_at(p->be, c->plan, &c->bind, s->arena);
+        if (over >= 0) return ot__plan_overflow(c->plan, over, p->steps[i].n, s->steps[i].trees);
     }
     atomic_fetch_add(&p->be->stats.assigns, (uint64_t)p->nstep);
     return 0;

@@ -25,10 +25,12 @@
  * overflows does so here too (the class of every value agrees with cpu; an
  * op computes in double, so its own result is correctly rounded or close).
  *
- * Integers: a node of dtype OT_I32 holds integers. Its arithmetic (add, sub,
- * mul, neg, abs, sqr, pow, sum) is done exactly in 64-bit unsigned
- * arithmetic and wrapped modulo 2^32, as NumPy does for int32. Every other
- * op is exact in double for int32 operands.
+ * Integers: a node of dtype OT_I32 holds integers. Its elementwise
+ * arithmetic (add, sub, mul, neg, abs, sqr, pow) is done exactly in 64-bit
+ * unsigned arithmetic and wrapped modulo 2^32, as NumPy does for int32.
+ * Sums and means of int32 values accumulate exactly (ot__wide), and a sum
+ * that does not fit int32 is OT_EOVERFLOW, never a wrapped value (issue
+ * 31). Every other op is exact in double for int32 operands.
  */
 #include "internal.h"
 #include "ops.h"
@@ -373,18 +375,49 @@ static ref_red red_geometry(const ot_node *node)
     return r;
 }
 
-/* The sum of len elements x[0], x[step], ...: wrapped int32 arithmetic for
- * an OT_I32 sum, compensated summation otherwise. */
-static double sum_line(bool ints, const double *x, int64_t len, int64_t step)
+/* The compensated sum of len elements x[0], x[step], ... */
+static double sum_line(const double *x, int64_t len, int64_t step)
 {
-    if (ints) {
-        uint64_t isum = 0;
-        for (int64_t k = 0; k < len; k++) isum += int_of(x[k * step]);
-        return wrap32(isum);
-    }
     ref_sum acc = {0, 0};
     for (int64_t k = 0; k < len; k++) sum_add(&acc, x[k * step]);
     return sum_value(&acc);
+}
+
+/* The exact sum of len int32 values x[0], x[step], ... */
+static ot__wide int_sum_line(const double *x, int64_t len, int64_t step)
+{
+    ot__wide w = {0, 0};
+    for (int64_t k = 0; k < len; k++) ot__wide_add(&w, (int64_t)ot__to_i32(x[k * step]));
+    return w;
+}
+
+int ot__int_sum_overflow(const ot_node *n)
+{
+    char s[OT__SHAPE_STRLEN], ax[24] = "all axes";
+    if (n->args.axis != OT_AXIS_ALL) snprintf(ax, sizeof ax, "axis %d", n->args.axis);
+    ot_op op = (ot_op)(n->tag != OT_OP_NONE ? n->tag : n->op);   /* squared_l2's own name */
+    return ot__err_set(OT_EOVERFLOW, n->file, n->line, ot_op_name(op),
+                       "the int32 sum over %s of shape %s does not fit int32 (it would wrap); "
+                       "cast the operand to f64 first", ax, ot__shape_str(&n->a->shape, s));
+}
+
+/* sum or mean of one line: exact for int32 operands, an int32 sum that does
+ * not fit being OT_EOVERFLOW; compensated otherwise. 0 / 0 = NaN is the
+ * mean of no elements. */
+static int sum_or_mean(const ot_node *node, ot_op op, const double *x, const ref_red *r,
+                       double *v)
+{
+    if (node->a->dtype != OT_I32) {
+        *v = sum_line(x, r->len, r->inner);
+        if (op == OT_OP_MEAN) *v /= (double)r->len;
+        return OT_OK;
+    }
+    ot__wide w = int_sum_line(x, r->len, r->inner);
+    int32_t i;
+    if (op == OT_OP_MEAN) *v = ot__wide_double(w) / (double)r->len;
+    else if (ot__wide_int32(w, &i)) *v = i;
+    else return ot__int_sum_overflow(node);
+    return OT_OK;
 }
 
 /* max, min, argmax or argmin of len elements x[0], x[step], ...: the first
@@ -404,23 +437,20 @@ static double pick_line(ot_op op, const double *x, int64_t len, int64_t step)
     return index ? (double)best : x[best * step];
 }
 
-static void eval_reduce(const ot_node *node, ot_op op, const double *x, double *out)
+static int eval_reduce(const ot_node *node, ot_op op, const double *x, double *out)
 {
     ref_red r = red_geometry(node);
-    bool ints = node->dtype == OT_I32;
+    bool sums = op == OT_OP_SUM || op == OT_OP_MEAN;
     for (int64_t o = 0; o < r.outer; o++) {
         for (int64_t i = 0; i < r.inner; i++) {
             const double *line = x + o * r.len * r.inner + i;
-            double v;
-            if (op == OT_OP_SUM)
-                v = sum_line(ints, line, r.len, r.inner);
-            else if (op == OT_OP_MEAN)    /* 0 / 0 = NaN for no elements */
-                v = sum_line(false, line, r.len, r.inner) / (double)r.len;
-            else
-                v = pick_line(op, line, r.len, r.inner);
+            double v = 0;
+            if (!sums) v = pick_line(op, line, r.len, r.inner);
+            else if (sum_or_mean(node, op, line, &r, &v)) return OT_EOVERFLOW;
             out[o * r.inner + i] = v;
         }
     }
+    return OT_OK;
 }
 
 /* One matrix product: a is M x K and b is K x N, both row-major. */
@@ -577,7 +607,7 @@ static int eval_op_double(ref_run *run, const ot_stack_item *it, double *out)
     switch (ot_op_kind(it->op)) {
     case OT_KIND_UNARY: eval_unary(node, it->op, x, out); return OT_OK;
     case OT_KIND_BINARY: eval_binary(node, it->op, x, y, out); return OT_OK;
-    case OT_KIND_REDUCE: eval_reduce(node, it->op, x, out); return OT_OK;
+    case OT_KIND_REDUCE: return eval_reduce(node, it->op, x, out);
     case OT_KIND_DOT: eval_dot(node, x, y, out); return OT_OK;
     case OT_KIND_SHAPE:
         if (it->op == OT_OP_SLICE) eval_slice(node, x, out);

@@ -15,7 +15,10 @@ edges, +-1000 logits, huge values, int32 extremes) through ref and the cpu
 backend under every ISA the CPU has, OT_JIT=0 and 1, threads, OT_FUSION=0
 and OT_ULP35, with classes compared exactly and values in ulp budgets; its
 cases are named "op dtype special@backend", and "landmarks@backend" checks
-the facts issue 13 names against literal values.
+the facts issue 13 names against literal values. "NaN gradients dtype
+special@backend" checks the gradients of abs, relu, maximum, minimum (every
+pair of special values, both operands), clip, max and min against the NaN
+rule (optree.h, autodiff "Rules") written element by element in NumPy.
 
 Loads the shared library with ctypes, builds one op tree per trial through the
 binding entry point ot_build_at, assigns it into an output tensor on the
@@ -51,9 +54,11 @@ softmax, logsoftmax, cross_entropy) may also differ by its ops' roundings,
     +-DBL_MAX-sized f64 inputs), IEEE summation is order-dependent and any
     result is accepted for that element.
 Integers. Float values stored into i32 outputs (cast, onehot) truncate
-toward zero, NaN gives 0, out-of-range values saturate. int32 arithmetic
-(add sub mul neg abs sqr, and sum) wraps modulo 2^32 as NumPy's int32 does;
-the reference computes it exactly in int64 and wraps.
+toward zero, NaN gives 0, out-of-range values saturate. int32 elementwise
+arithmetic (add sub mul neg abs sqr) wraps modulo 2^32 as NumPy's int32
+does; the reference computes it exactly in int64 and wraps. An int32 sum is
+exact (NumPy's int64 accumulation); one outside int32's range must fail
+with OT_EOVERFLOW naming the sum (issue 31), where NumPy would wrap it.
 
 Dtypes follow DESIGN.md section 3: f32 with f64 gives f64; i32 with a float
 tensor gives the float; an ot_const is weak and takes the tensor's dtype,
@@ -157,6 +162,9 @@ def load(path):
         'ot_op_kind': (I, [I]),
         'ot_op_arity': (I, [I]),
         'ot_op_flags': (C.c_uint, [I]),
+        'ot_autodiff_new': (P, [P, P]),
+        'ot_autodiff_grad': (P, [P, P]),
+        'ot_autodiff_free': (None, [P]),
     }
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name)
@@ -1283,6 +1291,29 @@ def make_output(lib, rng, shape, dt, kind, owned):
     return tv, check_outside
 
 
+OT_EOVERFLOW = -9
+
+
+def fits_i32(v):
+    v = np.asarray(v, dtype=np.int64)
+    return bool(np.all((v >= -2 ** 31) & (v < 2 ** 31)))
+
+
+def expect_int_overflow(lib, assign, node, dt, where):
+    """An int32 sum outside int32's range: assign(out, node) must fail with
+    OT_EOVERFLOW naming the sum; returns None or a failure text."""
+    shape = shape_tuple(lib.c.ot_node_shape(node))
+    out = lib.c.ot_empty(lib.be, mkshape(shape), dt)
+    try:
+        rc = assign(out, node)
+        if rc != OT_EOVERFLOW or 'sum' not in lib.errmsg():
+            return '%s: int32 sum outside int32: expected OT_EOVERFLOW naming the sum, got %d ' \
+                   '(%s)' % (where, rc, lib.errmsg())
+        return None
+    finally:
+        lib.c.ot_tensor_free(out)
+
+
 def run_trial(lib, rng, op, t):
     """Builds, assigns and checks one trial; returns None or a failure text."""
     owned = []
@@ -1309,11 +1340,14 @@ def run_trial(lib, rng, op, t):
             a = lib.build(t.inner, a)
         where = '%s%s%s' % (t.desc + ': ' if t.desc else '', ', '.join(descs),
                             '' if t.out == 'contig' else ' out=%s' % t.out)
-        # int32 arithmetic wraps modulo 2^32 (NumPy's int32; ref.c does the
-        # same), so it is computed exactly in int64 and wrapped; everything
-        # else on i32 operands is exact in float64
+        # int32 elementwise arithmetic wraps modulo 2^32 (NumPy's int32;
+        # ref.c does the same), so it is computed exactly in int64 and
+        # wrapped; an int32 sum is exact in int64, and one outside int32's
+        # range must be OT_EOVERFLOW (issue 31), not NumPy's wrapped value;
+        # everything else on i32 operands is exact in float64
         wrap = t.dtype == I32 and (op.wrap or t.inner == 'neg') and \
             all(o[0] == 't' and o[1].dtype == np.int32 for o in t.operands)
+        int_sum = wrap and op.kind == 'reduce'
         if wrap:
             vals = [v.astype(np.int64) for v in vals]
         try:
@@ -1335,7 +1369,9 @@ def run_trial(lib, rng, op, t):
         scale = amb = None
         if isinstance(res, tuple):
             res, scale, amb = res
-        if wrap:
+        if int_sum and not fits_i32(res):
+            return expect_int_overflow(lib, lib.c.ot_assign_node, node, t.dtype, where)
+        if wrap and not int_sum:
             res = (np.asarray(res, dtype=np.int64) + 2 ** 31) % 2 ** 32 - 2 ** 31
         res = np.asarray(res, dtype=np.float64)
         shape = shape_tuple(lib.c.ot_node_shape(node))
@@ -1634,7 +1670,8 @@ SV_REF = {
 SV_EXACT = {'finite', 'neg', 'abs', 'sgn', 'sqr', 'rint', 'relu', 'add', 'sub', 'mul', 'div',
             'eq', 'ne', 'lt', 'le', 'gt', 'ge', 'minimum', 'maximum', 'max', 'min', 'argmax',
             'argmin', 'clip', 'sqrt'}
-# int32 arithmetic that wraps modulo 2^32 (computed exactly in int64).
+# int32 arithmetic that wraps modulo 2^32 (computed exactly in int64), and
+# sum, which is exact and OT_EOVERFLOW outside int32's range.
 SV_WRAP = {'neg', 'abs', 'sqr', 'add', 'sub', 'mul', 'sum'}
 # Formulas of several NumPy calls, each rounded: the reference itself is off
 # by up to about 2 ulp in f64, which the f64 budget adds.
@@ -2141,6 +2178,108 @@ def sv_fma(lib, be, dt, is_ref):
     return fails
 
 
+def nan_rule_select(a, b, wins):
+    """The gradient share of operand a of maximum (wins: a > b) or minimum
+    (wins: a < b) under the NaN rule (optree.h, autodiff "Rules"): NaN where
+    a is NaN, 0 where b is (the NaN won), else 1, 0.5 at a tie, 0."""
+    with np.errstate(invalid='ignore'):
+        share = np.where(wins, 1.0, np.where(a == b, 0.5, 0.0))
+    return np.where(np.isnan(a), np.nan, np.where(np.isnan(b), 0.0, share))
+
+
+def nan_rule_max_row(x, mx):
+    """d max(x)/dx (mx) or d min(x)/dx of one row: NaN at each NaN and 0
+    elsewhere when the row holds one, else 1/ties at the extremes."""
+    nan = np.isnan(x)
+    if nan.any():
+        return np.where(nan, np.nan, 0.0)
+    ext = (x == (x.max() if mx else x.min())).astype(np.float64)
+    return ext / ext.sum()
+
+
+def sv_grad(lib, be, dt, build, arrays, wrt):
+    """The gradient (next_error ones) of build(nodes) w.r.t. arrays[wrt] on
+    be, as float64 values, or (None, failure text)."""
+    owned = []
+    pool = lib.c.ot_pool_push()
+    ad = None
+    try:
+        tens = []
+        for arr in arrays:
+            arr = np.ascontiguousarray(arr, dtype=NP_DT[dt])
+            t = lib.c.ot_array(be, mkshape(arr.shape), dt, arr.ctypes.data)
+            if not t:
+                return None, 'ot_array failed: %s' % lib.errmsg()
+            owned.append(t)
+            tens.append(t)
+        f = build([lib.c.ot_tensor_node(t) for t in tens])
+        ad = lib.c.ot_autodiff_new(f, None) if f else None
+        g = lib.c.ot_autodiff_grad(ad, tens[wrt]) if ad else None
+        if not g:
+            return None, 'gradient failed: %s' % lib.errmsg()
+        shape = arrays[wrt].shape
+        out = lib.c.ot_empty(be, mkshape(shape), dt)
+        owned.append(out)
+        rc = lib.c.ot_assign_node(out, g)
+        if rc:
+            return None, 'assign failed: %d %s' % (rc, lib.errmsg())
+        rc, host = lib.get(out, shape, dt)
+        return (host.astype(np.float64), None) if rc == 0 else (None, 'ot_get failed')
+    finally:
+        if ad:
+            lib.c.ot_autodiff_free(ad)
+        lib.c.ot_pool_pop(pool)
+        for t in reversed(owned):
+            lib.c.ot_tensor_free(t)
+
+
+def sv_nan_grads(lib, be, dt, is_ref):
+    """Failure texts of the NaN rule for gradients over the special values
+    (every pair for maximum and minimum, both operands): the reference is
+    the rule written element by element in NumPy, compared exactly (NaN
+    matches NaN)."""
+    del is_ref                          # the rule is exact on every backend
+    v = np.array(SV_VALUES[dt], dtype=NP_DT[dt]).astype(np.float64)
+    a, b = np.repeat(v, len(v)), np.tile(v, len(v))
+    rows = np.stack([v, np.where(np.isnan(v), 0.0, v), np.where(np.isnan(v), 1.0, v)])
+    fl = (lambda r: np.asarray(r, dtype=NP_DT[dt]).astype(np.float64))
+    un = (lambda name: lambda n: lib.build(name, n[0]))
+    bi = (lambda name: lambda n: lib.build(name, n[0], n[1]))
+    with np.errstate(invalid='ignore'):
+        cases = [
+            ('abs', un('abs'), [v], 0, np.sign(v)),
+            ('relu', un('relu'), [v], 0, np.where(np.isnan(v), np.nan, (v > 0) * 1.0)),
+            ('maximum da', bi('maximum'), [a, b], 0, nan_rule_select(a, b, a > b)),
+            ('maximum db', bi('maximum'), [a, b], 1, nan_rule_select(b, a, b > a)),
+            ('minimum da', bi('minimum'), [a, b], 0, nan_rule_select(a, b, a < b)),
+            ('minimum db', bi('minimum'), [a, b], 1, nan_rule_select(b, a, b < a)),
+            ('clip(-1, 2)', lambda n: lib.build('clip', n[0], None, mkargs(lo=-1.0, hi=2.0)),
+             [v], 0, np.where(np.isnan(v), np.nan, ((v >= -1) & (v <= 2)) * 1.0)),
+            ('max rows', lambda n: lib.build('max', n[0], None, mkargs(axis=1)), [rows], 0,
+             np.stack([nan_rule_max_row(r, True) for r in fl(rows)])),
+            ('min rows', lambda n: lib.build('min', n[0], None, mkargs(axis=1)), [rows], 0,
+             np.stack([nan_rule_max_row(r, False) for r in fl(rows)])),
+        ]
+    fails = []
+    for name, build, arrays, wrt, want in cases:
+        got, err = sv_grad(lib, be, dt, build, arrays, wrt)
+        if err:
+            fails.append('NaN gradient of %s: %s' % (name, err))
+            continue
+        want = fl(want)
+        bad = ~((np.isnan(got) & np.isnan(want)) | (got == want))
+        if bad.any():
+            ix = np.argwhere(bad)[:3]
+            fails.append('NaN gradient of %s: %d of %d wrong, %s' % (
+                name, int(bad.sum()), bad.size, '; '.join(
+                    'at %s (inputs %s): got %r, the rule says %r' % (
+                        tuple(int(i) for i in k),
+                        ', '.join(repr(float(x[tuple(k)] if x.ndim == len(k) else x[k[-1]]))
+                                  for x in arrays), got[tuple(k)], want[tuple(k)])
+                    for k in ix)))
+    return fails
+
+
 def sv_sigmoid_tree(lib, be, dt, is_ref):
     """Failure texts of 1 / (1 + exp(-x)) written out as a tree, in both
     orders of the add. The cpu backend folds it into its sigmoid (README:
@@ -2202,7 +2341,8 @@ def sv_run(lib, ops, only, max_fails, verbose):
                 else:
                     passed += 1
                 for dt in FD:
-                    for what, fn in (('fma', sv_fma), ('sigmoid tree', sv_sigmoid_tree)):
+                    for what, fn in (('fma', sv_fma), ('sigmoid tree', sv_sigmoid_tree),
+                                     ('NaN gradients', sv_nan_grads)):
                         fails = fn(lib, be, dt, is_ref)
                         if fails:
                             failed += 1
@@ -2240,7 +2380,14 @@ def sv_trial(lib, be, op, dt, is_ref, accuracy, desc, arrays, args, inner, ref, 
         vals = [np.float64(a) if isinstance(a, float) else
                 a.astype(np.int64 if dt == I32 else np.float64) for a in arrays]
         exp = ref(*vals)
-        if dt == I32 and op.name in SV_WRAP:     # int32 arithmetic wraps, as NumPy's
+        if dt == I32 and op.name in SV_WRAP and op.kind == OT_KIND_REDUCE:
+            if not fits_i32(exp):       # an exact int32 sum outside int32's range
+                _, err = sv_eval(lib, be, op, arrays, args, inner)
+                if err and err.startswith('assign failed: %d ' % OT_EOVERFLOW) and 'sum' in err:
+                    return None
+                return '%s: int32 sum outside int32: expected OT_EOVERFLOW, got %s' % (
+                    desc, err or 'a result')
+        elif dt == I32 and op.name in SV_WRAP:   # int32 arithmetic wraps, as NumPy's
             exp = (np.asarray(exp, dtype=np.int64) + 2 ** 31) % 2 ** 32 - 2 ** 31
         exp = np.asarray(exp, dtype=np.float64)
         got, err = sv_eval(lib, be, op, arrays, args, inner)

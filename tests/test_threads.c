@@ -181,12 +181,14 @@ TEST(threads_shared_backend_plan_eviction) { threads_case(2); }
 
 /* ---- one program, run from several threads at once -------------------------- */
 
-#define PTH 4
-#define PRUNS 3000
+#define PTH 6
+#define PRUNS 20000
 
 typedef struct runner {
     ot_program *p;
-    int64_t n;          /* this thread's batch: each run adds n to acc */
+    pthread_barrier_t *start;
+    int64_t n;          /* this thread's batch of n values v: each run adds n*v */
+    double v;
     long ok, busy, other;
     char msg[160];      /* the first other error */
 } runner;
@@ -194,23 +196,25 @@ typedef struct runner {
 static void *run_many(void *arg)
 {
     runner *r = arg;
-    double *ones = malloc(sizeof *ones * (size_t)r->n);
-    for (int64_t i = 0; i < r->n; i++) ones[i] = 1;
+    double *h = malloc(sizeof *h * (size_t)r->n);
+    for (int64_t i = 0; i < r->n; i++) h[i] = r->v;
+    pthread_barrier_wait(r->start);
     for (int k = 0; k < PRUNS; k++) {
-        int rc = ot_program_run(r->p, 1, &OT_BIND_DATA_SHAPE("x", ones, OT_SHAPE(r->n),
-                                                              sizeof *ones * (size_t)r->n));
+        int rc = ot_program_run(r->p, 1, &OT_BIND_DATA_SHAPE("x", h, OT_SHAPE(r->n),
+                                                              sizeof *h * (size_t)r->n));
         if (rc == 0) r->ok++;
         else if (rc == OT_ESTATE && strstr(ot_errmsg(), "in use")) r->busy++;
         else if (!r->other++) snprintf(r->msg, sizeof r->msg, "%s", ot_errmsg());
     }
-    free(ones);
+    free(h);
+    ot_pool_drain();   /* the thread's pools (a run that re-specialises builds trees) */
     return NULL;
 }
 
 /* Issue 31: concurrent runs of one program corrupted its bindings (sums off
  * by 80%, "placeholder x bound twice" errors). Each run is now either whole
- * or OT_ESTATE: acc (+= sum(x), x of a size per thread, so runs also
- * re-specialise) ends at exactly the sum of the successful runs' sizes. */
+ * or OT_ESTATE: acc (+= sum(x), x of a size and value per thread, so runs
+ * also re-specialise) ends at exactly the sum over the successful runs. */
 TEST(threads_one_program_concurrent_runs)
 {
     ot_backend *be = ot_backend_new("cpu", &(ot_backend_opts){.threads = 1});
@@ -225,8 +229,10 @@ TEST(threads_one_program_concurrent_runs)
     CHECK_INT(ot_program_compile(p), 0);
     runner r[PTH];
     pthread_t th[PTH];
+    pthread_barrier_t start;
+    pthread_barrier_init(&start, NULL, PTH);
     for (int i = 0; i < PTH; i++) {
-        r[i] = (runner){.p = p, .n = 8 + 3 * i};
+        r[i] = (runner){.p = p, .start = &start, .n = 500 + 97 * i, .v = i + 1};
         CHECK_INT(pthread_create(&th[i], NULL, run_many, &r[i]), 0);
     }
     double want = 0;
@@ -236,7 +242,7 @@ TEST(threads_one_program_concurrent_runs)
         if (r[i].other)
             test__fail(__FILE__, __LINE__, "thread %d: %ld unexpected errors, the first: %s", i,
                        r[i].other, r[i].msg);
-        want += (double)r[i].ok * (double)r[i].n;
+        want += (double)r[i].ok * (double)r[i].n * r[i].v;
         ok += r[i].ok;
         busy += r[i].busy;
     }
@@ -244,7 +250,8 @@ TEST(threads_one_program_concurrent_runs)
     CHECK_INT(ot_get(acc, &got), 0);
     CHECK(ok > 0);
     CHECK(got == want);
-    printf("  %ld runs, %ld refused as concurrent (OT_ESTATE)\n", ok, busy);
+    pthread_barrier_destroy(&start);
+    fprintf(stderr, "  %ld runs, %ld refused as concurrent (OT_ESTATE)\n", ok, busy);
     ot_program_free(p);
     ot_backend_free(be);
 }

@@ -964,14 +964,16 @@ ot_op ot_op_register(const ot_op_def *def);
  * dependencies). Trees are lazy until their step runs: building them all
  * first is what makes this useful. Every step is checked (NULLs, shapes,
  * dtypes, outputs, one backend) before the first one runs; an error names
- * the step ("step 2: ..."), and nothing is written then. A step that fails
+ * the call and the step ("file.c:88: sequential: step 2: ..."; a macro
+ * passes __FILE__, __LINE__), and nothing is written then. A step that fails
  * while running (out of memory) leaves the earlier steps' writes in place. */
 typedef struct ot_step {
     int n;                        /* outputs, and trees, of this step */
     ot_tensor *const *outs;
     ot_node *const *trees;
 } ot_step;
-int ot_sequential(int n, const ot_step steps[]);
+int ot_sequential_at(int n, const ot_step steps[], const char *file, int line);
+#define ot_sequential(...) ot_sequential_at(__VA_ARGS__, __FILE__, __LINE__)
 
 /* A program: placeholders (inputs bound per run, without a copy), variables
  * with initializers, and steps that run in creation order, each once per

@@ -148,11 +148,11 @@ static int leave(const ot_program *cp, int rc)
 
 /* ---- ot_sequential ---------------------------------------------------------- */
 
-int ot_sequential(int n, const ot_step steps[])
+int ot_sequential_at(int n, const ot_step steps[], const char *file, int line)
 {
-    const ot__site at = {"sequential", NULL, 0};
-    if (n < 0) return ot__err_set(OT_EINVAL, NULL, 0, at.fn, "negative count %d", n);
-    if (n > 0 && !steps) return ot__err_set(OT_ENULL, NULL, 0, at.fn, "steps is NULL");
+    const ot__site at = {"sequential", file, line};
+    if (n < 0) return ot__err_set(OT_EINVAL, file, line, at.fn, "negative count %d", n);
+    if (n > 0 && !steps) return ot__err_set(OT_ENULL, file, line, at.fn, "steps is NULL");
     ot_backend *be;
     for (int i = 0; i < n; i++)
         if (ot__assign_check(at.fn, steps[i].n, steps[i].outs, steps[i].trees, &be))

@@ -673,8 +673,10 @@ TEST(sequential_bad_steps)
     ot_tensor *a = ot_zeros(be, OT_SHAPE(3), OT_F32), *b = ot_zeros(be, OT_SHAPE(4), OT_F32);
     ot_pool *pool = ot_pool_push();
     ot_node *one = ot_add(a, 1.0f), *bad = ot_mul(b, 2.0f);
+    char at[128];
+    int line = __LINE__ + 1;
     CHECK_INT(ot_sequential(2, (ot_step[]){{1, &a, &one}, {1, &a, &bad}}), OT_ESHAPE);
-    CHECK_ERR(OT_ESHAPE, "sequential", "step 1");
+    CHECK_ERR(OT_ESHAPE, TEST_SITE(at, line), "sequential", "step 1");
     float h[3];
     CHECK_INT(ot_get(a, h), 0);
     CHECK(h[0] == 0);   /* step 0 did not run either */

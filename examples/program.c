@@ -145,8 +145,9 @@ int main(int argc, char **argv)
         int batches = 0;
         for (int at = 0; at < n && !status; at += BATCH, batches++) {
             int b = n - at < BATCH ? n - at : BATCH;
-            ot_bind bind[2] = {OT_BIND_DATA_SHAPE("x", x + (size_t)at * IN, OT_SHAPE(b, IN)),
-                               OT_BIND_DATA_SHAPE("y", y + (size_t)at * CLS, OT_SHAPE(b, CLS))};
+            size_t xb = sizeof *x * (size_t)(b * IN), yb = sizeof *y * (size_t)(b * CLS);
+            ot_bind bind[2] = {OT_BIND_DATA_SHAPE("x", x + (size_t)at * IN, OT_SHAPE(b, IN), xb),
+                               OT_BIND_DATA_SHAPE("y", y + (size_t)at * CLS, OT_SHAPE(b, CLS), yb)};
             float l;
             if (ot_program_run(p, 2, bind) != 0 || ot_get(loss, &l) != 0) status = fail("run");
             else sum += l;

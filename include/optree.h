@@ -282,14 +282,19 @@ enum { OT_INDEX_ALL = 0, OT_INDEX_RANGE = 1, OT_INDEX_ONE = 2 };
  * negative steps included; out-of-range bounds are clipped as in NumPy. */
 #define OT_RANGE(...) OT__PICK3(__VA_ARGS__, OT__RANGE3, OT__RANGE2, none)(__VA_ARGS__)
 /* ot_slice(t, OT_ALL, OT_RANGE(3, 10), OT_IDX(1), ...): NumPy basic indexing.
- * OT_IDX drops its dim; missing trailing indices mean OT_ALL. */
-ot_tensor *ot_slice_n(const ot_tensor *t, int n, const ot_index *idx);
+ * OT_IDX drops its dim; missing trailing indices mean OT_ALL. ot_slice_n
+ * takes n indices from an array. Both are macros passing the caller's
+ * __FILE__ and __LINE__ to ot_slice_at (as ot_reshape to ot_reshape_at):
+ * errors read "file.c:88: slice: ..." and name the tensor's shape. */
+ot_tensor *ot_slice_at(const ot_tensor *t, int n, const ot_index *idx, const char *file, int line);
+#define ot_slice_n(t, n, idx) ot_slice_at((t), (n), (idx), __FILE__, __LINE__)
 #define ot_slice(t, ...)                                                      \
-    ot_slice_n((t), (int)(sizeof((ot_index[]){__VA_ARGS__}) / sizeof(ot_index)), \
-               (ot_index[]){__VA_ARGS__})
+    ot_slice_at((t), (int)(sizeof((ot_index[]){__VA_ARGS__}) / sizeof(ot_index)), \
+                (ot_index[]){__VA_ARGS__}, __FILE__, __LINE__)
 /* A view with a new shape (one dim may be -1) when the strides allow it;
  * otherwise OT_EINVAL, saying that a copy is needed (use ot_copy first). */
-ot_tensor *ot_reshape(const ot_tensor *t, ot_shape shape);
+ot_tensor *ot_reshape_at(const ot_tensor *t, ot_shape shape, const char *file, int line);
+#define ot_reshape(t, ...) ot_reshape_at((t), (__VA_ARGS__), __FILE__, __LINE__)
 /* Permutes dims: perm[i] is the source dim of dim i; NULL reverses them. */
 ot_tensor *ot_transpose(const ot_tensor *t, const int *perm);
 /* A read-only broadcast view (stride 0 on broadcast dims), NumPy rules.
@@ -831,10 +836,15 @@ int ot_autodiff_grad_host(ot_autodiff *ad, ot_tensor *wrt, void *host);
  * weak, so f32 parameters stay f32. src/optim.c is short on purpose: read it
  * as an example of writing your own. */
 
-/* Both steps check every argument before writing anything: OT_ENULL for a
+/* A zero field of the options means its default, so (ot_adam){.lr = 1e-3}
+ * and (ot_sgd){.momentum = 0.9} are complete: lr OT_SGD_LR or OT_ADAM_LR
+ * (Keras's), beta1 0.9, beta2 0.999, eps 1e-8, t 1, grad_scale 1, momentum
+ * and weight_decay 0 (a beta of exactly 0 is not expressible: 1e-300 acts
+ * as 0). The same holds for ot_program_sgd/adam and ot_model_sgd/adam.
+ * Both steps check every argument before writing anything: OT_ENULL for a
  * NULL array or entry, OT_EINVAL for n < 0, a negative or NaN lr, momentum
- * or weight_decay, a negative grad_scale, betas outside [0, 1), eps <= 0 or
- * t < 1, OT_EDTYPE for an integer parameter, state or lr_scale, OT_ESHAPE
+ * or weight_decay, a negative grad_scale, betas outside [0, 1), eps < 0 or
+ * t < 0, OT_EDTYPE for an integer parameter, state or lr_scale, OT_ESHAPE
  * for a gradient or state whose shape is not exactly w's or an lr_scale
  * that is not 0-d. */
 
@@ -844,12 +854,15 @@ int ot_autodiff_grad_host(ot_autodiff *ad, ot_tensor *wrt, void *host);
  * its steps, so ot_set(lr_scale, ...) before each ot_program_run is how a
  * program (and ot_model_fit's .lr_schedule) decays it. */
 
+#define OT_SGD_LR 0.01    /* ot_sgd's lr when 0 */
+#define OT_ADAM_LR 1e-3   /* ot_adam's lr when 0 */
+
 /* SGD with momentum and weight decay (neon's GradientDescentMomentum):
  *     d = grad_scale*g + weight_decay*w
  *     v = momentum*v - lr*d
  *     w = w + v
- * With momentum 0, vel may be NULL (then w = w - lr*d). grad_scale 0 means 1
- * (a clipping scale from ot_clip_global_norm goes there). */
+ * With momentum 0, vel may be NULL (then w = w - lr*d). A clipping scale
+ * from ot_clip_global_norm goes in grad_scale. */
 typedef struct ot_sgd {
     double lr, momentum, weight_decay, grad_scale;
     ot_tensor *lr_scale;   /* NULL: none (see above) */
@@ -862,7 +875,8 @@ int ot_sgd_step(const ot_sgd *o, int n, ot_tensor *const w[], ot_node *const g[]
  *     m = beta1*m + (1 - beta1)*d
  *     v = beta2*v + (1 - beta2)*d*d
  *     w = w - lr*sqrt(1 - beta2^t)/(1 - beta1^t) * m/(sqrt(v) + eps)
- * grad_scale 0 means 1. ot_adam_default gives the paper's constants. */
+ * Zero fields mean the defaults (above); ot_adam_default(lr) spells them
+ * out. */
 typedef struct ot_adam {
     double lr, beta1, beta2, eps, grad_scale;
     int64_t t;
@@ -972,14 +986,16 @@ ot_op ot_op_register(const ot_op_def *def);
  * dependencies). Trees are lazy until their step runs: building them all
  * first is what makes this useful. Every step is checked (NULLs, shapes,
  * dtypes, outputs, one backend) before the first one runs; an error names
- * the step ("step 2: ..."), and nothing is written then. A step that fails
+ * the call and the step ("file.c:88: sequential: step 2: ..."; a macro
+ * passes __FILE__, __LINE__), and nothing is written then. A step that fails
  * while running (out of memory) leaves the earlier steps' writes in place. */
 typedef struct ot_step {
     int n;                        /* outputs, and trees, of this step */
     ot_tensor *const *outs;
     ot_node *const *trees;
 } ot_step;
-int ot_sequential(int n, const ot_step steps[]);
+int ot_sequential_at(int n, const ot_step steps[], const char *file, int line);
+#define ot_sequential(...) ot_sequential_at(__VA_ARGS__, __FILE__, __LINE__)
 
 /* A program: placeholders (inputs bound per run, without a copy), variables
  * with initializers, and steps that run in creation order, each once per
@@ -999,15 +1015,24 @@ int ot_sequential(int n, const ot_step steps[]);
  *     ot_program_backprop(p, loss, 1, &w, &gw);                // step 0
  *     ot_program_sgd(p, &(ot_sgd){.lr = 0.1}, 1, &w, (ot_node *[]){ot_tensor_node(gw)}, NULL);
  *     ot_program_compile(p);
- *     for (...) ot_program_run(p, 1, &OT_BIND_DATA("x", host_batch));
+ *     for (...) ot_program_run(p, 1, &OT_BIND_DATA("x", host_batch, nbytes));
  *     ot_program_free(p);
  *
- * Not thread-safe: one run of a program at a time. A program holds its
- * steps' trees, outputs and placeholders; it is freed before its backend. */
+ * One call of a program at a time: a call that finds another in progress
+ * (another thread's ot_program_run, say) returns OT_ESTATE at once and
+ * changes nothing (the guard is one atomic exchange per call). Programs
+ * are independent: threads may run programs of their own concurrently. A
+ * program holds its steps' trees, outputs and placeholders; it is freed
+ * before its backend (and not while a call on it runs).
+ *
+ * Each ot_program_* name below is a macro passing the caller's __FILE__ and
+ * __LINE__ to its *_at function, so every error reads "file.c:88:
+ * program_run: ...", as a builder's does; the _at functions are the ABI. */
 typedef struct ot_program ot_program;
 
 /* A new empty program on be. NULL (OT_ENULL, OT_ENOMEM) on error. */
-ot_program *ot_program_new(ot_backend *be);
+ot_program *ot_program_new_at(ot_backend *be, const char *file, int line);
+#define ot_program_new(...) ot_program_new_at(__VA_ARGS__, __FILE__, __LINE__)
 /* Frees the program, its placeholders and variables. NULL is a no-op. */
 void ot_program_free(ot_program *p);
 
@@ -1017,13 +1042,16 @@ void ot_program_free(ot_program *p);
 /* Declares a symbol (a size fixed per run, such as the batch) with its
  * nominal size, at which trees are built and the program first compiled.
  * Returns its id (>= 0) or a negative OT_E* code (duplicate name, size < 0). */
-int ot_program_symbol(ot_program *p, const char *name, int64_t nominal);
+int ot_program_symbol_at(ot_program *p, const char *name, int64_t nominal, const char *file,
+                         int line);
+#define ot_program_symbol(...) ot_program_symbol_at(__VA_ARGS__, __FILE__, __LINE__)
 /* A placeholder: a tensor the program owns, to build trees from, whose data
  * is bound at each run. A dim may be OT_SYM(s); the tensor then has the
  * symbol's nominal size there. Names are unique among placeholders. Never
  * written by a step, and never freed by the caller. NULL on error. */
-ot_tensor *ot_program_placeholder(ot_program *p, const char *name, ot_shape shape,
-                                  ot_dtype dtype);
+ot_tensor *ot_program_placeholder_at(ot_program *p, const char *name, ot_shape shape,
+                                     ot_dtype dtype, const char *file, int line);
+#define ot_program_placeholder(...) ot_program_placeholder_at(__VA_ARGS__, __FILE__, __LINE__)
 
 /* A variable's initial value, set when the variable is made. */
 typedef struct ot_init {
@@ -1040,54 +1068,74 @@ enum { OT_INIT_ZEROS = 0, OT_INIT_CONSTANT = 1, OT_INIT_UNIFORM = 2, OT_INIT_DAT
 /* A trainable variable (ngraph's Variable with its initializer): a tensor
  * the program owns, initialised now, listed by ot_program_variables. Its
  * shape has no symbols. NULL on error. */
-ot_tensor *ot_program_variable(ot_program *p, const char *name, ot_shape shape, ot_dtype dtype,
-                               ot_init init);
+ot_tensor *ot_program_variable_at(ot_program *p, const char *name, ot_shape shape,
+                                  ot_dtype dtype, ot_init init, const char *file, int line);
+#define ot_program_variable(...) ot_program_variable_at(__VA_ARGS__, __FILE__, __LINE__)
 /* The variables in creation order: the first min(n, count) into out
  * (borrowed); returns the count, or a negative OT_E* code. */
-int ot_program_variables(const ot_program *p, int n, ot_tensor *out[]);
+int ot_program_variables_at(const ot_program *p, int n, ot_tensor *out[], const char *file,
+                            int line);
+#define ot_program_variables(...) ot_program_variables_at(__VA_ARGS__, __FILE__, __LINE__)
 
 /* Steps, appended in execution order; each returns 0 or a negative OT_E*
  * code (a NULL tree returns the builder's error). The program keeps its
  * own references to trees and outputs. After ot_program_compile no step
  * can be added (OT_ESTATE). */
-int ot_program_assign_node(ot_program *p, ot_tensor *out, ot_node *tree);
-#define ot_program_assign(p, out, x) ot_program_assign_node((p), (out), OT__NODE(x))
-int ot_program_assign_many(ot_program *p, int n, ot_tensor *const outs[], ot_node *const trees[]);
+int ot_program_assign_at(ot_program *p, ot_tensor *out, ot_node *tree, const char *file, int line);
+#define ot_program_assign(p, out, x) ot_program_assign_at((p), (out), OT__NODE(x), __FILE__, __LINE__)
+#define ot_program_assign_node(p, out, tree)                                   \
+    ot_program_assign_at((p), (out), (tree), __FILE__, __LINE__)
+int ot_program_assign_many_at(ot_program *p, int n, ot_tensor *const outs[],
+                              ot_node *const trees[], const char *file, int line);
+#define ot_program_assign_many(...) ot_program_assign_many_at(__VA_ARGS__, __FILE__, __LINE__)
 /* grads[i] = the gradient of loss (next_error ones) w.r.t. wrt[i], as one
  * multi-assign step (ot_autodiff_backprop's). */
-int ot_program_backprop(ot_program *p, ot_node *loss, int n, ot_tensor *const wrt[],
-                        ot_tensor *const grads[]);
-/* An SGD update (ot_sgd_step's trees and checks) as one step. */
-int ot_program_sgd(ot_program *p, const ot_sgd *o, int n, ot_tensor *const w[],
-                   ot_node *const g[], ot_tensor *const vel[]);
+int ot_program_backprop_at(ot_program *p, ot_node *loss, int n, ot_tensor *const wrt[],
+                           ot_tensor *const grads[], const char *file, int line);
+#define ot_program_backprop(...) ot_program_backprop_at(__VA_ARGS__, __FILE__, __LINE__)
+/* An SGD update (ot_sgd_step's trees and checks; zero options are the
+ * defaults) as one step. */
+int ot_program_sgd_at(ot_program *p, const ot_sgd *o, int n, ot_tensor *const w[],
+                      ot_node *const g[], ot_tensor *const vel[], const char *file, int line);
+#define ot_program_sgd(...) ot_program_sgd_at(__VA_ARGS__, __FILE__, __LINE__)
 /* An Adam update (ot_adam_step's trees and checks) as two steps: the
  * program's own step count, o->t on the first run, goes up by one per run,
  * and the bias correction lr*sqrt(1 - beta2^t)/(1 - beta1^t) is computed
  * from it on the backend in f64 (ot_adam_step folds it on the host: the
  * weights agree to within a rounding of that factor to w's dtype). */
-int ot_program_adam(ot_program *p, const ot_adam *o, int n, ot_tensor *const w[],
-                    ot_node *const g[], ot_tensor *const m[], ot_tensor *const v[]);
+int ot_program_adam_at(ot_program *p, const ot_adam *o, int n, ot_tensor *const w[],
+                       ot_node *const g[], ot_tensor *const m[], ot_tensor *const v[],
+                       const char *file, int line);
+#define ot_program_adam(...) ot_program_adam_at(__VA_ARGS__, __FILE__, __LINE__)
 
-/* Checks every step (as ot_assign_many would, reporting "step i (file:line
- * of its tree): ..."), plans each once at the symbols' current sizes and
- * lays out the one arena. Placeholders must not be written by a step. */
-int ot_program_compile(ot_program *p);
+/* Checks every step (as ot_assign_many would, reporting "file:line:
+ * program_compile: step i (tree built at file:line): ..."), plans each once
+ * at the symbols' current sizes and lays out the one arena. Placeholders
+ * must not be written by a step. */
+int ot_program_compile_at(ot_program *p, const char *file, int line);
+#define ot_program_compile(...) ot_program_compile_at(__VA_ARGS__, __FILE__, __LINE__)
 
 /* A binding of one placeholder for a run: either a tensor (contiguous, of
  * the placeholder's dtype and shape, on the program's backend) or host data
  * (row-major, contiguous, in the placeholder's dtype), read in place. For
  * data, shape gives the sizes of symbolic dims when has_shape; else each
- * symbol keeps its current size. */
+ * symbol keeps its current size. Host data states its size: nbytes, the
+ * bytes readable at data (as ot_set_n's), at least what the bound shape
+ * needs, or the run is OT_EINVAL naming the placeholder, the shape and both
+ * byte counts (never a read past the buffer); 0 is "not given", an error
+ * unless the shape has no elements. A tensor binding leaves nbytes 0. */
 typedef struct ot_bind {
     const char *name;
     ot_tensor *tensor;
     const void *data;
+    size_t nbytes;
     bool has_shape;
     ot_shape shape;
 } ot_bind;
 #define OT_BIND_TENSOR(nm, t) ((ot_bind){.name = (nm), .tensor = (t)})
-#define OT_BIND_DATA(nm, p) ((ot_bind){.name = (nm), .data = (p)})
-#define OT_BIND_DATA_SHAPE(nm, p, s) ((ot_bind){.name = (nm), .data = (p), .has_shape = true, .shape = (s)})
+#define OT_BIND_DATA(nm, p, n) ((ot_bind){.name = (nm), .data = (p), .nbytes = (n)})
+#define OT_BIND_DATA_SHAPE(nm, p, s, n)                                        \
+    ((ot_bind){.name = (nm), .data = (p), .nbytes = (n), .has_shape = true, .shape = (s)})
 
 /* Runs a compiled program once with these bindings, which must name every
  * placeholder once. Checked before anything is written: an unknown or
@@ -1100,7 +1148,8 @@ typedef struct ot_bind {
  * step, where a tree fixes the symbol's size some other way: a view
  * (slice, reshape) of a symbolic placeholder, an output or another tensor
  * whose shape has the old size. */
-int ot_program_run(ot_program *p, int n, const ot_bind bindings[]);
+int ot_program_run_at(ot_program *p, int n, const ot_bind bindings[], const char *file, int line);
+#define ot_program_run(...) ot_program_run_at(__VA_ARGS__, __FILE__, __LINE__)
 
 /* What a compiled program holds, at the symbols' current sizes (on the
  * ref backend, which plans nothing, kernels and the arena read 0). */
@@ -1112,11 +1161,14 @@ typedef struct ot_program_stats {
     size_t separate_bytes;        /* the steps' arenas added up: what running
                                      each step as its own assignment keeps */
 } ot_program_stats;
-int ot_program_stats_get(const ot_program *p, ot_program_stats *out);
+int ot_program_stats_at(const ot_program *p, ot_program_stats *out, const char *file, int line);
+#define ot_program_stats_get(...) ot_program_stats_at(__VA_ARGS__, __FILE__, __LINE__)
 /* Prints every step's plan (as ot_explain_many) and the arena figures.
  * ot_explain(p, f) on a program is this call (C11 _Generic; C++ callers
- * call ot_program_explain). */
-int ot_program_explain(const ot_program *p, FILE *f);
+ * call ot_program_explain), without the caller's file:line. */
+int ot_program_explain_at(const ot_program *p, FILE *f, const char *file, int line);
+int (ot_program_explain)(const ot_program *p, FILE *f);
+#define ot_program_explain(p, f) ot_program_explain_at((p), (f), __FILE__, __LINE__)
 #ifndef __cplusplus
 #define ot_explain(x, f)                                                       \
     _Generic((x), ot_program *: ot_program_explain,                            \
@@ -1226,12 +1278,15 @@ ot_node *ot_rewrite_operand(const ot_node *n, int i);
  *     ot_model_linear(m, 64, OT_ACT_RELU, 1);
  *     ot_model_linear(m, 10, OT_ACT_NONE, 2);          // logits
  *     ot_model_loss(m, OT_LOSS_SOFTMAX_CE, NULL, NULL);  // y one-hot
- *     ot_model_adam(m, &(ot_adam){...});                // default: Adam, lr 1e-3
+ *     ot_model_adam(m, &(ot_adam){.lr = 1e-3});           // default: Adam, lr 1e-3
  *     ot_model_fit(m, x, y, &(ot_fit_opts){.epochs = 10, .batch = 128,
  *                  .seed = 1, .validation_split = 0.2, .patience = 3}, &result);
  *     ot_tensor *logits = ot_model_predict(m, x_new);
  *     ot_model_free(m);
- */
+ *
+ * As for programs, each ot_model_* name (but ot_model_free) is a macro
+ * passing the caller's __FILE__ and __LINE__ to its *_at function: errors
+ * read "file.c:88: model_fit: y has shape (32,3); must be (rows, 2)". */
 typedef struct ot_model ot_model;
 typedef enum { OT_ACT_NONE, OT_ACT_RELU, OT_ACT_TANH, OT_ACT_SIG } ot_activation;
 enum { OT_LOSS_SOFTMAX_CE = 1,   /* mean cross-entropy of softmax(out) and y (rows sum to 1) */
@@ -1271,35 +1326,48 @@ typedef struct ot_fit_result {
 } ot_fit_result;
 
 /* A model of `inputs` input columns on be. NULL with the error set. */
-ot_model *ot_model_new(ot_backend *be, int64_t inputs);
+ot_model *ot_model_new_at(ot_backend *be, int64_t inputs, const char *file, int line);
+#define ot_model_new(...) ot_model_new_at(__VA_ARGS__, __FILE__, __LINE__)
 void ot_model_free(ot_model *m);
 /* Appends a dense layer of `units` outputs and activation act. */
-int ot_model_linear(ot_model *m, int64_t units, ot_activation act, uint64_t seed);
+int ot_model_linear_at(ot_model *m, int64_t units, ot_activation act, uint64_t seed,
+                       const char *file, int line);
+#define ot_model_linear(...) ot_model_linear_at(__VA_ARGS__, __FILE__, __LINE__)
 /* The loss: OT_LOSS_SOFTMAX_CE or OT_LOSS_MSE with fn NULL, or
  * OT_LOSS_CUSTOM with fn (any scalar cost tree of out and y). */
-int ot_model_loss(ot_model *m, int loss, ot_loss_fn fn, void *user);
-/* The optimizer (the default is Adam, lr 1e-3); SGD's momentum is kept in
+int ot_model_loss_at(ot_model *m, int loss, ot_loss_fn fn, void *user, const char *file,
+                     int line);
+#define ot_model_loss(...) ot_model_loss_at(__VA_ARGS__, __FILE__, __LINE__)
+/* The optimizer (the default is Adam, lr 1e-3); zero options are the
+ * defaults, as for ot_sgd_step and ot_adam_step; SGD's momentum is kept in
  * the model. */
-int ot_model_sgd(ot_model *m, const ot_sgd *o);
-int ot_model_adam(ot_model *m, const ot_adam *o);
+int ot_model_sgd_at(ot_model *m, const ot_sgd *o, const char *file, int line);
+#define ot_model_sgd(...) ot_model_sgd_at(__VA_ARGS__, __FILE__, __LINE__)
+int ot_model_adam_at(ot_model *m, const ot_adam *o, const char *file, int line);
+#define ot_model_adam(...) ot_model_adam_at(__VA_ARGS__, __FILE__, __LINE__)
 /* Trains on (x, y); opts NULL: one epoch of batches of 32. Prints one
  * progress line per epoch (loss, accuracy with two or more outputs,
  * validation figures, samples/s) unless quiet. result may be NULL. */
-int ot_model_fit(ot_model *m, const ot_tensor *x, const ot_tensor *y, const ot_fit_opts *opts,
-                 ot_fit_result *result);
+int ot_model_fit_at(ot_model *m, const ot_tensor *x, const ot_tensor *y, const ot_fit_opts *opts,
+                    ot_fit_result *result, const char *file, int line);
+#define ot_model_fit(...) ot_model_fit_at(__VA_ARGS__, __FILE__, __LINE__)
 /* The model's output for x (rows, inputs), a new tensor the caller frees
  * (logits for OT_LOSS_SOFTMAX_CE: ot_argmax along axis 1 picks the class). */
-ot_tensor *ot_model_predict(const ot_model *m, const ot_tensor *x);
+ot_tensor *ot_model_predict_at(const ot_model *m, const ot_tensor *x, const char *file, int line);
+#define ot_model_predict(...) ot_model_predict_at(__VA_ARGS__, __FILE__, __LINE__)
 /* The parameters, W then b per layer, into out[0..n); returns how many
  * there are (2 per layer). */
-int ot_model_parameters(const ot_model *m, int n, ot_tensor *out[]);
+int ot_model_parameters_at(const ot_model *m, int n, ot_tensor *out[], const char *file, int line);
+#define ot_model_parameters(...) ot_model_parameters_at(__VA_ARGS__, __FILE__, __LINE__)
 /* The parameters to and from a NumPy .npz (ot_savez): entries w0, b0, w1,
  * b1, ... (np.load(path)["w0"]). Loading reads and checks every entry (count,
  * names, f32, the model's shapes) before it writes any, so a corrupt or
  * mismatched file is an error that leaves the parameters as they were.
  * The optimizer's state is not saved. */
-int ot_model_save(const ot_model *m, const char *path);
-int ot_model_load(ot_model *m, const char *path);
+int ot_model_save_at(const ot_model *m, const char *path, const char *file, int line);
+#define ot_model_save(...) ot_model_save_at(__VA_ARGS__, __FILE__, __LINE__)
+int ot_model_load_at(ot_model *m, const char *path, const char *file, int line);
+#define ot_model_load(...) ot_model_load_at(__VA_ARGS__, __FILE__, __LINE__)
 
 /* ==== Checkpoints, the default pool and mixing rules ======================
  *

@@ -397,21 +397,29 @@ extern const ot_backend_vt ot__ref_vt;
  * Clears the slot when the NULL checks pass. */
 int ot__assign_check(const char *fn, int n, ot_tensor *const outs[], ot_node *const trees[],
                      ot_backend **be);
-/* The options of ot_sgd_step and ot_adam_step checked alone (optim.c), the
- * errors reported as fn's; ot_model checks its optimizer with them. */
-int ot__sgd_opts_check(const char *fn, const ot_sgd *o);
-int ot__adam_opts_check(const char *fn, const ot_adam *o);
+/* Where a call came from, for its errors: "file:line: fn: ..." (file NULL:
+ * "fn: ..."). */
+typedef struct ot__site {
+    const char *fn, *file;
+    int line;
+} ot__site;
+/* The options of ot_sgd_step and ot_adam_step with their zero fields set
+ * to the defaults into *out, and checked alone (optim.c), the errors
+ * reported at `at`; ot_model and programs check their optimizer with them. */
+int ot__sgd_opts(const ot__site *at, const ot_sgd *in, ot_sgd *out);
+int ot__adam_opts(const ot__site *at, const ot_adam *in, ot_adam *out);
 /* SGD's update trees (ot_sgd_step's, same checks) into outs and trees, which
  * hold 2n entries, in the current pool, without running them; *count gets
  * how many (optim.c). */
-int ot__sgd_trees(const ot_sgd *o, int n, ot_tensor *const w[], ot_node *const g[],
-                  ot_tensor *const vel[], ot_tensor **outs, ot_node **trees, int *count);
+int ot__sgd_trees(const ot__site *at, const ot_sgd *o, int n, ot_tensor *const w[],
+                  ot_node *const g[], ot_tensor *const vel[], ot_tensor **outs, ot_node **trees,
+                  int *count);
 /* Adam's update trees (ot_adam_step's checks and trees) with the bias
  * correction computed on the backend from count, a 0-d f64 tensor holding
  * the step number t (a program increments it in a step of its own). */
-int ot__adam_trees(const ot_adam *o, ot_tensor *count, int n, ot_tensor *const w[],
-                   ot_node *const g[], ot_tensor *const m[], ot_tensor *const v[],
-                   ot_tensor **outs, ot_node **trees, int *nout);
+int ot__adam_trees(const ot__site *at, const ot_adam *o, ot_tensor *count, int n,
+                   ot_tensor *const w[], ot_node *const g[], ot_tensor *const m[],
+                   ot_tensor *const v[], ot_tensor **outs, ot_node **trees, int *nout);
 
 /* ---- post-order stacks --------------------------------------------------- */
 

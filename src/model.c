@@ -44,22 +44,25 @@ struct ot_model {
     ot_tensor *lr_scale;          /* 0-d f64: the schedule's factor on lr */
 };
 
-static int nomem(const char *fn) { return ot__err_set(OT_ENOMEM, NULL, 0, fn, "out of memory"); }
+/* An error of the call at `at` (its function's name and caller's file:line). */
+#define FAIL(at, code, ...) ot__err_set((code), (at)->file, (at)->line, (at)->fn, __VA_ARGS__)
 
-ot_model *ot_model_new(ot_backend *be, int64_t inputs)
+static int nomem(const ot__site *at) { return FAIL(at, OT_ENOMEM, "out of memory"); }
+
+ot_model *ot_model_new_at(ot_backend *be, int64_t inputs, const char *file, int line)
 {
-    const char *fn = "model_new";
+    const ot__site site = {"model_new", file, line}, *at = &site;
     if (!be) {
-        ot__err_set(OT_ENULL, NULL, 0, fn, "backend is NULL");
+        FAIL(at, OT_ENULL, "backend is NULL");
         return NULL;
     }
     if (inputs < 1) {
-        ot__err_set(OT_EINVAL, NULL, 0, fn, "inputs must be >= 1, not %lld", (long long)inputs);
+        FAIL(at, OT_EINVAL, "inputs must be >= 1, not %lld", (long long)inputs);
         return NULL;
     }
     ot_model *m = ot__calloc(1, sizeof *m);
     if (!m) {
-        nomem(fn);
+        nomem(at);
         return NULL;
     }
     m->be = be;
@@ -99,7 +102,7 @@ static int64_t fan_in(const ot_model *m, int i) { return i ? m->layer[i - 1].uni
 
 /* He-uniform weights (limit sqrt(6/fan_in)) drawn on the backend from seed,
  * zero biases and optimizer state. */
-static int layer_init(ot_model *m, layer *l, int64_t in, uint64_t seed)
+static int layer_init(ot_model *m, layer *l, int64_t in, uint64_t seed, const ot__site *at)
 {
     ot_shape ws = OT_SHAPE(in, l->units), bs = OT_SHAPE(l->units);
     l->w = ot_empty(m->be, ws, OT_F32);
@@ -109,7 +112,7 @@ static int layer_init(ot_model *m, layer *l, int64_t in, uint64_t seed)
         l->v[k] = ot_zeros(m->be, k ? bs : ws, OT_F32);
     }
     bool made = l->w && l->b && l->m[0] && l->m[1] && l->v[0] && l->v[1];
-    if (!made) return ot_errcode() ? ot_errcode() : nomem("model_linear");
+    if (!made) return ot_errcode() ? ot_errcode() : nomem(at);
     /* ot_variables of a tree over the model lists its parameters */
     if (ot_tensor_set_trainable(l->w, true) || ot_tensor_set_trainable(l->b, true))
         return ot_errcode();
@@ -121,20 +124,21 @@ static int layer_init(ot_model *m, layer *l, int64_t in, uint64_t seed)
     return rc;
 }
 
-int ot_model_linear(ot_model *m, int64_t units, ot_activation act, uint64_t seed)
+int ot_model_linear_at(ot_model *m, int64_t units, ot_activation act, uint64_t seed,
+                       const char *file, int line)
 {
-    const char *fn = "model_linear";
-    if (!m) return ot__err_set(OT_ENULL, NULL, 0, fn, "model is NULL");
+    const ot__site site = {"model_linear", file, line}, *at = &site;
+    if (!m) return FAIL(at, OT_ENULL, "model is NULL");
     if (units < 1)
-        return ot__err_set(OT_EINVAL, NULL, 0, fn, "units must be >= 1, not %lld", (long long)units);
+        return FAIL(at, OT_EINVAL, "units must be >= 1, not %lld", (long long)units);
     if (act < OT_ACT_NONE || act > OT_ACT_SIG)
-        return ot__err_set(OT_EINVAL, NULL, 0, fn, "unknown activation %d", (int)act);
+        return FAIL(at, OT_EINVAL, "unknown activation %d", (int)act);
     if (m->nlayer == OT_MODEL_MAX_LAYERS)
-        return ot__err_set(OT_EINVAL, NULL, 0, fn, "a model has at most %d layers",
+        return FAIL(at, OT_EINVAL, "a model has at most %d layers",
                            OT_MODEL_MAX_LAYERS);
     layer *l = &m->layer[m->nlayer];
     *l = (layer){.units = units, .act = act};
-    int rc = layer_init(m, l, fan_in(m, m->nlayer), seed);
+    int rc = layer_init(m, l, fan_in(m, m->nlayer), seed, at);
     if (rc) {
         ot_tensor_free(l->w);
         ot_tensor_free(l->b);
@@ -150,14 +154,15 @@ int ot_model_linear(ot_model *m, int64_t units, ot_activation act, uint64_t seed
     return 0;
 }
 
-int ot_model_loss(ot_model *m, int loss, ot_loss_fn fn_, void *user)
+int ot_model_loss_at(ot_model *m, int loss, ot_loss_fn fn_, void *user, const char *file,
+                     int line)
 {
-    const char *fn = "model_loss";
-    if (!m) return ot__err_set(OT_ENULL, NULL, 0, fn, "model is NULL");
+    const ot__site site = {"model_loss", file, line}, *at = &site;
+    if (!m) return FAIL(at, OT_ENULL, "model is NULL");
     if (loss < OT_LOSS_SOFTMAX_CE || loss > OT_LOSS_CUSTOM)
-        return ot__err_set(OT_EINVAL, NULL, 0, fn, "unknown loss %d", loss);
+        return FAIL(at, OT_EINVAL, "unknown loss %d", loss);
     if ((loss == OT_LOSS_CUSTOM) != (fn_ != NULL))
-        return ot__err_set(fn_ ? OT_EINVAL : OT_ENULL, NULL, 0, fn,
+        return FAIL(at, fn_ ? OT_EINVAL : OT_ENULL,
                            fn_ ? "a loss function is given only with OT_LOSS_CUSTOM"
                                : "OT_LOSS_CUSTOM needs a loss function");
     m->loss = loss;
@@ -168,31 +173,36 @@ int ot_model_loss(ot_model *m, int loss, ot_loss_fn fn_, void *user)
 }
 
 /* The model's schedule tensor is the one its program reads. */
-static int own_schedule(const char *fn)
+static int own_schedule(const ot__site *at)
 {
-    return ot__err_set(OT_EINVAL, NULL, 0, fn, "the optimizer's lr_scale must be NULL: "
-                       "a model schedules lr itself (ot_fit_opts.lr_schedule)");
+    return FAIL(at, OT_EINVAL, "the optimizer's lr_scale must be NULL: a model schedules lr "
+                "itself (ot_fit_opts.lr_schedule)");
 }
 
-int ot_model_sgd(ot_model *m, const ot_sgd *o)
+/* The options are kept with their defaults filled in. */
+int ot_model_sgd_at(ot_model *m, const ot_sgd *o, const char *file, int line)
 {
-    if (!m || !o) return ot__err_set(OT_ENULL, NULL, 0, "model_sgd", "%s is NULL", m ? "o" : "model");
-    int rc = ot__sgd_opts_check("model_sgd", o);
-    if (!rc && o->lr_scale) rc = own_schedule("model_sgd");
+    const ot__site site = {"model_sgd", file, line}, *at = &site;
+    ot_sgd full;
+    if (!m) return FAIL(at, OT_ENULL, "model is NULL");
+    int rc = ot__sgd_opts(at, o, &full);
+    if (!rc && full.lr_scale) rc = own_schedule(at);
     if (rc) return rc;
-    m->sgd = *o;
+    m->sgd = full;
     m->adam = false;
     drop_program(m);
     return 0;
 }
 
-int ot_model_adam(ot_model *m, const ot_adam *o)
+int ot_model_adam_at(ot_model *m, const ot_adam *o, const char *file, int line)
 {
-    if (!m || !o) return ot__err_set(OT_ENULL, NULL, 0, "model_adam", "%s is NULL", m ? "o" : "model");
-    int rc = ot__adam_opts_check("model_adam", o);
-    if (!rc && o->lr_scale) rc = own_schedule("model_adam");
+    const ot__site site = {"model_adam", file, line}, *at = &site;
+    ot_adam full;
+    if (!m) return FAIL(at, OT_ENULL, "model is NULL");
+    int rc = ot__adam_opts(at, o, &full);
+    if (!rc && full.lr_scale) rc = own_schedule(at);
     if (rc) return rc;
-    m->adam_opts = *o;
+    m->adam_opts = full;
     m->adam = true;
     drop_program(m);
     return 0;
@@ -240,15 +250,17 @@ static ot_node *hits_tree(const ot_model *m, ot_node *out, ot_node *y)
 
 /* ---- the training program ---------------------------------------------------- */
 
-static int build_program(ot_model *m, int64_t batch)
+/* The program's calls are reported at the fit's caller (at). */
+static int build_program(ot_model *m, int64_t batch, const ot__site *at)
 {
-    const char *fn = "model_fit";
+    const char *f = at->file;
+    int ln = at->line;
     int64_t outs = m->layer[m->nlayer - 1].units;
     drop_program(m);
-    ot_program *p = ot_program_new(m->be);
+    ot_program *p = ot_program_new_at(m->be, f, ln);
     if (!p) return ot_errcode();
-    ot_tensor *x = ot_program_placeholder(p, "x", OT_SHAPE(batch, m->inputs), OT_F32);
-    ot_tensor *y = ot_program_placeholder(p, "y", OT_SHAPE(batch, outs), OT_F32);
+    ot_tensor *x = ot_program_placeholder_at(p, "x", OT_SHAPE(batch, m->inputs), OT_F32, f, ln);
+    ot_tensor *y = ot_program_placeholder_at(p, "y", OT_SHAPE(batch, outs), OT_F32, f, ln);
     int n = 2 * m->nlayer, rc = x && y ? 0 : ot_errcode();
     ot_tensor *w[2 * OT_MODEL_MAX_LAYERS], *g[2 * OT_MODEL_MAX_LAYERS] = {0};
     ot_tensor *mo[2 * OT_MODEL_MAX_LAYERS], *vo[2 * OT_MODEL_MAX_LAYERS];
@@ -268,24 +280,27 @@ static int build_program(ot_model *m, int64_t batch)
         ot_node *out = forward(m, ot_tensor_node(x));
         ot_node *loss = loss_tree(m, out, ot_tensor_node(y));
         ot_node *hits = hits_tree(m, out, ot_tensor_node(y));
-        if (!loss) rc = ot_errcode() ? ot_errcode() : ot__err_set(OT_EINVAL, NULL, 0, fn,
-                                                                   "the loss function returned NULL");
-        else if (ot_node_shape(loss).ndim != 0)
-            rc = ot__err_set(OT_ESHAPE, NULL, 0, fn, "the loss must be a scalar tree");
+        char s1[OT__SHAPE_STRLEN];
+        ot_shape ls = loss ? ot_node_shape(loss) : OT_SHAPE();
+        if (!loss) rc = ot_errcode() ? ot_errcode() : FAIL(at, OT_EINVAL, "the loss function returned NULL");
+        else if (ls.ndim != 0)
+            rc = FAIL(at, OT_ESHAPE, "the loss has shape %s; it must be a scalar tree",
+                      ot__shape_str(&ls, s1));
         if (!rc)
-            rc = hits ? ot_program_assign_many(p, 2, (ot_tensor *[]){m->loss_t, m->hits_t},
-                                               (ot_node *[]){loss, hits})
-                      : ot_program_assign(p, m->loss_t, loss);
-        if (!rc) rc = ot_program_backprop(p, loss, n, w, g);
+            rc = hits ? ot_program_assign_many_at(p, 2, (ot_tensor *[]){m->loss_t, m->hits_t},
+                                                  (ot_node *[]){loss, hits}, f, ln)
+                      : ot_program_assign_at(p, m->loss_t, loss, f, ln);
+        if (!rc) rc = ot_program_backprop_at(p, loss, n, w, g, f, ln);
         ot_adam adam = m->adam_opts;
         ot_sgd sgd = m->sgd;
         adam.lr_scale = sgd.lr_scale = m->lr_scale;
-        if (!rc && m->adam) rc = ot_program_adam(p, &adam, n, w, gn, mo, vo);
-        if (!rc && !m->adam) rc = ot_program_sgd(p, &sgd, n, w, gn, sgd.momentum > 0 ? mo : NULL);
+        if (!rc && m->adam) rc = ot_program_adam_at(p, &adam, n, w, gn, mo, vo, f, ln);
+        if (!rc && !m->adam)
+            rc = ot_program_sgd_at(p, &sgd, n, w, gn, sgd.momentum > 0 ? mo : NULL, f, ln);
     }
     if (pool) ot_pool_pop(pool);
     for (int i = 0; i < n; i++) ot_tensor_free(g[i]);   /* the steps hold them */
-    if (!rc) rc = ot_program_compile(p);
+    if (!rc) rc = ot_program_compile_at(p, f, ln);
     if (rc) {
         ot_program_free(p);
         return rc;
@@ -297,50 +312,54 @@ static int build_program(ot_model *m, int64_t batch)
 
 /* ---- fit -------------------------------------------------------------------- */
 
-static int check_data(const ot_model *m, const ot_tensor *x, const ot_tensor *y, const char *fn)
+/* x (rows, inputs) and y (rows, outputs), f32, with as many rows; an error
+ * names the shapes and dtypes received. */
+static int check_data(const ot_model *m, const ot_tensor *x, const ot_tensor *y, const ot__site *at)
 {
-    if (!x || !y) return ot__err_set(OT_ENULL, NULL, 0, fn, "%s is NULL", x ? "y" : "x");
+    if (!x || !y) return FAIL(at, OT_ENULL, "%s is NULL", x ? "y" : "x");
     ot_shape xs = ot_tensor_shape(x), ys = ot_tensor_shape(y);
     int64_t outs = m->layer[m->nlayer - 1].units;
+    char s1[OT__SHAPE_STRLEN], s2[OT__SHAPE_STRLEN];
+    ot__shape_str(&xs, s1);
+    ot__shape_str(&ys, s2);
     if (ot_tensor_dtype(x) != OT_F32 || ot_tensor_dtype(y) != OT_F32)
-        return ot__err_set(OT_EDTYPE, NULL, 0, fn, "x and y must be f32");
+        return FAIL(at, OT_EDTYPE, "x is %s and y %s; both must be float32",
+                    ot_dtype_name(ot_tensor_dtype(x)), ot_dtype_name(ot_tensor_dtype(y)));
     if (xs.ndim != 2 || xs.dims[1] != m->inputs)
-        return ot__err_set(OT_ESHAPE, NULL, 0, fn, "x must be (rows, %lld)", (long long)m->inputs);
+        return FAIL(at, OT_ESHAPE, "x has shape %s; must be (rows, %lld)", s1, (long long)m->inputs);
     if (ys.ndim != 2 || ys.dims[1] != outs)
-        return ot__err_set(OT_ESHAPE, NULL, 0, fn, "y must be (rows, %lld)", (long long)outs);
+        return FAIL(at, OT_ESHAPE, "y has shape %s; must be (rows, %lld)", s2, (long long)outs);
     if (xs.dims[0] != ys.dims[0])
-        return ot__err_set(OT_ESHAPE, NULL, 0, fn, "x has %lld rows and y %lld",
-                           (long long)xs.dims[0], (long long)ys.dims[0]);
+        return FAIL(at, OT_ESHAPE, "x has shape %s and y %s: not as many rows", s1, s2);
     return 0;
 }
 
 static int check_fit(const ot_model *m, const ot_tensor *x, const ot_tensor *y,
-                     const ot_fit_opts *o)
+                     const ot_fit_opts *o, const ot__site *at)
 {
-    const char *fn = "model_fit";
-    if (!m) return ot__err_set(OT_ENULL, NULL, 0, fn, "model is NULL");
-    if (!m->nlayer) return ot__err_set(OT_ESTATE, NULL, 0, fn, "the model has no layers");
-    if (!m->loss) return ot__err_set(OT_ESTATE, NULL, 0, fn, "the model has no loss");
-    int rc = check_data(m, x, y, fn);
+    if (!m) return FAIL(at, OT_ENULL, "model is NULL");
+    if (!m->nlayer) return FAIL(at, OT_ESTATE, "the model has no layers");
+    if (!m->loss) return FAIL(at, OT_ESTATE, "the model has no loss");
+    int rc = check_data(m, x, y, at);
     if (rc) return rc;
     if (o->epochs < 1 || o->batch < 1)
-        return ot__err_set(OT_EINVAL, NULL, 0, fn, "epochs and batch must be >= 1");
+        return FAIL(at, OT_EINVAL, "epochs and batch must be >= 1");
     if (!(o->validation_split >= 0 && o->validation_split < 1))
-        return ot__err_set(OT_EINVAL, NULL, 0, fn, "validation_split must be in [0, 1)");
+        return FAIL(at, OT_EINVAL, "validation_split must be in [0, 1)");
     if (o->patience < 0 || o->monitor < OT_MONITOR_VAL_LOSS || o->monitor > OT_MONITOR_LOSS)
-        return ot__err_set(OT_EINVAL, NULL, 0, fn, "patience must be >= 0 and monitor an OT_MONITOR_*");
+        return FAIL(at, OT_EINVAL, "patience must be >= 0 and monitor an OT_MONITOR_*");
     if (o->lr_schedule != OT_LR_CONSTANT && o->lr_schedule != OT_LR_COSINE)
-        return ot__err_set(OT_EINVAL, NULL, 0, fn, "lr_schedule must be OT_LR_CONSTANT or "
+        return FAIL(at, OT_EINVAL, "lr_schedule must be OT_LR_CONSTANT or "
                            "OT_LR_COSINE, not %d", o->lr_schedule);
     int64_t rows = ot_tensor_shape(x).dims[0];
     int64_t val = (int64_t)floor((double)rows * o->validation_split);
     if (rows - val < o->batch)
-        return ot__err_set(OT_EINVAL, NULL, 0, fn, "%lld training rows make no batch of %d",
+        return FAIL(at, OT_EINVAL, "%lld training rows make no batch of %d",
                            (long long)(rows - val), o->batch);
     if (o->monitor != OT_MONITOR_LOSS && o->patience > 0 && val == 0)
-        return ot__err_set(OT_EINVAL, NULL, 0, fn, "a validation metric needs validation_split > 0");
+        return FAIL(at, OT_EINVAL, "a validation metric needs validation_split > 0");
     if (o->monitor == OT_MONITOR_VAL_ACCURACY && m->layer[m->nlayer - 1].units < 2)
-        return ot__err_set(OT_EINVAL, NULL, 0, fn, "accuracy needs two or more outputs");
+        return FAIL(at, OT_EINVAL, "accuracy needs two or more outputs");
     return 0;
 }
 
@@ -409,6 +428,7 @@ typedef struct fit_state {
     int64_t *order;
     int schedule;                 /* OT_LR_* */
     int64_t step, steps;          /* this fit's step count so far, planned */
+    const ot__site *at;           /* the fit's call */
 } fit_state;
 
 /* The schedule's factor on lr for the next step, into the tensor the
@@ -443,8 +463,12 @@ static int epoch(ot_model *m, fit_state *s, int64_t train, int batch, bool shuff
         gather(s->xb, s->x, s->order + k * batch, batch, m->inputs);
         gather(s->yb, s->y, s->order + k * batch, batch, outs);
         rc = set_lr_scale(m, s);
-        if (!rc) rc = ot_program_run(m->prog, 2, (ot_bind[]){OT_BIND_DATA("x", s->xb),
-                                                    OT_BIND_DATA("y", s->yb)});
+        size_t xbytes = sizeof *s->xb * (size_t)(batch * m->inputs);
+        size_t ybytes = sizeof *s->yb * (size_t)(batch * outs);
+        if (!rc)
+            rc = ot_program_run_at(m->prog, 2, (ot_bind[]){OT_BIND_DATA("x", s->xb, xbytes),
+                                                           OT_BIND_DATA("y", s->yb, ybytes)},
+                                   s->at->file, s->at->line);
         float l = 0;
         int32_t h = 0;
         if (!rc) rc = ot_get(m->loss_t, &l);
@@ -486,19 +510,20 @@ static int load_data(const ot_model *m, const ot_tensor *x, const ot_tensor *y, 
     s->xb = malloc(sizeof *s->xb * (size_t)(batch * m->inputs));
     s->yb = malloc(sizeof *s->yb * (size_t)(batch * outs));
     s->order = malloc(sizeof *s->order * (size_t)rows);
-    if (!s->x || !s->y || !s->xb || !s->yb || !s->order) return nomem("model_fit");
+    if (!s->x || !s->y || !s->xb || !s->yb || !s->order) return nomem(s->at);
     for (int64_t i = 0; i < rows; i++) s->order[i] = i;
     int rc = ot_get(x, s->x);
     return rc ? rc : ot_get(y, s->y);
 }
 
-int ot_model_fit(ot_model *m, const ot_tensor *x, const ot_tensor *y, const ot_fit_opts *opts,
-                 ot_fit_result *result)
+int ot_model_fit_at(ot_model *m, const ot_tensor *x, const ot_tensor *y, const ot_fit_opts *opts,
+                    ot_fit_result *result, const char *file, int line)
 {
+    const ot__site at = {"model_fit", file, line};
     ot_fit_opts o = opts ? *opts : (ot_fit_opts){0};
     if (!o.epochs) o.epochs = 1;
     if (!o.batch) o.batch = 32;
-    int rc = check_fit(m, x, y, &o);
+    int rc = check_fit(m, x, y, &o, &at);
     if (rc) return rc;
     int64_t rows = ot_tensor_shape(x).dims[0];
     int64_t val = (int64_t)floor((double)rows * o.validation_split), train = rows - val;
@@ -506,9 +531,10 @@ int ot_model_fit(ot_model *m, const ot_tensor *x, const ot_tensor *y, const ot_f
     if (!m->hits_t) m->hits_t = ot_empty(m->be, OT_SHAPE(), OT_I32);
     if (!m->lr_scale) m->lr_scale = ot_empty(m->be, OT_SHAPE(), OT_F64);
     if (!m->loss_t || !m->hits_t || !m->lr_scale) return ot_errcode();
-    fit_state s = {.schedule = o.lr_schedule, .steps = (int64_t)o.epochs * (train / o.batch)};
+    fit_state s = {.schedule = o.lr_schedule, .steps = (int64_t)o.epochs * (train / o.batch),
+                   .at = &at};
     rc = load_data(m, x, y, rows, o.batch, &s);
-    if (!rc && (!m->prog || m->prog_batch != o.batch)) rc = build_program(m, o.batch);
+    if (!rc && (!m->prog || m->prog_batch != o.batch)) rc = build_program(m, o.batch, &at);
     int64_t outs = m->layer[m->nlayer - 1].units;
     uint64_t seed = o.seed;
     ot_fit_result r = {.val_loss = NAN, .val_accuracy = NAN}, best = r;
@@ -546,20 +572,23 @@ int ot_model_fit(ot_model *m, const ot_tensor *x, const ot_tensor *y, const ot_f
     return rc;
 }
 
-ot_tensor *ot_model_predict(const ot_model *m, const ot_tensor *x)
+ot_tensor *ot_model_predict_at(const ot_model *m, const ot_tensor *x, const char *file, int line)
 {
-    const char *fn = "model_predict";
+    const ot__site site = {"model_predict", file, line}, *at = &site;
     if (!m || !x) {
-        ot__err_set(OT_ENULL, NULL, 0, fn, "%s is NULL", m ? "x" : "model");
+        FAIL(at, OT_ENULL, "%s is NULL", m ? "x" : "model");
         return NULL;
     }
     if (!m->nlayer) {
-        ot__err_set(OT_ESTATE, NULL, 0, fn, "the model has no layers");
+        FAIL(at, OT_ESTATE, "the model has no layers");
         return NULL;
     }
     ot_shape xs = ot_tensor_shape(x);
     if (ot_tensor_dtype(x) != OT_F32 || xs.ndim != 2 || xs.dims[1] != m->inputs) {
-        ot__err_set(OT_ESHAPE, NULL, 0, fn, "x must be f32 (rows, %lld)", (long long)m->inputs);
+        char s1[OT__SHAPE_STRLEN];
+        FAIL(at, ot_tensor_dtype(x) != OT_F32 ? OT_EDTYPE : OT_ESHAPE, "x is %s of shape %s; must "
+             "be float32 (rows, %lld)", ot_dtype_name(ot_tensor_dtype(x)), ot__shape_str(&xs, s1),
+             (long long)m->inputs);
         return NULL;
     }
     ot_pool *pool = ot_pool_push();
@@ -569,9 +598,12 @@ ot_tensor *ot_model_predict(const ot_model *m, const ot_tensor *x)
     return out;
 }
 
-int ot_model_parameters(const ot_model *m, int n, ot_tensor *out[])
+int ot_model_parameters_at(const ot_model *m, int n, ot_tensor *out[], const char *file, int line)
 {
-    if (!m) return ot__err_set(OT_ENULL, NULL, 0, "model_parameters", "model is NULL");
+    const ot__site site = {"model_parameters", file, line}, *at = &site;
+    if (!m) return FAIL(at, OT_ENULL, "model is NULL");
+    if (n < 0) return FAIL(at, OT_EINVAL, "negative count %d", n);
+    if (n > 0 && !out) return FAIL(at, OT_ENULL, "out is NULL");
     for (int i = 0; i < 2 * m->nlayer && i < n; i++)
         out[i] = i % 2 ? m->layer[i / 2].b : m->layer[i / 2].w;
     return 2 * m->nlayer;
@@ -585,10 +617,11 @@ static void param_name(char *buf, size_t n, int i)
     snprintf(buf, n, "%c%d", i % 2 ? 'b' : 'w', i / 2);
 }
 
-int ot_model_save(const ot_model *m, const char *path)
+int ot_model_save_at(const ot_model *m, const char *path, const char *file, int line)
 {
+    const ot__site site = {"model_save", file, line}, *at = &site;
     if (!m || !path)
-        return ot__err_set(OT_ENULL, NULL, 0, "model_save", "%s is NULL", m ? "path" : "model");
+        return FAIL(at, OT_ENULL, "%s is NULL", m ? "path" : "model");
     int n = 2 * m->nlayer;
     char names[2 * OT_MODEL_MAX_LAYERS][16];   /* "w" or "b" and any int */
     const char *np[2 * OT_MODEL_MAX_LAYERS];
@@ -603,10 +636,10 @@ int ot_model_save(const ot_model *m, const char *path)
 
 /* Reads every parameter first and checks it against the model's own; only
  * then are they copied in, so a bad file leaves the model as it was. */
-int ot_model_load(ot_model *m, const char *path)
+int ot_model_load_at(ot_model *m, const char *path, const char *file, int line)
 {
-    const char *fn = "model_load";
-    if (!m || !path) return ot__err_set(OT_ENULL, NULL, 0, fn, "%s is NULL", m ? "path" : "model");
+    const ot__site site = {"model_load", file, line}, *at = &site;
+    if (!m || !path) return FAIL(at, OT_ENULL, "%s is NULL", m ? "path" : "model");
     int n = 2 * m->nlayer;
     char names[2 * OT_MODEL_MAX_LAYERS][16];   /* "w" or "b" and any int */
     const char *np[2 * OT_MODEL_MAX_LAYERS];
@@ -618,15 +651,17 @@ int ot_model_load(ot_model *m, const char *path)
     }
     int count = ot_loadz(m->be, path, n, np, got);
     if (count < 0) return count;
-    int rc = count == n ? 0 : ot__err_set(OT_EINVAL, NULL, 0, fn, "%s holds %d arrays; the model "
+    int rc = count == n ? 0 : FAIL(at, OT_EINVAL, "%s holds %d arrays; the model "
                                           "has %d parameters", path, count, n);
     for (int i = 0; i < n && !rc; i++) {
         ot_shape want = ot_tensor_shape(p[i]), have = ot_tensor_shape(got[i]);
         bool same = ot_tensor_dtype(got[i]) == OT_F32 && want.ndim == have.ndim;
         for (int d = 0; same && d < want.ndim; d++) same = want.dims[d] == have.dims[d];
+        char s1[OT__SHAPE_STRLEN], s2[OT__SHAPE_STRLEN];
         if (!same)
-            rc = ot__err_set(OT_ESHAPE, NULL, 0, fn, "%s: '%s' is not f32 of the model's shape",
-                             path, names[i]);
+            rc = FAIL(at, OT_ESHAPE, "%s: '%s' is %s of shape %s; the model's is float32 %s", path,
+                      names[i], ot_dtype_name(ot_tensor_dtype(got[i])), ot__shape_str(&have, s1),
+                      ot__shape_str(&want, s2));
     }
     for (int i = 0; i < n && !rc; i++) rc = ot_assign(p[i], got[i]);
     for (int i = 0; i < n; i++) ot_tensor_free(got[i]);

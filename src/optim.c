@@ -20,6 +20,9 @@
 #include <math.h>
 #include <stdio.h>
 
+/* An error of the call at `at` (its function's name and caller's file:line). */
+#define FAIL(at, code, ...) ot__err_set((code), (at)->file, (at)->line, (at)->fn, __VA_ARGS__)
+
 /* ---- checks ---------------------------------------------------------------- */
 
 static bool same_shape(ot_shape a, ot_shape b)
@@ -35,86 +38,87 @@ static bool is_float(ot_dtype dt) { return dt == OT_F32 || dt == OT_F64; }
 /* NULL trees are checked before the slot is cleared, keeping an earlier
  * error: a gradient built from bad operands is NULL, and its builder already
  * said why. Then the slot is cleared, as by every function that does work. */
-static int check_grads(const char *fn, int n, ot_node *const g[])
+static int check_grads(const ot__site *at, int n, ot_node *const g[])
 {
-    if (n > 0 && !g) return ot__err_set(OT_ENULL, NULL, 0, fn, "g is NULL");
+    if (n > 0 && !g) return FAIL(at, OT_ENULL, "g is NULL");
     for (int i = 0; i < n; i++) {
         if (g[i]) continue;
         char what[32];
         snprintf(what, sizeof what, "g[%d]", i);
-        return ot__err_null(fn, what);
+        return ot_errcode() ? ot_errcode()
+                            : FAIL(at, OT_ENULL, "%s is NULL", what);
     }
     ot_clear_error();
     return 0;
 }
 
-static int check_arrays(const char *fn, int n, ot_tensor *const w[], ot_node *const g[])
+static int check_arrays(const ot__site *at, int n, ot_tensor *const w[], ot_node *const g[])
 {
-    if (n < 0) return ot__err_set(OT_EINVAL, NULL, 0, fn, "negative count %d", n);
-    if (n > 0 && !w) return ot__err_set(OT_ENULL, NULL, 0, fn, "w is NULL");
-    return check_grads(fn, n, g);
+    if (n < 0) return FAIL(at, OT_EINVAL, "negative count %d", n);
+    if (n > 0 && !w) return FAIL(at, OT_ENULL, "w is NULL");
+    return check_grads(at, n, g);
 }
 
 /* Parameter i is a float tensor and its gradient has exactly its shape (one
  * that would merely broadcast is a mistake the step should not hide). */
-static int check_param(const char *fn, int i, const ot_tensor *w, const ot_node *g)
+static int check_param(const ot__site *at, int i, const ot_tensor *w, const ot_node *g)
 {
     char s1[OT__SHAPE_STRLEN], s2[OT__SHAPE_STRLEN];
-    if (!w) return ot__err_set(OT_ENULL, NULL, 0, fn, "w[%d] is NULL", i);
+    if (!w) return FAIL(at, OT_ENULL, "w[%d] is NULL", i);
     if (!is_float(ot_tensor_dtype(w)))
-        return ot__err_set(OT_EDTYPE, NULL, 0, fn, "w[%d] is %s; parameters must be float32 or float64",
+        return FAIL(at, OT_EDTYPE, "w[%d] is %s; parameters must be float32 or float64",
                            i, ot_dtype_name(ot_tensor_dtype(w)));
     ot_shape ws = ot_tensor_shape(w), gs = ot_node_shape(g);
     if (!same_shape(ws, gs))
-        return ot__err_set(OT_ESHAPE, NULL, 0, fn, "g[%d] has shape %s but w[%d] has shape %s",
+        return FAIL(at, OT_ESHAPE, "g[%d] has shape %s but w[%d] has shape %s",
                            i, ot__shape_str(&gs, s1), i, ot__shape_str(&ws, s2));
     return 0;
 }
 
 /* A state tensor (velocity, moment) of its parameter's shape, in a float
  * dtype, as the step writes a float tree into it. */
-static int check_state(const char *fn, const char *name, int i, const ot_tensor *t,
+static int check_state(const ot__site *at, const char *name, int i, const ot_tensor *t,
                        const ot_tensor *w)
 {
     char s1[OT__SHAPE_STRLEN], s2[OT__SHAPE_STRLEN];
-    if (!t) return ot__err_set(OT_ENULL, NULL, 0, fn, "%s[%d] is NULL", name, i);
+    if (!t) return FAIL(at, OT_ENULL, "%s[%d] is NULL", name, i);
     if (!is_float(ot_tensor_dtype(t)))
-        return ot__err_set(OT_EDTYPE, NULL, 0, fn, "%s[%d] is %s; state must be float32 or float64",
+        return FAIL(at, OT_EDTYPE, "%s[%d] is %s; state must be float32 or float64",
                            name, i, ot_dtype_name(ot_tensor_dtype(t)));
     ot_shape ts = ot_tensor_shape(t), ws = ot_tensor_shape(w);
     if (!same_shape(ts, ws))
-        return ot__err_set(OT_ESHAPE, NULL, 0, fn, "%s[%d] has shape %s but w[%d] has shape %s",
+        return FAIL(at, OT_ESHAPE, "%s[%d] has shape %s but w[%d] has shape %s",
                            name, i, ot__shape_str(&ts, s1), i, ot__shape_str(&ws, s2));
     return 0;
 }
 
 /* Hyperparameters are numbers >= 0 (a NaN fails the test, as it should). */
-static int check_nonneg(const char *fn, const char *name, double x)
+static int check_nonneg(const ot__site *at, const char *name, double x)
 {
     if (x >= 0) return 0;
-    return ot__err_set(OT_EINVAL, NULL, 0, fn, "%s must be >= 0, not %g", name, x);
+    return FAIL(at, OT_EINVAL, "%s must be >= 0, not %g", name, x);
 }
 
 /* grad_scale 0 means 1. A NaN passes: it is what ot_clip_global_norm gives
  * for a NaN gradient, and the step then poisons w so that the caller sees it. */
-static int check_grad_scale(const char *fn, double s)
+static int check_grad_scale(const ot__site *at, double s)
 {
     if (!(s < 0)) return 0;
-    return ot__err_set(OT_EINVAL, NULL, 0, fn, "grad_scale must be >= 0 (0 means 1), not %g", s);
+    return FAIL(at, OT_EINVAL, "grad_scale must be >= 0 (0 means 1), not %g", s);
 }
 
 /* lr_scale, when given, is a 0-d float tensor (its backend is checked
  * where the step's trees are built, as for every tree). */
-static int check_lr_scale(const char *fn, ot_tensor *scale)
+static int check_lr_scale(const ot__site *at, ot_tensor *scale)
 {
     if (!scale) return 0;
     if (!is_float(ot_tensor_dtype(scale)))
-        return ot__err_set(OT_EDTYPE, NULL, 0, fn, "lr_scale is %s; it must be float32 or float64",
+        return FAIL(at, OT_EDTYPE, "lr_scale is %s; it must be float32 or float64",
                            ot_dtype_name(ot_tensor_dtype(scale)));
     ot_shape s = ot_tensor_shape(scale);
     if (s.ndim != 0) {
         char buf[OT__SHAPE_STRLEN];
-        return ot__err_set(OT_ESHAPE, NULL, 0, fn, "lr_scale has shape %s; it must be 0-d",
+        return FAIL(at, OT_ESHAPE, "lr_scale has shape %s; it must be 0-d",
                            ot__shape_str(&s, buf));
     }
     return 0;
@@ -138,7 +142,7 @@ typedef struct step {
     ot_pool *pool;   /* owns every node built for the step */
 } step;
 
-static int step_begin(step *s, const char *fn, size_t cap)
+static int step_begin(step *s, const ot__site *at, size_t cap)
 {
     s->n = 0;
     s->outs = ot__calloc(cap ? cap : 1, sizeof *s->outs);
@@ -147,7 +151,7 @@ static int step_begin(step *s, const char *fn, size_t cap)
     if (s->pool) return 0;
     free(s->outs);
     free(s->trees);
-    return ot__err_set(OT_ENOMEM, NULL, 0, fn, "out of memory");
+    return FAIL(at, OT_ENOMEM, "out of memory");
 }
 
 static void step_put(step *s, ot_tensor *out, ot_node *tree)
@@ -175,28 +179,32 @@ static ot_node *scaled(ot_node *g, double grad_scale)
 
 /* ---- SGD ------------------------------------------------------------------- */
 
-int ot__sgd_opts_check(const char *fn, const ot_sgd *o)
+/* Zero fields take their defaults (Keras's: lr 0.01) before the checks,
+ * which then see only what the caller set. */
+int ot__sgd_opts(const ot__site *at, const ot_sgd *in, ot_sgd *o)
 {
-    int rc = check_nonneg(fn, "lr", o->lr);
-    if (!rc) rc = check_nonneg(fn, "momentum", o->momentum);
-    if (!rc) rc = check_nonneg(fn, "weight_decay", o->weight_decay);
-    if (!rc) rc = check_lr_scale(fn, o->lr_scale);
-    return rc ? rc : check_grad_scale(fn, o->grad_scale);
+    if (!in) return FAIL(at, OT_ENULL, "options are NULL");
+    *o = *in;
+    if (o->lr == 0) o->lr = OT_SGD_LR;
+    int rc = check_nonneg(at, "lr", o->lr);
+    if (!rc) rc = check_nonneg(at, "momentum", o->momentum);
+    if (!rc) rc = check_nonneg(at, "weight_decay", o->weight_decay);
+    if (!rc) rc = check_lr_scale(at, o->lr_scale);
+    return rc ? rc : check_grad_scale(at, o->grad_scale);
 }
 
-static int sgd_check(const ot_sgd *o, int n, ot_tensor *const w[], ot_node *const g[],
-                     ot_tensor *const vel[])
+/* The options (defaults filled in, into *o) and arrays checked. */
+static int sgd_check(const ot__site *at, const ot_sgd *in, ot_sgd *o, int n, ot_tensor *const w[],
+                     ot_node *const g[], ot_tensor *const vel[])
 {
-    const char *fn = "sgd_step";
-    if (!o) return ot__err_set(OT_ENULL, NULL, 0, fn, "options are NULL");
-    int rc = check_arrays(fn, n, w, g);
-    if (!rc) rc = ot__sgd_opts_check(fn, o);
+    int rc = ot__sgd_opts(at, in, o);
+    if (!rc) rc = check_arrays(at, n, w, g);
     if (!rc && n > 0 && !vel && o->momentum != 0)
-        rc = ot__err_set(OT_ENULL, NULL, 0, fn, "vel is NULL but momentum is %g; "
+        rc = FAIL(at, OT_ENULL, "vel is NULL but momentum is %g; "
                          "only plain SGD (momentum 0) runs without velocities", o->momentum);
     for (int i = 0; i < n && !rc; i++) {
-        rc = check_param(fn, i, w[i], g[i]);
-        if (!rc && vel) rc = check_state(fn, "vel", i, vel[i], w[i]);
+        rc = check_param(at, i, w[i], g[i]);
+        if (!rc && vel) rc = check_state(at, "vel", i, vel[i], w[i]);
     }
     return rc;
 }
@@ -220,14 +228,16 @@ static void sgd_param(const ot_sgd *o, ot_tensor *w, ot_node *g, ot_tensor *vel,
     step_put(s, vel, vnew);
 }
 
-int ot_sgd_step(const ot_sgd *o, int n, ot_tensor *const w[], ot_node *const g[],
+int ot_sgd_step(const ot_sgd *opts, int n, ot_tensor *const w[], ot_node *const g[],
                 ot_tensor *const vel[])
 {
-    int rc = sgd_check(o, n, w, g, vel);
+    const ot__site at = {"sgd_step", NULL, 0};
+    ot_sgd o;
+    int rc = sgd_check(&at, opts, &o, n, w, g, vel);
     step s;
-    if (!rc) rc = step_begin(&s, "sgd_step", (size_t)n * (vel ? 2 : 1));
+    if (!rc) rc = step_begin(&s, &at, (size_t)n * (vel ? 2 : 1));
     if (rc) return rc;
-    for (int i = 0; i < n; i++) sgd_param(o, w[i], g[i], vel ? vel[i] : NULL, &s);
+    for (int i = 0; i < n; i++) sgd_param(&o, w[i], g[i], vel ? vel[i] : NULL, &s);
     return step_end(&s);
 }
 
@@ -240,52 +250,64 @@ static int trees_built(const step *s, int *count)
     return 0;
 }
 
-int ot__sgd_trees(const ot_sgd *o, int n, ot_tensor *const w[], ot_node *const g[],
-                  ot_tensor *const vel[], ot_tensor **outs, ot_node **trees, int *count)
+int ot__sgd_trees(const ot__site *at, const ot_sgd *opts, int n, ot_tensor *const w[],
+                  ot_node *const g[], ot_tensor *const vel[], ot_tensor **outs, ot_node **trees,
+                  int *count)
 {
-    int rc = sgd_check(o, n, w, g, vel);
+    ot_sgd o;
+    int rc = sgd_check(at, opts, &o, n, w, g, vel);
     if (rc) return rc;
     step s = {.outs = outs, .trees = trees};
-    for (int i = 0; i < n; i++) sgd_param(o, w[i], g[i], vel ? vel[i] : NULL, &s);
+    for (int i = 0; i < n; i++) sgd_param(&o, w[i], g[i], vel ? vel[i] : NULL, &s);
     return trees_built(&s, count);
 }
 
 /* ---- Adam ------------------------------------------------------------------ */
 
-static int check_beta(const char *fn, const char *name, double beta)
+static int check_beta(const ot__site *at, const char *name, double beta)
 {
     if (beta >= 0 && beta < 1) return 0;
-    return ot__err_set(OT_EINVAL, NULL, 0, fn, "%s must be in [0, 1), not %g", name, beta);
+    return FAIL(at, OT_EINVAL, "%s must be in [0, 1), not %g", name, beta);
 }
 
-int ot__adam_opts_check(const char *fn, const ot_adam *o)
+/* Zero fields take their defaults (the paper's, lr Keras's 1e-3) before
+ * the checks, which then see only what the caller set. */
+int ot__adam_opts(const ot__site *at, const ot_adam *in, ot_adam *o)
 {
-    int rc = check_nonneg(fn, "lr", o->lr);
-    if (!rc) rc = check_beta(fn, "beta1", o->beta1);
-    if (!rc) rc = check_beta(fn, "beta2", o->beta2);
+    if (!in) return FAIL(at, OT_ENULL, "options are NULL");
+    ot_adam d = ot_adam_default(OT_ADAM_LR);
+    *o = *in;
+    if (o->lr == 0) o->lr = d.lr;
+    if (o->beta1 == 0) o->beta1 = d.beta1;
+    if (o->beta2 == 0) o->beta2 = d.beta2;
+    if (o->eps == 0) o->eps = d.eps;
+    if (o->t == 0) o->t = d.t;
+    int rc = check_nonneg(at, "lr", o->lr);
+    if (!rc) rc = check_beta(at, "beta1", o->beta1);
+    if (!rc) rc = check_beta(at, "beta2", o->beta2);
     if (!rc && !(o->eps > 0))
-        rc = ot__err_set(OT_EINVAL, NULL, 0, fn, "eps must be > 0, not %g", o->eps);
-    if (!rc) rc = check_grad_scale(fn, o->grad_scale);
-    if (!rc) rc = check_lr_scale(fn, o->lr_scale);
+        rc = FAIL(at, OT_EINVAL, "eps must be > 0, not %g", o->eps);
+    if (!rc) rc = check_grad_scale(at, o->grad_scale);
+    if (!rc) rc = check_lr_scale(at, o->lr_scale);
     if (!rc && o->t < 1)
-        rc = ot__err_set(OT_EINVAL, NULL, 0, fn, "step count t must be >= 1 (1 for the first "
-                         "step), not %lld", (long long)o->t);
+        rc = FAIL(at, OT_EINVAL, "step count t must be >= 1 (1 "
+                         "for the first step; 0 means 1), not %lld", (long long)o->t);
     return rc;
 }
 
-static int adam_check(const ot_adam *o, int n, ot_tensor *const w[], ot_node *const g[],
-                      ot_tensor *const m[], ot_tensor *const v[])
+/* The options (defaults filled in, into *o) and arrays checked. */
+static int adam_check(const ot__site *at, const ot_adam *in, ot_adam *o, int n,
+                      ot_tensor *const w[], ot_node *const g[], ot_tensor *const m[],
+                      ot_tensor *const v[])
 {
-    const char *fn = "adam_step";
-    if (!o) return ot__err_set(OT_ENULL, NULL, 0, fn, "options are NULL");
-    int rc = check_arrays(fn, n, w, g);
+    int rc = ot__adam_opts(at, in, o);
+    if (!rc) rc = check_arrays(at, n, w, g);
     if (!rc && n > 0 && (!m || !v))
-        rc = ot__err_set(OT_ENULL, NULL, 0, fn, "%s is NULL", m ? "v" : "m");
-    if (!rc) rc = ot__adam_opts_check(fn, o);
+        rc = FAIL(at, OT_ENULL, "%s is NULL", m ? "v" : "m");
     for (int i = 0; i < n && !rc; i++) {
-        rc = check_param(fn, i, w[i], g[i]);
-        if (!rc) rc = check_state(fn, "m", i, m[i], w[i]);
-        if (!rc) rc = check_state(fn, "v", i, v[i], w[i]);
+        rc = check_param(at, i, w[i], g[i]);
+        if (!rc) rc = check_state(at, "m", i, m[i], w[i]);
+        if (!rc) rc = check_state(at, "v", i, v[i], w[i]);
     }
     return rc;
 }
@@ -304,33 +326,36 @@ static void adam_param(const ot_adam *o, ot_node *alpha, ot_tensor *w, ot_node *
     step_put(s, v, vnew);
 }
 
-int ot_adam_step(const ot_adam *o, int n, ot_tensor *const w[], ot_node *const g[],
+int ot_adam_step(const ot_adam *opts, int n, ot_tensor *const w[], ot_node *const g[],
                  ot_tensor *const m[], ot_tensor *const v[])
 {
-    int rc = adam_check(o, n, w, g, m, v);
+    const ot__site at = {"adam_step", NULL, 0};
+    ot_adam o;
+    int rc = adam_check(&at, opts, &o, n, w, g, m, v);
     step s;
-    if (!rc) rc = step_begin(&s, "adam_step", (size_t)n * 3);
+    if (!rc) rc = step_begin(&s, &at, (size_t)n * 3);
     if (rc) return rc;
-    double t = (double)o->t;
-    double alpha = o->lr * sqrt(1 - pow(o->beta2, t)) / (1 - pow(o->beta1, t));
+    double t = (double)o.t;
+    double alpha = o.lr * sqrt(1 - pow(o.beta2, t)) / (1 - pow(o.beta1, t));
     for (int i = 0; i < n; i++)
-        adam_param(o, scheduled(ot_const(alpha), o->lr_scale, ot_tensor_dtype(w[i])), w[i], g[i],
+        adam_param(&o, scheduled(ot_const(alpha), o.lr_scale, ot_tensor_dtype(w[i])), w[i], g[i],
                    m[i], v[i], &s);
     return step_end(&s);
 }
 
-int ot__adam_trees(const ot_adam *o, ot_tensor *count, int n, ot_tensor *const w[],
-                   ot_node *const g[], ot_tensor *const m[], ot_tensor *const v[],
-                   ot_tensor **outs, ot_node **trees, int *nout)
+int ot__adam_trees(const ot__site *at, const ot_adam *opts, ot_tensor *count, int n,
+                   ot_tensor *const w[], ot_node *const g[], ot_tensor *const m[],
+                   ot_tensor *const v[], ot_tensor **outs, ot_node **trees, int *nout)
 {
-    int rc = adam_check(o, n, w, g, m, v);
+    ot_adam o;
+    int rc = adam_check(at, opts, &o, n, w, g, m, v);
     if (rc) return rc;
     step s = {.outs = outs, .trees = trees};
-    ot_node *alpha = ot_div(ot_mul(o->lr, ot_sqrt(ot_sub(1.0, ot_pow(o->beta2, count)))),
-                            ot_sub(1.0, ot_pow(o->beta1, count)));
-    if (o->lr_scale) alpha = ot_mul(alpha, ot_cast(o->lr_scale, .dtype = OT_F64));
+    ot_node *alpha = ot_div(ot_mul(o.lr, ot_sqrt(ot_sub(1.0, ot_pow(o.beta2, count)))),
+                            ot_sub(1.0, ot_pow(o.beta1, count)));
+    if (o.lr_scale) alpha = ot_mul(alpha, ot_cast(o.lr_scale, .dtype = OT_F64));
     for (int i = 0; i < n; i++)
-        adam_param(o, ot_cast(alpha, .dtype = ot_tensor_dtype(w[i])), w[i], g[i], m[i], v[i], &s);
+        adam_param(&o, ot_cast(alpha, .dtype = ot_tensor_dtype(w[i])), w[i], g[i], m[i], v[i], &s);
     return trees_built(&s, nout);
 }
 
@@ -361,14 +386,14 @@ static double clip_scale(double norm, double max_norm)
 int ot_clip_global_norm(int n, ot_node *const g[], double max_norm, double *scale,
                         double *norm)
 {
-    const char *fn = "clip_global_norm";
-    if (n < 0) return ot__err_set(OT_EINVAL, NULL, 0, fn, "negative count %d", n);
-    if (!scale) return ot__err_set(OT_ENULL, NULL, 0, fn, "scale is NULL");
-    int rc = check_grads(fn, n, g);
+    const ot__site site = {"clip_global_norm", NULL, 0}, *at = &site;
+    if (n < 0) return FAIL(at, OT_EINVAL, "negative count %d", n);
+    if (!scale) return FAIL(at, OT_ENULL, "scale is NULL");
+    int rc = check_grads(at, n, g);
     if (rc) return rc;
     /* max_norm 0 would give scale 0, which a step reads as 1: no clipping. */
     if (!(max_norm > 0))
-        return ot__err_set(OT_EINVAL, NULL, 0, fn, "max_norm must be > 0, not %g", max_norm);
+        return FAIL(at, OT_EINVAL, "max_norm must be > 0, not %g", max_norm);
     ot_pool *pool = ot_pool_push();
     if (!pool) return ot_errcode();
     double total = 0;

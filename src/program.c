@@ -84,7 +84,13 @@ struct ot_program {
     const ot_buffer **write;
     int *write_step;
     int nwrite;
+    /* one call at a time (enter, leave), and where it came from */
+    atomic_bool busy;
+    ot__site at;
 };
+
+/* An error of the call in progress, at its caller's file:line. */
+#define FAIL(p, code, ...) ot__err_set((code), (p)->at.file, (p)->at.line, (p)->at.fn, __VA_ARGS__)
 
 /* ---- small helpers ------------------------------------------------------- */
 
@@ -106,126 +112,147 @@ static char *dup_str(const char *s)
     return d;
 }
 
-static int nomem(const char *fn) { return ot__err_set(OT_ENOMEM, NULL, 0, fn, "out of memory"); }
+static int nomem(const ot_program *p) { return FAIL(p, OT_ENOMEM, "out of memory"); }
 
-/* Prefixes the error in the slot with the step and its tree's file:line. */
-static int step_error(const char *fn, int i, const ot_node *tree)
+/* Prefixes the error in the slot with the call's site, the step and where
+ * its tree was built. */
+static int step_error(const ot__site *at, int i, const ot_node *tree)
 {
-    char msg[512];
+    char msg[512], from[256] = "";
     snprintf(msg, sizeof msg, "%s", ot_errmsg());
+    if (tree && tree->file) snprintf(from, sizeof from, " (tree built at %s:%d)", tree->file, tree->line);
     int code = ot_errcode() ? ot_errcode() : OT_EINTERNAL;
-    return ot__err_set(code, tree ? tree->file : NULL, tree ? tree->line : 0, fn, "step %d: %s",
-                       i, msg);
+    return ot__err_set(code, at->file, at->line, at->fn, "step %d%s: %s", i, from, msg);
+}
+
+/* Starts a call of fn on p from file:line. One call at a time: a second,
+ * concurrent one (another thread's run) is OT_ESTATE instead of a race on
+ * the bindings, the specialisations and the arena. One atomic exchange. */
+static int enter(const ot_program *cp, const char *fn, const char *file, int line)
+{
+    if (!cp) return ot__err_set(OT_ENULL, file, line, fn, "program is NULL");
+    ot_program *p = (ot_program *)cp;   /* busy and at change in a const call too */
+    if (atomic_exchange_explicit(&p->busy, true, memory_order_acquire))
+        return ot__err_set(OT_ESTATE, file, line, fn, "the program is in use by a call in "
+                           "another thread (one call of a program at a time)");
+    p->at = (ot__site){fn, file, line};
+    return 0;
+}
+
+/* Ends the call enter started; returns rc. */
+static int leave(const ot_program *cp, int rc)
+{
+    atomic_store_explicit(&((ot_program *)cp)->busy, false, memory_order_release);
+    return rc;
 }
 
 /* ---- ot_sequential ---------------------------------------------------------- */
 
-int ot_sequential(int n, const ot_step steps[])
+int ot_sequential_at(int n, const ot_step steps[], const char *file, int line)
 {
-    const char *fn = "sequential";
-    if (n < 0) return ot__err_set(OT_EINVAL, NULL, 0, fn, "negative count %d", n);
-    if (n > 0 && !steps) return ot__err_set(OT_ENULL, NULL, 0, fn, "steps is NULL");
+    const ot__site at = {"sequential", file, line};
+    if (n < 0) return ot__err_set(OT_EINVAL, file, line, at.fn, "negative count %d", n);
+    if (n > 0 && !steps) return ot__err_set(OT_ENULL, file, line, at.fn, "steps is NULL");
     ot_backend *be;
     for (int i = 0; i < n; i++)
-        if (ot__assign_check(fn, steps[i].n, steps[i].outs, steps[i].trees, &be))
-            return step_error(fn, i, NULL);
+        if (ot__assign_check(at.fn, steps[i].n, steps[i].outs, steps[i].trees, &be))
+            return step_error(&at, i, NULL);
     for (int i = 0; i < n; i++)   /* checked above: a step runs on its first output's backend */
         if (steps[i].n &&
             ot__assign_backend(steps[i].outs[0]->leaf.be, steps[i].n, steps[i].outs, steps[i].trees))
-            return step_error(fn, i, NULL);
+            return step_error(&at, i, NULL);
     return 0;
 }
 
 /* ---- building a program ------------------------------------------------------ */
 
-ot_program *ot_program_new(ot_backend *be)
+ot_program *ot_program_new_at(ot_backend *be, const char *file, int line)
 {
     if (!be) {
-        ot__err_set(OT_ENULL, NULL, 0, "program_new", "backend is NULL");
+        ot__err_set(OT_ENULL, file, line, "program_new", "backend is NULL");
         return NULL;
     }
     ot_clear_error();
     ot_program *p = ot__calloc(1, sizeof *p);
     if (!p) {
-        nomem("program_new");
+        ot__err_set(OT_ENOMEM, file, line, "program_new", "out of memory");
         return NULL;
     }
     p->be = be;
     p->cpu = be->vt == &ot__cpu_vt;
+    atomic_init(&p->busy, false);
     return p;
 }
 
 /* Common checks of the calls that add to a program. */
-static int check_open(const ot_program *p, const char *fn)
+static int check_open(const ot_program *p)
 {
-    if (!p) return ot__err_set(OT_ENULL, NULL, 0, fn, "program is NULL");
-    if (p->nspec)
-        return ot__err_set(OT_ESTATE, NULL, 0, fn,
-                           "the program is compiled; nothing can be added to it");
+    if (p->nspec) return FAIL(p, OT_ESTATE, "the program is compiled; nothing can be added to it");
     return 0;
 }
 
-static int check_name(const char *fn, const char *name)
+static int check_name(const ot_program *p, const char *name)
 {
-    if (!name) return ot__err_set(OT_ENULL, NULL, 0, fn, "name is NULL");
-    if (!*name) return ot__err_set(OT_EINVAL, NULL, 0, fn, "name is empty");
+    if (!name) return FAIL(p, OT_ENULL, "name is NULL");
+    if (!*name) return FAIL(p, OT_EINVAL, "name is empty");
     return 0;
 }
 
-int ot_program_symbol(ot_program *p, const char *name, int64_t nominal)
+static int add_symbol(ot_program *p, const char *name, int64_t nominal)
 {
-    const char *fn = "program_symbol";
-    int rc = check_open(p, fn);
-    if (!rc) rc = check_name(fn, name);
+    int rc = check_open(p);
+    if (!rc) rc = check_name(p, name);
     if (rc) return rc;
-    if (nominal < 0)
-        return ot__err_set(OT_EINVAL, NULL, 0, fn, "symbol %s: negative size %lld", name,
-                           (long long)nominal);
-    if (p->nsym == MAX_SYMBOLS)
-        return ot__err_set(OT_EINVAL, NULL, 0, fn, "more than %d symbols", MAX_SYMBOLS);
+    if (nominal < 0) return FAIL(p, OT_EINVAL, "symbol %s: negative size %lld", name, (long long)nominal);
+    if (p->nsym == MAX_SYMBOLS) return FAIL(p, OT_EINVAL, "more than %d symbols", MAX_SYMBOLS);
     for (int i = 0; i < p->nsym; i++)
         if (strcmp(p->symname[i], name) == 0)
-            return ot__err_set(OT_EINVAL, NULL, 0, fn, "a symbol named %s exists", name);
+            return FAIL(p, OT_EINVAL, "a symbol named %s exists", name);
     ot_clear_error();
     char *d = dup_str(name);
     int n = p->nsym;
     if (!d || !push((void **)&p->symnom, &n, sizeof nominal, &nominal)) {
         free(d);
-        return nomem(fn);
+        return nomem(p);
     }
     if (!push((void **)&p->symname, &p->nsym, sizeof d, &d)) {
         free(d);
-        return nomem(fn);
+        return nomem(p);
     }
     return p->nsym - 1;
 }
 
+int ot_program_symbol_at(ot_program *p, const char *name, int64_t nominal, const char *file,
+                         int line)
+{
+    int rc = enter(p, "program_symbol", file, line);
+    return rc ? rc : leave(p, add_symbol(p, name, nominal));
+}
+
 /* shape with every symbol at its size in sym (checked: a known symbol). */
-static int resolve_shape(const ot_program *p, const char *fn, const char *name, ot_shape *shape,
-                         const int64_t *sym)
+static int resolve_shape(const ot_program *p, const char *name, ot_shape *shape, const int64_t *sym)
 {
     for (int d = 0; d < shape->ndim && d < OT_MAX_DIMS; d++) {
         int64_t v = shape->dims[d];
         if (v >= 0) continue;
         int64_t s = -1 - v;
         if (s >= p->nsym)
-            return ot__err_set(OT_EINVAL, NULL, 0, fn, "%s: dim %d is symbol %lld, but the "
-                               "program has %d symbols", name, d, (long long)s, p->nsym);
+            return FAIL(p, OT_EINVAL, "%s: dim %d is symbol %lld, but the program has %d symbols",
+                        name, d, (long long)s, p->nsym);
         shape->dims[d] = sym[s];
     }
     return 0;
 }
 
-ot_tensor *ot_program_placeholder(ot_program *p, const char *name, ot_shape shape, ot_dtype dtype)
+static ot_tensor *add_placeholder(ot_program *p, const char *name, ot_shape shape, ot_dtype dtype)
 {
-    const char *fn = "program_placeholder";
-    int rc = check_open(p, fn);
-    if (!rc) rc = check_name(fn, name);
+    int rc = check_open(p);
+    if (!rc) rc = check_name(p, name);
     for (int i = 0; !rc && i < p->nph; i++)
         if (strcmp(p->ph[i].name, name) == 0)
-            rc = ot__err_set(OT_EINVAL, NULL, 0, fn, "a placeholder named %s exists", name);
+            rc = FAIL(p, OT_EINVAL, "a placeholder named %s exists", name);
     ot_shape nominal = shape;
-    if (!rc) rc = resolve_shape(p, fn, name, &nominal, p->symnom);
+    if (!rc) rc = resolve_shape(p, name, &nominal, p->symnom);
     if (rc) return NULL;
     ot_tensor *t = ot_empty(p->be, nominal, dtype);
     if (!t) return NULL;
@@ -234,9 +261,18 @@ ot_tensor *ot_program_placeholder(ot_program *p, const char *name, ot_shape shap
     if (!ph.name || ot_tensor_set_name(t, name) || !push((void **)&p->ph, &p->nph, sizeof ph, &ph)) {
         free(ph.name);
         ot_tensor_free(t);
-        nomem(fn);
+        nomem(p);
         return NULL;
     }
+    return t;
+}
+
+ot_tensor *ot_program_placeholder_at(ot_program *p, const char *name, ot_shape shape,
+                                     ot_dtype dtype, const char *file, int line)
+{
+    if (enter(p, "program_placeholder", file, line)) return NULL;
+    ot_tensor *t = add_placeholder(p, name, shape, dtype);
+    leave(p, 0);
     return t;
 }
 
@@ -265,49 +301,60 @@ static ot_tensor *init_tensor(ot_backend *be, ot_shape shape, ot_dtype dtype, co
     return t;
 }
 
-static int check_init(const char *fn, const ot_init *in)
+static int check_init(const ot_program *p, const ot_init *in)
 {
     if (in->kind < OT_INIT_ZEROS || in->kind > OT_INIT_DATA)
-        return ot__err_set(OT_EINVAL, NULL, 0, fn, "unknown initializer kind %d", in->kind);
+        return FAIL(p, OT_EINVAL, "unknown initializer kind %d", in->kind);
     if (in->kind == OT_INIT_DATA && !in->data)
-        return ot__err_set(OT_ENULL, NULL, 0, fn, "the initializer's data is NULL");
+        return FAIL(p, OT_ENULL, "the initializer's data is NULL");
     if (in->kind == OT_INIT_UNIFORM && !(isfinite(in->lo) && isfinite(in->hi) && in->lo <= in->hi))
-        return ot__err_set(OT_EINVAL, NULL, 0, fn, "uniform initializer bounds [%g, %g) are not "
-                           "finite with lo <= hi", in->lo, in->hi);
+        return FAIL(p, OT_EINVAL, "uniform initializer bounds [%g, %g) are not finite with lo <= hi",
+                    in->lo, in->hi);
     return 0;
 }
 
-ot_tensor *ot_program_variable(ot_program *p, const char *name, ot_shape shape, ot_dtype dtype,
-                               ot_init init)
+static ot_tensor *add_variable(ot_program *p, const char *name, ot_shape shape, ot_dtype dtype,
+                               const ot_init *init)
 {
-    const char *fn = "program_variable";
-    int rc = check_open(p, fn);
-    if (!rc) rc = check_name(fn, name);
-    if (!rc) rc = check_init(fn, &init);
+    int rc = check_open(p);
+    if (!rc) rc = check_name(p, name);
+    if (!rc) rc = check_init(p, init);
+    char s1[OT__SHAPE_STRLEN];
     for (int d = 0; !rc && d < shape.ndim && d < OT_MAX_DIMS; d++)
         if (shape.dims[d] < 0)
-            rc = ot__err_set(OT_EINVAL, NULL, 0, fn, "variable %s: dim %d is negative (a "
-                             "variable's shape has no symbols)", name, d);
+            rc = FAIL(p, OT_EINVAL, "variable %s: shape %s: dim %d is negative (a variable's "
+                      "shape has no symbols)", name, ot__shape_str(&shape, s1), d);
     if (rc) return NULL;
     ot_clear_error();
-    ot_tensor *t = init_tensor(p->be, shape, dtype, &init);
+    ot_tensor *t = init_tensor(p->be, shape, dtype, init);
     if (!t) return NULL;
     if (dtype != OT_I32) t->buf->var = t;    /* trainable, as ngraph's variables */
     if (ot_tensor_set_name(t, name) || !push((void **)&p->var, &p->nvar, sizeof t, &t)) {
         ot_tensor_free(t);
-        nomem(fn);
+        nomem(p);
         return NULL;
     }
     return t;
 }
 
-int ot_program_variables(const ot_program *p, int n, ot_tensor *out[])
+ot_tensor *ot_program_variable_at(ot_program *p, const char *name, ot_shape shape,
+                                  ot_dtype dtype, ot_init init, const char *file, int line)
 {
-    if (!p) return ot__err_set(OT_ENULL, NULL, 0, "program_variables", "program is NULL");
-    if (n < 0) return ot__err_set(OT_EINVAL, NULL, 0, "program_variables", "negative count %d", n);
-    if (n > 0 && !out) return ot__err_set(OT_ENULL, NULL, 0, "program_variables", "out is NULL");
+    if (enter(p, "program_variable", file, line)) return NULL;
+    ot_tensor *t = add_variable(p, name, shape, dtype, &init);
+    leave(p, 0);
+    return t;
+}
+
+int ot_program_variables_at(const ot_program *p, int n, ot_tensor *out[], const char *file,
+                            int line)
+{
+    int rc = enter(p, "program_variables", file, line);
+    if (rc) return rc;
+    if (n < 0) return leave(p, FAIL(p, OT_EINVAL, "negative count %d", n));
+    if (n > 0 && !out) return leave(p, FAIL(p, OT_ENULL, "out is NULL"));
     for (int i = 0; i < n && i < p->nvar; i++) out[i] = p->var[i];
-    return p->nvar;
+    return leave(p, p->nvar);
 }
 
 /* ---- steps --------------------------------------------------------------- */
@@ -335,7 +382,7 @@ static ot_tensor **keep_tensors(ot_tensor *const t[], int n)
 
 /* A step of n outputs and trees (and a backprop's loss and wrt), retained,
  * appended. A step without outputs does nothing and is not kept. */
-static int add_step(ot_program *p, const char *fn, pstep s)
+static int add_step(ot_program *p, pstep s)
 {
     if (s.n == 0) return 0;
     ot_tensor **outs = keep_tensors(s.outs, s.n);
@@ -352,129 +399,158 @@ static int add_step(ot_program *p, const char *fn, pstep s)
         if (wrt) ot_release(&wrt[i]->leaf);
     }
     pstep_free(&k);
-    return nomem(fn);
+    return nomem(p);
+}
+
+/* A NULL tree or tensor handed in: the builder's error in the slot, if any
+ * (a NULL tree is how a failed builder answers), or OT_ENULL naming what. */
+static int null_arg(const ot_program *p, const char *what)
+{
+    return ot_errcode() ? ot_errcode() : FAIL(p, OT_ENULL, "%s is NULL", what);
 }
 
 /* NULLs first (a NULL tree keeps its builder's error), then the slot is
  * cleared; shapes and dtypes are checked at compile, step by step. */
-static int check_step(const ot_program *p, const char *fn, int n, ot_tensor *const outs[],
-                      ot_node *const trees[])
+static int check_step(const ot_program *p, int n, ot_tensor *const outs[], ot_node *const trees[])
 {
-    int rc = check_open(p, fn);
+    int rc = check_open(p);
     if (rc) return rc;
-    if (n < 0) return ot__err_set(OT_EINVAL, NULL, 0, fn, "negative count %d", n);
-    if (n > 0 && (!outs || !trees)) return ot__err_set(OT_ENULL, NULL, 0, fn, "%s is NULL",
-                                                       outs ? "trees" : "outs");
+    if (n < 0) return FAIL(p, OT_EINVAL, "negative count %d", n);
+    if (n > 0 && (!outs || !trees)) return FAIL(p, OT_ENULL, "%s is NULL", outs ? "trees" : "outs");
     for (int i = 0; i < n; i++) {
-        if (!trees[i]) return ot__err_null(fn, "tree");
-        if (!outs[i]) return ot__err_set(OT_ENULL, NULL, 0, fn, "output tensor %d is NULL", i);
+        if (!trees[i]) return null_arg(p, "tree");
+        if (!outs[i]) return FAIL(p, OT_ENULL, "output tensor %d is NULL", i);
     }
     ot_clear_error();
     return 0;
 }
 
-int ot_program_assign_many(ot_program *p, int n, ot_tensor *const outs[], ot_node *const trees[])
+static int add_assign(ot_program *p, int n, ot_tensor *const outs[], ot_node *const trees[])
 {
-    const char *fn = "program_assign_many";
-    int rc = check_step(p, fn, n, outs, trees);
-    return rc ? rc : add_step(p, fn, (pstep){STEP_ASSIGN, n, (ot_tensor **)outs, (ot_node **)trees, NULL, NULL});
+    int rc = check_step(p, n, outs, trees);
+    return rc ? rc : add_step(p, (pstep){STEP_ASSIGN, n, (ot_tensor **)outs, (ot_node **)trees, NULL, NULL});
 }
 
-int ot_program_assign_node(ot_program *p, ot_tensor *out, ot_node *tree)
+int ot_program_assign_many_at(ot_program *p, int n, ot_tensor *const outs[],
+                              ot_node *const trees[], const char *file, int line)
 {
-    const char *fn = "program_assign";
-    int rc = check_step(p, fn, 1, &out, &tree);
-    return rc ? rc : add_step(p, fn, (pstep){STEP_ASSIGN, 1, &out, &tree, NULL, NULL});
+    int rc = enter(p, "program_assign_many", file, line);
+    return rc ? rc : leave(p, add_assign(p, n, outs, trees));
+}
+
+int ot_program_assign_at(ot_program *p, ot_tensor *out, ot_node *tree, const char *file, int line)
+{
+    int rc = enter(p, "program_assign", file, line);
+    return rc ? rc : leave(p, add_assign(p, 1, &out, &tree));
 }
 
 /* The gradients of loss w.r.t. wrt into trees (current pool). */
-static int grad_trees(const char *fn, ot_node *loss, int n, ot_tensor *const wrt[], ot_node **trees)
+static int grad_trees(const ot_program *p, ot_node *loss, int n, ot_tensor *const wrt[],
+                      ot_node **trees)
 {
     ot_autodiff *ad = ot_autodiff_new(loss, NULL);
     if (!ad) return ot_errcode();
     int rc = 0;
     for (int i = 0; i < n && !rc; i++) {
-        if (!wrt[i]) rc = ot__err_set(OT_ENULL, NULL, 0, fn, "wrt[%d] is NULL", i);
+        if (!wrt[i]) rc = FAIL(p, OT_ENULL, "wrt[%d] is NULL", i);
         else if (!(trees[i] = ot__autodiff_grad_tree(ad, wrt[i]))) rc = ot_errcode();
     }
     ot_autodiff_free(ad);
     return rc;
 }
 
-int ot_program_backprop(ot_program *p, ot_node *loss, int n, ot_tensor *const wrt[],
+static int add_backprop(ot_program *p, ot_node *loss, int n, ot_tensor *const wrt[],
                         ot_tensor *const grads[])
 {
-    const char *fn = "program_backprop";
-    int rc = check_open(p, fn);
+    int rc = check_open(p);
     if (rc) return rc;
-    if (!loss) return ot__err_null(fn, "loss");
-    if (n < 0) return ot__err_set(OT_EINVAL, NULL, 0, fn, "negative count %d", n);
-    if (n > 0 && (!wrt || !grads)) return ot__err_set(OT_ENULL, NULL, 0, fn, "%s is NULL",
-                                                      wrt ? "grads" : "wrt");
+    if (!loss) return null_arg(p, "loss");
+    if (n < 0) return FAIL(p, OT_EINVAL, "negative count %d", n);
+    if (n > 0 && (!wrt || !grads)) return FAIL(p, OT_ENULL, "%s is NULL", wrt ? "grads" : "wrt");
     for (int i = 0; i < n; i++)
-        if (!grads[i]) return ot__err_set(OT_ENULL, NULL, 0, fn, "grads[%d] is NULL", i);
+        if (!grads[i]) return FAIL(p, OT_ENULL, "grads[%d] is NULL", i);
     ot_clear_error();
     ot_node **trees = ot__calloc((size_t)(n ? n : 1), sizeof *trees);
     ot_pool *pool = trees ? ot_pool_push() : NULL;
     if (!pool) {
         free(trees);
-        return nomem(fn);
+        return nomem(p);
     }
-    rc = grad_trees(fn, loss, n, wrt, trees);
-    if (!rc) rc = add_step(p, fn, (pstep){STEP_BACKPROP, n, (ot_tensor **)grads, trees, loss, (ot_tensor **)wrt});
+    rc = grad_trees(p, loss, n, wrt, trees);
+    if (!rc) rc = add_step(p, (pstep){STEP_BACKPROP, n, (ot_tensor **)grads, trees, loss, (ot_tensor **)wrt});
     ot_pool_pop(pool);
     free(trees);
     return rc;
 }
 
-int ot_program_sgd(ot_program *p, const ot_sgd *o, int n, ot_tensor *const w[], ot_node *const g[],
-                   ot_tensor *const vel[])
+int ot_program_backprop_at(ot_program *p, ot_node *loss, int n, ot_tensor *const wrt[],
+                           ot_tensor *const grads[], const char *file, int line)
 {
-    const char *fn = "program_sgd";
-    int rc = check_open(p, fn);
+    int rc = enter(p, "program_backprop", file, line);
+    return rc ? rc : leave(p, add_backprop(p, loss, n, wrt, grads));
+}
+
+static int add_sgd(ot_program *p, const ot_sgd *o, int n, ot_tensor *const w[],
+                   ot_node *const g[], ot_tensor *const vel[])
+{
+    int rc = check_open(p);
     if (rc) return rc;
     size_t cap = n > 0 ? 2 * (size_t)n : 1;
     ot_tensor **outs = ot__calloc(cap, sizeof *outs);
     ot_node **trees = ot__calloc(cap, sizeof *trees);
     ot_pool *pool = outs && trees ? ot_pool_push() : NULL;
     int count = 0;
-    if (!pool) rc = nomem(fn);
-    if (!rc) rc = ot__sgd_trees(o, n, w, g, vel, outs, trees, &count);
-    if (!rc) rc = add_step(p, fn, (pstep){STEP_ASSIGN, count, outs, trees, NULL, NULL});
+    if (!pool) rc = nomem(p);
+    if (!rc) rc = ot__sgd_trees(&p->at, o, n, w, g, vel, outs, trees, &count);
+    if (!rc) rc = add_step(p, (pstep){STEP_ASSIGN, count, outs, trees, NULL, NULL});
     if (pool) ot_pool_pop(pool);
     free(outs);
     free(trees);
     return rc;
 }
 
-/* Two steps: the program's own step count (a 0-d f64 tensor, o->t - 1
- * before the first run) goes up by one, then Adam's update reads it. */
-int ot_program_adam(ot_program *p, const ot_adam *o, int n, ot_tensor *const w[],
+int ot_program_sgd_at(ot_program *p, const ot_sgd *o, int n, ot_tensor *const w[],
+                      ot_node *const g[], ot_tensor *const vel[], const char *file, int line)
+{
+    int rc = enter(p, "program_sgd", file, line);
+    return rc ? rc : leave(p, add_sgd(p, o, n, w, g, vel));
+}
+
+/* Two steps: the program's own step count (a 0-d f64 tensor, t - 1 before
+ * the first run) goes up by one, then Adam's update reads it. */
+static int add_adam(ot_program *p, const ot_adam *opts, int n, ot_tensor *const w[],
                     ot_node *const g[], ot_tensor *const m[], ot_tensor *const v[])
 {
-    const char *fn = "program_adam";
-    int rc = check_open(p, fn);
-    if (!rc && !o) rc = ot__err_set(OT_ENULL, NULL, 0, fn, "options are NULL");
+    ot_adam o;
+    int rc = check_open(p);
+    if (!rc) rc = ot__adam_opts(&p->at, opts, &o);
     if (rc) return rc;
     size_t cap = n > 0 ? 3 * (size_t)n : 1;
     ot_tensor **outs = ot__calloc(cap, sizeof *outs);
     ot_node **trees = ot__calloc(cap, sizeof *trees);
-    ot_tensor *count = ot_full(p->be, OT_SHAPE(), OT_F64, (double)o->t - 1);
+    ot_tensor *count = ot_full(p->be, OT_SHAPE(), OT_F64, (double)o.t - 1);
     ot_pool *pool = outs && trees && count ? ot_pool_push() : NULL;
     int nout = 0;
-    if (!pool) rc = ot_errcode() ? ot_errcode() : nomem(fn);
-    if (!rc) rc = ot__adam_trees(o, count, n, w, g, m, v, outs, trees, &nout);
+    if (!pool) rc = ot_errcode() ? ot_errcode() : nomem(p);
+    if (!rc) rc = ot__adam_trees(&p->at, &o, count, n, w, g, m, v, outs, trees, &nout);
     if (!rc && nout) {
         ot_node *next = ot_add(count, 1.0);
-        rc = next ? add_step(p, fn, (pstep){STEP_ASSIGN, 1, &count, &next, NULL, NULL})
-                  : ot_errcode();
+        rc = next ? add_step(p, (pstep){STEP_ASSIGN, 1, &count, &next, NULL, NULL}) : ot_errcode();
     }
-    if (!rc) rc = add_step(p, fn, (pstep){STEP_ASSIGN, nout, outs, trees, NULL, NULL});
+    if (!rc) rc = add_step(p, (pstep){STEP_ASSIGN, nout, outs, trees, NULL, NULL});
     if (pool) ot_pool_pop(pool);
     ot_tensor_free(count);   /* the steps hold it */
     free(outs);
     free(trees);
     return rc;
+}
+
+int ot_program_adam_at(ot_program *p, const ot_adam *o, int n, ot_tensor *const w[],
+                       ot_node *const g[], ot_tensor *const m[], ot_tensor *const v[],
+                       const char *file, int line)
+{
+    int rc = enter(p, "program_adam", file, line);
+    return rc ? rc : leave(p, add_adam(p, o, n, w, g, m, v));
 }
 
 /* ---- specialisations ------------------------------------------------------- */
@@ -514,7 +590,7 @@ static int spec_trees(const ot_program *p, const spec *s, int i, cstep *c)
         return 0;
     }
     ot_pool *pool = ot_pool_push();
-    if (!pool) return nomem("program_run");
+    if (!pool) return nomem(p);
     ot_node *loss = st->loss;
     if (st->kind != STEP_BACKPROP) memcpy(c->trees, st->trees, sizeof *c->trees * (size_t)st->n);
     ot_node **src = st->kind == STEP_BACKPROP ? &loss : c->trees;
@@ -522,7 +598,7 @@ static int spec_trees(const ot_program *p, const spec *s, int i, cstep *c)
     for (int j = 0; j < nsrc && !rc; j++)
         if (!(src[j] = ot__substitute(src[j], p->nph, s->nominal, s->ph)))
             rc = ot_errcode() ? ot_errcode() : OT_EINVAL;
-    if (!rc && st->kind == STEP_BACKPROP) rc = grad_trees("program_run", loss, st->n, st->wrt, c->trees);
+    if (!rc && st->kind == STEP_BACKPROP) rc = grad_trees(p, loss, st->n, st->wrt, c->trees);
     for (int j = 0; j < st->n && !rc; j++) ot_retain(c->trees[j]);
     if (rc) memset(c->trees, 0, sizeof *c->trees * (size_t)st->n);
     ot_pool_pop(pool);
@@ -576,7 +652,7 @@ static int plan_trees(ot_backend *be, int n, ot_tensor *const outs[], ot_node *c
     c->bind.outs = outs;
     if (!c->bind.leaf || !param || !c->patches) {
         ot__walk_done(p->be, walk);
-        return nomem("program_compile");
+        return nomem(p);
     }
     if (nl) memcpy(c->bind.leaf, bind.leaf, sizeof(char *) * nl);
     if (np) memcpy(param, bind.param, sizeof(double) * np);
@@ -585,7 +661,7 @@ static int plan_trees(ot_backend *be, int n, ot_tensor *const outs[], ot_node *c
         size_t off;
         int k = find_ph(p, s, c->bind.leaf[j], &off);
         if (k == -2)
-            return ot__err_set(OT_EUNSUPPORTED, NULL, 0, "program_run", "a tree reads a view "
+            return FAIL(p, OT_EUNSUPPORTED, "a tree reads a view "
                                "(slice, reshape) of a symbolic placeholder, which cannot be "
                                "specialised to another size; bind the view's shape instead");
         if (k >= 0) c->patches[c->npatch++] = (patch){(int)j, k, off};
@@ -608,27 +684,26 @@ static int plan_step(const ot_program *p, const spec *s, int i, cstep *c)
 /* Checks and (cpu) plans step i of s. */
 static int compile_step(const ot_program *p, spec *s, int i)
 {
-    const char *fn = "program_compile";
     const pstep *st = &p->steps[i];
     cstep *c = &s->steps[i];
     c->trees = ot__calloc((size_t)(st->n ? st->n : 1), sizeof *c->trees);
-    if (!c->trees) return nomem(fn);
+    if (!c->trees) return nomem(p);
     int rc = spec_trees(p, s, i, c);
     ot_backend *be;
-    if (!rc) rc = ot__assign_check(fn, st->n, st->outs, c->trees, &be);
+    if (!rc) rc = ot__assign_check(p->at.fn, st->n, st->outs, c->trees, &be);
     for (int j = 0; j < st->n && !rc; j++) {
         if (be != p->be)
-            rc = ot__err_set(OT_EBACKEND, NULL, 0, fn, "output %d is on another backend", j);
+            rc = FAIL(p, OT_EBACKEND, "output %d is on another backend", j);
         for (int k = 0; k < p->nph && !rc; k++)
             if (st->outs[j]->buf == s->ph[k]->buf || st->outs[j]->buf == p->ph[k].t->buf)
-                rc = ot__err_set(OT_EINVAL, NULL, 0, fn, "output %d writes placeholder %s; "
+                rc = FAIL(p, OT_EINVAL, "output %d writes placeholder %s; "
                                  "placeholders are inputs", j, p->ph[k].name);
     }
     if (!rc && p->cpu) rc = plan_step(p, s, i, c);
-    if (rc) return step_error(fn, i, c->trees[0] ? c->trees[0] : st->trees[0]);
+    if (rc) return step_error(&p->at, i, c->trees[0] ? c->trees[0] : st->trees[0]);
     size_t bytes = 0;
     if (p->cpu && !ot__plan_run_bytes(p->be, c->plan, &bytes))
-        return step_error(fn, i, st->trees[0]);
+        return step_error(&p->at, i, st->trees[0]);
     if (bytes > s->arena_bytes) s->arena_bytes = bytes;
     s->separate_bytes += bytes;
     s->kernels += p->cpu ? c->plan->nkernels : 0;
@@ -639,19 +714,18 @@ static int compile_step(const ot_program *p, spec *s, int i)
  * compiled, the arena allocated. */
 static int spec_new(ot_program *p, const int64_t *sym, spec **out)
 {
-    const char *fn = "program_compile";
     spec *s = ot__calloc(1, sizeof *s);
-    if (!s) return nomem(fn);
+    if (!s) return nomem(p);
     s->sym = ot__calloc((size_t)(p->nsym ? p->nsym : 1), sizeof *s->sym);
     s->ph = ot__calloc((size_t)(p->nph ? p->nph : 1), sizeof *s->ph);
     s->nominal = ot__calloc((size_t)(p->nph ? p->nph : 1), sizeof *s->nominal);
     s->steps = ot__calloc((size_t)(p->nstep ? p->nstep : 1), sizeof *s->steps);
-    int rc = s->sym && s->ph && s->nominal && s->steps ? 0 : nomem(fn);
+    int rc = s->sym && s->ph && s->nominal && s->steps ? 0 : nomem(p);
     for (int k = 0; k < p->nph && !rc; k++) s->nominal[k] = p->ph[k].t;
     if (!rc && p->nsym) memcpy(s->sym, sym, sizeof *sym * (size_t)p->nsym);
     for (int k = 0; k < p->nph && !rc; k++) {
         ot_shape shape = p->ph[k].shape;
-        resolve_shape(p, fn, p->ph[k].name, &shape, sym);
+        resolve_shape(p, p->ph[k].name, &shape, sym);
         s->ph[k] = ot__shape_eq(&shape, &p->ph[k].t->leaf.shape)
                        ? p->ph[k].t : ot_empty(p->be, shape, p->ph[k].dtype);
         if (!s->ph[k]) rc = ot_errcode();
@@ -659,9 +733,9 @@ static int spec_new(ot_program *p, const int64_t *sym, spec **out)
     }
     for (int i = 0; i < p->nstep && !rc; i++) rc = compile_step(p, s, i);
     if (!rc && s->arena_bytes && !(s->arena = ot__data_alloc(s->arena_bytes)))
-        rc = ot__err_set(OT_ENOMEM, NULL, 0, fn, "out of memory for the %zu-byte arena",
+        rc = FAIL(p, OT_ENOMEM, "out of memory for the %zu-byte arena",
                          s->arena_bytes);
-    if (!rc && !push((void **)&p->specs, &p->nspec, sizeof s, &s)) rc = nomem(fn);
+    if (!rc && !push((void **)&p->specs, &p->nspec, sizeof s, &s)) rc = nomem(p);
     if (rc) {
         spec_free(p, s);
         return rc;
@@ -693,9 +767,9 @@ static int find_writes(ot_program *p)
     return 0;
 }
 
-int ot_program_compile(ot_program *p)
+static int compile(ot_program *p)
 {
-    int rc = check_open(p, "program_compile");
+    int rc = check_open(p);
     if (rc) return rc;
     ot_clear_error();
     size_t nph = (size_t)(p->nph ? p->nph : 1);
@@ -703,8 +777,14 @@ int ot_program_compile(ot_program *p)
     if (!p->bound) p->bound = ot__calloc(nph, sizeof *p->bound);
     if (!p->bound_by) p->bound_by = ot__calloc(nph, sizeof *p->bound_by);
     if (!p->symrun) p->symrun = ot__calloc((size_t)(p->nsym ? p->nsym : 1), sizeof *p->symrun);
-    if (!p->base || !p->bound || !p->bound_by || !p->symrun || find_writes(p)) return nomem("program_compile");
+    if (!p->base || !p->bound || !p->bound_by || !p->symrun || find_writes(p)) return nomem(p);
     return spec_new(p, p->symnom, &p->cur);
+}
+
+int ot_program_compile_at(ot_program *p, const char *file, int line)
+{
+    int rc = enter(p, "program_compile", file, line);
+    return rc ? rc : leave(p, compile(p));
 }
 
 /* ---- running ------------------------------------------------------------------ */
@@ -726,69 +806,81 @@ static int ph_index(const ot_program *p, int i, const char *name)
 static int check_dims(ot_program *p, int k, const ot_shape *shape, const int64_t *strides,
                       uint64_t *symset, size_t *nbytes)
 {
-    const char *fn = "program_run";
     const placeholder *ph = &p->ph[k];
     char s1[OT__SHAPE_STRLEN];
     if (shape->ndim != ph->shape.ndim)
-        return ot__err_set(OT_ESHAPE, NULL, 0, fn, "placeholder %s has %d dims; bound to shape %s",
+        return FAIL(p, OT_ESHAPE, "placeholder %s has %d dims; bound to shape %s",
                            ph->name, ph->shape.ndim, ot__shape_str(shape, s1));
     int64_t numel = 1;
     bool contiguous = true;
     for (int d = shape->ndim - 1; d >= 0; d--) {
         int64_t want = ph->shape.dims[d], got = shape->dims[d];
         if (got < 0)
-            return ot__err_set(OT_ESHAPE, NULL, 0, fn, "placeholder %s: negative dim %d", ph->name, d);
+            return FAIL(p, OT_ESHAPE, "placeholder %s: negative dim %d", ph->name, d);
         if (want >= 0 && want != got)
-            return ot__err_set(OT_ESHAPE, NULL, 0, fn, "placeholder %s: dim %d is %lld, bound to "
+            return FAIL(p, OT_ESHAPE, "placeholder %s: dim %d is %lld, bound to "
                                "shape %s", ph->name, d, (long long)want, ot__shape_str(shape, s1));
         contiguous = contiguous && (!strides || got == 1 || strides[d] == numel);
         if (!ot__mul_i64(&numel, numel, got))
-            return ot__err_set(OT_EOVERFLOW, NULL, 0, fn, "binding %s: size overflows", ph->name);
+            return FAIL(p, OT_EOVERFLOW, "binding %s: size overflows", ph->name);
         if (want >= 0) continue;
         int64_t sy = -1 - want;
         uint64_t bit = (uint64_t)1 << sy;
         if ((*symset & bit) && p->symrun[sy] != got)
-            return ot__err_set(OT_ESHAPE, NULL, 0, fn, "symbol %s bound two ways: %lld, and "
+            return FAIL(p, OT_ESHAPE, "symbol %s bound two ways: %lld, and "
                                "%lld by placeholder %s", p->symname[sy],
                                (long long)p->symrun[sy], (long long)got, ph->name);
         *symset |= bit;
         p->symrun[sy] = got;
     }
     if (!contiguous && numel)
-        return ot__err_set(OT_EINVAL, NULL, 0, fn, "binding %s: the tensor is not contiguous "
+        return FAIL(p, OT_EINVAL, "binding %s: the tensor is not contiguous "
                            "(ot_copy it)", ph->name);
     if (!ot__mul_size(nbytes, (size_t)numel, (size_t)ph->esize))
-        return ot__err_set(OT_EOVERFLOW, NULL, 0, fn, "binding %s: size overflows", ph->name);
+        return FAIL(p, OT_EOVERFLOW, "binding %s: size overflows", ph->name);
     return 0;
+}
+
+/* Host data of fewer bytes than its shape needs (or of no stated size):
+ * the run would read past the caller's buffer. */
+static int short_data(const ot_program *p, const ot_bind *b, const ot_shape *shape, size_t need)
+{
+    char s1[OT__SHAPE_STRLEN];
+    if (!b->nbytes)
+        return FAIL(p, OT_EINVAL, "binding %s: host data of shape %s needs %zu bytes and the "
+                    "binding gives no byte count (OT_BIND_DATA's nbytes)", b->name,
+                    ot__shape_str(shape, s1), need);
+    return FAIL(p, OT_EINVAL, "binding %s: host data of shape %s needs %zu bytes; the binding "
+                "gives %zu", b->name, ot__shape_str(shape, s1), need, b->nbytes);
 }
 
 /* One binding checked: returns its placeholder's index, its base set in
  * p->base and its size in *nbytes, or a negative OT_E* code. */
 static int check_bind(ot_program *p, int i, const ot_bind *b, uint64_t *symset, size_t *nbytes)
 {
-    const char *fn = "program_run";
-    if (!b->name) return ot__err_set(OT_ENULL, NULL, 0, fn, "binding %d: name is NULL", i);
+    if (!b->name) return FAIL(p, OT_ENULL, "binding %d: name is NULL", i);
     int k = ph_index(p, i, b->name);
-    if (k < 0) return ot__err_set(OT_EINVAL, NULL, 0, fn, "binding %d: no placeholder named %s", i, b->name);
+    if (k < 0) return FAIL(p, OT_EINVAL, "binding %d: no placeholder named %s", i, b->name);
     if (p->bound[k] == p->runs)
-        return ot__err_set(OT_EINVAL, NULL, 0, fn, "placeholder %s bound twice (bindings %d and %d)",
+        return FAIL(p, OT_EINVAL, "placeholder %s bound twice (bindings %d and %d)",
                            b->name, p->bound_by[k], i);
     if (!b->tensor == !b->data)
-        return ot__err_set(b->tensor ? OT_EINVAL : OT_ENULL, NULL, 0, fn, "binding %d (%s): "
-                           "give a tensor or data, not %s", i, b->name, b->tensor ? "both" : "neither");
+        return FAIL(p, b->tensor ? OT_EINVAL : OT_ENULL, "binding %d (%s): give a tensor or data, "
+                    "not %s", i, b->name, b->tensor ? "both" : "neither");
     const placeholder *ph = &p->ph[k];
     const ot_tensor *t = b->tensor;
     const ot_shape *shape = b->has_shape ? &b->shape : &p->cur->ph[k]->leaf.shape;
     if (t) {
         if (t->leaf.be != p->be)
-            return ot__err_set(OT_EBACKEND, NULL, 0, fn, "binding %s: the tensor is on another backend",
+            return FAIL(p, OT_EBACKEND, "binding %s: the tensor is on another backend",
                                b->name);
         if (t->leaf.dtype != ph->dtype)
-            return ot__err_set(OT_EDTYPE, NULL, 0, fn, "binding %s: a %s tensor for a %s placeholder",
+            return FAIL(p, OT_EDTYPE, "binding %s: a %s tensor for a %s placeholder",
                                b->name, ot_dtype_name((ot_dtype)t->leaf.dtype), ot_dtype_name(ph->dtype));
         shape = &t->leaf.shape;
     }
     int rc = check_dims(p, k, shape, t ? t->strides : NULL, symset, nbytes);
+    if (!rc && !t && *nbytes > b->nbytes) rc = short_data(p, b, shape, *nbytes);
     if (rc) return rc;
     p->bound[k] = p->runs;
     p->bound_by[k] = i;
@@ -804,7 +896,7 @@ static int check_alias(const ot_program *p, int k, size_t nbytes)
     for (int i = 0; i < p->nwrite; i++) {
         const char *d = p->write[i]->data;
         if (nbytes && lo < d + p->write[i]->nbytes && d < hi)
-            return ot__err_set(OT_EALIAS, NULL, 0, "program_run", "placeholder %s is bound "
+            return FAIL(p, OT_EALIAS, "placeholder %s is bound "
                                "to memory that step %d writes", p->ph[k].name, p->write_step[i]);
     }
     return 0;
@@ -812,9 +904,8 @@ static int check_alias(const ot_program *p, int k, size_t nbytes)
 
 static int check_bindings(ot_program *p, int n, const ot_bind b[])
 {
-    const char *fn = "program_run";
-    if (n < 0) return ot__err_set(OT_EINVAL, NULL, 0, fn, "negative count %d", n);
-    if (n > 0 && !b) return ot__err_set(OT_ENULL, NULL, 0, fn, "bindings is NULL");
+    if (n < 0) return FAIL(p, OT_EINVAL, "negative count %d", n);
+    if (n > 0 && !b) return FAIL(p, OT_ENULL, "bindings is NULL");
     p->runs++;   /* a placeholder is bound in this run when p->bound says so */
     uint64_t symset = 0;
     if (p->nsym) memcpy(p->symrun, p->cur->sym, sizeof *p->symrun * (size_t)p->nsym);
@@ -826,7 +917,7 @@ static int check_bindings(ot_program *p, int n, const ot_bind b[])
     }
     for (int k = 0; n < p->nph && k < p->nph; k++)   /* n distinct names bound */
         if (p->bound[k] != p->runs)
-            return ot__err_set(OT_EINVAL, NULL, 0, fn, "placeholder %s is not bound", p->ph[k].name);
+            return FAIL(p, OT_EINVAL, "placeholder %s is not bound", p->ph[k].name);
     return 0;
 }
 
@@ -851,7 +942,7 @@ static int run_ref(ot_program *p)
     int rc = 0;
     void *keep[64];
     void **old = p->nph <= 64 ? keep : ot__malloc(sizeof *old * (size_t)p->nph);
-    if (!old) return nomem("program_run");
+    if (!old) return nomem(p);
     for (int k = 0; k < p->nph; k++) {
         old[k] = s->ph[k]->buf->data;
         s->ph[k]->buf->data = p->base[k];
@@ -863,17 +954,10 @@ static int run_ref(ot_program *p)
     return rc;
 }
 
-int ot_program_run(ot_program *p, int n, const ot_bind bindings[])
+/* The cpu backend: each step's plan with its leaf pointers patched to the
+ * bound memory, every step in the one arena. */
+static void run_cpu(ot_program *p)
 {
-    if (!p) return ot__err_set(OT_ENULL, NULL, 0, "program_run", "program is NULL");
-    if (!p->nspec)
-        return ot__err_set(OT_ESTATE, NULL, 0, "program_run", "the program is not compiled "
-                           "(ot_program_compile)");
-    ot_clear_error();
-    int rc = check_bindings(p, n, bindings);
-    if (!rc) rc = specialise(p);
-    if (rc) return rc;
-    if (!p->cpu) return run_ref(p);
     spec *s = p->cur;
     for (int i = 0; i < p->nstep; i++) {
         cstep *c = &s->steps[i];
@@ -885,28 +969,43 @@ int ot_program_run(ot_program *p, int n, const ot_bind bindings[])
         if (over >= 0) return ot__plan_overflow(c->plan, over, p->steps[i].n, s->steps[i].trees);
     }
     atomic_fetch_add(&p->be->stats.assigns, (uint64_t)p->nstep);
+}
+
+static int run(ot_program *p, int n, const ot_bind bindings[])
+{
+    if (!p->nspec) return FAIL(p, OT_ESTATE, "the program is not compiled (ot_program_compile)");
+    ot_clear_error();
+    int rc = check_bindings(p, n, bindings);
+    if (!rc) rc = specialise(p);
+    if (rc) return rc;
+    if (!p->cpu) return run_ref(p);
+    run_cpu(p);
     return 0;
+}
+
+int ot_program_run_at(ot_program *p, int n, const ot_bind bindings[], const char *file, int line)
+{
+    int rc = enter(p, "program_run", file, line);
+    return rc ? rc : leave(p, run(p, n, bindings));
 }
 
 /* ---- reporting and freeing ----------------------------------------------------- */
 
-int ot_program_stats_get(const ot_program *p, ot_program_stats *out)
+int ot_program_stats_at(const ot_program *p, ot_program_stats *out, const char *file, int line)
 {
-    if (!p) return ot__err_set(OT_ENULL, NULL, 0, "program_stats", "program is NULL");
-    if (!out) return ot__err_set(OT_ENULL, NULL, 0, "program_stats", "output is NULL");
-    if (!p->nspec)
-        return ot__err_set(OT_ESTATE, NULL, 0, "program_stats", "the program is not compiled");
+    int rc = enter(p, "program_stats", file, line);
+    if (rc) return rc;
+    if (!out) return leave(p, FAIL(p, OT_ENULL, "output is NULL"));
+    if (!p->nspec) return leave(p, FAIL(p, OT_ESTATE, "the program is not compiled"));
     *out = (ot_program_stats){p->nstep, p->cur->kernels, p->nspec, p->cur->arena_bytes,
                               p->cur->separate_bytes};
-    return 0;
+    return leave(p, 0);
 }
 
-int ot_program_explain(const ot_program *p, FILE *f)
+static int explain(const ot_program *p, FILE *f)
 {
-    const char *fn = "program_explain";
-    if (!p) return ot__err_set(OT_ENULL, NULL, 0, fn, "program is NULL");
-    if (!f) return ot__err_set(OT_ENULL, NULL, 0, fn, "FILE is NULL");
-    if (!p->nspec) return ot__err_set(OT_ESTATE, NULL, 0, fn, "the program is not compiled");
+    if (!f) return FAIL(p, OT_ENULL, "FILE is NULL");
+    if (!p->nspec) return FAIL(p, OT_ESTATE, "the program is not compiled");
     ot_clear_error();
     const spec *s = p->cur;
     int rc = 0;
@@ -920,8 +1019,20 @@ int ot_program_explain(const ot_program *p, FILE *f)
                 "(the steps' own arenas add up to %zu)\n", p->nstep, s->kernels, s->arena_bytes,
                 s->separate_bytes);
     if ((rc && rc != OT_EIO) ) return rc;
-    if (fflush(f) == EOF || ferror(f) || rc) return ot__err_set(OT_EIO, NULL, 0, fn, "write failed");
+    if (fflush(f) == EOF || ferror(f) || rc) return FAIL(p, OT_EIO, "write failed");
     return 0;
+}
+
+int ot_program_explain_at(const ot_program *p, FILE *f, const char *file, int line)
+{
+    int rc = enter(p, "program_explain", file, line);
+    return rc ? rc : leave(p, explain(p, f));
+}
+
+/* ot_explain's choice for a program (a _Generic names a function). */
+int (ot_program_explain)(const ot_program *p, FILE *f)
+{
+    return ot_program_explain_at(p, f, NULL, 0);
 }
 
 void ot_program_free(ot_program *p)

@@ -46,22 +46,28 @@ static void range_indices(ot_index ix, int64_t dim, int64_t *first, int64_t *cou
     *step = st;
 }
 
+/* Where a view call came from, for its errors. */
+typedef struct site {
+    const char *file;
+    int line;
+} site;
+
 static int slice_overflow(const ot_tensor *t, int d, const char *what, int64_t v,
-                          const char *by, int64_t w)
+                          const char *by, int64_t w, const site *at)
 {
     char sbuf[OT__SHAPE_STRLEN];
-    return ot__err_set(OT_EOVERFLOW, NULL, 0, "slice",
+    return ot__err_set(OT_EOVERFLOW, at->file, at->line, "slice",
                        "%s %lld times %s %lld overflows int64 at axis %d of shape %s",
                        what, (long long)v, by, (long long)w, d,
                        ot__shape_str(&t->leaf.shape, sbuf));
 }
 
 /* Moves *off to index first of dim d. */
-static int advance(const ot_tensor *t, int d, int64_t first, int64_t *off)
+static int advance(const ot_tensor *t, int d, int64_t first, int64_t *off, const site *at)
 {
     int64_t delta;
     if (!ot__mul_i64(&delta, first, t->strides[d]) || !ot__add_i64(off, *off, delta))
-        return slice_overflow(t, d, "index", first, "stride", t->strides[d]);
+        return slice_overflow(t, d, "index", first, "stride", t->strides[d], at);
     return 0;
 }
 
@@ -90,8 +96,8 @@ int ot__index_resolve(ot_index ix, int d, const ot_shape *shape, ot__fail_fn *fa
         *count = -1, *step = 1;
         if (*first < 0 || *first >= dim)
             return fail(OT_EINVAL, file, line, "slice",
-                               "index %lld is out of bounds for axis %d with size %lld",
-                               (long long)ix.start, d, (long long)dim);
+                        "index %lld is out of bounds for axis %d with size %lld (shape %s)",
+                        (long long)ix.start, d, (long long)dim, ot__shape_str(shape, sbuf));
         return 0;
     default:
         return fail(OT_EINVAL, file, line, "slice", "index %d has unknown kind %d", d,
@@ -102,16 +108,17 @@ int ot__index_resolve(ot_index ix, int d, const ot_shape *shape, ot__fail_fn *fa
 /* Applies one index to dim d of t: adds to *off and, unless the dim is
  * dropped, appends a dim to out. */
 static int apply_index(const ot_tensor *t, int d, ot_index ix, ot_shape *out,
-                       int64_t *strides, int64_t *off)
+                       int64_t *strides, int64_t *off, const site *at)
 {
     int64_t stride = t->strides[d];
     int64_t first, count, step;
-    int rc = ot__index_resolve(ix, d, &t->leaf.shape, ot__err_set, NULL, 0, &first, &count, &step);
+    int rc = ot__index_resolve(ix, d, &t->leaf.shape, ot__err_set, at->file, at->line, &first,
+                               &count, &step);
     if (rc != 0)
         return rc;
     if (count < 0)
-        return advance(t, d, first, off);
-    rc = advance(t, d, first, off);
+        return advance(t, d, first, off, at);
+    rc = advance(t, d, first, off, at);
     if (rc != 0)
         return rc;
     /* The stride of a dim of at most one element is never used: it keeps
@@ -120,29 +127,38 @@ static int apply_index(const ot_tensor *t, int d, ot_index ix, ot_shape *out,
      * would overflow byte arithmetic elsewhere. */
     int64_t st = stride;
     if (count > 1 && !ot__mul_i64(&st, stride, step))
-        return slice_overflow(t, d, "stride", stride, "step", step);
+        return slice_overflow(t, d, "stride", stride, "step", step, at);
     strides[out->ndim] = st;
     out->dims[out->ndim++] = count;
     return 0;
 }
 
-ot_tensor *ot_slice_n(const ot_tensor *t, int n, const ot_index *idx)
+/* A NULL argument: an error already in the slot (a failed call that gave
+ * the NULL said why) or OT_ENULL naming it. */
+static void null_arg(const char *op, const char *what, const site *at)
 {
+    if (!ot_errcode()) ot__err_set(OT_ENULL, at->file, at->line, op, "%s is NULL", what);
+}
+
+ot_tensor *ot_slice_at(const ot_tensor *t, int n, const ot_index *idx, const char *file, int line)
+{
+    const site at = {file, line};
+    char sbuf[OT__SHAPE_STRLEN];
     if (!t) {
-        ot__err_null("slice", "tensor");
+        null_arg("slice", "tensor", &at);
         return NULL;
     }
     int nd = t->leaf.shape.ndim;
     if (n < 0 || (n > 0 && !idx)) {
         if (n < 0)
-            ot__err_set(OT_EINVAL, NULL, 0, "slice", "negative index count %d", n);
+            ot__err_set(OT_EINVAL, file, line, "slice", "negative index count %d", n);
         else
-            ot__err_null("slice", "idx");
+            null_arg("slice", "idx", &at);
         return NULL;
     }
     if (n > nd) {
-        ot__err_set(OT_EINVAL, NULL, 0, "slice",
-                    "too many indices: tensor is %d-dimensional, but %d were indexed", nd, n);
+        ot__err_set(OT_EINVAL, file, line, "slice", "too many indices: tensor is %d-dimensional, "
+                    "but %d were indexed (shape %s)", nd, n, ot__shape_str(&t->leaf.shape, sbuf));
         return NULL;
     }
     ot_shape out = ot_shape_make(0, NULL);
@@ -150,7 +166,7 @@ ot_tensor *ot_slice_n(const ot_tensor *t, int n, const ot_index *idx)
     int kept[OT_MAX_DIMS];   /* the source dim of each dim of the view */
     for (int d = 0; d < nd; d++) {
         int before = out.ndim;
-        if (apply_index(t, d, d < n ? idx[d] : OT_ALL, &out, strides, &off) != 0)
+        if (apply_index(t, d, d < n ? idx[d] : OT_ALL, &out, strides, &off, &at) != 0)
             return NULL;
         if (out.ndim > before) kept[before] = d;
     }
@@ -161,8 +177,9 @@ ot_tensor *ot_slice_n(const ot_tensor *t, int n, const ot_index *idx)
 /* ---- reshape ------------------------------------------------------------- */
 
 /* Replaces a -1 in s by the size that makes its numel equal numel. */
-static int infer_dim(ot_shape *s, int64_t numel)
+static int infer_dim(ot_shape *s, int64_t numel, const ot_shape *from, const site *at)
 {
+    char fbuf[OT__SHAPE_STRLEN];
     char sbuf[OT__SHAPE_STRLEN];
     int unknown = -1;
     size_t known = 1;
@@ -175,7 +192,7 @@ static int infer_dim(ot_shape *s, int64_t numel)
             continue;
         }
         if (unknown >= 0)
-            return ot__err_set(OT_EINVAL, NULL, 0, "reshape",
+            return ot__err_set(OT_EINVAL, at->file, at->line, "reshape",
                                "can only specify one unknown dimension in shape %s",
                                ot__shape_str(s, sbuf));
         unknown = d;
@@ -183,9 +200,10 @@ static int infer_dim(ot_shape *s, int64_t numel)
     if (unknown < 0)
         return 0;
     if (known == 0 || (size_t)numel % known != 0)
-        return ot__err_set(OT_ESHAPE, NULL, 0, "reshape",
-                           "cannot reshape tensor of size %lld into shape %s",
-                           (long long)numel, ot__shape_str(s, sbuf));
+        return ot__err_set(OT_ESHAPE, at->file, at->line, "reshape",
+                           "cannot reshape tensor of size %lld into shape %s (the tensor's "
+                           "shape is %s)", (long long)numel, ot__shape_str(s, sbuf),
+                           ot__shape_str(from, fbuf));
     s->dims[unknown] = (int64_t)((size_t)numel / known);
     return 0;
 }
@@ -236,40 +254,42 @@ int ot__reshape_strides(const ot_shape *os, const int64_t *ostrides, const ot_sh
     return 0;
 }
 
-ot_tensor *ot_reshape(const ot_tensor *t, ot_shape shape)
+ot_tensor *ot_reshape_at(const ot_tensor *t, ot_shape shape, const char *file, int line)
 {
+    const site at = {file, line};
     char sbuf[OT__SHAPE_STRLEN], tbuf[OT__SHAPE_STRLEN], ubuf[OT__SHAPE_STRLEN];
     if (!t) {
-        ot__err_null("reshape", "tensor");
+        null_arg("reshape", "tensor", &at);
         return NULL;
     }
     const ot_shape *os = &t->leaf.shape;
     ot_dtype dt = (ot_dtype)t->leaf.dtype;
     int64_t numel = ot__numel(os), strides[OT_MAX_DIMS] = {0};
-    if (shape.ndim >= 0 && shape.ndim <= OT_MAX_DIMS && infer_dim(&shape, numel) != 0)
+    if (shape.ndim >= 0 && shape.ndim <= OT_MAX_DIMS && infer_dim(&shape, numel, os, &at) != 0)
         return NULL;
-    if (ot__shape_check(&shape, dt, "reshape", NULL, 0) != 0)
+    if (ot__shape_check(&shape, dt, "reshape", file, line) != 0)
         return NULL;
     if (ot__numel(&shape) != numel) {
-        ot__err_set(OT_ESHAPE, NULL, 0, "reshape", "cannot reshape tensor of size %lld into shape %s",
-                    (long long)numel, ot__shape_str(&shape, sbuf));
+        ot__err_set(OT_ESHAPE, file, line, "reshape", "cannot reshape tensor of size %lld into "
+                    "shape %s (the tensor's shape is %s)", (long long)numel,
+                    ot__shape_str(&shape, sbuf), ot__shape_str(os, tbuf));
         return NULL;
     }
     if (numel == 0 && !ot__contiguous_strides(&shape, ot_dtype_size(dt), strides)) {
-        ot__err_set(OT_EOVERFLOW, NULL, 0, "reshape", "shape %s of %s is too big",
+        ot__err_set(OT_EOVERFLOW, file, line, "reshape", "shape %s of %s is too big",
                     ot__shape_str(&shape, sbuf), ot_dtype_name(dt));
         return NULL;
     }
     int vs = numel > 0 ? ot__reshape_strides(os, t->strides, &shape, strides) : 0;
     if (vs == VIEW_OVERFLOW) {
-        ot__err_set(OT_EOVERFLOW, NULL, 0, "reshape",
+        ot__err_set(OT_EOVERFLOW, file, line, "reshape",
                     "strides of a view of shape %s with strides %s overflow int64 in shape %s",
                     ot__shape_str(os, tbuf), ints_str(os->ndim, t->strides, ubuf),
                     ot__shape_str(&shape, sbuf));
         return NULL;
     }
     if (vs == VIEW_COPY) {
-        ot__err_set(OT_EINVAL, NULL, 0, "reshape",
+        ot__err_set(OT_EINVAL, file, line, "reshape",
                     "a view of shape %s with strides %s cannot be reshaped to %s "
                     "without a copy; ot_copy it first",
                     ot__shape_str(os, tbuf), ints_str(os->ndim, t->strides, ubuf),

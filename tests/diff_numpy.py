@@ -142,7 +142,7 @@ def load(path):
         'ot_backend_name': (C.c_char_p, [P]),
         'ot_empty': (P, [P, OtShape, I]),
         'ot_array': (P, [P, OtShape, I, P]),
-        'ot_slice_n': (P, [P, I, P]),
+        'ot_slice_at': (P, [P, I, P, C.c_char_p, I]),
         'ot_transpose': (P, [P, P]),
         'ot_tensor_free': (None, [P]),
         'ot_get': (I, [P, P]),
@@ -413,7 +413,7 @@ class View:
             perm = (C.c_int * MAX_DIMS)(*self.perm)
             return lib.c.ot_transpose(t, C.cast(perm, C.c_void_p))
         idx = (OtIndex * len(self.ot_idx))(*[OtIndex(*x) for x in self.ot_idx])
-        return lib.c.ot_slice_n(t, len(self.ot_idx), C.cast(idx, C.c_void_p))
+        return lib.c.ot_slice_at(t, len(self.ot_idx), C.cast(idx, C.c_void_p), None, 0)
 
 
 def make_input(lib, rng, arr, dt, kind, owned):

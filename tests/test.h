@@ -57,6 +57,9 @@ int test__close(double a, double b, double tol);
 #define CHECK_ERR(code, ...)                                                  \
     test__check_err(__FILE__, __LINE__, (code), (const char *[]){__VA_ARGS__, NULL})
 void test__check_err(const char *file, int line, int code, const char *const subs[]);
+/* "file:line: " for a call on `line` of this file, written into the char
+ * array buf: the prefix of an error that names its caller (for CHECK_ERR). */
+#define TEST_SITE(buf, line) (snprintf((buf), sizeof(buf), "%s:%d: ", __FILE__, (line)), (const char *)(buf))
 
 /* Captures what fn writes to a FILE* into a malloc'd string (caller frees). */
 char *test__capture(int (*fn)(const ot_node *, FILE *), const ot_node *n);

@@ -1083,7 +1083,7 @@ TEST(badinput_optimizers)
     CHECK_INT(ot_adam_step(&adam, 1, &w, &g, &bad, &v), OT_ESHAPE);
     CHECK_ERR(OT_ESHAPE, "adam", "(4,3)", "(3,4)");
     ot_adam a0 = adam;
-    a0.t = 0;
+    a0.t = -1;   /* 0 means 1 */
     CHECK_INT(ot_adam_step(&a0, 1, &w, &g, &m, &v), OT_EINVAL);
     CHECK_ERR(OT_EINVAL, "adam");
     double scale;

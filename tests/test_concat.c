@@ -562,7 +562,7 @@ TEST(concat_programs_plan_layout_ops)
     CHECK_INT(ot_program_compile(prog), 0);
     double host[32];
     for (int i = 0; i < 32; i++) host[i] = (i % 7) * 0.25 - 0.75;
-    CHECK_INT(ot_program_run(prog, 1, &OT_BIND_DATA("x", host)), 0);
+    CHECK_INT(ot_program_run(prog, 1, &OT_BIND_DATA("x", host, sizeof host)), 0);
     /* the same trees by hand, x set to the same data */
     CHECK_INT(ot_set(x, host), 0);
     ot_tensor *o2 = ot_empty(be, OT_SHAPE(4, 12), OT_F64);

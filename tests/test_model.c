@@ -168,15 +168,16 @@ TEST(model_regression_mse_and_custom_loss)
     ot_backend_free(be);
 }
 
-/* lr 0 and rows in order: the loss never improves, so patience 2 stops
- * after epoch 3, the best being epoch 1. */
+/* An lr that is 0 in f32 (lr 0 itself means the default) and rows in
+ * order: the loss never improves, so patience 2 stops after epoch 3, the
+ * best being epoch 1. */
 TEST(model_early_stopping)
 {
     ot_backend *be = backend("cpu");
     ot_tensor *x, *y;
     clusters(be, &x, &y);
     ot_model *m = classifier(be);
-    CHECK_INT(ot_model_sgd(m, &(ot_sgd){.lr = 0}), 0);
+    CHECK_INT(ot_model_sgd(m, &(ot_sgd){.lr = 1e-300}), 0);
     char *text = NULL;
     size_t len = 0;
     FILE *log = open_memstream(&text, &len);
@@ -260,9 +261,9 @@ TEST(model_bad_input_leaves_parameters)
     params_bits(m, before);
     const ot_fit_opts ok = {.epochs = 1, .batch = 32, .quiet = true};
     CHECK_INT(ot_model_fit(m, x, y3, &ok, NULL), OT_ESHAPE);
-    CHECK_ERR(OT_ESHAPE, "model_fit", "y must be");
+    CHECK_ERR(OT_ESHAPE, "model_fit", "y has shape (512,3); must be (rows, 4)");
     CHECK_INT(ot_model_fit(m, x, yshort, &ok, NULL), OT_ESHAPE);
-    CHECK_ERR(OT_ESHAPE, "rows");
+    CHECK_ERR(OT_ESHAPE, "x has shape (512,2) and y (511,4)", "rows");
     CHECK_INT(ot_model_fit(m, x64, y, &ok, NULL), OT_EDTYPE);
     CHECK_INT(ot_model_fit(m, NULL, y, &ok, NULL), OT_ENULL);
     CHECK_INT(ot_model_fit(m, x, y, &(ot_fit_opts){.epochs = -1}, NULL), OT_EINVAL);
@@ -293,7 +294,8 @@ TEST(model_bad_input_leaves_parameters)
     CHECK_INT(ot_model_loss(bare, OT_LOSS_CUSTOM, NULL, NULL), OT_ENULL);
     CHECK_INT(ot_model_loss(bare, OT_LOSS_MSE, mean_abs, NULL), OT_EINVAL);
     CHECK_INT(ot_model_sgd(bare, &(ot_sgd){.lr = -1}), OT_EINVAL);
-    CHECK_INT(ot_model_adam(bare, &(ot_adam){.lr = 0.1}), OT_EINVAL);   /* eps 0, t 0 */
+    CHECK_INT(ot_model_adam(bare, &(ot_adam){.eps = -1}), OT_EINVAL);
+    CHECK_ERR(OT_EINVAL, "model_adam", "eps must be > 0, not -1");
     ot_adam scheduled = ot_adam_default(0.1);
     scheduled.lr_scale = ot_zeros(be, OT_SHAPE(), OT_F64);
     CHECK_INT(ot_model_adam(bare, &scheduled), OT_EINVAL);
@@ -365,5 +367,64 @@ TEST(model_save_load_round_trip_and_bad_files)
     ot_model_free(m);
     ot_tensor_free(x);
     ot_tensor_free(y);
+    ot_backend_free(be);
+}
+
+/* ---- issue 31: zero optimizer options, errors at the call site ------------- */
+
+/* (ot_adam){.lr = 1e-3} was refused ("eps must be > 0, not 0"): zero fields
+ * are the defaults, so it trains exactly as ot_adam_default(1e-3) does. */
+TEST(model_adam_zero_fields_are_defaults)
+{
+    ot_backend *be = backend("cpu");
+    ot_tensor *x, *y;
+    clusters(be, &x, &y);
+    float bits[2][2 * 16 + 16 + 16 * CLS + CLS];
+    for (int k = 0; k < 2; k++) {
+        ot_model *m = classifier(be);
+        ot_adam def = ot_adam_default(1e-3);
+        CHECK_INT(ot_model_adam(m, k ? &def : &(ot_adam){.lr = 1e-3}), 0);
+        CHECK_INT(ot_model_fit(m, x, y, &(ot_fit_opts){.epochs = 2, .batch = 64, .quiet = true},
+                               NULL),
+                  0);
+        params_bits(m, bits[k]);
+        ot_model_free(m);
+    }
+    CHECK(memcmp(bits[0], bits[1], sizeof bits[0]) == 0);
+    ot_tensor_free(x);
+    ot_tensor_free(y);
+    ot_backend_free(be);
+}
+
+TEST(model_errors_name_the_call_site_and_shapes)
+{
+    char at[128];
+    ot_backend *be = backend("cpu");
+    ot_tensor *x, *y;
+    clusters(be, &x, &y);
+    ot_tensor *x3 = ot_zeros(be, OT_SHAPE(ROWS, 3), OT_F32);
+    ot_model *m = classifier(be);
+    int line = __LINE__ + 1;
+    CHECK_INT(ot_model_fit(m, x3, y, NULL, NULL), OT_ESHAPE);
+    CHECK_ERR(OT_ESHAPE, TEST_SITE(at, line), "model_fit", "x has shape (512,3); must be (rows, 2)");
+    line = __LINE__ + 1;
+    CHECK(ot_model_predict(m, x3) == NULL);
+    CHECK_ERR(OT_ESHAPE, TEST_SITE(at, line), "model_predict", "shape (512,3)", "(rows, 2)");
+    line = __LINE__ + 1;
+    CHECK_INT(ot_model_linear(m, 0, OT_ACT_NONE, 1), OT_EINVAL);
+    CHECK_ERR(OT_EINVAL, TEST_SITE(at, line), "model_linear", "units must be >= 1");
+    line = __LINE__ + 1;
+    CHECK_INT(ot_model_sgd(m, &(ot_sgd){.momentum = -1}), OT_EINVAL);
+    CHECK_ERR(OT_EINVAL, TEST_SITE(at, line), "model_sgd", "momentum must be >= 0");
+    line = __LINE__ + 1;
+    CHECK(ot_model_new(be, 0) == NULL);
+    CHECK_ERR(OT_EINVAL, TEST_SITE(at, line), "model_new", "inputs must be >= 1");
+    line = __LINE__ + 1;
+    CHECK_INT(ot_model_parameters(NULL, 0, NULL), OT_ENULL);
+    CHECK_ERR(OT_ENULL, TEST_SITE(at, line), "model_parameters");
+    ot_model_free(m);
+    ot_tensor_free(x);
+    ot_tensor_free(y);
+    ot_tensor_free(x3);
     ot_backend_free(be);
 }

@@ -225,7 +225,53 @@ TEST(optim_adam)
 {
     run_adam(ot_adam_default(1e-2));
     run_adam((ot_adam){.lr = 0.1, .beta1 = 0.5, .beta2 = 0.75, .eps = 1e-3, .grad_scale = 3});
-    run_adam((ot_adam){.lr = 0.1, .beta1 = 0, .beta2 = 0, .eps = 1e-6});
+    /* betas of 0 mean the defaults; 1e-300 is as good as a beta of 0 */
+    run_adam((ot_adam){.lr = 0.1, .beta1 = 1e-300, .beta2 = 1e-300, .eps = 1e-6, .t = 1});
+}
+
+/* One step of each options on a fresh (w, m, v) copy of the same values:
+ * the parameters' bits after it. */
+static void step_bits(ot_backend *be, bool adam, const void *opts, float out[6])
+{
+    const float h[6] = {0.5f, -1.25f, 2, 0.75f, -0.125f, 3};
+    ot_tensor *w = ot_array(be, OT_SHAPE(6), OT_F32, h), *m = ot_zeros(be, OT_SHAPE(6), OT_F32);
+    ot_tensor *v = ot_zeros(be, OT_SHAPE(6), OT_F32);
+    ot_pool *pool = ot_pool_push();
+    ot_node *g = ot_mul(ot_tensor_node(w), 0.5f);
+    CHECK_INT(adam ? ot_adam_step(opts, 1, &w, &g, &m, &v) : ot_sgd_step(opts, 1, &w, &g, NULL), 0);
+    ot_pool_pop(pool);
+    CHECK_INT(ot_get(w, out), 0);
+    ot_tensor_free(w);
+    ot_tensor_free(m);
+    ot_tensor_free(v);
+}
+
+static void same_step(ot_backend *be, bool adam, const void *a, const void *b)
+{
+    float x[6], y[6];
+    step_bits(be, adam, a, x);
+    step_bits(be, adam, b, y);
+    CHECK(memcmp(x, y, sizeof x) == 0);
+}
+
+/* A zero field is its default (issue 31): (ot_adam){.lr = 1e-3} is
+ * ot_adam_default(1e-3), (ot_adam){0} is the default lr too, and
+ * (ot_sgd){0} steps with OT_SGD_LR; before, eps 0 was refused and lr 0
+ * was a step that changed nothing. */
+TEST(optim_zero_options_are_defaults)
+{
+    for (int b = 0; b < 2; b++) {
+        ot_backend *be = backend(backends[b], 0);
+        ot_adam def = ot_adam_default(1e-3), lr_only = {.lr = 1e-3}, zero = {0};
+        same_step(be, true, &lr_only, &def);
+        def = ot_adam_default(OT_ADAM_LR);
+        same_step(be, true, &zero, &def);
+        same_step(be, false, &(ot_sgd){0}, &(ot_sgd){.lr = OT_SGD_LR, .grad_scale = 1});
+        float before[6] = {0.5f, -1.25f, 2, 0.75f, -0.125f, 3}, after[6];
+        step_bits(be, false, &(ot_sgd){0}, after);
+        CHECK(after[0] != before[0]);
+        ot_backend_free(be);
+    }
 }
 
 /* A schedule through lr_scale: each step reads the tensor's value then, and
@@ -664,7 +710,6 @@ TEST(optim_adam_errors)
         {offsetof(ot_adam, beta1), -0.1, "beta1 must be in [0, 1), not -0.1"},
         {offsetof(ot_adam, beta2), 1.5, "beta2 must be in [0, 1), not 1.5"},
         {offsetof(ot_adam, beta2), NAN, "beta2 must be in [0, 1), not nan"},
-        {offsetof(ot_adam, eps), 0, "eps must be > 0, not 0"},
         {offsetof(ot_adam, eps), -1e-8, "eps must be > 0"},
         {offsetof(ot_adam, grad_scale), -1, "grad_scale must be >= 0"},
     };
@@ -674,9 +719,9 @@ TEST(optim_adam_errors)
         CHECK_INT(ot_adam_step(&b, 2, f.W, f.G, f.M, f.V), OT_EINVAL);
         CHECK_ERR(OT_EINVAL, "adam_step", bad_opts[i].msg);
     }
-    o.t = 0;
+    o.t = -1;
     CHECK_INT(ot_adam_step(&o, 2, f.W, f.G, f.M, f.V), OT_EINVAL);
-    CHECK_ERR(OT_EINVAL, "adam_step", "step count t must be >= 1", "not 0");
+    CHECK_ERR(OT_EINVAL, "adam_step", "step count t must be >= 1", "not -1");
     o.t = 1;
     CHECK_INT(ot_adam_step(&o, 2, (ot_tensor *[]){f.w, f.wi}, f.G, f.M, f.V), OT_EDTYPE);
     CHECK_ERR(OT_EDTYPE, "w[1] is int32", "parameters must be float32 or float64");

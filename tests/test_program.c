@@ -65,7 +65,7 @@ TEST(program_w3_bitwise_plain_assign)
             ot_tensor *ta = ot_array(be, OT_SHAPE(64), OT_F32, ha);
             ot_tensor *tb = ot_array(be, OT_SHAPE(64), OT_F32, hb);
             /* host data for a, a tensor for b: both read in place */
-            ot_bind bind[2] = {OT_BIND_DATA("a", ha), OT_BIND_TENSOR("b", tb)};
+            ot_bind bind[2] = {OT_BIND_DATA("a", ha, sizeof ha), OT_BIND_TENSOR("b", tb)};
             CHECK_INT(ot_program_run(p, 2, bind), 0);
             ot_pool *q = ot_pool_push();
             CHECK_INT(ot_assign(want, w3(ot_tensor_node(ta), ot_tensor_node(tb))), 0);
@@ -157,7 +157,7 @@ TEST(program_placeholder_views)
     CHECK_INT(ot_program_compile(p), 0);
     float h[16], got[8];
     for (int i = 0; i < 16; i++) h[i] = (float)i;
-    CHECK_INT(ot_program_run(p, 1, &OT_BIND_DATA("x", h)), 0);
+    CHECK_INT(ot_program_run(p, 1, &OT_BIND_DATA("x", h, sizeof h)), 0);
     CHECK_INT(ot_get(out, got), 0);
     for (int i = 0; i < 8; i++) CHECK_NEAR(got[i], (8 + i) - 2.0 * i, 0);
     ot_program_free(p);
@@ -238,7 +238,7 @@ TEST(program_mlp_training_bitwise)
             batch(hx, hy, run);
             ot_tensor *tx = ot_array(be, OT_SHAPE(MB, MI), OT_F32, hx);
             ot_tensor *ty = ot_array(be, OT_SHAPE(MB, MC), OT_F32, hy);
-            CHECK_INT(ot_program_run(p, 2, (ot_bind[]){OT_BIND_DATA("x", hx), OT_BIND_TENSOR("y", ty)}), 0);
+            CHECK_INT(ot_program_run(p, 2, (ot_bind[]){OT_BIND_DATA("x", hx, sizeof hx), OT_BIND_TENSOR("y", ty)}), 0);
             /* the same steps as plain assignments */
             ot_pool *q = ot_pool_push();
             ot_autodiff *ad = ot_autodiff_new(mlp_loss(tx, ty, plain.w), NULL);
@@ -326,7 +326,7 @@ TEST(program_adam_tracks_ot_adam_step)
         ot_adam plain = adam;
         for (int run = 0; run < MLP_RUNS; run++, plain.t++) {
             batch(hx, hy, run);
-            CHECK_INT(ot_program_run(p, 2, (ot_bind[]){OT_BIND_DATA("x", hx), OT_BIND_DATA("y", hy)}), 0);
+            CHECK_INT(ot_program_run(p, 2, (ot_bind[]){OT_BIND_DATA("x", hx, sizeof hx), OT_BIND_DATA("y", hy, sizeof hy)}), 0);
             ot_tensor *tx = ot_array(be, OT_SHAPE(MB, MI), OT_F32, hx);
             ot_tensor *ty = ot_array(be, OT_SHAPE(MB, MC), OT_F32, hy);
             ot_pool *q = ot_pool_push();
@@ -394,7 +394,7 @@ TEST(program_symbolic_batch)
         for (int k = 0; k < 5; k++) {
             int n = sizes[k];
             fill(h, n * 3, (uint64_t)k);
-            CHECK_INT(ot_program_run(p, 1, &OT_BIND_DATA_SHAPE("x", h, OT_SHAPE(n, 3))), 0);
+            CHECK_INT(ot_program_run(p, 1, &OT_BIND_DATA_SHAPE("x", h, OT_SHAPE(n, 3), sizeof h)), 0);
             ot_tensor *tx = ot_array(be, OT_SHAPE(n, 3), OT_F32, h);
             ot_tensor *wl = ot_empty(be, OT_SHAPE(), OT_F32), *wg = ot_empty(be, OT_SHAPE(3), OT_F32);
             ot_pool *q = ot_pool_push();
@@ -433,12 +433,12 @@ TEST(program_symbolic_limits)
     ot_pool_pop(pool);
     CHECK_INT(ot_program_compile(p), 0);
     float h[6] = {0};
-    CHECK_INT(ot_program_run(p, 1, &OT_BIND_DATA_SHAPE("x", h, OT_SHAPE(6))), OT_ESHAPE);
+    CHECK_INT(ot_program_run(p, 1, &OT_BIND_DATA_SHAPE("x", h, OT_SHAPE(6), sizeof h)), OT_ESHAPE);
     CHECK_ERR(OT_ESHAPE, "step 0");
     float got[4];
     CHECK_INT(ot_get(out, got), 0);
     CHECK(got[0] == 0);
-    CHECK_INT(ot_program_run(p, 1, &OT_BIND_DATA("x", h)), 0);   /* the nominal size still runs */
+    CHECK_INT(ot_program_run(p, 1, &OT_BIND_DATA("x", h, sizeof h)), 0);   /* the nominal size still runs */
     ot_program_free(p);
 
     p = ot_program_new(be);
@@ -451,7 +451,7 @@ TEST(program_symbolic_limits)
     ot_pool_pop(pool);
     ot_tensor_free(head);
     CHECK_INT(ot_program_compile(p), 0);
-    CHECK_INT(ot_program_run(p, 1, &OT_BIND_DATA_SHAPE("x", h, OT_SHAPE(6))), OT_EUNSUPPORTED);
+    CHECK_INT(ot_program_run(p, 1, &OT_BIND_DATA_SHAPE("x", h, OT_SHAPE(6), sizeof h)), OT_EUNSUPPORTED);
     CHECK_ERR(OT_EUNSUPPORTED, "step 0", "view", "symbolic placeholder");
     ot_program_free(p);
     ot_tensor_free(out);
@@ -479,22 +479,23 @@ TEST(program_bad_bindings)
     ot_tensor *t23 = ot_ones(be, OT_SHAPE(2, 3), OT_F32), *t24 = ot_ones(be, OT_SHAPE(2, 4), OT_F32);
     ot_tensor *d23 = ot_ones(be, OT_SHAPE(2, 3), OT_F64), *o23 = ot_ones(other, OT_SHAPE(2, 3), OT_F32);
     ot_tensor *big = ot_ones(be, OT_SHAPE(3, 2), OT_F32), *tr = ot_transpose(big, NULL);
-    ot_bind ok_b = OT_BIND_DATA("b", h);
+    ot_bind ok_b = OT_BIND_DATA("b", h, sizeof h);
     struct { ot_bind b[2]; int n, code; const char *msg; } bad[] = {
         {{OT_BIND_TENSOR("a", t24), ok_b}, 2, OT_ESHAPE, "dim 1 is 3"},
         {{OT_BIND_TENSOR("a", d23), ok_b}, 2, OT_EDTYPE, "float64"},
-        {{OT_BIND_DATA("a", h)}, 1, OT_EINVAL, "b is not bound"},
-        {{OT_BIND_DATA("c", h), ok_b}, 2, OT_EINVAL, "no placeholder named c"},
+        {{OT_BIND_DATA("a", h, sizeof h)}, 1, OT_EINVAL, "b is not bound"},
+        {{OT_BIND_DATA("c", h, sizeof h), ok_b}, 2, OT_EINVAL, "no placeholder named c"},
         {{ok_b, ok_b}, 2, OT_EINVAL, "bound twice"},
-        {{OT_BIND_DATA_SHAPE("a", h, OT_SHAPE(4, 3)), OT_BIND_TENSOR("b", t23)}, 2, OT_ESHAPE,
+        {{OT_BIND_DATA_SHAPE("a", h, OT_SHAPE(4, 3), sizeof h), OT_BIND_TENSOR("b", t23)}, 2, OT_ESHAPE,
          "symbol batch bound two ways"},
         {{{.name = "a"}, ok_b}, 2, OT_ENULL, "neither"},
         {{{.name = "a", .tensor = t23, .data = h}, ok_b}, 2, OT_EINVAL, "both"},
         {{{.data = h}, ok_b}, 2, OT_ENULL, "name is NULL"},
         {{OT_BIND_TENSOR("a", o23), ok_b}, 2, OT_EBACKEND, "another backend"},
         {{OT_BIND_TENSOR("a", tr), ok_b}, 2, OT_EINVAL, "not contiguous"},
-        {{OT_BIND_DATA("a", ot_tensor_data(out)), ok_b}, 2, OT_EALIAS, "step 0 writes"},
-        {{OT_BIND_DATA_SHAPE("a", h, OT_SHAPE(2)), ok_b}, 2, OT_ESHAPE, "has 2 dims"},
+        {{OT_BIND_DATA_SHAPE("a", ot_tensor_data(out), OT_SHAPE(1, 3), 3 * sizeof(float)),
+          OT_BIND_DATA_SHAPE("b", h, OT_SHAPE(1, 3), sizeof h)}, 2, OT_EALIAS, "step 0 writes"},
+        {{OT_BIND_DATA_SHAPE("a", h, OT_SHAPE(2), sizeof h), ok_b}, 2, OT_ESHAPE, "has 2 dims"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         CHECK_INT(ot_program_run(p, bad[i].n, bad[i].b), bad[i].code);
@@ -672,8 +673,10 @@ TEST(sequential_bad_steps)
     ot_tensor *a = ot_zeros(be, OT_SHAPE(3), OT_F32), *b = ot_zeros(be, OT_SHAPE(4), OT_F32);
     ot_pool *pool = ot_pool_push();
     ot_node *one = ot_add(a, 1.0f), *bad = ot_mul(b, 2.0f);
+    char at[128];
+    int line = __LINE__ + 1;
     CHECK_INT(ot_sequential(2, (ot_step[]){{1, &a, &one}, {1, &a, &bad}}), OT_ESHAPE);
-    CHECK_ERR(OT_ESHAPE, "sequential", "step 1");
+    CHECK_ERR(OT_ESHAPE, TEST_SITE(at, line), "sequential", "step 1");
     float h[3];
     CHECK_INT(ot_get(a, h), 0);
     CHECK(h[0] == 0);   /* step 0 did not run either */
@@ -711,8 +714,8 @@ static int oom_once(ot_backend *be, ot_tensor *out, long fail_at)
     }
     float h[18] = {0};
     if (!rc) rc = ot_program_compile(p);
-    if (!rc) rc = ot_program_run(p, 1, &OT_BIND_DATA("x", h));
-    if (!rc) rc = ot_program_run(p, 1, &OT_BIND_DATA_SHAPE("x", h, OT_SHAPE(6, 3)));
+    if (!rc) rc = ot_program_run(p, 1, &OT_BIND_DATA("x", h, sizeof h));
+    if (!rc) rc = ot_program_run(p, 1, &OT_BIND_DATA_SHAPE("x", h, OT_SHAPE(6, 3), sizeof h));
     ot__alloc_fail_at(0);
     ot_program_free(p);
     ot_pool_drain();
@@ -752,7 +755,7 @@ TEST(program_steps_rewritten_by_backend_rule_sets)
         float hx[64];
         fill(hx, 64, 5);
         for (int i = 0; i < 64; i++) hx[i] = (hx[i] - 0.5f) * 2000;
-        CHECK_INT(ot_program_run(p, 1, (ot_bind[]){OT_BIND_DATA("x", hx)}), 0);
+        CHECK_INT(ot_program_run(p, 1, (ot_bind[]){OT_BIND_DATA("x", hx, sizeof hx)}), 0);
         ot_tensor *tx = ot_array(be, OT_SHAPE(4, 16), OT_F32, hx);
         pool = ot_pool_push();
         CHECK_INT(ot_assign(want, ot_log(ot_softmax(tx, 1))), 0);
@@ -767,4 +770,121 @@ TEST(program_steps_rewritten_by_backend_rule_sets)
         ot_tensor_free(want);
         ot_backend_free(be);
     }
+}
+
+/* ---- host bindings state their size (issue 31) ------------------------------ */
+
+/* A binding's declared shape larger than the caller's buffer read past it
+ * (ASan: heap-buffer-overflow in exec.c). Host data now carries nbytes:
+ * fewer than the shape needs, or none, is OT_EINVAL naming the
+ * placeholder, the shape and both byte counts, and nothing is written. */
+TEST(program_host_binding_byte_count)
+{
+    for (int bi = 0; bi < 2; bi++) {
+        ot_backend *be = backend(backends[bi]);
+        ot_program *p = ot_program_new(be);
+        int bs = ot_program_symbol(p, "batch", 2);
+        ot_tensor *x = ot_program_placeholder(p, "x", OT_SHAPE(OT_SYM(bs), 3), OT_F32);
+        ot_tensor *out = ot_zeros(be, OT_SHAPE(), OT_F32);
+        ot_pool *pool = ot_pool_push();
+        CHECK_INT(ot_program_assign(p, out, ot_sum(x)), 0);
+        ot_pool_pop(pool);
+        CHECK_INT(ot_program_compile(p), 0);
+        float *h = malloc(4 * sizeof *h);   /* 4 floats: a (4,3) binding would read 12 */
+        for (int i = 0; i < 4; i++) h[i] = 1;
+        CHECK_INT(ot_program_run(p, 1, &OT_BIND_DATA_SHAPE("x", h, OT_SHAPE(4, 3), 4 * sizeof *h)),
+                  OT_EINVAL);
+        CHECK_ERR(OT_EINVAL, "program_run", "binding x", "shape (4,3) needs 48 bytes",
+                  "gives 16");
+        CHECK_INT(ot_program_run(p, 1, &OT_BIND_DATA("x", h, 4 * sizeof *h)), OT_EINVAL);
+        CHECK_ERR(OT_EINVAL, "binding x", "shape (2,3) needs 24 bytes", "gives 16");
+        CHECK_INT(ot_program_run(p, 1, &(ot_bind){.name = "x", .data = h}), OT_EINVAL);
+        CHECK_ERR(OT_EINVAL, "binding x", "needs 24 bytes", "gives no byte count");
+        float got = -1;
+        CHECK_INT(ot_get(out, &got), 0);
+        CHECK(got == 0);   /* nothing ran */
+        CHECK_INT(ot_program_run(p, 1, &OT_BIND_DATA_SHAPE("x", h, OT_SHAPE(1, 3), 3 * sizeof *h)), 0);
+        CHECK_INT(ot_get(out, &got), 0);
+        CHECK(got == 3);
+        /* more bytes than needed are fine: the shape says what is read */
+        CHECK_INT(ot_program_run(p, 1, &OT_BIND_DATA_SHAPE("x", h, OT_SHAPE(1, 2 + 1), 4 * sizeof *h)), 0);
+        free(h);
+        ot_tensor_free(out);
+        ot_program_free(p);
+        ot_backend_free(be);
+    }
+}
+
+/* ---- errors name the caller's file:line and the shapes (issue 31) ---------- */
+
+TEST(program_errors_name_the_call_site)
+{
+    char at[128];
+    ot_backend *be = backend("cpu");
+    ot_program *p = ot_program_new(be);
+    ot_tensor *x = ot_program_placeholder(p, "x", OT_SHAPE(2, 3), OT_F32);
+    int line = __LINE__ + 1;
+    CHECK(ot_program_placeholder(p, "x", OT_SHAPE(4), OT_F32) == NULL);
+    CHECK_ERR(OT_EINVAL, TEST_SITE(at, line), "program_placeholder", "named x exists");
+    ot_tensor *out = ot_zeros(be, OT_SHAPE(4), OT_F32);
+    ot_pool *pool = ot_pool_push();
+    int tree_line = __LINE__ + 1;
+    ot_node *tree = ot_exp(x);
+    CHECK_INT(ot_program_assign(p, out, tree), 0);
+    ot_pool_pop(pool);
+    line = __LINE__ + 1;
+    CHECK_INT(ot_program_compile(p), OT_ESHAPE);
+    char built[128];
+    snprintf(built, sizeof built, "(tree built at %s:%d)", __FILE__, tree_line);
+    CHECK_ERR(OT_ESHAPE, TEST_SITE(at, line), "program_compile: step 0", built, "(2,3)", "(4,)");
+    ot_program_free(p);
+
+    p = ot_program_new(be);
+    x = ot_program_placeholder(p, "x", OT_SHAPE(2, 3), OT_F32);
+    ot_tensor *w = ot_program_variable(p, "w", OT_SHAPE(3), OT_F32, OT_INIT_ZERO);
+    line = __LINE__ + 1;
+    CHECK_INT(ot_program_sgd(p, &(ot_sgd){.lr = -1}, 1, &w, (ot_node *[]){ot_tensor_node(w)}, NULL), OT_EINVAL);
+    CHECK_ERR(OT_EINVAL, TEST_SITE(at, line), "program_sgd", "lr must be >= 0, not -1");
+    ot_program_free(p);
+
+    p = ot_program_new(be);
+    x = ot_program_placeholder(p, "x", OT_SHAPE(2, 3), OT_F32);
+    ot_tensor *o3 = ot_zeros(be, OT_SHAPE(3), OT_F32);
+    pool = ot_pool_push();
+    CHECK_INT(ot_program_assign(p, o3, ot_sum(x, .axis = 0)), 0);
+    ot_pool_pop(pool);
+    CHECK_INT(ot_program_compile(p), 0);
+    line = __LINE__ + 1;
+    CHECK_INT(ot_program_assign(p, o3, ot_tensor_node(o3)), OT_ESTATE);
+    CHECK_ERR(OT_ESTATE, TEST_SITE(at, line), "program_assign", "compiled");
+    float h[8] = {0};
+    line = __LINE__ + 1;
+    CHECK_INT(ot_program_run(p, 1, &OT_BIND_DATA_SHAPE("x", h, OT_SHAPE(2, 4), sizeof h)), OT_ESHAPE);
+    CHECK_ERR(OT_ESHAPE, TEST_SITE(at, line), "program_run", "placeholder x", "(2,4)");
+    line = __LINE__ + 1;
+    CHECK_INT(ot_program_stats_get(p, NULL), OT_ENULL);
+    CHECK_ERR(OT_ENULL, TEST_SITE(at, line), "program_stats");
+    line = __LINE__ + 1;
+    CHECK_INT(ot_program_run(NULL, 0, NULL), OT_ENULL);
+    CHECK_ERR(OT_ENULL, TEST_SITE(at, line), "program_run", "program is NULL");
+    ot_program_free(p);
+    ot_tensor_free(o3);
+    ot_tensor_free(out);
+
+    /* ot_reshape and ot_slice, views of a tensor */
+    ot_tensor *t = ot_zeros(be, OT_SHAPE(3, 4), OT_F32);
+    line = __LINE__ + 1;
+    CHECK(ot_reshape(t, OT_SHAPE(5, -1)) == NULL);
+    CHECK_ERR(OT_ESHAPE, TEST_SITE(at, line), "reshape", "size 12", "(5,-1)", "shape is (3,4)");
+    line = __LINE__ + 1;
+    CHECK(ot_reshape(t, OT_SHAPE(5, 3)) == NULL);
+    CHECK_ERR(OT_ESHAPE, TEST_SITE(at, line), "reshape", "(5,3)", "shape is (3,4)");
+    line = __LINE__ + 1;
+    CHECK(ot_slice(t, OT_ALL, OT_ALL, OT_IDX(0)) == NULL);
+    CHECK_ERR(OT_EINVAL, TEST_SITE(at, line), "slice", "too many indices", "(3,4)");
+    line = __LINE__ + 1;
+    CHECK(ot_slice(t, OT_IDX(7)) == NULL);
+    CHECK_ERR(OT_EINVAL, TEST_SITE(at, line), "slice", "index 7 is out of bounds", "(3,4)");
+    ot_tensor_free(t);
+    ot_backend_free(be);
 }

@@ -1207,8 +1207,11 @@ int (ot_program_explain)(const ot_program *p, FILE *f);
  * A create that returns NULL, or a tree of another shape or dtype, makes the
  * assignment fail (OT_EINVAL, OT_ESHAPE, OT_EDTYPE naming rule, set and the
  * root's file:line) before anything is written. Callbacks run on the
- * assigning thread, possibly on several threads at once; they must not
- * assign. */
+ * assigning thread, possibly on several threads at once. A create may
+ * itself rewrite (ot_rewrite, or an assignment through a backend with rule
+ * sets), 16 creates deep at most per thread: past that (a create that
+ * rewrites a tree its rule fires on again) every create in the chain fails
+ * with OT_ESTATE naming the innermost rule, set and file:line. */
 typedef struct ot_rewrite_match {
     const char *rule, *set;        /* the names */
     int nnodes;
@@ -1480,9 +1483,16 @@ int ot_set_n(ot_tensor *t, const void *host, size_t nbytes);
  * Zero fields are the defaults, NumPy's: a tensor of more than threshold
  * (1000) elements is summarised, each dim longer than 2 * edgeitems (3)
  * showing its first and last edgeitems with "..." between; a negative
- * threshold never summarises. precision: significant digits (8), 1..17.
- * ot_tensor_print(t, f) is ot_tensor_print_opts(t, f, NULL). Lines are not
- * wrapped at a line width. */
+ * threshold never summarises. precision (8, 1..17) is NumPy's: digits
+ * after the point, and the text is np.array2string's with its defaults
+ * (floatmode 'maxprec'): per value the fewest digits that read back in its
+ * dtype, at most precision after the point, trailing zeros dropped but the
+ * point kept (1.); scientific for the whole tensor when a finite non-zero
+ * |value| shown is >= 1e8 or < 1e-4 or the largest is over 1000 times the
+ * smallest, every mantissa then with the same digits; values padded to
+ * one width, lined up on the point. ot_tensor_print(t, f) is
+ * ot_tensor_print_opts(t, f, NULL). Lines are not wrapped at a line
+ * width (NumPy wraps at 75 characters). */
 typedef struct ot_print_options {
     int64_t threshold;
     int edgeitems;
@@ -1504,11 +1514,15 @@ int ot_tensor_print_opts(const ot_tensor *t, FILE *f, const ot_print_options *op
  * var(x, axis=0, ddof=1), clip(x, 0, 6), cast(x, f64), onehot(y, 10),
  * transpose(x, perm=(1, 0)), rand(shape=(3, 4), seed=7). An integer literal
  * is an i32 constant, any other number f64 (both weak, as in C). A minus
- * written on a literal is part of the constant (-2, not neg(2)).
+ * written on a literal is part of the constant (-2, not neg(2)). A literal
+ * of any length is read whole, correctly rounded (1 followed by 200 zeros
+ * is 1e200); one beyond its type's range (1e400, 1e39f) is an error at its
+ * column: write inf.
  *
  * Errors (OT_EINVAL, or the builder's code) say where:
  * "parse: col 6: unknown function 'tanhh'; did you mean 'tanh'?". NULL on
- * error. Nesting deeper than 200 levels is an error, never a deep
+ * error. Nesting deeper than 200 levels (parentheses, calls, signs, the
+ * right operand of each ** in a chain, labels) is an error, never a deep
  * recursion. */
 ot_node *ot_parse(const char *expr, int n, const char *const names[], ot_node *const nodes[]);
 

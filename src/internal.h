@@ -480,4 +480,24 @@ static inline void ot__clear(void *p, size_t n) { memset(p, 0, n + ot__opaque_ze
 /* Shortest text that reads back as v (Python's repr: 1.0, 0.1, inf, nan). */
 void ot__fmt_double(char *buf, size_t n, double v);
 
+/* The format NumPy's array2string (floatmode 'maxprec', the default) picks
+ * for the values an array print shows; print.c. Start it, pass every value
+ * shown to _see while _next_pass asks for another pass, then _str writes
+ * each value, every one the same width. */
+typedef struct ot__numfmt {
+    int kind;                  /* integer, positional or scientific */
+    bool f32;
+    int precision;             /* digits after the point, at most (positional)
+                                  or exactly (scientific) */
+    int pad_left, pad_right, exp_size, width;
+    int pass;
+    double max_abs, min_abs;   /* over the finite non-zero values */
+    bool finite, neg_inf, non_finite;
+} ot__numfmt;
+enum { OT__NUMFMT_STRLEN = 64 };
+void ot__numfmt_start(ot__numfmt *f, ot_dtype dt, int precision);
+void ot__numfmt_see(ot__numfmt *f, double v);
+bool ot__numfmt_next_pass(ot__numfmt *f);
+int ot__numfmt_str(const ot__numfmt *f, double v, char buf[OT__NUMFMT_STRLEN]);
+
 #endif /* OT_INTERNAL_H */

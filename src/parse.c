@@ -9,10 +9,13 @@
 #include "ops.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <stdarg.h>
 
 /* Deeper nesting than this is an error rather than a deep C recursion:
- * each level costs a few frames of the descent. */
+ * each level costs a few frames of the descent. Every recursive path of
+ * the descent passes through unary() (an operand) or labelled(), and those
+ * two count the depth, so no path escapes the bound. */
 enum { MAX_DEPTH = 200, MAX_IDENT = 64, MAX_ARGS = 16 };
 
 typedef struct parser {
@@ -21,16 +24,22 @@ typedef struct parser {
     const char *const *names;
     ot_node *const *nodes;
     int depth;
+    bool failed;          /* an error is set: the first one stands */
     ot_node **defs;       /* ot_pp's shared nodes, %1 = ... */
     int ndef;
 } parser;
 
 static int col(const parser *ps, const char *at) { return (int)(at - ps->src) + 1; }
 
-static ot_node *fail(const parser *ps, const char *at, const char *fmt, ...)
+/* Sets the error at column at, unless one is set already: the innermost
+ * cause (a literal out of range) is kept over the message of a caller that
+ * only saw its operand fail ("axis must be a number"). */
+static ot_node *fail(parser *ps, const char *at, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-static ot_node *fail(const parser *ps, const char *at, const char *fmt, ...)
+static ot_node *fail(parser *ps, const char *at, const char *fmt, ...)
 {
+    if (ps->failed) return NULL;
+    ps->failed = true;
     char msg[256];
     va_list ap;
     va_start(ap, fmt);
@@ -41,8 +50,9 @@ static ot_node *fail(const parser *ps, const char *at, const char *fmt, ...)
 }
 
 /* A builder's error, kept but placed at the column of its call. */
-static ot_node *fail_build(const parser *ps, const char *at)
+static ot_node *fail_build(parser *ps, const char *at)
 {
+    ps->failed = true;
     char msg[512];
     int code = ot_errcode() ? ot_errcode() : OT_EINVAL;
     snprintf(msg, sizeof msg, "%s", ot_errmsg());
@@ -97,12 +107,38 @@ static bool f32_mark(parser *ps)
     return true;
 }
 
+/* The value of the literal s..end as strtod (strtof with the f mark)
+ * reads it in place, to its last digit however long: 1 followed by 200
+ * zeros is 1e200 exactly, correctly rounded. 1 when read; -1 (error set)
+ * when the value is beyond the type's range (inf is written inf) or
+ * strtod stops elsewhere (an LC_NUMERIC with another decimal point): never
+ * a misread value. A bare 0 is not handed to strtod, which would read
+ * "0x1" as hex. */
+static int literal_value(parser *ps, const char *s, const char *end, bool f32, double *v)
+{
+    if (end == s + 1 && *s == '0') {
+        *v = 0;
+        return 1;
+    }
+    char *stop;
+    errno = 0;
+    *v = f32 ? strtof(s, &stop) : strtod(s, &stop);
+    const char *why = NULL;
+    if (stop != end) why = "is not read as written (is the locale's decimal point '.'?)";
+    else if (errno == ERANGE && isinf(*v)) why = f32 ? "is beyond f32's range" : "is beyond f64's range";
+    if (!why) return 1;
+    int shown = end - s > 40 ? 40 : (int)(end - s);
+    fail(ps, s, "the literal %.*s%s %s", shown, s, end - s > shown ? "..." : "", why);
+    return -1;
+}
+
 /* A number literal: digits with an optional fraction and exponent, or
  * inf/nan, and an optional f. *kind: LIT_INT when written without '.',
- * 'e', a name or f; LIT_F32 with the f; else LIT_F64. Returns false
- * (nothing consumed) when none comes next. */
+ * 'e', a name or f; LIT_F32 with the f; else LIT_F64. Returns 1 when one
+ * was read, 0 (nothing consumed) when none comes next, -1 (error set)
+ * when its value cannot be read (literal_value). */
 enum { LIT_INT, LIT_F64, LIT_F32 };
-static bool number(parser *ps, double *v, int *kind)
+static int number(parser *ps, double *v, int *kind)
 {
     skip_space(ps);
     const char *s = ps->p, *q = s;
@@ -112,7 +148,7 @@ static bool number(parser *ps, double *v, int *kind)
         ps->p += 3;
         *v = nan ? NAN : INFINITY;
         *kind = f32_mark(ps) ? LIT_F32 : LIT_F64;
-        return true;
+        return 1;
     }
     while (isdigit((unsigned char)*q)) q++;
     bool digits = q > s, frac = *q == '.';
@@ -121,7 +157,7 @@ static bool number(parser *ps, double *v, int *kind)
         while (isdigit((unsigned char)*q)) q++;
         digits = digits || q > s + 1;
     }
-    if (!digits) return false;
+    if (!digits) return 0;
     bool expo = false;
     if (*q == 'e' || *q == 'E') {
         const char *e = q + 1;
@@ -132,15 +168,9 @@ static bool number(parser *ps, double *v, int *kind)
             expo = true;
         }
     }
-    char buf[128];
-    size_t n = (size_t)(q - s);
-    if (n >= sizeof buf) n = sizeof buf - 1;
-    memcpy(buf, s, n);
-    buf[n] = '\0';
-    *v = strtod(buf, NULL);
     ps->p = q;
     *kind = f32_mark(ps) ? LIT_F32 : !frac && !expo ? LIT_INT : LIT_F64;
-    return true;
+    return literal_value(ps, s, q, *kind == LIT_F32, v);
 }
 
 /* ---- did you mean ------------------------------------------------------------- */
@@ -267,14 +297,13 @@ static bool dtype_named(const char *s, ot_dtype *dt)
     return false;
 }
 
-/* A signed number literal (an attribute's value). */
-static bool signed_number(parser *ps, double *v)
+/* A signed number literal (an attribute's value): 1, 0 or -1 as number(). */
+static int signed_number(parser *ps, double *v)
 {
     bool neg = accept(ps, "-");
-    int kind;
-    if (!number(ps, v, &kind)) return false;
-    if (neg) *v = -*v;
-    return true;
+    int kind, got = number(ps, v, &kind);
+    if (got > 0 && neg) *v = -*v;
+    return got;
 }
 
 static bool integral(double v, double lo, double hi) { return v == floor(v) && v >= lo && v <= hi; }
@@ -289,7 +318,8 @@ static bool int_tuple(parser *ps, int64_t *out, int *n)
     do {
         double v;
         if (accept(ps, ")")) return true;   /* (2,) */
-        if (*n >= OT_MAX_DIMS || !signed_number(ps, &v) || !integral(v, -1e15, 1e15)) return false;
+        if (*n >= OT_MAX_DIMS || signed_number(ps, &v) <= 0 || !integral(v, -1e15, 1e15))
+            return false;
         out[(*n)++] = (int64_t)v;
     } while (accept(ps, ","));
     return accept(ps, ")");
@@ -325,7 +355,7 @@ static ot_node *attr_value(parser *ps, const char *m, ot_args *a, const char *at
         a->keepdims = name[0] == 'T' || name[0] == 't';
         return (ot_node *)a;
     }
-    if (!signed_number(ps, &v)) return fail(ps, at, "%s must be a number", m);
+    if (signed_number(ps, &v) <= 0) return fail(ps, at, "%s must be a number", m);
     if (strcmp(m, "lo") == 0 || strcmp(m, "hi") == 0) {
         *(m[0] == 'l' ? &a->lo : &a->hi) = v;
         return (ot_node *)a;
@@ -348,7 +378,7 @@ static bool index_bound(parser *ps, int64_t *v)
     skip_space(ps);
     *v = OT_NONE;
     if (*ps->p == ':' || *ps->p == ',' || *ps->p == ']') return true;
-    if (!signed_number(ps, &d) || !integral(d, -1e15, 1e15)) return false;
+    if (signed_number(ps, &d) <= 0 || !integral(d, -1e15, 1e15)) return false;
     *v = (int64_t)d;
     return true;
 }
@@ -615,8 +645,8 @@ static ot_node *primary(parser *ps)
     skip_space(ps);
     const char *at = ps->p;
     double v;
-    int kind;
-    if (number(ps, &v, &kind)) return literal(v, kind);
+    int kind, got = number(ps, &v, &kind);
+    if (got) return got > 0 ? literal(v, kind) : NULL;
     char name[MAX_IDENT];
     if (ident(ps, name)) {
         if (*ps->p == ':') return labelled(ps, name, at);
@@ -638,12 +668,7 @@ static ot_node *primary(parser *ps)
     if (*ps->p == '%') return def_ref(ps, at);
     if (accept(ps, "(")) {
         ot_op op;
-        if (prefix_next(ps, &op)) {
-            if (++ps->depth > MAX_DEPTH) return fail(ps, at, "nested deeper than %d", MAX_DEPTH);
-            ot_node *r = prefix(ps, op, at);
-            ps->depth--;
-            return r;
-        }
+        if (prefix_next(ps, &op)) return prefix(ps, op, at);   /* its operands count depth */
         ot_node *e = expr(ps);
         if (e && !accept(ps, ")")) return fail(ps, ps->p, "expected ')'");
         return e;
@@ -669,27 +694,28 @@ static ot_node *power(parser *ps)
 
 /* A minus directly on a number literal is part of the constant (so -2
  * reads back as ot_pp prints a constant -2); elsewhere it is neg. */
+static ot_node *signed_power(parser *ps)
+{
+    const char *at = ps->p;
+    if (accept(ps, "+")) return unary(ps);
+    if (!accept(ps, "-")) return power(ps);
+    const char *save = ps->p;
+    double v;
+    int kind, got = number(ps, &v, &kind);
+    if (got < 0) return NULL;
+    if (got && !accept(ps, "**")) return literal(-v, kind);
+    ps->p = save;
+    return build(ps, OT_OP_NEG, unary(ps), NULL, NULL, at);
+}
+
+/* An operand: one level deeper, whatever it turns out to be (a sign, the
+ * right side of **, a parenthesis, a call's operand or ot_pp's prefix
+ * form all come back here). */
 static ot_node *unary(parser *ps)
 {
     skip_space(ps);
-    const char *at = ps->p;
-    if (*at != '-' && *at != '+') return power(ps);
     if (++ps->depth > MAX_DEPTH) return fail(ps, ps->p, "nested deeper than %d", MAX_DEPTH);
-    ot_node *r;
-    if (accept(ps, "-")) {
-        const char *save = ps->p;
-        double v;
-        int kind;
-        if (number(ps, &v, &kind) && !accept(ps, "**")) {
-            r = literal(-v, kind);
-        } else {
-            ps->p = save;
-            r = build(ps, OT_OP_NEG, unary(ps), NULL, NULL, at);
-        }
-    } else {
-        accept(ps, "+");
-        r = unary(ps);
-    }
+    ot_node *r = signed_power(ps);
     ps->depth--;
     return r;
 }
@@ -731,10 +757,7 @@ static ot_node *expr(parser *ps)
 {
     static const binop ops[] = {{"<=", OT_OP_LE}, {">=", OT_OP_GE}, {"==", OT_OP_EQ},
                                 {"!=", OT_OP_NE}, {"<", OT_OP_LT},  {">", OT_OP_GT}};
-    if (++ps->depth > MAX_DEPTH) return fail(ps, ps->p, "nested deeper than %d", MAX_DEPTH);
-    ot_node *r = level(ps, additive, ops, 6);
-    ps->depth--;
-    return r;
+    return level(ps, additive, ops, 6);
 }
 
 /* ot_pp's lines "%k = expr" (k = 1, 2, ... in order) before the

@@ -82,6 +82,115 @@ void ot__fmt_double(char *buf, size_t n, double v)
     fmt_repr(buf, n, v, false);
 }
 
+/* ---- NumPy's array print ------------------------------------------------- */
+
+/* NumPy's FloatingFormat (arrayprint.py) with its defaults, floatmode
+ * 'maxprec', sign '-', suppress off: precision counts digits after the
+ * point. Scientific for the whole array when a finite non-zero |value| is
+ * >= 1e8 or < 1e-4 or the largest is over 1000 times the smallest, else
+ * positional. Each value is Dragon4's unique digits: the fewest that read
+ * back as the value, cut at precision digits (rounding the exact value),
+ * trailing zeros dropped but the point kept (1.). Positional values line
+ * up on the point, padded with spaces on both sides; scientific ones share
+ * the longest mantissa (more digits of the exact value) and exponent. */
+enum { FMT_INT, FMT_POS, FMT_SCI };
+
+/* v's unique digits, at most prec after the point ("%#.*f" or "%#.*e"
+ * form, trailing zeros of the fraction dropped); returns the length. */
+static int unique_digits(char *buf, size_t n, double v, int prec, bool sci, bool f32)
+{
+    const char *fmt = sci ? "%#.*e" : "%#.*f";
+    for (int k = 0; k <= prec; k++) {
+        snprintf(buf, n, fmt, k, v);
+        if (reads_back(buf, v, f32)) break;
+    }
+    char *point = strchr(buf, '.'), *e = strchr(buf, 'e'), *end = e ? e : buf + strlen(buf);
+    char *cut = end;
+    while (cut > point + 1 && cut[-1] == '0') cut--;
+    memmove(cut, end, strlen(end) + 1);
+    return (int)strlen(buf);
+}
+
+void ot__numfmt_start(ot__numfmt *f, ot_dtype dt, int precision)
+{
+    *f = (ot__numfmt){.kind = dt == OT_I32 ? FMT_INT : FMT_POS, .f32 = dt == OT_F32,
+                      .precision = precision, .exp_size = -1};
+}
+
+/* Pass 0 takes the range (and an integer's width); pass 1 the lengths of
+ * the parts of each finite value's digits in the chosen layout. */
+void ot__numfmt_see(ot__numfmt *f, double v)
+{
+    char buf[OT__NUMFMT_STRLEN];
+    if (f->kind == FMT_INT) {
+        int n = snprintf(buf, sizeof buf, "%d", (int)v);
+        f->width = n > f->width ? n : f->width;
+    } else if (!isfinite(v)) {
+        f->non_finite = true;
+        f->neg_inf = f->neg_inf || v < 0;
+    } else if (f->pass == 0) {
+        double a = fabs(v);
+        if (a != 0) {
+            f->max_abs = !f->finite || a > f->max_abs ? a : f->max_abs;
+            f->min_abs = !f->finite || a < f->min_abs ? a : f->min_abs;
+            f->finite = true;
+        }
+    } else {
+        unique_digits(buf, sizeof buf, v, f->precision, f->kind == FMT_SCI, f->f32);
+        char *point = strchr(buf, '.'), *e = strchr(buf, 'e');
+        int left = (int)(point - buf), frac = (int)((e ? e : point + strlen(point)) - point - 1);
+        f->pad_left = left > f->pad_left ? left : f->pad_left;
+        f->pad_right = frac > f->pad_right ? frac : f->pad_right;
+        if (e) f->exp_size = (int)strlen(e + 2) > f->exp_size ? (int)strlen(e + 2) : f->exp_size;
+    }
+}
+
+/* The layout from the range after pass 0 (the ratio in float for f32, as
+ * NumPy divides two float32 scalars); the widths after pass 1. */
+bool ot__numfmt_next_pass(ot__numfmt *f)
+{
+    if (f->kind == FMT_INT) return false;
+    if (f->pass++ == 0) {
+        double ratio = f->f32 ? (double)((float)f->max_abs / (float)f->min_abs)
+                              : f->max_abs / f->min_abs;
+        if (f->finite && (f->max_abs >= 1e8 || f->min_abs < 0.0001 || ratio > 1000.))
+            f->kind = FMT_SCI;
+        return true;   /* the values with no non-zero finite one still set the pads */
+    }
+    if (f->kind == FMT_SCI) {
+        f->precision = f->pad_right;   /* every mantissa gets the longest fraction */
+        f->pad_right = f->exp_size + 2 + f->precision;
+    }
+    if (f->non_finite) {
+        int offset = f->pad_right + 1, nan_need = 3 - offset, inf_need = 3 + f->neg_inf - offset;
+        if (nan_need > f->pad_left) f->pad_left = nan_need;
+        if (inf_need > f->pad_left) f->pad_left = inf_need;
+    }
+    f->width = f->pad_left + f->pad_right + 1;
+    return false;
+}
+
+int ot__numfmt_str(const ot__numfmt *f, double v, char buf[OT__NUMFMT_STRLEN])
+{
+    if (f->kind == FMT_INT) return snprintf(buf, OT__NUMFMT_STRLEN, "%*d", f->width, (int)v);
+    if (!isfinite(v))
+        return snprintf(buf, OT__NUMFMT_STRLEN, "%*s", f->width, isnan(v) ? "nan" : v < 0 ? "-inf" : "inf");
+    char d[OT__NUMFMT_STRLEN];
+    if (f->kind == FMT_POS) {
+        unique_digits(d, sizeof d, v, f->precision, false, f->f32);
+        int left = (int)(strchr(d, '.') - d), frac = (int)strlen(strchr(d, '.') + 1);
+        return snprintf(buf, OT__NUMFMT_STRLEN, "%*s%s%*s", f->pad_left - left, "", d,
+                        f->pad_right - frac, "");
+    }
+    /* NumPy's min_digits: the digits past the unique ones are the exact
+     * value's, so each mantissa is the value rounded to precision digits */
+    snprintf(d, sizeof d, "%#.*e", f->precision, v);
+    char *e = strchr(d, 'e');
+    int left = (int)(strchr(d, '.') - d);
+    return snprintf(buf, OT__NUMFMT_STRLEN, "%*s%.*se%c%0*d", f->pad_left - left, "",
+                    (int)(e - d), d, e[1], f->exp_size, atoi(e + 2));
+}
+
 /* A constant's text: an integer for OT_I32; for OT_F32 (ot_constf) the
  * shortest float repr, since its value was a float literal. */
 static void const_text(const ot_node *n, char *buf, size_t len)

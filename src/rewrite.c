@@ -516,6 +516,52 @@ static ot_node *rebuild(pass *p, int i)
     return ot_build_at(op, x[0], x[1], &n->args, n->file, n->line);
 }
 
+/* A create may itself rewrite (ot_rewrite, or an assignment through a
+ * backend with rule sets), but one that rewrites a tree its own rule fires
+ * on again would recurse until the stack overflows: creates nest at most
+ * MAX_NEST deep on a thread. Past that the innermost is refused, and every
+ * create around it fails with that error too, whatever it does with the
+ * NULL its rewrite got. */
+enum { MAX_NEST = 16 };
+static _Thread_local struct {
+    int depth;                   /* creates running on this thread */
+    const char *rule, *set;      /* the refused one, until the outermost returns */
+    const char *file;
+    int line;
+} nest;
+
+static void nest_error(void)
+{
+    ot__err_set(OT_ESTATE, nest.file, nest.line, "rewrite",
+                "rule \"%s\" (set \"%s\") was to run inside %d nested creates: a create that "
+                "rewrites (ot_rewrite, or an assignment through a backend with rule sets) a tree "
+                "its rule fires on again never ends",
+                nest.rule, nest.set, MAX_NEST);
+}
+
+/* The rule's create of m, or NULL with *refused when the nesting bound was
+ * hit here or inside it (the error set). */
+static ot_node *nested_create(const pass *p, const ot_rewrite_match *m, const ot_node *root,
+                              bool *refused)
+{
+    if (nest.depth == MAX_NEST) {
+        nest.rule = p->rule->name;
+        nest.set = p->set;
+        nest.file = root->file;
+        nest.line = root->line;
+        nest_error();
+        *refused = true;
+        return NULL;
+    }
+    nest.depth++;
+    ot_node *r = p->rule->create(m, p->rule->user);
+    nest.depth--;
+    *refused = nest.rule != NULL;
+    if (*refused && ot_errcode() != OT_ESTATE) nest_error();   /* the create cleared it */
+    if (nest.depth == 0) nest.rule = NULL;
+    return *refused ? NULL : r;
+}
+
 /* The replacement the rule builds, checked against the root it replaces. */
 static ot_node *replace(pass *p, const match *mt)
 {
@@ -536,7 +582,9 @@ static ot_node *replace(pass *p, const match *mt)
         }
     }
     ot_rewrite_match m = {p->rule->name, p->set, mt->count, nodes, nin, p->inputs, read};
-    ot_node *r = p->rule->create(&m, p->rule->user);
+    bool refused;
+    ot_node *r = nested_create(p, &m, root, &refused);
+    if (refused) return NULL;
     char why[OT__SHAPE_STRLEN * 2 + 64] = "", sr[OT__SHAPE_STRLEN], sn[OT__SHAPE_STRLEN];
     int code = 0;
     if (!r) {

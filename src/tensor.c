@@ -548,25 +548,6 @@ ot_tensor *ot_wrap(ot_backend *be, ot_shape shape, ot_dtype dtype, void *ptr,
 
 /* ---- printing ------------------------------------------------------------ */
 
-#define ELEM_STRLEN 48
-
-static int elem_str(char *buf, double v, ot_dtype dt, int precision)
-{
-    if (dt == OT_I32)
-        return snprintf(buf, ELEM_STRLEN, "%d", (int)v);
-    if (isnan(v))
-        return snprintf(buf, ELEM_STRLEN, "nan");
-    if (isinf(v))
-        return snprintf(buf, ELEM_STRLEN, "%s", v < 0 ? "-inf" : "inf");
-    int n = snprintf(buf, ELEM_STRLEN, "%.*g", precision, v);
-    /* NumPy marks whole floats with a trailing point: "1." rather than "1" */
-    if (!strpbrk(buf, ".e")) {
-        buf[n++] = '.';
-        buf[n] = '\0';
-    }
-    return n;
-}
-
 static bool put_n(FILE *f, char c, int n)
 {
     for (int i = 0; i < n; i++)
@@ -597,8 +578,8 @@ static void shown_init(shown *sh, const ot_tensor *t, const ot_print_options *o)
     }
 }
 
-/* The text of the element at shown index idx. */
-static int shown_str(const shown *sh, const ot_tensor *t, const int64_t *idx, char *buf)
+/* The value of the element at shown index idx. */
+static double shown_value(const shown *sh, const ot_tensor *t, const int64_t *idx)
 {
     int64_t off = t->offset;
     for (int d = 0; d < sh->nd; d++) {
@@ -607,7 +588,7 @@ static int shown_str(const shown *sh, const ot_tensor *t, const int64_t *idx, ch
         off += i * t->strides[d];
     }
     ot_dtype dt = (ot_dtype)t->leaf.dtype;
-    return elem_str(buf, ot__load(elem_ptr(t, off), dt), dt, sh->precision);
+    return ot__load(elem_ptr(t, off), dt);
 }
 
 /* Advances the shown index; returns how many trailing dims wrapped. */
@@ -618,17 +599,17 @@ static int shown_next(const shown *sh, int64_t *idx)
     return counter_next(sh->nd, sh->dims, none, idx, &off);
 }
 
-/* The widest element shown, so that columns line up as in NumPy. */
-static int max_width(const shown *sh, const ot_tensor *t)
+/* NumPy's format for the values shown (print.c), every one the same width
+ * so that columns line up. */
+static void pick_format(const shown *sh, const ot_tensor *t, ot__numfmt *fmt)
 {
-    int64_t idx[OT_MAX_DIMS] = {0};
-    char buf[ELEM_STRLEN];
-    int width = 0;
+    ot__numfmt_start(fmt, (ot_dtype)t->leaf.dtype, sh->precision);
     do {
-        int n = shown_str(sh, t, idx, buf);
-        width = n > width ? n : width;
-    } while (shown_next(sh, idx) < sh->nd);
-    return width;
+        int64_t idx[OT_MAX_DIMS] = {0};
+        do
+            ot__numfmt_see(fmt, shown_value(sh, t, idx));
+        while (shown_next(sh, idx) < sh->nd);
+    } while (ot__numfmt_next_pass(fmt));
 }
 
 /* Brackets come from the counter: when k trailing dims wrap, k rows close,
@@ -638,14 +619,16 @@ static int max_width(const shown *sh, const ot_tensor *t)
 static bool print_values(const ot_tensor *t, FILE *f, const ot_print_options *o)
 {
     shown sh;
+    ot__numfmt fmt;
     shown_init(&sh, t, o);
-    int nd = sh.nd, width = max_width(&sh, t);
+    pick_format(&sh, t, &fmt);
+    int nd = sh.nd;
     int64_t idx[OT_MAX_DIMS] = {0};
-    char buf[ELEM_STRLEN];
+    char buf[OT__NUMFMT_STRLEN];
     bool ok = put_n(f, '[', nd);
     for (;;) {
-        shown_str(&sh, t, idx, buf);
-        ok = ok && fprintf(f, "%*s", width, buf) >= 0;
+        ot__numfmt_str(&fmt, shown_value(&sh, t, idx), buf);
+        ok = ok && fputs(buf, f) != EOF;
         int k = shown_next(&sh, idx);
         if (k == nd)
             break;

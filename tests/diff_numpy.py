@@ -19,6 +19,9 @@ the facts issue 13 names against literal values. "NaN gradients dtype
 special@backend" checks the gradients of abs, relu, maximum, minimum (every
 pair of special values, both operands), clip, max and min against the NaN
 rule (optree.h, autodiff "Rules") written element by element in NumPy.
+Last, "print@ref" prints random arrays with ot_tensor_print_opts and
+compares the text with np.array2string's byte for byte (--only print runs
+it alone).
 
 Loads the shared library with ctypes, builds one op tree per trial through the
 binding entry point ot_build_at, assigns it into an output tensor on the
@@ -2465,6 +2468,71 @@ def run_case(lib, seed, op, dtlabel, dt, scen):
             lib.c.ot_pool_pop(pool)
 
 
+# ---- printing: ot_tensor_print_opts against np.array2string ----------------------
+
+
+class OtPrintOptions(C.Structure):
+    _fields_ = [('threshold', C.c_int64), ('edgeitems', C.c_int), ('precision', C.c_int)]
+
+
+def printed(lib, arr, dt, precision):
+    """What ot_tensor_print_opts writes for arr, through a libc memstream."""
+    libc = C.CDLL(None)
+    libc.open_memstream.restype = C.c_void_p
+    libc.open_memstream.argtypes = [C.POINTER(C.c_char_p), C.POINTER(C.c_size_t)]
+    libc.fclose.argtypes = [C.c_void_p]
+    fn = lib.c.ot_tensor_print_opts
+    fn.argtypes = [C.c_void_p, C.c_void_p, C.c_void_p]
+    t = lib.array(arr, dt)
+    buf, n = C.c_char_p(), C.c_size_t()
+    f = libc.open_memstream(C.byref(buf), C.byref(n))
+    rc = fn(t, f, C.byref(OtPrintOptions(0, 0, precision)))
+    libc.fclose(f)
+    lib.c.ot_tensor_free(t)
+    text = C.string_at(buf, n.value).decode()
+    C.CDLL(None).free(C.cast(buf, C.c_void_p))
+    return text if rc == 0 else 'rc %d: %s' % (rc, lib.errmsg())
+
+
+def print_values(rng):
+    """Values of every layout NumPy picks: plain, over many decades, whole,
+    few decimals, zeros, nan and inf among them."""
+    n = int(rng.integers(1, 7))
+    kind = int(rng.integers(0, 6))
+    if kind == 0:
+        return rng.standard_normal(n) * 10.0 ** int(rng.integers(-12, 12))
+    if kind == 1:
+        return 10.0 ** rng.uniform(-6, 10, n) * rng.choice([-1, 1], n)
+    if kind == 2:
+        return np.round(rng.standard_normal(n) * 100, int(rng.integers(0, 6)))
+    if kind == 3:
+        return rng.integers(-5, 5, n) / 8.0
+    if kind == 4:
+        return rng.integers(0, 3, n) * rng.standard_normal() * 1000
+    return np.array([rng.choice([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.5, 1e-5, 123456789.0,
+                                 0.1, 1 / 3]) for _ in range(n)])
+
+
+def print_case(lib, seed, max_fails):
+    """'print@ref': 2000 random arrays of both float dtypes at nine precisions
+    (0 is the default, 8) print as NumPy's array2string, byte for byte."""
+    rng = np.random.default_rng(seed)
+    fails, trials = [], 0
+    for _ in range(1000):
+        v = print_values(rng)
+        for dt in (F32, F64):
+            a = v.astype(NP_DT[dt])
+            precision = int(rng.choice([0, 1, 2, 3, 4, 6, 8, 12, 17]))
+            want = np.array2string(a, separator=' ', max_line_width=10 ** 9,
+                                   precision=precision or 8) + '\n'
+            got = printed(lib, a, dt, precision)
+            trials += 1
+            if got != want and len(fails) < max_fails:
+                fails.append('%s %s precision %d: %r, NumPy %r' % (
+                    DT_NAME[dt], a.tolist(), precision, got, want))
+    return fails, trials
+
+
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     ap.add_argument('lib', nargs='?', default='build/liboptree.so')
@@ -2516,6 +2584,12 @@ def main(argv):
         failed += 1
     p, f = sv_run(lib, ops, only, opt.max_fails, opt.verbose)
     passed, failed = passed + p, failed + f
+    if not only or 'print' in only:
+        fails, ntrials = print_case(lib, opt.seed, opt.max_fails)
+        if fails or opt.verbose:
+            print('%s print@ref: %s' % ('FAIL' if fails else 'ok  ', ' | '.join(fails) or
+                                         '%d arrays as NumPy prints them' % ntrials))
+        passed, failed = passed + (not fails), failed + bool(fails)
     lib.c.ot_backend_free(lib.be)
     print('%d passed, %d failed' % (passed, failed))
     return 1 if failed else 0

@@ -390,6 +390,137 @@ TEST(parse_deep_and_long)
     fx_free(&f);
 }
 
+/* k copies of unit, then tail (caller frees). */
+static char *chain(const char *unit, int k, const char *tail)
+{
+    size_t u = strlen(unit), t = strlen(tail);
+    char *s = malloc(u * (size_t)k + t + 1);
+    for (int i = 0; i < k; i++) memcpy(s + u * (size_t)i, unit, u);
+    memcpy(s + u * (size_t)k, tail, t + 1);
+    return s;
+}
+
+/* Every recursive path counts depth: the right operand of ** went through
+ * unary() uncounted, so a**a**...**a recursed until SIGSEGV (10^6 deep,
+ * 10^5 under ASan). Each nesting below is refused past 200 levels, 10^6
+ * deep, and parses 150 deep. */
+TEST(parse_depth_every_path)
+{
+    fx f;
+    fx_new(&f);
+    static const struct { const char *unit, *tail; } paths[] = {
+        {"a**", "a"},        {"a ** ", "a"},      {"2**", "2"},    {"a**-", "a"},
+        {"-a**", "a"},       {"-", "a"},          {"+", "a"},      {"-+", "2"},
+        {"(", "a"},          {"exp(", "a"},       {"sum(", "a"},   {"add(a, ", "a"},
+        {"(exp ", "a"},      {"(add a ", "a"},    {"(neg -", "a"}, {"h:", "a"},
+        {"h:(", "a"},        {"a[0:1]**", "a"},   {"a*(", "a"},    {"clip(", "a"},
+    };
+    enum { DEEP = 1000000, OK = 150 };
+    for (size_t k = 0; k < sizeof paths / sizeof paths[0]; k++) {
+        ot_pool *pool = ot_pool_push();
+        char *s = chain(paths[k].unit, DEEP, paths[k].tail);
+        ot_clear_error();
+        if (parse(&f, s) != NULL)
+            test__fail(__FILE__, __LINE__, "%s x %d parsed", paths[k].unit, DEEP);
+        else
+            test__check_err(__FILE__, __LINE__, OT_EINVAL,
+                            (const char *[]){"parse: col ", "nested deeper than 200", NULL});
+        free(s);
+        ot_pool_pop(pool);
+    }
+    /* within the bound the same nestings parse (closed where they open) */
+    static const struct { const char *unit, *tail, *close; } fine[] = {
+        {"a**", "a", ""}, {"(", "a", ")"}, {"exp(", "a", ")"},
+        {"(exp ", "a", ")"}, {"-", "a", ""},
+    };
+    for (size_t k = 0; k < sizeof fine / sizeof fine[0]; k++) {
+        ot_pool *pool = ot_pool_push();
+        char *open = chain(fine[k].unit, OK, fine[k].tail), *close = chain(fine[k].close, OK, "");
+        char *s = malloc(strlen(open) + strlen(close) + 1);
+        strcat(strcpy(s, open), close);
+        if (!parse(&f, s)) test__fail(__FILE__, __LINE__, "%s x %d: %s", fine[k].unit, OK, ot_errmsg());
+        free(open);
+        free(close);
+        free(s);
+        ot_pool_pop(pool);
+    }
+    fx_free(&f);
+}
+
+/* Text of n copies of c between head and tail (caller frees). */
+static char *repeat(const char *head, char c, size_t n, const char *tail)
+{
+    size_t h = strlen(head), t = strlen(tail);
+    char *s = malloc(h + n + t + 1);
+    memcpy(s, head, h);
+    memset(s + h, c, n);
+    memcpy(s + h + n, tail, t + 1);
+    return s;
+}
+
+/* The constant text parses to: value and dtype (NaN when it fails). */
+static double parsed_const(const fx *f, char *text, ot_dtype *dt)
+{
+    ot_node *c = parse(f, text);
+    free(text);
+    *dt = c ? ot_node_dtype(c) : (ot_dtype)-1;
+    return c ? ot_node_value(c) : NAN;
+}
+
+#define CHECK_LITERAL(f, text, value, dtype)                                  \
+    do {                                                                      \
+        ot_dtype dt_;                                                         \
+        double v_ = parsed_const((f), (text), &dt_);                          \
+        if (v_ != (value) || dt_ != (dtype))                                  \
+            test__fail(__FILE__, __LINE__, "%s reads as %.17g (dtype %d), not %.17g (%s)", \
+                       #text, v_, (int)dt_, (double)(value), ot_errmsg());    \
+    } while (0)
+
+/* A literal of any length reads as strtod reads the whole of it (it was
+ * cut at 127 characters: 1 and 200 zeros read as 1e126); one beyond its
+ * type's range is an error at its column, never a quiet inf. */
+TEST(parse_long_literals)
+{
+    fx f;
+    fx_new(&f);
+    ot_pool *pool = ot_pool_push();
+    CHECK_LITERAL(&f, repeat("1", '0', 200, ""), 1e200, OT_F64);
+    CHECK_LITERAL(&f, repeat("0.", '0', 130, "1e200"), 1e69, OT_F64);
+    CHECK_LITERAL(&f, repeat("-0.", '0', 130, "1e200"), -1e69, OT_F64);
+    CHECK_LITERAL(&f, repeat("0.", '0', 100000, "1e100006"), 1e5, OT_F64);
+    CHECK_LITERAL(&f, repeat("", '0', 100000, "7"), 7, OT_I32);   /* an integer still */
+    CHECK_LITERAL(&f, repeat("2147483647.", '0', 100000, ""), 2147483647.0, OT_F64);
+    CHECK_LITERAL(&f, repeat("", '0', 100000, "2147483648"), 2147483648.0, OT_F64);
+    /* 2^53 + 1 is halfway: only the last of 10^5 digits rounds it up */
+    CHECK_LITERAL(&f, repeat("9007199254740993.", '0', 100000, "1"), 9007199254740994.0, OT_F64);
+    CHECK_LITERAL(&f, repeat("9007199254740993.", '0', 100000, ""), 9007199254740992.0, OT_F64);
+    /* 1 + 2^-24 is halfway in f32: the f reads straight to f32 */
+    CHECK_LITERAL(&f, repeat("1.000000059604644775390625", '0', 1000, "1f"), 1.00000011920928955078125,
+                  OT_F32);
+    CHECK_LITERAL(&f, strdup("1e-400"), 0, OT_F64);   /* rounds to 0, as in Python */
+    CHECK(parse(&f, "0x1") == NULL);                    /* no hex, as before */
+    CHECK_ERR(OT_EINVAL, "col 2: unexpected 'x'");
+    const struct { char *text; const char *msg; } bad[] = {
+        {repeat("a + 1", '0', 100000, ""), "col 5: the literal 1000000000000000000000000000000000000000... is beyond f64's range"},
+        {strdup("a * -1e400"), "col 6: the literal 1e400 is beyond f64's range"},
+        {strdup("a * 1e39f"), "col 5: the literal 1e39 is beyond f32's range"},
+        {strdup("clip(a, lo=-1e999)"), "col 13: the literal 1e999 is beyond"},
+        {repeat("sum(a, axis=1", '0', 400, ")"), "col 13: the literal 1000"},
+        {repeat("a[1", '0', 400, "]"), "col 3: the literal"},
+        {repeat("reshape(a, (1", '0', 400, ", 2))"), "col 13: the literal"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        ot_clear_error();
+        if (parse(&f, bad[k].text) != NULL)
+            test__fail(__FILE__, __LINE__, "'%.40s' parsed", bad[k].text);
+        else
+            test__check_err(__FILE__, __LINE__, OT_EINVAL, (const char *[]){"parse: ", bad[k].msg, NULL});
+        free(bad[k].text);
+    }
+    ot_pool_pop(pool);
+    fx_free(&f);
+}
+
 static uint64_t rng(uint64_t *s)
 {
     *s = *s * 6364136223846793005u + 1442695040888963407u;

@@ -1,7 +1,8 @@
 /*
  * test_print.c - the text forms of trees: the float repr (ot__fmt_double),
  * neon's tuple form (ot_print), infix (ot_pp) and DOT (ot_graphviz), checked
- * byte for byte, plus their error returns and trees of height 100,000.
+ * byte for byte, plus their error returns and trees of height 100,000; and
+ * tensors' values (ot_tensor_print_opts) against NumPy's text.
  */
 #include "test.h"
 #include "internal.h"
@@ -82,6 +83,101 @@ TEST(print_fmt_double_round_trips)
     /* A short buffer truncates, NUL-terminated. */
     ot__fmt_double(buf, 4, 123.456);
     CHECK_STR(buf, "123");
+}
+
+/* ---- tensors, as NumPy prints them ---------------------------------------- */
+
+/* What ot_tensor_print_opts writes (caller frees). */
+static char *tensor_text(const ot_tensor *t, const ot_print_options *o)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    CHECK(f != NULL);
+    if (!f) return NULL;
+    CHECK_INT(ot_tensor_print_opts(t, f, o), 0);
+    fclose(f);
+    return buf;
+}
+
+/* ot_tensor_print_opts against NumPy 1.24's np.array2string(a,
+ * precision=p) (p 8 where precision is 0, the default): precision counts
+ * digits after the point (it counted significant digits: 1.14 for
+ * NumPy's 1.143), unique digits in both dtypes, positional or scientific
+ * for the whole array, padded alike, nan and inf among them. */
+TEST(print_tensor_precision_as_numpy)
+{
+    static const struct {
+        ot_dtype dt;
+        int n;
+        double v[4];
+        int precision;
+        const char *numpy;
+    } cases[] = {
+        {OT_F64, 3, {0.3333333333333333, 0.6666666666666666, 1.0}, 3, "[0.333 0.667 1.   ]"},
+        {OT_F64, 3, {0.3333333333333333, 0.6666666666666666, 1.0}, 0, "[0.33333333 0.66666667 1.        ]"},
+        {OT_F32, 3, {0.3333333333333333, 0.6666666666666666, 1.0}, 0, "[0.33333334 0.6666667  1.        ]"},
+        {OT_F64, 3, {1.14285714, -12.5, 100.0}, 3, "[  1.143 -12.5   100.   ]"},
+        {OT_F64, 3, {1.0, 2.0, -3.0}, 0, "[ 1.  2. -3.]"},
+        {OT_F64, 4, {0.5, -1.25, 0.0, -0.0}, 0, "[ 0.5  -1.25  0.   -0.  ]"},
+        {OT_F64, 3, {1.5, 2.25, 0.0}, 1, "[1.5 2.2 0. ]"},
+        {OT_F64, 3, {0.125, 0.375, 2.675}, 2, "[0.12 0.38 2.67]"},
+        {OT_F64, 2, {1.99999999999, 1.0}, 3, "[2. 1.]"},
+        {OT_F64, 2, {123456789.0, 1.0}, 0, "[1.23456789e+08 1.00000000e+00]"},
+        {OT_F64, 4, {1e-05, 1.5, -20000000000.0, NAN}, 0, "[ 1.0e-05  1.5e+00 -2.0e+10      nan]"},
+        {OT_F64, 4, {1e-05, 1.5, -20000000000.0, NAN}, 3, "[ 1.0e-05  1.5e+00 -2.0e+10      nan]"},
+        {OT_F64, 2, {1e+100, 1.0}, 0, "[1.e+100 1.e+000]"},
+        {OT_F64, 2, {0.0001, 0.1}, 8, "[0.0001 0.1   ]"},
+        {OT_F64, 2, {0.0001, 0.1001}, 8, "[1.000e-04 1.001e-01]"},
+        {OT_F64, 3, {NAN, INFINITY, -INFINITY}, 0, "[ nan  inf -inf]"},
+        {OT_F64, 2, {NAN, 1.0}, 0, "[nan  1.]"},
+        {OT_F64, 2, {-INFINITY, 0.5}, 0, "[-inf  0.5]"},
+        {OT_F64, 2, {0.0, 0.0}, 0, "[0. 0.]"},
+        {OT_F32, 2, {0.1, 1.0000001192092896}, 0, "[0.1       1.0000001]"},
+        {OT_F32, 2, {0.1, 1.0000001192092896}, 4, "[0.1 1. ]"},
+        {OT_F32, 2, {9.999999747378752e-05, 1.0}, 0, "[1.e-04 1.e+00]"},
+        {OT_F32, 2, {1000.0, 1.0}, 0, "[1000.    1.]"},
+        {OT_F32, 2, {1000.5, 1.0}, 0, "[1.0005e+03 1.0000e+00]"},
+        {OT_F32, 2, {16777217.0, 0.5}, 0, "[1.6777216e+07 5.0000000e-01]"},
+        {OT_F64, 2, {3.14159265358979, 2.718281828459045}, 17, "[3.14159265358979  2.718281828459045]"},
+        {OT_F32, 2, {3.14159265358979, 2.718281828459045}, 17, "[3.1415927 2.7182817]"},
+        {OT_F64, 2, {-1234.5678, 0.001234}, 2, "[-1.23e+03  1.23e-03]"},
+    };
+    ot_backend *be = ref();
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        ot_tensor *t = ot_empty(be, OT_SHAPE(cases[k].n), cases[k].dt);
+        for (int i = 0; i < cases[k].n; i++) {
+            if (cases[k].dt == OT_F32) ((float *)ot_tensor_data(t))[i] = (float)cases[k].v[i];
+            else ((double *)ot_tensor_data(t))[i] = cases[k].v[i];
+        }
+        char *s = tensor_text(t, &(ot_print_options){.precision = cases[k].precision});
+        size_t len = s ? strlen(s) : 0;
+        if (!s || len == 0 || s[len - 1] != '\n' || strncmp(s, cases[k].numpy, len - 1) != 0 ||
+            strlen(cases[k].numpy) != len - 1)
+            test__fail(__FILE__, __LINE__, "case %zu: printed \"%s\", NumPy \"%s\"", k,
+                       s ? s : "(null)", cases[k].numpy);
+        free(s);
+        ot_tensor_free(t);
+    }
+    /* a summary picks its format from the values it shows, as NumPy does */
+    ot_tensor *m = ot_empty(be, OT_SHAPE(40, 50), OT_F64);
+    for (int i = 0; i < 2000; i++) ((double *)ot_tensor_data(m))[i] = i / 7.0;
+    char *s = tensor_text(m, &(ot_print_options){.precision = 3});
+    CHECK_STR(s, "[[0.000e+00 1.429e-01 2.857e-01 ... 6.714e+00 6.857e+00 7.000e+00]\n"
+                 " [7.143e+00 7.286e+00 7.429e+00 ... 1.386e+01 1.400e+01 1.414e+01]\n"
+                 " [1.429e+01 1.443e+01 1.457e+01 ... 2.100e+01 2.114e+01 2.129e+01]\n"
+                 " ...\n"
+                 " [2.643e+02 2.644e+02 2.646e+02 ... 2.710e+02 2.711e+02 2.713e+02]\n"
+                 " [2.714e+02 2.716e+02 2.717e+02 ... 2.781e+02 2.783e+02 2.784e+02]\n"
+                 " [2.786e+02 2.787e+02 2.789e+02 ... 2.853e+02 2.854e+02 2.856e+02]]\n");
+    free(s);
+    ot_tensor *scalar = ot_full(be, OT_SHAPE(), OT_F32, 0.1);
+    s = tensor_text(scalar, NULL);
+    CHECK_STR(s, "0.1\n");
+    free(s);
+    ot_tensor_free(m);
+    ot_tensor_free(scalar);
+    ot_backend_free(be);
 }
 
 TEST(print_tuple_add_exact)

@@ -441,6 +441,93 @@ TEST(rewrite_bad_replacements_are_errors)
     }
 }
 
+/* ---- creates that rewrite ------------------------------------------------- */
+
+static bool is_exp(const ot_node *n, void *user)
+{
+    (void)user;
+    return ot_node_op(n) == OT_OP_EXP;
+}
+
+/* exp(x) -> whatever rewriting exp(x) by the set named user gives: it fires
+ * again inside, without end. */
+static ot_node *rewrite_again(const ot_rewrite_match *m, void *user)
+{
+    return ot_rewrite(ot_exp(m->inputs[0]), user);
+}
+
+/* The same, but it drops the inner failure and the error with it. */
+static ot_node *rewrite_again_quietly(const ot_rewrite_match *m, void *user)
+{
+    ot_node *r = ot_rewrite(ot_exp(m->inputs[0]), user);
+    ot_clear_error();
+    return r ? r : ot_exp(m->inputs[0]);
+}
+
+/* The same through an assignment by a backend that applies the rule. */
+typedef struct assigner {
+    ot_tensor *scratch;
+} assigner;
+static ot_node *assign_again(const ot_rewrite_match *m, void *user)
+{
+    const assigner *a = user;
+    return ot_assign(a->scratch, ot_exp(m->inputs[0])) == 0 ? ot_exp(m->inputs[0]) : NULL;
+}
+
+/* exp(x) -> exp(x) with x rewritten by "fuse": one level of nesting. */
+static ot_node *fuse_inside(const ot_rewrite_match *m, void *user)
+{
+    (void)user;
+    return ot_exp(ot_rewrite(m->inputs[0], "fuse"));
+}
+
+/* A create that rewrites a tree its rule fires on again recursed until the
+ * stack overflowed: creates nest at most 16 deep, then OT_ESTATE names the
+ * rule, through ot_rewrite and through an assignment, even when a create
+ * swallows the error on its way out. One level of nesting is fine. */
+TEST(rewrite_create_that_rewrites_is_bounded)
+{
+    static assigner scratch;
+    static const ot_rewrite_rule again[] = {
+        {.name = "again", .select = is_exp, .create = rewrite_again, .user = "t_again"}};
+    static const ot_rewrite_rule quiet[] = {
+        {.name = "quiet", .select = is_exp, .create = rewrite_again_quietly, .user = "t_quiet"}};
+    static const ot_rewrite_rule by_assign[] = {
+        {.name = "by_assign", .select = is_exp, .create = assign_again, .user = &scratch}};
+    static const ot_rewrite_rule nested_ok[] = {
+        {.name = "nested_ok", .select = is_exp, .create = fuse_inside}};
+    CHECK_INT(ot_rule_set_register(&(ot_rule_set){"t_again", 1, again}), 0);
+    CHECK_INT(ot_rule_set_register(&(ot_rule_set){"t_quiet", 1, quiet}), 0);
+    CHECK_INT(ot_rule_set_register(&(ot_rule_set){"t_assign", 1, by_assign}), 0);
+    CHECK_INT(ot_rule_set_register(&(ot_rule_set){"t_nested_ok", 1, nested_ok}), 0);
+    ot_backend *be = backend("cpu", "t_assign");
+    ot_tensor *x = spread(be, OT_SHAPE(8), 2), *y = ot_full(be, OT_SHAPE(8), OT_F32, 7);
+    ot_tensor_set_name(x, "x");
+    scratch.scratch = ot_empty(be, OT_SHAPE(8), OT_F32);
+    ot_pool *pool = ot_pool_push();
+    for (int k = 0; k < 2; k++) {
+        const char *set = k ? "t_quiet" : "t_again";
+        ot_clear_error();
+        CHECK(ot_rewrite(ot_exp(x), set) == NULL);
+        CHECK_ERR(OT_ESTATE, k ? "rule \"quiet\" (set \"t_quiet\")" : "rule \"again\" (set \"t_again\")",
+                  "inside 16 nested creates", "test_rewrite.c:");
+        CHECK(ot_rewrite(ot_neg(x), set) != NULL);   /* the bound resets */
+    }
+    CHECK_INT(ot_assign(y, ot_exp(x)), OT_ESTATE);
+    CHECK_ERR(OT_ESTATE, "rule \"by_assign\" (set \"t_assign\")", "inside 16 nested creates");
+    float v[8];
+    ot_get(y, v);
+    CHECK(v[0] == 7 && v[7] == 7);   /* nothing written */
+    ot_node *t = ot_rewrite(ot_exp(ot_mul(ot_sig(x), x)), "t_nested_ok");
+    CHECK(t != NULL);
+    char *text = t ? test__capture(ot_pp, t) : NULL;
+    CHECK(text && strstr(text, "(exp (x * (sig x)))"));   /* silu's form, from "fuse" */
+    free(text);
+    ot_pool_pop(pool);
+    ot_tensor_free(x), ot_tensor_free(y), ot_tensor_free(scratch.scratch);
+    ot_backend_free(be);
+}
+
 /* ---- shapes of trees --------------------------------------------------------- */
 
 TEST(rewrite_many_roots_and_deep_trees)

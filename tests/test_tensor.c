@@ -956,9 +956,9 @@ TEST(tensor_print)
     ot_tensor *c = iota(be, OT_SHAPE(2, 2, 2), OT_I32);
     CHECK_PRINT(c, "[[[0 1]\n  [2 3]]\n\n [[4 5]\n  [6 7]]]\n");
     ot_tensor *f = ot_array(be, OT_SHAPE(4), OT_F64, (double[]){0.5, -1.25, NAN, -INFINITY});
-    CHECK_PRINT(f, "[  0.5 -1.25   nan  -inf]\n");
+    CHECK_PRINT(f, "[ 0.5  -1.25   nan  -inf]\n");   /* NumPy's: lined up on the point */
     ot_tensor *g = ot_array(be, OT_SHAPE(3), OT_F32, (float[]){0.1f, 1.0f / 3, 1e20f});
-    CHECK_PRINT(g, "[       0.1 0.33333334      1e+20]\n");
+    CHECK_PRINT(g, "[1.0000000e-01 3.3333334e-01 1.0000000e+20]\n");
     ot_tensor *s = ot_full(be, OT_SHAPE(), OT_F64, 2);
     CHECK_PRINT(s, "2.\n");
     ot_tensor *e = ot_zeros(be, OT_SHAPE(2, 0), OT_F64);

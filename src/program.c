@@ -956,7 +956,7 @@ static int run_ref(ot_program *p)
 
 /* The cpu backend: each step's plan with its leaf pointers patched to the
  * bound memory, every step in the one arena. */
-static void run_cpu(ot_program *p)
+static int run_cpu(ot_program *p)
 {
     spec *s = p->cur;
     for (int i = 0; i < p->nstep; i++) {
@@ -969,6 +969,7 @@ static void run_cpu(ot_program *p)
         if (over >= 0) return ot__plan_overflow(c->plan, over, p->steps[i].n, s->steps[i].trees);
     }
     atomic_fetch_add(&p->be->stats.assigns, (uint64_t)p->nstep);
+    return 0;
 }
 
 static int run(ot_program *p, int n, const ot_bind bindings[])
@@ -978,9 +979,7 @@ static int run(ot_program *p, int n, const ot_bind bindings[])
     int rc = check_bindings(p, n, bindings);
     if (!rc) rc = specialise(p);
     if (rc) return rc;
-    if (!p->cpu) return run_ref(p);
-    run_cpu(p);
-    return 0;
+    return p->cpu ? run_cpu(p) : run_ref(p);
 }
 
 int ot_program_run_at(ot_program *p, int n, const ot_bind bindings[], const char *file, int line)

@@ -253,7 +253,7 @@ FUZZ_BUILD ?= build/fuzz-inputs
 FUZZ_SAN   := -fsanitize=address,undefined -fno-sanitize-recover=all
 FUZZ_TARGETS := parse load model
 fuzz-inputs:
-	@$(MAKE) --no-print-directory -s BUILD=$(FUZZ_BUILD) CC=clang OPT=-O1 \
+	@$(MAKE) --no-print-directory -s BUILD=$(FUZZ_BUILD) CC=clang OPT=-O2 \
 	    SANFLAGS='$(FUZZ_SAN) -fsanitize=fuzzer-no-link' fuzz-input-bins
 	@sh tools/fuzz_inputs.sh $(FUZZ_BUILD) $(SECONDS)
 fuzz-input-bins: $(FUZZ_TARGETS:%=$(BUILD)/fuzz_%)

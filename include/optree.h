@@ -1275,6 +1275,8 @@ int ot_model_parameters(const ot_model *m, int n, ot_tensor *out[]);
  * b1, ... (np.load(path)["w0"]). Loading reads and checks every entry (count,
  * names, f32, the model's shapes) before it writes any, so a corrupt or
  * mismatched file is an error that leaves the parameters as they were.
+ * Saving replaces the file as ot_save does, so a failed save leaves the
+ * previous one whole; loading also reads numpy.savez_compressed's files.
  * The optimizer's state is not saved. */
 int ot_model_save(const ot_model *m, const char *path);
 int ot_model_load(ot_model *m, const char *path);

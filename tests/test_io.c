@@ -3,8 +3,10 @@
  * round trips bit for bit (random bit patterns, NaN payloads included), the
  * exact header numpy.save writes, files written by NumPy read back and ours
  * read by NumPy (skipped, saying so, without /usr/bin/python3 and numpy),
- * corrupt, truncated and unsupported files (and a small fuzz of both
- * loaders), ot_wrap over aligned and unaligned memory as operand and
+ * compressed .npz both ways, NumPy's int64 into i32, corrupt, truncated
+ * and unsupported files (and a small fuzz of both loaders), saves that
+ * fail at every system call (and against a real file size limit) leaving
+ * the old file whole, modes, symbolic links and devices as targets, ot_wrap over aligned and unaligned memory as operand and
  * output, ot_get_n/ot_set_n sizes, and summarised printing as NumPy's.
  */
 #include "test.h"
@@ -15,6 +17,8 @@
 
 #include <stdint.h>
 #include <stdlib.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -668,6 +672,45 @@ TEST(io_save_modes_links_and_devices)
     CHECK_INT(dir_entries(), 2);
     ot_tensor_free(a);
     ot_tensor_free(b);
+    tmp_clean();
+    ot_backend_free(be);
+}
+
+/* A real write failure, no hook: with the file size limited to 4 KiB
+ * (SIGXFSZ ignored, so write fails with EFBIG) a 64 KiB save over a small
+ * file fails and the small file keeps its bytes, for each saver. The code
+ * before this fix truncated the old file, then removed it. */
+TEST(io_save_over_file_size_limit_keeps_old_file)
+{
+    ot_backend *be = ot_backend_new("ref", NULL);
+    ot_tensor *small = random_tensor(be, OT_SHAPE(4), OT_F32);
+    ot_tensor *big = random_tensor(be, OT_SHAPE(8192), OT_F64);
+    const char *path = tmp_path("limited");
+    struct rlimit was, lim;
+    signal(SIGXFSZ, SIG_IGN);
+    CHECK_INT(getrlimit(RLIMIT_FSIZE, &was), 0);
+    lim = (struct rlimit){4096, was.rlim_max};   /* the soft limit only: it can be raised back */
+    for (int k = 0; k < 3; k++) {
+        const char *names[] = {"t"};
+        const ot_tensor *one[] = {small}, *other[] = {big};
+        CHECK_INT(k == 0 ? ot_save(path, small) : ot_savez(path, 1, names, one), 0);
+        size_t n0, n1;
+        unsigned char *before = slurp(path, &n0);
+        CHECK_INT(setrlimit(RLIMIT_FSIZE, &lim), 0);
+        int rc = k == 0 ? ot_save(path, big)
+               : k == 1 ? ot_savez(path, 1, names, other)
+                        : ot_savez_compressed(path, 1, names, other);
+        CHECK_INT(setrlimit(RLIMIT_FSIZE, &was), 0);
+        CHECK_INT(rc, OT_EIO);
+        CHECK_ERR(OT_EIO, "limited", strerror(EFBIG));
+        unsigned char *after = slurp(path, &n1);
+        CHECK(after && n1 == n0 && memcmp(before, after, n0) == 0);
+        CHECK_INT(dir_entries(), 1);
+        free(before);
+        free(after);
+    }
+    ot_tensor_free(small);
+    ot_tensor_free(big);
     tmp_clean();
     ot_backend_free(be);
 }

@@ -11,6 +11,8 @@
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -431,5 +433,34 @@ TEST(model_save_failure_keeps_old_file)
     ot_model_free(m);
     ot_tensor_free(x);
     ot_tensor_free(y);
+    ot_backend_free(be);
+}
+
+/* A real write failure, no hook: a model too big for the file size limit
+ * (SIGXFSZ ignored: EFBIG) saved over a small one's file fails, and the
+ * small model's file still loads. The code before this fix removed it. */
+TEST(model_save_over_file_size_limit_keeps_old_file)
+{
+    ot_backend *be = backend("cpu");
+    ot_model *tiny = ot_model_new(be, 2), *wide = ot_model_new(be, 2);
+    CHECK_INT(ot_model_linear(tiny, 3, OT_ACT_RELU, 1), 0);
+    CHECK_INT(ot_model_linear(wide, 4096, OT_ACT_RELU, 1), 0);
+    char dir[] = "/tmp/ot_model_XXXXXX", path[64], cmd[96];
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/params.npz", dir);
+    CHECK_INT(ot_model_save(tiny, path), 0);
+    struct rlimit was, lim;
+    signal(SIGXFSZ, SIG_IGN);
+    CHECK_INT(getrlimit(RLIMIT_FSIZE, &was), 0);
+    lim = (struct rlimit){4096, was.rlim_max};
+    CHECK_INT(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    CHECK_INT(ot_model_save(wide, path), OT_EIO);
+    CHECK_INT(setrlimit(RLIMIT_FSIZE, &was), 0);
+    CHECK_ERR(OT_EIO, "params.npz", strerror(EFBIG));
+    CHECK_INT(ot_model_load(tiny, path), 0);
+    snprintf(cmd, sizeof cmd, "test $(ls -A '%s' | wc -l) = 1 && rm -r '%s'", dir, dir);
+    CHECK_INT(system(cmd), 0);
+    ot_model_free(tiny);
+    ot_model_free(wide);
     ot_backend_free(be);
 }

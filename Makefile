@@ -18,7 +18,7 @@ CFLAGS   += -std=c11 $(OPT) -g -Wall -Wextra $(WERROR) -fPIC -ffp-contract=off \
 # SONAME carries its major number.
 VERSION  := $(shell sed -n 's/^\#define OT_VERSION "\(.*\)"/\1/p' include/optree.h)
 SOMAJOR  := $(firstword $(subst ., ,$(VERSION)))
-LDLIBS   += -lsleef -lopenblas -lm -lpthread
+LDLIBS   += -lzip -lsleef -lopenblas -lm -lpthread
 LDFLAGS  += $(SANFLAGS)
 PYTHON   ?= /usr/bin/python3
 RUN      := $(if $(filter /%,$(BUILD)),$(BUILD),./$(BUILD))
@@ -52,7 +52,7 @@ OBJS  += $(KOBJS)
 LIBA  := $(BUILD)/liboptree.a
 LIBSO := $(BUILD)/liboptree.so
 
-.PHONY: all lib tests examples cli demo test test-arm64 check doc-check deps install clean bench fuzz mpi demo-mpi FORCE
+.PHONY: all lib tests examples cli demo test test-arm64 check doc-check deps install clean bench fuzz fuzz-inputs fuzz-input-bins mpi demo-mpi FORCE
 # all first: a plain `make` builds everything.
 all: lib tests examples cli
 FORCE:
@@ -250,5 +250,23 @@ $(BUILD)/fuzz: tools/fuzz_main.c tests/fuzz.c tests/fuzz.h examples/custom_ops.h
 
 fuzz: $(BUILD)/fuzz
 	$(RUN)/fuzz --seed $(SEED) --first $(FIRST) -n $(N) --jobs $(JOBS) --findings "$(FINDINGS)" $(FUZZ_ARGS)
+
+# libFuzzer on the inputs optree reads from outside (tools/fuzz_inputs.c:
+# ot_parse, ot_load/ot_loadz, ot_model_load), SECONDS per target, under
+# ASan+UBSan: make fuzz-inputs SECONDS=600. Built with clang (libFuzzer is
+# clang's) into its own tree, the library instrumented for coverage. Ends
+# with "N passed, M failed"; findings go to $(FUZZ_BUILD)/fuzz-findings/.
+SECONDS    ?= 60
+FUZZ_BUILD ?= build/fuzz-inputs
+FUZZ_SAN   := -fsanitize=address,undefined -fno-sanitize-recover=all
+FUZZ_TARGETS := parse load model
+fuzz-inputs:
+	@$(MAKE) --no-print-directory -s BUILD=$(FUZZ_BUILD) CC=clang OPT=-O2 \
+	    SANFLAGS='$(FUZZ_SAN) -fsanitize=fuzzer-no-link' fuzz-input-bins
+	@sh tools/fuzz_inputs.sh $(FUZZ_BUILD) $(SECONDS)
+fuzz-input-bins: $(FUZZ_TARGETS:%=$(BUILD)/fuzz_%)
+$(BUILD)/fuzz_%: tools/fuzz_inputs.c include/optree.h include/optree_ops.h $(LIBA)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -fsanitize=fuzzer -DFUZZ_TARGET_$* -o $@ $< $(LIBA) \
+	    $(LDFLAGS) $(LDLIBS)
 
 -include $(OBJS:.o=.d) $(TOBJS:.o=.d) $(BUILD)/obj/mpi/allreduce.d

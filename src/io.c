@@ -1,50 +1,32 @@
 /*
  * io.c - tensors in files, in NumPy's formats: .npy (one array: a magic
  * string, a version, a header that is a Python dict literal, then the raw
- * little-endian values) and .npz (a zip archive of .npy entries, stored
- * uncompressed as numpy.savez writes it). Only what optree's dtypes need is
- * read: '<f4', '<f8', '<i4'. Everything read is checked against the file's
- * length before it is trusted, so a truncated or corrupt file is an error
- * (OT_EIO, or OT_EUNSUPPORTED for valid files optree cannot take), never a
- * read past a buffer; nothing is left allocated on any error.
+ * little-endian values) and .npz (a zip archive of .npy entries, stored as
+ * numpy.savez writes them or deflated as numpy.savez_compressed does).
+ * Only what optree's dtypes need is read: '<f4', '<f8', '<i4', and '<i8'
+ * (NumPy's default integer) into i32 when every value fits. Everything read
+ * is checked against the file's length before it is trusted, so a
+ * truncated or corrupt file is an error (OT_EIO, or OT_EUNSUPPORTED for
+ * valid files optree cannot take), never a read past a buffer; nothing is
+ * left allocated on any error.
  *
- * Reads go through a region (a FILE with a byte budget: the whole .npy, or
- * one zip entry), which also keeps a running CRC-32 for zip entries.
+ * The zip format itself (directories, deflate, CRCs, zip64) is libzip's:
+ * an archive is read entry by entry through zip_fread, and written into
+ * memory, then out through replace.c like every saved file, so that a
+ * failed save never loses the old file.
+ *
+ * Reads go through a region (a FILE or a zip entry, with a byte budget).
  */
 #include "internal.h"
+#include "replace.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <sys/stat.h>
-
-/* ---- CRC-32 (the zip checksum: reflected polynomial 0xEDB88320) ---------- */
-
-typedef struct crc32 {
-    uint32_t table[256];
-    uint32_t value;
-} crc32;
-
-static void crc_init(crc32 *c)
-{
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t v = i;
-        for (int k = 0; k < 8; k++)
-            v = (v >> 1) ^ (0xEDB88320u & (0u - (v & 1u)));
-        c->table[i] = v;
-    }
-    c->value = 0xFFFFFFFFu;
-}
-
-static void crc_add(crc32 *c, const void *data, size_t n)
-{
-    const unsigned char *p = data;
-    uint32_t v = c->value;
-    for (size_t i = 0; i < n; i++)
-        v = c->table[(v ^ p[i]) & 0xFFu] ^ (v >> 8);
-    c->value = v;
-}
-
-static uint32_t crc_done(const crc32 *c) { return c->value ^ 0xFFFFFFFFu; }
+#include <time.h>
+#include <unistd.h>
+#include <zip.h>
 
 /* ---- little-endian fields ------------------------------------------------ */
 
@@ -54,12 +36,6 @@ static void put16(unsigned char *p, uint32_t v)
     p[1] = (unsigned char)(v >> 8);
 }
 
-static void put32(unsigned char *p, uint32_t v)
-{
-    put16(p, v & 0xFFFFu);
-    put16(p + 2, v >> 16);
-}
-
 static uint32_t get16(const unsigned char *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8; }
 
 static uint32_t get32(const unsigned char *p) { return get16(p) | get16(p + 2) << 16; }
@@ -67,10 +43,10 @@ static uint32_t get32(const unsigned char *p) { return get16(p) | get16(p + 2) <
 /* ---- reading a region of a file ------------------------------------------ */
 
 typedef struct region {
-    FILE *f;
+    FILE *f;                      /* a plain .npy, or */
+    zip_file_t *zf;               /* an .npz entry */
     const char *fn, *path;
     uint64_t left;                /* bytes of the region not yet read */
-    crc32 *crc;                   /* NULL: no checksum (a plain .npy) */
 } region;
 
 static int bad_file(const region *r, const char *fmt, const char *what)
@@ -78,17 +54,40 @@ static int bad_file(const region *r, const char *fmt, const char *what)
     return ot__err_set(OT_EIO, NULL, 0, r->fn, "'%s': %s%s", r->path, fmt, what);
 }
 
+static int zip_failed(const region *r, zip_error_t *e);
+
+/* Up to n bytes of the zip entry into p; how many, or -1 (recorded). */
+static int64_t zip_read(region *r, void *p, size_t n)
+{
+    size_t got = 0;
+    while (got < n) {
+        zip_int64_t k = zip_fread(r->zf, (char *)p + got, n - got);
+        if (k < 0) {
+            zip_failed(r, zip_file_get_error(r->zf));
+            return -1;
+        }
+        if (k == 0)
+            break;
+        got += (size_t)k;
+    }
+    return (int64_t)got;
+}
+
 /* Reads exactly n bytes of the region, what naming them in the error. */
 static int rd(region *r, void *p, size_t n, const char *what)
 {
     if (n > r->left)
         return bad_file(r, "truncated: the file ends inside ", what);
-    if (fread(p, 1, n, r->f) != n)
+    if (r->zf) {
+        int64_t k = zip_read(r, p, n);
+        if (k < 0)
+            return ot_errcode();
+        if ((size_t)k != n)
+            return bad_file(r, "truncated: the entry ends inside ", what);
+    } else if (fread(p, 1, n, r->f) != n)
         return bad_file(r, ferror(r->f) ? "read error in " : "truncated: the file ends inside ",
                         what);
     r->left -= n;
-    if (r->crc)
-        crc_add(r->crc, p, n);
     return 0;
 }
 
@@ -97,6 +96,7 @@ static int rd(region *r, void *p, size_t n, const char *what)
 /* What the header says. */
 typedef struct npy_info {
     ot_dtype dtype;
+    bool int64;                   /* '<i8' in the file, loaded into i32 */
     bool fortran;
     ot_shape shape;
 } npy_info;
@@ -172,19 +172,20 @@ static bool parse_shape(const char **p, ot_shape *s)
 }
 
 /* descr's dtype; OT_EUNSUPPORTED (recorded) for any other. */
-static int parse_descr(const region *r, const char *d, ot_dtype *dt)
+static int parse_descr(const region *r, const char *d, npy_info *info)
 {
     static const struct { const char *descr; ot_dtype dt; } known[] = {
-        {"<f4", OT_F32}, {"<f8", OT_F64}, {"<i4", OT_I32},
+        {"<f4", OT_F32}, {"<f8", OT_F64}, {"<i4", OT_I32}, {"<i8", OT_I32},
     };
     for (size_t i = 0; i < sizeof known / sizeof *known; i++)
         if (strcmp(d, known[i].descr) == 0) {
-            *dt = known[i].dt;
+            info->dtype = known[i].dt;
+            info->int64 = i == 3;
             return 0;
         }
     return ot__err_set(OT_EUNSUPPORTED, NULL, 0, r->fn,
-                       "'%s': dtype '%s' is not supported%s (optree reads '<f4', '<f8', '<i4')",
-                       r->path, d, d[0] == '>' ? ": big-endian" : "");
+                       "'%s': dtype '%s' is not supported%s (optree reads '<f4', '<f8', '<i4', "
+                       "and '<i8' into int32)", r->path, d, d[0] == '>' ? ": big-endian" : "");
 }
 
 /* One "'key': value" of the dict; seen has a bit per key. */
@@ -201,7 +202,7 @@ static int parse_item(const region *r, const char **p, npy_info *info, unsigned 
         return bad_file(r, "malformed header: unknown or repeated key ", key);
     *seen |= 1u << k;
     if (k == 0)
-        return parse_str(p, descr, sizeof descr) ? parse_descr(r, descr, &info->dtype)
+        return parse_str(p, descr, sizeof descr) ? parse_descr(r, descr, info)
                                                   : bad_file(r, "malformed header: ", "descr");
     if (k == 1 ? parse_bool(p, &info->fortran) : parse_shape(p, &info->shape))
         return 0;
@@ -240,7 +241,10 @@ static int read_header(region *r, npy_info *info)
     if (rd(r, pre, 8, "the magic string") != 0)
         return OT_EIO;
     if (memcmp(pre, "\x93NUMPY", 6) != 0)
-        return bad_file(r, "not a .npy file: ", "bad magic string");
+        return bad_file(r, "not a .npy file: ",
+                        memcmp(pre, "PK\x03\x04", 4) == 0 || memcmp(pre, "PK\x05\x06", 4) == 0
+                            ? "a zip archive (an .npz?): read it with ot_loadz"
+                            : "bad magic string");
     if (pre[6] < 1 || pre[6] > 3 || pre[7] != 0)
         return ot__err_set(OT_EUNSUPPORTED, NULL, 0, r->fn,
                            "'%s': .npy format version %d.%d (optree reads 1.0 to 3.0)",
@@ -274,6 +278,29 @@ static ot_tensor *from_fortran(ot_tensor *t)
     return c;
 }
 
+/* NumPy's int64 values (n of them) into the i32 tensor data out, a chunk
+ * at a time; OT_EOVERFLOW naming the first value that int32 cannot hold. */
+static int read_int64(region *r, int32_t *out, int64_t n)
+{
+    unsigned char chunk[4096];
+    for (int64_t i = 0; i < n;) {
+        int64_t k = n - i < 512 ? n - i : 512;
+        if (rd(r, chunk, (size_t)k * 8, "the data") != 0)
+            return ot_errcode();
+        for (int64_t j = 0; j < k; j++, i++) {
+            uint64_t u = (uint64_t)get32(chunk + 8 * j) | (uint64_t)get32(chunk + 8 * j + 4) << 32;
+            int64_t v = u > INT64_MAX ? -(int64_t)(~u) - 1 : (int64_t)u;
+            if (v < INT32_MIN || v > INT32_MAX)
+                return ot__err_set(OT_EOVERFLOW, NULL, 0, r->fn,
+                                   "'%s': int64 value %lld (element %lld in the file's order) "
+                                   "does not fit int32, optree's integer dtype; save it as "
+                                   "int32 or float64", r->path, (long long)v, (long long)i);
+            out[i] = (int32_t)v;
+        }
+    }
+    return 0;
+}
+
 /* The values the header announced, which must be exactly the rest of the
  * region. */
 static ot_tensor *read_values(ot_backend *be, region *r, const npy_info *info)
@@ -282,11 +309,13 @@ static ot_tensor *read_values(ot_backend *be, region *r, const npy_info *info)
     ot_shape s = info->shape;
     if (ot__shape_check(&s, info->dtype, r->fn, NULL, 0) != 0)
         return NULL;
-    uint64_t nbytes = (uint64_t)ot__numel(&s) * ot_dtype_size(info->dtype);
+    int64_t numel = ot__numel(&s);
+    uint64_t nbytes = (uint64_t)numel * (info->int64 ? 8 : ot_dtype_size(info->dtype));
     if (nbytes != r->left) {
         ot__err_set(OT_EIO, NULL, 0, r->fn,
                     "'%s': shape %s of %s needs %llu bytes of data, the file has %llu",
-                    r->path, ot__shape_str(&s, sbuf), ot_dtype_name(info->dtype),
+                    r->path, ot__shape_str(&s, sbuf),
+                    info->int64 ? "int64" : ot_dtype_name(info->dtype),
                     (unsigned long long)nbytes, (unsigned long long)r->left);
         return NULL;
     }
@@ -296,7 +325,8 @@ static ot_tensor *read_values(ot_backend *be, region *r, const npy_info *info)
     ot_tensor *t = ot_empty(be, s, info->dtype);
     if (!t)
         return NULL;
-    if (rd(r, ot_tensor_data(t), (size_t)nbytes, "the data") != 0) {
+    if (info->int64 ? read_int64(r, ot_tensor_data(t), numel) != 0
+                    : rd(r, ot_tensor_data(t), (size_t)nbytes, "the data") != 0) {
         ot_tensor_free(t);
         return NULL;
     }
@@ -348,7 +378,7 @@ ot_tensor *ot_load(ot_backend *be, const char *path)
     if (!f)
         return NULL;
     int64_t len = file_length(f, "load", path);
-    region r = {f, "load", path, (uint64_t)len, NULL};
+    region r = {f, NULL, "load", path, (uint64_t)len};
     ot_tensor *t = len >= 0 ? read_npy(be, &r) : NULL;
     fclose(f);
     return t;
@@ -378,56 +408,24 @@ static size_t npy_header(unsigned char *buf, const ot_tensor *t)
     return 10 + (size_t)n;
 }
 
-/* A writer: the FILE, the bytes written and, for zip entries, their CRC. */
-typedef struct writer {
-    FILE *f;
-    const char *fn, *path;
-    uint64_t bytes;
-    crc32 *crc;
-} writer;
-
-static int wr(writer *w, const void *p, size_t n)
-{
-    if (fwrite(p, 1, n, w->f) != n)
-        return ot__err_set(OT_EIO, NULL, 0, w->fn, "'%s': write failed: %s", w->path,
-                           strerror(errno));
-    w->bytes += n;
-    if (w->crc)
-        crc_add(w->crc, p, n);
-    return 0;
-}
-
 /* The header and t's logical values (a view is copied out row-major). */
-static int write_npy(writer *w, const ot_tensor *t)
+static int write_npy(ot__replace *w, const char *fn, const ot_tensor *t)
 {
     unsigned char head[NPY_HEADER_MAX];
     size_t nbytes = (size_t)ot__numel(&t->leaf.shape) * ot_dtype_size((ot_dtype)t->leaf.dtype);
-    int rc = wr(w, head, npy_header(head, t));
+    int rc = ot__replace_write(w, head, npy_header(head, t));
     if (rc != 0 || nbytes == 0)
         return rc;
     if (ot_tensor_is_contiguous(t))
-        return wr(w, ot_tensor_data(t), nbytes);
+        return ot__replace_write(w, ot_tensor_data(t), nbytes);
     void *tmp = ot__malloc(nbytes);
     if (!tmp)
-        return ot__err_set(OT_ENOMEM, NULL, 0, w->fn, "cannot allocate %zu bytes to copy a view",
+        return ot__err_set(OT_ENOMEM, NULL, 0, fn, "cannot allocate %zu bytes to copy a view",
                            nbytes);
     rc = ot_get(t, tmp);
     if (rc == 0)
-        rc = wr(w, tmp, nbytes);
+        rc = ot__replace_write(w, tmp, nbytes);
     free(tmp);
-    return rc;
-}
-
-/* Closes f and, when rc says the write failed, removes the partial file if
- * it is a regular file (never a device such as /dev/full). */
-static int finish_write(FILE *f, int rc, const char *fn, const char *path)
-{
-    struct stat st;
-    bool regular = fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode);
-    if (fclose(f) != 0 && rc == 0)
-        rc = ot__err_set(OT_EIO, NULL, 0, fn, "'%s': write failed: %s", path, strerror(errno));
-    if (rc != 0 && regular)
-        remove(path);
     return rc;
 }
 
@@ -438,115 +436,13 @@ int ot_save(const char *path, const ot_tensor *t)
     ot_clear_error();
     if (!path)
         return ot__err_set(OT_ENULL, NULL, 0, "save", "path is NULL");
-    FILE *f = open_file("save", path, "wb");
-    if (!f)
-        return OT_EIO;
-    writer w = {f, "save", path, 0, NULL};
-    return finish_write(f, write_npy(&w, t), "save", path);
+    ot__replace *w = ot__replace_open("save", path);
+    if (!w)
+        return ot_errcode();
+    return ot__replace_end(w, write_npy(w, "save", t));
 }
 
-/* ---- .npz: zip archives of stored entries -------------------------------- */
-
-/* Sizes and signatures of the zip records used (PKWARE's APPNOTE). */
-#define ZIP_LOCAL 30
-#define ZIP_CENTRAL 46
-#define ZIP_END 22
-#define ZIP_LOCAL_SIG 0x04034b50u
-#define ZIP_CENTRAL_SIG 0x02014b50u
-#define ZIP_END_SIG 0x06054b50u
-#define ZIP_DATE_1980 0x21u       /* MS-DOS date 1980-01-01: no clock is read */
-#define ZIP_MAX 0xFFFFFFFEu       /* beyond: zip64, which is not written */
-
-typedef struct zip_entry {
-    uint32_t crc, size, offset;
-} zip_entry;
-
-/* The fields a local header and a central header share, from "version
- * needed" on: stored (method 0), fixed date, crc and sizes, name length. */
-static void zip_common(unsigned char *p, const zip_entry *e, size_t namelen)
-{
-    memset(p, 0, 26);
-    put16(p, 20);
-    put16(p + 8, ZIP_DATE_1980);
-    put32(p + 10, e->crc);
-    put32(p + 14, e->size);
-    put32(p + 18, e->size);
-    put16(p + 22, (uint32_t)namelen);
-    put16(p + 24, 0);
-}
-
-static int zip_too_big(const writer *w)
-{
-    return ot__err_set(OT_EUNSUPPORTED, NULL, 0, w->fn,
-                       "'%s': the archive passes 4 GiB (zip64 is not written)", w->path);
-}
-
-/* One entry: a local header with the CRC left zero, the .npy bytes, then
- * the CRC and sizes written into the header. */
-static int zip_write_entry(writer *w, const char *name, const ot_tensor *t, zip_entry *e)
-{
-    unsigned char h[ZIP_LOCAL];
-    size_t namelen = strlen(name);
-    crc32 crc;
-    if (w->bytes > ZIP_MAX)
-        return zip_too_big(w);
-    *e = (zip_entry){0, 0, (uint32_t)w->bytes};
-    put32(h, ZIP_LOCAL_SIG);
-    zip_common(h + 4, e, namelen + 4);
-    int rc = wr(w, h, ZIP_LOCAL);
-    if (rc == 0)
-        rc = wr(w, name, namelen);
-    if (rc == 0)
-        rc = wr(w, ".npy", 4);
-    crc_init(&crc);
-    writer ew = {w->f, w->fn, w->path, 0, &crc};
-    if (rc != 0 || (rc = write_npy(&ew, t)) != 0)
-        return rc;
-    if (ew.bytes > ZIP_MAX)
-        return zip_too_big(w);
-    w->bytes += ew.bytes;
-    e->crc = crc_done(&crc);
-    e->size = (uint32_t)ew.bytes;
-    zip_common(h + 4, e, namelen + 4);
-    if (fseek(w->f, (long)e->offset + 14, SEEK_SET) != 0 || fwrite(h + 14, 1, 12, w->f) != 12 ||
-        fseek(w->f, 0, SEEK_END) != 0)
-        return ot__err_set(OT_EIO, NULL, 0, w->fn, "'%s': write failed: %s", w->path,
-                           strerror(errno));
-    return 0;
-}
-
-/* The central directory and its end record, after the entries. */
-static int zip_write_directory(writer *w, int n, const char *const names[],
-                               const zip_entry *e)
-{
-    unsigned char h[ZIP_CENTRAL];
-    uint64_t start = w->bytes;
-    int rc = 0;
-    for (int i = 0; i < n && rc == 0; i++) {
-        size_t namelen = strlen(names[i]);
-        memset(h, 0, sizeof h);
-        put32(h, ZIP_CENTRAL_SIG);
-        put16(h + 4, 20);
-        zip_common(h + 6, &e[i], namelen + 4);
-        put32(h + 42, e[i].offset);
-        rc = wr(w, h, ZIP_CENTRAL);
-        if (rc == 0)
-            rc = wr(w, names[i], namelen);
-        if (rc == 0)
-            rc = wr(w, ".npy", 4);
-    }
-    if (rc != 0)
-        return rc;
-    if (w->bytes > ZIP_MAX)
-        return zip_too_big(w);
-    memset(h, 0, ZIP_END);
-    put32(h, ZIP_END_SIG);
-    put16(h + 8, (uint32_t)n);
-    put16(h + 10, (uint32_t)n);
-    put32(h + 12, (uint32_t)(w->bytes - start));
-    put32(h + 16, (uint32_t)start);
-    return wr(w, h, ZIP_END);
-}
+/* ---- .npz: writing ------------------------------------------------------- */
 
 /* n names, each given, not empty, short enough for zip, and unique. */
 static int check_names(const char *fn, int n, const char *const names[])
@@ -564,207 +460,341 @@ static int check_names(const char *fn, int n, const char *const names[])
     return 0;
 }
 
-static int savez_args(const char *path, int n, const char *const names[],
+static int savez_args(const char *fn, const char *path, int n, const char *const names[],
                       const ot_tensor *const tensors[])
 {
     if (!path)
-        return ot__err_set(OT_ENULL, NULL, 0, "savez", "path is NULL");
+        return ot__err_set(OT_ENULL, NULL, 0, fn, "path is NULL");
     if (n < 0 || n > 0xFFFF)
-        return ot__err_set(OT_EINVAL, NULL, 0, "savez", "n is %d (0..65535)", n);
+        return ot__err_set(OT_EINVAL, NULL, 0, fn, "n is %d (0..65535)", n);
     if (n > 0 && (!names || !tensors))
-        return ot__err_set(OT_ENULL, NULL, 0, "savez", "%s is NULL", names ? "tensors" : "names");
+        return ot__err_set(OT_ENULL, NULL, 0, fn, "%s is NULL", names ? "tensors" : "names");
     for (int i = 0; i < n; i++)
         if (!tensors[i])
-            return ot__err_set(OT_ENULL, NULL, 0, "savez", "tensors[%d] is NULL", i);
-    return check_names("savez", n, names);
+            return ot__err_set(OT_ENULL, NULL, 0, fn, "tensors[%d] is NULL", i);
+    return check_names(fn, n, names);
+}
+
+/* One entry's bytes, which libzip reads when the archive is closed: the
+ * .npy header, then the tensor's own data or, for a view, a copy. */
+typedef struct npz_entry {
+    unsigned char head[NPY_HEADER_MAX];
+    void *copy;
+    zip_buffer_fragment_t frag[2];
+} npz_entry;
+
+/* libzip's error e recorded for fn as OT_ENOMEM or OT_EIO. */
+static int zip_write_failed(const char *fn, const char *path, zip_error_t *e)
+{
+    int code = zip_error_code_zip(e) == ZIP_ER_MEMORY ? OT_ENOMEM : OT_EIO;
+    return ot__err_set(code, NULL, 0, fn, "'%s': cannot build the archive: %s", path,
+                       zip_error_strerror(e));
+}
+
+/* The fragments of tensor t's .npy in e (n of them in *nfrag). */
+static int entry_bytes(const char *fn, npz_entry *e, const ot_tensor *t, int *nfrag)
+{
+    size_t nbytes = (size_t)ot__numel(&t->leaf.shape) * ot_dtype_size((ot_dtype)t->leaf.dtype);
+    e->frag[0] = (zip_buffer_fragment_t){e->head, npy_header(e->head, t)};
+    *nfrag = nbytes ? 2 : 1;
+    if (ot_tensor_is_contiguous(t)) {
+        e->frag[1] = (zip_buffer_fragment_t){ot_tensor_data(t), nbytes};
+        return 0;
+    }
+    e->copy = ot__malloc(nbytes);
+    if (!e->copy)
+        return ot__err_set(OT_ENOMEM, NULL, 0, fn, "cannot allocate %zu bytes to copy a view",
+                           nbytes);
+    e->frag[1] = (zip_buffer_fragment_t){e->copy, nbytes};
+    return ot_get(t, e->copy);
+}
+
+/* Adds tensor t as name + ".npy", stored or deflated, dated 1980-01-01 (no
+ * clock is read: the same tensors give the same bytes). */
+static int add_entry(zip_t *za, const char *fn, const char *path, const char *name,
+                     const ot_tensor *t, npz_entry *e, bool deflate)
+{
+    int nfrag, rc = entry_bytes(fn, e, t, &nfrag);
+    if (rc != 0)
+        return rc;
+    size_t len = strlen(name);
+    char *full = ot__malloc(len + 5);
+    if (!full)
+        return ot__err_set(OT_ENOMEM, NULL, 0, fn, "cannot allocate a name");
+    memcpy(full, name, len);
+    memcpy(full + len, ".npy", 5);
+    zip_source_t *src = zip_source_buffer_fragment(za, e->frag, (zip_uint64_t)nfrag, 0);
+    zip_int64_t i = src ? zip_file_add(za, full, src, 0) : -1;
+    free(full);
+    struct tm y1980 = {.tm_year = 80, .tm_mday = 1, .tm_isdst = -1};
+    if (i < 0 || zip_set_file_compression(za, (zip_uint64_t)i,
+                                          deflate ? ZIP_CM_DEFLATE : ZIP_CM_STORE, 0) != 0 ||
+        zip_file_set_mtime(za, (zip_uint64_t)i, mktime(&y1980), 0) != 0) {
+        if (src && i < 0)
+            zip_source_free(src);
+        return zip_write_failed(fn, path, zip_get_error(za));
+    }
+    return 0;
+}
+
+/* The archive, built in src, written out to w. */
+static int copy_out(const char *fn, const char *path, zip_source_t *src, ot__replace *w)
+{
+    unsigned char chunk[8192];
+    if (zip_source_open(src) != 0)
+        return zip_write_failed(fn, path, zip_source_error(src));
+    int rc = 0;
+    for (;;) {
+        zip_int64_t k = zip_source_read(src, chunk, sizeof chunk);
+        if (k < 0)
+            rc = zip_write_failed(fn, path, zip_source_error(src));
+        if (k <= 0 || rc != 0)
+            break;
+        rc = ot__replace_write(w, chunk, (size_t)k);
+    }
+    zip_source_close(src);
+    return rc;
+}
+
+/* The archive of n entries in memory (libzip writes into src when za is
+ * closed). */
+static int build_archive(const char *fn, const char *path, zip_source_t *src, int n,
+                         const char *const names[], const ot_tensor *const tensors[],
+                         bool deflate)
+{
+    zip_error_t ze;
+    zip_error_init(&ze);
+    zip_t *za = zip_open_from_source(src, ZIP_CREATE | ZIP_TRUNCATE, &ze);
+    if (!za) {
+        int rc = zip_write_failed(fn, path, &ze);
+        zip_error_fini(&ze);
+        return rc;
+    }
+    zip_source_keep(src);         /* zip_close must not free it: it is read next */
+    npz_entry *e = ot__calloc((size_t)n, sizeof *e);
+    int rc = e ? 0 : ot__err_set(OT_ENOMEM, NULL, 0, fn, "cannot allocate %d entries", n);
+    for (int i = 0; i < n && rc == 0; i++)
+        rc = add_entry(za, fn, path, names[i], tensors[i], &e[i], deflate);
+    if (rc == 0 && zip_close(za) != 0)
+        rc = zip_write_failed(fn, path, zip_get_error(za));
+    if (rc != 0)
+        zip_discard(za);
+    for (int i = 0; e && i < n; i++)
+        free(e[i].copy);
+    free(e);
+    return rc;
+}
+
+/* The end record alone: an archive of no entries, as numpy.savez writes it
+ * (libzip writes no file for an empty archive). */
+static const unsigned char empty_zip[22] = {'P', 'K', 5, 6};
+
+static int savez(const char *fn, const char *path, int n, const char *const names[],
+                 const ot_tensor *const tensors[], bool deflate)
+{
+    ot_clear_error();
+    int rc = savez_args(fn, path, n, names, tensors);
+    if (rc != 0)
+        return rc;
+    zip_error_t ze;
+    zip_error_init(&ze);
+    zip_source_t *src = n ? zip_source_buffer_create(NULL, 0, 0, &ze) : NULL;
+    if (n && !src)
+        rc = zip_write_failed(fn, path, &ze);
+    zip_error_fini(&ze);
+    if (rc == 0 && n)
+        rc = build_archive(fn, path, src, n, names, tensors, deflate);
+    ot__replace *w = rc == 0 ? ot__replace_open(fn, path) : NULL;
+    if (rc == 0 && !w)
+        rc = ot_errcode();
+    if (w)
+        rc = ot__replace_end(w, n ? copy_out(fn, path, src, w)
+                                  : ot__replace_write(w, empty_zip, sizeof empty_zip));
+    if (src)
+        zip_source_free(src);
+    return rc;
 }
 
 int ot_savez(const char *path, int n, const char *const names[],
              const ot_tensor *const tensors[])
 {
-    ot_clear_error();
-    int rc = savez_args(path, n, names, tensors);
-    if (rc != 0)
-        return rc;
-    zip_entry *e = ot__calloc(n > 0 ? (size_t)n : 1, sizeof *e);
-    if (!e)
-        return ot__err_set(OT_ENOMEM, NULL, 0, "savez", "cannot allocate %d entries", n);
-    FILE *f = open_file("savez", path, "wb");
-    if (!f) {
-        free(e);
-        return OT_EIO;
-    }
-    writer w = {f, "savez", path, 0, NULL};
-    for (int i = 0; i < n && rc == 0; i++)
-        rc = zip_write_entry(&w, names[i], tensors[i], &e[i]);
-    if (rc == 0)
-        rc = zip_write_directory(&w, n, names, e);
-    free(e);
-    return finish_write(f, rc, "savez", path);
+    return savez("savez", path, n, names, tensors, false);
 }
 
-/* An archive being read: the file, its length and central directory. */
-typedef struct zip {
-    region r;                     /* fn and path for errors */
-    int64_t len;
-    unsigned char *dir;           /* the central directory */
-    uint32_t dirlen;
-    int count;
-    crc32 crc;                    /* of the entry being read */
-} zip;
-
-/* The end record: the last "PK\5\6" whose comment ends at the file's end. */
-static int zip_find_end(zip *z, unsigned char *end)
+int ot_savez_compressed(const char *path, int n, const char *const names[],
+                        const ot_tensor *const tensors[])
 {
-    int64_t tail = z->len < ZIP_END + 0xFFFF ? z->len : ZIP_END + 0xFFFF;
-    unsigned char *buf = ot__malloc((size_t)tail + 1);
-    if (!buf)
-        return ot__err_set(OT_ENOMEM, NULL, 0, z->r.fn, "cannot allocate a read buffer");
-    int rc = 0;
-    if (fseek(z->r.f, (long)(z->len - tail), SEEK_SET) != 0 ||
-        fread(buf, 1, (size_t)tail, z->r.f) != (size_t)tail)
-        rc = bad_file(&z->r, "read error in ", "the end record");
-    int64_t i = tail - ZIP_END;
-    while (rc == 0 && i >= 0 &&
-           (get32(buf + i) != ZIP_END_SIG || i + ZIP_END + get16(buf + i + 20) != tail))
-        i--;
-    if (rc == 0 && i < 0)
-        rc = bad_file(&z->r, "not a zip archive: ", "no end record");
-    if (rc == 0)
-        memcpy(end, buf + i, ZIP_END);
-    free(buf);
+    return savez("savez_compressed", path, n, names, tensors, true);
+}
+
+/* ---- .npz: reading ------------------------------------------------------- */
+
+/* libzip's error e recorded: OT_ENOMEM, OT_EUNSUPPORTED for what optree
+ * cannot read, OT_EIO for a file that cannot be read or is corrupt. */
+static int zip_failed(const region *r, zip_error_t *e)
+{
+    const char *what = zip_error_strerror(e);
+    switch (zip_error_code_zip(e)) {
+    case ZIP_ER_MEMORY:
+        return ot__err_set(OT_ENOMEM, NULL, 0, r->fn, "'%s': %s", r->path, what);
+    case ZIP_ER_NOZIP:
+        return bad_file(r, "not a zip archive: ", what);
+    case ZIP_ER_CRC:
+        return bad_file(r, "corrupt zip: an entry whose CRC-32 does not match: ", what);
+    case ZIP_ER_COMPNOTSUPP:
+    case ZIP_ER_ENCRNOTSUPP:
+    case ZIP_ER_MULTIDISK:
+        return ot__err_set(OT_EUNSUPPORTED, NULL, 0, r->fn, "'%s': %s", r->path, what);
+    case ZIP_ER_READ:
+    case ZIP_ER_SEEK:
+    case ZIP_ER_OPEN:
+        return bad_file(r, "read error: ", what);
+    default:
+        return bad_file(r, "corrupt zip: ", what);
+    }
+}
+
+static int zip_code_failed(const region *r, int code)
+{
+    zip_error_t e;
+    zip_error_init_with_code(&e, code);
+    int rc = zip_failed(r, &e);
+    zip_error_fini(&e);
     return rc;
 }
 
-static int zip_unsupported(const zip *z, const char *what)
-{
-    return ot__err_set(OT_EUNSUPPORTED, NULL, 0, z->r.fn, "'%s': %s", z->r.path, what);
-}
+/* An archive being read. */
+typedef struct npz {
+    region r;                     /* fn and path for errors; zf of the entry read */
+    zip_t *za;
+    int64_t len, count;
+} npz;
 
-/* Reads the central directory that the end record points at. */
-static int zip_open_dir(zip *z)
+/* Opens path for reading with libzip, which checks the archive's
+ * consistency (ZIP_CHECKCONS) before any entry is trusted. */
+static int npz_open(npz *z, const char *path)
 {
-    unsigned char end[ZIP_END] = {0};
-    int rc = zip_find_end(z, end);
-    if (rc != 0)
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return ot__err_set(OT_EIO, NULL, 0, z->r.fn, "cannot open '%s': %s", path,
+                           strerror(errno));
+    struct stat st;
+    unsigned char magic[6] = {0};
+    if (fstat(fd, &st) != 0 || pread(fd, magic, 6, 0) < 0) {
+        int rc = ot__err_set(OT_EIO, NULL, 0, z->r.fn, "'%s': %s", path, strerror(errno));
+        close(fd);
         return rc;
-    uint32_t count = get16(end + 10), off = get32(end + 16);
-    z->dirlen = get32(end + 12);
-    if (count == 0xFFFF || off == 0xFFFFFFFFu || z->dirlen == 0xFFFFFFFFu)
-        return zip_unsupported(z, "a zip64 archive");
-    if (get16(end + 4) != 0 || get16(end + 8) != count)
-        return zip_unsupported(z, "a multi-disk archive");
-    if ((uint64_t)off + z->dirlen > (uint64_t)z->len)
-        return bad_file(&z->r, "corrupt zip: ", "the central directory is past the end");
-    z->count = (int)count;
-    z->dir = ot__malloc(z->dirlen + 1u);
-    if (!z->dir)
-        return ot__err_set(OT_ENOMEM, NULL, 0, z->r.fn, "cannot allocate the directory");
-    if (fseek(z->r.f, (long)off, SEEK_SET) != 0 ||
-        fread(z->dir, 1, z->dirlen, z->r.f) != z->dirlen)
-        return bad_file(&z->r, "read error in ", "the central directory");
-    return 0;
-}
-
-/* Entry i's central header in *h (bounds checked), walking from the start
- * of the directory. */
-static int zip_entry_at(zip *z, int i, const unsigned char **h)
-{
-    uint32_t pos = 0;
-    for (int k = 0;; k++) {
-        if ((uint64_t)pos + ZIP_CENTRAL > z->dirlen || get32(z->dir + pos) != ZIP_CENTRAL_SIG)
-            return bad_file(&z->r, "corrupt zip: ", "a bad central directory entry");
-        uint64_t size = (uint64_t)ZIP_CENTRAL + get16(z->dir + pos + 28) +
-                        get16(z->dir + pos + 30) + get16(z->dir + pos + 32);
-        if (pos + size > z->dirlen)
-            return bad_file(&z->r, "corrupt zip: ", "a bad central directory entry");
-        if (k == i) {
-            *h = z->dir + pos;
-            return 0;
-        }
-        pos += (uint32_t)size;
     }
-}
-
-/* The index of the entry called name + ".npy", or -1. */
-static int zip_find(zip *z, const char *name, int *found)
-{
-    size_t n = strlen(name);
-    *found = -1;
-    for (int i = 0; i < z->count; i++) {
-        const unsigned char *h;
-        int rc = zip_entry_at(z, i, &h);
-        if (rc != 0)
-            return rc;
-        if (get16(h + 28) == n + 4 && memcmp(h + ZIP_CENTRAL, name, n) == 0 &&
-            memcmp(h + ZIP_CENTRAL + n, ".npy", 4) == 0) {
-            *found = i;
-            return 0;
-        }
+    z->len = st.st_size;
+    if (memcmp(magic, "\x93NUMPY", 6) == 0) {
+        close(fd);
+        return bad_file(&z->r, "not a zip archive: ", "a .npy file (read it with ot_load)");
     }
+    int code = 0;
+    z->za = zip_fdopen(fd, ZIP_CHECKCONS, &code);
+    if (!z->za) {
+        close(fd);                /* zip_fdopen keeps fd only when it succeeds */
+        return zip_code_failed(&z->r, code);
+    }
+    z->count = zip_get_num_entries(z->za, 0);
+    if (z->count > INT_MAX)
+        return ot__err_set(OT_EUNSUPPORTED, NULL, 0, z->r.fn, "'%s': %lld entries", path,
+                           (long long)z->count);
     return 0;
 }
 
-/* Points the region at the stored bytes of the entry whose central header
- * is h, after checking what optree can read. */
-static int zip_seek_entry(zip *z, const unsigned char *h)
+/* Checks what entry i is before it is read: stored or deflated, not
+ * encrypted, and no larger than deflate can make its compressed bytes (at
+ * most 1032 to 1), so a corrupt size cannot ask for a huge tensor. */
+static int entry_readable(npz *z, zip_uint64_t i, zip_stat_t *st)
 {
-    unsigned char lh[ZIP_LOCAL];
-    uint32_t method = get16(h + 10), size = get32(h + 20), off = get32(h + 42);
-    if (get16(h + 8) & 1u)
-        return zip_unsupported(z, "an encrypted entry");
-    if (method != 0)
-        return zip_unsupported(z, method == 8 ? "a deflate-compressed entry "
-                                                "(numpy.savez_compressed): optree reads "
-                                                "stored entries (numpy.savez)"
-                                              : "an entry compressed with an unknown method");
-    if (size == 0xFFFFFFFFu || off == 0xFFFFFFFFu)
-        return zip_unsupported(z, "a zip64 entry");
-    if (size != get32(h + 24))
-        return bad_file(&z->r, "corrupt zip: ", "a stored entry whose sizes differ");
-    if ((uint64_t)off + ZIP_LOCAL > (uint64_t)z->len || fseek(z->r.f, (long)off, SEEK_SET) != 0 ||
-        fread(lh, 1, ZIP_LOCAL, z->r.f) != ZIP_LOCAL || get32(lh) != ZIP_LOCAL_SIG)
-        return bad_file(&z->r, "corrupt zip: ", "a bad local header");
-    uint64_t data = (uint64_t)off + ZIP_LOCAL + get16(lh + 26) + get16(lh + 28);
-    if (data + size > (uint64_t)z->len || fseek(z->r.f, (long)data, SEEK_SET) != 0)
-        return bad_file(&z->r, "corrupt zip: ", "an entry past the end");
-    crc_init(&z->crc);
-    z->r.left = size;
-    z->r.crc = &z->crc;
+    if (zip_stat_index(z->za, i, 0, st) != 0)
+        return zip_failed(&z->r, zip_get_error(z->za));
+    const uint64_t need = ZIP_STAT_SIZE | ZIP_STAT_COMP_SIZE | ZIP_STAT_COMP_METHOD |
+                          ZIP_STAT_ENCRYPTION_METHOD;
+    if ((st->valid & need) != need)
+        return bad_file(&z->r, "corrupt zip: ", "an entry without sizes");
+    if (st->encryption_method != ZIP_EM_NONE)
+        return ot__err_set(OT_EUNSUPPORTED, NULL, 0, z->r.fn, "'%s': an encrypted entry",
+                           z->r.path);
+    if (st->comp_method != ZIP_CM_STORE && st->comp_method != ZIP_CM_DEFLATE)
+        return ot__err_set(OT_EUNSUPPORTED, NULL, 0, z->r.fn,
+                           "'%s': an entry compressed with method %d (optree reads stored and "
+                           "deflated entries, as numpy.savez and numpy.savez_compressed write)",
+                           z->r.path, (int)st->comp_method);
+    if (st->comp_size > (uint64_t)z->len ||
+        st->size > (st->comp_method == ZIP_CM_STORE ? st->comp_size : st->comp_size * 1032 + 64))
+        return bad_file(&z->r, "corrupt zip: ", "an entry larger than the file can hold");
     return 0;
 }
 
-/* Entry i as a new tensor, its CRC checked. */
-static ot_tensor *zip_load_entry(ot_backend *be, zip *z, int i)
+/* Reads the rest of an entry whose .npy was refused: a damaged deflate
+ * stream decodes to a plausible but wrong header before libzip sees the
+ * bad CRC, and the CRC (recorded over the header's error) is the cause. */
+static void drain(region *r)
 {
-    const unsigned char *h;
-    if (zip_entry_at(z, i, &h) != 0 || zip_seek_entry(z, h) != 0)
+    unsigned char chunk[4096];
+    while (zip_read(r, chunk, sizeof chunk) > 0)
+        ;
+}
+
+/* Entry i as a new tensor; reading past its end makes libzip check its
+ * length and CRC. */
+static ot_tensor *npz_load_entry(ot_backend *be, npz *z, zip_uint64_t i)
+{
+    zip_stat_t st;
+    if (entry_readable(z, i, &st) != 0)
         return NULL;
+    z->r.zf = zip_fopen_index(z->za, i, 0);
+    if (!z->r.zf) {
+        zip_failed(&z->r, zip_get_error(z->za));
+        return NULL;
+    }
+    z->r.left = st.size;
     ot_tensor *t = read_npy(be, &z->r);
-    if (t && crc_done(&z->crc) != get32(h + 16)) {
-        bad_file(&z->r, "corrupt zip: ", "an entry whose CRC-32 does not match");
+    char extra;
+    int64_t k = t ? zip_read(&z->r, &extra, 1) : 0;
+    if (k > 0)
+        bad_file(&z->r, "corrupt zip: ", "an entry longer than its header says");
+    if (!t)
+        drain(&z->r);
+    if (k != 0) {
         ot_tensor_free(t);
-        return NULL;
+        t = NULL;
     }
+    zip_fclose(z->r.zf);
+    z->r.zf = NULL;
     return t;
 }
 
+/* The index of entry name + ".npy", or -1. */
+static int64_t npz_find(npz *z, const char *name)
+{
+    size_t n = strlen(name);
+    char *full = ot__malloc(n + 5);
+    if (!full) {
+        ot__err_set(OT_ENOMEM, NULL, 0, z->r.fn, "cannot allocate a name");
+        return -2;
+    }
+    memcpy(full, name, n);
+    memcpy(full + n, ".npy", 5);
+    zip_int64_t i = zip_name_locate(z->za, full, 0);
+    free(full);
+    if (i < 0)
+        ot__err_set(OT_EINVAL, NULL, 0, z->r.fn, "'%s': no entry '%s.npy'", z->r.path, name);
+    return i;
+}
+
 /* out[0..n) from the open archive; on error every out[i] is NULL. */
-static int zip_load(ot_backend *be, zip *z, int n, const char *const names[], ot_tensor *out[])
+static int npz_load(ot_backend *be, npz *z, int n, const char *const names[], ot_tensor *out[])
 {
     int rc = 0;
+    if (!names && n > z->count)
+        rc = ot__err_set(OT_EINVAL, NULL, 0, z->r.fn, "'%s': %lld entries, not %d", z->r.path,
+                         (long long)z->count, n);
     for (int i = 0; i < n && rc == 0; i++) {
-        int k = i;
-        if (names && (rc = zip_find(z, names[i], &k)) != 0)
-            break;
-        if (k < 0 || k >= z->count) {
-            rc = names ? ot__err_set(OT_EINVAL, NULL, 0, z->r.fn, "'%s': no entry '%s.npy'",
-                                     z->r.path, names[i])
-                       : ot__err_set(OT_EINVAL, NULL, 0, z->r.fn, "'%s': %d entries, not %d",
-                                     z->r.path, z->count, n);
-            break;
-        }
-        out[i] = zip_load_entry(be, z, k);
+        int64_t k = names ? npz_find(z, names[i]) : i;
+        out[i] = k >= 0 ? npz_load_entry(be, z, (zip_uint64_t)k) : NULL;
         if (!out[i])
             rc = ot_errcode() ? ot_errcode() : OT_EINTERNAL;
     }
@@ -796,17 +826,11 @@ int ot_loadz(ot_backend *be, const char *path, int n, const char *const names[],
     int rc = loadz_args(be, path, n, names, out);
     if (rc != 0)
         return rc;
-    zip z;
-    memset(&z, 0, sizeof z);
-    z.r = (region){NULL, "loadz", path, 0, NULL};
-    z.r.f = open_file("loadz", path, "rb");
-    if (!z.r.f)
-        return OT_EIO;
-    z.len = file_length(z.r.f, "loadz", path);
-    rc = z.len < 0 ? OT_EIO : zip_open_dir(&z);
+    npz z = {.r = {NULL, NULL, "loadz", path, 0}};
+    rc = npz_open(&z, path);
     if (rc == 0)
-        rc = zip_load(be, &z, n, names, out);
-    free(z.dir);
-    fclose(z.r.f);
-    return rc == 0 ? z.count : rc;
+        rc = npz_load(be, &z, n, names, out);
+    if (z.za)
+        zip_discard(z.za);        /* read-only: nothing to write back */
+    return rc == 0 ? (int)z.count : rc;
 }

@@ -18,6 +18,7 @@
 
 #include "optree.h"
 #include "../examples/custom_ops.h"
+#include "replace.h"
 
 #include <errno.h>
 #include <float.h>
@@ -28,6 +29,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <unistd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -46,15 +49,15 @@ enum { OUT_FRESH, OUT_STRIDED, OUT_BCAST, OUT_LEAF, OUT_SAME };
 /* What went wrong; a shrink keeps a candidate only when it fails the same way. */
 enum {
     FK_OK, FK_CRASH, FK_RC, FK_VALUE, FK_THREADS, FK_JIT, FK_ELEMOPS, FK_GRAD_RC, FK_GRAD, FK_FD,
-    FK_PARSE, FK_REBUILD, FK_PROGRAM, FK_COUNT
+    FK_PARSE, FK_REBUILD, FK_PROGRAM, FK_SAVE, FK_COUNT
 };
 static const char *const fail_names[FK_COUNT] = {
     "ok", "crash", "error-code mismatch", "forward value", "threads bitwise",
     "jit bitwise", "elem_ops", "grad error-code mismatch", "grad value", "finite difference",
-    "ot_pp/ot_parse round trip", "rebuilt tree", "program bitwise"};
+    "ot_pp/ot_parse round trip", "rebuilt tree", "program bitwise", "save/load"};
 static const char *const fail_area[FK_COUNT] = {
     "-", "compile/exec", "compile/exec", "kernels", "compile/exec", "jit", "compile/exec",
-    "autodiff", "autodiff", "autodiff", "print/parse", "plan cache", "program"};
+    "autodiff", "autodiff", "autodiff", "print/parse", "plan cache", "program", "io"};
 
 typedef struct fz_leaf {
     ot_dtype dtype;
@@ -1755,6 +1758,125 @@ static void check_parse(const fz_ir *ir, fz_fail *f)
     ot_clear_error();
 }
 
+/* ---- save/load round trips with failed writes ------------------------------ */
+
+/* A hash of the tree (its sizes and first leaf's values): the draws of
+ * check_save, so that tree i always draws the same. */
+static uint64_t tree_hash(const fz_ir *ir)
+{
+    uint64_t h = 1469598103934665603u ^ (uint64_t)ir->nn << 8 ^ (uint64_t)ir->nl;
+    int64_t n = ir->nl ? numel(&ir->l[0].base) : 0;
+    for (int64_t i = 0; i < n && i < 16; i++) {
+        uint64_t bits;
+        memcpy(&bits, &ir->l[0].data[i], sizeof bits);
+        h = (h ^ bits) * 1099511628211u;
+    }
+    return h;
+}
+
+/* Saves ts[0..n) as kind k: 0 .npy (ts[0] alone), 1 .npz, 2 compressed. */
+static int save_as(int k, const char *path, int n, const ot_tensor *const ts[])
+{
+    static const char *const names[] = {"r", "t0", "t1", "t2"};
+    return k == 0 ? ot_save(path, ts[0])
+         : k == 1 ? ot_savez(path, n, names, ts) : ot_savez_compressed(path, n, names, ts);
+}
+
+/* Whether the file at path holds exactly ts[0..n) (kind k), bit for bit. */
+static bool holds(int k, ot_backend *be, const char *path, int n, const ot_tensor *const ts[])
+{
+    ot_tensor *got[4] = {0};
+    bool same = k == 0 ? (got[0] = ot_load(be, path)) != NULL
+                       : ot_loadz(be, path, n, NULL, got) == n;
+    for (int i = 0; i < (k == 0 ? 1 : n) && same; i++) {
+        int64_t na, nb;
+        double *a = get_values(got[i], &na), *b = get_values(ts[i], &nb);
+        ot_shape sa = ot_tensor_shape(got[i]), sb = ot_tensor_shape(ts[i]);
+        same = a && b && na == nb && sa.ndim == sb.ndim &&
+               ot_tensor_dtype(got[i]) == ot_tensor_dtype(ts[i]) &&
+               !memcmp(sa.dims, sb.dims, (size_t)sa.ndim * sizeof *sa.dims) && !memcmp(a, b, (size_t)na * sizeof *a);
+        free(a);
+        free(b);
+    }
+    for (int i = 0; i < 4; i++) ot_tensor_free(got[i]);
+    return same;
+}
+
+/* The number of entries in dir (. and .. aside). */
+static int dir_count(const char *dir)
+{
+    DIR *d = opendir(dir);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    if (d) closedir(d);
+    return n;
+}
+
+/* One save of the tree's leaves over an older file with the writers' k-th
+ * system call failing, then one that succeeds: after the failure the old
+ * file must be whole and alone in its directory, after the success it must
+ * hold the new tensors. */
+static void save_round_trip(const char *dir, int n, const ot_tensor *const ts[],
+                            const ot_tensor *const old[], uint64_t h, fz_fail *f)
+{
+    static const int errs[] = {ENOSPC, EIO, EDQUOT};
+    char path[512];
+    int kind = (int)(h % 3);
+    long at = 1 + (long)(h / 3 % 9);
+    snprintf(path, sizeof path, "%s/p", dir);
+    if (save_as(kind, path, n, old) != 0) {
+        fail_set(f, FK_SAVE, -1, -1, "saving the old file (kind %d) fails: %s", kind, ot_errmsg());
+        return;
+    }
+    ot__replace_fail_at(at, errs[h / 27 % 3]);
+    int rc = save_as(kind, path, n, ts);
+    ot__replace_fail_at(0, 0);
+    if (rc != 0 && rc != OT_EIO)
+        fail_set(f, FK_SAVE, -1, -1, "kind %d, call %ld failed: %d (%s), not OT_EIO", kind, at, rc,
+                 ot_errmsg());
+    else if (rc != 0 && (!holds(kind, ref_be, path, n, old) || dir_count(dir) != 1))
+        fail_set(f, FK_SAVE, -1, -1, "kind %d, call %ld failed: the old file is %s", kind, at,
+                 dir_count(dir) != 1 ? "not alone (a temporary left)" : "damaged");
+    else if (rc == 0 && !holds(kind, ref_be, path, n, ts))
+        fail_set(f, FK_SAVE, -1, -1, "kind %d: the save outran call %ld but holds other values",
+                 kind, at);
+    if (f->kind) return;
+    if (save_as(kind, path, n, ts) != 0 || !holds(kind, ref_be, path, n, ts) || dir_count(dir) != 1)
+        fail_set(f, FK_SAVE, -1, -1, "kind %d: a save and load do not round-trip: %s", kind,
+                 ot_errmsg());
+}
+
+/* The tree's first root (evaluated on ref) and up to three leaves (views
+ * as they are) through save_round_trip, over a file of small zero
+ * tensors. In /dev/shm where there is one: every save fsyncs, which costs
+ * ~10 ms on a disk and nothing on tmpfs. */
+static void check_save(const fz_ir *ir, fz_fail *f)
+{
+    fz_inst in;
+    char dir[] = "/dev/shm/ot_fuzz_saveXXXXXX";
+    if (access("/dev/shm", W_OK) != 0) memcpy(dir, "/tmp/ot_fuzz_saveXXXXXX", sizeof "/tmp/ot_fuzz_saveXXXXXX");
+    if (inst_build(ref_be, ir, NULL, &in) != 0 || !mkdtemp(dir)) {
+        inst_free(&in, ir->nl);
+        ot_clear_error();
+        return;
+    }
+    const ot_tensor *ts[4], *old[4];
+    ot_tensor *made[5] = {0};
+    int n = 0;
+    made[4] = ot_eval(in.node[ir->roots[0]]);
+    if (made[4]) ts[n++] = made[4];
+    for (int i = 0; i < ir->nl && n < 4; i++) ts[n++] = in.view[i];
+    for (int i = 0; i < n; i++) old[i] = made[i] = ot_zeros(ref_be, OT_SHAPE(i + 1), OT_F64);
+    if (n > 0) save_round_trip(dir, n, ts, old, tree_hash(ir), f);
+    char path[512];
+    snprintf(path, sizeof path, "%s/p", dir);
+    unlink(path);
+    rmdir(dir);
+    for (int i = 0; i < 5; i++) ot_tensor_free(made[i]);
+    inst_free(&in, ir->nl);
+    ot_clear_error();
+}
+
 static void check_tree(const fz_ir *ir, fz_fail *f)
 {
     if (!ref_be) ref_be = ot_backend_new("ref", NULL);
@@ -1763,6 +1885,7 @@ static void check_tree(const fz_ir *ir, fz_fail *f)
     } else {
         check_forward(ir, f);
         if (!f->kind) check_parse(ir, f);
+        if (!f->kind) check_save(ir, f);
     }
     ot_pool_drain();
 }

@@ -3,15 +3,22 @@
  * round trips bit for bit (random bit patterns, NaN payloads included), the
  * exact header numpy.save writes, files written by NumPy read back and ours
  * read by NumPy (skipped, saying so, without /usr/bin/python3 and numpy),
- * corrupt, truncated and unsupported files (and a small fuzz of both
- * loaders), ot_wrap over aligned and unaligned memory as operand and
+ * compressed .npz both ways, NumPy's int64 into i32, corrupt, truncated
+ * and unsupported files (and a small fuzz of both loaders), saves that
+ * fail at every system call (and against a real file size limit) leaving
+ * the old file whole, modes, symbolic links and devices as targets, ot_wrap over aligned and unaligned memory as operand and
  * output, ot_get_n/ot_set_n sizes, and summarised printing as NumPy's.
  */
 #include "test.h"
 #include "internal.h"
+#include "replace.h"
+
+#include <errno.h>
 
 #include <stdint.h>
 #include <stdlib.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -254,8 +261,8 @@ TEST(io_npy_bad_files)
 {
     expect_bad_npy("{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }", 8,
                    OT_EUNSUPPORTED, "big-endian");
-    expect_bad_npy("{'descr': '<i8', 'fortran_order': False, 'shape': (2,), }", 16,
-                   OT_EUNSUPPORTED, "dtype '<i8' is not supported");
+    expect_bad_npy("{'descr': '<u8', 'fortran_order': False, 'shape': (2,), }", 16,
+                   OT_EUNSUPPORTED, "dtype '<u8' is not supported");
     expect_bad_npy("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 20, OT_EIO,
                    "needs 24 bytes of data, the file has 20");
     expect_bad_npy("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 28, OT_EIO,
@@ -414,12 +421,12 @@ TEST(io_npz_corrupt_and_compressed)
     unsigned char *b = slurp(tmp_path("z.npz"), &n), *m = malloc(n);
     size_t cd = central_at(b, n);
     CHECK(cd > 0);
-    /* deflate: method 8 in both headers */
+    /* LZMA (method 14) in both headers: neither numpy's nor ours */
     memcpy(m, b, n);
-    m[8] = m[cd + 10] = 8;
+    m[8] = m[cd + 10] = 14;
     spit(tmp_path("c.npz"), m, n);
     CHECK_INT(ot_loadz(be, tmp_path("c.npz"), 1, NULL, out), OT_EUNSUPPORTED);
-    CHECK_ERR(OT_EUNSUPPORTED, "deflate-compressed", "numpy.savez_compressed");
+    CHECK_ERR(OT_EUNSUPPORTED, "loadz", "method 14", "stored and deflated");
     /* a data byte changed: the CRC catches it */
     memcpy(m, b, n);
     m[cd - 1] ^= 0x40;
@@ -427,21 +434,283 @@ TEST(io_npz_corrupt_and_compressed)
     CHECK_INT(ot_loadz(be, tmp_path("c.npz"), 1, NULL, out), OT_EIO);
     CHECK_ERR(OT_EIO, "CRC-32 does not match");
     CHECK(out[0] == NULL);
-    /* zip64 markers */
-    memcpy(m, b, n);
-    memset(m + cd + 20, 0xFF, 8);
-    spit(tmp_path("c.npz"), m, n);
-    CHECK_INT(ot_loadz(be, tmp_path("c.npz"), 1, NULL, out), OT_EUNSUPPORTED);
-    CHECK_ERR(OT_EUNSUPPORTED, "zip64");
     /* the local header's offset past the end */
     memcpy(m, b, n);
     m[cd + 45] = 0x7F;
     spit(tmp_path("c.npz"), m, n);
     CHECK_INT(ot_loadz(be, tmp_path("c.npz"), 1, NULL, out), OT_EIO);
-    CHECK_ERR(OT_EIO, "corrupt zip");
+    CHECK_ERR(OT_EIO, "loadz", "c.npz");
     free(b);
     free(m);
     ot_tensor_free(a);
+    tmp_clean();
+    ot_backend_free(be);
+}
+
+/* ot_savez_compressed deflates every entry (method 8 in the central
+ * directory); ot_loadz reads it back bit for bit, views and empty tensors
+ * included, and refuses a deflated entry whose stream is corrupt. */
+TEST(io_npz_compressed_round_trip)
+{
+    ot_backend *be = ot_backend_new("ref", NULL);
+    ot_tensor *a = ot_zeros(be, OT_SHAPE(64, 64), OT_F64);
+    ot_tensor *b = random_tensor(be, OT_SHAPE(3, 5), OT_I32), *bt = ot_transpose(b, NULL);
+    ot_tensor *e = ot_empty(be, OT_SHAPE(0, 3), OT_F32), *out[3];
+    const ot_tensor *ts[] = {a, bt, e};
+    CHECK_INT(ot_savez_compressed(tmp_path("c.npz"), 3, (const char *[]){"a", "bt", "e"}, ts),
+              0);
+    size_t n;
+    unsigned char *bytes = slurp(tmp_path("c.npz"), &n);
+    size_t cd = central_at(bytes, n);
+    CHECK(n < 64 * 64 * 8 / 4);   /* 32 KiB of zeros shrink */
+    CHECK_INT(bytes[cd + 10], 8);
+    CHECK_INT(ot_loadz(be, tmp_path("c.npz"), 3, NULL, out), 3);
+    for (int i = 0; i < 3; i++) {
+        CHECK(same_bits(out[i], ts[i]));
+        ot_tensor_free(out[i]);
+    }
+    /* the deflate stream damaged: an error, never a wrong tensor */
+    for (size_t at = 40; at < cd; at += 7) {
+        bytes[at] ^= 0x5A;
+        spit(tmp_path("d.npz"), bytes, n);
+        int rc = ot_loadz(be, tmp_path("d.npz"), 3, NULL, out);
+        if (rc == 3)
+            for (int i = 0; i < 3; i++) {
+                CHECK(same_bits(out[i], ts[i]));
+                ot_tensor_free(out[i]);
+            }
+        else {
+            if (rc != OT_EIO) fprintf(stderr, "byte %zu: %d %s\n", at, rc, ot_errmsg());
+            CHECK(rc == OT_EIO && out[0] == NULL && out[2] == NULL);
+        }
+        bytes[at] ^= 0x5A;
+    }
+    CHECK_INT(ot_savez_compressed(NULL, 1, (const char *[]){"a"}, ts), OT_ENULL);
+    CHECK_ERR(OT_ENULL, "savez_compressed", "path is NULL");
+    free(bytes);
+    ot_tensor_free(a);
+    ot_tensor_free(b);
+    ot_tensor_free(bt);
+    ot_tensor_free(e);
+    tmp_clean();
+    ot_backend_free(be);
+}
+
+/* NumPy's default integer, '<i8', loads into i32 when every value fits,
+ * in C and Fortran order and inside an .npz; the first value that does
+ * not fit is named. ot_load of an .npz says to use ot_loadz, and ot_loadz
+ * of a .npy says to use ot_load. */
+TEST(io_int64_and_wrong_loader)
+{
+    ot_backend *be = ot_backend_new("ref", NULL);
+    static const int64_t fits[6] = {0, -1, 7, INT32_MAX, INT32_MIN, 123456};
+    char hdr[] = "{'descr': '<i8', 'fortran_order': False, 'shape': (2, 3), }";
+    write_npy_text(tmp_path("i8.npy"), hdr, 0);
+    size_t n;
+    unsigned char *b = slurp(tmp_path("i8.npy"), &n);
+    size_t order = (size_t)(strstr((char *)b + 10, "False") - (char *)b);   /* past the length */
+    b = realloc(b, n + sizeof fits);
+    memcpy(b + n, fits, sizeof fits);   /* little-endian host, as the tests assume */
+    spit(tmp_path("i8.npy"), b, n + sizeof fits);
+    ot_tensor *t = ot_load(be, tmp_path("i8.npy"));
+    int32_t got[6];
+    CHECK(t && ot_tensor_dtype(t) == OT_I32);
+    CHECK_INT(ot_get_n(t, got, sizeof got), 0);
+    for (int i = 0; i < 6; i++)
+        CHECK_INT(got[i], fits[i]);
+    ot_tensor_free(t);
+    /* Fortran order: the file holds the transpose */
+    memcpy(b + order, "True, ", 6);
+    spit(tmp_path("f8.npy"), b, n + sizeof fits);
+    t = ot_load(be, tmp_path("f8.npy"));
+    CHECK_INT(ot_get_n(t, got, sizeof got), 0);
+    CHECK(got[0] == 0 && got[1] == 7 && got[2] == INT32_MIN && got[3] == -1);
+    ot_tensor_free(t);
+    /* 2^31 at element 4 */
+    memcpy(b + order, "False,", 6);
+    int64_t big = (int64_t)INT32_MAX + 1;
+    memcpy(b + n + 4 * 8, &big, 8);
+    spit(tmp_path("i8.npy"), b, n + sizeof fits);
+    CHECK(ot_load(be, tmp_path("i8.npy")) == NULL);
+    CHECK_ERR(OT_EOVERFLOW, "load", "i8.npy", "2147483648", "element 4", "does not fit int32");
+    /* truncated inside the values */
+    spit(tmp_path("i8.npy"), b, n + 20);
+    CHECK(ot_load(be, tmp_path("i8.npy")) == NULL);
+    CHECK_ERR(OT_EIO, "needs 48 bytes of data, the file has 20");
+    /* each loader names the other */
+    ot_tensor *a = ot_zeros(be, OT_SHAPE(2), OT_F32);
+    CHECK_INT(ot_savez(tmp_path("a.npz"), 1, (const char *[]){"a"}, (const ot_tensor *[]){a}), 0);
+    CHECK(ot_load(be, tmp_path("a.npz")) == NULL);
+    CHECK_ERR(OT_EIO, "load", "a.npz", "zip archive", "ot_loadz");
+    CHECK_INT(ot_save(tmp_path("a.npy"), a), 0);
+    CHECK_INT(ot_loadz(be, tmp_path("a.npy"), 0, NULL, NULL), OT_EIO);
+    CHECK_ERR(OT_EIO, "loadz", "not a zip archive", "ot_load");
+    free(b);
+    ot_tensor_free(a);
+    tmp_clean();
+    ot_backend_free(be);
+}
+
+/* ---- saving never loses the old file --------------------------------------- */
+
+/* The names in the temporary directory, but "t.py"; how many. */
+static int dir_entries(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "ls -A '%s' | wc -l", tmpdir);
+    FILE *p = popen(cmd, "r");
+    int n = -1;
+    CHECK(p && fscanf(p, "%d", &n) == 1);
+    if (p)
+        pclose(p);
+    return n;
+}
+
+/* One save of kind k (0 .npy, 1 .npz, 2 compressed .npz) of t to path. */
+static int save_kind(int k, const char *path, const ot_tensor *t)
+{
+    const char *names[] = {"t"};
+    return k == 0 ? ot_save(path, t)
+         : k == 1 ? ot_savez(path, 1, names, &t)
+                  : ot_savez_compressed(path, 1, names, &t);
+}
+
+/* Every system call of every saver failed in turn (ENOSPC, EIO): the call
+ * returns OT_EIO naming the path and the errno, the old file keeps its
+ * bytes, and no temporary is left; past the last call the save succeeds.
+ * The code before this fix opened the target with truncation first. */
+TEST(io_failed_save_keeps_old_file)
+{
+    ot_backend *be = ot_backend_new("ref", NULL);
+    ot_tensor *old = random_tensor(be, OT_SHAPE(3), OT_F32);
+    ot_tensor *big = random_tensor(be, OT_SHAPE(100, 300), OT_F64);   /* > the write buffer */
+    for (int k = 0; k < 3; k++) {
+        const char *path = tmp_path("kept");
+        CHECK_INT(save_kind(k, path, old), 0);
+        size_t n0, n1;
+        unsigned char *before = slurp(path, &n0);
+        long calls = 0;
+        for (long at = 1; at < 100; at++) {
+            ot__replace_fail_at(at, at % 2 ? ENOSPC : EIO);
+            int rc = save_kind(k, path, big);
+            calls = ot__replace_calls();
+            ot__replace_fail_at(0, 0);
+            if (rc == 0)
+                break;
+            CHECK_INT(rc, OT_EIO);
+            CHECK_ERR(OT_EIO, "kept", strerror(at % 2 ? ENOSPC : EIO));
+            unsigned char *after = slurp(path, &n1);
+            CHECK(n1 == n0 && memcmp(before, after, n0) == 0);
+            CHECK_INT(dir_entries(), 1);
+            free(after);
+        }
+        CHECK(calls >= 5);        /* open, writes, fsync, close, rename */
+        ot_tensor *out[1] = {NULL};
+        if (k == 0)
+            out[0] = ot_load(be, path);
+        else
+            CHECK_INT(ot_loadz(be, path, 1, NULL, out), 1);
+        CHECK(same_bits(out[0], big));
+        ot_tensor_free(out[0]);
+        CHECK_INT(dir_entries(), 1);
+        free(before);
+        tmp_clean();
+    }
+    ot_tensor_free(old);
+    ot_tensor_free(big);
+    ot_backend_free(be);
+}
+
+/* The new file keeps the old one's permission bits, or gets 0666 less the
+ * umask; a symbolic link is followed and stays a link; a device is
+ * written in place (/dev/full: ENOSPC, and it is still a device); a
+ * directory that cannot be written is an error with the old file intact. */
+TEST(io_save_modes_links_and_devices)
+{
+    ot_backend *be = ot_backend_new("ref", NULL);
+    ot_tensor *a = random_tensor(be, OT_SHAPE(4), OT_F32);
+    struct stat st;
+    mode_t mask = umask(022);
+    CHECK_INT(ot_save(tmp_path("new.npy"), a), 0);
+    CHECK(stat(tmp_path("new.npy"), &st) == 0 && (st.st_mode & 0777) == 0644);
+    CHECK_INT(chmod(tmp_path("new.npy"), 0604), 0);
+    CHECK_INT(ot_save(tmp_path("new.npy"), a), 0);
+    CHECK(stat(tmp_path("new.npy"), &st) == 0 && (st.st_mode & 0777) == 0604);
+    umask(mask);
+    /* through a link */
+    CHECK_INT(symlink("new.npy", tmp_path("link.npy")), 0);
+    ot_tensor *b = random_tensor(be, OT_SHAPE(2), OT_F64);
+    CHECK_INT(ot_save(tmp_path("link.npy"), b), 0);
+    CHECK(lstat(tmp_path("link.npy"), &st) == 0 && S_ISLNK(st.st_mode));
+    ot_tensor *got = ot_load(be, tmp_path("new.npy"));
+    CHECK(same_bits(got, b));
+    ot_tensor_free(got);
+    CHECK_INT(dir_entries(), 2);
+    /* a device */
+    if (access("/dev/full", W_OK) == 0) {
+        CHECK_INT(ot_save("/dev/full", b), OT_EIO);
+        CHECK_ERR(OT_EIO, "save", "/dev/full", strerror(ENOSPC));
+        CHECK(stat("/dev/full", &st) == 0 && S_ISCHR(st.st_mode));
+    }
+    CHECK_INT(ot_save("/dev/null", b), 0);
+    CHECK(stat("/dev/null", &st) == 0 && S_ISCHR(st.st_mode));
+    /* a read-only directory (root writes anyway: then only the injected
+     * EACCES of the create is checked) */
+    CHECK_INT(chmod(tmpdir, 0555), 0);
+    if (geteuid() != 0) {
+        CHECK_INT(ot_save(tmp_path("new.npy"), a), OT_EIO);
+        CHECK_ERR(OT_EIO, "cannot open", "new.npy", strerror(EACCES));
+    }
+    ot__replace_fail_at(1, EACCES);
+    CHECK_INT(ot_save(tmp_path("new.npy"), a), OT_EIO);
+    ot__replace_fail_at(0, 0);
+    CHECK_ERR(OT_EIO, "cannot open", "new.npy", strerror(EACCES));
+    CHECK_INT(chmod(tmpdir, 0700), 0);
+    got = ot_load(be, tmp_path("new.npy"));
+    CHECK(same_bits(got, b));
+    ot_tensor_free(got);
+    CHECK_INT(dir_entries(), 2);
+    ot_tensor_free(a);
+    ot_tensor_free(b);
+    tmp_clean();
+    ot_backend_free(be);
+}
+
+/* A real write failure, no hook: with the file size limited to 4 KiB
+ * (SIGXFSZ ignored, so write fails with EFBIG) a 64 KiB save over a small
+ * file fails and the small file keeps its bytes, for each saver. The code
+ * before this fix truncated the old file, then removed it. */
+TEST(io_save_over_file_size_limit_keeps_old_file)
+{
+    ot_backend *be = ot_backend_new("ref", NULL);
+    ot_tensor *small = random_tensor(be, OT_SHAPE(4), OT_F32);
+    ot_tensor *big = random_tensor(be, OT_SHAPE(8192), OT_F64);
+    const char *path = tmp_path("limited");
+    struct rlimit was, lim;
+    signal(SIGXFSZ, SIG_IGN);
+    CHECK_INT(getrlimit(RLIMIT_FSIZE, &was), 0);
+    lim = (struct rlimit){4096, was.rlim_max};   /* the soft limit only: it can be raised back */
+    for (int k = 0; k < 3; k++) {
+        const char *names[] = {"t"};
+        const ot_tensor *one[] = {small}, *other[] = {big};
+        CHECK_INT(k == 0 ? ot_save(path, small) : ot_savez(path, 1, names, one), 0);
+        size_t n0, n1;
+        unsigned char *before = slurp(path, &n0);
+        CHECK_INT(setrlimit(RLIMIT_FSIZE, &lim), 0);
+        int rc = k == 0 ? ot_save(path, big)
+               : k == 1 ? ot_savez(path, 1, names, other)
+                        : ot_savez_compressed(path, 1, names, other);
+        CHECK_INT(setrlimit(RLIMIT_FSIZE, &was), 0);
+        CHECK_INT(rc, OT_EIO);
+        CHECK_ERR(OT_EIO, "limited", strerror(EFBIG));
+        unsigned char *after = slurp(path, &n1);
+        CHECK(after && n1 == n0 && memcmp(before, after, n0) == 0);
+        CHECK_INT(dir_entries(), 1);
+        free(before);
+        free(after);
+    }
+    ot_tensor_free(small);
+    ot_tensor_free(big);
     tmp_clean();
     ot_backend_free(be);
 }
@@ -562,7 +831,13 @@ static const char numpy_reads[] =
     "np.save(d + '/np_f.npy', want['f'])\n"
     "np.save(d + '/np_fort.npy', np.asfortranarray(want['d']))\n"
     "np.savez(d + '/np.npz', f=want['f'], d=want['d'], i=want['i'])\n"
-    "np.savez_compressed(d + '/np_c.npz', f=want['f'])\n";
+    "np.savez_compressed(d + '/np_c.npz', f=want['f'])\n"
+    "np.savez_compressed(d + '/np_i8.npz', small=np.array([1, -2, 2**31 - 1]),\n"
+    "                    big=np.array([0, -2**31 - 1]))\n"
+    "z = np.load(d + '/all_c.npz')\n"
+    "assert all(z.zip.getinfo(k + '.npy').compress_type == 8 for k in want), z.files\n"
+    "for k, w in want.items():\n"
+    "    assert z[k].tobytes() == w.tobytes() and z[k].shape == w.shape, k\n";
 
 TEST(io_numpy_interop)
 {
@@ -577,6 +852,8 @@ TEST(io_numpy_interop)
     CHECK_INT(ot_save(tmp_path("i.npy"), i), 0);
     CHECK_INT(ot_savez(tmp_path("all.npz"), 3, (const char *[]){"f", "d", "i"},
                        (const ot_tensor *[]){f, d, i}), 0);
+    CHECK_INT(ot_savez_compressed(tmp_path("all_c.npz"), 3, (const char *[]){"f", "d", "i"},
+                                  (const ot_tensor *[]){f, d, i}), 0);
     CHECK_INT(run_python(py, numpy_reads), 0);
     ot_tensor *u = ot_load(be, tmp_path("np_f.npy"));
     CHECK(same_bits(u, f));
@@ -589,8 +866,17 @@ TEST(io_numpy_interop)
     CHECK(same_bits(out[0], i) && same_bits(out[1], f) && same_bits(out[2], d));
     for (int k = 0; k < 3; k++)
         ot_tensor_free(out[k]);
-    CHECK_INT(ot_loadz(be, tmp_path("np_c.npz"), 1, NULL, out), OT_EUNSUPPORTED);
-    CHECK_ERR(OT_EUNSUPPORTED, "deflate");
+    CHECK_INT(ot_loadz(be, tmp_path("np_c.npz"), 1, NULL, out), 1);
+    CHECK(same_bits(out[0], f));
+    ot_tensor_free(out[0]);
+    CHECK_INT(ot_loadz(be, tmp_path("np_i8.npz"), 2, (const char *[]){"small", "big"}, out),
+              OT_EOVERFLOW);
+    CHECK_ERR(OT_EOVERFLOW, "loadz", "np_i8.npz", "-2147483649", "element 1");
+    CHECK_INT(ot_loadz(be, tmp_path("np_i8.npz"), 1, (const char *[]){"small"}, out), 2);
+    int32_t small[3];
+    CHECK_INT(ot_get_n(out[0], small, sizeof small), 0);
+    CHECK(small[0] == 1 && small[1] == -2 && small[2] == INT32_MAX);
+    ot_tensor_free(out[0]);
     ot_tensor_free(f);
     ot_tensor_free(d);
     ot_tensor_free(i);
@@ -890,7 +1176,7 @@ TEST(io_allocation_failures)
         CHECK_INT(rc, OT_ENOMEM);
         CHECK_INT(ot_errcode(), OT_ENOMEM);
     }
-    CHECK(failed > 5);
+    CHECK(failed >= 4);           /* optree's own: libzip allocates through malloc */
     ot_tensor_free(a);
     tmp_clean();
     ot_backend_free(be);

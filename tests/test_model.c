@@ -7,8 +7,12 @@
  */
 #define _POSIX_C_SOURCE 200809L   /* open_memstream */
 #include "test.h"
+#include "replace.h"
 
+#include <errno.h>
 #include <math.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -426,5 +430,98 @@ TEST(model_errors_name_the_call_site_and_shapes)
     ot_tensor_free(x);
     ot_tensor_free(y);
     ot_tensor_free(x3);
+    ot_backend_free(be);
+}
+
+/* The parameters, all of them, into h (sizeof h >= their bytes). */
+static void params_of(const ot_model *m, float *h)
+{
+    ot_tensor *p[4];
+    CHECK_INT(ot_model_parameters(m, 4, p), 4);
+    for (int i = 0, at = 0; i < 4; at += (int)ot_tensor_numel(p[i]), i++)
+        CHECK_INT(ot_get(p[i], h + at), 0);
+}
+
+/* A save that fails at any of its system calls (injected ENOSPC) leaves
+ * the previous save loadable, parameters bit for bit, and no temporary
+ * beside it; a compressed .npz (numpy.savez_compressed's format) loads
+ * too. The code before this fix truncated the old file first. */
+TEST(model_save_failure_keeps_old_file)
+{
+    ot_backend *be = backend("cpu");
+    ot_tensor *x, *y;
+    clusters(be, &x, &y);
+    ot_model *m = classifier(be), *back = classifier(be);
+    char dir[] = "/tmp/ot_model_XXXXXX", path[64], cmd[96];
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/params.npz", dir);
+    CHECK_INT(ot_model_save(m, path), 0);
+    float saved[2 * 16 + 16 + 16 * CLS + CLS], now[sizeof saved / sizeof *saved];
+    params_of(m, saved);
+    CHECK_INT(ot_model_fit(m, x, y, &(ot_fit_opts){.epochs = 1, .batch = 32, .quiet = true}, NULL), 0);
+    int failures = 0;
+    for (long at = 1;; at++) {
+        ot__replace_fail_at(at, ENOSPC);
+        int rc = ot_model_save(m, path);
+        ot__replace_fail_at(0, 0);
+        if (rc == 0)
+            break;
+        failures++;
+        CHECK_ERR(OT_EIO, "params.npz", strerror(ENOSPC));
+        CHECK_INT(ot_model_load(back, path), 0);
+        params_of(back, now);
+        CHECK(memcmp(now, saved, sizeof saved) == 0);
+    }
+    CHECK(failures >= 5);
+    /* the successful save holds the trained parameters */
+    params_of(m, saved);
+    CHECK_INT(ot_model_load(back, path), 0);
+    params_of(back, now);
+    CHECK(memcmp(now, saved, sizeof saved) == 0);
+    /* deflated entries, as numpy.savez_compressed writes them */
+    ot_tensor *p[4];
+    ot_model_parameters(m, 4, p);
+    CHECK_INT(ot_savez_compressed(path, 4, (const char *[]){"w0", "b0", "w1", "b1"},
+                                  (const ot_tensor *const *)p), 0);
+    ot_model *fresh = classifier(be);
+    CHECK_INT(ot_model_load(fresh, path), 0);
+    params_of(fresh, now);
+    CHECK(memcmp(now, saved, sizeof saved) == 0);
+    snprintf(cmd, sizeof cmd, "test $(ls -A '%s' | wc -l) = 1 && rm -r '%s'", dir, dir);
+    CHECK_INT(system(cmd), 0);
+    ot_model_free(fresh);
+    ot_model_free(back);
+    ot_model_free(m);
+    ot_tensor_free(x);
+    ot_tensor_free(y);
+    ot_backend_free(be);
+}
+
+/* A real write failure, no hook: a model too big for the file size limit
+ * (SIGXFSZ ignored: EFBIG) saved over a small one's file fails, and the
+ * small model's file still loads. The code before this fix removed it. */
+TEST(model_save_over_file_size_limit_keeps_old_file)
+{
+    ot_backend *be = backend("cpu");
+    ot_model *tiny = ot_model_new(be, 2), *wide = ot_model_new(be, 2);
+    CHECK_INT(ot_model_linear(tiny, 3, OT_ACT_RELU, 1), 0);
+    CHECK_INT(ot_model_linear(wide, 4096, OT_ACT_RELU, 1), 0);
+    char dir[] = "/tmp/ot_model_XXXXXX", path[64], cmd[96];
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/params.npz", dir);
+    CHECK_INT(ot_model_save(tiny, path), 0);
+    struct rlimit was, lim;
+    signal(SIGXFSZ, SIG_IGN);
+    CHECK_INT(getrlimit(RLIMIT_FSIZE, &was), 0);
+    lim = (struct rlimit){4096, was.rlim_max};
+    CHECK_INT(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    CHECK_INT(ot_model_save(wide, path), OT_EIO);
+    CHECK_INT(setrlimit(RLIMIT_FSIZE, &was), 0);
+    CHECK_ERR(OT_EIO, "params.npz", strerror(EFBIG));
+    CHECK_INT(ot_model_load(tiny, path), 0);
+    snprintf(cmd, sizeof cmd, "test $(ls -A '%s' | wc -l) = 1 && rm -r '%s'", dir, dir);
+    CHECK_INT(system(cmd), 0);
+    ot_model_free(tiny);
+    ot_model_free(wide);
     ot_backend_free(be);
 }

@@ -13,10 +13,14 @@ set -u
 # Open MPI (libopenmpi-dev, openmpi-bin) builds the optional MPI part
 # (build/liboptree_mpi.a) and lets make test run it on 2 ranks: about 12 MB
 # to fetch and 15 s to install, for a test phase of a few seconds.
-PKGS="libopenblas-dev libsleef-dev python3-numpy valgrind libc6-dev gnuplot-nox libopenmpi-dev openmpi-bin"
+# libzip-dev (with zlib) reads and writes .npz archives, stored and
+# deflated. clang and its runtimes (libclang-rt-dev: libFuzzer and the
+# sanitizers) build the libFuzzer targets of `make fuzz-inputs`, which make
+# test runs for a fixed budget.
+PKGS="libopenblas-dev libsleef-dev libzip-dev python3-numpy valgrind libc6-dev gnuplot-nox libopenmpi-dev openmpi-bin clang libclang-rt-dev"
 
 if ! command -v dpkg-query >/dev/null 2>&1; then
-    echo "deps: no dpkg here (not Debian?); install OpenBLAS, SLEEF, NumPy, valgrind and Open MPI yourself: $PKGS"
+    echo "deps: no dpkg here (not Debian?); install OpenBLAS, SLEEF, libzip, NumPy, valgrind, Open MPI and clang yourself: $PKGS"
     exit 0
 fi
 

@@ -257,7 +257,7 @@ fuzz: $(BUILD)/fuzz
 # clang's) into its own tree, the library instrumented for coverage. Ends
 # with "N passed, M failed"; findings go to $(FUZZ_BUILD)/fuzz-findings/.
 SECONDS    ?= 60
-FUZZ_BUILD ?= build/fuzz-inputs
+FUZZ_BUILD ?= $(BUILD)/fuzz-inputs
 FUZZ_SAN   := -fsanitize=address,undefined -fno-sanitize-recover=all
 FUZZ_TARGETS := parse load model
 fuzz-inputs:

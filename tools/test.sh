@@ -14,7 +14,10 @@
 #   unit        ./$BUILD/test_optree
 #   sanitizers  the unit tests rebuilt in $BUILD/san with ASan + UBSan and
 #               the plan verifier (-DOT_VERIFY_PLANS)
-#   fuzz        (the libFuzzer harnesses' phase goes here, after sanitizers)
+#   fuzz        make fuzz-inputs: libFuzzer on ot_parse, ot_load/ot_loadz
+#               and ot_model_load under ASan + UBSan (clang, the library
+#               built into $BUILD/fuzz-inputs), FUZZ_SECONDS (default 10)
+#               per target from the seeds in tools/fuzz_seeds/
 #   cli         tests/cli_check.py: optree-bench's outputs and errors, run
 #               as a user runs it (its machine limits cached in a temporary
 #               directory)
@@ -265,6 +268,15 @@ phase_clang_O0() {
     fi
 }
 
+phase_fuzz() {
+    if ! command -v clang >/dev/null 2>&1; then
+        echo "fuzz: clang not installed (make deps installs it)"
+        record fuzz 0 1 "no clang"
+        return
+    fi
+    run_logged fuzz $TMO make -s -j"$LJOBS" BUILD="$B" SECONDS="${FUZZ_SECONDS:-10}" fuzz-inputs
+}
+
 phase_sanitizers() {
     if ! make -s -j"$LJOBS" WERROR=-Werror BUILD="$B/san" SANFLAGS="$SAN" tests; then
         echo "sanitizers: build FAILED"
@@ -425,7 +437,7 @@ lane1() {
     phase library "SONAME and exported symbols of $B/liboptree.so"
     phase unit "$RB/test_optree (OT_TEST_JOBS=$UNIT_JOBS)"
     phase sanitizers "ASan + UBSan build in $B/san"
-    # The libFuzzer phase (make fuzz-inputs under ASan + UBSan) goes here.
+    phase fuzz "libFuzzer on parse, load and model load (make fuzz-inputs, ASan + UBSan, $B/fuzz-inputs)"
     phase cli "$PY tests/cli_check.py $B/optree-bench"
     phase docs "$PY tools/doc_check.py: the C blocks of README.md and docs/"
 }

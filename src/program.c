@@ -369,6 +369,7 @@ static int check_step(const ot_program *p, const char *fn, int n, ot_tensor *con
         if (!trees[i]) return ot__err_null(fn, "tree");
         if (!outs[i]) return ot__err_set(OT_ENULL, NULL, 0, fn, "output tensor %d is NULL", i);
     }
+    if ((rc = ot__nodes_check(fn, NULL, 0, "trees", n, trees))) return rc;
     ot_clear_error();
     return 0;
 }
@@ -408,6 +409,7 @@ int ot_program_backprop(ot_program *p, ot_node *loss, int n, ot_tensor *const wr
     int rc = check_open(p, fn);
     if (rc) return rc;
     if (!loss) return ot__err_null(fn, "loss");
+    if ((rc = ot__node_check(fn, NULL, 0, "loss", loss))) return rc;
     if (n < 0) return ot__err_set(OT_EINVAL, NULL, 0, fn, "negative count %d", n);
     if (n > 0 && (!wrt || !grads)) return ot__err_set(OT_ENULL, NULL, 0, fn, "%s is NULL",
                                                       wrt ? "grads" : "wrt");
@@ -432,6 +434,7 @@ int ot_program_sgd(ot_program *p, const ot_sgd *o, int n, ot_tensor *const w[], 
 {
     const char *fn = "program_sgd";
     int rc = check_open(p, fn);
+    if (!rc) rc = ot__nodes_check(fn, NULL, 0, "g", n, g);
     if (rc) return rc;
     size_t cap = n > 0 ? 2 * (size_t)n : 1;
     ot_tensor **outs = ot__calloc(cap, sizeof *outs);
@@ -455,6 +458,7 @@ int ot_program_adam(ot_program *p, const ot_adam *o, int n, ot_tensor *const w[]
     const char *fn = "program_adam";
     int rc = check_open(p, fn);
     if (!rc && !o) rc = ot__err_set(OT_ENULL, NULL, 0, fn, "options are NULL");
+    if (!rc) rc = ot__nodes_check(fn, NULL, 0, "g", n, g);
     if (rc) return rc;
     size_t cap = n > 0 ? 3 * (size_t)n : 1;
     ot_tensor **outs = ot__calloc(cap, sizeof *outs);

@@ -1,6 +1,8 @@
 /*
  * node.c - op-tree nodes: the builder (shape, broadcast, dtype and axis
- * checks), composite expansion, refcounts and the per-thread pools.
+ * checks), composite expansion, refcounts, the per-thread pools and the
+ * per-thread queue of dead nodes that makes a use of a released node an
+ * error (optree.h's "Dead nodes").
  *
  * Nothing here knows about execution. Every check that can be made from
  * shapes and dtypes is made here, when the node is built, so that an error
@@ -171,6 +173,12 @@ ot_node *ot__node_alloc(void)
     ot_node *n;
     if (dead_count > OT_DEAD_NODES_KEPT) {   /* never under ASan: see NODE_REUSE */
         n = dead_take();
+        /* The next one to reuse died OT_DEAD_NODES_KEPT releases ago, and its
+         * lines have left L1 (a LIFO cache reused hot nodes): fetch them
+         * while this build goes on (W8: 581 ns a call, 610 without, 588
+         * with the LIFO cache; CPU time, best of 5). */
+        for (size_t i = 0; dead_oldest && i < sizeof *n; i += 64)
+            __builtin_prefetch((const char *)dead_oldest + i, 1);
         ot__clear(n, sizeof *n);
     } else {
         n = ot__calloc(1, sizeof *n);

@@ -105,7 +105,7 @@ struct ot_node {
 static inline bool ot__node_dead(const ot_node *n) { return n && n->kind == OT_NODE_DEAD; }
 /* "<what> is a dead node (add (4,) float32, built at f.c:3): ... by
  * ot_pool_pop at f.c:9" into buf (OT__DEAD_STRLEN chars), for messages. */
-#define OT__DEAD_STRLEN 512
+#define OT__DEAD_STRLEN 1024
 const char *ot__dead_str(const char *what, const ot_node *n, char *buf);
 /* Records OT_ESTATE for fn called at file:line (replacing the slot) with
  * that text; returns the code. */

@@ -859,7 +859,7 @@ static int infer_reshape(const site *st, ot_node *a, proto *p)
 static int infer_concat(const site *st, ot_node *a, ot_node *b, proto *p)
 {
     char sa[OT__SHAPE_STRLEN], sb[OT__SHAPE_STRLEN];
-    int nd = a->shape.ndim, axis;
+    int nd = a->shape.ndim, axis = 0;   /* set by norm_axis; gcc -O3 cannot see it */
     if (nd == 0 || b->shape.ndim != nd)
         return FAIL(st, OT_ESHAPE, "parts of shapes %s and %s: concatenation needs parts of one "
                     "rank, at least 1", ot__shape_str(&a->shape, sa), ot__shape_str(&b->shape, sb));

@@ -622,12 +622,21 @@ static inline ot_node *ot__build_transpose(ot_node *x, ot_transpose_opts o, cons
 /* sum(x * x). Options as a reduction's: (axis, keepdims). */
 #define ot_squared_l2(x, ...) OT__REDUCE(OT_OP_SQUARED_L2, OT__NODE(x), NULL, __VA_ARGS__)
 
-/* Refcounts. ot_retain returns n, so `keep = ot_retain(tree)` reads well. */
-ot_node *ot_retain(ot_node *n);
-void ot_release(ot_node *n);
+/* Refcounts. ot_retain returns n, so `keep = ot_retain(tree)` reads well.
+ * Both refuse a dead node (below) with OT_ESTATE in the error slot naming
+ * the call's file:line: ot_retain returns NULL, ot_release does nothing.
+ * A node dies when ot_release drops its last reference; the macros record
+ * the caller's file:line as the place it died. */
+ot_node *ot_retain_at(ot_node *n, const char *file, int line);
+void ot_release_at(ot_node *n, const char *file, int line);
+ot_node *(ot_retain)(ot_node *n);
+void (ot_release)(ot_node *n);
+#define ot_retain(n) ot_retain_at((n), __FILE__, __LINE__)
+#define ot_release(n) ot_release_at((n), __FILE__, __LINE__)
 
-/* Node accessors. */
-enum { OT_NODE_LEAF = 1, OT_NODE_CONST = 2, OT_NODE_OP = 3 };
+/* Node accessors. OT_NODE_DEAD is the kind of a node whose last reference
+ * was dropped (its pool popped): see "Dead nodes" under Pools. */
+enum { OT_NODE_LEAF = 1, OT_NODE_CONST = 2, OT_NODE_OP = 3, OT_NODE_DEAD = 4 };
 int ot_node_kind(const ot_node *n);
 ot_op ot_node_op(const ot_node *n);            /* OT_OP_NONE for leaf/const */
 ot_op ot_node_tag(const ot_node *n);           /* composite tag or OT_OP_NONE */
@@ -648,13 +657,41 @@ typedef struct ot_pool ot_pool;
 /* Pushes a new innermost pool on this thread. NULL (OT_ENOMEM) on failure. */
 ot_pool *ot_pool_push(void);
 /* Releases every node of p, and of any pool pushed after it, and pops them.
- * OT_ESTATE when p is not on this thread's stack. */
-int ot_pool_pop(ot_pool *p);
+ * OT_ESTATE when p is not on this thread's stack. The macro records the
+ * caller's file:line, which the error of a later use of a node that died
+ * here names. */
+int ot_pool_pop_at(ot_pool *p, const char *file, int line);
+int (ot_pool_pop)(ot_pool *p);
+#define ot_pool_pop(p) ot_pool_pop_at((p), __FILE__, __LINE__)
 /* Releases every node of this thread's default pool, and returns the memory
- * this thread keeps for reuse (a spare pool and up to 256 released nodes,
- * which make a pool and a small tree per assignment allocation-free). Call
- * it before a thread that built trees exits. */
+ * this thread keeps for reuse (a spare pool and the dead nodes below, which
+ * make a pool and a small tree per assignment allocation-free): dead nodes
+ * are freed here, so a later use of one is for ASan or valgrind to see.
+ * Call it before a thread that built trees exits. */
 void ot_pool_drain(void);
+
+/* Dead nodes. A node whose last reference is dropped (by ot_pool_pop or
+ * ot_release) is dead, and a pointer kept to it is stale.
+ * Handing a dead node to a builder (as an operand), ot_assign*, ot_eval,
+ * ot_explain*, ot_autodiff_new, the ot_program_* steps, ot_print, ot_pp,
+ * ot_graphviz, ot_stack_new, ot_substitute, ot_rewrite, ot_retain or
+ * ot_release is an OT_ESTATE error whose message names the call, the op
+ * and shape the node had, where it was built (builders record their
+ * caller's file:line; ot_const and friends record none) and where it died
+ * ("by ot_pool_pop at main.c:42"). ot_node_kind returns OT_NODE_DEAD.
+ *
+ * What is guaranteed: a released node is not handed out again while it is
+ * among the last OT_DEAD_NODES_KEPT nodes released on the thread that
+ * released it, so a use of it is detected until that many more nodes have
+ * died on that thread, or that thread calls ot_pool_drain. After that its
+ * memory is reused by a new node or freed: a use is undefined, and it is
+ * AddressSanitizer and valgrind that can see it (in sanitizer builds no
+ * node memory is reused, only freed). The dead nodes and the nodes kept for
+ * reuse are per thread, as pools are; a node used on another thread than
+ * the one it died on is detected in the same window, racing with that
+ * thread's reuse of the memory. A node retained beyond its pool
+ * (ot_retain) lives until its last ot_release. */
+#define OT_DEAD_NODES_KEPT 256
 
 /* ------------------------------------------------------------------------ */
 /* Printing                                                                  */

@@ -918,6 +918,9 @@ ot_autodiff *ot_autodiff_new(ot_node *tree, ot_node *next_error)
         ot__err_null("autodiff_new", "tree");
         return NULL;
     }
+    if (ot__node_check("autodiff_new", NULL, 0, "the tree", tree) ||
+        ot__node_check("autodiff_new", NULL, 0, "next_error", next_error))
+        return NULL;
     ot_clear_error();
     if (check_new(tree, next_error)) return NULL;
     ot_ad_memo *m = memo_of(tree->be);

@@ -149,11 +149,14 @@ static int assign_check_at(const char *fn, call_site at, int n, ot_tensor *const
         if (!outs[i])
             return ot__err_set(OT_ENULL, at.file, at.line, fn, "output tensor %d is NULL", i);
     }
+    int rc = n == 1 ? ot__node_check(fn, at.file, at.line, "the tree", trees[0])
+                    : ot__nodes_check(fn, at.file, at.line, "trees", n, trees);
+    if (rc) return rc;
     ot_clear_error();
     if (n == 0) return 0;
     ot_backend *be = outs[0]->leaf.be;
     for (int i = 0; i < n; i++) {
-        int rc = check_output(fn, at, i, outs[i], trees[i]);
+        rc = check_output(fn, at, i, outs[i], trees[i]);
         if (rc) return rc;
         if (outs[i]->leaf.be != be)
             return ot__err_set(OT_EBACKEND, at.file, at.line, fn,
@@ -219,6 +222,7 @@ ot_tensor *ot_eval_at(ot_node *tree, const char *file, int line)
         if (!ot_errcode()) ot__err_set(OT_ENULL, file, line, "eval", "tree is NULL");
         return NULL;
     }
+    if (ot__node_check("eval", file, line, "the tree", tree)) return NULL;
     if (!tree->be) {
         ot__err_set(OT_EBACKEND, file, line, "eval",
                     "the tree%s has no tensor leaf to take a backend from",
@@ -302,6 +306,7 @@ int (ot_explain)(const ot_node *tree, FILE *f)
 {
     if (!tree) return ot__err_null("explain", "tree");
     if (!f) return ot__err_set(OT_ENULL, NULL, 0, "explain", "FILE is NULL");
+    if (ot__node_dead(tree)) return ot__dead_err("explain", NULL, 0, "the tree", tree);
     ot_backend *be = tree->be;
     if (!be)
         return ot__err_set(OT_EBACKEND, NULL, 0, "explain",

@@ -69,7 +69,10 @@ struct ot_node {
     bool digest_ok;       /* digest is set: a leaf of a backend, a constant,
                              or an op node built over nodes with digests */
     int line;
+    int died_line;        /* OT_NODE_DEAD: where the last reference was
+                             dropped (died_fn at died_file:died_line) */
     const char *file;
+    const char *died_fn, *died_file;
     ot_backend *be;       /* backend of the first leaf below, or NULL */
     ot_shape shape;
     ot_node *a, *b;       /* operands (retained), NULL when absent */
@@ -79,7 +82,9 @@ struct ot_node {
     double value;         /* OT_NODE_CONST */
     ot_args args;         /* attributes in force, spec_ NULL, axis normalised
                              (0..ndim-1 of the operand, or OT_AXIS_ALL) */
-    ot_node *next_dead;   /* worklist link while being destroyed */
+    ot_node *next_dead;   /* worklist link while being destroyed; once
+                             dead, the link of the thread's queue of dead
+                             nodes (node.c) */
     _Atomic(ot_memo *) memo;  /* set once, by the first assignment of this
                                  root that can be memoised */
     ot__annot *annot;     /* name and metadata, NULL when none (names.c);
@@ -90,6 +95,33 @@ struct ot_node {
                              (ot__node_digest): equal for trees that compile
                              to the same plan with the same bindings */
 };
+
+/* Dead nodes (node.c; optree.h's "Dead nodes"): a node whose last
+ * reference was dropped keeps kind OT_NODE_DEAD, its op, shape, dtype and
+ * build site, and the site that killed it, while it is among the last
+ * OT_DEAD_NODES_KEPT released on its thread. Every entry point checks each
+ * node it is handed (a live root holds its whole tree, so roots and builder
+ * operands suffice) with ot__node_check: one load and compare when live. */
+static inline bool ot__node_dead(const ot_node *n) { return n && n->kind == OT_NODE_DEAD; }
+/* "<what> is a dead node (add (4,) float32, built at f.c:3): ... by
+ * ot_pool_pop at f.c:9" into buf (OT__DEAD_STRLEN chars), for messages. */
+#define OT__DEAD_STRLEN 1024
+const char *ot__dead_str(const char *what, const ot_node *n, char *buf);
+/* Records OT_ESTATE for fn called at file:line (replacing the slot) with
+ * that text; returns the code. */
+int ot__dead_err(const char *fn, const char *file, int line, const char *what, const ot_node *n);
+static inline int ot__node_check(const char *fn, const char *file, int line, const char *what,
+                                 const ot_node *n)
+{
+    return ot__node_dead(n) ? ot__dead_err(fn, file, line, what, n) : 0;
+}
+/* The same over nodes[0..n-1], naming the first dead one "<array>[i]"
+ * (NULL entries and a NULL array are left to the caller's checks). */
+int ot__nodes_check(const char *fn, const char *file, int line, const char *array, int n,
+                    ot_node *const nodes[]);
+/* Nodes released on this thread, ever (the fuzzer compares two readings
+ * with OT_DEAD_NODES_KEPT to know which dead nodes it may still touch). */
+uint64_t ot__nodes_released(void);
 
 /* Adds a new node (holding one reference, the creator's) to the innermost
  * pool of this thread, which takes that reference over. On allocation

@@ -489,6 +489,7 @@ static bool write_expr(const form *fm, const dag *d, const ot_node *top, FILE *f
 static int walk(const form *fm, const ot_node *tree, FILE *f)
 {
     int rc = print_begin(fm->fn, tree, "tree", f);
+    if (!rc) rc = ot__node_check(fm->fn, NULL, 0, "the tree", tree);
     if (rc) return rc;
     dag d = {.walker = {.visit = dag_visit, .composites = fm->composites}};
     d.walker.ctx = &d;
@@ -762,6 +763,7 @@ static int dot_visit(ot__walker *w, const ot_node *n, int id, const int operand[
 int ot_graphviz(const ot_node *tree, FILE *f)
 {
     int rc = print_begin("ot_graphviz", tree, "tree", f);
+    if (!rc) rc = ot__node_check("ot_graphviz", NULL, 0, "the tree", tree);
     if (rc) return rc;
     ot__walker w = {.visit = dot_visit, .ctx = f};
     fputs("digraph optree {\n", f);

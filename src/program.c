@@ -421,6 +421,7 @@ static int check_step(const ot_program *p, int n, ot_tensor *const outs[], ot_no
         if (!trees[i]) return null_arg(p, "tree");
         if (!outs[i]) return FAIL(p, OT_ENULL, "output tensor %d is NULL", i);
     }
+    if ((rc = ot__nodes_check(p->at.fn, p->at.file, p->at.line, "trees", n, trees))) return rc;
     ot_clear_error();
     return 0;
 }
@@ -465,6 +466,7 @@ static int add_backprop(ot_program *p, ot_node *loss, int n, ot_tensor *const wr
     int rc = check_open(p);
     if (rc) return rc;
     if (!loss) return null_arg(p, "loss");
+    if ((rc = ot__node_check(p->at.fn, p->at.file, p->at.line, "loss", loss))) return rc;
     if (n < 0) return FAIL(p, OT_EINVAL, "negative count %d", n);
     if (n > 0 && (!wrt || !grads)) return FAIL(p, OT_ENULL, "%s is NULL", wrt ? "grads" : "wrt");
     for (int i = 0; i < n; i++)
@@ -494,6 +496,7 @@ static int add_sgd(ot_program *p, const ot_sgd *o, int n, ot_tensor *const w[],
                    ot_node *const g[], ot_tensor *const vel[])
 {
     int rc = check_open(p);
+    if (!rc) rc = ot__nodes_check(p->at.fn, p->at.file, p->at.line, "g", n, g);
     if (rc) return rc;
     size_t cap = n > 0 ? 2 * (size_t)n : 1;
     ot_tensor **outs = ot__calloc(cap, sizeof *outs);
@@ -524,6 +527,7 @@ static int add_adam(ot_program *p, const ot_adam *opts, int n, ot_tensor *const 
     ot_adam o;
     int rc = check_open(p);
     if (!rc) rc = ot__adam_opts(&p->at, opts, &o);
+    if (!rc) rc = ot__nodes_check(p->at.fn, p->at.file, p->at.line, "g", n, g);
     if (rc) return rc;
     size_t cap = n > 0 ? 3 * (size_t)n : 1;
     ot_tensor **outs = ot__calloc(cap, sizeof *outs);

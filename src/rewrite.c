@@ -669,6 +669,7 @@ ot_node *ot_rewrite(ot_node *tree, const char *sets)
         ot__err(OT_ENULL, NULL, 0, "rewrite", "tree is NULL");
         return NULL;
     }
+    if (ot__node_check("rewrite", NULL, 0, "the tree", tree)) return NULL;
     struct ot__rewrite *rw;
     if (configure(sets, "sets", "rewrite", &rw)) return NULL;
     ot_node *out = tree;

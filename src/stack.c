@@ -189,6 +189,7 @@ ot_stack *ot_stack_new(const ot_node *tree)
         ot__err_null("ot_stack_new", "tree");
         return NULL;
     }
+    if (ot__node_check("ot_stack_new", NULL, 0, "the tree", tree)) return NULL;
     ot_clear_error();
     return ot__stack_new_many(1, &tree, NULL);
 }
@@ -252,6 +253,7 @@ ot_node *ot_substitute(ot_node *tree, ot_tensor *old, ot_tensor *new_t)
         ot__err(OT_ENULL, NULL, 0, "substitute", "%s is NULL", what);
         return NULL;
     }
+    if (ot__node_check("substitute", NULL, 0, "the tree", tree)) return NULL;
     if (!ot__shape_eq(&old->leaf.shape, &new_t->leaf.shape)) {
         char so[OT__SHAPE_STRLEN], sn[OT__SHAPE_STRLEN];
         ot__err(OT_ESHAPE, NULL, 0, "substitute", "shapes %s and %s differ",

@@ -17,6 +17,7 @@
 #include "fuzz.h"
 
 #include "optree.h"
+#include "internal.h"   /* ot__nodes_released: which dead nodes are still checkable */
 #include "../examples/custom_ops.h"
 #include "replace.h"
 
@@ -49,15 +50,15 @@ enum { OUT_FRESH, OUT_STRIDED, OUT_BCAST, OUT_LEAF, OUT_SAME };
 /* What went wrong; a shrink keeps a candidate only when it fails the same way. */
 enum {
     FK_OK, FK_CRASH, FK_RC, FK_VALUE, FK_THREADS, FK_JIT, FK_ELEMOPS, FK_GRAD_RC, FK_GRAD, FK_FD,
-    FK_PARSE, FK_REBUILD, FK_PROGRAM, FK_SAVE, FK_COUNT
+    FK_PARSE, FK_REBUILD, FK_PROGRAM, FK_SAVE, FK_DEAD, FK_COUNT
 };
 static const char *const fail_names[FK_COUNT] = {
     "ok", "crash", "error-code mismatch", "forward value", "threads bitwise",
     "jit bitwise", "elem_ops", "grad error-code mismatch", "grad value", "finite difference",
-    "ot_pp/ot_parse round trip", "rebuilt tree", "program bitwise", "save/load"};
+    "ot_pp/ot_parse round trip", "rebuilt tree", "program bitwise", "save/load", "dead node"};
 static const char *const fail_area[FK_COUNT] = {
     "-", "compile/exec", "compile/exec", "kernels", "compile/exec", "jit", "compile/exec",
-    "autodiff", "autodiff", "autodiff", "print/parse", "plan cache", "program", "io"};
+    "autodiff", "autodiff", "autodiff", "print/parse", "plan cache", "program", "io", "pools"};
 
 typedef struct fz_leaf {
     ot_dtype dtype;
@@ -91,6 +92,7 @@ typedef struct fz_ir {
     int ne;                 /* grad: next_error leaf, or -1 for ones */
     int ncfg;
     int cfg[NCFG];          /* cpu configurations to run */
+    uint64_t pops_seed;     /* check_pops' draws: pools, pops, uses */
 } fz_ir;
 
 /* ---- random numbers ------------------------------------------------------ */
@@ -1877,6 +1879,8 @@ static void check_save(const fz_ir *ir, fz_fail *f)
     ot_clear_error();
 }
 
+static void check_pops(const fz_ir *ir, fz_fail *f);
+
 static void check_tree(const fz_ir *ir, fz_fail *f)
 {
     if (!ref_be) ref_be = ot_backend_new("ref", NULL);
@@ -1887,7 +1891,275 @@ static void check_tree(const fz_ir *ir, fz_fail *f)
         if (!f->kind) check_parse(ir, f);
         if (!f->kind) check_save(ir, f);
     }
+    if (!f->kind) check_pops(ir, f);
     ot_pool_drain();
+}
+
+/* ---- dead nodes: pools popped at random points --------------------------- */
+
+/* The tree is built node by node into a stack of pools that is pushed and
+ * popped at random points, with nodes retained and released at random, and
+ * between builds a random built node is used (built on, evaluated,
+ * printed, retained, released). Whether a node lives is known from a model
+ * where it can be (its pool not popped, or retained here: live; neither,
+ * and no possibly live parent in the tree: dead); where it cannot (a parent
+ * may hold it) ot_node_kind says, and every use must agree: a dead node
+ * fails with OT_ESTATE naming where it was built (the fuzzer builds at
+ * "fuzz":index) and where it died, never a crash or rc 0; a live one works,
+ * its values bitwise those of the same node of an intact build on ref. A
+ * node is touched only while it is among the last OT_DEAD_NODES_KEPT
+ * released (ot__nodes_released): after that its memory may be reused. */
+
+#define POPS_DEPTH 4
+
+typedef struct pops {
+    const fz_ir *ir;
+    fz_fail *f;
+    rng r;
+    fz_inst ref;                  /* the intact build: the oracle */
+    ot_node *node[FZ_MAXN];       /* this build's nodes (NULL: not built) */
+    int home[FZ_MAXN];            /* the serial of the pool it was built in */
+    int held[FZ_MAXN];            /* references this check holds */
+    bool doomed[FZ_MAXN];         /* stamp set: it may have died since */
+    uint64_t stamp[FZ_MAXN];      /* ot__nodes_released() before that */
+    ot_pool *pool[POPS_DEPTH];
+    int serial[POPS_DEPTH];       /* each pool's, unique in the check */
+    int depth, pushes;            /* pools on the stack, and ever pushed */
+    FILE *sink;
+} pops;
+
+static bool pops_owned(const pops *p, int k)
+{
+    if (!p->node[k]) return false;
+    for (int i = 0; i < p->depth; i++)
+        if (p->serial[i] == p->home[k]) return true;
+    return p->held[k] > 0;
+}
+
+static void pops_push(pops *p)
+{
+    p->serial[p->depth] = ++p->pushes;
+    p->pool[p->depth++] = ot_pool_push();
+}
+
+/* Whether node k may be alive: owned, or read by a node that may be. */
+static void pops_maybe(const pops *p, bool *maybe)
+{
+    for (int k = p->ir->nn - 1; k >= 0; k--) maybe[k] = pops_owned(p, k);
+    for (int k = p->ir->nn - 1; k >= 0; k--) {
+        const fz_node *n = &p->ir->n[k];
+        if (!maybe[k] || n->op < 0) continue;
+        if (n->a >= 0) maybe[n->a] = true;
+        if (n->b >= 0) maybe[n->b] = true;
+    }
+}
+
+/* After a pop or release: nodes no longer owned may die from now on. */
+static void pops_stamp(pops *p, uint64_t before)
+{
+    for (int k = 0; k < p->ir->nn; k++)
+        if (p->node[k] && !pops_owned(p, k) && !p->doomed[k]) {
+            p->doomed[k] = true;
+            p->stamp[k] = before;
+        }
+}
+
+static bool pops_touchable(const pops *p, int k)
+{
+    if (!p->node[k] || p->ir->n[k].op == FZ_LEAF) return false;
+    return pops_owned(p, k) || ot__nodes_released() - p->stamp[k] < OT_DEAD_NODES_KEPT;
+}
+
+/* Node k as the model and ot_node_kind see it: 1 live, 0 dead, -1 a
+ * contradiction (reported). */
+static int pops_state(pops *p, int k, const char *when)
+{
+    bool maybe[FZ_MAXN];
+    pops_maybe(p, maybe);
+    bool dead = ot_node_kind(p->node[k]) == OT_NODE_DEAD;
+    if ((dead && pops_owned(p, k)) || (!dead && !maybe[k])) {
+        fail_set(p->f, FK_DEAD, -1, -1, "%s: node %d is %s but %s", when, k,
+                 dead ? "dead" : "alive", dead ? "its pool is live or it is retained"
+                                               : "nothing can hold it");
+        return -1;
+    }
+    return !dead;
+}
+
+/* The error a use of dead node k must leave: OT_ESTATE naming both sites. */
+static void pops_expect_dead(pops *p, int k, const char *use, bool failed)
+{
+    char built[32];
+    snprintf(built, sizeof built, "built at fuzz:%d", k);
+    const char *m = ot_errmsg();
+    bool named = strstr(m, "is a dead node") && strstr(m, "dropped by ot_") &&
+                 (p->ir->n[k].op == FZ_CONST || strstr(m, built));
+    if (!failed || ot_errcode() != OT_ESTATE || !named)
+        fail_set(p->f, FK_DEAD, -1, -1, "%s of dead node %d: %s, error %d '%.300s'", use, k,
+                 failed ? "failed" : "succeeded", ot_errcode(), m);
+    ot_clear_error();
+}
+
+/* Evaluates node k of this build and of the intact one: same code, and
+ * bitwise the same values. */
+static void pops_eval(pops *p, int k)
+{
+    ot_tensor *t = ot_eval(p->node[k]);
+    int rc = t ? 0 : ot_errcode();
+    ot_clear_error();
+    ot_tensor *u = ot_eval(p->ref.node[k]);
+    int want = u ? 0 : ot_errcode();
+    ot_clear_error();
+    int64_t n = 0, m = 0;
+    double *v = t ? get_values(t, &n) : NULL, *w = u ? get_values(u, &m) : NULL;
+    if (rc != want || n != m || (v && w && memcmp(v, w, (size_t)n * sizeof *v) != 0))
+        fail_set(p->f, FK_DEAD, -1, -1, "eval of live node %d: rc %d, intact build rc %d%s", k,
+                 rc, want, rc == want ? ", values differ" : "");
+    free(v);
+    free(w);
+    ot_tensor_free(t);
+    ot_tensor_free(u);
+}
+
+/* ot_assign of node k into a fresh tensor of its shape: 0 or the code. */
+static int pops_assign(ot_node *n)
+{
+    ot_tensor *out = ot_empty(ref_be, ot_node_shape(n), ot_node_dtype(n));
+    int rc = out ? ot_assign(out, n) : -1000;
+    ot_tensor_free(out);
+    return rc;
+}
+
+/* One use of node k, live or dead. */
+static void pops_use(pops *p, int k)
+{
+    int live = pops_state(p, k, "use");
+    if (live < 0) return;
+    ot_node *n = p->node[k];
+    switch (rnd(&p->r, 6)) {
+    case 0:
+        if (live) pops_eval(p, k);
+        else pops_expect_dead(p, k, "ot_eval", ot_eval(n) == NULL);
+        break;
+    case 1: {
+        ot_node *c = ot_cast(n, .dtype = OT_F64);
+        if (!live) pops_expect_dead(p, k, "a builder", c == NULL);
+        else if (!c) fail_set(p->f, FK_DEAD, -1, -1, "cast of live node %d: %s", k, ot_errmsg());
+        break;
+    }
+    case 2: {
+        int rc = ot_pp(n, p->sink);
+        if (!live) pops_expect_dead(p, k, "ot_pp", rc != 0);
+        else if (rc) fail_set(p->f, FK_DEAD, -1, -1, "ot_pp of live node %d: %s", k, ot_errmsg());
+        break;
+    }
+    case 3:
+        if (!live) {
+            pops_expect_dead(p, k, "ot_retain", ot_retain(n) == NULL);
+        } else if (ot_retain(n) == n) {
+            p->held[k]++;
+        }
+        break;
+    case 4:
+        if (!live) {
+            ot_release(n);
+            pops_expect_dead(p, k, "ot_release", true);
+        }
+        break;
+    default:
+        if (!live) pops_expect_dead(p, k, "ot_assign", pops_assign(n) != 0);
+    }
+}
+
+/* Builds node k in the innermost pool; a dead operand makes it fail. */
+static void pops_build(pops *p, int k)
+{
+    const fz_node *n = &p->ir->n[k];
+    int dead_operand = -1;
+    bool missing = false;
+    for (int i = 0; n->op >= 0 && i < 2; i++) {
+        int o = i ? n->b : n->a;
+        if (o < 0 || p->ir->n[o].op == FZ_LEAF) continue;
+        if (!pops_touchable(p, o)) return;   /* dead long ago, or never built */
+        int live = pops_state(p, o, "build");
+        if (live < 0) return;
+        if (!live && dead_operand < 0) dead_operand = o;   /* operand 1 is named first */
+    }
+    for (int i = 0; n->op >= 0 && i < 2; i++) {
+        int o = i ? n->b : n->a;
+        if (o >= 0 && !p->node[o]) missing = true;
+    }
+    fz_inst view = {0};
+    memcpy(view.view, p->ref.view, sizeof view.view);
+    memcpy(view.node, p->node, sizeof view.node);
+    p->node[k] = node_build(p->ir, &view, k);
+    p->home[k] = p->serial[p->depth - 1];
+    if (dead_operand >= 0 && !missing) pops_expect_dead(p, dead_operand, "a build", !p->node[k]);
+    else if (!missing && !p->node[k])
+        fail_set(p->f, FK_DEAD, -1, -1, "build of node %d over live operands: %s", k, ot_errmsg());
+    else if (missing && p->node[k])
+        fail_set(p->f, FK_DEAD, -1, -1, "build of node %d over a NULL operand succeeded", k);
+    ot_clear_error();
+}
+
+static void pops_pop(pops *p, int level)
+{
+    uint64_t before = ot__nodes_released();
+    ot_pool_pop(p->pool[level]);
+    p->depth = level;
+    pops_stamp(p, before);
+}
+
+static void pops_release(pops *p, int k)
+{
+    uint64_t before = ot__nodes_released();
+    ot_release(p->node[k]);
+    p->held[k]--;
+    pops_stamp(p, before);
+}
+
+/* A random event between two builds. */
+static void pops_event(pops *p)
+{
+    int e = rnd(&p->r, 100), k = rnd(&p->r, p->ir->nn);
+    if (e < 20 && p->depth < POPS_DEPTH) {
+        pops_push(p);
+    } else if (e < 35 && p->depth > 1) {
+        pops_pop(p, 1 + rnd(&p->r, p->depth - 1));
+    } else if (e < 45 && p->held[k] > 0) {
+        pops_release(p, k);
+    } else if (e < 80 && pops_touchable(p, k)) {
+        pops_use(p, k);
+    }
+}
+
+static void check_pops(const fz_ir *ir, fz_fail *f)
+{
+    pops *p = calloc(1, sizeof *p);
+    p->ir = ir;
+    p->f = f;
+    p->r.s = ir->pops_seed;
+    p->sink = fopen("/dev/null", "w");
+    if (inst_build(ref_be, ir, NULL, &p->ref) == 0 && p->sink) {
+        pops_push(p);
+        for (int k = 0; k < ir->nn && !f->kind; k++) {
+            for (int e = rnd(&p->r, 4); e > 0 && !f->kind; e--) pops_event(p);
+            pops_build(p, k);
+        }
+        for (int k = 0; k < ir->nn; k++)   /* let go: then everything dies */
+            while (p->held[k] > 0 && !f->kind) pops_release(p, k);
+        if (p->depth) pops_pop(p, 0);
+        for (int k = 0; k < ir->nn && !f->kind; k++)
+            if (pops_touchable(p, k) && pops_state(p, k, "at the end") == 0)
+                pops_expect_dead(p, k, "ot_assign", pops_assign(p->node[k]) != 0);
+    }
+    for (int k = 0; k < ir->nn; k++)
+        while (p->held[k] > 0) pops_release(p, k);
+    if (p->depth) ot_pool_pop(p->pool[0]);
+    inst_free(&p->ref, ir->nl);
+    if (p->sink) fclose(p->sink);
+    free(p);
+    ot_clear_error();
 }
 
 /* ---- isolation ----------------------------------------------------------- */
@@ -1957,6 +2229,7 @@ static void draw_tree(uint64_t seed, int64_t i, int modes, int all_configs, fz_i
         for (int c = 0; c < 4; c++) ir->cfg[ir->ncfg++] = base + c;
         ir->cfg[ir->ncfg++] = FUSION_OFF;
     }
+    ir->pops_seed = next_u64(&r);   /* last: the draws above stay as they were */
 }
 
 /* ---- shrinking ----------------------------------------------------------- */

@@ -2,7 +2,9 @@
  * fuzz.h - the property-based differential fuzzer (tests/fuzz.c): random
  * op-trees drawn from the op table, run on the ref backend (the oracle) and
  * on cpu backends under every ISA table, JIT on/off, 1 and 3 threads and
- * fusion off; gradients against ref and central differences. A failure is
+ * fusion off; gradients against ref and central differences; each tree
+ * also built again through pools pushed and popped at random points, every
+ * use of a dead node an OT_ESTATE error (check_pops). A failure is
  * shrunk and printed as a C snippet. Used by tests/test_fuzz.c (a fixed
  * budget in the unit suite) and tools/fuzz_main.c (`make fuzz`).
  */

@@ -71,6 +71,7 @@ static int out_of_memory(const char *fn)
 int ot_node_set_name(ot_node *n, const char *name)
 {
     if (!n) return ot__err_null("node_set_name", "node");
+    if (ot__node_dead(n)) return ot__dead_err("node_set_name", NULL, 0, "the node", n);
     ot_clear_error();
     if (name && !*name) name = NULL;
     size_t len = name ? strlen(name) : 0;
@@ -164,6 +165,7 @@ static bool meta_append(ot_node *n, char *key, char *value)
 int ot_node_set_meta(ot_node *n, const char *key, const char *value)
 {
     if (!n) return ot__err_null("node_set_meta", "node");
+    if (ot__node_dead(n)) return ot__dead_err("node_set_meta", NULL, 0, "the node", n);
     ot_clear_error();
     int rc = key_check(key);
     if (rc) return rc;

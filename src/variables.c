@@ -86,10 +86,12 @@ int ot_variables(const ot_node *tree, int n, ot_tensor *out[])
     if (!tree) return ot__err_set(OT_ENULL, NULL, 0, fn, "tree is NULL");
     if (n < 0) return ot__err_set(OT_EINVAL, NULL, 0, fn, "negative count %d", n);
     if (n > 0 && !out) return ot__err_set(OT_ENULL, NULL, 0, fn, "out is NULL");
+    int rc = ot__node_check(fn, NULL, 0, "the tree", tree);
+    if (rc) return rc;
     ot_clear_error();
     listing l = {.n = n, .out = out};
     ot__walker w = {.visit = visit, .ctx = &l};
-    int rc = ot__walker_run(&w, tree);
+    rc = ot__walker_run(&w, tree);
     ot__walker_free(&w);
     free(l.seen);
     if (rc < 0) return ot__err_set(OT_ENOMEM, NULL, 0, fn, "out of memory");

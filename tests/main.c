@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
+#include <time.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -123,20 +124,30 @@ static int run_in_process(const test_case *c)
     return failures == 0;
 }
 
-static void print_result(const test_case *c, int ok)
+/* Seconds since an earlier now_s(), for each case's result line: the
+ * suite's time is the sum of its cases', and this says where it goes. */
+static double now_s(void)
 {
-    printf("%s %s (%s)\n", ok ? "[ OK ]" : "[FAIL]", c->name, c->file);
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void print_result(const test_case *c, int ok, double secs)
+{
+    printf("%s %s (%s) %.1f s\n", ok ? "[ OK ]" : "[FAIL]", c->name, c->file, secs);
     fflush(stdout);
 }
 
 /* A case running in a child: its output goes to a private file, copied to
  * stdout with the case's result line when it ends, so that cases running
  * side by side never interleave their messages. */
-typedef struct running { pid_t pid; const test_case *c; FILE *out; } running;
+typedef struct running { pid_t pid; const test_case *c; FILE *out; double t0; } running;
 
 static void start_child(const test_case *c, running *r)
 {
     r->c = c;
+    r->t0 = now_s();
     r->out = tmpfile();
     fflush(NULL);
     r->pid = fork();
@@ -166,7 +177,7 @@ static int finish_child(running *r, int status)
         printf("  killed by signal %d%s\n", WTERMSIG(status),
                WTERMSIG(status) == SIGALRM ? " (timeout)" : "");
     int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    print_result(r->c, ok);
+    print_result(r->c, ok, now_s() - r->t0);
     return ok;
 }
 
@@ -216,8 +227,9 @@ int main(int argc, char **argv)
             }
             if (run[nrun].out) fclose(run[nrun].out);   /* no fork: run it here */
         }
+        double t0 = now_s();
         int ok = run_in_process(c);
-        print_result(c, ok);
+        print_result(c, ok, now_s() - t0);
         if (ok) passed++;
         else failed++;
     }

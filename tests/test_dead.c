@@ -328,3 +328,22 @@ TEST(dead_other_thread)
     pthread_join(t, NULL);
     teardown(&h.t);
 }
+
+/* Names, metadata and ot_variables of a dead node: a name attached to a
+ * dead node would leak when its memory is reused, and ot_variables listed
+ * nothing with rc 0. */
+TEST(dead_names_and_variables)
+{
+    fixture t = setup();
+    corpse c = kill_sum(t.x, t.y);
+    CHECK_INT(ot_node_set_name(c.node, "h"), OT_ESTATE);
+    CHECK_DEAD(c, "node_set_name", "the node");
+    CHECK_INT(ot_node_set_meta(c.node, "k", "v"), OT_ESTATE);
+    CHECK_DEAD(c, "node_set_meta", "the node");
+    CHECK(ot_named(c.node, "h") == NULL);
+    CHECK_DEAD(c, "node_set_name", "the node");
+    ot_tensor *vars[2];
+    CHECK_INT(ot_variables(c.node, 2, vars), OT_ESTATE);
+    CHECK_DEAD(c, "variables", "the tree");
+    teardown(&t);
+}

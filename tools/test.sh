@@ -14,10 +14,6 @@
 #   unit        ./$BUILD/test_optree
 #   sanitizers  the unit tests rebuilt in $BUILD/san with ASan + UBSan and
 #               the plan verifier (-DOT_VERIFY_PLANS)
-#   fuzz        make fuzz-inputs: libFuzzer on ot_parse, ot_load/ot_loadz
-#               and ot_model_load under ASan + UBSan (clang, the library
-#               built into $BUILD/fuzz-inputs), FUZZ_SECONDS (default 10)
-#               per target from the seeds in tools/fuzz_seeds/
 #   cli         tests/cli_check.py: optree-bench's outputs and errors, run
 #               as a user runs it (its machine limits cached in a temporary
 #               directory)
@@ -35,6 +31,10 @@
 #               (halt_on_error) and fails it. OpenBLAS runs single-threaded
 #               there, and tools/tsan.supp silences third-party libraries
 #               only, never optree's own code.
+#   fuzz        make fuzz-inputs: libFuzzer on ot_parse, ot_load/ot_loadz
+#               and ot_model_load under ASan + UBSan (clang, the library
+#               built into $BUILD/fuzz-inputs), FUZZ_SECONDS (default 10)
+#               per target from the seeds in tools/fuzz_seeds/
 #   mpi         ot_allreduce and examples/mlp_mpi.c on 2 and 3 ranks
 #   valgrind    every example in $BUILD/examples under valgrind
 #   arm64       on x86-64 hosts, the NEON table's quick check:
@@ -437,7 +437,6 @@ lane1() {
     phase library "SONAME and exported symbols of $B/liboptree.so"
     phase unit "$RB/test_optree (OT_TEST_JOBS=$UNIT_JOBS)"
     phase sanitizers "ASan + UBSan build in $B/san"
-    phase fuzz "libFuzzer on parse, load and model load (make fuzz-inputs, ASan + UBSan, $B/fuzz-inputs)"
     phase cli "$PY tests/cli_check.py $B/optree-bench"
     phase docs "$PY tools/doc_check.py: the C blocks of README.md and docs/"
 }
@@ -446,6 +445,7 @@ lane2() {
     phase numpy "$PY tests/diff_numpy.py $B/liboptree.so"
     phase tsan "ThreadSanitizer build in $B/tsan, the cases with \"thread\" in their name or file"
     phase mpi "$B/mpi/test_allreduce on 2 and 3 ranks, $B/mpi/mlp_mpi on 2"
+    phase fuzz "libFuzzer on parse, load and model load (make fuzz-inputs, ASan + UBSan, $B/fuzz-inputs)"
     phase valgrind "$B/examples/* on ref and on cpu (OT_ISA=sse2, and avx2 where the CPU has it; OT_EXAMPLE_SMALL=1)"
     if [ "$(uname -m)" = x86_64 ] && [ "${OT_TEST_ARM64:-1}" != 0 ]; then
         phase arm64 "the NEON table under qemu-aarch64 (ARM64_QUICK=1 tools/test_arm64.sh, $B/arm64)"

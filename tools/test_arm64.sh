@@ -1,7 +1,7 @@
 #!/bin/sh
 # test_arm64.sh - `make test-arm64`: the arm64 build (NEON kernel table)
 # tested on an x86 machine. Installs what it lacks (cross gcc, qemu-user,
-# the arm64 SLEEF and OpenBLAS through Debian multiarch) as tools/deps.sh
+# the arm64 SLEEF, OpenBLAS and libzip through Debian multiarch) as tools/deps.sh
 # does, cross-builds the library, unit tests and examples into build/arm64
 # and runs them under qemu-aarch64; ends with one "N passed, M failed" line.
 #
@@ -28,7 +28,7 @@ cd "$(dirname "$0")/.." || exit 1
 B=${BUILD_ARM64:-build/arm64}
 JOBS=${JOBS:-2}
 CROSS=aarch64-linux-gnu-gcc
-PKGS="gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user libsleef-dev:arm64 libopenblas-dev:arm64"
+PKGS="gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user libsleef-dev:arm64 libopenblas-dev:arm64 libzip-dev:arm64"
 
 have() {
     [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" = "install ok installed" ]

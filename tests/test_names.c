@@ -555,7 +555,7 @@ TEST(names_allocation_failures)
         ot_node *c = ot_neg(x);
         ot__alloc_fail_at(n);
         int rc = ot_node_set_name(c, "h"), set = 0;
-        char key[8];
+        char key[16];
         for (; set < 6 && rc == 0; set += rc == 0) {
             snprintf(key, sizeof key, "k%d", set);
             rc = ot_node_set_meta(c, key, "value");

@@ -214,7 +214,7 @@ TEST(program_mlp_training_bitwise)
             for (int d = 0; d < sh[i].ndim; d++) n *= sh[i].dims[d];
             float *h = malloc(sizeof *h * (size_t)n);
             mlp_init(h, i, n);
-            char name[8];
+            char name[16];
             snprintf(name, sizeof name, "w%d", i);
             prog.w[i] = ot_program_variable(p, name, sh[i], OT_F32, OT_INIT_HOST(h));
             plain.w[i] = ot_array(be, sh[i], OT_F32, h);
@@ -301,7 +301,7 @@ TEST(program_adam_tracks_ot_adam_step)
             for (int d = 0; d < sh[i].ndim; d++) n *= sh[i].dims[d];
             float *h = malloc(sizeof *h * (size_t)n);
             mlp_init(h, i, n);
-            char name[8];
+            char name[16];
             snprintf(name, sizeof name, "w%d", i);
             w[0][i] = ot_program_variable(p, name, sh[i], OT_F32, OT_INIT_HOST(h));
             w[1][i] = ot_array(be, sh[i], OT_F32, h);

@@ -278,7 +278,7 @@ phase_fuzz() {
 }
 
 phase_sanitizers() {
-    if ! make -s -j"$LJOBS" WERROR=-Werror BUILD="$B/san" SANFLAGS="$SAN" tests; then
+    if ! make -s -j"$LJOBS" WERROR=-Werror TOPT=-O1 BUILD="$B/san" SANFLAGS="$SAN" tests; then
         echo "sanitizers: build FAILED"
         record sanitizers 0 1 "sanitizer build failed"
         return
@@ -288,7 +288,7 @@ phase_sanitizers() {
 }
 
 phase_tsan() {
-    if ! make -s -j"$LJOBS" WERROR=-Werror BUILD="$B/tsan" SANFLAGS='-fsanitize=thread' tests; then
+    if ! make -s -j"$LJOBS" WERROR=-Werror TOPT=-O1 BUILD="$B/tsan" SANFLAGS='-fsanitize=thread' tests; then
         echo "tsan: build FAILED"
         record tsan 0 1 "tsan build failed"
         return
@@ -351,17 +351,17 @@ phase_mpi() {
 # The environment goes before valgrind: "valgrind env ... prog" would check
 # env and run the program natively.
 vg_case() {   # name, log, environment (VAR=value ...), command...
-    _name=$1 _log=$2 _env=$3
+    _case=$1 _log=$2 _env=$3
     shift 3
     # shellcheck disable=SC2086  # _env is a list of assignments
     $TMO_EX env $_env valgrind -q --error-exitcode=1 --leak-check=full \
         --errors-for-leak-kinds=definite,indirect,possible "$@" >"$_log" 2>&1
     _rc=$?
     if [ "$_rc" -eq 0 ]; then
-        echo "[ OK ] $_name"
+        echo "[ OK ] $_case"
         vp=$((vp + 1))
     else
-        echo "[FAIL] $_name (exit status $_rc; log $_log), last lines:"
+        echo "[FAIL] $_case (exit status $_rc; log $_log), last lines:"
         tail -n 30 "$_log" | sed 's/^/    /'
         vf=$((vf + 1))
     fi

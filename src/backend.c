@@ -46,8 +46,10 @@ ot_backend *ot_backend_new(const char *name, const ot_backend_opts *opts)
     be->opts = o;
     be->isa_from = isa_from;
     be->rewrite = rw;
+    ot__stats_init(&be->stats);
     if (be->vt->init && be->vt->init(be) != 0) {
         ot__rewrite_free(rw);
+        ot__stats_free(&be->stats);
         free(be);
         return NULL;
     }
@@ -60,6 +62,7 @@ void ot_backend_free(ot_backend *be)
     ot__autodiff_memo_free(be);
     if (be->vt->destroy) be->vt->destroy(be);
     ot__rewrite_free(be->rewrite);
+    ot__stats_free(&be->stats);
     free(be);
 }
 
@@ -75,14 +78,14 @@ int ot_stats_get(const ot_backend *be, ot_stats *out)
 {
     if (!be) return ot__err_null("stats", "backend");
     if (!out) return ot__err_null("stats", "output");
-    const ot_stat_counters *c = &be->stats;
-    out->assigns = atomic_load(&c->assigns);
-    out->nodes = atomic_load(&c->nodes);
-    out->compiles = atomic_load(&c->compiles);
-    out->cache_hits = atomic_load(&c->cache_hits);
-    out->kernels = atomic_load(&c->kernels);
-    out->bytes_moved = atomic_load(&c->bytes_moved);
-    out->elem_ops = atomic_load(&c->elem_ops);
+    const ot__stat_counters *c = &be->stats;
+    out->assigns = ot__stats_sum(c, OT__STAT_ASSIGNS);
+    out->nodes = ot__stats_sum(c, OT__STAT_NODES);
+    out->compiles = ot__stats_sum(c, OT__STAT_COMPILES);
+    out->cache_hits = ot__stats_sum(c, OT__STAT_CACHE_HITS);
+    out->kernels = ot__stats_sum(c, OT__STAT_KERNELS);
+    out->bytes_moved = ot__stats_sum(c, OT__STAT_BYTES);
+    out->elem_ops = ot__stats_sum(c, OT__STAT_ELEM_OPS);
     out->default_pool_nodes = ot_pool_default_nodes();
     return 0;
 }

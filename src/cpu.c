@@ -24,7 +24,7 @@ static int cpu_assign_many(ot_backend *be, int n, ot_tensor *const outs[], ot_no
     rc = ot__plan_run(be, plan, &bind, n, trees);
     if (!bind.borrowed) ot__plan_release(plan);
     ot__walk_done(be, walk);
-    if (rc == 0) atomic_fetch_add(&be->stats.assigns, 1);
+    if (rc == 0) ot__stat_add(ot__stats_mine(&be->stats), OT__STAT_ASSIGNS, 1);
     return rc;
 }
 

@@ -1252,10 +1252,11 @@ int ot__plan_overflow(const ot_plan *p, int kernel, int n, ot_node *const trees[
 
 static void count_run(ot_backend *be, const ot_plan *p)
 {
-    atomic_fetch_add(&be->stats.kernels, (uint64_t)p->nkernels);
-    atomic_fetch_add(&be->stats.nodes, p->nodes);
-    atomic_fetch_add(&be->stats.bytes_moved, p->bytes_read + p->bytes_written);
-    atomic_fetch_add(&be->stats.elem_ops, p->elem_ops);
+    ot__stat_shard *s = ot__stats_mine(&be->stats);
+    ot__stat_add(s, OT__STAT_KERNELS, (uint64_t)p->nkernels);
+    ot__stat_add(s, OT__STAT_NODES, p->nodes);
+    ot__stat_add(s, OT__STAT_BYTES, p->bytes_read + p->bytes_written);
+    ot__stat_add(s, OT__STAT_ELEM_OPS, p->elem_ops);
 }
 
 /* Whether p qualifies for ot__plan_run_direct (see cpu.h). A span of at

@@ -6,6 +6,7 @@
 #define OT_INTERNAL_H
 
 #include "optree.h"
+#include "stats.h"
 
 #include <assert.h>
 #include <limits.h>
@@ -377,16 +378,13 @@ typedef struct ot_backend_vt {
     void (*destroy)(ot_backend *be);   /* frees impl; may be NULL */
 } ot_backend_vt;
 
-typedef struct ot_stat_counters {
-    atomic_uint_fast64_t assigns, nodes, compiles, cache_hits, kernels, bytes_moved, elem_ops;
-} ot_stat_counters;
 
 struct ot_backend {
     const ot_backend_vt *vt;
     ot_backend_opts opts;     /* in force: defaults and overrides filled in */
     const char *isa_from;     /* where opts.isa was set, for messages:
                                  "isa" or "OT_ISA" */
-    ot_stat_counters stats;
+    ot__stat_counters stats;   /* stats.c */
     void *impl;
     _Atomic(struct ot_ad_memo *) ad_memo;  /* autodiff.c: memoised objects */
     struct ot__rewrite *rewrite;   /* rewrite.c: the rule sets in force; NULL

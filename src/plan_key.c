@@ -556,7 +556,7 @@ int ot__plan_get(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const 
     ot_cpu *cpu = be->impl;
     bool memo = memoisable(n, outs, trees);
     if (memo && (*plan = memo_find(be, outs[0], trees[0], bind))) {
-        atomic_fetch_add(&be->stats.cache_hits, 1);
+        ot__stat_add(ot__stats_mine(&be->stats), OT__STAT_CACHE_HITS, 1);
         *walk = NULL;
         bind->outs = outs;
         return 0;
@@ -565,7 +565,7 @@ int ot__plan_get(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const 
     ot_walk *w = walk_take(cpu);
     if (!w) return ot__err_set(OT_ENOMEM, NULL, 0, "assign", "out of memory walking the tree");
     if (digest && (*plan = digest_find(be, outs[0], trees[0], w))) {
-        atomic_fetch_add(&be->stats.cache_hits, 1);
+        ot__stat_add(ot__stats_mine(&be->stats), OT__STAT_CACHE_HITS, 1);
         memo_add(be, outs[0], trees[0], w, *plan);
         *walk = w;
         *bind = (ot_binding){.leaf = w->leafptr, .param = w->param, .outs = outs};
@@ -579,7 +579,7 @@ int ot__plan_get(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const 
     ot_plan *p = cache_find(cpu->cache, w);
     pthread_mutex_unlock(&cpu->cache->lock);
     if (p) {
-        atomic_fetch_add(&be->stats.cache_hits, 1);
+        ot__stat_add(ot__stats_mine(&be->stats), OT__STAT_CACHE_HITS, 1);
     } else {
         unsigned long failed = ot__alloc_failures();
         int rc = ot__plan_compile(be, w, n, outs, trees, &p);
@@ -597,7 +597,7 @@ int ot__plan_get(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const 
         /* A plan that fell back from generated code or a fused group for
          * want of memory runs once; cached, it would stay the slower plan. */
         bool keep = ot__alloc_failures() == failed;
-        atomic_fetch_add(&be->stats.compiles, 1);
+        ot__stat_add(ot__stats_mine(&be->stats), OT__STAT_COMPILES, 1);
         pthread_mutex_lock(&cpu->cache->lock);
         atomic_fetch_add(&p->refs, 1);   /* the caller's, beside the cache's */
         if (!keep || !cache_add(cpu->cache, w, p)) atomic_fetch_sub(&p->refs, 1);

@@ -972,7 +972,7 @@ static int run_cpu(ot_program *p)
         else over = ot__plan_run_at(p->be, c->plan, &c->bind, s->arena);
         if (over >= 0) return ot__plan_overflow(c->plan, over, p->steps[i].n, s->steps[i].trees);
     }
-    atomic_fetch_add(&p->be->stats.assigns, (uint64_t)p->nstep);
+    ot__stat_add(ot__stats_mine(&p->be->stats), OT__STAT_ASSIGNS, (uint64_t)p->nstep);
     return 0;
 }
 

@@ -753,10 +753,11 @@ static int ref_assign_many(ot_backend *be, int n, ot_tensor *const outs[],
                  ? run_all(&run, n, outs, roots)
                  : ot__err_set(OT_ENOMEM, NULL, 0, "assign", "out of memory");
     if (rc == OT_OK) {
-        atomic_fetch_add(&be->stats.assigns, 1);
-        atomic_fetch_add(&be->stats.nodes, run.ops);
-        atomic_fetch_add(&be->stats.kernels, run.ops);
-        atomic_fetch_add(&be->stats.bytes_moved, run.bytes);
+        ot__stat_shard *st = ot__stats_mine(&be->stats);
+        ot__stat_add(st, OT__STAT_ASSIGNS, 1);
+        ot__stat_add(st, OT__STAT_NODES, run.ops);
+        ot__stat_add(st, OT__STAT_KERNELS, run.ops);
+        ot__stat_add(st, OT__STAT_BYTES, run.bytes);
     }
     run_free(&run);
     ot_stack_free(s);

@@ -255,3 +255,81 @@ TEST(threads_one_program_concurrent_runs)
     ot_program_free(p);
     ot_backend_free(be);
 }
+
+/* ---- the work counters under threads (stats.c) ------------------------------- */
+
+typedef struct counter {
+    ot_backend *be;
+    ot_tensor *a, *out;
+    pthread_barrier_t *start;
+    int runs, fails;
+} counter;
+
+static void *count_many(void *arg)
+{
+    counter *c = arg;
+    if (c->start) pthread_barrier_wait(c->start);
+    for (int k = 0; k < c->runs; k++)
+        if (ot_assign(c->out, ot_add(ot_mul(c->a, 2.0f), 1.0f)) != 0) c->fails++;
+    ot_pool_drain();
+    return NULL;
+}
+
+/* nth threads, at once (start) or one after another, each making runs
+ * assignments into its own output; the counters must grow by exactly
+ * nth * runs assignments and nth * runs times one assignment's kernels. */
+static void count_threads(ot_backend *be, int nth, int runs, bool at_once)
+{
+    ot_tensor *a = ot_full(be, OT_SHAPE(64), OT_F32, 1.5);
+    ot_stats s0, s1, one;
+    counter warm = {.be = be, .a = a, .out = ot_empty(be, OT_SHAPE(64), OT_F32), .runs = 1};
+    count_many(&warm);   /* compiles, so every later run is a cache hit */
+    CHECK_INT(ot_stats_get(be, &s0), 0);
+    count_many(&warm);
+    CHECK_INT(ot_stats_get(be, &one), 0);
+    counter *c = calloc((size_t)nth, sizeof *c);
+    pthread_t *th = calloc((size_t)nth, sizeof *th);
+    pthread_barrier_t start;
+    if (at_once) pthread_barrier_init(&start, NULL, (unsigned)nth);
+    for (int i = 0; i < nth; i++) {
+        c[i] = (counter){.be = be, .a = a, .out = ot_empty(be, OT_SHAPE(64), OT_F32),
+                         .start = at_once ? &start : NULL, .runs = runs};
+        CHECK_INT(pthread_create(&th[i], NULL, count_many, &c[i]), 0);
+        if (!at_once) pthread_join(th[i], NULL);
+    }
+    for (int i = 0; at_once && i < nth; i++) pthread_join(th[i], NULL);
+    CHECK_INT(ot_stats_get(be, &s1), 0);
+    uint64_t n = (uint64_t)nth * (uint64_t)runs;
+    for (int i = 0; i < nth; i++) {
+        CHECK_INT(c[i].fails, 0);
+        ot_tensor_free(c[i].out);
+    }
+    CHECK(s1.assigns - one.assigns == n);
+    CHECK(s1.kernels - one.kernels == n * (one.kernels - s0.kernels));
+    CHECK(s1.nodes - one.nodes == n * (one.nodes - s0.nodes));
+    CHECK(s1.bytes_moved - one.bytes_moved == n * (one.bytes_moved - s0.bytes_moved));
+    CHECK(s1.compiles == one.compiles);
+    if (at_once) pthread_barrier_destroy(&start);
+    free(c);
+    free(th);
+    ot_tensor_free(warm.out);
+    ot_tensor_free(a);
+}
+
+/* Each thread counts into a shard of its own without locked adds: the sums
+ * must still be exact with 8 threads at once, with more threads at once
+ * than there are shards (80: the rest share one shard), and with 100
+ * threads one after another (each exiting thread's slot goes to the next,
+ * whose counts add to the same shard). */
+TEST(threads_stats_exact)
+{
+    const char *names[] = {"cpu", "ref"};
+    for (int b = 0; b < 2; b++) {
+        ot_backend *be = ot_backend_new(names[b], &(ot_backend_opts){.threads = 1});
+        CHECK(be != NULL);
+        count_threads(be, 8, 300, true);
+        count_threads(be, 80, 20, true);
+        count_threads(be, 100, 5, false);
+        ot_backend_free(be);
+    }
+}

@@ -11,9 +11,16 @@ OPT      ?= -O2
 # in a user's plain `make`, where a newer compiler's false warning must not
 # break the build.
 WERROR   ?=
-CPPFLAGS += -Iinclude -Isrc -D_POSIX_C_SOURCE=200809L
+# The layers of src/ (docs/ARCHITECTURE.md): every file sees the core's
+# headers; a file includes another layer's header only by its path from
+# src/ ("cpu/cpu_backend.h"), and tools/layers.py allows that only for the
+# headers a layer exports. A layer's private headers are on the include
+# path of that layer's own objects alone (the pattern variables below), so
+# a file above it that includes one does not compile, and a call without a
+# declaration is an error (-Werror=implicit-function-declaration).
+CPPFLAGS += -Iinclude -Isrc -Isrc/core -D_POSIX_C_SOURCE=200809L
 CFLAGS   += -std=c11 $(OPT) -g -Wall -Wextra $(WERROR) -fPIC -ffp-contract=off \
-            -fno-math-errno $(SANFLAGS)
+            -fno-math-errno -Werror=implicit-function-declaration $(SANFLAGS)
 # The version lives in one place, include/optree.h; the shared library's
 # SONAME carries its major number.
 VERSION  := $(shell sed -n 's/^\#define OT_VERSION "\(.*\)"/\1/p' include/optree.h)
@@ -23,21 +30,23 @@ LDFLAGS  += $(SANFLAGS)
 PYTHON   ?= /usr/bin/python3
 RUN      := $(if $(filter /%,$(BUILD)),$(BUILD),./$(BUILD))
 
-SRCS  := $(wildcard src/*.c)
+LAYERS := core ref cpu cpu/jit front
+SRCS  := $(foreach l,$(LAYERS),$(wildcard src/$(l)/*.c))
 OBJS  := $(SRCS:src/%.c=$(BUILD)/obj/%.o)
 TSRCS := $(wildcard tests/*.c)
 TOBJS := $(TSRCS:tests/%.c=$(BUILD)/tobj/%.o)
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(filter-out examples/mlp_mpi.c,$(wildcard examples/*.c)))
-# Tile kernels (src/kernels/): tile.inc compiled once per ISA by k_<isa>.c,
+# Tile kernels (src/cpu/kernels/): tile.inc compiled once per ISA by k_<isa>.c,
 # each with its own flags (only these objects get -m flags), -O3 after
 # CFLAGS. On aarch64 the NEON table joins the scalar one; elsewhere off x86
 # only the scalar table and the dispatcher are built.
 KMACH := $(shell $(CC) -dumpmachine)
 KX86  := $(if $(filter x86_64-% i386-% i486-% i586-% i686-%,$(KMACH)),1)
 KARM  := $(if $(filter aarch64-%,$(KMACH)),1)
-KSRCS := src/kernels/dispatch.c src/kernels/k_scalar.c \
-         $(if $(KX86),src/kernels/k_sse2.c src/kernels/k_avx2.c src/kernels/k_avx512.c) \
-         $(if $(KARM),src/kernels/k_neon.c)
+KDIR  := src/cpu/kernels
+KSRCS := $(KDIR)/dispatch.c $(KDIR)/k_scalar.c \
+         $(if $(KX86),$(KDIR)/k_sse2.c $(KDIR)/k_avx2.c $(KDIR)/k_avx512.c) \
+         $(if $(KARM),$(KDIR)/k_neon.c)
 KOBJS := $(KSRCS:src/%.c=$(BUILD)/obj/%.o)
 # The kernel objects never take -march/-mtune from OPT: each table gets only
 # its own ISA's flags, since the dispatcher picks tables by CPUID at run time
@@ -71,19 +80,25 @@ $(FLAGS): FORCE
 
 # The public op header is generated from the private op table (and
 # committed, so that a build needs no awk); every object includes it.
-include/optree_ops.h: src/ops.def tools/gen_ops.sh
-	sh tools/gen_ops.sh src/ops.def > $@.tmp && mv $@.tmp $@
+include/optree_ops.h: src/core/ops.def tools/gen_ops.sh
+	sh tools/gen_ops.sh src/core/ops.def > $@.tmp && mv $@.tmp $@
 $(OBJS) $(TOBJS): include/optree_ops.h
+
+# The cpu backend's rooms (cpu/, cpu/jit/, cpu/kernels/) see each other's
+# headers; no other layer does.
+CPU_INC := -Isrc/cpu -Isrc/cpu/jit -Isrc/cpu/kernels
+$(BUILD)/obj/cpu/%.o: private CPPFLAGS += $(CPU_INC)
+$(BUILD)/obj/front/backend.o $(BUILD)/obj/front/program.o: private CPPFLAGS += $(CPU_INC)
 
 $(BUILD)/obj/%.o: src/%.c $(FLAGS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(DEPFLAGS) -c $< -o $@
 
-$(BUILD)/obj/kernels/dispatch.o: src/kernels/dispatch.c $(FLAGS)
+$(BUILD)/obj/cpu/kernels/dispatch.o: $(KDIR)/dispatch.c $(FLAGS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(KCFLAGS) $(DEPFLAGS) -c $< -o $@
 
-$(BUILD)/obj/kernels/k_%.o: src/kernels/k_%.c $(FLAGS)
+$(BUILD)/obj/cpu/kernels/k_%.o: $(KDIR)/k_%.c $(FLAGS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(KCFLAGS) -O3 $(KFLAGS_$*) $(DEPFLAGS) -c $< -o $@
 
@@ -105,6 +120,8 @@ $(LIBSO): $(OBJS) tools/optree.map
 TOPT ?=
 TOPT_OR_OPT := $(or $(TOPT),$(OPT))
 $(TOBJS): private OPT := $(TOPT_OR_OPT)
+# The unit tests are white-box: they see every layer's headers.
+$(TOBJS): private CPPFLAGS += $(CPU_INC) -Isrc/front -Isrc/ref
 $(BUILD)/tobj/%.o: tests/%.c $(FLAGS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(DEPFLAGS) -c $< -o $@

@@ -76,7 +76,7 @@ void *bench_xmalloc(size_t n)
     return p;
 }
 
-/* The hand loops' data in the pages optree gives its tensors (src/alloc.c:
+/* The hand loops' data in the pages optree gives its tensors (src/core/alloc.c:
  * from 4 MiB on, whole 2 MiB pages advised as huge), so that a ratio
  * compares the loops and not the page size: on 4 KiB pages W1 ran 12-30%
  * slower. */

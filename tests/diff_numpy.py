@@ -1823,7 +1823,7 @@ OT_FLAG_CUSTOM = 16
 def add_ufunc_ops(lib):
     """An elementwise op of the library that OPS does not list is tested
     against the NumPy ufunc of its name (np.log1p for log1p), in the dtypes
-    its flags allow, so that adding such an op to src/ops.def needs no entry
+    its flags allow, so that adding such an op to src/core/ops.def needs no entry
     here. An op without a same-named ufunc still fails by name
     (sv_check_table)."""
     known = {o.name for o in OPS}

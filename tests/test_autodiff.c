@@ -1,5 +1,5 @@
 /*
- * test_autodiff.c - unit tests of autodiff (src/autodiff.c): a gradient
+ * test_autodiff.c - unit tests of autodiff (src/front/autodiff.c): a gradient
  * check of every differentiable op and composite, driven from the op table
  * (f64 central differences on random shapes with broadcasting and views,
  * both operands, constants on either side; an f32 directional check), zero

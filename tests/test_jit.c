@@ -1,5 +1,5 @@
 /*
- * test_jit.c - the generated code of src/jit.c against the tile kernels it
+ * test_jit.c - the generated code of src/cpu/jit/jit.c against the tile kernels it
  * stands in for. The oracle is the interpreter itself: every result must be
  * bitwise that of the same program run op by op through the same table
  * (NaN matching NaN; the random trees compare NaNs bit for bit too), since

@@ -1,5 +1,5 @@
 /*
- * test_kernels.c - the tile kernels of src/kernels/, table by table, for
+ * test_kernels.c - the tile kernels of src/cpu/kernels/, table by table, for
  * every table this CPU runs (ot__kernels_for): every op, dtype and operand
  * form, sizes 0..33 and 1029, element 0 at an aligned and at an unaligned
  * address, inputs in exactly sized heap buffers (so that ASan and valgrind

@@ -1,5 +1,5 @@
 /*
- * test_model.c - ot_model (src/model.c): fitting a small classifier on both
+ * test_model.c - ot_model (src/front/model.c): fitting a small classifier on both
  * backends (accuracy, validation figures, the progress line), regression
  * under MSE and a custom loss, early stopping, predict against the forward
  * tree built by hand, and every bad argument an error that leaves the

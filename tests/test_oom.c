@@ -1,7 +1,7 @@
 /*
  * test_oom.c - allocation-failure injection: every allocation of a set of
  * representative programs is made to fail in turn (ot__alloc_fail_at, the
- * seam of src/alloc.c), on the cpu backend (default ISA, so generated code;
+ * seam of src/core/alloc.c), on the cpu backend (default ISA, so generated code;
  * OT_ISA=sse2; fusion off) and on ref. Each failed run must return
  * OT_ENOMEM with the outputs untouched, or succeed with the right values (an
  * allocation the library can do without, such as generated code); the next

@@ -1,5 +1,5 @@
 /*
- * test_optable.c - the op table (src/ops.def) against everything generated
+ * test_optable.c - the op table (src/core/ops.def) against everything generated
  * from it: for every op, the lookup round trip, the private row, ref.c's
  * function, each ISA's kernel table per dtype where the op's kind and dtype
  * rule call for one (all four tables, whether or not this CPU runs them:

@@ -1,5 +1,5 @@
 /*
- * test_optim.c - unit tests of the optimizers (src/optim.c): SGD (with
+ * test_optim.c - unit tests of the optimizers (src/front/optim.c): SGD (with
  * momentum and weight decay, and plain) and Adam against step-by-step
  * references computed on the host in double from the header's formulas,
  * on the ref and the cpu backend; several parameters of different shapes

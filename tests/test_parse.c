@@ -1,5 +1,5 @@
 /*
- * test_parse.c - ot_parse (src/parse.c): every op of the table and a
+ * test_parse.c - ot_parse (src/core/parse.c): every op of the table and a
  * registered op parsed by its call form equal to the builder's tree;
  * operators, precedence and literals; values of a parsed W3 bitwise those
  * of the built tree; every error with its column; deep and long input; and

@@ -1,5 +1,5 @@
 /*
- * test_plan_verify.c - the plan verifier (src/plan_verify.c) catches broken
+ * test_plan_verify.c - the plan verifier (src/cpu/plan_verify.c) catches broken
  * plans: real plans pass it, and the same plans with one invariant broken
  * by hand (a buffer read before it is written, a temporary read or
  * accumulated into before any kernel writes it, or before a later kernel

@@ -4,7 +4,7 @@
  * while a tree uses them, per-thread pools, and memory that stays flat over
  * 10^5 build/assign/pop iterations.
  *
- * Refcounts are read white-box through src/internal.h: a tensor's leaf
+ * Refcounts are read white-box through src/core/internal.h: a tensor's leaf
  * counts its creator plus every parent node, so a pool pop shows up as the
  * count falling back.
  */

@@ -1,5 +1,5 @@
 /*
- * test_program.c - unit tests of programs and sequences (src/program.c):
+ * test_program.c - unit tests of programs and sequences (src/front/program.c):
  * results bitwise those of the same steps run as plain ot_assign_many (a
  * 64-element W3 step; an MLP training step over several runs with re-bound
  * inputs; both backends), symbolic dims re-specialised per size, the arena

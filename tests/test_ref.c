@@ -1,5 +1,5 @@
 /*
- * test_ref.c - unit tests of the reference backend (src/ref.c): every op
+ * test_ref.c - unit tests of the reference backend (src/ref/ref.c): every op
  * against hand-computed values in f32, f64 and i32, broadcasting, the
  * reductions, dot, transpose, cast, onehot, rand, the composites, writing
  * into strided views, aliasing between outputs and leaves, ot_assign_many,

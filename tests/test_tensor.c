@@ -2,7 +2,7 @@
  * test_tensor.c - tensors: creation in every dtype, 0-d and zero-size
  * shapes, host copies through strided views, NumPy slicing, reshape,
  * transpose, broadcast_to, names, printing, overlap tests and every error
- * message of src/tensor.c. Expected values are what NumPy gives for the
+ * message of src/core/tensor.c. Expected values are what NumPy gives for the
  * same expression on np.arange data.
  */
 #include "test.h"
@@ -1089,7 +1089,7 @@ TEST(tensor_internal_overlap)
 }
 
 /* Data of 4 MiB and more starts on a 2 MiB boundary (whole huge pages,
- * src/alloc.c); smaller data stays 64-byte aligned. */
+ * src/core/alloc.c); smaller data stays 64-byte aligned. */
 TEST(tensor_large_data_in_huge_pages)
 {
     ot_backend *be = ot_backend_new("cpu", NULL);

@@ -1,7 +1,7 @@
 /*
- * test_variables.c - trainable tensors and ot_variables (src/variables.c),
+ * test_variables.c - trainable tensors and ot_variables (src/front/variables.c),
  * and gradients w.r.t. a tensor the tree reads through views
- * (src/autodiff.c): checked against central finite differences in f64 on
+ * (src/front/autodiff.c): checked against central finite differences in f64 on
  * "ref" and "cpu" (a 4-D w read through a (16, 4) reshape, stepped and
  * overlapping slices, a transpose next to a slice, a broadcast), and every
  * bad input.

@@ -17,7 +17,7 @@ set -u
 # deflated. clang and its runtimes (libclang-rt-dev: libFuzzer and the
 # sanitizers) build the libFuzzer targets of `make fuzz-inputs`, which make
 # test runs for a fixed budget.
-PKGS="libopenblas-dev libsleef-dev libzip-dev python3-numpy valgrind libc6-dev gnuplot-nox libopenmpi-dev openmpi-bin clang libclang-rt-dev"
+PKGS="libopenblas-dev libsleef-dev libzip-dev python3-numpy valgrind libc6-dev gnuplot-nox libopenmpi-dev openmpi-bin clang libclang-rt-dev pmccabe"
 
 if ! command -v dpkg-query >/dev/null 2>&1; then
     echo "deps: no dpkg here (not Debian?); install OpenBLAS, SLEEF, libzip, NumPy, valgrind, Open MPI and clang yourself: $PKGS"

@@ -15,7 +15,7 @@ The convention (README.md, "Code blocks in the documentation"):
   the C declarations the fragment takes for granted (variables, prototypes,
   #include lines), placed at file scope before it. A TEXT of
   "in PATH" instead requires the block to appear verbatim in PATH (a line
-  of src/ops.def, say). A block that includes <mpi.h> is compiled with
+  of src/core/ops.def, say). A block that includes <mpi.h> is compiled with
   mpicc and skipped where mpicc is missing.
 - Fragments may leave variables unused (they show a call whose result the
   reader uses later); every other warning is an error.

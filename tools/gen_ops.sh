@@ -8,7 +8,7 @@
 # POSIX sh and awk only: it must run wherever the library builds.
 set -eu
 
-DEF=${1:-src/ops.def}
+DEF=${1:-src/core/ops.def}
 
 awk '
 # Comments go first (they may hold commas and parentheses), then the text

@@ -2,12 +2,16 @@
 # test.sh - the whole optree test suite, run by `make test`.
 #
 # Phases (README.md, "Testing", lists what each costs):
-#   build       include/optree_ops.h up to date with src/ops.def, then make
+#   build       include/optree_ops.h up to date with src/core/ops.def, then make
 #               all (library, unit tests, examples, optree-bench) with
 #               -Werror; a failure stops here
 # then two lanes run side by side, each one phase at a time (a lane's make
 # and test runner use one job each, so the two lanes keep two CPUs busy):
 #   lane 1:
+#   layers      tools/layers.py: no file of src/ includes a header or
+#               calls a function of a layer above its own (the objects'
+#               symbols, nm), no file over 1,000 lines, no function with a
+#               cyclomatic complexity over 30 (pmccabe); also in make check
 #   library     the shared library's SONAME, that it exports only the
 #               public ot_* names (no ot__ internals), and that a program
 #               using the header's macros links against it alone and runs
@@ -68,7 +72,7 @@ B=${BUILD:-build}
 JOBS=${JOBS:-2}
 PY=${PYTHON:-/usr/bin/python3}
 # The sanitizer build also verifies every plan the compiler makes
-# (src/plan_verify.c): a broken invariant fails the compile, not a run.
+# (src/cpu/plan_verify.c): a broken invariant fails the compile, not a run.
 SAN='-fsanitize=address,undefined -fno-sanitize-recover=all -DOT_VERIFY_PLANS'
 LOGS=$B/test-logs
 # The build directory as a path to run programs from.
@@ -342,7 +346,7 @@ phase_mpi() {
 }
 
 # Every example runs on both backends; the cpu one with its SSE2 kernels,
-# which valgrind can run everywhere. Generated code (src/jit.c) exists for
+# which valgrind can run everywhere. Generated code (src/cpu/jit/jit.c) exists for
 # AVX2 and AVX-512, and valgrind runs only the first: where the CPU has
 # AVX2, the cpu examples and the generated-code unit tests run once more
 # under OT_ISA=avx2, so that memcheck sees that code's loads and stores too
@@ -396,6 +400,12 @@ phase_valgrind() {
     record valgrind "$vp" "$vf"
 }
 
+# The walls between the layers of src/, file sizes and branch counts
+# (tools/layers.py; pmccabe from make deps).
+phase_layers() {
+    run_logged layers "$PY" tools/layers.py --build "$B"
+}
+
 phase_arm64() {
     run_logged arm64 $TMO env ARM64_QUICK=1 BUILD_ARM64="$B/arm64" JOBS="$LJOBS" sh tools/test_arm64.sh
 }
@@ -405,9 +415,9 @@ mkdir -p "$LOGS"
 : >"$RECORDS"
 rm -f "$LOGS"/*.cpu "$LOGS"/*.times
 echo "==== build: make all (-j$JOBS)"
-# The public op header is generated from src/ops.def but committed (users
+# The public op header is generated from src/core/ops.def but committed (users
 # build without awk's help); checked before make would regenerate it.
-if ! sh tools/gen_ops.sh src/ops.def | cmp -s - include/optree_ops.h; then
+if ! sh tools/gen_ops.sh src/core/ops.def | cmp -s - include/optree_ops.h; then
     echo "build: include/optree_ops.h is stale: run make (tools/gen_ops.sh) and commit it"
     record build 0 1 "stale include/optree_ops.h"
     finish
@@ -428,12 +438,14 @@ if [ "$MODE" = check ]; then
     phase unit "$RB/test_optree (OT_TEST_JOBS=$UNIT_JOBS)" &
     phase numpy "$PY tests/diff_numpy.py $B/liboptree.so"
     wait
+    phase layers "tools/layers.py: includes and calls between the layers of src/, sizes, branches"
     finish
 fi
 
 # ---------------------------------------------------------------- lanes
 UNIT_JOBS=$LJOBS
 lane1() {
+    phase layers "tools/layers.py: includes and calls between the layers of src/, sizes, branches"
     phase library "SONAME and exported symbols of $B/liboptree.so"
     phase unit "$RB/test_optree (OT_TEST_JOBS=$UNIT_JOBS)"
     phase sanitizers "ASan + UBSan build in $B/san"

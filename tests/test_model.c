@@ -7,6 +7,7 @@
  */
 #define _POSIX_C_SOURCE 200809L   /* open_memstream */
 #include "test.h"
+#include "internal.h"   /* ot__alloc_fail_at, the allocation seam */
 #include "replace.h"
 
 #include <errno.h>
@@ -523,5 +524,30 @@ TEST(model_save_over_file_size_limit_keeps_old_file)
     CHECK_INT(system(cmd), 0);
     ot_model_free(tiny);
     ot_model_free(wide);
+    ot_backend_free(be);
+}
+
+/* Every allocation of ot_model_fit (its copies of the data and batches
+ * included: they went around the allocation seam) fails in turn: each fit
+ * returns an error and leaks nothing (ASan checks), and the first fit that
+ * gets all its memory succeeds. */
+TEST(model_fit_allocation_failures)
+{
+    ot_backend *be = backend("cpu");
+    ot_tensor *x, *y;
+    clusters(be, &x, &y);
+    ot_model *m = classifier(be);
+    const ot_fit_opts o = {.epochs = 1, .batch = 64, .quiet = true};
+    long n = 1;
+    for (;; n++) {
+        ot__alloc_fail_at(n);
+        int rc = ot_model_fit(m, x, y, &o, NULL);
+        ot__alloc_fail_at(0);
+        if (rc == 0 || n >= 100000) break;
+    }
+    CHECK(n > 5 && n < 100000);
+    ot_model_free(m);
+    ot_tensor_free(x);
+    ot_tensor_free(y);
     ot_backend_free(be);
 }

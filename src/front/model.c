@@ -505,11 +505,11 @@ static int load_data(const ot_model *m, const ot_tensor *x, const ot_tensor *y, 
                      int batch, fit_state *s)
 {
     int64_t outs = m->layer[m->nlayer - 1].units;
-    s->x = malloc(sizeof *s->x * (size_t)(rows * m->inputs));
-    s->y = malloc(sizeof *s->y * (size_t)(rows * outs));
-    s->xb = malloc(sizeof *s->xb * (size_t)(batch * m->inputs));
-    s->yb = malloc(sizeof *s->yb * (size_t)(batch * outs));
-    s->order = malloc(sizeof *s->order * (size_t)rows);
+    s->x = ot__malloc(sizeof *s->x * (size_t)(rows * m->inputs));
+    s->y = ot__malloc(sizeof *s->y * (size_t)(rows * outs));
+    s->xb = ot__malloc(sizeof *s->xb * (size_t)(batch * m->inputs));
+    s->yb = ot__malloc(sizeof *s->yb * (size_t)(batch * outs));
+    s->order = ot__malloc(sizeof *s->order * (size_t)rows);
     if (!s->x || !s->y || !s->xb || !s->yb || !s->order) return nomem(s->at);
     for (int64_t i = 0; i < rows; i++) s->order[i] = i;
     int rc = ot_get(x, s->x);

@@ -25,6 +25,10 @@ CFLAGS   += -std=c11 $(OPT) -g -Wall -Wextra $(WERROR) -fPIC -ffp-contract=off \
 # SONAME carries its major number.
 VERSION  := $(shell sed -n 's/^\#define OT_VERSION "\(.*\)"/\1/p' include/optree.h)
 SOMAJOR  := $(firstword $(subst ., ,$(VERSION)))
+# The public headers: optree.h, the op list it includes, and the sub-headers
+# it includes at its end (installed as include/optree/*.h).
+SUBHDRS  := $(wildcard include/optree/*.h)
+HDRS     := include/optree.h include/optree_ops.h $(SUBHDRS)
 LDLIBS   += -lzip -lsleef -lopenblas -lm -lpthread
 LDFLAGS  += $(SANFLAGS)
 PYTHON   ?= /usr/bin/python3
@@ -131,7 +135,7 @@ $(BUILD)/test_optree: $(TOBJS) $(LIBA)
 	$(CC) $(LDFLAGS) -o $@ $(TOBJS) $(LIBA) $(LDLIBS)
 
 examples: $(EXAMPLES)
-$(BUILD)/examples/%: examples/%.c include/optree.h include/optree_ops.h $(LIBA) $(FLAGS)
+$(BUILD)/examples/%: examples/%.c $(HDRS) $(LIBA) $(FLAGS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LIBA) $(LDFLAGS) $(LDLIBS)
 
@@ -140,7 +144,7 @@ $(BUILD)/examples/%: examples/%.c include/optree.h include/optree_ops.h $(LIBA) 
 CLI_SRCS := $(wildcard cli/*.c)
 CLI      := $(BUILD)/optree-bench
 cli: $(CLI)
-$(CLI): $(CLI_SRCS) cli/cli.h include/optree.h include/optree_ops.h $(LIBA) $(FLAGS)
+$(CLI): $(CLI_SRCS) cli/cli.h $(HDRS) $(LIBA) $(FLAGS)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $(CLI_SRCS) $(LIBA) $(LDFLAGS) $(LDLIBS)
 
 deps:
@@ -224,10 +228,11 @@ doc-check: lib
 	$(PYTHON) tools/doc_check.py --build $(BUILD)
 
 install: lib cli $(if $(HAVE_MPI),$(LIBMPI))
-	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
+	install -d $(DESTDIR)$(PREFIX)/include/optree $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
 	$(if $(HAVE_MPI),install -m 644 $(LIBMPI) $(DESTDIR)$(PREFIX)/lib/)
 	install -m 755 $(CLI) $(DESTDIR)$(PREFIX)/bin/optree-bench
 	install -m 644 include/optree.h include/optree_ops.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(SUBHDRS) $(DESTDIR)$(PREFIX)/include/optree/
 	install -m 644 $(LIBA) $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(LIBSO) $(DESTDIR)$(PREFIX)/lib/liboptree.so.$(VERSION)
 	ln -sf liboptree.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/liboptree.so.$(SOMAJOR)
@@ -249,7 +254,7 @@ BENCH_ARGS ?=
 
 $(BUILD)/bench/ref_avx2.o: CFLAGS += -mavx2 -mfma
 $(BUILD)/bench/ref_avx512.o: CFLAGS += -mavx512f -mavx512dq -mavx512vl -mfma -mavx2
-$(BUILD)/bench/%.o: bench/%.c bench/bench.h include/optree.h include/optree_ops.h $(FLAGS)
+$(BUILD)/bench/%.o: bench/%.c bench/bench.h $(HDRS) $(FLAGS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -O2 -c $< -o $@
 
@@ -268,7 +273,7 @@ FIRST    ?= 0
 JOBS     ?= 1
 FINDINGS ?= $(BUILD)/fuzz-findings
 FUZZ_ARGS ?=
-$(BUILD)/fuzz: tools/fuzz_main.c tests/fuzz.c tests/fuzz.h examples/custom_ops.h include/optree.h include/optree_ops.h $(LIBA)
+$(BUILD)/fuzz: tools/fuzz_main.c tests/fuzz.c tests/fuzz.h examples/custom_ops.h $(HDRS) $(LIBA)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -Itests $(CFLAGS) -o $@ tools/fuzz_main.c tests/fuzz.c $(LIBA) $(LDFLAGS) $(LDLIBS)
 
@@ -289,7 +294,7 @@ fuzz-inputs:
 	    SANFLAGS='$(FUZZ_SAN) -fsanitize=fuzzer-no-link' fuzz-input-bins
 	@sh tools/fuzz_inputs.sh $(FUZZ_BUILD) $(SECONDS)
 fuzz-input-bins: $(FUZZ_TARGETS:%=$(BUILD)/fuzz_%)
-$(BUILD)/fuzz_%: tools/fuzz_inputs.c include/optree.h include/optree_ops.h $(LIBA)
+$(BUILD)/fuzz_%: tools/fuzz_inputs.c $(HDRS) $(LIBA)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -fsanitize=fuzzer -DFUZZ_TARGET_$* -o $@ $< $(LIBA) \
 	    $(LDFLAGS) $(LDLIBS)
 

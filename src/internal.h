@@ -133,6 +133,13 @@ ot_node *ot__pool_adopt(ot_node *n);
 ot_node *ot__mean_refined(ot_node *x, int axis, const char *file, int line);
 /* A zeroed node with refs = 1, kind/op/tag set to "none" values. */
 ot_node *ot__node_alloc(void);
+/* A new reference to a node known to be live (the builders' operands);
+ * inline, as every build takes one per operand. */
+static inline ot_node *ot__node_hold(ot_node *n)
+{
+    if (n) atomic_fetch_add_explicit(&n->refs, 1, memory_order_relaxed);
+    return n;
+}
 /* Sets n's digest from what the plan key reads of it (its identity words,
  * a constant's value, a leaf's serial) and its operands' digests; none when
  * an operand has none. Called once a node is complete, before it is

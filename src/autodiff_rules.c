@@ -243,9 +243,11 @@ static void batched_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
     ot_node *gf = ot__ad_full(c, g, n->shape, (ot_dtype)n->dtype);
     if (!gf) return;
     if (want(s, a))
-        push(c, s, a, ot__ad_sum_to(c, B(c, OT_OP_BATCHED_DOT, gf, ot__ad_transpose(c, b, swap_last)), &a->shape));
+        push(c, s, a, ot__ad_sum_to(c, B(c, OT_OP_BATCHED_DOT, gf, ot__ad_transpose(c, b, swap_last)),
+                                    &a->shape));
     if (want(s, b))
-        push(c, s, b, ot__ad_sum_to(c, B(c, OT_OP_BATCHED_DOT, ot__ad_transpose(c, a, swap_last), gf), &b->shape));
+        push(c, s, b, ot__ad_sum_to(c, B(c, OT_OP_BATCHED_DOT, ot__ad_transpose(c, a, swap_last), gf),
+                                    &b->shape));
 }
 
 /* dot for 1-D and 2-D operands: the products with the other operand
@@ -284,7 +286,8 @@ static void transpose_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
     int inv[OT_MAX_DIMS] = {0};
     for (int i = 0; i < n->shape.ndim; i++) inv[n->args.perm[i]] = i;
     if (g->shape.ndim == 0) push(c, s, n->a, g);
-    else push(c, s, n->a, ot__ad_transpose(c, ot__ad_full(c, g, n->shape, (ot_dtype)n->dtype), inv));
+    else push(c, s, n->a,
+              ot__ad_transpose(c, ot__ad_full(c, g, n->shape, (ot_dtype)n->dtype), inv));
 }
 
 static void cast_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
@@ -445,8 +448,8 @@ static void cross_entropy_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
     ot_node *prod = n->a->a, *logp = prod->b;   /* neg(sum(t * log p)) */
     bool softmax = p->kind == OT_NODE_OP && p->tag == OT_OP_SOFTMAX;
     if (softmax && want(s, p->tag_a)) {
-        ot_node *gp = ot__ad_sum_to(c, ot__ad_full(c, mul(c, ge, t), prod->shape, (ot_dtype)prod->dtype),
-                             &p->shape);
+        ot_node *gp = ot__ad_sum_to(
+            c, ot__ad_full(c, mul(c, ge, t), prod->shape, (ot_dtype)prod->dtype), &p->shape);
         push(c, s, p->tag_a, B(c, OT_OP_SUB, B(c, OT_OP_MUL, p, reduce(c, OT_OP_SUM, gp,
                                                                         p->args.axis, true)), gp));
     } else if (!softmax && want(s, p)) {

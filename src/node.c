@@ -330,7 +330,8 @@ static bool is_plain(const site *st, int kind, const ot_node *a, const ot_node *
     *dt = apply_flags(st->op, (ot_dtype)a->dtype);
     char msg[256];   /* only a widening (to f64) can make the size too big */
     return *dt != OT_F64 || a->dtype == OT_F64 ||
-           !ot__shape_problem(&a->shape, *dt, msg, sizeof msg);   /* else the general path reports it */
+           /* else the general path reports it */
+           !ot__shape_problem(&a->shape, *dt, msg, sizeof msg);
 }
 
 ot_node *ot_build_at(ot_op op, ot_node *a, ot_node *b, const ot_args *args,

@@ -127,6 +127,8 @@ static ot_dtype promote(const ot_node *a, const ot_node *b, bool *weak)
     return a->weak ? promote_weak(b->dtype, a->dtype) : promote_weak(a->dtype, b->dtype);
 }
 
+/* ---- the result of each kind of op ---------------------------------------- */
+
 /* Maps a possibly negative axis into [0, ndim); OT_AXIS_ALL passes. shape
  * is the operand's, for the message. */
 int ot__norm_axis(const site *st, int axis, int ndim, const ot_shape *shape, int *out)

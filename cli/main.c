@@ -191,6 +191,45 @@ static bool takes_value(const char *o)
     return false;
 }
 
+/* The options without a value; false when o is none of them. */
+static bool flag_option(const char *o, run *r)
+{
+    if (strcmp(o, "--explain") == 0) r->explain = true;
+    else if (strcmp(o, "--peers") == 0) r->peers = true;
+    else if (strcmp(o, "--quiet") == 0) r->quiet = true;
+    else if (strcmp(o, "--remeasure") == 0) r->remeasure = true;
+    else if (strcmp(o, "--csv") == 0) r->csv = true;
+    else if (strcmp(o, "--json") == 0) r->json = true;
+    else return false;
+    return true;
+}
+
+/* Option o (one that takes_value) with its value v; die's code when v is bad. */
+static int value_option(const char *o, char *v, run *r, axes *ax, const char **compare)
+{
+    if (strcmp(o, "--n") == 0) {
+        if (parse_sizes(r, v)) return die("bad --n '%s' (1e6, 64,1e4 or 1e3..1e8)", v);
+    } else if (strcmp(o, "--cols") == 0) {
+        const char *e;
+        if ((r->cols = count_of(v, &e)) < 0 || *e) return die("bad --cols '%s'", v);
+    } else if (strcmp(o, "--repeat") == 0) {
+        const char *e;
+        int64_t k = count_of(v, &e);
+        if (k < 1 || k > 10000 || *e) return die("bad --repeat '%s'", v);
+        r->repeat = (int)k;
+    } else if (strcmp(o, "--compare") == 0) {
+        *compare = v;
+    } else if (strcmp(o, "--plot") == 0) r->plot = v;
+    else if (strcmp(o, "--threads") == 0) {
+        if (parse_threads(ax, v)) return die("bad --threads '%s'", v);
+    } else if (strcmp(o, "--backend") == 0) ax->nb = split_list(v, ax->backend);
+    else if (strcmp(o, "--isa") == 0) ax->ni = split_list(v, ax->isa);
+    else if (strcmp(o, "--dtype") == 0) ax->nd = split_list(v, ax->dtype);
+    else if (strcmp(o, "--fusion") == 0) ax->nf = split_list(v, ax->fusion);
+    else ax->na = split_list(v, ax->acc);   /* --accuracy */
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, run *r)
 {
     static char def_b[] = "cpu", def_i[] = "default", def_d[] = "f32", def_f[] = "on",
@@ -203,43 +242,19 @@ static int parse_args(int argc, char **argv, run *r)
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        bool takes = true;
         if (strcmp(o, "-h") == 0 || strcmp(o, "--help") == 0) {
             fputs(usage, stdout);
             exit(0);
         } else if (o[0] != '-' || (o[1] && isdigit((unsigned char)o[1]))) {
             if (r->exprs[0]) return die("more than one expression (use --compare): '%s'", o);
             r->exprs[0] = o;
-            takes = false;
-        } else if (strcmp(o, "--explain") == 0) r->explain = true, takes = false;
-        else if (strcmp(o, "--peers") == 0) r->peers = true, takes = false;
-        else if (strcmp(o, "--quiet") == 0) r->quiet = true, takes = false;
-        else if (strcmp(o, "--remeasure") == 0) r->remeasure = true, takes = false;
-        else if (strcmp(o, "--csv") == 0) r->csv = true, takes = false;
-        else if (strcmp(o, "--json") == 0) r->json = true, takes = false;
-        else if (!takes_value(o)) return die("unknown option '%s' (--help lists them)", o);
-        else if (!v) return die("%s needs a value", o);
-        else if (strcmp(o, "--n") == 0) {
-            if (parse_sizes(r, v)) return die("bad --n '%s' (1e6, 64,1e4 or 1e3..1e8)", v);
-        } else if (strcmp(o, "--cols") == 0) {
-            const char *e;
-            if ((r->cols = count_of(v, &e)) < 0 || *e) return die("bad --cols '%s'", v);
-        } else if (strcmp(o, "--repeat") == 0) {
-            const char *e;
-            int64_t k = count_of(v, &e);
-            if (k < 1 || k > 10000 || *e) return die("bad --repeat '%s'", v);
-            r->repeat = (int)k;
-        } else if (strcmp(o, "--compare") == 0) {
-            compare = v;
-        } else if (strcmp(o, "--plot") == 0) r->plot = v;
-        else if (strcmp(o, "--threads") == 0) {
-            if (parse_threads(&ax, v)) return die("bad --threads '%s'", v);
-        } else if (strcmp(o, "--backend") == 0) ax.nb = split_list(v, ax.backend);
-        else if (strcmp(o, "--isa") == 0) ax.ni = split_list(v, ax.isa);
-        else if (strcmp(o, "--dtype") == 0) ax.nd = split_list(v, ax.dtype);
-        else if (strcmp(o, "--fusion") == 0) ax.nf = split_list(v, ax.fusion);
-        else ax.na = split_list(v, ax.acc);   /* --accuracy */
-        if (takes) i++;
+        } else if (!flag_option(o, r)) {
+            if (!takes_value(o)) return die("unknown option '%s' (--help lists them)", o);
+            if (!v) return die("%s needs a value", o);
+            int rc = value_option(o, v, r, &ax, &compare);
+            if (rc) return rc;
+            i++;
+        }
     }
     r->exprs[1] = compare;
     r->nexpr = compare ? 2 : 1;

@@ -85,7 +85,7 @@ struct ot_node {
                              (0..ndim-1 of the operand, or OT_AXIS_ALL) */
     ot_node *next_dead;   /* worklist link while being destroyed; once
                              dead, the link of the thread's queue of dead
-                             nodes (node.c) */
+                             nodes (node_pool.c) */
     _Atomic(ot_memo *) memo;  /* set once, by the first assignment of this
                                  root that can be memoised */
     ot__annot *annot;     /* name and metadata, NULL when none (names.c);
@@ -97,7 +97,7 @@ struct ot_node {
                              to the same plan with the same bindings */
 };
 
-/* Dead nodes (node.c; optree.h's "Dead nodes"): a node whose last
+/* Dead nodes (node_pool.c; optree.h's "Dead nodes"): a node whose last
  * reference was dropped keeps kind OT_NODE_DEAD, its op, shape, dtype and
  * build site, and the site that killed it, while it is among the last
  * OT_DEAD_NODES_KEPT released on its thread. Every entry point checks each
@@ -133,6 +133,13 @@ ot_node *ot__pool_adopt(ot_node *n);
 ot_node *ot__mean_refined(ot_node *x, int axis, const char *file, int line);
 /* A zeroed node with refs = 1, kind/op/tag set to "none" values. */
 ot_node *ot__node_alloc(void);
+/* A new reference to a node known to be live (the builders' operands);
+ * inline, as every build takes one per operand. */
+static inline ot_node *ot__node_hold(ot_node *n)
+{
+    if (n) atomic_fetch_add_explicit(&n->refs, 1, memory_order_relaxed);
+    return n;
+}
 /* Sets n's digest from what the plan key reads of it (its identity words,
  * a constant's value, a leaf's serial) and its operands' digests; none when
  * an operand has none. Called once a node is complete, before it is

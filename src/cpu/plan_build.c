@@ -698,6 +698,51 @@ static bool copy_out(compiler *c, prog *g, int i, int temp)
 
 /* ---- the pass ------------------------------------------------------------- */
 
+/* A kernel for every stored entry that no reduction absorbs. */
+static bool entry_kernels(compiler *c, prog *g)
+{
+    bool ok = true;
+    for (int i = 0; i < c->w->n && ok; i++) {
+        acc_step s;
+        if (c->ci[i].canon != i || !c->ci[i].mat || !is_op(c, i) || absorbing_reduce(c, i) >= 0)
+            continue;
+        if (kind_of(c, i) == OT_KIND_SHAPE) ok = reshape_copy(c, g, i);   /* the only stored view */
+        else if (c->w->e[i].op == OT_OP_CONCAT) ok = concat_kernels(c, g, i);
+        else ok = accumulates(c, i, &s) ? dot_kernel(c, s.dot, &c->ci[i].st, s.alpha, s.beta)
+                                        : entry_kernel(c, g, i, &c->ci[i].st);
+    }
+    return ok;
+}
+
+/* The outputs that output i leads (choose_groups) in one group kernel, or
+ * each in its own where the group splits. */
+static bool group_kernels(compiler *c, prog *g, const int *lead, int i, int *via)
+{
+    int idx[1 + OT_MAX_XSTORES] = {0}, n = 0;
+    for (int j = i; j < c->nout; j++)
+        if (lead[j] == i) idx[n++] = j;
+    bool split = false;
+    bool ok = group_kernel(c, g, idx, n, &split);
+    for (int m = 0; m < n && ok && split; m++)
+        ok = root_kernel(c, g, idx[m], c->ci[c->w->root[idx[m]]].canon, &via[idx[m]]);
+    return ok;
+}
+
+/* The kernels that write the outputs, then the copies of those that a
+ * root kernel left in another entry's storage (via[i], -1 for none). */
+static bool output_kernels(compiler *c, prog *g, const int *lead, int *via)
+{
+    bool ok = true;
+    for (int i = 0; i < c->nout; i++) via[i] = -1;
+    for (int i = 0; i < c->nout && ok; i++) {
+        if (lead[i] < 0) ok = root_kernel(c, g, i, c->ci[c->w->root[i]].canon, &via[i]);
+        else if (lead[i] == i) ok = group_kernels(c, g, lead, i, via);
+    }
+    for (int i = 0; i < c->nout && ok; i++)
+        if (via[i] >= 0) ok = copy_out(c, g, i, via[i]);
+    return ok;
+}
+
 bool ot__build_kernels(compiler *c)
 {
     prog g = {.c = c};
@@ -712,31 +757,7 @@ bool ot__build_kernels(compiler *c)
         fold_dot_sums(c);
         choose_groups(c, lead);
     }
-    for (int i = 0; i < n && ok; i++) {
-        acc_step s;
-        if (c->ci[i].canon != i || !c->ci[i].mat || !is_op(c, i) || absorbing_reduce(c, i) >= 0)
-            continue;
-        if (kind_of(c, i) == OT_KIND_SHAPE) ok = reshape_copy(c, &g, i);   /* the only stored view */
-        else if (c->w->e[i].op == OT_OP_CONCAT) ok = concat_kernels(c, &g, i);
-        else ok = accumulates(c, i, &s) ? dot_kernel(c, s.dot, &c->ci[i].st, s.alpha, s.beta)
-                                        : entry_kernel(c, &g, i, &c->ci[i].st);
-    }
-    for (int i = 0; i < c->nout && ok; i++) via[i] = -1;
-    for (int i = 0; i < c->nout && ok; i++) {
-        if (lead[i] < 0) {
-            ok = root_kernel(c, &g, i, c->ci[c->w->root[i]].canon, &via[i]);
-        } else if (lead[i] == i) {
-            int idx[1 + OT_MAX_XSTORES] = {0}, n = 0;
-            for (int j = i; j < c->nout; j++)
-                if (lead[j] == i) idx[n++] = j;
-            bool split = false;
-            ok = group_kernel(c, &g, idx, n, &split);
-            for (int m = 0; m < n && ok && split; m++)
-                ok = root_kernel(c, &g, idx[m], c->ci[c->w->root[idx[m]]].canon, &via[idx[m]]);
-        }
-    }
-    for (int i = 0; i < c->nout && ok; i++)
-        if (via[i] >= 0) ok = copy_out(c, &g, i, via[i]);
+    ok = ok && entry_kernels(c, &g) && output_kernels(c, &g, lead, via);
     for (int i = 0; i < c->plan->nkernels && ok; i++) {
         ot_kernel *k = &c->plan->kernels[i];
         ot__plan_count_work(c->plan, k);

@@ -121,6 +121,38 @@ static bool views_constant(const compiler *c, int e)
     return e >= 0 && c->w->e[e].kind == OT_NODE_CONST;
 }
 
+/* Operands that must exist in memory: a dot's (BLAS reads arrays), a
+ * transpose's (it is a strided view of them), onehot's input. */
+static void materialise_operands(compiler *c, int i, int kind)
+{
+    for (int k = 0; k < 2; k++) {
+        int o = canon_operand(c, i, k);
+        if (o >= 0 && is_op(c, o) && kind_of(c, o) != OT_KIND_SHAPE) c->ci[o].mat = true;
+        /* a layout op of a constant has no memory to view (a
+         * gradient's reshape(1.0) into a dot): it is filled */
+        if (kind == OT_KIND_DOT && o >= 0 && views_constant(c, o)) c->ci[o].mat = true;
+    }
+}
+
+/* Sethi-Ullman style estimates bound a region's live buffers and
+ * size; past the bound the elementwise node i is cut into its own kernel. */
+static void bound_region(compiler *c, int i)
+{
+    cinfo *ci = &c->ci[i];
+    int na = 0, nb = 0, sa = 0, sb = 0;
+    int a = canon_operand(c, i, 0), b = canon_operand(c, i, 1);
+    if (a >= 0 && is_ew(c, a) && !c->ci[a].mat) { na = c->ci[a].need; sa = c->ci[a].size; }
+    if (b >= 0 && is_ew(c, b) && !c->ci[b].mat) { nb = c->ci[b].need; sb = c->ci[b].size; }
+    ci->need = na == nb ? na + 1 : (na > nb ? na : nb);
+    if (ci->need < 1) ci->need = 1;
+    ci->size = sa + sb + 1;
+    if (ci->need > MAX_REGION_NEED || ci->size > MAX_REGION_INSNS) {
+        ci->mat = true;
+        ci->need = 1;
+        ci->size = 1;
+    }
+}
+
 /* Decides which op entries get their own kernel and storage. */
 void ot__fuse_choose_materialised(compiler *c)
 {
@@ -131,37 +163,15 @@ void ot__fuse_choose_materialised(compiler *c)
         if (!is_ew(c, i) || !c->fused) ci->mat = kind != OT_KIND_SHAPE;
         /* A checkpoint is stored whatever fusion would do: the user's cut. */
         if (op == OT_OP_KEEP) ci->mat = true;
-        /* Operands that must exist in memory: a dot's (BLAS reads arrays), a
-         * transpose's (it is a strided view of them), onehot's input. */
         if (kind == OT_KIND_DOT || kind == OT_KIND_SHAPE || op == OT_OP_ONEHOT)
-            for (int k = 0; k < 2; k++) {
-                int o = canon_operand(c, i, k);
-                if (o >= 0 && is_op(c, o) && kind_of(c, o) != OT_KIND_SHAPE) c->ci[o].mat = true;
-                /* a layout op of a constant has no memory to view (a
-                 * gradient's reshape(1.0) into a dot): it is filled */
-                if (kind == OT_KIND_DOT && o >= 0 && views_constant(c, o)) c->ci[o].mat = true;
-            }
+            materialise_operands(c, i, kind);
         /* A costly value that a reduction and other work both read (softmax's
          * exp(x - max)) is stored once rather than computed in each kernel. */
         if (kind == OT_KIND_REDUCE && c->fused) {
             int o = canon_operand(c, i, 0);
             if (is_ew(c, o) && c->ci[o].uses >= 2 && is_costly(c->w->e[o].op)) c->ci[o].mat = true;
         }
-        if (!is_ew(c, i)) continue;
-        /* Sethi-Ullman style estimates bound a region's live buffers and
-         * size; past the bound the node is cut into its own kernel. */
-        int na = 0, nb = 0, sa = 0, sb = 0;
-        int a = canon_operand(c, i, 0), b = canon_operand(c, i, 1);
-        if (a >= 0 && is_ew(c, a) && !c->ci[a].mat) { na = c->ci[a].need; sa = c->ci[a].size; }
-        if (b >= 0 && is_ew(c, b) && !c->ci[b].mat) { nb = c->ci[b].need; sb = c->ci[b].size; }
-        ci->need = na == nb ? na + 1 : (na > nb ? na : nb);
-        if (ci->need < 1) ci->need = 1;
-        ci->size = sa + sb + 1;
-        if (ci->need > MAX_REGION_NEED || ci->size > MAX_REGION_INSNS) {
-            ci->mat = true;
-            ci->need = 1;
-            ci->size = 1;
-        }
+        if (is_ew(c, i)) bound_region(c, i);
     }
 }
 
@@ -229,6 +239,96 @@ static double bcast_factor(const ot_shape *to, const ot_shape *from)
     return lf == lt && lf > 1 ? (double)nt / (double)nf : 1;
 }
 
+/* Per value entry, what bound_recompute works with. */
+typedef struct recompute {
+    int *cost;         /* computing one element inline, in op units */
+    double *fac;       /* evaluations per element per kernel */
+    readers *rd;       /* the kernels it is inlined into */
+    int *root_id;      /* an output root's kernel, or -1 */
+} recompute;
+
+static void recompute_free(recompute *r)
+{
+    free(r->cost);
+    free(r->fac);
+    free(r->rd);
+    free(r->root_id);
+}
+
+static bool recompute_alloc(recompute *r, int n)
+{
+    size_t cnt = (size_t)(n ? n : 1);
+    r->cost = ot__malloc(sizeof(int) * cnt);
+    r->fac = ot__calloc(cnt, sizeof *r->fac);
+    r->rd = ot__calloc(cnt, sizeof *r->rd);
+    r->root_id = ot__malloc(sizeof(int) * cnt);
+    if (r->cost && r->fac && r->rd && r->root_id) return true;
+    recompute_free(r);
+    return false;
+}
+
+/* Output roots: their kernel, and how often a broadcast into a bigger
+ * output computes them. */
+static void seed_roots(const compiler *c, recompute *r)
+{
+    for (int i = 0; i < c->w->n; i++) r->root_id[i] = -1;
+    for (int i = 0; i < c->nout; i++) {
+        int rt = c->ci[c->w->root[i]].canon;
+        if (r->root_id[rt] < 0) r->root_id[rt] = root_kernel_id(c, i);
+        ot_shape osh = out_shape(c, i);   /* a tree broadcast into a bigger output */
+        double f = bcast_factor(&osh, &node_of(c, rt)->shape);
+        if (f > r->fac[rt]) r->fac[rt] = f;
+    }
+}
+
+/* Each elementwise value's inline cost: its op, the inlined ops below it
+ * and the stored values they read. */
+static void inline_costs(const compiler *c, int *cost)
+{
+    for (int i = 0; i < c->w->n; i++) {
+        cost[i] = 0;
+        if (c->ci[i].canon != i || !is_ew(c, i)) continue;
+        int64_t sum = op_cost(c->w->e[i].op);
+        for (int k = 0; k < 2; k++) {
+            int o = canon_operand(c, i, k);
+            if (o < 0 || c->w->e[o].kind == OT_NODE_CONST) continue;
+            sum += is_ew(c, o) && !c->ci[o].mat ? cost[o] : COST_LOAD;   /* inlined, or read */
+        }
+        cost[i] = sum > COST_CAP ? COST_CAP : (int)sum;
+    }
+}
+
+/* Decides whether value u is stored, then passes the kernels that compute
+ * it (and how often) on to its inlined operands. */
+static void decide_value(compiler *c, recompute *r, int u)
+{
+    cinfo *cu = &c->ci[u];
+    readers here = {{0}, 0};
+    double f = 1;
+    if (!is_ew(c, u) || cu->mat) {
+        readers_add(&here, u);
+    } else {
+        if (r->root_id[u] >= 0) readers_add(&r->rd[u], r->root_id[u]);
+        double e = (double)r->rd[u].n * r->fac[u];
+        if (e > 1 && (e - 1) * r->cost[u] > COST_STORE + e * COST_LOAD) {
+            cu->mat = true;
+            readers_add(&here, u);
+        } else {
+            here = r->rd[u];
+            f = r->fac[u];
+        }
+    }
+    if (kind_of(c, u) == OT_KIND_SHAPE) return;
+    const ot_shape *us = &node_of(c, u)->shape;
+    for (int k = 0; k < 2; k++) {
+        int o = canon_operand(c, u, k);
+        if (o < 0 || !is_ew(c, o) || c->ci[o].mat) continue;
+        readers_merge(&r->rd[o], &here);
+        double fo = is_ew(c, u) ? f * bcast_factor(us, &node_of(c, o)->shape) : 1;
+        if (fo > r->fac[o]) r->fac[o] = fo;
+    }
+}
+
 /* Fusion inlines an elementwise value into every kernel that reads it, and
  * into every element of a broadcast, so a value shared by several kernels
  * is computed in each (a recurrence whose every step is also reduced would
@@ -241,70 +341,13 @@ static double bcast_factor(const ot_shape *to, const ot_shape *from)
  * value's readers are known when it is decided. */
 bool ot__fuse_bound_recompute(compiler *c)
 {
-    int n = c->w->n;
-    size_t cnt = (size_t)(n ? n : 1);
-    int *cost = ot__malloc(sizeof(int) * cnt);
-    double *fac = ot__calloc(cnt, sizeof *fac);   /* evaluations per element per kernel */
-    readers *rd = ot__calloc(cnt, sizeof *rd);
-    int *root_id = ot__malloc(sizeof(int) * cnt);   /* an output root's kernel, or -1 */
-    if (!cost || !fac || !rd || !root_id) {
-        free(cost);
-        free(fac);
-        free(rd);
-        free(root_id);
-        return false;
-    }
-    for (int i = 0; i < n; i++) root_id[i] = -1;
-    for (int i = 0; i < c->nout; i++) {
-        int r = c->ci[c->w->root[i]].canon;
-        if (root_id[r] < 0) root_id[r] = root_kernel_id(c, i);
-        ot_shape osh = out_shape(c, i);   /* a tree broadcast into a bigger output */
-        double f = bcast_factor(&osh, &node_of(c, r)->shape);
-        if (f > fac[r]) fac[r] = f;
-    }
-    for (int i = 0; i < n; i++) {
-        cost[i] = 0;
-        if (c->ci[i].canon != i || !is_ew(c, i)) continue;
-        int64_t sum = op_cost(c->w->e[i].op);
-        for (int k = 0; k < 2; k++) {
-            int o = canon_operand(c, i, k);
-            if (o < 0 || c->w->e[o].kind == OT_NODE_CONST) continue;
-            sum += is_ew(c, o) && !c->ci[o].mat ? cost[o] : COST_LOAD;   /* inlined, or read */
-        }
-        cost[i] = sum > COST_CAP ? COST_CAP : (int)sum;
-    }
-    for (int u = n - 1; u >= 0; u--) {
-        cinfo *cu = &c->ci[u];
-        if (cu->canon != u || !is_op(c, u)) continue;
-        readers here = {{0}, 0};
-        double f = 1;
-        if (!is_ew(c, u) || cu->mat) {
-            readers_add(&here, u);
-        } else {
-            if (root_id[u] >= 0) readers_add(&rd[u], root_id[u]);
-            double e = (double)rd[u].n * fac[u];
-            if (e > 1 && (e - 1) * cost[u] > COST_STORE + e * COST_LOAD) {
-                cu->mat = true;
-                readers_add(&here, u);
-            } else {
-                here = rd[u];
-                f = fac[u];
-            }
-        }
-        if (kind_of(c, u) == OT_KIND_SHAPE) continue;
-        const ot_shape *us = &node_of(c, u)->shape;
-        for (int k = 0; k < 2; k++) {
-            int o = canon_operand(c, u, k);
-            if (o < 0 || !is_ew(c, o) || c->ci[o].mat) continue;
-            readers_merge(&rd[o], &here);
-            double fo = is_ew(c, u) ? f * bcast_factor(us, &node_of(c, o)->shape) : 1;
-            if (fo > fac[o]) fac[o] = fo;
-        }
-    }
-    free(cost);
-    free(fac);
-    free(rd);
-    free(root_id);
+    recompute r;
+    if (!recompute_alloc(&r, c->w->n)) return false;
+    seed_roots(c, &r);
+    inline_costs(c, r.cost);
+    for (int u = c->w->n - 1; u >= 0; u--)
+        if (c->ci[u].canon == u && is_op(c, u)) decide_value(c, &r, u);
+    recompute_free(&r);
     return true;
 }
 

@@ -207,10 +207,11 @@ OT__WALK_STEP int ot__walker_run_plain(ot__walker *w, const ot_node *root, ot__w
  * are equal. The words are the kind, op and dtype, then by kind:
  *   op:    the caller's numbers of its operands (num[0], num[1]; -1 when
  *          absent: entries, canonical entries or stack items), then what
- *          changes the result: a reduction's axis and keepdims, a
+ *          changes the result: the attributes its row of src/ops.def
+ *          lists (column attrs: a reduction's axis and keepdims, a
  *          transpose's perm, a slice's start, step and count per dim, a
  *          reshape's shape, concat's axis, onehot's depth and axis, rand's
- *          seed and shape,
+ *          seed and shape; a dtype is the head's),
  *          a registered op's identity (custom1 and custom2 nodes).
  *          Never the composite tag or its annotations (ddof, lo, hi, a
  *          softmax's axis on its root), nor the weak flag: the expansion

@@ -2,7 +2,8 @@
  * peers.c - --peers: the same expression timed with NumPy and numexpr, the
  * tools a user would otherwise reach for, through Debian's python3 (or
  * $OT_PYTHON). The expression is evaluated by Python itself with optree's
- * op names bound to NumPy functions (ot_parse's syntax is Python's), and
+ * op names bound to NumPy functions as the op table's peer column spells
+ * them (ot_parse's syntax is Python's), and
  * handed to numexpr as written where numexpr knows every name in it. Each
  * is timed as optree is: medians of samples of about 2 ms, inputs in
  * [0.5, 1.5). Sizes, dtype and the expression go through the environment
@@ -29,13 +30,10 @@ static const char script[] =
     "repeat = int(os.environ['OTB_REPEAT'])\n"
     "def red(f):\n"
     "    return lambda x, axis=None, keepdims=0: f(x, axis=axis, keepdims=bool(keepdims))\n"
-    "fns = dict(exp=np.exp, log=np.log, sqrt=np.sqrt, tanh=np.tanh, sin=np.sin, cos=np.cos,\n"
-    "    abs=np.abs, neg=np.negative, sqr=np.square, exp2=np.exp2, log2=np.log2, rint=np.rint,\n"
-    "    sgn=np.sign, recip=np.reciprocal, rsqrt=lambda x: 1 / np.sqrt(x), expm1=np.expm1,\n"
-    "    relu=lambda x: np.maximum(x, 0), sig=lambda x: 1 / (1 + np.exp(-x)),\n"
-    "    minimum=np.minimum, maximum=np.maximum, pow=np.power, add=np.add, sub=np.subtract,\n"
-    "    mul=np.multiply, div=np.divide, dot=np.dot, transpose=np.transpose,\n"
-    "    sum=red(np.sum), max=red(np.max), min=red(np.min), mean=red(np.mean),\n"
+    "fns = dict(\n";
+/* fns's entries come from the op table's peer column (src/ops.def), then
+ * this tail. */
+static const char script_tail[] =
     "    inf=np.inf, nan=np.nan)\n"
     "import re\n"
     "names = sorted(set(re.findall(r'[A-Za-z_][A-Za-z0-9_]*', expr)) - set(fns) - {'axis', 'keepdims', 'True', 'False'})\n"
@@ -71,6 +69,29 @@ static const char script[] =
     "        except Exception:\n"
     "            t_ne = 0\n"
     "    print(n, t_np, t_ne, flush=True)\n";
+
+/* Column 20 of the op table: each op's NumPy spelling, or NULL. */
+static const struct peer { const char *name, *numpy; bool reduce; } peer[] = {
+#define OT_OP(E, NM, AR, KIND, RULE, REF, COST, VEC, VFN, U10, U35, JIT, GRAD, DX, DY, SYM, DOM, \
+              DOC, ATTRS, PEER)                                                              \
+    {NM, PEER, OT_KIND_##KIND == OT_KIND_REDUCE},
+#include "ops.def"
+#undef OT_OP
+};
+
+/* The script, with fns holding every op that has a NumPy spelling (a
+ * reduction wrapped to take optree's axis and keepdims). A spelling NumPy
+ * lacks fails every --peers run (tests/cli_check.py's "peers"). */
+static void write_script(FILE *f)
+{
+    fputs(script, f);
+    for (size_t i = 0; i < sizeof peer / sizeof peer[0]; i++) {
+        if (!peer[i].numpy) continue;
+        fprintf(f, "    %s=%s%s%s,\n", peer[i].name, peer[i].reduce ? "red(" : "", peer[i].numpy,
+                peer[i].reduce ? ")" : "");
+    }
+    fputs(script_tail, f);
+}
 
 static const char *python(void)
 {
@@ -127,7 +148,7 @@ int peers_time(run *r)
         unlink(file);
         return -1;
     }
-    fputs(script, f);
+    write_script(f);
     fclose(f);
     if (!r->quiet) fprintf(stderr, "optree-bench: timing NumPy and numexpr...\n");
     int rc = 0;

@@ -72,7 +72,8 @@
     X(KEEP, "keep", 1, OT_KIND_SPECIAL, NULL, 0, none) \
     X(SLICE, "slice", 1, OT_KIND_SHAPE, NULL, 0, none) \
     X(RESHAPE, "reshape", 1, OT_KIND_SHAPE, NULL, 0, none) \
-    X(CONCAT, "concat", 2, OT_KIND_SPECIAL, NULL, 0, none)
+    X(CONCAT, "concat", 2, OT_KIND_SPECIAL, NULL, 0, none) \
+    X(ERF, "erf", 1, OT_KIND_UNARY, NULL, OT_FLAG_FLOAT, erf)
 
 typedef enum ot_op {
     OT_OP_NONE = -1,
@@ -136,7 +137,8 @@ typedef enum ot_op {
     OT_OP_SLICE = 57,
     OT_OP_RESHAPE = 58,
     OT_OP_CONCAT = 59,
-    OT_OP_COUNT = 60
+    OT_OP_ERF = 60,
+    OT_OP_COUNT = 61
 } ot_op;
 
 /* Unary elementwise. */
@@ -162,6 +164,7 @@ typedef enum ot_op {
 #define ot_sin(x) OT__UN(OT_OP_SIN, x)
 #define ot_cos(x) OT__UN(OT_OP_COS, x)
 #define ot_expm1(x) OT__UN(OT_OP_EXPM1, x)       /* exp(x) - 1, accurate near 0 */
+#define ot_erf(x) OT__UN(OT_OP_ERF, x)           /* the error function */
 
 /* Binary elementwise, NumPy broadcasting. Compares give 1 or 0. minimum and
  * maximum propagate NaN. */

@@ -586,6 +586,10 @@ class Op:
         self.dom, self.res, self.exact, self.wrap = dom, res, exact, wrap
 
 
+# NumPy has no erf: math.erf element by element, in float64.
+erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
 def f2(fn):
     return lambda x: fn(x).astype(np.float64)
 
@@ -613,6 +617,7 @@ OPS = [
     Op('relu', 'unary', lambda x: np.maximum(x, 0.0), FDI),
     Op('sin', 'unary', np.sin, FD, 'trig', 'float'),
     Op('cos', 'unary', np.cos, FD, 'trig', 'float'),
+    Op('erf', 'unary', erf, FD, 'real', 'float'),
     # binary elementwise, broadcasting
     Op('add', 'binary', np.add, FDI, ('real', 'real'), wrap=True),
     Op('sub', 'binary', np.subtract, FDI, ('real', 'real'), wrap=True),
@@ -1646,7 +1651,7 @@ SV_REF = {
     'sig2': lambda x: sv_sig(x, np.exp2),
     'tanh': np.tanh, 'tanh2': lambda x: np.tanh(x * LN2), 'rint': np.rint,
     'rsqrt': lambda x: 1.0 / np.sqrt(x), 'recip': lambda x: 1.0 / x,
-    'relu': lambda x: np.maximum(x, 0.0), 'sin': np.sin, 'cos': np.cos,
+    'relu': lambda x: np.maximum(x, 0.0), 'sin': np.sin, 'cos': np.cos, 'erf': erf,
     'add': np.add, 'sub': np.subtract, 'mul': np.multiply, 'div': np.divide,
     'pow': np.power,
     'eq': lambda a, b: (a == b) * 1.0, 'ne': lambda a, b: (a != b) * 1.0,

@@ -495,6 +495,7 @@ static void un_range(ot_op op, double lo, double hi, double *olo, double *ohi)
     case OT_OP_SQRT: *olo = sqrt(fmax(lo, 0)); *ohi = sqrt(fmax(hi, 0)); break;
     case OT_OP_EXP: *olo = exp(lo); *ohi = exp(hi); break;
     case OT_OP_EXPM1: *olo = expm1(lo); *ohi = expm1(hi); break;
+    case OT_OP_ERF: *olo = erf(lo); *ohi = erf(hi); break;
     case OT_OP_EXP2: *olo = exp2(lo); *ohi = exp2(hi); break;
     case OT_OP_LOG: case OT_OP_SAFELOG: *olo = log(lo); *ohi = log(hi); break;
     case OT_OP_LOG2: *olo = log2(lo); *ohi = log2(hi); break;
@@ -547,6 +548,7 @@ static gn g_un(gctx *c, ot_op op, gn x)
     case OT_OP_SIG: L = 0.25; k = 4; break;
     case OT_OP_SIG2: L = 0.25 * ln2; k = 4; break;
     case OT_OP_TANH: k = 2; break;
+    case OT_OP_ERF: L = 1.1283791670955126; k = 2; break;   /* 2/sqrt(pi) at 0 */
     case OT_OP_TANH2: L = ln2; k = 4; break;
     case OT_OP_RSQRT: L = e > 0 ? 0.5 * pow(wl, -1.5) : 0; k = 2; break;
     case OT_OP_RECIP: {
@@ -828,7 +830,7 @@ static const ot_op UN_OPS[] = {
     OT_OP_FINITE, OT_OP_NEG, OT_OP_ABS, OT_OP_SGN, OT_OP_SQRT, OT_OP_SQR, OT_OP_EXP,
     OT_OP_EXP2, OT_OP_LOG, OT_OP_LOG2, OT_OP_SAFELOG, OT_OP_SIG, OT_OP_SIG2, OT_OP_TANH,
     OT_OP_TANH2, OT_OP_RINT, OT_OP_RSQRT, OT_OP_RECIP, OT_OP_RELU, OT_OP_SIN, OT_OP_COS,
-    OT_OP_EXPM1,
+    OT_OP_EXPM1, OT_OP_ERF,
 };
 static const ot_op BIN_OPS[] = {
     OT_OP_ADD, OT_OP_SUB, OT_OP_MUL, OT_OP_DIV, OT_OP_POW, OT_OP_EQ, OT_OP_NE,

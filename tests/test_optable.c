@@ -158,6 +158,39 @@ TEST(optable_autodiff_rules)
     }
 }
 
+/* The attrs column: known attributes, each once, in the room ops.h gives;
+ * each parses by the name it prints under (an index by none); elementwise
+ * ops take none, reductions their axis and keepdims. */
+TEST(optable_attributes)
+{
+    for (int op = 0; op < OT_OP_COUNT; op++) {
+        const ot_opinfo *o = ot__op(op);
+        unsigned seen = 0;
+        int count = 0;
+        for (const unsigned char *a = o->attrs; *a; a++, count++) {
+            if (*a >= OT__ATTR_COUNT || (seen & 1u << *a)) MISSING("attribute %d", o->name, *a);
+            seen |= 1u << *a;
+        }
+        CHECK(count <= OT__ATTRS_MAX);
+        if (elementwise(o) || placeholder(o)) CHECK_INT(count, 0);
+        if (o->kind == OT_KIND_REDUCE)
+            CHECK(ot__op_has_attr(op, OT__ATTR_AXIS) && ot__op_has_attr(op, OT__ATTR_KEEPDIMS));
+    }
+    for (int id = OT__ATTR_NONE + 1; id < OT__ATTR_COUNT; id++) {
+        const ot__attr *at = &ot__attrs[id];
+        CHECK(at->name != NULL);
+        if (at->type == OT__AT_INDEX) {
+            CHECK_INT(ot__attr_lookup(at->name), OT__ATTR_NONE);
+            continue;
+        }
+        int found = ot__attr_lookup(at->name);
+        CHECK(found != OT__ATTR_NONE && strcmp(ot__attrs[found].name, at->name) == 0);
+        CHECK_INT(ot__attrs[found].off, at->off);
+    }
+    CHECK_INT(ot__attr_lookup("start"), OT__ATTR_NONE);
+    CHECK(!ot__op_has_attr(OT_OP_COUNT, OT__ATTR_AXIS));
+}
+
 /* ot_pp writes an elementwise op as its symbol or its name. */
 TEST(optable_print_forms)
 {

@@ -49,20 +49,69 @@
 #define OPS_EW_SPECIAL false
 #define OPS_EW_COMPOSITE false
 #define OPS_I32(kind, rule) (OPS_EW_##kind && OPS_RULE_##rule != OT_FLAG_FLOAT)
+/* Column "attrs": ATTRS(AXIS, KEEPDIMS) lists OT__ATTR_AXIS,
+ * OT__ATTR_KEEPDIMS, and the initialiser {ATTRS 0} ends it with
+ * OT__ATTR_NONE; a row's "-" reads as {-0}, the empty list. */
+#define OPS_A(x) OT__ATTR_##x,
+#define OPS_ATTRS_1(a) OPS_A(a)
+#define OPS_ATTRS_2(a, b) OPS_A(a) OPS_A(b)
+#define OPS_ATTRS_3(a, b, c) OPS_A(a) OPS_A(b) OPS_A(c)
+#define OPS_NARGS(...) OPS_NARGS_(__VA_ARGS__, 3, 2, 1, 0)
+#define OPS_NARGS_(a, b, c, n, ...) n
+#define OPS_CAT(a, b) OPS_CAT_(a, b)
+#define OPS_CAT_(a, b) a##b
+#define ATTRS(...) OPS_CAT(OPS_ATTRS_, OPS_NARGS(__VA_ARGS__))(__VA_ARGS__)
 
 const ot_opinfo ot__op_table[OT_OP_COUNT] = {
 #define OT_OP(E, NM, AR, KIND, RULE, REF, COST, VEC, VFN, U10, U35, JIT, GRAD, DX, DY, SYM, DOM, \
-              DOC)                                                                           \
+              DOC, ATTR, PEER)                                                               \
     [OT_OP_##E] = {.name = NM, .arity = AR, .kind = OT_KIND_##KIND,                          \
                    .flags = OPS_FLAGS(RULE, GRAD, VEC), .cost = OT__COST_##COST,                  \
                    .vec = OT__VEC_##VEC, .exact = OPS_EXACT_##VEC, .ulp = {#U10, #U35},      \
                    .i32 = OPS_I32(KIND, RULE), .jit = OPS_JIT_##JIT, .grad = OPS_GRAD_##GRAD, \
-                   .dom = OT__DOM_##DOM, .sym = SYM},
+                   .dom = OT__DOM_##DOM, .sym = SYM, .attrs = {ATTR 0}},
 #include "ops.def"
 #undef OT_OP
 };
+#undef ATTRS
 
 static bool known(ot_op op) { return op >= 0 && op < OT_OP_COUNT; }
+
+/* ---- attributes ------------------------------------------------------------ */
+
+#define ARG(nm, ty, m) .name = nm, .type = OT__AT_##ty, .off = offsetof(ot_args, m)
+const ot__attr ot__attrs[OT__ATTR_COUNT] = {
+    [OT__ATTR_INDEX] = {ARG("index", INDEX, start)},
+    [OT__ATTR_PERM] = {ARG("perm", PERM, perm)},
+    [OT__ATTR_SHAPE] = {ARG("shape", NODE_SHAPE, shape), .pp_only = true},
+    [OT__ATTR_DEPTH] = {ARG("depth", I64, depth)},
+    [OT__ATTR_AXIS] = {ARG("axis", INT, axis), .omit = true, .dflt = OT_AXIS_ALL, .none = true},
+    [OT__ATTR_KEEPDIMS] = {ARG("keepdims", FLAG, keepdims), .omit = true},
+    [OT__ATTR_DDOF] = {ARG("ddof", INT, ddof), .omit = true},
+    [OT__ATTR_LO] = {ARG("lo", DOUBLE, lo)},
+    [OT__ATTR_HI] = {ARG("hi", DOUBLE, hi)},
+    [OT__ATTR_SEED] = {ARG("seed", U64, seed)},
+    [OT__ATTR_DTYPE] = {ARG("dtype", DTYPE, dtype)},
+    /* the default, f32, goes unsaid */
+    [OT__ATTR_RDTYPE] = {ARG("dtype", NODE_DTYPE, dtype), .omit = true, .dflt = OT_F32,
+                         .pp_only = true},
+};
+#undef ARG
+
+int ot__attr_lookup(const char *name)
+{
+    for (int id = OT__ATTR_NONE + 1; id < OT__ATTR_COUNT; id++)
+        if (ot__attrs[id].type != OT__AT_INDEX && strcmp(ot__attrs[id].name, name) == 0) return id;
+    return OT__ATTR_NONE;
+}
+
+bool ot__op_has_attr(int op, int id)
+{
+    if (!known((ot_op)op)) return false;
+    for (const unsigned char *a = ot__op_table[op].attrs; *a; a++)
+        if (*a == id) return true;
+    return false;
+}
 
 const ot_opinfo *ot__op(int op) { return known((ot_op)op) ? &ot__op_table[op] : NULL; }
 int ot__op_cost(int op) { return known((ot_op)op) ? ot__op_table[op].cost : OT__COST_CHEAP; }

@@ -18,6 +18,64 @@ enum { OT__JIT_NONE, OT__JIT_INLINE, OT__JIT_CALL, OT__JIT_SIG, OT__JIT_USER };
 /* Column "dom": where the op is finite and smooth. */
 enum { OT__DOM_ANY, OT__DOM_POS, OT__DOM_NONZERO, OT__DOM_KINK };
 
+/* ---- op attributes (column "attrs") ----------------------------------- */
+
+/* The attributes ops take, in the order every printer writes them (so
+ * onehot prints depth before axis, var axis, keepdims, then ddof). An op's
+ * own column lists its attributes in the parser's positional order. */
+typedef enum ot__attr_id {
+    OT__ATTR_NONE,      /* ends an op's list */
+    OT__ATTR_INDEX,     /* slice: start, step and count of each operand dim */
+    OT__ATTR_PERM,      /* transpose */
+    OT__ATTR_SHAPE,     /* reshape, rand: the node's shape */
+    OT__ATTR_DEPTH,     /* onehot */
+    OT__ATTR_AXIS,      /* reductions, concat, onehot, composites */
+    OT__ATTR_KEEPDIMS,  /* reductions */
+    OT__ATTR_DDOF,      /* var, std */
+    OT__ATTR_LO,        /* clip */
+    OT__ATTR_HI,        /* clip */
+    OT__ATTR_SEED,      /* rand */
+    OT__ATTR_DTYPE,     /* cast: the target */
+    OT__ATTR_RDTYPE,    /* onehot, rand: the node's dtype, f32 unless given */
+    OT__ATTR_COUNT
+} ot__attr_id;
+#define OT__ATTRS_MAX 3   /* the most attributes one op takes */
+
+/* How an attribute's value is held, which decides how it prints, parses
+ * and counts in a node's identity (walk.h). */
+typedef enum ot__attr_type {
+    OT__AT_NONE,        /* OT__ATTR_NONE's: no attribute */
+    OT__AT_INT,         /* an int member of ot_args */
+    OT__AT_FLAG,        /* a bool member: written bare ("keepdims") when set */
+    OT__AT_I64,         /* an int64_t member */
+    OT__AT_U64,         /* a uint64_t member */
+    OT__AT_DOUBLE,      /* a double member, printed shortest round-trip */
+    OT__AT_DTYPE,       /* an ot_dtype member */
+    OT__AT_NODE_DTYPE,  /* the node's dtype (parsed into ot_args.dtype) */
+    OT__AT_NODE_SHAPE,  /* the node's shape (parsed into ot_args.shape) */
+    OT__AT_PERM,        /* transpose's perm (ot_args.perm; all zero reverses) */
+    OT__AT_INDEX        /* slice's index ("[1:3, ::2]"): never parsed by name */
+} ot__attr_type;
+
+typedef struct ot__attr {
+    const char *name;   /* as printed and parsed (an index only prints) */
+    int type;           /* ot__attr_type */
+    size_t off;         /* the ot_args member the builder takes it from */
+    bool omit;          /* left unprinted when it equals dflt */
+    int64_t dflt;
+    bool none;          /* the tuple form writes dflt as None (an axis) */
+    bool pp_only;       /* the node's own shape or dtype: only ot_pp (which
+                           shows neither) writes it */
+} ot__attr;
+
+/* The attribute table, by ot__attr_id. */
+extern const ot__attr ot__attrs[OT__ATTR_COUNT];
+/* The attribute named name, as parsed (not an index: the subscript
+ * syntax writes it), or OT__ATTR_NONE. */
+int ot__attr_lookup(const char *name);
+/* Whether op (a row of the table) takes attribute id. */
+bool ot__op_has_attr(int op, int id);
+
 typedef struct ot_opinfo {
     const char *name;
     int arity, kind;
@@ -33,6 +91,8 @@ typedef struct ot_opinfo {
     bool grad;               /* autodiff has a rule (else OT_FLAG_NODIFF) */
     int dom;                 /* OT__DOM_* */
     const char *sym;         /* infix symbol, or NULL */
+    unsigned char attrs[OT__ATTRS_MAX + 1]; /* ot__attr_id, positional order,
+                                               OT__ATTR_NONE after the last */
 } ot_opinfo;
 
 /* The row of op, or NULL when op is not one. */

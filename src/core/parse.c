@@ -17,6 +17,8 @@
  * the descent passes through unary() (an operand) or labelled(), and those
  * two count the depth, so no path escapes the bound. */
 enum { MAX_DEPTH = 200, MAX_IDENT = 64, MAX_ARGS = 16 };
+/* An op's attribute names, comma-separated: at most OT__ATTRS_MAX names. */
+enum { MAX_MEMBERS = OT__ATTRS_MAX * MAX_IDENT };
 
 typedef struct parser {
     const char *src, *p;
@@ -239,22 +241,18 @@ static const char *closest_name(const parser *ps, const char *name)
 
 /* ---- attributes --------------------------------------------------------------- */
 
-/* The attributes an op takes, in positional order after its operands. */
-static const char *attr_members(ot_op op)
+/* The names of the attributes op takes, in positional order after its
+ * operands, comma-separated into buf (its column of the op table). */
+static const char *attr_members(ot_op op, char buf[MAX_MEMBERS])
 {
-    switch (op) {
-    case OT_OP_VAR: case OT_OP_STD: return "axis,ddof,keepdims";
-    case OT_OP_CLIP: return "lo,hi";
-    case OT_OP_SOFTMAX: case OT_OP_LOGSOFTMAX: return "axis";
-    case OT_OP_CAST: return "dtype";
-    case OT_OP_ONEHOT: return "depth,axis,dtype";
-    case OT_OP_RAND: return "shape,seed,dtype";
-    case OT_OP_TRANSPOSE: return "perm";
-    case OT_OP_RESHAPE: return "shape";
-    case OT_OP_CONCAT: return "axis";
-    case OT_OP_CROSS_ENTROPY: case OT_OP_SQUARED_L2: return "axis,keepdims";
-    default: return ot_op_kind(op) == OT_KIND_REDUCE ? "axis,keepdims" : "";
-    }
+    const ot_opinfo *o = ot__op(op);
+    buf[0] = '\0';
+    for (const unsigned char *a = o ? o->attrs : (const unsigned char *)""; *a; a++)
+        if (ot__attrs[*a].type != OT__AT_INDEX) {
+            if (buf[0]) strcat(buf, ",");
+            strcat(buf, ot__attrs[*a].name);
+        }
+    return buf;
 }
 
 /* The index of member m in the comma-separated list, or -1. */
@@ -325,49 +323,58 @@ static bool int_tuple(parser *ps, int64_t *out, int *n)
     return accept(ps, ")");
 }
 
-/* The value of attribute m (member of ot_args) into a; at points at it. */
+/* A tuple attribute (perm, shape) into a. */
+static ot_node *attr_tuple(parser *ps, const ot__attr *at, ot_args *a, const char *at_text)
+{
+    int64_t t[OT_MAX_DIMS];
+    int n;
+    if (!int_tuple(ps, t, &n))
+        return fail(ps, at_text, "%s must be a tuple of at most %d integers", at->name, OT_MAX_DIMS);
+    if (at->type == OT__AT_PERM) {
+        for (int i = 0; i < n; i++) a->perm[i] = (int)t[i];
+        a->spec_ = ".perm = given";
+    } else {
+        a->shape.ndim = n;
+        for (int i = 0; i < n; i++) a->shape.dims[i] = t[i];
+    }
+    return (ot_node *)a;
+}
+
+/* The value of attribute m (ops.h's attribute table) into the ot_args
+ * member the builder takes it from; at points at it. */
 static ot_node *attr_value(parser *ps, const char *m, ot_args *a, const char *at)
 {
-    char name[MAX_IDENT];
+    const ot__attr *t = &ot__attrs[ot__attr_lookup(m)];
+    char *p = (char *)a + t->off, name[MAX_IDENT];
     double v;
-    if (strcmp(m, "dtype") == 0) {
-        if (ident(ps, name) && dtype_named(name, &a->dtype)) return (ot_node *)a;
+    if (t->type == OT__AT_DTYPE || t->type == OT__AT_NODE_DTYPE) {
+        if (ident(ps, name) && dtype_named(name, (ot_dtype *)p)) return (ot_node *)a;
         return fail(ps, at, "dtype must be f32, f64 or i32");
     }
-    if (strcmp(m, "perm") == 0 || strcmp(m, "shape") == 0) {
-        int64_t t[OT_MAX_DIMS];
-        int n;
-        if (!int_tuple(ps, t, &n)) return fail(ps, at, "%s must be a tuple of at most %d integers",
-                                               m, OT_MAX_DIMS);
-        if (m[0] == 'p') {
-            for (int i = 0; i < n; i++) a->perm[i] = (int)t[i];
-            a->spec_ = ".perm = given";
-        } else {
-            a->shape.ndim = n;
-            for (int i = 0; i < n; i++) a->shape.dims[i] = t[i];
-        }
-        return (ot_node *)a;
-    }
-    if (strcmp(m, "keepdims") == 0 && ident(ps, name)) {
+    if (t->type == OT__AT_PERM || t->type == OT__AT_NODE_SHAPE) return attr_tuple(ps, t, a, at);
+    if (t->type == OT__AT_FLAG && ident(ps, name)) {
         if (strcmp(name, "True") && strcmp(name, "true") && strcmp(name, "False") &&
             strcmp(name, "false"))
-            return fail(ps, at, "keepdims must be 0, 1, True or False");
-        a->keepdims = name[0] == 'T' || name[0] == 't';
+            return fail(ps, at, "%s must be 0, 1, True or False", m);
+        *(bool *)p = name[0] == 'T' || name[0] == 't';
         return (ot_node *)a;
     }
     if (signed_number(ps, &v) <= 0) return fail(ps, at, "%s must be a number", m);
-    if (strcmp(m, "lo") == 0 || strcmp(m, "hi") == 0) {
-        *(m[0] == 'l' ? &a->lo : &a->hi) = v;
+    if (t->type == OT__AT_DOUBLE) {
+        *(double *)p = v;
         return (ot_node *)a;
     }
-    if (!integral(v, m[0] == 's' ? 0 : INT_MIN, m[0] == 's' ? 0x1p63 : INT_MAX))
+    bool u64 = t->type == OT__AT_U64;
+    if (!integral(v, u64 ? 0 : INT_MIN, u64 ? 0x1p63 : INT_MAX))
         return fail(ps, at, "%s must be an integer in range", m);
-    if (strcmp(m, "axis") == 0) a->axis = (int)v;
-    else if (strcmp(m, "keepdims") == 0) a->keepdims = v != 0;
-    else if (strcmp(m, "depth") == 0) a->depth = (int64_t)v;
-    else if (strcmp(m, "ddof") == 0) a->ddof = (int)v;
-    else if (strcmp(m, "seed") == 0) a->seed = (uint64_t)v;
-    else return fail(ps, at, "%s is not written as name=value (a slice's start is its index)", m);
+    switch (t->type) {
+    case OT__AT_INT: *(int *)p = (int)v; break;
+    case OT__AT_FLAG: *(bool *)p = v != 0; break;
+    case OT__AT_I64: *(int64_t *)p = (int64_t)v; break;
+    case OT__AT_U64: *(uint64_t *)p = (uint64_t)v; break;
+    default:
+        return fail(ps, at, "%s is not written as name=value (a slice's start is its index)", m);
+    }
     return (ot_node *)a;
 }
 
@@ -467,8 +474,8 @@ static ot_node *build(parser *ps, ot_op op, ot_node *a, ot_node *b, const ot_arg
 /* One attribute of a call: name=value, or the next positional one. */
 static ot_node *call_attr(parser *ps, ot_op op, int *positional, ot_args *a, unsigned *given)
 {
-    const char *members = attr_members(op), *at;
-    char name[MAX_IDENT];
+    char buf[MAX_MEMBERS], name[MAX_IDENT];
+    const char *members = attr_members(op, buf), *at;
     skip_space(ps);
     at = ps->p;
     const char *save = ps->p;
@@ -582,8 +589,9 @@ static ot_node *prefix(parser *ps, ot_op op, const char *at)
                 if (!attr_value(ps, name, &a, here)) return NULL;
                 continue;
             }
-            if (i >= 0 && strcmp(name, "keepdims") == 0) {
-                a.keepdims = true;
+            const ot__attr *t = &ot__attrs[ot__attr_lookup(name)];
+            if (i >= 0 && t->type == OT__AT_FLAG) {   /* written bare: set */
+                *(bool *)((char *)&a + t->off) = true;
                 continue;
             }
             ps->p = here;

@@ -509,41 +509,90 @@ static int walk(const form *fm, const ot_node *tree, FILE *f)
     return ok ? print_end(fm->fn, f) : out_of_memory(fm->fn);
 }
 
-/* ---- ot_print: neon's tuple form ----------------------------------------- */
+/* ---- op attributes --------------------------------------------------------- */
 
-/* The attributes of n's own op as dict entries after 'op'. */
-static void tuple_attrs(FILE *f, const ot_node *n)
+/* The three ways op attributes are written, all from ops.h's attribute
+ * table. ATTRS_PP is ot_pp's (and the labels of ot_graphviz): " axis=1
+ * keepdims", compact dims, and the node's own shape and dtype where an op
+ * sets them, since the infix form shows neither otherwise. ATTRS_LISTING
+ * is ot_stack_print's: its line goes on with the item's shape and dtype,
+ * and a perm is a Python tuple as that shape is. ATTRS_TUPLE is ot_print's
+ * dict entries after 'op': ", 'axis': None, 'keepdims': True". */
+typedef enum attr_style { ATTRS_PP, ATTRS_LISTING, ATTRS_TUPLE } attr_style;
+
+/* The value of an attribute held as a number (or a dtype), widened, to
+ * compare with its default. */
+static int64_t attr_number(const ot_node *n, const ot__attr *at)
 {
-    const ot_args *g = &n->args;
+    const char *p = (const char *)&n->args + at->off;
+    switch (at->type) {
+    case OT__AT_INT: return *(const int *)p;
+    case OT__AT_FLAG: return *(const bool *)p;
+    case OT__AT_I64: return *(const int64_t *)p;
+    case OT__AT_U64: return (int64_t) * (const uint64_t *)p;
+    case OT__AT_DTYPE: return *(const ot_dtype *)p;
+    default: return n->dtype;   /* OT__AT_NODE_DTYPE */
+    }
+}
+
+/* The value of attribute at of n, after its name. */
+static void attr_value(FILE *f, const ot_node *n, const ot__attr *at, attr_style style)
+{
+    const char *p = (const char *)&n->args + at->off;
     int64_t perm[OT_MAX_DIMS];
-    switch (ot_op_kind((ot_op)n->op)) {
-    case OT_KIND_REDUCE:
-        if (g->axis == OT_AXIS_ALL) fputs(", 'axis': None", f);
-        else fprintf(f, ", 'axis': %d", g->axis);
-        if (g->keepdims) fputs(", 'keepdims': True", f);
+    char num[40];
+    const char *quote = style == ATTRS_TUPLE ? "'" : "";
+    switch (at->type) {
+    case OT__AT_INT: fprintf(f, "%d", *(const int *)p); break;
+    case OT__AT_FLAG: fputs(style == ATTRS_TUPLE ? "True" : "", f); break;
+    case OT__AT_I64: fprintf(f, "%lld", (long long)*(const int64_t *)p); break;
+    case OT__AT_U64: fprintf(f, "%llu", (unsigned long long)*(const uint64_t *)p); break;
+    case OT__AT_DOUBLE:
+        ot__fmt_double(num, sizeof num, *(const double *)p);
+        fputs(num, f);
         break;
-    case OT_KIND_SHAPE:
-        if (n->op == OT_OP_RESHAPE) break;   /* its attribute is the shape */
-        if (n->op == OT_OP_SLICE) {
-            fputs(", 'index': '", f);
-            print_index(f, n);
-            fputc('\'', f);
-            break;
-        }
-        fputs(", 'perm': ", f);
-        print_py_tuple(f, perm_dims(n, perm), n->shape.ndim);
+    case OT__AT_DTYPE:
+    case OT__AT_NODE_DTYPE:
+        fprintf(f, "%s%s%s", quote, ot_dtype_name((ot_dtype)attr_number(n, at)), quote);
         break;
-    case OT_KIND_SPECIAL:
-        if (n->op == OT_OP_CAST) fprintf(f, ", 'dtype': '%s'", ot_dtype_name(g->dtype));
-        else if (n->op == OT_OP_CONCAT) fprintf(f, ", 'axis': %d", g->axis);
-        else if (n->op == OT_OP_ONEHOT)
-            fprintf(f, ", 'depth': %lld, 'axis': %d", (long long)g->depth, g->axis);
-        else if (n->op == OT_OP_RAND) fprintf(f, ", 'seed': %llu", (unsigned long long)g->seed);
+    case OT__AT_NODE_SHAPE: print_dims(f, n->shape.dims, n->shape.ndim); break;
+    case OT__AT_PERM:
+        if (style == ATTRS_PP) print_dims(f, perm_dims(n, perm), n->shape.ndim);
+        else print_py_tuple(f, perm_dims(n, perm), n->shape.ndim);
         break;
-    default:
+    default:   /* OT__AT_INDEX */
+        fputs(quote, f);
+        print_index(f, n);
+        fputs(quote, f);
         break;
     }
 }
+
+/* One attribute: " name=value" (a flag bare, an index alone) or, in the
+ * tuple form, ", 'name': value". A default the table omits goes unsaid,
+ * except the tuple form's None. */
+static void write_attr(FILE *f, const ot_node *n, const ot__attr *at, attr_style style)
+{
+    if (at->pp_only && style != ATTRS_PP) return;
+    bool dflt = at->omit && attr_number(n, at) == at->dflt;
+    if (dflt && !(at->none && style == ATTRS_TUPLE)) return;
+    if (style == ATTRS_TUPLE) fprintf(f, ", '%s': ", at->name);
+    else if (at->type == OT__AT_FLAG) fprintf(f, " %s", at->name);
+    else if (at->type == OT__AT_INDEX) fputc(' ', f);
+    else fprintf(f, " %s=", at->name);
+    if (dflt) fputs("None", f);
+    else attr_value(f, n, at, style);
+}
+
+/* The attributes of op (n's own, or its composite tag's) in the table's
+ * order. */
+static void op_attrs(FILE *f, const ot_node *n, int op, attr_style style)
+{
+    for (int id = OT__ATTR_NONE + 1; id < OT__ATTR_COUNT; id++)
+        if (ot__op_has_attr(op, id)) write_attr(f, n, &ot__attrs[id], style);
+}
+
+/* ---- ot_print: neon's tuple form ----------------------------------------- */
 
 /* A node's name and metadata as dict entries: , 'name': 'h1', 'meta':
  * {'k': 'v'}. */
@@ -570,7 +619,7 @@ static void tuple_open(FILE *f, const ot_node *n)
     fputs("({'shape': ", f);
     print_py_tuple(f, n->shape.dims, n->shape.ndim);
     fprintf(f, ", 'op': '%s'", node_name(n));
-    tuple_attrs(f, n);
+    op_attrs(f, n, n->op, ATTRS_TUPLE);
     tuple_annots(f, n);
     fputc('}', f);
 }
@@ -615,83 +664,9 @@ static void pp_sep(FILE *f, const ot_node *n, int k)
     else if (k > 0) fprintf(f, " %s ", sym);
 }
 
-static void pp_reduce_attrs(FILE *f, const ot_args *g)
-{
-    if (g->axis != OT_AXIS_ALL) fprintf(f, " axis=%d", g->axis);
-    if (g->keepdims) fputs(" keepdims", f);
-}
-
-static void pp_composite_attrs(FILE *f, const ot_node *n)
-{
-    const ot_args *g = &n->args;
-    if (n->tag == OT_OP_CLIP) {
-        char lo[40], hi[40];
-        ot__fmt_double(lo, sizeof lo, g->lo);
-        ot__fmt_double(hi, sizeof hi, g->hi);
-        fprintf(f, " lo=%s hi=%s", lo, hi);
-        return;
-    }
-    pp_reduce_attrs(f, g);
-    if (g->ddof) fprintf(f, " ddof=%d", g->ddof);
-}
-
-/* The two ways op attributes are written. ATTRS_PP is ot_pp's (and the
- * labels of ot_graphviz): compact dims, and rand shows its shape, since the
- * infix form shows no shapes otherwise. ATTRS_LISTING is ot_stack_print's:
- * its line goes on with the item's shape as a Python tuple, so perm is such
- * a tuple too and rand leaves its shape to that. */
-typedef enum attr_style { ATTRS_PP, ATTRS_LISTING } attr_style;
-
-/* The attributes of n's own op: " axis=1 keepdims", " perm=(1,0)". */
-static void op_attrs(FILE *f, const ot_node *n, attr_style style)
-{
-    const ot_args *g = &n->args;
-    int64_t perm[OT_MAX_DIMS];
-    switch (ot_op_kind((ot_op)n->op)) {
-    case OT_KIND_REDUCE:
-        pp_reduce_attrs(f, g);
-        break;
-    case OT_KIND_SHAPE:
-        if (n->op == OT_OP_SLICE) {
-            fputc(' ', f);
-            print_index(f, n);
-        } else if (n->op == OT_OP_RESHAPE) {
-            if (style == ATTRS_PP) {
-                fputs(" shape=", f);
-                print_dims(f, n->shape.dims, n->shape.ndim);
-            }
-        } else {
-            fputs(" perm=", f);
-            if (style == ATTRS_PP) print_dims(f, perm_dims(n, perm), n->shape.ndim);
-            else print_py_tuple(f, perm_dims(n, perm), n->shape.ndim);
-        }
-        break;
-    case OT_KIND_SPECIAL:
-        if (n->op == OT_OP_CAST) fprintf(f, " dtype=%s", ot_dtype_name(g->dtype));
-        else if (n->op == OT_OP_CONCAT) fprintf(f, " axis=%d", g->axis);
-        else if (n->op == OT_OP_ONEHOT)
-            fprintf(f, " depth=%lld axis=%d", (long long)g->depth, g->axis);
-        else if (n->op == OT_OP_RAND) {
-            if (style == ATTRS_PP) {
-                fputs(" shape=", f);
-                print_dims(f, n->shape.dims, n->shape.ndim);
-            }
-            fprintf(f, " seed=%llu", (unsigned long long)g->seed);
-        }
-        /* the default, f32, goes unsaid */
-        if (style == ATTRS_PP && (n->op == OT_OP_ONEHOT || n->op == OT_OP_RAND) &&
-            n->dtype != OT_F32)
-            fprintf(f, " dtype=%s", ot_dtype_name((ot_dtype)n->dtype));
-        break;
-    default:
-        break;
-    }
-}
-
 static void pp_close(FILE *f, const ot_node *n)
 {
-    if (is_tagged(n)) pp_composite_attrs(f, n);
-    else op_attrs(f, n, ATTRS_PP);
+    op_attrs(f, n, pp_op(n), ATTRS_PP);
     fputc(')', f);
 }
 
@@ -731,7 +706,7 @@ static void dot_node(FILE *f, const ot_node *n, int id)
         print_atom(f, n);
     } else if (n->kind == OT_NODE_OP) {
         fputs(node_name(n), f);
-        op_attrs(f, n, ATTRS_PP);
+        op_attrs(f, n, n->op, ATTRS_PP);
         if (is_tagged(n)) fprintf(f, " [%s]", op_name(n->tag));
     }
     fputs("\\n", f);
@@ -784,7 +759,7 @@ static void stack_line(FILE *f, int i, const ot_stack_item *it)
     print_label(f, n, ": ");
     if (it->kind == OT_NODE_OP) {
         fputs(node_name(n), f);
-        op_attrs(f, n, ATTRS_LISTING);
+        op_attrs(f, n, n->op, ATTRS_LISTING);
     } else {
         fputs(it->kind == OT_NODE_LEAF ? "leaf " : "const ", f);
         print_atom(f, n);

@@ -14,6 +14,8 @@
 #ifndef OT_WALK_H
 #define OT_WALK_H
 
+#include "ops.h"   /* the op table's attributes, which identity reads */
+
 /* ---- the walker ----------------------------------------------------------- */
 
 /* The memo of a walk that outgrew its inline array: node pointer -> index,
@@ -205,10 +207,11 @@ OT__WALK_STEP int ot__walker_run_plain(ot__walker *w, const ot_node *root, ot__w
  * are equal. The words are the kind, op and dtype, then by kind:
  *   op:    the caller's numbers of its operands (num[0], num[1]; -1 when
  *          absent: entries, canonical entries or stack items), then what
- *          changes the result: a reduction's axis and keepdims, a
+ *          changes the result: the attributes its row of src/ops.def
+ *          lists (column attrs: a reduction's axis and keepdims, a
  *          transpose's perm, a slice's start, step and count per dim, a
  *          reshape's shape, concat's axis, onehot's depth and axis, rand's
- *          seed and shape,
+ *          seed and shape; a dtype is the head's),
  *          a registered op's identity (custom1 and custom2 nodes).
  *          Never the composite tag or its annotations (ddof, lo, hi, a
  *          softmax's axis on its root), nor the weak flag: the expansion
@@ -229,57 +232,53 @@ typedef enum ot__leaf_ident { OT__LEAF_BY_NUMBER, OT__LEAF_BY_VIEW } ot__leaf_id
 typedef enum ot__const_ident { OT__CONST_BY_CLASS, OT__CONST_BY_VALUE } ot__const_ident;
 #define OT__IDENT_MAX (3 + 3 * OT_MAX_DIMS)   /* a slice: three words a dim */
 
-/* The op's own attributes after the head and operand words; the count. The
- * dtype attribute of cast, onehot and rand is the node's, in the head. */
+/* One attribute of n (ops.h's table) as identity words; the count. The
+ * node's dtype is in the head; its shape counts where the operands do not
+ * say it (reshape, rand). */
+static inline int ot__attr_ident(const ot_node *n, const ot__attr *at, int64_t *w)
+{
+    const char *p = (const char *)&n->args + at->off;
+    const ot_args *g = &n->args;
+    switch (at->type) {
+    case OT__AT_INT: w[0] = *(const int *)p; return 1;
+    case OT__AT_FLAG: w[0] = *(const bool *)p; return 1;
+    case OT__AT_I64: w[0] = *(const int64_t *)p; return 1;
+    case OT__AT_U64: w[0] = (int64_t) * (const uint64_t *)p; return 1;
+    case OT__AT_DOUBLE: memcpy(w, p, sizeof *w); return 1;
+    case OT__AT_NODE_SHAPE:
+        w[0] = n->shape.ndim;
+        memcpy(w + 1, n->shape.dims, sizeof(int64_t) * (size_t)n->shape.ndim);
+        return 1 + n->shape.ndim;
+    case OT__AT_PERM: {
+        uint64_t q = 0;   /* perm entries are < 8: a byte each */
+        for (int i = 0; i < n->shape.ndim; i++) q |= (uint64_t)g->perm[i] << 8 * i;
+        w[0] = (int64_t)q;
+        return 1;
+    }
+    case OT__AT_INDEX:   /* start, step and count of each operand dim */
+        for (int i = 0; i < n->a->shape.ndim; i++) {
+            w[3 * i] = g->start[i];
+            w[3 * i + 1] = g->perm[i];
+            w[3 * i + 2] = g->shape.dims[i];
+        }
+        return 3 * n->a->shape.ndim;
+    default:   /* OT__AT_DTYPE, OT__AT_NODE_DTYPE: the head's */
+        return 0;
+    }
+}
+
+/* The op's own attributes after the head and operand words, as its row of
+ * the op table lists them; the count. */
 static inline int ot__op_ident(const ot_node *n, int64_t *w)
 {
-    const ot_args *g = &n->args;
     if (n->custom) {   /* which registered op: entries live as long as the process */
         w[0] = (int64_t)(uintptr_t)n->custom;
         return 1;
     }
-    switch (ot_op_kind((ot_op)n->op)) {
-    case OT_KIND_REDUCE:
-        w[0] = (int64_t)(uint32_t)g->axis | (int64_t)g->keepdims << 32;
-        return 1;
-    case OT_KIND_SHAPE: {
-        if (n->op == OT_OP_RESHAPE) {   /* the shape, which operands do not say */
-            w[0] = n->shape.ndim;
-            memcpy(w + 1, n->shape.dims, sizeof(int64_t) * (size_t)n->shape.ndim);
-            return 1 + n->shape.ndim;
-        }
-        if (n->op == OT_OP_SLICE) {   /* start, step and count of each operand dim */
-            int nd = n->a->shape.ndim;
-            for (int i = 0; i < nd; i++) {
-                w[3 * i] = g->start[i];
-                w[3 * i + 1] = g->perm[i];
-                w[3 * i + 2] = g->shape.dims[i];
-            }
-            return 3 * nd;
-        }
-        uint64_t p = 0;   /* perm entries are < 8: a byte each */
-        for (int i = 0; i < n->shape.ndim; i++) p |= (uint64_t)g->perm[i] << 8 * i;
-        w[0] = (int64_t)p;
-        return 1;
-    }
-    case OT_KIND_SPECIAL:
-        if (n->op == OT_OP_CAST || n->op == OT_OP_KEEP) return 0;
-        if (n->op == OT_OP_CONCAT) {
-            w[0] = g->axis;
-            return 1;
-        }
-        if (n->op == OT_OP_ONEHOT) {
-            w[0] = g->depth;
-            w[1] = g->axis;
-            return 2;
-        }
-        w[0] = (int64_t)g->seed;   /* rand: nothing else says its shape */
-        w[1] = n->shape.ndim;
-        memcpy(w + 2, n->shape.dims, sizeof(int64_t) * (size_t)n->shape.ndim);
-        return 2 + n->shape.ndim;
-    default:
-        return 0;
-    }
+    int k = 0;
+    for (const unsigned char *a = ot__op_table[n->op].attrs; *a; a++)
+        k += ot__attr_ident(n, &ot__attrs[*a], w + k);
+    return k;
 }
 
 static inline int ot__node_ident(const ot_node *n, ot__leaf_ident leaf, ot__const_ident konst,

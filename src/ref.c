@@ -755,12 +755,29 @@ static int ref_assign_many(ot_backend *be, int n, ot_tensor *const outs[],
     return rc;
 }
 
-/* ref runs no SIMD table, no generated code and no streaming stores: it
- * reports the cpu backend's settings as not in force. */
-static int ref_init(ot_backend *be)
+/* ot_explain on ref: each tree's stack, the order ref evaluates its nodes in. */
+static int ref_explain(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[],
+                       FILE *f)
 {
-    ot__config_not_cpu(&be->opts);
-    return 0;
+    (void)be;
+    (void)outs;
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        ot_stack *s = ot_stack_new(trees[i]);
+        if (!s) return ot_errcode();
+        fprintf(f, "ref backend: %d items, evaluated one node at a time in double\n",
+                ot_stack_len(s));
+        rc = ot_stack_print(s, f);
+        ot_stack_free(s);
+    }
+    return rc;
 }
 
-const ot_backend_vt ot__ref_vt = {"ref", ref_init, ref_assign_many, NULL};
+/* ref runs no SIMD table, no generated code and no streaming stores (its
+ * vtable says so: backend.c reports those options as not in force), and
+ * programs run their steps through its assign. */
+const ot_backend_vt ot__ref_vt = {
+    .name = "ref",
+    .assign_many = ref_assign_many,
+    .explain = ref_explain,
+};

@@ -103,10 +103,10 @@ void ot__prog_spec_free(const ot_program *p, spec *s);
 
 static inline int nomem(const ot_program *p) { return FAIL(p, OT_ENOMEM, "out of memory"); }
 
-/* Inline: a run enters and leaves once, and W8p times runs of one step. */
 /* Starts a call of fn on p from file:line. One call at a time: a second,
  * concurrent one (another thread's run) is OT_ESTATE instead of a race on
- * the bindings, the specialisations and the arena. One atomic exchange. */
+ * the bindings, the specialisations and the arena. One atomic exchange.
+ * Inline, with leave: every run enters and leaves (W8p times runs). */
 static inline int enter(const ot_program *cp, const char *fn, const char *file, int line)
 {
     if (!cp) return ot__err_set(OT_ENULL, file, line, fn, "program is NULL");

@@ -1,6 +1,7 @@
 /*
  * error.c - the thread-local error slot, status strings, the handler and
- * the run-time version.
+ * the run-time version, and the one error message of evaluation all backends
+ * share (an int32 sum that does not fit).
  *
  * Builders keep the first error of an expression (so a NULL that flows up a
  * tree still reports its root cause); functions that do work replace it.
@@ -106,4 +107,16 @@ int ot__err_null(const char *fn, const char *what)
     if (slot.code != 0)
         return slot.code;
     return ot__err_set(OT_ENULL, NULL, 0, fn, "%s is NULL", what);
+}
+
+/* An error of evaluation that every backend reports in the same words:
+ * ref and the cpu executor both find int32 sums that do not fit. */
+int ot__int_sum_overflow(const ot_node *n)
+{
+    char s[OT__SHAPE_STRLEN], ax[24] = "all axes";
+    if (n->args.axis != OT_AXIS_ALL) snprintf(ax, sizeof ax, "axis %d", n->args.axis);
+    ot_op op = (ot_op)(n->tag != OT_OP_NONE ? n->tag : n->op);   /* squared_l2's own name */
+    return ot__err_set(OT_EOVERFLOW, n->file, n->line, ot_op_name(op),
+                       "the int32 sum over %s of shape %s does not fit int32 (it would wrap); "
+                       "cast the operand to f64 first", ax, ot__shape_str(&n->a->shape, s));
 }

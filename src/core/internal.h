@@ -374,8 +374,30 @@ int ot__err_null(const char *fn, const char *what);
 
 /* ---- backends ------------------------------------------------------------ */
 
+/* A step a backend has prepared to run many times (a program's): what the
+ * front end reads and, between runs, repoints. The backend fills it in
+ * prepare and frees what it holds in release. */
+typedef struct ot__prepared {
+    void *impl;                /* the backend's own (cpu: its plan, referenced) */
+    char **leaf;               /* base pointer of each leaf the step reads
+                                  (element 0 of its view); a run reads them
+                                  anew, so a caller may repoint them */
+    const double *param;       /* the constants bound */
+    ot_tensor *const *outs;    /* the outputs */
+    int nleaf;
+    int kernels;               /* what ot_program_stats reports */
+    size_t arena_bytes;        /* the scratch a run needs */
+} ot__prepared;
+
+/* What a backend is to the rest of the library: every call from above goes
+ * through these slots, so no file outside a backend's own knows which one
+ * it holds. The optional slots are NULL where a backend has no use for them;
+ * backend.c and program.c then take a generic path. */
 typedef struct ot_backend_vt {
     const char *name;
+    bool cpu_opts;                     /* honours the cpu-only options (isa,
+                                          jit, stream_bytes); false: backend.c
+                                          reports them as not in force */
     int (*init)(ot_backend *be);       /* sets up impl; may be NULL */
     /* Evaluates every tree before writing any output. Called after the
      * common checks of backend.c: no NULLs, every tree broadcasts to its
@@ -383,6 +405,23 @@ typedef struct ot_backend_vt {
     int (*assign_many)(ot_backend *be, int n, ot_tensor *const outs[],
                        ot_node *const trees[]);
     void (*destroy)(ot_backend *be);   /* frees impl; may be NULL */
+    /* ot_explain's text for n checked (and rewritten) trees into outs
+     * (NULL: fresh outputs), written to f; OT_EIO alone for a failed write.
+     * NULL: the backend cannot explain (OT_EUNSUPPORTED). */
+    int (*explain)(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[],
+                   FILE *f);
+    /* Programs. prepare readies n checked trees into outs for many runs
+     * into *s; run runs it (the leaf pointers as they are now) in an arena of
+     * s->arena_bytes, its errors naming trees; explain_prepared writes its
+     * ot_explain text; release frees it (a zeroed one
+     * too: a step whose preparing failed). All four NULL: a program runs its
+     * steps through assign_many (backend.c's generic path). */
+    int (*prepare)(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[],
+                   ot__prepared *s);
+    int (*run)(ot_backend *be, const ot__prepared *s, char *arena, int n,
+               ot_node *const trees[]);
+    int (*explain_prepared)(const ot__prepared *s, FILE *f);
+    void (*release)(ot__prepared *s);
 } ot_backend_vt;
 
 
@@ -404,8 +443,8 @@ struct ot_backend {
  * the rule sets in force (NULL: none), opts->rewrite the library's copy. */
 int ot__config_resolve(const char **name, ot_backend_opts *opts, const char **isa_from,
                        struct ot__rewrite **rewrite);
-/* Marks the cpu-only options as not in force: the init of a backend that
- * does not use them calls it. */
+/* Marks the cpu-only options as not in force: backend.c calls it for a
+ * backend whose vtable says it does not use them. */
 void ot__config_not_cpu(ot_backend_opts *opts);
 /* The rule sets a list names (rewrite.c): *out NULL for NULL or "";
  * var names the option or variable the list came from, for messages.
@@ -427,7 +466,15 @@ int ot__assign_backend(ot_backend *be, int n, ot_tensor *const outs[], ot_node *
 /* Releases the autodiff objects memoised on be (autodiff.c). */
 void ot__autodiff_memo_free(ot_backend *be);
 
+/* The library's backends: ref.c's and cpu.c's vtables, the only names of
+ * theirs that the layers above use (backend.c's registry). */
 extern const ot_backend_vt ot__ref_vt;
+extern const ot_backend_vt ot__cpu_vt;
+/* Adds a backend that ot_backend_new finds by name (backend.c): the test
+ * suite's, and later ones built outside the library's own list. 0, or
+ * OT_EINVAL when the name is taken by another vtable or the table is full
+ * (registering the same pair again is 0). */
+int ot__backend_register(const char *name, const ot_backend_vt *vt);
 /* The checks of an assignment of n trees into outs that backend.c makes
  * before any backend runs (NULLs, broadcast, dtypes, writable and disjoint
  * outputs, one backend); *be gets the outputs' backend (NULL for n = 0).

@@ -7,7 +7,9 @@
  * invariants between passes. This file also keeps what a plan says about
  * itself: the work it does (the cpu backend counts elem_ops the same way
  * fused and unfused, count_ops, so tests bound fusion's arithmetic), its
- * ot_explain text, and its release.
+ * ot_explain text. Below it, plan_key.c finds and keeps plans; the driver
+ * here (ot__plan_get) looks a plan up there, compiles it on a miss and
+ * hands it back to be kept.
  */
 #include "plan.h"
 #include "ops.h"
@@ -114,24 +116,6 @@ char *ot__plan_describe(const ot_kernel *k)
     fprintf(f, "%s", k->col_blocked ? " (column blocks)" : "");
     fclose(f);
     return buf;
-}
-
-void ot__plan_release(ot_plan *p)
-{
-    if (!p || atomic_fetch_sub(&p->refs, 1) != 1) return;
-    for (int i = 0; i < p->nkernels; i++) {
-        free(p->kernels[i].loads);
-        free(p->kernels[i].xstores);
-        free(p->kernels[i].insns);
-        free(p->kernels[i].desc);
-        ot__jit_free(p->kernels[i].jit);
-    }
-    ot__jit_unmap(&p->jit);
-    free(p->kernels);
-    free(p->segs);
-    free(p->temp_offset);
-    free(atomic_load(&p->arena));
-    free(p);
 }
 
 /* Kernel i's place in a segment: 1 the epilogue, 2 a reduction joining it,
@@ -275,4 +259,35 @@ int ot__plan_compile(ot_backend *be, const ot_walk *w, int n, ot_tensor *const o
     }
     *plan = c.plan;
     return rc;
+}
+
+/* ---- the driver ------------------------------------------------------------ */
+
+int ot__plan_get(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[],
+                 ot_plan **plan, ot_walk **walk, ot_binding *bind)
+{
+    int rc = ot__plan_find(be, n, outs, trees, plan, walk, bind);
+    if (rc || *plan) return rc;
+    ot_cpu *cpu = be->impl;
+    ot_walk *w = *walk;
+    ot_plan *p;
+    unsigned long failed = ot__alloc_failures();
+    rc = ot__plan_compile(be, w, n, outs, trees, &p);
+    if (!rc && ot__kernels_check(p, cpu->k, be->opts.accuracy == OT_ULP35)) {
+        ot__plan_release(p);
+        ot__walk_done(be, w);
+        return OT_EUNSUPPORTED;
+    }
+    if (rc) {
+        ot__walk_done(be, w);
+        /* the verifier recorded what it found */
+        return rc == OT_EINTERNAL ? rc : ot__err_set(OT_ENOMEM, NULL, 0, "assign",
+                                                     "out of memory compiling the tree");
+    }
+    ot__stat_add(ot__stats_mine(&be->stats), OT__STAT_COMPILES, 1);
+    /* A plan that fell back from generated code or a fused group for want
+     * of memory runs once; cached, it would stay the slower plan. */
+    if (ot__alloc_failures() == failed) ot__plan_keep(be, n, outs, trees, w, p);
+    *plan = p;
+    return 0;
 }

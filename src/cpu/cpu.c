@@ -1,8 +1,10 @@
 /*
  * cpu.c - the cpu backend object: its configuration in force (kernel
  * table, generated code, streaming threshold; config.c resolved what was
- * asked), the plan cache and thread pool it owns, and its assign entry
- * point, which gets a plan (compile.c) and runs it (exec.c).
+ * asked), the plan cache and thread pool it owns, and its vtable: assign,
+ * which gets a plan (compile.c) and runs it (exec.c), explain, and a
+ * program's steps prepared as plans with their own bindings and run in the
+ * program's one arena.
  */
 #include "cpu.h"
 #include "threads.h"
@@ -145,4 +147,85 @@ static int cpu_init(ot_backend *be)
     return rc;
 }
 
-const ot_backend_vt ot__cpu_vt = {"cpu", cpu_init, cpu_assign_many, cpu_destroy};
+/* ---- the vtable's slots for ot_explain and programs ----------------------- */
+
+/* ot_explain on cpu: the plan it runs for the trees (from its cache). */
+static int cpu_explain(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[],
+                       FILE *f)
+{
+    ot_plan *plan;
+    ot_walk *walk;
+    ot_binding bind;
+    int rc = ot__plan_get(be, n, outs, trees, &plan, &walk, &bind);
+    if (rc) return rc;
+    rc = ot__plan_explain(plan, f);
+    if (!bind.borrowed) ot__plan_release(plan);
+    ot__walk_done(be, walk);
+    return rc;
+}
+
+static void cpu_release(ot__prepared *s)
+{
+    ot__plan_release(s->impl);
+    free(s->leaf);
+    free((double *)s->param);
+    *s = (ot__prepared){0};
+}
+
+/* A program's step: its plan, referenced, with copies of its bindings (the
+ * walk's arrays go back to the backend for its next call). */
+static int cpu_prepare(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[],
+                       ot__prepared *s)
+{
+    ot_plan *plan;
+    ot_walk *walk;
+    ot_binding bind;
+    int rc = ot__plan_get(be, n, outs, trees, &plan, &walk, &bind);
+    if (rc) return rc;
+    if (bind.borrowed) atomic_fetch_add(&plan->refs, 1);
+    size_t nl = (size_t)plan->nleaves, np = (size_t)plan->nparams;
+    char **leaf = ot__malloc(sizeof *leaf * (nl ? nl : 1));
+    double *param = ot__malloc(sizeof *param * (np ? np : 1));
+    *s = (ot__prepared){plan, leaf, param, outs, plan->nleaves, plan->nkernels, 0};
+    if (leaf && nl) memcpy(leaf, bind.leaf, sizeof *leaf * nl);
+    if (param && np) memcpy(param, bind.param, sizeof *param * np);
+    ot__walk_done(be, walk);
+    if (!leaf || !param) rc = ot__err_set(OT_ENOMEM, NULL, 0, "assign", "out of memory");
+    else if (!ot__plan_run_bytes(be, plan, &s->arena_bytes))
+        rc = ot__err_set(OT_EOVERFLOW, NULL, 0, "assign", "the run's scratch size overflows");
+    if (rc) cpu_release(s);
+    return rc;
+}
+
+/* One run of a prepared step: a direct plan as one call of its code, any
+ * other through the executor in the caller's arena. */
+static int cpu_run(ot_backend *be, const ot__prepared *s, char *arena, int n,
+                   ot_node *const trees[])
+{
+    const ot_plan *plan = s->impl;
+    ot_binding bind = {s->leaf, s->param, s->outs, false};
+    if (plan->direct) {
+        ot__plan_run_direct(be, plan, &bind);
+        return 0;
+    }
+    int over = ot__plan_run_at(be, plan, &bind, arena);
+    return over < 0 ? 0 : ot__plan_overflow(plan, over, n, trees);
+}
+
+static int cpu_explain_prepared(const ot__prepared *s, FILE *f)
+{
+    return ot__plan_explain(s->impl, f);
+}
+
+const ot_backend_vt ot__cpu_vt = {
+    .name = "cpu",
+    .cpu_opts = true,
+    .init = cpu_init,
+    .assign_many = cpu_assign_many,
+    .destroy = cpu_destroy,
+    .explain = cpu_explain,
+    .prepare = cpu_prepare,
+    .run = cpu_run,
+    .explain_prepared = cpu_explain_prepared,
+    .release = cpu_release,
+};

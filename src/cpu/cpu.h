@@ -332,7 +332,7 @@ int ot__plan_get(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const 
 /* Hands a walk back: kept for the backend's next call, or freed. */
 void ot__walk_done(ot_backend *be, ot_walk *w);
 void ot__walk_free(ot_walk *w);
-/* Drops a reference; the last one frees the plan. */
+/* Drops a reference; the last one frees the plan (plan_key.c). */
 void ot__plan_release(ot_plan *p);
 int ot__plan_explain(const ot_plan *p, FILE *f);
 /* blas.c: runs a DOT kernel (k->m may be a row block's) from the bases of
@@ -371,7 +371,7 @@ typedef struct ot_plan_cache ot_plan_cache;
 typedef struct ot_threads ot_threads;
 typedef struct ot_cpu {
     const ot_kernels *k;
-    ot_plan_cache *cache;           /* compile.c */
+    ot_plan_cache *cache;           /* plan_key.c */
     ot_threads *threads;            /* exec.c */
     _Atomic(ot_walk *) spare;       /* a finished walk whose arrays the next
                                        call reuses (saves its allocations) */
@@ -385,6 +385,5 @@ typedef struct ot_cpu {
 size_t ot__llc_cpuid(void);
 ot_plan_cache *ot__plan_cache_new(int capacity);
 void ot__plan_cache_free(ot_plan_cache *c);
-extern const ot_backend_vt ot__cpu_vt;
 
 #endif /* OT_CPU_H */

@@ -189,6 +189,15 @@ static inline ot_shape out_shape(const compiler *c, int i)
 
 /* ---- entry points of the passes ---------------------------------------------- */
 
+/* plan_key.c, below the driver: the plan of n trees into outs (see
+ * ot__plan_get) from a root's memo, the digest table or the cache, with
+ * *walk and *bind filled; *plan NULL on a miss, *walk then holding the
+ * walk to compile. ot__plan_keep keeps a freshly compiled plan p of walk w
+ * in the cache (a reference of its own) and the memos. */
+int ot__plan_find(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[],
+                  ot_plan **plan, ot_walk **walk, ot_binding *bind);
+void ot__plan_keep(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[],
+                   ot_walk *w, ot_plan *p);
 /* compile.c: the plan for a walk into *plan, or OT_ENOMEM, or
  * OT_EINTERNAL (recorded) when the verifier finds a pass broke an
  * invariant; a kernel's ot_explain line; its bytes and arithmetic added to

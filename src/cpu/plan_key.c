@@ -1,5 +1,5 @@
 /*
- * plan_key.c - the compiler's front end: trees -> entries, key, cached plan.
+ * plan_key.c - the compiler's front end: trees -> entries, key; the plan cache.
  *
  * Takes the trees and outputs of one assignment. Every call walks its
  * trees once with walk.c's walker (iterative, memoised by node pointer)
@@ -17,8 +17,10 @@
  * post-order, an op's operand entries before it (a, b < its own index, or
  * -1); leaf slots < nleaf, one per distinct view; param indices < nparam;
  * root[i] the entry of tree i; and nothing the passes read that is not in
- * the key. On a miss the walk is compiled (ot__plan_compile) and the plan
- * kept in the backend's bounded LRU cache.
+ * the key. This file only finds and keeps plans (the backend's bounded LRU
+ * cache, a root's memo, the digest table) and frees them with their last
+ * reference; on a miss the driver above it (compile.c's ot__plan_get)
+ * compiles the walk and hands the plan back to be kept.
  */
 #include "plan.h"
 
@@ -238,6 +240,28 @@ static bool walk_trees(ot_walk *w, int n, ot_tensor *const outs[], ot_node *cons
     }
     w->hash = hash_bytes(w->key, w->klen);
     return true;
+}
+
+/* ---- the plan's references ---------------------------------------------------- */
+
+/* The cache, the memos and each caller hold a reference; the last one
+ * frees the plan with its generated code. */
+void ot__plan_release(ot_plan *p)
+{
+    if (!p || atomic_fetch_sub(&p->refs, 1) != 1) return;
+    for (int i = 0; i < p->nkernels; i++) {
+        free(p->kernels[i].loads);
+        free(p->kernels[i].xstores);
+        free(p->kernels[i].insns);
+        free(p->kernels[i].desc);
+        ot__jit_free(p->kernels[i].jit);
+    }
+    ot__jit_unmap(&p->jit);
+    free(p->kernels);
+    free(p->segs);
+    free(p->temp_offset);
+    free(atomic_load(&p->arena));
+    free(p);
 }
 
 /* ---- the plan cache: a bounded LRU ---------------------------------------- */
@@ -548,10 +572,10 @@ static void digest_add(ot_backend *be, ot_tensor *out, const ot_node *root, cons
     digest_entry_free(old);
 }
 
-/* ---- the entry point ------------------------------------------------------- */
+/* ---- lookup and keeping ------------------------------------------------------ */
 
-int ot__plan_get(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[],
-                 ot_plan **plan, ot_walk **walk, ot_binding *bind)
+int ot__plan_find(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[],
+                  ot_plan **plan, ot_walk **walk, ot_binding *bind)
 {
     ot_cpu *cpu = be->impl;
     bool memo = memoisable(n, outs, trees);
@@ -564,10 +588,10 @@ int ot__plan_get(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const 
     bool digest = memo && trees[0]->digest_ok && outs[0]->serial;   /* 0: no backend's */
     ot_walk *w = walk_take(cpu);
     if (!w) return ot__err_set(OT_ENOMEM, NULL, 0, "assign", "out of memory walking the tree");
+    *walk = w;
     if (digest && (*plan = digest_find(be, outs[0], trees[0], w))) {
         ot__stat_add(ot__stats_mine(&be->stats), OT__STAT_CACHE_HITS, 1);
         memo_add(be, outs[0], trees[0], w, *plan);
-        *walk = w;
         *bind = (ot_binding){.leaf = w->leafptr, .param = w->param, .outs = outs};
         return 0;
     }
@@ -575,40 +599,26 @@ int ot__plan_get(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const 
         ot__walk_free(w);
         return ot__err_set(OT_ENOMEM, NULL, 0, "assign", "out of memory walking the tree");
     }
-    pthread_mutex_lock(&cpu->cache->lock);
-    ot_plan *p = cache_find(cpu->cache, w);
-    pthread_mutex_unlock(&cpu->cache->lock);
-    if (p) {
-        ot__stat_add(ot__stats_mine(&be->stats), OT__STAT_CACHE_HITS, 1);
-    } else {
-        unsigned long failed = ot__alloc_failures();
-        int rc = ot__plan_compile(be, w, n, outs, trees, &p);
-        if (!rc && ot__kernels_check(p, cpu->k, be->opts.accuracy == OT_ULP35)) {
-            ot__plan_release(p);
-            ot__walk_done(be, w);
-            return OT_EUNSUPPORTED;
-        }
-        if (rc) {
-            ot__walk_done(be, w);
-            /* the verifier recorded what it found */
-            return rc == OT_EINTERNAL ? rc : ot__err_set(OT_ENOMEM, NULL, 0, "assign",
-                                                         "out of memory compiling the tree");
-        }
-        /* A plan that fell back from generated code or a fused group for
-         * want of memory runs once; cached, it would stay the slower plan. */
-        bool keep = ot__alloc_failures() == failed;
-        ot__stat_add(ot__stats_mine(&be->stats), OT__STAT_COMPILES, 1);
-        pthread_mutex_lock(&cpu->cache->lock);
-        atomic_fetch_add(&p->refs, 1);   /* the caller's, beside the cache's */
-        if (!keep || !cache_add(cpu->cache, w, p)) atomic_fetch_sub(&p->refs, 1);
-        pthread_mutex_unlock(&cpu->cache->lock);
-        memo = memo && keep;
-        digest = digest && keep;
-    }
-    if (memo) memo_add(be, outs[0], trees[0], w, p);
-    if (digest) digest_add(be, outs[0], trees[0], w, p);
-    *plan = p;
-    *walk = w;
     *bind = (ot_binding){.leaf = w->leafptr, .param = w->param, .outs = outs};
+    pthread_mutex_lock(&cpu->cache->lock);
+    *plan = cache_find(cpu->cache, w);
+    pthread_mutex_unlock(&cpu->cache->lock);
+    if (!*plan) return 0;   /* a miss: the driver compiles w */
+    ot__stat_add(ot__stats_mine(&be->stats), OT__STAT_CACHE_HITS, 1);
+    if (memo) memo_add(be, outs[0], trees[0], w, *plan);
+    if (digest) digest_add(be, outs[0], trees[0], w, *plan);
     return 0;
+}
+
+void ot__plan_keep(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[],
+                   ot_walk *w, ot_plan *p)
+{
+    ot_cpu *cpu = be->impl;
+    pthread_mutex_lock(&cpu->cache->lock);
+    atomic_fetch_add(&p->refs, 1);   /* the cache's, beside the caller's */
+    if (!cache_add(cpu->cache, w, p)) atomic_fetch_sub(&p->refs, 1);
+    pthread_mutex_unlock(&cpu->cache->lock);
+    if (!memoisable(n, outs, trees)) return;
+    memo_add(be, outs[0], trees[0], w, p);
+    if (trees[0]->digest_ok && outs[0]->serial) digest_add(be, outs[0], trees[0], w, p);
 }

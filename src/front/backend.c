@@ -4,10 +4,13 @@
  * (ot_assign_at and ot_eval_at, which the macros call, give the call's
  * file:line to every message of the checks).
  * The checks every backend relies on (NULLs, shapes, dtypes, writable and
- * disjoint outputs) are made here once; backends only evaluate.
+ * disjoint outputs) are made here once; backends only evaluate. Also the
+ * registry of backends by name: the library's own (ref, cpu, each known
+ * here only by its vtable object) and those registered at run time.
  */
-#include "cpu.h"
+#include "internal.h"
 
+#include <pthread.h>
 #include <stdio.h>
 
 typedef struct backend_entry {
@@ -15,10 +18,56 @@ typedef struct backend_entry {
     const ot_backend_vt *vt;   /* NULL: known but not built yet */
 } backend_entry;
 
-static const backend_entry backends[] = {
+#define MAX_REGISTERED 8
+
+/* The library's backends, then those registered (ot__backend_register),
+ * under a lock: registration and ot_backend_new may run on two threads. */
+static struct {
+    pthread_mutex_t lock;
+    backend_entry extra[MAX_REGISTERED];
+    int nextra;
+} registry = {PTHREAD_MUTEX_INITIALIZER, {{NULL, NULL}}, 0};
+
+static const backend_entry builtin[] = {
     {"ref", &ot__ref_vt},
     {"cpu", &ot__cpu_vt},
 };
+
+/* The entry named name, or NULL; with the registry locked. */
+static const backend_entry *find_locked(const char *name)
+{
+    for (size_t i = 0; i < sizeof builtin / sizeof builtin[0]; i++)
+        if (strcmp(builtin[i].name, name) == 0) return &builtin[i];
+    for (int i = 0; i < registry.nextra; i++)
+        if (strcmp(registry.extra[i].name, name) == 0) return &registry.extra[i];
+    return NULL;
+}
+
+int ot__backend_register(const char *name, const ot_backend_vt *vt)
+{
+    if (!name || !vt) return ot__err_null("backend_register", name ? "vtable" : "name");
+    pthread_mutex_lock(&registry.lock);
+    const backend_entry *e = find_locked(name);
+    int rc = 0;
+    if (e && e->vt != vt)
+        rc = ot__err_set(OT_EINVAL, NULL, 0, "backend_register",
+                         "a backend named \"%s\" exists", name);
+    else if (!e && registry.nextra == MAX_REGISTERED)
+        rc = ot__err_set(OT_EINVAL, NULL, 0, "backend_register",
+                         "more than %d registered backends", MAX_REGISTERED);
+    else if (!e)
+        registry.extra[registry.nextra++] = (backend_entry){name, vt};
+    pthread_mutex_unlock(&registry.lock);
+    return rc;
+}
+
+static const backend_entry *find_backend(const char *name)
+{
+    pthread_mutex_lock(&registry.lock);
+    const backend_entry *e = find_locked(name);
+    pthread_mutex_unlock(&registry.lock);
+    return e;
+}
 
 ot_backend *ot_backend_new(const char *name, const ot_backend_opts *opts)
 {
@@ -26,9 +75,7 @@ ot_backend *ot_backend_new(const char *name, const ot_backend_opts *opts)
     const char *isa_from;
     struct ot__rewrite *rw;
     if (ot__config_resolve(&name, &o, &isa_from, &rw)) return NULL;
-    const backend_entry *e = NULL;
-    for (size_t i = 0; i < sizeof backends / sizeof backends[0]; i++)
-        if (strcmp(backends[i].name, name) == 0) e = &backends[i];
+    const backend_entry *e = find_backend(name);
     ot_backend *be = NULL;
     if (!e)
         ot__err_set(OT_EBACKEND, NULL, 0, "backend_new",
@@ -43,6 +90,7 @@ ot_backend *ot_backend_new(const char *name, const ot_backend_opts *opts)
         return NULL;
     }
     be->vt = e->vt;
+    if (!e->vt->cpu_opts) ot__config_not_cpu(&o);
     be->opts = o;
     be->isa_from = isa_from;
     be->rewrite = rw;
@@ -246,35 +294,17 @@ ot_tensor *(ot_eval)(ot_node *tree)
     return ot_eval_at(tree, NULL, 0);
 }
 
-/* The plan the cpu backend runs for n trees into outs (NULL: fresh
- * outputs), or the ref backend's node-at-a-time stack of each tree. */
+/* The backend's account of how it evaluates n trees into outs (NULL:
+ * fresh outputs): the plan it runs, the order of its nodes. */
 static int explain_trees(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[],
                          void *ctx)
 {
-    FILE *f = ctx;
-    if (be->vt != &ot__cpu_vt) {
-        int rc = 0;
-        for (int i = 0; i < n && rc == 0; i++) {
-            ot_stack *s = ot_stack_new(trees[i]);
-            if (!s) return ot_errcode();
-            fprintf(f, "ref backend: %d items, evaluated one node at a time in double\n",
-                    ot_stack_len(s));
-            rc = ot_stack_print(s, f);
-            ot_stack_free(s);
-        }
-        return rc;
-    }
-    ot_plan *plan;
-    ot_walk *walk;
-    ot_binding bind;
-    int rc = ot__plan_get(be, n, outs, trees, &plan, &walk, &bind);
-    if (rc) return rc;
-    rc = ot__plan_explain(plan, f);
-    if (!bind.borrowed) ot__plan_release(plan);
-    ot__walk_done(be, walk);
-    /* ot__plan_explain reports a failed write by its code alone */
-    if (rc == OT_EIO) rc = ot__err_set(OT_EIO, NULL, 0, "explain", "write failed");
-    return rc;
+    if (!be->vt->explain)
+        return ot__err_set(OT_EUNSUPPORTED, NULL, 0, "explain",
+                           "backend '%s' cannot explain its evaluation", be->vt->name);
+    int rc = be->vt->explain(be, n, outs, trees, ctx);
+    /* a backend reports a failed write by its code alone */
+    return rc == OT_EIO ? ot__err_set(OT_EIO, NULL, 0, "explain", "write failed") : rc;
 }
 
 /* The rewrites that fire, then the plan of the rewritten trees. */

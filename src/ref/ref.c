@@ -2,8 +2,8 @@
  * ref.c - the reference backend ("ref"): evaluates op trees node at a time,
  * in double precision, and rounds only when storing into an output. It is
  * the oracle every faster backend is tested against, so it favours plain,
- * obviously correct loops over speed. Also owns ot__rand_uniform, the
- * counter-based generator behind ot_rand that every backend shares.
+ * obviously correct loops over speed. Its draws of ot_rand come from the
+ * core's generator (rng.c), which every backend shares.
  *
  * Evaluation: the trees are linearised into one post-order stack (shared
  * subtrees once, also across the roots of ot_assign_many). Each item gets a
@@ -391,16 +391,6 @@ static ot__wide int_sum_line(const double *x, int64_t len, int64_t step)
     return w;
 }
 
-int ot__int_sum_overflow(const ot_node *n)
-{
-    char s[OT__SHAPE_STRLEN], ax[24] = "all axes";
-    if (n->args.axis != OT_AXIS_ALL) snprintf(ax, sizeof ax, "axis %d", n->args.axis);
-    ot_op op = (ot_op)(n->tag != OT_OP_NONE ? n->tag : n->op);   /* squared_l2's own name */
-    return ot__err_set(OT_EOVERFLOW, n->file, n->line, ot_op_name(op),
-                       "the int32 sum over %s of shape %s does not fit int32 (it would wrap); "
-                       "cast the operand to f64 first", ax, ot__shape_str(&n->a->shape, s));
-}
-
 /* sum or mean of one line: exact for int32 operands, an int32 sum that does
  * not fit being OT_EOVERFLOW; compensated otherwise. 0 / 0 = NaN is the
  * mean of no elements. */
@@ -765,55 +755,29 @@ static int ref_assign_many(ot_backend *be, int n, ot_tensor *const outs[],
     return rc;
 }
 
-/* ref runs no SIMD table, no generated code and no streaming stores: it
- * reports the cpu backend's settings as not in force. */
-static int ref_init(ot_backend *be)
+/* ot_explain on ref: each tree's stack, the order ref evaluates its nodes in. */
+static int ref_explain(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[],
+                       FILE *f)
 {
-    ot__config_not_cpu(&be->opts);
-    return 0;
-}
-
-const ot_backend_vt ot__ref_vt = {"ref", ref_init, ref_assign_many, NULL};
-
-/* ------------------------------------------------------------------------ */
-/* Random numbers: Philox-2x32-10                                           */
-/* ------------------------------------------------------------------------ */
-
-/* The splitmix64 finaliser: a bijective 64-bit mix with full avalanche. */
-static uint64_t mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
-    return z ^ (z >> 31);
-}
-
-/* Philox-2x32 with 10 rounds (Salmon et al., SC'11): each round multiplies
- * the first word into a 64-bit product, whose high half is mixed with the
- * key and the second word; the key advances by the golden-ratio Weyl
- * constant after every round. */
-static void philox2x32_10(uint32_t key, uint32_t ctr[2])
-{
-    uint32_t x0 = ctr[0], x1 = ctr[1];
-    for (int r = 0; r < 10; r++) {
-        uint64_t prod = (uint64_t)0xD256D193u * x0;
-        uint32_t hi = (uint32_t)(prod >> 32), lo = (uint32_t)prod;
-        x0 = hi ^ key ^ x1;
-        x1 = lo;
-        key += 0x9E3779B9u;
+    (void)be;
+    (void)outs;
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        ot_stack *s = ot_stack_new(trees[i]);
+        if (!s) return ot_errcode();
+        fprintf(f, "ref backend: %d items, evaluated one node at a time in double\n",
+                ot_stack_len(s));
+        rc = ot_stack_print(s, f);
+        ot_stack_free(s);
     }
-    ctr[0] = x0;
-    ctr[1] = x1;
+    return rc;
 }
 
-double ot__rand_uniform(uint64_t be_seed, uint64_t seed, uint64_t idx, ot_dtype dt)
-{
-    /* Golden-ratio offset so that seed 0 does not mix to 0. */
-    uint64_t k = mix64(be_seed ^ mix64(seed + 0x9E3779B97F4A7C15u));
-    uint32_t ctr[2] = {(uint32_t)idx, (uint32_t)(idx >> 32)};
-    philox2x32_10((uint32_t)(k ^ (k >> 32)), ctr);
-    if (dt == OT_F32)                      /* 24 bits: exact in float, < 1 */
-        return (double)(ctr[0] >> 8) * 0x1p-24;
-    /* 53 bits: 32 from the first word on top, 21 from the second below. */
-    uint64_t bits = ((uint64_t)ctr[0] << 21) ^ (ctr[1] >> 11);
-    return (double)bits * 0x1p-53;
-}
+/* ref runs no SIMD table, no generated code and no streaming stores (its
+ * vtable says so: backend.c reports those options as not in force), and
+ * programs run their steps through its assign. */
+const ot_backend_vt ot__ref_vt = {
+    .name = "ref",
+    .assign_many = ref_assign_many,
+    .explain = ref_explain,
+};

@@ -1,0 +1,472 @@
+/*
+ * program_run.c - a program compiled (every step prepared by a backend
+ * that prepares steps, per specialisation: one per set of symbol sizes
+ * bound), its bindings checked per run, and the run itself: the prepared
+ * steps through the backend's vtable, or each step through its assign on a
+ * backend that does not prepare steps. Also its stats and explain text.
+ * program.c builds the program.
+ */
+#include "program.h"
+
+/* ---- specialisations ------------------------------------------------------- */
+
+void ot__prog_spec_free(const ot_program *p, spec *s)
+{
+    if (!s) return;
+    for (int i = 0; s->steps && i < p->nstep; i++) {
+        cstep *c = &s->steps[i];
+        for (int j = 0; c->trees && j < p->steps[i].n; j++) ot_release(c->trees[j]);
+        free(c->trees);
+        if (p->prepared) p->be->vt->release(&c->prep);
+        free(c->patches);
+    }
+    for (int k = 0; s->ph && k < p->nph; k++)
+        if (s->ph[k] != p->ph[k].t) ot_tensor_free(s->ph[k]);
+    free(s->steps);
+    free(s->ph);
+    free(s->nominal);
+    free(s->sym);
+    free(s->arena);
+    free(s);
+}
+
+/* A step's trees over this specialisation's placeholders, retained into
+ * c->trees (the program's own when the sizes are the nominal ones). */
+static int spec_trees(const ot_program *p, const spec *s, int i, cstep *c)
+{
+    const pstep *st = &p->steps[i];
+    int rc = 0;
+    bool nominal = true;
+    for (int k = 0; k < p->nph; k++) nominal = nominal && s->ph[k] == p->ph[k].t;
+    if (nominal) {
+        for (int j = 0; j < st->n; j++) c->trees[j] = ot_retain(st->trees[j]);
+        return 0;
+    }
+    ot_pool *pool = ot_pool_push();
+    if (!pool) return nomem(p);
+    ot_node *loss = st->loss;
+    if (st->kind != STEP_BACKPROP) memcpy(c->trees, st->trees, sizeof *c->trees * (size_t)st->n);
+    ot_node **src = st->kind == STEP_BACKPROP ? &loss : c->trees;
+    int nsrc = st->kind == STEP_BACKPROP ? 1 : st->n;
+    for (int j = 0; j < nsrc && !rc; j++)
+        if (!(src[j] = ot__substitute(src[j], p->nph, s->nominal, s->ph)))
+            rc = ot_errcode() ? ot_errcode() : OT_EINVAL;
+    if (!rc && st->kind == STEP_BACKPROP)
+        rc = ot__prog_grad_trees(p, loss, st->n, st->wrt, c->trees);
+    for (int j = 0; j < st->n && !rc; j++) ot_retain(c->trees[j]);
+    if (rc) memset(c->trees, 0, sizeof *c->trees * (size_t)st->n);
+    ot_pool_pop(pool);
+    return rc;
+}
+
+/* The placeholder (of s) whose buffer holds ptr, or -1; -2 for a nominal
+ * placeholder s does not read (a view of a symbolic one). */
+static int find_ph(const ot_program *p, const spec *s, const char *ptr, size_t *off)
+{
+    for (int pass = 0; pass < 2; pass++)
+        for (int k = 0; k < p->nph; k++) {
+            const ot_tensor *t = pass ? p->ph[k].t : s->ph[k];
+            const char *d = t->buf->data;
+            size_t n = t->buf->nbytes ? t->buf->nbytes : 1;
+            if (ptr >= d && ptr < d + n) {
+                *off = (size_t)(ptr - d);
+                return pass ? -2 : k;
+            }
+        }
+    return -1;
+}
+
+typedef struct plan_ctx {
+    const ot_program *p;
+    const spec *s;
+    cstep *c;
+} plan_ctx;
+
+/* Prepares trees (a step's, rewritten by the backend's rule sets where it
+ * has any) into c, and finds the leaf pointers that read placeholders. */
+static int plan_trees(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[],
+                      void *ctx)
+{
+    const plan_ctx *x = ctx;
+    const ot_program *p = x->p;
+    cstep *c = x->c;
+    int rc = be->vt->prepare(be, n, outs, trees, &c->prep);
+    if (rc) return rc;
+    c->patches = ot__malloc(sizeof *c->patches * (size_t)(c->prep.nleaf ? c->prep.nleaf : 1));
+    if (!c->patches) return nomem(p);
+    for (int j = 0; j < c->prep.nleaf; j++) {
+        size_t off;
+        int k = find_ph(p, x->s, c->prep.leaf[j], &off);
+        if (k == -2)
+            return FAIL(p, OT_EUNSUPPORTED, "a tree reads a view "
+                               "(slice, reshape) of a symbolic placeholder, which cannot be "
+                               "specialised to another size; bind the view's shape instead");
+        if (k >= 0) c->patches[c->npatch++] = (patch){j, k, off};
+    }
+    return 0;
+}
+
+/* Prepares step i for s, with the backend's rule sets applied first, as a
+ * plain assignment of the step would have them (the rewritten trees die
+ * after preparing: what the backend prepared does not refer to them). */
+static int plan_step(const ot_program *p, const spec *s, int i, cstep *c)
+{
+    const pstep *st = &p->steps[i];
+    plan_ctx x = {p, s, c};
+    if (p->be->rewrite)
+        return ot__rewrite_then(p->be, st->n, st->outs, c->trees, NULL, plan_trees, &x);
+    return plan_trees(p->be, st->n, st->outs, c->trees, &x);
+}
+
+/* Checks step i of s, and prepares it where the backend prepares steps. */
+static int compile_step(const ot_program *p, spec *s, int i)
+{
+    const pstep *st = &p->steps[i];
+    cstep *c = &s->steps[i];
+    c->trees = ot__calloc((size_t)(st->n ? st->n : 1), sizeof *c->trees);
+    if (!c->trees) return nomem(p);
+    int rc = spec_trees(p, s, i, c);
+    ot_backend *be;
+    if (!rc) rc = ot__assign_check(p->at.fn, st->n, st->outs, c->trees, &be);
+    for (int j = 0; j < st->n && !rc; j++) {
+        if (be != p->be)
+            rc = FAIL(p, OT_EBACKEND, "output %d is on another backend", j);
+        for (int k = 0; k < p->nph && !rc; k++)
+            if (st->outs[j]->buf == s->ph[k]->buf || st->outs[j]->buf == p->ph[k].t->buf)
+                rc = FAIL(p, OT_EINVAL, "output %d writes placeholder %s; "
+                                 "placeholders are inputs", j, p->ph[k].name);
+    }
+    if (!rc && p->prepared) rc = plan_step(p, s, i, c);
+    if (rc) return ot__prog_step_error(&p->at, i, c->trees[0] ? c->trees[0] : st->trees[0]);
+    size_t bytes = c->prep.arena_bytes;
+    if (bytes > s->arena_bytes) s->arena_bytes = bytes;
+    s->separate_bytes += bytes;
+    s->kernels += c->prep.kernels;
+    return 0;
+}
+
+/* A specialisation at sizes sym: placeholders of those shapes, every step
+ * compiled, the arena allocated. */
+static int spec_new(ot_program *p, const int64_t *sym, spec **out)
+{
+    spec *s = ot__calloc(1, sizeof *s);
+    if (!s) return nomem(p);
+    s->sym = ot__calloc((size_t)(p->nsym ? p->nsym : 1), sizeof *s->sym);
+    s->ph = ot__calloc((size_t)(p->nph ? p->nph : 1), sizeof *s->ph);
+    s->nominal = ot__calloc((size_t)(p->nph ? p->nph : 1), sizeof *s->nominal);
+    s->steps = ot__calloc((size_t)(p->nstep ? p->nstep : 1), sizeof *s->steps);
+    int rc = s->sym && s->ph && s->nominal && s->steps ? 0 : nomem(p);
+    for (int k = 0; k < p->nph && !rc; k++) s->nominal[k] = p->ph[k].t;
+    if (!rc && p->nsym) memcpy(s->sym, sym, sizeof *sym * (size_t)p->nsym);
+    for (int k = 0; k < p->nph && !rc; k++) {
+        ot_shape shape = p->ph[k].shape;
+        ot__prog_resolve_shape(p, p->ph[k].name, &shape, sym);
+        s->ph[k] = ot__shape_eq(&shape, &p->ph[k].t->leaf.shape)
+                       ? p->ph[k].t : ot_empty(p->be, shape, p->ph[k].dtype);
+        if (!s->ph[k]) rc = ot_errcode();
+        else if (s->ph[k] != p->ph[k].t) rc = ot_tensor_set_name(s->ph[k], p->ph[k].name);
+    }
+    for (int i = 0; i < p->nstep && !rc; i++) rc = compile_step(p, s, i);
+    if (!rc && s->arena_bytes && !(s->arena = ot__data_alloc(s->arena_bytes)))
+        rc = FAIL(p, OT_ENOMEM, "out of memory for the %zu-byte arena",
+                         s->arena_bytes);
+    if (!rc && !ot__prog_push((void **)&p->specs, &p->nspec, sizeof s, &s)) rc = nomem(p);
+    if (rc) {
+        ot__prog_spec_free(p, s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+/* The buffers that steps write, for the run's alias check. */
+static int find_writes(ot_program *p)
+{
+    free(p->write);
+    free(p->write_step);
+    p->nwrite = 0;
+    size_t cap = 1;
+    for (int i = 0; i < p->nstep; i++) cap += (size_t)p->steps[i].n;
+    p->write = ot__malloc(sizeof *p->write * cap);
+    p->write_step = ot__malloc(sizeof *p->write_step * cap);
+    if (!p->write || !p->write_step) return OT_ENOMEM;
+    for (int i = 0; i < p->nstep; i++)
+        for (int j = 0; j < p->steps[i].n; j++) {
+            const ot_buffer *b = p->steps[i].outs[j]->buf;
+            bool seen = false;
+            for (int w = 0; w < p->nwrite && !seen; w++) seen = p->write[w] == b;
+            if (seen) continue;
+            p->write[p->nwrite] = b;
+            p->write_step[p->nwrite++] = i;
+        }
+    return 0;
+}
+
+static int compile(ot_program *p)
+{
+    int rc = ot__prog_check_open(p);
+    if (rc) return rc;
+    ot_clear_error();
+    size_t nph = (size_t)(p->nph ? p->nph : 1);
+    if (!p->base) p->base = ot__calloc(nph, sizeof *p->base);
+    if (!p->bound) p->bound = ot__calloc(nph, sizeof *p->bound);
+    if (!p->bound_by) p->bound_by = ot__calloc(nph, sizeof *p->bound_by);
+    if (!p->symrun) p->symrun = ot__calloc((size_t)(p->nsym ? p->nsym : 1), sizeof *p->symrun);
+    if (!p->base || !p->bound || !p->bound_by || !p->symrun || find_writes(p)) return nomem(p);
+    return spec_new(p, p->symnom, &p->cur);
+}
+
+int ot_program_compile_at(ot_program *p, const char *file, int line)
+{
+    int rc = enter(p, "program_compile", file, line);
+    return rc ? rc : leave(p, compile(p));
+}
+
+/* ---- running ------------------------------------------------------------------ */
+
+/* The placeholder named name, or -1; binding i is tried against
+ * placeholder i first (bindings in creation order cost one compare). */
+static int ph_index(const ot_program *p, int i, const char *name)
+{
+    if (i < p->nph && strcmp(p->ph[i].name, name) == 0) return i;
+    for (int k = 0; k < p->nph; k++)
+        if (strcmp(p->ph[k].name, name) == 0) return k;
+    return -1;
+}
+
+/* Checks shape (bound to placeholder k) against its fixed dims, records
+ * its symbols' sizes in p->symrun (which must agree with earlier bindings)
+ * and its size in bytes; with strides (a tensor's), that they are
+ * row-major contiguous. One pass: this runs per binding per run. */
+static int check_dims(ot_program *p, int k, const ot_shape *shape, const int64_t *strides,
+                      uint64_t *symset, size_t *nbytes)
+{
+    const placeholder *ph = &p->ph[k];
+    char s1[OT__SHAPE_STRLEN];
+    if (shape->ndim != ph->shape.ndim)
+        return FAIL(p, OT_ESHAPE, "placeholder %s has %d dims; bound to shape %s",
+                           ph->name, ph->shape.ndim, ot__shape_str(shape, s1));
+    int64_t numel = 1;
+    bool contiguous = true;
+    for (int d = shape->ndim - 1; d >= 0; d--) {
+        int64_t want = ph->shape.dims[d], got = shape->dims[d];
+        if (got < 0)
+            return FAIL(p, OT_ESHAPE, "placeholder %s: negative dim %d", ph->name, d);
+        if (want >= 0 && want != got)
+            return FAIL(p, OT_ESHAPE, "placeholder %s: dim %d is %lld, bound to "
+                               "shape %s", ph->name, d, (long long)want, ot__shape_str(shape, s1));
+        contiguous = contiguous && (!strides || got == 1 || strides[d] == numel);
+        if (!ot__mul_i64(&numel, numel, got))
+            return FAIL(p, OT_EOVERFLOW, "binding %s: size overflows", ph->name);
+        if (want >= 0) continue;
+        int64_t sy = -1 - want;
+        uint64_t bit = (uint64_t)1 << sy;
+        if ((*symset & bit) && p->symrun[sy] != got)
+            return FAIL(p, OT_ESHAPE, "symbol %s bound two ways: %lld, and "
+                               "%lld by placeholder %s", p->symname[sy],
+                               (long long)p->symrun[sy], (long long)got, ph->name);
+        *symset |= bit;
+        p->symrun[sy] = got;
+    }
+    if (!contiguous && numel)
+        return FAIL(p, OT_EINVAL, "binding %s: the tensor is not contiguous "
+                           "(ot_copy it)", ph->name);
+    if (!ot__mul_size(nbytes, (size_t)numel, (size_t)ph->esize))
+        return FAIL(p, OT_EOVERFLOW, "binding %s: size overflows", ph->name);
+    return 0;
+}
+
+/* Host data of fewer bytes than its shape needs (or of no stated size):
+ * the run would read past the caller's buffer. */
+static int short_data(const ot_program *p, const ot_bind *b, const ot_shape *shape, size_t need)
+{
+    char s1[OT__SHAPE_STRLEN];
+    if (!b->nbytes)
+        return FAIL(p, OT_EINVAL, "binding %s: host data of shape %s needs %zu bytes and the "
+                    "binding gives no byte count (OT_BIND_DATA's nbytes)", b->name,
+                    ot__shape_str(shape, s1), need);
+    return FAIL(p, OT_EINVAL, "binding %s: host data of shape %s needs %zu bytes; the binding "
+                "gives %zu", b->name, ot__shape_str(shape, s1), need, b->nbytes);
+}
+
+/* One binding checked: returns its placeholder's index, its base set in
+ * p->base and its size in *nbytes, or a negative OT_E* code. */
+static int check_bind(ot_program *p, int i, const ot_bind *b, uint64_t *symset, size_t *nbytes)
+{
+    if (!b->name) return FAIL(p, OT_ENULL, "binding %d: name is NULL", i);
+    int k = ph_index(p, i, b->name);
+    if (k < 0) return FAIL(p, OT_EINVAL, "binding %d: no placeholder named %s", i, b->name);
+    if (p->bound[k] == p->runs)
+        return FAIL(p, OT_EINVAL, "placeholder %s bound twice (bindings %d and %d)",
+                           b->name, p->bound_by[k], i);
+    if (!b->tensor == !b->data)
+        return FAIL(p, b->tensor ? OT_EINVAL : OT_ENULL, "binding %d (%s): give a tensor or data, "
+                    "not %s", i, b->name, b->tensor ? "both" : "neither");
+    const placeholder *ph = &p->ph[k];
+    const ot_tensor *t = b->tensor;
+    const ot_shape *shape = b->has_shape ? &b->shape : &p->cur->ph[k]->leaf.shape;
+    if (t) {
+        if (t->leaf.be != p->be)
+            return FAIL(p, OT_EBACKEND, "binding %s: the tensor is on another backend",
+                               b->name);
+        if (t->leaf.dtype != ph->dtype)
+            return FAIL(p, OT_EDTYPE, "binding %s: a %s tensor for a %s placeholder",
+                               b->name, ot_dtype_name((ot_dtype)t->leaf.dtype), ot_dtype_name(ph->dtype));
+        shape = &t->leaf.shape;
+    }
+    int rc = check_dims(p, k, shape, t ? t->strides : NULL, symset, nbytes);
+    if (!rc && !t && *nbytes > b->nbytes) rc = short_data(p, b, shape, *nbytes);
+    if (rc) return rc;
+    p->bound[k] = p->runs;
+    p->bound_by[k] = i;
+    p->base[k] = t ? (char *)t->buf->data + t->offset * ph->esize : (char *)b->data;
+    return k;
+}
+
+/* Bound memory must not overlap a buffer a step writes: the plans assumed
+ * their leaves and outputs apart. */
+static int check_alias(const ot_program *p, int k, size_t nbytes)
+{
+    const char *lo = p->base[k], *hi = lo + nbytes;
+    for (int i = 0; i < p->nwrite; i++) {
+        const char *d = p->write[i]->data;
+        if (nbytes && lo < d + p->write[i]->nbytes && d < hi)
+            return FAIL(p, OT_EALIAS, "placeholder %s is bound "
+                               "to memory that step %d writes", p->ph[k].name, p->write_step[i]);
+    }
+    return 0;
+}
+
+static int check_bindings(ot_program *p, int n, const ot_bind b[])
+{
+    if (n < 0) return FAIL(p, OT_EINVAL, "negative count %d", n);
+    if (n > 0 && !b) return FAIL(p, OT_ENULL, "bindings is NULL");
+    p->runs++;   /* a placeholder is bound in this run when p->bound says so */
+    uint64_t symset = 0;
+    if (p->nsym) memcpy(p->symrun, p->cur->sym, sizeof *p->symrun * (size_t)p->nsym);
+    for (int i = 0; i < n; i++) {
+        size_t nbytes = 0;
+        int k = check_bind(p, i, &b[i], &symset, &nbytes);
+        int rc = k < 0 ? k : check_alias(p, k, nbytes);
+        if (rc) return rc;
+    }
+    for (int k = 0; n < p->nph && k < p->nph; k++)   /* n distinct names bound */
+        if (p->bound[k] != p->runs)
+            return FAIL(p, OT_EINVAL, "placeholder %s is not bound", p->ph[k].name);
+    return 0;
+}
+
+/* The specialisation at p->symrun: the current one, one kept, or a new one. */
+static int specialise(ot_program *p)
+{
+    size_t bytes = sizeof *p->symrun * (size_t)p->nsym;
+    if (!p->nsym || memcmp(p->cur->sym, p->symrun, bytes) == 0) return 0;
+    for (int i = 0; i < p->nspec; i++)
+        if (memcmp(p->specs[i]->sym, p->symrun, bytes) == 0) {
+            p->cur = p->specs[i];
+            return 0;
+        }
+    return spec_new(p, p->symrun, &p->cur);
+}
+
+/* A backend that does not prepare steps (ref): each step through its
+ * assign, the placeholders' buffers pointing at the bound memory for the
+ * run. */
+static int run_assign(ot_program *p)
+{
+    const spec *s = p->cur;
+    int rc = 0;
+    void *keep[64];
+    void **old = p->nph <= 64 ? keep : ot__malloc(sizeof *old * (size_t)p->nph);
+    if (!old) return nomem(p);
+    for (int k = 0; k < p->nph; k++) {
+        old[k] = s->ph[k]->buf->data;
+        s->ph[k]->buf->data = p->base[k];
+    }
+    for (int i = 0; i < p->nstep && !rc; i++)
+        rc = ot__assign_backend(p->be, p->steps[i].n, p->steps[i].outs, s->steps[i].trees);
+    for (int k = 0; k < p->nph; k++) s->ph[k]->buf->data = old[k];
+    if (old != keep) free(old);
+    return rc;
+}
+
+/* A backend that prepares steps (cpu): each step as prepared, its leaf
+ * pointers patched to the bound memory, every step in the one arena; one
+ * call through the vtable per step. */
+static int run_prepared(ot_program *p)
+{
+    spec *s = p->cur;
+    int (*run_step)(ot_backend *, const ot__prepared *, char *, int, ot_node *const[]) =
+        p->be->vt->run;
+    for (int i = 0; i < p->nstep; i++) {
+        cstep *c = &s->steps[i];
+        for (int j = 0; j < c->npatch; j++)
+            c->prep.leaf[c->patches[j].slot] = p->base[c->patches[j].ph] + c->patches[j].off;
+        int rc = run_step(p->be, &c->prep, s->arena, p->steps[i].n, s->steps[i].trees);
+        if (rc) return rc;
+    }
+    ot__stat_add(ot__stats_mine(&p->be->stats), OT__STAT_ASSIGNS, (uint64_t)p->nstep);
+    return 0;
+}
+
+static int run(ot_program *p, int n, const ot_bind bindings[])
+{
+    if (!p->nspec) return FAIL(p, OT_ESTATE, "the program is not compiled (ot_program_compile)");
+    ot_clear_error();
+    int rc = check_bindings(p, n, bindings);
+    if (!rc) rc = specialise(p);
+    if (rc) return rc;
+    return p->prepared ? run_prepared(p) : run_assign(p);
+}
+
+int ot_program_run_at(ot_program *p, int n, const ot_bind bindings[], const char *file, int line)
+{
+    int rc = enter(p, "program_run", file, line);
+    return rc ? rc : leave(p, run(p, n, bindings));
+}
+
+/* ---- reporting and freeing ----------------------------------------------------- */
+
+int ot_program_stats_at(const ot_program *p, ot_program_stats *out, const char *file, int line)
+{
+    int rc = enter(p, "program_stats", file, line);
+    if (rc) return rc;
+    if (!out) return leave(p, FAIL(p, OT_ENULL, "output is NULL"));
+    if (!p->nspec) return leave(p, FAIL(p, OT_ESTATE, "the program is not compiled"));
+    *out = (ot_program_stats){p->nstep, p->cur->kernels, p->nspec, p->cur->arena_bytes,
+                              p->cur->separate_bytes};
+    return leave(p, 0);
+}
+
+static int explain(const ot_program *p, FILE *f)
+{
+    if (!f) return FAIL(p, OT_ENULL, "FILE is NULL");
+    if (!p->nspec) return FAIL(p, OT_ESTATE, "the program is not compiled");
+    ot_clear_error();
+    const spec *s = p->cur;
+    int rc = 0;
+    for (int i = 0; i < p->nstep && !rc; i++) {
+        fprintf(f, "step %d (%d output%s):\n", i, p->steps[i].n, p->steps[i].n == 1 ? "" : "s");
+        rc = p->prepared ? p->be->vt->explain_prepared(&s->steps[i].prep, f)
+                         : ot_explain_many(p->steps[i].n, p->steps[i].outs, s->steps[i].trees, f);
+    }
+    if (!rc && p->prepared)
+        fprintf(f, "program: %d steps, %d kernels; one arena of %zu bytes for every step "
+                "(the steps' own arenas add up to %zu)\n", p->nstep, s->kernels, s->arena_bytes,
+                s->separate_bytes);
+    if ((rc && rc != OT_EIO) ) return rc;
+    if (fflush(f) == EOF || ferror(f) || rc) return FAIL(p, OT_EIO, "write failed");
+    return 0;
+}
+
+int ot_program_explain_at(const ot_program *p, FILE *f, const char *file, int line)
+{
+    int rc = enter(p, "program_explain", file, line);
+    return rc ? rc : leave(p, explain(p, f));
+}
+
+/* ot_explain's choice for a program (a _Generic names a function). */
+int (ot_program_explain)(const ot_program *p, FILE *f)
+{
+    return ot_program_explain_at(p, f, NULL, 0);
+}

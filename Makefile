@@ -92,7 +92,6 @@ $(OBJS) $(TOBJS): include/optree_ops.h
 # headers; no other layer does.
 CPU_INC := -Isrc/cpu -Isrc/cpu/jit -Isrc/cpu/kernels
 $(BUILD)/obj/cpu/%.o: private CPPFLAGS += $(CPU_INC)
-$(BUILD)/obj/front/backend.o $(BUILD)/obj/front/program.o: private CPPFLAGS += $(CPU_INC)
 
 $(BUILD)/obj/%.o: src/%.c $(FLAGS)
 	@mkdir -p $(dir $@)

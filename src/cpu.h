@@ -244,16 +244,13 @@ typedef struct ot_kernel {
  * 1 for OT_ULP35. fn, fn_stream and fn_tail (a reduction's red) are set by
  * ot__jit_install, which puts the code of n kernels (NULL entries skipped)
  * into one executable mapping; false (nothing installed) when the mapping
- * fails. ot__jit_streams: whether k's output should be written with
- * streaming stores, i.e. it writes at least stream_bytes (0: never) and k
- * is bound by memory, not by arithmetic. */
+ * fails. stream is the scheduler's decision (ot__sched_streams). */
 typedef struct ot_jit_map {
     void *base;
     size_t bytes;
 } ot_jit_map;
 /* Whether code is generated for kt's ISA on this platform at all. */
 bool ot__jit_available(const ot_kernels *kt);
-bool ot__jit_streams(const ot_kernel *k, size_t stream_bytes);
 ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc, bool stream);
 bool ot__jit_install(ot_jit *const *jits, int n, ot_jit_map *map);
 void ot__jit_unmap(ot_jit_map *map);

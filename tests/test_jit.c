@@ -16,7 +16,7 @@
  * generated code, and the API level still checks that both agree.
  */
 #include "test.h"
-#include "cpu.h"
+#include "plan.h"   /* ot__sched_streams */
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -324,7 +324,7 @@ TEST(jit_declines_what_it_does_not_cover)
         hand_init(&h, OT_KD_F32, (ot_insn){.code = OT_I_UNARY, .op = OT_OP_SIN, .a = 0, .b = -1, .c = -1}, 6);
         h.k.ninsn = 4;
         h.k.result = 3;
-        CHECK(!ot__jit_streams(&h.k, 1));               /* sin: bound by its arithmetic */
+        CHECK(!ot__sched_streams(&h.k, 1));               /* sin: bound by its arithmetic */
         CHECK(ot__jit_build(&h.k, kt, 0, false) == NULL);
         CHECK(ot__jit_build(&h.k, kt, 0, true) == NULL);
         h.insns[3].op = OT_OP_EXP;
@@ -339,12 +339,12 @@ TEST(jit_declines_what_it_does_not_cover)
         h.k.ninsn = 4;
         h.k.result = 3;
         CHECK(ot__jit_build(&h.k, kt, 0, false) == NULL);
-        CHECK(!ot__jit_streams(&h.k, NV * 4));          /* reads what it writes */
+        CHECK(!ot__sched_streams(&h.k, NV * 4));          /* reads what it writes */
         h.k.store.space = OT_SPACE_OUT;
-        CHECK(!ot__jit_streams(&h.k, 0));
+        CHECK(!ot__sched_streams(&h.k, 0));
         /* three loads and a store of NV floats move 16*NV bytes */
-        CHECK(!ot__jit_streams(&h.k, 16 * NV + 1));
-        CHECK(ot__jit_streams(&h.k, 16 * NV));
+        CHECK(!ot__sched_streams(&h.k, 16 * NV + 1));
+        CHECK(ot__sched_streams(&h.k, 16 * NV));
         ot_jit *j = ot__jit_build(&h.k, kt, 0, true);
         CHECK(j && j->stream_at > 0);
         ot__jit_free(j);

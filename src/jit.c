@@ -428,7 +428,7 @@ static bool worth_it(const ot_jit *j, const ot_kernel *k, bool stream)
 
 bool ot__jit_available(const ot_kernels *kt)
 {
-    return kt->vfn1[0][OT_OP_EXP][0] && (kt->vbytes == 32 || kt->vbytes == 64);
+    return kt->vfn1[0][OT_OP_EXP][0] && ot__isas[kt->isa].jit;
 }
 
 /* The reductions generated code does, by kind alone: sum, mean, max and

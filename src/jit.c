@@ -186,12 +186,6 @@ void ot__jit_emit_stores(regs *r, bool stream)
     }
 }
 
-/* fn(in, out, nbytes): rbx walks the byte offset 0, V, 2V, ... < nbytes (V
- * the vector's bytes). With stream, outputs are written by non-temporal
- * stores, not fenced: exec.c fences once after a chunk's last tile (an
- * sfence per call waited for the write-combining buffers to drain 16384
- * times in W9). */
-
 /* Before an elementwise loop, the loop's invariants: vector pointers in
  * registers (r14 holds nbytes here, so from r15 on; r15 alone where the body
  * calls a function, which may clobber the others) and every broadcast
@@ -206,6 +200,11 @@ static void emit_invariants(regs *r)
     ot__jit_emit_splats(r);
 }
 
+/* fn(in, out, nbytes): rbx walks the byte offset 0, V, 2V, ... < nbytes (V
+ * the vector's bytes). With stream, outputs are written by non-temporal
+ * stores, not fenced: exec.c fences once after a chunk's last tile (an
+ * sfence per call waited for the write-combining buffers to drain 16384
+ * times in W9). */
 static void emit_function(regs *r, int frame, bool stream)
 {
     code *c = r->c;

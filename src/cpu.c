@@ -130,7 +130,7 @@ static int cpu_init(ot_backend *be)
     cpu->k = k;
     cpu->jit = be->opts.jit != OT_JIT_OFF && ot__jit_available(k);
     cpu->stream_bytes = stream_threshold(be->opts.stream_bytes);
-    be->opts.isa = ot__isas[k->isa].name;
+    be->opts.isa = ot__isa_name(k->isa);
     be->opts.jit = cpu->jit ? OT_JIT_ON : OT_JIT_OFF;
     be->opts.stream_bytes = cpu->stream_bytes ? (int64_t)cpu->stream_bytes : OT_STREAM_NEVER;
     cpu->cache = ot__plan_cache_new(be->opts.plan_cache);

@@ -97,6 +97,8 @@ typedef struct ot_isa_desc {
     int nregs;                      /* vector registers */
 } ot_isa_desc;
 extern const ot_isa_desc ot__isas[OT_ISA_COUNT];
+/* isa's name, for messages. */
+static inline const char *ot__isa_name(int isa) { return ot__isas[isa].name; }
 
 /* The ISA a name ("scalar", "sse2", "avx2", "avx512", "neon") is, or -1:
  * the one place inside the cpu backend where an ISA name is compared. */

@@ -148,7 +148,7 @@ static bool check_op(const ot_kernels *kt, ot_insn op, int kd, int acc, unsigned
         j = NULL;
     }
     if (!j) {
-        test__fail(__FILE__, __LINE__, "%s (%s, %s, scalars %u): no code generated", ot__isas[kt->isa].name,
+        test__fail(__FILE__, __LINE__, "%s (%s, %s, scalars %u): no code generated", ot__isa_name(kt->isa),
                    what, kd ? "f64" : "f32", scalar_ops);
         return false;
     }
@@ -168,7 +168,7 @@ static bool check_op(const ot_kernels *kt, ot_insn op, int kd, int acc, unsigned
               j->fn_stream && run_guarded(j->fn_stream, val, got, sizeof got, 64, want, kd);
     if (!ok)
         test__fail(__FILE__, __LINE__, "%s: %s (%s, acc %d, scalars %u): generated code differs",
-                   ot__isas[kt->isa].name, what, kd ? "f64" : "f32", acc, scalar_ops);
+                   ot__isa_name(kt->isa), what, kd ? "f64" : "f32", acc, scalar_ops);
     ot__jit_free(j);
     ot__jit_unmap(&map);
     return ok;
@@ -266,7 +266,7 @@ static bool every_f32(const ot_kernels *kt, int op, int acc, uint32_t step)
         for (uint32_t i = 0; !ok && i < EXP_CHUNK; i++)
             if (got[i] != want[i]) {
                 test__fail(__FILE__, __LINE__, "%s %s u%s(0x%08x): code 0x%08x, table 0x%08x",
-                           ot__isas[kt->isa].name, ot_op_name(op), acc ? "35" : "10", in[i],
+                           ot__isa_name(kt->isa), ot_op_name(op), acc ? "35" : "10", in[i],
                            got[i] ^ 0x80000000u, want[i] ^ 0x80000000u);
                 break;
             }

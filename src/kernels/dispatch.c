@@ -74,7 +74,7 @@ const ot_isa_desc ot__isas[OT_ISA_COUNT] = {OT__ISAS(ISA_DESC)};
 int ot__isa_parse(const char *name)
 {
     for (int i = 0; name && i < OT_ISA_COUNT; i++)
-        if (strcmp(name, ot__isas[i].name) == 0) return i;
+        if (strcmp(name, ot__isa_name(i)) == 0) return i;
     return -1;
 }
 
@@ -166,7 +166,7 @@ int ot__kernels_check(const ot_plan *p, const ot_kernels *kt, int acc)
             return ot__err_set(OT_EUNSUPPORTED, NULL, 0, "assign",
                                "op '%s' has no %s kernel on isa '%s'", what ? what : "?",
                                in->kd < OT_KD_COUNT ? kd_name[in->kd] : "?",
-                               ot__isas[kt->isa].name);
+                               ot__isa_name(kt->isa));
         }
     }
     return 0;

@@ -16,7 +16,7 @@
  * generated code, and the API level still checks that both agree.
  */
 #include "test.h"
-#include "cpu.h"
+#include "plan.h"   /* ot__sched_streams */
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -33,7 +33,7 @@ static const char *const jit_isas[] = {"avx2", "avx512"};
 static const ot_kernels *jit_table(int i)
 {
 #if defined(__x86_64__) && defined(__linux__)
-    return ot__kernels_for(jit_isas[i]);
+    return ot__kernels_for(ot__isa_parse(jit_isas[i]));
 #else
     (void)i;
     return NULL;
@@ -148,7 +148,7 @@ static bool check_op(const ot_kernels *kt, ot_insn op, int kd, int acc, unsigned
         j = NULL;
     }
     if (!j) {
-        test__fail(__FILE__, __LINE__, "%s (%s, %s, scalars %u): no code generated", kt->isa,
+        test__fail(__FILE__, __LINE__, "%s (%s, %s, scalars %u): no code generated", ot__isa_name(kt->isa),
                    what, kd ? "f64" : "f32", scalar_ops);
         return false;
     }
@@ -168,7 +168,7 @@ static bool check_op(const ot_kernels *kt, ot_insn op, int kd, int acc, unsigned
               j->fn_stream && run_guarded(j->fn_stream, val, got, sizeof got, 64, want, kd);
     if (!ok)
         test__fail(__FILE__, __LINE__, "%s: %s (%s, acc %d, scalars %u): generated code differs",
-                   kt->isa, what, kd ? "f64" : "f32", acc, scalar_ops);
+                   ot__isa_name(kt->isa), what, kd ? "f64" : "f32", acc, scalar_ops);
     ot__jit_free(j);
     ot__jit_unmap(&map);
     return ok;
@@ -266,7 +266,7 @@ static bool every_f32(const ot_kernels *kt, int op, int acc, uint32_t step)
         for (uint32_t i = 0; !ok && i < EXP_CHUNK; i++)
             if (got[i] != want[i]) {
                 test__fail(__FILE__, __LINE__, "%s %s u%s(0x%08x): code 0x%08x, table 0x%08x",
-                           kt->isa, ot_op_name(op), acc ? "35" : "10", in[i],
+                           ot__isa_name(kt->isa), ot_op_name(op), acc ? "35" : "10", in[i],
                            got[i] ^ 0x80000000u, want[i] ^ 0x80000000u);
                 break;
             }
@@ -324,7 +324,7 @@ TEST(jit_declines_what_it_does_not_cover)
         hand_init(&h, OT_KD_F32, (ot_insn){.code = OT_I_UNARY, .op = OT_OP_SIN, .a = 0, .b = -1, .c = -1}, 6);
         h.k.ninsn = 4;
         h.k.result = 3;
-        CHECK(!ot__jit_streams(&h.k, 1));               /* sin: bound by its arithmetic */
+        CHECK(!ot__sched_streams(&h.k, 1));               /* sin: bound by its arithmetic */
         CHECK(ot__jit_build(&h.k, kt, 0, false) == NULL);
         CHECK(ot__jit_build(&h.k, kt, 0, true) == NULL);
         h.insns[3].op = OT_OP_EXP;
@@ -339,12 +339,12 @@ TEST(jit_declines_what_it_does_not_cover)
         h.k.ninsn = 4;
         h.k.result = 3;
         CHECK(ot__jit_build(&h.k, kt, 0, false) == NULL);
-        CHECK(!ot__jit_streams(&h.k, NV * 4));          /* reads what it writes */
+        CHECK(!ot__sched_streams(&h.k, NV * 4));          /* reads what it writes */
         h.k.store.space = OT_SPACE_OUT;
-        CHECK(!ot__jit_streams(&h.k, 0));
+        CHECK(!ot__sched_streams(&h.k, 0));
         /* three loads and a store of NV floats move 16*NV bytes */
-        CHECK(!ot__jit_streams(&h.k, 16 * NV + 1));
-        CHECK(ot__jit_streams(&h.k, 16 * NV));
+        CHECK(!ot__sched_streams(&h.k, 16 * NV + 1));
+        CHECK(ot__sched_streams(&h.k, 16 * NV));
         ot_jit *j = ot__jit_build(&h.k, kt, 0, true);
         CHECK(j && j->stream_at > 0);
         ot__jit_free(j);
@@ -352,8 +352,9 @@ TEST(jit_declines_what_it_does_not_cover)
         CHECK(ot__jit_build(&h.k, kt, 0, false) == NULL);
     }
     hand_init(&h, OT_KD_F32, (ot_insn){.code = OT_I_UNARY, .op = OT_OP_EXP, .a = 0, .b = -1, .c = -1}, 0);
-    CHECK(ot__jit_build(&h.k, ot__kernels_for("scalar"), 0, false) == NULL);
-    if (ot__kernels_for("sse2")) CHECK(ot__jit_build(&h.k, ot__kernels_for("sse2"), 0, false) == NULL);
+    CHECK(ot__jit_build(&h.k, ot__kernels_for(OT_ISA_SCALAR), 0, false) == NULL);
+    const ot_kernels *sse2 = ot__kernels_for(OT_ISA_SSE2);
+    if (sse2) CHECK(ot__jit_build(&h.k, sse2, 0, false) == NULL);
 }
 
 /* The hand kernel as a reduction (op over axis of a 2 x NV/2 space, -1:
@@ -700,7 +701,7 @@ TEST(jit_explain_marks_generated_code)
             CHECK(strstr(tanh, "streaming") == NULL);
             CHECK(strstr(call, "(generated code") == NULL);
             /* exp alone is inline code, which beats calling SLEEF per vector. */
-            const ot_kernels *kt = isa[run / 3] ? ot__kernels_for(isa[run / 3]) : NULL;
+            const ot_kernels *kt = isa[run / 3] ? ot__kernels_for(ot__isa_parse(isa[run / 3])) : NULL;
             if (kt) CHECK((strstr(exp, "(generated code") != NULL) == (code && kt->inline_sleef));
             CHECK((strstr(add, "(generated code") != NULL) == (code && mode == STREAM));
         }

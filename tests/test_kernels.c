@@ -430,7 +430,7 @@ static void check_unary_table(const ot_kernels *k)
                     continue;
                 }
                 if (!f) {
-                    test__fail(__FILE__, __LINE__, "%s: no %s %s kernel", k->isa,
+                    test__fail(__FILE__, __LINE__, "%s: no %s %s kernel", ot__isa_name(k->isa),
                                ot_op_name((ot_op)op), kdname[kd]);
                     continue;
                 }
@@ -456,7 +456,7 @@ static void check_unary_table(const ot_kernels *k)
                         if (exact) {
                             if (!ksame(got, want[kd], kd, i))
                                 MISMATCH(&rep, "%s %s %s(%.9g) = %.17g, want %.17g (n %zu, off %zu)",
-                                         k->isa, kdname[kd], ot_op_name((ot_op)op), x,
+                                         ot__isa_name(k->isa), kdname[kd], ot_op_name((ot_op)op), x,
                                          kget(got, kd, i), kget(want[kd], kd, i), n, off);
                             continue;
                         }
@@ -464,7 +464,7 @@ static void check_unary_table(const ot_kernels *k)
                         if (e > worst) worst = e;
                         if (!(e <= bound))
                             MISMATCH(&rep, "%s %s %s u%d(%.9g) = %.17g, want %.17Lg: %g ULP > %g",
-                                     k->isa, kdname[kd], ot_op_name((ot_op)op), acc ? 35 : 10,
+                                     ot__isa_name(k->isa), kdname[kd], ot_op_name((ot_op)op), acc ? 35 : 10,
                                      x, kget(got, kd, i), tref[i], e, bound);
                     }
                 }
@@ -475,7 +475,7 @@ static void check_unary_table(const ot_kernels *k)
                 CHECK(memcmp(p + ksz(kd), got, NMAX * ksz(kd)) == 0);
                 free(p);
                 if (verbose() && !exact)
-                    fprintf(stderr, "    %-6s %-8s %s u%d: max %.3f ULP\n", k->isa,
+                    fprintf(stderr, "    %-6s %-8s %s u%d: max %.3f ULP\n", ot__isa_name(k->isa),
                             ot_op_name((ot_op)op), kdname[kd], acc ? 35 : 10, worst);
             }
         }
@@ -510,7 +510,7 @@ static void check_binary_table(const ot_kernels *k)
                     continue;
                 }
                 if (!f) {
-                    test__fail(__FILE__, __LINE__, "%s: no %s %s form %d kernel", k->isa,
+                    test__fail(__FILE__, __LINE__, "%s: no %s %s form %d kernel", ot__isa_name(k->isa),
                                ot_op_name((ot_op)op), kdname[kd], form);
                     continue;
                 }
@@ -534,7 +534,7 @@ static void check_binary_table(const ot_kernels *k)
                                 if (e > worst) worst = e;
                                 if (!(e <= ulp_bound(OT_OP_EXP, kd, 0)))
                                     MISMATCH(&rep, "%s %s pow(%.9g, %.9g) = %.17g: %g ULP",
-                                             k->isa, kdname[kd], a, b, kget(got, kd, i), e);
+                                             ot__isa_name(k->isa), kdname[kd], a, b, kget(got, kd, i), e);
                                 continue;
                             }
                             unsigned char w[8];
@@ -542,7 +542,7 @@ static void check_binary_table(const ot_kernels *k)
                                                          : kround(kd, ref_binary((ot_op)op, a, b)));
                             if (!ksame(got + i * sz, w, kd, 0))
                                 MISMATCH(&rep, "%s %s %s(%.9g, %.9g) form %d = %.17g, want %.17g"
-                                         " (n %zu, off %zu)", k->isa, kdname[kd],
+                                         " (n %zu, off %zu)", ot__isa_name(k->isa), kdname[kd],
                                          ot_op_name((ot_op)op), a, b, form, kget(got, kd, i),
                                          kget(w, kd, 0), n, off);
                         }
@@ -563,7 +563,7 @@ static void check_binary_table(const ot_kernels *k)
                 }
             }
             if (verbose() && ulp)
-                fprintf(stderr, "    %-6s pow      %s u10: max %.3f ULP\n", k->isa, kdname[kd],
+                fprintf(stderr, "    %-6s pow      %s u10: max %.3f ULP\n", ot__isa_name(k->isa), kdname[kd],
                         worst);
         }
     }
@@ -588,7 +588,7 @@ static void check_fma_kind(const ot_kernels *k, bool neg)
             ot_k3 f = (neg ? k->fnma : k->fma)[kd][form];
             const char *name = neg ? "fnma" : "fma";
             if (!f) {
-                test__fail(__FILE__, __LINE__, "%s: no %s %s form %d", k->isa, name, kdname[kd], form);
+                test__fail(__FILE__, __LINE__, "%s: no %s %s form %d", ot__isa_name(k->isa), name, kdname[kd], form);
                 continue;
             }
             report rep = {3};
@@ -611,7 +611,7 @@ static void check_fma_kind(const ot_kernels *k, bool neg)
                             kset(w, kd, 0, fma(a0, v[1], v[2]));
                         if (!ksame(got + i * ksz(kd), w, kd, 0))
                             MISMATCH(&rep, "%s %s %s form %d (%.9g, %.9g, %.9g) = %.17g, want %.17g",
-                                     k->isa, name, kdname[kd], form, v[0], v[1], v[2],
+                                     ot__isa_name(k->isa), name, kdname[kd], form, v[0], v[1], v[2],
                                      kget(got, kd, i), kget(w, kd, 0));
                     }
                 }
@@ -636,7 +636,7 @@ static void check_cast_table(const ot_kernels *k)
         for (int to = 0; to < 3; to++) {
             ot_k1 f = k->cast[from][to];
             if (!f) {
-                test__fail(__FILE__, __LINE__, "%s: no cast %s -> %s", k->isa, kdname[from],
+                test__fail(__FILE__, __LINE__, "%s: no cast %s -> %s", ot__isa_name(k->isa), kdname[from],
                            kdname[to]);
                 continue;
             }
@@ -648,7 +648,7 @@ static void check_cast_table(const ot_kernels *k)
                 for (size_t i = 0; i < n; i++)
                     if (!ksame(got, want, to, i))
                         MISMATCH(&rep, "%s cast %s -> %s of %.17g = %.17g, want %.17g (n %zu)",
-                                 k->isa, kdname[from], kdname[to], kget(in[from], from, i),
+                                 ot__isa_name(k->isa), kdname[from], kdname[to], kget(in[from], from, i),
                                  kget(got, to, i), kget(want, to, i), n);
             }
             if (ksz(from) == ksz(to)) {       /* in place */
@@ -656,7 +656,7 @@ static void check_cast_table(const ot_kernels *k)
                 f(p + ksz(from), p + ksz(from), NMAX);
                 for (size_t i = 0; i < NMAX; i++)
                     if (!ksame(p + ksz(from), want, to, i))
-                        MISMATCH(&rep, "%s cast %s -> %s in place, elem %zu", k->isa,
+                        MISMATCH(&rep, "%s cast %s -> %s in place, elem %zu", ot__isa_name(k->isa),
                                  kdname[from], kdname[to], i);
                 free(p);
             }
@@ -705,17 +705,17 @@ static void check_reduce_data(const ot_kernels *k, int kd, const void *data, siz
             s0 = s, mx0 = mx, mn0 = mn;
             bool finite = isfinite((double)exact) && isfinite((double)mag);
             if (finite ? !(fabsl(s - exact) <= bound) : !same_double(s, (double)exact))
-                MISMATCH(rep, "%s sum %s n %zu = %.17g, want %.17Lg (bound %g)", k->isa,
+                MISMATCH(rep, "%s sum %s n %zu = %.17g, want %.17Lg (bound %g)", ot__isa_name(k->isa),
                          kdname[kd], n, s, exact, bound);
             double wmx = ref_pick(data, kd, n, true), wmn = ref_pick(data, kd, n, false);
             if (!same_double(mx, wmx))
-                MISMATCH(rep, "%s max %s n %zu = %.17g, want %.17g", k->isa, kdname[kd], n,
+                MISMATCH(rep, "%s max %s n %zu = %.17g, want %.17g", ot__isa_name(k->isa), kdname[kd], n,
                          mx, wmx);
             if (!same_double(mn, wmn))
-                MISMATCH(rep, "%s min %s n %zu = %.17g, want %.17g", k->isa, kdname[kd], n,
+                MISMATCH(rep, "%s min %s n %zu = %.17g, want %.17g", ot__isa_name(k->isa), kdname[kd], n,
                          mn, wmn);
         } else if (!same_double(s, s0) || !same_double(mx, mx0) || !same_double(mn, mn0)) {
-            MISMATCH(rep, "%s %s n %zu: reductions differ at offset %zu", k->isa, kdname[kd],
+            MISMATCH(rep, "%s %s n %zu: reductions differ at offset %zu", ot__isa_name(k->isa), kdname[kd],
                      n, off);
         }
         /* acc_sum into an accumulator at an odd offset. */
@@ -725,7 +725,7 @@ static void check_reduce_data(const ot_kernels *k, int kd, const void *data, siz
         CHECK(acc[0] == 0);
         for (size_t i = 0; i < n; i++)
             if (!same_double(acc[i + 1], 0.25 * (double)(i + 1) + kget(data, kd, i)))
-                MISMATCH(rep, "%s acc_sum %s n %zu elem %zu", k->isa, kdname[kd], n, i);
+                MISMATCH(rep, "%s acc_sum %s n %zu elem %zu", ot__isa_name(k->isa), kdname[kd], n, i);
         free(acc);
         free(p);
     }
@@ -784,7 +784,7 @@ static void check_sum_accuracy(const ot_kernels *k)
     double s = k->sum[OT_KD_F32](x, n);
     CHECK(fabs(s - exact) <= 1e-6 * exact);
     if (verbose())
-        fprintf(stderr, "    %-6s sum f32 of 2^20 uniform: rel err %.3g\n", k->isa,
+        fprintf(stderr, "    %-6s sum f32 of 2^20 uniform: rel err %.3g\n", ot__isa_name(k->isa),
                 fabs(s - exact) / exact);
     /* Unaligned start: bitwise the same sum of the same values. */
     float *y = malloc((n + 1) * sizeof *y);
@@ -846,11 +846,11 @@ static void check_ulp_sweep(const ot_kernels *k)
                     if (e > worst) worst = e;
                     if (!(e <= bound))
                         MISMATCH(&rep, "%s %s %s u%d(%.17g) = %.17g, want %.17Lg: %g ULP > %g",
-                                 k->isa, kdname[kd], ot_op_name((ot_op)op), acc ? 35 : 10,
+                                 ot__isa_name(k->isa), kdname[kd], ot_op_name((ot_op)op), acc ? 35 : 10,
                                  kget(in, kd, i), kget(got, kd, i), want[i], e, bound);
                 }
                 if (verbose())
-                    fprintf(stderr, "    sweep %-6s %-8s %s u%d: max %.3f ULP\n", k->isa,
+                    fprintf(stderr, "    sweep %-6s %-8s %s u%d: max %.3f ULP\n", ot__isa_name(k->isa),
                             ot_op_name((ot_op)op), kdname[kd], acc ? 35 : 10, worst);
             }
         }
@@ -874,11 +874,11 @@ static void check_ulp_sweep(const ot_kernels *k)
             double e = ulp_err(kd, kget(got, kd, i), want[i]);
             if (e > worst) worst = e;
             if (!(e <= bound))
-                MISMATCH(&rep, "%s %s pow(%.17g, %.17g) = %.17g: %g ULP", k->isa, kdname[kd],
+                MISMATCH(&rep, "%s %s pow(%.17g, %.17g) = %.17g: %g ULP", ot__isa_name(k->isa), kdname[kd],
                          kget(in, kd, i), kget(in2, kd, i), kget(got, kd, i), e);
         }
         if (verbose())
-            fprintf(stderr, "    sweep %-6s pow      %s u10: max %.3f ULP\n", k->isa, kdname[kd],
+            fprintf(stderr, "    sweep %-6s pow      %s u10: max %.3f ULP\n", ot__isa_name(k->isa), kdname[kd],
                     worst);
     }
 }
@@ -890,9 +890,9 @@ static void each_table(void (*fn)(const ot_kernels *))
 {
     int ran = 0;
     for (int i = 0; i < NISA; i++) {
-        const ot_kernels *k = ot__kernels_for(isas[i]);
+        const ot_kernels *k = ot__kernels_for(ot__isa_parse(isas[i]));
         if (!k) continue;
-        CHECK_STR(k->isa, isas[i]);
+        CHECK_STR(ot__isa_name(k->isa), isas[i]);
         fn(k);
         ran++;
     }
@@ -924,7 +924,7 @@ static void check_tgather_table(const ot_kernels *k)
                     bad += dst[r * DS + i] != want;
                 }
             if (bad)
-                test__fail(__FILE__, __LINE__, "%s tgather rows %d n %d: %d wrong", k->isa, rows,
+                test__fail(__FILE__, __LINE__, "%s tgather rows %d n %d: %d wrong", ot__isa_name(k->isa), rows,
                            n, bad);
         }
 }
@@ -961,44 +961,69 @@ TEST(kernels_table) { each_table(check_table_shape); }
  * NULL, the message naming where the name came from. */
 TEST(kernels_select)
 {
-    const ot_kernels *best = ot__kernels_select(NULL, "isa");
+    const ot_kernels *best = ot__kernels_select(-1, "isa");
     CHECK(best != NULL);
     if (best) {
         /* The default prefers avx512, then avx2, sse2, neon, scalar. */
-        const char *want = ot__kernels_for("avx512") ? "avx512"
-                           : ot__kernels_for("avx2") ? "avx2"
-                           : ot__kernels_for("sse2") ? "sse2"
-                           : ot__kernels_for("neon") ? "neon" : "scalar";
-        CHECK_STR(best->isa, want);
+        const char *want = ot__kernels_for(ot__isa_parse("avx512")) ? "avx512"
+                           : ot__kernels_for(ot__isa_parse("avx2")) ? "avx2"
+                           : ot__kernels_for(ot__isa_parse("sse2")) ? "sse2"
+                           : ot__kernels_for(ot__isa_parse("neon")) ? "neon" : "scalar";
+        CHECK_STR(ot__isa_name(best->isa), want);
     }
     for (int i = 0; i < NISA; i++) {
         ot_clear_error();
-        const ot_kernels *k = ot__kernels_select(isas[i], "OT_ISA");
-        const ot_kernels *have = ot__kernels_for(isas[i]);
+        const ot_kernels *k = ot__kernels_select(ot__isa_parse(isas[i]), "OT_ISA");
+        const ot_kernels *have = ot__kernels_for(ot__isa_parse(isas[i]));
         CHECK(k == have);
         if (k) {
-            CHECK_STR(k->isa, isas[i]);
+            CHECK_STR(ot__isa_name(k->isa), isas[i]);
             CHECK_INT(ot_errcode(), OT_OK);
         } else {
             CHECK_ERR(OT_EUNSUPPORTED, "OT_ISA=", isas[i]);
         }
     }
-    CHECK(ot__kernels_for("scalar") != NULL);
+    CHECK(ot__kernels_for(ot__isa_parse("scalar")) != NULL);
 #if defined(__x86_64__) || defined(__i386__)
     if (!__builtin_cpu_supports("avx512f")) {
-        CHECK(ot__kernels_select("avx512", "isa") == NULL);
+        CHECK(ot__kernels_select(ot__isa_parse("avx512"), "isa") == NULL);
         CHECK_ERR(OT_EUNSUPPORTED, "isa=avx512 but this CPU lacks avx512f");
     }
-    CHECK(ot__kernels_select("neon", "isa") == NULL);
+    CHECK(ot__kernels_select(ot__isa_parse("neon"), "isa") == NULL);
     CHECK_ERR(OT_EUNSUPPORTED, "isa=neon but this build has no neon kernels (not aarch64)");
 #endif
 #if defined(__aarch64__)
-    CHECK(ot__kernels_for("neon") != NULL);
-    CHECK(ot__kernels_select("avx2", "isa") == NULL);
+    CHECK(ot__kernels_for(ot__isa_parse("neon")) != NULL);
+    CHECK(ot__kernels_select(ot__isa_parse("avx2"), "isa") == NULL);
     CHECK_ERR(OT_EUNSUPPORTED, "isa=avx2 but this build has no avx2 kernels (not x86)");
 #endif
-    CHECK(ot__kernels_for("bogus") == NULL);
-    CHECK(ot__kernels_for(NULL) == NULL);
+    CHECK(ot__kernels_for(ot__isa_parse("bogus")) == NULL);
+    CHECK(ot__kernels_for(-1) == NULL);
+}
+
+/* The descriptor table (ot__isas, made from isa.h) agrees with the kernel
+ * tables this build has (the isa_*.h facts are asserted at compile time in
+ * tile.inc), and each of its names is one the isa option takes. */
+TEST(kernels_isa_table)
+{
+    for (int i = 0; i < OT_ISA_COUNT; i++) {
+        const ot_isa_desc *d = &ot__isas[i];
+        CHECK_STR(d->name, isas[i]);
+        CHECK_INT(ot__isa_parse(d->name), i);
+        if (d->kernels) {
+            CHECK_INT(d->kernels->isa, i);
+            CHECK_INT(d->kernels->vbytes, d->vbytes);
+#if defined(__x86_64__) && defined(__linux__)
+            CHECK(ot__jit_available(d->kernels) == d->jit);
+#endif
+        }
+        ot_clear_error();
+        ot_backend *be = ot_backend_new("cpu", &(ot_backend_opts){.isa = d->name});
+        CHECK(be != NULL || ot_errcode() == OT_EUNSUPPORTED);
+        ot_backend_free(be);
+    }
+    CHECK_INT(ot__isa_parse("bogus"), -1);
+    CHECK_INT(ot__isa_parse(NULL), -1);
 }
 
 /* ---- every vector table against the scalar one ----------------------------------------------- */
@@ -1035,14 +1060,14 @@ static void match_scalar(const ot_kernels *k, const char *what, int kd, double b
         bool ok = bound == 0 || kd == OT_KD_I32 ? ksame(got, want, kd, i)
                                                 : ulp_err(kd, g, w) <= bound;
         if (!ok)
-            MISMATCH(rep, "%s %s %s(%.9g, %.9g) = %.17g, scalar %.17g (n %zu)", k->isa,
+            MISMATCH(rep, "%s %s %s(%.9g, %.9g) = %.17g, scalar %.17g (n %zu)", ot__isa_name(k->isa),
                      kdname[kd], what, kget(a, kd, ia), b ? kget(b, kd, ib) : 0.0, g, w, n);
     }
 }
 
 static void check_vs_scalar(const ot_kernels *k)
 {
-    const ot_kernels *s = ot__kernels_for("scalar");
+    const ot_kernels *s = ot__kernels_for(ot__isa_parse("scalar"));
     static unsigned char a[NPAIR * 8], b[NPAIR * 8], got[NPAIR * 8], want[NPAIR * 8];
     if (k == s) return;
     for (int kd = 0; kd < 3; kd++) {

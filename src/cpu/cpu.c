@@ -121,7 +121,10 @@ static size_t stream_threshold(int64_t asked)
 
 static int cpu_init(ot_backend *be)
 {
-    const ot_kernels *k = ot__kernels_select(be->opts.isa, be->isa_from);
+    /* The option's name (config.c checked it) parsed once: from here on the
+     * ISA is the table's. */
+    int isa = be->opts.isa ? ot__isa_parse(be->opts.isa) : -1;
+    const ot_kernels *k = ot__kernels_select(isa, be->isa_from);
     if (!k) return ot_errcode();
     ot_cpu *cpu = ot__calloc(1, sizeof *cpu);
     if (!cpu) return ot__err_set(OT_ENOMEM, NULL, 0, "backend_new", "out of memory");
@@ -129,7 +132,7 @@ static int cpu_init(ot_backend *be)
     cpu->k = k;
     cpu->jit = be->opts.jit != OT_JIT_OFF && ot__jit_available(k);
     cpu->stream_bytes = stream_threshold(be->opts.stream_bytes);
-    be->opts.isa = k->isa;
+    be->opts.isa = ot__isa_name(k->isa);
     be->opts.jit = cpu->jit ? OT_JIT_ON : OT_JIT_OFF;
     be->opts.stream_bytes = cpu->stream_bytes ? (int64_t)cpu->stream_bytes : OT_STREAM_NEVER;
     cpu->cache = ot__plan_cache_new(be->opts.plan_cache);

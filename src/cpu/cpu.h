@@ -10,6 +10,7 @@
 #define OT_CPU_H
 
 #include "internal.h"
+#include "isa.h"
 
 /* ---- tile kernels (src/kernels/) ------------------------------------------ */
 
@@ -33,7 +34,7 @@ typedef void (*ot_k3)(void *dst, const void *a, const void *b, const void *c, si
 enum { OT_FORM_VV = 0, OT_FORM_SV = 1, OT_FORM_VS = 2 };
 
 typedef struct ot_kernels {
-    const char *isa;                     /* "scalar", "sse2", "avx2", "avx512" */
+    ot_isa isa;                          /* the ISA it was built for (isa.h) */
     /* unary[acc][op][kd]: acc 0 = u10 (default), 1 = u35; NULL where the op
      * does not exist for that dtype (float-only ops on i32). Only ops of
      * OT_KIND_UNARY have entries. */
@@ -82,13 +83,33 @@ typedef struct ot_kernels {
                  int form, size_t n);
 } ot_kernels;
 
-/* The kernel table for an ISA name ("scalar", "sse2", "avx2", "avx512"), or
- * NULL when this CPU cannot run it or it was not built. */
-const ot_kernels *ot__kernels_for(const char *isa);
-/* The table for isa (a name config.c checked), or the best this CPU runs
- * when isa is NULL; NULL and an OT_EUNSUPPORTED error naming the setting
- * (isa_from: "isa" or "OT_ISA") when this CPU or build lacks it. */
-const ot_kernels *ot__kernels_select(const char *isa, const char *isa_from);
+/* What each ISA is (isa.h's OT__ISAS) with what this build and CPU make
+ * of it: ot__isas[isa], the one descriptor table (dispatch.c). */
+typedef struct ot_isa_desc {
+    const char *name;               /* ot_backend_opts.isa's spelling */
+    const char *needs;              /* what a CPU must have, for messages */
+    const char *arch;               /* the architecture whose builds have it */
+    bool (*cpu_runs)(void);         /* whether this CPU runs it */
+    const ot_kernels *kernels;      /* its tile kernels; NULL: not in this build */
+    bool fma;                       /* the kernels fuse a*b + c (OT_I_FMA) */
+    int vbytes;                     /* bytes per vector register */
+    bool jit;                       /* code is generated for it (x86-64 Linux) */
+    int nregs;                      /* vector registers */
+} ot_isa_desc;
+extern const ot_isa_desc ot__isas[OT_ISA_COUNT];
+/* isa's name, for messages. */
+static inline const char *ot__isa_name(int isa) { return ot__isas[isa].name; }
+
+/* The ISA a name ("scalar", "sse2", "avx2", "avx512", "neon") is, or -1:
+ * the one place inside the cpu backend where an ISA name is compared. */
+int ot__isa_parse(const char *name);
+/* The kernel table of isa, or NULL when isa is not one (-1), this CPU
+ * cannot run it or it was not built. */
+const ot_kernels *ot__kernels_for(int isa);
+/* The table of isa, or the best this CPU runs when isa is -1; NULL and an
+ * OT_EUNSUPPORTED error naming the setting (isa_from: "isa" or "OT_ISA")
+ * when this CPU or build lacks it. */
+const ot_kernels *ot__kernels_select(int isa, const char *isa_from);
 
 /* ---- cpu plans (compile.c builds them, exec.c runs them) ----------------- */
 
@@ -244,16 +265,13 @@ typedef struct ot_kernel {
  * 1 for OT_ULP35. fn, fn_stream and fn_tail (a reduction's red) are set by
  * ot__jit_install, which puts the code of n kernels (NULL entries skipped)
  * into one executable mapping; false (nothing installed) when the mapping
- * fails. ot__jit_streams: whether k's output should be written with
- * streaming stores, i.e. it writes at least stream_bytes (0: never) and k
- * is bound by memory, not by arithmetic. */
+ * fails. stream is the scheduler's decision (ot__sched_streams). */
 typedef struct ot_jit_map {
     void *base;
     size_t bytes;
 } ot_jit_map;
 /* Whether code is generated for kt's ISA on this platform at all. */
 bool ot__jit_available(const ot_kernels *kt);
-bool ot__jit_streams(const ot_kernel *k, size_t stream_bytes);
 ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc, bool stream);
 bool ot__jit_install(ot_jit *const *jits, int n, ot_jit_map *map);
 void ot__jit_unmap(ot_jit_map *map);

@@ -8,7 +8,8 @@
  *   plan_key.c    trees -> entries in post-order, the key, the plan cache
  *   plan_fuse.c   CSE, what is materialised (cost model), GEMM roots, storage
  *   plan_build.c  the kernels, through plan_emit.c's register programs
- *   plan_sched.c  dot segments, temporaries kept in outputs, arena, row blocks
+ *   plan_sched.c  dot segments, temporaries kept in outputs, arena, row blocks,
+ *                 which kernels stream their output
  *   plan_verify.c (with -DOT_VERIFY_PLANS) the invariants between passes
  *
  * A pass file includes this header only, never another pass's file.
@@ -259,6 +260,10 @@ bool ot__sched_choose_dot_segments(compiler *c);
 void ot__sched_temps_into_outputs(compiler *c);
 bool ot__sched_layout_arena(ot_plan *p);
 void ot__sched_choose_row_blocks(compiler *c);
+/* Whether k's output should be written with streaming stores: the bytes
+ * it moves reach stream_bytes (0: never) and it is bound by memory, not by
+ * arithmetic. compile.c hands the answer to jit.c, which obeys it. */
+bool ot__sched_streams(const ot_kernel *k, size_t stream_bytes);
 
 /* plan_verify.c, built with -DOT_VERIFY_PLANS only: each check returns 0,
  * or records OT_EINTERNAL naming the broken invariant and returns it

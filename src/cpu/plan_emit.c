@@ -60,8 +60,7 @@ static bool is_mul_for_fma(const prog *g, int e, uint8_t kd)
     const compiler *c = g->c;
     return e >= 0 && c->w->e[e].op == OT_OP_MUL && is_op(c, e) && !c->ci[e].mat &&
            c->ci[e].uses == 1 && ot__kd((ot_dtype)c->w->e[e].dtype) == kd && kd != OT_KD_I32 &&
-           (strcmp(c->k->isa, "avx2") == 0 || strcmp(c->k->isa, "avx512") == 0 ||
-            strcmp(c->k->isa, "neon") == 0);
+           ot__isas[c->k->isa].fma;
 }
 
 static int operand_value(prog *g, int e, uint8_t kd) { return ot__emit_cast_to(g, g->val[e], kd); }

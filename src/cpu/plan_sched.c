@@ -9,13 +9,15 @@
  * reads it; layout_arena gives each temporary an arena offset, temporaries
  * whose lives do not overlap sharing memory; choose_row_blocks, in a plan
  * without segments, runs all kernels per block of rows when they all walk
- * the same rows.
+ * the same rows; ot__sched_streams decides which kernels write their
+ * output with streaming stores (generated code obeys it).
  *
  * Guarantees to exec.c: temporaries are still written before they are read;
  * segments are disjoint runs of kernels in order; the arena blocks of
  * temporaries alive at the same time are disjoint and within arena_bytes.
  */
 #include "plan.h"
+#include "ops.h"   /* the op table's costs, for when to stream */
 
 /* ---- the arena ------------------------------------------------------------- */
 
@@ -141,6 +143,37 @@ static bool offset_in_row(const ot_kernel *k, const ot_view *v, int64_t rows)
     return v->offset == 0 || (v->offset > 0 && v->offset < (step < 0 ? -step : step));
 }
 
+/* Whether kernel k keeps a row-blocked plan safe: it walks the plan's rows,
+ * reads each temporary at the rows its writer wrote, and writes within
+ * its rows. written: per temp, its row step as written (0: not written
+ * yet); k's stores are noted there. */
+static bool kernel_blocks(const ot_kernel *k, int64_t rows, bool dots, int64_t *written)
+{
+    bool ok = walks_rows(k, rows, dots);
+    for (int l = 0; l < k->nload && ok; l++) {
+        const ot_view *v = &k->loads[l];
+        if (v->space != OT_SPACE_TEMP || (k->kind == OT_KER_DOT && l == 1)) continue;
+        ok = written[v->index] != 0 && written[v->index] == row_step(k, v, rows) &&
+             offset_in_row(k, v, rows);
+    }
+    for (int x = -1; ok && x < k->nxstore; x++) {
+        const ot_view *o = x < 0 ? &k->store : &k->xstores[x].view;
+        int64_t step = row_step(k, o, rows);
+        ok = offset_in_row(k, o, rows);
+        if (o->space == OT_SPACE_TEMP) written[o->index] = step ? step : -1;
+    }
+    return ok;
+}
+
+/* The bytes of one plan row that kernel k touches, at 8 bytes an element. */
+static int64_t kernel_row_bytes(const ot_kernel *k, int64_t rows)
+{
+    int64_t b = k->kind == OT_KER_DOT ? k->n * 8 : 8;
+    for (int d = 1; d < k->ndim; d++) b *= k->dims[d];
+    if (k->kind != OT_KER_DOT) b *= kernel_rows(k) / rows;
+    return b;
+}
+
 /* Row blocking is safe when every kernel walks the same rows, each
  * temporary is read at the rows its writer wrote, and no output overlaps a
  * leaf (a later block would read what an earlier one wrote). Plans with a
@@ -154,28 +187,12 @@ void ot__sched_choose_row_blocks(compiler *c)
     bool dots = false;
     for (int i = 0; i < p->nkernels; i++) dots |= p->kernels[i].kind == OT_KER_DOT;
     int64_t rows = kernel_rows(&p->kernels[0]), row_bytes = 0;
-    /* Per temp: its row step as written (0: not written yet). */
     int64_t *written = ot__calloc((size_t)(p->ntemps ? p->ntemps : 1), sizeof *written);
     if (!written) return;
     bool ok = rows > 1;
     for (int i = 0; i < p->nkernels && ok; i++) {
-        const ot_kernel *k = &p->kernels[i];
-        ok = walks_rows(k, rows, dots);
-        for (int l = 0; l < k->nload && ok; l++) {
-            const ot_view *v = &k->loads[l];
-            if (v->space != OT_SPACE_TEMP || (k->kind == OT_KER_DOT && l == 1)) continue;
-            ok = written[v->index] != 0 && written[v->index] == row_step(k, v, rows) &&
-                 offset_in_row(k, v, rows);
-        }
-        for (int x = -1; ok && x < k->nxstore; x++) {
-            const ot_view *o = x < 0 ? &k->store : &k->xstores[x].view;
-            int64_t step = row_step(k, o, rows);
-            ok = offset_in_row(k, o, rows);
-            if (o->space == OT_SPACE_TEMP) written[o->index] = step ? step : -1;
-        }
-        int64_t b = k->kind == OT_KER_DOT ? k->n * 8 : 8;
-        for (int d = 1; d < k->ndim; d++) b *= k->dims[d];
-        if (k->kind != OT_KER_DOT) b *= kernel_rows(k) / rows;
+        ok = kernel_blocks(&p->kernels[i], rows, dots, written);
+        int64_t b = kernel_row_bytes(&p->kernels[i], rows);
         if (b > row_bytes) row_bytes = b;
     }
     for (int i = 0; ok && c->outs && i < c->nout; i++)
@@ -489,4 +506,63 @@ void ot__sched_temps_into_outputs(compiler *c)
             break;
         }
     }
+}
+
+/* ---- when to stream -------------------------------------------------------- */
+
+/* Streaming stores pay where a kernel is bound by memory: they save reading
+ * each output line before writing it (a fifth of W1's traffic). Where the
+ * arithmetic is the bound they cost: W3, W4 and W7 by hand ran 7-50%
+ * slower with them on Zen 4 (issue 15), W1 19% faster. A kernel counts as
+ * memory-bound when its work per element, in the op table's cost units
+ * (1 cheap, 3 divide or root, 8 transcendental), is at most
+ * STREAM_WORK_PER_BYTE per byte of vector it reads or writes. */
+#define STREAM_WORK_PER_BYTE 0.5
+
+static bool memory_bound(const ot_kernel *k)
+{
+    int work = 0, vectors = 1 + k->nxstore;
+    for (int i = 0; i < k->ninsn; i++) {
+        const ot_insn *in = &k->insns[i];
+        if (in->scalar & 8) continue;
+        if (in->code == OT_I_LOAD) vectors++;
+        else if (in->code == OT_I_FMA) work += OT__COST_CHEAP;
+        else if (in->code != OT_I_PARAM) work += ot__op_cost(in->op);
+    }
+    size_t es = k->result_kd == OT_KD_F64 ? 8 : 4;
+    return (double)work <= STREAM_WORK_PER_BYTE * (double)(es * (size_t)vectors);
+}
+
+/* Whether k reads the memory it writes (softmax's divide rescales its
+ * output in place): those lines are in the cache already, and streaming
+ * them out was 30% slower (W5). exec.c checks leaves written in place at
+ * run time. */
+static bool reads_own_output(const ot_kernel *k)
+{
+    for (int l = 0; l < k->nload; l++)
+        if (k->loads[l].space == k->store.space && k->loads[l].index == k->store.index)
+            return true;
+    return false;
+}
+
+/* The bytes one run of k moves, its loads and stores counted at the
+ * result's width: what has to fit in the cache for its output to stay
+ * there. */
+static size_t moved_bytes(const ot_kernel *k)
+{
+    size_t n = (k->result_kd == OT_KD_F64 ? 8 : 4) * (size_t)(1 + k->nxstore);
+    for (int i = 0; i < k->ninsn; i++)
+        if (k->insns[i].code == OT_I_LOAD && !(k->insns[i].scalar & 8)) n += k->result_kd == OT_KD_F64 ? 8 : 4;
+    for (int d = 0; d < k->ndim; d++) n *= (size_t)k->dims[d];
+    return n;
+}
+
+/* Streams when the data a kernel moves, not its output alone, passes the
+ * threshold: a*b + c over 4M f32 writes 16 MB but moves 64 MB, more than a
+ * 32 MB last-level cache holds, and ordinary stores then ran it at 70% of
+ * the streamed rate (optree-bench, 2e6..5e6 elements). */
+bool ot__sched_streams(const ot_kernel *k, size_t stream_bytes)
+{
+    if (!stream_bytes || k->kind != OT_KER_EW || reads_own_output(k)) return false;
+    return moved_bytes(k) >= stream_bytes && memory_bound(k);
 }

@@ -13,12 +13,16 @@
  * (OT_REWRITE) are rewrite.c's to check, against its registry.
  */
 #include "internal.h"
+#include "isa.h"
 
 #include <errno.h>
 
 #define DEFAULT_PLAN_CACHE 256
 
-static const char *const isa_names[] = {"scalar", "sse2", "avx2", "avx512", "neon"};
+/* The ISA names the option and OT_ISA take: isa.h's, in its id order. */
+#define ISA_NAME(ID, nm, fma, vb, jit, nr, needs, arch) #nm,
+static const char *const isa_names[] = {OT__ISAS(ISA_NAME)};
+#undef ISA_NAME
 #define NISA ((int)(sizeof isa_names / sizeof isa_names[0]))
 static const char *const switch_words[] = {"0", "1"};
 

@@ -13,6 +13,9 @@
  * On aarch64: neon > scalar. Advanced SIMD is part of every AArch64 CPU
  * that Linux runs on, so the NEON table needs no check.
  *
+ * The ISAs themselves are data: ot__isas, made from isa.h's list, with
+ * each one's CPU check and kernel table.
+ *
  * Also checks a finished plan against the table it will run on
  * (ot__kernels_check), so that a table lacking an entry is an error and
  * never a call of NULL.
@@ -22,63 +25,84 @@
 
 #include <string.h>
 
-/* What the CPU must have for each ISA, as __builtin_cpu_supports names. */
-static bool cpu_runs(const char *isa)
-{
+/* ---- the targets ------------------------------------------------------------ */
+
+/* Whether this CPU runs each ISA, as __builtin_cpu_supports names it (the
+ * ISAs of other architectures are not built and never asked). */
+static bool runs_scalar(void) { return true; }
 #if OT_KERNELS_X86
+static bool runs_sse2(void)
+{
     __builtin_cpu_init();
-    if (strcmp(isa, "sse2") == 0) return __builtin_cpu_supports("sse2");
-    if (strcmp(isa, "avx2") == 0)
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    if (strcmp(isa, "avx512") == 0) return __builtin_cpu_supports("avx512f");
+    return __builtin_cpu_supports("sse2");
+}
+static bool runs_avx2(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+static bool runs_avx512(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f");
+}
+#define KT_sse2 &ot__kernels_sse2
+#define KT_avx2 &ot__kernels_avx2
+#define KT_avx512 &ot__kernels_avx512
+#else
+#define runs_sse2 NULL
+#define runs_avx2 NULL
+#define runs_avx512 NULL
+#define KT_sse2 NULL
+#define KT_avx2 NULL
+#define KT_avx512 NULL
 #endif
 #if OT_KERNELS_ARM64
-    if (strcmp(isa, "neon") == 0) return true;
+static bool runs_neon(void) { return true; }
+#define KT_neon &ot__kernels_neon
+#else
+#define runs_neon NULL
+#define KT_neon NULL
 #endif
-    return strcmp(isa, "scalar") == 0;
+#define KT_scalar &ot__kernels_scalar
+
+#define ISA_DESC(ID, nm, fma, vb, jit, nr, needs, arch) \
+    [OT_ISA_##ID] = {#nm, needs, arch, runs_##nm, KT_##nm, fma, vb, jit, nr},
+const ot_isa_desc ot__isas[OT_ISA_COUNT] = {OT__ISAS(ISA_DESC)};
+#undef ISA_DESC
+
+int ot__isa_parse(const char *name)
+{
+    for (int i = 0; name && i < OT_ISA_COUNT; i++)
+        if (strcmp(name, ot__isa_name(i)) == 0) return i;
+    return -1;
 }
 
-static const ot_kernels *table_named(const char *isa)
+const ot_kernels *ot__kernels_for(int isa)
 {
-    if (strcmp(isa, "scalar") == 0) return &ot__kernels_scalar;
-#if OT_KERNELS_X86
-    if (strcmp(isa, "sse2") == 0) return &ot__kernels_sse2;
-    if (strcmp(isa, "avx2") == 0) return &ot__kernels_avx2;
-    if (strcmp(isa, "avx512") == 0) return &ot__kernels_avx512;
-#endif
-#if OT_KERNELS_ARM64
-    if (strcmp(isa, "neon") == 0) return &ot__kernels_neon;
-#endif
-    return NULL;
+    if (isa < 0 || isa >= OT_ISA_COUNT) return NULL;
+    const ot_isa_desc *d = &ot__isas[isa];
+    return d->kernels && d->cpu_runs() ? d->kernels : NULL;
 }
 
-const ot_kernels *ot__kernels_for(const char *isa)
+const ot_kernels *ot__kernels_select(int isa, const char *isa_from)
 {
-    if (!isa) return NULL;
-    const ot_kernels *k = table_named(isa);
-    return k && cpu_runs(isa) ? k : NULL;
-}
-
-const ot_kernels *ot__kernels_select(const char *isa, const char *isa_from)
-{
-    static const char *const known[] = {"scalar", "sse2", "avx2", "avx512", "neon"};
-    static const char *const needs[] = {"nothing", "sse2", "avx2 and fma", "avx512f", "neon"};
-    if (isa) {
+    if (isa >= 0) {
+        const ot_isa_desc *d = &ot__isas[isa];
         const ot_kernels *k = ot__kernels_for(isa);
-        int i = 0;
-        while (i < 4 && strcmp(isa, known[i]) != 0) i++;
-        if (!k && !table_named(isa))
+        if (!d->kernels)
             ot__err_set(OT_EUNSUPPORTED, NULL, 0, "backend_new",
-                        "%s=%s but this build has no %s kernels (not %s)", isa_from, isa, isa,
-                        i == 4 ? "aarch64" : "x86");
+                        "%s=%s but this build has no %s kernels (not %s)", isa_from, d->name,
+                        d->name, d->arch);
         else if (!k)
             ot__err_set(OT_EUNSUPPORTED, NULL, 0, "backend_new", "%s=%s but this CPU lacks %s",
-                        isa_from, isa, needs[i]);
+                        isa_from, d->name, d->needs);
         return k;
     }
-    static const char *const order[] = {"avx512", "avx2", "sse2", "neon", "scalar"};
-    for (int i = 0; i < 5; i++) {
-        const ot_kernels *k = ot__kernels_for(order[i]);
+    static const ot_isa best_first[] = {OT_ISA_AVX512, OT_ISA_AVX2, OT_ISA_SSE2, OT_ISA_NEON,
+                                        OT_ISA_SCALAR};
+    for (int i = 0; i < OT_ISA_COUNT; i++) {
+        const ot_kernels *k = ot__kernels_for(best_first[i]);
         if (k) return k;
     }
     return &ot__kernels_scalar;
@@ -141,7 +165,8 @@ int ot__kernels_check(const ot_plan *p, const ot_kernels *kt, int acc)
                                    in->kd < OT_KD_COUNT ? kd_name[in->kd] : "?");
             return ot__err_set(OT_EUNSUPPORTED, NULL, 0, "assign",
                                "op '%s' has no %s kernel on isa '%s'", what ? what : "?",
-                               in->kd < OT_KD_COUNT ? kd_name[in->kd] : "?", kt->isa);
+                               in->kd < OT_KD_COUNT ? kd_name[in->kd] : "?",
+                               ot__isa_name(kt->isa));
         }
     }
     return 0;

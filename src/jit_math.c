@@ -1,0 +1,852 @@
+/*
+ * jit_math.c - the math steps of generated code: SLEEF 3.5's f32 exp, log,
+ * safelog and tanh (u10 and u35) instruction for instruction, their
+ * constants (fn_bits) and which of them live in registers
+ * (place_constants), sig as its exp with the select and divide inline,
+ * and the selects, compares and arithmetic that every other inline op is
+ * (relu, recip, rint, finite, sgn, eq ... ge, minimum, maximum, add ...
+ * fma). Results are bitwise those of the tile kernels of the same table.
+ * Layer cpu/jit.
+ */
+#include "jit.h"
+
+#if OT_JIT_X86
+
+/* expf: 1/ln 2; ln 2 in two parts, negated (Cody and Waite); the reduced
+ * argument's polynomial from its highest coefficient to 1/2; the bounds
+ * below which the result is 0 (-104) and above which it is inf (100); inf.
+ * logf: 4/3 (the mantissa's range is [3/4, 3/2)); 128, the exponent of
+ * inf; ln 2 in two parts; -1; the polynomial in the square of (m-1)/(m+1);
+ * vfixupimmps's table for 0, negatives, inf and NaN (AVX-512); for AVX2,
+ * the smallest normal, 2^64 for scaling denormals, the exponent mask, the
+ * exponent biases for both, the NaN and -inf. tanhf: its exp's polynomial
+ * (with expf's 1/ln 2, ln 2 and 1/2) and the bound past which it is +-1;
+ * tanhf u35's 2 (its expm1 takes expf's polynomial, its 1 and -1 logf's).
+ * logf u35: its polynomial in y^2 (then 2), 128 ln 2 (e ln 2 where
+ * vgetexpps gives e = inf) and its vfixupimmps table. safelog's floor,
+ * exp(-50) in f32 (tile.inc's K_EXPM50). */
+const uint32_t ot__jit_fn_bits[NFNK] = {
+    0x3FB8AA3B, 0xBF317200, 0xB5BFBE8E, 0x39502BDA, 0x3AB696C9, 0x3C0888A6, 0x3D2AAA7A,
+    0x3E2AAAAB, 0x3F000000, 0xC2D00000, 0x42C80000, 0x7F800000,
+    0x3FAAAAAB, 0x43000000, 0x3F317218, 0xB102E308, 0xBF800000, 0x3E9AFF5C, 0x3ECC99CA,
+    0x3F2AAADA, 0x02530400, 0x00800000, 0x5F800000, 0x000000FF, 0xFFFFFF41, 0xFFFFFF81,
+    0x7FC00000, 0xFF800000, 0x394FB7FF, 0x3AB6BF7C, 0x3C08890D, 0x3D2AAA5C, 0x3E2AAAAA,
+    0x410AA123, 0x40000000, 0x3E750690, 0x3E920364, 0x3ECCCD92, 0x3F2AAAAB, 0x42B17218,
+    0x00500000, 0x1B692BEB};
+
+/* The constants each inline function reads, in the order that they get
+ * the registers zmm16-31 (the rest are read from the frame); AVX2's log
+ * reads log_vex_consts too. */
+static const int8_t exp_consts[] = {E_C1, E_C2, E_C3, E_C4, E_C5, E_L2L, E_RLN2, E_L2U, E_C0,
+                                    F_ONE, E_LO, E_HI, E_INF};
+static const int8_t log_consts[] = {L_P1, L_P2, L_LN2LO, L_4_3, L_M1, L_LN2HI, L_P0, L_FIX,
+                                    L_128, F_ONE, E_INF};
+static const int8_t log_vex_consts[] = {L_FLTMIN, L_2P64, L_FF, L_BIASD, L_BIASN, L_QNAN, L_NINF};
+static const int8_t tanh_consts[] = {T_P1, T_P2, T_P3, T_P4, E_C5, E_RLN2, E_L2U, E_L2L, T_P0,
+                                     F_ONE, T_BIG};
+static const int8_t log35_consts[] = {M_P1, M_P2, M_P3, T_TWO, L_M1, F_ONE, L_LN2HI, L_4_3,
+                                      M_P0, M_128LN2, M_FIX, E_INF};
+static const int8_t safelog_consts[] = {S_FLOOR};
+static const int8_t tanh35_consts[] = {E_C1, E_C3, E_C5, E_L2U, E_L2L, E_RLN2, E_C0, E_C2, E_C4,
+                                       F_ONE, L_M1, T_TWO, T_BIG};
+
+/* The constants the inline functions read (fn_used: only those are
+ * written per call), and registers zmm16-31 for them in exp_consts',
+ * log_consts' then tanh_consts' order where EVEX code calls nothing (a
+ * call clobbers them): the rest stay in the frame. */
+void ot__jit_place_constants(regs *r)
+{
+    const int8_t *lists[7] = {exp_consts, log_consts, tanh_consts, log35_consts, tanh35_consts,
+                              safelog_consts, log_vex_consts};
+    const int sizes[7] = {sizeof exp_consts, sizeof log_consts, sizeof tanh_consts,
+                          sizeof log35_consts, sizeof tanh35_consts, sizeof safelog_consts,
+                          sizeof log_vex_consts};
+    unsigned f = r->fns;
+    bool log10 = f & (1u << FN_LOG | 1u << FN_SAFELOG);
+    bool log35 = f & (1u << FN_LOG35 | 1u << FN_SAFELOG35);
+    const bool used[7] = {f >> FN_EXP & 1, log10, f >> FN_TANH & 1, log35, f >> FN_TANH35 & 1,
+                          f & (1u << FN_SAFELOG | 1u << FN_SAFELOG35),
+                          (log10 || log35) && !r->c->evex};
+    bool regs = r->c->evex && !r->calls;
+    int next = 16;
+    r->fn_used = 0;
+    memset(r->creg, 0, sizeof r->creg);
+    for (int f = 0; f < 7; f++)
+        for (int i = 0; i < sizes[f] && used[f]; i++) {
+            int e = lists[f][i];
+            if (e < NFNK) r->fn_used |= (uint64_t)1 << e;
+            if (regs && !r->creg[e] && next < 16 + NCREG) r->creg[e] = (int8_t)next++;
+        }
+}
+
+/* exp of register x into t[0] (x is kept), t[1..3] clobbered: SLEEF 3.5's
+ * expf u10 step for step, each rounding and operand order as its AVX-512
+ * and AVX2 builds have them, so that the bits are the table's own (NaN
+ * payloads included: tests/test_jit.c compares every f32). q = rint(x /
+ * ln 2); s = x - q ln 2 in two parts; u = 1 + s + s^2 p(s); the result is
+ * u 2^(q/2) 2^(q - q/2), then 0 below -104 and inf above 100. Inline, the
+ * loop calls nothing: no spills around a call, constants stay in
+ * registers or the frame, and W2 ran 9% faster than the same loop calling SLEEF. */
+int ot__jit_exp_steps(regs *r, int x, const int t[4])
+{
+    code *c = r->c;
+    int q = t[0], f = t[1], s = t[2], u = t[3];
+    ot__jit_vrc(r, 1, 0, 0x59, q, x, E_RLN2);                                 /* x / ln 2 */
+    ot__x86_vrr(c, 1, 1, 0, 0x5B, q, 0, q);                                   /* vcvtps2dq */
+    ot__x86_vrr(c, 1, 0, 0, 0x5B, f, 0, q);                                   /* vcvtdq2ps */
+    ot__jit_load_const(r, s, E_L2U, false);
+    ot__x86_vrr(c, 2, 1, 0, 0xA8, s, f, x);                                   /* f*s + x */
+    ot__jit_vrc(r, 2, 1, 0xB8, s, f, E_L2L);                                  /* f*L2L + s */
+    ot__jit_load_const(r, f, E_C0, false);
+    for (int e = E_C1; e <= E_C5; e++) ot__jit_vrc(r, 2, 1, 0xA8, f, s, e);   /* s*f + c */
+    ot__x86_vrr(c, 1, 0, 0, 0x59, u, s, s);
+    ot__x86_vrr(c, 2, 1, 0, 0xA8, u, f, s);                                   /* f*s^2 + s */
+    ot__jit_vrc(r, 1, 0, 0x58, u, u, F_ONE);
+    ot__jit_shift_to(r, 4, f, q, 1);                                          /* m = q >> 1 */
+    ot__jit_shift_to(r, 6, s, f, 23);
+    ot__jit_vrc(r, 1, 1, 0xFE, s, s, F_ONE);                                 /* 2^m: + 1.0's bits */
+    ot__x86_vrr(c, 1, 0, 0, 0x59, u, u, s);
+    ot__x86_vrr(c, 1, 1, 0, 0xFA, q, q, f);                                   /* q - m */
+    ot__jit_shift_to(r, 6, q, q, 23);
+    ot__jit_vrc(r, 1, 1, 0xFE, q, q, F_ONE);
+    if (c->evex) {
+        ot__jit_vrc(r, 1, 0, 0xC2, 1, x, E_LO);                               /* k1 = !(x < -104) */
+        ot__x86_put1(c, 5);
+        ot__x86_vrr_k(c, 1, 0, 0, 0x59, q, u, q, 1, true);                   /* u 2^(q-m), else 0 */
+        ot__jit_vrc(r, 1, 0, 0xC2, 1, x, E_HI);                               /* k1 = x > 100 */
+        ot__x86_put1(c, 0x0E);
+        ot__jit_load_const(r, q, E_INF, true);                                /* inf there */
+    } else {
+        ot__jit_vrc(r, 1, 0, 0xC2, f, x, E_LO);                               /* x < -104 */
+        ot__x86_put1(c, 1);
+        ot__x86_vrr(c, 1, 0, 0, 0x59, q, u, q);
+        ot__x86_vrr(c, 1, 0, 0, 0x55, q, f, q);                               /* andn: 0 there */
+        ot__jit_vrc(r, 1, 0, 0xC2, f, x, E_HI);                               /* x > 100 */
+        ot__x86_put1(c, 0x0E);
+        ot__jit_vrc(r, 3, 1, 0x4A, q, q, E_INF);                              /* vblendvps: inf */
+        ot__x86_put1(c, (uint8_t)(f << 4));
+    }
+    return q;
+}
+
+/* dst = a op b for add (0x58), mul (0x59), sub (0x5C), div (0x5E): f32. */
+static void arith(regs *r, uint8_t op, int dst, int a, int b)
+{
+    ot__x86_vrr(r->c, 1, 0, 0, op, dst, a, b);
+}
+
+/* FMA forms on f32 registers: 213 dst = vvvv*dst + rm, 231 dst =
+ * vvvv*rm + dst; the opcodes name fmadd, fmsub and fnmadd of each. */
+enum { FMADD213 = 0xA8, FMSUB213 = 0xAA, FNMADD213 = 0xAC, FMADD231 = 0xB8, FNMADD231 = 0xBC };
+static void fma3(regs *r, uint8_t op, int dst, int vvvv, int rm)
+{
+    ot__x86_vrr(r->c, 2, 1, 0, op, dst, vvvv, rm);
+}
+
+/* The body both builds share: m in [3/4, 3/2) (or m scaled) and e with
+ * e ln 2 = (hi, lo) given, log = e ln 2 + 2 atanh((m-1)/(m+1)), in
+ * double-float steps. t: m in t[1], hi in t[3], lo in t[2] on entry
+ * (named as SLEEF's AVX-512 build has them); the result in t[0]. */
+static void log_tail(regs *r, const int t[9])
+{
+    enum { ADD = 0x58, MUL = 0x59, SUB = 0x5C, DIV = 0x5E };
+    int z1 = t[0], z2 = t[1], z3 = t[2], z4 = t[3], z5 = t[4], z6 = t[5], z7 = t[6], z8 = t[7],
+        z9 = t[8];
+    ot__jit_load_const(r, z1, L_M1, false);
+    ot__jit_load_const(r, z5, F_ONE, false);
+    arith(r, ADD, z6, z2, z1);                                        /* m - 1 */
+    arith(r, ADD, z7, z6, z5);
+    arith(r, SUB, z8, z6, z7);
+    arith(r, SUB, z8, z1, z8);
+    arith(r, SUB, z7, z2, z7);
+    arith(r, ADD, z7, z7, z8);                                        /* (z6, z7): m - 1 */
+    arith(r, ADD, z8, z2, z5);                                        /* m + 1 */
+    arith(r, ADD, z1, z8, z1);
+    arith(r, SUB, z9, z8, z1);
+    arith(r, SUB, z9, z5, z9);
+    arith(r, SUB, z1, z2, z1);
+    arith(r, ADD, z1, z1, z9);                                        /* (z8, z1): m + 1 */
+    arith(r, DIV, z2, z5, z8);
+    arith(r, MUL, z9, z6, z2);                                        /* x = (m-1)/(m+1) */
+    fma3(r, FMSUB213, z6, z2, z9);
+    fma3(r, FNMADD213, z8, z2, z5);
+    fma3(r, FNMADD231, z8, z2, z1);
+    fma3(r, FMADD231, z6, z2, z7);
+    fma3(r, FMADD231, z6, z9, z8);                                    /* (z9, z6): x */
+    arith(r, MUL, z1, z9, z9);                                        /* x^2 */
+    ot__jit_load_const(r, z2, L_P0, false);
+    ot__jit_vrc(r, 2, 1, FMADD213, z2, z1, L_P1);
+    ot__jit_vrc(r, 2, 1, FMADD213, z2, z1, L_P2);
+    arith(r, ADD, z5, z9, z9);
+    arith(r, ADD, z6, z6, z6);                                        /* (z5, z6): 2x */
+    arith(r, ADD, z7, z4, z5);
+    arith(r, SUB, z4, z4, z7);
+    arith(r, ADD, z4, z5, z4);
+    arith(r, ADD, z3, z3, z4);
+    arith(r, ADD, z3, z6, z3);                                        /* (z7, z3): e ln 2 + 2x */
+    arith(r, MUL, z1, z9, z1);
+    arith(r, MUL, z1, z1, z2);                                        /* x^3 p(x^2) */
+    arith(r, ADD, z2, z7, z1);
+    arith(r, SUB, z4, z7, z2);
+    arith(r, ADD, z1, z1, z4);
+    arith(r, ADD, z1, z3, z1);
+    arith(r, ADD, z1, z2, z1);
+}
+
+/* AVX2's logf (u10 and u35 alike) up to e and m: x < FLT_MIN scaled by
+ * 2^64 into d, e (an int, its bias 127 or 127 + 64) in t[0] and m in
+ * [3/4, 3/2) in t[1], both from d's bits; t[2], t[4], t[5] clobbered. */
+static void log_vex_split(regs *r, int x, int d, const int t[6])
+{
+    code *c = r->c;
+    ot__jit_vrc(r, 1, 0, 0xC2, t[0], x, L_FLTMIN);                            /* x < FLT_MIN */
+    ot__x86_put1(c, 1);
+    ot__jit_vrc(r, 1, 0, 0x59, t[1], x, L_2P64);
+    ot__x86_vrr(c, 3, 1, 0, 0x4A, d, x, t[1]);                          /* d: x, denormals scaled */
+    ot__x86_put1(c, (uint8_t)(t[0] << 4));
+    ot__jit_vrc(r, 1, 0, 0x59, t[1], d, L_4_3);
+    ot__jit_shift_to(r, 2, t[1], t[1], 23);
+    ot__jit_vrc(r, 1, 1, 0xDB, t[1], t[1], L_FF);                             /* biased exponent */
+    ot__jit_shift_to(r, 6, t[2], t[1], 23);
+    ot__x86_vrr(c, 1, 1, 0, 0xFA, t[2], d, t[2]);
+    ot__jit_load_const(r, t[4], L_BIASD, false);
+    ot__jit_load_const(r, t[5], L_BIASN, false);
+    ot__x86_vrr(c, 3, 1, 0, 0x4A, t[0], t[5], t[4]);                          /* the bias */
+    ot__x86_put1(c, (uint8_t)(t[0] << 4));
+    ot__x86_vrr(c, 1, 1, 0, 0xFE, t[0], t[1], t[0]);                          /* e */
+    ot__jit_vrc(r, 1, 1, 0xFE, t[1], t[2], F_ONE);                            /* m */
+}
+
+/* AVX2's logf's last selects on res: inf for d = inf, NaN below 0 and for
+ * NaN, -inf for 0 (d: the argument as log_vex_split scaled it; m and z
+ * clobbered). */
+static void log_vex_specials(regs *r, int res, int d, int m, int z)
+{
+    code *c = r->c;
+    ot__jit_vrc(r, 1, 0, 0xC2, m, d, E_INF);                                  /* d == inf */
+    ot__x86_put1(c, 0);
+    ot__jit_vrc(r, 3, 1, 0x4A, res, res, E_INF);
+    ot__x86_put1(c, (uint8_t)(m << 4));
+    ot__jit_zero_reg(r, z);
+    ot__x86_vrr(c, 1, 0, 0, 0xC2, m, z, d);                                   /* !(0 <= d): NaN */
+    ot__x86_put1(c, 6);
+    ot__jit_vrc(r, 3, 1, 0x4A, res, res, L_QNAN);
+    ot__x86_put1(c, (uint8_t)(m << 4));
+    ot__x86_vrr(c, 1, 0, 0, 0xC2, m, d, z);                                   /* d == 0: -inf */
+    ot__x86_put1(c, 0);
+    ot__jit_vrc(r, 3, 1, 0x4A, res, res, L_NINF);
+    ot__x86_put1(c, (uint8_t)(m << 4));
+}
+
+/* log of register x into t[0] (x kept, t[1..9] clobbered): SLEEF 3.5's
+ * logf u10 as each build has it. AVX-512 takes e and m by vgetexpps and
+ * vgetmantps (denormals included) and mends 0, negatives, inf and NaN by
+ * vfixupimmps; AVX2 scales denormals by 2^64, takes e and m from the bits
+ * and mends those cases by compares and blends. Calling nothing, as exp. */
+int ot__jit_log_steps(regs *r, int x, const int t[10])
+{
+    code *c = r->c;
+    int z1 = t[0], z2 = t[1], z3 = t[2], z4 = t[3];
+    if (c->evex) {
+        ot__jit_vrc(r, 1, 0, 0x59, z1, x, L_4_3);
+        ot__x86_vrr(c, 2, 1, 0, 0x42, z1, 0, z1);                             /* vgetexpps: e */
+        ot__jit_vrc(r, 1, 0, 0xC2, 1, z1, E_INF);                             /* k1 = e == inf */
+        ot__x86_put1(c, 0);
+        ot__jit_load_const(r, z1, L_128, true);
+        ot__x86_vrr(c, 3, 1, 0, 0x26, z2, 0, x);                              /* vgetmantps: m */
+        ot__x86_put1(c, 0x0B);
+        ot__jit_load_const(r, z3, L_LN2HI, false);
+        arith(r, 0x59, z4, z1, z3);
+        fma3(r, FMSUB213, z3, z1, z4);
+        ot__jit_vrc(r, 2, 1, FMADD231, z3, z1, L_LN2LO);                      /* (z4, z3): e ln 2 */
+        log_tail(r, t);
+        ot__jit_vrc(r, 3, 1, 0x54, z1, x, L_FIX);                             /* vfixupimmps */
+        ot__x86_put1(c, 0);
+        return z1;
+    }
+    int d = t[9];
+    log_vex_split(r, x, d, t);
+    ot__x86_vrr(c, 1, 0, 0, 0x5B, t[4], 0, t[0]);                             /* vcvtdq2ps */
+    ot__jit_load_const(r, t[5], L_LN2HI, false);
+    arith(r, 0x59, t[3], t[4], t[5]);
+    fma3(r, FMSUB213, t[5], t[4], t[3]);
+    ot__jit_load_const(r, t[2], L_LN2LO, false);
+    fma3(r, FMADD213, t[2], t[4], t[5]);                              /* (t3, t2): e ln 2 */
+    log_tail(r, t);
+    log_vex_specials(r, t[0], d, t[1], t[2]);
+    return t[0];
+}
+
+/* log of register x at u35 into t[0] (x kept, t[1..3] clobbered, and
+ * t[4..6] by AVX2): SLEEF 3.5's logf u35, e ln 2 + y p(y^2) with
+ * y = (m-1)/(m+1) in plain f32, e and m as logf u10 takes them (AVX-512
+ * patches e ln 2 where vgetexpps gives e = inf before it fixes up). */
+int ot__jit_log35_steps(regs *r, int x, const int t[7])
+{
+    enum { ADD = 0x58, MUL = 0x59, DIV = 0x5E };
+    code *c = r->c;
+    int e = t[0], m = t[1], y = t[2], p = t[3], d = t[6];
+    if (c->evex) {
+        ot__jit_vrc(r, 1, 0, MUL, e, x, L_4_3);
+        ot__x86_vrr(c, 2, 1, 0, 0x42, e, 0, e);                               /* vgetexpps: e */
+        ot__jit_vrc(r, 1, 0, 0xC2, 1, e, E_INF);                              /* k1 = e == inf */
+        ot__x86_put1(c, 0);
+        ot__x86_vrr(c, 3, 1, 0, 0x26, m, 0, x);                               /* vgetmantps: m */
+        ot__x86_put1(c, 0x0B);
+    } else {
+        log_vex_split(r, x, d, t);
+        ot__x86_vrr(c, 1, 0, 0, 0x5B, e, 0, e);                               /* vcvtdq2ps */
+    }
+    ot__jit_vrc(r, 1, 0, ADD, y, m, L_M1);
+    ot__jit_vrc(r, 1, 0, ADD, m, m, F_ONE);
+    arith(r, DIV, y, y, m);                                           /* y */
+    arith(r, MUL, m, y, y);
+    ot__jit_load_const(r, p, M_P0, false);
+    for (int k = M_P1; k <= M_P3; k++) ot__jit_vrc(r, 2, 1, FMADD213, p, m, k);
+    ot__jit_vrc(r, 2, 1, FMADD213, p, m, T_TWO);
+    ot__jit_vrc(r, 1, 0, MUL, e, e, L_LN2HI);                                 /* e ln 2 */
+    if (c->evex) ot__jit_load_const(r, e, M_128LN2, true);
+    fma3(r, FMADD231, e, y, p);
+    if (c->evex) {
+        ot__jit_vrc(r, 3, 1, 0x54, e, x, M_FIX);                              /* vfixupimmps */
+        ot__x86_put1(c, 0);
+        return e;
+    }
+    log_vex_specials(r, e, d, m, y);
+    return e;
+}
+
+/* safelog's argument: maximum(x, exp(-50)) into y as tile.inc's safelog
+ * takes it (x below the floor becomes the floor; NaN fails the compare
+ * and stays); log's steps (u10 or u35) then run on y. m: VEX's mask. */
+static int safelog_clamp(regs *r, int x, int y, int m)
+{
+    code *c = r->c;
+    if (c->evex) {
+        ot__jit_vrc(r, 1, 0, 0xC2, 1, x, S_FLOOR);                            /* k1 = x < floor */
+        ot__x86_put1(c, 0x11);
+        ot__jit_vmovaps(r, y, x);
+        ot__jit_load_const(r, y, S_FLOOR, true);
+        return y;
+    }
+    ot__jit_vrc(r, 1, 0, 0xC2, m, x, S_FLOOR);
+    ot__x86_put1(c, 0x11);
+    ot__jit_vrc(r, 3, 1, 0x4A, y, x, S_FLOOR);                                /* vblendvps */
+    ot__x86_put1(c, (uint8_t)(m << 4));
+    return y;
+}
+
+/* Knuth's two-sum, given s = a + b: b becomes the rounding error of s
+ * (b - (s - a)) + (a - (s - (s - a))); bb and tmp are clobbered (tmp may
+ * be s, when s is no longer needed), a is kept. */
+static void two_sum_err(regs *r, int s, int a, int b, int bb, int tmp)
+{
+    arith(r, 0x5C, bb, s, a);
+    arith(r, 0x5C, tmp, s, bb);
+    arith(r, 0x5C, tmp, a, tmp);
+    arith(r, 0x5C, b, b, bb);
+    arith(r, 0x58, b, b, tmp);
+}
+
+/* (hi, lo) = (xh, xl) * y in double-float: hi rounded, lo its error (by
+ * FMA) plus xl * y. */
+static void df_mul(regs *r, int hi, int lo, int xh, int xl, int y)
+{
+    arith(r, 0x59, hi, xh, y);
+    ot__jit_vmovaps(r, lo, y);
+    fma3(r, FMSUB213, lo, xh, hi);
+    fma3(r, FMADD231, lo, xl, y);
+}
+
+/* tanh of register x (x kept, t[0..14] clobbered): SLEEF 3.5's tanhf
+ * u10, (e^|x| - e^-|x|) / (e^|x| + e^-|x|) in double-float steps, each
+ * step the builds' own in their order (both do the same arithmetic; only
+ * the last selects differ), in three parts below. */
+
+/* e = e^|x| as a double-float (t[4], t[2]): |x| in t[0], 0 in t[1] (both
+ * kept); SLEEF's exp of a double-float argument: Cody-Waite reduction by
+ * q = rint(|x| / ln 2), a degree-5 polynomial in double-float, the split
+ * 2^q scaling. Its underflow select (argument below -104) is left out:
+ * the argument is |x|. */
+static void tanh_exp(regs *r, int x, const int t[15])
+{
+    enum { ADD = 0x58, MUL = 0x59, SUB = 0x5C };
+    code *c = r->c;
+    ot__jit_bitwise_const(r, BIT_AND, t[0], x, K_ABS);
+    ot__jit_zero_reg(r, t[1]);
+    arith(r, ADD, t[2], t[0], t[1]);
+    ot__jit_vrc(r, 1, 0, MUL, t[2], t[2], E_RLN2);
+    ot__x86_vrr(c, 1, 1, 0, 0x5B, t[2], 0, t[2]);
+    ot__x86_vrr(c, 1, 0, 0, 0x5B, t[3], 0, t[2]);
+    ot__jit_vrc(r, 1, 0, MUL, t[4], t[3], E_L2U);
+    arith(r, ADD, t[5], t[4], t[0]);
+    two_sum_err(r, t[5], t[0], t[4], t[6], t[7]);
+    arith(r, ADD, t[4], t[4], t[1]);
+    ot__jit_vrc(r, 1, 0, MUL, t[3], t[3], E_L2L);
+    arith(r, ADD, t[6], t[3], t[5]);
+    two_sum_err(r, t[6], t[5], t[3], t[7], t[8]);
+    arith(r, ADD, t[3], t[4], t[3]);
+    ot__jit_load_const(r, t[4], T_P0, false);
+    ot__jit_vrc(r, 2, 1, FMADD213, t[4], t[6], T_P1);
+    ot__jit_vrc(r, 2, 1, FMADD213, t[4], t[6], T_P2);
+    ot__jit_vrc(r, 2, 1, FMADD213, t[4], t[6], T_P3);
+    df_mul(r, t[5], t[7], t[6], t[3], t[4]);
+    ot__jit_load_const(r, t[4], T_P4, false);
+    arith(r, ADD, t[8], t[5], t[4]);
+    two_sum_err(r, t[8], t[5], t[4], t[9], t[10]);
+    arith(r, ADD, t[4], t[7], t[4]);
+    df_mul(r, t[5], t[7], t[6], t[3], t[8]);
+    fma3(r, FMADD231, t[7], t[6], t[4]);
+    ot__jit_load_const(r, t[4], E_C5, false);
+    arith(r, ADD, t[8], t[5], t[4]);
+    arith(r, MUL, t[9], t[6], t[6]);
+    arith(r, ADD, t[10], t[6], t[6]);
+    arith(r, MUL, t[11], t[9], t[8]);
+    arith(r, ADD, t[12], t[6], t[11]);
+    arith(r, SUB, t[13], t[12], t[6]);
+    arith(r, SUB, t[14], t[12], t[13]);
+    arith(r, SUB, t[14], t[6], t[14]);
+    fma3(r, FMSUB213, t[6], t[6], t[9]);
+    fma3(r, FMADD231, t[6], t[3], t[10]);
+    ot__jit_vmovaps(r, t[10], t[8]);
+    fma3(r, FMSUB213, t[10], t[9], t[11]);
+    fma3(r, FMADD231, t[10], t[8], t[6]);
+    two_sum_err(r, t[8], t[5], t[4], t[6], t[8]);
+    arith(r, ADD, t[4], t[7], t[4]);
+    fma3(r, FMADD231, t[10], t[9], t[4]);
+    arith(r, SUB, t[4], t[11], t[13]);
+    arith(r, ADD, t[4], t[4], t[14]);
+    arith(r, ADD, t[3], t[3], t[10]);
+    ot__jit_load_const(r, t[5], F_ONE, false);
+    arith(r, ADD, t[3], t[4], t[3]);
+    arith(r, ADD, t[4], t[12], t[5]);
+    arith(r, SUB, t[6], t[5], t[4]);
+    arith(r, ADD, t[6], t[12], t[6]);
+    arith(r, ADD, t[3], t[6], t[3]);
+    ot__jit_shift_to(r, 4, t[6], t[2], 1);
+    ot__jit_load_const(r, t[7], F_ONE, false);
+    ot__jit_shift_to(r, 6, t[8], t[6], 23);
+    ot__x86_vrr(c, 1, 1, 0, 0xFE, t[8], t[8], t[7]);
+    arith(r, MUL, t[4], t[4], t[8]);
+    ot__x86_vrr(c, 1, 1, 0, 0xFA, t[2], t[2], t[6]);
+    ot__jit_shift_to(r, 6, t[2], t[2], 23);
+    ot__x86_vrr(c, 1, 1, 0, 0xFE, t[2], t[2], t[7]);
+    arith(r, MUL, t[4], t[4], t[2]);
+    arith(r, MUL, t[3], t[3], t[8]);
+    arith(r, MUL, t[2], t[3], t[2]);
+}
+
+/* (e - 1/e) / (e + 1/e) in double-float: two divides, each refined by
+ * FMA; the sum (hi, lo) in (t[4], t[10]). */
+static void tanh_ratio(regs *r, const int t[15])
+{
+    enum { ADD = 0x58, MUL = 0x59, SUB = 0x5C, DIV = 0x5E };
+    arith(r, DIV, t[3], t[5], t[4]);
+    ot__jit_vmovaps(r, t[6], t[3]);
+    fma3(r, FNMADD213, t[6], t[4], t[5]);
+    fma3(r, FNMADD231, t[6], t[2], t[3]);
+    arith(r, MUL, t[6], t[3], t[6]);
+    ot__jit_bitwise_const(r, BIT_XOR, t[8], t[3], K_SIGN);
+    ot__jit_bitwise_const(r, BIT_XOR, t[9], t[6], K_SIGN);
+    arith(r, ADD, t[10], t[4], t[8]);
+    arith(r, SUB, t[11], t[4], t[10]);
+    arith(r, ADD, t[8], t[11], t[8]);
+    arith(r, ADD, t[8], t[2], t[8]);
+    arith(r, ADD, t[8], t[8], t[9]);
+    arith(r, ADD, t[9], t[4], t[3]);
+    arith(r, SUB, t[4], t[4], t[9]);
+    arith(r, ADD, t[3], t[3], t[4]);
+    arith(r, ADD, t[2], t[3], t[2]);
+    arith(r, ADD, t[2], t[2], t[6]);
+    arith(r, DIV, t[3], t[5], t[9]);
+    arith(r, MUL, t[4], t[3], t[10]);
+    fma3(r, FMSUB213, t[10], t[3], t[4]);
+    fma3(r, FNMADD213, t[9], t[3], t[5]);
+    fma3(r, FNMADD231, t[9], t[3], t[2]);
+    fma3(r, FMADD231, t[10], t[3], t[8]);
+    fma3(r, FMADD231, t[10], t[4], t[9]);
+}
+
+/* tanhf's last selects (u10 and u35 alike) on res: 1 where ax = |x| >
+ * 8.66 or res is NaN, x's sign, NaN for NaN (m1 and m2 clobbered). */
+static void tanh_finish(regs *r, int res, int x, int ax, int m1, int m2)
+{
+    code *c = r->c;
+    if (c->evex) {
+        ot__x86_vrr(c, 1, 0, 0, 0xC2, 1, res, res);                           /* k1 = isnan(res) */
+        ot__x86_put1(c, 3);
+        ot__jit_load_const(r, res, F_ONE, true);
+        ot__jit_vrc(r, 1, 0, 0xC2, 1, ax, T_BIG);                             /* k1 = |x| > 8.66 */
+        ot__x86_put1(c, 0x0E);
+        ot__jit_load_const(r, res, F_ONE, true);
+        ot__jit_bitwise_const(r, BIT_AND, m1, x, K_SIGN);
+        ot__x86_vrr(c, 1, 1, 0, 0xEF, res, res, m1);                          /* vpxord: x's sign */
+        ot__x86_vrr(c, 1, 0, 0, 0xC2, 1, x, x);                               /* k1 = isnan(x) */
+        ot__x86_put1(c, 3);
+        ot__jit_all_ones(r, m2);
+        ot__x86_vrr_k(c, 1, 0, 0, 0x28, res, 0, m2, 1, false);
+        return;
+    }
+    ot__jit_vrc(r, 1, 0, 0xC2, m1, ax, T_BIG);                                /* |x| > 8.66 */
+    ot__x86_put1(c, 0x0E);
+    ot__x86_vrr(c, 1, 0, 0, 0xC2, m2, res, res);                              /* isnan(res) */
+    ot__x86_put1(c, 3);
+    ot__x86_vrr(c, 1, 0, 0, 0x56, m1, m1, m2);                                /* vorps */
+    ot__jit_vrc(r, 3, 1, 0x4A, res, res, F_ONE);                              /* vblendvps: 1 */
+    ot__x86_put1(c, (uint8_t)(m1 << 4));
+    ot__jit_bitwise_const(r, BIT_AND, m2, x, K_SIGN);
+    ot__x86_vrr(c, 1, 0, 0, 0x57, res, res, m2);                              /* vxorps: x's sign */
+    ot__x86_vrr(c, 1, 0, 0, 0xC2, m2, x, x);                                  /* isnan(x) */
+    ot__x86_put1(c, 3);
+    ot__x86_vrr(c, 1, 0, 0, 0x56, res, res, m2);
+}
+
+/* The result into the returned register: hi + lo, then tanh_finish. */
+int ot__jit_tanh_steps(regs *r, int x, const int t[15])
+{
+    tanh_exp(r, x, t);
+    tanh_ratio(r, t);
+    arith(r, 0x58, t[11], t[4], t[10]);
+    tanh_finish(r, t[11], x, t[0], t[2], t[3]);
+    return t[11];
+}
+
+/* tanh of register x at u35 into the returned register (x kept, t[0..7]
+ * clobbered): SLEEF 3.5's tanhf u35, d / (d + 2) with d = expm1(2|x|),
+ * each step as its AVX-512 and AVX2 builds order them (they differ only in
+ * the selects). expm1 is expf's reduction and polynomial (Estrin's order
+ * here, not Horner's) scaled by 2^q minus 1, or the polynomial alone where
+ * q = 0; then tanh_finish (the ratio is NaN where |x| = inf). */
+int ot__jit_tanh35_steps(regs *r, int x, const int t[8])
+{
+    enum { ADD = 0x58, MUL = 0x59, DIV = 0x5E };
+    code *c = r->c;
+    int ax = t[0], s = t[1], q = t[2], f = t[3], s4 = t[4], p01 = t[5], p23 = t[6], u = t[7];
+    ot__jit_bitwise_const(r, BIT_AND, ax, x, K_ABS);
+    arith(r, ADD, s, ax, ax);                                         /* d = 2|x| */
+    ot__jit_vrc(r, 1, 0, MUL, q, s, E_RLN2);
+    ot__x86_vrr(c, 1, 1, 0, 0x5B, q, 0, q);                                   /* vcvtps2dq */
+    ot__x86_vrr(c, 1, 0, 0, 0x5B, f, 0, q);                                   /* vcvtdq2ps */
+    ot__jit_vrc(r, 2, 1, FMADD231, s, f, E_L2U);                              /* s = d - q ln 2 */
+    ot__jit_vrc(r, 2, 1, FMADD231, s, f, E_L2L);
+    arith(r, MUL, f, s, s);                                           /* s^2 */
+    arith(r, MUL, s4, f, f);
+    ot__jit_load_const(r, p01, E_C0, false);
+    ot__jit_vrc(r, 2, 1, FMADD213, p01, s, E_C1);
+    ot__jit_load_const(r, p23, E_C2, false);
+    ot__jit_vrc(r, 2, 1, FMADD213, p23, s, E_C3);
+    ot__jit_load_const(r, u, E_C4, false);
+    ot__jit_vrc(r, 2, 1, FMADD213, u, s, E_C5);
+    fma3(r, FMADD231, u, f, p23);
+    fma3(r, FMADD231, u, s4, p01);
+    fma3(r, FMADD213, u, f, s);                                       /* u = s + s^2 p(s) */
+    ot__jit_vrc(r, 1, 0, ADD, s, u, F_ONE);
+    ot__jit_shift_to(r, 4, f, q, 1);                                          /* m = q >> 1 */
+    ot__jit_shift_to(r, 6, s4, f, 23);
+    ot__jit_vrc(r, 1, 1, 0xFE, s4, s4, F_ONE);                                /* 2^m */
+    arith(r, MUL, s, s, s4);
+    ot__x86_vrr(c, 1, 1, 0, 0xFA, f, q, f);                                   /* q - m */
+    ot__jit_shift_to(r, 6, f, f, 23);
+    ot__jit_vrc(r, 1, 1, 0xFE, f, f, F_ONE);
+    arith(r, MUL, s, s, f);
+    ot__jit_vrc(r, 1, 0, ADD, s, s, L_M1);                                 /* d = (1 + u) 2^q - 1 */
+    if (c->evex) {
+        ot__x86_vrr(c, 2, 2, 0, 0x27, 1, q, q);                         /* vptestnmd: k1 = q == 0 */
+        ot__x86_vrr_k(c, 1, 0, 0, 0x28, s, 0, u, 1, false);                   /* d = u there */
+    } else {
+        ot__jit_zero_reg(r, s4);
+        ot__x86_vrr(c, 1, 1, 0, 0x76, s4, q, s4);                             /* vpcmpeqd: q == 0 */
+        ot__x86_vrr(c, 3, 1, 0, 0x4A, s, s, u);                               /* vblendvps */
+        ot__x86_put1(c, (uint8_t)(s4 << 4));
+    }
+    ot__jit_vrc(r, 1, 0, ADD, f, s, T_TWO);
+    arith(r, DIV, s, s, f);                                           /* d / (d + 2) */
+    tanh_finish(r, s, x, ax, q, f);
+    return s;
+}
+
+/* sig whose exp is inline: e = exp(nabs), nabs = -|x| in register nabs,
+ * then emit_sig's blend and divide, in registers the allocator gives. */
+static void emit_sig_inline(regs *r, int pos, int rx, int nabs)
+{
+    code *c = r->c;
+    int t[4];
+    ot__jit_scratch(r, 1u << rx | 1u << nabs, t, 4);
+    ot__jit_exp_steps(r, nabs, t);
+    int e = t[0], one = t[1], den = t[2], sel = t[3];
+    ot__jit_load_const(r, one, F_ONE, false);
+    ot__x86_vrr(c, 1, 0, 0, 0x58, den, one, e);                               /* 1 + e */
+    if (c->evex) {
+        ot__jit_shift_to(r, 4, sel, rx, 31);
+        ot__x86_vrr(c, 3, 1, 0, 0x25, sel, e, one);                           /* vpternlogd */
+        ot__x86_put1(c, 0xCA);
+    } else {
+        ot__x86_vrr(c, 3, 1, 0, 0x4A, sel, one, e);                           /* vblendvps */
+        ot__x86_put1(c, (uint8_t)(rx << 4));
+    }
+    ot__x86_vrr(c, 1, 0, 0, 0x5E, e, sel, den);
+    ot__jit_retire(r, pos);
+    ot__jit_bind(r, pos, e);
+}
+
+/* sig and sig2 as the tile kernels compute them: e = exp(-|x|) by a call
+ * (or inline: emit_sig_inline),
+ * then (x < 0 ? e : 1) / (1 + e) inline, x's sign bit choosing: vblendvp
+ * under VEX; under EVEX the sign spread over the lane by an arithmetic
+ * shift, then vpternlogd's bit select (table 0xCA: a ? b : c). */
+void ot__jit_emit_sig(regs *r, int pos, const void *exp_fn, int x)
+{
+    int rx = ot__jit_use(r, x, 0);
+    int nabs = ot__jit_take(r, 1u << rx);
+    int from = rx;
+    if (ot__jit_zero_dead(r, x)) {
+        ot__jit_bitwise_const(r, BIT_AND, nabs, rx, K_LIVE);
+        from = nabs;
+    }
+    ot__jit_bitwise_const(r, BIT_OR, nabs, from, K_SIGN);                       /* -|x| */
+    if (!exp_fn) {
+        emit_sig_inline(r, pos, rx, nabs);
+        return;
+    }
+    for (int g = 0; g < NREG; g++) {
+        int v = r->val_of[g];
+        if (v >= 0 && (v == x || r->last[v] > pos)) ot__jit_save(r, g);
+    }
+    if (nabs != 0) ot__jit_vmovaps(r, 0, nabs);
+    for (int g = 0; g < NREG; g++) ot__jit_release(r, g);
+    ot__x86_call_abs(r->c, exp_fn);
+    ot__jit_fetch(r, x, 1);
+    ot__jit_vmov_load(r, 2, RSP, NO_INDEX, ot__jit_konst(r, K_ONE));
+    ot__x86_vrr(r->c, 1, r->pp, r->wig, 0x58, 3, 2, 0);                           /* 1 + e */
+    if (r->c->evex) {
+        ot__jit_shift(r, 4, 1, r->pp ? 63 : 31);
+        ot__x86_vrr(r->c, 3, 1, 0, 0x25, 1, 0, 2);                              /* vpternlogd */
+        ot__x86_put1(r->c, 0xCA);
+        ot__x86_vrr(r->c, 1, r->pp, r->wig, 0x5E, 0, 1, 3);
+    } else {
+        ot__x86_vrr(r->c, 3, 1, 0, r->pp ? 0x4B : 0x4A, 0, 2, 0);               /* vblendvp */
+        ot__x86_put1(r->c, 1 << 4);                                             /* mask: ymm1 */
+        ot__x86_vrr(r->c, 1, r->pp, r->wig, 0x5E, 0, 0, 3);
+    }
+    ot__jit_bind(r, pos, 0);
+}
+
+/* ---- selects and compares ----------------------------------------------------- */
+
+/* relu, recip, rint, finite, sgn, the compares, minimum and maximum as the
+ * tile kernels' element functions compute them (tile.inc's K_FLOAT_OPS over
+ * isa_avx2.h and isa_avx512.h): the same compares, blends and constants, so
+ * the bits are theirs (selects move operand bits, compares give 1 or +0).
+ * Each writes a fresh register of t[] and returns it, the operands kept. A
+ * compare lands in vector register m under VEX and in k1 under EVEX. */
+
+enum { CMP_EQ = 0x00, CMP_UNORD = 0x03, CMP_NEQ_U = 0x04, CMP_NLT_U = 0x15, CMP_LT = 0x11,
+       CMP_LE = 0x12, CMP_GE = 0x1D, CMP_GT = 0x1E };
+
+static void compare(regs *r, int m, int a, int b, int pred)
+{
+    ot__x86_vrr(r->c, 1, r->pp, r->wig, 0xC2, r->c->evex ? 1 : m, a, b);
+    ot__x86_put1(r->c, (uint8_t)pred);
+}
+
+/* d = 1 where mask m (k1) is set, else +0. */
+static void one_if(regs *r, int d, int m)
+{
+    int32_t one = ot__jit_konst(r, K_ONE);
+    if (r->c->evex) ot__x86_vrm_k(r->c, 1, r->pp, r->wig, 0x10, d, RSP, one, 1, true);
+    else ot__jit_bitwise_const(r, BIT_AND, d, m, K_ONE);
+}
+
+/* d = mask m (k1) ? a : b. */
+static void blend(regs *r, int d, int b, int a, int m)
+{
+    if (r->c->evex) {
+        ot__x86_vrr_k(r->c, 2, 1, r->wig, 0x65, d, b, a, 1, false);             /* vblendmps/pd */
+        return;
+    }
+    ot__x86_vrr(r->c, 3, 1, 0, r->pp ? 0x4B : 0x4A, d, b, a);                   /* vblendvps/pd */
+    ot__x86_put1(r->c, (uint8_t)(m << 4));
+}
+
+/* x < 0 ? +0 : x (NaN and -0 stay). */
+static int relu_steps(regs *r, int x, const int t[])
+{
+    ot__jit_zero_reg(r, t[0]);
+    if (r->c->evex) {
+        compare(r, 0, x, t[0], CMP_NLT_U);
+        ot__x86_vrr_k(r->c, 1, r->pp, r->wig, 0x28, t[1], 0, x, 1, true);     /* x where !(x < 0) */
+        return t[1];
+    }
+    compare(r, t[0], x, t[0], CMP_LT);
+    ot__x86_vrr(r->c, 1, r->pp, 0, 0x55, t[1], t[0], x);                        /* vandnps */
+    return t[1];
+}
+
+static int recip_steps(regs *r, int x, const int t[])
+{
+    ot__jit_vmov_load(r, t[0], RSP, NO_INDEX, ot__jit_konst(r, K_ONE));
+    ot__x86_vrr(r->c, 1, r->pp, r->wig, 0x5E, t[0], t[0], x);
+    return t[0];
+}
+
+/* vroundps / vrndscaleps to nearest, even on ties (imm 8: no exceptions). */
+static int rint_steps(regs *r, int x, const int t[])
+{
+    ot__x86_vrr(r->c, 3, 1, r->wig, r->pp ? 0x09 : 0x08, t[0], 0, x);
+    ot__x86_put1(r->c, 8);
+    return t[0];
+}
+
+/* 1 where |x| < inf: the same set as x - x == 0 (inf - inf and NaN are
+ * NaN), which needs no constant for inf in either dtype. */
+static int finite_steps(regs *r, int x, const int t[])
+{
+    ot__x86_vrr(r->c, 1, r->pp, r->wig, 0x5C, t[0], x, x);
+    ot__jit_zero_reg(r, t[1]);
+    compare(r, t[0], t[0], t[1], CMP_EQ);
+    one_if(r, t[0], t[0]);
+    return t[0];
+}
+
+/* x > 0 ? 1 : x < 0 ? -1 : x + 0. */
+static int sgn_steps(regs *r, int x, const int t[])
+{
+    int z = t[0], s = t[1], m = t[2], c = t[3];
+    ot__jit_zero_reg(r, z);
+    ot__x86_vrr(r->c, 1, r->pp, r->wig, 0x58, s, x, z);                         /* x + 0 */
+    ot__jit_vmov_load(r, c, RSP, NO_INDEX, ot__jit_konst(r, K_ONE));
+    ot__jit_bitwise_const(r, BIT_OR, c, c, K_SIGN);                             /* -1 */
+    compare(r, m, x, z, CMP_LT);
+    blend(r, s, s, c, m);
+    ot__jit_vmov_load(r, c, RSP, NO_INDEX, ot__jit_konst(r, K_ONE));
+    compare(r, m, x, z, CMP_GT);
+    blend(r, s, s, c, m);
+    return s;
+}
+
+/* 1 or +0 by the ordered compares (ne is unordered: true on NaN). */
+static int compare_steps(regs *r, int op, int a, int b, const int t[])
+{
+    static const uint8_t pred[] = {[OT_OP_EQ] = CMP_EQ, [OT_OP_NE] = CMP_NEQ_U, [OT_OP_LT] = CMP_LT,
+                                   [OT_OP_LE] = CMP_LE, [OT_OP_GT] = CMP_GT, [OT_OP_GE] = CMP_GE};
+    compare(r, t[0], a, b, pred[op]);
+    one_if(r, t[0], t[0]);
+    return t[0];
+}
+
+/* minimum: (a <= b || isnan(a)) ? a : b; maximum the same with >=. */
+static int extremum_steps(regs *r, int op, int a, int b, const int t[])
+{
+    int pred = op == OT_OP_MINIMUM ? CMP_LE : CMP_GE;
+    if (r->c->evex) {
+        compare(r, 0, a, b, pred);
+        blend(r, t[0], b, a, 0);
+        compare(r, 0, a, a, CMP_UNORD);
+        ot__x86_vrr_k(r->c, 1, r->pp, r->wig, 0x28, t[0], 0, a, 1, false);      /* a where NaN */
+        return t[0];
+    }
+    compare(r, t[0], a, b, pred);
+    compare(r, t[1], a, a, CMP_UNORD);
+    ot__x86_vrr(r->c, 1, r->pp, 0, 0x56, t[0], t[0], t[1]);                     /* vorps */
+    blend(r, t[1], b, a, t[0]);
+    return t[1];
+}
+
+/* The unary ops above: the steps and the scratch registers they take. */
+static bool unary_steps(int op, unary_steps_fn *fn, int *n)
+{
+    switch (op) {
+    case OT_OP_RELU: *fn = relu_steps, *n = 2; return true;
+    case OT_OP_RECIP: *fn = recip_steps, *n = 1; return true;
+    case OT_OP_RINT: *fn = rint_steps, *n = 1; return true;
+    case OT_OP_FINITE: *fn = finite_steps, *n = 2; return true;
+    case OT_OP_SGN: *fn = sgn_steps, *n = 4; return true;
+    default: return false;
+    }
+}
+
+/* fn of value a at body position pos, in n scratch registers; with floor,
+ * in one more, fn runs on a clamped to safelog's floor. */
+void ot__jit_emit_unary_steps(regs *r, int pos, int a, unary_steps_fn fn, int n, bool floor)
+{
+    int ra = ot__jit_use(r, a, 0);
+    int t[16];
+    ot__jit_scratch(r, 1u << ra, t, n + floor);
+    int res = fn(r, floor ? safelog_clamp(r, ra, t[n], t[0]) : ra, t);
+    ot__jit_retire(r, pos);
+    ot__jit_bind(r, pos, res);
+}
+
+static void emit_binary_steps(regs *r, int pos, int op, int a, int b)
+{
+    int ra = ot__jit_use(r, a, 0);
+    int rb = ot__jit_use(r, b, 1u << ra);
+    int t[2];
+    bool ext = op == OT_OP_MINIMUM || op == OT_OP_MAXIMUM;
+    ot__jit_scratch(r, 1u << ra | 1u << rb, t, ext && !r->c->evex ? 2 : 1);
+    int res = ext ? extremum_steps(r, op, ra, rb, t) : compare_steps(r, op, ra, rb, t);
+    ot__jit_retire(r, pos);
+    ot__jit_bind(r, pos, res);
+}
+
+void ot__jit_emit_unary(regs *r, int pos, int op, int a)
+{
+    unary_steps_fn fn;
+    int n;
+    if (unary_steps(op, &fn, &n)) {
+        ot__jit_emit_unary_steps(r, pos, a, fn, n, false);
+        return;
+    }
+    int ra = ot__jit_use(r, a, 0);
+    ot__jit_retire(r, pos);
+    int d = r->val_of[ra] < 0 ? ra : ot__jit_take(r, 1u << ra);
+    switch (op) {
+    case OT_OP_NEG: ot__jit_bitwise_const(r, BIT_XOR, d, ra, K_SIGN); break;
+    case OT_OP_ABS: ot__jit_bitwise_const(r, BIT_AND, d, ra, K_ABS); break;
+    case OT_OP_SQRT: ot__x86_vrr(r->c, 1, r->pp, r->wig, 0x51, d, 0, ra); break;
+    default: ot__x86_vrr(r->c, 1, r->pp, r->wig, 0x59, d, ra, ra); break;          /* sqr */
+    }
+    ot__jit_bind(r, pos, d);
+}
+
+void ot__jit_emit_binary(regs *r, int pos, int op, int a, int b)
+{
+    if (op != OT_OP_ADD && op != OT_OP_SUB && op != OT_OP_MUL && op != OT_OP_DIV) {
+        emit_binary_steps(r, pos, op, a, b);
+        return;
+    }
+    int ra = ot__jit_use(r, a, 0);
+    int rb = ot__jit_use(r, b, 1u << ra);
+    ot__jit_retire(r, pos);
+    int d = r->val_of[ra] < 0 ? ra : r->val_of[rb] < 0 ? rb : ot__jit_take(r, 1u << ra | 1u << rb);
+    static const uint8_t opc[] = {[OT_OP_ADD] = 0x58, [OT_OP_MUL] = 0x59, [OT_OP_SUB] = 0x5C,
+                                  [OT_OP_DIV] = 0x5E};
+    ot__x86_vrr(r->c, 1, r->pp, r->wig, opc[op], d, ra, rb);
+    ot__jit_bind(r, pos, d);
+}
+
+/* a*b + c, or c - a*b as (-a)*b + c: the tile kernels' own instructions
+ * (vfnmadd231 is the same function, but emulators such as valgrind give
+ * its exact zeros the other sign), into a register holding c. */
+void ot__jit_emit_fma(regs *r, int pos, bool sub, int a, int b, int cv)
+{
+    int ra = ot__jit_use(r, a, 0);
+    int rb = ot__jit_use(r, b, 1u << ra);
+    int rc = ot__jit_use(r, cv, 1u << ra | 1u << rb);
+    unsigned keep = 1u << ra | 1u << rb | 1u << rc;
+    ot__jit_retire(r, pos);
+    int d = rc;
+    if (r->val_of[rc] >= 0) {
+        d = ot__jit_take(r, keep);
+        ot__jit_vmovaps(r, d, rc);
+    }
+    int fa = ra;
+    if (sub) {
+        fa = ot__jit_take(r, keep | 1u << d);
+        ot__jit_bitwise_const(r, BIT_XOR, fa, ra, K_SIGN);                      /* -a */
+    }
+    ot__x86_vrr(r->c, 2, 1, r->w, 0xB8, d, fa, rb);                             /* vfmadd231 */
+    ot__jit_bind(r, pos, d);
+}
+
+#endif /* OT_JIT_X86 */

@@ -7,7 +7,8 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "test.h"
-#include "internal.h"
+#include "front.h"
+#include "ref.h"
 
 #include <stdlib.h>
 

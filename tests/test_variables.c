@@ -7,7 +7,7 @@
  * bad input.
  */
 #include "test.h"
-#include "internal.h"   /* ot__autodiff_grad_tree, the programs' variant */
+#include "front.h"   /* ot__autodiff_grad_tree, the programs' variant */
 
 #include <stdlib.h>
 

@@ -318,10 +318,6 @@ static inline double ot__wide_double(ot__wide w)
  * shape, the axis and n's file:line. Returns OT_EOVERFLOW. */
 int ot__int_sum_overflow(const ot_node *n);
 
-/* ot_autodiff_grad, but an error where the gradient cannot be a tree (a
- * variable read through a reshape or slice is scattered when asked): for
- * programs, whose steps evaluate it later. */
-ot_node *ot__autodiff_grad_tree(ot_autodiff *ad, ot_tensor *wrt);
 
 /* ---- sizes and shapes ---------------------------------------------------- */
 
@@ -440,76 +436,7 @@ struct ot_backend {
 /* The backend name and options in force (config.c): opts checked, defaults
  * and environment overrides applied; -1 with the error set when any is bad.
  * *isa_from tells where opts->isa came from, for messages; *rewrite gets
- * the rule sets in force (NULL: none), opts->rewrite the library's copy. */
-int ot__config_resolve(const char **name, ot_backend_opts *opts, const char **isa_from,
-                       struct ot__rewrite **rewrite);
-/* Marks the cpu-only options as not in force: backend.c calls it for a
- * backend whose vtable says it does not use them. */
-void ot__config_not_cpu(ot_backend_opts *opts);
-/* The rule sets a list names (rewrite.c): *out NULL for NULL or "";
- * var names the option or variable the list came from, for messages.
- * Returns 0 or OT_EINVAL/OT_ENOMEM with the error set. */
-int ot__rewrite_config(const char *list, const char *var, struct ot__rewrite **out);
-const char *ot__rewrite_list(const struct ot__rewrite *rw);   /* the library's copy */
-void ot__rewrite_free(struct ot__rewrite *rw);
-/* then(be, n, outs, rewritten, ctx) with be's rule sets applied to trees
- * (be->rewrite set); the rewritten trees live in a pool pushed for the call.
- * Each firing is written to log as ot_explain prints it (log may be NULL). */
-typedef int ot__rewritten_fn(ot_backend *be, int n, ot_tensor *const outs[],
-                             ot_node *const trees[], void *ctx);
-int ot__rewrite_then(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[],
-                     FILE *log, ot__rewritten_fn *then, void *ctx);
-/* Trees already checked (ot__assign_check) assigned on be, rewritten first
- * by its rule sets if it has any (backend.c): ot_assign_many's last half,
- * which a program's run on ref calls per step. */
-int ot__assign_backend(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[]);
-/* Releases the autodiff objects memoised on be (autodiff.c). */
-void ot__autodiff_memo_free(ot_backend *be);
-
-/* The library's backends: ref.c's and cpu.c's vtables, the only names of
- * theirs that the layers above use (backend.c's registry). */
-extern const ot_backend_vt ot__ref_vt;
-extern const ot_backend_vt ot__cpu_vt;
-/* Adds a backend that ot_backend_new finds by name (backend.c): the test
- * suite's, and later ones built outside the library's own list. 0, or
- * OT_EINVAL when the name is taken by another vtable or the table is full
- * (registering the same pair again is 0). */
-int ot__backend_register(const char *name, const ot_backend_vt *vt);
-/* The checks of an assignment of n trees into outs that backend.c makes
- * before any backend runs (NULLs, broadcast, dtypes, writable and disjoint
- * outputs, one backend); *be gets the outputs' backend (NULL for n = 0).
- * Clears the slot when the NULL checks pass. */
-int ot__assign_check(const char *fn, int n, ot_tensor *const outs[], ot_node *const trees[],
-                     ot_backend **be);
-/* Where a call came from, for its errors: "file:line: fn: ..." (file NULL:
- * "fn: ..."). */
-typedef struct ot__site {
-    const char *fn, *file;
-    int line;
-} ot__site;
-/* The options of ot_sgd_step and ot_adam_step with their zero fields set
- * to the defaults into *out, and checked alone (optim.c), the errors
- * reported at `at`; ot_model and programs check their optimizer with them. */
-int ot__sgd_opts(const ot__site *at, const ot_sgd *in, ot_sgd *out);
-int ot__adam_opts(const ot__site *at, const ot_adam *in, ot_adam *out);
-/* SGD's update trees (ot_sgd_step's, same checks) into outs and trees, which
- * hold 2n entries, in the current pool, without running them; *count gets
- * how many (optim.c). */
-int ot__sgd_trees(const ot__site *at, const ot_sgd *o, int n, ot_tensor *const w[],
-                  ot_node *const g[], ot_tensor *const vel[], ot_tensor **outs, ot_node **trees,
-                  int *count);
-/* Adam's update trees (ot_adam_step's checks and trees) with the bias
- * correction computed on the backend from count, a 0-d f64 tensor holding
- * the step number t (a program increments it in a step of its own). */
-int ot__adam_trees(const ot__site *at, const ot_adam *o, ot_tensor *count, int n,
-                   ot_tensor *const w[], ot_node *const g[], ot_tensor *const m[],
-                   ot_tensor *const v[], ot_tensor **outs, ot_node **trees, int *nout);
-
-/* ---- post-order stacks --------------------------------------------------- */
-
-/* A stack over several roots at once (for ot_assign_many): shared subtrees,
- * also between roots, appear once. roots_out[i] receives the item index of
- * roots[i]. The public ot_stack_new is this with n = 1. */
+ * the rule sets in force (NULL: t_stack_new is this with n = 1. */
 ot_stack *ot__stack_new_many(int n, const ot_node *const roots[], int roots_out[]);
 /* ot_substitute of n leaves at once (old[i] by new_t[i]) without its shape
  * check: new_t[i] may have another shape, the nodes above being rebuilt by

@@ -10,6 +10,7 @@
 #define OT_CPU_H
 
 #include "internal.h"
+#include "cpu_backend.h"
 #include "isa.h"
 
 /* ---- tile kernels (src/kernels/) ------------------------------------------ */

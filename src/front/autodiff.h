@@ -7,7 +7,7 @@
 #ifndef OT_AUTODIFF_H
 #define OT_AUTODIFF_H
 
-#include "internal.h"
+#include "front.h"
 #include "ops.h"
 
 /* Gradient nodes carry the call site of the forward node they differentiate,

@@ -8,7 +8,9 @@
  * registry of backends by name: the library's own (ref, cpu, each known
  * here only by its vtable object) and those registered at run time.
  */
-#include "internal.h"
+#include "front.h"
+#include "cpu/cpu_backend.h"
+#include "ref/ref.h"
 
 #include <pthread.h>
 #include <stdio.h>

@@ -12,7 +12,7 @@
  * report what is in force rather than what was asked. Rule-set names
  * (OT_REWRITE) are rewrite.c's to check, against its registry.
  */
-#include "internal.h"
+#include "front.h"
 #include "isa.h"
 
 #include <errno.h>

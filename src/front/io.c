@@ -17,7 +17,7 @@
  *
  * Reads go through a region (a FILE or a zip entry, with a byte budget).
  */
-#include "internal.h"
+#include "front.h"
 #include "replace.h"
 
 #include <errno.h>

@@ -13,7 +13,7 @@
  * input leaves the parameters as they were. The parameters go to and from
  * NumPy's .npz (io.c's ot_savez/ot_loadz).
  */
-#include "internal.h"
+#include "front.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -15,7 +15,7 @@
  * of the tree rather than multiplied by 0. Only error reporting needs the
  * library's internals.
  */
-#include "internal.h"
+#include "front.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -6,7 +6,7 @@
 #ifndef OT_PROGRAM_H
 #define OT_PROGRAM_H
 
-#include "internal.h"
+#include "front.h"
 
 enum { STEP_ASSIGN, STEP_BACKPROP };
 #define MAX_SYMBOLS 64             /* a run's set of bound symbols is one word */

@@ -14,7 +14,7 @@
  * composite is one node), so no tree is walked by recursion. A backend
  * without rule sets never gets here: backend.c tests one pointer.
  */
-#include "internal.h"
+#include "front.h"
 
 #include <ctype.h>
 #include <pthread.h>

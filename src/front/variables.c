@@ -3,7 +3,7 @@
  * the memory a tensor views so that every view of a trainable tensor counts
  * as that tensor, and the listing of a tree's trainable leaves.
  */
-#include "internal.h"
+#include "front.h"
 
 int ot_tensor_set_trainable(ot_tensor *t, bool on)
 {

@@ -32,7 +32,7 @@
  * that does not fit int32 is OT_EOVERFLOW, never a wrapped value (issue
  * 31). Every other op is exact in double for int32 operands.
  */
-#include "internal.h"
+#include "ref.h"
 #include "ops.h"
 
 /* ln 2; M_LN2 is not part of C11. */

@@ -31,7 +31,7 @@ static const char script[] =
     "def red(f):\n"
     "    return lambda x, axis=None, keepdims=0: f(x, axis=axis, keepdims=bool(keepdims))\n"
     "fns = dict(\n";
-/* fns's entries come from the op table's peer column (src/ops.def), then
+/* fns's entries come from the op table's peer column (src/core/ops.def), then
  * this tail. */
 static const char script_tail[] =
     "    inf=np.inf, nan=np.nan)\n"

@@ -423,7 +423,7 @@ enum {
 
 /* The ops: the ot_op enum (OT_OP_*, OT_OP_COUNT), OT_OP_LIST(X) and the
  * builders of the elementwise ops (ot_tanh(x), ot_add(x, y), ...) are
- * generated from the library's op table, src/ops.def. Public op numbers are
+ * generated from the library's op table, src/core/ops.def. Public op numbers are
  * append-only: a new op gets the next number, an existing op keeps its own. */
 #include "optree_ops.h"
 

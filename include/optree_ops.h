@@ -1,16 +1,16 @@
 /*
- * optree_ops.h - generated from src/ops.def by tools/gen_ops.sh; do not
+ * optree_ops.h - generated from src/core/ops.def by tools/gen_ops.sh; do not
  * edit (make regenerates it). Included by optree.h, never on its own.
  *
  * Public op numbers are append-only: a new op is added at the end of
- * src/ops.def, and an existing op keeps its number in every release.
+ * src/core/ops.def, and an existing op keeps its number in every release.
  */
 #ifndef OPTREE_OPS_H
 #define OPTREE_OPS_H
 
 /* The ops: X(ENUM, name, arity, kind, symbol, flags, ref), where symbol is
  * the infix form used by ot_pp (or NULL) and ref is the op's name where
- * the reference backend (src/ref.c) evaluates it elementwise from the
+ * the reference backend (src/ref/ref.c) evaluates it elementwise from the
  * table's formula, none where it evaluates the op structurally. */
 #define OT_OP_LIST(X) \
     X(FINITE, "finite", 1, OT_KIND_UNARY, NULL, OT_FLAG_COMPARE | OT_FLAG_NODIFF, finite) \

@@ -104,7 +104,7 @@ case("peers", rc == 0 and "numpy" in out and "optree is faster" in out, out + er
 rc, out, err = run("a*b + c", "--n", "1e3", "--peers", "--csv", *QUICK)
 rows = list(csv.DictReader(io.StringIO(out))) if rc == 0 else []
 case("csv with peers: numpy's time", len(rows) == 1 and float(rows[0]["numpy_s"] or 0) > 0, out + err)
-# The peers' NumPy spellings come from src/ops.def's peer column: ops NumPy
+# The peers' NumPy spellings come from src/core/ops.def's peer column: ops NumPy
 # spells otherwise, a lambda and a wrapped reduction all evaluate.
 rc, out, err = run("sum(sgn(a) * recip(b) + rsqrt(c), axis=1, keepdims=1) + sub(a, sqr(b))",
                    "--n", "1e3", "--cols", "10", "--peers", "--csv", *QUICK)

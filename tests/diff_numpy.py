@@ -63,7 +63,7 @@ does; the reference computes it exactly in int64 and wraps. An int32 sum is
 exact (NumPy's int64 accumulation); one outside int32's range must fail
 with OT_EOVERFLOW naming the sum (issue 31), where NumPy would wrap it.
 
-Dtypes follow DESIGN.md section 3: f32 with f64 gives f64; i32 with a float
+Dtypes follow the promotion rules of include/optree.h: f32 with f64 gives f64; i32 with a float
 tensor gives the float; an ot_const is weak and takes the tensor's dtype,
 except that a float constant lifts an i32 tensor to f64; OT_FLAG_FLOAT ops
 give f64 for i32 operands. Every trial checks the node's shape and dtype.

@@ -1,5 +1,5 @@
 /*
- * test_dot.c - dot and batched_dot (DESIGN.md section 8) on both backends,
+ * test_dot.c - dot and batched_dot on both backends,
  * and the gradients and numerics of what is built on them.
  *
  * The oracle is a host loop in long double: for every case it gives the

@@ -1,6 +1,6 @@
 """doc_check.py - compiles every ```c block of README.md and docs/*.md, and
 runs those that are whole programs, so that the documentation cannot drift
-from the code (issue 31 point 10). Prints a line per block and one
+from the code. Prints a line per block and one
 "N passed, M failed" line; exits non-zero on a failure.
 
 The convention (README.md, "Code blocks in the documentation"):

@@ -1,9 +1,9 @@
 #!/bin/sh
 # gen_ops.sh - writes the public op header from the private op table:
-#     sh tools/gen_ops.sh [src/ops.def] > include/optree_ops.h
+#     sh tools/gen_ops.sh [src/core/ops.def] > include/optree_ops.h
 # The ot_op enum (explicit numbers, in table order), OT_OP_LIST(X) with the
 # seven public columns, and the builder macros of the elementwise ops with
-# their doc strings as comments. The Makefile reruns it when src/ops.def or
+# their doc strings as comments. The Makefile reruns it when src/core/ops.def or
 # this script changes; `make test` fails when the committed header is stale.
 # POSIX sh and awk only: it must run wherever the library builds.
 set -eu
@@ -116,18 +116,18 @@ END {
     if (bad) exit 1
     if (collecting) fail("unterminated row at the end")
     print "/*"
-    print " * optree_ops.h - generated from src/ops.def by tools/gen_ops.sh; do not"
+    print " * optree_ops.h - generated from src/core/ops.def by tools/gen_ops.sh; do not"
     print " * edit (make regenerates it). Included by optree.h, never on its own."
     print " *"
     print " * Public op numbers are append-only: a new op is added at the end of"
-    print " * src/ops.def, and an existing op keeps its number in every release."
+    print " * src/core/ops.def, and an existing op keeps its number in every release."
     print " */"
     print "#ifndef OPTREE_OPS_H"
     print "#define OPTREE_OPS_H"
     print ""
     print "/* The ops: X(ENUM, name, arity, kind, symbol, flags, ref), where symbol is"
     print " * the infix form used by ot_pp (or NULL) and ref is the op'"'"'s name where"
-    print " * the reference backend (src/ref.c) evaluates it elementwise from the"
+    print " * the reference backend (src/ref/ref.c) evaluates it elementwise from the"
     print " * table'"'"'s formula, none where it evaluates the op structurally. */"
     print "#define OT_OP_LIST(X) \\"
     for (i = 1; i <= nrow; i++) print "    " LIST[i] (i < nrow ? " \\" : "")

@@ -135,7 +135,7 @@ int ot_autodiff_grads(ot_autodiff *ad, int n, ot_tensor *const wrt[], ot_node *g
  * once. Gradients are trees (an ot_autodiff_grad, or a tensor through
  * ot_tensor_node), so computing a gradient can fuse into its update. Every
  * w[i], g[i] and state tensor of one i has w[i]'s shape; constants are
- * weak, so f32 parameters stay f32. src/optim.c is short on purpose: read it
+ * weak, so f32 parameters stay f32. src/front/optim.c is short on purpose: read it
  * as an example of writing your own. */
 
 /* A zero field of the options means its default, so (ot_adam){.lr = 1e-3}

@@ -3,7 +3,7 @@
  * config table, libxsmm's ordered arch ids): one id per instruction set and
  * one list of what each is. Macros and an enum only, so any layer may
  * include it: config.c takes the names it parses from it,
- * src/kernels/dispatch.c makes the descriptor table (ot__isas, with the CPU
+ * src/cpu/kernels/dispatch.c makes the descriptor table (ot__isas, with the CPU
  * check and the kernel table) from it, and each k_<isa>.c asserts at
  * compile time that its isa_*.h states the same facts. The public option
  * ot_backend_opts.isa stays a string; inside the library an ISA is an

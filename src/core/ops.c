@@ -1,5 +1,5 @@
 /*
- * ops.c - the op table (src/ops.def) as data: the public queries (names,
+ * ops.c - the op table (src/core/ops.def) as data: the public queries (names,
  * arity, kinds and flags) and the private rows of ops.h, each generated
  * from the table's row so that it stays the single source of truth; and
  * the registry of ops added at run time (ot_op_register), which the same

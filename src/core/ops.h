@@ -1,5 +1,5 @@
 /*
- * ops.h - the private view of the op table (src/ops.def): what the library
+ * ops.h - the private view of the op table (src/core/ops.def): what the library
  * and its tests ask about an op beyond the public ot_op_name/arity/kind/
  * flags. One row per op, filled by ops.c from the table, so that a query
  * never needs a switch over ops.

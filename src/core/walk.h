@@ -207,7 +207,7 @@ OT__WALK_STEP int ot__walker_run_plain(ot__walker *w, const ot_node *root, ot__w
  * are equal. The words are the kind, op and dtype, then by kind:
  *   op:    the caller's numbers of its operands (num[0], num[1]; -1 when
  *          absent: entries, canonical entries or stack items), then what
- *          changes the result: the attributes its row of src/ops.def
+ *          changes the result: the attributes its row of src/core/ops.def
  *          lists (column attrs: a reduction's axis and keepdims, a
  *          transpose's perm, a slice's start, step and count per dim, a
  *          reshape's shape, concat's axis, onehot's depth and axis, rand's

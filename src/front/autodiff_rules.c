@@ -1,6 +1,6 @@
 /*
  * autodiff_rules.c - the gradient rule of every op (the table's dx and dy
- * expressions from src/ops.def, and a function per op that needs more),
+ * expressions from src/core/ops.def, and a function per op that needs more),
  * the builder shorthands they are written in, and how a contribution is
  * added to an operand's gradient in the sweep (autodiff.c walks the tree;
  * the conventions and singular points of the rules are listed there).
@@ -499,7 +499,7 @@ static void custom_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
     }
 }
 
-/* ---- the rule of each op, from src/ops.def -------------------------------- */
+/* ---- the rule of each op, from src/core/ops.def -------------------------------- */
 
 typedef void (*rule_fn)(const ctx *c, sweep *s, ot_node *n, ot_node *g);
 

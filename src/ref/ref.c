@@ -39,7 +39,7 @@
 #define REF_LN2 0.693147180559945309417232121458176568
 
 /* ------------------------------------------------------------------------ */
-/* Scalar reference functions, from the ref column of src/ops.def           */
+/* Scalar reference functions, from the ref column of src/core/ops.def           */
 /* ------------------------------------------------------------------------ */
 
 /* sig and sig2 as (x < 0 ? e : 1) / (1 + e), e = exp(-|x|) or exp2(-|x|),

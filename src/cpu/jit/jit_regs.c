@@ -247,7 +247,7 @@ void ot__jit_retire(regs *r, int pos)
 
 /* ---- instructions ----------------------------------------------------------- */
 
-/* The table's jit column (src/ops.def) of an op, OT__JIT_NONE if none. */
+/* The table's jit column (src/core/ops.def) of an op, OT__JIT_NONE if none. */
 int ot__jit_lowering(int op)
 {
     const ot_opinfo *o = ot__op(op);

@@ -11,7 +11,7 @@
 #define OT_KW_D 4
 #define OT_KHAS_FMA 1
 #if defined(__x86_64__)
-#define OT_KVFN 1        /* vector functions for src/jit.c */
+#define OT_KVFN 1        /* vector functions for src/cpu/jit/jit.c */
 #endif
 #define VF_N 8
 #define VD_N 4

@@ -1,5 +1,5 @@
 /*
- * kernels.h - the per-ISA kernel tables of src/kernels/ (private to that
+ * kernels.h - the per-ISA kernel tables of src/cpu/kernels/ (private to that
  * directory and its tests). Each table is tile.inc compiled by one
  * k_<isa>.c with that ISA's flags; dispatch.c picks one at run time. The
  * x86 tables exist only in x86 builds, the NEON table only in aarch64 ones.

@@ -1,7 +1,7 @@
 /*
  * kpin.h - add, mul and fma with pinned operand order for the VEX and EVEX
  * tile kernels (isa_avx2.h, isa_avx512.h), so that the tile interpreter and
- * src/jit.c's generated code return the same NaN.
+ * src/cpu/jit/jit.c's generated code return the same NaN.
  */
 #ifndef OT_KPIN_H
 #define OT_KPIN_H
@@ -11,7 +11,7 @@
  * operands of the intrinsics at will, so which NaN (its sign included)
  * came out of a tile kernel depended on register allocation. Pinned, a
  * is the first source of vadd/vmul and a*b + c is vfmadd231 with c as its
- * destination, as src/jit.c emits them, so that generated code gives the
+ * destination, as src/cpu/jit/jit.c emits them, so that generated code gives the
  * very same NaN. */
 #define OT_KPIN2(insn, a, b)                                                       \
     __extension__({                                                                \

@@ -169,8 +169,9 @@ typedef struct ot_xstore {
  * that is broadcast), out[q] is where output q goes (0: the result, 1 + x:
  * further output x) when out_vector[q]. */
 #define OT_JIT_MAX_INSN 128
+typedef void ot_jit_fn(char *const *in, char *const *out, size_t nbytes);
 typedef struct ot_jit {
-    void (*fn)(char *const *in, char *const *out, size_t nbytes);
+    ot_jit_fn *fn;
     /* A REDUCE kernel's code instead (sum, mean, max or min over the
      * innermost dim or everything): runs the body over nbytes of one row,
      * any length, its vector loads and further outputs in place, and folds
@@ -190,7 +191,7 @@ typedef struct ot_jit {
      * the output; every vector output must be aligned to the vector. NULL
      * where the kernel's output is below the backend's stream_bytes or the
      * kernel is bound by its arithmetic, not by memory (jit.c). */
-    void (*fn_stream)(char *const *in, char *const *out, size_t nbytes);
+    ot_jit_fn *fn_stream;
     /* For a tail of nbytes < kt->vbytes, one vector over zero-padded
      * inputs: the lanes past nbytes are zeroed before each call, as the
      * tile kernels pad every op's tail (SLEEF's sin and cos reduce their

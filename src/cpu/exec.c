@@ -202,8 +202,7 @@ static bool can_stream(const ot_kernel *k, char *const *val, char *const *out, s
 
 /* The code to run over whole vectors: the streaming-store variant where
  * there is one and every output can take it. */
-static void (*jit_entry(const ot_kernel *k, char *const *val, char *const *out, scratch *s))(
-    char *const *, char *const *, size_t)
+static ot_jit_fn *jit_entry(const ot_kernel *k, char *const *val, char *const *out, scratch *s)
 {
     const ot_jit *jt = k->jit;
     if (!jt->fn_stream) return jt->fn;

@@ -209,9 +209,13 @@ typedef struct ot_backend_opts {
                           (reads plus writes) write their outputs with
                           streaming stores, when they are bound by memory
                           (little arithmetic per byte: a*b + c streams,
-                          tanh(a*b + a/b) does not); 0: the last-level cache
-                          size; OT_STREAM_NEVER: never (OT_STREAM_BYTES=n,
-                          0 meaning never). Reported: the threshold in force */
+                          tanh(a*b + a/b) does not); 0: the last-level
+                          cache this process can count on (the size the
+                          machine reports, or OT_L3_BYTES=n, but at most
+                          4 MiB per CPU it may run on: a VM reports its
+                          host's whole L3); OT_STREAM_NEVER: never
+                          (OT_STREAM_BYTES=n, 0 meaning never). Reported:
+                          the threshold in force */
 } ot_backend_opts;
 
 /* Creates a backend: "ref" (node at a time, in double; the test oracle) or

@@ -3,11 +3,14 @@
  * is in force, the environment overrides, stats counters; and the
  * ot_shape_make helper.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE   /* sched_getaffinity, CPU_COUNT */
 #include "test.h"
 #include "cpu.h"
 
+#include <limits.h>
+#include <sched.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 TEST(backend_defaults_filled_in)
 {
@@ -68,7 +71,7 @@ TEST(backend_bad_options)
 /* The environment variables that override options, saved and cleared so a
  * case sees only what it sets, then restored. */
 static const char *const config_vars[] = {"OT_BACKEND", "OT_ISA", "OT_JIT", "OT_STREAM_BYTES",
-                                          "OT_FUSION"};
+                                          "OT_FUSION", "OT_L3_BYTES"};
 #define NCONFIG_VARS (int)(sizeof config_vars / sizeof config_vars[0])
 
 static void env_save(char *saved[NCONFIG_VARS])
@@ -105,9 +108,9 @@ static bool isa_runs(const char *isa)
     return be != NULL;
 }
 
-/* The streaming threshold defaults to the last-level cache's size; where
- * sysfs does not list the caches, CPUID's cache leaves give it, and both
- * agree where both exist. */
+/* The last-level cache's size comes from sysfs; where sysfs does not list
+ * the caches, CPUID's cache leaves give it, and both agree where both
+ * exist. */
 TEST(backend_llc_from_cpuid)
 {
     size_t cpuid = ot__llc_cpuid();
@@ -308,4 +311,52 @@ TEST(backend_explain_accuracy)
         ot_tensor_free(x);
         ot_backend_free(be);
     }
+}
+
+/* The cache a process can count on is at most 4 MiB a CPU it may run on: a
+ * VM reports its host's whole L3 (300 MiB on a 2-vCPU guest), where the
+ * streaming threshold would keep every W1-sized kernel from streaming. */
+TEST(backend_cache_share_policy)
+{
+    const size_t mib = (size_t)1 << 20;
+    CHECK(ot__cache_share(300 * mib, 2) == 8 * mib);
+    CHECK(ot__cache_share(300 * mib, 64) == 256 * mib);
+    CHECK(ot__cache_share(32 * mib, 2) == 8 * mib);
+    CHECK(ot__cache_share(32 * mib, 8) == 32 * mib);
+    CHECK(ot__cache_share(8 * mib, 2) == 8 * mib);
+    CHECK(ot__cache_share(8 * mib, 1) == 4 * mib);
+    CHECK(ot__cache_share(3 * mib, 16) == 3 * mib);
+    CHECK(ot__cache_share(32 * mib, 0) == 32 * mib);   /* unknown: as reported */
+    CHECK(ot__cache_share(32 * mib, LONG_MAX) == 32 * mib);
+}
+
+/* OT_L3_BYTES simulates another machine's last-level cache: the default
+ * streaming threshold is that cache's share for this process, whatever the
+ * machine reports; stream_bytes (and OT_STREAM_BYTES) still win; a value
+ * that is not a byte count is an error naming it. */
+TEST(backend_l3_bytes_simulated)
+{
+    char *saved[NCONFIG_VARS];
+    env_save(saved);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) cpus = CPU_COUNT(&set);
+    const size_t mib = (size_t)1 << 20, sizes[] = {300 * mib, 32 * mib, 8 * mib};
+    for (int i = 0; i < 3; i++) {
+        char v[32];
+        snprintf(v, sizeof v, "%zu", sizes[i]);
+        setenv("OT_L3_BYTES", v, 1);
+        ot_backend_opts o = cpu_options((ot_backend_opts){0});
+        CHECK(o.stream_bytes == (int64_t)ot__cache_share(sizes[i], cpus));
+        CHECK(o.stream_bytes <= (int64_t)sizes[i] && o.stream_bytes > 0);
+        o = cpu_options((ot_backend_opts){.stream_bytes = 4096});
+        CHECK(o.stream_bytes == 4096);
+    }
+    setenv("OT_L3_BYTES", "12k", 1);
+    CHECK(ot_backend_new("cpu", NULL) == NULL);
+    CHECK_ERR(OT_EINVAL, "OT_L3_BYTES=12k is not a byte count");
+    setenv("OT_L3_BYTES", "", 1);   /* empty: unset, the machine's */
+    ot_backend_opts o = cpu_options((ot_backend_opts){0});
+    CHECK(o.stream_bytes > 0);
+    env_restore(saved);
 }

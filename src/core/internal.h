@@ -426,6 +426,8 @@ struct ot_backend {
     ot_backend_opts opts;     /* in force: defaults and overrides filled in */
     const char *isa_from;     /* where opts.isa was set, for messages:
                                  "isa" or "OT_ISA" */
+    size_t l3_bytes;          /* OT_L3_BYTES: the last-level cache to plan
+                                 for; 0: the machine's */
     ot__stat_counters stats;   /* stats.c */
     void *impl;
     _Atomic(struct ot_ad_memo *) ad_memo;  /* autodiff.c: memoised objects */

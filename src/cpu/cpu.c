@@ -6,9 +6,11 @@
  * program's steps prepared as plans with their own bindings and run in the
  * program's one arena.
  */
+#define _GNU_SOURCE   /* sched_getaffinity, CPU_COUNT */
 #include "cpu.h"
 #include "threads.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <unistd.h>
 
@@ -101,7 +103,7 @@ size_t ot__llc_cpuid(void)
 size_t ot__llc_cpuid(void) { return 0; }
 #endif
 
-/* The last-level cache's size: sysfs, else CPUID, else 32 MiB. */
+/* The last-level cache's size as reported: sysfs, else CPUID, else 32 MiB. */
 static size_t last_level_cache(void)
 {
     size_t s = llc_sysfs();
@@ -109,14 +111,31 @@ static size_t last_level_cache(void)
     return s ? s : (size_t)32 << 20;
 }
 
-/* The streaming-store threshold in force: by default, outputs from the
- * last-level cache's size on, since such an output cannot stay in the cache
- * for its reader anyway, and streaming saves reading each line before it is
+/* The CPUs this process may run on: its affinity mask, else those online. */
+static long usable_cpus(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+    return sysconf(_SC_NPROCESSORS_ONLN);
+}
+
+size_t ot__cache_share(size_t reported, long cpus)
+{
+    if (cpus <= 0 || (size_t)cpus > SIZE_MAX / OT__CACHE_PER_CPU) return reported;
+    size_t cap = (size_t)cpus * OT__CACHE_PER_CPU;
+    return reported < cap ? reported : cap;
+}
+
+/* The streaming-store threshold in force: by default, kernels moving the
+ * cache this process can count on (ot__cache_share of OT_L3_BYTES or the
+ * reported size) or more, since their outputs cannot stay in the cache for
+ * the reader anyway, and streaming saves reading each line before it is
  * written (a fifth of W1's memory traffic). 0 means never. */
-static size_t stream_threshold(int64_t asked)
+static size_t stream_threshold(int64_t asked, size_t l3_bytes)
 {
     if (asked == OT_STREAM_NEVER) return 0;
-    return asked ? (size_t)asked : last_level_cache();
+    if (asked) return (size_t)asked;
+    return ot__cache_share(l3_bytes ? l3_bytes : last_level_cache(), usable_cpus());
 }
 
 static int cpu_init(ot_backend *be)
@@ -131,7 +150,7 @@ static int cpu_init(ot_backend *be)
     be->impl = cpu;
     cpu->k = k;
     cpu->jit = be->opts.jit != OT_JIT_OFF && ot__jit_available(k);
-    cpu->stream_bytes = stream_threshold(be->opts.stream_bytes);
+    cpu->stream_bytes = stream_threshold(be->opts.stream_bytes, be->l3_bytes);
     be->opts.isa = ot__isa_name(k->isa);
     be->opts.jit = cpu->jit ? OT_JIT_ON : OT_JIT_OFF;
     be->opts.stream_bytes = cpu->stream_bytes ? (int64_t)cpu->stream_bytes : OT_STREAM_NEVER;

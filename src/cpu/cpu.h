@@ -403,6 +403,14 @@ typedef struct ot_cpu {
 /* The last-level cache's size from CPUID's cache leaves (x86), 0 where
  * unknown: cpu.c's fallback when sysfs does not say. */
 size_t ot__llc_cpuid(void);
+/* The part of a reported last-level cache of `reported` bytes that a
+ * process running on `cpus` CPUs can count on: at most OT__CACHE_PER_CPU
+ * a CPU. A VM reports its host's whole L3 (300 MiB on a 2-vCPU guest was
+ * seen), of which a guest's share is its cores'; 4 MiB a core is the most
+ * current x86 parts give (AMD Zen 4: 32 MiB per 8-core CCD; Intel Xeon:
+ * 1.9-2.5 MiB of L3 plus 2 MiB of L2). cpus <= 0: reported. */
+#define OT__CACHE_PER_CPU ((size_t)4 << 20)
+size_t ot__cache_share(size_t reported, long cpus);
 ot_plan_cache *ot__plan_cache_new(int capacity);
 void ot__plan_cache_free(ot_plan_cache *c);
 

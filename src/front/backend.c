@@ -76,7 +76,8 @@ ot_backend *ot_backend_new(const char *name, const ot_backend_opts *opts)
     ot_backend_opts o = opts ? *opts : (ot_backend_opts){0};
     const char *isa_from;
     struct ot__rewrite *rw;
-    if (ot__config_resolve(&name, &o, &isa_from, &rw)) return NULL;
+    size_t l3_bytes;
+    if (ot__config_resolve(&name, &o, &isa_from, &rw, &l3_bytes)) return NULL;
     const backend_entry *e = find_backend(name);
     ot_backend *be = NULL;
     if (!e)
@@ -95,6 +96,7 @@ ot_backend *ot_backend_new(const char *name, const ot_backend_opts *opts)
     if (!e->vt->cpu_opts) ot__config_not_cpu(&o);
     be->opts = o;
     be->isa_from = isa_from;
+    be->l3_bytes = l3_bytes;
     be->rewrite = rw;
     ot__stats_init(&be->stats);
     if (be->vt->init && be->vt->init(be) != 0) {

@@ -8,7 +8,9 @@
  * run the default, and " 12", "+12" or "1e3" are not counts.
  *
  * The backend fills in what depends on the machine (the ISA, whether code
- * is generated, the cache size) when it starts, so ot_backend_options can
+ * is generated, the cache size) when it starts; OT_L3_BYTES, which has no
+ * field, gives it the last-level cache size to plan for instead of the one
+ * the machine reports (tests simulate other machines with it); so ot_backend_options can
  * report what is in force rather than what was asked. Rule-set names
  * (OT_REWRITE) are rewrite.c's to check, against its registry.
  */
@@ -106,16 +108,18 @@ static int env_switch(const char *var, int *field, int on_value, int off_value)
     return 0;
 }
 
-static int env_overrides(ot_backend_opts *o, const char **isa_from)
+static int env_overrides(ot_backend_opts *o, const char **isa_from, size_t *l3_bytes)
 {
     int isa;
-    int64_t stream = 0;
-    bool stream_set;
+    int64_t stream = 0, l3 = 0;
+    bool stream_set, l3_set;
     if (env_switch("OT_FUSION", &o->fusion, OT_FUSION_ON, OT_FUSION_OFF) ||
         env_switch("OT_JIT", &o->jit, OT_JIT_ON, OT_JIT_OFF) ||
         env_word("OT_ISA", isa_names, NISA, "one of scalar, sse2, avx2, avx512, neon", &isa) ||
-        env_count("OT_STREAM_BYTES", &stream, &stream_set))
+        env_count("OT_STREAM_BYTES", &stream, &stream_set) ||
+        env_count("OT_L3_BYTES", &l3, &l3_set))
         return -1;
+    *l3_bytes = l3_set ? (size_t)l3 : 0;
     if (isa >= 0) {
         o->isa = isa_names[isa];
         *isa_from = "OT_ISA";
@@ -135,14 +139,15 @@ static int rewrite_sets(ot_backend_opts *o, struct ot__rewrite **rewrite)
 }
 
 int ot__config_resolve(const char **name, ot_backend_opts *o, const char **isa_from,
-                       struct ot__rewrite **rewrite)
+                       struct ot__rewrite **rewrite, size_t *l3_bytes)
 {
     const char *env = env_value("OT_BACKEND");
     if (env) *name = env;
     if (!*name) *name = "ref";
     *isa_from = "isa";
     *rewrite = NULL;
-    if (check_opts(o) || env_overrides(o, isa_from) || rewrite_sets(o, rewrite)) return -1;
+    if (check_opts(o) || env_overrides(o, isa_from, l3_bytes) || rewrite_sets(o, rewrite))
+        return -1;
     if (o->isa) o->isa = isa_named(o->isa);
     if (!o->dtype) o->dtype = OT_F32;
     if (!o->plan_cache) o->plan_cache = DEFAULT_PLAN_CACHE;

@@ -12,13 +12,13 @@ OPT      ?= -O2
 # break the build.
 WERROR   ?=
 # The layers of src/ (docs/ARCHITECTURE.md): every file sees the core's
-# headers; a file includes another layer's header only by its path from
-# src/ ("cpu/cpu_backend.h"), and tools/layers.py allows that only for the
-# headers a layer exports. A layer's private headers are on the include
-# path of that layer's own objects alone (the pattern variables below), so
-# a file above it that includes one does not compile, and a call without a
-# declaration is an error (-Werror=implicit-function-declaration).
-CPPFLAGS += -Iinclude -Isrc -Isrc/core -D_POSIX_C_SOURCE=200809L
+# headers and its own folder's; a layer's private headers are on the
+# include path of that layer's own objects alone (the pattern variables
+# below), so a file above it that includes one does not compile, and a
+# call without a declaration is an error
+# (-Werror=implicit-function-declaration). tools/layers.py checks the same
+# on the sources and the objects.
+CPPFLAGS += -Iinclude -Isrc/core -D_POSIX_C_SOURCE=200809L
 CFLAGS   += -std=c11 $(OPT) -g -Wall -Wextra $(WERROR) -fPIC -ffp-contract=off \
             -fno-math-errno -Werror=implicit-function-declaration $(SANFLAGS)
 # The version lives in one place, include/optree.h; the shared library's

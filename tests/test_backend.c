@@ -3,14 +3,12 @@
  * is in force, the environment overrides, stats counters; and the
  * ot_shape_make helper.
  */
-#define _GNU_SOURCE   /* sched_getaffinity, CPU_COUNT */
+#define _POSIX_C_SOURCE 200809L
 #include "test.h"
 #include "cpu.h"
 
 #include <limits.h>
-#include <sched.h>
 #include <stdlib.h>
-#include <unistd.h>
 
 TEST(backend_defaults_filled_in)
 {
@@ -338,9 +336,7 @@ TEST(backend_l3_bytes_simulated)
 {
     char *saved[NCONFIG_VARS];
     env_save(saved);
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) cpus = CPU_COUNT(&set);
+    long cpus = ot__usable_cpus();
     const size_t mib = (size_t)1 << 20, sizes[] = {300 * mib, 32 * mib, 8 * mib};
     for (int i = 0; i < 3; i++) {
         char v[32];

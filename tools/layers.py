@@ -2,17 +2,17 @@
 """layers.py - the walls of src/ checked: python3 tools/layers.py --build DIR
 
 src/ is in folders by layer (docs/ARCHITECTURE.md, "Layers"). A layer calls
-only itself and the layers below it; the front layer knows a backend only by
-its vtable object, which the backend registry names. Four checks, one line
+only itself and the layers below it; the front layer takes nothing of a
+backend but its vtable object, which src/core/backends.def names. Four checks, one line
 per breach, then one "N passed, M failed" line:
 
   includes  every #include "..." of src/, resolved as the compiler does
-            (the includer's folder, then include/, src/, src/core/ and, for
+            (the includer's folder, then include/, src/core/ and, for
             the cpu backend's rooms, src/cpu/, src/cpu/jit/,
             src/cpu/kernels/), names a header of the file's own layer, of
-            a layer below it, or one a layer exports (the cpu backend's
-            three rooms share their types: they see each other's headers,
-            and the calls check keeps kernels below jit below cpu);
+            or a layer below it (the cpu backend's three rooms share their
+            types: they see each other's headers, and the calls check keeps
+            kernels below jit below cpu);
   calls     every symbol an object of DIR/obj/ takes from another object
             (nm) is defined in its own layer or one it may call;
   size      no file of src/ is over 1,000 lines;
@@ -38,12 +38,18 @@ MAY_CALL = {
     'front': {'core', 'front'},
     'mpi': {'core', 'front', 'mpi'},
 }
-# What a layer lets the layers above it see beyond MAY_CALL: the backend
-# registry (front) names each backend's vtable object and nothing else.
-EXPORTS = {
-    'front': {'symbols': {'ot__cpu_vt', 'ot__ref_vt'},
-              'headers': {'src/cpu/cpu_backend.h', 'src/ref/ref.h'}},
-}
+# What a layer may take beyond MAY_CALL: the backend registry (front) takes
+# each built-in backend's vtable object, ot__<name>_vt for each row
+# OT_BACKEND(name) of src/core/backends.def, and nothing else of a backend.
+BACKENDS_DEF = 'src/core/backends.def'
+
+
+def backend_vtables():
+    text = open(BACKENDS_DEF, encoding='utf-8').read()
+    return {'ot__%s_vt' % n for n in re.findall(r'^OT_BACKEND\((\w+)\)', text, re.M)}
+
+
+EXPORTS = {'front': {'symbols': backend_vtables()}}
 CPU_ROOMS = ('cpu', 'cpu/jit', 'cpu/kernels')
 MAX_LINES = 1000
 MAX_BRANCHES = 30
@@ -67,7 +73,7 @@ def sources():
 def resolve(src, name):
     """The file #include "name" in src names, as the compiler finds it."""
     layer = layer_of(os.path.relpath(src, 'src'))
-    dirs = [os.path.dirname(src), 'include', 'src', 'src/core']
+    dirs = [os.path.dirname(src), 'include', 'src/core']
     if layer in CPU_ROOMS:
         dirs += ['src/' + r for r in CPU_ROOMS]
     for d in dirs:
@@ -95,8 +101,6 @@ def check_includes(breach):
                 continue   # include/: the public headers
             to = layer_of(os.path.relpath(hdr, 'src'))
             if to in MAY_CALL[layer] or (layer in CPU_ROOMS and to in CPU_ROOMS):
-                continue
-            if hdr in EXPORTS.get(layer, {}).get('headers', ()):
                 continue
             breach('includes: %s (layer %s) includes %s (layer %s)' % (src, layer, hdr, to))
     return n

@@ -120,7 +120,7 @@ build() {
         # The library, then a test binary of the kernel-table cases alone.
         make -s -j"$JOBS" WERROR=-Werror CC=$CROSS BUILD="$B" lib "$B/examples/isa" &&
             mkdir -p "$B/quick" &&
-            $CROSS -Iinclude -Isrc -Isrc/core -Isrc/cpu -Isrc/cpu/jit -Isrc/cpu/kernels -Isrc/front -Isrc/ref -D_POSIX_C_SOURCE=200809L -std=c11 -O2 -fno-math-errno \
+            $CROSS -Iinclude -Isrc/core -Isrc/cpu -Isrc/cpu/jit -Isrc/cpu/kernels -Isrc/front -Isrc/ref -D_POSIX_C_SOURCE=200809L -std=c11 -O2 -fno-math-errno \
                 -ffp-contract=off -o "$B/quick/test_kernels" tests/main.c tests/test_kernels.c \
                 tests/test_optable.c "$B/liboptree.a" -lsleef -lopenblas -lm -lpthread
     else

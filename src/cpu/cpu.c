@@ -111,8 +111,7 @@ static size_t last_level_cache(void)
     return s ? s : (size_t)32 << 20;
 }
 
-/* The CPUs this process may run on: its affinity mask, else those online. */
-static long usable_cpus(void)
+long ot__usable_cpus(void)
 {
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
@@ -135,7 +134,7 @@ static size_t stream_threshold(int64_t asked, size_t l3_bytes)
 {
     if (asked == OT_STREAM_NEVER) return 0;
     if (asked) return (size_t)asked;
-    return ot__cache_share(l3_bytes ? l3_bytes : last_level_cache(), usable_cpus());
+    return ot__cache_share(l3_bytes ? l3_bytes : last_level_cache(), ot__usable_cpus());
 }
 
 static int cpu_init(ot_backend *be)

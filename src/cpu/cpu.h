@@ -10,7 +10,6 @@
 #define OT_CPU_H
 
 #include "internal.h"
-#include "cpu_backend.h"
 #include "isa.h"
 
 /* ---- tile kernels (src/cpu/kernels/) ------------------------------------------ */
@@ -411,7 +410,13 @@ size_t ot__llc_cpuid(void);
  * 1.9-2.5 MiB of L3 plus 2 MiB of L2). cpus <= 0: reported. */
 #define OT__CACHE_PER_CPU ((size_t)4 << 20)
 size_t ot__cache_share(size_t reported, long cpus);
+/* The CPUs this process may run on: its affinity mask, else those online. */
+long ot__usable_cpus(void);
 ot_plan_cache *ot__plan_cache_new(int capacity);
 void ot__plan_cache_free(ot_plan_cache *c);
+
+/* The backend's vtable (cpu.c), named ot__<name>_vt as backends.def's
+ * row "cpu" has it. */
+extern const ot_backend_vt ot__cpu_vt;
 
 #endif /* OT_CPU_H */

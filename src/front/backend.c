@@ -5,12 +5,11 @@
  * file:line to every message of the checks).
  * The checks every backend relies on (NULLs, shapes, dtypes, writable and
  * disjoint outputs) are made here once; backends only evaluate. Also the
- * registry of backends by name: the library's own (ref, cpu, each known
- * here only by its vtable object) and those registered at run time.
+ * registry of backends by name: the library's own (the rows of
+ * backends.def, each known here only by its vtable object) and those
+ * registered at run time.
  */
 #include "front.h"
-#include "cpu/cpu_backend.h"
-#include "ref/ref.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -30,9 +29,15 @@ static struct {
     int nextra;
 } registry = {PTHREAD_MUTEX_INITIALIZER, {{NULL, NULL}}, 0};
 
+/* Each built-in backend's vtable, named by backends.def's rule. */
+#define OT_BACKEND(nm) extern const ot_backend_vt ot__##nm##_vt;
+#include "backends.def"
+#undef OT_BACKEND
+
 static const backend_entry builtin[] = {
-    {"ref", &ot__ref_vt},
-    {"cpu", &ot__cpu_vt},
+#define OT_BACKEND(nm) {#nm, &ot__##nm##_vt},
+#include "backends.def"
+#undef OT_BACKEND
 };
 
 /* The entry named name, or NULL; with the registry locked. */

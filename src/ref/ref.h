@@ -1,6 +1,7 @@
 /*
- * ref.h - what the reference backend (src/ref/) shows the layers above: its
- * vtable, which the backend registry (src/front/backend.c) names.
+ * ref.h - the reference backend's vtable (src/ref/), named ot__<name>_vt
+ * as backends.def's row "ref" has it; the registry (src/front/backend.c)
+ * declares it from that row, the tests include this header.
  */
 #ifndef OT_REF_H
 #define OT_REF_H

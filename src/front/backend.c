@@ -16,7 +16,7 @@
 
 typedef struct backend_entry {
     const char *name;
-    const ot_backend_vt *vt;   /* NULL: known but not built yet */
+    const ot_backend_vt *vt;
 } backend_entry;
 
 #define MAX_REGISTERED 8
@@ -39,6 +39,14 @@ static const backend_entry builtin[] = {
 #include "backends.def"
 #undef OT_BACKEND
 };
+
+/* "ref, cpu": the built-in names for the unknown-name message. */
+#define OT_BACKEND(nm) ", " #nm
+static const char builtin_names[] = ""
+#include "backends.def"
+    ;
+#undef OT_BACKEND
+#define BUILTIN_NAMES (builtin_names + 2)
 
 /* The entry named name, or NULL; with the registry locked. */
 static const backend_entry *find_locked(const char *name)
@@ -86,11 +94,8 @@ ot_backend *ot_backend_new(const char *name, const ot_backend_opts *opts)
     const backend_entry *e = find_backend(name);
     ot_backend *be = NULL;
     if (!e)
-        ot__err_set(OT_EBACKEND, NULL, 0, "backend_new",
-                    "unknown backend \"%s\" (known: ref, cpu)", name);
-    else if (!e->vt)
-        ot__err_set(OT_EBACKEND, NULL, 0, "backend_new",
-                    "the fused \"%s\" backend is not built yet; use \"ref\"", name);
+        ot__err_set(OT_EBACKEND, NULL, 0, "backend_new", "unknown backend \"%s\" (known: %s)",
+                    name, BUILTIN_NAMES);
     else if (!(be = ot__calloc(1, sizeof *be)))
         ot__err_set(OT_ENOMEM, NULL, 0, "backend_new", "out of memory");
     if (!be) {

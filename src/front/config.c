@@ -26,6 +26,11 @@
 static const char *const isa_names[] = {OT__ISAS(ISA_NAME)};
 #undef ISA_NAME
 #define NISA ((int)(sizeof isa_names / sizeof isa_names[0]))
+/* "scalar, sse2, avx2, avx512, neon" for the messages, from the same list. */
+#define ISA_LISTED(ID, nm, fma, vb, jit, nr, needs, arch) ", " #nm
+static const char isa_listed[] = "" OT__ISAS(ISA_LISTED);
+#undef ISA_LISTED
+#define ISA_LIST (isa_listed + 2)
 static const char *const switch_words[] = {"0", "1"};
 
 static const char *env_value(const char *var)
@@ -85,7 +90,6 @@ static const char *bad_option(const ot_backend_opts *o)
         return "jit must be OT_JIT_DEFAULT, OT_JIT_ON or OT_JIT_OFF";
     if (o->stream_bytes < OT_STREAM_NEVER)
         return "stream_bytes must be >= 0 or OT_STREAM_NEVER";
-    if (o->isa && !isa_named(o->isa)) return "isa must be NULL, \"scalar\", \"sse2\", \"avx2\", \"avx512\" or \"neon\"";
     return NULL;
 }
 
@@ -96,7 +100,11 @@ static int check_opts(const ot_backend_opts *o)
                            "threads must be in 0..%d (OT_MAX_THREADS), not %d", OT_MAX_THREADS,
                            o->threads);
     const char *bad = bad_option(o);
-    return bad ? ot__err_set(OT_EINVAL, NULL, 0, "backend_new", "%s", bad) : 0;
+    if (bad) return ot__err_set(OT_EINVAL, NULL, 0, "backend_new", "%s", bad);
+    if (o->isa && !isa_named(o->isa))
+        return ot__err_set(OT_EINVAL, NULL, 0, "backend_new", "isa must be NULL or one of %s",
+                           ISA_LIST);
+    return 0;
 }
 
 /* An on/off variable (OT_FUSION, OT_JIT): 0 sets *field to off, 1 to on. */
@@ -113,9 +121,11 @@ static int env_overrides(ot_backend_opts *o, const char **isa_from, size_t *l3_b
     int isa;
     int64_t stream = 0, l3 = 0;
     bool stream_set, l3_set;
+    char isa_want[64];
+    snprintf(isa_want, sizeof isa_want, "one of %s", ISA_LIST);
     if (env_switch("OT_FUSION", &o->fusion, OT_FUSION_ON, OT_FUSION_OFF) ||
         env_switch("OT_JIT", &o->jit, OT_JIT_ON, OT_JIT_OFF) ||
-        env_word("OT_ISA", isa_names, NISA, "one of scalar, sse2, avx2, avx512, neon", &isa) ||
+        env_word("OT_ISA", isa_names, NISA, isa_want, &isa) ||
         env_count("OT_STREAM_BYTES", &stream, &stream_set) ||
         env_count("OT_L3_BYTES", &l3, &l3_set))
         return -1;

@@ -209,21 +209,116 @@ void ot__sched_choose_row_blocks(compiler *c)
     p->row_serial = true;
 }
 
-/* ---- dot epilogues in plans that are not row-blocked as a whole ----------- */
+/* ---- who reads and writes each temporary ---------------------------------- */
 
-/* The only kernel reading temp t, or -1 (none, or more than one). */
-static int sole_reader(const ot_plan *p, int t)
+/* The kernels reading and writing each temporary, found in one pass, so
+ * that the passes below ask per temporary instead of rescanning the plan
+ * per kernel (that rescan made a recurrence's compile quadratic in its
+ * length). Kernels are named by their position when the index was made
+ * (id); moving kernels keeps id <-> position up to date. */
+typedef struct kindex {
+    int *id, *pos;             /* position -> kernel id, id -> position */
+    int *rfirst, *rlist;       /* per temp: its readers' ids (CSR, each once) */
+    int *wfirst, *wlist;       /* per temp: its writers' ids (CSR, each once) */
+} kindex;
+
+static void kindex_free(kindex *ix)
 {
-    int reader = -1;
-    for (int i = 0; i < p->nkernels; i++)
-        for (int l = 0; l < p->kernels[i].nload; l++) {
-            const ot_view *v = &p->kernels[i].loads[l];
-            if (v->space != OT_SPACE_TEMP || v->index != t) continue;
-            if (reader >= 0 && reader != i) return -1;
-            reader = i;
-        }
-    return reader;
+    free(ix->id);
+    free(ix->rfirst);
+    free(ix->rlist);
 }
+
+/* The temporary a kernel's view v names (a load for v >= 0, the store for
+ * -1, further outputs below), or -1. */
+static int view_temp(const ot_kernel *k, int v)
+{
+    const ot_view *w = v >= 0 ? &k->loads[v] : v == -1 ? &k->store : &k->xstores[-2 - v].view;
+    return w->space == OT_SPACE_TEMP ? w->index : -1;
+}
+
+/* Fills one CSR list per temp: pass 0 counts, pass 1 places; loads or
+ * stores as `loads` says; a kernel is listed once per temp. */
+static void kindex_fill(const ot_plan *p, int *first, int *list, int *last, bool loads, int pass)
+{
+    for (int t = 0; t < p->ntemps; t++) last[t] = -1;
+    for (int k = 0; k < p->nkernels; k++) {
+        const ot_kernel *kk = &p->kernels[k];
+        int lo = loads ? 0 : -1 - kk->nxstore, hi = loads ? kk->nload : 0;
+        for (int v = lo; v < hi; v++) {
+            int t = view_temp(kk, v);
+            if (t < 0 || last[t] == k) continue;
+            last[t] = k;
+            if (pass == 0) first[t + 1]++;
+            else list[first[t]++] = k;
+        }
+    }
+}
+
+/* Makes a CSR list; first has ntemps + 1 zeroed slots. */
+static void kindex_csr(const ot_plan *p, int *first, int *list, int *last, bool loads)
+{
+    int nt = p->ntemps;
+    kindex_fill(p, first, list, last, loads, 0);
+    for (int t = 0; t < nt; t++) first[t + 1] += first[t];
+    kindex_fill(p, first, list, last, loads, 1);   /* first[t] now ends list t */
+    for (int t = nt; t > 0; t--) first[t] = first[t - 1];
+    first[0] = 0;
+}
+
+static bool kindex_new(kindex *ix, const ot_plan *p)
+{
+    int nk = p->nkernels, nt = p->ntemps, nviews = 0;
+    for (int k = 0; k < nk; k++) nviews += p->kernels[k].nload + 1 + p->kernels[k].nxstore;
+    *ix = (kindex){0};
+    ix->id = ot__malloc(sizeof(int) * ((size_t)nk * 2 + 1));
+    ix->rfirst = ot__calloc((size_t)(nt + 1) * 3, sizeof(int));
+    ix->rlist = ot__malloc(sizeof(int) * ((size_t)nviews + 1));
+    int *last = ot__malloc(sizeof(int) * ((size_t)nt + 1));
+    bool ok = ix->id && ix->rfirst && ix->rlist && last;
+    if (ok) {
+        ix->pos = ix->id + nk;
+        ix->wfirst = ix->rfirst + nt + 1;
+        for (int k = 0; k < nk; k++) ix->id[k] = ix->pos[k] = k;
+        kindex_csr(p, ix->rfirst, ix->rlist, last, true);
+        ix->wlist = ix->rlist + ix->rfirst[nt];
+        kindex_csr(p, ix->wfirst, ix->wlist, last, false);
+    }
+    free(last);
+    if (!ok) kindex_free(ix);
+    return ok;
+}
+
+/* The position of the only kernel reading temp t, or -1 (none, or more
+ * than one). */
+static int sole_reader(const kindex *ix, int t)
+{
+    return ix->rfirst[t + 1] - ix->rfirst[t] == 1 ? ix->pos[ix->rlist[ix->rfirst[t]]] : -1;
+}
+
+/* The position of the last kernel writing temp t, or -1: a running sum
+ * (plan_build.c) is written by each dot it accumulates. */
+static int temp_writer(const kindex *ix, int t)
+{
+    int last = -1;
+    for (int i = ix->wfirst[t]; i < ix->wfirst[t + 1]; i++)
+        if (ix->pos[ix->wlist[i]] > last) last = ix->pos[ix->wlist[i]];
+    return last;
+}
+
+/* Moves kernel `from` to position `to` (< from), shifting the ones between. */
+static void move_kernel(ot_plan *p, kindex *ix, int from, int to)
+{
+    ot_kernel moved = p->kernels[from];
+    memmove(&p->kernels[to + 1], &p->kernels[to], sizeof moved * (size_t)(from - to));
+    p->kernels[to] = moved;
+    int id = ix->id[from];
+    memmove(&ix->id[to + 1], &ix->id[to], sizeof id * (size_t)(from - to));
+    ix->id[to] = id;
+    for (int k = to; k <= from; k++) ix->pos[ix->id[k]] = k;
+}
+
+/* ---- dot epilogues in plans that are not row-blocked as a whole ----------- */
 
 /* Whether view v (a load) may see what kernel k writes to outputs. */
 static bool reads_written(const compiler *c, const ot_view *v, const ot_kernel *k)
@@ -300,14 +395,6 @@ static bool add_segment(compiler *c, int first, int64_t rows, int64_t row_bytes)
     return true;
 }
 
-/* Moves kernel `from` to position `to` (< from), shifting the ones between. */
-static void move_kernel(ot_plan *p, int from, int to)
-{
-    ot_kernel moved = p->kernels[from];
-    memmove(&p->kernels[to + 1], &p->kernels[to], sizeof moved * (size_t)(from - to));
-    p->kernels[to] = moved;
-}
-
 /* Whether kernel k writes temp t, as its result or a further output. */
 static bool writes_temp(const ot_kernel *k, int t)
 {
@@ -318,30 +405,52 @@ static bool writes_temp(const ot_kernel *k, int t)
     return false;
 }
 
-/* The last kernel writing temp t, or -1: a running sum (plan_build.c) is
- * written by each dot it accumulates. */
-static int temp_writer(const ot_plan *p, int t)
-{
-    for (int k = p->nkernels - 1; k >= 0; k--)
-        if (writes_temp(&p->kernels[k], t)) return k;
-    return -1;
-}
-
 /* Whether dot d's temporary holds its result alone: not so for a part of
  * a concat, whose other parts a one-block result would lose. The other
  * dots of a running sum write the same elements (add_segment and
  * epilogue_fits see to those). */
-static bool sole_writer(const ot_plan *p, int d)
+static bool sole_writer(const ot_plan *p, const kindex *ix, int d)
 {
     const ot_view *t = &p->kernels[d].store;
-    for (int k = 0; k < p->nkernels; k++)
-        for (int x = -1; k != d && x < p->kernels[k].nxstore; x++) {
-            const ot_view *o = x < 0 ? &p->kernels[k].store : &p->kernels[k].xstores[x].view;
-            bool same_sum = p->kernels[k].kind == OT_KER_DOT && o->offset == t->offset &&
-                            p->kernels[k].m == p->kernels[d].m && p->kernels[k].n == p->kernels[d].n;
+    for (int i = ix->wfirst[t->index]; i < ix->wfirst[t->index + 1]; i++) {
+        const ot_kernel *kk = &p->kernels[ix->pos[ix->wlist[i]]];
+        for (int x = -1; kk != &p->kernels[d] && x < kk->nxstore; x++) {
+            const ot_view *o = x < 0 ? &kk->store : &kk->xstores[x].view;
+            bool same_sum = kk->kind == OT_KER_DOT && o->offset == t->offset &&
+                            kk->m == p->kernels[d].m && kk->n == p->kernels[d].n;
             if (o->space == t->space && o->index == t->index && !same_sum) return false;
         }
+    }
     return true;
+}
+
+/* Whether reduction r may join segment sg right after its epilogue ek
+ * (see bsum_of); it reads ek's result. */
+static bool bsum_fits(const compiler *c, const kindex *ix, const ot_segment *sg, int r)
+{
+    const ot_plan *p = c->plan;
+    int d = sg->first;
+    const ot_kernel *ek = &p->kernels[d + 1], *rk = &p->kernels[r];
+    bool one_block = sg->row_block >= sg->rows;
+    bool ok = rk->kind == OT_KER_REDUCE && (one_block || walks_rows(rk, sg->rows, true));
+    for (int l = 0; l < rk->nload && ok; l++) {
+        const ot_view *v = &rk->loads[l];
+        if (v->space != OT_SPACE_TEMP) continue;
+        /* Per block it must read the rows the epilogue wrote, not the
+         * same count of rows of a transpose (a square result). */
+        if (v->index == ek->store.index) {
+            ok = one_block || (row_step(rk, v, sg->rows) == row_step(ek, &ek->store, sg->rows) &&
+                               offset_in_row(rk, v, sg->rows));
+            /* The epilogue may write only part of it (a concat's): the
+             * reduction must not pass the kernels writing the rest. */
+            for (int k = d + 2; k < r && ok; k++) ok = !writes_temp(&p->kernels[k], v->index);
+        } else {
+            ok = temp_writer(ix, v->index) < d;
+        }
+    }
+    for (int k = d + 2; k < r && ok; k++)
+        ok = !kernels_conflict(c, &p->kernels[k], rk) && !kernels_conflict(c, rk, &p->kernels[k]);
+    return ok;
 }
 
 /* A reduction of the epilogue's result that may join segment sg right after
@@ -350,39 +459,18 @@ static bool sole_writer(const ot_plan *p, int d)
  * changes nothing the kernels it passes read or write, and it either walks
  * the rows the epilogue wrote or the segment is one block (a sum down the
  * rows needs every row; exec.c runs a one-block segment unsliced), and no
- * kernel it passes writes what it reads. The first such kernel, or -1. */
-static int bsum_of(const compiler *c, const ot_segment *sg)
+ * kernel it passes writes what it reads. The first such kernel, or -1;
+ * only the epilogue result's readers are candidates. */
+static int bsum_of(const compiler *c, const kindex *ix, const ot_segment *sg)
 {
-    const ot_plan *p = c->plan;
-    int d = sg->first;
-    const ot_kernel *ek = &p->kernels[d + 1];
+    const ot_kernel *ek = &c->plan->kernels[sg->first + 1];
     if (ek->store.space != OT_SPACE_TEMP) return -1;
-    bool one_block = sg->row_block >= sg->rows;
-    for (int r = d + 2; r < p->nkernels; r++) {
-        const ot_kernel *rk = &p->kernels[r];
-        bool reads = false, ok = rk->kind == OT_KER_REDUCE &&
-                                 (one_block || walks_rows(rk, sg->rows, true));
-        for (int l = 0; l < rk->nload && ok; l++) {
-            const ot_view *v = &rk->loads[l];
-            if (v->space != OT_SPACE_TEMP) continue;
-            /* Per block it must read the rows the epilogue wrote, not the
-             * same count of rows of a transpose (a square result). */
-            if (v->index == ek->store.index) {
-                reads = true;
-                ok = one_block || (row_step(rk, v, sg->rows) == row_step(ek, &ek->store, sg->rows) &&
-                                   offset_in_row(rk, v, sg->rows));
-                /* The epilogue may write only part of it (a concat's): the
-                 * reduction must not pass the kernels writing the rest. */
-                for (int k = d + 2; k < r && ok; k++) ok = !writes_temp(&p->kernels[k], v->index);
-            } else {
-                ok = temp_writer(p, v->index) < d;
-            }
-        }
-        for (int k = d + 2; k < r && ok && reads; k++)
-            ok = !kernels_conflict(c, &p->kernels[k], rk) && !kernels_conflict(c, rk, &p->kernels[k]);
-        if (ok && reads) return r;
+    int t = ek->store.index, best = -1;
+    for (int i = ix->rfirst[t]; i < ix->rfirst[t + 1]; i++) {
+        int r = ix->pos[ix->rlist[i]];
+        if (r >= sg->first + 2 && (best < 0 || r < best) && bsum_fits(c, ix, sg, r)) best = r;
     }
-    return -1;
+    return best;
 }
 
 /* Pairs each dot with the elementwise kernel that alone reads its result
@@ -391,27 +479,33 @@ static int bsum_of(const compiler *c, const ot_segment *sg)
 bool ot__sched_choose_dot_segments(compiler *c)
 {
     ot_plan *p = c->plan;
-    for (int d = 0; c->fused && d + 1 < p->nkernels; d++) {
+    kindex ix;
+    if (!c->fused || p->nkernels < 2) return true;
+    if (!kindex_new(&ix, p)) return false;
+    bool ok = true;
+    for (int d = 0; ok && d + 1 < p->nkernels; d++) {
         const ot_kernel *dk = &p->kernels[d];
         if (dk->kind != OT_KER_DOT || dk->batch != 1 || dk->m < 2 || dk->store.space != OT_SPACE_TEMP ||
-            !sole_writer(p, d))
+            !sole_writer(p, &ix, d))
             continue;
-        int e = sole_reader(p, dk->store.index);
+        int e = sole_reader(&ix, dk->store.index);
         if (e <= d || !epilogue_fits(c, d, e)) continue;
-        move_kernel(p, e, d + 1);
+        move_kernel(p, &ix, e, d + 1);
         const ot_kernel *ek = &p->kernels[d + 1];
         int64_t row_bytes = 8 * dk->n;
         for (int i = 1; i < ek->ndim; i++) row_bytes = row_bytes > 8 * ek->dims[i] ? row_bytes : 8 * ek->dims[i];
-        if (!add_segment(c, d, dk->m, row_bytes)) return false;
+        ok = add_segment(c, d, dk->m, row_bytes);
+        if (!ok) break;
         ot_segment *sg = &p->segs[p->nseg - 1];
-        int r = bsum_of(c, sg);
+        int r = bsum_of(c, &ix, sg);
         if (r >= 0) {
-            move_kernel(p, r, d + 2);
+            move_kernel(p, &ix, r, d + 2);
             sg->count = 3;
         }
         d += sg->count - 1;
     }
-    return true;
+    kindex_free(&ix);
+    return ok;
 }
 
 /* ---- temporaries kept in the output ---------------------------------------- */
@@ -481,7 +575,9 @@ static bool temp_holds(const compiler *c, int t, int64_t n)
 void ot__sched_temps_into_outputs(compiler *c)
 {
     ot_plan *p = c->plan;
-    if (!c->fused) return;
+    kindex ix;
+    /* Without memory for the index, temporaries stay where they are. */
+    if (!c->fused || !kindex_new(&ix, p)) return;
     for (int k = 0; k < p->nkernels; k++) {
         const ot_kernel *kk = &p->kernels[k];
         if (kk->kind != OT_KER_EW || kk->store.space != OT_SPACE_OUT || kk->nxstore) continue;
@@ -491,10 +587,10 @@ void ot__sched_temps_into_outputs(compiler *c)
         for (int l = 0; l < kk->nload; l++) {
             const ot_view *v = &kk->loads[l];
             if (v->space != OT_SPACE_TEMP || !same_strides(v, &kk->store, kk->ndim) ||
-                v->dtype != kk->store.dtype || sole_reader(p, v->index) != k ||
+                v->dtype != kk->store.dtype || sole_reader(&ix, v->index) != k ||
                 !reads_aligned(kk, v->index))
                 continue;
-            int w = temp_writer(p, v->index);
+            int w = temp_writer(&ix, v->index);
             const ot_kernel *wk = w >= 0 ? &p->kernels[w] : NULL;
             bool by_xstore = wk && wk->store.index != v->index;
             size_t bytes = (size_t)ot__numel(&osh) * ot_dtype_size((ot_dtype)v->dtype);
@@ -506,6 +602,7 @@ void ot__sched_temps_into_outputs(compiler *c)
             break;
         }
     }
+    kindex_free(&ix);
 }
 
 /* ---- when to stream -------------------------------------------------------- */

@@ -7,12 +7,14 @@
  * invariants between passes. This file also keeps what a plan says about
  * itself: the work it does (the cpu backend counts elem_ops the same way
  * fused and unfused, count_ops, so tests bound fusion's arithmetic), its
- * ot_explain text. Below it, plan_key.c finds and keeps plans; the driver
- * here (ot__plan_get) looks a plan up there, compiles it on a miss and
- * hands it back to be kept.
+ * ot_explain text, with the time its walk and compile took. Below it,
+ * plan_key.c finds and keeps plans; the driver here (ot__plan_get) looks a
+ * plan up there, compiles it on a miss and hands it back to be kept.
  */
 #include "plan.h"
 #include "ops.h"
+
+#include <time.h>
 
 /* ---- the plan ------------------------------------------------------------- */
 
@@ -172,6 +174,9 @@ int ot__plan_explain(const ot_plan *p, FILE *f)
             p->nkernels, p->nkernels == 1 ? "" : "s", p->ntemps, p->ntemps == 1 ? "y" : "ies",
             p->arena_bytes, (unsigned long long)p->bytes_read,
             (unsigned long long)p->bytes_written);
+    fprintf(f, "  compiled %d nodes in %.3f ms, %.2f us/node\n", p->compile_nodes,
+            (double)p->compile_ns * 1e-6,
+            p->compile_nodes ? (double)p->compile_ns * 1e-3 / p->compile_nodes : 0.0);
     if (p->row_serial)
         fprintf(f, "  dot epilogues: all kernels run per block of %lld of %lld rows, in order\n",
                 (long long)p->row_block, (long long)p->rows);
@@ -263,9 +268,18 @@ int ot__plan_compile(ot_backend *be, const ot_walk *w, int n, ot_tensor *const o
 
 /* ---- the driver ------------------------------------------------------------ */
 
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 int ot__plan_get(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[],
                  ot_plan **plan, ot_walk **walk, ot_binding *bind)
 {
+    /* From the lookup on, so a miss's time counts its walk too. */
+    uint64_t t0 = now_ns();
     int rc = ot__plan_find(be, n, outs, trees, plan, walk, bind);
     if (rc || *plan) return rc;
     ot_cpu *cpu = be->impl;
@@ -285,6 +299,8 @@ int ot__plan_get(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const 
                                                      "out of memory compiling the tree");
     }
     ot__stat_add(ot__stats_mine(&be->stats), OT__STAT_COMPILES, 1);
+    p->compile_ns = now_ns() - t0;
+    p->compile_nodes = w->n;
     /* A plan that fell back from generated code or a fused group for want
      * of memory runs once; cached, it would stay the slower plan. */
     if (ot__alloc_failures() == failed) ot__plan_keep(be, n, outs, trees, w, p);

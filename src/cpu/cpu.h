@@ -320,6 +320,8 @@ typedef struct ot_plan {
     bool direct;                    /* one call of its code (ot__plan_direct),
                                        set by ot__plan_run_prepare */
     int acc;                        /* 0: OT_ULP10, 1: OT_ULP35 */
+    uint64_t compile_ns;            /* the walk and compile that made it */
+    int compile_nodes;              /* the entries that walk had */
 } ot_plan;
 
 /* 0 when kernel table kt (at accuracy acc: 0 = u10, 1 = u35) has an entry

@@ -214,27 +214,32 @@ void ot__sched_choose_row_blocks(compiler *c)
 /* The kernels reading and writing each temporary, found in one pass, so
  * that the passes below ask per temporary instead of rescanning the plan
  * per kernel (that rescan made a recurrence's compile quadratic in its
- * length). Kernels are named by their position when the index was made
- * (id); moving kernels keeps id <-> position up to date. */
+ * length). Kernels are named by their index when the index was made (id).
+ * choose_dot_segments places kernels into a new order, key saying where: a
+ * placed kernel's key is its new position (below nk); the others keep
+ * their old order after them, at key nk + id. */
 typedef struct kindex {
-    int *id, *pos;             /* position -> kernel id, id -> position */
+    int nk;
+    int *key;                  /* per id: its place in the order (see above) */
     int *rfirst, *rlist;       /* per temp: its readers' ids (CSR, each once) */
     int *wfirst, *wlist;       /* per temp: its writers' ids (CSR, each once) */
+    int *outw, noutw;          /* the ids of kernels writing an output */
+    int cursor;                /* the last kernel placed in its old order:
+                                  all before it are placed */
 } kindex;
 
 static void kindex_free(kindex *ix)
 {
-    free(ix->id);
+    free(ix->key);
     free(ix->rfirst);
     free(ix->rlist);
 }
 
-/* The temporary a kernel's view v names (a load for v >= 0, the store for
- * -1, further outputs below), or -1. */
-static int view_temp(const ot_kernel *k, int v)
+/* A kernel's view v: a load for v >= 0, the store for -1, its further
+ * outputs below. */
+static const ot_view *view_at(const ot_kernel *k, int v)
 {
-    const ot_view *w = v >= 0 ? &k->loads[v] : v == -1 ? &k->store : &k->xstores[-2 - v].view;
-    return w->space == OT_SPACE_TEMP ? w->index : -1;
+    return v >= 0 ? &k->loads[v] : v == -1 ? &k->store : &k->xstores[-2 - v].view;
 }
 
 /* Fills one CSR list per temp: pass 0 counts, pass 1 places; loads or
@@ -246,8 +251,9 @@ static void kindex_fill(const ot_plan *p, int *first, int *list, int *last, bool
         const ot_kernel *kk = &p->kernels[k];
         int lo = loads ? 0 : -1 - kk->nxstore, hi = loads ? kk->nload : 0;
         for (int v = lo; v < hi; v++) {
-            int t = view_temp(kk, v);
-            if (t < 0 || last[t] == k) continue;
+            const ot_view *w = view_at(kk, v);
+            int t = w->index;
+            if (w->space != OT_SPACE_TEMP || last[t] == k) continue;
             last[t] = k;
             if (pass == 0) first[t + 1]++;
             else list[first[t]++] = k;
@@ -266,20 +272,30 @@ static void kindex_csr(const ot_plan *p, int *first, int *list, int *last, bool 
     first[0] = 0;
 }
 
+static bool writes_out(const ot_kernel *k)
+{
+    for (int v = -1 - k->nxstore; v < 0; v++)
+        if (view_at(k, v)->space == OT_SPACE_OUT) return true;
+    return false;
+}
+
 static bool kindex_new(kindex *ix, const ot_plan *p)
 {
     int nk = p->nkernels, nt = p->ntemps, nviews = 0;
     for (int k = 0; k < nk; k++) nviews += p->kernels[k].nload + 1 + p->kernels[k].nxstore;
-    *ix = (kindex){0};
-    ix->id = ot__malloc(sizeof(int) * ((size_t)nk * 2 + 1));
-    ix->rfirst = ot__calloc((size_t)(nt + 1) * 3, sizeof(int));
+    *ix = (kindex){.nk = nk};
+    ix->key = ot__malloc(sizeof(int) * ((size_t)nk * 2 + 1));
+    ix->rfirst = ot__calloc((size_t)(nt + 1) * 2, sizeof(int));
     ix->rlist = ot__malloc(sizeof(int) * ((size_t)nviews + 1));
     int *last = ot__malloc(sizeof(int) * ((size_t)nt + 1));
-    bool ok = ix->id && ix->rfirst && ix->rlist && last;
+    bool ok = ix->key && ix->rfirst && ix->rlist && last;
     if (ok) {
-        ix->pos = ix->id + nk;
+        ix->outw = ix->key + nk;
         ix->wfirst = ix->rfirst + nt + 1;
-        for (int k = 0; k < nk; k++) ix->id[k] = ix->pos[k] = k;
+        for (int k = 0; k < nk; k++) {
+            ix->key[k] = nk + k;
+            if (writes_out(&p->kernels[k])) ix->outw[ix->noutw++] = k;
+        }
         kindex_csr(p, ix->rfirst, ix->rlist, last, true);
         ix->wlist = ix->rlist + ix->rfirst[nt];
         kindex_csr(p, ix->wfirst, ix->wlist, last, false);
@@ -289,33 +305,26 @@ static bool kindex_new(kindex *ix, const ot_plan *p)
     return ok;
 }
 
-/* The position of the only kernel reading temp t, or -1 (none, or more
- * than one). */
+/* The only kernel reading temp t, or -1 (none, or more than one). */
 static int sole_reader(const kindex *ix, int t)
 {
-    return ix->rfirst[t + 1] - ix->rfirst[t] == 1 ? ix->pos[ix->rlist[ix->rfirst[t]]] : -1;
+    return ix->rfirst[t + 1] - ix->rfirst[t] == 1 ? ix->rlist[ix->rfirst[t]] : -1;
 }
 
-/* The position of the last kernel writing temp t, or -1: a running sum
+/* The last kernel (in key order) writing temp t, or -1: a running sum
  * (plan_build.c) is written by each dot it accumulates. */
 static int temp_writer(const kindex *ix, int t)
 {
     int last = -1;
     for (int i = ix->wfirst[t]; i < ix->wfirst[t + 1]; i++)
-        if (ix->pos[ix->wlist[i]] > last) last = ix->pos[ix->wlist[i]];
+        if (last < 0 || ix->key[ix->wlist[i]] > ix->key[last]) last = ix->wlist[i];
     return last;
 }
 
-/* Moves kernel `from` to position `to` (< from), shifting the ones between. */
-static void move_kernel(ot_plan *p, kindex *ix, int from, int to)
+/* Whether kernel id is not placed yet and comes before key hi. */
+static bool unplaced_before(const kindex *ix, int id, int hi)
 {
-    ot_kernel moved = p->kernels[from];
-    memmove(&p->kernels[to + 1], &p->kernels[to], sizeof moved * (size_t)(from - to));
-    p->kernels[to] = moved;
-    int id = ix->id[from];
-    memmove(&ix->id[to + 1], &ix->id[to], sizeof id * (size_t)(from - to));
-    ix->id[to] = id;
-    for (int k = to; k <= from; k++) ix->pos[ix->id[k]] = k;
+    return ix->key[id] >= ix->nk && ix->key[id] < hi;
 }
 
 /* ---- dot epilogues in plans that are not row-blocked as a whole ----------- */
@@ -340,14 +349,44 @@ static bool kernels_conflict(const compiler *c, const ot_kernel *reader, const o
     return false;
 }
 
+/* Whether kernel k conflicts, either way, with an unplaced kernel before
+ * key hi (one it would pass when placed): only kernels writing outputs
+ * can, so those are asked first, and the whole run only when k writes one. */
+static bool conflicts_before(const compiler *c, const kindex *ix, const ot_kernel *k, int hi)
+{
+    const ot_kernel *ks = c->plan->kernels;
+    if (!c->outs) return false;
+    for (int i = 0; i < ix->noutw; i++)
+        if (unplaced_before(ix, ix->outw[i], hi) && kernels_conflict(c, k, &ks[ix->outw[i]]))
+            return true;
+    if (!writes_out(k)) return false;
+    for (int id = ix->cursor + 1; id < hi - ix->nk; id++)
+        if (unplaced_before(ix, id, hi) && kernels_conflict(c, &ks[id], k)) return true;
+    return false;
+}
+
+/* Whether an unplaced kernel before key hi writes temp t: as its result
+ * (store_only), or as any of its outputs. */
+static bool writes_before(const compiler *c, const kindex *ix, int t, int hi, bool store_only)
+{
+    for (int i = ix->wfirst[t]; i < ix->wfirst[t + 1]; i++) {
+        const ot_view *st = &c->plan->kernels[ix->wlist[i]].store;
+        if (unplaced_before(ix, ix->wlist[i], hi) &&
+            (!store_only || (st->space == OT_SPACE_TEMP && st->index == t)))
+            return true;
+    }
+    return false;
+}
+
 /* Whether kernel e, the only reader of dot d's result, may run right after
- * d, per block of d's rows: it walks those rows, its other inputs exist
- * before d, and moving it past the kernels between them changes nothing
- * they read or write. */
-static bool epilogue_fits(const compiler *c, int d, int e)
+ * d (just placed), per block of d's rows: it walks those rows, its other
+ * inputs exist before d, and moving it past the kernels between them
+ * changes nothing they read or write. */
+static bool epilogue_fits(const compiler *c, const kindex *ix, int d, int e)
 {
     const ot_plan *p = c->plan;
     const ot_kernel *dk = &p->kernels[d], *ek = &p->kernels[e];
+    int hi = ix->key[e];
     if (ek->kind != OT_KER_EW || !walks_rows(ek, dk->m, true)) return false;
     if (kernels_conflict(c, dk, ek)) return false;
     for (int l = 0; l < ek->nload; l++) {
@@ -358,31 +397,20 @@ static bool epilogue_fits(const compiler *c, int d, int e)
                 return false;
             continue;
         }
-        for (int k = d; k < e; k++)
-            if (p->kernels[k].store.space == OT_SPACE_TEMP && p->kernels[k].store.index == v->index)
-                return false;
+        if (writes_before(c, ix, v->index, hi, true)) return false;
     }
-    for (int k = d + 1; k < e; k++) {
-        const ot_view *st = &p->kernels[k].store;
-        /* a later dot accumulating into d's result: e must wait for it */
-        if (st->space == OT_SPACE_TEMP && st->index == dk->store.index) return false;
-        if (kernels_conflict(c, &p->kernels[k], ek) || kernels_conflict(c, ek, &p->kernels[k]))
-            return false;
-    }
-    return true;
+    /* a later dot accumulating into d's result: e must wait for it */
+    if (writes_before(c, ix, dk->store.index, hi, true)) return false;
+    return !conflicts_before(c, ix, ek, hi);
 }
 
-/* A segment of dot `first` and its epilogue. With several blocks, the dot's
- * result shrinks to one block that every block reuses (still in cache when
- * the next block's GEMM writes it), unless the dot accumulates into it;
- * its size is set before the arena's layout. */
-static bool add_segment(compiler *c, int first, int64_t rows, int64_t row_bytes)
+/* A segment of dot d (at position first) and its epilogue. With several
+ * blocks, the dot's result shrinks to one block that every block reuses
+ * (still in cache when the next block's GEMM writes it), unless the dot
+ * accumulates into it; its size is set before the arena's layout. p->segs
+ * has room. */
+static void add_segment(ot_plan *p, const ot_kernel *d, int first, int64_t rows, int64_t row_bytes)
 {
-    ot_plan *p = c->plan;
-    ot_segment *s = ot__realloc(p->segs, sizeof *s * (size_t)(p->nseg + 1));
-    if (!s) return false;
-    p->segs = s;
-    const ot_kernel *d = &p->kernels[first];
     int64_t blk = gemm_block(rows, row_bytes);
     /* A dot accumulating into a running sum (beta != 0) reads the rows it
      * adds to: they stay where they are. */
@@ -391,18 +419,7 @@ static bool add_segment(compiler *c, int first, int64_t rows, int64_t row_bytes)
         size_t bytes = (size_t)(blk * d->store.strides[0]) * ot_dtype_size((ot_dtype)d->store.dtype);
         p->temp_offset[t] = (bytes + 63) & ~(size_t)63;
     }
-    s[p->nseg++] = (ot_segment){first, 2, rows, blk, t};
-    return true;
-}
-
-/* Whether kernel k writes temp t, as its result or a further output. */
-static bool writes_temp(const ot_kernel *k, int t)
-{
-    for (int x = -1; x < k->nxstore; x++) {
-        const ot_view *o = x < 0 ? &k->store : &k->xstores[x].view;
-        if (o->space == OT_SPACE_TEMP && o->index == t) return true;
-    }
-    return false;
+    p->segs[p->nseg++] = (ot_segment){first, 2, rows, blk, t};
 }
 
 /* Whether dot d's temporary holds its result alone: not so for a part of
@@ -413,8 +430,8 @@ static bool sole_writer(const ot_plan *p, const kindex *ix, int d)
 {
     const ot_view *t = &p->kernels[d].store;
     for (int i = ix->wfirst[t->index]; i < ix->wfirst[t->index + 1]; i++) {
-        const ot_kernel *kk = &p->kernels[ix->pos[ix->wlist[i]]];
-        for (int x = -1; kk != &p->kernels[d] && x < kk->nxstore; x++) {
+        const ot_kernel *kk = &p->kernels[ix->wlist[i]];
+        for (int x = -1; ix->wlist[i] != d && x < kk->nxstore; x++) {
             const ot_view *o = x < 0 ? &kk->store : &kk->xstores[x].view;
             bool same_sum = kk->kind == OT_KER_DOT && o->offset == t->offset &&
                             kk->m == p->kernels[d].m && kk->n == p->kernels[d].n;
@@ -424,13 +441,12 @@ static bool sole_writer(const ot_plan *p, const kindex *ix, int d)
     return true;
 }
 
-/* Whether reduction r may join segment sg right after its epilogue ek
- * (see bsum_of); it reads ek's result. */
-static bool bsum_fits(const compiler *c, const kindex *ix, const ot_segment *sg, int r)
+/* Whether unplaced reduction r may join segment sg right after its
+ * epilogue e (see bsum_of); it reads e's result. */
+static bool bsum_fits(const compiler *c, const kindex *ix, const ot_segment *sg, int e, int r)
 {
     const ot_plan *p = c->plan;
-    int d = sg->first;
-    const ot_kernel *ek = &p->kernels[d + 1], *rk = &p->kernels[r];
+    const ot_kernel *ek = &p->kernels[e], *rk = &p->kernels[r];
     bool one_block = sg->row_block >= sg->rows;
     bool ok = rk->kind == OT_KER_REDUCE && (one_block || walks_rows(rk, sg->rows, true));
     for (int l = 0; l < rk->nload && ok; l++) {
@@ -443,67 +459,97 @@ static bool bsum_fits(const compiler *c, const kindex *ix, const ot_segment *sg,
                                offset_in_row(rk, v, sg->rows));
             /* The epilogue may write only part of it (a concat's): the
              * reduction must not pass the kernels writing the rest. */
-            for (int k = d + 2; k < r && ok; k++) ok = !writes_temp(&p->kernels[k], v->index);
+            ok = ok && !writes_before(c, ix, v->index, ix->key[r], false);
         } else {
-            ok = temp_writer(ix, v->index) < d;
+            int w = temp_writer(ix, v->index);
+            ok = w < 0 || ix->key[w] < sg->first;
         }
     }
-    for (int k = d + 2; k < r && ok; k++)
-        ok = !kernels_conflict(c, &p->kernels[k], rk) && !kernels_conflict(c, rk, &p->kernels[k]);
-    return ok;
+    return ok && !conflicts_before(c, ix, rk, ix->key[r]);
 }
 
-/* A reduction of the epilogue's result that may join segment sg right after
- * it, while that result is in cache (neon's bsum: a bias gradient's sum over
- * the rows): its other inputs exist before the dot, moving it earlier
- * changes nothing the kernels it passes read or write, and it either walks
- * the rows the epilogue wrote or the segment is one block (a sum down the
- * rows needs every row; exec.c runs a one-block segment unsliced), and no
- * kernel it passes writes what it reads. The first such kernel, or -1;
- * only the epilogue result's readers are candidates. */
-static int bsum_of(const compiler *c, const kindex *ix, const ot_segment *sg)
+/* A reduction of the epilogue e's result that may join segment sg right
+ * after it, while that result is in cache (neon's bsum: a bias gradient's
+ * sum over the rows): its other inputs exist before the dot, moving it
+ * earlier changes nothing the kernels it passes read or write, and it
+ * either walks the rows the epilogue wrote or the segment is one block (a
+ * sum down the rows needs every row; exec.c runs a one-block segment
+ * unsliced), and no kernel it passes writes what it reads. The first such
+ * kernel among the unplaced readers of e's result, or -1. */
+static int bsum_of(const compiler *c, const kindex *ix, const ot_segment *sg, int e)
 {
-    const ot_kernel *ek = &c->plan->kernels[sg->first + 1];
+    const ot_kernel *ek = &c->plan->kernels[e];
     if (ek->store.space != OT_SPACE_TEMP) return -1;
     int t = ek->store.index, best = -1;
     for (int i = ix->rfirst[t]; i < ix->rfirst[t + 1]; i++) {
-        int r = ix->pos[ix->rlist[i]];
-        if (r >= sg->first + 2 && (best < 0 || r < best) && bsum_fits(c, ix, sg, r)) best = r;
+        int r = ix->rlist[i];
+        if (unplaced_before(ix, r, best < 0 ? INT_MAX : ix->key[best]) && bsum_fits(c, ix, sg, e, r))
+            best = r;
     }
     return best;
 }
 
+/* Puts kernel id at the next position of the new order. */
+static void place(kindex *ix, int *order, int *n, int id)
+{
+    ix->key[id] = *n;
+    order[(*n)++] = id;
+}
+
+/* Makes the new order into order: each kernel in the old order, and after
+ * a dot the epilogue (and bsum) it pairs with. */
+static void order_segments(compiler *c, kindex *ix, int *order)
+{
+    ot_plan *p = c->plan;
+    int n = 0;
+    for (int id = 0; id < p->nkernels; id++) {
+        if (ix->key[id] < ix->nk) continue;
+        int d = n;
+        ix->cursor = id;
+        place(ix, order, &n, id);
+        const ot_kernel *dk = &p->kernels[id];
+        if (dk->kind != OT_KER_DOT || dk->batch != 1 || dk->m < 2 || dk->store.space != OT_SPACE_TEMP ||
+            !sole_writer(p, ix, id))
+            continue;
+        int e = sole_reader(ix, dk->store.index);
+        if (e < 0 || ix->key[e] < ix->nk || !epilogue_fits(c, ix, id, e)) continue;
+        place(ix, order, &n, e);
+        const ot_kernel *ek = &p->kernels[e];
+        int64_t row_bytes = 8 * dk->n;
+        for (int i = 1; i < ek->ndim; i++) row_bytes = row_bytes > 8 * ek->dims[i] ? row_bytes : 8 * ek->dims[i];
+        add_segment(p, dk, d, dk->m, row_bytes);
+        ot_segment *sg = &p->segs[p->nseg - 1];
+        int r = bsum_of(c, ix, sg, e);
+        if (r >= 0) {
+            place(ix, order, &n, r);
+            sg->count = 3;
+        }
+    }
+}
+
 /* Pairs each dot with the elementwise kernel that alone reads its result
  * (moved right after it), so that kernel runs as an epilogue on blocks of
- * the dot's rows. Runs before the arena is laid out: it reorders kernels. */
+ * the dot's rows. Runs before the arena is laid out: it reorders kernels,
+ * once, after choosing every segment. */
 bool ot__sched_choose_dot_segments(compiler *c)
 {
     ot_plan *p = c->plan;
+    int nk = p->nkernels;
+    if (!c->fused || nk < 2) return true;
     kindex ix;
-    if (!c->fused || p->nkernels < 2) return true;
     if (!kindex_new(&ix, p)) return false;
-    bool ok = true;
-    for (int d = 0; ok && d + 1 < p->nkernels; d++) {
-        const ot_kernel *dk = &p->kernels[d];
-        if (dk->kind != OT_KER_DOT || dk->batch != 1 || dk->m < 2 || dk->store.space != OT_SPACE_TEMP ||
-            !sole_writer(p, &ix, d))
-            continue;
-        int e = sole_reader(&ix, dk->store.index);
-        if (e <= d || !epilogue_fits(c, d, e)) continue;
-        move_kernel(p, &ix, e, d + 1);
-        const ot_kernel *ek = &p->kernels[d + 1];
-        int64_t row_bytes = 8 * dk->n;
-        for (int i = 1; i < ek->ndim; i++) row_bytes = row_bytes > 8 * ek->dims[i] ? row_bytes : 8 * ek->dims[i];
-        ok = add_segment(c, d, dk->m, row_bytes);
-        if (!ok) break;
-        ot_segment *sg = &p->segs[p->nseg - 1];
-        int r = bsum_of(c, &ix, sg);
-        if (r >= 0) {
-            move_kernel(p, &ix, r, d + 2);
-            sg->count = 3;
-        }
-        d += sg->count - 1;
+    int *order = ot__malloc(sizeof(int) * (size_t)nk);
+    ot_kernel *moved = ot__malloc(sizeof *moved * (size_t)nk);
+    ot_segment *segs = ot__realloc(p->segs, sizeof *segs * (size_t)(p->nseg + nk / 2 + 1));
+    bool ok = order && moved && segs;
+    if (segs) p->segs = segs;
+    if (ok) {
+        order_segments(c, &ix, order);
+        for (int i = 0; i < nk; i++) moved[i] = p->kernels[order[i]];
+        memcpy(p->kernels, moved, sizeof *moved * (size_t)nk);
     }
+    free(order);
+    free(moved);
     kindex_free(&ix);
     return ok;
 }

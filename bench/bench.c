@@ -505,6 +505,7 @@ static bench_row run_case(const bench_case *c, int index, ot_backend *const bes[
     for (int k = 0; k < V_COUNT; k++)
         bench_variant_new(&vs[k], bes[k], c, &d);
     float *ref_out = data_alloc(d.out_numel * sizeof *ref_out);
+    double first = bench_time_optree(c, &vs[V_FUSED], 1);
     if (o->explain) {
         fprintf(stderr, "bench: %s: the plan of one call (fused backend):\n", c->id);
         ot_pool *pool = ot_pool_push();
@@ -521,6 +522,7 @@ static bench_row run_case(const bench_case *c, int index, ot_backend *const bes[
     if (c->size) snprintf(row.size, sizeof row.size, "%s", c->size);
     else size_text(row.size, sizeof row.size, d.out_shape);
     row.fused = unit * m.t[V_FUSED];
+    row.first = unit * first;
     row.unfused = unit * m.t[V_UNFUSED];
     row.fused2 = unit * m.t[V_FUSED2];
     pick_ref(&row, &m, ref_modes(c, L), unit);

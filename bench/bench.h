@@ -279,6 +279,8 @@ typedef struct bench_row {
     /* Kernels one call runs (the backend's stats): fused, unfused; -1 when
      * not counted. */
     long kernels, kernels_unfused;
+    /* The fused variant's first call, compile included (its plan is new). */
+    double first;
 } bench_row;
 
 typedef struct bench_machine {

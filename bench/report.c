@@ -69,8 +69,8 @@ static const char *fmt_kernels(char *buf, size_t size, const bench_row *r)
 /* The cells of one row, shared by the three writers. */
 typedef struct cells {
     char fused[24], unfused[24], ref[24], ratio[24], gain[24], fused2[24], target[32], err[24];
-    char kern[48], rtext[160];
-    const char *pf, *pu, *pr, *pq, *pg, *p2, *pt, *pe, *pk, *prt;
+    char kern[48], rtext[160], first[24];
+    const char *pf, *pu, *pr, *pq, *pg, *p2, *pt, *pe, *pk, *prt, *p1;
 } cells;
 
 static void row_cells(cells *x, const bench_row *r)
@@ -85,6 +85,7 @@ static void row_cells(cells *x, const bench_row *r)
     x->pe = fmt_err(x->err, sizeof x->err, r->err);
     x->pk = fmt_kernels(x->kern, sizeof x->kern, r);
     x->prt = ref_text(x->rtext, sizeof x->rtext, r);
+    x->p1 = fmt_time(x->first, sizeof x->first, r, r->first);
 }
 
 static void machine_lines(FILE *f, const bench_machine *m, const char *prefix)
@@ -100,16 +101,16 @@ void report_text(FILE *f, const bench_machine *m, const bench_row *rows, int n)
 {
     fputc('\n', f);
     machine_lines(f, m, "");
-    fprintf(f, "\n%-3s %-44s %-9s %-4s %9s %9s %9s %9s %9s %9s %-19s %-6s %-11s %s\n", "id",
+    fprintf(f, "\n%-3s %-44s %-9s %-4s %9s %9s %9s %9s %9s %9s %-19s %-6s %-11s %-11s %s\n", "id",
             "workload", "size", "unit", "fused", "unfused", "ref", "fused/ref", "unf/fused",
-            "fused 2T", "target", "result", "max rel err", "kernels f/u");
+            "fused 2T", "target", "result", "max rel err", "kernels f/u", "first call");
     for (int i = 0; i < n; i++) {
         const bench_row *r = &rows[i];
         cells x;
         row_cells(&x, r);
-        fprintf(f, "%-3s %-44.44s %-9s %-4s %9s %9s %9s %9s %9s %9s %-19s %-6s %-11s %s\n",
+        fprintf(f, "%-3s %-44.44s %-9s %-4s %9s %9s %9s %9s %9s %9s %-19s %-6s %-11s %-11s %s\n",
                 r->c->id, r->c->label, r->size, unit(r), x.pf, x.pu, x.pr, x.pq, x.pg, x.p2,
-                x.pt, bench_verdict(r), x.pe, x.pk);
+                x.pt, bench_verdict(r), x.pe, x.pk, x.p1);
     }
     fprintf(f, "\nreference loops (%s, 1 thread; the faster store mode where both ran):\n",
             m->ref_isa);
@@ -128,15 +129,15 @@ void report_text(FILE *f, const bench_machine *m, const bench_row *rows, int n)
 void report_csv(FILE *f, const bench_row *rows, int n)
 {
     fputs("id,workload,size,unit,fused,unfused,ref,fused_over_ref,unfused_over_fused,"
-          "fused_2t,target,result,max_rel_err,reference,kernels_fused,kernels_unfused\n",
+          "fused_2t,target,result,max_rel_err,reference,kernels_fused,kernels_unfused,first_call\n",
           f);
     for (int i = 0; i < n; i++) {
         const bench_row *r = &rows[i];
         cells x;
         row_cells(&x, r);
-        fprintf(f, "%s,\"%s\",%s,%s,%s,%s,%s,%s,%s,%s,\"%s\",%s,%s,\"%s\",%ld,%ld\n",
+        fprintf(f, "%s,\"%s\",%s,%s,%s,%s,%s,%s,%s,%s,\"%s\",%s,%s,\"%s\",%ld,%ld,%s\n",
                 r->c->id, r->c->label, r->size, unit(r), x.pf, x.pu, x.pr, x.pq, x.pg, x.p2,
-                x.pt, bench_verdict(r), x.pe, x.prt, r->kernels, r->kernels_unfused);
+                x.pt, bench_verdict(r), x.pe, x.prt, r->kernels, r->kernels_unfused, x.p1);
     }
 }
 
@@ -174,9 +175,10 @@ void report_md(FILE *f, const bench_machine *m, const bench_row *rows, int n)
 {
     machine_lines(f, m, "");
     fputs("\n| id | workload | size | unit | fused | unfused | reference | fused/ref "
-          "| unfused/fused | fused, 2 threads | target | result | kernels fused/unfused |\n"
+          "| unfused/fused | fused, 2 threads | target | result | kernels fused/unfused "
+          "| first call |\n"
           "|----|----------|------|------|------:|--------:|----------:|----------:"
-          "|--------------:|-----------------:|--------|--------|------:|\n",
+          "|--------------:|-----------------:|--------|--------|------:|------:|\n",
           f);
     for (int i = 0; i < n; i++) {
         const bench_row *r = &rows[i];
@@ -187,7 +189,7 @@ void report_md(FILE *f, const bench_machine *m, const bench_row *rows, int n)
         fprintf(f, " | %s | %s | %s | %s | %s | %s | %s | %s | ", r->size, unit(r), x.pf, x.pu,
                 x.pr, x.pq, x.pg, x.p2);
         md_text(f, x.pt);
-        fprintf(f, " | %s | %s |\n", bench_verdict(r), x.pk);
+        fprintf(f, " | %s | %s | %s |\n", bench_verdict(r), x.pk, x.p1);
     }
     md_references(f, m, rows, n);
 }

@@ -121,29 +121,39 @@ char *ot__plan_describe(const ot_kernel *k)
 }
 
 /* Kernel i's place in a segment: 1 the epilogue, 2 a reduction joining it,
- * 0 neither; *dot is the segment's dot. */
-static int segment_role(const ot_plan *p, int i, int *dot)
+ * 0 neither; *dot is the segment's dot. Asked for i in order: *s walks the
+ * segments (disjoint, in order) along. */
+static int segment_role(const ot_plan *p, int i, int *s, int *dot)
 {
-    for (int s = 0; p->row_block <= 0 && s < p->nseg; s++)
-        if (i > p->segs[s].first && i < p->segs[s].first + p->segs[s].count) {
-            *dot = p->segs[s].first;
-            return i - p->segs[s].first;
-        }
-    return 0;
+    while (p->row_block <= 0 && *s < p->nseg && p->segs[*s].first + p->segs[*s].count <= i) ++*s;
+    if (p->row_block > 0 || *s >= p->nseg || i <= p->segs[*s].first) return 0;
+    *dot = p->segs[*s].first;
+    return i - *dot;
 }
 
-/* The dot kernel whose result kernel i reads, or -1. */
-static int dot_read(const ot_plan *p, int i)
+/* The dot kernel whose result kernel i reads, or -1; dot_of: per temp, the
+ * first dot kernel writing it (or -1). */
+static int dot_read(const ot_plan *p, const int *dot_of, int i)
 {
     const ot_kernel *k = &p->kernels[i];
     for (int l = 0; l < k->nload && k->kind != OT_KER_DOT; l++)
-        for (int w = 0; w < i; w++) {
-            const ot_kernel *d = &p->kernels[w];
-            if (d->kind == OT_KER_DOT && d->store.space == OT_SPACE_TEMP &&
-                k->loads[l].space == OT_SPACE_TEMP && k->loads[l].index == d->store.index)
-                return w;
-        }
+        if (k->loads[l].space == OT_SPACE_TEMP && dot_of[k->loads[l].index] >= 0 &&
+            dot_of[k->loads[l].index] < i)
+            return dot_of[k->loads[l].index];
     return -1;
+}
+
+/* Per temp, the first dot kernel writing it, or -1; NULL without memory. */
+static int *dots_of_temps(const ot_plan *p)
+{
+    int *dot_of = ot__malloc(sizeof(int) * (size_t)(p->ntemps + 1));
+    for (int t = 0; dot_of && t < p->ntemps; t++) dot_of[t] = -1;
+    for (int w = 0; dot_of && w < p->nkernels; w++) {
+        const ot_kernel *d = &p->kernels[w];
+        if (d->kind == OT_KER_DOT && d->store.space == OT_SPACE_TEMP && dot_of[d->store.index] < 0)
+            dot_of[d->store.index] = w;
+    }
+    return dot_of;
 }
 
 /* The accuracy of k's inexact ops, each once: the SLEEF accuracy the
@@ -186,9 +196,11 @@ int ot__plan_explain(const ot_plan *p, FILE *f)
         fprintf(f, "  dot epilogue: kernels %d-%d run per block of %lld of %lld rows, in order\n",
                 p->segs[s].first, p->segs[s].first + p->segs[s].count - 1,
                 (long long)p->segs[s].row_block, (long long)p->segs[s].rows);
+    int *dot_of = p->row_serial ? dots_of_temps(p) : NULL, seg = 0;
+    if (p->row_serial && !dot_of) return ot__err_set(OT_ENOMEM, NULL, 0, "explain", "out of memory");
     for (int i = 0; i < p->nkernels; i++) {
-        int seg_dot = -1, role = segment_role(p, i, &seg_dot);
-        int from = role == 1 ? seg_dot : p->row_serial ? dot_read(p, i) : -1;
+        int seg_dot = -1, role = segment_role(p, i, &seg, &seg_dot);
+        int from = role == 1 ? seg_dot : p->row_serial ? dot_read(p, dot_of, i) : -1;
         fprintf(f, "  kernel %d: %s", i, p->kernels[i].desc ? p->kernels[i].desc : "?");
         if (from >= 0) fprintf(f, " (epilogue of kernel %d, on its rows in cache)", from);
         if (role == 2) fprintf(f, " (bsum of kernel %d's result, in cache)", i - 1);
@@ -198,6 +210,7 @@ int ot__plan_explain(const ot_plan *p, FILE *f)
         explain_accuracy(&p->kernels[i], p->acc, f);
         fputc('\n', f);
     }
+    free(dot_of);
     return ferror(f) ? OT_EIO : 0;
 }
 

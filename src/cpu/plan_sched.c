@@ -23,20 +23,60 @@
 
 typedef struct block { size_t off, size; } block;
 
-/* First fit over free blocks, else the end of the arena. */
-static size_t arena_take(block *free_blocks, int *nfree, size_t size, size_t *end)
+/* The free blocks, in the order first fit scans them, with a max tree over
+ * that order (each leaf a block's size + 1, 0 past the end), so the first
+ * block that fits is found in log time: a long chain's thousands of freed
+ * blocks made the scan quadratic. */
+typedef struct freelist {
+    block *b;
+    int n, cap;                /* blocks; leaves (a power of two) */
+    size_t *mx;                /* the tree: node j's children 2j, 2j + 1 */
+} freelist;
+
+static void fl_set(freelist *f, int i)
 {
-    for (int i = 0; i < *nfree; i++) {
-        if (free_blocks[i].size < size) continue;
-        size_t off = free_blocks[i].off;
-        free_blocks[i].off += size;
-        free_blocks[i].size -= size;
-        if (free_blocks[i].size == 0) free_blocks[i] = free_blocks[--*nfree];
+    int j = i + f->cap;
+    f->mx[j] = i < f->n ? f->b[i].size + 1 : 0;
+    for (j >>= 1; j; j >>= 1) f->mx[j] = f->mx[2 * j] > f->mx[2 * j + 1] ? f->mx[2 * j] : f->mx[2 * j + 1];
+}
+
+/* First fit over free blocks, else the end of the arena. A block used up
+ * gives its place to the last one. */
+static size_t arena_take(freelist *f, size_t size, size_t *end)
+{
+    if (f->mx[1] < size + 1) {
+        size_t off = *end;
+        *end += size;
         return off;
     }
-    size_t off = *end;
-    *end += size;
+    int j = 1;
+    while (j < f->cap) j = f->mx[2 * j] >= size + 1 ? 2 * j : 2 * j + 1;
+    int i = j - f->cap;
+    size_t off = f->b[i].off;
+    f->b[i].off += size;
+    f->b[i].size -= size;
+    if (f->b[i].size == 0) {
+        f->b[i] = f->b[--f->n];
+        fl_set(f, f->n);
+    }
+    fl_set(f, i);
     return off;
+}
+
+/* Room for n blocks; false without memory (whatever was made is freed
+ * with the rest by the caller). */
+static bool fl_new(freelist *f, int n)
+{
+    *f = (freelist){.b = ot__malloc(sizeof(block) * (size_t)n), .cap = 1};
+    while (f->cap < n) f->cap *= 2;
+    f->mx = ot__calloc((size_t)f->cap * 2, sizeof *f->mx);
+    return f->b && f->mx;
+}
+
+static void arena_free(freelist *f, block b)
+{
+    f->b[f->n++] = b;
+    fl_set(f, f->n - 1);
 }
 
 /* Gives each temporary an arena offset: it lives from the kernel that
@@ -52,8 +92,8 @@ bool ot__sched_layout_arena(ot_plan *p)
     int *next_born = def + 2 * (size_t)nt, *next_dead = def + 3 * (size_t)nt;
     int *born = ot__malloc(sizeof(int) * (size_t)(nk + 1) * 2), *dead = born + nk + 1;
     size_t *size = ot__malloc(sizeof(size_t) * (size_t)nt);
-    block *fb = ot__malloc(sizeof *fb * (size_t)nt);
-    bool ok = def && born && size && fb;
+    freelist fl;
+    bool ok = fl_new(&fl, nt) && def && born && size;
     for (int t = 0; ok && t < nt; t++) {
         def[t] = last[t] = -1;
         size[t] = p->temp_offset[t];
@@ -76,18 +116,18 @@ bool ot__sched_layout_arena(ot_plan *p)
         next_dead[t] = dead[d];
         dead[d] = t;
     }
-    int nfree = 0;
     size_t end = 0;
     for (int k = 0; ok && k < nk; k++) {
         for (int t = born[k]; t >= 0; t = next_born[t])
-            p->temp_offset[t] = arena_take(fb, &nfree, size[t], &end);
-        for (int t = dead[k]; t >= 0; t = next_dead[t]) fb[nfree++] = (block){p->temp_offset[t], size[t]};
+            p->temp_offset[t] = arena_take(&fl, size[t], &end);
+        for (int t = dead[k]; t >= 0; t = next_dead[t]) arena_free(&fl, (block){p->temp_offset[t], size[t]});
     }
     if (ok) p->arena_bytes = end;
     free(def);
     free(born);
     free(size);
-    free(fb);
+    free(fl.b);
+    free(fl.mx);
     return ok;
 }
 

@@ -10,7 +10,9 @@
  * whose lives do not overlap sharing memory; choose_row_blocks, in a plan
  * without segments, runs all kernels per block of rows when they all walk
  * the same rows; ot__sched_streams decides which kernels write their
- * output with streaming stores (generated code obeys it).
+ * output with streaming stores (generated code obeys it). Each pass is
+ * linear in the kernels (up to a log): questions about a temporary's
+ * readers and writers go to an index made once per pass (kindex).
  *
  * Guarantees to exec.c: temporaries are still written before they are read;
  * segments are disjoint runs of kernels in order; the arena blocks of

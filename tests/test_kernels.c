@@ -20,7 +20,9 @@
  *     error through 1 + e. Where long double is no wider than double (under
  *     valgrind) the oracle is double and f64 bounds get 1 more ULP. Besides
  *     the fixed data, kernels_ulp_sweep runs 4096 values per function over
- *     its domain (overflow and denormal ranges, huge sin/cos arguments).
+ *     its domain (overflow and denormal ranges, huge sin/cos arguments),
+ *     and kernels_range_ends the fixed inputs at the ends of the ranges
+ *     (where results overflow or turn subnormal; the largest arguments).
  *   - fma: fmaf / fma exactly; casts: (float), (double), ot__to_i32 exactly;
  *   - sum: within k * eps * sum|x| of a long double sum (k the float
  *     additions a lane can see) and bitwise equal at other alignments;

@@ -12,7 +12,7 @@ tanh) runs through its set, f32 and f64 rows apart, each set as one tensor
 (one assign per function, dtype and backend), on:
   ref                  the reference backend (double, rounded once);
   cpu/<isa>            the tile kernels of every ISA table the CPU runs
-                       (OT_ISA=scalar, sse2, avx2, avx512; OT_JIT=0);
+                       (OT_ISA=scalar, sse2, avx2, avx512, neon; OT_JIT=0);
   cpu/<isa>/jit        generated code (src/cpu/jit) where the table has it
                        (avx2, avx512): f(neg(-x)), since a lone op stays
                        with the tile kernels (jit.c's worth_it) and neg is
@@ -71,7 +71,7 @@ def read_set(path):
 def configs():
     """(label, backend name, environment, generated code) of every backend."""
     out = [('ref', b'ref', {}, False)]
-    for isa in ('scalar', 'sse2', 'avx2', 'avx512'):
+    for isa in ('scalar', 'sse2', 'avx2', 'avx512', 'neon'):
         out.append(('cpu/%s' % isa, b'cpu', {'OT_ISA': isa, 'OT_JIT': '0'}, False))
         if isa in ('avx2', 'avx512'):
             out.append(('cpu/%s/jit' % isa, b'cpu', {'OT_ISA': isa, 'OT_JIT': '1'}, True))
@@ -156,7 +156,8 @@ def main(argv):
     for label, name, env, jit in configs():
         be = sv_backend(lib, name, env)
         if be is None:
-            print('skip umath@%s: the CPU lacks it' % label)
+            if opt.verbose:
+                print('skip umath@%s: the CPU lacks it' % label)
             continue
         try:
             for fn, data in sets.items():

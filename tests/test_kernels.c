@@ -20,7 +20,9 @@
  *     error through 1 + e. Where long double is no wider than double (under
  *     valgrind) the oracle is double and f64 bounds get 1 more ULP. Besides
  *     the fixed data, kernels_ulp_sweep runs 4096 values per function over
- *     its domain (overflow and denormal ranges, huge sin/cos arguments).
+ *     its domain (overflow and denormal ranges, huge sin/cos arguments),
+ *     and kernels_range_ends the fixed inputs at the ends of the ranges
+ *     (where results overflow or turn subnormal; the largest arguments).
  *   - fma: fmaf / fma exactly; casts: (float), (double), ot__to_i32 exactly;
  *   - sum: within k * eps * sum|x| of a long double sum (k the float
  *     additions a lane can see) and bitwise equal at other alignments;
@@ -1104,3 +1106,46 @@ static void check_vs_scalar(const ot_kernels *k)
 }
 
 TEST(kernels_vector_tables_match_scalar_on_special_values) { each_table(check_vs_scalar); }
+
+/* ---- the ends of the transcendentals' ranges -------------------------------------------- */
+
+/* Inputs at the ends of each SLEEF row's range (f64, and f32 where they
+ * fit): where the result overflows or turns subnormal, the largest and
+ * smallest arguments, and the window below log(DBL_MAX) where SLEEF 3.5's
+ * f64 exp gave inf (tile.inc's f64_exp_top_u10). Every table, both slots,
+ * in one call per function and dtype, against the long double oracle in
+ * ulp_bound's budget; the class (inf, NaN, finite) must match. */
+static const double range_ends[] = {
+    709.78, 0x1.62e42fe102c83p+9, 0x1.62e42fe102c84p+9, 709.7827128933839,
+    0x1.62e42fefa39efp+9, 0x1.62e42fefa39f0p+9, 709.79, 710.0, 1000.0, -708.39, -745.1,
+    -745.13321910194122, -745.2, -1000.0, 1023.9999999999999, 1024.0, -1022.0, -1074.0,
+    -1074.5, -1075.0, 88.72, 88.7228, 88.8, -87.33, -103.27, -103.98, -104.0, 127.99999,
+    128.0, -126.0, -149.0, -149.5, -150.0, DBL_MAX, -DBL_MAX, DBL_MIN, 0x1p-1074, FLT_MAX,
+    FLT_MIN, 0x1p-149, 1e22, 1e300, 19.0, 20.0, 40.0, -40.0, 1e-300, 1e-30, INFINITY,
+    -INFINITY, NAN, 0.0, -0.0, 1.0};
+enum { NENDS = sizeof range_ends / sizeof range_ends[0] };
+
+static void check_range_ends(const ot_kernels *k)
+{
+    static const ot_op ops[] = {OT_OP_EXP, OT_OP_EXP2, OT_OP_EXPM1, OT_OP_LOG,
+                                OT_OP_LOG2, OT_OP_SIN, OT_OP_COS, OT_OP_TANH};
+    unsigned char in[NENDS * 8], got[NENDS * 8];
+    for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++)
+        for (int kd = 0; kd < 2; kd++)
+            for (int acc = 0; acc < 2; acc++) {
+                report rep = {3};
+                double bound = ulp_bound(ops[o], kd, acc);
+                for (size_t i = 0; i < NENDS; i++) kset(in, kd, i, kround(kd, range_ends[i]));
+                k->unary[acc][ops[o]][kd](got, in, NENDS);
+                for (size_t i = 0; i < NENDS; i++) {
+                    long double want = ref_trans(ops[o], kd, kget(in, kd, i));
+                    double g = kget(got, kd, i), e = ulp_err(kd, g, want);
+                    if (!(e <= bound) || isinf(g) != isinf(kround(kd, (double)want)))
+                        MISMATCH(&rep, "%s %s %s u%d(%.17g) = %.17g, want %.17Lg: %g ULP > %g",
+                                 ot__isa_name(k->isa), kdname[kd], ot_op_name(ops[o]), acc ? 35 : 10,
+                                 kget(in, kd, i), g, want, e, bound);
+                }
+            }
+}
+
+TEST(kernels_range_ends) { each_table(check_range_ends); }

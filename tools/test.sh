@@ -28,7 +28,10 @@
 #               clang at -O0 with -Werror into $BUILD/clang-O0 (a build
 #               that inlines nothing: a C99 inline without an external
 #               definition fails to link there; clang's warnings)
-#   numpy       tests/diff_numpy.py against $BUILD/liboptree.so
+#   numpy       tests/diff_numpy.py against $BUILD/liboptree.so, then
+#               tests/umath_check.py (recorded as "umath"): exp, exp2,
+#               expm1, log, log2, sin, cos and tanh through NumPy's own
+#               validation sets on ref, every ISA table and generated code
 #   tsan        the unit tests rebuilt in $BUILD/tsan with ThreadSanitizer,
 #               running only the cases about threads (name or file contains
 #               "thread"; about 20 s): a data race ends its case
@@ -56,7 +59,8 @@
 # $BUILD/test-logs/.
 #
 # `make check` runs `tools/test.sh check`: the build, then the unit and
-# numpy phases side by side (the unit runner on JOBS CPUs beside NumPy).
+# numpy phases side by side (the unit runner on JOBS CPUs beside NumPy;
+# the numpy phase's umath cases included).
 #
 # The $TMO, $TMO_EX and $NOASLR prefixes below are split on purpose.
 # shellcheck disable=SC2086
@@ -254,6 +258,7 @@ phase_numpy() {
         return
     fi
     run_logged numpy $TMO "$PY" tests/diff_numpy.py "$B/liboptree.so"
+    run_logged umath $TMO "$PY" tests/umath_check.py "$B/liboptree.so"
 }
 
 # Everything a user builds, once more with clang at -O0: no call is inlined

@@ -79,12 +79,21 @@ static void step(scen *s, ot_tensor *out, ot_node *tree)
     s->n++;
 }
 
+/* A step of two outputs. */
+static void step2(scen *s, ot_tensor *o0, ot_node *t0, ot_tensor *o1, ot_node *t1)
+{
+    step(s, o0, t0);
+    s->outs[s->n - 1][1] = o1;
+    s->trees[s->n - 1][1] = t1;
+    s->steps[s->n - 1].n = 2;
+}
+
 static void scen_free(scen *s)
 {
     for (int i = 0; i < s->nt; i++) ot_tensor_free(s->t[i]);
 }
 
-/* Every tensor of a and b (the same scenario built twice; all f32) equal
+/* Every tensor of a and b (the same scenario built twice; 4-byte dtypes) equal
  * bit for bit, or within tol relative when tol > 0. */
 static void check_same(const scen *a, const scen *b, double tol)
 {
@@ -220,6 +229,22 @@ static void kept_in_output(scen *s, ot_backend *be, bool overwrite)
 static void output_kept(scen *s, ot_backend *be) { kept_in_output(s, be, false); }
 static void output_overwritten(scen *s, ot_backend *be) { kept_in_output(s, be, true); }
 
+/* A step of two outputs reading a*b, then a step whose whole tree is a*b
+ * (a copy of the kept value), in int32. */
+static void two_outputs(scen *s, ot_backend *be)
+{
+    ot_tensor *x = data(s, be, OT_SHAPE(N), 50);
+    ot_tensor *a = ot_zeros(be, OT_SHAPE(N), OT_I32), *b = ot_zeros(be, OT_SHAPE(N), OT_I32);
+    s->t[s->nt++] = a;
+    s->t[s->nt++] = b;
+    CHECK_INT(ot_assign(a, ot_cast(x, OT_I32)), 0);
+    CHECK_INT(ot_assign(b, ot_cast(ot_sub(x, 20.0f), OT_I32)), 0);
+    ot_node *ab = ot_mul(a, b);
+    step2(s, output(s, be, OT_SHAPE(), OT_F32), ot_sum(ab), output(s, be, OT_SHAPE(N), OT_F32),
+          ot_mul(ab, 2));
+    step(s, output(s, be, OT_SHAPE(N), OT_F32), ot_mul(a, b));
+}
+
 TEST(sequential_kept_values_and_writes)
 {
     for (int bi = 0; bi < 2; bi++) {
@@ -231,6 +256,8 @@ TEST(sequential_kept_values_and_writes)
         run_both(be, output_kept, 0, &shared, &separate);
         CHECK_INT(shared, cpu ? 2 * N : 2);
         CHECK_INT(separate, cpu ? 3 * N : 3);
+        run_both(be, two_outputs, 0, &shared, &separate);
+        CHECK(shared < separate);
         run_both(be, output_overwritten, 0, &shared, &separate);   /* kept in a temporary */
         CHECK_INT(shared, cpu ? 3 * N : 3);
         CHECK_INT(separate, cpu ? 4 * N : 4);

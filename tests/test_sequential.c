@@ -279,12 +279,28 @@ static void views(scen *s, ot_backend *be)
     step(s, output(s, be, OT_SHAPE(40), OT_F32), ot_max(ot_log(ot_softmax(v, 1)), 1));
 }
 
+/* exp(a + b) over named axes (b, "C,N", aligned to a's "N,C" by a
+ * transpose) in an output, under a product, and rebuilt alike under a row
+ * sum: a kept value keeps its axis names. */
+static void named_axes(scen *s, ot_backend *be)
+{
+    ot_tensor *a = data(s, be, OT_SHAPE(30, 40), 1), *b = data(s, be, OT_SHAPE(40, 30), 1);
+    CHECK_INT(ot_tensor_set_axes(a, "N,C"), 0);
+    CHECK_INT(ot_tensor_set_axes(b, "C,N"), 0);
+    ot_node *e = ot_exp(ot_add(a, b));
+    step(s, output(s, be, OT_SHAPE(30, 40), OT_F32), e);
+    step(s, output(s, be, OT_SHAPE(30, 40), OT_F32), ot_mul(e, b));
+    step(s, output(s, be, OT_SHAPE(30), OT_F32), ot_sum(ot_mul(ot_exp(ot_add(a, b)), a), 1));
+}
+
 TEST(sequential_shares_views_and_composites)
 {
     for (int bi = 0; bi < 2; bi++) {
         ot_backend *be = backend(backends[bi], NULL);
         uint64_t shared, separate;
         run_both(be, views, 0, &shared, &separate);
+        CHECK(shared < separate);
+        run_both(be, named_axes, 0, &shared, &separate);
         CHECK(shared < separate);
         ot_backend *rules = backend(backends[bi], "fuse");   /* log(softmax) rewritten first */
         run_both(rules, views, 0, &shared, &separate);

@@ -24,7 +24,23 @@
  * dtypes, outputs, one backend) before the first one runs; an error names
  * the call and the step ("file.c:88: sequential: step 2: ..."; a macro
  * passes __FILE__, __LINE__), and nothing is written then. A step that fails
- * while running (out of memory) leaves the earlier steps' writes in place. */
+ * while running (out of memory) leaves the earlier steps' writes in place,
+ * and writes none of its own outputs.
+ *
+ * A value that several steps compute (one node, or nodes built alike over
+ * the same tensors and constants) is computed once, by the first of them,
+ * and kept for the later ones while no step in between writes memory it
+ * reads: a tensor under it, a view overlapping one, or the output that
+ * keeps it. A step after such a write computes it again, from what it
+ * reads then. It is kept in the output of the step that computes it when
+ * it is one of that step's trees (same shape and dtype), else in a
+ * temporary of its own shape and dtype, freed after the last step that
+ * reads it. Being stored at its dtype, a kept value is read as stored: a
+ * later a*b + c over a kept a*b adds to the rounded product where the
+ * step alone would fuse one fma. With rule sets (ot_backend_opts.rewrite)
+ * every step is rewritten first, as its assignment would be, and the
+ * rewritten trees are shared. Programs (below) do not share values across
+ * their steps. */
 typedef struct ot_step {
     int n;                        /* outputs, and trees, of this step */
     ot_tensor *const *outs;

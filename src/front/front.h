@@ -42,6 +42,12 @@ int ot__rewrite_then(ot_backend *be, int n, ot_tensor *const outs[], ot_node *co
  * by its rule sets if it has any (backend.c): ot_assign_many's last half,
  * which a program's run on ref calls per step. */
 int ot__assign_backend(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[]);
+/* ot_sequential's run (sequential.c): n checked steps in order, a value
+ * that several steps compute computed once while what it reads is not
+ * written in between. 0, or an error with *failed the step that failed
+ * (earlier steps' writes done), or -1 when none ran (out of memory while
+ * planning); the slot holds the message, without site or step. */
+int ot__sequential_run(int n, const ot_step steps[], int *failed);
 /* Releases the autodiff objects memoised on be (autodiff.c). */
 void ot__autodiff_memo_free(ot_backend *be);
 

@@ -2,7 +2,8 @@
  * program.c - staged execution: programs (placeholders, variables, steps
  * compiled once and run many times) and ot_sequential, assignments in order.
  * This file builds a program (its steps and what they read); program_run.c
- * compiles and runs it.
+ * compiles and runs it; sequential.c runs ot_sequential's steps, sharing
+ * the values they have in common.
  *
  * A program's steps are ordinary trees kept with their outputs. Compiling
  * asks a backend that prepares steps (vt->prepare: cpu, its plan and a
@@ -60,11 +61,13 @@ int ot_sequential_at(int n, const ot_step steps[], const char *file, int line)
     for (int i = 0; i < n; i++)
         if (ot__assign_check(at.fn, steps[i].n, steps[i].outs, steps[i].trees, &be))
             return ot__prog_step_error(&at, i, NULL);
-    for (int i = 0; i < n; i++)   /* checked above: a step runs on its first output's backend */
-        if (steps[i].n &&
-            ot__assign_backend(steps[i].outs[0]->leaf.be, steps[i].n, steps[i].outs, steps[i].trees))
-            return ot__prog_step_error(&at, i, NULL);
-    return 0;
+    int failed, rc = ot__sequential_run(n, steps, &failed);
+    char msg[512];
+    if (rc && failed < 0) {   /* planning failed: no step ran */
+        snprintf(msg, sizeof msg, "%s", ot_errmsg());
+        return ot__err_set(rc, file, line, at.fn, "%s", msg);
+    }
+    return rc ? ot__prog_step_error(&at, failed, NULL) : 0;
 }
 
 /* ---- building a program ------------------------------------------------------ */

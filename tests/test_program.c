@@ -520,6 +520,58 @@ TEST(program_bad_bindings)
     ot_backend_free(other);
 }
 
+/* A run binding the tensors of the last run skips their checks: what may
+ * have changed since is still checked (the names' text, another tensor at
+ * a freed one's address, the sizes bound, another order). */
+TEST(program_repeated_bindings_checked)
+{
+    ot_backend *be = backend("cpu");
+    ot_program *p = ot_program_new(be);
+    int bs = ot_program_symbol(p, "batch", 2);
+    ot_tensor *a = ot_program_placeholder(p, "a", OT_SHAPE(OT_SYM(bs), 3), OT_F32);
+    ot_tensor *b = ot_program_placeholder(p, "b", OT_SHAPE(OT_SYM(bs), 3), OT_F32);
+    ot_tensor *out = ot_zeros(be, OT_SHAPE(3), OT_F32);
+    ot_pool *pool = ot_pool_push();
+    CHECK_INT(ot_program_assign(p, out, ot_sum(ot_mul(a, b), 0)), 0);
+    ot_pool_pop(pool);
+    CHECK_INT(ot_program_compile(p), 0);
+    ot_tensor *ta = ot_ones(be, OT_SHAPE(2, 3), OT_F32), *tb = ot_full(be, OT_SHAPE(2, 3), OT_F32, 2);
+    char na[2] = "a";
+    ot_bind bind[2] = {OT_BIND_TENSOR(na, ta), OT_BIND_TENSOR("b", tb)};
+    float got[3];
+    for (int i = 0; i < 2; i++) CHECK_INT(ot_program_run(p, 2, bind), 0);
+    CHECK_INT(ot_get(out, got), 0);
+    CHECK(got[0] == 4 && got[2] == 4);
+    na[0] = 'c';   /* the same pointers, another name */
+    CHECK_INT(ot_program_run(p, 2, bind), OT_EINVAL);
+    CHECK_ERR(OT_EINVAL, "no placeholder named c");
+    na[0] = 'a';
+    CHECK_INT(ot_program_run(p, 2, bind), 0);
+    CHECK_INT(ot_program_run(p, 1, bind), OT_EINVAL);   /* fewer bindings */
+    CHECK_ERR(OT_EINVAL, "b is not bound");
+    CHECK_INT(ot_program_run(p, 2, bind), 0);
+    ot_tensor_free(ta);   /* another tensor, maybe at ta's address */
+    bind[0].tensor = ta = ot_ones(be, OT_SHAPE(2, 4), OT_F32);
+    CHECK_INT(ot_program_run(p, 2, bind), OT_ESHAPE);
+    CHECK_ERR(OT_ESHAPE, "dim 1 is 3");
+    ot_tensor_free(ta);
+    bind[0].tensor = ta = ot_ones(be, OT_SHAPE(4, 3), OT_F32);   /* another batch */
+    CHECK_INT(ot_program_run(p, 2, bind), OT_ESHAPE);
+    CHECK_ERR(OT_ESHAPE, "bound two ways");
+    ot_tensor *tb4 = ot_full(be, OT_SHAPE(4, 3), OT_F32, 3);
+    ot_bind swapped[2] = {OT_BIND_TENSOR("b", tb4), OT_BIND_TENSOR("a", ta)};
+    for (int i = 0; i < 2; i++) CHECK_INT(ot_program_run(p, 2, swapped), 0);
+    CHECK_INT(ot_get(out, got), 0);
+    CHECK(got[0] == 12 && got[2] == 12);
+    ot_program_stats st;
+    CHECK_INT(ot_program_stats_get(p, &st), 0);
+    CHECK_INT(st.specializations, 2);
+    ot_program_free(p);
+    ot_tensor *ts[] = {out, ta, tb, tb4};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) ot_tensor_free(ts[i]);
+    ot_backend_free(be);
+}
+
 /* ---- bad programs -------------------------------------------------------------- */
 
 TEST(program_bad_build)

@@ -17,7 +17,7 @@ static uint64_t slots_used;   /* bit i: slot i held by a live thread */
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 static pthread_key_t slot_key;
 static bool key_ok;
-static _Thread_local int my_slot;   /* slot + 1; 0: none yet; -1: none to have */
+_Thread_local int ot__stats_slot;   /* slot + 1; 0: none yet; -1: none to have */
 
 static void slot_release(void *v)
 {
@@ -46,18 +46,18 @@ static int slot_take(void)
     return slot;
 }
 
-ot__stat_shard *ot__stats_mine(ot__stat_counters *c)
+ot__stat_shard *ot__stats_mine_slow(ot__stat_counters *c)
 {
-    if (my_slot == 0) {
+    if (ot__stats_slot == 0) {
         int slot = slot_take();
-        my_slot = slot < 0 ? -1 : slot + 1;
+        ot__stats_slot = slot < 0 ? -1 : slot + 1;
     }
-    if (my_slot < 0) return &c->shared;
-    ot__stat_shard *s = atomic_load_explicit(&c->shard[my_slot - 1], memory_order_acquire);
+    if (ot__stats_slot < 0) return &c->shared;
+    ot__stat_shard *s = atomic_load_explicit(&c->shard[ot__stats_slot - 1], memory_order_acquire);
     if (s) return s;
     s = ot__calloc(1, sizeof *s);
     if (!s) return &c->shared;
-    atomic_store_explicit(&c->shard[my_slot - 1], s, memory_order_release);
+    atomic_store_explicit(&c->shard[ot__stats_slot - 1], s, memory_order_release);
     return s;
 }
 

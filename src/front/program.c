@@ -486,6 +486,7 @@ void ot_program_free(ot_program *p)
     free(p->base);
     free(p->bound);
     free(p->bound_by);
+    free(p->last);
     free(p->symrun);
     free(p->write);
     free(p->write_step);

@@ -54,6 +54,15 @@ typedef struct spec {
     int kernels;
 } spec;
 
+/* A binding of the last run: the tensor, by address and serial (a tensor
+ * freed and another made at its address has another serial), and the
+ * placeholder it bound. */
+typedef struct last_bind {
+    const ot_tensor *t;
+    uint64_t serial;
+    int k;
+} last_bind;
+
 struct ot_program {
     ot_backend *be;
     bool prepared;                /* the backend prepares steps (vt->prepare) */
@@ -72,6 +81,11 @@ struct ot_program {
     int *bound_by;
     uint64_t runs;
     int64_t *symrun;
+    /* the bindings of the last run, when it succeeded binding tensors only
+     * (nlast of them; -1: none): a run that binds the same tensors again
+     * skips the checks their first binding passed (program_run.c) */
+    last_bind *last;
+    int nlast;
     /* the buffers steps write, each once, and the first step writing it */
     const ot_buffer **write;
     int *write_step;

@@ -212,7 +212,10 @@ static int compile(ot_program *p)
     if (!p->bound) p->bound = ot__calloc(nph, sizeof *p->bound);
     if (!p->bound_by) p->bound_by = ot__calloc(nph, sizeof *p->bound_by);
     if (!p->symrun) p->symrun = ot__calloc((size_t)(p->nsym ? p->nsym : 1), sizeof *p->symrun);
-    if (!p->base || !p->bound || !p->bound_by || !p->symrun || find_writes(p)) return nomem(p);
+    if (!p->last) p->last = ot__calloc(nph, sizeof *p->last);
+    p->nlast = -1;
+    if (!p->base || !p->bound || !p->bound_by || !p->symrun || !p->last || find_writes(p))
+        return nomem(p);
     return spec_new(p, p->symnom, &p->cur);
 }
 
@@ -223,6 +226,7 @@ int ot_program_compile_at(ot_program *p, const char *file, int line)
 }
 
 /* ---- running ------------------------------------------------------------------ */
+
 
 /* The placeholder named name, or -1; binding i is tried against
  * placeholder i first (bindings in creation order cost one compare). */
@@ -337,6 +341,8 @@ static int check_alias(const ot_program *p, int k, size_t nbytes)
     return 0;
 }
 
+/* Checks the bindings, and records them in p->last (the run sets
+ * p->nlast once it has specialised). */
 static int check_bindings(ot_program *p, int n, const ot_bind b[])
 {
     if (n < 0) return FAIL(p, OT_EINVAL, "negative count %d", n);
@@ -349,11 +355,32 @@ static int check_bindings(ot_program *p, int n, const ot_bind b[])
         int k = check_bind(p, i, &b[i], &symset, &nbytes);
         int rc = k < 0 ? k : check_alias(p, k, nbytes);
         if (rc) return rc;
+        const ot_tensor *t = b[i].tensor;   /* i < nph: k is a placeholder bound once */
+        p->last[i] = (last_bind){t, t ? t->serial : 0, k};
     }
     for (int k = 0; n < p->nph && k < p->nph; k++)   /* n distinct names bound */
         if (p->bound[k] != p->runs)
             return FAIL(p, OT_EINVAL, "placeholder %s is not bound", p->ph[k].name);
     return 0;
+}
+
+/* Whether b binds the tensors of the last run, in its order, to the same
+ * names: then every check of check_bindings holds as it did (a tensor's
+ * backend, dtype, view and memory never change, nor do the placeholders
+ * and the buffers the steps write), p->base and the specialisation are
+ * the last run's, and only the names are compared again (the caller's
+ * strings may have changed). W8p: a third of a run outside its kernel. */
+static bool same_bindings(const ot_program *p, int n, const ot_bind b[])
+{
+    if (n != p->nlast || (n && !b)) return false;
+    for (int i = 0; i < n; i++) {
+        const last_bind *l = &p->last[i];
+        const ot_tensor *t = b[i].tensor;
+        if (!t || t != l->t || b[i].data || !b[i].name || t->serial != l->serial ||
+            t->leaf.be != p->be || strcmp(b[i].name, p->ph[l->k].name) != 0)
+            return false;
+    }
+    return true;
 }
 
 /* The specialisation at p->symrun: the current one, one kept, or a new one. */
@@ -367,6 +394,22 @@ static int specialise(ot_program *p)
             return 0;
         }
     return spec_new(p, p->symrun, &p->cur);
+}
+
+/* A run's checks: those of the last run's bindings again, or all of them
+ * and the specialisation for the sizes bound; p->last remembers bindings
+ * of tensors only, and no failed run. */
+static int bind_run(ot_program *p, int n, const ot_bind b[])
+{
+    if (same_bindings(p, n, b)) return 0;
+    p->nlast = -1;
+    int rc = check_bindings(p, n, b);
+    if (!rc) rc = specialise(p);
+    if (rc) return rc;
+    bool tensors = true;
+    for (int i = 0; i < n; i++) tensors = tensors && p->last[i].t;
+    p->nlast = tensors ? n : -1;
+    return 0;
 }
 
 /* A backend that does not prepare steps (ref): each step through its
@@ -413,8 +456,7 @@ static int run(ot_program *p, int n, const ot_bind bindings[])
 {
     if (!p->nspec) return FAIL(p, OT_ESTATE, "the program is not compiled (ot_program_compile)");
     ot_clear_error();
-    int rc = check_bindings(p, n, bindings);
-    if (!rc) rc = specialise(p);
+    int rc = bind_run(p, n, bindings);
     if (rc) return rc;
     return p->prepared ? run_prepared(p) : run_assign(p);
 }

@@ -31,7 +31,8 @@
 #   numpy       tests/diff_numpy.py against $BUILD/liboptree.so
 #   tsan        the unit tests rebuilt in $BUILD/tsan with ThreadSanitizer,
 #               running only the cases about threads (name or file contains
-#               "thread"; about 20 s): a data race ends its case
+#               "thread"; about 20 s; the build compiles only the test files
+#               holding them, Makefile's TSEL): a data race ends its case
 #               (halt_on_error) and fails it. OpenBLAS runs single-threaded
 #               there, and tools/tsan.supp silences third-party libraries
 #               only, never optree's own code.
@@ -57,6 +58,8 @@
 #
 # `make check` runs `tools/test.sh check`: the build, then the unit and
 # numpy phases side by side (the unit runner on JOBS CPUs beside NumPy).
+# `tools/test.sh only PHASE...` runs the build, then the named phases one
+# after another, each as in its lane (to measure or rerun a phase alone).
 #
 # The $TMO, $TMO_EX and $NOASLR prefixes below are split on purpose.
 # shellcheck disable=SC2086
@@ -68,6 +71,7 @@ set -u
 cd "$(dirname "$0")/.." || exit 1
 
 MODE=${1:-all}
+[ $# -gt 0 ] && shift
 B=${BUILD:-build}
 JOBS=${JOBS:-2}
 PY=${PYTHON:-/usr/bin/python3}
@@ -292,7 +296,9 @@ phase_sanitizers() {
 }
 
 phase_tsan() {
-    if ! make -s -j"$LJOBS" WERROR=-Werror TOPT=-O1 BUILD="$B/tsan" SANFLAGS='-fsanitize=thread' tests; then
+    # TSEL=thread: the test program holds only the files with such cases.
+    if ! make -s -j"$LJOBS" WERROR=-Werror TOPT=-O1 BUILD="$B/tsan" SANFLAGS='-fsanitize=thread' \
+        TSEL=thread tests; then
         echo "tsan: build FAILED"
         record tsan 0 1 "tsan build failed"
         return
@@ -444,6 +450,17 @@ fi
 
 # ---------------------------------------------------------------- lanes
 UNIT_JOBS=$LJOBS
+if [ "$MODE" = only ]; then
+    for _p in "$@"; do
+        if command -v "phase_$(echo "$_p" | tr - _)" >/dev/null 2>&1; then
+            phase "$_p" "alone"
+        else
+            echo "only: no phase named $_p"
+            record "$_p" 0 1 "no such phase"
+        fi
+    done
+    finish
+fi
 lane1() {
     phase layers "tools/layers.py: includes and calls between the layers of src/, sizes, branches"
     phase library "SONAME and exported symbols of $B/liboptree.so"

@@ -6,7 +6,9 @@
 #               all (library, unit tests, examples, optree-bench) with
 #               -Werror; a failure stops here
 # then two lanes run side by side, each one phase at a time (a lane's make
-# and test runner use one job each, so the two lanes keep two CPUs busy):
+# and test runner use one job each, so the two lanes keep two CPUs busy;
+# the phases are split so that both lanes take about as long, by the CPU
+# seconds of README.md's table):
 #   lane 1:
 #   layers      tools/layers.py: no file of src/ includes a header or
 #               calls a function of a layer above its own (the objects'
@@ -23,12 +25,13 @@
 #               directory)
 #   docs        tools/doc_check.py: every C block of README.md and docs/
 #               compiled, and run where it is a whole program
+#   numpy       tests/diff_numpy.py against $BUILD/liboptree.so
+#   mpi         ot_allreduce and examples/mlp_mpi.c on 2 and 3 ranks
 #   lane 2:
 #   clang-O0    library, unit tests, examples and optree-bench built with
 #               clang at -O0 with -Werror into $BUILD/clang-O0 (a build
 #               that inlines nothing: a C99 inline without an external
 #               definition fails to link there; clang's warnings)
-#   numpy       tests/diff_numpy.py against $BUILD/liboptree.so
 #   tsan        the unit tests rebuilt in $BUILD/tsan with ThreadSanitizer,
 #               running only the cases about threads (name or file contains
 #               "thread"; about 20 s; the build compiles only the test files
@@ -40,7 +43,6 @@
 #               and ot_model_load under ASan + UBSan (clang, the library
 #               built into $BUILD/fuzz-inputs), FUZZ_SECONDS (default 10)
 #               per target from the seeds in tools/fuzz_seeds/
-#   mpi         ot_allreduce and examples/mlp_mpi.c on 2 and 3 ranks
 #   valgrind    every example in $BUILD/examples under valgrind
 #   arm64       on x86-64 hosts, the NEON table's quick check:
 #               ARM64_QUICK=1 tools/test_arm64.sh (installs the cross
@@ -468,12 +470,12 @@ lane1() {
     phase sanitizers "ASan + UBSan build in $B/san"
     phase cli "$PY tests/cli_check.py $B/optree-bench"
     phase docs "$PY tools/doc_check.py: the C blocks of README.md and docs/"
+    phase numpy "$PY tests/diff_numpy.py $B/liboptree.so"
+    phase mpi "$B/mpi/test_allreduce on 2 and 3 ranks, $B/mpi/mlp_mpi on 2"
 }
 lane2() {
     phase clang-O0 "clang -O0 build of everything in $B/clang-O0"
-    phase numpy "$PY tests/diff_numpy.py $B/liboptree.so"
     phase tsan "ThreadSanitizer build in $B/tsan, the cases with \"thread\" in their name or file"
-    phase mpi "$B/mpi/test_allreduce on 2 and 3 ranks, $B/mpi/mlp_mpi on 2"
     phase fuzz "libFuzzer on parse, load and model load (make fuzz-inputs, ASan + UBSan, $B/fuzz-inputs)"
     phase valgrind "$B/examples/* on ref and on cpu (OT_ISA=sse2, and avx2 where the CPU has it; OT_EXAMPLE_SMALL=1)"
     if [ "$(uname -m)" = x86_64 ] && [ "${OT_TEST_ARM64:-1}" != 0 ]; then

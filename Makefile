@@ -38,6 +38,16 @@ LAYERS := core ref cpu cpu/jit front
 SRCS  := $(foreach l,$(LAYERS),$(wildcard src/$(l)/*.c))
 OBJS  := $(SRCS:src/%.c=$(BUILD)/obj/%.o)
 TSRCS := $(wildcard tests/*.c)
+# TSEL=WORD builds a test program of only the cases a run selecting WORD
+# reaches (the runner matches a case's name or file): the files named with
+# WORD or holding a TEST(...WORD...), plus main.c and fuzz.c, the only
+# files whose functions others call. tools/test.sh's TSan phase runs the
+# "thread" cases alone, and so compiles a third of the tests.
+TSEL  ?=
+ifneq ($(TSEL),)
+TSRCS := tests/main.c tests/fuzz.c $(sort $(wildcard tests/*$(TSEL)*.c) \
+         $(shell grep -l '^TEST([^)]*$(TSEL)' tests/test_*.c))
+endif
 TOBJS := $(TSRCS:tests/%.c=$(BUILD)/tobj/%.o)
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(filter-out examples/mlp_mpi.c,$(wildcard examples/*.c)))
 # Tile kernels (src/cpu/kernels/): tile.inc compiled once per ISA by k_<isa>.c,
@@ -77,7 +87,7 @@ lib: $(LIBA) $(LIBSO)
 # a plain `make` rebuilds with -Werror instead of reusing objects.
 DEPFLAGS = -MMD -MP
 FLAGS    := $(BUILD)/.flags
-FLAGS_NOW = $(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) $(TOPT)
+FLAGS_NOW = $(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) $(TOPT)$(if $(TSEL), TSEL=$(TSEL))
 $(FLAGS): FORCE
 	@mkdir -p $(BUILD)
 	@echo '$(FLAGS_NOW)' | cmp -s - $@ || echo '$(FLAGS_NOW)' > $@

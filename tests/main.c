@@ -5,7 +5,7 @@
  * process (for a debugger); OT_TEST_TIMEOUT=S replaces the 120 s limit per
  * case (tools/test_arm64.sh: emulated cases run far slower); OT_TEST_JOBS=N
  * runs N cases at a time (default: one per online CPU), each case's output
- * printed whole, with its result line, when it ends.
+ * printed whole, with its result line (wall and CPU seconds), when it ends.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "test.h"
@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <time.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -133,9 +134,21 @@ static double now_s(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static void print_result(const test_case *c, int ok, double secs)
+/* CPU seconds (user + system) of the children reaped so far, or of this
+ * process: a case's CPU time is the difference across its reaping, which
+ * says what a case costs on a loaded machine, where its wall time does not. */
+static double cpu_s(int who)
 {
-    printf("%s %s (%s) %.1f s\n", ok ? "[ OK ]" : "[FAIL]", c->name, c->file, secs);
+    struct rusage u;
+    if (getrusage(who, &u) != 0) return 0;
+    return (double)(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+           1e-6 * (double)(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+static void print_result(const test_case *c, int ok, double secs, double cpu)
+{
+    printf("%s %s (%s) %.1f s, %.1f s cpu\n", ok ? "[ OK ]" : "[FAIL]", c->name, c->file,
+           secs, cpu);
     fflush(stdout);
 }
 
@@ -164,7 +177,7 @@ static void start_child(const test_case *c, running *r)
 }
 
 /* Prints a finished case's output and result line; returns whether it passed. */
-static int finish_child(running *r, int status)
+static int finish_child(running *r, int status, double cpu)
 {
     if (r->out) {
         char buf[4096];
@@ -177,7 +190,7 @@ static int finish_child(running *r, int status)
         printf("  killed by signal %d%s\n", WTERMSIG(status),
                WTERMSIG(status) == SIGALRM ? " (timeout)" : "");
     int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    print_result(r->c, ok, now_s() - r->t0);
+    print_result(r->c, ok, now_s() - r->t0, cpu);
     return ok;
 }
 
@@ -187,6 +200,7 @@ static int reap_one(running *run, int *n)
 {
     int status = 0;
     pid_t pid;
+    double cpu0 = cpu_s(RUSAGE_CHILDREN);
     while ((pid = waitpid(-1, &status, 0)) < 0 && errno == EINTR) continue;
     int i = 0;
     while (i < *n - 1 && run[i].pid != pid) i++;
@@ -194,7 +208,7 @@ static int reap_one(running *run, int *n)
         printf("  waitpid: %s\n", strerror(errno));
         status = 1 << 8;
     }
-    int ok = finish_child(&run[i], status);
+    int ok = finish_child(&run[i], status, cpu_s(RUSAGE_CHILDREN) - cpu0);
     run[i] = run[--*n];
     return ok;
 }
@@ -227,9 +241,9 @@ int main(int argc, char **argv)
             }
             if (run[nrun].out) fclose(run[nrun].out);   /* no fork: run it here */
         }
-        double t0 = now_s();
+        double t0 = now_s(), cpu0 = cpu_s(RUSAGE_SELF);
         int ok = run_in_process(c);
-        print_result(c, ok, now_s() - t0);
+        print_result(c, ok, now_s() - t0, cpu_s(RUSAGE_SELF) - cpu0);
         if (ok) passed++;
         else failed++;
     }

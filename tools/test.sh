@@ -6,7 +6,9 @@
 #               all (library, unit tests, examples, optree-bench) with
 #               -Werror; a failure stops here
 # then two lanes run side by side, each one phase at a time (a lane's make
-# and test runner use one job each, so the two lanes keep two CPUs busy):
+# and test runner use one job each, so the two lanes keep two CPUs busy;
+# the phases are split so that both lanes take about as long, by the CPU
+# seconds of README.md's table):
 #   lane 1:
 #   layers      tools/layers.py: no file of src/ includes a header or
 #               calls a function of a layer above its own (the objects'
@@ -23,18 +25,20 @@
 #               directory)
 #   docs        tools/doc_check.py: every C block of README.md and docs/
 #               compiled, and run where it is a whole program
+#   numpy       tests/diff_numpy.py against $BUILD/liboptree.so, then
+#               tests/umath_check.py (recorded as "umath"): exp, exp2,
+#               expm1, log, log2, sin, cos and tanh through NumPy's own
+#               validation sets on ref, every ISA table and generated code
+#   mpi         ot_allreduce and examples/mlp_mpi.c on 2 and 3 ranks
 #   lane 2:
 #   clang-O0    library, unit tests, examples and optree-bench built with
 #               clang at -O0 with -Werror into $BUILD/clang-O0 (a build
 #               that inlines nothing: a C99 inline without an external
 #               definition fails to link there; clang's warnings)
-#   numpy       tests/diff_numpy.py against $BUILD/liboptree.so, then
-#               tests/umath_check.py (recorded as "umath"): exp, exp2,
-#               expm1, log, log2, sin, cos and tanh through NumPy's own
-#               validation sets on ref, every ISA table and generated code
 #   tsan        the unit tests rebuilt in $BUILD/tsan with ThreadSanitizer,
 #               running only the cases about threads (name or file contains
-#               "thread"; about 20 s): a data race ends its case
+#               "thread"; about 20 s; the build compiles only the test files
+#               holding them, Makefile's TSEL): a data race ends its case
 #               (halt_on_error) and fails it. OpenBLAS runs single-threaded
 #               there, and tools/tsan.supp silences third-party libraries
 #               only, never optree's own code.
@@ -42,7 +46,6 @@
 #               and ot_model_load under ASan + UBSan (clang, the library
 #               built into $BUILD/fuzz-inputs), FUZZ_SECONDS (default 10)
 #               per target from the seeds in tools/fuzz_seeds/
-#   mpi         ot_allreduce and examples/mlp_mpi.c on 2 and 3 ranks
 #   valgrind    every example in $BUILD/examples under valgrind
 #   arm64       on x86-64 hosts, the NEON table's quick check:
 #               ARM64_QUICK=1 tools/test_arm64.sh (installs the cross
@@ -61,6 +64,8 @@
 # `make check` runs `tools/test.sh check`: the build, then the unit and
 # numpy phases side by side (the unit runner on JOBS CPUs beside NumPy;
 # the numpy phase's umath cases included).
+# `tools/test.sh only PHASE...` runs the build, then the named phases one
+# after another, each as in its lane (to measure or rerun a phase alone).
 #
 # The $TMO, $TMO_EX and $NOASLR prefixes below are split on purpose.
 # shellcheck disable=SC2086
@@ -72,6 +77,7 @@ set -u
 cd "$(dirname "$0")/.." || exit 1
 
 MODE=${1:-all}
+[ $# -gt 0 ] && shift
 B=${BUILD:-build}
 JOBS=${JOBS:-2}
 PY=${PYTHON:-/usr/bin/python3}
@@ -297,7 +303,9 @@ phase_sanitizers() {
 }
 
 phase_tsan() {
-    if ! make -s -j"$LJOBS" WERROR=-Werror TOPT=-O1 BUILD="$B/tsan" SANFLAGS='-fsanitize=thread' tests; then
+    # TSEL=thread: the test program holds only the files with such cases.
+    if ! make -s -j"$LJOBS" WERROR=-Werror TOPT=-O1 BUILD="$B/tsan" SANFLAGS='-fsanitize=thread' \
+        TSEL=thread tests; then
         echo "tsan: build FAILED"
         record tsan 0 1 "tsan build failed"
         return
@@ -449,6 +457,17 @@ fi
 
 # ---------------------------------------------------------------- lanes
 UNIT_JOBS=$LJOBS
+if [ "$MODE" = only ]; then
+    for _p in "$@"; do
+        if command -v "phase_$(echo "$_p" | tr - _)" >/dev/null 2>&1; then
+            phase "$_p" "alone"
+        else
+            echo "only: no phase named $_p"
+            record "$_p" 0 1 "no such phase"
+        fi
+    done
+    finish
+fi
 lane1() {
     phase layers "tools/layers.py: includes and calls between the layers of src/, sizes, branches"
     phase library "SONAME and exported symbols of $B/liboptree.so"
@@ -456,12 +475,12 @@ lane1() {
     phase sanitizers "ASan + UBSan build in $B/san"
     phase cli "$PY tests/cli_check.py $B/optree-bench"
     phase docs "$PY tools/doc_check.py: the C blocks of README.md and docs/"
+    phase numpy "$PY tests/diff_numpy.py $B/liboptree.so"
+    phase mpi "$B/mpi/test_allreduce on 2 and 3 ranks, $B/mpi/mlp_mpi on 2"
 }
 lane2() {
     phase clang-O0 "clang -O0 build of everything in $B/clang-O0"
-    phase numpy "$PY tests/diff_numpy.py $B/liboptree.so"
     phase tsan "ThreadSanitizer build in $B/tsan, the cases with \"thread\" in their name or file"
-    phase mpi "$B/mpi/test_allreduce on 2 and 3 ranks, $B/mpi/mlp_mpi on 2"
     phase fuzz "libFuzzer on parse, load and model load (make fuzz-inputs, ASan + UBSan, $B/fuzz-inputs)"
     phase valgrind "$B/examples/* on ref and on cpu (OT_ISA=sse2, and avx2 where the CPU has it; OT_EXAMPLE_SMALL=1)"
     if [ "$(uname -m)" = x86_64 ] && [ "${OT_TEST_ARM64:-1}" != 0 ]; then

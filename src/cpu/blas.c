@@ -16,9 +16,11 @@
  * program and two backends with different thread counts would fight over
  * it. It is the host's (OPENBLAS_NUM_THREADS, openblas_set_num_threads).
  */
+#include "blas.h"
 #include "cpu.h"
 
 #include <cblas.h>
+#include <math.h>
 
 /* A 2-D operand as BLAS reads it. */
 typedef struct operand {
@@ -127,37 +129,66 @@ static void scale_rows(char *c, ot_dtype dt, int64_t m, int64_t n, int64_t ldc, 
         }
 }
 
-static void gemm(ot_dtype dt, const operand *a, const operand *b, int64_t m, int64_t n, int64_t k,
-                 double alpha, double beta, char *c, int64_t ldc)
+void ot__gemm_blas(const ot__gemm *g)
 {
-    enum CBLAS_TRANSPOSE ta = a->trans ? CblasTrans : CblasNoTrans;
-    enum CBLAS_TRANSPOSE tb = b->trans ? CblasTrans : CblasNoTrans;
-    blasint bm = (blasint)m, bn = (blasint)n, bk = (blasint)k, lda = (blasint)a->ld,
-            ldb = (blasint)b->ld, bldc = (blasint)(ldc > 1 ? ldc : 1);
-    if (n == 1) {   /* c[:, 0] = A x: gemv over A, x a column of B */
-        blasint incx = (blasint)(b->trans ? 1 : b->ld), incy = bldc;
-        if (dt == OT_F32)
-            cblas_sgemv(CblasRowMajor, ta, a->trans ? bk : bm, a->trans ? bm : bk, (float)alpha,
-                        (const float *)a->p, lda, (const float *)b->p, incx, (float)beta, (float *)c, incy);
+    enum CBLAS_TRANSPOSE ta = g->ta ? CblasTrans : CblasNoTrans;
+    enum CBLAS_TRANSPOSE tb = g->tb ? CblasTrans : CblasNoTrans;
+    blasint bm = (blasint)g->m, bn = (blasint)g->n, bk = (blasint)g->k, lda = (blasint)g->lda,
+            ldb = (blasint)g->ldb, ldc = (blasint)(g->ldc > 1 ? g->ldc : 1);
+    float fa = (float)g->alpha, fb = (float)g->beta;
+    if (g->n == 1) {   /* c[:, 0] = A x: gemv over A, x a column of B */
+        blasint incx = (blasint)(g->tb ? 1 : g->ldb);
+        blasint rows = g->ta ? bk : bm, cols = g->ta ? bm : bk;
+        if (g->dt == OT_F32)
+            cblas_sgemv(CblasRowMajor, ta, rows, cols, fa, g->a, lda, g->b, incx, fb, g->c, ldc);
         else
-            cblas_dgemv(CblasRowMajor, ta, a->trans ? bk : bm, a->trans ? bm : bk, alpha,
-                        (const double *)a->p, lda, (const double *)b->p, incx, beta, (double *)c, incy);
-    } else if (m == 1) {   /* c[0, :] = B^T x: gemv over B transposed */
-        enum CBLAS_TRANSPOSE tbt = b->trans ? CblasNoTrans : CblasTrans;
-        blasint incx = (blasint)(a->trans ? a->ld : 1);
-        if (dt == OT_F32)
-            cblas_sgemv(CblasRowMajor, tbt, b->trans ? bn : bk, b->trans ? bk : bn, (float)alpha,
-                        (const float *)b->p, ldb, (const float *)a->p, incx, (float)beta, (float *)c, 1);
+            cblas_dgemv(CblasRowMajor, ta, rows, cols, g->alpha, g->a, lda, g->b, incx, g->beta,
+                        g->c, ldc);
+    } else if (g->m == 1) {   /* c[0, :] = B^T x: gemv over B transposed */
+        enum CBLAS_TRANSPOSE tbt = g->tb ? CblasNoTrans : CblasTrans;
+        blasint incx = (blasint)(g->ta ? g->lda : 1);
+        blasint rows = g->tb ? bn : bk, cols = g->tb ? bk : bn;
+        if (g->dt == OT_F32)
+            cblas_sgemv(CblasRowMajor, tbt, rows, cols, fa, g->b, ldb, g->a, incx, fb, g->c, 1);
         else
-            cblas_dgemv(CblasRowMajor, tbt, b->trans ? bn : bk, b->trans ? bk : bn, alpha,
-                        (const double *)b->p, ldb, (const double *)a->p, incx, beta, (double *)c, 1);
-    } else if (dt == OT_F32) {
-        cblas_sgemm(CblasRowMajor, ta, tb, bm, bn, bk, (float)alpha, (const float *)a->p, lda,
-                    (const float *)b->p, ldb, (float)beta, (float *)c, bldc);
+            cblas_dgemv(CblasRowMajor, tbt, rows, cols, g->alpha, g->b, ldb, g->a, incx, g->beta,
+                        g->c, 1);
+    } else if (g->dt == OT_F32) {
+        cblas_sgemm(CblasRowMajor, ta, tb, bm, bn, bk, fa, g->a, lda, g->b, ldb, fb, g->c, ldc);
     } else {
-        cblas_dgemm(CblasRowMajor, ta, tb, bm, bn, bk, alpha, (const double *)a->p, lda,
-                    (const double *)b->p, ldb, beta, (double *)c, bldc);
+        cblas_dgemm(CblasRowMajor, ta, tb, bm, bn, bk, g->alpha, g->a, lda, g->b, ldb, g->beta,
+                    g->c, ldc);
     }
+}
+
+/* Element (i, j) of op(X), X stored as ld-strided rows, transposed or not. */
+static double elem(int dt, const void *x, bool trans, int64_t ld, int64_t i, int64_t j)
+{
+    int64_t at = trans ? j * ld + i : i * ld + j;
+    return dt == OT_F32 ? ((const float *)x)[at] : ((const double *)x)[at];
+}
+
+/* Row i, column j of op(A).op(B), and of |op(A)|.|op(B)| in *mag. */
+static double dot_at(const ot__gemm *g, int64_t i, int64_t j, double *mag)
+{
+    double s = 0, m = 0;
+    for (int64_t p = 0; p < g->k; p++) {
+        double x = elem(g->dt, g->a, g->ta, g->lda, i, p) * elem(g->dt, g->b, g->tb, g->ldb, p, j);
+        s += x;
+        m += fabs(x);
+    }
+    *mag = m;
+    return s;
+}
+
+void ot__gemm_loop(const ot__gemm *g)
+{
+    for (int64_t i = 0; i < g->m; i++)
+        for (int64_t j = 0; j < g->n; j++) {
+            char *p = (char *)g->c + (i * g->ldc + j) * (int64_t)ot__esize(g->dt);
+            double mag, v = g->alpha * dot_at(g, i, j, &mag);
+            ot__store(p, (ot_dtype)g->dt, g->beta == 0 ? v : v + g->beta * ot__load(p, (ot_dtype)g->dt));
+        }
 }
 
 void ot__run_dot(const ot_kernel *k, char *const base[2], char *dst,
@@ -176,10 +207,84 @@ void ot__run_dot(const ot_kernel *k, char *const base[2], char *dst,
     pack_bytes(&a_bytes, &k->loads[0], k->m, k->k, dt);
     side sa = {&k->loads[0], base[0], k->m, k->k, scratch, NULL};
     side sb = {&k->loads[1], base[1], k->k, k->n, scratch + a_bytes, NULL};
+    ot__gemm_fn *run = ot__blas_loop() ? ot__gemm_loop : ot__gemm_blas;
     for (int64_t b = 0; b < k->batch; b++) {
         operand a, bo;
         side_at(&sa, b, dt, &a);
         side_at(&sb, b, dt, &bo);
-        gemm(dt, &a, &bo, k->m, k->n, k->k, alpha, beta, dst + b * k->store.strides[2] * es, ldc);
+        run(&(ot__gemm){dt, a.p, bo.p, dst + b * k->store.strides[2] * es, a.trans, bo.trans,
+                        k->m, k->n, k->k, a.ld, bo.ld, ldc, alpha, beta});
     }
+}
+
+/* ---- the check of a GEMM against the C loop ------------------------------- */
+
+/* The shapes: sizes on both sides of OpenBLAS's small-matrix path (M*N*K
+ * of a million) and of its threading threshold, edges off every kernel's
+ * block width, all four transpose pairs, beta 0 (C not read) and not, and
+ * the gemv forms. */
+typedef struct check_shape {
+    int dt;
+    bool ta, tb;
+    int64_t m, n, k;
+    double alpha, beta;
+} check_shape;
+static const check_shape shapes[] = {
+    {OT_F32, false, false, 101, 103, 131, 1, 0},   {OT_F32, true, false, 37, 29, 45, -0.5, 1.5},
+    {OT_F32, false, true, 7, 65, 200, 1, 0.25},    {OT_F32, true, true, 1, 77, 50, 2, 0},
+    {OT_F64, false, false, 97, 89, 131, 1, 0.75},  {OT_F64, true, true, 19, 33, 17, 2, 0},
+    {OT_F64, false, true, 61, 1, 40, 1, -1},
+};
+
+/* Values in [-1, 1] from a fixed sequence, exact in f32. */
+static void fill(void *x, int dt, int64_t count, uint32_t seed)
+{
+    for (int64_t i = 0; i < count; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        ot__store((char *)x + i * (int64_t)ot__esize(dt), (ot_dtype)dt,
+                  (double)((int)(seed >> 20) - 2048) / 2048.0);
+    }
+}
+
+/* Whether fn computes shape s within a rounding bound of dot_at's sum:
+ * 8 (k + 2) eps of the magnitudes, where a wrong kernel is off by about
+ * the values themselves. */
+static bool agrees_on(ot__gemm_fn *fn, const check_shape *s, char *why, size_t n)
+{
+    int64_t lda = s->ta ? s->m + 3 : s->k + 3, ldb = s->tb ? s->k + 3 : s->n + 3, ldc = s->n + 5;
+    int64_t na = (s->ta ? s->k : s->m) * lda, nb = (s->tb ? s->n : s->k) * ldb, nc = s->m * ldc;
+    size_t es = ot__esize(s->dt);
+    char *buf = malloc((size_t)(na + nb + 2 * nc) * es);
+    if (!buf) return true;   /* unchecked rather than a failure of the BLAS */
+    char *a = buf, *b = a + na * (int64_t)es, *c = b + nb * (int64_t)es, *c0 = c + nc * (int64_t)es;
+    fill(a, s->dt, na, 1u + (uint32_t)s->m);
+    fill(b, s->dt, nb, 7u + (uint32_t)s->n);
+    fill(c, s->dt, nc, 13u + (uint32_t)s->k);
+    memcpy(c0, c, (size_t)nc * es);
+    ot__gemm g = {s->dt, a, b, c, s->ta, s->tb, s->m, s->n, s->k, lda, ldb, ldc, s->alpha, s->beta};
+    fn(&g);
+    double eps = s->dt == OT_F32 ? 0x1p-23 : 0x1p-52;
+    bool ok = true;
+    for (int64_t i = 0; ok && i < s->m; i++)
+        for (int64_t j = 0; ok && j < s->n; j++) {
+            double mag, old = s->beta == 0 ? 0 : s->beta * ot__load(c0 + (i * ldc + j) * (int64_t)es, (ot_dtype)s->dt);
+            double want = s->alpha * dot_at(&g, i, j, &mag) + old;
+            double got = ot__load(c + (i * ldc + j) * (int64_t)es, (ot_dtype)s->dt);
+            double bound = 8 * (double)(s->k + 2) * eps * (fabs(s->alpha) * mag + fabs(old));
+            ok = fabs(got - want) <= bound;
+            if (!ok)
+                snprintf(why, n, "%sgemm %s%s %lldx%lldx%lld: C[%lld,%lld] = %g, not %g",
+                         s->dt == OT_F32 ? "s" : "d", s->ta ? "T" : "N", s->tb ? "T" : "N",
+                         (long long)s->m, (long long)s->n, (long long)s->k, (long long)i,
+                         (long long)j, got, want);
+        }
+    free(buf);
+    return ok;
+}
+
+bool ot__gemm_agrees(ot__gemm_fn *fn, char *why, size_t n)
+{
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        if (!agrees_on(fn, &shapes[i], why, n)) return false;
+    return true;
 }

@@ -74,18 +74,20 @@ typedef struct ot__blas_ops {
 void ot__blas_settle(const ot__blas_ops *ops, const char *request, int cpu_class,
                      const char *user_env, ot__blas_state *st);
 
-/* Once per process, at the first cpu backend's creation (cpu.c): settles
- * the real library with that backend's OT_BLAS_CORE (later backends' are
- * not asked: the core is the process's). OpenBLAS reads the core when a
- * call starts, so no BLAS call may be in flight in the host meanwhile
- * (README, "GEMM core selection"). */
-void ot__blas_setup(const char *request);
-/* The same with another library (the tests' fakes); false where the
+/* The first cpu backend's OT_BLAS_CORE (cpu.c; later backends' are not
+ * asked: the core is the process's), for ot__blas_ready. */
+void ot__blas_request(const char *request);
+/* Once per process, before the first dot (blas.c) or ot_explain of one:
+ * settles the real library with the request. OpenBLAS reads its core
+ * when a call starts, so no BLAS call may be in flight in the host
+ * meanwhile (README, "GEMM core selection"). Returns ot__blas_loop(). */
+bool ot__blas_ready(void);
+/* ot__blas_ready with another library (the tests' fakes); false where the
  * process had settled already (nothing done). */
 bool ot__blas_setup_with(const ot__blas_ops *ops, const char *request);
 /* Whether the C loop runs the products (the library's were wrong). */
 bool ot__blas_loop(void);
-/* The settled state (after ot__blas_setup). */
+/* The settled state (after ot__blas_ready). */
 const ot__blas_state *ot__blas_state_get(void);
 /* ot_explain's line for plans with a dot: the library, version and core,
  * and sgemm's GFLOP/s against the FMA peak, both measured once per process

@@ -7,7 +7,8 @@
  * does not know gets an old core: Debian 12's 0.3.21 runs Prescott (SSE3)
  * on an Emerald Rapids Xeon (family 6, model 207), 17 GFLOP/s for sgemm
  * 1024^3 on one thread where its SkylakeX core does 105 (Haswell: 63).
- * So at the first cpu backend this compares the core's vector class
+ * So before the process's first dot (or ot_explain of one) this compares
+ * the core's vector class
  * (blas_cores.h) with the CPU's features and, when the core is narrower,
  * restarts the library's dispatch on the widest core the CPU runs:
  * gotoblas_dynamic_quit, OPENBLAS_CORETYPE set for the one call of
@@ -19,8 +20,10 @@
  * BLAS or GEMM kernels of our own and gets the same kernels a user tuning
  * by hand gets.
  *
- * Whatever core runs is then checked against a plain C product (blas.c:
- * some cores compute wrong results on CPUs they do not know); a core that
+ * Whatever core runs is then checked against a plain C product (blas.c;
+ * some cores compute wrong results on CPUs they do not know: a few ms,
+ * which is why this waits for a dot rather than running at every cpu
+ * backend's creation, most of which never multiply); a core that
  * disagrees falls back to the core found, and that failing too, to the C
  * loop, so that results stay right (slowly), and the reason is kept for
  * ot_explain.
@@ -258,7 +261,22 @@ bool ot__blas_setup_with(const ot__blas_ops *ops, const char *request)
     return first;
 }
 
-void ot__blas_setup(const char *request) { ot__blas_setup_with(&real_ops, request); }
+static _Atomic(const char *) requested;
+
+void ot__blas_request(const char *request)
+{
+    const char *none = NULL;
+    atomic_compare_exchange_strong(&requested, &none, request);
+}
+
+bool ot__blas_ready(void)
+{
+    if (!atomic_load_explicit(&settled, memory_order_acquire)) {
+        const char *r = atomic_load(&requested);
+        ot__blas_setup_with(&real_ops, r ? r : "auto");
+    }
+    return ot__blas_loop();
+}
 
 bool ot__blas_loop(void) { return atomic_load_explicit(&use_loop, memory_order_relaxed); }
 
@@ -389,6 +407,7 @@ static void measure(void)
 
 void ot__blas_explain(FILE *f)
 {
+    ot__blas_ready();
     pthread_once(&measured.once, measure);
     const ot__blas_state *st = &state;
     fprintf(f, "  gemm: %s", st->loop ? "C loop (the BLAS's products were wrong)" : measured.lib);

@@ -143,8 +143,9 @@ static int cpu_init(ot_backend *be)
     /* The option's name (config.c checked it) parsed once: from here on the
      * ISA is the table's. */
     int isa = be->opts.isa ? ot__isa_parse(be->opts.isa) : -1;
-    /* The process's GEMM core, before any dot can run (blas_core.c). */
-    ot__blas_setup(be->blas_core);
+    /* What the process's GEMM core is settled with at its first dot
+     * (blas_core.c). */
+    ot__blas_request(be->blas_core);
     const ot_kernels *k = ot__kernels_select(isa, be->isa_from);
     if (!k) return ot_errcode();
     ot_cpu *cpu = ot__calloc(1, sizeof *cpu);

@@ -54,7 +54,10 @@ static void fill(float *p, size_t n, uint64_t seed)
 }
 
 /* optree's ot_dot (prebuilt, assigned) and cblas_sgemm at n^3 on one
- * thread, interleaved run after run; the medians' ratio. */
+ * thread, interleaved run after run (which goes first alternates, so that
+ * neither always runs on a cache the other warmed); each one's median,
+ * and the median of the runs' ratios, which drift on a shared machine
+ * moves least. */
 static void gemm_pair(ot_backend *be, int n, int runs)
 {
     size_t nn = (size_t)n * (size_t)n;
@@ -69,23 +72,29 @@ static void gemm_pair(ot_backend *be, int n, int runs)
     if (!t) bench_die("--gemm: %s", ot_errmsg());
     int calls = n <= 256 ? 50 : 3;
     double *to = bench_xmalloc(sizeof *to * (size_t)runs), *tr = bench_xmalloc(sizeof *tr * (size_t)runs);
-    for (int r = -1; r < runs; r++) {   /* r = -1: the warm-up */
-        double t0 = now();
-        for (int k = 0; k < calls; k++)
-            if (ot_assign(tc, t) != 0) bench_die("--gemm: %s", ot_errmsg());
-        double t1 = now();
-        for (int k = 0; k < calls; k++)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
-        double t2 = now();
+    double *q = bench_xmalloc(sizeof *q * (size_t)runs);
+    for (int r = -1; r < runs; r++) {   /* r = -1: the warm-up; odd runs time cblas first */
+        double secs[2];
+        for (int side = 0; side < 2; side++) {
+            bool blas = (side == 0) == (r % 2 != 0);
+            double t0 = now();
+            for (int k = 0; k < calls; k++)
+                if (blas)
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
+                else if (ot_assign(tc, t) != 0)
+                    bench_die("--gemm: %s", ot_errmsg());
+            secs[blas] = (now() - t0) / calls;
+        }
         if (r >= 0) {
-            to[r] = (t1 - t0) / calls;
-            tr[r] = (t2 - t1) / calls;
+            to[r] = secs[0];
+            tr[r] = secs[1];
+            q[r] = secs[1] / secs[0];
         }
     }
     double mo = bench_median(to, runs), mr = bench_median(tr, runs), flop = 2.0 * n * n * (double)n;
     printf("sgemm %d^3, 1 thread, medians of %d: optree %.3f ms (%.1f GFLOP/s), cblas_sgemm "
-           "%.3f ms (%.1f GFLOP/s): optree at %.2fx cblas's speed\n",
-           n, runs, 1e3 * mo, flop / mo * 1e-9, 1e3 * mr, flop / mr * 1e-9, mr / mo);
+           "%.3f ms (%.1f GFLOP/s): optree at %.2fx cblas's speed (median of the runs' ratios)\n",
+           n, runs, 1e3 * mo, flop / mo * 1e-9, 1e3 * mr, flop / mr * 1e-9, bench_median(q, runs));
     ot_tensor_free(ta);
     ot_tensor_free(tb);
     ot_tensor_free(tc);
@@ -94,6 +103,7 @@ static void gemm_pair(ot_backend *be, int n, int runs)
     free(c);
     free(to);
     free(tr);
+    free(q);
 }
 
 int bench_gemm(int runs)

@@ -49,7 +49,7 @@ TEST(blas_pick_policy)
         {"Haswell", F_AVX512, "auto", NULL, "SkylakeX", "narrower"},
         {"SkylakeX", F_AVX512, "auto", NULL, NULL, "as wide"},
         {"Cooperlake", F_AVX512, "auto", NULL, NULL, "as wide"},
-        {"Prescott", OT__BLAS_F_AVX, "auto", NULL, NULL, "as wide"},   /* nothing wider known */
+        {"Prescott", OT__BLAS_F_AVX, "auto", NULL, NULL, "no core wider than Prescott"},
         {"Prescott", 0, "auto", NULL, NULL, "as wide"},
         {"ARMV8", 0, "auto", NULL, NULL, "not in optree's table"},
         {NULL, F_AVX512, "auto", NULL, NULL, "not OpenBLAS"},

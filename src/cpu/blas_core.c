@@ -150,7 +150,10 @@ const char *ot__blas_pick(const char *core, int cls, const char *request, const 
         snprintf(why, n, "%s is narrower than this CPU's %s", cur->name, class_names[cls]);
         return best;
     }
-    snprintf(why, n, "chosen by OpenBLAS, as wide as this CPU's %s it has", class_names[cls]);
+    if (cur->cls >= cls)
+        snprintf(why, n, "%s is as wide as this CPU's %s", cur->name, class_names[cls]);
+    else
+        snprintf(why, n, "no core wider than %s for this CPU's %s", cur->name, class_names[cls]);
     return NULL;
 }
 
@@ -193,6 +196,9 @@ void ot__blas_settle(const ot__blas_ops *ops, const char *request, int cpu_class
         /* Back to the core the library chose itself, unless it still runs. */
         const char *cur = ops->core();
         if (!(cur && strcasecmp(cur, st->was) == 0) && !ops->set(st->was)) {
+            size_t len = strlen(st->why);
+            snprintf(st->why + len, sizeof st->why - len, "; switching back to %s failed",
+                     st->was);
             st->loop = true;
             return;
         }

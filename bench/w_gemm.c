@@ -71,7 +71,8 @@ static void gemm_pair(ot_backend *be, int n, int runs)
     ot_node *t = ta && tb && tc ? ot_dot(ta, tb) : NULL;   /* the default pool's */
     if (!t) bench_die("--gemm: %s", ot_errmsg());
     int calls = n <= 256 ? 50 : 3;
-    double *to = bench_xmalloc(sizeof *to * (size_t)runs), *tr = bench_xmalloc(sizeof *tr * (size_t)runs);
+    double *to = bench_xmalloc(sizeof *to * (size_t)runs);
+    double *tr = bench_xmalloc(sizeof *tr * (size_t)runs);
     double *q = bench_xmalloc(sizeof *q * (size_t)runs);
     for (int r = -1; r < runs; r++) {   /* r = -1: the warm-up; odd runs time cblas first */
         double secs[2];
@@ -80,7 +81,8 @@ static void gemm_pair(ot_backend *be, int n, int runs)
             double t0 = now();
             for (int k = 0; k < calls; k++)
                 if (blas)
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b,
+                                n, 0, c, n);
                 else if (ot_assign(tc, t) != 0)
                     bench_die("--gemm: %s", ot_errmsg());
             secs[blas] = (now() - t0) / calls;

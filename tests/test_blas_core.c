@@ -64,8 +64,8 @@ TEST(blas_pick_policy)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char why[240] = "";
         int cls = ot__blas_cpu_class(cases[i].features);
-        const char *got =
-            ot__blas_pick(cases[i].core, cls, cases[i].request, cases[i].user, NULL, why, sizeof why);
+        const char *got = ot__blas_pick(cases[i].core, cls, cases[i].request, cases[i].user,
+                                        NULL, why, sizeof why);
         if (!(got ? cases[i].want && strcmp(got, cases[i].want) == 0 : !cases[i].want) ||
             !strstr(why, cases[i].why))
             test__fail(__FILE__, __LINE__, "case %zu (%s, %s): %s [%s], expected %s [%s]", i,
@@ -77,7 +77,8 @@ TEST(blas_pick_policy)
     const char *got = ot__blas_pick("Prescott", OT__BLAS_AVX512, "auto", NULL, no_skylakex, why,
                                     sizeof why);
     CHECK_STR(got, "Haswell");
-    CHECK(!ot__blas_pick("Prescott", OT__BLAS_AVX512, "SkylakeX", NULL, no_skylakex, why, sizeof why));
+    CHECK(!ot__blas_pick("Prescott", OT__BLAS_AVX512, "SkylakeX", NULL, no_skylakex, why,
+                         sizeof why));
     CHECK(strstr(why, "no such core"));
 }
 
@@ -160,7 +161,8 @@ TEST(blas_settle_fallbacks)
     settle("Prescott", NULL, true, &st);   /* both wrong: the C loop */
     CHECK(st.loop && strstr(st.why, "Prescott disagreed"));
     settle("Prescott", "Prescott SkylakeX", false, &st);   /* the switch does not take */
-    CHECK(strcmp(st.now, "Prescott") == 0 && !st.loop && strstr(st.why, "switching to SkylakeX failed"));
+    CHECK(strcmp(st.now, "Prescott") == 0 && !st.loop &&
+          strstr(st.why, "switching to SkylakeX failed"));
     settle("SkylakeX", NULL, true, &st);   /* no switch, wrong: the C loop */
     CHECK(st.loop && strcmp(st.now, "SkylakeX") == 0);
 }

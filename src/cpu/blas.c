@@ -188,7 +188,8 @@ void ot__gemm_loop(const ot__gemm *g)
         for (int64_t j = 0; j < g->n; j++) {
             char *p = (char *)g->c + (i * g->ldc + j) * (int64_t)ot__esize(g->dt);
             double v = g->alpha * dot_at(g, i, j);
-            ot__store(p, (ot_dtype)g->dt, g->beta == 0 ? v : v + g->beta * ot__load(p, (ot_dtype)g->dt));
+            ot_dtype dt = (ot_dtype)g->dt;
+            ot__store(p, dt, g->beta == 0 ? v : v + g->beta * ot__load(p, dt));
         }
 }
 
@@ -253,7 +254,7 @@ static void fill(void *x, int dt, int64_t count, uint32_t seed)
 static void ref_product(const ot__gemm *g, double *want)
 {
     int64_t ai = g->ta ? 1 : g->lda, ap = g->ta ? g->lda : 1;
-    int64_t bp = g->tb ? 1 : g->ldb, bj = g->tb ? g->ldb : 1;
+    int64_t bp = g->tb ? 1 : g->ldb, bj = g->tb ? g->ldb : 1, es = (int64_t)ot__esize(g->dt);
     memset(want, 0, sizeof *want * (size_t)(g->m * g->n));
     for (int64_t i = 0; i < g->m; i++)
         for (int64_t p = 0; p < g->k; p++) {
@@ -265,7 +266,8 @@ static void ref_product(const ot__gemm *g, double *want)
             else if (bj == 1)
                 for (int64_t j = 0; j < g->n; j++) w[j] += a * ((const double *)g->b)[row + j];
             else
-                for (int64_t j = 0; j < g->n; j++) w[j] += a * ot__load((const char *)g->b + (row + j * bj) * (int64_t)ot__esize(g->dt), (ot_dtype)g->dt);
+                for (int64_t j = 0; j < g->n; j++)
+                    w[j] += a * ot__load((const char *)g->b + (row + j * bj) * es, (ot_dtype)g->dt);
         }
 }
 
@@ -297,7 +299,8 @@ static bool agrees_on(ot__gemm_fn *fn, const check_shape *s, char *why, size_t n
             double old = s->beta == 0 ? 0 : s->beta * ot__load(c0 + at, (ot_dtype)s->dt);
             double ref = s->alpha * want[i * s->n + j] + old;
             double got = ot__load(c + at, (ot_dtype)s->dt);
-            double bound = 8 * (double)(s->k + 2) * eps * (fabs(s->alpha) * (double)s->k + fabs(old));
+            double bound = 8 * (double)(s->k + 2) * eps *
+                           (fabs(s->alpha) * (double)s->k + fabs(old));
             ok = fabs(got - ref) <= bound;
             if (!ok)
                 snprintf(why, n, "%sgemm %s%s %lldx%lldx%lld: C[%lld,%lld] = %g, not %g",

@@ -373,7 +373,8 @@ static double gemm_rate(int64_t n)
         double t0 = now_s();
         run(&g);
         double dt = now_s() - t0;
-        if (r && dt > 0 && 2.0 * (double)(n * n * n) / dt > best) best = 2.0 * (double)(n * n * n) / dt;
+        double rate = dt > 0 ? 2.0 * (double)(n * n * n) / dt : 0;
+        if (r && rate > best) best = rate;
     }
     free(buf);
     return best * 1e-9;

@@ -171,7 +171,8 @@ int ot__config_resolve(const char **name, ot_backend_opts *o, const char **isa_f
     if (!*name) *name = "ref";
     *isa_from = "isa";
     *rewrite = NULL;
-    if (check_opts(o) || env_overrides(o, isa_from, l3_bytes, blas_core) || rewrite_sets(o, rewrite))
+    if (check_opts(o) || env_overrides(o, isa_from, l3_bytes, blas_core) ||
+        rewrite_sets(o, rewrite))
         return -1;
     if (o->isa) o->isa = isa_named(o->isa);
     if (!o->dtype) o->dtype = OT_F32;

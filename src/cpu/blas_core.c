@@ -340,9 +340,10 @@ __attribute__((target("avx2,fma"))) static double fma_loop_256(long iters)
 }
 #endif
 
-/* One core's f32 FMA peak in GFLOP/s, the best of 5 runs of about 0.4 ms
- * (the best, since a shared machine only ever slows a run); 0 without
- * FMA. *isa names the vectors. */
+/* One core's f32 FMA peak in GFLOP/s, the best of 5 runs of at least
+ * 0.2 ms (the best, since a shared machine only ever slows a run; the
+ * rounds grow until a run is that long, so that a slow host, valgrind,
+ * runs few); 0 without FMA. *isa names the vectors. */
 static double fma_peak(const char **isa)
 {
     double (*loop)(long) = NULL;
@@ -352,29 +353,45 @@ static double fma_peak(const char **isa)
     *isa = cls >= OT__BLAS_AVX512 ? "avx512" : "avx2";
 #endif
     double best = 0;
-    for (int r = 0; loop && r < 5; r++) {
-        double t0 = now_s(), flops = loop(200000), dt = now_s() - t0;
-        if (dt > 0 && flops / dt > best) best = flops / dt;
+    long iters = 1000;
+    for (int r = 0; loop && r < 5;) {
+        double t0 = now_s(), flops = loop(iters), dt = now_s() - t0;
+        if (dt < 2e-4 && iters < 1000000) {
+            iters *= 4;
+            continue;
+        }
+        if (flops / dt > best) best = flops / dt;
+        r++;
     }
     return best * 1e-9;
 }
 
-/* sgemm's GFLOP/s at n^3 through what runs the dots, best of 3 after one
- * warm-up call. */
-static double gemm_rate(int64_t n)
+/* Seconds of one sgemm at n^3 on buf (3 max^2 floats) by run. */
+static double gemm_once(ot__gemm_fn *run, float *buf, int64_t n, int64_t max)
 {
-    float *buf = malloc(sizeof *buf * (size_t)(3 * n * n));
+    ot__gemm g = {OT_F32, buf, buf + max * max, buf + 2 * max * max, false, false,
+                  n, n, n, n, n, n, 1, 0};
+    double t0 = now_s();
+    run(&g);
+    return now_s() - t0;
+}
+
+/* sgemm's GFLOP/s through what runs the dots at *n^3: the size doubles
+ * from 64 until a call takes 0.5 ms, up to max (so that a slow host or
+ * valgrind multiplies little), then the best of 3. */
+static double gemm_rate(int64_t max, int64_t *n)
+{
+    float *buf = malloc(sizeof *buf * (size_t)(3 * max * max));
+    *n = 64;
     if (!buf) return 0;
-    for (int64_t i = 0; i < 3 * n * n; i++) buf[i] = (float)(i % 7) * 0.25f - 0.75f;
-    ot__gemm g = {OT_F32, buf, buf + n * n, buf + 2 * n * n, false, false, n, n, n, n, n, n, 1, 0};
+    for (int64_t i = 0; i < 3 * max * max; i++) buf[i] = (float)(i % 7) * 0.25f - 0.75f;
     ot__gemm_fn *run = ot__blas_loop() ? ot__gemm_loop : ot__gemm_blas;
+    while (*n < max && gemm_once(run, buf, *n, max) < 5e-4) *n = *n * 2 < max ? *n * 2 : max;
     double best = 0;
-    for (int r = 0; r < 4; r++) {
-        double t0 = now_s();
-        run(&g);
-        double dt = now_s() - t0;
-        double rate = dt > 0 ? 2.0 * (double)(n * n * n) / dt : 0;
-        if (r && rate > best) best = rate;
+    for (int r = 0; r < 3; r++) {
+        double dt = gemm_once(run, buf, *n, max);
+        double rate = dt > 0 ? 2.0 * (double)(*n * *n * *n) / dt : 0;
+        best = rate > best ? rate : best;
     }
     free(buf);
     return best * 1e-9;
@@ -407,8 +424,7 @@ static void measure(void)
     int (*threads)(void) = (int (*)(void))blas_sym("openblas_get_num_threads");
     library_name(measured.lib, sizeof measured.lib);
     measured.threads = threads && !ot__blas_loop() ? threads() : 1;
-    measured.n = ot__blas_loop() ? 96 : 384;
-    measured.rate = gemm_rate(measured.n);
+    measured.rate = gemm_rate(ot__blas_loop() ? 96 : 384, &measured.n);
     measured.peak = fma_peak(&measured.isa);
 }
 

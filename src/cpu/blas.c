@@ -285,11 +285,11 @@ static bool agrees_on(ot__gemm_fn *fn, const check_shape *s, char *why, size_t n
 {
     int64_t lda = s->ta ? s->m + 3 : s->k + 3, ldb = s->tb ? s->k + 3 : s->n + 3, ldc = s->n + 5;
     int64_t na = (s->ta ? s->k : s->m) * lda, nb = (s->tb ? s->n : s->k) * ldb, nc = s->m * ldc;
-    size_t es = ot__esize(s->dt);
-    char *buf = malloc((size_t)(na + nb + 2 * nc) * es + sizeof(double) * (size_t)(s->m * s->n));
+    size_t es = ot__esize(s->dt), head = ((size_t)(na + nb + 2 * nc) * es + 7) & ~(size_t)7;
+    char *buf = malloc(head + sizeof(double) * (size_t)(s->m * s->n));
     if (!buf) return true;   /* unchecked rather than a failure of the BLAS */
     char *a = buf, *b = a + na * (int64_t)es, *c = b + nb * (int64_t)es, *c0 = c + nc * (int64_t)es;
-    double *want = (double *)(void *)(c0 + nc * (int64_t)es);
+    double *want = (double *)(void *)(buf + head);   /* 8-aligned after the f32 arrays */
     fill(a, s->dt, na, 1u + (uint32_t)s->m);
     fill(b, s->dt, nb, 7u + (uint32_t)s->n);
     fill(c, s->dt, nc, 13u + (uint32_t)s->k);

@@ -75,7 +75,7 @@ OBJS  += $(KOBJS)
 LIBA  := $(BUILD)/liboptree.a
 LIBSO := $(BUILD)/liboptree.so
 
-.PHONY: all lib tests examples cli demo test test-arm64 check doc-check deps install clean bench fuzz fuzz-inputs fuzz-input-bins mpi demo-mpi FORCE
+.PHONY: all lib tests examples cli demo test test-arm64 check doc-check deps install clean bench bench-mlp fuzz fuzz-inputs fuzz-input-bins mpi demo-mpi FORCE
 # all first: a plain `make` builds everything.
 all: lib tests examples cli
 FORCE:
@@ -272,6 +272,19 @@ $(BUILD)/bench/bench: $(BENCH_OBJS) $(LIBA)
 
 bench: $(BUILD)/bench/bench
 	$(RUN)/bench/bench $(BENCH_ARGS)
+
+# The Fashion-MNIST MLP (784-256-128-10, Adam, batch 128, 1 thread): two
+# epochs with ot_model as installed (bench --mlp), then with PyTorch at
+# OPENBLAS_CORETYPE=$(TORCH_CORE) (bench/mlp_torch.py). The data is Debian's
+# dataset-fashion-mnist, gunzipped into $(BUILD)/fmnist once.
+FMNIST     ?= /usr/share/datasets/fashion-mnist
+TORCH_CORE ?= SkylakeX
+bench-mlp: $(BUILD)/bench/bench
+	@mkdir -p $(BUILD)/fmnist
+	@for f in train-images-idx3-ubyte train-labels-idx1-ubyte; do \
+	    [ -s $(BUILD)/fmnist/$$f ] || zcat $(FMNIST)/$$f.gz > $(BUILD)/fmnist/$$f || exit 1; done
+	$(RUN)/bench/bench --mlp $(BUILD)/fmnist
+	$(PYTHON) bench/mlp_torch.py $(BUILD)/fmnist 2 $(TORCH_CORE)
 
 # The differential fuzzer (tests/fuzz.c) run as long as asked, never part of
 # `make test` (which runs a fixed budget of it): make fuzz SEED=1 N=100000

@@ -19,7 +19,9 @@
  * and one more call of each optree variant counts the kernels it runs.
  * --explain prints the plan of one call of each case to stderr. A full run
  * (no --only) ends with the thread-scaling tables of scaling.c, at the
- * counts of --threads; --scaling runs those tables alone.
+ * counts of --threads; --scaling runs those tables alone. --gemm and
+ * --mlp DIR run w_gemm.c's comparisons alone. The header names the GEMM
+ * (OpenBLAS core) that runs optree's dots and the cblas references.
  */
 #define _DEFAULT_SOURCE   /* madvise */
 #include "bench.h"
@@ -49,6 +51,8 @@ typedef struct options {
     bool explain;
     bool scaling_only;
     scaling_opts scaling;
+    bool gemm;          /* --gemm */
+    const char *mlp;    /* --mlp DIR */
 } options;
 
 const char *const bench_in_names[BENCH_MAX_IN] = {"in0", "in1", "in2", "in3", "in4",
@@ -115,12 +119,13 @@ double bench_median(double *v, int n)
 static void usage(void)
 {
     die("usage: bench [--quick] [--only W1,W5] [--runs N] [--backend ref|cpu] [--out DIR] "
-        "[--explain] [--scaling] [--threads 1,2,4,8,16 (increasing, from 1)]");
+        "[--explain] [--scaling] [--threads 1,2,4,8,16 (increasing, from 1)] [--gemm] "
+        "[--mlp DIR]");
 }
 
 static options parse_args(int argc, char **argv)
 {
-    options o = {false, NULL, 9, "cpu", "bench", false, false, {.ncounts = 0}};
+    options o = {false, NULL, 9, "cpu", "bench", false, false, {.ncounts = 0}, false, NULL};
     scaling_parse_counts(&o.scaling, "1,2,4,8,16");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -132,6 +137,8 @@ static options parse_args(int argc, char **argv)
         else if (strcmp(a, "--out") == 0 && has_val) o.out_dir = argv[++i];
         else if (strcmp(a, "--explain") == 0) o.explain = true;
         else if (strcmp(a, "--scaling") == 0) o.scaling_only = true;
+        else if (strcmp(a, "--gemm") == 0) o.gemm = true;
+        else if (strcmp(a, "--mlp") == 0 && has_val) o.mlp = argv[++i];
         else if (strcmp(a, "--threads") == 0 && has_val) {
             if (!scaling_parse_counts(&o.scaling, argv[++i])) usage();
         }
@@ -198,6 +205,7 @@ static bench_machine machine(const options *o, const ref_loops *refs)
     bench_machine m = {.backend = o->backend, .runs = o->runs, .quick = o->quick,
                        .ref_isa = refs ? refs->isa : "none (the CPU lacks AVX2+FMA)"};
     cpu_model(m.cpu, sizeof m.cpu);
+    bench_gemm_line(m.gemm, sizeof m.gemm);
     const char *isa = getenv("OT_ISA");
     if (isa && *isa)
         snprintf(m.isa, sizeof m.isa, "OT_ISA=%s", isa);
@@ -571,6 +579,8 @@ int main(int argc, char **argv)
     if (forced && strcmp(forced, "0") == 0)
         fprintf(stderr, "bench: warning: OT_FUSION=0 is set: the fused column is unfused too\n");
     if (o.scaling_only) return scaling_run(&o.scaling) ? 1 : 0;
+    if (o.gemm) return bench_gemm(o.runs);
+    if (o.mlp) return bench_mlp(o.mlp, 2);
     const ref_loops *refs = pick_refs();
     if (!refs)
         fprintf(stderr, "bench: note: this CPU lacks AVX2+FMA: no reference loops, "

@@ -291,7 +291,15 @@ typedef struct bench_machine {
     const char *ref_isa;        /* the reference loops' ISA */
     int runs;
     bool quick;
+    char gemm[512];             /* what runs dots and cblas (w_gemm.c) */
 } bench_machine;
+
+/* w_gemm.c: ot_explain's gemm line (settles the OpenBLAS core first);
+ * --gemm: sgemm through optree against cblas_sgemm; --mlp DIR: the
+ * Fashion-MNIST MLP's epochs (DIR: the gunzipped IDX files). */
+void bench_gemm_line(char *buf, size_t size);
+int bench_gemm(int runs);
+int bench_mlp(const char *dir, int epochs);
 
 /* "PASS", "MISS", "WRONG" (results off) or "n/a" (no reference). */
 const char *bench_verdict(const bench_row *r);

@@ -59,6 +59,7 @@ typedef struct run {
     point *pts;
     int npts;
     limits *lim;          /* per configuration */
+    char gemm[512];       /* ot_explain's gemm line (cpu backends), or "" */
 } run;
 
 /* limits.c */

@@ -428,6 +428,26 @@ static int explain(const run *r, ot_backend *be, const config *c, char *label)
     return 0;
 }
 
+/* The GEMM that runs the cpu backend's dots (OpenBLAS core, its rate
+ * against the FMA peak): the "gemm:" line of a dot's plan. */
+static void gemm_line(run *r, ot_backend *be)
+{
+    char *text = NULL;
+    size_t len = 0;
+    if (r->gemm[0]) return;   /* one line: the core is the process's */
+    FILE *f = open_memstream(&text, &len);
+    ot_pool *pool = ot_pool_push();
+    ot_tensor *x = ot_full(be, OT_SHAPE(2, 2), OT_F32, 1.0);
+    int rc = f && x ? ot_explain(ot_dot(x, x), f) : -1;
+    ot_pool_pop(pool);
+    ot_tensor_free(x);
+    if (f) fclose(f);
+    const char *at = rc == 0 && text ? strstr(text, "gemm: ") : NULL;
+    if (at) snprintf(r->gemm, sizeof r->gemm, "%.*s", (int)strcspn(at, "\n"), at);
+    free(text);
+    ot_clear_error();
+}
+
 /* Every size of one configuration. */
 static int time_config(run *r, int ci, int *done)
 {
@@ -436,6 +456,7 @@ static int time_config(run *r, int ci, int *done)
     if (!be) return -1;
     const char *isa = ot_backend_options(be).isa;
     snprintf(r->cfg[ci].isa_used, sizeof r->cfg[ci].isa_used, "%s", isa ? isa : "-");
+    if (strcmp(c->backend, "cpu") == 0) gemm_line(r, be);
     char label[128];
     cfg_label(r, ci, label, sizeof label);
     int rc = r->explain ? explain(r, be, c, label) : 0;

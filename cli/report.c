@@ -95,6 +95,7 @@ static void block_summary(const run *r, const point *first, const point *last, F
 void report_table(const run *r, FILE *f)
 {
     char label[128];
+    if (r->gemm[0]) fprintf(f, "\n%s\n", r->gemm);
     for (int e = 0; e < r->nexpr; e++)
         for (int c = 0; c < r->ncfg; c++) {
             const point *first = NULL, *last = NULL;

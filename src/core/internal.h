@@ -428,6 +428,8 @@ struct ot_backend {
                                  "isa" or "OT_ISA" */
     size_t l3_bytes;          /* OT_L3_BYTES: the last-level cache to plan
                                  for; 0: the machine's */
+    const char *blas_core;    /* OT_BLAS_CORE: "keep", "auto" or an OpenBLAS
+                                 core name (src/cpu/blas_core.c) */
     ot__stat_counters stats;   /* stats.c */
     void *impl;
     _Atomic(struct ot_ad_memo *) ad_memo;  /* autodiff.c: memoised objects */

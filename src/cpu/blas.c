@@ -15,10 +15,17 @@
  * OpenBLAS's thread count is process-wide, so it is never set here: a host
  * program and two backends with different thread counts would fight over
  * it. It is the host's (OPENBLAS_NUM_THREADS, openblas_set_num_threads).
+ *
+ * A product is an ot__gemm, run by cblas (ot__gemm_blas) or, where the
+ * library's products disagreed with the C loop here (ot__gemm_agrees; the
+ * process's choice is blas_core.c's, made before its first dot), by that
+ * loop (ot__gemm_loop).
  */
+#include "blas.h"
 #include "cpu.h"
 
 #include <cblas.h>
+#include <math.h>
 
 /* A 2-D operand as BLAS reads it. */
 typedef struct operand {
@@ -127,37 +134,63 @@ static void scale_rows(char *c, ot_dtype dt, int64_t m, int64_t n, int64_t ldc, 
         }
 }
 
-static void gemm(ot_dtype dt, const operand *a, const operand *b, int64_t m, int64_t n, int64_t k,
-                 double alpha, double beta, char *c, int64_t ldc)
+void ot__gemm_blas(const ot__gemm *g)
 {
-    enum CBLAS_TRANSPOSE ta = a->trans ? CblasTrans : CblasNoTrans;
-    enum CBLAS_TRANSPOSE tb = b->trans ? CblasTrans : CblasNoTrans;
-    blasint bm = (blasint)m, bn = (blasint)n, bk = (blasint)k, lda = (blasint)a->ld,
-            ldb = (blasint)b->ld, bldc = (blasint)(ldc > 1 ? ldc : 1);
-    if (n == 1) {   /* c[:, 0] = A x: gemv over A, x a column of B */
-        blasint incx = (blasint)(b->trans ? 1 : b->ld), incy = bldc;
-        if (dt == OT_F32)
-            cblas_sgemv(CblasRowMajor, ta, a->trans ? bk : bm, a->trans ? bm : bk, (float)alpha,
-                        (const float *)a->p, lda, (const float *)b->p, incx, (float)beta, (float *)c, incy);
+    enum CBLAS_TRANSPOSE ta = g->ta ? CblasTrans : CblasNoTrans;
+    enum CBLAS_TRANSPOSE tb = g->tb ? CblasTrans : CblasNoTrans;
+    blasint bm = (blasint)g->m, bn = (blasint)g->n, bk = (blasint)g->k, lda = (blasint)g->lda,
+            ldb = (blasint)g->ldb, ldc = (blasint)(g->ldc > 1 ? g->ldc : 1);
+    float fa = (float)g->alpha, fb = (float)g->beta;
+    if (g->n == 1) {   /* c[:, 0] = A x: gemv over A, x a column of B */
+        blasint incx = (blasint)(g->tb ? 1 : g->ldb);
+        blasint rows = g->ta ? bk : bm, cols = g->ta ? bm : bk;
+        if (g->dt == OT_F32)
+            cblas_sgemv(CblasRowMajor, ta, rows, cols, fa, g->a, lda, g->b, incx, fb, g->c, ldc);
         else
-            cblas_dgemv(CblasRowMajor, ta, a->trans ? bk : bm, a->trans ? bm : bk, alpha,
-                        (const double *)a->p, lda, (const double *)b->p, incx, beta, (double *)c, incy);
-    } else if (m == 1) {   /* c[0, :] = B^T x: gemv over B transposed */
-        enum CBLAS_TRANSPOSE tbt = b->trans ? CblasNoTrans : CblasTrans;
-        blasint incx = (blasint)(a->trans ? a->ld : 1);
-        if (dt == OT_F32)
-            cblas_sgemv(CblasRowMajor, tbt, b->trans ? bn : bk, b->trans ? bk : bn, (float)alpha,
-                        (const float *)b->p, ldb, (const float *)a->p, incx, (float)beta, (float *)c, 1);
+            cblas_dgemv(CblasRowMajor, ta, rows, cols, g->alpha, g->a, lda, g->b, incx, g->beta,
+                        g->c, ldc);
+    } else if (g->m == 1) {   /* c[0, :] = B^T x: gemv over B transposed */
+        enum CBLAS_TRANSPOSE tbt = g->tb ? CblasNoTrans : CblasTrans;
+        blasint incx = (blasint)(g->ta ? g->lda : 1);
+        blasint rows = g->tb ? bn : bk, cols = g->tb ? bk : bn;
+        if (g->dt == OT_F32)
+            cblas_sgemv(CblasRowMajor, tbt, rows, cols, fa, g->b, ldb, g->a, incx, fb, g->c, 1);
         else
-            cblas_dgemv(CblasRowMajor, tbt, b->trans ? bn : bk, b->trans ? bk : bn, alpha,
-                        (const double *)b->p, ldb, (const double *)a->p, incx, beta, (double *)c, 1);
-    } else if (dt == OT_F32) {
-        cblas_sgemm(CblasRowMajor, ta, tb, bm, bn, bk, (float)alpha, (const float *)a->p, lda,
-                    (const float *)b->p, ldb, (float)beta, (float *)c, bldc);
+            cblas_dgemv(CblasRowMajor, tbt, rows, cols, g->alpha, g->b, ldb, g->a, incx, g->beta,
+                        g->c, 1);
+    } else if (g->dt == OT_F32) {
+        cblas_sgemm(CblasRowMajor, ta, tb, bm, bn, bk, fa, g->a, lda, g->b, ldb, fb, g->c, ldc);
     } else {
-        cblas_dgemm(CblasRowMajor, ta, tb, bm, bn, bk, alpha, (const double *)a->p, lda,
-                    (const double *)b->p, ldb, beta, (double *)c, bldc);
+        cblas_dgemm(CblasRowMajor, ta, tb, bm, bn, bk, g->alpha, g->a, lda, g->b, ldb, g->beta,
+                    g->c, ldc);
     }
+}
+
+/* Row i, column j of op(A).op(B), summed in double in order of p. */
+static double dot_at(const ot__gemm *g, int64_t i, int64_t j)
+{
+    int64_t ai = g->ta ? 1 : g->lda, ap = g->ta ? g->lda : 1;
+    int64_t bp = g->tb ? 1 : g->ldb, bj = g->tb ? g->ldb : 1;
+    double s = 0;
+    if (g->dt == OT_F32) {
+        const float *a = (const float *)g->a + i * ai, *b = (const float *)g->b + j * bj;
+        for (int64_t p = 0; p < g->k; p++) s += (double)a[p * ap] * b[p * bp];
+    } else {
+        const double *a = (const double *)g->a + i * ai, *b = (const double *)g->b + j * bj;
+        for (int64_t p = 0; p < g->k; p++) s += a[p * ap] * b[p * bp];
+    }
+    return s;
+}
+
+void ot__gemm_loop(const ot__gemm *g)
+{
+    for (int64_t i = 0; i < g->m; i++)
+        for (int64_t j = 0; j < g->n; j++) {
+            char *p = (char *)g->c + (i * g->ldc + j) * (int64_t)ot__esize(g->dt);
+            double v = g->alpha * dot_at(g, i, j);
+            ot_dtype dt = (ot_dtype)g->dt;
+            ot__store(p, dt, g->beta == 0 ? v : v + g->beta * ot__load(p, dt));
+        }
 }
 
 void ot__run_dot(const ot_kernel *k, char *const base[2], char *dst,
@@ -176,10 +209,118 @@ void ot__run_dot(const ot_kernel *k, char *const base[2], char *dst,
     pack_bytes(&a_bytes, &k->loads[0], k->m, k->k, dt);
     side sa = {&k->loads[0], base[0], k->m, k->k, scratch, NULL};
     side sb = {&k->loads[1], base[1], k->k, k->n, scratch + a_bytes, NULL};
+    ot__gemm_fn *run = ot__blas_ready() ? ot__gemm_loop : ot__gemm_blas;
     for (int64_t b = 0; b < k->batch; b++) {
         operand a, bo;
         side_at(&sa, b, dt, &a);
         side_at(&sb, b, dt, &bo);
-        gemm(dt, &a, &bo, k->m, k->n, k->k, alpha, beta, dst + b * k->store.strides[2] * es, ldc);
+        run(&(ot__gemm){dt, a.p, bo.p, dst + b * k->store.strides[2] * es, a.trans, bo.trans,
+                        k->m, k->n, k->k, a.ld, bo.ld, ldc, alpha, beta});
     }
+}
+
+/* ---- the check of a GEMM against the C loop ------------------------------- */
+
+/* The shapes: sizes on both sides of OpenBLAS's small-matrix path (M*N*K
+ * of a million) and of its threading threshold, edges off every kernel's
+ * block width, all four transpose pairs, beta 0 (C not read) and not, and
+ * the gemv forms. */
+typedef struct check_shape {
+    int dt;
+    bool ta, tb;
+    int64_t m, n, k;
+    double alpha, beta;
+} check_shape;
+static const check_shape shapes[] = {
+    {OT_F32, false, false, 101, 100, 101, 1, 0},   {OT_F32, true, false, 37, 29, 45, -0.5, 1.5},
+    {OT_F32, false, true, 7, 65, 200, 1, 0.25},    {OT_F32, true, true, 1, 77, 50, 2, 0},
+    {OT_F64, false, false, 97, 103, 101, 1, 0.75},  {OT_F64, true, true, 19, 33, 17, 2, 0},
+    {OT_F64, false, true, 61, 1, 40, 1, -1},
+};
+
+/* Values in [-1, 1] from a fixed sequence, exact in f32. */
+static void fill(void *x, int dt, int64_t count, uint32_t seed)
+{
+    for (int64_t i = 0; i < count; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        ot__store((char *)x + i * (int64_t)ot__esize(dt), (ot_dtype)dt,
+                  (double)((int)(seed >> 20) - 2048) / 2048.0);
+    }
+}
+
+/* The rows the check compares: every fifth (which meets every row of a
+ * micro-tile of 4, 8 or 16 rows, 5 being prime to them) and the last 8
+ * (the tail tiles): a quarter of the reference's work, which under
+ * valgrind is most of a first dot's. */
+static bool checked_row(int64_t i, int64_t m) { return i % 5 == 0 || i >= m - 8; }
+
+/* The product in double over the checked rows, row by row (p outer, j inner: the rows of a
+ * B stored as is are read in order, which the compiler vectorises), each
+ * element summed in order of p, as dot_at sums it. */
+static void ref_product(const ot__gemm *g, double *want)
+{
+    int64_t ai = g->ta ? 1 : g->lda, ap = g->ta ? g->lda : 1;
+    int64_t bp = g->tb ? 1 : g->ldb, bj = g->tb ? g->ldb : 1, es = (int64_t)ot__esize(g->dt);
+    memset(want, 0, sizeof *want * (size_t)(g->m * g->n));
+    for (int64_t i = 0; i < g->m; i++)
+        for (int64_t p = 0; checked_row(i, g->m) && p < g->k; p++) {
+            double *w = want + i * g->n;
+            int64_t at = i * ai + p * ap, row = p * bp;
+            double a = g->dt == OT_F32 ? ((const float *)g->a)[at] : ((const double *)g->a)[at];
+            if (g->dt == OT_F32 && bj == 1)
+                for (int64_t j = 0; j < g->n; j++) w[j] += a * ((const float *)g->b)[row + j];
+            else if (bj == 1)
+                for (int64_t j = 0; j < g->n; j++) w[j] += a * ((const double *)g->b)[row + j];
+            else
+                for (int64_t j = 0; j < g->n; j++)
+                    w[j] += a * ot__load((const char *)g->b + (row + j * bj) * es, (ot_dtype)g->dt);
+        }
+}
+
+/* Whether fn computes shape s within a rounding bound of the sum in
+ * double: 8 (k + 2) eps of the largest sum the values (all in [-1, 1])
+ * can make, where a wrong kernel is off by about the values themselves (a
+ * product left out or counted twice moves a sum by up to 1). */
+static bool agrees_on(ot__gemm_fn *fn, const check_shape *s, char *why, size_t n)
+{
+    int64_t lda = s->ta ? s->m + 3 : s->k + 3, ldb = s->tb ? s->k + 3 : s->n + 3, ldc = s->n + 5;
+    int64_t na = (s->ta ? s->k : s->m) * lda, nb = (s->tb ? s->n : s->k) * ldb, nc = s->m * ldc;
+    size_t es = ot__esize(s->dt), head = ((size_t)(na + nb + 2 * nc) * es + 7) & ~(size_t)7;
+    char *buf = malloc(head + sizeof(double) * (size_t)(s->m * s->n));
+    if (!buf) return true;   /* unchecked rather than a failure of the BLAS */
+    char *a = buf, *b = a + na * (int64_t)es, *c = b + nb * (int64_t)es, *c0 = c + nc * (int64_t)es;
+    double *want = (double *)(void *)(buf + head);   /* 8-aligned after the f32 arrays */
+    fill(a, s->dt, na, 1u + (uint32_t)s->m);
+    fill(b, s->dt, nb, 7u + (uint32_t)s->n);
+    fill(c, s->dt, nc, 13u + (uint32_t)s->k);
+    memcpy(c0, c, (size_t)nc * es);
+    ot__gemm g = {s->dt, a, b, c, s->ta, s->tb, s->m, s->n, s->k, lda, ldb, ldc, s->alpha, s->beta};
+    fn(&g);
+    ref_product(&g, want);
+    double eps = s->dt == OT_F32 ? 0x1p-23 : 0x1p-52;
+    bool ok = true;
+    for (int64_t i = 0; ok && i < s->m; i++)
+        for (int64_t j = 0; ok && checked_row(i, s->m) && j < s->n; j++) {
+            int64_t at = (i * ldc + j) * (int64_t)es;
+            double old = s->beta == 0 ? 0 : s->beta * ot__load(c0 + at, (ot_dtype)s->dt);
+            double ref = s->alpha * want[i * s->n + j] + old;
+            double got = ot__load(c + at, (ot_dtype)s->dt);
+            double bound = 8 * (double)(s->k + 2) * eps *
+                           (fabs(s->alpha) * (double)s->k + fabs(old));
+            ok = fabs(got - ref) <= bound;
+            if (!ok)
+                snprintf(why, n, "%sgemm %s%s %lldx%lldx%lld: C[%lld,%lld] = %g, not %g",
+                         s->dt == OT_F32 ? "s" : "d", s->ta ? "T" : "N", s->tb ? "T" : "N",
+                         (long long)s->m, (long long)s->n, (long long)s->k, (long long)i,
+                         (long long)j, got, ref);
+        }
+    free(buf);
+    return ok;
+}
+
+bool ot__gemm_agrees(ot__gemm_fn *fn, char *why, size_t n)
+{
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        if (!agrees_on(fn, &shapes[i], why, n)) return false;
+    return true;
 }

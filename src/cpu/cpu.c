@@ -7,6 +7,7 @@
  * program's one arena.
  */
 #define _GNU_SOURCE   /* sched_getaffinity, CPU_COUNT */
+#include "blas.h"
 #include "cpu.h"
 #include "threads.h"
 
@@ -142,6 +143,9 @@ static int cpu_init(ot_backend *be)
     /* The option's name (config.c checked it) parsed once: from here on the
      * ISA is the table's. */
     int isa = be->opts.isa ? ot__isa_parse(be->opts.isa) : -1;
+    /* What the process's GEMM core is settled with at its first dot
+     * (blas_core.c). */
+    ot__blas_request(be->blas_core);
     const ot_kernels *k = ot__kernels_select(isa, be->isa_from);
     if (!k) return ot_errcode();
     ot_cpu *cpu = ot__calloc(1, sizeof *cpu);
@@ -170,6 +174,16 @@ static int cpu_init(ot_backend *be)
 
 /* ---- the vtable's slots for ot_explain and programs ----------------------- */
 
+/* A plan's text, then, where it has a dot, which GEMM runs the dots. */
+static int explain_plan(const ot_plan *plan, FILE *f)
+{
+    int rc = ot__plan_explain(plan, f);
+    bool dot = false;
+    for (int i = 0; i < plan->nkernels; i++) dot = dot || plan->kernels[i].kind == OT_KER_DOT;
+    if (!rc && dot) ot__blas_explain(f);
+    return rc || ferror(f) ? OT_EIO : 0;
+}
+
 /* ot_explain on cpu: the plan it runs for the trees (from its cache). */
 static int cpu_explain(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[],
                        FILE *f)
@@ -179,7 +193,7 @@ static int cpu_explain(ot_backend *be, int n, ot_tensor *const outs[], ot_node *
     ot_binding bind;
     int rc = ot__plan_get(be, n, outs, trees, &plan, &walk, &bind);
     if (rc) return rc;
-    rc = ot__plan_explain(plan, f);
+    rc = explain_plan(plan, f);
     if (!bind.borrowed) ot__plan_release(plan);
     ot__walk_done(be, walk);
     return rc;
@@ -235,7 +249,7 @@ static int cpu_run(ot_backend *be, const ot__prepared *s, char *arena, int n,
 
 static int cpu_explain_prepared(const ot__prepared *s, FILE *f)
 {
-    return ot__plan_explain(s->impl, f);
+    return explain_plan(s->impl, f);
 }
 
 const ot_backend_vt ot__cpu_vt = {

@@ -90,7 +90,8 @@ ot_backend *ot_backend_new(const char *name, const ot_backend_opts *opts)
     const char *isa_from;
     struct ot__rewrite *rw;
     size_t l3_bytes;
-    if (ot__config_resolve(&name, &o, &isa_from, &rw, &l3_bytes)) return NULL;
+    const char *blas_core;
+    if (ot__config_resolve(&name, &o, &isa_from, &rw, &l3_bytes, &blas_core)) return NULL;
     const backend_entry *e = find_backend(name);
     ot_backend *be = NULL;
     if (!e)
@@ -107,6 +108,7 @@ ot_backend *ot_backend_new(const char *name, const ot_backend_opts *opts)
     be->opts = o;
     be->isa_from = isa_from;
     be->l3_bytes = l3_bytes;
+    be->blas_core = blas_core;
     be->rewrite = rw;
     ot__stats_init(&be->stats);
     if (be->vt->init && be->vt->init(be) != 0) {

@@ -10,10 +10,13 @@
  * The backend fills in what depends on the machine (the ISA, whether code
  * is generated, the cache size) when it starts; OT_L3_BYTES, which has no
  * field, gives it the last-level cache size to plan for instead of the one
- * the machine reports (tests simulate other machines with it); so ot_backend_options can
+ * the machine reports (tests simulate other machines with it), and
+ * OT_BLAS_CORE, which has no field either, which OpenBLAS core the cpu
+ * backend asks for (src/cpu/blas_core.c); so ot_backend_options can
  * report what is in force rather than what was asked. Rule-set names
  * (OT_REWRITE) are rewrite.c's to check, against its registry.
  */
+#include "blas_cores.h"
 #include "front.h"
 #include "isa.h"
 
@@ -32,6 +35,13 @@ static const char isa_listed[] = "" OT__ISAS(ISA_LISTED);
 #undef ISA_LISTED
 #define ISA_LIST (isa_listed + 2)
 static const char *const switch_words[] = {"0", "1"};
+/* OT_BLAS_CORE's words: keep (the core OpenBLAS chose), auto (the default:
+ * the widest core the CPU runs when OpenBLAS chose a narrower one), or a
+ * core by its OpenBLAS name (blas_cores.h). */
+#define BLAS_CORE_NAME(nm, cls) #nm,
+static const char *const blas_core_words[] = {"keep", "auto", OT__BLAS_CORES(BLAS_CORE_NAME)};
+#undef BLAS_CORE_NAME
+#define NBLAS_CORE_WORDS ((int)(sizeof blas_core_words / sizeof blas_core_words[0]))
 
 static const char *env_value(const char *var)
 {
@@ -116,9 +126,10 @@ static int env_switch(const char *var, int *field, int on_value, int off_value)
     return 0;
 }
 
-static int env_overrides(ot_backend_opts *o, const char **isa_from, size_t *l3_bytes)
+static int env_overrides(ot_backend_opts *o, const char **isa_from, size_t *l3_bytes,
+                         const char **blas_core)
 {
-    int isa;
+    int isa, core;
     int64_t stream = 0, l3 = 0;
     bool stream_set, l3_set;
     char isa_want[64];
@@ -127,8 +138,12 @@ static int env_overrides(ot_backend_opts *o, const char **isa_from, size_t *l3_b
         env_switch("OT_JIT", &o->jit, OT_JIT_ON, OT_JIT_OFF) ||
         env_word("OT_ISA", isa_names, NISA, isa_want, &isa) ||
         env_count("OT_STREAM_BYTES", &stream, &stream_set) ||
-        env_count("OT_L3_BYTES", &l3, &l3_set))
+        env_count("OT_L3_BYTES", &l3, &l3_set) ||
+        env_word("OT_BLAS_CORE", blas_core_words, NBLAS_CORE_WORDS,
+                 "keep, auto or an OpenBLAS x86-64 core name (as OPENBLAS_CORETYPE spells it)",
+                 &core))
         return -1;
+    *blas_core = core >= 0 ? blas_core_words[core] : "auto";
     *l3_bytes = l3_set ? (size_t)l3 : 0;
     if (isa >= 0) {
         o->isa = isa_names[isa];
@@ -149,14 +164,15 @@ static int rewrite_sets(ot_backend_opts *o, struct ot__rewrite **rewrite)
 }
 
 int ot__config_resolve(const char **name, ot_backend_opts *o, const char **isa_from,
-                       struct ot__rewrite **rewrite, size_t *l3_bytes)
+                       struct ot__rewrite **rewrite, size_t *l3_bytes, const char **blas_core)
 {
     const char *env = env_value("OT_BACKEND");
     if (env) *name = env;
     if (!*name) *name = "ref";
     *isa_from = "isa";
     *rewrite = NULL;
-    if (check_opts(o) || env_overrides(o, isa_from, l3_bytes) || rewrite_sets(o, rewrite))
+    if (check_opts(o) || env_overrides(o, isa_from, l3_bytes, blas_core) ||
+        rewrite_sets(o, rewrite))
         return -1;
     if (o->isa) o->isa = isa_named(o->isa);
     if (!o->dtype) o->dtype = OT_F32;

@@ -114,8 +114,8 @@ static void tb_compare(const char *isa, ot_backend *const *be, ot_backend *ref, 
 TEST(tblock_transposed_operands_match_interpreter_and_ref)
 {
     static const char *const isas[] = {"avx2", "avx512"};
-    static const int64_t shapes[][3] = {{1, 1, 40},  {1, 40, 1},  {1, 17, 33}, {1, 16, 16},
-                                        {1, 300, 20}, {1, 33, 300}, {2, 37, 45}, {3, 9, 16}};
+    static const int64_t shapes[][3] = {{1, 1, 40},   {1, 40, 1},   {1, 17, 33}, {1, 16, 16},
+                                        {1, 300, 40}, {1, 33, 300}, {2, 37, 45}, {3, 9, 64}};
     static const struct {
         const char *what;
         tb_tree tree;

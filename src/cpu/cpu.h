@@ -169,6 +169,7 @@ typedef struct ot_xstore {
  * further output x) when out_vector[q]. */
 #define OT_JIT_MAX_INSN 128
 typedef void ot_jit_fn(char *const *in, char *const *out, size_t nbytes);
+typedef void ot_jit_rows_fn(char **in, char **out, size_t nbytes, const int64_t *rs);
 typedef struct ot_jit {
     ot_jit_fn *fn;
     /* A REDUCE kernel's code instead (sum, mean, max or min over the
@@ -197,10 +198,17 @@ typedef struct ot_jit {
      * argument one way for the whole vector, so a lane's result hangs on
      * the others). fn itself where the body calls nothing. */
     void (*fn_tail)(char *const *in, char *const *out, size_t nbytes);
+    /* A column-blocked kernel's code for a block of rows (exec.c's
+     * transposed blocks): fn's body over nbytes of each of rs[0] rows,
+     * in[v] and out[q] advanced by rs[1 + v] and rs[1 + ninsn + q] bytes
+     * after each row (both arrays are rewritten); nbytes and rs[0] > 0.
+     * fn_rows_stream streams as fn_stream does. NULL where not built. */
+    ot_jit_rows_fn *fn_rows, *fn_rows_stream;
     uint8_t *code;                  /* the machine code until installed */
     size_t code_len;
     size_t stream_at;               /* fn_stream's offset in code, or 0 */
     size_t tail_at;                 /* fn_tail's offset in code, or 0 */
+    size_t rows_at, rows_stream_at; /* fn_rows's and fn_rows_stream's, or 0 */
     const ot_kernels *kt;
     int acc;                        /* kt's accuracy slot (vfn1[acc]) */
     bool calls_log_tanh;            /* a reduction whose inline log or tanh did not

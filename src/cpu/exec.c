@@ -480,6 +480,7 @@ static void run_ew(ot_threads *th, int slot, run_ctx *c)
 {
     int64_t tiles = c->nouter * c->tiles_per_row;
     c->ew_per_chunk = ew_tiles_per_chunk(c);
+    if (c->k->col_blocked && ot__exec_tblocks(th, slot, c)) return;
     ot__parallel(th, slot, (tiles + c->ew_per_chunk - 1) / c->ew_per_chunk,
                  c->nouter * c->inner * c->k->run_cost, ew_chunk, c);
 }

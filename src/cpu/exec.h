@@ -1,8 +1,9 @@
 /*
- * exec.h - what the executor's two files share (cpu layer, private to
+ * exec.h - what the executor's files share (cpu layer, private to
  * them): the memory a run reserves, the context every tile of a kernel
  * shares, tile scratch, and the calls between exec.c (tiles, elementwise
- * kernels, plans) and exec_reduce.c (reductions).
+ * kernels, plans), exec_reduce.c (reductions) and exec_tblock.c
+ * (transposed blocks).
  */
 #ifndef OT_EXEC_H
 #define OT_EXEC_H
@@ -125,6 +126,10 @@ void ot__exec_jit_prelude(const run_ctx *c, scratch *s, int64_t o, int64_t j, in
                           char **val, double *one);
 void ot__exec_run_with_extras(const run_ctx *c, scratch *s, int64_t o, int64_t j, int64_t n,
                               char *direct0);
+/* exec_tblock.c: an EW kernel reading a transposed view run in blocks
+ * through its generated code's fn_rows; false (nothing run) where it does
+ * not fit. */
+bool ot__exec_tblocks(ot_threads *th, int slot, run_ctx *c);
 /* exec_reduce.c: a REDUCE kernel run on the pool th from slot. */
 void ot__exec_run_reduce(ot_threads *th, int slot, run_ctx *c);
 

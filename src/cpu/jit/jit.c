@@ -205,29 +205,83 @@ static void emit_invariants(regs *r)
  * stores, not fenced: exec.c fences once after a chunk's last tile (an
  * sfence per call waited for the write-combining buffers to drain 16384
  * times in W9). */
-static void emit_function(regs *r, int frame, bool stream)
+/* The loop over vectors while rbx < r14, rbx starting at 0, at least one
+ * turn. */
+static void emit_loop(regs *r, bool stream)
 {
     code *c = r->c;
-    const ot_jit *j = r->j;
-    ot__jit_emit_prologue(r, frame);
-    ot__jit_emit_constants(r);
-    if (r->tail) ot__jit_emit_live_mask(r, R14);
-    emit_invariants(r);
     ot__x86_put(c, (const uint8_t[]){0x31, 0xDB}, 2);                  /* xor ebx, ebx */
-    ot__x86_put(c, (const uint8_t[]){0x4D, 0x85, 0xF6}, 3);            /* test r14, r14 */
-    size_t done = ot__x86_jump_fwd(c, JE);
     size_t loop = c->n;
     ot__jit_reset_regs(r);
-    for (int pos = 0; pos < j->ninsn; pos++)
-        if (j->body[pos]) ot__jit_emit_insn(r, pos);
+    for (int pos = 0; pos < r->j->ninsn; pos++)
+        if (r->j->body[pos]) ot__jit_emit_insn(r, pos);
     ot__jit_emit_stores(r, stream);
     ot__x86_put(c, (const uint8_t[]){0x48, 0x83, 0xC3, (uint8_t)r->vbytes}, 4);     /* add rbx, V */
     ot__x86_gpr_rr(c, 0x39, RBX, R14);                                 /* cmp rbx, r14 */
     ot__x86_jump_back(c, JB, loop);
+}
+
+static void emit_function(regs *r, int frame, bool stream)
+{
+    code *c = r->c;
+    ot__jit_emit_prologue(r, frame);
+    ot__jit_emit_constants(r);
+    if (r->tail) ot__jit_emit_live_mask(r, R14);
+    emit_invariants(r);
+    ot__x86_put(c, (const uint8_t[]){0x4D, 0x85, 0xF6}, 3);            /* test r14, r14 */
+    size_t done = ot__x86_jump_fwd(c, JE);
+    emit_loop(r, stream);
     ot__x86_land(c, done);
     ot__jit_emit_epilogue(c);
     r->nptr = 0;
     r->splat = false;
+}
+
+/* fn_rows(in, out, nbytes, rs): the loop of emit_function once per row,
+ * the invariants (pointers, broadcasts) taken again for each row, since
+ * every input steps: rs and the rows left are kept at `at` in the frame;
+ * after a row, in[v] += rs[1 + v] for each load, out[q] += rs[1 + ninsn +
+ * q], through rcx (the pointer registers are loaded again anyway). */
+static void emit_rows_function(regs *r, int frame, int32_t at, bool stream)
+{
+    code *c = r->c;
+    const ot_jit *j = r->j;
+    ot__jit_emit_prologue(r, frame);
+    ot__x86_gpr_mem(c, 0x89, RCX, RSP, at);                            /* mov [rsp + at], rcx */
+    ot__x86_gpr_mem(c, 0x8B, RAX, RCX, 0);                             /* mov rax, [rcx] */
+    ot__x86_gpr_mem(c, 0x89, RAX, RSP, at + 8);                        /* mov [rsp + at + 8], rax */
+    ot__jit_emit_constants(r);
+    size_t row = c->n;
+    emit_invariants(r);
+    emit_loop(r, stream);
+    ot__x86_gpr_mem(c, 0x8B, RAX, RSP, at);                            /* mov rax, [rsp + at] */
+    for (int v = 0; v < j->ninsn; v++) {
+        if (j->body[v] || r->insns[v].code != OT_I_LOAD) continue;
+        ot__x86_gpr_mem(c, 0x8B, RCX, RAX, 8 + 8 * v);                  /* mov rcx, [rax + 8 + 8v] */
+        ot__x86_gpr_mem(c, 0x01, RCX, R12, 8 * v);                      /* add [r12 + 8v], rcx */
+    }
+    for (int q = 0; q < j->nout; q++) {
+        ot__x86_gpr_mem(c, 0x8B, RCX, RAX, 8 + 8 * (j->ninsn + q));
+        ot__x86_gpr_mem(c, 0x01, RCX, R13, 8 * q);                      /* add [r13 + 8q], rcx */
+    }
+    ot__x86_gpr_mem(c, 0xFF, 1, RSP, at + 8);                          /* dec qword [rsp + at + 8] */
+    ot__x86_jump_back(c, JNE, row);
+    ot__jit_emit_epilogue(c);
+    r->nptr = 0;
+    r->splat = false;
+}
+
+/* A column-blocked kernel's fn_rows and (with stream) fn_rows_stream,
+ * their frame one vector and two words past emit_function's. */
+static void emit_rows_functions(regs *r, ot_jit *j, bool stream)
+{
+    int32_t at = ot__jit_slot(r, j->ninsn + 1);
+    int frame = at + r->vbytes;
+    for (int s = 0; s <= (int)stream; s++) {
+        while (r->c->n % 16) ot__x86_put1(r->c, 0xCC);
+        *(s ? &j->rows_stream_at : &j->rows_at) = r->c->n;
+        emit_rows_function(r, frame, at, s);
+    }
 }
 
 /* ---- which kernels ------------------------------------------------------------ */
@@ -378,6 +432,14 @@ bool ot__jit_install(ot_jit *const *jits, int n, ot_jit_map *map)
             entry = m + at + jits[i]->stream_at;
             memcpy(&jits[i]->fn_stream, &entry, sizeof entry);
         }
+        if (jits[i]->rows_at) {
+            entry = m + at + jits[i]->rows_at;
+            memcpy(&jits[i]->fn_rows, &entry, sizeof entry);
+        }
+        if (jits[i]->rows_stream_at) {
+            entry = m + at + jits[i]->rows_stream_at;
+            memcpy(&jits[i]->fn_rows_stream, &entry, sizeof entry);
+        }
         jits[i]->fn_tail = jits[i]->fn;
         if (jits[i]->tail_at) {
             entry = m + at + jits[i]->tail_at;
@@ -511,6 +573,7 @@ static ot_jit *build(const ot_kernel *k, const ot_kernels *kt, int acc, bool str
             j->stream_at = c.n;
             emit_function(&r, ot__jit_slot(&r, k->ninsn) + r.vbytes, true);
         }
+        if (k->col_blocked) emit_rows_functions(&r, j, stream);
         if (r.calls) {
             while (c.n % 16) ot__x86_put1(&c, 0xCC);
             j->tail_at = c.n;

@@ -99,7 +99,7 @@ typedef struct regs {
 
 /* Conditional jumps (jcc rel32), cc the condition. A jump forward returns
  * where its rel32 goes, for land() to fill in once the target is reached. */
-enum { JB = 2, JE = 4, JBE = 6, JA = 7 };
+enum { JB = 2, JE = 4, JNE = 5, JBE = 6, JA = 7 };
 
 /* The frame: the constants the body reads from memory (written once per
  * call, so that the loop spends no instructions making them), then a slot

@@ -1,0 +1,179 @@
+/*
+ * exec_tblock.c - the cpu backend's transposed blocks: an elementwise
+ * kernel with generated code that reads a transposed view (unit stride
+ * along its outer dim, 4-byte elements) runs over strips of rows, each
+ * strip walked across its columns TB_COLS at a time. A block of a strip's
+ * rows by TB_COLS columns is gathered from TB_COLS rows of the source (a
+ * run of the strip's length from each, which the hardware prefetchers
+ * follow), transposed in registers 16x16 (AVX-512) or 8x8 (AVX2) into a
+ * small L1 copy, and the kernel's code (ot_jit's fn_rows) runs once over
+ * the whole block, each output row getting whole 64-byte lines: with
+ * streaming stores, a line at a time, never read first. Columns past the
+ * last multiple of TB_COLS go through exec.c's tiles. The code is the
+ * kernel's own body, so results are bitwise those of any other walk.
+ */
+#include "exec.h"
+
+#define TB_COLS 32          /* columns of a block: two 64-byte lines of f32 a row
+                               (16 paid the code's per-row setup twice as often:
+                               W9 1.36x the hand loop against 1.06x) */
+#define TB_ROWS 256         /* rows of a strip (at most the tile, whose gathered rows
+                               R_TCACHE holds): W9's source is read 1 KiB a row at a
+                               time, as the AVX-512 hand loop reads it */
+#define TB_UNIT 65536       /* elements per unit of work (a strip's run of columns) */
+
+/* The strips and column groups of a kernel's walk: unit u is column group
+ * u % ncg of strip u / ncg, strips cut within each run of dims[nd-2]. */
+typedef struct tgeom {
+    int64_t d, rows, spr, cols, ncg;
+} tgeom;
+
+static tgeom geom_of(const run_ctx *c)
+{
+    const ot_kernel *k = c->k;
+    tgeom g;
+    g.d = k->dims[k->ndim - 2];
+    int64_t room = c->tile * TG_MAX_ROWS / TB_COLS;   /* rows R_TCACHE holds */
+    g.rows = (room < TB_ROWS ? room : TB_ROWS) & ~(int64_t)(TG_MAX_ROWS - 1);
+    g.spr = (g.d + g.rows - 1) / g.rows;
+    g.cols = TB_UNIT / g.rows / TB_COLS * TB_COLS;
+    g.ncg = (c->inner + g.cols - 1) / g.cols;
+    return g;
+}
+
+/* Whether k runs in transposed blocks: generated code with fn_rows, every
+ * output vector and written in place, and every value its code does not
+ * compute one that steps with the row (a load, contiguous along the row,
+ * broadcast, or transposed; a parameter), with at most TCACHE_LOADS
+ * transposed loads. */
+static bool fits(const run_ctx *c)
+{
+    const ot_kernel *k = c->k;
+    const ot_jit *jt = k->jit;
+    int nd = k->ndim, nt = 0;
+    if (!jt || !jt->fn_rows || k->kind != OT_KER_EW || !k->direct_store || nd < 2 ||
+        c->inner < TB_COLS || jt->kd != OT_KD_F32)
+        return false;
+    for (int x = 0; x < k->nxstore; x++)
+        if (!k->xstores[x].direct) return false;
+    for (int q = 0; q < jt->nout; q++)
+        if (!jt->out_vector[q]) return false;
+    for (int i = 0; i < k->ninsn; i++) {
+        const ot_insn *in = &k->insns[i];
+        if (jt->body[i] || in->code == OT_I_PARAM) continue;
+        if (in->code != OT_I_LOAD) return false;   /* a scalar op of the prelude */
+        const ot_view *v = &k->loads[in->arg];
+        if ((in->scalar & 8) || v->strides[nd - 1] == 1) continue;
+        if (v->strides[nd - 2] != 1 || ot__esize(v->dtype) != 4) return false;
+        nt++;
+    }
+    return nt > 0 && nt <= TCACHE_LOADS;
+}
+
+/* rows x TB_COLS of a transposed view at src (inner stride st) into buf,
+ * TB_COLS elements a row. */
+static char *gather(const run_ctx *c, char *buf, const char *src, int64_t st, int64_t rows)
+{
+    int g = c->kt->tgather_rows;
+    for (int64_t r = 0; r < rows; r += g)
+        c->kt->tgather_b4(buf + r * TB_COLS * 4, TB_COLS, src + r * 4, st, TB_COLS,
+                          (int)(rows - r < g ? rows - r : g));
+    return buf;
+}
+
+/* Whether the block's outputs take streaming stores: the code has them,
+ * every row of every output starts on a vector, and no output is read in
+ * place by the kernel itself (see exec.c's can_stream). */
+static bool streams(const ot_kernel *k, char *const *val, char *const *out, const int64_t *rs)
+{
+    const ot_jit *jt = k->jit;
+    uintptr_t vb = (uintptr_t)jt->kt->vbytes;
+    if (!jt->fn_rows_stream) return false;
+    for (int q = 0; q < jt->nout; q++) {
+        if ((uintptr_t)out[q] % vb || (uintptr_t)rs[1 + k->ninsn + q] % vb) return false;
+        for (int i = 0; i < k->ninsn; i++)
+            if (!jt->body[i] && k->insns[i].code == OT_I_LOAD && val[i] == out[q]) return false;
+    }
+    return true;
+}
+
+/* Output q's address at (o, j) and its step per row. */
+static char *out_at(const run_ctx *c, int q, int64_t o, int64_t j, int64_t *step)
+{
+    const ot_kernel *k = c->k;
+    const ot_view *v = q ? &k->xstores[q - 1].view : &k->store;
+    int64_t es = (int64_t)ot__esize(v->dtype);
+    *step = v->strides[k->ndim - 2] * es;
+    return (q ? c->xstore[q - 1] : c->store) + view_offset(k, v, o, j) * es;
+}
+
+/* Rows o..o+rows-1, columns j..j+TB_COLS-1, as one call of fn_rows. */
+static void block(const run_ctx *c, scratch *s, int64_t o, int64_t rows, int64_t j)
+{
+    const ot_kernel *k = c->k;
+    const ot_jit *jt = k->jit;
+    int nd = k->ndim, nt = 0;
+    char *val[OT_JIT_MAX_INSN], *out[1 + OT_MAX_XSTORES];
+    int64_t rs[2 + OT_JIT_MAX_INSN + OT_MAX_XSTORES];
+    double one[OT_JIT_MAX_INSN];
+    rs[0] = rows;
+    for (int i = 0; i < k->ninsn; i++) {
+        const ot_insn *in = &k->insns[i];
+        rs[1 + i] = 0;
+        if (jt->body[i]) continue;
+        if (in->code == OT_I_PARAM) {
+            val[i] = (char *)&one[i];
+            ot__store(val[i], ot__kd_dtype(in->kd), c->param[in->arg]);
+            continue;
+        }
+        const ot_view *v = &k->loads[in->arg];
+        int64_t es = (int64_t)ot__esize(v->dtype);
+        val[i] = c->base[in->arg] + view_offset(k, v, o, j) * es;
+        rs[1 + i] = v->strides[nd - 2] * es;
+        if ((in->scalar & 8) || v->strides[nd - 1] == 1) continue;
+        val[i] = gather(c, s->tc[nt++].buf, val[i], v->strides[nd - 1], rows);
+        rs[1 + i] = TB_COLS * 4;
+    }
+    for (int q = 0; q < jt->nout; q++) out[q] = out_at(c, q, o, j, &rs[1 + k->ninsn + q]);
+    (streams(k, val, out, rs) ? jt->fn_rows_stream : jt->fn_rows)(val, out, TB_COLS * 4, rs);
+}
+
+/* Columns j..j+n-1 (n < TB_COLS) of rows o..o+rows-1 by exec.c's tiles,
+ * whose gathered rows the blocks have overwritten. */
+static void tail(const run_ctx *c, scratch *s, int64_t o, int64_t rows, int64_t j, int64_t n)
+{
+    const ot_kernel *k = c->k;
+    int64_t es = (int64_t)ot__esize(k->store.dtype);
+    for (int i = 0; i < TCACHE_LOADS; i++) s->tc[i].load = -1;
+    for (int64_t r = o; r < o + rows; r++)
+        ot__exec_run_with_extras(c, s, r, j, n, c->store + view_offset(k, &k->store, r, j) * es);
+}
+
+static void body(run_ctx *c, scratch *s, int64_t first, int64_t last)
+{
+    tgeom g = geom_of(c);
+    for (int64_t u = first; u < last; u++) {
+        int64_t strip = u / g.ncg, r0 = strip % g.spr * g.rows, o = strip / g.spr * g.d + r0;
+        int64_t rows = g.d - r0 < g.rows ? g.d - r0 : g.rows;
+        int64_t j = u % g.ncg * g.cols, end = j + g.cols < c->inner ? j + g.cols : c->inner;
+        for (; j + TB_COLS <= end; j += TB_COLS) block(c, s, o, rows, j);
+        if (j < end) tail(c, s, o, rows, j, end - j);
+    }
+#if defined(__x86_64__) || defined(__i386__)
+    if (c->k->jit->fn_rows_stream) __asm__ volatile("sfence" ::: "memory");   /* as exec.c's */
+#endif
+}
+
+static void chunk(void *c, int slot, int64_t first, int64_t last)
+{
+    ot__exec_run_chunk(c, body, slot, first, last);
+}
+
+bool ot__exec_tblocks(ot_threads *th, int slot, run_ctx *c)
+{
+    if (c->nouter <= 0 || !fits(c)) return false;
+    tgeom g = geom_of(c);
+    int64_t units = c->nouter / g.d * g.spr * g.ncg;
+    ot__parallel(th, slot, units, c->nouter * c->inner * c->k->run_cost, chunk, c);
+    return true;
+}

@@ -75,7 +75,7 @@ OBJS  += $(KOBJS)
 LIBA  := $(BUILD)/liboptree.a
 LIBSO := $(BUILD)/liboptree.so
 
-.PHONY: all lib tests examples cli demo test test-arm64 check doc-check deps install clean bench bench-mlp fuzz fuzz-inputs fuzz-input-bins mpi demo-mpi FORCE
+.PHONY: all lib tests examples cli demo test test-arm64 check doc-check deps install clean bench bench-mlp fuzz fuzz-inputs fuzz-input-bins mpi demo-mpi ulp-exhaustive FORCE
 # all first: a plain `make` builds everything.
 all: lib tests examples cli
 FORCE:
@@ -251,6 +251,15 @@ install: lib cli $(if $(HAVE_MPI),$(LIBMPI))
 
 clean:
 	rm -rf build
+
+# exp, log, tanh and sig over all 2^32 f32 inputs on every ISA table, tile
+# kernels and generated code, against C's double functions (minutes; not in
+# make test): tools/ulp_exhaustive.c. ULP_ARGS="--fn tanh --isa avx512".
+ULP_ARGS ?=
+ulp-exhaustive: $(BUILD)/ulp_exhaustive
+	$(RUN)/ulp_exhaustive $(ULP_ARGS)
+$(BUILD)/ulp_exhaustive: tools/ulp_exhaustive.c $(HDRS) $(LIBA) $(FLAGS)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LIBA) $(LDFLAGS) $(LDLIBS)
 
 # The benchmark of BENCH.md (bench/), never part of `make test`: builds
 # $(BUILD)/bench/bench and runs it (make bench BENCH_ARGS="--only W1 --quick").

@@ -216,8 +216,8 @@ TEST(jit_each_op_bitwise)
 }
 
 /* exp's, log's and tanh's inline steps (jit.c exp_steps, log_steps,
- * tanh_steps; log35_steps and tanh35_steps at u35) against SLEEF's
- * functions in the table, on f32 bit patterns, each chunk of 2^16 run
+ * tanh_steps (the library's own); log35_steps and tanh35_steps at u35)
+ * against the table's functions, on f32 bit patterns, each chunk of 2^16 run
  * through the generated code and through the tile kernels (the op then
  * neg, as hand_init builds it) and compared byte for byte, NaN payloads
  * too: every chunk with OT_TEST_EXHAUSTIVE=1 (about 100 s for both

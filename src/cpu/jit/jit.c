@@ -9,7 +9,7 @@
  * (jit_reduce.c). add, sub, mul, div, fma, fnma, sqrt, sqr, neg,
  * abs, the selects and compares (relu, recip, rint, finite, sgn, eq ...
  * ge, minimum, maximum) are emitted inline, f32 exp, log, safelog and tanh
- * too (SLEEF 3.5's steps at either accuracy, see jit_math.c), sig and
+ * too (SLEEF 3.5's steps, tanh u10 the library's own; see jit_math.c), sig and
  * sig2 as their exp with the select and divide inline; every other op
  * calls the table's vector function (vfn1/vfn2: SLEEF itself, or the tile kernels' own element functions),
  * so results are bitwise those of the interpreter of the same table, NaNs
@@ -52,12 +52,15 @@ static bool is_sig(const ot_insn *in)
  * be emitted inline: f32 exp (one set of steps serves both accuracies),
  * log and tanh (their u10 and u35 steps differ; see exp_steps, log_steps,
  * tanh_steps, log35_steps, tanh35_steps) and safelog (log's steps on its
- * clamped argument). u10's log and tanh take 10 and 15 registers, and a
+ * clamped argument); tanh u10 is the library's own (tile.inc's), inline
+ * whatever the SLEEF version. u10's log takes 10 registers, and a
  * reduction keeps its accumulators in 4 or 8 of the 16: where they do not
  * fit, the reduction is built again calling them (calls_log_tanh). */
 static int inline_fn(const ot_jit *j, const ot_insn *in)
 {
-    if (!j->kt->inline_sleef || in->code != OT_I_UNARY || in->kd != OT_KD_F32) return FN_CALL;
+    if (in->code != OT_I_UNARY || in->kd != OT_KD_F32) return FN_CALL;
+    bool own = in->op == OT_OP_TANH && j->acc == 0;           /* the library's, whatever SLEEF */
+    if (!own && !j->kt->inline_sleef) return FN_CALL;
     if ((is_sig(in) ? ot__op(in->op)->jit_base : in->op) == OT_OP_EXP) return FN_EXP;
     if (j->reduce && j->calls_log_tanh) return FN_CALL;
     if (in->op == OT_OP_TANH) return j->acc == 0 ? FN_TANH : FN_TANH35;
@@ -97,7 +100,7 @@ static void emit_inline_fn(regs *r, int pos, int fn, int a)
                                               [FN_TANH] = ot__jit_tanh_steps,
                                               [FN_LOG35] = ot__jit_log35_steps,
                                               [FN_TANH35] = ot__jit_tanh35_steps};
-    static const int ntemp[NFN] = {[FN_EXP] = 4, [FN_LOG] = 9, [FN_TANH] = 15, [FN_LOG35] = 4,
+    static const int ntemp[NFN] = {[FN_EXP] = 4, [FN_LOG] = 9, [FN_TANH] = 6, [FN_LOG35] = 4,
                                    [FN_TANH35] = 8};
     static const int ntemp_vex[NFN] = {[FN_LOG] = 10, [FN_LOG35] = 7};
     bool floor = fn == FN_SAFELOG || fn == FN_SAFELOG35;

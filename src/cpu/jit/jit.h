@@ -45,12 +45,13 @@ typedef struct code {
     bool evex;                  /* 512-bit EVEX encodings, else 256-bit VEX */
 } code;
 
-/* The f32 constants of SLEEF 3.5's expf, logf and tanhf u10 and logf and
- * tanhf u35 (fn_bits), the frame's K_FN vectors; F_ONE names K_ONE among
- * them. */
+/* The f32 constants of SLEEF 3.5's expf, logf u10 and logf and tanhf u35,
+ * and of the library's own tanhf u10 (H_: own_math.inc's f32_tanh_u10), in
+ * fn_bits; the frame's K_FN vectors; F_ONE names K_ONE among them. */
 enum { E_RLN2, E_L2U, E_L2L, E_C0, E_C1, E_C2, E_C3, E_C4, E_C5, E_LO, E_HI, E_INF,
        L_4_3, L_128, L_LN2HI, L_LN2LO, L_M1, L_P0, L_P1, L_P2, L_FIX, L_FLTMIN, L_2P64, L_FF,
-       L_BIASD, L_BIASN, L_QNAN, L_NINF, T_P0, T_P1, T_P2, T_P3, T_P4, T_BIG, T_TWO,
+       L_BIASD, L_BIASN, L_QNAN, L_NINF, H_P0, H_P1, H_P2, H_P3, H_P4, H_P5, H_P6, H_Q0, H_Q1,
+       H_Q2, H_Q3, H_Q4, H_CUT, H_CAP, H_MAGIC, T_BIG, T_TWO,
        M_P0, M_P1, M_P2, M_P3, M_128LN2, M_FIX, S_FLOOR, NFNK,
        F_ONE = NFNK };
 
@@ -194,7 +195,7 @@ void ot__jit_place_constants(regs *r);
 int ot__jit_exp_steps(regs *r, int x, const int t[4]);
 int ot__jit_log_steps(regs *r, int x, const int t[10]);
 int ot__jit_log35_steps(regs *r, int x, const int t[7]);
-int ot__jit_tanh_steps(regs *r, int x, const int t[15]);
+int ot__jit_tanh_steps(regs *r, int x, const int t[6]);
 int ot__jit_tanh35_steps(regs *r, int x, const int t[8]);
 void ot__jit_emit_sig(regs *r, int pos, const void *exp_fn, int x);
 void ot__jit_emit_unary_steps(regs *r, int pos, int a, unary_steps_fn fn, int n, bool floor);

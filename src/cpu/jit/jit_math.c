@@ -1,6 +1,7 @@
 /*
  * jit_math.c - the math steps of generated code: SLEEF 3.5's f32 exp, log,
- * safelog and tanh (u10 and u35) instruction for instruction, their
+ * safelog (u10 and u35) and tanh u35 instruction for instruction, the
+ * library's own tanh u10 (own_math.inc's f32_tanh_u10) the same way, their
  * constants (fn_bits) and which of them live in registers
  * (place_constants), sig as its exp with the select and divide inline,
  * and the selects, compares and arithmetic that every other inline op is
@@ -19,9 +20,10 @@
  * inf; ln 2 in two parts; -1; the polynomial in the square of (m-1)/(m+1);
  * vfixupimmps's table for 0, negatives, inf and NaN (AVX-512); for AVX2,
  * the smallest normal, 2^64 for scaling denormals, the exponent mask, the
- * exponent biases for both, the NaN and -inf. tanhf: its exp's polynomial
- * (with expf's 1/ln 2, ln 2 and 1/2) and the bound past which it is +-1;
- * tanhf u35's 2 (its expm1 takes expf's polynomial, its 1 and -1 logf's).
+ * exponent biases for both, the NaN and -inf. tanh u10 (H_): its odd
+ * polynomial, its exp's, the cut 0.97 between them, the cap 20 on 2|x|,
+ * 1.5 * 2^23 (and expf's 1/ln 2 and ln 2); tanhf u35's bound past which it
+ * is +-1 and 2 (its expm1 takes expf's polynomial, its 1 and -1 logf's).
  * logf u35: its polynomial in y^2 (then 2), 128 ln 2 (e ln 2 where
  * vgetexpps gives e = inf) and its vfixupimmps table. safelog's floor,
  * exp(-50) in f32 (tile.inc's K_EXPM50). */
@@ -30,8 +32,9 @@ const uint32_t ot__jit_fn_bits[NFNK] = {
     0x3E2AAAAB, 0x3F000000, 0xC2D00000, 0x42C80000, 0x7F800000,
     0x3FAAAAAB, 0x43000000, 0x3F317218, 0xB102E308, 0xBF800000, 0x3E9AFF5C, 0x3ECC99CA,
     0x3F2AAADA, 0x02530400, 0x00800000, 0x5F800000, 0x000000FF, 0xFFFFFF41, 0xFFFFFF81,
-    0x7FC00000, 0xFF800000, 0x394FB7FF, 0x3AB6BF7C, 0x3C08890D, 0x3D2AAA5C, 0x3E2AAAAA,
-    0x410AA123, 0x40000000, 0x3E750690, 0x3E920364, 0x3ECCCD92, 0x3F2AAAAB, 0x42B17218,
+    0x7FC00000, 0xFF800000, 0xBEAAAAA2, 0x3E0886A2, 0xBD5CC52C, 0x3CB08A97, 0xBC03F07C,
+    0x3B1C902B, 0xB9CA986A, 0x3EFFFFFE, 0x3E2AAA49, 0x3D2AAC5F, 0x3C091CF4, 0x3AB51FF3,
+    0x3F7851EC, 0x41A00000, 0x4B400000, 0x410AA123, 0x40000000, 0x3E750690, 0x3E920364, 0x3ECCCD92, 0x3F2AAAAB, 0x42B17218,
     0x00500000, 0x1B692BEB};
 
 /* The constants each inline function reads, in the order that they get
@@ -42,8 +45,9 @@ static const int8_t exp_consts[] = {E_C1, E_C2, E_C3, E_C4, E_C5, E_L2L, E_RLN2,
 static const int8_t log_consts[] = {L_P1, L_P2, L_LN2LO, L_4_3, L_M1, L_LN2HI, L_P0, L_FIX,
                                     L_128, F_ONE, E_INF};
 static const int8_t log_vex_consts[] = {L_FLTMIN, L_2P64, L_FF, L_BIASD, L_BIASN, L_QNAN, L_NINF};
-static const int8_t tanh_consts[] = {T_P1, T_P2, T_P3, T_P4, E_C5, E_RLN2, E_L2U, E_L2L, T_P0,
-                                     F_ONE, T_BIG};
+static const int8_t tanh_consts[] = {H_P5, H_P4, H_P3, H_P2, H_P1, H_P0, H_Q3, H_Q2, H_Q1, H_Q0,
+                                     E_L2U, E_L2L, H_MAGIC, F_ONE, H_CAP, H_CUT, H_P6, H_Q4,
+                                     E_RLN2, T_TWO};
 static const int8_t log35_consts[] = {M_P1, M_P2, M_P3, T_TWO, L_M1, F_ONE, L_LN2HI, L_4_3,
                                       M_P0, M_128LN2, M_FIX, E_INF};
 static const int8_t safelog_consts[] = {S_FLOOR};
@@ -336,137 +340,6 @@ static int safelog_clamp(regs *r, int x, int y, int m)
     return y;
 }
 
-/* Knuth's two-sum, given s = a + b: b becomes the rounding error of s
- * (b - (s - a)) + (a - (s - (s - a))); bb and tmp are clobbered (tmp may
- * be s, when s is no longer needed), a is kept. */
-static void two_sum_err(regs *r, int s, int a, int b, int bb, int tmp)
-{
-    arith(r, 0x5C, bb, s, a);
-    arith(r, 0x5C, tmp, s, bb);
-    arith(r, 0x5C, tmp, a, tmp);
-    arith(r, 0x5C, b, b, bb);
-    arith(r, 0x58, b, b, tmp);
-}
-
-/* (hi, lo) = (xh, xl) * y in double-float: hi rounded, lo its error (by
- * FMA) plus xl * y. */
-static void df_mul(regs *r, int hi, int lo, int xh, int xl, int y)
-{
-    arith(r, 0x59, hi, xh, y);
-    ot__jit_vmovaps(r, lo, y);
-    fma3(r, FMSUB213, lo, xh, hi);
-    fma3(r, FMADD231, lo, xl, y);
-}
-
-/* tanh of register x (x kept, t[0..14] clobbered): SLEEF 3.5's tanhf
- * u10, (e^|x| - e^-|x|) / (e^|x| + e^-|x|) in double-float steps, each
- * step the builds' own in their order (both do the same arithmetic; only
- * the last selects differ), in three parts below. */
-
-/* e = e^|x| as a double-float (t[4], t[2]): |x| in t[0], 0 in t[1] (both
- * kept); SLEEF's exp of a double-float argument: Cody-Waite reduction by
- * q = rint(|x| / ln 2), a degree-5 polynomial in double-float, the split
- * 2^q scaling. Its underflow select (argument below -104) is left out:
- * the argument is |x|. */
-static void tanh_exp(regs *r, int x, const int t[15])
-{
-    enum { ADD = 0x58, MUL = 0x59, SUB = 0x5C };
-    code *c = r->c;
-    ot__jit_bitwise_const(r, BIT_AND, t[0], x, K_ABS);
-    ot__jit_zero_reg(r, t[1]);
-    arith(r, ADD, t[2], t[0], t[1]);
-    ot__jit_vrc(r, 1, 0, MUL, t[2], t[2], E_RLN2);
-    ot__x86_vrr(c, 1, 1, 0, 0x5B, t[2], 0, t[2]);
-    ot__x86_vrr(c, 1, 0, 0, 0x5B, t[3], 0, t[2]);
-    ot__jit_vrc(r, 1, 0, MUL, t[4], t[3], E_L2U);
-    arith(r, ADD, t[5], t[4], t[0]);
-    two_sum_err(r, t[5], t[0], t[4], t[6], t[7]);
-    arith(r, ADD, t[4], t[4], t[1]);
-    ot__jit_vrc(r, 1, 0, MUL, t[3], t[3], E_L2L);
-    arith(r, ADD, t[6], t[3], t[5]);
-    two_sum_err(r, t[6], t[5], t[3], t[7], t[8]);
-    arith(r, ADD, t[3], t[4], t[3]);
-    ot__jit_load_const(r, t[4], T_P0, false);
-    ot__jit_vrc(r, 2, 1, FMADD213, t[4], t[6], T_P1);
-    ot__jit_vrc(r, 2, 1, FMADD213, t[4], t[6], T_P2);
-    ot__jit_vrc(r, 2, 1, FMADD213, t[4], t[6], T_P3);
-    df_mul(r, t[5], t[7], t[6], t[3], t[4]);
-    ot__jit_load_const(r, t[4], T_P4, false);
-    arith(r, ADD, t[8], t[5], t[4]);
-    two_sum_err(r, t[8], t[5], t[4], t[9], t[10]);
-    arith(r, ADD, t[4], t[7], t[4]);
-    df_mul(r, t[5], t[7], t[6], t[3], t[8]);
-    fma3(r, FMADD231, t[7], t[6], t[4]);
-    ot__jit_load_const(r, t[4], E_C5, false);
-    arith(r, ADD, t[8], t[5], t[4]);
-    arith(r, MUL, t[9], t[6], t[6]);
-    arith(r, ADD, t[10], t[6], t[6]);
-    arith(r, MUL, t[11], t[9], t[8]);
-    arith(r, ADD, t[12], t[6], t[11]);
-    arith(r, SUB, t[13], t[12], t[6]);
-    arith(r, SUB, t[14], t[12], t[13]);
-    arith(r, SUB, t[14], t[6], t[14]);
-    fma3(r, FMSUB213, t[6], t[6], t[9]);
-    fma3(r, FMADD231, t[6], t[3], t[10]);
-    ot__jit_vmovaps(r, t[10], t[8]);
-    fma3(r, FMSUB213, t[10], t[9], t[11]);
-    fma3(r, FMADD231, t[10], t[8], t[6]);
-    two_sum_err(r, t[8], t[5], t[4], t[6], t[8]);
-    arith(r, ADD, t[4], t[7], t[4]);
-    fma3(r, FMADD231, t[10], t[9], t[4]);
-    arith(r, SUB, t[4], t[11], t[13]);
-    arith(r, ADD, t[4], t[4], t[14]);
-    arith(r, ADD, t[3], t[3], t[10]);
-    ot__jit_load_const(r, t[5], F_ONE, false);
-    arith(r, ADD, t[3], t[4], t[3]);
-    arith(r, ADD, t[4], t[12], t[5]);
-    arith(r, SUB, t[6], t[5], t[4]);
-    arith(r, ADD, t[6], t[12], t[6]);
-    arith(r, ADD, t[3], t[6], t[3]);
-    ot__jit_shift_to(r, 4, t[6], t[2], 1);
-    ot__jit_load_const(r, t[7], F_ONE, false);
-    ot__jit_shift_to(r, 6, t[8], t[6], 23);
-    ot__x86_vrr(c, 1, 1, 0, 0xFE, t[8], t[8], t[7]);
-    arith(r, MUL, t[4], t[4], t[8]);
-    ot__x86_vrr(c, 1, 1, 0, 0xFA, t[2], t[2], t[6]);
-    ot__jit_shift_to(r, 6, t[2], t[2], 23);
-    ot__x86_vrr(c, 1, 1, 0, 0xFE, t[2], t[2], t[7]);
-    arith(r, MUL, t[4], t[4], t[2]);
-    arith(r, MUL, t[3], t[3], t[8]);
-    arith(r, MUL, t[2], t[3], t[2]);
-}
-
-/* (e - 1/e) / (e + 1/e) in double-float: two divides, each refined by
- * FMA; the sum (hi, lo) in (t[4], t[10]). */
-static void tanh_ratio(regs *r, const int t[15])
-{
-    enum { ADD = 0x58, MUL = 0x59, SUB = 0x5C, DIV = 0x5E };
-    arith(r, DIV, t[3], t[5], t[4]);
-    ot__jit_vmovaps(r, t[6], t[3]);
-    fma3(r, FNMADD213, t[6], t[4], t[5]);
-    fma3(r, FNMADD231, t[6], t[2], t[3]);
-    arith(r, MUL, t[6], t[3], t[6]);
-    ot__jit_bitwise_const(r, BIT_XOR, t[8], t[3], K_SIGN);
-    ot__jit_bitwise_const(r, BIT_XOR, t[9], t[6], K_SIGN);
-    arith(r, ADD, t[10], t[4], t[8]);
-    arith(r, SUB, t[11], t[4], t[10]);
-    arith(r, ADD, t[8], t[11], t[8]);
-    arith(r, ADD, t[8], t[2], t[8]);
-    arith(r, ADD, t[8], t[8], t[9]);
-    arith(r, ADD, t[9], t[4], t[3]);
-    arith(r, SUB, t[4], t[4], t[9]);
-    arith(r, ADD, t[3], t[3], t[4]);
-    arith(r, ADD, t[2], t[3], t[2]);
-    arith(r, ADD, t[2], t[2], t[6]);
-    arith(r, DIV, t[3], t[5], t[9]);
-    arith(r, MUL, t[4], t[3], t[10]);
-    fma3(r, FMSUB213, t[10], t[3], t[4]);
-    fma3(r, FNMADD213, t[9], t[3], t[5]);
-    fma3(r, FNMADD231, t[9], t[3], t[2]);
-    fma3(r, FMADD231, t[10], t[3], t[8]);
-    fma3(r, FMADD231, t[10], t[4], t[9]);
-}
-
 /* tanhf's last selects (u10 and u35 alike) on res: 1 where ax = |x| >
  * 8.66 or res is NaN, x's sign, NaN for NaN (m1 and m2 clobbered). */
 static void tanh_finish(regs *r, int res, int x, int ax, int m1, int m2)
@@ -501,14 +374,58 @@ static void tanh_finish(regs *r, int res, int x, int ax, int m1, int m2)
     ot__x86_vrr(c, 1, 0, 0, 0x56, res, res, m2);
 }
 
-/* The result into the returned register: hi + lo, then tanh_finish. */
-int ot__jit_tanh_steps(regs *r, int x, const int t[15])
+/* tanh of register x at u10 into the returned register (x kept, t[0..5]
+ * clobbered): the library's own, own_math.inc's f32_tanh_u10 step for step (its
+ * comment has the design), so the bits are the table's own. Below 0.97 the
+ * polynomial a + a^3 P(a^2), a = |x|; above, 1 - 2/D with D = 2^k u +
+ * (2^k + 1), e^(2a) = 2^k (1 + u); k from t = 2a / ln 2 + 1.5 * 2^23, 2^k
+ * from t's bits; the sign is x's. vminps gives 20 where 2a is NaN; a NaN
+ * fails a >= 0.97 and takes the polynomial, which keeps it. */
+int ot__jit_tanh_steps(regs *r, int x, const int t[6])
 {
-    tanh_exp(r, x, t);
-    tanh_ratio(r, t);
-    arith(r, 0x58, t[11], t[4], t[10]);
-    tanh_finish(r, t[11], x, t[0], t[2], t[3]);
-    return t[11];
+    enum { ADD = 0x58, MUL = 0x59, SUB = 0x5C, MIN = 0x5D, DIV = 0x5E };
+    code *c = r->c;
+    int a = t[0], s = t[1], p = t[2], k = t[3], q = t[4], d = t[5];
+    ot__jit_bitwise_const(r, BIT_AND, a, x, K_ABS);
+    arith(r, MUL, s, a, a);
+    ot__jit_load_const(r, p, H_P6, false);
+    for (int e = H_P5; e >= H_P0; e--) ot__jit_vrc(r, 2, 1, FMADD213, p, s, e);  /* p s + c */
+    arith(r, MUL, s, s, a);
+    fma3(r, FMADD213, p, s, a);                                       /* small: a^3 p + a */
+    arith(r, ADD, s, a, a);
+    ot__jit_vrc(r, 1, 0, MIN, s, s, H_CAP);                                   /* y = min(2a, 20) */
+    ot__jit_load_const(r, q, E_RLN2, false);
+    ot__jit_vrc(r, 2, 1, FMADD213, q, s, H_MAGIC);                            /* t = y / ln 2 + M */
+    ot__jit_vrc(r, 1, 0, SUB, k, q, H_MAGIC);                                 /* k = t - M */
+    ot__jit_vrc(r, 2, 1, FMADD231, s, k, E_L2U);                              /* r = y - k ln 2 */
+    ot__jit_vrc(r, 2, 1, FMADD231, s, k, E_L2L);
+    ot__jit_shift_to(r, 6, k, q, 23);
+    ot__jit_vrc(r, 1, 1, 0xFE, k, k, F_ONE);                                  /* 2^k: + 1.0's bits */
+    ot__jit_load_const(r, q, H_Q4, false);
+    for (int e = H_Q3; e >= H_Q0; e--) ot__jit_vrc(r, 2, 1, FMADD213, q, s, e);
+    arith(r, MUL, d, s, s);
+    fma3(r, FMADD213, d, q, s);                                       /* u = r^2 q + r */
+    ot__jit_vrc(r, 1, 0, ADD, q, k, F_ONE);
+    fma3(r, FMADD213, d, k, q);                                       /* D = 2^k u + 2^k + 1 */
+    ot__jit_load_const(r, q, T_TWO, false);
+    arith(r, DIV, q, q, d);
+    ot__jit_load_const(r, d, F_ONE, false);
+    arith(r, SUB, d, d, q);                                           /* large: 1 - 2/D */
+    if (c->evex) {
+        ot__jit_vrc(r, 1, 0, 0xC2, 1, a, H_CUT);                              /* k1 = a >= 0.97 */
+        ot__x86_put1(c, 0x1D);
+        ot__x86_vrr_k(c, 1, 0, 0, 0x28, p, 0, d, 1, false);
+        ot__jit_bitwise_const(r, BIT_AND, s, x, K_SIGN);
+        ot__x86_vrr(c, 1, 1, 0, 0xEB, p, p, s);                               /* vpord: x's sign */
+        return p;
+    }
+    ot__jit_vrc(r, 1, 0, 0xC2, s, a, H_CUT);                                  /* a >= 0.97 */
+    ot__x86_put1(c, 0x1D);
+    ot__x86_vrr(c, 3, 1, 0, 0x4A, p, p, d);                                   /* vblendvps */
+    ot__x86_put1(c, (uint8_t)(s << 4));
+    ot__jit_bitwise_const(r, BIT_AND, s, x, K_SIGN);
+    ot__x86_vrr(c, 1, 0, 0, 0x56, p, p, s);                                   /* vorps: x's sign */
+    return p;
 }
 
 /* tanh of register x at u35 into the returned register (x kept, t[0..7]

@@ -65,6 +65,16 @@ OT_KV vf vf_signsel(vf a, vf x, vf y) { return _mm256_blendv_ps(y, x, a); }
 /* m ? 1 : 0. */
 OT_KV vf vf_one_if(mf m) { return _mm256_and_ps(m, _mm256_set1_ps(1.0f)); }
 OT_KV vf vf_cvt_i32(vi a) { return _mm256_cvtepi32_ps(a); }
+/* a with x's sign bit set where x has it (a's own sign bit clear). */
+OT_KV vf vf_orsign(vf a, vf x) { return _mm256_or_ps(a, _mm256_and_ps(x, _mm256_set1_ps(-0.0f))); }
+/* 2^k where t = 1.5 * 2^23 + k (|k| < 2^22, k in t's low mantissa bits):
+ * t's bits shifted into the exponent field (the rest of t's shifts out),
+ * plus 1.0's bits. f32_tanh_u10's scaling, exact, with no conversion. */
+OT_KV vf vf_pow2_magic(vf t)
+{
+    return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(_mm256_castps_si256(t), 23),
+                                                _mm256_set1_epi32(0x3F800000)));
+}
 
 /* ---- f64 ---- */
 OT_KV vd vd_loadu(const double *p) { return _mm256_loadu_pd(p); }

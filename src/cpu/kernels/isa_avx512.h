@@ -72,6 +72,20 @@ OT_KV vf vf_signsel(vf a, vf x, vf y)
 }
 OT_KV vf vf_one_if(mf m) { return _mm512_maskz_mov_ps(m, _mm512_set1_ps(1.0f)); }
 OT_KV vf vf_cvt_i32(vi a) { return _mm512_cvtepi32_ps(a); }
+/* a with x's sign bit set where x has it (a's own sign bit clear). */
+OT_KV vf vf_orsign(vf a, vf x)
+{
+    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(a),
+                                               _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN))));
+}
+/* 2^k where t = 1.5 * 2^23 + k (|k| < 2^22, k in t's low mantissa bits):
+ * t's bits shifted into the exponent field (the rest of t's shifts out),
+ * plus 1.0's bits. f32_tanh_u10's scaling, exact, with no conversion. */
+OT_KV vf vf_pow2_magic(vf t)
+{
+    return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_slli_epi32(_mm512_castps_si512(t), 23),
+                                                _mm512_set1_epi32(0x3F800000)));
+}
 
 /* ---- f64 ---- */
 OT_KV vd vd_loadu(const double *p) { return _mm512_loadu_pd(p); }

@@ -66,6 +66,18 @@ OT_KV vf vf_signsel(vf a, vf x, vf y)
 }
 OT_KV vf vf_one_if(mf m) { return vreinterpretq_f32_u32(vandq_u32(m, vreinterpretq_u32_f32(vdupq_n_f32(1.0f)))); }
 OT_KV vf vf_cvt_i32(vi a) { return vcvtq_f32_s32(a); }
+/* a with x's sign bit set where x has it (a's own sign bit clear). */
+OT_KV vf vf_orsign(vf a, vf x)
+{
+    return vreinterpretq_f32_u32(vorrq_u32(vreinterpretq_u32_f32(a), vandq_u32(vreinterpretq_u32_f32(x), vdupq_n_u32(0x80000000u))));
+}
+/* 2^k where t = 1.5 * 2^23 + k (|k| < 2^22, k in t's low mantissa bits):
+ * t's bits shifted into the exponent field (the rest of t's shifts out),
+ * plus 1.0's bits. f32_tanh_u10's scaling, exact, with no conversion. */
+OT_KV vf vf_pow2_magic(vf t)
+{
+    return vreinterpretq_f32_u32(vaddq_u32(vshlq_n_u32(vreinterpretq_u32_f32(t), 23), vdupq_n_u32(0x3F800000)));
+}
 
 /* ---- f64 ---- */
 OT_KV md md_not(md m) { return vreinterpretq_u64_u32(vmvnq_u32(vreinterpretq_u32_u64(m))); }

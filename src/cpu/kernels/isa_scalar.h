@@ -5,6 +5,8 @@
  * arithmetic goes through uint32_t so that it wraps instead of overflowing.
  */
 #include <math.h>
+#include <stdint.h>
+#include <string.h>
 #include <sleef.h>
 
 #define OT_KISA scalar
@@ -55,6 +57,19 @@ OT_KV vf vf_nabs(vf a) { return -fabsf(a); }
 OT_KV vf vf_signsel(vf a, vf x, vf y) { return signbit(a) ? x : y; }
 OT_KV vf vf_one_if(mf m) { return m ? 1.0f : 0.0f; }
 OT_KV vf vf_cvt_i32(vi a) { return (float)a; }
+/* a with x's sign bit set where x has it (a's own sign bit clear). */
+OT_KV vf vf_orsign(vf a, vf x) { return copysignf(a, x); }
+/* 2^k where t = 1.5 * 2^23 + k (|k| < 2^22, k in t's low mantissa bits):
+ * t's bits shifted into the exponent field (the rest of t's shifts out),
+ * plus 1.0's bits. f32_tanh_u10's scaling, exact, with no conversion. */
+OT_KV vf vf_pow2_magic(vf t)
+{
+    uint32_t b;
+    memcpy(&b, &t, sizeof b);
+    b = (b << 23) + 0x3F800000u;
+    memcpy(&t, &b, sizeof t);
+    return t;
+}
 
 /* ---- f64 ---- */
 OT_KV vd vd_loadu(const double *p) { return *p; }

@@ -57,6 +57,15 @@ OT_KV vf vf_nabs(vf a) { return _mm_or_ps(a, _mm_set1_ps(-0.0f)); }
 OT_KV vf vf_signsel(vf a, vf x, vf y) { return vf_sel(_mm_cmplt_ps(a, _mm_setzero_ps()), x, y); }
 OT_KV vf vf_one_if(mf m) { return _mm_and_ps(m, _mm_set1_ps(1.0f)); }
 OT_KV vf vf_cvt_i32(vi a) { return _mm_cvtepi32_ps(a); }
+/* a with x's sign bit set where x has it (a's own sign bit clear). */
+OT_KV vf vf_orsign(vf a, vf x) { return _mm_or_ps(a, _mm_and_ps(x, _mm_set1_ps(-0.0f))); }
+/* 2^k where t = 1.5 * 2^23 + k (|k| < 2^22, k in t's low mantissa bits):
+ * t's bits shifted into the exponent field (the rest of t's shifts out),
+ * plus 1.0's bits. f32_tanh_u10's scaling, exact, with no conversion. */
+OT_KV vf vf_pow2_magic(vf t)
+{
+    return _mm_castsi128_ps(_mm_add_epi32(_mm_slli_epi32(_mm_castps_si128(t), 23), _mm_set1_epi32(0x3F800000)));
+}
 /* Round half to even without SSE4.1: below 2^23 in magnitude, adding and
  * subtracting 2^23 rounds to an integer in the current (nearest) mode; the
  * sign is put back so that -0.3 gives -0. Larger values and NaN are

@@ -461,17 +461,25 @@ TEST(program_symbolic_limits)
 
 /* ---- bad bindings --------------------------------------------------------------- */
 
-TEST(program_bad_bindings)
+/* A program writing sum(a*b, axis 0) into out, a and b placeholders of
+ * (batch, 3) f32, batch a symbol (nominal 2); not compiled. */
+static ot_program *sum_ab_program(ot_backend *be, ot_tensor *out)
 {
-    ot_backend *be = backend("cpu"), *other = backend("ref");
     ot_program *p = ot_program_new(be);
     int bs = ot_program_symbol(p, "batch", 2);
     ot_tensor *a = ot_program_placeholder(p, "a", OT_SHAPE(OT_SYM(bs), 3), OT_F32);
     ot_tensor *b = ot_program_placeholder(p, "b", OT_SHAPE(OT_SYM(bs), 3), OT_F32);
-    ot_tensor *out = ot_zeros(be, OT_SHAPE(3), OT_F32);
     ot_pool *pool = ot_pool_push();
     CHECK_INT(ot_program_assign(p, out, ot_sum(ot_mul(a, b), 0)), 0);
     ot_pool_pop(pool);
+    return p;
+}
+
+TEST(program_bad_bindings)
+{
+    ot_backend *be = backend("cpu"), *other = backend("ref");
+    ot_tensor *out = ot_zeros(be, OT_SHAPE(3), OT_F32);
+    ot_program *p = sum_ab_program(be, out);
     CHECK_INT(ot_program_run(p, 0, NULL), OT_ESTATE);
     CHECK_INT(ot_program_compile(p), 0);
     CHECK_INT(ot_program_compile(p), OT_ESTATE);
@@ -526,14 +534,8 @@ TEST(program_bad_bindings)
 TEST(program_repeated_bindings_checked)
 {
     ot_backend *be = backend("cpu");
-    ot_program *p = ot_program_new(be);
-    int bs = ot_program_symbol(p, "batch", 2);
-    ot_tensor *a = ot_program_placeholder(p, "a", OT_SHAPE(OT_SYM(bs), 3), OT_F32);
-    ot_tensor *b = ot_program_placeholder(p, "b", OT_SHAPE(OT_SYM(bs), 3), OT_F32);
     ot_tensor *out = ot_zeros(be, OT_SHAPE(3), OT_F32);
-    ot_pool *pool = ot_pool_push();
-    CHECK_INT(ot_program_assign(p, out, ot_sum(ot_mul(a, b), 0)), 0);
-    ot_pool_pop(pool);
+    ot_program *p = sum_ab_program(be, out);
     CHECK_INT(ot_program_compile(p), 0);
     ot_tensor *ta = ot_ones(be, OT_SHAPE(2, 3), OT_F32), *tb = ot_full(be, OT_SHAPE(2, 3), OT_F32, 2);
     char na[2] = "a";

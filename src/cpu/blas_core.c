@@ -298,46 +298,32 @@ static double now_s(void)
 }
 
 #if BLAS_X86
-/* FLOPs of `iters` rounds of 12 independent FMA chains (latency 4 x 2
- * ports = 8 in flight on current x86 cores; 12 leaves room), 16 lanes. */
-__attribute__((target("avx512f"))) static double fma_loop_512(long iters)
-{
-    __m512 m = _mm512_set1_ps(0.999999f), a = _mm512_set1_ps(1e-7f);
-    __m512 x0 = m, x1 = a, x2 = m, x3 = a, x4 = m, x5 = a, x6 = m, x7 = a, x8 = m, x9 = a,
-           x10 = m, x11 = a;
-    for (long i = 0; i < iters; i++) {
-#define F(x) x = _mm512_fmadd_ps(x, m, a);
-        F(x0) F(x1) F(x2) F(x3) F(x4) F(x5) F(x6) F(x7) F(x8) F(x9) F(x10) F(x11)
-#undef F
+/* FMA_LOOP(name, tgt, V, lanes, set1, fma, add, store): a function
+ * returning the FLOPs of `iters` rounds of 12 independent FMA chains
+ * (latency 4 x 2 ports = 8 in flight on current x86 cores; 12 leaves
+ * room) on V of `lanes` floats, the sum kept so the loop is not dropped.
+ * The chains start apart: started alike (as the first version did) the
+ * compiler merged them into 2, and the "peak" was a latency-bound loop
+ * counted as 12 chains. */
+#define FMA_LOOP(name, tgt, V, lanes, set1, fma, add, store)                   \
+    __attribute__((target(tgt))) static double name(long iters)               \
+    {                                                                            \
+        V m = set1(0.999999f), a = set1(1e-7f), x[12];                           \
+        /* distinct starts: equal chains would be computed once */               \
+        _Pragma("GCC unroll 12") for (int j = 0; j < 12; j++) x[j] = set1(1.0f + 0x1p-10f * (float)j); \
+        for (long i = 0; i < iters; i++)                                         \
+            _Pragma("GCC unroll 12") for (int j = 0; j < 12; j++) x[j] = fma(x[j], m, a); \
+        _Pragma("GCC unroll 12") for (int j = 1; j < 12; j++) x[0] = add(x[0], x[j]); \
+        float lane[lanes];                                                       \
+        store(lane, x[0]);                                                       \
+        volatile float sink = lane[0];                                           \
+        (void)sink;                                                              \
+        return (double)iters * 12 * lanes * 2;                                   \
     }
-    __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(x0, x1), _mm512_add_ps(x2, x3)),
-                             _mm512_add_ps(_mm512_add_ps(x4, x5), _mm512_add_ps(x6, x7)));
-    s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(x8, x9), _mm512_add_ps(x10, x11)));
-    volatile float sink = _mm512_reduce_add_ps(s);
-    (void)sink;
-    return (double)iters * 12 * 16 * 2;
-}
-
-/* The same on 8 lanes. */
-__attribute__((target("avx2,fma"))) static double fma_loop_256(long iters)
-{
-    __m256 m = _mm256_set1_ps(0.999999f), a = _mm256_set1_ps(1e-7f);
-    __m256 x0 = m, x1 = a, x2 = m, x3 = a, x4 = m, x5 = a, x6 = m, x7 = a, x8 = m, x9 = a,
-           x10 = m, x11 = a;
-    for (long i = 0; i < iters; i++) {
-#define F(x) x = _mm256_fmadd_ps(x, m, a);
-        F(x0) F(x1) F(x2) F(x3) F(x4) F(x5) F(x6) F(x7) F(x8) F(x9) F(x10) F(x11)
-#undef F
-    }
-    __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(x0, x1), _mm256_add_ps(x2, x3)),
-                             _mm256_add_ps(_mm256_add_ps(x4, x5), _mm256_add_ps(x6, x7)));
-    s = _mm256_add_ps(s, _mm256_add_ps(_mm256_add_ps(x8, x9), _mm256_add_ps(x10, x11)));
-    float lanes[8];
-    _mm256_storeu_ps(lanes, s);
-    volatile float sink = lanes[0];
-    (void)sink;
-    return (double)iters * 12 * 8 * 2;
-}
+FMA_LOOP(fma_loop_512, "avx512f", __m512, 16, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add_ps,
+         _mm512_storeu_ps)
+FMA_LOOP(fma_loop_256, "avx2,fma", __m256, 8, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_add_ps,
+         _mm256_storeu_ps)
 #endif
 
 /* One core's f32 FMA peak in GFLOP/s, the best of 5 runs of at least

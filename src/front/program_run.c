@@ -227,7 +227,6 @@ int ot_program_compile_at(ot_program *p, const char *file, int line)
 
 /* ---- running ------------------------------------------------------------------ */
 
-
 /* The placeholder named name, or -1; binding i is tried against
  * placeholder i first (bindings in creation order cost one compare). */
 static int ph_index(const ot_program *p, int i, const char *name)
@@ -377,7 +376,7 @@ static bool same_bindings(const ot_program *p, int n, const ot_bind b[])
         const last_bind *l = &p->last[i];
         const ot_tensor *t = b[i].tensor;
         if (!t || t != l->t || b[i].data || !b[i].name || t->serial != l->serial ||
-            t->leaf.be != p->be || strcmp(b[i].name, p->ph[l->k].name) != 0)
+            strcmp(b[i].name, p->ph[l->k].name) != 0)
             return false;
     }
     return true;

@@ -24,7 +24,7 @@
  *
  * It exits non-zero unless the held-out accuracy is above 95%. It runs on
  * the "cpu" backend (OT_BACKEND=ref runs the same program on the reference
- * backend). With OT_EXAMPLE_SMALL=1 it trains on 2,000 points for 2 epochs
+ * backend). With OT_EXAMPLE_SMALL=1 it trains on 512 points for 2 epochs
  * and skips the accuracy requirement (that is how the test suite runs it
  * under valgrind). Uses only include/optree.h and frees everything it
  * creates.
@@ -106,7 +106,7 @@ int main(void)
 {
     const char *small_env = getenv("OT_EXAMPLE_SMALL");
     bool small = small_env && strcmp(small_env, "0") != 0 && small_env[0] != '\0';
-    int n = small ? 2000 : 30000, epochs = small ? 2 : 20;
+    int n = small ? 512 : 30000, epochs = small ? 2 : 20;
 
     /* "cpu" by default; OT_BACKEND=ref (or cpu) replaces the name. */
     /* One thread: a batch of 128 rows is too little work to share out. */

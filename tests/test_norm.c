@@ -9,6 +9,7 @@
 #include "test.h"
 
 #include <stdlib.h>
+#include <unistd.h>
 
 static const char *const backends[] = {"ref", "cpu"};
 
@@ -290,4 +291,67 @@ TEST(norm_batch_norm_plan)
     ot_pool_pop(pool);
     ot_tensor_free(x), ot_tensor_free(out), ot_tensor_free(rm), ot_tensor_free(rv);
     ot_backend_free(be);
+}
+
+/* ---- the model's batch norm layer --------------------------------------------- */
+
+/* A batch norm layer on the inputs, then a dense layer: one step of 4 rows
+ * moves the running values by momentum towards the batch's mean and
+ * unbiased variance (read back from ot_model_save's "mean0" and "var0");
+ * predict normalises by them; batch 1 is refused naming the layer; load
+ * restores the running values. */
+TEST(norm_model_batch_norm_layer)
+{
+    char site[256], path[] = "/tmp/optree_norm_model_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd >= 0) close(fd);
+    ot_backend *be = ot_backend_new("cpu", NULL);
+    float xv[12] = {1, 2, 3, 2, 4, 6, 0, 1, -1, 5, 3, 0}, yv[8] = {1, 0, 0, 1, 1, 0, 0, 1};
+    ot_tensor *x = ot_array(be, OT_SHAPE(4, 3), OT_F32, xv);
+    ot_tensor *y = ot_array(be, OT_SHAPE(4, 2), OT_F32, yv);
+    ot_model *m = ot_model_new(be, 3);
+    CHECK_INT(ot_model_batch_norm(m, OT_ACT_NONE, 0.1, 1e-5), 0);
+    CHECK_INT(ot_model_linear(m, 2, OT_ACT_NONE, 7), 0);
+    CHECK_INT(ot_model_loss(m, OT_LOSS_SOFTMAX_CE, NULL, NULL), 0);
+    int line = __LINE__ + 1;
+    CHECK(ot_model_fit(m, x, y, &(ot_fit_opts){.batch = 1, .quiet = true}, NULL) != 0);
+    CHECK_ERR(OT_EINVAL, TEST_SITE(site, line), "layer 0 is a batch norm layer", "batch >= 2");
+    line = __LINE__ + 1;
+    CHECK(ot_model_batch_norm(m, OT_ACT_NONE, 2.0, 1e-5) != 0);
+    CHECK_ERR(OT_EINVAL, TEST_SITE(site, line), "model_batch_norm", "momentum", "2");
+    CHECK_INT(ot_model_fit(m, x, y, &(ot_fit_opts){.batch = 4, .no_shuffle = true, .quiet = true},
+                           NULL), 0);
+    CHECK_INT(ot_model_save(m, path), 0);
+    ot_tensor *got[2] = {0};
+    CHECK_INT(ot_loadz(be, path, 2, (const char *[]){"mean0", "var0"}, got), 6);
+    float rm[3] = {0}, rv[3] = {0};
+    if (got[0] && got[1]) {
+        ot_get(got[0], rm);
+        ot_get(got[1], rv);
+    }
+    for (int c = 0; c < 3; c++) {
+        double mean = 0, ss = 0;
+        for (int r = 0; r < 4; r++) mean += xv[3 * r + c] / 4.0;
+        for (int r = 0; r < 4; r++) ss += pow(xv[3 * r + c] - mean, 2);
+        CHECK_NEAR(rm[c], 0.1 * mean, 1e-6);
+        CHECK_NEAR(rv[c], 0.9 + 0.1 * ss / 3, 1e-6);
+    }
+    /* predict reads the running values: with them reset by a load of
+     * other values, the output changes, and loading the file restores it */
+    ot_tensor *p1 = ot_model_predict(m, x);
+    CHECK_INT(ot_model_fit(m, x, y, &(ot_fit_opts){.batch = 4, .quiet = true}, NULL), 0);
+    CHECK_INT(ot_model_load(m, path), 0);
+    ot_tensor *p2 = ot_model_predict(m, x);
+    float a[8] = {0}, b[8] = {1};
+    if (p1 && p2) {
+        ot_get(p1, a);
+        ot_get(p2, b);
+    }
+    for (int i = 0; i < 8; i++) CHECK(a[i] == b[i]);
+    ot_tensor_free(p1), ot_tensor_free(p2), ot_tensor_free(got[0]), ot_tensor_free(got[1]);
+    ot_model_free(m);
+    ot_tensor_free(x), ot_tensor_free(y);
+    ot_backend_free(be);
+    remove(path);
 }

@@ -266,10 +266,11 @@ TEST(norm_bad_input)
     ot_backend_free(be);
 }
 
-/* The cpu plan (x (8,16,7,7) f32): inference is one elementwise kernel;
- * training reads x in three passes (the mean, the variance, the output) and
- * its few small kernels finish the reductions over N and H and write the
- * running averages, all in one plan with the output. */
+/* The cpu plan (x (8,16,7,7) f32): inference is one elementwise kernel, and
+ * so is global average pooling (H and W merged into one axis); training
+ * reads x in three passes (the mean and the variance along H*W, the
+ * output), small kernels finish the reductions over N and write the running
+ * averages, all in one plan with the output. */
 TEST(norm_batch_norm_plan)
 {
     ot_backend *be = ot_backend_new("cpu", NULL);
@@ -280,13 +281,17 @@ TEST(norm_batch_norm_plan)
     char *text = test__capture(ot_explain, ot_batch_norm(x, rm, rv));
     CHECK(text && strstr(text, "plan: 1 kernel,"));
     free(text);
+    text = test__capture(ot_explain, ot_global_avg_pool(x));
+    CHECK(text && strstr(text, "plan: 1 kernel,") && strstr(text, "[128x49]"));
+    free(text);
     ot_node *upd[2];
     ot_node *y = ot_batch_norm(x, rm, rv, .training = true, .updates = upd);
     text = test__explain_many(3, (ot_tensor *[]){out, rm, rv}, (ot_node *[]){y, upd[0], upd[1]});
-    CHECK(text && strstr(text, "plan: 8 kernels,"));
+    CHECK(text && strstr(text, "plan: 6 kernels,"));
     int full = 0;   /* kernels over all of x: "[8x16x..." */
     for (const char *p = text; p && (p = strstr(p, "[8x16x")); p++) full++;
-    CHECK_INT(full, 2);   /* the variance's pass and the output's; the mean's reads [896x7] */
+    CHECK_INT(full, 2);   /* the variance's pass and the output's; the mean's reads [128x49] */
+    CHECK(text && strstr(text, "[128x49]"));
     free(text);
     ot_pool_pop(pool);
     ot_tensor_free(x), ot_tensor_free(out), ot_tensor_free(rm), ot_tensor_free(rv);

@@ -18,8 +18,10 @@
 /* Builders, like ot_softmax: each returns a tree of ordinary ops (means,
  * sub, mul, rsqrt, add) owned by the current pool, computes nothing, and
  * autodiff differentiates it like any tree, so gradients (and second
- * derivatives) come for free. Reductions over several axes are nested
- * single-axis means, the last axis first. x must be float (f32 or f64);
+ * derivatives) come for free. A reduction over several axes is a mean
+ * along one axis per run of adjacent axes (x reshaped so that each run is
+ * one axis: (N, C, H, W) as (N, C, H*W)), the last first. x must be float
+ * (f32 or f64);
  * every tensor given with it (weight, bias, running statistics) must have
  * x's dtype. Errors (NULL returned, message in the slot) name the caller's
  * file:line and the shapes: OT_EDTYPE, OT_ESHAPE, OT_EINVAL for an axis out

@@ -112,20 +112,21 @@ static ot_node *merge_runs(const ot__site *at, ot_node *x, unsigned mask, unsign
     return to_shape(at, x, &rs);
 }
 
-/* The mean and the biased variance (two passes, as NumPy's var) of x over
- * the axes in mask, into *mean and *var in x's shape with those axes 1. */
-static void moments(const ot__site *at, ot_node *x, unsigned mask, ot_node **mean, ot_node **var)
+/* *rx: x with the runs of axes in mask merged (merge_runs); *mean and
+ * *var: its mean and biased variance (two passes, as NumPy's var) over
+ * them, in rx's shape with those axes 1. Callers normalise rx and reshape
+ * the result back to x's shape: autodiff then sums the gradients of the
+ * broadcast statistics along the long merged axes too (a training batch
+ * norm's gradients: 5.9 M instructions instead of 53.6 M for x
+ * (8,64,28,28) f32; the forward's last reshape costs nothing). */
+static void moments(const ot__site *at, ot_node *x, unsigned mask, ot_node **rx, ot_node **mean,
+                    ot_node **var)
 {
-    ot_shape st = ot_node_shape(x);
-    for (int d = 0; d < st.ndim; d++)
-        if (mask >> d & 1u) st.dims[d] = 1;
     unsigned rmask;
-    ot_node *rx = merge_runs(at, x, mask, &rmask);
-    ot_node *m = means(at, rx, rmask, true);
-    ot_node *sq = ot_build_at(OT_OP_SQR, bin(at, OT_OP_SUB, rx, m), NULL, NULL, at->file, at->line);
-    *mean = m ? to_shape(at, m, &st) : NULL;
-    ot_node *v = means(at, sq, rmask, true);
-    *var = v ? to_shape(at, v, &st) : NULL;
+    *rx = merge_runs(at, x, mask, &rmask);
+    *mean = means(at, *rx, rmask, true);
+    ot_node *d = bin(at, OT_OP_SUB, *rx, *mean);
+    *var = means(at, ot_build_at(OT_OP_SQR, d, NULL, NULL, at->file, at->line), rmask, true);
 }
 
 /* A parameter tensor as a node of shape `shape` (a reshape when it differs),
@@ -227,13 +228,14 @@ static ot_node *bn_update(const ot__site *at, ot_tensor *running, ot_node *stat,
 
 /* Training: the batch's mean and biased variance normalise; the update
  * trees get the unbiased variance. */
-static ot_node *bn_train(const ot__site *at, ot_node *x, const ot_batch_norm_opts *o, int axis,
-                         ot_node *w, ot_node *b)
+static ot_node *bn_train(const ot__site *at, ot_node *x, const ot_batch_norm_opts *o, int axis)
 {
     ot_shape xs = ot_node_shape(x);
-    ot_node *mean, *var;
-    moments(at, x, ((1u << xs.ndim) - 1) & ~(1u << axis), &mean, &var);
-    ot_node *y = normalise(at, bin(at, OT_OP_SUB, x, mean), var, o->eps, w, b);
+    ot_node *rx, *mean, *var;
+    moments(at, x, ((1u << xs.ndim) - 1) & ~(1u << axis), &rx, &mean, &var);
+    ot_shape rst = mean ? ot_node_shape(mean) : xs;
+    ot_node *w = as_node(at, o->weight, &rst), *b = as_node(at, o->bias, &rst);
+    ot_node *y = to_shape(at, normalise(at, bin(at, OT_OP_SUB, rx, mean), var, o->eps, w, b), &xs);
     if (!y || !o->running_mean) return y;
     int64_t n = per_channel(&xs, axis);
     ot_node *u[2] = {ot_tensor_node(o->running_mean), ot_tensor_node(o->running_var)};
@@ -254,12 +256,12 @@ ot_node *ot_batch_norm_at(ot_node *x, ot_batch_norm_opts o, const char *file, in
     o = bn_defaults(o);
     int axis = 0;
     if (bn_check(at, x, &o, &axis)) return NULL;
+    if (o.training) return bn_train(at, x, &o, axis);
     /* the statistics' shape: x's with every dim but the channel's 1 */
     ot_shape st = ot_node_shape(x);
     for (int d = 0; d < st.ndim; d++)
         if (d != axis) st.dims[d] = 1;
     ot_node *w = as_node(at, o.weight, &st), *b = as_node(at, o.bias, &st);
-    if (o.training) return bn_train(at, x, &o, axis, w, b);
     ot_node *d = bin(at, OT_OP_SUB, x, as_node(at, o.running_mean, &st));
     return normalise(at, d, as_node(at, o.running_var, &st), o.eps, w, b);
 }
@@ -284,10 +286,12 @@ ot_node *ot_layer_norm_at(ot_node *x, ot_layer_norm_opts o, const char *file, in
     if (check_eps(at, o.eps) || check_param(at, "weight", o.weight, &ts, x) ||
         check_param(at, "bias", o.bias, &ts, x))
         return NULL;
-    ot_node *mean, *var;
-    moments(at, x, ((1u << xs.ndim) - 1) & ~((1u << (xs.ndim - o.dims)) - 1), &mean, &var);
-    return normalise(at, bin(at, OT_OP_SUB, x, mean), var, o.eps, o.weight ? ot_tensor_node(o.weight) : NULL,
-                     o.bias ? ot_tensor_node(o.bias) : NULL);
+    ot_node *rx, *mean, *var;
+    moments(at, x, ((1u << xs.ndim) - 1) & ~((1u << (xs.ndim - o.dims)) - 1), &rx, &mean, &var);
+    ot_shape ws = OT_SHAPE(ot__numel(&ts));   /* the merged trailing axes */
+    ot_node *y = normalise(at, bin(at, OT_OP_SUB, rx, mean), var, o.eps,
+                           as_node(at, o.weight, &ws), as_node(at, o.bias, &ws));
+    return to_shape(at, y, &xs);
 }
 
 ot_node *ot_global_avg_pool_at(ot_node *x, ot_global_avg_pool_opts o, const char *file, int line)

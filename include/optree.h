@@ -15,6 +15,7 @@
  * #include <optree.h> still gives everything:
  *   optree/axes.h      named axes (sum over "C,H,W", dot over named axes)
  *   optree/autodiff.h  gradients, trainable variables, optimizers
+ *   optree/norm.h      batch norm, layer norm, global average pooling
  *   optree/program.h   sequences, compiled programs, the model API
  *   optree/extend.h    custom ops, rewrite rules, parsing, the post-order
  *                      stack and substitution
@@ -950,6 +951,7 @@ int ot_node_meta_at(const ot_node *n, int i, const char **key, const char **valu
 /* The rest of the API, by audience (see the list at the top). */
 #include "optree/axes.h"
 #include "optree/autodiff.h"
+#include "optree/norm.h"
 #include "optree/program.h"
 #include "optree/extend.h"
 #include "optree/io.h"

@@ -28,7 +28,9 @@
 #   numpy       tests/diff_numpy.py against $BUILD/liboptree.so, then
 #               tests/umath_check.py (recorded as "umath"): exp, exp2,
 #               expm1, log, log2, sin, cos and tanh through NumPy's own
-#               validation sets on ref, every ISA table and generated code
+#               validation sets on ref, every ISA table and generated code,
+#               and tests/norm_check.py (recorded as "norm"): batch norm,
+#               layer norm and global average pooling against NumPy
 #   mpi         ot_allreduce and examples/mlp_mpi.c on 2 and 3 ranks
 #   lane 2:
 #   clang-O0    library, unit tests, examples and optree-bench built with
@@ -265,6 +267,7 @@ phase_numpy() {
     fi
     run_logged numpy $TMO "$PY" tests/diff_numpy.py "$B/liboptree.so"
     run_logged umath $TMO "$PY" tests/umath_check.py "$B/liboptree.so"
+    run_logged norm $TMO "$PY" tests/norm_check.py "$B/liboptree.so"
 }
 
 # Everything a user builds, once more with clang at -O0: no call is inlined

@@ -231,7 +231,7 @@ int (ot_program_explain)(const ot_program *p, FILE *f);
 /* Models: layers, a loss, an optimizer and a training loop                  */
 /* ------------------------------------------------------------------------ */
 
-/* A stack of dense layers, act(x.W + b), trained by ot_model_fit on rows of
+/* A stack of dense layers, act(x.W + b), and batch norm layers, trained by ot_model_fit on rows of
  * f32 inputs x (rows, inputs) against targets y (rows, outputs), after
  * Serrano's Model and Keras's fit/predict. The model owns its parameters
  * (He-uniform weights drawn on the backend from the layer's seed, zero
@@ -298,6 +298,18 @@ void ot_model_free(ot_model *m);
 int ot_model_linear_at(ot_model *m, int64_t units, ot_activation act, uint64_t seed,
                        const char *file, int line);
 #define ot_model_linear(...) ot_model_linear_at(__VA_ARGS__, __FILE__, __LINE__)
+/* Appends a batch norm layer over the previous layer's outputs (or the
+ * inputs), then activation act: ot_batch_norm with channel axis 1
+ * (optree/norm.h). Its weight (ones) and bias (zeros) are trained like a
+ * dense layer's W and b (ot_model_parameters lists them as that layer's W
+ * and b); its running mean (zeros) and variance (ones) are updated by each
+ * training step with momentum, in the same evaluation as the loss, and
+ * normalise in predict and in the validation after each epoch. fit then
+ * needs batch >= 2. ot_model_save stores the running values too, as
+ * "mean<i>" and "var<i>". momentum in [0, 1], eps >= 0 (PyTorch's: 0.1, 1e-5). */
+int ot_model_batch_norm_at(ot_model *m, ot_activation act, double momentum, double eps,
+                           const char *file, int line);
+#define ot_model_batch_norm(...) ot_model_batch_norm_at(__VA_ARGS__, __FILE__, __LINE__)
 /* The loss: OT_LOSS_SOFTMAX_CE or OT_LOSS_MSE with fn NULL, or
  * OT_LOSS_CUSTOM with fn (any scalar cost tree of out and y). */
 int ot_model_loss_at(ot_model *m, int loss, ot_loss_fn fn, void *user, const char *file,

@@ -23,8 +23,12 @@
 typedef struct layer {
     int64_t units;
     ot_activation act;
-    ot_tensor *w, *b;             /* (fan_in, units), (units) */
+    ot_tensor *w, *b;             /* (fan_in, units), (units); batch norm:
+                                     weight and bias, (units) */
     ot_tensor *m[2], *v[2];       /* Adam's moments or SGD's velocity (m) */
+    bool bn;                      /* a batch norm layer (ot_model_batch_norm) */
+    double momentum, eps;         /* batch norm's */
+    ot_tensor *rm, *rv;           /* batch norm's running mean and variance */
 } layer;
 
 struct ot_model {
@@ -72,6 +76,19 @@ ot_model *ot_model_new_at(ot_backend *be, int64_t inputs, const char *file, int 
     return m;
 }
 
+static void layer_free(layer *l)
+{
+    ot_tensor_free(l->w);
+    ot_tensor_free(l->b);
+    ot_tensor_free(l->rm);
+    ot_tensor_free(l->rv);
+    for (int k = 0; k < 2; k++) {
+        ot_tensor_free(l->m[k]);
+        ot_tensor_free(l->v[k]);
+    }
+    *l = (layer){0};
+}
+
 static void drop_program(ot_model *m)
 {
     ot_program_free(m->prog);
@@ -83,15 +100,7 @@ void ot_model_free(ot_model *m)
 {
     if (!m) return;
     drop_program(m);
-    for (int i = 0; i < m->nlayer; i++) {
-        layer *l = &m->layer[i];
-        ot_tensor_free(l->w);
-        ot_tensor_free(l->b);
-        for (int k = 0; k < 2; k++) {
-            ot_tensor_free(l->m[k]);
-            ot_tensor_free(l->v[k]);
-        }
-    }
+    for (int i = 0; i < m->nlayer; i++) layer_free(&m->layer[i]);
     ot_tensor_free(m->loss_t);
     ot_tensor_free(m->hits_t);
     ot_tensor_free(m->lr_scale);
@@ -101,11 +110,17 @@ void ot_model_free(ot_model *m)
 static int64_t fan_in(const ot_model *m, int i) { return i ? m->layer[i - 1].units : m->inputs; }
 
 /* He-uniform weights (limit sqrt(6/fan_in)) drawn on the backend from seed,
- * zero biases and optimizer state. */
+ * zero biases and optimizer state; batch norm: a weight of ones and, as
+ * PyTorch starts them, running mean 0 and variance 1. */
 static int layer_init(ot_model *m, layer *l, int64_t in, uint64_t seed, const ot__site *at)
 {
-    ot_shape ws = OT_SHAPE(in, l->units), bs = OT_SHAPE(l->units);
+    ot_shape ws = l->bn ? OT_SHAPE(l->units) : OT_SHAPE(in, l->units), bs = OT_SHAPE(l->units);
     l->w = ot_empty(m->be, ws, OT_F32);
+    if (l->bn) {
+        l->rm = ot_zeros(m->be, bs, OT_F32);
+        l->rv = ot_full(m->be, bs, OT_F32, 1.0);
+        if (!l->rm || !l->rv) return ot_errcode() ? ot_errcode() : nomem(at);
+    }
     l->b = ot_zeros(m->be, bs, OT_F32);
     for (int k = 0; k < 2; k++) {
         l->m[k] = ot_zeros(m->be, k ? bs : ws, OT_F32);
@@ -118,10 +133,28 @@ static int layer_init(ot_model *m, layer *l, int64_t in, uint64_t seed, const ot
         return ot_errcode();
     ot_pool *pool = ot_pool_push();
     if (!pool) return ot_errcode();
-    int rc = ot_assign(l->w, ot_mul(ot_sub(ot_mul(ot_rand(ws, .seed = seed), 2.0), 1.0),
-                                    sqrt(6.0 / (double)in)));
+    int rc = l->bn ? ot_assign(l->w, ot_const(1.0))
+                   : ot_assign(l->w, ot_mul(ot_sub(ot_mul(ot_rand(ws, .seed = seed), 2.0), 1.0),
+                                            sqrt(6.0 / (double)in)));
     ot_pool_pop(pool);
     return rc;
+}
+
+/* Appends *l (units and act set) with its tensors made. */
+static int add_layer(ot_model *m, layer *l, uint64_t seed, const ot__site *at)
+{
+    if (l->act < OT_ACT_NONE || l->act > OT_ACT_SIG)
+        return FAIL(at, OT_EINVAL, "unknown activation %d", (int)l->act);
+    if (m->nlayer == OT_MODEL_MAX_LAYERS)
+        return FAIL(at, OT_EINVAL, "a model has at most %d layers", OT_MODEL_MAX_LAYERS);
+    int rc = layer_init(m, l, fan_in(m, m->nlayer), seed, at);
+    if (rc) {
+        layer_free(l);
+        return rc;
+    }
+    m->layer[m->nlayer++] = *l;
+    drop_program(m);
+    return 0;
 }
 
 int ot_model_linear_at(ot_model *m, int64_t units, ot_activation act, uint64_t seed,
@@ -131,27 +164,21 @@ int ot_model_linear_at(ot_model *m, int64_t units, ot_activation act, uint64_t s
     if (!m) return FAIL(at, OT_ENULL, "model is NULL");
     if (units < 1)
         return FAIL(at, OT_EINVAL, "units must be >= 1, not %lld", (long long)units);
-    if (act < OT_ACT_NONE || act > OT_ACT_SIG)
-        return FAIL(at, OT_EINVAL, "unknown activation %d", (int)act);
-    if (m->nlayer == OT_MODEL_MAX_LAYERS)
-        return FAIL(at, OT_EINVAL, "a model has at most %d layers",
-                           OT_MODEL_MAX_LAYERS);
-    layer *l = &m->layer[m->nlayer];
-    *l = (layer){.units = units, .act = act};
-    int rc = layer_init(m, l, fan_in(m, m->nlayer), seed, at);
-    if (rc) {
-        ot_tensor_free(l->w);
-        ot_tensor_free(l->b);
-        for (int k = 0; k < 2; k++) {
-            ot_tensor_free(l->m[k]);
-            ot_tensor_free(l->v[k]);
-        }
-        *l = (layer){0};
-        return rc;
-    }
-    m->nlayer++;
-    drop_program(m);
-    return 0;
+    return add_layer(m, &(layer){.units = units, .act = act}, seed, at);
+}
+
+int ot_model_batch_norm_at(ot_model *m, ot_activation act, double momentum, double eps,
+                           const char *file, int line)
+{
+    const ot__site site = {"model_batch_norm", file, line}, *at = &site;
+    if (!m) return FAIL(at, OT_ENULL, "model is NULL");
+    if (!(momentum >= 0 && momentum <= 1))
+        return FAIL(at, OT_EINVAL, "momentum must be in [0, 1], not %g", momentum);
+    if (!(eps >= 0 && isfinite(eps)))
+        return FAIL(at, OT_EINVAL, "eps must be finite and >= 0, not %g", eps);
+    layer l = {.units = fan_in(m, m->nlayer), .act = act, .bn = true, .momentum = momentum,
+               .eps = eps};
+    return add_layer(m, &l, 0, at);
 }
 
 int ot_model_loss_at(ot_model *m, int loss, ot_loss_fn fn_, void *user, const char *file,
@@ -220,12 +247,24 @@ static ot_node *activate(ot_node *h, ot_activation act)
     }
 }
 
-/* The model's output for x (rows of inputs): builds, computes nothing. */
-static ot_node *forward(const ot_model *m, ot_node *x)
+/* The model's output for x (rows of inputs): builds, computes nothing.
+ * upd NULL: inference (batch norm by its running values); else training,
+ * and upd[2i], upd[2i + 1] get batch norm layer i's running mean and
+ * variance update trees (NULL for other layers). */
+static ot_node *forward(const ot_model *m, ot_node *x, ot_node **upd)
 {
     ot_node *h = x;
-    for (int i = 0; i < m->nlayer; i++)
-        h = activate(ot_add(ot_dot(h, m->layer[i].w), m->layer[i].b), m->layer[i].act);
+    for (int i = 0; i < m->nlayer; i++) {
+        const layer *l = &m->layer[i];
+        if (upd) upd[2 * i] = upd[2 * i + 1] = NULL;
+        if (!l->bn)
+            h = ot_add(ot_dot(h, l->w), l->b);
+        else
+            h = ot_batch_norm(h, l->rm, l->rv, l->w, l->b, .training = upd != NULL,
+                              .momentum = l->momentum, .eps = l->eps,
+                              .updates = upd ? upd + 2 * i : NULL);
+        h = activate(h, l->act);
+    }
     return h;
 }
 
@@ -249,6 +288,25 @@ static ot_node *hits_tree(const ot_model *m, ot_node *out, ot_node *y)
 }
 
 /* ---- the training program ---------------------------------------------------- */
+
+/* The step that writes the loss, the hit count and the batch norm layers'
+ * running values (upd: forward's trees): one evaluation, so the batch
+ * statistics are computed once for the loss and the running averages. */
+static int assign_step(const ot_model *m, ot_program *p, ot_node *loss, ot_node *hits,
+                       ot_node *const upd[], const char *f, int ln)
+{
+    ot_tensor *outs[2 + 2 * OT_MODEL_MAX_LAYERS] = {m->loss_t, m->hits_t};
+    ot_node *trees[2 + 2 * OT_MODEL_MAX_LAYERS] = {loss, hits};
+    int k = hits ? 2 : 1;
+    for (int i = 0; i < m->nlayer; i++) {
+        if (!m->layer[i].bn) continue;
+        outs[k] = m->layer[i].rm;
+        trees[k++] = upd[2 * i];
+        outs[k] = m->layer[i].rv;
+        trees[k++] = upd[2 * i + 1];
+    }
+    return ot_program_assign_many_at(p, k, outs, trees, f, ln);
+}
 
 /* The program's calls are reported at the fit's caller (at). */
 static int build_program(ot_model *m, int64_t batch, const ot__site *at)
@@ -277,7 +335,8 @@ static int build_program(ot_model *m, int64_t batch, const ot__site *at)
     ot_pool *pool = rc ? NULL : ot_pool_push();
     if (!rc && !pool) rc = ot_errcode();
     if (!rc) {
-        ot_node *out = forward(m, ot_tensor_node(x));
+        ot_node *upd[2 * OT_MODEL_MAX_LAYERS];
+        ot_node *out = forward(m, ot_tensor_node(x), upd);
         ot_node *loss = loss_tree(m, out, ot_tensor_node(y));
         ot_node *hits = hits_tree(m, out, ot_tensor_node(y));
         char s1[OT__SHAPE_STRLEN];
@@ -286,10 +345,7 @@ static int build_program(ot_model *m, int64_t batch, const ot__site *at)
         else if (ls.ndim != 0)
             rc = FAIL(at, OT_ESHAPE, "the loss has shape %s; it must be a scalar tree",
                       ot__shape_str(&ls, s1));
-        if (!rc)
-            rc = hits ? ot_program_assign_many_at(p, 2, (ot_tensor *[]){m->loss_t, m->hits_t},
-                                                  (ot_node *[]){loss, hits}, f, ln)
-                      : ot_program_assign_at(p, m->loss_t, loss, f, ln);
+        if (!rc) rc = assign_step(m, p, loss, hits, upd, f, ln);
         if (!rc) rc = ot_program_backprop_at(p, loss, n, w, g, f, ln);
         ot_adam adam = m->adam_opts;
         ot_sgd sgd = m->sgd;
@@ -344,6 +400,10 @@ static int check_fit(const ot_model *m, const ot_tensor *x, const ot_tensor *y,
     if (rc) return rc;
     if (o->epochs < 1 || o->batch < 1)
         return FAIL(at, OT_EINVAL, "epochs and batch must be >= 1");
+    for (int i = 0; i < m->nlayer; i++)
+        if (m->layer[i].bn && o->batch < 2)
+            return FAIL(at, OT_EINVAL, "layer %d is a batch norm layer: training needs batch >= 2 "
+                        "(one value per feature has no variance), not %d", i, o->batch);
     if (!(o->validation_split >= 0 && o->validation_split < 1))
         return FAIL(at, OT_EINVAL, "validation_split must be in [0, 1)");
     if (o->patience < 0 || o->monitor < OT_MONITOR_VAL_LOSS || o->monitor > OT_MONITOR_LOSS)
@@ -406,7 +466,7 @@ static int evaluate(const ot_model *m, const float *x, const float *y, int64_t r
     float l = NAN;
     int32_t h = -1;
     if (!rc) {
-        ot_node *out = forward(m, ot_tensor_node(tx));
+        ot_node *out = forward(m, ot_tensor_node(tx), NULL);
         ot_node *hits = hits_tree(m, out, ot_tensor_node(ty));
         ot_tensor *lt = ot_eval(loss_tree(m, out, ot_tensor_node(ty)));
         ot_tensor *ht = hits ? ot_eval(hits) : NULL;
@@ -593,7 +653,7 @@ ot_tensor *ot_model_predict_at(const ot_model *m, const ot_tensor *x, const char
     }
     ot_pool *pool = ot_pool_push();
     if (!pool) return NULL;
-    ot_tensor *out = ot_eval(forward(m, ot_tensor_node((ot_tensor *)x)));
+    ot_tensor *out = ot_eval(forward(m, ot_tensor_node((ot_tensor *)x), NULL));
     ot_pool_pop(pool);
     return out;
 }
@@ -611,10 +671,35 @@ int ot_model_parameters_at(const ot_model *m, int n, ot_tensor *out[], const cha
 
 /* ---- parameters on disk ------------------------------------------------------- */
 
-/* "w0", "b0", "w1", ...: the .npz entry of parameter i. */
-static void param_name(char *buf, size_t n, int i)
+/* What the model stores, parameters and running values: up to 4 per layer. */
+#define OT__MODEL_ARRAYS (4 * OT_MODEL_MAX_LAYERS)
+typedef struct stored {
+    int n;
+    char names[OT__MODEL_ARRAYS][16];   /* a short word and any int */
+    const char *np[OT__MODEL_ARRAYS];
+    ot_tensor *t[OT__MODEL_ARRAYS];
+} stored;
+
+static void store(stored *s, const char *word, int i, ot_tensor *t)
 {
-    snprintf(buf, n, "%c%d", i % 2 ? 'b' : 'w', i / 2);
+    snprintf(s->names[s->n], sizeof s->names[s->n], "%s%d", word, i);
+    s->np[s->n] = s->names[s->n];
+    s->t[s->n++] = t;
+}
+
+/* "w0", "b0", "w1", ... per layer (W and b, or a batch norm's weight and
+ * bias), and a batch norm layer's running "mean<i>" and "var<i>". */
+static void stored_arrays(const ot_model *m, stored *s)
+{
+    s->n = 0;
+    for (int i = 0; i < m->nlayer; i++) {
+        const layer *l = &m->layer[i];
+        store(s, "w", i, l->w);
+        store(s, "b", i, l->b);
+        if (!l->bn) continue;
+        store(s, "mean", i, l->rm);
+        store(s, "var", i, l->rv);
+    }
 }
 
 int ot_model_save_at(const ot_model *m, const char *path, const char *file, int line)
@@ -622,16 +707,9 @@ int ot_model_save_at(const ot_model *m, const char *path, const char *file, int 
     const ot__site site = {"model_save", file, line}, *at = &site;
     if (!m || !path)
         return FAIL(at, OT_ENULL, "%s is NULL", m ? "path" : "model");
-    int n = 2 * m->nlayer;
-    char names[2 * OT_MODEL_MAX_LAYERS][16];   /* "w" or "b" and any int */
-    const char *np[2 * OT_MODEL_MAX_LAYERS];
-    ot_tensor *p[2 * OT_MODEL_MAX_LAYERS];
-    ot_model_parameters(m, n, p);
-    for (int i = 0; i < n; i++) {
-        param_name(names[i], sizeof names[i], i);
-        np[i] = names[i];
-    }
-    return ot_savez(path, n, np, (const ot_tensor *const *)p);
+    stored s;
+    stored_arrays(m, &s);
+    return ot_savez(path, s.n, s.np, (const ot_tensor *const *)s.t);
 }
 
 /* Reads every parameter first and checks it against the model's own; only
@@ -640,19 +718,15 @@ int ot_model_load_at(ot_model *m, const char *path, const char *file, int line)
 {
     const ot__site site = {"model_load", file, line}, *at = &site;
     if (!m || !path) return FAIL(at, OT_ENULL, "%s is NULL", m ? "path" : "model");
-    int n = 2 * m->nlayer;
-    char names[2 * OT_MODEL_MAX_LAYERS][16];   /* "w" or "b" and any int */
-    const char *np[2 * OT_MODEL_MAX_LAYERS];
-    ot_tensor *p[2 * OT_MODEL_MAX_LAYERS], *got[2 * OT_MODEL_MAX_LAYERS] = {0};
-    ot_model_parameters(m, n, p);
-    for (int i = 0; i < n; i++) {
-        param_name(names[i], sizeof names[i], i);
-        np[i] = names[i];
-    }
+    stored s;
+    stored_arrays(m, &s);
+    int n = s.n;
+    const char *const *np = s.np;
+    ot_tensor *const *p = s.t, *got[OT__MODEL_ARRAYS] = {0};
     int count = ot_loadz(m->be, path, n, np, got);
     if (count < 0) return count;
     int rc = count == n ? 0 : FAIL(at, OT_EINVAL, "%s holds %d arrays; the model "
-                                          "has %d parameters", path, count, n);
+                                          "stores %d", path, count, n);
     for (int i = 0; i < n && !rc; i++) {
         ot_shape want = ot_tensor_shape(p[i]), have = ot_tensor_shape(got[i]);
         bool same = ot_tensor_dtype(got[i]) == OT_F32 && want.ndim == have.ndim;
@@ -660,7 +734,7 @@ int ot_model_load_at(ot_model *m, const char *path, const char *file, int line)
         char s1[OT__SHAPE_STRLEN], s2[OT__SHAPE_STRLEN];
         if (!same)
             rc = FAIL(at, OT_ESHAPE, "%s: '%s' is %s of shape %s; the model's is float32 %s", path,
-                      names[i], ot_dtype_name(ot_tensor_dtype(got[i])), ot__shape_str(&have, s1),
+                      np[i], ot_dtype_name(ot_tensor_dtype(got[i])), ot__shape_str(&have, s1),
                       ot__shape_str(&want, s2));
     }
     for (int i = 0; i < n && !rc; i++) rc = ot_assign(p[i], got[i]);

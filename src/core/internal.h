@@ -61,7 +61,16 @@ struct ot_custom;
 typedef struct ot__annot ot__annot;
 
 struct ot_node {
-    atomic_long refs;
+    atomic_long refs;     /* the shared count (node_pool.c's "refcounts"):
+                             references any thread may drop, plus
+                             OT__NODE_OWNED while the owner's count below
+                             is in use */
+    long local;           /* the owner's count: references taken on the
+                             owner thread that only it drops (node_pool.c) */
+    _Atomic uint64_t owner;  /* the thread whose count 'local' is (an id of
+                                ot__node_alloc's), 0 when none */
+    uint8_t local_ops;    /* which operand references (OT__OP_*) this node's
+                             owner counted in the operand's 'local' */
     uint8_t kind;         /* OT_NODE_LEAF / CONST / OP */
     uint8_t dtype;        /* ot_dtype */
     bool weak;            /* dtype came only from constants */
@@ -124,22 +133,49 @@ int ot__nodes_check(const char *fn, const char *file, int line, const char *arra
  * with OT_DEAD_NODES_KEPT to know which dead nodes it may still touch). */
 uint64_t ot__nodes_released(void);
 
-/* Adds a new node (holding one reference, the creator's) to the innermost
- * pool of this thread, which takes that reference over. On allocation
- * failure the node is released and OT_ENOMEM recorded; returns n or NULL. */
+/* Adds a node to the innermost pool of this thread, which takes over one
+ * shared reference the caller holds (ot_retain's, or a tensor leaf's
+ * creator's). On allocation failure that reference is dropped and
+ * OT_ENOMEM recorded; returns n or NULL. */
 ot_node *ot__pool_adopt(ot_node *n);
+/* The same for a node just made by ot__node_alloc on this thread: the pool
+ * takes over its creator's reference, which is in its owner's count. */
+ot_node *ot__pool_adopt_new(ot_node *n);
 /* mean(x, axis, keepdims) as var and std expand it (node.c): exact for
  * constant data on every backend; autodiff's var/std rules use it too. */
 ot_node *ot__mean_refined(ot_node *x, int axis, const char *file, int line);
 /* A zeroed node with refs = 1, kind/op/tag set to "none" values. */
 ot_node *ot__node_alloc(void);
-/* A new reference to a node known to be live (the builders' operands);
- * inline, as every build takes one per operand. */
+/* The shared count's flag: an owner's count is in use (node_pool.c). */
+#define OT__NODE_OWNED ((long)1 << (sizeof(long) * 8 - 2))
+/* The operand references of a node, as local_ops names them. */
+enum { OT__OP_A = 1, OT__OP_B = 2, OT__OP_TAG_A = 4, OT__OP_TAG_B = 8 };
+/* A new shared reference to a node known to be live (ot_retain's). */
 static inline ot_node *ot__node_hold(ot_node *n)
 {
     if (n) atomic_fetch_add_explicit(&n->refs, 1, memory_order_relaxed);
     return n;
 }
+/* The reference parent takes on its operand op (slot: OT__OP_*), parent
+ * being owned by this thread (new from ot__node_alloc, in this thread's
+ * pool): counted in op's owner count when this thread owns op too (then
+ * both have this thread's id), else in op's shared count; returns op.
+ * Inline, as every build takes one per operand (node_pool.c's
+ * "refcounts" explains both counts). */
+static inline ot_node *ot__node_hold_operand(ot_node *parent, ot_node *op, int slot)
+{
+    if (!op) return NULL;
+    if (atomic_load_explicit(&op->owner, memory_order_relaxed) ==
+        atomic_load_explicit(&parent->owner, memory_order_relaxed)) {
+        op->local++;
+        parent->local_ops |= (uint8_t)slot;
+    } else {
+        atomic_fetch_add_explicit(&op->refs, 1, memory_order_relaxed);
+    }
+    return op;
+}
+/* Whether n is new: only its creator's reference is held. */
+bool ot__node_fresh(const ot_node *n);
 /* Sets n's digest from what the plan key reads of it (its identity words,
  * a constant's value, a leaf's serial) and its operands' digests; none when
  * an operand has none. Called once a node is complete, before it is

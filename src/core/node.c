@@ -87,7 +87,7 @@ static ot_node *new_const(double v, ot_dtype dt)
     n->weak = true;
     n->value = v;
     ot__node_digest(n);
-    return ot__pool_adopt(n);
+    return ot__pool_adopt_new(n);
 }
 
 ot_node *ot_const(double value) { return new_const(value, OT_F64); }
@@ -244,11 +244,11 @@ static ot_node *op_node(const site *st, ot_node *a, ot_node *b, const ot_shape *
     else n->args.axis = OT_AXIS_ALL;
     n->file = st->file;
     n->line = st->line;
-    n->a = ot__node_hold(a);
-    n->b = ot__node_hold(b);
+    n->a = ot__node_hold_operand(n, a, OT__OP_A);
+    n->b = ot__node_hold_operand(n, b, OT__OP_B);
     n->be = a && a->be ? a->be : (b ? b->be : NULL);
     ot__node_digest(n);
-    return ot__pool_adopt(n);
+    return ot__pool_adopt_new(n);
 }
 
 static ot_node *make_node(const site *st, ot_node *a, ot_node *b, const proto *p)
@@ -493,10 +493,10 @@ static ot_node *build_composite(const site *st, ot_node *a, ot_node *b, const ot
     if (!root) return NULL;
     /* The root is new and not yet visible to anyone else, so it may still be
      * annotated; a root shared with another tree would be a bug. */
-    OT_ASSERT(atomic_load(&root->refs) == 1);
+    OT_ASSERT(ot__node_fresh(root));
     root->tag = (int8_t)st->op;
-    root->tag_a = ot__node_hold(a);
-    root->tag_b = ot__node_hold(b);
+    root->tag_a = ot__node_hold_operand(root, a, OT__OP_TAG_A);
+    root->tag_b = ot__node_hold_operand(root, b, OT__OP_TAG_B);
     if (ot_op_kind(root->op) != OT_KIND_REDUCE) root->args = g;
     else root->args.ddof = g.ddof;
     ot__node_digest(root);   /* its args changed */

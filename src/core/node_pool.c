@@ -35,6 +35,18 @@
 static _Thread_local ot_node *dead_oldest, *dead_newest;
 static _Thread_local size_t dead_count;
 static _Thread_local uint64_t released;
+/* This thread's id as the owner of the nodes it makes ("refcounts" below):
+ * ids are never reused, so a node outliving its owner thread is owned by
+ * no live thread. */
+static _Atomic uint64_t thread_ids = 1;
+static _Thread_local uint64_t self_id;   /* 0 until this thread makes a node */
+
+/* Whether this thread owns n (its owner count is in use, and this thread's). */
+static bool mine(const ot_node *n)
+{
+    uint64_t o = atomic_load_explicit(&n->owner, memory_order_relaxed);
+    return o && o == self_id;
+}
 
 /* Where a release happens, recorded on the nodes it kills. */
 typedef struct release_site {
@@ -88,7 +100,10 @@ ot_node *ot__node_alloc(void)
         n = ot__calloc(1, sizeof *n);
     }
     if (!n) return NULL;
-    atomic_init(&n->refs, 1);
+    if (!self_id) self_id = atomic_fetch_add_explicit(&thread_ids, 1, memory_order_relaxed);
+    atomic_init(&n->refs, OT__NODE_OWNED);
+    n->local = 1;
+    atomic_init(&n->owner, self_id);
     n->op = OT_OP_NONE;
     n->tag = OT_OP_NONE;
     return n;
@@ -128,35 +143,133 @@ int ot__nodes_check(const char *fn, const char *file, int line, const char *arra
 
 /* ---- refcounts ----------------------------------------------------------- */
 
-/* Queues n for destruction when this drops its last reference. */
-static void drop(ot_node *n, ot_node **dead)
+/* Biased counts: a node built per call (push, build, assign, pop) took a
+ * locked increment or decrement for each of its references, a tenth of a
+ * 64-element call. A node's references are therefore counted in two
+ * places: 'local', the owner's count, plain, read and written only on the
+ * thread that made the node (its owner), and 'refs', the shared count,
+ * atomic, for all others.
+ *
+ * The invariant: a reference is dropped in the count it was taken in, and
+ * a reference in an owner's count is dropped on the owner thread (or moved
+ * to the shared count there, by escape below). Only two kinds of reference
+ * go to an owner's count, and both keep it:
+ *   - a pool's, of a node made on its thread (ot__pool_adopt_new): pools
+ *     are per thread, so it is dropped there;
+ *   - a parent's on its operand, where one thread made both
+ *     (ot__node_hold_operand, the parent's local_ops remembering which):
+ *     dropped when the parent dies, which is on the owner thread while the
+ *     parent's own owner count is in use, and moved to the operand's shared
+ *     count when it stops being (escape), before any other thread can kill
+ *     the parent.
+ * Everything else (ot_retain, ot_release, a parent made on another thread,
+ * a tensor's leaf, which has no owner) is shared.
+ *
+ * While the owner count is in use, 'refs' carries OT__NODE_OWNED. The node
+ * is dead when both counts are zero. When the owner drops the last of its
+ * count and the shared count is zero, no reference is left anywhere, so no
+ * other thread may touch the node (it would need one): it dies with no
+ * locked instruction. When the shared count is not zero the node escapes:
+ * its operand references move to their shared counts, the owner flag is
+ * cleared with an atomic and (its old value saying whether the sharers
+ * left meanwhile), and from then on the node is shared only, its last
+ * shared drop (refs 1 -> 0, flag clear) killing it. A tree retained beyond
+ * its pool pays those atomics once, at the pop. */
+bool ot__node_fresh(const ot_node *n)
 {
-    if (n && atomic_fetch_sub_explicit(&n->refs, 1, memory_order_acq_rel) == 1) {
-        n->next_dead = *dead;
-        *dead = n;
-    }
+    return mine(n) && n->local == 1 &&
+           atomic_load_explicit(&n->refs, memory_order_relaxed) == OT__NODE_OWNED;
 }
 
-/* Iterative: releasing the root of a 100,000-deep tree must not recurse. */
-static void release(ot_node *n, const release_site *at)
+/* The lists a release works through: nodes dead, and nodes whose owner
+ * count has run out while others hold them. Linked through next_dead. */
+typedef struct release_lists {
+    ot_node *dead, *escaped;
+} release_lists;
+
+static void push(ot_node **list, ot_node *n)
 {
-    ot_node *dead = NULL;
-    drop(n, &dead);
-    while (dead) {
-        ot_node *d = dead;
-        dead = d->next_dead;
-        if (d->kind == OT_NODE_LEAF) {
-            ot__tensor_destroy(ot__leaf_tensor(d));
+    n->next_dead = *list;
+    *list = n;
+}
+
+/* Drops a reference counted in n's shared count. */
+static inline void drop_shared(ot_node *n, release_lists *l)
+{
+    if (n && atomic_fetch_sub_explicit(&n->refs, 1, memory_order_acq_rel) == 1) push(&l->dead, n);
+}
+
+/* Drops a reference counted in n's owner count: this thread owns n. The
+ * acquire load orders the other threads' drops (acq_rel) before a burial. */
+static inline void drop_local(ot_node *n, release_lists *l)
+{
+    if (--n->local > 0) return;
+    if (atomic_load_explicit(&n->refs, memory_order_acquire) == OT__NODE_OWNED) push(&l->dead, n);
+    else push(&l->escaped, n);
+}
+
+/* n's operand reference in slot op of n: in the operand's owner count when
+ * local_ops says so. */
+static inline void drop_operand(ot_node *n, ot_node *op, int slot, release_lists *l)
+{
+    if (n->local_ops & slot) drop_local(op, l);
+    else drop_shared(op, l);
+}
+
+/* n (owned here) has no owner references left but shared ones: its operand
+ * references move to the operands' shared counts, and it becomes shared.
+ * The release ordering of the flag's clearing publishes local_ops = 0 to
+ * the thread whose drop will kill n. */
+static void escape(ot_node *n, release_lists *l)
+{
+    ot_node *op[4] = {n->a, n->b, n->tag_a, n->tag_b};
+    for (int i = 0; i < 4; i++) {
+        if (!(n->local_ops & (1 << i))) continue;
+        atomic_fetch_add_explicit(&op[i]->refs, 1, memory_order_relaxed);
+        drop_local(op[i], l);
+    }
+    n->local_ops = 0;
+    atomic_store_explicit(&n->owner, 0, memory_order_relaxed);
+    if (atomic_fetch_and_explicit(&n->refs, ~OT__NODE_OWNED, memory_order_acq_rel) ==
+        OT__NODE_OWNED)
+        push(&l->dead, n);   /* the sharers dropped theirs meanwhile */
+}
+
+/* d's last reference is gone: its operands, memo and annotations go. */
+static inline void destroy(ot_node *d, release_lists *l, const release_site *at)
+{
+    if (d->kind == OT_NODE_LEAF) {
+        ot__tensor_destroy(ot__leaf_tensor(d));
+        return;
+    }
+    drop_operand(d, d->a, OT__OP_A, l);
+    drop_operand(d, d->b, OT__OP_B, l);
+    drop_operand(d, d->tag_a, OT__OP_TAG_A, l);
+    drop_operand(d, d->tag_b, OT__OP_TAG_B, l);
+    ot_memo *m = atomic_load_explicit(&d->memo, memory_order_acquire);
+    if (m) m->drop(m);
+    if (d->annot) ot__annot_free(d->annot);
+    node_bury(d, at);
+}
+
+/* Drops one reference to n, local (in its owner count) or shared, and
+ * whatever dies or escapes with it. Iterative: releasing the root of a
+ * 100,000-deep tree must not recurse. */
+static void release(ot_node *n, bool local, const release_site *at)
+{
+    release_lists l = {NULL, NULL};
+    if (local) drop_local(n, &l);
+    else drop_shared(n, &l);
+    for (;;) {
+        ot_node *d = l.dead;
+        if (d) {
+            l.dead = d->next_dead;
+            destroy(d, &l, at);
             continue;
         }
-        drop(d->a, &dead);
-        drop(d->b, &dead);
-        drop(d->tag_a, &dead);
-        drop(d->tag_b, &dead);
-        ot_memo *m = atomic_load_explicit(&d->memo, memory_order_acquire);
-        if (m) m->drop(m);
-        if (d->annot) ot__annot_free(d->annot);
-        node_bury(d, at);
+        if (!(d = l.escaped)) return;
+        l.escaped = d->next_dead;
+        escape(d, &l);
     }
 }
 
@@ -173,7 +286,7 @@ ot_node *(ot_retain)(ot_node *n) { return ot_retain_at(n, NULL, 0); }
 void ot_release_at(ot_node *n, const char *file, int line)
 {
     if (ot__node_check("release", file, line, "the node", n)) return;
-    release(n, &(release_site){"ot_release", file, line});
+    release(n, false, &(release_site){"ot_release", file, line});
 }
 
 void (ot_release)(ot_node *n) { ot_release_at(n, NULL, 0); }
@@ -197,7 +310,7 @@ static _Thread_local ot_pool *spare_pool;
 static void pool_empty(ot_pool *p, const release_site *at)
 {
     for (size_t i = p->n; i-- > 0;)
-        release(p->items[i], at);
+        release(p->items[i], mine(p->items[i]), at);
     p->n = 0;
 }
 
@@ -258,7 +371,9 @@ void ot_pool_drain(void)
     while (dead_oldest) free(dead_take());
 }
 
-ot_node *ot__pool_adopt(ot_node *n)
+/* Appends n to this thread's innermost pool, which takes over a reference
+ * in n's owner count (local) or shared count. */
+static ot_node *adopt(ot_node *n, bool local)
 {
     ot_pool *p = pool_top ? pool_top : &default_pool;
     if (p->n == p->cap) {
@@ -266,7 +381,7 @@ ot_node *ot__pool_adopt(ot_node *n)
         ot_node **items = NULL;
         if (ot__mul_size(&bytes, cap, sizeof *items)) items = ot__realloc(p->items, bytes);
         if (!items) {
-            ot_release(n);
+            release(n, local, &(release_site){"ot_release", NULL, 0});
             ot__err(OT_ENOMEM, NULL, 0, NULL, "out of memory adding a node to its pool");
             return NULL;
         }
@@ -275,4 +390,21 @@ ot_node *ot__pool_adopt(ot_node *n)
     }
     p->items[p->n++] = n;
     return n;
+}
+
+ot_node *ot__pool_adopt_new(ot_node *n) { return adopt(n, true); }
+
+/* A pool drops its reference in n's owner count when this thread owns n
+ * (pool_empty asks mine()), so a shared one handed over for a node owned
+ * here moves to the owner count: the owner count keeps n owned until the
+ * pool drops it, and the shared count cannot reach zero here, its owner
+ * flag being set. */
+ot_node *ot__pool_adopt(ot_node *n)
+{
+    bool local = mine(n);
+    if (local) {
+        n->local++;
+        atomic_fetch_sub_explicit(&n->refs, 1, memory_order_relaxed);
+    }
+    return adopt(n, local);
 }

@@ -279,6 +279,8 @@ typedef struct cache_entry {
 struct digest_entry;
 
 struct ot_plan_cache {
+    uint64_t id;              /* unique in the process: names the backend in
+                                 the threads' digest tables */
     pthread_mutex_t lock;
     cache_entry *head, *tail;
     int len, cap;
@@ -289,6 +291,8 @@ ot_plan_cache *ot__plan_cache_new(int capacity)
 {
     ot_plan_cache *c = ot__calloc(1, sizeof *c);
     if (!c) return NULL;
+    static _Atomic uint64_t ids;
+    c->id = atomic_fetch_add_explicit(&ids, 1, memory_order_relaxed) + 1;
     pthread_mutex_init(&c->lock, NULL);
     c->cap = capacity;
     return c;
@@ -302,10 +306,12 @@ static void entry_free(cache_entry *e)
 }
 
 static void digest_entry_free(struct digest_entry *e);
+static void thread_digests_forget(uint64_t cache_id);
 
 void ot__plan_cache_free(ot_plan_cache *c)
 {
     if (!c) return;
+    thread_digests_forget(c->id);
     for (int i = 0; i < DIGEST_SLOTS; i++) digest_entry_free(c->recent[i]);
     for (cache_entry *e = c->head, *nx; e; e = nx) {
         nx = e->next;
@@ -454,13 +460,13 @@ static ot_plan *memo_find(const ot_backend *be, ot_tensor *out, ot_node *root, o
 /* Memoises plan p and w's bindings on the root at its second assignment,
  * unless a memo is there. A memo is only a shortcut: without memory there
  * is none. */
-static void memo_add(const ot_backend *be, ot_tensor *out, ot_node *root, const ot_walk *w,
+static void memo_add(const ot_backend *be, ot_tensor *out, ot_node *root, const ot_binding *w,
                      ot_plan *p)
 {
     ot_memo *none = NULL;
     if (atomic_compare_exchange_strong(&root->memo, &none, &assigned_once)) return;
     if (none != &assigned_once) return;
-    size_t leaves = sizeof(char *) * (size_t)w->nleaf, params = sizeof(double) * (size_t)w->nparam;
+    size_t leaves = sizeof(char *) * (size_t)p->nleaves, params = sizeof(double) * (size_t)p->nparams;
     root_memo *m = ot__malloc(sizeof *m + leaves + params);
     if (!m) return;
     ot__clear(m, sizeof *m);
@@ -476,7 +482,7 @@ static void memo_add(const ot_backend *be, ot_tensor *out, ot_node *root, const 
     m->param = (double *)(m + 1);
     m->leaf = (char **)((char *)m->param + params);
     if (params) memcpy(m->param, w->param, params);   /* a tree without constants has no array */
-    if (leaves) memcpy(m->leaf, w->leafptr, leaves);
+    if (leaves) memcpy(m->leaf, w->leaf, leaves);
     m->plan = p;
     atomic_fetch_add(&p->refs, 1);
     ot_memo *seen = &assigned_once;
@@ -499,7 +505,8 @@ static void memo_add(const ot_backend *be, ot_tensor *out, ot_node *root, const 
  * not checked against the tree: checking would be the walk it saves. */
 typedef struct digest_entry {
     uint64_t digest[2];
-    uint64_t out_serial;        /* the output: serials name tensors */
+    uint64_t cache_id;          /* the backend's (its plan cache's id) */
+    uint64_t out_serial;        /* the output: serials name tensors of the backend */
     ot_backend_opts opts;
     ot_plan *plan;              /* a reference */
     int nleaf, nparam;
@@ -549,22 +556,120 @@ static ot_plan *digest_find(ot_backend *be, ot_tensor *out, const ot_node *root,
     return p;
 }
 
-/* Remembers plan p and w's bindings for root's digest into out. Without
- * memory nothing is remembered: the table is only a shortcut. */
+/* An entry for root's digest into out: plan p (gaining a reference) and
+ * the bindings given; NULL without memory. */
+static digest_entry *digest_entry_new(const ot_backend *be, const ot_tensor *out,
+                                      const ot_node *root, int nleaf, char *const leaf[],
+                                      int nparam, const double param[], ot_plan *p)
+{
+    const ot_cpu *cpu = be->impl;
+    size_t leaves = sizeof(char *) * (size_t)nleaf, params = sizeof(double) * (size_t)nparam;
+    digest_entry *e = ot__malloc(sizeof *e + params + leaves);
+    if (!e) return NULL;
+    *e = (digest_entry){{root->digest[0], root->digest[1]}, cpu->cache->id, out->serial,
+                        be->opts, p, nleaf, nparam, NULL, NULL};
+    e->param = (double *)(e + 1);
+    e->leaf = (char **)((char *)e->param + params);
+    if (params) memcpy(e->param, param, params);
+    if (leaves) memcpy(e->leaf, leaf, leaves);
+    atomic_fetch_add(&p->refs, 1);
+    return e;
+}
+
+/* ---- this thread's digest table ---------------------------------------------- */
+
+/* The digest table is the backend's, behind its lock: a W8 call paid a
+ * locked instruction for the lock, one for its unlock and two for the
+ * plan's reference it gained and dropped. Each thread therefore keeps a
+ * small table of its own in front of it, of entries it owns (each holding
+ * a plan reference, so the plan it lends a run stays alive however the
+ * backend's table and cache change meanwhile; only this thread replaces or
+ * frees them). An entry says what the backend's table says, as a digest
+ * names its plan and bindings for good (see above); its backend is named
+ * by its plan cache's id, which no other cache of the process gets, so an
+ * entry of a freed backend matches nothing: it is freed when replaced,
+ * when its backend is freed on this thread, or when the thread exits. */
+#define THREAD_DIGEST_SLOTS 16
+
+typedef struct thread_digests {
+    digest_entry *slot[THREAD_DIGEST_SLOTS];
+} thread_digests;
+
+static _Thread_local thread_digests *digests_mine;
+static pthread_key_t digests_key;
+static pthread_once_t digests_once = PTHREAD_ONCE_INIT;
+
+static void thread_digests_free(void *v)
+{
+    thread_digests *t = v;
+    for (int i = 0; i < THREAD_DIGEST_SLOTS; i++) digest_entry_free(t->slot[i]);
+    free(t);
+}
+
+/* The key's destructor frees a thread's table when the thread exits. */
+static void digests_key_make(void) { (void)pthread_key_create(&digests_key, thread_digests_free); }
+
+static void thread_digests_forget(uint64_t cache_id)
+{
+    thread_digests *t = digests_mine;
+    for (int i = 0; t && i < THREAD_DIGEST_SLOTS; i++) {
+        if (!t->slot[i] || t->slot[i]->cache_id != cache_id) continue;
+        digest_entry_free(t->slot[i]);
+        t->slot[i] = NULL;
+    }
+}
+
+static digest_entry **thread_slot(thread_digests *t, const ot_tensor *out, const ot_node *root)
+{
+    return &t->slot[(root->digest[0] ^ out->serial * 0x9e3779b97f4a7c15ULL) %
+                    THREAD_DIGEST_SLOTS];
+}
+
+/* The plan of root's digest into out from this thread's table, lent with
+ * its bindings (bind->borrowed); NULL when none. */
+static ot_plan *thread_find(const ot_backend *be, const ot_tensor *out, const ot_node *root,
+                            ot_binding *bind)
+{
+    thread_digests *t = digests_mine;
+    const ot_cpu *cpu = be->impl;
+    const digest_entry *e = t ? *thread_slot(t, out, root) : NULL;
+    if (!e || e->cache_id != cpu->cache->id || !digest_match(e, be, out, root)) return NULL;
+    *bind = (ot_binding){.leaf = e->leaf, .param = e->param, .borrowed = true};
+    return e->plan;
+}
+
+/* Remembers plan p and its bindings for root's digest into out in this
+ * thread's table. Without memory nothing is: the table is a shortcut. */
+static void thread_add(const ot_backend *be, const ot_tensor *out, const ot_node *root,
+                       const ot_walk *w, ot_plan *p)
+{
+    thread_digests *t = digests_mine;
+    if (!t) {
+        pthread_once(&digests_once, digests_key_make);
+        if (!(t = ot__calloc(1, sizeof *t))) return;
+        if (pthread_setspecific(digests_key, t)) {
+            free(t);
+            return;
+        }
+        digests_mine = t;
+    }
+    digest_entry *e = digest_entry_new(be, out, root, w->nleaf, w->leafptr, w->nparam, w->param, p);
+    if (!e) return;
+    digest_entry **slot = thread_slot(t, out, root);
+    digest_entry_free(*slot);
+    *slot = e;
+}
+
+/* Remembers plan p and w's bindings for root's digest into out, in the
+ * backend's table and this thread's. Without memory nothing is remembered:
+ * the tables are only shortcuts. */
 static void digest_add(ot_backend *be, ot_tensor *out, const ot_node *root, const ot_walk *w,
                        ot_plan *p)
 {
     ot_cpu *cpu = be->impl;
-    size_t leaves = sizeof(char *) * (size_t)w->nleaf, params = sizeof(double) * (size_t)w->nparam;
-    digest_entry *e = ot__malloc(sizeof *e + params + leaves);
+    thread_add(be, out, root, w, p);
+    digest_entry *e = digest_entry_new(be, out, root, w->nleaf, w->leafptr, w->nparam, w->param, p);
     if (!e) return;
-    *e = (digest_entry){{root->digest[0], root->digest[1]}, out->serial, be->opts, p,
-                        w->nleaf, w->nparam, NULL, NULL};
-    e->param = (double *)(e + 1);
-    e->leaf = (char **)((char *)e->param + params);
-    if (params) memcpy(e->param, w->param, params);
-    if (leaves) memcpy(e->leaf, w->leafptr, leaves);
-    atomic_fetch_add(&p->refs, 1);
     pthread_mutex_lock(&cpu->cache->lock);
     digest_entry **slot = digest_slot(cpu->cache, out, root), *old = *slot;
     *slot = e;
@@ -573,6 +678,19 @@ static void digest_add(ot_backend *be, ot_tensor *out, const ot_node *root, cons
 }
 
 /* ---- lookup and keeping ------------------------------------------------------ */
+
+/* A plan found in a digest table for trees[0] into outs[0]: counted as a
+ * cache hit, and memoised on the root at its second assignment. A root
+ * seen for the first time is not marked here (the memo's compare and
+ * swap was a locked instruction of every W8 call): one a thread's table
+ * serves at once is not worth a memo, that table being nearly as quick. */
+static void digest_hit(ot_backend *be, ot_tensor *const outs[], ot_node *const trees[],
+                       const ot_binding *bind, ot_plan *p)
+{
+    ot__stat_add(ot__stats_mine(&be->stats), OT__STAT_CACHE_HITS, 1);
+    if (atomic_load_explicit(&trees[0]->memo, memory_order_relaxed) == &assigned_once)
+        memo_add(be, outs[0], trees[0], bind, p);
+}
 
 int ot__plan_find(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[],
                   ot_plan **plan, ot_walk **walk, ot_binding *bind)
@@ -586,17 +704,25 @@ int ot__plan_find(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const
         return 0;
     }
     bool digest = memo && trees[0]->digest_ok && outs[0]->serial;   /* 0: no backend's */
+    *walk = NULL;
+    if (digest && (*plan = thread_find(be, outs[0], trees[0], bind))) {
+        bind->outs = outs;
+        digest_hit(be, outs, trees, bind, *plan);
+        return 0;
+    }
     ot_walk *w = walk_take(cpu);
     if (!w) return ot__err_set(OT_ENOMEM, NULL, 0, "assign", "out of memory walking the tree");
     *walk = w;
     if (digest && (*plan = digest_find(be, outs[0], trees[0], w))) {
-        ot__stat_add(ot__stats_mine(&be->stats), OT__STAT_CACHE_HITS, 1);
-        memo_add(be, outs[0], trees[0], w, *plan);
         *bind = (ot_binding){.leaf = w->leafptr, .param = w->param, .outs = outs};
+        thread_add(be, outs[0], trees[0], w, *plan);
+        ot__stat_add(ot__stats_mine(&be->stats), OT__STAT_CACHE_HITS, 1);
+        memo_add(be, outs[0], trees[0], bind, *plan);
         return 0;
     }
     if (!walk_trees(w, n, outs, trees)) {
         ot__walk_free(w);
+        *walk = NULL;
         return ot__err_set(OT_ENOMEM, NULL, 0, "assign", "out of memory walking the tree");
     }
     *bind = (ot_binding){.leaf = w->leafptr, .param = w->param, .outs = outs};
@@ -605,7 +731,7 @@ int ot__plan_find(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const
     pthread_mutex_unlock(&cpu->cache->lock);
     if (!*plan) return 0;   /* a miss: the driver compiles w */
     ot__stat_add(ot__stats_mine(&be->stats), OT__STAT_CACHE_HITS, 1);
-    if (memo) memo_add(be, outs[0], trees[0], w, *plan);
+    if (memo) memo_add(be, outs[0], trees[0], bind, *plan);
     if (digest) digest_add(be, outs[0], trees[0], w, *plan);
     return 0;
 }
@@ -619,6 +745,6 @@ void ot__plan_keep(ot_backend *be, int n, ot_tensor *const outs[], ot_node *cons
     if (!cache_add(cpu->cache, w, p)) atomic_fetch_sub(&p->refs, 1);
     pthread_mutex_unlock(&cpu->cache->lock);
     if (!memoisable(n, outs, trees)) return;
-    memo_add(be, outs[0], trees[0], w, p);
+    memo_add(be, outs[0], trees[0], &(ot_binding){.leaf = w->leafptr, .param = w->param}, p);
     if (trees[0]->digest_ok && outs[0]->serial) digest_add(be, outs[0], trees[0], w, p);
 }

@@ -12,6 +12,9 @@
 #include <stdlib.h>
 
 enum { NRED = 4 };
+/* What is reduced: the matrix, every other column of it (rows with a
+ * stride), or all columns but the first (contiguous rows at an offset). */
+enum { V_NONE, V_STEP2, V_OFFSET };
 static const ot_op red_ops[NRED] = {OT_OP_MAX, OT_OP_MIN, OT_OP_SUM, OT_OP_MEAN};
 
 /* Row r of an R x C matrix: values in [-4, 4), with row 0 NaN at its last
@@ -49,10 +52,12 @@ static bool same(float a, float b, double tol, bool exact)
 typedef ot_node *(*build_fn)(ot_tensor *x, int op, int axis);
 
 static int eval_on(ot_backend *be, ot_shape shape, const float *host, build_fn build, int op,
-                   int axis, bool view, float *out, int64_t *n)
+                   int axis, int view, float *out, int64_t *n)
 {
     ot_tensor *x = ot_array(be, shape, OT_F32, host);
-    ot_tensor *v = view ? ot_slice(x, OT_ALL, OT_RANGE(1, OT_NONE, 2)) : x;
+    ot_tensor *v = view == V_STEP2   ? ot_slice(x, OT_ALL, OT_RANGE(1, OT_NONE, 2))
+                 : view == V_OFFSET ? ot_slice(x, OT_ALL, OT_RANGE(1, OT_NONE))
+                                    : x;
     ot_pool *pool = ot_pool_push();
     ot_tensor *y = x && v ? ot_eval(build(v, op, axis)) : NULL;
     ot_pool_pop(pool);
@@ -92,7 +97,7 @@ static ot_node *reduce_transposed(ot_tensor *x, int op, int axis)
 
 /* Compares cpu (be) with ref on one case; returns the mismatches. */
 static int compare(ot_backend *be, ot_backend *ref, int64_t rows, int64_t cols, bool specials,
-                   build_fn build, int op, int axis, bool view)
+                   build_fn build, int op, int axis, int view)
 {
     size_t n = (size_t)(rows * cols > 0 ? rows * cols : 1);
     float *x = malloc(n * sizeof *x), *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
@@ -108,7 +113,7 @@ static int compare(ot_backend *be, ot_backend *ref, int64_t rows, int64_t cols, 
         for (int64_t i = 0; i < na && i < nb; i++)
             if (!same(a[i], b[i], 2e-6, exact) && bad++ == 0)
                 test__fail(__FILE__, __LINE__, "op %d axis %d %lldx%lld%s [%lld]: %.9g, ref %.9g", op,
-                           axis, (long long)rows, (long long)cols, view ? " (view)" : "",
+                           axis, (long long)rows, (long long)cols, view ? " (a view)" : "",
                            (long long)i, a[i], b[i]);
     }
     free(x);
@@ -129,9 +134,9 @@ static void reductions_match(int jit)
     for (int l = 0; l < NLEN && be && ref; l++)
         for (int r = 0; r < NRED; r++)
             for (int axis = 0; axis < 2; axis++) {
-                compare(be, ref, 5, row_lengths[l], true, reduce_of, red_ops[r], axis, false);
-                compare(be, ref, 5, row_lengths[l], true, reduce_of, red_ops[r], axis, true);
-                compare(be, ref, 3, row_lengths[l], true, reduce_transposed, red_ops[r], axis, false);
+                for (int v = V_NONE; v <= V_OFFSET; v++)
+                    compare(be, ref, 5, row_lengths[l], true, reduce_of, red_ops[r], axis, v);
+                compare(be, ref, 3, row_lengths[l], true, reduce_transposed, red_ops[r], axis, V_NONE);
             }
     ot_backend_free(be);
     ot_backend_free(ref);
@@ -147,9 +152,9 @@ TEST(rows_short_and_empty)
     ot_backend *be = test__backend("cpu", OT_FUSION_ON), *ref = ot_backend_new("ref", NULL);
     for (int r = 0; r < NRED && be && ref; r++)
         for (int axis = 0; axis < 2; axis++) {
-            compare(be, ref, 7, 1, false, reduce_of, red_ops[r], axis, false);
-            compare(be, ref, 4, 0, false, reduce_of, red_ops[r], axis, false);
-            compare(be, ref, 300, 17, true, reduce_of, red_ops[r], axis, false);
+            compare(be, ref, 7, 1, false, reduce_of, red_ops[r], axis, V_NONE);
+            compare(be, ref, 4, 0, false, reduce_of, red_ops[r], axis, V_NONE);
+            compare(be, ref, 300, 17, true, reduce_of, red_ops[r], axis, V_NONE);
         }
     ot_backend_free(be);
     ot_backend_free(ref);
@@ -160,11 +165,11 @@ TEST(rows_softmax_matches_ref)
 {
     ot_backend *be = test__backend("cpu", OT_FUSION_ON), *ref = ot_backend_new("ref", NULL);
     for (int l = 0; l < NLEN && be && ref; l++) {
-        compare(be, ref, 9, row_lengths[l], false, softmax_of, 0, 1, false);
-        compare(be, ref, 9, row_lengths[l], false, softmax_of, 0, 1, true);
-        compare(be, ref, 4, row_lengths[l], false, softmax_of, 0, 0, false);
+        for (int v = V_NONE; v <= V_OFFSET; v++)
+            compare(be, ref, 9, row_lengths[l], false, softmax_of, 0, 1, v);
+        compare(be, ref, 4, row_lengths[l], false, softmax_of, 0, 0, V_NONE);
     }
-    compare(be, ref, 600, 40, false, softmax_of, 0, 1, false);
+    compare(be, ref, 600, 40, false, softmax_of, 0, 1, V_NONE);
     ot_backend_free(be);
     ot_backend_free(ref);
 }

@@ -173,6 +173,23 @@ static bool computes(const ot_jit *jt)
     return false;
 }
 
+/* Where row o's values from j lie when the kernel's program is one
+ * contiguous load of floats (max(x, axis=1) of a plain tensor): the tile
+ * kernels then fold them in place, as the program would hand them over,
+ * without the program's run per tile, which was a third of the time of
+ * rows of 64 floats. NULL for any other program. */
+static const char *bare_row(const run_ctx *c, int64_t o, int64_t j)
+{
+    const ot_kernel *k = c->k;
+    const ot_insn *in = &k->insns[0];
+    if (k->ninsn != 1 || in->code != OT_I_LOAD || in->dst != k->result || (in->scalar & 8) ||
+        k->nxstore || k->result_scalar || is_arg(k->red_op) || k->result_kd == OT_KD_I32)
+        return NULL;
+    const ot_view *v = &k->loads[in->arg];
+    if (k->ndim < 1 || v->strides[k->ndim - 1] != 1) return NULL;
+    return c->base[in->arg] + view_offset(k, v, o, j) * (int64_t)ot__esize((ot_dtype)v->dtype);
+}
+
 /* Folds n elements of row o from j (whole tiles, the last one maybe short;
  * i0: the index of the first along what is reduced) into a, as the
  * interpreter does tile by tile. Generated code does a sum's very
@@ -196,8 +213,13 @@ static void reduce_span(const run_ctx *c, scratch *s, racc *a, int64_t o, int64_
             return;
         }
     }
-    for (int64_t t = j; t < j + n; t += c->tile)
-        reduce_tile(c, s, a, o, t, j + n - t < c->tile ? j + n - t : c->tile, i0 + (t - j));
+    const char *row = bare_row(c, o, j);
+    size_t es = ot__esize(ot__kd_dtype(k->result_kd));
+    for (int64_t t = j; t < j + n; t += c->tile) {
+        int64_t m = j + n - t < c->tile ? j + n - t : c->tile;
+        if (row) racc_tile(c, a, row + (t - j) * (int64_t)es, false, m, i0 + (t - j));
+        else reduce_tile(c, s, a, o, t, m, i0 + (t - j));
+    }
 }
 
 /* The innermost dim is reduced: each row is one result. */

@@ -636,7 +636,7 @@ void ot__fuse_mark_direct_roots(compiler *c)
         /* a structured op's kernel writes its output itself (plan_struct.c) */
         if (is_op(c, r) && c->w->e[r].op == OT_OP_CUSTOM_STRUCT && c->ci[r].uses == 1 &&
             ot__shape_eq(&node_of(c, r)->shape, &osh) && out.dtype == node_of(c, r)->dtype &&
-            ot__fuse_out_alone(c, i, -1))
+            (!c->outs || ot__fuse_out_alone(c, i, -1)))
             c->ci[r].st = out;
     }
     free(stack);

@@ -120,8 +120,9 @@ ot_op ot_op_register(const ot_op_def *def);
  * ot_struct_tensor), never with an empty output; it must be pure and
  * callable from any thread. The cpu backend runs it as a kernel of its own
  * (operands computed into memory first; fusion stops at it, as at a dot);
- * the ref backend, which computes in double, calls the f64 kernel (the f32
- * one, on values rounded to f32, when there is no f64 kernel).
+ * the ref backend, which computes in double, calls the f64 kernel (an f32
+ * node of an op without one: the f32 kernel, on values rounded to f32). A
+ * result dtype without its kernel is OT_EUNSUPPORTED when the node is built.
  * The gradient rule builds operand `which`'s contribution from the operands,
  * the node out, its incoming gradient g (out's shape) and the args, with
  * the ordinary builders (other registered ops too): a tree of the operand's
@@ -164,7 +165,9 @@ ot_op ot_op_register_structured(const ot_struct_def *def);
  * checks, then the op's shape rule. NULL with the error set on failure. */
 ot_node *ot_apply_struct_at(ot_op op, int n, ot_node *const in[], const ot_args *args,
                             const char *file, int line);
-#define ot_apply_struct(op, n, in, args) ot_apply_struct_at((op), (n), (in), (args), __FILE__, __LINE__)
+/* ot_apply_struct(op, n, in, args); variadic so that a compound literal
+ * with commas, (ot_node *[]){x, y}, may be written in place. */
+#define ot_apply_struct(op, n, ...) ot_apply_struct_at((op), (n), __VA_ARGS__, __FILE__, __LINE__)
 /* ------------------------------------------------------------------------ */
 /* Rewrite rules                                                             */
 /* ------------------------------------------------------------------------ */

@@ -98,6 +98,9 @@ int ot__infer_struct(const site *st, ot_node **a, ot_node **b, proto *p)
     if (dt != OT_F32 && dt != OT_F64)
         return FAIL(st, OT_EDTYPE, "the shape rule gave dtype %d; structured ops give float32 or "
                                    "float64", (int)dt);
+    if (!ot__struct_has(u, dt == OT_F64))
+        return FAIL(st, OT_EUNSUPPORTED, "has no %s kernel (its result here is %s)",
+                    dt == OT_F64 ? "f64" : "f32", ot_dtype_name(dt));
     if (out.ndim < 0 || out.ndim > OT_MAX_DIMS)
         return FAIL(st, OT_ESHAPE, "the shape rule gave %d dims", out.ndim);
     for (int d = 0; d < out.ndim; d++)

@@ -74,8 +74,9 @@ static bool op_kernel(compiler *c, int e, const ot_view *loads, ot_shape *shapes
     return true;
 }
 
-bool ot__build_struct_kernel(compiler *c, prog *g, int e, const storage *dst)
+bool ot__build_struct_kernel(compiler *c, prog *g, int e, const storage *dst_in)
 {
+    const storage target = *dst_in, *dst = &target;   /* dst_in may be e's own, changed below */
     const ot_node *n = node_of(c, e);
     int na = n->custom->def.arity;
     ot_dtype dt = (ot_dtype)n->dtype;

@@ -35,7 +35,9 @@ static int cumsum_shape(int n, const ot_shape in[], const ot_dtype dt[], ot_args
     return 0;
 }
 
-/* The scan along the axis: outer x len x inner, accumulated in T. */
+/* The scan along the axis (outer x len x inner), accumulated in double and
+ * rounded once per element, so that the f32 kernel gives what the ref
+ * backend's f64 one does, rounded. */
 #define CUMSUM_KERNEL(NAME, T)                                                     \
     static void NAME(const ot_struct_call *c)                                      \
     {                                                                              \
@@ -47,11 +49,11 @@ static int cumsum_shape(int n, const ot_shape in[], const ot_dtype dt[], ot_args
         T *dst = y->data;                                                          \
         for (int64_t o = 0; o < outer; o++)                                        \
             for (int64_t j = 0; j < inner; j++) {                                  \
-                T acc = 0;                                                         \
+                double acc = 0;                                                    \
                 for (int64_t t = 0; t < len; t++) {                                \
                     int64_t i = o * len * inner + (rev ? len - 1 - t : t) * inner + j; \
                     acc += src[i];                                                 \
-                    dst[i] = acc;                                                  \
+                    dst[i] = (T)acc;                                               \
                 }                                                                  \
             }                                                                      \
     }

@@ -430,3 +430,28 @@ TEST(struct_errors)
     ot_tensor_free(xi);
     ot_backend_free(be);
 }
+
+TEST(struct_in_program)
+{
+    register_all();
+    ot_backend *be = test__backend("cpu", 1);
+    ot_program *p = ot_program_new(be);
+    ot_tensor *x = ot_program_placeholder(p, "x", OT_SHAPE(3, 4), OT_F64);
+    ot_tensor *o = ot_empty(be, OT_SHAPE(3, 4), OT_F64);
+    ot_pool *pool = ot_pool_push();
+    CHECK_INT(ot_program_assign(p, o, ot_mul(cs(cumsum, ot_exp(x), 1), 2.0)), 0);
+    ot_pool_pop(pool);
+    CHECK_INT(ot_program_compile(p), 0);
+    ot_shape s = OT_SHAPE(3, 4);
+    for (int run = 0; run < 2; run++) {
+        double xv[12], ex[12], want[12], got[12];
+        for (int i = 0; i < 12; i++) ex[i] = exp(xv[i] = 0.1 * (i + run));
+        cumsum_ref(ex, &s, 1, false, want);
+        CHECK_INT(ot_program_run(p, 1, &OT_BIND_DATA("x", xv, sizeof xv)), 0);
+        CHECK_INT(ot_get(o, got), 0);
+        for (int i = 0; i < 12; i++) CHECK_NEAR(got[i], 2 * want[i], 1e-12);
+    }
+    ot_program_free(p);
+    ot_tensor_free(o);
+    ot_backend_free(be);
+}

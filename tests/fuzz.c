@@ -921,6 +921,8 @@ static void generate(fz_ir *ir, rng *r, int mode)
         ot_args args;
         draw_args(r, a >= 0 && in.node[a] ? ot_node_shape(in.node[a]).ndim : 0, &args);
         if (ce_axis != -12345) args.axis = ce_axis;
+        if (op >= OT_OP_COUNT && kind == OT_KIND_SPECIAL && args.axis == OT_AXIS_ALL && sa.ndim)
+            args.axis = rnd(r, sa.ndim);   /* a structured op's scan needs an axis */
         if (op == OT_OP_SLICE && a >= 0 && in.node[a]) draw_slice(r, ot_node_shape(in.node[a]), &args);
         if (op == OT_OP_RESHAPE && a >= 0 && in.node[a]) draw_reshape(r, ot_node_shape(in.node[a]), &args);
         if (op == OT_OP_CONCAT)

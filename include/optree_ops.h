@@ -73,7 +73,8 @@
     X(SLICE, "slice", 1, OT_KIND_SHAPE, NULL, 0, none) \
     X(RESHAPE, "reshape", 1, OT_KIND_SHAPE, NULL, 0, none) \
     X(CONCAT, "concat", 2, OT_KIND_SPECIAL, NULL, 0, none) \
-    X(ERF, "erf", 1, OT_KIND_UNARY, NULL, OT_FLAG_FLOAT, erf)
+    X(ERF, "erf", 1, OT_KIND_UNARY, NULL, OT_FLAG_FLOAT, erf) \
+    X(CUSTOM_STRUCT, "custom_struct", 2, OT_KIND_SPECIAL, NULL, OT_FLAG_FLOAT | OT_FLAG_CUSTOM, none)
 
 typedef enum ot_op {
     OT_OP_NONE = -1,
@@ -138,7 +139,8 @@ typedef enum ot_op {
     OT_OP_RESHAPE = 58,
     OT_OP_CONCAT = 59,
     OT_OP_ERF = 60,
-    OT_OP_COUNT = 61
+    OT_OP_CUSTOM_STRUCT = 61,
+    OT_OP_COUNT = 62
 } ot_op;
 
 /* Unary elementwise. */

@@ -19,6 +19,7 @@
 #include "optree.h"
 #include "internal.h"   /* ot__nodes_released: which dead nodes are still checkable */
 #include "../examples/custom_ops.h"
+#include "../examples/cumsum_op.h"
 #include "replace.h"
 
 #include <errno.h>
@@ -783,6 +784,9 @@ static int is_float(ot_dtype d) { return d == OT_F32 || d == OT_F64; }
  * it per element; no gradient). Found by name if registered already. */
 static ot_op fz_user[2][2];
 static int fz_nuser[2];
+/* The structured ops (ot_op_register_structured) that stand in for the
+ * placeholder row custom_struct: cumsum and its reverse, examples/cumsum_op.h. */
+static ot_op fz_struct[2] = {OT_OP_NONE, OT_OP_NONE};
 
 static void add_user_op(ot_op_def d)
 {
@@ -799,11 +803,14 @@ static void register_user_ops(void)
     add_user_op(gelu_def());
     add_user_op(softsign_def());
     add_user_op(huber_def());
+    if (!cumsum_register(&fz_struct[0], &fz_struct[1])) fz_struct[0] = fz_struct[1] = OT_OP_NONE;
+    ot_clear_error();
 }
 
 /* A registered op for placeholder row op, or -1 where none is registered. */
 static int user_op(rng *r, int op)
 {
+    if (op == OT_OP_CUSTOM_STRUCT) return fz_struct[0] == OT_OP_NONE ? -1 : (int)fz_struct[rnd(r, 2)];
     int k = ot_op_arity((ot_op)op) - 1;
     return fz_nuser[k] ? (int)fz_user[k][rnd(r, fz_nuser[k])] : -1;
 }
@@ -914,6 +921,8 @@ static void generate(fz_ir *ir, rng *r, int mode)
         ot_args args;
         draw_args(r, a >= 0 && in.node[a] ? ot_node_shape(in.node[a]).ndim : 0, &args);
         if (ce_axis != -12345) args.axis = ce_axis;
+        if (op >= OT_OP_COUNT && kind == OT_KIND_SPECIAL && args.axis == OT_AXIS_ALL && sa.ndim)
+            args.axis = rnd(r, sa.ndim);   /* a structured op's scan needs an axis */
         if (op == OT_OP_SLICE && a >= 0 && in.node[a]) draw_slice(r, ot_node_shape(in.node[a]), &args);
         if (op == OT_OP_RESHAPE && a >= 0 && in.node[a]) draw_reshape(r, ot_node_shape(in.node[a]), &args);
         if (op == OT_OP_CONCAT)
@@ -2718,7 +2727,7 @@ static void put_snippet(FILE *o, const fz_ir *ir, const fz_fail *f, uint64_t see
           " * bitwise between thread counts and between OT_JIT=0 and 1) and the same return codes.\n"
           " * cc -std=c11 -Iinclude -I. this.c build/liboptree.a -lsleef -lopenblas -lm -lpthread\n */\n"
           "#define _POSIX_C_SOURCE 200809L\n#include \"optree.h\"\n", o);
-    if (uses_user_ops(ir)) fputs("#include \"examples/custom_ops.h\"\n", o);
+    if (uses_user_ops(ir)) fputs("#include \"examples/custom_ops.h\"\n#include \"examples/cumsum_op.h\"\n", o);
     fputs("\n"
           "#include <math.h>\n#include <stdbool.h>\n#include <stdint.h>\n#include <stdio.h>\n#include <stdlib.h>\n\n"
           "static void show(const char *what, const ot_tensor *t)\n{\n"
@@ -2738,7 +2747,9 @@ static void put_snippet(FILE *o, const fz_ir *ir, const fz_fail *f, uint64_t see
     fputs("}\n\nint main(void)\n{\n    setvbuf(stdout, NULL, _IONBF, 0);\n    ot_pool_push();\n", o);
     if (uses_user_ops(ir))
         fputs("    ot_op_def user[3] = {gelu_def(), softsign_def(), huber_def()};\n"
-              "    for (int i = 0; i < 3; i++) ot_op_register(&user[i]);\n", o);
+              "    for (int i = 0; i < 3; i++) ot_op_register(&user[i]);\n"
+              "    ot_op cumsum, rcumsum;\n"
+              "    cumsum_register(&cumsum, &rcumsum);\n", o);
     fputs("    run(ot_backend_new(\"ref\", NULL), \"ref\");\n", o);
     char nm[96];
     for (int j = 0; j < ir->ncfg; j++) {
@@ -2766,7 +2777,10 @@ static void signature(const fz_ir *ir, const fz_fail *f, char *buf, size_t n)
     int count[OT_OP_COUNT] = {0};
     for (int k = 0; k < ir->nn; k++) {
         int op = ir->n[k].op;   /* a registered op counts as its placeholder row */
-        if (op >= OT_OP_COUNT) op = ot_op_arity((ot_op)op) == 1 ? OT_OP_CUSTOM1 : OT_OP_CUSTOM2;
+        if (op >= OT_OP_COUNT)
+            op = ot_op_kind((ot_op)op) == OT_KIND_SPECIAL ? OT_OP_CUSTOM_STRUCT
+               : ot_op_arity((ot_op)op) == 1            ? OT_OP_CUSTOM1
+                                                        : OT_OP_CUSTOM2;
         if (op >= 0) count[op]++;
     }
     size_t len = (size_t)snprintf(buf, n, "%s%s", fail_names[f->kind],

@@ -29,9 +29,10 @@ static const ot_kernels *const tables[] = {
 #define NTABLES ((int)(sizeof tables / sizeof tables[0]))
 static const char *const kdname[] = {"f32", "f64", "i32"};
 
-/* The placeholder rows of registered ops (vec USER: custom1, custom2) are
- * elementwise but have no entry of their own in any table: their nodes
- * carry the functions, which every table's user loop runs. */
+/* The placeholder rows of registered ops (vec USER: custom1, custom2,
+ * elementwise, and custom_struct) have no entry of their own in any table:
+ * their nodes carry the functions, which every table's user loop (or, for
+ * custom_struct, the op's own kernel) runs. */
 static bool placeholder(const ot_opinfo *o) { return o->vec == OT__VEC_USER; }
 
 /* An elementwise op that the tables compute themselves. */
@@ -173,7 +174,9 @@ TEST(optable_attributes)
             seen |= 1u << *a;
         }
         CHECK(count <= OT__ATTRS_MAX);
-        if (elementwise(o) || placeholder(o)) CHECK_INT(count, 0);
+        if (elementwise(o) || (placeholder(o) && o->kind != OT_KIND_SPECIAL)) CHECK_INT(count, 0);
+        if (placeholder(o) && o->kind == OT_KIND_SPECIAL)   /* custom_struct: a structured op's axis */
+            CHECK(count == 1 && ot__op_has_attr(op, OT__ATTR_AXIS));
         if (o->kind == OT_KIND_REDUCE)
             CHECK(ot__op_has_attr(op, OT__ATTR_AXIS) && ot__op_has_attr(op, OT__ATTR_KEEPDIMS));
     }

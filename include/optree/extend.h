@@ -90,6 +90,84 @@ ot_op ot_op_register(const ot_op_def *def);
  * as for the built-in builders: nodes, tensors or numbers. */
 #define ot_apply(op, x) OT__UN((op), x)
 #define ot_apply2(op, x, y) OT__BIN((op), x, y)
+
+/* A structured op added at run time: any shape rule, a kernel over whole
+ * tensors, a gradient rule, 0 to OT_STRUCT_MAX_ARITY operands (cumsum, a
+ * 1-D convolution, a scan). It gets an op number as an elementwise
+ * registered op does, and the same queries know it (ot_op_kind: SPECIAL,
+ * ot_op_flags: OT_FLAG_FLOAT | OT_FLAG_CUSTOM, OT_FLAG_NODIFF without a
+ * gradient rule). Its nodes print and parse by its name with their axis
+ * (cumsum(x, axis=1)), count in node identity and digests (the plan cache)
+ * and run in programs and ot_explain.
+ *
+ *     ot_op cumsum = ot_op_register_structured(&(ot_struct_def){
+ *         .name = "cumsum", .arity = 1, .shape = cumsum_shape,
+ *         .f32 = cumsum_f32, .f64 = cumsum_f64, .grad = cumsum_grad});
+ *     ot_node *y = ot_apply_struct(cumsum, 1, (ot_node *[]){x}, &(ot_args){.axis = 1});
+ *
+ * Parameters: the node's args.axis is the op's one parameter (it prints,
+ * parses and counts in identity; OT_AXIS_ALL when not given); the other
+ * members of ot_args are cleared before the shape rule sees them.
+ * The shape rule gets the operands' shapes and dtypes and the args (it may
+ * normalise args->axis, e.g. a negative axis, which the node then keeps)
+ * and sets the result's shape and dtype (f32 or f64); on bad input it
+ * returns OT_ESHAPE, OT_EDTYPE or OT_EINVAL with a message in msg, which
+ * the builder records as "<op>: <msg>" with the caller's file:line.
+ * Operands of another dtype than the result's are cast to it (cast nodes in
+ * the tree), so a kernel sees every operand in its own dtype.
+ * The kernel of a dtype is called once per evaluation with contiguous
+ * row-major operands and a contiguous output (shapes and strides in
+ * ot_struct_tensor), never with an empty output; it must be pure and
+ * callable from any thread. The cpu backend runs it as a kernel of its own
+ * (operands computed into memory first; fusion stops at it, as at a dot);
+ * the ref backend, which computes in double, calls the f64 kernel (an f32
+ * node of an op without one: the f32 kernel, on values rounded to f32). A
+ * result dtype without its kernel is OT_EUNSUPPORTED when the node is built.
+ * The gradient rule builds operand `which`'s contribution from the operands,
+ * the node out, its incoming gradient g (out's shape) and the args, with
+ * the ordinary builders (other registered ops too): a tree of the operand's
+ * shape, or one that broadcasts to out's shape and is summed back. */
+#define OT_STRUCT_MAX_ARITY 2
+typedef struct ot_struct_tensor {
+    void *data;                       /* contiguous; NULL when empty */
+    ot_dtype dtype;                   /* the result's dtype */
+    ot_shape shape;
+    int64_t strides[OT_MAX_DIMS];     /* in elements, row-major */
+} ot_struct_tensor;
+typedef struct ot_struct_call {
+    int n;                            /* operands */
+    const ot_struct_tensor *in;       /* in[0..n-1], read only */
+    const ot_struct_tensor *out;      /* written whole */
+    const ot_args *args;              /* the node's (args->axis) */
+    void *user;                       /* the def's */
+} ot_struct_call;
+typedef int (*ot_struct_shape_fn)(int n, const ot_shape in_shapes[], const ot_dtype in_dtypes[],
+                                  ot_args *args, ot_shape *out_shape, ot_dtype *out_dtype,
+                                  char *msg, size_t msg_len, void *user);
+typedef void (*ot_struct_kernel_fn)(const ot_struct_call *call);
+typedef ot_node *(*ot_struct_grad_fn)(int n, ot_node *const in[], ot_node *out, ot_node *g,
+                                      int which, const ot_args *args, void *user);
+typedef struct ot_struct_def {
+    const char *name;                 /* as ot_op_def's */
+    int arity;                        /* 0 .. OT_STRUCT_MAX_ARITY */
+    ot_struct_shape_fn shape;         /* required */
+    ot_struct_kernel_fn f32, f64;     /* at least one; the result's dtype picks */
+    ot_struct_grad_fn grad;           /* NULL: not differentiable (OT_FLAG_NODIFF) */
+    void *user;                       /* passed to each function */
+} ot_struct_def;
+
+/* Registers def (copied): its op number, or OT_OP_NONE with OT_ENULL for a
+ * NULL def or shape rule and OT_EINVAL for a bad name, an arity out of
+ * range, no kernel or a full registry (the registry is ot_op_register's). */
+ot_op ot_op_register_structured(const ot_struct_def *def);
+/* A node of registered op `op` over in[0..n-1] (n its arity; in may be
+ * NULL when n is 0) with args (NULL: axis OT_AXIS_ALL): the builder's
+ * checks, then the op's shape rule. NULL with the error set on failure. */
+ot_node *ot_apply_struct_at(ot_op op, int n, ot_node *const in[], const ot_args *args,
+                            const char *file, int line);
+/* ot_apply_struct(op, n, in, args); variadic so that a compound literal
+ * with commas, (ot_node *[]){x, y}, may be written in place. */
+#define ot_apply_struct(op, n, ...) ot_apply_struct_at((op), (n), __VA_ARGS__, __FILE__, __LINE__)
 /* ------------------------------------------------------------------------ */
 /* Rewrite rules                                                             */
 /* ------------------------------------------------------------------------ */

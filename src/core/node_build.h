@@ -57,5 +57,8 @@ int ot__infer_transpose(const site *st, ot_node *a, proto *p);
 int ot__infer_slice(const site *st, ot_node *a, proto *p);
 int ot__infer_reshape(const site *st, ot_node *a, proto *p);
 int ot__infer_special(const site *st, ot_node *a, proto *p);
+/* A structured registered op's node (ops_struct.c): its shape rule, and
+ * operands of another dtype than the result's replaced by casts. */
+int ot__infer_struct(const site *st, ot_node **a, ot_node **b, proto *p);
 
 #endif

@@ -186,32 +186,65 @@ static bool functions_ok(const ot_op_def *d)
     return true;
 }
 
-/* Checks d against the table and the registry (under the lock). */
-static bool def_ok(const ot_op_def *d, int n)
+/* Whether name is well formed and free, and the registry (n entries) has
+ * room (under the lock); records why not. */
+static bool name_free(const char *name, int n)
 {
-    if (!d->name || !name_ok(d->name))
+    if (!name || !name_ok(name))
         return REG_FAIL("op name %s%s%s is not 1 to %d characters of [A-Za-z0-9_]",
-                        d->name ? "'" : "", d->name ? d->name : "NULL", d->name ? "'" : "",
+                        name ? "'" : "", name ? name : "NULL", name ? "'" : "",
                         OT_OP_NAME_MAX - 1),
                false;
-    if (d->arity != 1 && d->arity != 2)
-        return REG_FAIL("op '%s' has arity %d; registered ops take 1 or 2 operands", d->name,
-                        d->arity),
-               false;
     for (int i = 0; i < OT_OP_COUNT; i++)
-        if (strcmp(ot__op_table[i].name, d->name) == 0)
-            return REG_FAIL("op name '%s' is a built-in op's", d->name), false;
+        if (strcmp(ot__op_table[i].name, name) == 0)
+            return REG_FAIL("op name '%s' is a built-in op's", name), false;
     for (int i = 0; i < n; i++)
-        if (strcmp(registry[i].name, d->name) == 0)
-            return REG_FAIL("op name '%s' is registered already (op %d)", d->name,
+        if (strcmp(registry[i].name, name) == 0)
+            return REG_FAIL("op name '%s' is registered already (op %d)", name,
                             OT_OP_REGISTERED + i),
                    false;
     if (n == OT_MAX_REGISTERED_OPS)
         return REG_FAIL("cannot register '%s': %d ops are registered, the most there may be",
-                        d->name, n),
+                        name, n),
+               false;
+    return true;
+}
+
+/* Checks d against the table and the registry (under the lock). */
+static bool def_ok(const ot_op_def *d, int n)
+{
+    if (!name_free(d->name, n)) return false;
+    if (d->arity != 1 && d->arity != 2)
+        return REG_FAIL("op '%s' has arity %d; registered ops take 1 or 2 operands "
+                        "(ot_op_register_structured takes any)", d->name, d->arity),
                false;
     return functions_ok(d);
 }
+
+ot_custom *ot__custom_reserve(const char *name)
+{
+    pthread_mutex_lock(&registry_lock);
+    int n = atomic_load_explicit(&nregistered, memory_order_relaxed);
+    if (!name_free(name, n)) {
+        pthread_mutex_unlock(&registry_lock);
+        return NULL;
+    }
+    ot_custom *u = &registry[n];
+    memset(u, 0, sizeof *u);
+    memcpy(u->name, name, strlen(name) + 1);
+    u->def.name = u->name;
+    u->index = n;
+    return u;
+}
+
+ot_op ot__custom_publish(ot_custom *u)
+{
+    atomic_store_explicit(&nregistered, u->index + 1, memory_order_release);
+    pthread_mutex_unlock(&registry_lock);
+    return (ot_op)(OT_OP_REGISTERED + u->index);
+}
+
+void ot__custom_unlock(void) { pthread_mutex_unlock(&registry_lock); }
 
 ot_op ot_op_register(const ot_op_def *def)
 {
@@ -274,5 +307,6 @@ unsigned ot_op_flags(ot_op op)
     if (known(op)) return ot__op_table[op].flags;
     const ot_custom *u = ot__custom_of_op(op);
     if (!u) return 0;
-    return (ot__op_table[u->row].flags & ~OT_FLAG_NODIFF) | (u->def.grad ? 0u : OT_FLAG_NODIFF);
+    bool grad = u->structured ? u->sdef.grad != NULL : u->def.grad != NULL;
+    return (ot__op_table[u->row].flags & ~OT_FLAG_NODIFF) | (grad ? 0u : OT_FLAG_NODIFF);
 }

@@ -127,7 +127,11 @@ typedef struct ot_custom {
     ot_op_def def;            /* the user's, def.name pointing at name */
     char name[OT_OP_NAME_MAX];
     int index;                /* in the registry: op number OT_OP_REGISTERED + index */
-    int row;                  /* its placeholder: OT_OP_CUSTOM1 or OT_OP_CUSTOM2 */
+    int row;                  /* its placeholder: OT_OP_CUSTOM1, OT_OP_CUSTOM2 or,
+                                 structured, OT_OP_CUSTOM_STRUCT */
+    bool structured;          /* registered by ot_op_register_structured: sdef
+                                 holds it (def: its name and arity alone) */
+    ot_struct_def sdef;
 } ot_custom;
 
 /* The registered op of index, or of public op number op; NULL when none. */
@@ -147,6 +151,25 @@ static inline ot_vfn ot__custom_vfn(const ot_custom *u, int vbytes, int kd)
     if (vbytes == 64) return kd == 0 ? u->def.avx512_f32 : u->def.avx512_f64;
     return NULL;
 }
+/* Structured ops (ops_struct.c). The registry's slot for a new entry,
+ * under its lock, and its publication (ops.c): ot__custom_reserve returns
+ * NULL with OT_EINVAL recorded when name is bad or taken or the registry
+ * is full; ot__custom_publish makes the filled entry visible and returns
+ * its op number. ot__custom_unlock ends a reservation without one. */
+ot_custom *ot__custom_reserve(const char *name);
+ot_op ot__custom_publish(ot_custom *u);
+void ot__custom_unlock(void);
+/* Whether u has a kernel for kernel dtype kd (0: f32, 1: f64). */
+static inline bool ot__struct_has(const ot_custom *u, int kd)
+{
+    return kd == 0 ? u->sdef.f32 != NULL : u->sdef.f64 != NULL;
+}
+/* Runs structured op u's kernel of kernel dtype kd (it has one) over n
+ * contiguous operands in[i] of shapes shapes[i] into out (shape out_shape),
+ * with the node's args; nothing for an empty output. */
+void ot__struct_run(const ot_custom *u, int kd, int n, void *const in[], const ot_shape shapes[],
+                    void *out, const ot_shape *out_shape, const ot_args *args);
+
 /* The name of an op as printed: a registered op's (custom: the node's or
  * instruction's registry index, used for the placeholder rows), else the
  * table's. */

@@ -245,7 +245,8 @@ static const char *closest_name(const parser *ps, const char *name)
  * operands, comma-separated into buf (its column of the op table). */
 static const char *attr_members(ot_op op, char buf[MAX_MEMBERS])
 {
-    const ot_opinfo *o = ot__op(op);
+    const ot_custom *u = ot__custom_of_op(op);   /* a registered op: its row's */
+    const ot_opinfo *o = ot__op(u ? u->row : op);
     buf[0] = '\0';
     for (const unsigned char *a = o ? o->attrs : (const unsigned char *)""; *a; a++)
         if (ot__attrs[*a].type != OT__AT_INDEX) {

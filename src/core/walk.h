@@ -271,11 +271,9 @@ static inline int ot__attr_ident(const ot_node *n, const ot__attr *at, int64_t *
  * the op table lists them; the count. */
 static inline int ot__op_ident(const ot_node *n, int64_t *w)
 {
-    if (n->custom) {   /* which registered op: entries live as long as the process */
-        w[0] = (int64_t)(uintptr_t)n->custom;
-        return 1;
-    }
     int k = 0;
+    if (n->custom)   /* which registered op: entries live as long as the process */
+        w[k++] = (int64_t)(uintptr_t)n->custom;
     for (const unsigned char *a = ot__op_table[n->op].attrs; *a; a++)
         k += ot__attr_ident(n, &ot__attrs[*a], w + k);
     return k;

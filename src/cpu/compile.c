@@ -34,7 +34,8 @@ static uint64_t view_bytes(const ot_kernel *k, const ot_view *v)
 static uint64_t count_ops(const ot_kernel *k)
 {
     if (k->kind == OT_KER_DOT) return 2 * (uint64_t)k->m * (uint64_t)k->n * (uint64_t)k->k * (uint64_t)k->batch;
-    if (k->kind == OT_KER_RAND || k->kind == OT_KER_ONEHOT) return (uint64_t)ot__numel(&k->shape);
+    if (k->kind == OT_KER_RAND || k->kind == OT_KER_ONEHOT || k->kind == OT_KER_STRUCT)
+        return (uint64_t)ot__numel(&k->shape);
     uint64_t elems = 1, ops = 0;
     for (int i = 0; i < k->ndim; i++) elems *= (uint64_t)k->dims[i];
     for (int i = 0; i < k->ninsn; i++) {
@@ -79,8 +80,9 @@ char *ot__plan_describe(const ot_kernel *k)
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     if (!f) return NULL;
-    static const char *kinds[] = {"elementwise", "reduce", "dot", "rand", "onehot"};
+    static const char *kinds[] = {"elementwise", "reduce", "dot", "rand", "onehot", "struct"};
     fprintf(f, "%s", kinds[k->kind]);
+    if (k->kind == OT_KER_STRUCT) fprintf(f, " %s", k->custom->name);
     if (k->kind == OT_KER_DOT) {
         const char *blas = k->n == 1 || k->m == 1 ? "gemv" : "gemm";
         if (k->batch != 1) fprintf(f, " %lld x", (long long)k->batch);

@@ -143,7 +143,7 @@ typedef struct ot_insn {
                                        registered op's index (ot__custom) */
 } ot_insn;
 
-enum { OT_KER_EW, OT_KER_REDUCE, OT_KER_DOT, OT_KER_RAND, OT_KER_ONEHOT };
+enum { OT_KER_EW, OT_KER_REDUCE, OT_KER_DOT, OT_KER_RAND, OT_KER_ONEHOT, OT_KER_STRUCT };
 
 /* A run-time scale: mul * param[param], or mul alone when param < 0. */
 typedef struct ot_scale {
@@ -262,6 +262,11 @@ typedef struct ot_kernel {
     int64_t depth;
     int axis;
     ot_shape shape;
+    /* STRUCT (plan_struct.c): the structured registered op whose kernel
+     * runs (axis: its args.axis) over the contiguous loads, of shapes
+     * load_shapes (owned), into the contiguous store of shape `shape`. */
+    const struct ot_custom *custom;
+    ot_shape *load_shapes;
     char *desc;                     /* for ot_explain: the nodes it fuses */
     ot_jit *jit;                    /* EW, REDUCE: generated code, or NULL */
 } ot_kernel;
@@ -371,6 +376,8 @@ int ot__plan_explain(const ot_plan *p, FILE *f);
 bool ot__dot_scratch(const ot_kernel *k, size_t *bytes);
 void ot__run_dot(const ot_kernel *k, char *const base[2], char *dst,
                  const double *param, char *scratch);
+/* plan_struct.c: runs a STRUCT kernel from the bases of its loads into dst. */
+void ot__run_struct(const ot_kernel *k, char *const *base, char *dst);
 /* exec.c: ot__plan_run_prepare lays out a run's scratch once, after the
  * plan's code is generated (tiles depend on it); ot__plan_run runs it for
  * the n trees it was planned from: an int32 sum that does not fit int32 is

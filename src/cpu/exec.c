@@ -565,10 +565,11 @@ static void run_kernel(ot_backend *be, const ot_plan *p, const ot_binding *bind,
         base[i] = row_base(view_base(p, bind, arena, &kp->loads[i]), &kp->loads[i],
                            whole_b ? (rows){0, -1} : r, block_temp);
     }
-    switch (kp->kind) {   /* rand and onehot are never row-blocked */
+    switch (kp->kind) {   /* rand, onehot and struct are never row-blocked */
     case OT_KER_DOT: ot__run_dot(kp, base, dst, bind->param, region(mem, slot, R_PACK)); break;
     case OT_KER_RAND: run_rand(be, kp, dst); break;
     case OT_KER_ONEHOT: run_onehot(kp, base[0], dst); break;
+    case OT_KER_STRUCT: ot__run_struct(kp, base, dst); break;
     default: {
         run_ctx c;
         ot__clear(&c, sizeof c);

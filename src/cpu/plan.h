@@ -255,6 +255,18 @@ storage ot__build_out_storage(const compiler *c, int i);
 /* Whether BLAS can write a dot's result straight into storage dst. */
 bool ot__build_blas_writable(const storage *dst, const ot_node *d);
 
+/* plan_build.c's kernel builders, for plan_struct.c: a new kernel of a
+ * kind (NULL out of memory), and an elementwise kernel computing entry
+ * root (or copying its stored value) over space into the view store. */
+ot_kernel *ot__build_new_kernel(compiler *c, int kind);
+bool ot__build_ew_kernel(compiler *c, prog *g, int root, bool computed, const ot_shape *space,
+                         ot_view store);
+/* plan_struct.c: the kernels of structured registered op entry e into dst:
+ * its operands copied (or computed) into contiguous temporaries where they
+ * are not contiguous in memory already, the op's own kernel, and a copy
+ * into dst where dst is not contiguous. */
+bool ot__build_struct_kernel(compiler *c, prog *g, int e, const storage *dst);
+
 /* plan_sched.c, in the order compile runs them. */
 bool ot__sched_choose_dot_segments(compiler *c);
 void ot__sched_temps_into_outputs(compiler *c);

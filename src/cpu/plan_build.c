@@ -376,6 +376,8 @@ static bool special_kernel(compiler *c, int e, const storage *dst)
 
 static bool entry_kernel(compiler *c, prog *g, int e, const storage *dst)
 {
+    if (node_of(c, e)->custom && c->w->e[e].op == OT_OP_CUSTOM_STRUCT)
+        return ot__build_struct_kernel(c, g, e, dst);
     switch (kind_of(c, e)) {
     case OT_KIND_REDUCE: return reduce_kernel(c, g, e, dst);
     case OT_KIND_DOT: return dot_kernel(c, e, dst, ONE, NONE);
@@ -454,6 +456,7 @@ static void drop_last_kernel(compiler *c)
 {
     ot_kernel *k = &c->plan->kernels[--c->plan->nkernels];
     free(k->loads);
+    free(k->load_shapes);
     free(k->xstores);
     free(k->insns);
     free(k->desc);
@@ -773,4 +776,12 @@ bool ot__build_kernels(compiler *c)
     free(via);
     free(lead);
     return ok && !c->oom;
+}
+
+ot_kernel *ot__build_new_kernel(compiler *c, int kind) { return new_kernel(c, kind); }
+
+bool ot__build_ew_kernel(compiler *c, prog *g, int root, bool computed, const ot_shape *space,
+                         ot_view store)
+{
+    return ew_kernel(c, g, root, computed, space, store);
 }

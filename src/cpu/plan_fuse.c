@@ -633,6 +633,11 @@ void ot__fuse_mark_direct_roots(compiler *c)
         if (is_op(c, r) && kind_of(c, r) == OT_KIND_REDUCE && c->ci[r].uses == 1 &&
             ot__shape_eq(&node_of(c, r)->shape, &osh))
             c->ci[r].mat = false;
+        /* a structured op's kernel writes its output itself (plan_struct.c) */
+        if (is_op(c, r) && c->w->e[r].op == OT_OP_CUSTOM_STRUCT && c->ci[r].uses == 1 &&
+            ot__shape_eq(&node_of(c, r)->shape, &osh) && out.dtype == node_of(c, r)->dtype &&
+            (!c->outs || ot__fuse_out_alone(c, i, -1)))
+            c->ci[r].st = out;
     }
     free(stack);
 }

@@ -251,6 +251,7 @@ void ot__plan_release(ot_plan *p)
     if (!p || atomic_fetch_sub(&p->refs, 1) != 1) return;
     for (int i = 0; i < p->nkernels; i++) {
         free(p->kernels[i].loads);
+        free(p->kernels[i].load_shapes);
         free(p->kernels[i].xstores);
         free(p->kernels[i].insns);
         free(p->kernels[i].desc);

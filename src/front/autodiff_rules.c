@@ -481,9 +481,32 @@ static void squared_l2_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
  * node's: it is brought up to it, then summed back to the operand's. g is
  * brought up first where an operand is broadcast, as add's rule does, so
  * the builder sees the node's shape. */
+/* A structured registered op (ot_op_register_structured) by its gradient
+ * rule, given g in the node's shape: each contribution is summed back to
+ * its operand's shape. */
+static void struct_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
+{
+    const ot_custom *u = n->custom;
+    ot_node *in[OT_STRUCT_MAX_ARITY + 1] = {n->a, n->b};
+    g = ot__ad_full(c, g, n->shape, (ot_dtype)n->dtype);
+    for (int k = 0; k < u->def.arity && g; k++) {
+        if (!want(s, in[k])) continue;
+        ot_node *d = u->sdef.grad(u->def.arity, in, n, g, k, &n->args, u->sdef.user);
+        if (!d && !ot_errcode())
+            ot__err(OT_EINVAL, n->file, n->line, "autodiff",
+                    "the gradient rule of op '%s' returned NULL for operand %d", u->name, k);
+        if (!d) return;
+        push(c, s, in[k], d);
+    }
+}
+
 static void custom_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
 {
     const ot_custom *u = n->custom;
+    if (u->structured) {
+        struct_rule(c, s, n, g);
+        return;
+    }
     ot_node *x = n->a, *y = n->b;
     if (!ot__shape_eq(&x->shape, &n->shape) || (y && !ot__shape_eq(&y->shape, &n->shape)))
         g = ot__ad_full(c, g, n->shape, (ot_dtype)n->dtype);

@@ -593,7 +593,8 @@ static int eval_op_double(ref_run *run, const ot_stack_item *it, double *out)
     const ot_node *node = it->node;
     const double *x = it->a >= 0 ? run->vals[it->a] : NULL;
     const double *y = it->b >= 0 ? run->vals[it->b] : NULL;
-    if (node->custom) return eval_custom(node, x, y, out);
+    if (node->custom)
+        return node->custom->structured ? ot__ref_struct(node, x, y, out) : eval_custom(node, x, y, out);
     switch (ot_op_kind(it->op)) {
     case OT_KIND_UNARY: eval_unary(node, it->op, x, out); return OT_OK;
     case OT_KIND_BINARY: eval_binary(node, it->op, x, y, out); return OT_OK;

@@ -10,4 +10,8 @@
 
 extern const ot_backend_vt ot__ref_vt;
 
+/* ref_struct.c: a structured registered op's node from its operands'
+ * values x and y (NULL where absent), in double, into out. */
+int ot__ref_struct(const ot_node *node, const double *x, const double *y, double *out);
+
 #endif

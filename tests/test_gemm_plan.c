@@ -228,6 +228,47 @@ TEST(gemm_epilogue_blocks)
     pair_close(&p);
 }
 
+/* A dot whose one reader is the output's elementwise kernel is written
+ * straight into the output, and that kernel runs over it in place (no
+ * temporary: the result's bytes are touched once, as a hand-written
+ * layer touches them), in one block and in several; not where the
+ * output is also a leaf the tree reads (a residual into itself). */
+TEST(gemm_epilogue_in_output)
+{
+    pair p;
+    pair_open(&p);
+    static const int64_t rows[] = {40, 1100};
+    for (int i = 0; i < 3; i++) {
+        ot_tensor *o[2];
+        for (int s = 0; s < 2; s++) {
+            int64_t m = rows[i % 2];
+            ot_tensor *a = mat(p.be[s], m, 33, OT_F32, 7), *w = mat(p.be[s], 33, 1030, OT_F32, 8);
+            ot_tensor *bias = mat(p.be[s], 1, 1030, OT_F32, 9);
+            o[s] = mat(p.be[s], m, 1030, OT_F32, 10);
+            ot_pool *pool = ot_pool_push();
+            /* i == 2: out = relu(dot + out), the residual read from out itself */
+            ot_node *t = ot_relu(ot_add(ot_dot(a, w), i == 2 ? o[s] : bias));
+            if (s == 1) {
+                char *txt = test__explain_many(1, &o[s], &t);
+                bool in_out = txt && strstr(txt, "(gemm) <- leaf0 leaf1 -> out0") &&
+                              strstr(txt, "<- out0 leaf2 -> out0") && strstr(txt, "(0 bytes)");
+                CHECK(txt && strstr(txt, "epilogue of kernel 0"));
+                CHECK(i == 2 ? !in_out : in_out);
+                free(txt);
+            }
+            CHECK_INT(ot_assign(o[s], t), 0);
+            ot_pool_pop(pool);
+            ot_tensor_free(a);
+            ot_tensor_free(w);
+            ot_tensor_free(bias);
+        }
+        check_same(o[0], o[1], 1e-5);
+        ot_tensor_free(o[0]);
+        ot_tensor_free(o[1]);
+    }
+    pair_close(&p);
+}
+
 /* An optimizer-style update written over its own leaves (w and v) is one
  * kernel reading w, v, g once and writing w and v once, as on ref. */
 TEST(inplace_group_one_pass)

@@ -660,6 +660,31 @@ static bool temp_holds(const compiler *c, int t, int64_t n)
     return true;
 }
 
+/* Whether dot w, the only writer of temp t, may write output i (n
+ * elements, contiguous, overlapping no leaf) in t's place: one product of
+ * all of t, row after row, not a running sum (whose later dots read what
+ * they add to). Its epilogue then runs in place over the rows the GEMM
+ * just wrote, as a hand-written layer runs it (cblas_sgemm into y, then
+ * bias and activation over y), instead of reading t and writing the
+ * output besides: the result's bytes are touched once, not twice. The
+ * segment that blocked t (one block of rows reused) then blocks the
+ * output's rows instead. */
+static bool dot_into_output(const compiler *c, const kindex *ix, int w, int t, int64_t n)
+{
+    const ot_kernel *dk = &c->plan->kernels[w];
+    const ot_view *st = &dk->store;
+    return c->outs && dk->batch == 1 && dk->beta.mul == 0 && st->offset == 0 &&
+           dk->m * dk->n == n && (dk->n <= 1 || st->strides[1] == 1) &&
+           (dk->m <= 1 || st->strides[0] == dk->n) && ix->wfirst[t + 1] - ix->wfirst[t] == 1;
+}
+
+/* The segments blocking temp t block nothing now (it went to an output). */
+static void unblock_temp(ot_plan *p, int t)
+{
+    for (int s = 0; s < p->nseg; s++)
+        if (p->segs[s].block_temp == t) p->segs[s].block_temp = -1;
+}
+
 void ot__sched_temps_into_outputs(compiler *c)
 {
     ot_plan *p = c->plan;
@@ -682,11 +707,15 @@ void ot__sched_temps_into_outputs(compiler *c)
             const ot_kernel *wk = w >= 0 ? &p->kernels[w] : NULL;
             bool by_xstore = wk && wk->store.index != v->index;
             size_t bytes = (size_t)ot__numel(&osh) * ot_dtype_size((ot_dtype)v->dtype);
-            if (!wk || wk->kind == OT_KER_DOT || (!by_xstore && wk->store.space != OT_SPACE_TEMP) ||
-                p->temp_offset[v->index] != ((bytes + 63) & ~(size_t)63) ||
+            bool dot = wk && wk->kind == OT_KER_DOT;
+            if (!wk || (dot && !dot_into_output(c, &ix, w, v->index, ot__numel(&osh))) ||
+                (!by_xstore && wk->store.space != OT_SPACE_TEMP) ||
+                (!dot && p->temp_offset[v->index] != ((bytes + 63) & ~(size_t)63)) ||
                 !temp_holds(c, v->index, ot__numel(&osh)))
                 continue;
-            retarget_temp(p, v->index, i);
+            int t = v->index;   /* retarget_temp rewrites *v */
+            retarget_temp(p, t, i);
+            unblock_temp(p, t);
             break;
         }
     }

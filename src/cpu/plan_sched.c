@@ -136,14 +136,22 @@ bool ot__sched_layout_arena(ot_plan *p)
 /* ---- row blocks ------------------------------------------------------------ */
 
 #define ROW_BLOCK_BYTES 65536   /* a block's rows stay in L2 between kernels */
-#define GEMM_BLOCK_BYTES (1 << 20) /* a GEMM block's result stays in cache */
 #define GEMM_BLOCK_ROWS 256     /* fewer rows per GEMM call repack B too often */
 
-/* Rows per GEMM block: the result block stays in cache, but each call
- * repacks B, so not fewer than GEMM_BLOCK_ROWS; one block when two would do. */
-static int64_t gemm_block(int64_t rows, int64_t row_bytes)
+/* The budget of a GEMM block's result, so that it stays in cache for its
+ * epilogue (the backend's, from its cache policy: cpu.c). */
+static int64_t panel_bytes(const compiler *c)
 {
-    int64_t blk = row_bytes > 0 ? GEMM_BLOCK_BYTES / row_bytes : rows;
+    const ot_cpu *cpu = c->be->impl;
+    return (int64_t)cpu->panel_bytes;
+}
+
+/* Rows per GEMM block: the result block (row_bytes a row) stays within the
+ * panel budget, but each call repacks B, so not fewer than
+ * GEMM_BLOCK_ROWS; one block when two would do. */
+static int64_t gemm_block(int64_t rows, int64_t row_bytes, int64_t panel)
+{
+    int64_t blk = row_bytes > 0 ? panel / row_bytes : rows;
     if (blk < GEMM_BLOCK_ROWS) blk = GEMM_BLOCK_ROWS;
     if (rows <= 2 * blk) return rows;
     int64_t nblocks = (rows + blk - 1) / blk;   /* equal blocks: no thin last call */
@@ -247,7 +255,7 @@ void ot__sched_choose_row_blocks(compiler *c)
         p->row_block = row_bytes >= ROW_BLOCK_BYTES ? 1 : ROW_BLOCK_BYTES / row_bytes;
         return;
     }
-    p->row_block = gemm_block(rows, row_bytes);
+    p->row_block = gemm_block(rows, row_bytes, panel_bytes(c));
     p->row_serial = true;
 }
 
@@ -451,9 +459,10 @@ static bool epilogue_fits(const compiler *c, const kindex *ix, int d, int e)
  * (still in cache when the next block's GEMM writes it), unless the dot
  * accumulates into it; its size is set before the arena's layout. p->segs
  * has room. */
-static void add_segment(ot_plan *p, const ot_kernel *d, int first, int64_t rows, int64_t row_bytes)
+static void add_segment(ot_plan *p, const ot_kernel *d, int first, int64_t rows, int64_t row_bytes,
+                        int64_t panel)
 {
-    int64_t blk = gemm_block(rows, row_bytes);
+    int64_t blk = gemm_block(rows, row_bytes, panel);
     /* A dot accumulating into a running sum (beta != 0) reads the rows it
      * adds to: they stay where they are. */
     int t = blk < rows && d->beta.mul == 0 ? d->store.index : -1;
@@ -559,7 +568,7 @@ static void order_segments(compiler *c, kindex *ix, int *order)
         const ot_kernel *ek = &p->kernels[e];
         int64_t row_bytes = 8 * dk->n;
         for (int i = 1; i < ek->ndim; i++) row_bytes = row_bytes > 8 * ek->dims[i] ? row_bytes : 8 * ek->dims[i];
-        add_segment(p, dk, d, dk->m, row_bytes);
+        add_segment(p, dk, d, dk->m, row_bytes, panel_bytes(c));
         ot_segment *sg = &p->segs[p->nseg - 1];
         int r = bsum_of(c, ix, sg, e);
         if (r >= 0) {

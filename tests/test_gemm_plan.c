@@ -9,6 +9,7 @@
  * ot_explain.
  */
 #include "test.h"
+#include "blas.h"  /* ot__run_dot_panels (white box) */
 #include "cpu.h"   /* the panel policy (white box) */
 
 #include <stdio.h>
@@ -632,4 +633,52 @@ TEST(gemm_panel_simulated_caches)
     if (saved) setenv("OT_L3_BYTES", saved, 1);
     else unsetenv("OT_L3_BYTES");
     free(saved);
+}
+
+/* What the panels' epilogue saw: each panel's rows, in order, complete. */
+typedef struct panel_log {
+    const float *c;            /* C as the GEMM writes it */
+    bool reuse;
+    int64_t n, k, next, calls;
+    bool ok;
+} panel_log;
+
+/* Row i of A is all i, B is all 1: C[i, j] = i k, in the panel's buffer. */
+static void panel_seen(void *ctx, int64_t r0, int64_t n)
+{
+    panel_log *g = ctx;
+    g->ok = g->ok && r0 == g->next;
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < g->n; j++)
+            g->ok = g->ok && g->c[((g->reuse ? 0 : r0) + i) * g->n + j] == (float)((r0 + i) * g->k);
+    g->next = r0 + n;
+    g->calls++;
+}
+
+/* ot__run_dot_panels, the GEMM-with-epilogue interface that dot segments
+ * (and convolutions) use: panels in order, each complete when its epilogue
+ * runs, at its rows of C or in one reused panel buffer. */
+TEST(gemm_run_dot_panels)
+{
+    enum { M = 10, K = 3, N = 5 };
+    float a[M * K], b[K * N], c[M * N];
+    for (int i = 0; i < M * K; i++) a[i] = (float)(i / K);
+    for (int i = 0; i < K * N; i++) b[i] = 1;
+    ot_view va = {.space = OT_SPACE_LEAF, .dtype = OT_F32, .strides = {K, 1}};
+    ot_view vb = {.space = OT_SPACE_LEAF, .dtype = OT_F32, .strides = {N, 1}};
+    ot_view loads[2] = {va, vb};
+    ot_kernel k = {.kind = OT_KER_DOT, .nload = 2, .loads = loads, .m = M, .n = N, .k = K,
+                   .batch = 1, .alpha = {-1, 1}, .beta = {-1, 0}};
+    k.store = (ot_view){.space = OT_SPACE_TEMP, .dtype = OT_F32, .strides = {N, 1}};
+    char *base[2] = {(char *)a, (char *)b};
+    static const int64_t rows[] = {4, 3, 10, 0};
+    for (int reuse = 0; reuse < 2; reuse++)
+        for (int i = 0; i < 4; i++) {
+            panel_log g = {c, reuse, N, K, 0, 0, true};
+            memset(c, 0xff, sizeof c);
+            ot__run_dot_panels(&k, base, (char *)c, NULL, NULL,
+                               &(ot__panels){rows[i], reuse, panel_seen, &g});
+            int64_t step = rows[i] > 0 ? rows[i] : M;
+            CHECK(g.ok && g.next == M && g.calls == (M + step - 1) / step);
+        }
 }

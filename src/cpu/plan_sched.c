@@ -694,6 +694,22 @@ static void unblock_temp(ot_plan *p, int t)
         if (p->segs[s].block_temp == t) p->segs[s].block_temp = -1;
 }
 
+/* Whether the writer of temp t (read element for element by an output's
+ * kernel alone) may write that output of n elements instead: it writes
+ * all of t, and nothing else owns part of t. */
+static bool writer_fits(const compiler *c, const kindex *ix, int t, int64_t n)
+{
+    const ot_plan *p = c->plan;
+    int w = temp_writer(ix, t);
+    if (w < 0) return false;
+    const ot_kernel *wk = &p->kernels[w];
+    if (wk->kind == OT_KER_DOT) return dot_into_output(c, ix, w, t, n) && temp_holds(c, t, n);
+    bool by_xstore = wk->store.index != t;
+    size_t bytes = (size_t)n * ot_dtype_size((ot_dtype)p->kernels[sole_reader(ix, t)].store.dtype);
+    return (by_xstore || wk->store.space == OT_SPACE_TEMP) &&
+           p->temp_offset[t] == ((bytes + 63) & ~(size_t)63) && temp_holds(c, t, n);
+}
+
 void ot__sched_temps_into_outputs(compiler *c)
 {
     ot_plan *p = c->plan;
@@ -712,17 +728,8 @@ void ot__sched_temps_into_outputs(compiler *c)
                 v->dtype != kk->store.dtype || sole_reader(&ix, v->index) != k ||
                 !reads_aligned(kk, v->index))
                 continue;
-            int w = temp_writer(&ix, v->index);
-            const ot_kernel *wk = w >= 0 ? &p->kernels[w] : NULL;
-            bool by_xstore = wk && wk->store.index != v->index;
-            size_t bytes = (size_t)ot__numel(&osh) * ot_dtype_size((ot_dtype)v->dtype);
-            bool dot = wk && wk->kind == OT_KER_DOT;
-            if (!wk || (dot && !dot_into_output(c, &ix, w, v->index, ot__numel(&osh))) ||
-                (!by_xstore && wk->store.space != OT_SPACE_TEMP) ||
-                (!dot && p->temp_offset[v->index] != ((bytes + 63) & ~(size_t)63)) ||
-                !temp_holds(c, v->index, ot__numel(&osh)))
-                continue;
             int t = v->index;   /* retarget_temp rewrites *v */
+            if (!writer_fits(c, &ix, t, ot__numel(&osh))) continue;
             retarget_temp(p, t, i);
             unblock_temp(p, t);
             break;

@@ -416,6 +416,7 @@ static void size_text(char *buf, size_t size, ot_shape s)
  * not timed). */
 typedef struct medians {
     double t[V_COUNT + STORE_MODES];
+    double q[STORE_MODES];   /* the median of the runs' fused/ref ratios, per store mode */
 } medians;
 
 /* Lets threads that spin after multi-threaded work (OpenBLAS's workers
@@ -434,9 +435,36 @@ static int ref_modes(const bench_case *c, const ref_loops *L)
     return !L ? 0 : c->both_stores ? STORE_MODES : 1;
 }
 
+/* One round of the single-thread variants and the reference's store
+ * modes into t[*][r] (r < 0: the warm-up), the reference first on odd
+ * rounds, so that neither side always runs on a cache the other warmed. */
+static void time_round(const bench_case *c, const bench_data *d, const variant vs[],
+                       const ref_loops *L, float *ref_out, long calls, int r, double *t[])
+{
+    int nref = ref_modes(c, L);
+    for (int side = 0; side < 2; side++) {
+        if ((side == 0) == (r % 2 != 0)) {
+            for (int sm = 0; sm < nref; sm++) {
+                double s = time_ref(c, L, (store_mode)sm, d, ref_out, calls);
+                if (r >= 0) t[V_COUNT + sm][r] = s;
+            }
+            continue;
+        }
+        for (int k = 0; k < V_COUNT; k++) {
+            if (k == V_FUSED2) continue;
+            double s = bench_time_optree(c, &vs[k], calls);
+            if (r >= 0) t[k][r] = s;
+        }
+    }
+}
+
 /* One warm-up of every variant, then `runs` rounds of the single-thread
  * variants and the reference's store modes, interleaved (their ratios are
- * the claims), then the multi-threaded variant's runs on their own. */
+ * the claims), then the multi-threaded variant's runs on their own. The
+ * claim is the median of the rounds' fused/ref ratios: a neighbour that
+ * slows one round slows both sides of it, so a ratio moves less than
+ * either median does on a shared machine (W4 read 1.11 and 0.93 minutes
+ * apart as a ratio of medians). */
 static medians time_case(const bench_case *c, const bench_data *d, const variant vs[],
                          const ref_loops *L, float *ref_out, long calls, int runs)
 {
@@ -444,23 +472,19 @@ static medians time_case(const bench_case *c, const bench_data *d, const variant
     double *t[V_COUNT + STORE_MODES];
     for (int k = 0; k < V_COUNT + STORE_MODES; k++)
         t[k] = bench_xmalloc((size_t)runs * sizeof(double));
-    for (int r = -1; r < runs; r++) {
-        for (int k = 0; k < V_COUNT; k++) {
-            if (k == V_FUSED2) continue;
-            double s = bench_time_optree(c, &vs[k], calls);
-            if (r >= 0) t[k][r] = s;
-        }
-        for (int sm = 0; sm < nref; sm++) {
-            double s = time_ref(c, L, (store_mode)sm, d, ref_out, calls);
-            if (r >= 0) t[V_COUNT + sm][r] = s;
-        }
+    for (int r = -1; r < runs; r++) time_round(c, d, vs, L, ref_out, calls, r, t);
+    medians m = {.q = {-1, -1}};
+    double *q = bench_xmalloc((size_t)runs * sizeof(double));
+    for (int sm = 0; sm < nref; sm++) {
+        for (int r = 0; r < runs; r++) q[r] = t[V_FUSED][r] / t[V_COUNT + sm][r];
+        m.q[sm] = bench_median(q, runs);
     }
+    free(q);
     for (int r = -1; r < runs; r++) {
         double s = bench_time_optree(c, &vs[V_FUSED2], calls);
         if (r >= 0) t[V_FUSED2][r] = s;
     }
     bench_settle();
-    medians m;
     for (int k = 0; k < V_COUNT + STORE_MODES; k++) {
         m.t[k] = k < V_COUNT + nref ? bench_median(t[k], runs) : -1;
         free(t[k]);
@@ -476,6 +500,7 @@ static void pick_ref(bench_row *row, const medians *m, int nref, double unit)
     if (nref == 0) return;
     int best = nref == STORE_MODES && t[STORE_STREAM] < t[STORE_ORDINARY];
     row->ref = unit * t[best];
+    row->ratio = m->q[best];
     if (nref < STORE_MODES) return;
     row->ref_store = best;
     row->ref_other = unit * t[!best];
@@ -526,7 +551,7 @@ static bench_row run_case(const bench_case *c, int index, ot_backend *const bes[
     medians m = time_case(c, &d, vs, L, ref_out, calls > 0 ? calls : 1, o->runs);
 
     double unit = c->us ? 1e6 : 1e3;
-    bench_row row = {.c = c, .ref = -1, .ref_store = -1, .ref_other = -1, .err = -1};
+    bench_row row = {.c = c, .ref = -1, .ratio = -1, .ref_store = -1, .ref_other = -1, .err = -1};
     if (c->size) snprintf(row.size, sizeof row.size, "%s", c->size);
     else size_text(row.size, sizeof row.size, d.out_shape);
     row.fused = unit * m.t[V_FUSED];

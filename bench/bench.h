@@ -270,6 +270,7 @@ typedef struct bench_row {
     const bench_case *c;
     char size[32];
     double fused, unfused, ref, fused2;
+    double ratio;               /* the median of the runs' fused/ref ratios (-1: none) */
     /* For both_stores cases: the store_mode that won and the other mode's
      * time; else -1 and -1. */
     int ref_store;
@@ -303,6 +304,7 @@ int bench_mlp(const char *dir, int epochs);
 
 /* "PASS", "MISS", "WRONG" (results off) or "n/a" (no reference). */
 const char *bench_verdict(const bench_row *r);
+double bench_ratio(const bench_row *r);
 void report_text(FILE *f, const bench_machine *m, const bench_row *rows, int n);
 void report_csv(FILE *f, const bench_row *rows, int n);
 void report_md(FILE *f, const bench_machine *m, const bench_row *rows, int n);

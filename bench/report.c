@@ -9,12 +9,18 @@
 
 #include <string.h>
 
+/* fused/ref: the median of the runs' ratios where they were kept. */
+double bench_ratio(const bench_row *r)
+{
+    return r->ratio > 0 ? r->ratio : r->fused / r->ref;
+}
+
 const char *bench_verdict(const bench_row *r)
 {
     if (r->wrong) return "WRONG";
     if (r->ref <= 0) return "n/a";
     if (r->c->beat_unfused && !(r->unfused > r->fused)) return "MISS";
-    return r->fused / r->ref <= r->c->target ? "PASS" : "MISS";
+    return bench_ratio(r) <= r->c->target ? "PASS" : "MISS";
 }
 
 static const char *unit(const bench_row *r) { return r->c->us ? "us" : "ms"; }
@@ -78,7 +84,7 @@ static void row_cells(cells *x, const bench_row *r)
     x->pf = fmt_time(x->fused, sizeof x->fused, r, r->fused);
     x->pu = fmt_time(x->unfused, sizeof x->unfused, r, r->unfused);
     x->pr = fmt_time(x->ref, sizeof x->ref, r, r->ref);
-    x->pq = fmt_ratio(x->ratio, sizeof x->ratio, r->fused, r->ref);
+    x->pq = fmt_ratio(x->ratio, sizeof x->ratio, r->ref > 0 ? bench_ratio(r) : -1, 1);
     x->pg = fmt_ratio(x->gain, sizeof x->gain, r->unfused, r->fused);
     x->p2 = fmt_time(x->fused2, sizeof x->fused2, r, r->fused2);
     x->pt = fmt_target(x->target, sizeof x->target, r);
@@ -93,7 +99,8 @@ static void machine_lines(FILE *f, const bench_machine *m, const char *prefix)
     fprintf(f, "%smachine: %s; ISA: %s; reference loops: %s; backend: %s; %s\n", prefix,
             m->cpu, m->isa, m->ref_isa, m->backend, m->date);
     fprintf(f, "%sgemm (optree's dots and the cblas references): %s\n", prefix, m->gemm);
-    fprintf(f, "%smedians of %d runs after a warm-up%s; fused, unfused and ref: 1 thread; "
+    fprintf(f, "%smedians of %d runs after a warm-up (fused/ref: of the runs' ratios)%s; "
+               "fused, unfused and ref: 1 thread; "
                "fused 2T: threads = 2\n",
             prefix, m->runs, m->quick ? " (--quick sizes: a smoke test, not a measurement)" : "");
 }

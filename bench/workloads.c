@@ -265,6 +265,10 @@ static void w11_ref(const ref_loops *L, store_mode sm, const bench_data *d, floa
 
 /* ---- the table ----------------------------------------------------------- */
 
+/* Targets: issue 15's (at the hand loop) where nothing later set one;
+ * issue 33's done-when where it names a row: W1 and the vector W9 at
+ * <= 1.02x the AVX-512 hand loop, W5 <= 1.05x. */
+
 /* The ISA of the loops (AVX-512 or AVX2) is on the machine line; the store
  * mode that won is appended to these labels in the reports. */
 #define ELEMWISE "one pass, FMA, SLEEF u10"
@@ -272,7 +276,7 @@ static void w11_ref(const ref_loops *L, store_mode sm, const bench_data *d, floa
 #define GEMM_FLOOR "GEMM floor: the step's 5 cblas_sgemm calls alone (1 thread)"
 
 const bench_case bench_cases[] = {
-    {.id = "W1", .label = "a*b + c", .ref_label = ELEMWISE, .target = 1.00,
+    {.id = "W1", .label = "a*b + c", .ref_label = ELEMWISE, .target = 1.02,
      .shapes = shapes_3in, .tree = w1_tree, .ref = w1_ref, .both_stores = true},
     {.id = "W2", .label = "1/(1 + exp(-a))", .ref_label = ELEMWISE, .target = 1.00,
      .shapes = shapes_1in, .tree = w2_tree, .ref = w2_ref, .both_stores = true},
@@ -286,9 +290,9 @@ const bench_case bench_cases[] = {
      .target = 1.00, .shapes = shapes_3in, .tree = w4_tree, .ref = w4_ref,
      .both_stores = true},
     {.id = "W5", .label = "row softmax: max, sub, exp, sum, div tree", .ref_label = SOFTMAX_REF,
-     .target = 1.15, .shapes = shapes_w5, .tree = w5_tree, .ref = w5_ref, .both_stores = true},
+     .target = 1.05, .shapes = shapes_w5, .tree = w5_tree, .ref = w5_ref, .both_stores = true},
     {.id = "W5", .label = "row softmax: ot_softmax(x, axis=1)", .ref_label = SOFTMAX_REF,
-     .target = 1.15, .shapes = shapes_w5, .tree = w5_softmax_tree, .ref = w5_ref,
+     .target = 1.05, .shapes = shapes_w5, .tree = w5_softmax_tree, .ref = w5_ref,
      .both_stores = true},
     {.id = "W6", .label = "relu(dot(A, W) + bias)",
      .ref_label = "OpenBLAS cblas_sgemm (1 thread) + one bias+relu pass", .target = 1.05,
@@ -311,7 +315,7 @@ const bench_case bench_cases[] = {
      .transpose_in0 = true, .tree = w9_tree, .ref = w9_ref_scalar},
     {.id = "W9", .label = "transpose(X)*col + row vs vector ref",
      .ref_label = "strips of 256 rows, in-register 16x16 (AVX-512) or 8x8 (AVX2) transposes",
-     .target = 1.10, .shapes = shapes_w9, .transpose_in0 = true, .tree = w9_tree, .ref = w9_ref,
+     .target = 1.02, .shapes = shapes_w9, .transpose_in0 = true, .tree = w9_tree, .ref = w9_ref,
      .both_stores = true},
     {.id = "W10", .label = "MLP 784-512-10 step: fwd, CE, backprop, SGD",
      .ref_label = GEMM_FLOOR, .target = 1.05, .beat_unfused = true, .size = "b128",

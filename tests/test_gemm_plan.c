@@ -3,10 +3,14 @@
  * compound_dot as one GEMM call with beta and no temporary, a dot written
  * straight into its output, elementwise readers of a dot as epilogues on its
  * row blocks, and ot_assign_many updates written over their own leaves in
- * one kernel. Each case checks the values against the ref backend and the
- * plan through ot_stats and ot_explain.
+ * one kernel, and the size of the row panels those epilogues run on (the
+ * backend's cache policy, at simulated cache sizes). Each case checks the
+ * values against the ref backend and the plan through ot_stats and
+ * ot_explain.
  */
 #include "test.h"
+#include "blas.h"  /* ot__run_dot_panels (white box) */
+#include "cpu.h"   /* the panel policy (white box) */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -213,6 +217,47 @@ TEST(gemm_epilogue_blocks)
                 char *txt = test__capture(ot_explain, t);
                 CHECK(txt && strstr(txt, "epilogue of kernel 0"));
                 CHECK(txt && strstr(txt, i ? "per block of 220 of 1100 rows" : "of 40 rows"));
+                free(txt);
+            }
+            CHECK_INT(ot_assign(o[s], t), 0);
+            ot_pool_pop(pool);
+            ot_tensor_free(a);
+            ot_tensor_free(w);
+            ot_tensor_free(bias);
+        }
+        check_same(o[0], o[1], 1e-5);
+        ot_tensor_free(o[0]);
+        ot_tensor_free(o[1]);
+    }
+    pair_close(&p);
+}
+
+/* A dot whose one reader is the output's elementwise kernel is written
+ * straight into the output, and that kernel runs over it in place (no
+ * temporary: the result's bytes are touched once, as a hand-written
+ * layer touches them), in one block and in several; not where the
+ * output is also a leaf the tree reads (a residual into itself). */
+TEST(gemm_epilogue_in_output)
+{
+    pair p;
+    pair_open(&p);
+    static const int64_t rows[] = {40, 1100};
+    for (int i = 0; i < 3; i++) {
+        ot_tensor *o[2];
+        for (int s = 0; s < 2; s++) {
+            int64_t m = rows[i % 2];
+            ot_tensor *a = mat(p.be[s], m, 33, OT_F32, 7), *w = mat(p.be[s], 33, 1030, OT_F32, 8);
+            ot_tensor *bias = mat(p.be[s], 1, 1030, OT_F32, 9);
+            o[s] = mat(p.be[s], m, 1030, OT_F32, 10);
+            ot_pool *pool = ot_pool_push();
+            /* i == 2: out = relu(dot + out), the residual read from out itself */
+            ot_node *t = ot_relu(ot_add(ot_dot(a, w), i == 2 ? o[s] : bias));
+            if (s == 1) {
+                char *txt = test__explain_many(1, &o[s], &t);
+                bool in_out = txt && strstr(txt, "(gemm) <- leaf0 leaf1 -> out0") &&
+                              strstr(txt, "<- out0 leaf2 -> out0") && strstr(txt, "(0 bytes)");
+                CHECK(txt && strstr(txt, "epilogue of kernel 0"));
+                CHECK(i == 2 ? !in_out : in_out);
                 free(txt);
             }
             CHECK_INT(ot_assign(o[s], t), 0);
@@ -508,4 +553,132 @@ TEST(gemm_over_leaf_hazards)
         check_pairs(res[0], res[1], 2, 1e-5);
         pair_close(&p);
     }
+}
+
+/* A GEMM panel's budget is half a core's L2, never more than half of the
+ * last-level cache's share for one CPU (a VM may report its host's), in
+ * [OT__PANEL_MIN, OT__PANEL_MAX]; an unknown L2 counts as 2 MiB. */
+TEST(gemm_panel_policy)
+{
+    const size_t kib = 1024, mib = kib * kib;
+    CHECK(ot__gemm_panel_bytes(2 * mib, 300 * mib, 2) == 1 * mib);   /* this Xeon VM */
+    CHECK(ot__gemm_panel_bytes(2 * mib, 32 * mib, 2) == 1 * mib);
+    CHECK(ot__gemm_panel_bytes(2 * mib, 8 * mib, 2) == 1 * mib);
+    CHECK(ot__gemm_panel_bytes(2 * mib, 8 * mib, 8) == 512 * kib);   /* 1 MiB of L3 a CPU */
+    CHECK(ot__gemm_panel_bytes(1 * mib, 32 * mib, 16) == 512 * kib);   /* Zen 4 */
+    CHECK(ot__gemm_panel_bytes(256 * kib, 300 * mib, 2) == OT__PANEL_MIN);
+    CHECK(ot__gemm_panel_bytes(0, 300 * mib, 2) == 1 * mib);           /* L2 unknown */
+    CHECK(ot__gemm_panel_bytes(300 * mib, 300 * mib, 2) == OT__PANEL_MAX);   /* a VM's odd L2 */
+    CHECK(ot__gemm_panel_bytes(2 * mib, 1 * mib, 1) == 512 * kib);   /* a small L3 bounds it */
+    CHECK(ot__gemm_panel_bytes(2 * mib, 0, 2) == 1 * mib);             /* L3 unknown */
+    CHECK(ot__gemm_panel_bytes(2 * mib, 300 * mib, 0) == 1 * mib);     /* CPUs unknown */
+}
+
+/* The plan's row panels follow the backend's budget at simulated
+ * last-level caches (OT_L3_BYTES: 300, 32, 8 and 1 MiB): each budget
+ * within the policy's bound, no larger for a smaller cache, the blocks in
+ * ot_explain what the budget makes of a narrow result (8 bytes an element
+ * counted, at least 256 rows, equal blocks), and the values right. */
+TEST(gemm_panel_simulated_caches)
+{
+    const size_t mib = (size_t)1 << 20, sizes[] = {300 * mib, 32 * mib, 8 * mib, 1 * mib};
+    const char *old = getenv("OT_L3_BYTES");
+    char *saved = old ? strdup(old) : NULL;
+    enum { M = 6000, K = 8, N = 40 };
+    long cpus = ot__usable_cpus();
+    size_t last = SIZE_MAX;
+    ot_backend *ref = ot_backend_new("ref", NULL);
+    for (int i = 0; i < 4; i++) {
+        char v[32];
+        snprintf(v, sizeof v, "%zu", sizes[i]);
+        setenv("OT_L3_BYTES", v, 1);
+        ot_backend *be = ot_backend_new("cpu", &(ot_backend_opts){.threads = 2});
+        CHECK(be != NULL);
+        if (!be) break;
+        size_t panel = ((const ot_cpu *)be->impl)->panel_bytes;
+        size_t bound = ot__cache_share(sizes[i], cpus) / (size_t)(cpus > 0 ? cpus : 1) / 2;
+        CHECK(panel >= OT__PANEL_MIN && panel <= OT__PANEL_MAX && panel <= last);
+        CHECK(panel <= bound || panel == OT__PANEL_MIN);
+        last = panel;
+        int64_t blk = (int64_t)panel / (8 * N), nb;
+        if (blk < 256) blk = 256;
+        nb = M <= 2 * blk ? 1 : (M + blk - 1) / blk;
+        blk = (M + nb - 1) / nb;
+        ot_tensor *o[2];
+        for (int s = 0; s < 2; s++) {
+            ot_backend *b = s ? be : ref;
+            ot_tensor *a = mat(b, M, K, OT_F32, 3), *w = mat(b, K, N, OT_F32, 4);
+            ot_tensor *bias = mat(b, 1, N, OT_F32, 5);
+            o[s] = ot_empty(b, OT_SHAPE(M, N), OT_F32);
+            ot_pool *pool = ot_pool_push();
+            ot_node *t = ot_tanh(ot_add(ot_dot(a, w), bias));
+            if (s) {
+                char want[64], *txt = test__explain_many(1, &o[s], &t);
+                snprintf(want, sizeof want, "per block of %lld of %d rows", (long long)blk, M);
+                CHECK(txt && strstr(txt, want));
+                free(txt);
+            }
+            CHECK_INT(ot_assign(o[s], t), 0);
+            ot_pool_pop(pool);
+            ot_tensor_free(a);
+            ot_tensor_free(w);
+            ot_tensor_free(bias);
+        }
+        check_same(o[0], o[1], 1e-5);
+        ot_tensor_free(o[0]);
+        ot_tensor_free(o[1]);
+        ot_backend_free(be);
+    }
+    ot_backend_free(ref);
+    if (saved) setenv("OT_L3_BYTES", saved, 1);
+    else unsetenv("OT_L3_BYTES");
+    free(saved);
+}
+
+/* What the panels' epilogue saw: each panel's rows, in order, complete. */
+typedef struct panel_log {
+    const float *c;            /* C as the GEMM writes it */
+    bool reuse;
+    int64_t n, k, next, calls;
+    bool ok;
+} panel_log;
+
+/* Row i of A is all i, B is all 1: C[i, j] = i k, in the panel's buffer. */
+static void panel_seen(void *ctx, int64_t r0, int64_t n)
+{
+    panel_log *g = ctx;
+    g->ok = g->ok && r0 == g->next;
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < g->n; j++)
+            g->ok = g->ok && g->c[((g->reuse ? 0 : r0) + i) * g->n + j] == (float)((r0 + i) * g->k);
+    g->next = r0 + n;
+    g->calls++;
+}
+
+/* ot__run_dot_panels, the GEMM-with-epilogue interface that dot segments
+ * (and convolutions) use: panels in order, each complete when its epilogue
+ * runs, at its rows of C or in one reused panel buffer. */
+TEST(gemm_run_dot_panels)
+{
+    enum { M = 10, K = 3, N = 5 };
+    float a[M * K], b[K * N], c[M * N];
+    for (int i = 0; i < M * K; i++) a[i] = (float)(i / K);
+    for (int i = 0; i < K * N; i++) b[i] = 1;
+    ot_view va = {.space = OT_SPACE_LEAF, .dtype = OT_F32, .strides = {K, 1}};
+    ot_view vb = {.space = OT_SPACE_LEAF, .dtype = OT_F32, .strides = {N, 1}};
+    ot_view loads[2] = {va, vb};
+    ot_kernel k = {.kind = OT_KER_DOT, .nload = 2, .loads = loads, .m = M, .n = N, .k = K,
+                   .batch = 1, .alpha = {-1, 1}, .beta = {-1, 0}};
+    k.store = (ot_view){.space = OT_SPACE_TEMP, .dtype = OT_F32, .strides = {N, 1}};
+    char *base[2] = {(char *)a, (char *)b};
+    static const int64_t rows[] = {4, 3, 10, 0};
+    for (int reuse = 0; reuse < 2; reuse++)
+        for (int i = 0; i < 4; i++) {
+            panel_log g = {c, reuse, N, K, 0, 0, true};
+            memset(c, 0xff, sizeof c);
+            ot__run_dot_panels(&k, base, (char *)c, NULL, NULL,
+                               &(ot__panels){rows[i], reuse, panel_seen, &g});
+            int64_t step = rows[i] > 0 ? rows[i] : M;
+            CHECK(g.ok && g.next == M && g.calls == (M + step - 1) / step);
+        }
 }

@@ -16,6 +16,9 @@
  * program and two backends with different thread counts would fight over
  * it. It is the host's (OPENBLAS_NUM_THREADS, openblas_set_num_threads).
  *
+ * ot__run_dot_panels runs a dot as GEMMs on row panels of C, each panel
+ * handed to an epilogue while it is in cache (exec.c's dot segments).
+ *
  * A product is an ot__gemm, run by cblas (ot__gemm_blas) or, where the
  * library's products disagreed with the C loop here (ot__gemm_agrees; the
  * process's choice is blas_core.c's, made before its first dot), by that
@@ -216,6 +219,20 @@ void ot__run_dot(const ot_kernel *k, char *const base[2], char *dst,
         side_at(&sb, b, dt, &bo);
         run(&(ot__gemm){dt, a.p, bo.p, dst + b * k->store.strides[2] * es, a.trans, bo.trans,
                         k->m, k->n, k->k, a.ld, bo.ld, ldc, alpha, beta});
+    }
+}
+
+void ot__run_dot_panels(const ot_kernel *k, char *const base[2], char *dst, const double *param,
+                        char *scratch, const ot__panels *pp)
+{
+    int64_t es = (int64_t)ot__esize((ot_dtype)k->store.dtype);
+    int64_t as = (int64_t)ot__esize((ot_dtype)k->loads[0].dtype), step = pp->rows > 0 ? pp->rows : k->m;
+    for (int64_t r0 = 0; r0 < k->m; r0 += step) {
+        ot_kernel panel = *k;
+        panel.m = k->m - r0 < step ? k->m - r0 : step;
+        char *in[2] = {base[0] + r0 * k->loads[0].strides[0] * as, base[1]};
+        ot__run_dot(&panel, in, pp->reuse ? dst : dst + r0 * k->store.strides[0] * es, param, scratch);
+        pp->epi(pp->ctx, r0, panel.m);
     }
 }
 

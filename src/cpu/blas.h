@@ -35,6 +35,28 @@ void ot__gemm_loop(const ot__gemm *g);
  * the first disagreement. A few ms. */
 bool ot__gemm_agrees(ot__gemm_fn *fn, char *why, size_t n);
 
+/* ---- GEMMs with an epilogue per panel -------------------------------------- */
+
+/* What runs on rows [r0, r0 + n) of a product's C right after the GEMM
+ * wrote them, while they are in cache: a dense layer's bias and
+ * activation, a residual add, an optimizer's update, an inference batch
+ * norm's scale and shift (a convolution's GEMM hands its panels on the
+ * same way). */
+typedef void ot__gemm_epilogue(void *ctx, int64_t r0, int64_t n);
+typedef struct ot__panels {
+    int64_t rows;             /* rows per panel (the plan's, cpu.c's budget) */
+    bool reuse;               /* every panel's C at dst: a buffer of one panel,
+                                 reused while in cache; else at its rows */
+    ot__gemm_epilogue *epi;
+    void *ctx;
+} ot__panels;
+/* Runs DOT kernel k (batch 1) as GEMMs on row panels of C, in order, each
+ * followed by pp->epi on its rows: op(A)'s panel rows and all of B (base[0],
+ * base[1], as ot__run_dot reads them), C at dst. */
+struct ot_kernel;   /* cpu.h */
+void ot__run_dot_panels(const struct ot_kernel *k, char *const base[2], char *dst,
+                        const double *param, char *scratch, const ot__panels *pp);
+
 /* ---- the core in use (blas_core.c) --------------------------------------- */
 
 /* The policy as a pure function of its inputs, for the tests: the core to

@@ -43,9 +43,10 @@ static void cpu_destroy(ot_backend *be)
     free(cpu);
 }
 
-/* The size of the highest-level cache sysfs lists for cpu0, 0 where sysfs
- * is absent (containers and some VMs hide it). */
-static size_t llc_sysfs(void)
+/* The size of the data or unified cache of `want` level (0: the highest)
+ * that sysfs lists for cpu0, 0 where sysfs is absent (containers and some
+ * VMs hide it). */
+static size_t cache_sysfs(int want)
 {
     size_t best = 0;
     int best_level = 0;
@@ -59,6 +60,14 @@ static size_t llc_sysfs(void)
         if (!f) break;
         bool ok = fscanf(f, "%d", &level) == 1;
         fclose(f);
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/type", i);
+        f = fopen(path, "r");
+        char type[16] = "";
+        if (f) {
+            ok = ok && fscanf(f, "%15s", type) == 1;
+            fclose(f);
+        }
+        if (strcmp(type, "Instruction") == 0 || (want && level != want)) continue;
         snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
         f = fopen(path, "r");
         if (!f) continue;
@@ -74,10 +83,11 @@ static size_t llc_sysfs(void)
 }
 
 #if defined(__x86_64__) || defined(__i386__)
-/* The highest-level data or unified cache of the deterministic cache
- * leaves: 4 on Intel, 0x8000001D on AMD (same layout: ways, partitions,
- * line size and sets, each stored minus one). 0 where neither exists. */
-size_t ot__llc_cpuid(void)
+/* The data or unified cache of `want` level (0: the highest) of the
+ * deterministic cache leaves: 4 on Intel, 0x8000001D on AMD (same layout:
+ * ways, partitions, line size and sets, each stored minus one). 0 where
+ * neither exists. */
+static size_t cache_cpuid(unsigned want)
 {
     unsigned a, b, c, d, max_ext = __get_cpuid_max(0x80000000u, NULL);
     unsigned leaf = max_ext >= 0x8000001Du && __get_cpuid(0x80000001u, &a, &b, &c, &d) &&
@@ -90,7 +100,7 @@ size_t ot__llc_cpuid(void)
         __cpuid_count(leaf, i, a, b, c, d);
         unsigned type = a & 31, level = a >> 5 & 7;
         if (type == 0) break;
-        if (type == 2) continue;   /* instruction cache */
+        if (type == 2 || (want && level != want)) continue;   /* instruction cache, other levels */
         size_t size = (size_t)((b >> 22) + 1) * ((b >> 12 & 1023) + 1) * ((b & 4095) + 1) *
                       ((size_t)c + 1);
         if (level >= best_level) {
@@ -101,15 +111,28 @@ size_t ot__llc_cpuid(void)
     return best;
 }
 #else
-size_t ot__llc_cpuid(void) { return 0; }
+static size_t cache_cpuid(unsigned want)
+{
+    (void)want;
+    return 0;
+}
 #endif
+
+size_t ot__llc_cpuid(void) { return cache_cpuid(0); }
 
 /* The last-level cache's size as reported: sysfs, else CPUID, else 32 MiB. */
 static size_t last_level_cache(void)
 {
-    size_t s = llc_sysfs();
+    size_t s = cache_sysfs(0);
     if (!s) s = ot__llc_cpuid();
     return s ? s : (size_t)32 << 20;
+}
+
+/* A core's L2 as reported (sysfs, else CPUID), 0 where neither says. */
+static size_t l2_cache(void)
+{
+    size_t s = cache_sysfs(2);
+    return s ? s : cache_cpuid(2);
 }
 
 long ot__usable_cpus(void)
@@ -124,6 +147,15 @@ size_t ot__cache_share(size_t reported, long cpus)
     if (cpus <= 0 || (size_t)cpus > SIZE_MAX / OT__CACHE_PER_CPU) return reported;
     size_t cap = (size_t)cpus * OT__CACHE_PER_CPU;
     return reported < cap ? reported : cap;
+}
+
+size_t ot__gemm_panel_bytes(size_t l2, size_t l3, long cpus)
+{
+    size_t per_cpu = cpus > 0 ? ot__cache_share(l3, cpus) / (size_t)cpus : l3;
+    size_t c = l2 ? l2 : OT__PANEL_L2_UNKNOWN;
+    if (per_cpu && per_cpu < c) c = per_cpu;
+    c /= 2;
+    return c < OT__PANEL_MIN ? OT__PANEL_MIN : c > OT__PANEL_MAX ? OT__PANEL_MAX : c;
 }
 
 /* The streaming-store threshold in force: by default, kernels moving the
@@ -154,6 +186,8 @@ static int cpu_init(ot_backend *be)
     cpu->k = k;
     cpu->jit = be->opts.jit != OT_JIT_OFF && ot__jit_available(k);
     cpu->stream_bytes = stream_threshold(be->opts.stream_bytes, be->l3_bytes);
+    cpu->panel_bytes = ot__gemm_panel_bytes(l2_cache(), be->l3_bytes ? be->l3_bytes : last_level_cache(),
+                                            ot__usable_cpus());
     be->opts.isa = ot__isa_name(k->isa);
     be->opts.jit = cpu->jit ? OT_JIT_ON : OT_JIT_OFF;
     be->opts.stream_bytes = cpu->stream_bytes ? (int64_t)cpu->stream_bytes : OT_STREAM_NEVER;

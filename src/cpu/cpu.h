@@ -415,6 +415,7 @@ typedef struct ot_cpu {
     size_t stream_bytes;            /* outputs this large are written with
                                        streaming stores when their kernel is
                                        bound by memory (jit.c); 0: never */
+    size_t panel_bytes;             /* a GEMM panel's budget (ot__gemm_panel_bytes) */
 } ot_cpu;
 /* The last-level cache's size from CPUID's cache leaves (x86), 0 where
  * unknown: cpu.c's fallback when sysfs does not say. */
@@ -427,6 +428,19 @@ size_t ot__llc_cpuid(void);
  * 1.9-2.5 MiB of L3 plus 2 MiB of L2). cpus <= 0: reported. */
 #define OT__CACHE_PER_CPU ((size_t)4 << 20)
 size_t ot__cache_share(size_t reported, long cpus);
+/* The budget of one row panel of a GEMM whose epilogue runs on it while
+ * it is in cache (plan_sched.c, counted at 8 bytes an element): half of a
+ * core's L2 as reported (l2; 0: unknown, OT__PANEL_L2_UNKNOWN assumed),
+ * where the panel, the epilogue's other operands and the GEMM's packed
+ * blocks meet, but never more than half the last-level cache one CPU can
+ * count on (ot__cache_share of l3 over cpus: a VM's report of either may
+ * be its host's), within [OT__PANEL_MIN, OT__PANEL_MAX]. A pure function,
+ * for the tests' simulated caches; cpu_init calls it with the machine's
+ * L2 and OT_L3_BYTES or the reported L3. */
+#define OT__PANEL_L2_UNKNOWN ((size_t)2 << 20)
+#define OT__PANEL_MIN ((size_t)128 << 10)
+#define OT__PANEL_MAX ((size_t)2 << 20)
+size_t ot__gemm_panel_bytes(size_t l2, size_t l3, long cpus);
 /* The CPUs this process may run on: its affinity mask, else those online. */
 long ot__usable_cpus(void);
 ot_plan_cache *ot__plan_cache_new(int capacity);

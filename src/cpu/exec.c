@@ -12,6 +12,7 @@
  * Reductions (their accumulators, tiles and chunk bodies) are in
  * exec_reduce.c; exec.h holds what the two share.
  */
+#include "blas.h"
 #include "exec.h"
 #include "ops.h"
 
@@ -615,8 +616,31 @@ static void block_chunk(void *arg, int slot, int64_t first, int64_t last)
     }
 }
 
+/* A segment's run: its kernels after the dot, per panel of the dot's rows. */
+typedef struct segment_run {
+    ot_backend *be;
+    const ot_plan *p;
+    const ot_binding *bind;
+    char *arena;
+    const run_mem *mem;
+    const ot_segment *sg;
+} segment_run;
+
+/* The epilogue of one panel (ot__gemm_epilogue): the segment's other
+ * kernels over rows [r0, r0 + n), each on every thread. */
+static void segment_epilogue(void *ctx, int64_t r0, int64_t n)
+{
+    const segment_run *x = ctx;
+    const ot_segment *sg = x->sg;
+    ot_cpu *cpu = x->be->impl;
+    for (int i = sg->first + 1; i < sg->first + sg->count; i++)
+        run_kernel(x->be, x->p, x->bind, x->arena, x->mem, 0, &x->p->kernels[i], (rows){r0, n},
+                   sg->rows, sg->block_temp, cpu->threads);
+}
+
 /* Kernels that run per block of rows, blocks in order, each kernel on every
- * thread: a dot's rows and the epilogue that reads them while in cache. */
+ * thread: a dot's rows and the epilogue that reads them while in cache, as
+ * GEMMs on row panels with the epilogue after each (ot__run_dot_panels). */
 static void run_segment(ot_backend *be, const ot_plan *p, const ot_binding *bind, char *arena,
                         const run_mem *mem, const ot_segment *sg)
 {
@@ -624,14 +648,19 @@ static void run_segment(ot_backend *be, const ot_plan *p, const ot_binding *bind
     /* One block is the whole run: kernels then run unsliced, since a
      * reduction joining the segment need not walk the dot's rows (a sum
      * over a transpose of the epilogue's result) when there is one block. */
-    bool whole = sg->row_block >= sg->rows;
-    for (int64_t r0 = 0; r0 < sg->rows; r0 += sg->row_block) {
-        rows r = {r0, sg->rows - r0 < sg->row_block ? sg->rows - r0 : sg->row_block};
-        if (whole) r = (rows){0, -1};
+    if (sg->row_block >= sg->rows) {
         for (int i = sg->first; i < sg->first + sg->count; i++)
-            run_kernel(be, p, bind, arena, mem, 0, &p->kernels[i], r, sg->rows, sg->block_temp,
+            run_kernel(be, p, bind, arena, mem, 0, &p->kernels[i], (rows){0, -1}, sg->rows, -1,
                        cpu->threads);
+        return;
     }
+    const ot_kernel *dk = &p->kernels[sg->first];
+    char *base[2] = {view_base(p, bind, arena, &dk->loads[0]), view_base(p, bind, arena, &dk->loads[1])};
+    char *dst = view_base(p, bind, arena, &dk->store);
+    bool reuse = dk->store.space == OT_SPACE_TEMP && dk->store.index == sg->block_temp;
+    segment_run x = {be, p, bind, arena, mem, sg};
+    ot__run_dot_panels(dk, base, dst, bind->param, region(mem, 0, R_PACK),
+                       &(ot__panels){sg->row_block, reuse, segment_epilogue, &x});
 }
 
 /* One element's work in adds, the measure of ot__parallel's threshold: one

@@ -140,14 +140,22 @@ bool ot__sched_layout_arena(ot_plan *p)
                                    block: softmax over rows of 4096 f32 in L2
                                    ran 2-3% faster in blocks of 8 rows than
                                    of 2, and no slower than 1 row (Xeon) */
-#define GEMM_BLOCK_BYTES (1 << 20) /* a GEMM block's result stays in cache */
 #define GEMM_BLOCK_ROWS 256     /* fewer rows per GEMM call repack B too often */
 
-/* Rows per GEMM block: the result block stays in cache, but each call
- * repacks B, so not fewer than GEMM_BLOCK_ROWS; one block when two would do. */
-static int64_t gemm_block(int64_t rows, int64_t row_bytes)
+/* The budget of a GEMM block's result, so that it stays in cache for its
+ * epilogue (the backend's, from its cache policy: cpu.c). */
+static int64_t panel_bytes(const compiler *c)
 {
-    int64_t blk = row_bytes > 0 ? GEMM_BLOCK_BYTES / row_bytes : rows;
+    const ot_cpu *cpu = c->be->impl;
+    return (int64_t)cpu->panel_bytes;
+}
+
+/* Rows per GEMM block: the result block (row_bytes a row) stays within the
+ * panel budget, but each call repacks B, so not fewer than
+ * GEMM_BLOCK_ROWS; one block when two would do. */
+static int64_t gemm_block(int64_t rows, int64_t row_bytes, int64_t panel)
+{
+    int64_t blk = row_bytes > 0 ? panel / row_bytes : rows;
     if (blk < GEMM_BLOCK_ROWS) blk = GEMM_BLOCK_ROWS;
     if (rows <= 2 * blk) return rows;
     int64_t nblocks = (rows + blk - 1) / blk;   /* equal blocks: no thin last call */
@@ -251,7 +259,7 @@ void ot__sched_choose_row_blocks(compiler *c)
         p->row_block = row_bytes >= ROW_BLOCK_BYTES ? 1 : ROW_BLOCK_BYTES / row_bytes;
         return;
     }
-    p->row_block = gemm_block(rows, row_bytes);
+    p->row_block = gemm_block(rows, row_bytes, panel_bytes(c));
     p->row_serial = true;
 }
 
@@ -455,9 +463,10 @@ static bool epilogue_fits(const compiler *c, const kindex *ix, int d, int e)
  * (still in cache when the next block's GEMM writes it), unless the dot
  * accumulates into it; its size is set before the arena's layout. p->segs
  * has room. */
-static void add_segment(ot_plan *p, const ot_kernel *d, int first, int64_t rows, int64_t row_bytes)
+static void add_segment(ot_plan *p, const ot_kernel *d, int first, int64_t rows, int64_t row_bytes,
+                        int64_t panel)
 {
-    int64_t blk = gemm_block(rows, row_bytes);
+    int64_t blk = gemm_block(rows, row_bytes, panel);
     /* A dot accumulating into a running sum (beta != 0) reads the rows it
      * adds to: they stay where they are. */
     int t = blk < rows && d->beta.mul == 0 ? d->store.index : -1;
@@ -563,7 +572,7 @@ static void order_segments(compiler *c, kindex *ix, int *order)
         const ot_kernel *ek = &p->kernels[e];
         int64_t row_bytes = 8 * dk->n;
         for (int i = 1; i < ek->ndim; i++) row_bytes = row_bytes > 8 * ek->dims[i] ? row_bytes : 8 * ek->dims[i];
-        add_segment(p, dk, d, dk->m, row_bytes);
+        add_segment(p, dk, d, dk->m, row_bytes, panel_bytes(c));
         ot_segment *sg = &p->segs[p->nseg - 1];
         int r = bsum_of(c, ix, sg, e);
         if (r >= 0) {
@@ -664,6 +673,47 @@ static bool temp_holds(const compiler *c, int t, int64_t n)
     return true;
 }
 
+/* Whether dot w, the only writer of temp t, may write output i (n
+ * elements, contiguous, overlapping no leaf) in t's place: one product of
+ * all of t, row after row, not a running sum (whose later dots read what
+ * they add to). Its epilogue then runs in place over the rows the GEMM
+ * just wrote, as a hand-written layer runs it (cblas_sgemm into y, then
+ * bias and activation over y), instead of reading t and writing the
+ * output besides: the result's bytes are touched once, not twice. The
+ * segment that blocked t (one block of rows reused) then blocks the
+ * output's rows instead. */
+static bool dot_into_output(const compiler *c, const kindex *ix, int w, int t, int64_t n)
+{
+    const ot_kernel *dk = &c->plan->kernels[w];
+    const ot_view *st = &dk->store;
+    return c->outs && dk->batch == 1 && dk->beta.mul == 0 && st->offset == 0 &&
+           dk->m * dk->n == n && (dk->n <= 1 || st->strides[1] == 1) &&
+           (dk->m <= 1 || st->strides[0] == dk->n) && ix->wfirst[t + 1] - ix->wfirst[t] == 1;
+}
+
+/* The segments blocking temp t block nothing now (it went to an output). */
+static void unblock_temp(ot_plan *p, int t)
+{
+    for (int s = 0; s < p->nseg; s++)
+        if (p->segs[s].block_temp == t) p->segs[s].block_temp = -1;
+}
+
+/* Whether the writer of temp t (read element for element by an output's
+ * kernel alone) may write that output of n elements instead: it writes
+ * all of t, and nothing else owns part of t. */
+static bool writer_fits(const compiler *c, const kindex *ix, int t, int64_t n)
+{
+    const ot_plan *p = c->plan;
+    int w = temp_writer(ix, t);
+    if (w < 0) return false;
+    const ot_kernel *wk = &p->kernels[w];
+    if (wk->kind == OT_KER_DOT) return dot_into_output(c, ix, w, t, n) && temp_holds(c, t, n);
+    bool by_xstore = wk->store.index != t;
+    size_t bytes = (size_t)n * ot_dtype_size((ot_dtype)p->kernels[sole_reader(ix, t)].store.dtype);
+    return (by_xstore || wk->store.space == OT_SPACE_TEMP) &&
+           p->temp_offset[t] == ((bytes + 63) & ~(size_t)63) && temp_holds(c, t, n);
+}
+
 void ot__sched_temps_into_outputs(compiler *c)
 {
     ot_plan *p = c->plan;
@@ -682,15 +732,10 @@ void ot__sched_temps_into_outputs(compiler *c)
                 v->dtype != kk->store.dtype || sole_reader(&ix, v->index) != k ||
                 !reads_aligned(kk, v->index))
                 continue;
-            int w = temp_writer(&ix, v->index);
-            const ot_kernel *wk = w >= 0 ? &p->kernels[w] : NULL;
-            bool by_xstore = wk && wk->store.index != v->index;
-            size_t bytes = (size_t)ot__numel(&osh) * ot_dtype_size((ot_dtype)v->dtype);
-            if (!wk || wk->kind == OT_KER_DOT || (!by_xstore && wk->store.space != OT_SPACE_TEMP) ||
-                p->temp_offset[v->index] != ((bytes + 63) & ~(size_t)63) ||
-                !temp_holds(c, v->index, ot__numel(&osh)))
-                continue;
-            retarget_temp(p, v->index, i);
+            int t = v->index;   /* retarget_temp rewrites *v */
+            if (!writer_fits(c, &ix, t, ot__numel(&osh))) continue;
+            retarget_temp(p, t, i);
+            unblock_temp(p, t);
             break;
         }
     }

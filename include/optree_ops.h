@@ -73,7 +73,10 @@
     X(SLICE, "slice", 1, OT_KIND_SHAPE, NULL, 0, none) \
     X(RESHAPE, "reshape", 1, OT_KIND_SHAPE, NULL, 0, none) \
     X(CONCAT, "concat", 2, OT_KIND_SPECIAL, NULL, 0, none) \
-    X(ERF, "erf", 1, OT_KIND_UNARY, NULL, OT_FLAG_FLOAT, erf)
+    X(ERF, "erf", 1, OT_KIND_UNARY, NULL, OT_FLAG_FLOAT, erf) \
+    X(CONV, "conv", 2, OT_KIND_CONV, NULL, 0, none) \
+    X(CONV_TRANSPOSE, "conv_transpose", 2, OT_KIND_CONV, NULL, 0, none) \
+    X(CONV_WGRAD, "conv_wgrad", 2, OT_KIND_CONV, NULL, 0, none)
 
 typedef enum ot_op {
     OT_OP_NONE = -1,
@@ -138,7 +141,10 @@ typedef enum ot_op {
     OT_OP_RESHAPE = 58,
     OT_OP_CONCAT = 59,
     OT_OP_ERF = 60,
-    OT_OP_COUNT = 61
+    OT_OP_CONV = 61,
+    OT_OP_CONV_TRANSPOSE = 62,
+    OT_OP_CONV_WGRAD = 63,
+    OT_OP_COUNT = 64
 } ot_op;
 
 /* Unary elementwise. */

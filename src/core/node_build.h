@@ -57,5 +57,7 @@ int ot__infer_transpose(const site *st, ot_node *a, proto *p);
 int ot__infer_slice(const site *st, ot_node *a, proto *p);
 int ot__infer_reshape(const site *st, ot_node *a, proto *p);
 int ot__infer_special(const site *st, ot_node *a, proto *p);
+/* conv_shape.c: conv, conv_transpose, conv_wgrad. */
+int ot__infer_conv(const site *st, ot_node *a, ot_node *b, proto *p);
 
 #endif

@@ -10,4 +10,8 @@
 
 extern const ot_backend_vt ot__ref_vt;
 
+/* ref_conv.c: conv, conv_transpose or conv_wgrad node of row-major
+ * operands a and b into out, in double. */
+void ot__ref_conv(const ot_node *node, const double *a, const double *b, double *out);
+
 #endif

@@ -86,6 +86,16 @@ static int check_operands(const site *st, const ot_node *a, const ot_node *b, pr
     return 0;
 }
 
+/* Channels of x and w that do not fit groups; need says the rule. */
+static int channels_fail(const site *st, const ot_node *x, const ot_node *w, int groups,
+                         const char *need)
+{
+    char sa[OT__SHAPE_STRLEN], sb[OT__SHAPE_STRLEN];
+    return FAIL(st, OT_ESHAPE, "input channels %lld and weights %s do not fit groups %d: need %s "
+                "(input shape %s)", (long long)x->shape.dims[1], ot__shape_str(&w->shape, sb),
+                groups, need, ot__shape_str(&x->shape, sa));
+}
+
 /* conv: x (N, C, in...), w (O, C / groups, k...) -> (N, O, out...). */
 static int infer_conv(const site *st, const ot_node *x, const ot_node *w, proto *p)
 {
@@ -94,10 +104,8 @@ static int infer_conv(const site *st, const ot_node *x, const ot_node *w, proto 
     const int64_t *dx = x->shape.dims, *dw = w->shape.dims;
     int nsp = x->shape.ndim - 2;
     if (dx[1] != dw[1] * g->groups || dw[0] % g->groups)
-        return FAIL(st, OT_ESHAPE, "input channels %lld and weights %s do not fit groups %d: "
-                    "need channels = groups * w.shape[1] and groups dividing w.shape[0] "
-                    "(input shape %s)", (long long)dx[1], ot__shape_str(&w->shape, sb),
-                    g->groups, ot__shape_str(&x->shape, sa));
+        return channels_fail(st, x, w, g->groups, "channels = groups * w.shape[1] and groups "
+                                                  "dividing w.shape[0]");
     p->shape = (ot_shape){.ndim = x->shape.ndim, .dims = {dx[0], dw[0]}};
     for (int d = 0; d < nsp; d++) {
         int64_t in = dx[2 + d], k = dw[2 + d];
@@ -118,14 +126,11 @@ static int infer_conv(const site *st, const ot_node *x, const ot_node *w, proto 
 static int infer_transpose(const site *st, const ot_node *x, const ot_node *w, proto *p)
 {
     const ot_window *g = &p->args.win;
-    char sa[OT__SHAPE_STRLEN], sb[OT__SHAPE_STRLEN];
     const int64_t *dx = x->shape.dims, *dw = w->shape.dims;
-    int nsp = x->shape.ndim - 2;
     if (dx[1] != dw[0] || dw[0] % g->groups)
-        return FAIL(st, OT_ESHAPE, "input channels %lld and weights %s do not fit groups %d: "
-                    "need channels = w.shape[0], divisible by groups (input shape %s)",
-                    (long long)dx[1], ot__shape_str(&w->shape, sb), g->groups,
-                    ot__shape_str(&x->shape, sa));
+        return channels_fail(st, x, w, g->groups, "channels = w.shape[0], divisible by groups");
+    char sa[OT__SHAPE_STRLEN], sb[OT__SHAPE_STRLEN];
+    int nsp = x->shape.ndim - 2;
     p->shape = (ot_shape){.ndim = x->shape.ndim, .dims = {dx[0], dw[1] * g->groups}};
     for (int d = 0; d < nsp; d++) {
         int64_t in = dx[2 + d], k = dw[2 + d];

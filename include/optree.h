@@ -21,6 +21,7 @@
  *                      stack and substitution
  *   optree/io.h        .npy and .npz files
  *   optree/mpi.h       data-parallel training over MPI (liboptree_mpi.a)
+ *   optree/conv.h      convolution and transposed convolution
  *
  * A worked example (the neon backend guide, in C):
  *
@@ -417,7 +418,8 @@ enum {
     OT_KIND_DOT,          /* matrix product */
     OT_KIND_SHAPE,        /* transpose of an expression */
     OT_KIND_SPECIAL,      /* cast, onehot, rand */
-    OT_KIND_COMPOSITE     /* expands into other ops, tagged with its name */
+    OT_KIND_COMPOSITE,    /* expands into other ops, tagged with its name */
+    OT_KIND_CONV          /* a sliding window: conv, conv_transpose, conv_wgrad */
 };
 
 /* Op flags. */
@@ -451,6 +453,18 @@ unsigned ot_op_flags(ot_op op);
  * macros below take a smaller struct per op family instead, positionally or
  * designated, and convert it to this. Here, with spec_ NULL, axis is taken
  * as given: pass OT_AXIS_ALL for every axis. */
+/* The geometry of a sliding window (conv, conv_transpose, conv_wgrad;
+ * include/optree/conv.h) over each spatial dim: entries [0, spatial dims)
+ * are used, the rest are 0. One struct, so that every windowed op (pooling
+ * too) holds, prints, parses and compares its geometry alike. */
+typedef struct ot_window {
+    int32_t stride[3], dilation[3];
+    int32_t pad_lo[3], pad_hi[3];  /* zeros added before and after each dim */
+    int32_t outpad[3];             /* conv_transpose: size added at the end */
+    int32_t ksize[3];              /* conv_wgrad: the kernel's spatial size */
+    int groups;
+} ot_window;
+
 typedef struct ot_args {
     const char *spec_;    /* the options as written, when a macro built this
                              (then an axis not set means every axis) */
@@ -467,9 +481,10 @@ typedef struct ot_args {
     ot_shape shape;       /* rand, reshape: the result's; slice: each
                              operand dim's count */
     int64_t start[OT_MAX_DIMS]; /* slice: each operand dim's first index */
+    ot_window win;        /* conv, conv_transpose, conv_wgrad */
 } ot_args;
 /* ot_args's members after spec_, in order (see ot_spec_sets). */
-#define OT__ARGS_MEMBERS "axis,keepdims,dtype,depth,seed,ddof,lo,hi,perm,shape,start"
+#define OT__ARGS_MEMBERS "axis,keepdims,dtype,depth,seed,ddof,lo,hi,perm,shape,start,win"
 
 /* The one builder: type and shape checks (NumPy broadcasting, dtype
  * promotion, axis range), then a new node owned by the current pool. args
@@ -956,6 +971,7 @@ int ot_node_meta_at(const ot_node *n, int i, const char **key, const char **valu
 #include "optree/extend.h"
 #include "optree/io.h"
 #include "optree/mpi.h"
+#include "optree/conv.h"
 
 #ifdef __cplusplus
 }

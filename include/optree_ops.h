@@ -74,7 +74,10 @@
     X(RESHAPE, "reshape", 1, OT_KIND_SHAPE, NULL, 0, none) \
     X(CONCAT, "concat", 2, OT_KIND_SPECIAL, NULL, 0, none) \
     X(ERF, "erf", 1, OT_KIND_UNARY, NULL, OT_FLAG_FLOAT, erf) \
-    X(CUSTOM_STRUCT, "custom_struct", 2, OT_KIND_SPECIAL, NULL, OT_FLAG_FLOAT | OT_FLAG_CUSTOM, none)
+    X(CUSTOM_STRUCT, "custom_struct", 2, OT_KIND_SPECIAL, NULL, OT_FLAG_FLOAT | OT_FLAG_CUSTOM, none) \
+    X(CONV, "conv", 2, OT_KIND_CONV, NULL, 0, none) \
+    X(CONV_TRANSPOSE, "conv_transpose", 2, OT_KIND_CONV, NULL, 0, none) \
+    X(CONV_WGRAD, "conv_wgrad", 2, OT_KIND_CONV, NULL, 0, none)
 
 typedef enum ot_op {
     OT_OP_NONE = -1,
@@ -140,7 +143,10 @@ typedef enum ot_op {
     OT_OP_CONCAT = 59,
     OT_OP_ERF = 60,
     OT_OP_CUSTOM_STRUCT = 61,
-    OT_OP_COUNT = 62
+    OT_OP_CONV = 62,
+    OT_OP_CONV_TRANSPOSE = 63,
+    OT_OP_CONV_WGRAD = 64,
+    OT_OP_COUNT = 65
 } ot_op;
 
 /* Unary elementwise. */

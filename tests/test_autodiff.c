@@ -390,6 +390,22 @@ static gcase dot_case(ot_dtype dt)
     return c;
 }
 
+/* conv, conv_transpose, conv_wgrad, 1-D, of a small random geometry
+ * (tests/test_conv.c goes through every option). */
+static gcase conv_case(ot_op op, ot_dtype dt)
+{
+    gcase c = {.what = ot_op_name(op), .n = 2};
+    int g = 1 + irand(2), s = 1 + irand(2), dil = 1 + irand(2), lo = irand(2), hi = irand(2);
+    ot_args a = {.axis = OT_AXIS_ALL, .win = {.stride = {s}, .dilation = {dil}, .pad_lo = {lo},
+                                              .pad_hi = {hi}, .ksize = {2}, .groups = g}};
+    int64_t in = op == OT_OP_CONV_TRANSPOSE ? 3 : 5, p = (in + lo + hi - dil - 1) / s + 1;
+    c.in[0] = operand(OT_SHAPE(2, 2 * g, in), dt, D_ANY, 0);
+    c.in[1] = operand(op == OT_OP_CONV_WGRAD ? OT_SHAPE(2, 2 * g, p) : OT_SHAPE(2 * g, 2, 2), dt,
+                      D_ANY, 1);
+    c.tree = ot_build(op, ot_tensor_node(c.in[0]), ot_tensor_node(c.in[1]), &a);
+    return c;
+}
+
 /* A transpose of an expression (x * 1.5), reversed or permuted. */
 static gcase transpose_case(ot_dtype dt)
 {
@@ -492,6 +508,7 @@ static gcase op_case(ot_op op, ot_dtype dt)
     case OT_KIND_BINARY: return binary_case(op, dt);
     case OT_KIND_REDUCE: return reduce_case(op, dt);
     case OT_KIND_DOT: return dot_case(dt);
+    case OT_KIND_CONV: return conv_case(op, dt);
     case OT_KIND_SHAPE:
         return op == OT_OP_SLICE ? slice_case(dt) : op == OT_OP_RESHAPE ? reshape_case(dt)
                                                                         : transpose_case(dt);

@@ -743,9 +743,10 @@ TEST(node_build_at_binding)
     ot_tensor *y = ot_ones(be, OT_SHAPE(3), OT_F32);
     ot_tensor *idx = ot_zeros(be, OT_SHAPE(3), OT_I32);
     ot_tensor *out = ot_zeros(be, OT_SHAPE(), OT_F64);
-    ot_tensor *z = ot_ones(be, OT_SHAPE(2, 3, 3), OT_F32);
+    ot_tensor *z = ot_ones(be, OT_SHAPE(2, 3, 3), OT_F32), *c3 = ot_ones(be, OT_SHAPE(3, 3, 3), OT_F32);
     ot_pool *p = ot_pool_push();
     ot_node *X = ot_tensor_node(x), *Y = ot_tensor_node(y), *Z = ot_tensor_node(z);
+    ot_node *C3 = ot_tensor_node(c3);
 
     ot_args a = {0};
     a.axis = OT_AXIS_ALL;
@@ -818,6 +819,10 @@ TEST(node_build_at_binding)
         ot_node *r = ops[k].arity == 2 ? Y : NULL;
         if (ops[k].op == OT_OP_RAND) l = NULL;
         if (ops[k].op == OT_OP_BATCHED_DOT) l = r = Z;
+        if (ops[k].kind == OT_KIND_CONV) {   /* x (3,3,3) and w (3,3,3); wgrad: kernel 1 */
+            l = r = C3;
+            a.win.ksize[0] = 1;
+        }
         ot_node *m = ot_build_at(op, l, r, &a, "bind.py", k + 1);
         if (!m) {
             test__fail(__FILE__, __LINE__, "%s: NULL (%s)", ops[k].name, ot_errmsg());
@@ -832,6 +837,7 @@ TEST(node_build_at_binding)
 
     ot_pool_pop(p);
     ot_tensor_free(z);
+    ot_tensor_free(c3);
     ot_tensor_free(x); ot_tensor_free(y); ot_tensor_free(idx); ot_tensor_free(out);
     ot_backend_free(be);
 }

@@ -73,10 +73,10 @@ function row(text,    n, flags, ename, nm, kind, rule, ref, grad, doc) {
     ename = col[1]; nm = col[2]; kind = col[4]; rule = col[5]; ref = col[6]; grad = col[13]
     user = col[8] == "USER"
     doc = col[18]
-    if (kind !~ /^(UNARY|BINARY|REDUCE|DOT|SHAPE|SPECIAL|COMPOSITE)$/) fail(ename ": kind " kind)
+    if (kind !~ /^(UNARY|BINARY|REDUCE|DOT|SHAPE|SPECIAL|COMPOSITE|CONV)$/) fail(ename ": kind " kind)
     if (rule !~ /^(SAME|FLOAT|COMPARE|INDEX)$/) fail(ename ": rule " rule)
     if (grad !~ /^(NONE|UN|BIN|FN)$/) fail(ename ": grad " grad)
-    if (col[19] !~ /^(-|ATTRS\([A-Z, ]+\))$/) fail(ename ": attrs " col[19])
+    if (col[19] !~ /^(-|ATTRS\([A-Z_, ]+\))$/) fail(ename ": attrs " col[19])
     if (col[20] !~ /^(NULL|".*")$/) fail(ename ": peer " col[20])
     if (seen[ename]++) fail(ename ": twice")
     flags = rule == "SAME" ? "" : "OT_FLAG_" rule

@@ -268,6 +268,7 @@ phase_numpy() {
     run_logged numpy $TMO "$PY" tests/diff_numpy.py "$B/liboptree.so"
     run_logged umath $TMO "$PY" tests/umath_check.py "$B/liboptree.so"
     run_logged norm $TMO "$PY" tests/norm_check.py "$B/liboptree.so"
+    run_logged conv $TMO "$PY" tests/conv_check.py "$B/liboptree.so"
 }
 
 # Everything a user builds, once more with clang at -O0: no call is inlined

@@ -506,6 +506,39 @@ int ot__axes_align(const char *op, const char *file, int line, ot_node **a, ot_n
  * them). Unnamed t: nothing. Returns v, or NULL (v freed) on OT_ENOMEM. */
 ot_tensor *ot__axes_view(ot_tensor *v, const ot_tensor *t, const int *src);
 
+/* ---- windowed ops (conv_shape.c) ------------------------------------------ */
+
+/* The spatial dims of a conv, conv_transpose or conv_wgrad node (args.win's
+ * entries in use): all but its first two. */
+static inline int ot__win_dims(const ot_node *n) { return n->shape.ndim - 2; }
+/* op (OT_OP_CONV...) of a and b with geometry win, checked as any build. */
+ot_node *ot__conv_build(ot_op op, ot_node *a, ot_node *b, const ot_window *win, const char *file,
+                        int line);
+/* One spatial dim's output size: conv's (floor), conv_transpose's. */
+int64_t ot__conv_out_size(int64_t in, int64_t k, int stride, int dil, int lo, int hi);
+int64_t ot__conv_transpose_size(int64_t in, int64_t k, int stride, int dil, int lo, int hi,
+                                int outpad);
+
+/* Every windowed op as one loop: for batch n, group, S channel o and S
+ * position p, X channel c and kernel position q, with X position i = p *
+ * stride + q * dilation - pad_lo (skipped outside X):
+ *   conv            S[n, o, p]  = sum X[n, c, i] W[o, c, q]   (X, W -> S)
+ *   conv_transpose  X[n, c, i] += S[n, o, p] W[o, c, q]       (S, W -> X)
+ *   conv_wgrad      W[o, c, q] += S[n, o, p] X[n, c, i]       (X, S -> W)
+ * X is (N, groups * xc, xp...), S (N, groups * sc, sp...), W (groups *
+ * sc, xc, k...); channels o and c of a group g are g * sc + o, g * xc + c.
+ * Spatial dims past the node's are 1 (stride and dilation 1, no pad). */
+typedef struct ot__conv_geom {
+    int64_t n, groups, sc, xc;
+    int64_t sp[3], xp[3], k[3];
+    int64_t stride[3], dil[3], lo[3];
+} ot__conv_geom;
+void ot__conv_geom_of(const ot_node *node, ot__conv_geom *g);
+/* The gradient of windowed node n with respect to operand `which` (0: a,
+ * 1: b), g being the gradient of n (of n's shape): a windowed node too,
+ * so gradients of gradients are built alike. */
+ot_node *ot__conv_grad(const ot_node *n, ot_node *g, int which, const char *file, int line);
+
 /* ---- the post-order walk and node identity ---------------------------- */
 
 /* walk.h: the one walker over node DAGs (walk.c) and ot__node_ident. */

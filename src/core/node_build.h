@@ -60,5 +60,7 @@ int ot__infer_special(const site *st, ot_node *a, proto *p);
 /* A structured registered op's node (ops_struct.c): its shape rule, and
  * operands of another dtype than the result's replaced by casts. */
 int ot__infer_struct(const site *st, ot_node **a, ot_node **b, proto *p);
+/* conv_shape.c: conv, conv_transpose, conv_wgrad. */
+int ot__infer_conv(const site *st, ot_node *a, ot_node *b, proto *p);
 
 #endif

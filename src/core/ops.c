@@ -48,6 +48,7 @@
 #define OPS_EW_SHAPE false
 #define OPS_EW_SPECIAL false
 #define OPS_EW_COMPOSITE false
+#define OPS_EW_CONV false
 #define OPS_I32(kind, rule) (OPS_EW_##kind && OPS_RULE_##rule != OT_FLAG_FLOAT)
 /* Column "attrs": ATTRS(AXIS, KEEPDIMS) lists OT__ATTR_AXIS,
  * OT__ATTR_KEEPDIMS, and the initialiser {ATTRS 0} ends it with
@@ -56,8 +57,11 @@
 #define OPS_ATTRS_1(a) OPS_A(a)
 #define OPS_ATTRS_2(a, b) OPS_A(a) OPS_A(b)
 #define OPS_ATTRS_3(a, b, c) OPS_A(a) OPS_A(b) OPS_A(c)
-#define OPS_NARGS(...) OPS_NARGS_(__VA_ARGS__, 3, 2, 1, 0)
-#define OPS_NARGS_(a, b, c, n, ...) n
+#define OPS_ATTRS_4(a, b, c, d) OPS_ATTRS_3(a, b, c) OPS_A(d)
+#define OPS_ATTRS_5(a, b, c, d, e) OPS_ATTRS_4(a, b, c, d) OPS_A(e)
+#define OPS_ATTRS_6(a, b, c, d, e, f) OPS_ATTRS_5(a, b, c, d, e) OPS_A(f)
+#define OPS_NARGS(...) OPS_NARGS_(__VA_ARGS__, 6, 5, 4, 3, 2, 1, 0)
+#define OPS_NARGS_(a, b, c, d, e, f, n, ...) n
 #define OPS_CAT(a, b) OPS_CAT_(a, b)
 #define OPS_CAT_(a, b) a##b
 #define ATTRS(...) OPS_CAT(OPS_ATTRS_, OPS_NARGS(__VA_ARGS__))(__VA_ARGS__)
@@ -95,6 +99,13 @@ const ot__attr ot__attrs[OT__ATTR_COUNT] = {
     /* the default, f32, goes unsaid */
     [OT__ATTR_RDTYPE] = {ARG("dtype", NODE_DTYPE, dtype), .omit = true, .dflt = OT_F32,
                          .pp_only = true},
+    [OT__ATTR_STRIDE] = {ARG("stride", WIN3, win.stride)},
+    [OT__ATTR_PAD_LO] = {ARG("pad_lo", WIN3, win.pad_lo)},
+    [OT__ATTR_PAD_HI] = {ARG("pad_hi", WIN3, win.pad_hi)},
+    [OT__ATTR_DILATION] = {ARG("dilation", WIN3, win.dilation)},
+    [OT__ATTR_GROUPS] = {ARG("groups", INT, win.groups), .omit = true, .dflt = 1},
+    [OT__ATTR_OUTPAD] = {ARG("outpad", WIN3, win.outpad)},
+    [OT__ATTR_KSIZE] = {ARG("ksize", WIN3, win.ksize)},
 };
 #undef ARG
 

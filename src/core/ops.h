@@ -37,9 +37,16 @@ typedef enum ot__attr_id {
     OT__ATTR_SEED,      /* rand */
     OT__ATTR_DTYPE,     /* cast: the target */
     OT__ATTR_RDTYPE,    /* onehot, rand: the node's dtype, f32 unless given */
+    OT__ATTR_STRIDE,    /* windows (conv...): args.win, per spatial dim */
+    OT__ATTR_PAD_LO,
+    OT__ATTR_PAD_HI,
+    OT__ATTR_DILATION,
+    OT__ATTR_GROUPS,
+    OT__ATTR_OUTPAD,    /* conv_transpose */
+    OT__ATTR_KSIZE,     /* conv_wgrad */
     OT__ATTR_COUNT
 } ot__attr_id;
-#define OT__ATTRS_MAX 3   /* the most attributes one op takes */
+#define OT__ATTRS_MAX 6   /* the most attributes one op takes */
 
 /* How an attribute's value is held, which decides how it prints, parses
  * and counts in a node's identity (walk.h). */
@@ -54,7 +61,9 @@ typedef enum ot__attr_type {
     OT__AT_NODE_DTYPE,  /* the node's dtype (parsed into ot_args.dtype) */
     OT__AT_NODE_SHAPE,  /* the node's shape (parsed into ot_args.shape) */
     OT__AT_PERM,        /* transpose's perm (ot_args.perm; all zero reverses) */
-    OT__AT_INDEX        /* slice's index ("[1:3, ::2]"): never parsed by name */
+    OT__AT_INDEX,       /* slice's index ("[1:3, ::2]"): never parsed by name */
+    OT__AT_WIN3         /* an int32_t[3] of args.win, a tuple of the node's
+                           spatial dims (ot__win_dims) */
 } ot__attr_type;
 
 typedef struct ot__attr {

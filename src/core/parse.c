@@ -331,7 +331,10 @@ static ot_node *attr_tuple(parser *ps, const ot__attr *at, ot_args *a, const cha
     int n;
     if (!int_tuple(ps, t, &n))
         return fail(ps, at_text, "%s must be a tuple of at most %d integers", at->name, OT_MAX_DIMS);
-    if (at->type == OT__AT_PERM) {
+    if (at->type == OT__AT_WIN3) {   /* the builder checks count and values */
+        if (n > 3) return fail(ps, at_text, "%s has at most 3 entries", at->name);
+        for (int i = 0; i < n; i++) ((int32_t *)((char *)a + at->off))[i] = (int32_t)t[i];
+    } else if (at->type == OT__AT_PERM) {
         for (int i = 0; i < n; i++) a->perm[i] = (int)t[i];
         a->spec_ = ".perm = given";
     } else {
@@ -352,7 +355,8 @@ static ot_node *attr_value(parser *ps, const char *m, ot_args *a, const char *at
         if (ident(ps, name) && dtype_named(name, (ot_dtype *)p)) return (ot_node *)a;
         return fail(ps, at, "dtype must be f32, f64 or i32");
     }
-    if (t->type == OT__AT_PERM || t->type == OT__AT_NODE_SHAPE) return attr_tuple(ps, t, a, at);
+    if (t->type == OT__AT_PERM || t->type == OT__AT_NODE_SHAPE || t->type == OT__AT_WIN3)
+        return attr_tuple(ps, t, a, at);
     if (t->type == OT__AT_FLAG && ident(ps, name)) {
         if (strcmp(name, "True") && strcmp(name, "true") && strcmp(name, "False") &&
             strcmp(name, "false"))
@@ -586,6 +590,7 @@ static ot_node *prefix(parser *ps, ot_op op, const char *at)
         const char *here = ps->p;
         if (ident(ps, name)) {
             int i = member_index(OT__ARGS_MEMBERS, name);
+            if (i < 0 && ot__attr_lookup(name) != OT__ATTR_NONE) i = 0;   /* args.win's */
             if (i >= 0 && accept(ps, "=")) {
                 if (!attr_value(ps, name, &a, here)) return NULL;
                 continue;

@@ -279,6 +279,15 @@ static int64_t *perm_dims(const ot_node *n, int64_t out[OT_MAX_DIMS])
     return out;
 }
 
+/* A window attribute (int32_t[3] of args.win) widened over the node's
+ * spatial dims, for the tuple writers above. */
+static int64_t *win_dims(const ot_node *n, const char *p, int64_t out[3], int *count)
+{
+    *count = ot__win_dims(n);
+    for (int i = 0; i < *count; i++) out[i] = ((const int32_t *)p)[i];
+    return out;
+}
+
 /* A slice's indices as NumPy writes them: [1:3, :, 2, ::-1]. */
 static void print_index(FILE *f, const ot_node *n)
 {
@@ -540,6 +549,7 @@ static void attr_value(FILE *f, const ot_node *n, const ot__attr *at, attr_style
 {
     const char *p = (const char *)&n->args + at->off;
     int64_t perm[OT_MAX_DIMS];
+    int nw;
     char num[40];
     const char *quote = style == ATTRS_TUPLE ? "'" : "";
     switch (at->type) {
@@ -559,6 +569,11 @@ static void attr_value(FILE *f, const ot_node *n, const ot__attr *at, attr_style
     case OT__AT_PERM:
         if (style == ATTRS_PP) print_dims(f, perm_dims(n, perm), n->shape.ndim);
         else print_py_tuple(f, perm_dims(n, perm), n->shape.ndim);
+        break;
+    case OT__AT_WIN3:
+        win_dims(n, p, perm, &nw);
+        if (style == ATTRS_PP) print_dims(f, perm, nw);
+        else print_py_tuple(f, perm, nw);
         break;
     default:   /* OT__AT_INDEX */
         fputs(quote, f);

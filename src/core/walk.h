@@ -255,6 +255,9 @@ static inline int ot__attr_ident(const ot_node *n, const ot__attr *at, int64_t *
         w[0] = (int64_t)q;
         return 1;
     }
+    case OT__AT_WIN3:   /* every entry: those past the spatial dims are 0 */
+        for (int i = 0; i < 3; i++) w[i] = ((const int32_t *)p)[i];
+        return 3;
     case OT__AT_INDEX:   /* start, step and count of each operand dim */
         for (int i = 0; i < n->a->shape.ndim; i++) {
             w[3 * i] = g->start[i];

@@ -36,6 +36,11 @@ static uint64_t count_ops(const ot_kernel *k)
     if (k->kind == OT_KER_DOT) return 2 * (uint64_t)k->m * (uint64_t)k->n * (uint64_t)k->k * (uint64_t)k->batch;
     if (k->kind == OT_KER_RAND || k->kind == OT_KER_ONEHOT || k->kind == OT_KER_STRUCT)
         return (uint64_t)ot__numel(&k->shape);
+    if (k->kind == OT_KER_CONV) {   /* a multiply-add per tap of every S element */
+        const ot__conv_geom *g = &k->conv;
+        return 2 * (uint64_t)(g->n * g->groups * g->sc * g->xc) *
+               (uint64_t)(g->sp[0] * g->sp[1] * g->sp[2] * g->k[0] * g->k[1] * g->k[2]);
+    }
     uint64_t elems = 1, ops = 0;
     for (int i = 0; i < k->ndim; i++) elems *= (uint64_t)k->dims[i];
     for (int i = 0; i < k->ninsn; i++) {
@@ -80,9 +85,21 @@ char *ot__plan_describe(const ot_kernel *k)
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     if (!f) return NULL;
-    static const char *kinds[] = {"elementwise", "reduce", "dot", "rand", "onehot", "struct"};
+    static const char *kinds[] = {"elementwise", "reduce", "dot", "rand", "onehot", "struct", "conv"};
     fprintf(f, "%s", kinds[k->kind]);
     if (k->kind == OT_KER_STRUCT) fprintf(f, " %s", k->custom->name);
+    if (k->kind == OT_KER_CONV) {
+        fprintf(f, " %s [", ot_op_name((ot_op)k->conv_op));
+        for (int i = 0; i < k->shape.ndim; i++)
+            fprintf(f, i ? "x%lld" : "%lld", (long long)k->shape.dims[i]);
+        fprintf(f, "] (%s, groups %lld)", ot__conv_direct(k) ? "direct" : "im2col + gemm",
+                (long long)k->conv.groups);
+        put_view(f, " <- ", &k->loads[0]);
+        put_view(f, " ", &k->loads[1]);
+        put_view(f, " -> ", &k->store);
+        fclose(f);
+        return buf;
+    }
     if (k->kind == OT_KER_DOT) {
         const char *blas = k->n == 1 || k->m == 1 ? "gemv" : "gemm";
         if (k->batch != 1) fprintf(f, " %lld x", (long long)k->batch);

@@ -143,7 +143,8 @@ typedef struct ot_insn {
                                        registered op's index (ot__custom) */
 } ot_insn;
 
-enum { OT_KER_EW, OT_KER_REDUCE, OT_KER_DOT, OT_KER_RAND, OT_KER_ONEHOT, OT_KER_STRUCT };
+enum { OT_KER_EW, OT_KER_REDUCE, OT_KER_DOT, OT_KER_RAND, OT_KER_ONEHOT, OT_KER_STRUCT,
+       OT_KER_CONV };
 
 /* A run-time scale: mul * param[param], or mul alone when param < 0. */
 typedef struct ot_scale {
@@ -267,6 +268,10 @@ typedef struct ot_kernel {
      * load_shapes (owned), into the contiguous store of shape `shape`. */
     const struct ot_custom *custom;
     ot_shape *load_shapes;
+    /* CONV (exec_conv.c): the op and its loop (internal.h's X, S, W); loads
+     * and store have 5-D strides (batch, channels, 3 spatial dims). */
+    int conv_op;
+    ot__conv_geom conv;
     char *desc;                     /* for ot_explain: the nodes it fuses */
     ot_jit *jit;                    /* EW, REDUCE: generated code, or NULL */
 } ot_kernel;
@@ -378,6 +383,12 @@ void ot__run_dot(const ot_kernel *k, char *const base[2], char *dst,
                  const double *param, char *scratch);
 /* plan_struct.c: runs a STRUCT kernel from the bases of its loads into dst. */
 void ot__run_struct(const ot_kernel *k, char *const *base, char *dst);
+/* exec_conv.c: runs a CONV kernel from its operands' bases into dst, with
+ * scratch of ot__conv_scratch's size (false: it overflows); whether it
+ * runs the direct loop (else im2col + GEMM), for ot_explain. */
+bool ot__conv_scratch(const ot_kernel *k, size_t *bytes);
+void ot__run_conv(const ot_kernel *k, char *const base[2], char *dst, char *scratch);
+bool ot__conv_direct(const ot_kernel *k);
 /* exec.c: ot__plan_run_prepare lays out a run's scratch once, after the
  * plan's code is generated (tiles depend on it); ot__plan_run runs it for
  * the n trees it was planned from: an int32 sum that does not fit int32 is

@@ -571,6 +571,7 @@ static void run_kernel(ot_backend *be, const ot_plan *p, const ot_binding *bind,
     case OT_KER_RAND: run_rand(be, kp, dst); break;
     case OT_KER_ONEHOT: run_onehot(kp, base[0], dst); break;
     case OT_KER_STRUCT: ot__run_struct(kp, base, dst); break;
+    case OT_KER_CONV: ot__run_conv(kp, base, dst, region(mem, slot, R_PACK)); break;
     default: {
         run_ctx c;
         ot__clear(&c, sizeof c);
@@ -728,9 +729,10 @@ static bool run_layout(const ot_plan *p, run_mem *m)
     for (int i = 0; i < p->nkernels; i++) {
         const ot_kernel *k = &p->kernels[i];
         if (k->nload > 16) need(&sz[R_BASE], sizeof(char *) * (size_t)k->nload);
-        if (k->kind == OT_KER_DOT) {
+        if (k->kind == OT_KER_DOT || k->kind == OT_KER_CONV) {
             size_t bytes;
-            if (!ot__dot_scratch(k, &bytes)) return false;
+            if (k->kind == OT_KER_DOT ? !ot__dot_scratch(k, &bytes) : !ot__conv_scratch(k, &bytes))
+                return false;
             need(&sz[R_PACK], bytes);
         }
         if (k->kind != OT_KER_EW && k->kind != OT_KER_REDUCE) continue;

@@ -374,11 +374,35 @@ static bool special_kernel(compiler *c, int e, const storage *dst)
     return true;
 }
 
+/* A storage as a CONV kernel's view: 5-D strides, spatial dims past the
+ * node's of size 1 (stride 0). */
+static ot_view conv_view(const storage *s)
+{
+    ot_view v = {.space = s->space, .dtype = s->dtype, .index = s->index, .offset = s->offset};
+    memcpy(v.strides, s->strides, sizeof(int64_t) * (size_t)s->shape.ndim);
+    return v;
+}
+
+static bool conv_kernel(compiler *c, int e, const storage *dst)
+{
+    const ot_node *n = node_of(c, e);
+    ot_kernel *k = new_kernel(c, OT_KER_CONV);
+    if (!k || !(k->loads = ot__malloc(2 * sizeof *k->loads))) return false;
+    k->nload = 2;
+    for (int i = 0; i < 2; i++) k->loads[i] = conv_view(&c->ci[canon_operand(c, e, i)].st);
+    k->store = conv_view(dst);
+    k->conv_op = n->op;
+    ot__conv_geom_of(n, &k->conv);
+    k->shape = n->shape;
+    return true;
+}
+
 static bool entry_kernel(compiler *c, prog *g, int e, const storage *dst)
 {
     if (node_of(c, e)->custom && c->w->e[e].op == OT_OP_CUSTOM_STRUCT)
         return ot__build_struct_kernel(c, g, e, dst);
     switch (kind_of(c, e)) {
+    case OT_KIND_CONV: return conv_kernel(c, e, dst);
     case OT_KIND_REDUCE: return reduce_kernel(c, g, e, dst);
     case OT_KIND_DOT: return dot_kernel(c, e, dst, ONE, NONE);
     case OT_KIND_SPECIAL:

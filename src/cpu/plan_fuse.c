@@ -130,7 +130,8 @@ static void materialise_operands(compiler *c, int i, int kind)
         if (o >= 0 && is_op(c, o) && kind_of(c, o) != OT_KIND_SHAPE) c->ci[o].mat = true;
         /* a layout op of a constant has no memory to view (a
          * gradient's reshape(1.0) into a dot): it is filled */
-        if (kind == OT_KIND_DOT && o >= 0 && views_constant(c, o)) c->ci[o].mat = true;
+        if ((kind == OT_KIND_DOT || kind == OT_KIND_CONV) && o >= 0 && views_constant(c, o))
+            c->ci[o].mat = true;
     }
 }
 
@@ -163,7 +164,7 @@ void ot__fuse_choose_materialised(compiler *c)
         if (!is_ew(c, i) || !c->fused) ci->mat = kind != OT_KIND_SHAPE;
         /* A checkpoint is stored whatever fusion would do: the user's cut. */
         if (op == OT_OP_KEEP) ci->mat = true;
-        if (kind == OT_KIND_DOT || kind == OT_KIND_SHAPE || op == OT_OP_ONEHOT)
+        if (kind == OT_KIND_DOT || kind == OT_KIND_SHAPE || op == OT_OP_ONEHOT || kind == OT_KIND_CONV)
             materialise_operands(c, i, kind);
         /* A costly value that a reduction and other work both read (softmax's
          * exp(x - max)) is stored once rather than computed in each kernel. */

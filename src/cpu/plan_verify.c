@@ -188,7 +188,7 @@ static int check_program(const ot_plan *p, const ot_kernel *k, int kid)
 
 static int check_kernel(const ot_plan *p, const ot_kernel *k, int kid)
 {
-    if (k->kind < OT_KER_EW || k->kind > OT_KER_STRUCT || k->ndim < 0 || k->ndim > OT_MAX_DIMS)
+    if (k->kind < OT_KER_EW || k->kind > OT_KER_CONV || k->ndim < 0 || k->ndim > OT_MAX_DIMS)
         return fail("kernel %d: kind %d over %d dims", kid, k->kind, k->ndim);
     if (k->nload < 0 || (k->nload > 0 && !k->loads) || (k->nxstore > 0 && !k->xstores))
         return fail("kernel %d: views missing", kid);

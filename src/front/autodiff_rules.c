@@ -281,6 +281,14 @@ static void dot_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
     }
 }
 
+/* conv, conv_transpose, conv_wgrad: windowed nodes of g (conv_shape.c). */
+static void conv_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
+{
+    ot_node *gf = ot__ad_full(c, g, n->shape, (ot_dtype)n->dtype);
+    if (want(s, n->a)) push(c, s, n->a, ot__conv_grad(n, gf, 0, c->file, c->line));
+    if (want(s, n->b)) push(c, s, n->b, ot__conv_grad(n, gf, 1, c->file, c->line));
+}
+
 static void transpose_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
 {
     int inv[OT_MAX_DIMS] = {0};

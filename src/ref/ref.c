@@ -58,6 +58,7 @@ static double ref_sigm(double x, double e) { return (x < 0 ? e : 1.0) / (1.0 + e
 #define REF_DEF_SHAPE(E, f)
 #define REF_DEF_SPECIAL(E, f)
 #define REF_DEF_COMPOSITE(E, f)
+#define REF_DEF_CONV(E, f)
 /* Registered ops' placeholder rows (vec USER) have none: their nodes
  * carry their own functions (eval_custom). */
 #define REF_KIND_OWN(K) K
@@ -83,11 +84,13 @@ static double ref_sigm(double x, double e) { return (x < 0 ? e : 1.0) / (1.0 + e
 #define REF_UN_SHAPE(E)
 #define REF_UN_SPECIAL(E)
 #define REF_UN_COMPOSITE(E)
+#define REF_UN_CONV(E)
 #define REF_BIN_REDUCE(E)
 #define REF_BIN_DOT(E)
 #define REF_BIN_SHAPE(E)
 #define REF_BIN_SPECIAL(E)
 #define REF_BIN_COMPOSITE(E)
+#define REF_BIN_CONV(E)
 #define REF_UN_USER(E)
 #define REF_BIN_USER(E)
 
@@ -600,6 +603,7 @@ static int eval_op_double(ref_run *run, const ot_stack_item *it, double *out)
     case OT_KIND_BINARY: eval_binary(node, it->op, x, y, out); return OT_OK;
     case OT_KIND_REDUCE: return eval_reduce(node, it->op, x, out);
     case OT_KIND_DOT: eval_dot(node, x, y, out); return OT_OK;
+    case OT_KIND_CONV: ot__ref_conv(node, x, y, out); return OT_OK;
     case OT_KIND_SHAPE:
         if (it->op == OT_OP_SLICE) eval_slice(node, x, out);
         else if (it->op == OT_OP_RESHAPE) eval_cast(node, x, out);   /* row-major: the same values */

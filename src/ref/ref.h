@@ -13,5 +13,8 @@ extern const ot_backend_vt ot__ref_vt;
 /* ref_struct.c: a structured registered op's node from its operands'
  * values x and y (NULL where absent), in double, into out. */
 int ot__ref_struct(const ot_node *node, const double *x, const double *y, double *out);
+/* ref_conv.c: conv, conv_transpose or conv_wgrad node of row-major
+ * operands a and b into out, in double. */
+void ot__ref_conv(const ot_node *node, const double *a, const double *b, double *out);
 
 #endif

@@ -1,0 +1,335 @@
+/*
+ * test_conv.c - issue 34: conv, conv_transpose and conv_wgrad. A value by
+ * hand, cpu against ref on every option (1-D to 3-D, stride, dilation,
+ * padding per side and 'same', groups, depthwise, output padding, strided
+ * views), build-time errors naming shapes and the caller's line, ot_pp
+ * read back by ot_parse, ot_explain naming the algorithm, and gradients
+ * (first and second order) against finite differences in f64. Values
+ * against NumPy are tests/conv_check.py's.
+ */
+#include "test.h"
+#include "fuzz.h"
+
+#include <stdlib.h>
+
+/* A tensor of shape and dtype with small integer-valued data, per seed. */
+static ot_tensor *data(ot_backend *be, ot_shape s, ot_dtype dt, int seed)
+{
+    int64_t n = 1;
+    for (int d = 0; d < s.ndim; d++) n *= s.dims[d];
+    double *v = malloc(sizeof *v * (size_t)(n ? n : 1));
+    for (int64_t i = 0; i < n; i++) v[i] = (double)((i * 7 + seed * 13) % 11 - 5) / 4;
+    ot_tensor *t = ot_array(be, s, OT_F64, v);
+    ot_tensor *r = ot_empty(be, s, dt);
+    CHECK_INT(ot_assign(r, ot_cast(t, dt)), 0);
+    ot_tensor_free(t);
+    free(v);
+    return r;
+}
+
+static double *values(ot_tensor *t)
+{
+    ot_tensor *c = ot_empty(ot_tensor_backend(t), ot_tensor_shape(t), OT_F64);
+    CHECK_INT(ot_assign(c, ot_tensor_node(t)), 0);
+    int64_t n = ot_tensor_numel(t);
+    double *v = malloc(sizeof *v * (size_t)(n ? n : 1));
+    CHECK_INT(ot_get(c, v), 0);
+    ot_tensor_free(c);
+    return v;
+}
+
+TEST(conv_value_by_hand)
+{
+    ot_backend *be = test__backend("cpu", OT_FUSION_ON);
+    ot_pool *p = ot_pool_push();
+    ot_tensor *x = ot_array(be, OT_SHAPE(1, 1, 4), OT_F64, (double[]){1, 2, 3, 4});
+    ot_tensor *w = ot_array(be, OT_SHAPE(1, 1, 2), OT_F64, (double[]){1, 10});
+    ot_tensor *y = ot_eval(ot_conv(x, w, .pad = 1, .stride = {2}));
+    double v[3] = {0};
+    CHECK(y && ot_tensor_numel(y) == 3);
+    if (y) CHECK_INT(ot_get(y, v), 0);
+    CHECK_NEAR(v[0], 10, 0);   /* [0, 1] . [1, 10] */
+    CHECK_NEAR(v[1], 32, 0);   /* [2, 3] */
+    CHECK_NEAR(v[2], 4, 0);    /* [4, 0] */
+    ot_tensor *t = ot_eval(ot_conv_transpose(x, w, .stride = {2}));
+    double u[8] = {0};
+    CHECK(t && ot_tensor_numel(t) == 8);
+    if (t) CHECK_INT(ot_get(t, u), 0);
+    CHECK_NEAR(u[1], 10, 0);
+    CHECK_NEAR(u[6], 4, 0);
+    ot_tensor_free(y);
+    ot_tensor_free(t);
+    ot_pool_pop(p);
+    ot_tensor_free(x);
+    ot_tensor_free(w);
+    ot_backend_free(be);
+}
+
+/* One geometry: x's and w's shapes and the options. */
+typedef struct conv_case {
+    ot_shape x, w;
+    ot_conv_opts o;
+    bool transpose;
+} conv_case;
+
+#define SH(n, ...) {.ndim = n, .dims = {__VA_ARGS__}}
+static const conv_case CASES[] = {
+    {SH(3, 2, 3, 7), SH(3, 4, 3, 3), {.stride = {2}, .pad = 1}, false},
+    {SH(4, 2, 4, 6, 5), SH(4, 6, 2, 3, 2), {.groups = 2, .dilation = {2, 1},
+                                                 .pad_lo = {1, 0}, .pad_hi = {2, 1}}, false},
+    {SH(4, 1, 4, 5, 5), SH(4, 4, 1, 3, 3), {.groups = 4, .padding = OT_PAD_SAME}, false},
+    {SH(5, 2, 2, 4, 3, 3), SH(5, 3, 2, 2, 2, 1), {.stride = {1, 2, 1}, .pad = 1}, false},
+    {SH(4, 0, 2, 4, 4), SH(4, 3, 2, 2, 2), {0}, false},
+    {SH(4, 2, 4, 3, 4), SH(4, 4, 3, 2, 3), {.groups = 2, .stride = {2, 3}, .pad_lo = {1, 0},
+                                                 .pad_hi = {0, 1}, .output_padding = {1, 2}}, true},
+    {SH(3, 1, 3, 5), SH(3, 3, 2, 3), {.dilation = {2}, .pad = 2}, true},
+};
+#define NCASES (int)(sizeof CASES / sizeof CASES[0])
+
+static ot_node *build_case(const conv_case *c, ot_node *x, ot_node *w)
+{
+    return c->transpose ? ot_conv_transpose_at(x, w, &c->o, __FILE__, __LINE__)
+                        : ot_conv_at(x, w, &c->o, __FILE__, __LINE__);
+}
+
+/* The case's tree, its gradients included, on be: one value per output. */
+static void eval_case(ot_backend *be, const conv_case *c, ot_dtype dt, double *out[3], bool view)
+{
+    ot_pool *p = ot_pool_push();
+    ot_shape xs = c->x;
+    if (view) xs.dims[xs.ndim - 1] *= 2;   /* every other column */
+    ot_tensor *xb = data(be, xs, dt, 1), *w = data(be, c->w, dt, 2);
+    ot_tensor *x = xb;
+    if (view) {
+        ot_index idx[5] = {OT_ALL, OT_ALL, OT_ALL, OT_ALL, OT_ALL};
+        idx[xs.ndim - 1] = OT_RANGE(0, OT_NONE, 2);
+        x = ot_slice_n(xb, xs.ndim, idx);
+    }
+    ot_node *y = build_case(c, ot_tensor_node(x), ot_tensor_node(w));
+    CHECK(y != NULL);
+    if (!y) {
+        printf("  %s\n", ot_errmsg());
+        ot_clear_error();
+    }
+    ot_tensor *r = y ? data(be, ot_node_shape(y), dt, 3) : NULL;
+    ot_node *loss = y ? ot_sum(ot_mul(y, r)) : NULL;
+    ot_autodiff *ad = loss ? ot_autodiff_new(loss, NULL) : NULL;
+    ot_tensor *res[3] = {y ? ot_eval(y) : NULL, NULL, NULL};
+    if (ad) {
+        res[1] = ot_empty(be, ot_tensor_shape(x), dt);
+        res[2] = ot_empty(be, c->w, dt);
+        CHECK_INT(ot_assign(res[1], ot_autodiff_grad(ad, x)), 0);
+        CHECK_INT(ot_assign(res[2], ot_autodiff_grad(ad, w)), 0);
+    }
+    for (int i = 0; i < 3; i++) {
+        out[i] = res[i] ? values(res[i]) : NULL;
+        ot_tensor_free(res[i]);
+    }
+    ot_autodiff_free(ad);
+    ot_tensor_free(r);
+    ot_pool_pop(p);
+    if (x != xb) ot_tensor_free(x);
+    ot_tensor_free(xb);
+    ot_tensor_free(w);
+}
+
+static int64_t numel(ot_shape s)
+{
+    int64_t n = 1;
+    for (int d = 0; d < s.ndim; d++) n *= s.dims[d];
+    return n;
+}
+
+TEST(conv_cpu_matches_ref)
+{
+    ot_backend *ref = test__backend("ref", OT_FUSION_ON), *cpu = test__backend("cpu", OT_FUSION_ON);
+    for (int k = 0; k < NCASES; k++)
+        for (int v = 0; v < 4; v++) {
+            ot_dtype dt = v & 1 ? OT_F32 : OT_F64;
+            double *a[3], *b[3];
+            eval_case(ref, &CASES[k], dt, a, v >= 2);
+            eval_case(cpu, &CASES[k], dt, b, v >= 2);
+            ot_pool *p = ot_pool_push();
+            ot_tensor *xt = ot_zeros(ref, CASES[k].x, OT_F64), *wt = ot_zeros(ref, CASES[k].w, OT_F64);
+            ot_node *y = build_case(&CASES[k], ot_tensor_node(xt), ot_tensor_node(wt));
+            int64_t n[3] = {y ? numel(ot_node_shape(y)) : 0, numel(CASES[k].x), numel(CASES[k].w)};
+            ot_pool_pop(p);
+            ot_tensor_free(xt);
+            ot_tensor_free(wt);
+            for (int i = 0; i < 3; i++) {
+                CHECK(a[i] && b[i]);
+                for (int64_t e = 0; a[i] && b[i] && e < n[i]; e++)
+                    if (!test__close(a[i][e], b[i][e], dt == OT_F32 ? 1e-5 : 1e-12)) {
+                        test__fail(__FILE__, __LINE__, "case %d %s%s, result %d [%lld]: cpu %.17g, "
+                                   "ref %.17g", k, dt == OT_F32 ? "f32" : "f64",
+                                   v >= 2 ? " (view)" : "", i, (long long)e, b[i][e], a[i][e]);
+                        break;
+                    }
+                free(a[i]);
+                free(b[i]);
+            }
+        }
+    ot_backend_free(ref);
+    ot_backend_free(cpu);
+}
+
+/* The derivative of sum(tree * r) along a direction v of every input at
+ * once (xs[t] + h v[t]) against the gradients' inner product with v,
+ * in f64: one central difference checks every element's gradient. */
+static void fd_check(int k, ot_node *tree, int n, ot_tensor *const xs[])
+{
+    ot_backend *be = ot_tensor_backend(xs[0]);
+    ot_tensor *r = data(be, ot_node_shape(tree), OT_F64, 5);
+    ot_node *loss = ot_sum(ot_mul(tree, r));
+    ot_autodiff *ad = ot_autodiff_new(loss, NULL);
+    double *x0[2], *v[2], want = 0, f[2], h = 1e-5;
+    for (int t = 0; t < n; t++) {
+        int64_t m = ot_tensor_numel(xs[t]);
+        double *g = malloc(sizeof *g * (size_t)(m ? m : 1));
+        x0[t] = malloc(sizeof *x0[t] * (size_t)(m ? m : 1));
+        v[t] = malloc(sizeof *v[t] * (size_t)(m ? m : 1));
+        CHECK_INT(ot_autodiff_grad_host(ad, xs[t], g), 0);
+        CHECK_INT(ot_get(xs[t], x0[t]), 0);
+        for (int64_t i = 0; i < m; i++) {
+            v[t][i] = (double)((i * 5 + t * 3) % 7 - 3) / 3;
+            want += g[i] * v[t][i];
+        }
+        free(g);
+    }
+    ot_tensor *lv = ot_empty(be, OT_SHAPE(), OT_F64);
+    for (int side = 0; side < 2; side++) {
+        for (int t = 0; t < n; t++) {
+            int64_t m = ot_tensor_numel(xs[t]);
+            double *x = malloc(sizeof *x * (size_t)(m ? m : 1));
+            for (int64_t i = 0; i < m; i++) x[i] = x0[t][i] + (side ? -h : h) * v[t][i];
+            ot_set(xs[t], x);
+            free(x);
+        }
+        CHECK_INT(ot_assign(lv, loss), 0);
+        ot_get(lv, &f[side]);
+    }
+    double num = (f[0] - f[1]) / (2 * h);
+    if (!(fabs(num - want) <= 1e-6 * (1 + fabs(num))))
+        test__fail(__FILE__, __LINE__, "case %d: directional derivative: analytic %.12g, "
+                   "numeric %.12g", k, want, num);
+    for (int t = 0; t < n; t++) {
+        ot_set(xs[t], x0[t]);
+        free(x0[t]);
+        free(v[t]);
+    }
+    ot_autodiff_free(ad);
+    ot_tensor_free(lv);
+    ot_tensor_free(r);
+}
+
+/* First order on every case; second order (the gradient in w, itself a
+ * conv_wgrad, differentiated in x, and conv_transpose's in x, a conv). */
+TEST(conv_gradients_match_finite_differences)
+{
+    ot_backend *be = test__backend("cpu", OT_FUSION_ON);
+    for (int k = 0; k < NCASES; k++) {
+        if (numel(CASES[k].x) == 0) continue;
+        ot_pool *p = ot_pool_push();
+        ot_tensor *xw[2] = {data(be, CASES[k].x, OT_F64, 1), data(be, CASES[k].w, OT_F64, 2)};
+        ot_node *y = build_case(&CASES[k], ot_tensor_node(xw[0]), ot_tensor_node(xw[1]));
+        CHECK(y != NULL);
+        if (y) fd_check(k, ot_sqr(y), 2, xw);
+        ot_tensor *r = y ? data(be, ot_node_shape(y), OT_F64, 4) : NULL;
+        ot_autodiff *ad = y ? ot_autodiff_new(ot_sum(ot_mul(ot_sqr(y), r)), NULL) : NULL;
+        if (ad) {
+            fd_check(100 + k, ot_autodiff_grad(ad, xw[1]), 2, xw);
+            fd_check(200 + k, ot_autodiff_grad(ad, xw[0]), 2, xw);
+        }
+        ot_autodiff_free(ad);
+        ot_tensor_free(r);
+        ot_pool_pop(p);
+        ot_tensor_free(xw[0]);
+        ot_tensor_free(xw[1]);
+    }
+    ot_backend_free(be);
+}
+
+TEST(conv_bad_input_is_a_build_error)
+{
+    ot_backend *be = test__backend("ref", OT_FUSION_ON);
+    ot_tensor *x = ot_zeros(be, OT_SHAPE(2, 4, 5, 5), OT_F32), *w = ot_zeros(be, OT_SHAPE(6, 3, 3, 3), OT_F32);
+    ot_tensor *w2 = ot_zeros(be, OT_SHAPE(6, 2, 3, 3), OT_F32), *big = ot_zeros(be, OT_SHAPE(6, 4, 6, 3), OT_F32);
+    ot_tensor *xd = ot_zeros(be, OT_SHAPE(2, 4, 5, 5), OT_F64), *w1 = ot_zeros(be, OT_SHAPE(6, 4, 3), OT_F32);
+    char site[64];
+    ot_pool *p = ot_pool_push();
+    int line = __LINE__ + 1;
+    CHECK(ot_conv(x, w) == NULL);
+    CHECK_ERR(OT_ESHAPE, TEST_SITE(site, line), "conv:", "input channels 4", "(6,3,3,3)", "(2,4,5,5)");
+    ot_clear_error();
+    CHECK(ot_conv(x, w2, .groups = 3) == NULL);
+    CHECK_ERR(OT_ESHAPE, "groups 3");
+    ot_clear_error();
+    CHECK(ot_conv(x, big) == NULL);
+    CHECK_ERR(OT_ESHAPE, "larger than the padded input 5 + 0 + 0");
+    ot_clear_error();
+    CHECK(ot_conv(x, big, .pad = 1) != NULL);
+    CHECK(ot_conv(x, w2, .stride = {0}) == NULL);
+    CHECK_ERR(OT_EINVAL, "stride 0");
+    ot_clear_error();
+    CHECK(ot_conv(x, w2, .groups = 2, .dilation = {1, -1}) == NULL);
+    CHECK_ERR(OT_EINVAL, "dilation -1 in spatial dim 1");
+    ot_clear_error();
+    CHECK(ot_conv(x, w2, .groups = 2, .pad = -1) == NULL);
+    CHECK_ERR(OT_EINVAL, "pad_lo -1");
+    ot_clear_error();
+    CHECK(ot_conv(xd, w2, .groups = 2) == NULL);
+    CHECK_ERR(OT_EDTYPE, "float64");
+    ot_clear_error();
+    CHECK(ot_conv(x, w1) == NULL);
+    CHECK_ERR(OT_EINVAL, "3-D to 5-D");
+    ot_clear_error();
+    CHECK(ot_conv(x, w2, .groups = 2, .pad = 1, .pad_lo = {1, 1}) == NULL);
+    CHECK_ERR(OT_EINVAL, "give one of");
+    ot_clear_error();
+    CHECK(ot_conv_transpose(x, big, .stride = {2}, .output_padding = {2}) == NULL);
+    CHECK_ERR(OT_ESHAPE, "conv_transpose");
+    ot_clear_error();
+    ot_pool_pop(p);
+    ot_tensor *t[] = {x, w, w2, big, xd, w1};
+    for (int i = 0; i < 6; i++) ot_tensor_free(t[i]);
+    ot_backend_free(be);
+}
+
+TEST(conv_prints_parses_and_explains)
+{
+    ot_backend *be = test__backend("cpu", OT_FUSION_ON);
+    ot_tensor *x = ot_zeros(be, OT_SHAPE(2, 4, 5, 5), OT_F32), *w = ot_zeros(be, OT_SHAPE(4, 2, 3, 3), OT_F32);
+    ot_tensor *dw = ot_zeros(be, OT_SHAPE(4, 1, 3, 3), OT_F32);
+    ot_tensor_set_name(x, "x");
+    ot_tensor_set_name(w, "w");
+    ot_pool *p = ot_pool_push();
+    ot_node *in[2] = {ot_tensor_node(x), ot_tensor_node(w)};
+    ot_node *trees[] = {
+        ot_conv(x, w, .groups = 2, .stride = {2, 1}, .pad_lo = {1, 0}, .pad_hi = {0, 2}),
+        ot_conv_transpose(x, w, .stride = {2}, .output_padding = {1, 0}, .dilation = {1, 2}),
+        ot_relu(ot_conv(x, w, .groups = 2, .padding = OT_PAD_SAME)),
+    };
+    for (int k = 0; k < 3; k++) {
+        char *text = NULL;
+        size_t len = 0;
+        FILE *m = open_memstream(&text, &len);
+        CHECK_INT(ot_pp(trees[k], m), 0);
+        fclose(m);
+        ot_node *back = ot_parse(text, 2, (const char *[]){"x", "w"}, in);
+        if (!fuzz_same_tree(back, trees[k]))
+            test__fail(__FILE__, __LINE__, "ot_pp wrote '%s', parsed to %s", text,
+                       back ? "another tree" : ot_errmsg());
+        free(text);
+    }
+    char *e = test__capture(ot_explain, trees[0]);
+    CHECK(e && strstr(e, "conv conv [2x4x2x5] (im2col + gemm, groups 2)"));
+    free(e);
+    e = test__capture(ot_explain, ot_conv(x, dw, .groups = 4, .pad = 1));
+    CHECK(e && strstr(e, "(direct, groups 4)"));
+    free(e);
+    ot_pool_pop(p);
+    ot_tensor_free(x);
+    ot_tensor_free(w);
+    ot_tensor_free(dw);
+    ot_backend_free(be);
+}

@@ -80,6 +80,7 @@ typedef struct share {
     int *idx;                 /* which temporaries a wave computes */
     ot_node **rewritten;      /* with rule sets: every step's trees, retained */
     size_t nrewritten;
+    ot__share_sink *sink;     /* where the assignments go */
 } share;
 
 /* Room for need elements in *v (*cap of them, elem bytes each). */
@@ -468,7 +469,7 @@ static int run_waves(share *s, int n, gen *const tmp[], ot_tensor **outs, ot_nod
         if (!rc && !m)   /* the lowest pending one has none below it: never */
             rc = ot__err_set(OT_EINTERNAL, NULL, 0, NULL, "kept values depend on each other");
         if (!rc) rc = rebuild(s, m, trees, trees);
-        if (!rc) rc = s->be->vt->assign_many(s->be, m, outs, trees);
+        if (!rc) rc = s->sink->emit(s->sink->ctx, s->be, s->rebuild, true, m, outs, trees);
         if (rc) return rc;
         for (int q = 0; q < m; q++) {
             s->it[tmp[idx[q]]->item].pend = false;
@@ -503,10 +504,11 @@ static int start_temporaries(share *s, int j, int *gi)
     return ntmp;
 }
 
-/* Frees the temporaries no step after j reads. */
+/* Frees the temporaries no step after j reads (kept ones are the
+ * sink's: it runs the assignments again). */
 static void free_read(share *s, int j)
 {
-    for (int q = 0; q < s->ng; q++)
+    for (int q = 0; q < s->ng && !s->sink->keep; q++)
         if (s->g[q].t && s->g[q].last <= j) {
             ot_tensor_free(s->g[q].t);
             s->g[q].t = NULL;
@@ -530,7 +532,7 @@ static int run_step(share *s, int j, int *ui, int *gi)
     int rc = ntmp < 0 ? ntmp : pool ? 0 : nomem();
     if (!rc) rc = run_waves(s, ntmp, s->tmp, s->souts, s->strees, s->idx);
     if (!rc) rc = rebuild(s, st->n, st->trees, s->strees);
-    if (!rc) rc = s->be->vt->assign_many(s->be, st->n, st->outs, s->strees);
+    if (!rc) rc = s->sink->emit(s->sink->ctx, s->be, j, false, st->n, st->outs, s->strees);
     if (pool) ot_pool_pop(pool);
     free_read(s, j);
     return rc;
@@ -546,7 +548,9 @@ static int alloc_scratch(share *s)
     s->souts = ot__malloc(sizeof *s->souts * c);
     s->strees = ot__malloc(sizeof *s->strees * c);
     s->idx = ot__malloc(sizeof *s->idx * c);
-    return s->tmp && s->souts && s->strees && s->idx ? 0 : nomem();
+    if (s->sink->keep) s->sink->tmps = ot__malloc(sizeof *s->sink->tmps * c);
+    return s->tmp && s->souts && s->strees && s->idx && (s->sink->tmps || !s->sink->keep)
+               ? 0 : nomem();
 }
 
 /* ---- the call ------------------------------------------------------------------- */
@@ -582,9 +586,12 @@ static int rewrite_steps(share *s, ot_step *copy)
     return rc;
 }
 
+/* Frees the plan; temporaries the sink keeps go to it. */
 static void share_free(share *s)
 {
-    for (int q = 0; q < s->ng; q++) ot_tensor_free(s->g[q].t);
+    for (int q = 0; q < s->ng; q++)
+        if (s->sink->keep && s->sink->tmps && s->g[q].t) s->sink->tmps[s->sink->ntmp++] = s->g[q].t;
+        else ot_tensor_free(s->g[q].t);
     for (size_t r = 0; r < s->nrewritten; r++)
         if (s->rewritten[r]) ot_release(s->rewritten[r]);
     ot__walker_free(&s->w);
@@ -614,13 +621,14 @@ static ot_backend *one_backend(int n, const ot_step steps[])
     return be;
 }
 
-int ot__sequential_run(int n, const ot_step steps[], int *failed)
+int ot__share_steps(int n, const ot_step steps[], ot__share_sink *sink, int *failed)
 {
-    share s = {.n = n, .st = steps, .be = one_backend(n, steps)};
+    share s = {.n = n, .st = steps, .be = one_backend(n, steps), .sink = sink};
     ot_step *copy = NULL;
     bool kept = false;
     int rc = 0;
     *failed = -1;
+    sink->ntmp = 0;
     if (s.be && n > 1) {
         if (s.be->rewrite && !(copy = ot__malloc(sizeof *copy * (size_t)n))) rc = nomem();
         if (copy) rc = rewrite_steps(&s, copy);
@@ -628,15 +636,30 @@ int ot__sequential_run(int n, const ot_step steps[], int *failed)
         if (!rc) rc = plan(&s, &kept);
         if (!rc && kept) rc = alloc_scratch(&s);
     }
+    ot_backend *fin = copy || (s.be && !s.be->rewrite) ? s.be : NULL;   /* trees final */
     for (int j = 0, ui = 0, gi = 0; j < n && !rc; j++) {
         const ot_step *st = &s.st[j];
         if (!st->n) continue;
         if (kept) rc = run_step(&s, j, &ui, &gi);
-        else if (copy) rc = s.be->vt->assign_many(s.be, st->n, st->outs, st->trees);
-        else rc = ot__assign_backend(st->outs[0]->leaf.be, st->n, st->outs, st->trees);
+        else rc = sink->emit(sink->ctx, fin, j, false, st->n, st->outs, st->trees);
         if (rc) *failed = j;
     }
     share_free(&s);
     free(copy);
     return rc;
+}
+
+/* ot_sequential's sink: each assignment made at once. */
+static int assign_now(void *ctx, ot_backend *be, int step, bool wave, int n,
+                      ot_tensor *const outs[], ot_node *const trees[])
+{
+    (void)ctx, (void)step, (void)wave;
+    return be ? be->vt->assign_many(be, n, outs, trees)
+              : ot__assign_backend(outs[0]->leaf.be, n, outs, trees);
+}
+
+int ot__sequential_run(int n, const ot_step steps[], int *failed)
+{
+    ot__share_sink sink = {.emit = assign_now};
+    return ot__share_steps(n, steps, &sink, failed);
 }

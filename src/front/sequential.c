@@ -332,6 +332,29 @@ static int plan_step(share *s, int j)
     return rc;
 }
 
+/* What sharing could save, in element ops: each value that does work,
+ * once for every later step that may read it, but for operands read over
+ * the same steps as their parent (computed inside the parent's kept value,
+ * not saved twice). A bound: a write in between may save less. Items come
+ * operands first, so a parent marks its operands before they are counted. */
+static int64_t saving(share *s)
+{
+    int64_t saved = 0;
+    for (int i = s->nit - 1; i >= 0; i--) {
+        item *x = &s->it[i];
+        bool inside = x->seen == -2;
+        x->seen = -1;
+        if (!x->work || x->first >= x->last) continue;
+        for (int k = 0; k < 2; k++) {
+            int o = k ? x->b : x->a;
+            if (o >= 0 && s->it[o].first == x->first && s->it[o].last == x->last)
+                s->it[o].seen = -2;   /* inside x */
+        }
+        if (!inside) saved += ot__numel(&x->node->shape) * (int64_t)(x->last - x->first);
+    }
+    return saved;
+}
+
 /* Numbers the steps' values and, where a later step reads a value an
  * earlier one computes, plans what is kept; *kept false when nothing is. */
 static int plan(share *s, bool *kept)
@@ -343,9 +366,8 @@ static int plan(share *s, bool *kept)
         s->j = j;
         rc = walk_roots(s, j);
     }
-    bool shared = false;
-    for (int i = 0; i < s->nit && !shared; i++) shared = s->it[i].work && s->it[i].first < s->it[i].last;
-    if (rc || !shared) return rc == OT_ENOMEM ? nomem() : rc;
+    int64_t saved = rc ? 0 : saving(s);
+    if (rc || !saved || saved < s->sink->min_saving) return rc == OT_ENOMEM ? nomem() : rc;
     size_t bits = (size_t)s->n * (size_t)s->nit;
     s->dirty = ot__calloc(bits / 8 + 1, 1);
     if (!s->dirty) return nomem();
@@ -660,6 +682,6 @@ static int assign_now(void *ctx, ot_backend *be, int step, bool wave, int n,
 
 int ot__sequential_run(int n, const ot_step steps[], int *failed)
 {
-    ot__share_sink sink = {.emit = assign_now};
+    ot__share_sink sink = {.emit = assign_now, .min_saving = OT__SHARE_MIN_SAVING};
     return ot__share_steps(n, steps, &sink, failed);
 }

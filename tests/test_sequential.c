@@ -7,6 +7,8 @@
  * outputs with the same steps run one ot_assign_many at a time, over
  * reductions, views, composites, gradients and rule sets, and checks that
  * an error in step k leaves the steps before it written and the rest not.
+ * Programs share the same way, planned at compile: their runs (inputs
+ * rebound each run) are checked against ot_sequential's work and outputs.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "test.h"

@@ -24,6 +24,11 @@
  * (the builders, in a pool popped after the step) and assigns them on the
  * backend; with rule sets, every step is rewritten first, as an assignment
  * of it would be, and the rewritten trees are what is shared.
+ *
+ * The plan is ot__share_steps', for any sink: ot_sequential's assigns each
+ * assignment at once (and skips sharing that may save fewer element ops
+ * than OT__SHARE_MIN_SAVING: planning would cost more); a program's compile
+ * keeps the assignments and the temporaries, to run them at every run.
  */
 #include "front.h"
 

@@ -39,8 +39,11 @@
  * later a*b + c over a kept a*b adds to the rounded product where the
  * step alone would fuse one fma. With rule sets (ot_backend_opts.rewrite)
  * every step is rewritten first, as its assignment would be, and the
- * rewritten trees are shared. Programs (below) do not share values across
- * their steps. */
+ * rewritten trees are shared. A call whose sharing could save fewer than 6,144
+ * element ops (each shared value's elements, once per later step reading
+ * it) runs its steps as given: planning would cost more than it saves.
+ * Programs (below) share values across their steps the same way, planned
+ * once at compile and without that cut-off. */
 typedef struct ot_step {
     int n;                        /* outputs, and trees, of this step */
     ot_tensor *const *outs;
@@ -56,7 +59,11 @@ int ot_sequential_at(int n, const ot_step steps[], const char *file, int line);
  * checks every step and plans it once, with one arena for the temporaries
  * of every step (they run one after another); ot_program_run then binds the
  * placeholders and runs the plans without walking a tree or looking up a
- * plan. Results are bitwise those of the same steps run as ot_assign_many.
+ * plan. A value several steps compute is computed once per run and kept
+ * for the later steps, as ot_sequential keeps it (above): the plan is made
+ * at compile, the temporaries it needs live with the program. Results are
+ * bitwise those of the same steps run as one ot_sequential (and of
+ * ot_assign_many per step where the steps share no value).
  *
  *     ot_program *p = ot_program_new(be);
  *     int batch = ot_program_symbol(p, "batch", 32);          // nominal 32

@@ -36,9 +36,15 @@ typedef struct patch {
     size_t off;
 } patch;
 
-/* A step compiled for one specialisation. */
+/* An assignment compiled for one specialisation: a step, or a wave of
+ * values computed once for it and later steps (ot__share_steps' plan). */
 typedef struct cstep {
-    ot_node **trees;              /* the specialisation's (retained) */
+    int step;                     /* the program's step it belongs to */
+    bool wave;                    /* computes kept values (into temporaries) */
+    bool final;                   /* trees already rewritten by the rule sets */
+    int n;
+    ot_tensor **outs;             /* the step's outputs or the spec's temporaries */
+    ot_node **trees;              /* retained */
     ot__prepared prep;            /* the backend's, where it prepares steps */
     patch *patches;
     int npatch;
@@ -48,7 +54,11 @@ typedef struct spec {
     int64_t *sym;                 /* the symbols' sizes */
     ot_tensor **ph;               /* placeholders at those sizes */
     ot_tensor **nominal;          /* the program's own, for ot__substitute */
-    cstep *steps;
+    ot_node **trees;              /* every step's trees over ph, in step order (retained) */
+    cstep *steps;                 /* what a run assigns, in order */
+    int nsteps;
+    ot_tensor **tmps;             /* the kept values' temporaries (owned) */
+    int ntmp;
     char *arena;
     size_t arena_bytes, separate_bytes;
     int kernels;

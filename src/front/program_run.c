@@ -10,18 +10,31 @@
 
 /* ---- specialisations ------------------------------------------------------- */
 
+/* The trees of every step, in step order, and their count. */
+static size_t ntrees(const ot_program *p)
+{
+    size_t n = 0;
+    for (int i = 0; i < p->nstep; i++) n += (size_t)p->steps[i].n;
+    return n;
+}
+
 void ot__prog_spec_free(const ot_program *p, spec *s)
 {
     if (!s) return;
-    for (int i = 0; s->steps && i < p->nstep; i++) {
+    for (int i = 0; i < s->nsteps; i++) {
         cstep *c = &s->steps[i];
-        for (int j = 0; c->trees && j < p->steps[i].n; j++) ot_release(c->trees[j]);
+        for (int j = 0; c->trees && j < c->n; j++) ot_release(c->trees[j]);
         free(c->trees);
+        free(c->outs);
         if (p->prepared) p->be->vt->release(&c->prep);
         free(c->patches);
     }
+    for (size_t j = 0, n = ntrees(p); s->trees && j < n; j++) ot_release(s->trees[j]);
+    for (int k = 0; k < s->ntmp; k++) ot_tensor_free(s->tmps[k]);
     for (int k = 0; s->ph && k < p->nph; k++)
         if (s->ph[k] != p->ph[k].t) ot_tensor_free(s->ph[k]);
+    free(s->trees);
+    free(s->tmps);
     free(s->steps);
     free(s->ph);
     free(s->nominal);
@@ -30,31 +43,31 @@ void ot__prog_spec_free(const ot_program *p, spec *s)
     free(s);
 }
 
-/* A step's trees over this specialisation's placeholders, retained into
- * c->trees (the program's own when the sizes are the nominal ones). */
-static int spec_trees(const ot_program *p, const spec *s, int i, cstep *c)
+/* Step i's trees over this specialisation's placeholders, retained into
+ * trees (the program's own when the sizes are the nominal ones). */
+static int spec_trees(const ot_program *p, const spec *s, int i, ot_node **trees)
 {
     const pstep *st = &p->steps[i];
     int rc = 0;
     bool nominal = true;
     for (int k = 0; k < p->nph; k++) nominal = nominal && s->ph[k] == p->ph[k].t;
     if (nominal) {
-        for (int j = 0; j < st->n; j++) c->trees[j] = ot_retain(st->trees[j]);
+        for (int j = 0; j < st->n; j++) trees[j] = ot_retain(st->trees[j]);
         return 0;
     }
     ot_pool *pool = ot_pool_push();
     if (!pool) return nomem(p);
     ot_node *loss = st->loss;
-    if (st->kind != STEP_BACKPROP) memcpy(c->trees, st->trees, sizeof *c->trees * (size_t)st->n);
-    ot_node **src = st->kind == STEP_BACKPROP ? &loss : c->trees;
+    if (st->kind != STEP_BACKPROP) memcpy(trees, st->trees, sizeof *trees * (size_t)st->n);
+    ot_node **src = st->kind == STEP_BACKPROP ? &loss : trees;
     int nsrc = st->kind == STEP_BACKPROP ? 1 : st->n;
     for (int j = 0; j < nsrc && !rc; j++)
         if (!(src[j] = ot__substitute(src[j], p->nph, s->nominal, s->ph)))
             rc = ot_errcode() ? ot_errcode() : OT_EINVAL;
     if (!rc && st->kind == STEP_BACKPROP)
-        rc = ot__prog_grad_trees(p, loss, st->n, st->wrt, c->trees);
-    for (int j = 0; j < st->n && !rc; j++) ot_retain(c->trees[j]);
-    if (rc) memset(c->trees, 0, sizeof *c->trees * (size_t)st->n);
+        rc = ot__prog_grad_trees(p, loss, st->n, st->wrt, trees);
+    for (int j = 0; j < st->n && !rc; j++) ot_retain(trees[j]);
+    if (rc) memset(trees, 0, sizeof *trees * (size_t)st->n);
     ot_pool_pop(pool);
     return rc;
 }
@@ -78,7 +91,7 @@ static int find_ph(const ot_program *p, const spec *s, const char *ptr, size_t *
 
 typedef struct plan_ctx {
     const ot_program *p;
-    const spec *s;
+    spec *s;
     cstep *c;
 } plan_ctx;
 
@@ -106,28 +119,13 @@ static int plan_trees(ot_backend *be, int n, ot_tensor *const outs[], ot_node *c
     return 0;
 }
 
-/* Prepares step i for s, with the backend's rule sets applied first, as a
- * plain assignment of the step would have them (the rewritten trees die
- * after preparing: what the backend prepared does not refer to them). */
-static int plan_step(const ot_program *p, const spec *s, int i, cstep *c)
+/* Checks step i of s, its trees (over s's placeholders) into trees. */
+static int check_step(const ot_program *p, spec *s, int i, ot_node **trees)
 {
     const pstep *st = &p->steps[i];
-    plan_ctx x = {p, s, c};
-    if (p->be->rewrite)
-        return ot__rewrite_then(p->be, st->n, st->outs, c->trees, NULL, plan_trees, &x);
-    return plan_trees(p->be, st->n, st->outs, c->trees, &x);
-}
-
-/* Checks step i of s, and prepares it where the backend prepares steps. */
-static int compile_step(const ot_program *p, spec *s, int i)
-{
-    const pstep *st = &p->steps[i];
-    cstep *c = &s->steps[i];
-    c->trees = ot__calloc((size_t)(st->n ? st->n : 1), sizeof *c->trees);
-    if (!c->trees) return nomem(p);
-    int rc = spec_trees(p, s, i, c);
+    int rc = spec_trees(p, s, i, trees);
     ot_backend *be;
-    if (!rc) rc = ot__assign_check(p->at.fn, st->n, st->outs, c->trees, &be);
+    if (!rc) rc = ot__assign_check(p->at.fn, st->n, st->outs, trees, &be);
     for (int j = 0; j < st->n && !rc; j++) {
         if (be != p->be)
             rc = FAIL(p, OT_EBACKEND, "output %d is on another backend", j);
@@ -136,13 +134,69 @@ static int compile_step(const ot_program *p, spec *s, int i)
                 rc = FAIL(p, OT_EINVAL, "output %d writes placeholder %s; "
                                  "placeholders are inputs", j, p->ph[k].name);
     }
-    if (!rc && p->prepared) rc = plan_step(p, s, i, c);
-    if (rc) return ot__prog_step_error(&p->at, i, c->trees[0] ? c->trees[0] : st->trees[0]);
-    size_t bytes = c->prep.arena_bytes;
+    if (rc) return ot__prog_step_error(&p->at, i, trees[0] ? trees[0] : st->trees[0]);
+    return 0;
+}
+
+/* ot__share_steps' sink at compile: each assignment of a run, in order,
+ * kept as a cstep (its trees retained: the plan builds them in pools it
+ * pops) and prepared where the backend prepares steps, with the rule sets
+ * applied first unless they were (the rewritten trees die after
+ * preparing: what the backend prepared does not refer to them). */
+static int keep_cstep(void *ctx, ot_backend *fin, int step, bool wave, int n,
+                      ot_tensor *const outs[], ot_node *const trees[])
+{
+    plan_ctx *x = ctx;
+    const ot_program *p = x->p;
+    spec *s = (spec *)x->s;
+    cstep c = {step, wave, fin != NULL, n, ot__malloc(sizeof *outs * (size_t)n),
+               ot__malloc(sizeof *trees * (size_t)n), {0}, NULL, 0};
+    if (!c.outs || !c.trees || !ot__prog_push((void **)&s->steps, &s->nsteps, sizeof c, &c)) {
+        free(c.outs);
+        free(c.trees);
+        return nomem(p);
+    }
+    x->c = &s->steps[s->nsteps - 1];
+    memcpy(x->c->outs, outs, sizeof *outs * (size_t)n);
+    for (int j = 0; j < n; j++) x->c->trees[j] = ot_retain(trees[j]);
+    if (!p->prepared) return 0;
+    int rc = fin || !p->be->rewrite
+                 ? plan_trees(p->be, n, x->c->outs, x->c->trees, x)
+                 : ot__rewrite_then(p->be, n, x->c->outs, x->c->trees, NULL, plan_trees, x);
+    if (rc) return rc;
+    size_t bytes = x->c->prep.arena_bytes;
     if (bytes > s->arena_bytes) s->arena_bytes = bytes;
     s->separate_bytes += bytes;
-    s->kernels += c->prep.kernels;
+    s->kernels += x->c->prep.kernels;
     return 0;
+}
+
+/* Every step of s checked, then planned over the values they share
+ * (ot__share_steps, as ot_sequential plans them: a run computes each
+ * shared value once) into s->steps, the temporaries kept in s->tmps. */
+static int compile_steps(const ot_program *p, spec *s)
+{
+    ot_step *st = ot__malloc(sizeof *st * (size_t)(p->nstep ? p->nstep : 1));
+    s->trees = ot__calloc(ntrees(p) + 1, sizeof *s->trees);
+    int rc = st && s->trees ? 0 : nomem(p);
+    for (int i = 0, at = 0; i < p->nstep && !rc; at += p->steps[i++].n) {
+        st[i] = (ot_step){p->steps[i].n, p->steps[i].outs, s->trees + at};
+        rc = check_step(p, s, i, s->trees + at);
+    }
+    plan_ctx x = {p, s, NULL};
+    ot__share_sink sink = {.emit = keep_cstep, .ctx = &x, .keep = true};
+    int failed = -1;
+    if (!rc) rc = ot__share_steps(p->nstep, st, &sink, &failed);
+    s->tmps = sink.tmps;
+    s->ntmp = sink.ntmp;
+    if (rc && failed >= 0) rc = ot__prog_step_error(&p->at, failed, st[failed].trees[0]);
+    else if (rc) {   /* planning failed: the message without the site */
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", ot_errmsg());
+        rc = FAIL(p, rc, "%s", msg);
+    }
+    free(st);
+    return rc;
 }
 
 /* A specialisation at sizes sym: placeholders of those shapes, every step
@@ -154,8 +208,7 @@ static int spec_new(ot_program *p, const int64_t *sym, spec **out)
     s->sym = ot__calloc((size_t)(p->nsym ? p->nsym : 1), sizeof *s->sym);
     s->ph = ot__calloc((size_t)(p->nph ? p->nph : 1), sizeof *s->ph);
     s->nominal = ot__calloc((size_t)(p->nph ? p->nph : 1), sizeof *s->nominal);
-    s->steps = ot__calloc((size_t)(p->nstep ? p->nstep : 1), sizeof *s->steps);
-    int rc = s->sym && s->ph && s->nominal && s->steps ? 0 : nomem(p);
+    int rc = s->sym && s->ph && s->nominal ? 0 : nomem(p);
     for (int k = 0; k < p->nph && !rc; k++) s->nominal[k] = p->ph[k].t;
     if (!rc && p->nsym) memcpy(s->sym, sym, sizeof *sym * (size_t)p->nsym);
     for (int k = 0; k < p->nph && !rc; k++) {
@@ -166,7 +219,7 @@ static int spec_new(ot_program *p, const int64_t *sym, spec **out)
         if (!s->ph[k]) rc = ot_errcode();
         else if (s->ph[k] != p->ph[k].t) rc = ot_tensor_set_name(s->ph[k], p->ph[k].name);
     }
-    for (int i = 0; i < p->nstep && !rc; i++) rc = compile_step(p, s, i);
+    if (!rc) rc = compile_steps(p, s);
     if (!rc && s->arena_bytes && !(s->arena = ot__data_alloc(s->arena_bytes)))
         rc = FAIL(p, OT_ENOMEM, "out of memory for the %zu-byte arena",
                          s->arena_bytes);
@@ -425,8 +478,11 @@ static int run_assign(ot_program *p)
         old[k] = s->ph[k]->buf->data;
         s->ph[k]->buf->data = p->base[k];
     }
-    for (int i = 0; i < p->nstep && !rc; i++)
-        rc = ot__assign_backend(p->be, p->steps[i].n, p->steps[i].outs, s->steps[i].trees);
+    for (int i = 0; i < s->nsteps && !rc; i++) {
+        const cstep *c = &s->steps[i];
+        rc = c->final ? p->be->vt->assign_many(p->be, c->n, c->outs, c->trees)
+                      : ot__assign_backend(p->be, c->n, c->outs, c->trees);
+    }
     for (int k = 0; k < p->nph; k++) s->ph[k]->buf->data = old[k];
     if (old != keep) free(old);
     return rc;
@@ -440,14 +496,14 @@ static int run_prepared(ot_program *p)
     spec *s = p->cur;
     int (*run_step)(ot_backend *, const ot__prepared *, char *, int, ot_node *const[]) =
         p->be->vt->run;
-    for (int i = 0; i < p->nstep; i++) {
+    for (int i = 0; i < s->nsteps; i++) {
         cstep *c = &s->steps[i];
         for (int j = 0; j < c->npatch; j++)
             c->prep.leaf[c->patches[j].slot] = p->base[c->patches[j].ph] + c->patches[j].off;
-        int rc = run_step(p->be, &c->prep, s->arena, p->steps[i].n, s->steps[i].trees);
+        int rc = run_step(p->be, &c->prep, s->arena, c->n, c->trees);
         if (rc) return rc;
     }
-    ot__stat_add(ot__stats_mine(&p->be->stats), OT__STAT_ASSIGNS, (uint64_t)p->nstep);
+    ot__stat_add(ot__stats_mine(&p->be->stats), OT__STAT_ASSIGNS, (uint64_t)s->nsteps);
     return 0;
 }
 
@@ -486,15 +542,23 @@ static int explain(const ot_program *p, FILE *f)
     ot_clear_error();
     const spec *s = p->cur;
     int rc = 0;
-    for (int i = 0; i < p->nstep && !rc; i++) {
-        fprintf(f, "step %d (%d output%s):\n", i, p->steps[i].n, p->steps[i].n == 1 ? "" : "s");
-        rc = p->prepared ? p->be->vt->explain_prepared(&s->steps[i].prep, f)
-                         : ot_explain_many(p->steps[i].n, p->steps[i].outs, s->steps[i].trees, f);
+    for (int i = 0; i < s->nsteps && !rc; i++) {
+        const cstep *c = &s->steps[i];
+        if (c->wave)
+            fprintf(f, "step %d: %d value%s computed once, kept for later steps:\n", c->step,
+                    c->n, c->n == 1 ? "" : "s");
+        else
+            fprintf(f, "step %d (%d output%s):\n", c->step, c->n, c->n == 1 ? "" : "s");
+        rc = p->prepared ? p->be->vt->explain_prepared(&c->prep, f)
+                         : ot_explain_many(c->n, c->outs, c->trees, f);
     }
     if (!rc && p->prepared)
         fprintf(f, "program: %d steps, %d kernels; one arena of %zu bytes for every step "
                 "(the steps' own arenas add up to %zu)\n", p->nstep, s->kernels, s->arena_bytes,
                 s->separate_bytes);
+    if (!rc && s->ntmp)
+        fprintf(f, "program: %d value%s shared across steps, computed once per run\n", s->ntmp,
+                s->ntmp == 1 ? "" : "s");
     if ((rc && rc != OT_EIO) ) return rc;
     if (fflush(f) == EOF || ferror(f) || rc) return FAIL(p, OT_EIO, "write failed");
     return 0;

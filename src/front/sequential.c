@@ -24,6 +24,11 @@
  * (the builders, in a pool popped after the step) and assigns them on the
  * backend; with rule sets, every step is rewritten first, as an assignment
  * of it would be, and the rewritten trees are what is shared.
+ *
+ * The plan is ot__share_steps', for any sink: ot_sequential's assigns each
+ * assignment at once (and skips sharing that may save fewer element ops
+ * than OT__SHARE_MIN_SAVING: planning would cost more); a program's compile
+ * keeps the assignments and the temporaries, to run them at every run.
  */
 #include "front.h"
 
@@ -80,6 +85,7 @@ typedef struct share {
     int *idx;                 /* which temporaries a wave computes */
     ot_node **rewritten;      /* with rule sets: every step's trees, retained */
     size_t nrewritten;
+    ot__share_sink *sink;     /* where the assignments go */
 } share;
 
 /* Room for need elements in *v (*cap of them, elem bytes each). */
@@ -331,6 +337,29 @@ static int plan_step(share *s, int j)
     return rc;
 }
 
+/* What sharing could save, in element ops: each value that does work,
+ * once for every later step that may read it, but for operands read over
+ * the same steps as their parent (computed inside the parent's kept value,
+ * not saved twice). A bound: a write in between may save less. Items come
+ * operands first, so a parent marks its operands before they are counted. */
+static int64_t saving(share *s)
+{
+    int64_t saved = 0;
+    for (int i = s->nit - 1; i >= 0; i--) {
+        item *x = &s->it[i];
+        bool inside = x->seen == -2;
+        x->seen = -1;
+        if (!x->work || x->first >= x->last) continue;
+        for (int k = 0; k < 2; k++) {
+            int o = k ? x->b : x->a;
+            if (o >= 0 && s->it[o].first == x->first && s->it[o].last == x->last)
+                s->it[o].seen = -2;   /* inside x */
+        }
+        if (!inside) saved += ot__numel(&x->node->shape) * (int64_t)(x->last - x->first);
+    }
+    return saved;
+}
+
 /* Numbers the steps' values and, where a later step reads a value an
  * earlier one computes, plans what is kept; *kept false when nothing is. */
 static int plan(share *s, bool *kept)
@@ -342,9 +371,8 @@ static int plan(share *s, bool *kept)
         s->j = j;
         rc = walk_roots(s, j);
     }
-    bool shared = false;
-    for (int i = 0; i < s->nit && !shared; i++) shared = s->it[i].work && s->it[i].first < s->it[i].last;
-    if (rc || !shared) return rc == OT_ENOMEM ? nomem() : rc;
+    int64_t saved = rc ? 0 : saving(s);
+    if (rc || !saved || saved < s->sink->min_saving) return rc == OT_ENOMEM ? nomem() : rc;
     size_t bits = (size_t)s->n * (size_t)s->nit;
     s->dirty = ot__calloc(bits / 8 + 1, 1);
     if (!s->dirty) return nomem();
@@ -468,7 +496,7 @@ static int run_waves(share *s, int n, gen *const tmp[], ot_tensor **outs, ot_nod
         if (!rc && !m)   /* the lowest pending one has none below it: never */
             rc = ot__err_set(OT_EINTERNAL, NULL, 0, NULL, "kept values depend on each other");
         if (!rc) rc = rebuild(s, m, trees, trees);
-        if (!rc) rc = s->be->vt->assign_many(s->be, m, outs, trees);
+        if (!rc) rc = s->sink->emit(s->sink->ctx, s->be, s->rebuild, true, m, outs, trees);
         if (rc) return rc;
         for (int q = 0; q < m; q++) {
             s->it[tmp[idx[q]]->item].pend = false;
@@ -503,10 +531,11 @@ static int start_temporaries(share *s, int j, int *gi)
     return ntmp;
 }
 
-/* Frees the temporaries no step after j reads. */
+/* Frees the temporaries no step after j reads (kept ones are the
+ * sink's: it runs the assignments again). */
 static void free_read(share *s, int j)
 {
-    for (int q = 0; q < s->ng; q++)
+    for (int q = 0; q < s->ng && !s->sink->keep; q++)
         if (s->g[q].t && s->g[q].last <= j) {
             ot_tensor_free(s->g[q].t);
             s->g[q].t = NULL;
@@ -530,7 +559,7 @@ static int run_step(share *s, int j, int *ui, int *gi)
     int rc = ntmp < 0 ? ntmp : pool ? 0 : nomem();
     if (!rc) rc = run_waves(s, ntmp, s->tmp, s->souts, s->strees, s->idx);
     if (!rc) rc = rebuild(s, st->n, st->trees, s->strees);
-    if (!rc) rc = s->be->vt->assign_many(s->be, st->n, st->outs, s->strees);
+    if (!rc) rc = s->sink->emit(s->sink->ctx, s->be, j, false, st->n, st->outs, s->strees);
     if (pool) ot_pool_pop(pool);
     free_read(s, j);
     return rc;
@@ -546,7 +575,9 @@ static int alloc_scratch(share *s)
     s->souts = ot__malloc(sizeof *s->souts * c);
     s->strees = ot__malloc(sizeof *s->strees * c);
     s->idx = ot__malloc(sizeof *s->idx * c);
-    return s->tmp && s->souts && s->strees && s->idx ? 0 : nomem();
+    if (s->sink->keep) s->sink->tmps = ot__malloc(sizeof *s->sink->tmps * c);
+    return s->tmp && s->souts && s->strees && s->idx && (s->sink->tmps || !s->sink->keep)
+               ? 0 : nomem();
 }
 
 /* ---- the call ------------------------------------------------------------------- */
@@ -582,9 +613,12 @@ static int rewrite_steps(share *s, ot_step *copy)
     return rc;
 }
 
+/* Frees the plan; temporaries the sink keeps go to it. */
 static void share_free(share *s)
 {
-    for (int q = 0; q < s->ng; q++) ot_tensor_free(s->g[q].t);
+    for (int q = 0; q < s->ng; q++)
+        if (s->sink->keep && s->sink->tmps && s->g[q].t) s->sink->tmps[s->sink->ntmp++] = s->g[q].t;
+        else ot_tensor_free(s->g[q].t);
     for (size_t r = 0; r < s->nrewritten; r++)
         if (s->rewritten[r]) ot_release(s->rewritten[r]);
     ot__walker_free(&s->w);
@@ -614,13 +648,14 @@ static ot_backend *one_backend(int n, const ot_step steps[])
     return be;
 }
 
-int ot__sequential_run(int n, const ot_step steps[], int *failed)
+int ot__share_steps(int n, const ot_step steps[], ot__share_sink *sink, int *failed)
 {
-    share s = {.n = n, .st = steps, .be = one_backend(n, steps)};
+    share s = {.n = n, .st = steps, .be = one_backend(n, steps), .sink = sink};
     ot_step *copy = NULL;
     bool kept = false;
     int rc = 0;
     *failed = -1;
+    sink->ntmp = 0;
     if (s.be && n > 1) {
         if (s.be->rewrite && !(copy = ot__malloc(sizeof *copy * (size_t)n))) rc = nomem();
         if (copy) rc = rewrite_steps(&s, copy);
@@ -628,15 +663,30 @@ int ot__sequential_run(int n, const ot_step steps[], int *failed)
         if (!rc) rc = plan(&s, &kept);
         if (!rc && kept) rc = alloc_scratch(&s);
     }
+    ot_backend *fin = copy || (s.be && !s.be->rewrite) ? s.be : NULL;   /* trees final */
     for (int j = 0, ui = 0, gi = 0; j < n && !rc; j++) {
         const ot_step *st = &s.st[j];
         if (!st->n) continue;
         if (kept) rc = run_step(&s, j, &ui, &gi);
-        else if (copy) rc = s.be->vt->assign_many(s.be, st->n, st->outs, st->trees);
-        else rc = ot__assign_backend(st->outs[0]->leaf.be, st->n, st->outs, st->trees);
+        else rc = sink->emit(sink->ctx, fin, j, false, st->n, st->outs, st->trees);
         if (rc) *failed = j;
     }
     share_free(&s);
     free(copy);
     return rc;
+}
+
+/* ot_sequential's sink: each assignment made at once. */
+static int assign_now(void *ctx, ot_backend *be, int step, bool wave, int n,
+                      ot_tensor *const outs[], ot_node *const trees[])
+{
+    (void)ctx, (void)step, (void)wave;
+    return be ? be->vt->assign_many(be, n, outs, trees)
+              : ot__assign_backend(outs[0]->leaf.be, n, outs, trees);
+}
+
+int ot__sequential_run(int n, const ot_step steps[], int *failed)
+{
+    ot__share_sink sink = {.emit = assign_now, .min_saving = OT__SHARE_MIN_SAVING};
+    return ot__share_steps(n, steps, &sink, failed);
 }

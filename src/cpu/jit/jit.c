@@ -51,11 +51,12 @@ static bool is_sig(const ot_insn *in)
 /* The function insn in is, or (sig) calls, where it can be emitted
  * inline: f32 exp (the library's own, one set of steps for both
  * accuracies) and tanh u10 (the library's own) whatever the SLEEF
- * version; where j's table lets SLEEF's be, log and tanh u35 (their u10
- * and u35 steps differ; see log_steps, tanh35_steps, log35_steps) and
- * safelog (log's steps on its clamped argument). u10's log takes 10 registers, and a
- * reduction keeps its accumulators in 4 or 8 of the 16: where they do not
- * fit, the reduction is built again calling them (calls_log_tanh). */
+ * version; where j's table lets SLEEF's be, log and tanh u35 (see
+ * tanh35_steps, log35_steps) and safelog u35 (log35's steps on its clamped
+ * argument). f32 log and safelog u10 are the library's own and called. A
+ * reduction keeps its accumulators in 4 or 8 of the 16 registers: where
+ * the inline steps do not fit, the reduction is built again calling them
+ * (calls_log_tanh). */
 static int inline_fn(const ot_jit *j, const ot_insn *in)
 {
     if (in->code != OT_I_UNARY || in->kd != OT_KD_F32) return FN_CALL;

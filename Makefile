@@ -75,7 +75,7 @@ OBJS  += $(KOBJS)
 LIBA  := $(BUILD)/liboptree.a
 LIBSO := $(BUILD)/liboptree.so
 
-.PHONY: all lib tests examples cli demo test test-arm64 check doc-check deps install clean bench bench-mlp fuzz fuzz-inputs fuzz-input-bins mpi demo-mpi ulp-exhaustive FORCE
+.PHONY: all lib tests examples cli demo test test-arm64 check doc-check deps install clean bench bench-mlp fuzz fuzz-inputs fuzz-input-bins mpi demo-mpi ulp-exhaustive math-speed FORCE
 # all first: a plain `make` builds everything.
 all: lib tests examples cli
 FORCE:
@@ -259,6 +259,14 @@ ULP_ARGS ?=
 ulp-exhaustive: $(BUILD)/ulp_exhaustive
 	$(RUN)/ulp_exhaustive $(ULP_ARGS)
 $(BUILD)/ulp_exhaustive: tools/ulp_exhaustive.c $(HDRS) $(LIBA) $(FLAGS)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LIBA) $(LDFLAGS) $(LDLIBS)
+
+# f32 exp, log and tanh per ISA table against SLEEF's u10 in one process
+# (tools/math_speed.c; not in make test). MATH_ARGS="--n 16384 --runs 9".
+MATH_ARGS ?=
+math-speed: $(BUILD)/math_speed
+	$(RUN)/math_speed $(MATH_ARGS)
+$(BUILD)/math_speed: tools/math_speed.c $(HDRS) $(LIBA) $(FLAGS)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LIBA) $(LDFLAGS) $(LDLIBS)
 
 # The benchmark of BENCH.md (bench/), never part of `make test`: builds

@@ -358,6 +358,9 @@ static double ulp_bound(ot_op op, int kd, int acc)
 {
     double slack = kd == OT_KD_F64 && !(ld_ok() && has_ld_oracle(op)) ? 1.0 : 0.0;
     if (op == OT_OP_SIG || op == OT_OP_SIG2) return slack + (acc ? 5.0 : 3.0);
+    /* The library's own f32 exp (both slots): 0.775 ULP at most over every
+     * other block of 2^22 inputs (make ulp-exhaustive; log: 0.86, so 1). */
+    if (kd == OT_KD_F32 && op == OT_OP_EXP) return 0.9;
     if (op == OT_OP_EXP && acc) return slack + 1.0;    /* u10 in both slots */
     if (acc) return slack + 4.0;
     if (op == OT_OP_TANH && kd == OT_KD_F32) return 1.0;      /* the library's own */
@@ -871,7 +874,7 @@ static void check_ulp_sweep(const ot_kernels *k)
             want[i] = ref_pow(kget(in, kd, i), kget(in2, kd, i));
         }
         k->binary[OT_OP_POW][kd][OT_FORM_VV](got, in, in2, NS);
-        double bound = ulp_bound(OT_OP_EXP, kd, 0), worst = 0;
+        double bound = ulp_bound(OT_OP_POW, kd, 0), worst = 0;
         report rep = {3};
         for (size_t i = 0; i < NS; i++) {
             double e = ulp_err(kd, kget(got, kd, i), want[i]);

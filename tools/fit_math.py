@@ -1,19 +1,22 @@
 #!/usr/bin/python3
-"""fit_math.py - the coefficients of the library's own f32 tanh (tile.inc's
-f32_tanh_u10, jit_math.c's H_ constants), derived again: prints them as
-C hex floats and as the bits jit_math.c's fn_bits holds.
+"""fit_math.py - the coefficients of the library's own f32 tanh, exp and log
+(own_math.inc's f32_tanh_u10, f32_exp_u10, f32_log_u10; jit_math.c's H_
+constants), derived again: prints them as C hex floats and as the bits
+jit_math.c's fn_bits holds.
 
 Two minimax fits for relative error, each by Lawson's iteratively
 reweighted least squares on 2,000 Chebyshev nodes (numpy), with the target
 evaluated by mpmath at 40 digits:
   - tanh(a) = a + a^3 P(a^2) on [0, 0.97], P of degree 6;
   - e^r = 1 + r + r^2 Q(r) on |r| <= ln 2 / 2 (+ 0.001: r's reduction
-    rounds), Q of degree 4.
+    rounds), Q of degree 4 (tanh's large branch and exp);
+  - log1p(r) = r - r^2/2 + r^3 P(r) on [sqrt(1/2) - 1, sqrt(2) - 1], P of
+    degree 7 (log).
 Rounding every coefficient to f32 at once would cost 2 bits here, so the
 fit rounds the lowest coefficient, fits the rest again around it, and so
 on (the low coefficients weigh most). The printed error is that of the
-rounded polynomial, in units of its result. The f32 function's own error
-(at most 0.9247 ULP) is measured, not derived: make ulp-exhaustive.
+rounded polynomial, in units of its result. The f32 functions' own errors
+(tanh at most 0.9247 ULP) are measured, not derived: make ulp-exhaustive.
 
 Usage: /usr/bin/python3 tools/fit_math.py   (about 10 s)
 """
@@ -76,6 +79,16 @@ def exp_poly(deg=4):
     return lawson_f32(xs, target, basis, weight)
 
 
+def log_poly(deg=7):
+    lo, hi = 2 ** -0.5 - 1, 2 ** 0.5 - 1
+    xs = [lo + (hi - lo) * (0.5 - 0.5 * np.cos(np.pi * (i + 0.5) / NODES)) for i in range(NODES)]
+    xs = [x for x in xs if abs(x) > 1e-3]
+    target = [float((mp.log1p(mp.mpf(x)) - x + mp.mpf(x) ** 2 / 2) / mp.mpf(x) ** 3) for x in xs]
+    weight = [float(mp.mpf(x) ** 3 / mp.log1p(mp.mpf(x))) for x in xs]
+    basis = [(lambda k: (lambda x: x ** k))(k) for k in range(deg + 1)]
+    return lawson_f32(xs, target, basis, weight)
+
+
 def show(name, coef, err):
     print('%s (relative error 2^%.1f):' % (name, np.log2(err)))
     print('  C:    ' + ', '.join(float.hex(c).replace('0000000p', 'p') + 'f' for c in coef))
@@ -85,3 +98,4 @@ def show(name, coef, err):
 if __name__ == '__main__':
     show('tanh: a + a^3 P(a^2), a < 0.97, P from a^0', *tanh_poly())
     show('exp: 1 + r + r^2 Q(r), Q from r^0', *exp_poly())
+    show('log: log1p(r) = r - r^2/2 + r^3 P(r), P from r^0', *log_poly())

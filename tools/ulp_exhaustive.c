@@ -13,7 +13,8 @@
  * so a printed error is the true one to 2^-28. The ULP is that of the
  * binade of the exact value (below 2^-126 it is 2^-149); where the exact
  * value is past FLT_MAX by half an ULP or more the only right result is
- * inf.  Inputs are split over --jobs processes (default: the CPUs).
+ * inf.  Inputs are split over --jobs processes (default: the CPUs);
+ * --sample n looks at every n-th chunk of 2^22 inputs only.
  */
 #define _DEFAULT_SOURCE
 #include "optree.h"
@@ -89,6 +90,8 @@ static void score(stats *s, uint32_t bits, float got, double t)
 }
 
 /* Chunks w, w + jobs, ... of function f on one backend. */
+static unsigned sample = 1;   /* --sample n: every n-th chunk only (a quick look) */
+
 static int worker(int f, const ot_backend_opts *o, unsigned w, unsigned jobs, stats *s)
 {
     ot_pool *pool = ot_pool_push();
@@ -98,7 +101,7 @@ static int worker(int f, const ot_backend_opts *o, unsigned w, unsigned jobs, st
     if (!x || !y) return fprintf(stderr, "ulp_exhaustive: %s\n", ot_errmsg()), 1;
     uint32_t *in = ot_tensor_data(x);
     const float *out = ot_tensor_data(y);
-    for (uint32_t c = w; c < NCHUNK; c += jobs) {
+    for (uint32_t c = w * sample; c < NCHUNK; c += jobs * sample) {
         for (uint32_t i = 0; i < 1u << CHUNK_BITS; i++) in[i] = c << CHUNK_BITS | i;
         ot_pool *p = ot_pool_push();
         int rc = ot_assign(y, apply(f, x));
@@ -169,8 +172,9 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--isa")) isal = argv[i + 1];
         else if (!strcmp(argv[i], "--acc")) acc = atoi(argv[i + 1]) == 35 ? OT_ULP35 : OT_ULP10;
         else if (!strcmp(argv[i], "--jobs")) jobs = (unsigned)atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--sample")) sample = (unsigned)atoi(argv[i + 1]);
         else return fprintf(stderr, "usage: %s [--fn exp,log,tanh,sig] [--isa scalar,sse2,avx2,avx512] "
-                                    "[--acc 10|35] [--jobs n]\n", argv[0]), 2;
+                                    "[--acc 10|35] [--jobs n] [--sample n]\n", argv[0]), 2;
     }
     static const char *const isas[] = {"scalar", "sse2", "avx2", "avx512"};
     int rc = 0;
@@ -186,5 +190,6 @@ int main(int argc, char **argv)
             rc |= run(f, isas[i], false, acc, jobs ? jobs : 1);
             if (i >= 2) rc |= run(f, isas[i], true, acc, jobs ? jobs : 1);
         }
+    if (sample > 1) printf("(every %u-th chunk of 2^22 inputs only)\n", sample);
     return rc;
 }

@@ -177,8 +177,9 @@ static int *dots_of_temps(const ot_plan *p)
 
 /* The accuracy of k's inexact ops, each once: the SLEEF accuracy the
  * table uses at the plan's setting ("tanh u10"), or the library's own
- * function's ("sig u35"). Exact ops (correctly rounded, bitwise NumPy's)
- * are not listed. */
+ * function's ("sig u35"; its row's u10/u35 column where it names one: exp
+ * is u10 at both). Exact ops (correctly rounded, bitwise NumPy's) are not
+ * listed. */
 static void explain_accuracy(const ot_kernel *k, int acc, FILE *f)
 {
     bool seen[OT_OP_COUNT] = {false}, any = false;
@@ -190,7 +191,8 @@ static void explain_accuracy(const ot_kernel *k, int acc, FILE *f)
         /* Binary SLEEF ops (pow) run at their u10 column at both settings;
          * sig and sig2 at their base function's. */
         const ot_opinfo *b = o->jit_base != OT_OP_NONE ? ot__op(o->jit_base) : o;
-        const char *ulp = b->vec == OT__VEC_ACC ? (acc ? "u35" : "u10") : b->ulp[b->arity == 2 ? 0 : acc];
+        const char *ulp = b->ulp[b->arity == 2 ? 0 : acc];
+        if (b->vec == OT__VEC_ACC && ulp[0] == '-') ulp = acc ? "u35" : "u10";
         fprintf(f, "%s%s %s", any ? ", " : " [accuracy: ", o->name, ulp);
         any = true;
     }

@@ -48,24 +48,25 @@ static bool is_sig(const ot_insn *in)
     return in->code == OT_I_UNARY && ot__jit_lowering(in->op) == OT__JIT_SIG;
 }
 
-/* The SLEEF function insn in is, or (sig) calls, where j's table lets it
- * be emitted inline: f32 exp (one set of steps serves both accuracies),
- * log and tanh (their u10 and u35 steps differ; see exp_steps, log_steps,
- * tanh_steps, log35_steps, tanh35_steps) and safelog (log's steps on its
- * clamped argument); tanh u10 is the library's own (tile.inc's), inline
- * whatever the SLEEF version. u10's log takes 10 registers, and a
- * reduction keeps its accumulators in 4 or 8 of the 16: where they do not
- * fit, the reduction is built again calling them (calls_log_tanh). */
+/* The function insn in is, or (sig) calls, where it can be emitted
+ * inline: f32 exp (the library's own, one set of steps for both
+ * accuracies) and tanh u10 (the library's own) whatever the SLEEF
+ * version; where j's table lets SLEEF's be, log and tanh u35 (see
+ * tanh35_steps, log35_steps) and safelog u35 (log35's steps on its clamped
+ * argument). f32 log and safelog u10 are the library's own and called. A
+ * reduction keeps its accumulators in 4 or 8 of the 16 registers: where
+ * the inline steps do not fit, the reduction is built again calling them
+ * (calls_log_tanh). */
 static int inline_fn(const ot_jit *j, const ot_insn *in)
 {
     if (in->code != OT_I_UNARY || in->kd != OT_KD_F32) return FN_CALL;
+    if ((is_sig(in) ? ot__op(in->op)->jit_base : in->op) == OT_OP_EXP) return FN_EXP;  /* own */
     bool own = in->op == OT_OP_TANH && j->acc == 0;           /* the library's, whatever SLEEF */
     if (!own && !j->kt->inline_sleef) return FN_CALL;
-    if ((is_sig(in) ? ot__op(in->op)->jit_base : in->op) == OT_OP_EXP) return FN_EXP;
     if (j->reduce && j->calls_log_tanh) return FN_CALL;
     if (in->op == OT_OP_TANH) return j->acc == 0 ? FN_TANH : FN_TANH35;
-    if (in->op == OT_OP_LOG) return j->acc == 0 ? FN_LOG : FN_LOG35;
-    if (in->op == OT_OP_SAFELOG) return j->acc == 0 ? FN_SAFELOG : FN_SAFELOG35;
+    if (in->op == OT_OP_LOG && j->acc) return FN_LOG35;
+    if (in->op == OT_OP_SAFELOG && j->acc) return FN_SAFELOG35;
     return FN_CALL;
 }
 
@@ -96,15 +97,14 @@ static const void *callee(const ot_jit *j, const ot_insn *in)
 static void emit_inline_fn(regs *r, int pos, int fn, int a)
 {
     static const unary_steps_fn steps[NFN] = {[FN_EXP] = ot__jit_exp_steps,
-                                              [FN_LOG] = ot__jit_log_steps,
                                               [FN_TANH] = ot__jit_tanh_steps,
                                               [FN_LOG35] = ot__jit_log35_steps,
                                               [FN_TANH35] = ot__jit_tanh35_steps};
-    static const int ntemp[NFN] = {[FN_EXP] = 4, [FN_LOG] = 9, [FN_TANH] = 6, [FN_LOG35] = 4,
+    static const int ntemp[NFN] = {[FN_EXP] = 5, [FN_TANH] = 6, [FN_LOG35] = 4,
                                    [FN_TANH35] = 8};
-    static const int ntemp_vex[NFN] = {[FN_LOG] = 10, [FN_LOG35] = 7};
-    bool floor = fn == FN_SAFELOG || fn == FN_SAFELOG35;
-    int base = fn == FN_SAFELOG ? FN_LOG : fn == FN_SAFELOG35 ? FN_LOG35 : fn;
+    static const int ntemp_vex[NFN] = {[FN_LOG35] = 7};
+    bool floor = fn == FN_SAFELOG35;
+    int base = floor ? FN_LOG35 : fn;
     int n = !r->c->evex && ntemp_vex[base] ? ntemp_vex[base] : ntemp[base];
     ot__jit_emit_unary_steps(r, pos, a, steps[base], n, floor);
 }

@@ -46,13 +46,14 @@ typedef struct code {
 } code;
 
 /* The f32 constants of SLEEF 3.5's expf, logf u10 and logf and tanhf u35,
- * and of the library's own tanhf u10 (H_: own_math.inc's f32_tanh_u10), in
+ * and of the library's own tanhf u10 (H_: own_math.inc's f32_tanh_u10) and
+ * expf (X_, H_ and E_ ones: f32_exp_u10), in
  * fn_bits; the frame's K_FN vectors; F_ONE names K_ONE among them. */
-enum { E_RLN2, E_L2U, E_L2L, E_C0, E_C1, E_C2, E_C3, E_C4, E_C5, E_LO, E_HI, E_INF,
-       L_4_3, L_128, L_LN2HI, L_LN2LO, L_M1, L_P0, L_P1, L_P2, L_FIX, L_FLTMIN, L_2P64, L_FF,
+enum { E_RLN2, E_L2U, E_L2L, E_C0, E_C1, E_C2, E_C3, E_C4, E_C5, E_LO, E_INF,
+       L_4_3, L_LN2HI, L_M1, L_FLTMIN, L_2P64, L_FF,
        L_BIASD, L_BIASN, L_QNAN, L_NINF, H_P0, H_P1, H_P2, H_P3, H_P4, H_P5, H_P6, H_Q0, H_Q1,
        H_Q2, H_Q3, H_Q4, H_CUT, H_CAP, H_MAGIC, T_BIG, T_TWO,
-       M_P0, M_P1, M_P2, M_P3, M_128LN2, M_FIX, S_FLOOR, NFNK,
+       M_P0, M_P1, M_P2, M_P3, M_128LN2, M_FIX, S_FLOOR, X_HI, X_M64, X_BIAS, NFNK,
        F_ONE = NFNK };
 
 /* The zmm registers past the allocator's (16-31) that hold K_FN constants. */
@@ -123,7 +124,7 @@ typedef int (*unary_steps_fn)(regs *r, int x, const int t[]);
 /* The inline functions a body insn may be (jit.c's inline_fn): FN_CALL,
  * none (it is inline ops or a call); the SLEEF functions emitted step for
  * step (jit_math.c). */
-enum { FN_CALL, FN_EXP, FN_LOG, FN_TANH, FN_LOG35, FN_TANH35, FN_SAFELOG, FN_SAFELOG35, NFN };
+enum { FN_CALL, FN_EXP, FN_TANH, FN_LOG35, FN_TANH35, FN_SAFELOG35, NFN };
 
 /* A reduction that calls nothing keeps its four accumulators in registers
  * 12-15 and max's and min's NaN notes in 8-11 (jit_reduce.c). */
@@ -192,8 +193,7 @@ extern const int ot__jit_ptr_gpr[9];
 
 /* ---- jit_math.c: the math steps and selects */
 void ot__jit_place_constants(regs *r);
-int ot__jit_exp_steps(regs *r, int x, const int t[4]);
-int ot__jit_log_steps(regs *r, int x, const int t[10]);
+int ot__jit_exp_steps(regs *r, int x, const int t[5]);
 int ot__jit_log35_steps(regs *r, int x, const int t[7]);
 int ot__jit_tanh_steps(regs *r, int x, const int t[6]);
 int ot__jit_tanh35_steps(regs *r, int x, const int t[8]);

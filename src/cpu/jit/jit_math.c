@@ -13,9 +13,10 @@
 
 #if OT_JIT_X86
 
-/* expf: 1/ln 2; ln 2 in two parts, negated (Cody and Waite); the reduced
- * argument's polynomial from its highest coefficient to 1/2; the bounds
- * below which the result is 0 (-104) and above which it is inf (100); inf.
+/* SLEEF's expf (now tanhf u35's expm1, and the own expf's ln 2 and
+ * bounds): 1/ln 2; ln 2 in two parts, negated (Cody and Waite); the
+ * reduced argument's polynomial from its highest coefficient to 1/2; -104,
+ * below which the result is 0; inf.
  * logf: 4/3 (the mantissa's range is [3/4, 3/2)); 128, the exponent of
  * inf; ln 2 in two parts; -1; the polynomial in the square of (m-1)/(m+1);
  * vfixupimmps's table for 0, negatives, inf and NaN (AVX-512); for AVX2,
@@ -26,24 +27,24 @@
  * is +-1 and 2 (its expm1 takes expf's polynomial, its 1 and -1 logf's).
  * logf u35: its polynomial in y^2 (then 2), 128 ln 2 (e ln 2 where
  * vgetexpps gives e = inf) and its vfixupimmps table. safelog's floor,
- * exp(-50) in f32 (tile.inc's K_EXPM50). */
+ * exp(-50) in f32 (tile.inc's K_EXPM50). The own expf (X_): 89, its upper
+ * clamp (the lower is E_LO, -104), 2^-64 (2^64 is L_2P64) and the sum of
+ * both's bits; its polynomial is tanh's exp's (H_Q). */
 const uint32_t ot__jit_fn_bits[NFNK] = {
     0x3FB8AA3B, 0xBF317200, 0xB5BFBE8E, 0x39502BDA, 0x3AB696C9, 0x3C0888A6, 0x3D2AAA7A,
-    0x3E2AAAAB, 0x3F000000, 0xC2D00000, 0x42C80000, 0x7F800000,
-    0x3FAAAAAB, 0x43000000, 0x3F317218, 0xB102E308, 0xBF800000, 0x3E9AFF5C, 0x3ECC99CA,
-    0x3F2AAADA, 0x02530400, 0x00800000, 0x5F800000, 0x000000FF, 0xFFFFFF41, 0xFFFFFF81,
+    0x3E2AAAAB, 0x3F000000, 0xC2D00000, 0x7F800000,
+    0x3FAAAAAB, 0x3F317218, 0xBF800000, 0x00800000, 0x5F800000, 0x000000FF, 0xFFFFFF41, 0xFFFFFF81,
     0x7FC00000, 0xFF800000, 0xBEAAAAA2, 0x3E0886A2, 0xBD5CC52C, 0x3CB08A97, 0xBC03F07C,
     0x3B1C902B, 0xB9CA986A, 0x3EFFFFFE, 0x3E2AAA49, 0x3D2AAC5F, 0x3C091CF4, 0x3AB51FF3,
     0x3F7851EC, 0x41A00000, 0x4B400000, 0x410AA123, 0x40000000, 0x3E750690, 0x3E920364, 0x3ECCCD92, 0x3F2AAAAB, 0x42B17218,
-    0x00500000, 0x1B692BEB};
+    0x00500000, 0x1B692BEB, 0x42B20000, 0x1F800000, 0x7F000000};
 
 /* The constants each inline function reads, in the order that they get
  * the registers zmm16-31 (the rest are read from the frame); AVX2's log
  * reads log_vex_consts too. */
-static const int8_t exp_consts[] = {E_C1, E_C2, E_C3, E_C4, E_C5, E_L2L, E_RLN2, E_L2U, E_C0,
-                                    F_ONE, E_LO, E_HI, E_INF};
-static const int8_t log_consts[] = {L_P1, L_P2, L_LN2LO, L_4_3, L_M1, L_LN2HI, L_P0, L_FIX,
-                                    L_128, F_ONE, E_INF};
+static const int8_t exp_consts[] = {H_Q0, H_Q1, H_Q2, H_Q3, H_Q4, E_L2U, E_L2L, E_RLN2, H_MAGIC,
+                                    E_LO, X_HI, F_ONE};
+static const int8_t exp_vex_consts[] = {X_BIAS, L_2P64, X_M64};
 static const int8_t log_vex_consts[] = {L_FLTMIN, L_2P64, L_FF, L_BIASD, L_BIASN, L_QNAN, L_NINF};
 static const int8_t tanh_consts[] = {H_P5, H_P4, H_P3, H_P2, H_P1, H_P0, H_Q3, H_Q2, H_Q1, H_Q0,
                                      E_L2U, E_L2L, H_MAGIC, F_ONE, H_CAP, H_CUT, H_P6, H_Q4,
@@ -60,17 +61,16 @@ static const int8_t tanh35_consts[] = {E_C1, E_C3, E_C5, E_L2U, E_L2L, E_RLN2, E
  * call clobbers them): the rest stay in the frame. */
 void ot__jit_place_constants(regs *r)
 {
-    const int8_t *lists[7] = {exp_consts, log_consts, tanh_consts, log35_consts, tanh35_consts,
-                              safelog_consts, log_vex_consts};
-    const int sizes[7] = {sizeof exp_consts, sizeof log_consts, sizeof tanh_consts,
-                          sizeof log35_consts, sizeof tanh35_consts, sizeof safelog_consts,
-                          sizeof log_vex_consts};
+    const int8_t *lists[7] = {exp_consts, tanh_consts, log35_consts, tanh35_consts,
+                              safelog_consts, log_vex_consts, exp_vex_consts};
+    const int sizes[7] = {sizeof exp_consts, sizeof tanh_consts, sizeof log35_consts,
+                          sizeof tanh35_consts, sizeof safelog_consts, sizeof log_vex_consts,
+                          sizeof exp_vex_consts};
     unsigned f = r->fns;
-    bool log10 = f & (1u << FN_LOG | 1u << FN_SAFELOG);
     bool log35 = f & (1u << FN_LOG35 | 1u << FN_SAFELOG35);
-    const bool used[7] = {f >> FN_EXP & 1, log10, f >> FN_TANH & 1, log35, f >> FN_TANH35 & 1,
-                          f & (1u << FN_SAFELOG | 1u << FN_SAFELOG35),
-                          (log10 || log35) && !r->c->evex};
+    const bool used[7] = {f >> FN_EXP & 1, f >> FN_TANH & 1, log35, f >> FN_TANH35 & 1,
+                          f >> FN_SAFELOG35 & 1, log35 && !r->c->evex,
+                          (f >> FN_EXP & 1) && !r->c->evex};
     bool regs = r->c->evex && !r->calls;
     int next = 16;
     r->fn_used = 0;
@@ -83,54 +83,57 @@ void ot__jit_place_constants(regs *r)
         }
 }
 
-/* exp of register x into t[0] (x is kept), t[1..3] clobbered: SLEEF 3.5's
- * expf u10 step for step, each rounding and operand order as its AVX-512
- * and AVX2 builds have them, so that the bits are the table's own (NaN
- * payloads included: tests/test_jit.c compares every f32). q = rint(x /
- * ln 2); s = x - q ln 2 in two parts; u = 1 + s + s^2 p(s); the result is
- * u 2^(q/2) 2^(q - q/2), then 0 below -104 and inf above 100. Inline, the
+/* exp of register x into t[0] (x is kept, t[1..4] clobbered): the
+ * library's own, own_math.inc's f32_exp_u10 step for step with its operand
+ * orders (its comment has the design), so the bits are the table's own,
+ * NaN payloads included (tests/test_jit.c compares every f32). x clamped
+ * to [-104, 89] with x as the second operand of vmaxps and vminps (NaN
+ * stays); t = x / ln 2 + 1.5 * 2^23, k = t - 1.5 * 2^23; r1 = x - k hi,
+ * r2 = -k lo; h = 1 + r1, l = r1 - (h - 1); tail = r^2 Q(r) + (l + r2),
+ * r = r1 + r2; then EVEX: vscalefps(h + tail, k); VEX: p = 2^(k-a) from
+ * t's bits, s = 2^a (a = +-64 by x's sign), (h p + p tail) s. Inline, the
  * loop calls nothing: no spills around a call, constants stay in
- * registers or the frame, and W2 ran 9% faster than the same loop calling SLEEF. */
-int ot__jit_exp_steps(regs *r, int x, const int t[4])
+ * registers or the frame. */
+int ot__jit_exp_steps(regs *r, int x, const int t[5])
 {
+    enum { ADD = 0x58, MUL = 0x59, SUB = 0x5C, MIN = 0x5D, MAX = 0x5F };
     code *c = r->c;
-    int q = t[0], f = t[1], s = t[2], u = t[3];
-    ot__jit_vrc(r, 1, 0, 0x59, q, x, E_RLN2);                                 /* x / ln 2 */
-    ot__x86_vrr(c, 1, 1, 0, 0x5B, q, 0, q);                                   /* vcvtps2dq */
-    ot__x86_vrr(c, 1, 0, 0, 0x5B, f, 0, q);                                   /* vcvtdq2ps */
-    ot__jit_load_const(r, s, E_L2U, false);
-    ot__x86_vrr(c, 2, 1, 0, 0xA8, s, f, x);                                   /* f*s + x */
-    ot__jit_vrc(r, 2, 1, 0xB8, s, f, E_L2L);                                  /* f*L2L + s */
-    ot__jit_load_const(r, f, E_C0, false);
-    for (int e = E_C1; e <= E_C5; e++) ot__jit_vrc(r, 2, 1, 0xA8, f, s, e);   /* s*f + c */
-    ot__x86_vrr(c, 1, 0, 0, 0x59, u, s, s);
-    ot__x86_vrr(c, 2, 1, 0, 0xA8, u, f, s);                                   /* f*s^2 + s */
-    ot__jit_vrc(r, 1, 0, 0x58, u, u, F_ONE);
-    ot__jit_shift_to(r, 4, f, q, 1);                                          /* m = q >> 1 */
-    ot__jit_shift_to(r, 6, s, f, 23);
-    ot__jit_vrc(r, 1, 1, 0xFE, s, s, F_ONE);                                 /* 2^m: + 1.0's bits */
-    ot__x86_vrr(c, 1, 0, 0, 0x59, u, u, s);
-    ot__x86_vrr(c, 1, 1, 0, 0xFA, q, q, f);                                   /* q - m */
-    ot__jit_shift_to(r, 6, q, q, 23);
-    ot__jit_vrc(r, 1, 1, 0xFE, q, q, F_ONE);
-    if (c->evex) {
-        ot__jit_vrc(r, 1, 0, 0xC2, 1, x, E_LO);                               /* k1 = !(x < -104) */
-        ot__x86_put1(c, 5);
-        ot__x86_vrr_k(c, 1, 0, 0, 0x59, q, u, q, 1, true);                   /* u 2^(q-m), else 0 */
-        ot__jit_vrc(r, 1, 0, 0xC2, 1, x, E_HI);                               /* k1 = x > 100 */
-        ot__x86_put1(c, 0x0E);
-        ot__jit_load_const(r, q, E_INF, true);                                /* inf there */
-    } else {
-        ot__jit_vrc(r, 1, 0, 0xC2, f, x, E_LO);                               /* x < -104 */
-        ot__x86_put1(c, 1);
-        ot__x86_vrr(c, 1, 0, 0, 0x59, q, u, q);
-        ot__x86_vrr(c, 1, 0, 0, 0x55, q, f, q);                               /* andn: 0 there */
-        ot__jit_vrc(r, 1, 0, 0xC2, f, x, E_HI);                               /* x > 100 */
-        ot__x86_put1(c, 0x0E);
-        ot__jit_vrc(r, 3, 1, 0x4A, q, q, E_INF);                              /* vblendvps: inf */
-        ot__x86_put1(c, (uint8_t)(f << 4));
+    int a = t[0], b = t[1], k = t[2], d = t[3], h = t[4];
+    ot__jit_load_const(r, b, E_LO, false);
+    ot__x86_vrr(c, 1, 0, 0, MAX, b, b, x);                                    /* max(-104, x) */
+    ot__jit_load_const(r, a, X_HI, false);
+    ot__x86_vrr(c, 1, 0, 0, MIN, a, a, b);                                    /* min(89, .) */
+    ot__jit_load_const(r, b, E_RLN2, false);
+    ot__jit_vrc(r, 2, 1, 0xA8, b, a, H_MAGIC);                                /* t = x / ln 2 + M */
+    ot__jit_vrc(r, 1, 0, SUB, k, b, H_MAGIC);                                 /* k = t - M */
+    ot__jit_vrc(r, 2, 1, 0xB8, a, k, E_L2U);                                  /* r1 = x - k hi */
+    ot__jit_vrc(r, 1, 0, MUL, d, k, E_L2L);                                   /* r2 = -k lo */
+    if (!c->evex) {
+        ot__jit_shift_to(r, 6, k, b, 23);                                     /* t's bits << 23 */
+        ot__jit_vrc(r, 1, 1, 0xFE, k, k, X_BIAS);                             /* vpaddd */
     }
-    return q;
+    ot__jit_vrc(r, 1, 0, ADD, h, a, F_ONE);                                   /* h = r1 + 1 */
+    ot__jit_vrc(r, 1, 0, SUB, b, h, F_ONE);
+    ot__x86_vrr(c, 1, 0, 0, SUB, b, a, b);                                    /* l = r1 - (h - 1) */
+    ot__x86_vrr(c, 1, 0, 0, ADD, b, b, d);                                    /* l + r2 */
+    ot__x86_vrr(c, 1, 0, 0, ADD, a, a, d);                                    /* r = r1 + r2 */
+    ot__jit_load_const(r, d, H_Q4, false);
+    for (int e = H_Q3; e >= H_Q0; e--) ot__jit_vrc(r, 2, 1, 0xA8, d, a, e);  /* q r + c */
+    ot__x86_vrr(c, 1, 0, 0, MUL, a, a, a);
+    ot__x86_vrr(c, 2, 1, 0, 0xB8, b, a, d);                                   /* tail = r^2 q + . */
+    if (c->evex) {
+        ot__x86_vrr(c, 1, 0, 0, ADD, h, h, b);
+        ot__x86_vrr(c, 2, 1, 0, 0x2C, a, h, k);                               /* vscalefps */
+        return a;
+    }
+    ot__jit_load_const(r, d, L_2P64, false);
+    ot__jit_vrc(r, 3, 1, 0x4A, d, d, X_M64);                                  /* s = x < 0 ? 2^-64 */
+    ot__x86_put1(c, (uint8_t)(x << 4));                                       /*     : 2^64 */
+    ot__x86_vrr(c, 1, 1, 0, 0xFA, k, k, d);                                   /* p: vpsubd */
+    ot__x86_vrr(c, 1, 0, 0, MUL, a, k, b);                                    /* p tail */
+    ot__x86_vrr(c, 2, 1, 0, 0xB8, a, h, k);                                   /* h p + p tail */
+    ot__x86_vrr(c, 1, 0, 0, MUL, a, a, d);
+    return a;
 }
 
 /* dst = a op b for add (0x58), mul (0x59), sub (0x5C), div (0x5E): f32. */
@@ -145,56 +148,6 @@ enum { FMADD213 = 0xA8, FMSUB213 = 0xAA, FNMADD213 = 0xAC, FMADD231 = 0xB8, FNMA
 static void fma3(regs *r, uint8_t op, int dst, int vvvv, int rm)
 {
     ot__x86_vrr(r->c, 2, 1, 0, op, dst, vvvv, rm);
-}
-
-/* The body both builds share: m in [3/4, 3/2) (or m scaled) and e with
- * e ln 2 = (hi, lo) given, log = e ln 2 + 2 atanh((m-1)/(m+1)), in
- * double-float steps. t: m in t[1], hi in t[3], lo in t[2] on entry
- * (named as SLEEF's AVX-512 build has them); the result in t[0]. */
-static void log_tail(regs *r, const int t[9])
-{
-    enum { ADD = 0x58, MUL = 0x59, SUB = 0x5C, DIV = 0x5E };
-    int z1 = t[0], z2 = t[1], z3 = t[2], z4 = t[3], z5 = t[4], z6 = t[5], z7 = t[6], z8 = t[7],
-        z9 = t[8];
-    ot__jit_load_const(r, z1, L_M1, false);
-    ot__jit_load_const(r, z5, F_ONE, false);
-    arith(r, ADD, z6, z2, z1);                                        /* m - 1 */
-    arith(r, ADD, z7, z6, z5);
-    arith(r, SUB, z8, z6, z7);
-    arith(r, SUB, z8, z1, z8);
-    arith(r, SUB, z7, z2, z7);
-    arith(r, ADD, z7, z7, z8);                                        /* (z6, z7): m - 1 */
-    arith(r, ADD, z8, z2, z5);                                        /* m + 1 */
-    arith(r, ADD, z1, z8, z1);
-    arith(r, SUB, z9, z8, z1);
-    arith(r, SUB, z9, z5, z9);
-    arith(r, SUB, z1, z2, z1);
-    arith(r, ADD, z1, z1, z9);                                        /* (z8, z1): m + 1 */
-    arith(r, DIV, z2, z5, z8);
-    arith(r, MUL, z9, z6, z2);                                        /* x = (m-1)/(m+1) */
-    fma3(r, FMSUB213, z6, z2, z9);
-    fma3(r, FNMADD213, z8, z2, z5);
-    fma3(r, FNMADD231, z8, z2, z1);
-    fma3(r, FMADD231, z6, z2, z7);
-    fma3(r, FMADD231, z6, z9, z8);                                    /* (z9, z6): x */
-    arith(r, MUL, z1, z9, z9);                                        /* x^2 */
-    ot__jit_load_const(r, z2, L_P0, false);
-    ot__jit_vrc(r, 2, 1, FMADD213, z2, z1, L_P1);
-    ot__jit_vrc(r, 2, 1, FMADD213, z2, z1, L_P2);
-    arith(r, ADD, z5, z9, z9);
-    arith(r, ADD, z6, z6, z6);                                        /* (z5, z6): 2x */
-    arith(r, ADD, z7, z4, z5);
-    arith(r, SUB, z4, z4, z7);
-    arith(r, ADD, z4, z5, z4);
-    arith(r, ADD, z3, z3, z4);
-    arith(r, ADD, z3, z6, z3);                                        /* (z7, z3): e ln 2 + 2x */
-    arith(r, MUL, z1, z9, z1);
-    arith(r, MUL, z1, z1, z2);                                        /* x^3 p(x^2) */
-    arith(r, ADD, z2, z7, z1);
-    arith(r, SUB, z4, z7, z2);
-    arith(r, ADD, z1, z1, z4);
-    arith(r, ADD, z1, z3, z1);
-    arith(r, ADD, z1, z2, z1);
 }
 
 /* AVX2's logf (u10 and u35 alike) up to e and m: x < FLT_MIN scaled by
@@ -240,45 +193,6 @@ static void log_vex_specials(regs *r, int res, int d, int m, int z)
     ot__x86_put1(c, 0);
     ot__jit_vrc(r, 3, 1, 0x4A, res, res, L_NINF);
     ot__x86_put1(c, (uint8_t)(m << 4));
-}
-
-/* log of register x into t[0] (x kept, t[1..9] clobbered): SLEEF 3.5's
- * logf u10 as each build has it. AVX-512 takes e and m by vgetexpps and
- * vgetmantps (denormals included) and mends 0, negatives, inf and NaN by
- * vfixupimmps; AVX2 scales denormals by 2^64, takes e and m from the bits
- * and mends those cases by compares and blends. Calling nothing, as exp. */
-int ot__jit_log_steps(regs *r, int x, const int t[10])
-{
-    code *c = r->c;
-    int z1 = t[0], z2 = t[1], z3 = t[2], z4 = t[3];
-    if (c->evex) {
-        ot__jit_vrc(r, 1, 0, 0x59, z1, x, L_4_3);
-        ot__x86_vrr(c, 2, 1, 0, 0x42, z1, 0, z1);                             /* vgetexpps: e */
-        ot__jit_vrc(r, 1, 0, 0xC2, 1, z1, E_INF);                             /* k1 = e == inf */
-        ot__x86_put1(c, 0);
-        ot__jit_load_const(r, z1, L_128, true);
-        ot__x86_vrr(c, 3, 1, 0, 0x26, z2, 0, x);                              /* vgetmantps: m */
-        ot__x86_put1(c, 0x0B);
-        ot__jit_load_const(r, z3, L_LN2HI, false);
-        arith(r, 0x59, z4, z1, z3);
-        fma3(r, FMSUB213, z3, z1, z4);
-        ot__jit_vrc(r, 2, 1, FMADD231, z3, z1, L_LN2LO);                      /* (z4, z3): e ln 2 */
-        log_tail(r, t);
-        ot__jit_vrc(r, 3, 1, 0x54, z1, x, L_FIX);                             /* vfixupimmps */
-        ot__x86_put1(c, 0);
-        return z1;
-    }
-    int d = t[9];
-    log_vex_split(r, x, d, t);
-    ot__x86_vrr(c, 1, 0, 0, 0x5B, t[4], 0, t[0]);                             /* vcvtdq2ps */
-    ot__jit_load_const(r, t[5], L_LN2HI, false);
-    arith(r, 0x59, t[3], t[4], t[5]);
-    fma3(r, FMSUB213, t[5], t[4], t[3]);
-    ot__jit_load_const(r, t[2], L_LN2LO, false);
-    fma3(r, FMADD213, t[2], t[4], t[5]);                              /* (t3, t2): e ln 2 */
-    log_tail(r, t);
-    log_vex_specials(r, t[0], d, t[1], t[2]);
-    return t[0];
 }
 
 /* log of register x at u35 into t[0] (x kept, t[1..3] clobbered, and
@@ -487,10 +401,9 @@ int ot__jit_tanh35_steps(regs *r, int x, const int t[8])
 static void emit_sig_inline(regs *r, int pos, int rx, int nabs)
 {
     code *c = r->c;
-    int t[4];
-    ot__jit_scratch(r, 1u << rx | 1u << nabs, t, 4);
-    ot__jit_exp_steps(r, nabs, t);
-    int e = t[0], one = t[1], den = t[2], sel = t[3];
+    int t[5];
+    ot__jit_scratch(r, 1u << rx | 1u << nabs, t, 5);
+    int e = ot__jit_exp_steps(r, nabs, t), one = t[1], den = t[2], sel = t[3];
     ot__jit_load_const(r, one, F_ONE, false);
     ot__x86_vrr(c, 1, 0, 0, 0x58, den, one, e);                               /* 1 + e */
     if (c->evex) {

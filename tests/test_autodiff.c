@@ -1180,7 +1180,7 @@ TEST(autodiff_errors)
     n->be = F.be;
     n->file = "layer.c";
     n->line = 42;
-    ot__pool_adopt(n);
+    ot__pool_adopt_new(n);
     CHECK(ot_autodiff_new(ot_exp(n), NULL) == NULL);
     CHECK_ERR(OT_EUNSUPPORTED, "layer.c:42", "no gradient rule", "op 99");
 

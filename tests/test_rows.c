@@ -92,14 +92,19 @@ static ot_node *softmax_of(ot_tensor *x, int op, int axis)
 /* x's transpose reduced: rows with a stride (no in-place row walk). */
 static ot_node *reduce_transposed(ot_tensor *x, int op, int axis)
 {
-    return reduce_of(ot_transpose(x, NULL), op, axis);
+    ot_tensor *t = ot_transpose(x, NULL);
+    ot_node *r = reduce_of(t, op, axis);
+    ot_tensor_free(t);   /* the tree holds its leaf */
+    return r;
 }
 
 /* Compares cpu (be) with ref on one case; returns the mismatches. */
 static int compare(ot_backend *be, ot_backend *ref, int64_t rows, int64_t cols, bool specials,
                    build_fn build, int op, int axis, int view)
 {
-    size_t n = (size_t)(rows * cols > 0 ? rows * cols : 1);
+    /* rows * cols values in, at most that many out, or rows (cols) when
+     * the other is 0: a reduction of an empty axis gives its identity. */
+    size_t n = (size_t)(rows * cols + rows + cols + 1);
     float *x = malloc(n * sizeof *x), *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
     int64_t na = 0, nb = 0;
     int bad = 0;

@@ -144,7 +144,9 @@ ot_node *ot__pool_adopt_new(ot_node *n);
 /* mean(x, axis, keepdims) as var and std expand it (node.c): exact for
  * constant data on every backend; autodiff's var/std rules use it too. */
 ot_node *ot__mean_refined(ot_node *x, int axis, const char *file, int line);
-/* A zeroed node with refs = 1, kind/op/tag set to "none" values. */
+/* A zeroed node, kind/op/tag set to "none" values, owned by this thread
+ * with its creator's one reference in the owner count (so it goes to a
+ * pool by ot__pool_adopt_new, never ot__pool_adopt). */
 ot_node *ot__node_alloc(void);
 /* The shared count's flag: an owner's count is in use (node_pool.c). */
 #define OT__NODE_OWNED ((long)1 << (sizeof(long) * 8 - 2))

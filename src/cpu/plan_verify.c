@@ -430,9 +430,26 @@ static bool reach(const ot_view *v, const int64_t *dims, int nd, int64_t *lo, in
     return true;
 }
 
+/* The shape of a CONV kernel's view `which` (-1: the store) from its
+ * geometry (internal.h's X, S, W): conv reads X, W into S; conv_transpose
+ * S, W into X; conv_wgrad X, S into W. All have the node's rank. */
+static int conv_dims(const ot_kernel *k, int which, int64_t *dims)
+{
+    const ot__conv_geom *g = &k->conv;
+    enum { X, S, W } role[3][3] = {{X, W, S}, {S, W, X}, {X, S, W}};
+    int r = role[k->conv_op == OT_OP_CONV ? 0 : k->conv_op == OT_OP_CONV_TRANSPOSE ? 1 : 2]
+                [which < 0 ? 2 : which];
+    int nd = k->shape.ndim;
+    dims[0] = r == W ? g->groups * g->sc : g->n;
+    dims[1] = r == X ? g->groups * g->xc : r == S ? g->groups * g->sc : g->xc;
+    for (int d = 2; d < nd; d++)
+        dims[d] = r == X ? g->xp[d - 2] : r == S ? g->sp[d - 2] : g->k[d - 2];
+    return nd;
+}
+
 /* The element range view `which` of kernel k touches. A DOT's views are
  * rows x cols x batch (A: m x k, B: k x n, C: m x n); RAND and ONEHOT write
- * their shape contiguously. */
+ * their shape contiguously; CONV's are its operands' shapes. */
 static bool view_reach(const ot_kernel *k, int which, int64_t *lo, int64_t *hi)
 {
     const ot_view *v = which >= 0 ? &k->loads[which] : which == -1 ? &k->store
@@ -440,6 +457,11 @@ static bool view_reach(const ot_kernel *k, int which, int64_t *lo, int64_t *hi)
     if (k->kind == OT_KER_DOT) {
         int64_t dims[3] = {which == 1 ? k->k : k->m, which == 0 ? k->k : k->n, k->batch};
         return reach(v, dims, 3, lo, hi);
+    }
+    if (k->kind == OT_KER_CONV && which >= -1) {
+        int64_t dims[OT_MAX_DIMS];
+        int nd = conv_dims(k, which, dims);
+        return reach(v, dims, nd, lo, hi);
     }
     if (k->kind == OT_KER_STRUCT && which >= 0)   /* each load its own shape */
         return reach(v, k->load_shapes[which].dims, k->load_shapes[which].ndim, lo, hi);

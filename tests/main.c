@@ -86,6 +86,25 @@ char *test__capture(int (*fn)(const ot_node *, FILE *), const ot_node *n)
     return buf;
 }
 
+ot_tensor *test__ints(ot_backend *be, ot_shape s, ot_dtype dt, int seed, int mod, int off,
+                      double scale)
+{
+    int64_t n = 1;
+    for (int d = 0; d < s.ndim; d++) n *= s.dims[d];
+    double *v = malloc(sizeof *v * (size_t)(n ? n : 1));
+    if (!v) {
+        CHECK(v != NULL);
+        return NULL;
+    }
+    for (int64_t i = 0; i < n; i++) v[i] = (double)((i * 7 + seed * 13) % mod - off) * scale;
+    ot_tensor *t = ot_array(be, s, OT_F64, v);
+    ot_tensor *r = ot_empty(be, s, dt);
+    CHECK_INT(ot_assign(r, ot_cast(t, dt)), 0);
+    ot_tensor_free(t);
+    free(v);
+    return r;
+}
+
 char *test__explain_many(int n, ot_tensor *const outs[], ot_node *const trees[])
 {
     char *buf = NULL;

@@ -68,5 +68,10 @@ char *test__explain_many(int n, ot_tensor *const outs[], ot_node *const trees[])
 /* A backend by name with this fusion setting and 2 threads, the variables
  * that would override them unset (a failure is recorded). */
 ot_backend *test__backend(const char *name, int fusion);
+/* A tensor of shape s and dtype dt whose element i is
+ * ((i * 7 + seed * 13) % mod - off) * scale: small exact values, other per
+ * seed (a failure is recorded). */
+ot_tensor *test__ints(ot_backend *be, ot_shape s, ot_dtype dt, int seed, int mod, int off,
+                      double scale);
 
 #endif

@@ -16,16 +16,7 @@ static ot_backend *backend(const char *name, int fusion) { return test__backend(
  * every dtype), different per seed. */
 static ot_tensor *data(ot_backend *be, ot_shape s, ot_dtype dt, int seed)
 {
-    int64_t n = 1;
-    for (int d = 0; d < s.ndim; d++) n *= s.dims[d];
-    double *v = malloc(sizeof *v * (size_t)(n ? n : 1));
-    for (int64_t i = 0; i < n; i++) v[i] = (double)((i * 7 + seed * 13) % 23 - 11);
-    ot_tensor *t = ot_array(be, s, OT_F64, v);
-    ot_tensor *r = ot_empty(be, s, dt);
-    CHECK_INT(ot_assign(r, ot_cast(t, dt)), 0);
-    ot_tensor_free(t);
-    free(v);
-    return r;
+    return test__ints(be, s, dt, seed, 23, 11, 1.0);
 }
 
 /* t's values as doubles (caller frees). */

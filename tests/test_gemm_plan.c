@@ -198,78 +198,63 @@ TEST(gemm_unwritable_outputs)
     pair_close(&p);
 }
 
-/* relu(dot + bias) runs its elementwise part as an epilogue on the dot's
- * rows, per block of rows once the result is large; explain says so. */
-TEST(gemm_epilogue_blocks)
+/* The explain text of relu(dot + bias) (mode EPI_BLOCKS: ot_explain of the
+ * tree) or of its assignment (EPI_OUT, and EPI_RESIDUAL: the output read
+ * as the residual, relu(dot + out)), checked for what the mode expects. */
+enum { EPI_BLOCKS, EPI_OUT, EPI_RESIDUAL };
+
+static void check_epilogue_text(ot_tensor *o, ot_node *t, int64_t m, int mode)
 {
-    pair p;
-    pair_open(&p);
-    static const int64_t rows[] = {40, 1100};
-    for (int i = 0; i < 2; i++) {
-        ot_tensor *o[2];
-        for (int s = 0; s < 2; s++) {
-            ot_tensor *a = mat(p.be[s], rows[i], 33, OT_F32, 7), *w = mat(p.be[s], 33, 1030, OT_F32, 8);
-            ot_tensor *bias = mat(p.be[s], 1, 1030, OT_F32, 9);
-            o[s] = ot_empty(p.be[s], OT_SHAPE(rows[i], 1030), OT_F32);
-            ot_pool *pool = ot_pool_push();
-            ot_node *t = ot_relu(ot_add(ot_dot(a, w), bias));
-            if (s == 1) {
-                char *txt = test__capture(ot_explain, t);
-                CHECK(txt && strstr(txt, "epilogue of kernel 0"));
-                CHECK(txt && strstr(txt, i ? "per block of 220 of 1100 rows" : "of 40 rows"));
-                free(txt);
-            }
-            CHECK_INT(ot_assign(o[s], t), 0);
-            ot_pool_pop(pool);
-            ot_tensor_free(a);
-            ot_tensor_free(w);
-            ot_tensor_free(bias);
-        }
-        check_same(o[0], o[1], 1e-5);
-        ot_tensor_free(o[0]);
-        ot_tensor_free(o[1]);
+    char *txt = mode == EPI_BLOCKS ? test__capture(ot_explain, t) : test__explain_many(1, &o, &t);
+    CHECK(txt && strstr(txt, "epilogue of kernel 0"));
+    if (mode == EPI_BLOCKS) {
+        CHECK(txt && strstr(txt, m > 40 ? "per block of 220 of 1100 rows" : "of 40 rows"));
+    } else {
+        bool in_out = txt && strstr(txt, "(gemm) <- leaf0 leaf1 -> out0") &&
+                      strstr(txt, "<- out0 leaf2 -> out0") && strstr(txt, "(0 bytes)");
+        CHECK(mode == EPI_RESIDUAL ? !in_out : in_out);
     }
-    pair_close(&p);
+    free(txt);
 }
 
-/* A dot whose one reader is the output's elementwise kernel is written
- * straight into the output, and that kernel runs over it in place (no
- * temporary: the result's bytes are touched once, as a hand-written
- * layer touches them), in one block and in several; not where the
- * output is also a leaf the tree reads (a residual into itself). */
-TEST(gemm_epilogue_in_output)
+/* relu(dot + bias) (or + out) of m rows on both backends of p, the same. */
+static void epilogue_pair(pair *p, int64_t m, int mode)
 {
+    ot_tensor *o[2];
+    for (int s = 0; s < 2; s++) {
+        ot_tensor *a = mat(p->be[s], m, 33, OT_F32, 7), *w = mat(p->be[s], 33, 1030, OT_F32, 8);
+        ot_tensor *bias = mat(p->be[s], 1, 1030, OT_F32, 9);
+        o[s] = mode == EPI_BLOCKS ? ot_empty(p->be[s], OT_SHAPE(m, 1030), OT_F32)
+                                  : mat(p->be[s], m, 1030, OT_F32, 10);
+        ot_pool *pool = ot_pool_push();
+        ot_node *t = ot_relu(ot_add(ot_dot(a, w), mode == EPI_RESIDUAL ? o[s] : bias));
+        if (s == 1) check_epilogue_text(o[s], t, m, mode);
+        CHECK_INT(ot_assign(o[s], t), 0);
+        ot_pool_pop(pool);
+        ot_tensor_free(a);
+        ot_tensor_free(w);
+        ot_tensor_free(bias);
+    }
+    check_same(o[0], o[1], 1e-5);
+    ot_tensor_free(o[0]);
+    ot_tensor_free(o[1]);
+}
+
+/* relu(dot + bias) runs its elementwise part as an epilogue on the dot's
+ * rows, per block of rows once the result is large; explain says so
+ * (EPI_BLOCKS). A dot whose one reader is the output's elementwise kernel
+ * is written straight into the output, and that kernel runs over it in
+ * place (no temporary: the result's bytes are touched once, as a
+ * hand-written layer touches them), in one block and in several (EPI_OUT);
+ * not where the output is also a leaf the tree reads (EPI_RESIDUAL). */
+TEST(gemm_epilogue_blocks_and_in_output)
+{
+    static const struct { int64_t m; int mode; } cases[] = {
+        {40, EPI_BLOCKS}, {1100, EPI_BLOCKS}, {40, EPI_OUT}, {1100, EPI_OUT}, {40, EPI_RESIDUAL}};
     pair p;
     pair_open(&p);
-    static const int64_t rows[] = {40, 1100};
-    for (int i = 0; i < 3; i++) {
-        ot_tensor *o[2];
-        for (int s = 0; s < 2; s++) {
-            int64_t m = rows[i % 2];
-            ot_tensor *a = mat(p.be[s], m, 33, OT_F32, 7), *w = mat(p.be[s], 33, 1030, OT_F32, 8);
-            ot_tensor *bias = mat(p.be[s], 1, 1030, OT_F32, 9);
-            o[s] = mat(p.be[s], m, 1030, OT_F32, 10);
-            ot_pool *pool = ot_pool_push();
-            /* i == 2: out = relu(dot + out), the residual read from out itself */
-            ot_node *t = ot_relu(ot_add(ot_dot(a, w), i == 2 ? o[s] : bias));
-            if (s == 1) {
-                char *txt = test__explain_many(1, &o[s], &t);
-                bool in_out = txt && strstr(txt, "(gemm) <- leaf0 leaf1 -> out0") &&
-                              strstr(txt, "<- out0 leaf2 -> out0") && strstr(txt, "(0 bytes)");
-                CHECK(txt && strstr(txt, "epilogue of kernel 0"));
-                CHECK(i == 2 ? !in_out : in_out);
-                free(txt);
-            }
-            CHECK_INT(ot_assign(o[s], t), 0);
-            ot_pool_pop(pool);
-            ot_tensor_free(a);
-            ot_tensor_free(w);
-            ot_tensor_free(bias);
-        }
-        check_same(o[0], o[1], 1e-5);
-        ot_tensor_free(o[0]);
-        ot_tensor_free(o[1]);
-    }
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        epilogue_pair(&p, cases[i].m, cases[i].mode);
     pair_close(&p);
 }
 

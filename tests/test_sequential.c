@@ -336,10 +336,8 @@ TEST(sequential_shares_views_and_composites)
 
 /* loss = mean((X.W - Y)^2) in step 0 and its gradient in step 1, whose
  * tree reads X.W - Y: the product is computed once. */
-static void gradient(scen *s, ot_backend *be)
+static void gradient_steps(scen *s, ot_backend *be, ot_tensor *X, ot_tensor *Y, ot_tensor *W)
 {
-    ot_tensor *X = data(s, be, OT_SHAPE(GM, GK), 1), *W = data(s, be, OT_SHAPE(GK, GN), 0.1);
-    ot_tensor *Y = data(s, be, OT_SHAPE(GM, GN), 1);
     ot_node *loss = ot_mean(ot_sqr(ot_sub(ot_dot(X, W), Y)));
     ot_autodiff *ad = ot_autodiff_new(loss, NULL);
     CHECK(ad != NULL);
@@ -349,6 +347,12 @@ static void gradient(scen *s, ot_backend *be)
     step(s, output(s, be, OT_SHAPE(GK, GN), OT_F32), g);
     step(s, W, ot_sub(W, ot_mul(g, 0.5f)));   /* the gradient again: kept too */
     ot_autodiff_free(ad);
+}
+
+static void gradient(scen *s, ot_backend *be)
+{
+    ot_tensor *X = data(s, be, OT_SHAPE(GM, GK), 1), *W = data(s, be, OT_SHAPE(GK, GN), 0.1);
+    gradient_steps(s, be, X, data(s, be, OT_SHAPE(GM, GN), 1), W);
 }
 
 TEST(sequential_shares_gradient_trees)
@@ -547,16 +551,7 @@ static void p_views(scen *s, ot_backend *be, ot_tensor *X, ot_tensor *b)
  * W updated by it (so every run starts from another W). */
 static void p_gradient(scen *s, ot_backend *be, ot_tensor *X, ot_tensor *Y)
 {
-    ot_tensor *W = data(s, be, OT_SHAPE(GK, GN), 0.1);
-    ot_node *loss = ot_mean(ot_sqr(ot_sub(ot_dot(X, W), Y)));
-    ot_autodiff *ad = ot_autodiff_new(loss, NULL);
-    CHECK(ad != NULL);
-    ot_node *g = ot_autodiff_grad(ad, W);
-    CHECK(g != NULL);
-    step(s, output(s, be, OT_SHAPE(), OT_F32), loss);
-    step(s, output(s, be, OT_SHAPE(GK, GN), OT_F32), g);
-    step(s, W, ot_sub(W, ot_mul(g, 0.5f)));
-    ot_autodiff_free(ad);
+    gradient_steps(s, be, X, Y, data(s, be, OT_SHAPE(GK, GN), 0.1));
 }
 
 TEST(program_computes_shared_values_once_per_run)

@@ -25,12 +25,6 @@
 #               directory)
 #   docs        tools/doc_check.py: every C block of README.md and docs/
 #               compiled, and run where it is a whole program
-#   numpy       tests/diff_numpy.py against $BUILD/liboptree.so, then
-#               tests/umath_check.py (recorded as "umath"): exp, exp2,
-#               expm1, log, log2, sin, cos and tanh through NumPy's own
-#               validation sets on ref, every ISA table and generated code,
-#               and tests/norm_check.py (recorded as "norm"): batch norm,
-#               layer norm and global average pooling against NumPy
 #   mpi         ot_allreduce and examples/mlp_mpi.c on 2 and 3 ranks
 #   lane 2:
 #   clang-O0    library, unit tests, examples and optree-bench built with
@@ -56,6 +50,14 @@
 #               examples/isa.c under qemu-aarch64; about 1 minute once
 #               installed). OT_TEST_ARM64=0 skips it; `make test-arm64`
 #               runs the whole suite there
+#   numpy       tests/diff_numpy.py against $BUILD/liboptree.so, then
+#               tests/umath_check.py (recorded as "umath"): exp, exp2,
+#               expm1, log, log2, sin, cos and tanh through NumPy's own
+#               validation sets on ref, every ISA table and generated code,
+#               and tests/norm_check.py ("norm"): batch norm, layer norm and
+#               global average pooling against NumPy, and
+#               tests/conv_check.py ("conv"): conv, conv_transpose and their
+#               gradients against NumPy
 # Each phase prints its header, its failures and a summary line (with its
 # wall and CPU seconds) when it ends; the suite ends with exactly one line
 # "N passed, M failed" (summed over the phases) and exits non-zero when
@@ -479,7 +481,6 @@ lane1() {
     phase sanitizers "ASan + UBSan build in $B/san"
     phase cli "$PY tests/cli_check.py $B/optree-bench"
     phase docs "$PY tools/doc_check.py: the C blocks of README.md and docs/"
-    phase numpy "$PY tests/diff_numpy.py $B/liboptree.so"
     phase mpi "$B/mpi/test_allreduce on 2 and 3 ranks, $B/mpi/mlp_mpi on 2"
 }
 lane2() {
@@ -490,6 +491,7 @@ lane2() {
     if [ "$(uname -m)" = x86_64 ] && [ "${OT_TEST_ARM64:-1}" != 0 ]; then
         phase arm64 "the NEON table under qemu-aarch64 (ARM64_QUICK=1 tools/test_arm64.sh, $B/arm64)"
     fi
+    phase numpy "$PY tests/diff_numpy.py $B/liboptree.so"
 }
 lane1 &
 lane2

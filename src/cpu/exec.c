@@ -619,11 +619,7 @@ static void block_chunk(void *arg, int slot, int64_t first, int64_t last)
 
 /* A segment's run: its kernels after the dot, per panel of the dot's rows. */
 typedef struct segment_run {
-    ot_backend *be;
-    const ot_plan *p;
-    const ot_binding *bind;
-    char *arena;
-    const run_mem *mem;
+    block_ctx c;   /* what every kernel run takes */
     const ot_segment *sg;
 } segment_run;
 
@@ -632,10 +628,11 @@ typedef struct segment_run {
 static void segment_epilogue(void *ctx, int64_t r0, int64_t n)
 {
     const segment_run *x = ctx;
+    const block_ctx *c = &x->c;
     const ot_segment *sg = x->sg;
-    ot_cpu *cpu = x->be->impl;
+    ot_cpu *cpu = c->be->impl;
     for (int i = sg->first + 1; i < sg->first + sg->count; i++)
-        run_kernel(x->be, x->p, x->bind, x->arena, x->mem, 0, &x->p->kernels[i], (rows){r0, n},
+        run_kernel(c->be, c->p, c->bind, c->arena, c->mem, 0, &c->p->kernels[i], (rows){r0, n},
                    sg->rows, sg->block_temp, cpu->threads);
 }
 
@@ -659,7 +656,7 @@ static void run_segment(ot_backend *be, const ot_plan *p, const ot_binding *bind
     char *base[2] = {view_base(p, bind, arena, &dk->loads[0]), view_base(p, bind, arena, &dk->loads[1])};
     char *dst = view_base(p, bind, arena, &dk->store);
     bool reuse = dk->store.space == OT_SPACE_TEMP && dk->store.index == sg->block_temp;
-    segment_run x = {be, p, bind, arena, mem, sg};
+    segment_run x = {{be, p, bind, arena, mem}, sg};
     ot__run_dot_panels(dk, base, dst, bind->param, region(mem, 0, R_PACK),
                        &(ot__panels){sg->row_block, reuse, segment_epilogue, &x});
 }

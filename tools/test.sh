@@ -377,7 +377,9 @@ vg_case() {   # name, log, environment (VAR=value ...), command...
     _case=$1 _log=$2 _env=$3
     shift 3
     # shellcheck disable=SC2086  # _env is a list of assignments
-    $TMO_EX env $_env valgrind -q --error-exitcode=1 --leak-check=full \
+    # --read-inline-info=no: inlined frames in reports are all it costs,
+    # and reading them for libopenblas was a tenth of each run's start-up.
+    $TMO_EX env $_env valgrind -q --error-exitcode=1 --leak-check=full --read-inline-info=no \
         --errors-for-leak-kinds=definite,indirect,possible "$@" >"$_log" 2>&1
     _rc=$?
     if [ "$_rc" -eq 0 ]; then

@@ -32,6 +32,9 @@ void ot__config_not_cpu(ot_backend_opts *opts);
 int ot__rewrite_config(const char *list, const char *var, struct ot__rewrite **out);
 const char *ot__rewrite_list(const struct ot__rewrite *rw);   /* the library's copy */
 void ot__rewrite_free(struct ot__rewrite *rw);
+/* The library's rule set "conv_bn" (rules_conv_bn.c), which rewrite.c's
+ * registry lists next to its own "fuse". */
+extern const ot_rule_set ot__conv_bn_set;
 /* then(be, n, outs, rewritten, ctx) with be's rule sets applied to trees
  * (be->rewrite set); the rewritten trees live in a pool pushed for the call.
  * Each firing is written to log as ot_explain prints it (log may be NULL). */

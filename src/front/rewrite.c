@@ -1,6 +1,7 @@
 /*
  * rewrite.c - rewrite rules: the registry of named rule sets
- * (ot_rule_set_register), the library's own set "fuse", the sets a
+ * (ot_rule_set_register), the library's own set "fuse" (and
+ * rules_conv_bn.c's "conv_bn", listed with it), the sets a
  * backend applies (ot_backend_opts.rewrite, OT_REWRITE; config.c reads the
  * variable) and the engine that matches rules over trees and builds the
  * rewritten trees before they are planned (ot__rewrite_then, ot_rewrite).
@@ -132,17 +133,21 @@ static const ot_rewrite_rule fuse_rules[] = {
 };
 static const ot_rule_set fuse_set = {"fuse", 3, fuse_rules};
 
+/* The library's sets, known by name before any registration. */
+static const ot_rule_set *const builtin[] = {&fuse_set, &ot__conv_bn_set};
+enum { NBUILTIN = sizeof builtin / sizeof builtin[0] };
+
 /* ---- the registry --------------------------------------------------------- */
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
-static const ot_rule_set **registry;   /* the sets registered, after "fuse" */
+static const ot_rule_set **registry;   /* the sets registered, after builtin's */
 static int nregistry, registry_cap;
 
 /* The set named by the len characters at name; the caller holds the lock. */
 static const ot_rule_set *find_set(const char *name, size_t len)
 {
-    for (int i = -1; i < nregistry; i++) {
-        const ot_rule_set *s = i < 0 ? &fuse_set : registry[i];
+    for (int i = -NBUILTIN; i < nregistry; i++) {
+        const ot_rule_set *s = i < 0 ? builtin[i + NBUILTIN] : registry[i];
         if (strlen(s->name) == len && memcmp(s->name, name, len) == 0) return s;
     }
     return NULL;
@@ -153,9 +158,9 @@ static void set_names(char *buf, size_t n)
 {
     size_t used = 0;
     pthread_mutex_lock(&registry_lock);
-    for (int i = -1; i < nregistry && used < n; i++) {
-        int k = snprintf(buf + used, n - used, "%s%s", i < 0 ? "" : ", ",
-                         i < 0 ? fuse_set.name : registry[i]->name);
+    for (int i = -NBUILTIN; i < nregistry && used < n; i++) {
+        int k = snprintf(buf + used, n - used, "%s%s", i == -NBUILTIN ? "" : ", ",
+                         i < 0 ? builtin[i + NBUILTIN]->name : registry[i]->name);
         used += k > 0 ? (size_t)k : 0;
     }
     pthread_mutex_unlock(&registry_lock);

@@ -244,7 +244,11 @@ typedef struct ot_rule_set {
  * spellings sig(x) * x and x / (1 + exp(-x)) as x * sig(x), the form the
  * kernels run in one pass; log(softmax(x, axis)) as logsoftmax(x, axis),
  * finite where the softmax underflows; sum(x * x, axis) as
- * squared_l2(x, axis), the same values, with autodiff's 2 x g). */
+ * squared_l2(x, axis), the same values, with autodiff's 2 x g; "conv_bn"
+ * is the library's too: an inference ot_batch_norm over an ot_conv's output,
+ * the conv's bias add included, folded into one conv over the weights
+ * W * scale plus a bias, scale = weight * rsqrt(running_var + eps), the
+ * folded weights a tree over the same tensors). */
 int ot_rule_set_register(const ot_rule_set *set);
 /* tree rewritten by the named rule sets (comma-separated, as the option),
  * as a backend would before planning it: a builder (NULL on error, keeping

@@ -244,7 +244,8 @@ static void untouched(ot_node *tree, const char *what)
     char *before = test__capture(ot_print, tree);
     ot_node *r = ot_rewrite(tree, "conv_bn");
     char *after = test__capture(ot_print, tree);
-    if (!tree || r != tree) test__fail(__FILE__, __LINE__, "%s was rewritten (%s)", what, ot_errmsg());
+    if (!tree || r != tree)
+        test__fail(__FILE__, __LINE__, "%s was rewritten (%s)", what, ot_errmsg());
     CHECK_STR(after, before);
     free(before);
     free(after);
@@ -260,20 +261,24 @@ TEST(conv_bn_filter)
     ot_tensor *w = rnd(be, OT_SHAPE(4, 3, 3, 3), OT_F32, 3, -1, 1);
     ot_tensor *w1 = rnd(be, OT_SHAPE(4, 3, 3), OT_F32, 4, -1, 1);
     ot_tensor *wt = rnd(be, OT_SHAPE(3, 4, 3, 3), OT_F32, 5, -1, 1);
-    ot_tensor *m = rnd(be, OT_SHAPE(4), OT_F32, 6, -1, 1), *v = rnd(be, OT_SHAPE(4), OT_F32, 7, 1, 2);
+    ot_tensor *m = rnd(be, OT_SHAPE(4), OT_F32, 6, -1, 1);
+    ot_tensor *v = rnd(be, OT_SHAPE(4), OT_F32, 7, 1, 2);
     ot_tensor *h = rnd(be, OT_SHAPE(3), OT_F32, 8, 1, 2);   /* the conv's H, 3 */
     ot_tensor *m64 = rnd(be, OT_SHAPE(1, 4, 1, 1), OT_F64, 9, -1, 1);
     ot_tensor *one = rnd(be, OT_SHAPE(1, 1, 1, 1), OT_F32, 10, 1, 2);
     ot_node *c = ot_conv(x, w), *c1 = ot_conv(x1, w1), *upd[2];
-    ot_node *m4 = ot_reshape_node(m, OT_SHAPE(1, 4, 1, 1)), *v4 = ot_reshape_node(v, OT_SHAPE(1, 4, 1, 1));
+    ot_node *m4 = ot_reshape_node(m, OT_SHAPE(1, 4, 1, 1));
+    ot_node *v4 = ot_reshape_node(v, OT_SHAPE(1, 4, 1, 1));
     ot_node *inv = ot_rsqrt(ot_add(v4, 1e-5));
 
     untouched(ot_relu(c), "a conv alone");
     untouched(ot_add(c, m4), "a conv and its bias, no batch norm");
     untouched(ot_sub(c, m4), "a conv less a mean, no normalising product");
-    untouched(ot_batch_norm(c, .running_mean = m, .running_var = v, .training = true, .updates = upd),
+    untouched(ot_batch_norm(c, .running_mean = m, .running_var = v, .training = true,
+                            .updates = upd),
               "a training batch norm (2-D)");
-    untouched(ot_batch_norm(c1, .running_mean = m, .running_var = v, .training = true, .updates = upd),
+    untouched(ot_batch_norm(c1, .running_mean = m, .running_var = v, .training = true,
+                            .updates = upd),
               "a training batch norm (1-D)");
     untouched(ot_batch_norm(c, .running_mean = h, .running_var = h, .axis = 2),
               "a batch norm along another axis");
@@ -320,7 +325,8 @@ TEST(conv_bn_other_spellings)
         ot_node *r = ot_rewrite(trees[i], "conv_bn");
         CHECK(r && r != trees[i]);
         double diff = rel_diff(trees[i], r);
-        if (diff > 1e-12) test__fail(__FILE__, __LINE__, "tree %d: relative difference %g", i, diff);
+        if (diff > 1e-12)
+            test__fail(__FILE__, __LINE__, "tree %d: relative difference %g", i, diff);
     }
     ot_pool_pop(pool);
     ot_tensor *ts[] = {x, w, m, v, g};

@@ -38,6 +38,8 @@
  */
 #include "front.h"
 
+#include <string.h>
+
 /* The chain's steps, in the order they must come. */
 enum { NONE, CONV, BIAS, SUB, NORM, SCALE, SHIFT };
 
@@ -61,6 +63,11 @@ static bool is_plain(const ot_node *n, ot_op op)
 {
     return n && ot_node_kind(n) == OT_NODE_OP && ot_node_op(n) == op &&
            ot_node_tag(n) == OT_OP_NONE;
+}
+
+static bool same_shape(ot_shape a, ot_shape b)
+{
+    return a.ndim == b.ndim && memcmp(a.dims, b.dims, sizeof a.dims[0] * (size_t)a.ndim) == 0;
 }
 
 static int64_t numel(const ot_shape *s)
@@ -127,9 +134,8 @@ static link step(const ot_node *n)
         if (mul && inv_std(b, n)) l = (link){NORM, a, b};
         else if (per_channel(b, n)) l = (link){mul ? SCALE : add_stage, a, b};
     }
-    ot_shape s = ot_node_shape(n), ps = l.prev ? ot_node_shape(l.prev) : s;
     bool keeps = l.prev && chain_op(l.prev) && ot_node_dtype(l.prev) == ot_node_dtype(n) &&
-                 ps.ndim == s.ndim && memcmp(ps.dims, s.dims, sizeof s.dims[0] * (size_t)s.ndim) == 0;
+                 same_shape(ot_node_shape(l.prev), ot_node_shape(n));
     return keeps ? l : none;
 }
 
@@ -204,10 +210,7 @@ static ot_node *bin(const fold *f, ot_op op, ot_node *a, ot_node *b)
 static ot_node *shaped(const fold *f, ot_node *x, ot_shape to)
 {
     if (!x) return NULL;
-    ot_shape s = ot_node_shape(x);
-    if (s.ndim == to.ndim && memcmp(s.dims, to.dims, sizeof s.dims[0] * (size_t)s.ndim) == 0)
-        return x;
-    return ot_reshape_node_at(x, to, f->file, f->line);
+    return same_shape(ot_node_shape(x), to) ? x : ot_reshape_node_at(x, to, f->file, f->line);
 }
 
 /* A parameter as the match's input (earlier passes' rewrites in), in st. */

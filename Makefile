@@ -261,7 +261,7 @@ ulp-exhaustive: $(BUILD)/ulp_exhaustive
 $(BUILD)/ulp_exhaustive: tools/ulp_exhaustive.c $(HDRS) $(LIBA) $(FLAGS)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LIBA) $(LDFLAGS) $(LDLIBS)
 
-# f32 exp, log and tanh per ISA table against SLEEF's u10 in one process
+# f32 exp, log, tanh and sig per ISA table against SLEEF's u10 in one process
 # (tools/math_speed.c; not in make test). MATH_ARGS="--n 16384 --runs 9".
 MATH_ARGS ?=
 math-speed: $(BUILD)/math_speed

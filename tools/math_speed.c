@@ -4,8 +4,8 @@
  * one process: for each table this CPU has, y = f(x) over n floats in
  * cache through the tile kernels (OT_JIT_OFF) and through generated code
  * (AVX2, AVX-512), and a hand loop calling SLEEF's vector function over
- * the same arrays; the runs interleaved, --runs times (default 9), and the
- * medians printed as ns per element and the ratio SLEEF / optree (above 1
+ * the same arrays (sig: SLEEF's exp in the formula optree used before);
+ * the runs interleaved, --runs times (default 9), and the medians printed as ns per element and the ratio SLEEF / optree (above 1
  * optree is faster). Built and run by `make math-speed` (not make test).
  */
 #define _POSIX_C_SOURCE 200809L
@@ -33,34 +33,66 @@ __attribute__((target("avx512f"))) __m512 Sleef_expf16_u10avx512f(__m512);
 __attribute__((target("avx512f"))) __m512 Sleef_logf16_u10avx512f(__m512);
 __attribute__((target("avx512f"))) __m512 Sleef_tanhf16_u10avx512f(__m512);
 
-static const char *const fns[] = {"exp", "log", "tanh"};
+static const char *const fns[] = {"exp", "log", "tanh", "sig"};
+enum { SIG = 3 };   /* SLEEF has none: its exp u10 in optree's former formula */
 static const char *const isas[] = {"scalar", "sse2", "avx2", "avx512"};
 
+/* sig(x) = (x < 0 ? e : 1) / (1 + e), e = exp(-|x|): what optree computed
+ * over its own exp before f32 sig's correction step (1.25 ULP). */
 static void sleef_scalar(int f, float *y, const float *x, size_t n)
 {
-    float (*g)(float) = f == 0 ? Sleef_expf_u10 : f == 1 ? Sleef_logf_u10 : Sleef_tanhf_u10;
-    for (size_t i = 0; i < n; i++) y[i] = g(x[i]);
+    float (*g)(float) = f == 0 || f == SIG ? Sleef_expf_u10 : f == 1 ? Sleef_logf_u10 : Sleef_tanhf_u10;
+    if (f == SIG)
+        for (size_t i = 0; i < n; i++) {
+            float e = g(-__builtin_fabsf(x[i]));
+            y[i] = (x[i] < 0 ? e : 1) / (1 + e);
+        }
+    else
+        for (size_t i = 0; i < n; i++) y[i] = g(x[i]);
 }
 static void sleef_sse2(int f, float *y, const float *x, size_t n)
 {
     __m128 (*g)(__m128) = f == 0 ? Sleef_expf4_u10sse2 : f == 1 ? Sleef_logf4_u10sse2
                                                                 : Sleef_tanhf4_u10sse2;
-    for (size_t i = 0; i < n; i += 4) _mm_storeu_ps(y + i, g(_mm_loadu_ps(x + i)));
+    const __m128 one = _mm_set1_ps(1), sign = _mm_set1_ps(-0.0f);
+    for (size_t i = 0; i < n; i += 4) {
+        __m128 v = _mm_loadu_ps(x + i);
+        if (f == SIG) {
+            __m128 e = Sleef_expf4_u10sse2(_mm_or_ps(v, sign)), neg = _mm_cmplt_ps(v, _mm_setzero_ps());
+            v = _mm_div_ps(_mm_or_ps(_mm_and_ps(neg, e), _mm_andnot_ps(neg, one)), _mm_add_ps(one, e));
+        } else {
+            v = g(v);
+        }
+        _mm_storeu_ps(y + i, v);
+    }
 }
 __attribute__((target("avx2,fma"))) static void sleef_avx2(int f, float *y, const float *x, size_t n)
 {
+    const __m256 one = _mm256_set1_ps(1), sign = _mm256_set1_ps(-0.0f);
     for (size_t i = 0; i < n; i += 8) {
         __m256 v = _mm256_loadu_ps(x + i);
-        v = f == 0 ? Sleef_expf8_u10avx2(v) : f == 1 ? Sleef_logf8_u10avx2(v) : Sleef_tanhf8_u10avx2(v);
+        if (f == SIG) {
+            __m256 e = Sleef_expf8_u10avx2(_mm256_or_ps(v, sign));
+            v = _mm256_div_ps(_mm256_blendv_ps(one, e, v), _mm256_add_ps(one, e));
+        } else {
+            v = f == 0 ? Sleef_expf8_u10avx2(v) : f == 1 ? Sleef_logf8_u10avx2(v) : Sleef_tanhf8_u10avx2(v);
+        }
         _mm256_storeu_ps(y + i, v);
     }
 }
 __attribute__((target("avx512f"))) static void sleef_avx512(int f, float *y, const float *x, size_t n)
 {
+    const __m512 one = _mm512_set1_ps(1), zero = _mm512_setzero_ps();
     for (size_t i = 0; i < n; i += 16) {
         __m512 v = _mm512_loadu_ps(x + i);
-        v = f == 0 ? Sleef_expf16_u10avx512f(v) : f == 1 ? Sleef_logf16_u10avx512f(v)
-                                                         : Sleef_tanhf16_u10avx512f(v);
+        if (f == SIG) {
+            __m512 e = Sleef_expf16_u10avx512f(_mm512_min_ps(v, _mm512_sub_ps(zero, v)));
+            __mmask16 neg = _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ);
+            v = _mm512_div_ps(_mm512_mask_blend_ps(neg, one, e), _mm512_add_ps(one, e));
+        } else {
+            v = f == 0 ? Sleef_expf16_u10avx512f(v) : f == 1 ? Sleef_logf16_u10avx512f(v)
+                                                             : Sleef_tanhf16_u10avx512f(v);
+        }
         _mm512_storeu_ps(y + i, v);
     }
 }
@@ -80,7 +112,7 @@ static int cmp(const void *a, const void *b)
 
 static ot_node *apply(int f, ot_tensor *x)
 {
-    return f == 0 ? ot_exp(x) : f == 1 ? ot_log(x) : ot_tanh(x);
+    return f == 0 ? ot_exp(x) : f == 1 ? ot_log(x) : f == 2 ? ot_tanh(x) : ot_sig(x);
 }
 
 /* Median seconds per call of the three ways (SLEEF, tiles, code), each
@@ -97,8 +129,8 @@ static int measure(int f, int isa, size_t n, int runs, double med[3])
         x[j] = ot_empty(be[j], OT_SHAPE((int64_t)n), OT_F32);
         y[j] = ot_empty(be[j], OT_SHAPE((int64_t)n), OT_F32);
         float *xd = ot_tensor_data(x[j]);
-        for (size_t i = 0; i < n; i++)       /* exp: [-20, 20); log: (0, 40); tanh: [-5, 5) */
-            xd[i] = f == 1 ? 40.0f * (i + 0.5f) / n : (f == 0 ? 40.0f : 10.0f) * ((float)i / n - 0.5f);
+        for (size_t i = 0; i < n; i++)  /* exp, sig: [-20, 20); log: (0, 40); tanh: [-5, 5) */
+            xd[i] = f == 1 ? 40.0f * (i + 0.5f) / n : (f == 2 ? 10.0f : 40.0f) * ((float)i / n - 0.5f);
     }
     ot_node *t[2] = {apply(f, x[0]), apply(f, x[1])};
     float *buf = malloc(n * sizeof *buf);
@@ -136,14 +168,14 @@ int main(int argc, char **argv)
         if (!strcmp(argv[i], "--n")) n = (size_t)atol(argv[i + 1]) & ~(size_t)15;
         else if (!strcmp(argv[i], "--runs")) runs = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--fn")) only = argv[i + 1];
-        else return fprintf(stderr, "usage: %s [--n elements] [--runs r] [--fn exp|log|tanh]\n", argv[0]), 2;
+        else return fprintf(stderr, "usage: %s [--n elements] [--runs r] [--fn exp|log|tanh|sig]\n", argv[0]), 2;
     }
     if (n < 16 || runs < 1) return fprintf(stderr, "math_speed: bad --n or --runs\n"), 2;
     ot_pool *pool = ot_pool_push();
     printf("f32 u10, %zu elements, medians of %d interleaved runs, ns per element; "
            "ratio = SLEEF / optree (> 1: optree faster)\n", n, runs);
     printf("%-5s %-7s %8s %8s %8s %7s %7s\n", "fn", "table", "SLEEF", "tiles", "code", "tiles", "code");
-    for (int f = 0; f < 3; f++)
+    for (int f = 0; f < 4; f++)
         for (int i = 0; i < 4; i++) {
             if (only && strcmp(only, fns[f])) continue;
             ot_backend *probe = ot_backend_new("cpu", &(ot_backend_opts){.isa = isas[i]});

@@ -9,8 +9,9 @@
  * (jit_reduce.c). add, sub, mul, div, fma, fnma, sqrt, sqr, neg,
  * abs, the selects and compares (relu, recip, rint, finite, sgn, eq ...
  * ge, minimum, maximum) are emitted inline, f32 exp, log, safelog and tanh
- * too (SLEEF 3.5's steps, tanh u10 the library's own; see jit_math.c), sig and
- * sig2 as their exp with the select and divide inline; every other op
+ * too (SLEEF 3.5's steps, tanh u10 the library's own; see jit_math.c), f64
+ * sig and sig2 as their exp with the select and divide inline; every other op
+ * (f32 sig too: the library's own, own_math.inc)
  * calls the table's vector function (vfn1/vfn2: SLEEF itself, or the tile kernels' own element functions),
  * so results are bitwise those of the interpreter of the same table, NaNs
  * included: add, mul and fma keep the operand order that the tile
@@ -43,9 +44,13 @@
 #if OT_JIT_X86
 #include <sys/mman.h>
 
+/* sig and sig2 emitted as their base's call with the blend and divide
+ * inline; f32 sig is not: it calls the table's own f32 sig (own_math.inc),
+ * whose correction step the blend and divide alone would lose. */
 static bool is_sig(const ot_insn *in)
 {
-    return in->code == OT_I_UNARY && ot__jit_lowering(in->op) == OT__JIT_SIG;
+    return in->code == OT_I_UNARY && ot__jit_lowering(in->op) == OT__JIT_SIG &&
+           !(in->op == OT_OP_SIG && in->kd == OT_KD_F32);
 }
 
 /* The function insn in is, or (sig) calls, where it can be emitted

@@ -3,7 +3,7 @@
  * safelog (u10 and u35) and tanh u35 instruction for instruction, the
  * library's own tanh u10 (own_math.inc's f32_tanh_u10) the same way, their
  * constants (fn_bits) and which of them live in registers
- * (place_constants), sig as its exp with the select and divide inline,
+ * (place_constants), sig2 and f64 sig as their exp with the select and divide inline,
  * and the selects, compares and arithmetic that every other inline op is
  * (relu, recip, rint, finite, sgn, eq ... ge, minimum, maximum, add ...
  * fma). Results are bitwise those of the tile kernels of the same table.
@@ -396,32 +396,8 @@ int ot__jit_tanh35_steps(regs *r, int x, const int t[8])
     return s;
 }
 
-/* sig whose exp is inline: e = exp(nabs), nabs = -|x| in register nabs,
- * then emit_sig's blend and divide, in registers the allocator gives. */
-static void emit_sig_inline(regs *r, int pos, int rx, int nabs)
-{
-    code *c = r->c;
-    int t[5];
-    ot__jit_scratch(r, 1u << rx | 1u << nabs, t, 5);
-    int e = ot__jit_exp_steps(r, nabs, t), one = t[1], den = t[2], sel = t[3];
-    ot__jit_load_const(r, one, F_ONE, false);
-    ot__x86_vrr(c, 1, 0, 0, 0x58, den, one, e);                               /* 1 + e */
-    if (c->evex) {
-        ot__jit_shift_to(r, 4, sel, rx, 31);
-        ot__x86_vrr(c, 3, 1, 0, 0x25, sel, e, one);                           /* vpternlogd */
-        ot__x86_put1(c, 0xCA);
-    } else {
-        ot__x86_vrr(c, 3, 1, 0, 0x4A, sel, one, e);                           /* vblendvps */
-        ot__x86_put1(c, (uint8_t)(rx << 4));
-    }
-    ot__x86_vrr(c, 1, 0, 0, 0x5E, e, sel, den);
-    ot__jit_retire(r, pos);
-    ot__jit_bind(r, pos, e);
-}
-
-/* sig and sig2 as the tile kernels compute them: e = exp(-|x|) by a call
- * (or inline: emit_sig_inline),
- * then (x < 0 ? e : 1) / (1 + e) inline, x's sign bit choosing: vblendvp
+/* sig2, and f64 sig, as the tile kernels compute them: e = exp(-|x|) (or
+ * exp2) by a call, then (x < 0 ? e : 1) / (1 + e) inline, x's sign bit choosing: vblendvp
  * under VEX; under EVEX the sign spread over the lane by an arithmetic
  * shift, then vpternlogd's bit select (table 0xCA: a ? b : c). */
 void ot__jit_emit_sig(regs *r, int pos, const void *exp_fn, int x)
@@ -434,10 +410,6 @@ void ot__jit_emit_sig(regs *r, int pos, const void *exp_fn, int x)
         from = nabs;
     }
     ot__jit_bitwise_const(r, BIT_OR, nabs, from, K_SIGN);                       /* -|x| */
-    if (!exp_fn) {
-        emit_sig_inline(r, pos, rx, nabs);
-        return;
-    }
     for (int g = 0; g < NREG; g++) {
         int v = r->val_of[g];
         if (v >= 0 && (v == x || r->last[v] > pos)) ot__jit_save(r, g);

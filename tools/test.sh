@@ -21,11 +21,18 @@
 #   sanitizers  the unit tests rebuilt in $BUILD/san with ASan + UBSan and
 #               the plan verifier (-DOT_VERIFY_PLANS)
 #   cli         tests/cli_check.py: optree-bench's outputs and errors, run
-#               as a user runs it (its machine limits cached in a temporary
-#               directory)
+#               as a user runs it (its machine limits measured on 16 MiB
+#               arrays and cached in a temporary directory)
 #   docs        tools/doc_check.py: every C block of README.md and docs/
 #               compiled, and run where it is a whole program
 #   mpi         ot_allreduce and examples/mlp_mpi.c on 2 and 3 ranks
+#   arm64       on x86-64 hosts, the NEON table's quick check:
+#               ARM64_QUICK=1 tools/test_arm64.sh (installs the cross
+#               toolchain and qemu-user when missing, cross-builds the
+#               library into $BUILD/arm64, runs the kernel-table cases and
+#               examples/isa.c under qemu-aarch64; about 1 minute once
+#               installed). OT_TEST_ARM64=0 skips it; `make test-arm64`
+#               runs the whole suite there
 #   lane 2:
 #   clang-O0    library, unit tests, examples and optree-bench built with
 #               clang at -O0 with -Werror into $BUILD/clang-O0 (a build
@@ -43,13 +50,6 @@
 #               built into $BUILD/fuzz-inputs), FUZZ_SECONDS (default 10)
 #               per target from the seeds in tools/fuzz_seeds/
 #   valgrind    every example in $BUILD/examples under valgrind
-#   arm64       on x86-64 hosts, the NEON table's quick check:
-#               ARM64_QUICK=1 tools/test_arm64.sh (installs the cross
-#               toolchain and qemu-user when missing, cross-builds the
-#               library into $BUILD/arm64, runs the kernel-table cases and
-#               examples/isa.c under qemu-aarch64; about 1 minute once
-#               installed). OT_TEST_ARM64=0 skips it; `make test-arm64`
-#               runs the whole suite there
 #   numpy       tests/diff_numpy.py against $BUILD/liboptree.so, then
 #               tests/umath_check.py (recorded as "umath"): exp, exp2,
 #               expm1, log, log2, sin, cos and tanh through NumPy's own
@@ -89,6 +89,13 @@ PY=${PYTHON:-/usr/bin/python3}
 # (src/cpu/plan_verify.c): a broken invariant fails the compile, not a run.
 SAN='-fsanitize=address,undefined -fno-sanitize-recover=all -DOT_VERIFY_PLANS'
 LOGS=$B/test-logs
+# How the sanitizer and TSan trees are compiled (their checks are the same
+# at any level): the tests' own objects at -O0 (TOPT; a quarter of the
+# compile time of -O1 under ASan + UBSan, and the library they call keeps
+# OPT), every object with line tables only (-g1: reports still give each
+# frame's file and line; -g's variable tracking was a quarter of the
+# instrumented kernels' compile time). The fuzz build takes -g1 too.
+SANBUILD='TOPT=-O0 DEBUG=-g1'
 # The build directory as a path to run programs from.
 case $B in
 /*) RB=$B ;;
@@ -295,11 +302,12 @@ phase_fuzz() {
         record fuzz 0 1 "no clang"
         return
     fi
-    run_logged fuzz $TMO make -s -j"$LJOBS" BUILD="$B" SECONDS="${FUZZ_SECONDS:-10}" fuzz-inputs
+    run_logged fuzz $TMO make -s -j"$LJOBS" BUILD="$B" DEBUG=-g1 SECONDS="${FUZZ_SECONDS:-10}" \
+        fuzz-inputs
 }
 
 phase_sanitizers() {
-    if ! make -s -j"$LJOBS" WERROR=-Werror TOPT=-O1 BUILD="$B/san" SANFLAGS="$SAN" tests; then
+    if ! make -s -j"$LJOBS" WERROR=-Werror $SANBUILD BUILD="$B/san" SANFLAGS="$SAN" tests; then
         echo "sanitizers: build FAILED"
         record sanitizers 0 1 "sanitizer build failed"
         return
@@ -310,7 +318,7 @@ phase_sanitizers() {
 
 phase_tsan() {
     # TSEL=thread: the test program holds only the files with such cases.
-    if ! make -s -j"$LJOBS" WERROR=-Werror TOPT=-O1 BUILD="$B/tsan" SANFLAGS='-fsanitize=thread' \
+    if ! make -s -j"$LJOBS" WERROR=-Werror $SANBUILD BUILD="$B/tsan" SANFLAGS='-fsanitize=thread' \
         TSEL=thread tests; then
         echo "tsan: build FAILED"
         record tsan 0 1 "tsan build failed"
@@ -484,15 +492,15 @@ lane1() {
     phase cli "$PY tests/cli_check.py $B/optree-bench"
     phase docs "$PY tools/doc_check.py: the C blocks of README.md and docs/"
     phase mpi "$B/mpi/test_allreduce on 2 and 3 ranks, $B/mpi/mlp_mpi on 2"
+    if [ "$(uname -m)" = x86_64 ] && [ "${OT_TEST_ARM64:-1}" != 0 ]; then
+        phase arm64 "the NEON table under qemu-aarch64 (ARM64_QUICK=1 tools/test_arm64.sh, $B/arm64)"
+    fi
 }
 lane2() {
     phase clang-O0 "clang -O0 build of everything in $B/clang-O0"
     phase tsan "ThreadSanitizer build in $B/tsan, the cases with \"thread\" in their name or file"
     phase fuzz "libFuzzer on parse, load and model load (make fuzz-inputs, ASan + UBSan, $B/fuzz-inputs)"
     phase valgrind "$B/examples/* on ref and on cpu (OT_ISA=sse2, and avx2 where the CPU has it; OT_EXAMPLE_SMALL=1)"
-    if [ "$(uname -m)" = x86_64 ] && [ "${OT_TEST_ARM64:-1}" != 0 ]; then
-        phase arm64 "the NEON table under qemu-aarch64 (ARM64_QUICK=1 tools/test_arm64.sh, $B/arm64)"
-    fi
     phase numpy "$PY tests/diff_numpy.py $B/liboptree.so"
 }
 lane1 &

@@ -170,6 +170,20 @@ static inline ot_node *ot__node_hold(ot_node *n)
     if (n) atomic_fetch_add_explicit(&n->refs, 1, memory_order_relaxed);
     return n;
 }
+/* A reference to n counted in its owner count (this thread owns n). Only a
+ * tensor's leaf has an owner count of 0 while it lives (an op node's is
+ * its creator's reference until it dies or escapes): the count goes into
+ * use again, the flag set while the caller's own reference to the leaf
+ * keeps the shared count above 0. */
+static inline void ot__node_take_local(ot_node *n)
+{
+    if (n->local++ == 0) atomic_fetch_or_explicit(&n->refs, OT__NODE_OWNED, memory_order_relaxed);
+}
+/* n's references, both counts (on n's owner thread, or with no owner
+ * count in use): for tests. */
+long ot__node_refs(const ot_node *n);
+/* This thread's id as an owner of nodes (node_pool.c's "refcounts"). */
+uint64_t ot__thread_id(void);
 /* The reference parent takes on its operand op (slot: OT__OP_*), parent
  * being owned by this thread (new from ot__node_alloc, in this thread's
  * pool): counted in op's owner count when this thread owns op too (then
@@ -181,7 +195,7 @@ static inline ot_node *ot__node_hold_operand(ot_node *parent, ot_node *op, int s
     if (!op) return NULL;
     if (atomic_load_explicit(&op->owner, memory_order_relaxed) ==
         atomic_load_explicit(&parent->owner, memory_order_relaxed)) {
-        op->local++;
+        ot__node_take_local(op);
         parent->local_ops |= (uint8_t)slot;
     } else {
         atomic_fetch_add_explicit(&op->refs, 1, memory_order_relaxed);

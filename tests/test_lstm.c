@@ -358,7 +358,7 @@ TEST(lstm_steps_keep_no_dead_trees)
     long refs[4];
     for (int k = 0; k < 4; k++) {
         lstm_step(&m, NULL);
-        refs[k] = atomic_load(&m.w[0]->leaf.refs);
+        refs[k] = ot__node_refs(&m.w[0]->leaf);
     }
     CHECK(refs[0] > 1);
     CHECK_INT(refs[3], refs[1]);

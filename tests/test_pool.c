@@ -38,7 +38,7 @@ static ot_backend *ref(void)
 
 static long refs(const ot_tensor *t)
 {
-    return atomic_load(&((ot_tensor *)t)->leaf.refs);
+    return ot__node_refs(&t->leaf);
 }
 
 /* Bytes the program has allocated and not freed (ASan's own count under

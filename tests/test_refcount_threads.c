@@ -17,7 +17,9 @@
 
 #include <pthread.h>
 
-static long leaf_refs(const ot_tensor *t) { return atomic_load(&((ot_tensor *)t)->leaf.refs); }
+/* Both counts of x's leaf: the creator's (shared) and parents' (its
+ * owner count, in use while not zero). */
+static long leaf_refs(const ot_tensor *t) { return ot__node_refs(&t->leaf); }
 
 /* A cpu backend on one thread: the tables and counts are what is tested. */
 static ot_backend *one_thread(void)
@@ -58,10 +60,12 @@ TEST(refcount_threads_owner_only)
     CHECK(ot__node_fresh(s));
     CHECK_INT(m->local, 3);   /* its pool's and add's two (one per operand slot) */
     CHECK_INT(add->local_ops, OT__OP_A | OT__OP_B);
-    CHECK_INT(m->local_ops, 0);   /* x is a leaf: shared */
+    CHECK_INT(m->local_ops, OT__OP_A | OT__OP_B);   /* x is this thread's tensor */
     CHECK_INT(atomic_load(&m->refs), OT__NODE_OWNED);
     CHECK_INT(leaf_refs(x), 3);
+    CHECK_INT(atomic_load(&x->leaf.refs), OT__NODE_OWNED | 1);   /* the creator's */
     pop_kills(p, s, m, x);
+    CHECK(atomic_load(&x->leaf.refs) == 1 && x->leaf.local == 0);   /* the flag is clear */
     end(x);
 }
 
@@ -108,6 +112,12 @@ static void *other_thread(void *arg)
     return NULL;
 }
 
+static void *free_tensor(void *x)
+{
+    ot_tensor_free(x);
+    return NULL;
+}
+
 static void run_other(handoff *h)
 {
     pthread_t th;
@@ -150,6 +160,28 @@ TEST(refcount_threads_release_elsewhere_after_pop)
     end(x);
 }
 
+/* A tensor freed on another thread while a tree over it is in its owner's
+ * pool: its leaf lives on in its owner count, the tree still reads it,
+ * and it dies at the pop (ASan sees a use after free or a leak). */
+TEST(refcount_threads_leaf_freed_elsewhere)
+{
+    ot_backend *be = one_thread();
+    ot_tensor *x = ot_full(be, OT_SHAPE(4), OT_F32, 3.0), *out = ot_zeros(be, OT_SHAPE(4), OT_F32);
+    ot_pool *p = ot_pool_push();
+    ot_node *m = ot_mul(x, x);
+    pthread_t th;
+    CHECK_INT(pthread_create(&th, NULL, free_tensor, x), 0);
+    pthread_join(th, NULL);
+    CHECK_INT(atomic_load(&x->leaf.refs), OT__NODE_OWNED);   /* no shared reference left */
+    CHECK_INT(ot_assign(out, m), 0);
+    CHECK_INT(ot_pool_pop(p), 0);
+    float v[4];
+    CHECK_INT(ot_get(out, v), 0);
+    CHECK_NEAR(v[3], 9.0, 0);
+    ot_tensor_free(out);
+    ot_backend_free(be);
+}
+
 /* ---- many threads at once --------------------------------------------------- */
 
 #define RACE_THREADS 4
@@ -180,6 +212,21 @@ static void *race_main(void *arg)
     return NULL;
 }
 
+/* Joins the threads, each of which wrote want into its out, and frees
+ * their outputs. */
+static void race_join(race r[], pthread_t th[], pthread_barrier_t *start, double want)
+{
+    for (int i = 0; i < RACE_THREADS; i++) {
+        pthread_join(th[i], NULL);
+        CHECK_INT(r[i].bad, 0);
+        float v[8];
+        CHECK_INT(ot_get(r[i].out, v), 0);
+        CHECK_NEAR(v[7], want, 0);
+        ot_tensor_free(r[i].out);
+    }
+    pthread_barrier_destroy(start);
+}
+
 TEST(refcount_threads_race)
 {
     ot_backend *be = one_thread();
@@ -196,16 +243,50 @@ TEST(refcount_threads_race)
     }
     pthread_barrier_wait(&start);
     CHECK_INT(ot_pool_pop(p), 0);   /* the owner's reference goes while they run */
-    for (int i = 0; i < RACE_THREADS; i++) {
-        pthread_join(th[i], NULL);
-        CHECK_INT(r[i].bad, 0);
-        float v[8];
-        CHECK_INT(ot_get(r[i].out, v), 0);
-        CHECK_NEAR(v[7], 5.0, 0);
-        ot_tensor_free(r[i].out);
-    }
-    pthread_barrier_destroy(&start);
+    race_join(r, th, &start, 5.0);
     CHECK_INT(leaf_refs(x), 1);
+    ot_tensor_free(x);
+    ot_backend_free(be);
+}
+
+/* Trees over one tensor built on every thread at once: on its owner
+ * thread in the leaf's owner count (its flag set and cleared each round),
+ * on the others in its shared count. */
+static void *leaf_race_main(void *arg)
+{
+    race *r = arg;
+    pthread_barrier_wait(r->start);
+    for (int i = 0; i < RACE_ROUNDS; i++) {
+        ot_pool *p = ot_pool_push();
+        if (ot_assign(r->out, ot_add(r->shared, ot_mul(r->shared, 2.0))) != 0) r->bad++;
+        ot_pool_pop(p);
+    }
+    ot_pool_drain();
+    return NULL;
+}
+
+TEST(refcount_threads_leaf_race)
+{
+    ot_backend *be = one_thread();
+    ot_tensor *x = ot_full(be, OT_SHAPE(8), OT_F32, 2.0), *mine = ot_zeros(be, OT_SHAPE(8), OT_F32);
+    race r[RACE_THREADS];
+    pthread_t th[RACE_THREADS];
+    pthread_barrier_t start;
+    pthread_barrier_init(&start, NULL, RACE_THREADS + 1);
+    for (int i = 0; i < RACE_THREADS; i++) {
+        r[i] = (race){ot_tensor_node(x), ot_zeros(be, OT_SHAPE(8), OT_F32), &start, 0};
+        CHECK_INT(pthread_create(&th[i], NULL, leaf_race_main, &r[i]), 0);
+    }
+    pthread_barrier_wait(&start);
+    for (int i = 0; i < RACE_ROUNDS; i++) {
+        ot_pool *p = ot_pool_push();
+        CHECK_INT(ot_assign(mine, ot_sub(ot_mul(x, x), x)), 0);
+        ot_pool_pop(p);
+    }
+    race_join(r, th, &start, 6.0);
+    CHECK_INT(leaf_refs(x), 1);
+    CHECK(x->leaf.local == 0);
+    ot_tensor_free(mine);
     ot_tensor_free(x);
     ot_backend_free(be);
 }

@@ -78,6 +78,9 @@ struct ot_node {
     int8_t tag;           /* composite op that this node is the root of */
     bool digest_ok;       /* digest is set: a leaf of a backend, a constant,
                              or an op node built over nodes with digests */
+    bool args_set;        /* args members besides axis may be nonzero: set by
+                             ot__node_set_args, and ot__node_alloc's reuse
+                             clears args only then */
     int line;
     int died_line;        /* OT_NODE_DEAD: where the last reference was
                              dropped (died_fn at died_file:died_line) */
@@ -90,8 +93,6 @@ struct ot_node {
     const struct ot_custom *custom;  /* op custom1/custom2: the registered op
                                         (ops.h; lives as long as the process) */
     double value;         /* OT_NODE_CONST */
-    ot_args args;         /* attributes in force, spec_ NULL, axis normalised
-                             (0..ndim-1 of the operand, or OT_AXIS_ALL) */
     ot_node *next_dead;   /* worklist link while being destroyed; once
                              dead, the link of the thread's queue of dead
                              nodes (node_pool.c) */
@@ -104,6 +105,10 @@ struct ot_node {
     uint64_t digest[2];   /* 128 bits of the tree below, set when it is built
                              (ot__node_digest): equal for trees that compile
                              to the same plan with the same bindings */
+    /* Last, and kept out of the header's lines: 312 of a node's 552 bytes,
+     * and an elementwise node sets only its axis (ot__node_alloc). */
+    ot_args args;         /* attributes in force, spec_ NULL, axis normalised
+                             (0..ndim-1 of the operand, or OT_AXIS_ALL) */
 };
 
 /* Dead nodes (node_pool.c; optree.h's "Dead nodes"): a node whose last
@@ -148,6 +153,13 @@ ot_node *ot__mean_refined(ot_node *x, int axis, const char *file, int line);
  * with its creator's one reference in the owner count (so it goes to a
  * pool by ot__pool_adopt_new, never ot__pool_adopt). */
 ot_node *ot__node_alloc(void);
+/* Sets a node's args (n->args = *a): the only way to write them but their
+ * axis, so that ot__node_alloc knows which dead nodes' args need zeroing. */
+static inline void ot__node_set_args(ot_node *n, const ot_args *a)
+{
+    n->args = *a;
+    n->args_set = true;
+}
 /* The shared count's flag: an owner's count is in use (node_pool.c). */
 #define OT__NODE_OWNED ((long)1 << (sizeof(long) * 8 - 2))
 /* The operand references of a node, as local_ops names them. */
@@ -158,6 +170,20 @@ static inline ot_node *ot__node_hold(ot_node *n)
     if (n) atomic_fetch_add_explicit(&n->refs, 1, memory_order_relaxed);
     return n;
 }
+/* A reference to n counted in its owner count (this thread owns n). Only a
+ * tensor's leaf has an owner count of 0 while it lives (an op node's is
+ * its creator's reference until it dies or escapes): the count goes into
+ * use again, the flag set while the caller's own reference to the leaf
+ * keeps the shared count above 0. */
+static inline void ot__node_take_local(ot_node *n)
+{
+    if (n->local++ == 0) atomic_fetch_or_explicit(&n->refs, OT__NODE_OWNED, memory_order_relaxed);
+}
+/* n's references, both counts (on n's owner thread, or with no owner
+ * count in use): for tests. */
+long ot__node_refs(const ot_node *n);
+/* This thread's id as an owner of nodes (node_pool.c's "refcounts"). */
+uint64_t ot__thread_id(void);
 /* The reference parent takes on its operand op (slot: OT__OP_*), parent
  * being owned by this thread (new from ot__node_alloc, in this thread's
  * pool): counted in op's owner count when this thread owns op too (then
@@ -169,7 +195,7 @@ static inline ot_node *ot__node_hold_operand(ot_node *parent, ot_node *op, int s
     if (!op) return NULL;
     if (atomic_load_explicit(&op->owner, memory_order_relaxed) ==
         atomic_load_explicit(&parent->owner, memory_order_relaxed)) {
-        op->local++;
+        ot__node_take_local(op);
         parent->local_ops |= (uint8_t)slot;
     } else {
         atomic_fetch_add_explicit(&op->refs, 1, memory_order_relaxed);

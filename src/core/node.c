@@ -34,10 +34,42 @@ static inline uint64_t digest_final(uint64_t h)
 
 static inline uint64_t digest_rot(uint64_t x) { return x << 32 | x >> 32; }
 
+/* The words every digest starts from: kind, op, dtype, weak. */
+static inline uint64_t digest_head(const ot_node *n)
+{
+    return n->kind | (uint64_t)(uint8_t)n->op << 8 | (uint64_t)n->dtype << 16 |
+           (uint64_t)n->weak << 24;
+}
+
+/* An op node's digest from its lanes so far and its operands' digests;
+ * none when an operand has none. */
+static inline void digest_operands(ot_node *n, uint64_t x0, uint64_t x1)
+{
+    const ot_node *operand[2] = {n->a, n->b};
+    for (int k = 0; k < 2; k++) {
+        const ot_node *o = operand[k];
+        if (o && !o->digest_ok) return;
+        x0 ^= (o ? o->digest[0] : DIGEST_K(6)) * DIGEST_K(7 + 2 * k);
+        x1 ^= (o ? o->digest[1] : DIGEST_K(6)) * DIGEST_K(8 + 2 * k);
+    }
+    n->digest[0] = digest_final(x0);
+    n->digest[1] = digest_final(x1);
+    n->digest_ok = true;
+}
+
+/* The digest of an op node without identity words (a built-in unary or
+ * binary op): ot__node_digest's, without its dispatch (W8 builds four of
+ * these a call). */
+static inline void digest_plain(ot_node *n)
+{
+    uint64_t head = digest_head(n);
+    n->digest_ok = false;
+    digest_operands(n, head * DIGEST_K(0), head * DIGEST_K(1));
+}
+
 void ot__node_digest(ot_node *n)
 {
-    uint64_t head = n->kind | (uint64_t)(uint8_t)n->op << 8 | (uint64_t)n->dtype << 16 |
-                    (uint64_t)n->weak << 24;
+    uint64_t head = digest_head(n);
     uint64_t x0 = head * DIGEST_K(0), x1 = head * DIGEST_K(1);
     n->digest_ok = false;
     if (n->kind == OT_NODE_LEAF) {
@@ -60,13 +92,8 @@ void ot__node_digest(ot_node *n)
                 x1 = digest_final(x1 ^ digest_rot((uint64_t)w[i]) * DIGEST_K(5));
             }
         }
-        const ot_node *operand[2] = {n->a, n->b};
-        for (int k = 0; k < 2; k++) {
-            const ot_node *o = operand[k];
-            if (o && !o->digest_ok) return;
-            x0 ^= (o ? o->digest[0] : DIGEST_K(6)) * DIGEST_K(7 + 2 * k);
-            x1 ^= (o ? o->digest[1] : DIGEST_K(6)) * DIGEST_K(8 + 2 * k);
-        }
+        digest_operands(n, x0, x1);
+        return;
     }
     n->digest[0] = digest_final(x0);
     n->digest[1] = digest_final(x1);
@@ -240,14 +267,15 @@ static ot_node *op_node(const site *st, ot_node *a, ot_node *b, const ot_shape *
      * built a moment ago waited on its stores (a third of a plain build). */
     n->shape.ndim = shape->ndim;
     for (int d = 0; d < shape->ndim; d++) n->shape.dims[d] = shape->dims[d];
-    if (args) n->args = *args;
+    if (args) ot__node_set_args(n, args);
     else n->args.axis = OT_AXIS_ALL;
     n->file = st->file;
     n->line = st->line;
     n->a = ot__node_hold_operand(n, a, OT__OP_A);
     n->b = ot__node_hold_operand(n, b, OT__OP_B);
     n->be = a && a->be ? a->be : (b ? b->be : NULL);
-    ot__node_digest(n);
+    if (!args && !st->custom) digest_plain(n);   /* is_plain's: unary or binary */
+    else ot__node_digest(n);
     return ot__pool_adopt_new(n);
 }
 
@@ -500,8 +528,10 @@ static ot_node *build_composite(const site *st, ot_node *a, ot_node *b, const ot
     root->tag = (int8_t)st->op;
     root->tag_a = ot__node_hold_operand(root, a, OT__OP_TAG_A);
     root->tag_b = ot__node_hold_operand(root, b, OT__OP_TAG_B);
-    if (ot_op_kind(root->op) != OT_KIND_REDUCE) root->args = g;
-    else root->args.ddof = g.ddof;
+    ot_args ra = root->args;
+    if (ot_op_kind(root->op) != OT_KIND_REDUCE) ra = g;
+    else ra.ddof = g.ddof;
+    ot__node_set_args(root, &ra);
     ot__node_digest(root);   /* its args changed */
     return root;
 }

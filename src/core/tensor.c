@@ -151,6 +151,7 @@ static ot_tensor *tensor_alloc(ot_backend *be, const ot_shape *shape, ot_dtype d
     if (!t)
         return NULL;
     atomic_init(&t->leaf.refs, 1);
+    atomic_init(&t->leaf.owner, ot__thread_id());   /* its owner count: parents' */
     t->leaf.kind = OT_NODE_LEAF;
     t->leaf.op = OT_OP_NONE;
     t->leaf.tag = OT_OP_NONE;

@@ -328,11 +328,16 @@ TEST(conv_prints_parses_and_explains)
         free(text);
     }
     char *e = test__capture(ot_explain, trees[0]);
-    CHECK(e && strstr(e, "conv conv [2x4x2x5] (im2col + gemm, groups 2)"));
+    CHECK(e && strstr(e, "conv conv [2x4x2x5] (im2col + gemm, groups 2, im2col tile 0.7 KiB)"));
     free(e);
     e = test__capture(ot_explain, ot_conv(x, dw, .groups = 4, .pad = 1));
     CHECK(e && strstr(e, "(direct, groups 4)"));
     free(e);
+    ot_tensor *w1 = ot_zeros(be, OT_SHAPE(3, 4, 1, 1), OT_F32);
+    e = test__capture(ot_explain, ot_conv(x, w1));
+    CHECK(e && strstr(e, "(1x1 gemm, no im2col, groups 1)"));
+    free(e);
+    ot_tensor_free(w1);
     ot_pool_pop(p);
     ot_tensor_free(x);
     ot_tensor_free(w);

@@ -9,9 +9,14 @@
  *                  column), and blas.c's GEMM multiplies it with W (conv),
  *                  is multiplied by S into W (conv_wgrad), or W^T . S is
  *                  computed into it and scattered back into X
- *                  (conv_transpose);
- *   direct         a depthwise conv (one channel per group) as a plain loop
- *                  over its taps, summed in double.
+ *                  (conv_transpose); 1-D and 2-D gather whole row segments
+ *                  (memcpy at stride 1), 3-D one element at a time;
+ *   1x1 gemm       a 1x1 kernel at stride 1 without padding: X of a batch
+ *                  and group is the column matrix, read in place;
+ *   direct         a depthwise conv (one channel per group): 1-D and 2-D
+ *                  add each tap's weight times an input row segment into
+ *                  the output row (vectorised), 3-D a plain loop over its
+ *                  taps, summed in double.
  * Operands that are not contiguous, and a strided result, are copied
  * through scratch (ot__conv_scratch says how much).
  */
@@ -121,9 +126,20 @@ bool ot__conv_scratch(const ot_kernel *k, size_t *bytes)
     return ot__add_size(bytes, sum, part);
 }
 
-bool ot__conv_direct(const ot_kernel *k)
+static bool direct_ok(const ot_kernel *k)
 {
     return k->conv_op == OT_OP_CONV && k->conv.xc == 1 && k->conv.sc == 1;
+}
+
+const char *ot__conv_algo(const ot_kernel *k, size_t *tile)
+{
+    const ot__conv_geom *g = &k->conv;
+    int64_t es = (int64_t)ot__esize(k->store.dtype);
+    *tile = 0;
+    if (direct_ok(k)) return "direct";
+    if (pointwise(g)) return "1x1 gemm, no im2col";
+    *tile = (size_t)(g->xc * ksize(g) * tile_cols(g, es) * es);
+    return "im2col + gemm";
 }
 
 /* ---- im2col --------------------------------------------------------------- */
@@ -384,7 +400,7 @@ void ot__run_conv(const ot_kernel *k, char *const base[2], char *dst, char *scra
         }
     }
     int64_t out_n = numel_of(g, r[2]);
-    if (ot__conv_direct(k) && out_n) {
+    if (direct_ok(k) && out_n) {
         direct(&t, g);
     } else if (out_n) {
         if (k->conv_op != OT_OP_CONV) memset(t.p[r[2]], 0, (size_t)(out_n * t.es));

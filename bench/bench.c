@@ -126,7 +126,7 @@ static void usage(void)
 
 static options parse_args(int argc, char **argv)
 {
-    options o = {false, NULL, 9, "cpu", "bench", false, false, {.ncounts = 0}, false, NULL};
+    options o = {false, NULL, 9, "cpu", "bench", false, false, {.ncounts = 0}, false, NULL, false};
     scaling_parse_counts(&o.scaling, "1,2,4,8,16");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];

@@ -20,7 +20,7 @@
  * --explain prints the plan of one call of each case to stderr. A full run
  * (no --only) ends with the thread-scaling tables of scaling.c, at the
  * counts of --threads; --scaling runs those tables alone. --gemm and
- * --mlp DIR run w_gemm.c's comparisons alone. The header names the GEMM
+ * --mlp DIR run w_gemm.c's comparisons alone; --conv w_conv.c's rows alone (a full run ends with them). The header names the GEMM
  * (OpenBLAS core) that runs optree's dots and the cblas references.
  */
 #define _DEFAULT_SOURCE   /* madvise */
@@ -53,6 +53,7 @@ typedef struct options {
     scaling_opts scaling;
     bool gemm;          /* --gemm */
     const char *mlp;    /* --mlp DIR */
+    bool conv;          /* --conv */
 } options;
 
 const char *const bench_in_names[BENCH_MAX_IN] = {"in0", "in1", "in2", "in3", "in4",
@@ -120,12 +121,12 @@ static void usage(void)
 {
     die("usage: bench [--quick] [--only W1,W5] [--runs N] [--backend ref|cpu] [--out DIR] "
         "[--explain] [--scaling] [--threads 1,2,4,8,16 (increasing, from 1)] [--gemm] "
-        "[--mlp DIR]");
+        "[--mlp DIR] [--conv]");
 }
 
 static options parse_args(int argc, char **argv)
 {
-    options o = {false, NULL, 9, "cpu", "bench", false, false, {.ncounts = 0}, false, NULL};
+    options o = {false, NULL, 9, "cpu", "bench", false, false, {.ncounts = 0}, false, NULL, false};
     scaling_parse_counts(&o.scaling, "1,2,4,8,16");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -139,6 +140,7 @@ static options parse_args(int argc, char **argv)
         else if (strcmp(a, "--scaling") == 0) o.scaling_only = true;
         else if (strcmp(a, "--gemm") == 0) o.gemm = true;
         else if (strcmp(a, "--mlp") == 0 && has_val) o.mlp = argv[++i];
+        else if (strcmp(a, "--conv") == 0) o.conv = true;
         else if (strcmp(a, "--threads") == 0 && has_val) {
             if (!scaling_parse_counts(&o.scaling, argv[++i])) usage();
         }
@@ -606,6 +608,7 @@ int main(int argc, char **argv)
     if (o.scaling_only) return scaling_run(&o.scaling) ? 1 : 0;
     if (o.gemm) return bench_gemm(o.runs);
     if (o.mlp) return bench_mlp(o.mlp, 2);
+    if (o.conv) return bench_conv(o.runs, o.quick, o.out_dir);
     const ref_loops *refs = pick_refs();
     if (!refs)
         fprintf(stderr, "bench: note: this CPU lacks AVX2+FMA: no reference loops, "
@@ -636,5 +639,6 @@ int main(int argc, char **argv)
         ot_backend_free(bes[k]);
     if (wrong) fprintf(stderr, "bench: FAILED: some results disagree with the reference\n");
     bool differ = !o.only && scaling_run(&o.scaling) != 0;
+    if (!o.only) bench_conv(o.runs, o.quick, o.out_dir);
     return wrong || differ ? 1 : 0;
 }

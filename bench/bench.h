@@ -301,6 +301,9 @@ typedef struct bench_machine {
 void bench_gemm_line(char *buf, size_t size);
 int bench_gemm(int runs);
 int bench_mlp(const char *dir, int epochs);
+/* The convolution rows (w_conv.c): W12, W13 and the 1x1, depthwise and
+ * strided ones against PyTorch; also written to OUT_DIR/conv.md. */
+int bench_conv(int runs, bool quick, const char *out_dir);
 
 /* "PASS", "MISS", "WRONG" (results off) or "n/a" (no reference). */
 const char *bench_verdict(const bench_row *r);

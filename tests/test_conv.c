@@ -74,6 +74,21 @@ static const conv_case CASES[] = {
     {SH(4, 2, 4, 3, 4), SH(4, 4, 3, 2, 3), {.groups = 2, .stride = {2, 3}, .pad_lo = {1, 0},
                                                  .pad_hi = {0, 1}, .output_padding = {1, 2}}, true},
     {SH(3, 1, 3, 5), SH(3, 3, 2, 3), {.dilation = {2}, .pad = 2}, true},
+    /* exec_conv.c's paths: 1x1 as a plain GEMM (grouped, size-0 batch,
+     * transposed), depthwise direct (planar strided and dilated, 1-D,
+     * 3-D), the planar gather at odd strides and pads, and an f64 im2col
+     * tile of 97 columns that starts mid-row (150 channels, 11x11). */
+    {SH(4, 2, 3, 4, 5), SH(4, 5, 3, 1, 1), {0}, false},
+    {SH(4, 1, 6, 3, 3), SH(4, 6, 2, 1, 1), {.groups = 3}, false},
+    {SH(4, 0, 3, 2, 2), SH(4, 2, 3, 1, 1), {0}, false},
+    {SH(4, 2, 4, 3, 3), SH(4, 4, 2, 1, 1), {0}, true},
+    {SH(4, 2, 3, 7, 6), SH(4, 3, 1, 3, 3), {.groups = 3, .stride = {2}, .dilation = {2}, .pad = 2},
+     false},
+    {SH(3, 2, 3, 7), SH(3, 3, 1, 3), {.groups = 3, .pad = 1}, false},
+    {SH(5, 1, 2, 3, 4, 3), SH(5, 2, 1, 2, 2, 2), {.groups = 2, .pad = 1}, false},
+    {SH(4, 1, 2, 5, 9), SH(4, 3, 2, 2, 3), {.stride = {1, 3}, .dilation = {1, 2}, .pad_lo = {0, 2},
+                                            .pad_hi = {1, 0}}, false},
+    {SH(4, 1, 150, 11, 11), SH(4, 2, 150, 3, 3), {.pad = 1}, false},
 };
 #define NCASES (int)(sizeof CASES / sizeof CASES[0])
 
@@ -313,11 +328,16 @@ TEST(conv_prints_parses_and_explains)
         free(text);
     }
     char *e = test__capture(ot_explain, trees[0]);
-    CHECK(e && strstr(e, "conv conv [2x4x2x5] (im2col + gemm, groups 2)"));
+    CHECK(e && strstr(e, "conv conv [2x4x2x5] (im2col + gemm, groups 2, im2col tile 0.7 KiB)"));
     free(e);
     e = test__capture(ot_explain, ot_conv(x, dw, .groups = 4, .pad = 1));
     CHECK(e && strstr(e, "(direct, groups 4)"));
     free(e);
+    ot_tensor *w1 = ot_zeros(be, OT_SHAPE(3, 4, 1, 1), OT_F32);
+    e = test__capture(ot_explain, ot_conv(x, w1));
+    CHECK(e && strstr(e, "(1x1 gemm, no im2col, groups 1)"));
+    free(e);
+    ot_tensor_free(w1);
     ot_pool_pop(p);
     ot_tensor_free(x);
     ot_tensor_free(w);

@@ -92,8 +92,10 @@ char *ot__plan_describe(const ot_kernel *k)
         fprintf(f, " %s [", ot_op_name((ot_op)k->conv_op));
         for (int i = 0; i < k->shape.ndim; i++)
             fprintf(f, i ? "x%lld" : "%lld", (long long)k->shape.dims[i]);
-        fprintf(f, "] (%s, groups %lld)", ot__conv_direct(k) ? "direct" : "im2col + gemm",
-                (long long)k->conv.groups);
+        size_t tile;
+        const char *algo = ot__conv_algo(k, &tile);
+        fprintf(f, "] (%s, groups %lld", algo, (long long)k->conv.groups);
+        fprintf(f, tile ? ", im2col tile %.1f KiB)" : ")", (double)tile / 1024);
         put_view(f, " <- ", &k->loads[0]);
         put_view(f, " ", &k->loads[1]);
         put_view(f, " -> ", &k->store);

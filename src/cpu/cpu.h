@@ -388,7 +388,9 @@ void ot__run_struct(const ot_kernel *k, char *const *base, char *dst);
  * runs the direct loop (else im2col + GEMM), for ot_explain. */
 bool ot__conv_scratch(const ot_kernel *k, size_t *bytes);
 void ot__run_conv(const ot_kernel *k, char *const base[2], char *dst, char *scratch);
-bool ot__conv_direct(const ot_kernel *k);
+/* The algorithm a CONV kernel runs (a static name: "im2col + gemm", "1x1
+ * gemm, no im2col", "direct") and the bytes of its im2col tile (0: none). */
+const char *ot__conv_algo(const ot_kernel *k, size_t *tile);
 /* exec.c: ot__plan_run_prepare lays out a run's scratch once, after the
  * plan's code is generated (tiles depend on it); ot__plan_run runs it for
  * the n trees it was planned from: an int32 sum that does not fit int32 is

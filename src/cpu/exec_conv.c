@@ -9,9 +9,14 @@
  *                  column), and blas.c's GEMM multiplies it with W (conv),
  *                  is multiplied by S into W (conv_wgrad), or W^T . S is
  *                  computed into it and scattered back into X
- *                  (conv_transpose);
- *   direct         a depthwise conv (one channel per group) as a plain loop
- *                  over its taps, summed in double.
+ *                  (conv_transpose); 1-D and 2-D gather whole row segments
+ *                  (memcpy at stride 1), 3-D one element at a time;
+ *   1x1 gemm       a 1x1 kernel at stride 1 without padding: X of a batch
+ *                  and group is the column matrix, read in place;
+ *   direct         a depthwise conv (one channel per group): 1-D and 2-D
+ *                  add each tap's weight times an input row segment into
+ *                  the output row (vectorised), 3-D a plain loop over its
+ *                  taps, summed in double.
  * Operands that are not contiguous, and a strided result, are copied
  * through scratch (ot__conv_scratch says how much).
  */
@@ -81,6 +86,17 @@ static void copy_view(const ot__conv_geom *g, int r, const ot_view *v, char *vie
     }
 }
 
+/* Whether X of one batch and group is already the column matrix (a 1x1
+ * kernel at stride 1 without padding: rows are channels, columns
+ * positions), so the GEMMs read it in place. */
+static bool pointwise(const ot__conv_geom *g)
+{
+    for (int d = 0; d < 3; d++)
+        if (g->k[d] != 1 || g->stride[d] != 1 || g->lo[d] != 0 || g->sp[d] != g->xp[d])
+            return false;
+    return true;
+}
+
 /* Columns of an im2col tile. */
 static int64_t tile_cols(const ot__conv_geom *g, int64_t es)
 {
@@ -104,14 +120,26 @@ bool ot__conv_scratch(const ot_kernel *k, size_t *bytes)
             !ot__add_size(&sum, sum, part + 128))
             return false;
     }
+    if (pointwise(g)) return ot__add_size(bytes, sum, 0);   /* no column tile */
     if (!ot__mul_size(&part, (size_t)(g->xc * ksize(g)), (size_t)(tile_cols(g, es) * es)))
         return false;
     return ot__add_size(bytes, sum, part);
 }
 
-bool ot__conv_direct(const ot_kernel *k)
+static bool direct_ok(const ot_kernel *k)
 {
     return k->conv_op == OT_OP_CONV && k->conv.xc == 1 && k->conv.sc == 1;
+}
+
+const char *ot__conv_algo(const ot_kernel *k, size_t *tile)
+{
+    const ot__conv_geom *g = &k->conv;
+    int64_t es = (int64_t)ot__esize(k->store.dtype);
+    *tile = 0;
+    if (direct_ok(k)) return "direct";
+    if (pointwise(g)) return "1x1 gemm, no im2col";
+    *tile = (size_t)(g->xc * ksize(g) * tile_cols(g, es) * es);
+    return "im2col + gemm";
 }
 
 /* ---- im2col --------------------------------------------------------------- */
@@ -138,7 +166,8 @@ static void unflat(int64_t v, const int64_t *lim, int64_t *o)
 }
 
 /* Gathers (scatter false) or scatter-adds (true) the tile of columns [p0,
- * p0 + np) between col (rows x np) and x, X of one batch and group. */
+ * p0 + np) between col (rows x np) and x, X of one batch and group: any
+ * geometry, one offset computation per element. */
 #define IM2COL(T, name)                                                                      \
     static void name(const ot__conv_geom *g, T *x, T *col, int64_t p0, int64_t np,        \
                      bool scatter)                                                           \
@@ -164,10 +193,76 @@ IM2COL(float, im2col_f32)
 IM2COL(double, im2col_f64)
 #undef IM2COL
 
+/* Whether the geometry is 1-D or 2-D (its last spatial dim trivial): then
+ * the fast gather below applies. */
+static bool planar(const ot__conv_geom *g)
+{
+    return g->k[2] == 1 && g->xp[2] == 1 && g->sp[2] == 1 && g->lo[2] == 0;
+}
+
+/* The output columns [*a, *b) of a row of OW that read inside the input
+ * row for kernel column kw (the rest read padding). */
+static void inside(const ot__conv_geom *g, int64_t kw, int64_t *a, int64_t *b)
+{
+    int64_t s = g->stride[1], base = kw * g->dil[1] - g->lo[1], w = g->xp[1], ow = g->sp[1];
+    int64_t lo = base >= 0 ? 0 : (-base + s - 1) / s;          /* first with iw >= 0 */
+    int64_t hi = w - base <= 0 ? 0 : (w - base + s - 1) / s;  /* first with iw >= w */
+    *a = lo < ow ? lo : ow;
+    *b = hi < *a ? *a : hi < ow ? hi : ow;
+}
+
+static int64_t clamp(int64_t v, int64_t hi) { return v < 0 ? 0 : v > hi ? hi : v; }
+
+/* im2col for planar geometries: per row (channel, kernel position) and
+ * output row segment, zeros where the window reads padding and a copy (a
+ * strided gather, or memcpy at stride 1) of the rest; the scatter adds.
+ * Divisions stay out of the inner loops (they cost as much as a copy). */
+#define IM2COL_2D(T, name)                                                                   \
+    static void name(const ot__conv_geom *g, T *x, T *col, int64_t p0, int64_t np,        \
+                     bool scatter)                                                           \
+    {                                                                                        \
+        int64_t kh = g->k[0], kw = g->k[1], ow_n = g->sp[1], H = g->xp[0], W = g->xp[1];     \
+        int64_t s1 = g->stride[1];                                                           \
+        for (int64_t r = 0; r < g->xc * kh * kw; r++) {                                      \
+            int64_t c = r / (kh * kw), qh = r / kw % kh, qw = r % kw, a0, b0;                \
+            T *row = col + r * np, *xc = x + c * H * W;                                      \
+            int64_t off = qw * g->dil[1] - g->lo[1];                                         \
+            inside(g, qw, &a0, &b0);                                                         \
+            int64_t oh = p0 / ow_n, ow = p0 % ow_n;                                          \
+            for (int64_t j = 0; j < np; oh++, ow = 0) {                                      \
+                int64_t len = ow_n - ow < np - j ? ow_n - ow : np - j, a = 0, b = 0;         \
+                int64_t ih = oh * g->stride[0] + qh * g->dil[0] - g->lo[0];                  \
+                T *dst = row + j;                                                            \
+                if (ih >= 0 && ih < H) {                                                     \
+                    a = clamp(a0 - ow, len);                                                 \
+                    b = clamp(b0 - ow, len);                                                 \
+                    T *src = xc + ih * W + (ow + a) * s1 + off;                              \
+                    if (scatter)                                                             \
+                        for (int64_t t = a; t < b; t++) src[(t - a) * s1] += dst[t];         \
+                    else if (s1 == 1)                                                        \
+                        memcpy(dst + a, src, (size_t)(b - a) * sizeof(T));                   \
+                    else                                                                     \
+                        for (int64_t t = a; t < b; t++) dst[t] = src[(t - a) * s1];          \
+                }                                                                            \
+                if (!scatter) {                                                              \
+                    for (int64_t t = 0; t < a; t++) dst[t] = 0;                              \
+                    for (int64_t t = b; t < len; t++) dst[t] = 0;                            \
+                }                                                                            \
+                j += len;                                                                    \
+            }                                                                                \
+        }                                                                                    \
+    }
+IM2COL_2D(float, im2col2d_f32)
+IM2COL_2D(double, im2col2d_f64)
+#undef IM2COL_2D
+
 static void im2col(const tens *t, const ot__conv_geom *g, char *x, char *col, int64_t p0,
                    int64_t np, bool scatter)
 {
-    if (t->dt == OT_F32) im2col_f32(g, (float *)x, (float *)col, p0, np, scatter);
+    bool f32 = t->dt == OT_F32;
+    if (planar(g) && f32) im2col2d_f32(g, (float *)x, (float *)col, p0, np, scatter);
+    else if (planar(g)) im2col2d_f64(g, (double *)x, (double *)col, p0, np, scatter);
+    else if (f32) im2col_f32(g, (float *)x, (float *)col, p0, np, scatter);
     else im2col_f64(g, (double *)x, (double *)col, p0, np, scatter);
 }
 
@@ -179,21 +274,23 @@ static void gemm_group(const tens *t, const ot__conv_geom *g, int op, int64_t n,
     char *x = t->p[0] + ((n * g->groups + grp) * g->xc * xsize(g)) * es;
     char *s = t->p[1] + ((n * g->groups + grp) * g->sc * P) * es;
     char *w = t->p[2] + (grp * g->sc * rows) * es;
-    int64_t tc = tile_cols(g, es);
+    bool pw = pointwise(g);
+    int64_t tc = pw ? P : tile_cols(g, es);
     for (int64_t p0 = 0; p0 < P; p0 += tc) {
-        int64_t np = P - p0 < tc ? P - p0 : tc;
+        int64_t np = P - p0 < tc ? P - p0 : tc, ld = pw ? P : np;
+        if (pw) col = x;
         if (op == OT_OP_CONV) {
-            im2col(t, g, x, col, p0, np, false);
-            run(&(ot__gemm){t->dt, w, col, s + p0 * es, false, false, g->sc, np, rows, rows, np, P,
+            if (!pw) im2col(t, g, x, col, p0, np, false);
+            run(&(ot__gemm){t->dt, w, col, s + p0 * es, false, false, g->sc, np, rows, rows, ld, P,
                             1.0, 0.0});
         } else if (op == OT_OP_CONV_WGRAD) {
-            im2col(t, g, x, col, p0, np, false);
-            run(&(ot__gemm){t->dt, s + p0 * es, col, w, false, true, g->sc, rows, np, P, np, rows,
+            if (!pw) im2col(t, g, x, col, p0, np, false);
+            run(&(ot__gemm){t->dt, s + p0 * es, col, w, false, true, g->sc, rows, np, P, ld, rows,
                             1.0, 1.0});
         } else {
-            run(&(ot__gemm){t->dt, w, s + p0 * es, col, true, false, rows, np, g->sc, rows, P, np,
-                            1.0, 0.0});
-            im2col(t, g, x, col, p0, np, true);
+            run(&(ot__gemm){t->dt, w, s + p0 * es, col, true, false, rows, np, g->sc, rows, P, ld,
+                            1.0, pw ? 1.0 : 0.0});
+            if (!pw) im2col(t, g, x, col, p0, np, true);
         }
     }
 }
@@ -223,6 +320,68 @@ DIRECT(float, direct_f32)
 DIRECT(double, direct_f64)
 #undef DIRECT
 
+/* o += w * x over n elements that do not overlap (restrict: no runtime
+ * overlap checks); GCC's -O2 cost model leaves a loop of unknown count
+ * scalar, so GCC gets the dynamic one here (3x on depthwise rows). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define VECTORISE __attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic")))
+#else
+#define VECTORISE
+#endif
+#define AXPY(T)                                                                               \
+    VECTORISE static void axpy_##T(T *restrict o, const T *restrict x, T w, int64_t n)                  \
+    {                                                                                        \
+        for (int64_t t = 0; t < n; t++) o[t] += w * x[t];                                    \
+    }
+AXPY(float)
+AXPY(double)
+#undef AXPY
+
+/* A planar depthwise conv: per tap, its weight times the input row
+ * segment the tap reads, added into each output row (a loop the compiler
+ * vectorises at stride 1), padding skipped; each output sums its taps in
+ * order, as the reference does. */
+#define DEPTHWISE_2D(T, name)                                                                \
+    static void name(const ot__conv_geom *g, const T *x, const T *w, T *s)                   \
+    {                                                                                        \
+        int64_t kh = g->k[0], kw = g->k[1], OH = g->sp[0], OW = g->sp[1], H = g->xp[0];      \
+        int64_t W = g->xp[1], s1 = g->stride[1];                                             \
+        for (int64_t nc = 0; nc < g->n * g->groups; nc++) {                                  \
+            const T *xc = x + nc * H * W, *wc = w + (nc % g->groups) * kh * kw;              \
+            T *so = s + nc * OH * OW;                                                        \
+            for (int64_t t = 0; t < OH * OW; t++) so[t] = 0;                                 \
+            for (int64_t q = 0; q < kh * kw; q++) {                                          \
+                int64_t qh = q / kw, qw = q % kw, a, b;                                      \
+                inside(g, qw, &a, &b);                                                       \
+                const T wv = wc[q];                                                          \
+                for (int64_t oh = 0; oh < OH; oh++) {                                        \
+                    int64_t ih = oh * g->stride[0] + qh * g->dil[0] - g->lo[0];              \
+                    if (ih < 0 || ih >= H) continue;                                         \
+                    const T *src = xc + ih * W + a * s1 + qw * g->dil[1] - g->lo[1];         \
+                    T *o = so + oh * OW;                                                     \
+                    if (s1 == 1)                                                             \
+                        axpy_##T(o + a, src, wv, b - a);                                     \
+                    else                                                                     \
+                        for (int64_t t = a; t < b; t++) o[t] += wv * src[(t - a) * s1];      \
+                }                                                                            \
+            }                                                                                \
+        }                                                                                    \
+    }
+DEPTHWISE_2D(float, depthwise2d_f32)
+DEPTHWISE_2D(double, depthwise2d_f64)
+#undef DEPTHWISE_2D
+
+static void direct(const tens *t, const ot__conv_geom *g)
+{
+    bool f32 = t->dt == OT_F32;
+    float *xf = (float *)t->p[0], *sf = (float *)t->p[1], *wf = (float *)t->p[2];
+    double *xd = (double *)t->p[0], *sd = (double *)t->p[1], *wd = (double *)t->p[2];
+    if (planar(g) && f32) depthwise2d_f32(g, xf, wf, sf);
+    else if (planar(g)) depthwise2d_f64(g, xd, wd, sd);
+    else if (f32) direct_f32(g, xf, wf, sf);
+    else direct_f64(g, xd, wd, sd);
+}
+
 void ot__run_conv(const ot_kernel *k, char *const base[2], char *dst, char *scratch)
 {
     const ot__conv_geom *g = &k->conv;
@@ -241,9 +400,8 @@ void ot__run_conv(const ot_kernel *k, char *const base[2], char *dst, char *scra
         }
     }
     int64_t out_n = numel_of(g, r[2]);
-    if (ot__conv_direct(k) && out_n) {
-        if (t.dt == OT_F32) direct_f32(g, (float *)t.p[0], (float *)t.p[2], (float *)t.p[1]);
-        else direct_f64(g, (double *)t.p[0], (double *)t.p[2], (double *)t.p[1]);
+    if (direct_ok(k) && out_n) {
+        direct(&t, g);
     } else if (out_n) {
         if (k->conv_op != OT_OP_CONV) memset(t.p[r[2]], 0, (size_t)(out_n * t.es));
         ot__gemm_fn *run = ot__blas_ready() ? ot__gemm_loop : ot__gemm_blas;

@@ -42,11 +42,12 @@ static int check_window(const site *st, ot_window *w, int nsp)
         }
         if (sz) w->stride[d] = w->ksize[d];
         if (dz || avg) w->dilation[d] = 1;
-        int32_t k = w->ksize[d];
-        if (k < 1 || w->stride[d] < 1 || w->dilation[d] < 1)
-            return FAIL(st, OT_EINVAL, "kernel %d, stride %d, dilation %d in spatial dim %d: "
-                        "each must be at least 1", (int)k, (int)w->stride[d],
-                        (int)w->dilation[d], d);
+        int32_t k = w->ksize[d], v[3] = {k, w->stride[d], w->dilation[d]};
+        static const char *const name[3] = {"kernel", "stride", "dilation"};
+        for (int i = 0; i < 3; i++)
+            if (v[i] < 1)
+                return FAIL(st, OT_EINVAL, "%s %d in spatial dim %d: must be at least 1", name[i],
+                            (int)v[i], d);
         if (w->pad_lo[d] < 0 || w->pad_hi[d] < 0 || w->pad_lo[d] > k / 2 || w->pad_hi[d] > k / 2)
             return FAIL(st, OT_EINVAL, "padding %d + %d in spatial dim %d: each side must be "
                         "0 to kernel / 2 = %d", (int)w->pad_lo[d], (int)w->pad_hi[d], d,

@@ -17,26 +17,19 @@ typedef struct win {
     int64_t q0[3], q1[3], i0[3];
 } win;
 
-/* The taps of window p inside the input (q1 <= q0 in a dim: none). */
-static void window_of(const ot__pool_geom *g, const int64_t *p, win *w)
+/* Dim d of window p (its position in that dim) into w, and avg_pool's
+ * divisor's factor for the dim into *cnt (internal.h's rule); no division
+ * unless the window is dilated. */
+static void dim_of(const ot__pool_geom *g, int d, int64_t p, win *w, int64_t *cnt)
 {
-    for (int d = 0; d < 3; d++) {
-        int64_t s = p[d] * g->stride[d] - g->lo[d], dil = g->dil[d];
-        int64_t lo = s < 0 ? (-s + dil - 1) / dil : 0;
-        int64_t hi = g->in[d] > s ? (g->in[d] - s + dil - 1) / dil : 0;
-        w->q0[d] = lo;
-        w->q1[d] = hi < g->k[d] ? hi : g->k[d];
-        w->i0[d] = s;
-    }
-}
-
-static bool next3(int64_t *v, const int64_t *lim)
-{
-    for (int d = 2; d >= 0; d--) {
-        if (++v[d] < lim[d]) return true;
-        v[d] = 0;
-    }
-    return false;
+    int64_t s = p * g->stride[d] - g->lo[d], dil = g->dil[d], in = g->in[d], k = g->k[d];
+    int64_t lo = s >= 0 ? 0 : dil == 1 ? -s : (-s + dil - 1) / dil;
+    int64_t hi = in <= s ? 0 : dil == 1 ? in - s : (in - s + dil - 1) / dil;
+    w->q0[d] = lo;
+    w->q1[d] = hi < k ? hi : k;
+    w->i0[d] = s;
+    int64_t end = s + k < in + g->hi[d] ? s + k : in + g->hi[d];
+    *cnt = g->excl ? (w->q1[d] > lo ? w->q1[d] - lo : 0) : end - s;
 }
 
 /* The three views' element strides per dim (5-D), in the loop's roles: x
@@ -50,7 +43,8 @@ static int64_t at(const int64_t *i, const int64_t *st) { return i[0] * st[2] + i
 /* Per dtype T (suffix S): argmax_S finds window w's first maximum in
  * plane x (its input position into i, its value into *m; false when the
  * window is all padding: *m is then -inf); sum_S sums the window of x or,
- * with dx, adds v to each of its taps in dx; plane_S runs one plane. */
+ * with dx, adds v to each of its taps in dx; window_S runs one window of
+ * the op, plane_S one plane. */
 #define POOL_FNS(T, S)                                                                        \
     static bool argmax_##S(const ot__pool_geom *g, const T *x, const int64_t *xs, const win *w, \
                            int64_t *i, T *m)                                                  \
@@ -90,31 +84,41 @@ static int64_t at(const int64_t *i, const int64_t *st) { return i[0] * st[2] + i
             }                                                                                 \
         return sum;                                                                           \
     }                                                                                         \
+    /* One window w of the op: po its place in the output-shaped view, div   \
+     * avg_pool's divisor. */                                                                 \
+    static inline void window_##S(const ot__pool_geom *g, const T *x, const T *y, T *o,       \
+                                  const strides *s, const win *w, int64_t po, double div)     \
+    {                                                                                         \
+        int64_t i[3];                                                                         \
+        T v;                                                                                  \
+        switch (g->op) {                                                                      \
+        case OT_OP_MAX_POOL: argmax_##S(g, x, s->x, w, i, &v); o[po] = v; break;              \
+        case OT_OP_MAX_POOL_TAKE: o[po] = argmax_##S(g, x, s->x, w, i, &v) ? y[at(i, s->y)] : 0; break; \
+        case OT_OP_MAX_POOL_GRAD:                                                             \
+            if (argmax_##S(g, x, s->x, w, i, &v)) o[at(i, s->o)] += y[po];                    \
+            break;                                                                            \
+        case OT_OP_AVG_POOL: o[po] = (T)(sum_##S(g, x, NULL, 0, s->x, w) / div); break;       \
+        default: sum_##S(g, NULL, o, (T)(y[po] / div), s->o, w);                              \
+        }                                                                                     \
+    }                                                                                         \
+    /* The windows of one plane, each dim's part of them worked out once. */                 \
     static void plane_##S(const ot__pool_geom *g, const T *x, const T *y, T *o,               \
                           const strides *s)                                                   \
     {                                                                                         \
-        int64_t p[3] = {0, 0, 0}, i[3];                                                       \
+        int64_t p[3], cnt[3];                                                                 \
         bool back = g->op == OT_OP_MAX_POOL_GRAD || g->op == OT_OP_AVG_POOL_GRAD;             \
         const int64_t *ps = back ? s->y : s->o;   /* the output-shaped view's */              \
-        do {                                                                                  \
-            win w;                                                                            \
-            T v;                                                                              \
-            window_of(g, p, &w);                                                              \
-            int64_t po = at(p, ps);                                                           \
-            switch (g->op) {                                                                  \
-            case OT_OP_MAX_POOL: argmax_##S(g, x, s->x, &w, i, &v); o[po] = v; break;         \
-            case OT_OP_MAX_POOL_TAKE:                                                         \
-                o[po] = argmax_##S(g, x, s->x, &w, i, &v) ? y[at(i, s->y)] : 0;               \
-                break;                                                                        \
-            case OT_OP_MAX_POOL_GRAD:                                                         \
-                if (argmax_##S(g, x, s->x, &w, i, &v)) o[at(i, s->o)] += y[po];               \
-                break;                                                                        \
-            case OT_OP_AVG_POOL:                                                              \
-                o[po] = (T)(sum_##S(g, x, NULL, 0, s->x, &w) / ot__pool_divisor(g, p));       \
-                break;                                                                        \
-            default: sum_##S(g, NULL, o, (T)(y[po] / ot__pool_divisor(g, p)), s->o, &w);      \
+        win w;                                                                                \
+        for (p[0] = 0; p[0] < g->out[0]; p[0]++) {                                            \
+            dim_of(g, 0, p[0], &w, &cnt[0]);                                                  \
+            for (p[1] = 0; p[1] < g->out[1]; p[1]++) {                                        \
+                dim_of(g, 1, p[1], &w, &cnt[1]);                                              \
+                for (p[2] = 0; p[2] < g->out[2]; p[2]++) {                                    \
+                    dim_of(g, 2, p[2], &w, &cnt[2]);                                          \
+                    window_##S(g, x, y, o, s, &w, at(p, ps), (double)(cnt[0] * cnt[1] * cnt[2])); \
+                }                                                                             \
             }                                                                                 \
-        } while (next3(p, g->out));                                                           \
+        }                                                                                     \
     }
 POOL_FNS(float, f32)
 POOL_FNS(double, f64)
@@ -123,8 +127,17 @@ POOL_FNS(double, f64)
 /* Zeroes a gradient's input-shaped result (it is accumulated into). */
 static void zero(const ot__pool_geom *g, char *o, const int64_t *os, int64_t es)
 {
-    int64_t idx[5] = {0}, d[5] = {g->n, g->c, g->in[0], g->in[1], g->in[2]};
-    if (d[0] * d[1] * d[2] * d[3] * d[4] == 0) return;
+    int64_t idx[5] = {0}, d[5] = {g->n, g->c, g->in[0], g->in[1], g->in[2]}, n = 1;
+    bool flat = true;   /* row-major contiguous: one memset */
+    for (int j = 4; j >= 0; j--) {
+        flat &= d[j] == 1 || os[j] == n;
+        n *= d[j];
+    }
+    if (n == 0) return;
+    if (flat) {
+        memset(o, 0, (size_t)(n * es));
+        return;
+    }
     do {
         int64_t off = 0;
         for (int j = 0; j < 5; j++) off += idx[j] * os[j];

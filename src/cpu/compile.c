@@ -83,6 +83,22 @@ static void put_view(FILE *f, const char *pre, const ot_view *v)
     if (v->offset) fprintf(f, "@%lld", (long long)v->offset);
 }
 
+/* A windowed kernel (CONV, POOL): its op, shape, algorithm and views. */
+static void describe_window(FILE *f, const ot_kernel *k)
+{
+    bool conv = k->kind == OT_KER_CONV;
+    fprintf(f, " %s [", ot_op_name((ot_op)(conv ? k->conv_op : k->pool.op)));
+    for (int i = 0; i < k->shape.ndim; i++)
+        fprintf(f, i ? "x%lld" : "%lld", (long long)k->shape.dims[i]);
+    if (conv)
+        fprintf(f, "] (%s, groups %lld)", ot__conv_direct(k) ? "direct" : "im2col + gemm",
+                (long long)k->conv.groups);
+    else
+        fprintf(f, "] (direct)");
+    for (int i = 0; i < k->nload; i++) put_view(f, i ? " " : " <- ", &k->loads[i]);
+    put_view(f, " -> ", &k->store);
+}
+
 /* A one-line summary of what a kernel fuses, for ot_explain. */
 char *ot__plan_describe(const ot_kernel *k)
 {
@@ -94,25 +110,8 @@ char *ot__plan_describe(const ot_kernel *k)
                                   "pool"};
     fprintf(f, "%s", kinds[k->kind]);
     if (k->kind == OT_KER_STRUCT) fprintf(f, " %s", k->custom->name);
-    if (k->kind == OT_KER_CONV) {
-        fprintf(f, " %s [", ot_op_name((ot_op)k->conv_op));
-        for (int i = 0; i < k->shape.ndim; i++)
-            fprintf(f, i ? "x%lld" : "%lld", (long long)k->shape.dims[i]);
-        fprintf(f, "] (%s, groups %lld)", ot__conv_direct(k) ? "direct" : "im2col + gemm",
-                (long long)k->conv.groups);
-        put_view(f, " <- ", &k->loads[0]);
-        put_view(f, " ", &k->loads[1]);
-        put_view(f, " -> ", &k->store);
-        fclose(f);
-        return buf;
-    }
-    if (k->kind == OT_KER_POOL) {
-        fprintf(f, " %s [", ot_op_name((ot_op)k->pool.op));
-        for (int i = 0; i < k->shape.ndim; i++)
-            fprintf(f, i ? "x%lld" : "%lld", (long long)k->shape.dims[i]);
-        fprintf(f, "] (direct)");
-        for (int i = 0; i < k->nload; i++) put_view(f, i ? " " : " <- ", &k->loads[i]);
-        put_view(f, " -> ", &k->store);
+    if (k->kind >= OT_KER_CONV) {   /* CONV, POOL */
+        describe_window(f, k);
         fclose(f);
         return buf;
     }

@@ -530,7 +530,8 @@ static gcase op_case(ot_op op, ot_dtype dt)
     case OT_KIND_BINARY: return binary_case(op, dt);
     case OT_KIND_REDUCE: return reduce_case(op, dt);
     case OT_KIND_DOT: return dot_case(dt);
-    case OT_KIND_CONV: return op >= OT_OP_MAX_POOL ? pool_case(op, dt) : conv_case(op, dt);
+    case OT_KIND_CONV:
+        return op >= OT_OP_MAX_POOL && op <= OT_OP_AVG_POOL_GRAD ? pool_case(op, dt) : conv_case(op, dt);
     case OT_KIND_SHAPE:
         return op == OT_OP_SLICE ? slice_case(dt) : op == OT_OP_RESHAPE ? reshape_case(dt)
                                                                         : transpose_case(dt);

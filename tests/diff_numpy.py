@@ -2078,7 +2078,9 @@ def sv_trials(lib, op, dt):
 
 # Ops whose NumPy checks are scripts of their own, run by the same phase
 # (tools/test.sh's phase_numpy).
-CHECKED_ELSEWHERE = {'conv', 'conv_transpose', 'conv_wgrad'}   # tests/conv_check.py
+CHECKED_ELSEWHERE = {'conv', 'conv_transpose', 'conv_wgrad',   # tests/conv_check.py
+                     'max_pool', 'max_pool_grad', 'max_pool_take', 'avg_pool',
+                     'avg_pool_grad'}   # tests/pool_check.py
 
 
 def sv_check_table(lib, ops):

@@ -41,6 +41,11 @@ static uint64_t count_ops(const ot_kernel *k)
         return 2 * (uint64_t)(g->n * g->groups * g->sc * g->xc) *
                (uint64_t)(g->sp[0] * g->sp[1] * g->sp[2] * g->k[0] * g->k[1] * g->k[2]);
     }
+    if (k->kind == OT_KER_POOL) {   /* a compare or add per tap of every window */
+        const ot__pool_geom *g = &k->pool;
+        return (uint64_t)(g->n * g->c) *
+               (uint64_t)(g->out[0] * g->out[1] * g->out[2] * g->k[0] * g->k[1] * g->k[2]);
+    }
     uint64_t elems = 1, ops = 0;
     for (int i = 0; i < k->ndim; i++) elems *= (uint64_t)k->dims[i];
     for (int i = 0; i < k->ninsn; i++) {
@@ -78,6 +83,24 @@ static void put_view(FILE *f, const char *pre, const ot_view *v)
     if (v->offset) fprintf(f, "@%lld", (long long)v->offset);
 }
 
+/* A windowed kernel (CONV, POOL): its op, shape, algorithm and views. */
+static void describe_window(FILE *f, const ot_kernel *k)
+{
+    bool conv = k->kind == OT_KER_CONV;
+    fprintf(f, " %s [", ot_op_name((ot_op)(conv ? k->conv_op : k->pool.op)));
+    for (int i = 0; i < k->shape.ndim; i++)
+        fprintf(f, i ? "x%lld" : "%lld", (long long)k->shape.dims[i]);
+    if (conv) {
+        size_t tile;
+        const char *algo = ot__conv_algo(k, &tile);
+        fprintf(f, "] (%s, groups %lld", algo, (long long)k->conv.groups);
+        fprintf(f, tile ? ", im2col tile %.1f KiB)" : ")", (double)tile / 1024);
+    } else
+        fprintf(f, "] (direct)");
+    for (int i = 0; i < k->nload; i++) put_view(f, i ? " " : " <- ", &k->loads[i]);
+    put_view(f, " -> ", &k->store);
+}
+
 /* A one-line summary of what a kernel fuses, for ot_explain. */
 char *ot__plan_describe(const ot_kernel *k)
 {
@@ -85,20 +108,12 @@ char *ot__plan_describe(const ot_kernel *k)
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     if (!f) return NULL;
-    static const char *kinds[] = {"elementwise", "reduce", "dot", "rand", "onehot", "struct", "conv"};
+    static const char *kinds[] = {"elementwise", "reduce", "dot", "rand", "onehot", "struct", "conv",
+                                  "pool"};
     fprintf(f, "%s", kinds[k->kind]);
     if (k->kind == OT_KER_STRUCT) fprintf(f, " %s", k->custom->name);
-    if (k->kind == OT_KER_CONV) {
-        fprintf(f, " %s [", ot_op_name((ot_op)k->conv_op));
-        for (int i = 0; i < k->shape.ndim; i++)
-            fprintf(f, i ? "x%lld" : "%lld", (long long)k->shape.dims[i]);
-        size_t tile;
-        const char *algo = ot__conv_algo(k, &tile);
-        fprintf(f, "] (%s, groups %lld", algo, (long long)k->conv.groups);
-        fprintf(f, tile ? ", im2col tile %.1f KiB)" : ")", (double)tile / 1024);
-        put_view(f, " <- ", &k->loads[0]);
-        put_view(f, " ", &k->loads[1]);
-        put_view(f, " -> ", &k->store);
+    if (k->kind >= OT_KER_CONV) {   /* CONV, POOL */
+        describe_window(f, k);
         fclose(f);
         return buf;
     }

@@ -144,7 +144,7 @@ typedef struct ot_insn {
 } ot_insn;
 
 enum { OT_KER_EW, OT_KER_REDUCE, OT_KER_DOT, OT_KER_RAND, OT_KER_ONEHOT, OT_KER_STRUCT,
-       OT_KER_CONV };
+       OT_KER_CONV, OT_KER_POOL };
 
 /* A run-time scale: mul * param[param], or mul alone when param < 0. */
 typedef struct ot_scale {
@@ -272,6 +272,8 @@ typedef struct ot_kernel {
      * and store have 5-D strides (batch, channels, 3 spatial dims). */
     int conv_op;
     ot__conv_geom conv;
+    /* POOL (exec_pool.c): its loop; views as CONV's. */
+    ot__pool_geom pool;
     char *desc;                     /* for ot_explain: the nodes it fuses */
     ot_jit *jit;                    /* EW, REDUCE: generated code, or NULL */
 } ot_kernel;
@@ -384,13 +386,15 @@ void ot__run_dot(const ot_kernel *k, char *const base[2], char *dst,
 /* plan_struct.c: runs a STRUCT kernel from the bases of its loads into dst. */
 void ot__run_struct(const ot_kernel *k, char *const *base, char *dst);
 /* exec_conv.c: runs a CONV kernel from its operands' bases into dst, with
- * scratch of ot__conv_scratch's size (false: it overflows); whether it
- * runs the direct loop (else im2col + GEMM), for ot_explain. */
+ * scratch of ot__conv_scratch's size (false: it overflows). */
 bool ot__conv_scratch(const ot_kernel *k, size_t *bytes);
 void ot__run_conv(const ot_kernel *k, char *const base[2], char *dst, char *scratch);
 /* The algorithm a CONV kernel runs (a static name: "im2col + gemm", "1x1
  * gemm, no im2col", "direct") and the bytes of its im2col tile (0: none). */
 const char *ot__conv_algo(const ot_kernel *k, size_t *tile);
+/* exec_pool.c: runs a POOL kernel from its operands' bases (one or two)
+ * into dst. */
+void ot__run_pool(const ot_kernel *k, char *const base[2], char *dst);
 /* exec.c: ot__plan_run_prepare lays out a run's scratch once, after the
  * plan's code is generated (tiles depend on it); ot__plan_run runs it for
  * the n trees it was planned from: an int32 sum that does not fit int32 is

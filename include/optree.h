@@ -419,7 +419,8 @@ enum {
     OT_KIND_SHAPE,        /* transpose of an expression */
     OT_KIND_SPECIAL,      /* cast, onehot, rand */
     OT_KIND_COMPOSITE,    /* expands into other ops, tagged with its name */
-    OT_KIND_CONV          /* a sliding window: conv, conv_transpose, conv_wgrad */
+    OT_KIND_CONV          /* a sliding window: conv, conv_transpose, conv_wgrad,
+                             pooling (include/optree/pool.h) */
 };
 
 /* Op flags. */
@@ -461,8 +462,12 @@ typedef struct ot_window {
     int32_t stride[3], dilation[3];
     int32_t pad_lo[3], pad_hi[3];  /* zeros added before and after each dim */
     int32_t outpad[3];             /* conv_transpose: size added at the end */
-    int32_t ksize[3];              /* conv_wgrad: the kernel's spatial size */
+    int32_t ksize[3];              /* conv_wgrad: the kernel's spatial size;
+                                      pooling: the window's */
     int groups;
+    bool ceil_mode;                /* pooling: output sizes round up */
+    bool exclude_pad;              /* avg pooling: divide by the count of
+                                      input elements in the window */
 } ot_window;
 
 typedef struct ot_args {
@@ -481,7 +486,7 @@ typedef struct ot_args {
     ot_shape shape;       /* rand, reshape: the result's; slice: each
                              operand dim's count */
     int64_t start[OT_MAX_DIMS]; /* slice: each operand dim's first index */
-    ot_window win;        /* conv, conv_transpose, conv_wgrad */
+    ot_window win;        /* conv, conv_transpose, conv_wgrad, pooling */
 } ot_args;
 /* ot_args's members after spec_, in order (see ot_spec_sets). */
 #define OT__ARGS_MEMBERS "axis,keepdims,dtype,depth,seed,ddof,lo,hi,perm,shape,start,win"

@@ -77,7 +77,12 @@
     X(CUSTOM_STRUCT, "custom_struct", 2, OT_KIND_SPECIAL, NULL, OT_FLAG_FLOAT | OT_FLAG_CUSTOM, none) \
     X(CONV, "conv", 2, OT_KIND_CONV, NULL, 0, none) \
     X(CONV_TRANSPOSE, "conv_transpose", 2, OT_KIND_CONV, NULL, 0, none) \
-    X(CONV_WGRAD, "conv_wgrad", 2, OT_KIND_CONV, NULL, 0, none)
+    X(CONV_WGRAD, "conv_wgrad", 2, OT_KIND_CONV, NULL, 0, none) \
+    X(MAX_POOL, "max_pool", 1, OT_KIND_CONV, NULL, 0, none) \
+    X(MAX_POOL_GRAD, "max_pool_grad", 2, OT_KIND_CONV, NULL, 0, none) \
+    X(MAX_POOL_TAKE, "max_pool_take", 2, OT_KIND_CONV, NULL, 0, none) \
+    X(AVG_POOL, "avg_pool", 1, OT_KIND_CONV, NULL, 0, none) \
+    X(AVG_POOL_GRAD, "avg_pool_grad", 1, OT_KIND_CONV, NULL, 0, none)
 
 typedef enum ot_op {
     OT_OP_NONE = -1,
@@ -146,7 +151,12 @@ typedef enum ot_op {
     OT_OP_CONV = 62,
     OT_OP_CONV_TRANSPOSE = 63,
     OT_OP_CONV_WGRAD = 64,
-    OT_OP_COUNT = 65
+    OT_OP_MAX_POOL = 65,
+    OT_OP_MAX_POOL_GRAD = 66,
+    OT_OP_MAX_POOL_TAKE = 67,
+    OT_OP_AVG_POOL = 68,
+    OT_OP_AVG_POOL_GRAD = 69,
+    OT_OP_COUNT = 70
 } ot_op;
 
 /* Unary elementwise. */

@@ -406,6 +406,28 @@ static gcase conv_case(ot_op op, ot_dtype dt)
     return c;
 }
 
+/* The pooling ops, 1-D, of a small random geometry (tests/test_pooling.c
+ * goes through every option): x (2, 2, 6); the gradients' dy of the
+ * forward op's output shape. */
+static gcase pool_case(ot_op op, ot_dtype dt)
+{
+    gcase c = {.what = ot_op_name(op), .n = op == OT_OP_MAX_POOL_GRAD || op == OT_OP_MAX_POOL_TAKE ? 2 : 1};
+    bool avg = op == OT_OP_AVG_POOL || op == OT_OP_AVG_POOL_GRAD;
+    int k = 2 + irand(2);
+    ot_args a = {.axis = OT_AXIS_ALL, .shape = OT_SHAPE(2, 2, 6),
+                 .win = {.ksize = {k}, .stride = {1 + irand(2)}, .dilation = {avg ? 1 : 1 + irand(2)},
+                         .pad_lo = {irand(2)}, .pad_hi = {irand(2)}, .ceil_mode = irand(2),
+                         .exclude_pad = avg && irand(2)}};
+    ot_tensor *x0 = keep(ot_zeros(F.be, a.shape, dt));
+    ot_node *fwd = ot_build(avg ? OT_OP_AVG_POOL : OT_OP_MAX_POOL, ot_tensor_node(x0), NULL, &a);
+    ot_shape out = fwd ? ot_node_shape(fwd) : a.shape;
+    bool first_x = op != OT_OP_AVG_POOL_GRAD;
+    c.in[0] = operand(first_x ? a.shape : out, dt, D_ANY, 0);
+    if (c.n == 2) c.in[1] = operand(op == OT_OP_MAX_POOL_GRAD ? out : a.shape, dt, D_ANY, 1);
+    c.tree = ot_build(op, ot_tensor_node(c.in[0]), c.n == 2 ? ot_tensor_node(c.in[1]) : NULL, &a);
+    return c;
+}
+
 /* A transpose of an expression (x * 1.5), reversed or permuted. */
 static gcase transpose_case(ot_dtype dt)
 {
@@ -508,7 +530,7 @@ static gcase op_case(ot_op op, ot_dtype dt)
     case OT_KIND_BINARY: return binary_case(op, dt);
     case OT_KIND_REDUCE: return reduce_case(op, dt);
     case OT_KIND_DOT: return dot_case(dt);
-    case OT_KIND_CONV: return conv_case(op, dt);
+    case OT_KIND_CONV: return op >= OT_OP_MAX_POOL ? pool_case(op, dt) : conv_case(op, dt);
     case OT_KIND_SHAPE:
         return op == OT_OP_SLICE ? slice_case(dt) : op == OT_OP_RESHAPE ? reshape_case(dt)
                                                                         : transpose_case(dt);

@@ -819,9 +819,11 @@ TEST(node_build_at_binding)
         ot_node *r = ops[k].arity == 2 ? Y : NULL;
         if (ops[k].op == OT_OP_RAND) l = NULL;
         if (ops[k].op == OT_OP_BATCHED_DOT) l = r = Z;
-        if (ops[k].kind == OT_KIND_CONV) {   /* x (3,3,3) and w (3,3,3); wgrad: kernel 1 */
+        if (ops[k].kind == OT_KIND_CONV) {   /* x (3,3,3) and w (3,3,3); wgrad, pools: kernel 1 */
             l = r = C3;
             a.win.ksize[0] = 1;
+            if (ops[k].arity == 1) r = NULL;
+            a.shape = ot_node_shape(C3);   /* avg_pool_grad's input */
         }
         ot_node *m = ot_build_at(op, l, r, &a, "bind.py", k + 1);
         if (!m) {

@@ -541,6 +541,30 @@ void ot__conv_geom_of(const ot_node *node, ot__conv_geom *g);
  * so gradients of gradients are built alike. */
 ot_node *ot__conv_grad(const ot_node *n, ot_node *g, int which, const char *file, int line);
 
+/* ---- pooling (pool_shape.c) ------------------------------------------------ */
+
+static inline bool ot__is_pool(int op) { return op >= OT_OP_MAX_POOL && op <= OT_OP_AVG_POOL_GRAD; }
+/* A pooling node's loop: each of n * c planes of input X (in...) and
+ * output Y (out...); window p of Y covers X positions p * stride + q *
+ * dil - lo for q < k, the ones outside X being padding. The forward ops
+ * and max_pool_take read X-shaped operands into Y; the gradients read
+ * Y-shaped ones into X. Spatial dims past the node's are 1 (k 1, stride
+ * 1, no pad). excl: avg divides by the window's count of X elements;
+ * else by its taps before the padded input's end (in + hi), PyTorch's. */
+typedef struct ot__pool_geom {
+    int op;
+    int64_t n, c;
+    int64_t in[3], out[3], k[3], stride[3], dil[3], lo[3], hi[3];
+    bool excl;
+} ot__pool_geom;
+void ot__pool_geom_of(const ot_node *node, ot__pool_geom *g);
+/* avg_pool's divisor for window p (per dim: p[d]), as above. */
+double ot__pool_divisor(const ot__pool_geom *g, const int64_t *p);
+/* The gradient of pooling node n with respect to operand `which` (0: a,
+ * 1: b), g being the gradient of n: a pooling node, or NULL where it is
+ * zero (max_pool_grad and max_pool_take are flat in x). */
+ot_node *ot__pool_grad(const ot_node *n, ot_node *g, int which, const char *file, int line);
+
 /* ---- the post-order walk and node identity ---------------------------- */
 
 /* walk.h: the one walker over node DAGs (walk.c) and ot__node_ident. */

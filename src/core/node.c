@@ -377,7 +377,9 @@ ot_node *ot_build_at(ot_op op, ot_node *a, ot_node *b, const ot_args *args,
     case OT_KIND_SPECIAL:
         rc = st.custom ? ot__infer_struct(&st, &a, &b, &p) : ot__infer_special(&st, a, &p);
         break;
-    case OT_KIND_CONV: rc = ot__infer_conv(&st, a, b, &p); break;
+    case OT_KIND_CONV:
+        rc = ot__is_pool(op) ? ot__infer_pool(&st, a, b, &p) : ot__infer_conv(&st, a, b, &p);
+        break;
     default: return build_composite(&st, a, b, &p.args);
     }
     if (!rc) rc = check_result(&st, a, b, &p);

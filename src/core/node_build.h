@@ -62,5 +62,8 @@ int ot__infer_special(const site *st, ot_node *a, proto *p);
 int ot__infer_struct(const site *st, ot_node **a, ot_node **b, proto *p);
 /* conv_shape.c: conv, conv_transpose, conv_wgrad. */
 int ot__infer_conv(const site *st, ot_node *a, ot_node *b, proto *p);
+/* pool_shape.c: max_pool, avg_pool and their gradients (b: NULL for the
+ * one-operand ones). */
+int ot__infer_pool(const site *st, ot_node *a, ot_node *b, proto *p);
 
 #endif

@@ -60,8 +60,9 @@
 #define OPS_ATTRS_4(a, b, c, d) OPS_ATTRS_3(a, b, c) OPS_A(d)
 #define OPS_ATTRS_5(a, b, c, d, e) OPS_ATTRS_4(a, b, c, d) OPS_A(e)
 #define OPS_ATTRS_6(a, b, c, d, e, f) OPS_ATTRS_5(a, b, c, d, e) OPS_A(f)
-#define OPS_NARGS(...) OPS_NARGS_(__VA_ARGS__, 6, 5, 4, 3, 2, 1, 0)
-#define OPS_NARGS_(a, b, c, d, e, f, n, ...) n
+#define OPS_ATTRS_7(a, b, c, d, e, f, g) OPS_ATTRS_6(a, b, c, d, e, f) OPS_A(g)
+#define OPS_NARGS(...) OPS_NARGS_(__VA_ARGS__, 7, 6, 5, 4, 3, 2, 1, 0)
+#define OPS_NARGS_(a, b, c, d, e, f, g, n, ...) n
 #define OPS_CAT(a, b) OPS_CAT_(a, b)
 #define OPS_CAT_(a, b) a##b
 #define ATTRS(...) OPS_CAT(OPS_ATTRS_, OPS_NARGS(__VA_ARGS__))(__VA_ARGS__)
@@ -106,6 +107,8 @@ const ot__attr ot__attrs[OT__ATTR_COUNT] = {
     [OT__ATTR_GROUPS] = {ARG("groups", INT, win.groups), .omit = true, .dflt = 1},
     [OT__ATTR_OUTPAD] = {ARG("outpad", WIN3, win.outpad)},
     [OT__ATTR_KSIZE] = {ARG("ksize", WIN3, win.ksize)},
+    [OT__ATTR_CEIL] = {ARG("ceil_mode", FLAG, win.ceil_mode), .omit = true},
+    [OT__ATTR_EXCL] = {ARG("exclude_pad", FLAG, win.exclude_pad), .omit = true},
 };
 #undef ARG
 

@@ -43,10 +43,12 @@ typedef enum ot__attr_id {
     OT__ATTR_DILATION,
     OT__ATTR_GROUPS,
     OT__ATTR_OUTPAD,    /* conv_transpose */
-    OT__ATTR_KSIZE,     /* conv_wgrad */
+    OT__ATTR_KSIZE,     /* conv_wgrad; pooling: the window */
+    OT__ATTR_CEIL,      /* pooling: ceil_mode */
+    OT__ATTR_EXCL,      /* avg pooling: exclude_pad */
     OT__ATTR_COUNT
 } ot__attr_id;
-#define OT__ATTRS_MAX 6   /* the most attributes one op takes */
+#define OT__ATTRS_MAX 7   /* the most attributes one op takes */
 
 /* How an attribute's value is held, which decides how it prints, parses
  * and counts in a node's identity (walk.h). */

@@ -41,6 +41,11 @@ static uint64_t count_ops(const ot_kernel *k)
         return 2 * (uint64_t)(g->n * g->groups * g->sc * g->xc) *
                (uint64_t)(g->sp[0] * g->sp[1] * g->sp[2] * g->k[0] * g->k[1] * g->k[2]);
     }
+    if (k->kind == OT_KER_POOL) {   /* a compare or add per tap of every window */
+        const ot__pool_geom *g = &k->pool;
+        return (uint64_t)(g->n * g->c) *
+               (uint64_t)(g->out[0] * g->out[1] * g->out[2] * g->k[0] * g->k[1] * g->k[2]);
+    }
     uint64_t elems = 1, ops = 0;
     for (int i = 0; i < k->ndim; i++) elems *= (uint64_t)k->dims[i];
     for (int i = 0; i < k->ninsn; i++) {
@@ -85,7 +90,8 @@ char *ot__plan_describe(const ot_kernel *k)
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     if (!f) return NULL;
-    static const char *kinds[] = {"elementwise", "reduce", "dot", "rand", "onehot", "struct", "conv"};
+    static const char *kinds[] = {"elementwise", "reduce", "dot", "rand", "onehot", "struct", "conv",
+                                  "pool"};
     fprintf(f, "%s", kinds[k->kind]);
     if (k->kind == OT_KER_STRUCT) fprintf(f, " %s", k->custom->name);
     if (k->kind == OT_KER_CONV) {
@@ -96,6 +102,16 @@ char *ot__plan_describe(const ot_kernel *k)
                 (long long)k->conv.groups);
         put_view(f, " <- ", &k->loads[0]);
         put_view(f, " ", &k->loads[1]);
+        put_view(f, " -> ", &k->store);
+        fclose(f);
+        return buf;
+    }
+    if (k->kind == OT_KER_POOL) {
+        fprintf(f, " %s [", ot_op_name((ot_op)k->pool.op));
+        for (int i = 0; i < k->shape.ndim; i++)
+            fprintf(f, i ? "x%lld" : "%lld", (long long)k->shape.dims[i]);
+        fprintf(f, "] (direct)");
+        for (int i = 0; i < k->nload; i++) put_view(f, i ? " " : " <- ", &k->loads[i]);
         put_view(f, " -> ", &k->store);
         fclose(f);
         return buf;

@@ -144,7 +144,7 @@ typedef struct ot_insn {
 } ot_insn;
 
 enum { OT_KER_EW, OT_KER_REDUCE, OT_KER_DOT, OT_KER_RAND, OT_KER_ONEHOT, OT_KER_STRUCT,
-       OT_KER_CONV };
+       OT_KER_CONV, OT_KER_POOL };
 
 /* A run-time scale: mul * param[param], or mul alone when param < 0. */
 typedef struct ot_scale {
@@ -272,6 +272,8 @@ typedef struct ot_kernel {
      * and store have 5-D strides (batch, channels, 3 spatial dims). */
     int conv_op;
     ot__conv_geom conv;
+    /* POOL (exec_pool.c): its loop; views as CONV's. */
+    ot__pool_geom pool;
     char *desc;                     /* for ot_explain: the nodes it fuses */
     ot_jit *jit;                    /* EW, REDUCE: generated code, or NULL */
 } ot_kernel;
@@ -389,6 +391,9 @@ void ot__run_struct(const ot_kernel *k, char *const *base, char *dst);
 bool ot__conv_scratch(const ot_kernel *k, size_t *bytes);
 void ot__run_conv(const ot_kernel *k, char *const base[2], char *dst, char *scratch);
 bool ot__conv_direct(const ot_kernel *k);
+/* exec_pool.c: runs a POOL kernel from its operands' bases (one or two)
+ * into dst. */
+void ot__run_pool(const ot_kernel *k, char *const base[2], char *dst);
 /* exec.c: ot__plan_run_prepare lays out a run's scratch once, after the
  * plan's code is generated (tiles depend on it); ot__plan_run runs it for
  * the n trees it was planned from: an int32 sum that does not fit int32 is

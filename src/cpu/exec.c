@@ -572,6 +572,7 @@ static void run_kernel(ot_backend *be, const ot_plan *p, const ot_binding *bind,
     case OT_KER_ONEHOT: run_onehot(kp, base[0], dst); break;
     case OT_KER_STRUCT: ot__run_struct(kp, base, dst); break;
     case OT_KER_CONV: ot__run_conv(kp, base, dst, region(mem, slot, R_PACK)); break;
+    case OT_KER_POOL: ot__run_pool(kp, base, dst); break;
     default: {
         run_ctx c;
         ot__clear(&c, sizeof c);

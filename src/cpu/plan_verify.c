@@ -188,7 +188,7 @@ static int check_program(const ot_plan *p, const ot_kernel *k, int kid)
 
 static int check_kernel(const ot_plan *p, const ot_kernel *k, int kid)
 {
-    if (k->kind < OT_KER_EW || k->kind > OT_KER_CONV || k->ndim < 0 || k->ndim > OT_MAX_DIMS)
+    if (k->kind < OT_KER_EW || k->kind > OT_KER_POOL || k->ndim < 0 || k->ndim > OT_MAX_DIMS)
         return fail("kernel %d: kind %d over %d dims", kid, k->kind, k->ndim);
     if (k->nload < 0 || (k->nload > 0 && !k->loads) || (k->nxstore > 0 && !k->xstores))
         return fail("kernel %d: views missing", kid);
@@ -447,6 +447,21 @@ static int conv_dims(const ot_kernel *k, int which, int64_t *dims)
     return nd;
 }
 
+/* The shape of a POOL kernel's view `which` (-1: the store): input-shaped
+ * (internal.h's X) or output-shaped (Y) by the op's role for it. */
+static int pool_dims(const ot_kernel *k, int which, int64_t *dims)
+{
+    const ot__pool_geom *g = &k->pool;
+    int op = g->op;
+    bool back = op == OT_OP_MAX_POOL_GRAD || op == OT_OP_AVG_POOL_GRAD;
+    bool x = which < 0 ? back : which == 0 ? op != OT_OP_AVG_POOL_GRAD : op == OT_OP_MAX_POOL_TAKE;
+    int nd = k->shape.ndim;
+    dims[0] = g->n;
+    dims[1] = g->c;
+    for (int d = 2; d < nd; d++) dims[d] = x ? g->in[d - 2] : g->out[d - 2];
+    return nd;
+}
+
 /* The element range view `which` of kernel k touches. A DOT's views are
  * rows x cols x batch (A: m x k, B: k x n, C: m x n); RAND and ONEHOT write
  * their shape contiguously; CONV's are its operands' shapes. */
@@ -461,6 +476,11 @@ static bool view_reach(const ot_kernel *k, int which, int64_t *lo, int64_t *hi)
     if (k->kind == OT_KER_CONV && which >= -1) {
         int64_t dims[OT_MAX_DIMS];
         int nd = conv_dims(k, which, dims);
+        return reach(v, dims, nd, lo, hi);
+    }
+    if (k->kind == OT_KER_POOL && which >= -1) {
+        int64_t dims[OT_MAX_DIMS];
+        int nd = pool_dims(k, which, dims);
         return reach(v, dims, nd, lo, hi);
     }
     if (k->kind == OT_KER_STRUCT && which >= 0)   /* each load its own shape */

@@ -289,6 +289,16 @@ static void conv_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
     if (want(s, n->b)) push(c, s, n->b, ot__conv_grad(n, gf, 1, c->file, c->line));
 }
 
+/* Pooling: pooling nodes of g (pool_shape.c); none where the op is flat. */
+static void pool_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
+{
+    ot_node *gf = ot__ad_full(c, g, n->shape, (ot_dtype)n->dtype);
+    for (int i = 0; i < 2; i++) {
+        ot_node *o = i ? n->b : n->a, *d;
+        if (o && want(s, o) && (d = ot__pool_grad(n, gf, i, c->file, c->line))) push(c, s, o, d);
+    }
+}
+
 static void transpose_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
 {
     int inv[OT_MAX_DIMS] = {0};

@@ -17,4 +17,8 @@ int ot__ref_struct(const ot_node *node, const double *x, const double *y, double
  * operands a and b into out, in double. */
 void ot__ref_conv(const ot_node *node, const double *a, const double *b, double *out);
 
+/* ref_pool.c: a pooling node (internal.h's ot__pool_geom) of row-major
+ * operands a and b (NULL for one-operand ops) into out, in double. */
+void ot__ref_pool(const ot_node *node, const double *a, const double *b, double *out);
+
 #endif

@@ -39,8 +39,8 @@ static void bars(ot_backend *be, ot_tensor **x, ot_tensor **y)
     *y = ot_array(be, OT_SHAPE(NIMG, CLS), OT_F32, hy);
 }
 
-/* conv(4, 3x3, same)-BN-ReLU - conv(4, 3x3, stride 2, pad 1)-ReLU -
- * linear(2) over 8x8 images. */
+/* conv(4, 3x3, same)-BN-ReLU-max pool 2 - conv(4, 3x3, pad 1)-ReLU - avg
+ * pool 2 - linear(2) over 8x8 images: (4, 8, 8), (4, 4, 4), (4, 2, 2). */
 static ot_model *small_cnn(ot_backend *be)
 {
     ot_model *m = ot_model_new(be, IMG * IMG);
@@ -48,7 +48,9 @@ static ot_model *small_cnn(ot_backend *be)
     CHECK_INT(ot_model_input_shape(m, 3, (int64_t[]){1, IMG, IMG}), 0);
     CHECK_INT(ot_model_conv(m, 4, 3, OT_ACT_NONE, 1, .padding = OT_PAD_SAME), 0);
     CHECK_INT(ot_model_batch_norm(m, OT_ACT_RELU, 0.1, 1e-5), 0);
-    CHECK_INT(ot_model_conv(m, 4, 3, OT_ACT_RELU, 2, .stride = {2}, .pad = 1), 0);
+    CHECK_INT(ot_model_max_pool(m, .kernel = {2}), 0);
+    CHECK_INT(ot_model_conv(m, 4, 3, OT_ACT_RELU, 2, .pad = 1), 0);
+    CHECK_INT(ot_model_avg_pool(m, .kernel = {2}, .stride = {2}), 0);
     CHECK_INT(ot_model_linear(m, CLS, OT_ACT_NONE, 3), 0);
     CHECK_INT(ot_model_loss(m, OT_LOSS_SOFTMAX_CE, NULL, NULL), 0);
     CHECK_INT(ot_model_adam(m, &(ot_adam){.lr = 0.01}), 0);
@@ -72,7 +74,7 @@ TEST(model_cnn_layer_shapes_and_parameters)
     check_shape(p[1], OT_SHAPE(4));
     check_shape(p[2], OT_SHAPE(4));            /* batch norm: per channel */
     check_shape(p[4], OT_SHAPE(4, 4, 3, 3));   /* conv 2 */
-    check_shape(p[6], OT_SHAPE(4 * 4 * 4, CLS));   /* flattened (4, 4, 4) */
+    check_shape(p[6], OT_SHAPE(4 * 2 * 2, CLS));   /* flattened (4, 2, 2) */
     check_shape(p[7], OT_SHAPE(CLS));
     ot_tensor *x = ot_zeros(be, OT_SHAPE(3, 1, IMG, IMG), OT_F32);
     ot_tensor *out = ot_model_predict(m, x);   /* x in the input shape */
@@ -93,6 +95,9 @@ TEST(model_cnn_errors_at_the_adding_call)
     CHECK_INT(ot_model_conv(m, 4, 3, OT_ACT_NONE, 1), OT_ESHAPE);
     CHECK_ERR(OT_ESHAPE, TEST_SITE(at, line), "model_conv", "shape (64,)", "ot_model_input_shape");
     line = __LINE__ + 1;
+    CHECK_INT(ot_model_max_pool(m, .kernel = {2}), OT_ESHAPE);
+    CHECK_ERR(OT_ESHAPE, TEST_SITE(at, line), "model_max_pool", "shape (64,)");
+    line = __LINE__ + 1;
     CHECK_INT(ot_model_input_shape(m, 3, (int64_t[]){2, 4, 4}), OT_ESHAPE);
     CHECK_ERR(OT_ESHAPE, TEST_SITE(at, line), "model_input_shape", "(2,4,4)", "64 inputs");
     CHECK_INT(ot_model_input_shape(m, 3, (int64_t[]){4, 4, 4}), 0);
@@ -108,6 +113,12 @@ TEST(model_cnn_errors_at_the_adding_call)
     line = __LINE__ + 1;
     CHECK_INT(ot_model_conv(m, 8, 3, OT_ACT_NONE, 1, .stride = {-1}), OT_EINVAL);
     CHECK_ERR(OT_EINVAL, TEST_SITE(at, line), "conv");
+    line = __LINE__ + 1;
+    CHECK(ot_model_avg_pool(m, .kernel = {5}) < 0);
+    CHECK_ERR(ot_errcode(), TEST_SITE(at, line), "avg_pool");
+    line = __LINE__ + 1;
+    CHECK(ot_model_max_pool(m) < 0);   /* no kernel */
+    CHECK_ERR(ot_errcode(), TEST_SITE(at, line), "max_pool");
     ot_tensor *p[1];
     CHECK_INT(ot_model_parameters(m, 1, p), 0);   /* nothing was added */
     CHECK_INT(ot_model_linear(m, 3, OT_ACT_NONE, 1), 0);
@@ -174,6 +185,37 @@ TEST(model_cnn_trains_and_round_trips)
     ot_model_free(other);
     ot_tensor_free(p0);
     ot_tensor_free(p1);
+    ot_model_free(m);
+    ot_tensor_free(x);
+    ot_tensor_free(y);
+    ot_backend_free(be);
+}
+
+/* predict is the forward tree as a user writes it with ot_conv, ot_max_pool,
+ * a reshape and ot_dot, bit for bit (the same trees), at rows in one chunk. */
+TEST(model_cnn_predict_is_the_forward_tree)
+{
+    ot_backend *be = ot_backend_new("cpu", NULL);
+    ot_tensor *x, *y;
+    bars(be, &x, &y);
+    ot_model *m = ot_model_new(be, IMG * IMG);
+    CHECK_INT(ot_model_input_shape(m, 3, (int64_t[]){1, IMG, IMG}), 0);
+    CHECK_INT(ot_model_conv(m, 3, 3, OT_ACT_TANH, 5, .stride = {1}, .pad = 1), 0);
+    CHECK_INT(ot_model_max_pool(m, .kernel = {2}), 0);
+    CHECK_INT(ot_model_linear(m, CLS, OT_ACT_NONE, 6), 0);
+    ot_tensor *p[4];
+    CHECK_INT(ot_model_parameters(m, 4, p), 4);
+    CHECK_INT(ot_assign(p[1], ot_rand(OT_SHAPE(3), .seed = 2)), 0);   /* a nonzero bias */
+    ot_tensor *got = ot_model_predict(m, x);
+    ot_node *h = ot_reshape_node(x, OT_SHAPE(NIMG, 1, IMG, IMG));
+    h = ot_tanh(ot_add(ot_conv(h, p[0], .pad = 1), ot_reshape_node(p[1], OT_SHAPE(3, 1, 1))));
+    h = ot_reshape_node(ot_max_pool(h, .kernel = {2}), OT_SHAPE(NIMG, -1));
+    ot_tensor *want = ot_eval(ot_add(ot_dot(h, p[2]), p[3]));
+    static float a[NIMG * CLS], b[NIMG * CLS];
+    CHECK(got && want && ot_get(got, a) == 0 && ot_get(want, b) == 0);
+    CHECK(memcmp(a, b, sizeof a) == 0);
+    ot_tensor_free(got);
+    ot_tensor_free(want);
     ot_model_free(m);
     ot_tensor_free(x);
     ot_tensor_free(y);

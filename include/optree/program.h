@@ -8,7 +8,8 @@
  * includes optree.h first.
  */
 #include "../optree.h"
-#include "conv.h"   /* the model's conv layer takes ot_conv_opts */
+#include "conv.h"   /* the model's conv and pooling layers take */
+#include "pool.h"   /* ot_conv_opts and ot_pool_opts */
 
 #ifndef OPTREE_PROGRAM_H
 #define OPTREE_PROGRAM_H
@@ -332,7 +333,8 @@ int ot_model_linear_at(ot_model *m, int64_t units, ot_activation act, uint64_t s
 #define ot_model_linear(...) ot_model_linear_at(__VA_ARGS__, __FILE__, __LINE__)
 /* Appends a batch norm layer over the previous layer's outputs (or the
  * inputs), then activation act: ot_batch_norm with channel axis 1
- * (optree/norm.h). Its weight (ones) and bias (zeros) are trained like a
+ * (optree/norm.h): per feature of flat samples, per channel of (channels,
+ * spatial...) samples (statistics over the batch and the spatial dims). Its weight (ones) and bias (zeros) are trained like a
  * dense layer's W and b (ot_model_parameters lists them as that layer's W
  * and b); its running mean (zeros) and variance (ones) are updated by each
  * training step with momentum, in the same evaluation as the loss, and
@@ -358,6 +360,18 @@ int ot_model_conv_at(ot_model *m, int64_t out_channels, int kernel, ot_activatio
     ot_model_conv_at((m), (out_channels), (kernel), (act), ot__model_conv_args(__VA_ARGS__))
 #define ot__model_conv_args(seed, ...)                                        \
     (seed), &OT__OPT(ot_conv_opts, __VA_ARGS__), __FILE__, __LINE__
+/* Append a max or average pooling layer: ot_max_pool / ot_avg_pool
+ * (optree/pool.h) with the options that follow (kernel, required; stride,
+ * default the kernel; pad, pad_lo/pad_hi, dilation, ceil_mode,
+ * exclude_pad) over (channels, spatial...) samples. No parameters. Bad
+ * options or shapes are the pool's errors, at this call.
+ *     ot_model_max_pool(m, .kernel = {2});     // halves H and W */
+int ot_model_max_pool_at(ot_model *m, const ot_pool_opts *opts, const char *file, int line);
+#define ot_model_max_pool(m, ...)                                             \
+    ot_model_max_pool_at((m), &OT__OPT(ot_pool_opts, __VA_ARGS__), __FILE__, __LINE__)
+int ot_model_avg_pool_at(ot_model *m, const ot_pool_opts *opts, const char *file, int line);
+#define ot_model_avg_pool(m, ...)                                             \
+    ot_model_avg_pool_at((m), &OT__OPT(ot_pool_opts, __VA_ARGS__), __FILE__, __LINE__)
 /* The loss: OT_LOSS_SOFTMAX_CE or OT_LOSS_MSE with fn NULL, or
  * OT_LOSS_CUSTOM with fn (any scalar cost tree of out and y). */
 int ot_model_loss_at(ot_model *m, int loss, ot_loss_fn fn, void *user, const char *file,
@@ -380,12 +394,14 @@ int ot_model_fit_at(ot_model *m, const ot_tensor *x, const ot_tensor *y, const o
  * (logits for OT_LOSS_SOFTMAX_CE: ot_argmax along axis 1 picks the class). */
 ot_tensor *ot_model_predict_at(const ot_model *m, const ot_tensor *x, const char *file, int line);
 #define ot_model_predict(...) ot_model_predict_at(__VA_ARGS__, __FILE__, __LINE__)
-/* The parameters, W then b per layer, into out[0..n); returns how many
- * there are (2 per layer). */
+/* The parameters, W then b per layer that has them (dense, batch norm,
+ * conv; pooling has none), into out[0..n); returns how many there are. */
 int ot_model_parameters_at(const ot_model *m, int n, ot_tensor *out[], const char *file, int line);
 #define ot_model_parameters(...) ot_model_parameters_at(__VA_ARGS__, __FILE__, __LINE__)
-/* The parameters to and from a NumPy .npz (ot_savez): entries w0, b0, w1,
- * b1, ... (np.load(path)["w0"]). Loading reads and checks every entry (count,
+/* The parameters to and from a NumPy .npz (ot_savez): entries w<i>, b<i>
+ * for layer i (counted from 0 over every layer, pooling included) that has
+ * parameters: w0, b0, w1, b1, ... (np.load(path)["w0"]); a conv layer's
+ * w<i> is (out, in / groups, kernel...), PyTorch's Conv2d.weight layout. Loading reads and checks every entry (count,
  * names, f32, the model's shapes) before it writes any, so a corrupt or
  * mismatched file is an error that leaves the parameters as they were.
  * Saving replaces the file as ot_save does, so a failed save leaves the

@@ -27,6 +27,8 @@ typedef struct layer {
     double momentum, eps;         /* batch norm's */
     ot_tensor *rm, *rv;           /* batch norm's running mean and variance */
     ot_conv_opts conv;            /* conv's options as given */
+    ot_pool_opts pool;            /* pooling's options as given */
+    bool max;                     /* max pooling (else average) */
     const char *file;             /* where the layer was added: a tree */
     int line;                     /*   built later reports errors there */
 } layer;

@@ -50,8 +50,7 @@ ot_node *ot__model_apply_spatial(const layer *l, ot_node *h)
         ot_node *y = ot_conv_at(h, ot_tensor_node(l->w), &l->conv, l->file, l->line);
         return l->out.ndim ? ot_add(y, conv_bias(l)) : y;
     }
-    ot__err_set(OT_EINVAL, l->file, l->line, "model", "unknown layer kind %d", (int)l->kind);
-    return NULL;
+    return (l->max ? ot_max_pool_at : ot_avg_pool_at)(h, &l->pool, l->file, l->line);
 }
 
 /* Builds l over an empty batch of samples of shape `in` and sets l->out to
@@ -114,4 +113,27 @@ int ot_model_conv_at(ot_model *m, int64_t out_channels, int kernel, ot_activatio
     l.w = NULL;
     if (rc) return rc;
     return ot__model_add(m, &l, ws, ot__numel(&ws) / out_channels, seed, at);
+}
+
+/* Pooling keeps the channels; its options and errors are the pool's. */
+static int add_pool(ot_model *m, bool max, const ot_pool_opts *opts, const ot__site *at)
+{
+    if (!m) return FAIL(at, OT_ENULL, "model is NULL");
+    ot_shape in = ot__model_in_shape(m, m->nlayer);
+    int rc = need_spatial(m, in, at);
+    if (rc) return rc;
+    layer l = {.kind = L_POOL, .max = max, .file = at->file, .line = at->line};
+    if (opts) l.pool = *opts;
+    rc = infer_out(m, &l, in);
+    return rc ? rc : ot__model_add(m, &l, OT_SHAPE(), 1, 0, at);
+}
+
+int ot_model_max_pool_at(ot_model *m, const ot_pool_opts *opts, const char *file, int line)
+{
+    return add_pool(m, true, opts, &(ot__site){"model_max_pool", file, line});
+}
+
+int ot_model_avg_pool_at(ot_model *m, const ot_pool_opts *opts, const char *file, int line)
+{
+    return add_pool(m, false, opts, &(ot__site){"model_avg_pool", file, line});
 }

@@ -9,9 +9,15 @@ linear 3136x256 - ReLU - linear 256x10, softmax cross-entropy, backward,
 Adam (lr 1e-3), as a PyTorch user writes it (model.train()). Prints the
 median milliseconds per step on stdout and nothing else; exits 3 when
 torch cannot be imported, so that bench/w_cnn.c can leave a note instead.
+With RUNS = 0 it serves bench/w_cnn.c instead: "ready" once built, then one
+step per line read on stdin, answering each with its loss, until stdin
+closes (the bench times the steps between its own, in the same process
+run). OPENBLAS_CORETYPE is SkylakeX unless the environment sets it, as in
+mlp_torch.py (torch's linear layers run on the system OpenBLAS).
 
     /usr/bin/python3 bench/cnn_torch.py [SEED [RUNS [WIDTH]]]
 """
+import os
 import statistics
 import sys
 import time
@@ -20,6 +26,8 @@ B, SIDE, CLASSES, HIDDEN = 64, 28, 10, 256
 
 
 def main():
+    os.environ.setdefault("OPENBLAS_CORETYPE", "SkylakeX")
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     try:
         import torch
         from torch import nn
@@ -46,6 +54,13 @@ def main():
         loss = loss_fn(net(x), y)
         loss.backward()
         opt.step()
+        return loss.item()
+
+    if runs == 0:
+        print("ready", flush=True)
+        for _ in sys.stdin:
+            print("%.6f" % step(), flush=True)
+        return
 
     times = []
     for k in range(runs + 3):   # three warm-up steps first

@@ -777,6 +777,54 @@ static ot_shape bcast_partner(rng *r, ot_shape s)
 
 static int is_float(ot_dtype d) { return d == OT_F32 || d == OT_F64; }
 
+static int is_pool(int op) { return op >= OT_OP_MAX_POOL && op <= OT_OP_AVG_POOL_GRAD; }
+
+/* A pooling op's operands and window (optree/pool.h): x is operand a when
+ * it is 3-D to 5-D float with spatial dims, else a new leaf; the window
+ * fits x (kernel at most the dim, padding at most kernel / 2, a dilation
+ * of 2 where it fits). The gradient ops get a leaf of the pooled shape
+ * (dy) or x's (max_pool_take's g); avg_pool_grad's x is only its shape.
+ * Returns the node of x or -1; *b the second operand. */
+static int pool_draw(fz_ir *ir, rng *r, int op, int a, ot_shape sa, ot_dtype da, int smooth,
+                     ot_args *w, int *b)
+{
+    bool avg = op == OT_OP_AVG_POOL || op == OT_OP_AVG_POOL_GRAD, ok = sa.ndim >= 3 && sa.ndim <= 5;
+    for (int d = 2; ok && d < sa.ndim; d++) ok = sa.dims[d] > 0;
+    if (!ok || !is_float(da) || chance(r, 25)) {
+        sa = (ot_shape){.ndim = 3 + rnd(r, 3), .dims = {rnd(r, 3), 1 + rnd(r, 3)}};
+        for (int d = 2; d < sa.ndim; d++) sa.dims[d] = 1 + rnd(r, sa.ndim == 5 ? 4 : 7);
+        da = is_float(da) ? da : smooth ? OT_F64 : OT_F32;
+        a = -2;
+    }
+    memset(&w->win, 0, sizeof w->win);
+    ot_shape out = sa;
+    for (int d = 0; d < sa.ndim - 2; d++) {
+        int64_t in = sa.dims[2 + d];
+        int k = 1 + rnd(r, in < 3 ? (int)in : 3), lo = rnd(r, k / 2 + 1), hi = rnd(r, k / 2 + 1);
+        int dil = !avg && chance(r, 25) && 2 * (k - 1) + 1 <= in + lo + hi ? 2 : 1;
+        w->win.ksize[d] = k;
+        w->win.stride[d] = 1 + rnd(r, 3);
+        w->win.dilation[d] = dil;
+        w->win.pad_lo[d] = lo;
+        w->win.pad_hi[d] = hi;
+    }
+    w->win.ceil_mode = chance(r, 30);
+    w->win.exclude_pad = avg && chance(r, 40);
+    for (int d = 0; d < sa.ndim - 2; d++) {   /* PyTorch's output size (pool.h) */
+        const ot_window *g = &w->win;
+        int64_t room = sa.dims[2 + d] + g->pad_lo[d] + g->pad_hi[d] - g->dilation[d] * (g->ksize[d] - 1) - 1;
+        int64_t o = (g->ceil_mode ? (room + g->stride[d] - 1) / g->stride[d] : room / g->stride[d]) + 1;
+        if (g->ceil_mode && (o - 1) * g->stride[d] >= sa.dims[2 + d] + g->pad_lo[d]) o--;
+        out.dims[2 + d] = o;
+    }
+    w->shape = sa;
+    if (op == OT_OP_AVG_POOL_GRAD) return add_leaf_node(ir, r, out, da, smooth, 0);
+    if (a == -2) a = add_leaf_node(ir, r, sa, da, smooth, 0);
+    if (op == OT_OP_MAX_POOL_GRAD || op == OT_OP_MAX_POOL_TAKE)
+        *b = add_leaf_node(ir, r, op == OT_OP_MAX_POOL_GRAD ? out : sa, da, smooth, 0);
+    return a;
+}
+
 /* Registered ops stand in where the table's placeholder rows (custom1,
  * custom2) are drawn, so that ops added at run time are fuzzed like the
  * built-ins: the examples' GELU and Huber (vector functions, so generated
@@ -844,6 +892,7 @@ static void generate(fz_ir *ir, rng *r, int mode)
         int save_nn = ir->nn, save_nl = ir->nl;
         for (int j = save_nn; j < FZ_MAXN; j++) in.node[j] = NULL;
         int a = -1, b = -1, ce_axis = -12345, concat_axis = 0;
+        ot_args pool_args = {.axis = OT_AXIS_ALL};
         if (arity >= 1) a = avail[chance(r, 60) ? navail - 1 : rnd(r, navail)];
         ot_shape sa = a >= 0 && in.node[a] ? ot_node_shape(in.node[a]) : (ot_shape){0};
         ot_dtype da = a >= 0 && in.node[a] ? ot_node_dtype(in.node[a]) : OT_F32;
@@ -885,6 +934,9 @@ static void generate(fz_ir *ir, rng *r, int mode)
                     }
                 }
             }
+        } else if (is_pool(op)) {
+            a = pool_draw(ir, r, op, a, sa, da, smooth, &pool_args, &b);
+            if (a >= 0 && ot_op_arity((ot_op)op) == 2 && b < 0) a = -1;
         } else if (op == OT_OP_CONCAT) {   /* a part of s's dims but on the axis */
             concat_axis = sa.ndim ? rnd(r, sa.ndim) : 0;
             ot_shape sb = sa;
@@ -921,6 +973,10 @@ static void generate(fz_ir *ir, rng *r, int mode)
         ot_args args;
         draw_args(r, a >= 0 && in.node[a] ? ot_node_shape(in.node[a]).ndim : 0, &args);
         if (ce_axis != -12345) args.axis = ce_axis;
+        if (is_pool(op)) {
+            args.win = pool_args.win;
+            args.shape = pool_args.shape;
+        }
         if (op >= OT_OP_COUNT && kind == OT_KIND_SPECIAL && args.axis == OT_AXIS_ALL && sa.ndim)
             args.axis = rnd(r, sa.ndim);   /* a structured op's scan needs an axis */
         if (op == OT_OP_SLICE && a >= 0 && in.node[a]) draw_slice(r, ot_node_shape(in.node[a]), &args);

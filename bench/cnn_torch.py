@@ -6,21 +6,18 @@ One training step of examples/cnn.c's Fashion-MNIST network on a batch of
 64 28x28 images, f32, one thread: conv 32 3x3 same - BatchNorm2d - ReLU -
 MaxPool2d(2) - conv 64 3x3 same - BatchNorm2d - ReLU - MaxPool2d(2) -
 linear 3136x256 - ReLU - linear 256x10, softmax cross-entropy, backward,
-Adam (lr 1e-3), as a PyTorch user writes it (model.train()). Prints the
-median milliseconds per step on stdout and nothing else; exits 3 when
-torch cannot be imported, so that bench/w_cnn.c can leave a note instead.
-With RUNS = 0 it serves bench/w_cnn.c instead: "ready" once built, then one
-step per line read on stdin, answering each with its loss, until stdin
-closes (the bench times the steps between its own, in the same process
-run). OPENBLAS_CORETYPE is SkylakeX unless the environment sets it, as in
+Adam (lr 1e-3), as a PyTorch user writes it (model.train()). It serves
+bench/w_cnn.c: prints "ready" once built, then runs one step per line read
+on stdin, answering each with its loss, until stdin closes (the bench times
+the steps between its own, in the same process run); exits 3 when torch
+cannot be imported, so that the bench can leave a note instead.
+OPENBLAS_CORETYPE is SkylakeX unless the environment sets it, as in
 mlp_torch.py (torch's linear layers run on the system OpenBLAS).
 
-    /usr/bin/python3 bench/cnn_torch.py [SEED [RUNS [WIDTH]]]
+    /usr/bin/python3 bench/cnn_torch.py [SEED [WIDTH]]
 """
 import os
-import statistics
 import sys
-import time
 
 B, SIDE, CLASSES, HIDDEN = 64, 28, 10, 256
 
@@ -34,8 +31,7 @@ def main():
     except ImportError:
         sys.exit(3)
     seed = int(sys.argv[1]) if len(sys.argv) > 1 else 0
-    runs = int(sys.argv[2]) if len(sys.argv) > 2 else 15
-    width = int(sys.argv[3]) if len(sys.argv) > 3 else 32
+    width = int(sys.argv[2]) if len(sys.argv) > 2 else 32
     torch.set_num_threads(1)
     torch.manual_seed(seed % (1 << 63))
     net = nn.Sequential(
@@ -56,19 +52,9 @@ def main():
         opt.step()
         return loss.item()
 
-    if runs == 0:
-        print("ready", flush=True)
-        for _ in sys.stdin:
-            print("%.6f" % step(), flush=True)
-        return
-
-    times = []
-    for k in range(runs + 3):   # three warm-up steps first
-        t0 = time.perf_counter()
-        step()
-        if k >= 3:
-            times.append(time.perf_counter() - t0)
-    print("%.4f" % (1e3 * statistics.median(times)))
+    print("ready", flush=True)
+    for _ in sys.stdin:
+        print("%.6f" % step(), flush=True)
 
 
 if __name__ == "__main__":

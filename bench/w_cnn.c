@@ -64,7 +64,7 @@ static void start_torch(uint64_t seed)
         dup2(from[1], 1);
         close(to[1]);
         close(from[0]);
-        execl("/usr/bin/python3", "python3", "bench/cnn_torch.py", s, "0", (char *)NULL);
+        execl("/usr/bin/python3", "python3", "bench/cnn_torch.py", s, (char *)NULL);
         _exit(3);
     }
     close(to[0]);

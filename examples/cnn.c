@@ -24,7 +24,7 @@
  *
  *     build/examples/cnn [EPOCHS [DIR]]      (default 12, /usr/share/datasets/fashion-mnist)
  *
- * OT_EXAMPLE_SMALL=1 trains a narrower network on 256 images for one epoch
+ * OT_EXAMPLE_SMALL=1 trains a narrower network on 64 images (one step)
  * and skips the requirement (how the test suite runs it under valgrind);
  * without the data set it then prints a note and exits 0. Uses only
  * include/optree.h and frees everything it creates.
@@ -153,7 +153,7 @@ int main(int argc, char **argv)
     bool small = small_env && strcmp(small_env, "0") != 0 && small_env[0] != '\0';
     int epochs = argc > 1 ? atoi(argv[1]) : small ? 1 : EPOCHS;
     const char *dir = argc > 2 ? argv[2] : "/usr/share/datasets/fashion-mnist";
-    size_t ntrain = small ? 256 : 60000, ntest = small ? 256 : 10000;
+    size_t ntrain = small ? 64 : 60000, ntest = small ? 32 : 10000;
     if (epochs < 1) {
         fprintf(stderr, "usage: cnn [EPOCHS [DIR]]\n");
         return 2;

@@ -191,6 +191,17 @@ int w11_collect(ot_tensor *out, ot_tensor *const in[]);
 void w11_ref_step(const bench_data *d, float *out);
 void w11_explain(FILE *f, ot_tensor *const in[]);
 
+/* ---- W14: one training step of the Fashion-MNIST CNN (w_cnn.c) ----------- */
+
+/* The row's reference line: PyTorch's, or why there is none. */
+extern char w14_ref_label[];
+void w14_shapes(bench_data *d, bool quick);
+void w14_fill(bench_data *d, uint64_t seed);
+int w14_step(ot_tensor *out, ot_tensor *const in[]);
+int w14_collect(ot_tensor *out, ot_tensor *const in[]);
+void w14_check(const bench_data *d, float *out);
+void w14_ref(const ref_loops *L, store_mode sm, const bench_data *d, float *out);
+
 /* ---- the driver's pieces (bench.c), shared with scaling.c ----------------- */
 
 /* One optree configuration of a case: a backend and its tensors. */

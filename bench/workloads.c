@@ -338,6 +338,10 @@ const bench_case bench_cases[] = {
      .target = 1.0, .beat_unfused = true, .size = "T20b32", .shapes = w11_shapes,
      .fill = w11_fill, .assign = w11_step, .collect = w11_collect, .ref = w11_ref,
      .explain = w11_explain, .err_floor = 1e-2, .calls = 4, .quick_calls = 1},
+    {.id = "W14", .label = "CNN conv32-BN-pool-conv64-BN-pool-256-10 step: ot_model, Adam",
+     .ref_label = w14_ref_label, .target = 1.0, .beat_unfused = true, .size = "b64",
+     .shapes = w14_shapes, .fill = w14_fill, .assign = w14_step, .collect = w14_collect,
+     .ref = w14_ref, .check_ref = w14_check, .calls = 2, .quick_calls = 1},
 };
 
 const int bench_ncases = (int)(sizeof bench_cases / sizeof bench_cases[0]);

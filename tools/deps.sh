@@ -18,7 +18,9 @@ set -u
 # sanitizers) build the libFuzzer targets of `make fuzz-inputs`, which make
 # test runs for a fixed budget. pmccabe counts the branches of every
 # function for tools/layers.py (make test: none over 30).
-PKGS="libopenblas-dev libsleef-dev libzip-dev python3-numpy valgrind libc6-dev gnuplot-nox libopenmpi-dev openmpi-bin clang libclang-rt-dev pmccabe"
+# dataset-fashion-mnist (30 MB) is the data of `make demo-cnn` and of
+# `make bench-mlp`.
+PKGS="libopenblas-dev libsleef-dev libzip-dev python3-numpy valgrind libc6-dev gnuplot-nox libopenmpi-dev openmpi-bin clang libclang-rt-dev pmccabe dataset-fashion-mnist"
 
 if ! command -v dpkg-query >/dev/null 2>&1; then
     echo "deps: no dpkg here (not Debian?); install OpenBLAS, SLEEF, libzip, NumPy, valgrind, Open MPI and clang yourself: $PKGS"

@@ -8,6 +8,8 @@
  * includes optree.h first.
  */
 #include "../optree.h"
+#include "conv.h"   /* the model's conv and pooling layers take */
+#include "pool.h"   /* ot_conv_opts and ot_pool_opts */
 
 #ifndef OPTREE_PROGRAM_H
 #define OPTREE_PROGRAM_H
@@ -238,9 +240,10 @@ int (ot_program_explain)(const ot_program *p, FILE *f);
 /* Models: layers, a loss, an optimizer and a training loop                  */
 /* ------------------------------------------------------------------------ */
 
-/* A stack of dense layers, act(x.W + b), and batch norm layers, trained by ot_model_fit on rows of
- * f32 inputs x (rows, inputs) against targets y (rows, outputs), after
- * Serrano's Model and Keras's fit/predict. The model owns its parameters
+/* A stack of layers (dense, act(x.W + b); batch norm; convolution and
+ * pooling over images), trained by ot_model_fit on rows of f32 inputs x
+ * (rows, inputs) against targets y (rows, outputs), after Serrano's Model
+ * and Keras's fit/predict. The model owns its parameters
  * (He-uniform weights drawn on the backend from the layer's seed, zero
  * biases). Training runs as a program (ot_program_*): one per batch size,
  * compiled at the first fit and reused. A bad argument is an error before
@@ -301,13 +304,37 @@ typedef struct ot_fit_result {
 ot_model *ot_model_new_at(ot_backend *be, int64_t inputs, const char *file, int line);
 #define ot_model_new(...) ot_model_new_at(__VA_ARGS__, __FILE__, __LINE__)
 void ot_model_free(ot_model *m);
+/* Each layer maps a sample (one row of x) of one shape to a sample of
+ * another: a model's input samples are flat, (inputs), unless
+ * ot_model_input_shape gives them a shape such as (channels, height,
+ * width); conv and pooling layers take and give (channels, spatial...)
+ * samples, batch norm keeps the shape, and a dense layer flattens a sample
+ * of higher rank first (NumPy's row-major order), so a linear layer after
+ * a conv or pool needs no flatten layer. The model's output is the last
+ * layer's, flattened: y is (rows, its elements). fit and predict take x
+ * as (rows, inputs) or (rows, input shape...).
+ *
+ *     ot_model *m = ot_model_new(be, 784);
+ *     ot_model_input_shape(m, 3, (int64_t[]){1, 28, 28});
+ *     ot_model_conv(m, 32, 3, OT_ACT_NONE, 1, .padding = OT_PAD_SAME);
+ *     ot_model_batch_norm(m, OT_ACT_RELU, 0.1, 1e-5);   // per channel
+ *     ot_model_max_pool(m, .kernel = {2});               // (32, 14, 14)
+ *     ot_model_linear(m, 10, OT_ACT_NONE, 2);            // flattens 6272
+ */
+
+/* The shape of one input sample, ndim dims whose product is the model's
+ * inputs; before any layer is added. */
+int ot_model_input_shape_at(ot_model *m, int ndim, const int64_t dims[], const char *file,
+                            int line);
+#define ot_model_input_shape(...) ot_model_input_shape_at(__VA_ARGS__, __FILE__, __LINE__)
 /* Appends a dense layer of `units` outputs and activation act. */
 int ot_model_linear_at(ot_model *m, int64_t units, ot_activation act, uint64_t seed,
                        const char *file, int line);
 #define ot_model_linear(...) ot_model_linear_at(__VA_ARGS__, __FILE__, __LINE__)
 /* Appends a batch norm layer over the previous layer's outputs (or the
  * inputs), then activation act: ot_batch_norm with channel axis 1
- * (optree/norm.h). Its weight (ones) and bias (zeros) are trained like a
+ * (optree/norm.h): per feature of flat samples, per channel of (channels,
+ * spatial...) samples (statistics over the batch and the spatial dims). Its weight (ones) and bias (zeros) are trained like a
  * dense layer's W and b (ot_model_parameters lists them as that layer's W
  * and b); its running mean (zeros) and variance (ones) are updated by each
  * training step with momentum, in the same evaluation as the loss, and
@@ -317,6 +344,34 @@ int ot_model_linear_at(ot_model *m, int64_t units, ot_activation act, uint64_t s
 int ot_model_batch_norm_at(ot_model *m, ot_activation act, double momentum, double eps,
                            const char *file, int line);
 #define ot_model_batch_norm(...) ot_model_batch_norm_at(__VA_ARGS__, __FILE__, __LINE__)
+/* Appends a convolution of out_channels filters of size kernel in every
+ * spatial dim, plus a bias per channel, then act: ot_conv (optree/conv.h)
+ * with the options that follow (stride, dilation, pad, pad_lo/pad_hi,
+ * padding = OT_PAD_SAME or OT_PAD_VALID, groups), over samples (channels,
+ * spatial...) with 1 to 3 spatial dims. The weight is (out_channels,
+ * channels / groups, kernel...), He-uniform over its fan-in (channels /
+ * groups * kernel^dims) drawn from seed; the bias starts at zero. Bad
+ * options or shapes (groups not dividing the channels, a kernel larger
+ * than the padded input) are ot_conv's errors, at this call.
+ *     ot_model_conv(m, 64, 3, OT_ACT_RELU, 7, .stride = {2}, .pad = 1); */
+int ot_model_conv_at(ot_model *m, int64_t out_channels, int kernel, ot_activation act,
+                     uint64_t seed, const ot_conv_opts *opts, const char *file, int line);
+#define ot_model_conv(m, out_channels, kernel, act, ...)                      \
+    ot_model_conv_at((m), (out_channels), (kernel), (act), ot__model_conv_args(__VA_ARGS__))
+#define ot__model_conv_args(seed, ...)                                        \
+    (seed), &OT__OPT(ot_conv_opts, __VA_ARGS__), __FILE__, __LINE__
+/* Append a max or average pooling layer: ot_max_pool / ot_avg_pool
+ * (optree/pool.h) with the options that follow (kernel, required; stride,
+ * default the kernel; pad, pad_lo/pad_hi, dilation, ceil_mode,
+ * exclude_pad) over (channels, spatial...) samples. No parameters. Bad
+ * options or shapes are the pool's errors, at this call.
+ *     ot_model_max_pool(m, .kernel = {2});     // halves H and W */
+int ot_model_max_pool_at(ot_model *m, const ot_pool_opts *opts, const char *file, int line);
+#define ot_model_max_pool(m, ...)                                             \
+    ot_model_max_pool_at((m), &OT__OPT(ot_pool_opts, __VA_ARGS__), __FILE__, __LINE__)
+int ot_model_avg_pool_at(ot_model *m, const ot_pool_opts *opts, const char *file, int line);
+#define ot_model_avg_pool(m, ...)                                             \
+    ot_model_avg_pool_at((m), &OT__OPT(ot_pool_opts, __VA_ARGS__), __FILE__, __LINE__)
 /* The loss: OT_LOSS_SOFTMAX_CE or OT_LOSS_MSE with fn NULL, or
  * OT_LOSS_CUSTOM with fn (any scalar cost tree of out and y). */
 int ot_model_loss_at(ot_model *m, int loss, ot_loss_fn fn, void *user, const char *file,
@@ -339,12 +394,14 @@ int ot_model_fit_at(ot_model *m, const ot_tensor *x, const ot_tensor *y, const o
  * (logits for OT_LOSS_SOFTMAX_CE: ot_argmax along axis 1 picks the class). */
 ot_tensor *ot_model_predict_at(const ot_model *m, const ot_tensor *x, const char *file, int line);
 #define ot_model_predict(...) ot_model_predict_at(__VA_ARGS__, __FILE__, __LINE__)
-/* The parameters, W then b per layer, into out[0..n); returns how many
- * there are (2 per layer). */
+/* The parameters, W then b per layer that has them (dense, batch norm,
+ * conv; pooling has none), into out[0..n); returns how many there are. */
 int ot_model_parameters_at(const ot_model *m, int n, ot_tensor *out[], const char *file, int line);
 #define ot_model_parameters(...) ot_model_parameters_at(__VA_ARGS__, __FILE__, __LINE__)
-/* The parameters to and from a NumPy .npz (ot_savez): entries w0, b0, w1,
- * b1, ... (np.load(path)["w0"]). Loading reads and checks every entry (count,
+/* The parameters to and from a NumPy .npz (ot_savez): entries w<i>, b<i>
+ * for layer i (counted from 0 over every layer, pooling included) that has
+ * parameters: w0, b0, w1, b1, ... (np.load(path)["w0"]); a conv layer's
+ * w<i> is (out, in / groups, kernel...), PyTorch's Conv2d.weight layout. Loading reads and checks every entry (count,
  * names, f32, the model's shapes) before it writes any, so a corrupt or
  * mismatched file is an error that leaves the parameters as they were.
  * Saving replaces the file as ot_save does, so a failed save leaves the

@@ -13,43 +13,12 @@
  * input leaves the parameters as they were. The parameters go to and from
  * NumPy's .npz (io.c's ot_savez/ot_loadz).
  */
-#include "front.h"
+#include "model.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-typedef struct layer {
-    int64_t units;
-    ot_activation act;
-    ot_tensor *w, *b;             /* (fan_in, units), (units); batch norm:
-                                     weight and bias, (units) */
-    ot_tensor *m[2], *v[2];       /* Adam's moments or SGD's velocity (m) */
-    bool bn;                      /* a batch norm layer (ot_model_batch_norm) */
-    double momentum, eps;         /* batch norm's */
-    ot_tensor *rm, *rv;           /* batch norm's running mean and variance */
-} layer;
-
-struct ot_model {
-    ot_backend *be;
-    int64_t inputs;
-    int nlayer;
-    layer layer[OT_MODEL_MAX_LAYERS];
-    int loss;                     /* OT_LOSS_*; 0: none yet */
-    ot_loss_fn loss_fn;
-    void *loss_user;
-    bool adam;
-    ot_sgd sgd;
-    ot_adam adam_opts;
-    ot_program *prog;             /* the training step, for prog_batch rows */
-    int64_t prog_batch;
-    ot_tensor *loss_t, *hits_t;   /* the step's scalars */
-    ot_tensor *lr_scale;          /* 0-d f64: the schedule's factor on lr */
-};
-
-/* An error of the call at `at` (its function's name and caller's file:line). */
-#define FAIL(at, code, ...) ot__err_set((code), (at)->file, (at)->line, (at)->fn, __VA_ARGS__)
 
 static int nomem(const ot__site *at) { return FAIL(at, OT_ENOMEM, "out of memory"); }
 
@@ -71,6 +40,7 @@ ot_model *ot_model_new_at(ot_backend *be, int64_t inputs, const char *file, int 
     }
     m->be = be;
     m->inputs = inputs;
+    m->in = OT_SHAPE(inputs);
     m->adam_opts = ot_adam_default(1e-3);
     m->adam = true;
     return m;
@@ -107,16 +77,28 @@ void ot_model_free(ot_model *m)
     free(m);
 }
 
-static int64_t fan_in(const ot_model *m, int i) { return i ? m->layer[i - 1].units : m->inputs; }
-
-/* He-uniform weights (limit sqrt(6/fan_in)) drawn on the backend from seed,
- * zero biases and optimizer state; batch norm: a weight of ones and, as
- * PyTorch starts them, running mean 0 and variance 1. */
-static int layer_init(ot_model *m, layer *l, int64_t in, uint64_t seed, const ot__site *at)
+ot_shape ot__model_in_shape(const ot_model *m, int i)
 {
-    ot_shape ws = l->bn ? OT_SHAPE(l->units) : OT_SHAPE(in, l->units), bs = OT_SHAPE(l->units);
+    return i ? m->layer[i - 1].out : m->in;
+}
+
+/* The model's outputs per sample: the last layer's, flattened. */
+static int64_t outputs(const ot_model *m)
+{
+    return ot__numel(&m->layer[m->nlayer - 1].out);
+}
+
+/* Weights drawn He-uniform (limit sqrt(6/fan_in)) on the backend from seed,
+ * zero biases and optimizer state; batch norm: a weight of ones and, as
+ * PyTorch starts them, running mean 0 and variance 1. Pooling layers have
+ * no parameters (ws.ndim 0). */
+static int layer_init(ot_model *m, layer *l, ot_shape ws, int64_t in, uint64_t seed,
+                      const ot__site *at)
+{
+    if (!ws.ndim) return 0;
+    ot_shape bs = OT_SHAPE(ws.dims[l->kind == L_DENSE ? 1 : 0]);
     l->w = ot_empty(m->be, ws, OT_F32);
-    if (l->bn) {
+    if (l->kind == L_BN) {
         l->rm = ot_zeros(m->be, bs, OT_F32);
         l->rv = ot_full(m->be, bs, OT_F32, 1.0);
         if (!l->rm || !l->rv) return ot_errcode() ? ot_errcode() : nomem(at);
@@ -133,21 +115,24 @@ static int layer_init(ot_model *m, layer *l, int64_t in, uint64_t seed, const ot
         return ot_errcode();
     ot_pool *pool = ot_pool_push();
     if (!pool) return ot_errcode();
-    int rc = l->bn ? ot_assign(l->w, ot_const(1.0))
-                   : ot_assign(l->w, ot_mul(ot_sub(ot_mul(ot_rand(ws, .seed = seed), 2.0), 1.0),
-                                            sqrt(6.0 / (double)in)));
+    int rc = l->kind == L_BN
+                 ? ot_assign(l->w, ot_const(1.0))
+                 : ot_assign(l->w, ot_mul(ot_sub(ot_mul(ot_rand(ws, .seed = seed), 2.0), 1.0),
+                                          sqrt(6.0 / (double)in)));
     ot_pool_pop(pool);
     return rc;
 }
 
-/* Appends *l (units and act set) with its tensors made. */
-static int add_layer(ot_model *m, layer *l, uint64_t seed, const ot__site *at)
+int ot__model_add(ot_model *m, layer *l, ot_shape ws, int64_t fan_in, uint64_t seed,
+                  const ot__site *at)
 {
     if (l->act < OT_ACT_NONE || l->act > OT_ACT_SIG)
         return FAIL(at, OT_EINVAL, "unknown activation %d", (int)l->act);
     if (m->nlayer == OT_MODEL_MAX_LAYERS)
         return FAIL(at, OT_EINVAL, "a model has at most %d layers", OT_MODEL_MAX_LAYERS);
-    int rc = layer_init(m, l, fan_in(m, m->nlayer), seed, at);
+    l->file = at->file;
+    l->line = at->line;
+    int rc = layer_init(m, l, ws, fan_in, seed, at);
     if (rc) {
         layer_free(l);
         return rc;
@@ -157,6 +142,7 @@ static int add_layer(ot_model *m, layer *l, uint64_t seed, const ot__site *at)
     return 0;
 }
 
+/* A dense layer flattens a sample of higher rank (a conv's (C, H, W)). */
 int ot_model_linear_at(ot_model *m, int64_t units, ot_activation act, uint64_t seed,
                        const char *file, int line)
 {
@@ -164,9 +150,14 @@ int ot_model_linear_at(ot_model *m, int64_t units, ot_activation act, uint64_t s
     if (!m) return FAIL(at, OT_ENULL, "model is NULL");
     if (units < 1)
         return FAIL(at, OT_EINVAL, "units must be >= 1, not %lld", (long long)units);
-    return add_layer(m, &(layer){.units = units, .act = act}, seed, at);
+    ot_shape in = ot__model_in_shape(m, m->nlayer);
+    int64_t fan_in = ot__numel(&in);
+    layer l = {.kind = L_DENSE, .out = OT_SHAPE(units), .act = act};
+    return ot__model_add(m, &l, OT_SHAPE(fan_in, units), fan_in, seed, at);
 }
 
+/* Per channel: a sample's first dim (a dense layer's features, a conv's
+ * channels). */
 int ot_model_batch_norm_at(ot_model *m, ot_activation act, double momentum, double eps,
                            const char *file, int line)
 {
@@ -176,9 +167,9 @@ int ot_model_batch_norm_at(ot_model *m, ot_activation act, double momentum, doub
         return FAIL(at, OT_EINVAL, "momentum must be in [0, 1], not %g", momentum);
     if (!(eps >= 0 && isfinite(eps)))
         return FAIL(at, OT_EINVAL, "eps must be finite and >= 0, not %g", eps);
-    layer l = {.units = fan_in(m, m->nlayer), .act = act, .bn = true, .momentum = momentum,
-               .eps = eps};
-    return add_layer(m, &l, 0, at);
+    ot_shape in = ot__model_in_shape(m, m->nlayer);
+    layer l = {.kind = L_BN, .out = in, .act = act, .momentum = momentum, .eps = eps};
+    return ot__model_add(m, &l, OT_SHAPE(in.dims[0]), 1, 0, at);
 }
 
 int ot_model_loss_at(ot_model *m, int loss, ot_loss_fn fn_, void *user, const char *file,
@@ -247,25 +238,53 @@ static ot_node *activate(ot_node *h, ot_activation act)
     }
 }
 
-/* The model's output for x (rows of inputs): builds, computes nothing.
+/* h, a batch of samples, as a batch of samples of shape `sample` (a
+ * reshape of an expression; none when h has that shape already). */
+static ot_node *as_samples(ot_node *h, ot_shape sample)
+{
+    if (!h) return NULL;
+    ot_shape hs = ot_node_shape(h), want = {.ndim = sample.ndim + 1};
+    want.dims[0] = hs.dims[0];
+    bool same = hs.ndim == want.ndim;
+    for (int d = 0; d < sample.ndim; d++) {
+        want.dims[d + 1] = sample.dims[d];
+        same = same && hs.dims[d + 1] == sample.dims[d];
+    }
+    return same ? h : ot_reshape_node(h, want);
+}
+
+/* h with each sample flattened: (rows, elements). */
+static ot_node *flatten(ot_node *h)
+{
+    if (!h || ot_node_shape(h).ndim == 2) return h;
+    return ot_reshape_node(h, OT_SHAPE(ot_node_shape(h).dims[0], -1));
+}
+
+/* The model's output for x (rows of inputs, flat or in the input shape):
+ * builds, computes nothing; rows of the last layer's outputs, flattened.
  * upd NULL: inference (batch norm by its running values); else training,
  * and upd[2i], upd[2i + 1] get batch norm layer i's running mean and
  * variance update trees (NULL for other layers). */
 static ot_node *forward(const ot_model *m, ot_node *x, ot_node **upd)
 {
-    ot_node *h = x;
+    ot_node *h = as_samples(x, m->in);
     for (int i = 0; i < m->nlayer; i++) {
         const layer *l = &m->layer[i];
         if (upd) upd[2 * i] = upd[2 * i + 1] = NULL;
-        if (!l->bn)
-            h = ot_add(ot_dot(h, l->w), l->b);
-        else
+        switch (l->kind) {
+        case L_DENSE:
+            h = ot_add(ot_dot(flatten(h), l->w), l->b);
+            break;
+        case L_BN:
             h = ot_batch_norm(h, l->rm, l->rv, l->w, l->b, .training = upd != NULL,
                               .momentum = l->momentum, .eps = l->eps,
                               .updates = upd ? upd + 2 * i : NULL);
+            break;
+        default: h = ot__model_apply_spatial(l, h);
+        }
         h = activate(h, l->act);
     }
-    return h;
+    return flatten(h);
 }
 
 /* The mean loss of out against y (a scalar tree). */
@@ -283,7 +302,7 @@ static ot_node *loss_tree(const ot_model *m, ot_node *out, ot_node *y)
  * scalar); with one output column, accuracy is not defined (NULL). */
 static ot_node *hits_tree(const ot_model *m, ot_node *out, ot_node *y)
 {
-    if (m->layer[m->nlayer - 1].units < 2) return NULL;
+    if (outputs(m) < 2) return NULL;
     return ot_sum(ot_eq(ot_argmax(out, .axis = 1), ot_argmax(y, .axis = 1)));
 }
 
@@ -299,7 +318,7 @@ static int assign_step(const ot_model *m, ot_program *p, ot_node *loss, ot_node 
     ot_node *trees[2 + 2 * OT_MODEL_MAX_LAYERS] = {loss, hits};
     int k = hits ? 2 : 1;
     for (int i = 0; i < m->nlayer; i++) {
-        if (!m->layer[i].bn) continue;
+        if (m->layer[i].kind != L_BN) continue;
         outs[k] = m->layer[i].rm;
         trees[k++] = upd[2 * i];
         outs[k] = m->layer[i].rv;
@@ -308,26 +327,38 @@ static int assign_step(const ot_model *m, ot_program *p, ot_node *loss, ot_node 
     return ot_program_assign_many_at(p, k, outs, trees, f, ln);
 }
 
+/* The parameters, W then b of each layer that has them, into w; their
+ * optimizer state into mo and vo unless NULL. Returns the count. */
+static int param_slots(const ot_model *m, ot_tensor *w[], ot_tensor *mo[], ot_tensor *vo[])
+{
+    int n = 0;
+    for (int i = 0; i < m->nlayer; i++) {
+        const layer *l = &m->layer[i];
+        for (int k = 0; l->w && k < 2; k++, n++) {
+            w[n] = k ? l->b : l->w;
+            if (mo) mo[n] = l->m[k];
+            if (vo) vo[n] = l->v[k];
+        }
+    }
+    return n;
+}
+
 /* The program's calls are reported at the fit's caller (at). */
 static int build_program(ot_model *m, int64_t batch, const ot__site *at)
 {
     const char *f = at->file;
     int ln = at->line;
-    int64_t outs = m->layer[m->nlayer - 1].units;
+    int64_t outs = outputs(m);
     drop_program(m);
     ot_program *p = ot_program_new_at(m->be, f, ln);
     if (!p) return ot_errcode();
     ot_tensor *x = ot_program_placeholder_at(p, "x", OT_SHAPE(batch, m->inputs), OT_F32, f, ln);
     ot_tensor *y = ot_program_placeholder_at(p, "y", OT_SHAPE(batch, outs), OT_F32, f, ln);
-    int n = 2 * m->nlayer, rc = x && y ? 0 : ot_errcode();
     ot_tensor *w[2 * OT_MODEL_MAX_LAYERS], *g[2 * OT_MODEL_MAX_LAYERS] = {0};
     ot_tensor *mo[2 * OT_MODEL_MAX_LAYERS], *vo[2 * OT_MODEL_MAX_LAYERS];
     ot_node *gn[2 * OT_MODEL_MAX_LAYERS];
+    int n = param_slots(m, w, mo, vo), rc = x && y ? 0 : ot_errcode();
     for (int i = 0; i < n && !rc; i++) {
-        const layer *l = &m->layer[i / 2];
-        w[i] = i % 2 ? l->b : l->w;
-        mo[i] = l->m[i % 2];
-        vo[i] = l->v[i % 2];
         g[i] = ot_zeros(m->be, ot_tensor_shape(w[i]), OT_F32);
         if (!g[i]) rc = ot_errcode();
         else gn[i] = ot_tensor_node(g[i]);
@@ -368,21 +399,45 @@ static int build_program(ot_model *m, int64_t batch, const ot__site *at)
 
 /* ---- fit -------------------------------------------------------------------- */
 
-/* x (rows, inputs) and y (rows, outputs), f32, with as many rows; an error
+/* Whether x's shape is (rows, inputs) or (rows, the input shape...). */
+static bool x_fits(const ot_model *m, ot_shape xs)
+{
+    if (xs.ndim == 2 && xs.dims[1] == m->inputs) return true;
+    bool same = xs.ndim == m->in.ndim + 1;
+    for (int d = 0; same && d < m->in.ndim; d++) same = xs.dims[d + 1] == m->in.dims[d];
+    return same;
+}
+
+/* What x_fits takes, for errors: "(rows, 784)" or "(rows, 784) or (rows,
+ * 1, 28, 28)". */
+static const char *x_wanted(const ot_model *m, char *buf, size_t size)
+{
+    int k = snprintf(buf, size, "(rows, %lld)", (long long)m->inputs);
+    if (m->in.ndim > 1) {
+        k += snprintf(buf + k, size - (size_t)k, " or (rows");
+        for (int d = 0; d < m->in.ndim; d++)
+            k += snprintf(buf + k, size - (size_t)k, ", %lld", (long long)m->in.dims[d]);
+        snprintf(buf + k, size - (size_t)k, ")");
+    }
+    return buf;
+}
+
+/* x (see x_fits) and y (rows, outputs), f32, with as many rows; an error
  * names the shapes and dtypes received. */
 static int check_data(const ot_model *m, const ot_tensor *x, const ot_tensor *y, const ot__site *at)
 {
     if (!x || !y) return FAIL(at, OT_ENULL, "%s is NULL", x ? "y" : "x");
     ot_shape xs = ot_tensor_shape(x), ys = ot_tensor_shape(y);
-    int64_t outs = m->layer[m->nlayer - 1].units;
+    int64_t outs = outputs(m);
     char s1[OT__SHAPE_STRLEN], s2[OT__SHAPE_STRLEN];
     ot__shape_str(&xs, s1);
     ot__shape_str(&ys, s2);
     if (ot_tensor_dtype(x) != OT_F32 || ot_tensor_dtype(y) != OT_F32)
         return FAIL(at, OT_EDTYPE, "x is %s and y %s; both must be float32",
                     ot_dtype_name(ot_tensor_dtype(x)), ot_dtype_name(ot_tensor_dtype(y)));
-    if (xs.ndim != 2 || xs.dims[1] != m->inputs)
-        return FAIL(at, OT_ESHAPE, "x has shape %s; must be (rows, %lld)", s1, (long long)m->inputs);
+    char want[96];
+    if (!x_fits(m, xs))
+        return FAIL(at, OT_ESHAPE, "x has shape %s; must be %s", s1, x_wanted(m, want, sizeof want));
     if (ys.ndim != 2 || ys.dims[1] != outs)
         return FAIL(at, OT_ESHAPE, "y has shape %s; must be (rows, %lld)", s2, (long long)outs);
     if (xs.dims[0] != ys.dims[0])
@@ -401,7 +456,7 @@ static int check_fit(const ot_model *m, const ot_tensor *x, const ot_tensor *y,
     if (o->epochs < 1 || o->batch < 1)
         return FAIL(at, OT_EINVAL, "epochs and batch must be >= 1");
     for (int i = 0; i < m->nlayer; i++)
-        if (m->layer[i].bn && o->batch < 2)
+        if (m->layer[i].kind == L_BN && o->batch < 2)
             return FAIL(at, OT_EINVAL, "layer %d is a batch norm layer: training needs batch >= 2 "
                         "(one value per feature has no variance), not %d", i, o->batch);
     if (!(o->validation_split >= 0 && o->validation_split < 1))
@@ -418,7 +473,7 @@ static int check_fit(const ot_model *m, const ot_tensor *x, const ot_tensor *y,
                            (long long)(rows - val), o->batch);
     if (o->monitor != OT_MONITOR_LOSS && o->patience > 0 && val == 0)
         return FAIL(at, OT_EINVAL, "a validation metric needs validation_split > 0");
-    if (o->monitor == OT_MONITOR_VAL_ACCURACY && m->layer[m->nlayer - 1].units < 2)
+    if (o->monitor == OT_MONITOR_VAL_ACCURACY && outputs(m) < 2)
         return FAIL(at, OT_EINVAL, "accuracy needs two or more outputs");
     return 0;
 }
@@ -454,11 +509,24 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Loss and accuracy (NaN without one) of the model on rows of host data. */
-static int evaluate(const ot_model *m, const float *x, const float *y, int64_t rows, double *loss,
-                    double *acc)
+/* Rows per forward evaluation outside training (validation, predict): about
+ * 2^22 elements in the largest layer's output, so that a conv network on
+ * thousands of images does not hold gigabytes of activations at once. */
+static int64_t chunk_rows(const ot_model *m)
 {
-    int64_t outs = m->layer[m->nlayer - 1].units;
+    int64_t widest = m->inputs;
+    for (int i = 0; i < m->nlayer; i++) {
+        int64_t n = ot__numel(&m->layer[i].out);
+        if (n > widest) widest = n;
+    }
+    return widest < (1 << 22) ? (1 << 22) / widest : 1;
+}
+
+/* Loss (a float) and hit count (-1 without one) of the model on rows of host data. */
+static int evaluate_chunk(const ot_model *m, const float *x, const float *y, int64_t rows,
+                          float *loss, int32_t *hit_count)
+{
+    int64_t outs = outputs(m);
     ot_tensor *tx = ot_array(m->be, OT_SHAPE(rows, m->inputs), OT_F32, x);
     ot_tensor *ty = ot_array(m->be, OT_SHAPE(rows, outs), OT_F32, y);
     ot_pool *pool = tx && ty ? ot_pool_push() : NULL;
@@ -479,7 +547,28 @@ static int evaluate(const ot_model *m, const float *x, const float *y, int64_t r
     ot_tensor_free(tx);
     ot_tensor_free(ty);
     *loss = l;
-    *acc = h >= 0 ? (double)h / (double)rows : NAN;
+    *hit_count = h;
+    return rc;
+}
+
+/* Loss and accuracy (NaN without one) of the model on rows of host data,
+ * in chunks of chunk_rows: the loss is their losses' mean weighted by rows. */
+static int evaluate(const ot_model *m, const float *x, const float *y, int64_t rows, double *loss,
+                    double *acc)
+{
+    int64_t chunk = chunk_rows(m), outs = outputs(m), hits = 0;
+    double sum = 0;
+    int rc = 0;
+    for (int64_t r = 0; r < rows && !rc; r += chunk) {
+        int64_t n = rows - r < chunk ? rows - r : chunk;
+        float l;
+        int32_t h;
+        rc = evaluate_chunk(m, x + r * m->inputs, y + r * outs, n, &l, &h);
+        sum += (double)l * (double)n;
+        hits = h >= 0 && hits >= 0 ? hits + h : -1;
+    }
+    *loss = sum / (double)rows;
+    *acc = hits >= 0 ? (double)hits / (double)rows : NAN;
     return rc;
 }
 
@@ -515,7 +604,7 @@ static void state_free(fit_state *s)
 static int epoch(ot_model *m, fit_state *s, int64_t train, int batch, bool shuffled,
                  uint64_t *seed, double *loss, double *acc)
 {
-    int64_t outs = m->layer[m->nlayer - 1].units, steps = train / batch, right = 0;
+    int64_t outs = outputs(m), steps = train / batch, right = 0;
     if (shuffled) shuffle(s->order, train, seed);
     double sum = 0;
     int rc = 0;
@@ -564,7 +653,7 @@ static void progress(FILE *f, int e, const ot_fit_opts *o, const ot_fit_result *
 static int load_data(const ot_model *m, const ot_tensor *x, const ot_tensor *y, int64_t rows,
                      int batch, fit_state *s)
 {
-    int64_t outs = m->layer[m->nlayer - 1].units;
+    int64_t outs = outputs(m);
     s->x = ot__malloc(sizeof *s->x * (size_t)(rows * m->inputs));
     s->y = ot__malloc(sizeof *s->y * (size_t)(rows * outs));
     s->xb = ot__malloc(sizeof *s->xb * (size_t)(batch * m->inputs));
@@ -595,7 +684,7 @@ int ot_model_fit_at(ot_model *m, const ot_tensor *x, const ot_tensor *y, const o
                    .at = &at};
     rc = load_data(m, x, y, rows, o.batch, &s);
     if (!rc && (!m->prog || m->prog_batch != o.batch)) rc = build_program(m, o.batch, &at);
-    int64_t outs = m->layer[m->nlayer - 1].units;
+    int64_t outs = outputs(m);
     uint64_t seed = o.seed;
     ot_fit_result r = {.val_loss = NAN, .val_accuracy = NAN}, best = r;
     double best_value = INFINITY;
@@ -644,16 +733,29 @@ ot_tensor *ot_model_predict_at(const ot_model *m, const ot_tensor *x, const char
         return NULL;
     }
     ot_shape xs = ot_tensor_shape(x);
-    if (ot_tensor_dtype(x) != OT_F32 || xs.ndim != 2 || xs.dims[1] != m->inputs) {
-        char s1[OT__SHAPE_STRLEN];
+    if (ot_tensor_dtype(x) != OT_F32 || !x_fits(m, xs)) {
+        char s1[OT__SHAPE_STRLEN], want[96];
         FAIL(at, ot_tensor_dtype(x) != OT_F32 ? OT_EDTYPE : OT_ESHAPE, "x is %s of shape %s; must "
-             "be float32 (rows, %lld)", ot_dtype_name(ot_tensor_dtype(x)), ot__shape_str(&xs, s1),
-             (long long)m->inputs);
+             "be float32 %s", ot_dtype_name(ot_tensor_dtype(x)), ot__shape_str(&xs, s1),
+             x_wanted(m, want, sizeof want));
         return NULL;
     }
     ot_pool *pool = ot_pool_push();
     if (!pool) return NULL;
-    ot_tensor *out = ot_eval(forward(m, ot_tensor_node((ot_tensor *)x), NULL));
+    int64_t rows = xs.dims[0], chunk = chunk_rows(m);
+    ot_tensor *out = rows <= chunk ? ot_eval(forward(m, ot_tensor_node((ot_tensor *)x), NULL))
+                                   : ot_empty(m->be, OT_SHAPE(rows, outputs(m)), OT_F32);
+    for (int64_t r = 0; out && rows > chunk && r < rows; r += chunk) {
+        ot_index span = OT_RANGE(r, r + chunk < rows ? r + chunk : rows);
+        ot_tensor *xr = ot_slice(x, span), *o = ot_slice(out, span);
+        int rc = xr && o ? ot_assign(o, forward(m, ot_tensor_node(xr), NULL)) : ot_errcode();
+        ot_tensor_free(xr);
+        ot_tensor_free(o);
+        if (rc) {
+            ot_tensor_free(out);
+            out = NULL;
+        }
+    }
     ot_pool_pop(pool);
     return out;
 }
@@ -664,9 +766,10 @@ int ot_model_parameters_at(const ot_model *m, int n, ot_tensor *out[], const cha
     if (!m) return FAIL(at, OT_ENULL, "model is NULL");
     if (n < 0) return FAIL(at, OT_EINVAL, "negative count %d", n);
     if (n > 0 && !out) return FAIL(at, OT_ENULL, "out is NULL");
-    for (int i = 0; i < 2 * m->nlayer && i < n; i++)
-        out[i] = i % 2 ? m->layer[i / 2].b : m->layer[i / 2].w;
-    return 2 * m->nlayer;
+    ot_tensor *w[2 * OT_MODEL_MAX_LAYERS];
+    int count = param_slots(m, w, NULL, NULL);
+    for (int i = 0; i < count && i < n; i++) out[i] = w[i];
+    return count;
 }
 
 /* ---- parameters on disk ------------------------------------------------------- */
@@ -694,9 +797,10 @@ static void stored_arrays(const ot_model *m, stored *s)
     s->n = 0;
     for (int i = 0; i < m->nlayer; i++) {
         const layer *l = &m->layer[i];
+        if (!l->w) continue;   /* pooling */
         store(s, "w", i, l->w);
         store(s, "b", i, l->b);
-        if (!l->bn) continue;
+        if (l->kind != L_BN) continue;
         store(s, "mean", i, l->rm);
         store(s, "var", i, l->rv);
     }

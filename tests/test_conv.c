@@ -315,18 +315,7 @@ TEST(conv_prints_parses_and_explains)
         ot_conv_transpose(x, w, .stride = {2}, .output_padding = {1, 0}, .dilation = {1, 2}),
         ot_relu(ot_conv(x, w, .groups = 2, .padding = OT_PAD_SAME)),
     };
-    for (int k = 0; k < 3; k++) {
-        char *text = NULL;
-        size_t len = 0;
-        FILE *m = open_memstream(&text, &len);
-        CHECK_INT(ot_pp(trees[k], m), 0);
-        fclose(m);
-        ot_node *back = ot_parse(text, 2, (const char *[]){"x", "w"}, in);
-        if (!fuzz_same_tree(back, trees[k]))
-            test__fail(__FILE__, __LINE__, "ot_pp wrote '%s', parsed to %s", text,
-                       back ? "another tree" : ot_errmsg());
-        free(text);
-    }
+    test__pp_roundtrip(trees, 3, 2, (const char *[]){"x", "w"}, in, __FILE__, __LINE__);
     char *e = test__capture(ot_explain, trees[0]);
     CHECK(e && strstr(e, "conv conv [2x4x2x5] (im2col + gemm, groups 2, im2col tile 0.7 KiB)"));
     free(e);

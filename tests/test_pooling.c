@@ -271,18 +271,7 @@ TEST(pooling_prints_parses_and_explains)
                               .pad_hi = {0, 1}, .dilation = {2, 1}, .ceil_mode = true);
     ot_node *ap = ot_avg_pool(x, .kernel = {3}, .pad = 1, .exclude_pad = true, .ceil_mode = true);
     ot_node *trees[] = {mp, ap, grad_of_sum(ot_sqr(mp), x), grad_of_sum(ot_sqr(ap), x)};
-    for (int k = 0; k < 4; k++) {
-        char *text = NULL;
-        size_t len = 0;
-        FILE *m = open_memstream(&text, &len);
-        CHECK_INT(ot_pp(trees[k], m), 0);
-        fclose(m);
-        ot_node *back = ot_parse(text, 1, (const char *[]){"x"}, &in);
-        if (!fuzz_same_tree(back, trees[k]))
-            test__fail(__FILE__, __LINE__, "ot_pp wrote '%s', parsed to %s", text,
-                       back ? "another tree" : ot_errmsg());
-        free(text);
-    }
+    test__pp_roundtrip(trees, 4, 1, (const char *[]){"x"}, &in, __FILE__, __LINE__);
     char *e = test__capture(ot_explain, trees[2]);
     CHECK(e && strstr(e, "pool max_pool_grad [2x3x7x6] (direct)"));
     free(e);

@@ -267,9 +267,9 @@ static bool fast_of(const ot__pool_geom *g, const strides *s, fast *f)
             bool in = oh >= f->beg[0] && oh < f->end[0];                                      \
             int64_t a = in ? f->beg[1] : f->out[1], b = in ? f->end[1] : f->out[1];           \
             p[f->rd] = oh;                                                                    \
-            span_##S(g, x, y, o, s, p, f->cd, 0, a);                                          \
+            if (a > 0) span_##S(g, x, y, o, s, p, f->cd, 0, a);                               \
             if (in) row_##S(f, g->op, x, y, o, oh);                                           \
-            span_##S(g, x, y, o, s, p, f->cd, b, f->out[1]);                                  \
+            if (b < f->out[1]) span_##S(g, x, y, o, s, p, f->cd, b, f->out[1]);               \
         }                                                                                     \
     }
 POOL_FNS(float, f32)

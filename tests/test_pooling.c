@@ -131,6 +131,26 @@ static ot_node *random_pool(lcg *r, ot_node *x, bool avg)
     return avg ? ot_avg_pool_at(x, &o, __FILE__, __LINE__) : ot_max_pool_at(x, &o, __FILE__, __LINE__);
 }
 
+/* Case k's three values (see pool_case) of pooling y over x, of shape s;
+ * the tensors it makes into keep, for the caller to free. */
+static void three_values(ot_backend *be, int k, ot_dtype dt, ot_shape s, ot_tensor *x, ot_node *y,
+                         double *out[3], int64_t n[3], ot_tensor *keep[2])
+{
+    ot_tensor *rt = y ? test__ints(be, ot_node_shape(y), dt, k + 1, 5, 2, 0.25) : NULL;
+    ot_tensor *r2 = test__ints(be, s, dt, k + 2, 5, 2, 0.25);
+    ot_autodiff *ad = y ? ot_autodiff_new(ot_sum(ot_mul(y, rt)), NULL) : NULL;
+    ot_node *gx = ad ? ot_autodiff_grad(ad, x) : NULL;
+    ot_autodiff *ad2 = gx ? ot_autodiff_new(ot_sum(ot_mul(gx, r2)), NULL) : NULL;
+    ot_node *trees[3] = {y, gx, ad2 ? ot_autodiff_grad(ad2, rt) : NULL};
+    for (int i = 0; i < 3; i++) out[i] = trees[i] ? eval(be, trees[i], &n[i]) : NULL;
+    if (!y) test__fail(__FILE__, __LINE__, "case %d: %s", k, ot_errmsg());
+    ot_clear_error();
+    ot_autodiff_free(ad2);
+    ot_autodiff_free(ad);
+    keep[0] = rt;
+    keep[1] = r2;
+}
+
 /* Case k's three values on be (y, d sum(y r)/dx, and that in r of sum(dx
  * r2): the gradient nodes and their gradients), x a view as view says. */
 static void pool_case(ot_backend *be, int k, ot_dtype dt, int view, double *out[3], int64_t n[3])
@@ -151,21 +171,30 @@ static void pool_case(ot_backend *be, int k, ot_dtype dt, int view, double *out[
         x = ot_slice_n(base, s.ndim, idx);
     }
     ot_node *y = random_pool(&r, ot_tensor_node(x), k % 2);
-    ot_tensor *rt = y ? test__ints(be, ot_node_shape(y), dt, k + 1, 5, 2, 0.25) : NULL;
-    ot_tensor *r2 = test__ints(be, s, dt, k + 2, 5, 2, 0.25);
-    ot_autodiff *ad = y ? ot_autodiff_new(ot_sum(ot_mul(y, rt)), NULL) : NULL;
-    ot_node *gx = ad ? ot_autodiff_grad(ad, x) : NULL;
-    ot_autodiff *ad2 = gx ? ot_autodiff_new(ot_sum(ot_mul(gx, r2)), NULL) : NULL;
-    ot_node *trees[3] = {y, gx, ad2 ? ot_autodiff_grad(ad2, rt) : NULL};
-    for (int i = 0; i < 3; i++) out[i] = trees[i] ? eval(be, trees[i], &n[i]) : NULL;
-    if (!y) test__fail(__FILE__, __LINE__, "case %d: %s", k, ot_errmsg());
-    ot_clear_error();
-    ot_autodiff_free(ad2);
-    ot_autodiff_free(ad);
+    ot_tensor *keep[2];
+    three_values(be, k, dt, s, x, y, out, n, keep);
     ot_pool_pop(p);
     if (x != base) ot_tensor_free(x);
-    ot_tensor *t[] = {base, rt, r2};
+    ot_tensor *t[] = {base, keep[0], keep[1]};
     for (int i = 0; i < 3; i++) ot_tensor_free(t[i]);
+}
+
+/* Case k's three values on ref (a) and cpu (b) alike; frees them. */
+static void compare(int k, ot_dtype dt, int view, double *a[3], int64_t na[3], double *b[3],
+                    int64_t nb[3])
+{
+    for (int i = 0; i < 3; i++) {
+        CHECK(a[i] && b[i] && na[i] == nb[i]);
+        for (int64_t e = 0; a[i] && b[i] && e < na[i] && e < nb[i]; e++)
+            if (!test__close(a[i][e], b[i][e], dt == OT_F32 ? 1e-6 : 1e-13)) {
+                test__fail(__FILE__, __LINE__, "case %d (%s, view %d), result %d [%lld]: "
+                           "cpu %.17g, ref %.17g", k, dt == OT_F32 ? "f32" : "f64", view, i,
+                           (long long)e, b[i][e], a[i][e]);
+                break;
+            }
+        free(a[i]);
+        free(b[i]);
+    }
 }
 
 TEST(pooling_cpu_matches_ref)
@@ -177,18 +206,71 @@ TEST(pooling_cpu_matches_ref)
         int64_t na[3] = {0}, nb[3] = {0};
         pool_case(ref, k, dt, k % 3, a, na);
         pool_case(cpu, k, dt, k % 3, b, nb);
-        for (int i = 0; i < 3; i++) {
-            CHECK(a[i] && b[i] && na[i] == nb[i]);
-            for (int64_t e = 0; a[i] && b[i] && e < na[i] && e < nb[i]; e++)
-                if (!test__close(a[i][e], b[i][e], dt == OT_F32 ? 1e-6 : 1e-13)) {
-                    test__fail(__FILE__, __LINE__, "case %d (%s, view %d), result %d [%lld]: "
-                               "cpu %.17g, ref %.17g", k, dt == OT_F32 ? "f32" : "f64", k % 3, i,
-                               (long long)e, b[i][e], a[i][e]);
-                    break;
-                }
-            free(a[i]);
-            free(b[i]);
-        }
+        compare(k, dt, k % 3, a, na, b, nb);
+    }
+    ot_backend_free(ref);
+    ot_backend_free(cpu);
+}
+
+/* The cpu backend's fast path (1-D and 2-D, contiguous, no dilation):
+ * interior windows and the border around them, ties, NaNs and an all
+ * -inf window inside, each geometry as max and avg pool, f32 and f64. */
+typedef struct fast_geom {
+    int nsp, h, w, kh, kw, sh, sw, ph, pw;
+    bool ceil, excl;
+} fast_geom;
+
+static const fast_geom fast_geoms[] = {
+    {2, 8, 8, 2, 2, 2, 2, 0, 0, false, false},  {2, 9, 11, 2, 2, 2, 2, 0, 0, true, false},
+    {2, 9, 10, 3, 3, 2, 2, 1, 1, false, false}, {2, 11, 9, 3, 3, 2, 2, 1, 1, true, true},
+    {2, 7, 9, 3, 3, 1, 1, 1, 1, false, true},   {2, 6, 7, 3, 3, 1, 1, 0, 0, false, false},
+    {2, 10, 5, 3, 2, 1, 2, 1, 0, true, false},  {2, 12, 13, 2, 3, 3, 1, 1, 1, true, false},
+    {1, 1, 13, 1, 3, 1, 2, 0, 1, false, false}, {1, 1, 12, 1, 2, 1, 2, 0, 0, true, true},
+};
+
+static void fast_case(ot_backend *be, int k, ot_dtype dt, bool avg, double *out[3], int64_t n[3])
+{
+    const fast_geom *f = &fast_geoms[k];
+    ot_shape s = f->nsp == 2 ? OT_SHAPE(2, 2, f->h, f->w) : OT_SHAPE(2, 2, f->w);
+    int64_t plane = (int64_t)f->h * f->w, count = 4 * plane;
+    double *v = malloc(sizeof *v * (size_t)count);
+    for (int64_t i = 0; i < count; i++) v[i] = (double)((i * 7) % 5) - 2;   /* ties */
+    v[plane / 2 + 1] = NAN;
+    v[plane + f->w + 2] = NAN;
+    v[plane + f->w + 3] = NAN;
+    for (int64_t i = 2 * plane; i < 2 * plane + 2 * f->w; i++) v[i] = -INFINITY;
+    ot_pool *p = ot_pool_push();
+    float *v32 = malloc(sizeof *v32 * (size_t)count);
+    for (int64_t i = 0; i < count; i++) v32[i] = (float)v[i];
+    ot_tensor *x = ot_array(be, s, dt, dt == OT_F32 ? (void *)v32 : (void *)v);
+    free(v);
+    free(v32);
+    ot_pool_opts o = {.ceil_mode = f->ceil, .exclude_pad = avg && f->excl};
+    int geo[2][4] = {{f->kh, f->sh, f->ph}, {f->kw, f->sw, f->pw}};
+    for (int d = 0; d < f->nsp; d++) {
+        const int *g = geo[d + 2 - f->nsp];
+        o.kernel[d] = g[0], o.stride[d] = g[1], o.pad_lo[d] = o.pad_hi[d] = g[2];
+    }
+    ot_node *y = avg ? ot_avg_pool_at(ot_tensor_node(x), &o, __FILE__, __LINE__)
+                     : ot_max_pool_at(ot_tensor_node(x), &o, __FILE__, __LINE__);
+    ot_tensor *keep[2];
+    three_values(be, k, dt, s, x, y, out, n, keep);
+    ot_pool_pop(p);
+    ot_tensor *t[] = {x, keep[0], keep[1]};
+    for (int i = 0; i < 3; i++) ot_tensor_free(t[i]);
+}
+
+TEST(pooling_cpu_fast_path_matches_ref)
+{
+    ot_backend *ref = test__backend("ref", OT_FUSION_ON), *cpu = test__backend("cpu", OT_FUSION_ON);
+    int ncase = (int)(sizeof fast_geoms / sizeof fast_geoms[0]);
+    for (int k = 0; k < 4 * ncase; k++) {
+        ot_dtype dt = k & 1 ? OT_F32 : OT_F64;
+        double *a[3], *b[3];
+        int64_t na[3] = {0}, nb[3] = {0};
+        fast_case(ref, k / 4, dt, k & 2, a, na);
+        fast_case(cpu, k / 4, dt, k & 2, b, nb);
+        compare(k, dt, 0, a, na, b, nb);
     }
     ot_backend_free(ref);
     ot_backend_free(cpu);

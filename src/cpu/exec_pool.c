@@ -6,6 +6,13 @@
  * out once (so the inner loop has no bounds test) and walked in row-major
  * order over the operands' strides. Views may be strided or transposed;
  * nothing is copied and no scratch is needed.
+ *
+ * The common case (1-D or 2-D, no dilation, every operand's last spatial
+ * dim contiguous) takes a fast path per plane: the windows wholly inside
+ * the input (the interior) run as tight row loops with the taps at fixed
+ * offsets; the border windows (padding, ceil mode) keep the generic code.
+ * Both visit the windows in the same order and the taps in row-major
+ * order, so results are bit for bit the generic path's.
  */
 #include "cpu.h"
 
@@ -39,6 +46,48 @@ typedef struct strides {
 } strides;
 
 static int64_t at(const int64_t *i, const int64_t *st) { return i[0] * st[2] + i[1] * st[3] + i[2] * st[4]; }
+
+/* The fast path's frame: a pool as 2-D, [0] the rows and [1] the columns
+ * (a 1-D pool: one row), with the operands' row strides (columns are
+ * contiguous) and the interior windows, rows and columns beg .. end - 1. */
+typedef struct fast {
+    int rd, cd;   /* the geometry's dims of the rows and the columns */
+    int64_t in[2], out[2], k[2], st[2], lo[2], beg[2], end[2];
+    int64_t xr, yr, orow;
+} fast;
+
+/* Whether view st (NULL: an operand the op lacks) has contiguous columns;
+ * its row stride into *r. */
+static bool cols_contiguous(const int64_t *st, const fast *f, int64_t *r)
+{
+    *r = st ? st[2 + f->rd] : 0;
+    return !st || st[2 + f->cd] == 1;
+}
+
+/* Whether pool g over views s takes the fast path; its frame into f. */
+static bool fast_of(const ot__pool_geom *g, const strides *s, fast *f)
+{
+    if (g->in[2] != 1 || g->k[2] != 1 || g->out[2] != 1 || g->dil[0] != 1 || g->dil[1] != 1)
+        return false;
+    bool one_d = g->in[1] == 1 && g->k[1] == 1 && g->out[1] == 1;
+    f->rd = one_d ? 1 : 0;
+    f->cd = one_d ? 0 : 1;
+    bool ok = true;
+    for (int i = 0; i < 2; i++) {
+        int d = i == 0 ? f->rd : f->cd;
+        f->in[i] = g->in[d], f->out[i] = g->out[d], f->k[i] = g->k[d];
+        f->st[i] = g->stride[d], f->lo[i] = g->lo[d];
+        /* window j is interior when j * st - lo >= 0 and j * st - lo + k <= in */
+        int64_t last = f->in[i] - f->k[i] + f->lo[i];
+        f->beg[i] = (f->lo[i] + f->st[i] - 1) / f->st[i];
+        f->end[i] = last < 0 ? 0 : last / f->st[i] + 1;
+        if (f->end[i] > f->out[i]) f->end[i] = f->out[i];
+        ok &= f->beg[i] < f->end[i];
+    }
+    ok &= cols_contiguous(s->x, f, &f->xr);
+    ok &= cols_contiguous(s->y, f, &f->yr);
+    return ok & cols_contiguous(s->o, f, &f->orow);
+}
 
 /* Per dtype T (suffix S): argmax_S finds window w's first maximum in
  * plane x (its input position into i, its value into *m; false when the
@@ -101,23 +150,126 @@ static int64_t at(const int64_t *i, const int64_t *st) { return i[0] * st[2] + i
         default: sum_##S(g, NULL, o, (T)(y[po] / div), s->o, w);                              \
         }                                                                                     \
     }                                                                                         \
-    /* The windows of one plane, each dim's part of them worked out once. */                 \
-    static void plane_##S(const ot__pool_geom *g, const T *x, const T *y, T *o,               \
-                          const strides *s)                                                   \
+    /* Windows p[cd] = from .. to - 1 of one plane, the other dims at p's   \
+     * places; each dim's part of them worked out once. */                    \
+    static void span_##S(const ot__pool_geom *g, const T *x, const T *y, T *o,                \
+                         const strides *s, int64_t *p, int cd, int64_t from, int64_t to)      \
     {                                                                                         \
-        int64_t p[3], cnt[3];                                                                 \
+        int64_t cnt[3];                                                                       \
         bool back = g->op == OT_OP_MAX_POOL_GRAD || g->op == OT_OP_AVG_POOL_GRAD;             \
         const int64_t *ps = back ? s->y : s->o;   /* the output-shaped view's */              \
         win w;                                                                                \
-        for (p[0] = 0; p[0] < g->out[0]; p[0]++) {                                            \
-            dim_of(g, 0, p[0], &w, &cnt[0]);                                                  \
-            for (p[1] = 0; p[1] < g->out[1]; p[1]++) {                                        \
-                dim_of(g, 1, p[1], &w, &cnt[1]);                                              \
-                for (p[2] = 0; p[2] < g->out[2]; p[2]++) {                                    \
-                    dim_of(g, 2, p[2], &w, &cnt[2]);                                          \
-                    window_##S(g, x, y, o, s, &w, at(p, ps), (double)(cnt[0] * cnt[1] * cnt[2])); \
+        for (int d = 0; d < 3; d++)                                                           \
+            if (d != cd) dim_of(g, d, p[d], &w, &cnt[d]);                                     \
+        for (p[cd] = from; p[cd] < to; p[cd]++) {                                             \
+            dim_of(g, cd, p[cd], &w, &cnt[cd]);                                               \
+            window_##S(g, x, y, o, s, &w, at(p, ps), (double)(cnt[0] * cnt[1] * cnt[2]));     \
+        }                                                                                     \
+    }                                                                                         \
+    /* The windows of one plane (the generic path). */                       \
+    static void plane_##S(const ot__pool_geom *g, const T *x, const T *y, T *o,               \
+                          const strides *s)                                                   \
+    {                                                                                         \
+        int64_t p[3] = {0};                                                                   \
+        for (p[0] = 0; p[0] < g->out[0]; p[0]++)                                              \
+            for (p[1] = 0; p[1] < g->out[1]; p[1]++) span_##S(g, x, y, o, s, p, 2, 0, g->out[2]); \
+    }                                                                                         \
+    /* Window r's first maximum (row-major, a NaN wins, all -inf: tap 0):     \
+     * its tap into *ta, *tb. Without branches (the data decide them): a tap \
+     * takes over when larger or the first NaN, so a NaN, once taken, stays. */ \
+    static inline __attribute__((always_inline)) void                                         \
+    amax_##S(const T *r, int64_t rs, int64_t kh, int64_t kw, int64_t *ta, int64_t *tb)        \
+    {                                                                                         \
+        T m = r[0];                                                                           \
+        int64_t ba = 0, bb = 0;                                                               \
+        for (int64_t a = 0; a < kh; a++, r += rs)                                             \
+            for (int64_t b = 0; b < kw; b++) {                                                \
+                T v = r[b];                                                                   \
+                bool up = (v > m) | ((v != v) & (m == m));                                    \
+                m = up ? v : m, ba = up ? a : ba, bb = up ? b : bb;                           \
+            }                                                                                 \
+        *ta = ba, *tb = bb;                                                                   \
+    }                                                                                         \
+    /* max_pool_take's or max_pool_grad's interior row oh (see row_), the    \
+     * kernel kh x kw a constant where inlined so. */                         \
+    static inline __attribute__((always_inline)) void                                         \
+    argrow_##S(const fast *f, int op, const T *x, const T *y, T *o, int64_t oh, int64_t kh,   \
+               int64_t kw)                                                                    \
+    {                                                                                         \
+        int64_t i0 = oh * f->st[0] - f->lo[0], ta, tb;                                        \
+        for (int64_t j = f->beg[1]; j < f->end[1]; j++) {                                     \
+            int64_t c = j * f->st[1] - f->lo[1];   /* the window's first input column */      \
+            amax_##S(x + i0 * f->xr + c, f->xr, kh, kw, &ta, &tb);                            \
+            if (op == OT_OP_MAX_POOL_TAKE)                                                    \
+                o[oh * f->orow + j] = y[(i0 + ta) * f->yr + c + tb];                          \
+            else                                                                              \
+                o[(i0 + ta) * f->orow + c + tb] += y[oh * f->yr + j];                         \
+        }                                                                                     \
+    }                                                                                         \
+    /* max_pool's interior row: o[j] = max over the taps of window j (its   \
+     * taps at x[j * sw + tap]), one pass over the row per tap so that the   \
+     * pass can be vectorised; the earlier value stays unless the later is  \
+     * larger or the first NaN (amax_'s rule, as values). */                \
+    static inline __attribute__((always_inline)) void                                         \
+    maxrow_##S(T *o, const T *x, int64_t n, int64_t sw, int64_t xr, int64_t kh, int64_t kw)   \
+    {                                                                                         \
+        for (int64_t j = 0; j < n; j++) o[j] = x[j * sw];                                     \
+        for (int64_t a = 0; a < kh; a++)                                                      \
+            for (int64_t b = a == 0; b < kw; b++) {                                           \
+                const T *r = x + a * xr + b;                                                  \
+                for (int64_t j = 0; j < n; j++) {                                             \
+                    T v = r[j * sw], m = o[j];                                                \
+                    o[j] = (v > m) | ((v != v) & (m == m)) ? v : m;                           \
                 }                                                                             \
             }                                                                                 \
+    }                                                                                         \
+    /* Interior row oh of plane x/y/o, windows j = f->beg[1] .. end[1] - 1, \
+     * window j's tap (a, b) at row oh * st[0] - lo[0] + a and column         \
+     * j * st[1] - lo[1] + b of the input-shaped operands. */                 \
+    static void row_##S(const fast *f, int op, const T *x, const T *y, T *o, int64_t oh)      \
+    {                                                                                         \
+        int64_t i0 = oh * f->st[0] - f->lo[0], sw = f->st[1], kh = f->k[0], kw = f->k[1];     \
+        int64_t j0 = f->beg[1], n = f->end[1] - j0;                                           \
+        double div = (double)(kh * kw);                                                       \
+        if (op == OT_OP_MAX_POOL) {                                                           \
+            const T *r = x + (i0 * f->xr - f->lo[1] + j0 * sw);                               \
+            T *out = o + oh * f->orow + j0;                                                   \
+            if (sw == 1) maxrow_##S(out, r, n, 1, f->xr, kh, kw);                             \
+            else if (sw == 2) maxrow_##S(out, r, n, 2, f->xr, kh, kw);                        \
+            else maxrow_##S(out, r, n, sw, f->xr, kh, kw);                                    \
+        } else if (op == OT_OP_MAX_POOL_TAKE || op == OT_OP_MAX_POOL_GRAD) {                  \
+            if (kh == 2 && kw == 2) argrow_##S(f, op, x, y, o, oh, 2, 2);                     \
+            else if (kh == 3 && kw == 3) argrow_##S(f, op, x, y, o, oh, 3, 3);                \
+            else argrow_##S(f, op, x, y, o, oh, kh, kw);                                      \
+        } else if (op == OT_OP_AVG_POOL) {                                                    \
+            for (int64_t j = j0; j < j0 + n; j++) {                                           \
+                const T *r = x + (i0 * f->xr + j * sw - f->lo[1]);                            \
+                double sum = 0;                                                               \
+                for (int64_t a = 0; a < kh; a++, r += f->xr)                                  \
+                    for (int64_t b = 0; b < kw; b++) sum += r[b];                             \
+                o[oh * f->orow + j] = (T)(sum / div);                                         \
+            }                                                                                 \
+        } else {                                                                              \
+            for (int64_t j = j0; j < j0 + n; j++) {                                           \
+                T v = (T)(y[oh * f->yr + j] / div), *d = o + (i0 * f->orow + j * sw - f->lo[1]); \
+                for (int64_t a = 0; a < kh; a++, d += f->orow)                                \
+                    for (int64_t b = 0; b < kw; b++) d[b] += v;                               \
+            }                                                                                 \
+        }                                                                                     \
+    }                                                                                         \
+    /* One plane by the fast path: per output row, the border windows left \
+     * of the interior, the interior, those right of it (the generic order). */ \
+    static void plane_fast_##S(const ot__pool_geom *g, const fast *f, const T *x, const T *y, \
+                               T *o, const strides *s)                                        \
+    {                                                                                         \
+        int64_t p[3] = {0};                                                                   \
+        for (int64_t oh = 0; oh < f->out[0]; oh++) {                                          \
+            bool in = oh >= f->beg[0] && oh < f->end[0];                                      \
+            int64_t a = in ? f->beg[1] : f->out[1], b = in ? f->end[1] : f->out[1];           \
+            p[f->rd] = oh;                                                                    \
+            if (a > 0) span_##S(g, x, y, o, s, p, f->cd, 0, a);                               \
+            if (in) row_##S(f, g->op, x, y, o, oh);                                           \
+            if (b < f->out[1]) span_##S(g, x, y, o, s, p, f->cd, b, f->out[1]);               \
         }                                                                                     \
     }
 POOL_FNS(float, f32)
@@ -160,13 +312,19 @@ void ot__run_pool(const ot_kernel *k, char *const base[2], char *dst)
     int64_t es = ot_dtype_size((ot_dtype)k->store.dtype);
     if (g->op == OT_OP_MAX_POOL_GRAD || avg_back) zero(g, dst, s.o, es);
     if (g->out[0] * g->out[1] * g->out[2] == 0) return;
+    fast f = {0};
+    bool quick = fast_of(g, &s, &f);
     for (int64_t n = 0; n < g->n; n++)
         for (int64_t c = 0; c < g->c; c++) {
             /* the plane's first elements (NULL for an operand the op lacks) */
             const char *xp = x ? x + (n * s.x[0] + c * s.x[1]) * es : NULL;
             const char *yp = y ? y + (n * s.y[0] + c * s.y[1]) * es : NULL;
             char *op = dst + (n * s.o[0] + c * s.o[1]) * es;
-            if (es == 4) plane_f32(g, (const float *)xp, (const float *)yp, (float *)op, &s);
+            if (es == 4 && quick)
+                plane_fast_f32(g, &f, (const float *)xp, (const float *)yp, (float *)op, &s);
+            else if (es == 4) plane_f32(g, (const float *)xp, (const float *)yp, (float *)op, &s);
+            else if (quick)
+                plane_fast_f64(g, &f, (const double *)xp, (const double *)yp, (double *)op, &s);
             else plane_f64(g, (const double *)xp, (const double *)yp, (double *)op, &s);
         }
 }

@@ -2954,3 +2954,20 @@ int fuzz_run(const fuzz_opts *o, fuzz_result *res)
     ot_pool_drain();
     return 0;
 }
+
+int fuzz_pp_roundtrip(ot_node *const *trees, int n, int nin, const char *const *names,
+                      ot_node *const *in)
+{
+    for (int k = 0; k < n; k++) {
+        char *text = NULL;
+        size_t len = 0;
+        FILE *m = open_memstream(&text, &len);
+        if (!m) return k;
+        ot_pp(trees[k], m);
+        fclose(m);
+        ot_node *back = ot_parse(text, nin, names, in);
+        free(text);
+        if (!back || !fuzz_same_tree(back, trees[k])) return k;
+    }
+    return -1;
+}

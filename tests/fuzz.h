@@ -40,6 +40,10 @@ typedef struct fuzz_result {
  * operands are one item. Used by the print/parse round trip here and in
  * test_parse.c. */
 bool fuzz_same_tree(ot_node *p, ot_node *q);
+/* The first of trees[0..n) whose ot_pp text does not parse back to the
+ * same tree (names[i] bound to in[i]), or -1 when all do. */
+int fuzz_pp_roundtrip(ot_node *const *trees, int n, int nin, const char *const *names,
+                      ot_node *const *in);
 
 /* Runs opts->n trees; 0, or -1 when no backend could be created. */
 int fuzz_run(const fuzz_opts *opts, fuzz_result *res);

@@ -9,7 +9,6 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "test.h"
-#include "fuzz.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -85,21 +84,6 @@ char *test__capture(int (*fn)(const ot_node *, FILE *), const ot_node *n)
     fn(n, f);
     fclose(f);
     return buf;
-}
-
-/* Each of trees[0..n) printed by ot_pp parses (names[i] bound to in[i])
- * back to the same tree. */
-void test__pp_roundtrip(ot_node *const *trees, int n, int nin, const char *const *names,
-                        ot_node *const *in, const char *file, int line)
-{
-    for (int k = 0; k < n; k++) {
-        char *text = test__capture(ot_pp, trees[k]);
-        ot_node *back = text ? ot_parse(text, nin, names, in) : NULL;
-        if (!back || !fuzz_same_tree(back, trees[k]))
-            test__fail(file, line, "ot_pp wrote '%s', parsed to %s", text ? text : "(nothing)",
-                       back ? "another tree" : ot_errmsg());
-        free(text);
-    }
 }
 
 ot_tensor *test__ints(ot_backend *be, ot_shape s, ot_dtype dt, int seed, int mod, int off,

@@ -63,8 +63,6 @@ void test__check_err(const char *file, int line, int code, const char *const sub
 
 /* Captures what fn writes to a FILE* into a malloc'd string (caller frees). */
 char *test__capture(int (*fn)(const ot_node *, FILE *), const ot_node *n);
-void test__pp_roundtrip(ot_node *const *trees, int n, int nin, const char *const *names,
-                        ot_node *const *in, const char *file, int line);
 /* ot_explain_many's text (caller frees), or NULL on an error. */
 char *test__explain_many(int n, ot_tensor *const outs[], ot_node *const trees[]);
 /* A backend by name with this fusion setting and 2 threads, the variables

@@ -79,7 +79,7 @@ OBJS  += $(KOBJS)
 LIBA  := $(BUILD)/liboptree.a
 LIBSO := $(BUILD)/liboptree.so
 
-.PHONY: all lib tests examples cli demo demo-cnn test test-arm64 check doc-check deps install clean bench bench-mlp fuzz fuzz-inputs fuzz-input-bins mpi demo-mpi ulp-exhaustive math-speed FORCE
+.PHONY: all lib tests examples cli demo demo-cnn demo-lm bench-lm test test-arm64 check doc-check deps install clean bench bench-mlp fuzz fuzz-inputs fuzz-input-bins mpi demo-mpi ulp-exhaustive math-speed FORCE
 # all first: a plain `make` builds everything.
 all: lib tests examples cli
 FORCE:
@@ -181,6 +181,24 @@ CNN_ARGS ?=
 demo-cnn: deps
 	@$(MAKE) --no-print-directory $(BUILD)/examples/cnn
 	$(RUN)/examples/cnn $(CNN_ARGS)
+
+# A character-level transformer on Debian's fortunes (examples/lm.c: 2
+# blocks of causal attention + MLP, Adam, 1 thread); a few minutes; prints
+# validation bits/char and samples text. LM_STEPS=N, LM_DIR=DIR.
+# bench-lm trains bench/lm_torch.py, the same model in PyTorch, on the same
+# batches and checks it lands within 0.05 bits/char of the example.
+# bench-lm's runs start from the same initial numbers (build/lm-init.npz).
+LM_STEPS ?= 600
+LM_DIR ?= /usr/share/games/fortunes
+demo-lm: deps
+	@$(MAKE) --no-print-directory $(BUILD)/examples/lm
+	OPENBLAS_NUM_THREADS=1 $(RUN)/examples/lm $(LM_STEPS) $(LM_DIR) $(BUILD)/lm-init.npz \
+	    | tee $(BUILD)/demo-lm.txt
+
+bench-lm: demo-lm
+	/usr/bin/python3 bench/lm_torch.py --init $(BUILD)/lm-init.npz --compare \
+	    $$(sed -n 's/^lm: validation \([0-9.]*\) bits.*/\1/p' $(BUILD)/demo-lm.txt) \
+	    $(LM_STEPS) $(LM_DIR)
 
 # Data-parallel training over MPI (src/mpi/): built only where mpicc is
 # found, into its own library, so that liboptree never depends on libmpi.

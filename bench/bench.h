@@ -202,6 +202,24 @@ int w14_collect(ot_tensor *out, ot_tensor *const in[]);
 void w14_check(const bench_data *d, float *out);
 void w14_ref(const ref_loops *L, store_mode sm, const bench_data *d, float *out);
 
+/* ---- W16: one training step of examples/lm.c's model (w_lm.c) ------------ */
+
+extern char w16_ref_label[];
+void w16_shapes(bench_data *d, bool quick);
+void w16_fill(bench_data *d, uint64_t seed);
+int w16_step(ot_tensor *out, ot_tensor *const in[]);
+int w16_collect(ot_tensor *out, ot_tensor *const in[]);
+void w16_check(const bench_data *d, float *out);
+void w16_ref(const ref_loops *L, store_mode sm, const bench_data *d, float *out);
+
+/* ---- PyTorch reference steps over a pipe (torch_pipe.c) ------------------ */
+
+typedef struct bench_torch {
+    FILE *in, *out;    /* NULL: not running */
+} bench_torch;
+int bench_torch_start(bench_torch *p, const char *row, const char *script, const char *arg);
+void bench_torch_step(bench_torch *p, const char *row);
+
 /* ---- the driver's pieces (bench.c), shared with scaling.c ----------------- */
 
 /* One optree configuration of a case: a backend and its tensors. */

@@ -16,23 +16,18 @@ mlp_torch.py (torch's linear layers run on the system OpenBLAS).
 
     /usr/bin/python3 bench/cnn_torch.py [SEED [WIDTH]]
 """
-import os
 import sys
+
+from torch_env import import_torch
 
 B, SIDE, CLASSES, HIDDEN = 64, 28, 10, 256
 
 
 def main():
-    os.environ.setdefault("OPENBLAS_CORETYPE", "SkylakeX")
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    try:
-        import torch
-        from torch import nn
-    except ImportError:
-        sys.exit(3)
+    torch = import_torch()
+    nn = torch.nn
     seed = int(sys.argv[1]) if len(sys.argv) > 1 else 0
     width = int(sys.argv[2]) if len(sys.argv) > 2 else 32
-    torch.set_num_threads(1)
     torch.manual_seed(seed % (1 << 63))
     net = nn.Sequential(
         nn.Conv2d(1, width, 3, padding=1), nn.BatchNorm2d(width), nn.ReLU(), nn.MaxPool2d(2),

@@ -8,21 +8,17 @@
  * made from the same seeds at its first call and freed by collect.
  *
  * The reference is the same step in PyTorch (bench/cnn_torch.py, one
- * thread), timed in this process run: the script serves steps over a pipe,
- * one per line, so that its steps interleave with optree's as a reference
- * loop's do (the pipe's round trip, tens of microseconds, is counted on
- * PyTorch's side). Without torch the reference times nothing and the
- * label says so. The step's numbers are checked in tests/test_model_cnn.c
+ * thread), timed in this process run over a pipe (torch_pipe.c). Without
+ * torch the reference times nothing and the label says so. The step's
+ * numbers are checked in tests/test_model_cnn.c
  * and by the demo's accuracy; here only that the loss is finite (collect
  * writes 0 then, 1 otherwise).
  */
-#define _POSIX_C_SOURCE 200809L   /* fdopen */
 #include "bench.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 enum { W14_B = 64, W14_PIX = 28 * 28, W14_C = 10, W14_MODELS = 4 };
 enum { IN_X, IN_Y, IN_COUNT };
@@ -37,8 +33,8 @@ static struct {
     double loss;
 } models[W14_MODELS];
 
-/* The PyTorch server's pipes (NULL: not running). */
-static FILE *torch_in, *torch_out;
+/* The PyTorch server (bench/cnn_torch.py). */
+static bench_torch torch;
 
 void w14_shapes(bench_data *d, bool quick)
 {
@@ -49,47 +45,19 @@ void w14_shapes(bench_data *d, bool quick)
     d->out_shape = OT_SHAPE(1);
 }
 
-/* Starts bench/cnn_torch.py in its serving mode and waits for "ready". */
-static void start_torch(uint64_t seed)
-{
-    int to[2], from[2];
-    if (pipe(to) != 0 || pipe(from) != 0) bench_die("W14: pipe failed");
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0) bench_die("W14: fork failed");
-    if (pid == 0) {
-        char s[32];
-        snprintf(s, sizeof s, "%llu", (unsigned long long)seed);
-        dup2(to[0], 0);
-        dup2(from[1], 1);
-        close(to[1]);
-        close(from[0]);
-        execl("/usr/bin/python3", "python3", "bench/cnn_torch.py", s, (char *)NULL);
-        _exit(3);
-    }
-    close(to[0]);
-    close(from[1]);
-    torch_in = fdopen(to[1], "w");
-    torch_out = fdopen(from[0], "r");
-    char line[64];
-    if (torch_in && torch_out && fgets(line, sizeof line, torch_out) &&
-        strncmp(line, "ready", 5) == 0)
-        return;
-    if (torch_in) fclose(torch_in);
-    if (torch_out) fclose(torch_out);
-    torch_in = torch_out = NULL;
-    snprintf(w14_ref_label, sizeof w14_ref_label, W14_REF ": torch not importable, not measured");
-    fprintf(stderr, "bench: W14: note: PyTorch not importable (or bench/cnn_torch.py not "
-                    "found): no reference\n");
-}
-
 /* Pixels uniform in [0, 1), labels uniform over the classes, one-hot. */
 void w14_fill(bench_data *d, uint64_t seed)
 {
     bench_fill_uniform(d->in[IN_X], (size_t)W14_B * W14_PIX, 0, 1, &seed);
     memset(d->in[IN_Y], 0, sizeof(float) * W14_B * W14_C);
     for (int r = 0; r < W14_B; r++) d->in[IN_Y][r * W14_C + (int)(bench_rand(&seed) % W14_C)] = 1;
-    if (!torch_in) start_torch(seed);
+    if (!torch.in) {
+        char arg[32];
+        snprintf(arg, sizeof arg, "%llu", (unsigned long long)seed);
+        if (bench_torch_start(&torch, "W14", "bench/cnn_torch.py", arg) != 0)
+            snprintf(w14_ref_label, sizeof w14_ref_label,
+                     W14_REF ": torch not importable, not measured");
+    }
 }
 
 /* examples/cnn.c's network and optimizer. */
@@ -156,13 +124,10 @@ void w14_check(const bench_data *d, float *out)
     out[0] = 0;
 }
 
-/* One PyTorch step: a line to the server, its loss back. */
+/* One PyTorch step. */
 void w14_ref(const ref_loops *L, store_mode sm, const bench_data *d, float *out)
 {
     (void)L, (void)sm, (void)d;
-    char line[64];
     out[0] = 0;
-    if (!torch_in) return;
-    if (fputs("s\n", torch_in) < 0 || fflush(torch_in) != 0 || !fgets(line, sizeof line, torch_out))
-        bench_die("W14: the PyTorch server stopped");
+    bench_torch_step(&torch, "W14");
 }

@@ -19,8 +19,8 @@ set -u
 # test runs for a fixed budget. pmccabe counts the branches of every
 # function for tools/layers.py (make test: none over 30).
 # dataset-fashion-mnist (30 MB) is the data of `make demo-cnn` and of
-# `make bench-mlp`.
-PKGS="libopenblas-dev libsleef-dev libzip-dev python3-numpy valgrind libc6-dev gnuplot-nox libopenmpi-dev openmpi-bin clang libclang-rt-dev pmccabe dataset-fashion-mnist"
+# `make bench-mlp`; fortunes (2.6 MB of English text) that of `make demo-lm`.
+PKGS="libopenblas-dev libsleef-dev libzip-dev python3-numpy valgrind libc6-dev gnuplot-nox libopenmpi-dev openmpi-bin clang libclang-rt-dev pmccabe dataset-fashion-mnist fortunes"
 
 if ! command -v dpkg-query >/dev/null 2>&1; then
     echo "deps: no dpkg here (not Debian?); install OpenBLAS, SLEEF, libzip, NumPy, valgrind, Open MPI and clang yourself: $PKGS"

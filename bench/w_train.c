@@ -198,8 +198,9 @@ static void explain_with(const ot_sgd *o, FILE *f, ot_tensor *const in[])
             trees[n++] = ot_sub(w, ot_mul(o->lr, g));
             continue;
         }
-        ot_node *d = ot_add(g, ot_mul(w, o->weight_decay));
-        ot_node *vn = ot_sub(ot_mul(v, o->momentum), ot_mul(d, o->lr));
+        /* ot_sgd_step's form: m*(v - (lr/m) g) - lr*wd*w */
+        ot_node *p = ot_add(v, ot_mul(g, -o->lr / o->momentum));
+        ot_node *vn = ot_sub(ot_mul(p, o->momentum), ot_mul(w, o->lr * o->weight_decay));
         outs[n] = w;
         trees[n++] = ot_add(w, vn);
         outs[n] = v;

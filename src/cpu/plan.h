@@ -77,6 +77,13 @@ typedef struct storage {
     int64_t offset;            /* elements from the base (views of slices) */
 } storage;
 
+/* Output i is dot * alpha + out * beta, computed by one BLAS call writing
+ * the output (neon's compound_dot); beta NONE for a plain dot. */
+typedef struct gemm_root {
+    int dot;                   /* the dot's entry, or -1 */
+    ot_scale alpha, beta;
+} gemm_root;
+
 typedef struct cinfo {
     int canon;                 /* the entry this one merged into */
     int uses;                  /* readers among canonical entries and roots */
@@ -85,6 +92,10 @@ typedef struct cinfo {
     bool in_parent;            /* a concat stored in its one reader's storage
                                   (a concat), which so copies nothing */
     storage st;
+    gemm_root over_out;        /* dot > 0: an add stored in an output by one
+                                  BLAS call (ot__fuse_mark_direct_roots);
+                                  0 is none, as no dot is entry 0 (its
+                                  operands come first) */
 } cinfo;
 
 typedef struct compiler {
@@ -99,15 +110,9 @@ typedef struct compiler {
     int kcap, tcap;
     bool fused;
     bool oom;
-    struct gemm_root *groot;   /* per output: written by one BLAS call? */
+    gemm_root *groot;          /* per output: written by one BLAS call? */
 } compiler;
 
-/* Output i is dot * alpha + out * beta, computed by one BLAS call writing
- * the output (neon's compound_dot); beta NONE for a plain dot. */
-typedef struct gemm_root {
-    int dot;                   /* the dot's entry, or -1 */
-    ot_scale alpha, beta;
-} gemm_root;
 
 static inline const ot_node *node_of(const compiler *c, int e) { return c->w->e[e].node; }
 static inline int kind_of(const compiler *c, int e) { return ot_op_kind((ot_op)c->w->e[e].op); }

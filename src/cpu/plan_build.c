@@ -750,8 +750,11 @@ static bool entry_kernels(compiler *c, prog *g)
             continue;
         if (kind_of(c, i) == OT_KIND_SHAPE) ok = reshape_copy(c, g, i);   /* the only stored view */
         else if (c->w->e[i].op == OT_OP_CONCAT) ok = concat_kernels(c, g, i);
-        else ok = accumulates(c, i, &s) ? dot_kernel(c, s.dot, &c->ci[i].st, s.alpha, s.beta)
-                                        : entry_kernel(c, g, i, &c->ci[i].st);
+        else if (c->ci[i].over_out.dot > 0) {
+            const gemm_root *o = &c->ci[i].over_out;
+            ok = dot_kernel(c, o->dot, &c->ci[i].st, o->alpha, o->beta);
+        } else ok = accumulates(c, i, &s) ? dot_kernel(c, s.dot, &c->ci[i].st, s.alpha, s.beta)
+                                          : entry_kernel(c, g, i, &c->ci[i].st);
     }
     return ok;
 }

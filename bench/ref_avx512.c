@@ -370,26 +370,9 @@ ALWAYS_INLINE __m512 rms_vec(__m512 a, __m512 b, __m512 c, __m512 k)
     return _mm512_mul_ps(_mm512_mul_ps(a, k), b);
 }
 
-/* Per row, while it is in L1: the mean, the centred variance (a second
- * read from L1, no cancellation), then the normalise-scale-shift pass; x
- * read from memory once. rms: the mean square and x * rsqrt(ms + eps) * w. */
-ALWAYS_INLINE void ln_rows(float *o, const float *x, const float *w, const float *b, size_t rows,
-                           size_t cols, float eps, bool rms, store_mode sm)
-{
-    for (size_t r = 0; r < rows; r++) {
-        const float *xr = x + r * cols;
-        float m = rms ? 0.0f : row_moment(xr, cols, 0.0f, false) / (float)cols;
-        float is = 1.0f / sqrtf(row_moment(xr, cols, m, true) / (float)cols + eps);
-        if (rms) map3(o + r * cols, xr, w, w, _mm512_set1_ps(is), cols, rms_vec, sm);
-        else map3(o + r * cols, xr, w, b, _mm512_setr4_ps(m, is, 0, 0), cols, ln_vec, sm);
-    }
-}
-
-static void ln(float *o, const float *x, const float *w, const float *b, size_t rows, size_t cols,
-               float eps, bool rms, store_mode sm)
-{
-    WITH_STORES(sm, ln_rows(o, x, w, b, rows, cols, eps, rms, SM));
-}
+#define LN_SET1(v) _mm512_set1_ps(v)
+#define LN_PAIR(m, is) _mm512_setr4_ps(m, is, 0, 0)
+#include "ref_ln.inc"
 
 /* ---- W6: the epilogue after sgemm ---------------------------------------- */
 

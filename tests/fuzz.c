@@ -928,6 +928,22 @@ static int norm_draw(fz_ir *ir, rng *r, fz_inst *in, int a, int smooth)
     return k;
 }
 
+/* norm_draw over node a where it is a float node of rank >= 1; on failure
+ * ir is as it was. */
+static int norm_try(fz_ir *ir, rng *r, fz_inst *in, int a, int smooth)
+{
+    int save_nl = ir->nl, save_nn = ir->nn;
+    ot_node *x = in->node[a];
+    int k = x && ot_node_shape(x).ndim && is_float(ot_node_dtype(x)) ? norm_draw(ir, r, in, a, smooth)
+                                                                     : -1;
+    if (k < 0) {
+        ot_clear_error();
+        drop_leaves(in, ir, save_nl);
+        ir->nn = save_nn;
+    }
+    return k;
+}
+
 /* Draws a tree into ir (empty), checking each node with the builder on ref. */
 static void generate(fz_ir *ir, rng *r, int mode)
 {
@@ -952,18 +968,8 @@ static void generate(fz_ir *ir, rng *r, int mode)
     for (int tries = 0, ops = 0; ops < target && tries < 300 && ir->nn < FZ_MAXN - 4; tries++) {
         int op = rnd(r, OT_OP_COUNT);
         if (chance(r, 4)) {   /* layer or RMS norm: composites, the builder's own trees */
-            int a = avail[chance(r, 60) ? navail - 1 : rnd(r, navail)], save_nl = ir->nl;
-            int save_nn = ir->nn;
-            int k = in.node[a] && ot_node_shape(in.node[a]).ndim && is_float(ot_node_dtype(in.node[a]))
-                  ? norm_draw(ir, r, &in, a, smooth) : -1;
-            if (k >= 0) {
-                avail[navail++] = k;
-                ops++;
-            } else {
-                ot_clear_error();
-                drop_leaves(&in, ir, save_nl);
-                ir->nn = save_nn;
-            }
+            int k = norm_try(ir, r, &in, avail[chance(r, 60) ? navail - 1 : rnd(r, navail)], smooth);
+            if (k >= 0) avail[navail++] = k, ops++;
             continue;
         }
         if ((ot_op_flags((ot_op)op) & OT_FLAG_CUSTOM) && (op = user_op(r, op)) < 0) continue;

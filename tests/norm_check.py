@@ -4,7 +4,8 @@
     /usr/bin/python3 tests/norm_check.py build/liboptree.so [--seed N] [-v]
 
 Run by make test's and make check's numpy phase. Each case builds a tree
-with ot_batch_norm_at, ot_layer_norm_at or ot_global_avg_pool_at through
+with ot_batch_norm_at, ot_layer_norm_at, ot_rms_norm_at or
+ot_global_avg_pool_at through
 ctypes (option structs passed by value with spec_ NULL: every member as
 given), assigns it on the ref backend and on the cpu backend (1 thread, the
 default ISA), and compares with the float64 NumPy formulas PyTorch
@@ -15,6 +16,8 @@ documents:
       unbiased (n / (n - 1)); assigned in one ot_assign_many with the output.
   batch norm, inference: the running values in place of mean and var.
   layer norm: the same over the last `dims` axes, no running values.
+  RMS norm: x / sqrt((x * x).mean(last dims axes) + eps) * w, eps given or
+      the dtype's machine epsilon (PyTorch's default).
   global average pooling: x.mean(axis=(2, ...), keepdims).
 Shapes are random (1-3 spatial dims, sizes 1-5, channel axis 1 or last),
 inputs contiguous, transposed or strided views, with and without weight and
@@ -22,7 +25,10 @@ bias. Edges: one value per channel in training must fail naming it; a
 size-0 batch gives an empty output and leaves the running values alone;
 special values (NaN, +-inf, +-0, subnormals) must give NaN and inf where
 NumPy does. The training gradients (d/dx, d/dweight, d/dbias) are checked
-against PyTorch's closed form of batch norm's backward.
+against PyTorch's closed form of batch norm's backward, and layer norm's
+and RMS norm's against theirs (random shapes with size-0 and size-1 dims,
+views, dims 1 to ndim). Layer norm of f32 rows of 1e4 + noise must stay
+within 1e-2 of the float64 result (the centred variance).
 
 Tolerance: f64 within 1e-10 * max(1, |ref|), f32 within 5e-5 * max(1, |ref|)
 (the f32 tree rounds each op; the normalisation scales errors by 1/std);
@@ -282,13 +288,14 @@ def trial_ln(lib, case, rng, dt, special):
     w = opt(rng, draw_values(rng, shape[len(shape) - dims:], dt, False))
     b = opt(rng, draw_values(rng, shape[len(shape) - dims:], dt, False))
     kind = ['contig', 'T', 'step'][int(rng.integers(3))]
-    o = LnOpts(None, dims, case.tensor(w, dt), case.tensor(b, dt), 1e-5)
+    eps = float(rng.choice([1e-5, 1e-3, 0.0]))
+    o = LnOpts(None, dims, case.tensor(w, dt), case.tensor(b, dt), eps)
     node = lib.c.ot_layer_norm_at(lib.c.ot_tensor_node(case.tensor(x, dt, kind)), o, None, 0)
     if not node:
         raise TrialError('build: %s' % lib.errmsg())
     got = case.assign([node])
-    return ('x%s %s dims %d' % (tuple(shape), kind, dims),
-            close(got[0], ref_ln(x, dims, w, b, 1e-5), dt))
+    return ('x%s %s dims %d eps %g' % (tuple(shape), kind, dims, eps),
+            close(got[0], ref_ln(x, dims, w, b, eps), dt))
 
 
 def draw_trailing(rng):

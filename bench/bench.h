@@ -64,6 +64,11 @@ typedef struct ref_loops {
     /* o (rows x cols) = max(o + bias[None, :], 0) in place: the epilogue
      * pass after an sgemm. */
     void (*bias_relu)(float *o, const float *bias, size_t rows, size_t cols);
+    /* Layer norm over each row of x (rows x cols): o = (x - mean) *
+     * rsqrt(var + eps) * w + b, the variance centred; rms: o = x *
+     * rsqrt(mean(x^2) + eps) * w (b unused). */
+    void (*ln)(float *o, const float *x, const float *w, const float *b, size_t rows, size_t cols,
+               float eps, bool rms, store_mode sm);
 } ref_loops;
 
 extern const ref_loops ref_loops_avx512, ref_loops_avx2;

@@ -363,6 +363,46 @@ static void w9(float *o, const float *x, const float *col, const float *row, siz
     WITH_STORES(sm, w9_loop(o, x, col, row, n, SM));
 }
 
+/* ---- LN, RMS: layer norm and RMS norm over rows ------------------------- */
+
+/* As ref_avx512.c's: sum((x - m)^2) or sum(x - m) over a row. */
+ALWAYS_INLINE float row_moment(const float *x, size_t n, float m, bool sq)
+{
+    const __m256 vm = _mm256_set1_ps(m);
+    __m256 s[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                   _mm256_setzero_ps()};
+    size_t j = 0;
+    for (; j + 32 <= n; j += 32)
+        for (int u = 0; u < 4; u++) {
+            __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + j + 8 * u), vm);
+            s[u] = sq ? _mm256_fmadd_ps(d, d, s[u]) : _mm256_add_ps(s[u], d);
+        }
+    for (; j < n; j += 8) {
+        __m256i k = n - j >= 8 ? _mm256_set1_epi32(-1) : tail_mask(n - j);
+        __m256 d = _mm256_and_ps(_mm256_sub_ps(_mm256_maskload_ps(x + j, k), vm),
+                                 _mm256_castsi256_ps(k));
+        s[0] = sq ? _mm256_fmadd_ps(d, d, s[0]) : _mm256_add_ps(s[0], d);
+    }
+    return hsum8(_mm256_add_ps(_mm256_add_ps(s[0], s[1]), _mm256_add_ps(s[2], s[3])));
+}
+
+ALWAYS_INLINE __m256 ln_vec(__m256 a, __m256 b, __m256 c, __m256 k)
+{
+    __m256 m = _mm256_broadcastss_ps(_mm256_castps256_ps128(k));
+    __m256 is = _mm256_permutevar8x32_ps(k, _mm256_set1_epi32(1));
+    return _mm256_fmadd_ps(_mm256_mul_ps(_mm256_sub_ps(a, m), is), b, c);
+}
+
+ALWAYS_INLINE __m256 rms_vec(__m256 a, __m256 b, __m256 c, __m256 k)
+{
+    (void)c;
+    return _mm256_mul_ps(_mm256_mul_ps(a, k), b);
+}
+
+#define LN_SET1(v) _mm256_set1_ps(v)
+#define LN_PAIR(m, is) _mm256_setr_ps(m, is, 0, 0, 0, 0, 0, 0)
+#include "ref_ln.inc"
+
 /* ---- W6: the epilogue after sgemm ---------------------------------------- */
 
 ALWAYS_INLINE __m256 relu_vec(__m256 a, __m256 b, __m256 c, __m256 k)
@@ -383,5 +423,5 @@ static void bias_relu(float *o, const float *bias, size_t rows, size_t cols)
 const ref_loops ref_loops_avx2 = {
     .isa = "AVX2 + FMA, SLEEF 8-lane u10",
     .w1 = w1, .w2 = w2, .w3 = w3, .w4 = w4, .w5 = w5, .w7 = w7, .w8 = w8, .w9 = w9,
-    .bias_relu = bias_relu,
+    .bias_relu = bias_relu, .ln = ln,
 };

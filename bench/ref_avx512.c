@@ -332,6 +332,48 @@ static void w9(float *o, const float *x, const float *col, const float *row, siz
     WITH_STORES(sm, w9_loop(o, x, col, row, n, SM));
 }
 
+/* ---- LN, RMS: layer norm and RMS norm over rows ------------------------- */
+
+/* sum((x - m)^2) over a row, four accumulators (m = 0: the sum of squares;
+ * sq false: the plain sum). */
+ALWAYS_INLINE float row_moment(const float *x, size_t n, float m, bool sq)
+{
+    const __m512 vm = _mm512_set1_ps(m);
+    __m512 s[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                   _mm512_setzero_ps()};
+    size_t j = 0;
+    for (; j + 64 <= n; j += 64)
+        for (int u = 0; u < 4; u++) {
+            __m512 d = _mm512_sub_ps(_mm512_loadu_ps(x + j + 16 * u), vm);
+            s[u] = sq ? _mm512_fmadd_ps(d, d, s[u]) : _mm512_add_ps(s[u], d);
+        }
+    for (; j < n; j += 16) {
+        __mmask16 k = n - j >= 16 ? (__mmask16)0xffff : lanes(n - j);
+        __m512 d = _mm512_maskz_sub_ps(k, _mm512_maskz_loadu_ps(k, x + j), vm);
+        s[0] = sq ? _mm512_fmadd_ps(d, d, s[0]) : _mm512_add_ps(s[0], d);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s[0], s[1]), _mm512_add_ps(s[2], s[3])));
+}
+
+/* (x - mean) * invstd * w + b, k holding mean in lane 0 and invstd in lane 1
+ * (the broadcasts are loop-invariant: hoisted). */
+ALWAYS_INLINE __m512 ln_vec(__m512 a, __m512 b, __m512 c, __m512 k)
+{
+    __m512 m = _mm512_broadcastss_ps(_mm512_castps512_ps128(k));
+    __m512 is = _mm512_permutexvar_ps(_mm512_set1_epi32(1), k);
+    return _mm512_fmadd_ps(_mm512_mul_ps(_mm512_sub_ps(a, m), is), b, c);
+}
+
+ALWAYS_INLINE __m512 rms_vec(__m512 a, __m512 b, __m512 c, __m512 k)
+{
+    (void)c;
+    return _mm512_mul_ps(_mm512_mul_ps(a, k), b);
+}
+
+#define LN_SET1(v) _mm512_set1_ps(v)
+#define LN_PAIR(m, is) _mm512_setr4_ps(m, is, 0, 0)
+#include "ref_ln.inc"
+
 /* ---- W6: the epilogue after sgemm ---------------------------------------- */
 
 ALWAYS_INLINE __m512 relu_vec(__m512 a, __m512 b, __m512 c, __m512 k)
@@ -352,5 +394,5 @@ static void bias_relu(float *o, const float *bias, size_t rows, size_t cols)
 const ref_loops ref_loops_avx512 = {
     .isa = "AVX-512 (F, DQ, VL) + FMA, SLEEF 16-lane u10",
     .w1 = w1, .w2 = w2, .w3 = w3, .w4 = w4, .w5 = w5, .w7 = w7, .w8 = w8, .w9 = w9,
-    .bias_relu = bias_relu,
+    .bias_relu = bias_relu, .ln = ln,
 };

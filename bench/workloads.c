@@ -56,6 +56,15 @@ static void shapes_w3p(bench_data *d, bool quick)
 
 static int64_t square_side(bool quick) { return quick ? 128 : 4096; }
 
+/* LN and RMS: x (n, n), weight and bias (n,). */
+static void shapes_ln(bench_data *d, bool quick)
+{
+    int64_t n = square_side(quick);
+    d->n_in = 3;
+    d->in_shape[0] = d->out_shape = OT_SHAPE(n, n);
+    d->in_shape[1] = d->in_shape[2] = OT_SHAPE(n);
+}
+
 static void shapes_w5(bench_data *d, bool quick)
 {
     int64_t n = square_side(quick);
@@ -181,6 +190,16 @@ static ot_node *w5_tree(ot_tensor *const in[])
 
 static ot_node *w5_softmax_tree(ot_tensor *const in[]) { return ot_softmax(in[0], .axis = 1); }
 
+static ot_node *ln_tree(ot_tensor *const in[])
+{
+    return ot_layer_norm(in[0], .weight = in[1], .bias = in[2], .eps = 1e-5);
+}
+
+static ot_node *rms_tree(ot_tensor *const in[])
+{
+    return ot_rms_norm(in[0], .weight = in[1], .eps = 1e-5);
+}
+
 /* in[0] is already the transposed view of X. */
 static ot_node *w9_tree(ot_tensor *const in[]) { return ot_add(ot_mul(in[0], in[1]), in[2]); }
 
@@ -228,6 +247,22 @@ static void w5_ref(const ref_loops *L, store_mode sm, const bench_data *d, float
     L->w5(o, d->in[0], (size_t)d->in_shape[0].dims[0], (size_t)d->in_shape[0].dims[1], sm);
 }
 
+static void ln_ref_at(const ref_loops *L, store_mode sm, const bench_data *d, float *o, bool rms)
+{
+    size_t n = (size_t)d->in_shape[1].dims[0];
+    L->ln(o, d->in[0], d->in[1], d->in[2], (size_t)d->in_shape[0].dims[0], n, 1e-5f, rms, sm);
+}
+
+static void ln_ref(const ref_loops *L, store_mode sm, const bench_data *d, float *o)
+{
+    ln_ref_at(L, sm, d, o, false);
+}
+
+static void rms_ref(const ref_loops *L, store_mode sm, const bench_data *d, float *o)
+{
+    ln_ref_at(L, sm, d, o, true);
+}
+
 static void w9_ref(const ref_loops *L, store_mode sm, const bench_data *d, float *o)
 {
     L->w9(o, d->in[0], d->in[1], d->in[2], (size_t)d->out_shape.dims[0], sm);
@@ -273,6 +308,8 @@ static void w11_ref(const ref_loops *L, store_mode sm, const bench_data *d, floa
  * mode that won is appended to these labels in the reports. */
 #define ELEMWISE "one pass, FMA, SLEEF u10"
 #define SOFTMAX_REF "per row: max (4 accumulators), exp+sum, divide while the row is in L1"
+#define LN_REF "per row: mean, centred variance, then scale+shift while the row is in L1"
+#define RMS_REF "per row: mean square, then scale while the row is in L1"
 #define GEMM_FLOOR "GEMM floor: the step's 5 cblas_sgemm calls alone (1 thread)"
 
 const bench_case bench_cases[] = {
@@ -294,6 +331,15 @@ const bench_case bench_cases[] = {
     {.id = "W5", .label = "row softmax: ot_softmax(x, axis=1)", .ref_label = SOFTMAX_REF,
      .target = 1.05, .shapes = shapes_w5, .tree = w5_softmax_tree, .ref = w5_ref,
      .both_stores = true},
+    /* Issue 35's row: layer norm at <= 1.05x a one-pass hand loop. The
+     * shift makes outputs of order 1 cross zero, where only absolute
+     * rounding is left: the f32 mean's (~1e-7 of x, summed in another
+     * order per variant) times invstd * w, ~1e-6. */
+    {.id = "LN", .label = "ot_layer_norm(x, weight, bias) over rows", .ref_label = LN_REF,
+     .target = 1.05, .shapes = shapes_ln, .tree = ln_tree, .ref = ln_ref, .both_stores = true,
+     .err_floor = 0.1},
+    {.id = "RMS", .label = "ot_rms_norm(x, weight) over rows", .ref_label = RMS_REF,
+     .target = 1.05, .shapes = shapes_ln, .tree = rms_tree, .ref = rms_ref, .both_stores = true},
     {.id = "W6", .label = "relu(dot(A, W) + bias)",
      .ref_label = "OpenBLAS cblas_sgemm (1 thread) + one bias+relu pass", .target = 1.05,
      .shapes = shapes_w6, .fill = fill_w6, .tree = w6_tree, .ref = w6_ref, .err_floor = 0.1},

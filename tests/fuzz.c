@@ -863,6 +863,87 @@ static int user_op(rng *r, int op)
     return fz_nuser[k] ? (int)fz_user[k][rnd(r, fz_nuser[k])] : -1;
 }
 
+/* Frees the leaves from nl on (their tensors and data), dropping them. */
+static void drop_leaves(fz_inst *in, fz_ir *ir, int nl)
+{
+    for (int li = nl; li < ir->nl; li++) {
+        if (in->view[li] != in->base[li]) ot_tensor_free(in->view[li]);
+        ot_tensor_free(in->base[li]);
+        in->view[li] = in->base[li] = NULL;
+        free(ir->l[li].data);
+    }
+    ir->nl = nl;
+}
+
+/* ir's node whose built node (in->node) is n, or -1. */
+static int ir_node_of(const fz_ir *ir, const fz_inst *in, const ot_node *n)
+{
+    for (int j = 0; j < ir->nn; j++)
+        if (in->node[j] == n) return j;
+    return -1;
+}
+
+/* Layer norm or RMS norm (optree/norm.h) of node a over its last `dims`
+ * axes, weight and bias new leaves or absent: the builder's own tree on
+ * ref, added to ir op by op (its eps a new constant). The node, or -1
+ * (the caller drops the nodes and leaves added). eps >= 1e-5
+ * (no 0 * inf rows), and well away from 0 in gradient trees, where a
+ * near-constant row's 1/std would leave finite differences nothing. */
+static int norm_draw(fz_ir *ir, rng *r, fz_inst *in, int a, int smooth)
+{
+    ot_shape sa = ot_node_shape(in->node[a]), ws = {.ndim = 1 + rnd(r, sa.ndim)};
+    ot_dtype dt = ot_node_dtype(in->node[a]);
+    for (int d = 0; d < ws.ndim; d++) ws.dims[d] = sa.dims[sa.ndim - ws.ndim + d];
+    int rms = chance(r, 50), lw[2] = {-1, -1};
+    for (int i = 0; i < 2 - rms; i++) {
+        if (chance(r, 30)) continue;
+        int k = add_leaf_node(ir, r, ws, dt, smooth, 0);
+        if (k < 0 || leaf_inst(ref_be, &ir->l[ir->n[k].leaf], NULL, in, ir->n[k].leaf)) return -1;
+        in->node[k] = node_build(ir, in, k);
+        lw[i] = ir->n[k].leaf;
+    }
+    double eps = smooth ? 0.5 : (double[]){1e-5, 1e-3, 0.5}[rnd(r, 3)];
+    ot_tensor *w = lw[0] >= 0 ? in->view[lw[0]] : NULL, *b = lw[1] >= 0 ? in->view[lw[1]] : NULL;
+    ot_node *y = rms ? ot_rms_norm(in->node[a], ws.ndim, w, eps)
+                     : ot_layer_norm(in->node[a], ws.ndim, w, b, eps);
+    ot_stack *st = y ? ot_stack_new(y) : NULL;
+    int len = st ? ot_stack_len(st) : 0, *map = calloc((size_t)(len ? len : 1), sizeof *map);
+    int k = -1;
+    for (int i = 0; i < len && map; i++) {
+        const ot_stack_item *it = ot_stack_at(st, i);
+        map[i] = k = ir_node_of(ir, in, it->node);
+        if (k >= 0) continue;
+        if (it->kind == OT_NODE_CONST) {
+            if ((k = map[i] = add_node(ir, FZ_CONST, -1, -1, NULL)) >= 0) ir->n[k].cval = it->value;
+        } else if (it->kind == OT_NODE_OP) {
+            ot_args args = ot_node_args(it->node);
+            k = map[i] = add_node(ir, it->op, it->a >= 0 ? map[it->a] : -1,
+                                  it->b >= 0 ? map[it->b] : -1, &args);
+        }
+        if (k < 0 || !(in->node[k] = node_build(ir, in, k))) break;
+    }
+    if (k < 0 || !in->node[k]) k = -1;   /* the caller drops what was added */
+    free(map);
+    ot_stack_free(st);
+    return k;
+}
+
+/* norm_draw over node a where it is a float node of rank >= 1; on failure
+ * ir is as it was. */
+static int norm_try(fz_ir *ir, rng *r, fz_inst *in, int a, int smooth)
+{
+    int save_nl = ir->nl, save_nn = ir->nn;
+    ot_node *x = in->node[a];
+    int k = x && ot_node_shape(x).ndim && is_float(ot_node_dtype(x)) ? norm_draw(ir, r, in, a, smooth)
+                                                                     : -1;
+    if (k < 0) {
+        ot_clear_error();
+        drop_leaves(in, ir, save_nl);
+        ir->nn = save_nn;
+    }
+    return k;
+}
+
 /* Draws a tree into ir (empty), checking each node with the builder on ref. */
 static void generate(fz_ir *ir, rng *r, int mode)
 {
@@ -886,6 +967,11 @@ static void generate(fz_ir *ir, rng *r, int mode)
     int target = 1 + rnd(r, 12);
     for (int tries = 0, ops = 0; ops < target && tries < 300 && ir->nn < FZ_MAXN - 4; tries++) {
         int op = rnd(r, OT_OP_COUNT);
+        if (chance(r, 4)) {   /* layer or RMS norm: composites, the builder's own trees */
+            int k = norm_try(ir, r, &in, avail[chance(r, 60) ? navail - 1 : rnd(r, navail)], smooth);
+            if (k >= 0) avail[navail++] = k, ops++;
+            continue;
+        }
         if ((ot_op_flags((ot_op)op) & OT_FLAG_CUSTOM) && (op = user_op(r, op)) < 0) continue;
         int arity = ot_op_arity((ot_op)op), kind = ot_op_kind((ot_op)op);
         if (smooth && (ot_op_flags((ot_op)op) & OT_FLAG_NODIFF) && chance(r, 70)) continue;
@@ -1000,14 +1086,8 @@ static void generate(fz_ir *ir, rng *r, int mode)
         /* a tree whose ref evaluation fails at run time is kept for the error check */
         if (!ok) {
             ot_clear_error();
-            for (int li = save_nl; li < ir->nl; li++) {
-                if (in.view[li] != in.base[li]) ot_tensor_free(in.view[li]);
-                ot_tensor_free(in.base[li]);
-                in.view[li] = in.base[li] = NULL;
-                free(ir->l[li].data);
-            }
+            drop_leaves(&in, ir, save_nl);
             ir->nn = save_nn;
-            ir->nl = save_nl;
             continue;
         }
         if (smooth && !is_float(ot_node_dtype(in.node[k]))) {

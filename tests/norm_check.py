@@ -4,7 +4,8 @@
     /usr/bin/python3 tests/norm_check.py build/liboptree.so [--seed N] [-v]
 
 Run by make test's and make check's numpy phase. Each case builds a tree
-with ot_batch_norm_at, ot_layer_norm_at or ot_global_avg_pool_at through
+with ot_batch_norm_at, ot_layer_norm_at, ot_rms_norm_at or
+ot_global_avg_pool_at through
 ctypes (option structs passed by value with spec_ NULL: every member as
 given), assigns it on the ref backend and on the cpu backend (1 thread, the
 default ISA), and compares with the float64 NumPy formulas PyTorch
@@ -15,6 +16,8 @@ documents:
       unbiased (n / (n - 1)); assigned in one ot_assign_many with the output.
   batch norm, inference: the running values in place of mean and var.
   layer norm: the same over the last `dims` axes, no running values.
+  RMS norm: x / sqrt((x * x).mean(last dims axes) + eps) * w, eps given or
+      the dtype's machine epsilon (PyTorch's default).
   global average pooling: x.mean(axis=(2, ...), keepdims).
 Shapes are random (1-3 spatial dims, sizes 1-5, channel axis 1 or last),
 inputs contiguous, transposed or strided views, with and without weight and
@@ -22,7 +25,10 @@ bias. Edges: one value per channel in training must fail naming it; a
 size-0 batch gives an empty output and leaves the running values alone;
 special values (NaN, +-inf, +-0, subnormals) must give NaN and inf where
 NumPy does. The training gradients (d/dx, d/dweight, d/dbias) are checked
-against PyTorch's closed form of batch norm's backward.
+against PyTorch's closed form of batch norm's backward, and layer norm's
+and RMS norm's against theirs (random shapes with size-0 and size-1 dims,
+views, dims 1 to ndim). Layer norm of f32 rows of 1e4 + noise must stay
+within 1e-2 of the float64 result (the centred variance).
 
 Tolerance: f64 within 1e-10 * max(1, |ref|), f32 within 5e-5 * max(1, |ref|)
 (the f32 tree rounds each op; the normalisation scales errors by 1/std);
@@ -56,6 +62,10 @@ class LnOpts(C.Structure):
                 ('eps', C.c_double)]
 
 
+class RmsOpts(C.Structure):
+    _fields_ = [('spec_', C.c_char_p), ('dims', C.c_int), ('weight', P), ('eps', C.c_double)]
+
+
 class GapOpts(C.Structure):
     _fields_ = [('spec_', C.c_char_p), ('keepdims', C.c_bool)]
 
@@ -66,7 +76,7 @@ TOL = {F32: 5e-5, F64: 1e-10}
 def bind(lib):
     c = lib.c
     for name, opts in (('ot_batch_norm_at', BnOpts), ('ot_layer_norm_at', LnOpts),
-                       ('ot_global_avg_pool_at', GapOpts)):
+                       ('ot_rms_norm_at', RmsOpts), ('ot_global_avg_pool_at', GapOpts)):
         fn = getattr(c, name)
         fn.restype = P
         fn.argtypes = [P, opts, C.c_char_p, C.c_int]
@@ -178,6 +188,29 @@ def ref_ln(x, dims, w, b, eps):
     return out
 
 
+def ref_rms(x, dims, w, eps):
+    axes = tuple(range(x.ndim - dims, x.ndim))
+    out = x / np.sqrt((x * x).mean(axis=axes, keepdims=True) + eps)
+    return out if w is None else out * w
+
+
+def ref_trailing_grads(x, dims, w, e, eps, centred):
+    """d/dx, d/dw, d/db of sum(layer_norm(x) * e) (centred) or of
+    sum(rms_norm(x) * e): xhat = (x - mean) * r or x * r, with r the
+    reciprocal standard deviation or root mean square;
+    dx = r * (e*w - mean(e*w) - xhat * mean(e*w * xhat)), the mean(e*w)
+    term only when centred."""
+    axes = tuple(range(x.ndim - dims, x.ndim))
+    lead = tuple(range(x.ndim - dims))
+    d = x - x.mean(axis=axes, keepdims=True) if centred else x
+    r = 1 / np.sqrt((d * d).mean(axis=axes, keepdims=True) + eps)
+    xhat, ew = d * r, e * w
+    dx = ew - (ew * xhat).mean(axis=axes, keepdims=True) * xhat
+    if centred:
+        dx = dx - ew.mean(axis=axes, keepdims=True)
+    return r * dx, (e * xhat).sum(axis=lead), e.sum(axis=lead)
+
+
 def ref_bn_grads(x, axis, w, e, eps):
     """PyTorch's batch norm backward in training mode for upstream e."""
     axes = tuple(d for d in range(x.ndim) if d != axis)
@@ -250,19 +283,87 @@ def trial_bn(lib, case, rng, dt, training, special):
 
 
 def trial_ln(lib, case, rng, dt, special):
-    shape = [int(rng.integers(1, 5)) for _ in range(int(rng.integers(1, 5)))]
-    dims = int(rng.integers(1, len(shape) + 1))
+    shape, dims = draw_trailing(rng)
     x = draw_values(rng, shape, dt, special)
     w = opt(rng, draw_values(rng, shape[len(shape) - dims:], dt, False))
     b = opt(rng, draw_values(rng, shape[len(shape) - dims:], dt, False))
     kind = ['contig', 'T', 'step'][int(rng.integers(3))]
-    o = LnOpts(None, dims, case.tensor(w, dt), case.tensor(b, dt), 1e-5)
+    eps = float(rng.choice([1e-5, 1e-3, 0.0]))
+    o = LnOpts(None, dims, case.tensor(w, dt), case.tensor(b, dt), eps)
     node = lib.c.ot_layer_norm_at(lib.c.ot_tensor_node(case.tensor(x, dt, kind)), o, None, 0)
     if not node:
         raise TrialError('build: %s' % lib.errmsg())
     got = case.assign([node])
+    return ('x%s %s dims %d eps %g' % (tuple(shape), kind, dims, eps),
+            close(got[0], ref_ln(x, dims, w, b, eps), dt))
+
+
+def draw_trailing(rng):
+    """A shape of 1-4 dims, sizes 1-4 (sometimes one 0), and dims."""
+    shape = [int(rng.integers(1, 5)) for _ in range(int(rng.integers(1, 5)))]
+    if rng.random() < 0.15:
+        shape[int(rng.integers(len(shape)))] = 0
+    return shape, int(rng.integers(1, len(shape) + 1))
+
+
+def trial_rms(lib, case, rng, dt, special):
+    shape, dims = draw_trailing(rng)
+    x = draw_values(rng, shape, dt, special)
+    w = opt(rng, draw_values(rng, shape[len(shape) - dims:], dt, False))
+    kind = ['contig', 'T', 'step'][int(rng.integers(3))]
+    eps = [1e-6, 1e-3, 0.0, None][int(rng.integers(4))]
+    # eps not written takes PyTorch's default, the dtype's machine epsilon
+    spec = None if eps is not None else b'dims, weight'
+    o = RmsOpts(spec, dims, case.tensor(w, dt), eps or 0.0)
+    node = lib.c.ot_rms_norm_at(lib.c.ot_tensor_node(case.tensor(x, dt, kind)), o, None, 0)
+    if not node:
+        raise TrialError('build: %s' % lib.errmsg())
+    got = case.assign([node])
+    want = ref_rms(x, dims, w, np.finfo(NP_DT[dt]).eps if eps is None else eps)
+    return 'x%s %s dims %d eps %s' % (tuple(shape), kind, dims, eps), close(got[0], want, dt)
+
+
+def trial_trailing_grad(lib, case, rng, dt, centred):
+    """d/dx, d/dw (and d/db) of sum(norm(x) * e), layer or RMS norm."""
+    shape, dims = draw_trailing(rng)
+    ws = shape[len(shape) - dims:]
+    x, e = draw_values(rng, shape, dt, False), draw_values(rng, shape, dt, False)
+    w, b = draw_values(rng, ws, dt, False), draw_values(rng, ws, dt, False)
+    kind = ['contig', 'T', 'step'][int(rng.integers(3))]
+    tx, tw, tb = case.tensor(x, dt, kind), case.tensor(w, dt), case.tensor(b, dt)
+    c = lib.c
+    if centred:
+        node = c.ot_layer_norm_at(c.ot_tensor_node(tx), LnOpts(None, dims, tw, tb, 1e-5), None, 0)
+    else:
+        node = c.ot_rms_norm_at(c.ot_tensor_node(tx), RmsOpts(None, dims, tw, 1e-5), None, 0)
+    ad = c.ot_autodiff_new(node, c.ot_tensor_node(case.tensor(e, dt))) if node else None
+    if not ad:
+        raise TrialError('autodiff: %s' % lib.errmsg())
+    wrt = (tx, tw, tb) if centred else (tx, tw)
+    try:
+        grads = case.assign([c.ot_autodiff_grad(ad, t) for t in wrt])
+    finally:
+        c.ot_autodiff_free(ad)
+    want = ref_trailing_grads(x, dims, w, e, 1e-5, centred)
     return ('x%s %s dims %d' % (tuple(shape), kind, dims),
-            close(got[0], ref_ln(x, dims, w, b, 1e-5), dt))
+            sum((close(g, r, dt) for g, r in zip(grads, want)), []))
+
+
+def trial_large_mean(lib, case, rng, dt):
+    """Rows of 1e4 + noise of std ~0.3 in f32: the centred variance keeps
+    the output within the rounding of x - mean (f32's spacing at 1e4 is
+    ~1e-3, about 3e-3 of the std); a one-pass E[x^2] - E[x]^2 in f32 loses
+    the variance altogether (1e8 * 2^-24 ~ 6 > 0.09)."""
+    shape = (int(rng.integers(2, 6)), int(rng.choice([7, 100, 1000])))
+    x = (1e4 + rng.uniform(-0.5, 0.5, size=shape)).astype(NP_DT[dt]).astype(np.float64)
+    o = LnOpts(None, 1, None, None, 1e-5)
+    node = lib.c.ot_layer_norm_at(lib.c.ot_tensor_node(case.tensor(x, dt)), o, None, 0)
+    if not node:
+        raise TrialError('build: %s' % lib.errmsg())
+    got = np.asarray(case.assign([node])[0], dtype=np.float64)
+    err = np.abs(got - ref_ln(x, 1, None, None, 1e-5)).max()
+    limit = 1e-2 if dt == F32 else 1e-10
+    return 'x%s' % (shape,), [] if err <= limit else ['max error %g > %g' % (err, limit)]
 
 
 def trial_gap(lib, case, rng, dt, special):
@@ -346,9 +447,16 @@ def cases():
                     lambda lib, c, r, dt, s=special: trial_bn(lib, c, r, dt, False, s), (F32, F64)))
         out.append(('layer_norm' + sfx, 4,
                     lambda lib, c, r, dt, s=special: trial_ln(lib, c, r, dt, s), (F32, F64)))
+        out.append(('rms_norm' + sfx, 4,
+                    lambda lib, c, r, dt, s=special: trial_rms(lib, c, r, dt, s), (F32, F64)))
         out.append(('global_avg_pool' + sfx, 4,
                     lambda lib, c, r, dt, s=special: trial_gap(lib, c, r, dt, s), (F32, F64, I32)))
     out.append(('batch_norm grad', 3, lambda lib, c, r, dt: trial_grad(lib, c, r, dt), (F64,)))
+    out.append(('layer_norm grad', 3,
+                lambda lib, c, r, dt: trial_trailing_grad(lib, c, r, dt, True), (F64,)))
+    out.append(('rms_norm grad', 3,
+                lambda lib, c, r, dt: trial_trailing_grad(lib, c, r, dt, False), (F64,)))
+    out.append(('layer_norm large mean', 2, trial_large_mean, (F32, F64)))
     out.append(('batch_norm one value', 1, lambda lib, c, r, dt: edge_one_value(lib, c, dt),
                 (F32, F64)))
     out.append(('batch_norm empty', 1, lambda lib, c, r, dt: edge_empty(lib, c, dt), (F32, F64)))

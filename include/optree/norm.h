@@ -1,6 +1,6 @@
 /*
  * optree/norm.h - normalisation layers as lazy composites: batch norm
- * (training and inference), layer norm and global average pooling.
+ * (training and inference), layer norm, RMS norm and global average pooling.
  *
  * Part of the public API: optree.h includes this header at its end, so
  * #include <optree.h> is all a program needs; included on its own it
@@ -98,6 +98,23 @@ typedef struct ot_layer_norm_opts {
 ot_node *ot_layer_norm_at(ot_node *x, ot_layer_norm_opts o, const char *file, int line);
 #define ot_layer_norm(x, ...)                                                 \
     ot_layer_norm_at(OT__NODE(x), OT__OPT(ot_layer_norm_opts, __VA_ARGS__), __FILE__, __LINE__)
+
+/* RMS normalisation, PyTorch's F.rms_norm(x, x.shape[-dims:], weight, eps)
+ * (nn.RMSNorm): each slice of x over its last `dims` axes divided by its
+ * root mean square, then * weight (of shape x.shape[-dims:], or NULL):
+ *     out = x * rsqrt(mean(x^2) + eps) * weight
+ * eps defaults, as PyTorch's None, to x's dtype's machine epsilon
+ * (FLT_EPSILON, DBL_EPSILON). dims in [1, ndim]. */
+typedef struct ot_rms_norm_opts {
+    const char *spec_;
+    int dims;                  /* trailing axes normalised, default 1 */
+    ot_tensor *weight;         /* or NULL */
+    double eps;                /* default: x's dtype's epsilon; >= 0 */
+} ot_rms_norm_opts;
+#define OT__RMS_NORM_MEMBERS "dims,weight,eps"
+ot_node *ot_rms_norm_at(ot_node *x, ot_rms_norm_opts o, const char *file, int line);
+#define ot_rms_norm(x, ...)                                                   \
+    ot_rms_norm_at(OT__NODE(x), OT__OPT(ot_rms_norm_opts, __VA_ARGS__), __FILE__, __LINE__)
 
 /* Global average pooling: x (N, C, spatial...) of rank >= 3, the mean over
  * the spatial axes: (N, C), or with keepdims (N, C, 1, ...) (PyTorch's

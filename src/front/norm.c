@@ -2,7 +2,7 @@
  * norm.c - normalisation layers as composites of ordinary ops
  * (optree/norm.h): batch norm in training mode (batch statistics, and the
  * trees of the running averages' new values for the caller to assign) and
- * in inference mode, layer norm, and global average pooling.
+ * in inference mode, layer norm, RMS norm and global average pooling.
  *
  * Everything here is built with the public builders (means along one axis,
  * sub, sqr, rsqrt, mul, add, reshape), so the trees print, explain and
@@ -14,6 +14,7 @@
  */
 #include "front.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 
@@ -266,31 +267,66 @@ ot_node *ot_batch_norm_at(ot_node *x, ot_batch_norm_opts o, const char *file, in
     return normalise(at, d, as_node(at, o.running_var, &st), o.eps, w, b);
 }
 
-/* ---- layer norm and global average pooling ------------------------------------ */
+/* ---- layer norm, RMS norm and global average pooling ------------------------------------ */
+
+/* The checks layer norm and RMS norm share: x float, dims in [1, ndim],
+ * eps, and weight and bias (either may be NULL) of shape x.shape[-dims:]
+ * and x's dtype. *mask gets the normalised axes. */
+static int trailing_check(const ot__site *at, ot_node *x, int dims, double eps, ot_tensor *w,
+                          ot_tensor *b, unsigned *mask)
+{
+    int rc = check_x(at, x, 1, false);
+    if (rc) return rc;
+    ot_shape xs = ot_node_shape(x), ts = {.ndim = dims};
+    char s1[OT__SHAPE_STRLEN];
+    if (dims < 1 || dims > xs.ndim)
+        return FAIL(at, OT_EINVAL, "dims must be in [1, %d] for x of shape %s, not %d", xs.ndim,
+                    ot__shape_str(&xs, s1), dims);
+    for (int d = 0; d < dims; d++) ts.dims[d] = xs.dims[xs.ndim - dims + d];
+    *mask = ((1u << xs.ndim) - 1) & ~((1u << (xs.ndim - dims)) - 1);
+    if ((rc = check_eps(at, eps)) || (rc = check_param(at, "weight", w, &ts, x))) return rc;
+    return check_param(at, "bias", b, &ts, x);
+}
+
+/* The merged trailing axes' shape (n,), for weight and bias. */
+static ot_shape trailing(ot_node *x, int dims)
+{
+    ot_shape xs = ot_node_shape(x), ts = {.ndim = dims};
+    for (int d = 0; d < dims; d++) ts.dims[d] = xs.dims[xs.ndim - dims + d];
+    return OT_SHAPE(ot__numel(&ts));
+}
 
 ot_node *ot_layer_norm_at(ot_node *x, ot_layer_norm_opts o, const char *file, int line)
 {
     const ot__site site = {"layer_norm", file, line}, *at = &site;
     if (!given(o.spec_, OT__LAYER_NORM_MEMBERS, "dims")) o.dims = 1;
     if (!given(o.spec_, OT__LAYER_NORM_MEMBERS, "eps")) o.eps = 1e-5;
-    int rc = check_x(at, x, 1, false);
-    if (rc) return NULL;
-    ot_shape xs = ot_node_shape(x), ts = {.ndim = o.dims};
-    char s1[OT__SHAPE_STRLEN];
-    if (o.dims < 1 || o.dims > xs.ndim) {
-        FAIL(at, OT_EINVAL, "dims must be in [1, %d] for x of shape %s, not %d", xs.ndim,
-             ot__shape_str(&xs, s1), o.dims);
-        return NULL;
-    }
-    for (int d = 0; d < o.dims; d++) ts.dims[d] = xs.dims[xs.ndim - o.dims + d];
-    if (check_eps(at, o.eps) || check_param(at, "weight", o.weight, &ts, x) ||
-        check_param(at, "bias", o.bias, &ts, x))
-        return NULL;
+    unsigned mask;
+    if (trailing_check(at, x, o.dims, o.eps, o.weight, o.bias, &mask)) return NULL;
+    ot_shape xs = ot_node_shape(x), ws = trailing(x, o.dims);
     ot_node *rx, *mean, *var;
-    moments(at, x, ((1u << xs.ndim) - 1) & ~((1u << (xs.ndim - o.dims)) - 1), &rx, &mean, &var);
-    ot_shape ws = OT_SHAPE(ot__numel(&ts));   /* the merged trailing axes */
+    moments(at, x, mask, &rx, &mean, &var);
     ot_node *y = normalise(at, bin(at, OT_OP_SUB, rx, mean), var, o.eps,
                            as_node(at, o.weight, &ws), as_node(at, o.bias, &ws));
+    return to_shape(at, y, &xs);
+}
+
+/* x * rsqrt(mean(x^2) + eps) * weight over the merged trailing axes: one
+ * reduction and one elementwise pass, which the cpu backend runs per block
+ * of rows (the row read from memory once). No centring: the mean square is
+ * a sum of non-negative terms, so no cancellation either. */
+ot_node *ot_rms_norm_at(ot_node *x, ot_rms_norm_opts o, const char *file, int line)
+{
+    const ot__site site = {"rms_norm", file, line}, *at = &site;
+    if (!given(o.spec_, OT__RMS_NORM_MEMBERS, "dims")) o.dims = 1;
+    bool eps_given = given(o.spec_, OT__RMS_NORM_MEMBERS, "eps");
+    unsigned mask, rmask;
+    if (trailing_check(at, x, o.dims, eps_given ? o.eps : 0, o.weight, NULL, &mask)) return NULL;
+    if (!eps_given) o.eps = ot_node_dtype(x) == OT_F32 ? FLT_EPSILON : DBL_EPSILON;
+    ot_shape xs = ot_node_shape(x), ws = trailing(x, o.dims);
+    ot_node *rx = merge_runs(at, x, mask, &rmask);
+    ot_node *ms = means(at, ot_build_at(OT_OP_SQR, rx, NULL, NULL, at->file, at->line), rmask, true);
+    ot_node *y = normalise(at, rx, ms, o.eps, as_node(at, o.weight, &ws), NULL);
     return to_shape(at, y, &xs);
 }
 

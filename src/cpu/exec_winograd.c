@@ -1,0 +1,315 @@
+/*
+ * exec_winograd.c - the cpu backend's Winograd convolution F(m x m, 3 x 3)
+ * (Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks"):
+ * a 2-D f32 conv with a 3x3 kernel at stride and dilation 1, any padding
+ * and groups, and the conv_transpose of one (d/dinput: a conv of the
+ * output gradient with the flipped, transposed weights, padding 2 - lo).
+ *
+ * The output is cut into m x m tiles, numbered across the whole batch (so
+ * a 7x7 image's few tiles join the other images' in one GEMM). Per group:
+ *   weights   U[xi][co][ci] = (G w G^T)[xi], a = m + 2, xi < a * a;
+ *   per block of TB tiles (its V and M together about BLOCK_BYTES):
+ *     input   V[xi][ci][t] = (B^T d B)[xi], d the tile's a x a input patch;
+ *     GEMMs   M[xi] = U[xi] . V[xi], a * a of them (co x ci x tiles);
+ *     output  the tile = A^T M A, written by put_block (one call per block
+ *             of tiles: where a fused epilogue would run on the values).
+ * The transforms run on LANES tiles (or channels) at once, one vector
+ * lane each. F(2,3) (a = 4) is the one used: its transforms' coefficients
+ * are 0, +-1 and 1/2, so on data whose products and sums are exact in f32
+ * (small integers, halves) it is exact, and its rounding otherwise is
+ * that of a dot product of the same terms (include/optree/conv.h). F(4,3)
+ * (a = 6, 2.25 times fewer products again) is kept as a table for
+ * measurement (OT_WINOGRAD=4): its 1/6 and 1/24 lose about 10x more.
+ */
+#include "blas.h"
+#include "cpu.h"
+
+#include <stdlib.h>
+
+#define LANES 16
+#define AMAX 6
+#define BLOCK_BYTES ((size_t)2 << 20)   /* a block's V and M: in L2/L3 */
+#define MIN_TILES 128                   /* a GEMM narrower than this runs slowly */
+
+/* One F(m, 3): B^T (a x a), G (a x 3), A^T (m x a). */
+typedef struct wmat {
+    int m, a;
+    float bt[AMAX][AMAX], g[AMAX][3], at[AMAX - 2][AMAX];
+} wmat;
+
+static const wmat F2 = {2, 4,
+                        {{1, 0, -1, 0}, {0, 1, 1, 0}, {0, -1, 1, 0}, {0, 1, 0, -1}},
+                        {{1, 0, 0}, {0.5f, 0.5f, 0.5f}, {0.5f, -0.5f, 0.5f}, {0, 0, 1}},
+                        {{1, 1, 1, 0}, {0, 1, -1, -1}}};
+static const wmat F4 = {4, 6,
+                        {{4, 0, -5, 0, 1, 0}, {0, -4, -4, 1, 1, 0}, {0, 4, -4, -1, 1, 0},
+                         {0, -2, -1, 2, 1, 0}, {0, 2, -1, -2, 1, 0}, {0, 4, 0, -5, 0, 1}},
+                        {{1.0f / 4, 0, 0}, {-1.0f / 6, -1.0f / 6, -1.0f / 6},
+                         {-1.0f / 6, 1.0f / 6, -1.0f / 6}, {1.0f / 24, 1.0f / 12, 1.0f / 6},
+                         {1.0f / 24, -1.0f / 12, 1.0f / 6}, {0, 0, 1}},
+                        {{1, 1, 1, 1, 1, 0}, {0, 1, -1, 2, -2, 0}, {0, 1, 1, 4, 4, 0},
+                         {0, 1, -1, 8, -8, 1}}};
+
+/* One group's problem as a plain conv: x (n images of ci channels, h x w,
+ * image stride xs) correlated with w into y (co channels, oh x ow, image
+ * stride ys); output position p reads input p + q - lo for tap q. Weight
+ * (o, i) starts at w + o * wo + i * wi; flip reads its taps reversed. */
+typedef struct wprob {
+    const wmat *f;
+    const float *x, *w;
+    float *y;
+    int64_t n, ci, co, h, w_, oh, ow, lh, lw, xs, ys, wo, wi;
+    bool flip;
+    int64_t th, tw, tiles, tb;   /* tiles down, across, in all; per block */
+} wprob;
+
+/* The tiles of one group of LANES: where each reads and writes. A lane past
+ * the block's end reads padding only and writes nothing. */
+typedef struct lanes {
+    int64_t img[LANES], r0[LANES], c0[LANES];   /* r0, c0: output origin */
+    bool live[LANES];
+} lanes;
+
+static const wmat *pick(void)
+{
+    const char *e = getenv("OT_WINOGRAD");
+    return e && strcmp(e, "4") == 0 ? &F4 : &F2;
+}
+
+/* ---- eligibility and sizes ------------------------------------------------ */
+
+bool ot__wino_ok(const ot_kernel *k)
+{
+    const ot__conv_geom *g = &k->conv;
+    if (k->store.dtype != OT_F32) return false;
+    if (k->conv_op != OT_OP_CONV && k->conv_op != OT_OP_CONV_TRANSPOSE) return false;
+    if (g->k[0] != 3 || g->k[1] != 3 || g->k[2] != 1 || g->xp[2] != 1 || g->sp[2] != 1)
+        return false;
+    for (int d = 0; d < 2; d++)
+        if (g->stride[d] != 1 || g->dil[d] != 1) return false;
+    /* few channels: a GEMM of depth ci is too thin, im2col's is 9 ci */
+    return g->xc >= 16 && g->sc >= 16 && g->n > 0;
+}
+
+/* The problem of k's group 0 without its pointers: channels, sizes, pads. */
+static void shape_of(const ot_kernel *k, wprob *p)
+{
+    const ot__conv_geom *g = &k->conv;
+    bool tr = k->conv_op == OT_OP_CONV_TRANSPOSE;
+    const int64_t *in = tr ? g->sp : g->xp, *out = tr ? g->xp : g->sp;
+    *p = (wprob){.f = pick(), .n = g->n, .ci = tr ? g->sc : g->xc, .co = tr ? g->xc : g->sc,
+                 .h = in[0], .w_ = in[1], .oh = out[0], .ow = out[1],
+                 .lh = tr ? 2 - g->lo[0] : g->lo[0], .lw = tr ? 2 - g->lo[1] : g->lo[1],
+                 .wo = tr ? 9 : g->xc * 9, .wi = tr ? g->xc * 9 : 9, .flip = tr};
+    int64_t m = p->f->m, a2 = p->f->a * p->f->a;
+    p->th = (p->oh + m - 1) / m;
+    p->tw = (p->ow + m - 1) / m;
+    p->tiles = p->n * p->th * p->tw;
+    int64_t tb = (int64_t)BLOCK_BYTES / (a2 * (p->ci + p->co) * 4);
+    tb = tb < MIN_TILES ? MIN_TILES : tb;
+    tb = tb < p->tiles ? tb : p->tiles;
+    p->tb = (tb + LANES - 1) / LANES * LANES;
+}
+
+/* Bytes of U, of V, of M (each rounded to 64) and of their sum. */
+static size_t part_bytes(const wprob *p, int which)
+{
+    int64_t a2 = p->f->a * p->f->a;
+    int64_t e = which == 0 ? a2 * p->co * p->ci : which == 1 ? a2 * p->ci * p->tb
+                                                              : a2 * p->co * p->tb;
+    return ((size_t)e * sizeof(float) + 63) / 64 * 64;
+}
+
+size_t ot__wino_scratch(const ot_kernel *k)
+{
+    wprob p;
+    shape_of(k, &p);
+    return part_bytes(&p, 0) + part_bytes(&p, 1) + part_bytes(&p, 2) + 64;
+}
+
+const char *ot__wino_name(const ot_kernel *k)
+{
+    (void)k;
+    return pick() == &F4 ? "winograd F(4x4,3x3)" : "winograd F(2x2,3x3)";
+}
+
+/* ---- transforms on LANES lanes -------------------------------------------- */
+
+/* o[i] = sum_k mt[i][k] v[k] for i < r, k < c, each a row of LANES floats;
+ * v's rows sv floats apart, o's so; zero coefficients skipped. */
+static void lane_mul(const float *mt, int ldm, int r, int c, const float *v, int64_t sv, float *o,
+                     int64_t so)
+{
+    for (int i = 0; i < r; i++) {
+        float acc[LANES] = {0};
+        for (int k = 0; k < c; k++) {
+            float f = mt[i * ldm + k];
+            if (f == 0) continue;
+            const float *vk = v + k * sv;
+            for (int l = 0; l < LANES; l++) acc[l] += f * vk[l];
+        }
+        memcpy(o + i * so, acc, sizeof acc);
+    }
+}
+
+/* out = mt . in . mt^T on LANES lanes: in is c x c, out r x r, mt r x c
+ * (row stride ldm); tmp holds r x c. */
+static void lane_sandwich(const float *mt, int ldm, int r, int c, const float *in, float *tmp,
+                          float *out)
+{
+    for (int j = 0; j < c; j++) lane_mul(mt, ldm, r, c, in + j * LANES, c * LANES, tmp + j * LANES,
+                                         c * LANES);
+    for (int i = 0; i < r; i++)
+        lane_mul(mt, ldm, r, c, tmp + i * c * LANES, LANES, out + i * r * LANES, LANES);
+}
+
+/* U for output channel o, input channels [i0, i0 + LANES) (fewer at the
+ * end: the rest are not stored). */
+static void weight_lanes(const wprob *p, float *u, int64_t o, int64_t i0)
+{
+    int a = p->f->a;
+    int64_t ni = p->ci - i0 < LANES ? p->ci - i0 : LANES;
+    float g[9 * LANES] = {0}, tmp[AMAX * 3 * LANES], v[AMAX * AMAX * LANES];
+    for (int64_t l = 0; l < ni; l++) {
+        const float *s = p->w + o * p->wo + (i0 + l) * p->wi;
+        for (int q = 0; q < 9; q++) g[q * LANES + l] = s[p->flip ? 8 - q : q];
+    }
+    /* G (a x 3) . g (3 x 3) . G^T: the sandwich with c = 3, r = a */
+    for (int j = 0; j < 3; j++)
+        lane_mul(&p->f->g[0][0], 3, a, 3, g + j * LANES, 3 * LANES, tmp + j * LANES, 3 * LANES);
+    for (int i = 0; i < a; i++)
+        lane_mul(&p->f->g[0][0], 3, a, 3, tmp + i * 3 * LANES, LANES, v + i * a * LANES, LANES);
+    for (int xi = 0; xi < a * a; xi++)
+        memcpy(u + (xi * p->co + o) * p->ci + i0, v + xi * LANES, (size_t)ni * sizeof(float));
+}
+
+static void weights(const wprob *p, float *u)
+{
+    for (int64_t o = 0; o < p->co; o++)
+        for (int64_t i0 = 0; i0 < p->ci; i0 += LANES) weight_lanes(p, u, o, i0);
+}
+
+/* The lanes of tiles [t0, t0 + LANES), those below end live. */
+static void lanes_at(const wprob *p, int64_t t0, int64_t end, lanes *ln)
+{
+    int64_t m = p->f->m;
+    for (int l = 0; l < LANES; l++) {
+        int64_t t = t0 + l;
+        ln->live[l] = t < end;
+        t = t < end ? t : 0;
+        ln->img[l] = t / (p->th * p->tw);
+        ln->r0[l] = t / p->tw % p->th * m;
+        ln->c0[l] = t % p->tw * m;
+    }
+}
+
+/* d = the lanes' a x a input patches of channel c (padding and dead
+ * lanes read zeros). */
+static void gather(const wprob *p, const lanes *ln, int64_t c, float *d)
+{
+    int a = p->f->a;
+    for (int l = 0; l < LANES; l++) {
+        int64_t r0 = ln->r0[l] - p->lh, c0 = ln->c0[l] - p->lw;
+        const float *xc = p->x + ln->img[l] * p->xs + c * p->h * p->w_;
+        bool in = ln->live[l] && r0 >= 0 && c0 >= 0 && r0 + a <= p->h && c0 + a <= p->w_;
+        for (int i = 0; i < a; i++)
+            for (int j = 0; j < a; j++) {
+                int64_t r = r0 + i, cc = c0 + j;
+                bool ok = in || (ln->live[l] && r >= 0 && r < p->h && cc >= 0 && cc < p->w_);
+                d[(i * a + j) * LANES + l] = ok ? xc[r * p->w_ + cc] : 0.0f;
+            }
+    }
+}
+
+/* V of the block's tiles [t0, t0 + nt): column t - t0 of V[xi][c]. */
+static void input_block(const wprob *p, float *v, int64_t t0, int64_t nt)
+{
+    int a = p->f->a;
+    float d[AMAX * AMAX * LANES], tmp[AMAX * AMAX * LANES], o[AMAX * AMAX * LANES];
+    lanes ln;
+    for (int64_t g0 = 0; g0 < nt; g0 += LANES) {
+        lanes_at(p, t0 + g0, t0 + nt, &ln);
+        for (int64_t c = 0; c < p->ci; c++) {
+            gather(p, &ln, c, d);
+            lane_sandwich(&p->f->bt[0][0], AMAX, a, a, d, tmp, o);
+            for (int xi = 0; xi < a * a; xi++)
+                memcpy(v + (xi * p->ci + c) * p->tb + g0, o + xi * LANES, sizeof(float) * LANES);
+        }
+    }
+}
+
+/* Writes the lanes' m x m output tiles of channel c, clipped to the
+ * output. A fused epilogue (bias, activation, residual, batch norm of
+ * channel c) would run on o here, before the store. */
+static void put_lanes(const wprob *p, const lanes *ln, int64_t c, const float *o)
+{
+    int m = p->f->m;
+    for (int l = 0; l < LANES; l++) {
+        if (!ln->live[l]) continue;
+        float *yc = p->y + ln->img[l] * p->ys + c * p->oh * p->ow;
+        int64_t rn = p->oh - ln->r0[l] < m ? p->oh - ln->r0[l] : m;
+        int64_t cn = p->ow - ln->c0[l] < m ? p->ow - ln->c0[l] : m;
+        for (int64_t i = 0; i < rn; i++)
+            for (int64_t j = 0; j < cn; j++)
+                yc[(ln->r0[l] + i) * p->ow + ln->c0[l] + j] = o[(i * m + j) * LANES + l];
+    }
+}
+
+/* The output of the block's tiles [t0, t0 + nt), from M: every channel of
+ * those tiles; the one place the block's results are written. */
+static void put_block(const wprob *p, const float *mm, int64_t t0, int64_t nt)
+{
+    int a = p->f->a, m = p->f->m;
+    float d[AMAX * AMAX * LANES], tmp[AMAX * AMAX * LANES], o[AMAX * AMAX * LANES];
+    lanes ln;
+    for (int64_t g0 = 0; g0 < nt; g0 += LANES) {
+        lanes_at(p, t0 + g0, t0 + nt, &ln);
+        for (int64_t c = 0; c < p->co; c++) {
+            for (int xi = 0; xi < a * a; xi++)
+                memcpy(d + xi * LANES, mm + (xi * p->co + c) * p->tb + g0, sizeof(float) * LANES);
+            lane_sandwich(&p->f->at[0][0], AMAX, m, a, d, tmp, o);
+            put_lanes(p, &ln, c, o);
+        }
+    }
+}
+
+/* ---- the run ---------------------------------------------------------------- */
+
+static void run_group(const wprob *p, float *u, float *v, float *mm, ot__gemm_fn *gemm)
+{
+    int64_t a2 = p->f->a * p->f->a;
+    weights(p, u);
+    for (int64_t t0 = 0; t0 < p->tiles; t0 += p->tb) {
+        int64_t nt = p->tiles - t0 < p->tb ? p->tiles - t0 : p->tb;
+        input_block(p, v, t0, nt);
+        for (int64_t xi = 0; xi < a2; xi++)
+            gemm(&(ot__gemm){OT_F32, u + xi * p->co * p->ci, v + xi * p->ci * p->tb,
+                             mm + xi * p->co * p->tb, false, false, p->co, nt, p->ci, p->ci, p->tb,
+                             p->tb, 1.0, 0.0});
+        put_block(p, mm, t0, nt);
+    }
+}
+
+static float *align64(char *s) { return (float *)(((uintptr_t)s + 63) & ~(uintptr_t)63); }
+
+void ot__wino_run(const ot_kernel *k, char *const xsw[3], char *scratch)
+{
+    const ot__conv_geom *g = &k->conv;
+    bool tr = k->conv_op == OT_OP_CONV_TRANSPOSE;
+    wprob p;
+    shape_of(k, &p);
+    float *u = align64(scratch);
+    float *v = (float *)((char *)u + part_bytes(&p, 0));
+    float *mm = (float *)((char *)v + part_bytes(&p, 1));
+    ot__gemm_fn *gemm = ot__blas_ready() ? ot__gemm_loop : ot__gemm_blas;
+    int64_t xsz = g->xc * g->xp[0] * g->xp[1], ssz = g->sc * g->sp[0] * g->sp[1];
+    const float *xs = (const float *)xsw[0], *ss = (const float *)xsw[1];
+    for (int64_t grp = 0; grp < g->groups; grp++) {
+        p.x = tr ? ss + grp * ssz : xs + grp * xsz;
+        p.y = (float *)(tr ? xsw[0] : xsw[1]) + grp * (tr ? xsz : ssz);
+        p.w = (const float *)xsw[2] + grp * g->sc * g->xc * 9;
+        p.xs = g->groups * (tr ? ssz : xsz);
+        p.ys = g->groups * (tr ? xsz : ssz);
+        run_group(&p, u, v, mm, gemm);
+    }
+}

@@ -68,12 +68,18 @@ typedef struct wprob {
 typedef struct lanes {
     int64_t img[LANES], r0[LANES], c0[LANES];   /* r0, c0: output origin */
     bool live[LANES];
+    /* runs of consecutive live tiles of one tile row: run r is lanes
+     * [at[r], at[r + 1]); of those, [in0[r], in1[r]) read inside the input
+     * and [out0[r], out1[r]) write whole tiles: strided vector copies */
+    int runs, at[LANES + 1], in0[LANES], in1[LANES], out0[LANES], out1[LANES];
 } lanes;
 
+/* OT_WINOGRAD: "0" off (im2col + gemm instead: for A/B measurement),
+ * "4" F(4,3), else F(2,3). */
 static const wmat *pick(void)
 {
     const char *e = getenv("OT_WINOGRAD");
-    return e && strcmp(e, "4") == 0 ? &F4 : &F2;
+    return !e ? &F2 : strcmp(e, "0") == 0 ? NULL : strcmp(e, "4") == 0 ? &F4 : &F2;
 }
 
 /* ---- eligibility and sizes ------------------------------------------------ */
@@ -81,7 +87,7 @@ static const wmat *pick(void)
 bool ot__wino_ok(const ot_kernel *k)
 {
     const ot__conv_geom *g = &k->conv;
-    if (k->store.dtype != OT_F32) return false;
+    if (k->store.dtype != OT_F32 || !pick()) return false;
     if (k->conv_op != OT_OP_CONV && k->conv_op != OT_OP_CONV_TRANSPOSE) return false;
     if (g->k[0] != 3 || g->k[1] != 3 || g->k[2] != 1 || g->xp[2] != 1 || g->sp[2] != 1)
         return false;
@@ -135,9 +141,21 @@ const char *ot__wino_name(const ot_kernel *k)
 
 /* ---- transforms on LANES lanes -------------------------------------------- */
 
+/* The transforms are written once over a wmat and instantiated per table
+ * (INLINE, with the table a constant: the loops unroll and the zero and
+ * unit coefficients fold away), each instance compiled for AVX-512, AVX2
+ * and the baseline, picked at load time (WIDE), so that a row of LANES
+ * lanes is one or two vector registers. */
+#define INLINE static inline __attribute__((always_inline))
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(OT_NO_CLONES)
+#define WIDE __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define WIDE
+#endif
+
 /* o[i] = sum_k mt[i][k] v[k] for i < r, k < c, each a row of LANES floats;
  * v's rows sv floats apart, o's so; zero coefficients skipped. */
-static void lane_mul(const float *mt, int ldm, int r, int c, const float *v, int64_t sv, float *o,
+INLINE void lane_mul(const float *mt, int ldm, int r, int c, const float *v, int64_t sv, float *o,
                      int64_t so)
 {
     for (int i = 0; i < r; i++) {
@@ -154,20 +172,63 @@ static void lane_mul(const float *mt, int ldm, int r, int c, const float *v, int
 
 /* out = mt . in . mt^T on LANES lanes: in is c x c, out r x r, mt r x c
  * (row stride ldm); tmp holds r x c. */
-static void lane_sandwich(const float *mt, int ldm, int r, int c, const float *in, float *tmp,
+INLINE void lane_sandwich(const float *mt, int ldm, int r, int c, const float *in, float *tmp,
                           float *out)
 {
-    for (int j = 0; j < c; j++) lane_mul(mt, ldm, r, c, in + j * LANES, c * LANES, tmp + j * LANES,
-                                         c * LANES);
+    for (int j = 0; j < c; j++)
+        lane_mul(mt, ldm, r, c, in + j * LANES, c * LANES, tmp + j * LANES, c * LANES);
     for (int i = 0; i < r; i++)
         lane_mul(mt, ldm, r, c, tmp + i * c * LANES, LANES, out + i * r * LANES, LANES);
 }
 
+/* F(2,3)'s B^T on four rows of lanes (row k at x + k * sx) into four
+ * (y + i * sy), and its A^T into two: the tables' sums written out. */
+INLINE void bt2(const float *restrict x, int64_t sx, float *restrict y, int64_t sy)
+{
+    for (int l = 0; l < LANES; l++) {
+        float a = x[l], b = x[sx + l], c = x[2 * sx + l], d = x[3 * sx + l];
+        y[l] = a - c;
+        y[sy + l] = b + c;
+        y[2 * sy + l] = c - b;
+        y[3 * sy + l] = b - d;
+    }
+}
+INLINE void at2(const float *restrict x, int64_t sx, float *restrict y, int64_t sy)
+{
+    for (int l = 0; l < LANES; l++) {
+        float b = x[sx + l], c = x[2 * sx + l];
+        y[l] = x[l] + b + c;
+        y[sy + l] = b - c - x[3 * sx + l];
+    }
+}
+
+/* o = B^T d B (a x a lanes each), tmp a x a. */
+INLINE void in_xform(const wmat *f, const float *d, float *tmp, float *o)
+{
+    if (f != &F2) {
+        lane_sandwich(&f->bt[0][0], AMAX, f->a, f->a, d, tmp, o);
+        return;
+    }
+    for (int j = 0; j < 4; j++) bt2(d + j * LANES, 4 * LANES, tmp + j * LANES, 4 * LANES);
+    for (int i = 0; i < 4; i++) bt2(tmp + i * 4 * LANES, LANES, o + i * 4 * LANES, LANES);
+}
+
+/* o = A^T d A (d a x a lanes, o m x m), tmp m x a. */
+INLINE void out_xform(const wmat *f, const float *d, float *tmp, float *o)
+{
+    if (f != &F2) {
+        lane_sandwich(&f->at[0][0], AMAX, f->m, f->a, d, tmp, o);
+        return;
+    }
+    for (int j = 0; j < 4; j++) at2(d + j * LANES, 4 * LANES, tmp + j * LANES, 4 * LANES);
+    for (int i = 0; i < 2; i++) at2(tmp + i * 4 * LANES, LANES, o + i * 2 * LANES, LANES);
+}
+
 /* U for output channel o, input channels [i0, i0 + LANES) (fewer at the
  * end: the rest are not stored). */
-static void weight_lanes(const wprob *p, float *u, int64_t o, int64_t i0)
+INLINE void weight_lanes(const wprob *p, const wmat *f, float *u, int64_t o, int64_t i0)
 {
-    int a = p->f->a;
+    int a = f->a;
     int64_t ni = p->ci - i0 < LANES ? p->ci - i0 : LANES;
     float g[9 * LANES] = {0}, tmp[AMAX * 3 * LANES], v[AMAX * AMAX * LANES];
     for (int64_t l = 0; l < ni; l++) {
@@ -176,23 +237,29 @@ static void weight_lanes(const wprob *p, float *u, int64_t o, int64_t i0)
     }
     /* G (a x 3) . g (3 x 3) . G^T: the sandwich with c = 3, r = a */
     for (int j = 0; j < 3; j++)
-        lane_mul(&p->f->g[0][0], 3, a, 3, g + j * LANES, 3 * LANES, tmp + j * LANES, 3 * LANES);
+        lane_mul(&f->g[0][0], 3, a, 3, g + j * LANES, 3 * LANES, tmp + j * LANES, 3 * LANES);
     for (int i = 0; i < a; i++)
-        lane_mul(&p->f->g[0][0], 3, a, 3, tmp + i * 3 * LANES, LANES, v + i * a * LANES, LANES);
+        lane_mul(&f->g[0][0], 3, a, 3, tmp + i * 3 * LANES, LANES, v + i * a * LANES, LANES);
     for (int xi = 0; xi < a * a; xi++)
         memcpy(u + (xi * p->co + o) * p->ci + i0, v + xi * LANES, (size_t)ni * sizeof(float));
 }
 
-static void weights(const wprob *p, float *u)
+INLINE void weights_t(const wprob *p, const wmat *f, float *u)
 {
     for (int64_t o = 0; o < p->co; o++)
-        for (int64_t i0 = 0; i0 < p->ci; i0 += LANES) weight_lanes(p, u, o, i0);
+        for (int64_t i0 = 0; i0 < p->ci; i0 += LANES) weight_lanes(p, f, u, o, i0);
+}
+
+WIDE static void weights(const wprob *p, float *u)
+{
+    if (p->f == &F2) weights_t(p, &F2, u);
+    else weights_t(p, &F4, u);
 }
 
 /* The lanes of tiles [t0, t0 + LANES), those below end live. */
 static void lanes_at(const wprob *p, int64_t t0, int64_t end, lanes *ln)
 {
-    int64_t m = p->f->m;
+    int64_t m = p->f->m, a = p->f->a;
     for (int l = 0; l < LANES; l++) {
         int64_t t = t0 + l;
         ln->live[l] = t < end;
@@ -201,65 +268,119 @@ static void lanes_at(const wprob *p, int64_t t0, int64_t end, lanes *ln)
         ln->r0[l] = t / p->tw % p->th * m;
         ln->c0[l] = t % p->tw * m;
     }
-}
-
-/* d = the lanes' a x a input patches of channel c (padding and dead
- * lanes read zeros). */
-static void gather(const wprob *p, const lanes *ln, int64_t c, float *d)
-{
-    int a = p->f->a;
-    for (int l = 0; l < LANES; l++) {
-        int64_t r0 = ln->r0[l] - p->lh, c0 = ln->c0[l] - p->lw;
-        const float *xc = p->x + ln->img[l] * p->xs + c * p->h * p->w_;
-        bool in = ln->live[l] && r0 >= 0 && c0 >= 0 && r0 + a <= p->h && c0 + a <= p->w_;
-        for (int i = 0; i < a; i++)
-            for (int j = 0; j < a; j++) {
-                int64_t r = r0 + i, cc = c0 + j;
-                bool ok = in || (ln->live[l] && r >= 0 && r < p->h && cc >= 0 && cc < p->w_);
-                d[(i * a + j) * LANES + l] = ok ? xc[r * p->w_ + cc] : 0.0f;
-            }
+    ln->runs = 0;
+    for (int l = 0, r; l < LANES && ln->live[l]; ln->runs++) {
+        r = ln->runs;
+        ln->at[r] = l;
+        int64_t row = ln->r0[l] - p->lh;
+        bool rin = row >= 0 && row + a <= p->h, rout = ln->r0[l] + m <= p->oh;
+        ln->in0[r] = ln->in1[r] = ln->out0[r] = ln->out1[r] = l;
+        for (; l < LANES && ln->live[l] && ln->img[l] == ln->img[ln->at[r]] &&
+               ln->r0[l] == ln->r0[ln->at[r]]; l++) {
+            int64_t col = ln->c0[l] - p->lw;
+            if (rin && col >= 0 && col + a <= p->w_) ln->in1[r] = l + 1;
+            else if (ln->in1[r] == l) ln->in0[r] = ln->in1[r] = l + 1;
+            if (rout && ln->c0[l] + m <= p->ow) ln->out1[r] = l + 1;
+        }
+        ln->at[r + 1] = l;
     }
 }
 
-/* V of the block's tiles [t0, t0 + nt): column t - t0 of V[xi][c]. */
-static void input_block(const wprob *p, float *v, int64_t t0, int64_t nt)
+/* Lane l's a x a input patch of channel c, checked (padding reads zeros). */
+INLINE void gather_one(const wprob *p, int a, const lanes *ln, int64_t c, int l, float *d)
 {
-    int a = p->f->a;
+    int64_t r0 = ln->r0[l] - p->lh, c0 = ln->c0[l] - p->lw, w = p->w_;
+    const float *xc = p->x + ln->img[l] * p->xs + c * p->h * w;
+    for (int i = 0; i < a; i++)
+        for (int j = 0; j < a; j++) {
+            int64_t r = r0 + i, cc = c0 + j;
+            bool ok = ln->live[l] && r >= 0 && r < p->h && cc >= 0 && cc < w;
+            d[(i * a + j) * LANES + l] = ok ? xc[r * w + cc] : 0.0f;
+        }
+}
+
+/* d = the lanes' a x a input patches of channel c (padding and dead
+ * lanes read zeros): a run's patches inside the input as strided rows. */
+INLINE void gather(const wprob *p, int a, int m, const lanes *ln, int64_t c, float *d)
+{
+    int l = 0;
+    for (int r = 0; r < ln->runs; r++) {
+        int i0 = ln->in0[r], i1 = ln->in1[r];
+        for (l = ln->at[r]; l < i0; l++) gather_one(p, a, ln, c, l, d);
+        if (i1 > i0) {
+            const float *s = p->x + ln->img[i0] * p->xs + c * p->h * p->w_ +
+                             (ln->r0[i0] - p->lh) * p->w_ + ln->c0[i0] - p->lw;
+            for (int i = 0; i < a; i++)
+                for (int j = 0; j < a; j++) {
+                    float *dd = d + (i * a + j) * LANES;
+                    const float *ss = s + i * p->w_ + j - i0 * m;
+                    for (int q = i0; q < i1; q++) dd[q] = ss[q * m];
+                }
+        }
+        for (l = i1; l < ln->at[r + 1]; l++) gather_one(p, a, ln, c, l, d);
+    }
+    for (; l < LANES; l++) gather_one(p, a, ln, c, l, d);
+}
+
+/* V of the block's tiles [t0, t0 + nt): column t - t0 of V[xi][c]. */
+INLINE void input_block_t(const wprob *p, const wmat *f, float *v, int64_t t0, int64_t nt)
+{
+    int a = f->a;
     float d[AMAX * AMAX * LANES], tmp[AMAX * AMAX * LANES], o[AMAX * AMAX * LANES];
     lanes ln;
     for (int64_t g0 = 0; g0 < nt; g0 += LANES) {
         lanes_at(p, t0 + g0, t0 + nt, &ln);
         for (int64_t c = 0; c < p->ci; c++) {
-            gather(p, &ln, c, d);
-            lane_sandwich(&p->f->bt[0][0], AMAX, a, a, d, tmp, o);
+            gather(p, a, f->m, &ln, c, d);
+            in_xform(f, d, tmp, o);
             for (int xi = 0; xi < a * a; xi++)
                 memcpy(v + (xi * p->ci + c) * p->tb + g0, o + xi * LANES, sizeof(float) * LANES);
         }
     }
 }
 
-/* Writes the lanes' m x m output tiles of channel c, clipped to the
- * output. A fused epilogue (bias, activation, residual, batch norm of
- * channel c) would run on o here, before the store. */
-static void put_lanes(const wprob *p, const lanes *ln, int64_t c, const float *o)
+WIDE static void input_block(const wprob *p, float *v, int64_t t0, int64_t nt)
 {
-    int m = p->f->m;
-    for (int l = 0; l < LANES; l++) {
-        if (!ln->live[l]) continue;
-        float *yc = p->y + ln->img[l] * p->ys + c * p->oh * p->ow;
-        int64_t rn = p->oh - ln->r0[l] < m ? p->oh - ln->r0[l] : m;
-        int64_t cn = p->ow - ln->c0[l] < m ? p->ow - ln->c0[l] : m;
-        for (int64_t i = 0; i < rn; i++)
-            for (int64_t j = 0; j < cn; j++)
-                yc[(ln->r0[l] + i) * p->ow + ln->c0[l] + j] = o[(i * m + j) * LANES + l];
+    if (p->f == &F2) input_block_t(p, &F2, v, t0, nt);
+    else input_block_t(p, &F4, v, t0, nt);
+}
+
+/* Lane l's m x m output tile of channel c, clipped to the output. */
+INLINE void put_one(const wprob *p, int m, const lanes *ln, int64_t c, int l, const float *o)
+{
+    float *yc = p->y + ln->img[l] * p->ys + c * p->oh * p->ow + ln->r0[l] * p->ow + ln->c0[l];
+    int64_t rn = p->oh - ln->r0[l] < m ? p->oh - ln->r0[l] : m;
+    int64_t cn = p->ow - ln->c0[l] < m ? p->ow - ln->c0[l] : m;
+    for (int64_t i = 0; i < rn; i++)
+        for (int64_t j = 0; j < cn; j++) yc[i * p->ow + j] = o[(i * m + j) * LANES + l];
+}
+
+/* Writes the lanes' m x m output tiles of channel c (a run's whole tiles
+ * as strided rows). A fused epilogue (bias, activation, residual, batch
+ * norm of channel c) would run on o here, before the stores. */
+INLINE void put_lanes(const wprob *p, int m, const lanes *ln, int64_t c, const float *o)
+{
+    for (int r = 0; r < ln->runs; r++) {
+        int o0 = ln->out0[r], o1 = ln->out1[r];
+        if (o1 > o0) {
+            float *y = p->y + ln->img[o0] * p->ys + c * p->oh * p->ow + ln->r0[o0] * p->ow +
+                       ln->c0[o0];
+            for (int i = 0; i < m; i++)
+                for (int j = 0; j < m; j++) {
+                    const float *oo = o + (i * m + j) * LANES;
+                    float *yy = y + i * p->ow + j - o0 * m;
+                    for (int q = o0; q < o1; q++) yy[q * m] = oo[q];
+                }
+        }
+        for (int l = o1; l < ln->at[r + 1]; l++) put_one(p, m, ln, c, l, o);
     }
 }
 
 /* The output of the block's tiles [t0, t0 + nt), from M: every channel of
  * those tiles; the one place the block's results are written. */
-static void put_block(const wprob *p, const float *mm, int64_t t0, int64_t nt)
+INLINE void put_block_t(const wprob *p, const wmat *f, const float *mm, int64_t t0, int64_t nt)
 {
-    int a = p->f->a, m = p->f->m;
+    int a = f->a, m = f->m;
     float d[AMAX * AMAX * LANES], tmp[AMAX * AMAX * LANES], o[AMAX * AMAX * LANES];
     lanes ln;
     for (int64_t g0 = 0; g0 < nt; g0 += LANES) {
@@ -267,10 +388,16 @@ static void put_block(const wprob *p, const float *mm, int64_t t0, int64_t nt)
         for (int64_t c = 0; c < p->co; c++) {
             for (int xi = 0; xi < a * a; xi++)
                 memcpy(d + xi * LANES, mm + (xi * p->co + c) * p->tb + g0, sizeof(float) * LANES);
-            lane_sandwich(&p->f->at[0][0], AMAX, m, a, d, tmp, o);
-            put_lanes(p, &ln, c, o);
+            out_xform(f, d, tmp, o);
+            put_lanes(p, m, &ln, c, o);
         }
     }
+}
+
+WIDE static void put_block(const wprob *p, const float *mm, int64_t t0, int64_t nt)
+{
+    if (p->f == &F2) put_block_t(p, &F2, mm, t0, nt);
+    else put_block_t(p, &F4, mm, t0, nt);
 }
 
 /* ---- the run ---------------------------------------------------------------- */

@@ -202,6 +202,33 @@ INLINE void at2(const float *restrict x, int64_t sx, float *restrict y, int64_t 
     }
 }
 
+/* F(2,3)'s G: three rows of lanes into four. */
+INLINE void g2(const float *restrict x, int64_t sx, float *restrict y, int64_t sy)
+{
+    for (int l = 0; l < LANES; l++) {
+        float a = x[l], b = x[sx + l], c = x[2 * sx + l];
+        y[l] = a;
+        y[sy + l] = (a + b + c) * 0.5f;
+        y[2 * sy + l] = (a - b + c) * 0.5f;
+        y[3 * sy + l] = c;
+    }
+}
+
+/* o = G g G^T (g 3 x 3 lanes, o a x a), tmp a x 3. */
+INLINE void w_xform(const wmat *f, const float *g, float *tmp, float *o)
+{
+    int a = f->a;
+    if (f == &F2) {
+        for (int j = 0; j < 3; j++) g2(g + j * LANES, 3 * LANES, tmp + j * LANES, 3 * LANES);
+        for (int i = 0; i < 4; i++) g2(tmp + i * 3 * LANES, LANES, o + i * 4 * LANES, LANES);
+        return;
+    }
+    for (int j = 0; j < 3; j++)
+        lane_mul(&f->g[0][0], 3, a, 3, g + j * LANES, 3 * LANES, tmp + j * LANES, 3 * LANES);
+    for (int i = 0; i < a; i++)
+        lane_mul(&f->g[0][0], 3, a, 3, tmp + i * 3 * LANES, LANES, o + i * a * LANES, LANES);
+}
+
 /* o = B^T d B (a x a lanes each), tmp a x a. */
 INLINE void in_xform(const wmat *f, const float *d, float *tmp, float *o)
 {
@@ -235,11 +262,7 @@ INLINE void weight_lanes(const wprob *p, const wmat *f, float *u, int64_t o, int
         const float *s = p->w + o * p->wo + (i0 + l) * p->wi;
         for (int q = 0; q < 9; q++) g[q * LANES + l] = s[p->flip ? 8 - q : q];
     }
-    /* G (a x 3) . g (3 x 3) . G^T: the sandwich with c = 3, r = a */
-    for (int j = 0; j < 3; j++)
-        lane_mul(&f->g[0][0], 3, a, 3, g + j * LANES, 3 * LANES, tmp + j * LANES, 3 * LANES);
-    for (int i = 0; i < a; i++)
-        lane_mul(&f->g[0][0], 3, a, 3, tmp + i * 3 * LANES, LANES, v + i * a * LANES, LANES);
+    w_xform(f, g, tmp, v);
     for (int xi = 0; xi < a * a; xi++)
         memcpy(u + (xi * p->co + o) * p->ci + i0, v + xi * LANES, (size_t)ni * sizeof(float));
 }
@@ -286,17 +309,18 @@ static void lanes_at(const wprob *p, int64_t t0, int64_t end, lanes *ln)
     }
 }
 
-/* Lane l's a x a input patch of channel c, checked (padding reads zeros). */
+/* Lane l's a x a input patch of channel c: zeros, then the part inside
+ * the input (none for a dead lane). */
 INLINE void gather_one(const wprob *p, int a, const lanes *ln, int64_t c, int l, float *d)
 {
+    for (int e = 0; e < a * a; e++) d[e * LANES + l] = 0;
+    if (!ln->live[l]) return;
     int64_t r0 = ln->r0[l] - p->lh, c0 = ln->c0[l] - p->lw, w = p->w_;
-    const float *xc = p->x + ln->img[l] * p->xs + c * p->h * w;
-    for (int i = 0; i < a; i++)
-        for (int j = 0; j < a; j++) {
-            int64_t r = r0 + i, cc = c0 + j;
-            bool ok = ln->live[l] && r >= 0 && r < p->h && cc >= 0 && cc < w;
-            d[(i * a + j) * LANES + l] = ok ? xc[r * w + cc] : 0.0f;
-        }
+    const float *xc = p->x + ln->img[l] * p->xs + c * p->h * w + r0 * w + c0;
+    int64_t i0 = r0 < 0 ? -r0 : 0, i1 = p->h - r0 < a ? p->h - r0 : a;
+    int64_t j0 = c0 < 0 ? -c0 : 0, j1 = w - c0 < a ? w - c0 : a;
+    for (int64_t i = i0; i < i1; i++)
+        for (int64_t j = j0; j < j1; j++) d[(i * a + j) * LANES + l] = xc[i * w + j];
 }
 
 /* d = the lanes' a x a input patches of channel c (padding and dead

@@ -24,6 +24,7 @@
 #include "blas.h"
 #include "cpu.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #define LANES 16
@@ -74,12 +75,19 @@ typedef struct lanes {
     int runs, at[LANES + 1], in0[LANES], in1[LANES], out0[LANES], out1[LANES];
 } lanes;
 
-/* OT_WINOGRAD: "0" off (im2col + gemm instead: for A/B measurement),
- * "4" F(4,3), else F(2,3). */
+/* OT_WINOGRAD, read once per process (a plan's scratch is sized by the
+ * choice, so it must not change under a cached plan): "0" off (im2col +
+ * gemm instead: for A/B measurement), "4" F(4,3), else F(2,3). */
 static const wmat *pick(void)
 {
-    const char *e = getenv("OT_WINOGRAD");
-    return !e ? &F2 : strcmp(e, "0") == 0 ? NULL : strcmp(e, "4") == 0 ? &F4 : &F2;
+    static _Atomic int mode = -1;   /* 0 off, 2 or 4 */
+    int m = atomic_load(&mode);
+    if (m < 0) {
+        const char *e = getenv("OT_WINOGRAD");
+        m = !e ? 2 : strcmp(e, "0") == 0 ? 0 : strcmp(e, "4") == 0 ? 4 : 2;
+        atomic_store(&mode, m);
+    }
+    return m == 0 ? NULL : m == 4 ? &F4 : &F2;
 }
 
 /* ---- eligibility and sizes ------------------------------------------------ */

@@ -237,26 +237,23 @@ INLINE void w_xform(const wmat *f, const float *g, float *tmp, float *o)
         lane_mul(&f->g[0][0], 3, a, 3, tmp + i * 3 * LANES, LANES, o + i * a * LANES, LANES);
 }
 
-/* o = B^T d B (a x a lanes each), tmp a x a. */
-INLINE void in_xform(const wmat *f, const float *d, float *tmp, float *o)
+/* o = B^T d B (input: a x a lanes each) or A^T d A (output: d a x a, o
+ * m x m); tmp r x a, r = a or m. */
+INLINE void io_xform(const wmat *f, bool output, const float *d, float *tmp, float *o)
 {
+    int r = output ? f->m : f->a;
     if (f != &F2) {
-        lane_sandwich(&f->bt[0][0], AMAX, f->a, f->a, d, tmp, o);
+        lane_sandwich(output ? &f->at[0][0] : &f->bt[0][0], AMAX, r, f->a, d, tmp, o);
         return;
     }
-    for (int j = 0; j < 4; j++) bt2(d + j * LANES, 4 * LANES, tmp + j * LANES, 4 * LANES);
-    for (int i = 0; i < 4; i++) bt2(tmp + i * 4 * LANES, LANES, o + i * 4 * LANES, LANES);
-}
-
-/* o = A^T d A (d a x a lanes, o m x m), tmp m x a. */
-INLINE void out_xform(const wmat *f, const float *d, float *tmp, float *o)
-{
-    if (f != &F2) {
-        lane_sandwich(&f->at[0][0], AMAX, f->m, f->a, d, tmp, o);
-        return;
+    for (int j = 0; j < 4; j++) {
+        if (output) at2(d + j * LANES, 4 * LANES, tmp + j * LANES, 4 * LANES);
+        else bt2(d + j * LANES, 4 * LANES, tmp + j * LANES, 4 * LANES);
     }
-    for (int j = 0; j < 4; j++) at2(d + j * LANES, 4 * LANES, tmp + j * LANES, 4 * LANES);
-    for (int i = 0; i < 2; i++) at2(tmp + i * 4 * LANES, LANES, o + i * 2 * LANES, LANES);
+    for (int i = 0; i < r; i++) {
+        if (output) at2(tmp + i * 4 * LANES, LANES, o + i * r * LANES, LANES);
+        else bt2(tmp + i * 4 * LANES, LANES, o + i * r * LANES, LANES);
+    }
 }
 
 /* U for output channel o, input channels [i0, i0 + LANES) (fewer at the
@@ -364,7 +361,7 @@ INLINE void input_block_t(const wprob *p, const wmat *f, float *v, int64_t t0, i
         lanes_at(p, t0 + g0, t0 + nt, &ln);
         for (int64_t c = 0; c < p->ci; c++) {
             gather(p, a, f->m, &ln, c, d);
-            in_xform(f, d, tmp, o);
+            io_xform(f, false, d, tmp, o);
             for (int xi = 0; xi < a * a; xi++)
                 memcpy(v + (xi * p->ci + c) * p->tb + g0, o + xi * LANES, sizeof(float) * LANES);
         }
@@ -420,7 +417,7 @@ INLINE void put_block_t(const wprob *p, const wmat *f, const float *mm, int64_t 
         for (int64_t c = 0; c < p->co; c++) {
             for (int xi = 0; xi < a * a; xi++)
                 memcpy(d + xi * LANES, mm + (xi * p->co + c) * p->tb + g0, sizeof(float) * LANES);
-            out_xform(f, d, tmp, o);
+            io_xform(f, true, d, tmp, o);
             put_lanes(p, m, &ln, c, o);
         }
     }

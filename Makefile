@@ -110,6 +110,8 @@ $(BUILD)/obj/cpu/%.o: private CPPFLAGS += $(CPU_INC)
 # The pooling kernels' row loops (src/cpu/exec_pool.c) want the vectoriser's
 # full cost model, which -O2 does not run.
 $(BUILD)/obj/cpu/exec_pool.o: private CFLAGS += -O3
+# The Winograd transforms (src/cpu/exec_winograd.c) loop over vector lanes.
+$(BUILD)/obj/cpu/exec_winograd.o: private CFLAGS += -O3
 
 $(BUILD)/obj/%.o: src/%.c $(FLAGS)
 	@mkdir -p $(dir $@)

@@ -155,6 +155,18 @@ static void run_free(conv_run *cr)
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) ot_tensor_free(t[i]);
 }
 
+/* The length of a up to the ")" that closes the "(" before it (names
+ * such as "winograd F(2x2,3x3)" hold parentheses) or the line's end. */
+static int closing(const char *a)
+{
+    int n = 0, depth = 0;
+    for (; a[n] && a[n] != '\n'; n++) {
+        if (a[n] == '(') depth++;
+        else if (a[n] == ')' && depth-- == 0) break;
+    }
+    return n;
+}
+
 /* The algorithms and tiles ot_explain names for the run's kernels, "; "
  * between them (the text after "conv [...] (" up to ")"). */
 static void explain_algos(const conv_run *cr, char *buf, size_t size)
@@ -170,7 +182,7 @@ static void explain_algos(const conv_run *cr, char *buf, size_t size)
         const char *a = strstr(s, "] (");
         if (!a) break;
         a += 3;
-        int n = (int)strcspn(a, ")\n");
+        int n = closing(a);
         used += (size_t)snprintf(buf + used, size - used, "%s%.*s", used ? "; " : "", n, a);
         if (used >= size) break;
         s = a;

@@ -94,7 +94,9 @@ static void describe_window(FILE *f, const ot_kernel *k)
         size_t tile;
         const char *algo = ot__conv_algo(k, &tile);
         fprintf(f, "] (%s, groups %lld", algo, (long long)k->conv.groups);
-        fprintf(f, tile ? ", im2col tile %.1f KiB)" : ")", (double)tile / 1024);
+        bool wino = strncmp(algo, "winograd", 8) == 0;
+        fprintf(f, !tile ? ")" : wino ? ", scratch %.1f KiB)" : ", im2col tile %.1f KiB)",
+                (double)tile / 1024);
     } else
         fprintf(f, "] (direct)");
     for (int i = 0; i < k->nload; i++) put_view(f, i ? " " : " <- ", &k->loads[i]);

@@ -390,8 +390,18 @@ void ot__run_struct(const ot_kernel *k, char *const *base, char *dst);
 bool ot__conv_scratch(const ot_kernel *k, size_t *bytes);
 void ot__run_conv(const ot_kernel *k, char *const base[2], char *dst, char *scratch);
 /* The algorithm a CONV kernel runs (a static name: "im2col + gemm", "1x1
- * gemm, no im2col", "direct") and the bytes of its im2col tile (0: none). */
+ * gemm, no im2col", "direct", "winograd F(2x2,3x3)") and the bytes of its
+ * im2col tile or Winograd scratch (0: none). */
 const char *ot__conv_algo(const ot_kernel *k, size_t *tile);
+/* exec_winograd.c: whether CONV kernel k runs as Winograd (f32, 2-D, 3x3,
+ * stride and dilation 1, conv or conv_transpose, 16 channels or more on
+ * both sides), its name for ot_explain, its scratch bytes (past the
+ * packed operands'), and the run over contiguous X, S, W (xsw, in that
+ * order) into whichever of X and S it writes. */
+bool ot__wino_ok(const ot_kernel *k);
+const char *ot__wino_name(const ot_kernel *k);
+size_t ot__wino_scratch(const ot_kernel *k);
+void ot__wino_run(const ot_kernel *k, char *const xsw[3], char *scratch);
 /* exec_pool.c: runs a POOL kernel from its operands' bases (one or two)
  * into dst. */
 void ot__run_pool(const ot_kernel *k, char *const base[2], char *dst);

@@ -13,6 +13,8 @@
  *                  (memcpy at stride 1), 3-D one element at a time;
  *   1x1 gemm       a 1x1 kernel at stride 1 without padding: X of a batch
  *                  and group is the column matrix, read in place;
+ *   winograd       a 2-D f32 3x3 conv (or its conv_transpose) at stride
+ *                  and dilation 1: exec_winograd.c;
  *   direct         a depthwise conv (one channel per group): 1-D and 2-D
  *                  add each tap's weight times an input row segment into
  *                  the output row (vectorised), 3-D a plain loop over its
@@ -120,6 +122,7 @@ bool ot__conv_scratch(const ot_kernel *k, size_t *bytes)
             !ot__add_size(&sum, sum, part + 128))
             return false;
     }
+    if (ot__wino_ok(k)) return ot__add_size(bytes, sum, ot__wino_scratch(k));
     if (pointwise(g)) return ot__add_size(bytes, sum, 0);   /* no column tile */
     if (!ot__mul_size(&part, (size_t)(g->xc * ksize(g)), (size_t)(tile_cols(g, es) * es)))
         return false;
@@ -137,6 +140,10 @@ const char *ot__conv_algo(const ot_kernel *k, size_t *tile)
     int64_t es = (int64_t)ot__esize(k->store.dtype);
     *tile = 0;
     if (direct_ok(k)) return "direct";
+    if (ot__wino_ok(k)) {
+        *tile = ot__wino_scratch(k);
+        return ot__wino_name(k);
+    }
     if (pointwise(g)) return "1x1 gemm, no im2col";
     *tile = (size_t)(g->xc * ksize(g) * tile_cols(g, es) * es);
     return "im2col + gemm";
@@ -402,6 +409,8 @@ void ot__run_conv(const ot_kernel *k, char *const base[2], char *dst, char *scra
     int64_t out_n = numel_of(g, r[2]);
     if (direct_ok(k) && out_n) {
         direct(&t, g);
+    } else if (out_n && ot__wino_ok(k)) {
+        ot__wino_run(k, t.p, scratch);
     } else if (out_n) {
         if (k->conv_op != OT_OP_CONV) memset(t.p[r[2]], 0, (size_t)(out_n * t.es));
         ot__gemm_fn *run = ot__blas_ready() ? ot__gemm_loop : ot__gemm_blas;

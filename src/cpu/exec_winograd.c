@@ -1,0 +1,471 @@
+/*
+ * exec_winograd.c - the cpu backend's Winograd convolution F(m x m, 3 x 3)
+ * (Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks"):
+ * a 2-D f32 conv with a 3x3 kernel at stride and dilation 1, any padding
+ * and groups, and the conv_transpose of one (d/dinput: a conv of the
+ * output gradient with the flipped, transposed weights, padding 2 - lo).
+ *
+ * The output is cut into m x m tiles, numbered across the whole batch (so
+ * a 7x7 image's few tiles join the other images' in one GEMM). Per group:
+ *   weights   U[xi][co][ci] = (G w G^T)[xi], a = m + 2, xi < a * a;
+ *   per block of TB tiles (its V and M together about BLOCK_BYTES):
+ *     input   V[xi][ci][t] = (B^T d B)[xi], d the tile's a x a input patch;
+ *     GEMMs   M[xi] = U[xi] . V[xi], a * a of them (co x ci x tiles);
+ *     output  the tile = A^T M A, written by put_block (one call per block
+ *             of tiles: where a fused epilogue would run on the values).
+ * The transforms run on LANES tiles (or channels) at once, one vector
+ * lane each. F(2,3) (a = 4) is the one used: its transforms' coefficients
+ * are 0, +-1 and 1/2, so on data whose products and sums are exact in f32
+ * (small integers, halves) it is exact, and its rounding otherwise is
+ * that of a dot product of the same terms (include/optree/conv.h). F(4,3)
+ * (a = 6, 2.25 times fewer products again) is kept as a table for
+ * measurement (OT_WINOGRAD=4): its 1/6 and 1/24 lose about 10x more.
+ */
+#include "blas.h"
+#include "cpu.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#define LANES 16
+#define AMAX 6
+#define BLOCK_BYTES ((size_t)2 << 20)   /* a block's V and M: in L2/L3 */
+#define MIN_TILES 128                   /* a GEMM narrower than this runs slowly */
+
+/* One F(m, 3): B^T (a x a), G (a x 3), A^T (m x a). */
+typedef struct wmat {
+    int m, a;
+    float bt[AMAX][AMAX], g[AMAX][3], at[AMAX - 2][AMAX];
+} wmat;
+
+static const wmat F2 = {2, 4,
+                        {{1, 0, -1, 0}, {0, 1, 1, 0}, {0, -1, 1, 0}, {0, 1, 0, -1}},
+                        {{1, 0, 0}, {0.5f, 0.5f, 0.5f}, {0.5f, -0.5f, 0.5f}, {0, 0, 1}},
+                        {{1, 1, 1, 0}, {0, 1, -1, -1}}};
+static const wmat F4 = {4, 6,
+                        {{4, 0, -5, 0, 1, 0}, {0, -4, -4, 1, 1, 0}, {0, 4, -4, -1, 1, 0},
+                         {0, -2, -1, 2, 1, 0}, {0, 2, -1, -2, 1, 0}, {0, 4, 0, -5, 0, 1}},
+                        {{1.0f / 4, 0, 0}, {-1.0f / 6, -1.0f / 6, -1.0f / 6},
+                         {-1.0f / 6, 1.0f / 6, -1.0f / 6}, {1.0f / 24, 1.0f / 12, 1.0f / 6},
+                         {1.0f / 24, -1.0f / 12, 1.0f / 6}, {0, 0, 1}},
+                        {{1, 1, 1, 1, 1, 0}, {0, 1, -1, 2, -2, 0}, {0, 1, 1, 4, 4, 0},
+                         {0, 1, -1, 8, -8, 1}}};
+
+/* One group's problem as a plain conv: x (n images of ci channels, h x w,
+ * image stride xs) correlated with w into y (co channels, oh x ow, image
+ * stride ys); output position p reads input p + q - lo for tap q. Weight
+ * (o, i) starts at w + o * wo + i * wi; flip reads its taps reversed. */
+typedef struct wprob {
+    const wmat *f;
+    const float *x, *w;
+    float *y;
+    int64_t n, ci, co, h, w_, oh, ow, lh, lw, xs, ys, wo, wi;
+    bool flip;
+    int64_t th, tw, tiles, tb;   /* tiles down, across, in all; per block */
+} wprob;
+
+/* The tiles of one group of LANES: where each reads and writes. A lane past
+ * the block's end reads padding only and writes nothing. */
+typedef struct lanes {
+    int64_t img[LANES], r0[LANES], c0[LANES];   /* r0, c0: output origin */
+    bool live[LANES];
+    /* runs of consecutive live tiles of one tile row: run r is lanes
+     * [at[r], at[r + 1]); of those, [in0[r], in1[r]) read inside the input
+     * and [out0[r], out1[r]) write whole tiles: strided vector copies */
+    int runs, at[LANES + 1], in0[LANES], in1[LANES], out0[LANES], out1[LANES];
+} lanes;
+
+/* OT_WINOGRAD, read once per process (a plan's scratch is sized by the
+ * choice, so it must not change under a cached plan): "0" off (im2col +
+ * gemm instead: for A/B measurement), "4" F(4,3), else F(2,3). */
+static const wmat *pick(void)
+{
+    static _Atomic int mode = -1;   /* 0 off, 2 or 4 */
+    int m = atomic_load(&mode);
+    if (m < 0) {
+        const char *e = getenv("OT_WINOGRAD");
+        m = !e ? 2 : strcmp(e, "0") == 0 ? 0 : strcmp(e, "4") == 0 ? 4 : 2;
+        atomic_store(&mode, m);
+    }
+    return m == 0 ? NULL : m == 4 ? &F4 : &F2;
+}
+
+/* ---- eligibility and sizes ------------------------------------------------ */
+
+bool ot__wino_ok(const ot_kernel *k)
+{
+    const ot__conv_geom *g = &k->conv;
+    if (k->store.dtype != OT_F32 || !pick()) return false;
+    if (k->conv_op != OT_OP_CONV && k->conv_op != OT_OP_CONV_TRANSPOSE) return false;
+    if (g->k[0] != 3 || g->k[1] != 3 || g->k[2] != 1 || g->xp[2] != 1 || g->sp[2] != 1)
+        return false;
+    for (int d = 0; d < 2; d++)
+        if (g->stride[d] != 1 || g->dil[d] != 1) return false;
+    /* few channels: a GEMM of depth ci is too thin, im2col's is 9 ci */
+    return g->xc >= 16 && g->sc >= 16 && g->n > 0;
+}
+
+/* The problem of k's group 0 without its pointers: channels, sizes, pads. */
+static void shape_of(const ot_kernel *k, wprob *p)
+{
+    const ot__conv_geom *g = &k->conv;
+    bool tr = k->conv_op == OT_OP_CONV_TRANSPOSE;
+    const int64_t *in = tr ? g->sp : g->xp, *out = tr ? g->xp : g->sp;
+    *p = (wprob){.f = pick(), .n = g->n, .ci = tr ? g->sc : g->xc, .co = tr ? g->xc : g->sc,
+                 .h = in[0], .w_ = in[1], .oh = out[0], .ow = out[1],
+                 .lh = tr ? 2 - g->lo[0] : g->lo[0], .lw = tr ? 2 - g->lo[1] : g->lo[1],
+                 .wo = tr ? 9 : g->xc * 9, .wi = tr ? g->xc * 9 : 9, .flip = tr};
+    int64_t m = p->f->m, a2 = p->f->a * p->f->a;
+    p->th = (p->oh + m - 1) / m;
+    p->tw = (p->ow + m - 1) / m;
+    p->tiles = p->n * p->th * p->tw;
+    int64_t tb = (int64_t)BLOCK_BYTES / (a2 * (p->ci + p->co) * 4);
+    tb = tb < MIN_TILES ? MIN_TILES : tb;
+    tb = tb < p->tiles ? tb : p->tiles;
+    p->tb = (tb + LANES - 1) / LANES * LANES;
+}
+
+/* Bytes of U, of V, of M (each rounded to 64) and of their sum. */
+static size_t part_bytes(const wprob *p, int which)
+{
+    int64_t a2 = p->f->a * p->f->a;
+    int64_t e = which == 0 ? a2 * p->co * p->ci : which == 1 ? a2 * p->ci * p->tb
+                                                              : a2 * p->co * p->tb;
+    return ((size_t)e * sizeof(float) + 63) / 64 * 64;
+}
+
+size_t ot__wino_scratch(const ot_kernel *k)
+{
+    wprob p;
+    shape_of(k, &p);
+    return part_bytes(&p, 0) + part_bytes(&p, 1) + part_bytes(&p, 2) + 64;
+}
+
+const char *ot__wino_name(const ot_kernel *k)
+{
+    (void)k;
+    return pick() == &F4 ? "winograd F(4x4,3x3)" : "winograd F(2x2,3x3)";
+}
+
+/* ---- transforms on LANES lanes -------------------------------------------- */
+
+/* The transforms are written once over a wmat and instantiated per table
+ * (INLINE, with the table a constant: the loops unroll and the zero and
+ * unit coefficients fold away), each instance compiled for AVX-512, AVX2
+ * and the baseline, picked at load time (WIDE), so that a row of LANES
+ * lanes is one or two vector registers. */
+#define INLINE static inline __attribute__((always_inline))
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(OT_NO_CLONES)
+#define WIDE __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define WIDE
+#endif
+
+/* o[i] = sum_k mt[i][k] v[k] for i < r, k < c, each a row of LANES floats;
+ * v's rows sv floats apart, o's so; zero coefficients skipped. */
+INLINE void lane_mul(const float *mt, int ldm, int r, int c, const float *v, int64_t sv, float *o,
+                     int64_t so)
+{
+    for (int i = 0; i < r; i++) {
+        float acc[LANES] = {0};
+        for (int k = 0; k < c; k++) {
+            float f = mt[i * ldm + k];
+            if (f == 0) continue;
+            const float *vk = v + k * sv;
+            for (int l = 0; l < LANES; l++) acc[l] += f * vk[l];
+        }
+        memcpy(o + i * so, acc, sizeof acc);
+    }
+}
+
+/* out = mt . in . mt^T on LANES lanes: in is c x c, out r x r, mt r x c
+ * (row stride ldm); tmp holds r x c. */
+INLINE void lane_sandwich(const float *mt, int ldm, int r, int c, const float *in, float *tmp,
+                          float *out)
+{
+    for (int j = 0; j < c; j++)
+        lane_mul(mt, ldm, r, c, in + j * LANES, c * LANES, tmp + j * LANES, c * LANES);
+    for (int i = 0; i < r; i++)
+        lane_mul(mt, ldm, r, c, tmp + i * c * LANES, LANES, out + i * r * LANES, LANES);
+}
+
+/* F(2,3)'s B^T on four rows of lanes (row k at x + k * sx) into four
+ * (y + i * sy), and its A^T into two: the tables' sums written out. */
+INLINE void bt2(const float *restrict x, int64_t sx, float *restrict y, int64_t sy)
+{
+    for (int l = 0; l < LANES; l++) {
+        float a = x[l], b = x[sx + l], c = x[2 * sx + l], d = x[3 * sx + l];
+        y[l] = a - c;
+        y[sy + l] = b + c;
+        y[2 * sy + l] = c - b;
+        y[3 * sy + l] = b - d;
+    }
+}
+INLINE void at2(const float *restrict x, int64_t sx, float *restrict y, int64_t sy)
+{
+    for (int l = 0; l < LANES; l++) {
+        float b = x[sx + l], c = x[2 * sx + l];
+        y[l] = x[l] + b + c;
+        y[sy + l] = b - c - x[3 * sx + l];
+    }
+}
+
+/* F(2,3)'s G: three rows of lanes into four. */
+INLINE void g2(const float *restrict x, int64_t sx, float *restrict y, int64_t sy)
+{
+    for (int l = 0; l < LANES; l++) {
+        float a = x[l], b = x[sx + l], c = x[2 * sx + l];
+        y[l] = a;
+        y[sy + l] = (a + b + c) * 0.5f;
+        y[2 * sy + l] = (a - b + c) * 0.5f;
+        y[3 * sy + l] = c;
+    }
+}
+
+/* o = G g G^T (g 3 x 3 lanes, o a x a), tmp a x 3. */
+INLINE void w_xform(const wmat *f, const float *g, float *tmp, float *o)
+{
+    int a = f->a;
+    if (f == &F2) {
+        for (int j = 0; j < 3; j++) g2(g + j * LANES, 3 * LANES, tmp + j * LANES, 3 * LANES);
+        for (int i = 0; i < 4; i++) g2(tmp + i * 3 * LANES, LANES, o + i * 4 * LANES, LANES);
+        return;
+    }
+    for (int j = 0; j < 3; j++)
+        lane_mul(&f->g[0][0], 3, a, 3, g + j * LANES, 3 * LANES, tmp + j * LANES, 3 * LANES);
+    for (int i = 0; i < a; i++)
+        lane_mul(&f->g[0][0], 3, a, 3, tmp + i * 3 * LANES, LANES, o + i * a * LANES, LANES);
+}
+
+/* o = B^T d B (input: a x a lanes each) or A^T d A (output: d a x a, o
+ * m x m); tmp r x a, r = a or m. */
+INLINE void io_xform(const wmat *f, bool output, const float *d, float *tmp, float *o)
+{
+    int r = output ? f->m : f->a;
+    if (f != &F2) {
+        lane_sandwich(output ? &f->at[0][0] : &f->bt[0][0], AMAX, r, f->a, d, tmp, o);
+        return;
+    }
+    for (int j = 0; j < 4; j++) {
+        if (output) at2(d + j * LANES, 4 * LANES, tmp + j * LANES, 4 * LANES);
+        else bt2(d + j * LANES, 4 * LANES, tmp + j * LANES, 4 * LANES);
+    }
+    for (int i = 0; i < r; i++) {
+        if (output) at2(tmp + i * 4 * LANES, LANES, o + i * r * LANES, LANES);
+        else bt2(tmp + i * 4 * LANES, LANES, o + i * r * LANES, LANES);
+    }
+}
+
+/* U for output channel o, input channels [i0, i0 + LANES) (fewer at the
+ * end: the rest are not stored). */
+INLINE void weight_lanes(const wprob *p, const wmat *f, float *u, int64_t o, int64_t i0)
+{
+    int a = f->a;
+    int64_t ni = p->ci - i0 < LANES ? p->ci - i0 : LANES;
+    float g[9 * LANES] = {0}, tmp[AMAX * 3 * LANES], v[AMAX * AMAX * LANES];
+    for (int64_t l = 0; l < ni; l++) {
+        const float *s = p->w + o * p->wo + (i0 + l) * p->wi;
+        for (int q = 0; q < 9; q++) g[q * LANES + l] = s[p->flip ? 8 - q : q];
+    }
+    w_xform(f, g, tmp, v);
+    for (int xi = 0; xi < a * a; xi++)
+        memcpy(u + (xi * p->co + o) * p->ci + i0, v + xi * LANES, (size_t)ni * sizeof(float));
+}
+
+INLINE void weights_t(const wprob *p, const wmat *f, float *u)
+{
+    for (int64_t o = 0; o < p->co; o++)
+        for (int64_t i0 = 0; i0 < p->ci; i0 += LANES) weight_lanes(p, f, u, o, i0);
+}
+
+WIDE static void weights(const wprob *p, float *u)
+{
+    if (p->f == &F2) weights_t(p, &F2, u);
+    else weights_t(p, &F4, u);
+}
+
+/* The lanes of tiles [t0, t0 + LANES), those below end live. */
+static void lanes_at(const wprob *p, int64_t t0, int64_t end, lanes *ln)
+{
+    int64_t m = p->f->m, a = p->f->a;
+    for (int l = 0; l < LANES; l++) {
+        int64_t t = t0 + l;
+        ln->live[l] = t < end;
+        t = t < end ? t : 0;
+        ln->img[l] = t / (p->th * p->tw);
+        ln->r0[l] = t / p->tw % p->th * m;
+        ln->c0[l] = t % p->tw * m;
+    }
+    ln->runs = 0;
+    for (int l = 0, r; l < LANES && ln->live[l]; ln->runs++) {
+        r = ln->runs;
+        ln->at[r] = l;
+        int64_t row = ln->r0[l] - p->lh;
+        bool rin = row >= 0 && row + a <= p->h, rout = ln->r0[l] + m <= p->oh;
+        ln->in0[r] = ln->in1[r] = ln->out0[r] = ln->out1[r] = l;
+        for (; l < LANES && ln->live[l] && ln->img[l] == ln->img[ln->at[r]] &&
+               ln->r0[l] == ln->r0[ln->at[r]]; l++) {
+            int64_t col = ln->c0[l] - p->lw;
+            if (rin && col >= 0 && col + a <= p->w_) ln->in1[r] = l + 1;
+            else if (ln->in1[r] == l) ln->in0[r] = ln->in1[r] = l + 1;
+            if (rout && ln->c0[l] + m <= p->ow) ln->out1[r] = l + 1;
+        }
+        ln->at[r + 1] = l;
+    }
+}
+
+/* Lane l's a x a input patch of channel c: zeros, then the part inside
+ * the input (none for a dead lane). */
+INLINE void gather_one(const wprob *p, int a, const lanes *ln, int64_t c, int l, float *d)
+{
+    for (int e = 0; e < a * a; e++) d[e * LANES + l] = 0;
+    if (!ln->live[l]) return;
+    int64_t r0 = ln->r0[l] - p->lh, c0 = ln->c0[l] - p->lw, w = p->w_;
+    const float *xc = p->x + ln->img[l] * p->xs + c * p->h * w + r0 * w + c0;
+    int64_t i0 = r0 < 0 ? -r0 : 0, i1 = p->h - r0 < a ? p->h - r0 : a;
+    int64_t j0 = c0 < 0 ? -c0 : 0, j1 = w - c0 < a ? w - c0 : a;
+    for (int64_t i = i0; i < i1; i++)
+        for (int64_t j = j0; j < j1; j++) d[(i * a + j) * LANES + l] = xc[i * w + j];
+}
+
+/* d = the lanes' a x a input patches of channel c (padding and dead
+ * lanes read zeros): a run's patches inside the input as strided rows. */
+INLINE void gather(const wprob *p, int a, int m, const lanes *ln, int64_t c, float *d)
+{
+    int l = 0;
+    for (int r = 0; r < ln->runs; r++) {
+        int i0 = ln->in0[r], i1 = ln->in1[r];
+        for (l = ln->at[r]; l < i0; l++) gather_one(p, a, ln, c, l, d);
+        if (i1 > i0) {
+            const float *s = p->x + ln->img[i0] * p->xs + c * p->h * p->w_ +
+                             (ln->r0[i0] - p->lh) * p->w_ + ln->c0[i0] - p->lw;
+            for (int i = 0; i < a; i++)
+                for (int j = 0; j < a; j++) {
+                    float *dd = d + (i * a + j) * LANES;
+                    const float *ss = s + i * p->w_ + j - i0 * m;
+                    for (int q = i0; q < i1; q++) dd[q] = ss[q * m];
+                }
+        }
+        for (l = i1; l < ln->at[r + 1]; l++) gather_one(p, a, ln, c, l, d);
+    }
+    for (; l < LANES; l++) gather_one(p, a, ln, c, l, d);
+}
+
+/* V of the block's tiles [t0, t0 + nt): column t - t0 of V[xi][c]. */
+INLINE void input_block_t(const wprob *p, const wmat *f, float *v, int64_t t0, int64_t nt)
+{
+    int a = f->a;
+    float d[AMAX * AMAX * LANES], tmp[AMAX * AMAX * LANES], o[AMAX * AMAX * LANES];
+    lanes ln;
+    for (int64_t g0 = 0; g0 < nt; g0 += LANES) {
+        lanes_at(p, t0 + g0, t0 + nt, &ln);
+        for (int64_t c = 0; c < p->ci; c++) {
+            gather(p, a, f->m, &ln, c, d);
+            io_xform(f, false, d, tmp, o);
+            for (int xi = 0; xi < a * a; xi++)
+                memcpy(v + (xi * p->ci + c) * p->tb + g0, o + xi * LANES, sizeof(float) * LANES);
+        }
+    }
+}
+
+WIDE static void input_block(const wprob *p, float *v, int64_t t0, int64_t nt)
+{
+    if (p->f == &F2) input_block_t(p, &F2, v, t0, nt);
+    else input_block_t(p, &F4, v, t0, nt);
+}
+
+/* Lane l's m x m output tile of channel c, clipped to the output. */
+INLINE void put_one(const wprob *p, int m, const lanes *ln, int64_t c, int l, const float *o)
+{
+    float *yc = p->y + ln->img[l] * p->ys + c * p->oh * p->ow + ln->r0[l] * p->ow + ln->c0[l];
+    int64_t rn = p->oh - ln->r0[l] < m ? p->oh - ln->r0[l] : m;
+    int64_t cn = p->ow - ln->c0[l] < m ? p->ow - ln->c0[l] : m;
+    for (int64_t i = 0; i < rn; i++)
+        for (int64_t j = 0; j < cn; j++) yc[i * p->ow + j] = o[(i * m + j) * LANES + l];
+}
+
+/* Writes the lanes' m x m output tiles of channel c (a run's whole tiles
+ * as strided rows). A fused epilogue (bias, activation, residual, batch
+ * norm of channel c) would run on o here, before the stores. */
+INLINE void put_lanes(const wprob *p, int m, const lanes *ln, int64_t c, const float *o)
+{
+    for (int r = 0; r < ln->runs; r++) {
+        int o0 = ln->out0[r], o1 = ln->out1[r];
+        if (o1 > o0) {
+            float *y = p->y + ln->img[o0] * p->ys + c * p->oh * p->ow + ln->r0[o0] * p->ow +
+                       ln->c0[o0];
+            for (int i = 0; i < m; i++)
+                for (int j = 0; j < m; j++) {
+                    const float *oo = o + (i * m + j) * LANES;
+                    float *yy = y + i * p->ow + j - o0 * m;
+                    for (int q = o0; q < o1; q++) yy[q * m] = oo[q];
+                }
+        }
+        for (int l = o1; l < ln->at[r + 1]; l++) put_one(p, m, ln, c, l, o);
+    }
+}
+
+/* The output of the block's tiles [t0, t0 + nt), from M: every channel of
+ * those tiles; the one place the block's results are written. */
+INLINE void put_block_t(const wprob *p, const wmat *f, const float *mm, int64_t t0, int64_t nt)
+{
+    int a = f->a, m = f->m;
+    float d[AMAX * AMAX * LANES], tmp[AMAX * AMAX * LANES], o[AMAX * AMAX * LANES];
+    lanes ln;
+    for (int64_t g0 = 0; g0 < nt; g0 += LANES) {
+        lanes_at(p, t0 + g0, t0 + nt, &ln);
+        for (int64_t c = 0; c < p->co; c++) {
+            for (int xi = 0; xi < a * a; xi++)
+                memcpy(d + xi * LANES, mm + (xi * p->co + c) * p->tb + g0, sizeof(float) * LANES);
+            io_xform(f, true, d, tmp, o);
+            put_lanes(p, m, &ln, c, o);
+        }
+    }
+}
+
+WIDE static void put_block(const wprob *p, const float *mm, int64_t t0, int64_t nt)
+{
+    if (p->f == &F2) put_block_t(p, &F2, mm, t0, nt);
+    else put_block_t(p, &F4, mm, t0, nt);
+}
+
+/* ---- the run ---------------------------------------------------------------- */
+
+static void run_group(const wprob *p, float *u, float *v, float *mm, ot__gemm_fn *gemm)
+{
+    int64_t a2 = p->f->a * p->f->a;
+    weights(p, u);
+    for (int64_t t0 = 0; t0 < p->tiles; t0 += p->tb) {
+        int64_t nt = p->tiles - t0 < p->tb ? p->tiles - t0 : p->tb;
+        input_block(p, v, t0, nt);
+        for (int64_t xi = 0; xi < a2; xi++)
+            gemm(&(ot__gemm){OT_F32, u + xi * p->co * p->ci, v + xi * p->ci * p->tb,
+                             mm + xi * p->co * p->tb, false, false, p->co, nt, p->ci, p->ci, p->tb,
+                             p->tb, 1.0, 0.0});
+        put_block(p, mm, t0, nt);
+    }
+}
+
+static float *align64(char *s) { return (float *)(((uintptr_t)s + 63) & ~(uintptr_t)63); }
+
+void ot__wino_run(const ot_kernel *k, char *const xsw[3], char *scratch)
+{
+    const ot__conv_geom *g = &k->conv;
+    bool tr = k->conv_op == OT_OP_CONV_TRANSPOSE;
+    wprob p;
+    shape_of(k, &p);
+    float *u = align64(scratch);
+    float *v = (float *)((char *)u + part_bytes(&p, 0));
+    float *mm = (float *)((char *)v + part_bytes(&p, 1));
+    ot__gemm_fn *gemm = ot__blas_ready() ? ot__gemm_loop : ot__gemm_blas;
+    int64_t xsz = g->xc * g->xp[0] * g->xp[1], ssz = g->sc * g->sp[0] * g->sp[1];
+    const float *xs = (const float *)xsw[0], *ss = (const float *)xsw[1];
+    for (int64_t grp = 0; grp < g->groups; grp++) {
+        p.x = tr ? ss + grp * ssz : xs + grp * xsz;
+        p.y = (float *)(tr ? xsw[0] : xsw[1]) + grp * (tr ? xsz : ssz);
+        p.w = (const float *)xsw[2] + grp * g->sc * g->xc * 9;
+        p.xs = g->groups * (tr ? ssz : xsz);
+        p.ys = g->groups * (tr ? xsz : ssz);
+        run_group(&p, u, v, mm, gemm);
+    }
+}

@@ -1,0 +1,133 @@
+/*
+ * test_winograd.c - the cpu backend's Winograd path (src/cpu/exec_winograd.c):
+ * f32 3x3 convs at stride 1 and their gradients (d/dinput runs a
+ * conv_transpose through it) against the ref backend in f64 on random
+ * non-integer data: odd sizes, padding 0, 1, 2 and per side, size-1
+ * spatial dims, batch 1 and several, channel counts off multiples of 16,
+ * groups, a conv_transpose of its own; ot_explain naming the algorithm.
+ */
+#include "test.h"
+
+#include <stdlib.h>
+
+typedef struct wcase {
+    int64_t n, c, co, h, w;
+    ot_conv_opts o;
+    bool transpose;
+} wcase;
+
+static const wcase WCASES[] = {
+    {2, 17, 19, 9, 11, {.pad = 1}, false},
+    {1, 16, 16, 1, 1, {.pad = 1}, false},
+    {3, 20, 16, 7, 7, {0}, false},
+    {2, 16, 18, 6, 5, {.pad = 2}, false},
+    {1, 18, 16, 8, 3, {.pad_lo = {0, 1}, .pad_hi = {2, 0}}, false},
+    {2, 32, 34, 5, 6, {.pad = 1, .groups = 2}, false},
+    {2, 16, 17, 5, 4, {.pad = 1}, true},
+};
+#define NW (int)(sizeof WCASES / sizeof WCASES[0])
+
+/* A tensor of random values in [-1, 1), the same (f32-exact) per seed in
+ * either dtype. */
+static ot_tensor *rnd(ot_backend *be, ot_shape s, ot_dtype dt, unsigned seed)
+{
+    int64_t n = 1;
+    for (int d = 0; d < s.ndim; d++) n *= s.dims[d];
+    double *v = malloc(sizeof *v * (size_t)n);
+    float *f = malloc(sizeof *f * (size_t)n);
+    for (int64_t i = 0; i < n; i++) {
+        seed = seed * 1103515245u + 12345u;
+        f[i] = (float)((seed >> 8) % 65536) / 32768.0f - 1.0f;
+        v[i] = f[i];
+    }
+    ot_tensor *t = ot_array(be, s, dt, dt == OT_F32 ? (void *)f : (void *)v);
+    free(v);
+    free(f);
+    return t;
+}
+
+static double *host(ot_tensor *t)
+{
+    ot_tensor *c = ot_empty(ot_tensor_backend(t), ot_tensor_shape(t), OT_F64);
+    CHECK_INT(ot_assign(c, ot_tensor_node(t)), 0);
+    double *v = malloc(sizeof *v * (size_t)ot_tensor_numel(t));
+    CHECK_INT(ot_get(c, v), 0);
+    ot_tensor_free(c);
+    return v;
+}
+
+static ot_node *build(const wcase *c, ot_node *x, ot_node *w)
+{
+    return c->transpose ? ot_conv_transpose_at(x, w, &c->o, __FILE__, __LINE__)
+                        : ot_conv_at(x, w, &c->o, __FILE__, __LINE__);
+}
+
+/* The case's output and its gradients with respect to x and w (of
+ * sum(y * r)) on be in dt; n[] gets their sizes; *explain, when not NULL,
+ * ot_explain's text of the three trees. */
+static void run_case(ot_backend *be, const wcase *c, ot_dtype dt, double *out[3], int64_t n[3],
+                     char **explain)
+{
+    ot_pool *p = ot_pool_push();
+    int64_t g = c->o.groups ? c->o.groups : 1;
+    ot_shape xs = OT_SHAPE(c->n, c->c, c->h, c->w);
+    ot_shape ws = c->transpose ? OT_SHAPE(c->c, c->co / g, 3, 3) : OT_SHAPE(c->co, c->c / g, 3, 3);
+    ot_tensor *x = rnd(be, xs, dt, 1), *w = rnd(be, ws, dt, 2);
+    ot_node *y = build(c, ot_tensor_node(x), ot_tensor_node(w));
+    CHECK(y != NULL);
+    ot_tensor *r = rnd(be, ot_node_shape(y), dt, 3);
+    ot_autodiff *ad = ot_autodiff_new(ot_sum(ot_mul(y, r)), NULL);
+    ot_node *trees[3] = {y, ot_autodiff_grad(ad, x), ot_autodiff_grad(ad, w)};
+    ot_tensor *res[3];
+    for (int i = 0; i < 3; i++) res[i] = ot_empty(be, ot_node_shape(trees[i]), dt);
+    if (explain) *explain = test__explain_many(3, res, trees);
+    for (int i = 0; i < 3; i++) {
+        CHECK_INT(ot_assign(res[i], trees[i]), 0);
+        out[i] = host(res[i]);
+        n[i] = ot_tensor_numel(res[i]);
+        ot_tensor_free(res[i]);
+    }
+    ot_autodiff_free(ad);
+    ot_tensor_free(r);
+    ot_pool_pop(p);
+    ot_tensor_free(x);
+    ot_tensor_free(w);
+}
+
+/* Whether a (cpu, f32) is b (ref, f64) within tol of b's largest
+ * magnitude: Winograd's rounding is a dot product's, relative to the
+ * terms' sizes rather than to each result's. */
+static void compare(int k, int i, const double *a, const double *b, int64_t n, double tol)
+{
+    double scale = 1;
+    for (int64_t e = 0; e < n; e++) scale = fmax(scale, fabs(b[e]));
+    for (int64_t e = 0; e < n; e++)
+        if (fabs(a[e] - b[e]) > tol * scale) {
+            test__fail(__FILE__, __LINE__, "case %d result %d [%lld]: cpu f32 %.9g, ref f64 %.9g",
+                       k, i, (long long)e, a[e], b[e]);
+            return;
+        }
+}
+
+TEST(winograd_matches_ref_f64)
+{
+    ot_backend *ref = test__backend("ref", OT_FUSION_ON), *cpu = test__backend("cpu", OT_FUSION_ON);
+    for (int k = 0; k < NW; k++) {
+        double *a[3], *b[3];
+        int64_t n[3], nb[3];
+        char *ex = NULL;
+        run_case(cpu, &WCASES[k], OT_F32, a, n, &ex);
+        run_case(ref, &WCASES[k], OT_F64, b, nb, NULL);
+        /* the forward (or, transposed, the input gradient) is Winograd's */
+        CHECK(ex && strstr(ex, "winograd F(2x2,3x3)"));
+        for (int i = 0; i < 3; i++) {
+            CHECK(n[i] == nb[i]);
+            compare(k, i, a[i], b[i], n[i] < nb[i] ? n[i] : nb[i], 2e-6);
+            free(a[i]);
+            free(b[i]);
+        }
+        free(ex);
+    }
+    ot_backend_free(ref);
+    ot_backend_free(cpu);
+}

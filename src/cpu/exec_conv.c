@@ -312,20 +312,18 @@ static void gemm_group(const tens *t, const ot__conv_geom *g, int op, int64_t n,
     static void name(const ot__conv_geom *g, const T *x, const T *w, T *s, int64_t nc)       \
     {                                                                                        \
         int64_t kk = ksize(g), P = ssize(g), X = xsize(g);                                   \
-        {                                                                                    \
-            const T *xc = x + nc * X, *wc = w + (nc % g->groups) * kk;                       \
-            int64_t p[3] = {0, 0, 0};                                                        \
-            for (int64_t j = 0; j < P; j++) {                                                \
-                double acc = 0;                                                              \
-                int64_t q[3] = {0, 0, 0};                                                    \
-                for (int64_t r = 0; r < kk; r++) {                                           \
-                    int64_t off = x_off(g, 0, q, p);                                         \
-                    if (off >= 0) acc += (double)xc[off] * (double)wc[r];                    \
-                    for (int d = 2; d >= 0 && ++q[d] == g->k[d]; d--) q[d] = 0;              \
-                }                                                                            \
-                s[nc * P + j] = (T)acc;                                                      \
-                for (int d = 2; d >= 0 && ++p[d] == g->sp[d]; d--) p[d] = 0;                 \
+        const T *xc = x + nc * X, *wc = w + (nc % g->groups) * kk;                           \
+        int64_t p[3] = {0, 0, 0};                                                            \
+        for (int64_t j = 0; j < P; j++) {                                                    \
+            double acc = 0;                                                                  \
+            int64_t q[3] = {0, 0, 0};                                                        \
+            for (int64_t r = 0; r < kk; r++) {                                               \
+                int64_t off = x_off(g, 0, q, p);                                             \
+                if (off >= 0) acc += (double)xc[off] * (double)wc[r];                        \
+                for (int d = 2; d >= 0 && ++q[d] == g->k[d]; d--) q[d] = 0;                  \
             }                                                                                \
+            s[nc * P + j] = (T)acc;                                                          \
+            for (int d = 2; d >= 0 && ++p[d] == g->sp[d]; d--) p[d] = 0;                     \
         }                                                                                    \
     }
 DIRECT(float, direct_f32)
@@ -358,24 +356,22 @@ AXPY(double)
     {                                                                                        \
         int64_t kh = g->k[0], kw = g->k[1], OH = g->sp[0], OW = g->sp[1], H = g->xp[0];      \
         int64_t W = g->xp[1], s1 = g->stride[1];                                             \
-        {                                                                                    \
-            const T *xc = x + nc * H * W, *wc = w + (nc % g->groups) * kh * kw;              \
-            T *so = s + nc * OH * OW;                                                        \
-            for (int64_t t = 0; t < OH * OW; t++) so[t] = 0;                                 \
-            for (int64_t q = 0; q < kh * kw; q++) {                                          \
-                int64_t qh = q / kw, qw = q % kw, a, b;                                      \
-                inside(g, qw, &a, &b);                                                       \
-                const T wv = wc[q];                                                          \
-                for (int64_t oh = 0; oh < OH; oh++) {                                        \
-                    int64_t ih = oh * g->stride[0] + qh * g->dil[0] - g->lo[0];              \
-                    if (ih < 0 || ih >= H) continue;                                         \
-                    const T *src = xc + ih * W + a * s1 + qw * g->dil[1] - g->lo[1];         \
-                    T *o = so + oh * OW;                                                     \
-                    if (s1 == 1)                                                             \
-                        axpy_##T(o + a, src, wv, b - a);                                     \
-                    else                                                                     \
-                        for (int64_t t = a; t < b; t++) o[t] += wv * src[(t - a) * s1];      \
-                }                                                                            \
+        const T *xc = x + nc * H * W, *wc = w + (nc % g->groups) * kh * kw;                  \
+        T *so = s + nc * OH * OW;                                                            \
+        for (int64_t t = 0; t < OH * OW; t++) so[t] = 0;                                     \
+        for (int64_t q = 0; q < kh * kw; q++) {                                              \
+            int64_t qh = q / kw, qw = q % kw, a, b;                                          \
+            inside(g, qw, &a, &b);                                                           \
+            const T wv = wc[q];                                                              \
+            for (int64_t oh = 0; oh < OH; oh++) {                                            \
+                int64_t ih = oh * g->stride[0] + qh * g->dil[0] - g->lo[0];                  \
+                if (ih < 0 || ih >= H) continue;                                             \
+                const T *src = xc + ih * W + a * s1 + qw * g->dil[1] - g->lo[1];             \
+                T *o = so + oh * OW;                                                         \
+                if (s1 == 1)                                                                 \
+                    axpy_##T(o + a, src, wv, b - a);                                         \
+                else                                                                         \
+                    for (int64_t t = a; t < b; t++) o[t] += wv * src[(t - a) * s1];          \
             }                                                                                \
         }                                                                                    \
     }

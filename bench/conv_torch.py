@@ -2,7 +2,7 @@
 """conv_torch.py - the PyTorch side of bench/w_conv.c's convolution rows.
 
 Each argument is one row, "N,C,H,W,O,K,STRIDE,PAD,GROUPS,MODE" (MODE f:
-the forward conv2d; b: its backward, the input and weight gradients of
+the forward conv2d; e: relu(conv2d with a bias); b: its backward, the input and weight gradients of
 aten's convolution_backward, as autograd calls it), f32, on one thread
 (torch.set_num_threads(1)); oneDNN runs it where PyTorch was built with
 it. Prints one line per row, the median milliseconds of RUNS calls after
@@ -23,6 +23,9 @@ def row_fn(torch, spec):
     wt = torch.rand(o, c // g, k, k) * 2 - 1
     if mode == "f":
         return lambda: torch.nn.functional.conv2d(x, wt, None, s, p, 1, g)
+    if mode == "e":
+        b = torch.rand(o) * 2 - 1
+        return lambda: torch.relu(torch.nn.functional.conv2d(x, wt, b, s, p, 1, g))
     y = torch.nn.functional.conv2d(x, wt, None, s, p, 1, g)
     gy = torch.rand_like(y)
     return lambda: torch.ops.aten.convolution_backward(

@@ -3,7 +3,8 @@
  * run's last table): W12, 3x3 conv forward at the four ResNet-18 stage
  * shapes (batch 8, stride 1, pad 1, f32); W13, the same layers' backward
  * (input and weight gradients, one ot_assign_many); and a 1x1, a depthwise
- * 3x3 (MobileNet shapes) and a stride-2 3x3 forward. The reference is
+ * 3x3 (MobileNet shapes), a stride-2 3x3 forward and a 3x3 forward with
+ * its bias and ReLU (fused into the conv as its epilogue). The reference is
  * PyTorch (bench/conv_torch.py, 1 thread) run from here in the same
  * process tree; without PyTorch the rows say so and are not misses.
  *
@@ -25,21 +26,23 @@ typedef struct conv_row {
     const char *id, *label;
     int n, c, h, w, o, k, s, p, g;
     bool back;
+    bool epi;   /* relu(conv + bias) */
 } conv_row;
 
 static const conv_row ROWS[] = {
-    {"W12", "3x3 conv fwd, 64ch 56x56", 8, 64, 56, 56, 64, 3, 1, 1, 1, false},
-    {"W12", "3x3 conv fwd, 128ch 28x28", 8, 128, 28, 28, 128, 3, 1, 1, 1, false},
-    {"W12", "3x3 conv fwd, 256ch 14x14", 8, 256, 14, 14, 256, 3, 1, 1, 1, false},
-    {"W12", "3x3 conv fwd, 512ch 7x7", 8, 512, 7, 7, 512, 3, 1, 1, 1, false},
-    {"W13", "3x3 conv bwd (dx, dw), 64ch 56x56", 8, 64, 56, 56, 64, 3, 1, 1, 1, true},
-    {"W13", "3x3 conv bwd (dx, dw), 128ch 28x28", 8, 128, 28, 28, 128, 3, 1, 1, 1, true},
-    {"W13", "3x3 conv bwd (dx, dw), 256ch 14x14", 8, 256, 14, 14, 256, 3, 1, 1, 1, true},
-    {"W13", "3x3 conv bwd (dx, dw), 512ch 7x7", 8, 512, 7, 7, 512, 3, 1, 1, 1, true},
-    {"C1", "1x1 conv fwd, 256ch 14x14", 8, 256, 14, 14, 256, 1, 1, 0, 1, false},
-    {"Cdw", "depthwise 3x3 fwd, 32ch 112x112", 8, 32, 112, 112, 32, 3, 1, 1, 32, false},
-    {"Cdw", "depthwise 3x3 fwd, 256ch 28x28", 8, 256, 28, 28, 256, 3, 1, 1, 256, false},
-    {"Cs2", "3x3 conv fwd stride 2, 64->128ch 56x56", 8, 64, 56, 56, 128, 3, 2, 1, 1, false},
+    {"W12", "3x3 conv fwd, 64ch 56x56", 8, 64, 56, 56, 64, 3, 1, 1, 1, false, false},
+    {"W12", "3x3 conv fwd, 128ch 28x28", 8, 128, 28, 28, 128, 3, 1, 1, 1, false, false},
+    {"W12", "3x3 conv fwd, 256ch 14x14", 8, 256, 14, 14, 256, 3, 1, 1, 1, false, false},
+    {"W12", "3x3 conv fwd, 512ch 7x7", 8, 512, 7, 7, 512, 3, 1, 1, 1, false, false},
+    {"W13", "3x3 conv bwd (dx, dw), 64ch 56x56", 8, 64, 56, 56, 64, 3, 1, 1, 1, true, false},
+    {"W13", "3x3 conv bwd (dx, dw), 128ch 28x28", 8, 128, 28, 28, 128, 3, 1, 1, 1, true, false},
+    {"W13", "3x3 conv bwd (dx, dw), 256ch 14x14", 8, 256, 14, 14, 256, 3, 1, 1, 1, true, false},
+    {"W13", "3x3 conv bwd (dx, dw), 512ch 7x7", 8, 512, 7, 7, 512, 3, 1, 1, 1, true, false},
+    {"C1", "1x1 conv fwd, 256ch 14x14", 8, 256, 14, 14, 256, 1, 1, 0, 1, false, false},
+    {"Cdw", "depthwise 3x3 fwd, 32ch 112x112", 8, 32, 112, 112, 32, 3, 1, 1, 32, false, false},
+    {"Cdw", "depthwise 3x3 fwd, 256ch 28x28", 8, 256, 28, 28, 256, 3, 1, 1, 256, false, false},
+    {"Cs2", "3x3 conv fwd stride 2, 64->128ch 56x56", 8, 64, 56, 56, 128, 3, 2, 1, 1, false, false},
+    {"Cbr", "3x3 conv+bias+relu fwd, 64ch 56x56", 8, 64, 56, 56, 64, 3, 1, 1, 1, false, true},
 };
 enum { NROWS = (int)(sizeof ROWS / sizeof ROWS[0]) };
 
@@ -90,7 +93,8 @@ static void run_torch(int runs, double ms[NROWS])
     for (int i = 0; i < NROWS; i++) {
         const conv_row *r = &ROWS[i];
         len += snprintf(cmd + len, sizeof cmd - (size_t)len, " %d,%d,%d,%d,%d,%d,%d,%d,%d,%c",
-                        r->n, r->c, r->h, r->w, r->o, r->k, r->s, r->p, r->g, r->back ? 'b' : 'f');
+                        r->n, r->c, r->h, r->w, r->o, r->k, r->s, r->p, r->g,
+                        r->back ? 'b' : r->epi ? 'e' : 'f');
     }
     snprintf(cmd + len, sizeof cmd - (size_t)len, " 2>/dev/null");
     FILE *p = popen(cmd, "r");
@@ -102,7 +106,7 @@ static void run_torch(int runs, double ms[NROWS])
 /* ---- optree -------------------------------------------------------------- */
 
 typedef struct conv_run {
-    ot_tensor *x, *w, *gy, *y, *gx, *gw;
+    ot_tensor *x, *w, *gy, *y, *gx, *gw, *b;
     ot_node *tree[2];
     ot_tensor *out[2];
     int nout;
@@ -129,6 +133,10 @@ static void run_new(conv_run *cr, ot_backend *be, const conv_row *r)
     cr->x = rand_tensor(be, OT_SHAPE(r->n, r->c, r->h, r->w), &seed);
     cr->w = rand_tensor(be, OT_SHAPE(r->o, r->c / r->g, r->k, r->k), &seed);
     ot_node *y = ot_conv(cr->x, cr->w, .stride = {r->s}, .pad = r->p, .groups = r->g);
+    if (r->epi) {
+        cr->b = rand_tensor(be, OT_SHAPE(1, r->o, 1, 1), &seed);
+        y = ot_relu(ot_add(y, cr->b));
+    }
     if (!r->back) {
         cr->y = ot_empty(be, OT_SHAPE(r->n, r->o, ho, ho), OT_F32);
         cr->tree[0] = y;
@@ -151,7 +159,7 @@ static void run_new(conv_run *cr, ot_backend *be, const conv_row *r)
 
 static void run_free(conv_run *cr)
 {
-    ot_tensor *t[] = {cr->x, cr->w, cr->gy, cr->y, cr->gx, cr->gw};
+    ot_tensor *t[] = {cr->x, cr->w, cr->gy, cr->y, cr->gx, cr->gw, cr->b};
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) ot_tensor_free(t[i]);
 }
 

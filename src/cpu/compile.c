@@ -233,16 +233,22 @@ int ot__plan_explain(const ot_plan *p, FILE *f)
     else if (p->row_block > 0)
         fprintf(f, "  all kernels run per block of %lld rows\n", (long long)p->row_block);
     for (int s = 0; p->row_block <= 0 && s < p->nseg; s++)
-        fprintf(f, "  dot epilogue: kernels %d-%d run per block of %lld of %lld rows, in order\n",
-                p->segs[s].first, p->segs[s].first + p->segs[s].count - 1,
-                (long long)p->segs[s].row_block, (long long)p->segs[s].rows);
+        if (p->kernels[p->segs[s].first].kind == OT_KER_CONV)
+            fprintf(f, "  conv epilogue: kernel %d runs on each block of kernel %d's result as it "
+                    "is written, in cache\n", p->segs[s].first + 1, p->segs[s].first);
+        else
+            fprintf(f, "  dot epilogue: kernels %d-%d run per block of %lld of %lld rows, in order\n",
+                    p->segs[s].first, p->segs[s].first + p->segs[s].count - 1,
+                    (long long)p->segs[s].row_block, (long long)p->segs[s].rows);
     int *dot_of = p->row_serial ? dots_of_temps(p) : NULL, seg = 0;
     if (p->row_serial && !dot_of) return ot__err_set(OT_ENOMEM, NULL, 0, "explain", "out of memory");
     for (int i = 0; i < p->nkernels; i++) {
         int seg_dot = -1, role = segment_role(p, i, &seg, &seg_dot);
         int from = role == 1 ? seg_dot : p->row_serial ? dot_read(p, dot_of, i) : -1;
         fprintf(f, "  kernel %d: %s", i, p->kernels[i].desc ? p->kernels[i].desc : "?");
-        if (from >= 0) fprintf(f, " (epilogue of kernel %d, on its rows in cache)", from);
+        if (from >= 0)
+            fprintf(f, " (epilogue of kernel %d, on its %s in cache)", from,
+                    p->kernels[from].kind == OT_KER_CONV ? "blocks" : "rows");
         if (role == 2) fprintf(f, " (bsum of kernel %d's result, in cache)", i - 1);
         if (p->kernels[i].jit)
             fputs(p->kernels[i].jit->fn_stream ? " (generated code, streaming stores)"

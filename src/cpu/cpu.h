@@ -389,6 +389,33 @@ void ot__run_struct(const ot_kernel *k, char *const *base, char *dst);
  * scratch of ot__conv_scratch's size (false: it overflows). */
 bool ot__conv_scratch(const ot_kernel *k, size_t *bytes);
 void ot__run_conv(const ot_kernel *k, char *const base[2], char *dst, char *scratch);
+/* A block of a CONV kernel's result that is complete: batch n, channels
+ * [c0, c0 + nc), positions [p0, p0 + np) of each channel. */
+typedef struct ot__conv_block {
+    int64_t n, c0, nc, p0, np;
+} ot__conv_block;
+/* The epilogue a CONV kernel calls on each block as soon as it wrote it
+ * (while it is in cache): every algorithm calls it once per block, the
+ * blocks covering the result once. */
+typedef struct ot__conv_epi {
+    void (*fn)(void *ctx, const ot__conv_block *b);
+    void *ctx;
+} ot__conv_epi;
+#define OT_CONV_EPI_LOADS 16   /* the most loads an epilogue kernel has */
+/* ot__run_conv, calling epi on each block of the result (conv and
+ * conv_transpose; a conv_wgrad's sum is complete only at the end). */
+void ot__run_conv_epi(const ot_kernel *k, char *const base[2], char *dst, char *scratch,
+                      const ot__conv_epi *epi);
+/* Whether elementwise kernel e may run as conv k's epilogue on its blocks:
+ * it walks k's result (a temporary, read element for element at offset 0)
+ * in the result's order, its innermost dim whole channels, its loads and
+ * stores views that block b narrows to (see ot__conv_box). */
+bool ot__conv_epi_fits(const ot_kernel *k, const ot_kernel *e);
+/* e narrowed to block b of k's result, into *box (a 2-D kernel: channels x
+ * positions) with its views in loads and xs (room for OT_CONV_EPI_LOADS
+ * and OT_MAX_XSTORES). */
+void ot__conv_box(const ot_kernel *k, const ot_kernel *e, const ot__conv_block *b, ot_kernel *box,
+                  ot_view *loads, ot_xstore *xs);
 /* The algorithm a CONV kernel runs (a static name: "im2col + gemm", "1x1
  * gemm, no im2col", "direct", "winograd F(2x2,3x3)") and the bytes of its
  * im2col tile or Winograd scratch (0: none). */

@@ -583,7 +583,7 @@ static void run_kernel(ot_backend *be, const ot_plan *p, const ot_binding *bind,
         c.store = dst;
         c.param = bind->param;
         c.mem = mem;
-        c.kernel = (int)(whole - p->kernels);
+        c.kernel = kp->kind == OT_KER_REDUCE ? (int)(whole - p->kernels) : -1;   /* overflows */
         for (int x = 0; x < kp->nxstore; x++)
             c.xstore[x] = row_base(view_base(p, bind, arena, &kp->xstores[x].view),
                                    &kp->xstores[x].view, r, -1);
@@ -637,6 +637,22 @@ static void segment_epilogue(void *ctx, int64_t r0, int64_t n)
                    sg->rows, sg->block_temp, cpu->threads);
 }
 
+/* The epilogue of a convolution's block (ot__conv_epi): the segment's
+ * other kernels narrowed to it (ot__conv_box), each on every thread. */
+static void conv_block_epilogue(void *ctx, const ot__conv_block *b)
+{
+    const segment_run *x = ctx;
+    const block_ctx *c = &x->c;
+    ot_cpu *cpu = c->be->impl;
+    ot_view loads[OT_CONV_EPI_LOADS];
+    ot_xstore xs[OT_MAX_XSTORES];
+    for (int i = x->sg->first + 1; i < x->sg->first + x->sg->count; i++) {
+        ot_kernel box;
+        ot__conv_box(&c->p->kernels[x->sg->first], &c->p->kernels[i], b, &box, loads, xs);
+        run_kernel(c->be, c->p, c->bind, c->arena, c->mem, 0, &box, (rows){0, -1}, 0, -1, cpu->threads);
+    }
+}
+
 /* Kernels that run per block of rows, blocks in order, each kernel on every
  * thread: a dot's rows and the epilogue that reads them while in cache, as
  * GEMMs on row panels with the epilogue after each (ot__run_dot_panels). */
@@ -644,6 +660,14 @@ static void run_segment(ot_backend *be, const ot_plan *p, const ot_binding *bind
                         const run_mem *mem, const ot_segment *sg)
 {
     ot_cpu *cpu = be->impl;
+    const ot_kernel *dk = &p->kernels[sg->first];
+    if (dk->kind == OT_KER_CONV) {   /* a convolution and its epilogue on its blocks */
+        segment_run x = {{be, p, bind, arena, mem}, sg};
+        char *base[2] = {view_base(p, bind, arena, &dk->loads[0]), view_base(p, bind, arena, &dk->loads[1])};
+        ot__run_conv_epi(dk, base, view_base(p, bind, arena, &dk->store), region(mem, 0, R_PACK),
+                         &(ot__conv_epi){conv_block_epilogue, &x});
+        return;
+    }
     /* One block is the whole run: kernels then run unsliced, since a
      * reduction joining the segment need not walk the dot's rows (a sum
      * over a transpose of the epilogue's result) when there is one block. */
@@ -653,7 +677,6 @@ static void run_segment(ot_backend *be, const ot_plan *p, const ot_binding *bind
                        cpu->threads);
         return;
     }
-    const ot_kernel *dk = &p->kernels[sg->first];
     char *base[2] = {view_base(p, bind, arena, &dk->loads[0]), view_base(p, bind, arena, &dk->loads[1])};
     char *dst = view_base(p, bind, arena, &dk->store);
     bool reuse = dk->store.space == OT_SPACE_TEMP && dk->store.index == sg->block_temp;

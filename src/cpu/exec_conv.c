@@ -21,6 +21,15 @@
  *                  taps, summed in double.
  * Operands that are not contiguous, and a strided result, are copied
  * through scratch (ot__conv_scratch says how much).
+ *
+ * Fused epilogues: a conv or conv_transpose hands each block of its result
+ * to an epilogue (ot__conv_epi) as soon as the block is complete, while it
+ * is in cache: im2col and 1x1 after each tile's GEMM (the group's channels
+ * x the tile's positions), direct after each channel, conv_transpose after
+ * each batch and group (its scatter completes a group's channels only
+ * then). The plan's elementwise kernel that alone reads the result then
+ * runs on that block (ot__conv_box narrows it; exec.c runs it). Another
+ * algorithm calls the epilogue the same way, once per block it completes.
  */
 #include "blas.h"
 #include "cpu.h"
@@ -275,7 +284,7 @@ static void im2col(const tens *t, const ot__conv_geom *g, char *x, char *col, in
 
 /* One batch and group over every tile of S positions. */
 static void gemm_group(const tens *t, const ot__conv_geom *g, int op, int64_t n, int64_t grp,
-                       char *col, ot__gemm_fn *run)
+                       char *col, ot__gemm_fn *run, const ot__conv_epi *epi)
 {
     int64_t es = t->es, kk = ksize(g), rows = g->xc * kk, P = ssize(g);
     char *x = t->p[0] + ((n * g->groups + grp) * g->xc * xsize(g)) * es;
@@ -290,6 +299,7 @@ static void gemm_group(const tens *t, const ot__conv_geom *g, int op, int64_t n,
             if (!pw) im2col(t, g, x, col, p0, np, false);
             run(&(ot__gemm){t->dt, w, col, s + p0 * es, false, false, g->sc, np, rows, rows, ld, P,
                             1.0, 0.0});
+            if (epi) epi->fn(epi->ctx, &(ot__conv_block){n, grp * g->sc, g->sc, p0, np});
         } else if (op == OT_OP_CONV_WGRAD) {
             if (!pw) im2col(t, g, x, col, p0, np, false);
             run(&(ot__gemm){t->dt, s + p0 * es, col, w, false, true, g->sc, rows, np, P, ld, rows,
@@ -300,27 +310,27 @@ static void gemm_group(const tens *t, const ot__conv_geom *g, int op, int64_t n,
             if (!pw) im2col(t, g, x, col, p0, np, true);
         }
     }
+    if (epi && op == OT_OP_CONV_TRANSPOSE)
+        epi->fn(epi->ctx, &(ot__conv_block){n, grp * g->xc, g->xc, 0, xsize(g)});
 }
 
 /* A depthwise conv: each output channel reads its one input channel. */
 #define DIRECT(T, name)                                                                      \
-    static void name(const ot__conv_geom *g, const T *x, const T *w, T *s)                   \
+    static void name(const ot__conv_geom *g, const T *x, const T *w, T *s, int64_t nc)       \
     {                                                                                        \
         int64_t kk = ksize(g), P = ssize(g), X = xsize(g);                                   \
-        for (int64_t nc = 0; nc < g->n * g->groups; nc++) {                                  \
-            const T *xc = x + nc * X, *wc = w + (nc % g->groups) * kk;                       \
-            int64_t p[3] = {0, 0, 0};                                                        \
-            for (int64_t j = 0; j < P; j++) {                                                \
-                double acc = 0;                                                              \
-                int64_t q[3] = {0, 0, 0};                                                    \
-                for (int64_t r = 0; r < kk; r++) {                                           \
-                    int64_t off = x_off(g, 0, q, p);                                         \
-                    if (off >= 0) acc += (double)xc[off] * (double)wc[r];                    \
-                    for (int d = 2; d >= 0 && ++q[d] == g->k[d]; d--) q[d] = 0;              \
-                }                                                                            \
-                s[nc * P + j] = (T)acc;                                                      \
-                for (int d = 2; d >= 0 && ++p[d] == g->sp[d]; d--) p[d] = 0;                 \
+        const T *xc = x + nc * X, *wc = w + (nc % g->groups) * kk;                           \
+        int64_t p[3] = {0, 0, 0};                                                            \
+        for (int64_t j = 0; j < P; j++) {                                                    \
+            double acc = 0;                                                                  \
+            int64_t q[3] = {0, 0, 0};                                                        \
+            for (int64_t r = 0; r < kk; r++) {                                               \
+                int64_t off = x_off(g, 0, q, p);                                             \
+                if (off >= 0) acc += (double)xc[off] * (double)wc[r];                        \
+                for (int d = 2; d >= 0 && ++q[d] == g->k[d]; d--) q[d] = 0;                  \
             }                                                                                \
+            s[nc * P + j] = (T)acc;                                                          \
+            for (int d = 2; d >= 0 && ++p[d] == g->sp[d]; d--) p[d] = 0;                     \
         }                                                                                    \
     }
 DIRECT(float, direct_f32)
@@ -349,28 +359,26 @@ AXPY(double)
  * vectorises at stride 1), padding skipped; each output sums its taps in
  * order, as the reference does. */
 #define DEPTHWISE_2D(T, name)                                                                \
-    static void name(const ot__conv_geom *g, const T *x, const T *w, T *s)                   \
+    static void name(const ot__conv_geom *g, const T *x, const T *w, T *s, int64_t nc)       \
     {                                                                                        \
         int64_t kh = g->k[0], kw = g->k[1], OH = g->sp[0], OW = g->sp[1], H = g->xp[0];      \
         int64_t W = g->xp[1], s1 = g->stride[1];                                             \
-        for (int64_t nc = 0; nc < g->n * g->groups; nc++) {                                  \
-            const T *xc = x + nc * H * W, *wc = w + (nc % g->groups) * kh * kw;              \
-            T *so = s + nc * OH * OW;                                                        \
-            for (int64_t t = 0; t < OH * OW; t++) so[t] = 0;                                 \
-            for (int64_t q = 0; q < kh * kw; q++) {                                          \
-                int64_t qh = q / kw, qw = q % kw, a, b;                                      \
-                inside(g, qw, &a, &b);                                                       \
-                const T wv = wc[q];                                                          \
-                for (int64_t oh = 0; oh < OH; oh++) {                                        \
-                    int64_t ih = oh * g->stride[0] + qh * g->dil[0] - g->lo[0];              \
-                    if (ih < 0 || ih >= H) continue;                                         \
-                    const T *src = xc + ih * W + a * s1 + qw * g->dil[1] - g->lo[1];         \
-                    T *o = so + oh * OW;                                                     \
-                    if (s1 == 1)                                                             \
-                        axpy_##T(o + a, src, wv, b - a);                                     \
-                    else                                                                     \
-                        for (int64_t t = a; t < b; t++) o[t] += wv * src[(t - a) * s1];      \
-                }                                                                            \
+        const T *xc = x + nc * H * W, *wc = w + (nc % g->groups) * kh * kw;                  \
+        T *so = s + nc * OH * OW;                                                            \
+        for (int64_t t = 0; t < OH * OW; t++) so[t] = 0;                                     \
+        for (int64_t q = 0; q < kh * kw; q++) {                                              \
+            int64_t qh = q / kw, qw = q % kw, a, b;                                          \
+            inside(g, qw, &a, &b);                                                           \
+            const T wv = wc[q];                                                              \
+            for (int64_t oh = 0; oh < OH; oh++) {                                            \
+                int64_t ih = oh * g->stride[0] + qh * g->dil[0] - g->lo[0];                  \
+                if (ih < 0 || ih >= H) continue;                                             \
+                const T *src = xc + ih * W + a * s1 + qw * g->dil[1] - g->lo[1];             \
+                T *o = so + oh * OW;                                                         \
+                if (s1 == 1)                                                                 \
+                    axpy_##T(o + a, src, wv, b - a);                                         \
+                else                                                                         \
+                    for (int64_t t = a; t < b; t++) o[t] += wv * src[(t - a) * s1];          \
             }                                                                                \
         }                                                                                    \
     }
@@ -378,18 +386,47 @@ DEPTHWISE_2D(float, depthwise2d_f32)
 DEPTHWISE_2D(double, depthwise2d_f64)
 #undef DEPTHWISE_2D
 
-static void direct(const tens *t, const ot__conv_geom *g)
+/* Channel by channel (batch and group nc), each handed to the epilogue
+ * when written. */
+static void direct(const tens *t, const ot__conv_geom *g, const ot__conv_epi *epi)
 {
     bool f32 = t->dt == OT_F32;
     float *xf = (float *)t->p[0], *sf = (float *)t->p[1], *wf = (float *)t->p[2];
     double *xd = (double *)t->p[0], *sd = (double *)t->p[1], *wd = (double *)t->p[2];
-    if (planar(g) && f32) depthwise2d_f32(g, xf, wf, sf);
-    else if (planar(g)) depthwise2d_f64(g, xd, wd, sd);
-    else if (f32) direct_f32(g, xf, wf, sf);
-    else direct_f64(g, xd, wd, sd);
+    for (int64_t nc = 0; nc < g->n * g->groups; nc++) {
+        if (planar(g) && f32) depthwise2d_f32(g, xf, wf, sf, nc);
+        else if (planar(g)) depthwise2d_f64(g, xd, wd, sd, nc);
+        else if (f32) direct_f32(g, xf, wf, sf, nc);
+        else direct_f64(g, xd, wd, sd, nc);
+        if (epi) epi->fn(epi->ctx, &(ot__conv_block){nc / g->groups, nc % g->groups, 1, 0, ssize(g)});
+    }
+}
+
+/* The result's channels and positions per channel (conv: S; conv_transpose: X). */
+static int64_t out_channels(const ot_kernel *k)
+{
+    return k->conv.groups * (k->conv_op == OT_OP_CONV ? k->conv.sc : k->conv.xc);
+}
+static int64_t out_positions(const ot_kernel *k)
+{
+    return k->conv_op == OT_OP_CONV ? ssize(&k->conv) : xsize(&k->conv);
+}
+
+/* The whole result, batch by batch, to the epilogue: where no algorithm
+ * ran (a result of zeros) or the result was copied out at the end. */
+static void epi_all(const ot_kernel *k, const ot__conv_epi *epi)
+{
+    for (int64_t n = 0; epi && n < k->conv.n; n++)
+        epi->fn(epi->ctx, &(ot__conv_block){n, 0, out_channels(k), 0, out_positions(k)});
 }
 
 void ot__run_conv(const ot_kernel *k, char *const base[2], char *dst, char *scratch)
+{
+    ot__run_conv_epi(k, base, dst, scratch, NULL);
+}
+
+void ot__run_conv_epi(const ot_kernel *k, char *const base[2], char *dst, char *scratch,
+                      const ot__conv_epi *epi)
 {
     const ot__conv_geom *g = &k->conv;
     tens t = {.dt = k->store.dtype, .es = (int64_t)ot__esize(k->store.dtype)};
@@ -407,20 +444,111 @@ void ot__run_conv(const ot_kernel *k, char *const base[2], char *dst, char *scra
         }
     }
     int64_t out_n = numel_of(g, r[2]);
+    const ot__conv_epi *blocks = packed[2] ? NULL : epi;   /* else whole, once copied out */
     if (direct_ok(k) && out_n) {
-        direct(&t, g);
+        direct(&t, g, blocks);
+        blocks = NULL;
     } else if (out_n && ot__wino_ok(k)) {
+        /* Winograd's tiles span images, so its epilogue runs after it, on
+         * the whole result (epi_all below): correct, not yet in cache. */
         ot__wino_run(k, t.p, scratch);
     } else if (out_n) {
         if (k->conv_op != OT_OP_CONV) memset(t.p[r[2]], 0, (size_t)(out_n * t.es));
         ot__gemm_fn *run = ot__blas_ready() ? ot__gemm_loop : ot__gemm_blas;
         bool empty = k->conv_op == OT_OP_CONV_TRANSPOSE && g->sc == 0;   /* no terms: zeros */
-        if (g->xc * ksize(g) > 0 && ssize(g) > 0 && !empty)
+        if (g->xc * ksize(g) > 0 && ssize(g) > 0 && !empty) {
             for (int64_t n = 0; n < g->n; n++)
                 for (int64_t grp = 0; grp < g->groups; grp++)
-                    gemm_group(&t, g, k->conv_op, n, grp, scratch, run);
-        else if (k->conv_op == OT_OP_CONV)
+                    gemm_group(&t, g, k->conv_op, n, grp, scratch, run, blocks);
+            blocks = NULL;
+        } else if (k->conv_op == OT_OP_CONV) {
             memset(t.p[1], 0, (size_t)(out_n * t.es));
+        }
     }
     if (packed[2]) copy_view(g, r[2], v[2], dst, t.p[r[2]], t.es, true);
+    if (out_n && (blocks || packed[2])) epi_all(k, epi);
+}
+
+/* ---- epilogues on blocks of the result ------------------------------------ */
+
+static int64_t numel_dims(const ot_kernel *e)
+{
+    int64_t n = 1;
+    for (int d = 0; d < e->ndim; d++) n *= e->dims[d];
+    return n;
+}
+
+/* Whether view v walks e's dims row-major contiguously from offset 0. */
+static bool walks_flat(const ot_kernel *e, const ot_view *v)
+{
+    int64_t st = 1;
+    for (int d = e->ndim - 1; d >= 0; d--) {
+        if (e->dims[d] != 1 && v->strides[d] != st) return false;
+        st *= e->dims[d];
+    }
+    return v->offset == 0;
+}
+
+/* A block is a box of e's iteration space when e's innermost dim holds
+ * whole channels: that dim is a product of trailing dims of the result
+ * (coalescing merges whole dims), so P positions, a channel's or several
+ * channels' (one batch's) worth, and both steps of the box are strides. */
+bool ot__conv_epi_fits(const ot_kernel *k, const ot_kernel *e)
+{
+    const ot__conv_geom *g = &k->conv;
+    int ro = k->conv_op == OT_OP_CONV ? 1 : 0;
+    if (k->kind != OT_KER_CONV || k->conv_op == OT_OP_CONV_WGRAD || k->store.space != OT_SPACE_TEMP ||
+        k->store.offset != 0 || !contig(g, ro, &k->store))
+        return false;
+    if (e->kind != OT_KER_EW || e->col_blocked || e->nload > OT_CONV_EPI_LOADS || e->ndim < 1)
+        return false;
+    int64_t P = out_positions(k), n = numel_of(g, ro);
+    if (n == 0 || numel_dims(e) != n || e->dims[e->ndim - 1] % P) return false;
+    for (int l = 0; l < e->nload; l++) {
+        const ot_view *v = &e->loads[l];
+        if (v->space == OT_SPACE_TEMP && v->index == k->store.index && !walks_flat(e, v)) return false;
+    }
+    return true;
+}
+
+/* The offset of view v at element i of e's iteration space (row-major). */
+static int64_t flat_off(const ot_kernel *e, const ot_view *v, int64_t i)
+{
+    int64_t off = 0;
+    for (int d = e->ndim - 1; d >= 0; d--) {
+        off += (i % e->dims[d]) * v->strides[d];
+        i /= e->dims[d];
+    }
+    return off;
+}
+
+/* View v of e over the box from element i0: rows of `step` elements (nc of
+ * them: one step needs two rows), columns at v's innermost stride. */
+static ot_view narrow(const ot_kernel *e, const ot_view *v, int64_t i0, int64_t step, int64_t nc)
+{
+    ot_view w = *v;
+    int64_t at = flat_off(e, v, i0);
+    w.offset += at;
+    w.strides[0] = nc > 1 ? flat_off(e, v, i0 + step) - at : 0;
+    w.strides[1] = v->strides[e->ndim - 1];
+    for (int d = 2; d < OT_MAX_DIMS; d++) w.strides[d] = 0;
+    return w;
+}
+
+void ot__conv_box(const ot_kernel *k, const ot_kernel *e, const ot__conv_block *b, ot_kernel *box,
+                  ot_view *loads, ot_xstore *xs)
+{
+    int64_t P = out_positions(k), i0 = (b->n * out_channels(k) + b->c0) * P + b->p0;
+    *box = *e;
+    box->ndim = 2;
+    box->dims[0] = b->nc;
+    box->dims[1] = b->np;
+    box->loads = loads;
+    box->xstores = xs;
+    for (int l = 0; l < e->nload; l++) loads[l] = narrow(e, &e->loads[l], i0, P, b->nc);
+    box->store = narrow(e, &e->store, i0, P, b->nc);
+    for (int x = 0; x < e->nxstore; x++) {
+        xs[x] = e->xstores[x];
+        xs[x].view = narrow(e, &e->xstores[x].view, i0, P, b->nc);
+    }
 }

@@ -81,6 +81,21 @@ static void arena_free(freelist *f, block b)
     fl_set(f, f->n - 1);
 }
 
+/* The last kernel of the segment holding kernel k (k itself outside one):
+ * a segment's kernels run interleaved, block by block, so what one of them
+ * reads lives until the last has run. Segments are disjoint and in order. */
+static int segment_end(const ot_plan *p, int k)
+{
+    int lo = 0, hi = p->nseg;
+    while (lo < hi) {   /* the first segment ending after k */
+        int mid = (lo + hi) / 2;
+        if (p->segs[mid].first + p->segs[mid].count <= k) lo = mid + 1;
+        else hi = mid;
+    }
+    if (lo < p->nseg && p->segs[lo].first <= k) return p->segs[lo].first + p->segs[lo].count - 1;
+    return k;
+}
+
 /* Gives each temporary an arena offset: it lives from the kernel that
  * writes it to the last kernel that reads it, and its memory is reused
  * afterwards, so a long unfused chain needs a few buffers, not one per node. */
@@ -112,7 +127,7 @@ bool ot__sched_layout_arena(ot_plan *p)
             if (kk->loads[l].space == OT_SPACE_TEMP) last[kk->loads[l].index] = k;
     }
     for (int t = 0; ok && t < nt; t++) {
-        int b = def[t] < 0 ? 0 : def[t], d = last[t] < b ? b : last[t];
+        int b = def[t] < 0 ? 0 : def[t], d = last[t] < b ? b : segment_end(p, last[t]);
         next_born[t] = born[b];
         born[b] = t;
         next_dead[t] = dead[d];
@@ -544,6 +559,27 @@ static int bsum_of(const compiler *c, const kindex *ix, const ot_segment *sg, in
     return best;
 }
 
+/* Whether kernel e, the only reader of conv d's result (d its only
+ * writer), may run on each block of it as d writes them (exec_conv.c
+ * says which e fit): as for a dot's epilogue, its other inputs exist
+ * before d and moving it changes nothing the kernels it passes read or
+ * write. */
+static bool conv_epilogue_fits(const compiler *c, const kindex *ix, int d, int e)
+{
+    const ot_plan *p = c->plan;
+    const ot_kernel *dk = &p->kernels[d], *ek = &p->kernels[e];
+    int t = dk->store.index;
+    if (ix->wfirst[t + 1] - ix->wfirst[t] != 1 || !ot__conv_epi_fits(dk, ek) ||
+        kernels_conflict(c, dk, ek))
+        return false;
+    for (int l = 0; l < ek->nload; l++) {
+        const ot_view *v = &ek->loads[l];
+        if (v->space == OT_SPACE_TEMP && v->index != t && writes_before(c, ix, v->index, ix->key[e], true))
+            return false;
+    }
+    return !conflicts_before(c, ix, ek, ix->key[e]);
+}
+
 /* Puts kernel id at the next position of the new order. */
 static void place(kindex *ix, int *order, int *n, int id)
 {
@@ -563,6 +599,13 @@ static void order_segments(compiler *c, kindex *ix, int *order)
         ix->cursor = id;
         place(ix, order, &n, id);
         const ot_kernel *dk = &p->kernels[id];
+        if (dk->kind == OT_KER_CONV && dk->store.space == OT_SPACE_TEMP) {
+            int e = sole_reader(ix, dk->store.index);
+            if (e < 0 || ix->key[e] < ix->nk || !conv_epilogue_fits(c, ix, id, e)) continue;
+            place(ix, order, &n, e);
+            p->segs[p->nseg++] = (ot_segment){d, 2, 0, 0, -1};   /* blocks: exec_conv.c's */
+            continue;
+        }
         if (dk->kind != OT_KER_DOT || dk->batch != 1 || dk->m < 2 || dk->store.space != OT_SPACE_TEMP ||
             !sole_writer(p, ix, id))
             continue;

@@ -402,6 +402,13 @@ static int check_segments(const ot_plan *p)
         if (sg->first < next || sg->count < 2 || sg->first + sg->count > p->nkernels)
             return fail("segment %d: kernels %d+%d out of order or range", s, sg->first, sg->count);
         const ot_kernel *d = &p->kernels[sg->first];
+        if (d->kind == OT_KER_CONV) {   /* blocks of the result, exec_conv.c's */
+            if (sg->count != 2 || sg->block_temp >= 0)
+                return fail("segment %d: a convolution with %d kernels, blocking temp %d", s,
+                            sg->count, sg->block_temp);
+            next = sg->first + sg->count;
+            continue;
+        }
         if (d->kind != OT_KER_DOT || (sg->block_temp >= 0 && (d->store.space != OT_SPACE_TEMP ||
                                                             d->store.index != sg->block_temp)))
             return fail("segment %d does not start with the dot whose result it blocks", s);
@@ -505,7 +512,8 @@ static void kernel_steps(const ot_plan *p, int *step)
     for (int i = 0; i < p->nkernels; i++) step[i] = i;
     for (int s = 0; s < p->nseg; s++)
         for (int i = p->segs[s].first; i < p->segs[s].first + p->segs[s].count; i++)
-            if (p->segs[s].row_block < p->segs[s].rows) step[i] = p->segs[s].first;
+            if (p->segs[s].row_block < p->segs[s].rows || p->kernels[p->segs[s].first].kind == OT_KER_CONV)
+                step[i] = p->segs[s].first;
 }
 
 /* A view's bytes from one plan row to the next (row-blocked plans). */

@@ -222,3 +222,31 @@ TEST(index_build_errors_name_shapes_and_line)
     ot_tensor_free(i);
     ot_backend_free(be);
 }
+
+/* ---- print, parse, explain ---------------------------------------------------- */
+
+TEST(index_prints_parses_and_explains)
+{
+    ot_backend *be = test__backend("cpu", OT_FUSION_ON);
+    ot_tensor *x = ot_zeros(be, OT_SHAPE(5, 3), OT_F32);
+    ot_tensor *i = ot_zeros(be, OT_SHAPE(2, 2), OT_I32);
+    ot_tensor_set_name(x, "x");
+    ot_tensor_set_name(i, "i");
+    ot_pool *p = ot_pool_push();
+    ot_node *in[] = {ot_tensor_node(x), ot_tensor_node(i)};
+    ot_node *t = ot_take(x, i, -1);
+    ot_node *trees[] = {t, ot_embedding(x, i), grad_of(ot_take(x, i, 0), x),
+                        ot_where(ot_gt(x, 0.0), x, -INFINITY), ot_tril(x, -1), ot_triu(x, 2),
+                        grad_of(ot_where(ot_gt(x, 0.0), ot_tril(x, 1), 2.0), x)};
+    CHECK_INT(fuzz_pp_roundtrip(trees, 7, 2, (const char *[]){"x", "i"}, in), -1);
+    char *e = test__capture(ot_pp, trees[5]);
+    CHECK(e && strstr(e, "(triu x k=2)"));
+    free(e);
+    e = test__capture(ot_explain, trees[2]);
+    CHECK(e && strstr(e, "index scatter_add [5x3]"));
+    free(e);
+    ot_pool_pop(p);
+    ot_tensor_free(x);
+    ot_tensor_free(i);
+    ot_backend_free(be);
+}

@@ -60,12 +60,14 @@ static int64_t frame_at(const frame *f, int64_t o, int64_t mid)
  * order: a single dim, or dims laid out as one (dims of size 1 aside). */
 static bool even(const frame *f, int64_t *step)
 {
-    int64_t next = -1;
+    bool first = true;
+    int64_t next = 0;
     *step = 0;
     for (int d = f->s->ndim - 1; d >= f->m1; d--) {
         if (f->s->dims[d] == 1) continue;
-        if (next < 0) *step = f->st[d];
+        if (first) *step = f->st[d];
         else if (f->st[d] != next) return false;
+        first = false;
         next = f->st[d] * f->s->dims[d];
     }
     return true;

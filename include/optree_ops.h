@@ -82,7 +82,12 @@
     X(MAX_POOL_GRAD, "max_pool_grad", 2, OT_KIND_CONV, NULL, 0, none) \
     X(MAX_POOL_TAKE, "max_pool_take", 2, OT_KIND_CONV, NULL, 0, none) \
     X(AVG_POOL, "avg_pool", 1, OT_KIND_CONV, NULL, 0, none) \
-    X(AVG_POOL_GRAD, "avg_pool_grad", 1, OT_KIND_CONV, NULL, 0, none)
+    X(AVG_POOL_GRAD, "avg_pool_grad", 1, OT_KIND_CONV, NULL, 0, none) \
+    X(TAKE, "take", 2, OT_KIND_CONV, NULL, 0, none) \
+    X(SCATTER_ADD, "scatter_add", 2, OT_KIND_CONV, NULL, 0, none) \
+    X(SELECT, "select", 2, OT_KIND_CONV, NULL, 0, none) \
+    X(TRIL, "tril", 1, OT_KIND_CONV, NULL, 0, none) \
+    X(TRIU, "triu", 1, OT_KIND_CONV, NULL, 0, none)
 
 typedef enum ot_op {
     OT_OP_NONE = -1,
@@ -156,7 +161,12 @@ typedef enum ot_op {
     OT_OP_MAX_POOL_TAKE = 67,
     OT_OP_AVG_POOL = 68,
     OT_OP_AVG_POOL_GRAD = 69,
-    OT_OP_COUNT = 70
+    OT_OP_TAKE = 70,
+    OT_OP_SCATTER_ADD = 71,
+    OT_OP_SELECT = 72,
+    OT_OP_TRIL = 73,
+    OT_OP_TRIU = 74,
+    OT_OP_COUNT = 75
 } ot_op;
 
 /* Unary elementwise. */

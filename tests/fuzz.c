@@ -825,6 +825,52 @@ static int pool_draw(fz_ir *ir, rng *r, int op, int a, ot_shape sa, ot_dtype da,
     return a;
 }
 
+static int is_index_op(int op) { return op == OT_OP_TAKE || op == OT_OP_SCATTER_ADD; }
+
+/* An int32 index leaf of shape s, every value of its base in [-n, n)
+ * (NumPy's range), or, rarely, one out of it (both backends must then
+ * refuse the assignment alike). */
+static int index_leaf(fz_ir *ir, rng *r, ot_shape s, int64_t n)
+{
+    int k = add_leaf_node(ir, r, s, OT_I32, 0, 0);
+    if (k < 0) return -1;
+    fz_leaf *l = &ir->l[ir->n[k].leaf];
+    int64_t count = numel(&l->base);
+    for (int64_t i = 0; i < count; i++) l->data[i] = n ? (double)(rnd(r, 2 * (int)n) - n) : 0;
+    if (count && chance(r, 3)) l->data[rnd(r, (int)count)] = n + rnd(r, 3);
+    return k;
+}
+
+/* take's and scatter_add's operands (optree/index.h): a is the value when
+ * it has a dim, else a new leaf; b an index leaf. take indexes a random
+ * axis of a with indices of rank 0 to 2; scatter_add reads a's dims at
+ * the axis as the indices' shape into an axis of size 1 to 4. */
+static int index_draw(fz_ir *ir, rng *r, int op, int a, ot_shape sa, ot_dtype da, int smooth,
+                      ot_args *w, int *b)
+{
+    if (a < 0 || sa.ndim == 0 || sa.ndim > 5 || chance(r, 20)) {
+        sa = draw_shape(r, 0);
+        if (sa.ndim == 0) sa = (ot_shape){.ndim = 1, .dims = {1 + rnd(r, 4)}};
+        a = add_leaf_node(ir, r, sa, smooth ? OT_F64 : da, smooth, 0);
+    }
+    if (op == OT_OP_TAKE) {
+        int axis = rnd(r, sa.ndim);
+        ot_shape is = {.ndim = rnd(r, 3)};
+        for (int d = 0; d < is.ndim; d++) is.dims[d] = rnd(r, 4);
+        w->axis = chance(r, 30) ? axis - sa.ndim : axis;
+        *b = index_leaf(ir, r, is, sa.dims[axis]);
+        return a;
+    }
+    int axis = rnd(r, sa.ndim + 1), ni = rnd(r, sa.ndim - axis + 1);
+    if (sa.ndim - ni + 1 < 1) ni = sa.ndim;
+    ot_shape is = {.ndim = ni};
+    for (int d = 0; d < ni; d++) is.dims[d] = sa.dims[axis + d];
+    w->axis = axis;
+    w->depth = 1 + rnd(r, 4);
+    *b = index_leaf(ir, r, is, w->depth);
+    return a;
+}
+
 /* Registered ops stand in where the table's placeholder rows (custom1,
  * custom2) are drawn, so that ops added at run time are fuzzed like the
  * built-ins: the examples' GELU and Huber (vector functions, so generated
@@ -1023,6 +1069,9 @@ static void generate(fz_ir *ir, rng *r, int mode)
         } else if (is_pool(op)) {
             a = pool_draw(ir, r, op, a, sa, da, smooth, &pool_args, &b);
             if (a >= 0 && ot_op_arity((ot_op)op) == 2 && b < 0) a = -1;
+        } else if (is_index_op(op)) {
+            a = index_draw(ir, r, op, a, sa, da, smooth, &pool_args, &b);
+            if (b < 0) a = -1;
         } else if (op == OT_OP_CONCAT) {   /* a part of s's dims but on the axis */
             concat_axis = sa.ndim ? rnd(r, sa.ndim) : 0;
             ot_shape sb = sa;
@@ -1063,6 +1112,11 @@ static void generate(fz_ir *ir, rng *r, int mode)
             args.win = pool_args.win;
             args.shape = pool_args.shape;
         }
+        if (is_index_op(op)) {
+            args.axis = pool_args.axis;
+            args.depth = pool_args.depth;
+        }
+        if (op == OT_OP_TRIL || op == OT_OP_TRIU) args.ddof = rnd(r, 5) - 2;
         if (op >= OT_OP_COUNT && kind == OT_KIND_SPECIAL && args.axis == OT_AXIS_ALL && sa.ndim)
             args.axis = rnd(r, sa.ndim);   /* a structured op's scan needs an axis */
         if (op == OT_OP_SLICE && a >= 0 && in.node[a]) draw_slice(r, ot_node_shape(in.node[a]), &args);

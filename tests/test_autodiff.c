@@ -428,6 +428,49 @@ static gcase pool_case(ot_op op, ot_dtype dt)
     return c;
 }
 
+/* An int32 index tensor (kept) of a random shape of rank 0 to 2, values
+ * in [-n, n): negative and repeated indices alike. */
+static ot_tensor *index_tensor(int64_t n)
+{
+    ot_shape s = {.ndim = irand(3)};
+    for (int i = 0; i < s.ndim; i++) s.dims[i] = 1 + irand(3);
+    ot_tensor *t = keep(ot_zeros(F.be, s, OT_I32));
+    int32_t v[9];
+    for (int i = 0; i < 9; i++) v[i] = (int32_t)(irand(2 * (int)n) - n);
+    if (t) ot_set(t, v);
+    return t;
+}
+
+/* The indexing ops (tests/test_index.c goes through them): take and
+ * scatter_add along a random axis at random indices, select under a fixed
+ * 0/1 condition broadcast with the operand, tril and triu at k in -2..2. */
+static gcase index_case(ot_op op, ot_dtype dt)
+{
+    gcase c = {.what = ot_op_name(op), .n = 1};
+    ot_shape s = rand_shape(op == OT_OP_SELECT ? 0 : op == OT_OP_TRIL || op == OT_OP_TRIU ? 2 : 1);
+    int axis = s.ndim ? irand(s.ndim) : 0;
+    if (op == OT_OP_TAKE || op == OT_OP_SCATTER_ADD) {
+        ot_tensor *i = index_tensor(s.dims[axis]);
+        c.in[0] = operand(s, dt, D_ANY, 0);
+        ot_node *t = ot_take(c.in[0], i, axis);
+        if (op == OT_OP_SCATTER_ADD && t) {
+            c.in[0] = operand(ot_node_shape(t), dt, D_ANY, 0);
+            t = ot_scatter_add(c.in[0], i, axis, s.dims[axis]);
+        }
+        c.tree = t;
+    } else if (op == OT_OP_SELECT) {
+        ot_tensor *m = keep(ot_zeros(F.be, broadcast_partner(s), OT_F64));
+        fill(m, D_GRID, 1);
+        c.in[0] = operand(s, dt, D_ANY, 0);
+        c.tree = ot_build(op, ot_gt(m, 0.0), ot_tensor_node(c.in[0]), NULL);
+    } else {
+        c.in[0] = operand(s, dt, D_ANY, 0);
+        ot_args a = {.axis = OT_AXIS_ALL, .ddof = irand(5) - 2};
+        c.tree = ot_build(op, ot_tensor_node(c.in[0]), NULL, &a);
+    }
+    return c;
+}
+
 /* A transpose of an expression (x * 1.5), reversed or permuted. */
 static gcase transpose_case(ot_dtype dt)
 {
@@ -531,6 +574,7 @@ static gcase op_case(ot_op op, ot_dtype dt)
     case OT_KIND_REDUCE: return reduce_case(op, dt);
     case OT_KIND_DOT: return dot_case(dt);
     case OT_KIND_CONV:
+        if (op >= OT_OP_TAKE && op <= OT_OP_TRIU) return index_case(op, dt);
         return op >= OT_OP_MAX_POOL && op <= OT_OP_AVG_POOL_GRAD ? pool_case(op, dt) : conv_case(op, dt);
     case OT_KIND_SHAPE:
         return op == OT_OP_SLICE ? slice_case(dt) : op == OT_OP_RESHAPE ? reshape_case(dt)

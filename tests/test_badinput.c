@@ -48,6 +48,7 @@ static ot_args good_args(ot_op op)
     if (op == OT_OP_RAND) a.shape = OT_SHAPE(3, 4);
     if (op == OT_OP_RESHAPE) a.shape = OT_SHAPE(-1);
     if (op == OT_OP_SLICE) a.start[0] = a.start[1] = 1;   /* x[1, 1]: perm 0 is an index */
+    if (op == OT_OP_TAKE || op == OT_OP_SCATTER_ADD) a.axis = 0;
     return a;
 }
 
@@ -783,7 +784,9 @@ TEST(badinput_integer_operands_every_op)
                     CHECK_ERR(OT_EDTYPE, ops[i].name, "int32", at(l1));
                 } else {
                     ot_tensor *t = ot_eval(n);
-                    if (!t)
+                    /* the operand's values as indices: some are out of range */
+                    bool refused = ot_errcode() == OT_EINVAL && strstr(ot_errmsg(), "out of range");
+                    if (!t && !refused)
                         test__fail(__FILE__, __LINE__, "%s on %s: %s", ops[i].name, names[bi], ot_errmsg());
                     ot_tensor_free(t);
                 }

@@ -825,6 +825,10 @@ TEST(node_build_at_binding)
             if (ops[k].arity == 1) r = NULL;
             a.shape = ot_node_shape(C3);   /* avg_pool_grad's input */
         }
+        if (ops[k].op == OT_OP_TAKE || ops[k].op == OT_OP_SCATTER_ADD) {   /* int32 indices */
+            r = ot_tensor_node(idx);
+            a.axis = 0;
+        }
         ot_node *m = ot_build_at(op, l, r, &a, "bind.py", k + 1);
         if (!m) {
             test__fail(__FILE__, __LINE__, "%s: NULL (%s)", ops[k].name, ot_errmsg());

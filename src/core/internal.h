@@ -591,6 +591,34 @@ double ot__pool_divisor(const ot__pool_geom *g, const int64_t *p);
  * zero (max_pool_grad and max_pool_take are flat in x). */
 ot_node *ot__pool_grad(const ot_node *n, ot_node *g, int which, const char *file, int line);
 
+/* ---- indexing (index_shape.c) ---------------------------------------------- */
+
+static inline bool ot__is_index(int op) { return op >= OT_OP_TAKE && op <= OT_OP_TRIU; }
+/* An indexing node's loop. take and scatter_add view the indexed operand
+ * (take's a, scatter_add's result) as (outer, size, inner) and the other
+ * as (outer, count, inner), count the indices' number (b, in row-major
+ * order). select broadcasts a (the condition) and b to out; tril and triu
+ * mask a's last two axes by diagonal diag. */
+typedef struct ot__index_geom {
+    int op, axis;
+    int64_t outer, size, count, inner, diag;
+    ot_shape a, b, out;
+} ot__index_geom;
+void ot__index_geom_of(const ot_node *n, ot__index_geom *g);
+/* Index v wrapped once (NumPy: -size <= v < size), or -1 when outside. */
+static inline int64_t ot__index_wrap(int64_t v, int64_t size)
+{
+    if (v < 0) v += size;
+    return v >= 0 && v < size ? v : -1;
+}
+/* Sets the error for index v, the pos-th (row-major) of g's indices, and
+ * returns OT_EINVAL: both backends' message. */
+int ot__index_fail(const ot__index_geom *g, int64_t v, int64_t pos);
+/* The gradient of indexing node n in operand `which` (0: a, 1: b), g of
+ * n's shape: an indexing node, or NULL where there is none (indices, a
+ * select's condition). */
+ot_node *ot__index_grad(const ot_node *n, ot_node *g, int which, const char *file, int line);
+
 /* ---- the post-order walk and node identity ---------------------------- */
 
 /* walk.h: the one walker over node DAGs (walk.c) and ot__node_ident. */

@@ -66,4 +66,8 @@ int ot__infer_conv(const site *st, ot_node *a, ot_node *b, proto *p);
  * one-operand ones). */
 int ot__infer_pool(const site *st, ot_node *a, ot_node *b, proto *p);
 
+/* index_shape.c: take, scatter_add, select, tril, triu (b: NULL for tril
+ * and triu); a constant operand is replaced by a checkpoint of it. */
+int ot__infer_index(const site *st, ot_node **a, ot_node **b, proto *p);
+
 #endif

@@ -109,6 +109,7 @@ const ot__attr ot__attrs[OT__ATTR_COUNT] = {
     [OT__ATTR_KSIZE] = {ARG("ksize", WIN3, win.ksize)},
     [OT__ATTR_CEIL] = {ARG("ceil_mode", FLAG, win.ceil_mode), .omit = true},
     [OT__ATTR_EXCL] = {ARG("exclude_pad", FLAG, win.exclude_pad), .omit = true},
+    [OT__ATTR_DIAG] = {ARG("k", INT, ddof), .omit = true},
 };
 #undef ARG
 

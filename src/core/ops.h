@@ -46,6 +46,7 @@ typedef enum ot__attr_id {
     OT__ATTR_KSIZE,     /* conv_wgrad; pooling: the window */
     OT__ATTR_CEIL,      /* pooling: ceil_mode */
     OT__ATTR_EXCL,      /* avg pooling: exclude_pad */
+    OT__ATTR_DIAG,      /* tril, triu: the diagonal k (in args.ddof) */
     OT__ATTR_COUNT
 } ot__attr_id;
 #define OT__ATTRS_MAX 7   /* the most attributes one op takes */

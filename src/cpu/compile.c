@@ -34,7 +34,8 @@ static uint64_t view_bytes(const ot_kernel *k, const ot_view *v)
 static uint64_t count_ops(const ot_kernel *k)
 {
     if (k->kind == OT_KER_DOT) return 2 * (uint64_t)k->m * (uint64_t)k->n * (uint64_t)k->k * (uint64_t)k->batch;
-    if (k->kind == OT_KER_RAND || k->kind == OT_KER_ONEHOT || k->kind == OT_KER_STRUCT)
+    if (k->kind == OT_KER_RAND || k->kind == OT_KER_ONEHOT || k->kind == OT_KER_STRUCT ||
+        k->kind == OT_KER_INDEX)
         return (uint64_t)ot__numel(&k->shape);
     if (k->kind == OT_KER_CONV) {   /* a multiply-add per tap of every S element */
         const ot__conv_geom *g = &k->conv;
@@ -87,7 +88,8 @@ static void put_view(FILE *f, const char *pre, const ot_view *v)
 static void describe_window(FILE *f, const ot_kernel *k)
 {
     bool conv = k->kind == OT_KER_CONV;
-    fprintf(f, " %s [", ot_op_name((ot_op)(conv ? k->conv_op : k->pool.op)));
+    int op = conv ? k->conv_op : k->kind == OT_KER_POOL ? k->pool.op : k->index.op;
+    fprintf(f, " %s [", ot_op_name((ot_op)op));
     for (int i = 0; i < k->shape.ndim; i++)
         fprintf(f, i ? "x%lld" : "%lld", (long long)k->shape.dims[i]);
     if (conv) {
@@ -111,10 +113,10 @@ char *ot__plan_describe(const ot_kernel *k)
     FILE *f = open_memstream(&buf, &len);
     if (!f) return NULL;
     static const char *kinds[] = {"elementwise", "reduce", "dot", "rand", "onehot", "struct", "conv",
-                                  "pool"};
+                                  "pool", "index"};
     fprintf(f, "%s", kinds[k->kind]);
     if (k->kind == OT_KER_STRUCT) fprintf(f, " %s", k->custom->name);
-    if (k->kind >= OT_KER_CONV) {   /* CONV, POOL */
+    if (k->kind >= OT_KER_CONV) {   /* CONV, POOL, INDEX */
         describe_window(f, k);
         fclose(f);
         return buf;

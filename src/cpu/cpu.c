@@ -277,6 +277,8 @@ static int cpu_run(ot_backend *be, const ot__prepared *s, char *arena, int n,
         ot__plan_run_direct(be, plan, &bind);
         return 0;
     }
+    int rc = ot__plan_check_indices(plan, &bind);
+    if (rc) return rc;
     int over = ot__plan_run_at(be, plan, &bind, arena);
     return over < 0 ? 0 : ot__plan_overflow(plan, over, n, trees);
 }

@@ -144,7 +144,7 @@ typedef struct ot_insn {
 } ot_insn;
 
 enum { OT_KER_EW, OT_KER_REDUCE, OT_KER_DOT, OT_KER_RAND, OT_KER_ONEHOT, OT_KER_STRUCT,
-       OT_KER_CONV, OT_KER_POOL };
+       OT_KER_CONV, OT_KER_POOL, OT_KER_INDEX };
 
 /* A run-time scale: mul * param[param], or mul alone when param < 0. */
 typedef struct ot_scale {
@@ -274,6 +274,9 @@ typedef struct ot_kernel {
     ot__conv_geom conv;
     /* POOL (exec_pool.c): its loop; views as CONV's. */
     ot__pool_geom pool;
+    /* INDEX (exec_index.c): its loop; each view has its operand's (the
+     * store the node's) shape and strides. */
+    ot__index_geom index;
     char *desc;                     /* for ot_explain: the nodes it fuses */
     ot_jit *jit;                    /* EW, REDUCE: generated code, or NULL */
 } ot_kernel;
@@ -432,6 +435,12 @@ void ot__wino_run(const ot_kernel *k, char *const xsw[3], char *scratch);
 /* exec_pool.c: runs a POOL kernel from its operands' bases (one or two)
  * into dst. */
 void ot__run_pool(const ot_kernel *k, char *const base[2], char *dst);
+/* exec_index.c: runs an INDEX kernel from its operands' bases into dst;
+ * OT_EINVAL with the error set, dst untouched, for an index out of range.
+ * ot__index_check checks take's and scatter_add's indices at idx alone
+ * (0 for the other ops). */
+int ot__run_index(const ot_kernel *k, char *const base[2], char *dst);
+int ot__index_check(const ot_kernel *k, const char *idx);
 /* exec.c: ot__plan_run_prepare lays out a run's scratch once, after the
  * plan's code is generated (tiles depend on it); ot__plan_run runs it for
  * the n trees it was planned from: an int32 sum that does not fit int32 is
@@ -448,6 +457,10 @@ int ot__plan_run(ot_backend *be, ot_plan *p, const ot_binding *bind, int n,
  * trees, and returns OT_EOVERFLOW. */
 bool ot__plan_run_bytes(const ot_backend *be, const ot_plan *p, size_t *bytes);
 int ot__plan_run_at(ot_backend *be, const ot_plan *p, const ot_binding *bind, char *arena);
+/* Checks the indices that INDEX kernels read from leaf tensors, before a
+ * run writes anything: OT_EINVAL with the error set at the first out of
+ * range (indices computed in the run are checked by their kernels). */
+int ot__plan_check_indices(const ot_plan *p, const ot_binding *bind);
 int ot__plan_overflow(const ot_plan *p, int kernel, int n, ot_node *const trees[]);
 /* A plan whose p->direct is set (one kernel of generated elementwise code
  * over one span, at most a tile, whose loads are read in place and whose

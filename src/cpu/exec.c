@@ -540,6 +540,15 @@ static char *row_base(char *base, const ot_view *v, rows r, int block_temp)
     return base + r.r0 * v->strides[0] * (int64_t)ot__esize(v->dtype);
 }
 
+/* Notes that INDEX kernel `kernel` met an index out of range (its error is
+ * set), keeping the lowest kernel of the run that failed. */
+static void note_bad(const run_mem *mem, int kernel)
+{
+    int seen = atomic_load(mem->overflow);
+    while ((seen < 0 || kernel < seen) && !atomic_compare_exchange_weak(mem->overflow, &seen, kernel)) {
+    }
+}
+
 /* Runs one kernel, over a block of the plan's rows or over everything (r.n
  * < 0), on the pool th (NULL: serially in `slot`, when blocks run in
  * parallel; else the caller's slot 0). */
@@ -573,6 +582,9 @@ static void run_kernel(ot_backend *be, const ot_plan *p, const ot_binding *bind,
     case OT_KER_STRUCT: ot__run_struct(kp, base, dst); break;
     case OT_KER_CONV: ot__run_conv(kp, base, dst, region(mem, slot, R_PACK)); break;
     case OT_KER_POOL: ot__run_pool(kp, base, dst); break;
+    case OT_KER_INDEX: /* an index out of range: the error is set, the run goes on */
+        if (ot__run_index(kp, base, dst)) note_bad(mem, (int)(whole - p->kernels));
+        break;
     default: {
         run_ctx c;
         ot__clear(&c, sizeof c);
@@ -866,8 +878,21 @@ static int find_visit(ot__walker *w, const ot_node *n, int index, const int oper
     return 0;
 }
 
+int ot__plan_check_indices(const ot_plan *p, const ot_binding *bind)
+{
+    for (int i = 0; i < p->nkernels; i++) {
+        const ot_kernel *k = &p->kernels[i];
+        if (k->kind != OT_KER_INDEX || k->nload < 2 || k->loads[1].space != OT_SPACE_LEAF) continue;
+        int rc = ot__index_check(k, view_base(p, bind, NULL, &k->loads[1]));
+        if (rc) return rc;
+    }
+    return 0;
+}
+
 int ot__plan_overflow(const ot_plan *p, int kernel, int n, ot_node *const trees[])
 {
+    if (p->kernels[kernel].kind == OT_KER_INDEX)   /* the kernel set the error */
+        return ot_errcode() ? ot_errcode() : OT_EINVAL;
     find_sum f = {p->kernels[kernel].red_entry, NULL, NULL};
     ot__walker w = {.visit = find_visit, .ctx = &f};
     for (int i = 0; i < n; i++)
@@ -938,6 +963,8 @@ int ot__plan_run(ot_backend *be, ot_plan *p, const ot_binding *bind, int n,
         ot__plan_run_direct(be, p, bind);
         return 0;
     }
+    int rc = ot__plan_check_indices(p, bind);
+    if (rc) return rc;
     size_t bytes;
     char *arena = NULL;
     bool ok = ot__plan_run_bytes(be, p, &bytes);

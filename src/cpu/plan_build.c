@@ -411,12 +411,27 @@ static bool pool_kernel(compiler *c, int e, const storage *dst)
     return true;
 }
 
+static bool index_kernel(compiler *c, int e, const storage *dst)
+{
+    const ot_node *n = node_of(c, e);
+    ot_kernel *k = new_kernel(c, OT_KER_INDEX);
+    int na = n->b ? 2 : 1;
+    if (!k || !(k->loads = ot__malloc((size_t)na * sizeof *k->loads))) return false;
+    k->nload = na;
+    for (int i = 0; i < na; i++) k->loads[i] = conv_view(&c->ci[canon_operand(c, e, i)].st);
+    k->store = conv_view(dst);
+    ot__index_geom_of(n, &k->index);
+    k->shape = n->shape;
+    return true;
+}
+
 static bool entry_kernel(compiler *c, prog *g, int e, const storage *dst)
 {
     if (node_of(c, e)->custom && c->w->e[e].op == OT_OP_CUSTOM_STRUCT)
         return ot__build_struct_kernel(c, g, e, dst);
     switch (kind_of(c, e)) {
     case OT_KIND_CONV:
+        if (ot__is_index(c->w->e[e].op)) return index_kernel(c, e, dst);
         return ot__is_pool(c->w->e[e].op) ? pool_kernel(c, e, dst) : conv_kernel(c, e, dst);
     case OT_KIND_REDUCE: return reduce_kernel(c, g, e, dst);
     case OT_KIND_DOT: return dot_kernel(c, e, dst, ONE, NONE);

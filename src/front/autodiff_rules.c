@@ -299,6 +299,17 @@ static void pool_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
     }
 }
 
+/* Indexing: indexing nodes of g (index_shape.c); none in indices and in a
+ * select's condition. */
+static void index_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
+{
+    ot_node *gf = ot__ad_full(c, g, n->shape, (ot_dtype)n->dtype);
+    for (int i = 0; i < 2; i++) {
+        ot_node *o = i ? n->b : n->a, *d;
+        if (o && want(s, o) && (d = ot__index_grad(n, gf, i, c->file, c->line))) push(c, s, o, d);
+    }
+}
+
 static void transpose_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
 {
     int inv[OT_MAX_DIMS] = {0};

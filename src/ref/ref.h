@@ -21,4 +21,9 @@ void ot__ref_conv(const ot_node *node, const double *a, const double *b, double 
  * operands a and b (NULL for one-operand ops) into out, in double. */
 void ot__ref_pool(const ot_node *node, const double *a, const double *b, double *out);
 
+/* ref_index.c: an indexing node (internal.h's ot__index_geom) of row-major
+ * operands a and b (NULL for tril and triu) into out, in double; the
+ * error (OT_EINVAL) for an index out of range, out then unwritten. */
+int ot__ref_index(const ot_node *node, const double *a, const double *b, double *out);
+
 #endif

@@ -1,0 +1,163 @@
+/*
+ * exec_index.c - the cpu backend's indexing kernels (OT_KER_INDEX: take,
+ * scatter_add, select, tril, triu) over internal.h's loop
+ * (ot__index_geom): direct loops over the views' strides (views may be
+ * strided, transposed or broadcast; nothing is copied, no scratch). take
+ * and select copy elements as bytes (the result has the value's dtype);
+ * scatter_add zeroes its result, then adds the source's slices in order,
+ * so repeated indices accumulate in a fixed order. Indices are checked
+ * before anything is written: no kernel reads or writes outside its views.
+ */
+#include "cpu.h"
+
+#include <string.h>
+
+/* The element offset of row-major position lin over dims d0..d1-1 of shape
+ * s under strides st. */
+static int64_t offset_of(const ot_shape *s, const int64_t *st, int d0, int d1, int64_t lin)
+{
+    int64_t off = 0;
+    for (int d = d1 - 1; d >= d0; d--) {
+        int64_t n = s->dims[d];
+        off += lin % n * st[d];
+        lin /= n;
+    }
+    return off;
+}
+
+static int32_t index_at(const ot_kernel *k, const char *idx, int64_t j)
+{
+    const ot__index_geom *g = &k->index;
+    return *(const int32_t *)(idx + 4 * offset_of(&g->b, k->loads[1].strides, 0, g->b.ndim, j));
+}
+
+int ot__index_check(const ot_kernel *k, const char *idx)
+{
+    const ot__index_geom *g = &k->index;
+    if (g->op != OT_OP_TAKE && g->op != OT_OP_SCATTER_ADD) return 0;
+    for (int64_t j = 0; j < g->count; j++) {
+        int32_t v = index_at(k, idx, j);
+        if (ot__index_wrap(v, g->size) < 0) return ot__index_fail(g, v, j);
+    }
+    return 0;
+}
+
+/* One view in the (outer, middle, inner) frame of take and scatter_add:
+ * its shape, strides and the dims of its middle part (the axis, or the
+ * indices' dims). */
+typedef struct frame {
+    const ot_shape *s;
+    const int64_t *st;
+    int m0, m1;
+} frame;
+
+static int64_t frame_at(const frame *f, int64_t o, int64_t mid)
+{
+    return offset_of(f->s, f->st, 0, f->m0, o) + offset_of(f->s, f->st, f->m0, f->m1, mid);
+}
+
+/* Whether f's inner dims walk with one stride (*step) in row-major
+ * order: a single dim, or dims laid out as one (dims of size 1 aside). */
+static bool even(const frame *f, int64_t *step)
+{
+    bool first = true;
+    int64_t next = 0;
+    *step = 0;
+    for (int d = f->s->ndim - 1; d >= f->m1; d--) {
+        if (f->s->dims[d] == 1) continue;
+        if (first) *step = f->st[d];
+        else if (f->st[d] != next) return false;
+        first = false;
+        next = f->st[d] * f->s->dims[d];
+    }
+    return true;
+}
+
+static int64_t inner_at(const frame *f, bool ev, int64_t step, int64_t i)
+{
+    return ev ? i * step : offset_of(f->s, f->st, f->m1, f->s->ndim, i);
+}
+
+/* take: out[o, j, i] = x[o, idx[j], i]; scatter_add: out[o, idx[j], i] +=
+ * src[o, j, i]. big is the axis-indexed view (take's x, scatter's out),
+ * small the other. */
+static void gather_scatter(const ot_kernel *k, const char *a, const char *idx, char *dst)
+{
+    const ot__index_geom *g = &k->index;
+    bool take = g->op == OT_OP_TAKE;
+    int ni = g->b.ndim, ax = g->axis;
+    frame big = {take ? &g->a : &g->out, take ? k->loads[0].strides : k->store.strides, ax, ax + 1};
+    frame small = {take ? &g->out : &g->a, take ? k->store.strides : k->loads[0].strides, ax,
+                   ax + ni};
+    ot_dtype dt = (ot_dtype)k->store.dtype;
+    size_t es = ot_dtype_size(dt);
+    int64_t sb, ss;
+    bool eb = even(&big, &sb), es_ = even(&small, &ss);
+    if (!take) {   /* zeroes first: untouched rows stay 0 */
+        int64_t n = ot__numel(&g->out);
+        for (int64_t e = 0; e < n; e++)
+            memset(dst + es * offset_of(&g->out, k->store.strides, 0, g->out.ndim, e), 0, es);
+    }
+    for (int64_t o = 0; o < g->outer; o++)
+        for (int64_t j = 0; j < g->count; j++) {
+            int64_t w = ot__index_wrap(index_at(k, idx, j), g->size);
+            int64_t bo = frame_at(&big, o, w), so = frame_at(&small, o, j);
+            for (int64_t i = 0; i < g->inner; i++) {
+                int64_t bi = bo + inner_at(&big, eb, sb, i), si = so + inner_at(&small, es_, ss, i);
+                if (take) {
+                    memcpy(dst + es * si, a + es * bi, es);
+                    continue;
+                }
+                char *p = dst + es * bi;
+                ot__store(p, dt, ot__load(p, dt) + ot__load(a + es * si, dt));
+            }
+        }
+}
+
+/* The offset of out's element at multi-index ix in a view of shape s
+ * (broadcast to out, right-aligned) with strides st. */
+static int64_t bcast_at(const ot_shape *s, const int64_t *st, const ot_shape *out, const int64_t *ix)
+{
+    int64_t off = 0;
+    for (int d = 0; d < s->ndim; d++)
+        if (s->dims[d] != 1) off += ix[d + out->ndim - s->ndim] * st[d];
+    return off;
+}
+
+static void select_tri(const ot_kernel *k, const char *a, const char *b, char *dst)
+{
+    const ot__index_geom *g = &k->index;
+    ot_dtype dt = (ot_dtype)k->store.dtype, ct = (ot_dtype)k->loads[0].dtype;
+    size_t es = ot_dtype_size(dt), cs = ot_dtype_size(ct);
+    bool sel = g->op == OT_OP_SELECT, lower = g->op == OT_OP_TRIL;
+    int nd = g->out.ndim;
+    int64_t ix[OT_MAX_DIMS] = {0}, n = ot__numel(&g->out);
+    for (int64_t e = 0; e < n; e++) {
+        char *p = dst + es * bcast_at(&g->out, k->store.strides, &g->out, ix);
+        bool keep;
+        const char *v;
+        if (sel) {
+            keep = ot__load(a + cs * bcast_at(&g->a, k->loads[0].strides, &g->out, ix), ct) != 0.0;
+            v = b + es * bcast_at(&g->b, k->loads[1].strides, &g->out, ix);
+        } else {
+            int64_t off = ix[nd - 1] - ix[nd - 2];
+            keep = lower ? off <= g->diag : off >= g->diag;
+            v = a + es * bcast_at(&g->a, k->loads[0].strides, &g->out, ix);
+        }
+        if (keep) memcpy(p, v, es);
+        else ot__store(p, dt, sel ? -0.0 : 0.0);
+        for (int d = nd - 1; d >= 0 && ++ix[d] == g->out.dims[d]; d--) ix[d] = 0;
+    }
+}
+
+int ot__run_index(const ot_kernel *k, char *const base[2], char *dst)
+{
+    const ot__index_geom *g = &k->index;
+    if (g->op == OT_OP_SELECT || g->op == OT_OP_TRIL || g->op == OT_OP_TRIU) {
+        select_tri(k, base[0], base[1], dst);
+        return 0;
+    }
+    int rc = ot__index_check(k, base[1]);
+    if (!rc) gather_scatter(k, base[0], base[1], dst);
+    return rc;
+}

@@ -110,6 +110,8 @@ $(BUILD)/obj/cpu/%.o: private CPPFLAGS += $(CPU_INC)
 # The pooling kernels' row loops (src/cpu/exec_pool.c) want the vectoriser's
 # full cost model, which -O2 does not run.
 $(BUILD)/obj/cpu/exec_pool.o: private CFLAGS += -O3
+# So do attention's per-row softmax loops (src/cpu/exec_attn.inc).
+$(BUILD)/obj/cpu/exec_attn.o: private CFLAGS += -O3
 
 $(BUILD)/obj/%.o: src/%.c $(FLAGS)
 	@mkdir -p $(dir $@)

@@ -82,7 +82,9 @@
     X(MAX_POOL_GRAD, "max_pool_grad", 2, OT_KIND_CONV, NULL, 0, none) \
     X(MAX_POOL_TAKE, "max_pool_take", 2, OT_KIND_CONV, NULL, 0, none) \
     X(AVG_POOL, "avg_pool", 1, OT_KIND_CONV, NULL, 0, none) \
-    X(AVG_POOL_GRAD, "avg_pool_grad", 1, OT_KIND_CONV, NULL, 0, none)
+    X(AVG_POOL_GRAD, "avg_pool_grad", 1, OT_KIND_CONV, NULL, 0, none) \
+    X(ATTENTION, "attention", 2, OT_KIND_CONV, NULL, 0, none) \
+    X(ATTENTION_GRAD, "attention_grad", 2, OT_KIND_CONV, NULL, OT_FLAG_NODIFF, none)
 
 typedef enum ot_op {
     OT_OP_NONE = -1,
@@ -156,7 +158,9 @@ typedef enum ot_op {
     OT_OP_MAX_POOL_TAKE = 67,
     OT_OP_AVG_POOL = 68,
     OT_OP_AVG_POOL_GRAD = 69,
-    OT_OP_COUNT = 70
+    OT_OP_ATTENTION = 70,
+    OT_OP_ATTENTION_GRAD = 71,
+    OT_OP_COUNT = 72
 } ot_op;
 
 /* Unary elementwise. */

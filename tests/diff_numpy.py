@@ -2080,7 +2080,8 @@ def sv_trials(lib, op, dt):
 # (tools/test.sh's phase_numpy).
 CHECKED_ELSEWHERE = {'conv', 'conv_transpose', 'conv_wgrad',   # tests/conv_check.py
                      'max_pool', 'max_pool_grad', 'max_pool_take', 'avg_pool',
-                     'avg_pool_grad'}   # tests/pool_check.py
+                     'avg_pool_grad',   # tests/pool_check.py
+                     'attention', 'attention_grad'}   # tests/attn_check.py
 
 
 def sv_check_table(lib, ops):

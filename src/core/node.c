@@ -406,7 +406,9 @@ ot_node *ot_build_at(ot_op op, ot_node *a, ot_node *b, const ot_args *args,
         rc = st.custom ? ot__infer_struct(&st, &a, &b, &p) : ot__infer_special(&st, a, &p);
         break;
     case OT_KIND_CONV:
-        rc = ot__is_pool(op) ? ot__infer_pool(&st, a, b, &p) : ot__infer_conv(&st, a, b, &p);
+        rc = ot__is_pool(op)   ? ot__infer_pool(&st, a, b, &p)
+             : ot__is_attn(op) ? ot__infer_attn(&st, a, b, &p)
+                               : ot__infer_conv(&st, a, b, &p);
         break;
     default: return build_composite(&st, a, b, &p.args);
     }

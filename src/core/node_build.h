@@ -65,5 +65,7 @@ int ot__infer_conv(const site *st, ot_node *a, ot_node *b, proto *p);
 /* pool_shape.c: max_pool, avg_pool and their gradients (b: NULL for the
  * one-operand ones). */
 int ot__infer_pool(const site *st, ot_node *a, ot_node *b, proto *p);
+/* attn_shape.c: attention and attention_grad. */
+int ot__infer_attn(const site *st, ot_node *a, ot_node *b, proto *p);
 
 #endif

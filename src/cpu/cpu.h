@@ -144,7 +144,7 @@ typedef struct ot_insn {
 } ot_insn;
 
 enum { OT_KER_EW, OT_KER_REDUCE, OT_KER_DOT, OT_KER_RAND, OT_KER_ONEHOT, OT_KER_STRUCT,
-       OT_KER_CONV, OT_KER_POOL };
+       OT_KER_CONV, OT_KER_POOL, OT_KER_ATTN };
 
 /* A run-time scale: mul * param[param], or mul alone when param < 0. */
 typedef struct ot_scale {
@@ -274,6 +274,9 @@ typedef struct ot_kernel {
     ot__conv_geom conv;
     /* POOL (exec_pool.c): its loop; views as CONV's. */
     ot__pool_geom pool;
+    /* ATTN (exec_attn.c): its loop; loads a and the pack, of shapes
+     * load_shapes (owned), the store of shape `shape` (also ndim, dims). */
+    ot__attn_geom attn;
     char *desc;                     /* for ot_explain: the nodes it fuses */
     ot_jit *jit;                    /* EW, REDUCE: generated code, or NULL */
 } ot_kernel;
@@ -395,6 +398,11 @@ const char *ot__conv_algo(const ot_kernel *k, size_t *tile);
 /* exec_pool.c: runs a POOL kernel from its operands' bases (one or two)
  * into dst. */
 void ot__run_pool(const ot_kernel *k, char *const base[2], char *dst);
+/* exec_attn.c: runs an ATTN kernel in scratch of ot__attn_scratch's size
+ * (false: it overflows); ot__attn_describe is its ot_explain line. */
+bool ot__attn_scratch(const ot_kernel *k, size_t *bytes);
+void ot__run_attn(const ot_kernel *k, char *const base[2], char *dst, char *scratch);
+void ot__attn_describe(FILE *f, const ot_kernel *k);
 /* exec.c: ot__plan_run_prepare lays out a run's scratch once, after the
  * plan's code is generated (tiles depend on it); ot__plan_run runs it for
  * the n trees it was planned from: an int32 sum that does not fit int32 is

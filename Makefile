@@ -79,7 +79,7 @@ OBJS  += $(KOBJS)
 LIBA  := $(BUILD)/liboptree.a
 LIBSO := $(BUILD)/liboptree.so
 
-.PHONY: all lib tests examples cli demo demo-cnn test test-arm64 check doc-check deps install clean bench bench-mlp fuzz fuzz-inputs fuzz-input-bins mpi demo-mpi ulp-exhaustive math-speed FORCE
+.PHONY: all lib tests examples cli demo demo-cnn test test-arm64 check check-attn-long doc-check deps install clean bench bench-mlp fuzz fuzz-inputs fuzz-input-bins mpi demo-mpi ulp-exhaustive math-speed FORCE
 # all first: a plain `make` builds everything.
 all: lib tests examples cli
 FORCE:
@@ -249,6 +249,11 @@ test-arm64:
 # "Testing").
 check:
 	@sh tools/test.sh check
+
+# Attention's cpu kernel in f32 against the plain formula at seq 4096 (make
+# check runs it at 2048; this one takes a few seconds).
+check-attn-long: all
+	OT_ATTN_SEQ=4096 ./$(BUILD)/test_optree attention_cpu_f32_long
 
 # Every C block of README.md and docs/ compiled (and run, where it is a
 # whole program): tools/doc_check.py, also a phase of make test.

@@ -32,8 +32,9 @@ static double scores(const ot__attn_geom *g, const double *q, const double *pack
     const double *k = pack + g->koff + (b * g->h + h) * g->sk * g->d;
     double m = -INFINITY;
     for (int64_t j = 0; j < g->sk; j++) {
-        s[j] = g->causal && j > i ? -INFINITY : g->scale * dotp(q, k + j * g->d, g->d);
-        if (g->mask) s[j] += pack[mask_at(g, b, h, i, j)];
+        bool hidden = g->causal && j > i;
+        s[j] = hidden ? -INFINITY : g->scale * dotp(q, k + j * g->d, g->d);
+        if (g->mask && !hidden) s[j] += pack[mask_at(g, b, h, i, j)];
         if (s[j] > m || isnan(s[j])) m = s[j];
     }
     if (m == -INFINITY) return m;
@@ -70,7 +71,8 @@ static void backward_row(const ot__attn_geom *g, const double *x, const double *
 {
     int64_t bh = b * g->h + h, dv = g->dv, d = g->d;
     const double *q = x, *o = x + d, *dout = x + d + dv + 1;
-    double lse = scores(g, q, pack, b, h, i, s);
+    double lse = o[dv];   /* the node's own, as the cpu kernel reads it */
+    scores(g, q, pack, b, h, i, s);
     if (lse == -INFINITY) return;
     double dsum = dotp(dout, o, dv) - dout[dv];
     const double *k = pack + g->koff + bh * g->sk * d, *v = pack + g->voff + bh * g->sk * dv;
@@ -78,7 +80,7 @@ static void backward_row(const ot__attn_geom *g, const double *x, const double *
     double *dvv = out + g->b * g->h * g->sq * d + g->voff;
     for (int64_t j = 0; j < g->sk; j++) {
         double p = exp(s[j] - lse);
-        if (p == 0) continue;
+        if (s[j] == -INFINITY) continue;   /* hidden (exp(-inf - lse) is 0 or NaN) */
         double ds = p * (dotp(dout, v + j * dv, dv) - dsum);
         for (int64_t c = 0; c < dv; c++) dvv[(bh * g->sk + j) * dv + c] += p * dout[c];
         for (int64_t c = 0; c < d; c++) {

@@ -134,7 +134,7 @@ int bench_attn(int runs, const char *out_dir)
                     runs);
     for (int i = 0; i < NROWS; i++) {
         fprintf(stderr, "bench: W15 seq %d ...\n", SEQ[i]);
-        double mib;
+        double mib = 0;
         char algo[256], tms[32] = "n/a", ratio[32] = "n/a", tmib[32] = "n/a";
         double s = time_row(be, SEQ[i], runs, &mib, algo, sizeof algo);
         const char *verdict = "no reference";

@@ -611,7 +611,7 @@ int main(int argc, char **argv)
     if (o.gemm) return bench_gemm(o.runs);
     if (o.mlp) return bench_mlp(o.mlp, 2);
     if (o.conv) return bench_conv(o.runs, o.quick, o.out_dir);
-    if (o.attn) return bench_attn(o.runs, o.out_dir);
+    if (o.attn) return bench_attn(o.runs, o.quick, o.out_dir);
     const ref_loops *refs = pick_refs();
     if (!refs)
         fprintf(stderr, "bench: note: this CPU lacks AVX2+FMA: no reference loops, "

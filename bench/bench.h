@@ -317,7 +317,7 @@ int bench_mlp(const char *dir, int epochs);
 int bench_conv(int runs, bool quick, const char *out_dir);
 /* The attention rows (w_attn.c): W15 against PyTorch's plain attention,
  * with both sides' peak extra memory; also written to OUT_DIR/attn.md. */
-int bench_attn(int runs, const char *out_dir);
+int bench_attn(int runs, bool quick, const char *out_dir);
 
 /* "PASS", "MISS", "WRONG" (results off) or "n/a" (no reference). */
 const char *bench_verdict(const bench_row *r);

@@ -79,7 +79,7 @@ OBJS  += $(KOBJS)
 LIBA  := $(BUILD)/liboptree.a
 LIBSO := $(BUILD)/liboptree.so
 
-.PHONY: all lib tests examples cli demo demo-cnn demo-lm bench-lm test test-arm64 check doc-check deps install clean bench bench-mlp fuzz fuzz-inputs fuzz-input-bins mpi demo-mpi ulp-exhaustive math-speed FORCE
+.PHONY: all lib tests examples cli demo demo-cnn demo-lm bench-lm test test-arm64 check check-attn-long doc-check deps install clean bench bench-mlp fuzz fuzz-inputs fuzz-input-bins mpi demo-mpi ulp-exhaustive math-speed FORCE
 # all first: a plain `make` builds everything.
 all: lib tests examples cli
 FORCE:
@@ -112,6 +112,8 @@ $(BUILD)/obj/cpu/%.o: private CPPFLAGS += $(CPU_INC)
 $(BUILD)/obj/cpu/exec_pool.o: private CFLAGS += -O3
 # The Winograd transforms (src/cpu/exec_winograd.c) loop over vector lanes.
 $(BUILD)/obj/cpu/exec_winograd.o: private CFLAGS += -O3
+# So do attention's per-row softmax loops (src/cpu/exec_attn.inc).
+$(BUILD)/obj/cpu/exec_attn.o: private CFLAGS += -O3
 
 $(BUILD)/obj/%.o: src/%.c $(FLAGS)
 	@mkdir -p $(dir $@)
@@ -267,6 +269,11 @@ test-arm64:
 # "Testing").
 check:
 	@sh tools/test.sh check
+
+# Attention's cpu kernel in f32 against the plain formula at seq 4096 (make
+# check runs it at 2048; this one takes a few seconds).
+check-attn-long: all
+	OT_ATTN_SEQ=4096 ./$(BUILD)/test_optree attention_cpu_f32_long
 
 # Every C block of README.md and docs/ compiled (and run, where it is a
 # whole program): tools/doc_check.py, also a phase of make test.

@@ -338,6 +338,9 @@ int bench_mlp(const char *dir, int epochs);
 /* The convolution rows (w_conv.c): W12, W13 and the 1x1, depthwise and
  * strided ones against PyTorch; also written to OUT_DIR/conv.md. */
 int bench_conv(int runs, bool quick, const char *out_dir);
+/* The attention rows (w_attn.c): W15 against PyTorch's plain attention,
+ * with both sides' peak extra memory; also written to OUT_DIR/attn.md. */
+int bench_attn(int runs, bool quick, const char *out_dir);
 
 /* "PASS", "MISS", "WRONG" (results off) or "n/a" (no reference). */
 const char *bench_verdict(const bench_row *r);

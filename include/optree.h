@@ -979,6 +979,7 @@ int ot_node_meta_at(const ot_node *n, int i, const char **key, const char **valu
 #include "optree/conv.h"
 #include "optree/pool.h"
 #include "optree/index.h"
+#include "optree/attention.h"
 
 #ifdef __cplusplus
 }

@@ -87,7 +87,9 @@
     X(SCATTER_ADD, "scatter_add", 2, OT_KIND_CONV, NULL, 0, none) \
     X(SELECT, "select", 2, OT_KIND_CONV, NULL, 0, none) \
     X(TRIL, "tril", 1, OT_KIND_CONV, NULL, 0, none) \
-    X(TRIU, "triu", 1, OT_KIND_CONV, NULL, 0, none)
+    X(TRIU, "triu", 1, OT_KIND_CONV, NULL, 0, none) \
+    X(ATTENTION, "attention", 2, OT_KIND_CONV, NULL, 0, none) \
+    X(ATTENTION_GRAD, "attention_grad", 2, OT_KIND_CONV, NULL, OT_FLAG_NODIFF, none)
 
 typedef enum ot_op {
     OT_OP_NONE = -1,
@@ -166,7 +168,9 @@ typedef enum ot_op {
     OT_OP_SELECT = 72,
     OT_OP_TRIL = 73,
     OT_OP_TRIU = 74,
-    OT_OP_COUNT = 75
+    OT_OP_ATTENTION = 75,
+    OT_OP_ATTENTION_GRAD = 76,
+    OT_OP_COUNT = 77
 } ot_op;
 
 /* Unary elementwise. */

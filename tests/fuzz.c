@@ -871,6 +871,41 @@ static int index_draw(fz_ir *ir, rng *r, int op, int a, ot_shape sa, ot_dtype da
     return a;
 }
 
+static int is_attn(int op) { return op == OT_OP_ATTENTION || op == OT_OP_ATTENTION_GRAD; }
+
+/* An attention node's operands and attributes (ops.def's rows): q (or
+ * attention_grad's x, dim + 2 (dim_v + 1) columns) of operand a's shape
+ * when it is 4-D float and wide enough, and the pack (1-D, of the size the
+ * attributes give: seq_k, dim_v, a mask of any broadcast code), both new
+ * leaves of finite values: where NaN and inf reach differs between the
+ * backends (BLAS multiplies a hidden key's P of 0 by inf; the fused kernel
+ * never reads the tiles causality hides). Other ops read its result.
+ * Returns the node of a or -1; *b the pack. */
+static int attn_draw(fz_ir *ir, rng *r, int op, int a, ot_shape sa, ot_dtype da, int smooth,
+                     ot_args *w, int *b)
+{
+    int64_t dv = rnd(r, 4), extra = op == OT_OP_ATTENTION_GRAD ? 2 * (dv + 1) : 0;
+    (void)smooth;   /* finite leaves always (below) */
+    if (sa.ndim != 4 || !is_float(da) || sa.dims[3] < extra + 1 || chance(r, 30)) {
+        sa = (ot_shape){.ndim = 4, .dims = {rnd(r, 3), 1 + rnd(r, 2), 1 + rnd(r, 6), extra + 1 + rnd(r, 5)}};
+        da = is_float(da) ? da : smooth ? OT_F64 : OT_F32;
+        a = -2;
+    }
+    int64_t sk = rnd(r, 7), d = sa.dims[3] - extra, full[4] = {sa.dims[0], sa.dims[1], sa.dims[2], sk};
+    int code = chance(r, 50) ? 0 : 16 + rnd(r, 16);
+    int64_t nm = code ? 1 : 0;
+    for (int i = 0; i < 4 && code; i++) nm *= code & (1 << i) ? full[i] : 1;
+    w->lo = chance(r, 50) ? 0.5 : 1.25;
+    w->keepdims = chance(r, 50);
+    w->depth = sk;
+    w->ddof = (int)dv;
+    w->win.groups = code;
+    a = add_leaf_node(ir, r, sa, da, 1, 0);
+    *b = add_leaf_node(ir, r, (ot_shape){.ndim = 1, .dims = {full[0] * full[1] * sk * (d + dv) + nm}},
+                       da, 1, 0);
+    return a;
+}
+
 /* Registered ops stand in where the table's placeholder rows (custom1,
  * custom2) are drawn, so that ops added at run time are fuzzed like the
  * built-ins: the examples' GELU and Huber (vector functions, so generated
@@ -1071,6 +1106,8 @@ static void generate(fz_ir *ir, rng *r, int mode)
             if (a >= 0 && ot_op_arity((ot_op)op) == 2 && b < 0) a = -1;
         } else if (is_index_op(op)) {
             a = index_draw(ir, r, op, a, sa, da, smooth, &pool_args, &b);
+        } else if (is_attn(op)) {
+            a = attn_draw(ir, r, op, a, sa, da, smooth, &pool_args, &b);
             if (b < 0) a = -1;
         } else if (op == OT_OP_CONCAT) {   /* a part of s's dims but on the axis */
             concat_axis = sa.ndim ? rnd(r, sa.ndim) : 0;
@@ -1117,6 +1154,13 @@ static void generate(fz_ir *ir, rng *r, int mode)
             args.depth = pool_args.depth;
         }
         if (op == OT_OP_TRIL || op == OT_OP_TRIU) args.ddof = rnd(r, 5) - 2;
+        if (is_attn(op)) {   /* attention's attributes live in these members (ops.c) */
+            args.lo = pool_args.lo;
+            args.keepdims = pool_args.keepdims;
+            args.depth = pool_args.depth;
+            args.ddof = pool_args.ddof;
+            args.win = pool_args.win;
+        }
         if (op >= OT_OP_COUNT && kind == OT_KIND_SPECIAL && args.axis == OT_AXIS_ALL && sa.ndim)
             args.axis = rnd(r, sa.ndim);   /* a structured op's scan needs an axis */
         if (op == OT_OP_SLICE && a >= 0 && in.node[a]) draw_slice(r, ot_node_shape(in.node[a]), &args);

@@ -468,6 +468,22 @@ static gcase index_case(ot_op op, ot_dtype dt)
         ot_args a = {.axis = OT_AXIS_ALL, .ddof = irand(5) - 2};
         c.tree = ot_build(op, ot_tensor_node(c.in[0]), NULL, &a);
     }
+/* The raw attention node (q, pack) of a small random geometry, its
+ * logsumexp column included, so the check covers the gradients of q, k, v,
+ * the mask (every broadcast code) and the lse column (tests/attn_check.py
+ * goes through the public builder against NumPy). */
+static gcase attn_case(ot_dtype dt)
+{
+    gcase c = {.what = "attention", .n = 2};
+    int64_t b = 1 + irand(2), h = 1 + irand(2), sq = 1 + irand(4), sk = 1 + irand(4);
+    int64_t d = 1 + irand(3), dv = 1 + irand(3), full[4] = {b, h, sq, sk}, nm = 1;
+    int code = irand(2) ? 0 : 16 + irand(16);
+    for (int i = 0; i < 4 && code; i++) nm *= code & (1 << i) ? full[i] : 1;
+    ot_args a = {.axis = OT_AXIS_ALL, .lo = 0.7, .keepdims = irand(2), .depth = sk,
+                 .ddof = (int)dv, .win = {.groups = code}};
+    c.in[0] = operand(OT_SHAPE(b, h, sq, d), dt, D_ANY, 0);
+    c.in[1] = operand(OT_SHAPE(b * h * sk * (d + dv) + (code ? nm : 0)), dt, D_ANY, 1);
+    c.tree = ot_build(OT_OP_ATTENTION, ot_tensor_node(c.in[0]), ot_tensor_node(c.in[1]), &a);
     return c;
 }
 
@@ -575,6 +591,7 @@ static gcase op_case(ot_op op, ot_dtype dt)
     case OT_KIND_DOT: return dot_case(dt);
     case OT_KIND_CONV:
         if (op >= OT_OP_TAKE && op <= OT_OP_TRIU) return index_case(op, dt);
+        if (op == OT_OP_ATTENTION) return attn_case(dt);
         return op >= OT_OP_MAX_POOL && op <= OT_OP_AVG_POOL_GRAD ? pool_case(op, dt) : conv_case(op, dt);
     case OT_KIND_SHAPE:
         return op == OT_OP_SLICE ? slice_case(dt) : op == OT_OP_RESHAPE ? reshape_case(dt)
@@ -686,6 +703,10 @@ TEST(autodiff_nodiff_ops_contribute_zero)
             ot_node *xn = ot_tensor_node(x);
             ot_node *nd = op == OT_OP_ONEHOT ? ot_build((ot_op)op, ot_cast(x, .dtype = OT_I32), NULL, &a)
                         : op == OT_OP_RAND ? ot_build((ot_op)op, NULL, NULL, &a)
+                        /* x as (1,1,2,3): q of dim 1 and dim_v 0, y the pack of 3 keys */
+                        : op == OT_OP_ATTENTION_GRAD
+                            ? ot_build((ot_op)op, ot_reshape_node(xn, OT_SHAPE(1, 1, 2, 3)),
+                                       ot_tensor_node(y), &a)
                         : ot_build((ot_op)op, xn, ot_op_arity((ot_op)op) == 2 ? ot_tensor_node(y) : NULL, &a);
             ot_node *f = ot_add(ot_sum(ot_mul(x, 2.0)), ot_sum(ot_cast(nd, .dtype = OT_F64)));
             ot_autodiff *ad = ot_autodiff_new(f, NULL);
@@ -699,7 +720,7 @@ TEST(autodiff_nodiff_ops_contribute_zero)
             ot_autodiff_free(ad);
             n++;
         }
-        CHECK_INT(n, 13);
+        CHECK_INT(n, 14);
         fx_end();
     }
 }

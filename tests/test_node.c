@@ -828,6 +828,12 @@ TEST(node_build_at_binding)
         if (ops[k].op == OT_OP_TAKE || ops[k].op == OT_OP_SCATTER_ADD) {   /* int32 indices */
             r = ot_tensor_node(idx);
             a.axis = 0;
+        if (ops[k].op == OT_OP_ATTENTION || ops[k].op == OT_OP_ATTENTION_GRAD) {
+            /* q (1,1,3,3) (grad: dim 1, dim_v 0) and a pack of 3 keys (3,) */
+            l = ot_reshape_node(C3, OT_SHAPE(1, 1, 3, 9));
+            l = ot_slice_node(l, OT_ALL, OT_ALL, OT_ALL, OT_RANGE(0, 3));
+            r = ot_slice_node(ot_reshape_node(C3, OT_SHAPE(27)), OT_RANGE(0, ops[k].op == OT_OP_ATTENTION ? 9 : 3));
+            a = (ot_args){.axis = OT_AXIS_ALL, .depth = 3};
         }
         ot_node *m = ot_build_at(op, l, r, &a, "bind.py", k + 1);
         if (!m) {

@@ -618,6 +618,30 @@ int ot__index_fail(const ot__index_geom *g, int64_t v, int64_t pos);
  * n's shape: an indexing node, or NULL where there is none (indices, a
  * select's condition). */
 ot_node *ot__index_grad(const ot_node *n, ot_node *g, int which, const char *file, int line);
+/* ---- attention (attn_shape.c) ---------------------------------------------- */
+
+static inline bool ot__is_attn(int op) { return op == OT_OP_ATTENTION || op == OT_OP_ATTENTION_GRAD; }
+/* An attention node's loop (optree/attention.h; ops.def's rows): per
+ * (batch, head), q (sq x d), k (sk x d), v (sk x dv) and the mask of dims
+ * mdim (each 1, broadcast, or its full size) at element offsets koff,
+ * voff and moff of the flat pack operand (b). attention reads q as a,
+ * attention_grad reads x = [q | o, lse | do, dlse] (d + 2 (dv + 1)
+ * columns) as a. A query row sees key j when the mask allows it and, if
+ * causal, j <= i (top-left aligned). */
+typedef struct ot__attn_geom {
+    int op;
+    int64_t b, h, sq, sk, d, dv;
+    int64_t mdim[4];
+    bool mask, causal;
+    double scale;
+    int64_t koff, voff, moff, npack;
+} ot__attn_geom;
+void ot__attn_geom_of(const ot_node *node, ot__attn_geom *g);
+/* The gradients of attention node n (pack = n->b) given g, n's gradient:
+ * *dq (q's shape) and *dpack (pack's), views of one attention_grad node;
+ * false with the error set. */
+bool ot__attn_grads(const ot_node *n, ot_node *g, ot_node **dq, ot_node **dpack, const char *file,
+                    int line);
 
 /* ---- the post-order walk and node identity ---------------------------- */
 

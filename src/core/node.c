@@ -408,6 +408,7 @@ ot_node *ot_build_at(ot_op op, ot_node *a, ot_node *b, const ot_args *args,
     case OT_KIND_CONV:
         rc = ot__is_pool(op)    ? ot__infer_pool(&st, a, b, &p)
              : ot__is_index(op) ? ot__infer_index(&st, &a, &b, &p)
+             : ot__is_attn(op)  ? ot__infer_attn(&st, a, b, &p)
                                 : ot__infer_conv(&st, a, b, &p);
         break;
     default: return build_composite(&st, a, b, &p.args);

@@ -65,6 +65,8 @@ int ot__infer_conv(const site *st, ot_node *a, ot_node *b, proto *p);
 /* pool_shape.c: max_pool, avg_pool and their gradients (b: NULL for the
  * one-operand ones). */
 int ot__infer_pool(const site *st, ot_node *a, ot_node *b, proto *p);
+/* attn_shape.c: attention and attention_grad. */
+int ot__infer_attn(const site *st, ot_node *a, ot_node *b, proto *p);
 
 /* index_shape.c: take, scatter_add, select, tril, triu (b: NULL for tril
  * and triu); a constant operand is replaced by a checkpoint of it. */

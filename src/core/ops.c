@@ -110,6 +110,12 @@ const ot__attr ot__attrs[OT__ATTR_COUNT] = {
     [OT__ATTR_CEIL] = {ARG("ceil_mode", FLAG, win.ceil_mode), .omit = true},
     [OT__ATTR_EXCL] = {ARG("exclude_pad", FLAG, win.exclude_pad), .omit = true},
     [OT__ATTR_DIAG] = {ARG("k", INT, ddof), .omit = true},
+    /* attention's, in members no attention node otherwise uses */
+    [OT__ATTR_SCALE] = {ARG("scale", DOUBLE, lo)},
+    [OT__ATTR_CAUSAL] = {ARG("causal", FLAG, keepdims), .omit = true},
+    [OT__ATTR_SEQ_K] = {ARG("seq_k", I64, depth)},
+    [OT__ATTR_DIM_V] = {ARG("dim_v", INT, ddof)},
+    [OT__ATTR_MASK] = {ARG("mask", INT, win.groups), .omit = true},
 };
 #undef ARG
 

@@ -47,6 +47,11 @@ typedef enum ot__attr_id {
     OT__ATTR_CEIL,      /* pooling: ceil_mode */
     OT__ATTR_EXCL,      /* avg pooling: exclude_pad */
     OT__ATTR_DIAG,      /* tril, triu: the diagonal k (in args.ddof) */
+    OT__ATTR_SCALE,     /* attention: the scores' factor (args.lo) */
+    OT__ATTR_CAUSAL,    /* attention: causal (args.keepdims) */
+    OT__ATTR_SEQ_K,     /* attention: keys (args.depth) */
+    OT__ATTR_DIM_V,     /* attention: v's dim (args.ddof) */
+    OT__ATTR_MASK,      /* attention: the mask's code (args.win.groups) */
     OT__ATTR_COUNT
 } ot__attr_id;
 #define OT__ATTRS_MAX 7   /* the most attributes one op takes */

@@ -42,6 +42,11 @@ static uint64_t count_ops(const ot_kernel *k)
         return 2 * (uint64_t)(g->n * g->groups * g->sc * g->xc) *
                (uint64_t)(g->sp[0] * g->sp[1] * g->sp[2] * g->k[0] * g->k[1] * g->k[2]);
     }
+    if (k->kind == OT_KER_ATTN) {   /* QK^T and PV; the backward's five GEMMs */
+        const ot__attn_geom *g = &k->attn;
+        uint64_t f = 2 * (uint64_t)(g->b * g->h * g->sq * g->sk) * (uint64_t)(g->d + g->dv);
+        return g->op == OT_OP_ATTENTION ? f : f * 5 / 2;
+    }
     if (k->kind == OT_KER_POOL) {   /* a compare or add per tap of every window */
         const ot__pool_geom *g = &k->pool;
         return (uint64_t)(g->n * g->c) *
@@ -113,9 +118,16 @@ char *ot__plan_describe(const ot_kernel *k)
     FILE *f = open_memstream(&buf, &len);
     if (!f) return NULL;
     static const char *kinds[] = {"elementwise", "reduce", "dot", "rand", "onehot", "struct", "conv",
-                                  "pool", "index"};
+                                  "pool", "index", "attention"};
     fprintf(f, "%s", kinds[k->kind]);
     if (k->kind == OT_KER_STRUCT) fprintf(f, " %s", k->custom->name);
+    if (k->kind == OT_KER_ATTN) {
+        ot__attn_describe(f, k);
+        for (int i = 0; i < k->nload; i++) put_view(f, i ? " " : " <- ", &k->loads[i]);
+        put_view(f, " -> ", &k->store);
+        fclose(f);
+        return buf;
+    }
     if (k->kind >= OT_KER_CONV) {   /* CONV, POOL, INDEX */
         describe_window(f, k);
         fclose(f);

@@ -144,7 +144,7 @@ typedef struct ot_insn {
 } ot_insn;
 
 enum { OT_KER_EW, OT_KER_REDUCE, OT_KER_DOT, OT_KER_RAND, OT_KER_ONEHOT, OT_KER_STRUCT,
-       OT_KER_CONV, OT_KER_POOL, OT_KER_INDEX };
+       OT_KER_CONV, OT_KER_POOL, OT_KER_INDEX, OT_KER_ATTN };
 
 /* A run-time scale: mul * param[param], or mul alone when param < 0. */
 typedef struct ot_scale {
@@ -277,6 +277,9 @@ typedef struct ot_kernel {
     /* INDEX (exec_index.c): its loop; each view has its operand's (the
      * store the node's) shape and strides. */
     ot__index_geom index;
+    /* ATTN (exec_attn.c): its loop; loads a and the pack, of shapes
+     * load_shapes (owned), the store of shape `shape` (also ndim, dims). */
+    ot__attn_geom attn;
     char *desc;                     /* for ot_explain: the nodes it fuses */
     ot_jit *jit;                    /* EW, REDUCE: generated code, or NULL */
 } ot_kernel;
@@ -441,6 +444,11 @@ void ot__run_pool(const ot_kernel *k, char *const base[2], char *dst);
  * (0 for the other ops). */
 int ot__run_index(const ot_kernel *k, char *const base[2], char *dst);
 int ot__index_check(const ot_kernel *k, const char *idx);
+/* exec_attn.c: runs an ATTN kernel in scratch of ot__attn_scratch's size
+ * (false: it overflows); ot__attn_describe is its ot_explain line. */
+bool ot__attn_scratch(const ot_kernel *k, size_t *bytes);
+void ot__run_attn(const ot_kernel *k, char *const base[2], char *dst, char *scratch);
+void ot__attn_describe(FILE *f, const ot_kernel *k);
 /* exec.c: ot__plan_run_prepare lays out a run's scratch once, after the
  * plan's code is generated (tiles depend on it); ot__plan_run runs it for
  * the n trees it was planned from: an int32 sum that does not fit int32 is

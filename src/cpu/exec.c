@@ -585,6 +585,7 @@ static void run_kernel(ot_backend *be, const ot_plan *p, const ot_binding *bind,
     case OT_KER_INDEX: /* an index out of range: the error is set, the run goes on */
         if (ot__run_index(kp, base, dst)) note_bad(mem, (int)(whole - p->kernels));
         break;
+    case OT_KER_ATTN: ot__run_attn(kp, base, dst, region(mem, slot, R_PACK)); break;
     default: {
         run_ctx c;
         ot__clear(&c, sizeof c);
@@ -762,9 +763,11 @@ static bool run_layout(const ot_plan *p, run_mem *m)
     for (int i = 0; i < p->nkernels; i++) {
         const ot_kernel *k = &p->kernels[i];
         if (k->nload > 16) need(&sz[R_BASE], sizeof(char *) * (size_t)k->nload);
-        if (k->kind == OT_KER_DOT || k->kind == OT_KER_CONV) {
+        if (k->kind == OT_KER_DOT || k->kind == OT_KER_CONV || k->kind == OT_KER_ATTN) {
             size_t bytes;
-            if (k->kind == OT_KER_DOT ? !ot__dot_scratch(k, &bytes) : !ot__conv_scratch(k, &bytes))
+            if (k->kind == OT_KER_DOT    ? !ot__dot_scratch(k, &bytes)
+                : k->kind == OT_KER_CONV ? !ot__conv_scratch(k, &bytes)
+                                         : !ot__attn_scratch(k, &bytes))
                 return false;
             need(&sz[R_PACK], bytes);
         }

@@ -425,6 +425,27 @@ static bool index_kernel(compiler *c, int e, const storage *dst)
     return true;
 }
 
+static bool attn_kernel(compiler *c, int e, const storage *dst)
+{
+    const ot_node *n = node_of(c, e);
+    ot_kernel *k = new_kernel(c, OT_KER_ATTN);
+    if (!k || !(k->loads = ot__malloc(2 * sizeof *k->loads)) ||
+        !(k->load_shapes = ot__malloc(2 * sizeof *k->load_shapes)))
+        return false;
+    k->nload = 2;
+    for (int i = 0; i < 2; i++) {
+        const storage *st = &c->ci[canon_operand(c, e, i)].st;
+        k->loads[i] = conv_view(st);
+        k->load_shapes[i] = st->shape;
+    }
+    k->store = conv_view(dst);
+    ot__attn_geom_of(n, &k->attn);
+    k->shape = n->shape;
+    k->ndim = n->shape.ndim;
+    memcpy(k->dims, n->shape.dims, sizeof n->shape.dims);
+    return true;
+}
+
 static bool entry_kernel(compiler *c, prog *g, int e, const storage *dst)
 {
     if (node_of(c, e)->custom && c->w->e[e].op == OT_OP_CUSTOM_STRUCT)
@@ -432,6 +453,7 @@ static bool entry_kernel(compiler *c, prog *g, int e, const storage *dst)
     switch (kind_of(c, e)) {
     case OT_KIND_CONV:
         if (ot__is_index(c->w->e[e].op)) return index_kernel(c, e, dst);
+        if (ot__is_attn(c->w->e[e].op)) return attn_kernel(c, e, dst);
         return ot__is_pool(c->w->e[e].op) ? pool_kernel(c, e, dst) : conv_kernel(c, e, dst);
     case OT_KIND_REDUCE: return reduce_kernel(c, g, e, dst);
     case OT_KIND_DOT: return dot_kernel(c, e, dst, ONE, NONE);

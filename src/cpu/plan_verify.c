@@ -188,7 +188,7 @@ static int check_program(const ot_plan *p, const ot_kernel *k, int kid)
 
 static int check_kernel(const ot_plan *p, const ot_kernel *k, int kid)
 {
-    if (k->kind < OT_KER_EW || k->kind > OT_KER_INDEX || k->ndim < 0 || k->ndim > OT_MAX_DIMS)
+    if (k->kind < OT_KER_EW || k->kind > OT_KER_ATTN || k->ndim < 0 || k->ndim > OT_MAX_DIMS)
         return fail("kernel %d: kind %d over %d dims", kid, k->kind, k->ndim);
     if (k->nload < 0 || (k->nload > 0 && !k->loads) || (k->nxstore > 0 && !k->xstores))
         return fail("kernel %d: views missing", kid);
@@ -495,7 +495,7 @@ static bool view_reach(const ot_kernel *k, int which, int64_t *lo, int64_t *hi)
         const ot_shape *s = which == -1 ? &g->out : which == 0 ? &g->a : &g->b;
         return reach(v, s->dims, s->ndim, lo, hi);
     }
-    if (k->kind == OT_KER_STRUCT && which >= 0)   /* each load its own shape */
+    if ((k->kind == OT_KER_STRUCT || k->kind == OT_KER_ATTN) && which >= 0)   /* each load its own shape */
         return reach(v, k->load_shapes[which].dims, k->load_shapes[which].ndim, lo, hi);
     if (which == -1 && (k->kind == OT_KER_RAND || k->kind == OT_KER_ONEHOT)) {
         int64_t n = ot__numel(&k->shape);

@@ -310,6 +310,16 @@ static void index_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
     }
 }
 
+/* Attention: one attention_grad node gives q's and the pack's (k, v and
+ * the mask) gradients (attn_shape.c). */
+static void attn_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
+{
+    ot_node *gf = ot__ad_full(c, g, n->shape, (ot_dtype)n->dtype), *dq, *dp;
+    if (!ot__attn_grads(n, gf, &dq, &dp, c->file, c->line)) return;
+    if (want(s, n->a)) push(c, s, n->a, dq);
+    if (want(s, n->b)) push(c, s, n->b, dp);
+}
+
 static void transpose_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
 {
     int inv[OT_MAX_DIMS] = {0};

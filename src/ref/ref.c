@@ -605,6 +605,7 @@ static int eval_op_double(ref_run *run, const ot_stack_item *it, double *out)
     case OT_KIND_DOT: eval_dot(node, x, y, out); return OT_OK;
     case OT_KIND_CONV:
         if (ot__is_index(it->op)) return ot__ref_index(node, x, y, out);
+        if (ot__is_attn(it->op)) return ot__ref_attn(node, x, y, out);
         if (ot__is_pool(it->op)) ot__ref_pool(node, x, y, out);
         else ot__ref_conv(node, x, y, out);
         return OT_OK;

@@ -89,7 +89,7 @@
     X(TRIL, "tril", 1, OT_KIND_CONV, NULL, 0, none) \
     X(TRIU, "triu", 1, OT_KIND_CONV, NULL, 0, none) \
     X(ATTENTION, "attention", 2, OT_KIND_CONV, NULL, 0, none) \
-    X(ATTENTION_GRAD, "attention_grad", 2, OT_KIND_CONV, NULL, OT_FLAG_NODIFF, none)
+    X(ATTENTION_GRAD, "attention_grad", 2, OT_KIND_CONV, NULL, 0, none)
 
 typedef enum ot_op {
     OT_OP_NONE = -1,

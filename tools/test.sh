@@ -60,7 +60,7 @@
 #               gradients against NumPy, and tests/pool_check.py ("pool"):
 #               max and average pooling and their gradients against NumPy,
 #               and tests/index_check.py ("index"): take, index_add, where,
-#               tril and triu and their gradients against NumPy
+#               tril and triu and their gradients against NumPy,
 #               and tests/attn_check.py ("attn"): attention and its gradients
 # Each phase prints its header, its failures and a summary line (with its
 # wall and CPU seconds) when it ends; the suite ends with exactly one line

@@ -320,6 +320,16 @@ static void attn_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
     if (want(s, n->b)) push(c, s, n->b, dp);
 }
 
+/* attention_grad has no gradient rule of its own (a second derivative of
+ * attention would need the backward's own backward): refused, never a
+ * silent zero. */
+static void attn_grad_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
+{
+    (void)c, (void)s, (void)g;
+    ot__err(OT_EUNSUPPORTED, n->file, n->line, "autodiff",
+            "attention_grad: no second derivative of attention (its gradient is not differentiable)");
+}
+
 static void transpose_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
 {
     int inv[OT_MAX_DIMS] = {0};

@@ -88,6 +88,7 @@
     X(SELECT, "select", 2, OT_KIND_CONV, NULL, 0, none) \
     X(TRIL, "tril", 1, OT_KIND_CONV, NULL, 0, none) \
     X(TRIU, "triu", 1, OT_KIND_CONV, NULL, 0, none) \
+    X(CUMSUM, "cumulative_sum", 1, OT_KIND_CONV, NULL, 0, none) \
     X(ATTENTION, "attention", 2, OT_KIND_CONV, NULL, 0, none) \
     X(ATTENTION_GRAD, "attention_grad", 2, OT_KIND_CONV, NULL, 0, none)
 
@@ -168,9 +169,10 @@ typedef enum ot_op {
     OT_OP_SELECT = 72,
     OT_OP_TRIL = 73,
     OT_OP_TRIU = 74,
-    OT_OP_ATTENTION = 75,
-    OT_OP_ATTENTION_GRAD = 76,
-    OT_OP_COUNT = 77
+    OT_OP_CUMSUM = 75,
+    OT_OP_ATTENTION = 76,
+    OT_OP_ATTENTION_GRAD = 77,
+    OT_OP_COUNT = 78
 } ot_op;
 
 /* Unary elementwise. */

@@ -2081,7 +2081,8 @@ def sv_trials(lib, op, dt):
 CHECKED_ELSEWHERE = {'conv', 'conv_transpose', 'conv_wgrad',   # tests/conv_check.py
                      'max_pool', 'max_pool_grad', 'max_pool_take', 'avg_pool',
                      'avg_pool_grad',   # tests/pool_check.py
-                     'take', 'scatter_add', 'select', 'tril', 'triu',   # tests/index_check.py
+                     'take', 'scatter_add', 'select', 'tril', 'triu',
+                     'cumulative_sum',   # tests/index_check.py
                      'attention', 'attention_grad'}   # tests/attn_check.py
 
 

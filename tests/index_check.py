@@ -1,6 +1,6 @@
-"""index_check.py - take, scatter_add/index_add, where, tril and triu
-(optree/index.h) against NumPy in float64 (np.take, np.add.at, np.where,
-np.tril, np.triu) on the ref and cpu backends in f64 and f32: random shapes
+"""index_check.py - take, scatter_add/index_add, where, tril, triu and
+cumsum (optree/index.h) against NumPy in float64 (np.take, np.add.at,
+np.where, np.tril, np.triu, np.cumsum) on the ref and cpu backends in f64 and f32: random shapes
 with size-0 and size-1 dims, negative and repeated indices, broadcasts,
 transposed and stepped views, inf, NaN and -0.0 in the branch where does
 not take; per case the value and d sum(y * r)/d(each operand); an index out
@@ -28,6 +28,8 @@ def bind(c):
     c.ot_where_at.argtypes = [P, P, P, C.c_char_p, C.c_int]
     c.ot_index_add_at.restype = P
     c.ot_index_add_at.argtypes = [P, P, P, C.c_int, C.c_char_p, C.c_int]
+    c.ot_cumsum_at.restype = P
+    c.ot_cumsum_at.argtypes = [P, C.c_int, C.c_char_p, C.c_int]
 
 
 def rshape(rng, lo, hi, zero=0.1):
@@ -207,6 +209,18 @@ class Runner:
                                       lib.c.ot_tensor_node(t[0]), None, mkargs(ddof=k)),
                   [x], fn(x, k), lambda r: [fn(r, k)])
 
+    def cumsum(self, be, bname, dt):
+        rng, c = self.rng, self.lib.c
+        xs = rshape(rng, 1, 3)
+        axis = int(rng.integers(0, len(xs)))
+        x = values(rng, xs)
+        ax = axis - len(xs) if rng.random() < 0.3 else axis
+        rev = (slice(None),) * axis + (slice(None, None, -1),)
+        self.case(be, bname, dt, 'cumsum x %s axis %d' % (xs, ax),
+                  lambda t: c.ot_cumsum_at(c.ot_tensor_node(t[0]), ax, b'index_check', 0),
+                  [x], np.cumsum(x, axis=axis),
+                  lambda r: [np.cumsum(r[rev], axis=axis)[rev]])
+
     def out_of_range(self, be, bname):
         """take and index_add at a bad index: OT_EINVAL, the output as it was."""
         c, lib, owned = self.lib.c, self.lib, []
@@ -235,7 +249,7 @@ def main():
     for i in range(16):
         for bname, be in backends:
             for dt in (F64, F32):
-                for op in (run.take, run.index_add, run.where, run.tri):
+                for op in (run.take, run.index_add, run.where, run.tri, run.cumsum):
                     op(be, bname, dt)
     for bname, be in backends:
         run.out_of_range(be, bname)

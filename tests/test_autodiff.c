@@ -443,7 +443,8 @@ static ot_tensor *index_tensor(int64_t n)
 
 /* The indexing ops (tests/test_index.c goes through them): take and
  * scatter_add along a random axis at random indices, select under a fixed
- * 0/1 condition broadcast with the operand, tril and triu at k in -2..2. */
+ * 0/1 condition broadcast with the operand, tril and triu at k in -2..2,
+ * cumsum along a random axis. */
 static gcase index_case(ot_op op, ot_dtype dt)
 {
     gcase c = {.what = ot_op_name(op), .n = 1};
@@ -465,7 +466,7 @@ static gcase index_case(ot_op op, ot_dtype dt)
         c.tree = ot_build(op, ot_gt(m, 0.0), ot_tensor_node(c.in[0]), NULL);
     } else {
         c.in[0] = operand(s, dt, D_ANY, 0);
-        ot_args a = {.axis = OT_AXIS_ALL, .ddof = irand(5) - 2};
+        ot_args a = {.axis = op == OT_OP_CUMSUM ? axis : OT_AXIS_ALL, .ddof = irand(5) - 2};
         c.tree = ot_build(op, ot_tensor_node(c.in[0]), NULL, &a);
     }
     return c;
@@ -594,7 +595,7 @@ static gcase op_case(ot_op op, ot_dtype dt)
     case OT_KIND_REDUCE: return reduce_case(op, dt);
     case OT_KIND_DOT: return dot_case(dt);
     case OT_KIND_CONV:
-        if (op >= OT_OP_TAKE && op <= OT_OP_TRIU) return index_case(op, dt);
+        if (op >= OT_OP_TAKE && op <= OT_OP_CUMSUM) return index_case(op, dt);
         if (op == OT_OP_ATTENTION) return attn_case(dt);
         return op >= OT_OP_MAX_POOL && op <= OT_OP_AVG_POOL_GRAD ? pool_case(op, dt) : conv_case(op, dt);
     case OT_KIND_SHAPE:

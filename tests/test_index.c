@@ -157,6 +157,29 @@ TEST(index_tril_triu_by_hand)
     }
 }
 
+TEST(index_cumsum_by_hand)
+{
+    for (int b = 0; b < 2; b++) {
+        ot_backend *be = test__backend(BACKENDS[b], OT_FUSION_ON);
+        ot_tensor *x = tensor(be, OT_SHAPE(3, 4), OT_F64, X12);
+        ot_pool *p = ot_pool_push();
+        expect(be, ot_cumsum(x, 1), (const double[]){0, 1, 3, 6, 4, 9, 15, 22, 8, 17, 27, 38}, 12,
+               "cumsum rows");
+        expect(be, ot_cumsum(ot_T(x), -1), (const double[]){0, 4, 12, 1, 6, 15, 2, 8, 18, 3, 10, 21},
+               12, "cumsum of a transpose");
+        /* d sum(cumsum(x)^2)/dx along axis 0: 2 * reversed cumsum of the sums */
+        expect(be, grad_of(ot_cumsum(x, 0), x),
+               (const double[]){32, 44, 56, 68, 32, 42, 52, 62, 24, 30, 36, 42}, 12,
+               "cumsum's gradient");
+        CHECK(ot_cumsum(ot_cast(x, OT_I32), 0) == NULL);
+        CHECK_ERR(OT_EDTYPE, "cumulative_sum", "int32");
+        ot_clear_error();
+        ot_pool_pop(p);
+        ot_tensor_free(x);
+        ot_backend_free(be);
+    }
+}
+
 /* ---- errors ----------------------------------------------------------------------- */
 
 TEST(index_out_of_range_is_an_error_nothing_written)

@@ -829,6 +829,7 @@ TEST(node_build_at_binding)
             r = ot_tensor_node(idx);
             a.axis = 0;
         }
+        if (ops[k].op == OT_OP_CUMSUM) a.axis = 0;
         if (ops[k].op == OT_OP_ATTENTION || ops[k].op == OT_OP_ATTENTION_GRAD) {
             /* q (1,1,3,3) (grad: dim 1, dim_v 0) and a pack of 3 keys (3,) */
             l = ot_reshape_node(C3, OT_SHAPE(1, 1, 3, 9));

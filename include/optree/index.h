@@ -1,7 +1,7 @@
 /*
  * optree/index.h - indexing ops as op-tree nodes: gather (take,
  * embedding), scatter-add (index_add), selection (where) and triangular
- * masks (tril, triu). Lazy, printable, parseable and differentiable like
+ * masks (tril, triu) and cumulative sums (cumsum). Lazy, printable, parseable and differentiable like
  * any op; both backends run them.
  *
  * Part of the public API: optree.h includes this header at its end, so
@@ -80,5 +80,13 @@ ot_node *ot_tril_at(ot_node *x, int k, const char *file, int line);
 ot_node *ot_triu_at(ot_node *x, int k, const char *file, int line);
 #define ot_tril(x, k) ot_tril_at(OT__NODE(x), (k), __FILE__, __LINE__)
 #define ot_triu(x, k) ot_triu_at(OT__NODE(x), (k), __FILE__, __LINE__)
+
+/* ot_cumsum(x, axis): NumPy's np.cumsum(x, axis) (the node prints as
+ * cumulative_sum, NumPy 2's name): element i along the axis
+ * is the sum of elements 0..i (in double on both backends, rounded once
+ * to x's dtype). x float32 or float64 of rank 1 or more (int32 is refused:
+ * ot_cast it). The gradient is the reversed cumulative sum of g. */
+ot_node *ot_cumsum_at(ot_node *x, int axis, const char *file, int line);
+#define ot_cumsum(x, axis) ot_cumsum_at(OT__NODE(x), (axis), __FILE__, __LINE__)
 
 #endif /* OPTREE_INDEX_H */

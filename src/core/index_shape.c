@@ -5,7 +5,8 @@
  * them (node.c): shape and dtype or a message naming the shapes and the
  * caller's line, the loop's geometry both backends run, the one check of
  * an index both backends make (and its message), and the gradient nodes
- * autodiff builds. The meaning is NumPy's (take, add.at, where, tril).
+ * autodiff builds. The meaning is NumPy's (take, add.at, where, tril,
+ * cumsum).
  */
 #include "node_build.h"
 
@@ -115,6 +116,23 @@ static int infer_tri(const site *st, const ot_node *x, proto *p)
     return 0;
 }
 
+static int infer_cumsum(const site *st, const ot_node *x, proto *p)
+{
+    char sa[OT__SHAPE_STRLEN];
+    int axis = p->args.axis, rc;
+    if (axis == OT_AXIS_ALL || x->shape.ndim == 0 || x->dtype == OT_I32)
+        return FAIL(st, x->dtype == OT_I32 ? OT_EDTYPE : OT_EINVAL, "sums along one axis of a "
+                    "float32 or float64 operand of rank 1 or more (operand %s %s, axis %s)",
+                    ot__shape_str(&x->shape, sa), ot_dtype_name((ot_dtype)x->dtype),
+                    axis == OT_AXIS_ALL ? "not given" : "given");
+    if ((rc = ot__norm_axis(st, axis, x->shape.ndim, &x->shape, &axis))) return rc;
+    p->shape = x->shape;
+    p->args.axis = axis;
+    p->dtype = (ot_dtype)x->dtype;
+    p->weak = x->weak;
+    return 0;
+}
+
 int ot__infer_index(const site *st, ot_node **a, ot_node **b, proto *p)
 {
     if (!(*a = stored(st, *a)) || (*b && !(*b = stored(st, *b)))) return ot_errcode();
@@ -126,6 +144,7 @@ int ot__infer_index(const site *st, ot_node **a, ot_node **b, proto *p)
     case OT_OP_TAKE: return infer_take(st, *a, *b, p);
     case OT_OP_SCATTER_ADD: p->args.depth = keep.depth; return infer_scatter(st, *a, *b, p);
     case OT_OP_SELECT: return infer_select(st, *a, *b, p);
+    case OT_OP_CUMSUM: return infer_cumsum(st, *a, p);
     default: p->args.ddof = keep.ddof; return infer_tri(st, *a, p);
     }
 }
@@ -213,6 +232,11 @@ ot_node *ot_triu_at(ot_node *x, int k, const char *file, int line)
                        line);
 }
 
+ot_node *ot_cumsum_at(ot_node *x, int axis, const char *file, int line)
+{
+    return ot_build_at(OT_OP_CUMSUM, x, NULL, &(ot_args){.axis = axis}, file, line);
+}
+
 /* ---- the loop's geometry and the index check ------------------------------------ */
 
 void ot__index_geom_of(const ot_node *n, ot__index_geom *g)
@@ -223,9 +247,9 @@ void ot__index_geom_of(const ot_node *n, ot__index_geom *g)
     if (n->b) g->b = n->b->shape;
     g->out = n->shape;
     g->diag = n->args.ddof;
-    if (n->op != OT_OP_TAKE && n->op != OT_OP_SCATTER_ADD) return;
+    if (n->op != OT_OP_TAKE && n->op != OT_OP_SCATTER_ADD && n->op != OT_OP_CUMSUM) return;
     int axis = g->axis = n->args.axis;
-    const ot_shape *big = n->op == OT_OP_TAKE ? &g->a : &g->out;   /* the indexed one */
+    const ot_shape *big = n->op == OT_OP_SCATTER_ADD ? &g->out : &g->a;   /* the indexed one */
     g->outer = g->inner = 1;
     for (int d = 0; d < axis; d++) g->outer *= big->dims[d];
     for (int d = axis + 1; d < big->ndim; d++) g->inner *= big->dims[d];
@@ -256,6 +280,16 @@ int ot__index_fail(const ot__index_geom *g, int64_t v, int64_t pos)
 
 /* ---- gradients ------------------------------------------------------------------ */
 
+/* x reversed along axis: a slice of step -1 (a strided view on the cpu). */
+static ot_node *reversed(ot_node *x, int axis, const char *file, int line)
+{
+    if (!x) return NULL;
+    ot_index ix[OT_MAX_DIMS];
+    for (int d = 0; d < x->shape.ndim; d++)
+        ix[d] = d == axis ? OT_RANGE(OT_NONE, OT_NONE, -1) : OT_ALL;
+    return ot_slice_node_n(x, x->shape.ndim, ix, file, line);
+}
+
 ot_node *ot__index_grad(const ot_node *n, ot_node *g, int which, const char *file, int line)
 {
     int axis = n->args.axis;
@@ -265,6 +299,9 @@ ot_node *ot__index_grad(const ot_node *n, ot_node *g, int which, const char *fil
                      : ot_scatter_add_at(g, n->b, axis, n->a->shape.dims[axis], file, line);
     case OT_OP_SCATTER_ADD: return which ? NULL : ot_take_at(g, n->b, axis, file, line);
     case OT_OP_SELECT: return which ? ot_build_at(OT_OP_SELECT, n->a, g, NULL, file, line) : NULL;
+    case OT_OP_CUMSUM:   /* each x[i] is in every sum from i on: the reversed cumsum */
+        return reversed(ot_cumsum_at(reversed(g, axis, file, line), axis, file, line), axis, file,
+                        line);
     default:   /* tril, triu: the same mask */
         return ot_build_at(n->op, g, NULL, &(ot_args){.axis = OT_AXIS_ALL, .ddof = n->args.ddof},
                            file, line);

@@ -593,11 +593,11 @@ ot_node *ot__pool_grad(const ot_node *n, ot_node *g, int which, const char *file
 
 /* ---- indexing (index_shape.c) ---------------------------------------------- */
 
-static inline bool ot__is_index(int op) { return op >= OT_OP_TAKE && op <= OT_OP_TRIU; }
+static inline bool ot__is_index(int op) { return op >= OT_OP_TAKE && op <= OT_OP_CUMSUM; }
 /* An indexing node's loop. take and scatter_add view the indexed operand
  * (take's a, scatter_add's result) as (outer, size, inner) and the other
  * as (outer, count, inner), count the indices' number (b, in row-major
- * order). select broadcasts a (the condition) and b to out; tril and triu
+ * order); cumsum views a and its result as (outer, size, inner). select broadcasts a (the condition) and b to out; tril and triu
  * mask a's last two axes by diagonal diag. */
 typedef struct ot__index_geom {
     int op, axis;

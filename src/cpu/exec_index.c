@@ -1,6 +1,6 @@
 /*
  * exec_index.c - the cpu backend's indexing kernels (OT_KER_INDEX: take,
- * scatter_add, select, tril, triu) over internal.h's loop
+ * scatter_add, select, tril, triu, cumsum) over internal.h's loop
  * (ot__index_geom): direct loops over the views' strides (views may be
  * strided, transposed or broadcast; nothing is copied, no scratch). take
  * and select copy elements as bytes (the result has the value's dtype);
@@ -150,9 +150,36 @@ static void select_tri(const ot_kernel *k, const char *a, const char *b, char *d
     }
 }
 
+/* Per (outer, inner) line along the axis, a running sum in double. */
+static void cumsum(const ot_kernel *k, const char *x, char *dst)
+{
+    const ot__index_geom *g = &k->index;
+    int ax = g->axis;
+    frame in = {&g->a, k->loads[0].strides, ax, ax + 1};
+    frame out = {&g->out, k->store.strides, ax, ax + 1};
+    ot_dtype dt = (ot_dtype)k->store.dtype;
+    size_t es = ot_dtype_size(dt);
+    int64_t si = in.st[ax], so = out.st[ax];
+    if (ot__numel(&g->out) == 0) return;   /* a dim of size 0: no line (nor offset) to walk */
+    for (int64_t o = 0; o < g->outer; o++)
+        for (int64_t i = 0; i < g->inner; i++) {
+            int64_t xi = frame_at(&in, o, 0) + inner_at(&in, false, 0, i);
+            int64_t oi = frame_at(&out, o, 0) + inner_at(&out, false, 0, i);
+            double s = 0.0;
+            for (int64_t j = 0; j < g->size; j++) {
+                s += ot__load(x + es * (xi + j * si), dt);
+                ot__store(dst + es * (oi + j * so), dt, s);
+            }
+        }
+}
+
 int ot__run_index(const ot_kernel *k, char *const base[2], char *dst)
 {
     const ot__index_geom *g = &k->index;
+    if (g->op == OT_OP_CUMSUM) {
+        cumsum(k, base[0], dst);
+        return 0;
+    }
     if (g->op == OT_OP_SELECT || g->op == OT_OP_TRIL || g->op == OT_OP_TRIU) {
         select_tri(k, base[0], base[1], dst);
         return 0;

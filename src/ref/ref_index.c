@@ -1,6 +1,6 @@
 /*
  * ref_index.c - the reference backend's indexing ops (take, scatter_add,
- * select, tril, triu): internal.h's loop (ot__index_geom), direct, in
+ * select, tril, triu, cumsum): internal.h's loop (ot__index_geom), direct, in
  * double, over row-major operands. Slow and plain on purpose: the cpu
  * backend and the NumPy checks are compared against it. Every index is
  * checked before anything is computed; the caller writes no output when
@@ -70,6 +70,18 @@ static void tri(const ot__index_geom *g, const double *x, double *out)
     }
 }
 
+static void cumsum(const ot__index_geom *g, const double *x, double *out)
+{
+    for (int64_t o = 0; o < g->outer; o++)
+        for (int64_t i = 0; i < g->inner; i++) {
+            double s = 0.0;
+            for (int64_t j = 0; j < g->size; j++) {
+                int64_t e = (o * g->size + j) * g->inner + i;
+                out[e] = s += x[e];
+            }
+        }
+}
+
 int ot__ref_index(const ot_node *node, const double *a, const double *b, double *out)
 {
     ot__index_geom g;
@@ -84,6 +96,7 @@ int ot__ref_index(const ot_node *node, const double *a, const double *b, double 
         scatter(&g, a, b, out);
         return 0;
     case OT_OP_SELECT: select_(&g, a, b, out); return 0;
+    case OT_OP_CUMSUM: cumsum(&g, a, out); return 0;
     default: tri(&g, a, out); return 0;
     }
 }

@@ -165,18 +165,17 @@ static uint64_t lcg(uint64_t *s)
 }
 
 /* A batch: d->batch windows of d->ctx ids starting in [lo, hi - ctx - 1),
- * as one-hot inputs x (B*T, V) and one-hot next-byte targets y. */
+ * as input ids x (B*T) and one-hot next-byte targets y (B*T, V). */
 static void fill_batch(const text *t, const dims *d, size_t lo, size_t hi, uint64_t *seed,
-                       float *x, float *y)
+                       int32_t *x, float *y)
 {
     size_t rows = (size_t)(d->batch * d->ctx), v = (size_t)d->vocab;
-    memset(x, 0, sizeof *x * rows * v);
     memset(y, 0, sizeof *y * rows * v);
     for (int64_t b = 0; b < d->batch; b++) {
         size_t at = lo + lcg(seed) % (hi - lo - (size_t)d->ctx - 1);
         for (int64_t i = 0; i < d->ctx; i++) {
             size_t r = (size_t)(b * d->ctx + i);
-            x[r * v + t->ids[at + (size_t)i]] = 1;
+            x[r] = t->ids[at + (size_t)i];
             y[r * v + t->ids[at + (size_t)i + 1]] = 1;
         }
     }
@@ -192,12 +191,12 @@ static double schedule(int step, int steps)
 
 /* The validation loss, bits per character, over `batches` fixed batches. */
 static double validate(ot_backend *be, const trainer *t, const text *tx, const dims *d,
-                       int batches, float *xb, float *yb)
+                       int batches, int32_t *xb, float *yb)
 {
     int64_t rows = d->batch * d->ctx;
     uint64_t seed = 12345;
     double sum = 0;
-    ot_tensor *x = ot_empty(be, OT_SHAPE(rows, d->vocab), OT_F32);
+    ot_tensor *x = ot_empty(be, OT_SHAPE(rows), OT_I32);
     ot_tensor *y = ot_empty(be, OT_SHAPE(rows, d->vocab), OT_F32);
     ot_tensor *l = ot_empty(be, OT_SHAPE(), OT_F32);
     int rc = x && y && l ? 0 : -1;
@@ -239,20 +238,18 @@ static int draw(const float *logits, int v, double temp, uint64_t *seed)
 static int sample(ot_backend *be, const trainer *t, const text *tx, const dims *d, int lines)
 {
     int64_t T = d->ctx, V = d->vocab;
-    float *x = calloc((size_t)(T * V), sizeof *x), *z = malloc(sizeof *z * (size_t)(T * V));
-    int *win = malloc(sizeof *win * (size_t)T);
-    ot_tensor *xt = ot_empty(be, OT_SHAPE(T, V), OT_F32), *zt = ot_empty(be, OT_SHAPE(T, V), OT_F32);
-    int rc = x && z && win && xt && zt ? 0 : -1, len = 1, done = 0, col = 0;
+    float *z = malloc(sizeof *z * (size_t)(T * V));
+    int32_t *win = calloc((size_t)T, sizeof *win);   /* the window's ids, 0 after len */
+    ot_tensor *xt = ot_empty(be, OT_SHAPE(T), OT_I32), *zt = ot_empty(be, OT_SHAPE(T, V), OT_F32);
+    int rc = z && win && xt && zt ? 0 : -1, len = 1, done = 0, col = 0;
     uint64_t seed = 7;
     int nl = 0;
     while (nl < V && tx->byte_of[nl] != '\n') nl++;
     win[0] = nl < V ? nl : 0;
     printf("sample:\n  ");
     while (!rc && done < lines && col < 4 * 80) {
-        memset(x, 0, sizeof *x * (size_t)(T * V));
-        for (int i = 0; i < len; i++) x[(size_t)i * (size_t)V + (size_t)win[i]] = 1;
         ot_pool *pool = ot_pool_push();
-        rc = ot_set(xt, x);
+        rc = ot_set(xt, win);
         if (!rc) rc = ot_assign(zt, forward(ot_tensor_node(xt), &t->w, d, 1));
         ot_pool_pop(pool);
         if (!rc) rc = ot_get(zt, z);
@@ -272,7 +269,6 @@ static int sample(ot_backend *be, const trainer *t, const text *tx, const dims *
         win[len - 1] = c;
     }
     if (col) putchar('\n');
-    free(x);
     free(z);
     free(win);
     ot_tensor_free(xt);
@@ -302,8 +298,9 @@ static double now(void)
 static int train(ot_backend *be, trainer *t, const text *tx, const dims *d, int steps,
                  int val_batches, double *val_bits)
 {
-    size_t rows = (size_t)(d->batch * d->ctx), bytes = sizeof(float) * rows * (size_t)d->vocab;
-    float *xb = malloc(bytes), *yb = malloc(bytes);
+    size_t rows = (size_t)(d->batch * d->ctx), ybytes = sizeof(float) * rows * (size_t)d->vocab;
+    int32_t *xb = malloc(sizeof *xb * rows);
+    float *yb = malloc(ybytes);
     if (!xb || !yb) {
         free(xb);
         free(yb);
@@ -316,7 +313,7 @@ static int train(ot_backend *be, trainer *t, const text *tx, const dims *d, int 
         double t0 = now();
         fill_batch(tx, d, 0, tx->ntrain, &seed, xb, yb);
         float f = (float)schedule(s, steps), l = 0;
-        ot_bind bind[2] = {OT_BIND_DATA("x", xb, bytes), OT_BIND_DATA("y", yb, bytes)};
+        ot_bind bind[2] = {OT_BIND_DATA("x", xb, sizeof *xb * rows), OT_BIND_DATA("y", yb, ybytes)};
         rc = ot_set(t->lr_scale, &f);
         if (!rc) rc = ot_program_run(t->p, 2, bind);
         if (!rc) rc = ot_get(t->loss, &l);

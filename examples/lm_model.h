@@ -25,7 +25,6 @@ enum { PER_LAYER = 12 };   /* ln1 w, b; Wq, Wk, Wv, Wo; ln2 w, b; W1, b1, W2, b2
 
 typedef struct params {
     ot_tensor *tok, *pos, *layer[8][PER_LAYER], *lnf_w, *lnf_b, *out_w, *out_b;
-    ot_tensor *mask;      /* (T, T): 0 on and below the diagonal, -inf above */
 } params;
 
 /* Every parameter in one list (for backprop and Adam); its length. */
@@ -52,7 +51,7 @@ static inline ot_tensor *linear_var(ot_program *p, const char *name, int64_t in,
     return ot_program_variable(p, name, OT_SHAPE(in, out), OT_F32, OT_INIT_UNIFORM(-s, s, seed));
 }
 
-static inline int make_params(ot_program *p, ot_backend *be, const dims *d, params *w)
+static inline int make_params(ot_program *p, const dims *d, params *w)
 {
     int64_t D = d->width, F = d->hidden;
     w->tok = ot_program_variable(p, "tok", OT_SHAPE(d->vocab, D), OT_F32,
@@ -84,41 +83,28 @@ static inline int make_params(ot_program *p, ot_backend *be, const dims *d, para
     w->lnf_b = ot_program_variable(p, "lnfb", OT_SHAPE(D), OT_F32, OT_INIT_ZERO);
     w->out_w = linear_var(p, "wout", D, d->vocab, 3);
     w->out_b = ot_program_variable(p, "bout", OT_SHAPE(d->vocab), OT_F32, OT_INIT_ZERO);
-    size_t tt = (size_t)(d->ctx * d->ctx);
-    float *m = malloc(sizeof *m * tt);
-    if (!m) return -1;
-    for (int64_t i = 0; i < d->ctx; i++)
-        for (int64_t j = 0; j < d->ctx; j++) m[i * d->ctx + j] = j <= i ? 0.0f : -INFINITY;
-    w->mask = ot_array(be, OT_SHAPE(d->ctx, d->ctx), OT_F32, m);
-    free(m);
-    return w->tok && w->pos && w->lnf_w && w->lnf_b && w->out_w && w->out_b && w->mask ? 0 : -1;
+    return w->tok && w->pos && w->lnf_w && w->lnf_b && w->out_w && w->out_b ? 0 : -1;
 }
 
-/* (B*T, D) -> (B*H, T, D/H): the heads side by side as a batch. */
+/* (B*T, D) -> (B, H, T, D/H): each head's columns as a sequence of its own. */
 static inline ot_node *split_heads(ot_node *x, const dims *d, int64_t b)
 {
     int64_t dh = d->width / d->heads;
-    ot_node *y = ot_reshape_node(x, OT_SHAPE(b, d->ctx, d->heads, dh));
-    return ot_reshape_node(ot_T(y, {0, 2, 1, 3}), OT_SHAPE(b * d->heads, d->ctx, dh));
+    return ot_T(ot_reshape_node(x, OT_SHAPE(b, d->ctx, d->heads, dh)), {0, 2, 1, 3});
 }
 
 /* The inverse of split_heads. */
 static inline ot_node *merge_heads(ot_node *x, const dims *d, int64_t b)
 {
-    int64_t dh = d->width / d->heads;
-    ot_node *y = ot_reshape_node(x, OT_SHAPE(b, d->heads, d->ctx, dh));
-    return ot_reshape_node(ot_T(y, {0, 2, 1, 3}), OT_SHAPE(b * d->ctx, d->width));
+    return ot_reshape_node(ot_T(x, {0, 2, 1, 3}), OT_SHAPE(b * d->ctx, d->width));
 }
 
-/* Causal self-attention of a (B*T, D) input, every head at once. */
-static inline ot_node *attend(ot_node *a, ot_tensor *const *v, const params *w, const dims *d,
-                       int64_t b)
+/* Causal self-attention of a (B*T, D) input, every head at once: one fused
+ * attention node (scale 1/sqrt(D/H); the T x T scores never exist). */
+static inline ot_node *attend(ot_node *a, ot_tensor *const *v, const dims *d, int64_t b)
 {
-    double scale = 1 / sqrt((double)(d->width / d->heads));
     ot_node *q = split_heads(ot_dot(a, v[2]), d, b), *k = split_heads(ot_dot(a, v[3]), d, b);
-    ot_node *val = split_heads(ot_dot(a, v[4]), d, b);
-    ot_node *s = ot_add(ot_mul(ot_batched_dot(q, ot_T(k, {0, 2, 1})), scale), w->mask);
-    ot_node *o = ot_batched_dot(ot_softmax(s, .axis = 2), val);
+    ot_node *o = ot_attention(q, k, split_heads(ot_dot(a, v[4]), d, b), .causal = true);
     return ot_dot(merge_heads(o, d, b), v[5]);
 }
 
@@ -127,14 +113,14 @@ static inline ot_node *lm_norm(ot_node *x, ot_tensor *weight, ot_tensor *bias)
     return ot_layer_norm(x, .weight = weight, .bias = bias);
 }
 
-/* The logits (B*T, V) of one-hot inputs x (B*T, V), b windows. */
+/* The logits (B*T, V) of int32 character ids x (B*T), b windows. */
 static inline ot_node *forward(ot_node *x, const params *w, const dims *d, int64_t b)
 {
-    ot_node *e = ot_reshape_node(ot_dot(x, w->tok), OT_SHAPE(b, d->ctx, d->width));
+    ot_node *e = ot_reshape_node(ot_embedding(w->tok, x), OT_SHAPE(b, d->ctx, d->width));
     ot_node *h = ot_reshape_node(ot_add(e, w->pos), OT_SHAPE(b * d->ctx, d->width));
     for (int64_t l = 0; l < d->layers; l++) {
         ot_tensor *const *v = w->layer[l];
-        h = ot_add(h, attend(lm_norm(h, v[0], v[1]), v, w, d, b));
+        h = ot_add(h, attend(lm_norm(h, v[0], v[1]), v, d, b));
         ot_node *f = ot_relu(ot_add(ot_dot(lm_norm(h, v[6], v[7]), v[8]), v[9]));
         h = ot_add(h, ot_add(ot_dot(f, v[10]), v[11]));
     }
@@ -163,8 +149,8 @@ static inline int trainer_build(trainer *t, ot_backend *be, const dims *d, doubl
 {
     int64_t rows = d->batch * d->ctx;
     t->p = ot_program_new(be);
-    if (!t->p || make_params(t->p, be, d, &t->w)) return -1;
-    ot_tensor *x = ot_program_placeholder(t->p, "x", OT_SHAPE(rows, d->vocab), OT_F32);
+    if (!t->p || make_params(t->p, d, &t->w)) return -1;
+    ot_tensor *x = ot_program_placeholder(t->p, "x", OT_SHAPE(rows), OT_I32);
     ot_tensor *y = ot_program_placeholder(t->p, "y", OT_SHAPE(rows, d->vocab), OT_F32);
     t->loss = ot_zeros(be, OT_SHAPE(), OT_F32);
     t->lr_scale = ot_full(be, OT_SHAPE(), OT_F32, 1.0);
@@ -200,7 +186,6 @@ static inline void trainer_free(trainer *t)
     }
     ot_tensor_free(t->loss);
     ot_tensor_free(t->lr_scale);
-    ot_tensor_free(t->w.mask);
 }
 
 #endif

@@ -5,24 +5,29 @@
  * The data is Debian's dataset-fashion-mnist (`make deps` installs it):
  * 60,000 training and 10,000 test images of clothing, 28x28 grey pixels
  * in 10 classes, in the IDX format, gzipped, read here through
- * `gzip -dc`. Pixels are scaled to [0, 1]; no other preprocessing and no
- * augmentation. The network is the dataset's benchmark entry "2
- * Conv+pooling+BN" (0.934 test accuracy):
+ * `gzip -dc`. Pixels are scaled to [0, 1]. The network is the dataset's
+ * benchmark entry "2 Conv+pooling+BN" (0.934 test accuracy):
  *
  *     conv 32 3x3 same - batch norm - ReLU - max pool 2x2     (32, 14, 14)
  *     conv 64 3x3 same - batch norm - ReLU - max pool 2x2     (64, 7, 7)
- *     linear 256 - ReLU - linear 10 (logits)
+ *     dropout 0.25 - linear 256 - ReLU - linear 10 (logits)
  *
- * trained with softmax cross-entropy and Adam (lr 1e-3, decayed by a
- * cosine over the run) on batches of 64, one thread. What it shows: a
- * sample's shape (ot_model_input_shape), conv and pooling layers, batch
- * norm per channel, a linear layer that flattens what the pool gives it,
- * and predict on the test set (the model evaluates it in chunks of rows).
+ * trained with softmax cross-entropy and AdamW (lr 1e-3, decayed by a
+ * cosine over the run; weight decay 0.05 on the conv and dense weights) on
+ * batches of 64, one thread, each training image mirrored left to right
+ * with probability 1/2 and shifted by up to 2 pixels each way (zeros fill
+ * in) by ot_fit_opts.augment. Without the regularisation (dropout, decay,
+ * augmentation) 12 epochs reached 98.7% training but 0.9241 test accuracy:
+ * the network overfits. What it shows: a sample's shape
+ * (ot_model_input_shape), conv and pooling layers, batch norm per channel,
+ * dropout, a linear layer that flattens what the pool gives it, a data
+ * augmentation callback, and predict on the test set (the model evaluates
+ * it in chunks of rows).
  * It prints one line per epoch, then the test accuracy, the time per epoch
  * and images per second, and exits non-zero unless the test accuracy
  * reaches 0.934 (after the default epochs; fewer only report it).
  *
- *     build/examples/cnn [EPOCHS [DIR]]      (default 12, /usr/share/datasets/fashion-mnist)
+ *     build/examples/cnn [EPOCHS [DIR]]      (default 15, /usr/share/datasets/fashion-mnist)
  *
  * OT_EXAMPLE_SMALL=1 trains a narrower network on 64 images (one step)
  * and skips the requirement (how the test suite runs it under valgrind);

@@ -130,15 +130,15 @@ TEST(model_dropout_identity_outside_training)
 
 TEST(model_dropout_errors)
 {
-    char at[128];
     ot_backend *be = ot_backend_new("cpu", NULL);
     ot_model *m = ot_model_new(be, 4);
+    CHECK_INT(ot_model_dropout(NULL, 0.5), OT_ENULL);
+    char at[128];
     int line = __LINE__ + 1;
     CHECK_INT(ot_model_dropout(m, 1.0), OT_EINVAL);
     CHECK_ERR(OT_EINVAL, TEST_SITE(at, line), "model_dropout", "rate must be in [0, 1), not 1");
     CHECK_INT(ot_model_dropout(m, -0.1), OT_EINVAL);
     CHECK_INT(ot_model_dropout(m, NAN), OT_EINVAL);
-    CHECK_INT(ot_model_dropout(NULL, 0.5), OT_ENULL);
     /* after a conv: the mask has the sample's shape */
     CHECK_INT(ot_model_input_shape(m, 3, (int64_t[]){1, 2, 2}), 0);
     CHECK_INT(ot_model_conv(m, 2, 1, OT_ACT_NONE, 1), 0);

@@ -19,9 +19,10 @@
  * in) by ot_fit_opts.augment. Without the regularisation (dropout, decay,
  * augmentation) 12 epochs reached 98.7% training but 0.9241 test accuracy:
  * the network overfits. The regularised run's figures (started 2026-11-29
- * 16:26 UTC on 2 vCPUs shared with six other sessions, 69-176 images/s,
- * loaded) were not complete when this was written: epoch 6 of 15 at 89.4%
- * training accuracy on the augmented images (README, "make demo-cnn"). What it shows: a sample's shape
+ * 16:26 UTC on 2 vCPUs shared with six other sessions: 69-176 images/s
+ * loaded, 566 once quieter) were not complete when this was written:
+ * epoch 10 of 15 at 91.2% training accuracy on the augmented images
+ * (README, "make demo-cnn"). What it shows: a sample's shape
  * (ot_model_input_shape), conv and pooling layers, batch norm per channel,
  * dropout, a linear layer that flattens what the pool gives it, a data
  * augmentation callback, and predict on the test set (the model evaluates

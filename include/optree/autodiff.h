@@ -177,10 +177,16 @@ int ot_sgd_step(const ot_sgd *o, int n, ot_tensor *const w[], ot_node *const g[]
  *     m = beta1*m + (1 - beta1)*d
  *     v = beta2*v + (1 - beta2)*d*d
  *     w = w - lr*sqrt(1 - beta2^t)/(1 - beta1^t) * m/(sqrt(v) + eps)
- * Zero fields mean the defaults (above); ot_adam_default(lr) spells them
- * out. */
+ *           - lr*weight_decay*w
+ * The weight decay is decoupled (AdamW, Loshchilov and Hutter, 2019, and
+ * PyTorch's AdamW): it shrinks w by lr*weight_decay (lr times lr_scale
+ * under a schedule) and never enters m and v, so it is not divided by
+ * sqrt(v) as an L2 term in the gradient would be. 0 (the default) is plain
+ * Adam; PyTorch's AdamW default is 0.01. Zero fields mean the defaults
+ * (above); ot_adam_default(lr) spells them out. */
 typedef struct ot_adam {
     double lr, beta1, beta2, eps, grad_scale;
+    double weight_decay;   /* decoupled, >= 0 (above) */
     int64_t t;
     ot_tensor *lr_scale;   /* NULL: none (see above) */
 } ot_adam;

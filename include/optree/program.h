@@ -275,6 +275,15 @@ enum { OT_MONITOR_VAL_LOSS = 0, OT_MONITOR_VAL_ACCURACY = 1, OT_MONITOR_LOSS = 2
 enum { OT_LR_CONSTANT = 0, OT_LR_COSINE = 1 };
 #define OT_MODEL_MAX_LAYERS 16
 typedef ot_node *(*ot_loss_fn)(ot_node *out, ot_node *target, void *user);
+/* Data augmentation (ot_fit_opts.augment): called before each training
+ * step with the step's batch, x (rows, inputs) f32 row-major on the host,
+ * a copy that the callback may alter in place (flip, shift, add noise...;
+ * the x given to fit is never changed, validation rows are never
+ * augmented). sample is the model's input shape (ot_model_input_shape,
+ * e.g. (1, 28, 28)); seed is a new draw per step from the fit's seed, so a
+ * run is reproducible. Returning non-zero stops the fit: OT_EINVAL. */
+typedef int (*ot_augment_fn)(float *x, int64_t rows, const ot_shape *sample, uint64_t seed,
+                             void *user);
 
 typedef struct ot_fit_opts {
     int epochs;                /* 0: 1 */
@@ -291,6 +300,8 @@ typedef struct ot_fit_opts {
     bool quiet;                /* no progress line per epoch */
     FILE *log;                 /* where progress goes; NULL: stdout */
     int lr_schedule;           /* OT_LR_CONSTANT (0) or OT_LR_COSINE */
+    ot_augment_fn augment;     /* NULL: none (see above) */
+    void *augment_user;        /* augment's last argument */
 } ot_fit_opts;
 
 typedef struct ot_fit_result {
@@ -372,6 +383,16 @@ int ot_model_max_pool_at(ot_model *m, const ot_pool_opts *opts, const char *file
 int ot_model_avg_pool_at(ot_model *m, const ot_pool_opts *opts, const char *file, int line);
 #define ot_model_avg_pool(m, ...)                                             \
     ot_model_avg_pool_at((m), &OT__OPT(ot_pool_opts, __VA_ARGS__), __FILE__, __LINE__)
+/* Appends a dropout layer (Srivastava et al., 2014): while fit trains,
+ * each value of a sample is zeroed with probability rate and the others
+ * are scaled by 1/(1 - rate), a new mask each step (drawn from the fit's
+ * seed); predict and validation pass the values on unchanged. Keeps the
+ * sample's shape; no parameters (it counts as a layer for the npz names).
+ * rate in [0, 1).
+ *     ot_model_linear(m, 256, OT_ACT_RELU, 3);
+ *     ot_model_dropout(m, 0.3);          // before the output layer */
+int ot_model_dropout_at(ot_model *m, double rate, const char *file, int line);
+#define ot_model_dropout(...) ot_model_dropout_at(__VA_ARGS__, __FILE__, __LINE__)
 /* The loss: OT_LOSS_SOFTMAX_CE or OT_LOSS_MSE with fn NULL, or
  * OT_LOSS_CUSTOM with fn (any scalar cost tree of out and y). */
 int ot_model_loss_at(ot_model *m, int loss, ot_loss_fn fn, void *user, const char *file,
@@ -379,7 +400,12 @@ int ot_model_loss_at(ot_model *m, int loss, ot_loss_fn fn, void *user, const cha
 #define ot_model_loss(...) ot_model_loss_at(__VA_ARGS__, __FILE__, __LINE__)
 /* The optimizer (the default is Adam, lr 1e-3); zero options are the
  * defaults, as for ot_sgd_step and ot_adam_step; SGD's momentum is kept in
- * the model. */
+ * the model. Adam's weight_decay is AdamW's decoupled decay (optree/
+ * autodiff.h) and applies to the weights of dense and conv layers only,
+ * not to biases or batch norm's scale and shift (the usual choice):
+ *     ot_model_adam(m, &(ot_adam){.lr = 1e-3, .weight_decay = 0.05});
+ * SGD's weight_decay (an L2 term in the gradient) applies to every
+ * parameter. */
 int ot_model_sgd_at(ot_model *m, const ot_sgd *o, const char *file, int line);
 #define ot_model_sgd(...) ot_model_sgd_at(__VA_ARGS__, __FILE__, __LINE__)
 int ot_model_adam_at(ot_model *m, const ot_adam *o, const char *file, int line);

@@ -56,14 +56,17 @@ static void layer_free(layer *l)
         ot_tensor_free(l->m[k]);
         ot_tensor_free(l->v[k]);
     }
+    free(l->mask_host);
     *l = (layer){0};
 }
 
+/* Dropout's mask placeholders go with the program. */
 static void drop_program(ot_model *m)
 {
     ot_program_free(m->prog);
     m->prog = NULL;
     m->prog_batch = 0;
+    for (int i = 0; i < m->nlayer; i++) m->layer[i].mask = NULL;
 }
 
 void ot_model_free(ot_model *m)
@@ -280,6 +283,9 @@ static ot_node *forward(const ot_model *m, ot_node *x, ot_node **upd)
                               .momentum = l->momentum, .eps = l->eps,
                               .updates = upd ? upd + 2 * i : NULL);
             break;
+        case L_DROP:
+            if (upd) h = ot_mul(h, l->mask);   /* inference: the identity */
+            break;
         default: h = ot__model_apply_spatial(l, h);
         }
         h = activate(h, l->act);
@@ -343,6 +349,45 @@ static int param_slots(const ot_model *m, ot_tensor *w[], ot_tensor *mo[], ot_te
     return n;
 }
 
+/* Whether parameter k (0: W, 1: b) of layer l decays under AdamW: dense
+ * and conv weights do; biases and batch norm's scale and shift do not (as
+ * usual: decaying them only limits what the layer can represent). */
+static bool decays(const layer *l, int k)
+{
+    return k == 0 && (l->kind == L_DENSE || l->kind == L_CONV);
+}
+
+/* Adam's steps over the n parameters (param_slots' order): without weight
+ * decay one step; with it, one step with the decay for the weights that
+ * decay and one without for the rest (both count the same t). */
+static int adam_steps(const ot_model *m, ot_program *p, int n, ot_tensor *w[], ot_node *gn[],
+                      ot_tensor *mo[], ot_tensor *vo[], const char *f, int ln)
+{
+    ot_tensor *wp[2][2 * OT_MODEL_MAX_LAYERS], *mp[2][2 * OT_MODEL_MAX_LAYERS],
+        *vp[2][2 * OT_MODEL_MAX_LAYERS];
+    ot_node *gp[2][2 * OT_MODEL_MAX_LAYERS];
+    ot_adam o = m->adam_opts;
+    o.lr_scale = m->lr_scale;
+    if (o.weight_decay == 0) return ot_program_adam_at(p, &o, n, w, gn, mo, vo, f, ln);
+    int cnt[2] = {0, 0}, j = 0;
+    for (int i = 0; i < m->nlayer; i++) {
+        for (int k = 0; m->layer[i].w && k < 2; k++, j++) {
+            int s = decays(&m->layer[i], k) ? 0 : 1, c = cnt[s]++;
+            wp[s][c] = w[j];
+            gp[s][c] = gn[j];
+            mp[s][c] = mo[j];
+            vp[s][c] = vo[j];
+        }
+    }
+    int rc = 0;
+    for (int s = 0; s < 2 && !rc; s++) {
+        if (s == 1) o.weight_decay = 0;
+        if (cnt[s] || s == 1)
+            rc = ot_program_adam_at(p, &o, cnt[s], wp[s], gp[s], mp[s], vp[s], f, ln);
+    }
+    return rc;
+}
+
 /* The program's calls are reported at the fit's caller (at). */
 static int build_program(ot_model *m, int64_t batch, const ot__site *at)
 {
@@ -358,6 +403,7 @@ static int build_program(ot_model *m, int64_t batch, const ot__site *at)
     ot_tensor *mo[2 * OT_MODEL_MAX_LAYERS], *vo[2 * OT_MODEL_MAX_LAYERS];
     ot_node *gn[2 * OT_MODEL_MAX_LAYERS];
     int n = param_slots(m, w, mo, vo), rc = x && y ? 0 : ot_errcode();
+    if (!rc) rc = ot__model_drop_placeholders(m, p, batch, at);
     for (int i = 0; i < n && !rc; i++) {
         g[i] = ot_zeros(m->be, ot_tensor_shape(w[i]), OT_F32);
         if (!g[i]) rc = ot_errcode();
@@ -378,10 +424,9 @@ static int build_program(ot_model *m, int64_t batch, const ot__site *at)
                       ot__shape_str(&ls, s1));
         if (!rc) rc = assign_step(m, p, loss, hits, upd, f, ln);
         if (!rc) rc = ot_program_backprop_at(p, loss, n, w, g, f, ln);
-        ot_adam adam = m->adam_opts;
         ot_sgd sgd = m->sgd;
-        adam.lr_scale = sgd.lr_scale = m->lr_scale;
-        if (!rc && m->adam) rc = ot_program_adam_at(p, &adam, n, w, gn, mo, vo, f, ln);
+        sgd.lr_scale = m->lr_scale;
+        if (!rc && m->adam) rc = adam_steps(m, p, n, w, gn, mo, vo, f, ln);
         if (!rc && !m->adam)
             rc = ot_program_sgd_at(p, &sgd, n, w, gn, sgd.momentum > 0 ? mo : NULL, f, ln);
     }
@@ -478,18 +523,10 @@ static int check_fit(const ot_model *m, const ot_tensor *x, const ot_tensor *y,
     return 0;
 }
 
-static uint64_t splitmix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
 static void shuffle(int64_t *order, int64_t n, uint64_t *s)
 {
     for (int64_t i = n - 1; i > 0; i--) {
-        int64_t j = (int64_t)(splitmix(s) % (uint64_t)(i + 1));
+        int64_t j = (int64_t)(ot__model_splitmix(s) % (uint64_t)(i + 1));
         int64_t t = order[i];
         order[i] = order[j];
         order[j] = t;
@@ -575,6 +612,9 @@ static int evaluate(const ot_model *m, const float *x, const float *y, int64_t r
 typedef struct fit_state {
     float *x, *y, *xb, *yb;
     int64_t *order;
+    uint64_t drop_rng, aug_rng;   /* dropout's masks, augment's seeds */
+    ot_augment_fn augment;
+    void *augment_user;
     int schedule;                 /* OT_LR_* */
     int64_t step, steps;          /* this fit's step count so far, planned */
     const ot__site *at;           /* the fit's call */
@@ -598,6 +638,17 @@ static void state_free(fit_state *s)
     free(s->order);
 }
 
+/* The user's augmentation of the batch gathered in s->xb, if any. */
+static int augment(const ot_model *m, fit_state *s, int batch)
+{
+    if (!s->augment) return 0;
+    uint64_t seed = ot__model_splitmix(&s->aug_rng);
+    int rc = s->augment(s->xb, batch, &m->in, seed, s->augment_user);
+    if (!rc) return 0;
+    return FAIL(s->at, OT_EINVAL, "the augment callback returned %d at step %lld", rc,
+                (long long)s->step + 1);
+}
+
 /* One epoch over the training rows in a new order: full batches only, so
  * every step has the program's shape (the rows left over are in other
  * batches next epoch). */
@@ -611,13 +662,13 @@ static int epoch(ot_model *m, fit_state *s, int64_t train, int batch, bool shuff
     for (int64_t k = 0; k < steps && !rc; k++) {
         gather(s->xb, s->x, s->order + k * batch, batch, m->inputs);
         gather(s->yb, s->y, s->order + k * batch, batch, outs);
-        rc = set_lr_scale(m, s);
-        size_t xbytes = sizeof *s->xb * (size_t)(batch * m->inputs);
-        size_t ybytes = sizeof *s->yb * (size_t)(batch * outs);
-        if (!rc)
-            rc = ot_program_run_at(m->prog, 2, (ot_bind[]){OT_BIND_DATA("x", s->xb, xbytes),
-                                                           OT_BIND_DATA("y", s->yb, ybytes)},
-                                   s->at->file, s->at->line);
+        rc = augment(m, s, batch);
+        if (!rc) rc = set_lr_scale(m, s);
+        ot_bind b[2 + OT_MODEL_MAX_LAYERS] = {
+            OT_BIND_DATA("x", s->xb, sizeof *s->xb * (size_t)(batch * m->inputs)),
+            OT_BIND_DATA("y", s->yb, sizeof *s->yb * (size_t)(batch * outs))};
+        int nb = 2 + ot__model_drop_masks(m, batch, &s->drop_rng, b + 2);
+        if (!rc) rc = ot_program_run_at(m->prog, nb, b, s->at->file, s->at->line);
         float l = 0;
         int32_t h = 0;
         if (!rc) rc = ot_get(m->loss_t, &l);
@@ -681,7 +732,9 @@ int ot_model_fit_at(ot_model *m, const ot_tensor *x, const ot_tensor *y, const o
     if (!m->lr_scale) m->lr_scale = ot_empty(m->be, OT_SHAPE(), OT_F64);
     if (!m->loss_t || !m->hits_t || !m->lr_scale) return ot_errcode();
     fit_state s = {.schedule = o.lr_schedule, .steps = (int64_t)o.epochs * (train / o.batch),
-                   .at = &at};
+                   .at = &at, .drop_rng = o.seed ^ 0x6a09e667f3bcc908ULL,
+                   .aug_rng = o.seed ^ 0xbb67ae8584caa73bULL, .augment = o.augment,
+                   .augment_user = o.augment_user};
     rc = load_data(m, x, y, rows, o.batch, &s);
     if (!rc && (!m->prog || m->prog_batch != o.batch)) rc = build_program(m, o.batch, &at);
     int64_t outs = outputs(m);

@@ -13,7 +13,7 @@
 
 #include "front.h"
 
-typedef enum { L_DENSE, L_BN, L_CONV, L_POOL } layer_kind;
+typedef enum { L_DENSE, L_BN, L_CONV, L_POOL, L_DROP } layer_kind;
 
 typedef struct layer {
     layer_kind kind;
@@ -29,6 +29,12 @@ typedef struct layer {
     ot_conv_opts conv;            /* conv's options as given */
     ot_pool_opts pool;            /* pooling's options as given */
     bool max;                     /* max pooling (else average) */
+    double rate;                  /* dropout's: the fraction of values zeroed */
+    ot_tensor *mask;              /* dropout's: the training program's
+                                     placeholder, (batch, out...); NULL
+                                     until fit builds the program */
+    float *mask_host;             /* dropout's: its data for the next step */
+    char mask_name[16];           /*   bound by this name: "drop<i>" */
     const char *file;             /* where the layer was added: a tree */
     int line;                     /*   built later reports errors there */
 } layer;
@@ -62,6 +68,13 @@ ot_shape ot__model_in_shape(const ot_model *m, int i);
  * over fan_in drawn from seed, zero biases. */
 int ot__model_add(ot_model *m, layer *l, ot_shape ws, int64_t fan_in, uint64_t seed,
                   const ot__site *at);
+/* Dropout (model_reg.c): the training program's mask placeholders, one
+ * per dropout layer, of batch rows (with their host buffers), and each
+ * step's masks drawn from *rng into binds[]: returns how many binds. */
+int ot__model_drop_placeholders(ot_model *m, ot_program *p, int64_t batch, const ot__site *at);
+int ot__model_drop_masks(ot_model *m, int64_t batch, uint64_t *rng, ot_bind binds[]);
+/* splitmix64: the model's random stream (shuffling, masks, augmentation). */
+uint64_t ot__model_splitmix(uint64_t *s);
 /* Layer l (a conv or pooling layer) applied to h, a batch of its input
  * samples: the tree, nothing computed. Errors name l's file:line. */
 ot_node *ot__model_apply_spatial(const layer *l, ot_node *h);

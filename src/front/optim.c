@@ -310,6 +310,7 @@ int ot__adam_opts(const ot__site *at, const ot_adam *in, ot_adam *o)
     if (!rc && !(o->eps > 0))
         rc = FAIL(at, OT_EINVAL, "eps must be > 0, not %g", o->eps);
     if (!rc) rc = check_grad_scale(at, o->grad_scale);
+    if (!rc) rc = check_nonneg(at, "weight_decay", o->weight_decay);
     if (!rc) rc = check_lr_scale(at, o->lr_scale);
     if (!rc && o->t < 1)
         rc = FAIL(at, OT_EINVAL, "step count t must be >= 1 (1 "
@@ -335,15 +336,18 @@ static int adam_check(const ot__site *at, const ot_adam *in, ot_adam *o, int n,
 }
 
 /* One parameter; alpha = lr*sqrt(1 - beta2^t)/(1 - beta1^t), a constant
- * folded on the host (ot_adam_step) or a 0-d tree (a program's step).
- * w's tree reads the new moments through the nodes written to m and v. */
-static void adam_param(const ot_adam *o, ot_node *alpha, ot_tensor *w, ot_node *g,
-                       ot_tensor *m, ot_tensor *v, step *s)
+ * folded on the host (ot_adam_step) or a 0-d tree (a program's step);
+ * decay = lr*weight_decay (times the schedule) in the same form, NULL
+ * without weight decay. w's tree reads the new moments through the nodes
+ * written to m and v. */
+static void adam_param(const ot_adam *o, ot_node *alpha, ot_node *decay, ot_tensor *w,
+                       ot_node *g, ot_tensor *m, ot_tensor *v, step *s)
 {
     ot_node *d = scaled(g, o->grad_scale);
     ot_node *mnew = ot_add(ot_mul(o->beta1, m), ot_mul(1 - o->beta1, d));
     ot_node *vnew = ot_add(ot_mul(o->beta2, v), ot_mul(ot_mul(1 - o->beta2, d), d));
-    step_put(s, w, ot_sub(w, ot_div(ot_mul(alpha, mnew), ot_add(ot_sqrt(vnew), o->eps))));
+    ot_node *wnew = ot_sub(w, ot_div(ot_mul(alpha, mnew), ot_add(ot_sqrt(vnew), o->eps)));
+    step_put(s, w, decay ? ot_sub(wnew, ot_mul(decay, w)) : wnew);
     step_put(s, m, mnew);
     step_put(s, v, vnew);
 }
@@ -359,9 +363,14 @@ int ot_adam_step(const ot_adam *opts, int n, ot_tensor *const w[], ot_node *cons
     if (rc) return rc;
     double t = (double)o.t;
     double alpha = o.lr * sqrt(1 - pow(o.beta2, t)) / (1 - pow(o.beta1, t));
-    for (int i = 0; i < n; i++)
-        adam_param(&o, scheduled(ot_const(alpha), o.lr_scale, ot_tensor_dtype(w[i])), w[i], g[i],
-                   m[i], v[i], &s);
+    for (int i = 0; i < n; i++) {
+        ot_dtype dt = ot_tensor_dtype(w[i]);
+        ot_node *decay = o.weight_decay != 0
+                             ? scheduled(ot_const(o.lr * o.weight_decay), o.lr_scale, dt)
+                             : NULL;
+        adam_param(&o, scheduled(ot_const(alpha), o.lr_scale, dt), decay, w[i], g[i], m[i],
+                   v[i], &s);
+    }
     return step_end(&s);
 }
 
@@ -375,9 +384,14 @@ int ot__adam_trees(const ot__site *at, const ot_adam *opts, ot_tensor *count, in
     step s = {.outs = outs, .trees = trees};
     ot_node *alpha = ot_div(ot_mul(o.lr, ot_sqrt(ot_sub(1.0, ot_pow(o.beta2, count)))),
                             ot_sub(1.0, ot_pow(o.beta1, count)));
+    ot_node *decay = o.weight_decay != 0 ? ot_const(o.lr * o.weight_decay) : NULL;
     if (o.lr_scale) alpha = ot_mul(alpha, ot_cast(o.lr_scale, .dtype = OT_F64));
-    for (int i = 0; i < n; i++)
-        adam_param(&o, ot_cast(alpha, .dtype = ot_tensor_dtype(w[i])), w[i], g[i], m[i], v[i], &s);
+    if (o.lr_scale && decay) decay = ot_mul(decay, ot_cast(o.lr_scale, .dtype = OT_F64));
+    for (int i = 0; i < n; i++) {
+        ot_dtype dt = ot_tensor_dtype(w[i]);
+        adam_param(&o, ot_cast(alpha, .dtype = dt), decay ? ot_cast(decay, .dtype = dt) : NULL,
+                   w[i], g[i], m[i], v[i], &s);
+    }
     return trees_built(&s, nout);
 }
 

@@ -263,14 +263,14 @@ TEST(norm_bad_input)
     BAD(ot_layer_norm(x, .eps = NAN), OT_EINVAL, "eps", "nan");
     BAD(ot_rms_norm(x, 0), OT_EINVAL, "rms_norm", "dims must be in [1, 3]", "(2,3,4)");
     BAD(ot_rms_norm(x, 2, c3), OT_ESHAPE, "weight is float64 of shape (3,)", "(3,4)");
-    BAD(ot_rms_norm(x, .weight = ot_zeros(be, OT_SHAPE(4), OT_F32)), OT_EDTYPE, "float32",
-        "(2,3,4)");
+    ot_tensor *w4 = ot_zeros(be, OT_SHAPE(4), OT_F32);
+    BAD(ot_rms_norm(x, .weight = w4), OT_EDTYPE, "float32", "(2,3,4)");
     BAD(ot_rms_norm(x, .eps = -1e-3), OT_EINVAL, "eps", "-0.001");
     BAD(ot_rms_norm(xi), OT_EDTYPE, "int32", "(2,3)");
     BAD(ot_global_avg_pool(xi), OT_ESHAPE, "(2,3)", "at least 3 dims");
     ot_pool_pop(pool);
-    ot_tensor *all[] = {x, c3, c4, f32, xi};
-    for (int i = 0; i < 5; i++) ot_tensor_free(all[i]);
+    ot_tensor *all[] = {x, c3, c4, f32, xi, w4};
+    for (int i = 0; i < 6; i++) ot_tensor_free(all[i]);
     ot_backend_free(be);
 }
 

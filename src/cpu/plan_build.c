@@ -618,11 +618,12 @@ bool ot__build_region_reads(const compiler *c, int q, int j, int *stack)
  * only with every output whose kernel reads that leaf: a later kernel would
  * read the new values. Such groups are broken up (their outputs then go
  * through temporaries). */
-static void check_inplace_groups(const compiler *c, int *lead)
+static void check_inplace_groups(compiler *c, int *lead)
 {
     int *stack = ot__malloc(sizeof(int) * (size_t)(2 * c->w->n + 1));
-    if (!stack) {
-        for (int i = 0; i < c->nout; i++) lead[i] = -1;
+    if (!stack) {   /* ENOMEM: no plan (ungrouped outputs would go through temporaries,
+                       which an output BLAS updates in place cannot) */
+        c->oom = true;
         return;
     }
     for (int i = 0; i < c->nout; i++) {
@@ -736,7 +737,7 @@ static bool group_kernel(compiler *c, prog *g, const int *idx, int n, bool *spli
 
 /* Cuts the groupable outputs into groups of one shape (at most
  * 1 + OT_MAX_XSTORES each); lead[i] is output i's group leader, or -1. */
-static void choose_groups(const compiler *c, int *lead)
+static void choose_groups(compiler *c, int *lead)
 {
     for (int i = 0; i < c->nout; i++) {
         lead[i] = -1;
@@ -839,7 +840,7 @@ bool ot__build_kernels(compiler *c)
         fold_dot_sums(c);
         choose_groups(c, lead);
     }
-    ok = ok && entry_kernels(c, &g) && output_kernels(c, &g, lead, via);
+    ok = ok && !c->oom && entry_kernels(c, &g) && output_kernels(c, &g, lead, via);
     for (int i = 0; i < c->plan->nkernels && ok; i++) {
         ot_kernel *k = &c->plan->kernels[i];
         ot__plan_count_work(c->plan, k);

@@ -18,6 +18,8 @@ import statistics
 import sys
 import time
 
+from torch_env import import_torch
+
 
 def status_kib(key):
     with open('/proc/self/status') as f:
@@ -28,11 +30,7 @@ def status_kib(key):
 
 
 def main():
-    try:
-        import torch
-    except ImportError:
-        sys.exit(3)
-    torch.set_num_threads(1)
+    torch = import_torch()
     torch.manual_seed(0)
     runs = int(sys.argv[1])
     for spec in sys.argv[2:]:

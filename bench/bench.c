@@ -253,6 +253,18 @@ void bench_fill_uniform(float *p, size_t n, float lo, float hi, uint64_t *state)
         p[i] = lo + (hi - lo) * (float)(bench_rand(state) >> 40) * 0x1p-24f;
 }
 
+ot_tensor *bench_rand_tensor(ot_backend *be, ot_shape s, uint64_t *seed, const char *row)
+{
+    size_t n = 1;
+    for (int d = 0; d < s.ndim; d++) n *= (size_t)s.dims[d];
+    float *buf = bench_xmalloc(n * sizeof *buf + 4);
+    bench_fill_uniform(buf, n, -1, 1, seed);
+    ot_tensor *t = ot_array(be, s, OT_F32, buf);
+    free(buf);
+    if (!t) bench_die("%s: %s", row, ot_errmsg());
+    return t;
+}
+
 void bench_data_new(bench_data *d, const bench_case *c, bool quick, int case_index)
 {
     *d = (bench_data){0};

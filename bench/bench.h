@@ -167,6 +167,9 @@ extern const int bench_ncases;
 uint64_t bench_rand(uint64_t *state);
 /* n floats uniform in [lo, hi). */
 void bench_fill_uniform(float *p, size_t n, float lo, float hi, uint64_t *state);
+/* A new f32 tensor of shape s on be, uniform in [-1, 1); exits naming row
+ * when it cannot be made. */
+ot_tensor *bench_rand_tensor(ot_backend *be, ot_shape s, uint64_t *seed, const char *row);
 /* Exits with a message (for setup failures: OOM, a library error). */
 void bench_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 

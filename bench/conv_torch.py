@@ -15,6 +15,8 @@ import statistics
 import sys
 import time
 
+from torch_env import import_torch
+
 
 def row_fn(torch, spec):
     n, c, h, w, o, k, s, p, g, mode = spec.split(",")
@@ -34,11 +36,7 @@ def row_fn(torch, spec):
 
 
 def main():
-    try:
-        import torch
-    except ImportError:
-        sys.exit(3)
-    torch.set_num_threads(1)
+    torch = import_torch()
     torch.manual_seed(0)
     runs = int(sys.argv[1])
     with torch.no_grad():

@@ -1,6 +1,6 @@
 """torch_env.py - how the bench's PyTorch references start (cnn_torch.py,
-lm_torch.py): OpenBLAS on its SkylakeX core and one thread unless the
-environment says otherwise (torch's linear layers run on the system
+lm_torch.py, conv_torch.py, attn_torch.py): OpenBLAS on its SkylakeX core
+and one thread unless the environment says otherwise (torch's linear layers run on the system
 OpenBLAS, which picks a narrow core on CPUs it does not know), torch on one
 thread, and exit status 3 when torch cannot be imported, which the bench
 reads as "no reference"."""

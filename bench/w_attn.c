@@ -60,18 +60,6 @@ static void run_torch(int runs, int nrows, double ms[NROWS], double mib[NROWS])
     if (p) pclose(p);
 }
 
-static ot_tensor *rand_tensor(ot_backend *be, ot_shape s, uint64_t *seed)
-{
-    size_t n = 1;
-    for (int d = 0; d < s.ndim; d++) n *= (size_t)s.dims[d];
-    float *buf = bench_xmalloc(n * sizeof *buf + 4);
-    bench_fill_uniform(buf, n, -1, 1, seed);
-    ot_tensor *t = ot_array(be, s, OT_F32, buf);
-    free(buf);
-    if (!t) bench_die("attn: %s", ot_errmsg());
-    return t;
-}
-
 /* One row: optree's median seconds, its first call's peak extra MiB and
  * the kernel line ot_explain gives the forward. */
 static double time_row(ot_backend *be, int s, int runs, double *mib, char *algo, size_t size)
@@ -79,8 +67,9 @@ static double time_row(ot_backend *be, int s, int runs, double *mib, char *algo,
     uint64_t seed = 7;
     ot_shape sh = OT_SHAPE(B, H, s, D);
     ot_tensor *in[4], *out[4];
-    for (int i = 0; i < 4; i++) in[i] = rand_tensor(be, sh, &seed);
-    for (int i = 0; i < 4; i++) out[i] = rand_tensor(be, sh, &seed);   /* touched: not counted */
+    for (int i = 0; i < 4; i++) in[i] = bench_rand_tensor(be, sh, &seed, "attn");
+    for (int i = 0; i < 4; i++)
+        out[i] = bench_rand_tensor(be, sh, &seed, "attn");   /* touched: not counted */
     ot_pool *pool = ot_pool_push();
     ot_node *o = ot_attention(in[0], in[1], in[2], .causal = true);
     ot_autodiff *ad = ot_autodiff_new(o, ot_tensor_node(in[3]));

@@ -112,29 +112,17 @@ typedef struct conv_run {
     int nout;
 } conv_run;
 
-static ot_tensor *rand_tensor(ot_backend *be, ot_shape s, uint64_t *seed)
-{
-    size_t n = 1;
-    for (int d = 0; d < s.ndim; d++) n *= (size_t)s.dims[d];
-    float *buf = bench_xmalloc(n * sizeof *buf + 4);
-    bench_fill_uniform(buf, n, -1, 1, seed);
-    ot_tensor *t = ot_array(be, s, OT_F32, buf);
-    free(buf);
-    if (!t) bench_die("conv: %s", ot_errmsg());
-    return t;
-}
-
 /* The row's tensors and trees, in the current pool. */
 static void run_new(conv_run *cr, ot_backend *be, const conv_row *r)
 {
     uint64_t seed = 7;
     int ho = out_size(r);
     *cr = (conv_run){0};
-    cr->x = rand_tensor(be, OT_SHAPE(r->n, r->c, r->h, r->w), &seed);
-    cr->w = rand_tensor(be, OT_SHAPE(r->o, r->c / r->g, r->k, r->k), &seed);
+    cr->x = bench_rand_tensor(be, OT_SHAPE(r->n, r->c, r->h, r->w), &seed, "conv");
+    cr->w = bench_rand_tensor(be, OT_SHAPE(r->o, r->c / r->g, r->k, r->k), &seed, "conv");
     ot_node *y = ot_conv(cr->x, cr->w, .stride = {r->s}, .pad = r->p, .groups = r->g);
     if (r->epi) {
-        cr->b = rand_tensor(be, OT_SHAPE(1, r->o, 1, 1), &seed);
+        cr->b = bench_rand_tensor(be, OT_SHAPE(1, r->o, 1, 1), &seed, "conv");
         y = ot_relu(ot_add(y, cr->b));
     }
     if (!r->back) {
@@ -144,7 +132,7 @@ static void run_new(conv_run *cr, ot_backend *be, const conv_row *r)
         cr->nout = 1;
         return;
     }
-    cr->gy = rand_tensor(be, OT_SHAPE(r->n, r->o, ho, ho), &seed);
+    cr->gy = bench_rand_tensor(be, OT_SHAPE(r->n, r->o, ho, ho), &seed, "conv");
     ot_autodiff *ad = ot_autodiff_new(y, ot_tensor_node(cr->gy));
     if (!ad) bench_die("conv: %s", ot_errmsg());
     cr->tree[0] = ot_autodiff_grad(ad, cr->x);

@@ -18,8 +18,8 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from diff_numpy import (F32, F64, Lib, TrialError, make_input, mkargs,  # noqa: E402
-                        mkshape, shape_tuple)
+from diff_numpy import (F32, F64, Lib, TrialError, input_on, mkargs,  # noqa: E402
+                        node_value)
 
 P = C.c_void_p
 
@@ -125,21 +125,10 @@ class Runner:
             print('FAIL %s\n  got  %s\n  want %s' % (what, got.ravel()[:8], want.ravel()[:8]))
 
     def value(self, be, node, owned):
-        c = self.lib.c
-        shape, dt = shape_tuple(c.ot_node_shape(node)), c.ot_node_dtype(node)
-        out = c.ot_empty(be, mkshape(shape), dt)
-        owned.append(out)
-        if not out or c.ot_assign_node(out, node):
-            raise TrialError('assign: %s' % self.lib.errmsg())
-        rc, host = self.lib.get(out, shape, dt)
-        return host.astype(np.float64)
+        return node_value(self.lib, be, node, owned)
 
     def tensor(self, be, arr, dt, kind, owned):
-        saved, self.lib.be = self.lib.be, be
-        try:
-            return make_input(self.lib, self.rng, arr, dt, kind, owned)[0]
-        finally:
-            self.lib.be = saved
+        return input_on(self.lib, self.rng, be, arr, dt, kind, owned)
 
     def run(self, be, bname, case, arrs, want, dt, idx):
         c, owned = self.lib.c, []

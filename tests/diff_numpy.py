@@ -448,6 +448,31 @@ class TrialError(Exception):
     pass
 
 
+def input_on(lib, rng, be, arr, dt, kind, owned):
+    """make_input's tensor on backend be (the structured ops' checks run
+    each case on ref and cpu)."""
+    saved, lib.be = lib.be, be
+    try:
+        return make_input(lib, rng, np.asarray(arr), dt, kind, owned)[0]
+    finally:
+        lib.be = saved
+
+
+def node_value(lib, be, node, owned):
+    """node assigned into a new tensor on be (appended to owned), as a
+    float64 array; TrialError naming the builder's or the assignment's
+    error."""
+    c = lib.c
+    if not node:
+        raise TrialError('build: %s' % lib.errmsg())
+    shape, dt = shape_tuple(c.ot_node_shape(node)), c.ot_node_dtype(node)
+    out = c.ot_empty(be, mkshape(shape), dt)
+    owned.append(out)
+    if not out or c.ot_assign_node(out, node):
+        raise TrialError('assign: %s' % lib.errmsg())
+    return lib.get(out, shape, dt)[1].astype(np.float64)
+
+
 # --------------------------------------------------------------------------
 # NumPy references (float64 in, float64 out)
 # --------------------------------------------------------------------------

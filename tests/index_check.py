@@ -16,8 +16,8 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from diff_numpy import (F32, F64, I32, Lib, TrialError, make_input, mkargs,  # noqa: E402
-                        mkshape, shape_tuple)
+from diff_numpy import (F32, F64, I32, Lib, TrialError, input_on, mkargs,  # noqa: E402
+                        node_value)
 
 P = C.c_void_p
 KINDS = ('contig', 'T', 'step')
@@ -83,23 +83,11 @@ class Runner:
         self.ok('%s\n  got  %s\n  want %s' % (what, got.ravel()[:10], want.ravel()[:10]), same)
 
     def tensor(self, be, arr, dt, owned, kind=None):
-        saved, self.lib.be = self.lib.be, be
-        try:
-            kind = kind or KINDS[int(self.rng.integers(0, 3))]
-            return make_input(self.lib, self.rng, np.asarray(arr), dt, kind, owned)[0]
-        finally:
-            self.lib.be = saved
+        kind = kind or KINDS[int(self.rng.integers(0, 3))]
+        return input_on(self.lib, self.rng, be, arr, dt, kind, owned)
 
     def value(self, be, node, owned):
-        c = self.lib.c
-        if not node:
-            raise TrialError('build: %s' % self.lib.errmsg())
-        shape, dt = shape_tuple(c.ot_node_shape(node)), c.ot_node_dtype(node)
-        out = c.ot_empty(be, mkshape(shape), dt)
-        owned.append(out)
-        if not out or c.ot_assign_node(out, node):
-            raise TrialError('assign: %s' % self.lib.errmsg())
-        return self.lib.get(out, shape, dt)[1].astype(np.float64)
+        return node_value(self.lib, be, node, owned)
 
     def grads(self, be, y, r, wrt, dt, owned):
         """d sum(y * r) / d each of wrt (tensors), as arrays."""

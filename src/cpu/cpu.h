@@ -343,6 +343,8 @@ typedef struct ot_plan {
      * once by ot__plan_run_prepare; run_ok false when a size overflows. */
     size_t run_full, run_worker, run_off[OT_RUN_REGIONS];
     bool run_ok;
+    bool leaf_indices;              /* an INDEX kernel reads its indices from a leaf:
+                                       ot__plan_check_indices has work */
     bool direct;                    /* one call of its code (ot__plan_direct),
                                        set by ot__plan_run_prepare */
     int acc;                        /* 0: OT_ULP10, 1: OT_ULP35 */

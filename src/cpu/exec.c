@@ -818,6 +818,12 @@ static void arena_give(ot_plan *p, char *a)
 
 static bool plan_direct(const ot_plan *p);
 
+/* Whether kernel k indexes by a leaf's int32 values (checked before a run). */
+static bool leaf_indexed(const ot_kernel *k)
+{
+    return k->kind == OT_KER_INDEX && k->nload >= 2 && k->loads[1].space == OT_SPACE_LEAF;
+}
+
 void ot__plan_run_prepare(ot_plan *p)
 {
     run_mem m = {0};
@@ -825,6 +831,7 @@ void ot__plan_run_prepare(ot_plan *p)
         p->kernels[i].run_tile = tile_for(&p->kernels[i]);
         p->kernels[i].run_rows = spans_tiles(&p->kernels[i]);
         p->kernels[i].run_cost = kernel_cost(&p->kernels[i]);
+        p->leaf_indices |= leaf_indexed(&p->kernels[i]);
     }
     p->run_ok = run_layout(p, &m);
     p->direct = p->run_ok && plan_direct(p);
@@ -883,9 +890,9 @@ static int find_visit(ot__walker *w, const ot_node *n, int index, const int oper
 
 int ot__plan_check_indices(const ot_plan *p, const ot_binding *bind)
 {
-    for (int i = 0; i < p->nkernels; i++) {
+    for (int i = 0; i < p->nkernels && p->leaf_indices; i++) {
         const ot_kernel *k = &p->kernels[i];
-        if (k->kind != OT_KER_INDEX || k->nload < 2 || k->loads[1].space != OT_SPACE_LEAF) continue;
+        if (!leaf_indexed(k)) continue;
         int rc = ot__index_check(k, view_base(p, bind, NULL, &k->loads[1]));
         if (rc) return rc;
     }

@@ -383,66 +383,50 @@ static ot_view conv_view(const storage *s)
     return v;
 }
 
-static bool conv_kernel(compiler *c, int e, const storage *dst)
+/* A kernel over whole operands (the kind CONV's nodes: conv, pooling,
+ * indexing, attention): a view per operand (with its shape when `shapes`),
+ * the store and the node's shape; its loop is the caller's. */
+static ot_kernel *whole_kernel(compiler *c, int e, const storage *dst, int kind, bool shapes)
 {
     const ot_node *n = node_of(c, e);
-    ot_kernel *k = new_kernel(c, OT_KER_CONV);
-    if (!k || !(k->loads = ot__malloc(2 * sizeof *k->loads))) return false;
-    k->nload = 2;
-    for (int i = 0; i < 2; i++) k->loads[i] = conv_view(&c->ci[canon_operand(c, e, i)].st);
-    k->store = conv_view(dst);
-    k->conv_op = n->op;
-    ot__conv_geom_of(n, &k->conv);
-    k->shape = n->shape;
-    return true;
-}
-
-static bool pool_kernel(compiler *c, int e, const storage *dst)
-{
-    const ot_node *n = node_of(c, e);
-    ot_kernel *k = new_kernel(c, OT_KER_POOL);
+    ot_kernel *k = new_kernel(c, kind);
     int na = n->b ? 2 : 1;
-    if (!k || !(k->loads = ot__malloc((size_t)na * sizeof *k->loads))) return false;
+    if (!k || !(k->loads = ot__malloc((size_t)na * sizeof *k->loads)) ||
+        (shapes && !(k->load_shapes = ot__malloc((size_t)na * sizeof *k->load_shapes))))
+        return NULL;
     k->nload = na;
-    for (int i = 0; i < na; i++) k->loads[i] = conv_view(&c->ci[canon_operand(c, e, i)].st);
-    k->store = conv_view(dst);
-    ot__pool_geom_of(n, &k->pool);
-    k->shape = n->shape;
-    return true;
-}
-
-static bool index_kernel(compiler *c, int e, const storage *dst)
-{
-    const ot_node *n = node_of(c, e);
-    ot_kernel *k = new_kernel(c, OT_KER_INDEX);
-    int na = n->b ? 2 : 1;
-    if (!k || !(k->loads = ot__malloc((size_t)na * sizeof *k->loads))) return false;
-    k->nload = na;
-    for (int i = 0; i < na; i++) k->loads[i] = conv_view(&c->ci[canon_operand(c, e, i)].st);
-    k->store = conv_view(dst);
-    ot__index_geom_of(n, &k->index);
-    k->shape = n->shape;
-    return true;
-}
-
-static bool attn_kernel(compiler *c, int e, const storage *dst)
-{
-    const ot_node *n = node_of(c, e);
-    ot_kernel *k = new_kernel(c, OT_KER_ATTN);
-    if (!k || !(k->loads = ot__malloc(2 * sizeof *k->loads)) ||
-        !(k->load_shapes = ot__malloc(2 * sizeof *k->load_shapes)))
-        return false;
-    k->nload = 2;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < na; i++) {
         const storage *st = &c->ci[canon_operand(c, e, i)].st;
         k->loads[i] = conv_view(st);
-        k->load_shapes[i] = st->shape;
+        if (shapes) k->load_shapes[i] = st->shape;
     }
     k->store = conv_view(dst);
-    ot__attn_geom_of(n, &k->attn);
     k->shape = n->shape;
-    k->ndim = n->shape.ndim;
-    memcpy(k->dims, n->shape.dims, sizeof n->shape.dims);
+    return k;
+}
+
+static bool conv_kind_kernel(compiler *c, int e, const storage *dst)
+{
+    const ot_node *n = node_of(c, e);
+    int op = c->w->e[e].op;
+    int kind = ot__is_index(op) ? OT_KER_INDEX
+             : ot__is_attn(op)  ? OT_KER_ATTN
+             : ot__is_pool(op)  ? OT_KER_POOL
+                                : OT_KER_CONV;
+    ot_kernel *k = whole_kernel(c, e, dst, kind, kind == OT_KER_ATTN);
+    if (!k) return false;
+    switch (kind) {
+    case OT_KER_INDEX: ot__index_geom_of(n, &k->index); break;
+    case OT_KER_POOL: ot__pool_geom_of(n, &k->pool); break;
+    case OT_KER_ATTN:
+        ot__attn_geom_of(n, &k->attn);
+        k->ndim = n->shape.ndim;
+        memcpy(k->dims, n->shape.dims, sizeof n->shape.dims);
+        break;
+    default:
+        k->conv_op = n->op;
+        ot__conv_geom_of(n, &k->conv);
+    }
     return true;
 }
 
@@ -452,9 +436,7 @@ static bool entry_kernel(compiler *c, prog *g, int e, const storage *dst)
         return ot__build_struct_kernel(c, g, e, dst);
     switch (kind_of(c, e)) {
     case OT_KIND_CONV:
-        if (ot__is_index(c->w->e[e].op)) return index_kernel(c, e, dst);
-        if (ot__is_attn(c->w->e[e].op)) return attn_kernel(c, e, dst);
-        return ot__is_pool(c->w->e[e].op) ? pool_kernel(c, e, dst) : conv_kernel(c, e, dst);
+        return conv_kind_kernel(c, e, dst);
     case OT_KIND_REDUCE: return reduce_kernel(c, g, e, dst);
     case OT_KIND_DOT: return dot_kernel(c, e, dst, ONE, NONE);
     case OT_KIND_SPECIAL:

@@ -185,6 +185,8 @@ static double dot_at(const ot__gemm *g, int64_t i, int64_t j)
     return s;
 }
 
+ot__gemm_fn *ot__gemm_pick(void) { return ot__blas_ready() ? ot__gemm_loop : ot__gemm_blas; }
+
 void ot__gemm_loop(const ot__gemm *g)
 {
     for (int64_t i = 0; i < g->m; i++)
@@ -212,7 +214,7 @@ void ot__run_dot(const ot_kernel *k, char *const base[2], char *dst,
     pack_bytes(&a_bytes, &k->loads[0], k->m, k->k, dt);
     side sa = {&k->loads[0], base[0], k->m, k->k, scratch, NULL};
     side sb = {&k->loads[1], base[1], k->k, k->n, scratch + a_bytes, NULL};
-    ot__gemm_fn *run = ot__blas_ready() ? ot__gemm_loop : ot__gemm_blas;
+    ot__gemm_fn *run = ot__gemm_pick();
     for (int64_t b = 0; b < k->batch; b++) {
         operand a, bo;
         side_at(&sa, b, dt, &a);

@@ -29,6 +29,11 @@ typedef void ot__gemm_fn(const ot__gemm *g);
 void ot__gemm_blas(const ot__gemm *g);
 /* In plain C, sums in double: the check's reference and the fallback. */
 void ot__gemm_loop(const ot__gemm *g);
+/* The product function a kernel calls: settles the process's OpenBLAS core
+ * first (ot__blas_ready), then cblas, or the loop where the check refused
+ * the library. Kernels take it here, never ot__gemm_blas directly: a
+ * product before the core is settled runs on the library's first core. */
+ot__gemm_fn *ot__gemm_pick(void);
 /* Whether fn's products agree with ot__gemm_loop's on a few odd shapes
  * (f32 and f64, transposes, beta != 0, leading dims past the width, and
  * vectors, sizes on both sides of OpenBLAS's small-matrix path); *why gets

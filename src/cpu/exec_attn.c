@@ -51,7 +51,7 @@ static void gemm(int dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, doub
     }
     ot__gemm g = {.dt = dt, .a = a, .b = b, .c = c, .ta = ta, .tb = tb, .m = m, .n = n, .k = k,
                   .lda = lda, .ldb = ldb, .ldc = ldc, .alpha = alpha, .beta = beta};
-    (ot__blas_ready() ? ot__gemm_loop : ot__gemm_blas)(&g);   /* settles the core first */
+    ot__gemm_pick()(&g);
 }
 
 /* Per-head scratch, in elements of the dtype (doubles for the rows'

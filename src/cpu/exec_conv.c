@@ -454,7 +454,7 @@ void ot__run_conv_epi(const ot_kernel *k, char *const base[2], char *dst, char *
         ot__wino_run(k, t.p, scratch);
     } else if (out_n) {
         if (k->conv_op != OT_OP_CONV) memset(t.p[r[2]], 0, (size_t)(out_n * t.es));
-        ot__gemm_fn *run = ot__blas_ready() ? ot__gemm_loop : ot__gemm_blas;
+        ot__gemm_fn *run = ot__gemm_pick();
         bool empty = k->conv_op == OT_OP_CONV_TRANSPOSE && g->sc == 0;   /* no terms: zeros */
         if (g->xc * ksize(g) > 0 && ssize(g) > 0 && !empty) {
             for (int64_t n = 0; n < g->n; n++)

@@ -467,7 +467,7 @@ void ot__wino_run(const ot_kernel *k, char *const xsw[3], char *scratch)
     float *u = align64(scratch);
     float *v = (float *)((char *)u + part_bytes(&p, 0));
     float *mm = (float *)((char *)v + part_bytes(&p, 1));
-    ot__gemm_fn *gemm = ot__blas_ready() ? ot__gemm_loop : ot__gemm_blas;
+    ot__gemm_fn *gemm = ot__gemm_pick();
     int64_t xsz = g->xc * g->xp[0] * g->xp[1], ssz = g->sc * g->sp[0] * g->sp[1];
     const float *xs = (const float *)xsw[0], *ss = (const float *)xsw[1];
     for (int64_t grp = 0; grp < g->groups; grp++) {

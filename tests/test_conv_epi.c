@@ -186,3 +186,28 @@ TEST(conv_epilogue_explain)
     ot_tensor_free(out);
     ot_backend_free(be);
 }
+
+/* A Winograd conv's epilogue runs on the whole result, and explain says so
+ * (its transform tiles span images: nothing is handed over in cache). */
+TEST(conv_epilogue_explain_winograd)
+{
+    ot_backend *be = ot_backend_new("cpu", NULL);
+    ot_tensor *x = rnd(be, OT_SHAPE(2, 16, 12, 12), OT_F32, 1);
+    ot_tensor *w = rnd(be, OT_SHAPE(16, 16, 3, 3), OT_F32, 2);
+    ot_tensor *out = ot_empty(be, OT_SHAPE(2, 16, 12, 12), OT_F32);
+    ot_node *tree = ot_relu(ot_conv(x, w, .pad = 1));
+    char *text = NULL;
+    size_t len;
+    FILE *f = open_memstream(&text, &len);
+    CHECK_INT(ot_explain_many(1, &out, &tree, f), 0);
+    fclose(f);
+    bool wino = text && strstr(text, "winograd");   /* OT_WINOGRAD=0 turns it off */
+    CHECK(text && (!wino || strstr(text, "runs on kernel 0's whole result after it")));
+    CHECK(text && (!wino || strstr(text, "(epilogue of kernel 0, on its whole result)")));
+    CHECK(text && (wino || strstr(text, "(epilogue of kernel 0, on its blocks in cache)")));
+    free(text);
+    ot_tensor_free(x);
+    ot_tensor_free(w);
+    ot_tensor_free(out);
+    ot_backend_free(be);
+}

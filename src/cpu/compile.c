@@ -232,6 +232,19 @@ static void explain_accuracy(const ot_kernel *k, int acc, FILE *f)
     if (any) fputc(']', f);
 }
 
+/* Where a conv's fused epilogue runs: the direct and GEMM convs hand it
+ * each block of output as it is written (in cache); Winograd's transform
+ * tiles span images, so its epilogue runs once over the whole result. */
+static void conv_epilogue_line(const ot_plan *p, int conv, FILE *f)
+{
+    if (ot__wino_ok(&p->kernels[conv]))
+        fprintf(f, "  conv epilogue: kernel %d runs on kernel %d's whole result after it "
+                "(Winograd's tiles span images: not in cache)\n", conv + 1, conv);
+    else
+        fprintf(f, "  conv epilogue: kernel %d runs on each block of kernel %d's result as it "
+                "is written, in cache\n", conv + 1, conv);
+}
+
 int ot__plan_explain(const ot_plan *p, FILE *f)
 {
     fprintf(f, "plan: %d kernel%s, %d temporar%s (%zu bytes), reads %llu bytes, writes %llu bytes\n",
@@ -248,8 +261,7 @@ int ot__plan_explain(const ot_plan *p, FILE *f)
         fprintf(f, "  all kernels run per block of %lld rows\n", (long long)p->row_block);
     for (int s = 0; p->row_block <= 0 && s < p->nseg; s++)
         if (p->kernels[p->segs[s].first].kind == OT_KER_CONV)
-            fprintf(f, "  conv epilogue: kernel %d runs on each block of kernel %d's result as it "
-                    "is written, in cache\n", p->segs[s].first + 1, p->segs[s].first);
+            conv_epilogue_line(p, p->segs[s].first, f);
         else
             fprintf(f, "  dot epilogue: kernels %d-%d run per block of %lld of %lld rows, in order\n",
                     p->segs[s].first, p->segs[s].first + p->segs[s].count - 1,
@@ -261,8 +273,10 @@ int ot__plan_explain(const ot_plan *p, FILE *f)
         int from = role == 1 ? seg_dot : p->row_serial ? dot_read(p, dot_of, i) : -1;
         fprintf(f, "  kernel %d: %s", i, p->kernels[i].desc ? p->kernels[i].desc : "?");
         if (from >= 0)
-            fprintf(f, " (epilogue of kernel %d, on its %s in cache)", from,
-                    p->kernels[from].kind == OT_KER_CONV ? "blocks" : "rows");
+            fprintf(f, " (epilogue of kernel %d, %s)", from,
+                    p->kernels[from].kind != OT_KER_CONV ? "on its rows in cache"
+                    : ot__wino_ok(&p->kernels[from]) ? "on its whole result"
+                                                      : "on its blocks in cache");
         if (role == 2) fprintf(f, " (bsum of kernel %d's result, in cache)", i - 1);
         if (p->kernels[i].jit)
             fputs(p->kernels[i].jit->fn_stream ? " (generated code, streaming stores)"

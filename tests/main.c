@@ -105,6 +105,25 @@ ot_tensor *test__ints(ot_backend *be, ot_shape s, ot_dtype dt, int seed, int mod
     return r;
 }
 
+ot_tensor *test__uniform(ot_backend *be, ot_shape s, ot_dtype dt, uint32_t seed, double lo,
+                         double hi)
+{
+    int64_t n = 1;
+    for (int d = 0; d < s.ndim; d++) n *= s.dims[d];
+    double *v = malloc(sizeof *v * (size_t)(n ? n : 1));
+    for (int64_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        v[i] = lo + (hi - lo) * (seed >> 8) / (double)(1 << 24);
+    }
+    ot_tensor *t = ot_array(be, s, OT_F64, v);
+    free(v);
+    if (dt == OT_F64) return t;
+    ot_tensor *r = ot_empty(be, s, dt);
+    CHECK_INT(ot_assign(r, ot_cast(t, dt)), 0);
+    ot_tensor_free(t);
+    return r;
+}
+
 char *test__explain_many(int n, ot_tensor *const outs[], ot_node *const trees[])
 {
     char *buf = NULL;

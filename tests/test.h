@@ -73,5 +73,9 @@ ot_backend *test__backend(const char *name, int fusion);
  * seed (a failure is recorded). */
 ot_tensor *test__ints(ot_backend *be, ot_shape s, ot_dtype dt, int seed, int mod, int off,
                       double scale);
+/* A tensor of shape s and dtype dt with values in [lo, hi) from a linear
+ * congruential generator started at seed (a failure is recorded). */
+ot_tensor *test__uniform(ot_backend *be, ot_shape s, ot_dtype dt, uint32_t seed, double lo,
+                         double hi);
 
 #endif

@@ -24,17 +24,7 @@ static uint32_t rng_next(uint32_t *r)
 /* A tensor of shape s and dtype dt with values in [lo, hi), from seed. */
 static ot_tensor *rnd(ot_backend *be, ot_shape s, ot_dtype dt, uint32_t seed, double lo, double hi)
 {
-    int64_t n = 1;
-    for (int d = 0; d < s.ndim; d++) n *= s.dims[d];
-    double *v = malloc(sizeof *v * (size_t)(n ? n : 1));
-    for (int64_t i = 0; i < n; i++) v[i] = lo + (hi - lo) * rng_next(&seed) / (double)(1 << 24);
-    ot_tensor *t = ot_array(be, s, OT_F64, v);
-    free(v);
-    if (dt == OT_F64) return t;
-    ot_tensor *r = ot_empty(be, s, dt);
-    CHECK_INT(ot_assign(r, ot_cast(t, dt)), 0);
-    ot_tensor_free(t);
-    return r;
+    return test__uniform(be, s, dt, seed, lo, hi);
 }
 
 /* tree's values as doubles (a new array of *n), on the backend of its leaves. */

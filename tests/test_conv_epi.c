@@ -22,17 +22,7 @@ static uint32_t next(uint32_t *r)
 /* A tensor of shape s, dtype dt, values in [-1, 1) from seed, on be. */
 static ot_tensor *rnd(ot_backend *be, ot_shape s, ot_dtype dt, uint32_t seed)
 {
-    int64_t n = 1;
-    for (int d = 0; d < s.ndim; d++) n *= s.dims[d];
-    double *v = malloc(sizeof *v * (size_t)(n ? n : 1));
-    for (int64_t i = 0; i < n; i++) v[i] = 2.0 * next(&seed) / (double)(1 << 24) - 1;
-    ot_tensor *t = ot_array(be, s, OT_F64, v);
-    free(v);
-    if (dt == OT_F64) return t;
-    ot_tensor *r = ot_empty(be, s, dt);
-    CHECK_INT(ot_assign(r, ot_cast(t, dt)), 0);
-    ot_tensor_free(t);
-    return r;
+    return test__uniform(be, s, dt, seed, -1, 1);
 }
 
 /* One case: the convolution's geometry and which epilogue follows it. */
@@ -163,21 +153,12 @@ TEST(conv_epilogue_explain)
     ot_tensor *b = rnd(be, OT_SHAPE(1, 16, 1, 1), OT_F32, 3);
     ot_tensor *out = ot_empty(be, OT_SHAPE(2, 16, 12, 12), OT_F32);
     ot_node *y = ot_conv(x, w, .pad = 1);
-    ot_node *tree = ot_relu(ot_add(y, b));
-    char *text = NULL;
-    size_t len;
-    FILE *f = open_memstream(&text, &len);
-    CHECK_INT(ot_explain_many(1, &out, &tree, f), 0);
-    fclose(f);
+    char *text = test__explain_many(1, &out, &(ot_node *){ot_relu(ot_add(y, b))});
     CHECK(text && strstr(text, "conv epilogue: kernel 1 runs on each block of kernel 0's result"));
     CHECK(text && strstr(text, "(epilogue of kernel 0, on its blocks in cache)"));
     if (text && !strstr(text, "conv epilogue")) fputs(text, stderr);
     free(text);
-    ot_node *two = ot_add(ot_relu(ot_add(y, b)), ot_sum(y));   /* y read twice */
-    text = NULL;
-    f = open_memstream(&text, &len);
-    CHECK_INT(ot_explain_many(1, &out, &two, f), 0);
-    fclose(f);
+    text = test__explain_many(1, &out, &(ot_node *){ot_add(ot_relu(ot_add(y, b)), ot_sum(y))});   /* y read twice */
     CHECK(text && !strstr(text, "conv epilogue"));
     free(text);
     ot_tensor_free(x);
@@ -195,12 +176,7 @@ TEST(conv_epilogue_explain_winograd)
     ot_tensor *x = rnd(be, OT_SHAPE(2, 16, 12, 12), OT_F32, 1);
     ot_tensor *w = rnd(be, OT_SHAPE(16, 16, 3, 3), OT_F32, 2);
     ot_tensor *out = ot_empty(be, OT_SHAPE(2, 16, 12, 12), OT_F32);
-    ot_node *tree = ot_relu(ot_conv(x, w, .pad = 1));
-    char *text = NULL;
-    size_t len;
-    FILE *f = open_memstream(&text, &len);
-    CHECK_INT(ot_explain_many(1, &out, &tree, f), 0);
-    fclose(f);
+    char *text = test__explain_many(1, &out, &(ot_node *){ot_relu(ot_conv(x, w, .pad = 1))});
     bool wino = text && strstr(text, "winograd");   /* OT_WINOGRAD=0 turns it off */
     CHECK(text && (!wino || strstr(text, "runs on kernel 0's whole result after it")));
     CHECK(text && (!wino || strstr(text, "(epilogue of kernel 0, on its whole result)")));

@@ -24,6 +24,8 @@ static const wcase WCASES[] = {
     {1, 18, 16, 8, 3, {.pad_lo = {0, 1}, .pad_hi = {2, 0}}, false},
     {2, 32, 34, 5, 6, {.pad = 1, .groups = 2}, false},
     {2, 16, 17, 5, 4, {.pad = 1}, true},
+    {1, 16, 16, 5, 41, {.pad = 1}, false},             /* 21 tiles a row, odd width */
+    {1, 16, 16, 4, 37, {.pad_lo = {1, 3}, .pad_hi = {0, 0}}, true},
 };
 #define NW (int)(sizeof WCASES / sizeof WCASES[0])
 
@@ -129,5 +131,28 @@ TEST(winograd_matches_ref_f64)
         free(ex);
     }
     ot_backend_free(ref);
+    ot_backend_free(cpu);
+}
+
+/* Blocks of tiles that end inside a tile row (256 + 256 channels make a
+ * block 128 tiles; an image here has 9 x 9), against the cpu backend's f64
+ * conv (im2col + dgemm: not Winograd, and quick). */
+TEST(winograd_blocks_split_tile_rows)
+{
+    ot_backend *cpu = test__backend("cpu", OT_FUSION_ON);
+    const wcase c = {2, 256, 256, 18, 17, {.pad = 1}, false};
+    double *a[3], *b[3];
+    int64_t n[3], nb[3];
+    char *ex = NULL;
+    run_case(cpu, &c, OT_F32, a, n, &ex);
+    run_case(cpu, &c, OT_F64, b, nb, NULL);
+    CHECK(ex && strstr(ex, "winograd F(2x2,3x3)"));
+    for (int i = 0; i < 3; i++) {
+        CHECK(n[i] == nb[i]);
+        compare(0, i, a[i], b[i], n[i] < nb[i] ? n[i] : nb[i], 4e-6);
+        free(a[i]);
+        free(b[i]);
+    }
+    free(ex);
     ot_backend_free(cpu);
 }

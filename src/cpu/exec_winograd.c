@@ -13,8 +13,10 @@
  *     GEMMs   M[xi] = U[xi] . V[xi], a * a of them (co x ci x tiles);
  *     output  the tile = A^T M A, written by put_block (one call per block
  *             of tiles: where a fused epilogue would run on the values).
- * The transforms run on LANES tiles (or channels) at once, one vector
- * lane each. F(2,3) (a = 4) is the one used: its transforms' coefficients
+ * F(2,3)'s input and output transforms run on whole tile rows (vector
+ * loops over a row's tiles, which are consecutive columns of V and M); the
+ * weights' transform and F(4,3)'s run on LANES tiles (or channels) at
+ * once, one vector lane each. F(2,3) (a = 4) is the one used: its transforms' coefficients
  * are 0, +-1 and 1/2, so on data whose products and sums are exact in f32
  * (small integers, halves) it is exact, and its rounding otherwise is
  * that of a dot product of the same terms (include/optree/conv.h). F(4,3)
@@ -117,7 +119,7 @@ static void shape_of(const ot_kernel *k, wprob *p)
                  .wo = tr ? 9 : g->xc * 9, .wi = tr ? g->xc * 9 : 9, .flip = tr};
     int64_t m = p->f->m, a2 = p->f->a * p->f->a;
     p->th = (p->oh + m - 1) / m;
-    p->tw = (p->ow + m - 1) / m;
+    p->tw = (p->ow + m - 1) / m + (p->f == &F2);   /* F(2,3): one tile more, see f2planes */
     p->tiles = p->n * p->th * p->tw;
     int64_t tb = (int64_t)BLOCK_BYTES / (a2 * (p->ci + p->co) * 4);
     tb = tb < MIN_TILES ? MIN_TILES : tb;
@@ -134,11 +136,19 @@ static size_t part_bytes(const wprob *p, int which)
     return ((size_t)e * sizeof(float) + 63) / 64 * 64;
 }
 
+static size_t f2_floats(const wprob *p);
+
+/* Bytes of the F(2,3) planes (f2planes), none for F(4,3). */
+static size_t rows_bytes(const wprob *p)
+{
+    return p->f == &F2 ? (f2_floats(p) * sizeof(float) + 63) / 64 * 64 : 0;
+}
+
 size_t ot__wino_scratch(const ot_kernel *k)
 {
     wprob p;
     shape_of(k, &p);
-    return part_bytes(&p, 0) + part_bytes(&p, 1) + part_bytes(&p, 2) + 64;
+    return part_bytes(&p, 0) + part_bytes(&p, 1) + part_bytes(&p, 2) + rows_bytes(&p) + 64;
 }
 
 const char *ot__wino_name(const ot_kernel *k)
@@ -378,9 +388,115 @@ INLINE void input_block_t(const wprob *p, const wmat *f, float *v, int64_t t0, i
     }
 }
 
-WIDE static void input_block(const wprob *p, float *v, int64_t t0, int64_t nt)
+/* ---- F(2,3) on whole images ---------------------------------------------------
+ * F(2,3)'s input and output transforms run as vector loops over an image's
+ * tiles instead: per-tile gathers (above) cost more than the GEMMs on small
+ * images, and loops over one tile row are too short to vectorise (7 tiles
+ * on a 14x14 image). Each tile row has one tile more than the output needs
+ * (tw = ceil(ow / 2) + 1, shape_of), so that tile u = tr * tw + t of an
+ * image starts at column 2u of a padded plane whose rows are wp = 2 tw
+ * wide: with the planes split by row parity, B^T d B is a vertical pass of
+ * unit-stride loops over the image (rows 2 tr .. 2 tr + 3 are even and odd
+ * rows tr and tr + 1) and a horizontal one of stride-2 loops (tile u reads
+ * columns 2u .. 2u + 3). A^T m A likewise, into two output planes of row
+ * parity, copied out clipped. The extra tile's results are never stored:
+ * it costs 1 / tw more GEMM work. */
+
+/* The F(2,3) planes in a run's scratch (rows): the padded input by row
+ * parity (pe, po: th + 2 rows of wp each), its vertical B^T (q: 4 planes of
+ * th + 1 rows), the output by row parity (o: 2 planes of th rows). */
+typedef struct f2planes {
+    float *pe, *po, *q[4], *o[2];
+    int64_t wp;
+} f2planes;
+
+static size_t f2_floats(const wprob *p)
 {
-    if (p->f == &F2) input_block_t(p, &F2, v, t0, nt);
+    int64_t wp = 2 * p->tw;
+    return (size_t)((2 * (p->th + 2) + 4 * (p->th + 1) + 2 * p->th) * wp);
+}
+
+static f2planes f2_at(const wprob *p, float *rows)
+{
+    int64_t wp = 2 * p->tw, ps = (p->th + 2) * wp, qs = (p->th + 1) * wp;
+    f2planes f = {.pe = rows, .po = rows + ps, .wp = wp};
+    for (int i = 0; i < 4; i++) f.q[i] = rows + 2 * ps + i * qs;
+    for (int i = 0; i < 2; i++) f.o[i] = rows + 2 * ps + 4 * qs + i * p->th * wp;
+    return f;
+}
+
+/* Padded rows [r0, r1) of channel plane xc into pe and po: padded row r is
+ * input row r - lh at columns shifted by lw, zeros elsewhere. */
+static void pad_rows(const wprob *p, const float *xc, int64_t r0, int64_t r1, const f2planes *f)
+{
+    int64_t c0 = p->lw > 0 ? 0 : -p->lw, c1 = f->wp - p->lw < p->w_ ? f->wp - p->lw : p->w_;
+    for (int64_t r = r0; r < r1; r++) {
+        float *row = (r & 1 ? f->po : f->pe) + (r >> 1) * f->wp;
+        int64_t rr = r - p->lh;
+        memset(row, 0, sizeof *row * (size_t)f->wp);
+        if (rr >= 0 && rr < p->h && c1 > c0)
+            memcpy(row + c0 + p->lw, xc + rr * p->w_ + c0, sizeof *row * (size_t)(c1 - c0));
+    }
+}
+
+/* V of an image's tiles [ua, ub) of channel plane xc: tile u at column
+ * u - ua of v + xi * vs. The vertical pass covers two columns past the
+ * last tile row, which the extra tile of that row reads. */
+INLINE void image_bt(const wprob *p, const float *xc, int64_t ua, int64_t ub, const f2planes *f,
+                     float *v, int64_t vs)
+{
+    int64_t wp = f->wp, tra = ua / p->tw, trb = (ub - 1) / p->tw + 1;
+    pad_rows(p, xc, 2 * tra, 2 * trb + 4, f);
+    const float *restrict pe = f->pe, *restrict po = f->po;
+    float *restrict q0 = f->q[0], *restrict q1 = f->q[1], *restrict q2 = f->q[2],
+                    *restrict q3 = f->q[3];
+    for (int64_t u = tra * wp; u < trb * wp + 2; u++) {
+        float e0 = pe[u], e1 = pe[u + wp], o0 = po[u], o1 = po[u + wp];
+        q0[u] = e0 - e1;
+        q1[u] = o0 + e1;
+        q2[u] = e1 - o0;
+        q3[u] = o0 - o1;
+    }
+    for (int i = 0; i < 4; i++) {
+        const float *restrict q = f->q[i];
+        float *restrict v0 = v + 4 * i * vs - ua, *restrict v1 = v0 + vs, *restrict v2 = v1 + vs,
+                        *restrict v3 = v2 + vs;
+        for (int64_t u = ua; u < ub; u++) {
+            float a = q[2 * u], b = q[2 * u + 1], c = q[2 * u + 2], d = q[2 * u + 3];
+            v0[u] = a - c;
+            v1[u] = b + c;
+            v2[u] = c - b;
+            v3[u] = b - d;
+        }
+    }
+}
+
+/* The run of the block's tiles [t, end) within one image: its image and
+ * the run's tiles [*ua, *ub) of that image. */
+static void image_run(const wprob *p, int64_t t, int64_t end, int64_t *img, int64_t *ua,
+                      int64_t *ub)
+{
+    int64_t per = p->th * p->tw;
+    *img = t / per;
+    *ua = t % per;
+    *ub = per - *ua < end - t ? per : *ua + end - t;
+}
+
+WIDE static void input_f2(const wprob *p, float *v, int64_t t0, int64_t nt, float *rows)
+{
+    f2planes f = f2_at(p, rows);
+    for (int64_t t = t0, img, ua, ub; t < t0 + nt; t += ub - ua) {
+        image_run(p, t, t0 + nt, &img, &ua, &ub);
+        const float *xi = p->x + img * p->xs;
+        for (int64_t c = 0; c < p->ci; c++)
+            image_bt(p, xi + c * p->h * p->w_, ua, ub, &f, v + c * p->tb + (t - t0),
+                     p->ci * p->tb);
+    }
+}
+
+WIDE static void input_block(const wprob *p, float *v, int64_t t0, int64_t nt, float *rows)
+{
+    if (p->f == &F2) input_f2(p, v, t0, nt, rows);
     else input_block_t(p, &F4, v, t0, nt);
 }
 
@@ -433,26 +549,81 @@ INLINE void put_block_t(const wprob *p, const wmat *f, const float *mm, int64_t 
     }
 }
 
-WIDE static void put_block(const wprob *p, const float *mm, int64_t t0, int64_t nt)
+/* Output row i of an image's tiles [ua, ub) into o (tile u at 2u, 2u + 1)
+ * from M's rows 4 r + k at m + (4 r + k) ms, m starting at row i: A^T's
+ * row 0 is m0 + (m1 + m2), row 1 m1 - (m2 + m3) (sg 1 or -1), then the
+ * same along the row. */
+INLINE void at_row(const float *m, int64_t ms, int64_t ua, int64_t ub, float sg,
+                   float *restrict o)
 {
-    if (p->f == &F2) put_block_t(p, &F2, mm, t0, nt);
+    const float *restrict a0 = m - ua, *restrict a1 = a0 + ms, *restrict a2 = a0 + 2 * ms,
+                          *restrict a3 = a0 + 3 * ms;
+    const float *restrict b0 = a0 + 4 * ms, *restrict b1 = b0 + ms, *restrict b2 = b0 + 2 * ms,
+                          *restrict b3 = b0 + 3 * ms;
+    const float *restrict c0 = b0 + 4 * ms, *restrict c1 = c0 + ms, *restrict c2 = c0 + 2 * ms,
+                          *restrict c3 = c0 + 3 * ms;
+    for (int64_t u = ua; u < ub; u++) {
+        float q0 = a0[u] + sg * (b0[u] + c0[u]), q1 = a1[u] + sg * (b1[u] + c1[u]);
+        float q2 = a2[u] + sg * (b2[u] + c2[u]), q3 = a3[u] + sg * (b3[u] + c3[u]);
+        o[2 * u] = q0 + q1 + q2;
+        o[2 * u + 1] = q1 - q2 - q3;
+    }
+}
+
+/* Output of an image's tiles [ua, ub) into channel plane yc, from M's
+ * columns m + xi * ms (tile u at column u - ua): A^T m A, vertical first,
+ * into the output planes (tile u's rows at columns 2u, 2u + 1), then the
+ * tiles' rows copied out, clipped to the output (the extra tile of each
+ * row lies past it). A fused epilogue (bias, activation, the channel's
+ * batch norm) would run on the planes here, before the copy. */
+INLINE void image_at(const wprob *p, const float *m, int64_t ms, int64_t ua, int64_t ub,
+                     const f2planes *f, float *yc)
+{
+    at_row(m, ms, ua, ub, 1.0f, f->o[0]);
+    at_row(m + 4 * ms, ms, ua, ub, -1.0f, f->o[1]);
+    for (int64_t tr = ua / p->tw; tr * p->tw < ub; tr++) {
+        int64_t ta = ua > tr * p->tw ? ua - tr * p->tw : 0;
+        int64_t tb = ub < (tr + 1) * p->tw ? ub - tr * p->tw : p->tw;
+        int64_t c1 = 2 * tb < p->ow ? 2 * tb : p->ow;
+        for (int i = 0; i < 2 && 2 * tr + i < p->oh && c1 > 2 * ta; i++)
+            memcpy(yc + (2 * tr + i) * p->ow + 2 * ta, f->o[i] + tr * f->wp + 2 * ta,
+                   sizeof *yc * (size_t)(c1 - 2 * ta));
+    }
+}
+
+WIDE static void put_f2(const wprob *p, const float *mm, int64_t t0, int64_t nt, float *rows)
+{
+    f2planes f = f2_at(p, rows);
+    for (int64_t t = t0, img, ua, ub; t < t0 + nt; t += ub - ua) {
+        image_run(p, t, t0 + nt, &img, &ua, &ub);
+        float *yi = p->y + img * p->ys;
+        for (int64_t c = 0; c < p->co; c++)
+            image_at(p, mm + c * p->tb + (t - t0), p->co * p->tb, ua, ub, &f,
+                     yi + c * p->oh * p->ow);
+    }
+}
+
+WIDE static void put_block(const wprob *p, const float *mm, int64_t t0, int64_t nt, float *rows)
+{
+    if (p->f == &F2) put_f2(p, mm, t0, nt, rows);
     else put_block_t(p, &F4, mm, t0, nt);
 }
 
 /* ---- the run ---------------------------------------------------------------- */
 
-static void run_group(const wprob *p, float *u, float *v, float *mm, ot__gemm_fn *gemm)
+static void run_group(const wprob *p, float *u, float *v, float *mm, float *rows,
+                      ot__gemm_fn *gemm)
 {
     int64_t a2 = p->f->a * p->f->a;
     weights(p, u);
     for (int64_t t0 = 0; t0 < p->tiles; t0 += p->tb) {
         int64_t nt = p->tiles - t0 < p->tb ? p->tiles - t0 : p->tb;
-        input_block(p, v, t0, nt);
+        input_block(p, v, t0, nt, rows);
         for (int64_t xi = 0; xi < a2; xi++)
             gemm(&(ot__gemm){OT_F32, u + xi * p->co * p->ci, v + xi * p->ci * p->tb,
                              mm + xi * p->co * p->tb, false, false, p->co, nt, p->ci, p->ci, p->tb,
                              p->tb, 1.0, 0.0});
-        put_block(p, mm, t0, nt);
+        put_block(p, mm, t0, nt, rows);
     }
 }
 
@@ -467,6 +638,7 @@ void ot__wino_run(const ot_kernel *k, char *const xsw[3], char *scratch)
     float *u = align64(scratch);
     float *v = (float *)((char *)u + part_bytes(&p, 0));
     float *mm = (float *)((char *)v + part_bytes(&p, 1));
+    float *rows = (float *)((char *)mm + part_bytes(&p, 2));
     ot__gemm_fn *gemm = ot__gemm_pick();
     int64_t xsz = g->xc * g->xp[0] * g->xp[1], ssz = g->sc * g->sp[0] * g->sp[1];
     const float *xs = (const float *)xsw[0], *ss = (const float *)xsw[1];
@@ -476,6 +648,6 @@ void ot__wino_run(const ot_kernel *k, char *const xsw[3], char *scratch)
         p.w = (const float *)xsw[2] + grp * g->sc * g->xc * 9;
         p.xs = g->groups * (tr ? ssz : xsz);
         p.ys = g->groups * (tr ? xsz : ssz);
-        run_group(&p, u, v, mm, gemm);
+        run_group(&p, u, v, mm, rows, gemm);
     }
 }

@@ -843,12 +843,17 @@ static size_t moved_bytes(const ot_kernel *k)
  * threshold: a*b + c over 4M f32 writes 16 MB but moves 64 MB, more than a
  * 32 MB last-level cache holds, and ordinary stores then ran it at 70% of
  * the streamed rate (optree-bench, 2e6..5e6 elements). */
-bool ot__sched_streams(const ot_plan *p, const ot_kernel *k, size_t stream_bytes)
+bool ot__sched_streams(const ot_kernel *k, size_t stream_bytes)
 {
     if (!stream_bytes || k->kind != OT_KER_EW || reads_own_output(k)) return false;
-    /* In a row-blocked plan a temporary is read back by a later kernel of
-     * the same block, from cache: streamed, each block's rows went to
-     * memory and were read back from it (a layer norm gradient's). */
-    if (p->row_block > 0 && p->row_block < p->rows && k->store.space == OT_SPACE_TEMP) return false;
     return moved_bytes(k) >= stream_bytes && memory_bound(k);
+}
+
+/* In a row-blocked plan a temporary is read back by a later kernel of the
+ * same block, from cache: streamed, each block's rows went to memory and
+ * were read back from it (a layer norm gradient's x - mean). */
+bool ot__sched_streams_in(const ot_plan *p, const ot_kernel *k, size_t stream_bytes)
+{
+    if (p->row_block > 0 && p->row_block < p->rows && k->store.space == OT_SPACE_TEMP) return false;
+    return ot__sched_streams(k, stream_bytes);
 }

@@ -69,6 +69,9 @@ typedef struct ref_loops {
      * rsqrt(mean(x^2) + eps) * w (b unused). */
     void (*ln)(float *o, const float *x, const float *w, const float *b, size_t rows, size_t cols,
                float eps, bool rms, store_mode sm);
+    /* LNB: layer norm's d/dx for weight w and incoming gradient g. */
+    void (*lnb)(float *o, const float *x, const float *w, const float *g, size_t rows,
+                size_t cols, float eps, store_mode sm);
 } ref_loops;
 
 extern const ref_loops ref_loops_avx512, ref_loops_avx2;

@@ -399,8 +399,44 @@ ALWAYS_INLINE __m256 rms_vec(__m256 a, __m256 b, __m256 c, __m256 k)
     return _mm256_mul_ps(_mm256_mul_ps(a, k), b);
 }
 
+/* As ref_avx512.c's: sum(g w) and sum(g w (x - m)) over a row. */
+ALWAYS_INLINE void row_gw_sums(const float *g, const float *w, const float *x, float m, size_t n,
+                               float *s1, float *s2)
+{
+    const __m256 vm = _mm256_set1_ps(m);
+    __m256 a[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    __m256 b[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    size_t j = 0;
+    for (; j + 16 <= n; j += 16)
+        for (int u = 0; u < 2; u++) {
+            size_t i = j + 8 * (size_t)u;
+            __m256 gw = _mm256_mul_ps(_mm256_loadu_ps(g + i), _mm256_loadu_ps(w + i));
+            a[u] = _mm256_add_ps(a[u], gw);
+            b[u] = _mm256_fmadd_ps(gw, _mm256_sub_ps(_mm256_loadu_ps(x + i), vm), b[u]);
+        }
+    for (; j < n; j += 8) {
+        __m256i k = n - j >= 8 ? _mm256_set1_epi32(-1) : tail_mask(n - j);
+        __m256 gw = _mm256_mul_ps(_mm256_maskload_ps(g + j, k), _mm256_maskload_ps(w + j, k));
+        a[0] = _mm256_add_ps(a[0], gw);
+        b[0] = _mm256_fmadd_ps(gw, _mm256_sub_ps(_mm256_maskload_ps(x + j, k), vm), b[0]);
+    }
+    *s1 = hsum8(_mm256_add_ps(a[0], a[1]));
+    *s2 = hsum8(_mm256_add_ps(b[0], b[1]));
+}
+
+ALWAYS_INLINE __m256 lnb_vec(__m256 a, __m256 b, __m256 c, __m256 k)
+{
+    __m256 m = _mm256_permutevar8x32_ps(k, _mm256_set1_epi32(0));
+    __m256 r = _mm256_permutevar8x32_ps(k, _mm256_set1_epi32(1));
+    __m256 A = _mm256_permutevar8x32_ps(k, _mm256_set1_epi32(2));
+    __m256 C = _mm256_permutevar8x32_ps(k, _mm256_set1_epi32(3));
+    __m256 t = _mm256_fnmadd_ps(_mm256_sub_ps(c, m), C, _mm256_fmsub_ps(a, b, A));
+    return _mm256_mul_ps(t, r);
+}
+
 #define LN_SET1(v) _mm256_set1_ps(v)
 #define LN_PAIR(m, is) _mm256_setr_ps(m, is, 0, 0, 0, 0, 0, 0)
+#define LN_QUAD(m, r, a, c) _mm256_setr_ps(m, r, a, c, 0, 0, 0, 0)
 #include "ref_ln.inc"
 
 /* ---- W6: the epilogue after sgemm ---------------------------------------- */
@@ -423,5 +459,5 @@ static void bias_relu(float *o, const float *bias, size_t rows, size_t cols)
 const ref_loops ref_loops_avx2 = {
     .isa = "AVX2 + FMA, SLEEF 8-lane u10",
     .w1 = w1, .w2 = w2, .w3 = w3, .w4 = w4, .w5 = w5, .w7 = w7, .w8 = w8, .w9 = w9,
-    .bias_relu = bias_relu, .ln = ln,
+    .bias_relu = bias_relu, .ln = ln, .lnb = lnb,
 };

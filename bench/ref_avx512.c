@@ -370,8 +370,47 @@ ALWAYS_INLINE __m512 rms_vec(__m512 a, __m512 b, __m512 c, __m512 k)
     return _mm512_mul_ps(_mm512_mul_ps(a, k), b);
 }
 
+/* LNB: sum(g w) into *s1 and sum(g w (x - m)) into *s2 over a row, two
+ * accumulators each (one read of g, w and x from L1). */
+ALWAYS_INLINE void row_gw_sums(const float *g, const float *w, const float *x, float m, size_t n,
+                               float *s1, float *s2)
+{
+    const __m512 vm = _mm512_set1_ps(m);
+    __m512 a[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    __m512 b[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    size_t j = 0;
+    for (; j + 32 <= n; j += 32)
+        for (int u = 0; u < 2; u++) {
+            size_t i = j + 16 * (size_t)u;
+            __m512 gw = _mm512_mul_ps(_mm512_loadu_ps(g + i), _mm512_loadu_ps(w + i));
+            a[u] = _mm512_add_ps(a[u], gw);
+            b[u] = _mm512_fmadd_ps(gw, _mm512_sub_ps(_mm512_loadu_ps(x + i), vm), b[u]);
+        }
+    for (; j < n; j += 16) {
+        __mmask16 k = n - j >= 16 ? (__mmask16)0xffff : lanes(n - j);
+        __m512 gw = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, g + j), _mm512_maskz_loadu_ps(k, w + j));
+        a[0] = _mm512_add_ps(a[0], gw);
+        b[0] = _mm512_fmadd_ps(gw, _mm512_maskz_sub_ps(k, _mm512_maskz_loadu_ps(k, x + j), vm), b[0]);
+    }
+    *s1 = _mm512_reduce_add_ps(_mm512_add_ps(a[0], a[1]));
+    *s2 = _mm512_reduce_add_ps(_mm512_add_ps(b[0], b[1]));
+}
+
+/* LNB's epilogue: r (g w - A - (x - m) C), a = g, b = w, c = x, k holding
+ * m, r, A, C in lanes 0-3 (C = mean(g w (x - m)) r^2). */
+ALWAYS_INLINE __m512 lnb_vec(__m512 a, __m512 b, __m512 c, __m512 k)
+{
+    __m512 m = _mm512_permutexvar_ps(_mm512_set1_epi32(0), k);
+    __m512 r = _mm512_permutexvar_ps(_mm512_set1_epi32(1), k);
+    __m512 A = _mm512_permutexvar_ps(_mm512_set1_epi32(2), k);
+    __m512 C = _mm512_permutexvar_ps(_mm512_set1_epi32(3), k);
+    __m512 t = _mm512_fnmadd_ps(_mm512_sub_ps(c, m), C, _mm512_fmsub_ps(a, b, A));
+    return _mm512_mul_ps(t, r);
+}
+
 #define LN_SET1(v) _mm512_set1_ps(v)
 #define LN_PAIR(m, is) _mm512_setr4_ps(m, is, 0, 0)
+#define LN_QUAD(m, r, a, c) _mm512_setr4_ps(m, r, a, c)
 #include "ref_ln.inc"
 
 /* ---- W6: the epilogue after sgemm ---------------------------------------- */
@@ -394,5 +433,5 @@ static void bias_relu(float *o, const float *bias, size_t rows, size_t cols)
 const ref_loops ref_loops_avx512 = {
     .isa = "AVX-512 (F, DQ, VL) + FMA, SLEEF 16-lane u10",
     .w1 = w1, .w2 = w2, .w3 = w3, .w4 = w4, .w5 = w5, .w7 = w7, .w8 = w8, .w9 = w9,
-    .bias_relu = bias_relu, .ln = ln,
+    .bias_relu = bias_relu, .ln = ln, .lnb = lnb,
 };

@@ -65,6 +65,13 @@ static void shapes_ln(bench_data *d, bool quick)
     d->in_shape[1] = d->in_shape[2] = OT_SHAPE(n);
 }
 
+/* LNB: x (n, n), weight (n,), the incoming gradient g (n, n). */
+static void shapes_lnb(bench_data *d, bool quick)
+{
+    shapes_ln(d, quick);
+    d->in_shape[2] = d->out_shape;
+}
+
 static void shapes_w5(bench_data *d, bool quick)
 {
     int64_t n = square_side(quick);
@@ -200,6 +207,17 @@ static ot_node *rms_tree(ot_tensor *const in[])
     return ot_rms_norm(in[0], .weight = in[1], .eps = 1e-5);
 }
 
+/* LNB as a user writes it: autodiff of the layer norm, g the gradient
+ * flowing into it, d/dx alone (the tree lives in the current pool). */
+static ot_node *lnb_tree(ot_tensor *const in[])
+{
+    ot_autodiff *ad = ot_autodiff_new(ot_layer_norm(in[0], .weight = in[1], .eps = 1e-5),
+                                      ot_tensor_node(in[2]));
+    ot_node *dx = ad ? ot_autodiff_grad(ad, in[0]) : NULL;
+    ot_autodiff_free(ad);
+    return dx;
+}
+
 /* in[0] is already the transposed view of X. */
 static ot_node *w9_tree(ot_tensor *const in[]) { return ot_add(ot_mul(in[0], in[1]), in[2]); }
 
@@ -263,6 +281,12 @@ static void rms_ref(const ref_loops *L, store_mode sm, const bench_data *d, floa
     ln_ref_at(L, sm, d, o, true);
 }
 
+static void lnb_ref(const ref_loops *L, store_mode sm, const bench_data *d, float *o)
+{
+    size_t n = (size_t)d->in_shape[1].dims[0];
+    L->lnb(o, d->in[0], d->in[1], d->in[2], (size_t)d->in_shape[0].dims[0], n, 1e-5f, sm);
+}
+
 static void w9_ref(const ref_loops *L, store_mode sm, const bench_data *d, float *o)
 {
     L->w9(o, d->in[0], d->in[1], d->in[2], (size_t)d->out_shape.dims[0], sm);
@@ -310,6 +334,7 @@ static void w11_ref(const ref_loops *L, store_mode sm, const bench_data *d, floa
 #define SOFTMAX_REF "per row: max (4 accumulators), exp+sum, divide while the row is in L1"
 #define LN_REF "per row: mean, centred variance, then scale+shift while the row is in L1"
 #define RMS_REF "per row: mean square, then scale while the row is in L1"
+#define LNB_REF "per row: mean, centred variance, sum(g*w), sum(g*w*(x-mean)), then the closed form while the row is in L1"
 #define GEMM_FLOOR "GEMM floor: the step's 5 cblas_sgemm calls alone (1 thread)"
 
 const bench_case bench_cases[] = {
@@ -340,6 +365,13 @@ const bench_case bench_cases[] = {
      .err_floor = 0.1},
     {.id = "RMS", .label = "ot_rms_norm(x, weight) over rows", .ref_label = RMS_REF,
      .target = 1.05, .shapes = shapes_ln, .tree = rms_tree, .ref = rms_ref, .both_stores = true},
+    /* Layer norm's d/dx through autodiff: r (g*w - mean(g*w) - xhat *
+     * mean(g*w*xhat)). Issue 35 asks the gradients, as the forward, in one
+     * pass over a row in cache: LN's 1.05x is the target. The closed
+     * form's terms cancel, so values near 0 carry absolute rounding. */
+    {.id = "LNB", .label = "d/dx of ot_layer_norm(x, weight), autodiff", .ref_label = LNB_REF,
+     .target = 1.05, .shapes = shapes_lnb, .tree = lnb_tree, .ref = lnb_ref, .both_stores = true,
+     .err_floor = 0.1},
     {.id = "W6", .label = "relu(dot(A, W) + bias)",
      .ref_label = "OpenBLAS cblas_sgemm (1 thread) + one bias+relu pass", .target = 1.05,
      .shapes = shapes_w6, .fill = fill_w6, .tree = w6_tree, .ref = w6_ref, .err_floor = 0.1},

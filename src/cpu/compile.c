@@ -296,7 +296,7 @@ static void generate_code(ot_plan *p, const ot_kernels *kt, int acc, size_t stre
     if (!jits) return;
     for (int i = 0; i < p->nkernels; i++)
         jits[i] = ot__jit_build(&p->kernels[i], kt, acc,
-                                 ot__sched_streams(&p->kernels[i], stream_bytes));
+                                 ot__sched_streams_in(p, &p->kernels[i], stream_bytes));
     bool installed = ot__jit_install(jits, p->nkernels, &p->jit);
     for (int i = 0; i < p->nkernels; i++) {
         if (installed) p->kernels[i].jit = jits[i];

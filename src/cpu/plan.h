@@ -281,6 +281,8 @@ void ot__sched_choose_row_blocks(compiler *c);
  * it moves reach stream_bytes (0: never) and it is bound by memory, not by
  * arithmetic. compile.c hands the answer to jit.c, which obeys it. */
 bool ot__sched_streams(const ot_kernel *k, size_t stream_bytes);
+/* The same for kernel k of plan p, row blocks chosen. */
+bool ot__sched_streams_in(const ot_plan *p, const ot_kernel *k, size_t stream_bytes);
 
 /* plan_verify.c, built with -DOT_VERIFY_PLANS only: each check returns 0,
  * or records OT_EINTERNAL naming the broken invariant and returns it

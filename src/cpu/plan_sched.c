@@ -186,12 +186,17 @@ static int64_t kernel_rows(const ot_kernel *k)
 
 /* Whether a kernel walks the plan's rows the way a row-blocked plan needs:
  * dim 0 is the rows or, for an elementwise kernel coalesced to one dim,
- * whole rows of elements. A dot's B must be whole before the first block. */
+ * whole rows of elements, or one value per row (a norm's rsqrt(var + eps),
+ * read by several kernels and so stored: without it a layer norm's
+ * gradient ran its 10 kernels over the whole tensor each, x-sized
+ * temporaries streamed to memory and back). kernel_blocks checks that its
+ * loads and stores step by the row as their writers and readers do. A
+ * dot's B must be whole before the first block. */
 static bool walks_rows(const ot_kernel *k, int64_t rows, bool dots)
 {
     int64_t kr = kernel_rows(k);
     if (k->kind == OT_KER_DOT) return kr == rows && k->loads[1].space != OT_SPACE_TEMP;
-    if (k->kind == OT_KER_EW && dots && k->ndim == 1) return kr > 0 && kr % rows == 0;
+    if (k->kind == OT_KER_EW && k->ndim == 1) return kr > 0 && kr % rows == 0 && (dots || kr == rows);
     if (k->ndim < 2 || kr != rows) return false;
     if (k->kind == OT_KER_EW) return true;
     return k->kind == OT_KER_REDUCE && k->red_axis >= 1;
@@ -842,4 +847,13 @@ bool ot__sched_streams(const ot_kernel *k, size_t stream_bytes)
 {
     if (!stream_bytes || k->kind != OT_KER_EW || reads_own_output(k)) return false;
     return moved_bytes(k) >= stream_bytes && memory_bound(k);
+}
+
+/* In a row-blocked plan a temporary is read back by a later kernel of the
+ * same block, from cache: streamed, each block's rows went to memory and
+ * were read back from it (a layer norm gradient's x - mean). */
+bool ot__sched_streams_in(const ot_plan *p, const ot_kernel *k, size_t stream_bytes)
+{
+    if (p->row_block > 0 && p->row_block < p->rows && k->store.space == OT_SPACE_TEMP) return false;
+    return ot__sched_streams(k, stream_bytes);
 }

@@ -99,6 +99,8 @@ def defines(text):
     out = {}
     for m in re.finditer(r"^#define (OT_[A-Z0-9_]+) \(?(-?[0-9]+)u?\)?\s*$", text, flags=re.M):
         out[m.group(1)] = int(m.group(2))
+    for m in re.finditer(r"^#define (OT_[A-Z0-9_]+) INT64_MIN\s*$", text, flags=re.M):
+        out[m.group(1)] = -2 ** 63
     return out
 
 

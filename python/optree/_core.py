@@ -213,10 +213,11 @@ class OpTreeNode(_Expr):
 def wrap_node(ptr, retained=False):
     if not ptr:
         raise_error()
+    node = OpTreeNode(ptr, retained=retained)    # young before any drain
     _builds[0] += 1
     if _builds[0] & 1023 == 0 and lib.ot_pool_default_nodes() > _DRAIN_AT:
         _promote_and_drain()
-    return OpTreeNode(ptr, retained=retained)
+    return node
 
 
 def node_of(x):

@@ -93,8 +93,16 @@ class OptreeError(Exception):
             self.code = code
 
 
+# Spellings that read better than the rule's (OT_EINVAL -> InvalError).
+_NAMES = {"OT_EINVAL": "InvalidError", "OT_ENOMEM": "NoMemoryError", "OT_EOVERFLOW": "SizeOverflowError"}
+# The built-in exception each code is also, so `except ValueError` works.
+_BUILTIN = {"OT_EINVAL": ValueError, "OT_ESHAPE": ValueError, "OT_EDTYPE": TypeError,
+            "OT_ENOMEM": MemoryError, "OT_EOVERFLOW": OverflowError, "OT_EIO": OSError,
+            "OT_ENULL": ValueError}
+
+
 def _class_name(status):      # OT_ESHAPE -> ShapeError, OT_EUNSUPPORTED -> UnsupportedError
-    return status[4:].capitalize() + "Error"
+    return _NAMES.get(status) or status[4:].capitalize() + "Error"
 
 
 # One subclass per status code of the header, generated from it.
@@ -102,7 +110,7 @@ ERRORS = {}
 for _status, _code in _decls.STATUSES:
     if _code == 0:
         continue
-    _base = (OptreeError, MemoryError) if _status == "OT_ENOMEM" else (OptreeError,)
+    _base = (OptreeError,) + ((_BUILTIN[_status],) if _status in _BUILTIN else ())
     _cls = type(_class_name(_status), _base, {"code": _code, "__doc__": "%s (%d)" % (_status, _code)})
     ERRORS[_code] = _cls
     globals()[_cls.__name__] = _cls

@@ -54,6 +54,7 @@ def shape_tuple(s):
 # ---------------------------------------------------------------- nodes
 
 _young = {}          # id(node object) -> node pointer, not yet retained
+_build_at = lib.ot_build_at
 _builds = [0]
 
 
@@ -237,11 +238,31 @@ def node_of(x):
     raise TypeError("optree: %r is not a tensor, a node or a number" % (x,))
 
 
+def _operand(x):
+    t = type(x)
+    if t is OpTreeNode:
+        return x._p
+    if t is Tensor:
+        return x._n
+    return None if x is None else node_of(x)
+
+
 def build(op, a=None, b=None, args=None, depth=2):
+    """The node of op over a and b (tensors, nodes, numbers), recording the
+    Python caller's file:line (depth frames up, or the first frame outside
+    this package). The per-call path of every operator: kept short."""
     file, line = site(depth)
-    return wrap_node(lib.ot_build_at(op.num, None if a is None else node_of(a),
-                                     None if b is None else node_of(b),
-                                     None if args is None else ctypes.byref(args), file, line))
+    p = _build_at(op.num, _operand(a), _operand(b),
+                  None if args is None else ctypes.byref(args), file, line)
+    if not p:
+        raise_error()
+    node = OpTreeNode.__new__(OpTreeNode)
+    node._p = p
+    _young[id(node)] = p
+    _builds[0] += 1
+    if not _builds[0] & 1023 and lib.ot_pool_default_nodes() > _DRAIN_AT:
+        _promote_and_drain()
+    return node
 
 
 # ---------------------------------------------------------------- the op table

@@ -139,19 +139,22 @@ def check(rc):
 
 # ---------------------------------------------------------------- call sites
 
-_files = {}
+_files = {}          # code object -> its file as bytes (None: this package's)
 _PKG = _HERE + os.sep
+_getframe = sys._getframe
 
 
 def site(depth=2):
     """(file, line) of the first frame outside this package, depth frames
-    up at the least: the file as a C string that lives as long as the
-    process (the library keeps the pointer in every node built there)."""
-    f = sys._getframe(depth)
-    while f.f_code.co_filename.startswith(_PKG):
+    up at the least: the file as bytes kept as long as the process (the
+    library keeps the pointer in every node built there)."""
+    f = _getframe(depth)
+    while True:
+        code = f.f_code
+        c = _files.get(code)
+        if c is None:
+            name = code.co_filename
+            c = _files[code] = b"" if name.startswith(_PKG) else name.encode("utf-8", "replace")
+        if c:
+            return c, f.f_lineno
         f = f.f_back
-    name = f.f_code.co_filename
-    c = _files.get(name)
-    if c is None:
-        c = _files[name] = name.encode("utf-8", "replace")
-    return c, f.f_lineno

@@ -276,6 +276,47 @@ def node_pool_stays_bounded():
 
 
 @case
+def program_replay():
+    p = optree.Program(BE)
+    x = p.placeholder("x", (8,))
+    w = BE.array(np.arange(8, dtype=np.float32))
+    out = BE.empty((8,))
+    p.assign(out, BE.sig(x * w) + 1)
+    p.compile()
+    for k in range(3):
+        data = np.full(8, k * 0.5, dtype=np.float32)
+        p.run(x=data)
+        assert np.allclose(out.get(), 1 / (1 + np.exp(-data * np.arange(8))) + 1, rtol=1e-6)
+    assert "kernel" in p.explain().lower()
+    try:
+        p.run()                          # x left unbound
+    except optree.OptreeError as e:
+        assert "run_tests.py" in str(e), str(e)
+    else:
+        raise AssertionError("no error")
+
+
+@case
+def explain_and_names():
+    x = BE.ones((4,), name="x")
+    f = (BE.exp(x) * 2).name("h1") + x
+    assert f.pp() == "(h1:((exp x) * 2.0) + x)", f.pp()
+    assert "kernel" in f.explain().lower()
+    assert f.shape == (4,) and f.dtype == np.float32 and f.op == "add"
+
+
+@case
+def readme_python_blocks():
+    """Every ```python block of README.md runs as a whole program."""
+    text = open(os.path.join(ROOT, "README.md")).read()
+    found = re.findall(r"^```python\n(.*?)^```$", text, flags=re.S | re.M)
+    assert found, "no python block in README.md"
+    for code in found:
+        with contextlib.redirect_stdout(io.StringIO()):
+            exec(compile(code, "README.md", "exec"), {"__name__": "__main__"})
+
+
+@case
 def declarations_match_the_header():
     gen = os.path.join(ROOT, "tools", "gen_py.py")
     subprocess.check_call([sys.executable, gen, "--check"])

@@ -71,28 +71,12 @@ class _Expr:
     __slots__ = ()
     __array_priority__ = 1000      # ndarray <op> node defers to the node
 
-    def __add__(self, o): return build(OP.add, self, o)
-    def __radd__(self, o): return build(OP.add, o, self)
-    def __sub__(self, o): return build(OP.sub, self, o)
-    def __rsub__(self, o): return build(OP.sub, o, self)
-    def __mul__(self, o): return build(OP.mul, self, o)
-    def __rmul__(self, o): return build(OP.mul, o, self)
-    def __truediv__(self, o): return build(OP.div, self, o)
-    def __rtruediv__(self, o): return build(OP.div, o, self)
-    def __pow__(self, o): return build(OP.pow, self, o)
-    def __rpow__(self, o): return build(OP.pow, o, self)
+    # The operators (+ - * / ** @, comparisons) are set from the op table
+    # below (_install_operators).
     def __neg__(self): return build(OP.neg, self)
     def __pos__(self): return self
     def __abs__(self): return build(OP.abs, self)
-    def __eq__(self, o): return build(OP.eq, self, o)
-    def __ne__(self, o): return build(OP.ne, self, o)
-    def __lt__(self, o): return build(OP.lt, self, o)
-    def __le__(self, o): return build(OP.le, self, o)
-    def __gt__(self, o): return build(OP.gt, self, o)
-    def __ge__(self, o): return build(OP.ge, self, o)
     __hash__ = object.__hash__
-
-    def __matmul__(self, o): return build(OP.dot, self, o)
 
     @property
     def T(self):
@@ -285,6 +269,25 @@ for _row in D.OPS:
     _op = Op(_row)
     setattr(OP, _op.name, _op)
     OPS_BY_NUM[_op.num] = _op
+
+# Python's operator names -> the table's ops; the first six also reflected.
+_OPERATORS = {"add": "add", "sub": "sub", "mul": "mul", "truediv": "div", "pow": "pow",
+              "matmul": "dot", "eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt",
+              "ge": "ge"}
+
+
+def _install_operators():
+    for i, (py, name) in enumerate(_OPERATORS.items()):
+        op = getattr(OP, name)
+
+        def fwd(self, o, _op=op): return build(_op, self, o)
+        setattr(_Expr, "__%s__" % py, fwd)
+        if i < 6:
+            def rev(self, o, _op=op): return build(_op, o, self)
+            setattr(_Expr, "__r%s__" % py, rev)
+
+
+_install_operators()
 
 # Keyword -> ot_args member, for the table's simple attributes.
 _ATTR_FIELDS = {"axis": "axis", "keepdims": "keepdims", "ddof": "ddof", "lo": "lo", "hi": "hi",
@@ -663,9 +666,13 @@ def _install_table_ops():
         if op.user or hasattr(Backend, op.name):
             continue
         fn = op_function(op)
-
-        def method(self, *operands, _fn=fn, out=None, **kw):
-            return _out(_fn(*operands, **kw), out)
+        if op.kind == "UNARY":          # the common case, one call shorter
+            def method(self, x, out=None, _op=op):
+                node = build(_op, x)
+                return node if out is None else _out(node, out)
+        else:
+            def method(self, *operands, _fn=fn, out=None, **kw):
+                return _out(_fn(*operands, **kw), out)
         method.__name__, method.__doc__ = op.name, fn.__doc__
         setattr(Backend, op.name, method)
 

@@ -23,11 +23,12 @@ def main():
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--backend", default="cpu")
+    ap.add_argument("--threads", type=int, default=1, help="the backend's threads (0: all cores)")
     ap.add_argument("--only", choices=("tree", "program", "numpy"),
                     help="run CALLS calls of one variant, untimed (for callgrind: "
                          "instructions per call = the difference of two CALLS)")
     args = ap.parse_args()
-    be = optree.gen_backend(args.backend)
+    be = optree.Backend(args.backend, threads=args.threads)
     rng = np.random.RandomState(0)
     an = rng.uniform(0.5, 2.0, 64).astype(np.float32)
     bn = rng.uniform(0.5, 2.0, 64).astype(np.float32)

@@ -13,6 +13,7 @@ parsed trees) take their reference at once.
 """
 import ctypes
 import numbers
+import os
 
 import numpy as np
 
@@ -457,6 +458,10 @@ class Tensor(_Expr):
         idx, n = indices(key, self.ndim)
         return Tensor._own(lib.ot_slice_at(self._t, n, idx, file, line))
 
+    def save(self, path):
+        """Writes a NumPy .npy file (ot_save; np.load reads it)."""
+        check(lib.ot_save(os.fsencode(path), self._t))
+
     def __setitem__(self, key, value):
         """t[...] = node | tensor | number | array: an assignment (runs the tree)."""
         file, line = site()
@@ -580,6 +585,22 @@ class Backend:
         if name:
             t.name = name
         return t
+
+    def load(self, path, name=None):
+        """A tensor of a .npy file (ot_load: float32, float64, int32; int64
+        as int32 when every value fits)."""
+        t = Tensor._own(lib.ot_load(self._b, os.fsencode(path)))
+        if name:
+            t.name = name
+        return t
+
+    def parse(self, text, **tensors):
+        """The tree that text writes in ot_pp's infix form, its leaves the
+        tensors (or nodes) given by name: be.parse("(tanh (a * b))", a=a, b=b)."""
+        n = len(tensors)
+        names = (ctypes.c_char_p * max(n, 1))(*[k.encode() for k in tensors])
+        ts = (ctypes.c_void_p * max(n, 1))(*[node_of(t) for t in tensors.values()])
+        return wrap_node(lib.ot_parse(text.encode(), n, names, ts))
 
     # -- neon's functions with neon's signatures
     def dot(self, a, b, out=None):

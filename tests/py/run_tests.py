@@ -306,6 +306,27 @@ def explain_and_names():
 
 
 @case
+def save_load_and_parse():
+    import tempfile
+    a = np.arange(6, dtype=np.float64).reshape(2, 3)
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "a.npy")
+        BE.array(a).save(path)
+        assert (np.load(path) == a).all()
+        t = BE.load(path, name="t")
+        assert t.dtype == np.float64 and (t.get() == a).all()
+        try:
+            BE.load(os.path.join(d, "missing.npy"))
+        except optree.OptreeError as e:
+            assert e.code == -12 and "missing.npy" in str(e), str(e)
+        else:
+            raise AssertionError("no error")
+    x = BE.array(a, name="x")
+    f = BE.parse("(tanh (x * 2))", x=x)
+    assert f.pp() == "(tanh (x * 2.0))" and np.allclose(f.get(), np.tanh(a * 2))
+
+
+@case
 def readme_python_blocks():
     """Every ```python block of README.md runs as a whole program."""
     text = open(os.path.join(ROOT, "README.md")).read()

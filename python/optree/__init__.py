@@ -18,6 +18,7 @@ from ._lib import OptreeError, ERROR_CLASSES, lib as _clib
 from ._core import (Backend, OpTreeNode, Tensor, gen_backend, OP, OPS_BY_NUM, op_function)
 from ._autodiff import Autodiff
 from ._program import Program
+from ._custom import register_op
 
 # The error classes, one per status code of the header: ShapeError, ...
 for _cls in ERROR_CLASSES:
@@ -32,5 +33,5 @@ for _op in OPS_BY_NUM.values():
         globals()[_op.name] = op_function(_op)
 del _op
 
-__all__ = ["Autodiff", "Backend", "Program", "OpTreeNode", "OptreeError", "Tensor", "gen_backend", "OP"] + [
+__all__ = ["Autodiff", "Backend", "Program", "register_op", "OpTreeNode", "OptreeError", "Tensor", "gen_backend", "OP"] + [
     c.__name__ for c in ERROR_CLASSES]

@@ -327,6 +327,23 @@ def save_load_and_parse():
 
 
 @case
+def custom_op_from_a_python_callable():
+    softplus = optree.register_op("softplus_py", lambda x: np.log1p(np.exp(x)),
+                                  grad=lambda ins, out, g, which: g * BE.sig(ins[0]))
+    hyp = optree.register_op("hypot_py", np.hypot, arity=2)
+    a = np.linspace(-2, 2, 6)
+    x = BE.array(a, name="x")
+    f = softplus(x) * 2
+    assert f.pp() == "((softplus_py x) * 2.0)", f.pp()
+    assert np.allclose(f.get(), 2 * np.log1p(np.exp(a)))
+    g, = Autodiff(f, BE).get_grad_asnumpyarray([x])
+    assert np.allclose(g, 2 / (1 + np.exp(-a)))
+    y = BE.array(np.ones((2, 1), np.float32))
+    h = hyp(BE.array(a.astype(np.float32)), y)
+    assert h.shape == (2, 6) and h.dtype == np.float32 and np.allclose(h.get(), np.hypot(a, 1))
+
+
+@case
 def readme_python_blocks():
     """Every ```python block of README.md runs as a whole program."""
     text = open(os.path.join(ROOT, "README.md")).read()

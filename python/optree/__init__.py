@@ -15,7 +15,8 @@ Errors are exceptions: OptreeError, one subclass per status code
 that built the failing node.
 """
 from ._lib import OptreeError, ERROR_CLASSES, lib as _clib
-from ._core import (Backend, OpTreeNode, Tensor, gen_backend, OP, OPS_BY_NUM, op_function)
+from ._core import (Backend, OpTreeNode, Tensor, gen_backend, OP, OPS_BY_NUM, op_function,
+                    dot_axes)
 from ._autodiff import Autodiff
 from ._program import Program
 from ._custom import register_op
@@ -33,5 +34,5 @@ for _op in OPS_BY_NUM.values():
         globals()[_op.name] = op_function(_op)
 del _op
 
-__all__ = ["Autodiff", "Backend", "Program", "register_op", "OpTreeNode", "OptreeError", "Tensor", "gen_backend", "OP"] + [
+__all__ = ["Autodiff", "Backend", "Program", "register_op", "dot_axes", "OpTreeNode", "OptreeError", "Tensor", "gen_backend", "OP"] + [
     c.__name__ for c in ERROR_CLASSES]

@@ -157,6 +157,12 @@ class OpTreeNode(_Expr):
     def op(self):
         return OPS_BY_NUM[lib.ot_node_op(self._p)].name
 
+    @property
+    def axes(self):
+        """The dims' names ("N,C,H,W"), or None."""
+        a = lib.ot_node_axes(self._p)
+        return a.decode() if a else None
+
     def __str__(self):
         """neon's tuple form: ({'shape': (2, 2), 'op': 'add'}, x0, x1)."""
         return capture(lib.ot_print, self._p).rstrip("\n")
@@ -314,13 +320,25 @@ def op_args(op, kw):
     return a
 
 
+def build_axes(op, a, b, args, axes):
+    """build() along the axes named ("C,H,W") instead of args.axis."""
+    file, line = site(3)
+    return wrap_node(lib.ot_build_axes_at(op.num, _operand(a), _operand(b), ctypes.byref(args),
+                                          axes.encode(), file, line))
+
+
 def op_function(op):
-    """A Python function building op from its operands and attributes."""
+    """A Python function building op from its operands and attributes
+    (axes="C,H" names the axes instead of axis=)."""
     def fn(*operands, **kw):
         if len(operands) != op.arity:
             raise TypeError("optree: %s takes %d operand(s), %d given" % (op.name, op.arity, len(operands)))
-        args = op_args(op, kw) if (kw or op.attrs) else None
-        return build(op, *(operands + (None, None))[:2], args=args)
+        axes = kw.pop("axes", None)
+        args = op_args(op, kw) if (kw or op.attrs or axes) else None
+        ab = (operands + (None, None))[:2]
+        if axes is not None:
+            return build_axes(op, ab[0], ab[1], args, axes)
+        return build(op, *ab, args=args)
     fn.__name__ = op.name
     fn.__doc__ = "The op %r of the library's table (%s, %d operand(s); attributes: %s)." % (
         op.name, op.kind.lower(), op.arity, ", ".join(op.attrs) or "none")
@@ -413,6 +431,16 @@ class Tensor(_Expr):
     @name.setter
     def name(self, value):
         check(lib.ot_tensor_set_name(self._t, None if value is None else value.encode()))
+
+    @property
+    def axes(self):
+        """The dims' names ("N,C,H,W"), or None; setting names them."""
+        a = lib.ot_tensor_axes(self._t)
+        return a.decode() if a else None
+
+    @axes.setter
+    def axes(self, names):
+        check(lib.ot_tensor_set_axes(self._t, None if names is None else names.encode()))
 
     @property
     def backend(self):
@@ -671,6 +699,14 @@ class Backend:
 
     def __repr__(self):
         return "<optree backend %r>" % self.name
+
+
+def dot_axes(w, x, axes=None):
+    """ngraph's dot over named axes: contracts the axes named (None: every
+    name the two share); w's other axes, then x's."""
+    file, line = site()
+    return wrap_node(lib.ot_dot_axes_at(_operand(w), _operand(x),
+                                        None if axes is None else axes.encode(), file, line))
 
 
 def _out(node, out):

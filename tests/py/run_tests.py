@@ -344,6 +344,26 @@ def custom_op_from_a_python_callable():
 
 
 @case
+def named_axes():
+    a = np.random.RandomState(3).uniform(size=(2, 3, 4))
+    x = BE.array(a)
+    x.axes = "N,C,W"
+    assert x.axes == "N,C,W"
+    s = optree.sum(x, axes="C,W")
+    assert s.axes == "N" and np.allclose(s.get(), a.sum((1, 2)))
+    w = BE.array(np.ones((3, 4, 5)))
+    w.axes = "C,W,K"
+    d = optree.dot_axes(w, x, "C,W")
+    assert d.shape == (5, 2) and np.allclose(d.get(), np.tensordot(np.ones((3, 4, 5)), a, ([0, 1], [1, 2])))
+    try:
+        optree.sum(x, axes="Q")
+    except optree.InvalidError as e:
+        assert "'Q'" in str(e) and "run_tests.py" in str(e), str(e)
+    else:
+        raise AssertionError("no error")
+
+
+@case
 def readme_python_blocks():
     """Every ```python block of README.md runs as a whole program."""
     text = open(os.path.join(ROOT, "README.md")).read()

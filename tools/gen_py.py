@@ -90,7 +90,8 @@ def ops_table(rows):
         attrs = () if c[18] == "-" else tuple(
             a.strip().lower() for a in re.match(r"ATTRS\((.*)\)$", c[18]).group(1).split(","))
         ops.append((num, c[1].strip('"'), int(c[2]), c[3], c[4], c[12],
-                    None if c[15] == "NULL" else c[15].strip('"'), c[7] == "USER", attrs))
+                    None if c[15] == "NULL" else c[15].strip('"'), c[7] == "USER", attrs,
+                    None if c[19] == "NULL" else c[19][1:-1]))
     return ops
 
 
@@ -204,7 +205,7 @@ def generate():
     out += ["", "# The status codes: (name, code)."]
     out.append("STATUSES = %r" % (statuses(text),))
     out.append("DTYPES = %r" % ([(n, int(v)) for n, v in re.findall(r"(OT_\w+) = (\d+)", dtypes)],))
-    out += ["", "# The op table: (number, name, arity, kind, rule, grad, infix, user, attrs)."]
+    out += ["", "# The op table: (number, name, arity, kind, rule, grad, infix, user, attrs, NumPy peer)."]
     out.append("OPS = [")
     out += ["    %r," % (o,) for o in ops]
     out.append("]")

@@ -259,11 +259,11 @@ def build(op, a=None, b=None, args=None, depth=2):
 # ---------------------------------------------------------------- the op table
 
 class Op:
-    __slots__ = ("num", "name", "arity", "kind", "rule", "grad", "infix", "user", "attrs")
+    __slots__ = ("num", "name", "arity", "kind", "rule", "grad", "infix", "user", "attrs", "peer")
 
     def __init__(self, row):
         (self.num, self.name, self.arity, self.kind, self.rule, self.grad, self.infix,
-         self.user, self.attrs) = row
+         self.user, self.attrs, self.peer) = row
 
 
 class _Ops:

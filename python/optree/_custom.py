@@ -74,7 +74,8 @@ def register_op(name, fn, arity=1, grad=None):
     num = lib.ot_op_register_structured(ctypes.byref(d))
     if num < 0:
         raise_error()
-    op = Op((num, name, arity, "SPECIAL", "FLOAT", "FN" if grad else "NONE", None, True, ()))
+    op = Op((num, name, arity, "SPECIAL", "FLOAT", "FN" if grad else "NONE", None, True, (),
+             None))
 
     def apply(*operands):
         file, line = site()

@@ -193,6 +193,27 @@ def reductions_and_table_ops():
 
 
 @case
+def table_ops_against_their_numpy_peers():
+    """Every elementwise op of the table with a NumPy spelling (ops.def's
+    peer column), through the module, on both backends, f32 and f64."""
+    rng = np.random.RandomState(4)
+    checked = 0
+    for op in optree.OPS_BY_NUM.values():
+        if op.kind not in ("UNARY", "BINARY") or not op.peer:
+            continue
+        peer = eval(op.peer, {"np": np})
+        for dt, tol in ((np.float32, 2e-6), (np.float64, 1e-13)):
+            xs = [rng.uniform(0.5, 2.0, (3, 7)).astype(dt) for _ in range(op.arity)]
+            want = peer(*xs)
+            for be in (BE, REF):
+                got = getattr(optree, op.name)(*[be.array(x) for x in xs]).get()
+                assert got.dtype == want.dtype, (op.name, got.dtype, want.dtype)
+                assert np.allclose(got, want, rtol=tol, atol=0), (op.name, be, dt)
+        checked += 1
+    assert checked >= 25, checked
+
+
+@case
 def slicing_gives_views():
     a = np.arange(24.0).reshape(4, 6)
     t = BE.array(a.copy())

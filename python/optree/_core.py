@@ -18,7 +18,7 @@ import os
 import numpy as np
 
 from . import _decls as D
-from ._lib import lib, capture, check, raise_error, site
+from ._lib import lib, capture, check, raise_error, site, _files, _getframe
 from ._lib import BackendError  # pylint: disable=no-name-in-module (made from the header)
 
 _DT_TO_NP = {1: np.dtype(np.float32), 2: np.dtype(np.float64), 3: np.dtype(np.int32)}
@@ -56,6 +56,7 @@ def shape_tuple(s):
 
 _young = {}          # id(node object) -> node pointer, not yet retained
 _build_at = lib.ot_build_at
+_files_get = _files.get
 _builds = [0]
 
 
@@ -242,7 +243,12 @@ def build(op, a=None, b=None, args=None, depth=2):
     """The node of op over a and b (tensors, nodes, numbers), recording the
     Python caller's file:line (depth frames up, or the first frame outside
     this package). The per-call path of every operator: kept short."""
-    file, line = site(depth)
+    f = _getframe(depth)
+    file = _files_get(f.f_code)
+    if file:                        # the caller's file, seen before: no walk
+        line = f.f_lineno
+    else:
+        file, line = site(depth + 1)
     p = _build_at(op.num, _operand(a), _operand(b),
                   None if args is None else ctypes.byref(args), file, line)
     if not p:

@@ -61,7 +61,10 @@
 #               max and average pooling and their gradients against NumPy,
 #               and tests/index_check.py ("index"): take, index_add, where,
 #               tril and triu and their gradients against NumPy,
-#               and tests/attn_check.py ("attn"): attention and its gradients
+#               and tests/attn_check.py ("attn"): attention and its gradients,
+#               and tests/py/run_tests.py ("py"): the Python module (python/
+#               optree), neon's backend page run as written, its declarations
+#               against the header
 # Each phase prints its header, its failures and a summary line (with its
 # wall and CPU seconds) when it ends; the suite ends with exactly one line
 # "N passed, M failed" (summed over the phases) and exits non-zero when
@@ -285,6 +288,7 @@ phase_numpy() {
     run_logged pool $TMO "$PY" tests/pool_check.py "$B/liboptree.so"
     run_logged index $TMO "$PY" tests/index_check.py "$B/liboptree.so"
     run_logged attn $TMO "$PY" tests/attn_check.py "$B/liboptree.so"
+    run_logged py $TMO "$PY" tests/py/run_tests.py "$B"
 }
 
 # Everything a user builds, once more with clang at -O0: no call is inlined
@@ -456,6 +460,11 @@ echo "==== build: make all (-j$JOBS)"
 if ! sh tools/gen_ops.sh src/core/ops.def | cmp -s - include/optree_ops.h; then
     echo "build: include/optree_ops.h is stale: run make (tools/gen_ops.sh) and commit it"
     record build 0 1 "stale include/optree_ops.h"
+    finish
+fi
+# So is the Python module's view of the op table and the structs.
+if ! "$PY" tools/gen_py.py --check; then
+    record build 0 1 "stale python/optree/_decls.py"
     finish
 fi
 if ! make -s -j"$JOBS" WERROR=-Werror all; then

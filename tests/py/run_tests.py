@@ -1,0 +1,421 @@
+"""run_tests.py - the Python module's tests (make test's and make check's "py"
+phase): neon's backend page run as written (tests/py/neon_backend_page.py)
+with what it prints and computes checked against what the page states, then
+unit tests of the module (operators, slicing views, NumPy without copies and
+its lifetimes, errors naming the Python file:line, every op of the table by
+name), and that the generated declarations match the header
+(tools/gen_py.py --check and --layout). Ends with "N passed, M failed".
+
+usage: PYTHONPATH=python python3 tests/py/run_tests.py [BUILD_DIR]
+"""
+import contextlib
+import gc
+import io
+import os
+import re
+import subprocess
+import sys
+import traceback
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+if len(sys.argv) > 1:
+    os.environ.setdefault("OPTREE_LIB", os.path.join(sys.argv[1], "liboptree.so"))
+
+import optree  # noqa: E402
+from optree import Autodiff, OpTreeNode, gen_backend  # noqa: E402
+
+PAGE = os.path.join(ROOT, "tests", "py", "neon_backend_page.py")
+RESULTS = [0, 0]
+CASES = []
+
+
+def case(fn):
+    CASES.append(fn)
+    return fn
+
+
+def sections():
+    """The page's sections: title -> (first line, code)."""
+    out, title, start, lines = {}, None, 0, open(PAGE).read().split("\n")
+    for i, line in enumerate(lines + ["# --- end"]):
+        if line.startswith("# --- "):
+            if title:
+                out[title] = (start, "\n".join(lines[start:i]) + "\n")
+            title, start = line[6:], i
+    return out
+
+
+def run_section(title, ns):
+    """Runs a section in ns; the page uses neon's OpTreeNode without
+    importing it (neon.backends.backend's), so ns has it."""
+    ns.setdefault("OpTreeNode", OpTreeNode)
+    first, code = sections()[title]
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        exec(compile("\n" * first + code, PAGE, "exec"), ns)
+    return buf.getvalue()
+
+
+def numbers(text):
+    return [float(x) for x in re.findall(r"-?\d+\.?\d*(?:e[-+]?\d+)?", text)]
+
+
+# ---------------------------------------------------------------- the page
+
+@case
+def page_directly_calling_the_backend():
+    ns = {}
+    run_section("directly calling the backend", ns)
+    assert ns["fval"].shape == (100, 100)
+    assert np.allclose(ns["fval"].get(), 0.5)          # the logistic of zeros
+    assert ns["myNumpyArray"].shape == (100, 100) and not ns["myNumpyArray"].any()
+
+
+@case
+def page_minimal_op_tree():
+    out = run_section("op-trees: a minimal example", {})
+    # The page: ({'shape': (2, 2), 'op': 'add'}, x0, x1) [[ 2.  2.]  [ 2.  2.]]
+    tree, values = out.split("\n", 1)
+    assert tree == "({'shape': (2, 2), 'op': 'add'}, x0, x1)", tree
+    assert numbers(values) == [2.0, 2.0, 2.0, 2.0], values
+
+
+def creation_context():
+    """What the fragments of "Op-Tree Creation" take for granted."""
+    be = gen_backend("cpu")
+    x1, x2 = be.ones((2, 2), name="x1"), be.ones((2, 2), name="x2")
+    a, b, x = be.array(np.arange(4.0).reshape(2, 2), name="a"), x2, x1
+    return dict(be=be, ng=be, x=x, x1=x1, x2=x2, t1=x1 * 2, t2=x2 + 1, a=a, b=b,
+                out_buffer=be.empty((2, 2)), op_dict={"shape": (2, 2), "op": "add"},
+                f_val=be.empty((2, 2)), f=x1 + x2, OpTreeNode=OpTreeNode)
+
+
+@case
+def page_op_tree_creation_and_execution():
+    ns = creation_context()
+    for title in ("op-tree creation: operator overload", "op-tree creation: backend functions",
+                  "op-tree creation: OpTreeNode.build()", "op-tree creation: OpTreeNode's init function"):
+        run_section(title, ns)
+    assert np.allclose(ns["out_buffer"].get(), np.sqrt(np.arange(4.0).reshape(2, 2)))
+    assert str(ns["f"]).startswith("({'shape': (1, 1), 'op': 'mean'")      # neon keeps dims
+    ns["f"] = ns["x1"] + ns["x2"]
+    run_section("op-tree execution", ns)
+    assert np.allclose(ns["f_val"].get(), 2.0)
+
+
+@case
+def page_autodiff_example_0():
+    ns = {}
+    out = run_section("autodiff: example 0", ns)
+    # "result is [2 * x0 + x1, x0]": x0 = 1, x1 = 2
+    assert out.startswith("# example 0\n"), out
+    assert numbers(out[12:]) == [4.0] * 9 + [1.0] * 9, out
+
+
+@case
+def page_autodiff_fprop_tree():
+    ns = {}
+    run_section("autodiff: example 0", ns)
+    out = run_section("autodiff: a forward-propagation op-tree", ns)
+    assert "tanh" in out, out
+    x0, x1 = 1.0, 2.0
+    dt = 1 - np.tanh(x0 * x1 + x0 / x1) ** 2
+    g0, g1 = ns["x0_grad_op_tree"].get(), ns["x1_grad_op_tree"].get()
+    assert np.allclose(g0, dt * (x1 + 1 / x1)) and np.allclose(g1, dt * (x0 - x0 / x1 ** 2))
+
+
+@case
+def page_autodiff_dynamic_tree():
+    """The page's dynamically generated tree, for x0[0, 0] = 0 .. 9."""
+    for k in range(10):
+        ns = {}
+        run_section("autodiff: example 0", ns)
+        rng = np.random.RandomState(k)
+        draw = rng.randint(10, size=(3, 3))
+        draw[0, 0] = k
+
+        class _Random:                   # np.random.randint gives the draw above
+            def randint(self, *a, **kw):
+                return draw.copy()
+        ns["np"] = type("np", (), {"random": _Random()})
+        out = run_section("autodiff: a dynamically generated op-tree", ns)
+        x = draw.astype(np.float64)
+        want = k * x + (1 / (1 + np.exp(-x)) if k % 2 == 0 else np.tanh(x))
+        assert np.allclose(ns["f"].get(), want), (k, out)
+        pp = out.split("\n")[3]
+        assert pp.count("+ x0") == k and ("(sig x0)" if k % 2 == 0 else "(tanh x0)") in pp, pp
+        # x0 holds integers (int32, as np.random.randint's values): optree
+        # differentiates floats only, so its gradient tree is zeros.
+        assert out.split("\n")[4] == "zeros", out
+
+
+# ---------------------------------------------------------------- the module
+
+BE = gen_backend("cpu")
+REF = gen_backend("ref")
+
+
+@case
+def operators_match_numpy():
+    rng = np.random.RandomState(1)
+    a, b = rng.uniform(0.5, 2, (4, 5)).astype(np.float32), rng.uniform(0.5, 2, (4, 5)).astype(np.float32)
+    for be in (BE, REF):
+        x, y = be.array(a), be.array(b)
+        exprs = [(lambda p, q: p + q * 2 - 1 / q), (lambda p, q: -p ** 2 + abs(q)),
+                 (lambda p, q: (p < q) + (p >= q) * 2 + (p == p)), (lambda p, q: 3 - p / 2)]
+        for e in exprs:
+            out = be.empty(a.shape)
+            out[:] = e(x, y)
+            assert np.allclose(out.get(), e(a, b), rtol=1e-6), e
+        out = be.empty((4, 4))
+        out[:] = be.dot(x, y.T)
+        assert np.allclose(out.get(), a @ b.T, rtol=1e-5)
+
+
+@case
+def reductions_and_table_ops():
+    a = np.random.RandomState(2).uniform(-1, 1, (3, 4))
+    x = BE.array(a)
+    assert np.allclose(BE.sum(x, axis=1).get(), a.sum(1, keepdims=True))
+    assert np.allclose(BE.max(x).get(), a.max())
+    assert (BE.argmax(x, axis=1).get().ravel() == a.argmax(1)).all()
+    assert np.allclose(optree.softmax(x, axis=1).get(), np.exp(a) / np.exp(a).sum(1, keepdims=True))
+    assert np.allclose(BE.expm1(x).get(), np.expm1(a)) and np.allclose(BE.sig(x).get(), 1 / (1 + np.exp(-a)))
+    n = 0
+    for op in optree.OPS_BY_NUM.values():          # every op of the table by name
+        if not op.user:
+            assert callable(getattr(optree, op.name)) and callable(getattr(BE, op.name)), op.name
+            n += 1
+    assert n >= 60, n
+
+
+@case
+def table_ops_against_their_numpy_peers():
+    """Every elementwise op of the table with a NumPy spelling (ops.def's
+    peer column), through the module, on both backends, f32 and f64."""
+    rng = np.random.RandomState(4)
+    checked = 0
+    for op in optree.OPS_BY_NUM.values():
+        if op.kind not in ("UNARY", "BINARY") or not op.peer:
+            continue
+        peer = eval(op.peer, {"np": np})
+        for dt, tol in ((np.float32, 2e-6), (np.float64, 1e-13)):
+            xs = [rng.uniform(0.5, 2.0, (3, 7)).astype(dt) for _ in range(op.arity)]
+            want = peer(*xs)
+            for be in (BE, REF):
+                got = getattr(optree, op.name)(*[be.array(x) for x in xs]).get()
+                assert got.dtype == want.dtype, (op.name, got.dtype, want.dtype)
+                assert np.allclose(got, want, rtol=tol, atol=0), (op.name, be, dt)
+        checked += 1
+    assert checked >= 25, checked
+
+
+@case
+def slicing_gives_views():
+    a = np.arange(24.0).reshape(4, 6)
+    t = BE.array(a.copy())
+    v = t[1:4:2, ::-2]
+    assert v.shape == (2, 3) and (v.get() == a[1:4:2, ::-2]).all()
+    v[:] = 0                      # writes through to t
+    b = a.copy()
+    b[1:4:2, ::-2] = 0
+    assert (t.get() == b).all()
+    assert (t[:, 1].get() == b[:, 1]).all() and (t[-1].get() == b[-1]).all()
+    assert (t.T.get() == b.T).all() and (t.reshape(6, 4).get() == b.reshape(6, 4)).all()
+    t[0, :] = 7.5
+    assert (t.get()[0] == 7.5).all()
+    n = BE.array(a)[1:3] * 2      # a tree sliced
+    assert ((n[0] + 0).get() == a[1] * 2).all()
+
+
+@case
+def numpy_without_copies():
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    t = BE.array(a)
+    assert np.asarray(t).__array_interface__["data"][0] == a.__array_interface__["data"][0]
+    a[0, 0] = 42
+    assert t.get()[0, 0] == 42                           # the tensor reads a's memory
+    view = np.asarray(t)
+    view[1, 1] = -1
+    assert a[1, 1] == -1
+    # the tensor keeps the array alive; the view keeps the tensor alive
+    b = np.ones(5, dtype=np.float64)
+    tb = BE.array(b)
+    addr = b.ctypes.data
+    del b
+    gc.collect()
+    nb = np.asarray(tb)
+    del tb
+    gc.collect()
+    assert nb.ctypes.data == addr and (nb == 1).all()
+    # unsupported dtypes and strided arrays are converted (a copy)
+    ti = BE.array(np.arange(4, dtype=np.int64))
+    assert ti.dtype == np.int32 and (ti.get() == np.arange(4)).all()
+    ts = BE.array(np.arange(10.0)[::2])
+    assert (ts.get() == np.arange(10.0)[::2]).all()
+
+
+@case
+def errors_name_the_python_line():
+    x, y = BE.ones((2, 3)), BE.ones((4, 5))
+    line = sys._getframe().f_lineno + 2
+    try:
+        x + y
+    except optree.ShapeError as e:
+        assert e.code == -2 and isinstance(e, optree.OptreeError)
+        assert "run_tests.py:%d" % line in str(e), str(e)
+    else:
+        raise AssertionError("no ShapeError")
+    out = BE.empty((7,))
+    line = sys._getframe().f_lineno + 2
+    try:
+        out[:] = x * 2
+    except optree.OptreeError as e:
+        assert "run_tests.py:%d" % line in str(e), str(e)
+    else:
+        raise AssertionError("no error")
+    try:
+        gen_backend("nosuch")
+    except optree.BackendError:
+        pass
+    assert [c.__name__ for c in optree.ERROR_CLASSES][:3] == ["InvalidError", "ShapeError", "DtypeError"]
+    assert issubclass(optree.ShapeError, ValueError)
+
+
+@case
+def node_pool_stays_bounded():
+    x = BE.ones((2,))
+    keep = x + 1
+    lib = optree._core.lib
+    for _ in range(40000):
+        x * 2 + 1
+    assert lib.ot_pool_default_nodes() < 2 * optree._core._DRAIN_AT
+    assert (keep.get() == 2).all()                      # a kept node survives the drains
+
+
+@case
+def program_replay():
+    p = optree.Program(BE)
+    x = p.placeholder("x", (8,))
+    w = BE.array(np.arange(8, dtype=np.float32))
+    out = BE.empty((8,))
+    p.assign(out, BE.sig(x * w) + 1)
+    p.compile()
+    for k in range(3):
+        data = np.full(8, k * 0.5, dtype=np.float32)
+        p.run(x=data)
+        assert np.allclose(out.get(), 1 / (1 + np.exp(-data * np.arange(8))) + 1, rtol=1e-6)
+    assert "kernel" in p.explain().lower()
+    try:
+        p.run()                          # x left unbound
+    except optree.OptreeError as e:
+        assert "run_tests.py" in str(e), str(e)
+    else:
+        raise AssertionError("no error")
+
+
+@case
+def explain_and_names():
+    x = BE.ones((4,), name="x")
+    f = (BE.exp(x) * 2).name("h1") + x
+    assert f.pp() == "(h1:((exp x) * 2.0) + x)", f.pp()
+    assert "kernel" in f.explain().lower()
+    assert f.shape == (4,) and f.dtype == np.float32 and f.op == "add"
+
+
+@case
+def save_load_and_parse():
+    import tempfile
+    a = np.arange(6, dtype=np.float64).reshape(2, 3)
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "a.npy")
+        BE.array(a).save(path)
+        assert (np.load(path) == a).all()
+        t = BE.load(path, name="t")
+        assert t.dtype == np.float64 and (t.get() == a).all()
+        try:
+            BE.load(os.path.join(d, "missing.npy"))
+        except optree.OptreeError as e:
+            assert e.code == -12 and "missing.npy" in str(e), str(e)
+        else:
+            raise AssertionError("no error")
+    x = BE.array(a, name="x")
+    f = BE.parse("(tanh (x * 2))", x=x)
+    assert f.pp() == "(tanh (x * 2.0))" and np.allclose(f.get(), np.tanh(a * 2))
+
+
+@case
+def custom_op_from_a_python_callable():
+    softplus = optree.register_op("softplus_py", lambda x: np.log1p(np.exp(x)),
+                                  grad=lambda ins, out, g, which: g * BE.sig(ins[0]))
+    hyp = optree.register_op("hypot_py", np.hypot, arity=2)
+    a = np.linspace(-2, 2, 6)
+    x = BE.array(a, name="x")
+    f = softplus(x) * 2
+    assert f.pp() == "((softplus_py x) * 2.0)", f.pp()
+    assert np.allclose(f.get(), 2 * np.log1p(np.exp(a)))
+    g, = Autodiff(f, BE).get_grad_asnumpyarray([x])
+    assert np.allclose(g, 2 / (1 + np.exp(-a)))
+    y = BE.array(np.ones((2, 1), np.float32))
+    h = hyp(BE.array(a.astype(np.float32)), y)
+    assert h.shape == (2, 6) and h.dtype == np.float32 and np.allclose(h.get(), np.hypot(a, 1))
+
+
+@case
+def named_axes():
+    a = np.random.RandomState(3).uniform(size=(2, 3, 4))
+    x = BE.array(a)
+    x.axes = "N,C,W"
+    assert x.axes == "N,C,W"
+    s = optree.sum(x, axes="C,W")
+    assert s.axes == "N" and np.allclose(s.get(), a.sum((1, 2)))
+    w = BE.array(np.ones((3, 4, 5)))
+    w.axes = "C,W,K"
+    d = optree.dot_axes(w, x, "C,W")
+    assert d.shape == (5, 2) and np.allclose(d.get(), np.tensordot(np.ones((3, 4, 5)), a, ([0, 1], [1, 2])))
+    try:
+        optree.sum(x, axes="Q")
+    except optree.InvalidError as e:
+        assert "'Q'" in str(e) and "run_tests.py" in str(e), str(e)
+    else:
+        raise AssertionError("no error")
+
+
+@case
+def readme_python_blocks():
+    """Every ```python block of README.md runs as a whole program."""
+    text = open(os.path.join(ROOT, "README.md")).read()
+    found = re.findall(r"^```python\n(.*?)^```$", text, flags=re.S | re.M)
+    assert found, "no python block in README.md"
+    for code in found:
+        with contextlib.redirect_stdout(io.StringIO()):
+            exec(compile(code, "README.md", "exec"), {"__name__": "__main__"})
+
+
+@case
+def declarations_match_the_header():
+    gen = os.path.join(ROOT, "tools", "gen_py.py")
+    subprocess.check_call([sys.executable, gen, "--check"])
+    out = subprocess.check_output([sys.executable, gen, "--layout", os.environ.get("CC", "cc")])
+    assert b" 0 differ" in out, out
+
+
+def main():
+    for fn in CASES:
+        try:
+            fn()
+            RESULTS[0] += 1
+            print("[ OK ] %s" % fn.__name__)
+        except Exception:
+            RESULTS[1] += 1
+            print("[FAIL] %s" % fn.__name__)
+            traceback.print_exc(file=sys.stdout)
+    print("%d passed, %d failed" % tuple(RESULTS))
+    return 1 if RESULTS[1] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

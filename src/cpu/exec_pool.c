@@ -206,6 +206,37 @@ static bool fast_of(const ot__pool_geom *g, const strides *s, fast *f)
                 o[(i0 + ta) * f->orow + c + tb] += y[oh * f->yr + j];                         \
         }                                                                                     \
     }                                                                                         \
+    /* argrow_'s 2 x 2 windows at column stride 2 (they do not overlap in a  \
+     * row): one vector loop over the row, the tap chosen by amax_'s rule as \
+     * selects, the gradient added to every tap (0 where not chosen: the    \
+     * result was zeroed, so the sums are argrow_'s bit for bit). */        \
+    static inline __attribute__((always_inline)) void                                         \
+    arg22_##S(const fast *f, int op, const T *x, const T *y, T *o, int64_t oh)                \
+    {                                                                                         \
+        int64_t i0 = oh * f->st[0] - f->lo[0], j0 = f->beg[1], n = f->end[1] - j0;            \
+        int64_t c0 = j0 * 2 - f->lo[1];                                                       \
+        const T *x0 = x + i0 * f->xr + c0, *x1 = x0 + f->xr;                                  \
+        for (int64_t j = 0; j < n; j++) {                                                     \
+            T a = x0[2 * j], b = x0[2 * j + 1], c = x1[2 * j], d = x1[2 * j + 1], m = a;      \
+            bool ub = (b > m) | ((b != b) & (m == m));                                        \
+            m = ub ? b : m;                                                                   \
+            bool uc = (c > m) | ((c != c) & (m == m));                                        \
+            m = uc ? c : m;                                                                   \
+            bool ud = (d > m) | ((d != d) & (m == m));                                        \
+            int t = ud ? 3 : uc ? 2 : ub ? 1 : 0;                                             \
+            if (op == OT_OP_MAX_POOL_TAKE) {                                                  \
+                const T *y0 = y + i0 * f->yr + c0, *y1 = y0 + f->yr;                          \
+                o[oh * f->orow + j0 + j] = t == 0 ? y0[2 * j] : t == 1 ? y0[2 * j + 1]        \
+                                         : t == 2 ? y1[2 * j] : y1[2 * j + 1];                \
+            } else {                                                                          \
+                T g = y[oh * f->yr + j0 + j], *o0 = o + i0 * f->orow + c0, *o1 = o0 + f->orow; \
+                o0[2 * j] += t == 0 ? g : 0;                                                  \
+                o0[2 * j + 1] += t == 1 ? g : 0;                                              \
+                o1[2 * j] += t == 2 ? g : 0;                                                  \
+                o1[2 * j + 1] += t == 3 ? g : 0;                                              \
+            }                                                                                 \
+        }                                                                                     \
+    }                                                                                         \
     /* max_pool's interior row: o[j] = max over the taps of window j (its   \
      * taps at x[j * sw + tap]), one pass over the row per tap so that the   \
      * pass can be vectorised; the earlier value stays unless the later is  \
@@ -238,7 +269,8 @@ static bool fast_of(const ot__pool_geom *g, const strides *s, fast *f)
             else if (sw == 2) maxrow_##S(out, r, n, 2, f->xr, kh, kw);                        \
             else maxrow_##S(out, r, n, sw, f->xr, kh, kw);                                    \
         } else if (op == OT_OP_MAX_POOL_TAKE || op == OT_OP_MAX_POOL_GRAD) {                  \
-            if (kh == 2 && kw == 2) argrow_##S(f, op, x, y, o, oh, 2, 2);                     \
+            if (kh == 2 && kw == 2 && sw == 2) arg22_##S(f, op, x, y, o, oh);                 \
+            else if (kh == 2 && kw == 2) argrow_##S(f, op, x, y, o, oh, 2, 2);                \
             else if (kh == 3 && kw == 3) argrow_##S(f, op, x, y, o, oh, 3, 3);                \
             else argrow_##S(f, op, x, y, o, oh, kh, kw);                                      \
         } else if (op == OT_OP_AVG_POOL) {                                                    \

@@ -62,6 +62,7 @@
 #               and tests/index_check.py ("index"): take, index_add, where,
 #               tril and triu and their gradients against NumPy,
 #               and tests/attn_check.py ("attn"): attention and its gradients
+#               and tests/topk_check.py ("topk"): topk, take_along, scatter_add_along
 # Each phase prints its header, its failures and a summary line (with its
 # wall and CPU seconds) when it ends; the suite ends with exactly one line
 # "N passed, M failed" (summed over the phases) and exits non-zero when
@@ -285,6 +286,7 @@ phase_numpy() {
     run_logged pool $TMO "$PY" tests/pool_check.py "$B/liboptree.so"
     run_logged index $TMO "$PY" tests/index_check.py "$B/liboptree.so"
     run_logged attn $TMO "$PY" tests/attn_check.py "$B/liboptree.so"
+    run_logged topk $TMO "$PY" tests/topk_check.py "$B/liboptree.so"
 }
 
 # Everything a user builds, once more with clang at -O0: no call is inlined

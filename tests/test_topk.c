@@ -12,52 +12,12 @@
  */
 #include "test.h"
 #include "fuzz.h"
+#include "index_util.h"
 
 #include <math.h>
 #include <stdlib.h>
 
 static const char *const BACKENDS[] = {"ref", "cpu"};
-
-/* Whether tree's values (read as f64) are want's, NaN and the sign of
- * zeros alike. */
-static void expect(ot_backend *be, ot_node *tree, const double *want, int n, const char *what)
-{
-    ot_tensor *t = tree ? ot_empty(be, ot_node_shape(tree), OT_F64) : NULL;
-    int rc = t ? ot_assign(t, tree) : -1;
-    if (rc) {
-        test__fail(__FILE__, __LINE__, "%s on %s: %s", what, ot_backend_name(be), ot_errmsg());
-        ot_clear_error();
-        ot_tensor_free(t);
-        return;
-    }
-    CHECK_INT(ot_tensor_numel(t), n);
-    double *v = malloc(sizeof *v * (size_t)(n ? n : 1));
-    CHECK_INT(ot_get(t, v), 0);
-    for (int i = 0; i < n; i++)
-        if (!(isnan(want[i]) ? isnan(v[i]) : v[i] == want[i] && signbit(v[i]) == signbit(want[i]))) {
-            test__fail(__FILE__, __LINE__, "%s on %s [%d]: %g, expected %g", what,
-                       ot_backend_name(be), i, v[i], want[i]);
-            break;
-        }
-    free(v);
-    ot_tensor_free(t);
-}
-
-static ot_tensor *tensor(ot_backend *be, ot_shape s, ot_dtype dt, const double *v)
-{
-    ot_tensor *t = ot_empty(be, s, dt);
-    if (t && v) ot_set(t, v);
-    return t;
-}
-
-/* d sum(y^2) / dx. */
-static ot_node *grad_of(ot_node *y, ot_tensor *x)
-{
-    ot_autodiff *ad = y ? ot_autodiff_new(ot_sum(ot_sqr(y)), NULL) : NULL;
-    ot_node *g = ad ? ot_autodiff_grad(ad, x) : NULL;
-    ot_autodiff_free(ad);
-    return g;
-}
 
 /* Two rows of six: ties (3 twice, 1 twice), NaN, -0.0 and +0.0. */
 static const double ROWS[12] = {1, 3, NAN, 3, -0.0, 1, 0.0, 5, -0.0, -2, 5, 4};
@@ -140,15 +100,16 @@ TEST(topk_gradient_and_along_ops)
     }
 }
 
-/* A long line with many ties: the cpu heap against the reference. */
+/* Long lines with many ties and NaNs: the cpu heap and sort against the
+ * reference's insertion. */
 TEST(topk_cpu_matches_ref_on_long_lines)
 {
     ot_backend *ref = test__backend("ref", OT_FUSION_ON), *cpu = test__backend("cpu", OT_FUSION_ON);
     enum { R = 3, N = 257 };
     double v[R * N];
     for (int e = 0; e < R * N; e++) v[e] = e % 7 == 3 ? NAN : (double)((e * 37) % 19) - 9;
-    int ks[] = {1, 5, 100, N};
-    for (int c = 0; c < 4; c++)
+    int ks[] = {1, 5, 32, 33, 100, N};   /* the heap up to k = N / 8, then the sort */
+    for (int c = 0; c < 6; c++)
         for (int m = 0; m < 4; m++) {
             ot_tensor *xr = tensor(ref, OT_SHAPE(R, N), OT_F64, v), *xc = tensor(cpu, OT_SHAPE(R, N), OT_F64, v);
             ot_tensor *a = ot_empty(ref, OT_SHAPE(R, ks[c]), OT_I32), *bt = ot_empty(cpu, OT_SHAPE(R, ks[c]), OT_I32);

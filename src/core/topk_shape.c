@@ -11,15 +11,23 @@
 
 /* ---- inference --------------------------------------------------------------- */
 
+/* The axis x's lines run along: p's, normalised into *axis. */
+static int one_axis(const site *st, const ot_node *x, const proto *p, const char *verb, int *axis)
+{
+    char sa[OT__SHAPE_STRLEN];
+    *axis = p->args.axis;
+    if (*axis == OT_AXIS_ALL || x->shape.ndim == 0)
+        return FAIL(st, OT_EINVAL, "%s along one axis of an operand of rank 1 or more (operand "
+                    "%s, axis %s)", verb, ot__shape_str(&x->shape, sa),
+                    *axis == OT_AXIS_ALL ? "not given" : "given");
+    return ot__norm_axis(st, *axis, x->shape.ndim, &x->shape, axis);
+}
+
 static int infer_topk(const site *st, const ot_node *x, proto *p)
 {
     char sa[OT__SHAPE_STRLEN];
-    int axis = p->args.axis, rc;
-    if (axis == OT_AXIS_ALL || x->shape.ndim == 0)
-        return FAIL(st, OT_EINVAL, "selects along one axis of an operand of rank 1 or more "
-                    "(operand %s, axis %s)", ot__shape_str(&x->shape, sa),
-                    axis == OT_AXIS_ALL ? "not given" : "given");
-    if ((rc = ot__norm_axis(st, axis, x->shape.ndim, &x->shape, &axis))) return rc;
+    int axis, rc = one_axis(st, x, p, "selects", &axis);
+    if (rc) return rc;
     int64_t n = x->shape.dims[axis];
     if (p->args.ddof < 0 || p->args.ddof > n)
         return FAIL(st, OT_EINVAL, "k = %d is outside [0, %lld] for operand %s along axis %d",
@@ -52,13 +60,8 @@ static int along_indices(const site *st, const ot_node *idx, const ot_shape *ref
 /* take_along (x, idx): the result is idx's shape. */
 static int infer_take_along(const site *st, const ot_node *x, const ot_node *idx, proto *p)
 {
-    char sa[OT__SHAPE_STRLEN];
-    int axis = p->args.axis, rc;
-    if (axis == OT_AXIS_ALL || x->shape.ndim == 0)
-        return FAIL(st, OT_EINVAL, "takes along one axis of an operand of rank 1 or more "
-                    "(operand %s, axis %s)", ot__shape_str(&x->shape, sa),
-                    axis == OT_AXIS_ALL ? "not given" : "given");
-    if ((rc = ot__norm_axis(st, axis, x->shape.ndim, &x->shape, &axis))) return rc;
+    int axis, rc = one_axis(st, x, p, "takes", &axis);
+    if (rc) return rc;
     if ((rc = along_indices(st, idx, &x->shape, axis, "operand"))) return rc;
     p->shape = idx->shape;
     p->args.axis = axis;

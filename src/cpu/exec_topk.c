@@ -3,10 +3,11 @@
  * (OT_KER_INDEX kernels of topk, take_along and scatter_along, reached
  * through exec_index.c) over ot__index_geom's frame: each line along the
  * axis is walked through its view's strides (views may be strided,
- * transposed or broadcast; nothing is copied). topk keeps a heap of the
- * line's best k (O(size log k), k = size a heap sort) in scratch of k
- * entries, then orders it; the rank is internal.h's ot__topk_before, the
- * reference backend's too. Indices are checked before anything is
+ * transposed or broadcast; nothing is copied but topk's candidates).
+ * topk keeps a heap of each line's best k screened by the worst kept
+ * (O(size log k)) or, for k > size / 8, sorts the line's (value,
+ * position) pairs in scratch; the rank is
+ * internal.h's ot__topk_before, the reference backend's too. Indices are checked before anything is
  * written: no kernel reads or writes outside its views.
  */
 #include "cpu.h"
@@ -55,33 +56,66 @@ static int by_position(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* One line: x at stride sx (size elements) to k int32 positions at stride
- * so of out. */
-static void topk_line(const ot__index_geom *g, ot_dtype dt, const char *x, int64_t sx, int32_t *out,
-                      int64_t so, cand *h)
+static int by_rank_largest(const void *a, const void *b)
 {
-    bool largest = !(g->diag & OT__TOPK_SMALLEST);
-    size_t es = ot_dtype_size(dt);
+    return before(a, b, true) ? -1 : before(b, a, true);
+}
+
+static int by_rank_smallest(const void *a, const void *b)
+{
+    return before(a, b, false) ? -1 : before(b, a, false);
+}
+
+/* Whether v at a later position than every kept one ranks before thr,
+ * the worst kept: the heap's screen, a compare or two per element. */
+static inline bool beats(double v, double thr, bool largest)
+{
+    if (largest) return v > thr || (v != v && thr == thr);
+    return v < thr || (thr != thr && v == v);
+}
+
+static inline double value_at(const char *x, ot_dtype dt, int64_t e)
+{
+    return dt == OT_F32 ? ((const float *)x)[e] : dt == OT_F64 ? ((const double *)x)[e]
+                                                               : ((const int32_t *)x)[e];
+}
+
+/* The line's best k (x at stride sx, size elements), best first, at the
+ * front of c: for a small k a heap of k screened by its worst (a compare
+ * or two per element, O(size log k) at worst); for k > size / 8 a sort of
+ * the whole line (c then holds size candidates). */
+static void select_best(cand *c, const char *x, ot_dtype dt, int64_t sx, int64_t size, int64_t k,
+                        bool largest)
+{
+    if (k > size / 8) {
+        for (int64_t j = 0; j < size; j++) c[j] = (cand){value_at(x, dt, j * sx), j};
+        qsort(c, (size_t)size, sizeof *c, largest ? by_rank_largest : by_rank_smallest);
+        return;
+    }
+    for (int64_t j = 0; j < k; j++) c[j] = (cand){value_at(x, dt, j * sx), j};
+    for (int64_t p = k / 2 - 1; p >= 0; p--) sift(c, k, p, largest);
+    for (int64_t j = k; j < size; j++) {
+        double v = value_at(x, dt, j * sx);
+        if (!beats(v, c[0].v, largest)) continue;
+        c[0] = (cand){v, j};
+        sift(c, k, 0, largest);
+    }
+    for (int64_t m = k - 1; m > 0; m--) {   /* the worst to the end: best first */
+        cand t = c[0];
+        c[0] = c[m];
+        c[m] = t;
+        sift(c, m, 0, largest);
+    }
+}
+
+/* One line: x at stride sx to k int32 positions at stride so of out. */
+static void topk_line(const ot__index_geom *g, ot_dtype dt, const char *x, int64_t sx, int32_t *out,
+                      int64_t so, cand *c)
+{
     int64_t k = g->count;
-    for (int64_t j = 0; j < k; j++) h[j] = (cand){ot__load(x + es * (j * sx), dt), j};
-    for (int64_t p = k / 2 - 1; p >= 0; p--) sift(h, k, p, largest);
-    for (int64_t j = k; j < g->size; j++) {
-        cand c = {ot__load(x + es * (j * sx), dt), j};
-        if (!before(&c, &h[0], largest)) continue;
-        h[0] = c;
-        sift(h, k, 0, largest);
-    }
-    if (g->diag & OT__TOPK_UNSORTED) {
-        qsort(h, (size_t)k, sizeof *h, by_position);
-    } else {
-        for (int64_t m = k - 1; m > 0; m--) {   /* the worst to the end: best first */
-            cand t = h[0];
-            h[0] = h[m];
-            h[m] = t;
-            sift(h, m, 0, largest);
-        }
-    }
-    for (int64_t m = 0; m < k; m++) out[m * so] = (int32_t)h[m].i;
+    select_best(c, x, dt, sx, g->size, k, !(g->diag & OT__TOPK_SMALLEST));
+    if (g->diag & OT__TOPK_UNSORTED) qsort(c, (size_t)k, sizeof *c, by_position);
+    for (int64_t m = 0; m < k; m++) out[m * so] = (int32_t)c[m].i;
 }
 
 static int topk(const ot_kernel *k, const char *x, char *dst)
@@ -90,16 +124,16 @@ static int topk(const ot_kernel *k, const char *x, char *dst)
     int ax = g->axis;
     int64_t lines = g->outer * g->inner;
     if (lines == 0 || g->count == 0) return 0;
-    cand *h = malloc((size_t)g->count * sizeof *h);
-    if (!h)
-        return ot__err_set(OT_ENOMEM, NULL, 0, "topk", "out of memory for a heap of %lld",
-                           (long long)g->count);
+    cand *c = malloc((size_t)(g->count > g->size / 8 ? g->size : g->count) * sizeof *c);
+    if (!c)
+        return ot__err_set(OT_ENOMEM, NULL, 0, "topk", "out of memory for a line of %lld",
+                           (long long)g->size);
+    ot_dtype dt = (ot_dtype)k->loads[0].dtype;
     const int64_t *sx = k->loads[0].strides, *so = k->store.strides;
     for (int64_t l = 0; l < lines; l++)
-        topk_line(g, (ot_dtype)k->loads[0].dtype, x + ot_dtype_size((ot_dtype)k->loads[0].dtype) *
-                  line_at(&g->a, sx, ax, l), sx[ax], (int32_t *)dst + line_at(&g->out, so, ax, l),
-                  so[ax], h);
-    free(h);
+        topk_line(g, dt, x + ot_dtype_size(dt) * line_at(&g->a, sx, ax, l), sx[ax],
+                  (int32_t *)dst + line_at(&g->out, so, ax, l), so[ax], c);
+    free(c);
     return 0;
 }
 

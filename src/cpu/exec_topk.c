@@ -124,7 +124,10 @@ static int topk(const ot_kernel *k, const char *x, char *dst)
     int ax = g->axis;
     int64_t lines = g->outer * g->inner;
     if (lines == 0 || g->count == 0) return 0;
-    cand *c = malloc((size_t)(g->count > g->size / 8 ? g->size : g->count) * sizeof *c);
+    /* a small k (sampling's) needs no allocation, so no failure mid-run */
+    cand small[64];
+    int64_t need = g->count > g->size / 8 ? g->size : g->count;
+    cand *c = need <= 64 ? small : ot__malloc((size_t)need * sizeof *c);
     if (!c)
         return ot__err_set(OT_ENOMEM, NULL, 0, "topk", "out of memory for a line of %lld",
                            (long long)g->size);
@@ -133,7 +136,7 @@ static int topk(const ot_kernel *k, const char *x, char *dst)
     for (int64_t l = 0; l < lines; l++)
         topk_line(g, dt, x + ot_dtype_size(dt) * line_at(&g->a, sx, ax, l), sx[ax],
                   (int32_t *)dst + line_at(&g->out, so, ax, l), so[ax], c);
-    free(c);
+    if (c != small) free(c);
     return 0;
 }
 

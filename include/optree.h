@@ -980,6 +980,7 @@ int ot_node_meta_at(const ot_node *n, int i, const char **key, const char **valu
 #include "optree/pool.h"
 #include "optree/index.h"
 #include "optree/attention.h"
+#include "optree/topk.h"
 
 #ifdef __cplusplus
 }

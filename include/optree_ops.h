@@ -89,6 +89,9 @@
     X(TRIL, "tril", 1, OT_KIND_CONV, NULL, 0, none) \
     X(TRIU, "triu", 1, OT_KIND_CONV, NULL, 0, none) \
     X(CUMSUM, "cumulative_sum", 1, OT_KIND_CONV, NULL, 0, none) \
+    X(TOPK, "topk", 1, OT_KIND_CONV, NULL, 0, none) \
+    X(TAKE_ALONG, "take_along", 2, OT_KIND_CONV, NULL, 0, none) \
+    X(SCATTER_ALONG, "scatter_along", 2, OT_KIND_CONV, NULL, 0, none) \
     X(ATTENTION, "attention", 2, OT_KIND_CONV, NULL, 0, none) \
     X(ATTENTION_GRAD, "attention_grad", 2, OT_KIND_CONV, NULL, 0, none)
 
@@ -170,9 +173,12 @@ typedef enum ot_op {
     OT_OP_TRIL = 73,
     OT_OP_TRIU = 74,
     OT_OP_CUMSUM = 75,
-    OT_OP_ATTENTION = 76,
-    OT_OP_ATTENTION_GRAD = 77,
-    OT_OP_COUNT = 78
+    OT_OP_TOPK = 76,
+    OT_OP_TAKE_ALONG = 77,
+    OT_OP_SCATTER_ALONG = 78,
+    OT_OP_ATTENTION = 79,
+    OT_OP_ATTENTION_GRAD = 80,
+    OT_OP_COUNT = 81
 } ot_op;
 
 /* Unary elementwise. */

@@ -2108,7 +2108,8 @@ CHECKED_ELSEWHERE = {'conv', 'conv_transpose', 'conv_wgrad',   # tests/conv_chec
                      'avg_pool_grad',   # tests/pool_check.py
                      'take', 'scatter_add', 'select', 'tril', 'triu',
                      'cumulative_sum',   # tests/index_check.py
-                     'attention', 'attention_grad'}   # tests/attn_check.py
+                     'attention', 'attention_grad',   # tests/attn_check.py
+                     'topk', 'take_along', 'scatter_along'}   # tests/topk_check.py
 
 
 def sv_check_table(lib, ops):

@@ -871,6 +871,46 @@ static int index_draw(fz_ir *ir, rng *r, int op, int a, ot_shape sa, ot_dtype da
     return a;
 }
 
+static int is_along(int op) { return op >= OT_OP_TOPK && op <= OT_OP_SCATTER_ALONG; }
+
+/* topk's, take_along's and scatter_along's operands (optree/topk.h): a
+ * is the value when it has a dim, else a new leaf, lines along a random
+ * axis. topk takes a random k and mode and, half the time, becomes the
+ * values (*op take_along of the topk node); take_along reads an index
+ * leaf of a's shape but a count of 0 to 3 along the axis; scatter_along
+ * adds a at an index leaf of its shape into an axis of size 1 to 4. */
+static int along_draw(fz_ir *ir, rng *r, int *op, int a, ot_shape sa, ot_dtype da, int smooth,
+                      ot_args *w, int *b)
+{
+    if (a < 0 || sa.ndim == 0 || sa.ndim > 5 || chance(r, 20)) {
+        sa = draw_shape(r, 0);
+        if (sa.ndim == 0) sa = (ot_shape){.ndim = 1, .dims = {1 + rnd(r, 4)}};
+        a = add_leaf_node(ir, r, sa, smooth ? OT_F64 : da, smooth, 0);
+    }
+    int axis = rnd(r, sa.ndim);
+    int64_t n = sa.dims[axis];
+    w->axis = chance(r, 30) ? axis - sa.ndim : axis;
+    if (*op == OT_OP_TOPK) {
+        w->ddof = rnd(r, (int)n + 1);
+        w->keepdims = chance(r, 30);
+        w->win.ceil_mode = chance(r, 30);
+        if (a >= 0 && chance(r, 50)) {
+            *b = add_node(ir, OT_OP_TOPK, a, -1, w);
+            *op = OT_OP_TAKE_ALONG;
+        }
+        return a;
+    }
+    ot_shape is = sa;
+    if (*op == OT_OP_TAKE_ALONG) {
+        is.dims[axis] = n ? rnd(r, 4) : 0;
+        *b = index_leaf(ir, r, is, n);
+        return a;
+    }
+    w->depth = 1 + rnd(r, 4);
+    *b = index_leaf(ir, r, is, w->depth);
+    return a;
+}
+
 static int is_attn(int op) { return op == OT_OP_ATTENTION || op == OT_OP_ATTENTION_GRAD; }
 
 /* An attention node's operands and attributes (ops.def's rows): q (or
@@ -1106,6 +1146,8 @@ static void generate(fz_ir *ir, rng *r, int mode)
             if (a >= 0 && ot_op_arity((ot_op)op) == 2 && b < 0) a = -1;
         } else if (is_index_op(op)) {
             a = index_draw(ir, r, op, a, sa, da, smooth, &pool_args, &b);
+        } else if (is_along(op)) {
+            a = along_draw(ir, r, &op, a, sa, da, smooth, &pool_args, &b);
         } else if (is_attn(op)) {
             a = attn_draw(ir, r, op, a, sa, da, smooth, &pool_args, &b);
             if (b < 0) a = -1;
@@ -1154,6 +1196,13 @@ static void generate(fz_ir *ir, rng *r, int mode)
             args.depth = pool_args.depth;
         }
         if (op == OT_OP_TRIL || op == OT_OP_TRIU) args.ddof = rnd(r, 5) - 2;
+        if (is_along(op)) {   /* topk's k and flags live in these members (ops.c) */
+            args.axis = pool_args.axis;
+            args.depth = pool_args.depth;
+            args.ddof = pool_args.ddof;
+            args.keepdims = pool_args.keepdims;
+            args.win.ceil_mode = pool_args.win.ceil_mode;
+        }
         if (is_attn(op)) {   /* attention's attributes live in these members (ops.c) */
             args.lo = pool_args.lo;
             args.keepdims = pool_args.keepdims;

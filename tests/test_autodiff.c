@@ -472,6 +472,37 @@ static gcase index_case(ot_op op, ot_dtype dt)
     return c;
 }
 
+/* Top-k (tests/test_topk.c goes through it): topk as ot_topk's values
+ * (its int32 node alone has no gradient) with a random k, axis and mode;
+ * take_along and scatter_along at random indices (negative and repeated)
+ * of a random count along a random axis. */
+static gcase topk_case(ot_op op, ot_dtype dt)
+{
+    gcase c = {.what = ot_op_name(op), .n = 1};
+    ot_shape s = rand_shape(1), is = s;
+    int axis = irand(s.ndim), n = (int)s.dims[axis];
+    c.in[0] = operand(s, dt, D_ANY, 0);
+    if (op == OT_OP_TOPK) {
+        c.tree = ot_topk(c.in[0], irand(n + 1), .axis = axis, .largest = irand(2), .sorted = irand(2));
+        return c;
+    }
+    is.dims[axis] = irand(4);
+    ot_tensor *i = keep(ot_zeros(F.be, is, OT_I32));
+    int64_t m = 1;
+    for (int d = 0; d < is.ndim; d++) m *= is.dims[d];
+    int32_t *v = malloc(sizeof *v * (size_t)(m ? m : 1));
+    for (int64_t e = 0; e < m; e++) v[e] = (int32_t)(irand(2 * n) - n);
+    if (i) ot_set(i, v);
+    free(v);
+    if (op == OT_OP_TAKE_ALONG) {
+        c.tree = ot_take_along(c.in[0], i, axis);
+        return c;
+    }
+    c.in[0] = operand(is, dt, D_ANY, 0);
+    c.tree = ot_scatter_add_along(c.in[0], i, axis, n);
+    return c;
+}
+
 /* The raw attention node (q, pack) of a small random geometry, its
  * logsumexp column included, so the check covers the gradients of q, k, v,
  * the mask (every broadcast code) and the lse column (tests/attn_check.py
@@ -596,6 +627,7 @@ static gcase op_case(ot_op op, ot_dtype dt)
     case OT_KIND_DOT: return dot_case(dt);
     case OT_KIND_CONV:
         if (op >= OT_OP_TAKE && op <= OT_OP_CUMSUM) return index_case(op, dt);
+        if (op >= OT_OP_TOPK && op <= OT_OP_SCATTER_ALONG) return topk_case(op, dt);
         if (op == OT_OP_ATTENTION) return attn_case(dt);
         return op >= OT_OP_MAX_POOL && op <= OT_OP_AVG_POOL_GRAD ? pool_case(op, dt) : conv_case(op, dt);
     case OT_KIND_SHAPE:

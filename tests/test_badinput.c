@@ -49,6 +49,7 @@ static ot_args good_args(ot_op op)
     if (op == OT_OP_RESHAPE) a.shape = OT_SHAPE(-1);
     if (op == OT_OP_SLICE) a.start[0] = a.start[1] = 1;   /* x[1, 1]: perm 0 is an index */
     if (op == OT_OP_TAKE || op == OT_OP_SCATTER_ADD || op == OT_OP_CUMSUM) a.axis = 0;
+    if (op == OT_OP_TOPK || op == OT_OP_TAKE_ALONG || op == OT_OP_SCATTER_ALONG) a.axis = 0;
     return a;
 }
 

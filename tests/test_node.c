@@ -830,6 +830,10 @@ TEST(node_build_at_binding)
             a.axis = 0;
         }
         if (ops[k].op == OT_OP_CUMSUM) a.axis = 0;
+        if (ops[k].op == OT_OP_TOPK || ops[k].op == OT_OP_TAKE_ALONG || ops[k].op == OT_OP_SCATTER_ALONG) {
+            a.axis = 0;   /* along-axis indices: int32 of x's shape */
+            if (r) r = ot_cast(C3, OT_I32);
+        }
         if (ops[k].op == OT_OP_ATTENTION || ops[k].op == OT_OP_ATTENTION_GRAD) {
             /* q (1,1,3,3) (grad: dim 1, dim_v 0) and a pack of 3 keys (3,) */
             l = ot_reshape_node(C3, OT_SHAPE(1, 1, 3, 9));

@@ -62,6 +62,7 @@
 #               and tests/index_check.py ("index"): take, index_add, where,
 #               tril and triu and their gradients against NumPy,
 #               and tests/attn_check.py ("attn"): attention and its gradients,
+#               tests/topk_check.py ("topk"): topk, take_along, scatter_add_along,
 #               and tests/py/run_tests.py ("py"): the Python module (python/
 #               optree), neon's backend page run as written, its declarations
 #               against the header
@@ -288,6 +289,7 @@ phase_numpy() {
     run_logged pool $TMO "$PY" tests/pool_check.py "$B/liboptree.so"
     run_logged index $TMO "$PY" tests/index_check.py "$B/liboptree.so"
     run_logged attn $TMO "$PY" tests/attn_check.py "$B/liboptree.so"
+    run_logged topk $TMO "$PY" tests/topk_check.py "$B/liboptree.so"
     run_logged py $TMO "$PY" tests/py/run_tests.py "$B"
 }
 

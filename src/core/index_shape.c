@@ -136,6 +136,7 @@ static int infer_cumsum(const site *st, const ot_node *x, proto *p)
 int ot__infer_index(const site *st, ot_node **a, ot_node **b, proto *p)
 {
     if (!(*a = stored(st, *a)) || (*b && !(*b = stored(st, *b)))) return ot_errcode();
+    if (ot__is_topk(st->op)) return ot__infer_topk(st, *a, *b, p);
     /* only what the op's attributes say may differ between equal nodes */
     ot_args keep = p->args;
     ot__clear(&p->args, sizeof p->args);
@@ -247,6 +248,7 @@ void ot__index_geom_of(const ot_node *n, ot__index_geom *g)
     if (n->b) g->b = n->b->shape;
     g->out = n->shape;
     g->diag = n->args.ddof;
+    if (ot__is_topk(n->op)) ot__topk_geom_of(n, g);
     if (n->op != OT_OP_TAKE && n->op != OT_OP_SCATTER_ADD && n->op != OT_OP_CUMSUM) return;
     int axis = g->axis = n->args.axis;
     const ot_shape *big = n->op == OT_OP_SCATTER_ADD ? &g->out : &g->a;   /* the indexed one */
@@ -293,6 +295,7 @@ static ot_node *reversed(ot_node *x, int axis, const char *file, int line)
 ot_node *ot__index_grad(const ot_node *n, ot_node *g, int which, const char *file, int line)
 {
     int axis = n->args.axis;
+    if (ot__is_topk(n->op)) return ot__topk_grad(n, g, which, file, line);
     switch (n->op) {
     case OT_OP_TAKE:
         return which ? NULL

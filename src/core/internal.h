@@ -593,7 +593,7 @@ ot_node *ot__pool_grad(const ot_node *n, ot_node *g, int which, const char *file
 
 /* ---- indexing (index_shape.c) ---------------------------------------------- */
 
-static inline bool ot__is_index(int op) { return op >= OT_OP_TAKE && op <= OT_OP_CUMSUM; }
+static inline bool ot__is_index(int op) { return op >= OT_OP_TAKE && op <= OT_OP_SCATTER_ALONG; }
 /* An indexing node's loop. take and scatter_add view the indexed operand
  * (take's a, scatter_add's result) as (outer, size, inner) and the other
  * as (outer, count, inner), count the indices' number (b, in row-major
@@ -618,6 +618,31 @@ int ot__index_fail(const ot__index_geom *g, int64_t v, int64_t pos);
  * n's shape: an indexing node, or NULL where there is none (indices, a
  * select's condition). */
 ot_node *ot__index_grad(const ot_node *n, ot_node *g, int which, const char *file, int line);
+/* ---- top-k and along-axis indexing (topk_shape.c) --------------------------- */
+
+/* topk, take_along and scatter_along: indexing ops (ot__is_index) with
+ * ot__index_geom's (outer, size, inner) frame on the line-indexed operand
+ * (topk's and take_along's a, scatter_along's result) and (outer, count,
+ * inner) on the other and the indices (count: k); diag holds topk's mode
+ * (OT__TOPK_SMALLEST | OT__TOPK_UNSORTED). */
+static inline bool ot__is_topk(int op) { return op >= OT_OP_TOPK && op <= OT_OP_SCATTER_ALONG; }
+enum { OT__TOPK_SMALLEST = 1, OT__TOPK_UNSORTED = 2 };
+void ot__topk_geom_of(const ot_node *n, ot__index_geom *g);
+/* Whether element (a, ia) ranks before (b, ib) in topk's order: the
+ * larger (smaller when !largest) first, NaN above every number (so first
+ * when largest, last when smallest), equal values (+0 and -0 too) by
+ * position, the lower first: a stable sort's order. Both backends rank
+ * with this one rule. */
+static inline bool ot__topk_before(double a, int64_t ia, double b, int64_t ib, bool largest)
+{
+    bool na = a != a, nb = b != b;
+    if (na || nb) return na && nb ? ia < ib : largest ? na : nb;
+    if (a != b) return largest ? a > b : a < b;
+    return ia < ib;
+}
+/* The gradient of topk node n in operand which, as ot__index_grad. */
+ot_node *ot__topk_grad(const ot_node *n, ot_node *g, int which, const char *file, int line);
+
 /* ---- attention (attn_shape.c) ---------------------------------------------- */
 
 static inline bool ot__is_attn(int op) { return op == OT_OP_ATTENTION || op == OT_OP_ATTENTION_GRAD; }

@@ -65,6 +65,8 @@ int ot__infer_conv(const site *st, ot_node *a, ot_node *b, proto *p);
 /* pool_shape.c: max_pool, avg_pool and their gradients (b: NULL for the
  * one-operand ones). */
 int ot__infer_pool(const site *st, ot_node *a, ot_node *b, proto *p);
+/* topk_shape.c: topk, take_along and scatter_along (ot__infer_index's). */
+int ot__infer_topk(const site *st, const ot_node *a, const ot_node *b, proto *p);
 /* attn_shape.c: attention and attention_grad. */
 int ot__infer_attn(const site *st, ot_node *a, ot_node *b, proto *p);
 

@@ -116,6 +116,9 @@ const ot__attr ot__attrs[OT__ATTR_COUNT] = {
     [OT__ATTR_SEQ_K] = {ARG("seq_k", I64, depth)},
     [OT__ATTR_DIM_V] = {ARG("dim_v", INT, ddof)},
     [OT__ATTR_MASK] = {ARG("mask", INT, win.groups), .omit = true},
+    /* topk's flags, in members no topk node otherwise uses */
+    [OT__ATTR_SMALLEST] = {ARG("smallest", FLAG, keepdims), .omit = true},
+    [OT__ATTR_UNSORTED] = {ARG("unsorted", FLAG, win.ceil_mode), .omit = true},
 };
 #undef ARG
 

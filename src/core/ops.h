@@ -52,6 +52,8 @@ typedef enum ot__attr_id {
     OT__ATTR_SEQ_K,     /* attention: keys (args.depth) */
     OT__ATTR_DIM_V,     /* attention: v's dim (args.ddof) */
     OT__ATTR_MASK,      /* attention: the mask's code (args.win.groups) */
+    OT__ATTR_SMALLEST,  /* topk: the k smallest (args.keepdims) */
+    OT__ATTR_UNSORTED,  /* topk: in position order (args.win.ceil_mode) */
     OT__ATTR_COUNT
 } ot__attr_id;
 #define OT__ATTRS_MAX 7   /* the most attributes one op takes */

@@ -446,6 +446,10 @@ void ot__run_pool(const ot_kernel *k, char *const base[2], char *dst);
  * (0 for the other ops). */
 int ot__run_index(const ot_kernel *k, char *const base[2], char *dst);
 int ot__index_check(const ot_kernel *k, const char *idx);
+/* exec_topk.c: ot__run_index's and ot__index_check's for topk,
+ * take_along and scatter_along (ot__is_topk); the same contract. */
+int ot__run_topk(const ot_kernel *k, char *const base[2], char *dst);
+int ot__along_check(const ot_kernel *k, const char *idx);
 /* exec_attn.c: runs an ATTN kernel in scratch of ot__attn_scratch's size
  * (false: it overflows); ot__attn_describe is its ot_explain line. */
 bool ot__attn_scratch(const ot_kernel *k, size_t *bytes);

@@ -34,6 +34,7 @@ static int32_t index_at(const ot_kernel *k, const char *idx, int64_t j)
 int ot__index_check(const ot_kernel *k, const char *idx)
 {
     const ot__index_geom *g = &k->index;
+    if (ot__is_topk(g->op)) return ot__along_check(k, idx);
     if (g->op != OT_OP_TAKE && g->op != OT_OP_SCATTER_ADD) return 0;
     for (int64_t j = 0; j < g->count; j++) {
         int32_t v = index_at(k, idx, j);
@@ -176,6 +177,7 @@ static void cumsum(const ot_kernel *k, const char *x, char *dst)
 int ot__run_index(const ot_kernel *k, char *const base[2], char *dst)
 {
     const ot__index_geom *g = &k->index;
+    if (ot__is_topk(g->op)) return ot__run_topk(k, base, dst);
     if (g->op == OT_OP_CUMSUM) {
         cumsum(k, base[0], dst);
         return 0;

@@ -25,6 +25,8 @@ void ot__ref_pool(const ot_node *node, const double *a, const double *b, double 
  * operands a and b (NULL for tril and triu) into out, in double; the
  * error (OT_EINVAL) for an index out of range, out then unwritten. */
 int ot__ref_index(const ot_node *node, const double *a, const double *b, double *out);
+/* ref_topk.c: topk, take_along and scatter_along (ot__ref_index's). */
+int ot__ref_topk(const ot_node *node, const double *a, const double *b, double *out);
 /* ref_attn.c: an attention node (internal.h's ot__attn_geom) of row-major
  * operands a and b into out, in double; OT_ENOMEM recorded on failure. */
 int ot__ref_attn(const ot_node *node, const double *a, const double *b, double *out);

@@ -84,6 +84,7 @@ static void cumsum(const ot__index_geom *g, const double *x, double *out)
 
 int ot__ref_index(const ot_node *node, const double *a, const double *b, double *out)
 {
+    if (ot__is_topk(node->op)) return ot__ref_topk(node, a, b, out);
     ot__index_geom g;
     ot__index_geom_of(node, &g);
     switch (g.op) {

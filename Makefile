@@ -114,6 +114,8 @@ $(BUILD)/obj/cpu/exec_pool.o: private CFLAGS += -O3
 $(BUILD)/obj/cpu/exec_winograd.o: private CFLAGS += -O3
 # So do attention's per-row softmax loops (src/cpu/exec_attn.inc).
 $(BUILD)/obj/cpu/exec_attn.o: private CFLAGS += -O3
+# And the indexing kernels' row loops (an embedding's rows added in place).
+$(BUILD)/obj/cpu/exec_index.o: private CFLAGS += -O3
 
 $(BUILD)/obj/%.o: src/%.c $(FLAGS)
 	@mkdir -p $(dir $@)

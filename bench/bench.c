@@ -55,6 +55,7 @@ typedef struct options {
     const char *mlp;    /* --mlp DIR */
     bool conv;          /* --conv */
     bool attn;          /* --attn */
+    bool emb;           /* --emb or --only W17 */
 } options;
 
 const char *const bench_in_names[BENCH_MAX_IN] = {"in0", "in1", "in2", "in3", "in4",
@@ -122,12 +123,12 @@ static void usage(void)
 {
     die("usage: bench [--quick] [--only W1,W5] [--runs N] [--backend ref|cpu] [--out DIR] "
         "[--explain] [--scaling] [--threads 1,2,4,8,16 (increasing, from 1)] [--gemm] "
-        "[--mlp DIR] [--conv] [--attn]");
+        "[--mlp DIR] [--conv] [--attn] [--emb]");
 }
 
 static options parse_args(int argc, char **argv)
 {
-    options o = {false, NULL, 9, "cpu", "bench", false, false, {.ncounts = 0}, false, NULL, false, false};
+    options o = {false, NULL, 9, "cpu", "bench", false, false, {.ncounts = 0}, false, NULL, false, false, false};
     scaling_parse_counts(&o.scaling, "1,2,4,8,16");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -143,6 +144,7 @@ static options parse_args(int argc, char **argv)
         else if (strcmp(a, "--mlp") == 0 && has_val) o.mlp = argv[++i];
         else if (strcmp(a, "--conv") == 0) o.conv = true;
         else if (strcmp(a, "--attn") == 0) o.attn = true;
+        else if (strcmp(a, "--emb") == 0) o.emb = true;
         else if (strcmp(a, "--threads") == 0 && has_val) {
             if (!scaling_parse_counts(&o.scaling, argv[++i])) usage();
         }
@@ -624,6 +626,7 @@ int main(int argc, char **argv)
     if (o.mlp) return bench_mlp(o.mlp, 2);
     if (o.conv) return bench_conv(o.runs, o.quick, o.out_dir);
     if (o.attn) return bench_attn(o.runs, o.quick, o.out_dir);
+    if (o.emb || (o.only && strcmp(o.only, "W17") == 0)) return bench_emb(o.runs, o.quick, o.out_dir);
     const ref_loops *refs = pick_refs();
     if (!refs)
         fprintf(stderr, "bench: note: this CPU lacks AVX2+FMA: no reference loops, "

@@ -347,6 +347,10 @@ int bench_conv(int runs, bool quick, const char *out_dir);
 /* The attention rows (w_attn.c): W15 against PyTorch's plain attention,
  * with both sides' peak extra memory; also written to OUT_DIR/attn.md. */
 int bench_attn(int runs, bool quick, const char *out_dir);
+/* W17 (w_emb.c): an embedding table's SGD step at two table sizes
+ * against PyTorch's sparse and dense nn.Embedding; also written to
+ * OUT_DIR/emb.md. */
+int bench_emb(int runs, bool quick, const char *out_dir);
 
 /* "PASS", "MISS", "WRONG" (results off) or "n/a" (no reference). */
 const char *bench_verdict(const bench_row *r);

@@ -40,7 +40,10 @@ ot_node *ot_take_at(ot_node *x, ot_node *idx, int axis, const char *file, int li
  * for 1-D idx. src's shape must be x.shape[:axis] + idx.shape +
  * x.shape[axis+1:] (take's result shape); the result is x's shape and the
  * promoted dtype of x and src. Gradients: g in x, take(g, idx, axis) in
- * src. */
+ * src. On the cpu backend ot_assign(x, ot_index_add(x, idx, src, axis)),
+ * and likewise x - lr*ot_scatter_add(src, idx, ...) into x (an SGD step
+ * on an embedding table), update x in place, reading and writing only
+ * the indexed slices (ot_explain: "in place: indexed rows only"). */
 ot_node *ot_index_add_at(ot_node *x, ot_node *idx, ot_node *src, int axis, const char *file,
                          int line);
 #define ot_index_add(x, idx, src, axis)                                       \

@@ -104,7 +104,10 @@ static void describe_window(FILE *f, const ot_kernel *k)
         bool wino = strncmp(algo, "winograd", 8) == 0;
         fprintf(f, !tile ? ")" : wino ? ", scratch %.1f KiB)" : ", im2col tile %.1f KiB)",
                 (double)tile / 1024);
-    } else
+    } else if (k->kind == OT_KER_INDEX && k->beta.mul != 0)
+        fprintf(f, "] (in place: indexed rows only, %s)",
+                k->alpha.param >= 0 || k->alpha.mul != 1 ? "alpha" : "added");
+    else
         fprintf(f, "] (direct)");
     for (int i = 0; i < k->nload; i++) put_view(f, i ? " " : " <- ", &k->loads[i]);
     put_view(f, " -> ", &k->store);

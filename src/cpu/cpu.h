@@ -275,7 +275,10 @@ typedef struct ot_kernel {
     /* POOL (exec_pool.c): its loop; views as CONV's. */
     ot__pool_geom pool;
     /* INDEX (exec_index.c): its loop; each view has its operand's (the
-     * store the node's) shape and strides. */
+     * store the node's) shape and strides. A scatter_add with beta.mul != 0
+     * updates its store in place by alpha times the source's slices
+     * (plan_fuse.c's t + c*scatter_add(...) written over t): it reads and
+     * writes only the indexed rows. */
     ot__index_geom index;
     /* ATTN (exec_attn.c): its loop; loads a and the pack, of shapes
      * load_shapes (owned), the store of shape `shape` (also ndim, dims). */
@@ -440,11 +443,12 @@ void ot__wino_run(const ot_kernel *k, char *const xsw[3], char *scratch);
 /* exec_pool.c: runs a POOL kernel from its operands' bases (one or two)
  * into dst. */
 void ot__run_pool(const ot_kernel *k, char *const base[2], char *dst);
-/* exec_index.c: runs an INDEX kernel from its operands' bases into dst;
+/* exec_index.c: runs an INDEX kernel from its operands' bases into dst
+ * (param: the run's constants, for an in-place scatter's alpha);
  * OT_EINVAL with the error set, dst untouched, for an index out of range.
  * ot__index_check checks take's and scatter_add's indices at idx alone
  * (0 for the other ops). */
-int ot__run_index(const ot_kernel *k, char *const base[2], char *dst);
+int ot__run_index(const ot_kernel *k, char *const base[2], char *dst, const double *param);
 int ot__index_check(const ot_kernel *k, const char *idx);
 /* exec_topk.c: ot__run_index's and ot__index_check's for topk,
  * take_along and scatter_along (ot__is_topk); the same contract. */

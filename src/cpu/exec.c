@@ -583,7 +583,7 @@ static void run_kernel(ot_backend *be, const ot_plan *p, const ot_binding *bind,
     case OT_KER_CONV: ot__run_conv(kp, base, dst, region(mem, slot, R_PACK)); break;
     case OT_KER_POOL: ot__run_pool(kp, base, dst); break;
     case OT_KER_INDEX: /* an index out of range: the error is set, the run goes on */
-        if (ot__run_index(kp, base, dst)) note_bad(mem, (int)(whole - p->kernels));
+        if (ot__run_index(kp, base, dst, bind->param)) note_bad(mem, (int)(whole - p->kernels));
         break;
     case OT_KER_ATTN: ot__run_attn(kp, base, dst, region(mem, slot, R_PACK)); break;
     default: {

@@ -79,13 +79,64 @@ static int64_t inner_at(const frame *f, bool ev, int64_t step, int64_t i)
     return ev ? i * step : offset_of(f->s, f->st, f->m1, f->s->ndim, i);
 }
 
-/* take: out[o, j, i] = x[o, idx[j], i]; scatter_add: out[o, idx[j], i] +=
- * src[o, j, i]. big is the axis-indexed view (take's x, scatter's out),
- * small the other. */
-static void gather_scatter(const ot_kernel *k, const char *a, const char *idx, char *dst)
+/* One slice's inner run of n elements, each a contiguous row (the fast
+ * case: an embedding's rows): take copies it, scatter_add adds it, times
+ * alpha when the kernel updates its output in place. Adding in the dtype
+ * rounds as the per-element path does (an f32 sum computed in double and
+ * rounded once is the f32 sum). */
+static void row_op(bool take, ot_dtype dt, char *b, char *s, int64_t n, double alpha)
+{
+    if (take) {
+        memcpy(s, b, (size_t)n * ot_dtype_size(dt));
+        return;
+    }
+    if (dt == OT_F32) {
+        float *r = (float *)b, a = (float)alpha;
+        const float *x = (const float *)s;
+        if (alpha == 1.0)
+            for (int64_t i = 0; i < n; i++) r[i] += x[i];
+        else
+            for (int64_t i = 0; i < n; i++) r[i] += a * x[i];
+    } else if (dt == OT_F64) {
+        double *r = (double *)b;
+        const double *x = (const double *)s;
+        if (alpha == 1.0)
+            for (int64_t i = 0; i < n; i++) r[i] += x[i];
+        else
+            for (int64_t i = 0; i < n; i++) r[i] += alpha * x[i];
+    } else
+        for (int64_t i = 0; i < n; i++) {
+            char *p = b + (size_t)i * ot_dtype_size(dt);
+            ot__store(p, dt, ot__load(p, dt) + alpha * ot__load(s + (size_t)i * ot_dtype_size(dt), dt));
+        }
+}
+
+/* Zeroes scatter_add's whole result (untouched rows stay 0): a dense
+ * scatter's O(result) part, which the in-place form skips. */
+static void zero_out(const ot_kernel *k, char *dst, size_t es)
 {
     const ot__index_geom *g = &k->index;
-    bool take = g->op == OT_OP_TAKE;
+    int64_t n = ot__numel(&g->out), step;
+    frame all = {&g->out, k->store.strides, 0, 0};
+    if (even(&all, &step) && step == 1) {
+        memset(dst, 0, (size_t)n * es);
+        return;
+    }
+    for (int64_t e = 0; e < n; e++)
+        memset(dst + es * offset_of(&g->out, k->store.strides, 0, g->out.ndim, e), 0, es);
+}
+
+/* take: out[o, j, i] = x[o, idx[j], i]; scatter_add: out[o, idx[j], i] +=
+ * alpha * src[o, j, i], alpha 1, over zeroes, or, when the kernel updates
+ * its output in place (k->beta.mul != 0: the planner's t + c*scatter_add(..)
+ * over t itself), the run-time scale k->alpha over the output's own values:
+ * only the indexed rows are read and written. big is the axis-indexed view
+ * (take's x, scatter's out), small the other. */
+static void gather_scatter(const ot_kernel *k, const char *a, const char *idx, char *dst,
+                           const double *param)
+{
+    const ot__index_geom *g = &k->index;
+    bool take = g->op == OT_OP_TAKE, in_place = !take && k->beta.mul != 0;
     int ni = g->b.ndim, ax = g->axis;
     frame big = {take ? &g->a : &g->out, take ? k->loads[0].strides : k->store.strides, ax, ax + 1};
     frame small = {take ? &g->out : &g->a, take ? k->store.strides : k->loads[0].strides, ax,
@@ -93,25 +144,22 @@ static void gather_scatter(const ot_kernel *k, const char *a, const char *idx, c
     ot_dtype dt = (ot_dtype)k->store.dtype;
     size_t es = ot_dtype_size(dt);
     int64_t sb, ss;
-    bool eb = even(&big, &sb), es_ = even(&small, &ss);
-    if (!take) {   /* zeroes first: untouched rows stay 0 */
-        int64_t n = ot__numel(&g->out);
-        for (int64_t e = 0; e < n; e++)
-            memset(dst + es * offset_of(&g->out, k->store.strides, 0, g->out.ndim, e), 0, es);
-    }
+    bool eb = even(&big, &sb), es_ = even(&small, &ss), rows = eb && es_ && sb == 1 && ss == 1;
+    double alpha = !in_place ? 1.0 : k->alpha.param >= 0 ? k->alpha.mul * param[k->alpha.param]
+                                                           : k->alpha.mul;
+    if (!take && !in_place) zero_out(k, dst, es);
+    char *bbase = take ? (char *)a : dst, *sbase = take ? dst : (char *)a;
     for (int64_t o = 0; o < g->outer; o++)
         for (int64_t j = 0; j < g->count; j++) {
             int64_t w = ot__index_wrap(index_at(k, idx, j), g->size);
-            int64_t bo = frame_at(&big, o, w), so = frame_at(&small, o, j);
-            for (int64_t i = 0; i < g->inner; i++) {
-                int64_t bi = bo + inner_at(&big, eb, sb, i), si = so + inner_at(&small, es_, ss, i);
-                if (take) {
-                    memcpy(dst + es * si, a + es * bi, es);
-                    continue;
-                }
-                char *p = dst + es * bi;
-                ot__store(p, dt, ot__load(p, dt) + ot__load(a + es * si, dt));
+            char *bp = bbase + es * frame_at(&big, o, w), *sp = sbase + es * frame_at(&small, o, j);
+            if (rows) {
+                row_op(take, dt, bp, sp, g->inner, alpha);
+                continue;
             }
+            for (int64_t i = 0; i < g->inner; i++)
+                row_op(take, dt, bp + es * inner_at(&big, eb, sb, i),
+                       sp + es * inner_at(&small, es_, ss, i), 1, alpha);
         }
 }
 
@@ -174,7 +222,7 @@ static void cumsum(const ot_kernel *k, const char *x, char *dst)
         }
 }
 
-int ot__run_index(const ot_kernel *k, char *const base[2], char *dst)
+int ot__run_index(const ot_kernel *k, char *const base[2], char *dst, const double *param)
 {
     const ot__index_geom *g = &k->index;
     if (ot__is_topk(g->op)) return ot__run_topk(k, base, dst);
@@ -187,6 +235,6 @@ int ot__run_index(const ot_kernel *k, char *const base[2], char *dst)
         return 0;
     }
     int rc = ot__index_check(k, base[1]);
-    if (!rc) gather_scatter(k, base[0], base[1], dst);
+    if (!rc) gather_scatter(k, base[0], base[1], dst, param);
     return rc;
 }

@@ -430,6 +430,18 @@ static bool conv_kind_kernel(compiler *c, int e, const storage *dst)
     return true;
 }
 
+/* scatter_add e added into dst in place, times alpha (plan_fuse.c's
+ * match_index_root: dst holds the value it is added to). */
+static bool index_in_place_kernel(compiler *c, int e, const storage *dst, ot_scale alpha)
+{
+    ot_kernel *k = whole_kernel(c, e, dst, OT_KER_INDEX, false);
+    if (!k) return false;
+    ot__index_geom_of(node_of(c, e), &k->index);
+    k->alpha = alpha;
+    k->beta = ONE;
+    return true;
+}
+
 static bool entry_kernel(compiler *c, prog *g, int e, const storage *dst)
 {
     if (node_of(c, e)->custom && c->w->e[e].op == OT_OP_CUSTOM_STRUCT)
@@ -539,7 +551,9 @@ static bool root_kernel(compiler *c, prog *g, int i, int r, int *via_temp)
     ot_shape osh = out_shape(c, i);
     storage out = ot__build_out_storage(c, i);
     const gemm_root *gr = &c->groot[i];
-    if (gr->dot >= 0) return dot_kernel(c, gr->dot, &out, gr->alpha, gr->beta);
+    if (gr->dot >= 0)
+        return kind_of(c, gr->dot) == OT_KIND_DOT ? dot_kernel(c, gr->dot, &out, gr->alpha, gr->beta)
+                                                  : index_in_place_kernel(c, gr->dot, &out, gr->alpha);
     const storage *rs = &c->ci[r].st;
     if (rs->has && rs->space == OT_SPACE_OUT && rs->index == i) return true;   /* a concat in place */
     bool reduce_direct = is_op(c, r) && kind_of(c, r) == OT_KIND_REDUCE && c->ci[r].uses == 1 &&

@@ -28,7 +28,8 @@
  *
  * Guarantees to plan_build.c: every canonical leaf and materialised op
  * entry (transposes aside) has storage; groot[i].dot >= 0 only for a dot
- * read by output i alone that BLAS can write into it.
+ * read by output i alone that BLAS can write into it, or a scatter_add
+ * that an INDEX kernel adds into output i in place (match_index_root).
  */
 #include "plan.h"
 #include "ops.h"
@@ -614,6 +615,57 @@ static bool match_gemm_root(const compiler *c, int i, gemm_root *g, int *stack)
     return true;
 }
 
+/* e through scalings by constants and negations, each read once and so
+ * computed by nobody else: the entry scaled, *scale their product (at
+ * most one constant: a kernel scale holds one parameter). */
+static int scaled_chain(const compiler *c, int e, ot_scale *scale)
+{
+    *scale = ONE;
+    for (;;) {
+        ot_scale s;
+        int t = scaled(c, e, &s);
+        if (t == e || c->ci[e].uses != 1 || c->ci[e].mat || (s.param >= 0 && scale->param >= 0))
+            return e;
+        scale->mul *= s.mul;
+        if (s.param >= 0) scale->param = s.param;
+        e = t;
+    }
+}
+
+/* out = out + alpha*scatter_add(src, idx) (index_add(t, ids, src) into t,
+ * an SGD step w - lr*scatter_add(g, ids) on an embedding table, gw +=
+ * scatter_add(...)): one INDEX kernel updates the output in place, reading
+ * and writing only the indexed rows (O(ids x row), not O(table)); g->dot is
+ * then the scatter_add. Rows not indexed keep their values (the dense form
+ * would add +0 to them: a -0.0 stays -0.0). Safe when the output is its
+ * leaf's very view, overlaps no other leaf, the scatter's operands do not
+ * read it (they are stored before any output is written) and no other
+ * output's kernel reads it (every tree reads the old values). */
+static bool match_index_root(const compiler *c, int i, gemm_root *g, int *stack)
+{
+    int r = c->ci[c->w->root[i]].canon;
+    const ent *x = &c->w->e[r];
+    ot_shape osh = out_shape(c, i);
+    if (!c->outs || !c->fused || x->kind != OT_NODE_OP || c->ci[r].uses != 1 ||
+        (x->op != OT_OP_ADD && x->op != OT_OP_SUB) || node_of(c, r)->dtype != c->outs[i]->leaf.dtype ||
+        !ot__shape_eq(&node_of(c, r)->shape, &osh))
+        return false;
+    for (int d = x->op == OT_OP_SUB; d < 2; d++) {
+        ot_scale s;
+        int o = canon_operand(c, r, d), t = scaled_chain(c, o, &s), l = canon_operand(c, r, 1 - d);
+        if (!is_op(c, t) || c->w->e[t].op != OT_OP_SCATTER_ADD || c->ci[t].uses != 1 ||
+            node_of(c, t)->dtype != c->outs[i]->leaf.dtype || !ot__shape_eq(&node_of(c, t)->shape, &osh) ||
+            !is_out_leaf(c, i, l))
+            continue;
+        int slot = c->w->e[l].slot;
+        if (!ot__fuse_out_alone(c, i, slot) || !gemm_over_leaf(c, i, t, slot, stack)) return false;
+        if (x->op == OT_OP_SUB) s.mul = -s.mul;
+        *g = (gemm_root){t, s, ONE};
+        return true;
+    }
+    return false;
+}
+
 /* Whether a canonical op entry other than p reads leaf `slot` (directly or
  * through views), or an output's tree is that leaf. */
 static bool leaf_read_elsewhere(const compiler *c, int slot, int p)
@@ -690,6 +742,11 @@ void ot__fuse_mark_direct_roots(compiler *c)
         c->groot[i] = (gemm_root){-1, ONE, NONE};
         if (stack && match_gemm_root(c, i, &g, stack) &&
             ot__build_blas_writable(&out, node_of(c, g.dot))) {
+            c->groot[i] = g;
+            c->ci[g.dot].mat = false;
+            continue;
+        }
+        if (stack && match_index_root(c, i, &g, stack)) {
             c->groot[i] = g;
             c->ci[g.dot].mat = false;
             continue;

@@ -119,8 +119,9 @@ int ot__verify_fused(const compiler *c)
     for (int r = 0; r < c->nout; r++) {
         int d = c->groot[r].dot;
         if (d >= 0 && (d >= c->w->n || c->ci[d].canon != d || !is_op(c, d) ||
-                       kind_of(c, d) != OT_KIND_DOT || c->ci[d].mat))
-            return fail("output %d: GEMM root %d is not an unmaterialised dot", r, d);
+                       (kind_of(c, d) != OT_KIND_DOT && c->w->e[d].op != OT_OP_SCATTER_ADD) ||
+                       c->ci[d].mat))
+            return fail("output %d: GEMM root %d is not an unmaterialised dot or scatter_add", r, d);
     }
     return 0;
 }

@@ -455,9 +455,11 @@ int ot__index_check(const ot_kernel *k, const char *idx);
 int ot__run_topk(const ot_kernel *k, char *const base[2], char *dst);
 int ot__along_check(const ot_kernel *k, const char *idx);
 /* exec_attn.c: runs an ATTN kernel in scratch of ot__attn_scratch's size
- * (false: it overflows); ot__attn_describe is its ot_explain line. */
+ * (false: it overflows), its exps by kt's vector exp at accuracy acc (0:
+ * u10, 1: u35); ot__attn_describe is its ot_explain line. */
 bool ot__attn_scratch(const ot_kernel *k, size_t *bytes);
-void ot__run_attn(const ot_kernel *k, char *const base[2], char *dst, char *scratch);
+void ot__run_attn(const ot_kernel *k, char *const base[2], char *dst, char *scratch,
+                  const ot_kernels *kt, int acc);
 void ot__attn_describe(FILE *f, const ot_kernel *k);
 /* exec.c: ot__plan_run_prepare lays out a run's scratch once, after the
  * plan's code is generated (tiles depend on it); ot__plan_run runs it for

@@ -585,7 +585,10 @@ static void run_kernel(ot_backend *be, const ot_plan *p, const ot_binding *bind,
     case OT_KER_INDEX: /* an index out of range: the error is set, the run goes on */
         if (ot__run_index(kp, base, dst, bind->param)) note_bad(mem, (int)(whole - p->kernels));
         break;
-    case OT_KER_ATTN: ot__run_attn(kp, base, dst, region(mem, slot, R_PACK)); break;
+    case OT_KER_ATTN:
+        ot__run_attn(kp, base, dst, region(mem, slot, R_PACK), cpu->k,
+                     be->opts.accuracy == OT_ULP35);
+        break;
     default: {
         run_ctx c;
         ot__clear(&c, sizeof c);

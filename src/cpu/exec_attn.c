@@ -25,11 +25,15 @@
 #define BC 128   /* keys per block */
 
 /* The run's views in elements: a (q, or attention_grad's x), the pack and
- * the store. */
+ * the store; and the kernel table's vector exp, max and sum for the dtype
+ * (a score tile's exps are most of the work outside the GEMMs: one libm
+ * call per score cost more than the GEMMs at head dim 32). */
 typedef struct attn_io {
     const char *a, *pack;
     char *out;
     int64_t as[4], ps, os[4];
+    ot_k1 exp;
+    double (*max)(const void *a, size_t n), (*sum)(const void *a, size_t n);
 } attn_io;
 
 static int64_t mask_base(const ot__attn_geom *g, int64_t b, int64_t h, int64_t i)
@@ -94,29 +98,29 @@ bool ot__attn_scratch(const ot_kernel *k, size_t *bytes)
 #define SUF f32
 #define DT OT_F32
 #define EXP expf
-#define LOG logf
 #include "exec_attn.inc"
 #undef T
 #undef SUF
 #undef DT
 #undef EXP
-#undef LOG
 
 #define T double
 #define SUF f64
 #define DT OT_F64
 #define EXP exp
-#define LOG log
 #include "exec_attn.inc"
 
-void ot__run_attn(const ot_kernel *k, char *const base[2], char *dst, char *scratch)
+void ot__run_attn(const ot_kernel *k, char *const base[2], char *dst, char *scratch,
+                  const ot_kernels *kt, int acc)
 {
     const ot__attn_geom *g = &k->attn;
-    attn_io io = {.a = base[0], .pack = base[1], .out = dst, .ps = k->loads[1].strides[0]};
+    bool f32 = k->store.dtype == OT_F32;
+    int kd = f32 ? OT_KD_F32 : OT_KD_F64;
+    attn_io io = {.a = base[0], .pack = base[1], .out = dst, .ps = k->loads[1].strides[0],
+                  .exp = kt->unary[acc][OT_OP_EXP][kd], .max = kt->max[kd], .sum = kt->sum[kd]};
     for (int d = 0; d < 4; d++) io.as[d] = k->loads[0].strides[d];
     int nd = k->shape.ndim;
     for (int d = 0; d < nd; d++) io.os[d] = k->store.strides[d];
-    bool f32 = k->store.dtype == OT_F32;
     if (g->op == OT_OP_ATTENTION_GRAD && g->mask) {   /* dmask sums into zeros */
         int64_t at = g->b * g->h * g->sq * g->d + g->moff, n = g->npack - g->moff;
         for (int64_t i = 0; i < n; i++) {

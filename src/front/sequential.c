@@ -46,10 +46,11 @@ typedef struct item {
     int rstamp;               /* the step run that replaces it by rleaf */
     ot_node *rleaf;
     bool pend;                /* a temporary of the step running, not yet computed */
+    int reach, reach_root;    /* keep_inner: how many roots reach it; the last one */
 } item;
 
 typedef struct gen {          /* one kept value: item's as of step made */
-    int item, made, last;     /* last: the last step reading it, -1: none */
+    int item, made, last;     /* last: the last step reading it, -1: none (made: its own) */
     ot_tensor *out;           /* step made's output holding it, or NULL */
     ot_tensor *t;             /* else its temporary, while it lives */
 } gen;
@@ -76,6 +77,7 @@ typedef struct share {
     ot__walker w;
     int j, k, walk, rebuild;  /* the walk in progress */
     int self;                 /* a wave's walk: the item it is of */
+    int root;                 /* keep_inner's walk: its number */
     bool blocked;             /* and whether another pending item is below */
     ot_node **out;            /* a rebuild's new node, by walker index */
     int capout;
@@ -172,7 +174,7 @@ static int number_visit(ot__walker *w, const ot_node *n, int index, const int op
         int a = item_of(s, n->kind == OT_NODE_OP ? n->a : NULL);
         int b = item_of(s, n->kind == OT_NODE_OP ? n->b : NULL);
         s->it[i] = (item){n, a, b, s->j, s->j, is_work(s, n, a, b), -1, -1, -1, -1, NULL, -1,
-                          NULL, false};
+                          NULL, false, 0, -1};
         s->slot[at] = i;
     }
     s->it[i].last = s->j;
@@ -314,9 +316,69 @@ static int find_candidates(share *s, int j)
     return last;
 }
 
+/* Whether item i is read in step j from a temporary other than the one
+ * keep_inner walks (s->self): one an earlier step kept, or one step j
+ * computes before its trees. */
+static bool read_as_temp(const share *s, int i, int j)
+{
+    int g = valid_gen(s, i, j);
+    return g >= 0 && i != s->self && (s->g[g].made < j || !s->g[g].out);
+}
+
+static int inner_enter(ot__walker *w, const ot_node *n)
+{
+    share *s = w->ctx;
+    return n->kind != OT_NODE_OP || !read_as_temp(s, item_of(s, n), s->j);
+}
+
+static int inner_visit(ot__walker *w, const ot_node *n, int index, const int operand[2])
+{
+    (void)index, (void)operand;
+    share *s = w->ctx;
+    item *x = &s->it[item_of(s, n)];
+    if (n->kind == OT_NODE_OP && x->reach_root != s->root) x->reach++, x->reach_root = s->root;
+    return 0;
+}
+
+/* Walks one root of keep_inner's from item self (-1: a tree of the step). */
+static int inner_walk(share *s, const ot_node *root, int self)
+{
+    ot__walker_reset(&s->w);
+    s->self = self;
+    s->root++;
+    int rc = inner_enter(&s->w, root);
+    return rc > 0 ? ot__walker_run(&s->w, root) : rc;
+}
+
+/* Step j's values that two of its computations read (the temporaries it
+ * keeps and its trees, each down to the temporaries it reads): kept too,
+ * for step j alone (last j), computed in an earlier wave. Else each wave
+ * computes them again: a language model's residual stream, GEMMs and all,
+ * once for every layer norm whose parts the backward keeps. */
+static int keep_inner(share *s, int j, int first_gen)
+{
+    for (int e = 0; e < s->nev; e++) s->it[s->ev[e]].reach = 0;
+    s->w.enter = inner_enter;
+    s->w.visit = inner_visit;
+    int rc = 0, ng = s->ng;
+    for (int q = first_gen; q < ng && rc >= 0; q++)
+        if (!s->g[q].out) rc = inner_walk(s, s->it[s->g[q].item].node, s->g[q].item);
+    for (int r = 0; r < s->st[j].n && rc >= 0; r++) rc = inner_walk(s, s->st[j].trees[r], -1);
+    s->self = -1;
+    for (int e = 0; e < s->nev && rc >= 0; e++) {
+        item *x = &s->it[s->ev[e]];
+        if (x->reach < 2 || !x->work || valid_gen(s, s->ev[e], j) >= 0) continue;
+        if (!grow(&s->g, &s->capg, s->ng + 1, sizeof *s->g)) return OT_ENOMEM;
+        s->g[s->ng] = (gen){s->ev[e], j, j, NULL, NULL};
+        x->cur = s->ng++;
+    }
+    return rc < 0 ? rc : 0;
+}
+
 /* Plans step j: its uses, then the values it keeps for later steps. */
 static int plan_step(share *s, int j)
 {
+    int first_gen = s->ng;
     s->j = j;
     s->walk++;
     s->nev = 0;
@@ -334,7 +396,7 @@ static int plan_step(share *s, int j)
         s->g[s->ng] = (gen){s->ev[e], j, -1, x->root_out, NULL};
         x->cur = s->ng++;
     }
-    return rc;
+    return rc || s->ng == first_gen ? rc : keep_inner(s, j, first_gen);
 }
 
 /* What sharing could save, in element ops: each value that does work,
@@ -523,7 +585,7 @@ static int start_temporaries(share *s, int j, int *gi)
     int ntmp = 0;
     for (; *gi < s->ng && s->g[*gi].made == j; (*gi)++) {
         gen *g = &s->g[*gi];
-        if (g->out || g->last <= j) continue;   /* in an output, or read by no one */
+        if (g->out || g->last < j) continue;   /* in an output, or read by no one */
         if (!(g->t = temporary(s, g->item))) return ot_errcode() ? ot_errcode() : nomem();
         s->it[g->item].pend = true;
         s->tmp[ntmp++] = g;

@@ -10,6 +10,9 @@
  */
 #include "test.h"
 #include "internal.h"
+#include "optree/attention.h"
+#include "optree/conv.h"
+#include "optree/pool.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -340,6 +343,91 @@ TEST(half_structured_ops)
         check_tree(&hc, ot_add(ot_cast(ot_exp(x), dts[k]), ot_const(0.1)),
                    ot_add(ot_cast(ot_cast(ot_exp(x32), dts[k]), OT_F32), ot_cast(ot_cast(ot_const(0.1), dts[k]), OT_F32)),
                    ot_add(ot_cast(ot_exp(rx), dts[k]), ot_const(0.1)));
+        leaves_free(&l);
+        ot_backend_free(hc.cpu), ot_backend_free(hc.ref);
+    }
+}
+
+/* The windowed ops over views of the leaves (3-D and 4-D reshapes, a
+ * strided slice): conv, max pool and attention; and casts from every dtype. */
+static ot_node *conv_tree(ot_tensor *x, ot_tensor *y)
+{
+    ot_tensor *x3 = ot_reshape(x, OT_SHAPE(2, 3, 40)), *y3 = ot_reshape(y, OT_SHAPE(4, 3, 20));
+    ot_tensor *w = ot_slice(y3, OT_ALL, OT_ALL, OT_RANGE(0, 5));
+    ot_node *r = ot_add(ot_conv(ot_tensor_node(x3), ot_tensor_node(w)), ot_const(1.0));
+    ot_tensor_free(x3), ot_tensor_free(y3), ot_tensor_free(w);
+    return r;
+}
+
+static ot_node *pool_tree(ot_tensor *x, ot_tensor *y)
+{
+    (void)y;
+    ot_tensor *x3 = ot_reshape(x, OT_SHAPE(2, 3, 40));
+    ot_node *r = ot_max_pool(ot_tensor_node(x3), .kernel = {3});
+    ot_tensor_free(x3);
+    return r;
+}
+
+static ot_node *attn_tree(ot_tensor *x, ot_tensor *y)
+{
+    ot_tensor *q = ot_reshape(x, OT_SHAPE(1, 2, 6, 20)), *k = ot_reshape(y, OT_SHAPE(1, 2, 6, 20));
+    ot_node *r = ot_attention(ot_tensor_node(q), ot_tensor_node(k), ot_tensor_node(q), .causal = true);
+    ot_tensor_free(q), ot_tensor_free(k);
+    return r;
+}
+
+/* i32 -> 16 bits (2049 rounds to 2048 in f16) and back, f64 -> 16 bits. */
+static ot_node *cast_tree(ot_tensor *x, ot_tensor *y)
+{
+    ot_dtype dt = ot_tensor_dtype(x) == OT_F32 ? ot_tensor_dtype(y) : ot_tensor_dtype(x);
+    ot_node *i = ot_cast(ot_mul(ot_tensor_node(y), ot_const(700.0)), OT_I32);
+    ot_node *h = ot_cast(ot_add(i, ot_consti(2000)), dt);
+    ot_node *d = ot_cast(ot_cast(ot_tensor_node(x), OT_F64), dt);
+    return ot_add(ot_cast(ot_cast(h, OT_I32), dt), d);
+}
+
+TEST(half_windowed_ops_and_casts)
+{
+    ot_dtype dts[2] = {OT_F16, OT_BF16};
+    ot_node *(*fn[4])(ot_tensor *, ot_tensor *) = {conv_tree, pool_tree, attn_tree, cast_tree};
+    const char *name[4] = {"conv", "max_pool", "attention", "casts"};
+    for (int k = 0; k < 2; k++) {
+        half_case hc = {test__backend("cpu", OT_FUSION_ON), test__backend("ref", OT_FUSION_ON),
+                        dts[k], NULL};
+        half_leaves l = leaves(&hc, 6, 40);
+        for (int f = 0; f < 4; f++) {
+            hc.what = name[f];
+            ot_tensor *y32 = f == 3 ? l.y : l.y32;   /* casts_tree's dtype from y */
+            ot_node *t32 = fn[f](l.x32, y32);
+            if (f == 3) t32 = ot_cast(t32, OT_F32);
+            check_tree(&hc, fn[f](l.x, l.y), t32, fn[f](l.rx, l.ry));
+        }
+        leaves_free(&l);
+        ot_backend_free(hc.cpu), ot_backend_free(hc.ref);
+    }
+}
+
+/* Large elementwise trees run a block at a time (half_assign.c): the same
+ * bits as the whole f32 tree rounded once, into a new output and in place. */
+TEST(half_blocked_elementwise)
+{
+    ot_dtype dts[2] = {OT_F16, OT_BF16};
+    for (int k = 0; k < 2; k++) {
+        half_case hc = {test__backend("cpu", OT_FUSION_ON), test__backend("ref", OT_FUSION_ON),
+                        dts[k], "blocked a*b+a"};
+        half_leaves l = leaves(&hc, 3, 23001);
+        ot_node *x = ot_tensor_node(l.x), *y = ot_tensor_node(l.y);
+        check_tree(&hc, ot_add(ot_mul(x, y), ot_tanh(x)),
+                   ot_add(ot_mul(ot_tensor_node(l.x32), ot_tensor_node(l.y32)), ot_tanh(ot_tensor_node(l.x32))),
+                   ot_add(ot_mul(ot_tensor_node(l.rx), ot_tensor_node(l.ry)), ot_tanh(ot_tensor_node(l.rx))));
+        ot_tensor *want = ot_empty(hc.cpu, OT_SHAPE(3, 23001), dts[k]);
+        CHECK_INT(ot_assign(want, ot_add(ot_mul(x, y), x)), 0);
+        CHECK_INT(ot_assign(l.x, ot_add(ot_mul(x, y), x)), 0);   /* in place */
+        uint16_t *a = malloc(2 * 69003), *b = malloc(2 * 69003);
+        ot_get_raw(want, a), ot_get_raw(l.x, b);
+        CHECK(memcmp(a, b, 2 * 69003) == 0);
+        free(a), free(b);
+        ot_tensor_free(want);
         leaves_free(&l);
         ot_backend_free(hc.cpu), ot_backend_free(hc.ref);
     }

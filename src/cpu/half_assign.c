@@ -15,9 +15,17 @@
  */
 #include "cpu.h"
 
+/* Blocks of a blocked run: small enough that a block's widened leaves and
+ * result stay in L2, large enough that a call's fixed cost is small. */
+enum { HALF_BLOCK = 16384, HALF_MAX_LEAVES = 8 };
+
 typedef struct half_run {
     ot_backend *be;
     ot__half_eval eval;       /* the plain f32 assignment */
+    int64_t block;            /* > 0: leaves become f32 buffers of this many
+                                 elements, refilled per block (run_blocked) */
+    ot_tensor *src[HALF_MAX_LEAVES], *buf[HALF_MAX_LEAVES];
+    int nleaves;
     ot_node **out;            /* the f32 node of each visited node, by index */
     size_t cap;
     ot_tensor **temps;        /* tensors this run made, freed at its end */
@@ -60,6 +68,14 @@ static void round_through(int dt, float *x, size_t n)
 static ot_node *leaf_f32(half_run *h, const ot_node *n)
 {
     ot_tensor *t = ot__leaf_tensor(n);
+    if (h->block) {   /* a buffer of one block, filled per block */
+        ot_shape s = OT_SHAPE(h->block);
+        ot_tensor *b = h->nleaves < HALF_MAX_LEAVES ? temp_new(h, &s) : NULL;
+        if (!b) return NULL;
+        h->src[h->nleaves] = t;
+        h->buf[h->nleaves++] = b;
+        return &b->leaf;
+    }
     if (!half_dt(n->dtype)) return (ot_node *)n;
     ot_tensor *w = temp_new(h, &n->shape);
     if (!w || ot_get(t, temp_data(w))) return NULL;
@@ -90,7 +106,7 @@ static ot_node *op_f32(half_run *h, ot__walker *w, const ot_node *n, ot_node *a,
     ot_op op = (ot_op)(n->tag != OT_OP_NONE ? n->tag : ot__node_op(n));
     ot_node *r = ot_build_at(op, a, b, &args, n->file, n->line);
     bool cast = n->tag == OT_OP_NONE && n->op == OT_OP_CAST;
-    if (r && cast && half_dt(n->dtype) && a->dtype != OT_I32)
+    if (r && cast && half_dt(n->dtype))
         r = rounded(h, r, n->dtype);
     return r;
 }
@@ -142,6 +158,82 @@ bool ot__half_involved(int n, ot_tensor *const outs[], ot_node *const trees[])
     return found;
 }
 
+/* ---- blocked runs --------------------------------------------------------- */
+
+/* Whether n fits a blocked run of a tree into out: elementwise ops of out's
+ * shape (no cast, which would round inside), constants, and contiguous
+ * f16/bf16 leaves of out's shape that are out itself or apart from it (a
+ * block of out is written before later blocks of the leaves are read). */
+static int enter_blockable(ot__walker *w, const ot_node *n)
+{
+    const ot_tensor *out = w->ctx;
+    if (n->kind == OT_NODE_CONST) return 1;
+    if (!ot__shape_eq(&n->shape, &out->leaf.shape) || n->axes) return OT_EINVAL;
+    if (n->kind == OT_NODE_LEAF) {   /* out may be a leaf, not a shifted one */
+        const ot_tensor *t = ot__leaf_tensor(n);
+        bool apart = ot__same_view(t, out) || ot__overlap(t, out) == OT_OVERLAP_NONE;
+        return half_dt(n->dtype) && ot_tensor_is_contiguous(t) && apart ? 1 : OT_EINVAL;
+    }
+    int kind = ot__kind_of((ot_op)n->op);
+    bool elementwise = (kind == OT_KIND_UNARY || kind == OT_KIND_BINARY) && !n->custom;
+    return elementwise && n->tag == OT_OP_NONE && n->op != OT_OP_CAST ? 1 : OT_EINVAL;
+}
+
+static bool blockable(ot_tensor *out, ot_node *tree)
+{
+    if (!half_dt(out->leaf.dtype) || !ot_tensor_is_contiguous(out) ||
+        ot__numel(&out->leaf.shape) < 4 * HALF_BLOCK)
+        return false;
+    ot__walker w = {.visit = visit_none, .enter = enter_blockable, .ctx = out};
+    bool ok = ot__walker_run(&w, tree) >= 0 && w.count <= 64;
+    ot__walker_free(&w);
+    return ok;
+}
+
+static const uint16_t *half_at(const ot_tensor *t, int64_t i)
+{
+    return (const uint16_t *)t->buf->data + t->offset + i;
+}
+
+/* The f32 tree over one block's buffers of len elements. */
+static ot_node *block_tree(half_run *h, ot_node *tree, int64_t len, ot_tensor **o)
+{
+    h->block = len;
+    h->nleaves = 0;
+    ot__walker w = {.composites = true, .visit = visit, .ctx = h};
+    int v = ot__walker_run(&w, tree);
+    ot_node *r = v >= 0 ? h->out[v] : NULL;
+    ot__walker_free(&w);
+    ot_shape s = OT_SHAPE(len);
+    *o = r ? temp_new(h, &s) : NULL;
+    return *o ? r : NULL;
+}
+
+/* An elementwise tree of 16-bit leaves into a 16-bit out, a block at a
+ * time: each block's leaves widened into f32 buffers that stay in cache,
+ * the f32 tree run on them, the result narrowed into out. Memory sees the
+ * 16-bit values once each way, as a native kernel's would. */
+static int run_blocked(half_run *h, ot_tensor *out, ot_node *tree)
+{
+    int64_t n = ot__numel(&out->leaf.shape), tail = n % HALF_BLOCK;
+    ot_tensor *o = NULL;
+    ot_node *t = block_tree(h, tree, HALF_BLOCK, &o);
+    int rc = t ? 0 : ot_errcode() ? ot_errcode() : OT_ENOMEM;
+    uint16_t *dst = (uint16_t *)out->buf->data + out->offset;
+    for (int64_t at = 0; !rc && at < n; at += HALF_BLOCK) {
+        if (at + HALF_BLOCK > n) {   /* the last, shorter block: its own tree */
+            t = block_tree(h, tree, tail, &o);
+            if (!t) return ot_errcode() ? ot_errcode() : OT_ENOMEM;
+        }
+        size_t len = (size_t)(at + HALF_BLOCK > n ? tail : HALF_BLOCK);
+        for (int i = 0; i < h->nleaves; i++)
+            ot__half_widen(h->src[i]->leaf.dtype, half_at(h->src[i], at), temp_data(h->buf[i]), len);
+        rc = h->eval(h->be, 1, &o, &t);
+        if (!rc) ot__half_narrow(out->leaf.dtype, temp_data(o), dst + at, len);
+    }
+    return rc;
+}
+
 /* The f32 trees and outputs, then the assignment, then the narrowing. */
 static int run_f32(half_run *h, int n, ot_tensor *const outs[], ot_node *const trees[])
 {
@@ -172,7 +264,8 @@ int ot__half_assign(ot_backend *be, ot__half_eval eval, int n, ot_tensor *const 
     half_run h = {.be = be, .eval = eval};
     ot_pool *pool = ot_pool_push();
     if (!pool) return ot__err_set(OT_ENOMEM, NULL, 0, "assign", "out of memory");
-    int rc = run_f32(&h, n, outs, trees);
+    int rc = n == 1 && blockable(outs[0], trees[0]) ? run_blocked(&h, outs[0], trees[0])
+                                                      : run_f32(&h, n, outs, trees);
     ot_pool_pop(pool);
     for (int i = 0; i < h.ntemps; i++) ot_tensor_free(h.temps[i]);
     free(h.temps);

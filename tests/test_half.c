@@ -284,6 +284,18 @@ static void leaves_free(half_leaves *l)
     ot_tensor_free(l->y32), ot_tensor_free(l->rx), ot_tensor_free(l->ry);
 }
 
+static half_case case_new(ot_dtype dt, const char *what)
+{
+    return (half_case){test__backend("cpu", OT_FUSION_ON), test__backend("ref", OT_FUSION_ON), dt,
+                       what};
+}
+
+static void case_free(half_case *hc, half_leaves *l)
+{
+    leaves_free(l);
+    ot_backend_free(hc->cpu), ot_backend_free(hc->ref);
+}
+
 TEST(half_every_elementwise_op)
 {
     ot_dtype dts[2] = {OT_F16, OT_BF16};
@@ -322,8 +334,7 @@ TEST(half_structured_ops)
 {
     ot_dtype dts[2] = {OT_F16, OT_BF16};
     for (int k = 0; k < 2; k++) {
-        half_case hc = {test__backend("cpu", OT_FUSION_ON), test__backend("ref", OT_FUSION_ON),
-                        dts[k], NULL};
+        half_case hc = case_new(dts[k], NULL);
         half_leaves l = leaves(&hc, 6, 40);
         ot_node *x = ot_tensor_node(l.x), *y = ot_tensor_node(l.y), *x32 = ot_tensor_node(l.x32),
                 *y32 = ot_tensor_node(l.y32), *rx = ot_tensor_node(l.rx), *ry = ot_tensor_node(l.ry);
@@ -343,8 +354,7 @@ TEST(half_structured_ops)
         check_tree(&hc, ot_add(ot_cast(ot_exp(x), dts[k]), ot_const(0.1)),
                    ot_add(ot_cast(ot_cast(ot_exp(x32), dts[k]), OT_F32), ot_cast(ot_cast(ot_const(0.1), dts[k]), OT_F32)),
                    ot_add(ot_cast(ot_exp(rx), dts[k]), ot_const(0.1)));
-        leaves_free(&l);
-        ot_backend_free(hc.cpu), ot_backend_free(hc.ref);
+        case_free(&hc, &l);
     }
 }
 
@@ -392,8 +402,7 @@ TEST(half_windowed_ops_and_casts)
     ot_node *(*fn[4])(ot_tensor *, ot_tensor *) = {conv_tree, pool_tree, attn_tree, cast_tree};
     const char *name[4] = {"conv", "max_pool", "attention", "casts"};
     for (int k = 0; k < 2; k++) {
-        half_case hc = {test__backend("cpu", OT_FUSION_ON), test__backend("ref", OT_FUSION_ON),
-                        dts[k], NULL};
+        half_case hc = case_new(dts[k], NULL);
         half_leaves l = leaves(&hc, 6, 40);
         for (int f = 0; f < 4; f++) {
             hc.what = name[f];
@@ -402,8 +411,7 @@ TEST(half_windowed_ops_and_casts)
             if (f == 3) t32 = ot_cast(t32, OT_F32);
             check_tree(&hc, fn[f](l.x, l.y), t32, fn[f](l.rx, l.ry));
         }
-        leaves_free(&l);
-        ot_backend_free(hc.cpu), ot_backend_free(hc.ref);
+        case_free(&hc, &l);
     }
 }
 
@@ -413,8 +421,7 @@ TEST(half_blocked_elementwise)
 {
     ot_dtype dts[2] = {OT_F16, OT_BF16};
     for (int k = 0; k < 2; k++) {
-        half_case hc = {test__backend("cpu", OT_FUSION_ON), test__backend("ref", OT_FUSION_ON),
-                        dts[k], "blocked a*b+a"};
+        half_case hc = case_new(dts[k], "blocked a*b+a");
         half_leaves l = leaves(&hc, 3, 23001);
         ot_node *x = ot_tensor_node(l.x), *y = ot_tensor_node(l.y);
         check_tree(&hc, ot_add(ot_mul(x, y), ot_tanh(x)),
@@ -428,7 +435,6 @@ TEST(half_blocked_elementwise)
         CHECK(memcmp(a, b, 2 * 69003) == 0);
         free(a), free(b);
         ot_tensor_free(want);
-        leaves_free(&l);
-        ot_backend_free(hc.cpu), ot_backend_free(hc.ref);
+        case_free(&hc, &l);
     }
 }

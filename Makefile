@@ -79,7 +79,7 @@ OBJS  += $(KOBJS)
 LIBA  := $(BUILD)/liboptree.a
 LIBSO := $(BUILD)/liboptree.so
 
-.PHONY: all python lib tests examples cli demo demo-cnn demo-lm bench-lm test test-arm64 check check-attn-long doc-check deps install clean bench bench-mlp fuzz fuzz-inputs fuzz-input-bins mpi demo-mpi ulp-exhaustive math-speed FORCE
+.PHONY: all python lib tests examples cli demo demo-cnn demo-lm bench-lm test test-arm64 check check-attn-long doc-check deps install clean bench bench-mlp fuzz fuzz-inputs fuzz-input-bins mpi demo-mpi ulp-exhaustive half-exhaustive math-speed FORCE
 # all first: a plain `make` builds everything.
 all: lib tests examples cli python
 FORCE:
@@ -317,6 +317,14 @@ ulp-exhaustive: $(BUILD)/ulp_exhaustive
 	$(RUN)/ulp_exhaustive $(ULP_ARGS)
 $(BUILD)/ulp_exhaustive: tools/ulp_exhaustive.c $(HDRS) $(LIBA) $(FLAGS)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LIBA) $(LDFLAGS) $(LDLIBS)
+
+# f16/bf16 conversions: every vector table against the scalar definition on
+# all 2^32 f32 inputs and all 2^16 back (tools/half_exhaustive.c; about a
+# minute; not in make test, which samples chunks in tests/test_half.c).
+half-exhaustive: $(BUILD)/half_exhaustive
+	$(RUN)/half_exhaustive
+$(BUILD)/half_exhaustive: tools/half_exhaustive.c $(HDRS) $(LIBA) $(FLAGS)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -O2 -o $@ $< $(LIBA) $(LDFLAGS) $(LDLIBS)
 
 # f32 exp, log, tanh and sig per ISA table against SLEEF's u10 in one process
 # (tools/math_speed.c; not in make test). MATH_ARGS="--n 16384 --runs 9".

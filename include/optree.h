@@ -132,7 +132,12 @@ void ot_set_error_handler(ot_error_handler fn, void *user);
 /* ------------------------------------------------------------------------ */
 
 /* 0 (OT_DTYPE_DEFAULT) asks for a default: the backend's for tensors. */
-typedef enum ot_dtype { OT_DTYPE_DEFAULT = 0, OT_F32 = 1, OT_F64 = 2, OT_I32 = 3 } ot_dtype;
+/* OT_F16 (IEEE binary16) and OT_BF16 (bfloat16) are storage dtypes: ops on
+ * them compute in f32 (ref: in double) and round to nearest even when they
+ * store (docs/half.md). */
+typedef enum ot_dtype {
+    OT_DTYPE_DEFAULT = 0, OT_F32 = 1, OT_F64 = 2, OT_I32 = 3, OT_F16 = 4, OT_BF16 = 5
+} ot_dtype;
 
 /* Bytes per element (0 for an unknown dtype) and the NumPy name. */
 size_t ot_dtype_size(ot_dtype dtype);
@@ -263,7 +268,8 @@ ot_tensor *ot_empty(ot_backend *be, ot_shape shape, ot_dtype dtype);
 ot_tensor *ot_zeros(ot_backend *be, ot_shape shape, ot_dtype dtype);
 ot_tensor *ot_ones(ot_backend *be, ot_shape shape, ot_dtype dtype);
 ot_tensor *ot_full(ot_backend *be, ot_shape shape, ot_dtype dtype, double value);
-/* Copies numel elements of dtype, row-major, from host memory. */
+/* Copies numel elements of dtype, row-major, from host memory (for
+ * OT_F16/OT_BF16: floats, rounded as ot_set rounds). */
 ot_tensor *ot_array(ot_backend *be, ot_shape shape, ot_dtype dtype, const void *data);
 ot_tensor *ot_zeros_like(const ot_tensor *t);
 /* A new contiguous tensor with t's values (t may be any view). */
@@ -287,12 +293,17 @@ ot_tensor *ot_wrap(ot_backend *be, ot_shape shape, ot_dtype dtype, void *ptr,
 
 /* Data. Host memory is row-major and contiguous in the tensor's dtype; the
  * tensor may be any view. Float values written into OT_I32 truncate toward
- * zero (NaN gives 0, out-of-range values saturate). */
+ * zero (NaN gives 0, out-of-range values saturate). An OT_F16 or OT_BF16
+ * tensor's host memory is float: ot_get widens exactly, ot_set rounds to
+ * nearest even; ot_get_raw and ot_set_raw copy the 16-bit patterns (for
+ * other dtypes they are ot_get and ot_set). */
 int ot_fill(ot_tensor *t, double value);
 int ot_get(const ot_tensor *t, void *host);
 int ot_set(ot_tensor *t, const void *host);
+int ot_get_raw(const ot_tensor *t, void *host);
+int ot_set_raw(ot_tensor *t, const void *host);
 /* ot_get / ot_set that know the host buffer's size: nbytes less than
- * numel * itemsize is OT_EINVAL (naming both sizes) and nothing is copied. */
+ * numel * the host itemsize (4 for OT_F16/OT_BF16) is OT_EINVAL (naming both sizes) and nothing is copied. */
 int ot_get_n(const ot_tensor *t, void *host, size_t nbytes);
 int ot_set_n(ot_tensor *t, const void *host, size_t nbytes);
 /* Prints the values, NumPy style; more than 1000 elements are summarised

@@ -316,7 +316,7 @@ TEST(badinput_creation_nulls_and_dtypes)
     CHECK_ERR(OT_ENULL, "copy");
     ot_tensor_free(NULL);
     /* Bad dtypes. */
-    ot_dtype bad[] = {(ot_dtype)99, (ot_dtype)-1, (ot_dtype)4};
+    ot_dtype bad[] = {(ot_dtype)99, (ot_dtype)-1, (ot_dtype)6};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         CHECK(ot_empty(be, OT_SHAPE(2), bad[i]) == NULL);
         CHECK_ERR(OT_EDTYPE, "empty", "dtype");
@@ -386,7 +386,7 @@ TEST(badinput_dtypes_of_ops)
     ot_tensor *x = ot_ones(be, OT_SHAPE(3, 4), OT_F32);
     ot_pool *p = ot_pool_push();
     ot_clear_error();
-    const ot_dtype bad[] = {(ot_dtype)99, (ot_dtype)-7, (ot_dtype)4};
+    const ot_dtype bad[] = {(ot_dtype)99, (ot_dtype)-7, (ot_dtype)6};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         CHECK(ot_cast(x, .dtype = bad[i]) == NULL); int l1 = __LINE__;
         CHECK_ERR(OT_EDTYPE, "cast", at(l1));

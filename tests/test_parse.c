@@ -315,7 +315,7 @@ TEST(parse_errors_name_the_column)
         {"sum(a, 1, axis=0)", OT_EINVAL, "axis given twice"},
         {"sum(a, axis=1.5)", OT_EINVAL, "axis must be an integer"},
         {"sum(a, axis=b)", OT_EINVAL, "axis must be a number"},
-        {"cast(a, f16)", OT_EINVAL, "dtype must be f32, f64 or i32"},
+        {"cast(a, f8)", OT_EINVAL, "dtype must be f32, f64, i32, f16 or bf16"},
         {"transpose(a, (1, 0)", OT_EINVAL, "expected ',' or ')'"},
         {"transpose(a, perm=1)", OT_EINVAL, "perm must be a tuple"},
         {"add(a)", OT_EINVAL, "col 1: add takes 2 operands, not 1"},

@@ -7,6 +7,7 @@
 
 #include "optree.h"
 #include "stats.h"
+#include "half.h"
 
 #include <assert.h>
 #include <limits.h>
@@ -306,12 +307,15 @@ int ot__overlap(const ot_tensor *a, const ot_tensor *b);
 bool ot__internal_overlap(const ot_tensor *t, int *dim);
 
 /* Element load/store in a dtype. Stores into OT_I32 truncate toward zero,
- * map NaN to 0 and saturate out-of-range values (never undefined). */
+ * map NaN to 0 and saturate out-of-range values (never undefined); into
+ * OT_F16/OT_BF16 they round once to nearest even (half.h). */
 static inline double ot__load(const void *p, ot_dtype dt)
 {
     switch (dt) {
     case OT_F32: return *(const float *)p;
     case OT_F64: return *(const double *)p;
+    case OT_F16: return ot__f16_to_f32(*(const uint16_t *)p);
+    case OT_BF16: return ot__bf16_to_f32(*(const uint16_t *)p);
     default: return *(const int32_t *)p;
     }
 }
@@ -327,6 +331,8 @@ static inline void ot__store(void *p, ot_dtype dt, double v)
     switch (dt) {
     case OT_F32: *(float *)p = (float)v; break;
     case OT_F64: *(double *)p = v; break;
+    case OT_F16: *(uint16_t *)p = ot__f64_to_f16(v); break;
+    case OT_BF16: *(uint16_t *)p = ot__f64_to_bf16(v); break;
     default: *(int32_t *)p = ot__to_i32(v); break;
     }
 }
@@ -700,6 +706,7 @@ void ot__fmt_double(char *buf, size_t n, double v);
 typedef struct ot__numfmt {
     int kind;                  /* integer, positional or scientific */
     bool f32;
+    uint8_t half;              /* OT_F16 or OT_BF16: digits read back in it */
     int precision;             /* digits after the point, at most (positional)
                                   or exactly (scientific) */
     int pad_left, pad_right, exp_size, width;

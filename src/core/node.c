@@ -282,6 +282,7 @@ static ot_node *op_node(const site *st, ot_node *a, ot_node *b, const ot_shape *
 static ot_node *make_node(const site *st, ot_node *a, ot_node *b, const proto *p)
 {
     ot_node *n = op_node(st, a, b, &p->shape, p->dtype, p->weak, &p->args);
+    ot__half_note(p->dtype);
     if (n && p->named) n->axes = p->named;
     else if (n && ((a && a->axes) || (b && b->axes)) && ot__axes_infer(n))
         return NULL;

@@ -101,14 +101,21 @@ bool ot__broadcast(const ot_shape *a, const ot_shape *b, ot_shape *out, int *bad
 
 /* ---- dtype promotion ------------------------------------------------------ */
 
-static bool is_float(ot_dtype d) { return d == OT_F32 || d == OT_F64; }
-static bool valid_dtype(int d) { return d == OT_F32 || d == OT_F64 || d == OT_I32; }
+static bool is_half(int d) { return d == OT_F16 || d == OT_BF16; }
+static bool is_float(ot_dtype d) { return d == OT_F32 || d == OT_F64 || is_half(d); }
+static bool valid_dtype(int d) { return d == OT_F32 || d == OT_F64 || d == OT_I32 || is_half(d); }
 
-/* Tensors: f32 with f64 gives f64; i32 with a float gives the float. */
+/* Tensors: f32 with f64 gives f64; i32 with a float gives the float. The
+ * 16-bit dtypes: with a wider float the wider (NumPy for f16, PyTorch for
+ * bf16), f16 with bf16 gives f32 (PyTorch), i32 with either keeps it
+ * (PyTorch; NumPy would give f64 for f16, as it does for f32, which this
+ * library does not follow either). */
 static ot_dtype promote_strong(ot_dtype a, ot_dtype b)
 {
     if (a == b) return a;
     if (a == OT_F64 || b == OT_F64) return OT_F64;
+    if (a == OT_I32) return b;
+    if (b == OT_I32) return a;
     return OT_F32;
 }
 
@@ -430,7 +437,7 @@ int ot__infer_special(const site *st, ot_node *a, proto *p)
     case OT_OP_CONCAT:
         return infer_concat(st, a, st->b, p);
     default: /* OT_OP_RAND */
-        if (p->args.dtype == OT_I32 || (p->args.dtype && !valid_dtype(p->args.dtype)))
+        if (p->args.dtype && p->args.dtype != OT_F32 && p->args.dtype != OT_F64)
             return FAIL(st, OT_EDTYPE, "draws are float32 or float64, not %s",
                         ot_dtype_name(p->args.dtype) ? ot_dtype_name(p->args.dtype) : "unknown");
         p->dtype = p->args.dtype ? p->args.dtype : OT_F32;

@@ -286,7 +286,8 @@ static bool dtype_named(const char *s, ot_dtype *dt)
 {
     static const struct { const char *name; ot_dtype dt; } known[] = {
         {"f32", OT_F32}, {"float32", OT_F32}, {"f64", OT_F64}, {"float64", OT_F64},
-        {"i32", OT_I32}, {"int32", OT_I32},
+        {"i32", OT_I32}, {"int32", OT_I32}, {"f16", OT_F16}, {"float16", OT_F16},
+        {"bf16", OT_BF16}, {"bfloat16", OT_BF16},
     };
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         if (strcmp(s, known[i].name) == 0) {
@@ -353,7 +354,7 @@ static ot_node *attr_value(parser *ps, const char *m, ot_args *a, const char *at
     double v;
     if (t->type == OT__AT_DTYPE || t->type == OT__AT_NODE_DTYPE) {
         if (ident(ps, name) && dtype_named(name, (ot_dtype *)p)) return (ot_node *)a;
-        return fail(ps, at, "dtype must be f32, f64 or i32");
+        return fail(ps, at, "dtype must be f32, f64, i32, f16 or bf16");
     }
     if (t->type == OT__AT_PERM || t->type == OT__AT_NODE_SHAPE || t->type == OT__AT_WIN3)
         return attr_tuple(ps, t, a, at);

@@ -28,6 +28,14 @@ static bool reads_back(const char *text, double v, bool f32)
     return f32 ? strtof(text, NULL) == (float)v : strtod(text, NULL) == v;
 }
 
+/* The same in a 16-bit dtype (v is one of its values), as NumPy prints f16. */
+static bool reads_back_half(const char *text, double v, int half)
+{
+    double r = strtod(text, NULL);
+    return half == OT_F16 ? ot__f64_to_f16(r) == ot__f64_to_f16(v)
+                          : ot__f64_to_bf16(r) == ot__f64_to_bf16(v);
+}
+
 /* Python's repr: the fewest significant digits that read back as v (as a
  * float when f32, so 0.1f prints 0.1), laid out positionally for decimal
  * exponents -4..15 and as d.ddde+XX otherwise. */
@@ -97,12 +105,13 @@ enum { FMT_INT, FMT_POS, FMT_SCI };
 
 /* v's unique digits, at most prec after the point ("%#.*f" or "%#.*e"
  * form, trailing zeros of the fraction dropped); returns the length. */
-static int unique_digits(char *buf, size_t n, double v, int prec, bool sci, bool f32)
+static int unique_digits(char *buf, size_t n, double v, int prec, bool sci,
+                         const ot__numfmt *f)
 {
     const char *fmt = sci ? "%#.*e" : "%#.*f";
     for (int k = 0; k <= prec; k++) {
         snprintf(buf, n, fmt, k, v);
-        if (reads_back(buf, v, f32)) break;
+        if (f->half ? reads_back_half(buf, v, f->half) : reads_back(buf, v, f->f32)) break;
     }
     char *point = strchr(buf, '.'), *e = strchr(buf, 'e'), *end = e ? e : buf + strlen(buf);
     char *cut = end;
@@ -114,6 +123,7 @@ static int unique_digits(char *buf, size_t n, double v, int prec, bool sci, bool
 void ot__numfmt_start(ot__numfmt *f, ot_dtype dt, int precision)
 {
     *f = (ot__numfmt){.kind = dt == OT_I32 ? FMT_INT : FMT_POS, .f32 = dt == OT_F32,
+                      .half = (uint8_t)(dt == OT_F16 || dt == OT_BF16 ? dt : 0),
                       .precision = precision, .exp_size = -1};
 }
 
@@ -136,7 +146,7 @@ void ot__numfmt_see(ot__numfmt *f, double v)
             f->finite = true;
         }
     } else {
-        unique_digits(buf, sizeof buf, v, f->precision, f->kind == FMT_SCI, f->f32);
+        unique_digits(buf, sizeof buf, v, f->precision, f->kind == FMT_SCI, f);
         char *point = strchr(buf, '.'), *e = strchr(buf, 'e');
         int left = (int)(point - buf), frac = (int)((e ? e : point + strlen(point)) - point - 1);
         f->pad_left = left > f->pad_left ? left : f->pad_left;
@@ -177,7 +187,7 @@ int ot__numfmt_str(const ot__numfmt *f, double v, char buf[OT__NUMFMT_STRLEN])
         return snprintf(buf, OT__NUMFMT_STRLEN, "%*s", f->width, isnan(v) ? "nan" : v < 0 ? "-inf" : "inf");
     char d[OT__NUMFMT_STRLEN];
     if (f->kind == FMT_POS) {
-        unique_digits(d, sizeof d, v, f->precision, false, f->f32);
+        unique_digits(d, sizeof d, v, f->precision, false, f);
         int left = (int)(strchr(d, '.') - d), frac = (int)strlen(strchr(d, '.') + 1);
         return snprintf(buf, OT__NUMFMT_STRLEN, "%*s%s%*s", f->pad_left - left, "", d,
                         f->pad_right - frac, "");

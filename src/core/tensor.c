@@ -21,6 +21,8 @@ size_t ot_dtype_size(ot_dtype dtype)
     case OT_F32: return sizeof(float);
     case OT_F64: return sizeof(double);
     case OT_I32: return sizeof(int32_t);
+    case OT_F16:
+    case OT_BF16: return sizeof(uint16_t);
     default: return 0;
     }
 }
@@ -31,6 +33,8 @@ const char *ot_dtype_name(ot_dtype dtype)
     case OT_F32: return "float32";
     case OT_F64: return "float64";
     case OT_I32: return "int32";
+    case OT_F16: return "float16";
+    case OT_BF16: return "bfloat16";
     default: return "unknown";
     }
 }
@@ -156,6 +160,7 @@ static ot_tensor *tensor_alloc(ot_backend *be, const ot_shape *shape, ot_dtype d
     t->leaf.op = OT_OP_NONE;
     t->leaf.tag = OT_OP_NONE;
     t->leaf.dtype = (uint8_t)dt;
+    ot__half_note(dt);
     t->leaf.shape = *shape;
     t->leaf.be = be;
     t->buf = buf;
@@ -282,9 +287,60 @@ static void copy_in(ot_tensor *t, const void *host)
     }
 }
 
+/* The 16-bit dtypes' host copies: floats, converted a row at a time. */
+static bool is_half(const ot_tensor *t)
+{
+    return t->leaf.dtype == OT_F16 || t->leaf.dtype == OT_BF16;
+}
+
+static void widen_out(const ot_tensor *t, float *dst)
+{
+    int dt = t->leaf.dtype;
+    rows r;
+    for (rows_init(&r, t); r.left > 0; rows_next(&r)) {
+        if (r.step == 1)
+            ot__half_widen(dt, (const uint16_t *)elem_ptr(t, r.off), dst, (size_t)r.len);
+        else
+            for (int64_t i = 0; i < r.len; i++)
+                ot__half_widen(dt, (const uint16_t *)elem_ptr(t, r.off + i * r.step), dst + i, 1);
+        dst += r.len;
+    }
+}
+
+static void narrow_in(ot_tensor *t, const float *src)
+{
+    int dt = t->leaf.dtype;
+    rows r;
+    for (rows_init(&r, t); r.left > 0; rows_next(&r)) {
+        if (r.step == 1)
+            ot__half_narrow(dt, src, (uint16_t *)elem_ptr(t, r.off), (size_t)r.len);
+        else
+            for (int64_t i = 0; i < r.len; i++)
+                ot__half_narrow(dt, src + i, (uint16_t *)elem_ptr(t, r.off + i * r.step), 1);
+        src += r.len;
+    }
+}
+
+/* Host copies as the caller sees them: raw copies the stored bits. */
+static void host_out(const ot_tensor *t, void *host, bool raw)
+{
+    if (!raw && is_half(t))
+        widen_out(t, host);
+    else
+        copy_out(t, host);
+}
+
+static void host_in(ot_tensor *t, const void *host, bool raw)
+{
+    if (!raw && is_half(t))
+        narrow_in(t, host);
+    else
+        copy_in(t, host);
+}
+
 static void fill_elems(ot_tensor *t, double value)
 {
-    union { float f; double d; int32_t i; } v;
+    union { float f; double d; int32_t i; uint16_t h; } v;
     size_t isz = itemsize(t);
     ot__store(&v, (ot_dtype)t->leaf.dtype, value);
     rows r;
@@ -346,7 +402,7 @@ ot_tensor *ot_array(ot_backend *be, ot_shape shape, ot_dtype dtype, const void *
     }
     ot_tensor *t = tensor_new(be, shape, dtype, "array");
     if (t)
-        copy_in(t, data);
+        host_in(t, data, false);
     return t;
 }
 
@@ -398,29 +454,34 @@ int ot_fill(ot_tensor *t, double value)
     return rc;
 }
 
-int ot_get(const ot_tensor *t, void *host)
+static int get_host(const ot_tensor *t, void *host, bool raw, const char *fn)
 {
     if (!t)
-        return ot__err_null("get", "tensor");
+        return ot__err_null(fn, "tensor");
     ot_clear_error();
     if (!host)
-        return null_arg("get", "host");
-    copy_out(t, host);
+        return null_arg(fn, "host");
+    host_out(t, host, raw);
     return 0;
 }
 
-int ot_set(ot_tensor *t, const void *host)
+static int set_host(ot_tensor *t, const void *host, bool raw, const char *fn)
 {
     if (!t)
-        return ot__err_null("set", "tensor");
+        return ot__err_null(fn, "tensor");
     ot_clear_error();
     if (!host)
-        return null_arg("set", "host");
-    int rc = check_writable(t, "set");
+        return null_arg(fn, "host");
+    int rc = check_writable(t, fn);
     if (rc == 0)
-        copy_in(t, host);
+        host_in(t, host, raw);
     return rc;
 }
+
+int ot_get(const ot_tensor *t, void *host) { return get_host(t, host, false, "get"); }
+int ot_set(ot_tensor *t, const void *host) { return set_host(t, host, false, "set"); }
+int ot_get_raw(const ot_tensor *t, void *host) { return get_host(t, host, true, "get_raw"); }
+int ot_set_raw(ot_tensor *t, const void *host) { return set_host(t, host, true, "set_raw"); }
 
 /* The byte count host memory needs for t's values, checked against what the
  * caller says it has (ot_get_n, ot_set_n). */
@@ -428,7 +489,7 @@ static int check_host_bytes(const ot_tensor *t, const void *host, size_t nbytes,
                             const char *fn)
 {
     char sbuf[OT__SHAPE_STRLEN];
-    size_t need = (size_t)ot__numel(&t->leaf.shape) * itemsize(t);
+    size_t need = (size_t)ot__numel(&t->leaf.shape) * (is_half(t) ? sizeof(float) : itemsize(t));
     if (!host)
         return null_arg(fn, "host");
     if (nbytes < need)
@@ -446,7 +507,7 @@ int ot_get_n(const ot_tensor *t, void *host, size_t nbytes)
     ot_clear_error();
     int rc = check_host_bytes(t, host, nbytes, "get_n");
     if (rc == 0)
-        copy_out(t, host);
+        host_out(t, host, false);
     return rc;
 }
 
@@ -459,7 +520,7 @@ int ot_set_n(ot_tensor *t, const void *host, size_t nbytes)
     if (rc == 0)
         rc = check_writable(t, "set_n");
     if (rc == 0)
-        copy_in(t, host);
+        host_in(t, host, false);
     return rc;
 }
 

@@ -19,7 +19,8 @@
 #include <cpuid.h>
 #endif
 
-static int cpu_assign_many(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[])
+static int cpu_assign_plain(ot_backend *be, int n, ot_tensor *const outs[],
+                            ot_node *const trees[])
 {
     ot_plan *plan;
     ot_walk *walk;
@@ -31,6 +32,23 @@ static int cpu_assign_many(ot_backend *be, int n, ot_tensor *const outs[], ot_no
     ot__walk_done(be, walk);
     if (rc == 0) ot__stat_add(ot__stats_mine(&be->stats), OT__STAT_ASSIGNS, 1);
     return rc;
+}
+
+/* Trees or outputs of f16/bf16 go through f32 (half_assign.c). */
+static int cpu_assign_many(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[])
+{
+    if (ot__half_involved(n, outs, trees))
+        return ot__half_assign(be, cpu_assign_plain, n, outs, trees);
+    return cpu_assign_plain(be, n, outs, trees);
+}
+
+/* What the planner cannot take: a 16-bit dtype (assignments convert). */
+static int half_refused(int n, ot_tensor *const outs[], ot_node *const trees[], const char *what)
+{
+    if (!ot__half_involved(n, outs, trees)) return 0;
+    return ot__err_set(OT_EUNSUPPORTED, NULL, 0, what,
+                       "f16/bf16 trees run on the cpu backend by conversion to f32 in "
+                       "ot_assign; %s does not take them yet", what);
 }
 
 static void cpu_destroy(ot_backend *be)
@@ -225,7 +243,8 @@ static int cpu_explain(ot_backend *be, int n, ot_tensor *const outs[], ot_node *
     ot_plan *plan;
     ot_walk *walk;
     ot_binding bind;
-    int rc = ot__plan_get(be, n, outs, trees, &plan, &walk, &bind);
+    int rc = half_refused(n, outs, trees, "explain");
+    if (!rc) rc = ot__plan_get(be, n, outs, trees, &plan, &walk, &bind);
     if (rc) return rc;
     rc = explain_plan(plan, f);
     if (!bind.borrowed) ot__plan_release(plan);
@@ -249,7 +268,8 @@ static int cpu_prepare(ot_backend *be, int n, ot_tensor *const outs[], ot_node *
     ot_plan *plan;
     ot_walk *walk;
     ot_binding bind;
-    int rc = ot__plan_get(be, n, outs, trees, &plan, &walk, &bind);
+    int rc = half_refused(n, outs, trees, "a program step");
+    if (!rc) rc = ot__plan_get(be, n, outs, trees, &plan, &walk, &bind);
     if (rc) return rc;
     if (bind.borrowed) atomic_fetch_add(&plan->refs, 1);
     size_t nl = (size_t)plan->nleaves, np = (size_t)plan->nparams;

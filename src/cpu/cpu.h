@@ -12,6 +12,17 @@
 #include "internal.h"
 #include "isa.h"
 
+/* ---- f16/bf16 by conversion (half_assign.c) ----------------------------------- */
+
+/* The backend's f32 assignment, which half_assign runs the converted trees by. */
+typedef int (*ot__half_eval)(ot_backend *be, int n, ot_tensor *const outs[],
+                             ot_node *const trees[]);
+/* Whether an output (outs may be NULL) or a node of the trees is f16/bf16;
+ * false at once while the process has made none. */
+bool ot__half_involved(int n, ot_tensor *const outs[], ot_node *const trees[]);
+int ot__half_assign(ot_backend *be, ot__half_eval eval, int n, ot_tensor *const outs[],
+                    ot_node *const trees[]);
+
 /* ---- tile kernels (src/cpu/kernels/) ------------------------------------------ */
 
 /* Kernel dtype index: tables are indexed by it, not by ot_dtype. */

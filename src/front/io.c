@@ -3,8 +3,12 @@
  * string, a version, a header that is a Python dict literal, then the raw
  * little-endian values) and .npz (a zip archive of .npy entries, stored as
  * numpy.savez writes them or deflated as numpy.savez_compressed does).
- * Only what optree's dtypes need is read: '<f4', '<f8', '<i4', and '<i8'
- * (NumPy's default integer) into i32 when every value fits. Everything read
+ * Only what optree's dtypes need is read: '<f4', '<f8', '<i4', '<f2', and
+ * '<i8' (NumPy's default integer) into i32 when every value fits. bfloat16
+ * is written as '<V2' (two raw bytes, the top half of an f32), which is
+ * what numpy.save writes for ml_dtypes' bfloat16 (NumPy has no bf16
+ * descr; ml_dtypes reads such a file back with .view(bfloat16)), and
+ * '<V2' or '|V2' reads as bfloat16. Everything read
  * is checked against the file's length before it is trusted, so a
  * truncated or corrupt file is an error (OT_EIO, or OT_EUNSUPPORTED for
  * valid files optree cannot take), never a read past a buffer; nothing is
@@ -176,6 +180,7 @@ static int parse_descr(const region *r, const char *d, npy_info *info)
 {
     static const struct { const char *descr; ot_dtype dt; } known[] = {
         {"<f4", OT_F32}, {"<f8", OT_F64}, {"<i4", OT_I32}, {"<i8", OT_I32},
+        {"<f2", OT_F16}, {"<V2", OT_BF16}, {"|V2", OT_BF16},
     };
     for (size_t i = 0; i < sizeof known / sizeof *known; i++)
         if (strcmp(d, known[i].descr) == 0) {
@@ -185,7 +190,7 @@ static int parse_descr(const region *r, const char *d, npy_info *info)
         }
     return ot__err_set(OT_EUNSUPPORTED, NULL, 0, r->fn,
                        "'%s': dtype '%s' is not supported%s (optree reads '<f4', '<f8', '<i4', "
-                       "and '<i8' into int32)", r->path, d, d[0] == '>' ? ": big-endian" : "");
+                       "'<f2', '<V2' as bfloat16, and '<i8' into int32)", r->path, d, d[0] == '>' ? ": big-endian" : "");
 }
 
 /* One "'key': value" of the dict; seen has a bit per key. */
@@ -392,7 +397,8 @@ ot_tensor *ot_load(ot_backend *be, const char *path)
 #define NPY_HEADER_MAX 512
 static size_t npy_header(unsigned char *buf, const ot_tensor *t)
 {
-    static const char *const descr[] = {[OT_F32] = "<f4", [OT_F64] = "<f8", [OT_I32] = "<i4"};
+    static const char *const descr[] = {[OT_F32] = "<f4", [OT_F64] = "<f8", [OT_I32] = "<i4",
+                                        [OT_F16] = "<f2", [OT_BF16] = "<V2"};
     const ot_shape *s = &t->leaf.shape;
     char *text = (char *)buf + 10;
     int n = sprintf(text, "{'descr': '%s', 'fortran_order': False, 'shape': (",
@@ -422,7 +428,7 @@ static int write_npy(ot__replace *w, const char *fn, const ot_tensor *t)
     if (!tmp)
         return ot__err_set(OT_ENOMEM, NULL, 0, fn, "cannot allocate %zu bytes to copy a view",
                            nbytes);
-    rc = ot_get(t, tmp);
+    rc = ot_get_raw(t, tmp);
     if (rc == 0)
         rc = ot__replace_write(w, tmp, nbytes);
     free(tmp);
@@ -506,7 +512,7 @@ static int entry_bytes(const char *fn, npz_entry *e, const ot_tensor *t, int *nf
         return ot__err_set(OT_ENOMEM, NULL, 0, fn, "cannot allocate %zu bytes to copy a view",
                            nbytes);
     e->frag[1] = (zip_buffer_fragment_t){e->copy, nbytes};
-    return ot_get(t, e->copy);
+    return ot_get_raw(t, e->copy);
 }
 
 /* Adds tensor t as name + ".npy", stored or deflated, dated 1980-01-01 (no

@@ -56,7 +56,10 @@ static int mpi_fail(int rc, const char *call)
     return ot__err_set(OT_EIO, NULL, 0, FN, "%s failed: %s", call, msg);
 }
 
-static int group_of(ot_dtype dt) { return dt == OT_F32 ? G_F32 : G_F64; }
+/* f16 and bf16 travel and add as f32 (widened when packed, rounded once
+ * when the sums come back). */
+static bool is_half(ot_dtype dt) { return dt == OT_F16 || dt == OT_BF16; }
+static int group_of(ot_dtype dt) { return dt == OT_F64 ? G_F64 : G_F32; }
 
 /* This rank's own checks, made before anything is exchanged. */
 static int check_local(int n, ot_tensor *const t[], ot_reduce_op op)
@@ -71,8 +74,8 @@ static int check_local(int n, ot_tensor *const t[], ot_reduce_op op)
     for (int i = 0; i < n; i++) {
         if (!t[i]) return ot__err_set(OT_ENULL, NULL, 0, FN, "tensors[%d] is NULL", i);
         ot_dtype dt = ot_tensor_dtype(t[i]);
-        if (dt != OT_F32 && dt != OT_F64)
-            return ot__err_set(OT_EDTYPE, NULL, 0, FN, "tensors[%d] is %s, not f32 or f64",
+        if (dt != OT_F32 && dt != OT_F64 && !is_half(dt))
+            return ot__err_set(OT_EDTYPE, NULL, 0, FN, "tensors[%d] is %s, not f32, f64, f16 or bf16",
                                i, ot_dtype_name(dt));
         if (t[i]->readonly)
             return ot__err_set(OT_EALIAS, NULL, 0, FN, "tensors[%d] is a read-only broadcast "
@@ -184,9 +187,12 @@ static void pack(ot_allreduce_req *q, int way)
     for (int i = 0; i < q->n; i++) {
         ot_dtype dt = ot_tensor_dtype(q->t[i]);
         group *g = &q->g[group_of(dt)];
-        size_t es = ot_dtype_size(dt), bytes = (size_t)ot_tensor_numel(q->t[i]) * es;
+        size_t es = dt == OT_F64 ? 8 : 4, bytes = (size_t)ot_tensor_numel(q->t[i]) * es;
         char *buf = (char *)(way ? g->recv : g->send) + off[group_of(dt)];
-        if (bytes) {
+        if (bytes && is_half(dt)) {   /* contiguous, checked: cannot fail */
+            if (way) ot_set(q->t[i], buf);
+            else ot_get(q->t[i], buf);
+        } else if (bytes) {
             if (way) memcpy(ot_tensor_data(q->t[i]), buf, bytes);
             else memcpy(buf, ot_tensor_data(q->t[i]), bytes);
         }

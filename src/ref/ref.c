@@ -25,6 +25,10 @@
  * overflows does so here too (the class of every value agrees with cpu; an
  * op computes in double, so its own result is correctly rounded or close).
  *
+ * f16 and bf16 (storage dtypes): their ops compute in double from the
+ * widened values, unrounded, and round once when an output is stored; an
+ * explicit cast (or a constant) to them rounds, as a store would.
+ *
  * Integers: a node of dtype OT_I32 holds integers. Its elementwise
  * arithmetic (add, sub, mul, neg, abs, sqr, pow) is done exactly in 64-bit
  * unsigned arithmetic and wrapped modulo 2^32, as NumPy does for int32.
@@ -168,6 +172,8 @@ static double cast_value(ot_dtype dt, double v)
     switch (dt) {
     case OT_F32: return (double)(float)v;
     case OT_I32: return (double)ot__to_i32(v);
+    case OT_F16: return ot__f16_to_f32(ot__f64_to_f16(v));
+    case OT_BF16: return ot__bf16_to_f32(ot__f64_to_bf16(v));
     default: return v;
     }
 }

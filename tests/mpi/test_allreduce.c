@@ -119,6 +119,37 @@ static void mean_f64(void)
     ot_tensor_free(x);
 }
 
+/* f16 and bf16 add as f32 (the widened values, in rank order, rounded to
+ * f32) and round once more to their dtype. */
+static void sum_half(void)
+{
+    ot_dtype dts[2] = {OT_F16, OT_BF16};
+    for (int k = 0; k < 2; k++) {
+        enum { N = 77 };
+        float v[N], got[N], want[N];
+        ot_tensor *x = ot_empty(cpu, OT_SHAPE(7, 11), dts[k]), *w = ot_empty(cpu, OT_SHAPE(1), dts[k]);
+        for (int i = 0; i < N; i++) v[i] = (float)value(rank, k, i);
+        CHECK(ot_set(x, v) == 0);
+        CHECK(ot_allreduce(&world, 1, &x, OT_REDUCE_SUM) == 0);
+        for (int i = 0; i < N; i++) {
+            double s = 0;
+            for (int r = 0; r < ranks; r++) {   /* rank r's value as its tensor holds it */
+                float one = (float)value(r, k, i);
+                ot_set(w, &one);
+                ot_get(w, &one);
+                s += one;
+            }
+            want[i] = (float)s;
+        }
+        ot_tensor *wt = ot_empty(cpu, OT_SHAPE(N), dts[k]);
+        ot_set(wt, want);
+        ot_get(wt, want);
+        ot_get(x, got);
+        CHECK(memcmp(got, want, sizeof got) == 0);
+        ot_tensor_free(x), ot_tensor_free(w), ot_tensor_free(wt);
+    }
+}
+
 /* Several tensors of both dtypes, a 0-d and an empty one, on either backend. */
 static void several_mixed(void)
 {
@@ -281,6 +312,7 @@ typedef struct tcase {
 static const tcase CASES[] = {
     {"sum_f32", sum_f32},
     {"mean_f64", mean_f64},
+    {"sum_half", sum_half},
     {"several_mixed", several_mixed},
     {"start_wait", start_wait},
     {"contiguous_view", contiguous_view},

@@ -1,0 +1,440 @@
+/*
+ * test_half.c - the 16-bit storage dtypes (issue 36): the scalar
+ * conversions on special values, every vector table against them on
+ * sampled chunks (all 2^16 widenings; `make half-exhaustive` does all 2^32
+ * narrowings), host copies (ot_get/ot_set convert, the _raw variants copy
+ * bits), names, printing, parsing, promotion, casts, .npy, and every
+ * elementwise op (and reductions, dots) on ref and cpu: cpu's result is
+ * its f32 result on the widened values rounded once; ref's (double) agrees
+ * within one unit of the 16-bit dtype.
+ */
+#include "test.h"
+#include "internal.h"
+#include "optree/attention.h"
+#include "optree/conv.h"
+#include "optree/pool.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static float bits_f(uint32_t x)
+{
+    float f;
+    memcpy(&f, &x, sizeof f);
+    return f;
+}
+
+TEST(half_f16_special)
+{
+    static const struct { uint32_t in; uint16_t out; } c[] = {
+        {0x00000000, 0x0000}, {0x80000000, 0x8000},   /* +-0 */
+        {0x3f800000, 0x3c00}, {0xbf800000, 0xbc00},   /* +-1 */
+        {0x477fe000, 0x7bff},                         /* 65504, the largest */
+        {0x477fefff, 0x7bff}, {0x477ff000, 0x7c00},   /* below and at the tie to inf */
+        {0x7f7fffff, 0x7c00}, {0x7f800000, 0x7c00}, {0xff800000, 0xfc00},
+        {0x33800000, 0x0001},                         /* 2^-24, the least subnormal */
+        {0x33000000, 0x0000}, {0x33000001, 0x0001},   /* 2^-25: the tie to 0, above it */
+        {0x33c00000, 0x0002},                         /* 1.5 * 2^-24: tie to even 2 */
+        {0x38800000, 0x0400}, {0x387fffff, 0x0400},   /* 2^-14 and just below */
+        {0x3f801000, 0x3c00}, {0x3f803000, 0x3c02},   /* 1 + 2^-11 ties down, 1 + 3*2^-11 up */
+        {0x7fc00000, 0x7e00}, {0x7f800001, 0x7e00},   /* quiet NaN; a signalling one quieted */
+        {0xffc12345, 0xfe09},                         /* payload's top bits kept */
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        uint16_t h = ot__f32_to_f16(bits_f(c[i].in));
+        if (h != c[i].out) test__fail(__FILE__, __LINE__, "f16(%08x) = %04x, expected %04x",
+                                      c[i].in, h, c[i].out);
+    }
+    CHECK(ot__f16_to_f32(0x0001) == 0x1p-24f);
+    CHECK(ot__f16_to_f32(0x7bff) == 65504.0f);
+    CHECK(ot__f16_to_f32(0xfc00) == -INFINITY);
+    CHECK(isnan(ot__f16_to_f32(0x7d00)));
+    CHECK(ot__f64_to_f16(1.0 + 0x1p-11 + 0x1p-40) == 0x3c01);   /* one rounding, not two */
+}
+
+TEST(half_bf16_special)
+{
+    static const struct { uint32_t in; uint16_t out; } c[] = {
+        {0x00000000, 0x0000}, {0x80000000, 0x8000}, {0x3f800000, 0x3f80},
+        {0x3f808000, 0x3f80}, {0x3f818000, 0x3f82}, {0x3f808001, 0x3f81},   /* ties to even */
+        {0x7f7fffff, 0x7f80}, {0x7f7f7fff, 0x7f7f}, {0xff800000, 0xff80},   /* overflow, inf */
+        {0x00008000, 0x0000}, {0x00018000, 0x0002}, {0x00008001, 0x0001},   /* subnormals */
+        {0x7fc00000, 0x7fc0}, {0x7f800001, 0x7fc0}, {0xff812345, 0xffc1},   /* NaN quieted */
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        uint16_t h = ot__f32_to_bf16(bits_f(c[i].in));
+        if (h != c[i].out) test__fail(__FILE__, __LINE__, "bf16(%08x) = %04x, expected %04x",
+                                      c[i].in, h, c[i].out);
+    }
+    CHECK(ot__bf16_to_f32(0x3f80) == 1.0f);
+    CHECK(ot__bf16_to_f32(0x0001) == 0x1p-133f);
+    CHECK(ot__f64_to_bf16(1.0 + 0x1p-8 + 0x1p-40) == 0x3f81);
+}
+
+/* Every table against the scalar definition: all 2^16 widenings, and 2^18
+ * narrowings from chunks spread over the f32 patterns (each chunk a run of
+ * consecutive patterns, so ties, boundaries and specials are met). */
+TEST(half_tables_sampled)
+{
+    enum { CHUNK = 1024, NCHUNK = 256 };
+    float *src = malloc(sizeof *src * CHUNK), *w = malloc(sizeof *w * 65536);
+    uint16_t *a = malloc(sizeof *a * 65536), *b = malloc(sizeof *b * 65536);
+    for (int t = 1; ot__half_table(t) || t < 4; t++) {
+        const ot__half_fns *f = ot__half_table(t);
+        if (!f) continue;
+        for (int dt = 0; dt < 2; dt++) {
+            for (uint32_t i = 0; i < 65536; i++) a[i] = (uint16_t)i;
+            (dt ? f->from_bf16 : f->from_f16)(a, w, 65536);
+            for (uint32_t i = 0; i < 65536; i++) {
+                float s = dt ? ot__bf16_to_f32(a[i]) : ot__f16_to_f32(a[i]);
+                if (memcmp(&s, &w[i], 4) != 0) {
+                    test__fail(__FILE__, __LINE__, "%s widen %s %04x", f->name,
+                               dt ? "bf16" : "f16", i);
+                    break;
+                }
+            }
+            for (uint32_t c = 0; c < NCHUNK; c++) {
+                uint32_t base = c * (0x100000000ull / NCHUNK) + (c * 2654435761u % 4096);
+                for (uint32_t i = 0; i < CHUNK; i++) src[i] = bits_f(base + i);
+                (dt ? f->to_bf16 : f->to_f16)(src, b, CHUNK - c % 7);   /* ragged tails */
+                for (uint32_t i = 0; i < CHUNK - c % 7; i++) {
+                    uint16_t s = dt ? ot__f32_to_bf16(src[i]) : ot__f32_to_f16(src[i]);
+                    if (s != b[i]) {
+                        test__fail(__FILE__, __LINE__, "%s narrow %s %08x: %04x, expected %04x",
+                                   f->name, dt ? "bf16" : "f16", base + i, b[i], s);
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    free(src), free(w), free(a), free(b);
+}
+
+TEST(half_names_and_host_copies)
+{
+    ot_backend *be = test__backend("ref", OT_FUSION_ON);
+    CHECK_INT(ot_dtype_size(OT_F16), 2);
+    CHECK_INT(ot_dtype_size(OT_BF16), 2);
+    CHECK_STR(ot_dtype_name(OT_F16), "float16");
+    CHECK_STR(ot_dtype_name(OT_BF16), "bfloat16");
+    float v[4] = {1.0f, 0.1f, -65520.0f, 1e-8f}, back[4];
+    ot_tensor *t = ot_array(be, OT_SHAPE(2, 2), OT_F16, v);
+    CHECK_INT(ot_get(t, back), 0);
+    CHECK(back[0] == 1.0f && back[1] == ot__f16_to_f32(ot__f32_to_f16(0.1f)));
+    CHECK(back[2] == -INFINITY && back[3] == 0x1p-24f * 0);   /* 1e-8 < 2^-25 */
+    uint16_t raw[4];
+    CHECK_INT(ot_get_raw(t, raw), 0);
+    CHECK_INT(raw[0], 0x3c00);
+    CHECK_INT(raw[2], 0xfc00);
+    raw[1] = 0x7bff;
+    CHECK_INT(ot_set_raw(t, raw), 0);
+    CHECK_INT(ot_get(t, back), 0);
+    CHECK(back[1] == 65504.0f);
+    /* a strided view: the column [:, 1] */
+    ot_tensor *col = ot_slice(t, OT_ALL, OT_IDX(1));
+    float c[2];
+    CHECK_INT(ot_get_n(col, c, sizeof c), 0);
+    CHECK(c[0] == 65504.0f && c[1] == 0.0f);
+    CHECK_INT(ot_get_n(col, c, 4), OT_EINVAL);   /* host size is float's */
+    ot_tensor *b = ot_full(be, OT_SHAPE(3), OT_BF16, 1.00390625);   /* 1 + 2^-8: ties to 1 */
+    CHECK_INT(ot_get_raw(b, raw), 0);
+    CHECK_INT(raw[0], 0x3f80);
+    ot_tensor_free(col), ot_tensor_free(t), ot_tensor_free(b);
+    ot_backend_free(be);
+}
+
+TEST(half_print_parse_promote)
+{
+    ot_backend *be = test__backend("ref", OT_FUSION_ON);
+    float v[3] = {0.1f, 0.2f, 3.0f};
+    ot_tensor *h = ot_array(be, OT_SHAPE(3), OT_F16, v);
+    ot_tensor *g = ot_array(be, OT_SHAPE(3), OT_BF16, v);
+    ot_tensor *f = ot_array(be, OT_SHAPE(3), OT_F32, v);
+    char *s = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&s, &len);
+    ot_tensor_print(h, m);
+    fclose(m);
+    CHECK_STR(s, "[0.1 0.2 3. ]\n");   /* NumPy 1.24's float16 print */
+    free(s);
+    ot_node *x = ot_tensor_node(h), *y = ot_tensor_node(g), *z = ot_tensor_node(f);
+    CHECK_INT(ot_node_dtype(ot_add(x, x)), OT_F16);
+    CHECK_INT(ot_node_dtype(ot_add(x, z)), OT_F32);
+    CHECK_INT(ot_node_dtype(ot_add(y, z)), OT_F32);
+    CHECK_INT(ot_node_dtype(ot_add(x, y)), OT_F32);
+    CHECK_INT(ot_node_dtype(ot_mul(y, ot_const(0.5))), OT_BF16);
+    CHECK_INT(ot_node_dtype(ot_exp(y)), OT_BF16);
+    ot_node *p = ot_parse("cast(a, bf16) + cast(a, dtype=float16)", 1,
+                          (const char *[]){"a"}, (ot_node *[]){z});
+    CHECK(p != NULL);
+    CHECK_INT(ot_node_dtype(p), OT_F32);
+    ot_tensor_free(h), ot_tensor_free(g), ot_tensor_free(f);
+    ot_backend_free(be);
+}
+
+TEST(half_npy_round_trip)
+{
+    ot_backend *be = test__backend("cpu", OT_FUSION_ON);
+    char path[] = "/tmp/ot_half_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    ot_dtype dts[2] = {OT_F16, OT_BF16};
+    for (int k = 0; k < 2; k++) {
+        float v[6] = {1, -2.5f, 3e-5f, 70000, NAN, 0.3f};
+        ot_tensor *t = ot_array(be, OT_SHAPE(2, 3), dts[k], v);
+        ot_tensor *tt = ot_transpose(t, NULL);
+        CHECK_INT(ot_save(path, tt), 0);
+        ot_tensor *r = ot_load(be, path);
+        CHECK(r != NULL);
+        if (!r) continue;
+        CHECK_INT(ot_tensor_dtype(r), dts[k]);
+        uint16_t a[6], b[6];
+        CHECK_INT(ot_get_raw(tt, a), 0);
+        CHECK_INT(ot_get_raw(r, b), 0);
+        CHECK(memcmp(a, b, sizeof a) == 0);
+        ot_tensor_free(r), ot_tensor_free(tt), ot_tensor_free(t);
+    }
+    unlink(path);
+    ot_backend_free(be);
+}
+
+/* ---- ops on ref and cpu --------------------------------------------------- */
+
+/* A 16-bit pattern as an ordered integer, so that adjacent values differ by 1. */
+static int ordered(uint16_t h)
+{
+    return h & 0x8000 ? -(int)(h & 0x7fff) : (int)h;
+}
+
+static bool is_nan16(ot_dtype dt, uint16_t h)
+{
+    return dt == OT_F16 ? (h & 0x7c00) == 0x7c00 && (h & 0x3ff) : (h & 0x7f80) == 0x7f80 && (h & 0x7f);
+}
+
+/* Checks tree (over 16-bit leaves xs and, in tree32, over their widened f32
+ * copies) on cpu: its bits are the f32 result rounded once; and on ref
+ * (tref, the same tree over ref's tensors): within one unit. */
+typedef struct half_case {
+    ot_backend *cpu, *ref;
+    ot_dtype dt;
+    const char *what;
+} half_case;
+
+static void check_tree(const half_case *hc, ot_node *tree, ot_node *tree32, ot_node *tref)
+{
+    if (!tree || !tree32 || !tref) {
+        test__fail(__FILE__, __LINE__, "%s %s: build failed: %s", hc->what,
+                   ot_dtype_name(hc->dt), ot_errmsg());
+        return;
+    }
+    ot_shape s = ot_node_shape(tree);
+    ot_tensor *h = ot_empty(hc->cpu, s, hc->dt), *f = ot_empty(hc->cpu, s, OT_F32);
+    ot_tensor *r = ot_empty(hc->ref, s, hc->dt);
+    int rc = ot_assign(h, tree) | ot_assign(f, tree32) | ot_assign(r, tref);
+    if (rc) test__fail(__FILE__, __LINE__, "%s %s: %s", hc->what, ot_dtype_name(hc->dt), ot_errmsg());
+    int64_t n = 1;
+    for (int d = 0; d < s.ndim; d++) n *= s.dims[d];
+    uint16_t *a = calloc((size_t)n, 2), *c = calloc((size_t)n, 2);
+    float *v = calloc((size_t)n, 4);
+    if (!rc) {
+        ot_get_raw(h, a), ot_get_raw(r, c), ot_get(f, v);
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t want = hc->dt == OT_F16 ? ot__f32_to_f16(v[i]) : ot__f32_to_bf16(v[i]);
+            bool nan = is_nan16(hc->dt, a[i]);
+            if ((nan != is_nan16(hc->dt, want)) || (!nan && a[i] != want) ||
+                nan != is_nan16(hc->dt, c[i]) || (!nan && abs(ordered(a[i]) - ordered(c[i])) > 1)) {
+                test__fail(__FILE__, __LINE__, "%s %s [%lld]: cpu %04x, f32 rounded %04x, ref %04x",
+                           hc->what, ot_dtype_name(hc->dt), (long long)i, a[i], want, c[i]);
+                break;
+            }
+        }
+    }
+    free(a), free(c), free(v);
+    ot_tensor_free(h), ot_tensor_free(f), ot_tensor_free(r);
+}
+
+/* x (rows x cols) of values around [-2, 2], y positive, in dt on be and
+ * their f32 copies. */
+typedef struct half_leaves { ot_tensor *x, *y, *x32, *y32, *rx, *ry; } half_leaves;
+
+static half_leaves leaves(const half_case *hc, int rows, int cols)
+{
+    int n = rows * cols;
+    float *x = malloc(sizeof *x * (size_t)n), *y = malloc(sizeof *y * (size_t)n);
+    for (int i = 0; i < n; i++) {
+        x[i] = (float)((i * 37 % 101) - 50) * 0.0431f;
+        y[i] = 0.25f + (float)(i * 53 % 89) * 0.0317f;
+    }
+    ot_shape s = OT_SHAPE(rows, cols);
+    half_leaves l = {ot_array(hc->cpu, s, hc->dt, x), ot_array(hc->cpu, s, hc->dt, y), NULL, NULL,
+                     ot_array(hc->ref, s, hc->dt, x), ot_array(hc->ref, s, hc->dt, y)};
+    ot_get(l.x, x), ot_get(l.y, y);   /* the values the 16-bit leaves hold */
+    l.x32 = ot_array(hc->cpu, s, OT_F32, x);
+    l.y32 = ot_array(hc->cpu, s, OT_F32, y);
+    free(x), free(y);
+    return l;
+}
+
+static void leaves_free(half_leaves *l)
+{
+    ot_tensor_free(l->x), ot_tensor_free(l->y), ot_tensor_free(l->x32);
+    ot_tensor_free(l->y32), ot_tensor_free(l->rx), ot_tensor_free(l->ry);
+}
+
+static half_case case_new(ot_dtype dt, const char *what)
+{
+    return (half_case){test__backend("cpu", OT_FUSION_ON), test__backend("ref", OT_FUSION_ON), dt,
+                       what};
+}
+
+static void case_free(half_case *hc, half_leaves *l)
+{
+    leaves_free(l);
+    ot_backend_free(hc->cpu), ot_backend_free(hc->ref);
+}
+
+TEST(half_every_elementwise_op)
+{
+    ot_dtype dts[2] = {OT_F16, OT_BF16};
+    for (int fusion = 0; fusion < 2; fusion++)
+        for (int k = 0; k < 2; k++) {
+            half_case hc = {test__backend("cpu", fusion ? OT_FUSION_ON : OT_FUSION_OFF),
+                            test__backend("ref", OT_FUSION_ON), dts[k], NULL};
+            half_leaves l = leaves(&hc, 5, 37);
+            for (int op = 0; op < OT_OP_COUNT; op++) {
+                int kind = ot_op_kind((ot_op)op);
+                if ((kind != OT_KIND_UNARY && kind != OT_KIND_BINARY) ||
+                    (ot_op_flags((ot_op)op) & OT_FLAG_INDEX))
+                    continue;
+                ot_pool *pool = ot_pool_push();
+                bool bin = kind == OT_KIND_BINARY;
+                ot_node *t = ot_build_at((ot_op)op, ot_tensor_node(l.x), bin ? ot_tensor_node(l.y) : NULL,
+                                         NULL, __FILE__, __LINE__);
+                if (t) {   /* the placeholders of registered ops build nothing */
+                    hc.what = ot_op_name((ot_op)op);
+                    /* a second op in the tree: the fused kernels' loads and stores */
+                    ot_node *t32 = ot_build_at((ot_op)op, ot_tensor_node(l.x32),
+                                               bin ? ot_tensor_node(l.y32) : NULL, NULL, __FILE__, __LINE__);
+                    ot_node *tr = ot_build_at((ot_op)op, ot_tensor_node(l.rx),
+                                              bin ? ot_tensor_node(l.ry) : NULL, NULL, __FILE__, __LINE__);
+                    check_tree(&hc, t, t32, tr);
+                }
+                ot_pool_pop(pool);
+            }
+            leaves_free(&l);
+            ot_backend_free(hc.cpu), ot_backend_free(hc.ref);
+        }
+}
+
+/* Reductions, a dot, softmax, a cast inside a tree and a constant. */
+TEST(half_structured_ops)
+{
+    ot_dtype dts[2] = {OT_F16, OT_BF16};
+    for (int k = 0; k < 2; k++) {
+        half_case hc = case_new(dts[k], NULL);
+        half_leaves l = leaves(&hc, 6, 40);
+        ot_node *x = ot_tensor_node(l.x), *y = ot_tensor_node(l.y), *x32 = ot_tensor_node(l.x32),
+                *y32 = ot_tensor_node(l.y32), *rx = ot_tensor_node(l.rx), *ry = ot_tensor_node(l.ry);
+        hc.what = "sum";
+        check_tree(&hc, ot_sum(ot_mul(x, y), 1), ot_sum(ot_mul(x32, y32), 1), ot_sum(ot_mul(rx, ry), 1));
+        hc.what = "max";
+        check_tree(&hc, ot_max(x, 0), ot_max(x32, 0), ot_max(rx, 0));
+        hc.what = "mean";
+        check_tree(&hc, ot_mean(y), ot_mean(y32), ot_mean(ry));
+        hc.what = "softmax";
+        check_tree(&hc, ot_softmax(x, 1), ot_softmax(x32, 1), ot_softmax(rx, 1));
+        hc.what = "dot";
+        check_tree(&hc, ot_dot(x, ot_T(y)), ot_dot(x32, ot_T(y32)),
+                   ot_dot(rx, ot_T(ry)));
+        /* the cast rounds before the add: exp(x) in 16 bits, + 1 */
+        hc.what = "cast";
+        check_tree(&hc, ot_add(ot_cast(ot_exp(x), dts[k]), ot_const(0.1)),
+                   ot_add(ot_cast(ot_cast(ot_exp(x32), dts[k]), OT_F32), ot_cast(ot_cast(ot_const(0.1), dts[k]), OT_F32)),
+                   ot_add(ot_cast(ot_exp(rx), dts[k]), ot_const(0.1)));
+        case_free(&hc, &l);
+    }
+}
+
+/* The windowed ops over views of the leaves (3-D and 4-D reshapes, a
+ * strided slice): conv, max pool and attention; and casts from every dtype. */
+static ot_node *conv_tree(ot_tensor *x, ot_tensor *y)
+{
+    ot_tensor *x3 = ot_reshape(x, OT_SHAPE(2, 3, 40)), *y3 = ot_reshape(y, OT_SHAPE(4, 3, 20));
+    ot_tensor *w = ot_slice(y3, OT_ALL, OT_ALL, OT_RANGE(0, 5));
+    ot_node *r = ot_add(ot_conv(ot_tensor_node(x3), ot_tensor_node(w)), ot_const(1.0));
+    ot_tensor_free(x3), ot_tensor_free(y3), ot_tensor_free(w);
+    return r;
+}
+
+static ot_node *pool_tree(ot_tensor *x, ot_tensor *y)
+{
+    (void)y;
+    ot_tensor *x3 = ot_reshape(x, OT_SHAPE(2, 3, 40));
+    ot_node *r = ot_max_pool(ot_tensor_node(x3), .kernel = {3});
+    ot_tensor_free(x3);
+    return r;
+}
+
+static ot_node *attn_tree(ot_tensor *x, ot_tensor *y)
+{
+    ot_tensor *q = ot_reshape(x, OT_SHAPE(1, 2, 6, 20)), *k = ot_reshape(y, OT_SHAPE(1, 2, 6, 20));
+    ot_node *r = ot_attention(ot_tensor_node(q), ot_tensor_node(k), ot_tensor_node(q), .causal = true);
+    ot_tensor_free(q), ot_tensor_free(k);
+    return r;
+}
+
+/* i32 -> 16 bits (2049 rounds to 2048 in f16) and back, f64 -> 16 bits. */
+static ot_node *cast_tree(ot_tensor *x, ot_tensor *y)
+{
+    ot_dtype dt = ot_tensor_dtype(x) == OT_F32 ? ot_tensor_dtype(y) : ot_tensor_dtype(x);
+    ot_node *i = ot_cast(ot_mul(ot_tensor_node(y), ot_const(700.0)), OT_I32);
+    ot_node *h = ot_cast(ot_add(i, ot_consti(2000)), dt);
+    ot_node *d = ot_cast(ot_cast(ot_tensor_node(x), OT_F64), dt);
+    return ot_add(ot_cast(ot_cast(h, OT_I32), dt), d);
+}
+
+TEST(half_windowed_ops_and_casts)
+{
+    ot_dtype dts[2] = {OT_F16, OT_BF16};
+    ot_node *(*fn[4])(ot_tensor *, ot_tensor *) = {conv_tree, pool_tree, attn_tree, cast_tree};
+    const char *name[4] = {"conv", "max_pool", "attention", "casts"};
+    for (int k = 0; k < 2; k++) {
+        half_case hc = case_new(dts[k], NULL);
+        half_leaves l = leaves(&hc, 6, 40);
+        for (int f = 0; f < 4; f++) {
+            hc.what = name[f];
+            ot_tensor *y32 = f == 3 ? l.y : l.y32;   /* casts_tree's dtype from y */
+            ot_node *t32 = fn[f](l.x32, y32);
+            if (f == 3) t32 = ot_cast(t32, OT_F32);
+            check_tree(&hc, fn[f](l.x, l.y), t32, fn[f](l.rx, l.ry));
+        }
+        case_free(&hc, &l);
+    }
+}
+
+/* Large elementwise trees run a block at a time (half_assign.c): the same
+ * bits as the whole f32 tree rounded once, into a new output and in place. */
+TEST(half_blocked_elementwise)
+{
+    ot_dtype dts[2] = {OT_F16, OT_BF16};
+    for (int k = 0; k < 2; k++) {
+        half_case hc = case_new(dts[k], "blocked a*b+a");
+        half_leaves l = leaves(&hc, 3, 23001);
+        ot_node *x = ot_tensor_node(l.x), *y = ot_tensor_node(l.y);
+        check_tree(&hc, ot_add(ot_mul(x, y), ot_tanh(x)),
+                   ot_add(ot_mul(ot_tensor_node(l.x32), ot_tensor_node(l.y32)), ot_tanh(ot_tensor_node(l.x32))),
+                   ot_add(ot_mul(ot_tensor_node(l.rx), ot_tensor_node(l.ry)), ot_tanh(ot_tensor_node(l.rx))));
+        ot_tensor *want = ot_empty(hc.cpu, OT_SHAPE(3, 23001), dts[k]);
+        CHECK_INT(ot_assign(want, ot_add(ot_mul(x, y), x)), 0);
+        CHECK_INT(ot_assign(l.x, ot_add(ot_mul(x, y), x)), 0);   /* in place */
+        uint16_t *a = malloc(2 * 69003), *b = malloc(2 * 69003);
+        ot_get_raw(want, a), ot_get_raw(l.x, b);
+        CHECK(memcmp(a, b, 2 * 69003) == 0);
+        free(a), free(b);
+        ot_tensor_free(want);
+        case_free(&hc, &l);
+    }
+}

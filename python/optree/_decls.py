@@ -17,7 +17,7 @@ OT_STRUCT_MAX_ARITY = 2
 
 # The status codes: (name, code).
 STATUSES = [('OT_OK', 0), ('OT_EINVAL', -1), ('OT_ESHAPE', -2), ('OT_EDTYPE', -3), ('OT_ENOMEM', -4), ('OT_EALIAS', -5), ('OT_EBACKEND', -6), ('OT_EUNSUPPORTED', -7), ('OT_ENULL', -8), ('OT_EOVERFLOW', -9), ('OT_EEMPTY', -10), ('OT_ESTATE', -11), ('OT_EIO', -12), ('OT_EINTERNAL', -13)]
-DTYPES = [('OT_DTYPE_DEFAULT', 0), ('OT_F32', 1), ('OT_F64', 2), ('OT_I32', 3)]
+DTYPES = [('OT_DTYPE_DEFAULT', 0), ('OT_F32', 1), ('OT_F64', 2), ('OT_I32', 3), ('OT_F16', 4), ('OT_BF16', 5)]
 
 # The op table: (number, name, arity, kind, rule, grad, infix, user, attrs, NumPy peer).
 OPS = [
@@ -97,8 +97,11 @@ OPS = [
     (73, 'tril', 1, 'CONV', 'SAME', 'FN', None, False, ('diag',), None),
     (74, 'triu', 1, 'CONV', 'SAME', 'FN', None, False, ('diag',), None),
     (75, 'cumulative_sum', 1, 'CONV', 'SAME', 'FN', None, False, ('axis',), None),
-    (76, 'attention', 2, 'CONV', 'SAME', 'FN', None, False, ('scale', 'causal', 'seq_k', 'dim_v', 'mask'), None),
-    (77, 'attention_grad', 2, 'CONV', 'SAME', 'FN', None, False, ('scale', 'causal', 'seq_k', 'dim_v', 'mask'), None),
+    (76, 'topk', 1, 'CONV', 'SAME', 'FN', None, False, ('diag', 'axis', 'smallest', 'unsorted'), None),
+    (77, 'take_along', 2, 'CONV', 'SAME', 'FN', None, False, ('axis',), None),
+    (78, 'scatter_along', 2, 'CONV', 'SAME', 'FN', None, False, ('depth', 'axis'), None),
+    (79, 'attention', 2, 'CONV', 'SAME', 'FN', None, False, ('scale', 'causal', 'seq_k', 'dim_v', 'mask'), None),
+    (80, 'attention_grad', 2, 'CONV', 'SAME', 'FN', None, False, ('scale', 'causal', 'seq_k', 'dim_v', 'mask'), None),
 ]
 
 # Every public struct, in header order (ctypes layouts).
@@ -470,7 +473,15 @@ class ot_fit_result(Structure):
         ('val_accuracy', c_double),
     ]
 
-STRUCTS = [ot_shape, ot_backend_opts, ot_stats, ot_index, ot_window, ot_args, ot_reduce_opts, ot_var_opts, ot_softmax_opts, ot_cast_opts, ot_onehot_opts, ot_rand_opts, ot_transpose_opts, ot_print_options, ot_attn_opts, ot_sgd, ot_adam, ot_conv_opts, ot_op_def, ot_struct_tensor, ot_struct_call, ot_struct_def, ot_rewrite_match, ot_rewrite_rule, ot_rule_set, ot_stack_item, ot_batch_norm_opts, ot_layer_norm_opts, ot_rms_norm_opts, ot_global_avg_pool_opts, ot_pool_opts, ot_step, ot_init, ot_bind, ot_program_stats, ot_fit_opts, ot_fit_result]
+class ot_topk_opts(Structure):
+    _fields_ = [
+        ('spec_', c_char_p),
+        ('axis', c_int),
+        ('largest', c_bool),
+        ('sorted', c_bool),
+    ]
+
+STRUCTS = [ot_shape, ot_backend_opts, ot_stats, ot_index, ot_window, ot_args, ot_reduce_opts, ot_var_opts, ot_softmax_opts, ot_cast_opts, ot_onehot_opts, ot_rand_opts, ot_transpose_opts, ot_print_options, ot_attn_opts, ot_sgd, ot_adam, ot_conv_opts, ot_op_def, ot_struct_tensor, ot_struct_call, ot_struct_def, ot_rewrite_match, ot_rewrite_rule, ot_rule_set, ot_stack_item, ot_batch_norm_opts, ot_layer_norm_opts, ot_rms_norm_opts, ot_global_avg_pool_opts, ot_pool_opts, ot_step, ot_init, ot_bind, ot_program_stats, ot_fit_opts, ot_fit_result, ot_topk_opts]
 
 # Every function of the headers the module can call: name -> (restype, argtypes).
 PROTOS = {
@@ -526,6 +537,7 @@ PROTOS = {
     'ot_full': (c_void_p, [c_void_p, ot_shape, c_int, c_double]),
     'ot_get': (c_int, [c_void_p, c_void_p]),
     'ot_get_n': (c_int, [c_void_p, c_void_p, c_size_t]),
+    'ot_get_raw': (c_int, [c_void_p, c_void_p]),
     'ot_global_avg_pool_at': (c_void_p, [c_void_p, ot_global_avg_pool_opts, c_char_p, c_int]),
     'ot_graphviz': (c_int, [c_void_p, c_void_p]),
     'ot_index_add_at': (c_void_p, [c_void_p, c_void_p, c_void_p, c_int, c_char_p, c_int]),
@@ -615,11 +627,13 @@ PROTOS = {
     'ot_save': (c_int, [c_char_p, c_void_p]),
     'ot_savez': (c_int, [c_char_p, c_int, c_void_p, c_void_p]),
     'ot_savez_compressed': (c_int, [c_char_p, c_int, c_void_p, c_void_p]),
+    'ot_scatter_add_along_at': (c_void_p, [c_void_p, c_void_p, c_int, c_int64, c_char_p, c_int]),
     'ot_scatter_add_at': (c_void_p, [c_void_p, c_void_p, c_int, c_int64, c_char_p, c_int]),
     'ot_sequential_at': (c_int, [c_int, c_void_p, c_char_p, c_int]),
     'ot_set': (c_int, [c_void_p, c_void_p]),
     'ot_set_error_handler': (None, [c_void_p, c_void_p]),
     'ot_set_n': (c_int, [c_void_p, c_void_p, c_size_t]),
+    'ot_set_raw': (c_int, [c_void_p, c_void_p]),
     'ot_sgd_step': (c_int, [c_void_p, c_int, c_void_p, c_void_p, c_void_p]),
     'ot_slice_at': (c_void_p, [c_void_p, c_int, c_void_p, c_char_p, c_int]),
     'ot_slice_node_n': (c_void_p, [c_void_p, c_int, c_void_p, c_char_p, c_int]),
@@ -634,6 +648,7 @@ PROTOS = {
     'ot_stats_get': (c_int, [c_void_p, c_void_p]),
     'ot_strerror': (c_char_p, [c_int]),
     'ot_substitute': (c_void_p, [c_void_p, c_void_p, c_void_p]),
+    'ot_take_along_at': (c_void_p, [c_void_p, c_void_p, c_int, c_char_p, c_int]),
     'ot_take_at': (c_void_p, [c_void_p, c_void_p, c_int, c_char_p, c_int]),
     'ot_tensor_axes': (c_char_p, [c_void_p]),
     'ot_tensor_backend': (c_void_p, [c_void_p]),
@@ -655,6 +670,8 @@ PROTOS = {
     'ot_tensor_shape': (ot_shape, [c_void_p]),
     'ot_tensor_stride': (c_int64, [c_void_p, c_int]),
     'ot_tensor_trainable': (c_bool, [c_void_p]),
+    'ot_topk_at': (c_void_p, [c_void_p, c_int64, c_void_p, c_char_p, c_int]),
+    'ot_topk_indices_at': (c_void_p, [c_void_p, c_int64, c_void_p, c_char_p, c_int]),
     'ot_transpose': (c_void_p, [c_void_p, c_void_p]),
     'ot_tril_at': (c_void_p, [c_void_p, c_int, c_char_p, c_int]),
     'ot_triu_at': (c_void_p, [c_void_p, c_int, c_char_p, c_int]),

@@ -522,3 +522,39 @@ TEST(fuzz_std_constant_data_exact_on_every_backend)
         for (int i = 0; i < 93; i++) CHECK(isnan(gr[b][i]) == isnan(gr[0][i]));
     }
 }
+
+/* Fuzz seed 7 tree 1007: attention built with scale 0 (a node attribute
+ * the parser and ot_build reach; the builder's 0 means 1/sqrt(dim)) under a
+ * pow whose gradient is inf and NaN. BLAS skips a product whose alpha is
+ * 0, so the cpu backend's scores and dq were 0 where ref's 0 * inf is NaN:
+ * the kernel now scales outside the GEMMs. Both backends must agree. */
+TEST(attention_scale_zero_keeps_nans_like_ref)
+{
+    const char *names[] = {"ref", "cpu"};
+    double got[2][2 + 18 + 2];
+    for (int b = 0; b < 2; b++) {
+        ot_backend *be = test__backend(names[b], OT_FUSION_ON);
+        ot_pool *p = ot_pool_push();
+        ot_tensor *q = ot_array(be, OT_SHAPE(1, 1, 1, 2), OT_F64, (double[]){0, 0});
+        ot_tensor *pack = ot_zeros(be, OT_SHAPE(18), OT_F64);
+        ot_tensor *e = ot_array(be, OT_SHAPE(1, 1, 1, 2), OT_F64, (double[]){-1, 0});
+        ot_node *a = ot_build(OT_OP_ATTENTION, ot_tensor_node(q), ot_tensor_node(pack),
+                              &(ot_args){.axis = OT_AXIS_ALL, .depth = 6, .ddof = 1});
+        ot_node *y = a ? ot_build(OT_OP_POW, a, ot_tensor_node(e), &(ot_args){.axis = OT_AXIS_ALL}) : NULL;
+        ot_autodiff *ad = y ? ot_autodiff_new(y, NULL) : NULL;
+        CHECK(ad != NULL);
+        ot_tensor *wrt[] = {q, pack, e}, *g[] = {ot_zeros_like(q), ot_zeros_like(pack), ot_zeros_like(e)};
+        CHECK_INT(ad ? ot_autodiff_backprop(ad, 3, wrt, g) : -1, 0);
+        CHECK_INT(ot_get(g[0], got[b]), 0);
+        CHECK_INT(ot_get(g[1], got[b] + 2), 0);
+        CHECK_INT(ot_get(g[2], got[b] + 20), 0);
+        ot_autodiff_free(ad);
+        for (int i = 0; i < 3; i++) ot_tensor_free(g[i]);
+        ot_tensor_free(q), ot_tensor_free(pack), ot_tensor_free(e);
+        ot_pool_pop(p);
+        ot_backend_free(be);
+    }
+    for (int i = 0; i < 22; i++)
+        if (!(got[0][i] == got[1][i] || (isnan(got[0][i]) && isnan(got[1][i]))))
+            test__fail(__FILE__, __LINE__, "gradient value %d: cpu %g, ref %g", i, got[1][i], got[0][i]);
+}

@@ -53,9 +53,17 @@ static void gemm(int dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, doub
             memset((char *)c + r * ldc * (dt == OT_F32 ? 4 : 8), 0, (size_t)n * (dt == OT_F32 ? 4 : 8));
         return;
     }
+    /* BLAS skips the product when alpha is 0, so a score of scale 0 times
+     * an inf dot would be 0, not ref's NaN: form it and scale it here */
+    bool zero = alpha == 0 && beta == 0;
     ot__gemm g = {.dt = dt, .a = a, .b = b, .c = c, .ta = ta, .tb = tb, .m = m, .n = n, .k = k,
-                  .lda = lda, .ldb = ldb, .ldc = ldc, .alpha = alpha, .beta = beta};
+                  .lda = lda, .ldb = ldb, .ldc = ldc, .alpha = zero ? 1 : alpha, .beta = beta};
     ot__gemm_pick()(&g);
+    for (int64_t r = 0; zero && r < m; r++)
+        for (int64_t j = 0; j < n; j++) {
+            if (dt == OT_F32) ((float *)c)[r * ldc + j] *= 0.0f;
+            else ((double *)c)[r * ldc + j] *= 0.0;
+        }
 }
 
 /* Per-head scratch, in elements of the dtype (doubles for the rows'

@@ -26,6 +26,8 @@ static const wcase WCASES[] = {
     {2, 16, 17, 5, 4, {.pad = 1}, true},
     {1, 16, 16, 5, 41, {.pad = 1}, false},             /* 21 tiles a row, odd width */
     {1, 16, 16, 4, 37, {.pad_lo = {1, 3}, .pad_hi = {0, 0}}, true},
+    {2, 128, 128, 5, 2, {.pad = 1}, false},   /* many channels, narrow: the lanes */
+    {1, 128, 130, 3, 2, {.pad = 1}, true},
 };
 #define NW (int)(sizeof WCASES / sizeof WCASES[0])
 

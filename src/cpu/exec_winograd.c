@@ -13,10 +13,10 @@
  *     GEMMs   M[xi] = U[xi] . V[xi], a * a of them (co x ci x tiles);
  *     output  the tile = A^T M A, written by put_block (one call per block
  *             of tiles: where a fused epilogue would run on the values).
- * F(2,3)'s input and output transforms run on whole tile rows (vector
- * loops over a row's tiles, which are consecutive columns of V and M); the
- * weights' transform and F(4,3)'s run on LANES tiles (or channels) at
- * once, one vector lane each. F(2,3) (a = 4) is the one used: its transforms' coefficients
+ * F(2,3)'s input and output transforms run as vector loops over whole
+ * images (f2planes) where that pays (planes_pay), else, as the weights'
+ * transform and F(4,3)'s do, on LANES tiles (or channels) at once, one
+ * vector lane each. F(2,3) (a = 4) is the one used: its transforms' coefficients
  * are 0, +-1 and 1/2, so on data whose products and sums are exact in f32
  * (small integers, halves) it is exact, and its rounding otherwise is
  * that of a dot product of the same terms (include/optree/conv.h). F(4,3)
@@ -62,7 +62,7 @@ typedef struct wprob {
     const float *x, *w;
     float *y;
     int64_t n, ci, co, h, w_, oh, ow, lh, lw, xs, ys, wo, wi;
-    bool flip;
+    bool flip, planes;   /* planes: F(2,3) on whole images (f2planes), else lanes */
     int64_t th, tw, tiles, tb;   /* tiles down, across, in all; per block */
 } wprob;
 
@@ -107,6 +107,16 @@ bool ot__wino_ok(const ot_kernel *k)
     return g->xc >= 16 && g->sc >= 16 && g->n > 0;
 }
 
+/* Whether F(2,3)'s whole-image transforms pay for their extra tile a row
+ * (1/tw more GEMM work, of ci co products a tile) by what they save over
+ * the lanes' gathers (about 19 ns a tile and channel, ci + co channels,
+ * against 0.32 ns a product: callgrind and the W12 rows on the development
+ * Xeon): many channels on narrow images (512 at 7x7) keep the lanes. */
+static bool planes_pay(const wprob *p)
+{
+    return (double)p->ci * (double)p->co / (double)(p->ci + p->co) < 60.0 * (double)p->tw;
+}
+
 /* The problem of k's group 0 without its pointers: channels, sizes, pads. */
 static void shape_of(const ot_kernel *k, wprob *p)
 {
@@ -119,7 +129,9 @@ static void shape_of(const ot_kernel *k, wprob *p)
                  .wo = tr ? 9 : g->xc * 9, .wi = tr ? g->xc * 9 : 9, .flip = tr};
     int64_t m = p->f->m, a2 = p->f->a * p->f->a;
     p->th = (p->oh + m - 1) / m;
-    p->tw = (p->ow + m - 1) / m + (p->f == &F2);   /* F(2,3): one tile more, see f2planes */
+    p->tw = (p->ow + m - 1) / m;
+    p->planes = p->f == &F2 && planes_pay(p);
+    p->tw += p->planes;   /* one tile more a row, see f2planes */
     p->tiles = p->n * p->th * p->tw;
     int64_t tb = (int64_t)BLOCK_BYTES / (a2 * (p->ci + p->co) * 4);
     tb = tb < MIN_TILES ? MIN_TILES : tb;
@@ -138,10 +150,10 @@ static size_t part_bytes(const wprob *p, int which)
 
 static size_t f2_floats(const wprob *p);
 
-/* Bytes of the F(2,3) planes (f2planes), none for F(4,3). */
+/* Bytes of the F(2,3) planes (f2planes), none for the lanes. */
 static size_t rows_bytes(const wprob *p)
 {
-    return p->f == &F2 ? (f2_floats(p) * sizeof(float) + 63) / 64 * 64 : 0;
+    return p->planes ? (f2_floats(p) * sizeof(float) + 63) / 64 * 64 : 0;
 }
 
 size_t ot__wino_scratch(const ot_kernel *k)
@@ -496,7 +508,8 @@ WIDE static void input_f2(const wprob *p, float *v, int64_t t0, int64_t nt, floa
 
 WIDE static void input_block(const wprob *p, float *v, int64_t t0, int64_t nt, float *rows)
 {
-    if (p->f == &F2) input_f2(p, v, t0, nt, rows);
+    if (p->planes) input_f2(p, v, t0, nt, rows);
+    else if (p->f == &F2) input_block_t(p, &F2, v, t0, nt);
     else input_block_t(p, &F4, v, t0, nt);
 }
 
@@ -605,7 +618,8 @@ WIDE static void put_f2(const wprob *p, const float *mm, int64_t t0, int64_t nt,
 
 WIDE static void put_block(const wprob *p, const float *mm, int64_t t0, int64_t nt, float *rows)
 {
-    if (p->f == &F2) put_f2(p, mm, t0, nt, rows);
+    if (p->planes) put_f2(p, mm, t0, nt, rows);
+    else if (p->f == &F2) put_block_t(p, &F2, mm, t0, nt);
     else put_block_t(p, &F4, mm, t0, nt);
 }
 

@@ -86,6 +86,7 @@ static int64_t inner_at(const frame *f, bool ev, int64_t step, int64_t i)
  * rounded once is the f32 sum). */
 static void row_op(bool take, ot_dtype dt, char *b, char *s, int64_t n, double alpha)
 {
+    if (n == 0) return;   /* an empty row's buffers may be NULL */
     if (take) {
         memcpy(s, b, (size_t)n * ot_dtype_size(dt));
         return;
@@ -118,6 +119,7 @@ static void zero_out(const ot_kernel *k, char *dst, size_t es)
     const ot__index_geom *g = &k->index;
     int64_t n = ot__numel(&g->out), step;
     frame all = {&g->out, k->store.strides, 0, 0};
+    if (n == 0) return;   /* an empty result's buffer may be NULL */
     if (even(&all, &step) && step == 1) {
         memset(dst, 0, (size_t)n * es);
         return;

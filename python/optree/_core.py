@@ -19,7 +19,7 @@ import weakref
 import numpy as np
 
 from . import _decls as D
-from ._lib import lib, capture, check, raise_error, site, _files, _getframe
+from ._lib import lib, capture, check, raise_error, site, _files, _getframe, _PKG
 from ._lib import BackendError  # pylint: disable=no-name-in-module (made from the header)
 
 _DT_TO_NP = {1: np.dtype(np.float32), 2: np.dtype(np.float64), 3: np.dtype(np.int32)}
@@ -153,11 +153,13 @@ class _ShapeOf:
 class OpTreeNode(_Expr):
     """A node of an op-tree (neon's OpTreeNode): immutable, built by
     operators and backend functions, computed when assigned (t[:] = node).
-    _op, _a, _b, _args, _f, _ln: how to build it in C (_a, _b tensors,
-    nodes or numbers); _p its C node once built (None before), _r the
-    reference Python holds; _k, _l its key and leaves (None: a node known
-    only in C, from Autodiff, parse, a view...)."""
-    __slots__ = ("_k", "_l", "_op", "_a", "_b", "_args", "_f", "_ln", "_p", "_r", "__weakref__")
+    _s = (op, a, b, args, file, line): how to build it in C (a, b tensors,
+    nodes or numbers; file, line where Python built it, or the code object
+    and instruction offset to find them from when needed); _p its C node
+    once built (None before), _r the reference Python holds; _k, _l its key
+    and leaves (None: a node known only in C: Autodiff's, parse's, a
+    view...)."""
+    __slots__ = ("_k", "_l", "_s", "_p", "_r", "__weakref__")
     shape = _ShapeOf()
 
     def __init__(self, ptr, a=None, b=None, retained=False):
@@ -302,9 +304,25 @@ def _operand(x):
     return None if x is None else node_of(x)
 
 
+def _where(code, lasti):
+    """The file and line of an instruction of code (None, 0 in this package)."""
+    file = _files_get(code)
+    if file is None:
+        name = code.co_filename
+        file = _files[code] = b"" if name.startswith(_PKG) else name.encode("utf-8", "replace")
+    if not file:
+        return None, 0
+    for start, end, line in code.co_lines():
+        if start <= lasti < end and line is not None:
+            return file, line
+    return file, code.co_firstlineno
+
+
 def _c_build(n, a, b):
-    args = n._args
-    return _build_at(n._op.num, a, b, None if args is None else ctypes.byref(args), n._f, n._ln)
+    op, _, _, args, file, line = n._s
+    if type(file) is not bytes:
+        file, line = _where(file, line)
+    return _build_at(op.num, a, b, None if args is None else ctypes.byref(args), file, line)
 
 
 def _materialize(root):
@@ -317,12 +335,13 @@ def _materialize(root):
         if n._p is not None:
             stack.pop()
             continue
-        todo = [c for c in (n._b, n._a) if type(c) is OpTreeNode and c._p is None]
+        a, b = n._s[1:3]
+        todo = [c for c in (b, a) if type(c) is OpTreeNode and c._p is None]
         if todo:
             stack.extend(todo)
             continue
         stack.pop()
-        p = _c_build(n, _operand(n._a), _operand(n._b))
+        p = _c_build(n, _operand(a), _operand(b))
         if not p:
             raise_error()
         _own(n, p)
@@ -331,8 +350,7 @@ def _materialize(root):
 
 def _lazy(op, a, b, args, kid, leaves, file, line):
     n = _new(OpTreeNode)
-    n._k, n._l, n._op, n._a, n._b, n._args, n._f, n._ln, n._p = (
-        kid, leaves, op, a, b, args, file, line, None)
+    n._k, n._l, n._s, n._p = kid, leaves, (op, a, b, args, file, line), None
     return n
 
 
@@ -389,12 +407,11 @@ def _fast_binary(op):
         if kid is None:
             return build(op, self, o)
         f = _getframe(1)
-        file = _files_get(f.f_code)
-        if not file:
-            return build(op, self, o)
         n = _new(OpTreeNode)
-        n._k, n._l, n._op, n._a, n._b, n._args, n._f, n._ln, n._p = (
-            kid, leaves, op, self, o, None, file, f.f_lineno, None)
+        n._k = kid
+        n._l = leaves
+        n._s = (op, self, o, None, f.f_code, f.f_lasti)
+        n._p = None
         return n
 
     def rev(self, o):
@@ -414,14 +431,15 @@ def _fast_unary(op):
             node = build(op, x)
             return node if out is None else _out(node, out)
         kid = _kget(key)
-        f = _getframe(1)
-        file = _files_get(f.f_code)
-        if kid is None or not file:
+        if kid is None:
             node = build(op, x)
         else:
+            f = _getframe(1)
             node = _new(OpTreeNode)
-            node._k, node._l, node._op, node._a, node._b, node._args, node._f, node._ln, node._p = (
-                kid, leaves, op, x, None, None, file, f.f_lineno, None)
+            node._k = kid
+            node._l = leaves
+            node._s = (op, x, None, None, f.f_code, f.f_lasti)
+            node._p = None
         return node if out is None else _out(node, out)
     return method
 
@@ -753,14 +771,17 @@ _seen = {}           # (id(out), key) -> None: assigned once
 _outs = {}           # id(out) -> (weakref to out, [its _progs keys])
 _no_program = set()  # keys of tensors a program cannot bind
 _PROGS_MAX = 256
-_run_tensors = lib.ot_program_run_tensors_at
+# ot_program_run_tensors_at without argtypes: its arguments are passed
+# converted already (a c_void_p, ints, a ctypes array, None), a third of a
+# replay's ctypes cost saved.
+_run_tensors = lib._FuncPtr(("ot_program_run_tensors_at", lib))
 
 
 class _Replay:
     __slots__ = ("p", "n", "last", "arr")
 
     def __init__(self, p, leaves):
-        self.p, self.n = p, len(leaves)
+        self.p, self.n = ctypes.c_void_p(p), len(leaves)
         self.bind(leaves)
 
     def bind(self, leaves):
@@ -839,8 +860,9 @@ def _compile(out, node):
                 else:
                     built.append(_operand(n))
                 continue
+            a, b = n._s[1:3]
             if done:
-                b = built.pop() if n._b is not None else None
+                b = built.pop() if b is not None else None
                 a = built.pop()
                 c = _c_build(n, a, b)
                 if not c:
@@ -848,9 +870,9 @@ def _compile(out, node):
                 built.append(c)
                 continue
             stack.append((n, True))
-            if n._b is not None:
-                stack.append((n._b, False))
-            stack.append((n._a, False))
+            if b is not None:
+                stack.append((b, False))
+            stack.append((a, False))
         ok = (len(leaves) == len(node._l)
               and not lib.ot_program_assign_at(p, out._t, built[0], None, 0)
               and not lib.ot_program_compile_at(p, None, 0))

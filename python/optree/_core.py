@@ -690,10 +690,7 @@ class Tensor(_Expr):
         one C call binding the tree's leaves."""
         if type(value) is OpTreeNode and (key is Ellipsis or key == _ALL):
             e = _progs.get((id(self), value._k))
-            if e is not None:
-                leaves = value._l
-                if leaves != e.last:
-                    e.bind(leaves)
+            if e is not None and (value._l == e.last or e.bind(value._l)):
                 if not _run_tensors(e.p, e.n, e.arr, None, 0):
                     return
                 lib.ot_clear_error()     # an alias, say: the assignment says why
@@ -777,16 +774,35 @@ _PROGS_MAX = 256
 _run_tensors = lib._FuncPtr(("ot_program_run_tensors_at", lib))
 
 
+def _pattern(leaves):
+    """Which leaf occurrences are one tensor: (each occurrence's index among
+    the distinct tensors, the distinct tensors in order)."""
+    first = {}
+    pat = tuple([first.setdefault(p, len(first)) for p in leaves])
+    return pat, list(first)
+
+
 class _Replay:
-    __slots__ = ("p", "n", "last", "arr")
+    """A compiled assignment: its program (a placeholder per distinct leaf
+    tensor), the leaves it was last bound to, as the ctypes array of the
+    distinct ones, and which occurrences are one tensor (pat)."""
+    __slots__ = ("p", "n", "last", "arr", "pat")
 
     def __init__(self, p, leaves):
-        self.p, self.n = ctypes.c_void_p(p), len(leaves)
+        self.p = ctypes.c_void_p(p)
+        self.pat, distinct = _pattern(leaves)
+        self.n = len(distinct)
         self.bind(leaves)
 
     def bind(self, leaves):
+        """Binds other leaves; False where they share tensors otherwise
+        (the program reads one placeholder where they read two tensors)."""
+        pat, distinct = _pattern(leaves)
+        if pat != self.pat:
+            return False
         self.last = leaves
-        self.arr = (ctypes.c_void_p * max(self.n, 1))(*leaves)
+        self.arr = (ctypes.c_void_p * max(self.n, 1))(*distinct)
+        return True
 
     def __del__(self):
         try:
@@ -833,7 +849,8 @@ def _assigned(out, node):
 
 def _compile(out, node):
     """A program assigning node's structure to out over placeholders, one
-    per leaf occurrence in node._l's order; None where none can be made."""
+    per distinct leaf tensor in node._l's order (so a value the tree reads
+    twice is seen as one, as it is in C); None where none can be made."""
     be = lib.ot_tensor_backend(out._t)
     p = lib.ot_program_new_at(be, None, 0)
     if not p:
@@ -843,19 +860,20 @@ def _compile(out, node):
     ok = False
     try:
         # pre-order, a before b: the leaves in node._l's order
-        stack, leaves, built = [(node, False)], [], []
+        stack, leaves, built = [(node, False)], {}, []
         while stack:
             n, done = stack.pop()
             if type(n) is not OpTreeNode:
                 if isinstance(n, Tensor):
                     if n._k in _no_program:
                         return None
-                    t = lib.ot_program_placeholder_at(
-                        p, b"%d" % len(leaves), lib.ot_tensor_shape(n._t),
-                        lib.ot_tensor_dtype(n._t), None, 0)
+                    t = leaves.get(n._t)
+                    if t is None:
+                        t = leaves[n._t] = lib.ot_program_placeholder_at(
+                            p, b"%d" % len(leaves), lib.ot_tensor_shape(n._t),
+                            lib.ot_tensor_dtype(n._t), None, 0)
                     if not t:
                         return None
-                    leaves.append(t)
                     built.append(lib.ot_tensor_node(t))
                 else:
                     built.append(_operand(n))
@@ -873,7 +891,7 @@ def _compile(out, node):
             if b is not None:
                 stack.append((b, False))
             stack.append((a, False))
-        ok = (len(leaves) == len(node._l)
+        ok = (list(leaves) == _pattern(node._l)[1]
               and not lib.ot_program_assign_at(p, out._t, built[0], None, 0)
               and not lib.ot_program_compile_at(p, None, 0))
         return p if ok else None

@@ -319,6 +319,9 @@ def structures_cached_and_replayed():
     for _ in range(3):
         out[:] = s + s * c
     assert np.allclose(out.get(), arrs[0] * arrs[1] * (1 + arrs[2]), rtol=1e-6)
+    for x, y in ((a, a), (a, a), (a, a), (c, d), (b, b)):  # one tensor twice, then two
+        out[:] = x * y - y
+        assert np.allclose(out.get(), np.asarray(x) * np.asarray(y) - np.asarray(y), rtol=1e-6)
     t = BE.array(arrs[0].copy())
     for _ in range(3):                      # the leaf is the output: ot_assign
         t[:] = t * 2 + 0

@@ -352,6 +352,36 @@ def structures_cached_and_replayed():
 
 
 @case
+def model_fit_predict_save_load():
+    import tempfile
+    rng = np.random.RandomState(0)
+    x = rng.randn(256, 4).astype(np.float32)
+    y = np.eye(2, dtype=np.float32)[(x[:, 0] + x[:, 1] > 0).astype(int)]
+    m = optree.Model(BE, 4).linear(16, "relu").linear(2).loss("softmax_ce").adam(lr=0.05)
+    r = m.fit(x, y, epochs=20, batch=32, seed=1)
+    assert r.epochs_run == 20 and r.loss < 0.1, r
+    assert (m.predict(x).argmax(1) == y.argmax(1)).mean() > 0.95
+    path = os.path.join(tempfile.mkdtemp(), "m.npz")
+    m.save(path)
+    assert sorted(np.load(path).files) == ["b0", "b1", "w0", "w1"]
+    m2 = optree.Model(BE, 4).linear(16, "relu").linear(2).loss("softmax_ce").load(path)
+    assert np.array_equal(m2.predict(x), m.predict(x))
+    assert [t.shape for t in m.parameters()] == [(4, 16), (16,), (16, 2), (2,)]
+    c = (optree.Model(BE, input_shape=(1, 6, 6)).conv(4, 3, "relu", padding="same")
+         .batch_norm().max_pool(2).dropout(0.2).linear(2).loss("mse").sgd(lr=0.01, momentum=0.9))
+    xi = rng.randn(32, 1, 6, 6).astype(np.float32)
+    r = c.fit(xi, rng.randn(32, 2).astype(np.float32), epochs=1, batch=8)
+    assert r.epochs_run == 1 and c.predict(xi).shape == (32, 2)
+    line = sys._getframe().f_lineno + 2
+    try:
+        m.fit(x, y[:, :1])
+    except optree.ShapeError as e:
+        assert "run_tests.py:%d: model_fit" % line in str(e), str(e)
+    else:
+        raise AssertionError("no ShapeError")
+
+
+@case
 def program_replay():
     p = optree.Program(BE)
     x = p.placeholder("x", (8,))

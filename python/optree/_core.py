@@ -3,13 +3,14 @@ without copies), op-tree nodes with Python operators, and a builder per op
 of the library's table (generated from _decls.OPS, so a new op of
 src/core/ops.def is here by name without an edit).
 
-Node lifetime. Builders put nodes in the C thread's default pool; a node
-object holds its node without a reference of its own while it is young
-(one ctypes call less per node: W8's per-call cost). When the pool grows
-past _DRAIN_AT nodes, every live node object takes a reference
-(ot_retain) and the pool is drained, so the pool's size stays bounded
-whatever the program keeps. Objects made from other sources (gradients,
-parsed trees) take their reference at once.
+Nodes are built in Python first and in C when needed (see "nodes" below:
+a structure seen before costs no C call), and a whole-tensor assignment of
+a structure seen before replays a compiled program (see "replays").
+
+Node lifetime. A node object whose C node is built holds a reference to it
+(ot_retain, released by its _CRef); the C thread's default pool, where
+builders put nodes, is drained when it grows past _DRAIN_AT nodes, so its
+size stays bounded whatever the program keeps.
 """
 import ctypes
 import numbers

@@ -212,6 +212,14 @@ typedef struct ot_bind {
 int ot_program_run_at(ot_program *p, int n, const ot_bind bindings[], const char *file, int line);
 #define ot_program_run(...) ot_program_run_at(__VA_ARGS__, __FILE__, __LINE__)
 
+/* ot_program_run with placeholder i bound to tensors[i], in the order the
+ * placeholders were made (n of them: every one), the same checks, errors
+ * and results: the cheapest run for a caller that keeps its tensors in
+ * that order (the Python module replays each assignment so). */
+int ot_program_run_tensors_at(ot_program *p, int n, ot_tensor *const tensors[], const char *file,
+                              int line);
+#define ot_program_run_tensors(...) ot_program_run_tensors_at(__VA_ARGS__, __FILE__, __LINE__)
+
 /* What a compiled program holds, at the symbols' current sizes (on the
  * ref backend, which plans nothing, kernels and the arena read 0). */
 typedef struct ot_program_stats {

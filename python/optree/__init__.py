@@ -19,6 +19,7 @@ from ._core import (Backend, OpTreeNode, Tensor, gen_backend, OP, OPS_BY_NUM, op
                     dot_axes)
 from ._autodiff import Autodiff
 from ._program import Program
+from ._model import Model, FitResult
 from ._custom import register_op
 
 # The error classes, one per status code of the header: ShapeError, ...
@@ -34,5 +35,5 @@ for _op in OPS_BY_NUM.values():
         globals()[_op.name] = op_function(_op)
 del _op
 
-__all__ = ["Autodiff", "Backend", "Program", "register_op", "dot_axes", "OpTreeNode", "OptreeError", "Tensor", "gen_backend", "OP"] + [
+__all__ = ["Autodiff", "Backend", "Program", "Model", "FitResult", "register_op", "dot_axes", "OpTreeNode", "OptreeError", "Tensor", "gen_backend", "OP"] + [
     c.__name__ for c in ERROR_CLASSES]

@@ -3,22 +3,24 @@ without copies), op-tree nodes with Python operators, and a builder per op
 of the library's table (generated from _decls.OPS, so a new op of
 src/core/ops.def is here by name without an edit).
 
-Node lifetime. Builders put nodes in the C thread's default pool; a node
-object holds its node without a reference of its own while it is young
-(one ctypes call less per node: W8's per-call cost). When the pool grows
-past _DRAIN_AT nodes, every live node object takes a reference
-(ot_retain) and the pool is drained, so the pool's size stays bounded
-whatever the program keeps. Objects made from other sources (gradients,
-parsed trees) take their reference at once.
+Nodes are built in Python first and in C when needed (see "nodes" below:
+a structure seen before costs no C call), and a whole-tensor assignment of
+a structure seen before replays a compiled program (see "replays").
+
+Node lifetime. A node object whose C node is built holds a reference to it
+(ot_retain, released by its _CRef); the C thread's default pool, where
+builders put nodes, is drained when it grows past _DRAIN_AT nodes, so its
+size stays bounded whatever the program keeps.
 """
 import ctypes
 import numbers
 import os
+import weakref
 
 import numpy as np
 
 from . import _decls as D
-from ._lib import lib, capture, check, raise_error, site, _files, _getframe
+from ._lib import lib, capture, check, raise_error, site, _files, _getframe, _PKG
 from ._lib import BackendError  # pylint: disable=no-name-in-module (made from the header)
 
 _DT_TO_NP = {1: np.dtype(np.float32), 2: np.dtype(np.float64), 3: np.dtype(np.int32)}
@@ -53,19 +55,59 @@ def shape_tuple(s):
 
 
 # ---------------------------------------------------------------- nodes
+#
+# A node is built in Python first. It knows its op, attributes, children,
+# the Python file:line that built it, and a structural key `_k`: an int
+# interned from (op, attributes, the children's keys), a tensor's key being
+# its backend, dtype, shape, contiguity and axis names (not its identity),
+# a number's its type and value. `_kcache` maps a key to its id once a C
+# build of that structure succeeded: the same structure is then valid (the
+# library's shape and dtype rules read nothing else), so a node whose key is
+# cached is made without a C call. A new structure is built in C at once,
+# so its shape or dtype error is raised where it is built, naming that
+# Python line. The C tree of a node is built when something needs it
+# (printing, explain, Autodiff, an assignment not cached) by _materialize.
+# `_l` is the tuple of the tree's leaf tensors (their C pointers), left to
+# right, a tensor once per occurrence: the bindings of the compiled
+# program that replays an assignment of this structure (Tensor.__setitem__).
 
-_young = {}          # id(node object) -> node pointer, not yet retained
+_kcache = {}         # structural key -> id (a C build of it succeeded)
+_ksize = {}          # id -> (leaves, nodes) of the tree written out
+_KCACHE_MAX = 1 << 15
+_MAX_LEAVES, _MAX_NODES = 64, 256     # larger trees are built in C at once
+_next_kid = [0]
+_kget = _kcache.get
 _build_at = lib.ot_build_at
+_retain_at = lib.ot_retain_at
 _files_get = _files.get
+_new = object.__new__
 _builds = [0]
 
 
-def _promote_and_drain():
-    """Every young node object takes a reference; the default pool drains."""
-    for key, ptr in list(_young.items()):
-        lib.ot_retain_at(ptr, None, 0)
-    _young.clear()
-    lib.ot_pool_drain()
+class _CRef:
+    """One reference to a C node, released with this object."""
+    __slots__ = ("p",)
+
+    def __init__(self, p):
+        self.p = p
+
+    def __del__(self):
+        try:
+            lib.ot_release_at(self.p, None, 0)
+        except Exception:       # interpreter shutdown: the library may be gone
+            pass
+
+
+def _own(n, p):
+    """n holds C node p (built in the current pool) with a reference of its
+    own; every so often the default pool is drained (the nodes Python
+    holds all have their own references)."""
+    _retain_at(p, None, 0)
+    n._p = p
+    n._r = _CRef(p)
+    _builds[0] += 1
+    if not _builds[0] & 1023 and lib.ot_pool_default_nodes() > _DRAIN_AT:
+        lib.ot_pool_drain()
 
 
 class _Expr:
@@ -106,22 +148,29 @@ class _ShapeOf:
     def __get__(self, obj, cls):
         if obj is None:
             return lambda x: x.shape
-        return shape_tuple(lib.ot_node_shape(obj._p))
+        return shape_tuple(lib.ot_node_shape(node_of(obj)))
 
 
 class OpTreeNode(_Expr):
     """A node of an op-tree (neon's OpTreeNode): immutable, built by
-    operators and backend functions, computed when assigned (t[:] = node)."""
-    __slots__ = ("_p", "__weakref__")
+    operators and backend functions, computed when assigned (t[:] = node).
+    _s = (op, a, b, args, file, line): how to build it in C (a, b tensors,
+    nodes or numbers; file, line where Python built it, or the code object
+    and instruction offset to find them from when needed); _p its C node
+    once built (None before), _r the reference Python holds; _k, _l its key
+    and leaves (None: a node known only in C: Autodiff's, parse's, a
+    view...)."""
+    __slots__ = ("_k", "_l", "_s", "_p", "_r", "__weakref__")
     shape = _ShapeOf()
 
     def __init__(self, ptr, a=None, b=None, retained=False):
         if isinstance(ptr, dict):           # neon's OpTreeNode(op_dict, a, b)
-            ptr = lib.ot_retain_at(build(getattr(OP, ptr["op"]), a, b)._p, None, 0)
-            retained = True
-        self._p = ptr
-        if not retained:
-            _young[id(self)] = ptr
+            ptr = node_of(build(getattr(OP, ptr["op"]), a, b))
+        self._k = self._l = None
+        if retained:
+            self._p, self._r = ptr, _CRef(ptr)
+        else:
+            _own(self, ptr)
 
     @staticmethod
     def build(op, a, b=None, out=None, **attrs):
@@ -139,41 +188,34 @@ class OpTreeNode(_Expr):
             return out
         return node
 
-    def __del__(self):
-        try:
-            if _young.pop(id(self), None) is None:
-                lib.ot_release_at(self._p, None, 0)
-        except Exception:       # interpreter shutdown: the library may be gone
-            pass
-
     @property
     def dtype(self):
-        return _DT_TO_NP[lib.ot_node_dtype(self._p)]
+        return _DT_TO_NP[lib.ot_node_dtype(node_of(self))]
 
     @property
     def ndim(self):
-        return lib.ot_node_shape(self._p).ndim
+        return lib.ot_node_shape(node_of(self)).ndim
 
     @property
     def op(self):
-        return OPS_BY_NUM[lib.ot_node_op(self._p)].name
+        return OPS_BY_NUM[lib.ot_node_op(node_of(self))].name
 
     @property
     def axes(self):
         """The dims' names ("N,C,H,W"), or None."""
-        a = lib.ot_node_axes(self._p)
+        a = lib.ot_node_axes(node_of(self))
         return a.decode() if a else None
 
     def __str__(self):
         """neon's tuple form: ({'shape': (2, 2), 'op': 'add'}, x0, x1)."""
-        return capture(lib.ot_print, self._p).rstrip("\n")
+        return capture(lib.ot_print, node_of(self)).rstrip("\n")
 
     __repr__ = __str__
 
     def __getitem__(self, key):
         file, line = site()
         idx, n = indices(key, self.ndim)
-        return wrap_node(lib.ot_slice_node_n(self._p, n, idx, file, line))
+        return wrap_node(lib.ot_slice_node_n(node_of(self), n, idx, file, line))
 
     def transpose(self, *perm):
         file, line = site()
@@ -183,40 +225,69 @@ class OpTreeNode(_Expr):
             a.spec_ = b".perm = given"
             for i, p in enumerate(perm):
                 a.perm[i] = p
-        return wrap_node(lib.ot_build_at(OP.transpose.num, self._p, None, ctypes.byref(a), file, line))
+        return wrap_node(lib.ot_build_at(OP.transpose.num, node_of(self), None, ctypes.byref(a),
+                                         file, line))
 
     def reshape(self, *shape):
         file, line = site()
         shape = shape[0] if len(shape) == 1 and not isinstance(shape[0], int) else shape
-        return wrap_node(lib.ot_reshape_node_at(self._p, make_shape(shape), file, line))
+        return wrap_node(lib.ot_reshape_node_at(node_of(self), make_shape(shape), file, line))
 
     def astensor(self, be=None):
         """The value, in a new tensor (ot_eval)."""
         file, line = site()
-        return Tensor._own(lib.ot_eval_at(self._p, file, line))
+        return Tensor._own(lib.ot_eval_at(node_of(self), file, line))
 
     def get(self):
         return self.astensor().get()
 
     def name(self, name):
-        check(lib.ot_node_set_name(self._p, name.encode()))
+        check(lib.ot_node_set_name(node_of(self), name.encode()))
         return self
 
 
 def wrap_node(ptr, retained=False):
+    """A node known only in C (a pointer the current pool owns, or one
+    already retained for Python)."""
     if not ptr:
         raise_error()
-    node = OpTreeNode(ptr, retained=retained)    # young before any drain
-    _builds[0] += 1
-    if _builds[0] & 1023 == 0 and lib.ot_pool_default_nodes() > _DRAIN_AT:
-        _promote_and_drain()
-    return node
+    return OpTreeNode(ptr, retained=retained)
+
+
+def _const_key(x):
+    """A number's key (its type and exact value: 0.0 and -0.0 differ), or
+    None for what is not a number."""
+    t = type(x)
+    if t is float:
+        return ("f", x.hex())
+    if t is int or t is bool:
+        return ("i", int(x))
+    if isinstance(x, numbers.Integral):
+        return ("i", int(x))
+    if isinstance(x, numbers.Real):
+        return ("f", float(x).hex())
+    return None
+
+
+def _key_of(x):
+    """(key, leaves, (leaf count, node count)) of an operand, or Nones."""
+    if x is None:
+        return 0, (), (0, 0)
+    if isinstance(x, (OpTreeNode, Tensor)):
+        k = x._k
+        if k is None:
+            return None, None, None
+        return k, x._l, (_ksize.get(k) if type(x) is OpTreeNode else (1, 1))
+    k = _const_key(x)
+    return k, (), (0, 1)
 
 
 def node_of(x):
-    """The C node of an operand: a node, a tensor, a Python number."""
+    """The C node of an operand: a node (built in C now if it was not), a
+    tensor, a Python number."""
     if isinstance(x, OpTreeNode):
-        return x._p
+        p = x._p
+        return p if p is not None else _materialize(x)
     if isinstance(x, Tensor):
         return x._n
     if isinstance(x, bool):
@@ -231,35 +302,147 @@ def node_of(x):
 
 
 def _operand(x):
-    t = type(x)
-    if t is OpTreeNode:
-        return x._p
-    if t is Tensor:
-        return x._n
     return None if x is None else node_of(x)
 
 
+def _where(code, lasti):
+    """The file and line of an instruction of code (None, 0 in this package)."""
+    file = _files_get(code)
+    if file is None:
+        name = code.co_filename
+        file = _files[code] = b"" if name.startswith(_PKG) else name.encode("utf-8", "replace")
+    if not file:
+        return None, 0
+    for start, end, line in code.co_lines():
+        if start <= lasti < end and line is not None:
+            return file, line
+    return file, code.co_firstlineno
+
+
+def _c_build(n, a, b):
+    op, _, _, args, file, line = n._s
+    if type(file) is not bytes:
+        file, line = _where(file, line)
+    return _build_at(op.num, a, b, None if args is None else ctypes.byref(args), file, line)
+
+
+def _materialize(root):
+    """Builds the C nodes of root's tree not built yet, children first
+    (iteratively: trees may be deep), each with the file:line that built
+    it in Python; returns root's."""
+    stack = [root]
+    while stack:
+        n = stack[-1]
+        if n._p is not None:
+            stack.pop()
+            continue
+        a, b = n._s[1:3]
+        todo = [c for c in (b, a) if type(c) is OpTreeNode and c._p is None]
+        if todo:
+            stack.extend(todo)
+            continue
+        stack.pop()
+        p = _c_build(n, _operand(a), _operand(b))
+        if not p:
+            raise_error()
+        _own(n, p)
+    return root._p
+
+
+def _lazy(op, a, b, args, kid, leaves, file, line):
+    n = _new(OpTreeNode)
+    n._k, n._l, n._s, n._p = kid, leaves, (op, a, b, args, file, line), None
+    return n
+
+
 def build(op, a=None, b=None, args=None, depth=2):
-    """The node of op over a and b (tensors, nodes, numbers), recording the
-    Python caller's file:line (depth frames up, or the first frame outside
-    this package). The per-call path of every operator: kept short."""
+    """The node of op over a and b (tensors, nodes, numbers) with ot_args
+    args, recording the Python caller's file:line (depth frames up, or the
+    first frame outside this package). A structure built before is made
+    without a C call; a new one is built (and so checked) in C now."""
     f = _getframe(depth)
     file = _files_get(f.f_code)
     if file:                        # the caller's file, seen before: no walk
         line = f.f_lineno
     else:
         file, line = site(depth + 1)
-    p = _build_at(op.num, _operand(a), _operand(b),
-                  None if args is None else ctypes.byref(args), file, line)
+    ka, la, sa = _key_of(a)
+    kb, lb, sb = _key_of(b)
+    key = None
+    if ka is not None and kb is not None and sa is not None and sb is not None:
+        key = (op.num, ka, kb, None if args is None else bytes(args))
+        kid = _kget(key)
+        if kid is not None:
+            return _lazy(op, a, b, args, kid, la + lb, file, line)
+    n = _lazy(op, a, b, args, None, None, file, line)
+    p = _c_build(n, _operand(a), _operand(b))
     if not p:
         raise_error()
-    node = OpTreeNode.__new__(OpTreeNode)
-    node._p = p
-    _young[id(node)] = p
-    _builds[0] += 1
-    if not _builds[0] & 1023 and lib.ot_pool_default_nodes() > _DRAIN_AT:
-        _promote_and_drain()
-    return node
+    _own(n, p)
+    if key is not None:
+        size = (sa[0] + sb[0], sa[1] + sb[1] + 1)
+        if size[0] <= _MAX_LEAVES and size[1] <= _MAX_NODES:
+            if len(_kcache) >= _KCACHE_MAX:
+                _kcache.clear()
+                _ksize.clear()
+                _progs_clear()
+            kid = _next_kid[0] = _next_kid[0] + 1
+            _kcache[key] = kid
+            _ksize[kid] = size
+            n._k, n._l = kid, la + lb
+    return n
+
+
+def _fast_binary(op):
+    """Python's operator for op: a structure seen before costs a key, a
+    dict look-up and a node object; anything else goes through build()."""
+    num = op.num
+
+    def fwd(self, o):
+        try:
+            key = (num, self._k, o._k, None)
+            leaves = self._l + o._l
+        except (AttributeError, TypeError):     # a number; a node known only in C
+            return build(op, self, o)
+        kid = _kget(key)
+        if kid is None:
+            return build(op, self, o)
+        f = _getframe(1)
+        n = _new(OpTreeNode)
+        n._k = kid
+        n._l = leaves
+        n._s = (op, self, o, None, f.f_code, f.f_lasti)
+        n._p = None
+        return n
+
+    def rev(self, o):
+        return build(op, o, self)
+    return fwd, rev
+
+
+def _fast_unary(op):
+    """be.<op>(x) for a unary op, as _fast_binary's operators."""
+    num = op.num
+
+    def method(self, x, out=None):
+        try:
+            key = (num, x._k, 0, None)
+            leaves = x._l + ()
+        except (AttributeError, TypeError):
+            node = build(op, x)
+            return node if out is None else _out(node, out)
+        kid = _kget(key)
+        if kid is None:
+            node = build(op, x)
+        else:
+            f = _getframe(1)
+            node = _new(OpTreeNode)
+            node._k = kid
+            node._l = leaves
+            node._s = (op, x, None, None, f.f_code, f.f_lasti)
+            node._p = None
+        return node if out is None else _out(node, out)
+    return method
 
 
 # ---------------------------------------------------------------- the op table
@@ -291,12 +474,9 @@ _OPERATORS = {"add": "add", "sub": "sub", "mul": "mul", "truediv": "div", "pow":
 
 def _install_operators():
     for i, (py, name) in enumerate(_OPERATORS.items()):
-        op = getattr(OP, name)
-
-        def fwd(self, o, _op=op): return build(_op, self, o)
+        fwd, rev = _fast_binary(getattr(OP, name))
         setattr(_Expr, "__%s__" % py, fwd)
         if i < 6:
-            def rev(self, o, _op=op): return build(_op, o, self)
             setattr(_Expr, "__r%s__" % py, rev)
 
 
@@ -392,7 +572,14 @@ def _release_array(user, ptr):
 class Tensor(_Expr):
     """neon's Tensor: a multidimensional array on a backend. Its memory is
     host memory: np.asarray(t) is a view of it (no copy)."""
-    __slots__ = ("_t", "_n", "__weakref__")
+    __slots__ = ("_t", "_n", "_k", "_l", "__weakref__")
+
+    def __getattr__(self, name):
+        """_k and _l (a leaf's key and leaves), made at first use."""
+        if name in ("_k", "_l"):
+            self._k, self._l = _tensor_key(self), (self._t,)
+            return getattr(self, name)
+        raise AttributeError(name)
 
     @classmethod
     def _own(cls, ptr):
@@ -447,6 +634,7 @@ class Tensor(_Expr):
     @axes.setter
     def axes(self, names):
         check(lib.ot_tensor_set_axes(self._t, None if names is None else names.encode()))
+        self._k = _tensor_key(self)
 
     @property
     def backend(self):
@@ -497,11 +685,22 @@ class Tensor(_Expr):
         check(lib.ot_save(os.fsencode(path), self._t))
 
     def __setitem__(self, key, value):
-        """t[...] = node | tensor | number | array: an assignment (runs the tree)."""
+        """t[...] = node | tensor | number | array: an assignment (runs the
+        tree). A whole-tensor assignment of a tree whose structure this
+        tensor was assigned before replays a compiled program (_Replay):
+        one C call binding the tree's leaves."""
+        if type(value) is OpTreeNode and (key is Ellipsis or key == _ALL):
+            e = _progs.get((id(self), value._k))
+            if e is not None and (value._l == e.last or e.bind(value._l)):
+                if not _run_tensors(e.p, e.n, e.arr, None, 0):
+                    return
+                lib.ot_clear_error()     # an alias, say: the assignment says why
         file, line = site()
         out = self if _whole(key) else self[key]
         if isinstance(value, (OpTreeNode, Tensor)):
             check(lib.ot_assign_at(out._t, node_of(value), file, line))
+            if out is self and type(value) is OpTreeNode and value._k is not None:
+                _assigned(self, value)
         elif isinstance(value, numbers.Number):
             check(lib.ot_fill(out._t, float(value)))
         else:
@@ -527,6 +726,181 @@ class Tensor(_Expr):
 
     def pp(self):
         return self.name or capture(lib.ot_pp, self._n).rstrip("\n")
+
+
+_ALL = slice(None)
+_tkeys = {}          # a tensor's (backend, dtype, shape, contiguous, axes) -> its key
+
+
+def _tensor_key(t):
+    """A leaf's key: what a C build reads of a tensor, and whether a
+    compiled program can bind it (contiguous); not its identity."""
+    p = t._t
+    nd = lib.ot_tensor_ndim(p)
+    shape = shape_tuple(lib.ot_tensor_shape(p))
+    strides = tuple(lib.ot_tensor_stride(p, i) for i in range(nd))
+    want, contiguous = 1, True
+    for d in range(nd - 1, -1, -1):
+        contiguous = contiguous and (shape[d] == 1 or strides[d] == want)
+        want *= shape[d]
+    axes = lib.ot_tensor_axes(p)
+    key = (lib.ot_tensor_backend(p), lib.ot_tensor_dtype(p), shape, contiguous, axes)
+    k = _tkeys.get(key)
+    if k is None:
+        k = _tkeys[key] = _next_kid[0] = _next_kid[0] + 1
+        if not contiguous:
+            _no_program.add(k)
+    return k
+
+
+# ---------------------------------------------------------------- replays
+#
+# out[:] = tree, for a tree of a structure assigned to out before: a
+# program (ot_program) compiled once per (out, structure), its placeholders
+# the tree's leaves in order, run by ot_program_run_tensors with the leaves
+# of the tree at hand. The first assignment of a structure to out runs as
+# ot_assign (its errors name the assignment's line); the second compiles.
+# A run the program refuses (a leaf overlapping out, say) is done by
+# ot_assign instead. At most _PROGS_MAX programs are kept (the oldest go
+# first); a program goes when its output tensor does.
+
+_progs = {}          # (id(out), key) -> _Replay
+_seen = {}           # (id(out), key) -> None: assigned once
+_outs = {}           # id(out) -> (weakref to out, [its _progs keys])
+_no_program = set()  # keys of tensors a program cannot bind
+_PROGS_MAX = 256
+# ot_program_run_tensors_at without argtypes: its arguments are passed
+# converted already (a c_void_p, ints, a ctypes array, None), a third of a
+# replay's ctypes cost saved.
+_run_tensors = lib._FuncPtr(("ot_program_run_tensors_at", lib))
+
+
+def _pattern(leaves):
+    """Which leaf occurrences are one tensor: (each occurrence's index among
+    the distinct tensors, the distinct tensors in order)."""
+    first = {}
+    pat = tuple([first.setdefault(p, len(first)) for p in leaves])
+    return pat, list(first)
+
+
+class _Replay:
+    """A compiled assignment: its program (a placeholder per distinct leaf
+    tensor), the leaves it was last bound to, as the ctypes array of the
+    distinct ones, and which occurrences are one tensor (pat)."""
+    __slots__ = ("p", "n", "last", "arr", "pat")
+
+    def __init__(self, p, leaves):
+        self.p = ctypes.c_void_p(p)
+        self.pat, distinct = _pattern(leaves)
+        self.n = len(distinct)
+        self.bind(leaves)
+
+    def bind(self, leaves):
+        """Binds other leaves; False where they share tensors otherwise
+        (the program reads one placeholder where they read two tensors)."""
+        pat, distinct = _pattern(leaves)
+        if pat != self.pat:
+            return False
+        self.last = leaves
+        self.arr = (ctypes.c_void_p * max(self.n, 1))(*distinct)
+        return True
+
+    def __del__(self):
+        try:
+            lib.ot_program_free(self.p)
+        except Exception:
+            pass
+
+
+def _progs_clear():
+    _progs.clear()
+    _seen.clear()
+
+
+def _forget_out(oid):
+    ref_keys = _outs.pop(oid, None)
+    if ref_keys:
+        for k in ref_keys[1]:
+            _progs.pop(k, None)
+            _seen.pop(k, None)
+
+
+def _assigned(out, node):
+    """After out[:] = node ran by ot_assign: the second time, compile."""
+    key = (id(out), node._k)
+    if key not in _seen:
+        if len(_seen) >= 4 * _PROGS_MAX:
+            _seen.clear()
+        _seen[key] = None
+        return
+    if key in _progs:
+        return
+    p = _compile(out, node)
+    if p is None:
+        return
+    if len(_progs) >= _PROGS_MAX:
+        _progs.pop(next(iter(_progs)))
+    _progs[key] = _Replay(p, node._l)
+    oid = id(out)
+    entry = _outs.get(oid)
+    if entry is None:
+        entry = _outs[oid] = (weakref.ref(out, lambda _r, oid=oid: _forget_out(oid)), [])
+    entry[1].append(key)
+
+
+def _compile(out, node):
+    """A program assigning node's structure to out over placeholders, one
+    per distinct leaf tensor in node._l's order (so a value the tree reads
+    twice is seen as one, as it is in C); None where none can be made."""
+    be = lib.ot_tensor_backend(out._t)
+    p = lib.ot_program_new_at(be, None, 0)
+    if not p:
+        lib.ot_clear_error()
+        return None
+    pool = lib.ot_pool_push()
+    ok = False
+    try:
+        # pre-order, a before b: the leaves in node._l's order
+        stack, leaves, built = [(node, False)], {}, []
+        while stack:
+            n, done = stack.pop()
+            if type(n) is not OpTreeNode:
+                if isinstance(n, Tensor):
+                    if n._k in _no_program:
+                        return None
+                    t = leaves.get(n._t)
+                    if t is None:
+                        t = leaves[n._t] = lib.ot_program_placeholder_at(
+                            p, b"%d" % len(leaves), lib.ot_tensor_shape(n._t),
+                            lib.ot_tensor_dtype(n._t), None, 0)
+                    if not t:
+                        return None
+                    built.append(lib.ot_tensor_node(t))
+                else:
+                    built.append(_operand(n))
+                continue
+            a, b = n._s[1:3]
+            if done:
+                b = built.pop() if b is not None else None
+                a = built.pop()
+                c = _c_build(n, a, b)
+                if not c:
+                    return None
+                built.append(c)
+                continue
+            stack.append((n, True))
+            if b is not None:
+                stack.append((b, False))
+            stack.append((a, False))
+        ok = (list(leaves) == _pattern(node._l)[1]
+              and not lib.ot_program_assign_at(p, out._t, built[0], None, 0)
+              and not lib.ot_program_compile_at(p, None, 0))
+        return p if ok else None
+    finally:
+        lib.ot_pool_pop(pool)
+        if not ok:
+            lib.ot_clear_error()
+            lib.ot_program_free(p)
 
 
 def _whole(key):
@@ -729,10 +1103,8 @@ def _install_table_ops():
         if op.user or hasattr(Backend, op.name):
             continue
         fn = op_function(op)
-        if op.kind == "UNARY":          # the common case, one call shorter
-            def method(self, x, out=None, _op=op):
-                node = build(_op, x)
-                return node if out is None else _out(node, out)
+        if op.kind == "UNARY":          # the common case: fast
+            method = _fast_unary(op)
         else:
             def method(self, *operands, _fn=fn, out=None, **kw):
                 return _out(_fn(*operands, **kw), out)

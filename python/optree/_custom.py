@@ -62,7 +62,7 @@ def register_op(name, fn, arity=1, grad=None):
         o = OpTreeNode(lib.ot_retain_at(out, None, 0), retained=True)
         gn = OpTreeNode(lib.ot_retain_at(g, None, 0), retained=True)
         r = grad(nodes, o, gn, which)
-        return r._p        # young: owned by the current pool, as a rule's result must be
+        return node_of(r)   # built in the current pool, as a rule's result must be
 
     cbs = (_SHAPE_FN(shape), _KERNEL_FN(kernel), _GRAD_FN(gradient) if grad else None)
     _registered.append(cbs)

@@ -608,6 +608,7 @@ PROTOS = {
     'ot_program_new_at': (c_void_p, [c_void_p, c_char_p, c_int]),
     'ot_program_placeholder_at': (c_void_p, [c_void_p, c_char_p, ot_shape, c_int, c_char_p, c_int]),
     'ot_program_run_at': (c_int, [c_void_p, c_int, c_void_p, c_char_p, c_int]),
+    'ot_program_run_tensors_at': (c_int, [c_void_p, c_int, c_void_p, c_char_p, c_int]),
     'ot_program_sgd_at': (c_int, [c_void_p, c_void_p, c_int, c_void_p, c_void_p, c_void_p, c_char_p, c_int]),
     'ot_program_stats_at': (c_int, [c_void_p, c_void_p, c_char_p, c_int]),
     'ot_program_symbol_at': (c_int, [c_void_p, c_char_p, c_int64, c_char_p, c_int]),

@@ -11,6 +11,10 @@ from ._core import Tensor, dtype_code, make_shape, node_of
 from ._lib import capture, lib, check, raise_error, site
 
 
+# ot_program_run_at without argtypes (Program.run's arguments are ready).
+_run = lib._FuncPtr(("ot_program_run_at", lib))
+
+
 class _Placeholder(Tensor):
     """A tensor the program owns (never freed by Python); keeps it alive."""
     __slots__ = ("_prog",)
@@ -28,6 +32,7 @@ class Program:
         self._p = lib.ot_program_new_at(be._b, file, line)
         if not self._p:
             raise_error()
+        self._cp = ctypes.c_void_p(self._p)
         self.be = be
         self._keep = []            # outputs and trees the steps hold
         self._none = (D.ot_bind * 1)()
@@ -61,9 +66,15 @@ class Program:
 
     def run(self, **bindings):
         """One run; each placeholder bound by name to a tensor or to a
-        C-contiguous ndarray of its dtype (read in place)."""
-        file, line = site()
+        C-contiguous ndarray of its dtype (read in place). A run without
+        bindings is one ctypes call, its arguments converted beforehand
+        (no caller's line: an error is raised again with it)."""
         n = len(bindings)
+        if not n:
+            if not _run(self._cp, 0, None, None, 0):
+                return 0
+            lib.ot_clear_error()        # the run again, its error naming the line
+        file, line = site()
         if not n:
             return check(lib.ot_program_run_at(self._p, 0, self._none, file, line))
         b = (D.ot_bind * n)()

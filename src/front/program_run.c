@@ -522,6 +522,30 @@ int ot_program_run_at(ot_program *p, int n, const ot_bind bindings[], const char
     return rc ? rc : leave(p, run(p, n, bindings));
 }
 
+/* Placeholder i bound to ts[i], in creation order: the bindings a named
+ * run takes, with the placeholders' own names, so the checks and the
+ * last-run shortcut are ot_program_run's. */
+static int run_tensors(ot_program *p, int n, ot_tensor *const ts[])
+{
+    if (n < 0 || n > p->nph)
+        return FAIL(p, OT_EINVAL, "%d tensors for %d placeholders", n, p->nph);
+    if (n && !ts) return FAIL(p, OT_ENULL, "tensors is NULL");
+    ot_bind keep[16];
+    ot_bind *b = n <= 16 ? keep : ot__malloc(sizeof *b * (size_t)n);
+    if (!b) return nomem(p);
+    for (int i = 0; i < n; i++) b[i] = (ot_bind){.name = p->ph[i].name, .tensor = ts[i]};
+    int rc = run(p, n, n ? b : NULL);
+    if (b != keep) free(b);
+    return rc;
+}
+
+int ot_program_run_tensors_at(ot_program *p, int n, ot_tensor *const tensors[], const char *file,
+                              int line)
+{
+    int rc = enter(p, "program_run", file, line);
+    return rc ? rc : leave(p, run_tensors(p, n, tensors));
+}
+
 /* ---- reporting and freeing ----------------------------------------------------- */
 
 int ot_program_stats_at(const ot_program *p, ot_program_stats *out, const char *file, int line)

@@ -297,6 +297,91 @@ def node_pool_stays_bounded():
 
 
 @case
+def structures_cached_and_replayed():
+    """A structure seen before is built without a C call and its
+    assignment replayed by a compiled program; results stay those of
+    NumPy whatever the leaves, constants, aliasing and views."""
+    from optree import _core
+    rng = np.random.RandomState(3)
+    arrs = [rng.uniform(0.5, 2, 16).astype(np.float32) for _ in range(4)]
+    a, b, c, d = [BE.array(x) for x in arrs]
+    out = BE.empty((16,))
+    for k in range(4):                      # ot_assign, compile, then replays
+        x, y = (a, b) if k % 2 else (c, d)  # other leaves, same structure
+        xn, yn = (arrs[0], arrs[1]) if k % 2 else (arrs[2], arrs[3])
+        out[:] = BE.tanh(x * y + x / y) * 2
+        assert np.allclose(out.get(), np.tanh(xn * yn + xn / yn) * 2, rtol=1e-6)
+    assert (id(out), (BE.tanh(a * b + a / b) * 2)._k) in _core._progs
+    out[:] = BE.tanh(a * b + a / b) * 3     # another constant: another structure
+    out[:] = BE.tanh(a * b + a / b) * 3
+    assert np.allclose(out.get(), np.tanh(arrs[0] * arrs[1] + arrs[0] / arrs[1]) * 3, rtol=1e-6)
+    s = a * b                               # a subtree used twice
+    for _ in range(3):
+        out[:] = s + s * c
+    assert np.allclose(out.get(), arrs[0] * arrs[1] * (1 + arrs[2]), rtol=1e-6)
+    for x, y in ((a, a), (a, a), (a, a), (c, d), (b, b)):  # one tensor twice, then two
+        out[:] = x * y - y
+        assert np.allclose(out.get(), np.asarray(x) * np.asarray(y) - np.asarray(y), rtol=1e-6)
+    t = BE.array(arrs[0].copy())
+    for _ in range(3):                      # the leaf is the output: ot_assign
+        t[:] = t * 2 + 0
+    assert np.allclose(t.get(), arrs[0] * 8)
+    m = BE.array(rng.uniform(size=(4, 6)).astype(np.float32))
+    o2 = BE.empty((6, 4))
+    for _ in range(3):                      # a strided leaf: ot_assign
+        o2[:] = m.T * 2
+    assert np.allclose(o2.get(), np.asarray(m).T * 2)
+    assert (a * b)._p is None               # cached: no C node yet
+    assert "*" in (a * b).pp() and (a * b).shape == (16,)   # built in C when asked
+    line = sys._getframe().f_lineno + 3
+    for _ in range(2):                      # a bad structure fails each time
+        try:
+            a + BE.ones((3,))
+        except optree.ShapeError as e:
+            assert "run_tests.py:%d" % line in str(e), str(e)
+        else:
+            raise AssertionError("no ShapeError")
+    n_before = len(_core._progs)
+    o3 = BE.empty((16,))
+    for _ in range(2):
+        o3[:] = a - b
+    assert len(_core._progs) == n_before + 1
+    del o3
+    gc.collect()
+    assert len(_core._progs) == n_before    # its program went with it
+
+
+@case
+def model_fit_predict_save_load():
+    import tempfile
+    rng = np.random.RandomState(0)
+    x = rng.randn(256, 4).astype(np.float32)
+    y = np.eye(2, dtype=np.float32)[(x[:, 0] + x[:, 1] > 0).astype(int)]
+    m = optree.Model(BE, 4).linear(16, "relu").linear(2).loss("softmax_ce").adam(lr=0.05)
+    r = m.fit(x, y, epochs=20, batch=32, seed=1)
+    assert r.epochs_run == 20 and r.loss < 0.1, r
+    assert (m.predict(x).argmax(1) == y.argmax(1)).mean() > 0.95
+    path = os.path.join(tempfile.mkdtemp(), "m.npz")
+    m.save(path)
+    assert sorted(np.load(path).files) == ["b0", "b1", "w0", "w1"]
+    m2 = optree.Model(BE, 4).linear(16, "relu").linear(2).loss("softmax_ce").load(path)
+    assert np.array_equal(m2.predict(x), m.predict(x))
+    assert [t.shape for t in m.parameters()] == [(4, 16), (16,), (16, 2), (2,)]
+    c = (optree.Model(BE, input_shape=(1, 6, 6)).conv(4, 3, "relu", padding="same")
+         .batch_norm().max_pool(2).dropout(0.2).linear(2).loss("mse").sgd(lr=0.01, momentum=0.9))
+    xi = rng.randn(32, 1, 6, 6).astype(np.float32)
+    r = c.fit(xi, rng.randn(32, 2).astype(np.float32), epochs=1, batch=8)
+    assert r.epochs_run == 1 and c.predict(xi).shape == (32, 2)
+    line = sys._getframe().f_lineno + 2
+    try:
+        m.fit(x, y[:, :1])
+    except optree.ShapeError as e:
+        assert "run_tests.py:%d: model_fit" % line in str(e), str(e)
+    else:
+        raise AssertionError("no ShapeError")
+
+
+@case
 def program_replay():
     p = optree.Program(BE)
     x = p.placeholder("x", (8,))

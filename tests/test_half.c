@@ -6,13 +6,15 @@
  * bits), names, printing, parsing, promotion, casts, .npy, and every
  * elementwise op (and reductions, dots) on ref and cpu: cpu's result is
  * its f32 result on the widened values rounded once; ref's (double) agrees
- * within one unit of the 16-bit dtype.
+ * within one unit of the 16-bit dtype. Also programs and explain of 16-bit
+ * trees (cpu: src/cpu/half_step.c) and the fuzzer's f16/bf16 trees.
  */
 #include "test.h"
 #include "internal.h"
 #include "optree/attention.h"
 #include "optree/conv.h"
 #include "optree/pool.h"
+#include "fuzz.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -535,4 +537,18 @@ TEST(half_program_and_explain)
             for (int i = 0; i < 4; i++) ot_tensor_free(o[i]), ot_tensor_free(w[i]);
             ot_backend_free(be);
         }
+}
+
+/* The fuzzer's f16/bf16 trees (FUZZ_HALF: 16-bit leaves, casts and
+ * outputs among every other op; cpu against ref within one 16-bit
+ * rounding, see tests/fuzz.c), a small fixed budget here; more with
+ * `make fuzz FUZZ_ARGS="--modes forward,many,half"`. */
+TEST(half_fuzz)
+{
+    fuzz_opts o = {.seed = 36, .n = 80, .modes = FUZZ_FORWARD | FUZZ_MANY | FUZZ_HALF,
+                   .fork = 1, .shrink = 1, .max_report = 3};
+    fuzz_result r;
+    CHECK_INT(fuzz_run(&o, &r), 0);
+    CHECK_INT(r.failed, 0);
+    CHECK_INT(r.passed, o.n);
 }

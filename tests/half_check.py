@@ -45,12 +45,16 @@ Shapes: random (0-d to 4-d, size-0 and size-1 dims), broadcasts, transposed
 and stepped views; special values (NaN, +-inf, -0.0, f16 subnormals, 65504,
 values past it: 70000 is inf once stored); every 2^16 bit pattern through
 every unary op; mixed dtypes (f16 with f32 gives f32, with bf16 f32, with
-f64 f64, with i32 the 16-bit dtype, a constant rounded to it).
+f64 f64, with i32 the 16-bit dtype, a constant rounded to it). Files:
+ot_save/ot_savez of f16 ('<f2') and bf16 ('<V2', as numpy.save writes an
+ml_dtypes bfloat16 array) read by np.load, and NumPy's files read by
+ot_load/ot_loadz, bits compared.
 """
 import ctypes as C
 import math
 import os
 import sys
+import tempfile
 
 import numpy as np
 
@@ -631,6 +635,66 @@ STRUCTURED = {'conv', 'conv_transpose', 'conv_wgrad', 'max_pool', 'max_pool_grad
               'attention', 'attention_grad'}
 
 
+# ---- .npy and .npz files ------------------------------------------------------
+
+def raw16(c, t, n):
+    h = np.zeros(n, dtype=np.uint16)
+    c.ot_get_raw(t, h.ctypes.data)
+    return h
+
+
+def files(chk, tmp):
+    """ot_save/ot_savez of f16 and bf16 read by NumPy (f16 as '<f2', bf16
+    as two raw bytes '<V2'), and NumPy's files read by ot_load/ot_loadz,
+    bits compared."""
+    c, P = chk.c, C.c_void_p
+    c.ot_save.argtypes, c.ot_load.argtypes = [C.c_char_p, P], [P, C.c_char_p]
+    c.ot_load.restype = P
+    c.ot_savez.argtypes = [C.c_char_p, C.c_int, P, P]
+    c.ot_loadz.argtypes = [P, C.c_char_p, C.c_int, P, P]
+    c.ot_get_raw.argtypes = [P, P]
+    c.ot_tensor_dtype.argtypes = [P]
+    be = c.ot_backend_new(b'cpu', None)
+    x = np.array(SPECIAL[:24], dtype=np.float64).reshape(4, 6)
+    pats = {F16: x.astype(np.float16).view(np.uint16),
+            BF16: bf16_bits(x).astype(np.uint16)}
+    ts = {dt: chk.lib.array(rnd(x, dt), dt) for dt in HALF}
+    for dt, fn in ((F16, 'h.npy'), (BF16, 'b.npy')):
+        path = os.path.join(tmp, fn)
+        view = c.ot_transpose(ts[dt], None)
+        chk.ok('ot_save %s view' % NAME[dt], c.ot_save(path.encode(), view) == 0)
+        got = np.load(path)
+        want = pats[dt].T
+        chk.ok('np.load of ot_save %s: dtype %s' % (NAME[dt], got.dtype),
+               got.dtype == (np.float16 if dt == F16 else np.dtype('V2')) and
+               np.array_equal(got.view(np.uint16), want))
+        arr = want.view(np.float16) if dt == F16 else want.copy().view(np.dtype('V2'))
+        np.save(path, np.ascontiguousarray(arr))
+        t = c.ot_load(be, path.encode())
+        chk.ok('ot_load of np.save %s' % NAME[dt], bool(t) and c.ot_tensor_dtype(t) == dt and
+               np.array_equal(raw16(c, t, 24), np.ascontiguousarray(want).ravel()))
+        c.ot_tensor_free(t)
+        c.ot_tensor_free(view)
+    path = os.path.join(tmp, 'z.npz')
+    names = (C.c_char_p * 2)(b'h', b'b')
+    tens = (P * 2)(ts[F16], ts[BF16])
+    chk.ok('ot_savez f16, bf16', c.ot_savez(path.encode(), 2, names, tens) == 0)
+    z = np.load(path)
+    chk.ok('np.load of ot_savez', np.array_equal(z['h'].view(np.uint16), pats[F16]) and
+           np.array_equal(z['b'].view(np.uint16), pats[BF16]))
+    np.savez(path, b=pats[BF16].view(np.dtype('V2')), h=pats[F16].view(np.float16))
+    out = (P * 2)()
+    rc = c.ot_loadz(be, path.encode(), 2, names, out)
+    chk.ok('ot_loadz of np.savez', rc == 2 and c.ot_tensor_dtype(out[0]) == F16 and
+           c.ot_tensor_dtype(out[1]) == BF16 and
+           np.array_equal(raw16(c, out[0], 24), pats[F16].ravel()) and
+           np.array_equal(raw16(c, out[1], 24), pats[BF16].ravel()))
+    for t in list(out) + list(ts.values()):
+        if t:
+            c.ot_tensor_free(t)
+    c.ot_backend_free(be)
+
+
 # ---- main -------------------------------------------------------------------
 
 def bf16_rounding(chk):
@@ -664,6 +728,8 @@ def main():
     c = chk.c
     dn.add_ufunc_ops(chk.lib)
     bf16_rounding(chk)
+    with tempfile.TemporaryDirectory() as tmp:
+        files(chk, tmp)
     backends = [(b.decode(), c.ot_backend_new(b, None)) for b in (b'ref', b'cpu')]
     part = {dn.OT_KIND_UNARY: chk.unary, dn.OT_KIND_BINARY: chk.binary,
             dn.OT_KIND_REDUCE: chk.reduce, dn.OT_KIND_DOT: chk.dot}

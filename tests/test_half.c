@@ -552,3 +552,39 @@ TEST(half_fuzz)
     CHECK_INT(r.failed, 0);
     CHECK_INT(r.passed, o.n);
 }
+
+/* A 16-bit placeholder of symbolic size: each size bound is a new
+ * specialisation (placeholders of that shape, half_step.c's leaves among
+ * them), and a run's bits are those of the plain assignment. */
+TEST(half_program_symbolic)
+{
+    const char *bes[2] = {"ref", "cpu"};
+    for (int bi = 0; bi < 2; bi++) {
+        ot_backend *be = ot_backend_new(bes[bi], NULL);
+        ot_program *p = ot_program_new(be);
+        int batch = ot_program_symbol(p, "batch", 4);
+        ot_tensor *x = ot_program_placeholder(p, "x", OT_SHAPE(OT_SYM(batch), 3), OT_BF16);
+        ot_tensor *out = ot_empty(be, OT_SHAPE(3), OT_BF16), *want = ot_empty(be, OT_SHAPE(3), OT_BF16);
+        ot_pool *pool = ot_pool_push();
+        CHECK_INT(ot_program_assign(p, out, ot_sum(ot_exp(ot_mul(ot_tensor_node(x), 0.25)), .axis = 0)), 0);
+        ot_pool_pop(pool);
+        CHECK_INT(ot_program_compile(p), 0);
+        for (int b = 4; b <= 7; b += 3) {
+            uint16_t raw[21];
+            float v[21];
+            for (int i = 0; i < 3 * b; i++) v[i] = (float)(i % 5) * 0.7f - 1.3f;
+            ot_tensor *t = ot_array(be, OT_SHAPE(b, 3), OT_BF16, v);
+            ot_get_raw(t, raw);
+            ot_bind bind = OT_BIND_DATA_SHAPE("x", raw, OT_SHAPE(b, 3), sizeof raw[0] * (size_t)(3 * b));
+            CHECK_INT(ot_program_run(p, 1, &bind), 0);
+            pool = ot_pool_push();
+            CHECK_INT(ot_assign(want, ot_sum(ot_exp(ot_mul(ot_tensor_node(t), 0.25)), .axis = 0)), 0);
+            ot_pool_pop(pool);
+            CHECK(same_raw(out, want));
+            ot_tensor_free(t);
+        }
+        ot_program_free(p);
+        ot_tensor_free(out), ot_tensor_free(want);
+        ot_backend_free(be);
+    }
+}

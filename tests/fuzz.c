@@ -10,7 +10,17 @@
  * grows with the tree's sensitivity (ref re-run on inputs perturbed by a few
  * ulps), and bitwise where the README promises it (thread counts, generated
  * code vs the interpreter). Gradients are checked against ref and against
- * central differences in f64. Each tree runs in a forked child when asked,
+ * central differences in f64.
+ *
+ * f16/bf16 (FUZZ_HALF, forward and many trees only): leaves, cast targets
+ * and outputs may be 16-bit. cpu computes a 16-bit node in f32 and rounds
+ * only at a cast to f16/bf16 and at a 16-bit output (docs/half.md), ref in
+ * double with the same roundings; so the oracle treats a 16-bit node as an
+ * f32 one (noise of f32's size, round32 rounds it to f32), and a 16-bit
+ * output's value may differ by the one rounding: 1 unit of the 16-bit
+ * dtype relative (2^-10 for f16, 2^-7 for bf16), plus 2^-24 absolute (an
+ * f16 subnormal's unit), plus what the noisy variants show (a cast inside
+ * the tree that rounds the other way, and what follows from that). Each tree runs in a forked child when asked,
  * so a crash of the library is a finding, not the end of the run.
  */
 #define _DEFAULT_SOURCE
@@ -202,12 +212,15 @@ typedef struct fz_inst {
     ot_pool *pool;
 } fz_inst;
 
+static int is_half(ot_dtype d) { return d == OT_F16 || d == OT_BF16; }
+
+/* Host data of dtype dt (f16/bf16: floats, which ot_array rounds). */
 static void *to_host(const double *d, int64_t n, ot_dtype dt)
 {
-    size_t es = ot_dtype_size(dt);
+    size_t es = is_half(dt) ? sizeof(float) : ot_dtype_size(dt);
     char *h = malloc((size_t)(n ? n : 1) * es);
     for (int64_t i = 0; i < n; i++) {
-        if (dt == OT_F32) ((float *)h)[i] = (float)d[i];
+        if (dt == OT_F32 || is_half(dt)) ((float *)h)[i] = (float)d[i];
         else if (dt == OT_F64) ((double *)h)[i] = d[i];
         else ((int32_t *)h)[i] = (int32_t)d[i];
     }
@@ -227,7 +240,8 @@ static double *get_values(const ot_tensor *t, int64_t *n)
         return NULL;
     }
     for (int64_t i = 0; i < *n; i++)
-        d[i] = dt == OT_F32 ? ((float *)h)[i] : dt == OT_F64 ? ((double *)h)[i] : ((int32_t *)h)[i];
+        d[i] = dt == OT_F32 || is_half(dt) ? ((float *)h)[i] : dt == OT_F64 ? ((double *)h)[i]
+                                                                  : ((int32_t *)h)[i];
     free(h);
     return d;
 }
@@ -427,6 +441,7 @@ static ot_node *noisy(ot_node *w, ot_node *inexact, ot_node *mag, ot_dtype dt, c
  * inexact and mag as for noisy. */
 static ot_node *wrap(ot_node *n, ot_node *inexact, ot_node *mag, ot_dtype dt, int idx)
 {
+    if (is_half(dt)) dt = OT_F32;   /* cpu computes it in f32 */
     if (dt != OT_F32 && dt != OT_F64) return n;
     ot_args c = {.axis = OT_AXIS_ALL, .dtype = OT_F64};
     ot_node *w = ot_build_at(OT_OP_CAST, n, NULL, &c, NULL, 0);
@@ -471,6 +486,7 @@ static ot_node *inexact_at(ot_node *x, ot_node *y)
 /* Operand x (of dtype dt in the tree as built) rounded to its grid. */
 static ot_node *grid_operand(ot_node *x, ot_dtype dt)
 {
+    if (is_half(dt)) dt = OT_F32;
     if (!x || (dt != OT_F32 && dt != OT_F64)) return x;
     ot_node *w = ot_build_at(OT_OP_CAST, x, NULL, &(ot_args){.axis = OT_AXIS_ALL, .dtype = OT_F64}, NULL, 0);
     return w ? grid(w, noise_bound(dt)) : x;
@@ -563,7 +579,10 @@ static ot_shape draw_shape(rng *r, int big)
 
 static double draw_value(rng *r, ot_dtype dt, int smooth)
 {
+    /* f16's edges: past 65504 (inf once stored), subnormals, the largest */
+    static const double edge[] = {70000, -7e4, 6e-8, -3e-6, 65504, 1e-40};
     if (smooth) return (unif(r) * 4 - 2) * (dt == OT_I32 ? 2 : 1);
+    if (is_half(dt) && chance(r, 5)) return edge[rnd(r, 6)];
     int p = rnd(r, 100);
     double v;
     if (p < 35) v = rnd(r, 7) - 3;
@@ -576,8 +595,12 @@ static double draw_value(rng *r, ot_dtype dt, int smooth)
     return v;
 }
 
+/* Nonzero while drawing a tree of a FUZZ_HALF run. */
+static int fz_half;
+
 static ot_dtype draw_dtype(rng *r)
 {
+    if (fz_half && chance(r, 35)) return rnd(r, 2) ? OT_F16 : OT_BF16;
     int p = rnd(r, 100);
     return p < 55 ? OT_F32 : p < 85 ? OT_F64 : OT_I32;
 }
@@ -699,7 +722,7 @@ static void draw_args(rng *r, int nd, ot_args *a)
     static const double bounds[] = {-1, 0, 0.5, 1, 2, -0.25};
     a->lo = bounds[rnd(r, 6)];
     a->hi = chance(r, 85) ? a->lo + bounds[rnd(r, 6)] + 1.5 : bounds[rnd(r, 6)];
-    a->dtype = (ot_dtype)(1 + rnd(r, 3));
+    a->dtype = (ot_dtype)(1 + rnd(r, fz_half ? 5 : 3));
     a->depth = 1 + rnd(r, 5);
     a->seed = (uint64_t)rnd(r, 1000);
     if (chance(r, 60) && nd > 0) {
@@ -775,7 +798,7 @@ static ot_shape bcast_partner(rng *r, ot_shape s)
     return t;
 }
 
-static int is_float(ot_dtype d) { return d == OT_F32 || d == OT_F64; }
+static int is_float(ot_dtype d) { return d == OT_F32 || d == OT_F64 || is_half(d); }
 
 static int is_pool(int op) { return op >= OT_OP_MAX_POOL && op <= OT_OP_AVG_POOL_GRAD; }
 
@@ -1549,9 +1572,9 @@ static void pert_free(double **p)
 static int low_precision(const fz_ir *ir)
 {
     for (int i = 0; i < ir->nl; i++)
-        if (ir->l[i].dtype == OT_F32) return 1;
+        if (ir->l[i].dtype == OT_F32 || is_half(ir->l[i].dtype)) return 1;
     for (int k = 0; k < ir->nn; k++)
-        if ((ir->n[k].op >= 0 && ir->n[k].args.dtype == OT_F32) ||
+        if ((ir->n[k].op >= 0 && (ir->n[k].args.dtype == OT_F32 || is_half(ir->n[k].args.dtype))) ||
             (ir->n[k].op == FZ_CONST && ir->n[k].ckind == 1))
             return 1;
     return 0;
@@ -1599,7 +1622,8 @@ static int f32_range_ok(const fz_ir *ir)
     int ok = 1;
     if (inst_build(ref_be, ir, NULL, &in) == 0) {
         for (int k = 0; ok && k < ir->nn; k++) {
-            if (ir->n[k].op < 0 || ot_node_dtype(in.node[k]) != OT_F32) continue;
+            ot_dtype d = ir->n[k].op < 0 ? OT_I32 : ot_node_dtype(in.node[k]);
+            if (d != OT_F32 && !is_half(d)) continue;   /* cpu computes 16 bits in f32 */
             ot_node *bound = partial_bound(ir, &in, k);
             ok = in_f32_range(in.node[k]) && (bound == in.node[k] || in_f32_range(bound));
         }
@@ -1619,6 +1643,10 @@ static int64_t compare(const fz_res *r, const fz_res *const *pert, int npert, co
             if (isfinite(r->v[k][i]) && r->v[k][i] != SENTINEL) scale = fmax(scale, fabs(r->v[k][i]));
         int f32 = lowp || r->dt[k] == OT_F32;
         double rtol = f32 ? 1e-4 : 1e-9, atol = (f32 ? 1e-5 : 1e-11) * scale;
+        if (is_half(r->dt[k])) {   /* one rounding to 16 bits apart (see the top) */
+            rtol = r->dt[k] == OT_F16 ? 0x1p-10 : 0x1p-7;
+            atol = 1e-5 * scale + 0x1p-24;
+        }
         for (int64_t i = 0; i < r->n[k]; i++) {
             double x = c->v[k][i], y = r->v[k][i];
             double z = alt && alt->nv > k && alt->n[k] == r->n[k] ? alt->v[k][i] : NAN;
@@ -2536,7 +2564,9 @@ static void draw_tree(uint64_t seed, int64_t i, int modes, int all_configs, fz_i
         int p = rnd(&r, 100);
         mode = p < 60 ? FUZZ_FORWARD : p < 85 ? FUZZ_GRAD : FUZZ_MANY;
     } while (!(modes & mode));
+    fz_half = (modes & FUZZ_HALF) && mode != FUZZ_GRAD;
     generate(ir, &r, mode);
+    fz_half = 0;
     ir->ncfg = 0;
     if (all_configs) {
         for (int c = 0; c < NCFG; c++) ir->cfg[ir->ncfg++] = c;
@@ -2805,7 +2835,8 @@ static void shrink(fz_ir *ir, int kind, int do_fork, int budget)
 
 static const char *dt_enum(ot_dtype d)
 {
-    return d == OT_F32 ? "OT_F32" : d == OT_F64 ? "OT_F64" : d == OT_I32 ? "OT_I32" : "OT_DTYPE_DEFAULT";
+    return d == OT_F32 ? "OT_F32" : d == OT_F64 ? "OT_F64" : d == OT_I32 ? "OT_I32" : d == OT_F16 ? "OT_F16"
+         : d == OT_BF16 ? "OT_BF16" : "OT_DTYPE_DEFAULT";
 }
 static const char *dt_ctype(ot_dtype d) { return d == OT_F32 ? "float" : d == OT_F64 ? "double" : "int32_t"; }
 

@@ -16,8 +16,10 @@
 
 #include "optree.h"
 
-/* What a tree is checked for; FUZZ_ALL draws one per tree. */
-enum { FUZZ_FORWARD = 1, FUZZ_GRAD = 2, FUZZ_MANY = 4, FUZZ_ALL = 7 };
+/* What a tree is checked for; FUZZ_ALL draws one per tree. FUZZ_HALF
+ * (with FUZZ_FORWARD or FUZZ_MANY) also draws f16/bf16 leaves, casts and
+ * outputs; without it a seed's trees are what they always were. */
+enum { FUZZ_FORWARD = 1, FUZZ_GRAD = 2, FUZZ_MANY = 4, FUZZ_ALL = 7, FUZZ_HALF = 8 };
 
 typedef struct fuzz_opts {
     uint64_t seed;        /* tree i draws from (seed, i) alone */

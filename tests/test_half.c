@@ -6,13 +6,15 @@
  * bits), names, printing, parsing, promotion, casts, .npy, and every
  * elementwise op (and reductions, dots) on ref and cpu: cpu's result is
  * its f32 result on the widened values rounded once; ref's (double) agrees
- * within one unit of the 16-bit dtype.
+ * within one unit of the 16-bit dtype. Also programs and explain of 16-bit
+ * trees (cpu: src/cpu/half_step.c) and the fuzzer's f16/bf16 trees.
  */
 #include "test.h"
 #include "internal.h"
 #include "optree/attention.h"
 #include "optree/conv.h"
 #include "optree/pool.h"
+#include "fuzz.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -436,5 +438,153 @@ TEST(half_blocked_elementwise)
         free(a), free(b);
         ot_tensor_free(want);
         case_free(&hc, &l);
+    }
+}
+
+/* ---- programs and explain (half_step.c) ------------------------------------ */
+
+static bool same_raw(ot_tensor *a, ot_tensor *b)
+{
+    int64_t n = ot_tensor_numel(a);
+    size_t bytes = (size_t)(n ? n : 1) * ot_dtype_size(ot_tensor_dtype(a));
+    char *x = calloc(1, bytes), *y = calloc(1, bytes);
+    bool same = n == ot_tensor_numel(b) && ot_get_raw(a, x) == 0 && ot_get_raw(b, y) == 0 &&
+                memcmp(x, y, bytes) == 0;
+    free(x), free(y);
+    return same;
+}
+
+/* The steps' trees over a (dt), b (f32) and o1 (step 1's first output):
+ * e = exp(a/2) is a 16-bit value both steps read, which a kept temporary
+ * of its dtype would round (sequential.c keeps no such value). */
+static void half_prog_trees(ot_tensor *a, ot_tensor *b, ot_tensor *o1, ot_dtype dt, ot_node *t[4])
+{
+    ot_node *e = ot_exp(ot_mul(ot_tensor_node(a), 0.5));
+    t[0] = ot_add(e, ot_tensor_node(a));
+    t[1] = ot_mul(ot_cast(e, OT_F32), ot_tensor_node(b));
+    t[2] = ot_sum(ot_cast(ot_add(e, 1.0), dt), .axis = 1);
+    t[3] = ot_add(ot_mul(ot_tensor_node(o1), 2.0), e);
+}
+
+static bool file_has(FILE *f, const char *what)
+{
+    char buf[8192];
+    rewind(f);
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    return strstr(buf, what) != NULL;
+}
+
+/* A program of two steps over f16/bf16 placeholders runs on ref and cpu
+ * with the bits of the same assignments made one by one, the placeholders
+ * bound to tensors and to host data (16-bit patterns); ot_explain and
+ * ot_program_explain show cpu's conversion route. */
+TEST(half_program_and_explain)
+{
+    const char *bes[2] = {"ref", "cpu"};
+    ot_dtype dts[2] = {OT_F16, OT_BF16};
+    for (int bi = 0; bi < 2; bi++)
+        for (int k = 0; k < 2; k++) {
+            ot_dtype dt = dts[k];
+            ot_backend *be = ot_backend_new(bes[bi], NULL);
+            ot_program *p = ot_program_new(be);
+            ot_tensor *a = ot_program_placeholder(p, "a", OT_SHAPE(6, 5), dt);
+            ot_tensor *b = ot_program_placeholder(p, "b", OT_SHAPE(5), OT_F32);
+            ot_shape sh[4] = {OT_SHAPE(6, 5), OT_SHAPE(6, 5), OT_SHAPE(6), OT_SHAPE(6, 5)};
+            ot_dtype odt[4] = {dt, OT_F32, dt, dt};
+            ot_tensor *o[4], *w[4];
+            for (int i = 0; i < 4; i++) {
+                o[i] = ot_empty(be, sh[i], odt[i]);
+                w[i] = ot_empty(be, sh[i], odt[i]);
+            }
+            ot_pool *pool = ot_pool_push();
+            ot_node *t[4];
+            half_prog_trees(a, b, o[0], dt, t);
+            CHECK_INT(ot_program_assign_many(p, 3, o, t), 0);
+            CHECK_INT(ot_program_assign(p, o[3], t[3]), 0);
+            ot_pool_pop(pool);
+            CHECK_INT(ot_program_compile(p), 0);
+            for (int run = 0; run < 3; run++) {
+                float ha[30], hb[5];
+                uint16_t raw[30];
+                for (int i = 0; i < 30; i++) ha[i] = (float)((i * 7 + run * 5) % 23) * 0.37f - 4.1f;
+                for (int i = 0; i < 5; i++) hb[i] = 1.0f / (float)(i + run + 1);
+                ot_tensor *ta = ot_array(be, OT_SHAPE(6, 5), dt, ha);
+                ot_tensor *tb = ot_array(be, OT_SHAPE(5), OT_F32, hb);
+                ot_get_raw(ta, raw);
+                ot_bind bind[2] = {run == 1 ? OT_BIND_DATA("a", raw, sizeof raw) : OT_BIND_TENSOR("a", ta),
+                                   OT_BIND_TENSOR("b", tb)};
+                CHECK_INT(ot_program_run(p, 2, bind), 0);
+                ot_pool *q = ot_pool_push();
+                half_prog_trees(ta, tb, w[0], dt, t);
+                for (int i = 0; i < 4; i++) CHECK_INT(ot_assign(w[i], t[i]), 0);
+                ot_pool_pop(q);
+                for (int i = 0; i < 4; i++) CHECK(same_raw(o[i], w[i]));
+                ot_tensor_free(ta);
+                ot_tensor_free(tb);
+            }
+            FILE *f = tmpfile();
+            CHECK_INT(ot_program_explain(p, f), 0);
+            if (bi == 1) CHECK(file_has(f, "f16/bf16 by conversion"));
+            fclose(f);
+            f = tmpfile();
+            pool = ot_pool_push();
+            CHECK_INT(ot_explain(ot_add(ot_tensor_node(w[0]), ot_cast(ot_tensor_node(w[1]), dt)), f), 0);
+            ot_pool_pop(pool);
+            if (bi == 1) CHECK(file_has(f, "1 f16/bf16 leaf widened to f32, 1 cast to"));
+            fclose(f);
+            ot_program_free(p);
+            for (int i = 0; i < 4; i++) ot_tensor_free(o[i]), ot_tensor_free(w[i]);
+            ot_backend_free(be);
+        }
+}
+
+/* The fuzzer's f16/bf16 trees (FUZZ_HALF: 16-bit leaves, casts and
+ * outputs among every other op; cpu against ref within one 16-bit
+ * rounding, see tests/fuzz.c), a small fixed budget here; more with
+ * `make fuzz FUZZ_ARGS="--modes forward,many,half"`. */
+TEST(half_fuzz)
+{
+    fuzz_opts o = {.seed = 36, .n = 80, .modes = FUZZ_FORWARD | FUZZ_MANY | FUZZ_HALF,
+                   .fork = 1, .shrink = 1, .max_report = 3};
+    fuzz_result r;
+    CHECK_INT(fuzz_run(&o, &r), 0);
+    CHECK_INT(r.failed, 0);
+    CHECK_INT(r.passed, o.n);
+}
+
+/* A 16-bit placeholder of symbolic size: each size bound is a new
+ * specialisation (placeholders of that shape, half_step.c's leaves among
+ * them), and a run's bits are those of the plain assignment. */
+TEST(half_program_symbolic)
+{
+    const char *bes[2] = {"ref", "cpu"};
+    for (int bi = 0; bi < 2; bi++) {
+        ot_backend *be = ot_backend_new(bes[bi], NULL);
+        ot_program *p = ot_program_new(be);
+        int batch = ot_program_symbol(p, "batch", 4);
+        ot_tensor *x = ot_program_placeholder(p, "x", OT_SHAPE(OT_SYM(batch), 3), OT_BF16);
+        ot_tensor *out = ot_empty(be, OT_SHAPE(3), OT_BF16), *want = ot_empty(be, OT_SHAPE(3), OT_BF16);
+        ot_pool *pool = ot_pool_push();
+        CHECK_INT(ot_program_assign(p, out, ot_sum(ot_exp(ot_mul(ot_tensor_node(x), 0.25)), .axis = 0)), 0);
+        ot_pool_pop(pool);
+        CHECK_INT(ot_program_compile(p), 0);
+        for (int b = 4; b <= 7; b += 3) {
+            uint16_t raw[21];
+            float v[21];
+            for (int i = 0; i < 3 * b; i++) v[i] = (float)(i % 5) * 0.7f - 1.3f;
+            ot_tensor *t = ot_array(be, OT_SHAPE(b, 3), OT_BF16, v);
+            ot_get_raw(t, raw);
+            ot_bind bind = OT_BIND_DATA_SHAPE("x", raw, OT_SHAPE(b, 3), sizeof raw[0] * (size_t)(3 * b));
+            CHECK_INT(ot_program_run(p, 1, &bind), 0);
+            pool = ot_pool_push();
+            CHECK_INT(ot_assign(want, ot_sum(ot_exp(ot_mul(ot_tensor_node(t), 0.25)), .axis = 0)), 0);
+            ot_pool_pop(pool);
+            CHECK(same_raw(out, want));
+            ot_tensor_free(t);
+        }
+        ot_program_free(p);
+        ot_tensor_free(out), ot_tensor_free(want);
+        ot_backend_free(be);
     }
 }

@@ -5,7 +5,7 @@
  * reports failures, and ends with "N passed, M failed".
  *
  *     fuzz [--seed S] [--first I] [-n N] [--jobs J] [--findings DIR]
- *          [--modes forward,grad,many] [--all-configs] [--no-shrink]
+ *          [--modes forward,grad,many[,half]] [--all-configs] [--no-shrink]
  */
 #define _DEFAULT_SOURCE
 #include "fuzz.h"
@@ -20,7 +20,7 @@
 static int usage(void)
 {
     fprintf(stderr, "usage: fuzz [--seed S] [--first I] [-n N] [--jobs J] [--findings DIR]\n"
-                    "            [--modes forward,grad,many] [--all-configs] [--no-shrink]\n");
+                    "            [--modes forward,grad,many[,half]] [--all-configs] [--no-shrink]\n");
     return 2;
 }
 
@@ -45,6 +45,7 @@ int main(int argc, char **argv)
                       (strstr(v, "many") ? FUZZ_MANY : 0);
             i++;
             if (!o.modes) return usage();
+            if (strstr(v, "half")) o.modes |= FUZZ_HALF;   /* f16/bf16 too */
         } else return usage();
     }
     if (jobs < 1) jobs = 1;

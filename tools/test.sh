@@ -39,6 +39,8 @@
 #               tril and triu and their gradients against NumPy,
 #               and tests/attn_check.py ("attn"): attention and its gradients,
 #               tests/topk_check.py ("topk"): topk, take_along, scatter_add_along,
+#               tests/half_check.py ("half"): every op of the table on f16 and
+#               bf16 tensors on ref and cpu against NumPy (docs/half.md),
 #               and tests/py/run_tests.py ("py"): the Python module (python/
 #               optree), neon's backend page run as written, its declarations
 #               against the header
@@ -293,6 +295,7 @@ phase_numpy() {
     run_logged index $TMO "$PY" tests/index_check.py "$B/liboptree.so"
     run_logged attn $TMO "$PY" tests/attn_check.py "$B/liboptree.so"
     run_logged topk $TMO "$PY" tests/topk_check.py "$B/liboptree.so"
+    run_logged half $TMO "$PY" tests/half_check.py "$B/liboptree.so"
     run_logged py $TMO "$PY" tests/py/run_tests.py "$B"
 }
 

@@ -42,15 +42,6 @@ static int cpu_assign_many(ot_backend *be, int n, ot_tensor *const outs[], ot_no
     return cpu_assign_plain(be, n, outs, trees);
 }
 
-/* What the planner cannot take: a 16-bit dtype (assignments convert). */
-static int half_refused(int n, ot_tensor *const outs[], ot_node *const trees[], const char *what)
-{
-    if (!ot__half_involved(n, outs, trees)) return 0;
-    return ot__err_set(OT_EUNSUPPORTED, NULL, 0, what,
-                       "f16/bf16 trees run on the cpu backend by conversion to f32 in "
-                       "ot_assign; %s does not take them yet", what);
-}
-
 static void cpu_destroy(ot_backend *be)
 {
     ot_cpu *cpu = be->impl;
@@ -236,15 +227,14 @@ static int explain_plan(const ot_plan *plan, FILE *f)
     return rc || ferror(f) ? OT_EIO : 0;
 }
 
-/* ot_explain on cpu: the plan it runs for the trees (from its cache). */
-static int cpu_explain(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[],
-                       FILE *f)
+/* The plan the planner makes for the trees (from its cache), explained. */
+static int cpu_explain_plain(ot_backend *be, int n, ot_tensor *const outs[],
+                             ot_node *const trees[], FILE *f)
 {
     ot_plan *plan;
     ot_walk *walk;
     ot_binding bind;
-    int rc = half_refused(n, outs, trees, "explain");
-    if (!rc) rc = ot__plan_get(be, n, outs, trees, &plan, &walk, &bind);
+    int rc = ot__plan_get(be, n, outs, trees, &plan, &walk, &bind);
     if (rc) return rc;
     rc = explain_plan(plan, f);
     if (!bind.borrowed) ot__plan_release(plan);
@@ -252,8 +242,22 @@ static int cpu_explain(ot_backend *be, int n, ot_tensor *const outs[], ot_node *
     return rc;
 }
 
+/* ot_explain on cpu: the plan it runs for the trees; for trees that
+ * involve f16/bf16, the conversion route and the plan of its f32 trees. */
+static int cpu_explain(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[],
+                       FILE *f)
+{
+    if (ot__half_involved(n, outs, trees))
+        return ot__half_explain_route(be, cpu_assign_plain, cpu_explain_plain, n, outs, trees, f);
+    return cpu_explain_plain(be, n, outs, trees, f);
+}
+
 static void cpu_release(ot__prepared *s)
 {
+    if (ot__half_step_is(s)) {
+        ot__half_step_release(s);
+        return;
+    }
     ot__plan_release(s->impl);
     free(s->leaf);
     free((double *)s->param);
@@ -261,15 +265,17 @@ static void cpu_release(ot__prepared *s)
 }
 
 /* A program's step: its plan, referenced, with copies of its bindings (the
- * walk's arrays go back to the backend for its next call). */
+ * walk's arrays go back to the backend for its next call); a step that
+ * involves f16/bf16 keeps its trees for ot__half_assign (half_step.c). */
 static int cpu_prepare(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[],
                        ot__prepared *s)
 {
     ot_plan *plan;
     ot_walk *walk;
     ot_binding bind;
-    int rc = half_refused(n, outs, trees, "a program step");
-    if (!rc) rc = ot__plan_get(be, n, outs, trees, &plan, &walk, &bind);
+    if (ot__half_involved(n, outs, trees))
+        return ot__half_step_prepare(be, cpu_assign_plain, cpu_explain_plain, n, outs, trees, s);
+    int rc = ot__plan_get(be, n, outs, trees, &plan, &walk, &bind);
     if (rc) return rc;
     if (bind.borrowed) atomic_fetch_add(&plan->refs, 1);
     size_t nl = (size_t)plan->nleaves, np = (size_t)plan->nparams;
@@ -291,6 +297,7 @@ static int cpu_prepare(ot_backend *be, int n, ot_tensor *const outs[], ot_node *
 static int cpu_run(ot_backend *be, const ot__prepared *s, char *arena, int n,
                    ot_node *const trees[])
 {
+    if (ot__half_step_is(s)) return ot__half_step_run(s);
     const ot_plan *plan = s->impl;
     ot_binding bind = {s->leaf, s->param, s->outs, false};
     if (plan->direct) {
@@ -305,7 +312,7 @@ static int cpu_run(ot_backend *be, const ot__prepared *s, char *arena, int n,
 
 static int cpu_explain_prepared(const ot__prepared *s, FILE *f)
 {
-    return explain_plan(s->impl, f);
+    return ot__half_step_is(s) ? ot__half_step_explain(s, f) : explain_plan(s->impl, f);
 }
 
 const ot_backend_vt ot__cpu_vt = {

@@ -22,6 +22,23 @@ typedef int (*ot__half_eval)(ot_backend *be, int n, ot_tensor *const outs[],
 bool ot__half_involved(int n, ot_tensor *const outs[], ot_node *const trees[]);
 int ot__half_assign(ot_backend *be, ot__half_eval eval, int n, ot_tensor *const outs[],
                     ot_node *const trees[]);
+/* explain called on the f32 trees and outputs ot__half_assign would assign. */
+typedef int (*ot__half_explain_fn)(ot_backend *be, int n, ot_tensor *const outs[],
+                                   ot_node *const trees[], FILE *f);
+int ot__half_explain(ot_backend *be, ot__half_eval eval, ot__half_explain_fn explain, int n,
+                     ot_tensor *const outs[], ot_node *const trees[], FILE *f);
+
+/* Program steps and ot_explain of trees that involve f16/bf16 (half_step.c):
+ * the step keeps its trees and runs them by ot__half_assign. */
+int ot__half_step_prepare(ot_backend *be, ot__half_eval eval, ot__half_explain_fn explain, int n,
+                          ot_tensor *const outs[], ot_node *const trees[], ot__prepared *s);
+bool ot__half_step_is(const ot__prepared *s);
+int ot__half_step_run(const ot__prepared *s);
+int ot__half_step_explain(const ot__prepared *s, FILE *f);
+void ot__half_step_release(ot__prepared *s);
+/* ot_explain of such trees: the route in words, then explain of the f32 trees. */
+int ot__half_explain_route(ot_backend *be, ot__half_eval eval, ot__half_explain_fn explain,
+                           int n, ot_tensor *const outs[], ot_node *const trees[], FILE *f);
 
 /* ---- tile kernels (src/cpu/kernels/) ------------------------------------------ */
 

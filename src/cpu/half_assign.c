@@ -234,11 +234,11 @@ static int run_blocked(half_run *h, ot_tensor *out, ot_node *tree)
     return rc;
 }
 
-/* The f32 trees and outputs, then the assignment, then the narrowing. */
-static int run_f32(half_run *h, int n, ot_tensor *const outs[], ot_node *const trees[])
+/* The f32 stand-ins of the trees and outputs into t32 and o32 (a 16-bit
+ * output's an f32 temporary; outs NULL: none, as explain may ask). */
+static int trees_f32(half_run *h, int n, ot_tensor *const outs[], ot_node *const trees[],
+                     ot_node **t32, ot_tensor **o32)
 {
-    ot_node **t32 = calloc((size_t)n, sizeof *t32);
-    ot_tensor **o32 = calloc((size_t)n, sizeof *o32);
     int rc = t32 && o32 ? 0 : ot__err_set(OT_ENOMEM, NULL, 0, "assign", "out of memory");
     ot__walker w = {.composites = true, .visit = visit, .ctx = h};
     for (int i = 0; i < n && !rc; i++) {
@@ -246,16 +246,34 @@ static int run_f32(half_run *h, int n, ot_tensor *const outs[], ot_node *const t
         if (v < 0) rc = v == OT_ENOMEM ? ot__err_set(OT_ENOMEM, NULL, 0, "assign", "out of memory")
                                        : ot_errcode();
         else t32[i] = h->out[v];
+        if (!outs) continue;   /* explain's fresh outputs */
         o32[i] = rc || !half_dt(outs[i]->leaf.dtype) ? outs[i] : temp_new(h, &outs[i]->leaf.shape);
         if (!o32[i]) rc = ot__err_set(OT_ENOMEM, NULL, 0, "assign", "out of memory");
     }
     ot__walker_free(&w);
+    return rc;
+}
+
+/* The f32 trees and outputs, then the assignment, then the narrowing. */
+static int run_f32(half_run *h, int n, ot_tensor *const outs[], ot_node *const trees[])
+{
+    ot_node **t32 = calloc((size_t)n, sizeof *t32);
+    ot_tensor **o32 = calloc((size_t)n, sizeof *o32);
+    int rc = trees_f32(h, n, outs, trees, t32, o32);
     if (!rc) rc = h->eval(h->be, n, o32, t32);
     for (int i = 0; i < n && !rc; i++)
         if (o32[i] != outs[i]) rc = ot_set(outs[i], temp_data(o32[i]));
     free(t32);
     free(o32);
     return rc;
+}
+
+static void run_free(half_run *h, ot_pool *pool)
+{
+    ot_pool_pop(pool);
+    for (int i = 0; i < h->ntemps; i++) ot_tensor_free(h->temps[i]);
+    free(h->temps);
+    free(h->out);
 }
 
 int ot__half_assign(ot_backend *be, ot__half_eval eval, int n, ot_tensor *const outs[],
@@ -266,9 +284,26 @@ int ot__half_assign(ot_backend *be, ot__half_eval eval, int n, ot_tensor *const 
     if (!pool) return ot__err_set(OT_ENOMEM, NULL, 0, "assign", "out of memory");
     int rc = n == 1 && blockable(outs[0], trees[0]) ? run_blocked(&h, outs[0], trees[0])
                                                       : run_f32(&h, n, outs, trees);
-    ot_pool_pop(pool);
-    for (int i = 0; i < h.ntemps; i++) ot_tensor_free(h.temps[i]);
-    free(h.temps);
-    free(h.out);
+    run_free(&h, pool);
+    return rc;
+}
+
+/* ot_explain's view of ot__half_assign (half_step.c prints the route):
+ * explain called on the f32 trees and outputs that run_f32 assigns, built
+ * as it builds them (leaves widened, a cast to f16/bf16 inside a tree
+ * evaluated and rounded), nothing narrowed. */
+int ot__half_explain(ot_backend *be, ot__half_eval eval, ot__half_explain_fn explain, int n,
+                     ot_tensor *const outs[], ot_node *const trees[], FILE *f)
+{
+    half_run h = {.be = be, .eval = eval};
+    ot_pool *pool = ot_pool_push();
+    if (!pool) return ot__err_set(OT_ENOMEM, NULL, 0, "explain", "out of memory");
+    ot_node **t32 = calloc((size_t)n, sizeof *t32);
+    ot_tensor **o32 = calloc((size_t)n, sizeof *o32);
+    int rc = trees_f32(&h, n, outs, trees, t32, o32);
+    if (!rc) rc = explain(be, n, outs ? o32 : NULL, t32, f);
+    free(t32);
+    free(o32);
+    run_free(&h, pool);
     return rc;
 }

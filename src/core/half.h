@@ -47,5 +47,9 @@ const ot__half_fns *ot__half_best(void);
  * no other). */
 void ot__half_narrow(int dt, const float *src, uint16_t *dst, size_t n);
 void ot__half_widen(int dt, const uint16_t *src, float *dst, size_t n);
+/* ot__half_narrow's bits written with streaming stores (x86; elsewhere
+ * ordinary ones), fenced before it returns: for outputs larger than the
+ * caches, whose lines then need not be read before they are written. */
+void ot__half_narrow_stream(int dt, const float *src, uint16_t *dst, size_t n);
 
 #endif /* OT_HALF_H */

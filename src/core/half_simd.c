@@ -8,7 +8,8 @@
  * vcvtneps2bf16 flushes subnormal inputs to zero, so those lanes (rare)
  * blocks take the integer rounding (right for every lane). Every table must give the scalar
  * definition's bits (half.c): tests/test_half.c checks samples,
- * `make half-exhaustive` every input.
+ * `make half-exhaustive` every input. ot__half_narrow_stream narrows a
+ * piece at a time into an aligned buffer in L1 and streams that out.
  */
 #include "half.h"
 
@@ -177,7 +178,32 @@ const ot__half_fns *ot__half_simd(int i)
     }
 }
 
+/* Streaming stores need 16-byte-aligned addresses: the head up to dst's
+ * next 64-byte line is narrowed in place, the body a piece at a time into
+ * tmp (in L1) and streamed out, the ragged tail stored plainly. */
+void ot__half_narrow_stream(int dt, const float *src, uint16_t *dst, size_t n)
+{
+    _Alignas(64) uint16_t tmp[512];
+    size_t i = (size_t)(-(uintptr_t)dst & 63) / sizeof *dst;
+    if (i > n) i = n;
+    ot__half_narrow(dt, src, dst, i);
+    while (n - i >= 8) {
+        size_t k = n - i < 512 ? (n - i) & ~(size_t)7 : 512;
+        ot__half_narrow(dt, src + i, tmp, k);
+        for (size_t j = 0; j < k; j += 8)
+            _mm_stream_si128((__m128i *)(dst + i + j), _mm_load_si128((const __m128i *)(tmp + j)));
+        i += k;
+    }
+    ot__half_narrow(dt, src + i, dst + i, n - i);
+    _mm_sfence();
+}
+
 #else
+
+void ot__half_narrow_stream(int dt, const float *src, uint16_t *dst, size_t n)
+{
+    ot__half_narrow(dt, src, dst, n);
+}
 
 const ot__half_fns *ot__half_simd(int i);
 const ot__half_fns *ot__half_simd(int i)

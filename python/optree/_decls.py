@@ -124,6 +124,7 @@ class ot_backend_opts(Structure):
         ('isa', c_char_p),
         ('jit', c_int),
         ('stream_bytes', c_int64),
+        ('stochastic_round', c_int),
     ]
 
 class ot_stats(Structure):
@@ -494,6 +495,7 @@ PROTOS = {
     'ot_assign_at': (c_int, [c_void_p, c_void_p, c_char_p, c_int]),
     'ot_assign_many': (c_int, [c_int, c_void_p, c_void_p]),
     'ot_assign_node': (c_int, [c_void_p, c_void_p]),
+    'ot_assign_sr_at': (c_int, [c_void_p, c_void_p, c_uint64, c_char_p, c_int]),
     'ot_attention_at': (c_void_p, [c_void_p, c_void_p, c_void_p, c_void_p, c_char_p, c_int]),
     'ot_autodiff_backprop': (c_int, [c_void_p, c_int, c_void_p, c_void_p]),
     'ot_autodiff_free': (None, [c_void_p]),

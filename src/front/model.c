@@ -43,6 +43,8 @@ ot_model *ot_model_new_at(ot_backend *be, int64_t inputs, const char *file, int 
     m->in = OT_SHAPE(inputs);
     m->adam_opts = ot_adam_default(1e-3);
     m->adam = true;
+    m->compute = OT_F32;
+    m->ls = (ot_loss_scale){65536, 2000, 0};
     return m;
 }
 
@@ -64,7 +66,8 @@ static void layer_free(layer *l)
 static void drop_program(ot_model *m)
 {
     ot_program_free(m->prog);
-    m->prog = NULL;
+    ot_program_free(m->opt);
+    m->prog = m->opt = NULL;
     m->prog_batch = 0;
     for (int i = 0; i < m->nlayer; i++) m->layer[i].mask = NULL;
 }
@@ -77,6 +80,9 @@ void ot_model_free(ot_model *m)
     ot_tensor_free(m->loss_t);
     ot_tensor_free(m->hits_t);
     ot_tensor_free(m->lr_scale);
+    ot_tensor_free(m->scale_t);
+    ot_tensor_free(m->unscale_t);
+    ot_tensor_free(m->finite_t);
     free(m);
 }
 
@@ -263,24 +269,33 @@ static ot_node *flatten(ot_node *h)
     return ot_reshape_node(h, OT_SHAPE(ot_node_shape(h).dims[0], -1));
 }
 
+/* h in dtype dt: a cast where it is of another (none for f32 models, so
+ * their trees are what they always were). */
+static ot_node *in_dtype(ot_node *h, ot_dtype dt)
+{
+    return !h || ot_node_dtype(h) == dt ? h : ot_cast(h, .dtype = dt);
+}
+
 /* The model's output for x (rows of inputs, flat or in the input shape):
- * builds, computes nothing; rows of the last layer's outputs, flattened.
- * upd NULL: inference (batch norm by its running values); else training,
- * and upd[2i], upd[2i + 1] get batch norm layer i's running mean and
- * variance update trees (NULL for other layers). */
+ * builds, computes nothing; rows of the last layer's outputs, flattened,
+ * in f32. upd NULL: inference (batch norm by its running values); else
+ * training, and upd[2i], upd[2i + 1] get batch norm layer i's running
+ * mean and variance update trees (NULL for other layers). Layers compute
+ * in m->compute (mixed precision: weights cast to it; batch norm, whose
+ * running values are f32, in f32 between casts). */
 static ot_node *forward(const ot_model *m, ot_node *x, ot_node **upd)
 {
-    ot_node *h = as_samples(x, m->in);
+    ot_node *h = in_dtype(as_samples(x, m->in), m->compute);
     for (int i = 0; i < m->nlayer; i++) {
         const layer *l = &m->layer[i];
         if (upd) upd[2 * i] = upd[2 * i + 1] = NULL;
         switch (l->kind) {
         case L_DENSE:
-            h = ot_add(ot_dot(flatten(h), l->w), l->b);
+            h = ot_add(ot_dot(flatten(h), ot__model_param(l->w, h)), ot__model_param(l->b, h));
             break;
         case L_BN:
-            h = ot_batch_norm(h, l->rm, l->rv, l->w, l->b, .training = upd != NULL,
-                              .momentum = l->momentum, .eps = l->eps,
+            h = ot_batch_norm(in_dtype(h, OT_F32), l->rm, l->rv, l->w, l->b,
+                              .training = upd != NULL, .momentum = l->momentum, .eps = l->eps,
                               .updates = upd ? upd + 2 * i : NULL);
             break;
         case L_DROP:
@@ -288,9 +303,9 @@ static ot_node *forward(const ot_model *m, ot_node *x, ot_node **upd)
             break;
         default: h = ot__model_apply_spatial(l, h);
         }
-        h = activate(h, l->act);
+        h = activate(in_dtype(h, m->compute), l->act);
     }
-    return flatten(h);
+    return in_dtype(flatten(h), OT_F32);
 }
 
 /* The mean loss of out against y (a scalar tree). */
@@ -388,7 +403,39 @@ static int adam_steps(const ot_model *m, ot_program *p, int n, ot_tensor *w[], o
     return rc;
 }
 
-/* The program's calls are reported at the fit's caller (at). */
+/* f16's loss scaling, after the gradients of loss*scale: one step that
+ * unscales them (in f32) and writes into finite_t the sum of every
+ * gradient times 0, which is 0 when all are finite and NaN otherwise. */
+static int unscale_step(const ot_model *m, ot_program *p, int n, ot_tensor *g[], const char *f,
+                        int ln)
+{
+    ot_tensor *outs[2 * OT_MODEL_MAX_LAYERS + 1];
+    ot_node *trees[2 * OT_MODEL_MAX_LAYERS + 1], *flag = ot_constf(0);
+    for (int i = 0; i < n; i++) {
+        outs[i] = g[i];
+        trees[i] = ot_mul(g[i], m->unscale_t);
+        flag = ot_add(flag, ot_sum(ot_mul(g[i], 0.0f)));
+    }
+    outs[n] = m->finite_t;
+    trees[n] = flag;
+    return ot_program_assign_many_at(p, n + 1, outs, trees, f, ln);
+}
+
+/* The optimizer's steps over the parameters w with gradients gn, into p. */
+static int optimizer_steps(const ot_model *m, ot_program *p, int n, ot_tensor *w[], ot_node *gn[],
+                           ot_tensor *mo[], ot_tensor *vo[], const char *f, int ln)
+{
+    if (m->adam) return adam_steps(m, p, n, w, gn, mo, vo, f, ln);
+    ot_sgd sgd = m->sgd;
+    sgd.lr_scale = m->lr_scale;
+    return ot_program_sgd_at(p, &sgd, n, w, gn, sgd.momentum > 0 ? mo : NULL, f, ln);
+}
+
+/* The program's calls are reported at the fit's caller (at). With a
+ * 16-bit compute dtype the program's steps run as assignments (the cpu
+ * backend prepares no f16/bf16 step yet; its ot_assign converts); with
+ * f16 the optimizer is a second program, m->opt, run when the step's
+ * gradients are finite. */
 static int build_program(ot_model *m, int64_t batch, const ot__site *at)
 {
     const char *f = at->file;
@@ -397,6 +444,13 @@ static int build_program(ot_model *m, int64_t batch, const ot__site *at)
     drop_program(m);
     ot_program *p = ot_program_new_at(m->be, f, ln);
     if (!p) return ot_errcode();
+    if (m->compute != OT_F32) ot__program_unprepared(p);
+    bool scaling = m->compute == OT_F16;
+    ot_program *q = scaling ? ot_program_new_at(m->be, f, ln) : p;
+    if (!q) {
+        ot_program_free(p);
+        return ot_errcode();
+    }
     ot_tensor *x = ot_program_placeholder_at(p, "x", OT_SHAPE(batch, m->inputs), OT_F32, f, ln);
     ot_tensor *y = ot_program_placeholder_at(p, "y", OT_SHAPE(batch, outs), OT_F32, f, ln);
     ot_tensor *w[2 * OT_MODEL_MAX_LAYERS], *g[2 * OT_MODEL_MAX_LAYERS] = {0};
@@ -423,21 +477,22 @@ static int build_program(ot_model *m, int64_t batch, const ot__site *at)
             rc = FAIL(at, OT_ESHAPE, "the loss has shape %s; it must be a scalar tree",
                       ot__shape_str(&ls, s1));
         if (!rc) rc = assign_step(m, p, loss, hits, upd, f, ln);
-        if (!rc) rc = ot_program_backprop_at(p, loss, n, w, g, f, ln);
-        ot_sgd sgd = m->sgd;
-        sgd.lr_scale = m->lr_scale;
-        if (!rc && m->adam) rc = adam_steps(m, p, n, w, gn, mo, vo, f, ln);
-        if (!rc && !m->adam)
-            rc = ot_program_sgd_at(p, &sgd, n, w, gn, sgd.momentum > 0 ? mo : NULL, f, ln);
+        if (!rc) rc = ot_program_backprop_at(p, scaling ? ot_mul(loss, m->scale_t) : loss, n, w, g,
+                                             f, ln);
+        if (!rc && scaling) rc = unscale_step(m, p, n, g, f, ln);
+        if (!rc) rc = optimizer_steps(m, q, n, w, gn, mo, vo, f, ln);
     }
     if (pool) ot_pool_pop(pool);
     for (int i = 0; i < n; i++) ot_tensor_free(g[i]);   /* the steps hold them */
     if (!rc) rc = ot_program_compile_at(p, f, ln);
+    if (!rc && scaling) rc = ot_program_compile_at(q, f, ln);
     if (rc) {
         ot_program_free(p);
+        if (q != p) ot_program_free(q);
         return rc;
     }
     m->prog = p;
+    m->opt = scaling ? q : NULL;
     m->prog_batch = batch;
     return 0;
 }
@@ -649,6 +704,39 @@ static int augment(const ot_model *m, fit_state *s, int batch)
                 (long long)s->step + 1);
 }
 
+/* The scale and its inverse into the tensors the program reads. */
+static int put_scale(const ot_model *m)
+{
+    float s = (float)m->ls.scale, inv = (float)(1 / m->ls.scale);
+    int rc = ot_set(m->scale_t, &s);
+    return rc ? rc : ot_set(m->unscale_t, &inv);
+}
+
+/* f16's loss scaler after the gradients' program ran: the optimizer's
+ * step when every gradient was finite (and the scale doubled after
+ * growth_interval of them in a row), else no step and half the scale.
+ * The scale stays within 2^-64..2^64 (a scale of inf could never shrink). */
+static int scaler_step(ot_model *m, const fit_state *s)
+{
+    if (!m->opt) return 0;
+    float flag;
+    int rc = ot_get(m->finite_t, &flag);
+    if (rc) return rc;
+    double old = m->ls.scale;
+    if (flag == 0) {
+        rc = ot_program_run_at(m->opt, 0, NULL, s->at->file, s->at->line);
+        if (++m->good >= m->ls.growth_interval) {
+            m->good = 0;
+            m->ls.scale = fmin(2 * m->ls.scale, 0x1p64);
+        }
+    } else {
+        m->ls.skipped++;
+        m->good = 0;
+        m->ls.scale = fmax(0.5 * m->ls.scale, 0x1p-64);
+    }
+    return rc || m->ls.scale == old ? rc : put_scale(m);
+}
+
 /* One epoch over the training rows in a new order: full batches only, so
  * every step has the program's shape (the rows left over are in other
  * batches next epoch). */
@@ -669,6 +757,7 @@ static int epoch(ot_model *m, fit_state *s, int64_t train, int batch, bool shuff
             OT_BIND_DATA("y", s->yb, sizeof *s->yb * (size_t)(batch * outs))};
         int nb = 2 + ot__model_drop_masks(m, batch, &s->drop_rng, b + 2);
         if (!rc) rc = ot_program_run_at(m->prog, nb, b, s->at->file, s->at->line);
+        if (!rc) rc = scaler_step(m, s);
         float l = 0;
         int32_t h = 0;
         if (!rc) rc = ot_get(m->loss_t, &l);
@@ -731,6 +820,14 @@ int ot_model_fit_at(ot_model *m, const ot_tensor *x, const ot_tensor *y, const o
     if (!m->hits_t) m->hits_t = ot_empty(m->be, OT_SHAPE(), OT_I32);
     if (!m->lr_scale) m->lr_scale = ot_empty(m->be, OT_SHAPE(), OT_F64);
     if (!m->loss_t || !m->hits_t || !m->lr_scale) return ot_errcode();
+    if (m->compute == OT_F16 && !m->scale_t) {
+        m->scale_t = ot_empty(m->be, OT_SHAPE(), OT_F32);
+        m->unscale_t = ot_empty(m->be, OT_SHAPE(), OT_F32);
+        m->finite_t = ot_empty(m->be, OT_SHAPE(), OT_F32);
+        rc = m->scale_t && m->unscale_t && m->finite_t ? 0 : ot_errcode();
+    }
+    if (!rc && m->scale_t) rc = put_scale(m);
+    if (rc) return rc;
     fit_state s = {.schedule = o.lr_schedule, .steps = (int64_t)o.epochs * (train / o.batch),
                    .at = &at, .drop_rng = o.seed ^ 0x6a09e667f3bcc908ULL,
                    .aug_rng = o.seed ^ 0xbb67ae8584caa73bULL, .augment = o.augment,
@@ -772,6 +869,35 @@ int ot_model_fit_at(ot_model *m, const ot_tensor *x, const ot_tensor *y, const o
         result->best_epoch = best.best_epoch;
     }
     return rc;
+}
+
+int ot_model_compute_dtype_at(ot_model *m, ot_dtype dtype, const char *file, int line)
+{
+    const ot__site site = {"model_compute_dtype", file, line}, *at = &site;
+    if (!m) return FAIL(at, OT_ENULL, "model is NULL");
+    if (dtype != OT_F32 && dtype != OT_BF16 && dtype != OT_F16)
+        return FAIL(at, OT_EDTYPE, "the compute dtype must be float32, bfloat16 or float16, not %s",
+                    ot_dtype_name(dtype) ? ot_dtype_name(dtype) : "unknown");
+    if (dtype != m->compute) drop_program(m);
+    m->compute = dtype;
+    return 0;
+}
+
+int ot_model_loss_scale_at(ot_model *m, const ot_loss_scale *set, ot_loss_scale *get,
+                           const char *file, int line)
+{
+    const ot__site site = {"model_loss_scale", file, line}, *at = &site;
+    if (!m) return FAIL(at, OT_ENULL, "model is NULL");
+    if (set && (!(set->scale >= 0) || set->scale > 0x1p64 || set->growth_interval < 0))
+        return FAIL(at, OT_EINVAL, "scale must be in [0, 2^64] (0: 65536) and growth_interval "
+                    ">= 0 (0: 2000), not %g and %d", set->scale, set->growth_interval);
+    if (set) {
+        m->ls.scale = set->scale > 0 ? set->scale : 65536;
+        m->ls.growth_interval = set->growth_interval ? set->growth_interval : 2000;
+        m->good = 0;
+    }
+    if (get) *get = m->ls;
+    return 0;
 }
 
 ot_tensor *ot_model_predict_at(const ot_model *m, const ot_tensor *x, const char *file, int line)

@@ -403,24 +403,6 @@ static int adam_steps(const ot_model *m, ot_program *p, int n, ot_tensor *w[], o
     return rc;
 }
 
-/* f16's loss scaling, after the gradients of loss*scale: one step that
- * unscales them (in f32) and writes into finite_t the sum of every
- * gradient times 0, which is 0 when all are finite and NaN otherwise. */
-static int unscale_step(const ot_model *m, ot_program *p, int n, ot_tensor *g[], const char *f,
-                        int ln)
-{
-    ot_tensor *outs[2 * OT_MODEL_MAX_LAYERS + 1];
-    ot_node *trees[2 * OT_MODEL_MAX_LAYERS + 1], *flag = ot_constf(0);
-    for (int i = 0; i < n; i++) {
-        outs[i] = g[i];
-        trees[i] = ot_mul(g[i], m->unscale_t);
-        flag = ot_add(flag, ot_sum(ot_mul(g[i], 0.0f)));
-    }
-    outs[n] = m->finite_t;
-    trees[n] = flag;
-    return ot_program_assign_many_at(p, n + 1, outs, trees, f, ln);
-}
-
 /* The optimizer's steps over the parameters w with gradients gn, into p. */
 static int optimizer_steps(const ot_model *m, ot_program *p, int n, ot_tensor *w[], ot_node *gn[],
                            ot_tensor *mo[], ot_tensor *vo[], const char *f, int ln)
@@ -429,6 +411,35 @@ static int optimizer_steps(const ot_model *m, ot_program *p, int n, ot_tensor *w
     ot_sgd sgd = m->sgd;
     sgd.lr_scale = m->lr_scale;
     return ot_program_sgd_at(p, &sgd, n, w, gn, sgd.momentum > 0 ? mo : NULL, f, ln);
+}
+
+/* The training step's assignments over placeholders x and y: the loss
+ * and hits (and batch norm's running values), the gradients g of the n
+ * parameters w, into p, and the optimizer's update, into q (p itself but
+ * with f16, whose loss scaling takes the gradients of loss*scale and
+ * unscales them in p, the optimizer being a program of its own). */
+static int train_steps(const ot_model *m, ot_program *p, ot_program *q, ot_tensor *x, ot_tensor *y,
+                       int n, ot_tensor *w[], ot_tensor *g[], ot_node *gn[], ot_tensor *mo[],
+                       ot_tensor *vo[], const ot__site *at)
+{
+    const char *f = at->file;
+    int ln = at->line, rc = 0;
+    ot_node *upd[2 * OT_MODEL_MAX_LAYERS];
+    ot_node *out = forward(m, ot_tensor_node(x), upd);
+    ot_node *loss = loss_tree(m, out, ot_tensor_node(y));
+    ot_node *hits = hits_tree(m, out, ot_tensor_node(y));
+    char s1[OT__SHAPE_STRLEN];
+    ot_shape ls = loss ? ot_node_shape(loss) : OT_SHAPE();
+    if (!loss) rc = ot_errcode() ? ot_errcode() : FAIL(at, OT_EINVAL, "the loss function returned NULL");
+    else if (ls.ndim != 0)
+        rc = FAIL(at, OT_ESHAPE, "the loss has shape %s; it must be a scalar tree",
+                  ot__shape_str(&ls, s1));
+    bool scaling = q != p;
+    if (!rc) rc = assign_step(m, p, loss, hits, upd, f, ln);
+    ot_node *cost = scaling && loss ? ot_mul(loss, m->scale_t) : loss;
+    if (!rc) rc = ot_program_backprop_at(p, cost, n, w, g, f, ln);
+    if (!rc && scaling) rc = ot__model_unscale_step(m, p, n, g, f, ln);
+    return rc ? rc : optimizer_steps(m, q, n, w, gn, mo, vo, f, ln);
 }
 
 /* The program's calls are reported at the fit's caller (at). With a
@@ -445,8 +456,7 @@ static int build_program(ot_model *m, int64_t batch, const ot__site *at)
     ot_program *p = ot_program_new_at(m->be, f, ln);
     if (!p) return ot_errcode();
     if (m->compute != OT_F32) ot__program_unprepared(p);
-    bool scaling = m->compute == OT_F16;
-    ot_program *q = scaling ? ot_program_new_at(m->be, f, ln) : p;
+    ot_program *q = m->compute == OT_F16 ? ot__model_scaler_new(m, f, ln) : p;
     if (!q) {
         ot_program_free(p);
         return ot_errcode();
@@ -465,34 +475,18 @@ static int build_program(ot_model *m, int64_t batch, const ot__site *at)
     }
     ot_pool *pool = rc ? NULL : ot_pool_push();
     if (!rc && !pool) rc = ot_errcode();
-    if (!rc) {
-        ot_node *upd[2 * OT_MODEL_MAX_LAYERS];
-        ot_node *out = forward(m, ot_tensor_node(x), upd);
-        ot_node *loss = loss_tree(m, out, ot_tensor_node(y));
-        ot_node *hits = hits_tree(m, out, ot_tensor_node(y));
-        char s1[OT__SHAPE_STRLEN];
-        ot_shape ls = loss ? ot_node_shape(loss) : OT_SHAPE();
-        if (!loss) rc = ot_errcode() ? ot_errcode() : FAIL(at, OT_EINVAL, "the loss function returned NULL");
-        else if (ls.ndim != 0)
-            rc = FAIL(at, OT_ESHAPE, "the loss has shape %s; it must be a scalar tree",
-                      ot__shape_str(&ls, s1));
-        if (!rc) rc = assign_step(m, p, loss, hits, upd, f, ln);
-        if (!rc) rc = ot_program_backprop_at(p, scaling ? ot_mul(loss, m->scale_t) : loss, n, w, g,
-                                             f, ln);
-        if (!rc && scaling) rc = unscale_step(m, p, n, g, f, ln);
-        if (!rc) rc = optimizer_steps(m, q, n, w, gn, mo, vo, f, ln);
-    }
+    if (!rc) rc = train_steps(m, p, q, x, y, n, w, g, gn, mo, vo, at);
     if (pool) ot_pool_pop(pool);
     for (int i = 0; i < n; i++) ot_tensor_free(g[i]);   /* the steps hold them */
     if (!rc) rc = ot_program_compile_at(p, f, ln);
-    if (!rc && scaling) rc = ot_program_compile_at(q, f, ln);
+    if (!rc && q != p) rc = ot_program_compile_at(q, f, ln);
     if (rc) {
         ot_program_free(p);
         if (q != p) ot_program_free(q);
         return rc;
     }
     m->prog = p;
-    m->opt = scaling ? q : NULL;
+    m->opt = q != p ? q : NULL;
     m->prog_batch = batch;
     return 0;
 }
@@ -704,39 +698,6 @@ static int augment(const ot_model *m, fit_state *s, int batch)
                 (long long)s->step + 1);
 }
 
-/* The scale and its inverse into the tensors the program reads. */
-static int put_scale(const ot_model *m)
-{
-    float s = (float)m->ls.scale, inv = (float)(1 / m->ls.scale);
-    int rc = ot_set(m->scale_t, &s);
-    return rc ? rc : ot_set(m->unscale_t, &inv);
-}
-
-/* f16's loss scaler after the gradients' program ran: the optimizer's
- * step when every gradient was finite (and the scale doubled after
- * growth_interval of them in a row), else no step and half the scale.
- * The scale stays within 2^-64..2^64 (a scale of inf could never shrink). */
-static int scaler_step(ot_model *m, const fit_state *s)
-{
-    if (!m->opt) return 0;
-    float flag;
-    int rc = ot_get(m->finite_t, &flag);
-    if (rc) return rc;
-    double old = m->ls.scale;
-    if (flag == 0) {
-        rc = ot_program_run_at(m->opt, 0, NULL, s->at->file, s->at->line);
-        if (++m->good >= m->ls.growth_interval) {
-            m->good = 0;
-            m->ls.scale = fmin(2 * m->ls.scale, 0x1p64);
-        }
-    } else {
-        m->ls.skipped++;
-        m->good = 0;
-        m->ls.scale = fmax(0.5 * m->ls.scale, 0x1p-64);
-    }
-    return rc || m->ls.scale == old ? rc : put_scale(m);
-}
-
 /* One epoch over the training rows in a new order: full batches only, so
  * every step has the program's shape (the rows left over are in other
  * batches next epoch). */
@@ -757,7 +718,7 @@ static int epoch(ot_model *m, fit_state *s, int64_t train, int batch, bool shuff
             OT_BIND_DATA("y", s->yb, sizeof *s->yb * (size_t)(batch * outs))};
         int nb = 2 + ot__model_drop_masks(m, batch, &s->drop_rng, b + 2);
         if (!rc) rc = ot_program_run_at(m->prog, nb, b, s->at->file, s->at->line);
-        if (!rc) rc = scaler_step(m, s);
+        if (!rc) rc = ot__model_scaler_step(m, s->at);
         float l = 0;
         int32_t h = 0;
         if (!rc) rc = ot_get(m->loss_t, &l);
@@ -820,14 +781,6 @@ int ot_model_fit_at(ot_model *m, const ot_tensor *x, const ot_tensor *y, const o
     if (!m->hits_t) m->hits_t = ot_empty(m->be, OT_SHAPE(), OT_I32);
     if (!m->lr_scale) m->lr_scale = ot_empty(m->be, OT_SHAPE(), OT_F64);
     if (!m->loss_t || !m->hits_t || !m->lr_scale) return ot_errcode();
-    if (m->compute == OT_F16 && !m->scale_t) {
-        m->scale_t = ot_empty(m->be, OT_SHAPE(), OT_F32);
-        m->unscale_t = ot_empty(m->be, OT_SHAPE(), OT_F32);
-        m->finite_t = ot_empty(m->be, OT_SHAPE(), OT_F32);
-        rc = m->scale_t && m->unscale_t && m->finite_t ? 0 : ot_errcode();
-    }
-    if (!rc && m->scale_t) rc = put_scale(m);
-    if (rc) return rc;
     fit_state s = {.schedule = o.lr_schedule, .steps = (int64_t)o.epochs * (train / o.batch),
                    .at = &at, .drop_rng = o.seed ^ 0x6a09e667f3bcc908ULL,
                    .aug_rng = o.seed ^ 0xbb67ae8584caa73bULL, .augment = o.augment,
@@ -880,23 +833,6 @@ int ot_model_compute_dtype_at(ot_model *m, ot_dtype dtype, const char *file, int
                     ot_dtype_name(dtype) ? ot_dtype_name(dtype) : "unknown");
     if (dtype != m->compute) drop_program(m);
     m->compute = dtype;
-    return 0;
-}
-
-int ot_model_loss_scale_at(ot_model *m, const ot_loss_scale *set, ot_loss_scale *get,
-                           const char *file, int line)
-{
-    const ot__site site = {"model_loss_scale", file, line}, *at = &site;
-    if (!m) return FAIL(at, OT_ENULL, "model is NULL");
-    if (set && (!(set->scale >= 0) || set->scale > 0x1p64 || set->growth_interval < 0))
-        return FAIL(at, OT_EINVAL, "scale must be in [0, 2^64] (0: 65536) and growth_interval "
-                    ">= 0 (0: 2000), not %g and %d", set->scale, set->growth_interval);
-    if (set) {
-        m->ls.scale = set->scale > 0 ? set->scale : 65536;
-        m->ls.growth_interval = set->growth_interval ? set->growth_interval : 2000;
-        m->good = 0;
-    }
-    if (get) *get = m->ls;
     return 0;
 }
 

@@ -89,5 +89,14 @@ ot_node *ot__model_apply_spatial(const layer *l, ot_node *h);
 /* Parameter t as h's layer reads it: cast to h's dtype when that is a
  * 16-bit compute dtype (mixed precision), else t itself. */
 ot_node *ot__model_param(ot_tensor *t, const ot_node *h);
+/* f16's loss scaler (model_half.c): its tensors made and set and the
+ * optimizer's program made (NULL with the error set); the step that
+ * unscales the n gradients g and flags a non-finite one, into p; and,
+ * after each run of the gradients' program, the optimizer's run or the
+ * skip, and the scale's update. */
+ot_program *ot__model_scaler_new(ot_model *m, const char *f, int ln);
+int ot__model_unscale_step(const ot_model *m, ot_program *p, int n, ot_tensor *g[], const char *f,
+                           int ln);
+int ot__model_scaler_step(ot_model *m, const ot__site *at);
 
 #endif /* OT_FRONT_MODEL_H */

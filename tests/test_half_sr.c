@@ -178,3 +178,32 @@ TEST(half_sr_default_and_option)
     CHECK(be && ot_backend_options(be).stochastic_round == 1);
     ot_backend_free(be);
 }
+
+/* The vector code (AVX2, where the CPU has it) gives the scalar code's
+ * bits: random patterns over the whole f32 range, subnormals, NaNs and
+ * infinities among them, at indices crossing 2^32. */
+TEST(half_sr_vector_is_scalar)
+{
+    enum { N = 1 << 16 };
+    float *x = malloc(sizeof *x * N);
+    uint16_t *a = malloc(sizeof *a * N), *b = malloc(sizeof *b * N);
+    CHECK(x && a && b);
+    uint64_t s = 99;
+    for (int i = 0; x && i < N; i++) {
+        s = s * 6364136223846793005u + 1442695040888963407u;
+        uint32_t bits = (uint32_t)(s >> 32);
+        if (i % 4 == 1) bits = (bits & 0x87ffffffu) | 0x30000000u;   /* near f16's subnormals */
+        if (i % 97 == 3) bits |= 0x7f800000u;                        /* NaN or inf */
+        x[i] = bits_f(bits);
+    }
+    static const uint64_t firsts[] = {0, 5, 0xfffffffdull, 0x123456789ull};
+    for (int dt = OT_F16; x && a && b && dt <= OT_BF16; dt++)
+        for (size_t f = 0; f < sizeof firsts / sizeof firsts[0]; f++) {
+            ot__half_narrow_sr_with(true, dt, x, a, N - (int)f, 0xabcdef12345ull, firsts[f]);
+            ot__half_narrow_sr_with(false, dt, x, b, N - (int)f, 0xabcdef12345ull, firsts[f]);
+            CHECK(memcmp(a, b, sizeof *a * (N - f)) == 0);
+        }
+    free(x);
+    free(a);
+    free(b);
+}

@@ -69,6 +69,10 @@ uint16_t ot__f64_to_half_sr(int dt, double d, uint32_t r);
 /* n elements, element i taking the bits of index first + i of key. */
 void ot__half_narrow_sr(int dt, const float *src, uint16_t *dst, size_t n, uint64_t key,
                         uint64_t first);
+/* The same with the vector code (AVX2, where the CPU has it) or without:
+ * the same bits either way (tests/test_half_sr.c compares them). */
+void ot__half_narrow_sr_with(bool vector, int dt, const float *src, uint16_t *dst, size_t n,
+                             uint64_t key, uint64_t first);
 /* The rounding of 16-bit stores in force on this thread: set by the front
  * around one assignment (ot_assign_sr, or a backend made with
  * stochastic_round), read by the backends' stores. get gives whether it is

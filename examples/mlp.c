@@ -26,8 +26,10 @@
  * the "cpu" backend (OT_BACKEND=ref runs the same program on the reference
  * backend). With OT_EXAMPLE_SMALL=1 it trains on 512 points for 2 epochs
  * and skips the accuracy requirement (that is how the test suite runs it
- * under valgrind). Uses only include/optree.h and frees everything it
- * creates.
+ * under valgrind). OT_COMPUTE_DTYPE=bf16 (or f16) trains in mixed
+ * precision (ot_model_compute_dtype: f32 weights, 16-bit activations and
+ * gradients; f16 with dynamic loss scaling). Uses only include/optree.h
+ * and frees everything it creates.
  */
 #include "optree.h"
 
@@ -81,10 +83,10 @@ static void make_spirals(int n, float *xy, float *onehot)
  * out) under softmax cross-entropy and Adam at lr, fitted on (x, y);
  * returns the held-out accuracy, or -1 with the error set. */
 static double fit(ot_backend *be, int layers, const int *width, double lr, int epochs,
-                  bool quiet, ot_tensor *x, ot_tensor *y)
+                  bool quiet, ot_dtype compute, ot_tensor *x, ot_tensor *y)
 {
     ot_model *m = ot_model_new(be, width[0]);
-    int rc = m ? 0 : ot_errcode();
+    int rc = m ? ot_model_compute_dtype(m, compute) : ot_errcode();
     for (int i = 0; i < layers && !rc; i++)
         rc = ot_model_linear(m, width[i + 1], i + 1 < layers ? OT_ACT_RELU : OT_ACT_NONE,
                              (uint64_t)i + 1);
@@ -107,6 +109,13 @@ int main(void)
     const char *small_env = getenv("OT_EXAMPLE_SMALL");
     bool small = small_env && strcmp(small_env, "0") != 0 && small_env[0] != '\0';
     int n = small ? 512 : 30000, epochs = small ? 2 : 20;
+    const char *cd = getenv("OT_COMPUTE_DTYPE");
+    ot_dtype compute = !cd || !*cd || !strcmp(cd, "f32") ? OT_F32
+                       : !strcmp(cd, "bf16") ? OT_BF16 : !strcmp(cd, "f16") ? OT_F16 : OT_I32;
+    if (compute == OT_I32) {
+        fprintf(stderr, "mlp: OT_COMPUTE_DTYPE=%s is not f32, bf16 or f16\n", cd);
+        return 1;
+    }
 
     /* "cpu" by default; OT_BACKEND=ref (or cpu) replaces the name. */
     /* One thread: a batch of 128 rows is too little work to share out. */
@@ -121,13 +130,14 @@ int main(void)
     }
     double acc = -1;
     if (x && y) {
-        printf("mlp: %d training and %d held-out points, 10-arm spirals; backend %s\n",
-               n - n / 5, n / 5, ot_backend_name(be));
+        printf("mlp: %d training and %d held-out points, 10-arm spirals; backend %s, "
+               "compute dtype %s\n", n - n / 5, n / 5, ot_backend_name(be), ot_dtype_name(compute));
         /* A linear classifier first: how far no hidden layer gets. */
-        acc = fit(be, 1, (const int[]){2, CLASSES}, 0.05, small ? 1 : 3, true, x, y);
+        acc = fit(be, 1, (const int[]){2, CLASSES}, 0.05, small ? 1 : 3, true, compute, x, y);
         if (acc >= 0) printf("linear classifier: held-out accuracy %.2f%%\n", 100 * acc);
         if (acc >= 0)
-            acc = fit(be, 3, (const int[]){2, HIDDEN, HIDDEN, CLASSES}, 0.01, epochs, false, x, y);
+            acc = fit(be, 3, (const int[]){2, HIDDEN, HIDDEN, CLASSES}, 0.01, epochs, false, compute,
+                      x, y);
         if (acc >= 0) printf("mlp: held-out accuracy %.2f%%\n", 100 * acc);
     }
     ot_stats st;

@@ -223,6 +223,13 @@ typedef struct ot_backend_opts {
                           host's whole L3); OT_STREAM_NEVER: never
                           (OT_STREAM_BYTES=n, 0 meaning never). Reported:
                           the threshold in force */
+    int stochastic_round; /* both backends: 1 makes every store into an
+                          f16/bf16 output round stochastically (as neon's
+                          backend option did; docs/half.md), the random
+                          bits a hash of seed, the backend's count of
+                          assignments and the element's index, so the
+                          same for any thread count; 0: round to nearest
+                          even (OT_STOCHASTIC_ROUND=0|1) */
 } ot_backend_opts;
 
 /* Creates a backend: "ref" (node at a time, in double; the test oracle) or
@@ -396,6 +403,14 @@ int ot_assign_node(ot_tensor *out, ot_node *tree);
  * "file.c:88: assign: ...". The ot_assign macro passes __FILE__, __LINE__;
  * ot_assign_node is this with file NULL. */
 int ot_assign_at(ot_tensor *out, ot_node *tree, const char *file, int line);
+/* ot_assign whose store into an f16/bf16 out rounds stochastically: up
+ * with probability equal to the fraction of the gap to the next value
+ * covered (unbiased), the random bits a hash of seed and each element's
+ * index in out (row-major), so the same bits for any thread count and a
+ * given seed. Other dtypes store as ot_assign does. docs/half.md. */
+int ot_assign_sr_at(ot_tensor *out, ot_node *tree, uint64_t seed, const char *file, int line);
+#define ot_assign_sr(out, x, seed)                                            \
+    ot_assign_sr_at((out), OT__NODE(x), (seed), __FILE__, __LINE__)
 /* Several outputs at once: every tree is evaluated before any output is
  * written; shared subtrees are computed once. Outputs must not overlap. */
 int ot_assign_many(int n, ot_tensor *const outs[], ot_node *const trees[]);

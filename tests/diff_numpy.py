@@ -133,7 +133,7 @@ class OtBackendOpts(C.Structure):
     _fields_ = [('threads', C.c_int), ('seed', C.c_uint64), ('dtype', C.c_int),
                 ('accuracy', C.c_int), ('plan_cache', C.c_int), ('fusion', C.c_int),
                 ('rewrite', C.c_char_p), ('isa', C.c_char_p), ('jit', C.c_int),
-                ('stream_bytes', C.c_int64)]
+                ('stream_bytes', C.c_int64), ('stochastic_round', C.c_int)]
 
 
 def load(path):

@@ -418,6 +418,37 @@ int ot_model_sgd_at(ot_model *m, const ot_sgd *o, const char *file, int line);
 #define ot_model_sgd(...) ot_model_sgd_at(__VA_ARGS__, __FILE__, __LINE__)
 int ot_model_adam_at(ot_model *m, const ot_adam *o, const char *file, int line);
 #define ot_model_adam(...) ot_model_adam_at(__VA_ARGS__, __FILE__, __LINE__)
+/* Mixed-precision training (docs/half.md): the dtype activations and
+ * gradients are stored in, OT_F32 (the default), OT_BF16 or OT_F16. The
+ * parameters and the optimizer's state stay f32 (the master weights):
+ * each layer casts its weights to the compute dtype, its output is of the
+ * compute dtype (batch norm computes in f32 between casts), and the
+ * output layer's values are cast back to f32 for the loss; gradients flow
+ * back through the casts, so the weights' gradients are f32. Predict and
+ * validation run the same casts. With OT_F16, fit scales the loss
+ * dynamically (PyTorch's GradScaler): the gradients of loss*scale are
+ * unscaled in f32; a step whose gradients hold an inf or NaN is skipped
+ * (the parameters and optimizer state unchanged; batch norm's running
+ * values are updated, as in PyTorch) and halves the scale; after
+ * growth_interval steps in a row without one the scale doubles. Changing
+ * the dtype rebuilds the training program at the next fit.
+ *     ot_model_compute_dtype(m, OT_BF16); */
+int ot_model_compute_dtype_at(ot_model *m, ot_dtype dtype, const char *file, int line);
+#define ot_model_compute_dtype(...) ot_model_compute_dtype_at(__VA_ARGS__, __FILE__, __LINE__)
+/* The f16 loss scaler's state. */
+typedef struct ot_loss_scale {
+    double scale;              /* the scale in force; set: > 0, or 0 for
+                                  the default 65536 (2^16) */
+    int growth_interval;       /* steps without overflow before the scale
+                                  doubles; set: 0 for the default 2000 */
+    int64_t skipped;           /* steps skipped for an inf or NaN gradient
+                                  since the model was made (get only) */
+} ot_loss_scale;
+/* Sets the scaler from *set (unless NULL; skipped is ignored) and then
+ * reports it into *get (unless NULL). */
+int ot_model_loss_scale_at(ot_model *m, const ot_loss_scale *set, ot_loss_scale *get,
+                           const char *file, int line);
+#define ot_model_loss_scale(...) ot_model_loss_scale_at(__VA_ARGS__, __FILE__, __LINE__)
 /* Trains on (x, y); opts NULL: one epoch of batches of 32. Prints one
  * progress line per epoch (loss, accuracy with two or more outputs,
  * validation figures, samples/s) unless quiet. result may be NULL. */

@@ -124,6 +124,7 @@ class ot_backend_opts(Structure):
         ('isa', c_char_p),
         ('jit', c_int),
         ('stream_bytes', c_int64),
+        ('stochastic_round', c_int),
     ]
 
 class ot_stats(Structure):
@@ -473,6 +474,13 @@ class ot_fit_result(Structure):
         ('val_accuracy', c_double),
     ]
 
+class ot_loss_scale(Structure):
+    _fields_ = [
+        ('scale', c_double),
+        ('growth_interval', c_int),
+        ('skipped', c_int64),
+    ]
+
 class ot_topk_opts(Structure):
     _fields_ = [
         ('spec_', c_char_p),
@@ -481,7 +489,7 @@ class ot_topk_opts(Structure):
         ('sorted', c_bool),
     ]
 
-STRUCTS = [ot_shape, ot_backend_opts, ot_stats, ot_index, ot_window, ot_args, ot_reduce_opts, ot_var_opts, ot_softmax_opts, ot_cast_opts, ot_onehot_opts, ot_rand_opts, ot_transpose_opts, ot_print_options, ot_attn_opts, ot_sgd, ot_adam, ot_conv_opts, ot_op_def, ot_struct_tensor, ot_struct_call, ot_struct_def, ot_rewrite_match, ot_rewrite_rule, ot_rule_set, ot_stack_item, ot_batch_norm_opts, ot_layer_norm_opts, ot_rms_norm_opts, ot_global_avg_pool_opts, ot_pool_opts, ot_step, ot_init, ot_bind, ot_program_stats, ot_fit_opts, ot_fit_result, ot_topk_opts]
+STRUCTS = [ot_shape, ot_backend_opts, ot_stats, ot_index, ot_window, ot_args, ot_reduce_opts, ot_var_opts, ot_softmax_opts, ot_cast_opts, ot_onehot_opts, ot_rand_opts, ot_transpose_opts, ot_print_options, ot_attn_opts, ot_sgd, ot_adam, ot_conv_opts, ot_op_def, ot_struct_tensor, ot_struct_call, ot_struct_def, ot_rewrite_match, ot_rewrite_rule, ot_rule_set, ot_stack_item, ot_batch_norm_opts, ot_layer_norm_opts, ot_rms_norm_opts, ot_global_avg_pool_opts, ot_pool_opts, ot_step, ot_init, ot_bind, ot_program_stats, ot_fit_opts, ot_fit_result, ot_loss_scale, ot_topk_opts]
 
 # Every function of the headers the module can call: name -> (restype, argtypes).
 PROTOS = {
@@ -494,6 +502,7 @@ PROTOS = {
     'ot_assign_at': (c_int, [c_void_p, c_void_p, c_char_p, c_int]),
     'ot_assign_many': (c_int, [c_int, c_void_p, c_void_p]),
     'ot_assign_node': (c_int, [c_void_p, c_void_p]),
+    'ot_assign_sr_at': (c_int, [c_void_p, c_void_p, c_uint64, c_char_p, c_int]),
     'ot_attention_at': (c_void_p, [c_void_p, c_void_p, c_void_p, c_void_p, c_char_p, c_int]),
     'ot_autodiff_backprop': (c_int, [c_void_p, c_int, c_void_p, c_void_p]),
     'ot_autodiff_free': (None, [c_void_p]),
@@ -548,6 +557,7 @@ PROTOS = {
     'ot_model_adam_at': (c_int, [c_void_p, c_void_p, c_char_p, c_int]),
     'ot_model_avg_pool_at': (c_int, [c_void_p, c_void_p, c_char_p, c_int]),
     'ot_model_batch_norm_at': (c_int, [c_void_p, c_int, c_double, c_double, c_char_p, c_int]),
+    'ot_model_compute_dtype_at': (c_int, [c_void_p, c_int, c_char_p, c_int]),
     'ot_model_conv_at': (c_int, [c_void_p, c_int64, c_int, c_int, c_uint64, c_void_p, c_char_p, c_int]),
     'ot_model_dropout_at': (c_int, [c_void_p, c_double, c_char_p, c_int]),
     'ot_model_fit_at': (c_int, [c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_char_p, c_int]),
@@ -556,6 +566,7 @@ PROTOS = {
     'ot_model_linear_at': (c_int, [c_void_p, c_int64, c_int, c_uint64, c_char_p, c_int]),
     'ot_model_load_at': (c_int, [c_void_p, c_char_p, c_char_p, c_int]),
     'ot_model_loss_at': (c_int, [c_void_p, c_int, c_void_p, c_void_p, c_char_p, c_int]),
+    'ot_model_loss_scale_at': (c_int, [c_void_p, c_void_p, c_void_p, c_char_p, c_int]),
     'ot_model_max_pool_at': (c_int, [c_void_p, c_void_p, c_char_p, c_int]),
     'ot_model_new_at': (c_void_p, [c_void_p, c_int64, c_char_p, c_int]),
     'ot_model_parameters_at': (c_int, [c_void_p, c_int, c_void_p, c_char_p, c_int]),

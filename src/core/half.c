@@ -82,7 +82,7 @@ float ot__bf16_to_f32(uint16_t h)
  * more to 8 or 11 bits gives d correctly rounded (f32 has more than 2 bits
  * beyond either). Infinities from overflow stay: both 16-bit dtypes
  * overflow below FLT_MAX. */
-static float f32_odd(double d)
+float ot__f32_odd(double d)
 {
     float f = (float)d;
     if ((double)f == d || isinf(f) || isnan(f))
@@ -94,8 +94,8 @@ static float f32_odd(double d)
     return bits_f32(away ? x - 1 : x + 1);
 }
 
-uint16_t ot__f64_to_f16(double d) { return ot__f32_to_f16(f32_odd(d)); }
-uint16_t ot__f64_to_bf16(double d) { return ot__f32_to_bf16(f32_odd(d)); }
+uint16_t ot__f64_to_f16(double d) { return ot__f32_to_f16(ot__f32_odd(d)); }
+uint16_t ot__f64_to_bf16(double d) { return ot__f32_to_bf16(ot__f32_odd(d)); }
 
 static atomic_bool seen;
 

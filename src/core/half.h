@@ -52,4 +52,36 @@ void ot__half_widen(int dt, const uint16_t *src, float *dst, size_t n);
  * caches, whose lines then need not be read before they are written. */
 void ot__half_narrow_stream(int dt, const float *src, uint16_t *dst, size_t n);
 
+/* d rounded to f32 toward an odd last bit when inexact (half.c). */
+float ot__f32_odd(double d);
+
+/* ---- stochastic rounding (half_sr.c) ---- */
+
+/* The key of one stream of random bits: a seed and a stream number (an
+ * assignment's count, an output's index) hashed together. */
+uint64_t ot__sr_key(uint64_t seed, uint64_t stream);
+/* The 32 random bits of element i of key's stream: a hash, no state. */
+uint32_t ot__sr_bits(uint64_t key, uint64_t i);
+/* f rounded to the 16-bit dtype stochastically with the random bits r:
+ * up with probability (distance to the lower value) / (the gap). NaN as
+ * the nearest rounding gives it; infinities and exact values unchanged. */
+uint16_t ot__f32_to_f16_sr(float f, uint32_t r);
+uint16_t ot__f32_to_bf16_sr(float f, uint32_t r);
+/* A double (ref's stores): exact values and NaN as the nearest rounding,
+ * else via f32 rounded to odd. dt is OT_F16 or OT_BF16. */
+uint16_t ot__f64_to_half_sr(int dt, double d, uint32_t r);
+/* n elements, element i taking the bits of index first + i of key. */
+void ot__half_narrow_sr(int dt, const float *src, uint16_t *dst, size_t n, uint64_t key,
+                        uint64_t first);
+/* The same with the vector code (AVX2, where the CPU has it) or without:
+ * the same bits either way (tests/test_half_sr.c compares them). */
+void ot__half_narrow_sr_with(bool vector, int dt, const float *src, uint16_t *dst, size_t n,
+                             uint64_t key, uint64_t first);
+/* The rounding of 16-bit stores in force on this thread: set by the front
+ * around one assignment (ot_assign_sr, or a backend made with
+ * stochastic_round), read by the backends' stores. get gives whether it is
+ * on and then its key; set returns whether it was on. */
+bool ot__half_sr_get(uint64_t *key);
+bool ot__half_sr_set(bool on, uint64_t key);
+
 #endif /* OT_HALF_H */

@@ -506,6 +506,8 @@ struct ot_backend {
     struct ot__rewrite *rewrite;   /* rewrite.c: the rule sets in force; NULL
                                       (the default) when none */
     atomic_uint_fast64_t serials;  /* the last tensor serial handed out */
+    atomic_uint_fast64_t sr_count; /* assignments under opts.stochastic_round
+                                      so far: each one's stream of bits */
 };
 /* The backend name and options in force (config.c): opts checked, defaults
  * and environment overrides applied; -1 with the error set when any is bad.

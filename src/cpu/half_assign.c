@@ -395,6 +395,23 @@ static int trees_f32(half_run *h, int n, ot_tensor *const outs[], ot_node *const
     return rc;
 }
 
+/* Output k's f32 values (contiguous, row-major) stored into out: rounded
+ * to nearest, or stochastically when the assignment asks for it (output
+ * k's stream, element i the bits of index i, on this thread alone, so the
+ * bits never depend on the thread count). */
+static int store_out(ot_tensor *out, int k, const float *x)
+{
+    uint64_t key;
+    if (!ot__half_sr_get(&key)) return ot_set(out, x);
+    size_t n = (size_t)ot__numel(&out->leaf.shape);
+    uint16_t *h = malloc(sizeof *h * (n ? n : 1));
+    if (!h) return ot__err_set(OT_ENOMEM, NULL, 0, "assign", "out of memory");
+    ot__half_narrow_sr(out->leaf.dtype, x, h, n, ot__sr_key(key, (uint64_t)k), 0);
+    int rc = ot_set_raw(out, h);
+    free(h);
+    return rc;
+}
+
 /* The f32 trees and outputs, then the assignment, then the narrowing. */
 static int run_f32(half_run *h, int n, ot_tensor *const outs[], ot_node *const trees[])
 {
@@ -403,7 +420,7 @@ static int run_f32(half_run *h, int n, ot_tensor *const outs[], ot_node *const t
     int rc = trees_f32(h, n, outs, trees, t32, o32);
     if (!rc) rc = h->eval(h->be, n, o32, t32);
     for (int i = 0; i < n && !rc; i++)
-        if (o32[i] != outs[i]) rc = ot_set(outs[i], temp_data(o32[i]));
+        if (o32[i] != outs[i]) rc = store_out(outs[i], i, temp_data(o32[i]));
     free(t32);
     free(o32);
     return rc;
@@ -423,8 +440,10 @@ int ot__half_assign(ot_backend *be, ot__half_eval eval, int n, ot_tensor *const 
     half_run h = {.be = be, .eval = eval};
     ot_pool *pool = ot_pool_push();
     if (!pool) return ot__err_set(OT_ENOMEM, NULL, 0, "assign", "out of memory");
-    int rc = n == 1 && blockable(outs[0], trees[0]) ? run_blocked(&h, outs[0], trees[0])
-                                                      : run_f32(&h, n, outs, trees);
+    uint64_t key;
+    bool sr = ot__half_sr_get(&key);   /* stochastic stores take the plain path */
+    int rc = n == 1 && !sr && blockable(outs[0], trees[0]) ? run_blocked(&h, outs[0], trees[0])
+                                                             : run_f32(&h, n, outs, trees);
     run_free(&h, pool);
     return rc;
 }

@@ -250,10 +250,24 @@ static int assign_rewritten(ot_backend *be, int n, ot_tensor *const outs[],
     return be->vt->assign_many(be, n, outs, trees);
 }
 
-int ot__assign_backend(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[])
+static int assign_now(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[])
 {
     if (be->rewrite) return ot__rewrite_then(be, n, outs, trees, NULL, assign_rewritten, NULL);
     return be->vt->assign_many(be, n, outs, trees);
+}
+
+/* A backend made with stochastic_round rounds this assignment's 16-bit
+ * stores stochastically, its bits the stream of (seed, its count), unless
+ * the call (ot_assign_sr) set a stream already. */
+int ot__assign_backend(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[])
+{
+    uint64_t key;
+    if (!be->opts.stochastic_round || ot__half_sr_get(&key)) return assign_now(be, n, outs, trees);
+    uint64_t count = atomic_fetch_add_explicit(&be->sr_count, 1, memory_order_relaxed);
+    ot__half_sr_set(true, ot__sr_key(be->opts.seed, count));
+    int rc = assign_now(be, n, outs, trees);
+    ot__half_sr_set(false, 0);
+    return rc;
 }
 
 static int assign_checked(const char *fn, call_site at, int n, ot_tensor *const outs[],
@@ -271,6 +285,16 @@ int ot_assign_at(ot_tensor *out, ot_node *tree, const char *file, int line)
                             : ot__err_set(OT_ENULL, file, line, "assign", "tree is NULL");
     if (!out) return ot__err_set(OT_ENULL, file, line, "assign", "output tensor is NULL");
     return assign_checked("assign", (call_site){file, line}, 1, &out, &tree);
+}
+
+int ot_assign_sr_at(ot_tensor *out, ot_node *tree, uint64_t seed, const char *file, int line)
+{
+    uint64_t old = 0;
+    bool was = ot__half_sr_get(&old);
+    ot__half_sr_set(true, ot__sr_key(seed, 0));
+    int rc = ot_assign_at(out, tree, file, line);
+    ot__half_sr_set(was, old);
+    return rc;
 }
 
 int ot_assign_node(ot_tensor *out, ot_node *tree)

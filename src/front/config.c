@@ -100,6 +100,8 @@ static const char *bad_option(const ot_backend_opts *o)
         return "jit must be OT_JIT_DEFAULT, OT_JIT_ON or OT_JIT_OFF";
     if (o->stream_bytes < OT_STREAM_NEVER)
         return "stream_bytes must be >= 0 or OT_STREAM_NEVER";
+    if (o->stochastic_round != 0 && o->stochastic_round != 1)
+        return "stochastic_round must be 0 or 1";
     return NULL;
 }
 
@@ -136,6 +138,7 @@ static int env_overrides(ot_backend_opts *o, const char **isa_from, size_t *l3_b
     snprintf(isa_want, sizeof isa_want, "one of %s", ISA_LIST);
     if (env_switch("OT_FUSION", &o->fusion, OT_FUSION_ON, OT_FUSION_OFF) ||
         env_switch("OT_JIT", &o->jit, OT_JIT_ON, OT_JIT_OFF) ||
+        env_switch("OT_STOCHASTIC_ROUND", &o->stochastic_round, 1, 0) ||
         env_word("OT_ISA", isa_names, NISA, isa_want, &isa) ||
         env_count("OT_STREAM_BYTES", &stream, &stream_set) ||
         env_count("OT_L3_BYTES", &l3, &l3_set) ||

@@ -46,6 +46,11 @@ int ot__rewrite_then(ot_backend *be, int n, ot_tensor *const outs[], ot_node *co
  * by its rule sets if it has any (backend.c): ot_assign_many's last half,
  * which a program's run on ref calls per step. */
 int ot__assign_backend(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[]);
+/* Makes a new program (nothing added yet) run its steps as assignments
+ * (ot__assign_backend) rather than prepared by the backend: what ot_model
+ * does with a 16-bit compute dtype, which the cpu backend does not
+ * prepare yet (program.c). */
+void ot__program_unprepared(ot_program *p);
 /* ot_sequential's run (sequential.c): n checked steps in order, a value
  * that several steps compute computed once while what it reads is not
  * written in between. 0, or an error with *failed the step that failed

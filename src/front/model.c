@@ -43,6 +43,8 @@ ot_model *ot_model_new_at(ot_backend *be, int64_t inputs, const char *file, int 
     m->in = OT_SHAPE(inputs);
     m->adam_opts = ot_adam_default(1e-3);
     m->adam = true;
+    m->compute = OT_F32;
+    m->ls = (ot_loss_scale){65536, 2000, 0};
     return m;
 }
 
@@ -64,7 +66,8 @@ static void layer_free(layer *l)
 static void drop_program(ot_model *m)
 {
     ot_program_free(m->prog);
-    m->prog = NULL;
+    ot_program_free(m->opt);
+    m->prog = m->opt = NULL;
     m->prog_batch = 0;
     for (int i = 0; i < m->nlayer; i++) m->layer[i].mask = NULL;
 }
@@ -77,6 +80,9 @@ void ot_model_free(ot_model *m)
     ot_tensor_free(m->loss_t);
     ot_tensor_free(m->hits_t);
     ot_tensor_free(m->lr_scale);
+    ot_tensor_free(m->scale_t);
+    ot_tensor_free(m->unscale_t);
+    ot_tensor_free(m->finite_t);
     free(m);
 }
 
@@ -263,24 +269,33 @@ static ot_node *flatten(ot_node *h)
     return ot_reshape_node(h, OT_SHAPE(ot_node_shape(h).dims[0], -1));
 }
 
+/* h in dtype dt: a cast where it is of another (none for f32 models, so
+ * their trees are what they always were). */
+static ot_node *in_dtype(ot_node *h, ot_dtype dt)
+{
+    return !h || ot_node_dtype(h) == dt ? h : ot_cast(h, .dtype = dt);
+}
+
 /* The model's output for x (rows of inputs, flat or in the input shape):
- * builds, computes nothing; rows of the last layer's outputs, flattened.
- * upd NULL: inference (batch norm by its running values); else training,
- * and upd[2i], upd[2i + 1] get batch norm layer i's running mean and
- * variance update trees (NULL for other layers). */
+ * builds, computes nothing; rows of the last layer's outputs, flattened,
+ * in f32. upd NULL: inference (batch norm by its running values); else
+ * training, and upd[2i], upd[2i + 1] get batch norm layer i's running
+ * mean and variance update trees (NULL for other layers). Layers compute
+ * in m->compute (mixed precision: weights cast to it; batch norm, whose
+ * running values are f32, in f32 between casts). */
 static ot_node *forward(const ot_model *m, ot_node *x, ot_node **upd)
 {
-    ot_node *h = as_samples(x, m->in);
+    ot_node *h = in_dtype(as_samples(x, m->in), m->compute);
     for (int i = 0; i < m->nlayer; i++) {
         const layer *l = &m->layer[i];
         if (upd) upd[2 * i] = upd[2 * i + 1] = NULL;
         switch (l->kind) {
         case L_DENSE:
-            h = ot_add(ot_dot(flatten(h), l->w), l->b);
+            h = ot_add(ot_dot(flatten(h), ot__model_param(l->w, h)), ot__model_param(l->b, h));
             break;
         case L_BN:
-            h = ot_batch_norm(h, l->rm, l->rv, l->w, l->b, .training = upd != NULL,
-                              .momentum = l->momentum, .eps = l->eps,
+            h = ot_batch_norm(in_dtype(h, OT_F32), l->rm, l->rv, l->w, l->b,
+                              .training = upd != NULL, .momentum = l->momentum, .eps = l->eps,
                               .updates = upd ? upd + 2 * i : NULL);
             break;
         case L_DROP:
@@ -288,9 +303,9 @@ static ot_node *forward(const ot_model *m, ot_node *x, ot_node **upd)
             break;
         default: h = ot__model_apply_spatial(l, h);
         }
-        h = activate(h, l->act);
+        h = activate(in_dtype(h, m->compute), l->act);
     }
-    return flatten(h);
+    return in_dtype(flatten(h), OT_F32);
 }
 
 /* The mean loss of out against y (a scalar tree). */
@@ -388,7 +403,50 @@ static int adam_steps(const ot_model *m, ot_program *p, int n, ot_tensor *w[], o
     return rc;
 }
 
-/* The program's calls are reported at the fit's caller (at). */
+/* The optimizer's steps over the parameters w with gradients gn, into p. */
+static int optimizer_steps(const ot_model *m, ot_program *p, int n, ot_tensor *w[], ot_node *gn[],
+                           ot_tensor *mo[], ot_tensor *vo[], const char *f, int ln)
+{
+    if (m->adam) return adam_steps(m, p, n, w, gn, mo, vo, f, ln);
+    ot_sgd sgd = m->sgd;
+    sgd.lr_scale = m->lr_scale;
+    return ot_program_sgd_at(p, &sgd, n, w, gn, sgd.momentum > 0 ? mo : NULL, f, ln);
+}
+
+/* The training step's assignments over placeholders x and y: the loss
+ * and hits (and batch norm's running values), the gradients g of the n
+ * parameters w, into p, and the optimizer's update, into q (p itself but
+ * with f16, whose loss scaling takes the gradients of loss*scale and
+ * unscales them in p, the optimizer being a program of its own). */
+static int train_steps(const ot_model *m, ot_program *p, ot_program *q, ot_tensor *x, ot_tensor *y,
+                       int n, ot_tensor *w[], ot_tensor *g[], ot_node *gn[], ot_tensor *mo[],
+                       ot_tensor *vo[], const ot__site *at)
+{
+    const char *f = at->file;
+    int ln = at->line, rc = 0;
+    ot_node *upd[2 * OT_MODEL_MAX_LAYERS];
+    ot_node *out = forward(m, ot_tensor_node(x), upd);
+    ot_node *loss = loss_tree(m, out, ot_tensor_node(y));
+    ot_node *hits = hits_tree(m, out, ot_tensor_node(y));
+    char s1[OT__SHAPE_STRLEN];
+    ot_shape ls = loss ? ot_node_shape(loss) : OT_SHAPE();
+    if (!loss) rc = ot_errcode() ? ot_errcode() : FAIL(at, OT_EINVAL, "the loss function returned NULL");
+    else if (ls.ndim != 0)
+        rc = FAIL(at, OT_ESHAPE, "the loss has shape %s; it must be a scalar tree",
+                  ot__shape_str(&ls, s1));
+    bool scaling = q != p;
+    if (!rc) rc = assign_step(m, p, loss, hits, upd, f, ln);
+    ot_node *cost = scaling && loss ? ot_mul(loss, m->scale_t) : loss;
+    if (!rc) rc = ot_program_backprop_at(p, cost, n, w, g, f, ln);
+    if (!rc && scaling) rc = ot__model_unscale_step(m, p, n, g, f, ln);
+    return rc ? rc : optimizer_steps(m, q, n, w, gn, mo, vo, f, ln);
+}
+
+/* The program's calls are reported at the fit's caller (at). With a
+ * 16-bit compute dtype the program's steps run as assignments (the cpu
+ * backend prepares no f16/bf16 step yet; its ot_assign converts); with
+ * f16 the optimizer is a second program, m->opt, run when the step's
+ * gradients are finite. */
 static int build_program(ot_model *m, int64_t batch, const ot__site *at)
 {
     const char *f = at->file;
@@ -397,6 +455,12 @@ static int build_program(ot_model *m, int64_t batch, const ot__site *at)
     drop_program(m);
     ot_program *p = ot_program_new_at(m->be, f, ln);
     if (!p) return ot_errcode();
+    if (m->compute != OT_F32) ot__program_unprepared(p);
+    ot_program *q = m->compute == OT_F16 ? ot__model_scaler_new(m, f, ln) : p;
+    if (!q) {
+        ot_program_free(p);
+        return ot_errcode();
+    }
     ot_tensor *x = ot_program_placeholder_at(p, "x", OT_SHAPE(batch, m->inputs), OT_F32, f, ln);
     ot_tensor *y = ot_program_placeholder_at(p, "y", OT_SHAPE(batch, outs), OT_F32, f, ln);
     ot_tensor *w[2 * OT_MODEL_MAX_LAYERS], *g[2 * OT_MODEL_MAX_LAYERS] = {0};
@@ -411,33 +475,18 @@ static int build_program(ot_model *m, int64_t batch, const ot__site *at)
     }
     ot_pool *pool = rc ? NULL : ot_pool_push();
     if (!rc && !pool) rc = ot_errcode();
-    if (!rc) {
-        ot_node *upd[2 * OT_MODEL_MAX_LAYERS];
-        ot_node *out = forward(m, ot_tensor_node(x), upd);
-        ot_node *loss = loss_tree(m, out, ot_tensor_node(y));
-        ot_node *hits = hits_tree(m, out, ot_tensor_node(y));
-        char s1[OT__SHAPE_STRLEN];
-        ot_shape ls = loss ? ot_node_shape(loss) : OT_SHAPE();
-        if (!loss) rc = ot_errcode() ? ot_errcode() : FAIL(at, OT_EINVAL, "the loss function returned NULL");
-        else if (ls.ndim != 0)
-            rc = FAIL(at, OT_ESHAPE, "the loss has shape %s; it must be a scalar tree",
-                      ot__shape_str(&ls, s1));
-        if (!rc) rc = assign_step(m, p, loss, hits, upd, f, ln);
-        if (!rc) rc = ot_program_backprop_at(p, loss, n, w, g, f, ln);
-        ot_sgd sgd = m->sgd;
-        sgd.lr_scale = m->lr_scale;
-        if (!rc && m->adam) rc = adam_steps(m, p, n, w, gn, mo, vo, f, ln);
-        if (!rc && !m->adam)
-            rc = ot_program_sgd_at(p, &sgd, n, w, gn, sgd.momentum > 0 ? mo : NULL, f, ln);
-    }
+    if (!rc) rc = train_steps(m, p, q, x, y, n, w, g, gn, mo, vo, at);
     if (pool) ot_pool_pop(pool);
     for (int i = 0; i < n; i++) ot_tensor_free(g[i]);   /* the steps hold them */
     if (!rc) rc = ot_program_compile_at(p, f, ln);
+    if (!rc && q != p) rc = ot_program_compile_at(q, f, ln);
     if (rc) {
         ot_program_free(p);
+        if (q != p) ot_program_free(q);
         return rc;
     }
     m->prog = p;
+    m->opt = q != p ? q : NULL;
     m->prog_batch = batch;
     return 0;
 }
@@ -669,6 +718,7 @@ static int epoch(ot_model *m, fit_state *s, int64_t train, int batch, bool shuff
             OT_BIND_DATA("y", s->yb, sizeof *s->yb * (size_t)(batch * outs))};
         int nb = 2 + ot__model_drop_masks(m, batch, &s->drop_rng, b + 2);
         if (!rc) rc = ot_program_run_at(m->prog, nb, b, s->at->file, s->at->line);
+        if (!rc) rc = ot__model_scaler_step(m, s->at);
         float l = 0;
         int32_t h = 0;
         if (!rc) rc = ot_get(m->loss_t, &l);
@@ -772,6 +822,18 @@ int ot_model_fit_at(ot_model *m, const ot_tensor *x, const ot_tensor *y, const o
         result->best_epoch = best.best_epoch;
     }
     return rc;
+}
+
+int ot_model_compute_dtype_at(ot_model *m, ot_dtype dtype, const char *file, int line)
+{
+    const ot__site site = {"model_compute_dtype", file, line}, *at = &site;
+    if (!m) return FAIL(at, OT_ENULL, "model is NULL");
+    if (dtype != OT_F32 && dtype != OT_BF16 && dtype != OT_F16)
+        return FAIL(at, OT_EDTYPE, "the compute dtype must be float32, bfloat16 or float16, not %s",
+                    ot_dtype_name(dtype) ? ot_dtype_name(dtype) : "unknown");
+    if (dtype != m->compute) drop_program(m);
+    m->compute = dtype;
+    return 0;
 }
 
 ot_tensor *ot_model_predict_at(const ot_model *m, const ot_tensor *x, const char *file, int line)

@@ -56,6 +56,14 @@ struct ot_model {
     int64_t prog_batch;
     ot_tensor *loss_t, *hits_t;   /* the step's scalars */
     ot_tensor *lr_scale;          /* 0-d f64: the schedule's factor on lr */
+    ot_dtype compute;             /* activations' and gradients' dtype */
+    ot_loss_scale ls;             /* f16's loss scaler (scale > 0) */
+    int good;                     /*   steps since the last skip or growth */
+    ot_tensor *scale_t, *unscale_t, *finite_t;   /* 0-d f32: the scale, its
+                                     inverse, and 0 (NaN when a gradient is
+                                     not finite), for the program */
+    ot_program *opt;              /* f16: the optimizer's step, run apart
+                                     so that a step can be skipped */
 };
 
 /* An error of the call at `at` (its function's name and caller's file:line). */
@@ -78,5 +86,17 @@ uint64_t ot__model_splitmix(uint64_t *s);
 /* Layer l (a conv or pooling layer) applied to h, a batch of its input
  * samples: the tree, nothing computed. Errors name l's file:line. */
 ot_node *ot__model_apply_spatial(const layer *l, ot_node *h);
+/* Parameter t as h's layer reads it: cast to h's dtype when that is a
+ * 16-bit compute dtype (mixed precision), else t itself. */
+ot_node *ot__model_param(ot_tensor *t, const ot_node *h);
+/* f16's loss scaler (model_half.c): its tensors made and set and the
+ * optimizer's program made (NULL with the error set); the step that
+ * unscales the n gradients g and flags a non-finite one, into p; and,
+ * after each run of the gradients' program, the optimizer's run or the
+ * skip, and the scale's update. */
+ot_program *ot__model_scaler_new(ot_model *m, const char *f, int ln);
+int ot__model_unscale_step(const ot_model *m, ot_program *p, int n, ot_tensor *g[], const char *f,
+                           int ln);
+int ot__model_scaler_step(ot_model *m, const ot__site *at);
 
 #endif /* OT_FRONT_MODEL_H */

@@ -37,18 +37,24 @@ int ot_model_input_shape_at(ot_model *m, int ndim, const int64_t dims[], const c
 
 /* The bias of a conv layer, (C,), as (C, 1, ...) over a sample's spatial
  * dims, so that it broadcasts over a batch of (N, C, spatial...). */
-static ot_node *conv_bias(const layer *l)
+static ot_node *conv_bias(const layer *l, const ot_node *h)
 {
     ot_shape s = {.ndim = l->out.ndim};
     for (int d = 0; d < s.ndim; d++) s.dims[d] = d ? 1 : l->out.dims[0];
-    return ot_reshape_node(l->b, s);
+    return ot_reshape_node(ot__model_param(l->b, h), s);
+}
+
+ot_node *ot__model_param(ot_tensor *t, const ot_node *h)
+{
+    ot_dtype dt = h ? ot_node_dtype(h) : OT_F32;
+    return dt == OT_F16 || dt == OT_BF16 ? ot_cast(t, .dtype = dt) : ot_tensor_node(t);
 }
 
 ot_node *ot__model_apply_spatial(const layer *l, ot_node *h)
 {
     if (l->kind == L_CONV) {
-        ot_node *y = ot_conv_at(h, ot_tensor_node(l->w), &l->conv, l->file, l->line);
-        return l->out.ndim ? ot_add(y, conv_bias(l)) : y;
+        ot_node *y = ot_conv_at(h, ot__model_param(l->w, h), &l->conv, l->file, l->line);
+        return l->out.ndim ? ot_add(y, conv_bias(l, h)) : y;
     }
     return (l->max ? ot_max_pool_at : ot_avg_pool_at)(h, &l->pool, l->file, l->line);
 }

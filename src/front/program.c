@@ -90,6 +90,8 @@ ot_program *ot_program_new_at(ot_backend *be, const char *file, int line)
     return p;
 }
 
+void ot__program_unprepared(ot_program *p) { p->prepared = false; }
+
 /* Common checks of the calls that add to a program. */
 int ot__prog_check_open(const ot_program *p)
 {

@@ -682,20 +682,29 @@ static int eval_item(ref_run *run, int i)
 }
 
 /* Writes a root's buffer into out (any strides), broadcasting the root's
- * shape to out's and rounding to out's dtype. */
-static void write_output(ot_tensor *out, const ot_shape *src_shape, const double *src)
+ * shape to out's and rounding to out's dtype; into f16/bf16 stochastically
+ * when the assignment asks for it (output k's stream, each element the
+ * bits of its row-major index in out). */
+static void write_output(ot_tensor *out, int k, const ot_shape *src_shape, const double *src)
 {
     ot_dtype dt = (ot_dtype)out->leaf.dtype;
+    uint64_t key;
+    bool sr = (dt == OT_F16 || dt == OT_BF16) && ot__half_sr_get(&key);
     size_t isz = ot_dtype_size(dt);
     char *base = (char *)out->buf->data;
     int64_t sst[OT_MAX_DIMS];
     bcast_strides(src_shape, &out->leaf.shape, sst);
     ref_walk w;
     walk_init(&w, &out->leaf.shape, out->strides, sst, out->offset);
+    if (sr) key = ot__sr_key(key, (uint64_t)k);
     for (int64_t r = 0; r < w.rows; r++, walk_next_row(&w))
-        for (int64_t j = 0; j < w.len; j++)
-            ot__store(base + (w.off[0] + j * w.in[0]) * (int64_t)isz, dt,
-                      src[w.off[1] + j * w.in[1]]);
+        for (int64_t j = 0; j < w.len; j++) {
+            char *p = base + (w.off[0] + j * w.in[0]) * (int64_t)isz;
+            double v = src[w.off[1] + j * w.in[1]];
+            if (sr)
+                *(uint16_t *)p = ot__f64_to_half_sr(dt, v, ot__sr_bits(key, (uint64_t)(r * w.len + j)));
+            else ot__store(p, dt, v);
+        }
 }
 
 /* Counts the op operands that read each item and marks the roots. */
@@ -719,7 +728,7 @@ static int run_all(ref_run *run, int n, ot_tensor *const outs[], const int roots
     }
     for (int r = 0; r < n; r++) {
         const ot_stack_item *it = ot_stack_at(run->stack, roots[r]);
-        write_output(outs[r], &it->node->shape, run->vals[roots[r]]);
+        write_output(outs[r], r, &it->node->shape, run->vals[roots[r]]);
         run->bytes += (uint64_t)ot__numel(&outs[r]->leaf.shape) *
                       ot_dtype_size(outs[r]->leaf.dtype);
     }

@@ -21,7 +21,11 @@
  * training: it overfits); flips and 2-pixel shifts, dropout 0.25, decay
  * 0.05: 0.9239 (it underfits); this configuration: 0.9318 (95.7%
  * training); more dropout: 0.25 after each pool and 0.5 after the dense
- * layer 0.9138, 0.25 after the dense layer too 0.9293. All below 0.934.
+ * layer 0.9138, 0.25 after the dense layer too 0.9293; this one with
+ * label smoothing 0.1 and random erasing (Zhong et al., 2017: a noise
+ * rectangle of 2% to 40% of the image in half the training images)
+ * 0.9233 (91.9% on the erased images: it underfits, as with shifts).
+ * All below 0.934.
  * What it shows: a sample's shape
  * (ot_model_input_shape), conv and pooling layers, batch norm per channel,
  * dropout, a linear layer that flattens what the pool gives it, a data
@@ -40,7 +44,6 @@
  */
 #include "optree.h"
 
-#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,7 +89,7 @@ static unsigned char *idx_load(const char *dir, const char *name, uint32_t magic
 /* n images and labels of one split ("train" or "t10k") as tensors: pixels
  * / 255 as (n, 784) and one-hot labels (n, 10); labels kept in *lab. */
 static int load_split(ot_backend *be, const char *dir, const char *split, size_t n,
-                      double smooth, ot_tensor **x, ot_tensor **y, unsigned char **lab)
+                      ot_tensor **x, ot_tensor **y, unsigned char **lab)
 {
     char name[64];
     snprintf(name, sizeof name, "%s-images-idx3-ubyte", split);
@@ -96,8 +99,7 @@ static int load_split(ot_backend *be, const char *dir, const char *split, size_t
     float *fx = malloc(sizeof *fx * n * PIXELS), *fy = calloc(n * CLASSES, sizeof *fy);
     int rc = px && *lab && fx && fy ? 0 : -1;
     for (size_t i = 0; !rc && i < n * PIXELS; i++) fx[i] = (float)px[i] / 255.0f;
-    for (size_t i = 0; !rc && i < n * CLASSES; i++) fy[i] = (float)(smooth / CLASSES);
-    for (size_t i = 0; !rc && i < n; i++) fy[i * CLASSES + (*lab)[i] % CLASSES] += (float)(1 - smooth);
+    for (size_t i = 0; !rc && i < n; i++) fy[i * CLASSES + (*lab)[i] % CLASSES] = 1;
     if (!rc) {
         *x = ot_array(be, OT_SHAPE((int64_t)n, PIXELS), OT_F32, fx);
         *y = ot_array(be, OT_SHAPE((int64_t)n, CLASSES), OT_F32, fy);
@@ -131,33 +133,6 @@ static void mirror(float *img)
     }
 }
 
-static double unit(uint64_t *s)
-{
-    return (double)(splitmix(s) >> 11) * 0x1p-53;
-}
-
-/* Random erasing (Zhong et al., 2017): a rectangle of 2% to 40% of the
- * image, aspect 0.3 to 3.3, filled with uniform noise in [0, 1). */
-static void erase(float *img, uint64_t *s)
-{
-    for (int tries = 0; tries < 10; tries++) {
-        double area = (0.02 + 0.38 * unit(s)) * PIXELS, aspect = 0.3 + 3.0 * unit(s);
-        int h = (int)(sqrt(area * aspect) + 0.5), w = (int)(sqrt(area / aspect) + 0.5);
-        if (h < 1 || w < 1 || h >= SIDE || w >= SIDE) continue;
-        int r0 = (int)(unit(s) * (SIDE - h + 1)), c0 = (int)(unit(s) * (SIDE - w + 1));
-        for (int r = r0; r < r0 + h; r++) {
-            for (int c = c0; c < c0 + w; c++) img[r * SIDE + c] = (float)unit(s);
-        }
-        return;
-    }
-}
-
-static double envd(const char *name, double dflt)
-{
-    const char *v = getenv(name);
-    return v && *v ? atof(v) : dflt;
-}
-
 /* ot_fit_opts.augment: each training image of the batch, in place, is
  * mirrored left to right with probability 1/2 (clothes look the same
  * mirrored). Different each step (seed is new per step), never on the
@@ -165,11 +140,10 @@ static double envd(const char *name, double dflt)
  * and shifting them by 2 pixels made the network underfit (0.9239). */
 static int augment(float *x, int64_t rows, const ot_shape *sample, uint64_t seed, void *user)
 {
-    double p_erase = *(const double *)user;
+    (void)user;
     if (sample->ndim != 3 || sample->dims[1] != SIDE || sample->dims[2] != SIDE) return 1;
     for (int64_t i = 0; i < rows; i++) {
         if (splitmix(&seed) >> 63) mirror(x + i * PIXELS);
-        if (unit(&seed) < p_erase) erase(x + i * PIXELS, &seed);
     }
     return 0;
 }
@@ -202,12 +176,11 @@ static ot_model *build(ot_backend *be, int width, int hidden)
     if (!rc) rc = ot_model_conv(m, 2 * width, 3, OT_ACT_NONE, 2, .padding = OT_PAD_SAME);
     if (!rc) rc = ot_model_batch_norm(m, OT_ACT_RELU, 0.1, 1e-5);
     if (!rc) rc = ot_model_max_pool(m, .kernel = {2});
-    if (!rc) rc = ot_model_dropout(m, envd("OT_CNN_DROPOUT", DROPOUT));
+    if (!rc) rc = ot_model_dropout(m, DROPOUT);
     if (!rc) rc = ot_model_linear(m, hidden, OT_ACT_RELU, 3);
     if (!rc) rc = ot_model_linear(m, CLASSES, OT_ACT_NONE, 4);
     if (!rc) rc = ot_model_loss(m, OT_LOSS_SOFTMAX_CE, NULL, NULL);
-    if (!rc) rc = ot_model_adam(m, &(ot_adam){.lr = envd("OT_CNN_LR", 1e-3),
-                                                  .weight_decay = envd("OT_CNN_DECAY", WEIGHT_DECAY)});
+    if (!rc) rc = ot_model_adam(m, &(ot_adam){.lr = 1e-3, .weight_decay = WEIGHT_DECAY});
     if (rc) {
         ot_model_free(m);
         return NULL;
@@ -262,25 +235,23 @@ int main(int argc, char **argv)
     ot_tensor *x = NULL, *y = NULL, *tx = NULL, *ty = NULL;
     unsigned char *lab = NULL, *tlab = NULL;
     int rc = be ? 0 : -1;
-    if (!rc && (load_split(be, dir, "train", ntrain, envd("OT_CNN_SMOOTH", 0), &x, &y, &lab) ||
-                load_split(be, dir, "t10k", ntest, 0, &tx, &ty, &tlab))) {
+    if (!rc && (load_split(be, dir, "train", ntrain, &x, &y, &lab) ||
+                load_split(be, dir, "t10k", ntest, &tx, &ty, &tlab))) {
         fprintf(stderr, "cnn: cannot read Fashion-MNIST from %s (make deps installs "
                         "dataset-fashion-mnist)\n", dir);
         rc = small ? 0 : 1;   /* the test suite's run does without it */
         epochs = 0;
     }
-    ot_model *m = !rc && epochs ? build(be, small ? 4 : 32, small ? 16 : (int)envd("OT_CNN_HIDDEN", 256)) : NULL;
+    ot_model *m = !rc && epochs ? build(be, small ? 4 : 32, small ? 16 : 256) : NULL;
     if (!rc && epochs && !m) rc = -1;
     double acc = -1, t0 = now_s(), train_s = 0;
     if (m) {
         printf("cnn: Fashion-MNIST, %zu training and %zu test images, %d epochs of batches "
                "of %d; backend %s\n", ntrain, ntest, epochs, BATCH, ot_backend_name(be));
         ot_fit_result r;
-        double p_erase = envd("OT_CNN_ERASE", 0);
         rc = ot_model_fit(m, x, y, &(ot_fit_opts){.epochs = epochs, .batch = BATCH, .seed = 1,
                                                   .lr_schedule = OT_LR_COSINE,
-                                                  .augment = augment,
-                                                  .augment_user = &p_erase}, &r);
+                                                  .augment = augment}, &r);
         train_s = now_s() - t0;
         ot_tensor *txm = rc ? NULL : mirrored(be, tx, ntest);
         acc = !txm ? -1 : accuracy(m, tx, txm, tlab, ntest);

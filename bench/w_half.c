@@ -16,6 +16,7 @@
 #include "bench.h"
 
 #include <immintrin.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -34,24 +35,6 @@ static double now(void)
 
 /* ---- the hand loops ------------------------------------------------------ */
 
-/* o = a*b + c over f16 bit patterns, n a multiple of 16; stream: streaming
- * stores (o 32-byte aligned). */
-AVX512 static void hand_f16_body(uint16_t *o, const uint16_t *a, const uint16_t *b,
-                                 const uint16_t *c, size_t n, bool stream)
-{
-#define LD(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + i)))
-#define W1F16 _mm512_cvtps_ph(_mm512_fmadd_ps(LD(a), LD(b), LD(c)), \
-                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-    if (stream) {
-        for (size_t i = 0; i < n; i += 16) _mm256_stream_si256((__m256i *)(o + i), W1F16);
-        _mm_sfence();
-    } else {
-        for (size_t i = 0; i < n; i += 16) _mm256_storeu_si256((__m256i *)(o + i), W1F16);
-    }
-#undef W1F16
-#undef LD
-}
-
 /* bf16 -> f32: the pattern in the high half. */
 AVX512 static inline __m512 bf16_widen(const uint16_t *p)
 {
@@ -68,19 +51,28 @@ AVX512 static inline __m256i bf16_narrow(__m512 v)
     return _mm512_cvtepi32_epi16(_mm512_srli_epi32(x, 16));
 }
 
-AVX512 static void hand_bf16_body(uint16_t *o, const uint16_t *a, const uint16_t *b,
-                                  const uint16_t *c, size_t n, bool stream)
-{
-#define W1BF16 bf16_narrow(_mm512_fmadd_ps(bf16_widen(a + i), bf16_widen(b + i), \
-                                           bf16_widen(c + i)))
-    if (stream) {
-        for (size_t i = 0; i < n; i += 16) _mm256_stream_si256((__m256i *)(o + i), W1BF16);
-        _mm_sfence();
-    } else {
-        for (size_t i = 0; i < n; i += 16) _mm256_storeu_si256((__m256i *)(o + i), W1BF16);
+/* One vector of W1 at element i of a, b and c. */
+#define LD16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + i)))
+#define W1_F16 _mm512_cvtps_ph(_mm512_fmadd_ps(LD16(a), LD16(b), LD16(c)), \
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define W1_BF16 bf16_narrow(_mm512_fmadd_ps(bf16_widen(a + i), bf16_widen(b + i), \
+                                            bf16_widen(c + i)))
+
+/* o = a*b + c over 16-bit patterns, n a multiple of 16, VEC the dtype's
+ * vector; stream: streaming stores (o 32-byte aligned). */
+#define HAND_BODY(name, VEC)                                                          \
+    AVX512 static void name(uint16_t *o, const uint16_t *a, const uint16_t *b,        \
+                            const uint16_t *c, size_t n, bool stream)                 \
+    {                                                                                 \
+        if (stream) {                                                                 \
+            for (size_t i = 0; i < n; i += 16) _mm256_stream_si256((__m256i *)(o + i), VEC); \
+            _mm_sfence();                                                             \
+        } else {                                                                      \
+            for (size_t i = 0; i < n; i += 16) _mm256_storeu_si256((__m256i *)(o + i), VEC); \
+        }                                                                             \
     }
-#undef W1BF16
-}
+HAND_BODY(hand_f16_body, W1_F16)
+HAND_BODY(hand_bf16_body, W1_BF16)
 
 typedef void (*hand_fn)(uint16_t *, const uint16_t *, const uint16_t *, const uint16_t *,
                         size_t, bool);
@@ -125,24 +117,20 @@ static void dset_free(dset *s)
     ot_tensor_free(s->hand);
 }
 
-static ot_node *tree_w1(ot_tensor *const in[]) { return ot_add(ot_mul(in[0], in[1]), in[2]); }
+typedef ot_node *(*tree_fn)(ot_tensor *const[]);
 
-static ot_node *tree_w3(ot_tensor *const in[])
+/* The tree of workloads.c's row id, so that the 16-bit rows run exactly
+ * the f32 rows' expressions. */
+static tree_fn case_tree(const char *id)
 {
-    return ot_tanh(ot_add(ot_mul(in[0], in[1]), ot_div(in[0], in[1])));
-}
-
-/* As workloads.c writes W4. */
-static ot_node *tree_w4(ot_tensor *const in[])
-{
-    ot_node *s = ot_sqrt(ot_abs(in[0]));
-    ot_node *l = ot_log(ot_add(ot_mul(in[1], in[1]), 1.0f));
-    return ot_add(ot_mul(s, l), ot_mul(ot_exp(ot_neg(in[2])), 0.5f));
+    for (int i = 0; i < bench_ncases; i++)
+        if (strcmp(bench_cases[i].id, id) == 0 && bench_cases[i].tree) return bench_cases[i].tree;
+    bench_die("half: no case %s", id);
 }
 
 /* Seconds of one assignment of tree into s->out, the tree built in a pool
  * as a user's call builds it. */
-static double time_tree(ot_node *(*tree)(ot_tensor *const[]), const dset *s)
+static double time_tree(tree_fn tree, const dset *s)
 {
     ot_pool *pool = ot_pool_push();
     double t0 = now();
@@ -210,6 +198,18 @@ typedef struct hrow {
     long differ;        /* < 0: not checked */
 } hrow;
 
+/* fmt to stdout and to the markdown file (when open). */
+__attribute__((format(printf, 2, 3))) static void say(FILE *const outs[2], const char *fmt, ...)
+{
+    for (int o = 0; o < 2; o++) {
+        if (!outs[o]) continue;
+        va_list ap;
+        va_start(ap, fmt);
+        vfprintf(outs[o], fmt, ap);
+        va_end(ap);
+    }
+}
+
 static void put_row(FILE *const outs[2], const hrow *r)
 {
     char hand[32] = "-", rh[32] = "-", bits[32] = "-";
@@ -220,19 +220,18 @@ static void put_row(FILE *const outs[2], const hrow *r)
         pass = pass && r->ms / r->hand <= r->max_hand;
     }
     if (r->differ >= 0) snprintf(bits, sizeof bits, r->differ ? "%ld differ" : "equal", r->differ);
-    for (int o = 0; o < 2; o++)
-        if (outs[o])
-            fprintf(outs[o], "| %s | %s | %s | %.2f | %.2f | %.2fx | %s | %s | %s | %s | %s |\n",
-                    r->id, r->what, r->dtype, r->ms, r->f32, r->ms / r->f32, hand, rh, bits,
-                    r->target, r->max_f32 <= 0 ? "info" : pass ? "PASS" : "MISS");
+    say(outs, "| %s | %s | %s | %.2f | %.2f | %.2fx | %s | %s | %s | %s | %s |\n", r->id,
+        r->what, r->dtype, r->ms, r->f32, r->ms / r->f32, hand, rh, bits, r->target,
+        r->max_f32 <= 0 ? "info" : pass ? "PASS" : "MISS");
 }
 
 enum { T_F32, T_F16, T_BF16, T_HF16, T_HF16S, T_HBF16, T_HBF16S, T_W3 = 7, T_W4 = 10,
        T_MLP = 13, T_COUNT = 15 };
 
-/* All timings of one run, in turn (k < 0: the warm-up, untimed). */
+/* All timings of one run, in turn. */
 static void one_run(double t[T_COUNT], dset *s, ot_model *mlp[2], ot_tensor *x, ot_tensor *y)
 {
+    tree_fn tree_w1 = case_tree("W1"), tree_w3 = case_tree("W3"), tree_w4 = case_tree("W4");
     for (int d = 0; d < 3; d++) t[T_F32 + d] = time_tree(tree_w1, &s[d]);
     t[T_HF16] = time_hand(hand_f16_body, &s[1], false);
     t[T_HF16S] = time_hand(hand_f16_body, &s[1], true);
@@ -274,8 +273,8 @@ static void measure(int runs, int64_t n, double med[T_COUNT], long differ[2])
         one_run(one, s, mlp, x, y);
         for (int j = 0; j < T_COUNT; j++) t[(size_t)j * (size_t)runs + (size_t)(k < 0 ? 0 : k)] = one[j];
         if (k < 0 && avx) {    /* the W1 outputs are still those of this run */
-            time_tree(tree_w1, &s[1]);
-            time_tree(tree_w1, &s[2]);
+            time_tree(case_tree("W1"), &s[1]);
+            time_tree(case_tree("W1"), &s[2]);
             time_hand(hand_f16_body, &s[1], false);
             time_hand(hand_bf16_body, &s[2], false);
             differ[0] = bits_differ(&s[1]);
@@ -323,23 +322,18 @@ int bench_half(int runs, bool quick, const char *out_dir)
     snprintf(path, sizeof path, "%s/half.md", out_dir);
     FILE *md = fopen(path, "w");
     FILE *outs[2] = {stdout, md};
-    for (int o = 0; o < 2; o++)
-        if (outs[o])
-            fprintf(outs[o],
-                    "\n16-bit storage (issue 36): %lld elements (W1h-W4h), cpu backend, 1 thread, "
-                    "medians of %d interleaved runs in one process; hand: AVX-512 loop over the "
-                    "same 16-bit data, the faster store mode (the machine may be loaded: read "
-                    "the ratios)\n\n"
-                    "| row | workload | dtype | optree ms | f32 ms | /f32 | hand ms | /hand | "
-                    "bits vs hand | target | result |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
-                    (long long)n, runs);
+    say(outs, "\n16-bit storage (issue 36): %lld elements (W1h-W4h), cpu backend, 1 thread, "
+        "medians of %d interleaved runs in one process; hand: AVX-512 loop over the "
+        "same 16-bit data, the faster store mode (the machine may be loaded: read "
+        "the ratios)\n\n"
+        "| row | workload | dtype | optree ms | f32 ms | /f32 | hand ms | /hand | "
+        "bits vs hand | target | result |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+        (long long)n, runs);
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) put_row(outs, &rows[i]);
     if (avx)
-        for (int o = 0; o < 2; o++)
-            if (outs[o])
-                fprintf(outs[o], "\nHand loops, ordinary / streaming stores: f16 %.2f / %.2f ms, "
-                        "bf16 %.2f / %.2f ms; W10h: ms per step of a %d-step epoch\n",
-                        m[T_HF16], m[T_HF16S], m[T_HBF16], m[T_HBF16S], MLP_STEPS);
+        say(outs, "\nHand loops, ordinary / streaming stores: f16 %.2f / %.2f ms, "
+            "bf16 %.2f / %.2f ms; W10h: ms per step of a %d-step epoch\n",
+            m[T_HF16], m[T_HF16S], m[T_HBF16], m[T_HBF16S], MLP_STEPS);
     if (md) fclose(md);
     return differ[0] > 0 || differ[1] > 0 ? 1 : 0;
 }

@@ -262,7 +262,8 @@ static void measure(int runs, int64_t n, double med[T_COUNT], long differ[2])
     ot_tensor *x = bench_rand_tensor(be, OT_SHAPE(MLP_BATCH * MLP_STEPS, MLP_IN), &seed, "W10h");
     float *oh = calloc((size_t)MLP_BATCH * MLP_STEPS * MLP_OUT, sizeof *oh);
     if (!oh) bench_die("out of memory");
-    for (int r = 0; r < MLP_BATCH * MLP_STEPS; r++) oh[r * MLP_OUT + bench_rand(&seed) % MLP_OUT] = 1;
+    for (int r = 0; r < MLP_BATCH * MLP_STEPS; r++)
+        oh[r * MLP_OUT + bench_rand(&seed) % MLP_OUT] = 1;
     ot_tensor *y = ot_array(be, OT_SHAPE(MLP_BATCH * MLP_STEPS, MLP_OUT), OT_F32, oh);
     free(oh);
     if (!y) bench_die("W10h: %s", ot_errmsg());
@@ -271,7 +272,8 @@ static void measure(int runs, int64_t n, double med[T_COUNT], long differ[2])
     bool avx = has_avx512();
     for (int k = -1; k < runs; k++) {
         one_run(one, s, mlp, x, y);
-        for (int j = 0; j < T_COUNT; j++) t[(size_t)j * (size_t)runs + (size_t)(k < 0 ? 0 : k)] = one[j];
+        for (int j = 0; j < T_COUNT; j++)   /* the warm-up's, k = -1, overwritten */
+            t[(size_t)j * (size_t)runs + (size_t)(k < 0 ? 0 : k)] = one[j];
         if (k < 0 && avx) {    /* the W1 outputs are still those of this run */
             time_tree(case_tree("W1"), &s[1]);
             time_tree(case_tree("W1"), &s[2]);
@@ -281,7 +283,8 @@ static void measure(int runs, int64_t n, double med[T_COUNT], long differ[2])
             differ[1] = bits_differ(&s[2]);
         }
     }
-    for (int j = 0; j < T_COUNT; j++) med[j] = 1e3 * bench_median(t + (size_t)j * (size_t)runs, runs);
+    for (int j = 0; j < T_COUNT; j++)
+        med[j] = 1e3 * bench_median(t + (size_t)j * (size_t)runs, runs);
     free(t);
     for (int d = 0; d < 2; d++) ot_model_free(mlp[d]);
     ot_tensor_free(x);
@@ -301,8 +304,8 @@ int bench_half(int runs, bool quick, const char *out_dir)
     if (!avx) fprintf(stderr, "bench: note: no AVX-512: W1h runs without its hand loops\n");
     fprintf(stderr, "bench: W1h, W3h, W4h, W10h: %d runs ...\n", runs);
     measure(runs, n, m, differ);
-    /* The hand loops' figures where they ran; the bench's data is their
-     * faster store mode. */
+    /* A hand loop's figure is its faster store mode's median, as bench.c
+     * takes its references'; ratios are ratios of medians. */
     double hf16 = avx ? min2(m[T_HF16], m[T_HF16S]) : -1;
     double hbf16 = avx ? min2(m[T_HBF16], m[T_HBF16S]) : -1;
     const char *w1t = "<= 0.55x f32 and <= 1.05x hand", *eqt = "<= 1.00x f32";
@@ -315,8 +318,8 @@ int bench_half(int runs, bool quick, const char *out_dir)
          m[T_W4], -1, 1.00, 0, -1},
         {"W4h", "sqrt(abs(a))\\*log(b\\*b + 1) + exp(-c)\\*0.5", "f16", "-", m[T_W4 + 1], m[T_W4],
          -1, 0, 0, -1},
-        {"W10h", "MLP 784-512-10 step (ot_model_fit, SGD, batch 128)", "bf16 compute", "< 1.00x f32",
-         m[T_MLP + 1], m[T_MLP], -1, 0.9999, 0, -1},
+        {"W10h", "MLP 784-512-10 step (ot_model_fit, SGD, batch 128)", "bf16 compute",
+         "< 1.00x f32", m[T_MLP + 1], m[T_MLP], -1, 0.9999, 0, -1},
     };
     char path[512];
     snprintf(path, sizeof path, "%s/half.md", out_dir);

@@ -22,6 +22,7 @@
  * counts of --threads; --scaling runs those tables alone. --gemm and
  * --mlp DIR run w_gemm.c's comparisons alone; --conv w_conv.c's rows alone (a full run ends with them). The header names the GEMM
  * (OpenBLAS core) that runs optree's dots and the cblas references.
+ * --half runs w_half.c's 16-bit rows (W1h, W3h, W4h, W10h) alone.
  */
 #define _DEFAULT_SOURCE   /* madvise */
 #include "bench.h"

@@ -22,6 +22,7 @@
  * counts of --threads; --scaling runs those tables alone. --gemm and
  * --mlp DIR run w_gemm.c's comparisons alone; --conv w_conv.c's rows alone (a full run ends with them). The header names the GEMM
  * (OpenBLAS core) that runs optree's dots and the cblas references.
+ * --half runs w_half.c's 16-bit rows (W1h, W3h, W4h, W10h) alone.
  */
 #define _DEFAULT_SOURCE   /* madvise */
 #include "bench.h"
@@ -56,6 +57,7 @@ typedef struct options {
     bool conv;          /* --conv */
     bool attn;          /* --attn */
     bool emb;           /* --emb or --only W17 */
+    bool half;          /* --half: W1h, W3h, W4h, W10h */
 } options;
 
 const char *const bench_in_names[BENCH_MAX_IN] = {"in0", "in1", "in2", "in3", "in4",
@@ -123,12 +125,12 @@ static void usage(void)
 {
     die("usage: bench [--quick] [--only W1,W5] [--runs N] [--backend ref|cpu] [--out DIR] "
         "[--explain] [--scaling] [--threads 1,2,4,8,16 (increasing, from 1)] [--gemm] "
-        "[--mlp DIR] [--conv] [--attn] [--emb]");
+        "[--mlp DIR] [--conv] [--attn] [--emb] [--half]");
 }
 
 static options parse_args(int argc, char **argv)
 {
-    options o = {false, NULL, 9, "cpu", "bench", false, false, {.ncounts = 0}, false, NULL, false, false, false};
+    options o = {false, NULL, 9, "cpu", "bench", false, false, {.ncounts = 0}, false, NULL, false, false, false, false};
     scaling_parse_counts(&o.scaling, "1,2,4,8,16");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -145,6 +147,7 @@ static options parse_args(int argc, char **argv)
         else if (strcmp(a, "--conv") == 0) o.conv = true;
         else if (strcmp(a, "--attn") == 0) o.attn = true;
         else if (strcmp(a, "--emb") == 0) o.emb = true;
+        else if (strcmp(a, "--half") == 0) o.half = true;
         else if (strcmp(a, "--threads") == 0 && has_val) {
             if (!scaling_parse_counts(&o.scaling, argv[++i])) usage();
         }
@@ -627,6 +630,7 @@ int main(int argc, char **argv)
     if (o.conv) return bench_conv(o.runs, o.quick, o.out_dir);
     if (o.attn) return bench_attn(o.runs, o.quick, o.out_dir);
     if (o.emb || (o.only && strcmp(o.only, "W17") == 0)) return bench_emb(o.runs, o.quick, o.out_dir);
+    if (o.half) return bench_half(o.runs, o.quick, o.out_dir);
     const ref_loops *refs = pick_refs();
     if (!refs)
         fprintf(stderr, "bench: note: this CPU lacks AVX2+FMA: no reference loops, "

@@ -351,6 +351,10 @@ int bench_attn(int runs, bool quick, const char *out_dir);
  * against PyTorch's sparse and dense nn.Embedding; also written to
  * OUT_DIR/emb.md. */
 int bench_emb(int runs, bool quick, const char *out_dir);
+/* Issue 36's 16-bit rows (w_half.c): W1h against f32 W1 and hand AVX-512
+ * loops over f16/bf16, W3h, W4h and W10h against f32; also written to
+ * OUT_DIR/half.md. */
+int bench_half(int runs, bool quick, const char *out_dir);
 
 /* "PASS", "MISS", "WRONG" (results off) or "n/a" (no reference). */
 const char *bench_verdict(const bench_row *r);

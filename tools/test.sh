@@ -101,14 +101,13 @@ SAN='-fsanitize=address,undefined -fno-sanitize-recover=all -DOT_VERIFY_PLANS'
 LOGS=$B/test-logs
 # How the sanitizer and TSan trees are compiled (their checks are the same
 # at any level): the tests' own objects at -O0 (TOPT; a quarter of the
-# compile time of -O1 under ASan + UBSan), the library at -O1 (the level
-# ASan and TSan document; the unit phase runs the -O2 library, and the
-# instrumented library compiles in 58% of -O2's CPU time - 86 s against
-# 149 s measured - while the slowest sanitizer cases run as fast), every
-# object with line tables only (-g1: reports still give each frame's file
-# and line; -g's variable tracking was a quarter of the instrumented
-# kernels' compile time). The fuzz build takes -g1 too.
-SANBUILD='OPT=-O1 TOPT=-O0 DEBUG=-g1'
+# compile time of -O1 under ASan + UBSan, and the library they call keeps
+# OPT: at -O1 it compiled in 57% of -O2's CPU time, but the planner-heavy
+# cases ran 40% longer, and the phase took longer), every object with line
+# tables only (-g1: reports still give each frame's file and line; -g's
+# variable tracking was a quarter of the instrumented kernels' compile
+# time). The fuzz build takes -g1 too.
+SANBUILD='TOPT=-O0 DEBUG=-g1'
 # The build directory as a path to run programs from.
 case $B in
 /*) RB=$B ;;

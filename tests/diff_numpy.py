@@ -1948,6 +1948,20 @@ def sv_eval(lib, be, op, arrays, args=None, inner=None):
             lib.c.ot_tensor_free(p)
 
 
+def class_bad(e, g, zero_sign=True):
+    """(bad, fin): the elements of g whose class differs from e's (NaN,
+    +-inf, and the sign of zero when zero_sign), and those finite in both,
+    left to a closeness check. Shared with half_check.py."""
+    bad = np.isnan(e) != np.isnan(g)
+    both = ~np.isnan(e) & ~np.isnan(g)
+    inf = both & (np.isinf(e) | np.isinf(g))
+    bad |= inf & (e != g)
+    fin = both & ~inf
+    if zero_sign:
+        bad |= fin & (e == 0) & (g == 0) & (np.signbit(e) != np.signbit(g))
+    return bad, fin
+
+
 def sv_bad(got, ref, dt, ulps, scale=None, tol=0.0, zero_sign=True):
     """Mask of elements of got (dtype dt) that do not match the float64
     reference: class (NaN, +-inf, finite, the sign of zero when zero_sign),
@@ -1957,14 +1971,7 @@ def sv_bad(got, ref, dt, ulps, scale=None, tol=0.0, zero_sign=True):
         return got != ref
     e = ref.astype(NP_DT[dt])
     g = got.astype(NP_DT[dt])
-    bad = np.isnan(e) != np.isnan(g)
-    both = ~np.isnan(e) & ~np.isnan(g)
-    inf = both & (np.isinf(e) | np.isinf(g))
-    bad |= inf & (e != g)
-    fin = both & ~inf
-    if zero_sign:
-        zero = fin & (e == 0) & (g == 0)
-        bad |= zero & (np.signbit(e) != np.signbit(g))
+    bad, fin = class_bad(e, g, zero_sign)
     if ulps is None:
         return bad | (fin & (e != g))
     far = sv_ulps(np.where(fin, g, 0), np.where(fin, e, 0), dt) > ulps

@@ -145,13 +145,7 @@ def bad16(got, want, dt, ulps, tol=None, zero_sign=True):
     """Mask of got (dtype dt) not matching float64 want rounded to dt."""
     e = rnd(want, dt)
     g = np.asarray(got, dtype=np.float64)
-    bad = np.isnan(e) != np.isnan(g)
-    both = ~np.isnan(e) & ~np.isnan(g)
-    inf = both & (np.isinf(e) | np.isinf(g))
-    bad |= inf & (e != g)
-    fin = both & ~inf
-    if zero_sign:
-        bad |= fin & (e == 0) & (g == 0) & (np.signbit(e) != np.signbit(g))
+    bad, fin = dn.class_bad(e, g, zero_sign)
     far = np.abs(ordered(np.where(fin, g, 0), dt) - ordered(np.where(fin, e, 0), dt)) > ulps
     if tol is not None:
         with np.errstate(invalid='ignore'):

@@ -306,6 +306,10 @@ int ot__overlap(const ot_tensor *a, const ot_tensor *b);
  * dim of size > 1, or overlapping strides); *dim gets the culprit dim. */
 bool ot__internal_overlap(const ot_tensor *t, int *dim);
 
+/* Whether dt is one of the 16-bit storage dtypes (half.h), which every
+ * layer routes through the conversions. */
+static inline bool ot__is_half(int dt) { return dt == OT_F16 || dt == OT_BF16; }
+
 /* Element load/store in a dtype. Stores into OT_I32 truncate toward zero,
  * map NaN to 0 and saturate out-of-range values (never undefined); into
  * OT_F16/OT_BF16 they round once to nearest even (half.h). */

@@ -101,9 +101,8 @@ bool ot__broadcast(const ot_shape *a, const ot_shape *b, ot_shape *out, int *bad
 
 /* ---- dtype promotion ------------------------------------------------------ */
 
-static bool is_half(int d) { return d == OT_F16 || d == OT_BF16; }
-static bool is_float(ot_dtype d) { return d == OT_F32 || d == OT_F64 || is_half(d); }
-static bool valid_dtype(int d) { return d == OT_F32 || d == OT_F64 || d == OT_I32 || is_half(d); }
+static bool is_float(ot_dtype d) { return d == OT_F32 || d == OT_F64 || ot__is_half(d); }
+static bool valid_dtype(int d) { return d == OT_F32 || d == OT_F64 || d == OT_I32 || ot__is_half(d); }
 
 /* Tensors: f32 with f64 gives f64; i32 with a float gives the float. The
  * 16-bit dtypes: with a wider float the wider (NumPy for f16, PyTorch for

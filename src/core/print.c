@@ -123,7 +123,7 @@ static int unique_digits(char *buf, size_t n, double v, int prec, bool sci,
 void ot__numfmt_start(ot__numfmt *f, ot_dtype dt, int precision)
 {
     *f = (ot__numfmt){.kind = dt == OT_I32 ? FMT_INT : FMT_POS, .f32 = dt == OT_F32,
-                      .half = (uint8_t)(dt == OT_F16 || dt == OT_BF16 ? dt : 0),
+                      .half = (uint8_t)(ot__is_half(dt) ? dt : 0),
                       .precision = precision, .exp_size = -1};
 }
 

@@ -290,7 +290,7 @@ static void copy_in(ot_tensor *t, const void *host)
 /* The 16-bit dtypes' host copies: floats, converted a row at a time. */
 static bool is_half(const ot_tensor *t)
 {
-    return t->leaf.dtype == OT_F16 || t->leaf.dtype == OT_BF16;
+    return ot__is_half(t->leaf.dtype);
 }
 
 static void widen_out(const ot_tensor *t, float *dst)

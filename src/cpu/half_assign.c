@@ -40,8 +40,6 @@ typedef struct half_run {
     int ntemps, tcap;
 } half_run;
 
-static bool half_dt(int dt) { return dt == OT_F16 || dt == OT_BF16; }
-
 static ot_tensor *temp_new(half_run *h, const ot_shape *shape)
 {
     if (h->ntemps == h->tcap) {
@@ -84,7 +82,7 @@ static ot_node *leaf_f32(half_run *h, const ot_node *n)
         h->buf[h->nleaves++] = b;
         return &b->leaf;
     }
-    if (!half_dt(n->dtype)) return (ot_node *)n;
+    if (!ot__is_half(n->dtype)) return (ot_node *)n;
     ot_tensor *w = temp_new(h, &n->shape);
     if (!w || ot_get(t, temp_data(w))) return NULL;
     w->leaf.axes = t->leaf.axes;
@@ -107,14 +105,14 @@ static ot_node *rounded(half_run *h, ot_node *x, int dt)
 static ot_node *op_f32(half_run *h, ot__walker *w, const ot_node *n, ot_node *a, ot_node *b)
 {
     if (a == ot__walker_operand(w, n, 0) && b == ot__walker_operand(w, n, 1) &&
-        !half_dt(n->dtype))
+        !ot__is_half(n->dtype))
         return (ot_node *)n;
     ot_args args = n->args;
-    if (half_dt(args.dtype)) args.dtype = OT_F32;
+    if (ot__is_half(args.dtype)) args.dtype = OT_F32;
     ot_op op = (ot_op)(n->tag != OT_OP_NONE ? n->tag : ot__node_op(n));
     ot_node *r = ot_build_at(op, a, b, &args, n->file, n->line);
     bool cast = n->tag == OT_OP_NONE && n->op == OT_OP_CAST;
-    if (r && cast && half_dt(n->dtype))
+    if (r && cast && ot__is_half(n->dtype))
         r = rounded(h, r, n->dtype);
     return r;
 }
@@ -126,7 +124,7 @@ static int visit(ot__walker *w, const ot_node *n, int index, const int operand[2
     if (n->kind == OT_NODE_LEAF)
         r = leaf_f32(h, n);
     else if (n->kind == OT_NODE_CONST)
-        r = half_dt(n->dtype) ? ot_constf((float)n->value) : (ot_node *)n;
+        r = ot__is_half(n->dtype) ? ot_constf((float)n->value) : (ot_node *)n;
     else
         r = op_f32(h, w, n, operand[0] >= 0 ? h->out[operand[0]] : NULL,
                    operand[1] >= 0 ? h->out[operand[1]] : NULL);
@@ -146,7 +144,7 @@ static int visit(ot__walker *w, const ot_node *n, int index, const int operand[2
 static int enter_half(ot__walker *w, const ot_node *n)
 {
     (void)w;
-    return half_dt(n->dtype) ? OT_EDTYPE : 1;
+    return ot__is_half(n->dtype) ? OT_EDTYPE : 1;
 }
 
 static int visit_none(ot__walker *w, const ot_node *n, int index, const int operand[2])
@@ -159,7 +157,7 @@ bool ot__half_involved(int n, ot_tensor *const outs[], ot_node *const trees[])
 {
     if (!ot__half_seen()) return false;
     bool found = false;
-    for (int i = 0; outs && i < n && !found; i++) found = half_dt(outs[i]->leaf.dtype);
+    for (int i = 0; outs && i < n && !found; i++) found = ot__is_half(outs[i]->leaf.dtype);
     ot__walker w = {.composites = true, .visit = visit_none, .enter = enter_half};
     for (int i = 0; i < n && !found; i++) found = ot__walker_run(&w, trees[i]) == OT_EDTYPE;
     ot__walker_free(&w);
@@ -180,7 +178,7 @@ static int enter_blockable(ot__walker *w, const ot_node *n)
     if (n->kind == OT_NODE_LEAF) {   /* out may be a leaf, not a shifted one */
         const ot_tensor *t = ot__leaf_tensor(n);
         bool apart = ot__same_view(t, out) || ot__overlap(t, out) == OT_OVERLAP_NONE;
-        return half_dt(n->dtype) && ot_tensor_is_contiguous(t) && apart ? 1 : OT_EINVAL;
+        return ot__is_half(n->dtype) && ot_tensor_is_contiguous(t) && apart ? 1 : OT_EINVAL;
     }
     int kind = ot__kind_of((ot_op)n->op);
     bool elementwise = (kind == OT_KIND_UNARY || kind == OT_KIND_BINARY) && !n->custom;
@@ -189,7 +187,7 @@ static int enter_blockable(ot__walker *w, const ot_node *n)
 
 static bool blockable(ot_tensor *out, ot_node *tree)
 {
-    if (!half_dt(out->leaf.dtype) || !ot_tensor_is_contiguous(out) ||
+    if (!ot__is_half(out->leaf.dtype) || !ot_tensor_is_contiguous(out) ||
         ot__numel(&out->leaf.shape) < 4 * HALF_BLOCK)
         return false;
     ot__walker w = {.visit = visit_none, .enter = enter_blockable, .ctx = out};
@@ -388,7 +386,7 @@ static int trees_f32(half_run *h, int n, ot_tensor *const outs[], ot_node *const
                                        : ot_errcode();
         else t32[i] = h->out[v];
         if (!outs) continue;   /* explain's fresh outputs */
-        o32[i] = rc || !half_dt(outs[i]->leaf.dtype) ? outs[i] : temp_new(h, &outs[i]->leaf.shape);
+        o32[i] = rc || !ot__is_half(outs[i]->leaf.dtype) ? outs[i] : temp_new(h, &outs[i]->leaf.shape);
         if (!o32[i]) rc = ot__err_set(OT_ENOMEM, NULL, 0, "assign", "out of memory");
     }
     ot__walker_free(&w);

@@ -25,8 +25,6 @@ typedef struct half_step {
 /* A half step's param (it binds no constants: its trees run whole). */
 static const double half_marker;
 
-static bool half_dt(int dt) { return dt == OT_F16 || dt == OT_BF16; }
-
 static int add_leaf(half_step *h, ot_tensor *t)
 {
     for (int i = 0; i < h->nleaf; i++)
@@ -48,7 +46,7 @@ static int visit(ot__walker *w, const ot_node *n, int index, const int operand[2
     half_step *h = w->ctx;
     if (n->kind == OT_NODE_LEAF) return add_leaf(h, ot__leaf_tensor(n));
     h->casts += n->kind == OT_NODE_OP && n->tag == OT_OP_NONE && n->op == OT_OP_CAST &&
-                half_dt(n->dtype);
+                ot__is_half(n->dtype);
     return 0;
 }
 
@@ -126,8 +124,8 @@ int ot__half_explain_route(ot_backend *be, ot__half_eval eval, ot__half_explain_
 {
     half_step h = {0};
     int rc = collect(&h, n, trees), leaves = 0, narrowed = 0;
-    for (int i = 0; i < h.nleaf; i++) leaves += half_dt(h.leaf[i]->leaf.dtype);
-    for (int i = 0; i < n; i++) narrowed += half_dt(outs ? outs[i]->leaf.dtype : trees[i]->dtype);
+    for (int i = 0; i < h.nleaf; i++) leaves += ot__is_half(h.leaf[i]->leaf.dtype);
+    for (int i = 0; i < n; i++) narrowed += ot__is_half(outs ? outs[i]->leaf.dtype : trees[i]->dtype);
     free(h.leaf);
     if (rc) return rc;
     fprintf(f, "f16/bf16 by conversion (docs/half.md): %d f16/bf16 lea%s widened to f32, "

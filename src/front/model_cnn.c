@@ -47,7 +47,7 @@ static ot_node *conv_bias(const layer *l, const ot_node *h)
 ot_node *ot__model_param(ot_tensor *t, const ot_node *h)
 {
     ot_dtype dt = h ? ot_node_dtype(h) : OT_F32;
-    return dt == OT_F16 || dt == OT_BF16 ? ot_cast(t, .dtype = dt) : ot_tensor_node(t);
+    return ot__is_half(dt) ? ot_cast(t, .dtype = dt) : ot_tensor_node(t);
 }
 
 ot_node *ot__model_apply_spatial(const layer *l, ot_node *h)

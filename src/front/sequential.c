@@ -158,7 +158,7 @@ static bool is_work(const share *s, const ot_node *n, int a, int b)
     /* An f16/bf16 value is not rounded where it is computed (ref works in
      * double, cpu in f32: docs/half.md), only at a cast or a store: a
      * 16-bit temporary would round it. A cast's value is rounded anyway. */
-    if ((n->dtype == OT_F16 || n->dtype == OT_BF16) && (n->op != OT_OP_CAST || n->tag != OT_OP_NONE))
+    if (ot__is_half(n->dtype) && (n->op != OT_OP_CAST || n->tag != OT_OP_NONE))
         return false;
     if ((a >= 0 && s->it[a].work) || (b >= 0 && s->it[b].work)) return true;
     int op = ot__node_op(n);

@@ -58,7 +58,6 @@ static int mpi_fail(int rc, const char *call)
 
 /* f16 and bf16 travel and add as f32 (widened when packed, rounded once
  * when the sums come back). */
-static bool is_half(ot_dtype dt) { return dt == OT_F16 || dt == OT_BF16; }
 static int group_of(ot_dtype dt) { return dt == OT_F64 ? G_F64 : G_F32; }
 
 /* This rank's own checks, made before anything is exchanged. */
@@ -74,7 +73,7 @@ static int check_local(int n, ot_tensor *const t[], ot_reduce_op op)
     for (int i = 0; i < n; i++) {
         if (!t[i]) return ot__err_set(OT_ENULL, NULL, 0, FN, "tensors[%d] is NULL", i);
         ot_dtype dt = ot_tensor_dtype(t[i]);
-        if (dt != OT_F32 && dt != OT_F64 && !is_half(dt))
+        if (dt != OT_F32 && dt != OT_F64 && !ot__is_half(dt))
             return ot__err_set(OT_EDTYPE, NULL, 0, FN, "tensors[%d] is %s, not f32, f64, f16 or bf16",
                                i, ot_dtype_name(dt));
         if (t[i]->readonly)
@@ -189,7 +188,7 @@ static void pack(ot_allreduce_req *q, int way)
         group *g = &q->g[group_of(dt)];
         size_t es = dt == OT_F64 ? 8 : 4, bytes = (size_t)ot_tensor_numel(q->t[i]) * es;
         char *buf = (char *)(way ? g->recv : g->send) + off[group_of(dt)];
-        if (bytes && is_half(dt)) {   /* contiguous, checked: cannot fail */
+        if (bytes && ot__is_half(dt)) {   /* contiguous, checked: cannot fail */
             if (way) ot_set(q->t[i], buf);
             else ot_get(q->t[i], buf);
         } else if (bytes) {

@@ -689,7 +689,7 @@ static void write_output(ot_tensor *out, int k, const ot_shape *src_shape, const
 {
     ot_dtype dt = (ot_dtype)out->leaf.dtype;
     uint64_t key;
-    bool sr = (dt == OT_F16 || dt == OT_BF16) && ot__half_sr_get(&key);
+    bool sr = ot__is_half(dt) && ot__half_sr_get(&key);
     size_t isz = ot_dtype_size(dt);
     char *base = (char *)out->buf->data;
     int64_t sst[OT_MAX_DIMS];

@@ -20,6 +20,9 @@ typedef int (*ot__half_eval)(ot_backend *be, int n, ot_tensor *const outs[],
 /* Whether an output (outs may be NULL) or a node of the trees is f16/bf16;
  * false at once while the process has made none. */
 bool ot__half_involved(int n, ot_tensor *const outs[], ot_node *const trees[]);
+/* Whether ot__half_assign would run tree into out as one kernel of 16-bit
+ * code (half_assign.c's run_native; explain says so). */
+bool ot__half_native(ot_backend *be, ot__half_eval eval, ot_tensor *out, ot_node *tree);
 int ot__half_assign(ot_backend *be, ot__half_eval eval, int n, ot_tensor *const outs[],
                     ot_node *const trees[]);
 /* explain called on the f32 trees and outputs ot__half_assign would assign. */
@@ -331,6 +334,13 @@ typedef struct ot_jit_map {
 /* Whether code is generated for kt's ISA on this platform at all. */
 bool ot__jit_available(const ot_kernels *kt);
 ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc, bool stream);
+/* An elementwise kernel's code over 16-bit memory (jit/jit_half.c): fn and
+ * fn_stream with each vector load v reading load_dt[v] (OT_F16 or OT_BF16)
+ * and the one output written as out_dt, rounded to nearest even; nbytes
+ * counts 2 bytes an element, a multiple of the vector's lanes; no fn_tail
+ * or fn_rows. NULL where the kernel or the table does not suit. */
+ot_jit *ot__jit_build_half(const ot_kernel *k, const ot_kernels *kt, int acc,
+                           const uint8_t *load_dt, int out_dt);
 bool ot__jit_install(ot_jit *const *jits, int n, ot_jit_map *map);
 void ot__jit_unmap(ot_jit_map *map);
 void ot__jit_free(ot_jit *j);
@@ -344,6 +354,16 @@ typedef struct ot_segment {
 } ot_segment;
 
 #define OT_RUN_REGIONS 8
+/* 16-bit code of a plan (half_assign.c): the code for one signature, the
+ * dtype each vector load reads and the output's. */
+enum { OT_HALF_CODES = 4 };
+typedef struct ot_half_code {
+    ot_jit *jit;
+    ot_jit_map map;
+    uint8_t load_dt[OT_JIT_MAX_INSN];
+    uint8_t out_dt;
+} ot_half_code;
+void ot__half_code_free(ot_half_code *c);
 typedef struct ot_plan {
     atomic_int refs;                /* the cache's reference plus runs' */
     _Atomic(char *) arena;          /* temporaries' memory, kept between runs
@@ -379,6 +399,9 @@ typedef struct ot_plan {
     bool direct;                    /* one call of its code (ot__plan_direct),
                                        set by ot__plan_run_prepare */
     int acc;                        /* 0: OT_ULP10, 1: OT_ULP35 */
+    /* The one kernel's 16-bit code (half_assign.c's run_native), one per
+     * signature of 16-bit dtypes, built on first use and set once each. */
+    _Atomic(struct ot_half_code *) half[OT_HALF_CODES];
     uint64_t compile_ns;            /* the walk and compile that made it */
     int compile_nodes;              /* the entries that walk had */
 } ot_plan;

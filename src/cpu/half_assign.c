@@ -12,6 +12,12 @@
  * computed value is evaluated into an f32 temporary and rounded there (a
  * 16-bit value is exact in f32), and a constant of a 16-bit dtype holds a
  * rounded value already. The planner never sees a 16-bit dtype.
+ *
+ * One case runs natively: an elementwise tree of contiguous 16-bit leaves
+ * into a contiguous 16-bit output (W1h's a*b + c) is planned in f32 over
+ * block buffers, and its one kernel becomes 16-bit code (jit/jit_half.c)
+ * that widens as it loads and narrows as it stores, over the whole
+ * tensors; the plan keeps that code (ot_half_code) for the next call.
  */
 #include "cpu.h"
 #include "threads.h"
@@ -187,9 +193,7 @@ static int enter_blockable(ot__walker *w, const ot_node *n)
 
 static bool blockable(ot_tensor *out, ot_node *tree)
 {
-    if (!ot__is_half(out->leaf.dtype) || !ot_tensor_is_contiguous(out) ||
-        ot__numel(&out->leaf.shape) < 4 * HALF_BLOCK)
-        return false;
+    if (!ot__is_half(out->leaf.dtype) || !ot_tensor_is_contiguous(out)) return false;
     ot__walker w = {.visit = visit_none, .enter = enter_blockable, .ctx = out};
     bool ok = ot__walker_run(&w, tree) >= 0 && w.count <= 64;
     ot__walker_free(&w);
@@ -346,13 +350,206 @@ static int run_fast(half_run *h, ot_tensor *out, ot_node *tree)
     return rc < 0 ? (ot_errcode() ? ot_errcode() : OT_ENOMEM) : rc;
 }
 
-/* An elementwise tree of 16-bit leaves into a 16-bit out, a block at a
- * time: each block's leaves widened into f32 buffers that stay in cache,
- * the f32 tree run on them, the result narrowed into out. Memory sees the
- * 16-bit values once each way, as a native kernel's would. */
+/* ---- one kernel of 16-bit code ---------------------------------------------- */
+
+/* The plan's one kernel as 16-bit code (ot__jit_build_half) over the whole
+ * tensors: in[i], each vector load's 16-bit source (or a parameter's f32
+ * value), dst the output, n elements; lanes per vector. */
+typedef struct native_run {
+    const ot_jit *jit;
+    char *in[OT_JIT_MAX_INSN];
+    float param[OT_JIT_MAX_INSN];
+    bool vec[OT_JIT_MAX_INSN];    /* in[i] is a 16-bit source, advanced per chunk */
+    int ninsn;
+    uint16_t *dst;
+    int64_t n, lanes;
+    int64_t cost;                 /* per element, in adds, for ot__parallel */
+    bool stream;
+    ot_plan *plan;                /* the f32 plan of a block, whose code runs */
+    ot_walk *walk;
+    ot_binding bind;
+    ot_half_code *code;
+    bool own;                     /* code is the run's to free (the plan kept none) */
+} native_run;
+
+/* Elements a chunk of the threaded run holds (a multiple of every lane
+ * count): enough that a call's fixed cost vanishes, few enough that two
+ * threads share a 2^20-element tensor evenly. */
+#define NATIVE_CHUNK ((int64_t)16384)
+/* The block the kernel is planned over (its code serves any length): a
+ * multiple of every lane count, small, so that its buffers cost little. */
+#define NATIVE_BLOCK 64
+
+/* Chunks [first, last) of the whole vectors, one call of the code. */
+static void native_chunk(void *ctx, int slot, int64_t first, int64_t last)
+{
+    (void)slot;
+    const native_run *f = ctx;
+    int64_t whole = f->n - f->n % f->lanes, at = first * NATIVE_CHUNK;
+    int64_t end = last * NATIVE_CHUNK < whole ? last * NATIVE_CHUNK : whole;
+    char *in[OT_JIT_MAX_INSN], *out[1] = {(char *)(f->dst + at)};
+    for (int i = 0; i < f->ninsn; i++) in[i] = f->vec[i] ? f->in[i] + 2 * at : f->in[i];
+    if (end <= at) return;
+    (f->stream ? f->jit->fn_stream : f->jit->fn)(in, out, (size_t)(end - at) * 2);
+#if defined(__x86_64__)
+    if (f->stream) __asm__ volatile("sfence" ::: "memory");   /* the code fences nothing */
+#endif
+}
+
+/* The last n % lanes elements: one vector over zero-padded copies (the f32
+ * kernels pad a tail with zeros too, so every lane's bits agree). */
+static void native_tail(const native_run *f)
+{
+    int64_t rest = f->n % f->lanes, at = f->n - rest;
+    _Alignas(64) uint16_t pad[OT_JIT_MAX_INSN + 1][16];
+    char *in[OT_JIT_MAX_INSN], *out[1] = {(char *)pad[OT_JIT_MAX_INSN]};
+    if (!rest) return;
+    for (int i = 0; i < f->ninsn; i++) {
+        in[i] = f->in[i];
+        if (!f->vec[i]) continue;
+        memset(pad[i], 0, sizeof pad[i]);
+        memcpy(pad[i], f->in[i] + 2 * at, (size_t)rest * 2);
+        in[i] = (char *)pad[i];
+    }
+    f->jit->fn(in, out, (size_t)f->lanes * 2);
+    memcpy(f->dst + at, pad[OT_JIT_MAX_INSN], (size_t)rest * 2);
+}
+
+/* in[] of f from the plan's kernel k: each vector load's 16-bit source
+ * (found through the block buffer it reads in bind) with its dtype in
+ * load_dt, each parameter's value. False where a load is not one of the
+ * block buffers, whole. */
+static bool native_inputs(native_run *f, const half_run *h, const ot_kernel *k,
+                          const ot_binding *bind, uint8_t *load_dt)
+{
+    f->ninsn = k->ninsn;
+    for (int i = 0; i < k->ninsn; i++) {
+        const ot_insn *in = &k->insns[i];
+        f->vec[i] = false;
+        load_dt[i] = 0;
+        if (in->code == OT_I_PARAM) {
+            f->param[i] = (float)bind->param[in->arg];
+            f->in[i] = (char *)&f->param[i];
+        } else if (in->code == OT_I_LOAD) {
+            const ot_view *v = &k->loads[in->arg];
+            int j = 0;
+            while (v->space == OT_SPACE_LEAF && j < h->nleaves &&
+                   bind->leaf[v->index] != (char *)temp_data(h->buf[j]))
+                j++;
+            if ((in->scalar & 8) || v->space != OT_SPACE_LEAF || j == h->nleaves ||
+                v->offset || v->strides[0] != 1)
+                return false;
+            f->vec[i] = true;
+            f->in[i] = (char *)half_at(h->src[j], 0);
+            load_dt[i] = h->src[j]->leaf.dtype;
+        }
+    }
+    return true;
+}
+
+void ot__half_code_free(ot_half_code *c)
+{
+    if (!c) return;
+    ot__jit_unmap(&c->map);
+    ot__jit_free(c->jit);
+    free(c);
+}
+
+/* The plan's 16-bit code for this signature (jit NULL: none): the one it
+ * keeps, else built and kept in a free slot (two threads may both build
+ * it: one keeps its own); *own: the caller frees it (no slot was free). */
+static ot_half_code *half_code(ot_plan *plan, const ot_kernels *kt, const uint8_t *load_dt,
+                               int out_dt, bool *own)
+{
+    *own = false;
+    for (int i = 0; i < OT_HALF_CODES; i++) {
+        ot_half_code *c = atomic_load(&plan->half[i]);
+        if (c && c->out_dt == out_dt && !memcmp(c->load_dt, load_dt, sizeof c->load_dt)) return c;
+    }
+    ot_half_code *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    memcpy(c->load_dt, load_dt, sizeof c->load_dt);
+    c->out_dt = (uint8_t)out_dt;
+    c->jit = ot__jit_build_half(&plan->kernels[0], kt, plan->acc, load_dt, out_dt);
+    if (c->jit && !ot__jit_install(&c->jit, 1, &c->map)) {
+        ot__half_code_free(c);
+        return NULL;
+    }
+    for (int i = 0; i < OT_HALF_CODES; i++) {
+        ot_half_code *none = NULL;
+        if (atomic_compare_exchange_strong(&plan->half[i], &none, c)) return c;
+    }
+    *own = true;
+    return c;
+}
+
+/* f made ready to run tree into out as one kernel of 16-bit code, holding
+ * the plan whose code it runs; 1 where there is none: the plan is not one
+ * elementwise kernel, or the table has no such code. */
+static int native_prepare(half_run *h, ot_tensor *out, ot_node *tree, native_run *f)
+{
+    ot_cpu *cpu = h->be->impl;
+    uint8_t load_dt[OT_JIT_MAX_INSN] = {0};
+    ot_tensor *o = NULL;
+    ot_node *t = block_tree(h, tree, NATIVE_BLOCK, &o);
+    int rc = t ? ot__plan_get(h->be, 1, &o, &t, &f->plan, &f->walk, &f->bind) : -1;
+    const ot_kernel *k = rc ? NULL : &f->plan->kernels[0];
+    ot_half_code *code = NULL;
+    if (k && cpu->jit && f->plan->nkernels == 1 && k->kind == OT_KER_EW && k->ndim == 1 &&
+        !k->nxstore && native_inputs(f, h, k, &f->bind, load_dt))
+        code = half_code(f->plan, cpu->k, load_dt, out->leaf.dtype, &f->own);
+    if (code && code->jit) {
+        int64_t n = ot__numel(&out->leaf.shape);
+        size_t moved = (size_t)n * 2 * (size_t)(h->nleaves + 1);
+        f->code = code;
+        f->jit = code->jit;
+        f->dst = (uint16_t *)out->buf->data + out->offset;
+        f->n = n;
+        f->lanes = cpu->k->vbytes / 4;
+        f->stream = cpu->stream_bytes && moved >= cpu->stream_bytes &&
+                    ((uintptr_t)f->dst & (uintptr_t)(cpu->k->vbytes / 2 - 1)) == 0;
+        f->cost = k->run_cost + 2 * (h->nleaves + 1);
+        return 0;
+    }
+    if (f->own) ot__half_code_free(code);
+    f->own = false;
+    return rc < 0 ? (ot_errcode() ? ot_errcode() : OT_ENOMEM) : 1;
+}
+
+static void native_free(half_run *h, native_run *f)
+{
+    if (f->own) ot__half_code_free(f->code);
+    if (f->walk) ot__walk_done(h->be, f->walk);
+    if (f->plan && !f->bind.borrowed) ot__plan_release(f->plan);
+}
+
+/* The tree as one kernel of 16-bit code over the whole tensors, threaded
+ * by chunks: memory sees each 16-bit value once, converted in registers
+ * (W1h: 1.8x faster than widening into buffers). 1: not this way. */
+static int run_native(half_run *h, ot_tensor *out, ot_node *tree)
+{
+    ot_cpu *cpu = h->be->impl;
+    native_run f = {0};
+    int rc = native_prepare(h, out, tree, &f);
+    if (!rc) {
+        ot__parallel(cpu->threads, 0, (f.n + NATIVE_CHUNK - 1) / NATIVE_CHUNK, f.n * f.cost,
+                     native_chunk, &f);
+        native_tail(&f);
+    }
+    native_free(h, &f);
+    return rc;
+}
+
+/* An elementwise tree of 16-bit leaves into a 16-bit out: one kernel of
+ * 16-bit code where the table has it (run_native, any size); else, from
+ * four blocks up, a block at a time: each block's leaves widened into f32
+ * buffers that stay in cache, the f32 tree run on them, the result
+ * narrowed into out. 1: neither (too small: the whole trees in f32). */
 static int run_blocked(half_run *h, ot_tensor *out, ot_node *tree)
 {
-    int fast = h->be->vt == &ot__cpu_vt ? run_fast(h, out, tree) : 1;
+    int fast = h->be->vt == &ot__cpu_vt ? run_native(h, out, tree) : 1;
+    if (fast == 1 && ot__numel(&out->leaf.shape) < 4 * HALF_BLOCK) return 1;   /* too small */
+    if (fast == 1 && h->be->vt == &ot__cpu_vt) fast = run_fast(h, out, tree);
     if (fast <= 0) return fast;
     int64_t n = ot__numel(&out->leaf.shape), tail = n % HALF_BLOCK;
     ot_tensor *o = NULL;
@@ -440,8 +637,11 @@ int ot__half_assign(ot_backend *be, ot__half_eval eval, int n, ot_tensor *const 
     if (!pool) return ot__err_set(OT_ENOMEM, NULL, 0, "assign", "out of memory");
     uint64_t key;
     bool sr = ot__half_sr_get(&key);   /* stochastic stores take the plain path */
-    int rc = n == 1 && !sr && blockable(outs[0], trees[0]) ? run_blocked(&h, outs[0], trees[0])
-                                                             : run_f32(&h, n, outs, trees);
+    int rc = n == 1 && !sr && blockable(outs[0], trees[0]) ? run_blocked(&h, outs[0], trees[0]) : 1;
+    if (rc == 1) {   /* not by blocks: the whole trees in f32 */
+        h.block = 0;
+        rc = run_f32(&h, n, outs, trees);
+    }
     run_free(&h, pool);
     return rc;
 }
@@ -464,4 +664,19 @@ int ot__half_explain(ot_backend *be, ot__half_eval eval, ot__half_explain_fn exp
     free(o32);
     run_free(&h, pool);
     return rc;
+}
+
+/* Whether ot__half_assign runs tree into out as one kernel of 16-bit code
+ * (what explain says). */
+bool ot__half_native(ot_backend *be, ot__half_eval eval, ot_tensor *out, ot_node *tree)
+{
+    half_run h = {.be = be, .eval = eval};
+    native_run f = {0};
+    uint64_t key;
+    ot_pool *pool = ot_pool_push();
+    bool yes = pool && be->vt == &ot__cpu_vt && !ot__half_sr_get(&key) && blockable(out, tree) &&
+               native_prepare(&h, out, tree, &f) == 0;
+    native_free(&h, &f);
+    if (pool) run_free(&h, pool);
+    return yes;
 }

@@ -128,7 +128,13 @@ int ot__half_explain_route(ot_backend *be, ot__half_eval eval, ot__half_explain_
     for (int i = 0; i < n; i++) narrowed += ot__is_half(outs ? outs[i]->leaf.dtype : trees[i]->dtype);
     free(h.leaf);
     if (rc) return rc;
-    fprintf(f, "f16/bf16 by conversion (docs/half.md): %d f16/bf16 lea%s widened to f32, "
+    if (outs && n == 1 && ot__half_native(be, eval, outs[0], trees[0]))
+        fprintf(f, "f16/bf16 in generated code (docs/half.md): one kernel over the 16-bit "
+                   "tensors, %d lea%s widened to f32 as loaded, the output narrowed as stored "
+                   "(round to nearest even); its kernel as the f32 plan has it (whose bytes are "
+                   "twice the 16-bit code's):\n",
+                leaves, leaves == 1 ? "f" : "ves");
+    else fprintf(f, "f16/bf16 by conversion (docs/half.md): %d f16/bf16 lea%s widened to f32, "
                "%d cast%s to f16/bf16 evaluated and rounded apart, %d output%s narrowed "
                "to f16/bf16 (round to nearest even); in f32:\n",
             leaves, leaves == 1 ? "f" : "ves", h.casts, h.casts == 1 ? "" : "s", narrowed,

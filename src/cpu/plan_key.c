@@ -258,6 +258,7 @@ void ot__plan_release(ot_plan *p)
         ot__jit_free(p->kernels[i].jit);
     }
     ot__jit_unmap(&p->jit);
+    for (int i = 0; i < OT_HALF_CODES; i++) ot__half_code_free(atomic_load(&p->half[i]));
     free(p->kernels);
     free(p->segs);
     free(p->temp_offset);

@@ -189,7 +189,8 @@ void ot__jit_emit_stores(regs *r, bool stream)
         int base = r->pad ? -1 : ot__jit_ptr_reg(r, -1 - q);
         if (base < 0) ot__x86_load_ptr(r->c, R13, 8 * (r->pad ? j->nout + q : q));
         int index = r->pad ? NO_INDEX : RBX;
-        if (stream) ot__jit_vmov_stream(r, g, base < 0 ? RAX : base, index, r->disp);
+        if (r->half_in) ot__jit_half_store(r, g, base < 0 ? RAX : base, index, stream);
+        else if (stream) ot__jit_vmov_stream(r, g, base < 0 ? RAX : base, index, r->disp);
         else ot__jit_vmov_store(r, g, base < 0 ? RAX : base, index, r->disp);
     }
 }
@@ -224,7 +225,8 @@ static void emit_loop(regs *r, bool stream)
     for (int pos = 0; pos < r->j->ninsn; pos++)
         if (r->j->body[pos]) ot__jit_emit_insn(r, pos);
     ot__jit_emit_stores(r, stream);
-    ot__x86_put(c, (const uint8_t[]){0x48, 0x83, 0xC3, (uint8_t)r->vbytes}, 4);     /* add rbx, V */
+    int step = r->half_in ? r->vbytes / 2 : r->vbytes;   /* 16-bit code: 2 bytes a lane */
+    ot__x86_put(c, (const uint8_t[]){0x48, 0x83, 0xC3, (uint8_t)step}, 4);          /* add rbx, V */
     ot__x86_gpr_rr(c, 0x39, RBX, R14);                                 /* cmp rbx, r14 */
     ot__x86_jump_back(c, JB, loop);
 }
@@ -529,14 +531,31 @@ static bool reduce_fits(const ot_jit *j, const ot_kernel *k)
     return ok && (k->nxstore == 0 || k->red_op == OT_OP_SUM || k->red_op == OT_OP_MEAN);
 }
 
+/* Whether the 16-bit code suits k: one vector output of an f32 body, every
+ * vector load of a 16-bit dtype (load_dt), no column blocks, a table that
+ * converts them (jit_half.c). */
+static bool half_fits(const ot_jit *j, const ot_kernel *k, const ot_kernels *kt,
+                      const uint8_t *load_dt, int out_dt)
+{
+    bool ok = j->kd == OT_KD_F32 && j->nout == 1 && j->out_vector[0] && !k->col_blocked &&
+              ot__is_half(out_dt) && ot__jit_half_fits(kt, load_dt, k->ninsn, out_dt);
+    for (int i = 0; i < k->ninsn && ok; i++) {
+        const ot_insn *in = &k->insns[i];
+        if (in->code == OT_I_LOAD && !(in->scalar & 8)) ok = ot__is_half(load_dt[i]);
+    }
+    return ok;
+}
+
 /* ot__jit_build's attempt with log and tanh inline or (calls_log_tanh)
  * called; *retry: a reduction whose inline log or tanh did not fit. */
+/* half_in: the 16-bit code of ot__jit_build_half, its output half_out. */
 static ot_jit *build(const ot_kernel *k, const ot_kernels *kt, int acc, bool stream,
-                     bool calls_log_tanh, bool *retry)
+                     bool calls_log_tanh, bool *retry, const uint8_t *half_in, int half_out)
 {
     ot_jit *j = ot__calloc(1, sizeof *j);
     code c = {0};
-    regs r = {.c = &c, .j = j, .insns = k->insns, .nreg = NREG, .red = -1};
+    regs r = {.c = &c, .j = j, .insns = k->insns, .nreg = NREG, .red = -1, .half_in = half_in,
+              .half_out = half_out};
     bool ok = j != NULL, reduce = k->kind == OT_KER_REDUCE;
     stream = stream && !reduce;
     if (ok) {
@@ -551,7 +570,8 @@ static ot_jit *build(const ot_kernel *k, const ot_kernels *kt, int acc, bool str
         r.spilled = ot__malloc((size_t)k->ninsn);
         r.last = ot__malloc(sizeof *r.last * (size_t)k->ninsn);
         ok = j->arg && j->body && r.reg_of && r.spilled && r.last && map_values(j, k) &&
-             (reduce ? reduce_fits(j, k) : worth_it(j, k, stream));
+             (half_in ? half_fits(j, k, kt, half_in, half_out)
+                      : reduce ? reduce_fits(j, k) : worth_it(j, k, stream));
     }
     if (ok) {
         r.pp = j->kd == OT_KD_F64;
@@ -562,6 +582,8 @@ static ot_jit *build(const ot_kernel *k, const ot_kernels *kt, int acc, bool str
         r.calls = calls(j, k);
         r.fns = inline_fns(j, k);
         ot__jit_place_constants(&r);
+        if (half_out == OT_BF16)
+            r.fn_used |= (uint64_t)1 << B_LSB | (uint64_t)1 << B_RND | (uint64_t)1 << B_QUIET;
         last_uses(j, r.last);
     }
     if (ok && reduce) {
@@ -581,8 +603,8 @@ static ot_jit *build(const ot_kernel *k, const ot_kernels *kt, int acc, bool str
             j->stream_at = c.n;
             emit_function(&r, ot__jit_slot(&r, k->ninsn) + r.vbytes, true);
         }
-        if (k->col_blocked) emit_rows_functions(&r, j, stream);
-        if (r.calls) {
+        if (k->col_blocked && !half_in) emit_rows_functions(&r, j, stream);
+        if (r.calls && !half_in) {
             while (c.n % 16) ot__x86_put1(&c, 0xCC);
             j->tail_at = c.n;
             r.tail = true;
@@ -612,8 +634,18 @@ ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc, bool st
         !ot__jit_available(kt))
         return NULL;
     bool retry = false;
-    ot_jit *j = build(k, kt, acc, stream, false, &retry);
-    return j || !retry ? j : build(k, kt, acc, stream, true, &retry);
+    ot_jit *j = build(k, kt, acc, stream, false, &retry, NULL, 0);
+    return j || !retry ? j : build(k, kt, acc, stream, true, &retry, NULL, 0);
+}
+
+ot_jit *ot__jit_build_half(const ot_kernel *k, const ot_kernels *kt, int acc,
+                           const uint8_t *load_dt, int out_dt)
+{
+    if (k->kind != OT_KER_EW || k->ninsn < 1 || k->ninsn > OT_JIT_MAX_INSN ||
+        !ot__jit_available(kt))
+        return NULL;
+    bool retry = false;
+    return build(k, kt, acc, true, false, &retry, load_dt, out_dt);
 }
 
 void ot__jit_free(ot_jit *j)
@@ -636,6 +668,13 @@ bool ot__jit_available(const ot_kernels *kt)
 ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc, bool stream)
 {
     (void)k, (void)kt, (void)acc, (void)stream;
+    return NULL;
+}
+
+ot_jit *ot__jit_build_half(const ot_kernel *k, const ot_kernels *kt, int acc,
+                           const uint8_t *load_dt, int out_dt)
+{
+    (void)k, (void)kt, (void)acc, (void)load_dt, (void)out_dt;
     return NULL;
 }
 

@@ -47,13 +47,15 @@ typedef struct code {
 
 /* The f32 constants of SLEEF 3.5's expf, logf u10 and logf and tanhf u35,
  * and of the library's own tanhf u10 (H_: own_math.inc's f32_tanh_u10) and
- * expf (X_, H_ and E_ ones: f32_exp_u10), in
+ * expf (X_, H_ and E_ ones: f32_exp_u10), and the integers of bf16's
+ * rounding (B_: jit_half.c), in
  * fn_bits; the frame's K_FN vectors; F_ONE names K_ONE among them. */
 enum { E_RLN2, E_L2U, E_L2L, E_C0, E_C1, E_C2, E_C3, E_C4, E_C5, E_LO, E_INF,
        L_4_3, L_LN2HI, L_M1, L_FLTMIN, L_2P64, L_FF,
        L_BIASD, L_BIASN, L_QNAN, L_NINF, H_P0, H_P1, H_P2, H_P3, H_P4, H_P5, H_P6, H_Q0, H_Q1,
        H_Q2, H_Q3, H_Q4, H_CUT, H_CAP, H_MAGIC, T_BIG, T_TWO,
-       M_P0, M_P1, M_P2, M_P3, M_128LN2, M_FIX, S_FLOOR, X_HI, X_M64, X_BIAS, NFNK,
+       M_P0, M_P1, M_P2, M_P3, M_128LN2, M_FIX, S_FLOOR, X_HI, X_M64, X_BIAS,
+       B_LSB, B_RND, B_QUIET, NFNK,
        F_ONE = NFNK };
 
 /* The zmm registers past the allocator's (16-31) that hold K_FN constants. */
@@ -93,6 +95,10 @@ typedef struct regs {
     int16_t *reg_of;            /* register of each value, or -1 */
     bool *spilled;              /* body values with a current stack copy */
     int16_t *last;              /* last body position reading each value */
+    const uint8_t *half_in;     /* 16-bit code (jit_half.c): per insn, the
+                                   dtype (OT_F16, OT_BF16) a vector load reads;
+                                   NULL: loads and stores of the body's dtype */
+    int half_out;               /* with half_in: the output's 16-bit dtype */
 } regs;
 
 /* EVEX's embedded broadcast: a memory operand of one 4-byte element read
@@ -208,6 +214,11 @@ extern const uint32_t ot__jit_fn_bits[NFNK];
 void ot__jit_emit_splats(regs *r);
 void ot__jit_emit_pointers(regs *r);
 void ot__jit_emit_reduce_function(regs *r, int frame);
+
+/* ---- jit_half.c: 16-bit loads and stores */
+void ot__jit_half_load(regs *r, int reg, int dt, int base, int index);
+void ot__jit_half_store(regs *r, int g, int base, int index, bool stream);
+bool ot__jit_half_fits(const ot_kernels *kt, const uint8_t *load_dt, int ninsn, int out_dt);
 
 /* ---- jit.c: the lowering of a kernel */
 void ot__jit_emit_insn(regs *r, int pos);

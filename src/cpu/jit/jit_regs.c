@@ -179,12 +179,9 @@ void ot__jit_fetch(regs *r, int v, int reg)
         return;
     }
     int base = vec && !r->pad ? ot__jit_ptr_reg(r, v) : -1;
-    if (base >= 0) {
-        ot__jit_vmov_load(r, reg, base, RBX, r->disp);
-        return;
-    }
-    ot__x86_load_ptr(r->c, R12, 8 * (vec && r->pad ? r->j->ninsn + v : v));
-    if (vec) ot__jit_vmov_load(r, reg, RAX, r->pad ? NO_INDEX : RBX, r->disp);
+    if (base < 0) ot__x86_load_ptr(r->c, R12, 8 * (vec && r->pad ? r->j->ninsn + v : v));
+    if (vec && r->half_in) ot__jit_half_load(r, reg, r->half_in[v], base < 0 ? RAX : base, RBX);
+    else if (vec) ot__jit_vmov_load(r, reg, base < 0 ? RAX : base, r->pad ? NO_INDEX : RBX, r->disp);
     else vbroadcast(r, reg, RAX, 0);
 }
 

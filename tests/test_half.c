@@ -599,19 +599,25 @@ static ot_node *t_div(ot_node *x, ot_node *y) { return ot_add(ot_div(x, y), 3.0)
 
 /* Every 16-bit pattern (NaNs, infinities, subnormals, -0.0) through trees
  * the 16-bit code runs, on each ISA table with and without streaming
- * stores and on two threads: the bits of the f32 tree over the widened
+ * stores and on two threads, bf16 stores by vcvtneps2bf16 (where the CPU
+ * has it) and by integers: the bits of the f32 tree over the widened
  * values, rounded once, and a ragged tail. */
+int ot__jit_half_bf16_insn(int set);   /* src/cpu/jit/jit_half.c */
+
 TEST(half_native_code_bits)
 {
     enum { N = 2 * 65536 + 13 };
+    int insn = ot__jit_half_bf16_insn(-1);   /* then the integers' way, where it is the CPU's */
     const char *isas[3] = {NULL, "avx2", "sse2"};
     const int64_t streams[2] = {OT_STREAM_NEVER, 1};
     pair_tree trees[4] = {t_fma, t_inline, t_call, t_div};
     uint16_t *xr = malloc(2 * N), *yr = malloc(2 * N), *got = malloc(2 * N);
     float *xf = malloc(4 * N), *yf = malloc(4 * N), *want = malloc(4 * N);
     for (int64_t i = 0; i < N; i++) xr[i] = (uint16_t)i, yr[i] = (uint16_t)(i * 40503 + 7);
-    for (int c = 0; c < 3 * 2 * 2; c++) {
-        ot_backend_opts o = {.threads = c % 2 ? 2 : 1, .isa = isas[c / 4], .stream_bytes = streams[c / 2 % 2]};
+    for (int c = 0; c < 3 * 2 * 2 + (insn ? 4 : 0); c++) {
+        if (c == 12) ot__jit_half_bf16_insn(0);
+        ot_backend_opts o = {.threads = c % 2 ? 2 : 1, .isa = isas[c / 4 % 3],
+                             .stream_bytes = streams[c / 2 % 2]};
         ot_backend *be = ot_backend_new("cpu", &o);
         if (!be) continue;   /* a table this CPU lacks */
         for (int dt = OT_F16; dt <= OT_BF16; dt += OT_BF16 - OT_F16) {
@@ -634,7 +640,7 @@ TEST(half_native_code_bits)
                     if (got[i] != w) {
                         test__fail(__FILE__, __LINE__, "%s isa %s stream %d threads %d tree %d [%lld] "
                                    "x %04x y %04x: %04x, expected %04x", ot_dtype_name(dt),
-                                   isas[c / 4] ? isas[c / 4] : "auto", c / 2 % 2, o.threads, t,
+                                   isas[c / 4 % 3] ? isas[c / 4 % 3] : "auto", c / 2 % 2, o.threads, t,
                                    (long long)i, xr[i], yr[i], got[i], w);
                         break;
                     }
@@ -645,5 +651,6 @@ TEST(half_native_code_bits)
         }
         ot_backend_free(be);
     }
+    ot__jit_half_bf16_insn(insn);
     free(xr), free(yr), free(got), free(xf), free(yf), free(want);
 }

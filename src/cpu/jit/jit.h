@@ -219,6 +219,7 @@ void ot__jit_emit_reduce_function(regs *r, int frame);
 void ot__jit_half_load(regs *r, int reg, int dt, int base, int index);
 void ot__jit_half_store(regs *r, int g, int base, int index, bool stream);
 bool ot__jit_half_fits(const ot_kernels *kt, const uint8_t *load_dt, int ninsn, int out_dt);
+int ot__jit_half_bf16_insn(int set);
 
 /* ---- jit.c: the lowering of a kernel */
 void ot__jit_emit_insn(regs *r, int pos);

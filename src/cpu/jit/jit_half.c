@@ -12,10 +12,13 @@
  * even whatever MXCSR says; NaN made quiet with its top payload bits, as
  * the definition does), bf16 (EVEX only) by integers: (x + 0x7FFF +
  * ((x >> 16) & 1)) >> 16, and for a NaN (x >> 16) | 0x40 under the mask
- * of an unordered compare, packed by vpmovdw. vcvtneps2bf16 is not used:
- * it flushes subnormal inputs to zero.
+ * of an unordered compare, packed by vpmovdw; or, where the CPU has
+ * AVX512_BF16, by vcvtneps2bf16, which flushes subnormal inputs to zero,
+ * so a vector that holds one (vfpclassps) branches to the integers' way.
  */
 #include "jit.h"
+
+#include <stdatomic.h>
 
 #if OT_JIT_X86
 
@@ -72,13 +75,47 @@ void ot__jit_half_store(regs *r, int g, int base, int index, bool stream)
         stream_half(r, t, base, index);
         return;
     }
-    bf16_round(r, g, t);
-    if (!stream) {
-        ot__x86_vrm(c, 2, 2, 0, 0x33, t, 0, base, index, 0);            /* vpmovdw [m], t */
+    if (!ot__jit_half_bf16_insn(-1)) {
+        bf16_round(r, g, t);
+        if (!stream) {
+            ot__x86_vrm(c, 2, 2, 0, 0x33, t, 0, base, index, 0);        /* vpmovdw [m], t */
+            return;
+        }
+        ot__x86_vrr(c, 2, 2, 0, 0x33, t, 0, t);                         /* vpmovdw t, t */
+        stream_half(r, t, base, index);
         return;
     }
-    ot__x86_vrr(c, 2, 2, 0, 0x33, t, 0, t);                             /* vpmovdw t, t */
-    stream_half(r, t, base, index);
+    ot__x86_vrr(c, 2, 2, 0, 0x72, t, 0, g);                             /* vcvtneps2bf16 t, g */
+    ot__x86_vrr(c, 3, 1, 0, 0x66, 1, 0, g);                             /* vfpclassps k1, g, */
+    ot__x86_put1(c, 0x20);                                              /*     subnormal */
+    ot__x86_put(c, (const uint8_t[]){0xC5, 0xF8, 0x98, 0xC9}, 4);       /* kortestw k1, k1 */
+    size_t done = ot__x86_jump_fwd(c, JE);
+    bf16_round(r, g, t);                                                /* a subnormal lane: */
+    ot__x86_vrr(c, 2, 2, 0, 0x33, t, 0, t);                             /* the integers' way */
+    ot__x86_land(c, done);
+    if (stream) {
+        stream_half(r, t, base, index);
+        return;
+    }
+    ot__x86_prefix(c, false, 1, 1, 2, 0, t, 0, index == NO_INDEX ? 0 : index, base, 0x7F);
+    ot__x86_mem_operand(c, t, base, index, 0);                          /* vmovdqu [m], ymm t */
+}
+
+/* Whether bf16 stores use vcvtneps2bf16 (AVX512_BF16; a vector holding a
+ * subnormal takes the integers' way, since the instruction flushes those
+ * to zero): the CPU's answer, or set (0 or 1) for a test of the other way;
+ * -1 asks. */
+int ot__jit_half_bf16_insn(int set)
+{
+    static atomic_int mode = -1;
+    if (set >= 0) atomic_store(&mode, set);
+    int m = atomic_load(&mode);
+    if (m < 0) {
+        __builtin_cpu_init();
+        m = ot__half_simd(3) != NULL && __builtin_cpu_supports("avx512dq");
+        atomic_store(&mode, m);
+    }
+    return m;
 }
 
 /* Whether this table's code can read load_dt's 16-bit inputs and write
@@ -89,6 +126,15 @@ bool ot__jit_half_fits(const ot_kernels *kt, const uint8_t *load_dt, int ninsn, 
     for (int i = 0; i < ninsn && load_dt; i++) f16 |= load_dt[i] == OT_F16;
     if (!evex && out_dt == OT_BF16) return false;
     return !f16 || evex || ot__half_simd(1) != NULL;
+}
+
+#else
+
+int ot__jit_half_bf16_insn(int set);
+int ot__jit_half_bf16_insn(int set)
+{
+    (void)set;
+    return 0;
 }
 
 #endif /* OT_JIT_X86 */

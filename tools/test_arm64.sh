@@ -5,8 +5,9 @@
 # does, cross-builds the library, unit tests and examples into build/arm64
 # and runs them under qemu-aarch64; ends with one "N passed, M failed" line.
 #
-# Environment: ARM64_QUICK=1 builds and runs only the kernel-table cases
-# and examples/isa.c; ARM64_TESTS="substrings" picks unit cases as
+# Environment: ARM64_QUICK=1 builds and runs only the kernel-table cases,
+# the 16-bit conversion tables' sampled check and examples/isa.c;
+# ARM64_TESTS="substrings" picks unit cases as
 # test_optree's arguments do; ARM64_INSTALL=0 skips the package check;
 # JOBS (default 2). `tools/test_arm64.sh insns` prints the instruction
 # counts of the README's NEON table instead of testing.
@@ -122,7 +123,7 @@ build() {
             mkdir -p "$B/quick" &&
             $CROSS -Iinclude -Isrc/core -Isrc/cpu -Isrc/cpu/jit -Isrc/cpu/kernels -Isrc/front -Isrc/ref -D_POSIX_C_SOURCE=200809L -std=c11 -O2 -fno-math-errno \
                 -ffp-contract=off -o "$B/quick/test_kernels" tests/main.c tests/test_kernels.c \
-                tests/test_optable.c "$B/liboptree.a" -lsleef -lopenblas -lm -lpthread
+                tests/test_optable.c tests/test_half.c tests/fuzz.c "$B/liboptree.a" -lzip -lsleef -lopenblas -lm -lpthread
     else
         make -s -j"$JOBS" WERROR=-Werror CC=$CROSS BUILD="$B" tests examples
     fi
@@ -137,7 +138,9 @@ fi
 # ---------------------------------------------------------------- unit
 echo "==== arm64 unit tests under $QEMU"
 if [ "${ARM64_QUICK:-0}" = 1 ]; then
-    $TMO 600 $QEMU "$B/quick/test_kernels" >"$LOGS/unit.log" 2>&1
+    # the kernel tables', and the 16-bit conversion tables' sampled check
+    $TMO 600 $QEMU "$B/quick/test_kernels" test_kernels test_optable half_tables_sampled \
+        >"$LOGS/unit.log" 2>&1
 else
     # shellcheck disable=SC2086 # the filter is a list of words
     # Emulation is 10-50 times slower: 20 minutes per case, not 2.

@@ -1,7 +1,8 @@
 /*
  * half_simd.c - the vector tables of f16/bf16 conversions (half.h): AVX2
  * with F16C, AVX-512F, and AVX-512 with the BF16 extension's
- * vcvtneps2bf16. Each function is compiled for its own target (a function
+ * vcvtneps2bf16 on x86-64; NEON on AArch64 (FCVTN/FCVTL for f16, integers
+ * for bf16: BFCVT is ARMv8.6 and not tested here). Each function is compiled for its own target (a function
  * attribute), so the library builds without -m flags and picks a table at
  * run time from what the CPU has. bf16 narrows by integer rounding (add
  * 0x7fff and the kept lowest bit, shift) where there is no instruction;
@@ -196,6 +197,65 @@ void ot__half_narrow_stream(int dt, const float *src, uint16_t *dst, size_t n)
     }
     ot__half_narrow(dt, src + i, dst + i, n - i);
     _mm_sfence();
+}
+
+#elif defined(__aarch64__)
+#include <arm_neon.h>
+
+/* ---- NEON (every AArch64 CPU) ---------------------------------------------- */
+
+/* f16 by FCVTN/FCVTL: round to nearest even under the default FPCR, NaN
+ * made quiet with its top payload bits, as the definition does. */
+static void ne_to_f16(const float *src, uint16_t *dst, size_t n)
+{
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        vst1_u16(dst + i, vreinterpret_u16_f16(vcvt_f16_f32(vld1q_f32(src + i))));
+    for (; i < n; i++) dst[i] = ot__f32_to_f16(src[i]);
+}
+
+static void ne_from_f16(const uint16_t *src, float *dst, size_t n)
+{
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        vst1q_f32(dst + i, vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(src + i))));
+    for (; i < n; i++) dst[i] = ot__f16_to_f32(src[i]);
+}
+
+/* bf16 by integers: (x + 0x7fff + lowest kept bit) >> 16, a NaN quieted. */
+static void ne_to_bf16(const float *src, uint16_t *dst, size_t n)
+{
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        uint32x4_t x = vreinterpretq_u32_f32(vld1q_f32(src + i));
+        uint32x4_t lsb = vandq_u32(vshrq_n_u32(x, 16), vdupq_n_u32(1));
+        uint32x4_t r = vshrq_n_u32(vaddq_u32(x, vaddq_u32(vdupq_n_u32(0x7fff), lsb)), 16);
+        uint32x4_t nan = vcgtq_u32(vandq_u32(x, vdupq_n_u32(0x7fffffff)), vdupq_n_u32(0x7f800000));
+        uint32x4_t q = vorrq_u32(vshrq_n_u32(x, 16), vdupq_n_u32(0x40));
+        vst1_u16(dst + i, vmovn_u32(vbslq_u32(nan, q, r)));
+    }
+    for (; i < n; i++) dst[i] = ot__f32_to_bf16(src[i]);
+}
+
+static void ne_from_bf16(const uint16_t *src, float *dst, size_t n)
+{
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        vst1q_f32(dst + i, vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(src + i), 16)));
+    for (; i < n; i++) dst[i] = ot__bf16_to_f32(src[i]);
+}
+
+static const ot__half_fns neon_fns = {"neon", ne_to_f16, ne_from_f16, ne_to_bf16, ne_from_bf16};
+
+void ot__half_narrow_stream(int dt, const float *src, uint16_t *dst, size_t n)
+{
+    ot__half_narrow(dt, src, dst, n);
+}
+
+const ot__half_fns *ot__half_simd(int i);
+const ot__half_fns *ot__half_simd(int i)
+{
+    return i == 1 ? &neon_fns : NULL;
 }
 
 #else

@@ -630,7 +630,13 @@ TEST(half_native_code_bits)
             ot_tensor *x32 = ot_array(be, OT_SHAPE(N), OT_F32, xf), *y32 = ot_array(be, OT_SHAPE(N), OT_F32, yf);
             for (int t = 0; t < 4; t++) {
                 ot_pool *pool = ot_pool_push();
+                ot_stats s0, s1;
+                CHECK_INT(ot_stats(be, &s0), 0);
                 CHECK_INT(ot_assign(out, trees[t](ot_tensor_node(x), ot_tensor_node(y))), 0);
+                CHECK_INT(ot_stats(be, &s1), 0);
+                if (dt == OT_F16 && ot_backend_options(be).jit == OT_JIT_ON)   /* the 16-bit code: */
+                    /* one kernel, 2 bytes a value */
+                    CHECK(s1.kernels - s0.kernels == 1 && s1.bytes_moved - s0.bytes_moved == 6 * N);
                 CHECK_INT(ot_assign(o32, trees[t](ot_tensor_node(x32), ot_tensor_node(y32))), 0);
                 ot_pool_pop(pool);
                 CHECK_INT(ot_get_raw(out, got), 0);

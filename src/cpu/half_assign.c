@@ -523,6 +523,17 @@ static void native_free(half_run *h, native_run *f)
     if (f->plan && !f->bind.borrowed) ot__plan_release(f->plan);
 }
 
+/* The backend's statistics of one native run: its one kernel, the 16-bit
+ * bytes it moved, the block plan's nodes and element ops scaled to n. */
+static void count_native(ot_backend *be, const native_run *f, int nleaves)
+{
+    ot__stat_shard *s = ot__stats_mine(&be->stats);
+    ot__stat_add(s, OT__STAT_KERNELS, 1);
+    ot__stat_add(s, OT__STAT_NODES, f->plan->nodes);
+    ot__stat_add(s, OT__STAT_BYTES, (uint64_t)f->n * 2 * (uint64_t)(nleaves + 1));
+    ot__stat_add(s, OT__STAT_ELEM_OPS, f->plan->elem_ops / NATIVE_BLOCK * (uint64_t)f->n);
+}
+
 /* The tree as one kernel of 16-bit code over the whole tensors, threaded
  * by chunks: memory sees each 16-bit value once, converted in registers
  * (W1h: 1.8x faster than widening into buffers). 1: not this way. */
@@ -535,6 +546,7 @@ static int run_native(half_run *h, ot_tensor *out, ot_node *tree)
         ot__parallel(cpu->threads, 0, (f.n + NATIVE_CHUNK - 1) / NATIVE_CHUNK, f.n * f.cost,
                      native_chunk, &f);
         native_tail(&f);
+        count_native(h->be, &f, h->nleaves);
     }
     native_free(h, &f);
     return rc;

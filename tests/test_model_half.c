@@ -121,3 +121,50 @@ TEST(model_half_loss_scale_skips_and_grows)
     ot_tensor_free(y);
     ot_backend_free(be);
 }
+
+/* Conv, batch norm, max pooling and dropout in mixed precision: the
+ * pool's input is 16-bit while the gradient reaching it through dropout's
+ * f32 mask is f32, which max_pool_grad once refused (its operands must be
+ * alike). */
+TEST(model_half_conv_pool_trains)
+{
+    static const char *const names[] = {"cpu", "ref"};
+    static const ot_dtype dts[] = {OT_BF16, OT_F16};
+    enum { N = 32, S = 6 };
+    float hx[N * S * S], hy[N * 2] = {0};
+    uint64_t s = 5;
+    for (int i = 0; i < N; i++) {   /* class 1: the bright spot is in the left half */
+        int c = (int)(next(&s) % 2);
+        for (int p = 0; p < S * S; p++) hx[i * S * S + p] = (float)(next(&s) % 100) / 400;
+        hx[i * S * S + (int)(next(&s) % S) * S + (c ? 1 : 4)] += 2;
+        hy[i * 2 + c] = 1;
+    }
+    for (int bi = 0; bi < 2; bi++) {
+        unsetenv("OT_BACKEND");
+        ot_backend *be = ot_backend_new(names[bi], NULL);
+        ot_tensor *x = ot_array(be, OT_SHAPE(N, S * S), OT_F32, hx);
+        ot_tensor *y = ot_array(be, OT_SHAPE(N, 2), OT_F32, hy);
+        for (int d = 0; d < 2; d++) {
+            ot_model *m = ot_model_new(be, S * S);
+            CHECK_INT(ot_model_compute_dtype(m, dts[d]), 0);
+            CHECK_INT(ot_model_input_shape(m, 3, (int64_t[]){1, S, S}), 0);
+            CHECK_INT(ot_model_conv(m, 4, 3, OT_ACT_NONE, 1, .padding = OT_PAD_SAME), 0);
+            CHECK_INT(ot_model_batch_norm(m, OT_ACT_RELU, 0.1, 1e-5), 0);
+            CHECK_INT(ot_model_max_pool(m, .kernel = {2}), 0);
+            CHECK_INT(ot_model_dropout(m, 0.25), 0);   /* its f32 mask: an f32 gradient */
+            CHECK_INT(ot_model_linear(m, 2, OT_ACT_NONE, 2), 0);
+            CHECK_INT(ot_model_loss(m, OT_LOSS_SOFTMAX_CE, NULL, NULL), 0);
+            CHECK_INT(ot_model_adam(m, &(ot_adam){.lr = 0.02}), 0);
+            ot_fit_result r1, r2;
+            ot_fit_opts o = {.epochs = 1, .batch = 16, .seed = 3, .quiet = true};
+            CHECK_INT(ot_model_fit(m, x, y, &o, &r1), 0);
+            o.epochs = 8;
+            CHECK_INT(ot_model_fit(m, x, y, &o, &r2), 0);
+            CHECK(r2.loss < r1.loss);
+            ot_model_free(m);
+        }
+        ot_tensor_free(x);
+        ot_tensor_free(y);
+        ot_backend_free(be);
+    }
+}

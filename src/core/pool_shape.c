@@ -61,18 +61,16 @@ static int check_window(const site *st, ot_window *w, int nsp)
 
 /* ---- inference ------------------------------------------------------------------ */
 
-/* x of rank 3 to 5, f32 or f64; y (when given) of x's dtype. */
+/* x of rank 3 to 5, floating point; y (when given) of x's dtype. */
 static int check_operands(const site *st, const ot_node *x, const ot_node *y, proto *p)
 {
     char sa[OT__SHAPE_STRLEN], sb[OT__SHAPE_STRLEN];
     if (x->dtype == OT_I32 || (y && y->dtype != x->dtype))
-        return FAIL(st, OT_EDTYPE, "operand%s of shape %s (%s)%s%s%s must be float32 or float64%s; "
+        return FAIL(st, OT_EDTYPE, "operand%s of shape %s (%s)%s%s%s%s%s must be floating point%s; "
                     "cast %s", y ? "s" : "", ot__shape_str(&x->shape, sa),
                     ot_dtype_name((ot_dtype)x->dtype), y ? " and " : "",
-                    y ? ot__shape_str(&y->shape, sb) : "",
-                    y ? (y->dtype == OT_F32 ? " (float32)" : y->dtype == OT_F64 ? " (float64)"
-                                                                             : " (int32)")
-                      : "",
+                    y ? ot__shape_str(&y->shape, sb) : "", y ? " (" : "",
+                    y ? ot_dtype_name((ot_dtype)y->dtype) : "", y ? ")" : "",
                     y ? ", both alike" : "", y ? "them" : "it");
     if (x->shape.ndim < 3 || x->shape.ndim > 5)
         return FAIL(st, OT_EINVAL, "operand of shape %s must be 3-D to 5-D (batch, channels, "
@@ -246,15 +244,29 @@ double ot__pool_divisor(const ot__pool_geom *g, const int64_t *p)
 
 /* ---- gradients -------------------------------------------------------------- */
 
+/* x cast to g's dtype where they differ (mixed precision: a 16-bit input
+ * under an f32 gradient, or the reverse), so that max_pool_grad and
+ * max_pool_take get operands alike: the wider of the two (f64 over
+ * anything; else f32, to which a 16-bit value widens exactly). */
+static ot_node *alike(const ot_node *x, ot_node **g, const char *file, int line)
+{
+    if (!*g || x->dtype == (*g)->dtype) return (ot_node *)x;
+    ot_args args = {.dtype = x->dtype == OT_F64 || (*g)->dtype == OT_F64 ? OT_F64 : OT_F32};
+    if ((*g)->dtype != args.dtype) *g = ot_build_at(OT_OP_CAST, *g, NULL, &args, file, line);
+    return x->dtype == args.dtype ? (ot_node *)x : ot_build_at(OT_OP_CAST, (ot_node *)x, NULL, &args, file, line);
+}
+
 ot_node *ot__pool_grad(const ot_node *n, ot_node *g, int which, const char *file, int line)
 {
     const ot_window *w = &n->args.win;
+    ot_node *x = n->op == OT_OP_AVG_POOL || n->op == OT_OP_AVG_POOL_GRAD ? NULL
+                 : alike(n->a, &g, file, line);
     switch (n->op) {
-    case OT_OP_MAX_POOL: return pool_build(OT_OP_MAX_POOL_GRAD, n->a, g, w, NULL, file, line);
+    case OT_OP_MAX_POOL: return pool_build(OT_OP_MAX_POOL_GRAD, x, g, w, NULL, file, line);
     case OT_OP_MAX_POOL_GRAD:   /* linear in dy: the values at the maxima */
-        return which ? pool_build(OT_OP_MAX_POOL_TAKE, n->a, g, w, NULL, file, line) : NULL;
+        return which ? pool_build(OT_OP_MAX_POOL_TAKE, x, g, w, NULL, file, line) : NULL;
     case OT_OP_MAX_POOL_TAKE:
-        return which ? pool_build(OT_OP_MAX_POOL_GRAD, n->a, g, w, NULL, file, line) : NULL;
+        return which ? pool_build(OT_OP_MAX_POOL_GRAD, x, g, w, NULL, file, line) : NULL;
     case OT_OP_AVG_POOL:
         return pool_build(OT_OP_AVG_POOL_GRAD, g, NULL, w, &n->a->shape, file, line);
     default:   /* avg_pool_grad: linear, its adjoint avg_pool */

@@ -12,7 +12,9 @@
 #include "test.h"
 #include "internal.h"
 #include "optree/attention.h"
+#include "optree/autodiff.h"
 #include "optree/conv.h"
+#include "optree/norm.h"
 #include "optree/pool.h"
 #include "fuzz.h"
 
@@ -659,4 +661,111 @@ TEST(half_native_code_bits)
     }
     ot__jit_half_bf16_insn(insn);
     free(xr), free(yr), free(got), free(xf), free(yf), free(want);
+}
+
+/* ---- mixed precision: gradients and normalisation ------------------------ */
+
+/* A random tensor of dt and its f32 twin holding the same (widened) values. */
+static ot_tensor *rand_pair(ot_backend *be, ot_shape sh, ot_dtype dt, uint64_t seed, ot_tensor **w)
+{
+    ot_tensor *t = ot_empty(be, sh, dt);
+    CHECK_INT(ot_assign(t, ot_sub(ot_rand(sh, seed), 0.5)), 0);
+    int64_t n = ot_tensor_numel(t);
+    float *h = malloc(sizeof *h * (size_t)n);
+    CHECK_INT(ot_get(t, h), 0);
+    *w = ot_array(be, sh, OT_F32, h);
+    free(h);
+    return t;
+}
+
+enum { MP_CONV, MP_CONVT, MP_MAXPOOL, MP_AVGPOOL, MP_ATTN, MP_LN, MP_RMS, MP_BN, MP_N };
+
+static ot_node *mp_tree(int op, ot_tensor *x, ot_tensor *k)
+{
+    switch (op) {
+    case MP_CONV: return ot_conv(x, k, .padding = OT_PAD_SAME);
+    case MP_CONVT: return ot_conv_transpose(x, k);
+    case MP_MAXPOOL: return ot_max_pool(x, .kernel = {2});
+    case MP_AVGPOOL: return ot_avg_pool(x, .kernel = {2});
+    case MP_ATTN: {
+        ot_tensor *q = ot_reshape(x, OT_SHAPE(2, 3, 8, 8));
+        ot_node *r = ot_attention(ot_tensor_node(q), ot_tensor_node(q), ot_tensor_node(q));
+        ot_tensor_free(q);
+        return r;
+    }
+    case MP_LN: return ot_layer_norm(x);
+    case MP_RMS: return ot_rms_norm(x);
+    default: return ot_batch_norm(x, .training = true);
+    }
+}
+
+/* max |a - b| over max(|b|) (1 where b is all zero). */
+static double rel_err(ot_tensor *a, ot_tensor *b)
+{
+    int64_t n = ot_tensor_numel(b);
+    float *x = malloc(sizeof *x * (size_t)n), *y = malloc(sizeof *y * (size_t)n);
+    CHECK_INT(ot_get(a, x), 0);
+    CHECK_INT(ot_get(b, y), 0);
+    double d = 0, m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        d = fmax(d, fabs((double)x[i] - y[i]));
+        m = fmax(m, fabs((double)y[i]));
+    }
+    free(x), free(y);
+    return d / (m > 0 ? m : 1);
+}
+
+/* Structured ops over a 16-bit input under an f32 upstream gradient (the
+ * mixed-precision case: conv, conv_transpose and attention once refused
+ * their gradients, the norms a 16-bit x): the gradient and the forward
+ * value are the f32 ones over the widened values (no rounding between
+ * ops) rounded once to x's dtype, on cpu and ref. */
+TEST(half_mixed_precision_grads)
+{
+    static const char *const names[] = {"cpu", "ref"};
+    static const char *const what[MP_N] = {"conv", "conv_transpose", "max_pool", "avg_pool",
+                                           "attention", "layer_norm", "rms_norm", "batch_norm"};
+    for (int bi = 0; bi < 2; bi++) {
+        unsetenv("OT_BACKEND");
+        ot_backend *be = ot_backend_new(names[bi], NULL);
+        for (ot_dtype dt = OT_F16; dt <= OT_BF16; dt = (ot_dtype)(dt + (OT_BF16 - OT_F16))) {
+            ot_tensor *x32, *k32, *kt32;
+            ot_tensor *x = rand_pair(be, OT_SHAPE(2, 3, 8, 8), dt, 1, &x32);
+            ot_tensor *k = rand_pair(be, OT_SHAPE(4, 3, 3, 3), dt, 2, &k32);
+            ot_tensor *kt = rand_pair(be, OT_SHAPE(3, 4, 3, 3), dt, 3, &kt32);
+            for (int op = 0; op < MP_N; op++) {
+                ot_pool *pool = ot_pool_push();
+                ot_tensor *kk = op == MP_CONVT ? kt : k, *kk32 = op == MP_CONVT ? kt32 : k32;
+                ot_node *f = mp_tree(op, x, kk), *f32 = mp_tree(op, x32, kk32);
+                CHECK(f != NULL && f32 != NULL);
+                if (!f || !f32) {
+                    ot_pool_pop(pool);
+                    continue;
+                }
+                ot_tensor *w = ot_empty(be, ot_node_shape(f32), OT_F32);
+                CHECK_INT(ot_assign(w, ot_add(ot_rand(ot_node_shape(f32), 9), -0.5)), 0);
+                ot_autodiff *ad = ot_autodiff_new(ot_sum(ot_mul(f, w)), NULL);
+                ot_autodiff *ad32 = ot_autodiff_new(ot_sum(ot_mul(f32, w)), NULL);
+                ot_tensor *g = ad ? ot_autodiff_grad_tensor(ad, x) : NULL;
+                ot_tensor *g32 = ad32 ? ot_autodiff_grad_tensor(ad32, x32) : NULL;
+                ot_tensor *v = ot_empty(be, ot_node_shape(f), dt), *v32 = ot_eval(ot_cast(f32, dt));
+                CHECK(g && g32);
+                CHECK_INT(ot_assign(v, f), 0);
+                double ulp = dt == OT_BF16 ? 0x1p-7 : 0x1p-10;   /* one unit at the top */
+                if (g && g32 && rel_err(g, g32) > ulp)   /* g is x's dtype: rounded once */
+                    test__fail(__FILE__, __LINE__, "%s %s %s: gradient off by %g", names[bi],
+                               ot_dtype_name(dt), what[op], rel_err(g, g32));
+                if (v32 && rel_err(v, v32) > ulp)
+                    test__fail(__FILE__, __LINE__, "%s %s %s: value off by %g", names[bi],
+                               ot_dtype_name(dt), what[op], rel_err(v, v32));
+                ot_tensor_free(g), ot_tensor_free(g32), ot_tensor_free(v), ot_tensor_free(v32);
+                ot_tensor_free(w);
+                ot_autodiff_free(ad), ot_autodiff_free(ad32);
+                ot_pool_pop(pool);
+            }
+            ot_tensor_free(x), ot_tensor_free(x32), ot_tensor_free(k), ot_tensor_free(k32);
+            ot_tensor_free(kt), ot_tensor_free(kt32);
+        }
+        ot_backend_free(be);
+    }
 }

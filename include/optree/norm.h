@@ -21,7 +21,8 @@
  * derivatives) come for free. A reduction over several axes is a mean
  * along one axis per run of adjacent axes (x reshaped so that each run is
  * one axis: (N, C, H, W) as (N, C, H*W)), the last first. x must be float
- * (f32 or f64);
+ * (f32 or f64, or f16/bf16: computed as f32 and rounded at the output, as
+ * every 16-bit tree is; docs/half.md);
  * every tensor given with it (weight, bias, running statistics) must have
  * x's dtype. Errors (NULL returned, message in the slot) name the caller's
  * file:line and the shapes: OT_EDTYPE, OT_ESHAPE, OT_EINVAL for an axis out

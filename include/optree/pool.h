@@ -41,7 +41,7 @@ typedef struct ot_pool_opts {
 } ot_pool_opts;
 
 /* ot_max_pool(x, ...): PyTorch's max_pool1d/2d/3d. x is (batch, channels,
- * spatial...), 3-D to 5-D, f32 or f64 (int32 is refused by both pools).
+ * spatial...), 3-D to 5-D, floating point (int32 is refused by both pools).
  * The result is (batch, channels, out...), out[d] = (in[d] + pad_lo[d] +
  * pad_hi[d] - dilation[d] * (kernel[d] - 1) - 1) / stride[d] + 1, rounded
  * down (or up with ceil_mode, see above). Padding is -inf, so it never

@@ -181,7 +181,10 @@ bool ot__attn_grads(const ot_node *n, ot_node *g, ot_node **dq, ot_node **dpack,
     ot_node *parts[3] = {n->a, (ot_node *)n, g};
     ot_node *x = ot_concat_at(3, parts, 3, file, line);
     ot_args args = n->args;
-    ot_node *G = x ? ot_build_at(OT_OP_ATTENTION_GRAD, x, n->b, &args, file, line) : NULL;
+    /* the pack as x's dtype or both wider (mixed precision: a 16-bit
+     * attention under an f32 gradient, which the concat promotes) */
+    ot_node *pack = x ? ot__alike(n->b, &x, file, line) : NULL;
+    ot_node *G = pack && x ? ot_build_at(OT_OP_ATTENTION_GRAD, x, pack, &args, file, line) : NULL;
     if (!G) return false;
     int64_t nq = ot__numel(&n->a->shape), np = ot__numel(&n->b->shape);
     ot_index iq = OT_RANGE(0, nq), ip = OT_RANGE(nq, nq + np);

@@ -340,22 +340,25 @@ ot_node *ot__conv_grad(const ot_node *n, ot_node *g, int which, const char *file
     int nsp = ot__win_dims(n);
     memset(win.outpad, 0, sizeof win.outpad);
     memset(win.ksize, 0, sizeof win.ksize);
+    /* the operand g meets, as g's dtype or both wider (mixed precision) */
+    ot_node *o = ot__alike(which ? n->a : n->b, &g, file, line);
+    if (!o || !g) return NULL;
     switch (n->op * 2 + which) {
     case OT_OP_CONV * 2:   /* x: the transpose of g through w */
         remainder_pad(&win, &n->a->shape, &n->shape, &n->b->shape, nsp);
-        return ot__conv_build(OT_OP_CONV_TRANSPOSE, g, n->b, &win, file, line);
+        return ot__conv_build(OT_OP_CONV_TRANSPOSE, g, o, &win, file, line);
     case OT_OP_CONV * 2 + 1:   /* w: x correlated with g */
         for (int d = 0; d < nsp; d++) win.ksize[d] = (int32_t)n->b->shape.dims[2 + d];
-        return ot__conv_build(OT_OP_CONV_WGRAD, n->a, g, &win, file, line);
+        return ot__conv_build(OT_OP_CONV_WGRAD, o, g, &win, file, line);
     case OT_OP_CONV_TRANSPOSE * 2:
-        return ot__conv_build(OT_OP_CONV, g, n->b, &win, file, line);
+        return ot__conv_build(OT_OP_CONV, g, o, &win, file, line);
     case OT_OP_CONV_TRANSPOSE * 2 + 1:
         for (int d = 0; d < nsp; d++) win.ksize[d] = (int32_t)n->b->shape.dims[2 + d];
-        return ot__conv_build(OT_OP_CONV_WGRAD, g, n->a, &win, file, line);
+        return ot__conv_build(OT_OP_CONV_WGRAD, g, o, &win, file, line);
     case OT_OP_CONV_WGRAD * 2:   /* x: as conv's, g in the weights' place */
         remainder_pad(&win, &n->a->shape, &n->b->shape, &n->shape, nsp);
-        return ot__conv_build(OT_OP_CONV_TRANSPOSE, n->b, g, &win, file, line);
+        return ot__conv_build(OT_OP_CONV_TRANSPOSE, o, g, &win, file, line);
     default:   /* conv_wgrad's output gradient: x convolved with g */
-        return ot__conv_build(OT_OP_CONV, n->a, g, &win, file, line);
+        return ot__conv_build(OT_OP_CONV, o, g, &win, file, line);
     }
 }

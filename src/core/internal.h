@@ -578,6 +578,12 @@ void ot__conv_geom_of(const ot_node *node, ot__conv_geom *g);
  * 1: b), g being the gradient of n (of n's shape): a windowed node too,
  * so gradients of gradients are built alike. */
 ot_node *ot__conv_grad(const ot_node *n, ot_node *g, int which, const char *file, int line);
+/* x, and *g in place, as one dtype, for a gradient rule whose op wants its
+ * operands alike: where they differ (mixed precision: a 16-bit operand
+ * under an f32 gradient, or the reverse), both as the wider, f64 over
+ * anything, else f32 (to which a 16-bit value widens exactly). x itself
+ * where they agree or *g is NULL; NULL where a cast fails (its error set). */
+ot_node *ot__alike(const ot_node *x, ot_node **g, const char *file, int line);
 
 /* ---- pooling (pool_shape.c) ------------------------------------------------ */
 

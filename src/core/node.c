@@ -574,3 +574,12 @@ ot_args ot_node_args(const ot_node *n)
     ot_args a = {.axis = OT_AXIS_ALL};
     return n ? n->args : a;
 }
+
+ot_node *ot__alike(const ot_node *x, ot_node **g, const char *file, int line)
+{
+    if (!*g || x->dtype == (*g)->dtype) return (ot_node *)x;
+    ot_args args = {.dtype = x->dtype == OT_F64 || (*g)->dtype == OT_F64 ? OT_F64 : OT_F32};
+    if ((*g)->dtype != args.dtype) *g = ot_build_at(OT_OP_CAST, *g, NULL, &args, file, line);
+    if (x->dtype == args.dtype) return (ot_node *)x;
+    return ot_build_at(OT_OP_CAST, (ot_node *)x, NULL, &args, file, line);
+}

@@ -244,23 +244,11 @@ double ot__pool_divisor(const ot__pool_geom *g, const int64_t *p)
 
 /* ---- gradients -------------------------------------------------------------- */
 
-/* x cast to g's dtype where they differ (mixed precision: a 16-bit input
- * under an f32 gradient, or the reverse), so that max_pool_grad and
- * max_pool_take get operands alike: the wider of the two (f64 over
- * anything; else f32, to which a 16-bit value widens exactly). */
-static ot_node *alike(const ot_node *x, ot_node **g, const char *file, int line)
-{
-    if (!*g || x->dtype == (*g)->dtype) return (ot_node *)x;
-    ot_args args = {.dtype = x->dtype == OT_F64 || (*g)->dtype == OT_F64 ? OT_F64 : OT_F32};
-    if ((*g)->dtype != args.dtype) *g = ot_build_at(OT_OP_CAST, *g, NULL, &args, file, line);
-    return x->dtype == args.dtype ? (ot_node *)x : ot_build_at(OT_OP_CAST, (ot_node *)x, NULL, &args, file, line);
-}
-
 ot_node *ot__pool_grad(const ot_node *n, ot_node *g, int which, const char *file, int line)
 {
     const ot_window *w = &n->args.win;
     ot_node *x = n->op == OT_OP_AVG_POOL || n->op == OT_OP_AVG_POOL_GRAD ? NULL
-                 : alike(n->a, &g, file, line);
+                 : ot__alike(n->a, &g, file, line);
     switch (n->op) {
     case OT_OP_MAX_POOL: return pool_build(OT_OP_MAX_POOL_GRAD, x, g, w, NULL, file, line);
     case OT_OP_MAX_POOL_GRAD:   /* linear in dy: the values at the maxima */

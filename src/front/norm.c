@@ -29,15 +29,16 @@ static bool given(const char *spec, const char *members, const char *member)
     return !spec || ot_spec_sets(spec, members, member);
 }
 
-/* x present and of rank >= min_ndim; float unless any dtype will do. */
+/* x present and of rank >= min_ndim; floating point (f16 and bf16 too:
+ * computed as f32, rounded at the output) unless any dtype will do. */
 static int check_x(const ot__site *at, const ot_node *x, int min_ndim, bool any_dtype)
 {
     if (!x) return FAIL(at, OT_ENULL, "x is NULL");
     ot_shape xs = ot_node_shape(x);
     ot_dtype dt = ot_node_dtype(x);
     char s1[OT__SHAPE_STRLEN];
-    if (!any_dtype && dt != OT_F32 && dt != OT_F64)
-        return FAIL(at, OT_EDTYPE, "x is %s of shape %s; it must be float32 or float64",
+    if (!any_dtype && dt == OT_I32)
+        return FAIL(at, OT_EDTYPE, "x is %s of shape %s; it must be floating point",
                     ot_dtype_name(dt), ot__shape_str(&xs, s1));
     if (xs.ndim < min_ndim)
         return FAIL(at, OT_ESHAPE, "x has shape %s; it needs at least %d dims", ot__shape_str(&xs, s1),

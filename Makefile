@@ -191,7 +191,7 @@ demo: deps
 
 # A CNN on Fashion-MNIST (examples/cnn.c: conv-BN-ReLU-pool twice, two
 # dense layers, Adam, 1 thread) to the dataset's benchmark accuracy, 0.934;
-# takes minutes (README, "make demo-cnn"). CNN_ARGS="EPOCHS [DIR]".
+# takes 34-40 minutes (25 epochs; README, "make demo-cnn"). CNN_ARGS="EPOCHS [DIR]".
 CNN_ARGS ?=
 demo-cnn: deps
 	@$(MAKE) --no-print-directory $(BUILD)/examples/cnn

@@ -769,3 +769,72 @@ TEST(half_mixed_precision_grads)
         ot_backend_free(be);
     }
 }
+
+/* The 16-bit code with f32 among its operands (jit_half.c: f32 loads and
+ * stores at twice the offset): a 16-bit and an f32 leaf into a 16-bit
+ * output, 16-bit leaves into an f32 output, and a cast at the root (which
+ * the store does); each bit for bit the f32 tree over the widened values,
+ * rounded once where the output is 16-bit, and one kernel where the table
+ * has the code. */
+TEST(half_native_mixed_bits)
+{
+    enum { N = 65536 + 37 };
+    const char *isas[2] = {NULL, "avx2"};
+    uint16_t *xr = malloc(2 * N), *got = malloc(4 * N);
+    float *xf = malloc(4 * N), *yf = malloc(4 * N), *want = malloc(4 * N), *gotf = malloc(4 * N);
+    for (int64_t i = 0; i < N; i++) xr[i] = (uint16_t)(i * 7 + 3);
+    for (int c = 0; c < 4; c++) {
+        ot_backend_opts o = {.threads = 1 + c % 2, .isa = isas[c / 2]};
+        ot_backend *be = ot_backend_new("cpu", &o);
+        if (!be) continue;
+        bool code = ot_backend_options(be).jit == OT_JIT_ON;
+        for (int dt = OT_F16; dt <= OT_BF16; dt += OT_BF16 - OT_F16) {
+            ot_tensor *x = ot_empty(be, OT_SHAPE(N), dt), *o16 = ot_empty(be, OT_SHAPE(N), dt);
+            ot_tensor *o32 = ot_empty(be, OT_SHAPE(N), OT_F32), *w32 = ot_empty(be, OT_SHAPE(N), OT_F32);
+            CHECK_INT(ot_set_raw(x, xr), 0);
+            CHECK_INT(ot_get(x, xf), 0);
+            for (int64_t i = 0; i < N; i++) yf[i] = (float)(i % 1001) * 0.37f - 150.0f;
+            ot_tensor *x32 = ot_array(be, OT_SHAPE(N), OT_F32, xf), *y = ot_array(be, OT_SHAPE(N), OT_F32, yf);
+            for (int t = 0; t < 4; t++) {
+                ot_pool *pool = ot_pool_push();
+                ot_node *X = ot_tensor_node(x), *X32 = ot_tensor_node(x32), *Y = ot_tensor_node(y);
+                ot_node *tree[4] = {ot_add(ot_mul(X, Y), X), ot_add(ot_mul(X, X), 1.0),
+                                    ot_cast(ot_add(ot_mul(Y, 2.0), Y), dt), ot_cast(ot_mul(X, X), OT_F32)};
+                ot_node *ref[4] = {ot_add(ot_mul(X32, Y), X32), ot_add(ot_mul(X32, X32), 1.0),
+                                   ot_add(ot_mul(Y, 2.0), Y), ot_mul(X32, X32)};
+                bool half_out = t == 0 || t == 2;
+                ot_tensor *out = half_out ? o16 : o32;
+                ot_stats s0, s1;
+                CHECK_INT(ot_stats(be, &s0), 0);
+                CHECK_INT(ot_assign(out, tree[t]), 0);
+                CHECK_INT(ot_stats(be, &s1), 0);
+                if (code && (dt == OT_F16 || !isas[c / 2]))
+                    CHECK(s1.kernels - s0.kernels == 1);
+                CHECK_INT(ot_assign(w32, ref[t]), 0);
+                ot_pool_pop(pool);
+                CHECK_INT(ot_get(w32, want), 0);
+                CHECK_INT(half_out ? ot_get_raw(out, got) : ot_get(out, gotf), 0);
+                for (int64_t i = 0; i < N; i++) {
+                    uint32_t g, w;
+                    if (half_out) {
+                        g = got[i];
+                        w = dt == OT_F16 ? ot__f32_to_f16(want[i]) : ot__f32_to_bf16(want[i]);
+                    } else {
+                        memcpy(&g, &gotf[i], 4);
+                        memcpy(&w, &want[i], 4);
+                    }
+                    if (g != w) {
+                        test__fail(__FILE__, __LINE__, "%s isa %s tree %d [%lld]: %x, expected %x",
+                                   ot_dtype_name(dt), isas[c / 2] ? isas[c / 2] : "auto", t,
+                                   (long long)i, g, w);
+                        break;
+                    }
+                }
+            }
+            ot_tensor_free(x), ot_tensor_free(o16), ot_tensor_free(o32), ot_tensor_free(w32);
+            ot_tensor_free(x32), ot_tensor_free(y);
+        }
+        ot_backend_free(be);
+    }
+    free(xr), free(got), free(xf), free(yf), free(want), free(gotf);
+}

@@ -338,7 +338,8 @@ ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc, bool st
  * fn_stream with each vector load v reading load_dt[v] (OT_F16 or OT_BF16)
  * and the one output written as out_dt, rounded to nearest even; nbytes
  * counts 2 bytes an element, a multiple of the vector's lanes; no fn_tail
- * or fn_rows. NULL where the kernel or the table does not suit. */
+ * or fn_rows. f32 loads and an f32 output may join them (addressed at
+ * twice the offset). NULL where the kernel or the table does not suit. */
 ot_jit *ot__jit_build_half(const ot_kernel *k, const ot_kernels *kt, int acc,
                            const uint8_t *load_dt, int out_dt);
 bool ot__jit_install(ot_jit *const *jits, int n, ot_jit_map *map);

@@ -172,37 +172,61 @@ bool ot__half_involved(int n, ot_tensor *const outs[], ot_node *const trees[])
 
 /* ---- blocked runs --------------------------------------------------------- */
 
+/* What a walk for blocked runs sees: the output, and the leaves' dtypes. */
+typedef struct block_scan {
+    const ot_tensor *out;
+    bool f32, half;                /* an f32 leaf, a 16-bit leaf */
+} block_scan;
+
 /* Whether n fits a blocked run of a tree into out: elementwise ops of out's
  * shape (no cast, which would round inside), constants, and contiguous
- * f16/bf16 leaves of out's shape that are out itself or apart from it (a
- * block of out is written before later blocks of the leaves are read). */
+ * f16/bf16 or f32 leaves of out's shape that are out itself or apart from
+ * it (a block of out is written before later blocks of the leaves are
+ * read). */
 static int enter_blockable(ot__walker *w, const ot_node *n)
 {
-    const ot_tensor *out = w->ctx;
+    block_scan *b = w->ctx;
     if (n->kind == OT_NODE_CONST) return 1;
-    if (!ot__shape_eq(&n->shape, &out->leaf.shape) || n->axes) return OT_EINVAL;
+    if (!ot__shape_eq(&n->shape, &b->out->leaf.shape) || n->axes) return OT_EINVAL;
     if (n->kind == OT_NODE_LEAF) {   /* out may be a leaf, not a shifted one */
         const ot_tensor *t = ot__leaf_tensor(n);
-        bool apart = ot__same_view(t, out) || ot__overlap(t, out) == OT_OVERLAP_NONE;
-        return ot__is_half(n->dtype) && ot_tensor_is_contiguous(t) && apart ? 1 : OT_EINVAL;
+        bool apart = ot__same_view(t, b->out) || ot__overlap(t, b->out) == OT_OVERLAP_NONE;
+        b->f32 |= n->dtype == OT_F32;
+        b->half |= ot__is_half(n->dtype);
+        bool fits = ot__is_half(n->dtype) || n->dtype == OT_F32;
+        return fits && ot_tensor_is_contiguous(t) && apart ? 1 : OT_EINVAL;
     }
     int kind = ot__kind_of((ot_op)n->op);
     bool elementwise = (kind == OT_KIND_UNARY || kind == OT_KIND_BINARY) && !n->custom;
     return elementwise && n->tag == OT_OP_NONE && n->op != OT_OP_CAST ? 1 : OT_EINVAL;
 }
 
-static bool blockable(ot_tensor *out, ot_node *tree)
+/* How tree into out may run by blocks: 0 not; 1 16-bit leaves into a
+ * 16-bit out (every way: 16-bit code or widened blocks); 2 with f32 leaves
+ * or an f32 out too (16-bit code alone). *root: the tree that runs, a cast
+ * to out's dtype at the root left out, as the store rounds (or, to f32,
+ * keeps) the same. */
+static int blockable(ot_tensor *out, ot_node *tree, ot_node **root)
 {
-    if (!ot__is_half(out->leaf.dtype) || !ot_tensor_is_contiguous(out)) return false;
-    ot__walker w = {.visit = visit_none, .enter = enter_blockable, .ctx = out};
-    bool ok = ot__walker_run(&w, tree) >= 0 && w.count <= 64;
+    int dt = out->leaf.dtype;
+    if ((!ot__is_half(dt) && dt != OT_F32) || !ot_tensor_is_contiguous(out)) return 0;
+    if (tree->kind == OT_NODE_OP && tree->op == OT_OP_CAST && tree->tag == OT_OP_NONE &&
+        tree->dtype == dt && !tree->custom)
+        tree = tree->a;
+    block_scan b = {.out = out};
+    ot__walker w = {.visit = visit_none, .enter = enter_blockable, .ctx = &b};
+    bool ok = ot__walker_run(&w, tree) >= 0 && w.count <= 64 && (b.half || ot__is_half(dt));
     ot__walker_free(&w);
-    return ok;
+    *root = tree;
+    return !ok ? 0 : b.f32 || dt == OT_F32 ? 2 : 1;
 }
 
-static const uint16_t *half_at(const ot_tensor *t, int64_t i)
+/* Elements [i, i + n) of contiguous leaf t (f16, bf16 or f32) as f32. */
+static void widen_at(const ot_tensor *t, int64_t i, float *dst, size_t n)
 {
-    return (const uint16_t *)t->buf->data + t->offset + i;
+    const char *p = (const char *)t->buf->data + (t->offset + i) * (int64_t)ot_dtype_size(t->leaf.dtype);
+    if (t->leaf.dtype == OT_F32) memcpy(dst, p, n * sizeof *dst);
+    else ot__half_widen(t->leaf.dtype, (const uint16_t *)p, dst, n);
 }
 
 /* The f32 tree over one block's buffers of len elements. */
@@ -267,8 +291,7 @@ static void fast_chunk(void *ctx, int slot, int64_t first, int64_t last)
         for (size_t j = 0; j < len; j += FAST_PIECE) {
             size_t k = len - j < FAST_PIECE ? len - j : FAST_PIECE;
             for (int i = 0; i < f->h->nleaves; i++) {
-                const ot_tensor *t = f->h->src[i];
-                ot__half_widen(t->leaf.dtype, half_at(t, at + (int64_t)j), s->buf[i] + j, k);
+                widen_at(f->h->src[i], at + (int64_t)j, s->buf[i] + j, k);
             }
         }
         for (int i = 0; i < f->h->nleaves && len < FAST_BLOCK; i++)
@@ -359,9 +382,11 @@ typedef struct native_run {
     const ot_jit *jit;
     char *in[OT_JIT_MAX_INSN];
     float param[OT_JIT_MAX_INSN];
-    bool vec[OT_JIT_MAX_INSN];    /* in[i] is a 16-bit source, advanced per chunk */
+    uint8_t es[OT_JIT_MAX_INSN];  /* > 0: in[i] is a vector source of es bytes an
+                                     element (2, or 4 for f32), advanced per chunk */
     int ninsn;
-    uint16_t *dst;
+    char *dst;
+    int out_es;                   /* the output's bytes an element */
     int64_t n, lanes;
     int64_t cost;                 /* per element, in adds, for ot__parallel */
     bool stream;
@@ -387,8 +412,8 @@ static void native_chunk(void *ctx, int slot, int64_t first, int64_t last)
     const native_run *f = ctx;
     int64_t whole = f->n - f->n % f->lanes, at = first * NATIVE_CHUNK;
     int64_t end = last * NATIVE_CHUNK < whole ? last * NATIVE_CHUNK : whole;
-    char *in[OT_JIT_MAX_INSN], *out[1] = {(char *)(f->dst + at)};
-    for (int i = 0; i < f->ninsn; i++) in[i] = f->vec[i] ? f->in[i] + 2 * at : f->in[i];
+    char *in[OT_JIT_MAX_INSN], *out[1] = {f->dst + f->out_es * at};
+    for (int i = 0; i < f->ninsn; i++) in[i] = f->in[i] + f->es[i] * at;
     if (end <= at) return;
     (f->stream ? f->jit->fn_stream : f->jit->fn)(in, out, (size_t)(end - at) * 2);
 #if defined(__x86_64__)
@@ -401,18 +426,27 @@ static void native_chunk(void *ctx, int slot, int64_t first, int64_t last)
 static void native_tail(const native_run *f)
 {
     int64_t rest = f->n % f->lanes, at = f->n - rest;
-    _Alignas(64) uint16_t pad[OT_JIT_MAX_INSN + 1][16];
+    _Alignas(64) float pad[OT_JIT_MAX_INSN + 1][16];
     char *in[OT_JIT_MAX_INSN], *out[1] = {(char *)pad[OT_JIT_MAX_INSN]};
     if (!rest) return;
     for (int i = 0; i < f->ninsn; i++) {
         in[i] = f->in[i];
-        if (!f->vec[i]) continue;
+        if (!f->es[i]) continue;
         memset(pad[i], 0, sizeof pad[i]);
-        memcpy(pad[i], f->in[i] + 2 * at, (size_t)rest * 2);
+        memcpy(pad[i], f->in[i] + f->es[i] * at, (size_t)(rest * f->es[i]));
         in[i] = (char *)pad[i];
     }
     f->jit->fn(in, out, (size_t)f->lanes * 2);
-    memcpy(f->dst + at, pad[OT_JIT_MAX_INSN], (size_t)rest * 2);
+    memcpy(f->dst + f->out_es * at, pad[OT_JIT_MAX_INSN], (size_t)(rest * f->out_es));
+}
+
+/* The bytes an element of the run moves: each vector load's and the
+ * output's. */
+static int native_bytes(const native_run *f)
+{
+    int b = f->out_es;
+    for (int i = 0; i < f->ninsn; i++) b += f->es[i];
+    return b;
 }
 
 /* in[] of f from the plan's kernel k: each vector load's 16-bit source
@@ -425,7 +459,7 @@ static bool native_inputs(native_run *f, const half_run *h, const ot_kernel *k,
     f->ninsn = k->ninsn;
     for (int i = 0; i < k->ninsn; i++) {
         const ot_insn *in = &k->insns[i];
-        f->vec[i] = false;
+        f->es[i] = 0;
         load_dt[i] = 0;
         if (in->code == OT_I_PARAM) {
             f->param[i] = (float)bind->param[in->arg];
@@ -439,9 +473,10 @@ static bool native_inputs(native_run *f, const half_run *h, const ot_kernel *k,
             if ((in->scalar & 8) || v->space != OT_SPACE_LEAF || j == h->nleaves ||
                 v->offset || v->strides[0] != 1)
                 return false;
-            f->vec[i] = true;
-            f->in[i] = (char *)half_at(h->src[j], 0);
-            load_dt[i] = h->src[j]->leaf.dtype;
+            const ot_tensor *t = h->src[j];
+            f->es[i] = (uint8_t)ot_dtype_size(t->leaf.dtype);
+            f->in[i] = (char *)t->buf->data + t->offset * (int64_t)f->es[i];
+            load_dt[i] = t->leaf.dtype;
         }
     }
     return true;
@@ -500,14 +535,15 @@ static int native_prepare(half_run *h, ot_tensor *out, ot_node *tree, native_run
         code = half_code(f->plan, cpu->k, load_dt, out->leaf.dtype, &f->own);
     if (code && code->jit) {
         int64_t n = ot__numel(&out->leaf.shape);
-        size_t moved = (size_t)n * 2 * (size_t)(h->nleaves + 1);
+        f->out_es = (int)ot_dtype_size(out->leaf.dtype);
+        size_t moved = (size_t)n * (size_t)native_bytes(f);
         f->code = code;
         f->jit = code->jit;
-        f->dst = (uint16_t *)out->buf->data + out->offset;
+        f->dst = (char *)out->buf->data + out->offset * f->out_es;
         f->n = n;
         f->lanes = cpu->k->vbytes / 4;
-        f->stream = cpu->stream_bytes && moved >= cpu->stream_bytes &&
-                    ((uintptr_t)f->dst & (uintptr_t)(cpu->k->vbytes / 2 - 1)) == 0;
+        f->stream = cpu->stream_bytes && moved >= cpu->stream_bytes &&   /* a whole vector */
+                    ((uintptr_t)f->dst & (uintptr_t)(f->lanes * f->out_es - 1)) == 0;
         f->cost = k->run_cost + 2 * (h->nleaves + 1);
         return 0;
     }
@@ -525,12 +561,12 @@ static void native_free(half_run *h, native_run *f)
 
 /* The backend's statistics of one native run: its one kernel, the 16-bit
  * bytes it moved, the block plan's nodes and element ops scaled to n. */
-static void count_native(ot_backend *be, const native_run *f, int nleaves)
+static void count_native(ot_backend *be, const native_run *f)
 {
     ot__stat_shard *s = ot__stats_mine(&be->stats);
     ot__stat_add(s, OT__STAT_KERNELS, 1);
     ot__stat_add(s, OT__STAT_NODES, f->plan->nodes);
-    ot__stat_add(s, OT__STAT_BYTES, (uint64_t)f->n * 2 * (uint64_t)(nleaves + 1));
+    ot__stat_add(s, OT__STAT_BYTES, (uint64_t)f->n * (uint64_t)native_bytes(f));
     ot__stat_add(s, OT__STAT_ELEM_OPS, f->plan->elem_ops / NATIVE_BLOCK * (uint64_t)f->n);
 }
 
@@ -546,21 +582,23 @@ static int run_native(half_run *h, ot_tensor *out, ot_node *tree)
         ot__parallel(cpu->threads, 0, (f.n + NATIVE_CHUNK - 1) / NATIVE_CHUNK, f.n * f.cost,
                      native_chunk, &f);
         native_tail(&f);
-        count_native(h->be, &f, h->nleaves);
+        count_native(h->be, &f);
     }
     native_free(h, &f);
     return rc;
 }
 
-/* An elementwise tree of 16-bit leaves into a 16-bit out: one kernel of
- * 16-bit code where the table has it (run_native, any size); else, from
- * four blocks up, a block at a time: each block's leaves widened into f32
- * buffers that stay in cache, the f32 tree run on them, the result
- * narrowed into out. 1: neither (too small: the whole trees in f32). */
-static int run_blocked(half_run *h, ot_tensor *out, ot_node *tree)
+/* An elementwise tree (blockable's kind) into out: one kernel of 16-bit
+ * code where the table has it (run_native, any size); else, for 16-bit
+ * leaves and out alone and from four blocks up, a block at a time: each
+ * block's leaves widened into f32 buffers that stay in cache, the f32 tree
+ * run on them, the result narrowed into out. 1: neither (the whole trees
+ * in f32). */
+static int run_blocked(half_run *h, ot_tensor *out, ot_node *tree, int kind)
 {
     int fast = h->be->vt == &ot__cpu_vt ? run_native(h, out, tree) : 1;
-    if (fast == 1 && ot__numel(&out->leaf.shape) < 4 * HALF_BLOCK) return 1;   /* too small */
+    if (fast == 1 && (kind == 2 || ot__numel(&out->leaf.shape) < 4 * HALF_BLOCK))
+        return 1;   /* f32 leaves or output, or too small: the whole trees in f32 */
     if (fast == 1 && h->be->vt == &ot__cpu_vt) fast = run_fast(h, out, tree);
     if (fast <= 0) return fast;
     int64_t n = ot__numel(&out->leaf.shape), tail = n % HALF_BLOCK;
@@ -575,7 +613,7 @@ static int run_blocked(half_run *h, ot_tensor *out, ot_node *tree)
         }
         size_t len = (size_t)(at + HALF_BLOCK > n ? tail : HALF_BLOCK);
         for (int i = 0; i < h->nleaves; i++)
-            ot__half_widen(h->src[i]->leaf.dtype, half_at(h->src[i], at), temp_data(h->buf[i]), len);
+            widen_at(h->src[i], at, temp_data(h->buf[i]), len);
         rc = h->eval(h->be, 1, &o, &t);
         if (!rc) narrow_out(out->leaf.dtype, temp_data(o), dst, at, len, false);
     }
@@ -649,7 +687,9 @@ int ot__half_assign(ot_backend *be, ot__half_eval eval, int n, ot_tensor *const 
     if (!pool) return ot__err_set(OT_ENOMEM, NULL, 0, "assign", "out of memory");
     uint64_t key;
     bool sr = ot__half_sr_get(&key);   /* stochastic stores take the plain path */
-    int rc = n == 1 && !sr && blockable(outs[0], trees[0]) ? run_blocked(&h, outs[0], trees[0]) : 1;
+    ot_node *root = NULL;
+    int kind = n == 1 && !sr ? blockable(outs[0], trees[0], &root) : 0;
+    int rc = kind ? run_blocked(&h, outs[0], root, kind) : 1;
     if (rc == 1) {   /* not by blocks: the whole trees in f32 */
         h.block = 0;
         rc = run_f32(&h, n, outs, trees);
@@ -686,8 +726,9 @@ bool ot__half_native(ot_backend *be, ot__half_eval eval, ot_tensor *out, ot_node
     native_run f = {0};
     uint64_t key;
     ot_pool *pool = ot_pool_push();
-    bool yes = pool && be->vt == &ot__cpu_vt && !ot__half_sr_get(&key) && blockable(out, tree) &&
-               native_prepare(&h, out, tree, &f) == 0;
+    ot_node *root = NULL;
+    bool yes = pool && be->vt == &ot__cpu_vt && !ot__half_sr_get(&key) &&
+               blockable(out, tree, &root) && native_prepare(&h, out, root, &f) == 0;
     native_free(&h, &f);
     if (pool) run_free(&h, pool);
     return yes;

@@ -532,16 +532,18 @@ static bool reduce_fits(const ot_jit *j, const ot_kernel *k)
 }
 
 /* Whether the 16-bit code suits k: one vector output of an f32 body, every
- * vector load of a 16-bit dtype (load_dt), no column blocks, a table that
- * converts them (jit_half.c). */
+ * vector load of a 16-bit dtype or f32 (load_dt), no column blocks, a
+ * table that converts them (jit_half.c). */
 static bool half_fits(const ot_jit *j, const ot_kernel *k, const ot_kernels *kt,
                       const uint8_t *load_dt, int out_dt)
 {
     bool ok = j->kd == OT_KD_F32 && j->nout == 1 && j->out_vector[0] && !k->col_blocked &&
-              ot__is_half(out_dt) && ot__jit_half_fits(kt, load_dt, k->ninsn, out_dt);
+              (ot__is_half(out_dt) || out_dt == OT_F32) &&
+              ot__jit_half_fits(kt, load_dt, k->ninsn, out_dt);
     for (int i = 0; i < k->ninsn && ok; i++) {
         const ot_insn *in = &k->insns[i];
-        if (in->code == OT_I_LOAD && !(in->scalar & 8)) ok = ot__is_half(load_dt[i]);
+        if (in->code == OT_I_LOAD && !(in->scalar & 8))
+            ok = ot__is_half(load_dt[i]) || load_dt[i] == OT_F32;
     }
     return ok;
 }

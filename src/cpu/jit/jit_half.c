@@ -15,6 +15,8 @@
  * of an unordered compare, packed by vpmovdw; or, where the CPU has
  * AVX512_BF16, by vcvtneps2bf16, which flushes subnormal inputs to zero,
  * so a vector that holds one (vfpclassps) branches to the integers' way.
+ * f32 inputs and outputs may join them, addressed at twice the offset
+ * (SIB scale 2).
  */
 #include "jit.h"
 
@@ -33,8 +35,22 @@ static void stream_half(regs *r, int t, int base, int index)
     ot__x86_mem_operand(r->c, t, base, index, 0);
 }
 
+/* op reg, [base + index * 2]: an f32 vector where the loop offset counts
+ * 16-bit bytes (vmovups 0x10, vmovups store 0x11, vmovntps 0x2B). */
+static void f32_mem(regs *r, uint8_t op, int reg, int base, int index)
+{
+    ot__x86_prefix(r->c, r->c->evex, 1, 1, 0, 0, reg, 0, index, base, op);
+    ot__x86_put1(r->c, (uint8_t)(0x80 | (reg & 7) << 3 | 4));             /* [sib + disp32] */
+    ot__x86_put1(r->c, (uint8_t)(1 << 6 | (index & 7) << 3 | (base & 7)));  /* scale 2 */
+    ot__x86_put4(r->c, 0);
+}
+
 void ot__jit_half_load(regs *r, int reg, int dt, int base, int index)
 {
+    if (dt == OT_F32) {
+        f32_mem(r, 0x10, reg, base, index);
+        return;
+    }
     if (dt == OT_F16) {
         ot__x86_vrm(r->c, 2, 1, 0, 0x13, reg, 0, base, index, 0);       /* vcvtph2ps */
         return;
@@ -63,6 +79,10 @@ static void bf16_round(regs *r, int g, int t)
 void ot__jit_half_store(regs *r, int g, int base, int index, bool stream)
 {
     code *c = r->c;
+    if (r->half_out == OT_F32) {
+        f32_mem(r, stream ? 0x2B : 0x11, g, base, index);
+        return;
+    }
     if (r->half_out == OT_F16 && !stream) {
         ot__x86_vrm(c, 3, 1, 0, 0x1D, g, 0, base, index, 0);            /* vcvtps2ph [m], g, 0 */
         ot__x86_put1(c, 0);

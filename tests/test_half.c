@@ -838,3 +838,24 @@ TEST(half_native_mixed_bits)
     }
     free(xr), free(got), free(xf), free(yf), free(want), free(gotf);
 }
+
+/* A cast from a 16-bit value to f32 is nothing once the 16-bit route has
+ * made the value f32 (it once planned a copy: an epilogue over a whole
+ * weight gradient in a mixed-precision step): the cast of w rounded apart
+ * (one kernel) and the dot (one), no third. */
+TEST(half_cast_to_f32_is_free)
+{
+    ot_backend *be = ot_backend_new("cpu", NULL);
+    ot_tensor *a = ot_full(be, OT_SHAPE(64, 32), OT_BF16, 1.5), *w = ot_full(be, OT_SHAPE(32, 16), OT_F32, 2);
+    ot_tensor *o = ot_empty(be, OT_SHAPE(64, 16), OT_F32);
+    ot_stats s0, s1;
+    CHECK_INT(ot_stats(be, &s0), 0);
+    CHECK_INT(ot_assign(o, ot_cast(ot_dot(a, ot_cast(w, OT_BF16)), OT_F32)), 0);
+    CHECK_INT(ot_stats(be, &s1), 0);
+    CHECK_INT((int)(s1.kernels - s0.kernels), 2);
+    float v[2];
+    CHECK_INT(ot_get_n(o, v, sizeof v), 0);
+    CHECK(v[0] == 96.0f && v[1] == 96.0f);
+    ot_tensor_free(a), ot_tensor_free(w), ot_tensor_free(o);
+    ot_backend_free(be);
+}

@@ -116,8 +116,12 @@ static ot_node *op_f32(half_run *h, ot__walker *w, const ot_node *n, ot_node *a,
     ot_args args = n->args;
     if (ot__is_half(args.dtype)) args.dtype = OT_F32;
     ot_op op = (ot_op)(n->tag != OT_OP_NONE ? n->tag : ot__node_op(n));
-    ot_node *r = ot_build_at(op, a, b, &args, n->file, n->line);
     bool cast = n->tag == OT_OP_NONE && n->op == OT_OP_CAST;
+    /* a cast that has become f32 to f32 is its operand (the planner would
+     * copy it: an epilogue of a 400,000-element copy in W10h's step) */
+    ot_node *r = cast && a && a->dtype == args.dtype && !a->axes == !n->axes
+                     ? a
+                     : ot_build_at(op, a, b, &args, n->file, n->line);
     if (r && cast && ot__is_half(n->dtype))
         r = rounded(h, r, n->dtype);
     return r;

@@ -18,6 +18,7 @@
 #include "optree/pool.h"
 #include "fuzz.h"
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -858,4 +859,50 @@ TEST(half_cast_to_f32_is_free)
     CHECK(v[0] == 96.0f && v[64 * 16 - 1] == 96.0f);   /* 32 * 1.5 * 2 */
     ot_tensor_free(a), ot_tensor_free(w), ot_tensor_free(o);
     ot_backend_free(be);
+}
+
+/* The 16-bit code on the backend's threads (chunks of one run shared out)
+ * and from two calling threads at once over one plan, whose code both
+ * build and one keeps: the bits of one thread's run (TSan runs this). */
+typedef struct native_job {
+    ot_tensor *x, *y, *out;
+} native_job;
+
+static void *native_job_run(void *p)
+{
+    native_job *j = p;
+    ot_pool *pool = ot_pool_push();
+    int rc = ot_assign(j->out, ot_add(ot_mul(ot_tensor_node(j->x), ot_tensor_node(j->y)), 1.0));
+    ot_pool_pop(pool);
+    return rc ? p : NULL;
+}
+
+TEST(half_native_threads)
+{
+    enum { N = 3 * 16384 + 5 };
+    ot_backend *one = ot_backend_new("cpu", &(ot_backend_opts){.threads = 1});
+    ot_backend *two = ot_backend_new("cpu", &(ot_backend_opts){.threads = 2});
+    float *h = malloc(sizeof *h * N);
+    for (int i = 0; i < N; i++) h[i] = (float)(i % 97) * 0.25f - 12.0f;
+    ot_tensor *x1 = ot_array(one, OT_SHAPE(N), OT_BF16, h), *w = ot_empty(one, OT_SHAPE(N), OT_BF16);
+    ot_tensor *x2 = ot_array(two, OT_SHAPE(N), OT_BF16, h);
+    ot_tensor *o[2] = {ot_empty(two, OT_SHAPE(N), OT_BF16), ot_empty(two, OT_SHAPE(N), OT_BF16)};
+    native_job want = {x1, x1, w}, jobs[2] = {{x2, x2, o[0]}, {x2, x2, o[1]}};
+    CHECK(native_job_run(&want) == NULL);
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) CHECK_INT(pthread_create(&t[i], NULL, native_job_run, &jobs[i]), 0);
+    for (int i = 0; i < 2; i++) {
+        void *r = &t;
+        CHECK_INT(pthread_join(t[i], &r), 0);
+        CHECK(r == NULL);
+    }
+    uint16_t *a = malloc(2 * N), *b = malloc(2 * N);
+    CHECK_INT(ot_get_raw(w, a), 0);
+    for (int i = 0; i < 2; i++) {
+        CHECK_INT(ot_get_raw(o[i], b), 0);
+        CHECK(memcmp(a, b, 2 * N) == 0);
+    }
+    free(a), free(b), free(h);
+    ot_tensor_free(x1), ot_tensor_free(w), ot_tensor_free(x2), ot_tensor_free(o[0]), ot_tensor_free(o[1]);
+    ot_backend_free(one), ot_backend_free(two);
 }

@@ -874,6 +874,7 @@ static void *native_job_run(void *p)
     ot_pool *pool = ot_pool_push();
     int rc = ot_assign(j->out, ot_add(ot_mul(ot_tensor_node(j->x), ot_tensor_node(j->y)), 1.0));
     ot_pool_pop(pool);
+    ot_pool_drain();   /* this thread's spare pool and nodes */
     return rc ? p : NULL;
 }
 

@@ -1,8 +1,8 @@
 /*
  * test_half.c - the 16-bit storage dtypes (issue 36): the scalar
- * conversions on special values, every vector table against them on
- * sampled chunks (all 2^16 widenings; `make half-exhaustive` does all 2^32
- * narrowings), host copies (ot_get/ot_set convert, the _raw variants copy
+ * conversions on special values (the vector tables against them:
+ * test_half_tables.c; `make half-exhaustive` does all 2^32 narrowings),
+ * host copies (ot_get/ot_set convert, the _raw variants copy
  * bits), names, printing, parsing, promotion, casts, .npy, and every
  * elementwise op (and reductions, dots) on ref and cpu: cpu's result is
  * its f32 result on the widened values rounded once; ref's (double) agrees
@@ -75,46 +75,6 @@ TEST(half_bf16_special)
     CHECK(ot__bf16_to_f32(0x3f80) == 1.0f);
     CHECK(ot__bf16_to_f32(0x0001) == 0x1p-133f);
     CHECK(ot__f64_to_bf16(1.0 + 0x1p-8 + 0x1p-40) == 0x3f81);
-}
-
-/* Every table against the scalar definition: all 2^16 widenings, and 2^18
- * narrowings from chunks spread over the f32 patterns (each chunk a run of
- * consecutive patterns, so ties, boundaries and specials are met). */
-TEST(half_tables_sampled)
-{
-    enum { CHUNK = 1024, NCHUNK = 256 };
-    float *src = malloc(sizeof *src * CHUNK), *w = malloc(sizeof *w * 65536);
-    uint16_t *a = malloc(sizeof *a * 65536), *b = malloc(sizeof *b * 65536);
-    for (int t = 1; ot__half_table(t) || t < 4; t++) {
-        const ot__half_fns *f = ot__half_table(t);
-        if (!f) continue;
-        for (int dt = 0; dt < 2; dt++) {
-            for (uint32_t i = 0; i < 65536; i++) a[i] = (uint16_t)i;
-            (dt ? f->from_bf16 : f->from_f16)(a, w, 65536);
-            for (uint32_t i = 0; i < 65536; i++) {
-                float s = dt ? ot__bf16_to_f32(a[i]) : ot__f16_to_f32(a[i]);
-                if (memcmp(&s, &w[i], 4) != 0) {
-                    test__fail(__FILE__, __LINE__, "%s widen %s %04x", f->name,
-                               dt ? "bf16" : "f16", i);
-                    break;
-                }
-            }
-            for (uint32_t c = 0; c < NCHUNK; c++) {
-                uint32_t base = c * (0x100000000ull / NCHUNK) + (c * 2654435761u % 4096);
-                for (uint32_t i = 0; i < CHUNK; i++) src[i] = bits_f(base + i);
-                (dt ? f->to_bf16 : f->to_f16)(src, b, CHUNK - c % 7);   /* ragged tails */
-                for (uint32_t i = 0; i < CHUNK - c % 7; i++) {
-                    uint16_t s = dt ? ot__f32_to_bf16(src[i]) : ot__f32_to_f16(src[i]);
-                    if (s != b[i]) {
-                        test__fail(__FILE__, __LINE__, "%s narrow %s %08x: %04x, expected %04x",
-                                   f->name, dt ? "bf16" : "f16", base + i, b[i], s);
-                        break;
-                    }
-                }
-            }
-        }
-    }
-    free(src), free(w), free(a), free(b);
 }
 
 TEST(half_names_and_host_copies)

@@ -123,7 +123,7 @@ build() {
             mkdir -p "$B/quick" &&
             $CROSS -Iinclude -Isrc/core -Isrc/cpu -Isrc/cpu/jit -Isrc/cpu/kernels -Isrc/front -Isrc/ref -D_POSIX_C_SOURCE=200809L -std=c11 -O2 -fno-math-errno \
                 -ffp-contract=off -o "$B/quick/test_kernels" tests/main.c tests/test_kernels.c \
-                tests/test_optable.c tests/test_half.c tests/fuzz.c "$B/liboptree.a" -lzip -lsleef -lopenblas -lm -lpthread
+                tests/test_optable.c tests/test_half_tables.c "$B/liboptree.a" -lsleef -lopenblas -lm -lpthread
     else
         make -s -j"$JOBS" WERROR=-Werror CC=$CROSS BUILD="$B" tests examples
     fi

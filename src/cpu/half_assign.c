@@ -380,10 +380,10 @@ static int run_fast(half_run *h, ot_tensor *out, ot_node *tree)
 /* ---- one kernel of 16-bit code ---------------------------------------------- */
 
 /* The plan's one kernel as 16-bit code (ot__jit_build_half) over the whole
- * tensors: in[i], each vector load's 16-bit source (or a parameter's f32
- * value), dst the output, n elements; lanes per vector. */
+ * tensors: in[i], each vector load's source (16-bit or f32) or a
+ * parameter's f32 value, dst the output, n elements; lanes per vector; the
+ * code that runs is code->jit. */
 typedef struct native_run {
-    const ot_jit *jit;
     char *in[OT_JIT_MAX_INSN];
     float param[OT_JIT_MAX_INSN];
     uint8_t es[OT_JIT_MAX_INSN];  /* > 0: in[i] is a vector source of es bytes an
@@ -419,7 +419,7 @@ static void native_chunk(void *ctx, int slot, int64_t first, int64_t last)
     char *in[OT_JIT_MAX_INSN], *out[1] = {f->dst + f->out_es * at};
     for (int i = 0; i < f->ninsn; i++) in[i] = f->in[i] + f->es[i] * at;
     if (end <= at) return;
-    (f->stream ? f->jit->fn_stream : f->jit->fn)(in, out, (size_t)(end - at) * 2);
+    (f->stream ? f->code->jit->fn_stream : f->code->jit->fn)(in, out, (size_t)(end - at) * 2);
 #if defined(__x86_64__)
     if (f->stream) __asm__ volatile("sfence" ::: "memory");   /* the code fences nothing */
 #endif
@@ -440,7 +440,7 @@ static void native_tail(const native_run *f)
         memcpy(pad[i], f->in[i] + f->es[i] * at, (size_t)(rest * f->es[i]));
         in[i] = (char *)pad[i];
     }
-    f->jit->fn(in, out, (size_t)f->lanes * 2);
+    f->code->jit->fn(in, out, (size_t)f->lanes * 2);
     memcpy(f->dst + f->out_es * at, pad[OT_JIT_MAX_INSN], (size_t)(rest * f->out_es));
 }
 
@@ -542,7 +542,6 @@ static int native_prepare(half_run *h, ot_tensor *out, ot_node *tree, native_run
         f->out_es = (int)ot_dtype_size(out->leaf.dtype);
         size_t moved = (size_t)n * (size_t)native_bytes(f);
         f->code = code;
-        f->jit = code->jit;
         f->dst = (char *)out->buf->data + out->offset * f->out_es;
         f->n = n;
         f->lanes = cpu->k->vbytes / 4;

@@ -2511,6 +2511,18 @@ static void check_pops(const fz_ir *ir, fz_fail *f)
 
 /* ---- isolation ----------------------------------------------------------- */
 
+/* A child that died (status st) without reporting a failure: a crash. */
+static void crashed(fz_fail *f, int st)
+{
+    f->kind = FK_CRASH;
+    f->cfg[0] = f->cfg[1] = -1;
+    if (WIFSIGNALED(st))
+        snprintf(f->msg, sizeof f->msg, "killed by signal %d (%s)%s", WTERMSIG(st),
+                 strsignal(WTERMSIG(st)), WTERMSIG(st) == SIGALRM ? ": a hang (60 s)" : "");
+    else
+        snprintf(f->msg, sizeof f->msg, "exit status %d (a sanitizer report?)", WEXITSTATUS(st));
+}
+
 /* Checks ir, in a forked child when asked (a crash or a hang is a failure). */
 static void run_isolated(const fz_ir *ir, fz_fail *f, int do_fork, int quiet)
 {
@@ -2542,15 +2554,7 @@ static void run_isolated(const fz_ir *ir, fz_fail *f, int do_fork, int quiet)
     else while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
     *f = *sh;
     munmap(sh, sizeof *sh);
-    if (pid > 0 && !f->kind && !(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
-        f->kind = FK_CRASH;
-        f->cfg[0] = f->cfg[1] = -1;
-        if (WIFSIGNALED(st))
-            snprintf(f->msg, sizeof f->msg, "killed by signal %d (%s)%s", WTERMSIG(st),
-                     strsignal(WTERMSIG(st)), WTERMSIG(st) == SIGALRM ? ": a hang (60 s)" : "");
-        else
-            snprintf(f->msg, sizeof f->msg, "exit status %d (a sanitizer report?)", WEXITSTATUS(st));
-    }
+    if (pid > 0 && !f->kind && !(WIFEXITED(st) && WEXITSTATUS(st) == 0)) crashed(f, st);
 }
 
 /* ---- drawing a tree ------------------------------------------------------ */
@@ -3195,26 +3199,85 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* Trees a forked child checks one after another: a fork per tree cost
+ * most of a run's time on VMs where page faults are dear (the child's
+ * page tables copied, every page it touches faulted in again). */
+enum { FZ_BATCH = 32 };
+
+/* What a batch's child leaves for its parent: the tree it was checking,
+ * and that tree's failure. */
+typedef struct {
+    int64_t at;
+    fz_fail f;
+} fz_batch;
+
+/* Checks trees [first, end) up to the first that fails, in order, in one
+ * forked child when o->fork (a crash or a 60 s hang is that tree's
+ * failure). Returns the failing tree's index, its failure in *f, or end
+ * when all passed. */
+static void check_trees(const fuzz_opts *o, int64_t first, int64_t end, fz_batch *b, int in_child)
+{
+    for (b->at = first; b->at < end; b->at++) {
+        fz_ir ir;
+        draw_tree(o->seed, b->at, o->modes ? o->modes : FUZZ_ALL, o->all_configs, &ir);
+        if (o->verbose > 1) print_tree(&ir, b->at);
+        if (in_child) alarm(60);
+        if (b->at + 1 == o->crash_at) abort();
+        check_tree(&ir, &b->f);
+        ir_free(&ir);
+        if (b->f.kind) return;
+    }
+}
+
+static int64_t run_batch(const fuzz_opts *o, int64_t first, int64_t end, fz_fail *f)
+{
+    fz_batch *b = o->fork ? mmap(NULL, sizeof *b, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0)
+                          : MAP_FAILED;
+    fz_batch local;
+    if (b == MAP_FAILED) b = &local;
+    memset(b, 0, sizeof *b);
+    pid_t pid = -1;
+    if (b != &local) {
+        fflush(stdout);
+        fflush(stderr);
+        pid = fork();
+        if (pid == 0) {
+            check_trees(o, first, end, b, 1);
+            _exit(0);
+        }
+    }
+    int st = 0;
+    if (pid < 0) check_trees(o, first, end, b, 0);
+    else while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+    int64_t at = b->at;
+    *f = b->f;
+    if (pid > 0 && !f->kind && !(WIFEXITED(st) && WEXITSTATUS(st) == 0)) crashed(f, st);
+    if (b != &local) munmap(b, sizeof *b);
+    return at;
+}
+
 int fuzz_run(const fuzz_opts *o, fuzz_result *res)
 {
     memset(res, 0, sizeof *res);
+    res->first_failed = -1;
     register_user_ops();
     ref_be = ot_backend_new("ref", NULL);
     if (!ref_be) return -1;
     int reported = 0, max_report = o->max_report ? o->max_report : 10;
     double t0 = now_s(), last = t0;
-    for (int64_t i = o->first; i < o->first + o->n; i++) {
-        fz_ir ir;
-        draw_tree(o->seed, i, o->modes ? o->modes : FUZZ_ALL, o->all_configs, &ir);
-        if (o->verbose > 1) print_tree(&ir, i);
+    int64_t end = o->first + o->n, batch = o->verbose > 1 ? 1 : FZ_BATCH;
+    for (int64_t i = o->first; i < end;) {
         fz_fail f;
-        run_isolated(&ir, &f, o->fork, 0);
-        if (!f.kind) {
-            res->passed++;
-        } else {
-            res->failed++;
+        int64_t stop = end - i < batch ? end : i + batch, bad = run_batch(o, i, stop, &f);
+        res->passed += bad - i;
+        i = bad;
+        if (bad < stop) {
+            i = bad + 1;
+            fz_ir ir;
+            draw_tree(o->seed, bad, o->modes ? o->modes : FUZZ_ALL, o->all_configs, &ir);
+            if (!res->failed++) res->first_failed = bad;
             fprintf(stderr, "fuzz: seed %llu tree %lld: %s: %s\n", (unsigned long long)o->seed,
-                    (long long)i, fail_names[f.kind], f.msg);
+                    (long long)bad, fail_names[f.kind], f.msg);
             if (reported++ < max_report) {
                 int kind = f.kind;
                 if (o->shrink) shrink(&ir, kind, o->fork, o->fork ? 400 : 150);
@@ -3223,10 +3286,10 @@ int fuzz_run(const fuzz_opts *o, fuzz_result *res)
                     f.kind = kind;
                     snprintf(f.msg, sizeof f.msg, "(did not reproduce after shrinking)");
                 }
-                report(o, &ir, &f, i);
+                report(o, &ir, &f, bad);
             }
+            ir_free(&ir);
         }
-        ir_free(&ir);
         double t = now_s();
         if (o->verbose && t - last > 10) {
             last = t;

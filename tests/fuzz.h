@@ -31,10 +31,12 @@ typedef struct fuzz_opts {
     const char *findings; /* directory for <seed>-<i>.c and INDEX.txt, or NULL */
     int verbose;          /* progress lines on stderr */
     int max_report;       /* stop shrinking/reporting after this many (0: 10) */
+    int64_t crash_at;     /* the fuzzer's own test: tree crash_at - 1 aborts (0: none) */
 } fuzz_opts;
 
 typedef struct fuzz_result {
     int64_t passed, failed, skipped;
+    int64_t first_failed; /* the first failing tree's index; -1 when none failed */
 } fuzz_result;
 
 /* p and q are one tree (same ops, attributes, leaves and constants): the

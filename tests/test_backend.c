@@ -69,7 +69,7 @@ TEST(backend_bad_options)
 /* The environment variables that override options, saved and cleared so a
  * case sees only what it sets, then restored. */
 static const char *const config_vars[] = {"OT_BACKEND", "OT_ISA", "OT_JIT", "OT_STREAM_BYTES",
-                                          "OT_FUSION", "OT_L3_BYTES"};
+                                          "OT_FUSION", "OT_L3_BYTES", "OT_L2_BYTES"};
 #define NCONFIG_VARS (int)(sizeof config_vars / sizeof config_vars[0])
 
 static void env_save(char *saved[NCONFIG_VARS])
@@ -107,8 +107,9 @@ static bool isa_runs(const char *isa)
 }
 
 /* The last-level cache's size comes from sysfs; where sysfs does not list
- * the caches, CPUID's cache leaves give it, and both agree where both
- * exist. */
+ * the caches, CPUID's cache leaves give it (the deterministic leaves, else
+ * AMD's 0x80000006, which VMs without topology extensions keep), and both
+ * agree where both exist. */
 TEST(backend_llc_from_cpuid)
 {
     size_t cpuid = ot__llc_cpuid();
@@ -354,5 +355,30 @@ TEST(backend_l3_bytes_simulated)
     setenv("OT_L3_BYTES", "", 1);   /* empty: unset, the machine's */
     ot_backend_opts o = cpu_options((ot_backend_opts){0});
     CHECK(o.stream_bytes > 0);
+    env_restore(saved);
+}
+
+/* OT_L2_BYTES simulates another machine's L2: a GEMM panel is half of it
+ * (within ot__gemm_panel_bytes's bounds), whatever the machine reports. */
+TEST(backend_l2_bytes_simulated)
+{
+    char *saved[NCONFIG_VARS];
+    env_save(saved);
+    setenv("OT_L3_BYTES", "314572800", 1);
+    const size_t kib = 1024, sizes[] = {512 * kib, 1024 * kib, 2048 * kib};
+    for (int i = 0; i < 3; i++) {
+        char v[32];
+        snprintf(v, sizeof v, "%zu", sizes[i]);
+        setenv("OT_L2_BYTES", v, 1);
+        ot_backend *be = ot_backend_new("cpu", NULL);
+        CHECK(be != NULL);
+        if (be)
+            CHECK_INT((long long)((const ot_cpu *)be->impl)->panel_bytes,
+                      (long long)ot__gemm_panel_bytes(sizes[i], (size_t)300 << 20, ot__usable_cpus()));
+        ot_backend_free(be);
+    }
+    setenv("OT_L2_BYTES", "1M", 1);
+    CHECK(ot_backend_new("cpu", NULL) == NULL);
+    CHECK_ERR(OT_EINVAL, "OT_L2_BYTES=1M is not a byte count");
     env_restore(saved);
 }

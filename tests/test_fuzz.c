@@ -8,6 +8,9 @@
 
 #include "fuzz.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #if defined(__SANITIZE_ADDRESS__)
 #define FUZZ_TREES(n) ((n) / 4)
 #else
@@ -30,6 +33,29 @@ TEST(fuzz_forward_c) { fuzz_case(5, FUZZ_FORWARD, 1000); }
 TEST(fuzz_grad_a) { fuzz_case(3, FUZZ_GRAD, 700); }
 TEST(fuzz_grad_b) { fuzz_case(6, FUZZ_GRAD, 700); }
 TEST(fuzz_many) { fuzz_case(4, FUZZ_MANY, 800); }
+
+/* Trees run in batches, one forked child each: a crash is pinned on the
+ * tree the child was checking, the batch's trees before it pass, and the
+ * run goes on after it. */
+TEST(fuzz_batch_names_the_crashing_tree)
+{
+    fuzz_opts o = {.seed = 1, .first = 5, .n = 70, .modes = FUZZ_FORWARD, .fork = 1,
+                   .max_report = 1, .crash_at = 5 + 40 + 1};
+    fuzz_result r;
+    /* the crash's report (the tree as a C program) is not this case's output */
+    fflush(stderr);
+    int saved = dup(2), null = open("/dev/null", O_WRONLY);
+    if (null >= 0) dup2(null, 2);
+    int rc = fuzz_run(&o, &r);
+    fflush(stderr);
+    if (saved >= 0) dup2(saved, 2);
+    if (null >= 0) close(null);
+    if (saved >= 0) close(saved);
+    CHECK_INT(rc, 0);
+    CHECK_INT(r.failed, 1);
+    CHECK_INT(r.first_failed, 45);
+    CHECK_INT(r.passed, 69);
+}
 
 /* Trees whose results legitimately part from ref, found by long runs, so
  * that the oracle keeps explaining them (all configurations):

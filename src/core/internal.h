@@ -502,6 +502,7 @@ struct ot_backend {
                                  "isa" or "OT_ISA" */
     size_t l3_bytes;          /* OT_L3_BYTES: the last-level cache to plan
                                  for; 0: the machine's */
+    size_t l2_bytes;          /* OT_L2_BYTES: a core's L2, likewise */
     const char *blas_core;    /* OT_BLAS_CORE: "keep", "auto" or an OpenBLAS
                                  core name (src/cpu/blas_core.c) */
     ot__stat_counters stats;   /* stats.c */

@@ -92,10 +92,25 @@ static size_t cache_sysfs(int want)
 }
 
 #if defined(__x86_64__) || defined(__i386__)
+/* L2 (want 2) or the highest level (want 0) from AMD's older leaf
+ * 0x80000006: ECX[31:16] the L2 in KiB, EDX[31:18] the L3 in units of
+ * 512 KiB (Intel leaves EDX 0). Hypervisors that hide the topology
+ * extensions, and with them leaf 0x8000001D, still fill this one. */
+static size_t cache_cpuid_legacy(unsigned want)
+{
+    unsigned a, b, c, d;
+    if (__get_cpuid_max(0x80000000u, NULL) < 0x80000006u || !__get_cpuid(0x80000006u, &a, &b, &c, &d))
+        return 0;
+    size_t l2 = (size_t)(c >> 16) << 10, l3 = (size_t)(d >> 18) << 19;
+    if (want == 2) return l2;
+    if (want == 3) return l3;
+    return l3 ? l3 : l2;
+}
+
 /* The data or unified cache of `want` level (0: the highest) of the
  * deterministic cache leaves: 4 on Intel, 0x8000001D on AMD (same layout:
- * ways, partitions, line size and sets, each stored minus one). 0 where
- * neither exists. */
+ * ways, partitions, line size and sets, each stored minus one); where
+ * neither lists a cache, the older leaf above. */
 static size_t cache_cpuid(unsigned want)
 {
     unsigned a, b, c, d, max_ext = __get_cpuid_max(0x80000000u, NULL);
@@ -117,7 +132,7 @@ static size_t cache_cpuid(unsigned want)
             best = size;
         }
     }
-    return best;
+    return best ? best : cache_cpuid_legacy(want);
 }
 #else
 static size_t cache_cpuid(unsigned want)
@@ -195,7 +210,7 @@ static int cpu_init(ot_backend *be)
     cpu->k = k;
     cpu->jit = be->opts.jit != OT_JIT_OFF && ot__jit_available(k);
     cpu->stream_bytes = stream_threshold(be->opts.stream_bytes, be->l3_bytes);
-    cpu->panel_bytes = ot__gemm_panel_bytes(l2_cache(), be->l3_bytes ? be->l3_bytes : last_level_cache(),
+    cpu->panel_bytes = ot__gemm_panel_bytes(be->l2_bytes ? be->l2_bytes : l2_cache(), be->l3_bytes ? be->l3_bytes : last_level_cache(),
                                             ot__usable_cpus());
     be->opts.isa = ot__isa_name(k->isa);
     be->opts.jit = cpu->jit ? OT_JIT_ON : OT_JIT_OFF;

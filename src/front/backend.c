@@ -89,9 +89,9 @@ ot_backend *ot_backend_new(const char *name, const ot_backend_opts *opts)
     ot_backend_opts o = opts ? *opts : (ot_backend_opts){0};
     const char *isa_from;
     struct ot__rewrite *rw;
-    size_t l3_bytes;
+    size_t caches[2];
     const char *blas_core;
-    if (ot__config_resolve(&name, &o, &isa_from, &rw, &l3_bytes, &blas_core)) return NULL;
+    if (ot__config_resolve(&name, &o, &isa_from, &rw, caches, &blas_core)) return NULL;
     const backend_entry *e = find_backend(name);
     ot_backend *be = NULL;
     if (!e)
@@ -107,7 +107,8 @@ ot_backend *ot_backend_new(const char *name, const ot_backend_opts *opts)
     if (!e->vt->cpu_opts) ot__config_not_cpu(&o);
     be->opts = o;
     be->isa_from = isa_from;
-    be->l3_bytes = l3_bytes;
+    be->l2_bytes = caches[0];
+    be->l3_bytes = caches[1];
     be->blas_core = blas_core;
     be->rewrite = rw;
     ot__stats_init(&be->stats);

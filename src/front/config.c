@@ -8,9 +8,10 @@
  * run the default, and " 12", "+12" or "1e3" are not counts.
  *
  * The backend fills in what depends on the machine (the ISA, whether code
- * is generated, the cache size) when it starts; OT_L3_BYTES, which has no
- * field, gives it the last-level cache size to plan for instead of the one
- * the machine reports (tests simulate other machines with it), and
+ * is generated, the cache size) when it starts; OT_L3_BYTES and
+ * OT_L2_BYTES, which have no field, give it the last-level and the L2
+ * cache sizes to plan for instead of the ones the machine reports (tests
+ * simulate other machines with them), and
  * OT_BLAS_CORE, which has no field either, which OpenBLAS core the cpu
  * backend asks for (src/cpu/blas_core.c); so ot_backend_options can
  * report what is in force rather than what was asked. Rule-set names
@@ -128,12 +129,12 @@ static int env_switch(const char *var, int *field, int on_value, int off_value)
     return 0;
 }
 
-static int env_overrides(ot_backend_opts *o, const char **isa_from, size_t *l3_bytes,
+static int env_overrides(ot_backend_opts *o, const char **isa_from, size_t caches[2],
                          const char **blas_core)
 {
     int isa, core;
-    int64_t stream = 0, l3 = 0;
-    bool stream_set, l3_set;
+    int64_t stream = 0, l2 = 0, l3 = 0;
+    bool stream_set, l2_set, l3_set;
     char isa_want[64];
     snprintf(isa_want, sizeof isa_want, "one of %s", ISA_LIST);
     if (env_switch("OT_FUSION", &o->fusion, OT_FUSION_ON, OT_FUSION_OFF) ||
@@ -141,13 +142,14 @@ static int env_overrides(ot_backend_opts *o, const char **isa_from, size_t *l3_b
         env_switch("OT_STOCHASTIC_ROUND", &o->stochastic_round, 1, 0) ||
         env_word("OT_ISA", isa_names, NISA, isa_want, &isa) ||
         env_count("OT_STREAM_BYTES", &stream, &stream_set) ||
-        env_count("OT_L3_BYTES", &l3, &l3_set) ||
+        env_count("OT_L2_BYTES", &l2, &l2_set) || env_count("OT_L3_BYTES", &l3, &l3_set) ||
         env_word("OT_BLAS_CORE", blas_core_words, NBLAS_CORE_WORDS,
                  "keep, auto or an OpenBLAS x86-64 core name (as OPENBLAS_CORETYPE spells it)",
                  &core))
         return -1;
     *blas_core = core >= 0 ? blas_core_words[core] : "auto";
-    *l3_bytes = l3_set ? (size_t)l3 : 0;
+    caches[0] = l2_set ? (size_t)l2 : 0;
+    caches[1] = l3_set ? (size_t)l3 : 0;
     if (isa >= 0) {
         o->isa = isa_names[isa];
         *isa_from = "OT_ISA";
@@ -167,14 +169,14 @@ static int rewrite_sets(ot_backend_opts *o, struct ot__rewrite **rewrite)
 }
 
 int ot__config_resolve(const char **name, ot_backend_opts *o, const char **isa_from,
-                       struct ot__rewrite **rewrite, size_t *l3_bytes, const char **blas_core)
+                       struct ot__rewrite **rewrite, size_t caches[2], const char **blas_core)
 {
     const char *env = env_value("OT_BACKEND");
     if (env) *name = env;
     if (!*name) *name = "ref";
     *isa_from = "isa";
     *rewrite = NULL;
-    if (check_opts(o) || env_overrides(o, isa_from, l3_bytes, blas_core) ||
+    if (check_opts(o) || env_overrides(o, isa_from, caches, blas_core) ||
         rewrite_sets(o, rewrite))
         return -1;
     if (o->isa) o->isa = isa_named(o->isa);

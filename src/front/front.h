@@ -19,10 +19,10 @@ ot_node *ot__autodiff_grad_tree(ot_autodiff *ad, ot_tensor *wrt);
  * and environment overrides applied; -1 with the error set when any is bad.
  * *isa_from tells where opts->isa came from, for messages; *rewrite gets
  * the rule sets in force (NULL: none), opts->rewrite the library's copy;
- * *l3_bytes OT_L3_BYTES (0: unset); *blas_core OT_BLAS_CORE ("auto" when
- * unset; a static string). */
+ * caches[0] OT_L2_BYTES and caches[1] OT_L3_BYTES (0: unset); *blas_core
+ * OT_BLAS_CORE ("auto" when unset; a static string). */
 int ot__config_resolve(const char **name, ot_backend_opts *opts, const char **isa_from,
-                       struct ot__rewrite **rewrite, size_t *l3_bytes, const char **blas_core);
+                       struct ot__rewrite **rewrite, size_t caches[2], const char **blas_core);
 /* Marks the cpu-only options as not in force: backend.c calls it for a
  * backend whose vtable says it does not use them. */
 void ot__config_not_cpu(ot_backend_opts *opts);

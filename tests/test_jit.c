@@ -971,14 +971,12 @@ static void red_expect(const red_case *rc, const double *got, int64_t n)
     if (ext && rc->cols > 200) CHECK(signbit(got[9]));   /* the first NaN: -NaN */
 }
 
-/* One case on one ISA: generated code at 1, 2 and 3 threads (bitwise the
- * same), against the interpreter (bitwise, a sum's NaN aside) and ref
- * (within rounding). */
-static void red_check(const char *isa, const red_case *rc)
+/* One case on one ISA: generated code at 1, 2 and 3 threads (be[0..2],
+ * bitwise the same), against the interpreter (be[3], bitwise, a sum's NaN
+ * aside) and ref (be[4], within rounding). */
+static void red_check(const char *isa, ot_backend *const be[5], const red_case *rc)
 {
     bool sum = rc->op == OT_OP_SUM || rc->op == OT_OP_MEAN;
-    ot_backend *be[5] = {backend(isa, JIT, 1), backend(isa, JIT, 2), backend(isa, JIT, 3),
-                         backend(isa, INTERP, 1), ot_backend_new("ref", NULL)};
     double *res[5] = {NULL};
     int64_t n[5] = {0};
     bool generated = false;
@@ -1016,10 +1014,7 @@ static void red_check(const char *isa, const red_case *rc)
                        (long long)rc->rows, (long long)rc->cols, rc->axis, rc->prefix,
                        (long long)e, res[0][e], res[4][e]);
     if (all) red_expect(rc, res[0], n[0]);
-    for (int b = 0; b < 5; b++) {
-        free(res[b]);
-        ot_backend_free(be[b]);
-    }
+    for (int b = 0; b < 5; b++) free(res[b]);
 }
 
 /* Sum, mean, max and min over rows and over everything, f32 and f64,
@@ -1031,7 +1026,11 @@ TEST(jit_reductions_threads_interpreter_ref)
     static const int ops[] = {OT_OP_SUM, OT_OP_MEAN, OT_OP_MAX, OT_OP_MIN};
     static const int64_t shapes[][2] = {{40, 2500}, {40, 7}, {3, 1029}, {12, 0}};
     const char *isa[NJIT_ISA];
-    for (int i = 0, nisa = assignment_isas(isa); i < nisa; i++)
+    for (int i = 0, nisa = assignment_isas(isa); i < nisa; i++) {
+        /* one set of backends per ISA: worker threads are dear under TSan
+         * and valgrind, and a plan cache's reuse is part of what runs */
+        ot_backend *be[5] = {backend(isa[i], JIT, 1), backend(isa[i], JIT, 2), backend(isa[i], JIT, 3),
+                             backend(isa[i], INTERP, 1), ot_backend_new("ref", NULL)};
         for (int d = 0; d < 2; d++)
             for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
                 for (int op = 0; op < (shapes[s][1] ? 4 : 2); op++)
@@ -1039,8 +1038,10 @@ TEST(jit_reductions_threads_interpreter_ref)
                         for (int axis = -1; axis <= 1; axis += 2) {
                             red_case rc = {d ? OT_F64 : OT_F32, shapes[s][0], shapes[s][1],
                                            ops[op], prefix, axis};
-                            red_check(isa[i], &rc);
+                            red_check(isa[i], be, &rc);
                         }
+        for (int b = 0; b < 5; b++) ot_backend_free(be[b]);
+    }
 }
 
 /* ---- random trees: generated code against OT_JIT=0, bitwise ----------------- */

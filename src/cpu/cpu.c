@@ -98,9 +98,8 @@ static size_t cache_sysfs(int want)
  * extensions, and with them leaf 0x8000001D, still fill this one. */
 static size_t cache_cpuid_legacy(unsigned want)
 {
-    unsigned a, b, c, d;
-    if (__get_cpuid_max(0x80000000u, NULL) < 0x80000006u || !__get_cpuid(0x80000006u, &a, &b, &c, &d))
-        return 0;
+    unsigned a, b, c, d, max_ext = __get_cpuid_max(0x80000000u, NULL);
+    if (max_ext < 0x80000006u || !__get_cpuid(0x80000006u, &a, &b, &c, &d)) return 0;
     size_t l2 = (size_t)(c >> 16) << 10, l3 = (size_t)(d >> 18) << 19;
     if (want == 2) return l2;
     if (want == 3) return l3;

@@ -108,14 +108,17 @@ CPU_INC := -Isrc/cpu -Isrc/cpu/jit -Isrc/cpu/kernels
 $(BUILD)/obj/cpu/%.o: private CPPFLAGS += $(CPU_INC)
 
 # The pooling kernels' row loops (src/cpu/exec_pool.c) want the vectoriser's
-# full cost model, which -O2 does not run.
-$(BUILD)/obj/cpu/exec_pool.o: private CFLAGS += -O3
+# full cost model, which -O2 does not run. Not in the sanitizer trees
+# (SANFLAGS), whose speed is not what they are for: under ASan -O3 took
+# exec_winograd.c 13 s to compile.
+O3 := $(if $(SANFLAGS),,-O3)
+$(BUILD)/obj/cpu/exec_pool.o: private CFLAGS += $(O3)
 # The Winograd transforms (src/cpu/exec_winograd.c) loop over vector lanes.
-$(BUILD)/obj/cpu/exec_winograd.o: private CFLAGS += -O3
+$(BUILD)/obj/cpu/exec_winograd.o: private CFLAGS += $(O3)
 # So do attention's per-row softmax loops (src/cpu/exec_attn.inc).
-$(BUILD)/obj/cpu/exec_attn.o: private CFLAGS += -O3
+$(BUILD)/obj/cpu/exec_attn.o: private CFLAGS += $(O3)
 # And the indexing kernels' row loops (an embedding's rows added in place).
-$(BUILD)/obj/cpu/exec_index.o: private CFLAGS += -O3
+$(BUILD)/obj/cpu/exec_index.o: private CFLAGS += $(O3)
 
 $(BUILD)/obj/%.o: src/%.c $(FLAGS)
 	@mkdir -p $(dir $@)

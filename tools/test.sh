@@ -44,13 +44,6 @@
 #               and tests/py/run_tests.py ("py"): the Python module (python/
 #               optree), neon's backend page run as written, its declarations
 #               against the header
-#   arm64       on x86-64 hosts, the NEON table's quick check:
-#               ARM64_QUICK=1 tools/test_arm64.sh (installs the cross
-#               toolchain and qemu-user when missing, cross-builds the
-#               library into $BUILD/arm64, runs the kernel-table cases and
-#               examples/isa.c under qemu-aarch64; about 1 minute once
-#               installed). OT_TEST_ARM64=0 skips it; `make test-arm64`
-#               runs the whole suite there
 #   lane 2:
 #   clang-O0    library, unit tests, examples and optree-bench built with
 #               clang at -O0 with -Werror into $BUILD/clang-O0 (a build
@@ -68,6 +61,13 @@
 #               built into $BUILD/fuzz-inputs), FUZZ_SECONDS (default 10)
 #               per target from the seeds in tools/fuzz_seeds/
 #   valgrind    every example in $BUILD/examples under valgrind
+#   arm64       on x86-64 hosts, the NEON table's quick check:
+#               ARM64_QUICK=1 tools/test_arm64.sh (installs the cross
+#               toolchain and qemu-user when missing, cross-builds the
+#               library into $BUILD/arm64, runs the kernel-table cases and
+#               examples/isa.c under qemu-aarch64; about 1 minute once
+#               installed). OT_TEST_ARM64=0 skips it; `make test-arm64`
+#               runs the whole suite there
 # Each phase prints its header, its failures and a summary line (with its
 # wall and CPU seconds) when it ends; the suite ends with exactly one line
 # "N passed, M failed" (summed over the phases) and exits non-zero when
@@ -524,15 +524,15 @@ lane1() {
     phase docs "$PY tools/doc_check.py: the C blocks of README.md and docs/"
     phase mpi "$B/mpi/test_allreduce on 2 and 3 ranks, $B/mpi/mlp_mpi on 2"
     phase numpy "$PY tests/diff_numpy.py $B/liboptree.so"
-    if [ "$(uname -m)" = x86_64 ] && [ "${OT_TEST_ARM64:-1}" != 0 ]; then
-        phase arm64 "the NEON table under qemu-aarch64 (ARM64_QUICK=1 tools/test_arm64.sh, $B/arm64)"
-    fi
 }
 lane2() {
     phase clang-O0 "clang -O0 build of everything in $B/clang-O0"
     phase tsan "ThreadSanitizer build in $B/tsan, the cases with \"thread\" in their name or file"
     phase fuzz "libFuzzer on parse, load and model load (make fuzz-inputs, ASan + UBSan, $B/fuzz-inputs)"
     phase valgrind "$B/examples/* on ref and on cpu (OT_ISA=sse2, and avx2 where the CPU has it; OT_EXAMPLE_SMALL=1)"
+    if [ "$(uname -m)" = x86_64 ] && [ "${OT_TEST_ARM64:-1}" != 0 ]; then
+        phase arm64 "the NEON table under qemu-aarch64 (ARM64_QUICK=1 tools/test_arm64.sh, $B/arm64)"
+    fi
 }
 lane1 &
 lane2

@@ -338,7 +338,11 @@ phase_sanitizers() {
         record sanitizers 0 1 "sanitizer build failed"
         return
     fi
-    run_logged sanitizers $TMO env OT_TEST_JOBS="$LJOBS" ASAN_OPTIONS=detect_leaks=1 \
+    # A quarantine of 64 MiB, not ASan's 256: freed memory is reused sooner,
+    # so fewer fresh pages fault in; the phase took a fifth less on a VM
+    # where faults are dear, and a use after free is still caught while
+    # 64 MiB of later frees have not pushed the block out.
+    run_logged sanitizers $TMO env OT_TEST_JOBS="$LJOBS" ASAN_OPTIONS=detect_leaks=1:quarantine_size_mb=64 \
         UBSAN_OPTIONS=print_stacktrace=1 $NOASLR "$RB/san/test_optree"
 }
 

@@ -1563,6 +1563,19 @@ static double *epi_run(ot_backend *be, int e, int64_t m, int64_t k, int64_t n, o
     return cat_vals(1, &out, len);
 }
 
+/* Whether the cpu configuration bi (of 1..n-1) checks the case salt: all
+ * do, but under ASan (where each fresh page of a run costs most) one, in
+ * turn, so that each still checks a share of the cases. */
+static bool epi_config_runs(int bi, int n, int salt)
+{
+#if defined(__SANITIZE_ADDRESS__)
+    return bi == 1 + salt % (n - 1);
+#else
+    (void)bi, (void)n, (void)salt;
+    return true;
+#endif
+}
+
 TEST(dot_epilogue)
 {
     beset s;
@@ -1584,6 +1597,7 @@ TEST(dot_epilogue)
                 ot_pool_pop(pool);
                 arena_release();
                 for (int bi = 1; bi < s.n && !rc; bi++) {
+                    if (!epi_config_runs(bi, s.n, dti + e + si)) continue;
                     int64_t ng = 0;
                     int rc2 = 0;
                     pool = ot_pool_push();

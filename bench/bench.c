@@ -580,6 +580,7 @@ static bench_row run_case(const bench_case *c, int index, ot_backend *const bes[
     row.unfused = unit * m.t[V_UNFUSED];
     row.fused2 = unit * m.t[V_FUSED2];
     pick_ref(&row, &m, ref_modes(c, L), unit);
+    if (c->ref_absent && c->ref_absent()) row.ref = row.ratio = -1;   /* a time of nothing */
     long kernels[V_COUNT];
     for (int k = 0; k < V_COUNT; k++)
         kernels[k] = bench_counted_call(c, &d, &vs[k]);

@@ -123,6 +123,9 @@ typedef struct bench_case {
     /* The reference loop, from the ISA's loops L: writes out_numel floats,
      * in store mode sm where it has one. */
     void (*ref)(const ref_loops *L, store_mode sm, const bench_data *d, float *out);
+    /* Where set and true, the reference did not run (PyTorch not
+     * importable): the row has no reference time, ratio or verdict. */
+    bool (*ref_absent)(void);
     /* The reference has both store modes: both are timed, and the faster
      * is the reference. */
     bool both_stores;
@@ -212,6 +215,7 @@ int w14_step(ot_tensor *out, ot_tensor *const in[]);
 int w14_collect(ot_tensor *out, ot_tensor *const in[]);
 void w14_check(const bench_data *d, float *out);
 void w14_ref(const ref_loops *L, store_mode sm, const bench_data *d, float *out);
+bool w14_ref_absent(void);
 
 /* ---- W16: one training step of examples/lm.c's model (w_lm.c) ------------ */
 
@@ -222,6 +226,7 @@ int w16_step(ot_tensor *out, ot_tensor *const in[]);
 int w16_collect(ot_tensor *out, ot_tensor *const in[]);
 void w16_check(const bench_data *d, float *out);
 void w16_ref(const ref_loops *L, store_mode sm, const bench_data *d, float *out);
+bool w16_ref_absent(void);
 
 /* ---- PyTorch reference steps over a pipe (torch_pipe.c) ------------------ */
 

@@ -6,10 +6,9 @@
 #               all (library, unit tests, examples, optree-bench) with
 #               -Werror; a failure stops here
 # then two lanes run side by side, each one phase at a time (a lane's make
-# and test runner use one job each, so the two lanes keep two CPUs busy;
-# the phases are split so that both lanes take about as long, by the CPU
-# seconds of README.md's table):
-#   lane 1:
+# and test runner use one job each, so the two lanes keep two CPUs busy),
+# each taking the next phase the other has not, longest first (QUEUE
+# below), so that they end together on any machine. The phases:
 #   layers      tools/layers.py: no file of src/ includes a header or
 #               calls a function of a layer above its own (the objects'
 #               symbols, nm), no file over 1,000 lines, no function with a
@@ -44,7 +43,6 @@
 #               and tests/py/run_tests.py ("py"): the Python module (python/
 #               optree), neon's backend page run as written, its declarations
 #               against the header
-#   lane 2:
 #   clang-O0    library, unit tests, examples and optree-bench built with
 #               clang at -O0 with -Werror into $BUILD/clang-O0 (a build
 #               that inlines nothing: a C99 inline without an external
@@ -519,26 +517,43 @@ if [ "$MODE" = only ]; then
     done
     finish
 fi
-lane1() {
-    phase layers "tools/layers.py: includes and calls between the layers of src/, sizes, branches"
-    phase library "SONAME and exported symbols of $B/liboptree.so"
-    phase unit "$RB/test_optree (OT_TEST_JOBS=$UNIT_JOBS)"
-    phase sanitizers "ASan + UBSan build in $B/san"
-    phase cli "$PY tests/cli_check.py $B/optree-bench"
-    phase docs "$PY tools/doc_check.py: the C blocks of README.md and docs/"
-    phase mpi "$B/mpi/test_allreduce on 2 and 3 ranks, $B/mpi/mlp_mpi on 2"
-    phase numpy "$PY tests/diff_numpy.py $B/liboptree.so"
+# The phases, longest first by their CPU seconds (README.md's table): each
+# lane takes the next one the other has not claimed (mkdir is the atomic
+# claim), so that the two lanes end close together on any machine, however
+# its phases' costs compare there (a VM with dear page faults doubled the
+# sanitizer phase, where a static split had balanced another machine).
+QUEUE="sanitizers valgrind fuzz tsan unit clang-O0 arm64 numpy layers cli docs mpi library"
+
+title() {
+    case $1 in
+    sanitizers) echo "ASan + UBSan build in $B/san" ;;
+    valgrind) echo "$B/examples/* on ref and on cpu (OT_ISA=sse2, and avx2 where the CPU has it; OT_EXAMPLE_SMALL=1)" ;;
+    fuzz) echo "libFuzzer on parse, load and model load (make fuzz-inputs, ASan + UBSan, $B/fuzz-inputs)" ;;
+    tsan) echo "ThreadSanitizer build in $B/tsan, the cases with \"thread\" in their name or file" ;;
+    unit) echo "$RB/test_optree (OT_TEST_JOBS=$UNIT_JOBS)" ;;
+    clang-O0) echo "clang -O0 build of everything in $B/clang-O0" ;;
+    arm64) echo "the NEON table under qemu-aarch64 (ARM64_QUICK=1 tools/test_arm64.sh, $B/arm64)" ;;
+    numpy) echo "$PY tests/diff_numpy.py $B/liboptree.so" ;;
+    layers) echo "tools/layers.py: includes and calls between the layers of src/, sizes, branches" ;;
+    cli) echo "$PY tests/cli_check.py $B/optree-bench" ;;
+    docs) echo "$PY tools/doc_check.py: the C blocks of README.md and docs/" ;;
+    mpi) echo "$B/mpi/test_allreduce on 2 and 3 ranks, $B/mpi/mlp_mpi on 2" ;;
+    library) echo "SONAME and exported symbols of $B/liboptree.so" ;;
+    esac
 }
-lane2() {
-    phase clang-O0 "clang -O0 build of everything in $B/clang-O0"
-    phase tsan "ThreadSanitizer build in $B/tsan, the cases with \"thread\" in their name or file"
-    phase fuzz "libFuzzer on parse, load and model load (make fuzz-inputs, ASan + UBSan, $B/fuzz-inputs)"
-    phase valgrind "$B/examples/* on ref and on cpu (OT_ISA=sse2, and avx2 where the CPU has it; OT_EXAMPLE_SMALL=1)"
-    if [ "$(uname -m)" = x86_64 ] && [ "${OT_TEST_ARM64:-1}" != 0 ]; then
-        phase arm64 "the NEON table under qemu-aarch64 (ARM64_QUICK=1 tools/test_arm64.sh, $B/arm64)"
-    fi
+
+lane() {
+    for _q in $QUEUE; do
+        if [ "$_q" = arm64 ] && { [ "$(uname -m)" != x86_64 ] || [ "${OT_TEST_ARM64:-1}" = 0 ]; }; then
+            continue
+        fi
+        mkdir "$LOGS/claimed-$_q" 2>/dev/null || continue
+        phase "$_q" "$(title "$_q")"
+    done
 }
-lane1 &
-lane2
+rm -rf "$LOGS"/claimed-*
+lane &
+lane
 wait
+rm -rf "$LOGS"/claimed-*
 finish

@@ -2511,9 +2511,45 @@ static void check_pops(const fz_ir *ir, fz_fail *f)
 
 /* ---- isolation ----------------------------------------------------------- */
 
-/* A child that died (status st) without reporting a failure: a crash. */
-static void crashed(fz_fail *f, int st)
+/* Runs job(ctx, res, in_child), in a forked child when do_fork (its
+ * stderr to /dev/null when quiet), where res is `size` bytes of memory the
+ * child shares with this process, copied into res at the end. Returns the
+ * child's wait status; 0 where the job ran here (no fork asked, or the
+ * shared memory or the fork failed). */
+static int isolate(void (*job)(const void *ctx, void *res, int in_child), const void *ctx,
+                   void *res, size_t size, int do_fork, int quiet)
 {
+    void *sh = do_fork ? mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0)
+                       : MAP_FAILED;
+    if (sh == MAP_FAILED) {
+        job(ctx, res, 0);
+        return 0;
+    }
+    memcpy(sh, res, size);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (quiet) {
+            FILE *devnull = freopen("/dev/null", "w", stderr);
+            (void)devnull;
+        }
+        job(ctx, sh, 1);
+        _exit(0);
+    }
+    int st = 0;
+    if (pid < 0) job(ctx, sh, 0);
+    else while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
+    memcpy(res, sh, size);
+    munmap(sh, size);
+    return st;
+}
+
+/* A job's end: a child that died (status st) without reporting a failure
+ * crashed. */
+static void check_exit(fz_fail *f, int st)
+{
+    if (f->kind || (WIFEXITED(st) && WEXITSTATUS(st) == 0)) return;
     f->kind = FK_CRASH;
     f->cfg[0] = f->cfg[1] = -1;
     if (WIFSIGNALED(st))
@@ -2523,38 +2559,17 @@ static void crashed(fz_fail *f, int st)
         snprintf(f->msg, sizeof f->msg, "exit status %d (a sanitizer report?)", WEXITSTATUS(st));
 }
 
+static void tree_job(const void *ir, void *f, int in_child)
+{
+    if (in_child) alarm(60);
+    check_tree(ir, f);
+}
+
 /* Checks ir, in a forked child when asked (a crash or a hang is a failure). */
 static void run_isolated(const fz_ir *ir, fz_fail *f, int do_fork, int quiet)
 {
     memset(f, 0, sizeof *f);
-    if (!do_fork) {
-        check_tree(ir, f);
-        return;
-    }
-    fz_fail *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (sh == MAP_FAILED) {
-        check_tree(ir, f);
-        return;
-    }
-    memset(sh, 0, sizeof *sh);
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid == 0) {
-        if (quiet) {
-            FILE *devnull = freopen("/dev/null", "w", stderr);
-            (void)devnull;
-        }
-        alarm(60);
-        check_tree(ir, sh);
-        _exit(0);
-    }
-    int st = 0;
-    if (pid < 0) check_tree(ir, sh);
-    else while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
-    *f = *sh;
-    munmap(sh, sizeof *sh);
-    if (pid > 0 && !f->kind && !(WIFEXITED(st) && WEXITSTATUS(st) == 0)) crashed(f, st);
+    check_exit(f, isolate(tree_job, ir, f, sizeof *f, do_fork, quiet));
 }
 
 /* ---- drawing a tree ------------------------------------------------------ */
@@ -3211,10 +3226,9 @@ typedef struct {
     fz_fail f;
 } fz_batch;
 
-/* Checks trees [first, end) up to the first that fails, in order, in one
- * forked child when o->fork (a crash or a 60 s hang is that tree's
- * failure). Returns the failing tree's index, its failure in *f, or end
- * when all passed. */
+/* Checks trees [first, end) in order up to the first that fails, each
+ * within 60 s in a child, b->at ending at that tree (its failure in b->f)
+ * or at end. */
 static void check_trees(const fuzz_opts *o, int64_t first, int64_t end, fz_batch *b, int in_child)
 {
     for (b->at = first; b->at < end; b->at++) {
@@ -3229,31 +3243,29 @@ static void check_trees(const fuzz_opts *o, int64_t first, int64_t end, fz_batch
     }
 }
 
+typedef struct {
+    const fuzz_opts *o;
+    int64_t first, end;
+} fz_span;
+
+static void batch_job(const void *span, void *b, int in_child)
+{
+    const fz_span *sp = span;
+    check_trees(sp->o, sp->first, sp->end, b, in_child);
+}
+
+/* Checks trees [first, end) in one forked child when o->fork (a crash or
+ * a hang is the failure of the tree being checked). Returns the first
+ * failing tree's index, its failure in *f, or end when all passed. */
 static int64_t run_batch(const fuzz_opts *o, int64_t first, int64_t end, fz_fail *f)
 {
-    fz_batch *b = o->fork ? mmap(NULL, sizeof *b, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0)
-                          : MAP_FAILED;
-    fz_batch local;
-    if (b == MAP_FAILED) b = &local;
-    memset(b, 0, sizeof *b);
-    pid_t pid = -1;
-    if (b != &local) {
-        fflush(stdout);
-        fflush(stderr);
-        pid = fork();
-        if (pid == 0) {
-            check_trees(o, first, end, b, 1);
-            _exit(0);
-        }
-    }
-    int st = 0;
-    if (pid < 0) check_trees(o, first, end, b, 0);
-    else while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
-    int64_t at = b->at;
-    *f = b->f;
-    if (pid > 0 && !f->kind && !(WIFEXITED(st) && WEXITSTATUS(st) == 0)) crashed(f, st);
-    if (b != &local) munmap(b, sizeof *b);
-    return at;
+    fz_batch b;
+    memset(&b, 0, sizeof b);
+    fz_span sp = {o, first, end};
+    int st = isolate(batch_job, &sp, &b, sizeof b, o->fork, 0);
+    *f = b.f;
+    check_exit(f, st);
+    return b.at;
 }
 
 int fuzz_run(const fuzz_opts *o, fuzz_result *res)

@@ -573,11 +573,11 @@ static void oom_loop(const program *p)
         const config *c = &configs[ci];
         if (p->cpu_only && strcmp(c->backend, "cpu") != 0) continue;
 #if defined(__SANITIZE_ADDRESS__)
-        /* the narrow table's allocations are the default's less the
-         * generated code's, which the unfused run also skips: under ASan,
-         * where each failure costs most, the plain unit phase covers it;
-         * so does it the cpu-only programs' unfused run (620 failures of
-         * kernels that reserve little), their point being fused kernels */
+        /* Left to the plain unit phase under ASan, where each failure
+         * costs most: the narrow table (its allocations are the default's
+         * less the generated code's, which the unfused run also skips) and
+         * a cpu-only program's unfused run (620 failures of kernels that
+         * reserve little: its point is the fused kernels' run memory). */
         if (c->isa || (p->cpu_only && c->fusion == OT_FUSION_OFF)) continue;
 #endif
         const char *isa = c->fusion == OT_FUSION_OFF ? "unfused" : c->isa ? c->isa : "default";

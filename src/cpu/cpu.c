@@ -101,9 +101,7 @@ static size_t cache_cpuid_legacy(unsigned want)
     unsigned a, b, c, d, max_ext = __get_cpuid_max(0x80000000u, NULL);
     if (max_ext < 0x80000006u || !__get_cpuid(0x80000006u, &a, &b, &c, &d)) return 0;
     size_t l2 = (size_t)(c >> 16) << 10, l3 = (size_t)(d >> 18) << 19;
-    if (want == 2) return l2;
-    if (want == 3) return l3;
-    return l3 ? l3 : l2;
+    return want == 2 ? l2 : l3 ? l3 : l2;
 }
 
 /* The data or unified cache of `want` level (0: the highest) of the
@@ -190,7 +188,7 @@ static size_t stream_threshold(int64_t asked, size_t l3_bytes)
 {
     if (asked == OT_STREAM_NEVER) return 0;
     if (asked) return (size_t)asked;
-    return ot__cache_share(l3_bytes ? l3_bytes : last_level_cache(), ot__usable_cpus());
+    return ot__cache_share(l3_bytes, ot__usable_cpus());
 }
 
 static int cpu_init(ot_backend *be)
@@ -208,9 +206,11 @@ static int cpu_init(ot_backend *be)
     be->impl = cpu;
     cpu->k = k;
     cpu->jit = be->opts.jit != OT_JIT_OFF && ot__jit_available(k);
-    cpu->stream_bytes = stream_threshold(be->opts.stream_bytes, be->l3_bytes);
-    cpu->panel_bytes = ot__gemm_panel_bytes(be->l2_bytes ? be->l2_bytes : l2_cache(), be->l3_bytes ? be->l3_bytes : last_level_cache(),
-                                            ot__usable_cpus());
+    /* the caches to plan for: OT_L2_BYTES / OT_L3_BYTES, else as reported */
+    size_t l2 = be->l2_bytes ? be->l2_bytes : l2_cache();
+    size_t l3 = be->l3_bytes ? be->l3_bytes : last_level_cache();
+    cpu->stream_bytes = stream_threshold(be->opts.stream_bytes, l3);
+    cpu->panel_bytes = ot__gemm_panel_bytes(l2, l3, ot__usable_cpus());
     be->opts.isa = ot__isa_name(k->isa);
     be->opts.jit = cpu->jit ? OT_JIT_ON : OT_JIT_OFF;
     be->opts.stream_bytes = cpu->stream_bytes ? (int64_t)cpu->stream_bytes : OT_STREAM_NEVER;

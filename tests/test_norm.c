@@ -389,6 +389,51 @@ TEST(norm_layer_norm_grad_row_blocks)
     ot_backend_free(be);
 }
 
+/* The same gradient's x-sized temporaries hold one block of rows each, in
+ * each thread's own memory (the arena keeps none of them), and 1, 2 and 3
+ * threads, each running other blocks in the same bytes, give the same bits
+ * as 1 thread; so does the gradient inside a sum and beside a second root. */
+TEST(norm_layer_norm_grad_block_temps_threads)
+{
+    int64_t rows = 203, n = 1000;   /* 7 blocks: work enough for threads */
+    double *ref = NULL;
+    uint64_t seed = rng_state;
+    for (int threads = 1; threads <= 3; threads++) {
+        rng_state = seed;   /* the same inputs each time */
+        ot_backend *be = ot_backend_new("cpu", &(ot_backend_opts){.threads = threads});
+        ot_pool *pool = ot_pool_push();
+        ot_tensor *x = rand_t(be, OT_SHAPE(rows, n), -1), *w = rand_t(be, OT_SHAPE(n), 0);
+        ot_tensor *g = rand_t(be, OT_SHAPE(rows, n), -1);
+        ot_autodiff *ad = ot_autodiff_new(ot_layer_norm(x, .weight = w, .eps = 1e-5), ot_tensor_node(g));
+        ot_node *dx = ot_autodiff_grad(ad, x);
+        char *text = test__capture(ot_explain, dx);
+        CHECK(text && strstr(text, "temporaries (0 bytes)") &&
+              strstr(text, "all kernels run per block of 32 rows; temporaries of one block: "));
+        free(text);
+        ot_tensor *got = ot_eval(dx), *total = ot_eval(ot_sum(ot_mul(dx, dx), .axis = 1));
+        double *hv = got ? host(got) : NULL, *ht = total ? host(total) : NULL;
+        CHECK(hv && ht);
+        if (threads == 1) ref = hv;
+        for (int64_t i = 0; hv && ref && i < rows * n; i++)
+            if (memcmp(&hv[i], &ref[i], sizeof *hv) != 0) {
+                CHECK(!"the same bits at every thread count");
+                break;
+            }
+        for (int64_t i = 0; ht && ref && i < rows; i++) {
+            double want = 0;
+            for (int64_t j = 0; j < n; j++) want += ref[i * n + j] * ref[i * n + j];
+            CHECK(fabs(ht[i] - want) <= 1e-4 * want);
+        }
+        if (threads > 1) free(hv);
+        free(ht);
+        ot_autodiff_free(ad);
+        ot_pool_pop(pool);
+        ot_tensor_free(x), ot_tensor_free(w), ot_tensor_free(g), ot_tensor_free(got), ot_tensor_free(total);
+        ot_backend_free(be);
+    }
+    free(ref);
+}
+
 /* ---- the model's batch norm layer --------------------------------------------- */
 
 /* A batch norm layer on the inputs, then a dense layer: one step of 4 rows

@@ -260,6 +260,9 @@ int ot__plan_explain(const ot_plan *p, FILE *f)
     if (p->row_serial)
         fprintf(f, "  dot epilogues: all kernels run per block of %lld of %lld rows, in order\n",
                 (long long)p->row_block, (long long)p->rows);
+    else if (p->row_block > 0 && p->local_bytes)
+        fprintf(f, "  all kernels run per block of %lld rows; temporaries of one block: %zu bytes "
+                "a thread\n", (long long)p->row_block, p->local_bytes);
     else if (p->row_block > 0)
         fprintf(f, "  all kernels run per block of %lld rows\n", (long long)p->row_block);
     for (int s = 0; p->row_block <= 0 && s < p->nseg; s++)
@@ -338,8 +341,8 @@ int ot__plan_compile(ot_backend *be, const ot_walk *w, int n, ot_tensor *const o
             ot__sched_temps_into_outputs(&c);
             rc = OT_VERIFY(ot__verify_plan(c.plan, OT_VERIFY_SCHEDULED));
         }
-        if (!rc && !ot__sched_layout_arena(c.plan)) rc = OT_ENOMEM;
         if (!rc && c.plan->nseg == 0) ot__sched_choose_row_blocks(&c);
+        if (!rc && !ot__sched_layout_arena(c.plan)) rc = OT_ENOMEM;
         if (!rc) rc = OT_VERIFY(ot__verify_plan(c.plan, OT_VERIFY_LAID_OUT));
         if (!rc && cpu->jit)
             generate_code(c.plan, cpu->k, be->opts.accuracy == OT_ULP35, cpu->stream_bytes);

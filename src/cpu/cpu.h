@@ -354,7 +354,7 @@ typedef struct ot_segment {
                                        so it stays in cache), or -1 */
 } ot_segment;
 
-#define OT_RUN_REGIONS 8
+#define OT_RUN_REGIONS 9
 /* 16-bit code of a plan (half_assign.c): the code for one signature, the
  * dtype each vector load reads and the output's. */
 enum { OT_HALF_CODES = 4 };
@@ -372,8 +372,14 @@ typedef struct ot_plan {
     int nkernels;
     ot_kernel *kernels;
     int ntemps;
-    size_t *temp_offset;            /* bytes into the arena, 64-aligned */
+    size_t *temp_offset;            /* bytes into the arena (or, for a
+                                       temp_local one, into each thread's
+                                       block memory), 64-aligned */
     size_t arena_bytes;
+    uint8_t *temp_local;            /* per temp, 1: it holds the row block
+                                       being run only, in the running
+                                       thread's R_LOCAL region; NULL: none */
+    size_t local_bytes;             /* that region's bytes */
     int nleaves, nparams, nout;
     uint64_t bytes_read, bytes_written;  /* per run, for stats/explain */
     uint64_t nodes;                 /* distinct op nodes a run evaluates */

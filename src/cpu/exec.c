@@ -540,6 +540,17 @@ static char *row_base(char *base, const ot_view *v, rows r, int block_temp)
     return base + r.r0 * v->strides[0] * (int64_t)ot__esize(v->dtype);
 }
 
+/* Where a kernel run on `slot` over rows r finds view v: a temp_local one
+ * holds the block being run only, at its offset in the slot's R_LOCAL. */
+static char *run_base(const ot_plan *p, const ot_binding *bind, char *arena, const run_mem *mem,
+                      int slot, const ot_view *v, rows r, int block_temp)
+{
+    if (v->space == OT_SPACE_TEMP && p->temp_local && p->temp_local[v->index])
+        return (char *)region(mem, slot, R_LOCAL) + p->temp_offset[v->index] +
+               v->offset * (int64_t)ot__esize(v->dtype);
+    return row_base(view_base(p, bind, arena, v), v, r, block_temp);
+}
+
 /* Notes that INDEX kernel `kernel` met an index out of range (its error is
  * set), keeping the lowest kernel of the run that failed. */
 static void note_bad(const run_mem *mem, int kernel)
@@ -567,13 +578,13 @@ static void run_kernel(ot_backend *be, const ot_plan *p, const ot_binding *bind,
         else block.dims[0] = r.n;
         kp = &block;
     }
-    char *dst = row_base(view_base(p, bind, arena, &kp->store), &kp->store, r, block_temp);
+    char *dst = run_base(p, bind, arena, mem, slot, &kp->store, r, block_temp);
     char *stack_base[16];
     char **base = kp->nload <= 16 ? stack_base : region(mem, slot, R_BASE);
     for (int i = 0; i < kp->nload; i++) {
         bool whole_b = kp->kind == OT_KER_DOT && i == 1;   /* every block reads all of B */
-        base[i] = row_base(view_base(p, bind, arena, &kp->loads[i]), &kp->loads[i],
-                           whole_b ? (rows){0, -1} : r, block_temp);
+        base[i] = run_base(p, bind, arena, mem, slot, &kp->loads[i], whole_b ? (rows){0, -1} : r,
+                           block_temp);
     }
     switch (kp->kind) {   /* rand, onehot and struct are never row-blocked */
     case OT_KER_DOT: ot__run_dot(kp, base, dst, bind->param, region(mem, slot, R_PACK)); break;
@@ -601,8 +612,7 @@ static void run_kernel(ot_backend *be, const ot_plan *p, const ot_binding *bind,
         c.mem = mem;
         c.kernel = kp->kind == OT_KER_REDUCE ? (int)(whole - p->kernels) : -1;   /* overflows */
         for (int x = 0; x < kp->nxstore; x++)
-            c.xstore[x] = row_base(view_base(p, bind, arena, &kp->xstores[x].view),
-                                   &kp->xstores[x].view, r, -1);
+            c.xstore[x] = run_base(p, bind, arena, mem, slot, &kp->xstores[x].view, r, -1);
         set_space(&c, kp);
         if (kp->kind == OT_KER_EW) run_ew(th, slot, &c);
         else ot__exec_run_reduce(th, slot, &c);
@@ -762,7 +772,7 @@ static void need(size_t *have, size_t n)
  * size overflows. */
 static bool run_layout(const ot_plan *p, run_mem *m)
 {
-    size_t sz[R_COUNT] = {0};
+    size_t sz[R_COUNT] = {[R_LOCAL] = p->local_bytes};
     for (int i = 0; i < p->nkernels; i++) {
         const ot_kernel *k = &p->kernels[i];
         if (k->nload > 16) need(&sz[R_BASE], sizeof(char *) * (size_t)k->nload);

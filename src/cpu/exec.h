@@ -30,6 +30,7 @@ enum {
     R_BASE,                    /* load bases of a kernel with more than 16 */
     R_PARTIAL,                 /* REDUCE over all: an accumulator per chunk */
     R_PACK,                    /* DOT: operands packed for BLAS */
+    R_LOCAL,                   /* a row-blocked plan's temp_local temporaries */
     R_COUNT
 };
 _Static_assert(R_COUNT == OT_RUN_REGIONS, "cpu.h's OT_RUN_REGIONS counts exec.c's regions");

@@ -275,8 +275,8 @@ bool ot__build_struct_kernel(compiler *c, prog *g, int e, const storage *dst);
 /* plan_sched.c, in the order compile runs them. */
 bool ot__sched_choose_dot_segments(compiler *c);
 void ot__sched_temps_into_outputs(compiler *c);
-bool ot__sched_layout_arena(ot_plan *p);
 void ot__sched_choose_row_blocks(compiler *c);
+bool ot__sched_layout_arena(ot_plan *p);
 /* Whether k's output should be written with streaming stores: the bytes
  * it moves reach stream_bytes (0: never) and it is bound by memory, not by
  * arithmetic. compile.c hands the answer to jit.c, which obeys it. */

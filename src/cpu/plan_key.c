@@ -262,6 +262,7 @@ void ot__plan_release(ot_plan *p)
     free(p->kernels);
     free(p->segs);
     free(p->temp_offset);
+    free(p->temp_local);
     free(atomic_load(&p->arena));
     free(p);
 }

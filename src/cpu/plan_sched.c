@@ -6,17 +6,20 @@
  * result (and a reduction of that kernel's result, neon's bsum) right after
  * the dot, to run per block of the dot's rows while they are in cache;
  * temps_into_outputs keeps a temporary in the output whose kernel alone
- * reads it; layout_arena gives each temporary an arena offset, temporaries
- * whose lives do not overlap sharing memory; choose_row_blocks, in a plan
- * without segments, runs all kernels per block of rows when they all walk
- * the same rows; ot__sched_streams decides which kernels write their
- * output with streaming stores (generated code obeys it). Each pass is
+ * reads it; choose_row_blocks, in a plan without segments, runs all kernels
+ * per block of rows when they all walk the same rows, and gives the
+ * temporaries that need only the block being run one block's bytes in each
+ * thread's memory; layout_arena gives each temporary an offset,
+ * temporaries whose lives do not overlap sharing memory;
+ * ot__sched_streams decides which kernels write their output with
+ * streaming stores (generated code obeys it). Each pass is
  * linear in the kernels (up to a log): questions about a temporary's
  * readers and writers go to an index made once per pass (kindex).
  *
  * Guarantees to exec.c: temporaries are still written before they are read;
  * segments are disjoint runs of kernels in order; the arena blocks of
- * temporaries alive at the same time are disjoint and within arena_bytes.
+ * temporaries alive at the same time are disjoint and within arena_bytes
+ * (a temp_local one's within local_bytes, one block of its rows).
  */
 #include "plan.h"
 #include "ops.h"   /* the op table's costs, for when to stream */
@@ -96,9 +99,41 @@ static int segment_end(const ot_plan *p, int k)
     return k;
 }
 
-/* Gives each temporary an arena offset: it lives from the kernel that
- * writes it to the last kernel that reads it, and its memory is reused
- * afterwards, so a long unfused chain needs a few buffers, not one per node. */
+/* Per temporary, its size (temp_offset until laid out), the kernel
+ * defining it (def) and the last kernel reading it (last), -1 where none. */
+static void temp_lives(const ot_plan *p, size_t *size, int *def, int *last)
+{
+    for (int t = 0; t < p->ntemps; t++) {
+        def[t] = last[t] = -1;
+        size[t] = p->temp_offset[t];
+    }
+    for (int k = 0; k < p->nkernels; k++) {
+        const ot_kernel *kk = &p->kernels[k];
+        if (kk->store.space == OT_SPACE_TEMP && def[kk->store.index] < 0) def[kk->store.index] = k;
+        for (int x = 0; x < kk->nxstore; x++) {
+            const ot_view *xv = &kk->xstores[x].view;
+            if (xv->space == OT_SPACE_TEMP && def[xv->index] < 0) def[xv->index] = k;
+        }
+        for (int l = 0; l < kk->nload; l++)
+            if (kk->loads[l].space == OT_SPACE_TEMP) last[kk->loads[l].index] = k;
+    }
+}
+
+/* Which memory temp t lives in: 1 a thread's row block (temp_local), 0 the
+ * arena. */
+static int temp_group(const ot_plan *p, int t)
+{
+    return p->temp_local && p->temp_local[t];
+}
+
+/* Gives each temporary an offset: it lives from the kernel that writes it
+ * to the last kernel that reads it, and its memory is reused afterwards, so
+ * a long unfused chain needs a few buffers, not one per node. A temporary
+ * of one row block (temp_local) gets its offset in the block's own memory
+ * (local_bytes, one copy per thread), the others in the arena. In a plan of
+ * several row blocks the arena's temporaries share no bytes: blocks run on
+ * several threads at once, and a block of one temporary is not the same
+ * bytes as that block of another unless their rows are laid out alike. */
 bool ot__sched_layout_arena(ot_plan *p)
 {
     int nt = p->ntemps, nk = p->nkernels;
@@ -109,23 +144,11 @@ bool ot__sched_layout_arena(ot_plan *p)
     int *next_born = def + 2 * (size_t)nt, *next_dead = def + 3 * (size_t)nt;
     int *born = ot__malloc(sizeof(int) * (size_t)(nk + 1) * 2), *dead = born + nk + 1;
     size_t *size = ot__malloc(sizeof(size_t) * (size_t)nt);
-    freelist fl;
-    bool ok = fl_new(&fl, nt) && def && born && size;
-    for (int t = 0; ok && t < nt; t++) {
-        def[t] = last[t] = -1;
-        size[t] = p->temp_offset[t];
-    }
+    freelist fl[2];
+    bool ok = fl_new(&fl[0], nt);   /* both made, so that both can be freed */
+    ok = fl_new(&fl[1], nt) && ok && def && born && size;
+    if (ok) temp_lives(p, size, def, last);
     for (int k = 0; ok && k <= nk; k++) born[k] = dead[k] = -1;
-    for (int k = 0; ok && k < nk; k++) {
-        const ot_kernel *kk = &p->kernels[k];
-        if (kk->store.space == OT_SPACE_TEMP && def[kk->store.index] < 0) def[kk->store.index] = k;
-        for (int x = 0; x < kk->nxstore; x++) {
-            const ot_view *xv = &kk->xstores[x].view;
-            if (xv->space == OT_SPACE_TEMP && def[xv->index] < 0) def[xv->index] = k;
-        }
-        for (int l = 0; l < kk->nload; l++)
-            if (kk->loads[l].space == OT_SPACE_TEMP) last[kk->loads[l].index] = k;
-    }
     for (int t = 0; ok && t < nt; t++) {
         int b = def[t] < 0 ? 0 : def[t], d = last[t] < b ? b : segment_end(p, last[t]);
         next_born[t] = born[b];
@@ -133,18 +156,26 @@ bool ot__sched_layout_arena(ot_plan *p)
         next_dead[t] = dead[d];
         dead[d] = t;
     }
-    size_t end = 0;
+    size_t end[2] = {0, 0};
+    bool share = p->row_block <= 0 || p->row_block >= p->rows;
     for (int k = 0; ok && k < nk; k++) {
         for (int t = born[k]; t >= 0; t = next_born[t])
-            p->temp_offset[t] = arena_take(&fl, size[t], &end);
-        for (int t = dead[k]; t >= 0; t = next_dead[t]) arena_free(&fl, (block){p->temp_offset[t], size[t]});
+            p->temp_offset[t] = arena_take(&fl[temp_group(p, t)], size[t], &end[temp_group(p, t)]);
+        for (int t = dead[k]; t >= 0; t = next_dead[t])
+            if (share || temp_group(p, t))
+                arena_free(&fl[temp_group(p, t)], (block){p->temp_offset[t], size[t]});
     }
-    if (ok) p->arena_bytes = end;
+    if (ok) {
+        p->arena_bytes = end[0];
+        p->local_bytes = end[1];
+    }
     free(def);
     free(born);
     free(size);
-    free(fl.b);
-    free(fl.mx);
+    for (int g = 0; g < 2; g++) {
+        free(fl[g].b);
+        free(fl[g].mx);
+    }
     return ok;
 }
 
@@ -248,6 +279,67 @@ static int64_t kernel_row_bytes(const ot_kernel *k, int64_t rows)
     return b;
 }
 
+/* Whether each plan row of view v of kernel k lies within its first `step`
+ * elements from the row's start (the temporary's rows do not interleave), so
+ * that a block of rows is [0, rows * step) from the block's first row. */
+static bool row_within(const ot_kernel *k, const ot_view *v, int64_t rows, int64_t step)
+{
+    int64_t per_row = kernel_rows(k) / rows, end = v->offset + (per_row - 1) * v->strides[0];
+    for (int d = 1; d < k->ndim; d++) {
+        if (v->strides[d] < 0) return false;
+        end += (k->dims[d] - 1) * v->strides[d];
+    }
+    return v->offset >= 0 && v->strides[0] >= 0 && end < step;
+}
+
+/* A kernel's view v: a load for v >= 0, the store for -1, its further
+ * outputs below. */
+static const ot_view *view_at(const ot_kernel *k, int v)
+{
+    return v >= 0 ? &k->loads[v] : v == -1 ? &k->store : &k->xstores[-2 - v].view;
+}
+
+/* Notes in step[t], for each temp t that kernel k reads or writes, the
+ * bytes from one plan row of it to the next, the same in every view of it
+ * (else -1; 0 before the first view). */
+static void note_steps(const ot_kernel *k, int64_t rows, int64_t *step)
+{
+    for (int w = -1 - k->nxstore; w < k->nload; w++) {
+        const ot_view *v = view_at(k, w);
+        if (v->space != OT_SPACE_TEMP) continue;
+        int64_t s = row_step(k, v, rows), b = s * (int64_t)ot__esize((ot_dtype)v->dtype);
+        int64_t *st = &step[v->index];
+        *st = s <= 0 || !row_within(k, v, rows, s) || (*st && *st != b) ? -1 : b;
+    }
+}
+
+/* In a plan of several row blocks, the temporaries that need only the block
+ * being run: every kernel reads a temporary at the rows its writer wrote
+ * (kernel_blocks), so a block's rows of it are dead once the block's kernels
+ * have run. Each thread then keeps one block of them (temp_local), the same
+ * bytes for every block, in cache: whole, the x-sized temporaries of a layer
+ * norm's gradient went to memory and back, 2.1x the time of a hand-written
+ * loop. A temporary whose rows interleave, or whose block would exceed
+ * ROW_BLOCK_BYTES, stays whole. Sizes are set for layout_arena. */
+static void choose_local_temps(ot_plan *p)
+{
+    if (p->row_block >= p->rows || !p->ntemps) return;
+    int64_t *step = ot__calloc((size_t)p->ntemps, sizeof *step);
+    p->temp_local = ot__calloc((size_t)p->ntemps, 1);
+    for (int i = 0; step && p->temp_local && i < p->nkernels; i++) note_steps(&p->kernels[i], p->rows, step);
+    for (int t = 0; step && p->temp_local && t < p->ntemps; t++) {
+        if (step[t] <= 0 || step[t] > ROW_BLOCK_BYTES / p->row_block) continue;
+        size_t block = ((size_t)(step[t] * p->row_block) + 63) & ~(size_t)63;
+        p->temp_local[t] = 1;
+        if (block < p->temp_offset[t]) p->temp_offset[t] = block;
+    }
+    if (!step) {   /* without memory every temporary stays whole */
+        free(p->temp_local);
+        p->temp_local = NULL;
+    }
+    free(step);
+}
+
 /* Row blocking is safe when every kernel walks the same rows, each
  * temporary is read at the rows its writer wrote, and no output overlaps a
  * leaf (a later block would read what an earlier one wrote). Plans with a
@@ -277,6 +369,7 @@ void ot__sched_choose_row_blocks(compiler *c)
     p->rows = rows;
     if (!dots) {
         p->row_block = row_bytes >= ROW_BLOCK_BYTES ? 1 : ROW_BLOCK_BYTES / row_bytes;
+        choose_local_temps(p);
         return;
     }
     p->row_block = gemm_block(rows, row_bytes, panel_bytes(c));
@@ -307,13 +400,6 @@ static void kindex_free(kindex *ix)
     free(ix->key);
     free(ix->rfirst);
     free(ix->rlist);
-}
-
-/* A kernel's view v: a load for v >= 0, the store for -1, its further
- * outputs below. */
-static const ot_view *view_at(const ot_kernel *k, int v)
-{
-    return v >= 0 ? &k->loads[v] : v == -1 ? &k->store : &k->xstores[-2 - v].view;
 }
 
 /* Fills one CSR list per temp: pass 0 counts, pass 1 places; loads or

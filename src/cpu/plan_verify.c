@@ -558,6 +558,26 @@ static void temp_lives(const ot_plan *p, const int *step, life *lf)
     }
 }
 
+static bool is_local(const ot_plan *p, int t) { return p->temp_local && p->temp_local[t]; }
+
+/* A temp_local temporary's views reach no further than its rows, laid one
+ * after the other (so a block of them is [0, row_block * row) from the
+ * block's first row); its span is then that block in the R_LOCAL region. */
+static int local_spans(const ot_plan *p, life *lf)
+{
+    for (int t = 0; t < p->ntemps; t++) {
+        if (!is_local(p, t) || lf[t].born < 0) continue;
+        if (p->row_block <= 0 || p->row_serial || lf[t].row <= 0 || lf[t].lo < 0 ||
+            lf[t].hi > p->rows * lf[t].row)
+            return fail("temporary %d holds one row block, but its views reach bytes %lld-%lld "
+                        "of %lld rows of %lld bytes", t, (long long)lf[t].lo, (long long)lf[t].hi,
+                        (long long)p->rows, (long long)lf[t].row);
+        lf[t].lo = 0;
+        lf[t].hi = p->row_block * lf[t].row;
+    }
+    return 0;
+}
+
 static int64_t first_byte(const ot_plan *p, const life *lf, int t) { return (int64_t)p->temp_offset[t] + lf[t].lo; }
 static int64_t end_byte(const ot_plan *p, const life *lf, int t) { return (int64_t)p->temp_offset[t] + lf[t].hi; }
 
@@ -612,30 +632,51 @@ static int check_row_blocks(const span *sp, int n)
     return 0;
 }
 
-static int check_arena_spans(const ot_plan *p, const life *lf, int *idx, span *sp)
+/* The temporaries of group g (1: temp_local, in each thread's R_LOCAL
+ * region; 0: in the arena), by_birth in birth order: within the memory,
+ * and those alive together disjoint. */
+static int check_group(const ot_plan *p, const life *lf, const int *by_birth, int n, int g,
+                       int *idx, span *sp)
 {
-    int n = 0, rc = 0;
+    int m = 0, rc = 0;
+    size_t bytes = g ? p->local_bytes : p->arena_bytes;
+    for (int j = 0; j < n && !rc; j++) {
+        int t = by_birth[j];
+        if (is_local(p, t) != g) continue;
+        idx[m] = t;
+        sp[m++] = (span){first_byte(p, lf, t), end_byte(p, lf, t), lf[t].row};
+        if (first_byte(p, lf, t) < 0 || end_byte(p, lf, t) > (int64_t)bytes)
+            rc = fail("temporary %d spans bytes %lld-%lld of %s of %zu", t,
+                      (long long)first_byte(p, lf, t), (long long)end_byte(p, lf, t),
+                      g ? "a thread's row block" : "an arena", bytes);
+    }
+    if (!rc) rc = check_lives(p, lf, idx, m, idx + p->ntemps);
+    /* Threads run blocks of the arena's temporaries at once. */
+    if (!rc && !g && p->row_block > 0 && p->row_block < p->rows) {
+        qsort(sp, (size_t)m, sizeof *sp, cmp_span);
+        rc = check_row_blocks(sp, m);
+    }
+    return rc;
+}
+
+static int check_arena_spans(const ot_plan *p, life *lf, int *idx, span *sp)
+{
+    int n = 0, rc = local_spans(p, lf);
     /* Counting sort by birth step (steps are kernel indices). */
     int *count = ot__calloc((size_t)p->nkernels + 1, sizeof *count);
-    if (!count) return OT_ENOMEM;
-    for (int t = 0; t < p->ntemps; t++)
-        if (lf[t].born >= 0) count[lf[t].born + 1]++;
-    for (int s = 0; s < p->nkernels; s++) count[s + 1] += count[s];
-    for (int t = 0; t < p->ntemps; t++)
-        if (lf[t].born >= 0) idx[count[lf[t].born]++] = t;
-    for (int t = 0; t < p->ntemps && !rc; t++) {
-        if (lf[t].born < 0) continue;   /* kept in an output, or unused */
-        sp[n++] = (span){first_byte(p, lf, t), end_byte(p, lf, t), lf[t].row};
-        if (first_byte(p, lf, t) < 0 || end_byte(p, lf, t) > (int64_t)p->arena_bytes)
-            rc = fail("temporary %d spans bytes %lld-%lld of an arena of %zu", t,
-                      (long long)first_byte(p, lf, t), (long long)end_byte(p, lf, t), p->arena_bytes);
+    int *by_birth = ot__malloc(sizeof *by_birth * (size_t)(p->ntemps ? p->ntemps : 1));
+    if (!count || !by_birth) rc = OT_ENOMEM;
+    for (int t = 0; !rc && t < p->ntemps; t++)
+        if (lf[t].born >= 0) count[lf[t].born + 1]++;   /* unborn: kept in an output, or unused */
+    for (int s = 0; !rc && s < p->nkernels; s++) count[s + 1] += count[s];
+    for (int t = 0; !rc && t < p->ntemps; t++) {
+        if (lf[t].born < 0) continue;
+        by_birth[count[lf[t].born]++] = t;
+        n++;
     }
+    for (int g = 0; g < 2 && !rc; g++) rc = check_group(p, lf, by_birth, n, g, idx, sp);
     free(count);
-    if (!rc) rc = check_lives(p, lf, idx, n, idx + p->ntemps);
-    if (!rc && p->row_block > 0 && p->row_block < p->rows) {
-        qsort(sp, (size_t)n, sizeof *sp, cmp_span);
-        rc = check_row_blocks(sp, n);
-    }
+    free(by_birth);
     return rc;
 }
 

@@ -10,6 +10,7 @@
 
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 enum { NRED = 4 };
 /* What is reduced: the matrix, every other column of it (rows with a
@@ -161,6 +162,51 @@ TEST(rows_short_and_empty)
             compare(be, ref, 4, 0, false, reduce_of, red_ops[r], axis, V_NONE);
             compare(be, ref, 300, 17, true, reduce_of, red_ops[r], axis, V_NONE);
         }
+    ot_backend_free(be);
+    ot_backend_free(ref);
+}
+
+/* A stored value reduced through one more op (a layer norm's gradient sums
+ * -x): the reduction's pass computes and stores it. */
+static ot_node *carried_of(ot_tensor *x, int op, int axis)
+{
+    (void)op;
+    ot_node *e = ot_exp(ot_mul(x, 0.5f));
+    ot_node *r = ot_sum(ot_neg(e), .axis = axis, .keepdims = true);
+    return ot_add(ot_mul(e, r), e);
+}
+
+/* Two stored values meeting in the reduced op: only one could be stored by
+ * the reduction's pass, so neither is (a fuzzed gradient once read the
+ * other before any kernel wrote it). */
+static ot_node *carried_two_of(ot_tensor *x, int op, int axis)
+{
+    (void)op;
+    ot_node *e1 = ot_exp(ot_mul(x, 0.5f)), *e2 = ot_add(ot_mul(x, x), 1.0f);
+    ot_node *r = ot_sum(ot_mul(e1, e2), .axis = axis, .keepdims = true);
+    return ot_add(ot_div(e1, r), e2);
+}
+
+TEST(rows_reduction_stores_what_it_reduces_through_an_op)
+{
+    ot_backend *be = test__backend("cpu", OT_FUSION_ON), *ref = ot_backend_new("ref", NULL);
+    for (int l = 0; l < NLEN && be && ref; l++)
+        for (int axis = 0; axis < 2; axis++) {
+            compare(be, ref, 9, row_lengths[l], false, carried_of, 0, axis, axis ? V_STEP2 : V_NONE);
+            compare(be, ref, 9, row_lengths[l], false, carried_two_of, 0, axis, V_NONE);
+        }
+    compare(be, ref, 600, 40, false, carried_of, 0, 1, V_NONE);
+    compare(be, ref, 600, 40, false, carried_two_of, 0, 1, V_NONE);
+    float host[6 * 5] = {0};
+    ot_tensor *x = ot_array(be, OT_SHAPE(6, 5), OT_F32, host);
+    ot_pool *pool = ot_pool_push();
+    char *text = test__capture(ot_explain, carried_of(x, 0, 1));
+    /* The sum, and the stored value as a further output (kept in the output). */
+    CHECK(text && strstr(text, "plan: 2 kernels") &&
+          strstr(text, "reduce sum over one axis [6x5]: mul exp neg <- leaf0 -> t1, out0"));
+    free(text);
+    ot_pool_pop(pool);
+    ot_tensor_free(x);
     ot_backend_free(be);
     ot_backend_free(ref);
 }

@@ -111,6 +111,8 @@ typedef struct compiler {
     bool fused;
     bool oom;
     gemm_root *groot;          /* per output: written by one BLAS call? */
+    int *kernel_at;            /* while kernels are built: per entry, the
+                                  first entry whose kernel needs it */
 } compiler;
 
 

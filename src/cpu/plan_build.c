@@ -210,30 +210,83 @@ static void fold_dot_sums(compiler *c)
     }
 }
 
+/* Whether e reads x as an operand. */
+static bool reads_entry(const compiler *c, int e, int x)
+{
+    return canon_operand(c, e, 0) == x || canon_operand(c, e, 1) == x;
+}
+
+/* Per entry, the first entry whose kernel computes or loads it: its own
+ * for a stored one, else the least of its readers' (INT_MAX: only outputs'
+ * kernels, built after every entry's). Kernels are built in entry order,
+ * so this is the first kernel that needs it. */
+static bool kernels_at(compiler *c)
+{
+    int n = c->w->n;
+    if (!(c->kernel_at = ot__malloc(sizeof(int) * (size_t)(n ? n : 1)))) return false;
+    for (int e = 0; e < n; e++) c->kernel_at[e] = c->ci[e].mat ? e : INT_MAX;
+    for (int u = n - 1; u >= 0; u--) {
+        if (c->ci[u].canon != u || !is_op(c, u)) continue;
+        for (int k = 0; k < 2; k++) {
+            int o = canon_operand(c, u, k);
+            if (o >= 0 && !c->ci[o].mat && c->kernel_at[u] < c->kernel_at[o]) c->kernel_at[o] = c->kernel_at[u];
+        }
+    }
+    return true;
+}
+
+/* Whether elementwise entry y, stored nowhere and read by one entry alone,
+ * may carry stored value x into a reduction: it computes a value of x's
+ * shape and dtype (no broadcast of x, no cast between), so the
+ * reduction's pass can store x, and its other operand is no stored
+ * elementwise value (which could claim the same reduction). */
+static bool carries(const compiler *c, int y, int x)
+{
+    const ot_node *ny = node_of(c, y), *nx = node_of(c, x);
+    int other = canon_operand(c, y, 0) == x ? canon_operand(c, y, 1) : canon_operand(c, y, 0);
+    return y != x && is_ew(c, y) && !c->ci[y].mat && c->ci[y].uses == 1 && reads_entry(c, y, x) &&
+           (other < 0 || other == x || !is_ew(c, other) || !c->ci[other].mat) &&
+           c->w->e[y].op != OT_OP_CAST && c->w->e[y].op != OT_OP_KEEP && ny->dtype == nx->dtype &&
+           ot__shape_eq(&ny->shape, &nx->shape);
+}
+
 /* The reduction that computes stored value x itself and writes it out as a
  * further output (softmax's exp(x - max): stored once, summed in the same
- * pass), or -1. x must be an elementwise value stored for several readers,
- * not an output, read by exactly one reduction (built by reduce_kernel), and
- * by nothing else built before that reduction. Never a checkpoint (keep):
- * the user asked for its own kernel, and its value may be a load, which a
- * further output cannot store. */
-static int absorbing_reduce(const compiler *c, int x)
+ * pass), or -1; *via is what it reduces: x, or an entry that carries x
+ * (a layer norm's gradient sums -x). x must be an elementwise value stored
+ * for several readers, not an output, and the reduction's kernel the first
+ * that reads it (kernel_at). Never a checkpoint (keep): the user asked for
+ * its own kernel, and its value may be a load, which a further output
+ * cannot store. */
+static int absorbing_reduce(const compiler *c, int x, int *via)
 {
     if (!c->fused || !is_ew(c, x) || !c->ci[x].mat || c->ci[x].canon != x ||
         c->w->e[x].op == OT_OP_KEEP || accumulates(c, x, NULL))
         return -1;
     for (int i = 0; i < c->nout; i++)
         if (c->ci[c->w->root[i]].canon == x) return -1;
-    int red = -1;
-    for (int e = x + 1; e < c->w->n; e++) {
-        if (c->ci[e].canon != e || !is_op(c, e)) continue;
-        bool reads = canon_operand(c, e, 0) == x || canon_operand(c, e, 1) == x;
-        if (!reads) continue;
-        if (red >= 0) continue;   /* later readers load what the reduction stored */
-        if (kind_of(c, e) != OT_KIND_REDUCE || !c->ci[e].mat || canon_operand(c, e, 0) != x) return -1;
-        red = e;
+    int first = INT_MAX;   /* a reader's kernel_at is at least its entry: none past first reads earlier */
+    for (int e = x + 1; e < c->w->n && e <= first; e++)
+        if (c->ci[e].canon == e && is_op(c, e) && reads_entry(c, e, x) && c->kernel_at[e] < first)
+            first = c->kernel_at[e];
+    if (first == INT_MAX || kind_of(c, first) != OT_KIND_REDUCE) return -1;
+    int y = canon_operand(c, first, 0);
+    if (y != x && !carries(c, y, x)) return -1;
+    *via = y;
+    return first;
+}
+
+/* The stored value that reduction e, over x, computes and writes out as a
+ * further output (absorbing_reduce), or -1. */
+static int absorbed_by(const compiler *c, int e, int x)
+{
+    int via;
+    if (absorbing_reduce(c, x, &via) == e) return x;
+    for (int k = 0; k < 2 && is_ew(c, x) && !c->ci[x].mat; k++) {
+        int s = canon_operand(c, x, k);
+        if (s >= 0 && absorbing_reduce(c, s, &via) == e && via == x) return s;
     }
-    return red;
+    return -1;
 }
 
 static bool reduce_kernel(compiler *c, prog *g, int e, const storage *dst)
@@ -249,17 +302,19 @@ static bool reduce_kernel(compiler *c, prog *g, int e, const storage *dst)
     k->red_op = r->op;
     k->red_count = r->args.axis == OT_AXIS_ALL ? ot__numel(in) : in->dims[r->args.axis];
     k->red_entry = e;
-    int pin = r->args.axis == OT_AXIS_ALL ? -1 : r->args.axis;
-    bool absorbs = absorbing_reduce(c, x) == e;
+    int pin = r->args.axis == OT_AXIS_ALL ? -1 : r->args.axis, stored = absorbed_by(c, e, x);
+    bool absorbs = stored >= 0;
     if (absorbs) {
         if (!(k->xstores = ot__calloc(1, sizeof *k->xstores))) return false;
         k->nxstore = 1;
-        k->xstores[0].view = ot__emit_view_of(&c->ci[x].st, in->ndim, in->dims);
+        k->xstores[0].view = ot__emit_view_of(&c->ci[stored].st, in->ndim, in->dims);
     }
-    bool computed = (is_ew(c, x) && !c->ci[x].mat) || absorbs;
-    int v = ot__emit_region(g, x, computed, r->args.axis == OT_AXIS_ALL ? NULL : &pin);
+    bool computed = (is_ew(c, x) && !c->ci[x].mat) || stored == x;
+    /* The stored value is the region's one stored entry computed, not loaded. */
+    ot__emit_roots(g, &x, 1, absorbs ? stored : x, computed, r->args.axis == OT_AXIS_ALL ? NULL : &pin);
+    int v = c->oom ? -1 : g->val[x];
     k->red_axis = r->args.axis == OT_AXIS_ALL ? -1 : pin;
-    if (absorbs) g->xval[0] = v;
+    if (absorbs) g->xval[0] = g->val[stored];
     if (!ot__emit_finish_program(g, v)) return false;
     if (absorbs) {
         int nd = k->ndim;
@@ -780,7 +835,8 @@ static bool entry_kernels(compiler *c, prog *g)
     bool ok = true;
     for (int i = 0; i < c->w->n && ok; i++) {
         acc_step s;
-        if (c->ci[i].canon != i || !c->ci[i].mat || !is_op(c, i) || absorbing_reduce(c, i) >= 0)
+        int via;
+        if (c->ci[i].canon != i || !c->ci[i].mat || !is_op(c, i) || absorbing_reduce(c, i, &via) >= 0)
             continue;
         if (kind_of(c, i) == OT_KIND_SHAPE) ok = reshape_copy(c, g, i);   /* the only stored view */
         else if (c->w->e[i].op == OT_OP_CONCAT) ok = concat_kernels(c, g, i);
@@ -835,6 +891,7 @@ bool ot__build_kernels(compiler *c)
     if (ok) {
         fold_dot_sums(c);
         choose_groups(c, lead);
+        ok = kernels_at(c);   /* after fold_dot_sums, which moves what is stored */
     }
     ok = ok && !c->oom && entry_kernels(c, &g) && output_kernels(c, &g, lead, via);
     for (int i = 0; i < c->plan->nkernels && ok; i++) {
@@ -851,6 +908,8 @@ bool ot__build_kernels(compiler *c)
     free(g.dfs);
     free(via);
     free(lead);
+    free(c->kernel_at);
+    c->kernel_at = NULL;
     return ok && !c->oom;
 }
 

@@ -358,35 +358,43 @@ static void ln_dx_loops(const double *x, const double *w, const double *g, int64
     }
 }
 
+/* Layer norm's d/dx of rows x 1000 on a cpu backend of `threads`, checked
+ * against the closed form; its plan's explain must hold `want` and must not
+ * hold `unwanted` (NULL: anything goes). */
+static void ln_dx_case(int threads, int64_t rows, const char *want, const char *unwanted)
+{
+    ot_backend *be = ot_backend_new("cpu", &(ot_backend_opts){.threads = threads});
+    ot_pool *pool = ot_pool_push();
+    int64_t n = 1000;
+    ot_tensor *x = rand_t(be, OT_SHAPE(rows, n), -1), *w = rand_t(be, OT_SHAPE(n), 0);
+    ot_tensor *g = rand_t(be, OT_SHAPE(rows, n), -1);
+    ot_autodiff *ad = ot_autodiff_new(ot_layer_norm(x, .weight = w, .eps = 1e-5), ot_tensor_node(g));
+    ot_node *dx = ot_autodiff_grad(ad, x);
+    char *text = test__capture(ot_explain, dx);
+    CHECK(text && strstr(text, want) && (!unwanted || !strstr(text, unwanted)));
+    free(text);
+    ot_tensor *got = ot_eval(dx);
+    CHECK(got != NULL);
+    double *hx = host(x), *hw = host(w), *hg = host(g), *want_v = malloc(sizeof *want_v * (size_t)(rows * n));
+    double *hv = got ? host(got) : NULL;
+    ln_dx_loops(hx, hw, hg, rows, n, 1e-5, want_v);
+    double worst = 0;
+    for (int64_t i = 0; hv && i < rows * n; i++) worst = fmax(worst, fabs(hv[i] - want_v[i]));
+    CHECK(hv && worst < 1e-10);
+    free(hx), free(hw), free(hg), free(want_v), free(hv);
+    ot_autodiff_free(ad);
+    ot_pool_pop(pool);
+    ot_tensor_free(x), ot_tensor_free(w), ot_tensor_free(g), ot_tensor_free(got);
+    ot_backend_free(be);
+}
+
 /* The gradient of layer norm w.r.t. x alone runs all its kernels per block
  * of rows on the cpu backend (the per-row rsqrt(var + eps), stored because
  * several kernels read it, joins the blocks), 67 rows in blocks of 32 with
  * a short last block, and equals the closed form. */
 TEST(norm_layer_norm_grad_row_blocks)
 {
-    ot_backend *be = ot_backend_new("cpu", &(ot_backend_opts){.threads = 1});
-    ot_pool *pool = ot_pool_push();
-    int64_t rows = 67, n = 1000;
-    ot_tensor *x = rand_t(be, OT_SHAPE(rows, n), -1), *w = rand_t(be, OT_SHAPE(n), 0);
-    ot_tensor *g = rand_t(be, OT_SHAPE(rows, n), -1);
-    ot_autodiff *ad = ot_autodiff_new(ot_layer_norm(x, .weight = w, .eps = 1e-5), ot_tensor_node(g));
-    ot_node *dx = ot_autodiff_grad(ad, x);
-    char *text = test__capture(ot_explain, dx);
-    CHECK(text && strstr(text, "all kernels run per block of 32 rows"));
-    free(text);
-    ot_tensor *got = ot_eval(dx);
-    CHECK(got != NULL);
-    double *hx = host(x), *hw = host(w), *hg = host(g), *want = malloc(sizeof *want * (size_t)(rows * n));
-    double *hv = got ? host(got) : NULL;
-    ln_dx_loops(hx, hw, hg, rows, n, 1e-5, want);
-    double worst = 0;
-    for (int64_t i = 0; hv && i < rows * n; i++) worst = fmax(worst, fabs(hv[i] - want[i]));
-    CHECK(hv && worst < 1e-10);
-    free(hx), free(hw), free(hg), free(want), free(hv);
-    ot_autodiff_free(ad);
-    ot_pool_pop(pool);
-    ot_tensor_free(x), ot_tensor_free(w), ot_tensor_free(g), ot_tensor_free(got);
-    ot_backend_free(be);
+    ln_dx_case(1, 67, "all kernels run per block of 32 rows", NULL);
 }
 
 /* The same gradient's x-sized temporaries hold one block of rows each, in
@@ -432,6 +440,15 @@ TEST(norm_layer_norm_grad_block_temps_threads)
         ot_backend_free(be);
     }
     free(ref);
+}
+
+/* With more threads than the blocks go round (67 rows in blocks of 32 on 4
+ * threads), one block per thread would not be smaller than the whole: the
+ * temporaries stay whole in the arena, and the gradient is still the
+ * closed form. */
+TEST(norm_layer_norm_grad_few_blocks_many_threads)
+{
+    ln_dx_case(4, 67, "all kernels run per block of 32 rows\n", "temporaries of one block");
 }
 
 /* ---- the model's batch norm layer --------------------------------------------- */

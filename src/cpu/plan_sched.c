@@ -319,16 +319,17 @@ static void note_steps(const ot_kernel *k, int64_t rows, int64_t *step)
  * have run. Each thread then keeps one block of them (temp_local), the same
  * bytes for every block, in cache: whole, the x-sized temporaries of a layer
  * norm's gradient went to memory and back, 2.1x the time of a hand-written
- * loop. A temporary whose rows interleave, or whose block would exceed
- * ROW_BLOCK_BYTES, stays whole. Sizes are set for layout_arena. */
-static void choose_local_temps(ot_plan *p)
+ * loop. A temporary whose rows interleave stays whole, and so does every
+ * one where the threads' blocks together (slots of them) would not be
+ * smaller than the whole. Sizes are set for layout_arena. */
+static void choose_local_temps(ot_plan *p, int slots)
 {
-    if (p->row_block >= p->rows || !p->ntemps) return;
+    if (p->row_block > p->rows / slots || !p->ntemps) return;
     int64_t *step = ot__calloc((size_t)p->ntemps, sizeof *step);
     p->temp_local = ot__calloc((size_t)p->ntemps, 1);
     for (int i = 0; step && p->temp_local && i < p->nkernels; i++) note_steps(&p->kernels[i], p->rows, step);
     for (int t = 0; step && p->temp_local && t < p->ntemps; t++) {
-        if (step[t] <= 0 || step[t] > ROW_BLOCK_BYTES / p->row_block) continue;
+        if (step[t] <= 0) continue;
         size_t block = ((size_t)(step[t] * p->row_block) + 63) & ~(size_t)63;
         p->temp_local[t] = 1;
         if (block < p->temp_offset[t]) p->temp_offset[t] = block;
@@ -369,7 +370,7 @@ void ot__sched_choose_row_blocks(compiler *c)
     p->rows = rows;
     if (!dots) {
         p->row_block = row_bytes >= ROW_BLOCK_BYTES ? 1 : ROW_BLOCK_BYTES / row_bytes;
-        choose_local_temps(p);
+        choose_local_temps(p, c->be->opts.threads > 1 ? c->be->opts.threads : 1);   /* the caller and workers */
         return;
     }
     p->row_block = gemm_block(rows, row_bytes, panel_bytes(c));

@@ -137,6 +137,25 @@ char *test__explain_many(int n, ot_tensor *const outs[], ot_node *const trees[])
     return NULL;
 }
 
+void test__env_save(int n, const char *const names[], char *saved[], const char *const values[])
+{
+    for (int i = 0; i < n; i++) {
+        const char *v = getenv(names[i]);
+        saved[i] = v ? strdup(v) : NULL;
+        if (values && values[i]) setenv(names[i], values[i], 1);
+        else unsetenv(names[i]);
+    }
+}
+
+void test__env_restore(int n, const char *const names[], char *saved[])
+{
+    for (int i = 0; i < n; i++) {
+        if (saved[i]) setenv(names[i], saved[i], 1);
+        else unsetenv(names[i]);
+        free(saved[i]);
+    }
+}
+
 ot_backend *test__backend(const char *name, int fusion)
 {
     unsetenv("OT_BACKEND");

@@ -65,6 +65,12 @@ void test__check_err(const char *file, int line, int code, const char *const sub
 char *test__capture(int (*fn)(const ot_node *, FILE *), const ot_node *n);
 /* ot_explain_many's text (caller frees), or NULL on an error. */
 char *test__explain_many(int n, ot_tensor *const outs[], ot_node *const trees[]);
+/* Saves the n environment variables names[] into saved[] (malloc'd, or
+ * NULL where unset), then sets each to values[i] (values NULL, or an entry
+ * NULL: unset), so that a case sees only what it sets;
+ * test__env_restore puts them back and frees saved[]. */
+void test__env_save(int n, const char *const names[], char *saved[], const char *const values[]);
+void test__env_restore(int n, const char *const names[], char *saved[]);
 /* A backend by name with this fusion setting and 2 threads, the variables
  * that would override them unset (a failure is recorded). */
 ot_backend *test__backend(const char *name, int fusion);

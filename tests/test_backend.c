@@ -72,23 +72,9 @@ static const char *const config_vars[] = {"OT_BACKEND", "OT_ISA", "OT_JIT", "OT_
                                           "OT_FUSION", "OT_L3_BYTES", "OT_L2_BYTES"};
 #define NCONFIG_VARS (int)(sizeof config_vars / sizeof config_vars[0])
 
-static void env_save(char *saved[NCONFIG_VARS])
-{
-    for (int i = 0; i < NCONFIG_VARS; i++) {
-        const char *v = getenv(config_vars[i]);
-        saved[i] = v ? strdup(v) : NULL;
-        unsetenv(config_vars[i]);
-    }
-}
+static void env_save(char *saved[NCONFIG_VARS]) { test__env_save(NCONFIG_VARS, config_vars, saved, NULL); }
 
-static void env_restore(char *saved[NCONFIG_VARS])
-{
-    for (int i = 0; i < NCONFIG_VARS; i++) {
-        if (saved[i]) setenv(config_vars[i], saved[i], 1);
-        else unsetenv(config_vars[i]);
-        free(saved[i]);
-    }
-}
+static void env_restore(char *saved[NCONFIG_VARS]) { test__env_restore(NCONFIG_VARS, config_vars, saved); }
 
 static ot_backend_opts cpu_options(ot_backend_opts asked)
 {

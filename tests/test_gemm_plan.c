@@ -27,19 +27,11 @@ static void pair_open(pair *p)
 {
     static const char *const vars[2] = {"OT_L2_BYTES", "OT_L3_BYTES"}, *const sim[2] = {"2097152", "314572800"};
     char *saved[2];
-    for (int i = 0; i < 2; i++) {
-        const char *v = getenv(vars[i]);
-        saved[i] = v ? strdup(v) : NULL;
-        setenv(vars[i], sim[i], 1);
-    }
+    test__env_save(2, vars, saved, sim);
     p->be[0] = ot_backend_new("ref", NULL);
     p->be[1] = ot_backend_new("cpu", &(ot_backend_opts){.threads = 1});
     CHECK(p->be[0] && p->be[1]);
-    for (int i = 0; i < 2; i++) {
-        if (saved[i]) setenv(vars[i], saved[i], 1);
-        else unsetenv(vars[i]);
-        free(saved[i]);
-    }
+    test__env_restore(2, vars, saved);
 }
 
 static void pair_close(pair *p)
@@ -647,8 +639,9 @@ TEST(gemm_panel_policy)
 TEST(gemm_panel_simulated_caches)
 {
     const size_t mib = (size_t)1 << 20, sizes[] = {300 * mib, 32 * mib, 8 * mib, 1 * mib};
-    const char *old = getenv("OT_L3_BYTES");
-    char *saved = old ? strdup(old) : NULL;
+    const char *const var[1] = {"OT_L3_BYTES"};
+    char *saved[1];
+    test__env_save(1, var, saved, NULL);
     enum { M = 6000, K = 8, N = 40 };
     long cpus = ot__usable_cpus();
     size_t last = SIZE_MAX;
@@ -695,9 +688,7 @@ TEST(gemm_panel_simulated_caches)
         ot_backend_free(be);
     }
     ot_backend_free(ref);
-    if (saved) setenv("OT_L3_BYTES", saved, 1);
-    else unsetenv("OT_L3_BYTES");
-    free(saved);
+    test__env_restore(1, var, saved);
 }
 
 /* What the panels' epilogue saw: each panel's rows, in order, complete. */

@@ -473,18 +473,14 @@ enum { INTERP, JIT, STREAM };
  * the environment says), at accuracy acc (OT_ULP10 or OT_ULP35). */
 static ot_backend *backend_acc(const char *isa, int mode, int threads, int acc)
 {
-    const char *env = getenv("OT_ISA");
-    char *saved = env ? strdup(env) : NULL;
-    if (isa) setenv("OT_ISA", isa, 1);
-    if (mode == INTERP) setenv("OT_JIT", "0", 1);
-    if (mode == STREAM) setenv("OT_STREAM_BYTES", "1", 1);
+    static const char *const vars[3] = {"OT_JIT", "OT_STREAM_BYTES", "OT_ISA"};
+    const char *values[3] = {mode == INTERP ? "0" : NULL, mode == STREAM ? "1" : NULL, isa};
+    char *saved[3];
+    int n = isa ? 3 : 2;   /* without isa, OT_ISA stays as the environment says */
+    test__env_save(n, vars, saved, values);
     ot_backend *be = ot_backend_new(
         "cpu", &(ot_backend_opts){.threads = threads, .seed = 3, .accuracy = acc});
-    unsetenv("OT_JIT");
-    unsetenv("OT_STREAM_BYTES");
-    if (saved) setenv("OT_ISA", saved, 1);
-    else unsetenv("OT_ISA");
-    free(saved);
+    test__env_restore(n, vars, saved);
     if (!be) test__fail(__FILE__, __LINE__, "backend (OT_ISA=%s): %s", isa ? isa : "-", ot_errmsg());
     return be;
 }
@@ -767,13 +763,9 @@ TEST(jit_explain_marks_generated_code)
  * variables do (with those variables unset). */
 TEST(jit_options_choose_code)
 {
-    const char *vars[] = {"OT_ISA", "OT_JIT", "OT_STREAM_BYTES"};
+    const char *const vars[] = {"OT_ISA", "OT_JIT", "OT_STREAM_BYTES"};
     char *saved[3];
-    for (int i = 0; i < 3; i++) {
-        const char *v = getenv(vars[i]);
-        saved[i] = v ? strdup(v) : NULL;
-        unsetenv(vars[i]);
-    }
+    test__env_save(3, vars, saved, NULL);
     const char *isa[NJIT_ISA];
     for (int i = 0, n = assignment_isas(isa); i < n && isa[i]; i++)
         for (int mode = 0; mode < 3; mode++) {
@@ -796,10 +788,7 @@ TEST(jit_options_choose_code)
             ot_tensor_free(y);
             ot_backend_free(be);
         }
-    for (int i = 0; i < 3; i++) {
-        if (saved[i]) setenv(vars[i], saved[i], 1);
-        free(saved[i]);
-    }
+    test__env_restore(3, vars, saved);
 }
 
 /* Streaming stores (OT_STREAM_BYTES=1) across 3 threads, against the

@@ -114,6 +114,41 @@ static void plain_row(const float *q, const float *k, const float *v, const floa
     free(dp);
 }
 
+/* An infinite upstream gradient (the log of a zero output) on a causal
+ * query that sees key 0 alone: the keys it never saw get zero gradients
+ * in k and v on cpu (f32 and f64) as on ref, where the tiles' P of 0 times
+ * inf made NaN; key 0's own may be inf or NaN alike. */
+TEST(attention_infinite_upstream_spares_hidden_keys)
+{
+    const double qv[2] = {0.5, -1}, kv[6] = {1, 2, -1, 0.5, 0.25, 1}, vv[6] = {0.5, 1, -2, 1, 3, -1};
+    const double up[2] = {INFINITY, 1};
+    double *want[2] = {NULL, NULL};
+    int64_t count[2];
+    for (int pass = 0; pass < 3; pass++) {
+        ot_backend *be = ot_backend_new(pass ? "cpu" : "ref", &(ot_backend_opts){.threads = 1});
+        ot_dtype dt = pass == 1 ? OT_F32 : OT_F64;
+        ot_pool *pool = ot_pool_push();
+        ot_tensor *q = filled(be, OT_SHAPE(1, 1, 1, 2), dt, qv), *k = filled(be, OT_SHAPE(1, 1, 3, 2), dt, kv);
+        ot_tensor *v = filled(be, OT_SHAPE(1, 1, 3, 2), dt, vv), *g = filled(be, OT_SHAPE(1, 1, 1, 2), dt, up);
+        ot_autodiff *ad = ot_autodiff_new(ot_attention(q, k, v, .causal = true), ot_tensor_node(g));
+        for (int w = 0; w < 2; w++) {
+            double *got = values(be, ot_autodiff_grad(ad, w ? v : k), &count[w]);
+            CHECK(got && count[w] == 6);
+            for (int x = 2; got && x < 6; x++) CHECK(got[x] == 0);   /* keys 1 and 2 */
+            for (int x = 0; got && want[w] && x < 2; x++)
+                CHECK(isnan(got[x]) == isnan(want[w][x]) && (isnan(got[x]) || got[x] == want[w][x] ||
+                                                               fabs(got[x] - want[w][x]) < 1e-5));
+            if (!pass) want[w] = got;
+            else free(got);
+        }
+        ot_autodiff_free(ad);
+        ot_pool_pop(pool);
+        ot_tensor_free(q), ot_tensor_free(k), ot_tensor_free(v), ot_tensor_free(g);
+        ot_backend_free(be);
+    }
+    free(want[0]), free(want[1]);
+}
+
 /* The documented tolerance: f32 results within 2e-5 * (1 + |want|) of the
  * plain formula in double (one head, dim 64, causal), at seq 2048 (about
  * 0.3 s of CPU); make check-attn-long runs it at seq 4096 (OT_ATTN_SEQ). */

@@ -11,7 +11,10 @@
  *   backward: per block of keys, every block of queries that sees it
  *   recomputes P from q, k and the saved logsumexp, and adds dV += P^T dO,
  *   dS = P (dO V^T - rowsum(dO o) + dlse), dQ += scale dS K, dK += scale
- *   dS^T Q and the mask's dS (all GEMMs but the elementwise step).
+ *   dS^T Q and the mask's dS (all GEMMs but the elementwise step); a
+ *   head whose dO or D is not finite goes key by key instead, skipping
+ *   the keys a row does not see, as ref does (the GEMMs made their P of 0
+ *   times inf NaN).
  * Only tiles (BR x BC) and per-head copies are held: memory is linear in
  * the sequence, never seq_q x seq_k. The body is exec_attn.inc, compiled
  * once for float and once for double.

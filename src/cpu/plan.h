@@ -112,7 +112,7 @@ typedef struct compiler {
     bool oom;
     gemm_root *groot;          /* per output: written by one BLAS call? */
     int *kernel_at;            /* while kernels are built: per entry, the
-                                  first entry whose kernel needs it */
+                                  first entry whose kernel reads it */
 } compiler;
 
 

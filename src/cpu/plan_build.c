@@ -216,20 +216,22 @@ static bool reads_entry(const compiler *c, int e, int x)
     return canon_operand(c, e, 0) == x || canon_operand(c, e, 1) == x;
 }
 
-/* Per entry, the first entry whose kernel computes or loads it: its own
- * for a stored one, else the least of its readers' (INT_MAX: only outputs'
- * kernels, built after every entry's). Kernels are built in entry order,
- * so this is the first kernel that needs it. */
+/* Per entry, the first entry whose kernel reads it (computes it, for one
+ * not stored): the least over its readers u of u where u is stored, else of
+ * u's own (INT_MAX: only outputs' kernels, built after every entry's).
+ * Kernels are built in entry order, so this is the first kernel that needs
+ * it; one pass from the roots down. */
 static bool kernels_at(compiler *c)
 {
     int n = c->w->n;
     if (!(c->kernel_at = ot__malloc(sizeof(int) * (size_t)(n ? n : 1)))) return false;
-    for (int e = 0; e < n; e++) c->kernel_at[e] = c->ci[e].mat ? e : INT_MAX;
+    for (int e = 0; e < n; e++) c->kernel_at[e] = INT_MAX;
     for (int u = n - 1; u >= 0; u--) {
         if (c->ci[u].canon != u || !is_op(c, u)) continue;
+        int ku = c->ci[u].mat ? u : c->kernel_at[u];
         for (int k = 0; k < 2; k++) {
             int o = canon_operand(c, u, k);
-            if (o >= 0 && !c->ci[o].mat && c->kernel_at[u] < c->kernel_at[o]) c->kernel_at[o] = c->kernel_at[u];
+            if (o >= 0 && ku < c->kernel_at[o]) c->kernel_at[o] = ku;
         }
     }
     return true;
@@ -265,10 +267,7 @@ static int absorbing_reduce(const compiler *c, int x, int *via)
         return -1;
     for (int i = 0; i < c->nout; i++)
         if (c->ci[c->w->root[i]].canon == x) return -1;
-    int first = INT_MAX;   /* a reader's kernel_at is at least its entry: none past first reads earlier */
-    for (int e = x + 1; e < c->w->n && e <= first; e++)
-        if (c->ci[e].canon == e && is_op(c, e) && reads_entry(c, e, x) && c->kernel_at[e] < first)
-            first = c->kernel_at[e];
+    int first = c->kernel_at[x];
     if (first == INT_MAX || kind_of(c, first) != OT_KIND_REDUCE) return -1;
     int y = canon_operand(c, first, 0);
     if (y != x && !carries(c, y, x)) return -1;

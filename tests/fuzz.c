@@ -2885,6 +2885,24 @@ static void put_idx(FILE *o, int64_t v)
     else fprintf(o, "%lld", (long long)v);
 }
 
+/* ", .win = {...}": the window of conv, pooling and attention (whose
+ * geometry it carries), every member that is set; nothing when none is. */
+static void put_win(FILE *o, const ot_window *w)
+{
+    static const char *const names[6] = {"stride", "dilation", "pad_lo", "pad_hi", "outpad", "ksize"};
+    const int32_t *v[6] = {w->stride, w->dilation, w->pad_lo, w->pad_hi, w->outpad, w->ksize};
+    bool any = w->groups || w->ceil_mode || w->exclude_pad;
+    for (int i = 0; i < 6; i++) any |= v[i][0] || v[i][1] || v[i][2];
+    if (!any) return;
+    fprintf(o, ", .win = {.groups = %d", w->groups);
+    for (int i = 0; i < 6; i++)
+        if (v[i][0] || v[i][1] || v[i][2])
+            fprintf(o, ", .%s = {%d, %d, %d}", names[i], (int)v[i][0], (int)v[i][1], (int)v[i][2]);
+    if (w->ceil_mode) fputs(", .ceil_mode = true", o);
+    if (w->exclude_pad) fputs(", .exclude_pad = true", o);
+    fputc('}', o);
+}
+
 static void put_args(FILE *o, const ot_args *a)
 {
     fprintf(o, "&(ot_args){.axis = ");
@@ -2915,6 +2933,7 @@ static void put_args(FILE *o, const ot_args *a)
         for (int i = 0; i < OT_MAX_DIMS; i++) fprintf(o, "%s%lld", i ? ", " : "", (long long)a->start[i]);
         fputc('}', o);
     }
+    put_win(o, &a->win);
     fputc('}', o);
 }
 

@@ -413,6 +413,12 @@ typedef struct ot_plan {
     int compile_nodes;              /* the entries that walk had */
 } ot_plan;
 
+/* Whether temp t of p holds one row block only (temp_local). */
+static inline bool ot__temp_local(const ot_plan *p, int t)
+{
+    return p->temp_local && p->temp_local[t];
+}
+
 /* 0 when kernel table kt (at accuracy acc: 0 = u10, 1 = u35) has an entry
  * for every instruction of plan p, else OT_EUNSUPPORTED naming the op, dtype
  * and ISA, so that the executor never calls NULL (kernels/dispatch.c). */

@@ -545,7 +545,7 @@ static char *row_base(char *base, const ot_view *v, rows r, int block_temp)
 static char *run_base(const ot_plan *p, const ot_binding *bind, char *arena, const run_mem *mem,
                       int slot, const ot_view *v, rows r, int block_temp)
 {
-    if (v->space == OT_SPACE_TEMP && p->temp_local && p->temp_local[v->index])
+    if (v->space == OT_SPACE_TEMP && ot__temp_local(p, v->index))
         return (char *)region(mem, slot, R_LOCAL) + p->temp_offset[v->index] +
                v->offset * (int64_t)ot__esize(v->dtype);
     return row_base(view_base(p, bind, arena, v), v, r, block_temp);

@@ -254,8 +254,9 @@ static bool carries(const compiler *c, int y, int x)
 
 /* The reduction that computes stored value x itself and writes it out as a
  * further output (softmax's exp(x - max): stored once, summed in the same
- * pass), or -1; *via is what it reduces: x, or an entry that carries x
- * (a layer norm's gradient sums -x). x must be an elementwise value stored
+ * pass), or -1; *via (unless NULL) is what it reduces: x, or an entry
+ * that carries x (a layer norm's gradient sums -x). x must be an
+ * elementwise value stored
  * for several readers, not an output, and the reduction's kernel the first
  * that reads it (kernel_at). Never a checkpoint (keep): the user asked for
  * its own kernel, and its value may be a load, which a further output
@@ -271,7 +272,7 @@ static int absorbing_reduce(const compiler *c, int x, int *via)
     if (first == INT_MAX || kind_of(c, first) != OT_KIND_REDUCE) return -1;
     int y = canon_operand(c, first, 0);
     if (y != x && !carries(c, y, x)) return -1;
-    *via = y;
+    if (via) *via = y;
     return first;
 }
 
@@ -834,8 +835,8 @@ static bool entry_kernels(compiler *c, prog *g)
     bool ok = true;
     for (int i = 0; i < c->w->n && ok; i++) {
         acc_step s;
-        int via;
-        if (c->ci[i].canon != i || !c->ci[i].mat || !is_op(c, i) || absorbing_reduce(c, i, &via) >= 0)
+        if (c->ci[i].canon != i || !c->ci[i].mat || !is_op(c, i) ||
+            absorbing_reduce(c, i, NULL) >= 0)
             continue;
         if (kind_of(c, i) == OT_KIND_SHAPE) ok = reshape_copy(c, g, i);   /* the only stored view */
         else if (c->w->e[i].op == OT_OP_CONCAT) ok = concat_kernels(c, g, i);

@@ -119,13 +119,6 @@ static void temp_lives(const ot_plan *p, size_t *size, int *def, int *last)
     }
 }
 
-/* Which memory temp t lives in: 1 a thread's row block (temp_local), 0 the
- * arena. */
-static int temp_group(const ot_plan *p, int t)
-{
-    return p->temp_local && p->temp_local[t];
-}
-
 /* Gives each temporary an offset: it lives from the kernel that writes it
  * to the last kernel that reads it, and its memory is reused afterwards, so
  * a long unfused chain needs a few buffers, not one per node. A temporary
@@ -159,11 +152,14 @@ bool ot__sched_layout_arena(ot_plan *p)
     size_t end[2] = {0, 0};
     bool share = p->row_block <= 0 || p->row_block >= p->rows;
     for (int k = 0; ok && k < nk; k++) {
-        for (int t = born[k]; t >= 0; t = next_born[t])
-            p->temp_offset[t] = arena_take(&fl[temp_group(p, t)], size[t], &end[temp_group(p, t)]);
+        /* group 1: a thread's row block (temp_local); 0: the arena */
+        for (int t = born[k]; t >= 0; t = next_born[t]) {
+            int g = ot__temp_local(p, t);
+            p->temp_offset[t] = arena_take(&fl[g], size[t], &end[g]);
+        }
         for (int t = dead[k]; t >= 0; t = next_dead[t])
-            if (share || temp_group(p, t))
-                arena_free(&fl[temp_group(p, t)], (block){p->temp_offset[t], size[t]});
+            if (share || ot__temp_local(p, t))
+                arena_free(&fl[ot__temp_local(p, t)], (block){p->temp_offset[t], size[t]});
     }
     if (ok) {
         p->arena_bytes = end[0];
@@ -326,18 +322,19 @@ static void choose_local_temps(ot_plan *p, int slots)
 {
     if (p->row_block > p->rows / slots || !p->ntemps) return;
     int64_t *step = ot__calloc((size_t)p->ntemps, sizeof *step);
-    p->temp_local = ot__calloc((size_t)p->ntemps, 1);
-    for (int i = 0; step && p->temp_local && i < p->nkernels; i++) note_steps(&p->kernels[i], p->rows, step);
-    for (int t = 0; step && p->temp_local && t < p->ntemps; t++) {
-        if (step[t] <= 0) continue;
-        size_t block = ((size_t)(step[t] * p->row_block) + 63) & ~(size_t)63;
-        p->temp_local[t] = 1;
-        if (block < p->temp_offset[t]) p->temp_offset[t] = block;
+    uint8_t *local = ot__calloc((size_t)p->ntemps, 1);
+    if (step && local) {   /* without memory every temporary stays whole */
+        for (int i = 0; i < p->nkernels; i++) note_steps(&p->kernels[i], p->rows, step);
+        for (int t = 0; t < p->ntemps; t++) {
+            if (step[t] <= 0) continue;
+            size_t block = ((size_t)(step[t] * p->row_block) + 63) & ~(size_t)63;
+            local[t] = 1;
+            if (block < p->temp_offset[t]) p->temp_offset[t] = block;
+        }
+        p->temp_local = local;
+        local = NULL;
     }
-    if (!step) {   /* without memory every temporary stays whole */
-        free(p->temp_local);
-        p->temp_local = NULL;
-    }
+    free(local);
     free(step);
 }
 

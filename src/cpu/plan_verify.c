@@ -558,15 +558,13 @@ static void temp_lives(const ot_plan *p, const int *step, life *lf)
     }
 }
 
-static bool is_local(const ot_plan *p, int t) { return p->temp_local && p->temp_local[t]; }
-
 /* A temp_local temporary's views reach no further than its rows, laid one
  * after the other (so a block of them is [0, row_block * row) from the
  * block's first row); its span is then that block in the R_LOCAL region. */
 static int local_spans(const ot_plan *p, life *lf)
 {
     for (int t = 0; t < p->ntemps; t++) {
-        if (!is_local(p, t) || lf[t].born < 0) continue;
+        if (!ot__temp_local(p, t) || lf[t].born < 0) continue;
         if (p->row_block <= 0 || p->row_serial || lf[t].row <= 0 || lf[t].lo < 0 ||
             lf[t].hi > p->rows * lf[t].row)
             return fail("temporary %d holds one row block, but its views reach bytes %lld-%lld "
@@ -642,7 +640,7 @@ static int check_group(const ot_plan *p, const life *lf, const int *by_birth, in
     size_t bytes = g ? p->local_bytes : p->arena_bytes;
     for (int j = 0; j < n && !rc; j++) {
         int t = by_birth[j];
-        if (is_local(p, t) != g) continue;
+        if (ot__temp_local(p, t) != g) continue;
         idx[m] = t;
         sp[m++] = (span){first_byte(p, lf, t), end_byte(p, lf, t), lf[t].row};
         if (first_byte(p, lf, t) < 0 || end_byte(p, lf, t) > (int64_t)bytes)

@@ -99,6 +99,26 @@ TEST(index_where_is_exact)
     }
 }
 
+/* A select's "else" is -0.0 in floats but 0 in an int32 select, which holds
+ * integers: rsqrt and 1/x of it are +inf on both backends (ref kept a -0.0
+ * there and gave -inf: a fuzz finding, seed 2211 tree 5143). */
+TEST(index_select_int32_else_is_plus_zero)
+{
+    for (int b = 0; b < 2; b++) {
+        ot_backend *be = test__backend(BACKENDS[b], OT_FUSION_ON);
+        ot_tensor *c = ids(be, OT_SHAPE(3), (const int32_t[]){0, 1, 0});
+        ot_tensor *y = ids(be, OT_SHAPE(3), (const int32_t[]){4, 4, 9});
+        ot_pool *p = ot_pool_push();
+        ot_node *s = ot_build(OT_OP_SELECT, ot_tensor_node(c), ot_tensor_node(y), NULL);
+        expect(be, ot_rsqrt(s), (const double[]){INFINITY, 0.5, INFINITY}, 3, "rsqrt of a select");
+        expect(be, ot_div(1.0, s), (const double[]){INFINITY, 0.25, INFINITY}, 3, "1/select");
+        ot_pool_pop(p);
+        ot_tensor_free(c);
+        ot_tensor_free(y);
+        ot_backend_free(be);
+    }
+}
+
 TEST(index_tril_triu_by_hand)
 {
     for (int b = 0; b < 2; b++) {

@@ -49,11 +49,16 @@ static int64_t bcast_at(const ot_shape *s, const ot_shape *out, const int64_t *i
     return off;
 }
 
-static void select_(const ot__index_geom *g, const double *c, const double *y, double *out)
+/* select (c, y): y where c != 0, else -0.0, or 0 in an int32 node (which
+ * holds integers: a -0.0 here would reach a later float op, as rsqrt's
+ * -inf, where the cpu backend's stored int gives +inf). */
+static void select_(const ot__index_geom *g, const double *c, const double *y, double *out,
+                    bool ints)
 {
     int64_t ix[OT_MAX_DIMS] = {0}, n = ot__numel(&g->out);
+    double zero = ints ? 0.0 : -0.0;
     for (int64_t e = 0; e < n; e++) {
-        out[e] = c[bcast_at(&g->a, &g->out, ix)] != 0.0 ? y[bcast_at(&g->b, &g->out, ix)] : -0.0;
+        out[e] = c[bcast_at(&g->a, &g->out, ix)] != 0.0 ? y[bcast_at(&g->b, &g->out, ix)] : zero;
         for (int d = g->out.ndim - 1; d >= 0 && ++ix[d] == g->out.dims[d]; d--) ix[d] = 0;
     }
 }
@@ -96,7 +101,7 @@ int ot__ref_index(const ot_node *node, const double *a, const double *b, double 
         if (check(&g, b)) return ot_errcode();
         scatter(&g, a, b, out);
         return 0;
-    case OT_OP_SELECT: select_(&g, a, b, out); return 0;
+    case OT_OP_SELECT: select_(&g, a, b, out, node->dtype == OT_I32); return 0;
     case OT_OP_CUMSUM: cumsum(&g, a, out); return 0;
     default: tri(&g, a, out); return 0;
     }

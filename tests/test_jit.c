@@ -627,6 +627,20 @@ static ot_node *t_selects_reduced(ot_tensor *const *x)
     return t;
 }
 
+/* Scalars of a row or of everything that the code computes once per call,
+ * before its loop (pre): layer norm's rsqrt(s + eps), inline arithmetic
+ * and selects on the column x[3] and the 0-d x[4]; and under a row
+ * reduction's mean, as rms norm has it (jit_row_scalars_special has the
+ * special values). */
+static ot_node *t_row_scalars(ot_tensor *const *x)
+{
+    ot_node *r = ot_rsqrt(ot_add(ot_abs(x[3]), 1e-5));
+    ot_node *s = ot_maximum(ot_sqrt(ot_abs(x[3])), ot_div(x[4], ot_sub(x[3], 2.0)));
+    ot_node *m = ot_rsqrt(ot_add(ot_mean(ot_sqr(x[1]), .axis = 1, .keepdims = true), 1e-5));
+    return ot_add(ot_add(ot_mul(ot_mul(x[0], r), x[2]), ot_mul(s, ot_rsqrt(ot_abs(x[4])))),
+                  ot_mul(x[1], m));
+}
+
 /* Whether the next of a matrix's cases runs (*j counts them): all, or
  * under the slow tools a rotating third, salt the case's place in the
  * matrix, so that each kind still runs on a third of the shapes. */
@@ -667,8 +681,136 @@ static void assignments(const char *isa)
                 if (pick(&j, salt)) compare(isa, "selects and compares", dt, s, s, t_selects);
                 if (pick(&j, salt))
                     compare(isa, "selects and compares, reduced", dt, s, col, t_selects_reduced);
+                if (pick(&j, salt)) compare(isa, "scalars of rows", dt, s, s, t_row_scalars);
             }
     }
+}
+
+/* A tensor of dtype dt holding the doubles h. */
+static ot_tensor *of_dtype(ot_backend *be, ot_shape s, ot_dtype dt, const double *h)
+{
+    ot_tensor *t = ot_array(be, s, OT_F64, h), *d = t;
+    if (dt != OT_F64) {
+        d = ot_empty(be, s, dt);
+        ot_pool *p = ot_pool_push();
+        ot_assign(d, ot_cast(t, .dtype = dt));
+        ot_pool_pop(p);
+        ot_tensor_free(t);
+    }
+    return d;
+}
+
+/* x * rsqrt(c + eps) + x * (c / 3 - 1) (x^T * rsqrt(c + eps) + 2x when x
+ * is square: a transposed read, whose blocks run the code a block of rows
+ * per call) over x of shape xs and c of shape cs, on a backend of each mode;
+ * whether the generated code and streaming stores give the interpreter's
+ * bits. */
+static bool row_scalars_same(const char *isa, ot_dtype dt, ot_shape xs, ot_shape cs,
+                             const double *x, const double *col, bool code)
+{
+    int64_t n = 1;
+    for (int d = 0; d < xs.ndim; d++) n *= xs.dims[d];
+    void *res[3];
+    for (int b = 0; b < 3; b++) {
+        ot_backend *be = backend(isa, b, 1);
+        ot_tensor *tc = of_dtype(be, cs, dt, col), *tx = of_dtype(be, xs, dt, x);
+        ot_tensor *o = ot_empty(be, xs, dt);
+        ot_pool *p = ot_pool_push();
+        ot_node *r = ot_rsqrt(ot_add(tc, 1e-5));
+        ot_node *t = ot_add(ot_mul(tx, r), ot_mul(tx, ot_sub(ot_div(tc, 3.0), 1.0)));
+        if (xs.ndim == 2 && xs.dims[0] == xs.dims[1]) t = ot_add(ot_mul(ot_T(tx), r), ot_mul(tx, 2.0));
+        CHECK(ot_assign(o, t) == 0);
+        char *e = code && b ? test__explain_many(1, &o, &t) : NULL;
+        CHECK(!e || strstr(e, "(generated code"));
+        free(e);
+        ot_pool_pop(p);
+        res[b] = malloc(ot_dtype_size(dt) * (size_t)n);
+        ot_get(o, res[b]);
+        ot_tensor_free(o);
+        ot_tensor_free(tx);
+        ot_tensor_free(tc);
+        ot_backend_free(be);
+    }
+    bool same = same_bits(res[0], res[1], ot__kd(dt), (int)n) &&
+                same_bits(res[0], res[2], ot__kd(dt), (int)n);
+    for (int b = 0; b < 3; b++) free(res[b]);
+    return same;
+}
+
+/* The scalars the generated code computes before its loop (pre) against
+ * the interpreter's, bitwise: a column c of every special value (rsqrt of
+ * -0, a negative, a denormal, inf, NaN) and ordinary ones under rows of 1
+ * to 40 elements (one column: c is a vector, no code in f32), and each
+ * special value as a 0-d c of a vector short enough to run directly (see
+ * ot__plan_run_direct); both dtypes, every table that generates code. */
+TEST(jit_row_scalars_special)
+{
+    enum { ROWS = 40, NS = 16 };
+    static const int64_t cols[] = {1, 7, 16, 33, ROWS};
+    const char *isa[NJIT_ISA];
+    double col[ROWS], x[ROWS * ROWS];
+    fill(col, ROWS, 0);
+    for (int i = 0; i < ROWS * ROWS; i++) x[i] = 0.5 + (double)(i % 13);
+    for (int a = 0, na = assignment_isas(isa); a < na; a++)
+        for (int d = 0; d < 2; d++) {
+            ot_dtype dt = d ? OT_F64 : OT_F32;
+            for (size_t c = 0; c < sizeof cols / sizeof *cols; c++)
+                if (!row_scalars_same(isa[a], dt, OT_SHAPE(ROWS, cols[c]), OT_SHAPE(ROWS, 1), x,
+                                      col, cols[c] > 1))
+                    test__fail(__FILE__, __LINE__, "OT_ISA=%s %s %dx%lld: code differs",
+                               isa[a] ? isa[a] : "-", ot_dtype_name(dt), ROWS,
+                               (long long)cols[c]);
+            for (int v = 0; v < NS; v++)
+                if (!row_scalars_same(isa[a], dt, OT_SHAPE(32), (ot_shape){0}, x, &col[v], true))
+                    test__fail(__FILE__, __LINE__, "OT_ISA=%s %s, c = %g: code differs",
+                               isa[a] ? isa[a] : "-", ot_dtype_name(dt), col[v]);
+        }
+}
+
+/* x * w + rsqrt(c + eps) * x over x [3,5,16], w [5,16] (a kernel of
+ * three dims: w's row step goes back at each of x's 3), c [3,5,1]: runs
+ * of whole rows (exec_rows.c) cut where the step changes and where the
+ * threads' chunks cut, bitwise the interpreter's on 1 and 3 threads. */
+TEST(jit_row_runs_cut_at_outer_dims)
+{
+    const char *isa[NJIT_ISA];
+    double x[240], w[80], c[15];
+    fill(x, 240, 1);
+    fill(w, 80, 2);
+    for (int i = 0; i < 15; i++) c[i] = 0.5 + i;
+    for (int a = 0, na = assignment_isas(isa); a < na; a++)
+        for (int d = 0; d < 2; d++)
+            for (int threads = 1; threads <= 3; threads += 2) {
+                ot_dtype dt = d ? OT_F64 : OT_F32;
+                void *res[3];
+                for (int b = 0; b < 3; b++) {
+                    ot_backend *be = backend(isa[a], b, threads);
+                    ot_tensor *tx = of_dtype(be, OT_SHAPE(3, 5, 16), dt, x);
+                    ot_tensor *tw = of_dtype(be, OT_SHAPE(5, 16), dt, w);
+                    ot_tensor *tc = of_dtype(be, OT_SHAPE(3, 5, 1), dt, c);
+                    ot_tensor *o = ot_empty(be, OT_SHAPE(3, 5, 16), dt);
+                    ot_pool *p = ot_pool_push();
+                    ot_node *t = ot_add(ot_mul(tx, tw), ot_mul(ot_rsqrt(ot_add(tc, 1e-5)), tx));
+                    CHECK(ot_assign(o, t) == 0);
+                    char *e = b ? test__explain_many(1, &o, &t) : NULL;
+                    CHECK(!b || (e && strstr(e, "[3x5x16]") && strstr(e, "(generated code")));
+                    free(e);
+                    ot_pool_pop(p);
+                    res[b] = malloc(ot_dtype_size(dt) * 240);
+                    ot_get(o, res[b]);
+                    ot_tensor_free(o);
+                    ot_tensor_free(tc);
+                    ot_tensor_free(tw);
+                    ot_tensor_free(tx);
+                    ot_backend_free(be);
+                }
+                for (int b = 1; b < 3; b++)
+                    if (!same_bits(res[0], res[b], d, 240))
+                        test__fail(__FILE__, __LINE__, "OT_ISA=%s %s, %d threads: %s differs",
+                                   isa[a] ? isa[a] : "-", ot_dtype_name(dt), threads,
+                                   b == 1 ? "generated code" : "streaming");
+                for (int b = 0; b < 3; b++) free(res[b]);
+            }
 }
 
 TEST(jit_assignments_match_interpreter)

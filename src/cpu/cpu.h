@@ -247,7 +247,11 @@ typedef struct ot_jit {
                                        fit beside its accumulators: it calls them */
     int ninsn, nout, kd;            /* kd: the body's kernel dtype */
     int16_t (*arg)[3];              /* per insn: the values operands a, b, c read */
-    bool *body;                     /* per insn: run by the code (else prelude) */
+    bool *body;                     /* per insn: run by the code's loop */
+    /* per insn: a scalar op the code computes once per call, before its
+     * loop, on broadcast operands (jit.c's choose_pre); exec's prelude
+     * leaves it, and reads no value of it, alone */
+    bool *pre;
     int16_t out_val[1 + OT_MAX_XSTORES];
     bool out_vector[1 + OT_MAX_XSTORES];
 } ot_jit;
@@ -270,6 +274,8 @@ typedef struct ot_kernel {
     bool run_rows;                  /* generated code reading in place: a
                                        row's tiles run as one call (exec.c's
                                        spans_tiles), set there too */
+    bool row_runs;                  /* ... and runs of whole rows as one call
+                                       (exec_rows.c), set there too */
     int64_t run_cost;               /* one element's work in adds (exec.c's
                                        kernel_cost), set there too */
     ot_view store;                  /* EW/REDUCE: where results go; reduced

@@ -213,8 +213,8 @@ static ot_jit_fn *jit_entry(const ot_kernel *k, char *const *val, char *const *o
 }
 
 /* The prelude of a kernel's generated code for n elements at (o, j):
- * val[i] for each value the code does not compute, a load's elements in
- * place (or gathered), one element in one[i] for the rest. */
+ * val[i] for each value the code does not compute (body or pre), a load's
+ * elements in place (or gathered), one element in one[i] for the rest. */
 void ot__exec_jit_prelude(const run_ctx *c, scratch *s, int64_t o, int64_t j, int64_t n, char **val,
                         double *one)
 {
@@ -223,7 +223,7 @@ void ot__exec_jit_prelude(const run_ctx *c, scratch *s, int64_t o, int64_t j, in
     for (int i = 0; i < k->ninsn; i++) {
         const ot_insn *in = &k->insns[i];
         const int16_t *arg = jt->arg[i];
-        if (jt->body[i]) continue;
+        if (jt->body[i] || jt->pre[i]) continue;
         val[i] = (char *)&one[i];
         if (in->code == OT_I_LOAD) val[i] = load_tile(c, s, in, o, j, n);
         else if (in->code == OT_I_PARAM) ot__store(val[i], ot__kd_dtype(in->kd), c->param[in->arg]);
@@ -255,7 +255,7 @@ static void run_jit(const run_ctx *c, scratch *s, int64_t o, int64_t j, int64_t 
         _Alignas(64) char pad[OT_JIT_MAX_INSN + 1 + OT_MAX_XSTORES][64];
         char *tin[OT_JIT_MAX_INSN], *tout[1 + OT_MAX_XSTORES];
         for (int i = 0; i < k->ninsn; i++) {
-            if (jt->body[i]) continue;
+            if (jt->body[i] || jt->pre[i]) continue;
             tin[i] = val[i];
             if (k->insns[i].code != OT_I_LOAD || (k->insns[i].scalar & 8)) continue;
             memset(pad[i], 0, vb);
@@ -387,14 +387,32 @@ static bool spans_tiles(const ot_kernel *k)
     return true;
 }
 
+/* Whole rows from tile t on (t starting a row) that a kernel with row_runs
+ * runs as one call: those within first..last-1 and within t's run of
+ * dims[nd-2] (row steps are constant there); 0 where t starts no row. */
+static int64_t whole_rows(const run_ctx *c, int64_t t, int64_t last)
+{
+    const ot_kernel *k = c->k;
+    if (!k->row_runs || t % c->tiles_per_row) return 0;
+    int64_t o = t / c->tiles_per_row, rows = (last - t) / c->tiles_per_row;
+    int64_t d = k->dims[k->ndim - 2], left = d - o % d;
+    return rows < left ? rows : left;
+}
+
 /* Tiles first..last-1 of a kernel that spans_tiles, each row's run of them
- * as one call: a call per tile cost W2 1.5% beside one call per row (one
- * thread gets every chunk at once; elementwise values do not depend on
- * where the calls cut). */
+ * as one call, and runs of whole rows as one (whole_rows): a call per tile
+ * cost W2 1.5% beside one call per row (one thread gets every chunk at
+ * once; elementwise values do not depend on where the calls cut). */
 static void ew_rows(run_ctx *c, scratch *s, int64_t first, int64_t last)
 {
     size_t es = ot__esize((ot_dtype)c->k->store.dtype);
     for (int64_t t = first; t < last;) {
+        int64_t whole = whole_rows(c, t, last);
+        if (whole) {
+            ot__exec_row_run(c, t / c->tiles_per_row, whole);
+            t += whole * c->tiles_per_row;
+            continue;
+        }
         int64_t o = t / c->tiles_per_row, jt = t % c->tiles_per_row;
         int64_t end = (o + 1) * c->tiles_per_row < last ? (o + 1) * c->tiles_per_row : last;
         int64_t j = jt * c->tile, stop = (end - o * c->tiles_per_row) * c->tile;
@@ -843,6 +861,7 @@ void ot__plan_run_prepare(ot_plan *p)
     for (int i = 0; i < p->nkernels; i++) {
         p->kernels[i].run_tile = tile_for(&p->kernels[i]);
         p->kernels[i].run_rows = spans_tiles(&p->kernels[i]);
+        p->kernels[i].row_runs = p->kernels[i].run_rows && ot__exec_row_runs(&p->kernels[i]);
         p->kernels[i].run_cost = kernel_cost(&p->kernels[i]);
         p->leaf_indices |= leaf_indexed(&p->kernels[i]);
     }
@@ -953,7 +972,7 @@ static bool plan_direct(const ot_plan *p)
         const ot_insn *in = &k->insns[i];
         bool in_place = in->code == OT_I_LOAD &&
                         ((in->scalar & 8) || k->loads[in->arg].strides[0] == 1);
-        if (!jt->body[i] && !in_place && in->code != OT_I_PARAM) return false;
+        if (!jt->body[i] && !jt->pre[i] && !in_place && in->code != OT_I_PARAM) return false;
     }
     return true;
 }
@@ -966,7 +985,7 @@ void ot__plan_run_direct(ot_backend *be, const ot_plan *p, const ot_binding *bin
     double one[OT_JIT_MAX_INSN];
     for (int i = 0; i < k->ninsn; i++) {   /* run_jit's prelude, less what cannot occur */
         const ot_insn *in = &k->insns[i];
-        if (jt->body[i]) continue;
+        if (jt->body[i] || jt->pre[i]) continue;
         if (in->code == OT_I_LOAD) {
             val[i] = view_base(p, bind, NULL, &k->loads[in->arg]);
             continue;

@@ -2,8 +2,8 @@
  * exec.h - what the executor's files share (cpu layer, private to
  * them): the memory a run reserves, the context every tile of a kernel
  * shares, tile scratch, and the calls between exec.c (tiles, elementwise
- * kernels, plans), exec_reduce.c (reductions) and exec_tblock.c
- * (transposed blocks).
+ * kernels, plans), exec_reduce.c (reductions), exec_tblock.c
+ * (transposed blocks) and exec_rows.c (row runs).
  */
 #ifndef OT_EXEC_H
 #define OT_EXEC_H
@@ -131,6 +131,21 @@ void ot__exec_run_with_extras(const run_ctx *c, scratch *s, int64_t o, int64_t j
  * through its generated code's fn_rows; false (nothing run) where it does
  * not fit. */
 bool ot__exec_tblocks(ot_threads *th, int slot, run_ctx *c);
+/* exec_rows.c: whether an EW kernel runs runs of whole rows as one call of
+ * its code's fn_rows (run_rows, fn_rows built, rows of whole vectors, and
+ * every value its code does not compute a load or a parameter); rows
+ * o..o+rows-1, within one run of dims[nd-2], so run; whether fn_rows'
+ * call with in val, out and rs (row steps) may take fn_rows_stream (every
+ * output and its step aligned to the vector, none read in place). */
+bool ot__exec_row_runs(const ot_kernel *k);
+void ot__exec_row_run(const run_ctx *c, int64_t o, int64_t rows);
+bool ot__exec_rows_stream(const ot_kernel *k, char *const *val, char *const *out,
+                          const int64_t *rs);
+/* ... and fn_rows' arguments for rows o..o+rows-1 from column j: every
+ * load in place (exec_tblock.c gathers its transposed ones after), a
+ * parameter in one[i], every output, and each one's step per row. */
+void ot__exec_rows_args(const run_ctx *c, int64_t o, int64_t j, int64_t rows, char **val,
+                        char **out, int64_t *rs, double *one);
 /* exec_reduce.c: a REDUCE kernel run on the pool th from slot. */
 void ot__exec_run_reduce(ot_threads *th, int slot, run_ctx *c);
 

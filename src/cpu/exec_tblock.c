@@ -60,7 +60,7 @@ static bool fits(const run_ctx *c)
         if (!jt->out_vector[q]) return false;
     for (int i = 0; i < k->ninsn; i++) {
         const ot_insn *in = &k->insns[i];
-        if (jt->body[i] || in->code == OT_I_PARAM) continue;
+        if (jt->body[i] || jt->pre[i] || in->code == OT_I_PARAM) continue;
         if (in->code != OT_I_LOAD) return false;   /* a scalar op of the prelude */
         const ot_view *v = &k->loads[in->arg];
         if ((in->scalar & 8) || v->strides[nd - 1] == 1) continue;
@@ -81,33 +81,8 @@ static char *gather(const run_ctx *c, char *buf, const char *src, int64_t st, in
     return buf;
 }
 
-/* Whether the block's outputs take streaming stores: the code has them,
- * every row of every output starts on a vector, and no output is read in
- * place by the kernel itself (see exec.c's can_stream). */
-static bool streams(const ot_kernel *k, char *const *val, char *const *out, const int64_t *rs)
-{
-    const ot_jit *jt = k->jit;
-    uintptr_t vb = (uintptr_t)jt->kt->vbytes;
-    if (!jt->fn_rows_stream) return false;
-    for (int q = 0; q < jt->nout; q++) {
-        if ((uintptr_t)out[q] % vb || (uintptr_t)rs[1 + k->ninsn + q] % vb) return false;
-        for (int i = 0; i < k->ninsn; i++)
-            if (!jt->body[i] && k->insns[i].code == OT_I_LOAD && val[i] == out[q]) return false;
-    }
-    return true;
-}
-
-/* Output q's address at (o, j) and its step per row. */
-static char *out_at(const run_ctx *c, int q, int64_t o, int64_t j, int64_t *step)
-{
-    const ot_kernel *k = c->k;
-    const ot_view *v = q ? &k->xstores[q - 1].view : &k->store;
-    int64_t es = (int64_t)ot__esize(v->dtype);
-    *step = v->strides[k->ndim - 2] * es;
-    return (q ? c->xstore[q - 1] : c->store) + view_offset(k, v, o, j) * es;
-}
-
-/* Rows o..o+rows-1, columns j..j+TB_COLS-1, as one call of fn_rows. */
+/* Rows o..o+rows-1, columns j..j+TB_COLS-1, as one call of fn_rows: the
+ * transposed loads gathered first. */
 static void block(const run_ctx *c, scratch *s, int64_t o, int64_t rows, int64_t j)
 {
     const ot_kernel *k = c->k;
@@ -116,26 +91,17 @@ static void block(const run_ctx *c, scratch *s, int64_t o, int64_t rows, int64_t
     char *val[OT_JIT_MAX_INSN], *out[1 + OT_MAX_XSTORES];
     int64_t rs[2 + OT_JIT_MAX_INSN + OT_MAX_XSTORES];
     double one[OT_JIT_MAX_INSN];
-    rs[0] = rows;
+    ot__exec_rows_args(c, o, j, rows, val, out, rs, one);
     for (int i = 0; i < k->ninsn; i++) {
         const ot_insn *in = &k->insns[i];
-        rs[1 + i] = 0;
-        if (jt->body[i]) continue;
-        if (in->code == OT_I_PARAM) {
-            val[i] = (char *)&one[i];
-            ot__store(val[i], ot__kd_dtype(in->kd), c->param[in->arg]);
-            continue;
-        }
+        if (jt->body[i] || jt->pre[i] || in->code != OT_I_LOAD || (in->scalar & 8)) continue;
         const ot_view *v = &k->loads[in->arg];
-        int64_t es = (int64_t)ot__esize(v->dtype);
-        val[i] = c->base[in->arg] + view_offset(k, v, o, j) * es;
-        rs[1 + i] = v->strides[nd - 2] * es;
-        if ((in->scalar & 8) || v->strides[nd - 1] == 1) continue;
+        if (v->strides[nd - 1] == 1) continue;
         val[i] = gather(c, s->tc[nt++].buf, val[i], v->strides[nd - 1], rows);
         rs[1 + i] = TB_COLS * 4;
     }
-    for (int q = 0; q < jt->nout; q++) out[q] = out_at(c, q, o, j, &rs[1 + k->ninsn + q]);
-    (streams(k, val, out, rs) ? jt->fn_rows_stream : jt->fn_rows)(val, out, TB_COLS * 4, rs);
+    bool stream = ot__exec_rows_stream(k, val, out, rs);
+    (stream ? jt->fn_rows_stream : jt->fn_rows)(val, out, TB_COLS * 4, rs);
 }
 
 /* Columns j..j+n-1 (n < TB_COLS) of rows o..o+rows-1 by exec.c's tiles,

@@ -17,10 +17,15 @@
  * included: add, mul and fma keep the operand order that the tile
  * kernels pin (isa_avx2.h), a first, and c - a*b is (-a)*b + c there too.
  *
- * The program's "prelude" (loads, parameters and scalar instructions) stays
- * with exec.c, which passes a pointer per value: a vector input is read at
- * the loop offset, a scalar one is broadcast once before the loop into a
- * stack slot, and vector pointers are loaded into registers there too.
+ * The program's "prelude" (loads, parameters and the scalar instructions
+ * the code does not compute) stays with exec.c, which passes a pointer per
+ * value: a vector input is read at the loop offset, a scalar one is
+ * broadcast once before the loop into a stack slot, and vector pointers
+ * are loaded into registers there too. Scalar instructions whose lanes are
+ * computed alone (choose_pre: a row's rsqrt(mean + eps)) are computed by
+ * the code itself once per call, before its loop, on those broadcasts:
+ * exec's prelude ran them through the tile kernels on one element, about
+ * 700 instructions a row of a layer norm.
  * Outputs are stored at the end of each iteration, after every load of it,
  * so an output may be an input. Registers are assigned in one pass with
  * the farthest-last-use value evicted; calls clobber every vector register,
@@ -169,7 +174,7 @@ void ot__jit_reset_regs(regs *r)
     for (int g = 0; g < NREG; g++) r->val_of[g] = -1;
     for (int v = 0; v < r->j->ninsn; v++) {
         r->reg_of[v] = -1;
-        r->spilled[v] = false;
+        r->spilled[v] = r->j->pre[v];   /* in its slot from emit_pre on */
     }
 }
 
@@ -195,6 +200,23 @@ void ot__jit_emit_stores(regs *r, bool stream)
     }
 }
 
+/* The scalar ops the code computes (pre), once per call, each from its
+ * operands' slots into its own: inline, calling nothing, so the pointers
+ * and constants in registers stay. */
+static void emit_pre(regs *r)
+{
+    ot__jit_reset_regs(r);
+    for (int pos = 0; pos < r->j->ninsn; pos++) {
+        const ot_insn *in = &r->insns[pos];
+        if (!r->j->pre[pos]) continue;
+        if (in->code == OT_I_UNARY && in->op == OT_OP_RSQRT)
+            ot__jit_emit_rsqrt_bcast(r, pos, r->j->arg[pos][0]);
+        else ot__jit_emit_insn(r, pos);
+        ot__jit_vmov_store(r, r->reg_of[pos], RSP, NO_INDEX, ot__jit_slot(r, pos));
+        for (int g = 0; g < NREG; g++) ot__jit_release(r, g);
+    }
+}
+
 /* Before an elementwise loop, the loop's invariants: vector pointers in
  * registers (r14 holds nbytes here, so from r15 on; r15 alone where the body
  * calls a function, which may clobber the others) and every broadcast
@@ -207,6 +229,7 @@ static void emit_invariants(regs *r)
     r->nptr = 1;
     ot__jit_emit_pointers(r);
     ot__jit_emit_splats(r);
+    emit_pre(r);
 }
 
 /* fn(in, out, nbytes): rbx walks the byte offset 0, V, 2V, ... < nbytes (V
@@ -396,12 +419,53 @@ static bool map_values(ot_jit *j, const ot_kernel *k)
     return ok;
 }
 
-/* The last body position reading each value; outputs live to the end. */
+/* Whether scalar insn i can be one of the ops the code computes before its
+ * loop (pre): arithmetic of the body's dtype emitted inline (rsqrt too,
+ * which a body cannot have in f32: see ot__jit_emit_rsqrt_bcast), on
+ * operands the code has as broadcasts of that dtype. Such an op computes
+ * each lane alone, so its value equals exec's run of the tile kernel on
+ * one element in a zero-padded vector; nothing is called (a call would
+ * clobber the pointers and constants in registers, and SLEEF's sin and
+ * cos are not lane by lane: see fn_tail), and the inline functions (exp,
+ * log, tanh) would need constants the body may not have. */
+static bool hoistable(const ot_jit *j, const ot_kernel *k, int i)
+{
+    const ot_insn *in = &k->insns[i];
+    bool op = in->code == OT_I_UNARY || in->code == OT_I_BINARY || in->code == OT_I_FMA;
+    if (!op || !(in->scalar & 8) || in->kd != j->kd || is_sig(in) ||
+        inline_fn(j, in) != FN_CALL || ot__custom_insn(in))
+        return false;
+    if (needs_call(j, in) && !(in->code == OT_I_UNARY && in->op == OT_OP_RSQRT)) return false;
+    for (int o = 0; o < 3; o++) {
+        int v = j->arg[i][o];
+        if (v < 0) continue;
+        const ot_insn *src = &k->insns[v];
+        int dt = src->code == OT_I_LOAD ? k->loads[src->arg].dtype : ot__kd_dtype(src->kd);
+        if (j->body[v] || ot__kd((ot_dtype)dt) != j->kd) return false;
+    }
+    return true;
+}
+
+/* Marks the scalar ops the code computes (pre): each hoistable one that no
+ * op left to exec's prelude reads and that no output stores as a scalar
+ * (exec copies those from its prelude's values). */
+static void choose_pre(ot_jit *j, const ot_kernel *k)
+{
+    for (int i = 0; i < k->ninsn; i++) j->pre[i] = !j->body[i] && hoistable(j, k, i);
+    for (int q = 0; q < j->nout; q++)
+        if (j->out_val[q] >= 0 && !j->out_vector[q]) j->pre[j->out_val[q]] = false;
+    for (int i = k->ninsn - 1; i >= 0; i--)
+        for (int o = 0; o < 3 && !j->body[i] && !j->pre[i]; o++)
+            if (j->arg[i][o] >= 0) j->pre[j->arg[i][o]] = false;
+}
+
+/* The last position (in the body, or the ops before it) reading each
+ * value; outputs live to the end. */
 static void last_uses(const ot_jit *j, int16_t *last)
 {
     for (int v = 0; v < j->ninsn; v++) last[v] = -1;
     for (int i = 0; i < j->ninsn; i++)
-        for (int o = 0; o < 3 && j->body[i]; o++)
+        for (int o = 0; o < 3 && (j->body[i] || j->pre[i]); o++)
             if (j->arg[i][o] >= 0) last[j->arg[i][o]] = (int16_t)i;
     for (int q = 0; q < j->nout; q++)
         if (j->out_val[q] >= 0) last[j->out_val[q]] = (int16_t)j->ninsn;
@@ -548,6 +612,14 @@ static bool half_fits(const ot_jit *j, const ot_kernel *k, const ot_kernels *kt,
     return ok;
 }
 
+/* Whether exec may run k a run of whole rows per call (exec_rows.c), for
+ * which it needs fn_rows: elementwise over rows, its one output in place,
+ * rows of whole vectors. */
+static bool runs_rows(const ot_kernel *k)
+{
+    return k->kind == OT_KER_EW && k->ndim >= 2 && k->direct_store && !k->nxstore;
+}
+
 /* ot__jit_build's attempt with log and tanh inline or (calls_log_tanh)
  * called; *retry: a reduction whose inline log or tanh did not fit. */
 /* half_in: the 16-bit code of ot__jit_build_half, its output half_out. */
@@ -568,13 +640,15 @@ static ot_jit *build(const ot_kernel *k, const ot_kernels *kt, int acc, bool str
         j->ninsn = k->ninsn;
         j->arg = ot__malloc(sizeof *j->arg * (size_t)k->ninsn);
         j->body = ot__calloc((size_t)k->ninsn, sizeof *j->body);
+        j->pre = ot__calloc((size_t)k->ninsn, sizeof *j->pre);
         r.reg_of = ot__malloc(sizeof *r.reg_of * (size_t)k->ninsn);
         r.spilled = ot__malloc((size_t)k->ninsn);
         r.last = ot__malloc(sizeof *r.last * (size_t)k->ninsn);
-        ok = j->arg && j->body && r.reg_of && r.spilled && r.last && map_values(j, k) &&
+        ok = j->arg && j->body && j->pre && r.reg_of && r.spilled && r.last && map_values(j, k) &&
              (half_in ? half_fits(j, k, kt, half_in, half_out)
                       : reduce ? reduce_fits(j, k) : worth_it(j, k, stream));
     }
+    if (ok && !reduce && !half_in) choose_pre(j, k);   /* see hoistable */
     if (ok) {
         r.pp = j->kd == OT_KD_F64;
         r.w = r.pp;
@@ -605,7 +679,7 @@ static ot_jit *build(const ot_kernel *k, const ot_kernels *kt, int acc, bool str
             j->stream_at = c.n;
             emit_function(&r, ot__jit_slot(&r, k->ninsn) + r.vbytes, true);
         }
-        if (k->col_blocked && !half_in) emit_rows_functions(&r, j, stream);
+        if ((k->col_blocked || runs_rows(k)) && !half_in) emit_rows_functions(&r, j, stream);
         if (r.calls && !half_in) {
             while (c.n % 16) ot__x86_put1(&c, 0xCC);
             j->tail_at = c.n;
@@ -656,6 +730,7 @@ void ot__jit_free(ot_jit *j)
     free(j->code);
     free(j->arg);
     free(j->body);
+    free(j->pre);
     free(j);
 }
 

@@ -207,6 +207,7 @@ void ot__jit_emit_sig(regs *r, int pos, const void *exp_fn, int x);
 void ot__jit_emit_unary_steps(regs *r, int pos, int a, unary_steps_fn fn, int n, bool floor);
 void ot__jit_emit_unary(regs *r, int pos, int op, int a);
 void ot__jit_emit_binary(regs *r, int pos, int op, int a, int b);
+void ot__jit_emit_rsqrt_bcast(regs *r, int pos, int a);
 void ot__jit_emit_fma(regs *r, int pos, bool sub, int a, int b, int cv);
 extern const uint32_t ot__jit_fn_bits[NFNK];
 

@@ -628,6 +628,33 @@ void ot__jit_emit_binary(regs *r, int pos, int op, int a, int b)
     ot__jit_bind(r, pos, d);
 }
 
+/* rsqrt of value a, a broadcast (pre's only: lane 0 is computed and
+ * broadcast): 1 / sqrt in double lanes, as tile.inc's f64_rsqrt, and for
+ * f32 widened first and rounded once at the end, as its f32 kernel (two
+ * float roundings would differ), so the bits are the table's. */
+void ot__jit_emit_rsqrt_bcast(regs *r, int pos, int a)
+{
+    code *c = r->c;
+    int wd = c->evex;                                   /* W1 for double under EVEX */
+    int ra = ot__jit_use(r, a, 0);
+    int t[2];
+    ot__jit_scratch(r, 1u << ra, t, 2);
+    bool f32 = !r->pp;
+    ot__jit_vmov_load(r, t[1], RSP, NO_INDEX, ot__jit_konst(r, K_ONE));
+    if (f32) {
+        ot__x86_vrr(c, 1, 0, 0, 0x5A, t[0], 0, ra);                             /* vcvtps2pd */
+        ot__x86_vrr(c, 1, 0, 0, 0x5A, t[1], 0, t[1]);                           /* 1.0 too */
+    }
+    ot__x86_vrr(c, 1, 1, wd, 0x51, t[0], 0, f32 ? t[0] : ra);                   /* vsqrtpd */
+    ot__x86_vrr(c, 1, 1, wd, 0x5E, t[0], t[1], t[0]);                           /* vdivpd 1 / . */
+    if (f32) {
+        ot__x86_vrr(c, 1, 1, wd, 0x5A, t[0], 0, t[0]);                          /* vcvtpd2ps */
+        ot__x86_vrr(c, 2, 1, 0, 0x18, t[0], 0, t[0]);                           /* vbroadcastss */
+    }
+    ot__jit_retire(r, pos);
+    ot__jit_bind(r, pos, t[0]);
+}
+
 /* a*b + c, or c - a*b as (-a)*b + c: the tile kernels' own instructions
  * (vfnmadd231 is the same function, but emulators such as valgrind give
  * its exact zeros the other sign), into a register holding c. */

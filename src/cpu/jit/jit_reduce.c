@@ -158,14 +158,14 @@ static bool reads_constants(const regs *r)
     return r->fn_used != 0;
 }
 
-/* Every broadcast value the body reads, broadcast once into its slot: a
- * vector load per use then, not a pointer load and a broadcast. */
+/* Every broadcast value the body (or pre) reads, broadcast once into its
+ * slot: a vector load per use then, not a pointer load and a broadcast. */
 void ot__jit_emit_splats(regs *r)
 {
     for (int v = 0; v < r->j->ninsn; v++) {
         bool read = false;
         for (int i = 0; i < r->j->ninsn; i++)
-            for (int o = 0; o < 3 && r->j->body[i]; o++) read |= r->j->arg[i][o] == v;
+            for (int o = 0; o < 3 && ot__jit_in_body(r, i); o++) read |= r->j->arg[i][o] == v;
         if (!read || ot__jit_in_body(r, v) || ot__jit_is_vector_load(r, v)) continue;
         ot__jit_fetch(r, v, 0);
         ot__jit_vmov_store(r, 0, RSP, NO_INDEX, ot__jit_slot(r, v));

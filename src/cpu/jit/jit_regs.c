@@ -146,7 +146,8 @@ bool ot__jit_is_vector_load(const regs *r, int v)
     return in->code == OT_I_LOAD && !(in->scalar & 8);
 }
 
-bool ot__jit_in_body(const regs *r, int v) { return r->j->body[v]; }
+/* Whether the code computes value v (in its loop, or before it: pre). */
+bool ot__jit_in_body(const regs *r, int v) { return r->j->body[v] || r->j->pre[v]; }
 
 /* Registers a loop keeps its first vector inputs' and outputs' pointers
  * in, rather than loading each from in[] or out[] per vector: r14 and r15,
@@ -265,11 +266,11 @@ static void place(regs *r, int pos, int v, int reg)
 }
 
 /* In fn_tail, zeroes the lanes past nbytes of reg, which holds value v,
- * where v is a vector (a broadcast scalar fills the tile kernels' padding
- * too). */
+ * where v is a vector (a broadcast scalar, pre's too, fills the tile
+ * kernels' padding). */
 bool ot__jit_zero_dead(const regs *r, int v)
 {
-    return r->tail && (ot__jit_in_body(r, v) || ot__jit_is_vector_load(r, v));
+    return r->tail && (r->j->body[v] || ot__jit_is_vector_load(r, v));
 }
 
 static void dead_lanes_zero(regs *r, int v, int reg)

@@ -702,23 +702,27 @@ static ot_tensor *of_dtype(ot_backend *be, ot_shape s, ot_dtype dt, const double
 
 /* x * rsqrt(c + eps) + x * (c / 3 - 1) (x^T * rsqrt(c + eps) + 2x when x
  * is square: a transposed read, whose blocks run the code a block of rows
- * per call) over x of shape xs and c of shape cs, on a backend of each mode;
- * whether the generated code and streaming stores give the interpreter's
- * bits. */
+ * per call; with red, the first's sums over rows) over x of shape xs and
+ * c of shape cs, on a backend of each mode; whether the generated code and
+ * streaming stores give the interpreter's bits. */
 static bool row_scalars_same(const char *isa, ot_dtype dt, ot_shape xs, ot_shape cs,
-                             const double *x, const double *col, bool code)
+                             const double *x, const double *col, bool code, bool red)
 {
+    ot_shape os = xs;
+    if (red) os.dims[os.ndim - 1] = 1;
     int64_t n = 1;
-    for (int d = 0; d < xs.ndim; d++) n *= xs.dims[d];
+    for (int d = 0; d < os.ndim; d++) n *= os.dims[d];
     void *res[3];
     for (int b = 0; b < 3; b++) {
         ot_backend *be = backend(isa, b, 1);
         ot_tensor *tc = of_dtype(be, cs, dt, col), *tx = of_dtype(be, xs, dt, x);
-        ot_tensor *o = ot_empty(be, xs, dt);
+        ot_tensor *o = ot_empty(be, os, dt);
         ot_pool *p = ot_pool_push();
         ot_node *r = ot_rsqrt(ot_add(tc, 1e-5));
         ot_node *t = ot_add(ot_mul(tx, r), ot_mul(tx, ot_sub(ot_div(tc, 3.0), 1.0)));
-        if (xs.ndim == 2 && xs.dims[0] == xs.dims[1]) t = ot_add(ot_mul(ot_T(tx), r), ot_mul(tx, 2.0));
+        if (red) t = ot_sum(t, .axis = 1, .keepdims = true);
+        else if (xs.ndim == 2 && xs.dims[0] == xs.dims[1])
+            t = ot_add(ot_mul(ot_T(tx), r), ot_mul(tx, 2.0));
         CHECK(ot_assign(o, t) == 0);
         char *e = code && b ? test__explain_many(1, &o, &t) : NULL;
         CHECK(!e || strstr(e, "(generated code"));
@@ -740,7 +744,8 @@ static bool row_scalars_same(const char *isa, ot_dtype dt, ot_shape xs, ot_shape
 /* The scalars the generated code computes before its loop (pre) against
  * the interpreter's, bitwise: a column c of every special value (rsqrt of
  * -0, a negative, a denormal, inf, NaN) and ordinary ones under rows of 1
- * to 40 elements (one column: c is a vector, no code in f32), and each
+ * to 40 elements (one column: c is a vector, no code in f32), elementwise
+ * and under a sum over rows, and each
  * special value as a 0-d c of a vector short enough to run directly (see
  * ot__plan_run_direct); both dtypes, every table that generates code. */
 TEST(jit_row_scalars_special)
@@ -755,57 +760,71 @@ TEST(jit_row_scalars_special)
         for (int d = 0; d < 2; d++) {
             ot_dtype dt = d ? OT_F64 : OT_F32;
             for (size_t c = 0; c < sizeof cols / sizeof *cols; c++)
-                if (!row_scalars_same(isa[a], dt, OT_SHAPE(ROWS, cols[c]), OT_SHAPE(ROWS, 1), x,
-                                      col, cols[c] > 1))
-                    test__fail(__FILE__, __LINE__, "OT_ISA=%s %s %dx%lld: code differs",
-                               isa[a] ? isa[a] : "-", ot_dtype_name(dt), ROWS,
-                               (long long)cols[c]);
+                for (int red = 0; red < 2; red++)
+                    if (!row_scalars_same(isa[a], dt, OT_SHAPE(ROWS, cols[c]), OT_SHAPE(ROWS, 1),
+                                          x, col, cols[c] > 1, red))
+                        test__fail(__FILE__, __LINE__, "OT_ISA=%s %s %dx%lld%s: code differs",
+                                   isa[a] ? isa[a] : "-", ot_dtype_name(dt), ROWS,
+                                   (long long)cols[c], red ? ", summed" : "");
             for (int v = 0; v < NS; v++)
-                if (!row_scalars_same(isa[a], dt, OT_SHAPE(32), (ot_shape){0}, x, &col[v], true))
+                if (!row_scalars_same(isa[a], dt, OT_SHAPE(32), (ot_shape){0}, x, &col[v], true,
+                                      false))
                     test__fail(__FILE__, __LINE__, "OT_ISA=%s %s, c = %g: code differs",
                                isa[a] ? isa[a] : "-", ot_dtype_name(dt), col[v]);
         }
 }
 
-/* x * w + rsqrt(c + eps) * x over x [3,5,16], w [5,16] (a kernel of
- * three dims: w's row step goes back at each of x's 3), c [3,5,1]: runs
- * of whole rows (exec_rows.c) cut where the step changes and where the
- * threads' chunks cut, bitwise the interpreter's on 1 and 3 threads. */
+/* e = x * w + rsqrt(c + eps) * x over x [2,70,16], w [70,16] (kernels of
+ * three dims: w's row step goes back at each of x's 2), c [2,70,1], with
+ * the sums of (x - w) / 2 and the means of x / (w + 3) over rows: runs of
+ * whole rows
+ * (exec_rows.c) and of row sums (red_rows, at most 64 rows a call) cut
+ * where the step changes and where the threads' chunks cut, bitwise the
+ * interpreter's on 1 and 3 threads. */
 TEST(jit_row_runs_cut_at_outer_dims)
 {
+    enum { N = 2 * 70 * 16, R = 2 * 70 };
     const char *isa[NJIT_ISA];
-    double x[240], w[80], c[15];
-    fill(x, 240, 1);
-    fill(w, 80, 2);
-    for (int i = 0; i < 15; i++) c[i] = 0.5 + i;
+    static double x[N], w[70 * 16], c[R];
+    fill(x, N, 1);
+    fill(w, 70 * 16, 2);
+    for (int i = 0; i < R; i++) c[i] = 0.5 + i;
     for (int a = 0, na = assignment_isas(isa); a < na; a++)
         for (int d = 0; d < 2; d++)
             for (int threads = 1; threads <= 3; threads += 2) {
                 ot_dtype dt = d ? OT_F64 : OT_F32;
-                void *res[3];
+                size_t es = ot_dtype_size(dt);
+                char *res[3];
                 for (int b = 0; b < 3; b++) {
                     ot_backend *be = backend(isa[a], b, threads);
-                    ot_tensor *tx = of_dtype(be, OT_SHAPE(3, 5, 16), dt, x);
-                    ot_tensor *tw = of_dtype(be, OT_SHAPE(5, 16), dt, w);
-                    ot_tensor *tc = of_dtype(be, OT_SHAPE(3, 5, 1), dt, c);
-                    ot_tensor *o = ot_empty(be, OT_SHAPE(3, 5, 16), dt);
+                    ot_tensor *tx = of_dtype(be, OT_SHAPE(2, 70, 16), dt, x);
+                    ot_tensor *tw = of_dtype(be, OT_SHAPE(70, 16), dt, w);
+                    ot_tensor *tc = of_dtype(be, OT_SHAPE(2, 70, 1), dt, c);
+                    ot_tensor *o[3] = {ot_empty(be, OT_SHAPE(2, 70, 16), dt),
+                                       ot_empty(be, OT_SHAPE(2, 70, 1), dt),
+                                       ot_empty(be, OT_SHAPE(2, 70, 1), dt)};
                     ot_pool *p = ot_pool_push();
-                    ot_node *t = ot_add(ot_mul(tx, tw), ot_mul(ot_rsqrt(ot_add(tc, 1e-5)), tx));
-                    CHECK(ot_assign(o, t) == 0);
-                    char *e = b ? test__explain_many(1, &o, &t) : NULL;
-                    CHECK(!b || (e && strstr(e, "[3x5x16]") && strstr(e, "(generated code")));
-                    free(e);
+                    ot_node *r = ot_rsqrt(ot_add(tc, 1e-5));
+                    ot_node *e = ot_add(ot_mul(tx, tw), ot_mul(r, tx));
+                    ot_node *t[3] = {e, ot_sum(ot_mul(ot_sub(tx, tw), 0.5), .axis = 2, .keepdims = true),
+                                     ot_mean(ot_div(tx, ot_add(tw, 3.0)), .axis = 2, .keepdims = true)};
+                    CHECK(ot_assign_many(3, o, t) == 0);
+                    char *ex = b ? test__explain_many(3, o, t) : NULL;
+                    CHECK(!b || (ex && strstr(ex, "[2x70x16]") && strstr(ex, "(generated code")));
+                    free(ex);
                     ot_pool_pop(p);
-                    res[b] = malloc(ot_dtype_size(dt) * 240);
-                    ot_get(o, res[b]);
-                    ot_tensor_free(o);
+                    res[b] = malloc(es * (N + 2 * R));
+                    ot_get(o[0], res[b]);
+                    ot_get(o[1], res[b] + es * N);
+                    ot_get(o[2], res[b] + es * (N + R));
+                    for (int i = 0; i < 3; i++) ot_tensor_free(o[i]);
                     ot_tensor_free(tc);
                     ot_tensor_free(tw);
                     ot_tensor_free(tx);
                     ot_backend_free(be);
                 }
                 for (int b = 1; b < 3; b++)
-                    if (!same_bits(res[0], res[b], d, 240))
+                    if (!same_bits(res[0], res[b], d, N + 2 * R))
                         test__fail(__FILE__, __LINE__, "OT_ISA=%s %s, %d threads: %s differs",
                                    isa[a] ? isa[a] : "-", ot_dtype_name(dt), threads,
                                    b == 1 ? "generated code" : "streaming");

@@ -217,6 +217,12 @@ typedef struct ot_jit {
      * vectors of the last elements of vector input v and output q, which
      * the code reads and writes instead. */
     int (*red)(char *const *in, char *const *out, size_t nbytes, size_t tile_bytes, double *acc);
+    /* A sum's (or mean's) over rows of several: red once per row of rs[0],
+     * folding row r into acc[r], in[v] and out[q] advanced by rs[1 + v] and
+     * rs[1 + ninsn + q] bytes after each row (both arrays are rewritten);
+     * nbytes a whole number of vectors. NULL where not built. */
+    int (*red_rows)(char **in, char **out, size_t nbytes, size_t tile_bytes, double *acc,
+                    const int64_t *rs);
     bool reduce;                    /* red, not fn, fn_stream or fn_tail */
     /* The same with streaming (non-temporal) stores, not fenced: the
      * caller issues an sfence after its last call, before anything may read
@@ -241,6 +247,7 @@ typedef struct ot_jit {
     size_t stream_at;               /* fn_stream's offset in code, or 0 */
     size_t tail_at;                 /* fn_tail's offset in code, or 0 */
     size_t rows_at, rows_stream_at; /* fn_rows's and fn_rows_stream's, or 0 */
+    size_t red_rows_at;             /* red_rows', or 0 */
     const ot_kernels *kt;
     int acc;                        /* kt's accuracy slot (vfn1[acc]) */
     bool calls_log_tanh;            /* a reduction whose inline log or tanh did not
@@ -276,6 +283,8 @@ typedef struct ot_kernel {
                                        spans_tiles), set there too */
     bool row_runs;                  /* ... and runs of whole rows as one call
                                        (exec_rows.c), set there too */
+    bool red_runs;                  /* a row sum's runs of rows as one call
+                                       (exec_reduce.c), set there too */
     int64_t run_cost;               /* one element's work in adds (exec.c's
                                        kernel_cost), set there too */
     ot_view store;                  /* EW/REDUCE: where results go; reduced

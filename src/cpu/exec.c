@@ -862,6 +862,8 @@ void ot__plan_run_prepare(ot_plan *p)
         p->kernels[i].run_tile = tile_for(&p->kernels[i]);
         p->kernels[i].run_rows = spans_tiles(&p->kernels[i]);
         p->kernels[i].row_runs = p->kernels[i].run_rows && ot__exec_row_runs(&p->kernels[i]);
+        p->kernels[i].red_runs = p->kernels[i].kind == OT_KER_REDUCE &&
+                                 ot__exec_red_runs(&p->kernels[i]);
         p->kernels[i].run_cost = kernel_cost(&p->kernels[i]);
         p->leaf_indices |= leaf_indexed(&p->kernels[i]);
     }

@@ -146,7 +146,11 @@ bool ot__exec_rows_stream(const ot_kernel *k, char *const *val, char *const *out
  * parameter in one[i], every output, and each one's step per row. */
 void ot__exec_rows_args(const run_ctx *c, int64_t o, int64_t j, int64_t rows, char **val,
                         char **out, int64_t *rs, double *one);
-/* exec_reduce.c: a REDUCE kernel run on the pool th from slot. */
+/* exec_reduce.c: a REDUCE kernel run on the pool th from slot; whether a
+ * row sum runs rows a run at a time through its code's red_rows (built,
+ * used where reduce_span would call the code, rows of whole vectors, and
+ * every value the code does not compute a load or a parameter). */
+bool ot__exec_red_runs(const ot_kernel *k);
 void ot__exec_run_reduce(ot_threads *th, int slot, run_ctx *c);
 
 #endif /* OT_EXEC_H */

@@ -222,14 +222,70 @@ static void reduce_span(const run_ctx *c, scratch *s, racc *a, int64_t o, int64_
     }
 }
 
-/* The innermost dim is reduced: each row is one result. */
+bool ot__exec_red_runs(const ot_kernel *k)
+{
+    const ot_jit *jt = k->jit;
+    if (!jt || !jt->red_rows || k->ndim < 2 || k->red_axis != k->ndim - 1) return false;
+    int64_t lanes = jt->kt->vbytes / (jt->kd == OT_KD_F64 ? 8 : 4), inner = k->dims[k->ndim - 1];
+    if (inner <= 0 || inner % lanes || (inner <= k->run_tile && !computes(jt))) return false;
+    for (int i = 0; i < k->ninsn; i++) {
+        const ot_insn *in = &k->insns[i];
+        if (!jt->body[i] && !jt->pre[i] && in->code != OT_I_LOAD && in->code != OT_I_PARAM)
+            return false;
+    }
+    return true;
+}
+
+/* Rows from o on (before end) that a kernel with red_runs sums in one call
+ * of red_rows: within o's run of dims[nd-2] (row steps are constant
+ * there), at most RED_RUN; 0 for any other kernel. */
+#define RED_RUN 64
+static int64_t sum_run(const run_ctx *c, int64_t o, int64_t end)
+{
+    const ot_kernel *k = c->k;
+    if (!k->red_runs) return 0;
+    int64_t d = k->dims[k->ndim - 2], rows = end - o, left = d - o % d;
+    if (rows > left) rows = left;
+    return rows < RED_RUN ? rows : RED_RUN;
+}
+
+/* Rows o..o+rows-1 summed by one call of red_rows, each from the identity
+ * and stored as reduce_span's code would leave it. */
+static void sum_rows(const run_ctx *c, int64_t o, int64_t rows, size_t es)
+{
+    const ot_kernel *k = c->k;
+    const ot_jit *jt = k->jit;
+    char *val[OT_JIT_MAX_INSN], *out[1 + OT_MAX_XSTORES];
+    int64_t rs[2 + OT_JIT_MAX_INSN + OT_MAX_XSTORES];
+    double one[OT_JIT_MAX_INSN], acc[RED_RUN];
+    size_t ves = jt->kd == OT_KD_F64 ? 8 : 4;
+    for (int64_t r = 0; r < rows; r++) acc[r] = racc_identity(k->red_op).v;
+    ot__exec_rows_args(c, o, 0, rows, val, out, rs, one);
+    jt->red_rows(val, out, (size_t)c->inner * ves, (size_t)c->tile * ves, acc, rs);
+    for (int64_t r = 0; r < rows; r++) {
+        racc a = racc_identity(k->red_op);
+        a.v = acc[r];
+        racc_store(c, &a, c->store + view_offset(k, &k->store, o + r, 0) * (int64_t)es);
+    }
+}
+
+/* The innermost dim is reduced: each row is one result; sums run rows a
+ * run at a time where they can (red_runs). */
 static void row_body(run_ctx *c, scratch *s, int64_t first, int64_t last)
 {
     size_t es = ot__esize((ot_dtype)c->k->store.dtype);
-    for (int64_t o = first * ROWS_PER_CHUNK; o < c->nouter && o < last * ROWS_PER_CHUNK; o++) {
+    int64_t end = last * ROWS_PER_CHUNK < c->nouter ? last * ROWS_PER_CHUNK : c->nouter;
+    for (int64_t o = first * ROWS_PER_CHUNK; o < end;) {
+        int64_t rows = sum_run(c, o, end);
+        if (rows) {
+            sum_rows(c, o, rows, es);
+            o += rows;
+            continue;
+        }
         racc a = racc_identity(c->k->red_op);
         reduce_span(c, s, &a, o, 0, c->inner, 0);
         racc_store(c, &a, c->store + view_offset(c->k, &c->k->store, o, 0) * (int64_t)es);
+        o++;
     }
 }
 

@@ -201,9 +201,10 @@ void ot__jit_emit_stores(regs *r, bool stream)
 }
 
 /* The scalar ops the code computes (pre), once per call, each from its
- * operands' slots into its own: inline, calling nothing, so the pointers
- * and constants in registers stay. */
-static void emit_pre(regs *r)
+ * operands' slots into its own: inline, calling nothing, so the pointers,
+ * constants and a reduction's accumulators in registers stay (the
+ * allocator hands out none of those). */
+void ot__jit_emit_pre(regs *r)
 {
     ot__jit_reset_regs(r);
     for (int pos = 0; pos < r->j->ninsn; pos++) {
@@ -229,7 +230,7 @@ static void emit_invariants(regs *r)
     r->nptr = 1;
     ot__jit_emit_pointers(r);
     ot__jit_emit_splats(r);
-    emit_pre(r);
+    ot__jit_emit_pre(r);
 }
 
 /* fn(in, out, nbytes): rbx walks the byte offset 0, V, 2V, ... < nbytes (V
@@ -278,7 +279,6 @@ static void emit_function(regs *r, int frame, bool stream)
 static void emit_rows_function(regs *r, int frame, int32_t at, bool stream)
 {
     code *c = r->c;
-    const ot_jit *j = r->j;
     ot__jit_emit_prologue(r, frame);
     ot__x86_gpr_mem(c, 0x89, RCX, RSP, at);                            /* mov [rsp + at], rcx */
     ot__x86_gpr_mem(c, 0x8B, RAX, RCX, 0);                             /* mov rax, [rcx] */
@@ -288,15 +288,7 @@ static void emit_rows_function(regs *r, int frame, int32_t at, bool stream)
     emit_invariants(r);
     emit_loop(r, stream);
     ot__x86_gpr_mem(c, 0x8B, RAX, RSP, at);                            /* mov rax, [rsp + at] */
-    for (int v = 0; v < j->ninsn; v++) {
-        if (j->body[v] || r->insns[v].code != OT_I_LOAD) continue;
-        ot__x86_gpr_mem(c, 0x8B, RCX, RAX, 8 + 8 * v);                  /* mov rcx, [rax + 8 + 8v] */
-        ot__x86_gpr_mem(c, 0x01, RCX, R12, 8 * v);                      /* add [r12 + 8v], rcx */
-    }
-    for (int q = 0; q < j->nout; q++) {
-        ot__x86_gpr_mem(c, 0x8B, RCX, RAX, 8 + 8 * (j->ninsn + q));
-        ot__x86_gpr_mem(c, 0x01, RCX, R13, 8 * q);                      /* add [r13 + 8q], rcx */
-    }
+    ot__jit_emit_row_steps(r, 0);
     ot__x86_gpr_mem(c, 0xFF, 1, RSP, at + 8);                          /* dec qword [rsp + at + 8] */
     ot__x86_jump_back(c, JNE, row);
     ot__jit_emit_epilogue(c);
@@ -514,6 +506,10 @@ bool ot__jit_install(ot_jit *const *jits, int n, ot_jit_map *map)
             entry = m + at + jits[i]->rows_stream_at;
             memcpy(&jits[i]->fn_rows_stream, &entry, sizeof entry);
         }
+        if (jits[i]->red_rows_at) {
+            entry = m + at + jits[i]->red_rows_at;
+            memcpy(&jits[i]->red_rows, &entry, sizeof entry);
+        }
         jits[i]->fn_tail = jits[i]->fn;
         if (jits[i]->tail_at) {
             entry = m + at + jits[i]->tail_at;
@@ -620,6 +616,14 @@ static bool runs_rows(const ot_kernel *k)
     return k->kind == OT_KER_EW && k->ndim >= 2 && k->direct_store && !k->nxstore;
 }
 
+/* Whether exec may run k's rows a run at a time (exec_reduce.c), for
+ * which it needs red_rows: a sum or mean over the rows of several. */
+static bool sums_rows(const ot_kernel *k)
+{
+    return (k->red_op == OT_OP_SUM || k->red_op == OT_OP_MEAN) && k->ndim >= 2 &&
+           k->red_axis == k->ndim - 1;
+}
+
 /* ot__jit_build's attempt with log and tanh inline or (calls_log_tanh)
  * called; *retry: a reduction whose inline log or tanh did not fit. */
 /* half_in: the 16-bit code of ot__jit_build_half, its output half_out. */
@@ -648,7 +652,7 @@ static ot_jit *build(const ot_kernel *k, const ot_kernels *kt, int acc, bool str
              (half_in ? half_fits(j, k, kt, half_in, half_out)
                       : reduce ? reduce_fits(j, k) : worth_it(j, k, stream));
     }
-    if (ok && !reduce && !half_in) choose_pre(j, k);   /* see hoistable */
+    if (ok && !half_in) choose_pre(j, k);   /* see hoistable */
     if (ok) {
         r.pp = j->kd == OT_KD_F64;
         r.w = r.pp;
@@ -670,6 +674,11 @@ static ot_jit *build(const ot_kernel *k, const ot_kernels *kt, int acc, bool str
         r.red = k->red_op == OT_OP_MEAN ? OT_OP_SUM : k->red_op;
         r.nreg = r.calls ? NREG : r.red == OT_OP_SUM ? ACC_REG : NAN_REG;
         ot__jit_emit_reduce_function(&r, ot__jit_slot(&r, k->ninsn) + r.vbytes);
+        if (sums_rows(k)) {
+            while (c.n % 16) ot__x86_put1(&c, 0xCC);
+            j->red_rows_at = c.n;
+            ot__jit_emit_reduce_rows_function(&r, ot__jit_slot(&r, k->ninsn) + r.vbytes);
+        }
         ok = !c.oom;
         *retry = !ok && (r.fns & ~(1u << FN_EXP));
     } else if (ok) {

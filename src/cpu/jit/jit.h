@@ -31,6 +31,7 @@
 #define RBX 3
 #define RBP 5
 #define R8 8
+#define R9 9
 #define R12 12
 #define R13 13
 #define R14 14
@@ -208,6 +209,7 @@ void ot__jit_emit_unary_steps(regs *r, int pos, int a, unary_steps_fn fn, int n,
 void ot__jit_emit_unary(regs *r, int pos, int op, int a);
 void ot__jit_emit_binary(regs *r, int pos, int op, int a, int b);
 void ot__jit_emit_rsqrt_bcast(regs *r, int pos, int a);
+void ot__jit_emit_pre(regs *r);
 void ot__jit_emit_fma(regs *r, int pos, bool sub, int a, int b, int cv);
 extern const uint32_t ot__jit_fn_bits[NFNK];
 
@@ -215,6 +217,8 @@ extern const uint32_t ot__jit_fn_bits[NFNK];
 void ot__jit_emit_splats(regs *r);
 void ot__jit_emit_pointers(regs *r);
 void ot__jit_emit_reduce_function(regs *r, int frame);
+void ot__jit_emit_reduce_rows_function(regs *r, int frame);
+void ot__jit_emit_row_steps(regs *r, int q0);
 
 /* ---- jit_half.c: 16-bit loads and stores */
 void ot__jit_half_load(regs *r, int reg, int dt, int base, int index);

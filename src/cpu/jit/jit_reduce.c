@@ -41,8 +41,9 @@
  */
 
 /* K_MISC's scalars: the acc pointer, the end of the tile, *acc's value,
- * nbytes and tile_bytes. */
-enum { MISC_ACCP = 0, MISC_END = 8, MISC_ACC = 16, MISC_N = 24, MISC_TILE = 32 };
+ * nbytes and tile_bytes; red_rows' rs and the rows left. */
+enum { MISC_ACCP = 0, MISC_END = 8, MISC_ACC = 16, MISC_N = 24, MISC_TILE = 32, MISC_RS = 40,
+       MISC_ROWS = 48 };
 static int32_t misc(const regs *r, int at) { return ot__jit_konst(r, K_MISC) + at; }
 
 /* The opcode of a reduction's step, packed or scalar: add, max or min. */
@@ -136,7 +137,7 @@ static void emit_flush(regs *r)
     ot__x86_xrm(c, 0, 3, 0x11, 1, RSP, misc(r, MISC_ACC));
 }
 
-/* Whether the body may read any of K_SIGN, K_ABS, K_ONE and K_FN: a
+/* Whether the body (or pre) may read any of K_SIGN, K_ABS, K_ONE and K_FN: a
  * reduction called once per row of a few vectors saves making them where
  * not. The ops known to read none are listed (arithmetic, sqrt, sqr, fma,
  * relu, rint, minimum, maximum), so that an op left out costs the
@@ -153,7 +154,7 @@ static bool reads_constants(const regs *r)
                       op == OT_OP_MINIMUM || op == OT_OP_MAXIMUM)) ||
                     (in->code == OT_I_UNARY &&
                      (op == OT_OP_SQRT || op == OT_OP_SQR || op == OT_OP_RELU || op == OT_OP_RINT));
-        if (r->j->body[i] && !none) return true;
+        if (ot__jit_in_body(r, i) && !none) return true;
     }
     return r->fn_used != 0;
 }
@@ -308,6 +309,23 @@ void ot__jit_emit_pointers(regs *r)
     }
 }
 
+/* After a row of fn_rows or red_rows, rax holding rs: in[v] += rs[1 + v]
+ * for each load, out[q] += rs[1 + ninsn + q] for each output from q0 on. */
+void ot__jit_emit_row_steps(regs *r, int q0)
+{
+    code *c = r->c;
+    const ot_jit *j = r->j;
+    for (int v = 0; v < j->ninsn; v++) {
+        if (j->body[v] || r->insns[v].code != OT_I_LOAD) continue;
+        ot__x86_gpr_mem(c, 0x8B, RCX, RAX, 8 + 8 * v);                        /* mov rcx, [rax + 8 + 8v] */
+        ot__x86_gpr_mem(c, 0x01, RCX, R12, 8 * v);                            /* add [r12 + 8v], rcx */
+    }
+    for (int q = q0; q < j->nout; q++) {
+        ot__x86_gpr_mem(c, 0x8B, RCX, RAX, 8 + 8 * (j->ninsn + q));
+        ot__x86_gpr_mem(c, 0x01, RCX, R13, 8 * q);                            /* add [r13 + 8q], rcx */
+    }
+}
+
 /* Compares rbx + bytes with the end of the tile and jumps (forward) when
  * a loop has no room for a first turn. */
 static size_t emit_room(regs *r, int32_t bytes)
@@ -327,23 +345,13 @@ static void emit_step(regs *r, int32_t bytes)
     ot__x86_gpr_mem(r->c, 0x3B, RAX, RSP, misc(r, MISC_END));
 }
 
-/* red(in, out, nbytes, tile_bytes, acc): tiles from rbx = 0 while rbx <
- * nbytes, each running groups of four copies, then single copies, then
- * the tail, then the flush. */
-void ot__jit_emit_reduce_function(regs *r, int frame)
+/* The row's tiles from rbx = 0 while rbx < nbytes (MISC_N), each running
+ * groups of four copies, then single copies, then the tail, then the
+ * flush into MISC_ACC. */
+static void emit_tiles(regs *r)
 {
     code *c = r->c;
     int32_t v = r->vbytes;
-    ot__jit_emit_prologue(r, frame);
-    ot__x86_gpr_mem(c, 0x89, R14, RSP, misc(r, MISC_N));
-    ot__x86_gpr_mem(c, 0x89, RCX, RSP, misc(r, MISC_TILE));
-    ot__x86_gpr_mem(c, 0x89, R8, RSP, misc(r, MISC_ACCP));
-    ot__x86_xrm(c, 0, 3, 0x10, 0, R8, 0);                                    /* vmovsd xmm0, [r8] */
-    ot__x86_xrm(c, 0, 3, 0x11, 0, RSP, misc(r, MISC_ACC));
-    ot__jit_emit_pointers(r);
-    if (reads_constants(r)) ot__jit_emit_constants(r);
-    if (r->red != OT_OP_SUM) emit_identity(r);
-    ot__jit_emit_splats(r);
     ot__x86_put(c, (const uint8_t[]){0x31, 0xDB}, 2);                         /* xor ebx, ebx */
     ot__x86_gpr_mem(c, 0x8B, RAX, RSP, misc(r, MISC_N));
     ot__x86_put(c, (const uint8_t[]){0x48, 0x85, 0xC0}, 3);                   /* test rax, rax */
@@ -379,10 +387,80 @@ void ot__jit_emit_reduce_function(regs *r, int frame)
     ot__x86_gpr_mem(c, 0x3B, RBX, RSP, misc(r, MISC_N));
     ot__x86_jump_back(c, JB, tile);
     ot__x86_land(c, done);
+}
+
+/* The double at [MISC_ACCP] into MISC_ACC (load) or back (store). */
+static void acc_move(regs *r, bool load)
+{
+    code *c = r->c;
     ot__x86_gpr_mem(c, 0x8B, RAX, RSP, misc(r, MISC_ACCP));
-    ot__x86_xrm(c, 0, 3, 0x10, 0, RSP, misc(r, MISC_ACC));
-    ot__x86_xrm(c, 0, 3, 0x11, 0, RAX, 0);
+    if (load) {
+        ot__x86_xrm(c, 0, 3, 0x10, 0, RAX, 0);                                /* vmovsd */
+        ot__x86_xrm(c, 0, 3, 0x11, 0, RSP, misc(r, MISC_ACC));
+    } else {
+        ot__x86_xrm(c, 0, 3, 0x10, 0, RSP, misc(r, MISC_ACC));
+        ot__x86_xrm(c, 0, 3, 0x11, 0, RAX, 0);
+    }
+}
+
+/* The prologue and the arguments that live in the frame: nbytes, the
+ * tile and acc (and, for red_rows, rs and its rows). */
+static void emit_entry(regs *r, int frame, bool rows)
+{
+    code *c = r->c;
+    ot__jit_emit_prologue(r, frame);
+    ot__x86_gpr_mem(c, 0x89, R14, RSP, misc(r, MISC_N));
+    ot__x86_gpr_mem(c, 0x89, RCX, RSP, misc(r, MISC_TILE));
+    ot__x86_gpr_mem(c, 0x89, R8, RSP, misc(r, MISC_ACCP));
+    if (!rows) return;
+    ot__x86_gpr_mem(c, 0x89, R9, RSP, misc(r, MISC_RS));
+    ot__x86_gpr_mem(c, 0x8B, RAX, R9, 0);                                     /* mov rax, [r9] */
+    ot__x86_gpr_mem(c, 0x89, RAX, RSP, misc(r, MISC_ROWS));
+}
+
+/* red(in, out, nbytes, tile_bytes, acc): the row's tiles (emit_tiles),
+ * the loop invariants first, then the flag of NaNs. */
+void ot__jit_emit_reduce_function(regs *r, int frame)
+{
+    emit_entry(r, frame, false);
+    acc_move(r, true);
+    ot__jit_emit_pointers(r);
+    if (reads_constants(r)) ot__jit_emit_constants(r);
+    if (r->red != OT_OP_SUM) emit_identity(r);
+    ot__jit_emit_splats(r);
+    ot__jit_emit_pre(r);
+    emit_tiles(r);
+    acc_move(r, false);
     emit_nan_flag(r);
+    ot__jit_emit_epilogue(r->c);
+}
+
+/* A sum's red_rows(in, out, nbytes, tile_bytes, acc, rs): red's loop once
+ * per row of rs[0] > 0, each row's invariants (pointers, broadcasts, the
+ * ops before the loop) taken again and its sum folded into acc[row]; after
+ * a row, in[v] += rs[1 + v] for each load and out[q] += rs[1 + ninsn + q]
+ * for each further output. Returns 0 (sums note no NaN). */
+void ot__jit_emit_reduce_rows_function(regs *r, int frame)
+{
+    code *c = r->c;
+    r->nptr = 0;
+    r->splat = false;
+    emit_entry(r, frame, true);
+    if (reads_constants(r)) ot__jit_emit_constants(r);
+    size_t row = c->n;
+    acc_move(r, true);
+    ot__jit_emit_pointers(r);
+    ot__jit_emit_splats(r);
+    ot__jit_emit_pre(r);
+    emit_tiles(r);
+    acc_move(r, false);
+    ot__x86_gpr_mem(c, 0x83, 0, RSP, misc(r, MISC_ACCP));                     /* add qword [.], */
+    ot__x86_put1(c, 8);                                                       /*     8 */
+    ot__x86_gpr_mem(c, 0x8B, RAX, RSP, misc(r, MISC_RS));
+    ot__jit_emit_row_steps(r, 1);
+    ot__x86_gpr_mem(c, 0xFF, 1, RSP, misc(r, MISC_ROWS));                     /* dec qword [.] */
+    ot__x86_jump_back(c, JNE, row);
+    ot__x86_put(c, (const uint8_t[]){0x31, 0xC0}, 2);                         /* xor eax, eax */
     ot__jit_emit_epilogue(c);
 }
 

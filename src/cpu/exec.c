@@ -372,63 +372,12 @@ static void ew_tile(const run_ctx *c, scratch *s, int64_t t)
         scatter(dst, s->ptr[k->result], inner_stride(k, &k->store), n, es, k->result_scalar);
 }
 
-/* Whether a kernel's generated code can run several tiles of a row as one
- * call: it reads every input in place (contiguous or one value) and writes
- * its one output directly, so no tile-sized scratch is involved. */
-static bool spans_tiles(const ot_kernel *k)
-{
-    if (!k->jit || k->kind != OT_KER_EW || k->col_blocked || !k->direct_store || k->nxstore)
-        return false;
-    for (int i = 0; i < k->ninsn; i++) {
-        const ot_insn *in = &k->insns[i];
-        if (in->code != OT_I_LOAD || (in->scalar & 8)) continue;
-        if (!k->ndim || k->loads[in->arg].strides[k->ndim - 1] != 1) return false;
-    }
-    return true;
-}
-
-/* Whole rows from tile t on (t starting a row) that a kernel with row_runs
- * runs as one call: those within first..last-1 and within t's run of
- * dims[nd-2] (row steps are constant there); 0 where t starts no row. */
-static int64_t whole_rows(const run_ctx *c, int64_t t, int64_t last)
-{
-    const ot_kernel *k = c->k;
-    if (!k->row_runs || t % c->tiles_per_row) return 0;
-    int64_t o = t / c->tiles_per_row, rows = (last - t) / c->tiles_per_row;
-    int64_t d = k->dims[k->ndim - 2], left = d - o % d;
-    return rows < left ? rows : left;
-}
-
-/* Tiles first..last-1 of a kernel that spans_tiles, each row's run of them
- * as one call, and runs of whole rows as one (whole_rows): a call per tile
- * cost W2 1.5% beside one call per row (one thread gets every chunk at
- * once; elementwise values do not depend on where the calls cut). */
-static void ew_rows(run_ctx *c, scratch *s, int64_t first, int64_t last)
-{
-    size_t es = ot__esize((ot_dtype)c->k->store.dtype);
-    for (int64_t t = first; t < last;) {
-        int64_t whole = whole_rows(c, t, last);
-        if (whole) {
-            ot__exec_row_run(c, t / c->tiles_per_row, whole);
-            t += whole * c->tiles_per_row;
-            continue;
-        }
-        int64_t o = t / c->tiles_per_row, jt = t % c->tiles_per_row;
-        int64_t end = (o + 1) * c->tiles_per_row < last ? (o + 1) * c->tiles_per_row : last;
-        int64_t j = jt * c->tile, stop = (end - o * c->tiles_per_row) * c->tile;
-        int64_t n = (stop < c->inner ? stop : c->inner) - j;
-        char *dst = c->store + view_offset(c->k, &c->k->store, o, j) * (int64_t)es;
-        ot__exec_run_with_extras(c, s, o, j, n, dst);
-        t = end;
-    }
-}
-
 static void ew_body(run_ctx *c, scratch *s, int64_t first, int64_t last)
 {
     int64_t total = c->nouter * c->tiles_per_row;
     int64_t t0 = first * c->ew_per_chunk, t1 = last * c->ew_per_chunk;
     if (t1 > total) t1 = total;
-    if (c->k->run_rows) ew_rows(c, s, t0, t1);
+    if (c->k->run_rows) ot__exec_ew_rows(c, s, t0, t1);
     else
         for (int64_t t = t0; t < t1; t++) ew_tile(c, s, t);
     if (c->k->jit && c->k->jit->fn_stream) store_fence();
@@ -860,7 +809,7 @@ void ot__plan_run_prepare(ot_plan *p)
     run_mem m = {0};
     for (int i = 0; i < p->nkernels; i++) {
         p->kernels[i].run_tile = tile_for(&p->kernels[i]);
-        p->kernels[i].run_rows = spans_tiles(&p->kernels[i]);
+        p->kernels[i].run_rows = ot__exec_spans_tiles(&p->kernels[i]);
         p->kernels[i].row_runs = p->kernels[i].run_rows && ot__exec_row_runs(&p->kernels[i]);
         p->kernels[i].red_runs = p->kernels[i].kind == OT_KER_REDUCE &&
                                  ot__exec_red_runs(&p->kernels[i]);

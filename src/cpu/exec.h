@@ -131,14 +131,17 @@ void ot__exec_run_with_extras(const run_ctx *c, scratch *s, int64_t o, int64_t j
  * through its generated code's fn_rows; false (nothing run) where it does
  * not fit. */
 bool ot__exec_tblocks(ot_threads *th, int slot, run_ctx *c);
-/* exec_rows.c: whether an EW kernel runs runs of whole rows as one call of
- * its code's fn_rows (run_rows, fn_rows built, rows of whole vectors, and
- * every value its code does not compute a load or a parameter); rows
- * o..o+rows-1, within one run of dims[nd-2], so run; whether fn_rows'
- * call with in val, out and rs (row steps) may take fn_rows_stream (every
- * output and its step aligned to the vector, none read in place). */
+/* exec_rows.c: whether an EW kernel's code runs a row's tiles as one call
+ * (spans_tiles: inputs in place, its one output in place), and runs of
+ * whole rows as one call of fn_rows (run_rows, fn_rows built, rows of
+ * whole vectors, and every value its code does not compute a load or a
+ * parameter); tiles first..last-1 of a run_rows kernel so run; whether
+ * fn_rows' call with in val, out and rs (row steps) may take
+ * fn_rows_stream (every output and its step aligned to the vector, none
+ * read in place). */
+bool ot__exec_spans_tiles(const ot_kernel *k);
 bool ot__exec_row_runs(const ot_kernel *k);
-void ot__exec_row_run(const run_ctx *c, int64_t o, int64_t rows);
+void ot__exec_ew_rows(run_ctx *c, scratch *s, int64_t first, int64_t last);
 bool ot__exec_rows_stream(const ot_kernel *k, char *const *val, char *const *out,
                           const int64_t *rs);
 /* ... and fn_rows' arguments for rows o..o+rows-1 from column j: every

@@ -624,6 +624,45 @@ static bool sums_rows(const ot_kernel *k)
            k->red_axis == k->ndim - 1;
 }
 
+/* A reduction's red (and red_rows). Reductions gain what the interpreter
+ * spends per tile and per op (measured on softmax's max and
+ * sum(exp(x - m))), so every one that fits gets code, a single load
+ * included. */
+static void emit_reduction(regs *r, ot_jit *j, const ot_kernel *k)
+{
+    int32_t frame = ot__jit_slot(r, k->ninsn) + r->vbytes;
+    j->reduce = true;
+    r->red = k->red_op == OT_OP_MEAN ? OT_OP_SUM : k->red_op;
+    r->nreg = r->calls ? NREG : r->red == OT_OP_SUM ? ACC_REG : NAN_REG;
+    ot__jit_emit_reduce_function(r, frame);
+    if (!sums_rows(k)) return;
+    while (r->c->n % 16) ot__x86_put1(r->c, 0xCC);
+    j->red_rows_at = r->c->n;
+    ot__jit_emit_reduce_rows_function(r, frame);
+}
+
+/* An elementwise kernel's fn and what it needs besides: fn_stream, the
+ * rows functions and fn_tail where they apply (neither of the last two
+ * for 16-bit code). */
+static void emit_elementwise(regs *r, ot_jit *j, const ot_kernel *k, bool stream)
+{
+    int32_t frame = ot__jit_slot(r, k->ninsn) + r->vbytes;
+    code *c = r->c;
+    emit_function(r, frame, false);
+    if (stream) {
+        while (c->n % 16) ot__x86_put1(c, 0xCC);               /* int3 padding */
+        j->stream_at = c->n;
+        emit_function(r, frame, true);
+    }
+    if ((k->col_blocked || runs_rows(k)) && !r->half_in) emit_rows_functions(r, j, stream);
+    if (r->calls && !r->half_in) {
+        while (c->n % 16) ot__x86_put1(c, 0xCC);
+        j->tail_at = c->n;
+        r->tail = true;
+        emit_function(r, frame, false);
+    }
+}
+
 /* ot__jit_build's attempt with log and tanh inline or (calls_log_tanh)
  * called; *retry: a reduction whose inline log or tanh did not fit. */
 /* half_in: the 16-bit code of ot__jit_build_half, its output half_out. */
@@ -667,34 +706,11 @@ static ot_jit *build(const ot_kernel *k, const ot_kernels *kt, int acc, bool str
         last_uses(j, r.last);
     }
     if (ok && reduce) {
-        /* Reductions gain what the interpreter spends per tile and per op
-         * (measured on softmax's max and sum(exp(x - m))), so every one
-         * that fits gets code, a single load included. */
-        j->reduce = true;
-        r.red = k->red_op == OT_OP_MEAN ? OT_OP_SUM : k->red_op;
-        r.nreg = r.calls ? NREG : r.red == OT_OP_SUM ? ACC_REG : NAN_REG;
-        ot__jit_emit_reduce_function(&r, ot__jit_slot(&r, k->ninsn) + r.vbytes);
-        if (sums_rows(k)) {
-            while (c.n % 16) ot__x86_put1(&c, 0xCC);
-            j->red_rows_at = c.n;
-            ot__jit_emit_reduce_rows_function(&r, ot__jit_slot(&r, k->ninsn) + r.vbytes);
-        }
+        emit_reduction(&r, j, k);
         ok = !c.oom;
         *retry = !ok && (r.fns & ~(1u << FN_EXP));
     } else if (ok) {
-        emit_function(&r, ot__jit_slot(&r, k->ninsn) + r.vbytes, false);
-        if (stream) {
-            while (c.n % 16) ot__x86_put1(&c, 0xCC);               /* int3 padding */
-            j->stream_at = c.n;
-            emit_function(&r, ot__jit_slot(&r, k->ninsn) + r.vbytes, true);
-        }
-        if ((k->col_blocked || runs_rows(k)) && !half_in) emit_rows_functions(&r, j, stream);
-        if (r.calls && !half_in) {
-            while (c.n % 16) ot__x86_put1(&c, 0xCC);
-            j->tail_at = c.n;
-            r.tail = true;
-            emit_function(&r, ot__jit_slot(&r, k->ninsn) + r.vbytes, false);
-        }
+        emit_elementwise(&r, j, k, stream);
         ok = !c.oom;
     }
     if (ok) {

@@ -531,8 +531,10 @@ void ot__jit_unmap(ot_jit_map *map)
 
 /* One op alone is already one pass in the tile kernels: generated code
  * gains there only by streaming the output of an op that is bound by
- * memory, not by a call (sig alone measured 5-10% slower as code), or
- * where exp is inline (exp alone over 2^24 f32: 4.8 against 5.1 ms). */
+ * memory, not by a call (sig alone measured 5-10% slower as code), where
+ * exp is inline (exp alone over 2^24 f32: 4.8 against 5.1 ms), or over
+ * rows, inline, which exec then runs a run of rows per call where the
+ * interpreter pays its prelude per row (softmax's last divide). */
 static bool calls(const ot_jit *j, const ot_kernel *k)
 {
     for (int i = 0; i < k->ninsn; i++)
@@ -549,12 +551,21 @@ static unsigned inline_fns(const ot_jit *j, const ot_kernel *k)
     return fns & ~(1u << FN_CALL);
 }
 
+/* Whether exec may run k a run of whole rows per call (exec_rows.c), for
+ * which it needs fn_rows: elementwise over rows, its one output in place,
+ * rows of whole vectors. */
+static bool runs_rows(const ot_kernel *k)
+{
+    return k->kind == OT_KER_EW && k->ndim >= 2 && k->direct_store && !k->nxstore;
+}
+
 static bool worth_it(const ot_jit *j, const ot_kernel *k, bool stream)
 {
     int nbody = 0;
     for (int i = 0; i < k->ninsn; i++) nbody += j->body[i];
-    return nbody >= 2 ||
-           (nbody == 1 && ((stream && !calls(j, k)) || (inline_fns(j, k) >> FN_EXP & 1)));
+    bool inl = !calls(j, k);
+    return nbody >= 2 || (nbody == 1 && ((stream && inl) || (inline_fns(j, k) >> FN_EXP & 1) ||
+                                         (runs_rows(k) && inl)));
 }
 
 bool ot__jit_available(const ot_kernels *kt)
@@ -606,14 +617,6 @@ static bool half_fits(const ot_jit *j, const ot_kernel *k, const ot_kernels *kt,
             ok = ot__is_half(load_dt[i]) || load_dt[i] == OT_F32;
     }
     return ok;
-}
-
-/* Whether exec may run k a run of whole rows per call (exec_rows.c), for
- * which it needs fn_rows: elementwise over rows, its one output in place,
- * rows of whole vectors. */
-static bool runs_rows(const ot_kernel *k)
-{
-    return k->kind == OT_KER_EW && k->ndim >= 2 && k->direct_store && !k->nxstore;
 }
 
 /* Whether exec may run k's rows a run at a time (exec_reduce.c), for

@@ -2863,7 +2863,13 @@ static const char *dt_enum(ot_dtype d)
     return d == OT_F32 ? "OT_F32" : d == OT_F64 ? "OT_F64" : d == OT_I32 ? "OT_I32" : d == OT_F16 ? "OT_F16"
          : d == OT_BF16 ? "OT_BF16" : "OT_DTYPE_DEFAULT";
 }
-static const char *dt_ctype(ot_dtype d) { return d == OT_F32 ? "float" : d == OT_F64 ? "double" : "int32_t"; }
+/* The C type of a leaf's host data: ot_array takes a 16-bit float's as
+ * float (to_host), so a reproducer writes those as float too (it wrote
+ * int32_t, which turned -inf into INT_MIN: seed 3030 tree 12527). */
+static const char *dt_ctype(ot_dtype d)
+{
+    return d == OT_F32 || is_half(d) ? "float" : d == OT_F64 ? "double" : "int32_t";
+}
 
 static void put_shape(FILE *o, ot_shape s)
 {
@@ -2877,7 +2883,7 @@ static void put_num(FILE *o, double v, ot_dtype dt)
     if (isnan(v)) fputs("NAN", o);
     else if (isinf(v)) fputs(v > 0 ? "INFINITY" : "-INFINITY", o);
     else if (dt == OT_I32) fprintf(o, "%d", (int)v);
-    else if (dt == OT_F32) {
+    else if (dt == OT_F32 || is_half(dt)) {
         char b[48];
         snprintf(b, sizeof b, "%.9g", (float)v);
         fprintf(o, "%s%sf", b, strpbrk(b, ".e") ? "" : ".0");

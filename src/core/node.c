@@ -479,13 +479,17 @@ static ot_node *expand_softmax(const site *st, ot_node *x, const ot_args *g, boo
 }
 
 /* log p for cross_entropy: of a softmax, its stable log form, exact for
- * logits of +-1000 (safelog would cap the loss at 50); floored at -FLT_MAX
- * so that a target of 0 times the log of a zero probability stays 0. Any
- * other p goes through safelog. */
+ * logits of +-1000 (safelog would cap the loss at 50); floored at the
+ * lowest finite value of its dtype (-FLT_MAX; f16's -65504 and bf16's own,
+ * where -FLT_MAX would round to -inf) so that a target of 0 times the log
+ * of a zero probability stays 0. Any other p goes through safelog. */
 static ot_node *log_probs(const site *st, ot_node *p)
 {
     if (p->tag != OT_OP_SOFTMAX) return B(st, OT_OP_SAFELOG, p, NULL);
-    return B(st, OT_OP_MAXIMUM, expand_softmax(st, p->tag_a, &p->args, true), ot_const(-FLT_MAX));
+    ot_node *ls = expand_softmax(st, p->tag_a, &p->args, true);
+    if (!ls) return NULL;
+    double lowest = ls->dtype == OT_F16 ? -65504.0 : ls->dtype == OT_BF16 ? -0x1.fep127 : -FLT_MAX;
+    return B(st, OT_OP_MAXIMUM, ls, ot_const(lowest));
 }
 
 static ot_node *expand(const site *st, ot_node *a, ot_node *b, const ot_args *g)

@@ -236,11 +236,13 @@ typedef struct ot_jit {
      * argument one way for the whole vector, so a lane's result hangs on
      * the others). fn itself where the body calls nothing. */
     void (*fn_tail)(char *const *in, char *const *out, size_t nbytes);
-    /* A column-blocked kernel's code for a block of rows (exec.c's
-     * transposed blocks): fn's body over nbytes of each of rs[0] rows,
-     * in[v] and out[q] advanced by rs[1 + v] and rs[1 + ninsn + q] bytes
-     * after each row (both arrays are rewritten); nbytes and rs[0] > 0.
-     * fn_rows_stream streams as fn_stream does. NULL where not built. */
+    /* The code for a block of rows (exec_tblock.c's transposed blocks of a
+     * column-blocked kernel, exec_rows.c's runs of whole rows): fn's body
+     * over nbytes of each of rs[0] rows, each row's broadcasts and pre
+     * ops taken again, in[v] and out[q] advanced by rs[1 + v] and
+     * rs[1 + ninsn + q] bytes after each row (both arrays are rewritten);
+     * nbytes and rs[0] > 0. fn_rows_stream streams as fn_stream does.
+     * NULL where not built. */
     ot_jit_rows_fn *fn_rows, *fn_rows_stream;
     uint8_t *code;                  /* the machine code until installed */
     size_t code_len;

@@ -296,8 +296,9 @@ static void emit_rows_function(regs *r, int frame, int32_t at, bool stream)
     r->splat = false;
 }
 
-/* A column-blocked kernel's fn_rows and (with stream) fn_rows_stream,
- * their frame one vector and two words past emit_function's. */
+/* The fn_rows and (with stream) fn_rows_stream of a column-blocked kernel
+ * or a row kernel (runs_rows), their frame one vector and two words past
+ * emit_function's. */
 static void emit_rows_functions(regs *r, ot_jit *j, bool stream)
 {
     int32_t at = ot__jit_slot(r, j->ninsn + 1);

@@ -773,3 +773,65 @@ TEST(fuzz_dot_of_a_constant_view)
     ot_tensor_free(t0), ot_tensor_free(t1), ot_tensor_free(x);
     ot_backend_free(be);
 }
+
+/* Fuzz seed 4242 tree 23267: conv(a, clip(b + a))'s gradient paired the
+ * conv_transpose with its epilogue, which reads the clip's mask term, and
+ * moved it ahead of the row sum that stores that term as a further output
+ * (the sum reduces through it): the epilogue read the term before any
+ * kernel wrote it, and d/da came out 1.3 against ref's 0.4, silently. An
+ * epilogue now waits for every writer of its other inputs, further outputs
+ * included. Against ref, on both backends' every configuration the
+ * verifier sees in the sanitizer phase. */
+TEST(fuzz_epilogue_before_a_further_output)
+{
+    const char *names[2] = {"ref", "cpu"};
+    double g[2][3];
+    for (int b = 0; b < 2; b++) {
+        ot_backend *be = ot_backend_new(names[b], NULL);
+        ot_tensor *a = ot_array(be, OT_SHAPE(2, 1, 1), OT_F64, (double[]){0.3, -0.2});
+        ot_tensor *c = ot_array(be, OT_SHAPE(1, 1, 1), OT_F64, (double[]){0.1});
+        ot_pool *p = ot_pool_push();
+        ot_node *w = ot_build(OT_OP_CLIP, ot_add(c, a), NULL, &(ot_args){.lo = -0.25, .hi = 1.75});
+        ot_node *y = ot_build(OT_OP_CONV, ot_tensor_node(a), w, &(ot_args){.axis = OT_AXIS_ALL});
+        ot_autodiff *ad = ot_autodiff_new(y, NULL);
+        ot_tensor *wrt[2] = {a, c}, *gr[2] = {ot_zeros_like(a), ot_zeros_like(c)};
+        CHECK(ad && ot_autodiff_backprop(ad, 2, wrt, gr) == 0);
+        CHECK(ot_get(gr[0], g[b]) == 0 && ot_get(gr[1], g[b] + 2) == 0);
+        ot_autodiff_free(ad);
+        ot_pool_pop(p);
+        ot_tensor_free(gr[0]), ot_tensor_free(gr[1]), ot_tensor_free(a), ot_tensor_free(c);
+        ot_backend_free(be);
+    }
+    for (int i = 0; i < 3; i++) CHECK_NEAR(g[1][i], g[0][i], 1e-12);
+    CHECK_NEAR(g[0][0], 0.4, 1e-12);
+}
+
+/* Fuzz seed 4242 tree 17426: mean(minimum(ls^T, ls)) for ls a stored
+ * logsoftmax: the mean's pass computed ls and stored it as a further
+ * output, and read ls^T, a view of that same storage, in the same pass,
+ * before it was written (the plan verifier: "reads temporary 5 before any
+ * kernel writes it"). A value reaches a reduction so only when the op
+ * carrying it reads no view of it. The gradient against ref. */
+TEST(fuzz_reduction_reads_a_view_of_what_it_stores)
+{
+    const char *names[2] = {"ref", "cpu"};
+    double g[2][4];
+    for (int b = 0; b < 2; b++) {
+        ot_backend *be = ot_backend_new(names[b], NULL);
+        ot_tensor *x = ot_array(be, OT_SHAPE(4), OT_F32, (float[]){-1.5f, 0.4f, 1.2f, -0.6f});
+        ot_pool *p = ot_pool_push();
+        ot_node *ls = ot_logsoftmax(ot_relu(ot_sin(x)), .axis = 0);
+        ot_node *y = ot_abs(ot_exp(ot_mean(ot_minimum(ot_T(ls), ls), .axis = -1, .keepdims = true)));
+        ot_autodiff *ad = ot_autodiff_new(y, NULL);
+        ot_tensor *gr = ot_zeros_like(x);
+        CHECK(ad && ot_autodiff_backprop(ad, 1, &x, &gr) == 0);
+        float v[4];
+        CHECK(ot_get(gr, v) == 0);
+        for (int i = 0; i < 4; i++) g[b][i] = v[i];
+        ot_autodiff_free(ad);
+        ot_pool_pop(p);
+        ot_tensor_free(gr), ot_tensor_free(x);
+        ot_backend_free(be);
+    }
+    for (int i = 0; i < 4; i++) CHECK_NEAR(g[1][i], g[0][i], 1e-6);
+}

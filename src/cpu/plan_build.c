@@ -237,17 +237,28 @@ static bool kernels_at(compiler *c)
     return true;
 }
 
+/* Whether entry e is x seen through views (shape ops stored nowhere). */
+static bool views_of(const compiler *c, int e, int x)
+{
+    while (e >= 0 && e != x && is_op(c, e) && kind_of(c, e) == OT_KIND_SHAPE && !c->ci[e].mat)
+        e = canon_operand(c, e, 0);
+    return e == x;
+}
+
 /* Whether elementwise entry y, stored nowhere and read by one entry alone,
  * may carry stored value x into a reduction: it computes a value of x's
  * shape and dtype (no broadcast of x, no cast between), so the
  * reduction's pass can store x, and its other operand is no stored
- * elementwise value (which could claim the same reduction). */
+ * elementwise value (which could claim the same reduction) and no view of
+ * x (which would load x's storage in the pass that writes it: min(x^T, x)
+ * read it before any kernel wrote it, fuzz seed 4242 tree 17426). */
 static bool carries(const compiler *c, int y, int x)
 {
     const ot_node *ny = node_of(c, y), *nx = node_of(c, x);
     int other = canon_operand(c, y, 0) == x ? canon_operand(c, y, 1) : canon_operand(c, y, 0);
     return y != x && is_ew(c, y) && !c->ci[y].mat && c->ci[y].uses == 1 && reads_entry(c, y, x) &&
-           (other < 0 || other == x || !is_ew(c, other) || !c->ci[other].mat) &&
+           (other < 0 || other == x ||
+            (!views_of(c, other, x) && (!is_ew(c, other) || !c->ci[other].mat))) &&
            c->w->e[y].op != OT_OP_CAST && c->w->e[y].op != OT_OP_KEEP && ny->dtype == nx->dtype &&
            ot__shape_eq(&ny->shape, &nx->shape);
 }

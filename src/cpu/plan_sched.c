@@ -538,8 +538,10 @@ static bool writes_before(const compiler *c, const kindex *ix, int t, int hi, bo
 
 /* Whether kernel e, the only reader of dot d's result, may run right after
  * d (just placed), per block of d's rows: it walks those rows, its other
- * inputs exist before d, and moving it past the kernels between them
- * changes nothing they read or write. */
+ * inputs exist before d (no kernel between writes them, as its result or
+ * a further output: a reduction that stores the value it sums wrote one
+ * after the epilogue had read it, fuzz seed 4242 tree 23267), and moving
+ * it past the kernels between them changes nothing they read or write. */
 static bool epilogue_fits(const compiler *c, const kindex *ix, int d, int e)
 {
     const ot_plan *p = c->plan;
@@ -555,7 +557,7 @@ static bool epilogue_fits(const compiler *c, const kindex *ix, int d, int e)
                 return false;
             continue;
         }
-        if (writes_before(c, ix, v->index, hi, true)) return false;
+        if (writes_before(c, ix, v->index, hi, false)) return false;   /* xstores too */
     }
     /* a later dot accumulating into d's result: e must wait for it */
     if (writes_before(c, ix, dk->store.index, hi, true)) return false;
@@ -663,7 +665,8 @@ static bool conv_epilogue_fits(const compiler *c, const kindex *ix, int d, int e
         return false;
     for (int l = 0; l < ek->nload; l++) {
         const ot_view *v = &ek->loads[l];
-        if (v->space == OT_SPACE_TEMP && v->index != t && writes_before(c, ix, v->index, ix->key[e], true))
+        if (v->space == OT_SPACE_TEMP && v->index != t &&
+            writes_before(c, ix, v->index, ix->key[e], false))   /* a further output too */
             return false;
     }
     return !conflicts_before(c, ix, ek, ix->key[e]);

@@ -746,9 +746,10 @@ static inline ot_node *ot__build_transpose(ot_node *x, ot_transpose_opts o, cons
                       __FILE__, __LINE__)
 /* -sum(t * safelog(p)): p probabilities, t targets. Options as a
  * reduction's: (axis, keepdims), default every axis. When p is an
- * ot_softmax(x), log p is taken as logsoftmax(x) (with a floor of -FLT_MAX),
- * so the loss is exact for logits of +-1000 rather than capped at 50 by
- * safelog. */
+ * ot_softmax(x), log p is taken as logsoftmax(x) floored at -65504 (the
+ * lowest finite f16, so that a target of 0 where p is 0 adds 0 in every
+ * float dtype), so the loss is exact for logits of +-1000 rather than
+ * capped at 50 by safelog. */
 #define ot_cross_entropy(p, t, ...)                                           \
     OT__REDUCE(OT_OP_CROSS_ENTROPY, OT__NODE(p), OT__NODE(t), __VA_ARGS__)
 /* sum(x * x). Options as a reduction's: (axis, keepdims). */

@@ -1643,14 +1643,14 @@ SV_EXCEPTIONS = {
     'recip': 'NumPy has no recip; 1 / x',
     'relu': 'NumPy has no relu; the header defines maximum(x, 0) (NaN stays NaN)',
     'cross_entropy': '-sum(t * safelog(p)); of a softmax(x), log p is logsoftmax(x) floored '
-                     'at -FLT_MAX (header), so a -inf logit with target 0 adds 0, not NaN',
+                     'at -65504 (header), so a -inf logit with target 0 adds 0, not NaN',
 }
 # Ops whose zero results may have either sign: NumPy itself does not define
 # it (np.maximum(-0.0, 0.0) is 0.0 and np.maximum(0.0, -0.0) is -0.0 in its
 # SIMD loops), so optree need not match it.
 SV_NO_ZERO_SIGN = {'minimum', 'maximum', 'relu', 'clip'}
 
-FLT_MAX_F = float(np.finfo(np.float32).max)
+XENT_LOG_FLOOR = -65504.0   # cross_entropy's floor of log p (optree.h)
 
 
 def sv_sig(x, ex):
@@ -1662,7 +1662,7 @@ def sv_sig(x, ex):
 
 def sv_xent_sm(x, t, axis):
     ls = ref_softmax(x, axis, True)[0]
-    return -np.sum(t * np.maximum(ls, -FLT_MAX_F), axis=axis)
+    return -np.sum(t * np.maximum(ls, XENT_LOG_FLOOR), axis=axis)
 
 
 # name -> NumPy reference in float64. Elementwise: f(x) or f(a, b);

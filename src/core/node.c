@@ -10,7 +10,6 @@
  */
 #include "node_build.h"
 
-#include <float.h>
 #include <stdarg.h>
 
 #include <stdio.h>
@@ -478,18 +477,23 @@ static ot_node *expand_softmax(const site *st, ot_node *x, const ot_args *g, boo
     return B(st, OT_OP_DIV, e, R(st, OT_OP_SUM, e, g->axis, true));
 }
 
+/* The floor of cross_entropy's log p of a softmax: the lowest finite f16,
+ * which every float dtype holds (-FLT_MAX rounded to -inf in f16 and
+ * bf16, so 0 * -inf made a 16-bit loss NaN, and the cpu backend, which
+ * rebuilds a 16-bit composite in f32, kept it finite: fuzz seeds 3030 and
+ * 4242), and far below the log of any probability a float holds (f64's
+ * least is e^-745): it changes only losses of logit gaps past 65504. */
+#define XENT_LOG_FLOOR (-65504.0)
+
 /* log p for cross_entropy: of a softmax, its stable log form, exact for
- * logits of +-1000 (safelog would cap the loss at 50); floored at the
- * lowest finite value of its dtype (-FLT_MAX; f16's -65504 and bf16's own,
- * where -FLT_MAX would round to -inf) so that a target of 0 times the log
- * of a zero probability stays 0. Any other p goes through safelog. */
+ * logits of +-1000 (safelog would cap the loss at 50); floored at
+ * XENT_LOG_FLOOR so that a target of 0 times the log of a zero probability
+ * stays 0. Any other p goes through safelog. */
 static ot_node *log_probs(const site *st, ot_node *p)
 {
     if (p->tag != OT_OP_SOFTMAX) return B(st, OT_OP_SAFELOG, p, NULL);
-    ot_node *ls = expand_softmax(st, p->tag_a, &p->args, true);
-    if (!ls) return NULL;
-    double lowest = ls->dtype == OT_F16 ? -65504.0 : ls->dtype == OT_BF16 ? -0x1.fep127 : -FLT_MAX;
-    return B(st, OT_OP_MAXIMUM, ls, ot_const(lowest));
+    return B(st, OT_OP_MAXIMUM, expand_softmax(st, p->tag_a, &p->args, true),
+             ot_const(XENT_LOG_FLOOR));
 }
 
 static ot_node *expand(const site *st, ot_node *a, ot_node *b, const ot_args *g)

@@ -483,14 +483,14 @@ static void softmax_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
 }
 
 /* cross_entropy(p, t) = -sum(t log p), where log p is the node the forward
- * computes (node.c's log_probs): max(logsoftmax(x), -FLT_MAX) when p is a
+ * computes (node.c's log_probs): max(logsoftmax(x), -65504) when p is a
  * softmax(x), on whatever axes, else safelog(p). d/dt is minus that very
  * node, so a logit of -1000 gives the loss's 1000, not safelog's cap of 50.
  * Through a softmax the gradient skips p: with G = g t brought to the
  * product's shape and summed to p's, d/dx = p sum(G) - G (the logsoftmax
- * rule), which is softmax - t when the targets sum to 1. The -FLT_MAX
+ * rule), which is softmax - t when the targets sum to 1. The -65504
  * floor is not differentiated for x: it is reached only where a logit gap
- * overflows, and the softmax there is 0. */
+ * passes 65504, and the softmax there is 0. */
 static void cross_entropy_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
 {
     ot_node *p = n->tag_a, *t = n->tag_b, *ge = expand_back(c, g, n);

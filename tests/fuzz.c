@@ -2996,7 +2996,9 @@ static void put_body(FILE *o, const fz_ir *ir)
         fprintf(o, "    ot_tensor *t%d = ", i);
         switch (l->view) {
         case V_SLICE:
-            fprintf(o, "ot_slice_n(b%d, %d, (ot_index[]){", i, l->nidx);
+            /* in parentheses: ot_slice_n is a macro, whose arguments a
+             * compound literal's commas would split */
+            fprintf(o, "ot_slice_n(b%d, %d, ((ot_index[]){", i, l->nidx);
             for (int d = 0; d < l->nidx; d++) {
                 fprintf(o, "%s{%d, ", d ? ", " : "", l->idx[d].kind);
                 put_idx(o, l->idx[d].start);
@@ -3004,7 +3006,7 @@ static void put_body(FILE *o, const fz_ir *ir)
                 put_idx(o, l->idx[d].stop);
                 fprintf(o, ", %lld}", (long long)l->idx[d].step);
             }
-            fputs("});\n", o);
+            fputs("}));\n", o);
             break;
         case V_T:
             fprintf(o, "ot_transpose(b%d, (int[]){", i);

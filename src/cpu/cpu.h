@@ -265,6 +265,10 @@ typedef struct ot_jit {
     bool out_vector[1 + OT_MAX_XSTORES];
 } ot_jit;
 
+/* Whether jt's code computes value i (in its loop or before it), so that
+ * exec passes nothing for it. */
+static inline bool ot__jit_computes(const ot_jit *jt, int i) { return jt->body[i] || jt->pre[i]; }
+
 typedef struct ot_kernel {
     int kind;                       /* OT_KER_* */
     int ndim;                       /* the coalesced iteration space */

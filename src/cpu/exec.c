@@ -223,7 +223,7 @@ void ot__exec_jit_prelude(const run_ctx *c, scratch *s, int64_t o, int64_t j, in
     for (int i = 0; i < k->ninsn; i++) {
         const ot_insn *in = &k->insns[i];
         const int16_t *arg = jt->arg[i];
-        if (jt->body[i] || jt->pre[i]) continue;
+        if (ot__jit_computes(jt, i)) continue;
         val[i] = (char *)&one[i];
         if (in->code == OT_I_LOAD) val[i] = load_tile(c, s, in, o, j, n);
         else if (in->code == OT_I_PARAM) ot__store(val[i], ot__kd_dtype(in->kd), c->param[in->arg]);
@@ -255,7 +255,7 @@ static void run_jit(const run_ctx *c, scratch *s, int64_t o, int64_t j, int64_t 
         _Alignas(64) char pad[OT_JIT_MAX_INSN + 1 + OT_MAX_XSTORES][64];
         char *tin[OT_JIT_MAX_INSN], *tout[1 + OT_MAX_XSTORES];
         for (int i = 0; i < k->ninsn; i++) {
-            if (jt->body[i] || jt->pre[i]) continue;
+            if (ot__jit_computes(jt, i)) continue;
             tin[i] = val[i];
             if (k->insns[i].code != OT_I_LOAD || (k->insns[i].scalar & 8)) continue;
             memset(pad[i], 0, vb);
@@ -811,8 +811,7 @@ void ot__plan_run_prepare(ot_plan *p)
         p->kernels[i].run_tile = tile_for(&p->kernels[i]);
         p->kernels[i].run_rows = ot__exec_spans_tiles(&p->kernels[i]);
         p->kernels[i].row_runs = p->kernels[i].run_rows && ot__exec_row_runs(&p->kernels[i]);
-        p->kernels[i].red_runs = p->kernels[i].kind == OT_KER_REDUCE &&
-                                 ot__exec_red_runs(&p->kernels[i]);
+        p->kernels[i].red_runs = ot__exec_red_runs(&p->kernels[i]);
         p->kernels[i].run_cost = kernel_cost(&p->kernels[i]);
         p->leaf_indices |= leaf_indexed(&p->kernels[i]);
     }
@@ -923,7 +922,7 @@ static bool plan_direct(const ot_plan *p)
         const ot_insn *in = &k->insns[i];
         bool in_place = in->code == OT_I_LOAD &&
                         ((in->scalar & 8) || k->loads[in->arg].strides[0] == 1);
-        if (!jt->body[i] && !jt->pre[i] && !in_place && in->code != OT_I_PARAM) return false;
+        if (!ot__jit_computes(jt, i) && !in_place && in->code != OT_I_PARAM) return false;
     }
     return true;
 }
@@ -936,7 +935,7 @@ void ot__plan_run_direct(ot_backend *be, const ot_plan *p, const ot_binding *bin
     double one[OT_JIT_MAX_INSN];
     for (int i = 0; i < k->ninsn; i++) {   /* run_jit's prelude, less what cannot occur */
         const ot_insn *in = &k->insns[i];
-        if (jt->body[i] || jt->pre[i]) continue;
+        if (ot__jit_computes(jt, i)) continue;
         if (in->code == OT_I_LOAD) {
             val[i] = view_base(p, bind, NULL, &k->loads[in->arg]);
             continue;

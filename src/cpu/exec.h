@@ -141,6 +141,10 @@ bool ot__exec_tblocks(ot_threads *th, int slot, run_ctx *c);
  * read in place). */
 bool ot__exec_spans_tiles(const ot_kernel *k);
 bool ot__exec_row_runs(const ot_kernel *k);
+/* ... whether k's code reads each row in place: rows of whole vectors, and
+ * every value the code does not compute a load or a parameter (row runs'
+ * and row sums' condition, beside their code's being built) */
+bool ot__exec_whole_rows(const ot_kernel *k);
 void ot__exec_ew_rows(run_ctx *c, scratch *s, int64_t first, int64_t last);
 bool ot__exec_rows_stream(const ot_kernel *k, char *const *val, char *const *out,
                           const int64_t *rs);

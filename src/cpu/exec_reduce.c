@@ -222,18 +222,13 @@ static void reduce_span(const run_ctx *c, scratch *s, racc *a, int64_t o, int64_
     }
 }
 
+/* red_rows is built only for sums over the last of several dims (jit.c's
+ * sums_rows). */
 bool ot__exec_red_runs(const ot_kernel *k)
 {
     const ot_jit *jt = k->jit;
-    if (!jt || !jt->red_rows || k->ndim < 2 || k->red_axis != k->ndim - 1) return false;
-    int64_t lanes = jt->kt->vbytes / (jt->kd == OT_KD_F64 ? 8 : 4), inner = k->dims[k->ndim - 1];
-    if (inner <= 0 || inner % lanes || (inner <= k->run_tile && !computes(jt))) return false;
-    for (int i = 0; i < k->ninsn; i++) {
-        const ot_insn *in = &k->insns[i];
-        if (!jt->body[i] && !jt->pre[i] && in->code != OT_I_LOAD && in->code != OT_I_PARAM)
-            return false;
-    }
-    return true;
+    return jt && jt->red_rows && (k->dims[k->ndim - 1] > k->run_tile || computes(jt)) &&
+           ot__exec_whole_rows(k);
 }
 
 /* Rows from o on (before end) that a kernel with red_runs sums in one call

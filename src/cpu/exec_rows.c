@@ -14,19 +14,24 @@
  */
 #include "exec.h"
 
-bool ot__exec_row_runs(const ot_kernel *k)
+bool ot__exec_whole_rows(const ot_kernel *k)
 {
     const ot_jit *jt = k->jit;
-    if (!k->run_rows || !jt->fn_rows || k->ndim < 2 || jt->nout != 1 || !jt->out_vector[0])
-        return false;
     int64_t lanes = jt->kt->vbytes / (jt->kd == OT_KD_F64 ? 8 : 4), inner = k->dims[k->ndim - 1];
     if (inner <= 0 || inner % lanes) return false;
     for (int i = 0; i < k->ninsn; i++) {
         const ot_insn *in = &k->insns[i];
-        if (!jt->body[i] && !jt->pre[i] && in->code != OT_I_LOAD && in->code != OT_I_PARAM)
+        if (!ot__jit_computes(jt, i) && in->code != OT_I_LOAD && in->code != OT_I_PARAM)
             return false;
     }
     return true;
+}
+
+/* fn_rows is built for such a kernel only over rows (ndim >= 2) with one
+ * output (jit.c's runs_rows). */
+bool ot__exec_row_runs(const ot_kernel *k)
+{
+    return k->run_rows && k->jit->fn_rows && k->jit->out_vector[0] && ot__exec_whole_rows(k);
 }
 
 bool ot__exec_rows_stream(const ot_kernel *k, char *const *val, char *const *out,
@@ -53,7 +58,7 @@ void ot__exec_rows_args(const run_ctx *c, int64_t o, int64_t j, int64_t rows, ch
     for (int i = 0; i < k->ninsn; i++) {
         const ot_insn *in = &k->insns[i];
         rs[1 + i] = 0;
-        if (jt->body[i] || jt->pre[i]) continue;
+        if (ot__jit_computes(jt, i)) continue;
         if (in->code == OT_I_PARAM) {
             val[i] = (char *)&one[i];
             ot__store(val[i], ot__kd_dtype(in->kd), c->param[in->arg]);

@@ -60,7 +60,7 @@ static bool fits(const run_ctx *c)
         if (!jt->out_vector[q]) return false;
     for (int i = 0; i < k->ninsn; i++) {
         const ot_insn *in = &k->insns[i];
-        if (jt->body[i] || jt->pre[i] || in->code == OT_I_PARAM) continue;
+        if (ot__jit_computes(jt, i) || in->code == OT_I_PARAM) continue;
         if (in->code != OT_I_LOAD) return false;   /* a scalar op of the prelude */
         const ot_view *v = &k->loads[in->arg];
         if ((in->scalar & 8) || v->strides[nd - 1] == 1) continue;
@@ -94,7 +94,7 @@ static void block(const run_ctx *c, scratch *s, int64_t o, int64_t rows, int64_t
     ot__exec_rows_args(c, o, j, rows, val, out, rs, one);
     for (int i = 0; i < k->ninsn; i++) {
         const ot_insn *in = &k->insns[i];
-        if (jt->body[i] || jt->pre[i] || in->code != OT_I_LOAD || (in->scalar & 8)) continue;
+        if (ot__jit_computes(jt, i) || in->code != OT_I_LOAD || (in->scalar & 8)) continue;
         const ot_view *v = &k->loads[in->arg];
         if (v->strides[nd - 1] == 1) continue;
         val[i] = gather(c, s->tc[nt++].buf, val[i], v->strides[nd - 1], rows);

@@ -147,7 +147,7 @@ bool ot__jit_is_vector_load(const regs *r, int v)
 }
 
 /* Whether the code computes value v (in its loop, or before it: pre). */
-bool ot__jit_in_body(const regs *r, int v) { return r->j->body[v] || r->j->pre[v]; }
+bool ot__jit_in_body(const regs *r, int v) { return ot__jit_computes(r->j, v); }
 
 /* Registers a loop keeps its first vector inputs' and outputs' pointers
  * in, rather than loading each from in[] or out[] per vector: r14 and r15,

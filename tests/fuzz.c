@@ -1571,9 +1571,9 @@ static void pert_free(double **p)
  * LOWP_F32, or LOWP_F16 or LOWP_BF16 where a leaf or cast is 16-bit (bf16,
  * the coarser, first). Ref computes in double and rounds only at the output
  * and at its 16-bit casts, so f32 trees get f32 tolerances throughout, and
- * 16-bit ones one 16-bit rounding even into an f64 output (a composite's
- * weak constant is coerced to bf16 in ref's tree but to f32 in the cpu
- * backend's rebuilt one: seed 3030 tree 24161, --modes half). */
+ * 16-bit ones one 16-bit rounding even into an f64 output (a 16-bit cast
+ * inside rounds a value computed in f32 on cpu and in double on ref, and
+ * the two may round to neighbours: seed 3030 tree 24161, --modes half). */
 enum { LOWP_F32 = 1, LOWP_F16, LOWP_BF16 };
 static int lowp_of(ot_dtype d)
 {

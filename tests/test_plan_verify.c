@@ -169,17 +169,19 @@ TEST(plan_verify_late_writer)
 /* A batched dot stored in its concat part of the output, the other part by
  * an elementwise kernel: apart, until a part is moved onto the dot's. With
  * m = 1 the dot's row stride is meaningless and the rows are the batches
- * (seed 72 tree 12232 of the ASan fuzz: the verifier failed a good plan). */
-static void blas_output_case(int64_t m)
+ * (seed 72 tree 12232 of the ASan fuzz: the verifier failed a good plan).
+ * On axis 1 the two parts interleave by rows, each a box of the output's
+ * dims (fuzz seed 6161 tree 490: refused too). */
+static void blas_output_case(int64_t m, int axis)
 {
     ot_pool *pool = ot_pool_push();
     ot_backend *be = ot_backend_new("cpu", &(ot_backend_opts){.threads = 1});
     ot_tensor *x = ot_ones(be, OT_SHAPE(2, m, 2), OT_F32);
     ot_tensor *y = ot_ones(be, OT_SHAPE(1, 2, 2), OT_F32);
-    ot_tensor *c = ot_ones(be, OT_SHAPE(2, m, 1), OT_F32);
-    ot_tensor *out = ot_empty(be, OT_SHAPE(2, m, 3), OT_F32);
+    ot_tensor *c = ot_ones(be, axis == 2 ? OT_SHAPE(2, m, 1) : OT_SHAPE(2, 1, 2), OT_F32);
+    ot_tensor *out = ot_empty(be, axis == 2 ? OT_SHAPE(2, m, 3) : OT_SHAPE(2, m + 1, 2), OT_F32);
     ot_node *parts[2] = {ot_batched_dot(x, y), ot_tensor_node(c)};
-    ot_node *tree = ot_concat(2, parts, 2);
+    ot_node *tree = ot_concat(2, parts, axis);
     ot_plan *p = NULL;
     ot_walk *w = NULL;
     ot_binding bind;
@@ -208,8 +210,10 @@ static void blas_output_case(int64_t m)
 
 TEST(plan_verify_blas_output)
 {
-    blas_output_case(2);
-    blas_output_case(1);
+    blas_output_case(2, 2);
+    blas_output_case(1, 2);
+    blas_output_case(2, 1);
+    blas_output_case(1, 1);
 }
 
 TEST(plan_verify_walk_order)

@@ -480,8 +480,8 @@ static ot_node *expand_softmax(const site *st, ot_node *x, const ot_args *g, boo
 /* The floor of cross_entropy's log p of a softmax: the lowest finite f16,
  * which every float dtype holds (-FLT_MAX rounded to -inf in f16 and
  * bf16, so 0 * -inf made a 16-bit loss NaN, and the cpu backend, which
- * rebuilds a 16-bit composite in f32, kept it finite: fuzz seeds 3030 and
- * 4242), and far below the log of any probability a float holds (f64's
+ * then rebuilt a 16-bit composite in f32, kept it finite: fuzz seeds 3030
+ * and 4242), and far below the log of any probability a float holds (f64's
  * least is e^-745): it changes only losses of logit gaps past 65504. */
 #define XENT_LOG_FLOOR (-65504.0)
 

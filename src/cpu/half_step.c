@@ -45,7 +45,7 @@ static int visit(ot__walker *w, const ot_node *n, int index, const int operand[2
     (void)index, (void)operand;
     half_step *h = w->ctx;
     if (n->kind == OT_NODE_LEAF) return add_leaf(h, ot__leaf_tensor(n));
-    h->casts += n->kind == OT_NODE_OP && n->tag == OT_OP_NONE && n->op == OT_OP_CAST &&
+    h->casts += n->kind == OT_NODE_OP && n->op == OT_OP_CAST &&
                 ot__is_half(n->dtype);
     return 0;
 }
@@ -53,7 +53,7 @@ static int visit(ot__walker *w, const ot_node *n, int index, const int operand[2
 /* The trees' distinct leaves and their casts to a 16-bit dtype into h. */
 static int collect(half_step *h, int n, ot_node *const trees[])
 {
-    ot__walker w = {.composites = true, .visit = visit, .ctx = h};
+    ot__walker w = {.visit = visit, .ctx = h};
     int rc = 0;
     for (int i = 0; i < n && rc >= 0; i++) rc = ot__walker_run(&w, trees[i]);
     ot__walker_free(&w);

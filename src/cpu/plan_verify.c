@@ -351,9 +351,95 @@ static void least_row_stride(const ot_kernel *k, int which, int64_t *least)
     }
 }
 
+/* A store's dims of more than one element as (stride, length), into d[]
+ * by stride, largest first; -1 where a stride is not positive. */
+typedef struct box_dim {
+    int64_t stride, len;
+} box_dim;
+
+static int box_dims(const ot_kernel *k, int which, box_dim d[], int64_t *offset)
+{
+    int64_t dot_dims[3];
+    const int64_t *dims;
+    int nd, n = 0;
+    const ot_view *v = store_dims(k, which, dot_dims, &dims, &nd);
+    for (int i = 0; i < nd; i++) {
+        if (dims[i] <= 1) continue;
+        if (v->strides[i] <= 0) return -1;
+        int j = n++;
+        for (; j > 0 && d[j - 1].stride < v->strides[i]; j--) d[j] = d[j - 1];
+        d[j] = (box_dim){v->strides[i], dims[i]};
+    }
+    *offset = v->offset;
+    return n;
+}
+
+/* Adds stride s to the radices r[0..*n) (largest first, no repeats). */
+static void radix_add(int64_t r[], int *n, int64_t s)
+{
+    int j = 0;
+    while (j < *n && r[j] > s) j++;
+    if (j < *n && r[j] == s) return;
+    for (int i = (*n)++; i > j; i--) r[i] = r[i - 1];
+    r[j] = s;
+}
+
+/* A store's coordinates in the mixed radix r[0..n) (r[n - 1] == 1): the
+ * first of each, c[], and how many, e[]; false unless the store is a box
+ * there (each stride a radix, each coordinate from one dim, none carrying
+ * into the next). Then its elements are exactly the box's. A dim longer
+ * than its digit's range whole digits of it span the next ones (a kernel
+ * merges contiguous dims: the rows of a concat's part as one dim). */
+static bool box_in(const box_dim d[], int nd, int64_t offset, const int64_t r[], int n,
+                   int64_t c[], int64_t e[])
+{
+    if (offset < 0) return false;
+    for (int i = 0; i < n; i++) {
+        if (i && r[i - 1] % r[i] != 0) return false;
+        c[i] = offset / r[i];
+        offset %= r[i];
+        e[i] = 1;
+    }
+    for (int k = 0, i = 0; k < nd; k++) {
+        while (r[i] != d[k].stride) i++;   /* every stride is a radix */
+        int64_t len = d[k].len;
+        for (int j = i;; j--) {
+            if (e[j] != 1) return false;
+            int64_t range = j ? r[j - 1] / r[j] : INT64_MAX;
+            if (c[j] + len <= range) {
+                e[j] = len;
+                break;
+            }
+            if (c[j] != 0 || len % range != 0) return false;
+            e[j] = range;
+            len /= range;
+        }
+    }
+    return true;
+}
+
+/* Whether two stores are boxes of one mixed radix apart in a coordinate:
+ * the parts of a concat on any axis (concat(x, batched_dot(a, b)) on axis
+ * 1 interleaves the two by rows; fuzz seed 6161 tree 490). */
+static bool boxes_apart(const ot_kernel *a, int wa, const ot_kernel *b, int wb)
+{
+    box_dim da[OT_MAX_DIMS], db[OT_MAX_DIMS];
+    int64_t oa, ob, r[2 * OT_MAX_DIMS + 1], ca[2 * OT_MAX_DIMS + 1], ea[2 * OT_MAX_DIMS + 1],
+        cb[2 * OT_MAX_DIMS + 1], eb[2 * OT_MAX_DIMS + 1];
+    int na = box_dims(a, wa, da, &oa), nb = box_dims(b, wb, db, &ob), n = 0;
+    if (na < 0 || nb < 0) return false;
+    for (int i = 0; i < na; i++) radix_add(r, &n, da[i].stride);
+    for (int i = 0; i < nb; i++) radix_add(r, &n, db[i].stride);
+    radix_add(r, &n, 1);
+    if (!box_in(da, na, oa, r, n, ca, ea) || !box_in(db, nb, ob, r, n, cb, eb)) return false;
+    for (int i = 0; i < n; i++)
+        if (ca[i] + ea[i] <= cb[i] || cb[i] + eb[i] <= ca[i]) return true;
+    return false;
+}
+
 /* Whether two stores (which < 0) of one base touch no element in common:
- * their ranges are apart, or they take apart columns of the same rows (the
- * parts of a concat written in place). */
+ * their ranges are apart, or they take apart columns of the same rows, or
+ * apart boxes (the parts of a concat written in place). */
 static bool stores_apart(const ot_kernel *a, int wa, const ot_kernel *b, int wb)
 {
     int64_t alo, ahi, blo, bhi, ca[2], cb[2], s = 0;
@@ -361,7 +447,9 @@ static bool stores_apart(const ot_kernel *a, int wa, const ot_kernel *b, int wb)
     if (ahi < blo || bhi < alo) return true;
     least_row_stride(a, wa, &s);
     least_row_stride(b, wb, &s);
-    return row_columns(a, wa, s, ca) && row_columns(b, wb, s, cb) && (ca[1] < cb[0] || cb[1] < ca[0]);
+    if (row_columns(a, wa, s, ca) && row_columns(b, wb, s, cb) && (ca[1] < cb[0] || cb[1] < ca[0]))
+        return true;
+    return boxes_apart(a, wa, b, wb);
 }
 
 /* Whether kernel k reads output o: a later kernel that does updates what

@@ -1117,6 +1117,28 @@ TEST(autodiff_shared_subtree)
     fx_end();
 }
 
+/* A row mean that two broadcasts use (x - m, x * m) gets one sum of their
+ * contributions, not a sum each: sum((x - m)^2 + x m) has gradient 2x,
+ * and its tree one reduction besides the mean's broadcast back (layer
+ * norm's d/dx took a pass over x more for the second). */
+TEST(autodiff_sums_a_broadcast_once)
+{
+    for (int bi = 0; bi < 2; bi++) {
+        fx_begin(backends[bi]);
+        ot_tensor *x = ARR(OT_SHAPE(2, 3), OT_F64, 1, 2, 3, 4, 5, 9);
+        ot_node *m = ot_mean(x, .axis = 1, .keepdims = true);
+        ot_autodiff *ad = ot_autodiff_new(ot_sum(ot_add(ot_sqr(ot_sub(x, m)), ot_mul(x, m))), NULL);
+        CHECK_GRAD(ad, x, 1e-12, 2, 4, 6, 8, 10, 18);
+        char *text = test__capture(ot_print, ot_autodiff_grad(ad, x));
+        int sums = 0;
+        for (const char *p = text; p && (p = strstr(p, "'op': 'sum'")); p++) sums++;
+        CHECK_INT(sums, 1);
+        free(text);
+        ot_autodiff_free(ad);
+        fx_end();
+    }
+}
+
 /* ---- second order -------------------------------------------------------- */
 
 /* Hessian-vector products: sum(x^3) has H = diag(6x), so H v = 6 x v; the

@@ -127,6 +127,10 @@ static int backward(sweep *s, ot_backend *be, ot_node *g0)
     if (!g0) return ot_errcode();
     s->grad[s->len - 1] = g0;
     for (int i = s->len - 1; i >= 0; i--) {
+        if (s->wide[i]) {   /* every contribution to node i is in: i's users come later */
+            ot__ad_settle(&(ctx){s->order[i]->file, s->order[i]->line, be}, s, i);
+            if (ot_errcode()) return ot_errcode();
+        }
         if (!s->grad[i] || !s->live[i] || s->order[i]->kind != OT_NODE_OP) continue;
         int rc = ot__ad_apply(s, be, s->order[i], s->grad[i]);
         if (!rc) rc = ot_errcode();
@@ -163,7 +167,8 @@ static int differentiate(ot_autodiff *ad)
     int rc = walk(&s, ad->tree);
     if (!rc) {
         s.grad = ot__calloc((size_t)s.len, sizeof *s.grad);
-        if (!s.grad) rc = ot__err_set(OT_ENOMEM, NULL, 0, "autodiff_new", "out of memory");
+        s.wide = ot__calloc((size_t)s.len, sizeof *s.wide);
+        if (!s.grad || !s.wide) rc = ot__err_set(OT_ENOMEM, NULL, 0, "autodiff_new", "out of memory");
     }
     if (!rc) rc = backward(&s, ad->be, ad->next_error ? ad->next_error : K(1.0));
     if (!rc) rc = keep_leaves(ad, &s);
@@ -171,6 +176,7 @@ static int differentiate(ot_autodiff *ad)
     ot__walker_free(&s.walker);
     free(s.order);
     free(s.grad);
+    free(s.wide);
     free(s.live);
     return rc;
 }

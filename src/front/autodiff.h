@@ -22,6 +22,9 @@ typedef struct sweep {
     ot__walker walker;        /* numbers the nodes: index = post-order position */
     ot_node **order;          /* post-order */
     ot_node **grad;           /* per position; nodes owned by the sweep's pool */
+    ot_node **wide;           /* per position: contributions of one shape wider
+                                 than the node's, added up, not yet summed back
+                                 (ot__ad_settle) */
     bool *live;               /* a float leaf is below and gradients reach it */
     int len, cap;
 } sweep;
@@ -46,6 +49,9 @@ ot_node *ot__ad_zeros(ot_backend *be, ot_shape shape, ot_dtype dt);
 ot_node *ot__ad_full(const ctx *c, ot_node *g, ot_shape shape, ot_dtype dt);
 ot_node *ot__ad_transpose(const ctx *c, ot_node *x, const int *perm);
 ot_node *ot__ad_sum_to(const ctx *c, ot_node *g, const ot_shape *t);
+/* Sums the contributions waiting in s->wide[i] back to node i's shape
+ * into its gradient: before the gradient is read. */
+void ot__ad_settle(const ctx *c, sweep *s, int i);
 /* Pushes node n's gradient g to its operands by n's rule; OT_EUNSUPPORTED
  * for an op without one. */
 int ot__ad_apply(sweep *s, ot_backend *be, ot_node *n, ot_node *g);

@@ -127,13 +127,33 @@ static ot_node *accumulate(const ctx *c, ot_node *p, ot_node *g)
     return B(c, OT_OP_ADD, p, g);
 }
 
-/* Adds contribution g (summed back to n's shape) to n's gradient. */
+/* Adds contribution g (summed back to n's shape) to n's gradient. A
+ * contribution wider than n waits in s->wide, where later ones of its
+ * shape add to it, so that their total is summed back once: a value that
+ * two broadcasts of n reach (x - mean used twice) took two sums, each a
+ * pass over x, where one suffices. */
 static void push(const ctx *c, sweep *s, ot_node *n, ot_node *g)
 {
-    g = ot__ad_sum_to(c, g, &n->shape);
     if (!g) return;
     int i = pos(s, n);
-    s->grad[i] = accumulate(c, s->grad[i], g);
+    if (ot__shape_eq(&g->shape, &n->shape)) {
+        s->grad[i] = accumulate(c, s->grad[i], g);
+        return;
+    }
+    ot_node *w = s->wide[i];
+    if (w && ot__shape_eq(&w->shape, &g->shape)) {
+        s->wide[i] = accumulate(c, w, g);
+        return;
+    }
+    ot__ad_settle(c, s, i);
+    s->wide[i] = g;
+}
+
+void ot__ad_settle(const ctx *c, sweep *s, int i)
+{
+    ot_node *g = ot__ad_sum_to(c, s->wide[i], &s->order[i]->shape);
+    s->wide[i] = NULL;
+    if (g) s->grad[i] = accumulate(c, s->grad[i], g);
 }
 
 /* ---- rules: elementwise -------------------------------------------------- */

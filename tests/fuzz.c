@@ -492,6 +492,32 @@ static ot_node *grid_operand(ot_node *x, ot_dtype dt)
     return w ? grid(w, noise_bound(dt)) : x;
 }
 
+static int is_float(ot_dtype d);
+
+/* sin or cos y of a computed x, NaN where x's own rounding (its dtype
+ * dt's noise bound) exceeds 0.1: there the phase is lost, an ulp of x moving y
+ * anywhere in [-1, 1] (cos(expm1(94)^2): ref's expm1 is 0.64 ulp off,
+ * SLEEF's 0.36, and the cosines 0.83 and 0.0087; seed 9191 tree 233), so
+ * the draws mark the element as one no backend's value decides. */
+static ot_node *lost_phase(ot_node *y, ot_node *x, ot_dtype dt)
+{
+    if (is_half(dt)) dt = OT_F32;
+    if (dt != OT_F32 && dt != OT_F64) return y;
+    ot_node *lost = bin(OT_OP_GT, bin(OT_OP_MUL, ot_abs(x), ot_const(noise_bound(dt))), ot_const(0.1));
+    ot_node *nan = lost ? ot_sqrt(ot_neg(lost)) : NULL;   /* NaN where lost, -0 elsewhere */
+    ot_node *r = nan ? bin(OT_OP_ADD, y, nan) : NULL;
+    ot_clear_error();
+    return r ? r : y;
+}
+
+/* x as f64 where it is floating point (ref computes in double anyway). */
+static ot_node *as_f64(ot_node *x)
+{
+    ot_dtype dt = ot_node_dtype(x);
+    if (!is_float(dt) || dt == OT_F64) return x;
+    return ot_build_at(OT_OP_CAST, x, NULL, &(ot_args){.axis = OT_AXIS_ALL, .dtype = OT_F64}, NULL, 0);
+}
+
 /* The tree rebuilt op by op from its expansion (composites included, so
  * their inner nodes are rounded too), each op node passed through wrap. */
 static ot_node *transform(ot_node *root)
@@ -514,7 +540,15 @@ static ot_node *transform(ot_node *root)
         if (x && rounds_operand(it->op, 0)) x = grid_operand(x, ot_node_dtype(ot_stack_at(st, it->a)->node));
         if (y && rounds_operand(it->op, 1)) y = grid_operand(y, ot_node_dtype(ot_stack_at(st, it->b)->node));
         m[i] = ot_build_at(it->op, x, y, &a, NULL, 0);
+        if (!m[i] && x && y) {   /* an op whose operands must be alike: a
+                                    16-bit leaf beside a wrapped (f64) node */
+            ot_clear_error();
+            m[i] = ot_build_at(it->op, as_f64(x), as_f64(y), &a, NULL, 0);
+        }
         if (!m[i]) break;
+        if (noise_draw && (it->op == OT_OP_SIN || it->op == OT_OP_COS) &&
+            ot_stack_at(st, it->a)->kind == OT_NODE_OP)   /* a leaf is exact */
+            m[i] = lost_phase(m[i], x, ot_node_dtype(ot_stack_at(st, it->a)->node));
         ot_node *mag = NULL;
         if (noise_draw && (it->op == OT_OP_DOT || it->op == OT_OP_BATCHED_DOT))
             mag = ot_build_at(it->op, magnitude(m[it->a]), magnitude(m[it->b]), &a, NULL, 0);

@@ -539,6 +539,15 @@ static void eval_cast(const ot_node *node, const double *x, double *out)
     for (int64_t i = 0; i < n; i++) out[i] = cast_value((ot_dtype)node->dtype, x[i]);
 }
 
+/* The operand's values as they are (reshape, keep): a 16-bit value between
+ * ops is not rounded (the value of reshape(expm1(x)) of f16 x was rounded
+ * to f16 here, 8.4e6 to inf, where expm1(x) alone kept it; fuzz seed 2468
+ * tree 37531). */
+static void eval_copy(const ot_node *node, const double *x, double *out)
+{
+    memcpy(out, x, (size_t)ot__numel(&node->shape) * sizeof *out);
+}
+
 /* The result has a new dim of size depth at args.axis; element k along it
  * is 1 where the input equals k. Comparing with the integer k also rejects
  * non-integral inputs and those outside [0, depth). */
@@ -617,14 +626,14 @@ static int eval_op_double(ref_run *run, const ot_stack_item *it, double *out)
         return OT_OK;
     case OT_KIND_SHAPE:
         if (it->op == OT_OP_SLICE) eval_slice(node, x, out);
-        else if (it->op == OT_OP_RESHAPE) eval_cast(node, x, out);   /* row-major: the same values */
+        else if (it->op == OT_OP_RESHAPE) eval_copy(node, x, out);   /* row-major: the same values */
         else eval_transpose(node, x, out);
         return OT_OK;
     default: break;
     }
     switch (it->op) {
-    case OT_OP_CAST: /* fall through: keep is a cast to its own dtype */
-    case OT_OP_KEEP: eval_cast(node, x, out); return OT_OK;
+    case OT_OP_CAST: eval_cast(node, x, out); return OT_OK;
+    case OT_OP_KEEP: eval_copy(node, x, out); return OT_OK;
     case OT_OP_ONEHOT: eval_onehot(node, x, out); return OT_OK;
     case OT_OP_CONCAT: eval_concat(node, x, y, out); return OT_OK;
     case OT_OP_RAND: eval_rand(run->be, node, out); return OT_OK;

@@ -77,6 +77,10 @@ TEST(half_bf16_special)
     CHECK(ot__f64_to_bf16(1.0 + 0x1p-8 + 0x1p-40) == 0x3f81);
 }
 
+/* The backends and 16-bit dtypes the cases below run each of. */
+static const char *const names[2] = {"ref", "cpu"};
+static const ot_dtype dts[2] = {OT_F16, OT_BF16};
+
 /* cross_entropy(softmax(x), t) floors log p at -65504, finite in every
  * float dtype, so that a target of 0 where p is 0 adds 0: the floor was
  * -FLT_MAX, which rounds to -inf in f16 and bf16, and 0 * -inf made ref's
@@ -85,8 +89,6 @@ TEST(half_bf16_special)
  * (65536 in bf16, which holds -65504 as -65536; seed 4242 tree 13051). */
 TEST(half_cross_entropy_of_a_zero_probability)
 {
-    static const char *const names[2] = {"ref", "cpu"};
-    static const ot_dtype dts[2] = {OT_F16, OT_BF16};
     for (int b = 0; b < 2; b++)
         for (int d = 0; d < 2; d++) {
             ot_backend *be = ot_backend_new(names[b], NULL);
@@ -119,8 +121,6 @@ TEST(half_cross_entropy_of_a_zero_probability)
  * tree 5990, which sig2 amplified past one 16-bit rounding). */
 TEST(half_composite_rounds_as_its_expansion)
 {
-    static const char *const names[2] = {"ref", "cpu"};
-    static const ot_dtype dts[2] = {OT_F16, OT_BF16};
     for (int d = 0; d < 2; d++) {
         double got[2] = {NAN, NAN};
         for (int b = 0; b < 2; b++) {
@@ -152,8 +152,6 @@ TEST(half_composite_rounds_as_its_expansion)
  * 8.9e6 on cpu (fuzz seed 2468 tree 37531, under a sin: NaN on ref). */
 TEST(half_reshape_and_keep_do_not_round)
 {
-    static const char *const names[2] = {"ref", "cpu"};
-    static const ot_dtype dts[2] = {OT_F16, OT_BF16};
     for (int b = 0; b < 2; b++)
         for (int d = 0; d < 2; d++) {
             ot_backend *be = ot_backend_new(names[b], NULL);

@@ -646,8 +646,7 @@ static void emit_reduction(regs *r, ot_jit *j, const ot_kernel *k)
 }
 
 /* An elementwise kernel's fn and what it needs besides: fn_stream, the
- * rows functions and fn_tail where they apply (neither of the last two
- * for 16-bit code). */
+ * rows functions (not for 16-bit code) and fn_tail where they apply. */
 static void emit_elementwise(regs *r, ot_jit *j, const ot_kernel *k, bool stream)
 {
     int32_t frame = ot__jit_slot(r, k->ninsn) + r->vbytes;
@@ -659,7 +658,7 @@ static void emit_elementwise(regs *r, ot_jit *j, const ot_kernel *k, bool stream
         emit_function(r, frame, true);
     }
     if ((k->col_blocked || runs_rows(k)) && !r->half_in) emit_rows_functions(r, j, stream);
-    if (r->calls && !r->half_in) {
+    if (r->calls) {
         while (c->n % 16) ot__x86_put1(c, 0xCC);
         j->tail_at = c->n;
         r->tail = true;

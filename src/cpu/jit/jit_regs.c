@@ -124,12 +124,13 @@ void ot__jit_emit_constants(regs *r)
 void ot__jit_emit_live_mask(regs *r, int n)
 {
     int es = r->pp ? 8 : 4;
+    int in_es = r->half_in ? 2 : es;   /* 16-bit code: nbytes counts 2 bytes a lane */
     for (int i = 0; i < r->vbytes / es; i++) {
         ot__x86_put(r->c, (const uint8_t[]){0x31, 0xC0}, 2);               /* xor eax, eax */
         ot__x86_put1(r->c, (uint8_t)(0x48 | (n >> 3)));                    /* cmp n, imm32 */
         ot__x86_put1(r->c, 0x81);
         ot__x86_put1(r->c, (uint8_t)(0xF8 | (n & 7)));
-        ot__x86_put4(r->c, i * es);
+        ot__x86_put4(r->c, i * in_es);
         ot__x86_put(r->c, (const uint8_t[]){0x0F, 0x97, 0xC0}, 3);         /* seta al */
         ot__x86_put(r->c, (const uint8_t[]){0x48, 0xF7, 0xD8}, 3);         /* neg rax */
         if (r->pp) ot__x86_put1(r->c, 0x48);

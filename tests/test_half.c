@@ -246,7 +246,6 @@ TEST(half_npy_round_trip)
     int fd = mkstemp(path);
     CHECK(fd >= 0);
     close(fd);
-    ot_dtype dts[2] = {OT_F16, OT_BF16};
     for (int k = 0; k < 2; k++) {
         float v[6] = {1, -2.5f, 3e-5f, 70000, NAN, 0.3f};
         ot_tensor *t = ot_array(be, OT_SHAPE(2, 3), dts[k], v);
@@ -363,7 +362,6 @@ static void case_free(half_case *hc, half_leaves *l)
 
 TEST(half_every_elementwise_op)
 {
-    ot_dtype dts[2] = {OT_F16, OT_BF16};
     for (int fusion = 0; fusion < 2; fusion++)
         for (int k = 0; k < 2; k++) {
             half_case hc = {test__backend("cpu", fusion ? OT_FUSION_ON : OT_FUSION_OFF),
@@ -397,7 +395,6 @@ TEST(half_every_elementwise_op)
 /* Reductions, a dot, softmax, a cast inside a tree and a constant. */
 TEST(half_structured_ops)
 {
-    ot_dtype dts[2] = {OT_F16, OT_BF16};
     for (int k = 0; k < 2; k++) {
         half_case hc = case_new(dts[k], NULL);
         half_leaves l = leaves(&hc, 6, 40);
@@ -463,7 +460,6 @@ static ot_node *cast_tree(ot_tensor *x, ot_tensor *y)
 
 TEST(half_windowed_ops_and_casts)
 {
-    ot_dtype dts[2] = {OT_F16, OT_BF16};
     ot_node *(*fn[4])(ot_tensor *, ot_tensor *) = {conv_tree, pool_tree, attn_tree, cast_tree};
     const char *name[4] = {"conv", "max_pool", "attention", "casts"};
     for (int k = 0; k < 2; k++) {
@@ -484,7 +480,6 @@ TEST(half_windowed_ops_and_casts)
  * bits as the whole f32 tree rounded once, into a new output and in place. */
 TEST(half_blocked_elementwise)
 {
-    ot_dtype dts[2] = {OT_F16, OT_BF16};
     for (int k = 0; k < 2; k++) {
         half_case hc = case_new(dts[k], "blocked a*b+a");
         half_leaves l = leaves(&hc, 3, 23001);
@@ -545,7 +540,6 @@ static bool file_has(FILE *f, const char *what)
 TEST(half_program_and_explain)
 {
     const char *bes[2] = {"ref", "cpu"};
-    ot_dtype dts[2] = {OT_F16, OT_BF16};
     for (int bi = 0; bi < 2; bi++)
         for (int k = 0; k < 2; k++) {
             ot_dtype dt = dts[k];
@@ -821,7 +815,6 @@ static double rel_err(ot_tensor *a, ot_tensor *b)
  * ops) rounded once to x's dtype, on cpu and ref. */
 TEST(half_mixed_precision_grads)
 {
-    static const char *const names[] = {"cpu", "ref"};
     static const char *const what[MP_N] = {"conv", "conv_transpose", "max_pool", "avg_pool",
                                            "attention", "layer_norm", "rms_norm", "batch_norm"};
     for (int bi = 0; bi < 2; bi++) {

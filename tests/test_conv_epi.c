@@ -187,3 +187,49 @@ TEST(conv_epilogue_explain_winograd)
     ot_tensor_free(out);
     ot_backend_free(be);
 }
+
+/* An epilogue whose rows are whole vectors over the whole result, but not
+ * over one block of it: a block of rows of 2 positions ran the code over
+ * 2 elements as whole vectors, and the last block wrote past the output
+ * (fuzz seed 6802 tree 25038, heap corruption). The output is the front of
+ * a larger buffer, whose tail must keep its sentinel; the values are the
+ * unfused backend's. */
+static void short_rows_case(ot_backend *be, ot_dtype dt, double *got)
+{
+    ot_tensor *x = rnd(be, OT_SHAPE(3, 8, 2), dt, 1), *w = rnd(be, OT_SHAPE(8, 8, 1), dt, 2);
+    ot_tensor *r = rnd(be, OT_SHAPE(8, 2), dt, 3);   /* broadcast: the epilogue is 3 rows of 16 */
+    ot_tensor *buf = ot_full(be, OT_SHAPE(48 + 64), dt, 7.0);
+    ot_tensor *front = ot_slice(buf, OT_RANGE(0, 48)), *out = ot_reshape(front, OT_SHAPE(3, 8, 2));
+    ot_tensor *g64 = ot_empty(be, OT_SHAPE(48 + 64), OT_F64);
+    ot_pool *pool = ot_pool_push();
+    ot_node *tree = ot_relu(ot_add(ot_conv(x, w), r));   /* blocks of 2 */
+    char *text = test__explain_many(1, &out, &tree);
+    bool fused = ot_backend_options(be).fusion != OT_FUSION_OFF;
+    CHECK(text && (!fused || strstr(text, "on its blocks in cache")));
+    free(text);
+    CHECK_INT(ot_assign(out, tree), 0);
+    CHECK_INT(ot_assign(g64, ot_cast(buf, OT_F64)), 0);
+    ot_pool_pop(pool);
+    ot_get(g64, got);
+    ot_tensor *t[] = {g64, out, front, buf, r, w, x};
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) ot_tensor_free(t[i]);
+}
+
+TEST(conv_epilogue_rows_shorter_than_a_vector)
+{
+    for (int d = 0; d < 2; d++) {
+        ot_dtype dt = d ? OT_F64 : OT_F32;
+        ot_backend *be = ot_backend_new("cpu", NULL), *plain = test__backend("cpu", OT_FUSION_OFF);
+        double got[48 + 64], want[48 + 64];
+        short_rows_case(be, dt, got);
+        short_rows_case(plain, dt, want);
+        for (int i = 0; i < 48 + 64; i++)
+            if (!(fabs(got[i] - want[i]) <= 1e-5 * (1 + fabs(want[i])))) {
+                test__fail(__FILE__, __LINE__, "%s [%d]: %g, expected %g", ot_dtype_name(dt), i,
+                           got[i], want[i]);
+                break;
+            }
+        ot_backend_free(plain);
+        ot_backend_free(be);
+    }
+}

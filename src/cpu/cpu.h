@@ -509,7 +509,7 @@ void ot__run_conv_epi(const ot_kernel *k, char *const base[2], char *dst, char *
 bool ot__conv_epi_fits(const ot_kernel *k, const ot_kernel *e);
 /* e narrowed to block b of k's result, into *box (a 2-D kernel: channels x
  * positions) with its views in loads and xs (room for OT_CONV_EPI_LOADS
- * and OT_MAX_XSTORES). */
+ * and OT_MAX_XSTORES), and its row runs decided for the box's rows. */
 void ot__conv_box(const ot_kernel *k, const ot_kernel *e, const ot__conv_block *b, ot_kernel *box,
                   ot_view *loads, ot_xstore *xs);
 /* The algorithm a CONV kernel runs (a static name: "im2col + gemm", "1x1

@@ -642,10 +642,6 @@ static void conv_block_epilogue(void *ctx, const ot__conv_block *b)
     for (int i = x->sg->first + 1; i < x->sg->first + x->sg->count; i++) {
         ot_kernel box;
         ot__conv_box(&c->p->kernels[x->sg->first], &c->p->kernels[i], b, &box, loads, xs);
-        /* whole rows of the kernel need not be whole in the box: rows of
-         * 4 doubles under 8 lanes ran the code over 32 bytes as vectors,
-         * writing past the output (fuzz seed 6802 tree 25038) */
-        box.row_runs = ot__exec_row_runs(&box);
         run_kernel(c->be, c->p, c->bind, c->arena, c->mem, 0, &box, (rows){0, -1}, 0, -1, cpu->threads);
     }
 }

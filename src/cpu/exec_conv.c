@@ -33,6 +33,7 @@
  */
 #include "blas.h"
 #include "cpu.h"
+#include "exec.h"
 
 #define COL_BYTES ((size_t)1 << 20)   /* an im2col tile: in L2 */
 
@@ -551,4 +552,9 @@ void ot__conv_box(const ot_kernel *k, const ot_kernel *e, const ot__conv_block *
         xs[x] = e->xstores[x];
         xs[x].view = narrow(e, &e->xstores[x].view, i0, P, b->nc);
     }
+    /* e's rows may be whole vectors where the box's are not: e's flag let
+     * rows of 4 doubles under 8 lanes run as vectors, writing past the
+     * output (fuzz seed 6802 tree 25038). The inner stride, all run_rows
+     * depends on, is e's. */
+    box->row_runs = ot__exec_row_runs(box);
 }

@@ -79,7 +79,7 @@ OBJS  += $(KOBJS)
 LIBA  := $(BUILD)/liboptree.a
 LIBSO := $(BUILD)/liboptree.so
 
-.PHONY: all python lib tests examples cli demo demo-cnn demo-lm bench-lm test test-arm64 check check-attn-long doc-check deps install clean bench bench-mlp fuzz fuzz-inputs fuzz-input-bins mpi demo-mpi ulp-exhaustive half-exhaustive math-speed FORCE
+.PHONY: all python lib tests examples cli demo demo-cnn demo-lm bench-lm test test-arm64 check check-attn-long doc-check deps install clean bench bench-mlp fuzz fuzz-inputs fuzz-input-bins fuzz-tree mpi demo-mpi ulp-exhaustive half-exhaustive math-speed FORCE
 # all first: a plain `make` builds everything.
 all: lib tests examples cli python
 FORCE:
@@ -390,17 +390,26 @@ fuzz: $(BUILD)/fuzz
 # libFuzzer on the inputs optree reads from outside (tools/fuzz_inputs.c:
 # ot_parse, ot_load/ot_loadz, ot_model_load), SECONDS per target, under
 # ASan+UBSan: make fuzz-inputs SECONDS=600. Built with clang (libFuzzer is
-# clang's) into its own tree, the library instrumented for coverage. Ends
+# clang's) into its own tree at FUZZ_OPT, the library instrumented for
+# coverage. tools/test.sh builds its clang -O0 tree with these flags and
+# fuzzes from it (FUZZ_BUILD, FUZZ_OPT=-O0): one build for both. Ends
 # with "N passed, M failed"; findings go to $(FUZZ_BUILD)/fuzz-findings/.
 SECONDS    ?= 60
 FUZZ_BUILD ?= $(BUILD)/fuzz-inputs
-FUZZ_SAN   := -fsanitize=address,undefined -fno-sanitize-recover=all
+FUZZ_OPT   ?= -O2
+FUZZ_SAN   := -fsanitize=address,undefined -fno-sanitize-recover=all -fsanitize=fuzzer-no-link
 FUZZ_TARGETS := parse load model
 fuzz-inputs:
-	@$(MAKE) --no-print-directory -s BUILD=$(FUZZ_BUILD) CC=clang OPT=-O2 \
-	    SANFLAGS='$(FUZZ_SAN) -fsanitize=fuzzer-no-link' fuzz-input-bins
+	@$(MAKE) --no-print-directory -s BUILD=$(FUZZ_BUILD) CC=clang OPT=$(FUZZ_OPT) \
+	    SANFLAGS='$(FUZZ_SAN)' fuzz-input-bins
 	@sh tools/fuzz_inputs.sh $(FUZZ_BUILD) $(SECONDS)
 fuzz-input-bins: $(FUZZ_TARGETS:%=$(BUILD)/fuzz_%)
+# Everything a user builds (library, unit tests, examples, optree-bench),
+# and the fuzz targets, in the fuzz tree's configuration: tools/test.sh's
+# clang phase, at FUZZ_OPT=-O0 (no call inlined; clang's warnings).
+fuzz-tree:
+	@$(MAKE) --no-print-directory -s BUILD=$(FUZZ_BUILD) CC=clang OPT=$(FUZZ_OPT) \
+	    SANFLAGS='$(FUZZ_SAN)' lib tests examples cli fuzz-input-bins
 $(BUILD)/fuzz_%: tools/fuzz_inputs.c $(HDRS) $(LIBA)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -fsanitize=fuzzer -DFUZZ_TARGET_$* -o $@ $< $(LIBA) \
 	    $(LDFLAGS) $(LDLIBS)

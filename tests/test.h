@@ -20,6 +20,17 @@ void test__fail(const char *file, int line, const char *fmt, ...)
  * equals NaN and infinities must match exactly. */
 int test__close(double a, double b, double tol);
 
+/* The height of the deep-tree cases: 100,000, which every walk must
+ * survive without recursion (the unit phase runs them so). Under ASan,
+ * whose shadow memory makes each such case 5-30 times dearer, a fifth:
+ * every walker's heap stack still grows through a dozen doublings, which
+ * is what that build is there to watch. */
+#if defined(__SANITIZE_ADDRESS__)
+#define TEST_HEIGHT 20000
+#else
+#define TEST_HEIGHT 100000
+#endif
+
 #define TEST(name)                                                            \
     static void test_##name(void);                                            \
     __attribute__((constructor)) static void test__reg_##name(void)           \

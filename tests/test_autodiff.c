@@ -1059,7 +1059,7 @@ TEST(autodiff_gradcheck_softmax_cross_entropy)
 
 /* ---- DAGs ---------------------------------------------------------------- */
 
-#define DEPTH 100000
+#define DEPTH TEST_HEIGHT
 
 /* A chain of 100,000 ops: the sweep, the gradient tree and its release are
  * iterative. d/dx of x * 1.00001^k ... as a chain of multiplications. */

@@ -499,7 +499,7 @@ TEST(concat_explain_shows_views_and_in_place_parts)
 
 TEST(concat_deep_chains_do_not_recurse)
 {
-    enum { DEPTH = 100000 };
+    enum { DEPTH = TEST_HEIGHT };
     for (int b = 0; b < 2; b++) {
         ot_backend *be = backend(b ? "cpu" : "ref", OT_FUSION_ON);
         ot_tensor *x = data(be, OT_SHAPE(2), OT_F32, 1);

@@ -2291,7 +2291,7 @@ out:
 /* 6. Deep trees                                                            */
 /* ======================================================================== */
 
-#define DEEP 100000
+#define DEEP TEST_HEIGHT
 
 typedef struct deep_arg { int kind; ot_shape s; } deep_arg;
 

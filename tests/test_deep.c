@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#define DEPTH 100000
+#define DEPTH TEST_HEIGHT
 
 static ot_backend *ref(void)
 {

@@ -451,7 +451,7 @@ TEST(print_errors)
 TEST(print_deep_chain)
 {
     /* Height 100,000: every form walks with a heap stack. */
-    enum { DEPTH = 100000 };
+    enum { DEPTH = TEST_HEIGHT };
     ot_backend *be = ref();
     ot_tensor *x = named(be, OT_SHAPE(2), OT_F32, "x");
     ot_pool *pool = ot_pool_push();

@@ -959,7 +959,7 @@ TEST(ref_stats_counters)
 
 /* ---- deep trees ---------------------------------------------------------- */
 
-#define DEEP 100000
+#define DEEP TEST_HEIGHT
 
 TEST(ref_deep_chain)
 {

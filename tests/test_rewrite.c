@@ -558,9 +558,9 @@ TEST(rewrite_many_roots_and_deep_trees)
         ot_get(o[1][k], c);
         CHECK(same_bits(a, c, 64));
     }
-    /* 100,000 adds over a rewritten leaf: no recursion */
+    /* TEST_HEIGHT adds over a rewritten leaf: no recursion */
     ot_node *t = ot_mul(ot_sig(xn), xn);
-    for (int i = 0; i < 100000; i++) t = ot_add(t, 0.0f);
+    for (int i = 0; i < TEST_HEIGHT; i++) t = ot_add(t, 0.0f);
     ot_node *r = ot_rewrite(t, "fuse");
     CHECK(r != NULL && r != t);
     CHECK_INT(ot_assign(o[1][0], t), 0);

@@ -354,7 +354,7 @@ TEST(stack_diamond_linear)
 
 TEST(stack_deep_chain)
 {
-    enum { DEPTH = 100000 };
+    enum { DEPTH = TEST_HEIGHT };
     ot_backend *be = ref();
     ot_tensor *x = arr(be, OT_SHAPE(2), (float[]){1, 2}, "x");
     ot_pool *pool = ot_pool_push();
@@ -524,7 +524,7 @@ TEST(stack_substitute_errors)
 
 TEST(stack_substitute_deep)
 {
-    enum { DEPTH = 100000 };
+    enum { DEPTH = TEST_HEIGHT };
     ot_backend *be = ref();
     ot_tensor *x = arr(be, OT_SHAPE(2, 2), (float[]){1, 2, 3, 4}, "x");
     ot_tensor *y = arr(be, OT_SHAPE(2, 2), (float[]){-1, -2, -3, -4}, "y");

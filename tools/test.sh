@@ -43,10 +43,15 @@
 #               and tests/py/run_tests.py ("py"): the Python module (python/
 #               optree), neon's backend page run as written, its declarations
 #               against the header
-#   clang-O0    library, unit tests, examples and optree-bench built with
-#               clang at -O0 with -Werror into $BUILD/clang-O0 (a build
-#               that inlines nothing: a C99 inline without an external
-#               definition fails to link there; clang's warnings)
+#   clang-O0    library, unit tests, examples, optree-bench and the fuzz
+#               targets built with clang at -O0 with -Werror, ASan + UBSan
+#               and libFuzzer's coverage into $BUILD/clang-O0 (make
+#               fuzz-tree: a build that inlines nothing, where a C99 inline
+#               without an external definition fails to link; clang's
+#               warnings); then, recorded as "fuzz", make fuzz-inputs from
+#               those objects: libFuzzer on ot_parse, ot_load/ot_loadz and
+#               ot_model_load, FUZZ_SECONDS (default 10) per target from
+#               the seeds in tools/fuzz_seeds/
 #   tsan        the unit tests rebuilt in $BUILD/tsan with ThreadSanitizer,
 #               running only the cases about threads (name or file contains
 #               "thread"; about 20 s; the build compiles only the test files
@@ -54,10 +59,6 @@
 #               (halt_on_error) and fails it. OpenBLAS runs single-threaded
 #               there, and tools/tsan.supp silences third-party libraries
 #               only, never optree's own code.
-#   fuzz        make fuzz-inputs: libFuzzer on ot_parse, ot_load/ot_loadz
-#               and ot_model_load under ASan + UBSan (clang, the library
-#               built into $BUILD/fuzz-inputs), FUZZ_SECONDS (default 10)
-#               per target from the seeds in tools/fuzz_seeds/
 #   valgrind    every example in $BUILD/examples under valgrind
 #   arm64       on x86-64 hosts, the NEON table's quick check:
 #               ARM64_QUICK=1 tools/test_arm64.sh (installs the cross
@@ -304,30 +305,30 @@ phase_numpy() {
     run_logged py $TMO "$PY" tests/py/run_tests.py "$B"
 }
 
-# Everything a user builds, once more with clang at -O0: no call is inlined
-# there, and clang's warnings are not gcc's.
+# Everything a user builds, once more with clang at -O0 (no call is
+# inlined there, and clang's warnings are not gcc's), under ASan + UBSan and
+# instrumented for libFuzzer's coverage (make fuzz-tree); then libFuzzer on
+# the inputs optree reads from outside, 10 s a target, from the same
+# objects (make fuzz-inputs): one clang build serves both, where two cost
+# 70 and 110 CPU s.
 phase_clang_O0() {
     if ! command -v clang >/dev/null 2>&1; then
         echo "clang-O0: clang not installed (make deps installs it)"
         record clang-O0 0 1 "no clang"
-    elif make -s -j"$LJOBS" CC=clang OPT=-O0 WERROR=-Werror BUILD="$B/clang-O0" \
-        lib tests examples cli >"$LOGS/clang-O0.log" 2>&1; then
-        echo "clang-O0: library, unit tests, examples and optree-bench built"
+        return
+    fi
+    _fz="FUZZ_BUILD=$B/clang-O0 FUZZ_OPT=-O0 WERROR=-Werror DEBUG=-g1"
+    # shellcheck disable=SC2086  # _fz is a list of assignments
+    if make -s -j"$LJOBS" $_fz fuzz-tree >"$LOGS/clang-O0.log" 2>&1; then
+        echo "clang-O0: library, unit tests, examples, optree-bench and fuzz targets built"
         record clang-O0 1 0
     else
         show "$LOGS/clang-O0.log"
         record clang-O0 0 1 "build failed"
-    fi
-}
-
-phase_fuzz() {
-    if ! command -v clang >/dev/null 2>&1; then
-        echo "fuzz: clang not installed (make deps installs it)"
-        record fuzz 0 1 "no clang"
         return
     fi
-    run_logged fuzz $TMO make -s -j"$LJOBS" BUILD="$B" DEBUG=-g1 SECONDS="${FUZZ_SECONDS:-10}" \
-        fuzz-inputs
+    # shellcheck disable=SC2086
+    run_logged fuzz $TMO make -s -j"$LJOBS" $_fz SECONDS="${FUZZ_SECONDS:-10}" fuzz-inputs
 }
 
 phase_sanitizers() {
@@ -522,16 +523,15 @@ fi
 # claim), so that the two lanes end close together on any machine, however
 # its phases' costs compare there (a VM with dear page faults doubled the
 # sanitizer phase, where a static split had balanced another machine).
-QUEUE="sanitizers valgrind fuzz tsan unit clang-O0 arm64 numpy layers cli docs mpi library"
+QUEUE="sanitizers valgrind clang-O0 tsan unit arm64 numpy layers cli docs mpi library"
 
 title() {
     case $1 in
     sanitizers) echo "ASan + UBSan build in $B/san" ;;
     valgrind) echo "$B/examples/* on ref and on cpu (OT_ISA=sse2, and avx2 where the CPU has it; OT_EXAMPLE_SMALL=1)" ;;
-    fuzz) echo "libFuzzer on parse, load and model load (make fuzz-inputs, ASan + UBSan, $B/fuzz-inputs)" ;;
     tsan) echo "ThreadSanitizer build in $B/tsan, the cases with \"thread\" in their name or file" ;;
     unit) echo "$RB/test_optree (OT_TEST_JOBS=$UNIT_JOBS)" ;;
-    clang-O0) echo "clang -O0 build of everything in $B/clang-O0" ;;
+    clang-O0) echo "clang -O0 build of everything, ASan + UBSan, in $B/clang-O0; then libFuzzer on parse, load and model load from it" ;;
     arm64) echo "the NEON table under qemu-aarch64 (ARM64_QUICK=1 tools/test_arm64.sh, $B/arm64)" ;;
     numpy) echo "$PY tests/diff_numpy.py $B/liboptree.so" ;;
     layers) echo "tools/layers.py: includes and calls between the layers of src/, sizes, branches" ;;

@@ -183,16 +183,17 @@ static double cast_value(ot_dtype dt, double v)
 /* ------------------------------------------------------------------------ */
 
 /* Neumaier's variant of Kahan summation: the running error c also catches
- * the low bits of terms larger than the partial sum. */
+ * the low bits of terms larger than the partial sum. Each step's error is
+ * Knuth's TwoSum, exact whichever term is larger, so it needs no branch on
+ * their magnitudes (a branch the data decide, mispredicted half the time
+ * in a dot product's terms). */
 typedef struct ref_sum { double s, c; } ref_sum;
 
 static void sum_add(ref_sum *acc, double x)
 {
     double t = acc->s + x;
-    if (fabs(acc->s) >= fabs(x))
-        acc->c += (acc->s - t) + x;
-    else
-        acc->c += (x - t) + acc->s;
+    double z = t - acc->s;
+    acc->c += (acc->s - (t - z)) + (x - z);
     acc->s = t;
 }
 
@@ -453,17 +454,35 @@ static int eval_reduce(const ot_node *node, ot_op op, const double *x, double *o
 }
 
 /* One matrix product: a is M x K and b is K x N, both row-major. */
+/* Each output sums its k terms in order, with sum_add's steps spelt out
+ * over MM_COLS outputs of a row at a time: y is read along its rows, and
+ * the compiler keeps the sums in vector registers. w < MM_COLS only at a
+ * row's end. */
+enum { MM_COLS = 8 };
+
+static void matmul_cols(const double *xr, const double *y, int64_t k_len, int64_t n, int64_t w,
+                        double *o)
+{
+    double s[MM_COLS] = {0}, c[MM_COLS] = {0}, pad[MM_COLS] = {0};
+    for (int64_t k = 0; k < k_len; k++) {
+        const double *yr = y + k * n;
+        if (w < MM_COLS) yr = memcpy(pad, yr, (size_t)w * sizeof *pad);
+        for (int j = 0; j < MM_COLS; j++) {
+            double v = xr[k] * yr[j], t = s[j] + v, z = t - s[j];
+            c[j] += (s[j] - (t - z)) + (v - z);
+            s[j] = t;
+        }
+    }
+    for (int64_t j = 0; j < w; j++) o[j] = sum_value(&(ref_sum){s[j], c[j]});
+}
+
 static void matmul(const double *x, const double *y, int64_t m, int64_t k_len, int64_t n,
                    double *out)
 {
-    for (int64_t i = 0; i < m; i++) {
-        for (int64_t j = 0; j < n; j++) {
-            ref_sum acc = {0, 0};
-            for (int64_t k = 0; k < k_len; k++)
-                sum_add(&acc, x[i * k_len + k] * y[k * n + j]);
-            out[i * n + j] = sum_value(&acc);
-        }
-    }
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j0 = 0; j0 < n; j0 += MM_COLS)
+            matmul_cols(x + i * k_len, y + j0, k_len, n, n - j0 < MM_COLS ? n - j0 : MM_COLS,
+                        out + i * n + j0);
 }
 
 /* NumPy dot for 1-D and 2-D operands: a is M x K (M = 1 when 1-D) and b is

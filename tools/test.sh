@@ -105,7 +105,7 @@ LOGS=$B/test-logs
 # cases ran 40% longer, and the phase took longer), every object with line
 # tables only (-g1: reports still give each frame's file and line; -g's
 # variable tracking was a quarter of the instrumented kernels' compile
-# time). The fuzz build takes -g1 too.
+# time). The clang tree (clang-O0 and fuzz) takes -g1 too.
 SANBUILD='TOPT=-O0 DEBUG=-g1'
 # The build directory as a path to run programs from.
 case $B in

@@ -835,3 +835,31 @@ TEST(fuzz_reduction_reads_a_view_of_what_it_stores)
     }
     for (int i = 0; i < 4; i++) CHECK_NEAR(g[1][i], g[0][i], 1e-6);
 }
+
+/* Fuzz seed 9001 trees 16885 and 134725: the same, with the view of the
+ * stored value deeper in the other operand's region: the gradient of
+ * sum(sqr(s[::-1])), s a softmax, is s * (g - sum(g * s)) for g =
+ * 2 s[::-1]; the sum's pass stored s and read s[::-1] through g before it
+ * wrote it (the plan verifier: "kernel 2 reads temporary 3 before any
+ * kernel writes it"). The gradient against ref. */
+TEST(fuzz_reduction_reads_a_view_deep_in_its_region)
+{
+    const char *names[2] = {"ref", "cpu"};
+    double g[2][5];
+    for (int b = 0; b < 2; b++) {
+        ot_backend *be = ot_backend_new(names[b], NULL);
+        ot_tensor *x = ot_array(be, OT_SHAPE(5), OT_F64, (double[]){-1.5, 0.4, 1.2, -0.6, 2.0});
+        ot_pool *p = ot_pool_push();
+        ot_node *s = ot_softmax(x);
+        ot_node *y = ot_sqr(ot_slice_node(s, OT_RANGE(OT_NONE, OT_NONE, -1)));
+        ot_autodiff *ad = ot_autodiff_new(y, NULL);
+        ot_tensor *gr = ot_zeros_like(x);
+        CHECK(ad && ot_autodiff_backprop(ad, 1, &x, &gr) == 0);
+        CHECK(ot_get(gr, g[b]) == 0);
+        ot_autodiff_free(ad);
+        ot_pool_pop(p);
+        ot_tensor_free(gr), ot_tensor_free(x);
+        ot_backend_free(be);
+    }
+    for (int i = 0; i < 5; i++) CHECK_NEAR(g[1][i], g[0][i], 1e-14);
+}

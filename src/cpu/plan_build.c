@@ -245,20 +245,49 @@ static bool views_of(const compiler *c, int e, int x)
     return e == x;
 }
 
+/* Whether the pass computing entry e (unless stored: then it is loaded)
+ * reads x's storage through a view anywhere in its region, the entries
+ * stored nowhere below it. The walk is bounded: a region past
+ * REGION_WALK entries visited counts as reading it, the safe answer. */
+#define REGION_WALK 256
+static bool region_views(const compiler *c, int e, int x)
+{
+    int stack[REGION_WALK], top = 0, visits = 0;
+    if (e >= 0) stack[top++] = e;
+    while (top > 0) {
+        int u = stack[--top];
+        if (u < 0 || !is_op(c, u) || c->ci[u].mat) continue;
+        if (++visits > REGION_WALK) return true;
+        if (kind_of(c, u) == OT_KIND_SHAPE) {
+            if (views_of(c, u, x)) return true;
+            continue;   /* a view's chain ends at a stored value (materialise_operands) */
+        }
+        if (!is_ew(c, u)) continue;
+        for (int k = 0; k < 2; k++) {
+            if (top == REGION_WALK) return true;
+            stack[top++] = canon_operand(c, u, k);
+        }
+    }
+    return false;
+}
+
 /* Whether elementwise entry y, stored nowhere and read by one entry alone,
  * may carry stored value x into a reduction: it computes a value of x's
  * shape and dtype (no broadcast of x, no cast between), so the
  * reduction's pass can store x, and its other operand is no stored
- * elementwise value (which could claim the same reduction) and no view of
- * x (which would load x's storage in the pass that writes it: min(x^T, x)
- * read it before any kernel wrote it, fuzz seed 4242 tree 17426). */
+ * elementwise value (which could claim the same reduction) and reads no
+ * view of x anywhere in its region (which would load x's storage in the
+ * pass that writes it: min(x^T, x) read it before any kernel wrote it,
+ * fuzz seed 4242 tree 17426; sgn(relu(x[::-1])) * x, seed 9001 tree
+ * 16885). */
 static bool carries(const compiler *c, int y, int x)
 {
     const ot_node *ny = node_of(c, y), *nx = node_of(c, x);
     int other = canon_operand(c, y, 0) == x ? canon_operand(c, y, 1) : canon_operand(c, y, 0);
     return y != x && is_ew(c, y) && !c->ci[y].mat && c->ci[y].uses == 1 && reads_entry(c, y, x) &&
            (other < 0 || other == x ||
-            (!views_of(c, other, x) && (!is_ew(c, other) || !c->ci[other].mat))) &&
+            (!views_of(c, other, x) && !region_views(c, other, x) &&
+             (!is_ew(c, other) || !c->ci[other].mat))) &&
            c->w->e[y].op != OT_OP_CAST && c->w->e[y].op != OT_OP_KEEP && ny->dtype == nx->dtype &&
            ot__shape_eq(&ny->shape, &nx->shape);
 }

@@ -513,3 +513,27 @@ TEST(norm_model_batch_norm_layer)
     ot_backend_free(be);
     remove(path);
 }
+
+/* rms_norm's default eps is x's dtype's machine epsilon, 16-bit dtypes
+ * included (PyTorch's finfo(f16).eps 2^-10, finfo(bf16).eps 2^-7): on rows
+ * of 0.01, whose mean square 1e-4 the eps outweighs, the result shows it. */
+TEST(norm_rms_norm_default_eps_per_dtype)
+{
+    static const ot_dtype dts[3] = {OT_F32, OT_F16, OT_BF16};
+    static const double eps[3] = {0x1p-23, 0x1p-10, 0x1p-7}, tol[3] = {1e-6, 1e-3, 2e-3};
+    /* 0.01 as each dtype holds it */
+    static const double x0[3] = {(double)0.01f, 0.0099945068359375, 0.010009765625};
+    ot_backend *be = ot_backend_new("ref", NULL);
+    for (int i = 0; i < 3; i++) {
+        ot_tensor *x = ot_array(be, OT_SHAPE(4), dts[i], (float[]){0.01f, 0.01f, 0.01f, 0.01f});
+        ot_pool *p = ot_pool_push();
+        ot_tensor *t = ot_eval(ot_rms_norm(x));
+        ot_pool_pop(p);
+        float y[4];
+        CHECK(t && ot_get(t, y) == 0);
+        double want = x0[i] / sqrt(x0[i] * x0[i] + eps[i]);
+        CHECK_NEAR(y[0], want, tol[i]);
+        ot_tensor_free(t), ot_tensor_free(x);
+    }
+    ot_backend_free(be);
+}

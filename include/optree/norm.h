@@ -105,7 +105,8 @@ ot_node *ot_layer_norm_at(ot_node *x, ot_layer_norm_opts o, const char *file, in
  * root mean square, then * weight (of shape x.shape[-dims:], or NULL):
  *     out = x * rsqrt(mean(x^2) + eps) * weight
  * eps defaults, as PyTorch's None, to x's dtype's machine epsilon
- * (FLT_EPSILON, DBL_EPSILON). dims in [1, ndim]. */
+ * (torch.finfo(dtype).eps: FLT_EPSILON, DBL_EPSILON, 2^-10 for f16, 2^-7
+ * for bf16). dims in [1, ndim]. */
 typedef struct ot_rms_norm_opts {
     const char *spec_;
     int dims;                  /* trailing axes normalised, default 1 */

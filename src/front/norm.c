@@ -315,6 +315,18 @@ ot_node *ot_layer_norm_at(ot_node *x, ot_layer_norm_opts o, const char *file, in
     return to_shape(at, y, &xs);
 }
 
+/* A dtype's machine epsilon, PyTorch's torch.finfo(dtype).eps: the spacing
+ * of its values at 1 (f16 2^-10, bf16 2^-7). */
+static double dtype_eps(ot_dtype dt)
+{
+    switch (dt) {
+    case OT_F32: return FLT_EPSILON;
+    case OT_F16: return 0x1p-10;
+    case OT_BF16: return 0x1p-7;
+    default: return DBL_EPSILON;
+    }
+}
+
 /* x * rsqrt(mean(x^2) + eps) * weight over the merged trailing axes: one
  * reduction and one elementwise pass, which the cpu backend runs per block
  * of rows (the row read from memory once). No centring: the mean square is
@@ -326,7 +338,7 @@ ot_node *ot_rms_norm_at(ot_node *x, ot_rms_norm_opts o, const char *file, int li
     bool eps_given = given(o.spec_, OT__RMS_NORM_MEMBERS, "eps");
     unsigned mask, rmask;
     if (trailing_check(at, x, o.dims, eps_given ? o.eps : 0, o.weight, NULL, &mask)) return NULL;
-    if (!eps_given) o.eps = ot_node_dtype(x) == OT_F32 ? FLT_EPSILON : DBL_EPSILON;
+    if (!eps_given) o.eps = dtype_eps(ot_node_dtype(x));
     ot_shape xs = ot_node_shape(x), ws = trailing(x, o.dims);
     ot_node *rx = merge_runs(at, x, mask, &rmask);
     ot_node *ms = means(at, ot_build_at(OT_OP_SQR, rx, NULL, NULL, at->file, at->line), rmask, true);

@@ -787,7 +787,7 @@ static ot_node *mp_tree(int op, ot_tensor *x, ot_tensor *k)
         return r;
     }
     case MP_LN: return ot_layer_norm(x);
-    case MP_RMS: return ot_rms_norm(x);
+    case MP_RMS: return ot_rms_norm(x, .eps = 1e-5);   /* the default is the dtype's */
     default: return ot_batch_norm(x, .training = true);
     }
 }

@@ -998,3 +998,38 @@ TEST(half_native_threads)
     ot_tensor_free(x1), ot_tensor_free(w), ot_tensor_free(x2), ot_tensor_free(o[0]), ot_tensor_free(o[1]);
     ot_backend_free(one), ot_backend_free(two);
 }
+
+/* A double stored into f16 or bf16 on cpu rounds once (through f32 rounded
+ * to odd), as on ref: 65519.999999 is f16's 65504 (0x7bff), not inf
+ * through f32's 65520, and 1 + 2^-11 + 1e-12 rounds up (0x3c01); bf16's
+ * largest finite from just under it. A cast, a plain store and an f64
+ * expression, small and past a block (a misuse probe). */
+TEST(half_f64_rounds_once_on_cpu)
+{
+    static const double v[2][2] = {{65519.999999, 1.0 + 0x1p-11 + 1e-12},
+                                   {3.3961775e38, 1.0 + 0x1p-8 + 1e-12}};
+    static const uint16_t want[2][2] = {{0x7bff, 0x3c01}, {0x7f7f, 0x3f81}};
+    static const ot_dtype dt[2] = {OT_F16, OT_BF16};
+    enum { BIG = 40000 };
+    double *x = malloc(sizeof *x * BIG);
+    uint16_t *bits = malloc(sizeof *bits * BIG);
+    ot_backend *be = ot_backend_new("cpu", NULL);
+    for (int d = 0; d < 2 && x && bits; d++)
+        for (int n = 2; n <= BIG; n += BIG - 2)
+            for (int form = 0; form < 3; form++) {
+                for (int i = 0; i < n; i++) x[i] = v[d][i % 2];
+                ot_tensor *t = ot_array(be, OT_SHAPE(n), OT_F64, x), *h = ot_empty(be, OT_SHAPE(n), dt[d]);
+                ot_pool *p = ot_pool_push();
+                ot_node *tree = form == 0 ? ot_cast(t, dt[d]) : form == 1 ? ot_tensor_node(t) : ot_mul(t, 1.0);
+                CHECK_INT(ot_assign(h, tree), 0);
+                ot_pool_pop(p);
+                CHECK_INT(ot_get_raw(h, bits), 0);
+                int bad = 0;
+                for (int i = 0; i < n; i++) bad += bits[i] != want[d][i % 2];
+                if (bad) test__fail(__FILE__, __LINE__, "%s n %d form %d: %d wrong, first %04x %04x",
+                                    ot_dtype_name(dt[d]), n, form, bad, bits[0], bits[1]);
+                ot_tensor_free(t), ot_tensor_free(h);
+            }
+    ot_backend_free(be);
+    free(x), free(bits);
+}

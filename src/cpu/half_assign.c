@@ -46,7 +46,7 @@ typedef struct half_run {
     int ntemps, tcap;
 } half_run;
 
-static ot_tensor *temp_new(half_run *h, const ot_shape *shape)
+static ot_tensor *temp_new_dt(half_run *h, const ot_shape *shape, ot_dtype dt)
 {
     if (h->ntemps == h->tcap) {
         int cap = h->tcap ? 2 * h->tcap : 8;
@@ -55,9 +55,14 @@ static ot_tensor *temp_new(half_run *h, const ot_shape *shape)
         h->temps = t;
         h->tcap = cap;
     }
-    ot_tensor *t = ot_empty(h->be, *shape, OT_F32);
+    ot_tensor *t = ot_empty(h->be, *shape, dt);
     if (t) h->temps[h->ntemps++] = t;
     return t;
+}
+
+static ot_tensor *temp_new(half_run *h, const ot_shape *shape)
+{
+    return temp_new_dt(h, shape, OT_F32);
 }
 
 static float *temp_data(ot_tensor *t)
@@ -95,12 +100,28 @@ static ot_node *leaf_f32(half_run *h, const ot_node *n)
     return &w->leaf;
 }
 
-/* x (an f32 tree) evaluated and rounded to dt: the value a cast to dt has. */
+/* n double values as f32 rounded to odd (ot__f32_odd): a later rounding
+ * of those to 16 bits rounds each double once, as docs/half.md says. */
+static void f32_odd_from(const double *x, float *y, size_t n)
+{
+    for (size_t i = 0; i < n; i++) y[i] = ot__f32_odd(x[i]);
+}
+
+/* x (an f32 tree, or f64: then through f32 rounded to odd) evaluated and
+ * rounded to dt: the value a cast to dt has. */
 static ot_node *rounded(half_run *h, ot_node *x, int dt)
 {
+    size_t n = (size_t)ot__numel(&x->shape);
     ot_tensor *t = temp_new(h, &x->shape);
-    if (!t || h->eval(h->be, 1, &t, &x)) return NULL;
-    round_through(dt, temp_data(t), (size_t)ot__numel(&x->shape));
+    if (!t) return NULL;
+    if (x->dtype == OT_F64) {
+        ot_tensor *d = temp_new_dt(h, &x->shape, OT_F64);
+        if (!d || h->eval(h->be, 1, &d, &x)) return NULL;
+        f32_odd_from((const double *)(void *)temp_data(d), temp_data(t), n);
+    } else if (h->eval(h->be, 1, &t, &x)) {
+        return NULL;
+    }
+    round_through(dt, temp_data(t), n);
     t->leaf.axes = x->axes;
     return &t->leaf;
 }
@@ -127,7 +148,7 @@ static ot_node *op_f32(half_run *h, ot__walker *w, const ot_node *n, ot_node *a,
                      ? a
                      : ot_build_at(op, a, b, &args, n->file, n->line);
     if (r && cast && ot__is_half(n->dtype))
-        r = rounded(h, r, n->dtype);
+        r = rounded(h, a && a->dtype == OT_F64 ? a : r, n->dtype);
     return r;
 }
 
@@ -644,7 +665,10 @@ static int trees_f32(half_run *h, int n, ot_tensor *const outs[], ot_node *const
                                        : ot_errcode();
         else t32[i] = h->out[v];
         if (!outs) continue;   /* explain's fresh outputs */
-        o32[i] = rc || !ot__is_half(outs[i]->leaf.dtype) ? outs[i] : temp_new(h, &outs[i]->leaf.shape);
+        /* an f64 value into 16 bits: kept in f64 until its one rounding */
+        o32[i] = rc || !ot__is_half(outs[i]->leaf.dtype)
+                     ? outs[i]
+                     : temp_new_dt(h, &outs[i]->leaf.shape, t32[i]->dtype == OT_F64 ? OT_F64 : OT_F32);
         if (!o32[i]) rc = ot__err_set(OT_ENOMEM, NULL, 0, "assign", "out of memory");
     }
     ot__walker_free(&w);
@@ -675,8 +699,14 @@ static int run_f32(half_run *h, int n, ot_tensor *const outs[], ot_node *const t
     ot_tensor **o32 = calloc((size_t)n, sizeof *o32);
     int rc = trees_f32(h, n, outs, trees, t32, o32);
     if (!rc) rc = h->eval(h->be, n, o32, t32);
-    for (int i = 0; i < n && !rc; i++)
-        if (o32[i] != outs[i]) rc = store_out(outs[i], i, temp_data(o32[i]));
+    for (int i = 0; i < n && !rc; i++) {
+        if (o32[i] == outs[i]) continue;
+        ot_tensor *f = o32[i];
+        if (f->leaf.dtype == OT_F64 && (f = temp_new(h, &f->leaf.shape)))
+            f32_odd_from((const double *)(void *)temp_data(o32[i]), temp_data(f),
+                         (size_t)ot__numel(&f->leaf.shape));
+        rc = f ? store_out(outs[i], i, temp_data(f)) : ot__err_set(OT_ENOMEM, NULL, 0, "assign", "out of memory");
+    }
     free(t32);
     free(o32);
     return rc;

@@ -295,6 +295,20 @@ TEST(conv_bad_input_is_a_build_error)
     CHECK(ot_conv_transpose(x, big, .stride = {2}, .output_padding = {2}) == NULL);
     CHECK_ERR(OT_ESHAPE, "conv_transpose");
     ot_clear_error();
+    /* options past x's two spatial dims, or conv_transpose's alone */
+    CHECK(ot_conv(x, w2, .groups = 2, .dilation = {1, 1, -3}) == NULL);
+    CHECK_ERR(OT_EINVAL, ".dilation[2] is -3", "(2,4,5,5) has 2 spatial dims");
+    ot_clear_error();
+    CHECK(ot_conv(x, w2, .groups = 2, .stride = {1, 1, 7}) == NULL);
+    CHECK_ERR(OT_EINVAL, ".stride[2] is 7");
+    ot_clear_error();
+    CHECK(ot_conv(x, w2, .groups = 2, .pad_hi = {0, 0, 1}) == NULL);
+    CHECK_ERR(OT_EINVAL, ".pad_hi[2] is 1");
+    ot_clear_error();
+    CHECK(ot_conv(x, w2, .groups = 2, .output_padding = {1}) == NULL);
+    CHECK_ERR(OT_EINVAL, ".output_padding is conv_transpose's option");
+    ot_clear_error();
+    CHECK(ot_conv(x, w2, .groups = 2, .stride = {2}) != NULL);   /* {2}: every dim */
     ot_pool_pop(p);
     ot_tensor *t[] = {x, w, w2, big, xd, w1};
     for (int i = 0; i < 6; i++) ot_tensor_free(t[i]);

@@ -317,6 +317,12 @@ TEST(pooling_bad_input_is_a_build_error)
     CHECK(ot_max_pool(x, .kernel = {2}, .dilation = {-1}) == NULL);
     CHECK_ERR(OT_EINVAL, "dilation -1");
     ot_clear_error();
+    CHECK(ot_max_pool(x, .kernel = {2, 2, 9}) == NULL);   /* past x's 2 spatial dims */
+    CHECK_ERR(OT_EINVAL, "max_pool", ".kernel[2] is 9", "(2,3,5,5) has 2 spatial dims");
+    ot_clear_error();
+    CHECK(ot_avg_pool(x, .kernel = {2}, .pad_lo = {0, 0, 1}) == NULL);
+    CHECK_ERR(OT_EINVAL, ".pad_lo[2] is 1");
+    ot_clear_error();
     CHECK(ot_avg_pool(x, .kernel = {2}, .dilation = {2}) == NULL);
     CHECK_ERR(OT_EINVAL, "no dilation");
     ot_clear_error();

@@ -153,6 +153,12 @@ TEST(topk_errors)
         CHECK(ot_topk(x, -1, .axis = 0) == NULL);
         CHECK_ERR(OT_EINVAL, "topk", "[0, 2]");
         ot_clear_error();
+        CHECK(ot_topk(x, INT64_MAX) == NULL);   /* named as given, not cut to an int */
+        CHECK_ERR(OT_EINVAL, "topk", "k = 9223372036854775807", "[0, 3]", "(2,3)");
+        ot_clear_error();
+        CHECK(ot_topk(x, -5, .axis = 0) == NULL);
+        CHECK_ERR(OT_EINVAL, "topk", "k = -5", "[0, 2]");
+        ot_clear_error();
         CHECK(ot_topk(x, 1, .axis = 2) == NULL);
         CHECK_ERR(OT_EINVAL, "topk", "axis 2 is out of bounds");
         ot_clear_error();

@@ -36,9 +36,11 @@ enum {
  *                     entry is nonzero; then .pad must be 0);
  *   padding           OT_PAD_SAME or OT_PAD_VALID instead of the above;
  *   output_padding    conv_transpose: extra output size at the end of each
- *                     dim (less than that dim's stride);
+ *                     dim (less than that dim's stride; an error on ot_conv);
  *   groups            1: input channels and output channels split into
  *                     groups convolved apart (depthwise: groups = channels).
+ * An entry set past x's spatial dims ({1, 1, 7} for a 2-D conv) is an
+ * error, but for a first entry set alone ({2}: every dim).
  */
 typedef struct ot_conv_opts {
     const char *spec_;   /* the options as written (the macros set it) */
@@ -69,7 +71,11 @@ typedef struct ot_conv_opts {
  * |output| (measured: max error 3e-7 to 6e-7 of max |y| on the ResNet-18
  * stage shapes, im2col + gemm 4e-7 to 6e-7; tests/test_winograd.c holds
  * it to 2e-6), and data whose products and sums are exact in f32 (small
- * integers, halves) gives exact results, as im2col does. OT_WINOGRAD=0
+ * integers, halves) gives exact results, as im2col does. Operands whose
+ * transforms could overflow (81 * channels * max|x| * max|w| past
+ * FLT_MAX / 4) or that hold an inf or NaN run im2col instead, checked per
+ * call: Winograd's sums of neighbours would give NaN where the direct sums
+ * are finite or inf. OT_WINOGRAD=0
  * (read once per process) runs im2col + gemm instead; OT_WINOGRAD=4
  * selects F(4x4,3x3), 2.25x fewer products but about 15x the error
  * (6e-6 to 1.4e-5 of max |y|), for measurement.

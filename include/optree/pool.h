@@ -50,7 +50,8 @@ typedef struct ot_pool_opts {
  * window (ties: the earliest tap only; a NaN is the maximum once seen).
  * Errors at build time, naming shapes and the caller's file:line: rank,
  * kernel below 1, negative stride, padding or dilation, padding above
- * kernel / 2, a (dilated) window larger than the padded input.
+ * kernel / 2, a (dilated) window larger than the padded input, an entry
+ * set past x's spatial dims (but a first entry set alone: every dim).
  *   ot_node *y = ot_max_pool(x, .kernel = {2});               (stride 2)
  *   ot_node *z = ot_max_pool(x, .kernel = {3}, .stride = {2}, .pad = 1); */
 ot_node *ot_max_pool_at(ot_node *x, const ot_pool_opts *opts, const char *file, int line);

@@ -247,6 +247,36 @@ static bool opts_fit(ot_op op, const ot_conv_opts *o, bool explicit_sides, bool 
     return true;
 }
 
+bool ot__win_extra(const char *op, const char *member, const int *v, bool spreads, const ot_node *x,
+                   const char *file, int line)
+{
+    int nsp = x->shape.ndim - 2;
+    if (spreads && v[0] && !v[1] && !v[2]) return false;
+    for (int d = nsp < 0 ? 0 : nsp; d < 3; d++) {
+        if (!v[d]) continue;
+        char sh[OT__SHAPE_STRLEN];
+        ot__err(OT_EINVAL, file, line, op, ".%s[%d] is %d, but x %s has %d spatial dim%s", member, d,
+                v[d], ot__shape_str(&x->shape, sh), nsp, nsp == 1 ? "" : "s");
+        return true;
+    }
+    return false;
+}
+
+/* Options set past x's spatial dims, or one conv_transpose alone takes:
+ * the error recorded and true. */
+static bool opts_beyond(ot_op op, const ot_conv_opts *o, const ot_node *x, const char *file, int line)
+{
+    const char *name = ot_op_name(op);
+    if (op == OT_OP_CONV && (o->output_padding[0] || o->output_padding[1] || o->output_padding[2]))
+        return ot__err(OT_EINVAL, file, line, name, ".output_padding is conv_transpose's option"),
+               true;
+    return ot__win_extra(name, "stride", o->stride, true, x, file, line) ||
+           ot__win_extra(name, "dilation", o->dilation, true, x, file, line) ||
+           ot__win_extra(name, "pad_lo", o->pad_lo, false, x, file, line) ||
+           ot__win_extra(name, "pad_hi", o->pad_hi, false, x, file, line) ||
+           ot__win_extra(name, "output_padding", o->output_padding, false, x, file, line);
+}
+
 /* The geometry opts asks for, over x's spatial dims; the error recorded
  * (false returned) for options that contradict each other. */
 static bool window_of(ot_op op, const ot_node *x, const ot_node *w, const ot_conv_opts *o,
@@ -259,7 +289,8 @@ static bool window_of(ot_op op, const ot_node *x, const ot_node *w, const ot_con
     for (int d = 0; d < 3; d++) explicit_sides |= o->pad_lo[d] || o->pad_hi[d];
     bool sg = given(spec, "stride", o->stride[0] || o->stride[1] || o->stride[2]),
          dg = given(spec, "dilation", o->dilation[0] || o->dilation[1] || o->dilation[2]);
-    if (!opts_fit(op, o, explicit_sides, sg, dg, file, line)) return false;
+    if (!opts_fit(op, o, explicit_sides, sg, dg, file, line) || opts_beyond(op, o, x, file, line))
+        return false;
     spread(win->stride, o->stride, nsp, sg, 1);
     spread(win->dilation, o->dilation, nsp, dg, 1);
     for (int d = 0; d < nsp; d++) {

@@ -158,9 +158,10 @@ static void spread(int32_t *v, const int *o, int nsp, const int32_t *dflt, int o
 
 /* The geometry o asks for over nsp spatial dims; the error recorded (false
  * returned) for options that contradict each other. */
-static bool window_of(ot_op op, const ot_pool_opts *o, int nsp, ot_window *w, const char *file,
-                      int line)
+static bool window_of(ot_op op, const ot_pool_opts *o, const ot_node *x, ot_window *w,
+                      const char *file, int line)
 {
+    int nsp = x->shape.ndim - 2;
     const char *name = ot_op_name(op);
     bool sides = false, dil = false;
     for (int d = 0; d < 3; d++) sides |= o->pad_lo[d] || o->pad_hi[d], dil |= o->dilation[d] > 1;
@@ -170,6 +171,12 @@ static bool window_of(ot_op op, const ot_pool_opts *o, int nsp, ot_window *w, co
         return !ot__err(OT_EINVAL, file, line, name, "average pooling takes no dilation");
     if (op == OT_OP_MAX_POOL && o->exclude_pad)
         return !ot__err(OT_EINVAL, file, line, name, ".exclude_pad is average pooling's");
+    if (ot__win_extra(name, "kernel", o->kernel, true, x, file, line) ||
+        ot__win_extra(name, "stride", o->stride, true, x, file, line) ||
+        ot__win_extra(name, "dilation", o->dilation, true, x, file, line) ||
+        ot__win_extra(name, "pad_lo", o->pad_lo, false, x, file, line) ||
+        ot__win_extra(name, "pad_hi", o->pad_hi, false, x, file, line))
+        return false;
     spread(w->ksize, o->kernel, nsp, NULL, 0);
     spread(w->stride, o->stride, nsp, w->ksize, 0);
     spread(w->dilation, o->dilation, nsp, NULL, 1);
@@ -187,7 +194,7 @@ static ot_node *build(ot_op op, ot_node *x, const ot_pool_opts *o, const char *f
     ot_window win;
     memset(&win, 0, sizeof win);
     int nsp = x && !ot__node_dead(x) ? x->shape.ndim - 2 : 0;
-    if (nsp >= 1 && nsp <= 3 && o && !window_of(op, o, nsp, &win, file, line)) return NULL;
+    if (nsp >= 1 && nsp <= 3 && o && !window_of(op, o, x, &win, file, line)) return NULL;
     return pool_build(op, x, NULL, &win, NULL, file, line);
 }
 

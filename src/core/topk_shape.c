@@ -117,7 +117,15 @@ ot_node *ot_topk_indices_at(ot_node *x, int64_t k, const ot_topk_opts *opts, con
     if (!opts || (s && !ot_spec_sets(s, OT__TOPK_MEMBERS, "largest"))) o.largest = true;
     if (!opts || (s && !ot_spec_sets(s, OT__TOPK_MEMBERS, "sorted"))) o.sorted = true;
     ot_args a = {.axis = o.axis, .keepdims = !o.largest, .win.ceil_mode = !o.sorted};
-    /* a k beyond int's range is outside [0, size] of any axis too */
+    /* a k beyond int's range is outside [0, size] of any axis too: named
+     * here as the caller gave it, where the axis is one of x's */
+    int nd = x && !ot__node_dead(x) ? x->shape.ndim : 0, ax = o.axis < 0 ? o.axis + nd : o.axis;
+    if ((k < 0 || k > INT32_MAX) && ax >= 0 && ax < nd) {
+        char sa[OT__SHAPE_STRLEN];
+        ot__err(OT_EINVAL, file, line, "topk", "k = %lld is outside [0, %lld] for operand %s along axis %d",
+                (long long)k, (long long)x->shape.dims[ax], ot__shape_str(&x->shape, sa), ax);
+        return NULL;
+    }
     a.ddof = k < 0 ? -1 : k > INT32_MAX ? INT32_MAX : (int)k;
     return ot_build_at(OT_OP_TOPK, x, NULL, &a, file, line);
 }

@@ -159,17 +159,18 @@ TEST(winograd_blocks_split_tile_rows)
     ot_backend_free(cpu);
 }
 
-/* Operands whose transforms would overflow or spread an inf over a tile
- * (x = +-3e38 with w = 1e-3: Winograd's sums of neighbours reach inf,
- * then inf - inf; one inf input) take im2col: the values ref gives, not
- * NaN (a misuse probe). */
+/* Operands whose transforms overflow or spread an inf over a tile (x =
+ * +-3e38 with w = 1e-3: Winograd's sums of neighbours reach inf, then
+ * inf - inf; one inf input) give a result with an inf or NaN, and the call
+ * runs again as im2col: the values ref gives, not NaN (a misuse probe);
+ * conv and conv_transpose (the input gradient's Winograd). */
 TEST(winograd_extreme_operands_match_ref)
 {
     static float xd[16 * 8 * 8], wd[16 * 16 * 9];
     for (int i = 0; i < 16 * 16 * 9; i++) wd[i] = 1e-3f;
-    for (int kind = 0; kind < 2; kind++) {
-        for (int i = 0; i < 16 * 8 * 8; i++) xd[i] = kind ? 1.0f : (i % 2 ? 3e38f : -3e38f);
-        if (kind) xd[3 * 8 + 3] = INFINITY;
+    for (int kind = 0; kind < 3; kind++) {   /* 2: conv_transpose (an input gradient) */
+        for (int i = 0; i < 16 * 8 * 8; i++) xd[i] = kind == 1 ? 1.0f : (i % 2 ? 3e38f : -3e38f);
+        if (kind == 1) xd[3 * 8 + 3] = INFINITY;
         float y[2][16 * 8 * 8];
         const char *names[2] = {"ref", "cpu"};
         for (int b = 0; b < 2; b++) {
@@ -178,7 +179,8 @@ TEST(winograd_extreme_operands_match_ref)
             ot_tensor *w = ot_array(be, OT_SHAPE(16, 16, 3, 3), OT_F32, wd);
             ot_tensor *out = ot_empty(be, OT_SHAPE(1, 16, 8, 8), OT_F32);
             ot_pool *p = ot_pool_push();
-            CHECK_INT(ot_assign(out, ot_conv(x, w, .pad = 1)), 0);
+            CHECK_INT(ot_assign(out, kind == 2 ? ot_conv_transpose(x, w, .pad = 1) : ot_conv(x, w, .pad = 1)),
+                      0);
             ot_pool_pop(p);
             CHECK(ot_get(out, y[b]) == 0);
             ot_tensor_free(x), ot_tensor_free(w), ot_tensor_free(out);
@@ -187,7 +189,7 @@ TEST(winograd_extreme_operands_match_ref)
         /* f32 sums against ref's exact ones: a few ulps of the sum of the
          * terms' magnitudes, 144 * max|x| * 1e-3 (+-3e38 cancel to 0 on ref,
          * to 2.5e27 in f32) */
-        float tol = 1e-6f * 144 * (kind ? 1.0f : 3e38f) * 1e-3f;
+        float tol = 1e-6f * 144 * (kind == 1 ? 1.0f : 3e38f) * 1e-3f;
         int bad = 0;
         for (int i = 0; i < 16 * 8 * 8; i++)
             bad += isnan(y[1][i]) || isnan(y[0][i]) ||

@@ -71,11 +71,10 @@ typedef struct ot_conv_opts {
  * |output| (measured: max error 3e-7 to 6e-7 of max |y| on the ResNet-18
  * stage shapes, im2col + gemm 4e-7 to 6e-7; tests/test_winograd.c holds
  * it to 2e-6), and data whose products and sums are exact in f32 (small
- * integers, halves) gives exact results, as im2col does. Operands whose
- * transforms could overflow (81 * channels * max|x| * max|w| past
- * FLT_MAX / 4) or that hold an inf or NaN run im2col instead, checked per
- * call: Winograd's sums of neighbours would give NaN where the direct sums
- * are finite or inf. OT_WINOGRAD=0
+ * integers, halves) gives exact results, as im2col does. A call whose
+ * Winograd result holds an inf or a NaN (its transforms overflowed, or an
+ * operand held one) runs again as im2col: Winograd's sums of neighbours
+ * give NaN where the direct sums are finite or inf. OT_WINOGRAD=0
  * (read once per process) runs im2col + gemm instead; OT_WINOGRAD=4
  * selects F(4x4,3x3), 2.25x fewer products but about 15x the error
  * (6e-6 to 1.4e-5 of max |y|), for measurement.

@@ -525,6 +525,8 @@ bool ot__wino_ok(const ot_kernel *k);
 const char *ot__wino_name(const ot_kernel *k);
 size_t ot__wino_scratch(const ot_kernel *k);
 void ot__wino_run(const ot_kernel *k, char *const xsw[3], char *scratch);
+/* Whether n floats are all finite (Winograd's result checked: exec_conv.c). */
+bool ot__wino_finite(const float *y, int64_t n);
 /* exec_pool.c: runs a POOL kernel from its operands' bases (one or two)
  * into dst. */
 void ot__run_pool(const ot_kernel *k, char *const base[2], char *dst);

@@ -31,8 +31,6 @@
  * runs on that block (ot__conv_box narrows it; exec.c runs it). Another
  * algorithm calls the epilogue the same way, once per block it completes.
  */
-#include <float.h>
-
 #include "blas.h"
 #include "cpu.h"
 #include "exec.h"
@@ -137,7 +135,7 @@ bool ot__conv_scratch(const ot_kernel *k, size_t *bytes)
     if (pointwise(g)) part = 0;   /* no column tile */
     else if (!ot__mul_size(&part, (size_t)(g->xc * ksize(g)), (size_t)(tile_cols(g, es) * es)))
         return false;
-    /* Winograd's operands can send a call to im2col (wino_safe): room for both. */
+    /* Winograd's result can send a call to im2col (wino_done): room for both. */
     if (ot__wino_ok(k) && ot__wino_scratch(k) > part) part = ot__wino_scratch(k);
     return ot__add_size(bytes, sum, part);
 }
@@ -429,32 +427,20 @@ void ot__run_conv(const ot_kernel *k, char *const base[2], char *dst, char *scra
     ot__run_conv_epi(k, base, dst, scratch, NULL);
 }
 
-/* The largest |value| of n floats; inf when one is not finite. */
-static float abs_max(const float *v, int64_t n)
+/* Winograd's result, or false when it holds an inf or a NaN: its
+ * transforms add and subtract neighbouring inputs before the products (a
+ * tile's values reach 81 C max|x| max|w| on the way), so values near
+ * FLT_MAX overflow where the direct sums do not, and one inf or NaN input
+ * spreads over its whole tile (inf - inf). Such a call runs again as
+ * im2col, exact in its sums' order (a misuse probe: x = +-3e38, w = 1e-3
+ * gave NaN for -1.44e37). Checking the result, not the operands, costs
+ * one pass over the output (a 512-channel layer's weights are 24 times
+ * its output). */
+static bool wino_done(const ot_kernel *k, const ot__conv_geom *g, const tens *t, char *scratch)
 {
-    float m = 0;
-    for (int64_t i = 0; i < n; i++) {
-        float a = fabsf(v[i]);
-        if (!(a <= FLT_MAX)) return INFINITY;   /* inf or NaN */
-        m = a > m ? a : m;
-    }
-    return m;
-}
-
-/* Whether Winograd's sums stay finite for these operands. Its transforms
- * add and subtract neighbouring inputs before the products: a tile's
- * values reach 81 C max|x| max|w| on the way (input transform 4 terms,
- * weights' 2.25 |w|, C channels, output transform 9 terms), where the
- * direct sums may not overflow at all; and one inf or NaN spreads over its
- * whole tile (inf - inf). Such operands take im2col, exact in its sums'
- * order (a misuse probe: x = +-3e38, w = 1e-3 gave NaN for -1.44e37). */
-static bool wino_safe(const ot__conv_geom *g, const tens *t, bool transpose)
-{
-    int in = transpose ? 1 : 0;
-    float mx = abs_max((const float *)t->p[in], numel_of(g, in));
-    float mw = abs_max((const float *)t->p[2], numel_of(g, 2));
-    double c = (double)(g->xc > g->sc ? g->xc : g->sc);
-    return 81.0 * c * (double)mx * (double)mw <= FLT_MAX / 4;
+    int out = k->conv_op == OT_OP_CONV_TRANSPOSE ? 0 : 1;
+    ot__wino_run(k, t->p, scratch);
+    return ot__wino_finite((const float *)t->p[out], numel_of(g, out));
 }
 
 void ot__run_conv_epi(const ot_kernel *k, char *const base[2], char *dst, char *scratch,
@@ -480,10 +466,9 @@ void ot__run_conv_epi(const ot_kernel *k, char *const base[2], char *dst, char *
     if (direct_ok(k) && out_n) {
         direct(&t, g, blocks);
         blocks = NULL;
-    } else if (out_n && ot__wino_ok(k) && wino_safe(g, &t, k->conv_op == OT_OP_CONV_TRANSPOSE)) {
+    } else if (out_n && ot__wino_ok(k) && wino_done(k, g, &t, scratch)) {
         /* Winograd's tiles span images, so its epilogue runs after it, on
          * the whole result (epi_all below): correct, not yet in cache. */
-        ot__wino_run(k, t.p, scratch);
     } else if (out_n) {
         if (k->conv_op != OT_OP_CONV) memset(t.p[r[2]], 0, (size_t)(out_n * t.es));
         ot__gemm_fn *run = ot__gemm_pick();

@@ -665,3 +665,16 @@ void ot__wino_run(const ot_kernel *k, char *const xsw[3], char *scratch)
         run_group(&p, u, v, mm, rows, gemm);
     }
 }
+
+/* One pass over the result, no early exit, so that it vectorises (this
+ * file is built at -O3): an exponent of all ones is an inf or a NaN. */
+bool ot__wino_finite(const float *y, int64_t n)
+{
+    uint32_t bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, &y[i], sizeof b);
+        bad |= (b & 0x7f800000u) == 0x7f800000u;
+    }
+    return !bad;
+}

@@ -8,7 +8,7 @@
  * printed whole, with its result line (wall and CPU seconds), when it ends.
  */
 #if defined(__SANITIZE_ADDRESS__)
-#define _GNU_SOURCE   /* dl_iterate_phdr (touch_data) */
+#define _GNU_SOURCE   /* dl_iterate_phdr (populate_data) */
 #endif
 #define _POSIX_C_SOURCE 200809L
 #include "test.h"
@@ -49,7 +49,7 @@ static void populate(uintptr_t a, uintptr_t end)
     if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE);
 }
 
-static int touch_module(struct dl_phdr_info *m, size_t size, void *arg)
+static int populate_module(struct dl_phdr_info *m, size_t size, void *arg)
 {
     (void)size, (void)arg;
     uintptr_t ro = 0, ro_end = 0;   /* read-only after relocation (written then) */
@@ -72,10 +72,10 @@ static int touch_module(struct dl_phdr_info *m, size_t size, void *arg)
     return 0;
 }
 
-static void touch_data(void) { dl_iterate_phdr(touch_module, NULL); }
+static void populate_data(void) { dl_iterate_phdr(populate_module, NULL); }
 #else
 static int leaked(void) { return 0; }
-static void touch_data(void) {}
+static void populate_data(void) {}
 #endif
 
 #define MAX_TESTS 2048
@@ -333,7 +333,7 @@ int main(int argc, char **argv)
     int nofork = getenv("OT_TEST_NOFORK") && atoi(getenv("OT_TEST_NOFORK"));
     int maxrun = jobs(), nrun = 0, passed = 0, failed = 0;
     running run[MAX_JOBS];
-    if (!nofork) touch_data();
+    if (!nofork) populate_data();
     for (int i = 0; i < ncases; i++) {
         const test_case *c = &cases[i];
         if (!selected(c, argc, argv)) continue;

@@ -252,7 +252,7 @@ bool ot__win_extra(const char *op, const char *member, const int *v, bool spread
 {
     int nsp = x->shape.ndim - 2;
     if (spreads && v[0] && !v[1] && !v[2]) return false;
-    for (int d = nsp < 0 ? 0 : nsp; d < 3; d++) {
+    for (int d = nsp; d < 3; d++) {   /* callers hold nsp in [1, 3] */
         if (!v[d]) continue;
         char sh[OT__SHAPE_STRLEN];
         ot__err(OT_EINVAL, file, line, op, ".%s[%d] is %d, but x %s has %d spatial dim%s", member, d,

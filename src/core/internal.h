@@ -552,12 +552,12 @@ ot_tensor *ot__axes_view(ot_tensor *v, const ot_tensor *t, const int *src);
 /* The spatial dims of a conv, conv_transpose or conv_wgrad node (args.win's
  * entries in use): all but its first two. */
 static inline int ot__win_dims(const ot_node *n) { return n->shape.ndim - 2; }
-/* op (OT_OP_CONV...) of a and b with geometry win, checked as any build. */
 /* Whether option array v (3 entries, option `member` of op) sets an entry
- * past x's nsp spatial dims (an error recorded then): only its first entry
+ * past x's spatial dims (an error recorded then): only its first entry
  * may be set alone when it `spreads` to every dim ({2} is 2 in each). */
 bool ot__win_extra(const char *op, const char *member, const int *v, bool spreads, const ot_node *x,
                    const char *file, int line);
+/* op (OT_OP_CONV...) of a and b with geometry win, checked as any build. */
 ot_node *ot__conv_build(ot_op op, ot_node *a, ot_node *b, const ot_window *win, const char *file,
                         int line);
 /* One spatial dim's output size: conv's (floor), conv_transpose's. */

@@ -100,28 +100,27 @@ static ot_node *leaf_f32(half_run *h, const ot_node *n)
     return &w->leaf;
 }
 
-/* n double values as f32 rounded to odd (ot__f32_odd): a later rounding
- * of those to 16 bits rounds each double once, as docs/half.md says. */
-static void f32_odd_from(const double *x, float *y, size_t n)
+/* An f64 temporary d as an f32 one rounded to odd (ot__f32_odd): the
+ * later rounding to 16 bits rounds each double once, as docs/half.md
+ * says. NULL when out of memory. */
+static ot_tensor *f32_odd_of(half_run *h, const ot_tensor *d)
 {
-    for (size_t i = 0; i < n; i++) y[i] = ot__f32_odd(x[i]);
+    ot_tensor *t = temp_new(h, &d->leaf.shape);
+    if (!t) return NULL;
+    const double *x = (const double *)d->buf->data + d->offset;
+    float *y = temp_data(t);
+    for (int64_t i = 0; i < ot__numel(&d->leaf.shape); i++) y[i] = ot__f32_odd(x[i]);
+    return t;
 }
 
 /* x (an f32 tree, or f64: then through f32 rounded to odd) evaluated and
  * rounded to dt: the value a cast to dt has. */
 static ot_node *rounded(half_run *h, ot_node *x, int dt)
 {
-    size_t n = (size_t)ot__numel(&x->shape);
-    ot_tensor *t = temp_new(h, &x->shape);
-    if (!t) return NULL;
-    if (x->dtype == OT_F64) {
-        ot_tensor *d = temp_new_dt(h, &x->shape, OT_F64);
-        if (!d || h->eval(h->be, 1, &d, &x)) return NULL;
-        f32_odd_from((const double *)(void *)temp_data(d), temp_data(t), n);
-    } else if (h->eval(h->be, 1, &t, &x)) {
-        return NULL;
-    }
-    round_through(dt, temp_data(t), n);
+    ot_tensor *t = temp_new_dt(h, &x->shape, x->dtype == OT_F64 ? OT_F64 : OT_F32);
+    if (!t || h->eval(h->be, 1, &t, &x)) return NULL;
+    if (x->dtype == OT_F64 && !(t = f32_odd_of(h, t))) return NULL;
+    round_through(dt, temp_data(t), (size_t)ot__numel(&x->shape));
     t->leaf.axes = x->axes;
     return &t->leaf;
 }
@@ -701,11 +700,9 @@ static int run_f32(half_run *h, int n, ot_tensor *const outs[], ot_node *const t
     if (!rc) rc = h->eval(h->be, n, o32, t32);
     for (int i = 0; i < n && !rc; i++) {
         if (o32[i] == outs[i]) continue;
-        ot_tensor *f = o32[i];
-        if (f->leaf.dtype == OT_F64 && (f = temp_new(h, &f->leaf.shape)))
-            f32_odd_from((const double *)(void *)temp_data(o32[i]), temp_data(f),
-                         (size_t)ot__numel(&f->leaf.shape));
-        rc = f ? store_out(outs[i], i, temp_data(f)) : ot__err_set(OT_ENOMEM, NULL, 0, "assign", "out of memory");
+        ot_tensor *f = o32[i]->leaf.dtype == OT_F64 ? f32_odd_of(h, o32[i]) : o32[i];
+        rc = f ? store_out(outs[i], i, temp_data(f))
+               : ot__err_set(OT_ENOMEM, NULL, 0, "assign", "out of memory");
     }
     free(t32);
     free(o32);

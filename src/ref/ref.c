@@ -189,13 +189,14 @@ static double cast_value(ot_dtype dt, double v)
  * in a dot product's terms). */
 typedef struct ref_sum { double s, c; } ref_sum;
 
-static void sum_add(ref_sum *acc, double x)
+static inline void sum_step(double *s, double *c, double x)
 {
-    double t = acc->s + x;
-    double z = t - acc->s;
-    acc->c += (acc->s - (t - z)) + (x - z);
-    acc->s = t;
+    double t = *s + x, z = t - *s;
+    *c += (*s - (t - z)) + (x - z);
+    *s = t;
 }
+
+static void sum_add(ref_sum *acc, double x) { sum_step(&acc->s, &acc->c, x); }
 
 /* Once the plain sum is inf or NaN the correction term is NaN (inf - inf);
  * the plain sum is then the right answer, as in NumPy. */
@@ -453,11 +454,11 @@ static int eval_reduce(const ot_node *node, ot_op op, const double *x, double *o
     return OT_OK;
 }
 
-/* One matrix product: a is M x K and b is K x N, both row-major. */
-/* Each output sums its k terms in order, with sum_add's steps spelt out
- * over MM_COLS outputs of a row at a time: y is read along its rows, and
- * the compiler keeps the sums in vector registers. w < MM_COLS only at a
- * row's end. */
+/* Each output sums its k terms in order (sum_add), MM_COLS outputs of a
+ * row at a time: y is read along its rows, not down a column a cache line
+ * per term, and the sums and their errors (apart: sum_step on two arrays)
+ * stay in vector registers. w <
+ * MM_COLS only at a row's end. */
 enum { MM_COLS = 8 };
 
 static void matmul_cols(const double *xr, const double *y, int64_t k_len, int64_t n, int64_t w,
@@ -467,15 +468,12 @@ static void matmul_cols(const double *xr, const double *y, int64_t k_len, int64_
     for (int64_t k = 0; k < k_len; k++) {
         const double *yr = y + k * n;
         if (w < MM_COLS) yr = memcpy(pad, yr, (size_t)w * sizeof *pad);
-        for (int j = 0; j < MM_COLS; j++) {
-            double v = xr[k] * yr[j], t = s[j] + v, z = t - s[j];
-            c[j] += (s[j] - (t - z)) + (v - z);
-            s[j] = t;
-        }
+        for (int j = 0; j < MM_COLS; j++) sum_step(&s[j], &c[j], xr[k] * yr[j]);
     }
     for (int64_t j = 0; j < w; j++) o[j] = sum_value(&(ref_sum){s[j], c[j]});
 }
 
+/* One matrix product: a is M x K and b is K x N, both row-major. */
 static void matmul(const double *x, const double *y, int64_t m, int64_t k_len, int64_t n,
                    double *out)
 {

@@ -168,7 +168,9 @@ TEST(winograd_extreme_operands_match_ref)
 {
     static float xd[16 * 8 * 8], wd[16 * 16 * 9];
     for (int i = 0; i < 16 * 16 * 9; i++) wd[i] = 1e-3f;
-    for (int kind = 0; kind < 3; kind++) {   /* 2: conv_transpose (an input gradient) */
+    /* 2: conv_transpose (an input gradient); 3: relu(conv + 1), its epilogue
+     * fused (run per block when the call falls back to im2col) */
+    for (int kind = 0; kind < 4; kind++) {
         for (int i = 0; i < 16 * 8 * 8; i++) xd[i] = kind == 1 ? 1.0f : (i % 2 ? 3e38f : -3e38f);
         if (kind == 1) xd[3 * 8 + 3] = INFINITY;
         float y[2][16 * 8 * 8];
@@ -179,8 +181,8 @@ TEST(winograd_extreme_operands_match_ref)
             ot_tensor *w = ot_array(be, OT_SHAPE(16, 16, 3, 3), OT_F32, wd);
             ot_tensor *out = ot_empty(be, OT_SHAPE(1, 16, 8, 8), OT_F32);
             ot_pool *p = ot_pool_push();
-            CHECK_INT(ot_assign(out, kind == 2 ? ot_conv_transpose(x, w, .pad = 1) : ot_conv(x, w, .pad = 1)),
-                      0);
+            ot_node *c = kind == 2 ? ot_conv_transpose(x, w, .pad = 1) : ot_conv(x, w, .pad = 1);
+            CHECK_INT(ot_assign(out, kind == 3 ? ot_relu(ot_add(c, 1.0f)) : c), 0);
             ot_pool_pop(p);
             CHECK(ot_get(out, y[b]) == 0);
             ot_tensor_free(x), ot_tensor_free(w), ot_tensor_free(out);

@@ -2,7 +2,8 @@
  * test_tblock.c - the cpu backend's transposed blocks (src/cpu/exec_tblock.c):
  * elementwise kernels reading transposed views, on shapes that are not
  * multiples of the 16x16 (AVX-512) or 8x8 (AVX2) blocks, single rows and
- * columns, several strips, negative strides, broadcasts, two transposed
+ * columns, rows of 64- and 32-column blocks with and without a tail
+ * (100: 64 + 32 + 4; 96: 64 + 32), several strips, negative strides, broadcasts, two transposed
  * operands, a called function and a batch dim; generated code with and
  * without streaming stores bitwise against the interpreter, and all of
  * them against the ref backend, on each ISA with generated code here.
@@ -115,7 +116,8 @@ TEST(tblock_transposed_operands_match_interpreter_and_ref)
 {
     static const char *const isas[] = {"avx2", "avx512"};
     static const int64_t shapes[][3] = {{1, 1, 40},   {1, 40, 1},   {1, 17, 33}, {1, 16, 16},
-                                        {1, 300, 40}, {1, 33, 300}, {2, 37, 45}, {3, 9, 64}};
+                                        {1, 300, 40}, {1, 33, 300}, {2, 37, 45}, {3, 9, 64},
+                                        {1, 130, 100}, {2, 20, 96}};
     static const struct {
         const char *what;
         tb_tree tree;

@@ -2,21 +2,26 @@
  * exec_tblock.c - the cpu backend's transposed blocks: an elementwise
  * kernel with generated code that reads a transposed view (unit stride
  * along its outer dim, 4-byte elements) runs over strips of rows, each
- * strip walked across its columns TB_COLS at a time. A block of a strip's
- * rows by TB_COLS columns is gathered from TB_COLS rows of the source (a
+ * strip walked across its columns TB_COLS at a time, then TB_COLS_MIN
+ * where that many are left. A block of a strip's rows by its columns is
+ * gathered from as many rows of the source (a
  * run of the strip's length from each, which the hardware prefetchers
  * follow), transposed in registers 16x16 (AVX-512) or 8x8 (AVX2) into a
  * small L1 copy, and the kernel's code (ot_jit's fn_rows) runs once over
  * the whole block, each output row getting whole 64-byte lines: with
- * streaming stores, a line at a time, never read first. Columns past the
- * last multiple of TB_COLS go through exec.c's tiles. The code is the
+ * streaming stores, a line at a time, never read first. The columns left
+ * after the blocks go through exec.c's tiles. The code is the
  * kernel's own body, so results are bitwise those of any other walk.
  */
 #include "exec.h"
 
-#define TB_COLS 32          /* columns of a block: two 64-byte lines of f32 a row
-                               (16 paid the code's per-row setup twice as often:
-                               W9 1.36x the hand loop against 1.06x) */
+#define TB_COLS 64          /* columns of a block: four 64-byte lines of f32 a row,
+                               written back to back, and the code's per-row setup
+                               paid once per 256 bytes (W9 on Zen 5: 64 columns
+                               0.74x the hand loop, 128 0.78x, 48 0.82x, 32 1.02x;
+                               16 ran 1.36x where 32 ran 1.06x on Zen 4) */
+#define TB_COLS_MIN 32      /* the narrower block of a strip's last columns, and of
+                               rows of 32 to 63 columns */
 #define TB_ROWS 256         /* rows of a strip (at most the tile, whose gathered rows
                                R_TCACHE holds): W9's source is read 1 KiB a row at a
                                time, as the AVX-512 hand loop reads it */
@@ -28,12 +33,16 @@ typedef struct tgeom {
     int64_t d, rows, spr, cols, ncg;
 } tgeom;
 
+/* The widest block of the kernel's walk, whose gathered rows R_TCACHE
+ * must hold. */
+static int64_t widest(const run_ctx *c) { return c->inner >= TB_COLS ? TB_COLS : TB_COLS_MIN; }
+
 static tgeom geom_of(const run_ctx *c)
 {
     const ot_kernel *k = c->k;
     tgeom g;
     g.d = k->dims[k->ndim - 2];
-    int64_t room = c->tile * TG_MAX_ROWS / TB_COLS;   /* rows R_TCACHE holds */
+    int64_t room = c->tile * TG_MAX_ROWS / widest(c);   /* rows R_TCACHE holds */
     g.rows = (room < TB_ROWS ? room : TB_ROWS) & ~(int64_t)(TG_MAX_ROWS - 1);
     g.spr = (g.d + g.rows - 1) / g.rows;
     g.cols = TB_UNIT / g.rows / TB_COLS * TB_COLS;
@@ -52,7 +61,7 @@ static bool fits(const run_ctx *c)
     const ot_jit *jt = k->jit;
     int nd = k->ndim, nt = 0;
     if (!jt || !jt->fn_rows || k->kind != OT_KER_EW || !k->direct_store || nd < 2 ||
-        c->inner < TB_COLS || jt->kd != OT_KD_F32)
+        c->inner < TB_COLS_MIN || jt->kd != OT_KD_F32)
         return false;
     for (int x = 0; x < k->nxstore; x++)
         if (!k->xstores[x].direct) return false;
@@ -70,20 +79,21 @@ static bool fits(const run_ctx *c)
     return nt > 0 && nt <= TCACHE_LOADS;
 }
 
-/* rows x TB_COLS of a transposed view at src (inner stride st) into buf,
- * TB_COLS elements a row. */
-static char *gather(const run_ctx *c, char *buf, const char *src, int64_t st, int64_t rows)
+/* rows x w of a transposed view at src (inner stride st) into buf, w
+ * elements a row. */
+static char *gather(const run_ctx *c, char *buf, const char *src, int64_t st, int64_t rows,
+                    int64_t w)
 {
     int g = c->kt->tgather_rows;
     for (int64_t r = 0; r < rows; r += g)
-        c->kt->tgather_b4(buf + r * TB_COLS * 4, TB_COLS, src + r * 4, st, TB_COLS,
+        c->kt->tgather_b4(buf + r * w * 4, w, src + r * 4, st, w,
                           (int)(rows - r < g ? rows - r : g));
     return buf;
 }
 
-/* Rows o..o+rows-1, columns j..j+TB_COLS-1, as one call of fn_rows: the
+/* Rows o..o+rows-1, columns j..j+w-1, as one call of fn_rows: the
  * transposed loads gathered first. */
-static void block(const run_ctx *c, scratch *s, int64_t o, int64_t rows, int64_t j)
+static void block(const run_ctx *c, scratch *s, int64_t o, int64_t rows, int64_t j, int64_t w)
 {
     const ot_kernel *k = c->k;
     const ot_jit *jt = k->jit;
@@ -97,14 +107,14 @@ static void block(const run_ctx *c, scratch *s, int64_t o, int64_t rows, int64_t
         if (ot__jit_computes(jt, i) || in->code != OT_I_LOAD || (in->scalar & 8)) continue;
         const ot_view *v = &k->loads[in->arg];
         if (v->strides[nd - 1] == 1) continue;
-        val[i] = gather(c, s->tc[nt++].buf, val[i], v->strides[nd - 1], rows);
-        rs[1 + i] = TB_COLS * 4;
+        val[i] = gather(c, s->tc[nt++].buf, val[i], v->strides[nd - 1], rows, w);
+        rs[1 + i] = w * 4;
     }
     bool stream = ot__exec_rows_stream(k, val, out, rs);
-    (stream ? jt->fn_rows_stream : jt->fn_rows)(val, out, TB_COLS * 4, rs);
+    (stream ? jt->fn_rows_stream : jt->fn_rows)(val, out, w * 4, rs);
 }
 
-/* Columns j..j+n-1 (n < TB_COLS) of rows o..o+rows-1 by exec.c's tiles,
+/* Columns j..j+n-1 (n < TB_COLS_MIN) of rows o..o+rows-1 by exec.c's tiles,
  * whose gathered rows the blocks have overwritten. */
 static void tail(const run_ctx *c, scratch *s, int64_t o, int64_t rows, int64_t j, int64_t n)
 {
@@ -122,7 +132,11 @@ static void body(run_ctx *c, scratch *s, int64_t first, int64_t last)
         int64_t strip = u / g.ncg, r0 = strip % g.spr * g.rows, o = strip / g.spr * g.d + r0;
         int64_t rows = g.d - r0 < g.rows ? g.d - r0 : g.rows;
         int64_t j = u % g.ncg * g.cols, end = j + g.cols < c->inner ? j + g.cols : c->inner;
-        for (; j + TB_COLS <= end; j += TB_COLS) block(c, s, o, rows, j);
+        for (; j + TB_COLS <= end; j += TB_COLS) block(c, s, o, rows, j, TB_COLS);
+        if (j + TB_COLS_MIN <= end) {
+            block(c, s, o, rows, j, TB_COLS_MIN);
+            j += TB_COLS_MIN;
+        }
         if (j < end) tail(c, s, o, rows, j, end - j);
     }
 #if defined(__x86_64__) || defined(__i386__)

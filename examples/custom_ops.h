@@ -84,15 +84,22 @@ static inline double softsign_f64(double x) { return x / (1.0 + fabs(x)); }
     static inline V P##exp_f32(V x)                                                \
     {                                                                              \
         V x0 = x;                                                                  \
-        x = P##min_ps(P##max_ps(x, P##set1_ps(-87.0f)), P##set1_ps(88.0f));        \
+        x = P##min_ps(P##max_ps(x, P##set1_ps(-104.0f)), P##set1_ps(88.7228391f)); \
         V k = P##round_ps_(P##mul_ps(x, P##set1_ps(1.44269504f)));                 \
         V r = P##sub_ps(P##sub_ps(x, P##mul_ps(k, P##set1_ps(0.693145751953125f))), \
                         P##mul_ps(k, P##set1_ps(1.428606765330187e-06f)));         \
         V p = P##set1_ps(1.0f / 720);                                              \
         static const float c[] = {1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f}; \
         for (int i = 0; i < 6; i++) p = P##add_ps(P##mul_ps(p, r), P##set1_ps(c[i])); \
-        VI e = P##slli_epi32(P##add_epi32(P##cvtps_epi32(k), P##set1_epi32(127)), 23); \
-        return P##blend_ps_(P##mul_ps(p, P##castsi_ps(e)), P##set1_ps(INFINITY),          \
+        /* 2^k as 2^h 2^(k - h), h = k/2 rounded: k runs from -150 to 128, \
+         * past what one exponent field holds (a clamp at 88 gave exp(88) \
+         * for every x up to ln FLT_MAX, half the true value). */             \
+        V kh = P##round_ps_(P##mul_ps(k, P##set1_ps(0.5f)));                       \
+        VI e1 = P##slli_epi32(P##add_epi32(P##cvtps_epi32(kh), P##set1_epi32(127)), 23); \
+        VI e2 = P##slli_epi32(                                                     \
+            P##add_epi32(P##cvtps_epi32(P##sub_ps(k, kh)), P##set1_epi32(127)), 23);   \
+        V y = P##mul_ps(P##mul_ps(p, P##castsi_ps(e1)), P##castsi_ps(e2));         \
+        return P##blend_ps_(y, P##set1_ps(INFINITY),                               \
                             P##gt_ps_(x0, P##set1_ps(88.7228391f)));   /* ln FLT_MAX */ \
     }
 #define CUSTOM_EXP_F64(P, V, VI)                                                   \
@@ -100,7 +107,7 @@ static inline double softsign_f64(double x) { return x / (1.0 + fabs(x)); }
     static inline V P##exp_f64(V x)                                                \
     {                                                                              \
         V x0 = x;                                                                  \
-        x = P##min_pd(P##max_pd(x, P##set1_pd(-708.0)), P##set1_pd(709.0));        \
+        x = P##min_pd(P##max_pd(x, P##set1_pd(-746.0)), P##set1_pd(709.782712893384)); \
         V k = P##round_pd_(P##mul_pd(x, P##set1_pd(1.4426950408889634)));          \
         V r = P##sub_pd(P##sub_pd(x, P##mul_pd(k, P##set1_pd(0.6931471803691238))), \
                         P##mul_pd(k, P##set1_pd(1.9082149292705877e-10)));         \
@@ -110,8 +117,12 @@ static inline double softsign_f64(double x) { return x / (1.0 + fabs(x)); }
             f /= i + 1;                                                            \
             p = P##add_pd(P##mul_pd(p, r), P##set1_pd(1.0 / f));                   \
         }                                                                          \
-        VI e = P##slli_epi64(P##add_epi64(P##cvtpd_epi64_(k), P##set1_epi64x(1023)), 52); \
-        return P##blend_pd_(P##mul_pd(p, P##castsi_pd(e)), P##set1_pd(INFINITY),          \
+        V kh = P##round_pd_(P##mul_pd(k, P##set1_pd(0.5)));   /* as the f32 one */ \
+        VI e1 = P##slli_epi64(P##add_epi64(P##cvtpd_epi64_(kh), P##set1_epi64x(1023)), 52); \
+        VI e2 = P##slli_epi64(                                                     \
+            P##add_epi64(P##cvtpd_epi64_(P##sub_pd(k, kh)), P##set1_epi64x(1023)), 52); \
+        V y = P##mul_pd(P##mul_pd(p, P##castsi_pd(e1)), P##castsi_pd(e2));         \
+        return P##blend_pd_(y, P##set1_pd(INFINITY),                               \
                             P##gt_pd_(x0, P##set1_pd(709.782712893384)));   /* ln DBL_MAX */ \
     }
 

@@ -1635,10 +1635,18 @@ static int low_precision(const fz_ir *ir)
 /* For a dot or a conv, the same op over its operands' magnitudes: a bound
  * on every partial sum the cpu backend forms in f32 (ref sums in double, so
  * f32 terms near FLT_MAX give ref inf where cpu meets inf + -inf, NaN);
- * else the node itself. */
+ * for the examples' GELU, x / (1 + exp(-2u)), its exponential, which the
+ * op's f32 function overflows where its f64 one does not (gelu(-10.06) in
+ * bf16: ref -2.9e-38, cpu -0); else the node itself. */
 static ot_node *partial_bound(const fz_ir *ir, const fz_inst *in, int k)
 {
     int op = ir->n[k].op;
+    if (op >= 0 && ir->n[k].a >= 0 && op == (int)ot_op_lookup("gelu")) {
+        ot_node *x = in->node[ir->n[k].a];
+        ot_node *u = ot_mul(GELU_C, ot_add(x, ot_mul(GELU_A, ot_mul(x, ot_mul(x, x)))));
+        ot_node *e = ot_exp(ot_mul(-2.0, u));
+        return e ? e : in->node[k];
+    }
     bool sums = op == OT_OP_DOT || op == OT_OP_BATCHED_DOT || op == OT_OP_CONV ||
                 op == OT_OP_CONV_TRANSPOSE;
     if (!sums || ir->n[k].a < 0 || ir->n[k].b < 0) return in->node[k];

@@ -189,6 +189,58 @@ TEST(custom_op_cpu_matches_ref)
     ot_backend_free(r), ot_backend_free(c);
 }
 
+/* The examples' vector exp to the ends of its range: gelu's exp(-2u) runs
+ * up to ln FLT_MAX (f32 x near -10.05) and ln DBL_MAX (f64 x near -21.15),
+ * where a clamp at 88 (709) halved the value; against the scalar
+ * functions (libm's exp), relative. */
+static void gelu_edge(ot_backend *be, ot_op gelu, ot_dtype dt, double lo, double hi,
+                      const char *what)
+{
+    enum { N = 97 };
+    double x[N], want[N];
+    float xf[N];
+    for (int i = 0; i < N; i++) {
+        x[i] = lo + (hi - lo) * i / (N - 1);
+        xf[i] = (float)x[i];
+        want[i] = dt == OT_F32 ? gelu_f32(xf[i]) : gelu_f64(x[i]);
+    }
+    ot_pool *p = ot_pool_push();
+    ot_tensor *t = ot_empty(be, OT_SHAPE(N), dt);
+    CHECK(ot_set(t, dt == OT_F32 ? (void *)xf : (void *)x) == 0);
+    int64_t n = 0;
+    /* exp(-2u) near -2u = 88 (709) turns an ulp of u into 2 |u| ulps of the
+     * result, and the vector and scalar functions round u differently */
+    double *got = eval(ot_apply(gelu, t), &n), tol = dt == OT_F32 ? 1e-4 : 1e-11;
+    CHECK(got && n == N);
+    for (int i = 0; got && i < N; i++)
+        if (!(fabs(got[i] - want[i]) <= tol * fabs(want[i]))) {
+            test__fail(__FILE__, __LINE__, "%s: gelu(%.9g) is %.17g, libm's %.17g", what, x[i],
+                       got[i], want[i]);
+            break;
+        }
+    free(got);
+    ot_tensor_free(t);
+    ot_pool_pop(p);
+}
+
+TEST(custom_op_vector_exp_to_the_ends_of_its_range)
+{
+    clear_env();
+    ot_op gelu = reg(gelu_def());
+    static const char *const vec[] = {"avx2", "avx512"};
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++) {
+            ot_backend *be = cpu(vec[i], j ? OT_JIT_OFF : OT_JIT_ON, OT_FUSION_ON, 1);
+            if (!be) continue;   /* not this CPU */
+            char what[64];
+            snprintf(what, sizeof what, "%s%s f32", vec[i], j ? " jit off" : "");
+            gelu_edge(be, gelu, OT_F32, -10.2, -9.9, what);
+            snprintf(what, sizeof what, "%s%s f64", vec[i], j ? " jit off" : "");
+            gelu_edge(be, gelu, OT_F64, -21.4, -21.0, what);
+            ot_backend_free(be);
+        }
+}
+
 /* ---- the paths of the cpu backend ------------------------------------------- */
 
 /* The trees of the path checks over x (2-D), a row t and a view xt. */

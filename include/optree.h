@@ -292,8 +292,11 @@ void ot_tensor_free(ot_tensor *t);
  * unaligned vectors and stream only to aligned outputs), else OT_EINVAL.
  * free_fn(user, ptr), when not NULL, is called once when the tensor and
  * every view of it are gone; on error it is not called and the memory
- * stays the caller's. NULL with OT_ENULL, OT_EDTYPE, OT_EINVAL, OT_ESHAPE
- * (bad shape), OT_EOVERFLOW, OT_ENOMEM. */
+ * stays the caller's. Wraps of overlapping memory (one array wrapped twice,
+ * a wrap of another tensor's data) alias as views of one tensor do: an
+ * assignment reads them as if before writing, and overlapping outputs of
+ * ot_assign_many are OT_EALIAS. NULL with OT_ENULL, OT_EDTYPE, OT_EINVAL,
+ * OT_ESHAPE (bad shape), OT_EOVERFLOW, OT_ENOMEM. */
 ot_tensor *ot_wrap(ot_backend *be, ot_shape shape, ot_dtype dtype, void *ptr,
                    const int64_t *strides, void (*free_fn)(void *user, void *ptr),
                    void *user);

@@ -700,6 +700,24 @@ TEST(badinput_assign_many)
     CHECK_ERR(OT_EALIAS, "assign_many");
     CHECK_INT(ot_assign_many(2, (ot_tensor *[]){top, bot}, (ot_node *[]){t3, t3}), OT_EALIAS);
     CHECK_ERR(OT_EALIAS, "assign_many");
+    /* Two wraps of overlapping memory are two buffers over the same bytes
+     * (they were let through, the later write winning), and a wrap of a
+     * tensor's own data; wraps side by side are apart. */
+    float mem[8] = {0};
+    ot_tensor *w0 = ot_wrap(be, OT_SHAPE(4), OT_F32, mem, NULL, NULL, NULL);
+    ot_tensor *w2 = ot_wrap(be, OT_SHAPE(4), OT_F32, mem + 2, NULL, NULL, NULL);
+    ot_tensor *w4 = ot_wrap(be, OT_SHAPE(4), OT_F32, mem + 4, NULL, NULL, NULL);
+    ot_tensor *wy = ot_wrap(be, OT_SHAPE(2), OT_F32, (float *)ot_tensor_data(y) + 3, NULL, NULL, NULL);
+    ot_node *f4 = ot_neg(ot_slice_node(ot_tensor_node(x), OT_IDX(0)));   /* (4,) */
+    CHECK_INT(ot_assign_many(2, (ot_tensor *[]){w0, w2}, (ot_node *[]){f4, f4}), OT_EALIAS);
+    CHECK_ERR(OT_EALIAS, "assign_many", "overlap");
+    ot_node *f2 = ot_neg(ot_slice_node(ot_tensor_node(x), OT_IDX(0), OT_RANGE(0, 2)));
+    CHECK_INT(ot_assign_many(2, (ot_tensor *[]){y, wy}, (ot_node *[]){ot_neg(x), f2}), OT_EALIAS);
+    CHECK_ERR(OT_EALIAS, "assign_many", "overlap");
+    CHECK_INT(ot_assign_many(2, (ot_tensor *[]){w0, w4}, (ot_node *[]){f4, f4}), 0);
+    for (int i = 0; i < 8; i++) CHECK_NEAR(mem[i], -1, 0);
+    ot_tensor *ws[] = {w0, w2, w4, wy};
+    for (int i = 0; i < 4; i++) ot_tensor_free(ws[i]);
     /* Nothing was written. */
     float v[16];
     ot_get(x, v);

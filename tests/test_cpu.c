@@ -1969,6 +1969,31 @@ static double *sc_dot_reads_out(ot_backend *be, int64_t *n, int *rc)
     return v;
 }
 
+/* Wraps of one memory as two tensors (ot_wrap): each has a buffer of its
+ * own, so aliasing is found by address, not by buffer (the cpu backend
+ * wrote a = a.T in place, rows 1-3 reading what row 0 had written). Also a
+ * wrap of a tensor's own data, transposed. */
+static double *sc_wrapped_twice(ot_backend *be, int64_t *n, int *rc)
+{
+    enum { N = 33 };
+    double *mem = malloc(sizeof *mem * N * N);
+    for (int i = 0; i < N * N; i++) mem[i] = (double)(i * 7 % 23) * 0.25 - 2;
+    ot_tensor *a = ot_wrap(be, OT_SHAPE(N, N), OT_F64, mem, NULL, NULL, NULL);
+    ot_tensor *at = ot_wrap(be, OT_SHAPE(N, N), OT_F64, mem, (int64_t[]){1, N}, NULL, NULL);
+    ot_tensor *lo = ot_wrap(be, OT_SHAPE(N - 1, N), OT_F64, mem + N, NULL, NULL, NULL);
+    ot_tensor *hi = ot_wrap(be, OT_SHAPE(N - 1, N), OT_F64, mem, NULL, NULL, NULL);
+    ot_tensor *t = seq_tensor(be, OT_SHAPE(N, N), 20);
+    ot_tensor *tt = ot_wrap(be, OT_SHAPE(N, N), OT_F64, ot_tensor_data(t), (int64_t[]){1, N}, NULL, NULL);
+    *rc = ot_assign(a, ot_add(ot_mul(at, 2.0), 1.0));          /* a = a.T * 2 + 1 */
+    if (!*rc) *rc = ot_assign(lo, ot_mul(hi, 3.0));             /* a[1:] = a[:-1] * 3 */
+    if (!*rc) *rc = ot_assign(t, ot_sub(tt, ot_sum(tt, .axis = 1, .keepdims = true)));
+    double *v = cat_vals(2, (ot_tensor *[]){a, t}, n);
+    ot_tensor *ts[] = {a, at, lo, hi, t, tt};
+    for (int i = 0; i < 6; i++) ot_tensor_free(ts[i]);
+    free(mem);
+    return v;
+}
+
 /* Runs sc on ref and on cpu (best ISA, threads 1 and 3; sse2) and compares
  * (f64, relative 1e-12: the values are O(1), a wrong read is O(1) off). */
 static void alias_check(const char *file, int line, const char *name, scenario sc)
@@ -2051,6 +2076,7 @@ TEST(cpu_alias_shifted_slice) { ALIAS_CHECK(sc_shifted); }
 TEST(cpu_alias_reversed_self) { ALIAS_CHECK(sc_reversed); }
 TEST(cpu_alias_reduce_reads_out) { ALIAS_CHECK(sc_reduce_reads_out); }
 TEST(cpu_alias_dot_reads_out) { ALIAS_CHECK(sc_dot_reads_out); }
+TEST(cpu_alias_wrapped_twice) { ALIAS_CHECK(sc_wrapped_twice); }
 
 /* ======================================================================== */
 /* 4. The plan cache                                                        */

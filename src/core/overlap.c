@@ -51,12 +51,13 @@ typedef struct lattice_term {
 static int64_t floor_div(int64_t x, int64_t s) { return x / s - (x % s < 0); }
 static int64_t ceil_div(int64_t x, int64_t s) { return x / s + (x % s > 0); }
 
-/* Whether a and b (same item size) share an element: whether the offset
- * between them is a sum of their strides times index differences within
- * their dims. A bounded exact search over the terms by falling stride,
- * pruned by what the smaller strides can still reach; answers "maybe"
- * (true) when the budget runs out, which is the safe side. */
-static bool lattice_meets(const ot_tensor *a, const ot_tensor *b)
+/* Whether a and b (same item size) share an element: whether r0, b's
+ * first element less a's in elements, is a sum of their strides times
+ * index differences within their dims. A bounded exact search over the
+ * terms by falling stride, pruned by what the smaller strides can still
+ * reach; answers "maybe" (true) when the budget runs out, which is the
+ * safe side. */
+static bool lattice_meets(const ot_tensor *a, const ot_tensor *b, int64_t r0)
 {
     lattice_term t[2 * OT_MAX_DIMS];
     int n = 0;
@@ -89,7 +90,7 @@ static bool lattice_meets(const ot_tensor *a, const ot_tensor *b)
         resthi[k] = resthi[k + 1] + t[k].s * t[k].hi;
     }
     int64_t r[2 * OT_MAX_DIMS + 1], m[2 * OT_MAX_DIMS], last[2 * OT_MAX_DIMS];
-    r[0] = b->offset - a->offset;
+    r[0] = r0;
     if (r[0] < restlo[0] || r[0] > resthi[0])
         return false;
     long budget = 4096;
@@ -121,23 +122,48 @@ static bool lattice_meets(const ot_tensor *a, const ot_tensor *b)
     }
 }
 
+/* Whether two buffers' bytes meet. Distinct buffers of the library's own
+ * never do, but ot_wrap makes one over any memory: the caller's, wrapped
+ * twice (a and its transpose as two wraps), or another tensor's data. */
+static bool bufs_meet(const ot_buffer *x, const ot_buffer *y)
+{
+    uintptr_t xs = (uintptr_t)x->data, ys = (uintptr_t)y->data;
+    return xs < ys + y->nbytes && ys < xs + x->nbytes;
+}
+
+/* Whether a and b are the same elements in the same order, b's buffer
+ * starting delta bytes after a's. */
+static bool same_elements(const ot_tensor *a, const ot_tensor *b, int64_t delta, int64_t isz)
+{
+    if (a->buf == b->buf) return ot__same_view(a, b);
+    if (delta % isz || a->offset != b->offset + delta / isz || a->leaf.dtype != b->leaf.dtype ||
+        !ot__shape_eq(&a->leaf.shape, &b->leaf.shape))
+        return false;
+    for (int d = 0; d < a->leaf.shape.ndim; d++)
+        if (a->leaf.shape.dims[d] != 1 && a->strides[d] != b->strides[d]) return false;
+    return true;
+}
+
 int ot__overlap(const ot_tensor *a, const ot_tensor *b)
 {
-    if (!a || !b || a->buf != b->buf || ot__numel(&a->leaf.shape) == 0 ||
-        ot__numel(&b->leaf.shape) == 0)
+    if (!a || !b || ot__numel(&a->leaf.shape) == 0 || ot__numel(&b->leaf.shape) == 0 ||
+        (a->buf != b->buf && !bufs_meet(a->buf, b->buf)))
         return OT_OVERLAP_NONE;
-    if (ot__same_view(a, b))
+    /* compare bytes from a's buffer: the two views may differ in item size
+     * and, over wrapped memory, in buffer */
+    int64_t delta = (int64_t)((intptr_t)b->buf->data - (intptr_t)a->buf->data);
+    int64_t ia = (int64_t)ot_dtype_size((ot_dtype)a->leaf.dtype),
+            ib = (int64_t)ot_dtype_size((ot_dtype)b->leaf.dtype);
+    if (same_elements(a, b, delta, ia))
         return OT_OVERLAP_FULL;
     int64_t alo, ahi, blo, bhi;
     elem_range(a, &alo, &ahi);
     elem_range(b, &blo, &bhi);
-    /* compare bytes: the two views may differ in item size */
-    int64_t ia = (int64_t)ot_dtype_size((ot_dtype)a->leaf.dtype),
-            ib = (int64_t)ot_dtype_size((ot_dtype)b->leaf.dtype);
-    if ((ahi + 1) * ia <= blo * ib || (bhi + 1) * ib <= alo * ia)
+    if ((ahi + 1) * ia <= delta + blo * ib || delta + (bhi + 1) * ib <= alo * ia)
         return OT_OVERLAP_NONE;
-    /* interleaved views (x[0::2], x[1::2]) share a range but no element */
-    if (ia == ib && !lattice_meets(a, b))
+    /* interleaved views (x[0::2], x[1::2]) share a range but no element;
+     * wraps whose element grids are out of step are taken to share some */
+    if (ia == ib && delta % ia == 0 && !lattice_meets(a, b, b->offset + delta / ia - a->offset))
         return OT_OVERLAP_NONE;
     return OT_OVERLAP_PARTIAL;
 }

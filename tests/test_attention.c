@@ -1,7 +1,7 @@
 /*
  * test_attention.c - issue 35: ot_attention (optree/attention.h). Values
  * by hand (uniform scores, causality, a fully masked row: zeros and zero
- * gradients, no NaN), the cpu kernel in f32 at seq 2048 (4096: make
+ * gradients, no NaN; a row a large finite mask hides: still a softmax), the cpu kernel in f32 at seq 2048 (4096: make
  * check-attn-long) against the plain formula in double on sampled rows
  * (output and d/dq), build-time errors
  * naming shapes and the caller's line, ot_pp read back by ot_parse, and
@@ -84,6 +84,45 @@ TEST(attention_values_by_hand)
         ot_pool_pop(p);
         ot_backend_free(be);
     }
+}
+
+/* A row every key of which a large finite mask hides (-1e9 or -FLT_MAX in
+ * f32, -1e308 in f64: padding masked the PyTorch way) is still a softmax:
+ * with q = 0 every row, that one too, is the mean of v, and its gradients
+ * are the other rows'. Its logsumexp (the mask plus log 3) rounds to the
+ * mask, and exp(s - lse) gave every key a weight of 1: ref's output was
+ * the sum of v, and cpu's gradients were 3 times too large. */
+TEST(attention_row_masked_by_a_large_finite_value)
+{
+    static const struct { ot_dtype dt; double m; } cases[] = {
+        {OT_F32, -1e9}, {OT_F32, -3.4028234663852886e38}, {OT_F64, -1e308}};
+    const char *names[] = {"ref", "cpu"};
+    double dq = 14.0 / 3 / sqrt(2.0), a = -1, c = -1.0 / 3, e = 4.0 / 3;
+    for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++)
+        for (int b = 0; b < 2; b++) {
+            ot_backend *be = test__backend(names[b], OT_FUSION_ON);
+            ot_pool *p = ot_pool_push();
+            ot_dtype dt = cases[t].dt;
+            double m = cases[t].m;
+            ot_tensor *q = ot_zeros(be, OT_SHAPE(1, 1, 3, 2), dt);
+            ot_tensor *k = filled(be, OT_SHAPE(1, 1, 3, 2), dt, (double[]){1, 2, 3, 4, 5, 6});
+            ot_tensor *v = filled(be, OT_SHAPE(1, 1, 3, 1), dt, (double[]){2, 4, 9});
+            ot_tensor *mk = filled(be, OT_SHAPE(3, 3), dt, (double[]){0, 0, 0, m, m, m, 0, 0, 0});
+            ot_node *o = ot_attention(q, k, v, .mask = ot_tensor_node(mk));
+            char what[64];
+            snprintf(what, sizeof what, "%s mask %g", ot_dtype_name(dt), m);
+            expect(be, o, (double[]){5, 5, 5}, 3, what);
+            ot_autodiff *ad = ot_autodiff_new(ot_sum(o), NULL);
+            CHECK(ad != NULL);
+            expect(be, ot_autodiff_grad(ad, v), (double[]){1, 1, 1}, 3, what);
+            expect(be, ot_autodiff_grad(ad, q), (double[]){dq, dq, dq, dq, dq, dq}, 6, what);
+            expect(be, ot_autodiff_grad(ad, mk), (double[]){a, c, e, a, c, e, a, c, e}, 9, what);
+            ot_autodiff_free(ad);
+            ot_tensor *tensors[] = {q, k, v, mk};
+            for (int i = 0; i < 4; i++) ot_tensor_free(tensors[i]);
+            ot_pool_pop(p);
+            ot_backend_free(be);
+        }
 }
 
 /* Row i of softmax(q k^T scale) v and of d sum(o r) / dq, causal, in

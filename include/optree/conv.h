@@ -28,9 +28,11 @@ enum {
 /* The options of ot_conv and ot_conv_transpose, by spatial dim d (at most
  * 3). Zero means the default, so a designated initialiser names only what
  * it sets:
- *   stride, dilation  1 each; {2} (the other entries 0) is 2 in every dim;
- *                     an entry of 0 after a nonzero one, or a negative one,
- *                     is an error;
+ *   stride, dilation  1 each; {2} (the other entries 0) is 2 in every dim,
+ *                     and so is {2, 0}, which C cannot tell from {2}; any
+ *                     other 0 entry within x's spatial dims ({0, 2}, or
+ *                     {2, 3, 0} for a 3-D conv), or a negative one, is an
+ *                     error;
  *   pad               zeros added before and after every dim;
  *   pad_lo, pad_hi    per dim, before and after (used as written when any
  *                     entry is nonzero; then .pad must be 0);

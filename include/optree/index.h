@@ -13,7 +13,8 @@
  * along an axis of size n is [-n, n). An index outside it is an error of
  * the assignment (OT_EINVAL, naming the op, the index, its position among
  * the indices and the axis size): indices read from a tensor are checked
- * before anything runs, so nothing is written; indices computed inside
+ * before anything of the assignment runs, so it writes nothing (in a
+ * sequence, before that step runs: optree/program.h); indices computed inside
  * the tree are checked as the kernel reads them (on the cpu backend
  * outputs may then be partly written). No kernel reads or writes outside
  * a buffer whatever the indices. Indices have no gradient.

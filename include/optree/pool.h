@@ -15,7 +15,8 @@
 /* The options of ot_max_pool and ot_avg_pool, by spatial dim d (at most
  * 3). Zero means the default, so a designated initialiser names only what
  * it sets; a list with one nonzero entry first ({2}, the others 0) is that
- * value in every dim, as ot_conv_opts's stride:
+ * value in every dim, as ot_conv_opts's stride ({2, 0} too, which C cannot
+ * tell from {2}):
  *   kernel       the window's size (required, at least 1);
  *   stride       the window's step; 0: the kernel (PyTorch's default);
  *   pad          added before and after every dim;

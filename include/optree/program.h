@@ -27,7 +27,10 @@
  * the call and the step ("file.c:88: sequential: step 2: ..."; a macro
  * passes __FILE__, __LINE__), and nothing is written then. A step that fails
  * while running (out of memory) leaves the earlier steps' writes in place,
- * and writes none of its own outputs.
+ * and writes none of its own outputs. The values of indices (optree/index.h)
+ * are a step's own, checked when it runs, since an earlier step may write
+ * them: an index out of range in a later step is such a failure, after
+ * the earlier steps have written.
  *
  * A value that several steps compute (one node, or nodes built alike over
  * the same tensors and constants) is computed once, by the first of them,

@@ -12,6 +12,8 @@
  *   recomputes P from q, k and the saved logsumexp, and adds dV += P^T dO,
  *   dS = P (dO V^T - rowsum(dO o) + dlse), dQ += scale dS K, dK += scale
  *   dS^T Q and the mask's dS (all GEMMs but the elementwise step); a
+ *   row whose logsumexp has lost its log-sum to rounding (a huge max) gets
+ *   its P renormalised over the row first; a
  *   head whose dO or D is not finite goes key by key instead, skipping
  *   the keys a row does not see, as ref does (the GEMMs made their P of 0
  *   times inf NaN).
@@ -22,6 +24,7 @@
 #include "blas.h"
 #include "cpu.h"
 
+#include <float.h>
 #include <math.h>
 
 #define BR 64    /* query rows per block */
@@ -73,7 +76,7 @@ static void gemm(int dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, doub
  * running max and sum): q, k, v copies, a score tile, and the forward's
  * output block or the backward's o, dO, lse, D, dQ, dP, dK and dV. */
 typedef struct attn_mem {
-    int64_t q, k, v, s, o, dout, lse, dsum, dq, dp, dk, dv, end;
+    int64_t q, k, v, s, o, dout, lse, dsum, inv, dq, dp, dk, dv, end;
 } attn_mem;
 
 static attn_mem mem_of(const ot__attn_geom *g)
@@ -90,6 +93,7 @@ static attn_mem mem_of(const ot__attn_geom *g)
     TAKE(dout, back ? g->sq * g->dv : 0);
     TAKE(lse, back ? g->sq : 2 * BR);   /* forward: the running max and sum, doubles */
     TAKE(dsum, back ? g->sq : 2 * BR);
+    TAKE(inv, back ? g->sq : 0);   /* the rows' P factors (bwd_renorm) */
     TAKE(dq, back ? g->sq * g->d : 0);
     TAKE(dp, back ? BR * BC : 0);
     TAKE(dk, back ? BC * g->d : 0);
@@ -109,16 +113,19 @@ bool ot__attn_scratch(const ot_kernel *k, size_t *bytes)
 #define SUF f32
 #define DT OT_F32
 #define EXP expf
+#define EPS FLT_EPSILON
 #include "exec_attn.inc"
 #undef T
 #undef SUF
 #undef DT
 #undef EXP
+#undef EPS
 
 #define T double
 #define SUF f64
 #define DT OT_F64
 #define EXP exp
+#define EPS DBL_EPSILON
 #include "exec_attn.inc"
 
 void ot__run_attn(const ot_kernel *k, char *const base[2], char *dst, char *scratch,

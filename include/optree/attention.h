@@ -35,8 +35,10 @@ typedef struct ot_attn_opts {
  * head): q (batch, heads, seq_q, dim), k (batch, heads, seq_k, dim), v
  * (batch, heads, seq_k, dim_v), all f32 or all f64; the result is (batch,
  * heads, seq_q, dim_v). A query row that sees no key (every key masked by
- * -inf or by causality, or seq_k 0) gives zeros, and zero gradients.
- * Gradients go to q, k, v and the mask (the mask's: the scores' gradient
+ * -inf or by causality, or seq_k 0) gives zeros, and zero gradients; a
+ * row every key of which a large finite mask hides (-1e9, -FLT_MAX) is
+ * still a softmax of its scores, as PyTorch's (in f32 the mask absorbs
+ * q k^T, so the row is the mean of v). Gradients go to q, k, v and the mask (the mask's: the scores' gradient
  * summed over its broadcast dims); second order is not supported
  * (autodiff refuses attention_grad). Errors at build time, naming shapes
  * and the caller's file:line: rank other than 4, batch, heads or dim that

@@ -174,6 +174,17 @@ TEST(parse_reads_ot_pp_back)
         CHECK(trees[k] != NULL);
         if (trees[k]) check_round_trip(&f, trees[k], what);
     }
+    /* seeds past 2^53 read back exactly (through a double 2^53 + 1 was
+     * 2^53), up to 2^64 - 1 (refused) */
+    static const uint64_t big[] = {(1ULL << 53) + 1, (1ULL << 63) - 1, 1ULL << 63, UINT64_MAX};
+    for (size_t k = 0; k < sizeof big / sizeof *big; k++) {
+        snprintf(what, sizeof what, "seed %llu", (unsigned long long)big[k]);
+        check_round_trip(&f, ot_add(f.a, ot_rand(OT_SHAPE(3, 4), .seed = big[k])), what);
+    }
+    CHECK_PARSE(&f, "rand(shape=(2,), seed=9007199254740993)",
+                ot_rand(OT_SHAPE(2), .seed = (1ULL << 53) + 1));
+    CHECK_PARSE(&f, "rand(shape=(2,), seed=7.0)", ot_rand(OT_SHAPE(2), .seed = 7));
+    CHECK_PARSE(&f, "transpose(n, perm=(0, 2, 1))", ot_T(f.n, {0, 2, 1}));
     CHECK_INT(ot_tensor_set_axes(f.n, "B,R,C"), 0);
     check_round_trip(&f, ot_sum(f.n, .axes = "R"), "named axes");
     CHECK_INT(ot_tensor_set_axes(f.n, NULL), 0);
@@ -332,6 +343,12 @@ TEST(parse_errors_name_the_column)
         {"a[1:2:0]", OT_EINVAL, "a range's step is not 0"},
         {"a[5]", OT_EINVAL, "col 2: "},
         {"a[1,2,3]", OT_EINVAL, "col 2: "},
+        /* a perm's length is the operand's rank (C's array cannot say it) */
+        {"transpose(a, perm=(1,))", OT_EINVAL, "col 1: transpose: perm has 1 entry; its operand has 2 dims"},
+        {"transpose(a, perm=(1, 0, 0))", OT_EINVAL, "perm has 3 entries"},
+        {"transpose(a, ())", OT_EINVAL, "perm has 0 entries"},
+        {"rand(shape=(2,), seed=18446744073709551616)", OT_EINVAL, "seed must be an integer in range"},
+        {"rand(shape=(2,), seed=-1)", OT_EINVAL, "seed must be an integer in range"},
     };
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         ot_clear_error();

@@ -29,6 +29,7 @@ typedef struct parser {
     bool failed;          /* an error is set: the first one stands */
     ot_node **defs;       /* ot_pp's shared nodes, %1 = ... */
     int ndef;
+    int perm_n;           /* the entries of the call's perm written, or -1 */
 } parser;
 
 static int col(const parser *ps, const char *at) { return (int)(at - ps->src) + 1; }
@@ -338,11 +339,42 @@ static ot_node *attr_tuple(parser *ps, const ot__attr *at, ot_args *a, const cha
     } else if (at->type == OT__AT_PERM) {
         for (int i = 0; i < n; i++) a->perm[i] = (int)t[i];
         a->spec_ = ".perm = given";
+        ps->perm_n = n;   /* build checks it against the operand's dims */
     } else {
         a->shape.ndim = n;
         for (int i = 0; i < n; i++) a->shape.dims[i] = t[i];
     }
     return (ot_node *)a;
+}
+
+/* Whether the next token is an integer literal: digits, maybe after a
+ * minus, and no fraction, exponent or f32 mark. */
+static bool plain_integer(parser *ps)
+{
+    skip_space(ps);
+    const char *q = ps->p + (*ps->p == '-');
+    if (!isdigit((unsigned char)*q)) return false;
+    while (isdigit((unsigned char)*q)) q++;
+    return *q != '.' && *q != 'e' && *q != 'E' && !ident_char(*q);
+}
+
+/* A 64-bit integer attribute (a seed, ...) of type t into p, read exactly:
+ * through a double, a seed above 2^53 came back as another seed (ot_pp's
+ * text of rand(seed=2^53 + 1) parsed as seed 2^53) and 2^64 - 1, which
+ * ot_pp writes, was refused. */
+static bool attr_int64(parser *ps, const ot__attr *t, char *p, const char *m, const char *at)
+{
+    bool neg = *ps->p == '-';
+    char *end;
+    errno = 0;
+    unsigned long long u = strtoull(ps->p + neg, &end, 10);
+    bool ok = errno != ERANGE && (t->type == OT__AT_U64 ? !neg || u == 0
+                                  : u <= (neg ? (1ULL << 63) : (1ULL << 63) - 1));
+    if (!ok) return fail(ps, at, "%s must be an integer in range", m), false;
+    ps->p = end;
+    if (t->type == OT__AT_U64) *(uint64_t *)p = (uint64_t)u;
+    else *(int64_t *)p = neg ? (int64_t)(0 - (uint64_t)u) : (int64_t)u;   /* two's complement */
+    return true;
 }
 
 /* The value of attribute m (ops.h's attribute table) into the ot_args
@@ -365,6 +397,8 @@ static ot_node *attr_value(parser *ps, const char *m, ot_args *a, const char *at
         *(bool *)p = name[0] == 'T' || name[0] == 't';
         return (ot_node *)a;
     }
+    if ((t->type == OT__AT_U64 || t->type == OT__AT_I64) && plain_integer(ps))
+        return attr_int64(ps, t, p, m, at) ? (ot_node *)a : NULL;
     if (signed_number(ps, &v) <= 0) return fail(ps, at, "%s must be a number", m);
     if (t->type == OT__AT_DOUBLE) {
         *(double *)p = v;
@@ -472,7 +506,12 @@ static ot_node *expr(parser *ps);
 static ot_node *build(parser *ps, ot_op op, ot_node *a, ot_node *b, const ot_args *args,
                       const char *at)
 {
+    int perm_n = ps->perm_n;
+    ps->perm_n = -1;   /* this call's, if any: an operand's call was built before */
     if (!a || (ot_op_arity(op) == 2 && !b)) return NULL;   /* already failed */
+    if (perm_n >= 0 && perm_n != a->shape.ndim)   /* C's perm cannot say its length */
+        return fail(ps, at, "%s: perm has %d entr%s; its operand has %d dims", ot_op_name(op),
+                    perm_n, perm_n == 1 ? "y" : "ies", a->shape.ndim);
     ot_node *r = ot_build_at(op, a, b, args, NULL, 0);
     return r ? r : fail_build(ps, at);
 }
@@ -813,7 +852,7 @@ ot_node *ot_parse(const char *src, int n, const char *const names[], ot_node *co
             return NULL;
         }
     ot_clear_error();
-    parser ps = {.src = src, .p = src, .n = n, .names = names, .nodes = nodes};
+    parser ps = {.src = src, .p = src, .n = n, .names = names, .nodes = nodes, .perm_n = -1};
     ot_node *r = definitions(&ps) ? expr(&ps) : NULL;
     skip_space(&ps);
     if (r && *ps.p) r = fail(&ps, ps.p, "unexpected '%c' after the expression",

@@ -1121,9 +1121,17 @@ TEST(badinput_optimizers)
     CHECK_ERR(OT_EINVAL, "clip_global_norm");
     /* A state tensor that is also the parameter: overlapping outputs. */
     CHECK_INT(ot_sgd_step(&sgd, 1, &w, &g, &w), OT_EALIAS);
-    CHECK_ERR(OT_EALIAS, "");
+    CHECK_ERR(OT_EALIAS, "test_badinput.c:", "sgd_step: ", "overlap");
     CHECK_INT(ot_adam_step(&adam, 1, &w, &g, &m, &m), OT_EALIAS);
-    CHECK_ERR(OT_EALIAS, "");
+    CHECK_ERR(OT_EALIAS, "test_badinput.c:", "adam_step: ", "overlap");
+    /* The caller's file:line in every error of the steps (the macros'),
+     * none from the functions themselves. */
+    CHECK_INT(ot_sgd_step(&sgd, 1, &w, &gbad, &v), OT_ESHAPE);
+    CHECK_ERR(OT_ESHAPE, "test_badinput.c:");
+    CHECK_INT(ot_clip_global_norm(1, &g, 0.0, &scale, NULL), OT_EINVAL);
+    CHECK_ERR(OT_EINVAL, "test_badinput.c:");
+    CHECK_INT((ot_adam_step)(&adam, 1, &w, &gbad, &m, &v), OT_ESHAPE);
+    CHECK(strstr(ot_errmsg(), "test_badinput.c") == NULL);
     CHECK_INT(ot_adam_step(&adam, 1, &w, &g, &m, (ot_tensor *[]){wi}), OT_EDTYPE);
     CHECK_ERR(OT_EDTYPE, "adam");
     CHECK_INT(ot_clip_global_norm(2, (ot_node *[]){g, NULL}, 1.0, &scale, NULL), OT_ENULL);

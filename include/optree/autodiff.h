@@ -169,8 +169,14 @@ typedef struct ot_sgd {
     double lr, momentum, weight_decay, grad_scale;
     ot_tensor *lr_scale;   /* NULL: none (see above) */
 } ot_sgd;
-int ot_sgd_step(const ot_sgd *o, int n, ot_tensor *const w[], ot_node *const g[],
-                ot_tensor *const vel[]);
+int ot_sgd_step_at(const ot_sgd *o, int n, ot_tensor *const w[], ot_node *const g[],
+                   ot_tensor *const vel[], const char *file, int line);
+int(ot_sgd_step)(const ot_sgd *o, int n, ot_tensor *const w[], ot_node *const g[],
+                 ot_tensor *const vel[]);
+/* The macros (variadic, so that compound literals pass whole) give the
+ * caller's file:line to its errors; the functions, called as
+ * (ot_sgd_step)(...) or through a pointer, name none. */
+#define ot_sgd_step(...) ot_sgd_step_at(__VA_ARGS__, __FILE__, __LINE__)
 
 /* Adam (Kingma and Ba, 2015), t = 1 for the first step (the caller counts):
  *     d = grad_scale*g
@@ -194,15 +200,20 @@ static inline ot_adam ot_adam_default(double lr)
 {
     return (ot_adam){.lr = lr, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .grad_scale = 1, .t = 1};
 }
-int ot_adam_step(const ot_adam *o, int n, ot_tensor *const w[], ot_node *const g[],
-                 ot_tensor *const m[], ot_tensor *const v[]);
+int ot_adam_step_at(const ot_adam *o, int n, ot_tensor *const w[], ot_node *const g[],
+                    ot_tensor *const m[], ot_tensor *const v[], const char *file, int line);
+int(ot_adam_step)(const ot_adam *o, int n, ot_tensor *const w[], ot_node *const g[],
+                  ot_tensor *const m[], ot_tensor *const v[]);
+#define ot_adam_step(...) ot_adam_step_at(__VA_ARGS__, __FILE__, __LINE__)
 
 /* Clipping by global norm: norm = sqrt(sum over i of sum(g[i]^2)), summed
  * in double; *scale = min(1, max_norm/norm), and 1 for a zero norm. Pass
  * *scale as the step's grad_scale. norm may be NULL. A NaN or infinite norm
  * gives a NaN scale (the step then poisons w, which is how the caller sees
  * it). max_norm must be > 0. */
-int ot_clip_global_norm(int n, ot_node *const g[], double max_norm, double *scale,
-                        double *norm);
+int ot_clip_global_norm_at(int n, ot_node *const g[], double max_norm, double *scale,
+                           double *norm, const char *file, int line);
+int(ot_clip_global_norm)(int n, ot_node *const g[], double max_norm, double *scale, double *norm);
+#define ot_clip_global_norm(...) ot_clip_global_norm_at(__VA_ARGS__, __FILE__, __LINE__)
 
 #endif /* OPTREE_AUTODIFF_H */

@@ -494,6 +494,7 @@ STRUCTS = [ot_shape, ot_backend_opts, ot_stats, ot_index, ot_window, ot_args, ot
 # Every function of the headers the module can call: name -> (restype, argtypes).
 PROTOS = {
     'ot_adam_step': (c_int, [c_void_p, c_int, c_void_p, c_void_p, c_void_p, c_void_p]),
+    'ot_adam_step_at': (c_int, [c_void_p, c_int, c_void_p, c_void_p, c_void_p, c_void_p, c_char_p, c_int]),
     'ot_allreduce': (c_int, [c_void_p, c_int, c_void_p, c_int]),
     'ot_allreduce_start': (c_int, [c_void_p, c_int, c_void_p, c_int, c_void_p]),
     'ot_allreduce_wait': (c_int, [c_void_p]),
@@ -523,6 +524,7 @@ PROTOS = {
     'ot_build_axes_at': (c_void_p, [c_int, c_void_p, c_void_p, c_void_p, c_char_p, c_char_p, c_int]),
     'ot_clear_error': (None, []),
     'ot_clip_global_norm': (c_int, [c_int, c_void_p, c_double, c_void_p, c_void_p]),
+    'ot_clip_global_norm_at': (c_int, [c_int, c_void_p, c_double, c_void_p, c_void_p, c_char_p, c_int]),
     'ot_concat_at': (c_void_p, [c_int, c_void_p, c_int, c_char_p, c_int]),
     'ot_const': (c_void_p, [c_double]),
     'ot_constf': (c_void_p, [c_float]),
@@ -647,6 +649,7 @@ PROTOS = {
     'ot_set_n': (c_int, [c_void_p, c_void_p, c_size_t]),
     'ot_set_raw': (c_int, [c_void_p, c_void_p]),
     'ot_sgd_step': (c_int, [c_void_p, c_int, c_void_p, c_void_p, c_void_p]),
+    'ot_sgd_step_at': (c_int, [c_void_p, c_int, c_void_p, c_void_p, c_void_p, c_char_p, c_int]),
     'ot_slice_at': (c_void_p, [c_void_p, c_int, c_void_p, c_char_p, c_int]),
     'ot_slice_node_n': (c_void_p, [c_void_p, c_int, c_void_p, c_char_p, c_int]),
     'ot_spec_sets': (c_bool, [c_char_p, c_char_p, c_char_p]),

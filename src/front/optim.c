@@ -161,13 +161,20 @@ static void step_put(step *s, ot_tensor *out, ot_node *tree)
 }
 
 /* One evaluation of every tree. A builder that failed left a NULL tree and
- * its error in the slot, which ot_assign_many returns; nothing is written. */
-static int step_end(step *s)
+ * its error in the slot, which ot_assign_many returns; nothing is written.
+ * The error then names the step and its caller ("m.c:9: adam_step:
+ * assign_many: outputs 1 and 2 overlap", an m that is v). */
+static int step_end(step *s, const ot__site *at)
 {
     int rc = ot_assign_many(s->n, s->outs, s->trees);
     ot_pool_pop(s->pool);
     free(s->outs);
     free(s->trees);
+    if (rc) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", ot_errmsg());
+        ot__err_set(rc, at->file, at->line, at->fn, "%s", msg);
+    }
     return rc;
 }
 
@@ -250,17 +257,23 @@ static void sgd_param(const ot_sgd *o, ot_tensor *w, ot_node *g, ot_tensor *vel,
     step_put(s, vel, vnew);
 }
 
-int ot_sgd_step(const ot_sgd *opts, int n, ot_tensor *const w[], ot_node *const g[],
-                ot_tensor *const vel[])
+int ot_sgd_step_at(const ot_sgd *opts, int n, ot_tensor *const w[], ot_node *const g[],
+                   ot_tensor *const vel[], const char *file, int line)
 {
-    const ot__site at = {"sgd_step", NULL, 0};
+    const ot__site at = {"sgd_step", file, line};
     ot_sgd o;
     int rc = sgd_check(&at, opts, &o, n, w, g, vel);
     step s;
     if (!rc) rc = step_begin(&s, &at, (size_t)n * (vel ? 2 : 1));
     if (rc) return rc;
     for (int i = 0; i < n; i++) sgd_param(&o, w[i], g[i], vel ? vel[i] : NULL, &s);
-    return step_end(&s);
+    return step_end(&s, &at);
+}
+
+int(ot_sgd_step)(const ot_sgd *o, int n, ot_tensor *const w[], ot_node *const g[],
+                 ot_tensor *const vel[])
+{
+    return ot_sgd_step_at(o, n, w, g, vel, NULL, 0);
 }
 
 /* The count of trees s built, or the error of a builder that failed. */
@@ -352,10 +365,10 @@ static void adam_param(const ot_adam *o, ot_node *alpha, ot_node *decay, ot_tens
     step_put(s, v, vnew);
 }
 
-int ot_adam_step(const ot_adam *opts, int n, ot_tensor *const w[], ot_node *const g[],
-                 ot_tensor *const m[], ot_tensor *const v[])
+int ot_adam_step_at(const ot_adam *opts, int n, ot_tensor *const w[], ot_node *const g[],
+                    ot_tensor *const m[], ot_tensor *const v[], const char *file, int line)
 {
-    const ot__site at = {"adam_step", NULL, 0};
+    const ot__site at = {"adam_step", file, line};
     ot_adam o;
     int rc = adam_check(&at, opts, &o, n, w, g, m, v);
     step s;
@@ -371,7 +384,13 @@ int ot_adam_step(const ot_adam *opts, int n, ot_tensor *const w[], ot_node *cons
         adam_param(&o, scheduled(ot_const(alpha), o.lr_scale, dt), decay, w[i], g[i], m[i],
                    v[i], &s);
     }
-    return step_end(&s);
+    return step_end(&s, &at);
+}
+
+int(ot_adam_step)(const ot_adam *o, int n, ot_tensor *const w[], ot_node *const g[],
+                  ot_tensor *const m[], ot_tensor *const v[])
+{
+    return ot_adam_step_at(o, n, w, g, m, v, NULL, 0);
 }
 
 int ot__adam_trees(const ot__site *at, const ot_adam *opts, ot_tensor *count, int n,
@@ -419,10 +438,10 @@ static double clip_scale(double norm, double max_norm)
     return norm > max_norm ? max_norm / norm : 1;
 }
 
-int ot_clip_global_norm(int n, ot_node *const g[], double max_norm, double *scale,
-                        double *norm)
+int ot_clip_global_norm_at(int n, ot_node *const g[], double max_norm, double *scale,
+                           double *norm, const char *file, int line)
 {
-    const ot__site site = {"clip_global_norm", NULL, 0}, *at = &site;
+    const ot__site site = {"clip_global_norm", file, line}, *at = &site;
     if (n < 0) return FAIL(at, OT_EINVAL, "negative count %d", n);
     if (!scale) return FAIL(at, OT_ENULL, "scale is NULL");
     int rc = check_grads(at, n, g);
@@ -443,4 +462,9 @@ int ot_clip_global_norm(int n, ot_node *const g[], double max_norm, double *scal
     *scale = clip_scale(sqrt(total), max_norm);
     if (norm) *norm = sqrt(total);
     return 0;
+}
+
+int(ot_clip_global_norm)(int n, ot_node *const g[], double max_norm, double *scale, double *norm)
+{
+    return ot_clip_global_norm_at(n, g, max_norm, scale, norm, NULL, 0);
 }

@@ -771,6 +771,9 @@ static inline ot_node *ot__build_transpose(ot_node *x, ot_transpose_opts o, cons
 /* Refcounts. ot_retain returns n, so `keep = ot_retain(tree)` reads well.
  * Both refuse a dead node (below) with OT_ESTATE in the error slot naming
  * the call's file:line: ot_retain returns NULL, ot_release does nothing.
+ * So does ot_release when no ot_retain of its own is left to balance (a
+ * node its pool alone holds, or a tensor freed twice while a tree still
+ * reads it): the node lives on with its pool or its parents.
  * A node dies when ot_release drops its last reference; the macros record
  * the caller's file:line as the place it died. */
 ot_node *ot_retain_at(ot_node *n, const char *file, int line);

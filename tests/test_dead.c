@@ -3,7 +3,8 @@
  * was popped, or after its last ot_release, is an OT_ESTATE error at every
  * entry point (builders, ot_assign*, ot_eval, ot_explain, autodiff,
  * programs, the printers, stacks, ot_rewrite, ot_retain and ot_release),
- * naming where the node was built and where it died; it stays detected
+ * naming where the node was built and where it died; a release no retain
+ * balances is refused too; it stays detected
  * while OT_DEAD_NODES_KEPT more nodes die on the thread, and live nodes
  * keep working around it.
  */
@@ -229,6 +230,39 @@ TEST(dead_after_release)
     ot_node *a = ot_neg(x), *b = ot_neg(y);
     CHECK(a != NULL && b != NULL && a != b);
     ot_pool_pop(pool);
+    teardown(&t);
+}
+
+/* A release that no retain balances is refused, not counted: a node its
+ * pool alone holds, a retained node released twice, a tensor freed twice
+ * while a tree reads it. The count wrapped past zero there and the node,
+ * its tensors and their buffers never died (found by a misuse probe); the
+ * leak check of this case sees that they do. */
+TEST(dead_unbalanced_release_is_refused)
+{
+    fixture t = setup();
+    ot_pool *pool = ot_pool_push();
+    ot_node *n = ot_add(t.x, t.y);
+    ot_clear_error();
+    ot_release(n);
+    CHECK_ERR(OT_ESTATE, "test_dead.c:", "release: the node (add (4,) float32) has no reference "
+                         "of the caller's left");
+    ot_node *k = ot_retain(n);
+    ot_release(k);
+    ot_clear_error();
+    ot_release(k);
+    CHECK_ERR(OT_ESTATE, "release", "each ot_release balances an ot_retain");
+    ot_tensor *z = ot_full(t.be, OT_SHAPE(4), OT_F32, 3);
+    ot_node *tree = ot_mul(z, t.x);
+    ot_tensor_free(z);   /* the tree keeps z */
+    ot_clear_error();
+    ot_tensor_free(z);
+    CHECK_ERR(OT_ESTATE, "release", "tensor (4,) float32", "each tensor is freed once");
+    CHECK_INT(ot_assign(t.out, tree), 0);   /* everything still works */
+    float r[4];
+    CHECK_INT(ot_get(t.out, r), 0);
+    CHECK_NEAR(r[0], 3, 0);
+    CHECK_INT(ot_pool_pop(pool), 0);   /* n, the tree and z die here */
     teardown(&t);
 }
 

@@ -302,25 +302,46 @@ static inline void destroy(ot_node *d, release_lists *l, const release_site *at)
     node_bury(d, at);
 }
 
+/* Whatever died or escaped into l, and what dies or escapes with it.
+ * Iterative: releasing the root of a 100,000-deep tree must not recurse. */
+static void release_lists_drain(release_lists *l, const release_site *at)
+{
+    for (;;) {
+        ot_node *d = l->dead;
+        if (d) {
+            l->dead = d->next_dead;
+            destroy(d, l, at);
+            continue;
+        }
+        if (!(d = l->escaped)) return;
+        l->escaped = d->next_dead;
+        escape(d, l);
+    }
+}
+
 /* Drops one reference to n, local (in its owner count) or shared, and
- * whatever dies or escapes with it. Iterative: releasing the root of a
- * 100,000-deep tree must not recurse. */
+ * whatever dies or escapes with it. */
 static void release(ot_node *n, bool local, const release_site *at)
 {
     release_lists l = {NULL, NULL};
     if (local) drop_local(n, &l);
     else drop_shared(n, &l);
-    for (;;) {
-        ot_node *d = l.dead;
-        if (d) {
-            l.dead = d->next_dead;
-            destroy(d, &l, at);
-            continue;
-        }
-        if (!(d = l.escaped)) return;
-        l.escaped = d->next_dead;
-        escape(d, &l);
-    }
+    release_lists_drain(&l, at);
+}
+
+/* drop_shared for a caller's ot_release: false, and nothing dropped, when
+ * n has no shared reference left (held by its pool or parents alone), where
+ * the count would wrap past zero and n, its tensors and their buffers
+ * would never die. */
+static bool drop_shared_checked(ot_node *n, release_lists *l)
+{
+    long r = atomic_load_explicit(&n->refs, memory_order_relaxed);
+    do {
+        if ((r & ~OT__NODE_OWNED) == 0) return false;
+    } while (!atomic_compare_exchange_weak_explicit(&n->refs, &r, r - 1, memory_order_acq_rel,
+                                                    memory_order_relaxed));
+    if (r == 1) push(&l->dead, n);
+    return true;
 }
 
 ot_node *ot_retain_at(ot_node *n, const char *file, int line)
@@ -332,11 +353,23 @@ ot_node *ot_retain_at(ot_node *n, const char *file, int line)
 ot_node *(ot_retain)(ot_node *n) { return ot_retain_at(n, NULL, 0); }
 
 /* A dead node is refused rather than released again: its count is already
- * zero, and a second burial would queue it twice. */
+ * zero, and a second burial would queue it twice. So is a release with no
+ * retain of its own to balance (a pool's node released, or a tensor freed
+ * twice while a tree reads it): its count would wrap. */
 void ot_release_at(ot_node *n, const char *file, int line)
 {
-    if (ot__node_check("release", file, line, "the node", n)) return;
-    release(n, false, &(release_site){"ot_release", file, line});
+    if (!n || ot__node_check("release", file, line, "the node", n)) return;   /* NULL: nothing */
+    release_lists l = {NULL, NULL};
+    if (!drop_shared_checked(n, &l)) {
+        char sh[OT__SHAPE_STRLEN];
+        ot__err_set(OT_ESTATE, file, line, "release",
+                    "the node (%s %s %s) has no reference of the caller's left: each "
+                    "ot_release balances an ot_retain, and each tensor is freed once",
+                    n->kind == OT_NODE_LEAF ? "tensor" : ot_op_name((ot_op)ot__node_op(n)),
+                    ot__shape_str(&n->shape, sh), ot_dtype_name((ot_dtype)n->dtype));
+        return;
+    }
+    release_lists_drain(&l, &(release_site){"ot_release", file, line});
 }
 
 void (ot_release)(ot_node *n) { ot_release_at(n, NULL, 0); }

@@ -433,7 +433,7 @@ ot_tensor *ot_copy(const ot_tensor *t)
 void ot_tensor_free(ot_tensor *t)
 {
     if (t)
-        ot_release(&t->leaf);
+        ot_release_at(&t->leaf, NULL, 0);   /* its errors name no library line */
 }
 
 ot_node *ot_tensor_node(ot_tensor *t)

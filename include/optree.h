@@ -369,7 +369,8 @@ int64_t ot_tensor_numel(const ot_tensor *t);
 void *ot_tensor_data(const ot_tensor *t);
 ot_backend *ot_tensor_backend(const ot_tensor *t);
 bool ot_tensor_is_contiguous(const ot_tensor *t);
-/* The name used when printing trees; NULL when unnamed. set_name copies. */
+/* The name used when printing trees; NULL when unnamed. set_name copies;
+ * OT_EINVAL for more than OT_NAME_MAX bytes or a control character. */
 const char *ot_tensor_name(const ot_tensor *t);
 int ot_tensor_set_name(ot_tensor *t, const char *name);
 
@@ -979,7 +980,8 @@ int ot_tensor_print_opts(const ot_tensor *t, FILE *f, const ot_print_options *op
 #define OT_META_MAX 32        /* metadata entries per node */
 
 /* Copies name; NULL or "" removes it. OT_ENULL for a NULL node, OT_EINVAL
- * for a name longer than OT_NAME_MAX, OT_ENOMEM. */
+ * for a name longer than OT_NAME_MAX or with a control character (as
+ * ot_tensor_set_name), OT_ENOMEM. */
 int ot_node_set_name(ot_node *n, const char *name);
 /* The name, or NULL (also for a NULL node). Borrowed until it changes. */
 const char *ot_node_name(const ot_node *n);

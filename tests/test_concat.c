@@ -311,6 +311,10 @@ TEST(concat_bad_input)
     REFUSED(ot_reshape_node(x, OT_SHAPE(4, 2)), OT_ESHAPE, "cannot reshape operand of shape (2,3)",
             "(4,2)");
     REFUSED(ot_reshape_node(x, OT_SHAPE(-1, -1)), OT_EINVAL, "second -1");
+    /* a product past int64, a 0 after it: refused without the signed
+     * overflow UBSan saw in the element count */
+    REFUSED(ot_reshape_node(x, OT_SHAPE(INT64_MAX, INT64_MAX, 0)), OT_ESHAPE, "cannot reshape");
+    REFUSED(ot_reshape_node(x, OT_SHAPE(INT64_MAX, 3, -1)), OT_ESHAPE, "cannot reshape");
     /* bindings through ot_build_at are checked as well */
     ot_args a = {.axis = OT_AXIS_ALL, .perm = {1, 1}, .shape = {2, {2, 3}}, .start = {1, 0}};
     REFUSED(ot_build_at(OT_OP_SLICE, xy[0], NULL, &a, __FILE__, __LINE__), OT_EINVAL,

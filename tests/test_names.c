@@ -179,6 +179,18 @@ TEST(names_bad_input)
     CHECK(ot_named(h, longname) == NULL);
     CHECK_INT(ot_node_set_name(ot_tensor_node(x), longname), OT_EINVAL);
     CHECK_STR(ot_tensor_name(x), "x");
+    /* ot_tensor_set_name keeps the same rule (it took any length), and
+     * neither takes a control character, which broke ot_pp's lines */
+    CHECK_INT(ot_tensor_set_name(x, longname), OT_EINVAL);
+    CHECK_ERR(OT_EINVAL, "tensor_set_name: name of 257 bytes is longer than OT_NAME_MAX (256)");
+    CHECK_STR(ot_tensor_name(x), "x");
+    CHECK_INT(ot_tensor_set_name(x, "a\nb"), OT_EINVAL);
+    CHECK_ERR(OT_EINVAL, "tensor_set_name: name has a control character (byte 0x0a at 1)");
+    CHECK_INT(ot_node_set_name(h, "tab\there"), OT_EINVAL);
+    CHECK_ERR(OT_EINVAL, "node_set_name: name has a control character (byte 0x09 at 3)");
+    CHECK_STR(ot_node_name(h), "kept");
+    CHECK_INT(ot_tensor_set_name(x, "x (f32) {1}"), 0);   /* printable is fine */
+    CHECK_INT(ot_tensor_set_name(x, "x"), 0);
     longname[OT_NAME_MAX] = '\0';
     CHECK_INT(ot_node_set_name(h, longname), 0);
     CHECK_INT((int)strlen(ot_node_name(h)), OT_NAME_MAX);

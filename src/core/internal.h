@@ -213,6 +213,10 @@ void ot__node_digest(ot_node *n);
 
 /* ---- names and metadata (names.c) ---------------------------------------- */
 
+/* 0, or OT_EINVAL for fn when name (NULL: none) is longer than
+ * OT_NAME_MAX or holds a control character. */
+int ot__name_check(const char *fn, const char *name);
+
 void ot__annot_free(ot__annot *a);
 /* Gives dst (an op or constant) src's name and metadata, for a node
  * rebuilt in src's place (ot_substitute); 0 or the error recorded. */

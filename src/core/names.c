@@ -74,10 +74,8 @@ int ot_node_set_name(ot_node *n, const char *name)
     if (ot__node_dead(n)) return ot__dead_err("node_set_name", NULL, 0, "the node", n);
     ot_clear_error();
     if (name && !*name) name = NULL;
-    size_t len = name ? strlen(name) : 0;
-    if (len > OT_NAME_MAX)
-        return ot__err_set(OT_EINVAL, NULL, 0, "node_set_name",
-                           "name of %zu bytes is longer than OT_NAME_MAX (%d)", len, OT_NAME_MAX);
+    int rc = ot__name_check("node_set_name", name);
+    if (rc) return rc;
     if (n->kind == OT_NODE_LEAF) return ot_tensor_set_name(ot__leaf_tensor(n), name);
     char *copy = NULL;
     if (name && !(copy = dup_str(name))) return out_of_memory("node_set_name");
@@ -111,21 +109,32 @@ ot_node *ot_named(ot_node *n, const char *name)
 
 /* ---- metadata ------------------------------------------------------------ */
 
+/* A name or key of at most max bytes and no control character (which
+ * would break the printers' lines), else OT_EINVAL for fn. */
+static int text_check(const char *fn, const char *what, const char *text, size_t max,
+                      const char *max_name)
+{
+    size_t len = strlen(text);
+    if (len > max)
+        return ot__err_set(OT_EINVAL, NULL, 0, fn, "%s of %zu bytes is longer than %s (%zu)",
+                           what, len, max_name, max);
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)text[i] < 0x20 || text[i] == 0x7f)
+            return ot__err_set(OT_EINVAL, NULL, 0, fn, "%s has a control character (byte 0x%02x at %zu)",
+                               what, (unsigned char)text[i], i);
+    return 0;
+}
+
+int ot__name_check(const char *fn, const char *name)
+{
+    return name ? text_check(fn, "name", name, OT_NAME_MAX, "OT_NAME_MAX") : 0;
+}
+
 static int key_check(const char *key)
 {
     if (!key) return ot__err_set(OT_ENULL, NULL, 0, "node_set_meta", "key is NULL");
-    size_t len = strlen(key);
-    if (len == 0) return ot__err_set(OT_EINVAL, NULL, 0, "node_set_meta", "key is empty");
-    if (len > OT_META_KEY_MAX)
-        return ot__err_set(OT_EINVAL, NULL, 0, "node_set_meta",
-                           "key of %zu bytes is longer than OT_META_KEY_MAX (%d)", len,
-                           OT_META_KEY_MAX);
-    for (size_t i = 0; i < len; i++)
-        if ((unsigned char)key[i] < 0x20 || key[i] == 0x7f)
-            return ot__err_set(OT_EINVAL, NULL, 0, "node_set_meta",
-                               "key has a control character (byte 0x%02x at %zu)",
-                               (unsigned char)key[i], i);
-    return 0;
+    if (!*key) return ot__err_set(OT_EINVAL, NULL, 0, "node_set_meta", "key is empty");
+    return text_check("node_set_meta", "key", key, OT_META_KEY_MAX, "OT_META_KEY_MAX");
 }
 
 /* The entry of key, or -1. */

@@ -347,10 +347,11 @@ int ot__infer_reshape(const site *st, ot_node *a, proto *p)
         else if (s.dims[d] < 0)
             return FAIL(st, OT_EINVAL, "shape %s has a negative dim or a second -1 (operand shape %s)",
                         ot__shape_str(&s, sb), ot__shape_str(&a->shape, sa));
-        else if (!ot__mul_i64(&known, known, s.dims[d])) known = -1;
+        else if (known >= 0 && !ot__mul_i64(&known, known, s.dims[d])) known = -1;   /* stays */
     }
     if (unknown >= 0 && known > 0 && numel % known == 0) s.dims[unknown] = numel / known;
-    if ((unknown >= 0 && s.dims[unknown] < 0) || ot__numel(&s) != numel || known < 0)
+    /* known first: ot__numel of an overflowing shape is signed overflow */
+    if (known < 0 || (unknown >= 0 && s.dims[unknown] < 0) || ot__numel(&s) != numel)
         return FAIL(st, OT_ESHAPE, "cannot reshape operand of shape %s (size %lld) into shape %s",
                     ot__shape_str(&a->shape, sa), (long long)numel, ot__shape_str(&p->args.shape, sb));
     p->shape = p->args.shape = s;

@@ -824,6 +824,9 @@ int ot_tensor_set_name(ot_tensor *t, const char *name)
     if (!t)
         return ot__err_null("tensor_set_name", "tensor");
     ot_clear_error();
+    int rc = ot__name_check("tensor_set_name", name);
+    if (rc)
+        return rc;
     char *copy = NULL;
     if (name) {
         size_t n = strlen(name) + 1;

@@ -60,7 +60,11 @@
  *   records an error (code, message naming the op, the shapes and dtypes, and
  *   the file:line of the call) in a thread-local slot. A builder given a NULL
  *   operand returns NULL and keeps the first message, so a whole expression
- *   can be checked once, at ot_assign. Functions that do work return 0 or a
+ *   can be checked once, at ot_assign. Builders keep the first error since
+ *   the slot was last cleared whatever its cause (the order C evaluates an
+ *   expression's arguments in is unspecified), so an error left from an
+ *   earlier expression stands, and the handler is not called again, until
+ *   ot_clear_error or a function that does work clears the slot. Functions that do work return 0 or a
  *   negative OT_E* code; when they are handed a NULL tree they return the code
  *   already in the slot, otherwise they clear the slot before working.
  *   ot_errcode() and ot_errmsg() read the slot; ot_set_error_handler() lets
@@ -544,11 +548,15 @@ ot_node *ot_tensor_node(ot_tensor *t);
 ot_node *ot_const(double value);   /* weak f64 */
 ot_node *ot_constf(float value);   /* weak f32 */
 ot_node *ot_consti(int value);     /* weak i32 */
+/* long, long long and unsigned operands: a weak i32 where the value fits
+ * int32 (a NumPy 2 Python int with an int32 array), else a weak f64
+ * (where NumPy 2 would refuse the overflow). */
+ot_node *ot_consti64(int64_t value);
 static inline ot_node *ot__node_id(ot_node *n) { return n; }
 #define OT__NODE(x)                                                           \
     _Generic((x), ot_tensor *: ot_tensor_node, ot_node *: ot__node_id,        \
              float: ot_constf, double: ot_const, int: ot_consti,              \
-             long: ot_const, long long: ot_const, unsigned: ot_const)(x)
+             long: ot_consti64, long long: ot_consti64, unsigned: ot_consti64)(x)
 
 #define OT__UN(op, x) ot_build_at((op), OT__NODE(x), NULL, NULL, __FILE__, __LINE__)
 #define OT__BIN(op, x, y)                                                     \
@@ -734,7 +742,8 @@ static inline ot_node *ot__build_transpose(ot_node *x, ot_transpose_opts o, cons
     ot__build_var(OT_OP_VAR, OT__NODE(x), OT__OPT(ot_var_opts, __VA_ARGS__), __FILE__, __LINE__)
 #define ot_std(x, ...)                                                        \
     ot__build_var(OT_OP_STD, OT__NODE(x), OT__OPT(ot_var_opts, __VA_ARGS__), __FILE__, __LINE__)
-/* minimum(maximum(x, lo), hi). */
+/* minimum(maximum(x, lo), hi); a bound that is an integer in int32's range
+ * is an int constant (an i32 x stays i32, as np.clip), else a float one. */
 #define ot_clip(x, low, high)                                                 \
     ot_build_at(OT_OP_CLIP, OT__NODE(x), NULL, &(ot_args){.axis = OT_AXIS_ALL, \
                 .lo = (low), .hi = (high)}, __FILE__, __LINE__)

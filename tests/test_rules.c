@@ -74,6 +74,41 @@ TEST(rules_promotion_table)
     ot_backend_free(be);
 }
 
+/* C's other integer types are int constants too (NumPy 2's Python int is
+ * weak whatever its size): long, long long and unsigned took ot_const's f64
+ * and lifted an i32 tensor (found by a misuse probe); past int32 they are
+ * f64 still. Clipping an i32 tensor by integers stays i32 (np.clip), by a
+ * fraction gives f64. */
+TEST(rules_integer_constants_and_clip)
+{
+    ot_backend *be = test__backend("cpu", OT_FUSION_ON);
+    ot_pool *pool = ot_pool_push();
+    ot_tensor *x = ot_array(be, OT_SHAPE(3), OT_I32, (int[]){2147483647, -7, 9});
+    long long big = 1LL << 40;
+    CHECK_INT(ot_node_dtype(ot_mul(x, 3L)), OT_I32);
+    CHECK_INT(ot_node_dtype(ot_mul(x, 3LL)), OT_I32);
+    CHECK_INT(ot_node_dtype(ot_add(x, 5u)), OT_I32);
+    CHECK_INT(ot_node_dtype(ot_add(x, big)), OT_F64);
+    CHECK_INT(ot_node_dtype(ot_add(ot_consti64(-3), ot_constf(0.5f))), OT_F32);
+    ot_tensor *o = ot_empty(be, OT_SHAPE(3), OT_I32);
+    int v[3];
+    CHECK_INT(ot_assign(o, ot_mul(x, 3LL)), 0);   /* wraps as int32 */
+    CHECK_INT(ot_get(o, v), 0);
+    CHECK_INT(v[0], 2147483645);
+    CHECK_INT(v[1], -21);
+    ot_node *c = ot_clip(x, -5, 5);
+    CHECK_INT(ot_node_dtype(c), OT_I32);
+    CHECK_INT(ot_assign(o, c), 0);
+    CHECK_INT(ot_get(o, v), 0);
+    CHECK(v[0] == 5 && v[1] == -5 && v[2] == 5);
+    CHECK_INT(ot_node_dtype(ot_clip(x, -5.5, 5)), OT_F64);
+    CHECK_INT(ot_node_dtype(ot_clip(ot_cast(x, OT_F32), -5, 5)), OT_F32);
+    ot_tensor_free(o);
+    ot_tensor_free(x);
+    ot_pool_pop(pool);
+    ot_backend_free(be);
+}
+
 /* Unary ops, reductions and dot by their dtype rule (ops.def's rule column,
  * README's table): SAME keeps the dtype, FLOAT gives f64 for i32, INDEX
  * gives i32, dot refuses i32. */

@@ -529,6 +529,7 @@ PROTOS = {
     'ot_const': (c_void_p, [c_double]),
     'ot_constf': (c_void_p, [c_float]),
     'ot_consti': (c_void_p, [c_int]),
+    'ot_consti64': (c_void_p, [c_int64]),
     'ot_conv_at': (c_void_p, [c_void_p, c_void_p, c_void_p, c_char_p, c_int]),
     'ot_conv_transpose_at': (c_void_p, [c_void_p, c_void_p, c_void_p, c_char_p, c_int]),
     'ot_copy': (c_void_p, [c_void_p]),

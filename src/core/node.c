@@ -120,6 +120,21 @@ ot_node *ot_const(double value) { return new_const(value, OT_F64); }
 ot_node *ot_constf(float value) { return new_const(value, OT_F32); }
 ot_node *ot_consti(int value) { return new_const(value, OT_I32); }
 
+ot_node *ot_consti64(int64_t value)
+{
+    bool fits = value >= INT32_MIN && value <= INT32_MAX;
+    return new_const((double)value, fits ? OT_I32 : OT_F64);
+}
+
+/* A clip bound as a constant: a weak int where it is an integer that fits
+ * int32 (not -0.0), so that clipping an i32 tensor by integers stays i32 as
+ * NumPy's np.clip does (ot_const made it f64); else a weak f64. */
+static ot_node *bound_const(double v)
+{
+    bool integral = v == floor(v) && v >= INT32_MIN && v <= INT32_MAX && !(v == 0 && signbit(v));
+    return integral ? ot_consti((int)v) : ot_const(v);
+}
+
 /* ---- the builder --------------------------------------------------------- */
 
 /* Records a builder's error (the first of an expression wins), followed by
@@ -502,7 +517,7 @@ static ot_node *expand(const site *st, ot_node *a, ot_node *b, const ot_args *g)
     case OT_OP_VAR: return expand_var(st, a, g);
     case OT_OP_STD: return B(st, OT_OP_SQRT, expand_var(st, a, g), NULL);
     case OT_OP_CLIP:
-        return B(st, OT_OP_MINIMUM, B(st, OT_OP_MAXIMUM, a, ot_const(g->lo)), ot_const(g->hi));
+        return B(st, OT_OP_MINIMUM, B(st, OT_OP_MAXIMUM, a, bound_const(g->lo)), bound_const(g->hi));
     case OT_OP_SOFTMAX: return expand_softmax(st, a, g, false);
     case OT_OP_LOGSOFTMAX: return expand_softmax(st, a, g, true);
     case OT_OP_CROSS_ENTROPY:

@@ -364,6 +364,11 @@ TEST(model_save_load_round_trip_and_bad_files)
     for (int i = 0, at = 0; i < 4; at += (int)ot_tensor_numel(p[i]), i++) ot_get(p[i], after + at);
     CHECK(memcmp(before, after, sizeof before) == 0);
     CHECK_INT(ot_model_load(other, "/nonexistent/dir/params.npz"), OT_EIO);
+    /* the npz layer's errors name the caller's line and the model call
+     * (they read "loadz: ..." alone; found by a misuse probe) */
+    CHECK_ERR(OT_EIO, "test_model.c:", "model_load: loadz: cannot open '/nonexistent/dir/params.npz'");
+    CHECK_INT(ot_model_save(m, "/nonexistent/dir/params.npz"), OT_EIO);
+    CHECK_ERR(OT_EIO, "test_model.c:", "model_save: savez: cannot open");
     CHECK_INT(ot_model_save(NULL, path), OT_ENULL);
     CHECK_INT(ot_model_load(other, NULL), OT_ENULL);
     unlink(path);

@@ -102,6 +102,13 @@ int ot__err_set(int code, const char *file, int line, const char *op, const char
     return code;
 }
 
+int ot__err_relabel(int code, const char *file, int line, const char *op)
+{
+    char inner[OT__MSG_MAX];
+    snprintf(inner, sizeof inner, "%s", slot.msg);
+    return ot__err_set(code, file, line, op, "%s", inner);
+}
+
 int ot__err_null(const char *fn, const char *what)
 {
     if (slot.code != 0)

@@ -445,6 +445,11 @@ int ot__err_set(int code, const char *file, int line, const char *op, const char
 /* For a function that does work and was handed a NULL tree or tensor:
  * returns the code already in the slot, or records OT_ENULL naming what. */
 int ot__err_null(const char *fn, const char *what);
+/* For a function that failed with code in a call it made for its caller
+ * (an optimizer step's assign_many, a model's savez): the slot's message
+ * recorded again under the caller's file:line and op, the inner one kept
+ * ("m.c:6: model_save: savez: cannot open ..."); returns code. */
+int ot__err_relabel(int code, const char *file, int line, const char *op);
 
 /* ---- backends ------------------------------------------------------------ */
 

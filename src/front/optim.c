@@ -170,12 +170,7 @@ static int step_end(step *s, const ot__site *at)
     ot_pool_pop(s->pool);
     free(s->outs);
     free(s->trees);
-    if (rc) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", ot_errmsg());
-        ot__err_set(rc, at->file, at->line, at->fn, "%s", msg);
-    }
-    return rc;
+    return rc ? ot__err_relabel(rc, at->file, at->line, at->fn) : 0;
 }
 
 /* grad_scale*g, with no node when the scale is 1 (or 0, which means 1). */

@@ -64,9 +64,10 @@
  *   the slot was last cleared whatever its cause (the order C evaluates an
  *   expression's arguments in is unspecified), so an error left from an
  *   earlier expression stands, and the handler is not called again, until
- *   ot_clear_error or a function that does work clears the slot. Functions that do work return 0 or a
- *   negative OT_E* code; when they are handed a NULL tree they return the code
- *   already in the slot, otherwise they clear the slot before working.
+ *   ot_clear_error or a function that does work clears the slot. Functions
+ *   that do work return 0 or a negative OT_E* code; when they are handed a
+ *   NULL tree they return the code already in the slot, otherwise they
+ *   clear the slot before working.
  *   ot_errcode() and ot_errmsg() read the slot; ot_set_error_handler() lets
  *   an application log or abort on every recorded error.
  *

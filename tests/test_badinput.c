@@ -1132,6 +1132,13 @@ TEST(badinput_optimizers)
     CHECK_ERR(OT_EINVAL, "test_badinput.c:");
     CHECK_INT((ot_adam_step)(&adam, 1, &w, &gbad, &m, &v), OT_ESHAPE);
     CHECK(strstr(ot_errmsg(), "test_badinput.c") == NULL);
+    /* the _at functions take the place they are given */
+    CHECK_INT(ot_sgd_step_at(&sgd, 1, &w, &gbad, &v, "given.c", 7), OT_ESHAPE);
+    CHECK_ERR(OT_ESHAPE, "given.c:7: sgd_step");
+    CHECK_INT(ot_adam_step_at(&adam, 1, &w, &gbad, &m, &v, "given.c", 8), OT_ESHAPE);
+    CHECK_ERR(OT_ESHAPE, "given.c:8: adam_step");
+    CHECK_INT(ot_clip_global_norm_at(1, &g, 0.0, &scale, NULL, "given.c", 9), OT_EINVAL);
+    CHECK_ERR(OT_EINVAL, "given.c:9: clip_global_norm");
     CHECK_INT(ot_adam_step(&adam, 1, &w, &g, &m, (ot_tensor *[]){wi}), OT_EDTYPE);
     CHECK_ERR(OT_EDTYPE, "adam");
     CHECK_INT(ot_clip_global_norm(2, (ot_node *[]){g, NULL}, 1.0, &scale, NULL), OT_ENULL);

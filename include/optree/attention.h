@@ -38,11 +38,11 @@ typedef struct ot_attn_opts {
  * -inf or by causality, or seq_k 0) gives zeros, and zero gradients; a
  * row every key of which a large finite mask hides (-1e9, -FLT_MAX) is
  * still a softmax of its scores, as PyTorch's (in f32 the mask absorbs
- * q k^T, so the row is the mean of v). Gradients go to q, k, v and the mask (the mask's: the scores' gradient
- * summed over its broadcast dims); second order is not supported
- * (autodiff refuses attention_grad). Errors at build time, naming shapes
- * and the caller's file:line: rank other than 4, batch, heads or dim that
- * disagree, seq_k != v's seq, a mask not broadcastable, mixed dtypes.
+ * q k^T, so the row is the mean of v). Gradients go to q, k, v and the
+ * mask (the mask's: the scores' gradient summed over its broadcast dims);
+ * second order is not supported (autodiff refuses attention_grad). Errors
+ * at build time, naming shapes and the caller's file:line: rank other than
+ * 4, batch, heads or dim that disagree, seq_k != v's seq, a mask not broadcastable, mixed dtypes.
  * The node is attention(q, pack) sliced to dim_v columns: pack is k, v and
  * the mask flattened into one vector, and the node's last column is each
  * row's logsumexp, which the backward pass reads (internal detail).

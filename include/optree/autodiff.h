@@ -204,6 +204,7 @@ int ot_adam_step_at(const ot_adam *o, int n, ot_tensor *const w[], ot_node *cons
                     ot_tensor *const m[], ot_tensor *const v[], const char *file, int line);
 int(ot_adam_step)(const ot_adam *o, int n, ot_tensor *const w[], ot_node *const g[],
                   ot_tensor *const m[], ot_tensor *const v[]);
+/* As ot_sgd_step's: the macro passes the caller's file:line. */
 #define ot_adam_step(...) ot_adam_step_at(__VA_ARGS__, __FILE__, __LINE__)
 
 /* Clipping by global norm: norm = sqrt(sum over i of sum(g[i]^2)), summed
@@ -214,6 +215,7 @@ int(ot_adam_step)(const ot_adam *o, int n, ot_tensor *const w[], ot_node *const 
 int ot_clip_global_norm_at(int n, ot_node *const g[], double max_norm, double *scale,
                            double *norm, const char *file, int line);
 int(ot_clip_global_norm)(int n, ot_node *const g[], double max_norm, double *scale, double *norm);
+/* As ot_sgd_step's: the macro passes the caller's file:line. */
 #define ot_clip_global_norm(...) ot_clip_global_norm_at(__VA_ARGS__, __FILE__, __LINE__)
 
 #endif /* OPTREE_AUTODIFF_H */

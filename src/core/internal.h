@@ -695,6 +695,15 @@ typedef struct ot__attn_geom {
     int64_t koff, voff, moff, npack;
 } ot__attn_geom;
 void ot__attn_geom_of(const ot_node *node, ot__attn_geom *g);
+/* Whether a row's stored logsumexp (in a dtype of epsilon eps) is too large
+ * for exp(s - lse) to be its P: lse = max + log(sum) keeps log(sum) only to
+ * lse's ulp, which at a max of -1e9 (a row a large finite mask hides) is
+ * 64, and every key's P came out 1 where the softmax gives 1/n. From an
+ * ulp of 2^-12 on, both backends' backwards renormalise the row. */
+static inline bool ot__attn_lse_lossy(double lse, double eps)
+{
+    return isfinite(lse) && fabs(lse) * eps >= 0x1p-12;
+}
 /* The gradients of attention node n (pack = n->b) given g, n's gradient:
  * *dq (q's shape) and *dpack (pack's), views of one attention_grad node;
  * false with the error set. */

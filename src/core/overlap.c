@@ -20,15 +20,22 @@ static void elem_range(const ot_tensor *t, int64_t *lo, int64_t *hi)
     }
 }
 
-bool ot__same_view(const ot_tensor *a, const ot_tensor *b)
+/* Whether a and b walk the same elements in the same order, b's first
+ * element at element offset boff of a's buffer. */
+static bool same_layout(const ot_tensor *a, const ot_tensor *b, int64_t boff)
 {
-    if (a->buf != b->buf || a->offset != b->offset || a->leaf.dtype != b->leaf.dtype ||
+    if (a->offset != boff || a->leaf.dtype != b->leaf.dtype ||
         !ot__shape_eq(&a->leaf.shape, &b->leaf.shape))
         return false;
     for (int d = 0; d < a->leaf.shape.ndim; d++)
         if (a->leaf.shape.dims[d] != 1 && a->strides[d] != b->strides[d])
             return false;
     return true;
+}
+
+bool ot__same_view(const ot_tensor *a, const ot_tensor *b)
+{
+    return a->buf == b->buf && same_layout(a, b, b->offset);
 }
 
 int ot__view_ident(const ot_tensor *t, int64_t *w)
@@ -131,19 +138,6 @@ static bool bufs_meet(const ot_buffer *x, const ot_buffer *y)
     return xs < ys + y->nbytes && ys < xs + x->nbytes;
 }
 
-/* Whether a and b are the same elements in the same order, b's buffer
- * starting delta bytes after a's. */
-static bool same_elements(const ot_tensor *a, const ot_tensor *b, int64_t delta, int64_t isz)
-{
-    if (a->buf == b->buf) return ot__same_view(a, b);
-    if (delta % isz || a->offset != b->offset + delta / isz || a->leaf.dtype != b->leaf.dtype ||
-        !ot__shape_eq(&a->leaf.shape, &b->leaf.shape))
-        return false;
-    for (int d = 0; d < a->leaf.shape.ndim; d++)
-        if (a->leaf.shape.dims[d] != 1 && a->strides[d] != b->strides[d]) return false;
-    return true;
-}
-
 int ot__overlap(const ot_tensor *a, const ot_tensor *b)
 {
     if (!a || !b || ot__numel(&a->leaf.shape) == 0 || ot__numel(&b->leaf.shape) == 0 ||
@@ -154,8 +148,8 @@ int ot__overlap(const ot_tensor *a, const ot_tensor *b)
     int64_t delta = (int64_t)((intptr_t)b->buf->data - (intptr_t)a->buf->data);
     int64_t ia = (int64_t)ot_dtype_size((ot_dtype)a->leaf.dtype),
             ib = (int64_t)ot_dtype_size((ot_dtype)b->leaf.dtype);
-    if (same_elements(a, b, delta, ia))
-        return OT_OVERLAP_FULL;
+    if (delta % ia == 0 && same_layout(a, b, b->offset + delta / ia))
+        return OT_OVERLAP_FULL;   /* the same elements, through either buffer */
     int64_t alo, ahi, blo, bhi;
     elem_range(a, &alo, &ahi);
     elem_range(b, &blo, &bhi);

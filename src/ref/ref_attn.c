@@ -70,10 +70,10 @@ static void forward(const ot__attn_geom *g, const double *q, const double *pack,
 /* The factor of a row's P = exp(s - lse): 1, or, where the logsumexp (in
  * the node's dtype, of epsilon eps) is large enough to have lost its
  * log-sum to rounding, 1 / the sum of exp(s - lse) over the row, as the
- * cpu kernel renormalises (its lse_lossy). */
+ * cpu kernel renormalises (ot__attn_lse_lossy). */
 static double lse_factor(const ot__attn_geom *g, const double *s, double lse, double eps)
 {
-    if (!isfinite(lse) || fabs(lse) * eps < 0x1p-12) return 1;
+    if (!ot__attn_lse_lossy(lse, eps)) return 1;
     double sum = 0;
     for (int64_t j = 0; j < g->sk; j++) sum += exp(s[j] - lse);
     return sum > 0 ? 1 / sum : 1;

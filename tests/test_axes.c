@@ -317,6 +317,96 @@ TEST(axes_align_by_name)
     align_by_name("cpu");
 }
 
+/* out's values equal expected's (same shape, near in f64). */
+static void same_tensor(ot_tensor *out, ot_node *expected)
+{
+    ot_tensor *e = ot_eval(expected);
+    CHECK(e != NULL);
+    if (!e) return;
+    int64_t n = ot_tensor_numel(out);
+    CHECK(n == ot_tensor_numel(e));
+    double *a = malloc(sizeof *a * (size_t)(n + 1)), *b = malloc(sizeof *b * (size_t)(n + 1));
+    if (n == ot_tensor_numel(e) && ot_get(out, a) == 0 && ot_get(e, b) == 0)
+        for (int64_t i = 0; i < n; i++) CHECK_NEAR(a[i], b[i], 1e-12);
+    free(a);
+    free(b);
+    ot_tensor_free(e);
+}
+
+/* An assignment into a named output takes the value by name, as a binary
+ * op aligns its operands: a (N,C) value into a (C,N) output is transposed,
+ * even square; names the value lacks broadcast; a name the output lacks or
+ * a length that conflicts is an error. Either side unnamed: positions. The
+ * same through ot_assign_many, ot_sequential and a program's steps. */
+static void assign_by_name(const char *bn)
+{
+    ot_backend *be = backend(bn);
+    ot_tensor *x = data(be, OT_SHAPE(3, 3), "N,C", 41), *y = data(be, OT_SHAPE(2, 3), "N,C", 42);
+    ot_tensor *c = data(be, OT_SHAPE(3), "C", 43);
+    ot_tensor *o = ot_empty(be, OT_SHAPE(3, 3), OT_F64), *o2 = ot_empty(be, OT_SHAPE(3, 2), OT_F64);
+    ot_tensor *plain = ot_empty(be, OT_SHAPE(3, 3), OT_F64), *ab = ot_empty(be, OT_SHAPE(3, 3), OT_F64);
+    CHECK_INT(ot_tensor_set_axes(o, "C,N"), 0);
+    CHECK_INT(ot_tensor_set_axes(o2, "C,N"), 0);
+    CHECK_INT(ot_tensor_set_axes(ab, "A,B"), 0);
+    ot_pool *p = ot_pool_push();
+    CHECK_INT(ot_assign(o, x), 0);   /* a tensor: by a view */
+    same_tensor(o, ot_T(x));
+    CHECK_INT(ot_assign(o, ot_exp(x)), 0);   /* an expression: by a transpose */
+    same_tensor(o, ot_exp(ot_T(x)));
+    CHECK_INT(ot_assign(o2, ot_mul(y, 2.0)), 0);
+    same_tensor(o2, ot_mul(ot_T(y), 2.0));
+    CHECK_INT(ot_assign(o, ot_neg(c)), 0);   /* (C) into (C,N): c[:, None] */
+    ot_tensor *col = ot_reshape(c, OT_SHAPE(3, 1)), *cb = ot_broadcast_to(col, OT_SHAPE(3, 3));
+    same_tensor(o, ot_neg(cb));
+    CHECK_INT(ot_assign(plain, x), 0);   /* an unnamed output: positions */
+    same_tensor(plain, ot_tensor_node(x));
+    ot_clear_error();
+    CHECK_INT(ot_assign(ab, x), OT_EINVAL);
+    CHECK_ERR(OT_EINVAL, "test_axes.c:", "assign: the value's axis 'N' (of (N,C)) is not an axis "
+              "of the output (A,B)");
+    ot_clear_error();
+    CHECK_INT(ot_assign(o2, ot_T(y)), 0);   /* unnamed value: positions */
+    CHECK_INT(ot_assign(o, y), OT_ESHAPE);
+    CHECK_ERR(OT_ESHAPE, "assign: axis 'N' has length 2 in the value (N,C) and 3 in the output (C,N)");
+    ot_tensor *outs[] = {o, plain};
+    ot_node *trees[] = {ot_sin(x), ot_sin(x)};
+    CHECK_INT(ot_assign_many(2, outs, trees), 0);
+    same_tensor(o, ot_sin(ot_T(x)));
+    same_tensor(plain, ot_sin(x));
+    FILE *sink = fopen("/dev/null", "w");
+    CHECK(sink != NULL);
+    if (sink) CHECK_INT(ot_explain_many(2, outs, trees, sink), 0);
+    if (sink) fclose(sink);
+    ot_step steps[] = {{1, (ot_tensor *[]){o}, (ot_node *[]){ot_cos(x)}},
+                       {1, (ot_tensor *[]){plain}, (ot_node *[]){ot_add(ot_cos(x), 1.0)}}};
+    CHECK_INT(ot_sequential(2, steps), 0);
+    same_tensor(o, ot_cos(ot_T(x)));
+    same_tensor(plain, ot_add(ot_cos(x), 1.0));
+    ot_step bad[] = {{1, (ot_tensor *[]){ab}, (ot_node *[]){ot_cos(x)}}};
+    CHECK_INT(ot_sequential(1, bad), OT_EINVAL);
+    CHECK_ERR(OT_EINVAL, "sequential: step 0", "is not an axis of the output (A,B)");
+    ot_program *pr = ot_program_new(be);
+    ot_tensor *ph = ot_program_placeholder(pr, "x", OT_SHAPE(3, 3), OT_F64);
+    CHECK(ph != NULL && ot_tensor_set_axes(ph, "N,C") == 0);
+    CHECK_INT(ot_program_assign(pr, ab, ph), OT_EINVAL);
+    CHECK_ERR(OT_EINVAL, "program_assign", "is not an axis of the output (A,B)");
+    CHECK_INT(ot_program_assign(pr, o, ot_tanh(ph)), 0);
+    CHECK_INT(ot_program_compile(pr), 0);
+    CHECK_INT(ot_program_run(pr, 1, (ot_bind[]){OT_BIND_TENSOR("x", x)}), 0);
+    same_tensor(o, ot_tanh(ot_T(x)));
+    ot_program_free(pr);
+    ot_pool_pop(p);
+    ot_tensor *all[] = {x, y, c, o, o2, plain, ab, col, cb};
+    for (int i = 0; i < 9; i++) ot_tensor_free(all[i]);
+    ot_backend_free(be);
+}
+
+TEST(axes_assign_by_name)
+{
+    assign_by_name("ref");
+    assign_by_name("cpu");
+}
+
 TEST(axes_errors_name_the_axes)
 {
     ot_backend *be = backend("ref");

@@ -34,7 +34,13 @@
  *     rand give none;
  *   - views: ot_transpose permutes them, ot_slice drops the names of dims
  *     indexed with OT_IDX, ot_reshape keeps them only when the dims are
- *     unchanged, ot_broadcast_to only when the rank is, ot_copy keeps them.
+ *     unchanged, ot_broadcast_to only when the rank is, ot_copy keeps them;
+ *   - an assignment (ot_assign, ot_assign_many, ot_sequential, a program's
+ *     steps) of a named value into an output named otherwise takes the
+ *     value by name, as a binary op takes an operand: brought into the
+ *     output's order, the names it lacks broadcast. A name the output
+ *     lacks is OT_EINVAL, a length neither equal nor 1 OT_ESHAPE. With
+ *     the output or the value unnamed, positions count, as before.
  * Names are read when a node is built: renaming a tensor later changes how
  * it prints, not trees already built. They never change a plan or a
  * result: a tree without names plans and prints exactly as before.

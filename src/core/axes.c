@@ -371,6 +371,29 @@ int ot__axes_align(const char *op, const char *file, int line, ot_node **a, ot_n
     return 0;
 }
 
+int ot__axes_fit(const char *fn, const char *file, int line, const ot_tensor *out,
+                 ot_node **tree)
+{
+    const ot__axes *O = out->leaf.axes, *T = (*tree)->axes;
+    if (!O || !T || O == T) return 0;
+    for (int j = 0; j < T->ndim; j++) {
+        char s[OT__AXIS_NAME_MAX];
+        int i = find(O, name_of(T, j, s));
+        if (i < 0)
+            return ot__err(OT_EINVAL, file, line, fn, "the value's axis '%s' (of (%s)) is not an "
+                           "axis of the output (%s)", s, T->text, O->text);
+        int64_t lt = (*tree)->shape.dims[j], lo = out->leaf.shape.dims[i];
+        if (lt != lo && lt != 1)
+            return ot__err(OT_ESHAPE, file, line, fn, "axis '%s' has length %lld in the value (%s) "
+                           "and %lld in the output (%s)", s, (long long)lt, T->text,
+                           (long long)lo, O->text);
+    }
+    ot_node *x = bring(*tree, O, file, line);
+    if (!x) return ot_errcode() ? ot_errcode() : OT_ENOMEM;
+    *tree = x;
+    return 0;
+}
+
 /* ---- reductions and softmax by name ---------------------------------------- */
 
 /* The ops that take an axis; those that may take several at once (one

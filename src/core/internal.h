@@ -552,6 +552,13 @@ int ot__axes_infer(ot_node *n);
  * tensors or transposes of expressions; *out gets the result's names. */
 int ot__axes_align(const char *op, const char *file, int line, ot_node **a, ot_node **b,
                    const ot__axes **out);
+/* Assignment by name: a tree named otherwise than its named output is
+ * brought into the output's order (as ot__axes_align brings an operand),
+ * *tree replaced; OT_EINVAL for a name the output lacks, OT_ESHAPE for a
+ * length that neither matches nor is 1. Either side unnamed: positions, as
+ * NumPy, *tree untouched. */
+int ot__axes_fit(const char *fn, const char *file, int line, const struct ot_tensor *out,
+                 ot_node **tree);
 /* A view v of t named from t's: v's dim i is t's dim src[i] (v's rank of
  * them). Unnamed t: nothing. Returns v, or NULL (v freed) on OT_ENOMEM. */
 ot_tensor *ot__axes_view(ot_tensor *v, const ot_tensor *t, const int *src);

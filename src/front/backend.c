@@ -206,8 +206,22 @@ static int check_output(const char *fn, call_site at, int i, const ot_tensor *ou
     return 0;
 }
 
+/* Each tree of fit (n, a copy of the caller's) laid out by its output's
+ * axis names (ot__axes_fit); done before the shapes are compared, since a
+ * transpose by name changes the tree's shape. */
+static int fit_names(const char *fn, call_site at, int n, ot_tensor *const outs[], ot_node **fit)
+{
+    for (int i = 0; i < n; i++) {
+        int rc = ot__axes_fit(fn, at.file, at.line, outs[i], &fit[i]);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* Checks trees against outs; fit (n pointers, or NULL) gets their copies,
+ * laid out by name, which are checked and run in their place. */
 static int assign_check_at(const char *fn, call_site at, int n, ot_tensor *const outs[],
-                           ot_node *const trees[], ot_backend **be_out)
+                           ot_node *const trees[], ot_node **fit, ot_backend **be_out)
 {
     *be_out = NULL;
     if (n < 0) return ot__err_set(OT_EINVAL, at.file, at.line, fn, "negative count %d", n);
@@ -222,6 +236,11 @@ static int assign_check_at(const char *fn, call_site at, int n, ot_tensor *const
     if (rc) return rc;
     ot_clear_error();
     if (n == 0) return 0;
+    if (fit) {
+        for (int i = 0; i < n; i++) fit[i] = trees[i];
+        if ((rc = fit_names(fn, at, n, outs, fit))) return rc;
+        trees = fit;
+    }
     ot_backend *be = outs[0]->leaf.be;
     for (int i = 0; i < n; i++) {
         rc = check_output(fn, at, i, outs[i], trees[i]);
@@ -239,9 +258,16 @@ static int assign_check_at(const char *fn, call_site at, int n, ot_tensor *const
 }
 
 int ot__assign_check(const char *fn, int n, ot_tensor *const outs[], ot_node *const trees[],
-                        ot_backend **be_out)
+                        ot_node **fit, ot_backend **be_out)
 {
-    return assign_check_at(fn, (call_site){NULL, 0}, n, outs, trees, be_out);
+    return assign_check_at(fn, (call_site){NULL, 0}, n, outs, trees, fit, be_out);
+}
+
+int ot__assign_fit(const char *fn, const char *file, int line, int n, ot_tensor *const outs[],
+                   ot_node *const trees[], ot_node **fit)
+{
+    for (int i = 0; i < n; i++) fit[i] = trees[i];
+    return fit_names(fn, (call_site){file, line}, n, outs, fit);
 }
 
 static int assign_rewritten(ot_backend *be, int n, ot_tensor *const outs[],
@@ -271,12 +297,19 @@ int ot__assign_backend(ot_backend *be, int n, ot_tensor *const outs[], ot_node *
     return rc;
 }
 
+/* n trees into outs: checked, laid out by name into a copy (on the stack
+ * for a few), then run. */
 static int assign_checked(const char *fn, call_site at, int n, ot_tensor *const outs[],
                           ot_node *const trees[])
 {
     ot_backend *be;
-    int rc = assign_check_at(fn, at, n, outs, trees, &be);
-    return rc || !be ? rc : ot__assign_backend(be, n, outs, trees);
+    ot_node *few[4], **fit = few;
+    if (n > 4 && !(fit = ot__malloc(sizeof *fit * (size_t)n)))
+        return ot__err_set(OT_ENOMEM, at.file, at.line, fn, "cannot allocate %d tree pointers", n);
+    int rc = assign_check_at(fn, at, n, outs, trees, fit, &be);
+    if (!rc && be) rc = ot__assign_backend(be, n, outs, fit);
+    if (fit != few) free(fit);
+    return rc;
 }
 
 int ot_assign_at(ot_tensor *out, ot_node *tree, const char *file, int line)
@@ -371,9 +404,12 @@ int ot_explain_many(int n, ot_tensor *const outs[], ot_node *const trees[], FILE
 {
     if (!f) return ot__err_set(OT_ENULL, NULL, 0, "explain_many", "FILE is NULL");
     ot_backend *be;
-    int rc = ot__assign_check("explain_many", n, outs, trees, &be);
-    if (rc || !be) return rc;
-    return explain_end("explain_many", f, explain_plan(be, n, outs, trees, f));
+    ot_node **fit = n > 0 ? ot__malloc(sizeof *fit * (size_t)n) : NULL;
+    if (n > 0 && !fit) return ot__err_set(OT_ENOMEM, NULL, 0, "explain_many", "out of memory");
+    int rc = ot__assign_check("explain_many", n, outs, trees, fit, &be);   /* as assign_many */
+    if (!rc && be) rc = explain_end("explain_many", f, explain_plan(be, n, outs, fit, f));
+    free(fit);
+    return rc;
 }
 
 int (ot_explain)(const ot_node *tree, FILE *f)

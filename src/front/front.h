@@ -94,9 +94,17 @@ int ot__backend_register(const char *name, const ot_backend_vt *vt);
 /* The checks of an assignment of n trees into outs that backend.c makes
  * before any backend runs (NULLs, broadcast, dtypes, writable and disjoint
  * outputs, one backend); *be gets the outputs' backend (NULL for n = 0).
- * Clears the slot when the NULL checks pass. */
+ * Clears the slot when the NULL checks pass. fit (n pointers, or NULL)
+ * gets the trees laid out by their outputs' axis names (ot__assign_fit),
+ * which the checks then read in their place. */
 int ot__assign_check(const char *fn, int n, ot_tensor *const outs[], ot_node *const trees[],
-                     ot_backend **be);
+                     ot_node **fit, ot_backend **be);
+/* trees copied into fit (n), each laid out by its output's axis names
+ * (ot__axes_fit: a tree named otherwise is transposed by name into its
+ * named output); 0 or the error, set. A program's assignments call it;
+ * ot_assign and ot_sequential have ot__assign_check do it. */
+int ot__assign_fit(const char *fn, const char *file, int line, int n, ot_tensor *const outs[],
+                   ot_node *const trees[], ot_node **fit);
 /* Where a call came from, for its errors: "file:line: fn: ..." (file NULL:
  * "fn: ..."). */
 typedef struct ot__site {

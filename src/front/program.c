@@ -52,16 +52,34 @@ int ot__prog_step_error(const ot__site *at, int i, const ot_node *tree)
 
 /* ---- ot_sequential ---------------------------------------------------------- */
 
+/* One block for n steps and, after them, their trees (a step's count
+ * below 0 counts none: the checks refuse it). */
+static ot_step *fit_block(int n, const ot_step steps[])
+{
+    size_t trees = 0;
+    for (int i = 0; i < n; i++) trees += steps[i].n > 0 ? (size_t)steps[i].n : 0;
+    return n > 0 ? ot__malloc(sizeof(ot_step) * (size_t)n + sizeof(ot_node *) * trees) : NULL;
+}
+
 int ot_sequential_at(int n, const ot_step steps[], const char *file, int line)
 {
     const ot__site at = {"sequential", file, line};
     if (n < 0) return ot__err_set(OT_EINVAL, file, line, at.fn, "negative count %d", n);
     if (n > 0 && !steps) return ot__err_set(OT_ENULL, file, line, at.fn, "steps is NULL");
-    ot_backend *be;
-    for (int i = 0; i < n; i++)
-        if (ot__assign_check(at.fn, steps[i].n, steps[i].outs, steps[i].trees, &be))
+    ot_step *fit = fit_block(n, steps);
+    if (n > 0 && !fit) return ot__err_set(OT_ENOMEM, file, line, at.fn, "out of memory");
+    ot_node **trees = fit ? (ot_node **)(fit + n) : NULL;
+    for (int i = 0; i < n; i++) {   /* each step as ot_assign would run it */
+        ot_backend *be;
+        if (ot__assign_check(at.fn, steps[i].n, steps[i].outs, steps[i].trees, trees, &be)) {
+            free(fit);
             return ot__prog_step_error(&at, i, NULL);
-    int failed, rc = ot__sequential_run(n, steps, &failed);
+        }
+        fit[i] = (ot_step){steps[i].n, steps[i].outs, trees};
+        trees += steps[i].n;
+    }
+    int failed, rc = ot__sequential_run(n, fit, &failed);
+    free(fit);
     char msg[512];
     if (rc && failed < 0) {   /* planning failed: no step ran */
         snprintf(msg, sizeof msg, "%s", ot_errmsg());
@@ -337,10 +355,18 @@ static int check_step(const ot_program *p, int n, ot_tensor *const outs[], ot_no
     return 0;
 }
 
+/* The step keeps the trees laid out by their outputs' axis names, as
+ * ot_assign would run them (ot__assign_fit). */
 static int add_assign(ot_program *p, int n, ot_tensor *const outs[], ot_node *const trees[])
 {
     int rc = check_step(p, n, outs, trees);
-    return rc ? rc : add_step(p, (pstep){STEP_ASSIGN, n, (ot_tensor **)outs, (ot_node **)trees, NULL, NULL});
+    if (rc || n == 0) return rc;
+    ot_node **fit = ot__malloc(sizeof *fit * (size_t)n);
+    if (!fit) return nomem(p);
+    rc = ot__assign_fit(p->at.fn, p->at.file, p->at.line, n, outs, trees, fit);
+    if (!rc) rc = add_step(p, (pstep){STEP_ASSIGN, n, (ot_tensor **)outs, fit, NULL, NULL});
+    free(fit);
+    return rc;
 }
 
 int ot_program_assign_many_at(ot_program *p, int n, ot_tensor *const outs[],

@@ -125,7 +125,7 @@ static int check_step(const ot_program *p, spec *s, int i, ot_node **trees)
     const pstep *st = &p->steps[i];
     int rc = spec_trees(p, s, i, trees);
     ot_backend *be;
-    if (!rc) rc = ot__assign_check(p->at.fn, st->n, st->outs, trees, &be);
+    if (!rc) rc = ot__assign_check(p->at.fn, st->n, st->outs, trees, NULL, &be);
     for (int j = 0; j < st->n && !rc; j++) {
         if (be != p->be)
             rc = FAIL(p, OT_EBACKEND, "output %d is on another backend", j);

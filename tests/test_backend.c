@@ -8,6 +8,7 @@
 #include "cpu.h"
 
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 
 TEST(backend_defaults_filled_in)
@@ -201,6 +202,53 @@ TEST(backend_null_and_free)
     CHECK_INT(ot_stats(be, NULL), OT_ENULL);
     CHECK_ERR(OT_ENULL, "stats");
     ot_backend_free(be);
+}
+
+/* Tensors and programs that outlive ot_backend_free keep it alive (no
+ * read of freed memory), and using them is OT_EBACKEND: assignments,
+ * explain, new tensors, autodiff and program calls. Freeing the tensors
+ * after the backend frees everything (ASan's leak check sees the rest). */
+static void outlived(const char *bn)
+{
+    ot_backend *be = ot_backend_new(bn, NULL);
+    CHECK(be != NULL);
+    ot_tensor *x = ot_full(be, OT_SHAPE(4), OT_F32, 2.0), *o = ot_empty(be, OT_SHAPE(4), OT_F32);
+    ot_tensor *v = ot_slice(x, OT_RANGE(1, 3));
+    CHECK_INT(ot_assign(o, ot_exp(x)), 0);
+    ot_program *pr = ot_program_new(be);
+    CHECK_INT(ot_program_assign(pr, o, ot_neg(x)), 0);
+    CHECK_INT(ot_program_compile(pr), 0);
+    ot_pool *p = ot_pool_push();
+    ot_node *tree = ot_tanh(x);
+    ot_backend_free(be);
+    CHECK_INT(ot_errcode(), 0);
+    float got[4];
+    CHECK_INT(ot_get(o, got), 0);   /* host memory stays readable */
+    CHECK(fabsf(got[0] - expf(2.0f)) < 1e-5f);
+    CHECK_INT(ot_assign(o, tree), OT_EBACKEND);
+    CHECK_ERR(OT_EBACKEND, "test_backend.c:", "assign: output 0 is on backend", "which "
+              "ot_backend_free has freed");
+    CHECK_INT(ot_explain(tree, stdout), OT_EBACKEND);
+    CHECK(ot_empty(be, OT_SHAPE(2), OT_F32) == NULL);
+    CHECK_ERR(OT_EBACKEND, "the new tensor is on backend");
+    CHECK(ot_autodiff_new(ot_sum(tree), NULL) == NULL);
+    CHECK_ERR(OT_EBACKEND, "autodiff_new");
+    CHECK_INT(ot_program_run(pr, 0, NULL), OT_EBACKEND);
+    CHECK_ERR(OT_EBACKEND, "program_run: the program is on backend");
+    CHECK(ot_program_new(be) == NULL);
+    ot_backend_free(be);   /* twice, while tensors hold it: refused */
+    CHECK_ERR(OT_EBACKEND, "backend_free", "was freed already");
+    ot_pool_pop(p);
+    ot_program_free(pr);
+    ot_tensor_free(v);
+    ot_tensor_free(x);
+    ot_tensor_free(o);   /* the last: the backend goes with it */
+}
+
+TEST(backend_outlived_by_its_tensors)
+{
+    outlived("ref");
+    outlived("cpu");
 }
 
 TEST(backend_stats_count_work)

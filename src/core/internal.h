@@ -520,9 +520,25 @@ struct ot_backend {
     struct ot__rewrite *rewrite;   /* rewrite.c: the rule sets in force; NULL
                                       (the default) when none */
     atomic_uint_fast64_t serials;  /* the last tensor serial handed out */
+    atomic_int_fast64_t holds;     /* the creator's handle until
+                                      ot_backend_free, one per tensor struct
+                                      made on it, one per program: the last
+                                      drop tears it down (ot__backend_drop) */
+    atomic_bool freed;             /* ot_backend_free was called */
+    void (*teardown)(struct ot_backend *);   /* backend.c's, for the last
+                                                drop (core cannot call it) */
     atomic_uint_fast64_t sr_count; /* assignments under opts.stochastic_round
                                       so far: each one's stream of bits */
 };
+/* A backend outlives ot_backend_free while tensors or programs made on it
+ * do (tensor.c): using one then is an error, never a read of freed
+ * memory. hold and drop count them; the last drop calls be->teardown. */
+void ot__backend_hold(ot_backend *be);
+void ot__backend_drop(ot_backend *be);
+/* OT_EBACKEND set, naming fn, the caller's site and what is on be, when
+ * ot_backend_free freed be; else 0. */
+int ot__backend_gone(const ot_backend *be, const char *fn, const char *file, int line,
+                     const char *what);
 /* The backend name and options in force (config.c): opts checked, defaults
  * and environment overrides applied; -1 with the error set when any is bad.
  * *isa_from tells where opts->isa came from, for messages; *rewrite gets

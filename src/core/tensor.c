@@ -146,6 +146,24 @@ static void buffer_release(ot_buffer *b)
     }
 }
 
+void ot__backend_hold(ot_backend *be)
+{
+    atomic_fetch_add_explicit(&be->holds, 1, memory_order_relaxed);
+}
+
+void ot__backend_drop(ot_backend *be)
+{
+    if (atomic_fetch_sub_explicit(&be->holds, 1, memory_order_acq_rel) == 1) be->teardown(be);
+}
+
+int ot__backend_gone(const ot_backend *be, const char *fn, const char *file, int line,
+                     const char *what)
+{
+    if (!be || !atomic_load_explicit(&be->freed, memory_order_relaxed)) return 0;
+    return ot__err_set(OT_EBACKEND, file, line, fn, "%s is on backend '%s', which "
+                       "ot_backend_free has freed", what, be->vt->name);
+}
+
 /* A tensor struct over buf (whose reference it takes over), its leaf node
  * holding the creator's reference. Strides and offset are left zero. */
 static ot_tensor *tensor_alloc(ot_backend *be, const ot_shape *shape, ot_dtype dt,
@@ -164,6 +182,7 @@ static ot_tensor *tensor_alloc(ot_backend *be, const ot_shape *shape, ot_dtype d
     t->leaf.shape = *shape;
     t->leaf.be = be;
     t->buf = buf;
+    if (be) ot__backend_hold(be);
     if (be) t->serial = atomic_fetch_add_explicit(&be->serials, 1, memory_order_relaxed) + 1;
     ot__node_digest(&t->leaf);
     return t;
@@ -177,7 +196,9 @@ void ot__tensor_destroy(ot_tensor *t)
     buffer_release(t->buf);
     free(t->name);
     ot__annot_free(t->leaf.annot);
+    ot_backend *be = t->leaf.be;
     free(t);
+    if (be) ot__backend_drop(be);
 }
 
 bool ot__contiguous_strides(const ot_shape *s, size_t isz, int64_t *strides)
@@ -201,6 +222,8 @@ static ot_tensor *tensor_new(ot_backend *be, ot_shape shape, ot_dtype dt, const 
         ot__err_null(fn, "backend");
         return NULL;
     }
+    if (ot__backend_gone(be, fn, NULL, 0, "the new tensor"))
+        return NULL;
     if (dt == OT_DTYPE_DEFAULT)
         dt = be->opts.dtype ? be->opts.dtype : OT_F32;
     if (ot_dtype_size(dt) == 0) {

@@ -345,6 +345,8 @@ ot_autodiff *ot_autodiff_new(ot_node *tree, ot_node *next_error)
         return NULL;
     ot_clear_error();
     if (check_new(tree, next_error)) return NULL;
+    /* a freed backend's memo would hold its tensors, and they it */
+    if (ot__backend_gone(tree->be, "autodiff_new", NULL, 0, "the tree")) return NULL;
     ot_ad_memo *m = memo_of(tree->be);
     if (!m) {
         ot__err_set(OT_ENOMEM, NULL, 0, "autodiff_new", "out of memory");

@@ -84,6 +84,17 @@ static const backend_entry *find_backend(const char *name)
     return e;
 }
 
+/* The last drop of a backend (ot__backend_drop): the creator has freed it
+ * and no tensor or program made on it is left. */
+static void backend_teardown(ot_backend *be)
+{
+    ot__autodiff_memo_free(be);
+    if (be->vt->destroy) be->vt->destroy(be);
+    ot__rewrite_free(be->rewrite);
+    ot__stats_free(&be->stats);
+    free(be);
+}
+
 ot_backend *ot_backend_new(const char *name, const ot_backend_opts *opts)
 {
     ot_backend_opts o = opts ? *opts : (ot_backend_opts){0};
@@ -111,6 +122,9 @@ ot_backend *ot_backend_new(const char *name, const ot_backend_opts *opts)
     be->l3_bytes = caches[1];
     be->blas_core = blas_core;
     be->rewrite = rw;
+    be->teardown = backend_teardown;
+    atomic_init(&be->holds, 1);
+    atomic_init(&be->freed, false);
     ot__stats_init(&be->stats);
     if (be->vt->init && be->vt->init(be) != 0) {
         ot__rewrite_free(rw);
@@ -124,11 +138,13 @@ ot_backend *ot_backend_new(const char *name, const ot_backend_opts *opts)
 void ot_backend_free(ot_backend *be)
 {
     if (!be) return;
-    ot__autodiff_memo_free(be);
-    if (be->vt->destroy) be->vt->destroy(be);
-    ot__rewrite_free(be->rewrite);
-    ot__stats_free(&be->stats);
-    free(be);
+    if (atomic_exchange(&be->freed, true)) {   /* tensors still hold it */
+        ot__err_set(OT_EBACKEND, NULL, 0, "backend_free", "backend '%s' was freed already",
+                    be->vt->name);
+        return;
+    }
+    ot__autodiff_memo_free(be);   /* its objects' trees may hold tensors */
+    ot__backend_drop(be);
 }
 
 const char *ot_backend_name(const ot_backend *be) { return be ? be->vt->name : NULL; }
@@ -236,6 +252,7 @@ static int assign_check_at(const char *fn, call_site at, int n, ot_tensor *const
     if (rc) return rc;
     ot_clear_error();
     if (n == 0) return 0;
+    if ((rc = ot__backend_gone(outs[0]->leaf.be, fn, at.file, at.line, "output 0"))) return rc;
     if (fit) {
         for (int i = 0; i < n; i++) fit[i] = trees[i];
         if ((rc = fit_names(fn, at, n, outs, fit))) return rc;
@@ -418,6 +435,8 @@ int (ot_explain)(const ot_node *tree, FILE *f)
     if (!f) return ot__err_set(OT_ENULL, NULL, 0, "explain", "FILE is NULL");
     if (ot__node_dead(tree)) return ot__dead_err("explain", NULL, 0, "the tree", tree);
     ot_backend *be = tree->be;
+    int rc = ot__backend_gone(be, "explain", NULL, 0, "the tree");
+    if (rc) return rc;
     if (!be)
         return ot__err_set(OT_EBACKEND, NULL, 0, "explain",
                            "the tree has no tensor leaf to take a backend from");

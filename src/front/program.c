@@ -96,12 +96,14 @@ ot_program *ot_program_new_at(ot_backend *be, const char *file, int line)
         ot__err_set(OT_ENULL, file, line, "program_new", "backend is NULL");
         return NULL;
     }
+    if (ot__backend_gone(be, "program_new", file, line, "the program")) return NULL;
     ot_clear_error();
     ot_program *p = ot__calloc(1, sizeof *p);
     if (!p) {
         ot__err_set(OT_ENOMEM, file, line, "program_new", "out of memory");
         return NULL;
     }
+    ot__backend_hold(be);   /* its prepared plans are the backend's */
     p->be = be;
     p->prepared = be->vt->prepare != NULL;
     atomic_init(&p->busy, false);
@@ -518,5 +520,7 @@ void ot_program_free(ot_program *p)
     free(p->symrun);
     free(p->write);
     free(p->write_step);
+    ot_backend *be = p->be;
     free(p);
+    ot__backend_drop(be);
 }

@@ -291,6 +291,26 @@ ot_tensor *ot_array(ot_backend *be, ot_shape shape, ot_dtype dtype, const void *
 ot_tensor *ot_zeros_like(const ot_tensor *t);
 /* A new contiguous tensor with t's values (t may be any view). */
 ot_tensor *ot_copy(const ot_tensor *t);
+/* Each of these (and ot_wrap, ot_fill ... ot_set_n, ot_transpose,
+ * ot_broadcast_to, ot_assign_many, ot_explain_many below) is also a macro
+ * over its _at twin, which names the caller's file:line in its errors
+ * ("m.c:12: array: ..."); (ot_empty)(...) or a NULL file names none. */
+ot_tensor *ot_empty_at(ot_backend *be, ot_shape shape, ot_dtype dtype, const char *file, int line);
+ot_tensor *ot_zeros_at(ot_backend *be, ot_shape shape, ot_dtype dtype, const char *file, int line);
+ot_tensor *ot_ones_at(ot_backend *be, ot_shape shape, ot_dtype dtype, const char *file, int line);
+ot_tensor *ot_full_at(ot_backend *be, ot_shape shape, ot_dtype dtype, double value,
+                      const char *file, int line);
+ot_tensor *ot_array_at(ot_backend *be, ot_shape shape, ot_dtype dtype, const void *data,
+                       const char *file, int line);
+ot_tensor *ot_zeros_like_at(const ot_tensor *t, const char *file, int line);
+ot_tensor *ot_copy_at(const ot_tensor *t, const char *file, int line);
+#define ot_empty(...) ot_empty_at(__VA_ARGS__, __FILE__, __LINE__)
+#define ot_zeros(...) ot_zeros_at(__VA_ARGS__, __FILE__, __LINE__)
+#define ot_ones(...) ot_ones_at(__VA_ARGS__, __FILE__, __LINE__)
+#define ot_full(...) ot_full_at(__VA_ARGS__, __FILE__, __LINE__)
+#define ot_array(...) ot_array_at(__VA_ARGS__, __FILE__, __LINE__)
+#define ot_zeros_like(...) ot_zeros_like_at(__VA_ARGS__, __FILE__, __LINE__)
+#define ot_copy(...) ot_copy_at(__VA_ARGS__, __FILE__, __LINE__)
 /* Releases the creator's reference. The tensor itself lives on while a tree
  * uses it; its buffer while any view of it does. NULL is a no-op. */
 void ot_tensor_free(ot_tensor *t);
@@ -310,6 +330,10 @@ void ot_tensor_free(ot_tensor *t);
 ot_tensor *ot_wrap(ot_backend *be, ot_shape shape, ot_dtype dtype, void *ptr,
                    const int64_t *strides, void (*free_fn)(void *user, void *ptr),
                    void *user);
+ot_tensor *ot_wrap_at(ot_backend *be, ot_shape shape, ot_dtype dtype, void *ptr,
+                      const int64_t *strides, void (*free_fn)(void *user, void *ptr),
+                      void *user, const char *file, int line);
+#define ot_wrap(...) ot_wrap_at(__VA_ARGS__, __FILE__, __LINE__)
 
 /* Data. Host memory is row-major and contiguous in the tensor's dtype; the
  * tensor may be any view. Float values written into OT_I32 truncate toward
@@ -326,6 +350,20 @@ int ot_set_raw(ot_tensor *t, const void *host);
  * numel * the host itemsize (4 for OT_F16/OT_BF16) is OT_EINVAL (naming both sizes) and nothing is copied. */
 int ot_get_n(const ot_tensor *t, void *host, size_t nbytes);
 int ot_set_n(ot_tensor *t, const void *host, size_t nbytes);
+int ot_fill_at(ot_tensor *t, double value, const char *file, int line);
+int ot_get_at(const ot_tensor *t, void *host, const char *file, int line);
+int ot_set_at(ot_tensor *t, const void *host, const char *file, int line);
+int ot_get_raw_at(const ot_tensor *t, void *host, const char *file, int line);
+int ot_set_raw_at(ot_tensor *t, const void *host, const char *file, int line);
+int ot_get_n_at(const ot_tensor *t, void *host, size_t nbytes, const char *file, int line);
+int ot_set_n_at(ot_tensor *t, const void *host, size_t nbytes, const char *file, int line);
+#define ot_fill(...) ot_fill_at(__VA_ARGS__, __FILE__, __LINE__)
+#define ot_get(...) ot_get_at(__VA_ARGS__, __FILE__, __LINE__)
+#define ot_set(...) ot_set_at(__VA_ARGS__, __FILE__, __LINE__)
+#define ot_get_raw(...) ot_get_raw_at(__VA_ARGS__, __FILE__, __LINE__)
+#define ot_set_raw(...) ot_set_raw_at(__VA_ARGS__, __FILE__, __LINE__)
+#define ot_get_n(...) ot_get_n_at(__VA_ARGS__, __FILE__, __LINE__)
+#define ot_set_n(...) ot_set_n_at(__VA_ARGS__, __FILE__, __LINE__)
 /* Prints the values, NumPy style; more than 1000 elements are summarised
  * with "..." (ot_tensor_print_opts sets the threshold). */
 int ot_tensor_print(const ot_tensor *t, FILE *f);
@@ -366,6 +404,10 @@ ot_tensor *ot_transpose(const ot_tensor *t, const int *perm);
 /* A read-only broadcast view (stride 0 on broadcast dims), NumPy rules.
  * Such a view cannot be written: ot_assign into it fails with OT_EALIAS. */
 ot_tensor *ot_broadcast_to(const ot_tensor *t, ot_shape shape);
+ot_tensor *ot_transpose_at(const ot_tensor *t, const int *perm, const char *file, int line);
+ot_tensor *ot_broadcast_to_at(const ot_tensor *t, ot_shape shape, const char *file, int line);
+#define ot_transpose(...) ot_transpose_at(__VA_ARGS__, __FILE__, __LINE__)
+#define ot_broadcast_to(...) ot_broadcast_to_at(__VA_ARGS__, __FILE__, __LINE__)
 
 /* Accessors. */
 ot_dtype ot_tensor_dtype(const ot_tensor *t);
@@ -428,6 +470,9 @@ int ot_assign_sr_at(ot_tensor *out, ot_node *tree, uint64_t seed, const char *fi
 /* Several outputs at once: every tree is evaluated before any output is
  * written; shared subtrees are computed once. Outputs must not overlap. */
 int ot_assign_many(int n, ot_tensor *const outs[], ot_node *const trees[]);
+int ot_assign_many_at(int n, ot_tensor *const outs[], ot_node *const trees[], const char *file,
+                      int line);
+#define ot_assign_many(...) ot_assign_many_at(__VA_ARGS__, __FILE__, __LINE__)
 /* A new tensor of the tree's shape and dtype, on the backend of its first
  * leaf, holding its value. NULL on error. */
 ot_tensor *ot_eval(ot_node *tree);
@@ -445,6 +490,9 @@ int ot_explain(const ot_node *tree, FILE *f);
  * in-place writes, compound dots and epilogues included (ot_explain plans
  * for a fresh output). The same checks as ot_assign_many; writes nothing. */
 int ot_explain_many(int n, ot_tensor *const outs[], ot_node *const trees[], FILE *f);
+int ot_explain_many_at(int n, ot_tensor *const outs[], ot_node *const trees[], FILE *f,
+                       const char *file, int line);
+#define ot_explain_many(...) ot_explain_many_at(__VA_ARGS__, __FILE__, __LINE__)
 
 /* ------------------------------------------------------------------------ */
 /* The op table                                                              */

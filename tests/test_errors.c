@@ -808,3 +808,57 @@ TEST(errors_handler)
     ot_tensor_free(a); ot_tensor_free(b);
     ot_backend_free(be);
 }
+
+/* The tensor functions without a place of their own (creation, data,
+ * transpose and broadcast views, assign_many, explain_many) are macros
+ * over _at twins: their errors name the caller's file:line, errors of a
+ * later call without one name none (the place does not linger), and the
+ * parenthesised plain functions name none. */
+TEST(errors_tensor_functions_name_their_caller)
+{
+    ot_backend *be = ot_backend_new("cpu", NULL);
+    char site[256];
+    ot_tensor *x = ot_zeros(be, OT_SHAPE(2, 3), OT_F32);
+    ot_tensor *b = ot_broadcast_to(x, OT_SHAPE(4, 2, 3));
+    CHECK(x && b);
+    int line = __LINE__ + 1;
+    CHECK(ot_empty(be, OT_SHAPE(-1), OT_F32) == NULL);
+    CHECK_ERR(OT_EINVAL, TEST_SITE(site, line), "empty");
+    line = __LINE__ + 1;
+    CHECK(ot_array(be, OT_SHAPE(2), (ot_dtype)99, (float[]){1, 2}) == NULL);
+    CHECK_ERR(OT_EDTYPE, TEST_SITE(site, line), "array");
+    line = __LINE__ + 1;
+    CHECK_INT(ot_fill(b, 1.0), OT_EALIAS);
+    CHECK_ERR(OT_EALIAS, TEST_SITE(site, line), "fill");
+    line = __LINE__ + 1;
+    CHECK_INT(ot_get(NULL, site), OT_ENULL);
+    CHECK_ERR(OT_ENULL, TEST_SITE(site, line), "get");
+    line = __LINE__ + 1;
+    CHECK_INT(ot_set_n(x, (float[]){1}, 4), OT_EINVAL);
+    CHECK_ERR(OT_EINVAL, TEST_SITE(site, line), "set_n");
+    line = __LINE__ + 1;
+    CHECK(ot_transpose(x, (int[]){0, 0}) == NULL);
+    CHECK_ERR(OT_EINVAL, TEST_SITE(site, line), "transpose");
+    line = __LINE__ + 1;
+    CHECK(ot_broadcast_to(x, OT_SHAPE(3, 3)) == NULL);
+    CHECK_ERR(OT_ESHAPE, TEST_SITE(site, line), "broadcast_to");
+    line = __LINE__ + 1;
+    CHECK(ot_wrap(be, OT_SHAPE(2), OT_F32, NULL, NULL, NULL, NULL) == NULL);
+    CHECK_ERR(OT_ENULL, TEST_SITE(site, line), "wrap");
+    ot_node *trees[] = {ot_tensor_node(x)};
+    ot_tensor *outs[] = {b};
+    line = __LINE__ + 1;
+    CHECK_INT(ot_assign_many(1, outs, trees), OT_EALIAS);
+    CHECK_ERR(OT_EALIAS, TEST_SITE(site, line), "assign_many");
+    line = __LINE__ + 1;
+    CHECK_INT(ot_explain_many(1, outs, trees, stdout), OT_EALIAS);
+    CHECK_ERR(OT_EALIAS, TEST_SITE(site, line), "explain_many");
+    CHECK_INT((ot_fill)(b, 1.0), OT_EALIAS);   /* no place: the message starts with the op */
+    CHECK(strncmp(ot_errmsg(), "fill: ", 6) == 0);
+    ot_clear_error();
+    CHECK((ot_copy)(NULL) == NULL);
+    CHECK(strncmp(ot_errmsg(), "copy: ", 6) == 0);
+    ot_tensor_free(b);
+    ot_tensor_free(x);
+    ot_backend_free(be);
+}

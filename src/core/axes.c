@@ -280,8 +280,8 @@ static ot_node *adopt_view(ot_tensor *v, const char *name)
  * leading size-1 dims into an expression, bit for bit. */
 static ot_node *ones_view(ot_backend *be, ot_shape shape, ot_dtype dt)
 {
-    ot_tensor *one = ot_ones(be, OT_SHAPE(), dt);
-    ot_tensor *v = one ? ot_broadcast_to(one, shape) : NULL;
+    ot_tensor *one = (ot_ones)(be, OT_SHAPE(), dt);
+    ot_tensor *v = one ? (ot_broadcast_to)(one, shape) : NULL;
     ot_tensor_free(one);
     return adopt_view(v, "ones");
 }
@@ -324,7 +324,7 @@ static ot_node *bring(ot_node *x, const ot__axes *R, const char *file, int line)
     if (!moved && !missing) return x;
     if (x->kind == OT_NODE_LEAF) {
         ot_tensor *t = ot__leaf_tensor(x);
-        ot_tensor *v = ot_transpose(t, perm), *r = v && missing ? ot_reshape(v, target) : v;
+        ot_tensor *v = (ot_transpose)(t, perm), *r = v && missing ? ot_reshape(v, target) : v;
         if (r != v) ot_tensor_free(v);
         return adopt_view(r, t->name);
     }
@@ -499,7 +499,7 @@ static ot_node *as_matrix(const char *file, int line, const side *s, const int k
     if (s->x->kind == OT_NODE_LEAF) {
         /* a view when the strides allow one; else the nodes below */
         ot_tensor *t = ot__leaf_tensor(s->x);
-        ot_tensor *v = ot_transpose(t, perm), *r = v && reshaped ? ot_reshape(v, m) : v;
+        ot_tensor *v = (ot_transpose)(t, perm), *r = v && reshaped ? ot_reshape(v, m) : v;
         if (r != v) ot_tensor_free(v);
         if (r) return adopt_view(r, t->name);
         if (ot_errcode() != OT_EINVAL) return NULL;

@@ -21,6 +21,9 @@ typedef struct err_slot {
 } err_slot;
 
 static _Thread_local err_slot slot;
+/* The place of the public call running on this thread (ot__site_enter),
+ * for errors recorded without one. */
+static _Thread_local ot__callsite site;
 
 static const char *const status_text[] = {
     [0] = "success",
@@ -70,6 +73,7 @@ static int record(int code, const char *file, int line, const char *op,
                   const char *fmt, va_list ap)
 {
     size_t n = 0;
+    if (!file) file = site.file, line = site.line;
     if (file)
         n += (size_t)snprintf(slot.msg, sizeof slot.msg, "%s:%d: ", file, line);
     if (op && n < sizeof slot.msg)
@@ -100,6 +104,18 @@ int ot__err_set(int code, const char *file, int line, const char *op, const char
     record(code, file, line, op, fmt, ap);
     va_end(ap);
     return code;
+}
+
+ot__callsite ot__site_enter(const char *file, int line)
+{
+    ot__callsite outer = site;
+    if (file) site = (ot__callsite){file, line};
+    return outer;
+}
+
+void ot__site_leave(ot__callsite outer)
+{
+    site = outer;
 }
 
 int ot__err_relabel(int code, const char *file, int line, const char *op)

@@ -450,6 +450,16 @@ int ot__err_null(const char *fn, const char *what);
  * recorded again under the caller's file:line and op, the inner one kept
  * ("m.c:6: model_save: savez: cannot open ..."); returns code. */
 int ot__err_relabel(int code, const char *file, int line, const char *op);
+/* The caller's file:line for a public function without one of its own
+ * (tensor_at.c's _at entry points): errors recorded while it runs without
+ * a place take it. enter returns the place before, which leave restores;
+ * file NULL keeps an outer call's place. */
+typedef struct ot__callsite {
+    const char *file;
+    int line;
+} ot__callsite;
+ot__callsite ot__site_enter(const char *file, int line);
+void ot__site_leave(ot__callsite outer);
 
 /* ---- backends ------------------------------------------------------------ */
 

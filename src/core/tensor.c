@@ -388,7 +388,7 @@ static int check_writable(const ot_tensor *t, const char *fn)
 
 /* ---- creation ------------------------------------------------------------ */
 
-ot_tensor *ot_empty(ot_backend *be, ot_shape shape, ot_dtype dtype)
+ot_tensor *(ot_empty)(ot_backend *be, ot_shape shape, ot_dtype dtype)
 {
     return tensor_new(be, shape, dtype, "empty");
 }
@@ -402,22 +402,22 @@ static ot_tensor *full_named(ot_backend *be, ot_shape shape, ot_dtype dtype,
     return t;
 }
 
-ot_tensor *ot_zeros(ot_backend *be, ot_shape shape, ot_dtype dtype)
+ot_tensor *(ot_zeros)(ot_backend *be, ot_shape shape, ot_dtype dtype)
 {
     return full_named(be, shape, dtype, 0.0, "zeros");
 }
 
-ot_tensor *ot_ones(ot_backend *be, ot_shape shape, ot_dtype dtype)
+ot_tensor *(ot_ones)(ot_backend *be, ot_shape shape, ot_dtype dtype)
 {
     return full_named(be, shape, dtype, 1.0, "ones");
 }
 
-ot_tensor *ot_full(ot_backend *be, ot_shape shape, ot_dtype dtype, double value)
+ot_tensor *(ot_full)(ot_backend *be, ot_shape shape, ot_dtype dtype, double value)
 {
     return full_named(be, shape, dtype, value, "full");
 }
 
-ot_tensor *ot_array(ot_backend *be, ot_shape shape, ot_dtype dtype, const void *data)
+ot_tensor *(ot_array)(ot_backend *be, ot_shape shape, ot_dtype dtype, const void *data)
 {
     if (be && !data) {
         null_arg("array", "data");
@@ -429,7 +429,7 @@ ot_tensor *ot_array(ot_backend *be, ot_shape shape, ot_dtype dtype, const void *
     return t;
 }
 
-ot_tensor *ot_zeros_like(const ot_tensor *t)
+ot_tensor *(ot_zeros_like)(const ot_tensor *t)
 {
     if (!t) {
         ot__err_null("zeros_like", "tensor");
@@ -439,7 +439,7 @@ ot_tensor *ot_zeros_like(const ot_tensor *t)
                       "zeros_like");
 }
 
-ot_tensor *ot_copy(const ot_tensor *t)
+ot_tensor *(ot_copy)(const ot_tensor *t)
 {
     if (!t) {
         ot__err_null("copy", "tensor");
@@ -466,7 +466,7 @@ ot_node *ot_tensor_node(ot_tensor *t)
 
 /* ---- data ---------------------------------------------------------------- */
 
-int ot_fill(ot_tensor *t, double value)
+int (ot_fill)(ot_tensor *t, double value)
 {
     if (!t)
         return ot__err_null("fill", "tensor");
@@ -501,10 +501,10 @@ static int set_host(ot_tensor *t, const void *host, bool raw, const char *fn)
     return rc;
 }
 
-int ot_get(const ot_tensor *t, void *host) { return get_host(t, host, false, "get"); }
-int ot_set(ot_tensor *t, const void *host) { return set_host(t, host, false, "set"); }
-int ot_get_raw(const ot_tensor *t, void *host) { return get_host(t, host, true, "get_raw"); }
-int ot_set_raw(ot_tensor *t, const void *host) { return set_host(t, host, true, "set_raw"); }
+int (ot_get)(const ot_tensor *t, void *host) { return get_host(t, host, false, "get"); }
+int (ot_set)(ot_tensor *t, const void *host) { return set_host(t, host, false, "set"); }
+int (ot_get_raw)(const ot_tensor *t, void *host) { return get_host(t, host, true, "get_raw"); }
+int (ot_set_raw)(ot_tensor *t, const void *host) { return set_host(t, host, true, "set_raw"); }
 
 /* The byte count host memory needs for t's values, checked against what the
  * caller says it has (ot_get_n, ot_set_n). */
@@ -523,7 +523,7 @@ static int check_host_bytes(const ot_tensor *t, const void *host, size_t nbytes,
     return 0;
 }
 
-int ot_get_n(const ot_tensor *t, void *host, size_t nbytes)
+int (ot_get_n)(const ot_tensor *t, void *host, size_t nbytes)
 {
     if (!t)
         return ot__err_null("get_n", "tensor");
@@ -534,7 +534,7 @@ int ot_get_n(const ot_tensor *t, void *host, size_t nbytes)
     return rc;
 }
 
-int ot_set_n(ot_tensor *t, const void *host, size_t nbytes)
+int (ot_set_n)(ot_tensor *t, const void *host, size_t nbytes)
 {
     if (!t)
         return ot__err_null("set_n", "tensor");
@@ -582,7 +582,7 @@ static ot_buffer *wrap_buffer(char *ptr, int64_t lo, size_t nbytes,
     return b;
 }
 
-ot_tensor *ot_wrap(ot_backend *be, ot_shape shape, ot_dtype dtype, void *ptr,
+ot_tensor *(ot_wrap)(ot_backend *be, ot_shape shape, ot_dtype dtype, void *ptr,
                    const int64_t *strides, void (*free_fn)(void *user, void *ptr),
                    void *user)
 {

@@ -313,7 +313,7 @@ static bool is_permutation(const int *perm, int nd)
     return true;
 }
 
-ot_tensor *ot_transpose(const ot_tensor *t, const int *perm)
+ot_tensor *(ot_transpose)(const ot_tensor *t, const int *perm)
 {
     char pbuf[OT__SHAPE_STRLEN], sbuf[OT__SHAPE_STRLEN];
     if (!t) {
@@ -344,7 +344,7 @@ ot_tensor *ot_transpose(const ot_tensor *t, const int *perm)
                          t, p);
 }
 
-ot_tensor *ot_broadcast_to(const ot_tensor *t, ot_shape shape)
+ot_tensor *(ot_broadcast_to)(const ot_tensor *t, ot_shape shape)
 {
     char sbuf[OT__SHAPE_STRLEN], tbuf[OT__SHAPE_STRLEN];
     if (!t) {

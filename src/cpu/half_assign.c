@@ -55,7 +55,7 @@ static ot_tensor *temp_new_dt(half_run *h, const ot_shape *shape, ot_dtype dt)
         h->temps = t;
         h->tcap = cap;
     }
-    ot_tensor *t = ot_empty(h->be, *shape, dt);
+    ot_tensor *t = (ot_empty)(h->be, *shape, dt);
     if (t) h->temps[h->ntemps++] = t;
     return t;
 }
@@ -95,7 +95,7 @@ static ot_node *leaf_f32(half_run *h, const ot_node *n)
     }
     if (!ot__is_half(n->dtype)) return (ot_node *)n;
     ot_tensor *w = temp_new(h, &n->shape);
-    if (!w || ot_get(t, temp_data(w))) return NULL;
+    if (!w || (ot_get)(t, temp_data(w))) return NULL;
     w->leaf.axes = t->leaf.axes;
     return &w->leaf;
 }
@@ -681,12 +681,12 @@ static int trees_f32(half_run *h, int n, ot_tensor *const outs[], ot_node *const
 static int store_out(ot_tensor *out, int k, const float *x)
 {
     uint64_t key;
-    if (!ot__half_sr_get(&key)) return ot_set(out, x);
+    if (!ot__half_sr_get(&key)) return (ot_set)(out, x);
     size_t n = (size_t)ot__numel(&out->leaf.shape);
     uint16_t *h = malloc(sizeof *h * (n ? n : 1));
     if (!h) return ot__err_set(OT_ENOMEM, NULL, 0, "assign", "out of memory");
     ot__half_narrow_sr(out->leaf.dtype, x, h, n, ot__sr_key(key, (uint64_t)k), 0);
-    int rc = ot_set_raw(out, h);
+    int rc = (ot_set_raw)(out, h);
     free(h);
     return rc;
 }

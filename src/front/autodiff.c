@@ -507,7 +507,7 @@ static ot_node *through_views(const ctx *c, const ot_autodiff *ad, const ot_tens
         if (l0 < lo) lo = l0;
         if (h0 > hi) hi = h0;
     }
-    ot_tensor *acc = ot_zeros(c->be, OT_SHAPE(hi - lo + 1), (ot_dtype)wrt->leaf.dtype);
+    ot_tensor *acc = (ot_zeros)(c->be, OT_SHAPE(hi - lo + 1), (ot_dtype)wrt->leaf.dtype);
     ot_pool *pool = acc ? ot_pool_push() : NULL;
     int rc = pool ? 0 : ot_errcode();
     for (int i = 0; i < ad->nleaves && !rc; i++)
@@ -593,7 +593,7 @@ int ot_autodiff_backprop(ot_autodiff *ad, int n, ot_tensor *const wrt[], ot_tens
     for (int i = 0; i < n && !rc; i++)
         if (!(trees[i] = ot_autodiff_grad(ad, wrt[i]))) rc = ot_errcode();
     /* One evaluation of every gradient: shared subtrees once. */
-    if (!rc) rc = ot_assign_many(n, grads, trees);
+    if (!rc) rc = (ot_assign_many)(n, grads, trees);
     ot_pool_pop(pool);
     free(trees);
     return rc;
@@ -619,7 +619,7 @@ int ot_autodiff_grad_host(ot_autodiff *ad, ot_tensor *wrt, void *host)
     if (!host) return ot__err_set(OT_ENULL, NULL, 0, "autodiff_grad_host", "host is NULL");
     ot_tensor *t = ot_autodiff_grad_tensor(ad, wrt);
     if (!t) return ot_errcode();
-    int rc = ot_get(t, host);
+    int rc = (ot_get)(t, host);
     ot_tensor_free(t);
     return rc;
 }

@@ -33,8 +33,8 @@ static ot_node *mul(const ctx *c, ot_node *a, ot_node *b)
  * smaller gradient up to a full shape without reading anything real. */
 ot_node *ot__ad_zeros(ot_backend *be, ot_shape shape, ot_dtype dt)
 {
-    ot_tensor *one = ot_zeros(be, OT_SHAPE(), dt);
-    ot_tensor *v = one ? ot_broadcast_to(one, shape) : NULL;
+    ot_tensor *one = (ot_zeros)(be, OT_SHAPE(), dt);
+    ot_tensor *v = one ? (ot_broadcast_to)(one, shape) : NULL;
     ot_tensor_free(one);
     if (!v) return NULL;
     ot_tensor_set_name(v, "zeros");

@@ -353,9 +353,15 @@ int ot_assign_node(ot_tensor *out, ot_node *tree)
     return ot_assign_at(out, tree, NULL, 0);
 }
 
-int ot_assign_many(int n, ot_tensor *const outs[], ot_node *const trees[])
+int ot_assign_many_at(int n, ot_tensor *const outs[], ot_node *const trees[], const char *file,
+                      int line)
 {
-    return assign_checked("assign_many", (call_site){NULL, 0}, n, outs, trees);
+    return assign_checked("assign_many", (call_site){file, line}, n, outs, trees);
+}
+
+int (ot_assign_many)(int n, ot_tensor *const outs[], ot_node *const trees[])
+{
+    return ot_assign_many_at(n, outs, trees, NULL, 0);
 }
 
 ot_tensor *ot_eval_at(ot_node *tree, const char *file, int line)
@@ -371,7 +377,7 @@ ot_tensor *ot_eval_at(ot_node *tree, const char *file, int line)
                     ot__qname(tree, (char[OT__QNAME_LEN]){0}));
         return NULL;
     }
-    ot_tensor *t = ot_empty(tree->be, tree->shape, (ot_dtype)tree->dtype);
+    ot_tensor *t = (ot_empty)(tree->be, tree->shape, (ot_dtype)tree->dtype);
     if (!t) return NULL;
     if (ot_assign_at(t, tree, file, line) != 0) {
         ot_tensor_free(t);
@@ -417,7 +423,7 @@ static int explain_end(const char *fn, FILE *f, int rc)
     return 0;
 }
 
-int ot_explain_many(int n, ot_tensor *const outs[], ot_node *const trees[], FILE *f)
+static int explain_many(int n, ot_tensor *const outs[], ot_node *const trees[], FILE *f)
 {
     if (!f) return ot__err_set(OT_ENULL, NULL, 0, "explain_many", "FILE is NULL");
     ot_backend *be;
@@ -426,6 +432,21 @@ int ot_explain_many(int n, ot_tensor *const outs[], ot_node *const trees[], FILE
     int rc = ot__assign_check("explain_many", n, outs, trees, fit, &be);   /* as assign_many */
     if (!rc && be) rc = explain_end("explain_many", f, explain_plan(be, n, outs, fit, f));
     free(fit);
+    return rc;
+}
+
+int (ot_explain_many)(int n, ot_tensor *const outs[], ot_node *const trees[], FILE *f)
+{
+    return ot_explain_many_at(n, outs, trees, f, NULL, 0);
+}
+
+/* The checks' errors name the caller through the thread's call site. */
+int ot_explain_many_at(int n, ot_tensor *const outs[], ot_node *const trees[], FILE *f,
+                       const char *file, int line)
+{
+    ot__callsite outer = ot__site_enter(file, line);
+    int rc = explain_many(n, outs, trees, f);
+    ot__site_leave(outer);
     return rc;
 }
 

@@ -276,8 +276,8 @@ static int read_header(region *r, npy_info *info)
 /* A Fortran-order array's bytes are its transpose's in C order. */
 static ot_tensor *from_fortran(ot_tensor *t)
 {
-    ot_tensor *v = ot_transpose(t, NULL);
-    ot_tensor *c = v ? ot_copy(v) : NULL;
+    ot_tensor *v = (ot_transpose)(t, NULL);
+    ot_tensor *c = v ? (ot_copy)(v) : NULL;
     ot_tensor_free(v);
     ot_tensor_free(t);
     return c;
@@ -327,7 +327,7 @@ static ot_tensor *read_values(ot_backend *be, region *r, const npy_info *info)
     if (info->fortran)
         for (int d = 0; d < s.ndim; d++)
             s.dims[d] = info->shape.dims[s.ndim - 1 - d];
-    ot_tensor *t = ot_empty(be, s, info->dtype);
+    ot_tensor *t = (ot_empty)(be, s, info->dtype);
     if (!t)
         return NULL;
     if (info->int64 ? read_int64(r, ot_tensor_data(t), numel) != 0
@@ -428,7 +428,7 @@ static int write_npy(ot__replace *w, const char *fn, const ot_tensor *t)
     if (!tmp)
         return ot__err_set(OT_ENOMEM, NULL, 0, fn, "cannot allocate %zu bytes to copy a view",
                            nbytes);
-    rc = ot_get_raw(t, tmp);
+    rc = (ot_get_raw)(t, tmp);
     if (rc == 0)
         rc = ot__replace_write(w, tmp, nbytes);
     free(tmp);
@@ -512,7 +512,7 @@ static int entry_bytes(const char *fn, npz_entry *e, const ot_tensor *t, int *nf
         return ot__err_set(OT_ENOMEM, NULL, 0, fn, "cannot allocate %zu bytes to copy a view",
                            nbytes);
     e->frag[1] = (zip_buffer_fragment_t){e->copy, nbytes};
-    return ot_get_raw(t, e->copy);
+    return (ot_get_raw)(t, e->copy);
 }
 
 /* Adds tensor t as name + ".npy", stored or deflated, dated 1980-01-01 (no

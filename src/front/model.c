@@ -106,16 +106,16 @@ static int layer_init(ot_model *m, layer *l, ot_shape ws, int64_t in, uint64_t s
 {
     if (!ws.ndim) return 0;
     ot_shape bs = OT_SHAPE(ws.dims[l->kind == L_DENSE ? 1 : 0]);
-    l->w = ot_empty(m->be, ws, OT_F32);
+    l->w = (ot_empty)(m->be, ws, OT_F32);
     if (l->kind == L_BN) {
-        l->rm = ot_zeros(m->be, bs, OT_F32);
-        l->rv = ot_full(m->be, bs, OT_F32, 1.0);
+        l->rm = (ot_zeros)(m->be, bs, OT_F32);
+        l->rv = (ot_full)(m->be, bs, OT_F32, 1.0);
         if (!l->rm || !l->rv) return ot_errcode() ? ot_errcode() : nomem(at);
     }
-    l->b = ot_zeros(m->be, bs, OT_F32);
+    l->b = (ot_zeros)(m->be, bs, OT_F32);
     for (int k = 0; k < 2; k++) {
-        l->m[k] = ot_zeros(m->be, k ? bs : ws, OT_F32);
-        l->v[k] = ot_zeros(m->be, k ? bs : ws, OT_F32);
+        l->m[k] = (ot_zeros)(m->be, k ? bs : ws, OT_F32);
+        l->v[k] = (ot_zeros)(m->be, k ? bs : ws, OT_F32);
     }
     bool made = l->w && l->b && l->m[0] && l->m[1] && l->v[0] && l->v[1];
     if (!made) return ot_errcode() ? ot_errcode() : nomem(at);
@@ -469,7 +469,7 @@ static int build_program(ot_model *m, int64_t batch, const ot__site *at)
     int n = param_slots(m, w, mo, vo), rc = x && y ? 0 : ot_errcode();
     if (!rc) rc = ot__model_drop_placeholders(m, p, batch, at);
     for (int i = 0; i < n && !rc; i++) {
-        g[i] = ot_zeros(m->be, ot_tensor_shape(w[i]), OT_F32);
+        g[i] = (ot_zeros)(m->be, ot_tensor_shape(w[i]), OT_F32);
         if (!g[i]) rc = ot_errcode();
         else gn[i] = ot_tensor_node(g[i]);
     }
@@ -613,8 +613,8 @@ static int evaluate_chunk(const ot_model *m, const float *x, const float *y, int
                           float *loss, int32_t *hit_count)
 {
     int64_t outs = outputs(m);
-    ot_tensor *tx = ot_array(m->be, OT_SHAPE(rows, m->inputs), OT_F32, x);
-    ot_tensor *ty = ot_array(m->be, OT_SHAPE(rows, outs), OT_F32, y);
+    ot_tensor *tx = (ot_array)(m->be, OT_SHAPE(rows, m->inputs), OT_F32, x);
+    ot_tensor *ty = (ot_array)(m->be, OT_SHAPE(rows, outs), OT_F32, y);
     ot_pool *pool = tx && ty ? ot_pool_push() : NULL;
     int rc = pool ? 0 : ot_errcode();
     float l = NAN;
@@ -624,8 +624,8 @@ static int evaluate_chunk(const ot_model *m, const float *x, const float *y, int
         ot_node *hits = hits_tree(m, out, ot_tensor_node(ty));
         ot_tensor *lt = ot_eval(loss_tree(m, out, ot_tensor_node(ty)));
         ot_tensor *ht = hits ? ot_eval(hits) : NULL;
-        rc = lt && (ht || !hits) ? ot_get(lt, &l) : ot_errcode();
-        if (!rc && ht) rc = ot_get(ht, &h);
+        rc = lt && (ht || !hits) ? (ot_get)(lt, &l) : ot_errcode();
+        if (!rc && ht) rc = (ot_get)(ht, &h);
         ot_tensor_free(lt);
         ot_tensor_free(ht);
     }
@@ -675,7 +675,7 @@ static int set_lr_scale(const ot_model *m, fit_state *s)
 {
     double k = (double)s->step++, f = 1;
     if (s->schedule == OT_LR_COSINE) f = 0.5 * (1 + cos(3.141592653589793 * k / (double)s->steps));
-    return ot_set(m->lr_scale, &f);
+    return (ot_set)(m->lr_scale, &f);
 }
 
 static void state_free(fit_state *s)
@@ -721,8 +721,8 @@ static int epoch(ot_model *m, fit_state *s, int64_t train, int batch, bool shuff
         if (!rc) rc = ot__model_scaler_step(m, s->at);
         float l = 0;
         int32_t h = 0;
-        if (!rc) rc = ot_get(m->loss_t, &l);
-        if (!rc && outs > 1) rc = ot_get(m->hits_t, &h);
+        if (!rc) rc = (ot_get)(m->loss_t, &l);
+        if (!rc && outs > 1) rc = (ot_get)(m->hits_t, &h);
         sum += l;
         right += h;
     }
@@ -762,8 +762,8 @@ static int load_data(const ot_model *m, const ot_tensor *x, const ot_tensor *y, 
     s->order = ot__malloc(sizeof *s->order * (size_t)rows);
     if (!s->x || !s->y || !s->xb || !s->yb || !s->order) return nomem(s->at);
     for (int64_t i = 0; i < rows; i++) s->order[i] = i;
-    int rc = ot_get(x, s->x);
-    return rc ? rc : ot_get(y, s->y);
+    int rc = (ot_get)(x, s->x);
+    return rc ? rc : (ot_get)(y, s->y);
 }
 
 int ot_model_fit_at(ot_model *m, const ot_tensor *x, const ot_tensor *y, const ot_fit_opts *opts,
@@ -777,9 +777,9 @@ int ot_model_fit_at(ot_model *m, const ot_tensor *x, const ot_tensor *y, const o
     if (rc) return rc;
     int64_t rows = ot_tensor_shape(x).dims[0];
     int64_t val = (int64_t)floor((double)rows * o.validation_split), train = rows - val;
-    if (!m->loss_t) m->loss_t = ot_empty(m->be, OT_SHAPE(), OT_F32);
-    if (!m->hits_t) m->hits_t = ot_empty(m->be, OT_SHAPE(), OT_I32);
-    if (!m->lr_scale) m->lr_scale = ot_empty(m->be, OT_SHAPE(), OT_F64);
+    if (!m->loss_t) m->loss_t = (ot_empty)(m->be, OT_SHAPE(), OT_F32);
+    if (!m->hits_t) m->hits_t = (ot_empty)(m->be, OT_SHAPE(), OT_I32);
+    if (!m->lr_scale) m->lr_scale = (ot_empty)(m->be, OT_SHAPE(), OT_F64);
     if (!m->loss_t || !m->hits_t || !m->lr_scale) return ot_errcode();
     fit_state s = {.schedule = o.lr_schedule, .steps = (int64_t)o.epochs * (train / o.batch),
                    .at = &at, .drop_rng = o.seed ^ 0x6a09e667f3bcc908ULL,
@@ -859,7 +859,7 @@ ot_tensor *ot_model_predict_at(const ot_model *m, const ot_tensor *x, const char
     if (!pool) return NULL;
     int64_t rows = xs.dims[0], chunk = chunk_rows(m);
     ot_tensor *out = rows <= chunk ? ot_eval(forward(m, ot_tensor_node((ot_tensor *)x), NULL))
-                                   : ot_empty(m->be, OT_SHAPE(rows, outputs(m)), OT_F32);
+                                   : (ot_empty)(m->be, OT_SHAPE(rows, outputs(m)), OT_F32);
     for (int64_t r = 0; out && rows > chunk && r < rows; r += chunk) {
         ot_index span = OT_RANGE(r, r + chunk < rows ? r + chunk : rows);
         ot_tensor *xr = ot_slice(x, span), *o = ot_slice(out, span);

@@ -66,7 +66,7 @@ static int infer_out(const ot_model *m, layer *l, ot_shape in)
 {
     ot_shape bs = {.ndim = in.ndim + 1};
     memcpy(bs.dims + 1, in.dims, sizeof *in.dims * (size_t)in.ndim);
-    ot_tensor *x = ot_empty(m->be, bs, OT_F32);
+    ot_tensor *x = (ot_empty)(m->be, bs, OT_F32);
     ot_pool *pool = x ? ot_pool_push() : NULL;
     int rc = pool ? 0 : ot_errcode();
     if (!rc) {
@@ -113,7 +113,7 @@ int ot_model_conv_at(ot_model *m, int64_t out_channels, int kernel, ot_activatio
     ot_shape ws = {.ndim = in.ndim + 1, .dims = {out_channels, in.dims[0] / groups}};
     for (int d = 2; d < ws.ndim; d++) ws.dims[d] = kernel;
     if (!ws.dims[1]) ws.dims[1] = 1;
-    l.w = ot_empty(m->be, ws, OT_F32);
+    l.w = (ot_empty)(m->be, ws, OT_F32);
     rc = l.w ? infer_out(m, &l, in) : ot_errcode();
     ot_tensor_free(l.w);
     l.w = NULL;

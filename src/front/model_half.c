@@ -15,15 +15,15 @@
 static int put_scale(const ot_model *m)
 {
     float s = (float)m->ls.scale, inv = (float)(1 / m->ls.scale);
-    int rc = ot_set(m->scale_t, &s);
-    return rc ? rc : ot_set(m->unscale_t, &inv);
+    int rc = (ot_set)(m->scale_t, &s);
+    return rc ? rc : (ot_set)(m->unscale_t, &inv);
 }
 
 ot_program *ot__model_scaler_new(ot_model *m, const char *f, int ln)
 {
     ot_tensor **t[3] = {&m->scale_t, &m->unscale_t, &m->finite_t};
     for (int i = 0; i < 3; i++)
-        if (!*t[i] && !(*t[i] = ot_empty(m->be, OT_SHAPE(), OT_F32))) return NULL;
+        if (!*t[i] && !(*t[i] = (ot_empty)(m->be, OT_SHAPE(), OT_F32))) return NULL;
     return put_scale(m) ? NULL : ot_program_new_at(m->be, f, ln);
 }
 
@@ -52,7 +52,7 @@ int ot__model_scaler_step(ot_model *m, const ot__site *at)
 {
     if (!m->opt) return 0;
     float flag;
-    int rc = ot_get(m->finite_t, &flag);
+    int rc = (ot_get)(m->finite_t, &flag);
     if (rc) return rc;
     double old = m->ls.scale;
     if (flag == 0) {

@@ -166,7 +166,7 @@ static void step_put(step *s, ot_tensor *out, ot_node *tree)
  * assign_many: outputs 1 and 2 overlap", an m that is v). */
 static int step_end(step *s, const ot__site *at)
 {
-    int rc = ot_assign_many(s->n, s->outs, s->trees);
+    int rc = (ot_assign_many)(s->n, s->outs, s->trees);
     ot_pool_pop(s->pool);
     free(s->outs);
     free(s->trees);
@@ -418,7 +418,7 @@ static int sum_squares(ot_node *g, double *out)
     ot_node *g64 = ot_node_dtype(g) == OT_F64 ? g : ot_cast(g, .dtype = OT_F64);
     ot_tensor *t = ot_eval(ot_sum(ot_mul(g64, g64)));
     if (!t) return ot_errcode();
-    int rc = ot_get(t, out);
+    int rc = (ot_get)(t, out);
     ot_tensor_free(t);
     return rc;
 }

@@ -183,7 +183,7 @@ static ot_tensor *add_placeholder(ot_program *p, const char *name, ot_shape shap
     ot_shape nominal = shape;
     if (!rc) rc = ot__prog_resolve_shape(p, name, &nominal, p->symnom);
     if (rc) return NULL;
-    ot_tensor *t = ot_empty(p->be, nominal, dtype);
+    ot_tensor *t = (ot_empty)(p->be, nominal, dtype);
     if (!t) return NULL;
     ot_dtype dt = (ot_dtype)t->leaf.dtype;
     placeholder ph = {dup_str(name), shape, dt, (int64_t)ot_dtype_size(dt), t};
@@ -209,12 +209,12 @@ ot_tensor *ot_program_placeholder_at(ot_program *p, const char *name, ot_shape s
 static ot_tensor *init_tensor(ot_backend *be, ot_shape shape, ot_dtype dtype, const ot_init *in)
 {
     switch (in->kind) {
-    case OT_INIT_ZEROS: return ot_zeros(be, shape, dtype);
-    case OT_INIT_CONSTANT: return ot_full(be, shape, dtype, in->value);
-    case OT_INIT_DATA: return ot_array(be, shape, dtype, in->data);
+    case OT_INIT_ZEROS: return (ot_zeros)(be, shape, dtype);
+    case OT_INIT_CONSTANT: return (ot_full)(be, shape, dtype, in->value);
+    case OT_INIT_DATA: return (ot_array)(be, shape, dtype, in->data);
     default: break;
     }
-    ot_tensor *t = ot_empty(be, shape, dtype);
+    ot_tensor *t = (ot_empty)(be, shape, dtype);
     ot_pool *pool = t ? ot_pool_push() : NULL;
     if (!pool) {
         ot_tensor_free(t);
@@ -471,7 +471,7 @@ static int add_adam(ot_program *p, const ot_adam *opts, int n, ot_tensor *const 
     size_t cap = n > 0 ? 3 * (size_t)n : 1;
     ot_tensor **outs = ot__calloc(cap, sizeof *outs);
     ot_node **trees = ot__calloc(cap, sizeof *trees);
-    ot_tensor *count = ot_full(p->be, OT_SHAPE(), OT_F64, (double)o.t - 1);
+    ot_tensor *count = (ot_full)(p->be, OT_SHAPE(), OT_F64, (double)o.t - 1);
     ot_pool *pool = outs && trees && count ? ot_pool_push() : NULL;
     int nout = 0;
     if (!pool) rc = ot_errcode() ? ot_errcode() : nomem(p);

@@ -215,7 +215,7 @@ static int spec_new(ot_program *p, const int64_t *sym, spec **out)
         ot_shape shape = p->ph[k].shape;
         ot__prog_resolve_shape(p, p->ph[k].name, &shape, sym);
         s->ph[k] = ot__shape_eq(&shape, &p->ph[k].t->leaf.shape)
-                       ? p->ph[k].t : ot_empty(p->be, shape, p->ph[k].dtype);
+                       ? p->ph[k].t : (ot_empty)(p->be, shape, p->ph[k].dtype);
         if (!s->ph[k]) rc = ot_errcode();
         else if (s->ph[k] != p->ph[k].t) rc = ot_tensor_set_name(s->ph[k], p->ph[k].name);
     }
@@ -574,7 +574,7 @@ static int explain(const ot_program *p, FILE *f)
         else
             fprintf(f, "step %d (%d output%s):\n", c->step, c->n, c->n == 1 ? "" : "s");
         rc = p->prepared ? p->be->vt->explain_prepared(&c->prep, f)
-                         : ot_explain_many(c->n, c->outs, c->trees, f);
+                         : (ot_explain_many)(c->n, c->outs, c->trees, f);
     }
     if (!rc && p->prepared)
         fprintf(f, "program: %d steps, %d kernels; one arena of %zu bytes for every step "

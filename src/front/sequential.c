@@ -578,7 +578,7 @@ static int run_waves(share *s, int n, gen *const tmp[], ot_tensor **outs, ot_nod
 static ot_tensor *temporary(const share *s, int i)
 {
     const ot_node *n = s->it[i].node;
-    ot_tensor *t = ot_empty(s->be, n->shape, (ot_dtype)n->dtype);
+    ot_tensor *t = (ot_empty)(s->be, n->shape, (ot_dtype)n->dtype);
     if (t) t->leaf.axes = n->axes;
     return t;
 }

@@ -189,8 +189,8 @@ static void pack(ot_allreduce_req *q, int way)
         size_t es = dt == OT_F64 ? 8 : 4, bytes = (size_t)ot_tensor_numel(q->t[i]) * es;
         char *buf = (char *)(way ? g->recv : g->send) + off[group_of(dt)];
         if (bytes && ot__is_half(dt)) {   /* contiguous, checked: cannot fail */
-            if (way) ot_set(q->t[i], buf);
-            else ot_get(q->t[i], buf);
+            if (way) (ot_set)(q->t[i], buf);
+            else (ot_get)(q->t[i], buf);
         } else if (bytes) {
             if (way) memcpy(ot_tensor_data(q->t[i]), buf, bytes);
             else memcpy(buf, ot_tensor_data(q->t[i]), bytes);

@@ -9,7 +9,9 @@ install` lays them out); then the loader's own search (liboptree.so.N).
 """
 import ctypes
 import ctypes.util
+import operator
 import os
+import re
 import sys
 
 from . import _decls
@@ -117,8 +119,16 @@ for _status, _code in _decls.STATUSES:
 ERROR_CLASSES = [ERRORS[c] for c in sorted(ERRORS, reverse=True)]
 
 
-def raise_error(code=None):
-    """Raises the exception of the error slot (or of code)."""
+# A message that names a place starts "file:line: " (the library's form).
+_PLACED = re.compile(r"[^:\n]+:\d+: ")
+
+
+def raise_error(code=None, at=None):
+    """Raises the exception of the error slot (or of code). at, the
+    caller's (file, line), is put before a message that names no place
+    (the library's functions without an _at twin: ot_load, ot_parse...).
+    An exception a Python callback raised inside the call (a registered
+    op's gradient rule, say) is its cause."""
     slot = lib.ot_errcode()
     if code is None or code == slot:
         code = slot
@@ -128,13 +138,125 @@ def raise_error(code=None):
     if not msg:
         msg = (lib.ot_strerror(code) or b"error").decode()
     lib.ot_clear_error()
-    raise ERRORS.get(code, OptreeError)(msg, code)
+    if at is not None and at[0] and not _PLACED.match(msg):
+        msg = "%s:%d: %s" % (at[0].decode("utf-8", "replace"), at[1], msg)
+    cause = _take_pending()
+    raise ERRORS.get(code, OptreeError)(msg, code) from cause
 
 
-def check(rc):
+def check(rc, at=None):
     if rc:
-        raise_error(rc)
+        raise_error(rc, at)
     return rc
+
+
+# ---------------------------------------------------------------- callbacks
+#
+# A Python function the library calls (a registered op's kernel, shape or
+# gradient rule) must not let an exception unwind into C: ctypes would
+# print it and hand C garbage. The callback keeps it here and returns what
+# C reads as a failure; the module raises it when the library returns (the
+# library's own error, if any, with this as its cause). A kernel cannot
+# say it failed (ot_struct_kernel_fn returns void), so its exception is
+# only ever raised here, after the call that ran it.
+
+_pending = []
+
+
+def keep_pending(exc):
+    _pending.append(exc)
+
+
+def _take_pending():
+    if not _pending:
+        return None
+    exc = _pending[0]
+    del _pending[:]
+    return exc
+
+
+def raise_pending():
+    """Raises the exception a callback kept during the last call, if any."""
+    if _pending:
+        raise _take_pending()
+
+
+# ---------------------------------------------------------------- C values
+#
+# ctypes stores a Python int into a C integer modulo its width (2**64 + 3
+# as 3, axis 2**32 as 0) and a float into an integer field truncated, and
+# passes a str with a NUL cut at the NUL: these check first, as NumPy and
+# open() do.
+
+_INT_TYPES = (ctypes.c_byte, ctypes.c_short, ctypes.c_int, ctypes.c_long, ctypes.c_longlong,
+              ctypes.c_ubyte, ctypes.c_ushort, ctypes.c_uint, ctypes.c_ulong, ctypes.c_ulonglong)
+
+
+def _int_range(ctype):
+    bits = 8 * ctypes.sizeof(ctype)
+    if ctype(-1).value == -1:
+        return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    return 0, (1 << bits) - 1
+
+
+def c_integer(v, what, ctype=ctypes.c_int):
+    """v as an integer of ctype: TypeError for what is not an integer
+    (2.7, as NumPy's shapes), OverflowError for what ctypes would wrap."""
+    try:
+        v = operator.index(v)
+    except TypeError:
+        raise TypeError("optree: %s %r is not an integer" % (what, v)) from None
+    lo, hi = _int_range(ctype)
+    if not lo <= v <= hi:
+        raise OverflowError("optree: %s %d does not fit %sint%d" % (
+            what, v, "u" if lo == 0 else "", 8 * ctypes.sizeof(ctype)))
+    return v
+
+
+def set_field(s, name, v, what=None):
+    """s.name = v for a ctypes struct, integers (and arrays of them)
+    checked by c_integer, doubles by float()."""
+    ctype = _field_type(type(s), name)
+    what = what or name
+    if issubclass(ctype, ctypes.Array) and ctype._type_ in _INT_TYPES:
+        v = tuple(v) if isinstance(v, (tuple, list)) else (v,)
+        if len(v) > ctype._length_:
+            raise ValueError("optree: %s %r: at most %d values" % (what, v, ctype._length_))
+        v = ctype(*[c_integer(x, what, ctype._type_) for x in v])
+    elif ctype in _INT_TYPES:
+        v = c_integer(v, what, ctype)
+    elif ctype is ctypes.c_double:
+        v = float(v)
+    setattr(s, name, v)
+
+
+def _field_type(cls, name):
+    for f in cls._fields_:
+        if f[0] == name:
+            return f[1]
+    raise AttributeError(name)
+
+
+def make_struct(cls, **fields):
+    """cls(**fields), each set by set_field."""
+    s = cls()
+    for k, v in fields.items():
+        set_field(s, k, v)
+    return s
+
+
+def cstr(s, what="name"):
+    """s (a str or bytes) as a C string; ValueError for a NUL in it, which
+    C would read as its end."""
+    b = s.encode() if isinstance(s, str) else bytes(s)
+    if b"\0" in b:
+        raise ValueError("optree: %s %r: embedded null byte" % (what, s))
+    return b
+
+
+def cpath(path):
+    """A path (str, bytes, os.PathLike) as a C string, as open() takes it."""
+    return cstr(os.fsencode(path), "path")
 
 
 # ---------------------------------------------------------------- call sites

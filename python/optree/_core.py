@@ -13,19 +13,36 @@ builders put nodes, is drained when it grows past _DRAIN_AT nodes, so its
 size stays bounded whatever the program keeps.
 """
 import ctypes
+import itertools
 import numbers
+import operator
 import os
 import weakref
 
 import numpy as np
 
 from . import _decls as D
-from ._lib import lib, capture, check, raise_error, site, _files, _getframe, _PKG
-from ._lib import BackendError  # pylint: disable=no-name-in-module (made from the header)
+from ._lib import lib, capture, check, raise_error, raise_pending, site, _files, _getframe, _PKG
+from ._lib import c_integer, cpath, cstr, set_field
+# pylint: disable=no-name-in-module (made from the header)
+from ._lib import BackendError, DtypeError, ShapeError, SizeOverflowError
 
-_DT_TO_NP = {1: np.dtype(np.float32), 2: np.dtype(np.float64), 3: np.dtype(np.int32)}
+_DT_TO_NP = {1: np.dtype(np.float32), 2: np.dtype(np.float64), 3: np.dtype(np.int32),
+             4: np.dtype(np.float16)}
 _NP_TO_DT = {v: k for k, v in _DT_TO_NP.items()}
+_I32, _F16, _BF16 = 3, 4, 5
 _DRAIN_AT = 1 << 14
+
+
+def np_dtype(code):
+    """The NumPy dtype of a library dtype. bfloat16, which NumPy lacks,
+    reads as float32: its values widen exactly (ot_get)."""
+    d = _DT_TO_NP.get(code)
+    if d is None:
+        if code == _BF16:
+            return _DT_TO_NP[1]
+        raise TypeError("optree: dtype code %r has no NumPy dtype" % (code,))
+    return d
 
 
 def dtype_code(dtype, default=0):
@@ -33,16 +50,20 @@ def dtype_code(dtype, default=0):
         return default
     if isinstance(dtype, int) and not isinstance(dtype, bool):
         return dtype
-    code = _NP_TO_DT.get(np.dtype(dtype))
+    if isinstance(dtype, str) and dtype == "bfloat16":
+        return _BF16
+    d = np.dtype(dtype)
+    code = _NP_TO_DT.get(d.newbyteorder("="))      # '>f8' is float64 too
     if code is None:
-        raise TypeError("optree: dtype %s is not one of float32, float64, int32" % np.dtype(dtype))
+        raise TypeError("optree: dtype %s is not one of float32, float64, int32, float16, "
+                        "'bfloat16'" % d)
     return code
 
 
 def make_shape(shape):
-    if isinstance(shape, numbers.Integral):
+    if not isinstance(shape, (tuple, list)) and not hasattr(shape, "__iter__"):
         shape = (shape,)
-    shape = tuple(int(d) for d in shape)
+    shape = tuple(c_integer(d, "dimension", ctypes.c_int64) for d in shape)
     s = D.ot_shape()
     s.ndim = len(shape)
     for i, d in enumerate(shape[:D.OT_MAX_DIMS]):
@@ -126,6 +147,29 @@ class _Expr:
     def T(self):
         return self.transpose()
 
+    # -- NumPy's truth, length, iteration and membership (a tensor or a
+    # tree of one element is computed for its truth, as NumPy reads it)
+    def __bool__(self):
+        if _size(self.shape) != 1:
+            raise ValueError("optree: the truth value of a tensor of shape %s is ambiguous; "
+                             "use .get().any() or .get().all()" % (self.shape,))
+        return bool(self.get())
+
+    def __len__(self):
+        shape = self.shape
+        if not shape:
+            raise TypeError("optree: len() of a 0-d tensor")
+        return shape[0]
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    def __contains__(self, value):
+        if isinstance(value, _Expr):
+            value = value.get()
+        return bool((self.get() == value).any())
+
     def execute(self):
         """neon's execute(): an assignment already ran when it was built."""
         return self
@@ -190,7 +234,7 @@ class OpTreeNode(_Expr):
 
     @property
     def dtype(self):
-        return _DT_TO_NP[lib.ot_node_dtype(node_of(self))]
+        return np_dtype(lib.ot_node_dtype(node_of(self)))
 
     @property
     def ndim(self):
@@ -214,19 +258,22 @@ class OpTreeNode(_Expr):
 
     def __getitem__(self, key):
         file, line = site()
-        idx, n = indices(key, self.ndim)
+        idx, n = indices(key, self.shape)
         return wrap_node(lib.ot_slice_node_n(node_of(self), n, idx, file, line))
 
     def transpose(self, *perm):
         file, line = site()
         a = D.ot_args(axis=D.OT_AXIS_ALL)
         if perm:
-            perm = perm[0] if len(perm) == 1 and not isinstance(perm[0], int) else perm
             a.spec_ = b".perm = given"
-            for i, p in enumerate(perm):
-                a.perm[i] = p
+            set_field(a, "perm", _perm(perm, self.ndim), "perm")
         return wrap_node(lib.ot_build_at(OP.transpose.num, node_of(self), None, ctypes.byref(a),
                                          file, line))
+
+    def __array__(self, dtype=None, copy=None):
+        """np.asarray(tree): its value, computed now (a new array)."""
+        a = self.get()
+        return a if dtype is None else a.astype(dtype)
 
     def reshape(self, *shape):
         file, line = site()
@@ -236,14 +283,33 @@ class OpTreeNode(_Expr):
     def astensor(self, be=None):
         """The value, in a new tensor (ot_eval)."""
         file, line = site()
-        return Tensor._own(lib.ot_eval_at(node_of(self), file, line))
+        t = Tensor._own(lib.ot_eval_at(node_of(self), file, line), (file, line))
+        raise_pending()             # a registered op's kernel that raised
+        return t
 
     def get(self):
         return self.astensor().get()
 
     def name(self, name):
-        check(lib.ot_node_set_name(node_of(self), name.encode()))
+        check(lib.ot_node_set_name(node_of(self), cstr(name)), site())
         return self
+
+
+def _perm(perm, ndim):
+    """transpose(1, 0) or transpose((1, 0)): the axes, one per dim (the
+    library reads ndim of them)."""
+    perm = tuple(perm[0]) if len(perm) == 1 and not isinstance(perm[0], numbers.Integral) \
+        else perm
+    if len(perm) != ndim:
+        raise ValueError("optree: transpose: %d axes given for %d dims" % (len(perm), ndim))
+    return perm
+
+
+def _size(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
 
 
 def wrap_node(ptr, retained=False):
@@ -502,7 +568,7 @@ def op_args(op, kw):
             v = dtype_code(v)
         if k == "shape":
             v = make_shape(v)
-        setattr(a, field, v)
+        set_field(a, field, v, k)
     return a
 
 
@@ -533,8 +599,23 @@ def op_function(op):
 
 # ---------------------------------------------------------------- indexing
 
-def indices(key, ndim):
-    """An ot_index array (and its length) from a Python index."""
+_I64_MAX = (1 << 63) - 1
+
+
+def _bound(v):
+    """A slice bound as int64: beyond the range it means as far as the
+    range (NumPy clamps bounds); OT_NONE, -2**63, stays None's."""
+    if v is None:
+        return D.OT_NONE
+    v = operator.index(v)
+    return max(-_I64_MAX, min(_I64_MAX, v))
+
+
+def indices(key, shape):
+    """An ot_index array (and its length) from a Python index into shape.
+    An integer out of range is IndexError (so iteration stops), as
+    NumPy's; a bool is refused (NumPy adds an axis for it)."""
+    ndim = len(shape)
     if not isinstance(key, tuple):
         key = (key,)
     if any(k is Ellipsis for k in key):
@@ -549,11 +630,17 @@ def indices(key, ndim):
                 x.kind, x.step = 0, 1
                 continue
             x.kind = 1
-            x.start = D.OT_NONE if k.start is None else int(k.start)
-            x.stop = D.OT_NONE if k.stop is None else int(k.stop)
-            x.step = 1 if k.step is None else int(k.step)
+            x.start, x.stop = _bound(k.start), _bound(k.stop)
+            x.step = 1 if k.step is None else _bound(k.step)
+        elif isinstance(k, (bool, np.bool_)):
+            raise IndexError("optree: index %r: a bool index (NumPy's new axis) is not "
+                             "supported" % (k,))
         elif isinstance(k, numbers.Integral):
-            x.kind, x.start, x.step = 2, int(k), 1
+            k = int(k)
+            if i < ndim and not -shape[i] <= k < shape[i]:
+                raise IndexError("optree: index %d is out of bounds for axis %d with size %d"
+                                 % (k, i, shape[i]))
+            x.kind, x.start, x.step = 2, max(-_I64_MAX, min(_I64_MAX, k)), 1
         else:
             raise TypeError("optree: index %r: ints, slices and ... only" % (k,))
     return arr, len(key)
@@ -561,12 +648,62 @@ def indices(key, ndim):
 
 # ---------------------------------------------------------------- tensors
 
-_kept = {}           # user key -> the ndarray a wrapped tensor reads
+_kept = {}           # wrap key -> the ndarray a wrapped tensor reads
+_wrap_keys = itertools.count(1)   # one key per wrap: an array wrapped twice has two
 
 
 @ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
 def _release_array(user, ptr):
     _kept.pop(user, None)
+
+
+_I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+def _check_int32(a):
+    """Refuses values an int32 cannot hold, as NumPy's int conversions do
+    (ValueError for NaN, OverflowError beyond the range), where astype and
+    the library would wrap, give 0 or saturate silently."""
+    kind = a.dtype.kind
+    if kind not in "fiu" or not a.size:
+        return
+    if kind == "f" and np.isnan(a).any():
+        raise ValueError("optree: cannot convert float NaN to int32")
+    lo, hi = a.min(), a.max()
+    # floats truncate toward zero: -2147483648.5 fits, 2147483648.0 does not
+    if (lo <= _I32_MIN - 1 or hi >= _I32_MAX + 1) if kind == "f" else (lo < _I32_MIN or hi > _I32_MAX):
+        raise SizeOverflowError("optree: value %s does not fit int32"
+                                % (lo if lo < _I32_MIN else hi))
+
+
+def _converted(a, want):
+    """A new C-contiguous copy of a in dtype want (a copy even when a is
+    of want already: a read-only array must not be wrapped writable)."""
+    if want == _DT_TO_NP[_I32]:
+        _check_int32(a)
+    return np.array(a, dtype=want, order="C")
+
+
+def _fill_value(code, value):
+    """value as ot_fill's double, checked as NumPy checks an assignment
+    into an int32 tensor (code its dtype)."""
+    v = float(value)
+    if code == _I32:
+        _check_int32(np.array([v]))
+    return v
+
+
+def _array_dtype(d, default):
+    """The dtype be.array gives an ndarray of dtype d: its own where the
+    library has it (any byte order); other floats float64 (longdouble) or
+    float32; integers and bools int32; anything else the default."""
+    if d.kind == "f":
+        return {2: _DT_TO_NP[_F16], 4: _DT_TO_NP[1]}.get(d.itemsize, _DT_TO_NP[2])
+    if d.kind in "iub":
+        return _DT_TO_NP[_I32]
+    if d.kind == "c":
+        raise TypeError("optree: %s values have no optree dtype (take .real or abs first)" % d)
+    return default
 
 
 class Tensor(_Expr):
@@ -582,9 +719,9 @@ class Tensor(_Expr):
         raise AttributeError(name)
 
     @classmethod
-    def _own(cls, ptr):
+    def _own(cls, ptr, at=None):
         if not ptr:
-            raise_error()
+            raise_error(at=at)
         t = object.__new__(cls)
         t._t = ptr
         t._n = lib.ot_tensor_node(ptr)
@@ -603,7 +740,9 @@ class Tensor(_Expr):
 
     @property
     def dtype(self):
-        return _DT_TO_NP[lib.ot_tensor_dtype(self._t)]
+        """Its NumPy dtype; a bfloat16 tensor's is float32, the dtype its
+        values read as (NumPy has no bfloat16)."""
+        return np_dtype(lib.ot_tensor_dtype(self._t))
 
     @property
     def ndim(self):
@@ -613,9 +752,6 @@ class Tensor(_Expr):
     def size(self):
         return lib.ot_tensor_numel(self._t)
 
-    def __len__(self):
-        return self.shape[0]
-
     @property
     def name(self):
         n = lib.ot_tensor_name(self._t)
@@ -623,7 +759,7 @@ class Tensor(_Expr):
 
     @name.setter
     def name(self, value):
-        check(lib.ot_tensor_set_name(self._t, None if value is None else value.encode()))
+        check(lib.ot_tensor_set_name(self._t, None if value is None else cstr(value)), site())
 
     @property
     def axes(self):
@@ -633,7 +769,8 @@ class Tensor(_Expr):
 
     @axes.setter
     def axes(self, names):
-        check(lib.ot_tensor_set_axes(self._t, None if names is None else names.encode()))
+        check(lib.ot_tensor_set_axes(self._t, None if names is None else cstr(names, "axes")),
+              site())
         self._k = _tensor_key(self)
 
     @property
@@ -642,47 +779,75 @@ class Tensor(_Expr):
 
     @property
     def __array_interface__(self):
+        if lib.ot_tensor_dtype(self._t) == _BF16:     # no NumPy view: __array__ copies
+            raise AttributeError("__array_interface__")
         nd = self.ndim
         item = self.dtype.itemsize
         return {"version": 3, "shape": self.shape, "typestr": self.dtype.str,
                 "data": (lib.ot_tensor_data(self._t) or 0, False),
                 "strides": tuple(lib.ot_tensor_stride(self._t, i) * item for i in range(nd))}
 
+    def __array__(self, dtype=None, copy=None):
+        """np.asarray of a bfloat16 tensor (the others are views by
+        __array_interface__): its values widened to float32, a copy."""
+        a = self.get()
+        return a if dtype is None else a.astype(dtype)
+
     # -- data
     def get(self):
         """A NumPy copy of the values (neon's get)."""
-        return np.array(self, copy=True)
+        if lib.ot_tensor_dtype(self._t) != _BF16:
+            return np.array(self, copy=True)
+        file, line = site()
+        a = np.empty(self.shape, np.float32)
+        check(lib.ot_get_n_at(self._t, a.ctypes.data, a.nbytes, file, line))
+        return a
 
     def asnumpyarray(self):
         return self.get()
 
     def set(self, ary):
-        """Copies ary (any array-like of this shape) in (neon's set)."""
-        a = np.ascontiguousarray(ary, dtype=self.dtype)
-        if a.size != self.size:
-            a = np.ascontiguousarray(np.broadcast_to(a, self.shape), dtype=self.dtype)
-        check(lib.ot_set_n(self._t, a.ctypes.data, a.nbytes))
+        """Copies ary in (neon's set): an array-like of this shape or one
+        that broadcasts to it (ShapeError otherwise: a same-size array of
+        another shape is not reshaped)."""
+        file, line = site()
+        a = np.asarray(ary)
+        shape = self.shape
+        if a.shape != shape:
+            try:
+                a = np.broadcast_to(a, shape)
+            except ValueError:
+                raise ShapeError("optree: set: an array of shape %s into a tensor of shape %s"
+                                 % (a.shape, shape)) from None
+        # float16 and bfloat16 tensors take float32 host values (ot_set rounds)
+        host = _DT_TO_NP[1] if lib.ot_tensor_dtype(self._t) in (_F16, _BF16) else self.dtype
+        if a.dtype != host or not a.flags.c_contiguous:
+            a = _converted(a, host)
+        check(lib.ot_set_n_at(self._t, a.ctypes.data, a.nbytes, file, line))
         return self
 
     def fill(self, value):
-        check(lib.ot_fill(self._t, float(value)))
+        file, line = site()
+        check(lib.ot_fill_at(self._t, _fill_value(lib.ot_tensor_dtype(self._t), value),
+                             file, line))
         return self
 
     def copy(self, a=None):
         """A new tensor with the values of a (neon: t.copy(a)), or of self."""
         src = self if a is None else a
         if isinstance(src, Tensor):
-            return Tensor._own(lib.ot_copy(src._t))
+            file, line = site()
+            return Tensor._own(lib.ot_copy_at(src._t, file, line))
         return self.backend.array(np.array(src))
 
     def __getitem__(self, key):
         file, line = site()
-        idx, n = indices(key, self.ndim)
+        idx, n = indices(key, self.shape)
         return Tensor._own(lib.ot_slice_at(self._t, n, idx, file, line))
 
     def save(self, path):
         """Writes a NumPy .npy file (ot_save; np.load reads it)."""
-        check(lib.ot_save(os.fsencode(path), self._t))
+        check(lib.ot_save(cpath(path), self._t), site())
 
     def __setitem__(self, key, value):
         """t[...] = node | tensor | number | array: an assignment (runs the
@@ -693,25 +858,30 @@ class Tensor(_Expr):
             e = _progs.get((id(self), value._k))
             if e is not None and (value._l == e.last or e.bind(value._l)):
                 if not _run_tensors(e.p, e.n, e.arr, None, 0):
+                    raise_pending()      # a registered op's kernel that raised
                     return
                 lib.ot_clear_error()     # an alias, say: the assignment says why
         file, line = site()
         out = self if _whole(key) else self[key]
         if isinstance(value, (OpTreeNode, Tensor)):
-            check(lib.ot_assign_at(out._t, node_of(value), file, line))
+            check(lib.ot_assign_at(out._t, node_of(value), file, line), (file, line))
+            raise_pending()
             if out is self and type(value) is OpTreeNode and value._k is not None:
                 _assigned(self, value)
         elif isinstance(value, numbers.Number):
-            check(lib.ot_fill(out._t, float(value)))
+            check(lib.ot_fill_at(out._t, _fill_value(lib.ot_tensor_dtype(out._t), value),
+                                 file, line))
         else:
-            np.asarray(out)[...] = value
+            out.set(value)
 
     def transpose(self, *perm):
-        if not perm:
-            return Tensor._own(lib.ot_transpose(self._t, None))
-        perm = perm[0] if len(perm) == 1 and not isinstance(perm[0], int) else perm
-        p = (ctypes.c_int * len(perm))(*perm)
-        return Tensor._own(lib.ot_transpose(self._t, p))
+        file, line = site()
+        p = None
+        if perm:
+            perm = _perm(perm, self.ndim)
+            p = (ctypes.c_int * max(len(perm), 1))(
+                *[c_integer(a, "axis") for a in perm])
+        return Tensor._own(lib.ot_transpose_at(self._t, p, file, line))
 
     def reshape(self, *shape):
         file, line = site()
@@ -726,6 +896,23 @@ class Tensor(_Expr):
 
     def pp(self):
         return self.name or capture(lib.ot_pp, self._n).rstrip("\n")
+
+
+def _install_inplace():
+    """t += x and the like assign into t (its views and NumPy views of it
+    see the new values), as NumPy's and neon's do; a tree has none, so
+    `node += x` rebinds the name to a new tree."""
+    for py in ("add", "sub", "mul", "truediv", "pow", "matmul"):
+        op = getattr(OP, _OPERATORS[py])
+
+        def method(self, other, _op=op):
+            self[...] = build(_op, self, other)
+            return self
+        method.__name__ = "__i%s__" % py
+        setattr(Tensor, method.__name__, method)
+
+
+_install_inplace()
 
 
 _ALL = slice(None)
@@ -917,16 +1104,16 @@ class Backend:
     def __init__(self, name="cpu", rng_seed=None, default_dtype=np.float32, threads=0):
         opts = D.ot_backend_opts()
         opts.dtype = dtype_code(default_dtype)
-        opts.threads = threads
+        set_field(opts, "threads", threads)
         if rng_seed is not None:
-            opts.seed = rng_seed
-        self._b = lib.ot_backend_new(name.encode(), ctypes.byref(opts))
+            set_field(opts, "seed", rng_seed, "rng_seed")
+        self._b = lib.ot_backend_new(cstr(name, "backend"), ctypes.byref(opts))
         if not self._b:
-            raise_error()
+            raise_error(at=site())
         # Backends live as long as the process: a tree in the C pool may
         # still hold tensors of it (the library frees tensors first).
         Backend._all[self._b] = self
-        self.default_dtype = _DT_TO_NP[opts.dtype]
+        self.default_dtype = np_dtype(lib.ot_backend_options(self._b).dtype)
 
     @classmethod
     def _of(cls, ptr):
@@ -937,27 +1124,30 @@ class Backend:
         return lib.ot_backend_name(self._b).decode()
 
     def _new(self, fn, shape, dtype, name, *extra):
-        t = Tensor._own(fn(self._b, make_shape(shape), dtype_code(dtype), *extra))
-        if name:
-            t.name = name
-        return t
+        file, line = site()
+        t = Tensor._own(fn(self._b, make_shape(shape), dtype_code(dtype), *extra, file, line))
+        return _named(t, name)
 
     # -- tensors
     def empty(self, shape, dtype=None, name=None, **_neon):
-        return self._new(lib.ot_empty, shape, dtype, name)
+        return self._new(lib.ot_empty_at, shape, dtype, name)
 
     def zeros(self, shape, dtype=None, name=None, **_neon):
-        return self._new(lib.ot_zeros, shape, dtype, name)
+        return self._new(lib.ot_zeros_at, shape, dtype, name)
 
     def ones(self, shape, dtype=None, name=None, **_neon):
-        return self._new(lib.ot_ones, shape, dtype, name)
+        return self._new(lib.ot_ones_at, shape, dtype, name)
 
     def full(self, shape, value, dtype=None, name=None):
-        return self._new(lib.ot_full, shape, dtype, name, float(value))
+        code = dtype_code(dtype) or dtype_code(self.default_dtype)
+        return self._new(lib.ot_full_at, shape, dtype, name, _fill_value(code, value))
 
     def _like(self, ary, dtype):
+        """ary's shape and dtype (an ndarray's as be.array would make it)."""
         if dtype is None and isinstance(ary, Tensor):
             dtype = ary.dtype
+        elif dtype is None and isinstance(ary, np.ndarray):
+            dtype = _array_dtype(ary.dtype, self.default_dtype)
         return ary.shape, dtype
 
     def empty_like(self, ary, dtype=None, name=None, **_neon):
@@ -970,45 +1160,51 @@ class Backend:
         return self.ones(*self._like(ary, dtype), name=name)
 
     def array(self, ary, dtype=None, name=None, **_neon):
-        """A tensor of ary's values. A C-contiguous ndarray of float32,
-        float64 or int32 (and dtype None or its own) is wrapped without a
-        copy (ot_wrap) and kept alive by the tensor; anything else is
-        converted: floats to the backend's dtype, integers to int32."""
+        """A tensor of ary's values. A C-contiguous, aligned, writable
+        ndarray of float32, float64, int32 or float16 (and dtype None or
+        its own) is wrapped without a copy (ot_wrap) and kept alive by the
+        tensor; anything else is converted (a copy): other floats to
+        float64 (longdouble) or float32, any byte order to the native one;
+        integers and bools to int32 (SizeOverflowError for a value int32
+        cannot hold); a read-only array to a writable copy."""
+        file, line = site()
         if isinstance(ary, Tensor):
             ary = ary.get()
         a = ary if isinstance(ary, np.ndarray) else np.asarray(ary)
-        if dtype is None and a.dtype not in _NP_TO_DT:
-            dtype = np.int32 if a.dtype.kind in "iub" else self.default_dtype
-        want = a.dtype if dtype is None else np.dtype(dtype)
-        if a.dtype != want or not a.flags.c_contiguous or not a.flags.aligned:
-            a = np.ascontiguousarray(a, dtype=want)
-        key = id(a)
+        code = _NP_TO_DT[_array_dtype(a.dtype, self.default_dtype)] if dtype is None \
+            else dtype_code(dtype)
+        if code == _BF16:       # no NumPy dtype to wrap: copied from floats (ot_array)
+            a = _converted(a, _DT_TO_NP[1])
+            return _named(Tensor._own(lib.ot_array_at(self._b, make_shape(a.shape), code,
+                                                      a.ctypes.data, file, line)), name)
+        want = np_dtype(code)
+        if (a.dtype != want or not a.flags.c_contiguous or not a.flags.aligned
+                or not a.flags.writeable):
+            a = _converted(a, want)
+        key = next(_wrap_keys)
         _kept[key] = a
-        ptr = lib.ot_wrap(self._b, make_shape(a.shape), _NP_TO_DT[want], a.ctypes.data or None,
-                          None, ctypes.cast(_release_array, ctypes.c_void_p), key)
+        ptr = lib.ot_wrap_at(self._b, make_shape(a.shape), code, a.ctypes.data or None, None,
+                             ctypes.cast(_release_array, ctypes.c_void_p), key, file, line)
         if not ptr:
             _kept.pop(key, None)
             raise_error()
-        t = Tensor._own(ptr)
-        if name:
-            t.name = name
-        return t
+        return _named(Tensor._own(ptr), name)
 
     def load(self, path, name=None):
         """A tensor of a .npy file (ot_load: float32, float64, int32; int64
         as int32 when every value fits)."""
-        t = Tensor._own(lib.ot_load(self._b, os.fsencode(path)))
-        if name:
-            t.name = name
-        return t
+        return _named(Tensor._own(lib.ot_load(self._b, cpath(path)), site()), name)
 
     def parse(self, text, **tensors):
         """The tree that text writes in ot_pp's infix form, its leaves the
         tensors (or nodes) given by name: be.parse("(tanh (a * b))", a=a, b=b)."""
         n = len(tensors)
-        names = (ctypes.c_char_p * max(n, 1))(*[k.encode() for k in tensors])
+        names = (ctypes.c_char_p * max(n, 1))(*[cstr(k) for k in tensors])
         ts = (ctypes.c_void_p * max(n, 1))(*[node_of(t) for t in tensors.values()])
-        return wrap_node(lib.ot_parse(text.encode(), n, names, ts))
+        p = lib.ot_parse(cstr(text, "text"), n, names, ts)
+        if not p:
+            raise_error(at=site())
+        return wrap_node(p)
 
     # -- neon's functions with neon's signatures
     def dot(self, a, b, out=None):
@@ -1070,6 +1266,8 @@ class Backend:
     def greater_equal(self, a, b, out=None): return _out(build(OP.ge, a, b), out)
 
     def onehot(self, indices, axis, out=None, depth=None):
+        if isinstance(indices, _Expr) and indices.dtype.kind != "i":
+            raise DtypeError("optree: onehot: indices of dtype %s: int32 only" % indices.dtype)
         d = depth if depth is not None else (out.shape[axis] if out is not None else None)
         node = build(OP.onehot, indices, args=op_args(OP.onehot, {"axis": axis, "depth": d}))
         return _out(node, out)
@@ -1081,12 +1279,18 @@ class Backend:
         return "<optree backend %r>" % self.name
 
 
+def _named(t, name):
+    if name:
+        t.name = name
+    return t
+
+
 def dot_axes(w, x, axes=None):
     """ngraph's dot over named axes: contracts the axes named (None: every
     name the two share); w's other axes, then x's."""
     file, line = site()
     return wrap_node(lib.ot_dot_axes_at(_operand(w), _operand(x),
-                                        None if axes is None else axes.encode(), file, line))
+                                        None if axes is None else cstr(axes, "axes"), file, line))
 
 
 def _out(node, out):

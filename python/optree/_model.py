@@ -3,13 +3,14 @@
 optimizer (sgd, adam), fit on NumPy arrays, predict, save/load (.npz).
 Each method is one library call; its errors name the Python line."""
 import ctypes
-import os
 
 import numpy as np
 
 from . import _decls as D
 from ._core import Tensor
-from ._lib import lib, check, raise_error, site
+from ._lib import lib, check, raise_error, site, c_integer, cpath, make_struct, set_field
+# pylint: disable=no-name-in-module (made from the header)
+from ._lib import BackendError
 
 _ACT = {None: 0, "none": 0, "relu": 1, "tanh": 2, "sig": 3, "sigmoid": 3}
 _LOSS = {"softmax_ce": 1, "cross_entropy": 1, "mse": 2}
@@ -26,22 +27,16 @@ def _code(table, value, what):
             repr(k) for k in table if k is not None))) from None
 
 
-def _triple(v):
-    """An int or a sequence of up to 3 ints as a C int[3]."""
-    v = (v,) if isinstance(v, int) else tuple(v)
-    return (ctypes.c_int * 3)(*v)
-
-
 def _opts(cls, fields, kw):
+    """cls with the options kw (an int[3] member takes an int or up to 3
+    ints; each checked by set_field)."""
     o = cls()
     for k, v in kw.items():
         if k not in fields:
             raise TypeError("optree: no option %r (options: %s)" % (k, ", ".join(fields)))
         if k == "padding" and isinstance(v, str):
             v = _code(_PAD, v, "padding")
-        if isinstance(getattr(o, k), ctypes.Array):
-            v = _triple(v)
-        setattr(o, k, v)
+        set_field(o, k, v)
     return o
 
 
@@ -64,17 +59,23 @@ class Model:
     model, so layers chain."""
 
     def __init__(self, be, inputs=None, input_shape=None):
+        if input_shape is not None:
+            input_shape = [c_integer(d, "input_shape dimension", ctypes.c_int64)
+                           for d in input_shape]
         if inputs is None:
             if input_shape is None:
                 raise TypeError("optree: Model needs inputs or input_shape")
-            inputs = int(np.prod(input_shape))
+            inputs = 1
+            for d in input_shape:      # Python ints: a product np.prod would wrap
+                inputs *= d
         file, line = site()
-        self._m = lib.ot_model_new_at(be._b, int(inputs), file, line)
+        self._m = lib.ot_model_new_at(be._b, c_integer(inputs, "inputs", ctypes.c_int64),
+                                      file, line)
         if not self._m:
             raise_error()
         self.be = be
         if input_shape is not None:
-            dims = (ctypes.c_int64 * len(input_shape))(*input_shape)
+            dims = (ctypes.c_int64 * max(len(input_shape), 1))(*input_shape)
             check(lib.ot_model_input_shape_at(self._m, len(input_shape), dims, file, line))
 
     def __del__(self):
@@ -86,8 +87,9 @@ class Model:
     # -- layers
     def linear(self, units, activation=None, seed=1):
         file, line = site()
-        check(lib.ot_model_linear_at(self._m, units, _code(_ACT, activation, "activation"),
-                                     seed, file, line))
+        check(lib.ot_model_linear_at(self._m, c_integer(units, "units", ctypes.c_int64),
+                                     _code(_ACT, activation, "activation"),
+                                     c_integer(seed, "seed", ctypes.c_uint64), file, line))
         return self
 
     def conv(self, out_channels, kernel, activation=None, seed=1, **opts):
@@ -96,8 +98,10 @@ class Model:
         file, line = site()
         o = _opts(D.ot_conv_opts, ("stride", "dilation", "pad", "pad_lo", "pad_hi", "padding",
                                    "groups"), opts)
-        check(lib.ot_model_conv_at(self._m, out_channels, kernel,
-                                   _code(_ACT, activation, "activation"), seed,
+        check(lib.ot_model_conv_at(self._m, c_integer(out_channels, "out_channels", ctypes.c_int64),
+                                   c_integer(kernel, "kernel"),
+                                   _code(_ACT, activation, "activation"),
+                                   c_integer(seed, "seed", ctypes.c_uint64),
                                    ctypes.byref(o), file, line))
         return self
 
@@ -136,7 +140,7 @@ class Model:
 
     def sgd(self, lr=0.01, momentum=0.0, weight_decay=0.0):
         file, line = site()
-        o = D.ot_sgd(lr=lr, momentum=momentum, weight_decay=weight_decay)
+        o = make_struct(D.ot_sgd, lr=lr, momentum=momentum, weight_decay=weight_decay)
         check(lib.ot_model_sgd_at(self._m, ctypes.byref(o), file, line))
         return self
 
@@ -144,15 +148,21 @@ class Model:
         """Adam (zeros: the library's defaults, 0.9, 0.999, 1e-8);
         weight_decay is AdamW's decoupled decay."""
         file, line = site()
-        o = D.ot_adam(lr=lr, beta1=beta1, beta2=beta2, eps=eps, weight_decay=weight_decay)
+        o = make_struct(D.ot_adam, lr=lr, beta1=beta1, beta2=beta2, eps=eps,
+                        weight_decay=weight_decay)
         check(lib.ot_model_adam_at(self._m, ctypes.byref(o), file, line))
         return self
 
     # -- training and use
-    def _tensor(self, a):
+    def _tensor(self, a, what):
+        """a as a float32 tensor of the model's backend (a tensor of
+        another backend is BackendError, as mixing backends in a tree is)."""
         if isinstance(a, Tensor):
+            if lib.ot_tensor_backend(a._t) != self.be._b:
+                raise BackendError("optree: %s is a tensor of backend %r, the model's is %r"
+                                   % (what, a.backend.name if a.backend else "?", self.be.name))
             return a
-        return self.be.array(np.ascontiguousarray(a, dtype=np.float32))
+        return self.be.array(np.asarray(a, dtype=np.float32))
 
     def fit(self, x, y, epochs=1, batch=32, seed=0, shuffle=True, validation_split=0.0,
             patience=0, monitor="val_loss", quiet=True, lr_schedule=None):
@@ -160,8 +170,8 @@ class Model:
         arrays or tensors (float32); returns a FitResult. quiet=False
         prints the library's progress line per epoch."""
         file, line = site()
-        xt, yt = self._tensor(x), self._tensor(y)
-        o = D.ot_fit_opts(epochs=epochs, batch=batch, seed=seed, no_shuffle=not shuffle,
+        xt, yt = self._tensor(x, "x"), self._tensor(y, "y")
+        o = make_struct(D.ot_fit_opts, epochs=epochs, batch=batch, seed=seed, no_shuffle=not shuffle,
                           validation_split=validation_split, patience=patience,
                           monitor=_code(_MONITOR, monitor, "monitor"), quiet=quiet,
                           lr_schedule=_code(_SCHEDULE, lr_schedule, "lr_schedule"))
@@ -173,7 +183,7 @@ class Model:
     def predict(self, x):
         """The model's outputs for x, as a NumPy array (rows, outputs)."""
         file, line = site()
-        xt = self._tensor(x)        # alive across the call
+        xt = self._tensor(x, "x")   # alive across the call
         return Tensor._own(lib.ot_model_predict_at(self._m, xt._t, file, line)).get()
 
     def parameters(self):
@@ -193,11 +203,11 @@ class Model:
     def save(self, path):
         """The parameters to a NumPy .npz (w0, b0, w1, b1...)."""
         file, line = site()
-        check(lib.ot_model_save_at(self._m, os.fsencode(path), file, line))
+        check(lib.ot_model_save_at(self._m, cpath(path), file, line))
 
     def load(self, path):
         file, line = site()
-        check(lib.ot_model_load_at(self._m, os.fsencode(path), file, line))
+        check(lib.ot_model_load_at(self._m, cpath(path), file, line))
         return self
 
 

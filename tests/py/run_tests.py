@@ -469,6 +469,264 @@ def named_axes():
         raise AssertionError("no error")
 
 
+# ---------------------------------------------------------------- misuse (each once a silent
+# wrong result or a crash)
+
+def child(code):
+    """Runs code in a fresh interpreter with the module (a crash there is a
+    failure here, not the end of the run); returns its stdout."""
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    r = subprocess.run([sys.executable, "-c", "import numpy as np, optree, gc\n" + code],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+    return r.stdout
+
+
+def raises(exc, fn, *args, **kw):
+    """The exception fn(*args) raises, asserting it is an exc."""
+    try:
+        fn(*args, **kw)
+    except exc as e:
+        return e
+    raise AssertionError("%s did not raise %s" % (fn, exc.__name__))
+
+
+@case
+def array_wrapped_twice_keeps_it_alive():
+    out = child("be = optree.gen_backend('cpu')\n"
+                "a = np.full(1 << 20, 7.0, dtype=np.float32)\n"
+                "t1 = be.array(a); t2 = be.array(a)\n"
+                "del a, t1; gc.collect()\n"
+                "junk = [np.full(1 << 20, -1.0, dtype=np.float32) for _ in range(4)]\n"
+                "print((t2.get() == 7).all())\n")
+    assert out.strip() == "True", out
+
+
+@case
+def read_only_arrays_are_copied():
+    import tempfile
+    b = bytes(16)
+    t = BE.array(np.frombuffer(b, dtype=np.float32))
+    t.fill(1.0)
+    assert b == bytes(16) and (t.get() == 1).all()
+    path = os.path.join(tempfile.mkdtemp(), "ro.bin")
+    np.arange(8, dtype=np.float32).tofile(path)
+    m = np.memmap(path, dtype=np.float32, mode="r")
+    tm = BE.array(m)
+    tm[:] = 1.0                         # a write into a read-only mapping crashed
+    assert (tm.get() == 1).all() and (np.fromfile(path, np.float32) == np.arange(8)).all()
+    del m, tm
+
+
+@case
+def custom_op_shape_error_keeps_numpy_message():
+    out = child("be = optree.gen_backend('cpu')\n"
+                "add2 = optree.register_op('add2', lambda a, b: a + b, arity=2)\n"
+                "try:\n"
+                "    add2(be.ones((3,)), be.ones((4,)))\n"
+                "except optree.ShapeError as e:\n"
+                "    print(e)\n"
+                "print([bytes([i]) for i in range(3)])\n")
+    assert "add2: shape mismatch" in out and "<string>:5" in out, out
+
+
+@case
+def custom_op_gradient_rule_failures_raise():
+    out = child("be = optree.gen_backend('cpu')\n"
+                "x = be.array(np.arange(6, dtype=np.float32).reshape(2, 3))\n"
+                "for rule in (lambda i, o, g, w: None, lambda i, o, g, w: 1 / 0):\n"
+                "    op = optree.register_op('g%d' % id(rule), lambda v: v * 3, grad=rule)\n"
+                "    try:\n"
+                "        optree.Autodiff(op(x), be).get_grad_asnumpyarray([x])\n"
+                "    except optree.InvalidError as e:\n"
+                "        print(type(e.__cause__).__name__)\n")
+    assert out.split() == ["TypeError", "ZeroDivisionError"], out
+
+
+@case
+def custom_op_kernel_exception_raised_to_the_caller():
+    x = BE.array(np.arange(6, dtype=np.float32).reshape(2, 3))
+    boom = optree.register_op("boom_py", lambda v: 1 / 0)
+    bad = optree.register_op("bad_py", lambda v: np.ones(7))
+    none = optree.register_op("none_py", lambda v: None)
+    for f, exc in ((boom, ZeroDivisionError), (bad, ValueError), (none, TypeError)):
+        out = BE.empty((2, 3))
+        for _ in range(3):              # ot_assign, then the compiled replays
+            raises(exc, out.__setitem__, Ellipsis, f(x) * 2)
+            assert np.isnan(out.get()).all()    # not uninitialised memory
+        raises(exc, f(x).get)
+    ok = optree.register_op("ok_py", lambda v: v + 1)
+    assert (ok(x).get() == np.arange(6).reshape(2, 3) + 1).all()
+    raises(TypeError, ok, x, x)         # its arity, not a ctypes IndexError
+
+
+@case
+def program_run_converts_and_checks_bindings():
+    p = optree.Program(BE)
+    x = p.placeholder("x", (4,))
+    out = BE.empty((4,))
+    p.assign(out, x * 2)
+    p.compile()
+    for arg in (np.arange(4, dtype=np.int32), np.arange(4, dtype=np.float64), [0, 1, 2, 3]):
+        p.run(x=arg)
+        assert (out.get() == [0, 2, 4, 6]).all(), (arg, out.get())
+    raises(optree.OptreeError, p.run, x=np.zeros(5, np.float32))
+    raises(optree.OptreeError, p.run, x=np.zeros((2, 2), np.float32))
+
+
+@case
+def integers_out_of_range_are_refused():
+    t = BE.array(np.arange(5, dtype=np.float32))
+    raises(OverflowError, BE.zeros, (2**64 + 3,))
+    raises(TypeError, BE.zeros, (2.7,))
+    raises(IndexError, t.__getitem__, 2**64 + 1)
+    assert (t[:2**64 + 2].get() == np.arange(5)).all()        # bounds clamp, as NumPy's
+    x = BE.array(np.arange(6, dtype=np.float32).reshape(2, 3))
+    raises(OverflowError, optree.sum, x, axis=2**32)
+    raises(OverflowError, optree.Model, BE, input_shape=(2**64 + 4,))
+    raises(OverflowError, gen_backend, "cpu", rng_seed=2**70)
+    raises(ValueError, optree.Model(BE, input_shape=(1, 6, 6)).conv, 2, 3, stride=(1, 1, 1, 1))
+
+
+@case
+def array_refuses_values_int32_cannot_hold():
+    raises(optree.SizeOverflowError, BE.array, np.array([2**31, 5]))
+    raises(OverflowError, BE.array, [3_000_000_000])
+    raises(OverflowError, BE.array, np.array([2**32 - 1], np.uint32))
+    assert (BE.array(np.array([2**31 - 1, -2**31])).get() == [2**31 - 1, -2**31]).all()
+    t = BE.array(np.array([0.1], dtype=">f8"))
+    assert t.dtype == np.float64 and t.get()[0] == 0.1
+    assert BE.array(np.array([0.1], np.longdouble)).dtype == np.float64
+    raises(TypeError, BE.array, np.array([1j]))
+
+
+@case
+def transpose_checks_its_axes():
+    x = BE.array(np.arange(6, dtype=np.float32).reshape(2, 3))
+    for perm in ((1, 0, 2), (1,)):
+        raises(ValueError, x.transpose, *perm)
+        raises(ValueError, (x * 1).transpose, *perm)
+    assert (x.transpose(1, 0).get() == np.arange(6).reshape(2, 3).T).all()
+    fn = lambda: x.transpose(0, 0)      # noqa: E731 (its line is the error's)
+    e = raises(optree.OptreeError, fn)
+    assert "run_tests.py:%d: transpose" % fn.__code__.co_firstlineno in str(e), str(e)
+
+
+@case
+def filling_int32_checks_the_value():
+    t = BE.zeros((3,), dtype=np.int32)
+    raises(ValueError, t.__setitem__, slice(None), float("nan"))
+    raises(OverflowError, t.fill, 2**31)
+    raises(OverflowError, t.fill, float("inf"))
+    raises(ValueError, BE.full, (2,), float("nan"), dtype=np.int32)
+    raises(ValueError, t.set, [1.0, float("nan"), 2.0])
+    t.fill(-2**31)
+    assert (t.get() == -2**31).all()
+
+
+@case
+def inplace_operators_assign_into_the_tensor():
+    t = BE.ones((3,))
+    alias, view = t, np.asarray(t)
+    t += 1
+    t *= 3
+    t -= BE.ones((3,))
+    t /= 5
+    t **= 2
+    assert t is alias and isinstance(t, optree.Tensor)
+    assert np.allclose(view, 1.0) and np.allclose(alias.get(), 1.0)
+    n = t * 1
+    n += 1                              # a tree: rebound, as an immutable value
+    assert isinstance(n, OpTreeNode) and (t.get() == 1).all()
+
+
+@case
+def truth_length_iteration_as_numpy():
+    t = BE.array(np.array([1., 2., 3.], np.float32))
+    raises(ValueError, bool, t > 100)
+    raises(ValueError, bool, t == 99)
+    assert not bool(t[0] > 100) and bool(t[1] == 2)
+    assert 2 in t and 99 not in t
+    assert [float(v.get()) for v in t] == [1.0, 2.0, 3.0]
+    assert [float(v.get()) for v in t * 2] == [2.0, 4.0, 6.0]
+    raises(IndexError, t.__getitem__, 3)
+    raises(TypeError, len, BE.zeros(()))
+    raises(IndexError, t.__getitem__, True)
+
+
+@case
+def placeholders_start_zero_and_stay_in_their_program():
+    p = optree.Program(BE)
+    x = p.placeholder("x", (4,))
+    assert (x.get() == 0).all() and (x[1:3].get() == 0).all()
+    p2 = optree.Program(BE)
+    raises(optree.StateError, p2.assign, BE.empty((4,)), x + 1)
+
+
+@case
+def embedded_nul_is_refused():
+    import tempfile
+    d = tempfile.mkdtemp()
+    raises(ValueError, optree.Model(BE, 4).linear(2).save, os.path.join(d, "a\0b.npz"))
+    raises(ValueError, BE.ones((2,)).save, os.path.join(d, "x\0y.npy"))
+    assert os.listdir(d) == []
+    t = BE.ones((2,))
+    raises(ValueError, setattr, t, "name", "a\0b")
+    raises(ValueError, BE.load, "a\0b.npy")
+
+
+@case
+def model_fit_refuses_another_backends_tensors():
+    m = optree.Model(BE, 4).linear(2).loss("mse").sgd(lr=0.1)
+    raises(optree.BackendError, m.fit, REF.ones((8, 4)), BE.ones((8, 2)), batch=4)
+    raises(optree.BackendError, m.predict, REF.ones((2, 4)))
+
+
+@case
+def half_precision_tensors():
+    import tempfile
+    path = os.path.join(tempfile.mkdtemp(), "h.npy")
+    np.save(path, np.array([1.5, 2.5, 3.5], np.float16))
+    for t in (BE.load(path), BE.array(np.array([1.5, 2.5, 3.5]), dtype=np.float16)):
+        assert t.dtype == np.float16 and (t.get() == [1.5, 2.5, 3.5]).all()
+        assert (np.asarray(t) == [1.5, 2.5, 3.5]).all()
+    b = optree.cast(BE.ones((3,)), dtype="bfloat16").astensor()
+    assert b.dtype == np.float32 and (b.get() == 1).all() and (np.asarray(b) == 1).all()
+    b.set([1.0, 2.0, 3.0])
+    assert (b.get() == [1, 2, 3]).all()
+    assert BE.zeros((2,), dtype=np.float16).dtype == np.float16
+
+
+@case
+def errors_of_tensor_functions_name_the_python_line():
+    x = BE.ones((2, 3))
+    cases = [(lambda: optree.Autodiff(x * 2, BE, next_error=BE.ones((5,))), "autodiff_new"),
+             (lambda: optree.Autodiff(x * 2, BE).back_prop_grad([x], [BE.empty((3, 2))]), ""),
+             (lambda: BE.load("/nonexistent.npy"), "load"),
+             (lambda: BE.parse("(tanh (a *", a=x), "parse"),
+             (lambda: BE.array(np.ones((1,) * 9, np.float32)), "wrap"),
+             (lambda: BE.zeros((-1,)), "zeros"),
+             (lambda: optree.take(x, BE.array(np.array([7], np.int32)), axis=1).get(), "take"),
+             (lambda: optree.register_op("bad name", lambda v: v), "")]
+    for fn, what in cases:
+        line = fn.__code__.co_firstlineno
+        e = raises(optree.OptreeError, fn)
+        assert "run_tests.py:%d: %s" % (line, what) in str(e), str(e)
+
+
+@case
+def minor_misuses():
+    x = BE.array(np.arange(6, dtype=np.float32).reshape(2, 3))
+    a = np.asarray(x * 2)
+    assert a.dtype == np.float32 and (a == np.arange(6).reshape(2, 3) * 2).all()
+    assert BE.zeros_like(np.ones(2)).dtype == np.float64
+    raises(optree.ShapeError, x.set, np.ones(6))
+    x.set(np.ones(3))                   # broadcasts, as NumPy's assignment
+    raises(optree.DtypeError, BE.onehot, BE.array(np.array([0., 1.], np.float32)), 0, depth=3)
+    raises(TypeError, optree.Autodiff(x * 2, BE).get_grad_tensor, [x * 2])
+    raises(TypeError, optree.Autodiff(x * 2, BE).get_grad_op_tree, [3])
+
+
 @case
 def readme_python_blocks():
     """Every ```python block of README.md runs as a whole program."""

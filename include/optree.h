@@ -244,11 +244,12 @@ typedef struct ot_backend_opts {
  * unavailable name, OT_EINVAL for bad options or environment values,
  * OT_EUNSUPPORTED for an ISA this CPU lacks. */
 ot_backend *ot_backend_new(const char *name, const ot_backend_opts *opts);
-/* Frees a backend; NULL is a no-op. Tensors and programs made on it may be
- * freed before or after: while any is left, the backend stays (its memory
- * and threads go with the last of them), and using one of them to compute
- * (an assignment, ot_explain, a program call, ot_autodiff_new, a new tensor
- * on be) is OT_EBACKEND; their host memory stays readable (ot_get). A
+/* Frees a backend; NULL is a no-op. Tensors, programs and models made on
+ * it may be freed before or after: while any is left, the backend stays
+ * (its memory and threads go with the last of them), and using one to compute
+ * (an assignment, ot_explain, a program's compile or run, ot_autodiff_new,
+ * a new tensor or model on be) is OT_EBACKEND; their host memory stays
+ * readable (ot_get), and a program's variables and stats too. A
  * second ot_backend_free while they hold it is OT_EBACKEND, refused. */
 void ot_backend_free(ot_backend *be);
 /* "ref" or "cpu". */

@@ -407,6 +407,59 @@ TEST(axes_assign_by_name)
     assign_by_name("cpu");
 }
 
+/* The nodes that lay a value out by name die with the assignment: a tree
+ * built once and assigned every step leaves nothing in the default pool
+ * (nor in a pushed one), through ot_assign and ot_sequential. */
+TEST(axes_assign_by_name_leaves_no_nodes)
+{
+    ot_backend *be = backend("cpu");
+    ot_tensor *x = data(be, OT_SHAPE(2, 3, 4), "N,C,K", 51);
+    ot_tensor *o = ot_empty(be, OT_SHAPE(4, 3, 2), OT_F64);
+    CHECK_INT(ot_tensor_set_axes(o, "K,C,N"), 0);
+    ot_node *t = ot_retain(ot_mul(x, 2.0));
+    size_t before = ot_pool_default_nodes();
+    for (int i = 0; i < 50; i++) CHECK_INT(ot_assign(o, t), 0);
+    ot_step step = {1, (ot_tensor *[]){o}, (ot_node *[]){t}};
+    for (int i = 0; i < 50; i++) CHECK_INT(ot_sequential(1, &step), 0);
+    CHECK(ot_pool_default_nodes() == before);
+    ot_release(t);
+    ot_tensor_free(x);
+    ot_tensor_free(o);
+    ot_backend_free(be);
+}
+
+/* ot_autodiff_backprop writes each gradient in its wrt's layout, by
+ * position, whatever names the gradient's tree carries: the same buffer
+ * gets the same values whether an unrelated operand is named or not. */
+TEST(axes_backprop_writes_gradients_by_position)
+{
+    ot_backend *be = backend("cpu");
+    ot_tensor *w = data(be, OT_SHAPE(2, 2), "N,C", 52);
+    ot_tensor *k = data(be, OT_SHAPE(2, 2), NULL, 53), *kn = data(be, OT_SHAPE(2, 2), "N,C", 53);
+    ot_tensor *g1 = ot_empty(be, OT_SHAPE(2, 2), OT_F64), *g2 = ot_empty(be, OT_SHAPE(2, 2), OT_F64);
+    CHECK_INT(ot_tensor_set_axes(g1, "C,N"), 0);
+    CHECK_INT(ot_tensor_set_axes(g2, "C,N"), 0);
+    ot_pool *p = ot_pool_push();
+    ot_autodiff *a1 = ot_autodiff_new(ot_sum(ot_mul(w, k)), NULL);
+    ot_autodiff *a2 = ot_autodiff_new(ot_sum(ot_mul(w, kn)), NULL);
+    CHECK_INT(ot_autodiff_backprop(a1, 1, &w, &g1), 0);
+    CHECK_INT(ot_autodiff_backprop(a2, 1, &w, &g2), 0);
+    double v1[4], v2[4], kv[4];
+    CHECK_INT(ot_get(g1, v1), 0);
+    CHECK_INT(ot_get(g2, v2), 0);
+    CHECK_INT(ot_get(k, kv), 0);
+    for (int i = 0; i < 4; i++) {
+        CHECK_NEAR(v1[i], kv[i], 0);
+        CHECK_NEAR(v2[i], kv[i], 0);
+    }
+    ot_autodiff_free(a1);
+    ot_autodiff_free(a2);
+    ot_pool_pop(p);
+    ot_tensor *all[] = {w, k, kn, g1, g2};
+    for (int i = 0; i < 5; i++) ot_tensor_free(all[i]);
+    ot_backend_free(be);
+}
+
 TEST(axes_errors_name_the_axes)
 {
     ot_backend *be = backend("ref");

@@ -236,6 +236,11 @@ static void outlived(const char *bn)
     CHECK_INT(ot_program_run(pr, 0, NULL), OT_EBACKEND);
     CHECK_ERR(OT_EBACKEND, "program_run: the program is on backend");
     CHECK(ot_program_new(be) == NULL);
+    CHECK(ot_model_new(be, 4) == NULL);
+    CHECK_ERR(OT_EBACKEND, "model_new");
+    CHECK(ot_wrap(be, OT_SHAPE(4), OT_F32, got, NULL, NULL, NULL) == NULL);
+    CHECK_ERR(OT_EBACKEND, "wrap");
+    CHECK_INT(ot_program_variables(pr, 0, NULL), 0);   /* reading the program still works */
     ot_backend_free(be);   /* twice, while tensors hold it: refused */
     CHECK_ERR(OT_EBACKEND, "backend_free", "was freed already");
     ot_pool_pop(p);
@@ -249,6 +254,20 @@ TEST(backend_outlived_by_its_tensors)
 {
     outlived("ref");
     outlived("cpu");
+}
+
+/* A model holds its backend as a tensor does: freed first, the backend
+ * stays for the model, which then cannot add layers (OT_EBACKEND, never a
+ * read of freed memory), even one without parameters. */
+TEST(backend_outlived_by_a_model)
+{
+    ot_backend *be = ot_backend_new("cpu", NULL);
+    ot_model *m = ot_model_new(be, 4);
+    CHECK(m != NULL);
+    ot_backend_free(be);
+    CHECK_INT(ot_model_linear(m, 3, OT_ACT_NONE, 1), OT_EBACKEND);
+    CHECK_ERR(OT_EBACKEND, "which ot_backend_free has freed");
+    ot_model_free(m);   /* the last hold: the backend goes with it */
 }
 
 TEST(backend_stats_count_work)

@@ -556,3 +556,28 @@ TEST(stack_substitute_deep)
     ot_tensor_free(y);
     ot_backend_free(be);
 }
+
+/* A stack retains its tree: its items' nodes and tensors stay valid after
+ * the pool that built them is popped and the tensor freed, until
+ * ot_stack_free. */
+TEST(stack_holds_its_tree)
+{
+    ot_backend *be = ot_backend_new("ref", NULL);
+    ot_tensor *x = ot_ones(be, OT_SHAPE(3), OT_F32);
+    ot_pool *p = ot_pool_push();
+    ot_stack *s = ot_stack_new(ot_exp(ot_add(x, 1.0)));
+    ot_pool_pop(p);
+    ot_tensor_free(x);
+    CHECK(s != NULL);
+    CHECK_INT(ot_stack_len(s), 4);
+    const ot_stack_item *leaf = ot_stack_at(s, 0);
+    CHECK(leaf && leaf->kind == OT_NODE_LEAF && ot_tensor_numel(leaf->tensor) == 3);
+    FILE *sink = fopen("/dev/null", "w");
+    CHECK(sink != NULL);
+    if (sink) {
+        CHECK_INT(ot_stack_print(s, sink), 0);
+        fclose(sink);
+    }
+    ot_stack_free(s);   /* releases the tree, and x with it */
+    ot_backend_free(be);
+}

@@ -301,12 +301,14 @@ typedef struct ot_stack ot_stack;
 typedef struct ot_stack_item {
     int kind;             /* OT_NODE_LEAF, OT_NODE_CONST or OT_NODE_OP */
     ot_op op;             /* for OT_NODE_OP */
-    const ot_node *node;  /* the first node seen for this item (borrowed) */
-    ot_tensor *tensor;    /* for OT_NODE_LEAF (borrowed) */
+    const ot_node *node;  /* the first node seen for this item */
+    ot_tensor *tensor;    /* for OT_NODE_LEAF */
     double value;         /* for OT_NODE_CONST */
     int a, b;             /* operand item indices, or -1 */
     int uses;             /* how many items (and the root) read this one */
 } ot_stack_item;
+/* The stack retains its tree until ot_stack_free: the items' nodes and
+ * tensors stay valid though the pool that built them is popped. */
 ot_stack *ot_stack_new(const ot_node *tree);
 void ot_stack_free(ot_stack *s);
 int ot_stack_len(const ot_stack *s);

@@ -546,9 +546,15 @@ struct ot_backend {
 void ot__backend_hold(ot_backend *be);
 void ot__backend_drop(ot_backend *be);
 /* OT_EBACKEND set, naming fn, the caller's site and what is on be, when
- * ot_backend_free freed be; else 0. */
-int ot__backend_gone(const ot_backend *be, const char *fn, const char *file, int line,
-                     const char *what);
+ * ot_backend_free freed be; else 0. Inline: every assignment asks. */
+int ot__backend_gone_err(const ot_backend *be, const char *fn, const char *file, int line,
+                         const char *what);
+static inline int ot__backend_gone(const ot_backend *be, const char *fn, const char *file,
+                                   int line, const char *what)
+{
+    if (!be || !atomic_load_explicit(&be->freed, memory_order_relaxed)) return 0;
+    return ot__backend_gone_err(be, fn, file, line, what);
+}
 /* The backend name and options in force (config.c): opts checked, defaults
  * and environment overrides applied; -1 with the error set when any is bad.
  * *isa_from tells where opts->isa came from, for messages; *rewrite gets

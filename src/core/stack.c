@@ -14,6 +14,8 @@
 struct ot_stack {
     ot_stack_item *items;
     int len;
+    ot_node **roots;   /* retained: the items' nodes and tensors stay valid */
+    int nroots;
 };
 
 /* v (an array of *cap elements of size elem) with room for need elements:
@@ -143,6 +145,19 @@ static int stack_visit(ot__walker *w, const ot_node *n, int index, const int ope
     return item[index] = k;
 }
 
+/* A new stack holding the n roots (retained), or NULL. */
+static ot_stack *hold_roots(int n, const ot_node *const roots[])
+{
+    ot_stack *s = ot__calloc(1, sizeof *s);
+    if (s && n > 0 && !(s->roots = ot__malloc(sizeof *s->roots * (size_t)n))) {
+        free(s);
+        return NULL;
+    }
+    for (; s && s->nroots < n; s->nroots++)
+        s->roots[s->nroots] = ot_retain_at((ot_node *)roots[s->nroots], NULL, 0);
+    return s;
+}
+
 ot_stack *ot__stack_new_many(int n, const ot_node *const roots[], int roots_out[])
 {
     const char *fn = "ot_stack_new";
@@ -160,7 +175,7 @@ ot_stack *ot__stack_new_many(int n, const ot_node *const roots[], int roots_out[
             return NULL;
         }
     }
-    ot_stack *s = ot__calloc(1, sizeof *s);
+    ot_stack *s = hold_roots(n, roots);
     builder bd = {.s = s};
     ot__walker w = {.visit = stack_visit, .ctx = &bd};
     int rc = s ? 0 : OT_ENOMEM;
@@ -197,6 +212,8 @@ ot_stack *ot_stack_new(const ot_node *tree)
 void ot_stack_free(ot_stack *s)
 {
     if (!s) return;
+    for (int i = 0; i < s->nroots; i++) ot_release_at(s->roots[i], NULL, 0);
+    free(s->roots);
     free(s->items);
     free(s);
 }

@@ -156,10 +156,9 @@ void ot__backend_drop(ot_backend *be)
     if (atomic_fetch_sub_explicit(&be->holds, 1, memory_order_acq_rel) == 1) be->teardown(be);
 }
 
-int ot__backend_gone(const ot_backend *be, const char *fn, const char *file, int line,
-                     const char *what)
+int ot__backend_gone_err(const ot_backend *be, const char *fn, const char *file, int line,
+                         const char *what)
 {
-    if (!be || !atomic_load_explicit(&be->freed, memory_order_relaxed)) return 0;
     return ot__err_set(OT_EBACKEND, file, line, fn, "%s is on backend '%s', which "
                        "ot_backend_free has freed", what, be->vt->name);
 }
@@ -592,6 +591,8 @@ ot_tensor *(ot_wrap)(ot_backend *be, ot_shape shape, ot_dtype dtype, void *ptr,
         ot__err_null("wrap", be ? "ptr" : "backend");
         return NULL;
     }
+    if (ot__backend_gone(be, "wrap", NULL, 0, "the new tensor"))
+        return NULL;
     if (dtype == OT_DTYPE_DEFAULT)
         dtype = be->opts.dtype ? be->opts.dtype : OT_F32;
     size_t isz = ot_dtype_size(dtype), nbytes;

@@ -72,6 +72,7 @@ struct ot_autodiff {
 typedef struct ot_ad_memo {
     pthread_mutex_t lock;
     uint64_t clock;
+    bool closed;              /* ot_backend_free emptied it: adds nothing */
     int n;
     ot_autodiff *slot[MEMO_CAP];
 } ot_ad_memo;
@@ -291,7 +292,7 @@ static ot_autodiff *memo_add(ot_ad_memo *m, ot_autodiff *ad)
     pthread_mutex_lock(&m->lock);
     int ndead = memo_empty_dead(m, dead);
     ot_autodiff *old = memo_take(m, ad->tree, ad->next_error);
-    if (!old) {
+    if (!old && !m->closed) {
         int at = m->n;
         if (m->n == MEMO_CAP) {
             at = 0;
@@ -309,6 +310,20 @@ static ot_autodiff *memo_add(ot_ad_memo *m, ot_autodiff *ad)
     for (int i = 0; i < ndead; i++) release_held(&dead[i]);
     ot_autodiff_free(old ? ad : evicted);
     return old ? old : ad;
+}
+
+void ot__autodiff_memo_close(ot_backend *be)
+{
+    ot_ad_memo *m = atomic_load(&be->ad_memo);
+    if (!m) return;
+    ot_autodiff *held[MEMO_CAP];
+    pthread_mutex_lock(&m->lock);
+    int n = m->n;
+    memcpy(held, m->slot, sizeof *held * (size_t)n);
+    m->n = 0;
+    m->closed = true;
+    pthread_mutex_unlock(&m->lock);
+    for (int i = 0; i < n; i++) ot_autodiff_free(held[i]);   /* outside the lock */
 }
 
 void ot__autodiff_memo_free(ot_backend *be)
@@ -592,8 +607,9 @@ int ot_autodiff_backprop(ot_autodiff *ad, int n, ot_tensor *const wrt[], ot_tens
     int rc = 0;
     for (int i = 0; i < n && !rc; i++)
         if (!(trees[i] = ot_autodiff_grad(ad, wrt[i]))) rc = ot_errcode();
-    /* One evaluation of every gradient: shared subtrees once. */
-    if (!rc) rc = (ot_assign_many)(n, grads, trees);
+    /* One evaluation of every gradient: shared subtrees once; each in its
+     * wrt's layout, by position, whatever names its tree carries. */
+    if (!rc) rc = ot__assign_by_position("autodiff_backprop", n, grads, trees);
     ot_pool_pop(pool);
     free(trees);
     return rc;
@@ -609,7 +625,7 @@ ot_tensor *ot_autodiff_grad_tensor(ot_autodiff *ad, ot_tensor *wrt)
     ot_pool *pool = ot_pool_push();
     if (!pool) return NULL;
     ot_node *g = ot_autodiff_grad(ad, wrt);
-    ot_tensor *t = g ? ot_eval(g) : NULL;
+    ot_tensor *t = g ? (ot_eval)(g) : NULL;
     ot_pool_pop(pool);
     return t;
 }

@@ -143,7 +143,7 @@ void ot_backend_free(ot_backend *be)
                     be->vt->name);
         return;
     }
-    ot__autodiff_memo_free(be);   /* its objects' trees may hold tensors */
+    ot__autodiff_memo_close(be);   /* its objects' trees may hold tensors */
     ot__backend_drop(be);
 }
 
@@ -314,19 +314,43 @@ int ot__assign_backend(ot_backend *be, int n, ot_tensor *const outs[], ot_node *
     return rc;
 }
 
-/* n trees into outs: checked, laid out by name into a copy (on the stack
- * for a few), then run. */
+/* Whether some tree and its output both have axis names (NULLs are left
+ * to the checks): only then may a tree need laying out by name. */
+static bool names_meet(int n, ot_tensor *const outs[], ot_node *const trees[])
+{
+    for (int i = 0; outs && trees && i < n; i++)
+        if (outs[i] && trees[i] && outs[i]->leaf.axes && trees[i]->axes) return true;
+    return false;
+}
+
+/* assign_checked where names meet: the trees laid out by name into a copy
+ * (on the stack for a few), in a pool that dies with the call. Apart, so
+ * that the plain path keeps no array on its stack (W8 times it). */
+static int assign_fitted(const char *fn, call_site at, int n, ot_tensor *const outs[],
+                         ot_node *const trees[])
+{
+    ot_backend *be;
+    ot_node *few[4], **fit = n <= 4 ? few : ot__malloc(sizeof *fit * (size_t)n);
+    ot_pool *pool = fit ? ot_pool_push() : NULL;
+    if (!pool) {
+        if (fit != few) free(fit);
+        return ot__err_set(OT_ENOMEM, at.file, at.line, fn, "out of memory");
+    }
+    int rc = assign_check_at(fn, at, n, outs, trees, fit, &be);
+    if (!rc && be) rc = ot__assign_backend(be, n, outs, fit);
+    ot_pool_pop(pool);
+    if (fit != few) free(fit);
+    return rc;
+}
+
+/* n trees into outs: checked, then run. */
 static int assign_checked(const char *fn, call_site at, int n, ot_tensor *const outs[],
                           ot_node *const trees[])
 {
+    if (names_meet(n, outs, trees)) return assign_fitted(fn, at, n, outs, trees);
     ot_backend *be;
-    ot_node *few[4], **fit = few;
-    if (n > 4 && !(fit = ot__malloc(sizeof *fit * (size_t)n)))
-        return ot__err_set(OT_ENOMEM, at.file, at.line, fn, "cannot allocate %d tree pointers", n);
-    int rc = assign_check_at(fn, at, n, outs, trees, fit, &be);
-    if (!rc && be) rc = ot__assign_backend(be, n, outs, fit);
-    if (fit != few) free(fit);
-    return rc;
+    int rc = assign_check_at(fn, at, n, outs, trees, NULL, &be);
+    return rc || !be ? rc : ot__assign_backend(be, n, outs, trees);
 }
 
 int ot_assign_at(ot_tensor *out, ot_node *tree, const char *file, int line)
@@ -335,7 +359,11 @@ int ot_assign_at(ot_tensor *out, ot_node *tree, const char *file, int line)
         return ot_errcode() ? ot_errcode()
                             : ot__err_set(OT_ENULL, file, line, "assign", "tree is NULL");
     if (!out) return ot__err_set(OT_ENULL, file, line, "assign", "output tensor is NULL");
-    return assign_checked("assign", (call_site){file, line}, 1, &out, &tree);
+    call_site at = {file, line};
+    if (out->leaf.axes && tree->axes) return assign_fitted("assign", at, 1, &out, &tree);
+    ot_backend *be;   /* assign_checked's plain path, spelt out: W8 times it */
+    int rc = assign_check_at("assign", at, 1, &out, &tree, NULL, &be);
+    return rc || !be ? rc : ot__assign_backend(be, 1, &out, &tree);
 }
 
 int ot_assign_sr_at(ot_tensor *out, ot_node *tree, uint64_t seed, const char *file, int line)
@@ -351,6 +379,14 @@ int ot_assign_sr_at(ot_tensor *out, ot_node *tree, uint64_t seed, const char *fi
 int ot_assign_node(ot_tensor *out, ot_node *tree)
 {
     return ot_assign_at(out, tree, NULL, 0);
+}
+
+int ot__assign_by_position(const char *fn, int n, ot_tensor *const outs[],
+                           ot_node *const trees[])
+{
+    ot_backend *be;
+    int rc = assign_check_at(fn, (call_site){NULL, 0}, n, outs, trees, NULL, &be);
+    return rc || !be ? rc : ot__assign_backend(be, n, outs, trees);
 }
 
 int ot_assign_many_at(int n, ot_tensor *const outs[], ot_node *const trees[], const char *file,
@@ -428,9 +464,14 @@ static int explain_many(int n, ot_tensor *const outs[], ot_node *const trees[], 
     if (!f) return ot__err_set(OT_ENULL, NULL, 0, "explain_many", "FILE is NULL");
     ot_backend *be;
     ot_node **fit = n > 0 ? ot__malloc(sizeof *fit * (size_t)n) : NULL;
-    if (n > 0 && !fit) return ot__err_set(OT_ENOMEM, NULL, 0, "explain_many", "out of memory");
+    ot_pool *pool = fit ? ot_pool_push() : NULL;   /* for the layout by name */
+    if (n > 0 && !pool) {
+        free(fit);
+        return ot__err_set(OT_ENOMEM, NULL, 0, "explain_many", "out of memory");
+    }
     int rc = ot__assign_check("explain_many", n, outs, trees, fit, &be);   /* as assign_many */
     if (!rc && be) rc = explain_end("explain_many", f, explain_plan(be, n, outs, fit, f));
+    if (pool) ot_pool_pop(pool);
     free(fit);
     return rc;
 }

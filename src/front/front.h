@@ -83,7 +83,11 @@ typedef struct ot__share_sink {
     int ntmp;
 } ot__share_sink;
 int ot__share_steps(int n, const ot_step steps[], ot__share_sink *sink, int *failed);
-/* Releases the autodiff objects memoised on be (autodiff.c). */
+/* Releases the autodiff objects memoised on be (autodiff.c); close
+ * (ot_backend_free) empties the memo under its lock and stops it adding,
+ * so another thread's ot_autodiff_new meanwhile is safe, and free (the
+ * backend's teardown) frees it. */
+void ot__autodiff_memo_close(ot_backend *be);
 void ot__autodiff_memo_free(ot_backend *be);
 
 /* Adds a backend that ot_backend_new finds by name (backend.c): the test
@@ -103,6 +107,11 @@ int ot__assign_check(const char *fn, int n, ot_tensor *const outs[], ot_node *co
  * (ot__axes_fit: a tree named otherwise is transposed by name into its
  * named output); 0 or the error, set. A program's assignments call it;
  * ot_assign and ot_sequential have ot__assign_check do it. */
+/* ot_assign_many without the layout by name: each tree written by
+ * position (a gradient is in its wrt's layout, whatever names its tree
+ * happens to carry). */
+int ot__assign_by_position(const char *fn, int n, ot_tensor *const outs[],
+                           ot_node *const trees[]);
 int ot__assign_fit(const char *fn, const char *file, int line, int n, ot_tensor *const outs[],
                    ot_node *const trees[], ot_node **fit);
 /* Where a call came from, for its errors: "file:line: fn: ..." (file NULL:

@@ -33,11 +33,13 @@ ot_model *ot_model_new_at(ot_backend *be, int64_t inputs, const char *file, int 
         FAIL(at, OT_EINVAL, "inputs must be >= 1, not %lld", (long long)inputs);
         return NULL;
     }
+    if (ot__backend_gone(be, at->fn, file, line, "the model")) return NULL;
     ot_model *m = ot__calloc(1, sizeof *m);
     if (!m) {
         nomem(at);
         return NULL;
     }
+    ot__backend_hold(be);   /* layers made later are made on it */
     m->be = be;
     m->inputs = inputs;
     m->in = OT_SHAPE(inputs);
@@ -83,7 +85,9 @@ void ot_model_free(ot_model *m)
     ot_tensor_free(m->scale_t);
     ot_tensor_free(m->unscale_t);
     ot_tensor_free(m->finite_t);
+    ot_backend *be = m->be;
     free(m);
+    ot__backend_drop(be);
 }
 
 ot_shape ot__model_in_shape(const ot_model *m, int i)

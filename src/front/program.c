@@ -61,25 +61,40 @@ static ot_step *fit_block(int n, const ot_step steps[])
     return n > 0 ? ot__malloc(sizeof(ot_step) * (size_t)n + sizeof(ot_node *) * trees) : NULL;
 }
 
+/* Checks each step as ot_assign would (its trees laid out by name into
+ * fit's block), then runs them; *failed as ot__sequential_run's, or -2
+ * with the error made when a check fails. */
+static int fit_and_run(const ot__site *at, int n, const ot_step steps[], ot_step *fit,
+                       int *failed)
+{
+    ot_node **trees = fit ? (ot_node **)(fit + n) : NULL;
+    for (int i = 0; i < n; i++) {
+        ot_backend *be;
+        if (ot__assign_check(at->fn, steps[i].n, steps[i].outs, steps[i].trees, trees, &be)) {
+            *failed = -2;
+            return ot__prog_step_error(at, i, NULL);
+        }
+        fit[i] = (ot_step){steps[i].n, steps[i].outs, trees};
+        trees += steps[i].n;
+    }
+    return ot__sequential_run(n, fit, failed);
+}
+
 int ot_sequential_at(int n, const ot_step steps[], const char *file, int line)
 {
     const ot__site at = {"sequential", file, line};
     if (n < 0) return ot__err_set(OT_EINVAL, file, line, at.fn, "negative count %d", n);
     if (n > 0 && !steps) return ot__err_set(OT_ENULL, file, line, at.fn, "steps is NULL");
     ot_step *fit = fit_block(n, steps);
-    if (n > 0 && !fit) return ot__err_set(OT_ENOMEM, file, line, at.fn, "out of memory");
-    ot_node **trees = fit ? (ot_node **)(fit + n) : NULL;
-    for (int i = 0; i < n; i++) {   /* each step as ot_assign would run it */
-        ot_backend *be;
-        if (ot__assign_check(at.fn, steps[i].n, steps[i].outs, steps[i].trees, trees, &be)) {
-            free(fit);
-            return ot__prog_step_error(&at, i, NULL);
-        }
-        fit[i] = (ot_step){steps[i].n, steps[i].outs, trees};
-        trees += steps[i].n;
+    ot_pool *pool = fit ? ot_pool_push() : NULL;   /* the layouts by name die with the call */
+    if (n > 0 && !pool) {
+        free(fit);
+        return ot__err_set(OT_ENOMEM, file, line, at.fn, "out of memory");
     }
-    int failed, rc = ot__sequential_run(n, fit, &failed);
+    int failed, rc = fit_and_run(&at, n, steps, fit, &failed);
+    if (pool) ot_pool_pop(pool);
     free(fit);
+    if (rc && failed == -2) return rc;   /* a step's check, its error made already */
     char msg[512];
     if (rc && failed < 0) {   /* planning failed: no step ran */
         snprintf(msg, sizeof msg, "%s", ot_errmsg());
@@ -365,8 +380,10 @@ static int add_assign(ot_program *p, int n, ot_tensor *const outs[], ot_node *co
     if (rc || n == 0) return rc;
     ot_node **fit = ot__malloc(sizeof *fit * (size_t)n);
     if (!fit) return nomem(p);
-    rc = ot__assign_fit(p->at.fn, p->at.file, p->at.line, n, outs, trees, fit);
+    ot_pool *pool = ot_pool_push();   /* the step retains what it keeps */
+    rc = pool ? ot__assign_fit(p->at.fn, p->at.file, p->at.line, n, outs, trees, fit) : nomem(p);
     if (!rc) rc = add_step(p, (pstep){STEP_ASSIGN, n, (ot_tensor **)outs, fit, NULL, NULL});
+    if (pool) ot_pool_pop(pool);
     free(fit);
     return rc;
 }

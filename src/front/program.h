@@ -129,8 +129,7 @@ static inline int nomem(const ot_program *p) { return FAIL(p, OT_ENOMEM, "out of
 
 /* Starts a call of fn on p from file:line. One call at a time: a second,
  * concurrent one (another thread's run) is OT_ESTATE instead of a race on
- * the bindings, the specialisations and the arena; a program whose
- * backend ot_backend_free freed is OT_EBACKEND. One atomic exchange.
+ * the bindings, the specialisations and the arena. One atomic exchange.
  * Inline, with leave: every run enters and leaves (W8p times runs). */
 static inline int enter(const ot_program *cp, const char *fn, const char *file, int line)
 {
@@ -140,8 +139,17 @@ static inline int enter(const ot_program *cp, const char *fn, const char *file, 
         return ot__err_set(OT_ESTATE, file, line, fn, "the program is in use by a call in "
                            "another thread (one call of a program at a time)");
     p->at = (ot__site){fn, file, line};
-    int rc = ot__backend_gone(p->be, fn, file, line, "the program");
-    if (rc) atomic_store_explicit(&p->busy, false, memory_order_release);
+    return 0;
+}
+
+/* enter for a call that computes (compile, run): OT_EBACKEND, the call
+ * left, once ot_backend_free has freed the program's backend; what only
+ * reads the program (variables, stats, explain) goes on working. */
+static inline int enter_live(const ot_program *p, const char *fn, const char *file, int line)
+{
+    int rc = enter(p, fn, file, line);
+    if (rc || !(rc = ot__backend_gone(p->be, fn, file, line, "the program"))) return rc;
+    atomic_store_explicit(&((ot_program *)p)->busy, false, memory_order_release);
     return rc;
 }
 

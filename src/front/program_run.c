@@ -274,7 +274,7 @@ static int compile(ot_program *p)
 
 int ot_program_compile_at(ot_program *p, const char *file, int line)
 {
-    int rc = enter(p, "program_compile", file, line);
+    int rc = enter_live(p, "program_compile", file, line);
     return rc ? rc : leave(p, compile(p));
 }
 
@@ -518,7 +518,7 @@ static int run(ot_program *p, int n, const ot_bind bindings[])
 
 int ot_program_run_at(ot_program *p, int n, const ot_bind bindings[], const char *file, int line)
 {
-    int rc = enter(p, "program_run", file, line);
+    int rc = enter_live(p, "program_run", file, line);
     return rc ? rc : leave(p, run(p, n, bindings));
 }
 
@@ -542,7 +542,7 @@ static int run_tensors(ot_program *p, int n, ot_tensor *const ts[])
 int ot_program_run_tensors_at(ot_program *p, int n, ot_tensor *const tensors[], const char *file,
                               int line)
 {
-    int rc = enter(p, "program_run", file, line);
+    int rc = enter_live(p, "program_run", file, line);
     return rc ? rc : leave(p, run_tensors(p, n, tensors));
 }
 

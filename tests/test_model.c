@@ -556,3 +556,22 @@ TEST(model_fit_allocation_failures)
     ot_tensor_free(y);
     ot_backend_free(be);
 }
+
+/* predict refuses x on another backend, naming the caller (it failed
+ * deep in the forward pass, naming a line of model.c). */
+TEST(model_predict_refuses_another_backend)
+{
+    ot_backend *be = ot_backend_new("cpu", NULL), *ref = ot_backend_new("ref", NULL);
+    ot_model *m = ot_model_new(be, 4);
+    CHECK_INT(ot_model_linear(m, 2, OT_ACT_NONE, 1), 0);
+    ot_tensor *x = ot_zeros(ref, OT_SHAPE(3, 4), OT_F32);
+    char site[256];
+    int line = __LINE__ + 1;
+    CHECK(ot_model_predict(m, x) == NULL);
+    CHECK_ERR(OT_EBACKEND, TEST_SITE(site, line), "model_predict: x is on backend 'ref', the "
+              "model on backend 'cpu'");
+    ot_tensor_free(x);
+    ot_model_free(m);
+    ot_backend_free(ref);
+    ot_backend_free(be);
+}

@@ -851,6 +851,14 @@ ot_tensor *ot_model_predict_at(const ot_model *m, const ot_tensor *x, const char
         FAIL(at, OT_ESTATE, "the model has no layers");
         return NULL;
     }
+    if (ot_tensor_backend(x) != m->be) {
+        FAIL(at, OT_EBACKEND, "x is on backend '%s', the model on %s '%s'",
+             ot_backend_name(ot_tensor_backend(x)),
+             strcmp(ot_backend_name(ot_tensor_backend(x)), ot_backend_name(m->be)) ? "backend"
+                                                                                 : "another",
+             ot_backend_name(m->be));
+        return NULL;
+    }
     ot_shape xs = ot_tensor_shape(x);
     if (ot_tensor_dtype(x) != OT_F32 || !x_fits(m, xs)) {
         char s1[OT__SHAPE_STRLEN], want[96];

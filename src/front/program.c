@@ -198,7 +198,7 @@ static ot_tensor *add_placeholder(ot_program *p, const char *name, ot_shape shap
     ot_shape nominal = shape;
     if (!rc) rc = ot__prog_resolve_shape(p, name, &nominal, p->symnom);
     if (rc) return NULL;
-    ot_tensor *t = (ot_empty)(p->be, nominal, dtype);
+    ot_tensor *t = (ot_zeros)(p->be, nominal, dtype);
     if (!t) return NULL;
     ot_dtype dt = (ot_dtype)t->leaf.dtype;
     placeholder ph = {dup_str(name), shape, dt, (int64_t)ot_dtype_size(dt), t};

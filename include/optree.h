@@ -293,9 +293,12 @@ ot_tensor *ot_zeros_like(const ot_tensor *t);
 /* A new contiguous tensor with t's values (t may be any view). */
 ot_tensor *ot_copy(const ot_tensor *t);
 /* Each of these (and ot_wrap, ot_fill ... ot_set_n, ot_transpose,
- * ot_broadcast_to, ot_assign_many, ot_explain_many below) is also a macro
- * over its _at twin, which names the caller's file:line in its errors
- * ("m.c:12: array: ..."); (ot_empty)(...) or a NULL file names none. */
+ * ot_broadcast_to, ot_tensor_set_name, ot_assign_many, ot_explain_many,
+ * ot_node_set_name below; ot_save ... ot_loadz, ot_autodiff_new ...
+ * ot_autodiff_grad_host, ot_parse, ot_tensor_set_axes in the headers of
+ * optree/) is also a macro over its _at twin, which names the caller's
+ * file:line in its errors ("m.c:12: array: ..."); (ot_empty)(...) or a
+ * NULL file names none. */
 ot_tensor *ot_empty_at(ot_backend *be, ot_shape shape, ot_dtype dtype, const char *file, int line);
 ot_tensor *ot_zeros_at(ot_backend *be, ot_shape shape, ot_dtype dtype, const char *file, int line);
 ot_tensor *ot_ones_at(ot_backend *be, ot_shape shape, ot_dtype dtype, const char *file, int line);
@@ -426,6 +429,8 @@ bool ot_tensor_is_contiguous(const ot_tensor *t);
  * OT_EINVAL for more than OT_NAME_MAX bytes or a control character. */
 const char *ot_tensor_name(const ot_tensor *t);
 int ot_tensor_set_name(ot_tensor *t, const char *name);
+int ot_tensor_set_name_at(ot_tensor *t, const char *name, const char *file, int line);
+#define ot_tensor_set_name(...) ot_tensor_set_name_at(__VA_ARGS__, __FILE__, __LINE__)
 
 /* ------------------------------------------------------------------------ */
 /* Assignment and evaluation                                                 */
@@ -1047,6 +1052,8 @@ int ot_tensor_print_opts(const ot_tensor *t, FILE *f, const ot_print_options *op
  * for a name longer than OT_NAME_MAX or with a control character (as
  * ot_tensor_set_name), OT_ENOMEM. */
 int ot_node_set_name(ot_node *n, const char *name);
+int ot_node_set_name_at(ot_node *n, const char *name, const char *file, int line);
+#define ot_node_set_name(...) ot_node_set_name_at(__VA_ARGS__, __FILE__, __LINE__)
 /* The name, or NULL (also for a NULL node). Borrowed until it changes. */
 const char *ot_node_name(const ot_node *n);
 /* n named name, for naming inside an expression:

@@ -862,3 +862,38 @@ TEST(errors_tensor_functions_name_their_caller)
     ot_tensor_free(x);
     ot_backend_free(be);
 }
+
+/* The same for the files, autodiff, ot_parse and the names (their own
+ * messages nest an inner error once: "m.c:5: parse: col 1: ..."). */
+TEST(errors_io_autodiff_parse_name_their_caller)
+{
+    ot_backend *be = ot_backend_new("ref", NULL);
+    char site[256];
+    ot_tensor *x = ot_zeros(be, OT_SHAPE(2), OT_F32);
+    int line = __LINE__ + 1;
+    CHECK(ot_load(be, "/nonexistent/x.npy") == NULL);
+    CHECK_ERR(OT_EIO, TEST_SITE(site, line), "load");
+    line = __LINE__ + 1;
+    CHECK_INT(ot_save("/nonexistent/x.npy", x), OT_EIO);
+    CHECK_ERR(OT_EIO, TEST_SITE(site, line), "save");
+    line = __LINE__ + 1;
+    CHECK(ot_loadz(be, "/nonexistent/x.npz", 0, NULL, NULL) < 0);
+    CHECK_ERR(OT_EIO, TEST_SITE(site, line));
+    ot_tensor *y = ot_zeros(be, OT_SHAPE(3), OT_F32);
+    line = __LINE__ + 1;
+    CHECK(ot_autodiff_new(ot_tensor_node(x), ot_tensor_node(y)) == NULL);
+    CHECK_ERR(OT_ESHAPE, TEST_SITE(site, line), "autodiff_new");
+    line = __LINE__ + 1;
+    CHECK(ot_parse("tanhh(a)", 1, (const char *[]){"a"}, (ot_node *[]){ot_tensor_node(x)}) == NULL);
+    CHECK_ERR(OT_EINVAL, TEST_SITE(site, line), "parse: col 1: unknown function");
+    CHECK(strstr(ot_errmsg() + strlen(site), "test_errors.c") == NULL);   /* once */
+    line = __LINE__ + 1;
+    CHECK_INT(ot_tensor_set_name(x, "a\nb"), OT_EINVAL);
+    CHECK_ERR(OT_EINVAL, TEST_SITE(site, line), "set_name");
+    line = __LINE__ + 1;
+    CHECK_INT(ot_tensor_set_axes(x, "N,C"), OT_EINVAL);
+    CHECK_ERR(OT_EINVAL, TEST_SITE(site, line));
+    ot_tensor_free(x);
+    ot_tensor_free(y);
+    ot_backend_free(be);
+}

@@ -81,21 +81,33 @@ typedef struct ot_autodiff ot_autodiff;
  * on error: OT_EBACKEND for a tree without a tensor leaf, OT_EUNSUPPORTED
  * for an op without a rule. Not a builder: it clears the error slot. */
 ot_autodiff *ot_autodiff_new(ot_node *tree, ot_node *next_error);
+ot_autodiff *ot_autodiff_new_at(ot_node *tree, ot_node *next_error, const char *file, int line);
+#define ot_autodiff_new(...) ot_autodiff_new_at(__VA_ARGS__, __FILE__, __LINE__)
 /* Drops a reference. NULL is a no-op. */
 void ot_autodiff_free(ot_autodiff *ad);
 /* The gradient of the tree w.r.t. wrt, a tree of wrt's shape and dtype owned
  * by the current pool; zeros when the tree does not read wrt. A builder:
  * NULL on error, keeping the first one. */
 ot_node *ot_autodiff_grad(ot_autodiff *ad, ot_tensor *wrt);
+ot_node *ot_autodiff_grad_at(ot_autodiff *ad, ot_tensor *wrt, const char *file, int line);
+#define ot_autodiff_grad(...) ot_autodiff_grad_at(__VA_ARGS__, __FILE__, __LINE__)
 /* grads[i][...] = the gradient w.r.t. wrt[i], for i < n, in one evaluation
  * (ot_assign_many): subtrees the gradients share are computed once. */
 int ot_autodiff_backprop(ot_autodiff *ad, int n, ot_tensor *const wrt[],
                          ot_tensor *const grads[]);
+int ot_autodiff_backprop_at(ot_autodiff *ad, int n, ot_tensor *const wrt[],
+                            ot_tensor *const grads[], const char *file, int line);
+#define ot_autodiff_backprop(...) ot_autodiff_backprop_at(__VA_ARGS__, __FILE__, __LINE__)
 /* The gradient w.r.t. wrt as a new contiguous tensor (the caller frees it),
  * or NULL on error. */
 ot_tensor *ot_autodiff_grad_tensor(ot_autodiff *ad, ot_tensor *wrt);
+ot_tensor *ot_autodiff_grad_tensor_at(ot_autodiff *ad, ot_tensor *wrt, const char *file, int line);
+#define ot_autodiff_grad_tensor(...) ot_autodiff_grad_tensor_at(__VA_ARGS__, __FILE__, __LINE__)
 /* Copies the gradient w.r.t. wrt to host memory: row-major, in wrt's dtype. */
 int ot_autodiff_grad_host(ot_autodiff *ad, ot_tensor *wrt, void *host);
+int ot_autodiff_grad_host_at(ot_autodiff *ad, ot_tensor *wrt, void *host,
+    const char *file, int line);
+#define ot_autodiff_grad_host(...) ot_autodiff_grad_host_at(__VA_ARGS__, __FILE__, __LINE__)
 
 /* ------------------------------------------------------------------------ */
 /* Trainable variables and gradients through views                           */

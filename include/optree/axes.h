@@ -60,6 +60,8 @@
  * around names are ignored); NULL or "" clears them. OT_EINVAL for a bad
  * name, a repeated one or a count that is not t's rank; OT_ENULL. */
 int ot_tensor_set_axes(ot_tensor *t, const char *axes);
+int ot_tensor_set_axes_at(ot_tensor *t, const char *axes, const char *file, int line);
+#define ot_tensor_set_axes(...) ot_tensor_set_axes_at(__VA_ARGS__, __FILE__, __LINE__)
 /* The names as "N,C,H,W" (the library's string, valid for the process), or
  * NULL when t or node n has none. */
 const char *ot_tensor_axes(const ot_tensor *t);

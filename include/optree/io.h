@@ -30,6 +30,8 @@
  * FIFO) is written in place. Returns 0, OT_ENULL, OT_EIO (naming the path
  * and errno's text), OT_ENOMEM. */
 int ot_save(const char *path, const ot_tensor *t);
+int ot_save_at(const char *path, const ot_tensor *t, const char *file, int line);
+#define ot_save(...) ot_save_at(__VA_ARGS__, __FILE__, __LINE__)
 /* A new contiguous tensor on be with the file's shape and dtype. Formats
  * 1.0, 2.0 and 3.0 are read; a Fortran-order array is loaded in C order.
  * '<i8' (NumPy's default integer) is loaded as OT_I32 when every value
@@ -40,6 +42,8 @@ int ot_save(const char *path, const ot_tensor *t);
  * (big-endian or another dtype, more than OT_MAX_DIMS dims), OT_EOVERFLOW,
  * OT_ENOMEM. */
 ot_tensor *ot_load(ot_backend *be, const char *path);
+ot_tensor *ot_load_at(ot_backend *be, const char *path, const char *file, int line);
+#define ot_load(...) ot_load_at(__VA_ARGS__, __FILE__, __LINE__)
 
 /* NumPy's .npz (numpy.savez): a zip of one .npy per tensor, entry
  * names[i] + ".npy" (np.load(path)[names[i]]), stored uncompressed.
@@ -48,9 +52,15 @@ ot_tensor *ot_load(ot_backend *be, const char *path);
  * ot_save writes. */
 int ot_savez(const char *path, int n, const char *const names[],
              const ot_tensor *const tensors[]);
+int ot_savez_at(const char *path, int n, const char *const names[],
+                const ot_tensor *const tensors[], const char *file, int line);
+#define ot_savez(...) ot_savez_at(__VA_ARGS__, __FILE__, __LINE__)
 /* The same with every entry deflated, as numpy.savez_compressed writes. */
 int ot_savez_compressed(const char *path, int n, const char *const names[],
                         const ot_tensor *const tensors[]);
+int ot_savez_compressed_at(const char *path, int n, const char *const names[],
+                           const ot_tensor *const tensors[], const char *file, int line);
+#define ot_savez_compressed(...) ot_savez_compressed_at(__VA_ARGS__, __FILE__, __LINE__)
 /* Loads n entries of an .npz (numpy.savez's or numpy.savez_compressed's:
  * stored and deflated entries, zip64 included): names[i] (without ".npy"),
  * or with names NULL the first n entries in file order, into out[i] (new
@@ -61,5 +71,8 @@ int ot_savez_compressed(const char *path, int n, const char *const names[],
  * CRC that does not match is OT_EIO). */
 int ot_loadz(ot_backend *be, const char *path, int n, const char *const names[],
              ot_tensor *out[]);
+int ot_loadz_at(ot_backend *be, const char *path, int n, const char *const names[],
+                ot_tensor *out[], const char *file, int line);
+#define ot_loadz(...) ot_loadz_at(__VA_ARGS__, __FILE__, __LINE__)
 
 #endif /* OPTREE_IO_H */

@@ -141,7 +141,7 @@ static int pick(int n, const ot__axes *const src[], const int idx[], const ot__a
 
 /* ---- naming tensors -------------------------------------------------------- */
 
-int ot_tensor_set_axes(ot_tensor *t, const char *axes)
+int (ot_tensor_set_axes)(ot_tensor *t, const char *axes)
 {
     if (!t) return ot__err_null("tensor_set_axes", "tensor");
     ot_clear_error();

@@ -10,6 +10,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #define OT__MSG_MAX 512
 
@@ -116,6 +117,14 @@ ot__callsite ot__site_enter(const char *file, int line)
 void ot__site_leave(ot__callsite outer)
 {
     site = outer;
+}
+
+const char *ot__site_strip(const char *msg)
+{
+    if (!site.file) return msg;
+    char prefix[OT__MSG_MAX];
+    int n = snprintf(prefix, sizeof prefix, "%s:%d: ", site.file, site.line);
+    return n > 0 && strncmp(msg, prefix, (size_t)n) == 0 ? msg + n : msg;
 }
 
 int ot__err_relabel(int code, const char *file, int line, const char *op)

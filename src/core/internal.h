@@ -460,6 +460,20 @@ typedef struct ot__callsite {
 } ot__callsite;
 ot__callsite ot__site_enter(const char *file, int line);
 void ot__site_leave(ot__callsite outer);
+/* msg without the call site's "file:line: " in front, for a function that
+ * puts an inner error inside its own message (ot_parse's "col 5: ..."),
+ * which the site then prefixes once. */
+const char *ot__site_strip(const char *msg);
+/* name_at(params, file, line): (name)(args) run under the caller's place
+ * (tensor_at.c and front_at.c define every twin so, and nothing else). */
+#define OT__AT_TWIN(ret, name, params, args)                                  \
+    ret name##_at params                                                      \
+    {                                                                         \
+        ot__callsite outer = ot__site_enter(file, line);                      \
+        ret r = (name) args;                                                  \
+        ot__site_leave(outer);                                                \
+        return r;                                                             \
+    }
 
 /* ---- backends ------------------------------------------------------------ */
 

@@ -68,7 +68,7 @@ static int out_of_memory(const char *fn)
 
 /* ---- names --------------------------------------------------------------- */
 
-int ot_node_set_name(ot_node *n, const char *name)
+int (ot_node_set_name)(ot_node *n, const char *name)
 {
     if (!n) return ot__err_null("node_set_name", "node");
     if (ot__node_dead(n)) return ot__dead_err("node_set_name", NULL, 0, "the node", n);
@@ -76,7 +76,7 @@ int ot_node_set_name(ot_node *n, const char *name)
     if (name && !*name) name = NULL;
     int rc = ot__name_check("node_set_name", name);
     if (rc) return rc;
-    if (n->kind == OT_NODE_LEAF) return ot_tensor_set_name(ot__leaf_tensor(n), name);
+    if (n->kind == OT_NODE_LEAF) return (ot_tensor_set_name)(ot__leaf_tensor(n), name);
     char *copy = NULL;
     if (name && !(copy = dup_str(name))) return out_of_memory("node_set_name");
     if (!name && !n->annot) return 0;
@@ -104,7 +104,7 @@ ot_node *ot_named(ot_node *n, const char *name)
         ot__err_null("named", "node");
         return NULL;
     }
-    return ot_node_set_name(n, name) ? NULL : n;
+    return (ot_node_set_name)(n, name) ? NULL : n;
 }
 
 /* ---- metadata ------------------------------------------------------------ */
@@ -233,7 +233,7 @@ void ot__meta_entry(const ot_node *n, int i, const char **key, const char **valu
 int ot__annot_copy(ot_node *dst, const ot_node *src)
 {
     const char *name = ot_node_name(src);
-    if (name && src->kind != OT_NODE_LEAF && ot_node_set_name(dst, name)) return ot_errcode();
+    if (name && src->kind != OT_NODE_LEAF && (ot_node_set_name)(dst, name)) return ot_errcode();
     for (int i = 0; i < ot_node_meta_count(src); i++) {
         const meta_entry *e = &src->annot->meta[i];
         if (ot_node_set_meta(dst, e->key, e->value)) return ot_errcode();

@@ -58,7 +58,7 @@ static ot_node *fail_build(parser *ps, const char *at)
     ps->failed = true;
     char msg[512];
     int code = ot_errcode() ? ot_errcode() : OT_EINVAL;
-    snprintf(msg, sizeof msg, "%s", ot_errmsg());
+    snprintf(msg, sizeof msg, "%s", ot__site_strip(ot_errmsg()));
     ot__err_set(code, NULL, 0, "parse", "col %d: %s", col(ps, at), msg);
     return NULL;
 }
@@ -689,7 +689,7 @@ static ot_node *labelled(parser *ps, const char *name, const char *at)
         if (n == ps->nodes[i]) return fail(ps, at, "a label names a node built here, not '%s'", ps->names[i]);
     for (int i = 0; n && i < ps->ndef; i++)
         if (n == ps->defs[i]) return fail(ps, at, "a label names a node built here, not %%%d", i + 1);
-    if (n && ot_node_set_name(n, name)) return fail_build(ps, at);
+    if (n && (ot_node_set_name)(n, name)) return fail_build(ps, at);
     return n;
 }
 
@@ -838,7 +838,7 @@ static bool definitions(parser *ps)
     }
 }
 
-ot_node *ot_parse(const char *src, int n, const char *const names[], ot_node *const nodes[])
+ot_node *(ot_parse)(const char *src, int n, const char *const names[], ot_node *const nodes[])
 {
     if (!src) return (ot__err_set(OT_ENULL, NULL, 0, "parse", "expression is NULL"), NULL);
     if (n < 0 || (n > 0 && (!names || !nodes))) {

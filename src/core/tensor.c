@@ -843,7 +843,7 @@ const char *ot_tensor_name(const ot_tensor *t)
     return t ? t->name : NULL;
 }
 
-int ot_tensor_set_name(ot_tensor *t, const char *name)
+int (ot_tensor_set_name)(ot_tensor *t, const char *name)
 {
     if (!t)
         return ot__err_null("tensor_set_name", "tensor");

@@ -349,7 +349,7 @@ static int check_new(const ot_node *tree, const ot_node *ne)
     return 0;
 }
 
-ot_autodiff *ot_autodiff_new(ot_node *tree, ot_node *next_error)
+ot_autodiff *(ot_autodiff_new)(ot_node *tree, ot_node *next_error)
 {
     if (!tree) {
         ot__err_null("autodiff_new", "tree");
@@ -566,7 +566,7 @@ static ot_node *grad_of(ot_autodiff *ad, ot_tensor *wrt, bool trees_only)
     return g ? ot__pool_adopt(ot_retain(g)) : NULL;
 }
 
-ot_node *ot_autodiff_grad(ot_autodiff *ad, ot_tensor *wrt)
+ot_node *(ot_autodiff_grad)(ot_autodiff *ad, ot_tensor *wrt)
 {
     return grad_of(ad, wrt, false);
 }
@@ -584,7 +584,7 @@ int ot_autodiff_grads(ot_autodiff *ad, int n, ot_tensor *const wrt[], ot_node *g
         return ot__err_set(OT_ENULL, NULL, 0, "autodiff_grads", "%s is NULL", wrt ? "g" : "wrt");
     ot_clear_error();
     for (int i = 0; i < n; i++) {
-        if ((g[i] = ot_autodiff_grad(ad, wrt[i]))) continue;
+        if ((g[i] = (ot_autodiff_grad)(ad, wrt[i]))) continue;
         int rc = ot_errcode();
         for (int j = 0; j <= i; j++) g[j] = NULL;
         return rc;
@@ -592,7 +592,7 @@ int ot_autodiff_grads(ot_autodiff *ad, int n, ot_tensor *const wrt[], ot_node *g
     return 0;
 }
 
-int ot_autodiff_backprop(ot_autodiff *ad, int n, ot_tensor *const wrt[], ot_tensor *const grads[])
+int (ot_autodiff_backprop)(ot_autodiff *ad, int n, ot_tensor *const wrt[], ot_tensor *const grads[])
 {
     if (!ad) return ot__err_null("autodiff_backprop", "autodiff object");
     if (n < 0) return ot__err_set(OT_EINVAL, NULL, 0, "autodiff_backprop", "negative count %d", n);
@@ -606,7 +606,7 @@ int ot_autodiff_backprop(ot_autodiff *ad, int n, ot_tensor *const wrt[], ot_tens
     }
     int rc = 0;
     for (int i = 0; i < n && !rc; i++)
-        if (!(trees[i] = ot_autodiff_grad(ad, wrt[i]))) rc = ot_errcode();
+        if (!(trees[i] = (ot_autodiff_grad)(ad, wrt[i]))) rc = ot_errcode();
     /* One evaluation of every gradient: shared subtrees once; each in its
      * wrt's layout, by position, whatever names its tree carries. */
     if (!rc) rc = ot__assign_by_position("autodiff_backprop", n, grads, trees);
@@ -615,7 +615,7 @@ int ot_autodiff_backprop(ot_autodiff *ad, int n, ot_tensor *const wrt[], ot_tens
     return rc;
 }
 
-ot_tensor *ot_autodiff_grad_tensor(ot_autodiff *ad, ot_tensor *wrt)
+ot_tensor *(ot_autodiff_grad_tensor)(ot_autodiff *ad, ot_tensor *wrt)
 {
     if (!ad || !wrt) {
         ot__err_null("autodiff_grad_tensor", ad ? "wrt" : "autodiff object");
@@ -624,16 +624,16 @@ ot_tensor *ot_autodiff_grad_tensor(ot_autodiff *ad, ot_tensor *wrt)
     ot_clear_error();
     ot_pool *pool = ot_pool_push();
     if (!pool) return NULL;
-    ot_node *g = ot_autodiff_grad(ad, wrt);
+    ot_node *g = (ot_autodiff_grad)(ad, wrt);
     ot_tensor *t = g ? (ot_eval)(g) : NULL;
     ot_pool_pop(pool);
     return t;
 }
 
-int ot_autodiff_grad_host(ot_autodiff *ad, ot_tensor *wrt, void *host)
+int (ot_autodiff_grad_host)(ot_autodiff *ad, ot_tensor *wrt, void *host)
 {
     if (!host) return ot__err_set(OT_ENULL, NULL, 0, "autodiff_grad_host", "host is NULL");
-    ot_tensor *t = ot_autodiff_grad_tensor(ad, wrt);
+    ot_tensor *t = (ot_autodiff_grad_tensor)(ad, wrt);
     if (!t) return ot_errcode();
     int rc = (ot_get)(t, host);
     ot_tensor_free(t);

@@ -37,7 +37,7 @@ ot_node *ot__ad_zeros(ot_backend *be, ot_shape shape, ot_dtype dt)
     ot_tensor *v = one ? (ot_broadcast_to)(one, shape) : NULL;
     ot_tensor_free(one);
     if (!v) return NULL;
-    ot_tensor_set_name(v, "zeros");
+    (ot_tensor_set_name)(v, "zeros");
     return ot__pool_adopt(&v->leaf);
 }
 

@@ -375,7 +375,7 @@ static int load_args(const ot_backend *be, const char *path, const char *fn)
     return path ? 0 : ot__err_set(OT_ENULL, NULL, 0, fn, "path is NULL");
 }
 
-ot_tensor *ot_load(ot_backend *be, const char *path)
+ot_tensor *(ot_load)(ot_backend *be, const char *path)
 {
     if (load_args(be, path, "load") != 0)
         return NULL;
@@ -435,7 +435,7 @@ static int write_npy(ot__replace *w, const char *fn, const ot_tensor *t)
     return rc;
 }
 
-int ot_save(const char *path, const ot_tensor *t)
+int (ot_save)(const char *path, const ot_tensor *t)
 {
     if (!t)
         return ot__err_null("save", "tensor");
@@ -621,13 +621,13 @@ static int savez(const char *fn, const char *path, int n, const char *const name
     return rc;
 }
 
-int ot_savez(const char *path, int n, const char *const names[],
+int (ot_savez)(const char *path, int n, const char *const names[],
              const ot_tensor *const tensors[])
 {
     return savez("savez", path, n, names, tensors, false);
 }
 
-int ot_savez_compressed(const char *path, int n, const char *const names[],
+int (ot_savez_compressed)(const char *path, int n, const char *const names[],
                         const ot_tensor *const tensors[])
 {
     return savez("savez_compressed", path, n, names, tensors, true);
@@ -826,7 +826,7 @@ static int loadz_args(const ot_backend *be, const char *path, int n,
     return names ? check_names("loadz", n, names) : 0;
 }
 
-int ot_loadz(ot_backend *be, const char *path, int n, const char *const names[],
+int (ot_loadz)(ot_backend *be, const char *path, int n, const char *const names[],
              ot_tensor *out[])
 {
     int rc = loadz_args(be, path, n, names, out);

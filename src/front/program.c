@@ -202,7 +202,7 @@ static ot_tensor *add_placeholder(ot_program *p, const char *name, ot_shape shap
     if (!t) return NULL;
     ot_dtype dt = (ot_dtype)t->leaf.dtype;
     placeholder ph = {dup_str(name), shape, dt, (int64_t)ot_dtype_size(dt), t};
-    if (!ph.name || ot_tensor_set_name(t, name) ||
+    if (!ph.name || (ot_tensor_set_name)(t, name) ||
         !ot__prog_push((void **)&p->ph, &p->nph, sizeof ph, &ph)) {
         free(ph.name);
         ot_tensor_free(t);
@@ -405,7 +405,7 @@ int ot_program_assign_at(ot_program *p, ot_tensor *out, ot_node *tree, const cha
 int ot__prog_grad_trees(const ot_program *p, ot_node *loss, int n, ot_tensor *const wrt[],
                       ot_node **trees)
 {
-    ot_autodiff *ad = ot_autodiff_new(loss, NULL);
+    ot_autodiff *ad = (ot_autodiff_new)(loss, NULL);
     if (!ad) return ot_errcode();
     int rc = 0;
     for (int i = 0; i < n && !rc; i++) {

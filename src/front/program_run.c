@@ -217,7 +217,7 @@ static int spec_new(ot_program *p, const int64_t *sym, spec **out)
         s->ph[k] = ot__shape_eq(&shape, &p->ph[k].t->leaf.shape)
                        ? p->ph[k].t : (ot_empty)(p->be, shape, p->ph[k].dtype);
         if (!s->ph[k]) rc = ot_errcode();
-        else if (s->ph[k] != p->ph[k].t) rc = ot_tensor_set_name(s->ph[k], p->ph[k].name);
+        else if (s->ph[k] != p->ph[k].t) rc = (ot_tensor_set_name)(s->ph[k], p->ph[k].name);
     }
     if (!rc) rc = compile_steps(p, s);
     if (!rc && s->arena_bytes && !(s->arena = ot__data_alloc(s->arena_bytes)))

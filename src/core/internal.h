@@ -465,7 +465,8 @@ void ot__site_leave(ot__callsite outer);
  * which the site then prefixes once. */
 const char *ot__site_strip(const char *msg);
 /* name_at(params, file, line): (name)(args) run under the caller's place
- * (tensor_at.c and front_at.c define every twin so, and nothing else). */
+ * (tensor_at.c, and io.c and autodiff.c at their ends, define every twin
+ * so, and nothing else). */
 #define OT__AT_TWIN(ret, name, params, args)                                  \
     ret name##_at params                                                      \
     {                                                                         \

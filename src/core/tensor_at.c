@@ -32,8 +32,10 @@ OT__AT_TWIN(ot_tensor *, ot_copy, (const ot_tensor *t, const char *file, int lin
 OT__AT_TWIN(int, ot_fill, (ot_tensor *t, double value, const char *file, int line), (t, value))
 OT__AT_TWIN(int, ot_get, (const ot_tensor *t, void *host, const char *file, int line), (t, host))
 OT__AT_TWIN(int, ot_set, (ot_tensor *t, const void *host, const char *file, int line), (t, host))
-OT__AT_TWIN(int, ot_get_raw, (const ot_tensor *t, void *host, const char *file, int line), (t, host))
-OT__AT_TWIN(int, ot_set_raw, (ot_tensor *t, const void *host, const char *file, int line), (t, host))
+OT__AT_TWIN(int, ot_get_raw,
+        (const ot_tensor *t, void *host, const char *file, int line), (t, host))
+OT__AT_TWIN(int, ot_set_raw,
+        (ot_tensor *t, const void *host, const char *file, int line), (t, host))
 OT__AT_TWIN(int, ot_get_n,
         (const ot_tensor *t, void *host, size_t nbytes, const char *file, int line),
         (t, host, nbytes))

@@ -639,3 +639,21 @@ int (ot_autodiff_grad_host)(ot_autodiff *ad, ot_tensor *wrt, void *host)
     ot_tensor_free(t);
     return rc;
 }
+
+/* The _at twins: each function above under the caller's file:line. */
+OT__AT_TWIN(ot_autodiff *, ot_autodiff_new,
+        (ot_node *tree, ot_node *next_error, const char *file, int line),
+        (tree, next_error))
+OT__AT_TWIN(ot_node *, ot_autodiff_grad,
+        (ot_autodiff *ad, ot_tensor *wrt, const char *file, int line),
+        (ad, wrt))
+OT__AT_TWIN(int, ot_autodiff_backprop,
+        (ot_autodiff *ad, int n, ot_tensor *const wrt[], ot_tensor *const grads[],
+         const char *file, int line),
+        (ad, n, wrt, grads))
+OT__AT_TWIN(ot_tensor *, ot_autodiff_grad_tensor,
+        (ot_autodiff *ad, ot_tensor *wrt, const char *file, int line),
+        (ad, wrt))
+OT__AT_TWIN(int, ot_autodiff_grad_host,
+        (ot_autodiff *ad, ot_tensor *wrt, void *host, const char *file, int line),
+        (ad, wrt, host))

@@ -840,3 +840,23 @@ int (ot_loadz)(ot_backend *be, const char *path, int n, const char *const names[
         zip_discard(z.za);        /* read-only: nothing to write back */
     return rc == 0 ? (int)z.count : rc;
 }
+
+/* The _at twins: each function above under the caller's file:line. */
+OT__AT_TWIN(int, ot_save,
+        (const char *path, const ot_tensor *t, const char *file, int line),
+        (path, t))
+OT__AT_TWIN(ot_tensor *, ot_load,
+        (ot_backend *be, const char *path, const char *file, int line),
+        (be, path))
+OT__AT_TWIN(int, ot_savez,
+        (const char *path, int n, const char *const names[], const ot_tensor *const tensors[],
+         const char *file, int line),
+        (path, n, names, tensors))
+OT__AT_TWIN(int, ot_savez_compressed,
+        (const char *path, int n, const char *const names[], const ot_tensor *const tensors[],
+         const char *file, int line),
+        (path, n, names, tensors))
+OT__AT_TWIN(int, ot_loadz,
+        (ot_backend *be, const char *path, int n, const char *const names[], ot_tensor *out[],
+         const char *file, int line),
+        (be, path, n, names, out))

@@ -973,3 +973,28 @@ TEST(program_errors_name_the_call_site)
     ot_tensor_free(t);
     ot_backend_free(be);
 }
+
+/* A program's steps may not read another program's placeholder: that one's
+ * binding belongs to its own runs, so the step would read idle memory
+ * (zeros) and give a wrong answer without an error. */
+TEST(program_refuses_another_programs_placeholder)
+{
+    ot_backend *be = ot_backend_new("cpu", NULL);
+    ot_program *p = ot_program_new(be), *q = ot_program_new(be);
+    ot_tensor *x = ot_program_placeholder(p, "x", OT_SHAPE(4), OT_F32);
+    ot_tensor *y = ot_program_placeholder(q, "y", OT_SHAPE(4), OT_F32);
+    ot_tensor *o = ot_empty(be, OT_SHAPE(4), OT_F32);
+    ot_tensor *v = ot_slice(x, OT_RANGE(0, 4));
+    ot_pool *pool = ot_pool_push();
+    CHECK_INT(ot_program_assign(q, o, ot_add(y, ot_exp(x))), OT_EINVAL);
+    CHECK_ERR(OT_EINVAL, "program_assign", "reads a placeholder of another program");
+    CHECK_INT(ot_program_assign(q, o, ot_mul(y, v)), OT_EINVAL);   /* a view of it too */
+    CHECK_INT(ot_program_assign(q, o, ot_mul(y, 2.0)), 0);
+    CHECK_INT(ot_program_assign(p, o, ot_mul(v, 2.0)), 0);   /* its own, through a view */
+    ot_pool_pop(pool);
+    ot_tensor_free(v);
+    ot_tensor_free(o);
+    ot_program_free(p);
+    ot_program_free(q);
+    ot_backend_free(be);
+}

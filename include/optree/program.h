@@ -113,7 +113,8 @@ int ot_program_symbol_at(ot_program *p, const char *name, int64_t nominal, const
  * is bound at each run. A dim may be OT_SYM(s); the tensor then has the
  * symbol's nominal size there. Names are unique among placeholders. Never
  * written by a step, and never freed by the caller; its own memory holds
- * zeros (a run reads the binding in place). NULL on error. */
+ * zeros (a run reads the binding in place), and another program's steps
+ * may not read it (OT_EINVAL). NULL on error. */
 ot_tensor *ot_program_placeholder_at(ot_program *p, const char *name, ot_shape shape,
                                      ot_dtype dtype, const char *file, int line);
 #define ot_program_placeholder(...) ot_program_placeholder_at(__VA_ARGS__, __FILE__, __LINE__)

@@ -244,6 +244,8 @@ typedef struct ot_buffer {
     void *data;           /* 64-byte aligned, unless wrapped (ot_wrap) */
     struct ot_tensor *var;  /* the trainable tensor over this memory, or NULL
                                (variables.c; cleared when it is destroyed) */
+    const void *placeholder_of;   /* the program whose placeholder this is
+                                     (program.c), compared, never read */
     void (*free_fn)(void *user, void *ptr);   /* a wrapped buffer's */
     void *user, *wrapped;  /* wrapped: the caller's pointer; NULL if ours */
 } ot_buffer;

@@ -200,6 +200,7 @@ static ot_tensor *add_placeholder(ot_program *p, const char *name, ot_shape shap
     if (rc) return NULL;
     ot_tensor *t = (ot_zeros)(p->be, nominal, dtype);
     if (!t) return NULL;
+    t->buf->placeholder_of = p;
     ot_dtype dt = (ot_dtype)t->leaf.dtype;
     placeholder ph = {dup_str(name), shape, dt, (int64_t)ot_dtype_size(dt), t};
     if (!ph.name || (ot_tensor_set_name)(t, name) ||
@@ -327,9 +328,39 @@ static ot_tensor **keep_tensors(ot_tensor *const t[], int n)
 
 /* A step of n outputs and trees (and a backprop's loss and wrt), retained,
  * appended. A step without outputs does nothing and is not kept. */
+/* A leaf over another program's placeholder: OT_EINVAL from the walk. */
+static int visit_foreign(ot__walker *w, const ot_node *n, int index, const int operand[2])
+{
+    (void)operand;
+    if (n->kind != OT_NODE_LEAF) return index;
+    const ot_buffer *b = ot__leaf_tensor(n)->buf;
+    return b && b->placeholder_of && b->placeholder_of != w->ctx ? OT_EINVAL : index;
+}
+
+/* Refuses trees (n, then loss) that read a placeholder of another program:
+ * its binding belongs to that program's runs, so this one would read its
+ * idle memory. */
+static int foreign_placeholder(const ot_program *p, int n, ot_node *const trees[],
+                               const ot_node *loss)
+{
+    ot__walker w = {.visit = visit_foreign, .ctx = (void *)p};
+    int rc = 0;
+    for (int i = 0; i <= n && rc >= 0; i++) {
+        const ot_node *root = i < n ? trees[i] : loss;
+        if (root) rc = ot__walker_run(&w, root);
+    }
+    ot__walker_free(&w);
+    if (rc == OT_EINVAL)
+        return FAIL(p, OT_EINVAL, "a tree reads a placeholder of another program; a program's "
+                    "trees read its own placeholders");
+    return rc < 0 ? nomem(p) : 0;
+}
+
 static int add_step(ot_program *p, pstep s)
 {
     if (s.n == 0) return 0;
+    int rc = foreign_placeholder(p, s.n, s.trees, s.loss);
+    if (rc) return rc;
     ot_tensor **outs = keep_tensors(s.outs, s.n);
     ot_node **trees = ot__malloc(sizeof *trees * (size_t)s.n);
     ot_tensor **wrt = s.wrt ? keep_tensors(s.wrt, s.n) : NULL;

@@ -247,9 +247,10 @@ ot_backend *ot_backend_new(const char *name, const ot_backend_opts *opts);
 /* Frees a backend; NULL is a no-op. Tensors, programs and models made on
  * it may be freed before or after: while any is left, the backend stays
  * (its memory and threads go with the last of them), and using one to compute
- * (an assignment, ot_explain, a program's compile or run, ot_autodiff_new,
- * a new tensor or model on be) is OT_EBACKEND; their host memory stays
- * readable (ot_get), and a program's variables and stats too. A
+ * (an assignment, ot_eval, a program's compile or run or new placeholder,
+ * ot_autodiff_new, a new tensor or model or model layer on be) is
+ * OT_EBACKEND; what only reads goes on working: host memory (ot_get),
+ * ot_explain, a program's variables, stats and explain. A
  * second ot_backend_free while they hold it is OT_EBACKEND, refused. */
 void ot_backend_free(ot_backend *be);
 /* "ref" or "cpu". */
@@ -696,7 +697,7 @@ static inline ot_node *ot__build_var(ot_op op, ot_node *x, ot_var_opts o,
                                      const char *file, int line)
 {
     ot_args a = {.axis = ot__opt_axis(o.spec_, OT__VAR_MEMBERS, o.axis),
-                 .ddof = o.ddof, .keepdims = o.keepdims};
+                 .keepdims = o.keepdims, .ddof = o.ddof};   /* declaration order: C++ */
     if (o.axes) return ot_build_axes_at(op, x, NULL, &a, o.axes, file, line);
     return ot_build_at(op, x, NULL, &a, file, line);
 }
@@ -716,13 +717,13 @@ static inline ot_node *ot__build_onehot(ot_node *x, ot_onehot_opts o, const char
                                         int line)
 {
     ot_args a = {.axis = ot__opt_axis(o.spec_, OT__ONEHOT_MEMBERS, o.axis),
-                 .depth = o.depth, .dtype = o.dtype};
+                 .dtype = o.dtype, .depth = o.depth};
     return ot_build_at(OT_OP_ONEHOT, x, NULL, &a, file, line);
 }
 static inline ot_node *ot__build_rand(ot_shape shape, ot_rand_opts o, const char *file,
                                       int line)
 {
-    ot_args a = {.axis = OT_AXIS_ALL, .seed = o.seed, .dtype = o.dtype, .shape = shape};
+    ot_args a = {.axis = OT_AXIS_ALL, .dtype = o.dtype, .seed = o.seed, .shape = shape};
     return ot_build_at(OT_OP_RAND, NULL, NULL, &a, file, line);
 }
 static inline ot_node *ot__build_transpose(ot_node *x, ot_transpose_opts o, const char *file,

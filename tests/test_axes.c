@@ -429,16 +429,16 @@ TEST(axes_assign_by_name_leaves_no_nodes)
 }
 
 /* ot_autodiff_backprop writes each gradient in its wrt's layout, by
- * position, whatever names the gradient's tree carries: the same buffer
- * gets the same values whether an unrelated operand is named or not. */
+ * position, whatever names the gradient's tree carries: a buffer gets the
+ * same values whether an unrelated operand is named or not. A buffer named
+ * otherwise than its wrt would contradict that: refused. */
 TEST(axes_backprop_writes_gradients_by_position)
 {
     ot_backend *be = backend("cpu");
     ot_tensor *w = data(be, OT_SHAPE(2, 2), "N,C", 52);
     ot_tensor *k = data(be, OT_SHAPE(2, 2), NULL, 53), *kn = data(be, OT_SHAPE(2, 2), "N,C", 53);
     ot_tensor *g1 = ot_empty(be, OT_SHAPE(2, 2), OT_F64), *g2 = ot_empty(be, OT_SHAPE(2, 2), OT_F64);
-    CHECK_INT(ot_tensor_set_axes(g1, "C,N"), 0);
-    CHECK_INT(ot_tensor_set_axes(g2, "C,N"), 0);
+    CHECK_INT(ot_tensor_set_axes(g2, "N,C"), 0);   /* g1 unnamed */
     ot_pool *p = ot_pool_push();
     ot_autodiff *a1 = ot_autodiff_new(ot_sum(ot_mul(w, k)), NULL);
     ot_autodiff *a2 = ot_autodiff_new(ot_sum(ot_mul(w, kn)), NULL);
@@ -452,6 +452,11 @@ TEST(axes_backprop_writes_gradients_by_position)
         CHECK_NEAR(v1[i], kv[i], 0);
         CHECK_NEAR(v2[i], kv[i], 0);
     }
+    ot_tensor *gn = ot_empty(be, OT_SHAPE(2, 2), OT_F64);   /* named otherwise than w */
+    CHECK_INT(ot_tensor_set_axes(gn, "C,N"), 0);
+    CHECK_INT(ot_autodiff_backprop(a2, 1, &w, &gn), OT_EINVAL);
+    CHECK_ERR(OT_EINVAL, "gradient buffer 0 is named (C,N) and its wrt (N,C)");
+    ot_tensor_free(gn);
     ot_autodiff_free(a1);
     ot_autodiff_free(a2);
     ot_pool_pop(p);

@@ -92,7 +92,9 @@ ot_node *ot_autodiff_grad(ot_autodiff *ad, ot_tensor *wrt);
 ot_node *ot_autodiff_grad_at(ot_autodiff *ad, ot_tensor *wrt, const char *file, int line);
 #define ot_autodiff_grad(...) ot_autodiff_grad_at(__VA_ARGS__, __FILE__, __LINE__)
 /* grads[i][...] = the gradient w.r.t. wrt[i], for i < n, in one evaluation
- * (ot_assign_many): subtrees the gradients share are computed once. */
+ * (ot_assign_many): subtrees the gradients share are computed once. Each is
+ * written by position, in wrt[i]'s layout; a buffer whose axis names
+ * differ from wrt[i]'s is OT_EINVAL. */
 int ot_autodiff_backprop(ot_autodiff *ad, int n, ot_tensor *const wrt[],
                          ot_tensor *const grads[]);
 int ot_autodiff_backprop_at(ot_autodiff *ad, int n, ot_tensor *const wrt[],

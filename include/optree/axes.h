@@ -42,7 +42,10 @@
  *     lacks is OT_EINVAL, a length neither equal nor 1 OT_ESHAPE. With
  *     the output or the value unnamed, positions count, as before.
  *     Gradients (ot_autodiff_backprop, a program's backprop) are written
- *     by position: a gradient is in its wrt's layout.
+ *     by position: a gradient is in its wrt's layout, and a buffer named
+ *     otherwise than its wrt is OT_EINVAL. A program's placeholder is
+ *     brought by a transpose node, not a view, so that it follows a
+ *     symbolic size.
  * Names are read when a node is built: renaming a tensor later changes how
  * it prints, not trees already built. They never change a plan or a
  * result: a tree without names plans and prints exactly as before.

@@ -322,7 +322,9 @@ static ot_node *bring(ot_node *x, const ot__axes *R, const char *file, int line)
         perm[k++] = where[j];
     }
     if (!moved && !missing) return x;
-    if (x->kind == OT_NODE_LEAF) {
+    /* A tensor by views, unless it is a program's placeholder: a view of
+     * one cannot follow it to another size, a transpose node can. */
+    if (x->kind == OT_NODE_LEAF && !ot__leaf_tensor(x)->buf->placeholder_of) {
         ot_tensor *t = ot__leaf_tensor(x);
         ot_tensor *v = (ot_transpose)(t, perm), *r = v && missing ? ot_reshape(v, target) : v;
         if (r != v) ot_tensor_free(v);

@@ -598,6 +598,14 @@ int (ot_autodiff_backprop)(ot_autodiff *ad, int n, ot_tensor *const wrt[], ot_te
     if (n < 0) return ot__err_set(OT_EINVAL, NULL, 0, "autodiff_backprop", "negative count %d", n);
     if (n > 0 && (!wrt || !grads)) return ot__err_null("autodiff_backprop", wrt ? "grads" : "wrt");
     ot_clear_error();
+    for (int i = 0; i < n; i++) {   /* written by position: names must not say otherwise */
+        const ot__axes *gw = grads[i] ? grads[i]->leaf.axes : NULL;
+        const ot__axes *ww = wrt[i] ? wrt[i]->leaf.axes : NULL;
+        if (gw && ww && gw != ww)
+            return ot__err_set(OT_EINVAL, NULL, 0, "autodiff_backprop", "gradient buffer %d is "
+                               "named (%s) and its wrt (%s): a gradient is in its wrt's layout; "
+                               "name the buffer as the wrt, or not at all", i, gw->text, ww->text);
+    }
     ot_node **trees = ot__calloc((size_t)(n ? n : 1), sizeof *trees);
     ot_pool *pool = trees ? ot_pool_push() : NULL;
     if (!pool) {

@@ -222,6 +222,13 @@ static int check_output(const char *fn, call_site at, int i, const ot_tensor *ou
     return 0;
 }
 
+/* ot__err_null naming the caller: a NULL tree keeps its builder's error. */
+static int null_at(const char *fn, call_site at, const char *what)
+{
+    if (ot_errcode()) return ot_errcode();
+    return ot__err_set(OT_ENULL, at.file, at.line, fn, "%s is NULL", what);
+}
+
 /* Each tree of fit (n, a copy of the caller's) laid out by its output's
  * axis names (ot__axes_fit); done before the shapes are compared, since a
  * transpose by name changes the tree's shape. */
@@ -237,13 +244,13 @@ static int fit_names(const char *fn, call_site at, int n, ot_tensor *const outs[
 /* Checks trees against outs; fit (n pointers, or NULL) gets their copies,
  * laid out by name, which are checked and run in their place. */
 static int assign_check_at(const char *fn, call_site at, int n, ot_tensor *const outs[],
-                           ot_node *const trees[], ot_node **fit, ot_backend **be_out)
+                           ot_node *const trees[], ot_node **fit, bool live, ot_backend **be_out)
 {
     *be_out = NULL;
     if (n < 0) return ot__err_set(OT_EINVAL, at.file, at.line, fn, "negative count %d", n);
-    if (n > 0 && (!outs || !trees)) return ot__err_null(fn, outs ? "trees" : "outs");
+    if (n > 0 && (!outs || !trees)) return null_at(fn, at, outs ? "trees" : "outs");
     for (int i = 0; i < n; i++) {
-        if (!trees[i]) return ot__err_null(fn, "tree");
+        if (!trees[i]) return null_at(fn, at, "tree");
         if (!outs[i])
             return ot__err_set(OT_ENULL, at.file, at.line, fn, "output tensor %d is NULL", i);
     }
@@ -252,7 +259,8 @@ static int assign_check_at(const char *fn, call_site at, int n, ot_tensor *const
     if (rc) return rc;
     ot_clear_error();
     if (n == 0) return 0;
-    if ((rc = ot__backend_gone(outs[0]->leaf.be, fn, at.file, at.line, "output 0"))) return rc;
+    if (live && (rc = ot__backend_gone(outs[0]->leaf.be, fn, at.file, at.line, "output 0")))
+        return rc;
     if (fit) {
         for (int i = 0; i < n; i++) fit[i] = trees[i];
         if ((rc = fit_names(fn, at, n, outs, fit))) return rc;
@@ -277,7 +285,7 @@ static int assign_check_at(const char *fn, call_site at, int n, ot_tensor *const
 int ot__assign_check(const char *fn, int n, ot_tensor *const outs[], ot_node *const trees[],
                         ot_node **fit, ot_backend **be_out)
 {
-    return assign_check_at(fn, (call_site){NULL, 0}, n, outs, trees, fit, be_out);
+    return assign_check_at(fn, (call_site){NULL, 0}, n, outs, trees, fit, true, be_out);
 }
 
 int ot__assign_fit(const char *fn, const char *file, int line, int n, ot_tensor *const outs[],
@@ -336,7 +344,7 @@ static int assign_fitted(const char *fn, call_site at, int n, ot_tensor *const o
         if (fit != few) free(fit);
         return ot__err_set(OT_ENOMEM, at.file, at.line, fn, "out of memory");
     }
-    int rc = assign_check_at(fn, at, n, outs, trees, fit, &be);
+    int rc = assign_check_at(fn, at, n, outs, trees, fit, true, &be);
     if (!rc && be) rc = ot__assign_backend(be, n, outs, fit);
     ot_pool_pop(pool);
     if (fit != few) free(fit);
@@ -349,7 +357,7 @@ static int assign_checked(const char *fn, call_site at, int n, ot_tensor *const 
 {
     if (names_meet(n, outs, trees)) return assign_fitted(fn, at, n, outs, trees);
     ot_backend *be;
-    int rc = assign_check_at(fn, at, n, outs, trees, NULL, &be);
+    int rc = assign_check_at(fn, at, n, outs, trees, NULL, true, &be);
     return rc || !be ? rc : ot__assign_backend(be, n, outs, trees);
 }
 
@@ -362,7 +370,7 @@ int ot_assign_at(ot_tensor *out, ot_node *tree, const char *file, int line)
     call_site at = {file, line};
     if (out->leaf.axes && tree->axes) return assign_fitted("assign", at, 1, &out, &tree);
     ot_backend *be;   /* assign_checked's plain path, spelt out: W8 times it */
-    int rc = assign_check_at("assign", at, 1, &out, &tree, NULL, &be);
+    int rc = assign_check_at("assign", at, 1, &out, &tree, NULL, true, &be);
     return rc || !be ? rc : ot__assign_backend(be, 1, &out, &tree);
 }
 
@@ -385,7 +393,7 @@ int ot__assign_by_position(const char *fn, int n, ot_tensor *const outs[],
                            ot_node *const trees[])
 {
     ot_backend *be;
-    int rc = assign_check_at(fn, (call_site){NULL, 0}, n, outs, trees, NULL, &be);
+    int rc = assign_check_at(fn, (call_site){NULL, 0}, n, outs, trees, NULL, true, &be);
     return rc || !be ? rc : ot__assign_backend(be, n, outs, trees);
 }
 
@@ -406,7 +414,9 @@ ot_tensor *ot_eval_at(ot_node *tree, const char *file, int line)
         if (!ot_errcode()) ot__err_set(OT_ENULL, file, line, "eval", "tree is NULL");
         return NULL;
     }
-    if (ot__node_check("eval", file, line, "the tree", tree)) return NULL;
+    if (ot__node_check("eval", file, line, "the tree", tree) ||
+        ot__backend_gone(tree->be, "eval", file, line, "the tree"))
+        return NULL;
     if (!tree->be) {
         ot__err_set(OT_EBACKEND, file, line, "eval",
                     "the tree%s has no tensor leaf to take a backend from",
@@ -469,7 +479,8 @@ static int explain_many(int n, ot_tensor *const outs[], ot_node *const trees[], 
         free(fit);
         return ot__err_set(OT_ENOMEM, NULL, 0, "explain_many", "out of memory");
     }
-    int rc = ot__assign_check("explain_many", n, outs, trees, fit, &be);   /* as assign_many */
+    /* as assign_many; reading, it works after ot_backend_free */
+    int rc = assign_check_at("explain_many", (call_site){NULL, 0}, n, outs, trees, fit, false, &be);
     if (!rc && be) rc = explain_end("explain_many", f, explain_plan(be, n, outs, fit, f));
     if (pool) ot_pool_pop(pool);
     free(fit);
@@ -497,8 +508,6 @@ int (ot_explain)(const ot_node *tree, FILE *f)
     if (!f) return ot__err_set(OT_ENULL, NULL, 0, "explain", "FILE is NULL");
     if (ot__node_dead(tree)) return ot__dead_err("explain", NULL, 0, "the tree", tree);
     ot_backend *be = tree->be;
-    int rc = ot__backend_gone(be, "explain", NULL, 0, "the tree");
-    if (rc) return rc;
     if (!be)
         return ot__err_set(OT_EBACKEND, NULL, 0, "explain",
                            "the tree has no tensor leaf to take a backend from");

@@ -108,7 +108,8 @@ static int64_t outputs(const ot_model *m)
 static int layer_init(ot_model *m, layer *l, ot_shape ws, int64_t in, uint64_t seed,
                       const ot__site *at)
 {
-    if (!ws.ndim) return 0;
+    int rc = ot__backend_gone(m->be, at->fn, at->file, at->line, "the model");
+    if (rc || !ws.ndim) return rc;
     ot_shape bs = OT_SHAPE(ws.dims[l->kind == L_DENSE ? 1 : 0]);
     l->w = (ot_empty)(m->be, ws, OT_F32);
     if (l->kind == L_BN) {
@@ -128,10 +129,10 @@ static int layer_init(ot_model *m, layer *l, ot_shape ws, int64_t in, uint64_t s
         return ot_errcode();
     ot_pool *pool = ot_pool_push();
     if (!pool) return ot_errcode();
-    int rc = l->kind == L_BN
-                 ? ot_assign(l->w, ot_const(1.0))
-                 : ot_assign(l->w, ot_mul(ot_sub(ot_mul(ot_rand(ws, .seed = seed), 2.0), 1.0),
-                                          sqrt(6.0 / (double)in)));
+    rc = l->kind == L_BN
+             ? ot_assign(l->w, ot_const(1.0))
+             : ot_assign(l->w, ot_mul(ot_sub(ot_mul(ot_rand(ws, .seed = seed), 2.0), 1.0),
+                                      sqrt(6.0 / (double)in)));
     ot_pool_pop(pool);
     return rc;
 }
@@ -626,8 +627,8 @@ static int evaluate_chunk(const ot_model *m, const float *x, const float *y, int
     if (!rc) {
         ot_node *out = forward(m, ot_tensor_node(tx), NULL);
         ot_node *hits = hits_tree(m, out, ot_tensor_node(ty));
-        ot_tensor *lt = ot_eval(loss_tree(m, out, ot_tensor_node(ty)));
-        ot_tensor *ht = hits ? ot_eval(hits) : NULL;
+        ot_tensor *lt = (ot_eval)(loss_tree(m, out, ot_tensor_node(ty)));
+        ot_tensor *ht = hits ? (ot_eval)(hits) : NULL;
         rc = lt && (ht || !hits) ? (ot_get)(lt, &l) : ot_errcode();
         if (!rc && ht) rc = (ot_get)(ht, &h);
         ot_tensor_free(lt);
@@ -851,6 +852,7 @@ ot_tensor *ot_model_predict_at(const ot_model *m, const ot_tensor *x, const char
         FAIL(at, OT_ESTATE, "the model has no layers");
         return NULL;
     }
+    if (ot__backend_gone(m->be, at->fn, file, line, "the model")) return NULL;
     if (ot_tensor_backend(x) != m->be) {
         FAIL(at, OT_EBACKEND, "x is on backend '%s', the model on %s '%s'",
              ot_backend_name(ot_tensor_backend(x)),
@@ -870,7 +872,7 @@ ot_tensor *ot_model_predict_at(const ot_model *m, const ot_tensor *x, const char
     ot_pool *pool = ot_pool_push();
     if (!pool) return NULL;
     int64_t rows = xs.dims[0], chunk = chunk_rows(m);
-    ot_tensor *out = rows <= chunk ? ot_eval(forward(m, ot_tensor_node((ot_tensor *)x), NULL))
+    ot_tensor *out = rows <= chunk ? (ot_eval)(forward(m, ot_tensor_node((ot_tensor *)x), NULL))
                                    : (ot_empty)(m->be, OT_SHAPE(rows, outputs(m)), OT_F32);
     for (int64_t r = 0; out && rows > chunk && r < rows; r += chunk) {
         ot_index span = OT_RANGE(r, r + chunk < rows ? r + chunk : rows);

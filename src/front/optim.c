@@ -416,7 +416,7 @@ int ot__adam_trees(const ot__site *at, const ot_adam *opts, ot_tensor *count, in
 static int sum_squares(ot_node *g, double *out)
 {
     ot_node *g64 = ot_node_dtype(g) == OT_F64 ? g : ot_cast(g, .dtype = OT_F64);
-    ot_tensor *t = ot_eval(ot_sum(ot_mul(g64, g64)));
+    ot_tensor *t = (ot_eval)(ot_sum(ot_mul(g64, g64)));
     if (!t) return ot_errcode();
     int rc = (ot_get)(t, out);
     ot_tensor_free(t);
@@ -440,6 +440,8 @@ int ot_clip_global_norm_at(int n, ot_node *const g[], double max_norm, double *s
     if (n < 0) return FAIL(at, OT_EINVAL, "negative count %d", n);
     if (!scale) return FAIL(at, OT_ENULL, "scale is NULL");
     int rc = check_grads(at, n, g);
+    for (int i = 0; i < n && !rc; i++)
+        rc = ot__backend_gone(g[i]->be, at->fn, file, line, "a gradient");
     if (rc) return rc;
     /* max_norm 0 would give scale 0, which a step reads as 1: no clipping. */
     if (!(max_norm > 0))

@@ -39,12 +39,23 @@ static char *dup_str(const char *s)
     return d;
 }
 
+const char *ot__prog_unsited(const ot__site *at, const char *msg)
+{
+    char pre[320];
+    for (int with_file = at->file ? 1 : 0; with_file >= 0; with_file--) {
+        int n = with_file ? snprintf(pre, sizeof pre, "%s:%d: %s: ", at->file, at->line, at->fn)
+                          : snprintf(pre, sizeof pre, "%s: ", at->fn);
+        if (n > 0 && (size_t)n < sizeof pre && strncmp(msg, pre, (size_t)n) == 0) return msg + n;
+    }
+    return msg;
+}
+
 /* Prefixes the error in the slot with the call's site, the step and where
  * its tree was built. */
 int ot__prog_step_error(const ot__site *at, int i, const ot_node *tree)
 {
     char msg[512], from[256] = "";
-    snprintf(msg, sizeof msg, "%s", ot_errmsg());
+    snprintf(msg, sizeof msg, "%s", ot__prog_unsited(at, ot_errmsg()));
     if (tree && tree->file) snprintf(from, sizeof from, " (tree built at %s:%d)", tree->file, tree->line);
     int code = ot_errcode() ? ot_errcode() : OT_EINTERNAL;
     return ot__err_set(code, at->file, at->line, at->fn, "step %d%s: %s", i, from, msg);
@@ -216,7 +227,7 @@ static ot_tensor *add_placeholder(ot_program *p, const char *name, ot_shape shap
 ot_tensor *ot_program_placeholder_at(ot_program *p, const char *name, ot_shape shape,
                                      ot_dtype dtype, const char *file, int line)
 {
-    if (enter(p, "program_placeholder", file, line)) return NULL;
+    if (enter_live(p, "program_placeholder", file, line)) return NULL;
     ot_tensor *t = add_placeholder(p, name, shape, dtype);
     leave(p, 0);
     return t;
@@ -286,7 +297,7 @@ static ot_tensor *add_variable(ot_program *p, const char *name, ot_shape shape, 
 ot_tensor *ot_program_variable_at(ot_program *p, const char *name, ot_shape shape,
                                   ot_dtype dtype, ot_init init, const char *file, int line)
 {
-    if (enter(p, "program_variable", file, line)) return NULL;
+    if (enter_live(p, "program_variable", file, line)) return NULL;
     ot_tensor *t = add_variable(p, name, shape, dtype, &init);
     leave(p, 0);
     return t;

@@ -106,6 +106,9 @@ struct ot_program {
 };
 
 /* An error of the call in progress, at its caller's file:line. */
+/* msg without a leading "file:line: fn: " (or "fn: ") of at: an inner
+ * error of the same call, which the caller's message then places once. */
+const char *ot__prog_unsited(const ot__site *at, const char *msg);
 #define FAIL(p, code, ...) ot__err_set((code), (p)->at.file, (p)->at.line, (p)->at.fn, __VA_ARGS__)
 
 /* ---- helpers both files use ------------------------------------------------ */

@@ -45,6 +45,42 @@ void ot__prog_spec_free(const ot_program *p, spec *s)
 
 /* Step i's trees over this specialisation's placeholders, retained into
  * trees (the program's own when the sizes are the nominal ones). */
+#define STALE_VIEW "a tree reads a view (slice, reshape) of a symbolic placeholder, which " \
+                   "cannot be specialised to another size; bind the view's shape instead"
+
+typedef struct stale_ctx {
+    const ot_program *p;
+    const spec *s;
+} stale_ctx;
+
+/* A leaf over a placeholder's nominal memory where the specialisation has
+ * another tensor for it: a view, which substitution cannot follow. */
+static int visit_stale(ot__walker *w, const ot_node *n, int index, const int operand[2])
+{
+    (void)operand;
+    const stale_ctx *x = w->ctx;
+    if (n->kind != OT_NODE_LEAF) return index;
+    const ot_buffer *b = ot__leaf_tensor(n)->buf;
+    for (int k = 0; k < x->p->nph; k++)
+        if (x->s->ph[k] != x->p->ph[k].t && b == x->p->ph[k].t->buf) return OT_EUNSUPPORTED;
+    return index;
+}
+
+/* Refuses a specialisation's trees that still read a placeholder's
+ * nominal memory (every backend: ref read its zeros, the cpu refused at
+ * planning); 0 or the error. */
+static int stale_views(const ot_program *p, const spec *s, int n, ot_node *const trees[])
+{
+    stale_ctx x = {p, s};
+    ot__walker w = {.visit = visit_stale, .ctx = &x};
+    int rc = 0;
+    for (int j = 0; j < n && rc >= 0; j++) rc = ot__walker_run(&w, trees[j]);
+    ot__walker_free(&w);
+    if (rc == OT_EUNSUPPORTED)
+        return FAIL(p, OT_EUNSUPPORTED, "%s", STALE_VIEW);
+    return rc < 0 ? nomem(p) : 0;
+}
+
 static int spec_trees(const ot_program *p, const spec *s, int i, ot_node **trees)
 {
     const pstep *st = &p->steps[i];
@@ -66,6 +102,7 @@ static int spec_trees(const ot_program *p, const spec *s, int i, ot_node **trees
             rc = ot_errcode() ? ot_errcode() : OT_EINVAL;
     if (!rc && st->kind == STEP_BACKPROP)
         rc = ot__prog_grad_trees(p, loss, st->n, st->wrt, trees);
+    if (!rc) rc = stale_views(p, s, st->n, trees);
     for (int j = 0; j < st->n && !rc; j++) ot_retain(trees[j]);
     if (rc) memset(trees, 0, sizeof *trees * (size_t)st->n);
     ot_pool_pop(pool);
@@ -111,9 +148,7 @@ static int plan_trees(ot_backend *be, int n, ot_tensor *const outs[], ot_node *c
         size_t off;
         int k = find_ph(p, x->s, c->prep.leaf[j], &off);
         if (k == -2)
-            return FAIL(p, OT_EUNSUPPORTED, "a tree reads a view "
-                               "(slice, reshape) of a symbolic placeholder, which cannot be "
-                               "specialised to another size; bind the view's shape instead");
+            return FAIL(p, OT_EUNSUPPORTED, "%s", STALE_VIEW);
         if (k >= 0) c->patches[c->npatch++] = (patch){j, k, off};
     }
     return 0;
@@ -186,13 +221,14 @@ static int compile_steps(const ot_program *p, spec *s)
     plan_ctx x = {p, s, NULL};
     ot__share_sink sink = {.emit = keep_cstep, .ctx = &x, .keep = true};
     int failed = -1;
+    bool checked = !rc;   /* a step's check failed: its error is made */
     if (!rc) rc = ot__share_steps(p->nstep, st, &sink, &failed);
     s->tmps = sink.tmps;
     s->ntmp = sink.ntmp;
-    if (rc && failed >= 0) rc = ot__prog_step_error(&p->at, failed, st[failed].trees[0]);
-    else if (rc) {   /* planning failed: the message without the site */
+    if (rc && checked && failed >= 0) rc = ot__prog_step_error(&p->at, failed, st[failed].trees[0]);
+    else if (rc && checked) {   /* planning failed: the message, placed once */
         char msg[512];
-        snprintf(msg, sizeof msg, "%s", ot_errmsg());
+        snprintf(msg, sizeof msg, "%s", ot__prog_unsited(&p->at, ot_errmsg()));
         rc = FAIL(p, rc, "%s", msg);
     }
     free(st);

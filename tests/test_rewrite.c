@@ -8,6 +8,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "test.h"
 #include "internal.h"
+#include "../examples/cumsum_op.h"
 
 #include <float.h>
 #include <pthread.h>
@@ -653,4 +654,39 @@ TEST(rewrite_threads_share_backends_and_registry)
         CHECK_INT(wk[t].rc, 0);
     }
     ot_backend_free(be[0]), ot_backend_free(be[1]);
+}
+
+/* A node rebuilt above a firing is the same op: a registered op there (its
+ * node holds a placeholder row) failed the assignment; it keeps its name;
+ * and the division's silu spelling leaves int32 trees alone (-x wraps). */
+TEST(rewrite_rebuilds_registered_ops_and_names)
+{
+    ot_op cs = OT_OP_NONE, rcs = OT_OP_NONE;
+    CHECK(cumsum_register(&cs, &rcs));
+    ot_backend *be = backend("cpu", "fuse"), *plain = backend("cpu", NULL);
+    float xv[4] = {-1, 0, 1, 2};
+    ot_tensor *x = ot_array(be, OT_SHAPE(4), OT_F32, xv), *out = ot_zeros(be, OT_SHAPE(4), OT_F32);
+    ot_tensor *xp = ot_array(plain, OT_SHAPE(4), OT_F32, xv);
+    ot_tensor *want = ot_zeros(plain, OT_SHAPE(4), OT_F32);
+    ot_pool *p = ot_pool_push();
+    ot_node *c = ot_apply_struct(cs, 1, (ot_node *[]){ot_mul(ot_sig(x), x)}, &(ot_args){.axis = 0});
+    CHECK_INT(ot_assign(out, c), 0);
+    CHECK_INT(ot_assign(want, ot_apply_struct(cs, 1, (ot_node *[]){ot_mul(ot_sig(xp), xp)},
+                                              &(ot_args){.axis = 0})), 0);
+    float a[4], b[4];
+    CHECK_INT(ot_get(out, a), 0);
+    CHECK_INT(ot_get(want, b), 0);
+    for (int i = 0; i < 4; i++) CHECK_NEAR(a[i], b[i], 1e-6);
+    ot_node *u = ot_neg(ot_mul(ot_sig(x), x));
+    CHECK_INT(ot_node_set_name(u, "h1"), 0);
+    ot_node *r = ot_rewrite(u, "fuse");
+    CHECK(r && r != u && ot_node_name(r) && strcmp(ot_node_name(r), "h1") == 0);
+    ot_tensor *xi = ot_array(be, OT_SHAPE(2), OT_I32, (int32_t[]){INT32_MIN, -3});
+    ot_node *si = ot_div(xi, ot_add(1.0, ot_exp(ot_neg(xi))));
+    CHECK(ot_rewrite(si, "fuse") == si);   /* nothing fired */
+    ot_pool_pop(p);
+    ot_tensor *all[] = {x, out, xp, want, xi};
+    for (int i = 0; i < 5; i++) ot_tensor_free(all[i]);
+    ot_backend_free(be);
+    ot_backend_free(plain);
 }

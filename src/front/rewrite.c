@@ -53,7 +53,8 @@ static bool silu_select(const ot_node *n, void *user)
     if (is_op(n, OT_OP_MUL)) return is_op(n->a, OT_OP_SIG) && same_value(n->a->a, n->b);
     if (!is_op(n, OT_OP_DIV)) return false;
     const ot_node *x = one_plus_exp_neg(n->b);
-    return x && same_value(x, n->a);
+    /* int32 x: -x wraps at INT32_MIN, which the tree as written keeps */
+    return x && same_value(x, n->a) && x->dtype != OT_I32;
 }
 
 /* Each member takes the one operand of the pattern below it. */
@@ -517,8 +518,12 @@ static ot_node *rebuild(pass *p, int i)
         same = same && x[k] == ot_rewrite_operand(n, k);
     }
     if (same) return (ot_node *)n;
-    ot_op op = (ot_op)(n->tag != OT_OP_NONE ? n->tag : n->op);
-    return ot_build_at(op, x[0], x[1], &n->args, n->file, n->line);
+    /* a registered op's node holds its placeholder row: ot__node_op is the op */
+    ot_op op = (ot_op)(n->tag != OT_OP_NONE ? n->tag : ot__node_op(n));
+    ot_node *r = ot_build_at(op, x[0], x[1], &n->args, n->file, n->line);
+    /* The rebuilt node stands for n: it keeps n's name and metadata. */
+    if (r && n->annot && ot__annot_copy(r, n)) return NULL;
+    return r;
 }
 
 /* A create may itself rewrite (ot_rewrite, or an assignment through a

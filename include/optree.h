@@ -203,7 +203,8 @@ typedef struct ot_backend_opts {
                           (OT_FUSION=0|1) */
     const char *rewrite; /* rule sets applied to every tree before it is
                           planned or evaluated: names, comma-separated
-                          ("fuse" or "fuse,mine"; see optree/extend.h),
+                          ("fuse" or "fuse, mine"; spaces around names are
+                          ignored; see optree/extend.h),
                           each registered; NULL or "": none, and no cost
                           (OT_REWRITE=name1,name2). An unknown or repeated
                           name is OT_EINVAL. Reported: the library's copy of

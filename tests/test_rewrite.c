@@ -232,6 +232,11 @@ TEST(rewrite_option_and_environment)
     CHECK_ERR(OT_EINVAL, "names \"fuse\" twice");
     CHECK(ot_backend_new("ref", &(ot_backend_opts){.rewrite = "fuse,"}) == NULL);
     CHECK_ERR(OT_EINVAL, "no rule set named \"\"");
+    be = backend("cpu", " fuse ,\tconv_bn");   /* spaces around names, as axis lists */
+    CHECK_STR(ot_backend_options(be).rewrite, " fuse ,\tconv_bn");
+    ot_backend_free(be);
+    CHECK(ot_backend_new("ref", &(ot_backend_opts){.rewrite = "fuse, "}) == NULL);
+    CHECK_ERR(OT_EINVAL, "no rule set named \"\"");
     /* OT_REWRITE replaces the option; unset or empty is not set */
     setenv("OT_REWRITE", "fuse", 1);
     be = backend("cpu", NULL);

@@ -278,16 +278,18 @@ const char *ot__rewrite_list(const struct ot__rewrite *rw) { return rw ? rw->lis
 static int resolve(struct ot__rewrite *rw, const char *var, const char *fn)
 {
     for (const char *p = rw->list;; p++) {
-        size_t len = strcspn(p, ",");
+        p += strspn(p, " \t");   /* "fuse, conv_bn": spaces around names, as axis lists */
+        size_t len = strcspn(p, ","), name = len;
+        while (name && (p[name - 1] == ' ' || p[name - 1] == '\t')) name--;
         pthread_mutex_lock(&registry_lock);
-        const ot_rule_set *s = find_set(p, len);
+        const ot_rule_set *s = find_set(p, name);
         pthread_mutex_unlock(&registry_lock);
         if (!s) {
             char known[256];
             set_names(known, sizeof known);
             return ot__err_set(OT_EINVAL, NULL, 0, fn,
                                "%s=%s: no rule set named \"%.*s\" (registered: %s)", var,
-                               rw->list, (int)len, p, known);
+                               rw->list, (int)name, p, known);
         }
         for (int i = 0; i < rw->n; i++)
             if (rw->sets[i] == s)

@@ -897,3 +897,23 @@ TEST(errors_io_autodiff_parse_name_their_caller)
     ot_tensor_free(y);
     ot_backend_free(be);
 }
+
+/* An error found while evaluating (an index out of range) names the
+ * assignment's line, on both backends and with worker threads. */
+TEST(errors_found_while_evaluating_name_the_assignment)
+{
+    for (int b = 0; b < 2; b++) {
+        ot_backend *be = ot_backend_new(b ? "cpu" : "ref", &(ot_backend_opts){.threads = 2});
+        ot_tensor *x = ot_array(be, OT_SHAPE(3), OT_F32, (float[]){1, 2, 3});
+        ot_tensor *i = ot_array(be, OT_SHAPE(2), OT_I32, (int32_t[]){0, 7});
+        ot_tensor *o = ot_empty(be, OT_SHAPE(2), OT_F32);
+        char site[256];
+        int line = __LINE__ + 1;
+        CHECK_INT(ot_assign(o, ot_take(x, i, 0)), OT_EINVAL);
+        CHECK_ERR(OT_EINVAL, TEST_SITE(site, line), "take: index 7");
+        ot_tensor_free(x);
+        ot_tensor_free(i);
+        ot_tensor_free(o);
+        ot_backend_free(be);
+    }
+}

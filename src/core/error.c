@@ -16,6 +16,7 @@
 
 typedef struct err_slot {
     int code;
+    bool placed;          /* msg starts with a file:line */
     char msg[OT__MSG_MAX];
     ot_error_handler handler;
     void *user;
@@ -61,6 +62,7 @@ const char *ot_errmsg(void) { return slot.msg; }
 void ot_clear_error(void)
 {
     slot.code = 0;
+    slot.placed = false;
     slot.msg[0] = '\0';
 }
 
@@ -82,6 +84,7 @@ static int record(int code, const char *file, int line, const char *op,
     if (n < sizeof slot.msg)
         vsnprintf(slot.msg + n, sizeof slot.msg - n, fmt, ap);
     slot.code = code;
+    slot.placed = file != NULL;
     if (slot.handler)
         slot.handler(code, slot.msg, slot.user);
     return code;
@@ -125,6 +128,14 @@ const char *ot__site_strip(const char *msg)
     char prefix[OT__MSG_MAX];
     int n = snprintf(prefix, sizeof prefix, "%s:%d: ", site.file, site.line);
     return n > 0 && strncmp(msg, prefix, (size_t)n) == 0 ? msg + n : msg;
+}
+
+void ot__err_place(const char *file, int line)
+{
+    if (!file || !slot.code || slot.placed) return;
+    char inner[OT__MSG_MAX];
+    snprintf(inner, sizeof inner, "%s", slot.msg);
+    ot__err_set(slot.code, file, line, NULL, "%s", inner);
 }
 
 int ot__err_relabel(int code, const char *file, int line, const char *op)

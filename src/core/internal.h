@@ -452,6 +452,11 @@ int ot__err_null(const char *fn, const char *what);
  * recorded again under the caller's file:line and op, the inner one kept
  * ("m.c:6: model_save: savez: cannot open ..."); returns code. */
 int ot__err_relabel(int code, const char *file, int line, const char *op);
+/* The slot's error, when it names no place (one found while evaluating,
+ * deep in a backend or on a worker thread), recorded again under the
+ * caller's file:line; errors that name a place keep it. Only on failure:
+ * an assignment pays nothing for it. */
+void ot__err_place(const char *file, int line);
 /* The caller's file:line for a public function without one of its own
  * (tensor_at.c's _at entry points): errors recorded while it runs without
  * a place take it. enter returns the place before, which leave restores;

@@ -322,6 +322,16 @@ int ot__assign_backend(ot_backend *be, int n, ot_tensor *const outs[], ot_node *
     return rc;
 }
 
+/* ot__assign_backend for the caller at: an error found while evaluating
+ * (an index out of range) is placed at the assignment's line. */
+static int run_at(call_site at, ot_backend *be, int n, ot_tensor *const outs[],
+                  ot_node *const trees[])
+{
+    int rc = ot__assign_backend(be, n, outs, trees);
+    if (rc) ot__err_place(at.file, at.line);
+    return rc;
+}
+
 /* Whether some tree and its output both have axis names (NULLs are left
  * to the checks): only then may a tree need laying out by name. */
 static bool names_meet(int n, ot_tensor *const outs[], ot_node *const trees[])
@@ -345,7 +355,7 @@ static int assign_fitted(const char *fn, call_site at, int n, ot_tensor *const o
         return ot__err_set(OT_ENOMEM, at.file, at.line, fn, "out of memory");
     }
     int rc = assign_check_at(fn, at, n, outs, trees, fit, true, &be);
-    if (!rc && be) rc = ot__assign_backend(be, n, outs, fit);
+    if (!rc && be) rc = run_at(at, be, n, outs, fit);
     ot_pool_pop(pool);
     if (fit != few) free(fit);
     return rc;
@@ -358,7 +368,7 @@ static int assign_checked(const char *fn, call_site at, int n, ot_tensor *const 
     if (names_meet(n, outs, trees)) return assign_fitted(fn, at, n, outs, trees);
     ot_backend *be;
     int rc = assign_check_at(fn, at, n, outs, trees, NULL, true, &be);
-    return rc || !be ? rc : ot__assign_backend(be, n, outs, trees);
+    return rc || !be ? rc : run_at(at, be, n, outs, trees);
 }
 
 int ot_assign_at(ot_tensor *out, ot_node *tree, const char *file, int line)
@@ -371,7 +381,7 @@ int ot_assign_at(ot_tensor *out, ot_node *tree, const char *file, int line)
     if (out->leaf.axes && tree->axes) return assign_fitted("assign", at, 1, &out, &tree);
     ot_backend *be;   /* assign_checked's plain path, spelt out: W8 times it */
     int rc = assign_check_at("assign", at, 1, &out, &tree, NULL, true, &be);
-    return rc || !be ? rc : ot__assign_backend(be, 1, &out, &tree);
+    return rc || !be ? rc : run_at(at, be, 1, &out, &tree);
 }
 
 int ot_assign_sr_at(ot_tensor *out, ot_node *tree, uint64_t seed, const char *file, int line)

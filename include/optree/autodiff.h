@@ -81,6 +81,8 @@ typedef struct ot_autodiff ot_autodiff;
  * on error: OT_EBACKEND for a tree without a tensor leaf, OT_EUNSUPPORTED
  * for an op without a rule. Not a builder: it clears the error slot. */
 ot_autodiff *ot_autodiff_new(ot_node *tree, ot_node *next_error);
+/* Each ..._at below is its function with the caller's file:line, which
+ * its errors name; the plain name is a macro over it (optree.h). */
 ot_autodiff *ot_autodiff_new_at(ot_node *tree, ot_node *next_error, const char *file, int line);
 #define ot_autodiff_new(...) ot_autodiff_new_at(__VA_ARGS__, __FILE__, __LINE__)
 /* Drops a reference. NULL is a no-op. */

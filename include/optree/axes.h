@@ -63,6 +63,8 @@
  * around names are ignored); NULL or "" clears them. OT_EINVAL for a bad
  * name, a repeated one or a count that is not t's rank; OT_ENULL. */
 int ot_tensor_set_axes(ot_tensor *t, const char *axes);
+/* Each ..._at below is its function with the caller's file:line, which
+ * its errors name; the plain name is a macro over it (optree.h). */
 int ot_tensor_set_axes_at(ot_tensor *t, const char *axes, const char *file, int line);
 #define ot_tensor_set_axes(...) ot_tensor_set_axes_at(__VA_ARGS__, __FILE__, __LINE__)
 /* The names as "N,C,H,W" (the library's string, valid for the process), or

@@ -288,6 +288,8 @@ ot_node *ot_rewrite_operand(const ot_node *n, int i);
  * right operand of each ** in a chain, labels) is an error, never a deep
  * recursion. */
 ot_node *ot_parse(const char *expr, int n, const char *const names[], ot_node *const nodes[]);
+/* Each ..._at below is its function with the caller's file:line, which
+ * its errors name; the plain name is a macro over it (optree.h). */
 ot_node *ot_parse_at(const char *expr, int n, const char *const names[],
                    ot_node *const nodes[], const char *file, int line);
 #define ot_parse(...) ot_parse_at(__VA_ARGS__, __FILE__, __LINE__)

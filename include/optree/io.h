@@ -30,6 +30,8 @@
  * FIFO) is written in place. Returns 0, OT_ENULL, OT_EIO (naming the path
  * and errno's text), OT_ENOMEM. */
 int ot_save(const char *path, const ot_tensor *t);
+/* Each ..._at below is its function with the caller's file:line, which
+ * its errors name; the plain name is a macro over it (optree.h). */
 int ot_save_at(const char *path, const ot_tensor *t, const char *file, int line);
 #define ot_save(...) ot_save_at(__VA_ARGS__, __FILE__, __LINE__)
 /* A new contiguous tensor on be with the file's shape and dtype. Formats

@@ -45,9 +45,6 @@ void ot__prog_spec_free(const ot_program *p, spec *s)
 
 /* Step i's trees over this specialisation's placeholders, retained into
  * trees (the program's own when the sizes are the nominal ones). */
-#define STALE_VIEW "a tree reads a view (slice, reshape) of a symbolic placeholder, which " \
-                   "cannot be specialised to another size; bind the view's shape instead"
-
 typedef struct stale_ctx {
     const ot_program *p;
     const spec *s;
@@ -77,7 +74,9 @@ static int stale_views(const ot_program *p, const spec *s, int n, ot_node *const
     for (int j = 0; j < n && rc >= 0; j++) rc = ot__walker_run(&w, trees[j]);
     ot__walker_free(&w);
     if (rc == OT_EUNSUPPORTED)
-        return FAIL(p, OT_EUNSUPPORTED, "%s", STALE_VIEW);
+        return FAIL(p, OT_EUNSUPPORTED, "a tree reads a view (slice, reshape) of a symbolic "
+                    "placeholder, which cannot be specialised to another size; bind the view's "
+                    "shape instead");
     return rc < 0 ? nomem(p) : 0;
 }
 
@@ -109,20 +108,17 @@ static int spec_trees(const ot_program *p, const spec *s, int i, ot_node **trees
     return rc;
 }
 
-/* The placeholder (of s) whose buffer holds ptr, or -1; -2 for a nominal
- * placeholder s does not read (a view of a symbolic one). */
+/* The placeholder (of s) whose buffer holds ptr, or -1. */
 static int find_ph(const ot_program *p, const spec *s, const char *ptr, size_t *off)
 {
-    for (int pass = 0; pass < 2; pass++)
-        for (int k = 0; k < p->nph; k++) {
-            const ot_tensor *t = pass ? p->ph[k].t : s->ph[k];
-            const char *d = t->buf->data;
-            size_t n = t->buf->nbytes ? t->buf->nbytes : 1;
-            if (ptr >= d && ptr < d + n) {
-                *off = (size_t)(ptr - d);
-                return pass ? -2 : k;
-            }
+    for (int k = 0; k < p->nph; k++) {
+        const char *d = s->ph[k]->buf->data;
+        size_t n = s->ph[k]->buf->nbytes ? s->ph[k]->buf->nbytes : 1;
+        if (ptr >= d && ptr < d + n) {
+            *off = (size_t)(ptr - d);
+            return k;
         }
+    }
     return -1;
 }
 
@@ -146,9 +142,7 @@ static int plan_trees(ot_backend *be, int n, ot_tensor *const outs[], ot_node *c
     if (!c->patches) return nomem(p);
     for (int j = 0; j < c->prep.nleaf; j++) {
         size_t off;
-        int k = find_ph(p, x->s, c->prep.leaf[j], &off);
-        if (k == -2)
-            return FAIL(p, OT_EUNSUPPORTED, "%s", STALE_VIEW);
+        int k = find_ph(p, x->s, c->prep.leaf[j], &off);   /* stale views: check_step's */
         if (k >= 0) c->patches[c->npatch++] = (patch){j, k, off};
     }
     return 0;

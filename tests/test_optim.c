@@ -808,6 +808,44 @@ TEST(optim_adam_errors)
     errfx_free(&f);
 }
 
+/* Gradients, states and lr_scale on another backend than the parameters,
+ * and integer gradients: errors at the caller's line, before any tree is
+ * built (the builders' mixed-backend error named a line of optim.c), and
+ * nothing is written. */
+TEST(optim_backend_and_dtype_errors)
+{
+    errfx f;
+    errfx_new(&f);
+    ot_backend *other = backend("ref", 0);
+    ot_tensor *gw = ot_full(other, OT_SHAPE(3, 4), OT_F64, 0.5);
+    ot_tensor *vw = ot_zeros(other, OT_SHAPE(3, 4), OT_F64);
+    ot_tensor *lr = ot_full(other, OT_SHAPE(), OT_F64, 1);
+    ot_tensor *gi = ot_zeros(f.be, OT_SHAPE(3, 4), OT_I32);
+    char site[256];
+    ot_sgd s = {.lr = 0.1, .momentum = 0.9};
+    int line = __LINE__ + 1;
+    CHECK_INT(ot_sgd_step(&s, 2, f.W, (ot_node *[]){ot_tensor_node(gw), f.G[1]}, f.V), OT_EBACKEND);
+    CHECK_ERR(OT_EBACKEND, TEST_SITE(site, line), "sgd_step: g[0] reads tensors of backend 'ref' but w[0] is on backend 'cpu'");
+    CHECK(strstr(ot_errmsg(), "optim.c") == NULL);
+    CHECK_INT(ot_sgd_step(&s, 2, f.W, f.G, (ot_tensor *[]){vw, f.vb}), OT_EBACKEND);
+    CHECK_ERR(OT_EBACKEND, "vel[0] is on backend 'ref' but w[0] is on backend 'cpu'");
+    ot_sgd sl = {.lr = 0.1, .lr_scale = lr};
+    CHECK_INT(ot_sgd_step(&sl, 2, f.W, f.G, NULL), OT_EBACKEND);
+    CHECK_ERR(OT_EBACKEND, "lr_scale is on backend 'ref' but w[0] is on backend 'cpu'");
+    CHECK_INT(ot_sgd_step(&s, 2, f.W, (ot_node *[]){ot_tensor_node(gi), f.G[1]}, f.V), OT_EDTYPE);
+    CHECK_ERR(OT_EDTYPE, "g[0] is int32; a gradient must be float32 or float64");
+    ot_adam a = ot_adam_default(1e-3);
+    CHECK_INT(ot_adam_step(&a, 2, f.W, f.G, (ot_tensor *[]){vw, f.mb}, f.V), OT_EBACKEND);
+    CHECK_ERR(OT_EBACKEND, "adam_step: m[0] is on backend 'ref'");
+    CHECK_INT(ot_adam_step(&a, 2, f.W, (ot_node *[]){ot_tensor_node(gw), f.G[1]}, f.M, f.V),
+              OT_EBACKEND);
+    CHECK_ERR(OT_EBACKEND, "adam_step: g[0] reads tensors of backend 'ref'");
+    ot_tensor *all[] = {gw, vw, lr, gi};
+    for (int i = 0; i < 4; i++) ot_tensor_free(all[i]);
+    errfx_free(&f);
+    ot_backend_free(other);
+}
+
 TEST(optim_clip_errors)
 {
     errfx f;

@@ -162,9 +162,10 @@ int ot_autodiff_grads(ot_autodiff *ad, int n, ot_tensor *const wrt[], ot_node *g
  * Both steps check every argument before writing anything: OT_ENULL for a
  * NULL array or entry, OT_EINVAL for n < 0, a negative or NaN lr, momentum
  * or weight_decay, a negative grad_scale, betas outside [0, 1), eps < 0 or
- * t < 0, OT_EDTYPE for an integer parameter, state or lr_scale, OT_ESHAPE
- * for a gradient or state whose shape is not exactly w's or an lr_scale
- * that is not 0-d. */
+ * t < 0, OT_EDTYPE for an integer parameter, gradient, state or
+ * lr_scale, OT_ESHAPE for a gradient or state whose shape is not exactly
+ * w's or an lr_scale that is not 0-d, OT_EBACKEND for a gradient, state or
+ * lr_scale on another backend than its parameter. */
 
 /* A learning-rate schedule: lr_scale, when not NULL, is a 0-d float tensor
  * on the parameters' backend whose value multiplies lr each time the step

@@ -19,6 +19,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 /* An error of the call at `at` (its function's name and caller's file:line). */
 #define FAIL(at, code, ...) ot__err_set((code), (at)->file, (at)->line, (at)->fn, __VA_ARGS__)
@@ -59,8 +60,24 @@ static int check_arrays(const ot__site *at, int n, ot_tensor *const w[], ot_node
     return check_grads(at, n, g);
 }
 
+/* What reads tensors of backend `be` (NULL: none, a tree of constants) is
+ * on w's: the step's trees mix them, and the error then named a line of
+ * this file ("optim.c:244: sub: operand 1 reads ..."), not the caller's. */
+static int check_backend(const ot__site *at, const char *what, int i, const ot_backend *be,
+                         const ot_tensor *w)
+{
+    const ot_backend *wb = w->leaf.be;
+    if (!be || be == wb) return 0;
+    char name[32];
+    snprintf(name, sizeof name, i >= 0 ? "%s[%d]" : "%s", what, i);
+    return FAIL(at, OT_EBACKEND, "%s %s backend '%s' but w[%d] is on backend '%s'", name,
+                strcmp(what, "g") ? "is on" : "reads tensors of", ot_backend_name(be),
+                i >= 0 ? i : 0, ot_backend_name(wb));
+}
+
 /* Parameter i is a float tensor and its gradient has exactly its shape (one
- * that would merely broadcast is a mistake the step should not hide). */
+ * that would merely broadcast is a mistake the step should not hide), a
+ * float dtype (an integer tree is no gradient) and w's backend. */
 static int check_param(const ot__site *at, int i, const ot_tensor *w, const ot_node *g)
 {
     char s1[OT__SHAPE_STRLEN], s2[OT__SHAPE_STRLEN];
@@ -72,7 +89,10 @@ static int check_param(const ot__site *at, int i, const ot_tensor *w, const ot_n
     if (!same_shape(ws, gs))
         return FAIL(at, OT_ESHAPE, "g[%d] has shape %s but w[%d] has shape %s",
                            i, ot__shape_str(&gs, s1), i, ot__shape_str(&ws, s2));
-    return 0;
+    if (!is_float(ot_node_dtype(g)))
+        return FAIL(at, OT_EDTYPE, "g[%d] is %s; a gradient must be float32 or float64", i,
+                    ot_dtype_name(ot_node_dtype(g)));
+    return check_backend(at, "g", i, g->be, w);
 }
 
 /* A state tensor (velocity, moment) of its parameter's shape, in a float
@@ -89,7 +109,7 @@ static int check_state(const ot__site *at, const char *name, int i, const ot_ten
     if (!same_shape(ts, ws))
         return FAIL(at, OT_ESHAPE, "%s[%d] has shape %s but w[%d] has shape %s",
                            name, i, ot__shape_str(&ts, s1), i, ot__shape_str(&ws, s2));
-    return 0;
+    return check_backend(at, name, i, t->leaf.be, w);
 }
 
 /* Hyperparameters are numbers >= 0 (a NaN fails the test, as it should). */
@@ -107,8 +127,8 @@ static int check_grad_scale(const ot__site *at, double s)
     return FAIL(at, OT_EINVAL, "grad_scale must be >= 0 (0 means 1), not %g", s);
 }
 
-/* lr_scale, when given, is a 0-d float tensor (its backend is checked
- * where the step's trees are built, as for every tree). */
+/* lr_scale, when given, is a 0-d float tensor (on the parameters'
+ * backend: checked with them). */
 static int check_lr_scale(const ot__site *at, ot_tensor *scale)
 {
     if (!scale) return 0;
@@ -207,6 +227,7 @@ static int sgd_check(const ot__site *at, const ot_sgd *in, ot_sgd *o, int n, ot_
     for (int i = 0; i < n && !rc; i++) {
         rc = check_param(at, i, w[i], g[i]);
         if (!rc && vel) rc = check_state(at, "vel", i, vel[i], w[i]);
+        if (!rc && o->lr_scale) rc = check_backend(at, "lr_scale", -1, o->lr_scale->leaf.be, w[i]);
     }
     return rc;
 }
@@ -339,6 +360,7 @@ static int adam_check(const ot__site *at, const ot_adam *in, ot_adam *o, int n,
         rc = check_param(at, i, w[i], g[i]);
         if (!rc) rc = check_state(at, "m", i, m[i], w[i]);
         if (!rc) rc = check_state(at, "v", i, v[i], w[i]);
+        if (!rc && o->lr_scale) rc = check_backend(at, "lr_scale", -1, o->lr_scale->leaf.be, w[i]);
     }
     return rc;
 }

@@ -932,7 +932,8 @@ typedef struct ot_pool ot_pool;
 /* Pushes a new innermost pool on this thread. NULL (OT_ENOMEM) on failure. */
 ot_pool *ot_pool_push(void);
 /* Releases every node of p, and of any pool pushed after it, and pops them.
- * OT_ESTATE when p is not on this thread's stack. The macro records the
+ * OT_ESTATE when p is not on this thread's stack: a handle popped already
+ * stays stale, even once a newer push reuses its memory. The macro records the
  * caller's file:line, which the error of a later use of a node that died
  * here names. */
 int ot_pool_pop_at(ot_pool *p, const char *file, int line);

@@ -164,6 +164,35 @@ TEST(pool_pop_outer_releases_inner)
     ot_backend_free(be);
 }
 
+/* A popped pool's handle stays stale when the next push reuses its memory
+ * (the spare pool): popping it again is OT_ESTATE and leaves the newer
+ * pool, and its nodes, alone. */
+TEST(pool_stale_handle_pops_nothing)
+{
+    ot_backend *be = ref();
+    ot_tensor *x = ot_ones(be, OT_SHAPE(2), OT_F32);
+    ot_pool *p = ot_pool_push();
+    CHECK_INT(ot_pool_pop(p), 0);
+    ot_pool *q = ot_pool_push();
+    CHECK(q != NULL && q != p);
+    ot_node *n = ot_neg(x);
+    CHECK(n != NULL);
+    CHECK_INT(ot_pool_pop(p), OT_ESTATE);
+    CHECK_ERR(OT_ESTATE, "pool_pop", "not on this thread's pool stack");
+    CHECK_INT(refs(x), 2);   /* q and n are alive */
+    CHECK_INT(ot_pool_pop(q), 0);
+    CHECK_INT(refs(x), 1);
+    CHECK_INT(ot_pool_pop(q), OT_ESTATE);
+    for (int i = 0; i < 200; i++) {   /* tags cycle; each push's handle pops once */
+        ot_pool *r = ot_pool_push();
+        CHECK_INT(ot_pool_pop(r), 0);
+        CHECK_INT(ot_pool_pop(r), OT_ESTATE);
+    }
+    ot_clear_error();
+    ot_tensor_free(x);
+    ot_backend_free(be);
+}
+
 TEST(pool_retain_survives_pop)
 {
     ot_backend *be = ref();

@@ -380,7 +380,27 @@ struct ot_pool {
     ot_pool *parent;
     ot_node **items;
     size_t n, cap;
+    unsigned pushes;   /* pushes of this struct, the handle's tag */
 };
+
+/* A pool's handle is its address plus its push count modulo POOL_ALIGN:
+ * a popped pool's struct is reused by the next push (the spare below), so
+ * a stale handle of it had the address of the newer pool, and popping it
+ * again popped that pool. The tag tells them apart (but for one push in
+ * POOL_ALIGN). Handles are never dereferenced as such. */
+#define POOL_ALIGN 64u
+_Static_assert(sizeof(struct ot_pool) <= POOL_ALIGN, "a pool fits its aligned block");
+
+static ot_pool *handle_of(ot_pool *p)
+{
+    return (ot_pool *)((uintptr_t)p + p->pushes % POOL_ALIGN);
+}
+
+static ot_pool *pool_of(const ot_pool *h, unsigned *tag)
+{
+    *tag = (unsigned)((uintptr_t)h % POOL_ALIGN);
+    return (ot_pool *)((uintptr_t)h - *tag);
+}
 
 static _Thread_local ot_pool *pool_top;
 static _Thread_local ot_pool default_pool;
@@ -401,24 +421,27 @@ ot_pool *ot_pool_push(void)
 {
     ot_pool *p = spare_pool;
     spare_pool = NULL;
-    if (!p) p = ot__calloc(1, sizeof *p);
+    if (!p && (p = ot__aligned_alloc(POOL_ALIGN, POOL_ALIGN))) *p = (ot_pool){0};
     if (!p) {
         ot__err_set(OT_ENOMEM, NULL, 0, "pool_push", "out of memory");
         return NULL;
     }
+    p->pushes++;
     p->parent = pool_top;
     pool_top = p;
-    return p;
+    return handle_of(p);
 }
 
-int ot_pool_pop_at(ot_pool *p, const char *file, int line)
+int ot_pool_pop_at(ot_pool *h, const char *file, int line)
 {
-    if (!p) return ot__err_null("pool_pop", "pool");
-    ot_pool *q = pool_top;
+    if (!h) return ot__err_null("pool_pop", "pool");
+    unsigned tag;
+    ot_pool *p = pool_of(h, &tag), *q = pool_top;
     while (q && q != p) q = q->parent;
-    if (!q)
+    if (!q || q->pushes % POOL_ALIGN != tag)
         return ot__err_set(OT_ESTATE, file, line, "pool_pop",
-                           "pool %p is not on this thread's pool stack", (void *)p);
+                           "pool %p is not on this thread's pool stack (popped already?)",
+                           (void *)h);
     const release_site at = {"ot_pool_pop", file, line};
     ot_pool *stop = p->parent;
     while (pool_top != stop) {

@@ -127,8 +127,12 @@ const char *ot_errmsg(void);
 void ot_clear_error(void);
 /* A short static description of a status code. */
 const char *ot_strerror(int code);
-/* Called (on the recording thread) with every error recorded on this thread;
- * NULL removes it. The handler may log or abort; it must not call builders. */
+/* Called (on the recording thread) with every error recorded on this thread,
+ * once, as first recorded; NULL removes it. A function that reports an
+ * error of a call it made (an optimizer step's assignment, a model's save,
+ * a builder inside ot_parse, an assignment's evaluation) then rewords the
+ * slot's message with its own name or place without calling it again. The
+ * handler may log or abort; it must not call builders. */
 typedef void (*ot_error_handler)(int code, const char *msg, void *user);
 void ot_set_error_handler(ot_error_handler fn, void *user);
 
@@ -678,6 +682,14 @@ typedef struct ot_transpose_opts {
     int perm[OT_MAX_DIMS];/* not given: reverses the dims */
 } ot_transpose_opts;
 
+/* An all-zero struct in C and C++ alike: the inline builders below set
+ * members one by one, since g++ -Wextra warns about every member that a
+ * designated initializer leaves out (and C++ before C++20 has none). */
+#ifdef __cplusplus
+#define OT__ZERO {}
+#else
+#define OT__ZERO {0}
+#endif
 static inline int ot__opt_axis(const char *spec, const char *members, int axis)
 {
     return ot_spec_sets(spec, members, "axis") ? axis : OT_AXIS_ALL;
@@ -689,42 +701,54 @@ ot_node *ot_build_axes_at(ot_op op, ot_node *a, ot_node *b, const ot_args *args,
 static inline ot_node *ot__build_reduce(ot_op op, ot_node *x, ot_node *y, ot_reduce_opts o,
                                         const char *file, int line)
 {
-    ot_args a = {.axis = ot__opt_axis(o.spec_, OT__REDUCE_MEMBERS, o.axis),
-                 .keepdims = o.keepdims};
+    ot_args a = OT__ZERO;
+    a.axis = ot__opt_axis(o.spec_, OT__REDUCE_MEMBERS, o.axis);
+    a.keepdims = o.keepdims;
     if (o.axes) return ot_build_axes_at(op, x, y, &a, o.axes, file, line);
     return ot_build_at(op, x, y, &a, file, line);
 }
 static inline ot_node *ot__build_var(ot_op op, ot_node *x, ot_var_opts o,
                                      const char *file, int line)
 {
-    ot_args a = {.axis = ot__opt_axis(o.spec_, OT__VAR_MEMBERS, o.axis),
-                 .keepdims = o.keepdims, .ddof = o.ddof};   /* declaration order: C++ */
+    ot_args a = OT__ZERO;
+    a.axis = ot__opt_axis(o.spec_, OT__VAR_MEMBERS, o.axis);
+    a.keepdims = o.keepdims;
+    a.ddof = o.ddof;
     if (o.axes) return ot_build_axes_at(op, x, NULL, &a, o.axes, file, line);
     return ot_build_at(op, x, NULL, &a, file, line);
 }
 static inline ot_node *ot__build_softmax(ot_op op, ot_node *x, ot_softmax_opts o,
                                          const char *file, int line)
 {
-    ot_args a = {.axis = ot__opt_axis(o.spec_, "axis,axes", o.axis)};
+    ot_args a = OT__ZERO;
+    a.axis = ot__opt_axis(o.spec_, "axis,axes", o.axis);
     if (o.axes) return ot_build_axes_at(op, x, NULL, &a, o.axes, file, line);
     return ot_build_at(op, x, NULL, &a, file, line);
 }
 static inline ot_node *ot__build_cast(ot_node *x, ot_cast_opts o, const char *file, int line)
 {
-    ot_args a = {.axis = OT_AXIS_ALL, .dtype = o.dtype};
+    ot_args a = OT__ZERO;
+    a.axis = OT_AXIS_ALL;
+    a.dtype = o.dtype;
     return ot_build_at(OT_OP_CAST, x, NULL, &a, file, line);
 }
 static inline ot_node *ot__build_onehot(ot_node *x, ot_onehot_opts o, const char *file,
                                         int line)
 {
-    ot_args a = {.axis = ot__opt_axis(o.spec_, OT__ONEHOT_MEMBERS, o.axis),
-                 .dtype = o.dtype, .depth = o.depth};
+    ot_args a = OT__ZERO;
+    a.axis = ot__opt_axis(o.spec_, OT__ONEHOT_MEMBERS, o.axis);
+    a.dtype = o.dtype;
+    a.depth = o.depth;
     return ot_build_at(OT_OP_ONEHOT, x, NULL, &a, file, line);
 }
 static inline ot_node *ot__build_rand(ot_shape shape, ot_rand_opts o, const char *file,
                                       int line)
 {
-    ot_args a = {.axis = OT_AXIS_ALL, .dtype = o.dtype, .seed = o.seed, .shape = shape};
+    ot_args a = OT__ZERO;
+    a.axis = OT_AXIS_ALL;
+    a.dtype = o.dtype;
+    a.seed = o.seed;
+    a.shape = shape;
     return ot_build_at(OT_OP_RAND, NULL, NULL, &a, file, line);
 }
 static inline ot_node *ot__build_transpose(ot_node *x, ot_transpose_opts o, const char *file,
@@ -732,8 +756,9 @@ static inline ot_node *ot__build_transpose(ot_node *x, ot_transpose_opts o, cons
 {
     /* A perm as written is taken literally, so {0, 0} is an error rather
      * than ot_args's all-zero "reverse". */
-    ot_args a = {.spec_ = ot_spec_sets(o.spec_, "perm", "perm") ? ".perm = given" : NULL,
-                 .axis = OT_AXIS_ALL};
+    ot_args a = OT__ZERO;
+    a.spec_ = ot_spec_sets(o.spec_, "perm", "perm") ? ".perm = given" : NULL;
+    a.axis = OT_AXIS_ALL;
     for (int i = 0; i < OT_MAX_DIMS; i++) a.perm[i] = o.perm[i];
     return ot_build_at(OT_OP_TRANSPOSE, x, NULL, &a, file, line);
 }

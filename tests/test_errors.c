@@ -798,10 +798,34 @@ TEST(errors_handler)
     CHECK_STR(s.msg, ot_errmsg());
     ot_clear_error();
 
+    /* An error a function reports for a call it made (an optimizer's
+     * assign_many, a model's savez, a builder inside ot_parse, an
+     * evaluation error placed at the assignment) reaches it once, at the
+     * caller's line; the slot then holds the reworded message. */
+    ot_node *g = ot_tensor_node(a);
+    int l2 = __LINE__ + 1;
+    CHECK_INT(ot_sgd_step(&(ot_sgd){0}, 2, (ot_tensor *[]){a, a}, (ot_node *[]){g, g}, NULL),
+              OT_EALIAS);
+    CHECK_INT(s.calls, 5);
+    CHECK(strstr(s.msg, at(l2)) != NULL && strstr(s.msg, "assign_many") != NULL);
+    CHECK_ERR(OT_EALIAS, at(l2), "sgd_step: assign_many: outputs 0 and 1 overlap");
+    int l3 = __LINE__ + 1;
+    CHECK(ot_parse("x + y", 2, (const char *[]){"x", "y"}, (ot_node *[]){g, ot_tensor_node(b)}) == NULL);
+    CHECK_INT(s.calls, 6);
+    CHECK_ERR(OT_ESHAPE, at(l3), "parse: col 3: add");
+    ot_tensor *i = ot_full(be, OT_SHAPE(2), OT_I32, 70), *o = ot_empty(be, OT_SHAPE(2, 4), OT_F32);
+    int l4 = __LINE__ + 1;
+    CHECK_INT(ot_assign(o, ot_take(a, i, 0)), OT_EINVAL);
+    CHECK_INT(s.calls, 7);
+    CHECK_ERR(OT_EINVAL, at(l4), "take");
+    ot_tensor_free(i);
+    ot_tensor_free(o);
+    ot_clear_error();
+
     /* Removed with NULL: errors are still recorded, the handler not called. */
     ot_set_error_handler(NULL, NULL);
     CHECK(ot_mul(a, b) == NULL);
-    CHECK_INT(s.calls, 4);
+    CHECK_INT(s.calls, 7);
     CHECK_ERR(OT_ESHAPE, "mul");
 
     ot_pool_pop(p);

@@ -14,8 +14,10 @@
 #               symbols, nm), no file over 1,000 lines, no function with a
 #               cyclomatic complexity over 30 (pmccabe); also in make check
 #   library     the shared library's SONAME, that it exports only the
-#               public ot_* names (no ot__ internals), and that a program
-#               using the header's macros links against it alone and runs
+#               public ot_* names (no ot__ internals), that a program
+#               using the header's macros links against it alone and runs,
+#               and that a C++ program does (tools/cxx_check.cpp, g++ and
+#               clang++: the headers compile as C++11 without a warning)
 #   unit        ./$BUILD/test_optree
 #   sanitizers  the unit tests rebuilt in $BUILD/san with ASan + UBSan and
 #               the plan verifier (-DOT_VERIFY_PLANS)
@@ -272,6 +274,18 @@ phase_library() {
     else
         lib_f=$((lib_f + 1))
     fi
+    # The headers as C++ (C linkage, no warning of g++ or clang++ at
+    # -Wall -Wextra): a C++ program including a sub-header first links and runs.
+    for cxx in "g++ -std=c++11" "clang++ -std=c++11 -pedantic"; do
+        command -v "${cxx%% *}" >/dev/null 2>&1 || continue
+        if $cxx -Wall -Wextra -Werror -Iinclude tools/cxx_check.cpp -L"$B" -loptree \
+            -o "$B/cxx_check" && LD_LIBRARY_PATH="$B" "$B/cxx_check"; then
+            lib_p=$((lib_p + 1))
+        else
+            echo "library: the headers as C++ ($cxx) failed"
+            lib_f=$((lib_f + 1))
+        fi
+    done
     record library "$lib_p" "$lib_f"
 }
 

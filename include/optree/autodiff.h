@@ -215,7 +215,14 @@ typedef struct ot_adam {
 } ot_adam;
 static inline ot_adam ot_adam_default(double lr)
 {
-    return (ot_adam){.lr = lr, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .grad_scale = 1, .t = 1};
+    ot_adam o = OT__ZERO;
+    o.lr = lr;
+    o.beta1 = 0.9;
+    o.beta2 = 0.999;
+    o.eps = 1e-8;
+    o.grad_scale = 1;
+    o.t = 1;
+    return o;
 }
 int ot_adam_step_at(const ot_adam *o, int n, ot_tensor *const w[], ot_node *const g[],
                     ot_tensor *const m[], ot_tensor *const v[], const char *file, int line);

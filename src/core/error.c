@@ -72,7 +72,8 @@ void ot_set_error_handler(ot_error_handler fn, void *user)
     slot.user = user;
 }
 
-static int record(int code, const char *file, int line, const char *op,
+/* notify: call the handler (not for a message reworded: ot__err_reword). */
+static int record(int code, const char *file, int line, const char *op, bool notify,
                   const char *fmt, va_list ap)
 {
     size_t n = 0;
@@ -85,28 +86,37 @@ static int record(int code, const char *file, int line, const char *op,
         vsnprintf(slot.msg + n, sizeof slot.msg - n, fmt, ap);
     slot.code = code;
     slot.placed = file != NULL;
-    if (slot.handler)
+    if (notify && slot.handler)
         slot.handler(code, slot.msg, slot.user);
     return code;
 }
+
+/* The variadic recorders' one body: their arguments to record. */
+#define RECORD_ARGS(notify)                                                   \
+    do {                                                                      \
+        va_list ap;                                                           \
+        va_start(ap, fmt);                                                    \
+        record(code, file, line, op, (notify), fmt, ap);                      \
+        va_end(ap);                                                           \
+    } while (0)
 
 int ot__err(int code, const char *file, int line, const char *op, const char *fmt, ...)
 {
     if (slot.code != 0)
         return code;
-    va_list ap;
-    va_start(ap, fmt);
-    record(code, file, line, op, fmt, ap);
-    va_end(ap);
+    RECORD_ARGS(true);
     return code;
 }
 
 int ot__err_set(int code, const char *file, int line, const char *op, const char *fmt, ...)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    record(code, file, line, op, fmt, ap);
-    va_end(ap);
+    RECORD_ARGS(true);
+    return code;
+}
+
+int ot__err_reword(int code, const char *file, int line, const char *op, const char *fmt, ...)
+{
+    RECORD_ARGS(false);
     return code;
 }
 
@@ -135,14 +145,16 @@ void ot__err_place(const char *file, int line)
     if (!file || !slot.code || slot.placed) return;
     char inner[OT__MSG_MAX];
     snprintf(inner, sizeof inner, "%s", slot.msg);
-    ot__err_set(slot.code, file, line, NULL, "%s", inner);
+    ot__err_reword(slot.code, file, line, NULL, "%s", inner);
 }
 
 int ot__err_relabel(int code, const char *file, int line, const char *op)
 {
-    char inner[OT__MSG_MAX];
-    snprintf(inner, sizeof inner, "%s", slot.msg);
-    return ot__err_set(code, file, line, op, "%s", inner);
+    char inner[OT__MSG_MAX], place[OT__MSG_MAX] = "";
+    if (file) snprintf(place, sizeof place, "%s:%d: ", file, line);
+    size_t n = strlen(place);
+    snprintf(inner, sizeof inner, "%s", slot.msg + (n && strncmp(slot.msg, place, n) == 0 ? n : 0));
+    return ot__err_reword(code, file, line, op, "%s", inner);
 }
 
 int ot__err_null(const char *fn, const char *what)

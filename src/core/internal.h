@@ -447,6 +447,12 @@ int ot__err_set(int code, const char *file, int line, const char *op, const char
 /* For a function that does work and was handed a NULL tree or tensor:
  * returns the code already in the slot, or records OT_ENULL naming what. */
 int ot__err_null(const char *fn, const char *what);
+/* The same, for an error already recorded (and handed to the handler)
+ * that a caller rewords with its place, name or context: the slot takes
+ * the new message and the handler is not called again, so it sees each
+ * error once, as first recorded. */
+int ot__err_reword(int code, const char *file, int line, const char *op, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 /* For a function that failed with code in a call it made for its caller
  * (an optimizer step's assign_many, a model's savez): the slot's message
  * recorded again under the caller's file:line and op, the inner one kept

@@ -59,7 +59,7 @@ static ot_node *fail_build(parser *ps, const char *at)
     char msg[512];
     int code = ot_errcode() ? ot_errcode() : OT_EINVAL;
     snprintf(msg, sizeof msg, "%s", ot__site_strip(ot_errmsg()));
-    ot__err_set(code, NULL, 0, "parse", "col %d: %s", col(ps, at), msg);
+    ot__err_reword(code, NULL, 0, "parse", "col %d: %s", col(ps, at), msg);
     return NULL;
 }
 

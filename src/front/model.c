@@ -942,7 +942,7 @@ int ot_model_save_at(const ot_model *m, const char *path, const char *file, int 
         return FAIL(at, OT_ENULL, "%s is NULL", m ? "path" : "model");
     stored s;
     stored_arrays(m, &s);
-    int rc = (ot_savez)(path, s.n, s.np, (const ot_tensor *const *)s.t);
+    int rc = ot_savez_at(path, s.n, s.np, (const ot_tensor *const *)s.t, file, line);
     return rc ? ot__err_relabel(rc, file, line, at->fn) : 0;   /* savez's, as the caller's */
 }
 
@@ -957,7 +957,7 @@ int ot_model_load_at(ot_model *m, const char *path, const char *file, int line)
     int n = s.n;
     const char *const *np = s.np;
     ot_tensor *const *p = s.t, *got[OT__MODEL_ARRAYS] = {0};
-    int count = (ot_loadz)(m->be, path, n, np, got);
+    int count = ot_loadz_at(m->be, path, n, np, got, file, line);
     if (count < 0) return ot__err_relabel(count, file, line, at->fn);   /* loadz's */
     int rc = count == n ? 0 : FAIL(at, OT_EINVAL, "%s holds %d arrays; the model "
                                           "stores %d", path, count, n);

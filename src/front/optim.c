@@ -186,7 +186,7 @@ static void step_put(step *s, ot_tensor *out, ot_node *tree)
  * assign_many: outputs 1 and 2 overlap", an m that is v). */
 static int step_end(step *s, const ot__site *at)
 {
-    int rc = (ot_assign_many)(s->n, s->outs, s->trees);
+    int rc = ot_assign_many_at(s->n, s->outs, s->trees, at->file, at->line);
     ot_pool_pop(s->pool);
     free(s->outs);
     free(s->trees);

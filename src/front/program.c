@@ -58,7 +58,7 @@ int ot__prog_step_error(const ot__site *at, int i, const ot_node *tree)
     snprintf(msg, sizeof msg, "%s", ot__prog_unsited(at, ot_errmsg()));
     if (tree && tree->file) snprintf(from, sizeof from, " (tree built at %s:%d)", tree->file, tree->line);
     int code = ot_errcode() ? ot_errcode() : OT_EINTERNAL;
-    return ot__err_set(code, at->file, at->line, at->fn, "step %d%s: %s", i, from, msg);
+    return ot__err_reword(code, at->file, at->line, at->fn, "step %d%s: %s", i, from, msg);
 }
 
 /* ---- ot_sequential ---------------------------------------------------------- */
@@ -109,7 +109,7 @@ int ot_sequential_at(int n, const ot_step steps[], const char *file, int line)
     char msg[512];
     if (rc && failed < 0) {   /* planning failed: no step ran */
         snprintf(msg, sizeof msg, "%s", ot_errmsg());
-        return ot__err_set(rc, file, line, at.fn, "%s", msg);
+        return ot__err_reword(rc, file, line, at.fn, "%s", msg);
     }
     return rc ? ot__prog_step_error(&at, failed, NULL) : 0;
 }

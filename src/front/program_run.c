@@ -223,7 +223,7 @@ static int compile_steps(const ot_program *p, spec *s)
     else if (rc && checked) {   /* planning failed: the message, placed once */
         char msg[512];
         snprintf(msg, sizeof msg, "%s", ot__prog_unsited(&p->at, ot_errmsg()));
-        rc = FAIL(p, rc, "%s", msg);
+        rc = ot__err_reword(rc, p->at.file, p->at.line, p->at.fn, "%s", msg);
     }
     free(st);
     return rc;

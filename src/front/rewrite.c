@@ -609,6 +609,11 @@ static ot_node *replace(pass *p, const match *mt)
                  ot__shape_str(&root->shape, sn), ot_dtype_name((ot_dtype)root->dtype),
                  ot__shape_str(&r->shape, sr), ot_dtype_name((ot_dtype)r->dtype));
     }
+    if (code && !r && ot_errcode()) {   /* a builder's error, handed to the handler already */
+        ot__err_reword(code, root->file, root->line, "rewrite", "rule \"%s\" (set \"%s\") %s",
+                       p->rule->name, p->set, why);
+        return NULL;
+    }
     if (code) {
         ot__err_set(code, root->file, root->line, "rewrite", "rule \"%s\" (set \"%s\") %s",
                     p->rule->name, p->set, why);

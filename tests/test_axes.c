@@ -465,6 +465,45 @@ TEST(axes_backprop_writes_gradients_by_position)
     ot_backend_free(be);
 }
 
+/* Gradients of trees whose named operands broadcast as they would by
+ * position are the unnamed trees' gradients: a gradient keeping a narrow
+ * operand's names (w of C) meets a wide one (x of N,C) in a rule, and was
+ * aligned with it by name into (C,N), summing the wrong axis (a square x:
+ * a wrong answer; another shape: a broadcast error). */
+TEST(axes_gradients_match_unnamed)
+{
+    static const int64_t rows[] = {3, 2};
+    for (int b = 0; b < 2; b++)
+        for (int r = 0; r < 2; r++) {
+            ot_backend *be = backend(b ? "cpu" : "ref");
+            ot_shape xs = OT_SHAPE(rows[r], 3);
+            ot_tensor *x = data(be, xs, "N,C", 61), *xu = data(be, xs, NULL, 61);
+            ot_tensor *y = data(be, OT_SHAPE(3), "C", 62), *yu = data(be, OT_SHAPE(3), NULL, 62);
+            ot_tensor *w = data(be, OT_SHAPE(3), "C", 63), *wu = data(be, OT_SHAPE(3), NULL, 63);
+            ot_pool *p = ot_pool_push();
+            ot_node *named[3] = {ot_sum(ot_mul(ot_mul(x, y), w)), ot_sum(ot_mul(ot_mul(x, w), w)),
+                                 ot_sum(ot_exp(ot_sub(ot_mul(w, x), ot_div(x, ot_add(y, 3.0)))))};
+            ot_node *plain[3] = {ot_sum(ot_mul(ot_mul(xu, yu), wu)), ot_sum(ot_mul(ot_mul(xu, wu), wu)),
+                                 ot_sum(ot_exp(ot_sub(ot_mul(wu, xu), ot_div(xu, ot_add(yu, 3.0)))))};
+            for (int t = 0; t < 3; t++) {
+                ot_autodiff *an = ot_autodiff_new(named[t], NULL), *au = ot_autodiff_new(plain[t], NULL);
+                ot_tensor *wrt[2][3] = {{x, y, w}, {xu, yu, wu}};
+                for (int k = 0; k < 3; k++) {
+                    double gn[9] = {0}, gu[9] = {0};
+                    CHECK_INT(ot_autodiff_grad_host(an, wrt[0][k], gn), 0);
+                    CHECK_INT(ot_autodiff_grad_host(au, wrt[1][k], gu), 0);
+                    for (int i = 0; i < 9; i++) CHECK_NEAR(gn[i], gu[i], 1e-12);
+                }
+                ot_autodiff_free(an);
+                ot_autodiff_free(au);
+            }
+            ot_pool_pop(p);
+            ot_tensor *all[] = {x, xu, y, yu, w, wu};
+            for (int i = 0; i < 6; i++) ot_tensor_free(all[i]);
+            ot_backend_free(be);
+        }
+}
+
 TEST(axes_errors_name_the_axes)
 {
     ot_backend *be = backend("ref");

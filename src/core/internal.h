@@ -612,6 +612,12 @@ int ot__axes_infer(ot_node *n);
  * tensors or transposes of expressions; *out gets the result's names. */
 int ot__axes_align(const char *op, const char *file, int line, ot_node **a, ot_node **b,
                    const ot__axes **out);
+/* ot_build_at with operands broadcast by position whatever their names
+ * (node.c): autodiff's gradient nodes, whose operands the forward tree
+ * has aligned already; by name, g(C) * x(N,C) came out (C,N), and the
+ * gradient summed over the wrong axis. */
+ot_node *ot__build_positional(ot_op op, ot_node *a, ot_node *b, const ot_args *args,
+                              const char *file, int line);
 /* Assignment by name: a tree named otherwise than its named output is
  * brought into the output's order (as ot__axes_align brings an operand),
  * *tree replaced; OT_EINVAL for a name the output lacks, OT_ESHAPE for a

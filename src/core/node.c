@@ -377,6 +377,19 @@ static bool is_plain(const site *st, int kind, const ot_node *a, const ot_node *
            !ot__shape_problem(&a->shape, *dt, msg, sizeof msg);
 }
 
+/* Nonzero while ot__build_positional builds: operands broadcast by
+ * position whatever their names. */
+static _Thread_local int positional;
+
+ot_node *ot__build_positional(ot_op op, ot_node *a, ot_node *b, const ot_args *args,
+                              const char *file, int line)
+{
+    positional++;
+    ot_node *n = ot_build_at(op, a, b, args, file, line);
+    positional--;
+    return n;
+}
+
 ot_node *ot_build_at(ot_op op, ot_node *a, ot_node *b, const ot_args *args,
                      const char *file, int line)
 {
@@ -401,7 +414,7 @@ ot_node *ot_build_at(ot_op op, ot_node *a, ot_node *b, const ot_args *args,
     switch (kind) {
     case OT_KIND_UNARY: rc = ot__infer_elementwise(&st, a, NULL, &p); break;
     case OT_KIND_BINARY:
-        if (a->axes && b->axes && a->axes != b->axes &&
+        if (a->axes && b->axes && a->axes != b->axes && !positional &&
             ot__axes_align(ot_op_name(op), file, line, &a, &b, &p.named))
             return NULL;
         rc = ot__infer_elementwise(&st, a, b, &p);

@@ -29,9 +29,12 @@ typedef struct sweep {
     int len, cap;
 } sweep;
 
+/* Gradient nodes broadcast by position: the forward tree's operands are
+ * aligned by name already, and a gradient that kept a narrower operand's
+ * names (w of axes C) was aligned with a wider one by name otherwise. */
 static inline ot_node *B(const ctx *c, ot_op op, ot_node *a, ot_node *b)
 {
-    return ot_build_at(op, a, b, NULL, c->file, c->line);
+    return ot__build_positional(op, a, b, NULL, c->file, c->line);
 }
 
 static inline ot_node *reduce(const ctx *c, ot_op op, ot_node *x, int axis, bool keepdims)

@@ -1333,6 +1333,18 @@ TEST(autodiff_errors)
     CHECK(bad == NULL);
     CHECK(ot_autodiff_new(bad, NULL) == NULL);
     CHECK_ERR(OT_ESHAPE, "mul");
+    /* A gradient buffer on another backend: the backprop's line, not the
+     * line that built the loss. */
+    ot_backend *cpu = ot_backend_new("cpu", NULL);
+    ot_tensor *gx = ot_empty(cpu, OT_SHAPE(2, 3), OT_F32);
+    ot_autodiff *ab = ot_autodiff_new(ot_sum(ot_mul(x, x)), NULL);
+    char site[128];
+    int line = __LINE__ + 1;
+    CHECK_INT(ot_autodiff_backprop(ab, 1, &x, &gx), OT_EBACKEND);
+    CHECK_ERR(OT_EBACKEND, TEST_SITE(site, line), "autodiff_backprop: tree 0 reads tensors of backend 'ref'");
+    ot_autodiff_free(ab);
+    ot_tensor_free(gx);
+    ot_backend_free(cpu);
 
     /* An op without a rule (as a future custom op would be): a node whose
      * op the table does not know, built at a known line. */

@@ -424,8 +424,11 @@ TEST(model_errors_name_the_call_site_and_shapes)
     CHECK_INT(ot_model_linear(m, 0, OT_ACT_NONE, 1), OT_EINVAL);
     CHECK_ERR(OT_EINVAL, TEST_SITE(at, line), "model_linear", "units must be >= 1");
     line = __LINE__ + 1;
+    CHECK_INT(ot_model_linear(m, INT64_C(1) << 40, OT_ACT_NONE, 1), OT_ENOMEM);
+    CHECK_ERR(OT_ENOMEM, TEST_SITE(at, line), "model_linear: empty: cannot allocate");
+    line = __LINE__ + 1;
     CHECK_INT(ot_model_sgd(m, &(ot_sgd){.momentum = -1}), OT_EINVAL);
-    CHECK_ERR(OT_EINVAL, TEST_SITE(at, line), "model_sgd", "momentum must be >= 0");
+    CHECK_ERR(OT_EINVAL, TEST_SITE(at, line), "model_sgd", "momentum must be finite and >= 0");
     line = __LINE__ + 1;
     CHECK(ot_model_new(be, 0) == NULL);
     CHECK_ERR(OT_EINVAL, TEST_SITE(at, line), "model_new", "inputs must be >= 1");

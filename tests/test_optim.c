@@ -716,10 +716,12 @@ TEST(optim_sgd_errors)
     CHECK_INT(ot_sgd_step(&o, 2, f.W, f.G, NULL), OT_ENULL);
     CHECK_ERR(OT_ENULL, "vel is NULL but momentum is 0.9");
     const struct { ot_sgd o; const char *msg; } bad_opts[] = {
-        {{.lr = -0.1}, "lr must be >= 0, not -0.1"},
-        {{.lr = NAN}, "lr must be >= 0, not nan"},
-        {{.lr = 0.1, .momentum = -0.5}, "momentum must be >= 0"},
-        {{.lr = 0.1, .weight_decay = -1}, "weight_decay must be >= 0"},
+        {{.lr = -0.1}, "lr must be finite and >= 0, not -0.1"},
+        {{.lr = NAN}, "lr must be finite and >= 0, not nan"},
+        {{.lr = INFINITY}, "lr must be finite and >= 0, not inf"},
+        {{.lr = 0.1, .momentum = INFINITY}, "momentum must be finite and >= 0"},
+        {{.lr = 0.1, .momentum = -0.5}, "momentum must be finite and >= 0"},
+        {{.lr = 0.1, .weight_decay = -1}, "weight_decay must be finite and >= 0"},
         {{.lr = 0.1, .grad_scale = -2}, "grad_scale must be >= 0 (0 means 1), not -2"},
     };
     for (size_t i = 0; i < sizeof bad_opts / sizeof bad_opts[0]; i++) {
@@ -774,7 +776,8 @@ TEST(optim_adam_errors)
     CHECK_INT(ot_adam_step(&o, 2, f.W, f.G, f.M, (ot_tensor *[]){NULL, f.vb}), OT_ENULL);
     CHECK_ERR(OT_ENULL, "v[0] is NULL");
     const struct { size_t field; double value; const char *msg; } bad_opts[] = {
-        {offsetof(ot_adam, lr), -1, "lr must be >= 0, not -1"},
+        {offsetof(ot_adam, lr), -1, "lr must be finite and >= 0, not -1"},
+        {offsetof(ot_adam, lr), INFINITY, "lr must be finite and >= 0, not inf"},
         {offsetof(ot_adam, beta1), 1, "beta1 must be in [0, 1), not 1"},
         {offsetof(ot_adam, beta1), -0.1, "beta1 must be in [0, 1), not -0.1"},
         {offsetof(ot_adam, beta2), 1.5, "beta2 must be in [0, 1), not 1.5"},
@@ -862,6 +865,13 @@ TEST(optim_clip_errors)
     ot_node *bad = ot_mul(f.gw, f.gshort);
     CHECK_INT(ot_clip_global_norm(2, (ot_node *[]){f.G[0], bad}, 1, &scale, &norm), OT_ESHAPE);
     CHECK_ERR(OT_ESHAPE, "mul");
+    ot_pool *inner = ot_pool_push();
+    ot_node *dead = ot_mul(f.gw, 2.0);
+    ot_pool_pop(inner);
+    char site[128];
+    int line = __LINE__ + 1;
+    CHECK_INT(ot_clip_global_norm(2, (ot_node *[]){f.G[0], dead}, 1, &scale, &norm), OT_ESTATE);
+    CHECK_ERR(OT_ESTATE, TEST_SITE(site, line), "clip_global_norm: g[1] is a dead node");
     const double bad_max[] = {0, -1, NAN};
     for (int i = 0; i < 3; i++) {
         CHECK_INT(ot_clip_global_norm(2, f.G, bad_max[i], &scale, &norm), OT_EINVAL);

@@ -183,6 +183,11 @@ TEST(pool_stale_handle_pops_nothing)
     CHECK_INT(ot_pool_pop(q), 0);
     CHECK_INT(refs(x), 1);
     CHECK_INT(ot_pool_pop(q), OT_ESTATE);
+    ot_clear_error();
+    int line = __LINE__ + 1;
+    CHECK_INT(ot_pool_pop(NULL), OT_ENULL);
+    char at[128];
+    CHECK_ERR(OT_ENULL, TEST_SITE(at, line), "pool_pop: pool is NULL");
     for (int i = 0; i < 200; i++) {   /* tags cycle; each push's handle pops once */
         ot_pool *r = ot_pool_push();
         CHECK_INT(ot_pool_pop(r), 0);

@@ -911,6 +911,16 @@ TEST(program_errors_name_the_call_site)
     int line = __LINE__ + 1;
     CHECK(ot_program_placeholder(p, "x", OT_SHAPE(4), OT_F32) == NULL);
     CHECK_ERR(OT_EINVAL, TEST_SITE(at, line), "program_placeholder", "named x exists");
+    /* A tensor the call cannot make: its error named as the call's. */
+    line = __LINE__ + 1;
+    CHECK(ot_program_placeholder(p, "y", OT_SHAPE(2), (ot_dtype)99) == NULL);
+    CHECK_ERR(OT_EDTYPE, TEST_SITE(at, line), "program_placeholder: zeros: unknown dtype 99");
+    line = __LINE__ + 1;
+    CHECK(ot_program_variable(p, "v", OT_SHAPE(INT64_MAX / 2, 4), OT_F32, OT_INIT_ZERO) == NULL);
+    CHECK_ERR(OT_EOVERFLOW, TEST_SITE(at, line), "program_variable: zeros: tensor too big");
+    line = __LINE__ + 1;
+    CHECK(ot_program_variable(p, "v", OT_SHAPE(3), OT_I32, OT_INIT_UNIFORM(0, 10, 1)) == NULL);
+    CHECK_ERR(OT_EDTYPE, TEST_SITE(at, line), "program_variable: a uniform initializer draws floats");
     ot_tensor *out = ot_zeros(be, OT_SHAPE(4), OT_F32);
     ot_pool *pool = ot_pool_push();
     int tree_line = __LINE__ + 1;
@@ -929,7 +939,7 @@ TEST(program_errors_name_the_call_site)
     ot_tensor *w = ot_program_variable(p, "w", OT_SHAPE(3), OT_F32, OT_INIT_ZERO);
     line = __LINE__ + 1;
     CHECK_INT(ot_program_sgd(p, &(ot_sgd){.lr = -1}, 1, &w, (ot_node *[]){ot_tensor_node(w)}, NULL), OT_EINVAL);
-    CHECK_ERR(OT_EINVAL, TEST_SITE(at, line), "program_sgd", "lr must be >= 0, not -1");
+    CHECK_ERR(OT_EINVAL, TEST_SITE(at, line), "program_sgd", "lr must be finite and >= 0, not -1");
     ot_program_free(p);
 
     p = ot_program_new(be);

@@ -160,8 +160,8 @@ int ot_autodiff_grads(ot_autodiff *ad, int n, ot_tensor *const wrt[], ot_node *g
  * and weight_decay 0 (a beta of exactly 0 is not expressible: 1e-300 acts
  * as 0). The same holds for ot_program_sgd/adam and ot_model_sgd/adam.
  * Both steps check every argument before writing anything: OT_ENULL for a
- * NULL array or entry, OT_EINVAL for n < 0, a negative or NaN lr, momentum
- * or weight_decay, a negative grad_scale, betas outside [0, 1), eps < 0 or
+ * NULL array or entry, OT_EINVAL for n < 0, a negative, infinite or NaN
+ * lr, momentum or weight_decay, a negative grad_scale, betas outside [0, 1), eps < 0 or
  * t < 0, OT_EDTYPE for an integer parameter, gradient, state or
  * lr_scale, OT_ESHAPE for a gradient or state whose shape is not exactly
  * w's or an lr_scale that is not 0-d, OT_EBACKEND for a gradient, state or

@@ -127,6 +127,8 @@ ot__callsite ot__site_enter(const char *file, int line)
     return outer;
 }
 
+bool ot__site_placed(void) { return site.file != NULL; }
+
 void ot__site_leave(ot__callsite outer)
 {
     site = outer;

@@ -473,6 +473,8 @@ typedef struct ot__callsite {
 } ot__callsite;
 ot__callsite ot__site_enter(const char *file, int line);
 void ot__site_leave(ot__callsite outer);
+/* Whether a public call's place is set (errors without one take it). */
+bool ot__site_placed(void);
 /* msg without the call site's "file:line: " in front, for a function that
  * puts an inner error inside its own message (ot_parse's "col 5: ..."),
  * which the site then prefixes once. */

@@ -434,7 +434,7 @@ ot_pool *ot_pool_push(void)
 
 int ot_pool_pop_at(ot_pool *h, const char *file, int line)
 {
-    if (!h) return ot__err_null("pool_pop", "pool");
+    if (!h) return ot_errcode() ? ot_errcode() : ot__err_set(OT_ENULL, file, line, "pool_pop", "pool is NULL");
     unsigned tag;
     ot_pool *p = pool_of(h, &tag), *q = pool_top;
     while (q && q != p) q = q->parent;

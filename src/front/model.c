@@ -105,25 +105,31 @@ static int64_t outputs(const ot_model *m)
  * zero biases and optimizer state; batch norm: a weight of ones and, as
  * PyTorch starts them, running mean 0 and variance 1. Pooling layers have
  * no parameters (ws.ndim 0). */
+/* The layer's tensors, each made at the caller's place; the first that
+ * cannot be made (a size too big) ends it, its error named as the call's
+ * (one error: the handler heard six). */
+static int layer_tensors(ot_model *m, layer *l, ot_shape ws, ot_shape bs)
+{
+    ot_tensor **t[8] = {&l->w, &l->b, &l->m[0], &l->v[0], &l->m[1], &l->v[1], &l->rm, &l->rv};
+    int count = l->kind == L_BN ? 8 : 6;
+    for (int i = 0; i < count; i++) {
+        ot_shape s = i == 0 || i == 2 || i == 3 ? ws : bs;
+        *t[i] = i == 0 ? (ot_empty)(m->be, s, OT_F32) : (ot_full)(m->be, s, OT_F32, i == 7 ? 1.0 : 0.0);
+        if (!*t[i]) return ot_errcode() ? ot_errcode() : OT_ENOMEM;
+    }
+    return 0;
+}
+
 static int layer_init(ot_model *m, layer *l, ot_shape ws, int64_t in, uint64_t seed,
                       const ot__site *at)
 {
     int rc = ot__backend_gone(m->be, at->fn, at->file, at->line, "the model");
     if (rc || !ws.ndim) return rc;
     ot_shape bs = OT_SHAPE(ws.dims[l->kind == L_DENSE ? 1 : 0]);
-    l->w = (ot_empty)(m->be, ws, OT_F32);
-    if (l->kind == L_BN) {
-        l->rm = (ot_zeros)(m->be, bs, OT_F32);
-        l->rv = (ot_full)(m->be, bs, OT_F32, 1.0);
-        if (!l->rm || !l->rv) return ot_errcode() ? ot_errcode() : nomem(at);
-    }
-    l->b = (ot_zeros)(m->be, bs, OT_F32);
-    for (int k = 0; k < 2; k++) {
-        l->m[k] = (ot_zeros)(m->be, k ? bs : ws, OT_F32);
-        l->v[k] = (ot_zeros)(m->be, k ? bs : ws, OT_F32);
-    }
-    bool made = l->w && l->b && l->m[0] && l->m[1] && l->v[0] && l->v[1];
-    if (!made) return ot_errcode() ? ot_errcode() : nomem(at);
+    ot__callsite outer = ot__site_enter(at->file, at->line);
+    rc = layer_tensors(m, l, ws, bs);
+    ot__site_leave(outer);
+    if (rc) return ot__err_relabel(rc, at->file, at->line, at->fn);
     /* ot_variables of a tree over the model lists its parameters */
     if (ot_tensor_set_trainable(l->w, true) || ot_tensor_set_trainable(l->b, true))
         return ot_errcode();

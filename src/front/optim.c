@@ -50,6 +50,12 @@ static int check_grads(const ot__site *at, int n, ot_node *const g[])
                             : FAIL(at, OT_ENULL, "%s is NULL", what);
     }
     ot_clear_error();
+    for (int i = 0; i < n; i++) {   /* a dead gradient, before any tree reads it */
+        char what[32];
+        snprintf(what, sizeof what, "g[%d]", i);
+        int rc = ot__node_check(at->fn, at->file, at->line, what, g[i]);
+        if (rc) return rc;
+    }
     return 0;
 }
 
@@ -112,11 +118,12 @@ static int check_state(const ot__site *at, const char *name, int i, const ot_ten
     return check_backend(at, name, i, t->leaf.be, w);
 }
 
-/* Hyperparameters are numbers >= 0 (a NaN fails the test, as it should). */
+/* Hyperparameters are finite numbers >= 0 (a NaN fails the test, as it
+ * should; an infinite lr wrote -inf and NaN into every weight). */
 static int check_nonneg(const ot__site *at, const char *name, double x)
 {
-    if (x >= 0) return 0;
-    return FAIL(at, OT_EINVAL, "%s must be >= 0, not %g", name, x);
+    if (x >= 0 && isfinite(x)) return 0;
+    return FAIL(at, OT_EINVAL, "%s must be finite and >= 0, not %g", name, x);
 }
 
 /* grad_scale 0 means 1. A NaN passes: it is what ot_clip_global_norm gives
@@ -437,8 +444,11 @@ int ot__adam_trees(const ot__site *at, const ot_adam *opts, ot_tensor *count, in
  * lose digits, and f32 squares overflow past 1.8e19). */
 static int sum_squares(ot_node *g, double *out)
 {
-    ot_node *g64 = ot_node_dtype(g) == OT_F64 ? g : ot_cast(g, .dtype = OT_F64);
-    ot_tensor *t = (ot_eval)(ot_sum(ot_mul(g64, g64)));
+    /* Built with no place: an error takes the caller's (clip's site). */
+    ot_args f64 = {.axis = OT_AXIS_ALL, .dtype = OT_F64};
+    ot_node *g64 = ot_node_dtype(g) == OT_F64 ? g : ot_build_at(OT_OP_CAST, g, NULL, &f64, NULL, 0);
+    ot_node *sq = ot_build_at(OT_OP_MUL, g64, g64, NULL, NULL, 0);
+    ot_tensor *t = (ot_eval)(ot_build_at(OT_OP_SUM, sq, NULL, NULL, NULL, 0));
     if (!t) return ot_errcode();
     int rc = (ot_get)(t, out);
     ot_tensor_free(t);
@@ -471,11 +481,13 @@ int ot_clip_global_norm_at(int n, ot_node *const g[], double max_norm, double *s
     ot_pool *pool = ot_pool_push();
     if (!pool) return ot_errcode();
     double total = 0;
+    ot__callsite outer = ot__site_enter(file, line);
     for (int i = 0; i < n && !rc; i++) {
         double ss = 0;
         rc = sum_squares(g[i], &ss);
         total += ss;
     }
+    ot__site_leave(outer);
     ot_pool_pop(pool);
     if (rc) return rc;
     *scale = clip_scale(sqrt(total), max_norm);

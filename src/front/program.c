@@ -199,6 +199,14 @@ int ot__prog_resolve_shape(const ot_program *p, const char *name, ot_shape *shap
     return 0;
 }
 
+/* A tensor the call could not make (a bad dtype, a size too big): the
+ * error, placed at the caller already, named as the call's; NULL. */
+static ot_tensor *made_none(const ot_program *p)
+{
+    ot__err_relabel(ot_errcode() ? ot_errcode() : OT_ENOMEM, p->at.file, p->at.line, p->at.fn);
+    return NULL;
+}
+
 static ot_tensor *add_placeholder(ot_program *p, const char *name, ot_shape shape, ot_dtype dtype)
 {
     int rc = ot__prog_check_open(p);
@@ -209,8 +217,8 @@ static ot_tensor *add_placeholder(ot_program *p, const char *name, ot_shape shap
     ot_shape nominal = shape;
     if (!rc) rc = ot__prog_resolve_shape(p, name, &nominal, p->symnom);
     if (rc) return NULL;
-    ot_tensor *t = (ot_zeros)(p->be, nominal, dtype);
-    if (!t) return NULL;
+    ot_tensor *t = ot_zeros_at(p->be, nominal, dtype, p->at.file, p->at.line);
+    if (!t) return made_none(p);
     t->buf->placeholder_of = p;
     ot_dtype dt = (ot_dtype)t->leaf.dtype;
     placeholder ph = {dup_str(name), shape, dt, (int64_t)ot_dtype_size(dt), t};
@@ -248,8 +256,12 @@ static ot_tensor *init_tensor(ot_backend *be, ot_shape shape, ot_dtype dtype, co
         return NULL;
     }
     ot_dtype dt = (ot_dtype)t->leaf.dtype;
-    ot_node *u = ot_rand(shape, in->seed, dt == OT_F64 ? OT_F64 : OT_F32);
-    int rc = ot_assign(t, ot_add(ot_mul(u, in->hi - in->lo), in->lo));
+    /* built with no place of their own: the caller's (add_variable's site) */
+    ot_args r = {.axis = OT_AXIS_ALL, .dtype = dt == OT_F64 ? OT_F64 : OT_F32, .seed = in->seed,
+                 .shape = shape};
+    ot_node *u = ot_build_at(OT_OP_RAND, NULL, NULL, &r, NULL, 0);
+    ot_node *v = ot_build_at(OT_OP_MUL, u, ot_const(in->hi - in->lo), NULL, NULL, 0);
+    int rc = ot_assign_at(t, ot_build_at(OT_OP_ADD, v, ot_const(in->lo), NULL, NULL, 0), NULL, 0);
     ot_pool_pop(pool);
     if (rc) {
         ot_tensor_free(t);
@@ -258,7 +270,7 @@ static ot_tensor *init_tensor(ot_backend *be, ot_shape shape, ot_dtype dtype, co
     return t;
 }
 
-static int check_init(const ot_program *p, const ot_init *in)
+static int check_init(const ot_program *p, const ot_init *in, ot_dtype dtype)
 {
     if (in->kind < OT_INIT_ZEROS || in->kind > OT_INIT_DATA)
         return FAIL(p, OT_EINVAL, "unknown initializer kind %d", in->kind);
@@ -267,6 +279,9 @@ static int check_init(const ot_program *p, const ot_init *in)
     if (in->kind == OT_INIT_UNIFORM && !(isfinite(in->lo) && isfinite(in->hi) && in->lo <= in->hi))
         return FAIL(p, OT_EINVAL, "uniform initializer bounds [%g, %g) are not finite with lo <= hi",
                     in->lo, in->hi);
+    if (in->kind == OT_INIT_UNIFORM && dtype == OT_I32)
+        return FAIL(p, OT_EDTYPE, "a uniform initializer draws floats; an int32 variable takes "
+                    "zeros, a constant or data");
     return 0;
 }
 
@@ -275,7 +290,7 @@ static ot_tensor *add_variable(ot_program *p, const char *name, ot_shape shape, 
 {
     int rc = ot__prog_check_open(p);
     if (!rc) rc = check_name(p, name);
-    if (!rc) rc = check_init(p, init);
+    if (!rc) rc = check_init(p, init, dtype);
     char s1[OT__SHAPE_STRLEN];
     for (int d = 0; !rc && d < shape.ndim && d < OT_MAX_DIMS; d++)
         if (shape.dims[d] < 0)
@@ -283,8 +298,10 @@ static ot_tensor *add_variable(ot_program *p, const char *name, ot_shape shape, 
                       "shape has no symbols)", name, ot__shape_str(&shape, s1), d);
     if (rc) return NULL;
     ot_clear_error();
+    ot__callsite outer = ot__site_enter(p->at.file, p->at.line);
     ot_tensor *t = init_tensor(p->be, shape, dtype, init);
-    if (!t) return NULL;
+    ot__site_leave(outer);
+    if (!t) return made_none(p);
     if (dtype != OT_I32) t->buf->var = t;    /* trainable, as ngraph's variables */
     if (ot_tensor_set_name(t, name) || !ot__prog_push((void **)&p->var, &p->nvar, sizeof t, &t)) {
         ot_tensor_free(t);

@@ -902,6 +902,35 @@ TEST(program_host_binding_byte_count)
 
 /* ---- errors name the caller's file:line and the shapes (issue 31) ---------- */
 
+/* An error a step finds while running (an index out of range) names the
+ * run's line, program_run, the step and where its tree was built, on a
+ * backend that prepares steps and on one that assigns them. */
+TEST(program_run_errors_name_the_step)
+{
+    for (int b = 0; b < 2; b++) {
+        char at[128], built[128];
+        ot_backend *be = backend(b ? "cpu" : "ref");
+        ot_program *p = ot_program_new(be);
+        ot_tensor *x = ot_program_placeholder(p, "x", OT_SHAPE(4), OT_F32);
+        ot_tensor *idx = ot_program_placeholder(p, "idx", OT_SHAPE(4), OT_I32);
+        ot_tensor *z = ot_zeros(be, OT_SHAPE(4), OT_F32);
+        ot_pool *pool = ot_pool_push();
+        int tree_line = __LINE__ + 1;
+        CHECK_INT(ot_program_assign(p, z, ot_take(x, idx, 0)), 0);
+        ot_pool_pop(pool);
+        CHECK_INT(ot_program_compile(p), 0);
+        float hx[4] = {1, 2, 3, 4};
+        int32_t bad[4] = {0, 1, 9, 0};
+        int line = __LINE__ + 1;
+        CHECK_INT(ot_program_run(p, 2, (ot_bind[]){OT_BIND_DATA("x", hx, sizeof hx), OT_BIND_DATA("idx", bad, sizeof bad)}), OT_EINVAL);
+        snprintf(built, sizeof built, "step 0 (tree built at %s:%d): take: index 9", __FILE__, tree_line);
+        CHECK_ERR(OT_EINVAL, TEST_SITE(at, line), "program_run", built);
+        ot_program_free(p);
+        ot_tensor_free(z);
+        ot_backend_free(be);
+    }
+}
+
 TEST(program_errors_name_the_call_site)
 {
     char at[128];

@@ -447,6 +447,10 @@ TEST(rewrite_bad_replacements_are_errors)
             ot_clear_error();
             CHECK(ot_rewrite(t, sets[k]) == NULL);
             CHECK_INT(ot_errcode(), codes[k]);
+            /* in a sequence: the step whose rewrite failed is named */
+            ot_node *t0 = ot_neg(x);
+            CHECK_INT(ot_sequential(2, (ot_step[]){{1, &y, &t0}, {1, &x, &t}}), codes[k]);
+            CHECK_ERR(codes[k], "sequential: step 1: ", says[k]);
             ot_pool_pop(pool);
             ot_tensor_free(x), ot_tensor_free(y);
             ot_backend_free(be);

@@ -660,7 +660,7 @@ static int keep_trees(ot_backend *be, int n, ot_tensor *const outs[], ot_node *c
 
 /* With rule sets: every step's trees rewritten first, as assigning the
  * step would, retained in s->rewritten; copy gets the steps over them. */
-static int rewrite_steps(share *s, ot_step *copy)
+static int rewrite_steps(share *s, ot_step *copy, int *failed)
 {
     size_t total = 0;
     for (int j = 0; j < s->n; j++) total += (size_t)s->st[j].n;
@@ -675,6 +675,7 @@ static int rewrite_steps(share *s, ot_step *copy)
         if (s->st[j].n)
             rc = ot__rewrite_then(s->be, s->st[j].n, s->st[j].outs, s->st[j].trees, NULL,
                                   keep_trees, s->rewritten + at);
+        if (rc) *failed = j;   /* the error names the step */
         at += (size_t)s->st[j].n;
     }
     return rc;
@@ -725,7 +726,7 @@ int ot__share_steps(int n, const ot_step steps[], ot__share_sink *sink, int *fai
     sink->ntmp = 0;
     if (s.be && n > 1) {
         if (s.be->rewrite && !(copy = ot__malloc(sizeof *copy * (size_t)n))) rc = nomem();
-        if (copy) rc = rewrite_steps(&s, copy);
+        if (copy) rc = rewrite_steps(&s, copy, failed);
         if (copy) s.st = copy;
         if (!rc) rc = plan(&s, &kept);
         if (!rc && kept) rc = alloc_scratch(&s);

@@ -375,7 +375,7 @@ TEST(dead_names_and_variables)
     CHECK_INT(ot_node_set_meta(c.node, "k", "v"), OT_ESTATE);
     CHECK_DEAD(c, "node_set_meta", "the node");
     CHECK(ot_named(c.node, "h") == NULL);
-    CHECK_DEAD(c, "node_set_name", "the node");
+    CHECK_DEAD(c, "named: ", "the node");
     ot_tensor *vars[2];
     CHECK_INT(ot_variables(c.node, 2, vars), OT_ESTATE);
     CHECK_DEAD(c, "variables", "the tree");

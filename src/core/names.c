@@ -68,27 +68,34 @@ static int out_of_memory(const char *fn)
 
 /* ---- names --------------------------------------------------------------- */
 
-int (ot_node_set_name)(ot_node *n, const char *name)
+/* Names n for the public function fn (node_set_name, or named: the
+ * errors name the function called). */
+static int set_node_name(const char *fn, ot_node *n, const char *name)
 {
-    if (!n) return ot__err_null("node_set_name", "node");
-    if (ot__node_dead(n)) return ot__dead_err("node_set_name", NULL, 0, "the node", n);
+    if (ot__node_dead(n)) return ot__dead_err(fn, NULL, 0, "the node", n);
     ot_clear_error();
     if (name && !*name) name = NULL;
-    int rc = ot__name_check("node_set_name", name);
+    int rc = ot__name_check(fn, name);
     if (rc) return rc;
     if (n->kind == OT_NODE_LEAF) return (ot_tensor_set_name)(ot__leaf_tensor(n), name);
     char *copy = NULL;
-    if (name && !(copy = dup_str(name))) return out_of_memory("node_set_name");
+    if (name && !(copy = dup_str(name))) return out_of_memory(fn);
     if (!name && !n->annot) return 0;
     ot__annot *a = annot_get(n);
     if (!a) {
         free(copy);
-        return out_of_memory("node_set_name");
+        return out_of_memory(fn);
     }
     free(a->name);
     a->name = copy;
     annot_trim(n);
     return 0;
+}
+
+int (ot_node_set_name)(ot_node *n, const char *name)
+{
+    if (!n) return ot__err_null("node_set_name", "node");
+    return set_node_name("node_set_name", n, name);
 }
 
 const char *ot_node_name(const ot_node *n)
@@ -104,7 +111,7 @@ ot_node *ot_named(ot_node *n, const char *name)
         ot__err_null("named", "node");
         return NULL;
     }
-    return (ot_node_set_name)(n, name) ? NULL : n;
+    return set_node_name("named", n, name) ? NULL : n;
 }
 
 /* ---- metadata ------------------------------------------------------------ */

@@ -451,6 +451,12 @@ TEST(rewrite_bad_replacements_are_errors)
             ot_node *t0 = ot_neg(x);
             CHECK_INT(ot_sequential(2, (ot_step[]){{1, &y, &t0}, {1, &x, &t}}), codes[k]);
             CHECK_ERR(codes[k], "sequential: step 1: ", says[k]);
+            /* in a program: its compile fails, on every backend */
+            ot_program *prog = ot_program_new(be);
+            CHECK_INT(ot_program_assign(prog, y, t), 0);
+            CHECK_INT(ot_program_compile(prog), codes[k]);
+            CHECK_ERR(codes[k], "program_compile: step 0", says[k]);
+            ot_program_free(prog);
             ot_pool_pop(pool);
             ot_tensor_free(x), ot_tensor_free(y);
             ot_backend_free(be);

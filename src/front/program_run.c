@@ -167,6 +167,24 @@ static int check_step(const ot_program *p, spec *s, int i, ot_node **trees)
     return 0;
 }
 
+/* ot__rewrite_then's end for a backend that does not prepare steps: the
+ * rewritten trees (retained) replace the step's, which runs them as they
+ * are. Rewriting at each run instead let a failing rule pass the compile
+ * and fail every run. */
+static int keep_final(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const trees[],
+                      void *ctx)
+{
+    (void)be, (void)outs;
+    cstep *c = ctx;
+    for (int j = 0; j < n; j++) {
+        ot_node *t = ot_retain(trees[j]);
+        (ot_release)(c->trees[j]);
+        c->trees[j] = t;
+    }
+    c->final = true;
+    return 0;
+}
+
 /* ot__share_steps' sink at compile: each assignment of a run, in order,
  * kept as a cstep (its trees retained: the plan builds them in pools it
  * pops) and prepared where the backend prepares steps, with the rule sets
@@ -188,7 +206,10 @@ static int keep_cstep(void *ctx, ot_backend *fin, int step, bool wave, int n,
     x->c = &s->steps[s->nsteps - 1];
     memcpy(x->c->outs, outs, sizeof *outs * (size_t)n);
     for (int j = 0; j < n; j++) x->c->trees[j] = ot_retain(trees[j]);
-    if (!p->prepared) return 0;
+    if (!p->prepared)
+        return fin || !p->be->rewrite
+                   ? 0
+                   : ot__rewrite_then(p->be, n, x->c->outs, x->c->trees, NULL, keep_final, x->c);
     int rc = fin || !p->be->rewrite
                  ? plan_trees(p->be, n, x->c->outs, x->c->trees, x)
                  : ot__rewrite_then(p->be, n, x->c->outs, x->c->trees, NULL, plan_trees, x);

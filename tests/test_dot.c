@@ -2075,6 +2075,32 @@ TEST(mlp_grad)
 /* 10. Stability at +-1000                                                  */
 /* ======================================================================== */
 
+/* Over an empty axis, softmax and logsoftmax are empty, as PyTorch's (the
+ * max they shift by has no identity there), and so are their gradients;
+ * over a non-empty axis of an empty tensor, too. */
+TEST(softmax_over_an_empty_axis)
+{
+    static const char *const names[] = {"ref", "cpu"};
+    for (int b = 0; b < 2; b++) {
+        ot_backend *be = ot_backend_new(names[b], NULL);
+        ot_tensor *x = ot_zeros(be, OT_SHAPE(0, 3), OT_F32), *o = ot_empty(be, OT_SHAPE(0, 3), OT_F32);
+        ot_pool *p = ot_pool_push();
+        for (int axis = 0; axis < 2; axis++) {
+            CHECK_INT(ot_assign(o, ot_softmax(x, .axis = axis)), 0);
+            CHECK_INT(ot_assign(o, ot_logsoftmax(x, .axis = axis)), 0);
+            ot_autodiff *ad = ot_autodiff_new(ot_sum(ot_logsoftmax(x, .axis = axis)), NULL);
+            CHECK_INT(ot_assign(o, ot_autodiff_grad(ad, x)), 0);
+            ot_autodiff_free(ad);
+        }
+        CHECK(ot_softmax(x, .axis = 2) == NULL);   /* out of range still is an error */
+        CHECK_ERR(OT_EINVAL, "axis");
+        ot_pool_pop(p);
+        ot_tensor_free(x);
+        ot_tensor_free(o);
+        ot_backend_free(be);
+    }
+}
+
 TEST(softmax_stability)
 {
     enum { R = 5, K = 3 };

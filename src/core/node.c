@@ -492,9 +492,20 @@ static ot_node *expand_var(const site *st, ot_node *x, const ot_args *g)
     return B(st, OT_OP_DIV, ss, ot_const((double)(dof > 0 ? dof : 0)));
 }
 
+/* Whether x has no element along axis (all axes: none at all); an axis
+ * out of range is not, so that the reduction reports it. */
+static bool empty_along(const ot_node *x, int axis)
+{
+    if (axis == OT_AXIS_ALL) return ot__numel(&x->shape) == 0;
+    int a = axis < 0 ? axis + x->shape.ndim : axis;
+    return a >= 0 && a < x->shape.ndim && x->shape.dims[a] == 0;
+}
+
+/* Over an empty axis the result is empty (PyTorch's): no max to shift by,
+ * whose zero-size reduction has no identity. */
 static ot_node *expand_softmax(const site *st, ot_node *x, const ot_args *g, bool log_form)
 {
-    ot_node *shifted = B(st, OT_OP_SUB, x, R(st, OT_OP_MAX, x, g->axis, true));
+    ot_node *shifted = empty_along(x, g->axis) ? x : B(st, OT_OP_SUB, x, R(st, OT_OP_MAX, x, g->axis, true));
     if (!shifted) return NULL;
     if (log_form) {
         ot_node *lse = B(st, OT_OP_LOG, R(st, OT_OP_SUM, B(st, OT_OP_EXP, shifted, NULL),

@@ -454,6 +454,26 @@ TEST(program_symbolic_limits)
     CHECK_INT(ot_program_run(p, 1, &OT_BIND_DATA_SHAPE("x", h, OT_SHAPE(6), sizeof h)), OT_EUNSUPPORTED);
     CHECK_ERR(OT_EUNSUPPORTED, "step 0", "view", "symbolic placeholder");
     ot_program_free(p);
+    /* A view mixed with the placeholder itself: the same error whatever
+     * size is bound (substituting the placeholder first met the view's
+     * shape, an OT_ESHAPE at sizes other than 1). */
+    p = ot_program_new(be);
+    bs = ot_program_symbol(p, "batch", 3);
+    x = ot_program_placeholder(p, "x", OT_SHAPE(OT_SYM(bs), 2), OT_F32);
+    ot_tensor *rev = ot_slice(x, OT_RANGE(-1, OT_END, -1));
+    ot_tensor *o3 = ot_zeros(be, OT_SHAPE(2), OT_F32);
+    pool = ot_pool_push();
+    CHECK_INT(ot_program_assign(p, o3, ot_sum(ot_sub(rev, ot_mean(x, .axis = 1, .keepdims = true)), .axis = 0)), 0);
+    ot_pool_pop(pool);
+    ot_tensor_free(rev);
+    CHECK_INT(ot_program_compile(p), 0);
+    for (int rows = 1; rows <= 5; rows += 2 + (rows == 1)) {   /* 1, 4: not the nominal 3 */
+        float hb[10] = {0};
+        CHECK_INT(ot_program_run(p, 1, &OT_BIND_DATA_SHAPE("x", hb, OT_SHAPE(rows, 2), sizeof hb)), OT_EUNSUPPORTED);
+        CHECK_ERR(OT_EUNSUPPORTED, "step 0", "view", "symbolic placeholder");
+    }
+    ot_program_free(p);
+    ot_tensor_free(o3);
     ot_tensor_free(out);
     ot_tensor_free(o2);
     ot_backend_free(be);

@@ -48,6 +48,8 @@ void ot__prog_spec_free(const ot_program *p, spec *s)
 typedef struct stale_ctx {
     const ot_program *p;
     const spec *s;
+    bool views_only;   /* the step's own trees: the placeholders themselves
+                          are substituted, their views cannot be */
 } stale_ctx;
 
 /* A leaf over a placeholder's nominal memory where the specialisation has
@@ -57,18 +59,21 @@ static int visit_stale(ot__walker *w, const ot_node *n, int index, const int ope
     (void)operand;
     const stale_ctx *x = w->ctx;
     if (n->kind != OT_NODE_LEAF) return index;
-    const ot_buffer *b = ot__leaf_tensor(n)->buf;
+    const ot_tensor *t = ot__leaf_tensor(n);
     for (int k = 0; k < x->p->nph; k++)
-        if (x->s->ph[k] != x->p->ph[k].t && b == x->p->ph[k].t->buf) return OT_EUNSUPPORTED;
+        if (x->s->ph[k] != x->p->ph[k].t && t->buf == x->p->ph[k].t->buf &&
+            !(x->views_only && t == x->p->ph[k].t))
+            return OT_EUNSUPPORTED;
     return index;
 }
 
 /* Refuses a specialisation's trees that still read a placeholder's
  * nominal memory (every backend: ref read its zeros, the cpu refused at
  * planning); 0 or the error. */
-static int stale_views(const ot_program *p, const spec *s, int n, ot_node *const trees[])
+static int stale_views(const ot_program *p, const spec *s, int n, ot_node *const trees[],
+                       bool views_only)
 {
-    stale_ctx x = {p, s};
+    stale_ctx x = {p, s, views_only};
     ot__walker w = {.visit = visit_stale, .ctx = &x};
     int rc = 0;
     for (int j = 0; j < n && rc >= 0; j++) rc = ot__walker_run(&w, trees[j]);
@@ -96,12 +101,15 @@ static int spec_trees(const ot_program *p, const spec *s, int i, ot_node **trees
     if (st->kind != STEP_BACKPROP) memcpy(trees, st->trees, sizeof *trees * (size_t)st->n);
     ot_node **src = st->kind == STEP_BACKPROP ? &loss : trees;
     int nsrc = st->kind == STEP_BACKPROP ? 1 : st->n;
+    /* first, so that a view's error is the same whatever size is bound
+     * (substituting could fail on the view's shape before) */
+    rc = stale_views(p, s, nsrc, src, true);
     for (int j = 0; j < nsrc && !rc; j++)
         if (!(src[j] = ot__substitute(src[j], p->nph, s->nominal, s->ph)))
             rc = ot_errcode() ? ot_errcode() : OT_EINVAL;
     if (!rc && st->kind == STEP_BACKPROP)
         rc = ot__prog_grad_trees(p, loss, st->n, st->wrt, trees);
-    if (!rc) rc = stale_views(p, s, st->n, trees);
+    if (!rc) rc = stale_views(p, s, st->n, trees, false);
     for (int j = 0; j < st->n && !rc; j++) ot_retain(trees[j]);
     if (rc) memset(trees, 0, sizeof *trees * (size_t)st->n);
     ot_pool_pop(pool);

@@ -188,11 +188,35 @@ TEST(pool_stale_handle_pops_nothing)
     CHECK_INT(ot_pool_pop(NULL), OT_ENULL);
     char at[128];
     CHECK_ERR(OT_ENULL, TEST_SITE(at, line), "pool_pop: pool is NULL");
-    for (int i = 0; i < 200; i++) {   /* tags cycle; each push's handle pops once */
+    for (int i = 0; i < 200; i++) {   /* each push's handle pops once */
         ot_pool *r = ot_pool_push();
         CHECK_INT(ot_pool_pop(r), 0);
         CHECK_INT(ot_pool_pop(r), OT_ESTATE);
     }
+    /* Random pushes and pops, pools freed and their memory malloc'd again:
+     * no handle ever popped is taken for a live pool (a handle that was an
+     * address with a 6-bit tag was, within a thousand steps). */
+    enum { DEPTH = 16, KEPT = 4096 };
+    ot_pool *stack[DEPTH], *popped[KEPT];
+    int sp = 0, np = 0;
+    unsigned s = 1;
+    for (int it = 0; it < 20000; it++) {
+        s = s * 1103515245u + 12345u;
+        unsigned r = s >> 16;
+        if (r % 3 < 2 && sp < DEPTH) {
+            stack[sp++] = ot_pool_push();
+        } else if (sp > 0) {
+            int k = (int)(r / 3 % (unsigned)sp);
+            for (int j = k; j < sp; j++) popped[np++ % KEPT] = stack[j];
+            CHECK_INT(ot_pool_pop(stack[k]), 0);
+            sp = k;
+        }
+        if (np && it % 7 == 0) {
+            ot_pool *stale = popped[(r >> 4) % (unsigned)(np < KEPT ? np : KEPT)];
+            CHECK_INT(ot_pool_pop(stale), OT_ESTATE);
+        }
+    }
+    if (sp) CHECK_INT(ot_pool_pop(stack[0]), 0);
     ot_clear_error();
     ot_tensor_free(x);
     ot_backend_free(be);

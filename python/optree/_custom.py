@@ -15,7 +15,7 @@ import ctypes
 import numpy as np
 
 from . import _decls as D
-from ._core import OpTreeNode, Op, _Expr, node_of, wrap_node
+from ._core import OP, OpTreeNode, Op, Tensor, _Expr, node_of, wrap_node
 from ._lib import lib, raise_error, site, keep_pending, cstr
 
 # msg is the library's buffer, written in place: a c_char_p argument would
@@ -105,6 +105,12 @@ def register_op(name, fn, arity=1, grad=None):
             if not isinstance(r, _Expr):
                 raise TypeError("optree: the gradient rule of op %r returned %r, not a node "
                                 "or a tensor" % (name, r))
+            if isinstance(r, Tensor):
+                # A tensor made in the rule dies with this frame (its
+                # __del__ frees it) before the library reads its leaf: a
+                # node of the current pool that holds it, r * 1 (exact),
+                # outlives it.
+                return lib.ot_build_at(OP.mul.num, node_of(r), lib.ot_const(1.0), None, None, 0)
             return node_of(r)   # built in the current pool, as a rule's result must be
         except BaseException as e:          # pylint: disable=broad-except (never into C)
             keep_pending(e)

@@ -247,7 +247,10 @@ def make_struct(cls, **fields):
 
 def cstr(s, what="name"):
     """s (a str or bytes) as a C string; ValueError for a NUL in it, which
-    C would read as its end."""
+    C would read as its end; TypeError for anything else (bytes() of an int
+    is that many NULs, of a list its numbers' characters)."""
+    if not isinstance(s, (str, bytes, bytearray)):
+        raise TypeError("optree: %s must be a str or bytes, not %s" % (what, type(s).__name__))
     b = s.encode() if isinstance(s, str) else bytes(s)
     if b"\0" in b:
         raise ValueError("optree: %s %r: embedded null byte" % (what, s))

@@ -380,26 +380,21 @@ struct ot_pool {
     ot_pool *parent;
     ot_node **items;
     size_t n, cap;
-    unsigned pushes;   /* pushes of this struct, the handle's tag */
+    uintptr_t handle;   /* what its push returned */
 };
 
-/* A pool's handle is its address plus its push count modulo POOL_ALIGN:
- * a popped pool's struct is reused by the next push (the spare below), so
- * a stale handle of it had the address of the newer pool, and popping it
- * again popped that pool. The tag tells them apart (but for one push in
- * POOL_ALIGN). Handles are never dereferenced as such. */
-#define POOL_ALIGN 64u
-_Static_assert(sizeof(struct ot_pool) <= POOL_ALIGN, "a pool fits its aligned block");
-
-static ot_pool *handle_of(ot_pool *p)
+/* A pool's handle is not its address but a number no other push returns:
+ * the thread's id and its count of pushes. A popped pool's struct is
+ * reused by the next push (the spare below) and a freed one's address by
+ * malloc, so a handle that was an address (even tagged with a push count
+ * in its low bits) could name a newer pool, and popping it again popped
+ * that pool. Handles are never dereferenced; pop looks for one on the
+ * thread's stack. */
+static uintptr_t next_handle(void)
 {
-    return (ot_pool *)((uintptr_t)p + p->pushes % POOL_ALIGN);
-}
-
-static ot_pool *pool_of(const ot_pool *h, unsigned *tag)
-{
-    *tag = (unsigned)((uintptr_t)h % POOL_ALIGN);
-    return (ot_pool *)((uintptr_t)h - *tag);
+    static _Thread_local uint64_t pushes;
+    uint64_t h = thread_id() << 40 | (++pushes & ((UINT64_C(1) << 40) - 1));
+    return (uintptr_t)h;
 }
 
 static _Thread_local ot_pool *pool_top;
@@ -421,26 +416,25 @@ ot_pool *ot_pool_push(void)
 {
     ot_pool *p = spare_pool;
     spare_pool = NULL;
-    if (!p && (p = ot__aligned_alloc(POOL_ALIGN, POOL_ALIGN))) *p = (ot_pool){0};
+    if (!p) p = ot__calloc(1, sizeof *p);
     if (!p) {
         ot__err_set(OT_ENOMEM, NULL, 0, "pool_push", "out of memory");
         return NULL;
     }
-    p->pushes++;
+    p->handle = next_handle();
     p->parent = pool_top;
     pool_top = p;
-    return handle_of(p);
+    return (ot_pool *)p->handle;
 }
 
 int ot_pool_pop_at(ot_pool *h, const char *file, int line)
 {
     if (!h) return ot_errcode() ? ot_errcode() : ot__err_set(OT_ENULL, file, line, "pool_pop", "pool is NULL");
-    unsigned tag;
-    ot_pool *p = pool_of(h, &tag), *q = pool_top;
-    while (q && q != p) q = q->parent;
-    if (!q || q->pushes % POOL_ALIGN != tag)
+    ot_pool *p = pool_top;
+    while (p && p->handle != (uintptr_t)h) p = p->parent;
+    if (!p)
         return ot__err_set(OT_ESTATE, file, line, "pool_pop",
-                           "pool %p is not on this thread's pool stack (popped already?)",
+                           "pool handle %p is not on this thread's pool stack (popped already?)",
                            (void *)h);
     const release_site at = {"ot_pool_pop", file, line};
     ot_pool *stop = p->parent;

@@ -447,6 +447,13 @@ def custom_op_from_a_python_callable():
     y = BE.array(np.ones((2, 1), np.float32))
     h = hyp(BE.array(a.astype(np.float32)), y)
     assert h.shape == (2, 6) and h.dtype == np.float32 and np.allclose(h.get(), np.hypot(a, 1))
+    # A rule returning a tensor it made, which dies with the rule's frame
+    # (the leaf was freed before the library read it: a heap corruption).
+    made = optree.register_op("made_py", lambda v: v * 1.0,
+                              grad=lambda ins, out, g, which: BE.array(np.full(6, 3.0)))
+    for _ in range(3):
+        g, = Autodiff(made(x) * 2, BE).get_grad_asnumpyarray([x])
+        assert np.array_equal(g, np.full(6, 3.0)), g
 
 
 @case

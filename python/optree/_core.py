@@ -1319,11 +1319,13 @@ def _install_table_ops():
 _install_table_ops()
 
 
-def gen_backend(backend="cpu", rng_seed=None, default_dtype=np.float32, **_neon):
-    """neon's gen_backend: 'cpu' (also 'mkl', a CPU backend too) or 'ref'."""
+def gen_backend(backend="cpu", rng_seed=None, default_dtype=np.float32, threads=0, **_neon):
+    """neon's gen_backend: 'cpu' (also 'mkl', a CPU backend too) or 'ref';
+    threads as Backend's; neon's other arguments (device_id, batch_size,
+    ...) mean nothing on the CPU and are ignored."""
     name = {"mkl": "cpu"}.get(backend, backend)
     if name in ("gpu", "nervanagpu"):
         raise BackendError("optree: backend %r: optree runs on the CPU; use gen_backend('cpu')"
                            % backend)
-    return Backend(name, rng_seed=rng_seed, default_dtype=default_dtype)
+    return Backend(name, rng_seed=rng_seed, default_dtype=default_dtype, threads=threads)
 

@@ -214,6 +214,7 @@ void ot__jit_emit_pre(regs *r)
             ot__jit_emit_rsqrt_bcast(r, pos, r->j->arg[pos][0]);
         else ot__jit_emit_insn(r, pos);
         ot__jit_vmov_store(r, r->reg_of[pos], RSP, NO_INDEX, ot__jit_slot(r, pos));
+        ot__jit_pin(r, pos, r->reg_of[pos]);
         for (int g = 0; g < NREG; g++) ot__jit_release(r, g);
     }
 }
@@ -269,6 +270,7 @@ static void emit_function(regs *r, int frame, bool stream)
     ot__jit_emit_epilogue(c);
     r->nptr = 0;
     r->splat = false;
+    r->npin = 0;
 }
 
 /* fn_rows(in, out, nbytes, rs): the loop of emit_function once per row,
@@ -294,6 +296,7 @@ static void emit_rows_function(regs *r, int frame, int32_t at, bool stream)
     ot__jit_emit_epilogue(c);
     r->nptr = 0;
     r->splat = false;
+    r->npin = 0;
 }
 
 /* The fn_rows and (with stream) fn_rows_stream of a column-blocked kernel

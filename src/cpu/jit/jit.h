@@ -92,6 +92,11 @@ typedef struct regs {
                                    output q as -1 - q */
     int nptr;
     bool splat;                 /* broadcast values wait in their slots */
+    int16_t pin_v[NCREG];       /* EVEX code that calls nothing: values read
+                                   in every turn (broadcasts, pre's) kept in
+                                   the zmm past the constants' too, pin_v[i]
+                                   in pin_first + i; npin of them */
+    int8_t npin, pin_first;
     int val_of[NREG];           /* value in each register, or -1 */
     int16_t *reg_of;            /* register of each value, or -1 */
     bool *spilled;              /* body values with a current stack copy */
@@ -215,6 +220,10 @@ extern const uint32_t ot__jit_fn_bits[NFNK];
 
 /* ---- jit_reduce.c: reductions and loop invariants */
 void ot__jit_emit_splats(regs *r);
+/* jit_regs.c: keeps loop-invariant value v, in register reg, in a zmm of
+ * its own too (EVEX code that calls nothing, while one is free), which
+ * fetch then copies instead of loading its slot. */
+void ot__jit_pin(regs *r, int v, int reg);
 void ot__jit_emit_pointers(regs *r);
 void ot__jit_emit_reduce_function(regs *r, int frame);
 void ot__jit_emit_reduce_rows_function(regs *r, int frame);

@@ -163,6 +163,7 @@ static bool reads_constants(const regs *r)
  * slot: a vector load per use then, not a pointer load and a broadcast. */
 void ot__jit_emit_splats(regs *r)
 {
+    r->npin = 0;   /* taken again: a row function's broadcasts change per row */
     for (int v = 0; v < r->j->ninsn; v++) {
         bool read = false;
         for (int i = 0; i < r->j->ninsn; i++)
@@ -170,6 +171,7 @@ void ot__jit_emit_splats(regs *r)
         if (!read || ot__jit_in_body(r, v) || ot__jit_is_vector_load(r, v)) continue;
         ot__jit_fetch(r, v, 0);
         ot__jit_vmov_store(r, 0, RSP, NO_INDEX, ot__jit_slot(r, v));
+        ot__jit_pin(r, v, 0);
     }
     r->splat = true;
 }
@@ -445,6 +447,7 @@ void ot__jit_emit_reduce_rows_function(regs *r, int frame)
     code *c = r->c;
     r->nptr = 0;
     r->splat = false;
+    r->npin = 0;
     emit_entry(r, frame, true);
     if (reads_constants(r)) ot__jit_emit_constants(r);
     size_t row = c->n;

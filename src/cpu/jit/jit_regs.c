@@ -166,11 +166,39 @@ int ot__jit_ptr_reg(const regs *r, int v)
     return -1;
 }
 
+/* The zmm past the K_FN constants' holding value v (ot__jit_pin), or 0. */
+static int pinned(const regs *r, int v)
+{
+    for (int i = 0; i < r->npin; i++)
+        if (r->pin_v[i] == v) return r->pin_first + i;
+    return 0;
+}
+
+void ot__jit_pin(regs *r, int v, int reg)
+{
+    if (!r->c->evex || r->calls || pinned(r, v)) return;
+    if (!r->npin) {   /* the first free zmm after the constants' */
+        r->pin_first = 16;
+        for (int e = 0; e <= NFNK; e++)
+            if (r->creg[e] >= r->pin_first) r->pin_first = (int8_t)(r->creg[e] + 1);
+    }
+    if (r->pin_first + r->npin >= 32) return;
+    ot__jit_vmovaps(r, r->pin_first + r->npin, reg);
+    r->pin_v[r->npin++] = (int16_t)v;
+}
+
 /* Brings value v into register reg: a stack slot for body values, the
  * input at this copy's offset (or in exec's padded tail) or a broadcast
- * for prelude values. */
+ * for prelude values; a copy of its zmm where pinned. A broadcast and a
+ * pre value read from the frame in every turn took a load port each: layer
+ * norm's gradient loaded 4 of them beside its 3 inputs, per vector. */
 void ot__jit_fetch(regs *r, int v, int reg)
 {
+    int pin = pinned(r, v);
+    if (pin) {
+        ot__jit_vmovaps(r, reg, pin);
+        return;
+    }
     if (ot__jit_in_body(r, v)) {
         ot__jit_vmov_load(r, reg, RSP, NO_INDEX, ot__jit_slot(r, v));
         return;

@@ -392,9 +392,9 @@ struct ot_pool {
  * thread's stack. */
 static uintptr_t next_handle(void)
 {
-    static _Thread_local uint64_t pushes;
-    uint64_t h = thread_id() << 40 | (++pushes & ((UINT64_C(1) << 40) - 1));
-    return (uintptr_t)h;
+    static _Thread_local uint64_t last;   /* the thread's id above 2^40 pushes */
+    if (!last) last = thread_id() << 40;
+    return (uintptr_t)++last;
 }
 
 static _Thread_local ot_pool *pool_top;

@@ -504,6 +504,53 @@ TEST(axes_gradients_match_unnamed)
         }
 }
 
+/* Layout ops on nodes name their result as the tensor views do: a slice
+ * keeps the names of the dims it does not index away, a reshape keeps
+ * them only when no dim changes, a transpose permutes them. The names were
+ * taken from the slice's steps (a step of -1 read outside them, and y[::-1]
+ * * z of axes W became an outer product: 1000 for 200, gradients 100). */
+TEST(axes_slices_and_reshapes_of_nodes)
+{
+    for (int b = 0; b < 2; b++) {
+        ot_backend *be = backend(b ? "cpu" : "ref");
+        ot_tensor *y = data(be, OT_SHAPE(4), "W", 71), *z = data(be, OT_SHAPE(4), "W", 72);
+        ot_tensor *x = data(be, OT_SHAPE(2, 3, 4), "N,C,W", 73), *x2 = data(be, OT_SHAPE(2, 3), "N,C", 74);
+        ot_pool *p = ot_pool_push();
+        double yv[4], zv[4], want = 0, got, g[4];
+        CHECK_INT(ot_get(y, yv), 0);
+        CHECK_INT(ot_get(z, zv), 0);
+        for (int i = 0; i < 4; i++) want += yv[3 - i] * zv[i];
+        ot_node *f = ot_sum(ot_mul(ot_slice_node(y, OT_RANGE(OT_NONE, OT_NONE, -1)), z));
+        ot_tensor *o = ot_eval(f);
+        CHECK(o != NULL);
+        CHECK_INT(ot_get(o, &got), 0);
+        CHECK_NEAR(got, want, 1e-12);
+        ot_autodiff *ad = ot_autodiff_new(f, NULL);
+        CHECK_INT(ot_autodiff_grad_host(ad, y, g), 0);
+        for (int i = 0; i < 4; i++) CHECK_NEAR(g[i], zv[3 - i], 1e-12);
+        ot_autodiff_free(ad);
+        ot_tensor_free(o);
+        CHECK_STR(ot_node_axes(ot_slice_node(x, OT_ALL, OT_IDX(1))), "N,W");
+        CHECK_STR(ot_node_axes(ot_slice_node(x, OT_RANGE(0, 1))), "N,C,W");
+        CHECK_STR(ot_node_axes(ot_slice_node(x2, OT_ALL, OT_RANGE(OT_NONE, OT_NONE, 2))), "N,C");
+        CHECK(ot_node_axes(ot_reshape_node(x2, OT_SHAPE(6))) == NULL);
+        CHECK_STR(ot_node_axes(ot_reshape_node(x2, OT_SHAPE(2, 3))), "N,C");
+        CHECK_STR(ot_node_axes(ot_T(x2)), "C,N");
+        /* a reduction by name over the slice: over N, not W */
+        ot_tensor *s = ot_eval(ot_sum(ot_slice_node(x, OT_ALL, OT_IDX(1)), .axes = "N"));
+        double xv[24], sv[4];
+        CHECK(s != NULL);
+        CHECK_INT(ot_get(x, xv), 0);
+        CHECK_INT(ot_get(s, sv), 0);
+        for (int w = 0; w < 4; w++) CHECK_NEAR(sv[w], xv[4 + w] + xv[12 + 4 + w], 1e-12);
+        ot_tensor_free(s);
+        ot_pool_pop(p);
+        ot_tensor *all[] = {y, z, x, x2};
+        for (int i = 0; i < 4; i++) ot_tensor_free(all[i]);
+        ot_backend_free(be);
+    }
+}
+
 TEST(axes_errors_name_the_axes)
 {
     ot_backend *be = backend("ref");

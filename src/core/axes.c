@@ -216,6 +216,35 @@ static int infer_reduce(ot_node *n)
     return pick(k, src, idx, &n->axes);
 }
 
+/* A layout op's names: a transpose permutes them (perm), a slice keeps
+ * those of the dims it does not index away (perm holds each operand dim's
+ * step there, 0 for an index: taken for names, a step of -1 or 2 read
+ * outside the names and a step of 1 repeated one), a reshape keeps them
+ * only when it changes no dim. */
+static int infer_layout(ot_node *n)
+{
+    const ot__axes *ax = n->a->axes, *src[OT_MAX_DIMS];
+    int idx[OT_MAX_DIMS], k = 0;
+    if (!ax) {
+        n->axes = NULL;
+        return 0;
+    }
+    if (n->op == OT_OP_RESHAPE) {
+        n->axes = ot__shape_eq(&n->shape, &n->a->shape) ? ax : NULL;
+        return 0;
+    }
+    for (int d = 0; d < n->a->shape.ndim; d++) {
+        if (n->op == OT_OP_SLICE && !n->args.perm[d]) continue;
+        int from = n->op == OT_OP_SLICE ? d : n->args.perm[k];
+        if (from < 0 || from >= ax->ndim) {   /* never for a node built right: unnamed */
+            n->axes = NULL;
+            return 0;
+        }
+        src[k] = ax, idx[k++] = from;
+    }
+    return pick(k, src, idx, &n->axes);
+}
+
 static int infer_dot(ot_node *n)
 {
     const ot_node *a = n->a, *b = n->b;
@@ -241,10 +270,7 @@ int ot__axes_infer(ot_node *n)
     switch (ot_op_kind((ot_op)n->op)) {
     case OT_KIND_REDUCE: rc = infer_reduce(n); break;
     case OT_KIND_DOT: rc = infer_dot(n); break;
-    case OT_KIND_SHAPE: rc = pick(nd, (const ot__axes *[OT_MAX_DIMS]){a->axes, a->axes, a->axes,
-                                      a->axes, a->axes, a->axes, a->axes, a->axes},
-                                  n->args.perm, &n->axes);
-        break;
+    case OT_KIND_SHAPE: rc = infer_layout(n); break;
     default:
         if (n->op == OT_OP_ONEHOT || n->op == OT_OP_RAND) n->axes = NULL;
         else if (a && a->axes && a->axes->ndim == nd) n->axes = a->axes;

@@ -33,7 +33,8 @@ typedef struct ot_attn_opts {
 
 /* ot_attention(q, k, v, ...): softmax(q k^T * scale + mask) v per (batch,
  * head): q (batch, heads, seq_q, dim), k (batch, heads, seq_k, dim), v
- * (batch, heads, seq_k, dim_v), all f32 or all f64; the result is (batch,
+ * (batch, heads, seq_k, dim_v), all of one float dtype (f16 and bf16
+ * computed in f32, rounded at the output); the result is (batch,
  * heads, seq_q, dim_v). A query row that sees no key (every key masked by
  * -inf or by causality, or seq_k 0) gives zeros, and zero gradients; a
  * row every key of which a large finite mask hides (-1e9, -FLT_MAX) is

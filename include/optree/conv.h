@@ -59,7 +59,8 @@ typedef struct ot_conv_opts {
  * channels / groups, kernel...) with x's count of spatial dims. The
  * result is (batch, out_channels, out...), out[d] = (in[d] + pad_lo[d] +
  * pad_hi[d] - dilation[d] * (kernel[d] - 1) - 1) / stride[d] + 1 (rounded
- * down). f32 and f64 (promoted as ot_dot's operands); int32 is refused.
+ * down). Floating point (promoted as ot_dot's operands; f16 and bf16
+ * computed in f32 and rounded at the output); int32 is refused.
  * Errors at build time, naming shapes and the caller's file:line: x and w
  * of other ranks, channels that differ, groups not dividing both channel
  * counts, a dilated kernel larger than the padded input, stride or

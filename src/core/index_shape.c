@@ -122,7 +122,7 @@ static int infer_cumsum(const site *st, const ot_node *x, proto *p)
     int axis = p->args.axis, rc;
     if (axis == OT_AXIS_ALL || x->shape.ndim == 0 || x->dtype == OT_I32)
         return FAIL(st, x->dtype == OT_I32 ? OT_EDTYPE : OT_EINVAL, "sums along one axis of a "
-                    "float32 or float64 operand of rank 1 or more (operand %s %s, axis %s)",
+                    "floating-point operand of rank 1 or more (operand %s %s, axis %s)",
                     ot__shape_str(&x->shape, sa), ot_dtype_name((ot_dtype)x->dtype),
                     axis == OT_AXIS_ALL ? "not given" : "given");
     if ((rc = ot__norm_axis(st, axis, x->shape.ndim, &x->shape, &axis))) return rc;

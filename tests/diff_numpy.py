@@ -534,6 +534,10 @@ def red_var(x, axis, kd, ddof, root):
 
 
 def ref_softmax(x, axis, log):
+    if (x.size if axis is None else x.shape[axis]) == 0:
+        # an empty axis: an empty result, as PyTorch's (NumPy's max of it,
+        # which the shift would take, has no identity)
+        return x.copy(), np.zeros_like(x), None
     m = np_call(np.max, x, axis=axis, keepdims=True)
     s = x - m
     tot = np.sum(np.exp(s), axis=axis, keepdims=True)

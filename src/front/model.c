@@ -120,6 +120,32 @@ static int layer_tensors(ot_model *m, layer *l, ot_shape ws, ot_shape bs)
     return 0;
 }
 
+static ot_node *bin(ot_op op, ot_node *a, double b)
+{
+    return ot_build_at(op, a, ot_const(b), NULL, NULL, 0);
+}
+
+/* Marks w and b trainable (ot_variables of a tree over the model lists its
+ * parameters) and writes w's first values: ones for batch norm, else
+ * uniform in +-sqrt(6/in). Built with no place of their own: an error
+ * (out of memory) takes the caller's. */
+static int layer_values(layer *l, ot_shape ws, int64_t in, uint64_t seed)
+{
+    if (ot_tensor_set_trainable(l->w, true) || ot_tensor_set_trainable(l->b, true))
+        return ot_errcode();
+    ot_pool *pool = ot_pool_push();
+    if (!pool) return ot_errcode();
+    ot_node *v = ot_const(1.0);
+    if (l->kind != L_BN) {
+        ot_args r = {.axis = OT_AXIS_ALL, .dtype = OT_DTYPE_DEFAULT, .seed = seed, .shape = ws};
+        ot_node *u = ot_build_at(OT_OP_RAND, NULL, NULL, &r, NULL, 0);
+        v = bin(OT_OP_MUL, bin(OT_OP_SUB, bin(OT_OP_MUL, u, 2.0), 1.0), sqrt(6.0 / (double)in));
+    }
+    int rc = v ? ot_assign_at(l->w, v, NULL, 0) : ot_errcode() ? ot_errcode() : OT_ENOMEM;
+    ot_pool_pop(pool);
+    return rc;
+}
+
 static int layer_init(ot_model *m, layer *l, ot_shape ws, int64_t in, uint64_t seed,
                       const ot__site *at)
 {
@@ -128,19 +154,9 @@ static int layer_init(ot_model *m, layer *l, ot_shape ws, int64_t in, uint64_t s
     ot_shape bs = OT_SHAPE(ws.dims[l->kind == L_DENSE ? 1 : 0]);
     ot__callsite outer = ot__site_enter(at->file, at->line);
     rc = layer_tensors(m, l, ws, bs);
+    if (!rc) rc = layer_values(l, ws, in, seed);
     ot__site_leave(outer);
-    if (rc) return ot__err_relabel(rc, at->file, at->line, at->fn);
-    /* ot_variables of a tree over the model lists its parameters */
-    if (ot_tensor_set_trainable(l->w, true) || ot_tensor_set_trainable(l->b, true))
-        return ot_errcode();
-    ot_pool *pool = ot_pool_push();
-    if (!pool) return ot_errcode();
-    rc = l->kind == L_BN
-             ? ot_assign(l->w, ot_const(1.0))
-             : ot_assign(l->w, ot_mul(ot_sub(ot_mul(ot_rand(ws, .seed = seed), 2.0), 1.0),
-                                      sqrt(6.0 / (double)in)));
-    ot_pool_pop(pool);
-    return rc;
+    return rc ? ot__err_relabel(rc, at->file, at->line, at->fn) : 0;
 }
 
 int ot__model_add(ot_model *m, layer *l, ot_shape ws, int64_t fan_in, uint64_t seed,

@@ -1071,7 +1071,8 @@ int ot_tensor_print_opts(const ot_tensor *t, FILE *f, const ot_print_options *op
  * "x[:, 1]", "x[1]" (the indices given; none at all is "x[...]");
  * ot_transpose "x.T" (dims reversed) or "x.transpose(1,0,2)"; ot_reshape
  * "x.reshape(4,16)" (the shape after a -1 is worked out); ot_broadcast_to
- * "x.broadcast_to(3,4)". Views keep no metadata. */
+ * "x.broadcast_to(3,4)"; a view whose name would pass OT_NAME_MAX is
+ * unnamed. Views keep no metadata. */
 #define OT_NAME_MAX 256       /* bytes of a node's name, without the NUL */
 #define OT_META_KEY_MAX 64    /* bytes of a metadata key */
 #define OT_META_MAX 32        /* metadata entries per node */

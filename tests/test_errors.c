@@ -9,6 +9,7 @@
  * the builder call they describe.
  */
 #include "test.h"
+#include "internal.h"   /* ot__alloc_fail_at, the allocation seam */
 
 #include <stdlib.h>
 
@@ -848,6 +849,16 @@ TEST(errors_tensor_functions_name_their_caller)
     int line = __LINE__ + 1;
     CHECK(ot_empty(be, OT_SHAPE(-1), OT_F32) == NULL);
     CHECK_ERR(OT_EINVAL, TEST_SITE(site, line), "empty");
+    /* ot_eval's result it cannot allocate: named as the eval's */
+    ot_pool *ep = ot_pool_push();
+    ot_node *tree = ot_exp(x);
+    ot__alloc_fail_at(1);
+    line = __LINE__ + 1;
+    ot_tensor *none = ot_eval(tree);
+    ot__alloc_fail_at(0);
+    CHECK(none == NULL);
+    CHECK_ERR(OT_ENOMEM, TEST_SITE(site, line), "eval: ");
+    ot_pool_pop(ep);
     line = __LINE__ + 1;
     CHECK(ot_array(be, OT_SHAPE(2), (ot_dtype)99, (float[]){1, 2}) == NULL);
     CHECK_ERR(OT_EDTYPE, TEST_SITE(site, line), "array");

@@ -680,6 +680,35 @@ TEST(io_save_modes_links_and_devices)
  * (SIGXFSZ ignored, so write fails with EFBIG) a 64 KiB save over a small
  * file fails and the small file keeps its bytes, for each saver. The code
  * before this fix truncated the old file, then removed it. */
+/* A file name within 10 bytes of NAME_MAX (255 bytes here): the
+ * temporary beside it (name + ".tmp" + 6) was too long, and every save of
+ * it failed; a short temporary name is taken instead, and no temporary is
+ * left behind. */
+TEST(io_save_names_near_name_max)
+{
+    ot_backend *be = ot_backend_new("ref", NULL);
+    ot_tensor *a = random_tensor(be, OT_SHAPE(4), OT_F32);
+    char name[256], dir[96];
+    memset(name, 'n', 251);
+    strcpy(name + 251, ".npy");   /* 255 bytes */
+    tmp_clean();   /* a fresh directory: its entries are counted below */
+    snprintf(dir, sizeof dir, "%s", tmp_path(""));
+    char *path = malloc(strlen(dir) + 300);
+    sprintf(path, "%s%s", dir, name);
+    for (int k = 0; k < 2; k++) {   /* a new file, then over it */
+        CHECK_INT(ot_save(path, a), 0);
+        ot_tensor *b = ot_load(be, path);
+        CHECK(b != NULL && same_bits(a, b));
+        ot_tensor_free(b);
+    }
+    CHECK_INT(ot_savez(path, 1, (const char *[]){"a"}, (const ot_tensor *[]){a}), 0);
+    CHECK_INT(dir_entries(), 1);   /* no temporary left */
+    free(path);
+    tmp_clean();
+    ot_tensor_free(a);
+    ot_backend_free(be);
+}
+
 TEST(io_save_over_file_size_limit_keeps_old_file)
 {
     ot_backend *be = ot_backend_new("ref", NULL);

@@ -509,6 +509,16 @@ TEST(names_of_views)
     CHECK(ot_add(col, row) == NULL);
     CHECK_ERR(OT_ESHAPE, "operand 1 is 'x[:, 1]', operand 2 is 'c[0]'");
     ot_pool_pop(p);
+    /* A name near OT_NAME_MAX: its views' would pass it (a caller sizing a
+     * buffer by it, and set_name refusing the library's own names): they
+     * are unnamed. */
+    char longest[OT_NAME_MAX + 1];
+    memset(longest, 'q', OT_NAME_MAX);
+    longest[OT_NAME_MAX] = '\0';
+    CHECK_INT(ot_tensor_set_name(u, longest), 0);
+    ot_tensor *ur = ot_reshape(u, OT_SHAPE(32));
+    CHECK(ur != NULL && ot_tensor_name(ur) == NULL);
+    ot_tensor_free(ur);
     ot_tensor_free(col);
     ot_tensor_free(row);
     ot_tensor_free(x);

@@ -368,6 +368,27 @@ TEST(parse_errors_name_the_column)
     CHECK(ot_parse("a", 1, names, (ot_node *[]){NULL}) == NULL);
     CHECK_ERR(OT_ENULL, "nodes[0] is NULL");
     CHECK(ot_parse("1 + 2", 0, NULL, NULL) != NULL);   /* no names needed */
+    /* Names an expression cannot spell, or that repeat: errors (a repeated
+     * one, inf or nan silently lost; a long one was cut to 63 bytes and
+     * matched another operand). */
+    ot_node *two[2] = {f.nodes[0], f.nodes[1]};
+    CHECK(ot_parse("x", 2, (const char *[]){"x", "x"}, two) == NULL);
+    CHECK_ERR(OT_EINVAL, "names[", "are both \"x\"");
+    CHECK(ot_parse("inf", 1, (const char *[]){"inf"}, two) == NULL);
+    CHECK_ERR(OT_EINVAL, "names[0] \"inf\" is not a name an expression can spell");
+    CHECK(ot_parse("a", 1, (const char *[]){"a b"}, two) == NULL);
+    CHECK_ERR(OT_EINVAL, "names[0] \"a b\"");
+    char n63[64], n100[101], n300[301];
+    memset(n63, 'x', 63), n63[63] = 0;
+    memset(n100, 'x', 100), n100[100] = 0;
+    memset(n300, 'x', 300), n300[300] = 0;
+    CHECK(ot_parse(n100, 1, (const char *[]){n63}, two) == NULL);
+    CHECK_ERR(OT_EINVAL, "unknown name");
+    CHECK(ot_parse(n100, 2, (const char *[]){n63, n100}, two) == two[1]);   /* the 100-byte one */
+    CHECK(ot_parse(n300, 1, (const char *[]){n63}, two) == NULL);
+    CHECK_ERR(OT_EINVAL, "a name of 300 bytes is longer than OT_NAME_MAX (256)");
+    CHECK(ot_parse("a", 1, (const char *[]){n300}, two) == NULL);
+    CHECK_ERR(OT_EINVAL, "names[0]", "...");
     ot_pool_pop(pool);
     fx_free(&f);
 }

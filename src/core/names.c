@@ -272,6 +272,7 @@ static ot_tensor *view_named(ot_tensor *v, const ot_tensor *base, const char *su
                              const char *fn)
 {
     size_t lb = strlen(base->name), ls = strlen(suffix);
+    if (lb + ls > OT_NAME_MAX) return v;   /* unnamed: a name stays within OT_NAME_MAX */
     char *name = ot__malloc(lb + ls + 1);
     if (!name) {
         ot_tensor_free(v);

@@ -16,7 +16,7 @@
  * each level costs a few frames of the descent. Every recursive path of
  * the descent passes through unary() (an operand) or labelled(), and those
  * two count the depth, so no path escapes the bound. */
-enum { MAX_DEPTH = 200, MAX_IDENT = 64, MAX_ARGS = 16 };
+enum { MAX_DEPTH = 200, MAX_IDENT = OT_NAME_MAX + 1, MAX_ARGS = 16 };
 /* An op's attribute names, comma-separated: at most OT__ATTRS_MAX names. */
 enum { MAX_MEMBERS = OT__ATTRS_MAX * MAX_IDENT };
 
@@ -95,7 +95,10 @@ static bool ident(parser *ps, char *buf)
     const char *s = ps->p;
     while (ident_char(*ps->p)) ps->p++;
     size_t n = (size_t)(ps->p - s);
-    if (n >= MAX_IDENT) n = MAX_IDENT - 1;   /* a longer name matches nothing anyway */
+    if (n >= MAX_IDENT) {   /* cut, it matched the name of its first 63 bytes */
+        fail(ps, s, "a name of %zu bytes is longer than OT_NAME_MAX (%d)", n, OT_NAME_MAX);
+        n = 0;
+    }
     memcpy(buf, s, n);
     buf[n] = '\0';
     return true;
@@ -838,6 +841,39 @@ static bool definitions(parser *ps)
     }
 }
 
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(**(const char *const *const *)a, **(const char *const *const *)b);
+}
+
+/* The operands' names: identifiers the expression can spell (not inf or
+ * nan, which read as numbers), at most OT_NAME_MAX bytes, each once (a
+ * repeated one silently lost to the first). 0, or OT_EINVAL (OT_ENOMEM). */
+static int check_names(int n, const char *const names[])
+{
+    for (int i = 0; i < n; i++) {
+        const char *s = names[i];
+        size_t len = strlen(s);
+        bool ok = len <= OT_NAME_MAX && ident_start(*s) && strcmp(s, "inf") && strcmp(s, "nan");
+        for (size_t j = 1; ok && j < len; j++) ok = ident_char(s[j]);
+        if (!ok)
+            return ot__err_set(OT_EINVAL, NULL, 0, "parse", "names[%d] \"%.64s%s\" is not a name an "
+                               "expression can spell (an identifier of at most %d bytes, not inf "
+                               "or nan)", i, s, len > 64 ? "..." : "", OT_NAME_MAX);
+    }
+    const char *const **sorted = n > 1 ? ot__malloc(sizeof *sorted * (size_t)n) : NULL;
+    if (n > 1 && !sorted) return ot__err_set(OT_ENOMEM, NULL, 0, "parse", "out of memory");
+    for (int i = 0; i < n && sorted; i++) sorted[i] = &names[i];
+    if (sorted) qsort(sorted, (size_t)n, sizeof *sorted, by_name);
+    int rc = 0;
+    for (int i = 1; sorted && i < n && !rc; i++)
+        if (!strcmp(*sorted[i], *sorted[i - 1]))
+            rc = ot__err_set(OT_EINVAL, NULL, 0, "parse", "names[%d] and names[%d] are both \"%s\"",
+                             (int)(sorted[i - 1] - names), (int)(sorted[i] - names), *sorted[i]);
+    free(sorted);
+    return rc;
+}
+
 ot_node *(ot_parse)(const char *src, int n, const char *const names[], ot_node *const nodes[])
 {
     if (!src) return (ot__err_set(OT_ENULL, NULL, 0, "parse", "expression is NULL"), NULL);
@@ -852,8 +888,10 @@ ot_node *(ot_parse)(const char *src, int n, const char *const names[], ot_node *
             return NULL;
         }
     ot_clear_error();
+    if (check_names(n, names)) return NULL;
     parser ps = {.src = src, .p = src, .n = n, .names = names, .nodes = nodes, .perm_n = -1};
     ot_node *r = definitions(&ps) ? expr(&ps) : NULL;
+    if (ps.failed) r = NULL;
     skip_space(&ps);
     if (r && *ps.p) r = fail(&ps, ps.p, "unexpected '%c' after the expression",
                              isprint((unsigned char)*ps.p) ? *ps.p : '?');

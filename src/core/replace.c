@@ -108,18 +108,41 @@ static void random_suffix(char *out)
 
 /* The temporary, created exclusively: 0666 less the umask for a new file
  * (what fopen gives), 0600 until fchmod gives it the old file's bits. */
+/* A temporary name beside the target into w->tmp: the target's name +
+ * ".tmp" + 6 random characters, or, short, ".ot.tmp" + 6 in its directory
+ * (a name within 10 bytes of the file system's limit had no room for the
+ * long form: every save of such a file failed). */
+static void temporary_name(ot__replace *w, bool shortname)
+{
+    size_t n = strlen(w->target), at;
+    const char *slash = strrchr(w->target, '/');
+    size_t dir = slash ? (size_t)(slash - w->target) + 1 : 0;
+    if (shortname) {
+        memcpy(w->tmp, w->target, dir);
+        memcpy(w->tmp + dir, ".ot.tmp", 7);
+        at = dir + 7;
+    } else {
+        memcpy(w->tmp, w->target, n);
+        memcpy(w->tmp + n, ".tmp", 4);
+        at = n + 4;
+    }
+    random_suffix(w->tmp + at);
+}
+
 static int create_temporary(ot__replace *w, const struct stat *old)
 {
-    size_t n = strlen(w->target);
-    w->tmp = ot__malloc(n + 11);
+    w->tmp = ot__malloc(strlen(w->target) + 16);
     if (!w->tmp)
         return ot__err_set(OT_ENOMEM, NULL, 0, w->fn, "cannot allocate a path");
-    memcpy(w->tmp, w->target, n);
-    memcpy(w->tmp + n, ".tmp", 4);
+    bool shortname = false;
     for (int tries = 0; tries < 100; tries++) {
-        random_suffix(w->tmp + n + 4);
+        temporary_name(w, shortname);
         w->fd = injected() ? -1 : open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
                                         old ? 0600 : 0666);
+        if (w->fd < 0 && errno == ENAMETOOLONG && !shortname) {
+            shortname = true;
+            continue;
+        }
         if (w->fd >= 0 || errno != EEXIST)
             break;
     }

@@ -436,8 +436,11 @@ ot_tensor *ot_eval_at(ot_node *tree, const char *file, int line)
                     ot__qname(tree, (char[OT__QNAME_LEN]){0}));
         return NULL;
     }
-    ot_tensor *t = (ot_empty)(tree->be, tree->shape, (ot_dtype)tree->dtype);
-    if (!t) return NULL;
+    ot_tensor *t = ot_empty_at(tree->be, tree->shape, (ot_dtype)tree->dtype, file, line);
+    if (!t) {   /* out of memory, named as the eval's */
+        ot__err_relabel(ot_errcode() ? ot_errcode() : OT_ENOMEM, file, line, "eval");
+        return NULL;
+    }
     if (ot_assign_at(t, tree, file, line) != 0) {
         ot_tensor_free(t);
         return NULL;

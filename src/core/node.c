@@ -505,7 +505,8 @@ static bool empty_along(const ot_node *x, int axis)
  * whose zero-size reduction has no identity. */
 static ot_node *expand_softmax(const site *st, ot_node *x, const ot_args *g, bool log_form)
 {
-    ot_node *shifted = empty_along(x, g->axis) ? x : B(st, OT_OP_SUB, x, R(st, OT_OP_MAX, x, g->axis, true));
+    ot_node *shifted =
+        empty_along(x, g->axis) ? x : B(st, OT_OP_SUB, x, R(st, OT_OP_MAX, x, g->axis, true));
     if (!shifted) return NULL;
     if (log_form) {
         ot_node *lse = B(st, OT_OP_LOG, R(st, OT_OP_SUM, B(st, OT_OP_EXP, shifted, NULL),

@@ -429,7 +429,9 @@ ot_pool *ot_pool_push(void)
 
 int ot_pool_pop_at(ot_pool *h, const char *file, int line)
 {
-    if (!h) return ot_errcode() ? ot_errcode() : ot__err_set(OT_ENULL, file, line, "pool_pop", "pool is NULL");
+    if (!h)
+        return ot_errcode() ? ot_errcode()
+                            : ot__err_set(OT_ENULL, file, line, "pool_pop", "pool is NULL");
     ot_pool *p = pool_top;
     while (p && p->handle != (uintptr_t)h) p = p->parent;
     if (!p)

@@ -114,7 +114,8 @@ static int layer_tensors(ot_model *m, layer *l, ot_shape ws, ot_shape bs)
     int count = l->kind == L_BN ? 8 : 6;
     for (int i = 0; i < count; i++) {
         ot_shape s = i == 0 || i == 2 || i == 3 ? ws : bs;
-        *t[i] = i == 0 ? (ot_empty)(m->be, s, OT_F32) : (ot_full)(m->be, s, OT_F32, i == 7 ? 1.0 : 0.0);
+        *t[i] = i == 0 ? (ot_empty)(m->be, s, OT_F32)
+                       : (ot_full)(m->be, s, OT_F32, i == 7 ? 1.0 : 0.0);
         if (!*t[i]) return ot_errcode() ? ot_errcode() : OT_ENOMEM;
     }
     return 0;

@@ -376,6 +376,8 @@ TEST(parse_errors_name_the_column)
     CHECK_ERR(OT_EINVAL, "names[", "are both \"x\"");
     CHECK(ot_parse("inf", 1, (const char *[]){"inf"}, two) == NULL);
     CHECK_ERR(OT_EINVAL, "names[0] \"inf\" is not a name an expression can spell");
+    CHECK(ot_parse("nanf", 1, (const char *[]){"nanf"}, two) == NULL);
+    CHECK_ERR(OT_EINVAL, "names[0] \"nanf\" is not a name");
     CHECK(ot_parse("a", 1, (const char *[]){"a b"}, two) == NULL);
     CHECK_ERR(OT_EINVAL, "names[0] \"a b\"");
     char n63[64], n100[101], n300[301];
@@ -387,6 +389,10 @@ TEST(parse_errors_name_the_column)
     CHECK(ot_parse(n100, 2, (const char *[]){n63, n100}, two) == two[1]);   /* the 100-byte one */
     CHECK(ot_parse(n300, 1, (const char *[]){n63}, two) == NULL);
     CHECK_ERR(OT_EINVAL, "a name of 300 bytes is longer than OT_NAME_MAX (256)");
+    char label[320];   /* a label too long: the error stays (naming cleared it) */
+    snprintf(label, sizeof label, "%s:(1 + 2)", n300);
+    CHECK(ot_parse(label, 0, NULL, NULL) == NULL);
+    CHECK_ERR(OT_EINVAL, "col 1: a name of 300 bytes is longer than OT_NAME_MAX (256)");
     CHECK(ot_parse("a", 1, (const char *[]){n300}, two) == NULL);
     CHECK_ERR(OT_EINVAL, "names[0]", "...");
     ot_pool_pop(pool);

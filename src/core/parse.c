@@ -97,7 +97,7 @@ static bool ident(parser *ps, char *buf)
     size_t n = (size_t)(ps->p - s);
     if (n >= MAX_IDENT) {   /* cut, it matched the name of its first 63 bytes */
         fail(ps, s, "a name of %zu bytes is longer than OT_NAME_MAX (%d)", n, OT_NAME_MAX);
-        n = 0;
+        return false;   /* nothing named: a label's would clear the error */
     }
     memcpy(buf, s, n);
     buf[n] = '\0';
@@ -847,14 +847,16 @@ static int by_name(const void *a, const void *b)
 }
 
 /* The operands' names: identifiers the expression can spell (not inf or
- * nan, which read as numbers), at most OT_NAME_MAX bytes, each once (a
- * repeated one silently lost to the first). 0, or OT_EINVAL (OT_ENOMEM). */
+ * nan, with or without the f32 mark f, which read as numbers), at most
+ * OT_NAME_MAX bytes, each once (a repeated one silently lost to the
+ * first). 0, or OT_EINVAL (OT_ENOMEM). */
 static int check_names(int n, const char *const names[])
 {
     for (int i = 0; i < n; i++) {
         const char *s = names[i];
         size_t len = strlen(s);
-        bool ok = len <= OT_NAME_MAX && ident_start(*s) && strcmp(s, "inf") && strcmp(s, "nan");
+        bool ok = len <= OT_NAME_MAX && ident_start(*s) && strcmp(s, "inf") && strcmp(s, "nan") &&
+                  strcmp(s, "inff") && strcmp(s, "nanf");
         for (size_t j = 1; ok && j < len; j++) ok = ident_char(s[j]);
         if (!ok)
             return ot__err_set(OT_EINVAL, NULL, 0, "parse", "names[%d] \"%.64s%s\" is not a name an "

@@ -134,13 +134,16 @@ void ot__site_leave(ot__callsite outer)
     site = outer;
 }
 
-const char *ot__site_strip(const char *msg)
+/* msg past a leading "file:line: " of this place (none: msg). */
+static const char *past_place(const char *msg, const char *file, int line)
 {
-    if (!site.file) return msg;
+    if (!file) return msg;
     char prefix[OT__MSG_MAX];
-    int n = snprintf(prefix, sizeof prefix, "%s:%d: ", site.file, site.line);
+    int n = snprintf(prefix, sizeof prefix, "%s:%d: ", file, line);
     return n > 0 && strncmp(msg, prefix, (size_t)n) == 0 ? msg + n : msg;
 }
+
+const char *ot__site_strip(const char *msg) { return past_place(msg, site.file, site.line); }
 
 void ot__err_place(const char *file, int line)
 {
@@ -152,10 +155,8 @@ void ot__err_place(const char *file, int line)
 
 int ot__err_relabel(int code, const char *file, int line, const char *op)
 {
-    char inner[OT__MSG_MAX], place[OT__MSG_MAX] = "";
-    if (file) snprintf(place, sizeof place, "%s:%d: ", file, line);
-    size_t n = strlen(place);
-    snprintf(inner, sizeof inner, "%s", slot.msg + (n && strncmp(slot.msg, place, n) == 0 ? n : 0));
+    char inner[OT__MSG_MAX];   /* the inner message named the caller already: once */
+    snprintf(inner, sizeof inner, "%s", past_place(slot.msg, file, line));
     return ot__err_reword(code, file, line, op, "%s", inner);
 }
 

@@ -201,9 +201,9 @@ static int check_output(const char *fn, call_site at, int i, const ot_tensor *ou
     /* Without a place of its own (a plain function), the error names where
      * the tree was built, unless a public call's place is set (a gradient
      * buffer of ot_autodiff_backprop: its caller's line, not the loss's). */
+    bool own = tree->be && tree->be != out->leaf.be && (at.file || ot__site_placed());
     if (tree->be && tree->be != out->leaf.be)
-        return ot__err_set(OT_EBACKEND, at.file || ot__site_placed() ? at.file : tree->file,
-                           at.file || ot__site_placed() ? at.line : tree->line, fn,
+        return ot__err_set(OT_EBACKEND, own ? at.file : tree->file, own ? at.line : tree->line, fn,
                            "tree %d%s reads tensors of backend '%s' but its output%s is on %s '%s'",
                            i, TNAME, ot_backend_name(tree->be), ONAME,
                            strcmp(ot_backend_name(tree->be), ot_backend_name(out->leaf.be))

@@ -1,7 +1,8 @@
 /*
  * test_winograd.c - the cpu backend's Winograd path (src/cpu/exec_winograd.c):
  * f32 3x3 convs at stride 1 and their gradients (d/dinput runs a
- * conv_transpose through it) against the ref backend in f64 on random
+ * conv_transpose through it, d/dweights its F(3x3,2x2) conv_wgrad) against
+ * the ref backend in f64 on random
  * non-integer data: odd sizes, padding 0, 1, 2 and per side, size-1
  * spatial dims, batch 1 and several, channel counts off multiples of 16,
  * groups, a conv_transpose of its own; ot_explain naming the algorithm.
@@ -122,8 +123,10 @@ TEST(winograd_matches_ref_f64)
         char *ex = NULL;
         run_case(cpu, &WCASES[k], OT_F32, a, n, &ex);
         run_case(ref, &WCASES[k], OT_F64, b, nb, NULL);
-        /* the forward (or, transposed, the input gradient) is Winograd's */
+        /* the forward (or, transposed, the input gradient) is Winograd's,
+         * and so is the weight gradient */
         CHECK(ex && strstr(ex, "winograd F(2x2,3x3)"));
+        CHECK(ex && strstr(ex, "winograd F(3x3,2x2), weight gradient"));
         for (int i = 0; i < 3; i++) {
             CHECK(n[i] == nb[i]);
             compare(k, i, a[i], b[i], n[i] < nb[i] ? n[i] : nb[i], 2e-6);
@@ -149,6 +152,7 @@ TEST(winograd_blocks_split_tile_rows)
     run_case(cpu, &c, OT_F32, a, n, &ex);
     run_case(cpu, &c, OT_F64, b, nb, NULL);
     CHECK(ex && strstr(ex, "winograd F(2x2,3x3)"));
+    CHECK(ex && strstr(ex, "winograd F(3x3,2x2), weight gradient"));
     for (int i = 0; i < 3; i++) {
         CHECK(n[i] == nb[i]);
         compare(0, i, a[i], b[i], n[i] < nb[i] ? n[i] : nb[i], 4e-6);
@@ -196,6 +200,43 @@ TEST(winograd_extreme_operands_match_ref)
         for (int i = 0; i < 16 * 8 * 8; i++)
             bad += isnan(y[1][i]) || isnan(y[0][i]) ||
                    (isinf(y[0][i]) ? y[1][i] != y[0][i] : !(fabsf(y[1][i] - y[0][i]) <= tol));
+        CHECK_INT(bad, 0);
+    }
+}
+
+/* The weight gradient's transforms overflow the same way (x = +-3e38 with
+ * an output gradient of 1e-3; one inf input): its result holds an inf or
+ * NaN, and the call runs again as im2col, giving ref's values. */
+TEST(winograd_wgrad_extreme_operands_match_ref)
+{
+    static float xd[16 * 8 * 8], gd[16 * 8 * 8];
+    for (int i = 0; i < 16 * 8 * 8; i++) gd[i] = 1e-3f;
+    for (int kind = 0; kind < 2; kind++) {
+        for (int i = 0; i < 16 * 8 * 8; i++) xd[i] = kind ? 1.0f : (i % 2 ? 3e38f : -3e38f);
+        if (kind) xd[3 * 8 + 3] = INFINITY;
+        float dw[2][16 * 16 * 9];
+        const char *names[2] = {"ref", "cpu"};
+        for (int b = 0; b < 2; b++) {
+            ot_backend *be = ot_backend_new(names[b], NULL);
+            ot_tensor *x = ot_array(be, OT_SHAPE(1, 16, 8, 8), OT_F32, xd);
+            ot_tensor *w = ot_zeros(be, OT_SHAPE(16, 16, 3, 3), OT_F32);
+            ot_tensor *gy = ot_array(be, OT_SHAPE(1, 16, 8, 8), OT_F32, gd);
+            ot_tensor *out = ot_empty(be, OT_SHAPE(16, 16, 3, 3), OT_F32);
+            ot_pool *p = ot_pool_push();
+            ot_autodiff *ad = ot_autodiff_new(ot_conv(x, w, .pad = 1), ot_tensor_node(gy));
+            CHECK_INT(ot_assign(out, ot_autodiff_grad(ad, w)), 0);
+            ot_autodiff_free(ad);
+            ot_pool_pop(p);
+            CHECK(ot_get(out, dw[b]) == 0);
+            ot_tensor_free(x), ot_tensor_free(w), ot_tensor_free(gy), ot_tensor_free(out);
+            ot_backend_free(be);
+        }
+        /* a few ulps of the sum of the terms' magnitudes, 64 * max|x| * 1e-3 */
+        float tol = 1e-6f * 64 * (kind ? 1.0f : 3e38f) * 1e-3f;
+        int bad = 0;
+        for (int i = 0; i < 16 * 16 * 9; i++)
+            bad += isnan(dw[1][i]) || isnan(dw[0][i]) ||
+                   (isinf(dw[0][i]) ? dw[1][i] != dw[0][i] : !(fabsf(dw[1][i] - dw[0][i]) <= tol));
         CHECK_INT(bad, 0);
     }
 }

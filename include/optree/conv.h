@@ -69,11 +69,13 @@ typedef struct ot_conv_opts {
  * Accuracy: on the cpu backend an f32 2-D 3x3 conv at stride and dilation
  * 1 with 16 or more input and output channels (and its input gradient, a
  * conv_transpose of the same kind) runs as Winograd F(2x2,3x3) (ot_explain
- * says "winograd F(2x2,3x3)"): its error against the exact result is that
+ * says "winograd F(2x2,3x3)"), its weight gradient as F(3x3,2x2) ("winograd
+ * F(3x3,2x2), weight gradient"): their error against the exact result is that
  * of an f32 dot product of the same terms, a few ulps of the largest
  * |output| (measured: max error 3e-7 to 6e-7 of max |y| on the ResNet-18
- * stage shapes, im2col + gemm 4e-7 to 6e-7; tests/test_winograd.c holds
- * it to 2e-6), and data whose products and sums are exact in f32 (small
+ * stage shapes, im2col + gemm 4e-7 to 6e-7; the weight gradient 3e-7 to
+ * 6e-7 of max |dW| at batch 2, im2col 2.5e-7 to 3.3e-7;
+ * tests/test_winograd.c holds them to 2e-6), and data whose products and sums are exact in f32 (small
  * integers, halves) gives exact results, as im2col does. A call whose
  * Winograd result holds an inf or a NaN (its transforms overflowed, or an
  * operand held one) runs again as im2col: Winograd's sums of neighbours

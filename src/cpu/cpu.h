@@ -517,10 +517,10 @@ void ot__conv_box(const ot_kernel *k, const ot_kernel *e, const ot__conv_block *
  * im2col tile or Winograd scratch (0: none). */
 const char *ot__conv_algo(const ot_kernel *k, size_t *tile);
 /* exec_winograd.c: whether CONV kernel k runs as Winograd (f32, 2-D, 3x3,
- * stride and dilation 1, conv or conv_transpose, 16 channels or more on
- * both sides), its name for ot_explain, its scratch bytes (past the
- * packed operands'), and the run over contiguous X, S, W (xsw, in that
- * order) into whichever of X and S it writes. */
+ * stride and dilation 1, conv, conv_transpose or conv_wgrad, 16 channels
+ * or more on both sides), its name for ot_explain, its scratch bytes (past
+ * the packed operands'), and the run over contiguous X, S, W (xsw, in that
+ * order) into whichever of them it writes. */
 bool ot__wino_ok(const ot_kernel *k);
 const char *ot__wino_name(const ot_kernel *k);
 size_t ot__wino_scratch(const ot_kernel *k);

@@ -13,8 +13,8 @@
  *                  (memcpy at stride 1), 3-D one element at a time;
  *   1x1 gemm       a 1x1 kernel at stride 1 without padding: X of a batch
  *                  and group is the column matrix, read in place;
- *   winograd       a 2-D f32 3x3 conv (or its conv_transpose) at stride
- *                  and dilation 1: exec_winograd.c;
+ *   winograd       a 2-D f32 3x3 conv (or its conv_transpose, or its
+ *                  conv_wgrad) at stride and dilation 1: exec_winograd.c;
  *   direct         a depthwise conv (one channel per group): 1-D and 2-D
  *                  add each tap's weight times an input row segment into
  *                  the output row (vectorised), 3-D a plain loop over its
@@ -438,7 +438,7 @@ void ot__run_conv(const ot_kernel *k, char *const base[2], char *dst, char *scra
  * its output). */
 static bool wino_done(const ot_kernel *k, const ot__conv_geom *g, const tens *t, char *scratch)
 {
-    int out = k->conv_op == OT_OP_CONV_TRANSPOSE ? 0 : 1;
+    int out = k->conv_op == OT_OP_CONV_TRANSPOSE ? 0 : k->conv_op == OT_OP_CONV ? 1 : 2;
     ot__wino_run(k, t->p, scratch);
     return ot__wino_finite((const float *)t->p[out], numel_of(g, out));
 }

@@ -22,6 +22,10 @@
  * that of a dot product of the same terms (include/optree/conv.h). F(4,3)
  * (a = 6, 2.25 times fewer products again) is kept as a table for
  * measurement (OT_WINOGRAD=4): its 1/6 and 1/24 lose about 10x more.
+ *
+ * The weight gradient (conv_wgrad) of such a conv runs as F(3x3, 2x2): see
+ * "the weight gradient" below; it shares the input transform and the
+ * blocks of tiles, and its GEMMs' depth is the tiles.
  */
 #include "blas.h"
 #include "cpu.h"
@@ -63,6 +67,9 @@ typedef struct wprob {
     float *y;
     int64_t n, ci, co, h, w_, oh, ow, lh, lw, xs, ys, wo, wi;
     bool flip, planes;   /* planes: F(2,3) on whole images (f2planes), else lanes */
+    bool wgrad;          /* conv_wgrad: the weight gradient (run_wgrad) */
+    const float *gy;     /* conv_wgrad: the output gradient (S), images ys apart */
+    float *dw;           /* conv_wgrad: the weight gradient it writes */
     int64_t th, tw, tiles, tb;   /* tiles down, across, in all; per block */
 } wprob;
 
@@ -97,8 +104,9 @@ static const wmat *pick(void)
 bool ot__wino_ok(const ot_kernel *k)
 {
     const ot__conv_geom *g = &k->conv;
-    if (k->store.dtype != OT_F32 || !pick()) return false;
-    if (k->conv_op != OT_OP_CONV && k->conv_op != OT_OP_CONV_TRANSPOSE) return false;
+    if (k->kind != OT_KER_CONV || k->store.dtype != OT_F32 || !pick()) return false;
+    /* the weight gradient has F(2,3)'s transposed tables only */
+    if (k->conv_op == OT_OP_CONV_WGRAD && pick() != &F2) return false;
     if (g->k[0] != 3 || g->k[1] != 3 || g->k[2] != 1 || g->xp[2] != 1 || g->sp[2] != 1)
         return false;
     for (int d = 0; d < 2; d++)
@@ -126,7 +134,8 @@ static void shape_of(const ot_kernel *k, wprob *p)
     *p = (wprob){.f = pick(), .n = g->n, .ci = tr ? g->sc : g->xc, .co = tr ? g->xc : g->sc,
                  .h = in[0], .w_ = in[1], .oh = out[0], .ow = out[1],
                  .lh = tr ? 2 - g->lo[0] : g->lo[0], .lw = tr ? 2 - g->lo[1] : g->lo[1],
-                 .wo = tr ? 9 : g->xc * 9, .wi = tr ? g->xc * 9 : 9, .flip = tr};
+                 .wo = tr ? 9 : g->xc * 9, .wi = tr ? g->xc * 9 : 9, .flip = tr,
+                 .wgrad = k->conv_op == OT_OP_CONV_WGRAD};
     int64_t m = p->f->m, a2 = p->f->a * p->f->a;
     p->th = (p->oh + m - 1) / m;
     p->tw = (p->ow + m - 1) / m;
@@ -150,10 +159,11 @@ static size_t part_bytes(const wprob *p, int which)
 
 static size_t f2_floats(const wprob *p);
 
-/* Bytes of the F(2,3) planes (f2planes), none for the lanes. */
+/* Bytes of the F(2,3) planes (f2planes): for the planes' transforms and
+ * the weight gradient's (image_gt), none for the lanes. */
 static size_t rows_bytes(const wprob *p)
 {
-    return p->planes ? (f2_floats(p) * sizeof(float) + 63) / 64 * 64 : 0;
+    return p->planes || p->wgrad ? (f2_floats(p) * sizeof(float) + 63) / 64 * 64 : 0;
 }
 
 size_t ot__wino_scratch(const ot_kernel *k)
@@ -165,7 +175,7 @@ size_t ot__wino_scratch(const ot_kernel *k)
 
 const char *ot__wino_name(const ot_kernel *k)
 {
-    (void)k;
+    if (k->conv_op == OT_OP_CONV_WGRAD) return "winograd F(3x3,2x2), weight gradient";
     return pick() == &F4 ? "winograd F(4x4,3x3)" : "winograd F(2x2,3x3)";
 }
 
@@ -494,21 +504,88 @@ static void image_run(const wprob *p, int64_t t, int64_t end, int64_t *img, int6
     *ub = per - *ua < end - t ? per : *ua + end - t;
 }
 
-WIDE static void input_f2(const wprob *p, float *v, int64_t t0, int64_t nt, float *rows)
+/* ---- the weight gradient ---------------------------------------------------
+ * dW[co][ci] (3 x 3) sums, over every 2 x 2 tile of the output gradient s
+ * (channel co), the correlation of the tile with its 4 x 4 input patch d
+ * (channel ci; the forward's patch for that tile): Winograd's F(3,2), whose
+ * tables are F(2,3)'s transposed (B^T the same; A and G trade places):
+ *   dW = G^T [ sum over tiles of (A s A^T) . (B^T d B) ] G,
+ * so V is the forward's input transform, S[xi][co][t] = (A s A^T)[xi] the
+ * gradient's, and M[xi] = S[xi] . V[xi]^T (co x ci, the tiles its depth)
+ * sums over the blocks: 16 products a tile where im2col has 36. Tiles
+ * reaching past the output read zeros there (the planes' extra tile of a
+ * row: all of it), so they add nothing. */
+
+/* The vertical pass on one tile row's n columns: rows r0 and r1 (NULL:
+ * zeros, below the gradient's last row) into A's four combinations, A =
+ * [1 0; 1 1; 1 -1; 0 -1]. */
+INLINE void gt_down(const float *restrict r0, const float *restrict r1, int64_t n,
+                    float *restrict q0, float *restrict q1, float *restrict q2,
+                    float *restrict q3)
+{
+    for (int64_t c = 0; c < n; c++) {
+        float a = r0[c], b = r1 ? r1[c] : 0.0f;
+        q0[c] = a;
+        q1[c] = a + b;
+        q2[c] = a - b;
+        q3[c] = -b;
+    }
+}
+
+/* S of an image's tiles [ua, ub) of gradient plane sc, A s A^T, as
+ * image_bt does B^T d B: the vertical pass into q[i] (tile row tr at
+ * tr * wp, wp = 2 tw, zeros past the gradient's width), so that tile u's
+ * two columns are q[i][2u], q[i][2u + 1]; then the horizontal pass, a
+ * stride-2 loop over the run's tiles, [x, x + y, x - y, -y], into column
+ * u - ua of o + xi * os. */
+INLINE void image_gt(const wprob *p, const float *sc, int64_t ua, int64_t ub, const f2planes *f,
+                     float *o, int64_t os)
+{
+    int64_t wp = f->wp, ow = p->ow;
+    for (int64_t tr = ua / p->tw; tr * p->tw < ub; tr++) {
+        const float *r0 = sc + 2 * tr * ow;
+        float *q[4];
+        for (int i = 0; i < 4; i++) q[i] = f->q[i] + tr * wp;
+        gt_down(r0, 2 * tr + 1 < p->oh ? r0 + ow : NULL, ow, q[0], q[1], q[2], q[3]);
+        for (int i = 0; i < 4; i++) memset(q[i] + ow, 0, sizeof(float) * (size_t)(wp - ow));
+    }
+    for (int i = 0; i < 4; i++) {
+        const float *restrict q = f->q[i];
+        float *restrict o0 = o + 4 * i * os, *restrict o1 = o0 + os, *restrict o2 = o1 + os,
+                        *restrict o3 = o2 + os;
+        for (int64_t u = ua; u < ub; u++) {
+            float x = q[2 * u], y = q[2 * u + 1];
+            o0[u - ua] = x;
+            o1[u - ua] = x + y;
+            o2[u - ua] = x - y;
+            o3[u - ua] = -y;
+        }
+    }
+}
+
+
+/* The whole-image transforms of the block's tiles [t0, t0 + nt) into
+ * column t - t0 of o[xi][c]: the input's B^T d B (V, every input channel)
+ * or, grad, the output gradient's A s A^T (S, every output channel). */
+WIDE static void planes_block(const wprob *p, bool grad, float *o, int64_t t0, int64_t nt,
+                              float *rows)
 {
     f2planes f = f2_at(p, rows);
+    int64_t nc = grad ? p->co : p->ci, plane = grad ? p->oh * p->ow : p->h * p->w_;
     for (int64_t t = t0, img, ua, ub; t < t0 + nt; t += ub - ua) {
         image_run(p, t, t0 + nt, &img, &ua, &ub);
-        const float *xi = p->x + img * p->xs;
-        for (int64_t c = 0; c < p->ci; c++)
-            image_bt(p, xi + c * p->h * p->w_, ua, ub, &f, v + c * p->tb + (t - t0),
-                     p->ci * p->tb);
+        const float *src = grad ? p->gy + img * p->ys : p->x + img * p->xs;
+        for (int64_t c = 0; c < nc; c++) {
+            float *oc = o + c * p->tb + (t - t0);
+            if (grad) image_gt(p, src + c * plane, ua, ub, &f, oc, nc * p->tb);
+            else image_bt(p, src + c * plane, ua, ub, &f, oc, nc * p->tb);
+        }
     }
 }
 
 WIDE static void input_block(const wprob *p, float *v, int64_t t0, int64_t nt, float *rows)
 {
-    if (p->planes) input_f2(p, v, t0, nt, rows);
+    if (p->planes) planes_block(p, false, v, t0, nt, rows);
     else if (p->f == &F2) input_block_t(p, &F2, v, t0, nt);
     else input_block_t(p, &F4, v, t0, nt);
 }
@@ -623,6 +700,49 @@ WIDE static void put_block(const wprob *p, const float *mm, int64_t t0, int64_t 
     else put_block_t(p, &F4, mm, t0, nt);
 }
 
+/* ---- the weight gradient's sums and output transform ---------------------- */
+
+/* G^T's three rows on four values (m0..m3 ms apart): [m0 + (m1 + m2) / 2,
+ * (m1 - m2) / 2, (m1 + m2) / 2 + m3]. */
+static void gt3(const float *m, int64_t ms, float *o, int64_t os)
+{
+    float h = (m[ms] + m[2 * ms]) * 0.5f;
+    o[0] = m[0] + h;
+    o[os] = (m[ms] - m[2 * ms]) * 0.5f;
+    o[2 * os] = h + m[3 * ms];
+}
+
+/* dW = G^T M G for every (co, ci): M[xi][co][ci] (xi = 4 i + j, i down). */
+static void wgrad_out(const wprob *p, const float *mm)
+{
+    int64_t xs = p->co * p->ci;
+    for (int64_t o = 0; o < p->co; o++)
+        for (int64_t i = 0; i < p->ci; i++) {
+            float t[3][4];   /* G^T down each of M's four columns */
+            for (int j = 0; j < 4; j++) gt3(mm + j * xs + o * p->ci + i, 4 * xs, &t[0][j], 4);
+            float *w = p->dw + o * p->wo + i * p->wi;
+            for (int r = 0; r < 3; r++) gt3(t[r], 1, w + 3 * r, 1);
+        }
+}
+
+/* One group's weight gradient: M (16 co ci), V and S (16 ci tb, 16 co tb)
+ * in scratch; M sums over every block, from zeros (no tiles: dW = 0). */
+static void run_wgrad(const wprob *p, float *mm, float *v, float *sg, float *rows,
+                      ot__gemm_fn *gemm)
+{
+    memset(mm, 0, sizeof *mm * (size_t)(16 * p->co * p->ci));
+    for (int64_t t0 = 0; t0 < p->tiles; t0 += p->tb) {
+        int64_t nt = p->tiles - t0 < p->tb ? p->tiles - t0 : p->tb;
+        input_block(p, v, t0, nt, rows);
+        planes_block(p, true, sg, t0, nt, rows);
+        for (int64_t xi = 0; xi < 16; xi++)
+            gemm(&(ot__gemm){OT_F32, sg + xi * p->co * p->tb, v + xi * p->ci * p->tb,
+                             mm + xi * p->co * p->ci, false, true, p->co, p->ci, nt, p->tb, p->tb,
+                             p->ci, 1.0, 1.0});
+    }
+    wgrad_out(p, mm);
+}
+
 /* ---- the run ---------------------------------------------------------------- */
 
 static void run_group(const wprob *p, float *u, float *v, float *mm, float *rows,
@@ -656,7 +776,15 @@ void ot__wino_run(const ot_kernel *k, char *const xsw[3], char *scratch)
     ot__gemm_fn *gemm = ot__gemm_pick();
     int64_t xsz = g->xc * g->xp[0] * g->xp[1], ssz = g->sc * g->sp[0] * g->sp[1];
     const float *xs = (const float *)xsw[0], *ss = (const float *)xsw[1];
-    for (int64_t grp = 0; grp < g->groups; grp++) {
+    for (int64_t grp = 0; grp < g->groups && p.wgrad; grp++) {
+        p.x = xs + grp * xsz;
+        p.gy = ss + grp * ssz;
+        p.dw = (float *)xsw[2] + grp * g->sc * g->xc * 9;
+        p.xs = g->groups * xsz;
+        p.ys = g->groups * ssz;
+        run_wgrad(&p, u, v, mm, rows, gemm);   /* M in U's room, S in M's */
+    }
+    for (int64_t grp = 0; grp < g->groups && !p.wgrad; grp++) {
         p.x = tr ? ss + grp * ssz : xs + grp * xsz;
         p.y = (float *)(tr ? xsw[0] : xsw[1]) + grp * (tr ? xsz : ssz);
         p.w = (const float *)xsw[2] + grp * g->sc * g->xc * 9;

@@ -1033,3 +1033,81 @@ TEST(half_f64_rounds_once_on_cpu)
     ot_backend_free(be);
     free(x), free(bits);
 }
+
+/* i32 v rounded once to dt (nearest, ties to even), by integer ops: the
+ * top p significant bits kept (p = 11 for f16, 8 for bf16), past f16's
+ * largest finite infinity. */
+static double i32_rounded(int32_t v, ot_dtype dt)
+{
+    int p = dt == OT_F16 ? 11 : 8, len = 0;
+    int64_t m = v < 0 ? -(int64_t)v : v;
+    while (len < 63 && (m >> len)) len++;
+    int shift = len > p ? len - p : 0;
+    int64_t q = m >> shift, r = m - (q << shift), half = shift ? (int64_t)1 << (shift - 1) : 1;
+    if (shift && (r > half || (r == half && (q & 1)))) q++;
+    double x = (double)(q << shift);
+    if (dt == OT_F16 && x > 65504.0) x = INFINITY;
+    return v < 0 ? -x : x;
+}
+
+/* i32 values into dt on backend be, as the tree of form f makes them: a
+ * cast, a plain store of the i32 tensor, a cast inside a tree. */
+static int i32_into_half(ot_backend *be, const int32_t *v, int n, ot_dtype dt, int f, float *got)
+{
+    ot_tensor *i = ot_array(be, OT_SHAPE(n), OT_I32, v), *h = ot_empty(be, OT_SHAPE(n), dt);
+    ot_pool *p = ot_pool_push();
+    ot_node *tree = f == 0   ? ot_cast(i, dt)
+                    : f == 1 ? ot_tensor_node(i)
+                             : ot_mul(ot_cast(i, dt), 1.0);
+    int rc = i && h && p ? ot_assign(h, tree) : -1;
+    ot_pool_pop(p);
+    if (!rc) rc = ot_get(h, got);
+    ot_tensor_free(i), ot_tensor_free(h);
+    return rc;
+}
+
+/* An i32 value cast or stored to f16/bf16 rounds once on cpu, as on ref:
+ * cpu took it through f32, which rounds past 2^24, so 16842753 (2^24 +
+ * 2^16 + 1) became f32's 16842752, a tie, then bf16's 16777216 where ref
+ * (and a single rounding) give 16908288. The values at the edge and random
+ * ones over the whole range (and below 2^17 for f16, whose range ends at
+ * 65504), on every ISA table this CPU has, against ref and a scalar
+ * rounding by integer ops. */
+TEST(half_i32_rounds_once)
+{
+    enum { N = 4099 };
+    static const char *const isas[] = {"avx512", "avx2", "sse2", "scalar"};
+    int32_t *v = malloc(sizeof *v * N);
+    float *got = malloc(sizeof *got * N), *want = malloc(sizeof *want * N);
+    ot_backend *ref = ot_backend_new("ref", NULL);
+    static const int32_t edge[] = {16842753, -16842753, 16777217, INT32_MAX,
+                                   INT32_MIN, 65519,     65520};
+    uint64_t s = 0x9e3779b97f4a7c15u;
+    for (int k = 0; v && k < N; k++) {
+        s = s * 6364136223846793005u + 1442695040888963407u;
+        int32_t r = (int32_t)(uint32_t)(s >> 32);
+        v[k] = k < 7 ? edge[k] : k % 2 ? r : r % (1 << 17);
+    }
+    for (int a = 0; a < 4 && v && got && want; a++) {
+        ot_backend *cpu = ot_backend_new("cpu", &(ot_backend_opts){.isa = isas[a]});
+        if (!cpu) continue;   /* a table this CPU lacks */
+        for (int d = 0; d < 2; d++)
+            for (int f = 0; f < 3; f++) {
+                CHECK_INT(i32_into_half(cpu, v, N, dts[d], f, got), 0);
+                CHECK_INT(i32_into_half(ref, v, N, dts[d], f, want), 0);
+                int bad = 0, first = -1;
+                for (int k = 0; k < N; k++) {
+                    bool ok = got[k] == want[k] && (double)got[k] == i32_rounded(v[k], dts[d]);
+                    if (!ok && !bad++) first = k;
+                }
+                if (bad)
+                    test__fail(__FILE__, __LINE__,
+                               "%s %s form %d: %d wrong, first %d: cpu %.1f ref %.1f, expected %.1f",
+                               isas[a], ot_dtype_name(dts[d]), f, bad, v[first], got[first],
+                               want[first], i32_rounded(v[first], dts[d]));
+            }
+        ot_backend_free(cpu);
+    }
+    ot_backend_free(ref);
+    free(v), free(got), free(want);
+}

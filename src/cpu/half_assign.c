@@ -100,6 +100,16 @@ static ot_node *leaf_f32(half_run *h, const ot_node *n)
     return &w->leaf;
 }
 
+/* Whether a value of dtype dt rounds on its way to f32 (f64, or i32 past
+ * 2^24): such a value is kept in f64, which holds an i32 exactly, until
+ * its one rounding to 16 bits (through f32 it would round twice: i32
+ * 16842753 to f32's 16842752, a tie, then to bf16's 16777216, where once
+ * gives 16908288). */
+static bool rounds_in_f32(int dt)
+{
+    return dt == OT_F64 || dt == OT_I32;
+}
+
 /* An f64 temporary d as an f32 one rounded to odd (ot__f32_odd): the
  * later rounding to 16 bits rounds each double once, as docs/half.md
  * says. NULL when out of memory. */
@@ -113,13 +123,14 @@ static ot_tensor *f32_odd_of(half_run *h, const ot_tensor *d)
     return t;
 }
 
-/* x (an f32 tree, or f64: then through f32 rounded to odd) evaluated and
- * rounded to dt: the value a cast to dt has. */
+/* x (an f32 tree, or f64 or i32: then in f64, through f32 rounded to odd)
+ * evaluated and rounded to dt: the value a cast to dt has. */
 static ot_node *rounded(half_run *h, ot_node *x, int dt)
 {
-    ot_tensor *t = temp_new_dt(h, &x->shape, x->dtype == OT_F64 ? OT_F64 : OT_F32);
+    bool wide = rounds_in_f32(x->dtype);
+    ot_tensor *t = temp_new_dt(h, &x->shape, wide ? OT_F64 : OT_F32);
     if (!t || h->eval(h->be, 1, &t, &x)) return NULL;
-    if (x->dtype == OT_F64 && !(t = f32_odd_of(h, t))) return NULL;
+    if (wide && !(t = f32_odd_of(h, t))) return NULL;
     round_through(dt, temp_data(t), (size_t)ot__numel(&x->shape));
     t->leaf.axes = x->axes;
     return &t->leaf;
@@ -147,7 +158,7 @@ static ot_node *op_f32(half_run *h, ot__walker *w, const ot_node *n, ot_node *a,
                      ? a
                      : ot_build_at(op, a, b, &args, n->file, n->line);
     if (r && cast && ot__is_half(n->dtype))
-        r = rounded(h, a && a->dtype == OT_F64 ? a : r, n->dtype);
+        r = rounded(h, a && rounds_in_f32(a->dtype) ? a : r, n->dtype);
     return r;
 }
 
@@ -664,10 +675,11 @@ static int trees_f32(half_run *h, int n, ot_tensor *const outs[], ot_node *const
                                        : ot_errcode();
         else t32[i] = h->out[v];
         if (!outs) continue;   /* explain's fresh outputs */
-        /* an f64 value into 16 bits: kept in f64 until its one rounding */
+        /* an f64 or i32 value into 16 bits: kept in f64 until its one rounding */
+        bool wide = !rc && rounds_in_f32(t32[i]->dtype);
         o32[i] = rc || !ot__is_half(outs[i]->leaf.dtype)
                      ? outs[i]
-                     : temp_new_dt(h, &outs[i]->leaf.shape, t32[i]->dtype == OT_F64 ? OT_F64 : OT_F32);
+                     : temp_new_dt(h, &outs[i]->leaf.shape, wide ? OT_F64 : OT_F32);
         if (!o32[i]) rc = ot__err_set(OT_ENOMEM, NULL, 0, "assign", "out of memory");
     }
     ot__walker_free(&w);

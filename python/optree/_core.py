@@ -684,6 +684,29 @@ def _converted(a, want):
     return np.array(a, dtype=want, order="C")
 
 
+def _half_host(a):
+    """a as the float32 host values a float16 or bfloat16 tensor's ot_set
+    rounds to 16 bits, so that each value is rounded once: float64 and
+    integer values (int32 past 2^24 is inexact in float32) go through
+    float64 and are rounded to float32 toward an odd last bit when
+    inexact, as the library's f64 stores do (ot__f32_odd; float32 has more
+    than 2 bits beyond either 16-bit dtype). Rounded to nearest instead,
+    65519.999999 became float32's 65520, then f16's inf, not 65504."""
+    if a.dtype.kind not in "iuf" or (a.dtype.kind == "f" and a.dtype.itemsize <= 4):
+        f32 = _DT_TO_NP[1]
+        return a if a.dtype == f32 and a.flags.c_contiguous else _converted(a, f32)
+    d = np.array(a, dtype=np.float64, order="C")
+    with np.errstate(over="ignore", invalid="ignore"):
+        f = d.astype(np.float32)
+        back = f.astype(np.float64)
+    bits = f.view(np.uint32)
+    odd = (back != d) & np.isfinite(f) & ((bits & 1) == 0)   # inexact with an even last bit
+    away = np.abs(back) > np.abs(d)
+    bits[odd & away] -= np.uint32(1)       # toward zero: the neighbour on d's side
+    bits[odd & ~away] += np.uint32(1)
+    return f
+
+
 def _fill_value(code, value):
     """value as ot_fill's double, checked as NumPy checks an assignment
     into an int32 tensor (code its dtype)."""
@@ -820,9 +843,10 @@ class Tensor(_Expr):
                 raise ShapeError("optree: set: an array of shape %s into a tensor of shape %s"
                                  % (a.shape, shape)) from None
         # float16 and bfloat16 tensors take float32 host values (ot_set rounds)
-        host = _DT_TO_NP[1] if lib.ot_tensor_dtype(self._t) in (_F16, _BF16) else self.dtype
-        if a.dtype != host or not a.flags.c_contiguous:
-            a = _converted(a, host)
+        if lib.ot_tensor_dtype(self._t) in (_F16, _BF16):
+            a = _half_host(a)
+        elif a.dtype != self.dtype or not a.flags.c_contiguous:
+            a = _converted(a, self.dtype)
         check(lib.ot_set_n_at(self._t, a.ctypes.data, a.nbytes, file, line))
         return self
 
@@ -1174,7 +1198,7 @@ class Backend:
         code = _NP_TO_DT[_array_dtype(a.dtype, self.default_dtype)] if dtype is None \
             else dtype_code(dtype)
         if code == _BF16:       # no NumPy dtype to wrap: copied from floats (ot_array)
-            a = _converted(a, _DT_TO_NP[1])
+            a = _half_host(a)
             return _named(Tensor._own(lib.ot_array_at(self._b, make_shape(a.shape), code,
                                                       a.ctypes.data, file, line)), name)
         want = np_dtype(code)

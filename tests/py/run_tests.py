@@ -705,6 +705,35 @@ def half_precision_tensors():
 
 
 @case
+def half_tensors_round_float64_and_int_data_once():
+    """set(), t[:] = and be.array of float64 (or integer) data into f16
+    and bf16 round each value once, as NumPy's astype(float16) and the
+    C library's ot_fill do: they went through float32 first, so
+    65519.999999 became inf (f16's 65504), 1 + 2^-11 + 2^-40 became 1.0
+    (f16's 1.000977), 1 + 2^-8 + 2^-40 bf16's 1.0 (1.0078125), int32
+    16842753 bf16's 16777216 (16908288)."""
+    rng = np.random.default_rng(7)
+    edges = [65519.999999, 1 + 2**-11 + 2**-40, 1 + 2**-8 + 2**-40, -(1 + 2**-8 + 2**-40),
+             3.3961775e38, 16842753.0, 1e-300, np.inf, 0.0]
+    v = np.concatenate([edges, rng.standard_normal(64) * 2.0 ** rng.integers(-30, 30, 64)])
+    ints = np.array([16842753, -16842753, 16777217, 2**31 - 1, -2**31, 65519, 65520], np.int32)
+    for be in (BE, REF):
+        for dt in (np.float16, "bfloat16"):
+            for data in (v, ints):
+                want = be.zeros(data.shape, dtype=dt)
+                for i, x in enumerate(data):
+                    want[i] = float(x)                     # ot_fill: one rounding of a double
+                if dt is np.float16:
+                    assert (want.get() == data.astype(np.float16)).all()
+                t, u = be.zeros(data.shape, dtype=dt), be.zeros(data.shape, dtype=dt)
+                t.set(data)
+                u[:] = data
+                for got in (t, u, be.array(data, dtype=dt)):
+                    bad = np.flatnonzero(got.get() != want.get())
+                    assert not len(bad), (be, dt, data[bad], got.get()[bad], want.get()[bad])
+
+
+@case
 def errors_of_tensor_functions_name_the_python_line():
     x = BE.ones((2, 3))
     cases = [(lambda: optree.Autodiff(x * 2, BE, next_error=BE.ones((5,))), "autodiff_new"),

@@ -951,6 +951,63 @@ TEST(program_run_errors_name_the_step)
     }
 }
 
+/* Order `order`'s program over i32 placeholder i: steps e * 2 into out[0]
+ * and e + 3 into out[1], e = exp(i + 1) a value the two share (computed
+ * once, in an assignment of its own before them), and an i32 sum that can
+ * overflow into out[2], the sum at step 2 (order 0) or step 0 (order 1).
+ * *sum_line: where the sum's tree was built. */
+static ot_program *shared_then_failing(ot_backend *be, int order, ot_tensor *const out[3],
+                                       int *sum_line)
+{
+    ot_program *p = ot_program_new(be);
+    ot_tensor *i = ot_program_placeholder(p, "i", OT_SHAPE(4), OT_I32);
+    ot_pool *pool = ot_pool_push();
+    for (int k = 0; k < 3; k++) {
+        if (k == (order ? 0 : 2)) {
+            *sum_line = __LINE__ + 1;
+            CHECK_INT(ot_program_assign(p, out[2], ot_sum(i)), 0);
+        } else {
+            ot_node *e = ot_exp(ot_add(i, 1));   /* kept apart: neither output holds it */
+            ot_node *t = k == (order ? 1 : 0) ? ot_mul(e, 2) : ot_add(e, 3);
+            CHECK_INT(ot_program_assign(p, out[k == 2 ? 0 : k], t), 0);
+        }
+    }
+    ot_pool_pop(pool);
+    CHECK_INT(ot_program_compile(p), 0);
+    return p;
+}
+
+/* A run's error names the failing step as ot_program_explain numbers the
+ * steps, where the program keeps a value shared between steps: the run
+ * named the step by its place among the compiled assignments, which count
+ * the shared value's own ("step 3" of steps 0 to 2). */
+TEST(program_run_error_names_the_step_past_a_shared_value)
+{
+    for (int b = 0; b < 2; b++)
+        for (int order = 0; order < 2; order++) {
+            char at[128], built[160], text[4096] = "";
+            ot_backend *be = backend(backends[b]);
+            ot_tensor *out[3] = {ot_zeros(be, OT_SHAPE(4), OT_F64),
+                                 ot_zeros(be, OT_SHAPE(4), OT_F64), ot_zeros(be, OT_SHAPE(), OT_I32)};
+            int sum_line = 0, step = order ? 0 : 2;
+            ot_program *p = shared_then_failing(be, order, out, &sum_line);
+            FILE *f = fmemopen(text, sizeof text - 1, "w");
+            CHECK(f && ot_program_explain(p, f) == 0);
+            if (f) fclose(f);
+            CHECK(strstr(text, "computed once, kept for later steps") != NULL);
+            CHECK(strstr(text, "step 3") == NULL);
+            int32_t big[4] = {INT32_MAX, 1, 0, 0};
+            int line = __LINE__ + 1;
+            CHECK_INT(ot_program_run(p, 1, &OT_BIND_DATA("i", big, sizeof big)), OT_EOVERFLOW);
+            snprintf(built, sizeof built, "program_run: step %d (tree built at %s:%d)", step,
+                     __FILE__, sum_line);
+            CHECK_ERR(OT_EOVERFLOW, TEST_SITE(at, line), built);
+            ot_program_free(p);
+            for (int k = 0; k < 3; k++) ot_tensor_free(out[k]);
+            ot_backend_free(be);
+        }
+}
+
 TEST(program_errors_name_the_call_site)
 {
     char at[128];

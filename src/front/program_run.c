@@ -541,7 +541,7 @@ static int run_assign(ot_program *p)
         const cstep *c = &s->steps[i];
         rc = c->final ? p->be->vt->assign_many(p->be, c->n, c->outs, c->trees)
                       : ot__assign_backend(p->be, c->n, c->outs, c->trees);
-        if (rc) rc = ot__prog_step_error(&p->at, i, c->trees[0]);
+        if (rc) rc = ot__prog_step_error(&p->at, c->step, c->trees[0]);
     }
     for (int k = 0; k < p->nph; k++) s->ph[k]->buf->data = old[k];
     if (old != keep) free(old);
@@ -561,7 +561,7 @@ static int run_prepared(ot_program *p)
         for (int j = 0; j < c->npatch; j++)
             c->prep.leaf[c->patches[j].slot] = p->base[c->patches[j].ph] + c->patches[j].off;
         int rc = run_step(p->be, &c->prep, s->arena, c->n, c->trees);
-        if (rc) return ot__prog_step_error(&p->at, i, c->trees[0]);   /* found running: placed */
+        if (rc) return ot__prog_step_error(&p->at, c->step, c->trees[0]);   /* found running: placed */
     }
     ot__stat_add(ot__stats_mine(&p->be->stats), OT__STAT_ASSIGNS, (uint64_t)s->nsteps);
     return 0;

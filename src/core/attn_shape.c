@@ -147,10 +147,11 @@ static bool operands_ok(ot_node *q, ot_node *k, ot_node *v, ot_node *m, const ch
     return true;
 }
 
-/* x flattened (1-D). */
+/* x (4-D) flattened, at any size of x (a program specialised to another
+ * batch rebuilds it: ot__reshape_join_at). */
 static ot_node *flat(ot_node *x, const char *file, int line)
 {
-    return ot_reshape_node_at(x, (ot_shape){1, {ot__numel(&x->shape)}}, file, line);
+    return ot__reshape_join_at(x, ~1u, file, line);
 }
 
 ot_node *ot_attention_at(ot_node *q, ot_node *k, ot_node *v, const ot_attn_opts *o,

@@ -594,6 +594,28 @@ ot_stack *ot__stack_new_many(int n, const ot_node *const roots[], int roots_out[
  * check: new_t[i] may have another shape, the nodes above being rebuilt by
  * their builders (which check it), after every leaf is replaced. */
 ot_node *ot__substitute(ot_node *tree, int n, ot_tensor *const old[], ot_tensor *const new_t[]);
+/* Layouts that follow their operand's size (layout.c). A library builder
+ * that merges axes to reduce over them (layer norm's, batch norm's) or
+ * flattens (attention's pack) means "these axes merged", not the nominal
+ * shape; a slice's OT_ALL dim means the whole dim. The nodes record that
+ * in members their op's identity does not read (ops.def's attrs), so a
+ * rebuild over an operand of another size (ot__substitute: a program's
+ * specialisation to another batch) derives the shape, where the nominal
+ * one failed (a reshape) or read part of the operand (a slice):
+ * - reshape: args.start[i] = 1 + the group of operand axis i, args.perm[j]
+ *   = 1 + the group of result axis j, groups of consecutive axes in both,
+ *   each group's sizes of one product; all 0 for a caller's fixed shape;
+ * - slice: bit d of args.depth, operand dim d taken whole.
+ * ot__reshape_join_at: x with each axis d (d >= 1) whose bit is set in
+ * join merged into axis d - 1 (x itself when no bit is). */
+ot_node *ot__reshape_join_at(ot_node *x, unsigned join, const char *file, int line);
+/* y, of shape `to` joined by join, reshaped back to `to` (y itself when
+ * no axis is joined). */
+ot_node *ot__reshape_unjoin_at(ot_node *y, const ot_shape *to, unsigned join, const char *file,
+                               int line);
+/* args (n's, for a rebuild of n over operand a) with the recorded shape
+ * derived from a's shape; other args are left as they are. */
+void ot__layout_follow(const ot_node *n, const ot_node *a, ot_args *args);
 
 /* ---- axis names (axes.c) ------------------------------------------------ */
 

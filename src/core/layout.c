@@ -42,6 +42,7 @@ static ot_args operand_slice(const ot_args *a, const ot_shape *to, const ot_shap
         b.start[j] = spread ? 0 : a->start[d];
         b.perm[j] = spread && a->perm[d] ? 1 : a->perm[d];
         b.shape.dims[j] = spread && a->perm[d] ? 1 : a->shape.dims[d];
+        if (a->depth >> d & 1) b.depth |= (int64_t)1 << j;   /* whole: ot__layout_follow */
     }
     return b;
 }
@@ -91,6 +92,7 @@ ot_node *ot_slice_node_n(ot_node *x, int n, const ot_index *idx, const char *fil
         a.start[d] = first;
         a.perm[d] = count < 0 ? 0 : (int)step;
         a.shape.dims[d] = count < 0 ? 0 : count;
+        if (d >= n || idx[d].kind == OT_INDEX_ALL) a.depth |= (int64_t)1 << d;
     }
     return slice_at(x, &a, 0, file, line);
 }
@@ -99,6 +101,90 @@ ot_node *ot_reshape_node_at(ot_node *x, ot_shape shape, const char *file, int li
 {
     ot_args a = {.axis = OT_AXIS_ALL, .shape = shape};
     return ot_build_at(OT_OP_RESHAPE, x, NULL, &a, file, line);
+}
+
+/* ---- layouts that follow their operand's size (internal.h) ------------------ */
+
+/* A reshape of x into shape, grouped as ot__layout_follow reads it: operand
+ * axis i in group in[i], result axis j in group out[j]. */
+static ot_node *reshape_grouped(ot_node *x, const ot_shape *shape, const int *in, const int *out,
+                                const char *file, int line)
+{
+    ot_args a = {.axis = OT_AXIS_ALL, .shape = *shape};
+    for (int i = 0; i < x->shape.ndim; i++) a.start[i] = 1 + in[i];
+    for (int j = 0; j < shape->ndim; j++) a.perm[j] = 1 + out[j];
+    return ot_build_at(OT_OP_RESHAPE, x, NULL, &a, file, line);
+}
+
+/* shape with join's axes merged into the axis before each; group[d] gets
+ * the merged axis that axis d of shape lands in. */
+static ot_shape joined(const ot_shape *shape, unsigned join, int group[OT_MAX_DIMS])
+{
+    ot_shape r = {0};
+    for (int d = 0; d < shape->ndim; d++) {
+        if (d > 0 && (join >> d & 1u)) r.dims[r.ndim - 1] *= shape->dims[d];
+        else r.dims[r.ndim++] = shape->dims[d];
+        group[d] = r.ndim - 1;
+    }
+    return r;
+}
+
+static const int ident_groups[OT_MAX_DIMS] = {0, 1, 2, 3, 4, 5, 6, 7};
+
+ot_node *ot__reshape_join_at(ot_node *x, unsigned join, const char *file, int line)
+{
+    int group[OT_MAX_DIMS];
+    if (!x || !(join & ~1u)) return x;
+    ot_shape r = joined(&x->shape, join, group);
+    return reshape_grouped(x, &r, group, ident_groups, file, line);
+}
+
+ot_node *ot__reshape_unjoin_at(ot_node *y, const ot_shape *to, unsigned join, const char *file,
+                               int line)
+{
+    int group[OT_MAX_DIMS];
+    if (!y || !(join & ~1u)) return y;
+    joined(to, join, group);
+    return reshape_grouped(y, to, ident_groups, group, file, line);
+}
+
+/* The product of in's dims in group g (start[i] = 1 + g), or -1 when it
+ * overflows. */
+static int64_t group_size(const ot_shape *in, const ot_args *g, int64_t group)
+{
+    int64_t p = 1;
+    for (int i = 0; i < in->ndim; i++)
+        if (g->start[i] == group && !ot__mul_i64(&p, p, in->dims[i])) return -1;
+    return p;
+}
+
+/* A grouped reshape's shape over operand shape in: each group's first
+ * result axis takes what the group's operand axes hold beyond its other
+ * result axes (a merged axis all of it). A group that cannot (sizes that
+ * do not divide) keeps its dims: the builder then names the shapes. */
+static void follow_reshape(const ot_shape *in, ot_args *g)
+{
+    ot_shape *out = &g->shape;
+    for (int j = 0; j < out->ndim; j++) {
+        if (j > 0 && g->perm[j] == g->perm[j - 1]) continue;   /* not its group's first */
+        int64_t p = group_size(in, g, g->perm[j]), rest = 1;
+        for (int k = j + 1; k < out->ndim && g->perm[k] == g->perm[j]; k++) rest *= out->dims[k];
+        if (p >= 0 && rest > 0 && p % rest == 0) out->dims[j] = p / rest;
+    }
+}
+
+void ot__layout_follow(const ot_node *n, const ot_node *a, ot_args *args)
+{
+    if (n->tag != OT_OP_NONE || !a || a->shape.ndim != n->a->shape.ndim) return;
+    if (n->op == OT_OP_RESHAPE && a->shape.ndim > 0 && args->start[0] > 0)
+        follow_reshape(&a->shape, args);
+    if (n->op != OT_OP_SLICE) return;
+    for (int d = 0; d < a->shape.ndim; d++)
+        if (args->depth >> d & 1) {
+            args->start[d] = 0;
+            args->perm[d] = 1;
+            args->shape.dims[d] = a->shape.dims[d];
+        }
 }
 
 /* The checks of concat and stack, naming the part: every part present, of

@@ -249,7 +249,9 @@ static int subst_visit(ot__walker *w, const ot_node *n, int index, const int ope
         ot_node *b = operand[1] >= 0 ? sb->out[operand[1]] : NULL;
         if (a != ot__walker_operand(w, n, 0) || b != ot__walker_operand(w, n, 1)) {
             ot_op op = (ot_op)(n->tag != OT_OP_NONE ? n->tag : ot__node_op(n));
-            r = ot_build_at(op, a, b, &n->args, n->file, n->line);
+            ot_args args = n->args;
+            ot__layout_follow(n, a, &args);   /* a merge or a whole dim at a's size */
+            r = ot_build_at(op, a, b, &args, n->file, n->line);
             /* The builder has recorded why; any negative value stops the walk. */
             if (!r) return OT_EINVAL;
             /* The rebuilt node stands for n: it keeps n's name and metadata. */

@@ -85,33 +85,31 @@ static ot_node *bin(const ot__site *at, ot_op op, ot_node *a, ot_node *b)
     return ot_build_at(op, a, b, NULL, at->file, at->line);
 }
 
-/* x reshaped (unless already) to shape. */
-static ot_node *to_shape(const ot__site *at, ot_node *x, const ot_shape *shape)
-{
-    ot_shape xs = x ? ot_node_shape(x) : *shape;
-    if (ot__shape_eq(&xs, shape)) return x;
-    return ot_reshape_node_at(x, *shape, at->file, at->line);
-}
+/* The axes that merge_runs joins into the axis before each: those of mask
+ * whose previous axis is in mask too. */
+static unsigned runs_of(unsigned mask) { return mask & mask << 1; }
 
 /* x with each run of adjacent axes in mask merged into one axis (a
- * reshape), *rmask getting the merged axes: on the cpu backend a mean
- * along one long contiguous axis costs about as much as a copy, and nested
- * means along short axes (W, then H) about twenty times as much
- * (instruction counts, x (8,64,28,28) f32). */
+ * reshape that merges those axes at any size, so that a program's
+ * specialisation to another batch rebuilds it: ot__reshape_join_at),
+ * *rmask getting the merged axes: on the cpu backend a mean along one long
+ * contiguous axis costs about as much as a copy, and nested means along
+ * short axes (W, then H) about twenty times as much (instruction counts, x
+ * (8,64,28,28) f32). */
 static ot_node *merge_runs(const ot__site *at, ot_node *x, unsigned mask, unsigned *rmask)
 {
-    ot_shape xs = ot_node_shape(x), rs = {0};
     *rmask = 0;
-    for (int d = 0; d < xs.ndim; d++) {
-        bool red = mask >> d & 1u;
-        if (red && d > 0 && (mask >> (d - 1) & 1u)) {
-            rs.dims[rs.ndim - 1] *= xs.dims[d];
-            continue;
-        }
-        if (red) *rmask |= 1u << rs.ndim;
-        rs.dims[rs.ndim++] = xs.dims[d];
+    for (int d = 0, r = -1; d < ot_node_shape(x).ndim; d++) {
+        if (!(runs_of(mask) >> d & 1u)) r++;
+        if (mask >> d & 1u) *rmask |= 1u << r;
     }
-    return to_shape(at, x, &rs);
+    return ot__reshape_join_at(x, runs_of(mask), at->file, at->line);
+}
+
+/* y, of x's shape xs with mask's runs merged (merge_runs), back in xs. */
+static ot_node *unmerge(const ot__site *at, ot_node *y, const ot_shape *xs, unsigned mask)
+{
+    return ot__reshape_unjoin_at(y, xs, runs_of(mask), at->file, at->line);
 }
 
 /* *d: x with the runs of axes in mask merged (merge_runs), centred; *mean
@@ -240,7 +238,8 @@ static ot_node *bn_train(const ot__site *at, ot_node *x, const ot_batch_norm_opt
     moments(at, x, ((1u << xs.ndim) - 1) & ~(1u << axis), &d, &mean, &var);
     ot_shape rst = mean ? ot_node_shape(mean) : xs;
     ot_node *w = as_node(at, o->weight, &rst), *b = as_node(at, o->bias, &rst);
-    ot_node *y = to_shape(at, normalise(at, d, var, o->eps, w, b), &xs);
+    ot_node *y = unmerge(at, normalise(at, d, var, o->eps, w, b), &xs,
+                         ((1u << xs.ndim) - 1) & ~(1u << axis));
     if (!y || !o->running_mean) return y;
     int64_t n = per_channel(&xs, axis);
     ot_node *u[2] = {ot_tensor_node(o->running_mean), ot_tensor_node(o->running_var)};
@@ -312,7 +311,7 @@ ot_node *ot_layer_norm_at(ot_node *x, ot_layer_norm_opts o, const char *file, in
     moments(at, x, mask, &d, &mean, &var);
     ot_node *y = normalise(at, d, var, o.eps,
                            as_node(at, o.weight, &ws), as_node(at, o.bias, &ws));
-    return to_shape(at, y, &xs);
+    return unmerge(at, y, &xs, mask);
 }
 
 /* A dtype's machine epsilon, PyTorch's torch.finfo(dtype).eps: the spacing
@@ -343,7 +342,7 @@ ot_node *ot_rms_norm_at(ot_node *x, ot_rms_norm_opts o, const char *file, int li
     ot_node *rx = merge_runs(at, x, mask, &rmask);
     ot_node *ms = means(at, ot_build_at(OT_OP_SQR, rx, NULL, NULL, at->file, at->line), rmask, true);
     ot_node *y = normalise(at, rx, ms, o.eps, as_node(at, o.weight, &ws), NULL);
-    return to_shape(at, y, &xs);
+    return unmerge(at, y, &xs, mask);
 }
 
 ot_node *ot_global_avg_pool_at(ot_node *x, ot_global_avg_pool_opts o, const char *file, int line)
@@ -352,8 +351,8 @@ ot_node *ot_global_avg_pool_at(ot_node *x, ot_global_avg_pool_opts o, const char
     if (check_x(at, x, 3, true)) return NULL;
     ot_shape xs = ot_node_shape(x), ks = OT_SHAPE(xs.dims[0], xs.dims[1]);
     for (int d = 2; d < xs.ndim; d++) ks.dims[ks.ndim++] = 1;
-    unsigned rmask;
-    ot_node *rx = merge_runs(at, x, ((1u << xs.ndim) - 1) & ~3u, &rmask);
+    unsigned rmask, mask = ((1u << xs.ndim) - 1) & ~3u;
+    ot_node *rx = merge_runs(at, x, mask, &rmask);
     ot_node *m = means(at, rx, rmask, o.keepdims);
-    return m && o.keepdims ? to_shape(at, m, &ks) : m;
+    return m && o.keepdims ? unmerge(at, m, &ks, mask) : m;
 }

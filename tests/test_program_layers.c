@@ -1,0 +1,148 @@
+/*
+ * test_program_layers.c - the layer ops that merge axes, flatten or slice
+ * inside (attention, layer and RMS norm, global average pooling, batch
+ * norm; a caller's whole-dim slice) in a program whose batch is a symbol:
+ * each run at batches 2, 3, 5 and 2 again gives what ot_assign and
+ * autodiff give on a tensor of that batch, on both backends. Their
+ * reshapes were built at the nominal batch and failed at any other.
+ */
+#include "test.h"
+
+#include <stdlib.h>
+
+static const char *const backends[] = {"ref", "cpu"};
+
+enum { C = 2, S = 3, D = 4, MAXB = 5, NCASE = 11 };
+
+/* A program's variables: w scales x; p (S,D) and c (C,) are weights and
+ * biases; mask is attention's (S,S), kept 0 or -1 apart. */
+typedef struct layer_vars {
+    ot_tensor *w, *p1, *p2, *c1, *c2, *mask;
+} layer_vars;
+
+/* Case k's layer of z (B,C,S,D) and the variables it reads into wrt. */
+static ot_node *layer(int k, ot_node *z, const layer_vars *v, ot_tensor *wrt[4], int *nwrt)
+{
+    wrt[0] = v->w;
+    *nwrt = 1;
+    ot_node *y = NULL;
+    switch (k) {
+    case 0: y = ot_attention(z, z, z); break;
+    case 1: y = ot_attention(z, z, z, .mask = ot_tensor_node(v->mask), .causal = true); break;
+    case 2: y = ot_layer_norm(z, .dims = 2); break;
+    case 3: y = ot_layer_norm(z, .dims = 2, .weight = v->p1, .bias = v->p2); break;
+    case 4: y = ot_rms_norm(z, .dims = 2); break;
+    case 5: y = ot_rms_norm(z, .dims = 2, .weight = v->p1); break;
+    case 6: y = ot_global_avg_pool(z); break;
+    case 7: y = ot_global_avg_pool(z, .keepdims = true); break;
+    case 8: y = ot_batch_norm(z, .training = true); break;
+    case 9: y = ot_batch_norm(z, .training = true, .weight = v->c1, .bias = v->c2); break;
+    default: y = ot_slice_node(z, OT_ALL, OT_IDX(1), OT_RANGE(0, 2)); break;
+    }
+    if (k == 3) wrt[(*nwrt)++] = v->p1, wrt[(*nwrt)++] = v->p2;
+    if (k == 5) wrt[(*nwrt)++] = v->p1;
+    if (k == 9) wrt[(*nwrt)++] = v->c1, wrt[(*nwrt)++] = v->c2;
+    return y;
+}
+
+static ot_node *loss_of(ot_node *y) { return ot_sum(ot_mul(y, y)); }
+
+static void fill(double *h, int n, uint64_t seed)
+{
+    for (int i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005u + 1442695040888963407u;
+        h[i] = (double)(seed >> 40) / (double)(1u << 24) * 2 - 1;
+    }
+}
+
+static void check_close(const ot_tensor *a, const ot_tensor *b, int k, int batch)
+{
+    int64_t n = ot_tensor_numel(a);
+    double x[S * D], y[S * D];
+    CHECK(n <= S * D && n == ot_tensor_numel(b));
+    if (n > S * D || ot_get(a, x) || ot_get(b, y)) return;
+    for (int64_t i = 0; i < n; i++)
+        if (!test__close(x[i], y[i], 1e-12))
+            test__fail(__FILE__, __LINE__, "case %d batch %d element %lld: program %.17g, "
+                       "ot_assign %.17g", k, batch, (long long)i, x[i], y[i]);
+}
+
+static layer_vars make_vars(ot_program *p)
+{
+    double m[S * S];
+    for (int i = 0; i < S * S; i++) m[i] = i % 4 ? 0 : -1;
+    return (layer_vars){
+        ot_program_variable(p, "w", OT_SHAPE(D), OT_F64, OT_INIT_UNIFORM(0.5, 1.5, 1)),
+        ot_program_variable(p, "p1", OT_SHAPE(S, D), OT_F64, OT_INIT_UNIFORM(0.5, 1.5, 2)),
+        ot_program_variable(p, "p2", OT_SHAPE(S, D), OT_F64, OT_INIT_UNIFORM(-1, 1, 3)),
+        ot_program_variable(p, "c1", OT_SHAPE(C), OT_F64, OT_INIT_UNIFORM(0.5, 1.5, 4)),
+        ot_program_variable(p, "c2", OT_SHAPE(C), OT_F64, OT_INIT_UNIFORM(-1, 1, 5)),
+        ot_program_variable(p, "mask", OT_SHAPE(S, S), OT_F64, OT_INIT_HOST(m)),
+    };
+}
+
+/* Case k's loss and gradients by ot_assign and autodiff on x of batch b,
+ * against the program's (out, grads). */
+static void check_eager(ot_backend *be, int k, int b, const double *xh, const layer_vars *v,
+                        const ot_tensor *out, ot_tensor *const grads[])
+{
+    ot_tensor *tx = ot_array(be, OT_SHAPE(b, C, S, D), OT_F64, xh);
+    ot_tensor *el = ot_empty(be, OT_SHAPE(), OT_F64), *eg[4] = {0}, *wrt[4];
+    int nwrt;
+    ot_pool *pool = ot_pool_push();
+    ot_node *l = loss_of(layer(k, ot_mul(tx, v->w), v, wrt, &nwrt));
+    for (int j = 0; j < nwrt; j++) eg[j] = ot_empty(be, ot_tensor_shape(wrt[j]), OT_F64);
+    CHECK_INT(ot_assign(el, l), 0);
+    ot_autodiff *ad = ot_autodiff_new(l, NULL);
+    CHECK_INT(ot_autodiff_backprop(ad, nwrt, wrt, eg), 0);
+    ot_autodiff_free(ad);
+    ot_pool_pop(pool);
+    check_close(out, el, k, b);
+    for (int j = 0; j < nwrt; j++) {
+        check_close(grads[j], eg[j], k, b);
+        ot_tensor_free(eg[j]);
+    }
+    ot_tensor_free(el);
+    ot_tensor_free(tx);
+}
+
+/* Case k as a program of symbolic batch, run at several batches. */
+static void check_case(ot_backend *be, int k)
+{
+    ot_program *p = ot_program_new(be);
+    int bs = ot_program_symbol(p, "batch", 2);
+    ot_tensor *x = ot_program_placeholder(p, "x", OT_SHAPE(OT_SYM(bs), C, S, D), OT_F64);
+    layer_vars v = make_vars(p);
+    ot_tensor *out = ot_empty(be, OT_SHAPE(), OT_F64), *grads[4] = {0}, *wrt[4];
+    int nwrt;
+    ot_pool *pool = ot_pool_push();
+    ot_node *l = loss_of(layer(k, ot_mul(x, v.w), &v, wrt, &nwrt));
+    for (int j = 0; j < nwrt; j++) grads[j] = ot_empty(be, ot_tensor_shape(wrt[j]), OT_F64);
+    CHECK_INT(ot_program_assign(p, out, l), 0);
+    CHECK_INT(ot_program_backprop(p, l, nwrt, wrt, grads), 0);
+    ot_pool_pop(pool);
+    CHECK_INT(ot_program_compile(p), 0);
+    static const int batches[] = {2, 3, 5, 2};
+    double xh[MAXB * C * S * D];
+    for (int r = 0; r < 4; r++) {
+        int b = batches[r];
+        fill(xh, b * C * S * D, (uint64_t)(r + 10 * k));
+        int rc = ot_program_run(p, 1, &OT_BIND_DATA_SHAPE("x", xh, OT_SHAPE(b, C, S, D),
+                                                          sizeof xh));
+        if (rc) test__fail(__FILE__, __LINE__, "case %d batch %d on %s: %s", k, b,
+                           ot_backend_name(be), ot_errmsg());
+        else check_eager(be, k, b, xh, &v, out, grads);
+    }
+    for (int j = 0; j < nwrt; j++) ot_tensor_free(grads[j]);
+    ot_tensor_free(out);
+    ot_program_free(p);
+}
+
+TEST(program_layers_follow_symbolic_batch)
+{
+    for (int bi = 0; bi < 2; bi++) {
+        ot_backend *be = test__backend(backends[bi], 1);
+        for (int k = 0; k < NCASE; k++) check_case(be, k);
+        ot_backend_free(be);
+    }
+}

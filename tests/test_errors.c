@@ -952,3 +952,53 @@ TEST(errors_found_while_evaluating_name_the_assignment)
         ot_backend_free(be);
     }
 }
+
+/* ---- errors of ops built from others name the caller's op ------------------ */
+
+/* A layer op whose operands are on two backends, or whose kernel or dtypes
+ * are wrong, names itself and the real rule, not the op it builds inside
+ * (attention's concat, layer_norm's mul) or a false one. */
+TEST(errors_layer_ops_name_themselves)
+{
+    ot_backend *r = ref(), *c = ot_backend_new("cpu", &(ot_backend_opts){.threads = 1});
+    CHECK(c != NULL);
+    ot_tensor *q = ot_zeros(c, OT_SHAPE(1, 1, 2, 2), OT_F32), *m = ot_zeros(r, OT_SHAPE(2, 2), OT_F32);
+    ot_tensor *x = ot_zeros(c, OT_SHAPE(2, 4), OT_F32), *w = ot_zeros(r, OT_SHAPE(4), OT_F32);
+    ot_tensor *cx = ot_zeros(c, OT_SHAPE(1, 2, 5), OT_F32), *w0 = ot_zeros(c, OT_SHAPE(3, 2, 0), OT_F32);
+    ot_tensor *wt0 = ot_zeros(c, OT_SHAPE(2, 3, 0), OT_F32), *wf = ot_zeros(c, OT_SHAPE(3, 2, 2), OT_F32);
+    ot_tensor *qh = ot_zeros(c, OT_SHAPE(1, 1, 2, 2), OT_F16), *mf = ot_zeros(c, OT_SHAPE(2, 2), OT_F32);
+    ot_tensor *xh = ot_zeros(c, OT_SHAPE(1, 2, 5), OT_F16);
+    ot_pool *p = ot_pool_push();
+    int l1 = __LINE__ + 1;
+    CHECK(ot_attention(q, q, q, .mask = ot_tensor_node(m)) == NULL);
+    CHECK_ERR(OT_EBACKEND, at(l1), "attention:", "mask reads tensors of backend 'ref'", "q of the 'cpu'");
+    ot_clear_error();
+    int l2 = __LINE__ + 1;
+    CHECK(ot_layer_norm(x, .weight = w) == NULL);
+    CHECK_ERR(OT_EBACKEND, at(l2), "layer_norm:", "weight is a tensor of backend 'ref'", "'cpu'");
+    ot_clear_error();
+    int l3 = __LINE__ + 1;
+    CHECK(ot_conv(cx, w0) == NULL);
+    CHECK_ERR(OT_ESHAPE, at(l3), "conv:", "kernel of 0", "must be at least 1", "(3,2,0)");
+    CHECK(strstr(ot_errmsg(), "larger") == NULL);
+    ot_clear_error();
+    int l4 = __LINE__ + 1;
+    CHECK(ot_conv_transpose(cx, wt0) == NULL);
+    CHECK_ERR(OT_ESHAPE, at(l4), "conv_transpose:", "kernel of 0", "must be at least 1", "(2,3,0)");
+    ot_clear_error();
+    int l5 = __LINE__ + 1;
+    CHECK(ot_attention(qh, qh, qh, .mask = ot_tensor_node(mf)) == NULL);
+    CHECK_ERR(OT_EDTYPE, at(l5), "attention:", "mask is float32", "float16, bfloat16, float32 or "
+              "float64", "one dtype", "(q is float16)");
+    ot_clear_error();
+    int l6 = __LINE__ + 1;
+    CHECK(ot_conv(xh, wf) == NULL);
+    CHECK_ERR(OT_EDTYPE, at(l6), "conv:", "(float16)", "(float32)", "float16, bfloat16, float32 "
+              "or float64", "one dtype");
+    ot_clear_error();
+    ot_pool_pop(p);
+    ot_tensor *all[] = {q, m, x, w, cx, w0, wt0, wf, qh, mf, xh};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ot_tensor_free(all[i]);
+    ot_backend_free(c);
+    ot_backend_free(r);
+}

@@ -67,8 +67,8 @@ int ot__infer_attn(const site *st, ot_node *a, ot_node *b, proto *p)
 {
     char sa[OT__SHAPE_STRLEN], sb[OT__SHAPE_STRLEN];
     if (a->dtype == OT_I32 || b->dtype != a->dtype)
-        return FAIL(st, OT_EDTYPE, "operands %s (%s) and %s (%s) must be float32 or float64, "
-                    "both alike", ot__shape_str(&a->shape, sa), ot_dtype_name((ot_dtype)a->dtype),
+        return FAIL(st, OT_EDTYPE, "operands %s (%s) and %s (%s) must be floating point "
+                    "(float16, bfloat16, float32 or float64) and of one dtype", ot__shape_str(&a->shape, sa), ot_dtype_name((ot_dtype)a->dtype),
                     ot__shape_str(&b->shape, sb), ot_dtype_name((ot_dtype)b->dtype));
     int rc = check_attrs(st, &p->args);
     if (rc) return rc;
@@ -119,6 +119,25 @@ static ot_node *mask_of(ot_node *m, const int64_t full[4], int *code, const char
     return m->shape.ndim == 4 ? m : ot_reshape_node_at(m, s, file, line);
 }
 
+/* Operands over tensors of two backends, named here: the pack's concat
+ * named itself, an op the caller never wrote. */
+static bool one_backend(ot_node *const all[4], const char *const name[4], const char *file,
+                        int line)
+{
+    int first = -1;
+    for (int i = 0; i < 4; i++) {
+        if (!all[i] || !all[i]->be || (first >= 0 && all[i]->be == all[first]->be)) continue;
+        if (first < 0) {
+            first = i;
+            continue;
+        }
+        const char *a = all[first]->be->vt->name, *b = all[i]->be->vt->name;
+        return OFAIL(OT_EBACKEND, "%s reads tensors of backend '%s', %s of %s '%s' backend",
+                     name[i], b, name[first], strcmp(a, b) ? "the" : "another", a);
+    }
+    return true;
+}
+
 static bool operands_ok(ot_node *q, ot_node *k, ot_node *v, ot_node *m, const char *file, int line)
 {
     char sq[OT__SHAPE_STRLEN], sk[OT__SHAPE_STRLEN], sv[OT__SHAPE_STRLEN];
@@ -128,10 +147,11 @@ static bool operands_ok(ot_node *q, ot_node *k, ot_node *v, ot_node *m, const ch
         if (!all[i] && i < 3) return OFAIL(OT_ENULL, "%s is NULL", name[i]);
         if (all[i] && ot__node_dead(all[i])) return OFAIL(OT_ESTATE, "%s is a dead node", name[i]);
         if (all[i] && (all[i]->dtype == OT_I32 || all[i]->dtype != q->dtype))
-            return OFAIL(OT_EDTYPE, "%s is %s; q, k, v and the mask must be float32 or float64, "
-                         "all alike (q is %s)", name[i], ot_dtype_name((ot_dtype)all[i]->dtype),
+            return OFAIL(OT_EDTYPE, "%s is %s; q, k, v and the mask must be floating point "
+                         "(float16, bfloat16, float32 or float64) and of one dtype (q is %s)", name[i], ot_dtype_name((ot_dtype)all[i]->dtype),
                          ot_dtype_name((ot_dtype)q->dtype));
     }
+    if (!one_backend(all, name, file, line)) return false;
     const ot_shape *a = &q->shape, *b = &k->shape, *c = &v->shape;
     ot__shape_str(a, sq), ot__shape_str(b, sk), ot__shape_str(c, sv);
     if (a->ndim != 4 || b->ndim != 4 || c->ndim != 4)

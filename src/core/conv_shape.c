@@ -67,14 +67,14 @@ static int check_window(const site *st, ot_window *w, int nsp)
 
 /* ---- inference ------------------------------------------------------------------ */
 
-/* Operand ranks (3-D to 5-D, equal) and dtypes (f32 or f64, equal). */
+/* Operand ranks (3-D to 5-D, equal) and dtypes (floating point, equal). */
 static int check_operands(const site *st, const ot_node *a, const ot_node *b, proto *p)
 {
     char sa[OT__SHAPE_STRLEN], sb[OT__SHAPE_STRLEN];
     int ra = a->shape.ndim, rb = b->shape.ndim;
     if (a->dtype == OT_I32 || b->dtype == OT_I32 || a->dtype != b->dtype)
-        return FAIL(st, OT_EDTYPE, "operands of shapes %s (%s) and %s (%s) must both be float32 "
-                    "or both float64; cast them", ot__shape_str(&a->shape, sa),
+        return FAIL(st, OT_EDTYPE, "operands of shapes %s (%s) and %s (%s) must be floating "
+                    "point (float16, bfloat16, float32 or float64) and of one dtype; cast them", ot__shape_str(&a->shape, sa),
                     ot_dtype_name((ot_dtype)a->dtype), ot__shape_str(&b->shape, sb),
                     ot_dtype_name((ot_dtype)b->dtype));
     if (ra < 3 || ra > 5 || ra != rb)
@@ -96,6 +96,18 @@ static int channels_fail(const site *st, const ot_node *x, const ot_node *w, int
                 groups, need, ot__shape_str(&x->shape, sa));
 }
 
+/* A kernel dim of w under 1 (spatial dim d): no window to slide, whatever
+ * the input's size; 0, or the error. */
+static int empty_kernel(const site *st, const ot_node *x, const ot_node *w, int d)
+{
+    char sa[OT__SHAPE_STRLEN], sb[OT__SHAPE_STRLEN];
+    int64_t k = w->shape.dims[2 + d];
+    if (k >= 1) return 0;
+    return FAIL(st, OT_ESHAPE, "kernel of %lld in spatial dim %d: a kernel dim must be at least "
+                "1 (input %s, weights %s)", (long long)k, d, ot__shape_str(&x->shape, sa),
+                ot__shape_str(&w->shape, sb));
+}
+
 /* conv: x (N, C, in...), w (O, C / groups, k...) -> (N, O, out...). */
 static int infer_conv(const site *st, const ot_node *x, const ot_node *w, proto *p)
 {
@@ -110,7 +122,9 @@ static int infer_conv(const site *st, const ot_node *x, const ot_node *w, proto 
     for (int d = 0; d < nsp; d++) {
         int64_t in = dx[2 + d], k = dw[2 + d];
         int64_t span = (int64_t)g->dilation[d] * (k - 1) + 1;
-        if (k < 1 || in + g->pad_lo[d] + g->pad_hi[d] < span)
+        int rc = empty_kernel(st, x, w, d);
+        if (rc) return rc;
+        if (in + g->pad_lo[d] + g->pad_hi[d] < span)
             return FAIL(st, OT_ESHAPE, "kernel of %lld (dilated: %lld) in spatial dim %d is "
                         "larger than the padded input %lld + %d + %d (input %s, weights %s)",
                         (long long)k, (long long)span, d, (long long)in, (int)g->pad_lo[d],
@@ -139,7 +153,9 @@ static int infer_transpose(const site *st, const ot_node *x, const ot_node *w, p
         if (g->outpad[d] >= g->stride[d])
             return FAIL(st, OT_EINVAL, "output padding %d in spatial dim %d: must be less than "
                         "the stride %d", (int)g->outpad[d], d, (int)g->stride[d]);
-        if (k < 1 || in < 1 || out < 0)
+        int rc = empty_kernel(st, x, w, d);
+        if (rc) return rc;
+        if (in < 1 || out < 0)
             return FAIL(st, OT_ESHAPE, "spatial dim %d: input %lld, kernel %lld and padding %d + "
                         "%d give output size %lld (input %s, weights %s)", d, (long long)in,
                         (long long)k, (int)g->pad_lo[d], (int)g->pad_hi[d], (long long)out,

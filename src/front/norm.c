@@ -46,11 +46,25 @@ static int check_x(const ot__site *at, const ot_node *x, int min_ndim, bool any_
     return 0;
 }
 
-/* t absent, or a tensor of shape want and x's dtype. */
+/* t on another backend than the tensors x reads: named here, where the
+ * builder that meets both (a mul, an add) named itself. */
+static int other_backend(const ot__site *at, const char *what, const ot_tensor *t,
+                         const ot_node *x)
+{
+    const ot_backend *tb = t->leaf.be, *xb = x->be;
+    if (!xb || tb == xb) return 0;
+    const char *a = ot_backend_name(tb), *b = ot_backend_name(xb);
+    return FAIL(at, OT_EBACKEND, "%s is a tensor of backend '%s'; x reads tensors of %s '%s' "
+                "backend", what, a, strcmp(a, b) ? "the" : "another", b);
+}
+
+/* t absent, or a tensor of shape want and x's dtype, on x's backend. */
 static int check_param(const ot__site *at, const char *what, const ot_tensor *t,
                        const ot_shape *want, const ot_node *x)
 {
     if (!t) return 0;
+    int rc = other_backend(at, what, t, x);
+    if (rc) return rc;
     ot_shape ts = ot_tensor_shape(t), xs = ot_node_shape(x);
     ot_dtype dt = ot_node_dtype(x);
     bool shape_ok = ot__shape_eq(&ts, want);

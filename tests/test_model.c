@@ -590,3 +590,73 @@ TEST(model_predict_refuses_another_backend)
     ot_backend_free(ref);
     ot_backend_free(be);
 }
+
+/* Adam in double over a linear 3->2 layer (w row-major (3, 2), then b)
+ * under MSE, on rows [r, r + n) of x (8, 3) and y (8, 2): step t. */
+static void ref_adam_step(double p[8], double mo[8], double v[8], const float *x, const float *y,
+                          int r, int n, int64_t t)
+{
+    double g[8] = {0};
+    for (int i = r; i < r + n; i++)
+        for (int o = 0; o < 2; o++) {
+            double out = p[6 + o];
+            for (int k = 0; k < 3; k++) out += x[3 * i + k] * p[2 * k + o];
+            double d = 2 * (out - y[2 * i + o]) / (2.0 * n);   /* d mean / d out */
+            for (int k = 0; k < 3; k++) g[2 * k + o] += x[3 * i + k] * d;
+            g[6 + o] += d;
+        }
+    double alpha = 0.1 * sqrt(1 - pow(0.999, (double)t)) / (1 - pow(0.9, (double)t));
+    for (int j = 0; j < 8; j++) {
+        mo[j] = 0.9 * mo[j] + 0.1 * g[j];
+        v[j] = 0.999 * v[j] + 0.001 * g[j] * g[j];
+        p[j] -= alpha * mo[j] / (sqrt(v[j]) + 1e-8);
+    }
+}
+
+/* fit(batch 4) then fit(batch 2) rebuilds the training program; Adam's t
+ * goes on (1, 2, then 3 to 6) with the moments, as a reference Adam in
+ * double has it, also when ot_model_adam sets the same options between
+ * the fits or after a rebuild for a new loss. The code before this fix
+ * started each program at t = 1 over the old moments. */
+TEST(model_adam_t_goes_on_across_fits)
+{
+    static const char *const names[] = {"ref", "cpu"};
+    float hx[24], hy[16];
+    uint64_t s = 11;
+    for (int i = 0; i < 24; i++) hx[i] = (float)(next(&s) % 1000) / 500 - 1;
+    for (int i = 0; i < 16; i++) hy[i] = (float)(next(&s) % 1000) / 250 - 2;
+    for (int bi = 0; bi < 2; bi++) {
+        for (int k = 0; k < 3; k++) {
+            ot_backend *be = backend(names[bi]);
+            ot_tensor *x = ot_array(be, OT_SHAPE(8, 3), OT_F32, hx);
+            ot_tensor *y = ot_array(be, OT_SHAPE(8, 2), OT_F32, hy);
+            ot_model *m = ot_model_new(be, 3);
+            CHECK_INT(ot_model_linear(m, 2, OT_ACT_NONE, 4), 0);
+            CHECK_INT(ot_model_loss(m, OT_LOSS_MSE, NULL, NULL), 0);
+            CHECK_INT(ot_model_adam(m, &(ot_adam){.lr = 0.1}), 0);
+            ot_tensor *p[2];
+            float got[8];
+            double want[8], mo[8] = {0}, v[8] = {0};
+            CHECK_INT(ot_model_parameters(m, 2, p), 2);
+            CHECK_INT(ot_get(p[0], got), 0);
+            CHECK_INT(ot_get(p[1], got + 6), 0);
+            for (int j = 0; j < 8; j++) want[j] = got[j];
+            int64_t t = 1;
+            for (int r = 0; r < 8; r += 4) ref_adam_step(want, mo, v, hx, hy, r, 4, t++);
+            for (int r = 0; r < 8; r += 2) ref_adam_step(want, mo, v, hx, hy, r, 2, t++);
+            CHECK_INT(ot_model_fit(m, x, y, &(ot_fit_opts){.batch = 4, .no_shuffle = true,
+                                                           .quiet = true}, NULL), 0);
+            if (k == 1) CHECK_INT(ot_model_adam(m, &(ot_adam){.lr = 0.1}), 0);
+            if (k == 2) CHECK_INT(ot_model_loss(m, OT_LOSS_MSE, NULL, NULL), 0);
+            CHECK_INT(ot_model_fit(m, x, y, &(ot_fit_opts){.batch = 2, .no_shuffle = true,
+                                                           .quiet = true}, NULL), 0);
+            CHECK_INT(ot_get(p[0], got), 0);
+            CHECK_INT(ot_get(p[1], got + 6), 0);
+            for (int j = 0; j < 8; j++) CHECK_NEAR(got[j], want[j], 1e-5);
+            ot_model_free(m);
+            ot_tensor_free(x);
+            ot_tensor_free(y);
+            ot_backend_free(be);
+        }
+    }
+}

@@ -418,7 +418,14 @@ int ot_model_loss_at(ot_model *m, int loss, ot_loss_fn fn, void *user, const cha
  * not to biases or batch norm's scale and shift (the usual choice):
  *     ot_model_adam(m, &(ot_adam){.lr = 1e-3, .weight_decay = 0.05});
  * SGD's weight_decay (an L2 term in the gradient) applies to every
- * parameter. */
+ * parameter. Adam's moments live in the model, and so does its step
+ * count t, per layer, as the moments' age: fit after fit it goes on
+ * (as in Keras and PyTorch), whatever rebuilds the training program (a
+ * new batch size, loss, optimizer options or compute dtype, a layer
+ * added). ot_model_adam keeps the moments, so it keeps the counts unless
+ * t is given: a t (not 0) is the next step's t for every layer the model
+ * has (to resume a run, say). A layer starts at the t of the last
+ * ot_model_adam (1 by default) with zero moments. SGD steps count none. */
 int ot_model_sgd_at(ot_model *m, const ot_sgd *o, const char *file, int line);
 #define ot_model_sgd(...) ot_model_sgd_at(__VA_ARGS__, __FILE__, __LINE__)
 int ot_model_adam_at(ot_model *m, const ot_adam *o, const char *file, int line);

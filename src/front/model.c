@@ -169,6 +169,7 @@ int ot__model_add(ot_model *m, layer *l, ot_shape ws, int64_t fan_in, uint64_t s
         return FAIL(at, OT_EINVAL, "a model has at most %d layers", OT_MODEL_MAX_LAYERS);
     l->file = at->file;
     l->line = at->line;
+    l->adam_t = m->adam_opts.t - 1;   /* fresh moments: Adam's first step */
     int rc = layer_init(m, l, ws, fan_in, seed, at);
     if (rc) {
         layer_free(l);
@@ -259,6 +260,7 @@ int ot_model_adam_at(ot_model *m, const ot_adam *o, const char *file, int line)
     if (rc) return rc;
     m->adam_opts = full;
     m->adam = true;
+    for (int i = 0; o->t && i < m->nlayer; i++) m->layer[i].adam_t = full.t - 1;
     drop_program(m);
     return 0;
 }
@@ -400,33 +402,43 @@ static bool decays(const layer *l, int k)
     return k == 0 && (l->kind == L_DENSE || l->kind == L_CONV);
 }
 
-/* Adam's steps over the n parameters (param_slots' order): without weight
- * decay one step; with it, one step with the decay for the weights that
- * decay and one without for the rest (both count the same t). */
+/* Adam's steps over the n parameters (param_slots' order), one per group
+ * of parameters that share AdamW's decay (applied to the weights that
+ * decay only) and t: each layer counts the updates its moments have had
+ * (a layer added between fits starts afresh while the others go on), so
+ * the program starts each group at the next t of its layers. */
 static int adam_steps(const ot_model *m, ot_program *p, int n, ot_tensor *w[], ot_node *gn[],
                       ot_tensor *mo[], ot_tensor *vo[], const char *f, int ln)
 {
-    ot_tensor *wp[2][2 * OT_MODEL_MAX_LAYERS], *mp[2][2 * OT_MODEL_MAX_LAYERS],
-        *vp[2][2 * OT_MODEL_MAX_LAYERS];
-    ot_node *gp[2][2 * OT_MODEL_MAX_LAYERS];
+    ot_tensor *wp[2 * OT_MODEL_MAX_LAYERS], *mp[2 * OT_MODEL_MAX_LAYERS],
+        *vp[2 * OT_MODEL_MAX_LAYERS];
+    ot_node *gp[2 * OT_MODEL_MAX_LAYERS];
+    int64_t t[2 * OT_MODEL_MAX_LAYERS];
+    bool decay[2 * OT_MODEL_MAX_LAYERS], done[2 * OT_MODEL_MAX_LAYERS] = {0};
     ot_adam o = m->adam_opts;
     o.lr_scale = m->lr_scale;
-    if (o.weight_decay == 0) return ot_program_adam_at(p, &o, n, w, gn, mo, vo, f, ln);
-    int cnt[2] = {0, 0}, j = 0;
-    for (int i = 0; i < m->nlayer; i++) {
+    if (n == 0) return ot_program_adam_at(p, &o, 0, w, gn, mo, vo, f, ln);   /* its checks */
+    for (int i = 0, j = 0; i < m->nlayer; i++)
         for (int k = 0; m->layer[i].w && k < 2; k++, j++) {
-            int s = decays(&m->layer[i], k) ? 0 : 1, c = cnt[s]++;
-            wp[s][c] = w[j];
-            gp[s][c] = gn[j];
-            mp[s][c] = mo[j];
-            vp[s][c] = vo[j];
+            t[j] = m->layer[i].adam_t + 1;
+            decay[j] = o.weight_decay != 0 && decays(&m->layer[i], k);
         }
-    }
     int rc = 0;
-    for (int s = 0; s < 2 && !rc; s++) {
-        if (s == 1) o.weight_decay = 0;
-        if (cnt[s] || s == 1)
-            rc = ot_program_adam_at(p, &o, cnt[s], wp[s], gp[s], mp[s], vp[s], f, ln);
+    for (int j = 0; j < n && !rc; j++) {
+        if (done[j]) continue;
+        int c = 0;
+        for (int k = j; k < n; k++) {
+            if (done[k] || t[k] != t[j] || decay[k] != decay[j]) continue;
+            done[k] = true;
+            wp[c] = w[k];
+            gp[c] = gn[k];
+            mp[c] = mo[k];
+            vp[c++] = vo[k];
+        }
+        ot_adam g = o;
+        g.t = t[j];
+        if (!decay[j]) g.weight_decay = 0;
+        rc = ot_program_adam_at(p, &g, c, wp, gp, mp, vp, f, ln);
     }
     return rc;
 }
@@ -726,6 +738,14 @@ static int augment(const ot_model *m, fit_state *s, int batch)
                 (long long)s->step + 1);
 }
 
+/* After a step whose update ran (f16's scaler skips some): Adam's moments
+ * took one more update, and so does each layer's t, which the program
+ * counts too while it lives and a rebuilt one starts from. */
+static void count_update(ot_model *m)
+{
+    for (int i = 0; m->adam && i < m->nlayer; i++) m->layer[i].adam_t++;
+}
+
 /* One epoch over the training rows in a new order: full batches only, so
  * every step has the program's shape (the rows left over are in other
  * batches next epoch). */
@@ -745,8 +765,10 @@ static int epoch(ot_model *m, fit_state *s, int64_t train, int batch, bool shuff
             OT_BIND_DATA("x", s->xb, sizeof *s->xb * (size_t)(batch * m->inputs)),
             OT_BIND_DATA("y", s->yb, sizeof *s->yb * (size_t)(batch * outs))};
         int nb = 2 + ot__model_drop_masks(m, batch, &s->drop_rng, b + 2);
+        int64_t skipped = m->ls.skipped;
         if (!rc) rc = ot_program_run_at(m->prog, nb, b, s->at->file, s->at->line);
         if (!rc) rc = ot__model_scaler_step(m, s->at);
+        if (!rc && m->ls.skipped == skipped) count_update(m);
         float l = 0;
         int32_t h = 0;
         if (!rc) rc = (ot_get)(m->loss_t, &l);

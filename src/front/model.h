@@ -24,6 +24,9 @@ typedef struct layer {
                                      (out, in / groups, kernel...), (out);
                                      pooling: none */
     ot_tensor *m[2], *v[2];       /* Adam's moments or SGD's velocity (m) */
+    int64_t adam_t;               /* Adam's updates of m and v so far: the
+                                     next step's t - 1, kept across fits and
+                                     rebuilds of the program, as the moments */
     double momentum, eps;         /* batch norm's */
     ot_tensor *rm, *rv;           /* batch norm's running mean and variance */
     ot_conv_opts conv;            /* conv's options as given */

@@ -9,7 +9,8 @@
  * The temporary is created with mode 0666 less the umask, as a plain new
  * file would be, or given the old file's permission bits when there was
  * one. A symbolic link is followed: the file it points to is replaced, in
- * its own directory, and the link stays. A target that exists and is not a
+ * its own directory, and the link stays; a dangling link's target is
+ * created, as fopen would. A target that exists and is not a
  * regular file (a device such as /dev/null, a FIFO) cannot be replaced by a
  * rename: it is written in place.
  *
@@ -17,7 +18,7 @@
  * hook ot__replace_fail_at), so tests and the fuzzer can fail each in turn
  * and check the old file every time.
  */
-#define _DEFAULT_SOURCE   /* realpath, fchmod */
+#define _DEFAULT_SOURCE   /* realpath, readlink, fchmod */
 #include "internal.h"
 #include "replace.h"
 
@@ -70,22 +71,78 @@ static int io_error(const ot__replace *w, const char *what, int err)
     return ot__err_set(OT_EIO, NULL, 0, w->fn, "'%s': %s: %s", w->path, what, strerror(err));
 }
 
-/* w->target: the file that path names, through a symbolic link. */
+/* A copy of path in memory of ot__malloc's (NULL: errno ENOMEM). */
+static char *path_copy(const char *path)
+{
+    size_t n = strlen(path) + 1;
+    char *p = ot__malloc(n);
+    if (p) memcpy(p, path, n);
+    else errno = ENOMEM;
+    return p;
+}
+
+/* What the symbolic link at link points to, a relative text taken from
+ * the link's directory (as the kernel reads it); NULL with errno. */
+static char *link_text(const char *link)
+{
+    const char *slash = strrchr(link, '/');
+    size_t dir = slash ? (size_t)(slash - link) + 1 : 0;
+    for (size_t size = 256;; size *= 2) {   /* readlink truncates silently */
+        char *p = ot__malloc(dir + size);
+        if (!p) {
+            errno = ENOMEM;
+            return NULL;
+        }
+        ssize_t n = readlink(link, p + dir, size);
+        if (n >= 0 && (size_t)n < size) {
+            p[dir + (size_t)n] = '\0';
+            if (p[dir] == '/') memmove(p, p + dir, (size_t)n + 1);
+            else memcpy(p, link, dir);
+            return p;
+        }
+        free(p);
+        if (n < 0) return NULL;
+    }
+}
+
+/* Links followed at most before a chain counts as a loop (Linux's limit). */
+#define MAX_LINKS 40
+
+/* The end of the chain of symbolic links from path when realpath cannot
+ * name it because it does not exist yet (a dangling link: fopen and
+ * numpy.save create its target, so a save does too); NULL with errno
+ * (ELOOP past MAX_LINKS links). */
+static char *dangling_target(const char *path)
+{
+    char *at = path_copy(path);
+    for (int links = 0; at && links < MAX_LINKS; links++) {
+        struct stat st;
+        if (lstat(at, &st) != 0 || !S_ISLNK(st.st_mode))
+            return at;   /* missing: the file to create (its directory's errors come then) */
+        char *next = link_text(at);
+        free(at);
+        at = next;
+    }
+    if (at) errno = ELOOP;
+    free(at);
+    return NULL;
+}
+
+/* w->target: the file that path names, through symbolic links, existing
+ * or not (then the file the last link names is created). */
 static int resolve(ot__replace *w)
 {
     struct stat st;
     if (lstat(w->path, &st) == 0 && S_ISLNK(st.st_mode)) {
         w->target = realpath(w->path, NULL);
-        if (!w->target)
-            return io_error(w, "cannot follow the symbolic link", errno);
-        return 0;
+        if (!w->target && errno == ENOENT) w->target = dangling_target(w->path);
+    } else {
+        w->target = path_copy(w->path);
     }
-    size_t n = strlen(w->path) + 1;
-    w->target = ot__malloc(n);
-    if (!w->target)
+    if (w->target) return 0;
+    if (errno == ENOMEM)
         return ot__err_set(OT_ENOMEM, NULL, 0, w->fn, "cannot allocate a path");
-    memcpy(w->target, w->path, n);
-    return 0;
+    return io_error(w, "cannot follow the symbolic link", errno);
 }
 
 /* Six characters of [0-9A-Za-z] that differ between processes, threads

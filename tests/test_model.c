@@ -591,6 +591,16 @@ TEST(model_predict_refuses_another_backend)
     ot_backend_free(be);
 }
 
+/* A linear 3->2 layer (weights from seed) under MSE. */
+static ot_model *linear_mse(ot_backend *be, uint64_t seed)
+{
+    ot_model *m = ot_model_new(be, 3);
+    CHECK(m != NULL);
+    CHECK_INT(ot_model_linear(m, 2, OT_ACT_NONE, seed), 0);
+    CHECK_INT(ot_model_loss(m, OT_LOSS_MSE, NULL, NULL), 0);
+    return m;
+}
+
 /* Adam in double over a linear 3->2 layer (w row-major (3, 2), then b)
  * under MSE, on rows [r, r + n) of x (8, 3) and y (8, 2): step t. */
 static void ref_adam_step(double p[8], double mo[8], double v[8], const float *x, const float *y,
@@ -630,9 +640,7 @@ TEST(model_adam_t_goes_on_across_fits)
             ot_backend *be = backend(names[bi]);
             ot_tensor *x = ot_array(be, OT_SHAPE(8, 3), OT_F32, hx);
             ot_tensor *y = ot_array(be, OT_SHAPE(8, 2), OT_F32, hy);
-            ot_model *m = ot_model_new(be, 3);
-            CHECK_INT(ot_model_linear(m, 2, OT_ACT_NONE, 4), 0);
-            CHECK_INT(ot_model_loss(m, OT_LOSS_MSE, NULL, NULL), 0);
+            ot_model *m = linear_mse(be, 4);
             CHECK_INT(ot_model_adam(m, &(ot_adam){.lr = 0.1}), 0);
             ot_tensor *p[2];
             float got[8];
@@ -659,4 +667,58 @@ TEST(model_adam_t_goes_on_across_fits)
             ot_backend_free(be);
         }
     }
+}
+
+/* A fit after ot_backend_free of the model's backend is an error of the
+ * fit, at its caller, whether the program is run again (the same batch)
+ * or made anew (another batch): the code before this fix named
+ * program_run or program_new, calls the caller never made. */
+TEST(model_fit_after_backend_free_names_the_fit)
+{
+    ot_backend *be = backend("cpu");
+    ot_tensor *x = ot_zeros(be, OT_SHAPE(8, 3), OT_F32), *y = ot_zeros(be, OT_SHAPE(8, 2), OT_F32);
+    ot_model *m = linear_mse(be, 1);
+    CHECK_INT(ot_model_fit(m, x, y, &(ot_fit_opts){.batch = 4, .quiet = true}, NULL), 0);
+    ot_backend_free(be);
+    char site[256];
+    for (int batch = 4; batch >= 2; batch -= 2) {
+        int line = __LINE__ + 1;
+        CHECK_INT(ot_model_fit(m, x, y, &(ot_fit_opts){.batch = batch, .quiet = true}, NULL),
+                  OT_EBACKEND);
+        CHECK_ERR(OT_EBACKEND, TEST_SITE(site, line), "model_fit: the model is on backend 'cpu', "
+                  "which ot_backend_free has freed");
+        CHECK(strstr(ot_errmsg(), "program") == NULL);
+    }
+    ot_model_free(m);
+    ot_tensor_free(x);
+    ot_tensor_free(y);
+}
+
+/* Every allocation of a first fit failed in turn: the error is the fit's,
+ * at its caller, whichever inner call (program_new, program_adam,
+ * program_compile, autodiff_new, empty, ...) failed; the code before this
+ * fix named that call, most often with no place. */
+TEST(model_fit_allocation_failures_name_the_fit)
+{
+    ot_backend *be = backend("cpu");
+    ot_tensor *x = ot_zeros(be, OT_SHAPE(8, 3), OT_F32), *y = ot_zeros(be, OT_SHAPE(8, 2), OT_F32);
+    char site[256], want[300];
+    long n = 1;
+    for (; n < 100000; n++) {
+        ot_model *m = linear_mse(be, 1);
+        ot__alloc_fail_at(n);
+        int line = __LINE__ + 1;
+        int rc = ot_model_fit(m, x, y, &(ot_fit_opts){.batch = 4, .quiet = true}, NULL);
+        ot__alloc_fail_at(0);
+        ot_model_free(m);
+        if (rc == 0) break;
+        snprintf(want, sizeof want, "%smodel_fit: ", TEST_SITE(site, line));
+        const char *msg = ot_errmsg();   /* the fit's, named once */
+        if (strncmp(msg, want, strlen(want)) != 0 || strstr(msg + strlen(want), "model_fit"))
+            test__fail(__FILE__, __LINE__, "allocation %ld: \"%s\" is not the fit's", n, msg);
+    }
+    CHECK(n > 5 && n < 100000);
+    ot_tensor_free(x);
+    ot_tensor_free(y);
+    ot_backend_free(be);
 }

@@ -157,7 +157,9 @@ int ot__err_relabel(int code, const char *file, int line, const char *op)
 {
     char inner[OT__MSG_MAX];   /* the inner message named the caller already: once */
     snprintf(inner, sizeof inner, "%s", past_place(slot.msg, file, line));
-    return ot__err_reword(code, file, line, op, "%s", inner);
+    size_t n = op ? strlen(op) : 0;   /* and the caller's op (its own error): once */
+    bool named = n && strncmp(inner, op, n) == 0 && strncmp(inner + n, ": ", 2) == 0;
+    return ot__err_reword(code, file, line, op, "%s", named ? inner + n + 2 : inner);
 }
 
 int ot__err_null(const char *fn, const char *what)

@@ -456,7 +456,8 @@ int ot__err_reword(int code, const char *file, int line, const char *op, const c
 /* For a function that failed with code in a call it made for its caller
  * (an optimizer step's assign_many, a model's savez): the slot's message
  * recorded again under the caller's file:line and op, the inner one kept
- * ("m.c:6: model_save: savez: cannot open ..."); returns code. */
+ * ("m.c:6: model_save: savez: cannot open ..."); an error already the
+ * caller's, at its place, stays as it is; returns code. */
 int ot__err_relabel(int code, const char *file, int line, const char *op);
 /* The slot's error, when it names no place (one found while evaluating,
  * deep in a backend or on a worker thread), recorded again under the

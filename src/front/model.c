@@ -482,6 +482,14 @@ static int train_steps(const ot_model *m, ot_program *p, ot_program *q, ot_tenso
     return rc ? rc : optimizer_steps(m, q, n, w, gn, mo, vo, f, ln);
 }
 
+/* An error of a call fit made for its caller (building, compiling or
+ * running the training program: program_new, program_run, ...): the
+ * fit's, at the caller, the inner call's words kept. */
+static int fit_error(int rc, const ot__site *at)
+{
+    return rc ? ot__err_relabel(rc, at->file, at->line, at->fn) : 0;
+}
+
 /* The program's calls are reported at the fit's caller (at). With a
  * 16-bit compute dtype the program's steps run as assignments (the cpu
  * backend prepares no f16/bf16 step yet; its ot_assign converts); with
@@ -585,7 +593,8 @@ static int check_fit(const ot_model *m, const ot_tensor *x, const ot_tensor *y,
     if (!m) return FAIL(at, OT_ENULL, "model is NULL");
     if (!m->nlayer) return FAIL(at, OT_ESTATE, "the model has no layers");
     if (!m->loss) return FAIL(at, OT_ESTATE, "the model has no loss");
-    int rc = check_data(m, x, y, at);
+    int rc = ot__backend_gone(m->be, at->fn, at->file, at->line, "the model");
+    if (!rc) rc = check_data(m, x, y, at);
     if (rc) return rc;
     if (o->epochs < 1 || o->batch < 1)
         return FAIL(at, OT_EINVAL, "epochs and batch must be >= 1");
@@ -768,6 +777,7 @@ static int epoch(ot_model *m, fit_state *s, int64_t train, int batch, bool shuff
         int64_t skipped = m->ls.skipped;
         if (!rc) rc = ot_program_run_at(m->prog, nb, b, s->at->file, s->at->line);
         if (!rc) rc = ot__model_scaler_step(m, s->at);
+        rc = fit_error(rc, s->at);
         if (!rc && m->ls.skipped == skipped) count_update(m);
         float l = 0;
         int32_t h = 0;
@@ -830,13 +840,14 @@ int ot_model_fit_at(ot_model *m, const ot_tensor *x, const ot_tensor *y, const o
     if (!m->loss_t) m->loss_t = (ot_empty)(m->be, OT_SHAPE(), OT_F32);
     if (!m->hits_t) m->hits_t = (ot_empty)(m->be, OT_SHAPE(), OT_I32);
     if (!m->lr_scale) m->lr_scale = (ot_empty)(m->be, OT_SHAPE(), OT_F64);
-    if (!m->loss_t || !m->hits_t || !m->lr_scale) return ot_errcode();
+    if (!m->loss_t || !m->hits_t || !m->lr_scale) return fit_error(ot_errcode(), &at);
     fit_state s = {.schedule = o.lr_schedule, .steps = (int64_t)o.epochs * (train / o.batch),
                    .at = &at, .drop_rng = o.seed ^ 0x6a09e667f3bcc908ULL,
                    .aug_rng = o.seed ^ 0xbb67ae8584caa73bULL, .augment = o.augment,
                    .augment_user = o.augment_user};
     rc = load_data(m, x, y, rows, o.batch, &s);
-    if (!rc && (!m->prog || m->prog_batch != o.batch)) rc = build_program(m, o.batch, &at);
+    if (!rc && (!m->prog || m->prog_batch != o.batch))
+        rc = fit_error(build_program(m, o.batch, &at), &at);
     int64_t outs = outputs(m);
     uint64_t seed = o.seed;
     ot_fit_result r = {.val_loss = NAN, .val_accuracy = NAN}, best = r;

@@ -21,6 +21,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zip.h>
 
 /* ---- helpers -------------------------------------------------------------- */
 
@@ -426,13 +427,15 @@ TEST(io_npz_corrupt_and_compressed)
     m[8] = m[cd + 10] = 14;
     spit(tmp_path("c.npz"), m, n);
     CHECK_INT(ot_loadz(be, tmp_path("c.npz"), 1, NULL, out), OT_EUNSUPPORTED);
-    CHECK_ERR(OT_EUNSUPPORTED, "loadz", "method 14", "stored and deflated");
+    CHECK_ERR(OT_EUNSUPPORTED, "loadz", "c.npz': entry 'a.npy': ", "method 14",
+              "stored and deflated");
     /* a data byte changed: the CRC catches it */
     memcpy(m, b, n);
     m[cd - 1] ^= 0x40;
     spit(tmp_path("c.npz"), m, n);
     CHECK_INT(ot_loadz(be, tmp_path("c.npz"), 1, NULL, out), OT_EIO);
-    CHECK_ERR(OT_EIO, "CRC-32 does not match");
+    CHECK_ERR(OT_EIO, "loadz: ", "c.npz': entry 'a.npy': corrupt zip: an entry whose CRC-32 "
+              "does not match");
     CHECK(out[0] == NULL);
     /* the local header's offset past the end */
     memcpy(m, b, n);
@@ -443,6 +446,64 @@ TEST(io_npz_corrupt_and_compressed)
     free(b);
     free(m);
     ot_tensor_free(a);
+    tmp_clean();
+    ot_backend_free(be);
+}
+
+/* An archive at path of n stored entries names[i] holding the files
+ * at files[i] (written with libzip, as any zip tool would). */
+static void zip_of(const char *path, int n, const char *const names[], const char *const files[])
+{
+    int err = 0;
+    zip_t *za = zip_open(path, ZIP_CREATE | ZIP_TRUNCATE, &err);
+    CHECK(za != NULL);
+    for (int i = 0; za && i < n; i++) {
+        zip_source_t *src = zip_source_file(za, files[i], 0, -1);
+        CHECK(src != NULL);
+        zip_int64_t k = src ? zip_file_add(za, names[i], src, ZIP_FL_OVERWRITE) : -1;
+        CHECK(k >= 0);
+        if (k >= 0) CHECK_INT(zip_set_file_compression(za, (zip_uint64_t)k, ZIP_CM_STORE, 0), 0);
+        else zip_source_free(src);
+    }
+    if (za) CHECK_INT(zip_close(za), 0);
+}
+
+/* An entry's errors name it: a shape too large for memory (found before
+ * any data is read), and an entry that is not a .npy array at all, short
+ * or long, when entries are read by position (names NULL): the code
+ * before this fix named only the archive, and called a short entry a
+ * truncated file ("the file ends inside the magic string"). */
+TEST(io_npz_entry_errors_name_the_entry)
+{
+    ot_backend *be = ot_backend_new("ref", NULL);
+    ot_tensor *out[2] = {NULL, NULL};
+    char text[200];
+    write_npy_text(tmp_path("big.npy"), "{'descr': '<f8', 'fortran_order': False, "
+                   "'shape': (1099511627776, 1099511627776), }", 0);
+    write_npy_text(tmp_path("ok.npy"), "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }",
+                   8);
+    spit(tmp_path("short.txt"), "hello", 5);
+    memset(text, 'x', sizeof text);
+    spit(tmp_path("long.txt"), text, sizeof text);
+    zip_of(tmp_path("b.npz"), 2, (const char *[]){"ok.npy", "big.npy"},
+           (const char *[]){tmp_path("ok.npy"), tmp_path("big.npy")});
+    CHECK_INT(ot_loadz(be, tmp_path("b.npz"), 1, (const char *[]){"big"}, out), OT_EOVERFLOW);
+    CHECK_ERR(OT_EOVERFLOW, "loadz: ", "b.npz': entry 'big.npy': ");
+    CHECK_INT(ot_loadz(be, tmp_path("b.npz"), 2, NULL, out), OT_EOVERFLOW);
+    CHECK_ERR(OT_EOVERFLOW, "b.npz': entry 'big.npy': ");
+    CHECK(out[0] == NULL && out[1] == NULL);
+    for (int k = 0; k < 2; k++) {
+        const char *name = k ? "long.txt" : "short.txt";
+        zip_of(tmp_path("t.npz"), 2, (const char *[]){"ok.npy", name},
+               (const char *[]){tmp_path("ok.npy"), tmp_path(name)});
+        CHECK_INT(ot_loadz(be, tmp_path("t.npz"), 2, NULL, out), OT_EIO);
+        snprintf(text, sizeof text, "t.npz': entry '%s': not a .npy array: ", name);
+        CHECK_ERR(OT_EIO, "loadz: ", text, k ? "no .npy magic string" : "shorter than");
+        CHECK(strstr(ot_errmsg(), "truncated") == NULL);
+        CHECK(out[0] == NULL && out[1] == NULL);
+    }
+    CHECK_INT(ot_loadz(be, tmp_path("t.npz"), 1, NULL, out), 2);   /* the first is fine */
+    ot_tensor_free(out[0]);
     tmp_clean();
     ot_backend_free(be);
 }

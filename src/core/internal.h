@@ -424,6 +424,9 @@ static inline bool ot__add_size(size_t *r, size_t a, size_t b)
  * On failure records the error for op at file:line and returns the code. */
 int ot__shape_check(const ot_shape *s, ot_dtype dtype, const char *op,
                     const char *file, int line);
+/* What ot__shape_check finds wrong, described into msg, not recorded (for
+ * a caller that names more than the op: a loader, its file); the code or 0. */
+int ot__shape_problem(const ot_shape *s, ot_dtype dtype, char *msg, size_t len);
 /* Product of dims (the shape must have passed ot__shape_check). */
 int64_t ot__numel(const ot_shape *s);
 bool ot__shape_eq(const ot_shape *a, const ot_shape *b);

@@ -44,9 +44,6 @@ static inline ot_dtype apply_flags(ot_op op, ot_dtype d)
     return d;
 }
 
-/* Describes what is wrong with a shape into msg; returns the code or 0. */
-int ot__shape_problem(const ot_shape *s, ot_dtype dtype, char *msg, size_t len);
-
 /* Each fills p (zeroed, args normalised) for its kind of op, or fails with
  * the error set and returns its code. */
 int ot__norm_axis(const site *st, int axis, int ndim, const ot_shape *shape, int *out);

@@ -25,6 +25,7 @@
 #include "replace.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <sys/stat.h>
@@ -51,11 +52,26 @@ typedef struct region {
     zip_file_t *zf;               /* an .npz entry */
     const char *fn, *path;
     uint64_t left;                /* bytes of the region not yet read */
+    const char *entry;            /* the .npz entry's name, once known; else NULL */
 } region;
+
+/* An error about the region: "'path': " or, inside an archive, "'path':
+ * entry 'a.npy': " before the message, so that a bad entry is found. */
+__attribute__((format(printf, 3, 4)))
+static int file_error(const region *r, int code, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (!r->entry) return ot__err_set(code, NULL, 0, r->fn, "'%s': %s", r->path, msg);
+    return ot__err_set(code, NULL, 0, r->fn, "'%s': entry '%s': %s", r->path, r->entry, msg);
+}
 
 static int bad_file(const region *r, const char *fmt, const char *what)
 {
-    return ot__err_set(OT_EIO, NULL, 0, r->fn, "'%s': %s%s", r->path, fmt, what);
+    return file_error(r, OT_EIO, "%s%s", fmt, what);
 }
 
 static int zip_failed(const region *r, zip_error_t *e);
@@ -188,9 +204,10 @@ static int parse_descr(const region *r, const char *d, npy_info *info)
             info->int64 = i == 3;
             return 0;
         }
-    return ot__err_set(OT_EUNSUPPORTED, NULL, 0, r->fn,
-                       "'%s': dtype '%s' is not supported%s (optree reads '<f4', '<f8', '<i4', "
-                       "'<f2', '<V2' as bfloat16, and '<i8' into int32)", r->path, d, d[0] == '>' ? ": big-endian" : "");
+    return file_error(r, OT_EUNSUPPORTED,
+                      "dtype '%s' is not supported%s (optree reads '<f4', '<f8', '<i4', '<f2', "
+                      "'<V2' as bfloat16, and '<i8' into int32)", d,
+                      d[0] == '>' ? ": big-endian" : "");
 }
 
 /* One "'key': value" of the dict; seen has a bit per key. */
@@ -233,27 +250,38 @@ static int parse_dict(const region *r, const char *text, npy_info *info)
         return bad_file(r, "malformed header: ",
                         seen != 7u ? "a key is missing" : "text after the dict");
     if (info->shape.ndim > OT_MAX_DIMS)
-        return ot__err_set(OT_EUNSUPPORTED, NULL, 0, r->fn,
-                           "'%s': %d dims (optree has at most %d)", r->path,
-                           info->shape.ndim, OT_MAX_DIMS);
+        return file_error(r, OT_EUNSUPPORTED, "%d dims (optree has at most %d)",
+                          info->shape.ndim, OT_MAX_DIMS);
     return 0;
+}
+
+/* An archive's entry that does not start as a .npy file does is some
+ * other file (numpy.load hands such entries back as bytes), not a
+ * truncated or damaged array: said so, whatever its length. */
+static int not_npy_entry(const region *r)
+{
+    return bad_file(r, "not a .npy array: ", r->left < 8 ? "shorter than the .npy magic string"
+                                                         : "no .npy magic string");
 }
 
 /* The magic, the version and the header, up to the first value. */
 static int read_header(region *r, npy_info *info)
 {
     unsigned char pre[12];
+    if (r->zf && r->left < 8)
+        return not_npy_entry(r);
     if (rd(r, pre, 8, "the magic string") != 0)
         return OT_EIO;
+    if (r->zf && memcmp(pre, "\x93NUMPY", 6) != 0)
+        return not_npy_entry(r);
     if (memcmp(pre, "\x93NUMPY", 6) != 0)
         return bad_file(r, "not a .npy file: ",
                         memcmp(pre, "PK\x03\x04", 4) == 0 || memcmp(pre, "PK\x05\x06", 4) == 0
                             ? "a zip archive (an .npz?): read it with ot_loadz"
                             : "bad magic string");
     if (pre[6] < 1 || pre[6] > 3 || pre[7] != 0)
-        return ot__err_set(OT_EUNSUPPORTED, NULL, 0, r->fn,
-                           "'%s': .npy format version %d.%d (optree reads 1.0 to 3.0)",
-                           r->path, pre[6], pre[7]);
+        return file_error(r, OT_EUNSUPPORTED, ".npy format version %d.%d (optree reads 1.0 "
+                          "to 3.0)", pre[6], pre[7]);
     bool wide = pre[6] > 1;       /* versions 2 and 3 have a 4-byte length */
     if (rd(r, pre + 8, wide ? 4 : 2, "the header length") != 0)
         return OT_EIO;
@@ -296,10 +324,10 @@ static int read_int64(region *r, int32_t *out, int64_t n)
             uint64_t u = (uint64_t)get32(chunk + 8 * j) | (uint64_t)get32(chunk + 8 * j + 4) << 32;
             int64_t v = u > INT64_MAX ? -(int64_t)(~u) - 1 : (int64_t)u;
             if (v < INT32_MIN || v > INT32_MAX)
-                return ot__err_set(OT_EOVERFLOW, NULL, 0, r->fn,
-                                   "'%s': int64 value %lld (element %lld in the file's order) "
-                                   "does not fit int32, optree's integer dtype; save it as "
-                                   "int32 or float64", r->path, (long long)v, (long long)i);
+                return file_error(r, OT_EOVERFLOW,
+                                  "int64 value %lld (element %lld in the file's order) does "
+                                  "not fit int32, optree's integer dtype; save it as int32 or "
+                                  "float64", (long long)v, (long long)i);
             out[i] = (int32_t)v;
         }
     }
@@ -310,18 +338,19 @@ static int read_int64(region *r, int32_t *out, int64_t n)
  * region. */
 static ot_tensor *read_values(ot_backend *be, region *r, const npy_info *info)
 {
-    char sbuf[OT__SHAPE_STRLEN];
+    char sbuf[OT__SHAPE_STRLEN], msg[256];
     ot_shape s = info->shape;
-    if (ot__shape_check(&s, info->dtype, r->fn, NULL, 0) != 0)
+    int code = ot__shape_problem(&s, info->dtype, msg, sizeof msg);
+    if (code) {
+        file_error(r, code, "%s", msg);   /* a shape too large, named with its file */
         return NULL;
+    }
     int64_t numel = ot__numel(&s);
     uint64_t nbytes = (uint64_t)numel * (info->int64 ? 8 : ot_dtype_size(info->dtype));
     if (nbytes != r->left) {
-        ot__err_set(OT_EIO, NULL, 0, r->fn,
-                    "'%s': shape %s of %s needs %llu bytes of data, the file has %llu",
-                    r->path, ot__shape_str(&s, sbuf),
-                    info->int64 ? "int64" : ot_dtype_name(info->dtype),
-                    (unsigned long long)nbytes, (unsigned long long)r->left);
+        file_error(r, OT_EIO, "shape %s of %s needs %llu bytes of data, the file has %llu",
+                   ot__shape_str(&s, sbuf), info->int64 ? "int64" : ot_dtype_name(info->dtype),
+                   (unsigned long long)nbytes, (unsigned long long)r->left);
         return NULL;
     }
     if (info->fortran)
@@ -383,7 +412,7 @@ ot_tensor *(ot_load)(ot_backend *be, const char *path)
     if (!f)
         return NULL;
     int64_t len = file_length(f, "load", path);
-    region r = {f, NULL, "load", path, (uint64_t)len};
+    region r = {f, NULL, "load", path, (uint64_t)len, NULL};
     ot_tensor *t = len >= 0 ? read_npy(be, &r) : NULL;
     fclose(f);
     return t;
@@ -642,7 +671,7 @@ static int zip_failed(const region *r, zip_error_t *e)
     const char *what = zip_error_strerror(e);
     switch (zip_error_code_zip(e)) {
     case ZIP_ER_MEMORY:
-        return ot__err_set(OT_ENOMEM, NULL, 0, r->fn, "'%s': %s", r->path, what);
+        return file_error(r, OT_ENOMEM, "%s", what);
     case ZIP_ER_NOZIP:
         return bad_file(r, "not a zip archive: ", what);
     case ZIP_ER_CRC:
@@ -650,7 +679,7 @@ static int zip_failed(const region *r, zip_error_t *e)
     case ZIP_ER_COMPNOTSUPP:
     case ZIP_ER_ENCRNOTSUPP:
     case ZIP_ER_MULTIDISK:
-        return ot__err_set(OT_EUNSUPPORTED, NULL, 0, r->fn, "'%s': %s", r->path, what);
+        return file_error(r, OT_EUNSUPPORTED, "%s", what);
     case ZIP_ER_READ:
     case ZIP_ER_SEEK:
     case ZIP_ER_OPEN:
@@ -716,18 +745,17 @@ static int entry_readable(npz *z, zip_uint64_t i, zip_stat_t *st)
 {
     if (zip_stat_index(z->za, i, 0, st) != 0)
         return zip_failed(&z->r, zip_get_error(z->za));
+    z->r.entry = st->valid & ZIP_STAT_NAME ? st->name : NULL;   /* the errors' from here */
     const uint64_t need = ZIP_STAT_SIZE | ZIP_STAT_COMP_SIZE | ZIP_STAT_COMP_METHOD |
                           ZIP_STAT_ENCRYPTION_METHOD;
     if ((st->valid & need) != need)
         return bad_file(&z->r, "corrupt zip: ", "an entry without sizes");
     if (st->encryption_method != ZIP_EM_NONE)
-        return ot__err_set(OT_EUNSUPPORTED, NULL, 0, z->r.fn, "'%s': an encrypted entry",
-                           z->r.path);
+        return file_error(&z->r, OT_EUNSUPPORTED, "encrypted");
     if (st->comp_method != ZIP_CM_STORE && st->comp_method != ZIP_CM_DEFLATE)
-        return ot__err_set(OT_EUNSUPPORTED, NULL, 0, z->r.fn,
-                           "'%s': an entry compressed with method %d (optree reads stored and "
-                           "deflated entries, as numpy.savez and numpy.savez_compressed write)",
-                           z->r.path, (int)st->comp_method);
+        return file_error(&z->r, OT_EUNSUPPORTED, "compressed with method %d (optree reads "
+                          "stored and deflated entries, as numpy.savez and "
+                          "numpy.savez_compressed write)", (int)st->comp_method);
     if (st->comp_size > (uint64_t)z->len ||
         st->size > (st->comp_method == ZIP_CM_STORE ? st->comp_size : st->comp_size * 1032 + 64))
         return bad_file(&z->r, "corrupt zip: ", "an entry larger than the file can hold");
@@ -744,19 +772,16 @@ static void drain(region *r)
         ;
 }
 
-/* Entry i as a new tensor; reading past its end makes libzip check its
- * length and CRC. */
-static ot_tensor *npz_load_entry(ot_backend *be, npz *z, zip_uint64_t i)
+/* Entry i (st: its zip_stat) as a new tensor; reading past its end makes
+ * libzip check its length and CRC. */
+static ot_tensor *read_entry(ot_backend *be, npz *z, zip_uint64_t i, const zip_stat_t *st)
 {
-    zip_stat_t st;
-    if (entry_readable(z, i, &st) != 0)
-        return NULL;
     z->r.zf = zip_fopen_index(z->za, i, 0);
     if (!z->r.zf) {
         zip_failed(&z->r, zip_get_error(z->za));
         return NULL;
     }
-    z->r.left = st.size;
+    z->r.left = st->size;
     ot_tensor *t = read_npy(be, &z->r);
     char extra;
     int64_t k = t ? zip_read(&z->r, &extra, 1) : 0;
@@ -770,6 +795,15 @@ static ot_tensor *npz_load_entry(ot_backend *be, npz *z, zip_uint64_t i)
     }
     zip_fclose(z->r.zf);
     z->r.zf = NULL;
+    return t;
+}
+
+/* Entry i as a new tensor, its errors naming it. */
+static ot_tensor *npz_load_entry(ot_backend *be, npz *z, zip_uint64_t i)
+{
+    zip_stat_t st;
+    ot_tensor *t = entry_readable(z, i, &st) == 0 ? read_entry(be, z, i, &st) : NULL;
+    z->r.entry = NULL;
     return t;
 }
 
@@ -832,7 +866,7 @@ int (ot_loadz)(ot_backend *be, const char *path, int n, const char *const names[
     int rc = loadz_args(be, path, n, names, out);
     if (rc != 0)
         return rc;
-    npz z = {.r = {NULL, NULL, "loadz", path, 0}};
+    npz z = {.r = {NULL, NULL, "loadz", path, 0, NULL}};
     rc = npz_open(&z, path);
     if (rc == 0)
         rc = npz_load(be, &z, n, names, out);

@@ -29,6 +29,11 @@ static const wcase WCASES[] = {
     {1, 16, 16, 4, 37, {.pad_lo = {1, 3}, .pad_hi = {0, 0}}, true},
     {2, 128, 128, 5, 2, {.pad = 1}, false},   /* many channels, narrow: the lanes */
     {1, 128, 130, 3, 2, {.pad = 1}, true},
+    /* the lanes' padded input: padding per side, none, and a transpose's
+     * (lh = 2 - lo = 0) */
+    {2, 128, 128, 6, 2, {.pad_lo = {0, 1}, .pad_hi = {2, 0}}, false},
+    {3, 128, 128, 4, 3, {0}, false},
+    {2, 128, 128, 3, 4, {.pad = 2}, true},
 };
 #define NW (int)(sizeof WCASES / sizeof WCASES[0])
 

@@ -722,3 +722,69 @@ TEST(model_fit_allocation_failures_name_the_fit)
     ot_tensor_free(y);
     ot_backend_free(be);
 }
+
+/* One step of m's optimizer on x, y (4 rows, one batch). */
+static void one_step(ot_model *m, ot_tensor *x, ot_tensor *y)
+{
+    CHECK_INT(ot_model_fit(m, x, y, &(ot_fit_opts){.batch = 4, .no_shuffle = true, .quiet = true},
+                           NULL), 0);
+}
+
+/* b's parameters := a's. */
+static void copy_params(ot_model *a, ot_model *b)
+{
+    ot_tensor *pa[2], *pb[2];
+    CHECK_INT(ot_model_parameters(a, 2, pa), 2);
+    CHECK_INT(ot_model_parameters(b, 2, pb), 2);
+    for (int i = 0; i < 2; i++) CHECK_INT(ot_assign(pb[i], pa[i]), 0);
+}
+
+/* Whether a's and b's parameters agree. */
+static void same_params(ot_model *a, ot_model *b)
+{
+    ot_tensor *pa[2], *pb[2];
+    float ga[8], gb[8];
+    CHECK_INT(ot_model_parameters(a, 2, pa), 2);
+    CHECK_INT(ot_model_parameters(b, 2, pb), 2);
+    CHECK_INT(ot_get(pa[0], ga), 0);
+    CHECK_INT(ot_get(pa[1], ga + 6), 0);
+    CHECK_INT(ot_get(pb[0], gb), 0);
+    CHECK_INT(ot_get(pb[1], gb + 6), 0);
+    for (int j = 0; j < 8; j++) CHECK_NEAR(ga[j], gb[j], 1e-6);
+}
+
+/* SGD's velocity and Adam's first moment share the model's m: a switch
+ * between the two starts the new one's state afresh (the old code fed
+ * Adam's moment to SGD as its velocity, and the velocity to Adam as its
+ * moment: a probe). Adam -> SGD with momentum steps as plain SGD from a
+ * zero velocity does; SGD -> Adam as a fresh Adam at t = 1 does. */
+TEST(model_optimizer_switch_starts_state_afresh)
+{
+    const char *names[2] = {"ref", "cpu"};
+    float xh[12], yh[8];
+    for (int k = 0; k < 12; k++) xh[k] = (float)sin(k * 1.3 + 0.2);
+    for (int k = 0; k < 8; k++) yh[k] = (float)cos(k * 0.7);
+    for (int b = 0; b < 2; b++) {
+        ot_backend *be = backend(names[b]);
+        ot_tensor *x = ot_array(be, OT_SHAPE(4, 3), OT_F32, xh);
+        ot_tensor *y = ot_array(be, OT_SHAPE(4, 2), OT_F32, yh);
+        ot_model *a = linear_mse(be, 5), *p = linear_mse(be, 5), *q = linear_mse(be, 5);
+        CHECK_INT(ot_model_adam(a, &(ot_adam){.lr = 0.05}), 0);
+        one_step(a, x, y);
+        copy_params(a, p);
+        CHECK_INT(ot_model_sgd(a, &(ot_sgd){.lr = 0.1, .momentum = 0.5}), 0);
+        CHECK_INT(ot_model_sgd(p, &(ot_sgd){.lr = 0.1}), 0);
+        one_step(a, x, y);
+        one_step(p, x, y);
+        same_params(a, p);
+        copy_params(a, q);   /* a now holds a velocity */
+        CHECK_INT(ot_model_adam(a, &(ot_adam){.lr = 0.05}), 0);
+        CHECK_INT(ot_model_adam(q, &(ot_adam){.lr = 0.05}), 0);
+        one_step(a, x, y);
+        one_step(q, x, y);
+        same_params(a, q);
+        ot_model_free(a), ot_model_free(p), ot_model_free(q);
+        ot_tensor_free(x), ot_tensor_free(y);
+        ot_backend_free(be);
+    }
+}

@@ -425,7 +425,10 @@ int ot_model_loss_at(ot_model *m, int loss, ot_loss_fn fn, void *user, const cha
  * added). ot_model_adam keeps the moments, so it keeps the counts unless
  * t is given: a t (not 0) is the next step's t for every layer the model
  * has (to resume a run, say). A layer starts at the t of the last
- * ot_model_adam (1 by default) with zero moments. SGD steps count none. */
+ * ot_model_adam (1 by default) with zero moments. SGD steps count none.
+ * A switch between SGD and Adam starts the new optimizer's state afresh
+ * (zero velocity, or zero moments and t = 1), as a new PyTorch optimizer
+ * does; another call of the same one keeps it. */
 int ot_model_sgd_at(ot_model *m, const ot_sgd *o, const char *file, int line);
 #define ot_model_sgd(...) ot_model_sgd_at(__VA_ARGS__, __FILE__, __LINE__)
 int ot_model_adam_at(ot_model *m, const ot_adam *o, const char *file, int line);

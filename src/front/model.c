@@ -235,6 +235,23 @@ static int own_schedule(const ot__site *at)
                 "itself (ot_fit_opts.lr_schedule)");
 }
 
+/* A switch between SGD and Adam: the state m holds (SGD's velocity in
+ * m[], or Adam's moments) is the other optimizer's, so the new one starts
+ * from zeros and t = 1, as a new PyTorch optimizer does (Adam read a
+ * velocity as its first moment, SGD Adam's moment as its velocity). */
+static int switch_state(ot_model *m, bool adam, const ot__site *at)
+{
+    if (m->adam == adam) return 0;
+    for (int i = 0; i < m->nlayer; i++) {
+        layer *l = &m->layer[i];
+        for (int k = 0; k < 2; k++)
+            if ((l->m[k] && ot_fill(l->m[k], 0.0)) || (l->v[k] && ot_fill(l->v[k], 0.0)))
+                return ot__err_relabel(ot_errcode(), at->file, at->line, at->fn);
+        l->adam_t = 0;
+    }
+    return 0;
+}
+
 /* The options are kept with their defaults filled in. */
 int ot_model_sgd_at(ot_model *m, const ot_sgd *o, const char *file, int line)
 {
@@ -243,6 +260,7 @@ int ot_model_sgd_at(ot_model *m, const ot_sgd *o, const char *file, int line)
     if (!m) return FAIL(at, OT_ENULL, "model is NULL");
     int rc = ot__sgd_opts(at, o, &full);
     if (!rc && full.lr_scale) rc = own_schedule(at);
+    if (!rc) rc = switch_state(m, false, at);
     if (rc) return rc;
     m->sgd = full;
     m->adam = false;
@@ -257,6 +275,7 @@ int ot_model_adam_at(ot_model *m, const ot_adam *o, const char *file, int line)
     if (!m) return FAIL(at, OT_ENULL, "model is NULL");
     int rc = ot__adam_opts(at, o, &full);
     if (!rc && full.lr_scale) rc = own_schedule(at);
+    if (!rc) rc = switch_state(m, true, at);
     if (rc) return rc;
     m->adam_opts = full;
     m->adam = true;

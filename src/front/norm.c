@@ -233,14 +233,33 @@ static int bn_check(const ot__site *at, ot_node *x, const ot_batch_norm_opts *o,
 }
 
 /* running' = (1 - momentum) * running + momentum * stat * scale, stat the
- * batch statistic in x's keepdims shape, taken to (C,). */
+ * batch statistic in x's keepdims shape, taken to (C,); scale NULL: 1. */
 static ot_node *bn_update(const ot__site *at, ot_tensor *running, ot_node *stat, double momentum,
-                          double scale)
+                          ot_node *scale)
 {
     ot_node *s = ot_reshape_node_at(stat, ot_tensor_shape(running), at->file, at->line);
-    if (scale != 1) s = bin(at, OT_OP_MUL, s, ot_const(scale));
+    if (scale) s = bin(at, OT_OP_MUL, s, scale);
     return bin(at, OT_OP_ADD, bin(at, OT_OP_MUL, ot_tensor_node(running), ot_const(1 - momentum)),
                bin(at, OT_OP_MUL, s, ot_const(momentum)));
+}
+
+/* n / (n - 1), n the values per channel, as a tree over x: n counted over
+ * channel 0's values (eq(s, s) + ne(s, s) is 1 for every value, NaN
+ * too), in f64 for f64 x, else f32 (exact to 2^24 values). A constant
+ * would keep the nominal n when a program runs at another batch (the
+ * slice follows it: ot__layout_follow); the count reads 1/C of x. */
+static ot_node *bessel(const ot__site *at, ot_node *x, int axis)
+{
+    ot_shape xs = ot_node_shape(x);
+    ot_index idx[OT_MAX_DIMS];
+    for (int d = 0; d < xs.ndim; d++) idx[d] = d == axis ? OT_IDX(0) : OT_ALL;
+    ot_args to = {.axis = OT_AXIS_ALL, .dtype = ot_node_dtype(x) == OT_F64 ? OT_F64 : OT_F32};
+    ot_node *s = ot_build_at(OT_OP_CAST, ot_slice_node_n(x, xs.ndim, idx, at->file, at->line),
+                             NULL, &to, at->file, at->line);
+    ot_args all = {.axis = OT_AXIS_ALL};
+    ot_node *n = ot_build_at(OT_OP_SUM, bin(at, OT_OP_ADD, bin(at, OT_OP_EQ, s, s),
+                                            bin(at, OT_OP_NE, s, s)), NULL, &all, at->file, at->line);
+    return bin(at, OT_OP_DIV, n, bin(at, OT_OP_SUB, n, ot_const(1)));
 }
 
 /* Training: the batch's mean and biased variance normalise; the update
@@ -258,8 +277,8 @@ static ot_node *bn_train(const ot__site *at, ot_node *x, const ot_batch_norm_opt
     int64_t n = per_channel(&xs, axis);
     ot_node *u[2] = {ot_tensor_node(o->running_mean), ot_tensor_node(o->running_var)};
     if (n > 0) {   /* no values: nothing to average in */
-        u[0] = bn_update(at, o->running_mean, mean, o->momentum, 1);
-        u[1] = bn_update(at, o->running_var, var, o->momentum, (double)n / (double)(n - 1));
+        u[0] = bn_update(at, o->running_mean, mean, o->momentum, NULL);
+        u[1] = bn_update(at, o->running_var, var, o->momentum, bessel(at, x, axis));
     }
     if (!u[0] || !u[1]) return NULL;
     o->updates[0] = u[0];

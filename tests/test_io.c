@@ -795,10 +795,6 @@ TEST(io_save_through_dangling_links)
     ot_backend_free(be);
 }
 
-/* A real write failure, no hook: with the file size limited to 4 KiB
- * (SIGXFSZ ignored, so write fails with EFBIG) a 64 KiB save over a small
- * file fails and the small file keeps its bytes, for each saver. The code
- * before this fix truncated the old file, then removed it. */
 /* A file name within 10 bytes of NAME_MAX (255 bytes here): the
  * temporary beside it (name + ".tmp" + 6) was too long, and every save of
  * it failed; a short temporary name is taken instead, and no temporary is
@@ -828,6 +824,10 @@ TEST(io_save_names_near_name_max)
     ot_backend_free(be);
 }
 
+/* A real write failure, no hook: with the file size limited to 4 KiB
+ * (SIGXFSZ ignored, so write fails with EFBIG) a 64 KiB save over a small
+ * file fails and the small file keeps its bytes, for each saver. The code
+ * before this fix truncated the old file, then removed it. */
 TEST(io_save_over_file_size_limit_keeps_old_file)
 {
     ot_backend *be = ot_backend_new("ref", NULL);

@@ -163,10 +163,13 @@ static int64_t padded_floats(const wprob *p);
 
 /* Bytes of the F(2,3) planes (f2planes), for the planes' transforms and
  * the weight gradient's (image_gt), then of the lanes' padded input. */
+static size_t f2_bytes(const wprob *p)
+{
+    return p->planes || p->wgrad ? (f2_floats(p) * sizeof(float) + 63) / 64 * 64 : 0;
+}
 static size_t rows_bytes(const wprob *p)
 {
-    size_t f2 = p->planes || p->wgrad ? (f2_floats(p) * sizeof(float) + 63) / 64 * 64 : 0;
-    return f2 + (size_t)padded_floats(p) * sizeof(float);
+    return f2_bytes(p) + (size_t)padded_floats(p) * sizeof(float);
 }
 
 size_t ot__wino_scratch(const ot_kernel *k)
@@ -456,18 +459,24 @@ static f2planes f2_at(const wprob *p, float *rows)
     return f;
 }
 
+/* Padded row r of channel plane xc, width floats at row: input row r - lh
+ * with its columns shifted by lw, zeros elsewhere (the planes' rows and
+ * the lanes' padded images both). */
+static void padded_row(const wprob *p, const float *xc, int64_t r, float *row, int64_t width)
+{
+    int64_t rr = r - p->lh, c0 = p->lw > 0 ? p->lw : 0;
+    int64_t c1 = p->w_ + p->lw < width ? p->w_ + p->lw : width;
+    memset(row, 0, sizeof *row * (size_t)width);
+    if (rr >= 0 && rr < p->h && c1 > c0)
+        memcpy(row + c0, xc + rr * p->w_ + c0 - p->lw, sizeof *row * (size_t)(c1 - c0));
+}
+
 /* Padded rows [r0, r1) of channel plane xc into pe and po: padded row r is
  * input row r - lh at columns shifted by lw, zeros elsewhere. */
 static void pad_rows(const wprob *p, const float *xc, int64_t r0, int64_t r1, const f2planes *f)
 {
-    int64_t c0 = p->lw > 0 ? 0 : -p->lw, c1 = f->wp - p->lw < p->w_ ? f->wp - p->lw : p->w_;
-    for (int64_t r = r0; r < r1; r++) {
-        float *row = (r & 1 ? f->po : f->pe) + (r >> 1) * f->wp;
-        int64_t rr = r - p->lh;
-        memset(row, 0, sizeof *row * (size_t)f->wp);
-        if (rr >= 0 && rr < p->h && c1 > c0)
-            memcpy(row + c0 + p->lw, xc + rr * p->w_ + c0, sizeof *row * (size_t)(c1 - c0));
-    }
+    for (int64_t r = r0; r < r1; r++)
+        padded_row(p, xc, r, (r & 1 ? f->po : f->pe) + (r >> 1) * f->wp, f->wp);
 }
 
 /* V of an image's tiles [ua, ub) of channel plane xc: tile u at column
@@ -624,18 +633,11 @@ static int64_t padded_floats(const wprob *p)
 static void pad_images(const wprob *p, int64_t ia, int64_t ib, float *d, wprob *q)
 {
     int64_t ph = p->th * p->f->m + 2, pw = p->tw * p->f->m + 2;
-    int64_t c0 = p->lw > 0 ? p->lw : 0, c1 = p->w_ + p->lw < pw ? p->w_ + p->lw : pw;
     for (int64_t i = ia; i < ib; i++)
         for (int64_t c = 0; c < p->ci; c++) {
             const float *xc = p->x + i * p->xs + c * p->h * p->w_;
             float *pc = d + ((i - ia) * p->ci + c) * ph * pw;
-            for (int64_t r = 0; r < ph; r++) {
-                int64_t rr = r - p->lh;
-                float *row = pc + r * pw;
-                memset(row, 0, sizeof *row * (size_t)pw);
-                if (rr >= 0 && rr < p->h && c1 > c0)
-                    memcpy(row + c0, xc + rr * p->w_ + c0 - p->lw, sizeof *row * (size_t)(c1 - c0));
-            }
+            for (int64_t r = 0; r < ph; r++) padded_row(p, xc, r, pc + r * pw, pw);
         }
     *q = *p;
     q->x = d;
@@ -652,7 +654,7 @@ WIDE static void input_block(const wprob *p, float *v, int64_t t0, int64_t nt, f
         return;
     }
     int64_t per = p->th * p->tw, ia = t0 / per, ib = (t0 + nt - 1) / per + 1;
-    float *d = rows + (p->wgrad ? (f2_floats(p) + 15) / 16 * 16 : 0);
+    float *d = rows + f2_bytes(p) / sizeof(float);   /* past the planes (rows_bytes) */
     wprob q;
     pad_images(p, ia, ib, d, &q);
     if (p->f == &F2) input_block_t(&q, &F2, v, t0 - ia * per, nt);
@@ -845,20 +847,18 @@ void ot__wino_run(const ot_kernel *k, char *const xsw[3], char *scratch)
     ot__gemm_fn *gemm = ot__gemm_pick();
     int64_t xsz = g->xc * g->xp[0] * g->xp[1], ssz = g->sc * g->sp[0] * g->sp[1];
     const float *xs = (const float *)xsw[0], *ss = (const float *)xsw[1];
-    for (int64_t grp = 0; grp < g->groups && p.wgrad; grp++) {
-        p.x = xs + grp * xsz;
-        p.gy = ss + grp * ssz;
-        p.dw = (float *)xsw[2] + grp * g->sc * g->xc * 9;
-        p.xs = g->groups * xsz;
-        p.ys = g->groups * ssz;
-        run_wgrad(&p, u, v, mm, rows, gemm);   /* M in U's room, S in M's */
-    }
-    for (int64_t grp = 0; grp < g->groups && !p.wgrad; grp++) {
+    for (int64_t grp = 0; grp < g->groups; grp++) {
         p.x = tr ? ss + grp * ssz : xs + grp * xsz;
-        p.y = (float *)(tr ? xsw[0] : xsw[1]) + grp * (tr ? xsz : ssz);
-        p.w = (const float *)xsw[2] + grp * g->sc * g->xc * 9;
         p.xs = g->groups * (tr ? ssz : xsz);
         p.ys = g->groups * (tr ? xsz : ssz);
+        if (p.wgrad) {   /* reads x and the gradient S, writes W; M in U's room, S in M's */
+            p.gy = ss + grp * ssz;
+            p.dw = (float *)xsw[2] + grp * g->sc * g->xc * 9;
+            run_wgrad(&p, u, v, mm, rows, gemm);
+            continue;
+        }
+        p.y = (float *)(tr ? xsw[0] : xsw[1]) + grp * (tr ? xsz : ssz);
+        p.w = (const float *)xsw[2] + grp * g->sc * g->xc * 9;
         run_group(&p, u, v, mm, rows, gemm);
     }
 }

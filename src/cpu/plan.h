@@ -46,7 +46,12 @@ struct ot_walk {
     int *root;                 /* entry of each tree */
     int rootcap, leafptrcap;
     uint64_t hash;
+    uint64_t start_ns;         /* when a full walk began: a miss's compile time counts it */
 };
+
+/* CLOCK_MONOTONIC in ns (compile.c): read on a full walk and after a compile,
+ * never on a hit, whose cost a 64-element call would feel. */
+uint64_t ot__now_ns(void);
 
 /* ---- small helpers --------------------------------------------------------- */
 

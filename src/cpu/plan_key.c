@@ -723,6 +723,7 @@ int ot__plan_find(ot_backend *be, int n, ot_tensor *const outs[], ot_node *const
         memo_add(be, outs[0], trees[0], bind, *plan);
         return 0;
     }
+    w->start_ns = ot__now_ns();
     if (!walk_trees(w, n, outs, trees)) {
         ot__walk_free(w);
         *walk = NULL;

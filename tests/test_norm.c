@@ -359,12 +359,25 @@ static void ln_dx_loops(const double *x, const double *w, const double *g, int64
     }
 }
 
-/* Layer norm's d/dx of rows x 1000 on a cpu backend of `threads`, checked
- * against the closed form; its plan's explain must hold `want` and must not
- * hold `unwanted` (NULL: anything goes). */
-static void ln_dx_case(int threads, int64_t rows, const char *want, const char *unwanted)
+/* Whether got (rows x n) is the closed form of layer norm's d/dx of x,
+ * weight w, incoming gradient g, within 1e-10. */
+static bool ln_dx_matches(ot_tensor *x, ot_tensor *w, ot_tensor *g, ot_tensor *got, int64_t rows,
+                          int64_t n)
 {
-    ot_backend *be = ot_backend_new("cpu", &(ot_backend_opts){.threads = threads});
+    double *hx = host(x), *hw = host(w), *hg = host(g), *want = malloc(sizeof *want * (size_t)(rows * n));
+    double *hv = got ? host(got) : NULL, worst = 0;
+    ln_dx_loops(hx, hw, hg, rows, n, 1e-5, want);
+    for (int64_t i = 0; hv && i < rows * n; i++) worst = fmax(worst, fabs(hv[i] - want[i]));
+    bool ok = hv && worst < 1e-10;
+    free(hx), free(hw), free(hg), free(want), free(hv);
+    return ok;
+}
+
+/* Layer norm's d/dx of rows x 1000 on a cpu backend of opts, checked
+ * against the closed form; returns its plan's explain (the caller frees). */
+static char *ln_dx_explained(ot_backend_opts opts, int64_t rows)
+{
+    ot_backend *be = ot_backend_new("cpu", &opts);
     ot_pool *pool = ot_pool_push();
     int64_t n = 1000;
     ot_tensor *x = rand_t(be, OT_SHAPE(rows, n), -1), *w = rand_t(be, OT_SHAPE(n), 0);
@@ -372,21 +385,22 @@ static void ln_dx_case(int threads, int64_t rows, const char *want, const char *
     ot_autodiff *ad = ot_autodiff_new(ot_layer_norm(x, .weight = w, .eps = 1e-5), ot_tensor_node(g));
     ot_node *dx = ot_autodiff_grad(ad, x);
     char *text = test__capture(ot_explain, dx);
-    CHECK(text && strstr(text, want) && (!unwanted || !strstr(text, unwanted)));
-    free(text);
     ot_tensor *got = ot_eval(dx);
-    CHECK(got != NULL);
-    double *hx = host(x), *hw = host(w), *hg = host(g), *want_v = malloc(sizeof *want_v * (size_t)(rows * n));
-    double *hv = got ? host(got) : NULL;
-    ln_dx_loops(hx, hw, hg, rows, n, 1e-5, want_v);
-    double worst = 0;
-    for (int64_t i = 0; hv && i < rows * n; i++) worst = fmax(worst, fabs(hv[i] - want_v[i]));
-    CHECK(hv && worst < 1e-10);
-    free(hx), free(hw), free(hg), free(want_v), free(hv);
+    CHECK(ln_dx_matches(x, w, g, got, rows, n));
     ot_autodiff_free(ad);
     ot_pool_pop(pool);
     ot_tensor_free(x), ot_tensor_free(w), ot_tensor_free(g), ot_tensor_free(got);
     ot_backend_free(be);
+    return text;
+}
+
+/* ln_dx_explained on `threads`: the explain must hold `want` and must not
+ * hold `unwanted` (NULL: anything goes). */
+static void ln_dx_case(int threads, int64_t rows, const char *want, const char *unwanted)
+{
+    char *text = ln_dx_explained((ot_backend_opts){.threads = threads}, rows);
+    CHECK(text && strstr(text, want) && (!unwanted || !strstr(text, unwanted)));
+    free(text);
 }
 
 /* The gradient of layer norm w.r.t. x alone runs all its kernels per block
@@ -450,6 +464,28 @@ TEST(norm_layer_norm_grad_block_temps_threads)
 TEST(norm_layer_norm_grad_few_blocks_many_threads)
 {
     ln_dx_case(4, 67, "all kernels run per block of 32 rows\n", "temporaries of one block");
+}
+
+/* The gradient's last kernel reads a block-local temporary and writes the
+ * output: where it streams (a threshold of 1 byte), the temporary stays in
+ * the block's memory and the output is written once, by that kernel alone;
+ * where it does not (no streaming), the temporary goes into the output, one
+ * buffer fewer. Both equal the closed form. */
+TEST(norm_layer_norm_grad_streams_from_block_temps)
+{
+    for (int stream = 0; stream < 2; stream++) {
+        char *text = ln_dx_explained(
+            (ot_backend_opts){.threads = 1, .stream_bytes = stream ? 1 : OT_STREAM_NEVER}, 67);
+        /* the last kernel's line: the only one naming out0 when streamed */
+        const char *first = text ? strstr(text, "out0") : NULL;
+        const char *last = text ? strstr(text, "kernel 4:") : NULL;
+        CHECK(first && last && strstr(text, "plan: 5 kernels,"));
+        if (first && last && strstr(text, "generated code")) {
+            CHECK((first > last) == (stream == 1));
+            CHECK((strstr(last, "streaming stores") != NULL) == (stream == 1));
+        }
+        free(text);
+    }
 }
 
 /* ---- the model's batch norm layer --------------------------------------------- */

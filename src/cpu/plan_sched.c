@@ -10,9 +10,8 @@
  * per block of rows when they all walk the same rows, and gives the
  * temporaries that need only the block being run one block's bytes in each
  * thread's memory; layout_arena gives each temporary an offset,
- * temporaries whose lives do not overlap sharing memory;
- * ot__sched_streams decides which kernels write their output with
- * streaming stores (generated code obeys it). Each pass is
+ * temporaries whose lives do not overlap sharing memory (which kernels
+ * stream their stores: plan_stream.c). Each pass is
  * linear in the kernels (up to a log): questions about a temporary's
  * readers and writers go to an index made once per pass (kindex).
  *
@@ -22,7 +21,6 @@
  * (a temp_local one's within local_bytes, one block of its rows).
  */
 #include "plan.h"
-#include "ops.h"   /* the op table's costs, for when to stream */
 
 /* ---- the arena ------------------------------------------------------------- */
 
@@ -318,13 +316,21 @@ static void note_steps(const ot_kernel *k, int64_t rows, int64_t *step)
  * loop. A temporary whose rows interleave stays whole, and so does every
  * one where the threads' blocks together (slots of them) would not be
  * smaller than the whole. Sizes are set for layout_arena. */
+/* Each temporary's row step (temp_steps' notes over every kernel); NULL
+ * without memory. */
+static int64_t *temp_steps(const ot_plan *p, int64_t rows)
+{
+    int64_t *step = ot__calloc((size_t)p->ntemps, sizeof *step);
+    for (int i = 0; step && i < p->nkernels; i++) note_steps(&p->kernels[i], rows, step);
+    return step;
+}
+
 static void choose_local_temps(ot_plan *p, int slots)
 {
     if (p->row_block > p->rows / slots || !p->ntemps) return;
-    int64_t *step = ot__calloc((size_t)p->ntemps, sizeof *step);
+    int64_t *step = temp_steps(p, p->rows);
     uint8_t *local = ot__calloc((size_t)p->ntemps, 1);
     if (step && local) {   /* without memory every temporary stays whole */
-        for (int i = 0; i < p->nkernels; i++) note_steps(&p->kernels[i], p->rows, step);
         for (int t = 0; t < p->ntemps; t++) {
             if (step[t] <= 0) continue;
             size_t block = ((size_t)(step[t] * p->row_block) + 63) & ~(size_t)63;
@@ -344,30 +350,55 @@ static void choose_local_temps(ot_plan *p, int slots)
  * dot run their blocks in order, each kernel on every thread: the dot's
  * elementwise readers are then epilogues on its rows while they are in
  * cache. */
-void ot__sched_choose_row_blocks(compiler *c)
+/* The rows of a plan that may run per block of rows (else 0), the most
+ * bytes a kernel touches of one row in *row_bytes, and in *dots whether
+ * it has a dot. */
+static int64_t blockable_rows(const compiler *c, int64_t *row_bytes, bool *dots)
 {
-    ot_plan *p = c->plan;
-    if (p->nkernels < 2 || !c->fused) return;
-    bool dots = false;
-    for (int i = 0; i < p->nkernels; i++) dots |= p->kernels[i].kind == OT_KER_DOT;
-    int64_t rows = kernel_rows(&p->kernels[0]), row_bytes = 0;
+    const ot_plan *p = c->plan;
+    if (p->nkernels < 2 || !c->fused) return 0;
+    *dots = false;
+    for (int i = 0; i < p->nkernels; i++) *dots |= p->kernels[i].kind == OT_KER_DOT;
+    int64_t rows = kernel_rows(&p->kernels[0]);
     int64_t *written = ot__calloc((size_t)(p->ntemps ? p->ntemps : 1), sizeof *written);
-    if (!written) return;
+    if (!written) return 0;
     bool ok = rows > 1;
+    *row_bytes = 0;
     for (int i = 0; i < p->nkernels && ok; i++) {
-        ok = kernel_blocks(&p->kernels[i], rows, dots, written);
+        ok = kernel_blocks(&p->kernels[i], rows, *dots, written);
         int64_t b = kernel_row_bytes(&p->kernels[i], rows);
-        if (b > row_bytes) row_bytes = b;
+        if (b > *row_bytes) *row_bytes = b;
     }
     for (int i = 0; ok && c->outs && i < c->nout; i++)
         for (int j = 0; j < c->w->nleaf && ok; j++)
             ok = ot__overlap(c->outs[i], c->w->leaf[j]) == OT_OVERLAP_NONE;
     free(written);
-    if (!ok || row_bytes <= 0) return;
+    return ok && *row_bytes > 0 ? rows : 0;
+}
+
+static int64_t elementwise_block(int64_t row_bytes)
+{
+    return row_bytes >= ROW_BLOCK_BYTES ? 1 : ROW_BLOCK_BYTES / row_bytes;
+}
+
+/* The threads that each keep one block of the local temporaries: the
+ * caller and the workers. */
+static int block_slots(const compiler *c)
+{
+    return c->be->opts.threads > 1 ? c->be->opts.threads : 1;
+}
+
+void ot__sched_choose_row_blocks(compiler *c)
+{
+    ot_plan *p = c->plan;
+    int64_t row_bytes;
+    bool dots;
+    int64_t rows = blockable_rows(c, &row_bytes, &dots);
+    if (!rows) return;
     p->rows = rows;
     if (!dots) {
-        p->row_block = row_bytes >= ROW_BLOCK_BYTES ? 1 : ROW_BLOCK_BYTES / row_bytes;
-        choose_local_temps(p, c->be->opts.threads > 1 ? c->be->opts.threads : 1);   /* the caller and workers */
+        p->row_block = elementwise_block(row_bytes);
+        choose_local_temps(p, block_slots(c));
         return;
     }
     p->row_block = gemm_block(rows, row_bytes, panel_bytes(c));
@@ -849,12 +880,40 @@ static bool writer_fits(const compiler *c, const kindex *ix, int t, int64_t n)
            p->temp_offset[t] == ((bytes + 63) & ~(size_t)63) && temp_holds(c, t, n);
 }
 
+/* The temporaries' row steps when the plan will run per block of rows,
+ * one block of each temporary kept in each thread (choose_row_blocks'
+ * choice, made after this pass), and its kernels may stream; else NULL. */
+static int64_t *local_steps(const compiler *c)
+{
+    const ot_plan *p = c->plan;
+    const ot_cpu *cpu = c->be->impl;
+    int64_t row_bytes;
+    bool dots;
+    if (p->nseg || !cpu->jit || !cpu->stream_bytes || !p->ntemps) return NULL;
+    int64_t rows = blockable_rows(c, &row_bytes, &dots);
+    if (!rows || dots || elementwise_block(row_bytes) > rows / block_slots(c)) return NULL;
+    return temp_steps(p, rows);
+}
+
+/* Whether temp t, kept one block at a time in cache (step from
+ * local_steps), should stay there rather than go into the output that
+ * kernel k writes from it: k then streams the output out once. Kept in
+ * the output, its lines came from memory before the writer's ordinary
+ * stores and were written again by k, which cannot stream what it reads
+ * (layer norm's d/dx: 13% of its time, 4096x4096 on Zen 4). */
+static bool stays_local(const compiler *c, const int64_t *step, const ot_kernel *k, int t)
+{
+    const ot_cpu *cpu = c->be->impl;
+    return step && step[t] > 0 && ot__sched_streams(k, cpu->stream_bytes);
+}
+
 void ot__sched_temps_into_outputs(compiler *c)
 {
     ot_plan *p = c->plan;
     kindex ix;
     /* Without memory for the index, temporaries stay where they are. */
     if (!c->fused || !kindex_new(&ix, p)) return;
+    int64_t *step = local_steps(c);   /* NULL also without memory: nothing stays */
     for (int k = 0; k < p->nkernels; k++) {
         const ot_kernel *kk = &p->kernels[k];
         if (kk->kind != OT_KER_EW || kk->store.space != OT_SPACE_OUT || kk->nxstore) continue;
@@ -868,79 +927,12 @@ void ot__sched_temps_into_outputs(compiler *c)
                 !reads_aligned(kk, v->index))
                 continue;
             int t = v->index;   /* retarget_temp rewrites *v */
-            if (!writer_fits(c, &ix, t, ot__numel(&osh))) continue;
+            if (!writer_fits(c, &ix, t, ot__numel(&osh)) || stays_local(c, step, kk, t)) continue;
             retarget_temp(p, t, i);
             unblock_temp(p, t);
             break;
         }
     }
+    free(step);
     kindex_free(&ix);
-}
-
-/* ---- when to stream -------------------------------------------------------- */
-
-/* Streaming stores pay where a kernel is bound by memory: they save reading
- * each output line before writing it (a fifth of W1's traffic). Where the
- * arithmetic is the bound they cost: W3, W4 and W7 by hand ran 7-50%
- * slower with them on Zen 4 (issue 15), W1 19% faster. A kernel counts as
- * memory-bound when its work per element, in the op table's cost units
- * (1 cheap, 3 divide or root, 8 transcendental), is at most
- * STREAM_WORK_PER_BYTE per byte of vector it reads or writes. */
-#define STREAM_WORK_PER_BYTE 0.5
-
-static bool memory_bound(const ot_kernel *k)
-{
-    int work = 0, vectors = 1 + k->nxstore;
-    for (int i = 0; i < k->ninsn; i++) {
-        const ot_insn *in = &k->insns[i];
-        if (in->scalar & 8) continue;
-        if (in->code == OT_I_LOAD) vectors++;
-        else if (in->code == OT_I_FMA) work += OT__COST_CHEAP;
-        else if (in->code != OT_I_PARAM) work += ot__op_cost(in->op);
-    }
-    size_t es = k->result_kd == OT_KD_F64 ? 8 : 4;
-    return (double)work <= STREAM_WORK_PER_BYTE * (double)(es * (size_t)vectors);
-}
-
-/* Whether k reads the memory it writes (softmax's divide rescales its
- * output in place): those lines are in the cache already, and streaming
- * them out was 30% slower (W5). exec.c checks leaves written in place at
- * run time. */
-static bool reads_own_output(const ot_kernel *k)
-{
-    for (int l = 0; l < k->nload; l++)
-        if (k->loads[l].space == k->store.space && k->loads[l].index == k->store.index)
-            return true;
-    return false;
-}
-
-/* The bytes one run of k moves, its loads and stores counted at the
- * result's width: what has to fit in the cache for its output to stay
- * there. */
-static size_t moved_bytes(const ot_kernel *k)
-{
-    size_t n = (k->result_kd == OT_KD_F64 ? 8 : 4) * (size_t)(1 + k->nxstore);
-    for (int i = 0; i < k->ninsn; i++)
-        if (k->insns[i].code == OT_I_LOAD && !(k->insns[i].scalar & 8)) n += k->result_kd == OT_KD_F64 ? 8 : 4;
-    for (int d = 0; d < k->ndim; d++) n *= (size_t)k->dims[d];
-    return n;
-}
-
-/* Streams when the data a kernel moves, not its output alone, passes the
- * threshold: a*b + c over 4M f32 writes 16 MB but moves 64 MB, more than a
- * 32 MB last-level cache holds, and ordinary stores then ran it at 70% of
- * the streamed rate (optree-bench, 2e6..5e6 elements). */
-bool ot__sched_streams(const ot_kernel *k, size_t stream_bytes)
-{
-    if (!stream_bytes || k->kind != OT_KER_EW || reads_own_output(k)) return false;
-    return moved_bytes(k) >= stream_bytes && memory_bound(k);
-}
-
-/* In a row-blocked plan a temporary is read back by a later kernel of the
- * same block, from cache: streamed, each block's rows went to memory and
- * were read back from it (a layer norm gradient's x - mean). */
-bool ot__sched_streams_in(const ot_plan *p, const ot_kernel *k, size_t stream_bytes)
-{
-    if (p->row_block > 0 && p->row_block < p->rows && k->store.space == OT_SPACE_TEMP) return false;
-    return ot__sched_streams(k, stream_bytes);
 }

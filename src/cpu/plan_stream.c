@@ -1,0 +1,77 @@
+/*
+ * plan_stream.c - which kernels write their output with streaming stores.
+ *
+ * ot__sched_streams: a kernel bound by memory that moves at least the
+ * backend's stream_bytes; ot__sched_streams_in: never a row-blocked plan's
+ * temporary, which a later kernel of the block reads from cache. Generated
+ * code obeys it (compile.c); plan_sched.c asks it where a temporary could
+ * go into an output.
+ */
+#include "plan.h"
+#include "ops.h"   /* the op table's costs */
+
+/* Streaming stores pay where a kernel is bound by memory: they save reading
+ * each output line before writing it (a fifth of W1's traffic). Where the
+ * arithmetic is the bound they cost: W3, W4 and W7 by hand ran 7-50%
+ * slower with them on Zen 4 (issue 15), W1 19% faster. A kernel counts as
+ * memory-bound when its work per element, in the op table's cost units
+ * (1 cheap, 3 divide or root, 8 transcendental), is at most
+ * STREAM_WORK_PER_BYTE per byte of vector it reads or writes. */
+#define STREAM_WORK_PER_BYTE 0.5
+
+static bool memory_bound(const ot_kernel *k)
+{
+    int work = 0, vectors = 1 + k->nxstore;
+    for (int i = 0; i < k->ninsn; i++) {
+        const ot_insn *in = &k->insns[i];
+        if (in->scalar & 8) continue;
+        if (in->code == OT_I_LOAD) vectors++;
+        else if (in->code == OT_I_FMA) work += OT__COST_CHEAP;
+        else if (in->code != OT_I_PARAM) work += ot__op_cost(in->op);
+    }
+    size_t es = k->result_kd == OT_KD_F64 ? 8 : 4;
+    return (double)work <= STREAM_WORK_PER_BYTE * (double)(es * (size_t)vectors);
+}
+
+/* Whether k reads the memory it writes (softmax's divide rescales its
+ * output in place): those lines are in the cache already, and streaming
+ * them out was 30% slower (W5). exec.c checks leaves written in place at
+ * run time. */
+static bool reads_own_output(const ot_kernel *k)
+{
+    for (int l = 0; l < k->nload; l++)
+        if (k->loads[l].space == k->store.space && k->loads[l].index == k->store.index)
+            return true;
+    return false;
+}
+
+/* The bytes one run of k moves, its loads and stores counted at the
+ * result's width: what has to fit in the cache for its output to stay
+ * there. */
+static size_t moved_bytes(const ot_kernel *k)
+{
+    size_t n = (k->result_kd == OT_KD_F64 ? 8 : 4) * (size_t)(1 + k->nxstore);
+    for (int i = 0; i < k->ninsn; i++)
+        if (k->insns[i].code == OT_I_LOAD && !(k->insns[i].scalar & 8)) n += k->result_kd == OT_KD_F64 ? 8 : 4;
+    for (int d = 0; d < k->ndim; d++) n *= (size_t)k->dims[d];
+    return n;
+}
+
+/* Streams when the data a kernel moves, not its output alone, passes the
+ * threshold: a*b + c over 4M f32 writes 16 MB but moves 64 MB, more than a
+ * 32 MB last-level cache holds, and ordinary stores then ran it at 70% of
+ * the streamed rate (optree-bench, 2e6..5e6 elements). */
+bool ot__sched_streams(const ot_kernel *k, size_t stream_bytes)
+{
+    if (!stream_bytes || k->kind != OT_KER_EW || reads_own_output(k)) return false;
+    return moved_bytes(k) >= stream_bytes && memory_bound(k);
+}
+
+/* In a row-blocked plan a temporary is read back by a later kernel of the
+ * same block, from cache: streamed, each block's rows went to memory and
+ * were read back from it (a layer norm gradient's x - mean). */
+bool ot__sched_streams_in(const ot_plan *p, const ot_kernel *k, size_t stream_bytes)
+{
+    if (p->row_block > 0 && p->row_block < p->rows && k->store.space == OT_SPACE_TEMP) return false;
+    return ot__sched_streams(k, stream_bytes);
+}

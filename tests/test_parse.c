@@ -200,6 +200,52 @@ TEST(parse_reads_ot_pp_back)
     fx_free(&f);
 }
 
+/* Views of named tensors are named as NumPy writes them ("a[1:3]", "m.T",
+ * "n.reshape(...)", chains, axis names after them): ot_pp writes such a
+ * leaf by its name and ot_parse, handed those names, reads the same tree
+ * back, the longest name that the text spells winning over its base's;
+ * a view name running on into an identifier is no match. */
+TEST(parse_reads_view_names_back)
+{
+    fx f;
+    fx_new(&f);
+    ot_pool *pool = ot_pool_push();
+    ot_tensor *v[4] = {ot_slice(f.a, OT_RANGE(1, 3)), ot_transpose(f.m, NULL),
+                       ot_reshape(f.n, OT_SHAPE(4, 4)), NULL};
+    v[3] = v[0] ? ot_transpose(v[0], NULL) : NULL;
+    CHECK(v[0] && v[1] && v[2] && v[3]);
+    if (!v[0] || !v[1] || !v[2] || !v[3]) return;
+    CHECK_INT(ot_tensor_set_axes(v[1], "B,F"), 0);
+    const char *vn[9];
+    ot_node *vnodes[9];
+    for (int k = 0; k < 5; k++) vn[k] = names[k], vnodes[k] = f.nodes[k];
+    for (int k = 0; k < 4; k++) vn[5 + k] = ot_tensor_name(v[k]), vnodes[5 + k] = ot_tensor_node(v[k]);
+    CHECK(strcmp(vn[5], "a[1:3]") == 0 && strcmp(vn[6], "m.T") == 0 && strcmp(vn[8], "a[1:3].T") == 0);
+    ot_node *t = ot_add(ot_sum(ot_mul(v[0], 2.0f)), ot_sum(ot_add(ot_dot(v[1], f.m), ot_sum(v[2]))));
+    t = ot_add(t, ot_sum(ot_exp(v[3])));
+    char *text = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&text, &len);
+    CHECK_INT(ot_pp(t, m), 0);
+    fclose(m);
+    ot_node *back = ot_parse(text, 9, vn, vnodes);
+    if (!fuzz_same_tree(back, t))
+        test__fail(__FILE__, __LINE__, "ot_pp wrote '%s', parsed to %s", text,
+                   back ? "another tree" : ot_errmsg());
+    free(text);
+    CHECK(ot_parse("a[1:3].T", 9, vn, vnodes) == vnodes[8]);   /* not a[1:3], then .T */
+    CHECK(ot_parse("m.T(B,F)", 9, vn, vnodes) == vnodes[6]);
+    CHECK(ot_parse("m.Tx", 9, vn, vnodes) == NULL);
+    CHECK_ERR(OT_EINVAL, "col 2");
+    CHECK(ot_parse("a", 1, (const char *[]){"a[\x01]"}, vnodes) == NULL);
+    CHECK_ERR(OT_EINVAL, "is not a name an expression can spell");
+    CHECK(ot_parse("a", 1, (const char *[]){".T"}, vnodes) == NULL);
+    CHECK_ERR(OT_EINVAL, "is not a name an expression can spell");
+    for (int k = 0; k < 4; k++) ot_tensor_free(v[k]);
+    ot_pool_pop(pool);
+    fx_free(&f);
+}
+
 TEST(parse_registered_op)
 {
     fx f;

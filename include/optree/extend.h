@@ -280,7 +280,11 @@ ot_node *ot_rewrite_operand(const ot_node *n, int i);
  * written on a literal is part of the constant (-2, not neg(2)). A literal
  * of any length is read whole, correctly rounded (1 followed by 200 zeros
  * is 1e200); one beyond its type's range (1e400, 1e39f) is an error at its
- * column: write inf.
+ * column: write inf. A name may also be a view's as views of a named
+ * tensor are named ("x[2:5]", "m.T", "x.reshape(4,16)", "x[1:3].T"): the
+ * text spells it verbatim where an operand starts, the longest such name
+ * first, so ot_pp's text of a tree over such views reads back as the same
+ * tree when the views' names are handed in.
  *
  * Errors (OT_EINVAL, or the builder's code) say where:
  * "parse: col 6: unknown function 'tanhh'; did you mean 'tanh'?". NULL on

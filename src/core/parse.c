@@ -87,6 +87,48 @@ static bool accept(parser *ps, const char *tok)
 static bool ident_start(char c) { return isalpha((unsigned char)c) || c == '_'; }
 static bool ident_char(char c) { return isalnum((unsigned char)c) || c == '_'; }
 
+/* The bytes of the identifier s starts with (0: none). */
+static size_t ident_len(const char *s)
+{
+    size_t k = ident_start(*s) ? 1 : 0;
+    while (k && ident_char(s[k])) k++;
+    return k;
+}
+
+/* Whether s is spelled as views are named after their tensor (names.c:
+ * "x[2:5]", "m.T", "x.reshape(4,16)", "x[1:3].T"): an identifier, then
+ * printable text starting with '.' or '['. ot_pp writes such a leaf by its
+ * name, so the parse reads it verbatim (view_operand). */
+static bool view_spelling(const char *s)
+{
+    size_t k = ident_len(s);
+    if (!k || (s[k] != '.' && s[k] != '[')) return false;
+    for (; s[k]; k++)
+        if (s[k] < 0x20 || s[k] > 0x7e) return false;
+    return true;
+}
+
+/* At an operand's start: the operand whose view name (view_spelling) the
+ * text spells here, the longest one, not running on into an identifier;
+ * else NULL, nothing consumed. */
+static ot_node *view_operand(parser *ps)
+{
+    int best = -1;
+    size_t best_len = 0;
+    for (int i = 0; i < ps->n; i++) {
+        const char *s = ps->names[i];
+        size_t len = strlen(s);
+        if (len > best_len && view_spelling(s) && strncmp(ps->p, s, len) == 0 &&
+            !(ident_char(s[len - 1]) && ident_char(ps->p[len]))) {
+            best = i;
+            best_len = len;
+        }
+    }
+    if (best < 0) return NULL;
+    ps->p += best_len;
+    return ps->nodes[best];
+}
+
 /* An identifier into buf; false (nothing consumed) when none comes next. */
 static bool ident(parser *ps, char *buf)
 {
@@ -704,6 +746,11 @@ static ot_node *primary(parser *ps)
     double v;
     int kind, got = number(ps, &v, &kind);
     if (got) return got > 0 ? literal(v, kind) : NULL;
+    ot_node *view = view_operand(ps);
+    if (view) {
+        axes_label(ps, view);
+        return view;
+    }
     char name[MAX_IDENT];
     if (ident(ps, name)) {
         if (*ps->p == ':') return labelled(ps, name, at);
@@ -847,21 +894,21 @@ static int by_name(const void *a, const void *b)
 }
 
 /* The operands' names: identifiers the expression can spell (not inf or
- * nan, with or without the f32 mark f, which read as numbers), at most
- * OT_NAME_MAX bytes, each once (a repeated one silently lost to the
- * first). 0, or OT_EINVAL (OT_ENOMEM). */
+ * nan, with or without the f32 mark f, which read as numbers), or views'
+ * names (view_spelling), at most OT_NAME_MAX bytes, each once (a repeated
+ * one silently lost to the first). 0, or OT_EINVAL (OT_ENOMEM). */
 static int check_names(int n, const char *const names[])
 {
     for (int i = 0; i < n; i++) {
         const char *s = names[i];
         size_t len = strlen(s);
-        bool ok = len <= OT_NAME_MAX && ident_start(*s) && strcmp(s, "inf") && strcmp(s, "nan") &&
-                  strcmp(s, "inff") && strcmp(s, "nanf");
-        for (size_t j = 1; ok && j < len; j++) ok = ident_char(s[j]);
+        bool ok = len <= OT_NAME_MAX && (view_spelling(s) || (len && ident_len(s) == len &&
+                  strcmp(s, "inf") && strcmp(s, "nan") && strcmp(s, "inff") && strcmp(s, "nanf")));
         if (!ok)
             return ot__err_set(OT_EINVAL, NULL, 0, "parse", "names[%d] \"%.64s%s\" is not a name an "
                                "expression can spell (an identifier of at most %d bytes, not inf "
-                               "or nan)", i, s, len > 64 ? "..." : "", OT_NAME_MAX);
+                               "or nan, or a view's name such as x[1:3] or m.T)", i, s,
+                               len > 64 ? "..." : "", OT_NAME_MAX);
     }
     const char *const **sorted = n > 1 ? ot__malloc(sizeof *sorted * (size_t)n) : NULL;
     if (n > 1 && !sorted) return ot__err_set(OT_ENOMEM, NULL, 0, "parse", "out of memory");

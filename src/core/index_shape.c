@@ -259,6 +259,18 @@ void ot__index_geom_of(const ot_node *n, ot__index_geom *g)
     g->count = ot__numel(&g->b);
 }
 
+/* The public builders of op's node where a user may not know its name
+ * (ot_index_add builds x + scatter_add), for an evaluation error: a plan
+ * serves equal trees built anywhere, so it cannot name the failing call. */
+static const char *builders(int op)
+{
+    switch (op) {
+    case OT_OP_TAKE: return " (built by ot_take and ot_embedding)";
+    case OT_OP_SCATTER_ADD: return " (built by ot_scatter_add and ot_index_add)";
+    default: return "";
+    }
+}
+
 int ot__index_fail(const ot__index_geom *g, int64_t v, int64_t pos)
 {
     char s[OT__SHAPE_STRLEN], at[OT__SHAPE_STRLEN] = "";
@@ -275,9 +287,9 @@ int ot__index_fail(const ot__index_geom *g, int64_t v, int64_t pos)
     snprintf(at + len, sizeof at - (size_t)len, g->b.ndim == 1 ? ",)" : ")");
     return ot__err_set(OT_EINVAL, NULL, 0, ot_op_name((ot_op)g->op),
                        "index %lld at position %s of the indices (shape %s) is out of range "
-                       "[-%lld, %lld) for an axis of size %lld",
+                       "[-%lld, %lld) for an axis of size %lld%s",
                        (long long)v, at, ot__shape_str(&g->b, s), (long long)g->size,
-                       (long long)g->size, (long long)g->size);
+                       (long long)g->size, (long long)g->size, builders(g->op));
 }
 
 /* ---- gradients ------------------------------------------------------------------ */

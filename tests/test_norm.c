@@ -470,12 +470,13 @@ TEST(norm_layer_norm_grad_few_blocks_many_threads)
  * output: where it streams (a threshold of 1 byte), the temporary stays in
  * the block's memory and the output is written once, by that kernel alone;
  * where it does not (no streaming), the temporary goes into the output, one
- * buffer fewer. Both equal the closed form. */
+ * buffer fewer. Both equal the closed form, on 1 thread and on 2. */
 TEST(norm_layer_norm_grad_streams_from_block_temps)
 {
-    for (int stream = 0; stream < 2; stream++) {
+    for (int run = 0; run < 4; run++) {
+        int stream = run & 1, threads = 1 + run / 2;   /* 2 threads: a block each, 33 rows apart */
         char *text = ln_dx_explained(
-            (ot_backend_opts){.threads = 1, .stream_bytes = stream ? 1 : OT_STREAM_NEVER}, 67);
+            (ot_backend_opts){.threads = threads, .stream_bytes = stream ? 1 : OT_STREAM_NEVER}, 67);
         /* the last kernel's line: the only one naming out0 when streamed */
         const char *first = text ? strstr(text, "out0") : NULL;
         const char *last = text ? strstr(text, "kernel 4:") : NULL;

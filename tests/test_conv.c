@@ -315,6 +315,44 @@ TEST(conv_bad_input_is_a_build_error)
     ot_backend_free(be);
 }
 
+/* Output sizes whose int64 arithmetic overflows (huge dims come cheap as
+ * broadcast views): errors, not the small shapes the wrapped products
+ * gave (conv_transpose (1,1,2^40+1) at stride 2^24 was (1,1,3); a kernel
+ * of 2^34+1 dilated by 2^30 "fitted" an input of 5; 'same' padding over
+ * INT32_MAX was cast to other pads, input 2^34 giving output 2^33). */
+TEST(conv_size_overflow_is_an_error)
+{
+    ot_backend *be = test__backend("ref", OT_FUSION_ON);
+    ot_tensor *one = ot_ones(be, OT_SHAPE(1, 1, 1), OT_F32), *w = ot_ones(be, OT_SHAPE(1, 1, 3), OT_F32);
+    ot_tensor *x5 = ot_ones(be, OT_SHAPE(1, 1, 5), OT_F32), *w6 = ot_ones(be, OT_SHAPE(1, 1, 6), OT_F32);
+    ot_tensor *xb = ot_broadcast_to(one, OT_SHAPE(1, 1, ((int64_t)1 << 40) + 1));
+    ot_tensor *wb = ot_broadcast_to(one, OT_SHAPE(1, 1, ((int64_t)1 << 34) + 1));
+    ot_tensor *xs = ot_broadcast_to(one, OT_SHAPE(1, 1, (int64_t)1 << 34));
+    ot_tensor *ws = ot_broadcast_to(one, OT_SHAPE(1, 1, ((int64_t)1 << 33) + 202));
+    ot_pool *p = ot_pool_push();
+    CHECK(ot_conv_transpose(xb, w, .stride = {1 << 24}) == NULL);
+    CHECK_ERR(OT_EOVERFLOW, "conv_transpose:", "overflows int64", "(1,1,1099511627777)");
+    ot_clear_error();
+    CHECK(ot_conv(x5, wb, .dilation = {1 << 30}) == NULL);
+    CHECK_ERR(OT_ESHAPE, "conv:", "larger than the padded input 5 + 0 + 0");
+    ot_clear_error();
+    CHECK(ot_conv(xs, ws, .padding = OT_PAD_SAME) == NULL);
+    CHECK_ERR(OT_EINVAL, "conv:", "OT_PAD_SAME in spatial dim 0", "(1,1,17179869184)");
+    ot_clear_error();
+    CHECK(ot_conv(x5, w6, .padding = OT_PAD_SAME, .dilation = {INT32_MAX}) == NULL);
+    CHECK_ERR(OT_EINVAL, "more padding than an int32 holds");
+    ot_clear_error();
+    /* the largest that fit still build */
+    ot_node *y = ot_conv_transpose(xb, w, .stride = {1 << 16});
+    CHECK(y && ot_node_shape(y).dims[2] == ((int64_t)1 << 56) + 3);
+    y = ot_conv(x5, w6, .padding = OT_PAD_SAME, .dilation = {1 << 20});
+    CHECK(y && ot_node_shape(y).dims[2] == 5);
+    ot_pool_pop(p);
+    ot_tensor *t[] = {xs, ws, xb, wb, x5, w6, w, one};
+    for (int i = 0; i < 8; i++) ot_tensor_free(t[i]);
+    ot_backend_free(be);
+}
+
 TEST(conv_prints_parses_and_explains)
 {
     ot_backend *be = test__backend("cpu", OT_FUSION_ON);

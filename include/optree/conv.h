@@ -64,7 +64,8 @@ typedef struct ot_conv_opts {
  * Errors at build time, naming shapes and the caller's file:line: x and w
  * of other ranks, channels that differ, groups not dividing both channel
  * counts, a dilated kernel larger than the padded input, stride or
- * dilation below 1, negative padding. Size-0 batch and channel dims are
+ * dilation below 1, negative padding, OT_PAD_SAME needing a side of
+ * padding over INT32_MAX. Size-0 batch and channel dims are
  * allowed (the result then has zeros or no elements).
  * Accuracy: on the cpu backend an f32 2-D 3x3 conv at stride and dilation
  * 1 with 16 or more input and output channels (and its input gradient, a
@@ -93,8 +94,9 @@ ot_node *ot_conv_at(ot_node *x, ot_node *w, const ot_conv_opts *opts, const char
  * (batch, in_channels, spatial...); w is (in_channels, out_channels /
  * groups, kernel...). out[d] = (in[d] - 1) * stride[d] - pad_lo[d] -
  * pad_hi[d] + dilation[d] * (kernel[d] - 1) + output_padding[d] + 1, which
- * must not be negative. padding = OT_PAD_SAME is refused (its size is
- * ambiguous); the other options as ot_conv's. */
+ * must not be negative (nor overflow int64: OT_EOVERFLOW). padding =
+ * OT_PAD_SAME is refused (its size is ambiguous); the other options as
+ * ot_conv's. */
 ot_node *ot_conv_transpose_at(ot_node *x, ot_node *w, const ot_conv_opts *opts, const char *file,
                               int line);
 #define ot_conv_transpose(x, w, ...) ot__conv_call(ot_conv_transpose_at, x, w, __VA_ARGS__)

@@ -12,15 +12,33 @@
 
 /* ---- the geometry ---------------------------------------------------------- */
 
+/* The span of a dilated kernel, dil * (k - 1) + 1: false when it
+ * overflows int64. A kernel dim can be 2^40 (a broadcast view) and a
+ * dilation 2^31 - 1, so the product does not always fit; unchecked, it
+ * wrapped to a small span that passed the size checks (a silently wrong
+ * output shape). */
+static bool dilated_span(int64_t k, int dil, int64_t *span)
+{
+    return ot__mul_i64(span, dil, k - 1) && ot__add_i64(span, *span, 1);
+}
+
+/* The caller has checked that the dilated kernel fits the padded input
+ * (dilated_span), so nothing here overflows: in is bounded by the address
+ * space and the rest are ints. */
 int64_t ot__conv_out_size(int64_t in, int64_t k, int stride, int dil, int lo, int hi)
 {
     return (in + lo + hi - (int64_t)dil * (k - 1) - 1) / stride + 1;
 }
 
-int64_t ot__conv_transpose_size(int64_t in, int64_t k, int stride, int dil, int lo, int hi,
-                                int outpad)
+/* false when the size overflows int64: (in - 1) * stride and the dilated
+ * kernel are products of a dim (up to 2^62 for a broadcast view) and an
+ * int, and wrapped round they gave a small, wrong, positive size. */
+bool ot__conv_transpose_size(int64_t in, int64_t k, int stride, int dil, int lo, int hi,
+                             int outpad, int64_t *out)
 {
-    return (in - 1) * stride - lo - hi + (int64_t)dil * (k - 1) + outpad + 1;
+    int64_t reach, span;
+    return dilated_span(k, dil, &span) && ot__mul_i64(&reach, in - 1, stride) &&
+           ot__add_i64(out, reach, span) && ot__add_i64(out, *out, (int64_t)outpad - lo - hi);
 }
 
 /* The window's int32_t[3] fields, for checks that treat them alike. */
@@ -120,14 +138,15 @@ static int infer_conv(const site *st, const ot_node *x, const ot_node *w, proto 
                                                   "dividing w.shape[0]");
     p->shape = (ot_shape){.ndim = x->shape.ndim, .dims = {dx[0], dw[0]}};
     for (int d = 0; d < nsp; d++) {
-        int64_t in = dx[2 + d], k = dw[2 + d];
-        int64_t span = (int64_t)g->dilation[d] * (k - 1) + 1;
+        int64_t in = dx[2 + d], k = dw[2 + d], span;
         int rc = empty_kernel(st, x, w, d);
         if (rc) return rc;
-        if (in + g->pad_lo[d] + g->pad_hi[d] < span)
-            return FAIL(st, OT_ESHAPE, "kernel of %lld (dilated: %lld) in spatial dim %d is "
-                        "larger than the padded input %lld + %d + %d (input %s, weights %s)",
-                        (long long)k, (long long)span, d, (long long)in, (int)g->pad_lo[d],
+        bool fits = dilated_span(k, g->dilation[d], &span);   /* else larger than any input */
+        if (!fits || in + g->pad_lo[d] + g->pad_hi[d] < span)
+            return FAIL(st, OT_ESHAPE, "kernel of %lld (dilated by %d: %s%lld) in spatial dim %d "
+                        "is larger than the padded input %lld + %d + %d (input %s, weights %s)",
+                        (long long)k, (int)g->dilation[d], fits ? "" : "over ",
+                        (long long)(fits ? span : INT64_MAX), d, (long long)in, (int)g->pad_lo[d],
                         (int)g->pad_hi[d], ot__shape_str(&x->shape, sa),
                         ot__shape_str(&w->shape, sb));
         p->shape.dims[2 + d] = ot__conv_out_size(in, k, g->stride[d], g->dilation[d],
@@ -147,14 +166,19 @@ static int infer_transpose(const site *st, const ot_node *x, const ot_node *w, p
     int nsp = x->shape.ndim - 2;
     p->shape = (ot_shape){.ndim = x->shape.ndim, .dims = {dx[0], dw[1] * g->groups}};
     for (int d = 0; d < nsp; d++) {
-        int64_t in = dx[2 + d], k = dw[2 + d];
-        int64_t out = ot__conv_transpose_size(in, k, g->stride[d], g->dilation[d], g->pad_lo[d],
-                                              g->pad_hi[d], g->outpad[d]);
+        int64_t in = dx[2 + d], k = dw[2 + d], out;
         if (g->outpad[d] >= g->stride[d])
             return FAIL(st, OT_EINVAL, "output padding %d in spatial dim %d: must be less than "
                         "the stride %d", (int)g->outpad[d], d, (int)g->stride[d]);
         int rc = empty_kernel(st, x, w, d);
         if (rc) return rc;
+        if (!ot__conv_transpose_size(in, k, g->stride[d], g->dilation[d], g->pad_lo[d],
+                                     g->pad_hi[d], g->outpad[d], &out))
+            return FAIL(st, OT_EOVERFLOW, "spatial dim %d: input %lld, kernel %lld, stride %d and "
+                        "dilation %d give an output size that overflows int64 (input %s, "
+                        "weights %s)", d, (long long)in, (long long)k, (int)g->stride[d],
+                        (int)g->dilation[d], ot__shape_str(&x->shape, sa),
+                        ot__shape_str(&w->shape, sb));
         if (in < 1 || out < 0)
             return FAIL(st, OT_ESHAPE, "spatial dim %d: input %lld, kernel %lld and padding %d + "
                         "%d give output size %lld (input %s, weights %s)", d, (long long)in,
@@ -220,19 +244,31 @@ static void spread(int32_t *v, const int *o, int nsp, bool given, int dflt)
 }
 
 /* 'same' padding (TensorFlow's rule, PyTorch's at stride 1): the output
- * is ceil(in / stride), the total padding split with the odd one after. */
-static void same_padding(ot_window *w, const ot_node *x, const ot_node *k, int nsp)
+ * is ceil(in / stride), the total padding split with the odd one after.
+ * A side over INT32_MAX (a huge dilated kernel) does not fit the window's
+ * int32 pads: the error recorded and false, where a cast wrapped it to
+ * some other padding and a silently wrong output size. */
+static bool same_padding(ot_window *w, const ot_node *x, const ot_node *k, int nsp,
+                         const char *file, int line)
 {
     for (int d = 0; d < nsp; d++) {
-        int64_t in = x->shape.dims[2 + d], s = w->stride[d];
-        if (s < 1) return;   /* inference says */
+        int64_t in = x->shape.dims[2 + d], s = w->stride[d], kd = k->shape.dims[2 + d], span;
+        if (s < 1 || w->dilation[d] < 1 || kd < 1) return true;   /* inference says */
         int64_t out = (in + s - 1) / s;
-        int64_t span = (int64_t)w->dilation[d] * (k->shape.dims[2 + d] - 1) + 1;
-        int64_t total = (out - 1) * s + span - in;
+        int64_t total = 0;
+        if (!dilated_span(kd, w->dilation[d], &span) ||
+            !ot__add_i64(&total, (out - 1) * s - in, span) || total - total / 2 > INT32_MAX) {
+            char sa[OT__SHAPE_STRLEN], sb[OT__SHAPE_STRLEN];
+            return !ot__err(OT_EINVAL, file, line, "conv", "OT_PAD_SAME in spatial dim %d needs "
+                            "more padding than an int32 holds (input %s, weights %s, dilation "
+                            "%d)", d, ot__shape_str(&x->shape, sa), ot__shape_str(&k->shape, sb),
+                            (int)w->dilation[d]);
+        }
         if (total < 0) total = 0;
         w->pad_lo[d] = (int32_t)(total / 2);
         w->pad_hi[d] = (int32_t)(total - total / 2);
     }
+    return true;
 }
 
 /* Whether the options set member: as the macros wrote them, or (options
@@ -315,8 +351,7 @@ static bool window_of(ot_op op, const ot_node *x, const ot_node *w, const ot_con
         win->outpad[d] = o->output_padding[d];
     }
     win->groups = given(spec, "groups", o->groups != 0) ? o->groups : 1;
-    if (o->padding == OT_PAD_SAME) same_padding(win, x, w, nsp);
-    return true;
+    return o->padding != OT_PAD_SAME || same_padding(win, x, w, nsp, file, line);
 }
 
 static ot_node *build(ot_op op, ot_node *x, ot_node *w, const ot_conv_opts *o, const char *file,

@@ -670,10 +670,11 @@ bool ot__win_extra(const char *op, const char *member, const int *v, bool spread
 /* op (OT_OP_CONV...) of a and b with geometry win, checked as any build. */
 ot_node *ot__conv_build(ot_op op, ot_node *a, ot_node *b, const ot_window *win, const char *file,
                         int line);
-/* One spatial dim's output size: conv's (floor), conv_transpose's. */
+/* One spatial dim's output size: conv's (floor; for a dilated kernel known
+ * to fit the padded input), conv_transpose's (false when it overflows). */
 int64_t ot__conv_out_size(int64_t in, int64_t k, int stride, int dil, int lo, int hi);
-int64_t ot__conv_transpose_size(int64_t in, int64_t k, int stride, int dil, int lo, int hi,
-                                int outpad);
+bool ot__conv_transpose_size(int64_t in, int64_t k, int stride, int dil, int lo, int hi,
+                             int outpad, int64_t *out);
 
 /* Every windowed op as one loop: for batch n, group, S channel o and S
  * position p, X channel c and kernel position q, with X position i = p *

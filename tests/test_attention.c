@@ -277,6 +277,13 @@ TEST(attention_bad_input_is_a_build_error)
     CHECK(ot_attention(q, k, (ot_node *)NULL) == NULL);
     CHECK_ERR(OT_ENULL, "v is NULL");
     ot_clear_error();
+    /* a scale of inf or NaN gave rows of NaN, or (-inf) zeros, quietly */
+    const double bad_scale[3] = {NAN, INFINITY, -INFINITY};
+    for (int i = 0; i < 3; i++) {
+        CHECK(ot_attention(q, k, v, .scale = bad_scale[i]) == NULL);
+        CHECK_ERR(OT_EINVAL, "attention:", "must be finite", "q (2,3,5,4)");
+        ot_clear_error();
+    }
     /* a hand-built node whose pack disagrees with its attributes */
     ot_args a = {.axis = OT_AXIS_ALL, .depth = 5, .ddof = 7};
     CHECK(ot_build(OT_OP_ATTENTION, ot_tensor_node(q), ot_reshape_node(v, OT_SHAPE(252)), &a) == NULL);

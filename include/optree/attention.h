@@ -22,7 +22,7 @@
  *   causal  query i sees keys j <= i only: the top-left aligned lower
  *           triangle, PyTorch's scaled_dot_product_attention(is_causal)
  *           convention, also where seq_q != seq_k;
- *   scale   the scores' factor; 0: 1 / sqrt(dim).
+ *   scale   the scores' factor; 0: 1 / sqrt(dim); inf or NaN is an error.
  */
 typedef struct ot_attn_opts {
     const char *spec_;   /* the options as written (the macro sets it) */

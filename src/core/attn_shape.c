@@ -72,6 +72,11 @@ int ot__infer_attn(const site *st, ot_node *a, ot_node *b, proto *p)
                     ot__shape_str(&b->shape, sb), ot_dtype_name((ot_dtype)b->dtype));
     int rc = check_attrs(st, &p->args);
     if (rc) return rc;
+    /* An inf or NaN scale makes every score inf, -inf or NaN: rows of NaN,
+     * or (-inf) zeros as if every key were masked, never a softmax. */
+    if (!isfinite(p->args.lo))
+        return FAIL(st, OT_EINVAL, "scale %g must be finite (0: 1 / sqrt(dim)); q %s",
+                    p->args.lo, ot__shape_str(&a->shape, sa));
     bool grad = st->op == OT_OP_ATTENTION_GRAD;
     int64_t extra = grad ? 2 * (p->args.ddof + 1) : 0;
     if (a->shape.ndim != 4 || b->shape.ndim != 1 || a->shape.dims[3] < extra)

@@ -475,7 +475,10 @@ int ot_model_fit_at(ot_model *m, const ot_tensor *x, const ot_tensor *y, const o
 ot_tensor *ot_model_predict_at(const ot_model *m, const ot_tensor *x, const char *file, int line);
 #define ot_model_predict(...) ot_model_predict_at(__VA_ARGS__, __FILE__, __LINE__)
 /* The parameters, W then b per layer that has them (dense, batch norm,
- * conv; pooling has none), into out[0..n); returns how many there are. */
+ * conv; pooling has none), into out[0..n); returns how many there are.
+ * They are the model's own tensors, lent: read or ot_set them, but never
+ * ot_tensor_free one (the model would go on using freed memory); they
+ * live until ot_model_free. */
 int ot_model_parameters_at(const ot_model *m, int n, ot_tensor *out[], const char *file, int line);
 #define ot_model_parameters(...) ot_model_parameters_at(__VA_ARGS__, __FILE__, __LINE__)
 /* The parameters to and from a NumPy .npz (ot_savez): entries w<i>, b<i>

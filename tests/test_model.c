@@ -276,6 +276,11 @@ TEST(model_bad_input_leaves_parameters)
     CHECK_INT(ot_model_fit(m, x, y, &(ot_fit_opts){.batch = ROWS + 1}, NULL), OT_EINVAL);
     CHECK_INT(ot_model_fit(m, x, y, &(ot_fit_opts){.patience = 2, .quiet = true}, NULL), OT_EINVAL);
     CHECK_ERR(OT_EINVAL, "validation_split > 0");
+    /* a split of no row (512 * 0.001 rounds down to 0) trained on every
+     * row and printed val_loss nan as if it validated */
+    CHECK_INT(ot_model_fit(m, x, y, &(ot_fit_opts){.validation_split = 0.001, .quiet = true},
+                           NULL), OT_EINVAL);
+    CHECK_ERR(OT_EINVAL, "model_fit", "validation_split 0.001 of 512 rows holds no row");
     CHECK_INT(ot_model_fit(m, x, y, &(ot_fit_opts){.lr_schedule = 7, .quiet = true}, NULL),
               OT_EINVAL);
     CHECK_ERR(OT_EINVAL, "lr_schedule must be OT_LR_CONSTANT or OT_LR_COSINE, not 7");

@@ -306,7 +306,8 @@ typedef struct ot_fit_opts {
     uint64_t seed;             /* the shuffling's seed */
     bool no_shuffle;           /* rows in order (default: shuffled) */
     double validation_split;   /* the last fraction of rows, held out and
-                                  evaluated after each epoch; [0, 1) */
+                                  evaluated after each epoch; [0, 1), and
+                                  if not 0 at least one row */
     int patience;              /* stop after this many epochs without a
                                   better monitored value; 0: never */
     int monitor;               /* OT_MONITOR_*; the val ones need a split */

@@ -630,6 +630,12 @@ static int check_fit(const ot_model *m, const ot_tensor *x, const ot_tensor *y,
                            "OT_LR_COSINE, not %d", o->lr_schedule);
     int64_t rows = ot_tensor_shape(x).dims[0];
     int64_t val = (int64_t)floor((double)rows * o->validation_split);
+    /* A split that rounds down to no row would train on every row and
+     * report val_loss NaN each epoch as if it validated (Keras refuses
+     * such a split too). */
+    if (o->validation_split > 0 && val == 0)
+        return FAIL(at, OT_EINVAL, "validation_split %g of %lld rows holds no row: needs at "
+                    "least 1 / %lld", o->validation_split, (long long)rows, (long long)rows);
     if (rows - val < o->batch)
         return FAIL(at, OT_EINVAL, "%lld training rows make no batch of %d",
                            (long long)(rows - val), o->batch);

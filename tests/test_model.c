@@ -305,7 +305,7 @@ TEST(model_bad_input_leaves_parameters)
     CHECK_INT(ot_model_loss(bare, OT_LOSS_MSE, mean_abs, NULL), OT_EINVAL);
     CHECK_INT(ot_model_sgd(bare, &(ot_sgd){.lr = -1}), OT_EINVAL);
     CHECK_INT(ot_model_adam(bare, &(ot_adam){.eps = -1}), OT_EINVAL);
-    CHECK_ERR(OT_EINVAL, "model_adam", "eps must be > 0, not -1");
+    CHECK_ERR(OT_EINVAL, "model_adam", "eps must be finite and > 0, not -1");
     ot_adam scheduled = ot_adam_default(0.1);
     scheduled.lr_scale = ot_zeros(be, OT_SHAPE(), OT_F64);
     CHECK_INT(ot_model_adam(bare, &scheduled), OT_EINVAL);

@@ -782,7 +782,8 @@ TEST(optim_adam_errors)
         {offsetof(ot_adam, beta1), -0.1, "beta1 must be in [0, 1), not -0.1"},
         {offsetof(ot_adam, beta2), 1.5, "beta2 must be in [0, 1), not 1.5"},
         {offsetof(ot_adam, beta2), NAN, "beta2 must be in [0, 1), not nan"},
-        {offsetof(ot_adam, eps), -1e-8, "eps must be > 0"},
+        {offsetof(ot_adam, eps), -1e-8, "eps must be finite and > 0"},
+        {offsetof(ot_adam, eps), INFINITY, "eps must be finite and > 0, not inf"},
         {offsetof(ot_adam, grad_scale), -1, "grad_scale must be >= 0"},
     };
     for (size_t i = 0; i < sizeof bad_opts / sizeof bad_opts[0]; i++) {

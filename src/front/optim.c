@@ -343,8 +343,8 @@ int ot__adam_opts(const ot__site *at, const ot_adam *in, ot_adam *o)
     int rc = check_nonneg(at, "lr", o->lr);
     if (!rc) rc = check_beta(at, "beta1", o->beta1);
     if (!rc) rc = check_beta(at, "beta2", o->beta2);
-    if (!rc && !(o->eps > 0))
-        rc = FAIL(at, OT_EINVAL, "eps must be > 0, not %g", o->eps);
+    if (!rc && !(o->eps > 0 && isfinite(o->eps)))   /* inf: every step a silent no-op */
+        rc = FAIL(at, OT_EINVAL, "eps must be finite and > 0, not %g", o->eps);
     if (!rc) rc = check_grad_scale(at, o->grad_scale);
     if (!rc) rc = check_nonneg(at, "weight_decay", o->weight_decay);
     if (!rc) rc = check_lr_scale(at, o->lr_scale);

@@ -406,8 +406,10 @@ typedef struct root_memo {
     double *param;
 } root_memo;
 
-/* Whether options a and b compile the same plans (threads and the seed
- * only matter when a plan runs, and come from the backend then). */
+/* Whether options a and b compile the same plans. The seed matters only
+ * when a plan runs; the thread count shapes plans (a row block's local
+ * temporaries, which temporary goes into an output) but is fixed for the
+ * backend whose cache this is. */
 static bool same_plan_opts(const ot_backend_opts *a, const ot_backend_opts *b)
 {
     return a->dtype == b->dtype && a->accuracy == b->accuracy && a->fusion == b->fusion &&

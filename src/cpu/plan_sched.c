@@ -307,6 +307,15 @@ static void note_steps(const ot_kernel *k, int64_t rows, int64_t *step)
     }
 }
 
+/* Each temporary's row step (note_steps over every kernel); NULL without
+ * memory. */
+static int64_t *temp_steps(const ot_plan *p, int64_t rows)
+{
+    int64_t *step = ot__calloc((size_t)p->ntemps, sizeof *step);
+    for (int i = 0; step && i < p->nkernels; i++) note_steps(&p->kernels[i], rows, step);
+    return step;
+}
+
 /* In a plan of several row blocks, the temporaries that need only the block
  * being run: every kernel reads a temporary at the rows its writer wrote
  * (kernel_blocks), so a block's rows of it are dead once the block's kernels
@@ -316,15 +325,6 @@ static void note_steps(const ot_kernel *k, int64_t rows, int64_t *step)
  * loop. A temporary whose rows interleave stays whole, and so does every
  * one where the threads' blocks together (slots of them) would not be
  * smaller than the whole. Sizes are set for layout_arena. */
-/* Each temporary's row step (temp_steps' notes over every kernel); NULL
- * without memory. */
-static int64_t *temp_steps(const ot_plan *p, int64_t rows)
-{
-    int64_t *step = ot__calloc((size_t)p->ntemps, sizeof *step);
-    for (int i = 0; step && i < p->nkernels; i++) note_steps(&p->kernels[i], rows, step);
-    return step;
-}
-
 static void choose_local_temps(ot_plan *p, int slots)
 {
     if (p->row_block > p->rows / slots || !p->ntemps) return;
@@ -344,15 +344,11 @@ static void choose_local_temps(ot_plan *p, int slots)
     free(step);
 }
 
-/* Row blocking is safe when every kernel walks the same rows, each
- * temporary is read at the rows its writer wrote, and no output overlaps a
- * leaf (a later block would read what an earlier one wrote). Plans with a
- * dot run their blocks in order, each kernel on every thread: the dot's
- * elementwise readers are then epilogues on its rows while they are in
- * cache. */
-/* The rows of a plan that may run per block of rows (else 0), the most
- * bytes a kernel touches of one row in *row_bytes, and in *dots whether
- * it has a dot. */
+/* The rows of a plan that may run per block of rows, else 0: safe when
+ * every kernel walks the same rows, each temporary is read at the rows its
+ * writer wrote, and no output overlaps a leaf (a later block would read
+ * what an earlier one wrote). The most bytes a kernel touches of one row
+ * go to *row_bytes, whether the plan has a dot to *dots. */
 static int64_t blockable_rows(const compiler *c, int64_t *row_bytes, bool *dots)
 {
     const ot_plan *p = c->plan;
@@ -388,6 +384,10 @@ static int block_slots(const compiler *c)
     return c->be->opts.threads > 1 ? c->be->opts.threads : 1;
 }
 
+/* Runs a plan that blockable_rows allows per block of rows. Plans with a
+ * dot run their blocks in order, each kernel on every thread: the dot's
+ * elementwise readers are then epilogues on its rows while they are in
+ * cache. */
 void ot__sched_choose_row_blocks(compiler *c)
 {
     ot_plan *p = c->plan;
@@ -927,7 +927,8 @@ void ot__sched_temps_into_outputs(compiler *c)
                 !reads_aligned(kk, v->index))
                 continue;
             int t = v->index;   /* retarget_temp rewrites *v */
-            if (!writer_fits(c, &ix, t, ot__numel(&osh)) || stays_local(c, step, kk, t)) continue;
+            if (!writer_fits(c, &ix, t, ot__numel(&osh))) continue;
+            if (stays_local(c, step, kk, t)) break;   /* another moved in, k could not stream */
             retarget_temp(p, t, i);
             unblock_temp(p, t);
             break;

@@ -150,7 +150,8 @@ TEST(program_layers_follow_symbolic_batch)
 /* A training batch norm's running variance in a program run at batches 2,
  * 3 and 1 against a nominal 4: its n / (n - 1) counts the batch that ran
  * (a constant kept 4 / 3: 1.033 where PyTorch and eager give 1.1, a
- * probe); batch 1 gives NaN (n - 1 = 0), as eager refuses it. */
+ * probe); batch 1 is refused, naming the batch norm's line, as eager
+ * refuses it (it gave NaN, n - 1 being 0), nothing written. */
 TEST(program_batch_norm_running_var_follows_batch)
 {
     static const double xh[3 * 3] = {1, 2, 3, 3, 6, 11, -2, 0.5, 7};
@@ -162,6 +163,7 @@ TEST(program_batch_norm_running_var_follows_batch)
         ot_tensor *rv = ot_empty(be, OT_SHAPE(3), OT_F64), *rm = ot_zeros(be, OT_SHAPE(3), OT_F64);
         ot_tensor *out = ot_empty(be, OT_SHAPE(), OT_F64);
         ot_node *u[2];
+        int bn_line = __LINE__ + 1;
         ot_node *y = ot_batch_norm(x, .running_mean = rm, .running_var = rv, .training = true,
                                    .updates = u);
         CHECK_INT(ot_program_assign_many(p, 3, (ot_tensor *[]){out, rm, rv},
@@ -171,14 +173,18 @@ TEST(program_batch_norm_running_var_follows_batch)
             CHECK_INT(ot_fill(rv, 1.0), 0);
             CHECK_INT(ot_program_run(p, 1, &OT_BIND_DATA_SHAPE("x", xh, OT_SHAPE(n, 3),
                                                                sizeof(double) * 3 * (size_t)n)),
-                      0);
+                      n == 1 ? OT_EINVAL : 0);
+            char site[256];
+            snprintf(site, sizeof site, "batch_norm built at %s:%d needs more than 1 value",
+                     __FILE__, bn_line);
+            if (n == 1) CHECK_ERR(OT_EINVAL, "program_run", site, "a channel holds (1,)");
             double got[3];
             CHECK_INT(ot_get(rv, got), 0);
             for (int c = 0; c < 3; c++) {
                 double m = 0, ss = 0;
                 for (int i = 0; i < n; i++) m += xh[i * 3 + c] / n;
                 for (int i = 0; i < n; i++) ss += (xh[i * 3 + c] - m) * (xh[i * 3 + c] - m);
-                if (n == 1) CHECK(isnan(got[c]));
+                if (n == 1) CHECK(got[c] == 1.0);
                 else CHECK_NEAR(got[c], 0.9 + 0.1 * ss / (n - 1), 1e-12);
             }
         }

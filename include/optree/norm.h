@@ -40,12 +40,11 @@
  *                  out = (x - mean) * rsqrt(var + eps) * weight + bias
  *              with mean(x - mean)^2 as var (two passes, as NumPy's var).
  *              PyTorch refuses one value per channel (n = 1, whose unbiased
- *              variance divides by zero): so does this, OT_EINVAL. A
- *              program's trees are built at its symbols' nominal sizes,
- *              so that check sees the nominal batch only: a run at a batch
- *              leaving one value per channel makes running_var NaN (n / (n
- *              - 1) is inf, the variance 0), as NumPy's var(ddof=1) of one
- *              value is; ot_model_fit refuses such a batch itself.
+ *              variance divides by zero): so does this, OT_EINVAL, and so
+ *              does ot_program_run at sizes that leave one value per
+ *              channel (the trees were built at the nominal sizes; their
+ *              channel's values carry the metadata key
+ *              "optree.needs_two_values", which ot_print shows).
  *   inference: the running statistics in place of the batch's:
  *                  out = (x - running_mean) * rsqrt(running_var + eps) * weight + bias
  * weight and bias, (C,) tensors, may be NULL (1 and 0). Running statistics

@@ -10,6 +10,12 @@
 
 #include "internal.h"
 
+/* The metadata key that batch norm's training trees put on the values of
+ * one channel whose count divides by n - 1 (norm.c): a program run at
+ * sizes where such a node holds fewer than 2 values refuses the run
+ * (program_run.c), as the builder refused that shape. */
+#define OT__META_TWO_VALUES "optree.needs_two_values"
+
 /* ot_autodiff_grad, but an error where the gradient cannot be a tree (a
  * variable read through a reshape or slice is scattered when asked): for
  * programs, whose steps evaluate it later. */

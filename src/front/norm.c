@@ -247,7 +247,9 @@ static ot_node *bn_update(const ot__site *at, ot_tensor *running, ot_node *stat,
  * channel 0's values (eq(s, s) + ne(s, s) is 1 for every value, NaN
  * too), in f64 for f64 x, else f32 (exact to 2^24 values). A constant
  * would keep the nominal n when a program runs at another batch (the
- * slice follows it: ot__layout_follow); the count reads 1/C of x. */
+ * slice follows it: ot__layout_follow); the count reads 1/C of x. The
+ * slice carries OT__META_TWO_VALUES, so that a program run at a batch of
+ * one value per channel is refused as the builder refuses it. */
 static ot_node *bessel(const ot__site *at, ot_node *x, int axis)
 {
     ot_shape xs = ot_node_shape(x);
@@ -256,6 +258,8 @@ static ot_node *bessel(const ot__site *at, ot_node *x, int axis)
     ot_args to = {.axis = OT_AXIS_ALL, .dtype = ot_node_dtype(x) == OT_F64 ? OT_F64 : OT_F32};
     ot_node *s = ot_build_at(OT_OP_CAST, ot_slice_node_n(x, xs.ndim, idx, at->file, at->line),
                              NULL, &to, at->file, at->line);
+    /* a program that runs this at another batch checks the count there */
+    if (s && ot_node_set_meta(s, OT__META_TWO_VALUES, "batch_norm")) return NULL;
     ot_args all = {.axis = OT_AXIS_ALL};
     ot_node *n = ot_build_at(OT_OP_SUM, bin(at, OT_OP_ADD, bin(at, OT_OP_EQ, s, s),
                                             bin(at, OT_OP_NE, s, s)), NULL, &all, at->file, at->line);

@@ -85,6 +85,36 @@ static int stale_views(const ot_program *p, const spec *s, int n, ot_node *const
     return rc < 0 ? nomem(p) : 0;
 }
 
+/* A node that batch norm marked (OT__META_TWO_VALUES) holding fewer than
+ * 2 values at this specialisation's sizes: the run would divide by n - 1
+ * = 0 into the running variance. */
+static int visit_two_values(ot__walker *w, const ot_node *n, int index, const int operand[2])
+{
+    (void)operand;
+    if (ot__numel(&n->shape) >= 2 || !ot_node_meta(n, OT__META_TWO_VALUES)) return index;
+    *(const ot_node **)w->ctx = n;
+    return OT_EINVAL;
+}
+
+/* Refuses a specialisation where a batch norm's channel holds one value
+ * (the builder refused that shape, but saw the nominal sizes only). */
+static int too_few_values(const ot_program *p, int n, ot_node *const trees[])
+{
+    const ot_node *bad = NULL;
+    ot__walker w = {.visit = visit_two_values, .ctx = &bad};
+    int rc = 0;
+    for (int j = 0; j < n && rc >= 0; j++) rc = ot__walker_run(&w, trees[j]);
+    ot__walker_free(&w);
+    if (bad) {
+        char sh[OT__SHAPE_STRLEN];
+        return FAIL(p, OT_EINVAL, "the batch_norm built at %s:%d needs more than 1 value per "
+                    "channel in training (the unbiased variance divides by n - 1); at these "
+                    "sizes a channel holds %s", bad->file ? bad->file : "?", bad->line,
+                    ot__shape_str(&bad->shape, sh));
+    }
+    return rc < 0 ? nomem(p) : 0;
+}
+
 static int spec_trees(const ot_program *p, const spec *s, int i, ot_node **trees)
 {
     const pstep *st = &p->steps[i];
@@ -110,6 +140,7 @@ static int spec_trees(const ot_program *p, const spec *s, int i, ot_node **trees
     if (!rc && st->kind == STEP_BACKPROP)
         rc = ot__prog_grad_trees(p, loss, st->n, st->wrt, trees);
     if (!rc) rc = stale_views(p, s, st->n, trees, false);
+    if (!rc) rc = too_few_values(p, st->n, trees);
     for (int j = 0; j < st->n && !rc; j++) ot_retain(trees[j]);
     if (rc) memset(trees, 0, sizeof *trees * (size_t)st->n);
     ot_pool_pop(pool);

@@ -35,6 +35,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <time.h>
 
 /* Beyond this relative error a result is wrong, not merely rounded
@@ -619,15 +621,25 @@ static void write_reports(const options *o, const bench_machine *m, const bench_
     report_md(stdout, m, rows, n);
 }
 
+/* The output directory is checked before anything is measured: found
+ * missing at the end, a whole run's figures were lost. */
+static void check_out_dir(const char *dir)
+{
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode) || access(dir, W_OK) != 0)
+        die("--out %s: not a writable directory (the results go there)", dir);
+}
+
 int main(int argc, char **argv)
 {
     options o = parse_args(argc, argv);
     const char *forced = getenv("OT_FUSION");
     if (forced && strcmp(forced, "0") == 0)
         fprintf(stderr, "bench: warning: OT_FUSION=0 is set: the fused column is unfused too\n");
-    if (o.scaling_only) return scaling_run(&o.scaling) ? 1 : 0;
     if (o.gemm) return bench_gemm(o.runs);
     if (o.mlp) return bench_mlp(o.mlp, 2);
+    check_out_dir(o.out_dir);   /* every mode below writes there */
+    if (o.scaling_only) return scaling_run(&o.scaling) ? 1 : 0;
     if (o.conv) return bench_conv(o.runs, o.quick, o.out_dir);
     if (o.attn) return bench_attn(o.runs, o.quick, o.out_dir);
     if (o.emb || (o.only && strcmp(o.only, "W17") == 0)) return bench_emb(o.runs, o.quick, o.out_dir);

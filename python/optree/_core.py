@@ -443,6 +443,7 @@ def build(op, a=None, b=None, args=None, depth=2):
     n = _lazy(op, a, b, args, None, None, file, line)
     p = _c_build(n, _operand(a), _operand(b))
     if not p:
+        _refuse_none(op, a, b)
         raise_error()
     _own(n, p)
     if key is not None:
@@ -457,6 +458,18 @@ def build(op, a=None, b=None, args=None, depth=2):
             _ksize[kid] = size
             n._k, n._l = kid, la + lb
     return n
+
+
+def _refuse_none(op, a, b):
+    """After a failed C build: a None operand (t + None, t == None,
+    be.exp(None)) reached C as NULL, whose "operand 2 is NULL" names
+    nothing the caller wrote; said as the TypeError of any other
+    non-operand (t + "x") instead."""
+    for i, x in enumerate((a, b)[:op.arity]):
+        if x is None:
+            lib.ot_clear_error()
+            raise TypeError("optree: %s: operand %d is None, not a tensor, a node or a number"
+                            % (op.name, i + 1))
 
 
 def _fast_binary(op):

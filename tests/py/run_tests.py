@@ -608,6 +608,19 @@ def array_refuses_values_int32_cannot_hold():
 
 
 @case
+def a_none_operand_is_a_type_error():
+    """None reached C as a NULL operand: "add: operand 2 is NULL", a
+    NullError naming nothing the caller wrote."""
+    x = BE.array(np.arange(3, dtype=np.float32))
+    for fn in (lambda: x + None, lambda: None + x, lambda: x == None,   # noqa: E711
+               lambda: (x * 2) < None, lambda: BE.exp(None), lambda: BE.dot(x, None),
+               lambda: BE.sum(None)):
+        e = raises(TypeError, fn)
+        assert "is None, not a tensor" in str(e), str(e)
+    assert (BE.exp(x * 0).get() == 1).all()      # the error slot was cleared
+
+
+@case
 def transpose_checks_its_axes():
     x = BE.array(np.arange(6, dtype=np.float32).reshape(2, 3))
     for perm in ((1, 0, 2), (1,)):

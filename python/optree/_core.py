@@ -632,6 +632,10 @@ def indices(key, shape):
     if not isinstance(key, tuple):
         key = (key,)
     if any(k is Ellipsis for k in key):
+        if sum(1 for k in key if k is Ellipsis) > 1:
+            # the second one reached the loop below, whose TypeError said
+            # "ints, slices and ... only" of a "..."
+            raise IndexError("optree: an index can only have a single ellipsis ('...')")
         i = key.index(Ellipsis)
         rest = sum(1 for k in key if k is not Ellipsis)
         key = key[:i] + (slice(None),) * (ndim - rest) + key[i + 1:]

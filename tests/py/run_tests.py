@@ -621,6 +621,16 @@ def a_none_operand_is_a_type_error():
 
 
 @case
+def two_ellipses_are_an_index_error():
+    """As NumPy's; the second "..." was refused as not "ints, slices and ..." """
+    x = BE.array(np.arange(6, dtype=np.float32).reshape(2, 3))
+    for t in (x, x * 1):
+        e = raises(IndexError, t.__getitem__, (Ellipsis, 0, Ellipsis))
+        assert "single ellipsis" in str(e), str(e)
+    assert (x[..., 1].get() == [1, 4]).all()
+
+
+@case
 def transpose_checks_its_axes():
     x = BE.array(np.arange(6, dtype=np.float32).reshape(2, 3))
     for perm in ((1, 0, 2), (1,)):

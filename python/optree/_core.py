@@ -356,7 +356,7 @@ def node_of(x):
         return p if p is not None else _materialize(x)
     if isinstance(x, Tensor):
         return x._n
-    if isinstance(x, bool):
+    if isinstance(x, (bool, np.bool_)):     # np.bool_ is no numbers.Number
         return lib.ot_consti(int(x))
     if isinstance(x, numbers.Integral):
         return lib.ot_consti(int(x)) if -2**31 <= x < 2**31 else lib.ot_const(float(x))

@@ -631,6 +631,16 @@ def two_ellipses_are_an_index_error():
 
 
 @case
+def a_numpy_bool_is_a_number_as_a_python_bool():
+    """x + np.True_ was "True is not a tensor, a node or a number" (np.bool_
+    is not a numbers.Number)."""
+    x = BE.array(np.array([1, 2, 3], np.float32))
+    for b in (np.True_, np.False_):
+        assert ((x + b).get() == (x + bool(b)).get()).all()
+        assert ((x > b).get() == (x > bool(b)).get()).all()
+
+
+@case
 def transpose_checks_its_axes():
     x = BE.array(np.arange(6, dtype=np.float32).reshape(2, 3))
     for perm in ((1, 0, 2), (1,)):

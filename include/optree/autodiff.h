@@ -44,8 +44,10 @@
  * formulas give what IEEE arithmetic gives. Non-differentiable ops
  * (compares, sgn, finite, rint, argmax, argmin, onehot, rand), integer
  * values and constants contribute zero; an integer tensor's gradient is
- * zeros. An op without a rule is OT_EUNSUPPORTED, naming the op and the
- * file:line where its node was built.
+ * zeros, and so does a registered op whose definition has no grad
+ * (OT_FLAG_NODIFF: ot_op_register's "not differentiable"). Any other op
+ * without a rule is OT_EUNSUPPORTED, naming the op and the file:line
+ * where its node was built.
  *
  * Views. A gradient belongs to the memory a tensor views. The gradient
  * w.r.t. t sums the gradients of every leaf that reads any of t's elements,

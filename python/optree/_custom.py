@@ -63,7 +63,9 @@ def register_op(name, fn, arity=1, grad=None):
     """Registers fn (NumPy arrays in, an array of their broadcast shape
     out) as the op `name`; returns a function building its nodes. grad,
     when given, is grad(inputs, out, g, which) -> the contribution to
-    inputs[which], built from OpTreeNodes with the usual operators."""
+    inputs[which], built from OpTreeNodes with the usual operators; without
+    it the op is not differentiable, and gradients through it are zero
+    (the C API's OT_FLAG_NODIFF)."""
     def shape(n, shapes, dtypes, args, out_shape, out_dtype, msg, msg_len, user):
         try:
             dims = [tuple(shapes[i].dims[j] for j in range(shapes[i].ndim)) for i in range(n)]

@@ -197,6 +197,36 @@ TEST(grad_tree_only_refuses_scatter)
     ot_backend_free(be);
 }
 
+/* A gradient through a slice view is a tensor of the moment's values, not
+ * a tree: differentiating a tree that reads it w.r.t. the same tensor
+ * again (a Hessian-vector product) gave zeros, silently. It is refused,
+ * while its use as a value, and derivatives w.r.t. other tensors, stay. */
+TEST(grad_through_views_twice_refused)
+{
+    ot_backend *be = backend("ref");
+    ot_pool *pool = ot_pool_push();
+    ot_tensor *x = random_f64(be, OT_SHAPE(6), 11), *w = random_f64(be, OT_SHAPE(6), 12);
+    ot_tensor *v = ot_slice(x, OT_RANGE(1, 5));
+    ot_autodiff *ad = ot_autodiff_new(ot_sum(ot_sin(v)), NULL);
+    ot_node *g = ot_autodiff_grad(ad, x);
+    CHECK(g != NULL);
+    ot_autodiff *ad2 = ot_autodiff_new(ot_sum(ot_mul(g, w)), NULL);
+    CHECK(ad2 && ot_autodiff_grad(ad2, x) == NULL);
+    CHECK_INT(ot_errcode(), OT_EUNSUPPORTED);
+    CHECK(strstr(ot_errmsg(), "cannot be differentiated") != NULL);
+    double gw[6], gx[6], xs[6];
+    CHECK(ot_autodiff_grad_host(ad2, w, gw) == 0);   /* w.r.t. w: g's values */
+    CHECK(ot_autodiff_grad_host(ad, x, gx) == 0 && ot_get(x, xs) == 0);
+    for (int i = 0; i < 6; i++) CHECK(gw[i] == gx[i] && gx[i] == (i >= 1 && i < 5 ? cos(xs[i]) : 0));
+    ot_autodiff_free(ad2);
+    ot_autodiff_free(ad);
+    ot_tensor_free(v);
+    ot_tensor_free(w);
+    ot_tensor_free(x);
+    ot_pool_pop(pool);
+    ot_backend_free(be);
+}
+
 /* ---- trainable tensors ---------------------------------------------------- */
 
 TEST(variables_order_dedup_views)

@@ -61,7 +61,10 @@
  * the sums. The op set has no scatter, so that gradient is computed when
  * asked: a tensor node holding the values of that moment (ask again after
  * the tensors change; a program's backprop refuses it with OT_EUNSUPPORTED,
- * since its steps run later). Leaves over parts of the buffer t does not
+ * since its steps run later, and so does ot_autodiff_grad w.r.t. t of a
+ * tree that reads it, which would otherwise take it for a constant: build
+ * the views as expressions, ot_slice_node or ot_reshape_node, for a
+ * gradient that is a tree and can be differentiated again). Leaves over parts of the buffer t does not
  * view add nothing. A t whose own elements alias (a broadcast view) has no
  * gradient that maps back when the tree reads its memory another way:
  * OT_EUNSUPPORTED, naming the dim; ask for the tensor it broadcasts.

@@ -246,6 +246,10 @@ typedef struct ot_buffer {
                                (variables.c; cleared when it is destroyed) */
     const void *placeholder_of;   /* the program whose placeholder this is
                                      (program.c), compared, never read */
+    struct ot_buffer *grad_of;    /* autodiff.c: the memory whose gradient
+                                     through views this buffer holds, values
+                                     of the moment it was asked, not a tree
+                                     (held: one reference), or NULL */
     void (*free_fn)(void *user, void *ptr);   /* a wrapped buffer's */
     void *user, *wrapped;  /* wrapped: the caller's pointer; NULL if ours */
 } ot_buffer;

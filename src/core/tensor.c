@@ -138,11 +138,13 @@ static ot_buffer *buffer_new(size_t nbytes)
 static void buffer_release(ot_buffer *b)
 {
     if (b && atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) == 1) {
+        ot_buffer *of = b->grad_of;
         if (!b->wrapped)
             free(b->data);
         else if (b->free_fn)
             b->free_fn(b->user, b->wrapped);
         free(b);
+        buffer_release(of);
     }
 }
 

@@ -530,8 +530,23 @@ static ot_node *through_views(const ctx *c, const ot_autodiff *ad, const ot_tens
     if (pool) ot_pool_pop(pool);
     ot_tensor *r = rc ? NULL : ot__view_new(acc, &wrt->leaf.shape, wrt->strides,
                                             wrt->offset - lo, "autodiff_grad");
+    /* Marked as wrt's, so that differentiating a tree that reads these
+     * values w.r.t. wrt again is refused (snapshot_of) instead of
+     * silently treating them as constants: a zero Hessian. */
+    if (r) {
+        acc->buf->grad_of = wrt->buf;
+        atomic_fetch_add_explicit(&wrt->buf->refs, 1, memory_order_relaxed);
+    }
     ot_tensor_free(acc);
     return r ? ot__pool_adopt(&r->leaf) : NULL;
+}
+
+/* Whether leaf l holds values through_views computed for wrt's memory:
+ * they depend on wrt, but as a tensor, not a tree, so a derivative w.r.t.
+ * wrt of a tree reading them (a Hessian-vector product) cannot be had. */
+static bool snapshot_of(const ot_tensor *l, const ot_tensor *wrt)
+{
+    return l->buf && wrt->buf && l->buf->grad_of == wrt->buf;
 }
 
 /* The gradient w.r.t. wrt; with trees_only, an error where it cannot be a
@@ -546,6 +561,16 @@ static ot_node *grad_of(ot_autodiff *ad, ot_tensor *wrt, bool trees_only)
     ot_node *sum = NULL;
     for (int i = 0; i < ad->nleaves; i++) {
         int perm[OT_MAX_DIMS];
+        if (snapshot_of(ad->leaf[i], wrt)) {
+            ot__err(OT_EUNSUPPORTED, NULL, 0, "autodiff_grad",
+                    "the tree reads a gradient w.r.t. %s that was computed when asked (it "
+                    "was read through a reshape, slice or broadcast view: a tensor of that "
+                    "moment's values, not a tree), so it cannot be differentiated w.r.t. %s "
+                    "again; build the views as expressions (ot_slice_node, ot_reshape_node) "
+                    "for a gradient that is a tree",
+                    name_of(wrt), name_of(wrt));
+            return NULL;
+        }
         int rel = relation(ad->leaf[i], wrt, perm);
         if (rel < 0 && trees_only) {
             ot__err(OT_EUNSUPPORTED, NULL, 0, "autodiff_grad",

@@ -353,8 +353,13 @@ TEST(variables_program_default)
     CHECK_INT(ot_variables(loss, 1, out), 1);
     CHECK(out[0] == w);
     ot_tensor *gw = ot_zeros(be, OT_SHAPE(2, 3), OT_F32);
+    int line = __LINE__ + 1;
     CHECK_INT(ot_program_backprop(p, loss, 1, &w, &gw), OT_EUNSUPPORTED);
     CHECK(strstr(ot_errmsg(), "ask for the gradient of that view") != NULL);
+    /* the caller's place and call, not only the inner autodiff_grad */
+    char want[96];
+    snprintf(want, sizeof want, "test_variables.c:%d: program_backprop: ", line);
+    CHECK(strstr(ot_errmsg(), want) != NULL);
     ot_tensor_free(gw);
     ot_tensor_free(r);
     ot_program_free(p);

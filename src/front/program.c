@@ -460,16 +460,19 @@ int ot_program_assign_at(ot_program *p, ot_tensor *out, ot_node *tree, const cha
     return rc ? rc : leave(p, add_assign(p, 1, &out, &tree));
 }
 
-/* The gradients of loss w.r.t. wrt into trees (current pool). */
+/* The gradients of loss w.r.t. wrt into trees (current pool). The
+ * autodiff calls know no caller: their errors are relabelled with the
+ * program call's file:line and name, as an optimizer step's are. */
 int ot__prog_grad_trees(const ot_program *p, ot_node *loss, int n, ot_tensor *const wrt[],
                       ot_node **trees)
 {
     ot_autodiff *ad = (ot_autodiff_new)(loss, NULL);
-    if (!ad) return ot_errcode();
+    if (!ad) return ot__err_relabel(ot_errcode(), p->at.file, p->at.line, p->at.fn);
     int rc = 0;
     for (int i = 0; i < n && !rc; i++) {
         if (!wrt[i]) rc = FAIL(p, OT_ENULL, "wrt[%d] is NULL", i);
-        else if (!(trees[i] = ot__autodiff_grad_tree(ad, wrt[i]))) rc = ot_errcode();
+        else if (!(trees[i] = ot__autodiff_grad_tree(ad, wrt[i])))
+            rc = ot__err_relabel(ot_errcode(), p->at.file, p->at.line, p->at.fn);
     }
     ot_autodiff_free(ad);
     return rc;

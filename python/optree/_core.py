@@ -155,6 +155,20 @@ class _Expr:
                              "use .get().any() or .get().all()" % (self.shape,))
         return bool(self.get())
 
+    # float(t), int(t): NumPy's for one element, whatever the dims (a tree
+    # is computed first), a TypeError in NumPy's words for any other size
+    def _one(self):
+        if _size(self.shape) != 1:
+            raise TypeError("optree: only tensors of one element can be converted to Python "
+                            "scalars, not one of shape %s" % (self.shape,))
+        return self.get().reshape(())
+
+    def __float__(self):
+        return float(self._one())
+
+    def __int__(self):
+        return int(self._one())
+
     def __len__(self):
         shape = self.shape
         if not shape:

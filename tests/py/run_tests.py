@@ -641,6 +641,20 @@ def a_numpy_bool_is_a_number_as_a_python_bool():
 
 
 @case
+def float_and_int_of_one_element():
+    """As NumPy's float(a) and int(a) of a one-element array, tensor or
+    tree; any other size is a TypeError (it was a TypeError for every size)."""
+    x = BE.array(np.array([[2.75]], np.float32))
+    for t in (x, x * 2 - 2.75):
+        assert float(t) == 2.75 and int(t) == 2
+    i = BE.array(np.array([-7], np.int32))
+    assert int(i) == -7 and float(i) == -7.0
+    e = raises(TypeError, float, BE.array(np.array([1, 2], np.float32)))
+    assert "one element" in str(e) and "(2,)" in str(e), str(e)
+    raises(TypeError, int, BE.array(np.zeros((0,), np.float32)))
+
+
+@case
 def transpose_checks_its_axes():
     x = BE.array(np.arange(6, dtype=np.float32).reshape(2, 3))
     for perm in ((1, 0, 2), (1,)):

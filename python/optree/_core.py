@@ -50,7 +50,7 @@ def dtype_code(dtype, default=0):
         return default
     if isinstance(dtype, int) and not isinstance(dtype, bool):
         return dtype
-    if isinstance(dtype, str) and dtype == "bfloat16":
+    if isinstance(dtype, str) and dtype in ("bfloat16", "bf16"):   # ot_parse's name too
         return _BF16
     d = np.dtype(dtype)
     code = _NP_TO_DT.get(d.newbyteorder("="))      # '>f8' is float64 too

@@ -641,6 +641,17 @@ def a_numpy_bool_is_a_number_as_a_python_bool():
 
 
 @case
+def bf16_names_bfloat16():
+    """"bf16", ot_parse's name, is bfloat16 as "bfloat16" is (NumPy has
+    neither; it was "data type 'bf16' not understood")."""
+    lib = optree._core.lib
+    a, b = BE.zeros((2,), dtype="bf16"), BE.zeros((2,), dtype="bfloat16")
+    assert lib.ot_tensor_dtype(a._t) == lib.ot_tensor_dtype(b._t) == optree._core._BF16
+    a.set([1.0, 1.00390625])            # bf16 keeps 8 bits: the second rounds to 1
+    assert (a.get() == [1, 1]).all()
+
+
+@case
 def float_and_int_of_one_element():
     """As NumPy's float(a) and int(a) of a one-element array, tensor or
     tree; any other size is a TypeError (it was a TypeError for every size)."""

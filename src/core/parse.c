@@ -118,7 +118,7 @@ static ot_node *view_operand(parser *ps)
     for (int i = 0; i < ps->n; i++) {
         const char *s = ps->names[i];
         size_t len = strlen(s);
-        if (len > best_len && view_spelling(s) && strncmp(ps->p, s, len) == 0 &&
+        if (len > best_len && strncmp(ps->p, s, len) == 0 && view_spelling(s) &&
             !(ident_char(s[len - 1]) && ident_char(ps->p[len]))) {
             best = i;
             best_len = len;

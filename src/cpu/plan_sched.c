@@ -307,6 +307,14 @@ static void note_steps(const ot_kernel *k, int64_t rows, int64_t *step)
     }
 }
 
+/* Whether blocks of row_block of rows rows leave each of slots threads a
+ * block of its own whose temporaries together are smaller than the whole
+ * (choose_local_temps; local_steps predicts it). */
+static bool blocks_local(int64_t row_block, int64_t rows, int slots)
+{
+    return row_block <= rows / slots;
+}
+
 /* Each temporary's row step (note_steps over every kernel); NULL without
  * memory. */
 static int64_t *temp_steps(const ot_plan *p, int64_t rows)
@@ -327,7 +335,7 @@ static int64_t *temp_steps(const ot_plan *p, int64_t rows)
  * smaller than the whole. Sizes are set for layout_arena. */
 static void choose_local_temps(ot_plan *p, int slots)
 {
-    if (p->row_block > p->rows / slots || !p->ntemps) return;
+    if (!blocks_local(p->row_block, p->rows, slots) || !p->ntemps) return;
     int64_t *step = temp_steps(p, p->rows);
     uint8_t *local = ot__calloc((size_t)p->ntemps, 1);
     if (step && local) {   /* without memory every temporary stays whole */
@@ -891,7 +899,8 @@ static int64_t *local_steps(const compiler *c)
     bool dots;
     if (p->nseg || !cpu->jit || !cpu->stream_bytes || !p->ntemps) return NULL;
     int64_t rows = blockable_rows(c, &row_bytes, &dots);
-    if (!rows || dots || elementwise_block(row_bytes) > rows / block_slots(c)) return NULL;
+    if (!rows || dots || !blocks_local(elementwise_block(row_bytes), rows, block_slots(c)))
+        return NULL;
     return temp_steps(p, rows);
 }
 

@@ -376,6 +376,8 @@ def node_of(x):
         return lib.ot_consti(int(x)) if -2**31 <= x < 2**31 else lib.ot_const(float(x))
     if isinstance(x, numbers.Real):
         return lib.ot_const(float(x))
+    if isinstance(x, np.ndarray) and x.ndim == 0 and x.dtype.kind in "biuf":
+        return node_of(x[()])     # NumPy's scalars reach a reflected operator as 0-d arrays
     if isinstance(x, np.ndarray):
         raise TypeError("optree: wrap an ndarray with be.array(a) before using it in a tree")
     raise TypeError("optree: %r is not a tensor, a node or a number" % (x,))
@@ -656,6 +658,8 @@ def indices(key, shape):
     arr = (D.ot_index * max(len(key), 1))()
     for i, k in enumerate(key):
         x = arr[i]
+        if isinstance(k, np.ndarray) and k.ndim == 0 and k.dtype.kind in "biu":
+            k = k[()]             # a 0-d integer array indexes as its integer, as in NumPy
         if isinstance(k, slice):
             if k.start is None and k.stop is None and k.step in (None, 1):
                 x.kind, x.step = 0, 1

@@ -666,6 +666,25 @@ def float_and_int_of_one_element():
 
 
 @case
+def numpy_scalars_on_the_left_and_0d_indices():
+    """np.True_ < x reached x.__gt__ as a 0-d ndarray ("wrap an ndarray with
+    be.array"), and x[np.array(1)] was "ints, slices and ... only": NumPy
+    takes both as their scalar."""
+    x = BE.array(np.array([[0, 1, 2], [3, 4, 5]], np.float32))
+    assert ((np.True_ < x).get() == (x > 1).get()).all()
+    assert ((np.float64(2.5) >= x).get() == (x <= 2.5).get()).all()
+    assert ((np.int32(3) - x).get() == 3 - x.get()).all()
+    assert (x[np.array(1)].get() == [3, 4, 5]).all()
+    assert x[np.array(1), np.array(-1, np.int8)].get() == 5
+    for bad in (np.array(True), np.array([1]), np.array(1.0)):
+        try:
+            x[bad]
+        except (TypeError, IndexError):
+            continue
+        raise AssertionError("x[%r] was accepted" % (bad,))
+
+
+@case
 def transpose_checks_its_axes():
     x = BE.array(np.arange(6, dtype=np.float32).reshape(2, 3))
     for perm in ((1, 0, 2), (1,)):

@@ -256,37 +256,58 @@ static bool slow_tool(void)
 }
 #define EXP_CHUNK (1 << 16)
 
+/* The code of op at accuracy acc on one f32 vector input (then neg, as
+ * hand_init builds it), installed in *map; NULL where none was built. */
+static ot_jit *unary_code(const ot_kernels *kt, int op, int acc, ot_jit_map *map)
+{
+    hand h;
+    hand_init(&h, OT_KD_F32, (ot_insn){.code = OT_I_UNARY, .op = (uint8_t)op, .a = 0, .b = -1, .c = -1}, 6);
+    ot_jit *j = ot__jit_build(&h.k, kt, acc, false);
+    *map = (ot_jit_map){NULL, 0};
+    if (!j || !ot__jit_install(&j, 1, map)) {
+        ot__jit_free(j);
+        return NULL;
+    }
+    return j;
+}
+
+/* Runs n f32 bit patterns (whole vectors) through j and through the tile
+ * kernels of op then neg and compares byte for byte, NaN payloads too;
+ * reports the first input that differs. tmp, want and got hold n each. */
+static bool same_as_table(const ot_kernels *kt, const ot_jit *j, int op, int acc,
+                          const uint32_t *in, uint32_t *tmp, uint32_t *want, uint32_t *got,
+                          uint32_t n)
+{
+    kt->unary[acc][op][OT_KD_F32](tmp, in, n);
+    kt->unary[0][OT_OP_NEG][OT_KD_F32](want, tmp, n);
+    char *val[5] = {(char *)in, (char *)in, (char *)in, NULL, NULL}, *out[1] = {(char *)got};
+    j->fn(val, out, (size_t)n * 4);
+    if (memcmp(got, want, (size_t)n * 4) == 0) return true;
+    for (uint32_t i = 0; i < n; i++)
+        if (got[i] != want[i]) {
+            test__fail(__FILE__, __LINE__, "%s %s u%s(0x%08x): code 0x%08x, table 0x%08x",
+                       ot__isa_name(kt->isa), ot_op_name(op), acc ? "35" : "10", in[i],
+                       got[i] ^ 0x80000000u, want[i] ^ 0x80000000u);
+            break;
+        }
+    return false;
+}
+
 /* Chunks first to last - 1 of those `step` chunks apart (chunk k starts at
  * k * step * EXP_CHUNK). */
 static bool every_f32(const ot_kernels *kt, int op, int acc, uint32_t step, uint64_t first,
                       uint64_t last)
 {
-    hand h;
-    hand_init(&h, OT_KD_F32, (ot_insn){.code = OT_I_UNARY, .op = (uint8_t)op, .a = 0, .b = -1, .c = -1}, 6);
-    ot_jit *j = ot__jit_build(&h.k, kt, acc, false);
-    ot_jit_map map = {NULL, 0};
-    if (!j || !ot__jit_install(&j, 1, &map)) {
-        ot__jit_free(j);
-        return false;
-    }
+    ot_jit_map map;
+    ot_jit *j = unary_code(kt, op, acc, &map);
+    if (!j) return false;
     uint32_t *in = malloc(EXP_CHUNK * 4), *tmp = malloc(EXP_CHUNK * 4);
     uint32_t *want = malloc(EXP_CHUNK * 4), *got = malloc(EXP_CHUNK * 4);
     bool ok = in && tmp && want && got;
     for (uint64_t k = first, base = k * EXP_CHUNK * step; ok && k < last;
          k++, base += (uint64_t)EXP_CHUNK * step) {
         for (uint32_t i = 0; i < EXP_CHUNK; i++) in[i] = (uint32_t)base + i;
-        kt->unary[acc][op][OT_KD_F32](tmp, in, EXP_CHUNK);
-        kt->unary[0][OT_OP_NEG][OT_KD_F32](want, tmp, EXP_CHUNK);
-        char *val[5] = {(char *)in, (char *)in, (char *)in, NULL, NULL}, *out[1] = {(char *)got};
-        j->fn(val, out, EXP_CHUNK * 4);
-        ok = memcmp(got, want, EXP_CHUNK * 4) == 0;
-        for (uint32_t i = 0; !ok && i < EXP_CHUNK; i++)
-            if (got[i] != want[i]) {
-                test__fail(__FILE__, __LINE__, "%s %s u%s(0x%08x): code 0x%08x, table 0x%08x",
-                           ot__isa_name(kt->isa), ot_op_name(op), acc ? "35" : "10", in[i],
-                           got[i] ^ 0x80000000u, want[i] ^ 0x80000000u);
-                break;
-            }
+        ok = same_as_table(kt, j, op, acc, in, tmp, want, got, EXP_CHUNK);
     }
     free(in);
     free(tmp);
@@ -338,6 +359,57 @@ TEST(jit_inline_every_f32_safelog)
     sweep_every_f32(OT_OP_SAFELOG, 1, 4, true, false);
 }
 TEST(jit_inline_every_f32_sig) { sweep_every_f32(OT_OP_SIG, 0, 16, true, true); }
+
+/* The inputs where log's steps branch or end, as bit patterns: +-0,
+ * every denormal exponent (the scaled path) with its smallest, largest and
+ * a middle mantissa, FLT_MIN and its neighbours, 1 and the floats nearest
+ * it, sqrt(1/2) and sqrt(2) (where e steps) and theirs, safelog's floor
+ * exp(-50) and its neighbours, FLT_MAX, inf, negatives (denormal, normal,
+ * -inf) and NaNs (quiet, signalling, negative, with payloads): the sweeps
+ * above meet only every fifth chunk, and valgrind's run meets only these. */
+static uint32_t log_edges(uint32_t *in)
+{
+    static const uint32_t fixed[] = {
+        0x00000000, 0x80000000, 0x007FFFFF, 0x00800000, 0x00800001, 0x3F800000, 0x3F7FFFFF,
+        0x3F800001, 0x3F7FFFFE, 0x3F800002, 0x3F3504F2, 0x3F3504F3, 0x3F3504F4, 0x3FB504F2,
+        0x3FB504F3, 0x3FB504F4, 0x1B692BEA, 0x1B692BEB, 0x1B692BEC, 0x7F7FFFFF, 0x7F800000,
+        0x80000001, 0x807FFFFF, 0xBF800000, 0xC2C80000, 0xFF7FFFFF, 0xFF800000, 0x7FC00000,
+        0xFFC00000, 0x7FC12345, 0x7F800001, 0x7FA00000, 0xFFBFFFFF, 0x40000000, 0x3F000000};
+    uint32_t n = 0;
+    for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++) in[n++] = fixed[i];
+    for (int b = 0; b < 23; b++) {   /* the denormals whose top bit is b */
+        in[n++] = 1u << b;
+        in[n++] = (2u << b) - 1;
+        in[n++] = (1u << b) | ((1u << b) - 1) / 3;
+    }
+    while (n % 16) in[n++] = 0x3F800000;   /* whole vectors */
+    return n;
+}
+
+/* log and safelog (u10: the library's own; u35: SLEEF's) on log_edges
+ * against the tile kernels, bitwise, on every table with generated code
+ * this CPU runs; u10's code is inline, calling nothing (no fn_tail, which
+ * only code with a call has). */
+TEST(jit_inline_log_edges)
+{
+    static const int ops[] = {OT_OP_LOG, OT_OP_SAFELOG};
+    uint32_t in[128], tmp[128], want[128], got[128];
+    uint32_t n = log_edges(in);
+    for (int i = 0; i < NJIT_ISA; i++)
+        for (int acc = 0; acc < 2 && jit_table(i); acc++)
+            for (int o = 0; o < 2; o++) {
+                const ot_kernels *kt = jit_table(i);
+                if (acc && !kt->inline_sleef) continue;
+                ot_jit_map map;
+                ot_jit *j = unary_code(kt, ops[o], acc, &map);
+                CHECK(j != NULL);
+                if (!j) continue;
+                if (acc == 0) CHECK(j->fn_tail == j->fn);
+                CHECK(same_as_table(kt, j, ops[o], acc, in, tmp, want, got, n));
+                ot__jit_free(j);
+                ot__jit_unmap(&map);
+            }
+}
 
 /* What the generator refuses: i32, casts, a single body op. */
 TEST(jit_declines_what_it_does_not_cover)
@@ -888,21 +960,22 @@ TEST(jit_explain_marks_generated_code)
         ot_pool *p = ot_pool_push();
         char *chain = test__capture(ot_explain, ot_add(ot_mul(x, y), ot_div(x, y)));
         char *tanh = test__capture(ot_explain, ot_tanh(ot_add(ot_mul(x, y), ot_div(x, y))));
-        char *call = test__capture(ot_explain, ot_log(x));
+        char *lone = test__capture(ot_explain, ot_log(x));
         char *exp = test__capture(ot_explain, ot_exp(x));
         char *add = test__capture(ot_explain, ot_add(x, y));
         /* tanh does not fit inline beside a max's accumulators: called. */
         char *red = test__capture(ot_explain, ot_max(ot_tanh(ot_mul(x, y))));
-        CHECK(chain && tanh && call && exp && add && red);
+        CHECK(chain && tanh && lone && exp && add && red);
         if (red) CHECK((strstr(red, "(generated code") != NULL) == code);
         free(red);
-        if (chain && tanh && call && exp && add) {
+        if (chain && tanh && lone && exp && add) {
             const char *mark = mode == STREAM ? "(generated code, streaming stores)" : "(generated code)";
             CHECK((strstr(chain, mark) != NULL) == code);
             /* Bound by its arithmetic: never streamed. */
             CHECK((strstr(tanh, "(generated code") != NULL) == code);
             CHECK(strstr(tanh, "streaming") == NULL);
-            CHECK(strstr(call, "(generated code") == NULL);
+            /* log alone, inline too, is one pass in the tile kernels already. */
+            CHECK(strstr(lone, "(generated code") == NULL);
             /* exp alone is inline code, which beats calling SLEEF per vector. */
             const ot_kernels *kt = isa[run / 3] ? ot__kernels_for(ot__isa_parse(isa[run / 3])) : NULL;
             if (kt) CHECK((strstr(exp, "(generated code") != NULL) == (code && kt->inline_sleef));
@@ -910,7 +983,7 @@ TEST(jit_explain_marks_generated_code)
         }
         free(tanh);
         free(chain);
-        free(call);
+        free(lone);
         free(exp);
         free(add);
         ot_pool_pop(p);

@@ -9,7 +9,8 @@
  * (jit_reduce.c). add, sub, mul, div, fma, fnma, sqrt, sqr, neg,
  * abs, the selects and compares (relu, recip, rint, finite, sgn, eq ...
  * ge, minimum, maximum) are emitted inline, f32 exp, log, safelog and tanh
- * too (SLEEF 3.5's steps, tanh u10 the library's own; see jit_math.c), f64
+ * too (exp and u10's log, safelog and tanh the library's own, u35's
+ * SLEEF 3.5's, step for step; see jit_math.c), f64
  * sig and sig2 as their exp with the select and divide inline; every other op
  * (f32 sig too: the library's own, own_math.inc)
  * calls the table's vector function (vfn1/vfn2: SLEEF itself, or the tile kernels' own element functions),
@@ -60,24 +61,23 @@ static bool is_sig(const ot_insn *in)
 
 /* The function insn in is, or (sig) calls, where it can be emitted
  * inline: f32 exp (the library's own, one set of steps for both
- * accuracies) and tanh u10 (the library's own) whatever the SLEEF
- * version; where j's table lets SLEEF's be, log and tanh u35 (see
- * tanh35_steps, log35_steps) and safelog u35 (log35's steps on its clamped
- * argument). f32 log and safelog u10 are the library's own and called. A
- * reduction keeps its accumulators in 4 or 8 of the 16 registers: where
- * the inline steps do not fit, the reduction is built again calling them
- * (calls_log_tanh). */
+ * accuracies), and tanh, log and safelog u10 (the library's own; safelog:
+ * log's steps on its clamped argument) whatever the SLEEF version; where
+ * j's table lets SLEEF's be, log, safelog and tanh u35 (see tanh35_steps,
+ * log35_steps). A reduction keeps its accumulators in 4 or 8 of the 16
+ * registers: where the inline steps do not fit, the reduction is built
+ * again calling them (calls_log_tanh). */
 static int inline_fn(const ot_jit *j, const ot_insn *in)
 {
     if (in->code != OT_I_UNARY || in->kd != OT_KD_F32) return FN_CALL;
     if ((is_sig(in) ? ot__op(in->op)->jit_base : in->op) == OT_OP_EXP) return FN_EXP;  /* own */
-    bool own = in->op == OT_OP_TANH && j->acc == 0;           /* the library's, whatever SLEEF */
-    if (!own && !j->kt->inline_sleef) return FN_CALL;
+    bool fn = in->op == OT_OP_TANH || in->op == OT_OP_LOG || in->op == OT_OP_SAFELOG;
+    bool own = fn && j->acc == 0;                             /* the library's, whatever SLEEF */
+    if (!fn || (!own && !j->kt->inline_sleef)) return FN_CALL;
     if (j->reduce && j->calls_log_tanh) return FN_CALL;
-    if (in->op == OT_OP_TANH) return j->acc == 0 ? FN_TANH : FN_TANH35;
-    if (in->op == OT_OP_LOG && j->acc) return FN_LOG35;
-    if (in->op == OT_OP_SAFELOG && j->acc) return FN_SAFELOG35;
-    return FN_CALL;
+    if (in->op == OT_OP_TANH) return own ? FN_TANH : FN_TANH35;
+    if (in->op == OT_OP_LOG) return own ? FN_LOG : FN_LOG35;
+    return own ? FN_SAFELOG : FN_SAFELOG35;
 }
 
 /* Whether a body insn calls a function (else it is all inline). */
@@ -108,13 +108,14 @@ static void emit_inline_fn(regs *r, int pos, int fn, int a)
 {
     static const unary_steps_fn steps[NFN] = {[FN_EXP] = ot__jit_exp_steps,
                                               [FN_TANH] = ot__jit_tanh_steps,
+                                              [FN_LOG] = ot__jit_log_steps,
                                               [FN_LOG35] = ot__jit_log35_steps,
                                               [FN_TANH35] = ot__jit_tanh35_steps};
-    static const int ntemp[NFN] = {[FN_EXP] = 5, [FN_TANH] = 6, [FN_LOG35] = 4,
+    static const int ntemp[NFN] = {[FN_EXP] = 5, [FN_TANH] = 6, [FN_LOG] = 5, [FN_LOG35] = 4,
                                    [FN_TANH35] = 8};
     static const int ntemp_vex[NFN] = {[FN_LOG35] = 7};
-    bool floor = fn == FN_SAFELOG35;
-    int base = floor ? FN_LOG35 : fn;
+    bool floor = fn == FN_SAFELOG || fn == FN_SAFELOG35;
+    int base = fn == FN_SAFELOG ? FN_LOG : fn == FN_SAFELOG35 ? FN_LOG35 : fn;
     int n = !r->c->evex && ntemp_vex[base] ? ntemp_vex[base] : ntemp[base];
     ot__jit_emit_unary_steps(r, pos, a, steps[base], n, floor);
 }
@@ -708,7 +709,7 @@ static ot_jit *build(const ot_kernel *k, const ot_kernels *kt, int acc, bool str
         r.fns = inline_fns(j, k);
         ot__jit_place_constants(&r);
         if (half_out == OT_BF16)
-            r.fn_used |= (uint64_t)1 << B_LSB | (uint64_t)1 << B_RND | (uint64_t)1 << B_QUIET;
+            r.fn_used[B_LSB] = r.fn_used[B_RND] = r.fn_used[B_QUIET] = true;
         last_uses(j, r.last);
     }
     if (ok && reduce) {

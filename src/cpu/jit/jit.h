@@ -47,16 +47,17 @@ typedef struct code {
 } code;
 
 /* The f32 constants of SLEEF 3.5's expf, logf u10 and logf and tanhf u35,
- * and of the library's own tanhf u10 (H_: own_math.inc's f32_tanh_u10) and
- * expf (X_, H_ and E_ ones: f32_exp_u10), and the integers of bf16's
- * rounding (B_: jit_half.c), in
+ * of the library's own tanhf u10 (H_: own_math.inc's f32_tanh_u10), expf
+ * (X_, H_ and E_ ones: f32_exp_u10) and logf u10 (N_: f32_log_u10), and
+ * the integers of bf16's rounding (B_: jit_half.c), in
  * fn_bits; the frame's K_FN vectors; F_ONE names K_ONE among them. */
 enum { E_RLN2, E_L2U, E_L2L, E_C0, E_C1, E_C2, E_C3, E_C4, E_C5, E_LO, E_INF,
        L_4_3, L_LN2HI, L_M1, L_FLTMIN, L_2P64, L_FF,
        L_BIASD, L_BIASN, L_QNAN, L_NINF, H_P0, H_P1, H_P2, H_P3, H_P4, H_P5, H_P6, H_Q0, H_Q1,
        H_Q2, H_Q3, H_Q4, H_CUT, H_CAP, H_MAGIC, T_BIG, T_TWO,
        M_P0, M_P1, M_P2, M_P3, M_128LN2, M_FIX, S_FLOOR, X_HI, X_M64, X_BIAS,
-       B_LSB, B_RND, B_QUIET, NFNK,
+       B_LSB, B_RND, B_QUIET, N_P0, N_P1, N_P2, N_P3, N_P4, N_P5, N_P6, N_P7, N_SQRTH, N_2P23,
+       N_M23, N_LN2HI, N_LN2LO, N_MHALF, N_FIX, NFNK,
        F_ONE = NFNK };
 
 /* The zmm registers past the allocator's (16-31) that hold K_FN constants. */
@@ -80,7 +81,8 @@ typedef struct regs {
                                    OT_OP_MIN; -1 for elementwise code */
     unsigned fns;               /* bit f: the body has inline function f (FN_EXP
                                    ...; K_FN holds their constants) */
-    uint64_t fn_used;           /* bit e: the body reads K_FN constant e */
+    bool fn_used[NFNK];         /* the body reads K_FN constant e (more of
+                                   them than a uint64_t has bits) */
     int8_t creg[NFNK + 1];      /* EVEX code that calls nothing: the zmm
                                    (16-31, past the allocator's) holding
                                    each K_FN constant, or 0: the frame */
@@ -134,9 +136,9 @@ enum { BIT_AND, BIT_XOR, BIT_OR, BIT_ANDN };
 typedef int (*unary_steps_fn)(regs *r, int x, const int t[]);
 
 /* The inline functions a body insn may be (jit.c's inline_fn): FN_CALL,
- * none (it is inline ops or a call); the SLEEF functions emitted step for
- * step (jit_math.c). */
-enum { FN_CALL, FN_EXP, FN_TANH, FN_LOG35, FN_TANH35, FN_SAFELOG35, NFN };
+ * none (it is inline ops or a call); the library's own and SLEEF's
+ * functions emitted step for step (jit_math.c). */
+enum { FN_CALL, FN_EXP, FN_TANH, FN_LOG, FN_SAFELOG, FN_LOG35, FN_TANH35, FN_SAFELOG35, NFN };
 
 /* A reduction that calls nothing keeps its four accumulators in registers
  * 12-15 and max's and min's NaN notes in 8-11 (jit_reduce.c). */
@@ -200,12 +202,14 @@ bool ot__jit_zero_dead(const regs *r, int v);
 void ot__jit_emit_call(regs *r, int pos, const void *fn, int a, int b);
 void ot__jit_scratch(regs *r, unsigned keep, int t[], int n);
 void ot__jit_vrc(regs *r, int map, int pp, uint8_t op, int reg, int vvvv, int e);
+void ot__jit_vrc_k(regs *r, int map, int pp, uint8_t op, int reg, int vvvv, int e, int k);
 void ot__jit_load_const(regs *r, int reg, int e, bool k);
 extern const int ot__jit_ptr_gpr[9];
 
 /* ---- jit_math.c: the math steps and selects */
 void ot__jit_place_constants(regs *r);
 int ot__jit_exp_steps(regs *r, int x, const int t[5]);
+int ot__jit_log_steps(regs *r, int x, const int t[5]);
 int ot__jit_log35_steps(regs *r, int x, const int t[7]);
 int ot__jit_tanh_steps(regs *r, int x, const int t[6]);
 int ot__jit_tanh35_steps(regs *r, int x, const int t[8]);

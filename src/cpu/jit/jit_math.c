@@ -1,7 +1,8 @@
 /*
- * jit_math.c - the math steps of generated code: SLEEF 3.5's f32 exp, log,
- * safelog (u10 and u35) and tanh u35 instruction for instruction, the
- * library's own tanh u10 (own_math.inc's f32_tanh_u10) the same way, their
+ * jit_math.c - the math steps of generated code: the library's own f32
+ * exp, log and safelog u10 and tanh u10 (own_math.inc's f32_exp_u10,
+ * f32_log_u10, f32_tanh_u10) and SLEEF 3.5's log, safelog and tanh u35
+ * instruction for instruction, their
  * constants (fn_bits) and which of them live in registers
  * (place_constants), sig2 and f64 sig as their exp with the select and divide inline,
  * and the selects, compares and arithmetic that every other inline op is
@@ -29,7 +30,12 @@
  * vgetexpps gives e = inf) and its vfixupimmps table. safelog's floor,
  * exp(-50) in f32 (tile.inc's K_EXPM50). The own expf (X_): 89, its upper
  * clamp (the lower is E_LO, -104), 2^-64 (2^64 is L_2P64) and the sum of
- * both's bits; its polynomial is tanh's exp's (H_Q). */
+ * both's bits; its polynomial is tanh's exp's (H_Q). The own logf u10
+ * (N_): P's coefficients (k_log_p, the constant first), sqrt(1/2)'s bits,
+ * 2^23 and -23 (denormals scaled), ln 2 in two parts (positive, as its
+ * FMAs take them), -1/2, and vfixupimmps's table for it (0 -> -inf,
+ * inf -> inf, the rest kept: AVX-512); it shares logf's FLT_MIN, NaN and
+ * -inf and expf's inf. */
 const uint32_t ot__jit_fn_bits[NFNK] = {
     0x3FB8AA3B, 0xBF317200, 0xB5BFBE8E, 0x39502BDA, 0x3AB696C9, 0x3C0888A6, 0x3D2AAA7A,
     0x3E2AAAAB, 0x3F000000, 0xC2D00000, 0x7F800000,
@@ -38,14 +44,22 @@ const uint32_t ot__jit_fn_bits[NFNK] = {
     0x3B1C902B, 0xB9CA986A, 0x3EFFFFFE, 0x3E2AAA49, 0x3D2AAC5F, 0x3C091CF4, 0x3AB51FF3,
     0x3F7851EC, 0x41A00000, 0x4B400000, 0x410AA123, 0x40000000, 0x3E750690, 0x3E920364, 0x3ECCCD92, 0x3F2AAAAB, 0x42B17218,
     0x00500000, 0x1B692BEB, 0x42B20000, 0x1F800000, 0x7F000000, 0x00000001, 0x00007FFF,
-    0x00000040};
+    0x00000040, 0x3EAAAAAA, 0xBE800113, 0x3E4CD00E, 0xBE2A3945, 0x3E116C97, 0xBE06C121,
+    0x3E02AF63, 0xBD9C64EF, 0x3F3504F3, 0x4B000000, 0xC1B80000, 0x3F317200, 0x35BFBE8E,
+    0xBF000000, 0x00500400};
 
 /* The constants each inline function reads, in the order that they get
  * the registers zmm16-31 (the rest are read from the frame); AVX2's log
- * reads log_vex_consts too. */
+ * u35 reads log_vex_consts too, log u10 log_fix_consts under AVX-512 and
+ * log_sel_consts under AVX2. */
 static const int8_t exp_consts[] = {H_Q0, H_Q1, H_Q2, H_Q3, H_Q4, E_L2U, E_L2L, E_RLN2, H_MAGIC,
                                     E_LO, X_HI, F_ONE};
 static const int8_t exp_vex_consts[] = {X_BIAS, L_2P64, X_M64};
+static const int8_t log_consts[] = {N_P6, N_P5, N_P4, N_P3, N_P2, N_P1, N_P0, N_P7, N_SQRTH,
+                                    N_LN2HI, N_LN2LO, N_MHALF, F_ONE, L_FLTMIN, N_2P23, N_M23,
+                                    L_QNAN};
+static const int8_t log_fix_consts[] = {N_FIX};
+static const int8_t log_sel_consts[] = {E_INF, L_NINF};
 static const int8_t log_vex_consts[] = {L_FLTMIN, L_2P64, L_FF, L_BIASD, L_BIASN, L_QNAN, L_NINF};
 static const int8_t tanh_consts[] = {H_P5, H_P4, H_P3, H_P2, H_P1, H_P0, H_Q3, H_Q2, H_Q1, H_Q0,
                                      E_L2U, E_L2L, H_MAGIC, F_ONE, H_CAP, H_CUT, H_P6, H_Q4,
@@ -57,29 +71,36 @@ static const int8_t tanh35_consts[] = {E_C1, E_C3, E_C5, E_L2U, E_L2L, E_RLN2, E
                                        F_ONE, L_M1, T_TWO, T_BIG};
 
 /* The constants the inline functions read (fn_used: only those are
- * written per call), and registers zmm16-31 for them in exp_consts',
- * log_consts' then tanh_consts' order where EVEX code calls nothing (a
- * call clobbers them): the rest stay in the frame. */
+ * written per call), and registers zmm16-31 for them in the lists' order
+ * (exp_consts', log_consts', tanh_consts' ...) where EVEX code calls
+ * nothing (a call clobbers them): the rest stay in the frame. */
 void ot__jit_place_constants(regs *r)
 {
-    const int8_t *lists[7] = {exp_consts, tanh_consts, log35_consts, tanh35_consts,
-                              safelog_consts, log_vex_consts, exp_vex_consts};
-    const int sizes[7] = {sizeof exp_consts, sizeof tanh_consts, sizeof log35_consts,
-                          sizeof tanh35_consts, sizeof safelog_consts, sizeof log_vex_consts,
-                          sizeof exp_vex_consts};
+    enum { NLIST = 10 };
+    const int8_t *lists[NLIST] = {exp_consts,     log_consts,     log_fix_consts, tanh_consts,
+                                  log35_consts,   tanh35_consts,  safelog_consts, log_vex_consts,
+                                  log_sel_consts, exp_vex_consts};
+    const int sizes[NLIST] = {sizeof exp_consts,     sizeof log_consts,     sizeof log_fix_consts,
+                              sizeof tanh_consts,    sizeof log35_consts,   sizeof tanh35_consts,
+                              sizeof safelog_consts, sizeof log_vex_consts, sizeof log_sel_consts,
+                              sizeof exp_vex_consts};
     unsigned f = r->fns;
+    bool evex = r->c->evex, own_log = f & (1u << FN_LOG | 1u << FN_SAFELOG);
     bool log35 = f & (1u << FN_LOG35 | 1u << FN_SAFELOG35);
-    const bool used[7] = {f >> FN_EXP & 1, f >> FN_TANH & 1, log35, f >> FN_TANH35 & 1,
-                          f >> FN_SAFELOG35 & 1, log35 && !r->c->evex,
-                          (f >> FN_EXP & 1) && !r->c->evex};
-    bool regs = r->c->evex && !r->calls;
+    const bool used[NLIST] = {f >> FN_EXP & 1,      own_log,
+                              own_log && evex,      f >> FN_TANH & 1,
+                              log35,                f >> FN_TANH35 & 1,
+                              f & (1u << FN_SAFELOG | 1u << FN_SAFELOG35),
+                              log35 && !evex,       own_log && !evex,
+                              (f >> FN_EXP & 1) && !evex};
+    bool regs = evex && !r->calls;
     int next = 16;
-    r->fn_used = 0;
+    memset(r->fn_used, 0, sizeof r->fn_used);
     memset(r->creg, 0, sizeof r->creg);
-    for (int f = 0; f < 7; f++)
-        for (int i = 0; i < sizes[f] && used[f]; i++) {
-            int e = lists[f][i];
-            if (e < NFNK) r->fn_used |= (uint64_t)1 << e;
+    for (int l = 0; l < NLIST; l++)
+        for (int i = 0; i < sizes[l] && used[l]; i++) {
+            int e = lists[l][i];
+            if (e < NFNK) r->fn_used[e] = true;
             if (regs && !r->creg[e] && next < 16 + NCREG) r->creg[e] = (int8_t)next++;
         }
 }
@@ -194,6 +215,80 @@ static void log_vex_specials(regs *r, int res, int d, int m, int z)
     ot__x86_put1(c, 0);
     ot__jit_vrc(r, 3, 1, 0x4A, res, res, L_NINF);
     ot__x86_put1(c, (uint8_t)(m << 4));
+}
+
+/* The own logf's last selects on res, by its argument x: NaN below 0 and
+ * for NaN, -inf for +-0, inf for inf. AVX-512: NaN where !(x >= 0), then
+ * vfixupimmps by x's class (0 -> -inf, inf -> inf, the rest kept); AVX2:
+ * log_vex_specials, the same sets (x is no scaled value: denormals are
+ * positive). m and z clobbered. */
+static void log_specials(regs *r, int res, int x, int m, int z)
+{
+    code *c = r->c;
+    if (!c->evex) {
+        log_vex_specials(r, res, x, m, z);
+        return;
+    }
+    ot__jit_zero_reg(r, z);
+    ot__x86_vrr(c, 1, 0, 0, 0xC2, 1, x, z);                                   /* k1 = !(x >= 0) */
+    ot__x86_put1(c, 0x19);
+    ot__jit_load_const(r, res, L_QNAN, true);
+    ot__jit_vrc(r, 3, 1, 0x54, res, x, N_FIX);                                /* vfixupimmps */
+    ot__x86_put1(c, 0);
+}
+
+/* log of register x at u10 into the returned register (x kept, t[0..4]
+ * clobbered): the library's own, own_math.inc's f32_log_u10 step for step
+ * with its operand orders (its comment has the design), so the bits are
+ * the table's own. x below 2^-126 scaled by 2^23 (den: k1, or t[4] under
+ * AVX2); e = (bits - bits(sqrt(1/2))) >> 23, arithmetic; r = (bits -
+ * (e << 23)) - 1; e' = e, less 23 where den; A = e' ln 2 hi, hi = A + r,
+ * lo = (A - hi) + r; tail = r^3 P(r) + (e' ln 2 lo + lo); the result hi +
+ * ((-r/2) r + tail), then log_specials. Inline, the loop calls nothing: a
+ * call clobbers every vector register, so W4's loop reloaded its
+ * constants and spilled its values around one per vector. */
+int ot__jit_log_steps(regs *r, int x, const int t[5])
+{
+    enum { ADD = 0x58, MUL = 0x59, SUB = 0x5C, PSUBD = 0xFA };
+    code *c = r->c;
+    int d = t[0], e = t[1], s = t[2], hi = t[3], m = t[4];
+    ot__jit_vrc(r, 1, 0, 0xC2, c->evex ? 1 : m, x, L_FLTMIN);                /* den: x < 2^-126 */
+    ot__x86_put1(c, 1);
+    if (c->evex) {
+        ot__jit_vmovaps(r, d, x);
+        ot__jit_vrc_k(r, 1, 0, MUL, d, x, N_2P23, 1);                         /* x 2^23 where den */
+    } else {
+        ot__jit_vrc(r, 1, 0, MUL, d, x, N_2P23);
+        ot__x86_vrr(c, 3, 1, 0, 0x4A, d, x, d);                               /* vblendvps */
+        ot__x86_put1(c, (uint8_t)(m << 4));
+    }
+    ot__jit_vrc(r, 1, 1, PSUBD, e, d, N_SQRTH);
+    ot__jit_shift(r, 4, e, 23);                                               /* e */
+    ot__jit_shift_to(r, 6, s, e, 23);
+    ot__x86_vrr(c, 1, 1, 0, PSUBD, d, d, s);                                  /* m's bits */
+    ot__jit_vrc(r, 1, 0, SUB, d, d, F_ONE);                                   /* r = m - 1 */
+    ot__x86_vrr(c, 1, 0, 0, 0x5B, e, 0, e);                                   /* vcvtdq2ps */
+    if (c->evex) {
+        ot__jit_vrc_k(r, 1, 0, ADD, e, e, N_M23, 1);                          /* e' = e - 23 there */
+    } else {
+        ot__jit_vrc(r, 1, 0, 0x54, m, m, N_M23);                              /* vandps: -23 or 0 */
+        arith(r, ADD, e, e, m);                                       /* e' = e + that */
+    }
+    ot__jit_vrc(r, 1, 0, MUL, s, e, N_LN2HI);                                 /* A */
+    arith(r, ADD, hi, s, d);                                          /* hi = A + r */
+    arith(r, SUB, s, s, hi);
+    arith(r, ADD, s, s, d);                                           /* lo = (A - hi) + r */
+    ot__jit_vrc(r, 2, 1, FMADD231, s, e, N_LN2LO);                            /* e' lo + lo */
+    ot__jit_load_const(r, m, N_P7, false);
+    for (int k = N_P6; k >= N_P0; k--) ot__jit_vrc(r, 2, 1, FMADD213, m, d, k);   /* p r + c */
+    arith(r, MUL, e, d, d);
+    arith(r, MUL, e, e, d);                                           /* r^3 */
+    fma3(r, FMADD231, s, e, m);                                       /* tail = r^3 p + . */
+    ot__jit_vrc(r, 1, 0, MUL, e, d, N_MHALF);
+    fma3(r, FMADD231, s, e, d);                                       /* (-r/2) r + tail */
+    arith(r, ADD, hi, hi, s);
+    log_specials(r, hi, x, m, e);
+    return hi;
 }
 
 /* log of register x at u35 into t[0] (x kept, t[1..3] clobbered, and

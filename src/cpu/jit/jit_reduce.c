@@ -156,7 +156,9 @@ static bool reads_constants(const regs *r)
                      (op == OT_OP_SQRT || op == OT_OP_SQR || op == OT_OP_RELU || op == OT_OP_RINT));
         if (ot__jit_in_body(r, i) && !none) return true;
     }
-    return r->fn_used != 0;
+    for (int e = 0; e < NFNK; e++)
+        if (r->fn_used[e]) return true;
+    return false;
 }
 
 /* Every broadcast value the body (or pre) reads, broadcast once into its

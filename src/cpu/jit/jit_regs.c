@@ -107,7 +107,7 @@ void ot__jit_emit_constants(regs *r)
     ot__jit_shift(r, 6, 2, r->pp ? 52 : 23);
     ot__jit_vmov_store(r, 2, RSP, NO_INDEX, ot__jit_konst(r, K_ONE));
     for (int e = 0; e < NFNK; e++) {
-        if (!(r->fn_used >> e & 1)) continue;
+        if (!r->fn_used[e]) continue;
         ot__x86_put(r->c, (const uint8_t[]){0xC7, 0x84, 0x24}, 3);   /* mov dword [rsp + disp32], */
         ot__x86_put4(r->c, fk(r, e));
         ot__x86_put4(r->c, (int32_t)ot__jit_fn_bits[e]);                           /*     imm32 */
@@ -342,16 +342,24 @@ void ot__jit_scratch(regs *r, unsigned keep, int t[], int n)
  * an embedded broadcast under EVEX, the frame's whole vector under VEX. */
 void ot__jit_vrc(regs *r, int map, int pp, uint8_t op, int reg, int vvvv, int e)
 {
+    ot__jit_vrc_k(r, map, pp, op, reg, vvvv, e, 0);
+}
+
+/* The same with its write masked by k1-k7 where k (EVEX only): the lanes
+ * the mask clears keep reg's value. */
+void ot__jit_vrc_k(regs *r, int map, int pp, uint8_t op, int reg, int vvvv, int e, int k)
+{
     int32_t disp = fk(r, e);
     if (r->creg[e]) {
-        ot__x86_vrr(r->c, map, pp, 0, op, reg, vvvv, r->creg[e]);
+        if (k) ot__x86_vrr_k(r->c, map, pp, 0, op, reg, vvvv, r->creg[e], k, false);
+        else ot__x86_vrr(r->c, map, pp, 0, op, reg, vvvv, r->creg[e]);
         return;
     }
     if (!r->c->evex) {
         ot__x86_vrm(r->c, map, pp, 0, op, reg, vvvv, RSP, NO_INDEX, disp);
         return;
     }
-    ot__x86_prefix_k(r->c, true, 1, map, pp, 0, reg, vvvv, 0, RSP, op, EVEX_BCST);
+    ot__x86_prefix_k(r->c, true, 1, map, pp, 0, reg, vvvv, 0, RSP, op, (uint8_t)(EVEX_BCST | k));
     ot__x86_mem_operand(r->c, reg, RSP, NO_INDEX, disp);
 }
 

@@ -311,10 +311,18 @@ INLINE void weight_lanes(const wprob *p, const wmat *f, float *u, int64_t o, int
     int a = f->a;
     int64_t ni = p->ci - i0 < LANES ? p->ci - i0 : LANES;
     float g[9 * LANES], tmp[AMAX * 3 * LANES], v[AMAX * AMAX * LANES];
-    if (ni < LANES) memset(g, 0, sizeof g);   /* the lanes past ci */
-    for (int64_t l = 0; l < ni; l++) {
-        const float *s = p->w + o * p->wo + (i0 + l) * p->wi;
-        for (int q = 0; q < 9; q++) g[q * LANES + l] = s[p->flip ? 8 - q : q];
+    const float *s0 = p->w + o * p->wo + i0 * p->wi;
+    if (ni == LANES) {   /* per tap, a fixed count of lanes at one stride, fully unrolled:
+                            the gather per channel with its flip test took 2.9 of W12's
+                            17.7 ms at 512 channels, this 2.1-2.2 (Zen 4) */
+        for (int q = 0; q < 9; q++) {
+            const float *sq = s0 + (p->flip ? 8 - q : q);
+            for (int l = 0; l < LANES; l++) g[q * LANES + l] = sq[l * p->wi];
+        }
+    } else {
+        memset(g, 0, sizeof g);   /* the lanes past ci */
+        for (int64_t l = 0; l < ni; l++)
+            for (int q = 0; q < 9; q++) g[q * LANES + l] = s0[l * p->wi + (p->flip ? 8 - q : q)];
     }
     w_xform(f, g, tmp, v);
     /* whole rows at a constant size: a vector store each (a copy of ni

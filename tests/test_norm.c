@@ -373,23 +373,36 @@ static bool ln_dx_matches(ot_tensor *x, ot_tensor *w, ot_tensor *g, ot_tensor *g
     return ok;
 }
 
-/* Layer norm's d/dx of rows x 1000 on a cpu backend of opts, checked
- * against the closed form; returns its plan's explain (the caller frees). */
-static char *ln_dx_explained(ot_backend_opts opts, int64_t rows)
+/* Layer norm over rows, written out with its eps held in the tensor e:
+ * autodiff's closed form of a standardisation (autodiff_rules.c's
+ * standardise_rule) takes a constant eps only, so its d/dx is the plain
+ * rules' chain of sums. */
+static ot_node *ln_eps_tensor(ot_tensor *x, ot_tensor *w, ot_tensor *e)
+{
+    ot_node *d = ot_sub(x, ot_mean(x, .axis = 1, .keepdims = true));
+    ot_node *v = ot_mean(ot_sqr(d), .axis = 1, .keepdims = true);
+    return ot_mul(ot_mul(d, ot_rsqrt(ot_add(v, e))), w);
+}
+
+/* Layer norm's d/dx of rows x 1000 on a cpu backend of opts (eps_tensor:
+ * ln_eps_tensor's, else ot_layer_norm's), checked against the closed form;
+ * returns its plan's explain (the caller frees). */
+static char *ln_dx_explained(ot_backend_opts opts, int64_t rows, bool eps_tensor)
 {
     ot_backend *be = ot_backend_new("cpu", &opts);
     ot_pool *pool = ot_pool_push();
     int64_t n = 1000;
     ot_tensor *x = rand_t(be, OT_SHAPE(rows, n), -1), *w = rand_t(be, OT_SHAPE(n), 0);
-    ot_tensor *g = rand_t(be, OT_SHAPE(rows, n), -1);
-    ot_autodiff *ad = ot_autodiff_new(ot_layer_norm(x, .weight = w, .eps = 1e-5), ot_tensor_node(g));
+    ot_tensor *g = rand_t(be, OT_SHAPE(rows, n), -1), *e = ot_full(be, OT_SHAPE(1), OT_F64, 1e-5);
+    ot_node *y = eps_tensor ? ln_eps_tensor(x, w, e) : ot_layer_norm(x, .weight = w, .eps = 1e-5);
+    ot_autodiff *ad = ot_autodiff_new(y, ot_tensor_node(g));
     ot_node *dx = ot_autodiff_grad(ad, x);
     char *text = test__capture(ot_explain, dx);
     ot_tensor *got = ot_eval(dx);
     CHECK(ln_dx_matches(x, w, g, got, rows, n));
     ot_autodiff_free(ad);
     ot_pool_pop(pool);
-    ot_tensor_free(x), ot_tensor_free(w), ot_tensor_free(g), ot_tensor_free(got);
+    ot_tensor_free(x), ot_tensor_free(w), ot_tensor_free(g), ot_tensor_free(e), ot_tensor_free(got);
     ot_backend_free(be);
     return text;
 }
@@ -398,7 +411,7 @@ static char *ln_dx_explained(ot_backend_opts opts, int64_t rows)
  * hold `unwanted` (NULL: anything goes). */
 static void ln_dx_case(int threads, int64_t rows, const char *want, const char *unwanted)
 {
-    char *text = ln_dx_explained((ot_backend_opts){.threads = threads}, rows);
+    char *text = ln_dx_explained((ot_backend_opts){.threads = threads}, rows, false);
     CHECK(text && strstr(text, want) && (!unwanted || !strstr(text, unwanted)));
     free(text);
 }
@@ -466,17 +479,19 @@ TEST(norm_layer_norm_grad_few_blocks_many_threads)
     ln_dx_case(4, 67, "all kernels run per block of 32 rows\n", "temporaries of one block");
 }
 
-/* The gradient's last kernel reads a block-local temporary and writes the
- * output: where it streams (a threshold of 1 byte), the temporary stays in
- * the block's memory and the output is written once, by that kernel alone;
- * where it does not (no streaming), the temporary goes into the output, one
- * buffer fewer. Both equal the closed form, on 1 thread and on 2. */
+/* The plain rules' gradient of a layer norm (eps in a tensor): its last
+ * kernel reads a block-local temporary and writes the output: where it
+ * streams (a threshold of 1 byte), the temporary stays in the block's
+ * memory and the output is written once, by that kernel alone; where it
+ * does not (no streaming), the temporary goes into the output, one buffer
+ * fewer. Both equal the closed form, on 1 thread and on 2. */
 TEST(norm_layer_norm_grad_streams_from_block_temps)
 {
     for (int run = 0; run < 4; run++) {
         int stream = run & 1, threads = 1 + run / 2;   /* 2 threads: a block each, 33 rows apart */
         char *text = ln_dx_explained(
-            (ot_backend_opts){.threads = threads, .stream_bytes = stream ? 1 : OT_STREAM_NEVER}, 67);
+            (ot_backend_opts){.threads = threads, .stream_bytes = stream ? 1 : OT_STREAM_NEVER}, 67,
+            true);
         /* the last kernel's line: the only one naming out0 when streamed */
         const char *first = text ? strstr(text, "out0") : NULL;
         const char *last = text ? strstr(text, "kernel 4:") : NULL;
@@ -486,6 +501,64 @@ TEST(norm_layer_norm_grad_streams_from_block_temps)
             CHECK((strstr(last, "streaming stores") != NULL) == (stream == 1));
         }
         free(text);
+    }
+}
+
+/* Builds a normalisation of x for hvp_case: layer norm over x's last two
+ * axes, or a training batch norm of x (N, C, H, W) over N, H and W (two
+ * axes once H and W merge: the closed form's means along each). */
+static ot_node *norm_of(ot_tensor *x, ot_tensor *w, bool batch)
+{
+    if (!batch) return ot_layer_norm(x, .dims = 2, .weight = w, .eps = 1e-3);
+    return ot_batch_norm(x, .weight = w, .training = true, .eps = 1e-3);
+}
+
+/* f(x) = sum(v * d/dx <norm(x), g>), and its own gradient by autodiff
+ * again (a Hessian-vector product): d/dx takes autodiff's closed form of
+ * the standardisation, whose derivative must still be the true one. That
+ * gradient is checked against central differences of f, element by
+ * element, on ref and cpu in f64. */
+static void hvp_case(const char *backend, bool batch)
+{
+    ot_backend *be = ot_backend_new(backend, NULL);
+    ot_pool *pool = ot_pool_push();
+    ot_shape xs = batch ? OT_SHAPE(3, 2, 2, 2) : OT_SHAPE(2, 3, 4);
+    ot_shape ws = batch ? OT_SHAPE(2) : OT_SHAPE(3, 4);
+    ot_tensor *x = rand_t(be, xs, -1), *w = rand_t(be, ws, 0);
+    ot_tensor *g = rand_t(be, xs, -1), *v = rand_t(be, xs, -1);
+    ot_autodiff *a1 = ot_autodiff_new(norm_of(x, w, batch), ot_tensor_node(g));
+    ot_node *f = ot_sum(ot_mul(ot_autodiff_grad(a1, x), v));
+    ot_autodiff *a2 = ot_autodiff_new(f, NULL);
+    ot_tensor *hv = ot_eval(ot_autodiff_grad(a2, x));
+    double *want = hv ? host(hv) : NULL, *xv = host(x), h = 1e-5, worst = 0;
+    for (int64_t i = 0; want && i < ot_tensor_numel(x); i++) {
+        double fx[2], keep = xv[i];
+        for (int side = 0; side < 2; side++) {
+            xv[i] = keep + (side ? -h : h);
+            ot_set(x, xv);
+            ot_tensor *t = ot_eval(f);
+            double *ht = t ? host(t) : NULL;
+            fx[side] = ht ? ht[0] : NAN;
+            free(ht);
+            ot_tensor_free(t);
+        }
+        xv[i] = keep;
+        ot_set(x, xv);
+        worst = fmax(worst, fabs((fx[0] - fx[1]) / (2 * h) - want[i]) / (1 + fabs(want[i])));
+    }
+    CHECK(want && worst < 1e-6);
+    free(want), free(xv);
+    ot_autodiff_free(a2), ot_autodiff_free(a1);
+    ot_pool_pop(pool);
+    ot_tensor_free(x), ot_tensor_free(w), ot_tensor_free(g), ot_tensor_free(v), ot_tensor_free(hv);
+    ot_backend_free(be);
+}
+
+TEST(norm_closed_form_gradient_differentiates_again)
+{
+    for (int b = 0; b < 2; b++) {
+        hvp_case("ref", b);
+        hvp_case("cpu", b);
     }
 }
 

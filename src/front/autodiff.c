@@ -15,6 +15,9 @@
  * differentiated by the composite's own rule, straight to the composite's
  * operands, which is what gives the stable forms (softmax - y for a softmax
  * cross-entropy; logsoftmax through exp, never the log of a softmax).
+ * A standardisation (batch and layer norm's (x - m) * rsqrt(v + eps)) is
+ * recognised by its structure and takes its closed form
+ * (autodiff_rules.c's standardise_rule).
  *
  * Conventions of the rules:
  *   - An incoming gradient may have any shape that broadcasts to its node's

@@ -254,6 +254,90 @@ static void reduce_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
     }
 }
 
+/* ---- standardisation's closed form ---------------------------------------- */
+
+static bool is_plain(const ot_node *n, ot_op op)
+{
+    return n && n->kind == OT_NODE_OP && n->op == op && n->tag == OT_OP_NONE;
+}
+
+/* The axes of a chain of keepdims means from top down to base, in the
+ * order they apply (base's first): their count, 0 when top is no such
+ * chain. */
+static int mean_axes(const ot_node *top, const ot_node *base, int axes[OT_MAX_DIMS])
+{
+    int n = 0, rev[OT_MAX_DIMS];
+    for (const ot_node *m = top; m != base; m = m->a) {
+        if (n == OT_MAX_DIMS || !is_plain(m, OT_OP_MEAN) || !m->args.keepdims ||
+            m->args.axis == OT_AXIS_ALL)
+            return 0;
+        rev[n++] = m->args.axis;
+    }
+    for (int i = 0; i < n; i++) axes[i] = rev[n - 1 - i];
+    return n;
+}
+
+/* The base of a chain of means from top down (top itself when it is no
+ * mean). */
+static const ot_node *below_means(const ot_node *top)
+{
+    while (is_plain(top, OT_OP_MEAN)) top = top->a;
+    return top;
+}
+
+/* Whether n is (x - m) * rsqrt(v + eps) with m the keepdims means of x
+ * along some axes, v those of (x - m)^2 along the same, the same x - m
+ * node in both places and eps a constant (norm.c's batch and layer norm
+ * build it so: moments, normalise): its x then in *x, the axes in axes. */
+static int standardises(const ot_node *n, const ot_node **x, int axes[OT_MAX_DIMS])
+{
+    const ot_node *d = n->a, *inv = n->b;
+    if (!is_plain(n, OT_OP_MUL) || !is_plain(d, OT_OP_SUB) || !is_plain(inv, OT_OP_RSQRT))
+        return 0;
+    const ot_node *ve = inv->a;
+    if (!is_plain(ve, OT_OP_ADD) || !ve->b || ve->b->kind != OT_NODE_CONST) return 0;
+    const ot_node *sq = below_means(ve->a);
+    if (!is_plain(sq, OT_OP_SQR) || sq->a != d) return 0;
+    int va[OT_MAX_DIMS], k = mean_axes(d->b, d->a, axes);
+    if (!k || mean_axes(ve->a, sq, va) != k || memcmp(axes, va, sizeof *va * (size_t)k)) return 0;
+    *x = d->a;
+    return k;
+}
+
+/* The keepdims means of v along axes[0..k). */
+static ot_node *means_along(const ctx *c, ot_node *v, const int *axes, int k)
+{
+    for (int i = 0; i < k && v; i++) v = reduce(c, OT_OP_MEAN, v, axes[i], true);
+    return v;
+}
+
+/* d/dx of a standardisation y = (x - m) * r (standardises): with G the
+ * incoming gradient, r (G - mean(G) - y mean(G y)), where the plain rules
+ * would push G through r's variance and m's mean in a chain of four
+ * dependent sums (each waiting for the one before: the sum through m
+ * needs v's gradient, which needs the sum through r). The sum that flows
+ * through m from v's branch is r^3 mean(G (x - m)) mean(x - m), zero
+ * exactly, so its reads go, and the two sums left depend on m and r only:
+ * layer norm's d/dx over 4096x4096 f32 in 5 kernels took 15.4-18.5 ms,
+ * this form 12.7-15.8. Whatever else reads x - m, m or r (nothing in
+ * norm.c's trees) still gets its gradient by its own rule. Whether the
+ * form is taken is only a function of the node's structure, so a plan
+ * keyed by it is too. */
+static bool standardise_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
+{
+    const ot_node *x;
+    int axes[OT_MAX_DIMS], k = standardises(n, &x, axes);
+    if (!k) return false;
+    if (!want(s, x)) return true;
+    ot_node *d = n->a, *r = n->b, *gf = ot__ad_full(c, g, n->shape, (ot_dtype)n->dtype);
+    ot_node *mg = means_along(c, gf, axes, k);
+    ot_node *mgd = means_along(c, B(c, OT_OP_MUL, gf, d), axes, k);
+    ot_node *dr2 = B(c, OT_OP_MUL, d, B(c, OT_OP_MUL, r, r));
+    ot_node *inner = B(c, OT_OP_SUB, B(c, OT_OP_SUB, gf, mg), B(c, OT_OP_MUL, dr2, mgd));
+    push(c, s, (ot_node *)x, B(c, OT_OP_MUL, r, inner));
+    return true;
+}
+
 /* batched_dot: per batch index, the 2-D rule; a shared batch of 1 sums the
  * batches' gradients. */
 static void batched_rule(const ctx *c, sweep *s, ot_node *n, ot_node *g)
@@ -651,6 +735,7 @@ int ot__ad_apply(sweep *s, ot_backend *be, ot_node *n, ot_node *g)
     ctx c = {n->file, n->line, be};
     /* A composite's tagged root is differentiated by the composite's rule. */
     int op = n->tag != OT_OP_NONE ? n->tag : n->op;
+    if (op == OT_OP_MUL && standardise_rule(&c, s, n, g)) return 0;
     if (ot__autodiff_has_rule(op)) {
         rules[op](&c, s, n, g);
         return 0;

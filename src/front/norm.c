@@ -133,9 +133,10 @@ static ot_node *unmerge(const ot__site *at, ot_node *y, const ot_shape *xs, unsi
  * of the broadcast statistics along the long merged axes too (a training
  * batch norm's gradients: 5.9 M instructions instead of 53.6 M for x
  * (8,64,28,28) f32; the forward's last reshape costs nothing). The
- * variance and the normalisation share d, so autodiff adds d's two
- * gradients before the one sum that the mean's gradient takes: a centred
- * value built twice took a sum each (layer norm's d/dx: 7 kernels, now 6). */
+ * variance and the normalisation share d: autodiff recognises the
+ * standardisation by that structure and takes its closed form
+ * (autodiff_rules.c's standardise_rule); even by the plain rules, a
+ * centred value built twice took a sum each. */
 static void moments(const ot__site *at, ot_node *x, unsigned mask, ot_node **d, ot_node **mean,
                     ot_node **var)
 {

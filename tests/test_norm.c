@@ -425,6 +425,21 @@ TEST(norm_layer_norm_grad_row_blocks)
     ln_dx_case(1, 67, "all kernels run per block of 32 rows", NULL);
 }
 
+/* The gradient keeps no row-sized temporary: x - mean(x) and g * w, each
+ * read by three of its kernels, are computed again in each (a read of x or
+ * g, the broadcast mean or weight from cache) instead of stored and read
+ * back (plan_fuse.c's read_cost); what the blocks keep is the per-row
+ * statistics, 4 values a row of the block's 32. */
+TEST(norm_layer_norm_grad_recomputes_centred_rows)
+{
+    char *text = ln_dx_explained((ot_backend_opts){.threads = 1}, 67, false);
+    const char *at = text ? strstr(text, "temporaries of one block: ") : NULL;
+    long bytes = -1;
+    CHECK(at && sscanf(at, "temporaries of one block: %ld bytes", &bytes) == 1);
+    CHECK(bytes > 0 && bytes < 32 * 1000 * 8);
+    free(text);
+}
+
 /* The same gradient's x-sized temporaries hold one block of rows each, in
  * each thread's own memory (the arena keeps none of them), and 1, 2 and 3
  * threads, each running other blocks in the same bytes, give the same bits

@@ -193,3 +193,69 @@ TEST(program_batch_norm_running_var_follows_batch)
         ot_backend_free(be);
     }
 }
+
+/* Attention in a program whose sequence length is a symbol: q, k, v
+ * (1, 2, seq, 3) and an additive (seq, seq) mask, causal, run at seq 4
+ * (nominal), 6, 1 and 9, against ot_attention and autodiff on tensors of
+ * that length, on both backends. The node's seq_k attribute and the
+ * mask's reshape to (1, 1, seq, seq) kept the nominal length: every other
+ * length failed ("the pack (252,) must hold k, v and the mask: 196
+ * elements"; "cannot reshape operand of shape (9,9) ... into (1,1,7,7)"). */
+TEST(program_attention_follows_symbolic_sequence)
+{
+    for (int bi = 0; bi < 2; bi++) {
+        ot_backend *be = test__backend(backends[bi], 1);
+        ot_program *p = ot_program_new(be);
+        int ss = ot_program_symbol(p, "seq", 4);
+        ot_tensor *q = ot_program_placeholder(p, "q", OT_SHAPE(1, 2, OT_SYM(ss), 3), OT_F64);
+        ot_tensor *m = ot_program_placeholder(p, "m", OT_SHAPE(OT_SYM(ss), OT_SYM(ss)), OT_F64);
+        ot_tensor *w = ot_program_variable(p, "w", OT_SHAPE(3), OT_F64, OT_INIT_CONST(0.75));
+        ot_tensor *out = ot_empty(be, OT_SHAPE(), OT_F64), *gw = ot_empty(be, OT_SHAPE(3), OT_F64);
+        ot_pool *pool = ot_pool_push();
+        ot_node *qw = ot_mul(q, w);
+        ot_node *l = loss_of(ot_attention(qw, q, qw, .mask = ot_tensor_node(m), .causal = true));
+        CHECK_INT(ot_program_assign(p, out, l), 0);
+        CHECK_INT(ot_program_backprop(p, l, 1, &w, &gw), 0);
+        ot_pool_pop(pool);
+        CHECK_INT(ot_program_compile(p), 0);
+        static const int seqs[] = {4, 6, 1, 9};
+        double qh[2 * 9 * 3], mh[9 * 9];
+        for (int r = 0; r < 4; r++) {
+            int n = seqs[r];
+            fill(qh, 2 * n * 3, (uint64_t)(r + 1));
+            fill(mh, n * n, (uint64_t)(r + 7));
+            int rc = ot_program_run(p, 2, (ot_bind[]){
+                OT_BIND_DATA_SHAPE("q", qh, OT_SHAPE(1, 2, n, 3), sizeof qh),
+                OT_BIND_DATA_SHAPE("m", mh, OT_SHAPE(n, n), sizeof mh)});
+            if (rc) {
+                test__fail(__FILE__, __LINE__, "seq %d on %s: %s", n, ot_backend_name(be),
+                           ot_errmsg());
+                continue;
+            }
+            ot_tensor *tq = ot_empty(be, OT_SHAPE(1, 2, n, 3), OT_F64);
+            ot_tensor *tm = ot_empty(be, OT_SHAPE(n, n), OT_F64);
+            ot_tensor *el = ot_empty(be, OT_SHAPE(), OT_F64), *eg = ot_empty(be, OT_SHAPE(3), OT_F64);
+            CHECK_INT(ot_set(tq, qh), 0);
+            CHECK_INT(ot_set(tm, mh), 0);
+            pool = ot_pool_push();
+            ot_node *ew = ot_mul(tq, w);
+            ot_node *e = loss_of(ot_attention(ew, tq, ew, .mask = ot_tensor_node(tm), .causal = true));
+            CHECK_INT(ot_assign(el, e), 0);
+            ot_autodiff *ad = ot_autodiff_new(e, NULL);
+            CHECK_INT(ot_autodiff_backprop(ad, 1, &w, &eg), 0);
+            ot_autodiff_free(ad);
+            ot_pool_pop(pool);
+            double a[3], b[3];
+            CHECK_INT(ot_get(out, a), 0);
+            CHECK_INT(ot_get(el, b), 0);
+            CHECK_NEAR(a[0], b[0], 1e-12);
+            CHECK_INT(ot_get(gw, a), 0);
+            CHECK_INT(ot_get(eg, b), 0);
+            for (int i = 0; i < 3; i++) CHECK_NEAR(a[i], b[i], 1e-12);
+            ot_tensor_free(tq), ot_tensor_free(tm), ot_tensor_free(el), ot_tensor_free(eg);
+        }
+        ot_tensor_free(out), ot_tensor_free(gw);
+        ot_program_free(p);
+        ot_backend_free(be);
+    }
+}

@@ -50,6 +50,23 @@ void ot__attn_geom_of(const ot_node *node, ot__attn_geom *g)
     geom_from(node->op, &node->a->shape, &node->args, g);
 }
 
+void ot__attn_follow(const ot_node *n, const ot_node *a, const ot_node *b, ot_args *args)
+{
+    if (n->tag != OT_OP_NONE || !a || !b || a->shape.ndim != 4 || b->shape.ndim != 1) return;
+    /* the pack holds sk (b h (d + dv)) elements of k and v, and the mask's:
+     * m0 (its dims but seq_k's) times sk where the mask has seq_k in full */
+    ot__attn_geom g;
+    geom_from(n->op, &a->shape, args, &g);
+    int code = args->win.groups;
+    int64_t m0 = 1;
+    for (int d = 0; d < 3; d++) m0 *= g.mask ? g.mdim[d] : 0;
+    bool per_key = g.mask && (code & 8);
+    int64_t per = g.b * g.h * (g.d + g.dv) + (per_key ? m0 : 0);
+    int64_t rest = b->shape.dims[0] - (per_key ? 0 : m0);
+    if (g.d < 0 || per <= 0 || rest < 0 || rest % per) return;   /* inference names it */
+    args->depth = rest / per;
+}
+
 /* ---- inference ------------------------------------------------------------------ */
 
 static int check_attrs(const site *st, const ot_args *x)
@@ -103,8 +120,9 @@ int ot__infer_attn(const site *st, ot_node *a, ot_node *b, proto *p)
 #define BFAIL(code, ...) (ot__err((code), file, line, "attention", __VA_ARGS__), NULL)
 #define OFAIL(code, ...) (ot__err((code), file, line, "attention", __VA_ARGS__), false)
 
-/* The rank-4 view of mask m for q's (batch, heads, seq_q) and seq_k, and
- * its code (ops.def), or NULL with the error set. */
+/* Mask m checked against q's (batch, heads, seq_q) and seq_k, its code
+ * (ops.def) set, as the pack takes it (of rank 1 or more), or NULL with
+ * the error set. */
 static ot_node *mask_of(ot_node *m, const int64_t full[4], int *code, const char *file, int line)
 {
     char sa[OT__SHAPE_STRLEN], sb[OT__SHAPE_STRLEN];
@@ -121,7 +139,11 @@ static ot_node *mask_of(ot_node *m, const int64_t full[4], int *code, const char
                          "(batch, heads, seq_q, seq_k)", ot__shape_str(&m->shape, sa),
                          ot__shape_str(&want, sb));
     }
-    return m->shape.ndim == 4 ? m : ot_reshape_node_at(m, s, file, line);
+    /* m as it is: flattened into the pack, leading dims of 1 change
+     * nothing, and a reshape to (1, 1, seq_q, seq_k) would fix the mask's
+     * sizes for a program run at another sequence length (a flattening
+     * follows them: ot__reshape_join_at) */
+    return m->shape.ndim > 0 ? m : ot_reshape_node_at(m, (ot_shape){1, {1}}, file, line);
 }
 
 /* Operands over tensors of two backends, named here: the pack's concat

@@ -801,6 +801,12 @@ typedef struct ot__attn_geom {
     int64_t koff, voff, moff, npack;
 } ot__attn_geom;
 void ot__attn_geom_of(const ot_node *node, ot__attn_geom *g);
+/* args (attention node n's, for a rebuild over operands a and b) with
+ * seq_k derived from the new pack b, when a's and b's sizes give one: a
+ * program specialised to another sequence length rebuilds the node over
+ * a longer or shorter pack, whose seq_k the recorded attribute no longer
+ * is (ot__layout_follow's counterpart). */
+void ot__attn_follow(const ot_node *n, const ot_node *a, const ot_node *b, ot_args *args);
 /* Whether a row's stored logsumexp (in a dtype of epsilon eps) is too large
  * for exp(s - lse) to be its P: lse = max + log(sum) keeps log(sum) only to
  * lse's ulp, which at a max of -1e9 (a row a large finite mask hides) is

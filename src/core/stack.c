@@ -251,6 +251,7 @@ static int subst_visit(ot__walker *w, const ot_node *n, int index, const int ope
             ot_op op = (ot_op)(n->tag != OT_OP_NONE ? n->tag : ot__node_op(n));
             ot_args args = n->args;
             ot__layout_follow(n, a, &args);   /* a merge or a whole dim at a's size */
+            if (ot__is_attn(op)) ot__attn_follow(n, a, b, &args);   /* seq_k at b's size */
             r = ot_build_at(op, a, b, &args, n->file, n->line);
             /* The builder has recorded why; any negative value stops the walk. */
             if (!r) return OT_EINVAL;

@@ -375,3 +375,34 @@ TEST(pooling_prints_parses_and_explains)
     ot_tensor_free(x);
     ot_backend_free(be);
 }
+
+/* A window entry the operand has no dim for, or a dilation given to average
+ * pooling, through ot_parse's prefix form or ot_build_at, is an error: the
+ * builder dropped both (probe E: (avg_pool x ksize=(3,) dilation=(2,)) pooled
+ * undilated, (max_pool x ksize=(3,3)) of a 1-D input used the 3 alone). */
+TEST(pooling_refuses_window_entries_it_would_drop)
+{
+    ot_backend *be = test__backend("cpu", OT_FUSION_ON);
+    ot_tensor *x = ot_zeros(be, OT_SHAPE(2, 3, 8), OT_F32);
+    ot_pool *p = ot_pool_push();
+    ot_node *in = ot_tensor_node(x);
+    static const struct { const char *text, *msg; } bad[] = {
+        {"(avg_pool x ksize=(3,) dilation=(2,))", "avg_pool takes no argument 'dilation'"},
+        {"(max_pool x ksize=(3,3))", "kernel 3 for spatial dim 1: the operand has 1 spatial dim"},
+        {"(max_pool x ksize=(3,) pad_hi=(0,1))", "pad_hi 1 for spatial dim 1"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        ot_clear_error();
+        CHECK(ot_parse(bad[k].text, 1, (const char *[]){"x"}, &in) == NULL);
+        test__check_err(__FILE__, __LINE__, OT_EINVAL, (const char *[]){bad[k].msg, NULL});
+    }
+    ot_args a = {.axis = OT_AXIS_ALL, .win = {.ksize = {3}, .dilation = {2}}};
+    CHECK(ot_build_at(OT_OP_AVG_POOL, in, NULL, &a, __FILE__, __LINE__) == NULL);
+    CHECK_ERR(OT_EINVAL, "average pooling takes no dilation");
+    a.win.dilation[0] = 1;   /* 1 is no dilation */
+    CHECK(ot_build_at(OT_OP_AVG_POOL, in, NULL, &a, __FILE__, __LINE__) != NULL);
+    CHECK(ot_parse("(max_pool x ksize=(3,) dilation=(2,))", 1, (const char *[]){"x"}, &in) != NULL);
+    ot_pool_pop(p);
+    ot_tensor_free(x);
+    ot_backend_free(be);
+}

@@ -665,23 +665,30 @@ static bool prefix_next(parser *ps, ot_op *op)
  * a node holds, so any of ot_args's members is taken here. */
 static ot_node *prefix(parser *ps, ot_op op, const char *at)
 {
-    char name[MAX_IDENT];
+    char name[MAX_IDENT], buf[MAX_MEMBERS];
     ident(ps, name);
     int arity = ot_op_arity(op), k = 0;
     ot_node *operand[2] = {NULL, NULL};
     ot_args a = {.axis = OT_AXIS_ALL};
+    const char *members = attr_members(op, buf);
     while (!accept(ps, ")")) {
         skip_space(ps);
         const char *here = ps->p;
         if (ident(ps, name)) {
             int i = member_index(OT__ARGS_MEMBERS, name);
             if (i < 0 && ot__attr_lookup(name) != OT__ATTR_NONE) i = 0;   /* args.win's */
+            bool takes = member_index(members, name) >= 0;
             if (i >= 0 && accept(ps, "=")) {
+                /* one the op does not take, its builder would drop:
+                 * (avg_pool x ksize=(3,) dilation=(2,)) pooled undilated */
+                if (!takes && ot__attr_lookup(name) != OT__ATTR_NONE)
+                    return fail(ps, here, "%s takes no argument '%s'%s%s", ot_op_name(op), name,
+                                *members ? "; it takes " : "", members);
                 if (!attr_value(ps, name, &a, here)) return NULL;
                 continue;
             }
             const ot__attr *t = &ot__attrs[ot__attr_lookup(name)];
-            if (i >= 0 && t->type == OT__AT_FLAG) {   /* written bare: set */
+            if (i >= 0 && takes && t->type == OT__AT_FLAG) {   /* written bare: set */
                 *(bool *)((char *)&a + t->off) = true;
                 continue;
             }

@@ -28,18 +28,26 @@ static int64_t pool_out_size(int64_t in, int64_t k, int64_t s, int64_t dil, int6
 
 static bool is_avg(int op) { return op == OT_OP_AVG_POOL || op == OT_OP_AVG_POOL_GRAD; }
 
-/* Checks the used entries of w (nsp spatial dims) for op and zeroes the
- * rest, so that equal geometries are equal words (node identity). A
- * stride left all zero is the kernel, a dilation left all zero 1. */
+/* Checks the used entries of w (nsp spatial dims) for op; the rest must
+ * be zero, as the builders leave them (equal geometries are equal words:
+ * node identity), since ot_build_at and ot_parse would otherwise drop an
+ * entry given for a dim the operand lacks. A stride left all zero is the
+ * kernel, a dilation left all zero 1. */
 static int check_window(const site *st, ot_window *w, int nsp)
 {
     bool avg = is_avg(st->op), sz = true, dz = true;
     for (int d = 0; d < 3; d++) sz &= !w->stride[d], dz &= !w->dilation[d];
     for (int d = 0; d < 3; d++) {
-        if (d >= nsp) {
-            w->ksize[d] = w->stride[d] = w->dilation[d] = w->pad_lo[d] = w->pad_hi[d] = 0;
-            continue;
-        }
+        int32_t *e[5] = {&w->ksize[d], &w->stride[d], &w->dilation[d], &w->pad_lo[d], &w->pad_hi[d]};
+        static const char *const what[5] = {"kernel", "stride", "dilation", "pad_lo", "pad_hi"};
+        for (int i = 0; i < 5 && d >= nsp; i++)   /* ot_build_at's or ot_parse's, else dropped */
+            if (*e[i])
+                return FAIL(st, OT_EINVAL, "%s %d for spatial dim %d: the operand has %d spatial "
+                            "dim%s", what[i], (int)*e[i], d, nsp, nsp == 1 ? "" : "s");
+        if (d >= nsp) continue;
+        if (avg && w->dilation[d] > 1)
+            return FAIL(st, OT_EINVAL, "dilation %d in spatial dim %d: average pooling takes no "
+                        "dilation", (int)w->dilation[d], d);
         if (sz) w->stride[d] = w->ksize[d];
         if (dz || avg) w->dilation[d] = 1;
         int32_t k = w->ksize[d], v[3] = {k, w->stride[d], w->dilation[d]};

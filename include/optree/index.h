@@ -87,8 +87,9 @@ ot_node *ot_triu_at(ot_node *x, int k, const char *file, int line);
 
 /* ot_cumsum(x, axis): NumPy's np.cumsum(x, axis) (the node prints as
  * cumulative_sum, NumPy 2's name): element i along the axis
- * is the sum of elements 0..i (in double on both backends, rounded once
- * to x's dtype). x floating point (f16 and bf16 too) of rank 1 or more
+ * is the sum of elements 0..i (in double on both backends, then rounded
+ * to x's dtype: once, but for f16 and bf16 on the cpu backend, which go
+ * through f32 and can differ from ref by an ulp at a tie). x floating point (f16 and bf16 too) of rank 1 or more
  * (int32 is refused: ot_cast it). The gradient is the reversed cumulative
  * sum of g. */
 ot_node *ot_cumsum_at(ot_node *x, int axis, const char *file, int line);

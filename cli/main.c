@@ -113,11 +113,21 @@ static int parse_sizes(run *r, const char *s)
     return k ? 0 : -1;
 }
 
-/* A comma-separated list into items (pointers into a copy of s). */
+/* A comma-separated list into items (pointers into s, which strtok cuts):
+ * 1 to MAX_LIST items, else -1 with s untouched, for the message. An
+ * empty list ("--backend ,") made no configuration, so the run measured
+ * nothing and exited 0, and items past MAX_LIST were dropped unsaid. */
 static int split_list(char *s, char **items)
 {
     int n = 0;
-    for (char *tok = strtok(s, ","); tok && n < MAX_LIST; tok = strtok(NULL, ",")) items[n++] = tok;
+    for (const char *p = s; *p; n++) {
+        p += strspn(p, ",");
+        if (!*p) break;
+        p += strcspn(p, ",");
+    }
+    if (n < 1 || n > MAX_LIST) return -1;
+    n = 0;
+    for (char *tok = strtok(s, ","); tok; tok = strtok(NULL, ",")) items[n++] = tok;
     return n;
 }
 
@@ -172,6 +182,7 @@ static int parse_threads(axes *ax, char *s)
 {
     char *items[MAX_LIST];
     ax->nt = split_list(s, items);
+    if (ax->nt < 0) return -1;
     for (int i = 0; i < ax->nt; i++) {
         char *e;
         long v = strtol(items[i], &e, 10);
@@ -219,14 +230,23 @@ static int value_option(const char *o, char *v, run *r, axes *ax, const char **c
         r->repeat = (int)k;
     } else if (strcmp(o, "--compare") == 0) {
         *compare = v;
-    } else if (strcmp(o, "--plot") == 0) r->plot = v;
-    else if (strcmp(o, "--threads") == 0) {
-        if (parse_threads(ax, v)) return die("bad --threads '%s'", v);
-    } else if (strcmp(o, "--backend") == 0) ax->nb = split_list(v, ax->backend);
-    else if (strcmp(o, "--isa") == 0) ax->ni = split_list(v, ax->isa);
-    else if (strcmp(o, "--dtype") == 0) ax->nd = split_list(v, ax->dtype);
-    else if (strcmp(o, "--fusion") == 0) ax->nf = split_list(v, ax->fusion);
-    else ax->na = split_list(v, ax->acc);   /* --accuracy */
+    } else if (strcmp(o, "--plot") == 0) {
+        r->plot = v;
+    } else if (strcmp(o, "--threads") == 0) {
+        if (parse_threads(ax, v)) return die("bad --threads '%s' (1 to 16 counts of 1..256)", v);
+    } else {
+        int *n = &ax->na;   /* --accuracy */
+        char **items = ax->acc;
+        if (strcmp(o, "--backend") == 0) n = &ax->nb, items = ax->backend;
+        else if (strcmp(o, "--isa") == 0) n = &ax->ni, items = ax->isa;
+        else if (strcmp(o, "--dtype") == 0) n = &ax->nd, items = ax->dtype;
+        else if (strcmp(o, "--fusion") == 0) n = &ax->nf, items = ax->fusion;
+        if ((*n = split_list(v, items)) < 0) {
+            fprintf(stderr, "optree-bench: bad %s '%s' (1 to %d values, comma-separated)\n", o, v,
+                    MAX_LIST);
+            return 2;
+        }
+    }
     return 0;
 }
 

@@ -129,6 +129,16 @@ rc, out, err = run()
 case("no expression", rc == 2 and "no expression" in err, err)
 rc, out, err = run("a", "--plot", os.path.join(CACHE, "x.pdf"), "--n", "10", *QUICK)
 case("plot format", rc == 1 and ".svg or .png" in err, err)
+# An empty list made no configuration: nothing measured, exit 0; a list
+# longer than 16 lost its tail without a word.
+for opt, val in [("--backend", ","), ("--dtype", ""), ("--isa", ",,"), ("--fusion", ","),
+                 ("--accuracy", ","), ("--threads", ","), ("--threads", ",".join(["1"] * 17)),
+                 ("--dtype", ",".join(["f32"] * 17))]:
+    rc, out, err = run("a", opt, val, "--n", "10", *QUICK)
+    case("bad list %s %r" % (opt, val[:12]), rc == 2 and ("bad " + opt) in err and val in err
+         and out == "", out + err)
+rc, out, err = run("a", "--dtype", ",".join(["f32"] * 16), "--n", "10", "--csv", *QUICK)
+case("a list of 16", rc == 0 and len(list(csv.DictReader(io.StringIO(out)))) == 16, out + err)
 
 print("%d passed, %d failed" % (passed, failed))
 sys.exit(1 if failed else 0)

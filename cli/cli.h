@@ -72,6 +72,8 @@ void report_table(const run *r, FILE *f);
 void report_csv(const run *r, FILE *f);
 void report_json(const run *r, FILE *f);
 int report_plot(const run *r, const char *path);
+/* 0 when --plot path can be written; else -1, the reason on stderr. */
+int report_plot_check(const char *path);
 const char *cfg_label(const run *r, int cfg, char *buf, size_t n);
 
 /* peers.c */

@@ -231,6 +231,7 @@ static int value_option(const char *o, char *v, run *r, axes *ax, const char **c
     } else if (strcmp(o, "--compare") == 0) {
         *compare = v;
     } else if (strcmp(o, "--plot") == 0) {
+        if (report_plot_check(v)) return 2;   /* before the run, not after it */
         r->plot = v;
     } else if (strcmp(o, "--threads") == 0) {
         if (parse_threads(ax, v)) return die("bad --threads '%s' (1 to 16 counts of 1..256)", v);

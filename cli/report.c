@@ -11,6 +11,8 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 const char *cfg_label(const run *r, int ci, char *buf, size_t n)
 {
@@ -288,6 +290,32 @@ static void plot_script(const run *r, FILE *g, bool png)
         fprintf(g, ", %g with lines dt 3 lw 2 lc rgb '#cc0000' title 'memory roofline (triad %.1f GB/s / %.0f bytes per element)'",
                 r->lim[0].triad_gbs * 1e9 / bpe, r->lim[0].triad_gbs, bpe);
     fputc('\n', g);
+}
+
+/* Whether the plot can be written at path: a .svg or .png name in an
+ * existing, writable directory (checked when the options are read: found
+ * at the end, a bad name or directory cost the whole run its plot). */
+int report_plot_check(const char *path)
+{
+    if (!has_suffix(path, ".svg") && !has_suffix(path, ".png")) {
+        fprintf(stderr, "optree-bench: --plot wants a .svg or .png file, not '%s'\n", path);
+        return -1;
+    }
+    const char *slash = strrchr(path, '/');
+    size_t len = slash ? (size_t)(slash - path) + 1 : 0;   /* the directory, "/" kept */
+    char *dir = len ? malloc(len + 1) : NULL;
+    if (dir) {
+        memcpy(dir, path, len);
+        dir[len] = '\0';
+    }
+    struct stat st;
+    const char *d = dir ? dir : ".";
+    int rc = (len && !dir) || stat(d, &st) != 0 || !S_ISDIR(st.st_mode) || access(d, W_OK) != 0;
+    if (rc)
+        fprintf(stderr, "optree-bench: --plot '%s': its directory '%s' is not a writable "
+                        "directory\n", path, d);
+    free(dir);
+    return rc ? -1 : 0;
 }
 
 /* gnuplot runs from an argument vector, its script on a pipe and the file

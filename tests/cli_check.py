@@ -127,8 +127,13 @@ rc, out, err = run("a", "--isa", "nonesuch", "--n", "10", *QUICK)
 case("bad isa", rc == 1 and "isa" in err, err)
 rc, out, err = run()
 case("no expression", rc == 2 and "no expression" in err, err)
+# A plot that cannot be made is refused before the run, not after it (the
+# whole run measured, then its plot lost).
 rc, out, err = run("a", "--plot", os.path.join(CACHE, "x.pdf"), "--n", "10", *QUICK)
-case("plot format", rc == 1 and ".svg or .png" in err, err)
+case("plot format", rc == 2 and ".svg or .png" in err and out == "", out + err)
+rc, out, err = run("a", "--plot", os.path.join(CACHE, "no-such-dir", "x.svg"), "--n", "10", *QUICK)
+case("plot directory missing", rc == 2 and "not a writable directory" in err and out == "",
+     out + err)
 # An empty list made no configuration: nothing measured, exit 0; a list
 # longer than 16 lost its tail without a word.
 for opt, val in [("--backend", ","), ("--dtype", ""), ("--isa", ",,"), ("--fusion", ","),

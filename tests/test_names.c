@@ -602,3 +602,48 @@ TEST(names_allocation_failures)
     ot_tensor_free(y);
     ot_backend_free(be);
 }
+
+/* A weak constant that meets a tensor of another dtype is rounded into a
+ * new constant, which keeps its name and metadata (a * lr with lr =
+ * ot_named(ot_const(0.5), "lr") printed no lr, and ot_parse of ot_pp's
+ * "(x * lr:0.5)" came back unnamed); copying them leaves an earlier error
+ * in the slot, as builders do, and each allocation may fail (OT_ENOMEM,
+ * nothing leaked). */
+TEST(names_kept_by_a_weak_constant_that_takes_a_dtype)
+{
+    ot_backend *be = backend("ref");
+    ot_tensor *x = tensor(be, OT_SHAPE(4), "x");
+    ot_pool *p = ot_pool_push();
+    ot_node *lr = ot_named(ot_const(0.5), "lr");
+    CHECK_INT(ot_node_set_meta(lr, "role", "step size"), 0);
+    CHECK(ot_add(x, (ot_node *)NULL) == NULL);   /* an earlier error, which stays */
+    ot_node *t = ot_mul(x, lr);
+    CHECK(t != NULL);
+    CHECK_INT(ot_errcode(), OT_ENULL);
+    const ot_node *c = t ? ot_node_child(t, 1) : NULL;
+    CHECK(c && c != lr && ot_node_dtype(c) == OT_F32);
+    CHECK_STR(ot_node_name(c), "lr");
+    CHECK_STR(c ? ot_node_meta(c, "role") : NULL, "step size");
+    CHECK_OUT(ot_pp, t, "(x * lr:0.5)");
+    ot_node *back = ot_parse("(x * lr:0.5)", 1, (const char *[]){"x"},
+                             (ot_node *[]){ot_tensor_node(x)});
+    CHECK(back && ot_node_name(ot_node_child(back, 1)) &&
+          strcmp(ot_node_name(ot_node_child(back, 1)), "lr") == 0);
+    bool done = false;
+    for (long n = 1; n < 20 && !done; n++) {
+        ot_clear_error();
+        ot__alloc_fail_at(n);
+        ot_node *m = ot_mul(x, lr);
+        ot__alloc_fail_at(0);
+        if (!m) {
+            CHECK_INT(ot_errcode(), OT_ENOMEM);
+            continue;
+        }
+        CHECK_STR(ot_node_name(ot_node_child(m, 1)), "lr");
+        done = true;
+    }
+    CHECK(done);
+    ot_pool_pop(p);
+    ot_tensor_free(x);
+    ot_backend_free(be);
+}

@@ -221,6 +221,10 @@ void ot__annot_free(ot__annot *a);
 /* Gives dst (an op or constant) src's name and metadata, for a node
  * rebuilt in src's place (ot_substitute); 0 or the error recorded. */
 int ot__annot_copy(ot_node *dst, const ot_node *src);
+/* src's name and metadata deep-copied onto dst, which has none, leaving
+ * the error slot as it is (a builder's step: ot__annot_copy goes through
+ * the setters, which clear it); 0 or OT_ENOMEM (recorded). */
+int ot__annot_dup(ot_node *dst, const ot_node *src);
 /* " 'h1'" for a named node (a long name cut, ending "..."), else "": for
  * messages naming an operand. buf holds OT__QNAME_LEN chars. */
 #define OT__QNAME_LEN 64

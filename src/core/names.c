@@ -248,6 +248,28 @@ int ot__annot_copy(ot_node *dst, const ot_node *src)
     return 0;
 }
 
+int ot__annot_dup(ot_node *dst, const ot_node *src)
+{
+    const ot__annot *a = src->annot;
+    if (!a || dst->annot) return 0;
+    ot__annot *c = ot__calloc(1, sizeof *c);
+    bool ok = c && (!a->name || (c->name = dup_str(a->name)));
+    if (ok && a->n) {
+        c->meta = ot__calloc((size_t)a->n, sizeof *c->meta);
+        ok = c->meta != NULL;
+        c->cap = ok ? a->n : 0;
+        for (int i = 0; ok && i < a->n; i++, c->n++)   /* counts a half-made entry: freed */
+            ok = (c->meta[i].key = dup_str(a->meta[i].key)) &&
+                 (c->meta[i].value = dup_str(a->meta[i].value));
+    }
+    if (!ok) {
+        ot__annot_free(c);
+        return ot__err_set(OT_ENOMEM, NULL, 0, "const", "out of memory");
+    }
+    dst->annot = c;
+    return 0;
+}
+
 /* ---- in messages --------------------------------------------------------- */
 
 const char *ot__qname(const ot_node *n, char buf[OT__QNAME_LEN])

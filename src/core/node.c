@@ -248,14 +248,18 @@ static void normalise_args(proto *p, const ot_args *args)
 
 /* NumPy (NEP 50): a Python scalar meeting an array takes the array's dtype
  * before the op, so x_f32 == 0.1 compares with float32(0.1). A constant is
- * rounded here; a weak expression of constants gets a cast. */
+ * rounded here, into a new constant that keeps the old one's name and
+ * metadata (it lost them: a * ot_named(ot_const(0.5), "lr") printed no
+ * lr, and ot_parse of ot_pp's "(a * lr:0.5)" came back unnamed); a weak
+ * expression of constants gets a cast. */
 static ot_node *coerce_weak(const site *st, ot_node *w, ot_dtype dt)
 {
     if (w->dtype == dt) return w;
     if (w->kind == OT_NODE_CONST) {
         union { float f; double d; int32_t i; } v;
         ot__store(&v, dt, w->value);
-        return new_const(ot__load(&v, dt), dt);
+        ot_node *c = new_const(ot__load(&v, dt), dt);
+        return c && ot__annot_dup(c, w) ? NULL : c;
     }
     ot_args c = {.axis = OT_AXIS_ALL, .dtype = dt};
     return ot_build_at(OT_OP_CAST, w, NULL, &c, st->file, st->line);

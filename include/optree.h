@@ -1052,7 +1052,9 @@ int ot_tensor_print_opts(const ot_tensor *t, FILE *f, const ot_print_options *op
  *
  * Where they show:
  *   ot_pp          a named op node as  h1:(x0 + x1)  (a named constant as
- *                  lr:0.5); a shared one as "%1 = h1:(x0 + x1)", then %1.
+ *                  lr:0.5); a shared one as "%1 = h1:(x0 + x1)", then %1;
+ *                  a name that is no identifier quoted, 'dense/fc 1':(...),
+ *                  which ot_parse reads back.
  *   ot_print       'name': 'h1' and 'meta': {'key': 'value'} in the dict
  *                  of an op node.
  *   ot_graphviz    labels "h1: add" (constants "lr: 0.5"), then a line

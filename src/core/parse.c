@@ -745,11 +745,39 @@ static ot_node *labelled(parser *ps, const char *name, const char *at)
     return n;
 }
 
+/* ot_pp's quoted label, 'dense/fc 1':(x + y), of a name that is no
+ * identifier: a str literal (\\ \' and \xNN escapes, as ot_pp writes it)
+ * right before the ':'. */
+static ot_node *quoted_label(parser *ps, const char *at)
+{
+    char name[MAX_IDENT];
+    size_t n = 0;
+    const char *p = ps->p + 1;
+    for (; *p && *p != '\''; p++) {
+        char c = *p;
+        if (c == '\\' && (p[1] == '\\' || p[1] == '\'')) c = *++p;
+        else if (c == '\\' && p[1] == 'x' && isxdigit((unsigned char)p[2]) &&
+                 isxdigit((unsigned char)p[3])) {
+            char hex[3] = {p[2], p[3], '\0'};
+            c = (char)strtol(hex, NULL, 16);
+            p += 3;
+        }
+        if (n >= MAX_IDENT - 1)
+            return fail(ps, at, "a quoted label is longer than OT_NAME_MAX (%d)", OT_NAME_MAX);
+        name[n++] = c;
+    }
+    if (*p != '\'' || p[1] != ':') return fail(ps, at, "a quoted name is a label: 'name':(...)");
+    name[n] = '\0';
+    ps->p = p + 1;   /* at the ':', which labelled() steps over */
+    return labelled(ps, name, at);
+}
+
 /* A number, a name, a call or a parenthesised expression. */
 static ot_node *primary(parser *ps)
 {
     skip_space(ps);
     const char *at = ps->p;
+    if (*ps->p == '\'') return quoted_label(ps, at);
     double v;
     int kind, got = number(ps, &v, &kind);
     if (got) return got > 0 ? literal(v, kind) : NULL;

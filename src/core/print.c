@@ -18,6 +18,7 @@
 #include "internal.h"
 #include "ops.h"
 
+#include <ctype.h>
 #include <float.h>
 #include <inttypes.h>
 
@@ -266,6 +267,25 @@ static void print_py_str(FILE *f, const char *s)
     fputc('\'', f);
 }
 
+/* ot_pp's label of a named op or constant node, "h1:": an identifier as
+ * it is, any other name (a space, '/', a digit first, inf or nan, which
+ * ot_parse reads as numbers) as a quoted str literal, 'dense/fc 1':, which
+ * ot_parse reads back (written bare, such a name made ot_pp's text
+ * unreadable to ot_parse, which read "dense/fc 1:(x + y)" as a division). */
+static void print_pp_label(FILE *f, const ot_node *n)
+{
+    const char *name = n->kind != OT_NODE_LEAF ? ot_node_name(n) : NULL;
+    if (!name) return;
+    bool ident = isalpha((unsigned char)name[0]) || name[0] == '_';
+    for (const char *c = name; ident && *c; c++)
+        ident = isalnum((unsigned char)*c) || *c == '_';
+    ident = ident && strcmp(name, "inf") && strcmp(name, "nan") && strcmp(name, "inff") &&
+            strcmp(name, "nanf");
+    if (ident) fputs(name, f);
+    else print_py_str(f, name);
+    fputc(':', f);
+}
+
 /* A Python tuple: (2, 2), (3,), (). */
 static void print_py_tuple(FILE *f, const int64_t *v, int n)
 {
@@ -436,7 +456,7 @@ static void write_atom(const form *fm, const ot_node *n, const ot_node *parent, 
 {
     bool wrap = fm->f32_marks && parent && !is_tagged(parent) && parent->op == OT_OP_POW &&
                 slot == 0 && n->kind == OT_NODE_CONST && signbit(n->value);
-    if (fm->labels && n->kind == OT_NODE_CONST) print_label(f, n, ":");
+    if (fm->labels && n->kind == OT_NODE_CONST) print_pp_label(f, n);
     if (wrap) fputc('(', f);
     print_atom(f, n);
     if (fm->f32_marks && f32_unsaid(n, parent, slot)) fputc('f', f);
@@ -677,7 +697,7 @@ static int pp_op(const ot_node *n) { return is_tagged(n) ? n->tag : n->op; }
 
 static void pp_open(FILE *f, const ot_node *n)
 {
-    print_label(f, n, ":");
+    print_pp_label(f, n);
     fputc('(', f);
     if (!op_symbol[pp_op(n)]) fputs(is_tagged(n) ? op_name(n->tag) : node_name(n), f);
 }

@@ -359,6 +359,31 @@ TEST(model_save_load_round_trip_and_bad_files)
     for (int i = 0, at = 0; i < 4; at += (int)ot_tensor_numel(p[i]), i++) ot_get(p[i], before + at);
     CHECK_INT(ot_model_load(other, path), OT_ESHAPE);
     CHECK_ERR(OT_ESHAPE, "model_load", "'w0'");
+    /* the right shapes in float64 (np.savez of NumPy's default dtype) is
+     * a dtype error, not a shape error (it was OT_ESHAPE) */
+    {
+        ot_tensor *q[4], *q64[4];
+        ot_model_parameters(fresh, 4, q);
+        for (int i = 0; i < 4; i++) {
+            q64[i] = ot_empty(be, ot_tensor_shape(q[i]), OT_F64);
+            CHECK(q64[i] && ot_assign(q64[i], ot_cast(q[i], OT_F64)) == 0);
+        }
+        char p64[] = "/tmp/ot_model64_XXXXXX";
+        int fd64 = mkstemp(p64);
+        CHECK(fd64 >= 0);
+        close(fd64);
+        CHECK_INT(ot_savez(p64, 4, (const char *[]){"w0", "b0", "w1", "b1"},
+                           (const ot_tensor *const *)q64), 0);
+        float keep[2 * 16];
+        ot_get_n(q[0], keep, sizeof keep);
+        CHECK_INT(ot_model_load(fresh, p64), OT_EDTYPE);
+        CHECK_ERR(OT_EDTYPE, "model_load", "'w0' is float64 of shape (2,16); the model's is float32 (2,16)");
+        float again[2 * 16];
+        ot_get_n(q[0], again, sizeof again);
+        CHECK(memcmp(keep, again, sizeof keep) == 0);
+        unlink(p64);
+        for (int i = 0; i < 4; i++) ot_tensor_free(q64[i]);
+    }
     /* a truncated file */
     FILE *f = fopen(path, "r+b");
     CHECK(f != NULL);

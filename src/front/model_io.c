@@ -71,8 +71,9 @@ int ot_model_load_at(ot_model *m, const char *path, const char *file, int line)
         bool same = ot_tensor_dtype(got[i]) == OT_F32 && want.ndim == have.ndim;
         for (int d = 0; same && d < want.ndim; d++) same = want.dims[d] == have.dims[d];
         char s1[OT__SHAPE_STRLEN], s2[OT__SHAPE_STRLEN];
-        if (!same)
-            rc = FAIL(at, OT_ESHAPE, "%s: '%s' is %s of shape %s; the model's is float32 %s", path,
+        if (!same)   /* a dtype that differs is OT_EDTYPE (it was OT_ESHAPE whatever differed) */
+            rc = FAIL(at, ot_tensor_dtype(got[i]) != OT_F32 ? OT_EDTYPE : OT_ESHAPE,
+                      "%s: '%s' is %s of shape %s; the model's is float32 %s", path,
                       np[i], ot_dtype_name(ot_tensor_dtype(got[i])), ot__shape_str(&have, s1),
                       ot__shape_str(&want, s2));
     }

@@ -26,8 +26,9 @@
  * file is untouched and the temporary removed. The new file has the old
  * one's permission bits, or 0666 less the umask if there was none. A
  * symbolic link is followed (the file it points to is replaced, the link
- * stays); an existing target that is not a regular file (/dev/null, a
- * FIFO) is written in place. Returns 0, OT_ENULL, OT_EIO (naming the path
+ * stays); an existing file the process may not write (mode 0444) is
+ * refused, as fopen refuses it; an existing target that is not a regular
+ * file (/dev/null, a FIFO) is written in place. Returns 0, OT_ENULL, OT_EIO (naming the path
  * and errno's text), OT_ENOMEM. */
 int ot_save(const char *path, const ot_tensor *t);
 /* Each ..._at below is its function with the caller's file:line, which

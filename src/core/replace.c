@@ -14,6 +14,9 @@
  * regular file (a device such as /dev/null, a FIFO) cannot be replaced by a
  * rename: it is written in place.
  *
+ * An existing file the process may not write is refused, as fopen refuses
+ * it, though the rename could replace it.
+ *
  * Every system call that can fail goes through one countdown (the test
  * hook ot__replace_fail_at), so tests and the fuzzer can fail each in turn
  * and check the old file every time.
@@ -225,6 +228,20 @@ static int open_in_place(ot__replace *w)
     return 0;
 }
 
+/* An existing regular file that this process may not write (mode 0444, say)
+ * is refused, as fopen and numpy.save refuse it: the rename needs only the
+ * directory's permission, so it replaced a write-protected file without a
+ * word. (root may write any file, and access says so.) A file gone since
+ * the stat is no reason to stop: the save creates it. */
+static int check_writable(ot__replace *w)
+{
+    if (!injected() && access(w->target, W_OK) == 0) return 0;
+    int err = errno;
+    if (err == ENOENT) return 0;
+    return ot__err_set(OT_EIO, NULL, 0, w->fn, "cannot open '%s' for writing: %s", w->path,
+                       strerror(err));
+}
+
 ot__replace *ot__replace_open(const char *fn, const char *path)
 {
     ot__replace *w = ot__malloc(sizeof *w);
@@ -236,6 +253,8 @@ ot__replace *ot__replace_open(const char *fn, const char *path)
     struct stat st;
     int rc = resolve(w);
     bool exists = rc == 0 && stat(w->target, &st) == 0;
+    if (rc == 0 && exists && S_ISREG(st.st_mode))
+        rc = check_writable(w);
     if (rc == 0)
         rc = exists && !S_ISREG(st.st_mode) ? open_in_place(w)
                                             : create_temporary(w, exists ? &st : NULL);

@@ -25,7 +25,7 @@ int ot__replace_write(ot__replace *w, const void *p, size_t n);
 int ot__replace_end(ot__replace *w, int rc);
 
 /* Test hook: the nth system call of the writers on this thread from now
- * (open, write, fsync, fchmod, close, rename; 1 is the next) fails with
+ * (access, open, write, fsync, fchmod, close, rename; 1 is the next) fails with
  * errno err; n = 0 disarms it. ot__replace_calls counts those calls since
  * the hook was last set, so a test can walk every failure point. */
 void ot__replace_fail_at(long n, int err);

@@ -1007,8 +1007,10 @@ size_t ot_pool_default_nodes(void);
 int ot_print(const ot_node *tree, FILE *f);
 /* Infix: (x0 + x1), (exp x), (sum x axis=1 keepdims), (minimum a b).
  * Both forms write an op node used more than once once, as a line
- * "%1 = (x + x)", and as %1 at its uses: "%1 = (x + x)\n(%1 * %1)".
- * ot_pp writes every attribute a node holds (rand's and onehot's dtype
+ * "%1 = (x + x)", and as %1 at its uses: "%1 = (x + x)\n(%1 * %1)";
+ * ot_pp also names so a node 64 levels above the last line it began, so
+ * that no line nests deeper than ot_parse reads (a tall tree is a line
+ * per 64 levels). ot_pp writes every attribute a node holds (rand's and onehot's dtype
  * when not f32) and marks an f32 constant that is the root or sits under
  * a node of another dtype as 0.1f, so that ot_parse reads its text back
  * as the same tree when every leaf has a name. */

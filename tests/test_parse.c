@@ -288,6 +288,37 @@ TEST(parse_reads_quoted_labels_back)
     fx_free(&f);
 }
 
+/* A tall tree reads back: ot_pp names a node every PP_MAX_HEIGHT levels
+ * on its own line, so no line nests past ot_parse's 200 (a sum of 201
+ * terms was written as 201 nested parentheses and refused; probe F). Left
+ * and right chains, infix and calls, up to TEST_HEIGHT levels. */
+TEST(parse_reads_tall_trees_back)
+{
+    fx f;
+    fx_new(&f);
+    static const int heights[] = {64, 65, 201, 1000, TEST_HEIGHT};
+    for (size_t k = 0; k < sizeof heights / sizeof *heights; k++)
+        for (int shape = 0; shape < 3; shape++) {
+            ot_pool *pool = ot_pool_push();
+            ot_node *t = ot_tensor_node(f.a);
+            for (int i = 0; i < heights[k]; i++)
+                t = shape == 0 ? ot_add(t, f.b) : shape == 1 ? ot_sub(f.b, t) : ot_exp(t);
+            char *text = NULL;
+            size_t len = 0;
+            FILE *m = open_memstream(&text, &len);
+            CHECK_INT(ot_pp(t, m), 0);
+            fclose(m);
+            ot_node *back = parse(&f, text);
+            if (!fuzz_same_tree(back, t))
+                test__fail(__FILE__, __LINE__, "height %d, shape %d: %s", heights[k], shape,
+                           back ? "another tree" : ot_errmsg());
+            CHECK(heights[k] > 64 || !strchr(text, '%'));   /* short trees: one expression */
+            free(text);
+            ot_pool_pop(pool);
+        }
+    fx_free(&f);
+}
+
 TEST(parse_registered_op)
 {
     fx f;

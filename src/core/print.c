@@ -8,7 +8,8 @@
  * stack is on the heap. Trees are DAGs: ot_print and ot_pp write an op node
  * used more than once a single time, as a line "%1 = <expr>" ahead of the
  * expression that uses it as %1 (leaves and constants repeat), so the output
- * stays linear in the distinct nodes; an unshared tree is one expression.
+ * stays linear in the distinct nodes; an unshared tree is one expression
+ * (for ot_pp, one under 64 levels tall: walk).
  * ot_print and ot_pp write no trailing newline (like Python's repr, the
  * caller ends the line); ot_graphviz and ot_stack_print write whole lines.
  * All four return 0, OT_ENULL for a NULL FILE (a NULL tree or stack returns
@@ -521,10 +522,33 @@ static bool write_expr(const form *fm, const dag *d, const ot_node *top, FILE *f
     return rc != OT_ENOMEM;
 }
 
+/* Nesting ot_pp lets one expression reach before it names a node on its
+ * own line: ot_parse reads 200 levels of parentheses and calls (parse.c's
+ * MAX_DEPTH), and a level of the tree is at most two of them. */
+#define PP_MAX_HEIGHT 64
+
+/* The levels of op nodes node k's expression nests, its named operands
+ * (written as %j) counting none. */
+static int expr_height(const dag *d, const int *height, int k)
+{
+    const ot_node *n = d->node[k];
+    int h = 0;
+    for (int j = 0; is_op(n) && j < 2; j++) {
+        const ot_node *o = ot__walker_operand(&d->walker, n, j);
+        int i = o && is_op(o) ? ot__walker_index(&d->walker, o) : -1;
+        if (i >= 0 && !d->name[i] && height[i] > h) h = height[i];
+    }
+    return is_op(n) ? h + 1 : 0;
+}
+
 /* Writes a tree in a form. An op node used more than once is written once,
  * on its own line "%k = <expr>" before its first use (operands first), and
  * as %k wherever it is used, so output is linear in the distinct nodes; a
- * tree without shared op nodes prints as one expression. */
+ * tree without shared op nodes prints as one expression. For ot_parse
+ * (forms with f32 marks, ot_pp's) a node whose expression would nest
+ * PP_MAX_HEIGHT levels is named so too: a sum of 201 terms was written as
+ * 201 nested parentheses, which ot_parse refused ("nested deeper than
+ * 200"), so ot_parse(ot_pp(t)) failed for a tall tree. */
 static int walk(const form *fm, const ot_node *tree, FILE *f)
 {
     int rc = print_begin(fm->fn, tree, "tree", f);
@@ -535,15 +559,19 @@ static int walk(const form *fm, const ot_node *tree, FILE *f)
     int root = ot__walker_run(&d.walker, tree);
     bool ok = root >= 0;
     if (ok) d.uses[root]++;   /* the caller's */
-    int names = 0;
+    int names = 0, *height = ok ? ot__calloc((size_t)d.walker.count + 1, sizeof *height) : NULL;
+    ok = ok && height;
     for (int k = 0; ok && k < d.walker.count && !ferror(f); k++) {
-        if (d.uses[k] < 2) continue;
+        height[k] = expr_height(&d, height, k);
+        bool tall = fm->f32_marks && height[k] >= PP_MAX_HEIGHT && k != root;
+        if (d.uses[k] < 2 && !tall) continue;
         fprintf(f, "%%%d = ", ++names);
         ok = write_expr(fm, &d, d.node[k], f);
         fputc('\n', f);
         d.name[k] = names;
     }
     ok = ok && write_expr(fm, &d, tree, f);
+    free(height);
     dag_free(&d);
     return ok ? print_end(fm->fn, f) : out_of_memory(fm->fn);
 }

@@ -388,6 +388,13 @@ TEST(io_npz_bad_arguments)
     CHECK_INT(ot_loadz(be, tmp_path("d.npz"), 2, (const char *[]){"x", "z"}, out), OT_EINVAL);
     CHECK_ERR(OT_EINVAL, "loadz", "no entry 'z.npy'");
     CHECK(out[0] == NULL && out[1] == NULL);
+    /* an entry's own name, as NumPy's np.load(f)["y.npy"] takes it */
+    CHECK_INT(ot_loadz(be, tmp_path("d.npz"), 2, (const char *[]){"y.npy", "x"}, out), 2);
+    CHECK(out[0] && out[1] && ot_tensor_shape(out[0]).dims[0] == 2);
+    ot_tensor_free(out[0]), ot_tensor_free(out[1]);
+    CHECK_INT(ot_loadz(be, tmp_path("d.npz"), 1, (const char *[]){"z.npy"}, out), OT_EINVAL);
+    CHECK_ERR(OT_EINVAL, "no entry 'z.npy' or 'z.npy.npy'");
+    CHECK(out[0] == NULL);
     CHECK_INT(ot_loadz(be, tmp_path("d.npz"), 3, NULL, (ot_tensor *[3]){0}), OT_EINVAL);
     CHECK_ERR(OT_EINVAL, "2 entries, not 3");
     CHECK_INT(ot_loadz(be, tmp_path("d.npz"), 1, NULL, NULL), OT_ENULL);

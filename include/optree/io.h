@@ -65,7 +65,8 @@ int ot_savez_compressed_at(const char *path, int n, const char *const names[],
                            const ot_tensor *const tensors[], const char *file, int line);
 #define ot_savez_compressed(...) ot_savez_compressed_at(__VA_ARGS__, __FILE__, __LINE__)
 /* Loads n entries of an .npz (numpy.savez's or numpy.savez_compressed's:
- * stored and deflated entries, zip64 included): names[i] (without ".npy"),
+ * stored and deflated entries, zip64 included): names[i] (without ".npy",
+ * or with it as NumPy's NpzFile takes it: an entry of that very name first),
  * or with names NULL the first n entries in file order, into out[i] (new
  * tensors the caller frees). Returns the number of entries in the file (so
  * n = 0 asks for it), or a negative code with every out[i] NULL: OT_EINVAL

@@ -807,10 +807,15 @@ static ot_tensor *npz_load_entry(ot_backend *be, npz *z, zip_uint64_t i)
     return t;
 }
 
-/* The index of entry name + ".npy", or -1. */
+/* The index of entry name + ".npy", or -1. A name that ends in ".npy" is
+ * first looked up as it is, as NumPy's NpzFile does (np.load(f)["a.npy"]
+ * is array a; it looked for "a.npy.npy"). */
 static int64_t npz_find(npz *z, const char *name)
 {
     size_t n = strlen(name);
+    bool whole = n > 4 && strcmp(name + n - 4, ".npy") == 0;
+    zip_int64_t i = whole ? zip_name_locate(z->za, name, 0) : -1;
+    if (i >= 0) return i;
     char *full = ot__malloc(n + 5);
     if (!full) {
         ot__err_set(OT_ENOMEM, NULL, 0, z->r.fn, "cannot allocate a name");
@@ -818,9 +823,12 @@ static int64_t npz_find(npz *z, const char *name)
     }
     memcpy(full, name, n);
     memcpy(full + n, ".npy", 5);
-    zip_int64_t i = zip_name_locate(z->za, full, 0);
+    i = zip_name_locate(z->za, full, 0);
     free(full);
-    if (i < 0)
+    if (i < 0 && whole)
+        ot__err_set(OT_EINVAL, NULL, 0, z->r.fn, "'%s': no entry '%s' or '%s.npy'", z->r.path, name,
+                    name);
+    else if (i < 0)
         ot__err_set(OT_EINVAL, NULL, 0, z->r.fn, "'%s': no entry '%s.npy'", z->r.path, name);
     return i;
 }

@@ -567,6 +567,9 @@ TEST(custom_op_bad_registrations)
         {{.name = NULL, .arity = 1, .f32 = gelu_f32}, "NULL"},
         {{.name = "", .arity = 1, .f32 = gelu_f32}, "''"},
         {{.name = "has space", .arity = 1, .f32 = gelu_f32}, "has space"},
+        /* a leading digit: ot_pp would print "(9lives x)", which ot_parse
+         * reads as the number 9 */
+        {{.name = "9lives", .arity = 1, .f32 = gelu_f32}, "digit first"},
         {{.name = "a_name_much_longer_than_thirty_one", .arity = 1, .f32 = gelu_f32}, "characters"},
         {{.name = "tanh", .arity = 1, .f32 = gelu_f32}, "built-in"},
         {{.name = "custom1", .arity = 1, .f32 = gelu_f32}, "built-in"},

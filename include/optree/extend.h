@@ -59,7 +59,8 @@ typedef void (*ot_vfn)(void);   /* a vector function, cast to this type */
 typedef ot_node *(*ot_grad_fn)(ot_node *x, ot_node *y, ot_node *out, ot_node *g, int which,
                                void *user);
 typedef struct ot_op_def {
-    const char *name;               /* copied; [A-Za-z0-9_], < OT_OP_NAME_MAX,
+    const char *name;               /* copied; [A-Za-z_][A-Za-z0-9_]* (as ot_parse
+                                       reads a name), < OT_OP_NAME_MAX chars,
                                        no built-in's or registered op's name */
     int arity;                      /* 1 or 2 */
     float (*f32)(float x);          /* unary ops: at least one of these */

@@ -174,10 +174,13 @@ int ot__node_op(const ot_node *n)
     return n->custom ? OT_OP_REGISTERED + n->custom->index : n->op;
 }
 
+/* A C identifier, [A-Za-z_][A-Za-z0-9_]*: ot_pp prints a node by its op's
+ * name and ot_parse reads a function name as an identifier, so a name with
+ * a leading digit ("9lives") would print text that does not parse back. */
 static bool name_ok(const char *s)
 {
     size_t n = strlen(s);
-    if (n == 0 || n >= OT_OP_NAME_MAX) return false;
+    if (n == 0 || n >= OT_OP_NAME_MAX || (s[0] >= '0' && s[0] <= '9')) return false;
     for (size_t i = 0; i < n; i++)
         if (!(s[i] == '_' || (s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'z') ||
               (s[i] >= 'A' && s[i] <= 'Z')))
@@ -215,7 +218,8 @@ static bool functions_ok(const ot_op_def *d)
 static bool name_free(const char *name, int n)
 {
     if (!name || !name_ok(name))
-        return REG_FAIL("op name %s%s%s is not 1 to %d characters of [A-Za-z0-9_]",
+        return REG_FAIL("op name %s%s%s is not 1 to %d characters of [A-Za-z0-9_] (not a "
+                        "digit first)",
                         name ? "'" : "", name ? name : "NULL", name ? "'" : "",
                         OT_OP_NAME_MAX - 1),
                false;

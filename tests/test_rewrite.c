@@ -330,6 +330,53 @@ TEST(rewrite_custom_rule_set_fires)
     ot_backend_free(be);
 }
 
+/* README's rule, grown through select_input: the outer neg's operand is in
+ * a match already, so without the filter the outer neg alone was a match
+ * over --x (rewritten to x) and README's create turned ---x into x. */
+static bool readme_sel(const ot_node *n, void *u)
+{
+    (void)u;
+    return ot_node_op(n) == OT_OP_NEG && ot_node_op(ot_node_child(n, 0)) == OT_OP_NEG;
+}
+static bool readme_sel_in(const ot_node *n, const ot_node *in, void *u)
+{
+    (void)u;
+    return in == ot_node_child(n, 0);
+}
+static bool readme_pair(int nn, const ot_node *const nodes[], void *u)
+{
+    (void)nodes, (void)u;
+    return nn == 2;
+}
+static ot_node *readme_make(const ot_rewrite_match *m, void *u)
+{
+    (void)u;
+    return m->inputs[0];
+}
+
+TEST(rewrite_readme_negneg_on_odd_chains)
+{
+    static const ot_rewrite_rule rules[] = {{.name = "negneg", .select = readme_sel,
+                                             .select_input = readme_sel_in,
+                                             .filter = readme_pair, .create = readme_make}};
+    CHECK_INT(ot_rule_set_register(&(ot_rule_set){"test_readme_negneg", 1, rules}), 0);
+    ot_backend *be = backend("cpu", "test_readme_negneg");
+    ot_tensor *x = spread(be, OT_SHAPE(16), 5);
+    ot_pool *pool = ot_pool_push();
+    float want[16];
+    ot_get(x, want);
+    ot_node *t = ot_tensor_node(x);
+    for (int k = 1; k <= 5; k++) {
+        t = ot_neg(t);
+        float *got = values(t);
+        for (int i = 0; i < 16; i++) CHECK(got[i] == (k % 2 ? -want[i] : want[i]));
+        free(got);
+    }
+    ot_pool_pop(pool);
+    ot_tensor_free(x);
+    ot_backend_free(be);
+}
+
 /* A rule whose growth reaches two readers has two roots: dropped. */
 static bool any_output(const ot_node *n, const ot_node *out, void *user)
 {

@@ -2403,7 +2403,11 @@ TEST(cpu_unfused_deep_chain)
     ot_backend *be = CPU(best_isa(), .threads = 1, .fusion = OT_FUSION_OFF);
     if (!be) return;
     int wrong = 0;
-    double t1 = chain_seconds(be, 10000, &wrong), t4 = chain_seconds(be, 40000, &wrong);
+    double t1 = 1e30, t4 = 1e30;
+    for (int r = 0; r < 3; r++) {   /* the best of three: make check runs NumPy beside it */
+        t1 = fmin(t1, chain_seconds(be, 10000, &wrong));
+        t4 = fmin(t4, chain_seconds(be, 40000, &wrong));
+    }
     CHECK_INT(wrong, 0);
 #if defined(__SANITIZE_ADDRESS__)
     /* ASan's allocator (fresh zeroed mappings for large blocks) distorts the

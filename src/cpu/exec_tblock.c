@@ -22,9 +22,14 @@
                                16 ran 1.36x where 32 ran 1.06x on Zen 4) */
 #define TB_COLS_MIN 32      /* the narrower block of a strip's last columns, and of
                                rows of 32 to 63 columns */
-#define TB_ROWS 256         /* rows of a strip (at most the tile, whose gathered rows
-                               R_TCACHE holds): W9's source is read 1 KiB a row at a
-                               time, as the AVX-512 hand loop reads it */
+#define TB_ROWS 128         /* rows of a strip (at most the tile, whose gathered rows
+                               R_TCACHE holds): a block of 64 columns is then 32 KiB,
+                               the smallest L1 data cache of the x86 cores in use
+                               (Zen 2-4), so the code reads the block the gather just
+                               wrote from L1. W9 on Zen 4, the strips alternated in
+                               one process four times: 128 rows 1.00-1.07x the hand
+                               loop, 256 rows (a 64 KiB block) 1.02-1.18x, 64 rows
+                               1.23-1.30x (per-strip setup) */
 #define TB_UNIT 65536       /* elements per unit of work (a strip's run of columns) */
 
 /* The strips and column groups of a kernel's walk: unit u is column group

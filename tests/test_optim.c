@@ -637,6 +637,33 @@ TEST(optim_clipped_sgd_step)
     }
 }
 
+/* A huge f32 gradient clipped to norm 1 (grad_scale 5e-39) with a small lr:
+ * lr*grad_scale/momentum is below f32's smallest value, and the momentum
+ * form that folds it into one constant lost the update (v stayed 0). The
+ * step must give v = -lr*grad_scale*g = -5e-9, as the formula does. */
+TEST(optim_sgd_tiny_lr_times_grad_scale)
+{
+    for (int b = 0; b < 2; b++) {
+        ot_backend *be = backend(backends[b], 0);
+        ot_tensor *w = ot_full(be, OT_SHAPE(4), OT_F32, 1.0);
+        ot_tensor *v = ot_zeros(be, OT_SHAPE(4), OT_F32);
+        ot_tensor *g = ot_full(be, OT_SHAPE(4), OT_F32, 1e38);
+        ot_node *gn = ot_tensor_node(g);
+        double scale;
+        CHECK_INT(ot_clip_global_norm(1, &gn, 1.0, &scale, NULL), 0);
+        CHECK_NEAR(scale, 5e-39, 1e-6);
+        ot_sgd o = {.lr = 1e-8, .momentum = 0.9, .grad_scale = scale};
+        CHECK_INT(ot_sgd_step(&o, 1, &w, &gn, &v), 0);
+        float hv[4];
+        CHECK_INT(ot_get(v, hv), 0);
+        for (int i = 0; i < 4; i++) CHECK_NEAR(hv[i] * 1e9, -5, 1e-6);   /* relative */
+        ot_tensor_free(w);
+        ot_tensor_free(v);
+        ot_tensor_free(g);
+        ot_backend_free(be);
+    }
+}
+
 /* ---- errors ---------------------------------------------------------------- */
 
 typedef struct errfx {

@@ -17,6 +17,7 @@
  */
 #include "front.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -255,11 +256,24 @@ static ot_node *sgd_momentum(const ot_sgd *o, ot_tensor *w, ot_node *g, ot_tenso
     return o->weight_decay != 0 ? ot_sub(vnew, ot_mul(o->lr * o->weight_decay, w)) : vnew;
 }
 
+/* Whether sgd_momentum's k = -lr*grad_scale/momentum is a normal number
+ * of w's dtype, as its weak constant is rounded to it. A small lr times
+ * the small grad_scale of a clipped huge gradient (lr 1e-8, scale 5e-39)
+ * gave a k that rounded to 0 in f32: the update was lost (v = momentum*v),
+ * where lr*(grad_scale*g) is the ordinary number it should be. */
+static bool split_k_normal(const ot_sgd *o, ot_dtype dt)
+{
+    double gs = o->grad_scale == 0 ? 1 : o->grad_scale;
+    double k = fabs(o->lr * gs / o->momentum);
+    return dt == OT_F32 ? k >= FLT_MIN && k <= FLT_MAX : k >= DBL_MIN && k <= DBL_MAX;
+}
+
 /* One parameter: v = momentum*v - lr*d, w = w + v, d = grad_scale*g +
  * weight_decay*w. Without a velocity, w = w - lr*d. */
 static void sgd_param(const ot_sgd *o, ot_tensor *w, ot_node *g, ot_tensor *vel, step *s)
 {
-    if (vel && !o->lr_scale && o->momentum >= MOMENTUM_SPLIT) {
+    if (vel && !o->lr_scale && o->momentum >= MOMENTUM_SPLIT &&
+        split_k_normal(o, ot_tensor_dtype(w))) {
         ot_node *vnew = sgd_momentum(o, w, g, vel);
         step_put(s, w, ot_add(w, vnew));   /* the same vnew node: computed once */
         step_put(s, vel, vnew);

@@ -655,6 +655,11 @@ def indices(key, shape):
         i = key.index(Ellipsis)
         rest = sum(1 for k in key if k is not Ellipsis)
         key = key[:i] + (slice(None),) * (ndim - rest) + key[i + 1:]
+    if len(key) > ndim:
+        # NumPy's IndexError; the library's refusal is OT_EINVAL, a
+        # ValueError, which `except IndexError` (and iteration) misses
+        raise IndexError("optree: too many indices: tensor is %d-dimensional, but %d were "
+                         "indexed" % (ndim, len(key)))
     arr = (D.ot_index * max(len(key), 1))()
     for i, k in enumerate(key):
         x = arr[i]

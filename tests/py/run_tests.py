@@ -631,6 +631,19 @@ def two_ellipses_are_an_index_error():
 
 
 @case
+def too_many_indices_are_an_index_error():
+    """As NumPy's; x[0, 0, 0] of a 2-d x was the library's InvalidError (a
+    ValueError), which `except IndexError` missed."""
+    x = BE.array(np.arange(6, dtype=np.float32).reshape(2, 3))
+    for t in (x, x * 1):
+        for key in ((0, 0, 0), (slice(None),) * 3, (0, Ellipsis, 0, 0)):
+            e = raises(IndexError, t.__getitem__, key)
+            assert "too many indices" in str(e), str(e)
+    raises(IndexError, BE.array(np.float32(2)).__getitem__, 0)
+    assert x[1, ..., 2].get() == 5
+
+
+@case
 def a_numpy_bool_is_a_number_as_a_python_bool():
     """x + np.True_ was "True is not a tensor, a node or a number" (np.bool_
     is not a numbers.Number)."""

@@ -97,10 +97,12 @@ class OptreeError(Exception):
 
 # Spellings that read better than the rule's (OT_EINVAL -> InvalError).
 _NAMES = {"OT_EINVAL": "InvalidError", "OT_ENOMEM": "NoMemoryError", "OT_EOVERFLOW": "SizeOverflowError"}
-# The built-in exception each code is also, so `except ValueError` works.
+# The built-in exception each code is also, so `except ValueError` works
+# (OT_EEMPTY, max of zero elements, is NumPy's "zero-size array to
+# reduction operation maximum which has no identity", a ValueError).
 _BUILTIN = {"OT_EINVAL": ValueError, "OT_ESHAPE": ValueError, "OT_EDTYPE": TypeError,
             "OT_ENOMEM": MemoryError, "OT_EOVERFLOW": OverflowError, "OT_EIO": OSError,
-            "OT_ENULL": ValueError}
+            "OT_ENULL": ValueError, "OT_EEMPTY": ValueError}
 
 
 def _class_name(status):      # OT_ESHAPE -> ShapeError, OT_EUNSUPPORTED -> UnsupportedError

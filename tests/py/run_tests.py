@@ -644,6 +644,18 @@ def too_many_indices_are_an_index_error():
 
 
 @case
+def an_empty_reduction_is_a_value_error():
+    """max of zero elements: NumPy's ValueError ("zero-size array to
+    reduction operation maximum which has no identity"); EmptyError was an
+    OptreeError only, which `except ValueError` missed."""
+    x = BE.array(np.zeros((0, 3), np.float32))
+    for fn in (BE.max, BE.min, BE.argmax):
+        e = raises(ValueError, fn, x, axis=0)
+        assert isinstance(e, optree.EmptyError), type(e)
+    assert (BE.sum(x, axis=0).get() == 0).all()
+
+
+@case
 def a_numpy_bool_is_a_number_as_a_python_bool():
     """x + np.True_ was "True is not a tensor, a node or a number" (np.bool_
     is not a numbers.Number)."""

@@ -316,7 +316,10 @@ def _perm(perm, ndim):
         else perm
     if len(perm) != ndim:
         raise ValueError("optree: transpose: %d axes given for %d dims" % (len(perm), ndim))
-    return perm
+    # NumPy's negative axes (x.transpose(-1, 0, 1)); the library reads
+    # 0..ndim-1 only, and refused -1 as "not a permutation"
+    return tuple(a + ndim if isinstance(a, numbers.Integral) and -ndim <= a < 0 else a
+                 for a in perm)
 
 
 def _size(shape):

@@ -722,6 +722,22 @@ def transpose_checks_its_axes():
 
 
 @case
+def transpose_takes_negative_axes():
+    """As NumPy's: x.transpose(-1, 0, 1) was refused by the library as
+    "not a permutation" (it reads 0..ndim-1 only)."""
+    a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    x = BE.array(a)
+    for perm in ((-1, 0, 1), (2, -3, -2), (-1, -2, -3)):
+        want = a.transpose(perm)
+        assert (x.transpose(*perm).get() == want).all()
+        assert (x.transpose(perm).get() == want).all()
+        assert ((x * 1).transpose(*perm).get() == want).all()
+    for perm in ((-4, 0, 1), (-1, 2, 0)):     # out of range; -1 is 2 twice
+        raises(ValueError, x.transpose, *perm)
+        raises(ValueError, (x * 1).transpose, *perm)
+
+
+@case
 def filling_int32_checks_the_value():
     t = BE.zeros((3,), dtype=np.int32)
     raises(ValueError, t.__setitem__, slice(None), float("nan"))

@@ -150,6 +150,9 @@ ot_node *ot__pool_adopt_new(ot_node *n);
 /* mean(x, axis, keepdims) as var and std expand it (node.c): exact for
  * constant data on every backend; autodiff's var/std rules use it too. */
 ot_node *ot__mean_refined(ot_node *x, int axis, const char *file, int line);
+/* parse.c: whether ot_parse reads s as a name: an identifier, not inf or
+ * nan (with or without the f32 mark f), which read as numbers. */
+bool ot__parse_spells_name(const char *s);
 /* A zeroed node, kind/op/tag set to "none" values, owned by this thread
  * with its creator's one reference in the owner count (so it goes to a
  * pool by ot__pool_adopt_new, never ot__pool_adopt). */

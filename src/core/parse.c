@@ -928,6 +928,13 @@ static int by_name(const void *a, const void *b)
     return strcmp(**(const char *const *const *)a, **(const char *const *const *)b);
 }
 
+bool ot__parse_spells_name(const char *s)
+{
+    size_t len = strlen(s);
+    return len && ident_len(s) == len && strcmp(s, "inf") && strcmp(s, "nan") &&
+           strcmp(s, "inff") && strcmp(s, "nanf");
+}
+
 /* The operands' names: identifiers the expression can spell (not inf or
  * nan, with or without the f32 mark f, which read as numbers), or views'
  * names (view_spelling), at most OT_NAME_MAX bytes, each once (a repeated
@@ -937,8 +944,7 @@ static int check_names(int n, const char *const names[])
     for (int i = 0; i < n; i++) {
         const char *s = names[i];
         size_t len = strlen(s);
-        bool ok = len <= OT_NAME_MAX && (view_spelling(s) || (len && ident_len(s) == len &&
-                  strcmp(s, "inf") && strcmp(s, "nan") && strcmp(s, "inff") && strcmp(s, "nanf")));
+        bool ok = len <= OT_NAME_MAX && (view_spelling(s) || ot__parse_spells_name(s));
         if (!ok)
             return ot__err_set(OT_EINVAL, NULL, 0, "parse", "names[%d] \"%.64s%s\" is not a name an "
                                "expression can spell (an identifier of at most %d bytes, not inf "

@@ -38,13 +38,16 @@ static int check_window(const site *st, ot_window *w, int nsp)
     bool avg = is_avg(st->op), sz = true, dz = true;
     for (int d = 0; d < 3; d++) sz &= !w->stride[d], dz &= !w->dilation[d];
     for (int d = 0; d < 3; d++) {
-        int32_t *e[5] = {&w->ksize[d], &w->stride[d], &w->dilation[d], &w->pad_lo[d], &w->pad_hi[d]};
-        static const char *const what[5] = {"kernel", "stride", "dilation", "pad_lo", "pad_hi"};
-        for (int i = 0; i < 5 && d >= nsp; i++)   /* ot_build_at's or ot_parse's, else dropped */
-            if (*e[i])
-                return FAIL(st, OT_EINVAL, "%s %d for spatial dim %d: the operand has %d spatial "
-                            "dim%s", what[i], (int)*e[i], d, nsp, nsp == 1 ? "" : "s");
-        if (d >= nsp) continue;
+        if (d >= nsp) {   /* ot_build_at's or ot_parse's, which would be dropped */
+            const int32_t e[5] = {w->ksize[d], w->stride[d], w->dilation[d], w->pad_lo[d],
+                                  w->pad_hi[d]};
+            static const char *const what[5] = {"kernel", "stride", "dilation", "pad_lo", "pad_hi"};
+            for (int i = 0; i < 5; i++)
+                if (e[i])
+                    return FAIL(st, OT_EINVAL, "%s %d for spatial dim %d: the operand has %d "
+                                "spatial dim%s", what[i], (int)e[i], d, nsp, nsp == 1 ? "" : "s");
+            continue;
+        }
         if (avg && w->dilation[d] > 1)
             return FAIL(st, OT_EINVAL, "dilation %d in spatial dim %d: average pooling takes no "
                         "dilation", (int)w->dilation[d], d);

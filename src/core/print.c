@@ -19,7 +19,6 @@
 #include "internal.h"
 #include "ops.h"
 
-#include <ctype.h>
 #include <float.h>
 #include <inttypes.h>
 
@@ -277,12 +276,7 @@ static void print_pp_label(FILE *f, const ot_node *n)
 {
     const char *name = n->kind != OT_NODE_LEAF ? ot_node_name(n) : NULL;
     if (!name) return;
-    bool ident = isalpha((unsigned char)name[0]) || name[0] == '_';
-    for (const char *c = name; ident && *c; c++)
-        ident = isalnum((unsigned char)*c) || *c == '_';
-    ident = ident && strcmp(name, "inf") && strcmp(name, "nan") && strcmp(name, "inff") &&
-            strcmp(name, "nanf");
-    if (ident) fputs(name, f);
+    if (ot__parse_spells_name(name)) fputs(name, f);
     else print_py_str(f, name);
     fputc(':', f);
 }

@@ -385,3 +385,158 @@ TEST(conv_prints_parses_and_explains)
     ot_tensor_free(dw);
     ot_backend_free(be);
 }
+
+/* ---- depthwise at stride 1 through padded planes (exec_conv.c) ----------- */
+
+typedef struct dw_case {
+    int64_t n, c, h, w, kh, kw;
+    ot_conv_opts o;
+    bool inf_weight;   /* channel 1's weights hold an inf: its rows skip the padding */
+} dw_case;
+
+/* The sums the direct path promises, per output in tap order from +0, the
+ * padding's taps left out, in the dtype's arithmetic: x and w row-major
+ * doubles holding values of that dtype. */
+static double dw_expect(const dw_case *d, const double *x, const double *w, int64_t oh,
+                        int64_t ow, int64_t n, int64_t c, bool f32)
+{
+    float sf = 0;
+    double sd = 0;
+    for (int64_t a = 0; a < d->kh; a++)
+        for (int64_t b = 0; b < d->kw; b++) {
+            int64_t i = oh + a * (d->o.dilation[0] ? d->o.dilation[0] : 1) - d->o.pad_lo[0];
+            int64_t j = ow + b * (d->o.dilation[1] ? d->o.dilation[1] : 1) - d->o.pad_lo[1];
+            if (i < 0 || i >= d->h || j < 0 || j >= d->w) continue;
+            double xv = x[((n * d->c + c) * d->h + i) * d->w + j], wv = w[(c * d->kh + a) * d->kw + b];
+            if (f32) sf += (float)wv * (float)xv;
+            else sd += wv * xv;
+        }
+    return f32 ? sf : sd;
+}
+
+/* t's elements from doubles holding values of its dtype. */
+static void set_values(ot_tensor *t, const double *v)
+{
+    int64_t n = ot_tensor_numel(t);
+    if (ot_tensor_dtype(t) == OT_F64) {
+        CHECK_INT(ot_set(t, v), 0);
+        return;
+    }
+    float *f = malloc(sizeof *f * (size_t)n);
+    for (int64_t i = 0; i < n; i++) f[i] = (float)v[i];
+    CHECK_INT(ot_set(t, f), 0);
+    free(f);
+}
+
+static bool same_value(double a, double b)
+{
+    return (a != a && b != b) || memcmp(&a, &b, sizeof a) == 0;
+}
+
+/* Planes copied into a zero border, every tap one pass over all rows:
+ * the sums (so the bits) of the rows they replace, on narrow and wide
+ * planes, asymmetric pads, dilation, a kernel of one row, NaN, inf and -0
+ * inputs, -0 weights; a channel with an inf weight and a kernel of more
+ * than 64 taps keep the rows (w * 0 there would be NaN, or the offsets
+ * too many). */
+TEST(conv_depthwise_padded_planes_keep_the_sums)
+{
+    static const dw_case cases[] = {
+        {2, 3, 5, 7, 3, 3, {.pad_lo = {1, 1}, .pad_hi = {1, 1}}, false},
+        {1, 2, 28, 28, 3, 3, {.pad_lo = {1, 1}, .pad_hi = {1, 1}}, true},
+        {1, 2, 9, 70, 5, 5, {.pad_lo = {2, 1}, .pad_hi = {0, 3}, .dilation = {1, 2}}, false},
+        {2, 2, 6, 6, 1, 7, {.pad_lo = {0, 3}, .pad_hi = {0, 3}}, false},
+        {1, 1, 4, 5, 9, 8, {.pad_lo = {4, 4}, .pad_hi = {4, 3}}, false},
+        {1, 2, 1, 1, 3, 3, {.pad_lo = {1, 1}, .pad_hi = {1, 1}}, false},
+        {1, 2, 7, 9, 3, 3, {.dilation = {2, 3}, .pad_lo = {2, 3}, .pad_hi = {2, 3}}, false},
+    };
+    ot_backend *be = test__backend("cpu", OT_FUSION_ON);
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+        for (int f = 0; f < 2; f++) {
+            const dw_case *d = &cases[k];
+            bool f32 = f == 0;
+            ot_dtype dt = f32 ? OT_F32 : OT_F64;
+            ot_pool *p = ot_pool_push();
+            ot_shape xs = OT_SHAPE(d->n, d->c, d->h, d->w), ws = OT_SHAPE(d->c, 1, d->kh, d->kw);
+            ot_tensor *x = test__uniform(be, xs, dt, 5 + (uint32_t)k, -2, 2);
+            ot_tensor *w = test__uniform(be, ws, dt, 9 + (uint32_t)k, -1, 1);
+            int64_t nx = ot_tensor_numel(x);
+            double *xv = values(x), *wv = values(w);
+            xv[0] = NAN, xv[nx / 2] = INFINITY, xv[nx - 1] = -0.0, wv[0] = -0.0;
+            if (d->inf_weight) wv[d->kh * d->kw + 1] = INFINITY;
+            set_values(x, xv);
+            set_values(w, wv);
+            ot_conv_opts o = d->o;
+            o.groups = d->c;
+            ot_node *y = ot_conv_at(ot_tensor_node(x), ot_tensor_node(w), &o, __FILE__, __LINE__);
+            CHECK(y != NULL);
+            ot_tensor *yt = y ? ot_eval(y) : NULL;
+            double *yv = yt ? values(yt) : NULL;
+            ot_tensor_free(yt);
+            ot_shape ys = y ? ot_node_shape(y) : xs;
+            for (int64_t e = 0; yv && e < numel(ys); e++) {
+                int64_t ow = e % ys.dims[3], oh = e / ys.dims[3] % ys.dims[2];
+                int64_t c = e / (ys.dims[3] * ys.dims[2]) % d->c, n = e / (ys.dims[3] * ys.dims[2] * d->c);
+                double want = dw_expect(d, xv, wv, oh, ow, n, c, f32);
+                if (!same_value(yv[e], want)) {
+                    test__fail(__FILE__, __LINE__, "case %zu %s [%lld]: %.17g, the rows' sum %.17g",
+                               k, f32 ? "f32" : "f64", (long long)e, yv[e], want);
+                    break;
+                }
+            }
+            free(xv);
+            free(wv);
+            free(yv);
+            ot_pool_pop(p);
+            ot_tensor_free(x);
+            ot_tensor_free(w);
+        }
+    ot_backend_free(be);
+}
+
+/* A conv written to an output is one kernel: the copy of its result into
+ * the output, left copying the output onto itself once the conv wrote
+ * there, is gone, as is its segment; a plain gradient's too (autodiff's
+ * cast to the dtype it has). */
+TEST(conv_result_copied_onto_itself_is_no_kernel)
+{
+    ot_backend *be = test__backend("cpu", OT_FUSION_ON);
+    ot_tensor *x = test__ints(be, OT_SHAPE(2, 4, 6, 6), OT_F32, 1, 7, 3, 0.5);
+    ot_tensor *w = test__ints(be, OT_SHAPE(4, 1, 3, 3), OT_F32, 2, 5, 2, 0.25);
+    ot_tensor *w2 = test__ints(be, OT_SHAPE(4, 4, 3, 3), OT_F32, 3, 5, 2, 0.25);
+    ot_tensor *gy = test__ints(be, OT_SHAPE(2, 4, 6, 6), OT_F32, 4, 9, 4, 0.5);
+    ot_tensor *y = ot_empty(be, OT_SHAPE(2, 4, 6, 6), OT_F32), *dx = ot_empty(be, OT_SHAPE(2, 4, 6, 6), OT_F32);
+    ot_tensor *ref = ot_empty(be, OT_SHAPE(2, 4, 6, 6), OT_F32);
+    ot_pool *p = ot_pool_push();
+    ot_node *trees[2] = {ot_conv(x, w, .groups = 4, .pad = 1), NULL};
+    ot_autodiff *ad = ot_autodiff_new(ot_conv(x, w2, .pad = 1), ot_tensor_node(gy));
+    CHECK(ad != NULL);
+    trees[1] = ad ? ot_autodiff_grad(ad, x) : NULL;
+    ot_tensor *outs[2] = {y, dx};
+    for (int i = 0; i < 2; i++) {
+        char *text = NULL;
+        size_t len = 0;
+        FILE *m = open_memstream(&text, &len);
+        CHECK_INT(ot_explain_many(1, &outs[i], &trees[i], m), 0);
+        fclose(m);
+        CHECK(text && strstr(text, "plan: 1 kernel,") && !strstr(text, "-> out0 (direct)"));
+        if (text && !strstr(text, "plan: 1 kernel,")) printf("%s", text);
+        free(text);
+        /* the values: the tree plus zero, whose add keeps its kernel */
+        CHECK_INT(ot_assign(outs[i], trees[i]), 0);
+        CHECK_INT(ot_assign(ref, ot_add(trees[i], 0.0f)), 0);
+        double *a = values(outs[i]), *b = values(ref);
+        for (int64_t e = 0; e < ot_tensor_numel(ref); e++)
+            if (!same_value(a[e], b[e])) {
+                test__fail(__FILE__, __LINE__, "tree %d [%lld]: %.9g against %.9g", i, (long long)e, a[e], b[e]);
+                break;
+            }
+        free(a);
+        free(b);
+    }
+    ot_autodiff_free(ad);
+    ot_pool_pop(p);
+    ot_tensor *all[] = {x, w, w2, gy, y, dx, ref};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) ot_tensor_free(all[i]);
+    ot_backend_free(be);
+}

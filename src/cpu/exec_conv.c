@@ -34,6 +34,7 @@
 #include "blas.h"
 #include "cpu.h"
 #include "exec.h"
+#include "wide.h"
 
 #define COL_BYTES ((size_t)1 << 20)   /* an im2col tile: in L2 */
 
@@ -117,6 +118,10 @@ static int64_t tile_cols(const ot__conv_geom *g, int64_t es)
     return cols < 1 ? 1 : cols > p ? p : cols;
 }
 
+static bool direct_ok(const ot_kernel *k);
+static bool padded_fits(const ot__conv_geom *g);
+static int64_t padded_elems(const ot__conv_geom *g);
+
 bool ot__conv_scratch(const ot_kernel *k, size_t *bytes)
 {
     const ot__conv_geom *g = &k->conv;
@@ -132,7 +137,8 @@ bool ot__conv_scratch(const ot_kernel *k, size_t *bytes)
             !ot__add_size(&sum, sum, part + 128))
             return false;
     }
-    if (pointwise(g)) part = 0;   /* no column tile */
+    if (direct_ok(k)) part = padded_fits(g) ? (size_t)padded_elems(g) * (size_t)es : 0;
+    else if (pointwise(g)) part = 0;   /* no column tile */
     else if (!ot__mul_size(&part, (size_t)(g->xc * ksize(g)), (size_t)(tile_cols(g, es) * es)))
         return false;
     /* Winograd's result can send a call to im2col (wino_done): room for both. */
@@ -388,15 +394,125 @@ DEPTHWISE_2D(float, depthwise2d_f32)
 DEPTHWISE_2D(double, depthwise2d_f64)
 #undef DEPTHWISE_2D
 
-/* Channel by channel (batch and group nc), each handed to the epilogue
- * when written. */
-static void direct(const tens *t, const ot__conv_geom *g, const ot__conv_epi *epi)
+/* A planar depthwise conv at stride 1 on narrow planes: the rows above
+ * are too short for their loops (28 columns: 1.6 vectors a call, two
+ * calls a PyTorch run's time). The plane is copied once into a buffer
+ * with a zero border, rows wp = OW + (kw - 1) dil wide, so that output
+ * row oh's window row starts wp (kh - 1) dil behind and every tap is one
+ * axpy over all OH rows at once (columns OW .. wp - 1 of each output row
+ * are never copied out). The padding's terms w * 0 are then added where
+ * the rows above skip them: the same sums, since a sum that starts at +0
+ * is never -0 and adding +-0 changes no other value, when w is finite
+ * (padded_fits checks). */
+#define PADDED_COLS 4096  /* output columns: the buffer's rows stay short */
+#define PADDED_TAPS 64    /* kernel taps (kh kw): their offsets are on the stack */
+static bool padded_fits(const ot__conv_geom *g)
 {
-    bool f32 = t->dt == OT_F32;
+    return planar(g) && g->stride[0] == 1 && g->stride[1] == 1 && g->sp[1] < PADDED_COLS &&
+           g->k[0] * g->k[1] <= PADDED_TAPS && g->dil[0] < PADDED_COLS && g->dil[1] < PADDED_COLS;
+}
+
+/* The buffer's elements: the padded plane, a tail its last taps read past
+ * it, the output rows. */
+static int64_t padded_elems(const ot__conv_geom *g)
+{
+    int64_t wp = g->sp[1] + (g->k[1] - 1) * g->dil[1], hp = g->sp[0] + (g->k[0] - 1) * g->dil[0];
+    return hp * wp + (g->k[1] - 1) * g->dil[1] + g->sp[0] * wp;
+}
+
+/* o[j] = the sum over taps q < nq, in order from +0, of w[q] * x[off[q] + j]
+ * for j < n: blocks of four runs of TAP_LANES outputs summed in registers
+ * over all taps, then stored, then runs one at a time (an axpy per tap loaded and stored o nine
+ * times); four, so that four sums' additions overlap (each run's lanes
+ * are one vector register, which a single array of four runs was not). */
+#define TAP_LANES 16
+#define TAP_RUN(T, acc, j)                                                                   \
+    for (int l = 0; l < TAP_LANES; l++) acc[l] += wq * xq[(j) + l]
+#define TAPS(T)                                                                              \
+    WIDE VECTORISE static void taps_##T(T *restrict o, const T *restrict x, const int64_t *off, \
+                                        const T *w, int nq, int64_t n)                       \
+    {                                                                                        \
+        int64_t j = 0;                                                                       \
+        for (; j + 4 * TAP_LANES <= n; j += 4 * TAP_LANES) {                                 \
+            T a0[TAP_LANES] = {0}, a1[TAP_LANES] = {0}, a2[TAP_LANES] = {0}, a3[TAP_LANES] = {0}; \
+            for (int q = 0; q < nq; q++) {                                                   \
+                const T wq = w[q], *xq = x + off[q] + j;                                     \
+                TAP_RUN(T, a0, 0);                                                           \
+                TAP_RUN(T, a1, TAP_LANES);                                                   \
+                TAP_RUN(T, a2, 2 * TAP_LANES);                                               \
+                TAP_RUN(T, a3, 3 * TAP_LANES);                                               \
+            }                                                                                \
+            memcpy(o + j, a0, sizeof a0);                                                    \
+            memcpy(o + j + TAP_LANES, a1, sizeof a1);                                        \
+            memcpy(o + j + 2 * TAP_LANES, a2, sizeof a2);                                    \
+            memcpy(o + j + 3 * TAP_LANES, a3, sizeof a3);                                    \
+        }                                                                                    \
+        for (; j + TAP_LANES <= n; j += TAP_LANES) {                                         \
+            T a0[TAP_LANES] = {0};                                                           \
+            for (int q = 0; q < nq; q++) {                                                   \
+                const T wq = w[q], *xq = x + off[q] + j;                                     \
+                TAP_RUN(T, a0, 0);                                                           \
+            }                                                                                \
+            memcpy(o + j, a0, sizeof a0);                                                    \
+        }                                                                                    \
+        for (; j < n; j++) {                                                                 \
+            T acc = 0;                                                                       \
+            for (int q = 0; q < nq; q++) acc += w[q] * x[off[q] + j];                        \
+            o[j] = acc;                                                                      \
+        }                                                                                    \
+    }
+TAPS(float)
+TAPS(double)
+#undef TAPS
+#undef TAP_RUN
+
+#define DEPTHWISE_PADDED(T, name)                                                            \
+    static bool name(const ot__conv_geom *g, const T *x, const T *w, T *s, int64_t nc, T *buf) \
+    {                                                                                        \
+        int64_t kh = g->k[0], kw = g->k[1], OH = g->sp[0], OW = g->sp[1], H = g->xp[0];      \
+        int64_t W = g->xp[1], d0 = g->dil[0], d1 = g->dil[1], wp = OW + (kw - 1) * d1;       \
+        int64_t hp = OH + (kh - 1) * d0, lo = g->lo[1];                                      \
+        const T *xc = x + nc * H * W, *wc = w + (nc % g->groups) * kh * kw;                  \
+        for (int64_t q = 0; q < kh * kw; q++)                                                \
+            if (!isfinite(wc[q])) return false;                                              \
+        int64_t c0 = clamp(lo, wp), c1 = clamp(lo + W, wp);   /* the input's columns */      \
+        T *xb = buf, *ob = buf + hp * wp + (kw - 1) * d1;                                    \
+        for (int64_t r = 0; r < hp; r++) {                                                   \
+            int64_t ih = r - g->lo[0];                                                       \
+            T *row = xb + r * wp;                                                            \
+            if (ih < 0 || ih >= H || c1 <= c0) {                                             \
+                memset(row, 0, sizeof(T) * (size_t)wp);                                      \
+                continue;                                                                    \
+            }                                                                                \
+            memset(row, 0, sizeof(T) * (size_t)c0);                                          \
+            memcpy(row + c0, xc + ih * W + c0 - lo, sizeof(T) * (size_t)(c1 - c0));          \
+            memset(row + c1, 0, sizeof(T) * (size_t)(wp - c1));                              \
+        }                                                                                    \
+        memset(xb + hp * wp, 0, sizeof(T) * (size_t)((kw - 1) * d1));                        \
+        int64_t off[PADDED_TAPS];                                                \
+        for (int64_t q = 0; q < kh * kw; q++) off[q] = q / kw * d0 * wp + q % kw * d1;       \
+        taps_##T(ob, xb, off, wc, (int)(kh * kw), OH * wp);                                  \
+        T *so = s + nc * OH * OW;                                                            \
+        for (int64_t oh = 0; oh < OH; oh++)                                                  \
+            memcpy(so + oh * OW, ob + oh * wp, sizeof(T) * (size_t)OW);                      \
+        return true;                                                                         \
+    }
+DEPTHWISE_PADDED(float, padded_f32)
+DEPTHWISE_PADDED(double, padded_f64)
+#undef DEPTHWISE_PADDED
+
+/* Channel by channel (batch and group nc), each handed to the epilogue
+ * when written; buf: padded_elems elements when padded_fits. */
+static void direct(const tens *t, const ot__conv_geom *g, const ot__conv_epi *epi, char *buf)
+{
+    bool f32 = t->dt == OT_F32, padded = padded_fits(g);
     float *xf = (float *)t->p[0], *sf = (float *)t->p[1], *wf = (float *)t->p[2];
     double *xd = (double *)t->p[0], *sd = (double *)t->p[1], *wd = (double *)t->p[2];
     for (int64_t nc = 0; nc < g->n * g->groups; nc++) {
-        if (planar(g) && f32) depthwise2d_f32(g, xf, wf, sf, nc);
+        bool done = padded && (f32 ? padded_f32(g, xf, wf, sf, nc, (float *)buf)
+                                   : padded_f64(g, xd, wd, sd, nc, (double *)buf));
+        if (done) {   /* else a weight is inf or NaN: the padding's terms stay out */
+        } else if (planar(g) && f32) depthwise2d_f32(g, xf, wf, sf, nc);
         else if (planar(g)) depthwise2d_f64(g, xd, wd, sd, nc);
         else if (f32) direct_f32(g, xf, wf, sf, nc);
         else direct_f64(g, xd, wd, sd, nc);
@@ -464,7 +580,7 @@ void ot__run_conv_epi(const ot_kernel *k, char *const base[2], char *dst, char *
     int64_t out_n = numel_of(g, r[2]);
     const ot__conv_epi *blocks = packed[2] ? NULL : epi;   /* else whole, once copied out */
     if (direct_ok(k) && out_n) {
-        direct(&t, g, blocks);
+        direct(&t, g, blocks, scratch);
         blocks = NULL;
     } else if (out_n && ot__wino_ok(k) && wino_done(k, g, &t, scratch)) {
         /* Winograd's tiles span images, so its epilogue runs after it, on

@@ -29,6 +29,7 @@
  */
 #include "blas.h"
 #include "cpu.h"
+#include "wide.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -193,21 +194,6 @@ const char *ot__wino_name(const ot_kernel *k)
  * and the baseline, picked at load time (WIDE), so that a row of LANES
  * lanes is one or two vector registers. */
 #define INLINE static inline __attribute__((always_inline))
-/* An ifunc's resolver runs while the loader relocates, before
- * ThreadSanitizer's runtime exists, and its instrumented entry crashes
- * there: the TSan build takes the baseline only. */
-#if defined(__SANITIZE_THREAD__)
-#define OT_NO_CLONES
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define OT_NO_CLONES
-#endif
-#endif
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(OT_NO_CLONES)
-#define WIDE __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define WIDE
-#endif
 
 /* o[i] = sum_k mt[i][k] v[k] for i < r, k < c, each a row of LANES floats;
  * v's rows sv floats apart, o's so; zero coefficients skipped. */

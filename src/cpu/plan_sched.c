@@ -916,6 +916,56 @@ static bool stays_local(const compiler *c, const int64_t *step, const ot_kernel 
     return step && step[t] > 0 && ot__sched_streams(k, cpu->stream_bytes);
 }
 
+/* Whether k copies a view onto itself, element for element in its dtype:
+ * what retarget_temp leaves of a kernel that copied a temporary into the
+ * output the temporary went to (a conv's result: the conv wrote the
+ * output, then a pass, or an epilogue per block, read and wrote it). */
+static bool copies_onto_itself(const ot_kernel *k)
+{
+    if (k->kind != OT_KER_EW || k->nxstore || k->nload != 1 || k->ninsn < 1) return false;
+    const ot_insn *in = &k->insns[0];
+    const ot_view *a = &k->loads[0], *b = &k->store;
+    if (in->code != OT_I_LOAD || in->arg != 0 || in->kd != ot__kd((ot_dtype)a->dtype)) return false;
+    for (int i = 1; i < k->ninsn; i++) {   /* casts to the dtype it has (autodiff's) */
+        const ot_insn *c = &k->insns[i];
+        if (c->code != OT_I_CAST || c->kd != in->kd || c->kd_from != in->kd ||
+            c->a != k->insns[i - 1].dst)
+            return false;
+    }
+    return k->result == k->insns[k->ninsn - 1].dst && a->space == b->space &&
+           a->index == b->index && a->dtype == b->dtype && same_strides(a, b, k->ndim);
+}
+
+static int segment_of(const ot_plan *p, int k)   /* or -1 */
+{
+    for (int s = 0; s < p->nseg; s++)
+        if (k >= p->segs[s].first && k < p->segs[s].first + p->segs[s].count) return s;
+    return -1;
+}
+
+/* Removes kernel k, which copies a view onto itself, and the segment it
+ * was the epilogue of (a segment runs a dot or a convolution with its
+ * epilogue; alone, that kernel runs as any other). One in a segment of
+ * three (a dot, its epilogue and a sum of it) stays. */
+static void drop_copy(ot_plan *p, int k)
+{
+    int s = segment_of(p, k);
+    if (s >= 0 && p->segs[s].count != 2) return;
+    if (s >= 0) {
+        memmove(&p->segs[s], &p->segs[s + 1], sizeof *p->segs * (size_t)(p->nseg - s - 1));
+        p->nseg--;
+    }
+    ot_kernel *kk = &p->kernels[k];
+    free(kk->loads);
+    free(kk->load_shapes);
+    free(kk->insns);
+    free(kk->desc);
+    memmove(kk, kk + 1, sizeof *kk * (size_t)(p->nkernels - k - 1));
+    p->nkernels--;
+    for (int t = 0; t < p->nseg; t++)
+        if (p->segs[t].first > k) p->segs[t].first--;
+}
+
 void ot__sched_temps_into_outputs(compiler *c)
 {
     ot_plan *p = c->plan;
@@ -945,4 +995,6 @@ void ot__sched_temps_into_outputs(compiler *c)
     }
     free(step);
     kindex_free(&ix);
+    for (int k = p->nkernels - 1; k >= 0; k--)
+        if (copies_onto_itself(&p->kernels[k])) drop_copy(p, k);
 }

@@ -420,6 +420,47 @@ TEST(program_symbolic_batch)
     }
 }
 
+/* A program bound to ever new sizes keeps OT_PROG_SPECS_KEPT (16) of
+ * them, forgetting the one run least recently: a size forgotten is
+ * specialised again and gives the same bits, one still kept compiles
+ * nothing. */
+TEST(program_keeps_sixteen_specialisations)
+{
+    ot_backend *be = backend("cpu");
+    ot_program *p = ot_program_new(be);
+    int bs = ot_program_symbol(p, "batch", 1);
+    ot_tensor *x = ot_program_placeholder(p, "x", OT_SHAPE(OT_SYM(bs)), OT_F32);
+    ot_tensor *s = ot_empty(be, OT_SHAPE(), OT_F32), *first = ot_empty(be, OT_SHAPE(), OT_F32);
+    ot_pool *pool = ot_pool_push();
+    CHECK_INT(ot_program_assign(p, s, ot_sum(ot_tanh(x))), 0);
+    ot_pool_pop(pool);
+    CHECK_INT(ot_program_compile(p), 0);
+    float h[40];
+    fill(h, 40, 3);
+    ot_program_stats st;
+    ot_stats before, after;
+    for (int n = 1; n <= 40; n++) {
+        CHECK_INT(ot_program_run(p, 1, &OT_BIND_DATA_SHAPE("x", h, OT_SHAPE(n), sizeof h)), 0);
+        if (n == 3) CHECK_INT(ot_assign(first, ot_tensor_node(s)), 0);
+        if (n == 10) {   /* 3 is kept: run again, nothing compiled */
+            CHECK_INT(ot_stats_get(be, &before), 0);
+            CHECK_INT(ot_program_run(p, 1, &OT_BIND_DATA_SHAPE("x", h, OT_SHAPE(3), sizeof h)), 0);
+            CHECK_INT(ot_stats_get(be, &after), 0);
+            CHECK(after.compiles == before.compiles);
+            CHECK(same_bits(s, first));
+        }
+        CHECK_INT(ot_program_stats_get(p, &st), 0);
+        CHECK_INT(st.specializations, n < 16 ? n : 16);
+    }
+    CHECK_INT(ot_program_run(p, 1, &OT_BIND_DATA_SHAPE("x", h, OT_SHAPE(3), sizeof h)), 0);
+    CHECK(same_bits(s, first));   /* forgotten (37 sizes since), specialised again */
+    CHECK(ot_program_stats_get(p, &st) == 0 && st.specializations == 16);
+    ot_program_free(p);
+    ot_tensor *all[] = {s, first};
+    for (int i = 0; i < 2; i++) ot_tensor_free(all[i]);
+    ot_backend_free(be);
+}
+
 /* What cannot be re-specialised says so, and writes nothing. */
 TEST(program_symbolic_limits)
 {

@@ -210,7 +210,8 @@ typedef struct ot_bind {
  * or not contiguous, and memory that overlaps a step's output. A symbol
  * bound to a size the program was not compiled at re-specialises it: every
  * step's trees are rebuilt over placeholders of the new shape and planned
- * again (kept, so a size seen before costs nothing). That fails, naming the
+ * again (kept: a size among the 16 run most recently costs nothing again;
+ * past 16 sizes the one run least recently is freed). That fails, naming the
  * step, where a tree fixes the symbol's size some other way: a view
  * (slice, reshape) of a symbolic placeholder, an output or another tensor
  * whose shape has the old size. */
@@ -230,7 +231,7 @@ int ot_program_run_tensors_at(ot_program *p, int n, ot_tensor *const tensors[], 
 typedef struct ot_program_stats {
     int steps;                    /* steps per run */
     int kernels;                  /* kernels per run, every step's */
-    int specializations;          /* compiled symbol sizes kept */
+    int specializations;          /* compiled symbol sizes kept (at most 16) */
     size_t arena_bytes;           /* the one arena (temporaries and scratch) */
     size_t separate_bytes;        /* the steps' arenas added up: what running
                                      each step as its own assignment keeps */

@@ -62,7 +62,13 @@ typedef struct spec {
     char *arena;
     size_t arena_bytes, separate_bytes;
     int kernels;
+    uint64_t used;                /* the run that last ran it (specialise) */
 } spec;
+
+/* Specialisations a program keeps: past that, a new one frees the one run
+ * least recently (a caller binding ever new sizes would otherwise keep
+ * every size's temporaries, arena and plans). */
+#define OT_PROG_SPECS_KEPT 16
 
 /* A binding of the last run: the tensor, by address and serial (a tensor
  * freed and another made at its address has another serial), and the

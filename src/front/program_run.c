@@ -525,17 +525,36 @@ static bool same_bindings(const ot_program *p, int n, const ot_bind b[])
     return true;
 }
 
-/* The specialisation at p->symrun: the current one, one kept, or a new one. */
+/* Frees the specialisation run least recently, other than the current
+ * one, when more than OT_PROG_SPECS_KEPT are kept. */
+static void forget_oldest(ot_program *p)
+{
+    if (p->nspec <= OT_PROG_SPECS_KEPT) return;
+    int old = -1;
+    for (int i = 0; i < p->nspec; i++)
+        if (p->specs[i] != p->cur && (old < 0 || p->specs[i]->used < p->specs[old]->used)) old = i;
+    ot__prog_spec_free(p, p->specs[old]);
+    p->specs[old] = p->specs[--p->nspec];
+}
+
+/* The specialisation at p->symrun: the current one, one kept, or a new one
+ * (the oldest then forgotten past OT_PROG_SPECS_KEPT). */
 static int specialise(ot_program *p)
 {
     size_t bytes = sizeof *p->symrun * (size_t)p->nsym;
-    if (!p->nsym || memcmp(p->cur->sym, p->symrun, bytes) == 0) return 0;
-    for (int i = 0; i < p->nspec; i++)
-        if (memcmp(p->specs[i]->sym, p->symrun, bytes) == 0) {
-            p->cur = p->specs[i];
-            return 0;
-        }
-    return spec_new(p, p->symrun, &p->cur);
+    int rc = 0;
+    if (!p->nsym || memcmp(p->cur->sym, p->symrun, bytes) == 0) {
+        p->cur->used = p->runs;
+        return 0;
+    }
+    int i = 0;
+    while (i < p->nspec && memcmp(p->specs[i]->sym, p->symrun, bytes) != 0) i++;
+    if (i < p->nspec) p->cur = p->specs[i];
+    else rc = spec_new(p, p->symrun, &p->cur);
+    if (rc) return rc;
+    p->cur->used = p->runs;
+    forget_oldest(p);
+    return 0;
 }
 
 /* A run's checks: those of the last run's bindings again, or all of them

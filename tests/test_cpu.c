@@ -2659,3 +2659,73 @@ TEST(cpu_row_blocked_softmax)
     ot_tensor_free(xr);
     ot_backend_free(ref);
 }
+
+/* The kernel of a row-blocked plan that is bound by its arithmetic and
+ * last reads a leaf's rows (softmax's exp) prefetches the next block of
+ * them; the first reader of the next block (the row max) then finds them in
+ * cache. Nothing else changes: the sums are the same bits for any thread
+ * count (each prefetches its own next block), on a contiguous leaf and on
+ * a slice whose rows are further apart, and the last block's prefetches
+ * past the end of the tensor read nothing. A kernel bound by memory (rms
+ * norm's scale; f64's exp, by the op table's costs per byte) prefetches
+ * nothing. */
+static void prefetching_softmax(ot_dtype dt, int64_t stride)
+{
+    enum { R = 301, C = 2048 };
+    double *xs = malloc(sizeof *xs * R * (size_t)stride), *got = malloc(sizeof *got * R * C),
+           *first = malloc(sizeof *first * R * C), *w = malloc(sizeof *w * R * C);
+    for (int64_t i = 0; i < R * stride; i++) xs[i] = (double)((i * 7919) % 2003) / 100.0 - 10.0;
+    ot_backend *ref = ot_backend_new("ref", NULL);
+    ot_tensor *xr = ot_array(ref, OT_SHAPE(R, stride), OT_F64, xs);
+    ot_pool *p = ot_pool_push();
+    ot_node *xrv = ot_slice_node(xr, OT_ALL, OT_RANGE(0, C));
+    ot_tensor *want = ot_eval(ot_softmax(xrv, .axis = 1));
+    ot_get(want, w);
+    for (int threads = 1; threads <= 3; threads++) {
+        ot_backend *cpu = ot_backend_new("cpu", &(ot_backend_opts){.threads = threads});
+        ot_tensor *xb = ot_empty(cpu, OT_SHAPE(R, stride), dt),
+                  *x64 = ot_array(cpu, OT_SHAPE(R, stride), OT_F64, xs);
+        CHECK_INT(ot_assign(xb, ot_cast(x64, dt)), 0);
+        ot_tensor_free(x64);
+        ot_node *sm = ot_softmax(ot_slice_node(xb, OT_ALL, OT_RANGE(0, C)), .axis = 1);
+        char *plan = test__capture(ot_explain, sm);
+        const char *exp_line = plan ? strstr(plan, "sub exp <-") : NULL;
+        CHECK(plan && strstr(plan, "all kernels run per block of"));
+        if (dt == OT_F32 && exp_line && strstr(exp_line, "(generated code")) {
+            const char *end = strchr(exp_line, '\n');
+            const char *pf = strstr(exp_line, "(prefetches the next block of leaf");
+            CHECK(pf && end && pf < end);
+            CHECK(strstr(plan, "prefetches") == pf + 1 && !strstr(pf + 2, "prefetches"));   /* alone */
+        }
+        free(plan);
+        ot_tensor *y = ot_empty(cpu, OT_SHAPE(R, C), OT_F64);
+        CHECK_INT(ot_assign(y, ot_cast(sm, OT_F64)), 0);
+        ot_get(y, got);
+        if (threads == 1) memcpy(first, got, sizeof *got * R * C);
+        CHECK(memcmp(first, got, sizeof *got * R * C) == 0);
+        int bad = 0;
+        for (int64_t i = 0; i < R * C; i++) bad += !test__close(got[i], w[i], dt == OT_F64 ? 1e-12 : 1e-6);
+        CHECK_INT(bad, 0);
+        char *rms = test__capture(ot_explain, ot_rms_norm(ot_slice_node(xb, OT_ALL, OT_RANGE(0, C))));
+        CHECK(rms && !strstr(rms, "prefetches"));
+        free(rms);
+        ot_tensor_free(y);
+        ot_tensor_free(xb);
+        ot_backend_free(cpu);
+    }
+    ot_tensor_free(want);
+    ot_pool_pop(p);
+    ot_tensor_free(xr);
+    ot_backend_free(ref);
+    free(xs);
+    free(got);
+    free(first);
+    free(w);
+}
+
+TEST(cpu_row_blocked_softmax_prefetches_next_block)
+{
+    prefetching_softmax(OT_F32, 2048);
+    prefetching_softmax(OT_F64, 2048);
+    prefetching_softmax(OT_F32, 2048 + 48);
+}

@@ -216,6 +216,19 @@ static int *dots_of_temps(const ot_plan *p)
  * function's ("sig u35"; its row's u10/u35 column where it names one: exp
  * is u10 at both). Exact ops (correctly rounded, bitwise NumPy's) are not
  * listed. */
+/* The leaves whose next block of rows k's generated code prefetches
+ * (ot__sched_prefetches). */
+static void explain_prefetch(const ot_kernel *k, FILE *f)
+{
+    if (!k->jit || !k->jit->npf) return;
+    fputs(" (prefetches the next block of", f);
+    for (int i = 0; i < k->jit->npf; i++) {
+        const ot_insn *in = &k->insns[k->jit->pf_val[i]];
+        fprintf(f, "%s leaf%d", i ? "," : "", (int)k->loads[in->arg].index);
+    }
+    fputc(')', f);
+}
+
 static void explain_accuracy(const ot_kernel *k, int acc, FILE *f)
 {
     bool seen[OT_OP_COUNT] = {false}, any = false;
@@ -287,6 +300,7 @@ int ot__plan_explain(const ot_plan *p, FILE *f)
         if (p->kernels[i].jit)
             fputs(p->kernels[i].jit->fn_stream ? " (generated code, streaming stores)"
                                                : " (generated code)", f);
+        explain_prefetch(&p->kernels[i], f);
         explain_accuracy(&p->kernels[i], p->acc, f);
         fputc('\n', f);
     }
@@ -342,6 +356,7 @@ int ot__plan_compile(ot_backend *be, const ot_walk *w, int n, ot_tensor *const o
             rc = OT_VERIFY(ot__verify_plan(c.plan, OT_VERIFY_SCHEDULED));
         }
         if (!rc && c.plan->nseg == 0) ot__sched_choose_row_blocks(&c);
+        if (!rc) ot__sched_prefetches(c.plan, be->opts.threads > 1 ? be->opts.threads : 1);
         if (!rc && !ot__sched_layout_arena(c.plan)) rc = OT_ENOMEM;
         if (!rc) rc = OT_VERIFY(ot__verify_plan(c.plan, OT_VERIFY_LAID_OUT));
         if (!rc && cpu->jit)

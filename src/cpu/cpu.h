@@ -184,6 +184,7 @@ typedef struct ot_scale {
 } ot_scale;
 
 #define OT_MAX_XSTORES 7            /* further outputs of one elementwise kernel */
+#define OT_MAX_PREFETCH 4           /* loads one kernel prefetches ahead */
 
 /* A further output of a multi-output elementwise kernel (ot_assign_many of
  * trees over one space): its own view, buffer and store mode. */
@@ -263,6 +264,11 @@ typedef struct ot_jit {
     bool *pre;
     int16_t out_val[1 + OT_MAX_XSTORES];
     bool out_vector[1 + OT_MAX_XSTORES];
+    /* The kernel's prefetches (ot_kernel's pf_*): vector load pf_val[i]
+     * read at pf_bytes[i] past each vector's address, into L2. */
+    int npf;
+    int16_t pf_val[OT_MAX_PREFETCH];
+    int32_t pf_bytes[OT_MAX_PREFETCH];
 } ot_jit;
 
 /* Whether jt's code computes value i (in its loop or before it), so that
@@ -304,6 +310,12 @@ typedef struct ot_kernel {
                                        an overflow's message names */
     bool col_blocked;               /* EW: walk column blocks (transposed
                                        inputs stay in cache) */
+    /* EW, REDUCE in a row-blocked plan (plan_stream.c's
+     * ot__sched_prefetches): loads pf_load[i] whose rows of a later block,
+     * pf_bytes[i] past what the code reads, its generated code prefetches. */
+    int npf;
+    int16_t pf_load[OT_MAX_PREFETCH];
+    int32_t pf_bytes[OT_MAX_PREFETCH];
     /* DOT (src/cpu/blas.c): per batch index, C[m,n] = alpha*A[m,k] B[k,n] +
      * beta*C, with loads[0] = A, loads[1] = B and store = C as views whose
      * strides are [0] rows, [1] cols, [2] batch (0: shared by every batch);

@@ -201,6 +201,22 @@ void ot__jit_emit_stores(regs *r, bool stream)
     }
 }
 
+/* The kernel's prefetches for this copy (ot__sched_prefetches): a
+ * prefetcht1 at pf_bytes past the copy's vector of each such load, once
+ * per 64-byte line (AVX2's odd copies skip), none in the padded tail. */
+void ot__jit_emit_prefetches(regs *r)
+{
+    if (r->pad || r->half_in || r->disp % 64) return;
+    for (int p = 0; p < r->j->npf; p++) {
+        int v = r->j->pf_val[p], base = ot__jit_ptr_reg(r, v);
+        if (base < 0) {
+            ot__x86_load_ptr(r->c, R12, 8 * v);
+            base = RAX;
+        }
+        ot__x86_prefetch(r->c, 2, base, RBX, r->disp + r->j->pf_bytes[p]);
+    }
+}
+
 /* The scalar ops the code computes (pre), once per call, each from its
  * operands' slots into its own: inline, calling nothing, so the pointers,
  * constants and a reduction's accumulators in registers stay (the
@@ -248,6 +264,7 @@ static void emit_loop(regs *r, bool stream)
     ot__x86_put(c, (const uint8_t[]){0x31, 0xDB}, 2);                  /* xor ebx, ebx */
     size_t loop = c->n;
     ot__jit_reset_regs(r);
+    ot__jit_emit_prefetches(r);
     for (int pos = 0; pos < r->j->ninsn; pos++)
         if (r->j->body[pos]) ot__jit_emit_insn(r, pos);
     ot__jit_emit_stores(r, stream);
@@ -673,6 +690,19 @@ static void emit_elementwise(regs *r, ot_jit *j, const ot_kernel *k, bool stream
 /* ot__jit_build's attempt with log and tanh inline or (calls_log_tanh)
  * called; *retry: a reduction whose inline log or tanh did not fit. */
 /* half_in: the 16-bit code of ot__jit_build_half, its output half_out. */
+/* k's prefetches as the values its code loads (16-bit code has none). */
+static void note_prefetches(ot_jit *j, const ot_kernel *k)
+{
+    for (int p = 0; p < k->npf; p++)
+        for (int v = 0; v < k->ninsn; v++) {
+            const ot_insn *in = &k->insns[v];
+            if (in->code != OT_I_LOAD || (in->scalar & 8) || in->arg != k->pf_load[p]) continue;
+            j->pf_val[j->npf] = (int16_t)v;
+            j->pf_bytes[j->npf++] = k->pf_bytes[p];
+            break;
+        }
+}
+
 static ot_jit *build(const ot_kernel *k, const ot_kernels *kt, int acc, bool stream,
                      bool calls_log_tanh, bool *retry, const uint8_t *half_in, int half_out)
 {
@@ -699,6 +729,7 @@ static ot_jit *build(const ot_kernel *k, const ot_kernels *kt, int acc, bool str
                       : reduce ? reduce_fits(j, k) : worth_it(j, k, stream));
     }
     if (ok && !half_in) choose_pre(j, k);   /* see hoistable */
+    if (ok && !half_in) note_prefetches(j, k);
     if (ok) {
         r.pp = j->kd == OT_KD_F64;
         r.w = r.pp;

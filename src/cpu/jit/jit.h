@@ -165,6 +165,7 @@ void ot__x86_xrm(code *c, int l, int pp, uint8_t op, int reg, int base, int32_t 
 void ot__x86_gpr_mem(code *c, uint8_t op, int reg, int base, int32_t disp);
 void ot__x86_gpr_rr(code *c, uint8_t op, int rm, int reg);
 void ot__x86_load_ptr(code *c, int base, int32_t disp);
+void ot__x86_prefetch(code *c, int hint, int base, int index, int32_t disp);
 void ot__x86_push(code *c, int r);
 void ot__x86_pop(code *c, int r);
 void ot__x86_mov_rr(code *c, int dst, int src);
@@ -245,6 +246,7 @@ void ot__jit_emit_prologue(regs *r, int frame);
 void ot__jit_emit_epilogue(code *c);
 void ot__jit_reset_regs(regs *r);
 void ot__jit_emit_stores(regs *r, bool stream);
+void ot__jit_emit_prefetches(regs *r);
 
 #endif /* OT_JIT_X86 */
 #endif /* OT_JIT_H */

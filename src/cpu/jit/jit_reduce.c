@@ -237,6 +237,7 @@ static void emit_copy(regs *r, int u, bool pad)
     r->disp = pad ? 0 : u * r->vbytes;
     r->pad = r->tail = pad;
     ot__jit_reset_regs(r);
+    ot__jit_emit_prefetches(r);
     for (int pos = 0; pos < r->j->ninsn; pos++)
         if (r->j->body[pos]) ot__jit_emit_insn(r, pos);
     ot__jit_emit_stores(r, false);

@@ -153,6 +153,16 @@ void ot__x86_gpr_rr(code *c, uint8_t op, int rm, int reg)
     ot__x86_put1(c, (uint8_t)(0xC0 | (reg & 7) << 3 | (rm & 7)));
 }
 
+/* prefetcht0-2 (hint 1-3) [base + index + disp]: 0F 18 /hint, REX where
+ * a register is r8-r15. */
+void ot__x86_prefetch(code *c, int hint, int base, int index, int32_t disp)
+{
+    int x = index == NO_INDEX ? 0 : index >> 3;
+    if (base >= 8 || x) ot__x86_put1(c, (uint8_t)(0x40 | x << 1 | base >> 3));
+    ot__x86_put(c, (const uint8_t[]){0x0F, 0x18}, 2);
+    ot__x86_mem_operand(c, hint, base, index, disp);
+}
+
 /* mov rax, [base + disp]: a pointer out of the in or out array. */
 void ot__x86_load_ptr(code *c, int base, int32_t disp)
 {

@@ -566,7 +566,8 @@ static bench_row run_case(const bench_case *c, int index, ot_backend *const bes[
         fprintf(stderr, "bench: %s: the plan of one call (fused backend):\n", c->id);
         ot_pool *pool = ot_pool_push();
         int rc = c->explain ? (c->explain(stderr, vs[V_FUSED].in), 0)
-                            : ot_explain(c->tree(vs[V_FUSED].in), stderr);
+                 : c->tree  ? ot_explain(c->tree(vs[V_FUSED].in), stderr)
+                            : (fputs("  (ot_model_fit's own plans: no one tree to show)\n", stderr), 0);
         if (!pool || rc != 0) die("%s: ot_explain: %s", c->id, ot_errmsg());
         ot_pool_pop(pool);
     }

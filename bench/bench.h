@@ -224,6 +224,7 @@ void w16_shapes(bench_data *d, bool quick);
 void w16_fill(bench_data *d, uint64_t seed);
 int w16_step(ot_tensor *out, ot_tensor *const in[]);
 int w16_collect(ot_tensor *out, ot_tensor *const in[]);
+void w16_explain(FILE *f, ot_tensor *const in[]);
 void w16_check(const bench_data *d, float *out);
 void w16_ref(const ref_loops *L, store_mode sm, const bench_data *d, float *out);
 bool w16_ref_absent(void);

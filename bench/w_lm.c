@@ -98,6 +98,13 @@ int w16_step(ot_tensor *out, ot_tensor *const in[])
     return ot_program_run(progs[i].t.p, 2, bind);
 }
 
+/* The step's program as ot_program_explain shows it (bench --explain). */
+void w16_explain(FILE *f, ot_tensor *const in[])
+{
+    if (ot_program_explain(progs[slot_of(in)].t.p, f) != 0)
+        bench_die("W16: ot_program_explain: %s", ot_errmsg());
+}
+
 /* 0 when the last step's loss was finite; the variant's program is done. */
 int w16_collect(ot_tensor *out, ot_tensor *const in[])
 {

@@ -423,7 +423,8 @@ const bench_case bench_cases[] = {
     {.id = "W16", .label = "char LM 2 blocks d128 h4 T128 step: program, Adam",
      .ref_label = w16_ref_label, .target = 1.0, .beat_unfused = true, .size = "b32",
      .shapes = w16_shapes, .fill = w16_fill, .assign = w16_step, .collect = w16_collect,
-     .ref = w16_ref, .ref_absent = w16_ref_absent, .check_ref = w16_check, .calls = 2, .quick_calls = 1},
+     .ref = w16_ref, .ref_absent = w16_ref_absent, .check_ref = w16_check, .explain = w16_explain,
+     .calls = 2, .quick_calls = 1},
 };
 
 const int bench_ncases = (int)(sizeof bench_cases / sizeof bench_cases[0]);

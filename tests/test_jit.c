@@ -481,7 +481,8 @@ static void hand_reduce(hand *h, int kd, int op, int axis, unsigned scalar_ops)
 
 /* What reductions get code: sum, mean, max and min of floats over rows or
  * everything, contiguous loads, further outputs in place and, for max and
- * min (whose NaN or zero extremes run again interpreted), none at all. */
+ * min (whose NaN or zero extremes run again interpreted), none at all; a
+ * sum down columns gets its body's elementwise code, a max none. */
 TEST(jit_reductions_it_declines)
 {
     for (int i = 0; i < NJIT_ISA; i++) {
@@ -496,7 +497,11 @@ TEST(jit_reductions_it_declines)
                 CHECK(j && j->reduce && !j->fn_stream);
                 ot__jit_free(j);
             }
-        hand_reduce(&h, OT_KD_F32, OT_OP_SUM, 0, 0);             /* a column */
+        hand_reduce(&h, OT_KD_F32, OT_OP_SUM, 0, 0);             /* a column: its body's code */
+        ot_jit *col = ot__jit_build(&h.k, kt, 0, false);
+        CHECK(col && !col->reduce && col->code_len > 0 && !col->stream_at);
+        ot__jit_free(col);
+        hand_reduce(&h, OT_KD_F32, OT_OP_MAX, 0, 0);             /* a column's max: none */
         CHECK(ot__jit_build(&h.k, kt, 0, false) == NULL);
         hand_reduce(&h, OT_KD_F32, OT_OP_ARGMAX, 1, 0);
         CHECK(ot__jit_build(&h.k, kt, 0, false) == NULL);
@@ -1566,4 +1571,90 @@ TEST(defect07_jit_sin_cos_tail_lanes)
             ot_backend_free(be[0]);
             ot_backend_free(be[1]);
         }
+}
+
+/* A column sum with a further output: an MLP step's bias gradient,
+ * relu'(z) * g summed over the batch, keeps relu'(z) * g for the weight
+ * gradient (one kernel, the sum's). b and w updated in place by SGD, read
+ * back as f64 into out (cols, then 64 x cols). */
+static void column_pair(ot_backend *be, ot_dtype dt, int64_t rows, int64_t cols, double *out)
+{
+    double *h = malloc(sizeof *h * (size_t)(64 * cols > rows * 64 ? 64 * cols : rows * 64));
+    ot_tensor *t[4], *x[4];
+    const int64_t dims[4][2] = {{rows, 64}, {64, cols}, {1, cols}, {cols, 10}};
+    for (int q = 0; q < 4; q++) {
+        int64_t m = dims[q][0] * dims[q][1];
+        for (int64_t e = 0; e < m; e++) h[e] = red_value(e / dims[q][1], e % dims[q][1], dims[q][1]) * 0.01;
+        ot_shape s = q == 2 ? OT_SHAPE(cols) : OT_SHAPE(dims[q][0], dims[q][1]);
+        t[q] = ot_array(be, s, OT_F64, h);
+        x[q] = ot_empty(be, s, dt);
+        ot_pool *p = ot_pool_push();
+        CHECK_INT(ot_assign(x[q], ot_cast(t[q], .dtype = dt)), 0);
+        ot_pool_pop(p);
+    }
+    ot_pool *p = ot_pool_push();
+    ot_node *o = ot_dot(ot_relu(ot_add(ot_dot(x[0], x[1]), x[2])), x[3]);
+    ot_autodiff *ad = ot_autodiff_new(ot_sum(ot_mul(o, o)), NULL);
+    ot_node *trees[2] = {ot_sub(x[2], ot_mul(ot_autodiff_grad(ad, x[2]), 0.1)),
+                         ot_sub(x[1], ot_mul(ot_autodiff_grad(ad, x[1]), 0.1))};
+    ot_tensor *outs[2] = {x[2], x[1]};
+    CHECK_INT(ot_assign_many(2, outs, trees), 0);
+    ot_autodiff_free(ad);
+    ot_pool_pop(p);
+    for (int q = 2, at = 0; q >= 1; q--) {
+        int64_t n = ot_tensor_numel(x[q]);
+        ot_pool *pp = ot_pool_push();
+        CHECK_INT(ot_assign(t[q], ot_cast(x[q], .dtype = OT_F64)), 0);
+        ot_pool_pop(pp);
+        CHECK_INT(ot_get(t[q], out + at), 0);
+        at += (int)n;
+    }
+    for (int q = 0; q < 4; q++) {
+        ot_tensor_free(x[q]);
+        ot_tensor_free(t[q]);
+    }
+    free(h);
+}
+
+/* Sums and means down columns of a computed body run the body as
+ * generated code and add its values up as the interpreter adds its own:
+ * bitwise the interpreter's sums at 1-3 threads, f32 and f64, a body
+ * calling exp, rows of several tiles, one tile and a tail; ref within
+ * rounding; and an inline body with a further output, bitwise both. A
+ * bare column stays interpreted (generated code would only copy it), as
+ * does a body of one op (jit.c's worth_it). */
+TEST(jit_column_sums_threads_interpreter_ref)
+{
+    static const int64_t shapes[][2] = {{40, 2500}, {3, 1029}, {130, 7}};
+    const char *isa[NJIT_ISA];
+    for (int i = 0, nisa = assignment_isas(isa); i < nisa; i++) {
+        ot_backend *be[5] = {backend(isa[i], JIT, 1), backend(isa[i], JIT, 2), backend(isa[i], JIT, 3),
+                             backend(isa[i], INTERP, 1), ot_backend_new("ref", NULL)};
+        for (int d = 0; d < 2; d++)
+            for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+                for (int op = 0; op < 2; op++) {
+                    red_case rc = {d ? OT_F64 : OT_F32, shapes[s][0], shapes[s][1],
+                                   op ? OT_OP_MEAN : OT_OP_SUM, 2, 0};
+                    if (!slow_tool() || (op + (int)s + d) % 3 == 0) red_check(isa[i], be, &rc);
+                }
+        for (int d = 0; d < 2 && be[0] && be[3]; d++) {
+            enum { R = 130, C = 1029 };
+            double *got = malloc(sizeof *got * (64 * C + C)), *want = malloc(sizeof *want * (64 * C + C));
+            column_pair(be[2], d ? OT_F64 : OT_F32, R, C, got);
+            column_pair(be[3], d ? OT_F64 : OT_F32, R, C, want);
+            CHECK(memcmp(got, want, sizeof *got * (64 * C + C)) == 0);
+            free(got);
+            free(want);
+        }
+        if (isa[i] && be[0]) {
+            ot_tensor *x = ot_empty(be[0], OT_SHAPE(8, 64), OT_F32);
+            ot_pool *p = ot_pool_push();
+            char *bare = test__capture(ot_explain, ot_sum(x, .axis = 0));
+            CHECK(bare && !strstr(bare, "generated code"));
+            free(bare);
+            ot_pool_pop(p);
+            ot_tensor_free(x);
+        }
+        for (int b = 0; b < 5; b++) ot_backend_free(be[b]);
+    }
 }

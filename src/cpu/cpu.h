@@ -348,7 +348,9 @@ typedef struct ot_kernel {
      * load_shapes (owned), the store of shape `shape` (also ndim, dims). */
     ot__attn_geom attn;
     char *desc;                     /* for ot_explain: the nodes it fuses */
-    ot_jit *jit;                    /* EW, REDUCE: generated code, or NULL */
+    ot_jit *jit;                    /* EW, REDUCE: generated code, or NULL (a
+                                       column sum's is its body's elementwise
+                                       code: jit->reduce false) */
 } ot_kernel;
 
 /* jit.c: code for k's program, or NULL where k has ops it does not cover,

@@ -286,7 +286,7 @@ static void run_program(const run_ctx *c, scratch *s, int64_t o, int64_t j, int6
                         char *const *direct)
 {
     const ot_kernel *k = c->k;
-    if (k->jit && k->kind == OT_KER_EW) {   /* a reduction's code runs whole spans */
+    if (k->jit && !k->jit->reduce) {   /* a row reduction's code runs whole spans */
         run_jit(c, s, o, j, n, direct);
         return;
     }

@@ -596,14 +596,28 @@ bool ot__jit_available(const ot_kernels *kt)
 }
 
 /* The reductions generated code does, by kind alone: sum, mean, max and
- * min of floats over the innermost dim or everything. Columns, arg* and
- * i32 stay with the interpreter. */
+ * min of floats over the innermost dim or everything. Columns (but for
+ * column_sum's body), arg* and i32 stay with the interpreter. */
 static bool reduces(const ot_kernel *k)
 {
     int op = k->red_op;
     return k->kind == OT_KER_REDUCE && k->ndim > 0 &&
            (k->red_axis == k->ndim - 1 || k->red_axis == -1) &&
            (op == OT_OP_SUM || op == OT_OP_MEAN || op == OT_OP_MAX || op == OT_OP_MIN);
+}
+
+/* A sum or mean down a column (over any dim but the innermost) gets the
+ * elementwise code of its body, the values to sum its first output:
+ * exec_reduce.c's column walk adds them up tile by tile as it adds the
+ * interpreter's, so the sums are the same bits. The MLP step's bias
+ * gradient, relu'(z) * g summed over the batch with relu'(z) * g kept for
+ * the weight gradient, ran interpreted at 2.5x an elementwise kernel's
+ * time (128x512, Zen 5). */
+static bool column_sum(const ot_kernel *k)
+{
+    return k->kind == OT_KER_REDUCE && k->ndim >= 2 && k->red_axis >= 0 &&
+           k->red_axis < k->ndim - 1 && (k->red_op == OT_OP_SUM || k->red_op == OT_OP_MEAN) &&
+           !k->result_scalar && k->result_kd != OT_KD_I32;
 }
 
 /* Whether a reduction's program suits its code, which runs a whole span
@@ -687,9 +701,6 @@ static void emit_elementwise(regs *r, ot_jit *j, const ot_kernel *k, bool stream
     }
 }
 
-/* ot__jit_build's attempt with log and tanh inline or (calls_log_tanh)
- * called; *retry: a reduction whose inline log or tanh did not fit. */
-/* half_in: the 16-bit code of ot__jit_build_half, its output half_out. */
 /* k's prefetches as the values its code loads (16-bit code has none). */
 static void note_prefetches(ot_jit *j, const ot_kernel *k)
 {
@@ -703,6 +714,9 @@ static void note_prefetches(ot_jit *j, const ot_kernel *k)
         }
 }
 
+/* ot__jit_build's attempt with log and tanh inline or (calls_log_tanh)
+ * called; *retry: a reduction whose inline log or tanh did not fit. */
+/* half_in: the 16-bit code of ot__jit_build_half, its output half_out. */
 static ot_jit *build(const ot_kernel *k, const ot_kernels *kt, int acc, bool stream,
                      bool calls_log_tanh, bool *retry, const uint8_t *half_in, int half_out)
 {
@@ -710,7 +724,7 @@ static ot_jit *build(const ot_kernel *k, const ot_kernels *kt, int acc, bool str
     code c = {0};
     regs r = {.c = &c, .j = j, .insns = k->insns, .nreg = NREG, .red = -1, .half_in = half_in,
               .half_out = half_out};
-    bool ok = j != NULL, reduce = k->kind == OT_KER_REDUCE;
+    bool ok = j != NULL, reduce = k->kind == OT_KER_REDUCE && !column_sum(k);
     stream = stream && !reduce;
     if (ok) {
         j->kt = kt;
@@ -769,8 +783,8 @@ static ot_jit *build(const ot_kernel *k, const ot_kernels *kt, int acc, bool str
 
 ot_jit *ot__jit_build(const ot_kernel *k, const ot_kernels *kt, int acc, bool stream)
 {
-    if ((k->kind != OT_KER_EW && !reduces(k)) || k->ninsn < 1 || k->ninsn > OT_JIT_MAX_INSN ||
-        !ot__jit_available(kt))
+    if ((k->kind != OT_KER_EW && !reduces(k) && !column_sum(k)) || k->ninsn < 1 ||
+        k->ninsn > OT_JIT_MAX_INSN || !ot__jit_available(kt))
         return NULL;
     bool retry = false;
     ot_jit *j = build(k, kt, acc, stream, false, &retry, NULL, 0);

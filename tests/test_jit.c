@@ -1273,6 +1273,18 @@ static void red_check(const char *isa, ot_backend *const be[5], const red_case *
     for (int b = 0; b < 5; b++) free(res[b]);
 }
 
+/* The backends red_check compares, one set per ISA (worker threads are
+ * dear under TSan and valgrind, and a plan cache's reuse is part of what
+ * runs): generated code at 1, 2 and 3 threads, the interpreter, ref. */
+static void red_backends(const char *isa, ot_backend *be[5])
+{
+    be[0] = backend(isa, JIT, 1);
+    be[1] = backend(isa, JIT, 2);
+    be[2] = backend(isa, JIT, 3);
+    be[3] = backend(isa, INTERP, 1);
+    be[4] = ot_backend_new("ref", NULL);
+}
+
 /* Sum, mean, max and min over rows and over everything, f32 and f64,
  * bare, inline and calling bodies: 40 rows of 2500 (several tiles and a
  * tail, and enough elements for the pool to split rows and chunks), rows
@@ -1283,10 +1295,8 @@ TEST(jit_reductions_threads_interpreter_ref)
     static const int64_t shapes[][2] = {{40, 2500}, {40, 7}, {3, 1029}, {12, 0}};
     const char *isa[NJIT_ISA];
     for (int i = 0, nisa = assignment_isas(isa); i < nisa; i++) {
-        /* one set of backends per ISA: worker threads are dear under TSan
-         * and valgrind, and a plan cache's reuse is part of what runs */
-        ot_backend *be[5] = {backend(isa[i], JIT, 1), backend(isa[i], JIT, 2), backend(isa[i], JIT, 3),
-                             backend(isa[i], INTERP, 1), ot_backend_new("ref", NULL)};
+        ot_backend *be[5];
+        red_backends(isa[i], be);
         for (int d = 0; d < 2; d++)
             for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
                 for (int op = 0; op < (shapes[s][1] ? 4 : 2); op++)
@@ -1628,8 +1638,8 @@ TEST(jit_column_sums_threads_interpreter_ref)
     static const int64_t shapes[][2] = {{40, 2500}, {3, 1029}, {130, 7}};
     const char *isa[NJIT_ISA];
     for (int i = 0, nisa = assignment_isas(isa); i < nisa; i++) {
-        ot_backend *be[5] = {backend(isa[i], JIT, 1), backend(isa[i], JIT, 2), backend(isa[i], JIT, 3),
-                             backend(isa[i], INTERP, 1), ot_backend_new("ref", NULL)};
+        ot_backend *be[5];
+        red_backends(isa[i], be);
         for (int d = 0; d < 2; d++)
             for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
                 for (int op = 0; op < 2; op++) {

@@ -177,7 +177,8 @@ static bool computes(const ot_jit *jt)
  * contiguous load of floats (max(x, axis=1) of a plain tensor): the tile
  * kernels then fold them in place, as the program would hand them over,
  * without the program's run per tile, which was a third of the time of
- * rows of 64 floats. NULL for any other program. */
+ * rows of 64 floats. Sums down columns (a bias gradient's) read their
+ * rows so too. NULL for any other program. */
 static const char *bare_row(const run_ctx *c, int64_t o, int64_t j)
 {
     const ot_kernel *k = c->k;
@@ -338,8 +339,11 @@ static void column_body(run_ctx *c, scratch *s, int64_t first, int64_t last)
         if (sums) memset(sum, 0, sizeof *sum * (size_t)n);
         for (int64_t r = 0; r < red; r++) {
             int64_t o = (hi * red + r) * after + lo;
-            ot__exec_run_with_extras(c, s, o, j, n, NULL);
-            const void *vals = s->ptr[k->result];
+            const void *vals = bare_row(c, o, j);
+            if (!vals) {
+                ot__exec_run_with_extras(c, s, o, j, n, NULL);
+                vals = s->ptr[k->result];
+            }
             if (sums) {
                 c->kt->acc_sum[k->result_kd](sum, vals, (size_t)n);
                 continue;

@@ -8,8 +8,10 @@
  * groups, a conv_transpose of its own; ot_explain naming the algorithm.
  */
 #include "test.h"
+#include "cpu.h"   /* ot__wino_gather_taps */
 
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct wcase {
     int64_t n, c, co, h, w;
@@ -244,4 +246,28 @@ TEST(winograd_wgrad_extreme_operands_match_ref)
                    (isinf(dw[0][i]) ? dw[1][i] != dw[0][i] : !(fabsf(dw[1][i] - dw[0][i]) <= tol));
         CHECK_INT(bad, 0);
     }
+}
+
+/* The weights' taps read by AVX-512 gathers or copied lane by lane (which
+ * is faster depends on the CPU, measured once per process) give the same
+ * bits: the forward's stride and the input gradient's, channel counts on
+ * and off multiples of 16. */
+TEST(winograd_weight_taps_gathered_or_copied_same_bits)
+{
+    ot_backend *cpu = ot_backend_new("cpu", NULL);
+    for (int k = 0; k < NW; k++) {
+        double *out[2][3];
+        int64_t n[2][3];
+        for (int v = 0; v < 2; v++) {
+            ot__wino_gather_taps(v);
+            run_case(cpu, &WCASES[k], OT_F32, out[v], n[v], NULL);
+        }
+        for (int i = 0; i < 3; i++) {
+            CHECK(n[0][i] == n[1][i] && memcmp(out[0][i], out[1][i], sizeof(double) * (size_t)n[0][i]) == 0);
+            free(out[0][i]);
+            free(out[1][i]);
+        }
+    }
+    ot__wino_gather_taps(-1);
+    ot_backend_free(cpu);
 }

@@ -530,6 +530,11 @@ void ot__conv_box(const ot_kernel *k, const ot_kernel *e, const ot__conv_block *
  * gemm, no im2col", "direct", "winograd F(2x2,3x3)") and the bytes of its
  * im2col tile or Winograd scratch (0: none). */
 const char *ot__conv_algo(const ot_kernel *k, size_t *tile);
+
+/* CLOCK_MONOTONIC in ns (compile.c): read on a full walk and after a compile,
+ * never on a hit, whose cost a 64-element call would feel. */
+uint64_t ot__now_ns(void);
+
 /* exec_winograd.c: whether CONV kernel k runs as Winograd (f32, 2-D, 3x3,
  * stride and dilation 1, conv, conv_transpose or conv_wgrad, 16 channels
  * or more on both sides), its name for ot_explain, its scratch bytes (past
@@ -541,6 +546,10 @@ size_t ot__wino_scratch(const ot_kernel *k);
 void ot__wino_run(const ot_kernel *k, char *const xsw[3], char *scratch);
 /* Whether n floats are all finite (Winograd's result checked: exec_conv.c). */
 bool ot__wino_finite(const float *y, int64_t n);
+/* Whether the weights' taps are read by AVX-512 gathers (1) or copied (0),
+ * instead of measuring which is faster (tests: the results are the same
+ * bits either way); -1 measures again. */
+void ot__wino_gather_taps(int v);
 /* exec_pool.c: runs a POOL kernel from its operands' bases (one or two)
  * into dst. */
 void ot__run_pool(const ot_kernel *k, char *const base[2], char *dst);

@@ -72,7 +72,8 @@ typedef struct wprob {
     float *y;
     int64_t n, ci, co, h, w_, oh, ow, lh, lw, xs, ys, wo, wi;
     bool flip, planes;   /* planes: F(2,3) on whole images (f2planes), else lanes */
-    bool gather;         /* the weights' taps by AVX-512 gathers (gather_taps) */
+    bool gather;         /* AVX-512 gathers: the lanes' patches, the weights' taps where
+                            they pay (taps_by_gather) */
     bool wgrad;          /* conv_wgrad: the weight gradient (run_wgrad) */
     const float *gy;     /* conv_wgrad: the output gradient (S), images ys apart */
     float *dw;           /* conv_wgrad: the weight gradient it writes */
@@ -299,13 +300,22 @@ INLINE void io_xform(const wmat *f, bool output, const float *d, float *tmp, flo
     }
 }
 
-/* g[q][l] = s0[l * wi + (flip ? 8 - q : q)] for LANES lanes, by AVX-512
- * gathers and whole-vector stores: the fixed-count copy below compiles to
- * a scalar load and insert each, and the transform's vector loads of g
- * then wait on the partial writes. W12 at 512 channels 7x7 (a Sapphire
- * Rapids Xeon, three alternated pairs of 31 calls): 11.07-11.12 ms against
- * 11.39-11.63. */
+/* g[q][l] = s0[l * wi + (flip ? 8 - q : q)] for LANES lanes: a fixed
+ * count of lanes at one stride, fully unrolled (the gather per channel
+ * with its flip test took 2.9 of W12's 17.7 ms at 512 channels, this
+ * 2.1-2.2, Zen 4). */
+static void copy_taps(const float *s0, int64_t wi, bool flip, float *g)
+{
+    for (int q = 0; q < 9; q++) {
+        const float *sq = s0 + (flip ? 8 - q : q);
+        for (int l = 0; l < LANES; l++) g[q * LANES + l] = sq[l * wi];
+    }
+}
+
 #ifdef GATHER_TAPS
+/* The same by AVX-512 gathers and whole-vector stores: the copy compiles
+ * to a scalar load and insert each, and the transform's vector loads of g
+ * then wait on the partial writes. */
 __attribute__((target("avx512f"))) static void gather_taps(const float *s0, int64_t wi, bool flip,
                                                            float *g)
 {
@@ -315,6 +325,54 @@ __attribute__((target("avx512f"))) static void gather_taps(const float *s0, int6
     for (int q = 0; q < 9; q++)
         _mm512_storeu_ps(g + q * LANES, _mm512_i32gather_ps(idx, s0 + (flip ? 8 - q : q), 4));
 }
+
+/* One way's best of 5 runs over 512 channels' taps at stride wi. */
+static uint64_t time_taps(void (*fn)(const float *, int64_t, bool, float *), const float *w,
+                          int64_t wi, float *g)
+{
+    uint64_t best = UINT64_MAX;
+    volatile float sink = 0;
+    for (int r = 0; r < 5; r++) {
+        uint64_t t0 = ot__now_ns();
+        for (int c = 0; c < 512; c++) {
+            fn(w + (wi == 9 ? c * 9 * LANES : c * 9), wi, false, g);
+            sink += g[c % (9 * LANES)];
+        }
+        uint64_t t = ot__now_ns() - t0;
+        best = t < best ? t : best;
+    }
+    return best + (sink > 1e30f);   /* read: the copies are kept (w is zeros) */
+}
+
+/* Whether gather_taps beats copy_taps at stride wi on this CPU (the same
+ * bits either way): with the gathers W12 at 512 channels ran 3% faster on
+ * a Sapphire Rapids Xeon (11.07-11.12 ms against 11.39-11.63), 11% slower
+ * on Zen 5 (10.7-10.9 against 9.4-9.7). Measured once per process for the
+ * forward's stride (9) and the input gradient's (ci * 9), about 0.3 ms;
+ * ot__wino_gather_taps sets it instead. */
+static _Atomic int taps_gather[2] = {-1, -1};
+
+static bool taps_by_gather(int64_t wi)
+{
+    int kind = wi != 9, v = atomic_load(&taps_gather[kind]);
+    if (v >= 0) return v;
+    int64_t stride = kind ? 512 * 9 : 9;
+    size_t n = (size_t)LANES * 512 * 9 + 512 * 9;
+    float g[9 * LANES], *w = ot__malloc(sizeof *w * n);
+    if (!w) return false;   /* without the memory to measure: the copy */
+    memset(w, 0, sizeof *w * n);   /* written: calloc's untouched zero page flattered the gathers */
+    v = time_taps(gather_taps, w, stride, g) < time_taps(copy_taps, w, stride, g);
+    free(w);
+    atomic_store(&taps_gather[kind], v);
+    return v;
+}
+
+void ot__wino_gather_taps(int v)
+{
+    for (int k = 0; k < 2; k++) atomic_store(&taps_gather[k], v);
+}
+#else
+void ot__wino_gather_taps(int v) { (void)v; }   /* no gathers here: the copy */
 #endif
 
 /* U for output channel o, input channels [i0, i0 + LANES) (fewer at the
@@ -326,17 +384,12 @@ INLINE void weight_lanes(const wprob *p, const wmat *f, float *u, int64_t o, int
     float g[9 * LANES], tmp[AMAX * 3 * LANES], v[AMAX * AMAX * LANES];
     const float *s0 = p->w + o * p->wo + i0 * p->wi;
 #ifdef GATHER_TAPS
-    if (ni == LANES && p->gather) {
+    if (ni == LANES && p->gather && taps_by_gather(p->wi)) {
         gather_taps(s0, p->wi, p->flip, g);
     } else
 #endif
-    if (ni == LANES) {   /* per tap, a fixed count of lanes at one stride, fully unrolled:
-                            the gather per channel with its flip test took 2.9 of W12's
-                            17.7 ms at 512 channels, this 2.1-2.2 (Zen 4) */
-        for (int q = 0; q < 9; q++) {
-            const float *sq = s0 + (p->flip ? 8 - q : q);
-            for (int l = 0; l < LANES; l++) g[q * LANES + l] = sq[l * p->wi];
-        }
+    if (ni == LANES) {
+        copy_taps(s0, p->wi, p->flip, g);
     } else {
         memset(g, 0, sizeof g);   /* the lanes past ci */
         for (int64_t l = 0; l < ni; l++)

@@ -49,9 +49,6 @@ struct ot_walk {
     uint64_t start_ns;         /* when a full walk began: a miss's compile time counts it */
 };
 
-/* CLOCK_MONOTONIC in ns (compile.c): read on a full walk and after a compile,
- * never on a hit, whose cost a 64-element call would feel. */
-uint64_t ot__now_ns(void);
 
 /* ---- small helpers --------------------------------------------------------- */
 

@@ -2666,9 +2666,9 @@ TEST(cpu_row_blocked_softmax)
  * cache. Nothing else changes: the sums are the same bits for any thread
  * count (each prefetches its own next block), on a contiguous leaf and on
  * a slice whose rows are further apart, and the last block's prefetches
- * past the end of the tensor read nothing. A kernel bound by memory (rms
- * norm's scale; f64's exp, by the op table's costs per byte) prefetches
- * nothing. */
+ * past the end of the tensor read nothing. Such a plan writes with
+ * ordinary stores. A kernel bound by memory (rms norm's scale; f64's exp,
+ * by the op table's costs per byte) prefetches nothing. */
 static void prefetching_softmax(ot_dtype dt, int64_t stride)
 {
     enum { R = 301, C = 2048 };
@@ -2696,6 +2696,7 @@ static void prefetching_softmax(ot_dtype dt, int64_t stride)
             const char *pf = strstr(exp_line, "(prefetches the next block of leaf");
             CHECK(pf && end && pf < end);
             CHECK(strstr(plan, "prefetches") == pf + 1 && !strstr(pf + 2, "prefetches"));   /* alone */
+            CHECK(!strstr(plan, "streaming stores"));   /* ot__sched_streams_blocked */
         }
         free(plan);
         ot_tensor *y = ot_empty(cpu, OT_SHAPE(R, C), OT_F64);

@@ -913,7 +913,7 @@ static int64_t *local_steps(const compiler *c)
 static bool stays_local(const compiler *c, const int64_t *step, const ot_kernel *k, int t)
 {
     const ot_cpu *cpu = c->be->impl;
-    return step && step[t] > 0 && ot__sched_streams(k, cpu->stream_bytes);
+    return step && step[t] > 0 && ot__sched_streams_blocked(c->plan, k, cpu->stream_bytes);
 }
 
 /* Whether k copies a view onto itself, element for element in its dtype:

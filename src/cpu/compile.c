@@ -352,6 +352,7 @@ int ot__plan_compile(ot_backend *be, const ot_walk *w, int n, ot_tensor *const o
         if (!rc) rc = ot__build_kernels(&c) ? OT_VERIFY(ot__verify_plan(c.plan, OT_VERIFY_BUILT)) : OT_ENOMEM;
         if (!rc && !ot__sched_choose_dot_segments(&c)) rc = OT_ENOMEM;
         if (!rc) {
+            c.plan->prefetch = ot__sched_prefetching(c.plan);
             ot__sched_temps_into_outputs(&c);
             rc = OT_VERIFY(ot__verify_plan(c.plan, OT_VERIFY_SCHEDULED));
         }

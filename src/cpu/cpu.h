@@ -427,6 +427,8 @@ typedef struct ot_plan {
                                        one dim walks a multiple of them) */
     bool row_serial;                /* blocks in order, kernels threaded (a
                                        dot's rows and their epilogues) */
+    bool prefetch;                  /* run per row block, a kernel would
+                                       prefetch (ot__sched_prefetching) */
     ot_jit_map jit;                 /* the kernels' generated code */
     int nseg;                       /* without row_block: runs of kernels, a
                                        dot and its epilogue, that run per

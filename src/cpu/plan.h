@@ -288,8 +288,10 @@ bool ot__sched_streams(const ot_kernel *k, size_t stream_bytes);
 /* The same for kernel k of plan p, row blocks chosen. */
 bool ot__sched_streams_in(const ot_plan *p, const ot_kernel *k, size_t stream_bytes);
 /* The same for kernel k of plan p that will run per row block, before
- * the blocks are chosen. */
+ * the blocks are chosen (p->prefetch set). */
 bool ot__sched_streams_blocked(const ot_plan *p, const ot_kernel *k, size_t stream_bytes);
+/* Whether a kernel of p will prefetch, should p run per row block. */
+bool ot__sched_prefetching(const ot_plan *p);
 /* The loads each kernel of a row-blocked plan prefetches a block ahead
  * (ot_kernel's pf_*), blocks being taken by slots threads in turn. */
 void ot__sched_prefetches(ot_plan *p, int slots);

@@ -79,21 +79,47 @@ bool ot__sched_streams_in(const ot_plan *p, const ot_kernel *k, size_t stream_by
     return blocked ? ot__sched_streams_blocked(p, k, stream_bytes) : ot__sched_streams(k, stream_bytes);
 }
 
-static bool leaf_read(const ot_plan *p, int k, int leaf, bool before);
+/* Per leaf slot, the first kernel reading it and the last one bound by
+ * its arithmetic reading it (-1: none), in one pass over the loads, so
+ * that a plan's compile stays linear in its kernels. False without
+ * memory. */
+typedef struct leaf_readers {
+    int *first, *last_arith;
+} leaf_readers;
 
-/* Whether some kernel of p bound by its arithmetic reads a leaf that an
- * earlier kernel reads: run per row block, it prefetches the next block
- * (ot__sched_prefetches). */
-static bool prefetching(const ot_plan *p)
+static bool readers_of_leaves(const ot_plan *p, leaf_readers *r)
 {
+    size_t n = (size_t)(p->nleaves > 0 ? p->nleaves : 1);
+    r->first = ot__malloc(sizeof(int) * n);
+    r->last_arith = ot__malloc(sizeof(int) * n);
+    if (!r->first || !r->last_arith) {
+        free(r->first);
+        free(r->last_arith);
+        return false;
+    }
+    for (size_t i = 0; i < n; i++) r->first[i] = r->last_arith[i] = -1;
     for (int i = 0; i < p->nkernels; i++) {
         const ot_kernel *k = &p->kernels[i];
-        if ((k->kind != OT_KER_EW && k->kind != OT_KER_REDUCE) || memory_bound(k)) continue;
-        for (int l = 0; l < k->nload; l++)
-            if (k->loads[l].space == OT_SPACE_LEAF && leaf_read(p, i, k->loads[l].index, true))
-                return true;
+        bool arith = (k->kind == OT_KER_EW || k->kind == OT_KER_REDUCE) && !memory_bound(k);
+        for (int l = 0; l < k->nload; l++) {
+            const ot_view *v = &k->loads[l];
+            if (v->space != OT_SPACE_LEAF || v->index < 0 || v->index >= p->nleaves) continue;
+            if (r->first[v->index] < 0) r->first[v->index] = i;
+            if (arith) r->last_arith[v->index] = i;
+        }
     }
-    return false;
+    return true;
+}
+
+bool ot__sched_prefetching(const ot_plan *p)
+{
+    leaf_readers r;
+    bool any = false;
+    if (!readers_of_leaves(p, &r)) return false;
+    for (int i = 0; i < p->nleaves; i++) any |= r.last_arith[i] > r.first[i];
+    free(r.first);
+    free(r.last_arith);
+    return any;
 }
 
 /* A row-blocked plan that prefetches writes with ordinary stores: softmax,
@@ -104,21 +130,7 @@ static bool prefetching(const ot_plan *p)
  * as fast or faster streaming (rms norm 1.05-1.10 against 1.05-1.16). */
 bool ot__sched_streams_blocked(const ot_plan *p, const ot_kernel *k, size_t stream_bytes)
 {
-    return !prefetching(p) && ot__sched_streams(k, stream_bytes);
-}
-
-/* Whether a kernel of p before k (before) reads leaf slot `leaf`, or
- * (!before) one after k that is bound by its arithmetic. */
-static bool leaf_read(const ot_plan *p, int k, int leaf, bool before)
-{
-    for (int i = before ? 0 : k + 1; i < (before ? k : p->nkernels); i++) {
-        if (!before && memory_bound(&p->kernels[i])) continue;
-        for (int l = 0; l < p->kernels[i].nload; l++) {
-            const ot_view *v = &p->kernels[i].loads[l];
-            if (v->space == OT_SPACE_LEAF && v->index == leaf) return true;
-        }
-    }
-    return false;
+    return !p->prefetch && ot__sched_streams(k, stream_bytes);
 }
 
 /* The bytes from a row of load l to the same row of the block after next
@@ -151,14 +163,15 @@ static int32_t prefetch_bytes(const ot_plan *p, const ot_kernel *k, int l, int s
  * from 0.98-1.01x the hand loop to 1.05-1.36x. */
 void ot__sched_prefetches(ot_plan *p, int slots)
 {
+    leaf_readers r;
     if (p->row_block <= 0 || p->row_block >= p->rows || p->row_serial) return;
+    if (!readers_of_leaves(p, &r)) return;   /* without memory: no prefetches */
     for (int i = 0; i < p->nkernels; i++) {
         ot_kernel *k = &p->kernels[i];
-        if ((k->kind != OT_KER_EW && k->kind != OT_KER_REDUCE) || memory_bound(k)) continue;
         for (int l = 0; l < k->nload && k->npf < OT_MAX_PREFETCH; l++) {
             const ot_view *v = &k->loads[l];
-            if (v->space != OT_SPACE_LEAF || !leaf_read(p, i, v->index, true) ||
-                leaf_read(p, i, v->index, false))
+            if (v->space != OT_SPACE_LEAF || v->index < 0 || v->index >= p->nleaves ||
+                r.last_arith[v->index] != i || r.first[v->index] >= i)
                 continue;
             int32_t bytes = prefetch_bytes(p, k, l, slots);
             if (!bytes) continue;
@@ -166,4 +179,6 @@ void ot__sched_prefetches(ot_plan *p, int slots)
             k->pf_bytes[k->npf++] = bytes;
         }
     }
+    free(r.first);
+    free(r.last_arith);
 }

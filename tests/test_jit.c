@@ -1273,43 +1273,42 @@ static void red_check(const char *isa, ot_backend *const be[5], const red_case *
     for (int b = 0; b < 5; b++) free(res[b]);
 }
 
-/* The backends red_check compares, one set per ISA (worker threads are
- * dear under TSan and valgrind, and a plan cache's reuse is part of what
- * runs): generated code at 1, 2 and 3 threads, the interpreter, ref. */
-static void red_backends(const char *isa, ot_backend *be[5])
+/* Runs run on every ISA with the backends red_check compares, one set per
+ * ISA (worker threads are dear under TSan and valgrind, and a plan cache's
+ * reuse is part of what runs): generated code at 1, 2 and 3 threads, the
+ * interpreter, ref. */
+static void red_each_isa(void (*run)(const char *isa, ot_backend *const be[5]))
 {
-    be[0] = backend(isa, JIT, 1);
-    be[1] = backend(isa, JIT, 2);
-    be[2] = backend(isa, JIT, 3);
-    be[3] = backend(isa, INTERP, 1);
-    be[4] = ot_backend_new("ref", NULL);
+    const char *isa[NJIT_ISA];
+    for (int i = 0, nisa = assignment_isas(isa); i < nisa; i++) {
+        ot_backend *be[5] = {backend(isa[i], JIT, 1), backend(isa[i], JIT, 2), backend(isa[i], JIT, 3),
+                             backend(isa[i], INTERP, 1), ot_backend_new("ref", NULL)};
+        run(isa[i], be);
+        for (int b = 0; b < 5; b++) ot_backend_free(be[b]);
+    }
 }
 
 /* Sum, mean, max and min over rows and over everything, f32 and f64,
  * bare, inline and calling bodies: 40 rows of 2500 (several tiles and a
  * tail, and enough elements for the pool to split rows and chunks), rows
  * of 7 (chunks of tiles span rows), 1029 and empty rows. */
-TEST(jit_reductions_threads_interpreter_ref)
+static void reductions_on(const char *isa, ot_backend *const be[5])
 {
     static const int ops[] = {OT_OP_SUM, OT_OP_MEAN, OT_OP_MAX, OT_OP_MIN};
     static const int64_t shapes[][2] = {{40, 2500}, {40, 7}, {3, 1029}, {12, 0}};
-    const char *isa[NJIT_ISA];
-    for (int i = 0, nisa = assignment_isas(isa); i < nisa; i++) {
-        ot_backend *be[5];
-        red_backends(isa[i], be);
-        for (int d = 0; d < 2; d++)
-            for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
-                for (int op = 0; op < (shapes[s][1] ? 4 : 2); op++)
-                    for (int prefix = 0; prefix < 3; prefix++)
-                        for (int axis = -1; axis <= 1; axis += 2) {
-                            red_case rc = {d ? OT_F64 : OT_F32, shapes[s][0], shapes[s][1],
-                                           ops[op], prefix, axis};
-                            if (!slow_tool() || (prefix + op + (int)s + d + axis + 1) % 3 == 0)
-                                red_check(isa[i], be, &rc);
-                        }
-        for (int b = 0; b < 5; b++) ot_backend_free(be[b]);
-    }
+    for (int d = 0; d < 2; d++)
+        for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+            for (int op = 0; op < (shapes[s][1] ? 4 : 2); op++)
+                for (int prefix = 0; prefix < 3; prefix++)
+                    for (int axis = -1; axis <= 1; axis += 2) {
+                        red_case rc = {d ? OT_F64 : OT_F32, shapes[s][0], shapes[s][1], ops[op],
+                                       prefix, axis};
+                        if (!slow_tool() || (prefix + op + (int)s + d + axis + 1) % 3 == 0)
+                            red_check(isa, be, &rc);
+                    }
 }
+
+TEST(jit_reductions_threads_interpreter_ref) { red_each_isa(reductions_on); }
 
 /* ---- random trees: generated code against OT_JIT=0, bitwise ----------------- */
 
@@ -1633,38 +1632,34 @@ static void column_pair(ot_backend *be, ot_dtype dt, int64_t rows, int64_t cols,
  * rounding; and an inline body with a further output, bitwise both. A
  * bare column stays interpreted (generated code would only copy it), as
  * does a body of one op (jit.c's worth_it). */
-TEST(jit_column_sums_threads_interpreter_ref)
+static void column_sums_on(const char *isa, ot_backend *const be[5])
 {
     static const int64_t shapes[][2] = {{40, 2500}, {3, 1029}, {130, 7}};
-    const char *isa[NJIT_ISA];
-    for (int i = 0, nisa = assignment_isas(isa); i < nisa; i++) {
-        ot_backend *be[5];
-        red_backends(isa[i], be);
-        for (int d = 0; d < 2; d++)
-            for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
-                for (int op = 0; op < 2; op++) {
-                    red_case rc = {d ? OT_F64 : OT_F32, shapes[s][0], shapes[s][1],
-                                   op ? OT_OP_MEAN : OT_OP_SUM, 2, 0};
-                    if (!slow_tool() || (op + (int)s + d) % 3 == 0) red_check(isa[i], be, &rc);
-                }
-        for (int d = 0; d < 2 && be[0] && be[3]; d++) {
-            enum { R = 130, C = 1029 };
-            double *got = malloc(sizeof *got * (64 * C + C)), *want = malloc(sizeof *want * (64 * C + C));
-            column_pair(be[2], d ? OT_F64 : OT_F32, R, C, got);
-            column_pair(be[3], d ? OT_F64 : OT_F32, R, C, want);
-            CHECK(memcmp(got, want, sizeof *got * (64 * C + C)) == 0);
-            free(got);
-            free(want);
-        }
-        if (isa[i] && be[0]) {
-            ot_tensor *x = ot_empty(be[0], OT_SHAPE(8, 64), OT_F32);
-            ot_pool *p = ot_pool_push();
-            char *bare = test__capture(ot_explain, ot_sum(x, .axis = 0));
-            CHECK(bare && !strstr(bare, "generated code"));
-            free(bare);
-            ot_pool_pop(p);
-            ot_tensor_free(x);
-        }
-        for (int b = 0; b < 5; b++) ot_backend_free(be[b]);
+    for (int d = 0; d < 2; d++)
+        for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+            for (int op = 0; op < 2; op++) {
+                red_case rc = {d ? OT_F64 : OT_F32, shapes[s][0], shapes[s][1],
+                               op ? OT_OP_MEAN : OT_OP_SUM, 2, 0};
+                if (!slow_tool() || (op + (int)s + d) % 3 == 0) red_check(isa, be, &rc);
+            }
+    for (int d = 0; d < 2 && be[2] && be[3]; d++) {
+        enum { R = 130, C = 1029 };
+        double *got = malloc(sizeof *got * (64 * C + C)), *want = malloc(sizeof *want * (64 * C + C));
+        column_pair(be[2], d ? OT_F64 : OT_F32, R, C, got);
+        column_pair(be[3], d ? OT_F64 : OT_F32, R, C, want);
+        CHECK(memcmp(got, want, sizeof *got * (64 * C + C)) == 0);
+        free(got);
+        free(want);
+    }
+    if (isa && be[0]) {
+        ot_tensor *x = ot_empty(be[0], OT_SHAPE(8, 64), OT_F32);
+        ot_pool *p = ot_pool_push();
+        char *bare = test__capture(ot_explain, ot_sum(x, .axis = 0));
+        CHECK(bare && !strstr(bare, "generated code"));
+        free(bare);
+        ot_pool_pop(p);
+        ot_tensor_free(x);
     }
 }
+
+TEST(jit_column_sums_threads_interpreter_ref) { red_each_isa(column_sums_on); }

@@ -211,11 +211,6 @@ static int *dots_of_temps(const ot_plan *p)
     return dot_of;
 }
 
-/* The accuracy of k's inexact ops, each once: the SLEEF accuracy the
- * table uses at the plan's setting ("tanh u10"), or the library's own
- * function's ("sig u35"; its row's u10/u35 column where it names one: exp
- * is u10 at both). Exact ops (correctly rounded, bitwise NumPy's) are not
- * listed. */
 /* The leaves whose next block of rows k's generated code prefetches
  * (ot__sched_prefetches). */
 static void explain_prefetch(const ot_kernel *k, FILE *f)
@@ -229,6 +224,11 @@ static void explain_prefetch(const ot_kernel *k, FILE *f)
     fputc(')', f);
 }
 
+/* The accuracy of k's inexact ops, each once: the SLEEF accuracy the
+ * table uses at the plan's setting ("tanh u10"), or the library's own
+ * function's ("sig u35"; its row's u10/u35 column where it names one: exp
+ * is u10 at both). Exact ops (correctly rounded, bitwise NumPy's) are not
+ * listed. */
 static void explain_accuracy(const ot_kernel *k, int acc, FILE *f)
 {
     bool seen[OT_OP_COUNT] = {false}, any = false;

@@ -49,7 +49,6 @@ struct ot_walk {
     uint64_t start_ns;         /* when a full walk began: a miss's compile time counts it */
 };
 
-
 /* ---- small helpers --------------------------------------------------------- */
 
 static inline bool grow(void **p, int *cap, int need, size_t elem)

@@ -15,12 +15,15 @@
  * Where the CPU has neither (or the build is not x86-64 Linux) there is no
  * generated code, and the API level still checks that both agree.
  */
+#define _DEFAULT_SOURCE   /* MAP_ANONYMOUS: a guard page */
 #include "test.h"
 #include "plan.h"   /* ot__sched_streams */
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #define NV 64   /* elements per hand-built run: whole vectors for both dtypes */
 
@@ -1663,3 +1666,163 @@ static void column_sums_on(const char *isa, ot_backend *const be[5])
 }
 
 TEST(jit_column_sums_threads_interpreter_ref) { red_each_isa(column_sums_on); }
+
+/* ---- row reductions a run of rows per call: masked tails ------------------------ */
+
+/* A rows x cols matrix of dtype dt, row stride ld elements, in memory
+ * that ends where a PROT_NONE page begins, wrapped on be: code that read
+ * or wrote a whole vector past a row's end would fault on the last row.
+ * Its elements are red_value's (data) or GAP_VALUE, which also fills the
+ * gaps between rows. The map is g->map; NULL where it was not made. */
+#define GAP_VALUE 7.0
+typedef struct guarded {
+    void *map;
+    size_t len;
+    char *p;   /* element [0, 0] */
+} guarded;
+
+static ot_tensor *guarded_rows(ot_backend *be, ot_dtype dt, int64_t rows, int64_t cols, int64_t ld,
+                               bool data, guarded *g)
+{
+    size_t es = dt == OT_F64 ? 8 : 4, page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t bytes = (size_t)((rows - 1) * ld + cols) * es;
+    g->len = (bytes + page - 1) / page * page + page;
+    g->map = mmap(NULL, g->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (g->map == MAP_FAILED) {
+        g->map = NULL;
+        return NULL;
+    }
+    char *guard = (char *)g->map + g->len - page;
+    g->p = guard - bytes;
+    for (int64_t e = 0; e < (rows - 1) * ld + cols; e++) {
+        int64_t r = e / ld, c = e % ld;
+        double v = data && c < cols ? red_value(r, c, cols) : GAP_VALUE;
+        float f = (float)v;
+        memcpy(g->p + (size_t)e * es, dt == OT_F64 ? (void *)&v : (void *)&f, es);
+    }
+    if (mprotect(guard, page, PROT_NONE)) return NULL;
+    const int64_t st[2] = {ld, 1};
+    return ot_wrap(be, OT_SHAPE(rows, cols), dt, g->p, st, NULL, NULL);
+}
+
+/* Whether the gaps between g's rows still hold GAP_VALUE. */
+static bool gaps_kept(const guarded *g, ot_dtype dt, int64_t rows, int64_t cols, int64_t ld)
+{
+    size_t es = dt == OT_F64 ? 8 : 4;
+    for (int64_t e = 0; e < (rows - 1) * ld + cols; e++) {
+        double v;
+        float f;
+        memcpy(dt == OT_F64 ? (void *)&v : (void *)&f, g->p + (size_t)e * es, es);
+        if (e % ld >= cols && (dt == OT_F64 ? v : f) != GAP_VALUE) return false;
+    }
+    return true;
+}
+
+/* Tree t of the row-run cases over x: a sum of a body, a mean, a max and a
+ * min of a body (their zero and NaN rows go back to the interpreter), a
+ * softmax, whose row sum also stores exp(x - max) (a further output), and
+ * elementwise rows reading their row's broadcast, one calling tanh. */
+static ot_node *row_run_tree(int t, ot_tensor *x)
+{
+    switch (t) {
+    case 0: return ot_sum(ot_add(ot_mul(x, x), 1.0), .axis = 1);
+    case 1: return ot_mean(ot_sub(x, 1.0), .axis = 1);
+    case 2: return ot_max(ot_mul(x, 2.0), .axis = 1);
+    case 3: return ot_min(ot_mul(x, 2.0), .axis = 1);
+    case 4: return ot_softmax(x, .axis = 1);
+    case 5: return ot_mul(ot_sub(x, ot_mean(x, .axis = 1, .keepdims = true)), 0.25);
+    default: return ot_tanh(ot_sub(x, ot_max(x, .axis = 1, .keepdims = true)));
+    }
+}
+
+/* Tree t over the rows on be (guarded in place, or an array for ref) into
+ * doubles (*n of them); NULL on failure. An elementwise tree (t >= 5)
+ * assigns into guarded rows too, whose gaps must stay. */
+static double *row_run_eval(ot_backend *be, bool guard, ot_dtype dt, int64_t rows, int64_t cols,
+                            int64_t ld, int t, int64_t *n)
+{
+    guarded gx = {0}, gy = {0};
+    ot_tensor *x = NULL, *y = NULL;
+    if (guard) {
+        x = guarded_rows(be, dt, rows, cols, ld, true, &gx);
+        if (t >= 5) y = guarded_rows(be, dt, rows, cols, ld, false, &gy);
+    } else {
+        double *h = malloc(sizeof *h * (size_t)(rows * cols));
+        for (int64_t e = 0; e < rows * cols; e++) h[e] = red_value(e / cols, e % cols, cols);
+        ot_tensor *d = ot_array(be, OT_SHAPE(rows, cols), OT_F64, h);
+        x = ot_empty(be, OT_SHAPE(rows, cols), dt);
+        ot_pool *p = ot_pool_push();
+        ot_assign(x, ot_cast(d, .dtype = dt));
+        ot_pool_pop(p);
+        ot_tensor_free(d);
+        free(h);
+    }
+    ot_pool *p = ot_pool_push();
+    ot_tensor *o = NULL;
+    if (x && y) o = ot_assign(y, row_run_tree(t, x)) ? NULL : y;
+    else if (x && (!guard || t < 5)) o = ot_eval(row_run_tree(t, x));
+    ot_pool_pop(p);
+    double *res = NULL;
+    if (y) CHECK(gaps_kept(&gy, dt, rows, cols, ld));
+    if (o) {
+        *n = ot_tensor_numel(o);
+        res = malloc(sizeof *res * (size_t)*n);
+        float *f = malloc(sizeof *f * (size_t)*n);
+        ot_get(o, dt == OT_F64 ? (void *)res : (void *)f);
+        for (int64_t e = 0; dt != OT_F64 && e < *n; e++) res[e] = f[e];
+        free(f);
+    }
+    if (o != y) ot_tensor_free(o);
+    ot_tensor_free(y);
+    ot_tensor_free(x);
+    if (gx.map) munmap(gx.map, gx.len);
+    if (gy.map) munmap(gy.map, gy.len);
+    return res;
+}
+
+/* Reductions over rows of 1, 10, 17 and 33 elements (no whole vectors, a
+ * vector's part, several and a part), 130 rows (runs of 64 and a short
+ * one), contiguous or strided by 3 more, ending at a guard page: generated
+ * code at 1 and 3 threads and the interpreter bitwise alike (a sum's NaN
+ * aside), ref within rounding, the special rows as ref has them. */
+static void row_runs_on(const char *isa, ot_backend *const be[5])
+{
+    static const int64_t cols[] = {1, 10, 17, 33};
+    enum { ROWS = 130 };
+    for (int d = 0; d < 2; d++)
+        for (size_t c = 0; c < sizeof cols / sizeof *cols; c++)
+            for (int t = 0; t < 7; t++)
+                for (int64_t pad = 0; pad <= 3; pad += 3) {
+                    if (slow_tool() && (d + (int)c + t + (int)pad) % 3) continue;
+                    ot_dtype dt = d ? OT_F64 : OT_F32;
+                    double *res[5] = {NULL};
+                    int64_t n[5] = {0};
+                    const int use[4] = {0, 2, 3, 4};   /* 1 and 3 threads, interpreter, ref */
+                    for (int u = 0; u < 4; u++)
+                        if (be[use[u]])
+                            res[use[u]] = row_run_eval(be[use[u]], use[u] < 4, dt, ROWS, cols[c],
+                                                       cols[c] + pad, t, &n[use[u]]);
+                    bool all = res[0] && res[2] && res[3] && res[4] && n[2] == n[0] &&
+                               n[3] == n[0] && n[4] == n[0];
+                    if (!all) {
+                        test__fail(__FILE__, __LINE__, "OT_ISA=%s tree %d %s x%lld: no result",
+                                   isa ? isa : "-", t, ot_dtype_name(dt), (long long)cols[c]);
+                    } else {
+                        bool sums = t != 2 && t != 3;
+                        CHECK(red_same(res[0], res[2], n[0], false));
+                        CHECK(red_same(res[0], res[3], n[0], sums));
+                        double tol = d ? 1e-12 : 1e-5;
+                        for (int64_t e = 0; e < n[0]; e++)
+                            if (!test__close(res[0][e], res[4][e], tol))
+                                test__fail(__FILE__, __LINE__, "OT_ISA=%s tree %d %s x%lld [%lld]: "
+                                           "%.9g, ref %.9g", isa ? isa : "-", t,
+                                           ot_dtype_name(dt), (long long)cols[c], (long long)e,
+                                           res[0][e], res[4][e]);
+                        if (t == 2) CHECK(res[0][5] == 0 && signbit(res[0][5]) && isnan(res[0][0]));
+                        if (t == 3) CHECK(res[0][8] == 0 && !signbit(res[0][8]) && isnan(res[0][9]));
+                    }
+                    for (int b = 0; b < 5; b++) free(res[b]);
+                }
+}
+
+TEST(jit_row_runs_masked_tails_guard_page) { red_each_isa(row_runs_on); }

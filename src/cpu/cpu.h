@@ -295,7 +295,7 @@ typedef struct ot_kernel {
                                        spans_tiles), set there too */
     bool row_runs;                  /* ... and runs of whole rows as one call
                                        (exec_rows.c), set there too */
-    bool red_runs;                  /* a row sum's runs of rows as one call
+    bool red_runs;                  /* a row reduction's runs of rows as one call
                                        (exec_reduce.c), set there too */
     int64_t run_cost;               /* one element's work in adds (exec.c's
                                        kernel_cost), set there too */

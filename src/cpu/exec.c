@@ -212,6 +212,16 @@ static ot_jit_fn *jit_entry(const ot_kernel *k, char *const *val, char *const *o
     return jt->fn_stream;
 }
 
+void ot__exec_scalar_value(const run_ctx *c, int i, char **val, double *one)
+{
+    const ot_insn *in = &c->k->insns[i];
+    const int16_t *arg = c->k->jit->arg[i];
+    val[i] = (char *)&one[i];
+    if (in->code == OT_I_PARAM) ot__store(val[i], ot__kd_dtype(in->kd), c->param[in->arg]);
+    else run_op(c, in, val[i], val[arg[0]], arg[1] < 0 ? NULL : val[arg[1]],
+                arg[2] < 0 ? NULL : val[arg[2]], 1);
+}
+
 /* The prelude of a kernel's generated code for n elements at (o, j):
  * val[i] for each value the code does not compute (body or pre), a load's
  * elements in place (or gathered), one element in one[i] for the rest. */
@@ -219,16 +229,11 @@ void ot__exec_jit_prelude(const run_ctx *c, scratch *s, int64_t o, int64_t j, in
                         double *one)
 {
     const ot_kernel *k = c->k;
-    const ot_jit *jt = k->jit;
     for (int i = 0; i < k->ninsn; i++) {
         const ot_insn *in = &k->insns[i];
-        const int16_t *arg = jt->arg[i];
-        if (ot__jit_computes(jt, i)) continue;
-        val[i] = (char *)&one[i];
+        if (ot__jit_computes(k->jit, i)) continue;
         if (in->code == OT_I_LOAD) val[i] = load_tile(c, s, in, o, j, n);
-        else if (in->code == OT_I_PARAM) ot__store(val[i], ot__kd_dtype(in->kd), c->param[in->arg]);
-        else run_op(c, in, val[i], val[arg[0]], arg[1] < 0 ? NULL : val[arg[1]],
-                    arg[2] < 0 ? NULL : val[arg[2]], 1);
+        else ot__exec_scalar_value(c, i, val, one);
     }
 }
 

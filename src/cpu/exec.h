@@ -119,10 +119,13 @@ static inline int64_t all_chunks(const run_ctx *c)
     return (c->nouter * c->tiles_per_row + TILES_PER_CHUNK - 1) / TILES_PER_CHUNK;
 }
 
-/* exec.c: a chunk's tile scratch set up, then body run over it; the
- * prelude of a kernel's generated code for n elements at (o, j); the
- * register program over a tile with the kernel's further outputs written. */
+/* exec.c: a chunk's tile scratch set up, then body run over it; insn i of
+ * a kernel with code, a parameter or an op on one element of val's, into
+ * one[i] (val[i] points there); the prelude of a kernel's generated code
+ * for n elements at (o, j); the register program over a tile with the
+ * kernel's further outputs written. */
 void ot__exec_run_chunk(run_ctx *c, chunk_body body, int slot, int64_t first, int64_t last);
+void ot__exec_scalar_value(const run_ctx *c, int i, char **val, double *one);
 void ot__exec_jit_prelude(const run_ctx *c, scratch *s, int64_t o, int64_t j, int64_t n,
                           char **val, double *one);
 void ot__exec_run_with_extras(const run_ctx *c, scratch *s, int64_t o, int64_t j, int64_t n,
@@ -133,18 +136,18 @@ void ot__exec_run_with_extras(const run_ctx *c, scratch *s, int64_t o, int64_t j
 bool ot__exec_tblocks(ot_threads *th, int slot, run_ctx *c);
 /* exec_rows.c: whether an EW kernel's code runs a row's tiles as one call
  * (spans_tiles: inputs in place, its one output in place), and runs of
- * whole rows as one call of fn_rows (run_rows, fn_rows built, rows of
- * whole vectors, and every value its code does not compute a load or a
- * parameter); tiles first..last-1 of a run_rows kernel so run; whether
+ * whole rows as one call of fn_rows (run_rows, fn_rows built, and
+ * rows_in_place below); tiles first..last-1 of a run_rows kernel so run; whether
  * fn_rows' call with in val, out and rs (row steps) may take
  * fn_rows_stream (every output and its step aligned to the vector, none
  * read in place). */
 bool ot__exec_spans_tiles(const ot_kernel *k);
 bool ot__exec_row_runs(const ot_kernel *k);
-/* ... whether k's code reads each row in place: rows of whole vectors, and
- * every value the code does not compute a load or a parameter (row runs'
- * and row sums' condition, beside their code's being built) */
-bool ot__exec_whole_rows(const ot_kernel *k);
+/* ... whether k's code can read each row in place (row runs' and row
+ * reductions' condition, beside their code's being built): rows of some
+ * elements, every value the code does not compute a load or the same for
+ * every row (a parameter, or an op of such) */
+bool ot__exec_rows_in_place(const ot_kernel *k);
 void ot__exec_ew_rows(run_ctx *c, scratch *s, int64_t first, int64_t last);
 bool ot__exec_rows_stream(const ot_kernel *k, char *const *val, char *const *out,
                           const int64_t *rs);
@@ -154,9 +157,9 @@ bool ot__exec_rows_stream(const ot_kernel *k, char *const *val, char *const *out
 void ot__exec_rows_args(const run_ctx *c, int64_t o, int64_t j, int64_t rows, char **val,
                         char **out, int64_t *rs, double *one);
 /* exec_reduce.c: a REDUCE kernel run on the pool th from slot; whether a
- * row sum runs rows a run at a time through its code's red_rows (built,
- * used where reduce_span would call the code, rows of whole vectors, and
- * every value the code does not compute a load or a parameter). */
+ * row reduction runs rows a run at a time through its code's red_rows
+ * (built, used where reduce_span would call the code, and the rows read in
+ * place: ot__exec_rows_in_place). */
 bool ot__exec_red_runs(const ot_kernel *k);
 void ot__exec_run_reduce(ot_threads *th, int slot, run_ctx *c);
 

@@ -223,20 +223,23 @@ static void reduce_span(const run_ctx *c, scratch *s, racc *a, int64_t o, int64_
     }
 }
 
-/* red_rows is built only for sums over the last of several dims (jit.c's
- * sums_rows). */
+/* red_rows is built only for reductions over the last of several dims
+ * (jit.c's folds_rows). Its masked tails read rows of any length in place:
+ * 128 rows of 10 logits ran at 52 ns a row called one by one (exec's
+ * prelude, the padded tail's copies, the code's entry), which was 3% of
+ * W10's step. */
 bool ot__exec_red_runs(const ot_kernel *k)
 {
     const ot_jit *jt = k->jit;
     return jt && jt->red_rows && (k->dims[k->ndim - 1] > k->run_tile || computes(jt)) &&
-           ot__exec_whole_rows(k);
+           ot__exec_rows_in_place(k);
 }
 
-/* Rows from o on (before end) that a kernel with red_runs sums in one call
+/* Rows from o on (before end) that a kernel with red_runs folds in one call
  * of red_rows: within o's run of dims[nd-2] (row steps are constant
  * there), at most RED_RUN; 0 for any other kernel. */
 #define RED_RUN 64
-static int64_t sum_run(const run_ctx *c, int64_t o, int64_t end)
+static int64_t fold_run(const run_ctx *c, int64_t o, int64_t end)
 {
     const ot_kernel *k = c->k;
     if (!k->red_runs) return 0;
@@ -245,9 +248,12 @@ static int64_t sum_run(const run_ctx *c, int64_t o, int64_t end)
     return rows < RED_RUN ? rows : RED_RUN;
 }
 
-/* Rows o..o+rows-1 summed by one call of red_rows, each from the identity
- * and stored as reduce_span's code would leave it. */
-static void sum_rows(const run_ctx *c, int64_t o, int64_t rows, size_t es)
+/* Rows o..o+rows-1 reduced by one call of red_rows, each from the
+ * identity and stored as reduce_span would leave it: a sum as its code
+ * adds; a max or min as found, but that rows whose extreme is zero, and
+ * all of them where a NaN was met, go through reduce_span (which returns
+ * ref's NaN or zero). */
+static void fold_rows(const run_ctx *c, scratch *s, int64_t o, int64_t rows, size_t es)
 {
     const ot_kernel *k = c->k;
     const ot_jit *jt = k->jit;
@@ -255,26 +261,30 @@ static void sum_rows(const run_ctx *c, int64_t o, int64_t rows, size_t es)
     int64_t rs[2 + OT_JIT_MAX_INSN + OT_MAX_XSTORES];
     double one[OT_JIT_MAX_INSN], acc[RED_RUN];
     size_t ves = jt->kd == OT_KD_F64 ? 8 : 4;
+    bool sum = k->red_op == OT_OP_SUM || k->red_op == OT_OP_MEAN;
     for (int64_t r = 0; r < rows; r++) acc[r] = racc_identity(k->red_op).v;
     ot__exec_rows_args(c, o, 0, rows, val, out, rs, one);
-    jt->red_rows(val, out, (size_t)c->inner * ves, (size_t)c->tile * ves, acc, rs);
+    int nan = jt->red_rows(val, out, (size_t)c->inner * ves,
+                           (size_t)(sum ? c->tile : c->inner) * ves, acc, rs);
     for (int64_t r = 0; r < rows; r++) {
         racc a = racc_identity(k->red_op);
-        a.v = acc[r];
+        if (sum) a.v = acc[r];
+        else if (!nan && acc[r] != 0) racc_fold(&a, k->red_op, acc[r], 0);
+        else reduce_span(c, s, &a, o + r, 0, c->inner, 0);
         racc_store(c, &a, c->store + view_offset(k, &k->store, o + r, 0) * (int64_t)es);
     }
 }
 
-/* The innermost dim is reduced: each row is one result; sums run rows a
- * run at a time where they can (red_runs). */
+/* The innermost dim is reduced: each row is one result, rows run a run at
+ * a time where they can (red_runs). */
 static void row_body(run_ctx *c, scratch *s, int64_t first, int64_t last)
 {
     size_t es = ot__esize((ot_dtype)c->k->store.dtype);
     int64_t end = last * ROWS_PER_CHUNK < c->nouter ? last * ROWS_PER_CHUNK : c->nouter;
     for (int64_t o = first * ROWS_PER_CHUNK; o < end;) {
-        int64_t rows = sum_run(c, o, end);
+        int64_t rows = fold_run(c, o, end);
         if (rows) {
-            sum_rows(c, o, rows, es);
+            fold_rows(c, s, o, rows, es);
             o += rows;
             continue;
         }

@@ -1,28 +1,34 @@
 /*
  * exec_rows.c - the cpu backend's row calls: an elementwise kernel whose
  * generated code reads every input in place and writes its one output in
- * place runs each row's tiles as one call of its code, and, over rows of
- * whole vectors, each run of whole rows as one call of fn_rows. That code
- * takes each row's broadcasts (a row's mean, and the ops computed from
- * them before the loop: layer norm's rsqrt(var + eps)) again and steps
- * every pointer by its row's stride; a call per row cost about 1,000
- * instructions a row in exec.c's prelude and calls (rms norm's scale, 1024
- * columns, callgrind). The code is the kernel's own body, so results are
- * bitwise those of any other walk. Also fn_rows' arguments and the
- * streaming check that exec_tblock.c's transposed blocks and exec_reduce.c's
- * row sums share.
+ * place runs each row's tiles as one call of its code, and each run of
+ * whole rows as one call of fn_rows. That code takes each row's broadcasts
+ * (a row's mean, and the ops computed from them before the loop: layer
+ * norm's rsqrt(var + eps)) again, steps every pointer by its row's stride
+ * and ends a row that is not whole vectors under a mask; a call per row
+ * cost about 1,000 instructions a row in exec.c's prelude and calls (rms
+ * norm's scale, 1024 columns, callgrind). The code is the kernel's own
+ * body, so results are bitwise those of any other walk. Also fn_rows'
+ * arguments and the streaming check that exec_tblock.c's transposed blocks
+ * and exec_reduce.c's row reductions share.
  */
 #include "exec.h"
 
-bool ot__exec_whole_rows(const ot_kernel *k)
+/* Every value the code does not compute is a load (stepped per row) or
+ * the same for every row: a parameter, or an op of such (W10's 1/count,
+ * cast, which exec computes once a call). */
+bool ot__exec_rows_in_place(const ot_kernel *k)
 {
     const ot_jit *jt = k->jit;
-    int64_t lanes = jt->kt->vbytes / (jt->kd == OT_KD_F64 ? 8 : 4), inner = k->dims[k->ndim - 1];
-    if (inner <= 0 || inner % lanes) return false;
+    bool fixed[OT_JIT_MAX_INSN];
+    if (k->dims[k->ndim - 1] <= 0) return false;
     for (int i = 0; i < k->ninsn; i++) {
         const ot_insn *in = &k->insns[i];
-        if (!ot__jit_computes(jt, i) && in->code != OT_I_LOAD && in->code != OT_I_PARAM)
-            return false;
+        fixed[i] = in->code == OT_I_PARAM;
+        if (ot__jit_computes(jt, i) || in->code == OT_I_LOAD || fixed[i]) continue;
+        for (int o = 0; o < 3; o++)
+            if (jt->arg[i][o] >= 0 && !fixed[jt->arg[i][o]]) return false;
+        fixed[i] = true;
     }
     return true;
 }
@@ -31,7 +37,7 @@ bool ot__exec_whole_rows(const ot_kernel *k)
  * output (jit.c's runs_rows). */
 bool ot__exec_row_runs(const ot_kernel *k)
 {
-    return k->run_rows && k->jit->fn_rows && k->jit->out_vector[0] && ot__exec_whole_rows(k);
+    return k->run_rows && k->jit->fn_rows && k->jit->out_vector[0] && ot__exec_rows_in_place(k);
 }
 
 bool ot__exec_rows_stream(const ot_kernel *k, char *const *val, char *const *out,
@@ -59,9 +65,8 @@ void ot__exec_rows_args(const run_ctx *c, int64_t o, int64_t j, int64_t rows, ch
         const ot_insn *in = &k->insns[i];
         rs[1 + i] = 0;
         if (ot__jit_computes(jt, i)) continue;
-        if (in->code == OT_I_PARAM) {
-            val[i] = (char *)&one[i];
-            ot__store(val[i], ot__kd_dtype(in->kd), c->param[in->arg]);
+        if (in->code != OT_I_LOAD) {
+            ot__exec_scalar_value(c, i, val, one);
             continue;
         }
         const ot_view *v = &k->loads[in->arg];

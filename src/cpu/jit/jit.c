@@ -192,12 +192,15 @@ void ot__jit_emit_stores(regs *r, bool stream)
         for (int p = first; p < q; p++) again |= j->out_vector[p] && j->out_val[p] == j->out_val[q];
         if (again) continue;
         int g = ot__jit_use(r, j->out_val[q], 0);
-        int base = r->pad ? -1 : ot__jit_ptr_reg(r, -1 - q);
-        if (base < 0) ot__x86_load_ptr(r->c, R13, 8 * (r->pad ? j->nout + q : q));
-        int index = r->pad ? NO_INDEX : RBX;
-        if (r->half_in) ot__jit_half_store(r, g, base < 0 ? RAX : base, index, stream);
-        else if (stream) ot__jit_vmov_stream(r, g, base < 0 ? RAX : base, index, r->disp);
-        else ot__jit_vmov_store(r, g, base < 0 ? RAX : base, index, r->disp);
+        bool padded = r->pad && !r->mtail;   /* exec's copy, at out[nout + q] */
+        int base = padded ? -1 : ot__jit_ptr_reg(r, -1 - q);
+        if (base < 0) ot__x86_load_ptr(r->c, R13, 8 * (padded ? j->nout + q : q));
+        if (base < 0) base = RAX;
+        int index = padded ? NO_INDEX : RBX;
+        if (r->half_in) ot__jit_half_store(r, g, base, index, stream);
+        else if (r->pad && r->mtail) ot__jit_masked_store(r, g, base, index, r->disp);
+        else if (stream) ot__jit_vmov_stream(r, g, base, index, r->disp);
+        else ot__jit_vmov_store(r, g, base, index, r->disp);
     }
 }
 
@@ -291,22 +294,54 @@ static void emit_function(regs *r, int frame, bool stream)
     r->npin = 0;
 }
 
-/* fn_rows(in, out, nbytes, rs): the loop of emit_function once per row,
+/* A row's last part of a vector, at rbx: the body once more, read and
+ * written in place under the live lanes' mask. */
+static void emit_masked_tail(regs *r)
+{
+    r->disp = 0;
+    r->pad = r->tail = r->mtail = true;
+    ot__jit_reset_regs(r);
+    for (int pos = 0; pos < r->j->ninsn; pos++)
+        if (r->j->body[pos]) ot__jit_emit_insn(r, pos);
+    ot__jit_emit_stores(r, false);
+    r->pad = r->tail = r->mtail = false;
+}
+
+/* fn_rows(in, out, nbytes, rs): the loop of emit_function once per row
+ * over its whole vectors, then its last part of one (emit_masked_tail),
  * the invariants (pointers, broadcasts) taken again for each row, since
- * every input steps: rs and the rows left are kept at `at` in the frame;
- * after a row, in[v] += rs[1 + v] for each load, out[q] += rs[1 + ninsn +
- * q], through rcx (the pointer registers are loaded again anyway). */
+ * every input steps: rs, the rows left and the tail's bytes are kept at
+ * `at` in the frame, the tail's mask made once; after a row, in[v] +=
+ * rs[1 + v] for each load, out[q] += rs[1 + ninsn + q], through rcx (the
+ * pointer registers are loaded again anyway). */
 static void emit_rows_function(regs *r, int frame, int32_t at, bool stream)
 {
     code *c = r->c;
+    uint8_t lanes_off = (uint8_t)(r->vbytes - 1);
     ot__jit_emit_prologue(r, frame);
     ot__x86_gpr_mem(c, 0x89, RCX, RSP, at);                            /* mov [rsp + at], rcx */
     ot__x86_gpr_mem(c, 0x8B, RAX, RCX, 0);                             /* mov rax, [rcx] */
     ot__x86_gpr_mem(c, 0x89, RAX, RSP, at + 8);                        /* mov [rsp + at + 8], rax */
     ot__jit_emit_constants(r);
+    ot__x86_mov_rr(c, RCX, R14);
+    ot__x86_put(c, (const uint8_t[]){0x48, 0x83, 0xE1, lanes_off}, 4);           /* and rcx, V - 1 */
+    ot__x86_gpr_mem(c, 0x89, RCX, RSP, at + 16);
+    r->mtail = true;
+    ot__jit_emit_live_mask(r, RCX);
+    r->mtail = false;
+    ot__x86_put(c, (const uint8_t[]){0x49, 0x83, 0xE6, (uint8_t)~lanes_off}, 4); /* and r14, -V */
     size_t row = c->n;
     emit_invariants(r);
+    ot__x86_put(c, (const uint8_t[]){0x31, 0xDB}, 2);                  /* xor ebx, ebx */
+    ot__x86_put(c, (const uint8_t[]){0x4D, 0x85, 0xF6}, 3);            /* test r14, r14 */
+    size_t to_tail = ot__x86_jump_fwd(c, JE);
     emit_loop(r, stream);
+    ot__x86_land(c, to_tail);
+    ot__x86_gpr_mem(c, 0x83, 7, RSP, at + 16);                         /* cmp qword [.], */
+    ot__x86_put1(c, 0);                                                /*     0 */
+    size_t no_tail = ot__x86_jump_fwd(c, JE);
+    emit_masked_tail(r);
+    ot__x86_land(c, no_tail);
     ot__x86_gpr_mem(c, 0x8B, RAX, RSP, at);                            /* mov rax, [rsp + at] */
     ot__jit_emit_row_steps(r, 0);
     ot__x86_gpr_mem(c, 0xFF, 1, RSP, at + 8);                          /* dec qword [rsp + at + 8] */
@@ -325,7 +360,7 @@ static void emit_rows_functions(regs *r, ot_jit *j, bool stream)
     int32_t at = ot__jit_slot(r, j->ninsn + 1);
     int frame = at + r->vbytes;
     for (int s = 0; s <= (int)stream; s++) {
-        while (r->c->n % 16) ot__x86_put1(r->c, 0xCC);
+        ot__x86_align16(r->c);
         *(s ? &j->rows_stream_at : &j->rows_at) = r->c->n;
         emit_rows_function(r, frame, at, s);
     }
@@ -575,7 +610,7 @@ static unsigned inline_fns(const ot_jit *j, const ot_kernel *k)
 
 /* Whether exec may run k a run of whole rows per call (exec_rows.c), for
  * which it needs fn_rows: elementwise over rows, its one output in place,
- * rows of whole vectors. */
+ * rows of any length (a masked tail ends each). */
 static bool runs_rows(const ot_kernel *k)
 {
     return k->kind == OT_KER_EW && k->ndim >= 2 && k->direct_store && !k->nxstore;
@@ -656,11 +691,10 @@ static bool half_fits(const ot_jit *j, const ot_kernel *k, const ot_kernels *kt,
 }
 
 /* Whether exec may run k's rows a run at a time (exec_reduce.c), for
- * which it needs red_rows: a sum or mean over the rows of several. */
-static bool sums_rows(const ot_kernel *k)
+ * which it needs red_rows: a reduction over the rows of several. */
+static bool folds_rows(const ot_kernel *k)
 {
-    return (k->red_op == OT_OP_SUM || k->red_op == OT_OP_MEAN) && k->ndim >= 2 &&
-           k->red_axis == k->ndim - 1;
+    return k->ndim >= 2 && k->red_axis == k->ndim - 1;
 }
 
 /* A reduction's red (and red_rows). Reductions gain what the interpreter
@@ -674,8 +708,8 @@ static void emit_reduction(regs *r, ot_jit *j, const ot_kernel *k)
     r->red = k->red_op == OT_OP_MEAN ? OT_OP_SUM : k->red_op;
     r->nreg = r->calls ? NREG : r->red == OT_OP_SUM ? ACC_REG : NAN_REG;
     ot__jit_emit_reduce_function(r, frame);
-    if (!sums_rows(k)) return;
-    while (r->c->n % 16) ot__x86_put1(r->c, 0xCC);
+    if (!folds_rows(k)) return;
+    ot__x86_align16(r->c);
     j->red_rows_at = r->c->n;
     ot__jit_emit_reduce_rows_function(r, frame);
 }
@@ -688,13 +722,13 @@ static void emit_elementwise(regs *r, ot_jit *j, const ot_kernel *k, bool stream
     code *c = r->c;
     emit_function(r, frame, false);
     if (stream) {
-        while (c->n % 16) ot__x86_put1(c, 0xCC);               /* int3 padding */
+        ot__x86_align16(c);
         j->stream_at = c->n;
         emit_function(r, frame, true);
     }
     if ((k->col_blocked || runs_rows(k)) && !r->half_in) emit_rows_functions(r, j, stream);
     if (r->calls) {
-        while (c->n % 16) ot__x86_put1(c, 0xCC);
+        ot__x86_align16(c);
         j->tail_at = c->n;
         r->tail = true;
         emit_function(r, frame, false);

@@ -76,7 +76,9 @@ typedef struct regs {
     bool tail;                  /* fn_tail: zero the lanes past nbytes before calls */
     int nreg;                   /* the allocator hands out registers below this */
     int32_t disp;               /* bytes from the loop offset to this copy's vector */
-    bool pad;                   /* this copy reads and writes exec's padded tail */
+    bool pad;                   /* this copy is the tail: exec's padded copy, or */
+    bool mtail;                 /* in a row function, the row's own memory under
+                                   the live lanes' mask (masked_load, _store) */
     int red;                    /* a reduction's OT_OP_SUM (mean too), OT_OP_MAX or
                                    OT_OP_MIN; -1 for elementwise code */
     unsigned fns;               /* bit f: the body has inline function f (FN_EXP
@@ -121,13 +123,15 @@ enum { JB = 2, JE = 4, JNE = 5, JBE = 6, JA = 7 };
  * call, so that the loop spends no instructions making them), then a slot
  * per body value. */
 /* -0.0, ~-0.0, 1.0 in every lane; K_LIVE (fn_tail and a reduction's tail):
- * all ones in the lanes below nbytes, zero above. A reduction's: K_IDENT
+ * all ones in the lanes below nbytes, zero above; K_KMASK, under EVEX in a
+ * row function's masked tail, K_LIVE's lanes as the bits of a k mask (its
+ * first word). A reduction's: K_IDENT
  * its identity (max -inf, min +inf) in every lane and K_DEAD in the lanes
  * past the tail; when the body calls, four accumulators and four NaN notes
  * (see note_nan); K_MISC, two vectors of scalars (MISC_*); K_FN, the
  * inline functions' constants (fn_bits), those the body reads. */
-enum { K_SIGN, K_ABS, K_ONE, K_LIVE, K_IDENT, K_DEAD, K_ACC, K_NAN = K_ACC + 4, K_MISC = K_NAN + 4,
-       K_FN = K_MISC + 2, NCONST = K_FN + NFNK };
+enum { K_SIGN, K_ABS, K_ONE, K_LIVE, K_KMASK, K_IDENT, K_DEAD, K_ACC, K_NAN = K_ACC + 4,
+       K_MISC = K_NAN + 4, K_FN = K_MISC + 2, NCONST = K_FN + NFNK };
 
 enum { BIT_AND, BIT_XOR, BIT_OR, BIT_ANDN };
 
@@ -147,6 +151,7 @@ enum { ACC_REG = 12, NAN_REG = 8 };
 /* ---- jit_x86.c: the encoder */
 void ot__x86_put(code *c, const void *p, size_t n);
 void ot__x86_put1(code *c, uint8_t x);
+void ot__x86_align16(code *c);
 void ot__x86_put4(code *c, int32_t x);
 void ot__x86_prefix_k(code *c, bool evex, int l, int map, int pp, int w, int reg, int vvvv, int x,
                       int b, uint8_t op, uint8_t mask);
@@ -158,8 +163,8 @@ void ot__x86_vrm(code *c, int map, int pp, int w, uint8_t op, int reg, int vvvv,
                  int index, int32_t disp);
 void ot__x86_vrr_k(code *c, int map, int pp, int w, uint8_t op, int reg, int vvvv, int rm, int k,
                    bool zeroing);
-void ot__x86_vrm_k(code *c, int map, int pp, int w, uint8_t op, int reg, int base, int32_t disp,
-                   int k, bool zeroing);
+void ot__x86_vrm_k(code *c, int map, int pp, int w, uint8_t op, int reg, int base, int index,
+                   int32_t disp, int k, bool zeroing);
 void ot__x86_xrr(code *c, int l, int pp, uint8_t op, int reg, int vvvv, int rm);
 void ot__x86_xrm(code *c, int l, int pp, uint8_t op, int reg, int base, int32_t disp);
 void ot__x86_gpr_mem(code *c, uint8_t op, int reg, int base, int32_t disp);
@@ -188,6 +193,8 @@ void ot__jit_shift_to(regs *r, int ext, int dst, int src, int imm);
 void ot__jit_shift(regs *r, int ext, int reg, int imm);
 void ot__jit_emit_constants(regs *r);
 void ot__jit_emit_live_mask(regs *r, int n);
+void ot__jit_masked_load(regs *r, int reg, int base, int index, int32_t disp);
+void ot__jit_masked_store(regs *r, int g, int base, int index, int32_t disp);
 bool ot__jit_is_vector_load(const regs *r, int v);
 bool ot__jit_in_body(const regs *r, int v);
 int ot__jit_ptr_reg(const regs *r, int v);

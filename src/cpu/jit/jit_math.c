@@ -551,7 +551,7 @@ static void compare(regs *r, int m, int a, int b, int pred)
 static void one_if(regs *r, int d, int m)
 {
     int32_t one = ot__jit_konst(r, K_ONE);
-    if (r->c->evex) ot__x86_vrm_k(r->c, 1, r->pp, r->wig, 0x10, d, RSP, one, 1, true);
+    if (r->c->evex) ot__x86_vrm_k(r->c, 1, r->pp, r->wig, 0x10, d, RSP, NO_INDEX, one, 1, true);
     else ot__jit_bitwise_const(r, BIT_AND, d, m, K_ONE);
 }
 

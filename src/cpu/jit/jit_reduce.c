@@ -384,7 +384,7 @@ static void emit_tiles(regs *r)
     ot__x86_gpr_mem(c, 0x8B, RCX, RSP, misc(r, MISC_END));
     ot__x86_gpr_rr(c, 0x29, RCX, RBX);                                        /* sub rcx, rbx */
     size_t to_flush = ot__x86_jump_fwd(c, JE);
-    emit_tail_masks(r);
+    if (!r->mtail) emit_tail_masks(r);   /* a row function's are made once */
     emit_copy(r, 0, true);
     ot__x86_gpr_mem(c, 0x8B, RBX, RSP, misc(r, MISC_END));
     ot__x86_land(c, to_flush);
@@ -440,19 +440,27 @@ void ot__jit_emit_reduce_function(regs *r, int frame)
     ot__jit_emit_epilogue(r->c);
 }
 
-/* A sum's red_rows(in, out, nbytes, tile_bytes, acc, rs): red's loop once
- * per row of rs[0] > 0, each row's invariants (pointers, broadcasts, the
- * ops before the loop) taken again and its sum folded into acc[row]; after
- * a row, in[v] += rs[1 + v] for each load and out[q] += rs[1 + ninsn + q]
- * for each further output. Returns 0 (sums note no NaN). */
+/* red_rows(in, out, nbytes, tile_bytes, acc, rs): red's loop once per row
+ * of rs[0] > 0, each row's invariants (pointers, broadcasts, the ops before
+ * the loop) taken again and its result folded into acc[row]; after a row,
+ * in[v] += rs[1 + v] for each load and out[q] += rs[1 + ninsn + q] for
+ * each further output. A row's last part of a vector is read and written
+ * in place under a mask (mtail), which is the same for every row (tiles
+ * are whole vectors but a row's last), so it is made once. Returns red's
+ * flag of NaNs, over all the rows. */
 void ot__jit_emit_reduce_rows_function(regs *r, int frame)
 {
     code *c = r->c;
     r->nptr = 0;
     r->splat = false;
     r->npin = 0;
+    r->mtail = true;
     emit_entry(r, frame, true);
     if (reads_constants(r)) ot__jit_emit_constants(r);
+    if (r->red != OT_OP_SUM) emit_identity(r);
+    ot__x86_gpr_mem(c, 0x8B, RCX, RSP, misc(r, MISC_N));
+    ot__x86_put(c, (const uint8_t[]){0x48, 0x83, 0xE1, (uint8_t)(r->vbytes - 1)}, 4);   /* and rcx */
+    emit_tail_masks(r);
     size_t row = c->n;
     acc_move(r, true);
     ot__jit_emit_pointers(r);
@@ -466,8 +474,9 @@ void ot__jit_emit_reduce_rows_function(regs *r, int frame)
     ot__jit_emit_row_steps(r, 1);
     ot__x86_gpr_mem(c, 0xFF, 1, RSP, misc(r, MISC_ROWS));                     /* dec qword [.] */
     ot__x86_jump_back(c, JNE, row);
-    ot__x86_put(c, (const uint8_t[]){0x31, 0xC0}, 2);                         /* xor eax, eax */
+    emit_nan_flag(r);
     ot__jit_emit_epilogue(c);
+    r->mtail = false;
 }
 
 #endif /* OT_JIT_X86 */

@@ -119,8 +119,16 @@ void ot__jit_emit_constants(regs *r)
         if (r->creg[e]) vbroadcast(r, r->creg[e], RSP, fk(r, e));
 }
 
+/* kmovw k2, [rsp + disp] (load) or kmovw [rsp + disp], k2. */
+static void kmov_k2(regs *r, bool load, int32_t disp)
+{
+    ot__x86_prefix(r->c, false, 0, 1, 0, 0, 2, 0, 0, RSP, load ? 0x90 : 0x91);
+    ot__x86_mem_operand(r->c, 2, RSP, NO_INDEX, disp);
+}
+
 /* K_LIVE from the tail's bytes in register n (r14 in fn_tail), lane by
- * lane: lane i is live when n > i * es. */
+ * lane: lane i is live when n > i * es; in a masked tail under EVEX, also
+ * K_KMASK (through vector 0 and k2, which nothing else holds here). */
 void ot__jit_emit_live_mask(regs *r, int n)
 {
     int es = r->pp ? 8 : 4;
@@ -137,6 +145,39 @@ void ot__jit_emit_live_mask(regs *r, int n)
         ot__x86_put(r->c, (const uint8_t[]){0x89, 0x84, 0x24}, 3);         /* mov [rsp + disp32], */
         ot__x86_put4(r->c, ot__jit_konst(r, K_LIVE) + i * es);                  /*     eax or rax */
     }
+    if (!r->mtail || !r->c->evex) return;
+    ot__jit_vmov_load(r, 0, RSP, NO_INDEX, ot__jit_konst(r, K_LIVE));
+    ot__x86_vrr(r->c, 2, 1, r->wig, 0x27, 2, 0, 0);                   /* vptestm{d,q} k2, v0, v0 */
+    kmov_k2(r, false, ot__jit_konst(r, K_KMASK));
+}
+
+/* A masked tail's reads and writes (mtail): only the live lanes of the
+ * vector at [base + index + disp] are touched, and the others fault on
+ * nothing, so a row may end where its buffer does; a load's dead lanes
+ * read as zero, as exec's padded copies do. EVEX: vmovup{s,d} under k2,
+ * taken from K_KMASK each time (a call clobbers the k registers); VEX:
+ * vmaskmovp{s,d}, the mask K_LIVE in a register (the load's own). */
+void ot__jit_masked_load(regs *r, int reg, int base, int index, int32_t disp)
+{
+    if (r->c->evex) {
+        kmov_k2(r, true, ot__jit_konst(r, K_KMASK));
+        ot__x86_vrm_k(r->c, 1, r->pp, r->wig, 0x10, reg, base, index, disp, 2, true);
+        return;
+    }
+    ot__jit_vmov_load(r, reg, RSP, NO_INDEX, ot__jit_konst(r, K_LIVE));
+    ot__x86_vrm(r->c, 2, 1, 0, r->pp ? 0x2D : 0x2C, reg, reg, base, index, disp);
+}
+
+void ot__jit_masked_store(regs *r, int g, int base, int index, int32_t disp)
+{
+    if (r->c->evex) {
+        kmov_k2(r, true, ot__jit_konst(r, K_KMASK));
+        ot__x86_vrm_k(r->c, 1, r->pp, r->wig, 0x11, g, base, index, disp, 2, false);
+        return;
+    }
+    int m = ot__jit_take(r, 1u << g);
+    ot__jit_vmov_load(r, m, RSP, NO_INDEX, ot__jit_konst(r, K_LIVE));
+    ot__x86_vrm(r->c, 2, 1, 0, r->pp ? 0x2F : 0x2E, g, m, base, index, disp);
 }
 
 /* ---- registers ------------------------------------------------------------ */
@@ -208,10 +249,13 @@ void ot__jit_fetch(regs *r, int v, int reg)
         ot__jit_vmov_load(r, reg, RSP, NO_INDEX, ot__jit_slot(r, v));
         return;
     }
-    int base = vec && !r->pad ? ot__jit_ptr_reg(r, v) : -1;
-    if (base < 0) ot__x86_load_ptr(r->c, R12, 8 * (vec && r->pad ? r->j->ninsn + v : v));
-    if (vec && r->half_in) ot__jit_half_load(r, reg, r->half_in[v], base < 0 ? RAX : base, RBX);
-    else if (vec) ot__jit_vmov_load(r, reg, base < 0 ? RAX : base, r->pad ? NO_INDEX : RBX, r->disp);
+    bool padded = vec && r->pad && !r->mtail;   /* exec's copy, at in[ninsn + v] */
+    int base = vec && !padded ? ot__jit_ptr_reg(r, v) : -1;
+    if (base < 0) ot__x86_load_ptr(r->c, R12, 8 * (padded ? r->j->ninsn + v : v));
+    if (base < 0) base = RAX;
+    if (vec && r->half_in) ot__jit_half_load(r, reg, r->half_in[v], base, RBX);
+    else if (vec && r->pad && r->mtail) ot__jit_masked_load(r, reg, base, RBX, r->disp);
+    else if (vec) ot__jit_vmov_load(r, reg, base, padded ? NO_INDEX : RBX, r->disp);
     else vbroadcast(r, reg, RAX, 0);
 }
 
@@ -369,7 +413,7 @@ void ot__jit_load_const(regs *r, int reg, int e, bool k)
     int32_t disp = fk(r, e);
     if (r->creg[e]) ot__x86_vrr_k(r->c, 1, 0, 0, 0x28, reg, 0, r->creg[e], k ? 1 : 0, false);   /* vmovaps */
     else if (!r->c->evex) ot__jit_vmov_load(r, reg, RSP, NO_INDEX, disp);
-    else if (k) ot__x86_vrm_k(r->c, 2, 1, 0, 0x18, reg, RSP, disp, 1, false);
+    else if (k) ot__x86_vrm_k(r->c, 2, 1, 0, 0x18, reg, RSP, NO_INDEX, disp, 1, false);
     else vbroadcast(r, reg, RSP, disp);
 }
 

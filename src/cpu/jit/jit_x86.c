@@ -32,6 +32,13 @@ void ot__x86_put(code *c, const void *p, size_t n)
     c->n += n;
 }
 
+/* int3s up to the next 16 bytes, where each further entry point starts;
+ * nothing once the code failed (n stays put then). */
+void ot__x86_align16(code *c)
+{
+    while (c->n % 16 && !c->oom) ot__x86_put1(c, 0xCC);
+}
+
 void ot__x86_put1(code *c, uint8_t x) { ot__x86_put(c, &x, 1); }
 
 void ot__x86_put4(code *c, int32_t x)
@@ -115,11 +122,12 @@ void ot__x86_vrr_k(code *c, int map, int pp, int w, uint8_t op, int reg, int vvv
     ot__x86_put1(c, (uint8_t)(0xC0 | (reg & 7) << 3 | (rm & 7)));
 }
 
-void ot__x86_vrm_k(code *c, int map, int pp, int w, uint8_t op, int reg, int base, int32_t disp,
-                  int k, bool zeroing)
+void ot__x86_vrm_k(code *c, int map, int pp, int w, uint8_t op, int reg, int base, int index,
+                   int32_t disp, int k, bool zeroing)
 {
-    ot__x86_prefix_k(c, true, 1, map, pp, w, reg, 0, 0, base, op, evex_mask(k, zeroing));
-    ot__x86_mem_operand(c, reg, base, NO_INDEX, disp);
+    ot__x86_prefix_k(c, true, 1, map, pp, w, reg, 0, index == NO_INDEX ? 0 : index, base, op,
+                     evex_mask(k, zeroing));
+    ot__x86_mem_operand(c, reg, base, index, disp);
 }
 
 /* The VEX forms at length l, W0, on either table: a reduction's last steps

@@ -109,3 +109,40 @@ TEST(stream_only_memory_bound)
     ot_tensor_free(b);
     ot_backend_free(be);
 }
+
+/* A dot's epilogue writes with ordinary stores (plan_stream.c's
+ * dot_epilogue): the next block's product writes its lines back. The same
+ * chain outside a dot still streams, and the results are the same bits. */
+TEST(stream_not_in_dot_epilogues)
+{
+    ot_backend *be = backend(NULL, 1, 1, 1), *plain = backend(NULL, 1, OT_STREAM_NEVER, 1);
+    if (ot_backend_options(be).jit != OT_JIT_ON) {
+        ot_backend_free(be);
+        ot_backend_free(plain);
+        return;
+    }
+    float got[2][256 * 96];
+    for (int b = 0; b < 2; b++) {
+        ot_backend *on = b ? plain : be;
+        ot_tensor *a = seq(on, 256, 64, 1), *w = seq(on, 64, 96, 2), *g = seq(on, 256, 96, 3);
+        ot_tensor *out = ot_empty(on, OT_SHAPE(256, 96), OT_F32);
+        ot_pool *p = ot_pool_push();
+        ot_node *t = ot_mul(ot_relu(ot_dot(a, w)), g);
+        char *plan = test__capture(ot_explain, t);
+        char *chain = test__capture(ot_explain, ot_mul(ot_relu(g), g));
+        CHECK(plan && strstr(plan, "(epilogue of kernel 0, on its rows in cache) (generated code)\n"));
+        if (!b) CHECK(chain && strstr(chain, "streaming stores"));
+        CHECK_INT(ot_assign(out, t), 0);
+        CHECK_INT(ot_get(out, got[b]), 0);
+        free(plan);
+        free(chain);
+        ot_pool_pop(p);
+        ot_tensor_free(out);
+        ot_tensor_free(a);
+        ot_tensor_free(w);
+        ot_tensor_free(g);
+    }
+    CHECK(memcmp(got[0], got[1], sizeof got[0]) == 0);
+    ot_backend_free(be);
+    ot_backend_free(plain);
+}

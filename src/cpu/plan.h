@@ -286,6 +286,9 @@ bool ot__sched_layout_arena(ot_plan *p);
 bool ot__sched_streams(const ot_kernel *k, size_t stream_bytes);
 /* The same for kernel k of plan p, row blocks chosen. */
 bool ot__sched_streams_in(const ot_plan *p, const ot_kernel *k, size_t stream_bytes);
+/* The segment (index into p->segs) holding kernel k, or -1 (segments are
+ * disjoint and in order: a binary search). */
+int ot__sched_segment_of(const ot_plan *p, int k);
 /* The same for kernel k of plan p that will run per row block, before
  * the blocks are chosen (p->prefetch set). */
 bool ot__sched_streams_blocked(const ot_plan *p, const ot_kernel *k, size_t stream_bytes);

@@ -84,17 +84,11 @@ static void arena_free(freelist *f, block b)
 
 /* The last kernel of the segment holding kernel k (k itself outside one):
  * a segment's kernels run interleaved, block by block, so what one of them
- * reads lives until the last has run. Segments are disjoint and in order. */
+ * reads lives until the last has run. */
 static int segment_end(const ot_plan *p, int k)
 {
-    int lo = 0, hi = p->nseg;
-    while (lo < hi) {   /* the first segment ending after k */
-        int mid = (lo + hi) / 2;
-        if (p->segs[mid].first + p->segs[mid].count <= k) lo = mid + 1;
-        else hi = mid;
-    }
-    if (lo < p->nseg && p->segs[lo].first <= k) return p->segs[lo].first + p->segs[lo].count - 1;
-    return k;
+    int s = ot__sched_segment_of(p, k);
+    return s < 0 ? k : p->segs[s].first + p->segs[s].count - 1;
 }
 
 /* Per temporary, its size (temp_offset until laid out), the kernel

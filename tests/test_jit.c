@@ -1720,8 +1720,9 @@ static bool gaps_kept(const guarded *g, ot_dtype dt, int64_t rows, int64_t cols,
 
 /* Tree t of the row-run cases over x: a sum of a body, a mean, a max and a
  * min of a body (their zero and NaN rows go back to the interpreter), a
- * softmax, whose row sum also stores exp(x - max) (a further output), and
- * elementwise rows reading their row's broadcast, one calling tanh. */
+ * softmax, whose row sum also stores exp(x - max) (a further output),
+ * elementwise rows reading their row's broadcast, one calling tanh, and a
+ * copy (a load and a cast to its own dtype, as code since issue 33). */
 static ot_node *row_run_tree(int t, ot_tensor *x)
 {
     switch (t) {
@@ -1731,7 +1732,8 @@ static ot_node *row_run_tree(int t, ot_tensor *x)
     case 3: return ot_min(ot_mul(x, 2.0), .axis = 1);
     case 4: return ot_softmax(x, .axis = 1);
     case 5: return ot_mul(ot_sub(x, ot_mean(x, .axis = 1, .keepdims = true)), 0.25);
-    default: return ot_tanh(ot_sub(x, ot_max(x, .axis = 1, .keepdims = true)));
+    case 6: return ot_tanh(ot_sub(x, ot_max(x, .axis = 1, .keepdims = true)));
+    default: return ot_tensor_node(x);
     }
 }
 
@@ -1791,7 +1793,7 @@ static void row_runs_on(const char *isa, ot_backend *const be[5])
     enum { ROWS = 130 };
     for (int d = 0; d < 2; d++)
         for (size_t c = 0; c < sizeof cols / sizeof *cols; c++)
-            for (int t = 0; t < 7; t++)
+            for (int t = 0; t < 8; t++)
                 for (int64_t pad = 0; pad <= 3; pad += 3) {
                     if (slow_tool() && (d + (int)c + t + (int)pad) % 3) continue;
                     ot_dtype dt = d ? OT_F64 : OT_F32;

@@ -120,6 +120,18 @@ static void emit_inline_fn(regs *r, int pos, int fn, int a)
     ot__jit_emit_unary_steps(r, pos, a, steps[base], n, floor);
 }
 
+/* A cast to the dtype a value has (the kernel's copy of a load into a
+ * buffer of its own, a store's): the value itself, copied to a register of
+ * its own when the operand is read again. */
+static void emit_same_dtype(regs *r, int pos, int a)
+{
+    int ra = ot__jit_use(r, a, 0);
+    ot__jit_retire(r, pos);
+    int d = r->val_of[ra] < 0 ? ra : ot__jit_take(r, 1u << ra);
+    if (d != ra) ot__jit_vmovaps(r, d, ra);
+    ot__jit_bind(r, pos, d);
+}
+
 void ot__jit_emit_insn(regs *r, int pos)
 {
     const ot_insn *in = &r->insns[pos];
@@ -129,6 +141,7 @@ void ot__jit_emit_insn(regs *r, int pos)
     if (is_sig(in)) ot__jit_emit_sig(r, pos, fn, arg[0]);
     else if (fn) ot__jit_emit_call(r, pos, fn, arg[0], in->code == OT_I_BINARY ? arg[1] : -1);
     else if (inl != FN_CALL) emit_inline_fn(r, pos, inl, arg[0]);
+    else if (in->code == OT_I_CAST) emit_same_dtype(r, pos, arg[0]);
     else if (in->code == OT_I_UNARY) ot__jit_emit_unary(r, pos, in->op, arg[0]);
     else if (in->code == OT_I_BINARY) ot__jit_emit_binary(r, pos, in->op, arg[0], arg[1]);
     else ot__jit_emit_fma(r, pos, in->op == OT_OP_SUB, arg[0], arg[1], arg[2]);
@@ -387,7 +400,8 @@ static bool map_insn(ot_jit *j, const ot_kernel *k, int i, int *writer, int *kd)
     j->body[i] = body;
     if (body) {
         if (*kd < 0) *kd = in->kd;
-        ok = ok && in->kd == *kd && *kd != OT_KD_I32 && in->code != OT_I_CAST;
+        ok = ok && in->kd == *kd && *kd != OT_KD_I32 &&
+             (in->code != OT_I_CAST || in->kd_from == in->kd);   /* a copy, not a conversion */
         ok = ok && (!needs_call(j, in) || callee(j, in));
     }
     if (in->code == OT_I_LOAD && !(in->scalar & 8)) {
@@ -621,8 +635,8 @@ static bool worth_it(const ot_jit *j, const ot_kernel *k, bool stream)
     int nbody = 0;
     for (int i = 0; i < k->ninsn; i++) nbody += j->body[i];
     bool inl = !calls(j, k);
-    return nbody >= 2 || (nbody == 1 && ((stream && inl) || (inline_fns(j, k) >> FN_EXP & 1) ||
-                                         (runs_rows(k) && inl)));
+    return nbody >= 2 || (nbody == 1 && ((stream && inl) || (inline_fns(j, k) >> FN_EXP & 1))) ||
+           (nbody <= 1 && runs_rows(k) && inl);
 }
 
 bool ot__jit_available(const ot_kernels *kt)

@@ -272,6 +272,15 @@ static void emit_invariants(regs *r)
  * stores, not fenced: exec.c fences once after a chunk's last tile (an
  * sfence per call waited for the write-combining buffers to drain 16384
  * times in W9). */
+void ot__jit_emit_body(regs *r, bool stream)
+{
+    ot__jit_reset_regs(r);
+    ot__jit_emit_prefetches(r);
+    for (int pos = 0; pos < r->j->ninsn; pos++)
+        if (r->j->body[pos]) ot__jit_emit_insn(r, pos);
+    ot__jit_emit_stores(r, stream);
+}
+
 /* The loop over vectors while rbx < r14, rbx starting at 0, at least one
  * turn. */
 static void emit_loop(regs *r, bool stream)
@@ -279,11 +288,7 @@ static void emit_loop(regs *r, bool stream)
     code *c = r->c;
     ot__x86_put(c, (const uint8_t[]){0x31, 0xDB}, 2);                  /* xor ebx, ebx */
     size_t loop = c->n;
-    ot__jit_reset_regs(r);
-    ot__jit_emit_prefetches(r);
-    for (int pos = 0; pos < r->j->ninsn; pos++)
-        if (r->j->body[pos]) ot__jit_emit_insn(r, pos);
-    ot__jit_emit_stores(r, stream);
+    ot__jit_emit_body(r, stream);
     int step = r->half_in ? r->vbytes / 2 : r->vbytes;   /* 16-bit code: 2 bytes a lane */
     ot__x86_put(c, (const uint8_t[]){0x48, 0x83, 0xC3, (uint8_t)step}, 4);          /* add rbx, V */
     ot__x86_gpr_rr(c, 0x39, RBX, R14);                                 /* cmp rbx, r14 */
@@ -313,10 +318,7 @@ static void emit_masked_tail(regs *r)
 {
     r->disp = 0;
     r->pad = r->tail = r->mtail = true;
-    ot__jit_reset_regs(r);
-    for (int pos = 0; pos < r->j->ninsn; pos++)
-        if (r->j->body[pos]) ot__jit_emit_insn(r, pos);
-    ot__jit_emit_stores(r, false);
+    ot__jit_emit_body(r, false);
     r->pad = r->tail = r->mtail = false;
 }
 
@@ -330,22 +332,18 @@ static void emit_masked_tail(regs *r)
 static void emit_rows_function(regs *r, int frame, int32_t at, bool stream)
 {
     code *c = r->c;
-    uint8_t lanes_off = (uint8_t)(r->vbytes - 1);
     ot__jit_emit_prologue(r, frame);
     ot__x86_gpr_mem(c, 0x89, RCX, RSP, at);                            /* mov [rsp + at], rcx */
     ot__x86_gpr_mem(c, 0x8B, RAX, RCX, 0);                             /* mov rax, [rcx] */
     ot__x86_gpr_mem(c, 0x89, RAX, RSP, at + 8);                        /* mov [rsp + at + 8], rax */
     ot__jit_emit_constants(r);
     ot__x86_mov_rr(c, RCX, R14);
-    ot__x86_put(c, (const uint8_t[]){0x48, 0x83, 0xE1, lanes_off}, 4);           /* and rcx, V - 1 */
+    ot__jit_emit_row_masks(r);
     ot__x86_gpr_mem(c, 0x89, RCX, RSP, at + 16);
-    r->mtail = true;
-    ot__jit_emit_live_mask(r, RCX);
-    r->mtail = false;
-    ot__x86_put(c, (const uint8_t[]){0x49, 0x83, 0xE6, (uint8_t)~lanes_off}, 4); /* and r14, -V */
+    ot__x86_put(c, (const uint8_t[]){0x49, 0x83, 0xE6, (uint8_t)-r->vbytes}, 4);  /* and r14, -V */
     size_t row = c->n;
     emit_invariants(r);
-    ot__x86_put(c, (const uint8_t[]){0x31, 0xDB}, 2);                  /* xor ebx, ebx */
+    ot__x86_put(c, (const uint8_t[]){0x31, 0xDB}, 2);   /* rbx = 0: a row shorter than a vector */
     ot__x86_put(c, (const uint8_t[]){0x4D, 0x85, 0xF6}, 3);            /* test r14, r14 */
     size_t to_tail = ot__x86_jump_fwd(c, JE);
     emit_loop(r, stream);

@@ -193,6 +193,10 @@ void ot__jit_shift_to(regs *r, int ext, int dst, int src, int imm);
 void ot__jit_shift(regs *r, int ext, int reg, int imm);
 void ot__jit_emit_constants(regs *r);
 void ot__jit_emit_live_mask(regs *r, int n);
+/* A row function's masks, made once a call: rcx, a row's bytes on entry,
+ * becomes its last part's (rcx & (V - 1)), then K_LIVE from it and, under
+ * EVEX, K_KMASK (through vector 0 and k2, which nothing holds then). */
+void ot__jit_emit_row_masks(regs *r);
 void ot__jit_masked_load(regs *r, int reg, int base, int index, int32_t disp);
 void ot__jit_masked_store(regs *r, int g, int base, int index, int32_t disp);
 bool ot__jit_is_vector_load(const regs *r, int v);
@@ -253,6 +257,9 @@ void ot__jit_emit_prologue(regs *r, int frame);
 void ot__jit_emit_epilogue(code *c);
 void ot__jit_reset_regs(regs *r);
 void ot__jit_emit_stores(regs *r, bool stream);
+/* One copy of the body at rbx + disp (or the tail, as r->pad and mtail
+ * say): registers reset, its prefetches, its insns and its stores. */
+void ot__jit_emit_body(regs *r, bool stream);
 void ot__jit_emit_prefetches(regs *r);
 
 #endif /* OT_JIT_X86 */

@@ -236,11 +236,7 @@ static void emit_copy(regs *r, int u, bool pad)
 {
     r->disp = pad ? 0 : u * r->vbytes;
     r->pad = r->tail = pad;
-    ot__jit_reset_regs(r);
-    ot__jit_emit_prefetches(r);
-    for (int pos = 0; pos < r->j->ninsn; pos++)
-        if (r->j->body[pos]) ot__jit_emit_insn(r, pos);
-    ot__jit_emit_stores(r, false);
+    ot__jit_emit_body(r, false);
     accumulate(r, u);
 }
 
@@ -286,15 +282,21 @@ static void emit_nan_flag(regs *r)
     ot__x86_xrr(c, 1, r->pp, 0x50, RAX, 0, 0);                               /* vmovmskp{s,d} eax */
 }
 
-/* The tail: its live lanes from its bytes (rcx), then for max and min the
- * identity in the others (K_DEAD = ~K_LIVE & K_IDENT). */
-static void emit_tail_masks(regs *r)
+/* For max and min, the identity in the lanes past the tail (K_DEAD =
+ * ~K_LIVE & K_IDENT). */
+static void emit_dead_mask(regs *r)
 {
-    ot__jit_emit_live_mask(r, RCX);
     if (r->red == OT_OP_SUM) return;
     ot__jit_vmov_load(r, 0, RSP, NO_INDEX, ot__jit_konst(r, K_LIVE));
     ot__jit_bitwise_const(r, BIT_ANDN, 0, 0, K_IDENT);
     ot__jit_vmov_store(r, 0, RSP, NO_INDEX, ot__jit_konst(r, K_DEAD));
+}
+
+/* The tail: its live lanes from its bytes (rcx), then the dead ones'. */
+static void emit_tail_masks(regs *r)
+{
+    ot__jit_emit_live_mask(r, RCX);
+    emit_dead_mask(r);
 }
 
 /* Pointers into registers (see ptr_gpr): the vector inputs', then the
@@ -459,8 +461,8 @@ void ot__jit_emit_reduce_rows_function(regs *r, int frame)
     if (reads_constants(r)) ot__jit_emit_constants(r);
     if (r->red != OT_OP_SUM) emit_identity(r);
     ot__x86_gpr_mem(c, 0x8B, RCX, RSP, misc(r, MISC_N));
-    ot__x86_put(c, (const uint8_t[]){0x48, 0x83, 0xE1, (uint8_t)(r->vbytes - 1)}, 4);   /* and rcx */
-    emit_tail_masks(r);
+    ot__jit_emit_row_masks(r);
+    emit_dead_mask(r);
     size_t row = c->n;
     acc_move(r, true);
     ot__jit_emit_pointers(r);

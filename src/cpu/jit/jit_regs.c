@@ -127,8 +127,7 @@ static void kmov_k2(regs *r, bool load, int32_t disp)
 }
 
 /* K_LIVE from the tail's bytes in register n (r14 in fn_tail), lane by
- * lane: lane i is live when n > i * es; in a masked tail under EVEX, also
- * K_KMASK (through vector 0 and k2, which nothing else holds here). */
+ * lane: lane i is live when n > i * es. */
 void ot__jit_emit_live_mask(regs *r, int n)
 {
     int es = r->pp ? 8 : 4;
@@ -145,7 +144,13 @@ void ot__jit_emit_live_mask(regs *r, int n)
         ot__x86_put(r->c, (const uint8_t[]){0x89, 0x84, 0x24}, 3);         /* mov [rsp + disp32], */
         ot__x86_put4(r->c, ot__jit_konst(r, K_LIVE) + i * es);                  /*     eax or rax */
     }
-    if (!r->mtail || !r->c->evex) return;
+}
+
+void ot__jit_emit_row_masks(regs *r)
+{
+    ot__x86_put(r->c, (const uint8_t[]){0x48, 0x83, 0xE1, (uint8_t)(r->vbytes - 1)}, 4);   /* and rcx */
+    ot__jit_emit_live_mask(r, RCX);
+    if (!r->c->evex) return;
     ot__jit_vmov_load(r, 0, RSP, NO_INDEX, ot__jit_konst(r, K_LIVE));
     ot__x86_vrr(r->c, 2, 1, r->wig, 0x27, 2, 0, 0);                   /* vptestm{d,q} k2, v0, v0 */
     kmov_k2(r, false, ot__jit_konst(r, K_KMASK));

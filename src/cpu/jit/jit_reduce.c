@@ -18,8 +18,9 @@
  * way exec.c's interpreter folds what kt->sum, max or min return per tile.
  * For a span that ends within a vector, in[ninsn + v] and out[nout + q]
  * are zero-padded copies of the last part of each vector input and output
- * (exec copies the outputs' back). It returns nonzero where max or min met
- * a NaN.
+ * (exec copies the outputs' back; red_rows, over many rows, reads and
+ * writes that part in place under a mask instead). It returns nonzero
+ * where max or min met a NaN.
  *
  * Sums (and means) do the tile kernels' own arithmetic, so that they round
  * exactly as interpreted: within a tile four vector accumulators take the

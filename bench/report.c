@@ -99,7 +99,8 @@ static void machine_lines(FILE *f, const bench_machine *m, const char *prefix)
     fprintf(f, "%smachine: %s; ISA: %s; reference loops: %s; backend: %s; %s\n", prefix,
             m->cpu, m->isa, m->ref_isa, m->backend, m->date);
     fprintf(f, "%sgemm (optree's dots and the cblas references): %s\n", prefix, m->gemm);
-    fprintf(f, "%smedians of %d runs after a warm-up (fused/ref: of the runs' ratios)%s; "
+    fprintf(f, "%smedians of %d runs after a warm-up, each run right after an untimed call of "
+               "its own variant (fused/ref: of the runs' ratios)%s; "
                "fused, unfused and ref: 1 thread; "
                "fused 2T: threads = 2\n",
             prefix, m->runs, m->quick ? " (--quick sizes: a smoke test, not a measurement)" : "");

@@ -467,7 +467,7 @@ static int ref_modes(const bench_case *c, const ref_loops *L)
  * same inputs, while optree's fused variant followed the unfused one or
  * the other side. That order alone put W1's generated code at 1.03-1.06x
  * and, minutes later, 1.22x the hand loop in one harness; the same code
- * on the same buffers read 0.98-1.01x in a rotating order and 1.01-1.03x
+ * on the same buffers read 0.98-1.02x in a rotating order and 1.01-1.03x
  * with each side timed after itself (2026-12-02, the Zen 5 VM). */
 static void time_round(const bench_case *c, const bench_data *d, const variant vs[],
                        const ref_loops *L, float *ref_out, long calls, int r, double *t[])
@@ -476,7 +476,7 @@ static void time_round(const bench_case *c, const bench_data *d, const variant v
     for (int side = 0; side < 2; side++) {
         if ((side == 0) == (r % 2 != 0)) {
             for (int sm = 0; sm < nref; sm++) {
-                c->ref(L, (store_mode)sm, d, ref_out);
+                time_ref(c, L, (store_mode)sm, d, ref_out, 1);   /* untimed */
                 double s = time_ref(c, L, (store_mode)sm, d, ref_out, calls);
                 if (r >= 0) t[V_COUNT + sm][r] = s;
             }
@@ -484,7 +484,7 @@ static void time_round(const bench_case *c, const bench_data *d, const variant v
         }
         for (int k = 0; k < V_COUNT; k++) {
             if (k == V_FUSED2) continue;
-            if (one_call(c, &vs[k]) != 0) die("%s: ot_assign: %s", c->id, ot_errmsg());
+            bench_time_optree(c, &vs[k], 1);   /* untimed */
             double s = bench_time_optree(c, &vs[k], calls);
             if (r >= 0) t[k][r] = s;
         }

@@ -397,7 +397,8 @@ static ot_node *snap_to_integer(ot_node *w, double eps)
 
 /* w with the noise of draw noise_draw - 1. inexact: 1 where an operand of
  * the node is not an integer, else 0 (draws 30 and 31). mag: for a dot, the
- * dot of its operands' magnitudes, for a sum or mean that of its operand's
+ * dot of its operands' magnitudes, for a sum, mean or average pool (or its
+ * gradient) that of its operand's
  * (-2 log 2 + 3 log 2 - log 2 is 0 or 1e-16 as the sum is ordered), else
  * NULL. A dot's error is relative to that, not to its value: terms that
  * cancel to 0 on ref leave a few ulps of a term on BLAS, whose fma keeps a
@@ -552,7 +553,12 @@ static ot_node *transform(ot_node *root)
         ot_node *mag = NULL;
         if (noise_draw && (it->op == OT_OP_DOT || it->op == OT_OP_BATCHED_DOT))
             mag = ot_build_at(it->op, magnitude(m[it->a]), magnitude(m[it->b]), &a, NULL, 0);
-        if (noise_draw && (it->op == OT_OP_SUM || it->op == OT_OP_MEAN || it->op == OT_OP_CUMSUM))
+        /* Average pooling and its gradient sum terms of both signs too:
+         * cpu adds the g/k of each window in f32, ref in double (6e-8/3 -
+         * 1/3 + 1/3 is 2^-25 against 2.0e-8, whose log2 is -25 against
+         * -25.58: seed 881202 tree 57513, --modes half). */
+        if (noise_draw && (it->op == OT_OP_SUM || it->op == OT_OP_MEAN || it->op == OT_OP_CUMSUM ||
+                           it->op == OT_OP_AVG_POOL || it->op == OT_OP_AVG_POOL_GRAD))
             mag = ot_build_at(it->op, magnitude(m[it->a]), NULL, &a, NULL, 0);
         /* Scatters sum the values sent to one place, as a sum does: cpu in
          * f32 in order (70144 + 0.0056 - 70144 is 0.0078 there, seed 9001

@@ -341,6 +341,7 @@ static int noise_draw, noise_fast;
  * (0.51 ulp off), so that a log of it is 0 and an eq against 0 is 1, where
  * draw 24's rounding of exp first moves log's operand off e. */
 #define NOISE_DRAWS 33
+#define DRAW_UNIFORM 12   /* the uniform draws: DRAW_UNIFORM..DRAW_GRID_ALL - 1 */
 #define DRAW_GRID_ALL 24
 #define DRAW_GRID_AT_STEPS 25
 #define DRAW_DOTS_UP 26
@@ -360,6 +361,16 @@ static double noise_bound(ot_dtype dt)
 static ot_node *bin(int op, ot_node *a, ot_node *b)
 {
     return ot_build_at((ot_op)op, a, b, &(ot_args){.axis = OT_AXIS_ALL}, NULL, 0);
+}
+
+static bool uniform_draw(int d) { return d >= DRAW_UNIFORM && d < DRAW_GRID_ALL; }
+
+/* Values drawn uniformly from [-1, 1], one per element of shape, from seed. */
+static ot_node *uniform_pm1(const ot_shape *shape, uint64_t seed)
+{
+    ot_args ra = {.axis = OT_AXIS_ALL, .dtype = OT_F64, .shape = *shape, .seed = seed};
+    ot_node *u = ot_build_at(OT_OP_RAND, NULL, NULL, &ra, NULL, 0);
+    return bin(OT_OP_SUB, bin(OT_OP_MUL, u, ot_const(2)), ot_const(1));
 }
 
 /* w clipped to +-2^900: grid and snap_to_integer work on that, then put
@@ -424,14 +435,8 @@ static ot_node *noisy(ot_node *w, ot_node *inexact, ot_node *mag, ot_dtype dt, c
     }
     ot_node *e;
     if (d >= DRAW_DOTS_UP) e = ot_const(d == DRAW_DOTS_UP ? eps : -eps);
-    else if (d < 12) e = ot_const(((idx >> (d / 2)) ^ d) & 1 ? -eps : eps);
-    else {
-        ot_args ra = {.axis = OT_AXIS_ALL, .dtype = OT_F64, .shape = *shape,
-                      .seed = (uint64_t)d * 100000 + (uint64_t)idx};
-        ot_node *u = ot_build_at(OT_OP_RAND, NULL, NULL, &ra, NULL, 0);
-        u = bin(OT_OP_SUB, bin(OT_OP_MUL, u, ot_const(2)), ot_const(1));
-        e = bin(OT_OP_MUL, u, ot_const(eps));
-    }
+    else if (d < DRAW_UNIFORM) e = ot_const(((idx >> (d / 2)) ^ d) & 1 ? -eps : eps);
+    else e = bin(OT_OP_MUL, uniform_pm1(shape, (uint64_t)d * 100000 + (uint64_t)idx), ot_const(eps));
     ot_node *r = bin(OT_OP_MUL, w, bin(OT_OP_ADD, ot_const(1), e));
     return mag ? bin(OT_OP_ADD, r, bin(OT_OP_MUL, e, mag)) : r;
 }
@@ -500,7 +505,7 @@ static int is_float(ot_dtype d);
  * anywhere in [-1, 1] (cos(expm1(94)^2): ref's expm1 is 0.64 ulp off,
  * SLEEF's 0.36, and the cosines 0.83 and 0.0087; seed 9191 tree 233), so
  * the draws mark the element as one no backend's value decides: NaN, which
- * an output shows as such, except in the uniform draws (12..23), which put
+ * an output shows as such, except in the uniform draws, which put
  * a value drawn from [-1, 1] there, so that a compare reading it takes
  * both results across them (sin(exp(18.56)) <= 0, exp's f32 result 130
  * off: seed 551202 tree 38860, --modes half). idx is y's node index. */
@@ -511,11 +516,9 @@ static ot_node *lost_phase(ot_node *y, ot_node *x, ot_dtype dt, int idx)
     ot_node *lost = bin(OT_OP_GT, bin(OT_OP_MUL, ot_abs(x), ot_const(noise_bound(dt))), ot_const(0.1));
     int d = noise_draw - 1;
     ot_node *r;
-    if (d >= 12 && d < 24) {
-        ot_args ra = {.axis = OT_AXIS_ALL, .dtype = OT_F64, .shape = ot_node_shape(y),
-                      .seed = (uint64_t)d * 100000 + (uint64_t)idx + 50000};
-        ot_node *u = ot_build_at(OT_OP_RAND, NULL, NULL, &ra, NULL, 0);
-        u = bin(OT_OP_SUB, bin(OT_OP_MUL, u, ot_const(2)), ot_const(1));
+    if (uniform_draw(d)) {
+        ot_shape sh = ot_node_shape(y);
+        ot_node *u = uniform_pm1(&sh, (uint64_t)d * 100000 + (uint64_t)idx + 50000);
         /* maximum(u or -inf, y or -inf): y where kept, bit for bit (y +
          * -0 is y, -0 included), u where lost (lost is 0 or 1). */
         ot_node *kept = bin(OT_OP_SUB, ot_const(1), lost);
